@@ -1,0 +1,1 @@
+//! netaccel client library.

@@ -1,0 +1,1 @@
+//! netaccel node.

@@ -1,0 +1,1 @@
+//! Remote OpenCL (work in progress).

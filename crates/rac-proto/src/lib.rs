@@ -1,0 +1,1 @@
+//! RAC v1 wire format (work in progress).

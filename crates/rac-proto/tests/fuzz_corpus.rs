@@ -1,0 +1,36 @@
+//! Replays the checked-in fuzz corpora (`fuzz/corpus/<target>/`) through the fuzz
+//! targets' bodies, so that every test run, on stable Rust, exercises the inputs the
+//! fuzzers found interesting.
+
+use std::fs;
+use std::path::Path;
+
+fn replay(target: &str, body: fn(&[u8])) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
+    let mut count = 0;
+    for entry in fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        let data = fs::read(&path).unwrap();
+        let outcome = std::panic::catch_unwind(|| body(&data));
+        assert!(outcome.is_ok(), "{target}: {} fails", path.display());
+        count += 1;
+    }
+    assert!(count >= 3, "{target}: only {count} corpus files");
+}
+
+#[test]
+fn call_header_corpus() {
+    replay("call_header", rac_proto::fuzzing::call_header);
+}
+
+#[test]
+fn result_header_corpus() {
+    replay("result_header", rac_proto::fuzzing::result_header);
+}
+
+#[test]
+fn control_json_corpus() {
+    replay("control_json", rac_proto::fuzzing::control_json);
+}

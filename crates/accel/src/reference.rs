@@ -19,16 +19,25 @@ pub fn topk(values: &[i32], k: usize) -> Vec<i32> {
 }
 
 /// `ln(c / (1 - c))` with `c = clamp(x, eps, 1 - eps)`, in f64.
+///
+/// Computed as `ln(c) - ln(1 - c)` with the smaller of `c` and `1 - c` kept exact:
+/// `1 - x` is exact in f64 for every f32 `x >= 0.5`, but `1 - eps` is not for `eps`
+/// below about 2^-29 (and is 1.0 below 2^-53), so clamping `x` to `1 - eps` directly
+/// would make the oracle itself wrong, even infinite, for tiny `eps`.
 pub fn logit(values: &[f32], eps: f32) -> Vec<f64> {
     let eps = eps as f64;
     values
         .iter()
         .map(|&x| {
+            let x = x as f64;
             if x.is_nan() {
                 f64::NAN
+            } else if x < 0.5 {
+                let c = x.max(eps);
+                c.ln() - (-c).ln_1p()
             } else {
-                let c = (x as f64).clamp(eps, 1.0 - eps);
-                (c / (1.0 - c)).ln()
+                let one_minus_c = (1.0 - x).max(eps);
+                (-one_minus_c).ln_1p() - one_minus_c.ln()
             }
         })
         .collect()

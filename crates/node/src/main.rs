@@ -1,1 +1,73 @@
-fn main() {}
+//! The `netaccel-node` binary: parses the command line, loads the configuration,
+//! starts the node and serves until SIGTERM/SIGINT.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use netaccel_node::Config;
+
+/// Serve accelerators over the network.
+///
+/// With no arguments: one CPU device with one slot per built-in accelerator, HTTP on
+/// 127.0.0.1:8080. Try `curl -X POST --data-binary hello localhost:8080/v1/fn/to_uppercase`.
+#[derive(Parser, Debug)]
+#[command(name = "netaccel-node", version)]
+struct Args {
+    /// HTTP listen address (overrides the config file).
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// TOML configuration: slots and what each loads, every bound, admin token, log level.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Network threads (0 = one per core).
+    #[arg(long, value_name = "N")]
+    io_threads: Option<usize>,
+    /// Log level: error, warn, info, debug, trace (or a tracing filter).
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let mut config = match &args.config {
+        Some(path) => match Config::from_file(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("netaccel-node: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Config::default(),
+    };
+    if let Some(addr) = args.http {
+        config.http = addr;
+    }
+    if let Some(n) = args.io_threads {
+        config.io_threads = n;
+    }
+    if let Some(level) = args.log_level {
+        config.log_level = level;
+    }
+    if let Err(e) = config.validate() {
+        eprintln!("netaccel-node: invalid configuration: {e}");
+        return ExitCode::from(2);
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    match netaccel_node::start(config) {
+        Ok(running) => {
+            running.run_until_signal();
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("netaccel-node: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Node configuration: every bound the node enforces, with a safe default, loadable
+//! from TOML (`--config FILE`). Fields are named with their unit last
+//! (`queue_depth_max`, `header_timeout_ms`) so a config file reads unambiguously.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// How the dispatcher picks among the slots that host the called accelerator.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum BalancePolicy {
+    /// Rotate over the slots; skip a slot whose queue is full.
+    RoundRobin,
+    /// Pick the slot with the fewest queued + running calls.
+    #[default]
+    JoinShortestQueue,
+}
+
+/// One slot and what it holds at start-up.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SlotConfig {
+    /// Name of the accelerator loaded at start-up.
+    pub accelerator: String,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// HTTP listen address.
+    pub http: SocketAddr,
+    /// Network threads, each with its own listener (SO_REUSEPORT). 0 = one per core.
+    pub io_threads: usize,
+    /// `error`, `warn`, `info`, `debug` or `trace` (or a tracing filter directive).
+    pub log_level: String,
+    /// When set, reconfiguration requires `Authorization: Bearer <token>`.
+    pub admin_token: Option<String>,
+    pub balance: BalancePolicy,
+    /// Slots of the CPU device. Empty = one slot per built-in accelerator.
+    pub slots: Vec<SlotConfig>,
+    /// Complete calls waiting per slot (503 BUSY beyond).
+    pub queue_depth_max: usize,
+    /// Queued calls one tenant (a RAC tenant, or one connection) may hold in a slot's
+    /// queue, so one client cannot fill a queue that others share.
+    pub tenant_queue_depth_max: usize,
+    /// Calls whose work estimate is at most this run on the network thread when their
+    /// slot is idle, saving two thread hand-offs; larger calls go to the slot's thread.
+    pub inline_work_max: u64,
+    /// Simulated reconfiguration time of a slot (an FPGA partial bitstream load takes
+    /// milliseconds); 0 for CPU kernels.
+    pub reconfig_delay_ms: u64,
+    /// Open HTTP connections; further connections get 503 and are closed.
+    pub connections_max: usize,
+    pub uri_bytes_max: usize,
+    pub head_bytes_max: usize,
+    /// Largest request body (413 beyond).
+    pub body_bytes_max: usize,
+    /// Memory for request bodies of all connections together (503 BUSY beyond).
+    pub body_memory_bytes_max: usize,
+    /// Time allowed from the first byte of a request head to its end (408 beyond).
+    pub header_timeout_ms: u64,
+    /// Longest wait for each read of a body, or for a response write to progress.
+    pub io_timeout_ms: u64,
+    /// Idle keep-alive connections are closed after this long.
+    pub idle_timeout_ms: u64,
+    /// On SIGTERM/SIGINT, how long in-flight work may take before the node exits anyway.
+    pub drain_timeout_ms: u64,
+    /// Object store capacity ("device memory"), in bytes (507 beyond).
+    pub object_store_bytes_max: usize,
+    /// Objects in the store.
+    pub objects_max: usize,
+    pub object_key_bytes_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            http: "127.0.0.1:8080".parse().expect("valid address"),
+            io_threads: 0,
+            log_level: "info".to_string(),
+            admin_token: None,
+            balance: BalancePolicy::default(),
+            slots: Vec::new(),
+            queue_depth_max: 64,
+            tenant_queue_depth_max: 48,
+            inline_work_max: 64 * 1024,
+            reconfig_delay_ms: 0,
+            connections_max: 10_000,
+            uri_bytes_max: 2048,
+            head_bytes_max: 16 * 1024,
+            body_bytes_max: 64 * 1024 * 1024,
+            body_memory_bytes_max: 512 * 1024 * 1024,
+            header_timeout_ms: 10_000,
+            io_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            drain_timeout_ms: 30_000,
+            object_store_bytes_max: 256 * 1024 * 1024,
+            objects_max: 4096,
+            object_key_bytes_max: 256,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file; unknown keys are an error so typos do not pass silently.
+    pub fn from_file(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+        Config::from_toml(&text).map_err(|e| format!("config {}: {e}", path.display()))
+    }
+
+    pub fn from_toml(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks relations between fields that serde cannot.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("queue_depth_max", self.queue_depth_max),
+            ("tenant_queue_depth_max", self.tenant_queue_depth_max),
+            ("connections_max", self.connections_max),
+            ("uri_bytes_max", self.uri_bytes_max),
+            ("head_bytes_max", self.head_bytes_max),
+            ("objects_max", self.objects_max),
+            ("object_key_bytes_max", self.object_key_bytes_max),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        if self.body_memory_bytes_max < self.body_bytes_max {
+            return Err(format!(
+                "body_memory_bytes_max ({}) must be at least body_bytes_max ({})",
+                self.body_memory_bytes_max, self.body_bytes_max
+            ));
+        }
+        if self.uri_bytes_max >= self.head_bytes_max {
+            return Err("uri_bytes_max must be smaller than head_bytes_max".to_string());
+        }
+        if self.slots.len() > usize::from(u16::MAX - 1) {
+            return Err("too many slots".to_string());
+        }
+        Ok(())
+    }
+
+    /// Network threads to start.
+    pub fn io_threads(&self) -> usize {
+        if self.io_threads > 0 {
+            self.io_threads
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+        let c = Config::from_toml("").unwrap();
+        assert_eq!(c.http.port(), 8080);
+    }
+
+    #[test]
+    fn toml_sets_slots_and_bounds() {
+        let c = Config::from_toml(
+            r#"
+            http = "127.0.0.1:9999"
+            queue_depth_max = 8
+            balance = "round_robin"
+            admin_token = "s3cret"
+            [[slots]]
+            accelerator = "topk"
+            [[slots]]
+            accelerator = "topk"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.queue_depth_max, 8);
+        assert_eq!(c.balance, BalancePolicy::RoundRobin);
+        assert_eq!(c.slots.len(), 2);
+        assert_eq!(c.admin_token.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn typos_and_bad_relations_are_errors() {
+        assert!(Config::from_toml("queue_depth = 3")
+            .unwrap_err()
+            .contains("unknown field"));
+        assert!(Config::from_toml("queue_depth_max = 0")
+            .unwrap_err()
+            .contains("at least 1"));
+        assert!(Config::from_toml("body_bytes_max = 10\nbody_memory_bytes_max = 5").is_err());
+    }
+}

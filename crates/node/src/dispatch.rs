@@ -1,0 +1,231 @@
+//! The dispatcher: from a whole call to a slot that hosts its accelerator.
+//!
+//! Front ends (HTTP, RAC) hand every call here. The dispatcher picks among the slots
+//! hosting the accelerator (round robin or join-shortest-queue), falls over to the next
+//! slot when one is full or being reconfigured, and answers at once when none can take
+//! the call: `UNKNOWN_ACCELERATOR` (nothing hosts it), `UNAVAILABLE` (its slots are
+//! being reconfigured) or `BUSY` (all queues full). It never blocks.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use accel::{Accelerator, Catalog};
+use rac_proto::Status;
+
+use crate::config::BalancePolicy;
+use crate::metrics::{AccelMetrics, Metrics};
+use crate::slot::{Answer, Call, Slot, SlotLimits, Submitted, TenantId};
+
+pub struct Dispatcher {
+    catalog: Catalog,
+    slots: Vec<Arc<Slot>>,
+    policy: BalancePolicy,
+    next: AtomicUsize,
+    accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
+}
+
+/// Why the dispatcher could not find a slot for an accelerator.
+pub struct NoSlot {
+    pub status: Status,
+    pub message: String,
+}
+
+impl Dispatcher {
+    /// Builds the CPU device's slots, one per entry of `initial` (accelerator names
+    /// already checked against the catalog), and starts their worker threads.
+    pub fn start(
+        catalog: Catalog,
+        initial: &[Arc<dyn Accelerator>],
+        limits: SlotLimits,
+        policy: BalancePolicy,
+        metrics: &Metrics,
+    ) -> Arc<Dispatcher> {
+        let accel_metrics: Arc<HashMap<u16, AccelMetrics>> = Arc::new(
+            catalog
+                .iter()
+                .map(|a| (a.descriptor().id, metrics.accel(&a.descriptor().name)))
+                .collect(),
+        );
+        let slots: Vec<Arc<Slot>> = initial
+            .iter()
+            .enumerate()
+            .map(|(i, accel)| {
+                let id = u16::try_from(i).expect("slot count validated by the config");
+                Arc::new(Slot::new(
+                    id,
+                    "cpu0",
+                    Arc::clone(accel),
+                    limits,
+                    metrics.slot(id),
+                    Arc::clone(&accel_metrics),
+                ))
+            })
+            .collect();
+        for slot in &slots {
+            let slot = Arc::clone(slot);
+            std::thread::Builder::new()
+                .name(format!("slot-{}", slot.id))
+                .spawn(move || slot.run_worker())
+                .expect("spawning a slot worker thread");
+        }
+        Arc::new(Dispatcher {
+            catalog,
+            slots,
+            policy,
+            next: AtomicUsize::new(0),
+            accel_metrics,
+        })
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    pub fn slots(&self) -> &[Arc<Slot>] {
+        &self.slots
+    }
+
+    /// Slots currently hosting accelerator `id` (admitting or not).
+    pub fn slots_hosting(&self, id: u16) -> Vec<u16> {
+        self.slots
+            .iter()
+            .filter(|s| s.hosting().0 == id)
+            .map(|s| s.id)
+            .collect()
+    }
+
+    /// Candidate slots for `accel_id` in the order they should be tried, or why there
+    /// are none.
+    fn candidates(&self, accel_id: u16) -> Result<Vec<&Arc<Slot>>, NoSlot> {
+        let mut admitting = Vec::with_capacity(self.slots.len());
+        let mut reconfiguring = false;
+        for slot in &self.slots {
+            let (hosted, open, loading) = slot.hosting();
+            if hosted == accel_id {
+                if open {
+                    admitting.push(slot);
+                } else {
+                    reconfiguring = true;
+                }
+            } else if loading
+                .as_deref()
+                .and_then(|n| self.catalog.by_name(n))
+                .map(|a| a.descriptor().id)
+                == Some(accel_id)
+            {
+                reconfiguring = true;
+            }
+        }
+        if admitting.is_empty() {
+            let name = self
+                .catalog
+                .by_id(accel_id)
+                .map_or_else(|| format!("#{accel_id}"), |a| a.descriptor().name.clone());
+            return Err(if reconfiguring {
+                NoSlot {
+                    status: Status::Unavailable,
+                    message: format!("the slots for {name} are being reconfigured; retry"),
+                }
+            } else {
+                NoSlot {
+                    status: Status::UnknownAccelerator,
+                    message: format!("no slot on this node hosts accelerator {name}"),
+                }
+            });
+        }
+        match self.policy {
+            BalancePolicy::RoundRobin => {
+                let start = self.next.fetch_add(1, Ordering::Relaxed) % admitting.len();
+                admitting.rotate_left(start);
+            }
+            BalancePolicy::JoinShortestQueue => {
+                // Ties go round robin, so equal slots share the load.
+                let start = self.next.fetch_add(1, Ordering::Relaxed) % admitting.len();
+                admitting.rotate_left(start);
+                admitting.sort_by_key(|s| s.depth());
+            }
+        }
+        Ok(admitting)
+    }
+
+    /// Whether a call from `tenant` to `accel_id` would find room now. Used to refuse
+    /// before reading a body; the answer may be stale by the time the body is in.
+    pub fn admission(&self, accel_id: u16, tenant: TenantId) -> Result<(), NoSlot> {
+        let candidates = self.candidates(accel_id)?;
+        if candidates.iter().any(|s| s.has_room(tenant)) {
+            Ok(())
+        } else {
+            Err(busy())
+        }
+    }
+
+    /// Submits a whole call. Never blocks; every call gets exactly one answer.
+    pub fn submit(&self, mut call: Call) -> Submitted {
+        let accel_id = call.accel.descriptor().id;
+        let candidates = match self.candidates(accel_id) {
+            Ok(c) => c,
+            Err(NoSlot { status, message }) => return self.refuse(status, message, call),
+        };
+        let mut status = Status::Busy;
+        for slot in candidates {
+            match slot.submit(call) {
+                Ok(submitted) => return submitted,
+                Err(refused) => {
+                    // Busy wins over Unavailable: some slot does host it, it is just full.
+                    if refused.status == Status::Busy {
+                        status = Status::Busy;
+                    } else if status != Status::Busy {
+                        status = refused.status;
+                    }
+                    call = refused.call;
+                }
+            }
+        }
+        let message = match status {
+            Status::Busy => busy().message,
+            _ => "the slots for this accelerator are being reconfigured; retry".to_string(),
+        };
+        self.refuse(status, message, call)
+    }
+
+    fn refuse(&self, status: Status, message: String, call: Call) -> Submitted {
+        if let Some(m) = self.accel_metrics.get(&call.accel.descriptor().id) {
+            m.answered(status, 0);
+        }
+        Submitted::Done(Answer::refusal(status, message, call))
+    }
+
+    /// Loads accelerator `name` into slot `slot_id`; blocks until done.
+    pub fn reconfigure(&self, slot_id: u16, name: &str) -> Result<Duration, (Status, String)> {
+        let slot = self.slots.get(usize::from(slot_id)).ok_or_else(|| {
+            (
+                Status::BadRequest,
+                format!("no slot {slot_id} on this node"),
+            )
+        })?;
+        let accel = self.catalog.by_name(name).ok_or_else(|| {
+            (
+                Status::UnknownAccelerator,
+                format!("no accelerator named {name} in the catalog"),
+            )
+        })?;
+        slot.reconfigure(Arc::clone(accel))
+            .map_err(|m| (Status::Unavailable, m))
+    }
+
+    /// Stops every slot; workers exit when their queues are empty.
+    pub fn stop(&self) {
+        for slot in &self.slots {
+            slot.stop();
+        }
+    }
+}
+
+fn busy() -> NoSlot {
+    NoSlot {
+        status: Status::Busy,
+        message: "all slots for this accelerator are full; retry".to_string(),
+    }
+}

@@ -1,0 +1,936 @@
+//! One HTTP/1.1 connection: read, parse, route, answer, in order.
+//!
+//! Requests on a connection are answered strictly in order (pipelining included):
+//! every complete request already buffered is answered before the output is flushed,
+//! so a pipelined burst costs one write. Each wait on the socket has a deadline: the
+//! head must arrive within `header_timeout_ms` of its first byte, each body read and
+//! response write within `io_timeout_ms`, and an idle connection is closed after
+//! `idle_timeout_ms`. The read buffer never holds more than one request head; bodies
+//! are read straight into their own buffer, whose bytes are reserved from the node's
+//! body-memory budget first.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accel::{Accelerator, ParamBlock};
+use rac_proto::Status;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::parse::{self, BodyFraming, HttpError, Limits, Parse, HEADERS_MAX};
+use super::response::{code_name, error_body, http_code, Head};
+use super::route::{route, Request, Route};
+use crate::memory::MemoryPermit;
+use crate::node::Node;
+use crate::objects::StoreError;
+use crate::slot::{Answer, Call, Submitted, TenantId};
+
+/// Read buffer size; also the most a single read pulls in while waiting for a head.
+const READ_CHUNK: usize = 4096;
+/// Responses are batched in the write buffer up to this size before a flush.
+const WRITE_BATCH_MAX: usize = 64 * 1024;
+/// After an error that closes the connection, unread input is drained this long so the
+/// client sees the response instead of a reset.
+const LINGER: Duration = Duration::from_millis(500);
+const LINGER_BYTES_MAX: usize = 1024 * 1024;
+
+pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
+    let shutdown = node.shutdown_signal();
+    let mut conn = Conn {
+        node,
+        stream,
+        rbuf: Vec::new(),
+        rpos: 0,
+        wbuf: Vec::new(),
+        body: Vec::new(),
+        out: Vec::new(),
+        tenant,
+        shutdown,
+    };
+    if let Err(e) = conn.run().await {
+        tracing::debug!(error = %e, "http connection ended with an error");
+    }
+}
+
+struct Conn {
+    node: Arc<Node>,
+    stream: TcpStream,
+    /// Unconsumed input is `rbuf[rpos..]`.
+    rbuf: Vec<u8>,
+    rpos: usize,
+    wbuf: Vec<u8>,
+    /// Reused body and output buffers.
+    body: Vec<u8>,
+    out: Vec<u8>,
+    tenant: TenantId,
+    shutdown: watch::Receiver<bool>,
+}
+
+enum Step {
+    NeedMore,
+    Next,
+    Close,
+}
+
+enum Wait {
+    Data,
+    Eof,
+    Timeout,
+    Shutdown,
+}
+
+/// Why a body was not taken.
+enum BodyRefusal {
+    /// Answer this and keep going once the body is skipped (or close, if the client is
+    /// waiting for `100 Continue`).
+    Refuse {
+        code: u16,
+        code_name: &'static str,
+        message: String,
+    },
+}
+
+impl Conn {
+    fn limits(&self) -> Limits {
+        let c = &self.node.config;
+        Limits {
+            uri_bytes_max: c.uri_bytes_max,
+            head_bytes_max: c.head_bytes_max,
+        }
+    }
+
+    fn buffered(&self) -> &[u8] {
+        &self.rbuf[self.rpos..]
+    }
+
+    async fn run(&mut self) -> io::Result<()> {
+        let mut head_started: Option<Instant> = None;
+        loop {
+            loop {
+                match self.next_request().await? {
+                    Step::NeedMore => break,
+                    Step::Next => head_started = None,
+                    Step::Close => {
+                        self.flush().await?;
+                        return self.linger().await;
+                    }
+                }
+            }
+            if self.wbuf.len() > 0 {
+                self.flush().await?;
+            }
+            let partial = !self.buffered().is_empty();
+            if partial && head_started.is_none() {
+                head_started = Some(Instant::now());
+            }
+            let config = &self.node.config;
+            let deadline = match head_started {
+                Some(t) => t + Duration::from_millis(config.header_timeout_ms),
+                None => Instant::now() + Duration::from_millis(config.idle_timeout_ms),
+            };
+            match self.wait_read(deadline, !partial).await? {
+                Wait::Data => {
+                    if head_started.is_none() {
+                        head_started = Some(Instant::now());
+                    }
+                }
+                Wait::Eof | Wait::Shutdown => return Ok(()),
+                Wait::Timeout if partial => {
+                    let message = "request head not received in time";
+                    self.error(408, "REQUEST_TIMEOUT", message, false, 1);
+                    self.flush().await?;
+                    return self.linger().await;
+                }
+                Wait::Timeout => return Ok(()),
+            }
+        }
+    }
+
+    /// Parses and answers the next buffered request, if its head is complete.
+    async fn next_request(&mut self) -> io::Result<Step> {
+        if self.buffered().is_empty() {
+            self.rbuf.clear();
+            self.rpos = 0;
+            return Ok(Step::NeedMore);
+        }
+        let limits = self.limits();
+        let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+        let request = match parse::parse_head(&self.rbuf[self.rpos..], &limits, &mut headers) {
+            Ok(Parse::Partial) => return Ok(Step::NeedMore),
+            Ok(Parse::Complete(head)) => route(&head, &self.node),
+            Err(HttpError { status, message }) => {
+                self.error(status, code_name(status), &message, false, 1);
+                return Ok(Step::Close);
+            }
+        };
+        self.rpos += request.head_len;
+        self.handle(request).await
+    }
+
+    async fn handle(&mut self, mut req: Request) -> io::Result<Step> {
+        if *self.shutdown.borrow() {
+            req.keep_alive = false;
+        }
+        let route = std::mem::replace(&mut req.route, Route::Health { head_only: true });
+        match route {
+            Route::Health { head_only } => {
+                self.skip_body(&req).await?;
+                let body: &[u8] = if head_only {
+                    b""
+                } else {
+                    br#"{"status":"ok"}"#
+                };
+                Head::start(&mut self.wbuf, 200)
+                    .header("Content-Type", b"application/json")
+                    .num("Content-Length", 15)
+                    .finish(req.keep_alive, req.minor);
+                self.wbuf.extend_from_slice(body);
+                self.count(200);
+            }
+            Route::Metrics { head_only } => {
+                self.skip_body(&req).await?;
+                let text = self.node.metrics.encode();
+                let ct = b"application/openmetrics-text; version=1.0.0; charset=utf-8";
+                self.respond(&req, 200, ct, text.as_bytes(), head_only, &[]);
+            }
+            Route::Json { code, body } => {
+                self.skip_body(&req).await?;
+                self.respond(&req, code, b"application/json", &body, false, &[]);
+            }
+            Route::Refuse {
+                code,
+                code_name,
+                message,
+                allow,
+            } => {
+                if !self.skip_body(&req).await? {
+                    req.keep_alive = false;
+                }
+                let body = error_body(&message, code_name);
+                let extra: &[(&str, &[u8])] = match allow {
+                    Some(allow) => &[("Allow", allow.as_bytes())],
+                    None if code == 401 => &[("WWW-Authenticate", b"Bearer")],
+                    None => &[],
+                };
+                self.respond(&req, code, b"application/json", &body, false, extra);
+            }
+            Route::Call {
+                accel,
+                params,
+                deadline_us,
+            } => {
+                return self.call(req, accel, params, deadline_us).await;
+            }
+            Route::LoadSlot { slot } => return self.load_slot(req, slot).await,
+            Route::ObjectGet {
+                key,
+                head_only,
+                if_none_match,
+            } => {
+                self.skip_body(&req).await?;
+                self.object_get(&req, &key, head_only, if_none_match.as_deref());
+            }
+            Route::ObjectPut { key } => return self.object_put(req, key).await,
+            Route::ObjectDelete { key } => {
+                self.skip_body(&req).await?;
+                if self.node.objects.delete(&key) {
+                    Head::start(&mut self.wbuf, 204).finish(req.keep_alive, req.minor);
+                    self.count(204);
+                } else {
+                    let body = error_body(&format!("no object named {key}"), "NOT_FOUND");
+                    self.respond(&req, 404, b"application/json", &body, false, &[]);
+                }
+            }
+        }
+        Ok(self.after(&req))
+    }
+
+    fn after(&self, req: &Request) -> Step {
+        if req.keep_alive {
+            Step::Next
+        } else {
+            Step::Close
+        }
+    }
+
+    fn count(&self, code: u16) {
+        self.node.http_requests(code).inc();
+    }
+
+    /// Writes a complete response with a body into the output buffer.
+    fn respond(
+        &mut self,
+        req: &Request,
+        code: u16,
+        content_type: &[u8],
+        body: &[u8],
+        head_only: bool,
+        extra: &[(&str, &[u8])],
+    ) {
+        let mut head = Head::start(&mut self.wbuf, code)
+            .header("Content-Type", content_type)
+            .num("Content-Length", body.len() as u64);
+        for (name, value) in extra {
+            head = head.header(name, value);
+        }
+        if code == 503 {
+            head = head.header("Retry-After", b"1");
+        }
+        head.finish(req.keep_alive, req.minor);
+        if !head_only {
+            self.wbuf.extend_from_slice(body);
+        }
+        self.count(code);
+    }
+
+    /// A JSON error response.
+    fn error(&mut self, code: u16, name: &str, message: &str, keep_alive: bool, minor: u8) {
+        let body = error_body(message, name);
+        let mut head = Head::start(&mut self.wbuf, code)
+            .header("Content-Type", b"application/json")
+            .num("Content-Length", body.len() as u64);
+        if code == 503 {
+            head = head.header("Retry-After", b"1");
+        }
+        head.finish(keep_alive, minor);
+        self.wbuf.extend_from_slice(&body);
+        self.count(code);
+    }
+
+    /// Answers a refusal decided before the body was read. A client waiting for
+    /// `100 Continue` will not send the body, so the connection closes; otherwise the
+    /// body is read and discarded so the connection can carry on.
+    async fn refuse_before_body(
+        &mut self,
+        req: &mut Request,
+        refusal: BodyRefusal,
+    ) -> io::Result<Step> {
+        let BodyRefusal::Refuse {
+            code,
+            code_name,
+            message,
+        } = refusal;
+        if req.expect_continue || code == 413 || !self.skip_body(req).await? {
+            req.keep_alive = false;
+        }
+        let body = error_body(&message, code_name);
+        self.respond(req, code, b"application/json", &body, false, &[]);
+        Ok(self.after(req))
+    }
+
+    /// Reads and discards the request body, if any. Returns `false` when the body could
+    /// not be skipped (too large, malformed, or timed out): the connection must close.
+    async fn skip_body(&mut self, req: &Request) -> io::Result<bool> {
+        match req.framing {
+            BodyFraming::None => Ok(true),
+            BodyFraming::Length(n) if n > self.node.config.body_bytes_max as u64 => Ok(false),
+            BodyFraming::Length(n) => self.read_exact_into(n as usize, None).await,
+            BodyFraming::Chunked => Ok(self.read_chunked(None, None).await?.is_ok()),
+        }
+    }
+
+    /// Reserves memory for and reads the request body into `self.body`. `check` sees
+    /// the declared length first (when there is one) and may refuse before any byte is
+    /// read. Sends `100 Continue` when the client asked for it and the body is wanted.
+    async fn take_body(
+        &mut self,
+        req: &mut Request,
+        check: impl FnOnce(Option<usize>) -> Result<(), BodyRefusal>,
+    ) -> io::Result<Result<MemoryPermit, Step>> {
+        let body_max = self.node.config.body_bytes_max;
+        let declared = match req.framing {
+            BodyFraming::None => {
+                let message = "a body with Content-Length or chunked encoding is required";
+                let refusal = BodyRefusal::Refuse {
+                    code: 411,
+                    code_name: "LENGTH_REQUIRED",
+                    message: message.to_string(),
+                };
+                return Ok(Err(self.refuse_before_body(req, refusal).await?));
+            }
+            BodyFraming::Length(n) if n > body_max as u64 => {
+                let message = format!("body of {n} bytes is larger than the limit of {body_max}");
+                let refusal = BodyRefusal::Refuse {
+                    code: 413,
+                    code_name: "TOO_LARGE",
+                    message,
+                };
+                return Ok(Err(self.refuse_before_body(req, refusal).await?));
+            }
+            BodyFraming::Length(n) => Some(n as usize),
+            BodyFraming::Chunked => None,
+        };
+        if let Err(refusal) = check(declared) {
+            return Ok(Err(self.refuse_before_body(req, refusal).await?));
+        }
+        let Some(mut permit) = self.node.body_budget.try_reserve(declared.unwrap_or(0)) else {
+            self.node.http_busy.inc();
+            let message = "the node has no memory free for request bodies; retry".to_string();
+            let refusal = BodyRefusal::Refuse {
+                code: 503,
+                code_name: "BUSY",
+                message,
+            };
+            return Ok(Err(self.refuse_before_body(req, refusal).await?));
+        };
+        if req.expect_continue {
+            self.wbuf
+                .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            self.flush().await?;
+        }
+        let mut body = std::mem::take(&mut self.body);
+        body.clear();
+        let outcome = match declared {
+            Some(n) => {
+                body.reserve(n);
+                if self.read_exact_into(n, Some(&mut body)).await? {
+                    Ok(())
+                } else {
+                    Err(HttpError::new(408, "request body not received in time"))
+                }
+            }
+            None => match self
+                .read_chunked(Some(&mut body), Some(&mut permit))
+                .await?
+            {
+                Ok(()) => Ok(()),
+                Err(e) => Err(e),
+            },
+        };
+        self.body = body;
+        match outcome {
+            Ok(()) => Ok(Ok(permit)),
+            Err(HttpError { status, message }) => {
+                req.keep_alive = false;
+                let name = if status == 503 {
+                    "BUSY"
+                } else {
+                    code_name(status)
+                };
+                self.error(status, name, &message, false, req.minor);
+                Ok(Err(Step::Close))
+            }
+        }
+    }
+
+    /// Reads `n` body bytes, buffered ones first, into `dst` (or nowhere). Returns
+    /// `false` on end of stream or timeout.
+    async fn read_exact_into(
+        &mut self,
+        n: usize,
+        mut dst: Option<&mut Vec<u8>>,
+    ) -> io::Result<bool> {
+        let from_buffer = n.min(self.buffered().len());
+        if let Some(dst) = dst.as_deref_mut() {
+            dst.extend_from_slice(&self.rbuf[self.rpos..self.rpos + from_buffer]);
+        }
+        self.rpos += from_buffer;
+        let mut remaining = n - from_buffer;
+        let mut scratch = [0u8; 8192];
+        while remaining > 0 {
+            let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
+            let read = match dst.as_deref_mut() {
+                Some(dst) => {
+                    let start = dst.len();
+                    dst.resize(start + remaining, 0);
+                    let r = read_with_deadline(&self.stream, &mut dst[start..], deadline).await;
+                    dst.truncate(start + r.as_ref().map_or(0, |&n| n.unwrap_or(0)));
+                    r?
+                }
+                None => {
+                    let len = remaining.min(scratch.len());
+                    read_with_deadline(&self.stream, &mut scratch[..len], deadline).await?
+                }
+            };
+            match read {
+                Some(0) | None => return Ok(false),
+                Some(k) => remaining -= k,
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads a chunked body into `dst` (or nowhere), growing `permit` as data arrives.
+    /// The outer `Err` is an I/O error; the inner one a protocol error to answer.
+    async fn read_chunked(
+        &mut self,
+        mut dst: Option<&mut Vec<u8>>,
+        mut permit: Option<&mut MemoryPermit>,
+    ) -> io::Result<Result<(), HttpError>> {
+        let body_max = self.node.config.body_bytes_max as u64;
+        let mut total = 0u64;
+        loop {
+            let (size, line) = match self.parse_buffered(parse::parse_chunk_size).await? {
+                Ok(v) => v,
+                Err(e) => return Ok(Err(e)),
+            };
+            self.rpos += line;
+            if size == 0 {
+                return Ok(match self.parse_buffered(parse::parse_trailers).await? {
+                    Ok(n) => {
+                        self.rpos += n;
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                });
+            }
+            total += size;
+            if total > body_max {
+                return Ok(Err(HttpError::new(
+                    413,
+                    format!("chunked body larger than the limit of {body_max} bytes"),
+                )));
+            }
+            if let Some(permit) = permit.as_deref_mut() {
+                if !permit.try_grow(size as usize) {
+                    self.node.http_busy.inc();
+                    return Ok(Err(HttpError::new(
+                        503,
+                        "the node has no memory free for request bodies; retry",
+                    )));
+                }
+            }
+            if !self
+                .read_exact_into(size as usize, dst.as_deref_mut())
+                .await?
+            {
+                return Ok(Err(HttpError::new(
+                    408,
+                    "request body not received in time",
+                )));
+            }
+            match self.parse_buffered(parse::parse_chunk_end).await? {
+                Ok(n) => self.rpos += n,
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+    }
+
+    /// Runs a step parser over the buffered input, reading more until it completes.
+    async fn parse_buffered<T>(
+        &mut self,
+        parser: fn(&[u8]) -> Result<Parse<T>, HttpError>,
+    ) -> io::Result<Result<T, HttpError>> {
+        loop {
+            match parser(self.buffered()) {
+                Ok(Parse::Complete(v)) => return Ok(Ok(v)),
+                Ok(Parse::Partial) => {}
+                Err(e) => return Ok(Err(e)),
+            }
+            let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
+            match self.wait_read(deadline, false).await? {
+                Wait::Data => {}
+                Wait::Eof | Wait::Shutdown | Wait::Timeout => {
+                    return Ok(Err(HttpError::new(
+                        408,
+                        "request body not received in time",
+                    )))
+                }
+            }
+        }
+    }
+
+    async fn call(
+        &mut self,
+        mut req: Request,
+        accel: Arc<dyn Accelerator>,
+        params: ParamBlock,
+        deadline_us: u64,
+    ) -> io::Result<Step> {
+        let accel_id = accel.descriptor().id;
+        let node = Arc::clone(&self.node);
+        let tenant = self.tenant;
+        let expect = req.expect_continue;
+        let check = |len: Option<usize>| -> Result<(), BodyRefusal> {
+            accel.check(&params, len).map_err(|e| BodyRefusal::Refuse {
+                code: 400,
+                code_name: "BAD_REQUEST",
+                message: e.to_string(),
+            })?;
+            if expect {
+                node.dispatcher
+                    .admission(accel_id, tenant)
+                    .map_err(|no| BodyRefusal::Refuse {
+                        code: http_code(no.status),
+                        code_name: no.status.name(),
+                        message: no.message,
+                    })?;
+            }
+            Ok(())
+        };
+        let permit = match self.take_body(&mut req, check).await? {
+            Ok(permit) => permit,
+            Err(step) => return Ok(step),
+        };
+        let received = Instant::now();
+        let payload = std::mem::take(&mut self.body);
+        if let Err(e) = accel.check(&params, Some(payload.len())) {
+            self.body = payload;
+            let body = error_body(&e.to_string(), "BAD_REQUEST");
+            self.respond(&req, 400, b"application/json", &body, false, &[]);
+            return Ok(self.after(&req));
+        }
+        let call = Call {
+            accel,
+            params,
+            payload,
+            out: std::mem::take(&mut self.out),
+            received,
+            deadline: (deadline_us > 0).then(|| received + Duration::from_micros(deadline_us)),
+            tenant: self.tenant,
+            permit: Some(permit),
+        };
+        let answer = match self.node.dispatcher.submit(call) {
+            Submitted::Done(answer) => answer,
+            Submitted::Queued(rx) => match rx.await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    // Only if a slot worker died mid-call; the call is answered anyway.
+                    let body = error_body("the slot failed while running the call", "INTERNAL");
+                    self.respond(&req, 500, b"application/json", &body, false, &[]);
+                    return Ok(self.after(&req));
+                }
+            },
+        };
+        self.write_answer(&req, answer).await?;
+        Ok(self.after(&req))
+    }
+
+    async fn write_answer(&mut self, req: &Request, answer: Answer) -> io::Result<()> {
+        let Answer {
+            status,
+            output,
+            message,
+            slot,
+            queue_ns,
+            exec_ns,
+            payload,
+        } = answer;
+        self.body = payload;
+        let code = http_code(status);
+        let slot_text = slot.map_or_else(|| b"none".to_vec(), |s| s.to_string().into_bytes());
+        let mut head = Head::start(&mut self.wbuf, code)
+            .num("X-Netaccel-Queue-Ns", queue_ns)
+            .num("X-Netaccel-Exec-Ns", exec_ns)
+            .header("X-Netaccel-Slot", &slot_text);
+        let error;
+        let body: &[u8] = if status == Status::Ok {
+            head = head.header("Content-Type", b"application/octet-stream");
+            &output
+        } else {
+            if code == 503 {
+                head = head.header("Retry-After", b"1");
+            }
+            head = head.header("Content-Type", b"application/json");
+            error = error_body(&message, status.name());
+            &error
+        };
+        head.num("Content-Length", body.len() as u64)
+            .finish(req.keep_alive, req.minor);
+        self.count(code);
+        if body.len() > WRITE_BATCH_MAX {
+            self.flush().await?;
+            let deadline = self.io_deadline();
+            write_with_deadline(&mut self.stream, body, deadline).await?;
+        } else {
+            self.wbuf.extend_from_slice(body);
+        }
+        self.out = output;
+        self.out.clear();
+        if self.wbuf.len() > WRITE_BATCH_MAX {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn load_slot(&mut self, mut req: Request, slot: u16) -> io::Result<Step> {
+        let permit = match self.take_body(&mut req, |_| Ok(())).await? {
+            Ok(permit) => permit,
+            Err(step) => return Ok(step),
+        };
+        let parsed: Result<LoadRequest, _> = serde_json::from_slice(&self.body);
+        drop(permit);
+        let name = match parsed {
+            Ok(LoadRequest { accelerator }) => accelerator,
+            Err(e) => {
+                let body = error_body(
+                    &format!("body must be {{\"accelerator\":\"NAME\"}}: {e}"),
+                    "BAD_REQUEST",
+                );
+                self.respond(&req, 400, b"application/json", &body, false, &[]);
+                return Ok(self.after(&req));
+            }
+        };
+        let dispatcher = Arc::clone(&self.node.dispatcher);
+        let task_name = name.clone();
+        let result =
+            tokio::task::spawn_blocking(move || dispatcher.reconfigure(slot, &task_name)).await;
+        match result {
+            Ok(Ok(took)) => {
+                tracing::info!(slot, accelerator = %name, reconfig_ms = took.as_secs_f64() * 1e3, "slot reconfigured");
+                let body = serde_json::to_vec(&serde_json::json!({
+                    "slot": slot,
+                    "accelerator": name,
+                    "reconfig_ms": took.as_secs_f64() * 1e3,
+                }))
+                .expect("JSON");
+                self.respond(&req, 200, b"application/json", &body, false, &[]);
+            }
+            Ok(Err((status, message))) => {
+                let body = error_body(&message, status.name());
+                self.respond(
+                    &req,
+                    http_code(status),
+                    b"application/json",
+                    &body,
+                    false,
+                    &[],
+                );
+            }
+            Err(e) => {
+                let body = error_body(&format!("reconfiguration failed: {e}"), "INTERNAL");
+                self.respond(&req, 500, b"application/json", &body, false, &[]);
+            }
+        }
+        Ok(self.after(&req))
+    }
+
+    fn object_get(
+        &mut self,
+        req: &Request,
+        key: &str,
+        head_only: bool,
+        if_none_match: Option<&[u8]>,
+    ) {
+        let Some(object) = self.node.objects.get(key) else {
+            let body = error_body(&format!("no object named {key}"), "NOT_FOUND");
+            self.respond(req, 404, b"application/json", &body, head_only, &[]);
+            return;
+        };
+        if if_none_match.is_some_and(|h| crate::objects::none_match(h, &object.etag)) {
+            Head::start(&mut self.wbuf, 304)
+                .header("ETag", object.etag.as_bytes())
+                .finish(req.keep_alive, req.minor);
+            self.count(304);
+            return;
+        }
+        let etag = object.etag.as_bytes();
+        self.respond(
+            req,
+            200,
+            b"application/octet-stream",
+            &object.data,
+            head_only,
+            &[("ETag", etag)],
+        );
+    }
+
+    async fn object_put(&mut self, mut req: Request, key: String) -> io::Result<Step> {
+        let node = Arc::clone(&self.node);
+        let check = |len: Option<usize>| -> Result<(), BodyRefusal> {
+            let refusal = |e: StoreError| match e {
+                StoreError::BadKey(message) => BodyRefusal::Refuse {
+                    code: 400,
+                    code_name: "BAD_REQUEST",
+                    message,
+                },
+                other => BodyRefusal::Refuse {
+                    code: 507,
+                    code_name: "INSUFFICIENT_STORAGE",
+                    message: other.to_string(),
+                },
+            };
+            node.objects.check_key(&key).map_err(refusal)?;
+            node.objects
+                .check_room(&key, len.unwrap_or(0))
+                .map_err(refusal)
+        };
+        let permit = match self.take_body(&mut req, check).await? {
+            Ok(permit) => permit,
+            Err(step) => return Ok(step),
+        };
+        let data = std::mem::take(&mut self.body);
+        let result = self.node.objects.put(&key, data);
+        drop(permit);
+        match result {
+            Ok(created) => {
+                let code = if created { 201 } else { 204 };
+                let mut head = Head::start(&mut self.wbuf, code);
+                if created {
+                    let location = format!("/v1/objects/{key}");
+                    head = head
+                        .header("Location", location.as_bytes())
+                        .num("Content-Length", 0);
+                }
+                head.finish(req.keep_alive, req.minor);
+                self.count(code);
+            }
+            Err(e) => {
+                let (code, name) = match e {
+                    StoreError::BadKey(_) => (400, "BAD_REQUEST"),
+                    _ => (507, "INSUFFICIENT_STORAGE"),
+                };
+                let body = error_body(&e.to_string(), name);
+                self.respond(&req, code, b"application/json", &body, false, &[]);
+            }
+        }
+        Ok(self.after(&req))
+    }
+
+    fn io_deadline(&self) -> Instant {
+        Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms)
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        let deadline = self.io_deadline();
+        let result = write_with_deadline(&mut self.stream, &self.wbuf, deadline).await;
+        self.wbuf.clear();
+        if self.wbuf.capacity() > 4 * WRITE_BATCH_MAX {
+            self.wbuf.shrink_to(WRITE_BATCH_MAX);
+        }
+        result
+    }
+
+    /// Waits for input and appends it to the read buffer. While idle (between
+    /// requests) a shutdown ends the wait.
+    async fn wait_read(&mut self, deadline: Instant, idle: bool) -> io::Result<Wait> {
+        if self.rpos > 0 && self.rpos == self.rbuf.len() {
+            self.rbuf.clear();
+            self.rpos = 0;
+        } else if self.rpos > self.rbuf.len() / 2 {
+            self.rbuf.drain(..self.rpos);
+            self.rpos = 0;
+        }
+        let start = self.rbuf.len();
+        self.rbuf.resize(start + READ_CHUNK, 0);
+        let read = {
+            let buf = &mut self.rbuf[start..];
+            if idle {
+                let mut shutdown = self.shutdown.clone();
+                if *shutdown.borrow() {
+                    self.rbuf.truncate(start);
+                    return Ok(Wait::Shutdown);
+                }
+                tokio::select! {
+                    r = read_with_deadline(&self.stream, buf, deadline) => r,
+                    _ = shutdown.changed() => {
+                        self.rbuf.truncate(start);
+                        return Ok(Wait::Shutdown);
+                    }
+                }
+            } else {
+                read_with_deadline(&self.stream, buf, deadline).await
+            }
+        };
+        match read {
+            Ok(Some(0)) => {
+                self.rbuf.truncate(start);
+                Ok(Wait::Eof)
+            }
+            Ok(Some(n)) => {
+                self.rbuf.truncate(start + n);
+                Ok(Wait::Data)
+            }
+            Ok(None) => {
+                self.rbuf.truncate(start);
+                Ok(Wait::Timeout)
+            }
+            Err(e) => {
+                self.rbuf.truncate(start);
+                Err(e)
+            }
+        }
+    }
+
+    /// Half-closes, then drains input briefly so the last response is not lost to a
+    /// reset caused by unread request bytes.
+    async fn linger(&mut self) -> io::Result<()> {
+        self.stream.shutdown().await.ok();
+        let deadline = Instant::now() + LINGER;
+        let mut scratch = [0u8; 4096];
+        let mut drained = 0;
+        while drained < LINGER_BYTES_MAX {
+            match read_with_deadline(&self.stream, &mut scratch, deadline).await {
+                Ok(Some(n)) if n > 0 => drained += n,
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadRequest {
+    accelerator: String,
+}
+
+/// One read, or `None` when `deadline` passes first.
+async fn read_with_deadline(
+    stream: &TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> io::Result<Option<usize>> {
+    // Fast path: data already waiting needs no timer.
+    match stream.try_read(buf) {
+        Ok(n) => return Ok(Some(n)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(e),
+    }
+    let read = async {
+        loop {
+            stream.readable().await?;
+            match stream.try_read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    match tokio::time::timeout_at(deadline.into(), read).await {
+        Ok(r) => r.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+async fn write_with_deadline(
+    stream: &mut TcpStream,
+    data: &[u8],
+    deadline: Instant,
+) -> io::Result<()> {
+    // Fast path: a response that fits the socket buffer is written without a timer.
+    let mut written = match stream.try_write(data) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(e) => return Err(e),
+    };
+    if written == data.len() {
+        return Ok(());
+    }
+    let rest = async {
+        while written < data.len() {
+            match stream.write(&data[written..]).await? {
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "connection closed while writing",
+                    ))
+                }
+                n => written += n,
+            }
+        }
+        Ok::<(), io::Error>(())
+    };
+    match tokio::time::timeout_at(deadline.into(), rest).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "client did not read the response in time",
+        )),
+    }
+}

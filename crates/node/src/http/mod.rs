@@ -1,0 +1,11 @@
+//! The HTTP/1.1 front end (after Strega): the node's own server, straight from the
+//! socket to a slot and back. [`parse`] holds the pure request parsers; `route` decides
+//! what a request means before its body is read; `conn` drives one connection.
+
+mod conn;
+pub mod parse;
+mod response;
+mod route;
+
+pub use conn::serve;
+pub use route::catalog_json;

@@ -1,0 +1,602 @@
+//! HTTP/1.1 request-head and chunked-body parsing: pure functions over byte slices.
+//!
+//! Tokenising is done by `httparse` (zero-copy, fuzzed upstream); this module adds what
+//! a server needs on top of it and nothing about sockets: the limits (URI length, head
+//! size, header count), the framing decision (`Content-Length` vs `chunked`, with the
+//! request-smuggling cases refused), connection persistence and `Expect: 100-continue`.
+//! Every function returns `Partial` when more bytes are needed, the parsed value when
+//! complete, or an [`HttpError`] that already knows its status code.
+
+use std::fmt;
+
+/// Upper bounds the parser enforces. All of them come from the node's configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Longest request target (path + query) in bytes (414 beyond).
+    pub uri_bytes_max: usize,
+    /// Longest request head (request line + headers + blank line) in bytes (431 beyond).
+    pub head_bytes_max: usize,
+}
+
+/// Maximum number of header fields in one request (431 beyond). Fixed because the
+/// parser works on a stack array of this many slots.
+pub const HEADERS_MAX: usize = 64;
+
+/// A protocol error, with the status the server answers it with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl HttpError {
+    pub fn new(status: u16, message: impl Into<String>) -> HttpError {
+        HttpError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.status, self.message)
+    }
+}
+
+/// How the request body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body (no `Content-Length`, no `Transfer-Encoding`).
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// A parsed request head borrowing from the input buffer.
+#[derive(Debug)]
+pub struct RequestHead<'a> {
+    pub method: &'a str,
+    /// Request target as sent (`/v1/fn/topk?k=3`).
+    pub target: &'a str,
+    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor_version: u8,
+    pub headers: &'a [httparse::Header<'a>],
+    /// Bytes the head occupies in the buffer, including the blank line.
+    pub head_len: usize,
+    pub framing: BodyFraming,
+    /// Whether the connection stays open after this exchange.
+    pub keep_alive: bool,
+    /// `Expect: 100-continue` was sent on an HTTP/1.1 request.
+    pub expect_continue: bool,
+}
+
+impl<'a> RequestHead<'a> {
+    /// Value of the first header called `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&'a [u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+
+    /// Path without the query string.
+    pub fn path(&self) -> &'a str {
+        self.target.split_once('?').map_or(self.target, |(p, _)| p)
+    }
+
+    /// Query string without the `?`, if any.
+    pub fn query(&self) -> Option<&'a str> {
+        self.target.split_once('?').map(|(_, q)| q)
+    }
+}
+
+/// Result of feeding bytes to a parser.
+#[derive(Debug)]
+pub enum Parse<T> {
+    /// More bytes are needed.
+    Partial,
+    Complete(T),
+}
+
+/// Parses one request head at the start of `buf`.
+///
+/// `headers` is scratch space for the header slice the result borrows.
+pub fn parse_head<'b, 'h>(
+    buf: &'b [u8],
+    limits: &Limits,
+    headers: &'h mut [httparse::Header<'b>; HEADERS_MAX],
+) -> Result<Parse<RequestHead<'h>>, HttpError>
+where
+    'b: 'h,
+{
+    let mut req = httparse::Request::new(headers);
+    let status = match req.parse(buf) {
+        Ok(status) => status,
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(HttpError::new(
+                431,
+                format!("more than {HEADERS_MAX} header fields"),
+            ))
+        }
+        Err(httparse::Error::Version) => return Err(version_error(buf)),
+        Err(e) => return Err(HttpError::new(400, format!("malformed request head: {e}"))),
+    };
+    let head_len = match status {
+        httparse::Status::Partial => {
+            check_partial(buf, limits)?;
+            return Ok(Parse::Partial);
+        }
+        httparse::Status::Complete(n) => n,
+    };
+    if head_len > limits.head_bytes_max {
+        return Err(head_too_large(limits));
+    }
+    let method = req.method.expect("complete request has a method");
+    let target = req.path.expect("complete request has a target");
+    let minor_version = req.version.expect("complete request has a version");
+    if target.len() > limits.uri_bytes_max {
+        return Err(uri_too_long(limits));
+    }
+    if !target.starts_with('/') {
+        return Err(HttpError::new(
+            400,
+            "request target must be an absolute path",
+        ));
+    }
+    let headers: &'h [httparse::Header<'b>] = req.headers;
+    let meta = interpret_headers(headers, minor_version)?;
+    Ok(Parse::Complete(RequestHead {
+        method,
+        target,
+        minor_version,
+        headers,
+        head_len,
+        framing: meta.framing,
+        keep_alive: meta.keep_alive,
+        expect_continue: meta.expect_continue,
+    }))
+}
+
+fn head_too_large(limits: &Limits) -> HttpError {
+    HttpError::new(
+        431,
+        format!("request head larger than {} bytes", limits.head_bytes_max),
+    )
+}
+
+fn uri_too_long(limits: &Limits) -> HttpError {
+    HttpError::new(
+        414,
+        format!("request target longer than {} bytes", limits.uri_bytes_max),
+    )
+}
+
+/// Refuses an incomplete head as soon as it can no longer become acceptable, so a
+/// client cannot make the server buffer more than the limits allow.
+fn check_partial(buf: &[u8], limits: &Limits) -> Result<(), HttpError> {
+    match memchr_newline(buf) {
+        // Still in the request line: method (≤ 16) + SP + target + SP + version (8) + CRLF.
+        None if buf.len() > limits.uri_bytes_max + 32 => Err(uri_too_long(limits)),
+        Some(line_end) if target_len(&buf[..line_end]) > limits.uri_bytes_max => {
+            Err(uri_too_long(limits))
+        }
+        _ if buf.len() > limits.head_bytes_max => Err(head_too_large(limits)),
+        _ => Ok(()),
+    }
+}
+
+fn memchr_newline(buf: &[u8]) -> Option<usize> {
+    buf.iter().position(|&b| b == b'\n')
+}
+
+fn target_len(line: &[u8]) -> usize {
+    let mut parts = line.split(|&b| b == b' ');
+    parts.next();
+    parts.next().map_or(0, <[u8]>::len)
+}
+
+/// httparse reports any version other than 1.0/1.1 — and some garbage — as a version
+/// error. A well-formed `HTTP/x.y` gets 505; anything else is a plain 400.
+fn version_error(buf: &[u8]) -> HttpError {
+    let line_end = memchr_newline(buf).unwrap_or(buf.len());
+    let line = buf[..line_end]
+        .strip_suffix(b"\r")
+        .unwrap_or(&buf[..line_end]);
+    let version = line.rsplit(|&b| b == b' ').next().unwrap_or(b"");
+    let well_formed = version.len() >= 8
+        && version.starts_with(b"HTTP/")
+        && version[5..]
+            .iter()
+            .all(|&b| b.is_ascii_digit() || b == b'.');
+    if well_formed {
+        HttpError::new(505, "only HTTP/1.0 and HTTP/1.1 are supported")
+    } else {
+        HttpError::new(400, "malformed request line")
+    }
+}
+
+struct HeadMeta {
+    framing: BodyFraming,
+    keep_alive: bool,
+    expect_continue: bool,
+}
+
+fn interpret_headers(
+    headers: &[httparse::Header<'_>],
+    minor_version: u8,
+) -> Result<HeadMeta, HttpError> {
+    let mut content_length: Option<u64> = None;
+    let mut chunked = false;
+    let mut saw_transfer_encoding = false;
+    let mut close = false;
+    let mut keep_alive_token = false;
+    let mut expect_continue = false;
+    for h in headers {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            let value = parse_content_length(h.value)?;
+            if content_length.is_some_and(|v| v != value) {
+                return Err(HttpError::new(400, "conflicting Content-Length headers"));
+            }
+            content_length = Some(value);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            saw_transfer_encoding = true;
+            for coding in tokens(h.value) {
+                if chunked {
+                    return Err(HttpError::new(
+                        400,
+                        "chunked must be the last transfer coding",
+                    ));
+                }
+                if coding.eq_ignore_ascii_case(b"chunked") {
+                    chunked = true;
+                } else {
+                    return Err(HttpError::new(
+                        501,
+                        format!(
+                            "transfer coding `{}` is not supported (only chunked)",
+                            String::from_utf8_lossy(coding)
+                        ),
+                    ));
+                }
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            for token in tokens(h.value) {
+                close |= token.eq_ignore_ascii_case(b"close");
+                keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        } else if name.eq_ignore_ascii_case("expect") {
+            if h.value.eq_ignore_ascii_case(b"100-continue") {
+                expect_continue = minor_version >= 1;
+            } else {
+                return Err(HttpError::new(
+                    417,
+                    "only `Expect: 100-continue` is supported",
+                ));
+            }
+        }
+    }
+    if saw_transfer_encoding && !chunked {
+        return Err(HttpError::new(400, "empty Transfer-Encoding"));
+    }
+    let framing = match (content_length, chunked) {
+        // RFC 9112 §6.3: a message with both is a smuggling attempt as far as we care.
+        (Some(_), true) => {
+            return Err(HttpError::new(
+                400,
+                "both Content-Length and Transfer-Encoding",
+            ))
+        }
+        (_, true) if minor_version == 0 => {
+            return Err(HttpError::new(
+                400,
+                "Transfer-Encoding is not allowed in HTTP/1.0",
+            ))
+        }
+        (_, true) => BodyFraming::Chunked,
+        (Some(n), false) => BodyFraming::Length(n),
+        (None, false) => BodyFraming::None,
+    };
+    let keep_alive = if minor_version >= 1 {
+        !close
+    } else {
+        keep_alive_token && !close
+    };
+    Ok(HeadMeta {
+        framing,
+        keep_alive,
+        expect_continue,
+    })
+}
+
+fn parse_content_length(value: &[u8]) -> Result<u64, HttpError> {
+    let value = trim(value);
+    if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+        return Err(HttpError::new(400, "invalid Content-Length"));
+    }
+    Ok(value
+        .iter()
+        .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')))
+}
+
+fn trim(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
+}
+
+/// Comma-separated tokens of a header value, trimmed, empty ones skipped.
+fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Longest chunk-size line (size, extensions, CRLF) we buffer before refusing.
+pub const CHUNK_LINE_MAX: usize = 1024;
+/// Longest trailer section we accept (trailers are read and ignored).
+pub const TRAILERS_MAX: usize = 8192;
+
+/// Parses a chunk-size line `size[;ext]CRLF` at the start of `buf`: the chunk's data
+/// size and the line's length. The data (then CRLF) follows the line; a size of 0 is
+/// the last chunk, followed by trailers ([`parse_trailers`]).
+pub fn parse_chunk_size(buf: &[u8]) -> Result<Parse<(u64, usize)>, HttpError> {
+    let Some(nl) = memchr_newline(&buf[..buf.len().min(CHUNK_LINE_MAX)]) else {
+        return if buf.len() >= CHUNK_LINE_MAX {
+            Err(HttpError::new(400, "chunk size line too long"))
+        } else {
+            Ok(Parse::Partial)
+        };
+    };
+    if nl == 0 || buf[nl - 1] != b'\r' {
+        return Err(HttpError::new(400, "chunk size line must end with CRLF"));
+    }
+    let line = &buf[..nl - 1];
+    let digits = line.split(|&b| b == b';').next().map(trim).unwrap_or(b"");
+    if digits.is_empty() || digits.len() > 15 {
+        return Err(HttpError::new(400, "invalid chunk size"));
+    }
+    let mut size = 0u64;
+    for &d in digits {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return Err(HttpError::new(400, "invalid chunk size")),
+        };
+        size = size * 16 + u64::from(v);
+    }
+    Ok(Parse::Complete((size, nl + 1)))
+}
+
+/// Checks the CRLF that ends a chunk's data, at the start of `buf`.
+pub fn parse_chunk_end(buf: &[u8]) -> Result<Parse<usize>, HttpError> {
+    match buf {
+        [b'\r', b'\n', ..] => Ok(Parse::Complete(2)),
+        [] | [b'\r'] => Ok(Parse::Partial),
+        _ => Err(HttpError::new(400, "chunk data not followed by CRLF")),
+    }
+}
+
+/// Trailer fields after the last chunk, up to and including the blank line; returns
+/// the bytes they occupy. Trailers are not interpreted.
+pub fn parse_trailers(buf: &[u8]) -> Result<Parse<usize>, HttpError> {
+    let mut pos = 0;
+    loop {
+        let Some(nl) = memchr_newline(&buf[pos..]) else {
+            return if buf.len() > TRAILERS_MAX {
+                Err(HttpError::new(431, "trailer section too large"))
+            } else {
+                Ok(Parse::Partial)
+            };
+        };
+        let line = &buf[pos..pos + nl];
+        pos += nl + 1;
+        if pos > TRAILERS_MAX {
+            return Err(HttpError::new(431, "trailer section too large"));
+        }
+        if line == b"\r" {
+            return Ok(Parse::Complete(pos));
+        }
+        if line.last() != Some(&b'\r') {
+            return Err(HttpError::new(400, "trailer line must end with CRLF"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        uri_bytes_max: 64,
+        head_bytes_max: 256,
+    };
+
+    fn parse(buf: &[u8]) -> Result<Option<(String, String, BodyFraming, bool, bool, usize)>, u16> {
+        let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+        match parse_head(buf, &LIMITS, &mut headers) {
+            Ok(Parse::Partial) => Ok(None),
+            Ok(Parse::Complete(h)) => Ok(Some((
+                h.method.to_string(),
+                h.target.to_string(),
+                h.framing,
+                h.keep_alive,
+                h.expect_continue,
+                h.head_len,
+            ))),
+            Err(e) => Err(e.status),
+        }
+    }
+
+    #[test]
+    fn simple_get_is_complete_and_keeps_alive() {
+        let req = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /next";
+        let (m, t, f, ka, ec, len) = parse(req).unwrap().unwrap();
+        assert_eq!(
+            (m.as_str(), t.as_str(), f, ka, ec),
+            ("GET", "/health", BodyFraming::None, true, false)
+        );
+        assert_eq!(len, req.len() - "GET /next".len());
+    }
+
+    #[test]
+    fn every_prefix_of_a_valid_head_is_partial() {
+        let req = b"POST /v1/fn/topk?k=3 HTTP/1.1\r\nContent-Length: 8\r\n\r\n";
+        for end in 0..req.len() {
+            assert_eq!(parse(&req[..end]), Ok(None), "prefix {end}");
+        }
+        assert!(parse(req).unwrap().is_some());
+    }
+
+    #[test]
+    fn connection_persistence_follows_the_version() {
+        let get = |v: &str, conn: &str| {
+            let req = format!("GET / HTTP/1.{v}\r\n{conn}\r\n");
+            parse(req.as_bytes()).unwrap().unwrap().3
+        };
+        assert!(get("1", ""));
+        assert!(!get("1", "Connection: close\r\n"));
+        assert!(!get("0", ""));
+        assert!(get("0", "Connection: keep-alive\r\n"));
+        assert!(!get("0", "Connection: keep-alive, close\r\n"));
+    }
+
+    #[test]
+    fn framing_and_its_refusals() {
+        let framing = |headers: &str| {
+            let req = format!("POST /x HTTP/1.1\r\n{headers}\r\n");
+            parse(req.as_bytes()).map(|r| r.unwrap().2)
+        };
+        assert_eq!(
+            framing("Content-Length: 12\r\n"),
+            Ok(BodyFraming::Length(12))
+        );
+        assert_eq!(
+            framing("Content-Length: 12\r\nContent-Length: 12\r\n"),
+            Ok(BodyFraming::Length(12))
+        );
+        assert_eq!(
+            framing("Transfer-Encoding: chunked\r\n"),
+            Ok(BodyFraming::Chunked)
+        );
+        assert_eq!(
+            framing("Content-Length: 1\r\nContent-Length: 2\r\n"),
+            Err(400)
+        );
+        assert_eq!(framing("Content-Length: -1\r\n"), Err(400));
+        assert_eq!(
+            framing("Content-Length: 99999999999999999999\r\n"),
+            Err(400)
+        );
+        assert_eq!(
+            framing("Content-Length: 1\r\nTransfer-Encoding: chunked\r\n"),
+            Err(400)
+        );
+        assert_eq!(framing("Transfer-Encoding: gzip\r\n"), Err(501));
+        assert_eq!(framing("Transfer-Encoding: chunked, gzip\r\n"), Err(400));
+        assert_eq!(framing("Expect: something\r\n"), Err(417));
+    }
+
+    #[test]
+    fn expect_continue_only_on_http_1_1() {
+        let req = b"POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n";
+        assert!(parse(req).unwrap().unwrap().4);
+        let req = b"POST /x HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n";
+        assert!(!parse(req).unwrap().unwrap().4);
+    }
+
+    #[test]
+    fn limits_give_their_status_even_before_the_head_is_complete() {
+        let long_uri = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(100));
+        assert_eq!(parse(long_uri.as_bytes()), Err(414));
+        assert_eq!(parse(&long_uri.as_bytes()[..110]), Err(414));
+        let big_head = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "b".repeat(300));
+        assert_eq!(parse(big_head.as_bytes()), Err(431));
+        assert_eq!(parse(&big_head.as_bytes()[..280]), Err(431));
+        let many = format!(
+            "GET / HTTP/1.1\r\n{}\r\n",
+            "A: b\r\n".repeat(HEADERS_MAX + 1)
+        );
+        let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+        let roomy = Limits {
+            uri_bytes_max: 64,
+            head_bytes_max: 4096,
+        };
+        assert_eq!(
+            parse_head(many.as_bytes(), &roomy, &mut headers)
+                .unwrap_err()
+                .status,
+            431
+        );
+    }
+
+    #[test]
+    fn versions_and_garbage() {
+        assert_eq!(parse(b"GET / HTTP/2.0\r\n\r\n"), Err(505));
+        assert_eq!(parse(b"GET / HTTP/1.2\r\n\r\n"), Err(505));
+        assert_eq!(parse(b"GET / FOO/1.1\r\n\r\n"), Err(400));
+        assert_eq!(parse(b"\x00\x01\x02 / HTTP/1.1\r\n\r\n"), Err(400));
+        assert_eq!(parse(b"GET http://x/ HTTP/1.1\r\n\r\n"), Err(400));
+        assert_eq!(parse(b"GET / HTTP/1.1\r\nBad Header\r\n\r\n"), Err(400));
+    }
+
+    /// Decodes a whole chunked body with the step functions, as the connection does.
+    fn dechunk(mut buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, u16> {
+        let total = buf.len();
+        let mut data = Vec::new();
+        loop {
+            let (size, line) = match parse_chunk_size(buf).map_err(|e| e.status)? {
+                Parse::Partial => return Ok(None),
+                Parse::Complete(v) => v,
+            };
+            buf = &buf[line..];
+            if size == 0 {
+                return match parse_trailers(buf).map_err(|e| e.status)? {
+                    Parse::Partial => Ok(None),
+                    Parse::Complete(n) => Ok(Some((data, total - buf.len() + n))),
+                };
+            }
+            let size = size as usize;
+            if buf.len() < size {
+                return Ok(None);
+            }
+            data.extend_from_slice(&buf[..size]);
+            buf = &buf[size..];
+            match parse_chunk_end(buf).map_err(|e| e.status)? {
+                Parse::Partial => return Ok(None),
+                Parse::Complete(n) => buf = &buf[n..],
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_decode_with_extensions_and_trailers() {
+        let body = b"4;ext=1\r\nWiki\r\n5\r\npedia\r\n0\r\nX-T: 1\r\n\r\nNEXT";
+        let (data, used) = dechunk(body).unwrap().unwrap();
+        assert_eq!(data, b"Wikipedia");
+        assert_eq!(used, body.len() - 4);
+        for end in 0..used {
+            assert_eq!(dechunk(&body[..end]), Ok(None), "prefix {end}");
+        }
+    }
+
+    #[test]
+    fn bad_chunks_are_refused() {
+        assert_eq!(dechunk(b"zz\r\n"), Err(400));
+        assert_eq!(dechunk(b"3\r\nabcX\r\n"), Err(400));
+        assert_eq!(dechunk(b"3\nabc\r\n"), Err(400));
+        assert_eq!(dechunk(&[b'1'; 2000]), Err(400));
+        assert_eq!(dechunk(b"0\r\nbad trailer\n\r\n"), Err(400));
+        assert!(matches!(
+            parse_chunk_size(b"ffffffff\r\n"),
+            Ok(Parse::Complete((0xffff_ffff, 10)))
+        ));
+    }
+}

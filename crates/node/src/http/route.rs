@@ -1,0 +1,328 @@
+//! Routing: from a parsed request head to what the connection must do, decided before
+//! any body byte is read. Everything the handler needs is copied out of the head here,
+//! so the read buffer is free again once routing is done.
+
+use std::sync::Arc;
+
+use accel::{params_from_pairs, Accelerator, ParamBlock};
+use serde_json::json;
+
+use super::parse::{BodyFraming, RequestHead};
+use crate::node::Node;
+
+/// A routed request.
+pub struct Request {
+    pub route: Route,
+    pub head_len: usize,
+    pub minor: u8,
+    pub keep_alive: bool,
+    pub framing: BodyFraming,
+    pub expect_continue: bool,
+}
+
+pub enum Route {
+    Health {
+        head_only: bool,
+    },
+    Metrics {
+        head_only: bool,
+    },
+    /// A JSON document computed at routing time (catalog, slots).
+    Json {
+        code: u16,
+        body: Vec<u8>,
+    },
+    Call {
+        accel: Arc<dyn Accelerator>,
+        params: ParamBlock,
+        deadline_us: u64,
+    },
+    LoadSlot {
+        slot: u16,
+    },
+    ObjectGet {
+        key: String,
+        head_only: bool,
+        if_none_match: Option<Vec<u8>>,
+    },
+    ObjectPut {
+        key: String,
+    },
+    ObjectDelete {
+        key: String,
+    },
+    /// An error answered without touching anything else.
+    Refuse {
+        code: u16,
+        code_name: &'static str,
+        message: String,
+        allow: Option<&'static str>,
+    },
+}
+
+const KNOWN_METHODS: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT",
+];
+
+fn refuse(code: u16, code_name: &'static str, message: impl Into<String>) -> Route {
+    Route::Refuse {
+        code,
+        code_name,
+        message: message.into(),
+        allow: None,
+    }
+}
+
+fn not_allowed(method: &str, path: &str, allow: &'static str) -> Route {
+    Route::Refuse {
+        code: 405,
+        code_name: "METHOD_NOT_ALLOWED",
+        message: format!("{method} is not allowed on {path}; use {allow}"),
+        allow: Some(allow),
+    }
+}
+
+pub fn route(head: &RequestHead<'_>, node: &Node) -> Request {
+    Request {
+        route: pick(head, node),
+        head_len: head.head_len,
+        minor: head.minor_version,
+        keep_alive: head.keep_alive,
+        framing: head.framing,
+        expect_continue: head.expect_continue,
+    }
+}
+
+fn pick(head: &RequestHead<'_>, node: &Node) -> Route {
+    let method = head.method;
+    let path = head.path();
+    if !KNOWN_METHODS.contains(&method) {
+        return refuse(
+            501,
+            "NOT_IMPLEMENTED",
+            format!("method {method} is not implemented"),
+        );
+    }
+    match path {
+        "/health" => match method {
+            "GET" | "HEAD" => Route::Health {
+                head_only: method == "HEAD",
+            },
+            _ => not_allowed(method, path, "GET, HEAD"),
+        },
+        "/metrics" => match method {
+            "GET" | "HEAD" => Route::Metrics {
+                head_only: method == "HEAD",
+            },
+            _ => not_allowed(method, path, "GET, HEAD"),
+        },
+        "/v1/accelerators" => match method {
+            "GET" => Route::Json {
+                code: 200,
+                body: node.catalog_json(),
+            },
+            _ => not_allowed(method, path, "GET"),
+        },
+        "/v1/slots" => match method {
+            "GET" => Route::Json {
+                code: 200,
+                body: node.slots_json(None),
+            },
+            _ => not_allowed(method, path, "GET"),
+        },
+        _ => {
+            if let Some(rest) = path.strip_prefix("/v1/slots/") {
+                slot_route(head, node, rest)
+            } else if let Some(name) = path.strip_prefix("/v1/fn/") {
+                call_route(head, node, name)
+            } else if let Some(key) = path.strip_prefix("/v1/objects/") {
+                object_route(head, key)
+            } else {
+                refuse(404, "NOT_FOUND", format!("no route for {path}"))
+            }
+        }
+    }
+}
+
+fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
+    let slot = match rest.parse::<u16>() {
+        Ok(id) if usize::from(id) < node.dispatcher.slots().len() => id,
+        _ => return refuse(404, "NOT_FOUND", format!("no slot {rest} on this node")),
+    };
+    match head.method {
+        "GET" => Route::Json {
+            code: 200,
+            body: node.slots_json(Some(slot)),
+        },
+        "PUT" => {
+            if let Some(token) = &node.config.admin_token {
+                if !bearer_matches(head.header("authorization"), token) {
+                    return refuse(
+                        401,
+                        "UNAUTHORIZED",
+                        "reconfiguration needs `Authorization: Bearer <admin token>`",
+                    );
+                }
+            }
+            Route::LoadSlot { slot }
+        }
+        _ => not_allowed(head.method, head.path(), "GET, PUT"),
+    }
+}
+
+/// Compares the bearer token without an early exit on the first differing byte.
+fn bearer_matches(header: Option<&[u8]>, token: &str) -> bool {
+    let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else {
+        return false;
+    };
+    let want = token.as_bytes();
+    given.len() == want.len()
+        && given
+            .iter()
+            .zip(want)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {
+    if head.method != "POST" {
+        return not_allowed(head.method, head.path(), "POST");
+    }
+    let Some(accel) = node.dispatcher.catalog().by_name(name) else {
+        return refuse(
+            404,
+            "UNKNOWN_ACCELERATOR",
+            format!("no accelerator named {name} on this node"),
+        );
+    };
+    let pairs: Vec<(String, String)> =
+        form_urlencoded::parse(head.query().unwrap_or("").as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+    let params = match params_from_pairs(
+        &accel.descriptor().params,
+        pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    ) {
+        Ok(p) => p,
+        Err(e) => return refuse(400, "BAD_REQUEST", e.to_string()),
+    };
+    if let Err(e) = accel.check(&params, None) {
+        return refuse(400, "BAD_REQUEST", e.to_string());
+    }
+    let deadline_us = match head.header("x-netaccel-deadline-us") {
+        None => 0,
+        Some(v) => match std::str::from_utf8(v)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+        {
+            Some(us) => u64::from(us),
+            None => {
+                return refuse(
+                    400,
+                    "BAD_REQUEST",
+                    "X-Netaccel-Deadline-Us must be a whole number of microseconds (u32)",
+                )
+            }
+        },
+    };
+    Route::Call {
+        accel: Arc::clone(accel),
+        params,
+        deadline_us,
+    }
+}
+
+fn object_route(head: &RequestHead<'_>, raw_key: &str) -> Route {
+    let key: String = match percent_decode(raw_key) {
+        Some(k) => k,
+        None => {
+            return refuse(
+                400,
+                "BAD_REQUEST",
+                "object key is not valid percent-encoded UTF-8",
+            )
+        }
+    };
+    match head.method {
+        "GET" | "HEAD" => Route::ObjectGet {
+            key,
+            head_only: head.method == "HEAD",
+            if_none_match: head.header("if-none-match").map(<[u8]>::to_vec),
+        },
+        "PUT" => Route::ObjectPut { key },
+        "DELETE" => Route::ObjectDelete { key },
+        _ => not_allowed(head.method, head.path(), "GET, HEAD, PUT, DELETE"),
+    }
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `GET /v1/accelerators` document.
+pub fn catalog_json(node: &Node) -> Vec<u8> {
+    let list: Vec<_> = node
+        .dispatcher
+        .catalog()
+        .iter()
+        .map(|a| {
+            let d = a.descriptor();
+            let params: Vec<_> = d
+                .params
+                .iter()
+                .map(|p| {
+                    let default = match p.default {
+                        None => serde_json::Value::Null,
+                        Some(accel::ParamValue::U32(v)) => json!(v),
+                        Some(accel::ParamValue::F32(v)) => json!(v),
+                    };
+                    json!({ "name": p.name, "type": p.ty.as_str(), "default": default })
+                })
+                .collect();
+            json!({
+                "id": d.id,
+                "name": d.name,
+                "hash": d.hash,
+                "params": params,
+                "slots": node.dispatcher.slots_hosting(d.id),
+            })
+        })
+        .collect();
+    serde_json::to_vec(&list).expect("JSON")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_compare_exactly() {
+        assert!(bearer_matches(Some(b"Bearer abc"), "abc"));
+        assert!(!bearer_matches(Some(b"Bearer abd"), "abc"));
+        assert!(!bearer_matches(Some(b"Bearer ab"), "abc"));
+        assert!(!bearer_matches(Some(b"abc"), "abc"));
+        assert!(!bearer_matches(None, "abc"));
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%20b").as_deref(), Some("a b"));
+        assert_eq!(percent_decode("plain").as_deref(), Some("plain"));
+        assert_eq!(percent_decode("bad%2"), None);
+        assert_eq!(percent_decode("bad%zz"), None);
+        assert_eq!(percent_decode("%ff"), None);
+    }
+}

@@ -1,0 +1,273 @@
+//! The node's Prometheus metrics, built on `prometheus-client`.
+//!
+//! Hot-path code never looks a metric up by label: slots and accelerators get their
+//! handles once ([`SlotMetrics`], [`AccelMetrics`]) and bump atomics afterwards.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use rac_proto::Status;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SlotLabel {
+    pub slot: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SlotAccelLabel {
+    pub slot: String,
+    pub accelerator: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AccelLabel {
+    pub accelerator: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AccelStatusLabel {
+    pub accelerator: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProtocolLabel {
+    pub protocol: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProtocolCodeLabel {
+    pub protocol: String,
+    pub code: String,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 1 µs … ~67 s in powers of two: covers a 64-byte call and a 4k matmul alike.
+    Histogram::new(exponential_buckets(1e-6, 2.0, 27))
+}
+
+/// All metric families, registered once.
+pub struct Metrics {
+    registry: Registry,
+    slot_busy_seconds: Family<SlotLabel, Counter<f64, AtomicU64>>,
+    slot_calls: Family<SlotLabel, Counter>,
+    slot_exec_seconds: Family<SlotLabel, Histogram, fn() -> Histogram>,
+    slot_queue_depth: Family<SlotLabel, Gauge>,
+    slot_reconfigurations: Family<SlotLabel, Counter>,
+    slot_loaded: Family<SlotAccelLabel, Gauge>,
+    accel_calls: Family<AccelStatusLabel, Counter>,
+    accel_latency_seconds: Family<AccelLabel, Histogram, fn() -> Histogram>,
+    connections_open: Family<ProtocolLabel, Gauge>,
+    requests: Family<ProtocolCodeLabel, Counter>,
+    busy_refusals: Family<ProtocolLabel, Counter>,
+    /// Bytes of request bodies held by the node right now.
+    pub body_memory_bytes: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("netaccel");
+        let m = Metrics {
+            registry: Registry::default(),
+            slot_busy_seconds: Family::default(),
+            slot_calls: Family::default(),
+            slot_exec_seconds: Family::new_with_constructor(seconds_histogram),
+            slot_queue_depth: Family::default(),
+            slot_reconfigurations: Family::default(),
+            slot_loaded: Family::default(),
+            accel_calls: Family::default(),
+            accel_latency_seconds: Family::new_with_constructor(seconds_histogram),
+            connections_open: Family::default(),
+            requests: Family::default(),
+            busy_refusals: Family::default(),
+            body_memory_bytes: Gauge::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "slot_busy_seconds",
+            "Seconds the slot spent executing calls (rate = utilisation)",
+            m.slot_busy_seconds.clone(),
+        );
+        r.register(
+            "slot_calls",
+            "Calls executed by the slot",
+            m.slot_calls.clone(),
+        );
+        r.register(
+            "slot_exec_seconds",
+            "Execution time of calls in the slot",
+            m.slot_exec_seconds.clone(),
+        );
+        r.register(
+            "slot_queue_depth",
+            "Complete calls waiting in the slot's queue",
+            m.slot_queue_depth.clone(),
+        );
+        r.register(
+            "slot_reconfigurations",
+            "Times an accelerator was loaded into the slot at runtime",
+            m.slot_reconfigurations.clone(),
+        );
+        r.register(
+            "slot_accelerator_loaded",
+            "1 for the accelerator currently loaded in the slot",
+            m.slot_loaded.clone(),
+        );
+        r.register(
+            "accelerator_calls",
+            "Calls answered, by accelerator and status",
+            m.accel_calls.clone(),
+        );
+        r.register(
+            "accelerator_latency_seconds",
+            "End-to-end latency of successful calls at the node, whole request to result",
+            m.accel_latency_seconds.clone(),
+        );
+        r.register(
+            "connections_open",
+            "Open client connections",
+            m.connections_open.clone(),
+        );
+        r.register(
+            "requests",
+            "Requests answered, by protocol and status",
+            m.requests.clone(),
+        );
+        r.register(
+            "busy_refusals",
+            "Calls refused for lack of queue space or body memory",
+            m.busy_refusals.clone(),
+        );
+        r.register(
+            "body_memory_bytes",
+            "Bytes of request bodies being received or waiting for a slot",
+            m.body_memory_bytes.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The text exposition format (OpenMetrics text, which Prometheus scrapes).
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    pub fn slot(&self, slot: u16) -> SlotMetrics {
+        let label = SlotLabel {
+            slot: slot.to_string(),
+        };
+        SlotMetrics {
+            slot,
+            busy_seconds: self.slot_busy_seconds.get_or_create(&label).clone(),
+            calls: self.slot_calls.get_or_create(&label).clone(),
+            exec_seconds: self.slot_exec_seconds.get_or_create(&label).clone(),
+            queue_depth: self.slot_queue_depth.get_or_create(&label).clone(),
+            reconfigurations: self.slot_reconfigurations.get_or_create(&label).clone(),
+            loaded: self.slot_loaded.clone(),
+        }
+    }
+
+    pub fn accel(&self, name: &str) -> AccelMetrics {
+        let calls = Status::ALL.map(|s| {
+            let label = AccelStatusLabel {
+                accelerator: name.to_string(),
+                status: s.name().to_string(),
+            };
+            self.accel_calls.get_or_create(&label).clone()
+        });
+        let label = AccelLabel {
+            accelerator: name.to_string(),
+        };
+        AccelMetrics {
+            calls,
+            latency_seconds: self.accel_latency_seconds.get_or_create(&label).clone(),
+        }
+    }
+
+    pub fn connections(&self, protocol: &str) -> Gauge {
+        self.connections_open
+            .get_or_create(&ProtocolLabel {
+                protocol: protocol.to_string(),
+            })
+            .clone()
+    }
+
+    pub fn busy_refusals(&self, protocol: &str) -> Counter {
+        self.busy_refusals
+            .get_or_create(&ProtocolLabel {
+                protocol: protocol.to_string(),
+            })
+            .clone()
+    }
+
+    /// Counter of requests answered with `code` over `protocol`.
+    pub fn requests(&self, protocol: &str, code: &str) -> Counter {
+        let label = ProtocolCodeLabel {
+            protocol: protocol.to_string(),
+            code: code.to_string(),
+        };
+        self.requests.get_or_create(&label).clone()
+    }
+}
+
+/// Handles for one slot.
+#[derive(Clone)]
+pub struct SlotMetrics {
+    slot: u16,
+    pub busy_seconds: Counter<f64, AtomicU64>,
+    pub calls: Counter,
+    pub exec_seconds: Histogram,
+    pub queue_depth: Gauge,
+    pub reconfigurations: Counter,
+    loaded: Family<SlotAccelLabel, Gauge>,
+}
+
+impl SlotMetrics {
+    pub fn executed(&self, exec_ns: u64) {
+        let seconds = exec_ns as f64 * 1e-9;
+        self.busy_seconds.inc_by(seconds);
+        self.calls.inc();
+        self.exec_seconds.observe(seconds);
+    }
+
+    /// Records that `name` is now loaded (and `previous`, if any, is not).
+    pub fn loaded(&self, previous: Option<&str>, name: &str) {
+        let label = |a: &str| SlotAccelLabel {
+            slot: self.slot.to_string(),
+            accelerator: a.to_string(),
+        };
+        if let Some(previous) = previous {
+            self.loaded.remove(&label(previous));
+        }
+        self.loaded.get_or_create(&label(name)).set(1);
+    }
+}
+
+/// Handles for one accelerator.
+#[derive(Clone)]
+pub struct AccelMetrics {
+    calls: [Counter; Status::ALL.len()],
+    latency_seconds: Histogram,
+}
+
+impl AccelMetrics {
+    pub fn answered(&self, status: Status, latency_ns: u64) {
+        self.calls[status as usize].inc();
+        if status == Status::Ok {
+            self.latency_seconds.observe(latency_ns as f64 * 1e-9);
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The node's shared state: configuration, the dispatcher and its slots, the object
+//! store, the body-memory budget, metrics and the shutdown signal. Every front end
+//! holds an `Arc<Node>`.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use accel::{Accelerator, Catalog};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::dispatch::Dispatcher;
+use crate::memory::MemoryBudget;
+use crate::metrics::Metrics;
+use crate::objects::ObjectStore;
+use crate::slot::{SlotLimits, TenantId};
+
+pub struct Node {
+    pub config: Config,
+    pub dispatcher: Arc<Dispatcher>,
+    pub objects: ObjectStore,
+    pub metrics: Metrics,
+    pub body_budget: Arc<MemoryBudget>,
+    pub http_connections: Gauge,
+    pub http_busy: Counter,
+    http_requests: Vec<OnceLock<Counter>>,
+    open_connections: AtomicUsize,
+    next_tenant: AtomicU64,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Node {
+    /// Builds the node from a validated configuration and starts its slot workers.
+    pub fn new(config: Config) -> Result<Arc<Node>, String> {
+        config.validate()?;
+        let catalog = Catalog::builtin();
+        let initial: Vec<Arc<dyn Accelerator>> = if config.slots.is_empty() {
+            catalog.iter().cloned().collect()
+        } else {
+            config
+                .slots
+                .iter()
+                .map(|s| {
+                    catalog.by_name(&s.accelerator).cloned().ok_or_else(|| {
+                        let known: Vec<_> = catalog
+                            .iter()
+                            .map(|a| a.descriptor().name.clone())
+                            .collect();
+                        format!(
+                            "slot accelerator `{}` is not in the catalog ({})",
+                            s.accelerator,
+                            known.join(", ")
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        };
+        let metrics = Metrics::new();
+        let limits = SlotLimits {
+            queue_depth_max: config.queue_depth_max,
+            tenant_share_max: config.tenant_queue_depth_max.min(config.queue_depth_max),
+            inline_work_max: config.inline_work_max,
+            reconfig_delay: Duration::from_millis(config.reconfig_delay_ms),
+        };
+        let dispatcher = Dispatcher::start(catalog, &initial, limits, config.balance, &metrics);
+        let body_budget = MemoryBudget::new(
+            config.body_memory_bytes_max,
+            metrics.body_memory_bytes.clone(),
+        );
+        let objects = ObjectStore::new(
+            config.object_store_bytes_max,
+            config.objects_max,
+            config.object_key_bytes_max,
+        );
+        let (shutdown, _) = watch::channel(false);
+        Ok(Arc::new(Node {
+            http_connections: metrics.connections("http"),
+            http_busy: metrics.busy_refusals("http"),
+            http_requests: (0..600).map(|_| OnceLock::new()).collect(),
+            config,
+            dispatcher,
+            objects,
+            metrics,
+            body_budget,
+            open_connections: AtomicUsize::new(0),
+            next_tenant: AtomicU64::new(1),
+            shutdown,
+        }))
+    }
+
+    /// Counter of HTTP responses with status `code`.
+    pub fn http_requests(&self, code: u16) -> &Counter {
+        self.http_requests[usize::from(code).min(599)]
+            .get_or_init(|| self.metrics.requests("http", &code.to_string()))
+    }
+
+    /// A fresh tenant identity (a connection that has not named a tenant).
+    pub fn new_tenant(&self) -> TenantId {
+        self.next_tenant.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Counts a new connection if the node has room for it.
+    pub fn try_open_connection(&self) -> bool {
+        let max = self.config.connections_max;
+        self.open_connections
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    pub fn close_connection(&self) {
+        self.open_connections.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub fn open_connections(&self) -> usize {
+        self.open_connections.load(Ordering::Acquire)
+    }
+
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Stops accepting; idle connections close, busy ones after their current request.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    pub fn catalog_json(&self) -> Vec<u8> {
+        crate::http::catalog_json(self)
+    }
+
+    /// `GET /v1/slots` (all) or `GET /v1/slots/{id}` (one) document.
+    pub fn slots_json(&self, only: Option<u16>) -> Vec<u8> {
+        let slots: Vec<_> = self
+            .dispatcher
+            .slots()
+            .iter()
+            .filter(|s| only.is_none_or(|id| id == s.id))
+            .map(|s| {
+                let info = s.info();
+                let state = match (&info.reconfiguring_to, info.running || info.queue_depth > 0) {
+                    (Some(_), _) => "reconfiguring",
+                    (None, true) => "busy",
+                    (None, false) => "idle",
+                };
+                json!({
+                    "id": info.id,
+                    "device": info.device,
+                    "accelerator": info.accelerator,
+                    "state": state,
+                    "loading": info.reconfiguring_to,
+                    "queue_depth": info.queue_depth,
+                    "busy_ratio": info.busy_ratio,
+                })
+            })
+            .collect();
+        let doc = match only {
+            Some(_) => slots.into_iter().next().unwrap_or(serde_json::Value::Null),
+            None => serde_json::Value::Array(slots),
+        };
+        serde_json::to_vec(&doc).expect("JSON")
+    }
+}

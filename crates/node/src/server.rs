@@ -1,0 +1,191 @@
+//! Listeners and network threads.
+//!
+//! Each network thread runs its own single-threaded tokio runtime with its own
+//! listening socket bound with `SO_REUSEPORT`: the kernel spreads connections over the
+//! threads, and a connection's whole life (parse, inline execution, response) stays on
+//! one core with no lock on the hot path (after F4T's per-core scaling).
+
+use std::io;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::config::Config;
+use crate::node::Node;
+
+/// A started node.
+pub struct Running {
+    pub node: Arc<Node>,
+    pub http_addr: SocketAddr,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// Starts slots and network threads; returns once the listeners are bound.
+pub fn start(config: Config) -> Result<Running, String> {
+    raise_fd_limit();
+    let node = Node::new(config)?;
+    let threads_wanted = node.config.io_threads();
+    let first = bind(node.config.http)
+        .map_err(|e| format!("cannot listen on {}: {e}", node.config.http))?;
+    let http_addr = first.local_addr().map_err(|e| e.to_string())?;
+    let mut listeners = vec![first];
+    for _ in 1..threads_wanted {
+        listeners.push(bind(http_addr).map_err(|e| format!("cannot listen on {http_addr}: {e}"))?);
+    }
+    let threads = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(i, listener)| {
+            let node = Arc::clone(&node);
+            std::thread::Builder::new()
+                .name(format!("net-{i}"))
+                .spawn(move || network_thread(node, listener))
+                .map_err(|e| format!("cannot start network thread: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    tracing::info!(
+        http = %http_addr,
+        network_threads = threads.len(),
+        slots = node.dispatcher.slots().len(),
+        "netaccel node listening"
+    );
+    Ok(Running {
+        node,
+        http_addr,
+        threads,
+    })
+}
+
+impl Running {
+    /// Serves until SIGTERM or SIGINT, then drains and returns.
+    pub fn run_until_signal(self) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("signal runtime");
+        rt.block_on(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("installing a SIGTERM handler");
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: draining"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
+            }
+        });
+        self.shutdown();
+    }
+
+    /// Stops accepting, lets connections finish their current request (up to the
+    /// drain timeout), then stops the slots.
+    pub fn shutdown(self) {
+        self.node.begin_shutdown();
+        for t in self.threads {
+            let _ = t.join();
+        }
+        self.node.dispatcher.stop();
+        tracing::info!(
+            open_connections = self.node.open_connections(),
+            "node stopped"
+        );
+    }
+}
+
+fn bind(addr: SocketAddr) -> io::Result<StdListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    Ok(socket.into())
+}
+
+fn network_thread(node: Arc<Node>, listener: StdListener) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("network runtime");
+    rt.block_on(async move {
+        let listener = TcpListener::from_std(listener).expect("registering the listener");
+        let mut shutdown = node.shutdown_signal();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => accept(&node, stream),
+                    Err(e) => {
+                        // Typically EMFILE: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                },
+                _ = shutdown.changed() => break,
+            }
+        }
+        drop(listener);
+        let deadline = Instant::now() + Duration::from_millis(node.config.drain_timeout_ms);
+        while node.open_connections() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+}
+
+/// Keeps the connection counters right however the connection task ends.
+struct ConnectionGuard(Arc<Node>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.http_connections.dec();
+        self.0.close_connection();
+    }
+}
+
+fn accept(node: &Arc<Node>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    if !node.try_open_connection() {
+        node.http_requests(503).inc();
+        tokio::spawn(refuse_connection(stream));
+        return;
+    }
+    node.http_connections.inc();
+    let guard = ConnectionGuard(Arc::clone(node));
+    let tenant = node.new_tenant();
+    let node = Arc::clone(node);
+    tokio::spawn(async move {
+        crate::http::serve(node, stream, tenant).await;
+        drop(guard);
+    });
+}
+
+async fn refuse_connection(mut stream: TcpStream) {
+    let body = br#"{"error":"the node is at its connection limit; retry","code":"BUSY"}"#;
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
+}
+
+/// Lets the node hold as many sockets as the hard limit allows.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! Slots: one loaded accelerator each, one call at a time, run to completion.
+//!
+//! A slot owns a bounded queue of *complete* calls and a worker thread that drains it.
+//! When the slot is idle and a call is cheap (by the accelerator's work estimate), the
+//! submitting network thread runs it directly: same one-at-a-time guarantee, without
+//! two thread hand-offs (a futex wake each way costs more than a 64-byte kernel).
+//!
+//! The queue is fair between tenants: one FIFO per tenant, served round robin, and no
+//! tenant may hold more than `tenant_share_max` of the queue, so a client flooding an
+//! accelerator cannot push another client's calls out or behind its whole backlog.
+//!
+//! Reconfiguration stops admission to the slot, lets the calls already queued run on
+//! the old accelerator, swaps, and reopens: no call is lost and none runs on the wrong
+//! accelerator.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accel::{Accelerator, CallError, ParamBlock};
+use parking_lot::{Condvar, Mutex};
+use rac_proto::Status;
+use tokio::sync::oneshot;
+
+use crate::memory::MemoryPermit;
+use crate::metrics::{AccelMetrics, SlotMetrics};
+
+/// Identity used for fairness: a RAC tenant, or a connection that named none.
+pub type TenantId = u64;
+
+/// One call on its way to a slot. It owns its payload (and the memory permit that
+/// accounts for it) until the answer is produced.
+pub struct Call {
+    pub accel: Arc<dyn Accelerator>,
+    pub params: ParamBlock,
+    pub payload: Vec<u8>,
+    /// Buffer lent by the caller for the output; returned in the [`Answer`].
+    pub out: Vec<u8>,
+    /// When the call was whole at the node: queue time and deadlines count from here.
+    pub received: Instant,
+    /// The call must start executing before this instant.
+    pub deadline: Option<Instant>,
+    pub tenant: TenantId,
+    pub permit: Option<MemoryPermit>,
+}
+
+/// The one answer every call gets.
+pub struct Answer {
+    pub status: Status,
+    /// The output on `Ok`, otherwise empty.
+    pub output: Vec<u8>,
+    /// Human sentence for a non-`Ok` status.
+    pub message: String,
+    pub slot: Option<u16>,
+    pub queue_ns: u64,
+    pub exec_ns: u64,
+    /// The call's payload buffer, handed back for reuse.
+    pub payload: Vec<u8>,
+}
+
+impl Answer {
+    /// An answer given without running the call.
+    pub fn refusal(status: Status, message: impl Into<String>, call: Call) -> Answer {
+        let Call {
+            mut payload, out, ..
+        } = call;
+        payload.clear();
+        Answer {
+            status,
+            output: out,
+            message: message.into(),
+            slot: None,
+            queue_ns: 0,
+            exec_ns: 0,
+            payload,
+        }
+    }
+}
+
+/// What became of a submitted call.
+pub enum Submitted {
+    /// Answered already (ran inline, or refused without running).
+    Done(Answer),
+    /// Queued; the answer arrives on the receiver.
+    Queued(oneshot::Receiver<Answer>),
+}
+
+/// A slot refused a call; the dispatcher may try another slot with it.
+pub struct Refused {
+    pub status: Status,
+    pub call: Call,
+}
+
+struct Job {
+    call: Call,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// Per-tenant FIFOs served round robin.
+struct FairQueue {
+    queues: HashMap<TenantId, VecDeque<Job>>,
+    /// Tenants with queued jobs, in service order.
+    ready: VecDeque<TenantId>,
+    len: usize,
+}
+
+impl FairQueue {
+    fn new() -> FairQueue {
+        FairQueue {
+            queues: HashMap::new(),
+            ready: VecDeque::new(),
+            len: 0,
+        }
+    }
+
+    fn tenant_len(&self, tenant: TenantId) -> usize {
+        self.queues.get(&tenant).map_or(0, VecDeque::len)
+    }
+
+    fn push(&mut self, tenant: TenantId, job: Job) {
+        let q = self.queues.entry(tenant).or_default();
+        if q.is_empty() {
+            self.ready.push_back(tenant);
+        }
+        q.push_back(job);
+        self.len += 1;
+    }
+
+    fn pop(&mut self) -> Option<Job> {
+        let tenant = self.ready.pop_front()?;
+        let q = self
+            .queues
+            .get_mut(&tenant)
+            .expect("ready tenants have a queue");
+        let job = q.pop_front().expect("ready tenants have a job");
+        if q.is_empty() {
+            self.queues.remove(&tenant);
+        } else {
+            self.ready.push_back(tenant);
+        }
+        self.len -= 1;
+        Some(job)
+    }
+}
+
+struct SlotState {
+    accel: Arc<dyn Accelerator>,
+    /// A call is executing (on the worker or inline on a network thread).
+    running: bool,
+    /// Name of the accelerator being loaded, while a reconfiguration is under way.
+    reconfiguring: Option<String>,
+    queue: FairQueue,
+    stopping: bool,
+}
+
+/// Bounds and behaviour shared by all slots.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotLimits {
+    pub queue_depth_max: usize,
+    pub tenant_share_max: usize,
+    pub inline_work_max: u64,
+    pub reconfig_delay: Duration,
+}
+
+pub struct Slot {
+    pub id: u16,
+    pub device: String,
+    state: Mutex<SlotState>,
+    changed: Condvar,
+    /// Queued + running calls, readable without the lock (join-shortest-queue).
+    depth: AtomicUsize,
+    busy_ns: AtomicU64,
+    started: Instant,
+    limits: SlotLimits,
+    metrics: SlotMetrics,
+    accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
+}
+
+/// A snapshot for `GET /v1/slots`.
+pub struct SlotInfo {
+    pub id: u16,
+    pub device: String,
+    pub accelerator: String,
+    pub accel_id: u16,
+    pub reconfiguring_to: Option<String>,
+    pub running: bool,
+    pub queue_depth: usize,
+    pub busy_ratio: f64,
+}
+
+impl Slot {
+    pub fn new(
+        id: u16,
+        device: &str,
+        accel: Arc<dyn Accelerator>,
+        limits: SlotLimits,
+        metrics: SlotMetrics,
+        accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
+    ) -> Slot {
+        metrics.loaded(None, &accel.descriptor().name);
+        Slot {
+            id,
+            device: device.to_string(),
+            state: Mutex::new(SlotState {
+                accel,
+                running: false,
+                reconfiguring: None,
+                queue: FairQueue::new(),
+                stopping: false,
+            }),
+            changed: Condvar::new(),
+            depth: AtomicUsize::new(0),
+            busy_ns: AtomicU64::new(0),
+            started: Instant::now(),
+            limits,
+            metrics,
+            accel_metrics,
+        }
+    }
+
+    /// Queued plus running calls.
+    pub fn depth(&self) -> usize {
+        self.depth.load(Ordering::Relaxed)
+    }
+
+    /// Id of the loaded accelerator and whether the slot is admitting calls for it.
+    pub fn hosting(&self) -> (u16, bool, Option<String>) {
+        let st = self.state.lock();
+        (
+            st.accel.descriptor().id,
+            st.reconfiguring.is_none() && !st.stopping,
+            st.reconfiguring.clone(),
+        )
+    }
+
+    pub fn info(&self) -> SlotInfo {
+        let st = self.state.lock();
+        let elapsed = self.started.elapsed().as_nanos().max(1) as f64;
+        SlotInfo {
+            id: self.id,
+            device: self.device.clone(),
+            accelerator: st.accel.descriptor().name.clone(),
+            accel_id: st.accel.descriptor().id,
+            reconfiguring_to: st.reconfiguring.clone(),
+            running: st.running,
+            queue_depth: st.queue.len,
+            busy_ratio: self.busy_ns.load(Ordering::Relaxed) as f64 / elapsed,
+        }
+    }
+
+    /// Whether a call from `tenant` would be admitted now (for `Expect: 100-continue`).
+    pub fn has_room(&self, tenant: TenantId) -> bool {
+        let st = self.state.lock();
+        st.queue.len < self.limits.queue_depth_max
+            && st.queue.tenant_len(tenant) < self.limits.tenant_share_max
+    }
+
+    /// Submits a call. Refuses with `Unavailable` when the slot does not (or no longer)
+    /// host the call's accelerator, and with `Busy` when the queue has no room.
+    pub fn submit(&self, call: Call) -> Result<Submitted, Refused> {
+        let mut st = self.state.lock();
+        if st.reconfiguring.is_some()
+            || st.stopping
+            || st.accel.descriptor().id != call.accel.descriptor().id
+        {
+            return Err(Refused {
+                status: Status::Unavailable,
+                call,
+            });
+        }
+        let inline = !st.running
+            && st.queue.len == 0
+            && call.accel.work_estimate(&call.params, call.payload.len())
+                <= self.limits.inline_work_max;
+        if inline {
+            st.running = true;
+            let accel = Arc::clone(&st.accel);
+            drop(st);
+            self.depth.fetch_add(1, Ordering::Relaxed);
+            let answer = self.execute(&accel, call);
+            self.finish_one();
+            return Ok(Submitted::Done(answer));
+        }
+        if st.queue.len >= self.limits.queue_depth_max
+            || st.queue.tenant_len(call.tenant) >= self.limits.tenant_share_max
+        {
+            return Err(Refused {
+                status: Status::Busy,
+                call,
+            });
+        }
+        let (reply, rx) = oneshot::channel();
+        st.queue.push(call.tenant, Job { call, reply });
+        self.metrics.queue_depth.set(st.queue.len as i64);
+        let wake = !st.running;
+        drop(st);
+        self.depth.fetch_add(1, Ordering::Relaxed);
+        if wake {
+            self.changed.notify_all();
+        }
+        Ok(Submitted::Queued(rx))
+    }
+
+    fn finish_one(&self) {
+        let mut st = self.state.lock();
+        st.running = false;
+        let wake = st.queue.len > 0 || st.reconfiguring.is_some() || st.stopping;
+        drop(st);
+        self.depth.fetch_sub(1, Ordering::Relaxed);
+        if wake {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Runs one call on `accel`, or answers it without running when its deadline passed.
+    fn execute(&self, accel: &Arc<dyn Accelerator>, call: Call) -> Answer {
+        let Call {
+            params,
+            mut payload,
+            mut out,
+            received,
+            deadline,
+            permit,
+            ..
+        } = call;
+        let started = Instant::now();
+        let queue_ns = nanos(started.saturating_duration_since(received));
+        let id = accel.descriptor().id;
+        let (status, message, exec_ns) = if deadline.is_some_and(|d| started > d) {
+            out.clear();
+            let waited = queue_ns / 1000;
+            (
+                Status::DeadlineExceeded,
+                format!("deadline passed after {waited} µs in the queue"),
+                0,
+            )
+        } else {
+            let result = accel.run(&params, &payload, &mut out);
+            let exec_ns = nanos(started.elapsed());
+            self.metrics.executed(exec_ns);
+            self.busy_ns.fetch_add(exec_ns, Ordering::Relaxed);
+            match result {
+                Ok(()) => (Status::Ok, String::new(), exec_ns),
+                Err(CallError::BadRequest(m)) => (Status::BadRequest, m, exec_ns),
+                Err(CallError::Internal(m)) => (Status::Internal, m, exec_ns),
+            }
+        };
+        if status != Status::Ok {
+            out.clear();
+        }
+        drop(permit);
+        payload.clear();
+        if let Some(m) = self.accel_metrics.get(&id) {
+            m.answered(status, nanos(received.elapsed()));
+        }
+        Answer {
+            status,
+            output: out,
+            message,
+            slot: Some(self.id),
+            queue_ns,
+            exec_ns,
+            payload,
+        }
+    }
+
+    /// The worker thread's loop: runs queued calls until the slot is stopped and empty.
+    pub fn run_worker(&self) {
+        loop {
+            let mut st = self.state.lock();
+            let job = loop {
+                if !st.running {
+                    if let Some(job) = st.queue.pop() {
+                        break job;
+                    }
+                    if st.stopping {
+                        return;
+                    }
+                }
+                self.changed.wait(&mut st);
+            };
+            self.metrics.queue_depth.set(st.queue.len as i64);
+            st.running = true;
+            let accel = Arc::clone(&st.accel);
+            drop(st);
+            let Job { call, reply } = job;
+            let answer = if accel.descriptor().id == call.accel.descriptor().id {
+                self.execute(&accel, call)
+            } else {
+                // Cannot happen while reconfiguration drains the queue first; answered
+                // rather than asserted so a future change cannot run a call on the
+                // wrong accelerator.
+                Answer::refusal(Status::Unavailable, "slot was reconfigured", call)
+            };
+            // The caller may have gone (connection closed); its answer has nowhere to go.
+            let _ = reply.send(answer);
+            self.finish_one();
+        }
+    }
+
+    /// Loads `accel` into the slot. Calls queued before run on the old accelerator;
+    /// calls arriving meanwhile are refused `Unavailable`. Returns the time it took.
+    pub fn reconfigure(&self, accel: Arc<dyn Accelerator>) -> Result<Duration, String> {
+        let start = Instant::now();
+        let name = accel.descriptor().name.clone();
+        let mut st = self.state.lock();
+        if let Some(other) = &st.reconfiguring {
+            return Err(format!("slot {} is already loading {other}", self.id));
+        }
+        if st.stopping {
+            return Err(format!("slot {} is shutting down", self.id));
+        }
+        st.reconfiguring = Some(name.clone());
+        while st.running || st.queue.len > 0 {
+            self.changed.wait(&mut st);
+        }
+        let previous = std::mem::replace(&mut st.accel, accel);
+        drop(st);
+        if !self.limits.reconfig_delay.is_zero() {
+            std::thread::sleep(self.limits.reconfig_delay);
+        }
+        let mut st = self.state.lock();
+        st.reconfiguring = None;
+        drop(st);
+        self.metrics
+            .loaded(Some(&previous.descriptor().name), &name);
+        self.metrics.reconfigurations.inc();
+        Ok(start.elapsed())
+    }
+
+    /// Stops admission; the worker exits once the queue is empty.
+    pub fn stop(&self) {
+        self.state.lock().stopping = true;
+        self.changed.notify_all();
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

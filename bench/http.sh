@@ -27,6 +27,11 @@
 #   NODE_BIN [target/release/netaccel-node]  (built with cargo if missing)
 #   NODE_ARGS        extra arguments for the node
 #   NODE_IO_THREADS [1]  passed as --io-threads if the node supports it
+#   PRIO [auto]      scheduling of servers and load generators: rt (chrt -f 50,
+#                    needs root; the kernel's RT throttling still leaves 5% of
+#                    each core to other tasks), nice (nice -n -10), none.
+#                    auto = rt as root, else none. On a machine shared with
+#                    builds, only rt gives stable figures.
 #   OUT_DIR [bench/out]  STRICT [0]: exit 1 if a floor fails
 set -euo pipefail
 
@@ -51,6 +56,7 @@ NODE_ARGS=${NODE_ARGS:-}
 NODE_IO_THREADS=${NODE_IO_THREADS:-1}
 OUT_DIR=${OUT_DIR:-$HERE/out}
 STRICT=${STRICT:-0}
+PRIO=${PRIO:-auto}
 HOST=127.0.0.1
 UPPER_PATH=/v1/fn/to_uppercase
 
@@ -65,6 +71,8 @@ CLK_TCK=$(getconf CLK_TCK)
 declare -A R=()        # results: R[server,metric,round]
 declare -A SKIP=()     # servers skipped, with the reason
 declare -a NODE_CMD=()
+declare -a PRIO_CMD=()  # prefix for servers and load generators
+LOAD_START=""
 
 log() { printf '[http.sh] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -120,6 +128,18 @@ install_tools() {
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
 }
 
+choose_prio() {
+    if [[ "$PRIO" == auto ]]; then
+        if [[ $(id -u) -eq 0 ]] && command -v chrt >/dev/null; then PRIO=rt; else PRIO=none; fi
+    fi
+    case "$PRIO" in
+        rt) PRIO_CMD=(chrt -f 50) ;;
+        nice) PRIO_CMD=(nice -n -10) ;;
+        none) PRIO_CMD=() ;;
+        *) die "PRIO must be auto, rt, nice or none" ;;
+    esac
+}
+
 nginx_bin() {
     if command -v nginx >/dev/null; then command -v nginx; else echo /usr/sbin/nginx; fi
 }
@@ -164,17 +184,17 @@ start_server() {
     local logf="$SCRATCH/$name.log"
     case "$name" in
         node)
-            taskset -c "$SERVER_CPU" "${NODE_CMD[@]}" >"$logf" 2>&1 &
+            "${PRIO_CMD[@]}" taskset -c "$SERVER_CPU" "${NODE_CMD[@]}" >"$logf" 2>&1 &
             ;;
         nginx)
             local prefix="$SCRATCH/nginx"
             mkdir -p "$prefix/tmp"
             sed "s/@PORT@/$port/g" "$HERE/nginx/health.conf.template" >"$prefix/nginx.conf"
-            taskset -c "$SERVER_CPU" "$(nginx_bin)" -p "$prefix/" -c "$prefix/nginx.conf" \
+            "${PRIO_CMD[@]}" taskset -c "$SERVER_CPU" "$(nginx_bin)" -p "$prefix/" -c "$prefix/nginx.conf" \
                 -g 'daemon off;' >"$logf" 2>&1 &
             ;;
         c)
-            taskset -c "$SERVER_CPU" "$HERE/c/http_responder" -a "$HOST" -p "$port" >"$logf" 2>&1 &
+            "${PRIO_CMD[@]}" taskset -c "$SERVER_CPU" "$HERE/c/http_responder" -a "$HOST" -p "$port" >"$logf" 2>&1 &
             ;;
     esac
     CUR_PID=$!
@@ -230,14 +250,19 @@ check_answers() {
 }
 
 # utime+stime in clock ticks of a process (all its threads) and its children.
+# With a second argument "user", utime only.
 cpu_ticks() {
-    local pid=$1 total=0 p stat rest
+    local pid=$1 which=${2:-all} total=0 p stat rest
     local -a f
     for p in "$pid" $(pgrep -P "$pid" || true); do
         stat=$(cat "/proc/$p/stat" 2>/dev/null) || continue
         rest=${stat##*) }           # drop "pid (comm) "; comm may hold spaces
         read -ra f <<<"$rest"       # f[0] is field 3 (state)
-        total=$((total + f[11] + f[12]))  # fields 14 (utime) and 15 (stime)
+        if [[ "$which" == user ]]; then
+            total=$((total + f[11]))         # field 14 (utime)
+        else
+            total=$((total + f[11] + f[12])) # fields 14 (utime) and 15 (stime)
+        fi
     done
     echo "$total"
 }
@@ -249,7 +274,7 @@ field() { grep -o "$1=[^ ]*" <<<"$2" | tail -n 1 | cut -d= -f2; }
 
 run_wrk() { # conns script url
     local conns=$1 script=$2 url=$3
-    timeout $((DURATION + 30)) taskset -c "$CLIENT_CPU" \
+    timeout $((DURATION + 30)) "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" \
         wrk -t1 -c"$conns" -d"${DURATION}s" --timeout 2s --latency -s "$script" "$url"
 }
 
@@ -306,10 +331,15 @@ measure_server() { # name round
 
     log "round $round: $(label "$name"): fixed rate $RATE req/s over $RATE_CONNS connections ${DURATION}s"
     t0=$(cpu_ticks "$CUR_PID")
-    out=$(timeout $((DURATION + 30)) taskset -c "$CLIENT_CPU" "$HERE/c/fixed_rate" \
+    local u0 u1
+    u0=$(cpu_ticks "$CUR_PID" user)
+    out=$(timeout $((DURATION + 30)) "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$HERE/c/fixed_rate" \
         -a "$HOST" -p "$port" -r "$RATE" -c "$RATE_CONNS" -d "$DURATION" -P /health)
     t1=$(cpu_ticks "$CUR_PID")
+    u1=$(cpu_ticks "$CUR_PID" user)
     reqs=$(field completed "$out")
+    R[$name,usrrate,$round]=$(awk -v d=$((u1 - u0)) -v hz="$CLK_TCK" -v n="$reqs" \
+        'BEGIN { printf "%.3f", (n > 0 ? d / hz / n * 1e6 : 0) }')
     R[$name,cpurate,$round]=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$reqs" \
         'BEGIN { printf "%.3f", (n > 0 ? d / hz / n * 1e6 : 0) }')
     R[$name,utilrate,$round]=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v s="$DURATION" \
@@ -362,6 +392,7 @@ report() {
     echo
     echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); kernel $(uname -r); $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
     echo "- servers pinned to CPU $SERVER_CPU, wrk and fixed_rate pinned to CPU $CLIENT_CPU; 127.0.0.1"
+    echo "- scheduling: ${PRIO_CMD[*]:-default (PRIO=none)}; load average at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "- $DURATION s per run, warm-up $WARMUP s, median of $ROUNDS rounds (server order rotated per round)"
     echo "- $($(nginx_bin) -v 2>&1 | sed 's/^nginx version: //'); $(wrk -v 2>&1 | head -n 1 | awk '{ print $1, $2 }')"
     if wants node && [[ -z "${SKIP[node]:-}" ]]; then
@@ -369,12 +400,12 @@ report() {
     fi
     echo "- CPU/request = server utime+stime (from /proc/PID/stat, all threads and child processes, in ticks / CLK_TCK=$CLK_TCK) ÷ requests completed in the same run"
     echo
-    echo "| server | /health p50 µs (c1) | p99 µs (c1) | mean µs (c1) | req/s (c$CONNS) | CPU µs/req (c$CONNS) | server CPU % (c$CONNS) | $rate_note | server CPU % @ $RATE |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| server | /health p50 µs (c1) | p99 µs (c1) | mean µs (c1) | req/s (c$CONNS) | CPU µs/req (c$CONNS) | server CPU % (c$CONNS) | $rate_note | of which user | server CPU % @ $RATE |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for s in node nginx c; do
         wants "$s" || continue
         if [[ -n "${SKIP[$s]:-}" && -z "$(median "$s" p50)" ]]; then
-            echo "| $(label "$s") | pending: ${SKIP[$s]} | | | | | | | |"
+            echo "| $(label "$s") | pending: ${SKIP[$s]} | | | | | | | | |"
             continue
         fi
         p50=$(median "$s" p50); p99=$(median "$s" p99); rps=$(median "$s" rps)
@@ -384,10 +415,10 @@ report() {
             awk -v a="$(median "$s" achieved)" -v r="$RATE" 'BEGIN { exit !(a < 0.98 * r) }'; then
             sat=" (rate not sustained: $(fmt "$(median "$s" achieved)" 0) req/s)"
         fi
-        row="| $(label "$s") | $(fmt "$p50" 1) | $(fmt "$p99" 1) | $(fmt "$(median "$s" mean)" 2) | $(fmt "$rps" 0) | $(fmt "$c64" 2) | $(fmt "$(median "$s" util64)" 0) | $(fmt "$crate" 2)$sat | $(fmt "$(median "$s" utilrate)" 0) |"
+        row="| $(label "$s") | $(fmt "$p50" 1) | $(fmt "$p99" 1) | $(fmt "$(median "$s" mean)" 2) | $(fmt "$rps" 0) | $(fmt "$c64" 2) | $(fmt "$(median "$s" util64)" 0) | $(fmt "$crate" 2)$sat | $(fmt "$(median "$s" usrrate)" 2) | $(fmt "$(median "$s" utilrate)" 0) |"
         echo "$row"
         if [[ "$s" == node && -n "$(median node up50)" ]]; then
-            echo "| netaccel-node POST to_uppercase 64 B | $(fmt "$(median node up50)" 1) | $(fmt "$(median node up99)" 1) | $(fmt "$(median node upmean)" 2) | | | | | |"
+            echo "| netaccel-node POST to_uppercase 64 B | $(fmt "$(median node up50)" 1) | $(fmt "$(median node up99)" 1) | $(fmt "$(median node upmean)" 2) | | | | | | |"
         fi
     done
     echo
@@ -421,7 +452,7 @@ report() {
     local m
     for s in node nginx c; do
         wants "$s" || continue
-        for m in p50 p99 up50 up99 rps cpu64 cpurate achieved backlog; do
+        for m in p50 p99 up50 up99 rps cpu64 cpurate usrrate achieved backlog; do
             [[ -n "$(median "$s" "$m")" ]] || continue
             echo "| $(label "$s") | $m | $(rounds_of "$s" "$m") |"
         done
@@ -441,6 +472,8 @@ main() {
     install_tools
     build_c
     prepare_node
+    choose_prio
+    LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
     SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/netaccel-bench.XXXXXX")
 
     local -a order=()

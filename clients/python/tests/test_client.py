@@ -137,3 +137,15 @@ def test_async_calls_fail_when_the_node_closes(node):
                 await c.call("echo", b"after")
 
     asyncio.run(main())
+
+
+def test_numpy_arrays_are_payloads(node):
+    np = pytest.importorskip("numpy")
+    with Client.from_addr(node.addr) as c:
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        y = np.frombuffer(c.call("echo", x), dtype="<f4").reshape(3, 4)
+        assert (x == y).all()
+        with pytest.raises(ValueError, match="C-contiguous"):
+            c.submit("echo", x.T)
+        values = np.array([5, -3, 9, 9, 0, 2], dtype="<i4")
+        assert np.frombuffer(c.call("topk", values, k=3), dtype="<i4").tolist() == [9, 9, 5]

@@ -287,7 +287,9 @@ pub struct CallHeader {
     /// 0 = none; otherwise execution must start within this many µs of the call
     /// having arrived whole at the node.
     pub deadline_us: u32,
-    /// Accelerator-specific parameters, see [`crate::params`]. Zero for control messages.
+    /// Accelerator-specific parameters, see [`crate::params`]. Carried as they are on
+    /// control messages too, where v1 gives them no meaning ([`CallHeader::control`]
+    /// zeroes them).
     pub params: ParamBlock,
 }
 

@@ -103,3 +103,19 @@ pub mod builtin {
         ALL.iter().find(|(i, _)| *i == id).map(|&(_, name)| name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::builtin;
+
+    #[test]
+    fn builtin_ids_and_names_follow_the_protocol() {
+        for (id, name) in builtin::ALL {
+            assert_eq!(builtin::id(name), Some(id));
+            assert_eq!(builtin::name(id), Some(name));
+        }
+        assert_eq!(builtin::ALL.map(|(id, _)| id), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(builtin::id("sobel"), Some(builtin::SOBEL));
+        assert_eq!((builtin::id("nope"), builtin::name(0)), (None, None));
+    }
+}

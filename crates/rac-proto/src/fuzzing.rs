@@ -48,6 +48,11 @@ fn check_common<T: PartialEq + std::fmt::Debug>(
 fn check_error(e: &HeaderError) {
     assert!(e.status().closes_connection(), "{e:?} earns {}", e.status());
     assert!(!e.to_string().is_empty());
+    let answer = e.answer(0);
+    assert_eq!(
+        ResultHeader::decode(&answer.encode(), 0),
+        Decode::Complete(answer)
+    );
     if matches!(
         e,
         HeaderError::BadMagic { .. } | HeaderError::UnknownKind { .. }

@@ -193,6 +193,35 @@ impl HeaderError {
     }
 }
 
+impl HeaderError {
+    /// The result header a node answers this error with: kind 2 (kind 4 for an
+    /// oversized but otherwise valid control message), [`HeaderError::status`],
+    /// [`HeaderError::request_id`], the accelerator id when the header was readable
+    /// (0 otherwise), no slot, no timings. `payload_len` is the length of the UTF-8
+    /// message the node sends after it (the `Display` text is a good one).
+    pub const fn answer(&self, payload_len: u32) -> ResultHeader {
+        let (kind, accel_id) = match *self {
+            HeaderError::PayloadTooLarge {
+                accel_id: CONTROL_ACCEL_ID,
+                ..
+            } => (ResultKind::ControlResult, CONTROL_ACCEL_ID),
+            HeaderError::PayloadTooLarge { accel_id, .. }
+            | HeaderError::AcceleratorIdMismatch { accel_id, .. } => (ResultKind::Result, accel_id),
+            _ => (ResultKind::Result, 0),
+        };
+        ResultHeader {
+            kind,
+            status: self.status(),
+            payload_len,
+            request_id: self.request_id(),
+            accel_id,
+            slot_id: NO_SLOT,
+            queue_ns: 0,
+            exec_ns: 0,
+        }
+    }
+}
+
 impl fmt::Display for HeaderError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
@@ -863,6 +892,54 @@ mod tests {
             (ResultKind::Result, 6, NO_SLOT)
         );
         assert_eq!(sample_result().slot(), Some(0));
+    }
+
+    #[test]
+    fn header_errors_build_their_answer() {
+        let bad_magic = CallHeader::decode(b"GET / HTTP/1.1\r\n", LIMIT)
+            .error()
+            .unwrap();
+        let answer = bad_magic.answer(7);
+        assert_eq!(
+            answer,
+            ResultHeader {
+                kind: ResultKind::Result,
+                status: Status::ProtocolError,
+                payload_len: 7,
+                request_id: 0,
+                accel_id: 0,
+                slot_id: NO_SLOT,
+                queue_ns: 0,
+                exec_ns: 0
+            }
+        );
+        let big = CallHeader::call(3, 8, LIMIT + 1, params::topk(1));
+        let answer = CallHeader::decode(&big.encode(), LIMIT)
+            .error()
+            .unwrap()
+            .answer(0);
+        assert_eq!(
+            (
+                answer.kind,
+                answer.status,
+                answer.request_id,
+                answer.accel_id
+            ),
+            (ResultKind::Result, Status::TooLarge, 8, 3)
+        );
+        let big_control = CallHeader::control(9, CONTROL_PAYLOAD_LEN_MAX + 1);
+        let answer = CallHeader::decode(&big_control.encode(), LIMIT)
+            .error()
+            .unwrap()
+            .answer(0);
+        assert_eq!(
+            (answer.kind, answer.request_id),
+            (ResultKind::ControlResult, 9)
+        );
+        assert_eq!(
+            ResultHeader::decode(&answer.encode(), 0),
+            Decode::Complete(answer)
+        );
     }
 
     #[test]

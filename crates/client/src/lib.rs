@@ -1,1 +1,171 @@
-//! netaccel client library.
+//! Client side of netaccel: a small blocking HTTP client for a node's API, used by the
+//! `netaccel` command-line tool and by tests.
+//!
+//! It knows the node's routes and its JSON error bodies; it does not know how
+//! accelerators compute (crate `accel`) or the RAC wire format (crate `rac-proto`).
+
+use std::fmt;
+use std::io::Read;
+use std::time::Duration;
+
+/// A call's output and the node's account of it.
+#[derive(Debug, Clone)]
+pub struct CallOutput {
+    pub output: Vec<u8>,
+    pub queue_ns: u64,
+    pub exec_ns: u64,
+    pub slot: Option<u16>,
+}
+
+#[derive(Debug)]
+pub enum ClientError {
+    /// The node could not be reached or the exchange broke off.
+    Transport(String),
+    /// The node answered with an error status.
+    Node {
+        http_status: u16,
+        code: String,
+        message: String,
+    },
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Transport(m) => write!(f, "cannot talk to the node: {m}"),
+            ClientError::Node {
+                http_status,
+                code,
+                message,
+            } => {
+                write!(f, "node answered {http_status} {code}: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// Largest response body the client reads (a 4096×4096 matmul result is 64 MiB).
+const RESPONSE_BYTES_MAX: u64 = 1 << 30;
+
+pub struct NodeClient {
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl NodeClient {
+    /// `base` is the node's URL, e.g. `http://127.0.0.1:8080`.
+    pub fn new(base: &str) -> NodeClient {
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(Duration::from_secs(5))
+            .timeout(Duration::from_secs(300))
+            .build();
+        NodeClient {
+            base: base.trim_end_matches('/').to_string(),
+            agent,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Calls accelerator `name` with `params` (name, value) and `payload`.
+    pub fn call(
+        &self,
+        name: &str,
+        params: &[(String, String)],
+        payload: &[u8],
+        deadline_us: Option<u32>,
+    ) -> Result<CallOutput, ClientError> {
+        let mut req = self.agent.post(&self.url(&format!("/v1/fn/{name}")));
+        for (k, v) in params {
+            req = req.query(k, v);
+        }
+        if let Some(us) = deadline_us {
+            req = req.set("X-Netaccel-Deadline-Us", &us.to_string());
+        }
+        let resp = check(req.send_bytes(payload))?;
+        let header_num = |name: &str| {
+            resp.header(name)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let queue_ns = header_num("X-Netaccel-Queue-Ns");
+        let exec_ns = header_num("X-Netaccel-Exec-Ns");
+        let slot = resp.header("X-Netaccel-Slot").and_then(|v| v.parse().ok());
+        let output = read_body(resp)?;
+        Ok(CallOutput {
+            output,
+            queue_ns,
+            exec_ns,
+            slot,
+        })
+    }
+
+    pub fn accelerators(&self) -> Result<serde_json::Value, ClientError> {
+        self.get_json("/v1/accelerators")
+    }
+
+    pub fn slots(&self) -> Result<serde_json::Value, ClientError> {
+        self.get_json("/v1/slots")
+    }
+
+    /// Loads accelerator `name` into slot `slot`; returns the node's report.
+    pub fn load(
+        &self,
+        slot: u16,
+        name: &str,
+        token: Option<&str>,
+    ) -> Result<serde_json::Value, ClientError> {
+        let mut req = self.agent.put(&self.url(&format!("/v1/slots/{slot}")));
+        if let Some(token) = token {
+            req = req.set("Authorization", &format!("Bearer {token}"));
+        }
+        let resp = check(req.send_json(serde_json::json!({ "accelerator": name })))?;
+        parse_json(resp)
+    }
+
+    fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
+        parse_json(check(self.agent.get(&self.url(path)).call())?)
+    }
+}
+
+fn check(result: Result<ureq::Response, ureq::Error>) -> Result<ureq::Response, ClientError> {
+    match result {
+        Ok(resp) => Ok(resp),
+        Err(ureq::Error::Status(http_status, resp)) => {
+            let body = read_body(resp).unwrap_or_default();
+            let parsed: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
+            let field = |k: &str| {
+                parsed
+                    .as_ref()
+                    .and_then(|v| v[k].as_str())
+                    .map(str::to_string)
+            };
+            Err(ClientError::Node {
+                http_status,
+                code: field("code").unwrap_or_else(|| "UNKNOWN".to_string()),
+                message: field("error")
+                    .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned()),
+            })
+        }
+        Err(e) => Err(ClientError::Transport(e.to_string())),
+    }
+}
+
+fn read_body(resp: ureq::Response) -> Result<Vec<u8>, ClientError> {
+    let mut body = Vec::new();
+    resp.into_reader()
+        .take(RESPONSE_BYTES_MAX)
+        .read_to_end(&mut body)
+        .map_err(|e| ClientError::Transport(e.to_string()))?;
+    Ok(body)
+}
+
+fn parse_json(resp: ureq::Response) -> Result<serde_json::Value, ClientError> {
+    let body = read_body(resp)?;
+    serde_json::from_slice(&body)
+        .map_err(|e| ClientError::Transport(format!("node sent invalid JSON: {e}")))
+}

@@ -258,6 +258,9 @@ impl Slot {
 
     /// Submits a call. Refuses with `Unavailable` when the slot does not (or no longer)
     /// host the call's accelerator, and with `Busy` when the queue has no room.
+    // The refused call travels back by value so the dispatcher can offer it to the next
+    // slot; boxing it would allocate on every refusal.
+    #[allow(clippy::result_large_err)]
     pub fn submit(&self, call: Call) -> Result<Submitted, Refused> {
         let mut st = self.state.lock();
         if st.reconfiguring.is_some()

@@ -118,7 +118,7 @@ impl Conn {
                     }
                 }
             }
-            if self.wbuf.len() > 0 {
+            if !self.wbuf.is_empty() {
                 self.flush().await?;
             }
             let partial = !self.buffered().is_empty();
@@ -176,7 +176,7 @@ impl Conn {
         let route = std::mem::replace(&mut req.route, Route::Health { head_only: true });
         match route {
             Route::Health { head_only } => {
-                self.skip_body(&req).await?;
+                self.skip_body_or_close(&mut req).await?;
                 let body: &[u8] = if head_only {
                     b""
                 } else {
@@ -190,13 +190,13 @@ impl Conn {
                 self.count(200);
             }
             Route::Metrics { head_only } => {
-                self.skip_body(&req).await?;
+                self.skip_body_or_close(&mut req).await?;
                 let text = self.node.metrics.encode();
                 let ct = b"application/openmetrics-text; version=1.0.0; charset=utf-8";
                 self.respond(&req, 200, ct, text.as_bytes(), head_only, &[]);
             }
             Route::Json { code, body } => {
-                self.skip_body(&req).await?;
+                self.skip_body_or_close(&mut req).await?;
                 self.respond(&req, code, b"application/json", &body, false, &[]);
             }
             Route::Refuse {
@@ -205,9 +205,7 @@ impl Conn {
                 message,
                 allow,
             } => {
-                if !self.skip_body(&req).await? {
-                    req.keep_alive = false;
-                }
+                self.skip_body_or_close(&mut req).await?;
                 let body = error_body(&message, code_name);
                 let extra: &[(&str, &[u8])] = match allow {
                     Some(allow) => &[("Allow", allow.as_bytes())],
@@ -229,12 +227,12 @@ impl Conn {
                 head_only,
                 if_none_match,
             } => {
-                self.skip_body(&req).await?;
+                self.skip_body_or_close(&mut req).await?;
                 self.object_get(&req, &key, head_only, if_none_match.as_deref());
             }
             Route::ObjectPut { key } => return self.object_put(req, key).await,
             Route::ObjectDelete { key } => {
-                self.skip_body(&req).await?;
+                self.skip_body_or_close(&mut req).await?;
                 if self.node.objects.delete(&key) {
                     Head::start(&mut self.wbuf, 204).finish(req.keep_alive, req.minor);
                     self.count(204);
@@ -321,14 +319,25 @@ impl Conn {
     }
 
     /// Reads and discards the request body, if any. Returns `false` when the body could
-    /// not be skipped (too large, malformed, or timed out): the connection must close.
+    /// not be skipped (too large, malformed, timed out, or never coming because the
+    /// client waits for a `100 Continue` it will not get): the connection must close.
     async fn skip_body(&mut self, req: &Request) -> io::Result<bool> {
         match req.framing {
             BodyFraming::None => Ok(true),
+            _ if req.expect_continue => Ok(false),
             BodyFraming::Length(n) if n > self.node.config.body_bytes_max as u64 => Ok(false),
             BodyFraming::Length(n) => self.read_exact_into(n as usize, None).await,
             BodyFraming::Chunked => Ok(self.read_chunked(None, None).await?.is_ok()),
         }
+    }
+
+    /// Skips an unwanted body; when it cannot be skipped the response closes the
+    /// connection.
+    async fn skip_body_or_close(&mut self, req: &mut Request) -> io::Result<()> {
+        if !self.skip_body(req).await? {
+            req.keep_alive = false;
+        }
+        Ok(())
     }
 
     /// Reserves memory for and reads the request body into `self.body`. `check` sees

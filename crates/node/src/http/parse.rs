@@ -419,7 +419,10 @@ mod tests {
         head_bytes_max: 256,
     };
 
-    fn parse(buf: &[u8]) -> Result<Option<(String, String, BodyFraming, bool, bool, usize)>, u16> {
+    /// Method, target, framing, keep-alive, expect-continue, head length.
+    type Summary = (String, String, BodyFraming, bool, bool, usize);
+
+    fn parse(buf: &[u8]) -> Result<Option<Summary>, u16> {
         let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
         match parse_head(buf, &LIMITS, &mut headers) {
             Ok(Parse::Partial) => Ok(None),

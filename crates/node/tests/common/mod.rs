@@ -1,0 +1,262 @@
+//! Black-box test harness: starts the real `netaccel-node` binary on a free loopback
+//! port with a given configuration and talks to it with real clients.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct TestNode {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub dir: PathBuf,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TestNode {
+    /// Starts a node with `config` (TOML, without the `http` key).
+    pub fn start(config: &str) -> TestNode {
+        for _ in 0..5 {
+            let port = free_port();
+            let dir =
+                std::env::temp_dir().join(format!("netaccel-test-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("node.toml");
+            std::fs::write(
+                &path,
+                format!("http = \"127.0.0.1:{port}\"\nlog_level = \"warn\"\n{config}"),
+            )
+            .unwrap();
+            let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
+                .arg("--config")
+                .arg(&path)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("starting netaccel-node");
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!("node exited during start-up: {status}");
+                }
+                if TcpStream::connect(addr).is_ok() {
+                    return TestNode { child, addr, dir };
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("node did not start");
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Resident set size of the node, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// Sends raw bytes on a new connection and reads until the node closes it or
+    /// `quiet` passes without new bytes.
+    pub fn raw(&self, request: &[u8], quiet: Duration) -> Vec<u8> {
+        let mut s = TcpStream::connect(self.addr).unwrap();
+        s.write_all(request).unwrap();
+        read_until_quiet(&mut s, quiet)
+    }
+
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "node did not exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn read_until_quiet(s: &mut TcpStream, quiet: Duration) -> Vec<u8> {
+    s.set_read_timeout(Some(quiet)).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+/// A parsed response: status, headers (lower-case names), body.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+/// Splits a byte stream holding several responses (Content-Length framed, or no body
+/// for 1xx/204/304) into parsed responses.
+pub fn parse_responses(mut data: &[u8]) -> Vec<Resp> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let end = data
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("complete head")
+            + 4;
+        let head = std::str::from_utf8(&data[..end]).unwrap();
+        let mut lines = head.split("\r\n");
+        let status: u16 = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (k, v) = l.split_once(':').unwrap();
+                (k.trim().to_ascii_lowercase(), v.trim().to_string())
+            })
+            .collect();
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .map_or(0, |(_, v)| v.parse().unwrap());
+        let len = if status < 200 || status == 204 || status == 304 {
+            0
+        } else {
+            len
+        };
+        out.push(Resp {
+            status,
+            headers,
+            body: data[end..end + len].to_vec(),
+        });
+        data = &data[end + len..];
+    }
+    out
+}
+
+/// Runs curl with `args`; returns (HTTP status, body).
+pub fn curl(args: &[&str]) -> (u16, Vec<u8>) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-S",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "--max-time",
+            "20",
+        ])
+        .args(args)
+        .output()
+        .expect("curl is installed");
+    assert!(
+        out.status.success(),
+        "curl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut body = out.stdout;
+    let nl = body.iter().rposition(|&b| b == b'\n').unwrap();
+    let status = std::str::from_utf8(&body[nl + 1..])
+        .unwrap()
+        .parse()
+        .unwrap();
+    body.truncate(nl);
+    (status, body)
+}
+
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn i32_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+pub fn i32s(b: &[u8]) -> Vec<i32> {
+    b.chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// A tiny deterministic PRNG (xorshift64*), so tests need no extra crate.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}

@@ -70,8 +70,8 @@ class AsyncClient(_Calls):
         self._writer.close()
         try:
             await self._writer.wait_closed()
-        except OSError:
-            pass
+        except (OSError, RuntimeError):
+            pass  # already broken; nothing left to flush
 
     @property
     def in_flight(self) -> int:
@@ -142,7 +142,13 @@ class AsyncClient(_Calls):
             # await between them, so concurrent calls cannot interleave their bytes.
             self._writer.write(header)
             self._writer.write(payload)
-            await self._writer.drain()
+            try:
+                await self._writer.drain()
+            except OSError:
+                # The node may have refused the call (TOO_LARGE) and closed before
+                # taking the whole payload; the reader delivers its answer, or fails
+                # the call when the connection is gone.
+                pass
             return await future
         finally:
             self._pending.pop(rid, None)

@@ -134,6 +134,7 @@ class Client(_Calls):
         self._done: Dict[int, Result] = {}
         self._buf = bytearray()
         self._closed_reason: Optional[str] = None
+        self._send_failed = False  # reads may go on after a failed send
 
     @classmethod
     def from_addr(cls, addr: str, **kw: Any) -> "Client":
@@ -185,8 +186,8 @@ class Client(_Calls):
         accel_id = self.resolve(accelerator)
         rid = self._new_request_id(self._id_taken)
         header, view = self._encode_call(accel_id, accelerator, rid, payload, params, deadline_us, named)
-        self._send(header, view)
         self._in_flight[rid] = Kind.CALL
+        self._send(header, view)
         return rid
 
     def result(self, request_id: Optional[int] = None) -> Result:
@@ -256,8 +257,8 @@ class Client(_Calls):
         self._check_open()
         payload = rac.control_payload(op, token, **fields)
         rid = self._new_request_id(self._id_taken)
-        self._send(CallHeader.control(rid, len(payload)).encode(), memoryview(payload))
         self._in_flight[rid] = Kind.CONTROL
+        self._send(CallHeader.control(rid, len(payload)).encode(), memoryview(payload))
         return self.result(rid).raise_for_status().json()
 
     def catalog(self, token: Optional[str] = None) -> Any:
@@ -289,8 +290,11 @@ class Client(_Calls):
                 self._sock.sendall(header)
                 self._sock.sendall(payload)
         except OSError as e:
+            # The node may have refused the call (TOO_LARGE) and closed before taking
+            # the whole payload. Its answer may still be readable, so the call stays in
+            # flight and result() reports it, or the closed connection.
             self._closed_reason = f"send failed: {e}"
-            raise
+            self._send_failed = True
 
     def _fill(self, n: int) -> None:
         while len(self._buf) < n:
@@ -307,7 +311,8 @@ class Client(_Calls):
             self._buf += chunk
 
     def _read_result(self) -> Result:
-        self._check_open()
+        if not self._send_failed:
+            self._check_open()
         self._fill(HEADER_LEN)
         try:
             header = ResultHeader.decode(self._buf, self.max_payload_len)

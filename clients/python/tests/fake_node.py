@@ -92,6 +92,7 @@ class FakeNode:
                             self._answer(conn, ready)
                             err = ResultHeader(e.status, len(str(e)), e.request_id, 0)
                             conn.sendall(err.encode() + str(e).encode())
+                            self._linger(conn)
                             return
                         if isinstance(h, Partial) or len(buf) < 64 + h.payload_len:
                             break
@@ -101,6 +102,19 @@ class FakeNode:
                     return
                 self._answer(conn, ready)
                 ready = []
+
+    @staticmethod
+    def _linger(conn):
+        """Close as a node should after TOO_LARGE or PROTOCOL_ERROR: stop writing, then
+        discard what the client still sends for a while, so that closing with unread
+        input does not reset the connection and destroy the answer in flight."""
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(2)
+        try:
+            while conn.recv(1 << 16):
+                pass
+        except OSError:
+            pass
 
     def _answer(self, conn, ready):
         out = bytearray()

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use accel::{Accelerator, ParamBlock};
+use bytes::BufMut;
 use rac_proto::Status;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -29,6 +30,8 @@ use crate::slot::{Answer, Call, Submitted, TenantId};
 
 /// Read buffer size; also the most a single read pulls in while waiting for a head.
 const READ_CHUNK: usize = 4096;
+/// Bytes read at a time when discarding a body.
+const SKIP_CHUNK: usize = 8192;
 /// Responses are batched in the write buffer up to this size before a flush.
 const WRITE_BATCH_MAX: usize = 64 * 1024;
 /// After an error that closes the connection, unread input is drained this long so the
@@ -437,20 +440,21 @@ impl Conn {
         }
         self.rpos += from_buffer;
         let mut remaining = n - from_buffer;
-        let mut scratch = [0u8; 8192];
+        let mut scratch = Vec::new();
+        if dst.is_none() && remaining > 0 {
+            scratch.reserve(SKIP_CHUNK);
+        }
         while remaining > 0 {
             let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
             let read = match dst.as_deref_mut() {
                 Some(dst) => {
-                    let start = dst.len();
-                    dst.resize(start + remaining, 0);
-                    let r = read_with_deadline(&self.stream, &mut dst[start..], deadline).await;
-                    dst.truncate(start + r.as_ref().map_or(0, |&n| n.unwrap_or(0)));
-                    r?
+                    dst.reserve(remaining);
+                    read_with_deadline(&self.stream, &mut dst.limit(remaining), deadline).await?
                 }
                 None => {
-                    let len = remaining.min(scratch.len());
-                    read_with_deadline(&self.stream, &mut scratch[..len], deadline).await?
+                    scratch.clear();
+                    let mut limited = (&mut scratch).limit(remaining.min(SKIP_CHUNK));
+                    read_with_deadline(&self.stream, &mut limited, deadline).await?
                 }
             };
             match read {
@@ -815,45 +819,25 @@ impl Conn {
             self.rbuf.drain(..self.rpos);
             self.rpos = 0;
         }
-        let start = self.rbuf.len();
-        self.rbuf.resize(start + READ_CHUNK, 0);
-        let read = {
-            let buf = &mut self.rbuf[start..];
-            if idle {
-                let mut shutdown = self.shutdown.clone();
-                if *shutdown.borrow() {
-                    self.rbuf.truncate(start);
-                    return Ok(Wait::Shutdown);
-                }
-                tokio::select! {
-                    r = read_with_deadline(&self.stream, buf, deadline) => r,
-                    _ = shutdown.changed() => {
-                        self.rbuf.truncate(start);
-                        return Ok(Wait::Shutdown);
-                    }
-                }
-            } else {
-                read_with_deadline(&self.stream, buf, deadline).await
+        self.rbuf.reserve(READ_CHUNK);
+        let mut buf = (&mut self.rbuf).limit(READ_CHUNK);
+        let read = if idle {
+            let mut shutdown = self.shutdown.clone();
+            if *shutdown.borrow() {
+                return Ok(Wait::Shutdown);
             }
+            tokio::select! {
+                r = read_with_deadline(&self.stream, &mut buf, deadline) => r,
+                _ = shutdown.changed() => return Ok(Wait::Shutdown),
+            }
+        } else {
+            read_with_deadline(&self.stream, &mut buf, deadline).await
         };
-        match read {
-            Ok(Some(0)) => {
-                self.rbuf.truncate(start);
-                Ok(Wait::Eof)
-            }
-            Ok(Some(n)) => {
-                self.rbuf.truncate(start + n);
-                Ok(Wait::Data)
-            }
-            Ok(None) => {
-                self.rbuf.truncate(start);
-                Ok(Wait::Timeout)
-            }
-            Err(e) => {
-                self.rbuf.truncate(start);
-                Err(e)
-            }
-        }
+        Ok(match read? {
+            Some(0) => Wait::Eof,
+            Some(_) => Wait::Data,
+            None => Wait::Timeout,
+        })
     }
 
     /// Half-closes, then drains input briefly so the last response is not lost to a
@@ -861,9 +845,10 @@ impl Conn {
     async fn linger(&mut self) -> io::Result<()> {
         self.stream.shutdown().await.ok();
         let deadline = Instant::now() + LINGER;
-        let mut scratch = [0u8; 4096];
+        let mut scratch = Vec::with_capacity(SKIP_CHUNK);
         let mut drained = 0;
         while drained < LINGER_BYTES_MAX {
+            scratch.clear();
             match read_with_deadline(&self.stream, &mut scratch, deadline).await {
                 Ok(Some(n)) if n > 0 => drained += n,
                 _ => break,
@@ -879,14 +864,15 @@ struct LoadRequest {
     accelerator: String,
 }
 
-/// One read, or `None` when `deadline` passes first.
+/// One read into `buf`'s spare capacity (no zeroing), or `None` when `deadline`
+/// passes first.
 async fn read_with_deadline(
     stream: &TcpStream,
-    buf: &mut [u8],
+    buf: &mut impl BufMut,
     deadline: Instant,
 ) -> io::Result<Option<usize>> {
     // Fast path: data already waiting needs no timer.
-    match stream.try_read(buf) {
+    match stream.try_read_buf(buf) {
         Ok(n) => return Ok(Some(n)),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
         Err(e) => return Err(e),
@@ -894,7 +880,7 @@ async fn read_with_deadline(
     let read = async {
         loop {
             stream.readable().await?;
-            match stream.try_read(buf) {
+            match stream.try_read_buf(buf) {
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e),

@@ -69,7 +69,11 @@ pub fn builtins() -> Vec<Arc<dyn Accelerator>> {
         Arc::new(Echo(descriptor(1, "echo", &[]))),
         Arc::new(ToUppercase(descriptor(2, "to_uppercase", &[]))),
         Arc::new(TopK(descriptor(3, "topk", &[u32_param("k", 0, None)]))),
-        Arc::new(Logit(descriptor(4, "logit", &[f32_param("eps", 0, Some(0.0))]))),
+        Arc::new(Logit(descriptor(
+            4,
+            "logit",
+            &[f32_param("eps", 0, Some(0.0))],
+        ))),
         Arc::new(MinMax(descriptor(5, "minmax", &[]))),
         Arc::new(Sobel(descriptor(
             6,
@@ -87,15 +91,30 @@ const CPU_KERNELS_VERSION: &str = "netaccel-cpu-kernels/1";
 fn descriptor(id: u16, name: &str, params: &[ParamSpec]) -> Descriptor {
     let digest = Sha256::digest(format!("{CPU_KERNELS_VERSION}/{name}"));
     let hash = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-    Descriptor { id, name: name.to_string(), hash, params: params.to_vec() }
+    Descriptor {
+        id,
+        name: name.to_string(),
+        hash,
+        params: params.to_vec(),
+    }
 }
 
 fn u32_param(name: &'static str, offset: usize, default: Option<u32>) -> ParamSpec {
-    ParamSpec { name, ty: ParamType::U32, offset, default: default.map(ParamValue::U32) }
+    ParamSpec {
+        name,
+        ty: ParamType::U32,
+        offset,
+        default: default.map(ParamValue::U32),
+    }
 }
 
 fn f32_param(name: &'static str, offset: usize, default: Option<f32>) -> ParamSpec {
-    ParamSpec { name, ty: ParamType::F32, offset, default: default.map(ParamValue::F32) }
+    ParamSpec {
+        name,
+        ty: ParamType::F32,
+        offset,
+        default: default.map(ParamValue::F32),
+    }
 }
 
 fn check_multiple(payload_len: Option<usize>, of: usize, what: &str) -> Result<(), CallError> {
@@ -182,7 +201,9 @@ fn logit_eps(params: &ParamBlock) -> Result<f32, CallError> {
     if eps > 0.0 && eps < 0.5 {
         Ok(eps)
     } else {
-        bad(format!("parameter `eps` must be in (0, 0.5) or 0 for the default, got {eps}"))
+        bad(format!(
+            "parameter `eps` must be in (0, 0.5) or 0 for the default, got {eps}"
+        ))
     }
 }
 
@@ -244,7 +265,9 @@ struct Sobel(Descriptor);
 fn sobel_dims(params: &ParamBlock) -> Result<(usize, usize), CallError> {
     let (w, h) = (param_u32(params, 0), param_u32(params, 4));
     if w == 0 || h == 0 {
-        return bad(format!("parameters `width` and `height` must be at least 1, got {w}x{h}"));
+        return bad(format!(
+            "parameters `width` and `height` must be at least 1, got {w}x{h}"
+        ));
     }
     Ok((w as usize, h as usize))
 }
@@ -288,9 +311,9 @@ fn matmul_n(params: &ParamBlock, payload_len: Option<usize>) -> Result<usize, Ca
         return bad(format!("matrices of size {n} are too large"));
     };
     match payload_len {
-        Some(len) if len != want => {
-            bad(format!("two {n}x{n} f32 matrices are {want} bytes, payload is {len}"))
-        }
+        Some(len) if len != want => bad(format!(
+            "two {n}x{n} f32 matrices are {want} bytes, payload is {len}"
+        )),
         _ => Ok(n),
     }
 }
@@ -313,5 +336,210 @@ impl Accelerator for MatMul {
         out.resize(4 * n * n, 0);
         matmul::matmul(input, n, out);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{reference, Catalog, PARAMS_LEN};
+
+    fn block(values: &[u32]) -> ParamBlock {
+        let mut block = [0u8; PARAMS_LEN];
+        for (i, v) in values.iter().enumerate() {
+            block[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        block
+    }
+
+    fn call(name: &str, params: &ParamBlock, input: &[u8]) -> Result<Vec<u8>, CallError> {
+        let catalog = Catalog::builtin();
+        let accel = catalog.by_name(name).expect("built-in");
+        // A dirty buffer: kernels must clear it.
+        let mut out = vec![0xEE; 5];
+        accel.run(params, input, &mut out).map(|()| out)
+    }
+
+    fn refused(name: &str, params: &ParamBlock, input: &[u8]) -> String {
+        let catalog = Catalog::builtin();
+        let accel = catalog.by_name(name).expect("built-in");
+        let checked = accel.check(params, Some(input.len()));
+        match call(name, params, input) {
+            Err(CallError::BadRequest(m)) => {
+                if let Err(CallError::BadRequest(early)) = checked {
+                    assert_eq!(early, m, "check and run give the same reason");
+                }
+                m
+            }
+            other => panic!("{name}: expected BadRequest, got {other:?}"),
+        }
+    }
+
+    fn f32s(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    fn as_f32s(bytes: &[u8]) -> Vec<f32> {
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn empty_payloads() {
+        let none = block(&[]);
+        assert_eq!(call("echo", &none, &[]).unwrap(), b"");
+        assert_eq!(call("to_uppercase", &none, &[]).unwrap(), b"");
+        assert_eq!(call("topk", &block(&[3]), &[]).unwrap(), b"");
+        assert_eq!(call("logit", &none, &[]).unwrap(), b"");
+        assert_eq!(call("minmax", &none, &[]).unwrap(), b"");
+        assert!(refused("sobel", &block(&[1, 1]), &[]).contains("payload is 0"));
+        assert!(refused("matmul", &block(&[1]), &[]).contains("payload is 0"));
+    }
+
+    #[test]
+    fn payload_lengths_that_do_not_fit() {
+        let none = block(&[]);
+        for len in [1, 2, 3, 5, 4099] {
+            let payload = vec![0u8; len];
+            let m = refused("topk", &block(&[1]), &payload);
+            assert!(
+                m.contains(&format!("payload is {len} bytes")) && m.contains("i32"),
+                "{m}"
+            );
+            assert!(refused("logit", &none, &payload).contains("f32"));
+            assert!(refused("minmax", &none, &payload).contains("f32"));
+        }
+        let m = refused("sobel", &block(&[3, 2]), &[0; 7]);
+        assert_eq!(m, "a 3x2 image is 6 bytes, payload is 7");
+        let m = refused("matmul", &block(&[2]), &[0; 31]);
+        assert_eq!(m, "two 2x2 f32 matrices are 32 bytes, payload is 31");
+    }
+
+    #[test]
+    fn params_out_of_range() {
+        assert_eq!(
+            refused("topk", &block(&[0]), &[0; 8]),
+            "parameter `k` must be at least 1"
+        );
+        for eps in [-1e-6f32, 0.5, 0.75, f32::NAN, f32::INFINITY, -1.0] {
+            let m = refused("logit", &block(&[eps.to_bits()]), &[0; 4]);
+            assert!(m.starts_with("parameter `eps` must be in (0, 0.5)"), "{m}");
+        }
+        for (w, h) in [(0, 1), (1, 0), (0, 0)] {
+            let m = refused("sobel", &block(&[w, h]), &[]);
+            assert!(m.contains("must be at least 1"), "{m}");
+        }
+        let m = refused("sobel", &block(&[u32::MAX, u32::MAX]), &[]);
+        assert!(
+            m.contains("must be at least 1") || m.contains("payload is 0"),
+            "{m}"
+        );
+        assert_eq!(
+            refused("matmul", &block(&[0]), &[]),
+            "parameter `n` must be at least 1"
+        );
+    }
+
+    #[test]
+    fn minmax_refuses_non_finite_values_with_their_index() {
+        let none = block(&[]);
+        let m = refused("minmax", &none, &f32s(&[1.0, 2.0, f32::NAN, f32::INFINITY]));
+        assert_eq!(m, "value 2 is NaN: minmax needs finite values");
+        let mut values = vec![0.5f32; 37];
+        values[36] = f32::NEG_INFINITY;
+        let m = refused("minmax", &none, &f32s(&values));
+        assert_eq!(m, "value 36 is -inf: minmax needs finite values");
+    }
+
+    #[test]
+    fn minmax_of_constant_and_single_values_is_zero() {
+        for n in [1, 3, 16, 17, 100] {
+            let out = call("minmax", &block(&[]), &f32s(&vec![-7.25; n])).unwrap();
+            assert_eq!(out, vec![0u8; 4 * n]);
+        }
+        let out = call("minmax", &block(&[]), &f32s(&[2.0, 4.0, 3.0])).unwrap();
+        assert_eq!(as_f32s(&out), [0.0, 1.0, 0.5]);
+    }
+
+    #[test]
+    fn topk_k_against_n() {
+        let values = [4i32, -1, 4, 9, 0];
+        let payload: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for k in [1u32, 2, 4, 5, 6, 1000, u32::MAX] {
+            let out = call("topk", &block(&[k]), &payload).unwrap();
+            let got: Vec<i32> = out
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            assert_eq!(got, reference::topk(&values, k as usize), "k {k}");
+        }
+    }
+
+    #[test]
+    fn logit_default_eps_and_special_values() {
+        let input = f32s(&[0.5, f32::NAN, 0.0, 1.0, f32::INFINITY, f32::NEG_INFINITY]);
+        let out = as_f32s(&call("logit", &block(&[]), &input).unwrap());
+        let edge = (1e-6f64.ln() - (-1e-6f64).ln_1p()) as f32;
+        assert_eq!(out[0], 0.0);
+        assert!(out[1].is_nan());
+        assert_eq!([out[2], out[3], out[4], out[5]], [edge, -edge, -edge, edge]);
+    }
+
+    #[test]
+    fn sobel_small_images() {
+        for (w, h) in [(1u32, 1u32), (1, 5), (5, 1), (2, 2), (3, 3), (4, 3)] {
+            let pixels: Vec<u8> = (0..w * h).map(|i| (i * 61 % 256) as u8).collect();
+            let out = call("sobel", &block(&[w, h]), &pixels).unwrap();
+            assert_eq!(
+                out,
+                reference::sobel(&pixels, w as usize, h as usize),
+                "{w}x{h}"
+            );
+        }
+        // The only interior pixel of a 3x3 image: gx = 4·255 → clamped.
+        let mut pixels = [0u8; 9];
+        pixels[2] = 255;
+        pixels[5] = 255;
+        pixels[8] = 255;
+        assert_eq!(call("sobel", &block(&[3, 3]), &pixels).unwrap()[4], 255);
+    }
+
+    #[test]
+    fn matmul_of_one_by_one_and_two_by_two() {
+        let out = call("matmul", &block(&[1]), &f32s(&[-3.0, 0.5])).unwrap();
+        assert_eq!(as_f32s(&out), [-1.5]);
+        let out = call(
+            "matmul",
+            &block(&[2]),
+            &f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]),
+        );
+        assert_eq!(as_f32s(&out.unwrap()), [19.0, 22.0, 43.0, 50.0]);
+    }
+
+    #[test]
+    fn work_estimates_grow_with_the_work() {
+        let catalog = Catalog::builtin();
+        for a in catalog.iter() {
+            let d = a.descriptor();
+            let params = match d.name.as_str() {
+                "topk" => block(&[10]),
+                "sobel" => block(&[64, 64]),
+                _ => block(&[]),
+            };
+            let small = a.work_estimate(&params, 4096);
+            let large = a.work_estimate(&params, 1 << 20);
+            if d.name == "matmul" {
+                assert_eq!(a.work_estimate(&block(&[100]), 80_000), 2_000_000);
+                assert_eq!(a.work_estimate(&block(&[u32::MAX]), 0), u64::MAX);
+            } else {
+                assert!(
+                    small > 0 && large > small * 100,
+                    "{}: {small} {large}",
+                    d.name
+                );
+            }
+        }
     }
 }

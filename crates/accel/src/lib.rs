@@ -151,7 +151,9 @@ pub fn params_from_pairs<'a>(
         let Some(index) = specs.iter().position(|s| s.name == name) else {
             let known: Vec<&str> = specs.iter().map(|s| s.name).collect();
             return if known.is_empty() {
-                bad(format!("unknown parameter `{name}`: this accelerator takes none"))
+                bad(format!(
+                    "unknown parameter `{name}`: this accelerator takes none"
+                ))
             } else {
                 bad(format!(
                     "unknown parameter `{name}`: this accelerator takes {}",
@@ -208,10 +210,18 @@ impl Catalog {
         let mut by_id = HashMap::new();
         for (i, a) in entries.iter().enumerate() {
             let d = a.descriptor();
-            assert!(by_name.insert(d.name.clone(), i).is_none(), "duplicate name {}", d.name);
+            assert!(
+                by_name.insert(d.name.clone(), i).is_none(),
+                "duplicate name {}",
+                d.name
+            );
             assert!(by_id.insert(d.id, i).is_none(), "duplicate id {}", d.id);
         }
-        Catalog { entries, by_name, by_id }
+        Catalog {
+            entries,
+            by_name,
+            by_id,
+        }
     }
 
     pub fn by_name(&self, name: &str) -> Option<&Arc<dyn Accelerator>> {
@@ -264,9 +274,11 @@ mod tests {
     fn params_from_pairs_places_values_at_their_offsets() {
         let c = Catalog::builtin();
         let sobel = c.by_name("sobel").unwrap();
-        let block =
-            params_from_pairs(&sobel.descriptor().params, [("height", "480"), ("width", "640")])
-                .unwrap();
+        let block = params_from_pairs(
+            &sobel.descriptor().params,
+            [("height", "480"), ("width", "640")],
+        )
+        .unwrap();
         assert_eq!(param_u32(&block, 0), 640);
         assert_eq!(param_u32(&block, 4), 480);
         assert!(block[8..].iter().all(|&b| b == 0));

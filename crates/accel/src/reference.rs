@@ -49,7 +49,13 @@ pub fn minmax(values: &[f32]) -> Vec<f64> {
     let max = values.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     values
         .iter()
-        .map(|&x| if max == min { 0.0 } else { (x as f64 - min) / (max - min) })
+        .map(|&x| {
+            if max == min {
+                0.0
+            } else {
+                (x as f64 - min) / (max - min)
+            }
+        })
         .collect()
 }
 

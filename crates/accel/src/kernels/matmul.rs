@@ -36,7 +36,11 @@ struct Blocking {
     nc: usize,
 }
 
-const BLOCKING: Blocking = Blocking { mc: 96, kc: 256, nc: 1024 };
+const BLOCKING: Blocking = Blocking {
+    mc: 96,
+    kc: 256,
+    nc: 1024,
+};
 
 multiversion! {
     /// Multiplies the two `n × n` matrices of `input` (`A` then `B`, `8·n²` bytes) into
@@ -66,7 +70,11 @@ fn f32_le(bytes: &[u8]) -> f32 {
 
 #[inline(always)]
 fn blocked<const FUSED: bool>(input: &[u8], n: usize, c: &mut [u8], blocking: Blocking) {
-    let Blocking { mc: mc_max, kc: kc_max, nc: nc_max } = blocking;
+    let Blocking {
+        mc: mc_max,
+        kc: kc_max,
+        nc: nc_max,
+    } = blocking;
     assert!(mc_max % MR == 0 && nc_max % NR == 0 && kc_max >= 1);
     assert_eq!(input.len(), 8 * n * n);
     assert_eq!(c.len(), 4 * n * n);
@@ -100,7 +108,13 @@ fn blocked<const FUSED: bool>(input: &[u8], n: usize, c: &mut [u8], blocking: Bl
 /// Packs rows `pc..pc + kc`, columns `jc..jc + nc` of `B` into panels of `NR` columns,
 /// each stored `k`-major (`NR` values per `k`), zero-padded past column `n`.
 #[inline(always)]
-fn pack_b(b: &[u8], n: usize, (pc, kc): (usize, usize), (jc, nc): (usize, usize), pack: &mut [f32]) {
+fn pack_b(
+    b: &[u8],
+    n: usize,
+    (pc, kc): (usize, usize),
+    (jc, nc): (usize, usize),
+    pack: &mut [f32],
+) {
     for jr in (0..nc).step_by(NR) {
         let cols = NR.min(nc - jr);
         let panel = &mut pack[jr * kc..(jr + NR) * kc];
@@ -118,7 +132,13 @@ fn pack_b(b: &[u8], n: usize, (pc, kc): (usize, usize), (jc, nc): (usize, usize)
 /// Packs rows `ic..ic + mc`, columns `pc..pc + kc` of `A` into panels of `MR` rows,
 /// each stored `k`-major (`MR` values per `k`), zero-padded past row `n`.
 #[inline(always)]
-fn pack_a(a: &[u8], n: usize, (ic, mc): (usize, usize), (pc, kc): (usize, usize), pack: &mut [f32]) {
+fn pack_a(
+    a: &[u8],
+    n: usize,
+    (ic, mc): (usize, usize),
+    (pc, kc): (usize, usize),
+    pack: &mut [f32],
+) {
     for ir in (0..mc).step_by(MR) {
         let rows = MR.min(mc - ir);
         let panel = &mut pack[ir * kc..(ir + MR) * kc];
@@ -149,7 +169,11 @@ fn micro_kernel<const FUSED: bool>(a_panel: &[f32], b_panel: &[f32]) -> [[f32; N
         let b: &[f32; NR] = b.try_into().expect("NR values");
         for (acc_row, &a_i) in acc.iter_mut().zip(a) {
             for (acc_ij, &b_j) in acc_row.iter_mut().zip(b) {
-                *acc_ij = if FUSED { a_i.mul_add(b_j, *acc_ij) } else { *acc_ij + a_i * b_j };
+                *acc_ij = if FUSED {
+                    a_i.mul_add(b_j, *acc_ij)
+                } else {
+                    *acc_ij + a_i * b_j
+                };
             }
         }
     }
@@ -181,25 +205,38 @@ mod tests {
     use proptest::prelude::*;
 
     /// Small blocks, so that small matrices cross every block and panel edge.
-    const TINY: Blocking = Blocking { mc: 12, kc: 5, nc: 32 };
+    const TINY: Blocking = Blocking {
+        mc: 12,
+        kc: 5,
+        nc: 32,
+    };
 
     fn check(a: &[f32], b: &[f32], n: usize) {
         let input: Vec<u8> = a.iter().chain(b).flat_map(|v| v.to_le_bytes()).collect();
         let (want, scale) = reference::matmul(a, b, n);
-        let mut outs = [vec![0xAAu8; 4 * n * n], vec![0; 4 * n * n], vec![0; 4 * n * n]];
+        let mut outs = [
+            vec![0xAAu8; 4 * n * n],
+            vec![0; 4 * n * n],
+            vec![0; 4 * n * n],
+        ];
         matmul(&input, n, &mut outs[0]);
         blocked::<false>(&input, n, &mut outs[1], TINY);
         blocked::<true>(&input, n, &mut outs[2], TINY);
         for out in &outs {
             for (i, ((w, s), g)) in want.iter().zip(&scale).zip(out.chunks_exact(4)).enumerate() {
                 let g = f64::from(f32_le(g));
-                assert!((g - w).abs() <= 1e-4 * s + 1e-6, "n {n} C[{i}] = {g:e}, want {w:e}");
+                assert!(
+                    (g - w).abs() <= 1e-4 * s + 1e-6,
+                    "n {n} C[{i}] = {g:e}, want {w:e}"
+                );
             }
         }
     }
 
     fn pattern(n: usize, seed: usize) -> Vec<f32> {
-        (0..n * n).map(|i| ((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.0 - 1.0).collect()
+        (0..n * n)
+            .map(|i| ((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.0 - 1.0)
+            .collect()
     }
 
     #[test]
@@ -212,9 +249,15 @@ mod tests {
     #[test]
     fn identity_and_exact_small_products() {
         let n = 19;
-        let identity: Vec<f32> = (0..n * n).map(|i| if i % (n + 1) == 0 { 1.0 } else { 0.0 }).collect();
+        let identity: Vec<f32> = (0..n * n)
+            .map(|i| if i % (n + 1) == 0 { 1.0 } else { 0.0 })
+            .collect();
         let m = pattern(n, 3);
-        let input: Vec<u8> = m.iter().chain(&identity).flat_map(|v| v.to_le_bytes()).collect();
+        let input: Vec<u8> = m
+            .iter()
+            .chain(&identity)
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         let mut out = vec![0; 4 * n * n];
         matmul(&input, n, &mut out);
         let got: Vec<f32> = out.chunks_exact(4).map(f32_le).collect();

@@ -64,7 +64,16 @@ mod tests {
 
     #[test]
     fn tiny_and_degenerate_images() {
-        for (w, h) in [(1, 1), (1, 9), (9, 1), (2, 2), (2, 5), (5, 2), (3, 3), (4, 4)] {
+        for (w, h) in [
+            (1, 1),
+            (1, 9),
+            (9, 1),
+            (2, 2),
+            (2, 5),
+            (5, 2),
+            (3, 3),
+            (4, 4),
+        ] {
             let pixels: Vec<u8> = (0..w * h).map(|i| (i * 97 % 256) as u8).collect();
             check(&pixels, w, h);
         }
@@ -73,9 +82,13 @@ mod tests {
     #[test]
     fn saturates_at_255_on_hard_edges() {
         let (w, h) = (37, 5);
-        let pixels: Vec<u8> = (0..w * h).map(|i| if (i % w) < w / 2 { 0 } else { 255 }).collect();
+        let pixels: Vec<u8> = (0..w * h)
+            .map(|i| if (i % w) < w / 2 { 0 } else { 255 })
+            .collect();
         check(&pixels, w, h);
-        let checker: Vec<u8> = (0..w * h).map(|i| if i % 2 == 0 { 0 } else { 255 }).collect();
+        let checker: Vec<u8> = (0..w * h)
+            .map(|i| if i % 2 == 0 { 0 } else { 255 })
+            .collect();
         check(&checker, w, h);
     }
 

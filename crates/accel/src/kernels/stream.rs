@@ -63,7 +63,12 @@ impl LogitClamp {
         // ln((1 - eps) / eps) with 1 - eps kept exact through ln_1p: for eps below
         // about 2^-29, 1 - eps is not exact even in f64.
         let high_out64 = (-eps64).ln_1p() - eps64.ln();
-        LogitClamp { eps, high, low_out: -high_out64 as f32, high_out: high_out64 as f32 }
+        LogitClamp {
+            eps,
+            high,
+            low_out: -high_out64 as f32,
+            high_out: high_out64 as f32,
+        }
     }
 }
 
@@ -71,31 +76,45 @@ multiversion! {
     /// `ln(c / (1 - c))` with `c = clamp(x, eps, 1 - eps)` for each little-endian `f32`
     /// of `input`, NaN in giving NaN out. `input.len()` is a multiple of 4 and equals
     /// `out.len()`.
-    pub(super) fn logit(input: &[u8], out: &mut [u8], clamp: LogitClamp) = logit_body;
+    pub(super) fn logit(input: &[u8], out: &mut [u8], clamp: LogitClamp)
+        = logit_fused, logit_unfused;
+}
+
+/// With FMA the polynomial takes one instruction per coefficient instead of two;
+/// without it `f32::mul_add` would be a library call, so the portable build does not.
+#[inline(always)]
+fn logit_fused(input: &[u8], out: &mut [u8], clamp: LogitClamp) {
+    logit_body::<true>(input, out, clamp);
 }
 
 #[inline(always)]
-fn logit_body(input: &[u8], out: &mut [u8], clamp: LogitClamp) {
+fn logit_unfused(input: &[u8], out: &mut [u8], clamp: LogitClamp) {
+    logit_body::<false>(input, out, clamp);
+}
+
+#[inline(always)]
+fn logit_body<const FUSED: bool>(input: &[u8], out: &mut [u8], clamp: LogitClamp) {
     assert_eq!(input.len(), out.len());
     assert_eq!(input.len() % 4, 0);
     for (o, i) in out.chunks_exact_mut(4).zip(input.chunks_exact(4)) {
         let x = f32::from_le_bytes(i.try_into().expect("4 bytes"));
-        o.copy_from_slice(&logit_one(x, clamp).to_le_bytes());
+        o.copy_from_slice(&logit_one::<FUSED>(x, clamp).to_le_bytes());
     }
 }
 
 #[inline(always)]
-fn logit_one(x: f32, clamp: LogitClamp) -> f32 {
+fn logit_one<const FUSED: bool>(x: f32, clamp: LogitClamp) -> f32 {
     // For x in (eps, 1 - eps) the ratio is within 1.5 ulp: 1 - x is exact for x >= 0.5
     // and has a relative error of 2^-24 below, and the division rounds once. That
     // keeps ln(ratio) within about 2e-7 of the exact logit, so one logarithm of the
     // ratio is as good as ln(x) - ln(1 - x) and half the work. Lanes outside that
-    // range compute garbage that the selects below throw away.
-    let y = ln_positive(x / (1.0 - x));
+    // range compute garbage that the selects below throw away. `x * 0.0` is ±0, except
+    // for NaN and ±inf where it is NaN: adding it turns NaN in into NaN out in two
+    // instructions, and the clamps then replace the NaN of ±inf.
+    let y = ln_positive::<FUSED>(x / (1.0 - x)) + x * 0.0;
     let y = if x <= clamp.eps { clamp.low_out } else { y };
-    let y = if x >= clamp.high { clamp.high_out } else { y };
-    if x.is_nan() {
-        x
+    if x >= clamp.high {
+        clamp.high_out
     } else {
         y
     }
@@ -105,7 +124,7 @@ fn logit_one(x: f32, clamp: LogitClamp) -> f32 {
 /// of a few ulp (Cephes' `logf`: a degree-8 polynomial on `[√½ - 1, √2 - 1]`).
 /// Any other input gives an unspecified value, never a panic.
 #[inline(always)]
-fn ln_positive(r: f32) -> f32 {
+fn ln_positive<const FUSED: bool>(r: f32) -> f32 {
     // Bring subnormals into the normal range so that the exponent bits are meaningful.
     let subnormal = r < f32::MIN_POSITIVE;
     let r = if subnormal { r * 16_777_216.0 } else { r };
@@ -118,15 +137,20 @@ fn ln_positive(r: f32) -> f32 {
     let t = if below { m + m - 1.0 } else { m - 1.0 };
     let e = (e - below as i32) as f32 - if subnormal { 24.0 } else { 0.0 };
     let t2 = t * t;
+    let horner = |p: f32, c: f32| if FUSED { p.mul_add(t, c) } else { p * t + c };
     let mut p = 7.037_683_6e-2;
-    p = p * t - 1.151_461_1e-1;
-    p = p * t + 1.167_699_9e-1;
-    p = p * t - 1.242_014_1e-1;
-    p = p * t + 1.424_932_3e-1;
-    p = p * t - 1.666_805_8e-1;
-    p = p * t + 2.000_071_5e-1;
-    p = p * t - 2.499_999_4e-1;
-    p = p * t + 3.333_333_1e-1;
+    for c in [
+        -1.151_461_1e-1,
+        1.167_699_9e-1,
+        -1.242_014_1e-1,
+        1.424_932_3e-1,
+        -1.666_805_8e-1,
+        2.000_071_5e-1,
+        -2.499_999_4e-1,
+        3.333_333e-1,
+    ] {
+        p = horner(p, c);
+    }
     // ln(1 + t) = t - t²/2 + t³·p(t); ln 2 is split in two so that e·ln 2 stays exact
     // in its high part.
     let y = t * t2 * p - 0.5 * t2;
@@ -173,7 +197,9 @@ fn min_max_body(input: &[u8]) -> Result<(f32, f32), usize> {
     }
     if flagged {
         let n = input.len() / 4;
-        let first = (0..n).find(|&i| !f32_at(input, i).is_finite()).expect("flagged");
+        let first = (0..n)
+            .find(|&i| !f32_at(input, i).is_finite())
+            .expect("flagged");
         return Err(first);
     }
     Ok((min, max))
@@ -225,7 +251,7 @@ mod tests {
         let mut fast = vec![0u8; input.len()];
         let mut portable = vec![0u8; input.len()];
         logit(&input, &mut fast, clamp);
-        logit_body(&input, &mut portable, clamp);
+        logit_unfused(&input, &mut portable, clamp);
         let want = reference::logit(values, eps);
         for got in [from_bytes(&fast), from_bytes(&portable)] {
             for ((&x, &g), &w) in values.iter().zip(&got).zip(&want) {
@@ -267,11 +293,16 @@ mod tests {
     fn ln_positive_is_accurate_over_the_whole_range() {
         let mut worst = 0.0f64;
         // Every 4099th bit pattern of the positive finite floats, subnormals included.
-        for bits in (1..0x7f80_0000u32).step_by(4099).chain([1, 0x7f7f_ffff, 0x0080_0000]) {
+        for bits in (1..0x7f80_0000u32)
+            .step_by(4099)
+            .chain([1, 0x7f7f_ffff, 0x0080_0000])
+        {
             let r = f32::from_bits(bits);
             let want = f64::from(r).ln();
-            let err = (f64::from(ln_positive(r)) - want).abs() / want.abs().max(1.0);
-            worst = worst.max(err);
+            for got in [ln_positive::<true>(r), ln_positive::<false>(r)] {
+                let err = (f64::from(got) - want).abs() / want.abs().max(1.0);
+                worst = worst.max(err);
+            }
         }
         assert!(worst < 3e-7, "worst relative error {worst:e}");
     }
@@ -280,7 +311,17 @@ mod tests {
     fn logit_handles_special_values() {
         let eps = 1e-6;
         let out = check_logit(
-            &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0, 0.5, -1.0, 2.0],
+            &[
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                0.0,
+                -0.0,
+                1.0,
+                0.5,
+                -1.0,
+                2.0,
+            ],
             eps,
         );
         assert!(out[0].is_nan());
@@ -296,7 +337,16 @@ mod tests {
 
     #[test]
     fn logit_is_exact_at_the_clamp_edges() {
-        for eps in [1e-6, 1e-3, 0.1, 0.25, 0.49999997, 1e-30, 1e-40, f32::from_bits(1)] {
+        for eps in [
+            1e-6,
+            1e-3,
+            0.1,
+            0.25,
+            0.49999997,
+            1e-30,
+            1e-40,
+            f32::from_bits(1),
+        ] {
             let high = LogitClamp::new(eps).high;
             let mut values = vec![eps, next_up(eps), next_down(eps), high, next_down(high)];
             values.extend([next_up(high), 1.0, next_down(1.0), 0.5, next_up(0.0)]);
@@ -323,7 +373,11 @@ mod tests {
             );
             assert_eq!(min_max(&to_bytes(&values)), Ok(want));
             assert_eq!(min_max_body(&to_bytes(&values)), Ok(want));
-            for (at, bad) in [(n / 2, f32::NAN), (n - 1, f32::INFINITY), (0, f32::NEG_INFINITY)] {
+            for (at, bad) in [
+                (n / 2, f32::NAN),
+                (n - 1, f32::INFINITY),
+                (0, f32::NEG_INFINITY),
+            ] {
                 let mut with_bad = values.clone();
                 with_bad[at] = bad;
                 with_bad[n - 1 - (n - 1 - at) / 2] = bad;
@@ -345,7 +399,10 @@ mod tests {
         }
         for got in [from_bytes(&fast), from_bytes(&portable)] {
             for ((&x, &g), &w) in values.iter().zip(&got).zip(&want) {
-                assert!((f64::from(g) - w).abs() <= 1e-6, "minmax({x:e}) = {g:e}, want {w:e}");
+                assert!(
+                    (f64::from(g) - w).abs() <= 1e-6,
+                    "minmax({x:e}) = {g:e}, want {w:e}"
+                );
             }
         }
     }
@@ -353,7 +410,12 @@ mod tests {
     #[test]
     fn normalise_survives_extreme_ranges() {
         check_normalise(&[f32::MAX, -f32::MAX, 0.0, 1.0, f32::MAX / 3.0]);
-        check_normalise(&[f32::from_bits(1), 0.0, f32::from_bits(3), -f32::from_bits(2)]);
+        check_normalise(&[
+            f32::from_bits(1),
+            0.0,
+            f32::from_bits(3),
+            -f32::from_bits(2),
+        ]);
         check_normalise(&[1.0, next_up(1.0), 1.0]);
         check_normalise(&[3.0; 33]);
         check_normalise(&[-0.0, 0.0]);

@@ -123,7 +123,16 @@ mod tests {
             let plateaus: Vec<i32> = (0..n).map(|i| i / 7).collect();
             let alternating: Vec<i32> = (0..n).map(|i| if i % 2 == 0 { i } else { -i }).collect();
             for values in [ascending, descending, plateaus, alternating] {
-                for k in [1, 2, 3, 8, 9, n as usize / 2 - 1, n as usize / 2, n as usize] {
+                for k in [
+                    1,
+                    2,
+                    3,
+                    8,
+                    9,
+                    n as usize / 2 - 1,
+                    n as usize / 2,
+                    n as usize,
+                ] {
                     assert_eq!(run(&values, k), reference::topk(&values, k), "n {n} k {k}");
                 }
             }

@@ -20,11 +20,14 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Decides whether an output is right for the call it answers.
+type Check = Box<dyn Fn(&[u8]) -> bool + Send>;
+
 /// A call with the output it must produce.
 struct Case {
     path: String,
     payload: Vec<u8>,
-    check: Box<dyn Fn(&[u8]) -> bool + Send>,
+    check: Check,
 }
 
 fn random_case(rng: &mut Rng) -> Case {
@@ -210,7 +213,7 @@ fn two_hundred_swaps_under_sixteen_clients() {
                     let payload: Vec<u8> = (0..1 + rng.below(64))
                         .map(|_| b'a' + rng.below(26) as u8)
                         .collect();
-                    let upper = i % 2 == 0;
+                    let upper = i.is_multiple_of(2);
                     i += 1;
                     let path = if upper {
                         "/v1/fn/to_uppercase"
@@ -228,7 +231,7 @@ fn two_hundred_swaps_under_sixteen_clients() {
                             } else {
                                 payload
                             };
-                            if out == want { &ok } else { wrong }.fetch_add(1, Ordering::Relaxed);
+                            if out == want { ok } else { wrong }.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(ureq::Error::Status(503, _)) => {
                             refused.fetch_add(1, Ordering::Relaxed);
@@ -239,8 +242,8 @@ fn two_hundred_swaps_under_sixteen_clients() {
             });
         }
         let agent = ureq::AgentBuilder::new().build();
-        for swap in 0..200 {
-            let name = if swap % 2 == 0 {
+        for swap in 0..200u32 {
+            let name = if swap.is_multiple_of(2) {
                 "to_uppercase"
             } else {
                 "echo"

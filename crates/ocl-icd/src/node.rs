@@ -1,0 +1,400 @@
+//! One connection to one node: synchronous control calls, the pending command batch,
+//! in-flight tasks, and the reader thread that completes them.
+//!
+//! Everything the application sends to a node goes through one ordered output buffer
+//! (`Out`), so a `Release` can never overtake a command that still uses the object.
+//! Enqueued commands are encoded into `Out::cmds` and sent only at a flush point, as
+//! `Enqueue` + `Flush` in one write. The reader thread routes `Reply` frames to the
+//! waiting caller by request id, copies `ReadData` into the host pointers recorded at
+//! enqueue time, and on `TaskDone` completes the task's events and runs their callbacks.
+
+use std::collections::HashMap;
+use std::io::{self, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use ocl_remote::cl::{self, ClInt};
+use ocl_remote::proto::{self, Command, Decoded, HelloInfo, Request, Response};
+
+use crate::object::EventRef;
+
+/// Encoded commands are sealed into an `Enqueue` frame past this size, and the output
+/// buffer is written out past `OUT_BYTES_MAX`, so a long batch costs bounded memory.
+const CMDS_BYTES_MAX: usize = 4 << 20;
+const OUT_BYTES_MAX: usize = 16 << 20;
+/// Largest frame the node may send us (read chunks are 16 MiB).
+const FRAME_BODY_MAX: u32 = 64 << 20;
+/// Writes larger than this are split into several commands.
+pub const WRITE_CHUNK_MAX: usize = 8 << 20;
+
+/// A host memory range a `Read` command fills when its data arrives.
+#[derive(Clone, Copy)]
+pub struct HostDst {
+    pub ptr: usize,
+    pub len: usize,
+}
+
+/// What the reader thread must do when a task completes.
+#[derive(Default)]
+struct InFlight {
+    events: Vec<EventRef>,
+    reads: HashMap<u64, HostDst>,
+    /// A blocking caller will collect the status with [`Node::wait_task`].
+    awaited: bool,
+}
+
+struct Out {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    cmds: Vec<u8>,
+    cmd_count: u32,
+    /// Commands since the last `Flush` (sealed or not).
+    open_cmds: u32,
+    open: InFlight,
+}
+
+#[derive(Default)]
+struct State {
+    replies: HashMap<u64, (ClInt, Vec<u8>)>,
+    tasks: HashMap<u64, InFlight>,
+    /// Status of finished awaited tasks that a blocking caller still has to collect.
+    done: HashMap<u64, ClInt>,
+    dead: bool,
+}
+
+pub struct Node {
+    pub addr: String,
+    next_id: AtomicU64,
+    out: Mutex<Out>,
+    state: Mutex<State>,
+    cond: Condvar,
+    pub platforms: Vec<Vec<u32>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Node {
+    /// Connects, says `Hello` and starts the reader thread.
+    pub fn connect(addr: &str) -> io::Result<Arc<Node>> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        let read_half = stream.try_clone()?;
+        let mut reader = BufReader::with_capacity(256 << 10, read_half);
+        let mut hello = Vec::new();
+        Request::Hello {
+            version: proto::PROTOCOL_VERSION,
+            host_id: &[],
+        }
+        .encode(1, &mut hello);
+        (&stream).write_all(&hello)?;
+        let (header, body) = read_frame(&mut reader)?;
+        let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
+        let Ok(Response::Reply { status, payload }) = Response::decode(header.kind, &body) else {
+            return Err(invalid("bad Hello reply"));
+        };
+        if status != cl::CL_SUCCESS {
+            return Err(invalid(&format!(
+                "node refused the connection (OpenCL error {status})"
+            )));
+        }
+        let info = HelloInfo::decode(payload).map_err(|e| invalid(&e.to_string()))?;
+        let node = Arc::new(Node {
+            addr: addr.to_string(),
+            next_id: AtomicU64::new(2),
+            out: Mutex::new(Out {
+                stream,
+                buf: Vec::new(),
+                cmds: Vec::new(),
+                cmd_count: 0,
+                open_cmds: 0,
+                open: InFlight::default(),
+            }),
+            state: Mutex::new(State::default()),
+            cond: Condvar::new(),
+            platforms: info.platforms,
+        });
+        let weak = Arc::downgrade(&node);
+        std::thread::Builder::new()
+            .name("netaccel-ocl-reader".to_string())
+            .spawn(move || {
+                let result = reader_loop(&weak, &mut reader);
+                if let Some(node) = weak.upgrade() {
+                    if let Err(e) = result {
+                        if e.kind() != io::ErrorKind::UnexpectedEof {
+                            eprintln!("netaccel OpenCL: connection to {} lost: {e}", node.addr);
+                        }
+                    }
+                    node.fail_all();
+                }
+            })?;
+        Ok(node)
+    }
+
+    /// A fresh id for an object, request, event or read token (one counter per node).
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends a control request and waits for its reply.
+    pub fn call(&self, request: &Request<'_>) -> (ClInt, Vec<u8>) {
+        let id = self.next_id();
+        {
+            let mut out = lock(&self.out);
+            request.encode(id, &mut out.buf);
+            if out.write_buf().is_err() {
+                drop(out);
+                self.fail_all();
+            }
+        }
+        let mut state = lock(&self.state);
+        loop {
+            if let Some(reply) = state.replies.remove(&id) {
+                return reply;
+            }
+            if state.dead {
+                return (cl::CL_OUT_OF_RESOURCES, Vec::new());
+            }
+            state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Queues a `Release` behind every command already enqueued.
+    pub fn release(&self, id: u64) {
+        let mut out = lock(&self.out);
+        out.seal();
+        Request::Release { id }.encode(0, &mut out.buf);
+        if out.buf.len() > OUT_BYTES_MAX {
+            let _ = out.write_buf();
+        }
+    }
+
+    /// Adds a command to the open task. `event` is completed when the task is done;
+    /// `read` is where a read command's data goes.
+    pub fn enqueue(
+        &self,
+        command: &Command<'_>,
+        event: Option<EventRef>,
+        read: Option<(u64, HostDst)>,
+    ) {
+        let mut out = lock(&self.out);
+        command.encode(&mut out.cmds);
+        out.cmd_count += 1;
+        out.open_cmds += 1;
+        if let Some(e) = event {
+            out.open.events.push(e);
+        }
+        if let Some((token, dst)) = read {
+            out.open.reads.insert(token, dst);
+        }
+        if out.cmds.len() > CMDS_BYTES_MAX {
+            out.seal();
+        }
+        if out.buf.len() > OUT_BYTES_MAX && out.write_buf().is_err() {
+            drop(out);
+            self.fail_all();
+        }
+    }
+
+    /// Closes the open task and sends it; returns its task id, or `None` if nothing was
+    /// enqueued since the last flush. With `awaited` the caller must call
+    /// [`Node::wait_task`] with the id.
+    pub fn flush(&self, awaited: bool) -> Option<u64> {
+        let mut out = lock(&self.out);
+        if out.open_cmds == 0 {
+            return None;
+        }
+        out.seal();
+        let id = self.next_id();
+        Request::Flush.encode(id, &mut out.buf);
+        out.open_cmds = 0;
+        let mut task = std::mem::take(&mut out.open);
+        task.awaited = awaited;
+        for e in &task.events {
+            e.set_submitted();
+        }
+        // Registered before the bytes leave, so the reader always finds it.
+        lock(&self.state).tasks.insert(id, task);
+        if out.write_buf().is_err() {
+            drop(out);
+            self.fail_all();
+        }
+        Some(id)
+    }
+
+    /// Waits for task `id` and returns its status (first failed command, or success).
+    pub fn wait_task(&self, id: u64) -> ClInt {
+        let mut state = lock(&self.state);
+        loop {
+            if let Some(status) = state.done.remove(&id) {
+                return status;
+            }
+            if state.dead {
+                return cl::CL_OUT_OF_RESOURCES;
+            }
+            state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Flushes and waits until no task of this connection is in flight.
+    pub fn finish(&self) -> ClInt {
+        self.flush(false);
+        let mut state = lock(&self.state);
+        while !state.tasks.is_empty() && !state.dead {
+            state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        if state.dead {
+            cl::CL_OUT_OF_RESOURCES
+        } else {
+            cl::CL_SUCCESS
+        }
+    }
+
+    /// Waits until `event` has completed or failed.
+    pub fn wait_event(&self, event: &EventRef) {
+        let mut state = lock(&self.state);
+        while event.status() > cl::CL_COMPLETE && !state.dead {
+            state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The connection is gone: every waiter wakes up and every pending event fails.
+    fn fail_all(&self) {
+        let tasks: Vec<InFlight> = {
+            let mut state = lock(&self.state);
+            state.dead = true;
+            state.tasks.drain().map(|(_, t)| t).collect()
+        };
+        for task in tasks {
+            for e in task.events {
+                e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
+            }
+        }
+        drop(lock(&self.state));
+        self.cond.notify_all();
+    }
+}
+
+impl Out {
+    /// Turns the encoded commands into one `Enqueue` frame in the output buffer.
+    fn seal(&mut self) {
+        if self.cmd_count == 0 {
+            return;
+        }
+        proto::encode_header(&mut self.buf, proto::kind::ENQUEUE, 0, 4 + self.cmds.len());
+        proto::put_u32(&mut self.buf, self.cmd_count);
+        let cmds = std::mem::take(&mut self.cmds);
+        self.buf.extend_from_slice(&cmds);
+        self.cmds = cmds;
+        self.cmds.clear();
+        self.cmd_count = 0;
+    }
+
+    fn write_buf(&mut self) -> io::Result<()> {
+        let result = self.stream.write_all(&self.buf);
+        self.buf.clear();
+        if self.buf.capacity() > OUT_BYTES_MAX * 2 {
+            self.buf.shrink_to(OUT_BYTES_MAX);
+        }
+        result
+    }
+}
+
+fn read_frame(reader: &mut BufReader<TcpStream>) -> io::Result<(proto::Header, Vec<u8>)> {
+    let mut head = [0u8; proto::HEADER_LEN];
+    reader.read_exact(&mut head)?;
+    let header = match proto::decode_header(&head, FRAME_BODY_MAX) {
+        Ok(Decoded::Complete(h, _)) => h,
+        Ok(Decoded::Partial) => unreachable!("a whole header was read"),
+        Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+    };
+    let mut body = vec![0u8; header.body_len as usize];
+    reader.read_exact(&mut body)?;
+    Ok((header, body))
+}
+
+fn reader_loop(node: &std::sync::Weak<Node>, reader: &mut BufReader<TcpStream>) -> io::Result<()> {
+    loop {
+        let mut head = [0u8; proto::HEADER_LEN];
+        reader.read_exact(&mut head)?;
+        let header = match proto::decode_header(&head, FRAME_BODY_MAX) {
+            Ok(Decoded::Complete(h, _)) => h,
+            Ok(Decoded::Partial) => unreachable!("a whole header was read"),
+            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+        };
+        let Some(node) = node.upgrade() else {
+            return Ok(());
+        };
+        if header.kind == proto::kind::READ_DATA {
+            // Read data goes straight into the application's memory.
+            let mut fixed = [0u8; 20];
+            reader.read_exact(&mut fixed)?;
+            let token = u64::from_le_bytes(fixed[0..8].try_into().expect("8"));
+            let offset = u64::from_le_bytes(fixed[8..16].try_into().expect("8")) as usize;
+            let len = u32::from_le_bytes(fixed[16..20].try_into().expect("4")) as usize;
+            if 20 + len != header.body_len as usize {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "bad ReadData length",
+                ));
+            }
+            let dst = lock(&node.state)
+                .tasks
+                .get(&header.id)
+                .and_then(|t| t.reads.get(&token).copied());
+            match dst {
+                Some(dst) if offset.checked_add(len).is_some_and(|end| end <= dst.len) => {
+                    // SAFETY: the application gave us `dst.len` writable bytes at `dst.ptr`
+                    // for this read and may not touch them until the read's event completes.
+                    let slice = unsafe {
+                        std::slice::from_raw_parts_mut((dst.ptr + offset) as *mut u8, len)
+                    };
+                    reader.read_exact(slice)?;
+                }
+                _ => {
+                    io::copy(&mut reader.by_ref().take(len as u64), &mut io::sink())?;
+                }
+            }
+            continue;
+        }
+        let mut body = vec![0u8; header.body_len as usize];
+        reader.read_exact(&mut body)?;
+        let response = Response::decode(header.kind, &body)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        match response {
+            Response::Reply { status, payload } => {
+                lock(&node.state)
+                    .replies
+                    .insert(header.id, (status, payload.to_vec()));
+                node.cond.notify_all();
+            }
+            Response::TaskDone { status, events } => {
+                let task = {
+                    let mut state = lock(&node.state);
+                    let task = state.tasks.remove(&header.id);
+                    if task.as_ref().is_some_and(|t| t.awaited) {
+                        state.done.insert(header.id, status);
+                    }
+                    task
+                };
+                if let Some(task) = task {
+                    let done: HashMap<u64, &proto::EventDone> =
+                        events.iter().map(|e| (e.event, e)).collect();
+                    for e in task.events {
+                        match done.get(&e.id()) {
+                            Some(d) => e.complete(d.status, d.profile),
+                            None => e.complete(status.min(cl::CL_COMPLETE), [0; 4]),
+                        }
+                    }
+                }
+                // Taking the lock orders the status updates above before any waiter's
+                // next check, so no wake-up is lost.
+                drop(lock(&node.state));
+                node.cond.notify_all();
+            }
+            Response::ReadData { .. } => unreachable!("handled above"),
+        }
+    }
+}

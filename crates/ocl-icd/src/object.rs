@@ -1,0 +1,344 @@
+//! ICD objects: what an OpenCL handle in the application points to.
+//!
+//! Every handle is a pointer to an [`Obj`] whose first field is the `cl_khr_icd`
+//! dispatch table, as the ICD loader requires. A process-wide registry of live handles
+//! lets every entry point validate a handle (and its type) before touching it, so a
+//! stale, foreign or mistyped handle gives the proper `CL_INVALID_*` code instead of a
+//! crash. Reference counts follow OpenCL: a child (queue, buffer, program, kernel, event)
+//! holds a reference to its parent until it is freed.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ocl_remote::cl::{self, ClInt};
+
+use crate::node::Node;
+
+/// A handle as the application sees it.
+pub type Handle = *mut c_void;
+/// A handle stored inside another object (kept as an integer so objects are `Send`).
+pub type H = usize;
+
+#[repr(C)]
+pub struct Obj<T> {
+    dispatch: *const c_void,
+    refs: AtomicU32,
+    pub v: T,
+}
+
+/// The object types, with the error code for an invalid handle of each.
+pub trait Kind: Sized + 'static {
+    const TAG: u8;
+    const INVALID: ClInt;
+}
+
+macro_rules! kinds {
+    ($($t:ident = $tag:expr, $invalid:expr;)*) => {
+        $(impl Kind for $t { const TAG: u8 = $tag; const INVALID: ClInt = $invalid; })*
+    };
+}
+
+kinds! {
+    Platform = 1, cl::CL_INVALID_PLATFORM;
+    Device = 2, cl::CL_INVALID_DEVICE;
+    Context = 3, cl::CL_INVALID_CONTEXT;
+    Queue = 4, cl::CL_INVALID_COMMAND_QUEUE;
+    Mem = 5, cl::CL_INVALID_MEM_OBJECT;
+    Program = 6, cl::CL_INVALID_PROGRAM;
+    Kernel = 7, cl::CL_INVALID_KERNEL;
+    Event = 8, cl::CL_INVALID_EVENT;
+}
+
+fn registry() -> &'static Mutex<HashMap<usize, u8>> {
+    static HANDLES: OnceLock<Mutex<HashMap<usize, u8>>> = OnceLock::new();
+    HANDLES.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn registered(h: usize, tag: u8) -> bool {
+    registry().lock().unwrap_or_else(|p| p.into_inner()).get(&h) == Some(&tag)
+}
+
+/// Creates an object with one reference and returns its handle.
+pub fn new_handle<T: Kind>(v: T) -> Handle {
+    let obj = Box::new(Obj {
+        dispatch: crate::dispatch_table(),
+        refs: AtomicU32::new(1),
+        v,
+    });
+    let h = Box::into_raw(obj) as usize;
+    registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(h, T::TAG);
+    h as Handle
+}
+
+/// The object behind `h` if `h` is a live handle of type `T`.
+pub fn get<'a, T: Kind>(h: Handle) -> Result<&'a Obj<T>, ClInt> {
+    if h.is_null() || !registered(h as usize, T::TAG) {
+        return Err(T::INVALID);
+    }
+    // SAFETY: the registry holds exactly the live objects of type T created by new_handle.
+    Ok(unsafe { &*(h as *const Obj<T>) })
+}
+
+pub fn retain<T: Kind>(h: Handle) -> ClInt {
+    match get::<T>(h) {
+        Ok(o) => {
+            o.refs.fetch_add(1, Ordering::AcqRel);
+            cl::CL_SUCCESS
+        }
+        Err(e) => e,
+    }
+}
+
+pub fn release<T: Kind>(h: Handle) -> ClInt {
+    let o = match get::<T>(h) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    if o.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+        registry()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(h as usize));
+        // SAFETY: the last reference is gone and the handle is out of the registry, so
+        // no other caller can reach the object any more.
+        drop(unsafe { Box::from_raw(h as *mut Obj<T>) });
+    }
+    cl::CL_SUCCESS
+}
+
+pub fn ref_count<T: Kind>(o: &Obj<T>) -> u32 {
+    o.refs.load(Ordering::Acquire)
+}
+
+pub struct Platform {
+    pub node: Arc<Node>,
+    pub remote: u32,
+    pub devices: Vec<H>,
+}
+
+pub struct Device {
+    pub node: Arc<Node>,
+    pub remote: u32,
+    pub platform: H,
+    pub info_cache: Mutex<HashMap<u32, Result<Vec<u8>, ClInt>>>,
+}
+
+pub struct Context {
+    pub node: Arc<Node>,
+    pub id: u64,
+    pub devices: Vec<H>,
+    pub properties: Vec<isize>,
+}
+
+pub struct Queue {
+    pub node: Arc<Node>,
+    pub id: u64,
+    pub context: H,
+    pub device: H,
+    pub properties: u64,
+}
+
+/// One mapping made by `clEnqueueMapBuffer`, alive until unmapped.
+pub struct Mapping {
+    pub ptr: usize,
+    pub offset: usize,
+    pub size: usize,
+    pub flags: u64,
+    /// Owns the host memory we allocated for the mapping (none for `CL_MEM_USE_HOST_PTR`);
+    /// it is freed with the mapping.
+    pub _backing: Option<Box<[u8]>>,
+}
+
+pub struct Mem {
+    pub node: Arc<Node>,
+    pub id: u64,
+    pub context: H,
+    pub flags: u64,
+    pub size: usize,
+    pub host_ptr: usize,
+    pub maps: Mutex<Vec<Mapping>>,
+}
+
+pub struct Program {
+    pub node: Arc<Node>,
+    pub id: u64,
+    pub context: H,
+    pub devices: Vec<H>,
+    pub source: Vec<u8>,
+}
+
+/// A kernel argument value as the application set it.
+#[derive(Clone)]
+pub enum ArgValue {
+    Unset,
+    Mem(u64),
+    NullMem,
+    Local(u64),
+    Bytes(Vec<u8>),
+}
+
+pub struct Kernel {
+    pub node: Arc<Node>,
+    pub id: u64,
+    pub program: H,
+    pub context: H,
+    pub name: Vec<u8>,
+    pub num_args: u32,
+    pub args: Mutex<Vec<ArgValue>>,
+}
+
+type Callback = unsafe extern "C" fn(Handle, ClInt, *mut c_void);
+
+pub struct Event {
+    pub node: Arc<Node>,
+    pub id: u64,
+    pub queue: H,
+    pub context: H,
+    pub command_type: u32,
+    status: AtomicI32,
+    profile: Mutex<[u64; 4]>,
+    callbacks: Mutex<Vec<(ClInt, Callback, usize)>>,
+}
+
+impl Event {
+    pub fn new(node: Arc<Node>, queue: H, context: H, command_type: u32) -> Event {
+        let id = node.next_id();
+        Event {
+            node,
+            id,
+            queue,
+            context,
+            command_type,
+            status: AtomicI32::new(cl::CL_QUEUED),
+            profile: Mutex::new([0; 4]),
+            callbacks: Mutex::new(Vec::new()),
+        }
+    }
+    pub fn status(&self) -> ClInt {
+        self.status.load(Ordering::Acquire)
+    }
+    pub fn profile(&self) -> [u64; 4] {
+        *self.profile.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A counted reference to an event, held by an in-flight task until it completes.
+pub struct EventRef(usize);
+
+// SAFETY: events are shared between the application threads and the reader thread; all
+// their mutable state is atomic or behind a mutex.
+unsafe impl Send for EventRef {}
+
+impl EventRef {
+    /// Takes a new reference to the live event `h`.
+    pub fn new(h: Handle) -> EventRef {
+        retain::<Event>(h);
+        EventRef(h as usize)
+    }
+    fn ev(&self) -> &Obj<Event> {
+        // SAFETY: we hold a reference, so the object is alive.
+        unsafe { &*(self.0 as *const Obj<Event>) }
+    }
+    pub fn id(&self) -> u64 {
+        self.ev().v.id
+    }
+    pub fn status(&self) -> ClInt {
+        self.ev().v.status()
+    }
+    pub fn set_submitted(&self) {
+        let _ = self.ev().v.status.compare_exchange(
+            cl::CL_QUEUED,
+            cl::CL_SUBMITTED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+    /// Records the final status and profile, then runs the registered callbacks.
+    pub fn complete(&self, status: ClInt, profile: [u64; 4]) {
+        let e = &self.ev().v;
+        *e.profile.lock().unwrap_or_else(|p| p.into_inner()) = profile;
+        e.status
+            .store(status.min(cl::CL_COMPLETE), Ordering::Release);
+        let callbacks = std::mem::take(&mut *e.callbacks.lock().unwrap_or_else(|p| p.into_inner()));
+        for (_, cb, user) in callbacks {
+            // SAFETY: the application registered `cb` for this event with `user`.
+            unsafe {
+                cb(
+                    self.0 as Handle,
+                    status.min(cl::CL_COMPLETE),
+                    user as *mut c_void,
+                )
+            };
+        }
+    }
+}
+
+impl Drop for EventRef {
+    fn drop(&mut self) {
+        release::<Event>(self.0 as Handle);
+    }
+}
+
+/// Registers `cb` to run when event `h` reaches `status`; runs it at once if it has.
+pub fn add_callback(h: Handle, status: ClInt, cb: Callback, user: usize) -> ClInt {
+    let o = match get::<Event>(h) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    let mut cbs = o.v.callbacks.lock().unwrap_or_else(|p| p.into_inner());
+    let now = o.v.status();
+    if now > cl::CL_COMPLETE {
+        cbs.push((status, cb, user));
+        return cl::CL_SUCCESS;
+    }
+    drop(cbs);
+    // SAFETY: as in `complete`.
+    unsafe { cb(h, now, user as *mut c_void) };
+    cl::CL_SUCCESS
+}
+
+fn release_parent<T: Kind>(h: H) {
+    if h != 0 {
+        release::<T>(h as Handle);
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        self.node.release(self.id);
+    }
+}
+impl Drop for Queue {
+    fn drop(&mut self) {
+        self.node.release(self.id);
+        release_parent::<Context>(self.context);
+    }
+}
+impl Drop for Mem {
+    fn drop(&mut self) {
+        self.node.release(self.id);
+        release_parent::<Context>(self.context);
+    }
+}
+impl Drop for Program {
+    fn drop(&mut self) {
+        self.node.release(self.id);
+        release_parent::<Context>(self.context);
+    }
+}
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        self.node.release(self.id);
+        release_parent::<Program>(self.program);
+    }
+}
+impl Drop for Event {
+    fn drop(&mut self) {
+        release_parent::<Queue>(self.queue);
+    }
+}

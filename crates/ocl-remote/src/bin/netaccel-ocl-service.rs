@@ -1,0 +1,48 @@
+//! Development binary: the node's remote OpenCL service alone, without the node.
+//!
+//! `netaccel-ocl-service --listen 127.0.0.1:9500 [--platform NAME]...`
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use ocl_remote::service::{spawn, ServiceConfig};
+use prometheus_client::registry::Registry;
+
+fn main() -> ExitCode {
+    let mut listen: SocketAddr = "127.0.0.1:9500".parse().expect("valid default");
+    let mut config = ServiceConfig::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let value = args.next();
+        match (arg.as_str(), value) {
+            ("--listen", Some(v)) => match v.parse() {
+                Ok(a) => listen = a,
+                Err(e) => {
+                    eprintln!("--listen {v}: {e}");
+                    return ExitCode::from(2);
+                }
+            },
+            ("--platform", Some(v)) => config.platforms.push(v),
+            _ => {
+                eprintln!("usage: netaccel-ocl-service [--listen ADDR] [--platform NAME]...");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let mut registry = Registry::default();
+    match spawn(listen, config, &mut registry) {
+        Ok(handle) => {
+            println!("serving remote OpenCL on {}", handle.local_addr());
+            for (i, name) in handle.device_names().iter().enumerate() {
+                println!("  device {i}: {name}");
+            }
+            loop {
+                std::thread::park();
+            }
+        }
+        Err(e) => {
+            eprintln!("netaccel-ocl-service: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The OpenCL 1.2 types and constants both sides of the remote OpenCL path use.
+//!
+//! Values are those of the Khronos headers (`CL/cl.h`, `CL/cl_ext.h`); only the ones
+//! the service or the ICD interpret are listed. Everything else travels as raw numbers.
+
+#![allow(missing_docs)]
+
+pub type ClInt = i32;
+pub type ClUint = u32;
+pub type ClUlong = u64;
+pub type ClBitfield = u64;
+
+pub const CL_SUCCESS: ClInt = 0;
+pub const CL_DEVICE_NOT_FOUND: ClInt = -1;
+pub const CL_MEM_OBJECT_ALLOCATION_FAILURE: ClInt = -4;
+pub const CL_OUT_OF_RESOURCES: ClInt = -5;
+pub const CL_OUT_OF_HOST_MEMORY: ClInt = -6;
+pub const CL_PROFILING_INFO_NOT_AVAILABLE: ClInt = -7;
+pub const CL_BUILD_PROGRAM_FAILURE: ClInt = -11;
+pub const CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST: ClInt = -14;
+pub const CL_INVALID_VALUE: ClInt = -30;
+pub const CL_INVALID_DEVICE_TYPE: ClInt = -31;
+pub const CL_INVALID_PLATFORM: ClInt = -32;
+pub const CL_INVALID_DEVICE: ClInt = -33;
+pub const CL_INVALID_CONTEXT: ClInt = -34;
+pub const CL_INVALID_QUEUE_PROPERTIES: ClInt = -35;
+pub const CL_INVALID_COMMAND_QUEUE: ClInt = -36;
+pub const CL_INVALID_HOST_PTR: ClInt = -37;
+pub const CL_INVALID_MEM_OBJECT: ClInt = -38;
+pub const CL_INVALID_BINARY: ClInt = -42;
+pub const CL_INVALID_PROGRAM: ClInt = -44;
+pub const CL_INVALID_PROGRAM_EXECUTABLE: ClInt = -45;
+pub const CL_INVALID_KERNEL_NAME: ClInt = -46;
+pub const CL_INVALID_KERNEL: ClInt = -48;
+pub const CL_INVALID_ARG_INDEX: ClInt = -49;
+pub const CL_INVALID_ARG_VALUE: ClInt = -50;
+pub const CL_INVALID_ARG_SIZE: ClInt = -51;
+pub const CL_INVALID_KERNEL_ARGS: ClInt = -52;
+pub const CL_INVALID_WORK_DIMENSION: ClInt = -53;
+pub const CL_INVALID_EVENT_WAIT_LIST: ClInt = -57;
+pub const CL_INVALID_EVENT: ClInt = -58;
+pub const CL_INVALID_OPERATION: ClInt = -59;
+pub const CL_INVALID_BUFFER_SIZE: ClInt = -61;
+pub const CL_INVALID_GLOBAL_WORK_SIZE: ClInt = -63;
+pub const CL_INVALID_PROPERTY: ClInt = -64;
+pub const CL_PLATFORM_NOT_FOUND_KHR: ClInt = -1001;
+
+pub const CL_PLATFORM_PROFILE: ClUint = 0x0900;
+pub const CL_PLATFORM_VERSION: ClUint = 0x0901;
+pub const CL_PLATFORM_NAME: ClUint = 0x0902;
+pub const CL_PLATFORM_VENDOR: ClUint = 0x0903;
+pub const CL_PLATFORM_EXTENSIONS: ClUint = 0x0904;
+pub const CL_PLATFORM_HOST_TIMER_RESOLUTION: ClUint = 0x0905;
+pub const CL_PLATFORM_NUMERIC_VERSION: ClUint = 0x0906;
+pub const CL_PLATFORM_EXTENSIONS_WITH_VERSION: ClUint = 0x0907;
+pub const CL_PLATFORM_ICD_SUFFIX_KHR: ClUint = 0x0920;
+
+pub const CL_DEVICE_TYPE_ALL: ClBitfield = 0xFFFF_FFFF;
+pub const CL_DEVICE_TYPE_DEFAULT: ClBitfield = 1;
+pub const CL_DEVICE_TYPE: ClUint = 0x1000;
+pub const CL_DEVICE_PLATFORM: ClUint = 0x1031;
+pub const CL_DEVICE_PARENT_DEVICE: ClUint = 0x1042;
+pub const CL_DEVICE_REFERENCE_COUNT: ClUint = 0x1047;
+
+pub const CL_CONTEXT_REFERENCE_COUNT: ClUint = 0x1080;
+pub const CL_CONTEXT_DEVICES: ClUint = 0x1081;
+pub const CL_CONTEXT_PROPERTIES: ClUint = 0x1082;
+pub const CL_CONTEXT_NUM_DEVICES: ClUint = 0x1083;
+pub const CL_CONTEXT_PLATFORM: isize = 0x1084;
+
+pub const CL_QUEUE_CONTEXT: ClUint = 0x1090;
+pub const CL_QUEUE_DEVICE: ClUint = 0x1091;
+pub const CL_QUEUE_REFERENCE_COUNT: ClUint = 0x1092;
+pub const CL_QUEUE_PROPERTIES: ClUint = 0x1093;
+pub const CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE: ClBitfield = 1;
+pub const CL_QUEUE_PROFILING_ENABLE: ClBitfield = 2;
+
+pub const CL_MEM_READ_WRITE: ClBitfield = 1;
+pub const CL_MEM_WRITE_ONLY: ClBitfield = 1 << 1;
+pub const CL_MEM_READ_ONLY: ClBitfield = 1 << 2;
+pub const CL_MEM_USE_HOST_PTR: ClBitfield = 1 << 3;
+pub const CL_MEM_ALLOC_HOST_PTR: ClBitfield = 1 << 4;
+pub const CL_MEM_COPY_HOST_PTR: ClBitfield = 1 << 5;
+pub const CL_MEM_OBJECT_BUFFER: ClUint = 0x10F0;
+pub const CL_MEM_TYPE: ClUint = 0x1100;
+pub const CL_MEM_FLAGS: ClUint = 0x1101;
+pub const CL_MEM_SIZE: ClUint = 0x1102;
+pub const CL_MEM_HOST_PTR: ClUint = 0x1103;
+pub const CL_MEM_MAP_COUNT: ClUint = 0x1104;
+pub const CL_MEM_REFERENCE_COUNT: ClUint = 0x1105;
+pub const CL_MEM_CONTEXT: ClUint = 0x1106;
+pub const CL_MEM_ASSOCIATED_MEMOBJECT: ClUint = 0x1107;
+pub const CL_MEM_OFFSET: ClUint = 0x1108;
+
+pub const CL_MAP_READ: ClBitfield = 1;
+pub const CL_MAP_WRITE: ClBitfield = 2;
+pub const CL_MAP_WRITE_INVALIDATE_REGION: ClBitfield = 4;
+
+pub const CL_PROGRAM_REFERENCE_COUNT: ClUint = 0x1160;
+pub const CL_PROGRAM_CONTEXT: ClUint = 0x1161;
+pub const CL_PROGRAM_NUM_DEVICES: ClUint = 0x1162;
+pub const CL_PROGRAM_DEVICES: ClUint = 0x1163;
+pub const CL_PROGRAM_SOURCE: ClUint = 0x1164;
+pub const CL_PROGRAM_BINARY_SIZES: ClUint = 0x1165;
+pub const CL_PROGRAM_BINARIES: ClUint = 0x1166;
+
+pub const CL_KERNEL_FUNCTION_NAME: ClUint = 0x1190;
+pub const CL_KERNEL_NUM_ARGS: ClUint = 0x1191;
+pub const CL_KERNEL_REFERENCE_COUNT: ClUint = 0x1192;
+pub const CL_KERNEL_CONTEXT: ClUint = 0x1193;
+pub const CL_KERNEL_PROGRAM: ClUint = 0x1194;
+
+pub const CL_EVENT_COMMAND_QUEUE: ClUint = 0x11D0;
+pub const CL_EVENT_COMMAND_TYPE: ClUint = 0x11D1;
+pub const CL_EVENT_REFERENCE_COUNT: ClUint = 0x11D2;
+pub const CL_EVENT_COMMAND_EXECUTION_STATUS: ClUint = 0x11D3;
+pub const CL_EVENT_CONTEXT: ClUint = 0x11D4;
+
+pub const CL_COMMAND_NDRANGE_KERNEL: ClUint = 0x11F0;
+pub const CL_COMMAND_TASK: ClUint = 0x11F1;
+pub const CL_COMMAND_READ_BUFFER: ClUint = 0x11F3;
+pub const CL_COMMAND_WRITE_BUFFER: ClUint = 0x11F4;
+pub const CL_COMMAND_COPY_BUFFER: ClUint = 0x11F5;
+pub const CL_COMMAND_MAP_BUFFER: ClUint = 0x11FB;
+pub const CL_COMMAND_UNMAP_MEM_OBJECT: ClUint = 0x11FD;
+pub const CL_COMMAND_MARKER: ClUint = 0x11FE;
+pub const CL_COMMAND_BARRIER: ClUint = 0x1205;
+pub const CL_COMMAND_FILL_BUFFER: ClUint = 0x1207;
+
+pub const CL_COMPLETE: ClInt = 0;
+pub const CL_RUNNING: ClInt = 1;
+pub const CL_SUBMITTED: ClInt = 2;
+pub const CL_QUEUED: ClInt = 3;
+
+pub const CL_PROFILING_COMMAND_QUEUED: ClUint = 0x1280;
+pub const CL_PROFILING_COMMAND_SUBMIT: ClUint = 0x1281;
+pub const CL_PROFILING_COMMAND_START: ClUint = 0x1282;
+pub const CL_PROFILING_COMMAND_END: ClUint = 0x1283;
+pub const CL_PROFILING_COMMAND_COMPLETE: ClUint = 0x1284;

@@ -1,0 +1,1216 @@
+//! The remote OpenCL wire format: frames, requests, replies and enqueued commands.
+//!
+//! Pure functions over byte slices, no I/O. Decoders borrow from the input (data of
+//! writes, sources, binaries are slices of the frame body), check every length against
+//! the bytes that remain before allocating, and reject missing or trailing bytes.
+//! `docs/opencl.md` describes the format table by table.
+
+use std::fmt;
+
+/// Bytes of the fixed frame header.
+pub const HEADER_LEN: usize = 16;
+/// Protocol version sent in `Hello`; the node refuses other versions.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Maximum work dimensions of an NDRange (OpenCL 1.2 devices have 3).
+pub const WORK_DIM_MAX: usize = 3;
+
+/// The fixed 16-byte header in front of every frame body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub body_len: u32,
+    pub kind: u16,
+    pub flags: u16,
+    pub id: u64,
+}
+
+/// Result of a decoder that may need more bytes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded<T> {
+    /// The input ends before the item does; read more and call again.
+    Partial,
+    /// The item and the number of input bytes it used.
+    Complete(T, usize),
+}
+
+/// Why bytes are not a valid message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProtoError {
+    BodyTooLong { len: u32, max: u32 },
+    UnknownKind(u16),
+    Truncated,
+    TrailingBytes(usize),
+    BadTag(u8),
+    BadWorkDim(u8),
+}
+
+impl fmt::Display for ProtoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProtoError::BodyTooLong { len, max } => {
+                write!(f, "frame body of {len} bytes exceeds the limit of {max}")
+            }
+            ProtoError::UnknownKind(k) => write!(f, "unknown message kind {k}"),
+            ProtoError::Truncated => write!(f, "message body ends early"),
+            ProtoError::TrailingBytes(n) => write!(f, "{n} unexpected bytes after message"),
+            ProtoError::BadTag(t) => write!(f, "unknown tag {t}"),
+            ProtoError::BadWorkDim(d) => write!(f, "work_dim {d} out of range 1..=3"),
+        }
+    }
+}
+
+impl std::error::Error for ProtoError {}
+
+/// Message kinds (the `kind` header field).
+pub mod kind {
+    pub const HELLO: u16 = 1;
+    pub const GET_PLATFORM_INFO: u16 = 2;
+    pub const GET_DEVICE_INFO: u16 = 3;
+    pub const CREATE_CONTEXT: u16 = 4;
+    pub const CREATE_QUEUE: u16 = 5;
+    pub const CREATE_BUFFER: u16 = 6;
+    pub const CREATE_PROGRAM_WITH_SOURCE: u16 = 7;
+    pub const CREATE_PROGRAM_WITH_BINARY: u16 = 8;
+    pub const BUILD_PROGRAM: u16 = 9;
+    pub const GET_PROGRAM_INFO: u16 = 10;
+    pub const GET_PROGRAM_BUILD_INFO: u16 = 11;
+    pub const CREATE_KERNEL: u16 = 12;
+    pub const GET_KERNEL_WORK_GROUP_INFO: u16 = 13;
+    pub const GET_KERNEL_ARG_INFO: u16 = 14;
+    pub const GET_KERNEL_INFO: u16 = 15;
+    pub const RELEASE: u16 = 16;
+    pub const ENQUEUE: u16 = 17;
+    pub const FLUSH: u16 = 18;
+
+    pub const REPLY: u16 = 100;
+    pub const TASK_DONE: u16 = 101;
+    pub const READ_DATA: u16 = 102;
+}
+
+/// Decodes a frame header. `body_max` bounds the body length a peer may announce.
+pub fn decode_header(buf: &[u8], body_max: u32) -> Result<Decoded<Header>, ProtoError> {
+    if buf.len() < HEADER_LEN {
+        return Ok(Decoded::Partial);
+    }
+    let header = Header {
+        body_len: u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes")),
+        kind: u16::from_le_bytes(buf[4..6].try_into().expect("2 bytes")),
+        flags: u16::from_le_bytes(buf[6..8].try_into().expect("2 bytes")),
+        id: u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")),
+    };
+    if header.body_len > body_max {
+        return Err(ProtoError::BodyTooLong {
+            len: header.body_len,
+            max: body_max,
+        });
+    }
+    Ok(Decoded::Complete(header, HEADER_LEN))
+}
+
+/// Decodes a whole frame: header and a borrowed body.
+pub fn decode_frame(buf: &[u8], body_max: u32) -> Result<Decoded<(Header, &[u8])>, ProtoError> {
+    let header = match decode_header(buf, body_max)? {
+        Decoded::Partial => return Ok(Decoded::Partial),
+        Decoded::Complete(h, _) => h,
+    };
+    let end = HEADER_LEN + header.body_len as usize;
+    if buf.len() < end {
+        return Ok(Decoded::Partial);
+    }
+    Ok(Decoded::Complete((header, &buf[HEADER_LEN..end]), end))
+}
+
+/// Appends a frame header; `body_len` must be the exact number of body bytes that follow.
+pub fn encode_header(out: &mut Vec<u8>, kind: u16, id: u64, body_len: usize) {
+    let body_len = u32::try_from(body_len).expect("frame body fits u32");
+    out.extend_from_slice(&body_len.to_le_bytes());
+    out.extend_from_slice(&kind.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&id.to_le_bytes());
+}
+
+/// Appends a whole frame whose body is built by `body`.
+pub fn encode_frame(out: &mut Vec<u8>, kind: u16, id: u64, body: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    encode_header(out, kind, id, 0);
+    body(out);
+    let body_len = u32::try_from(out.len() - start - HEADER_LEN).expect("frame body fits u32");
+    out[start..start + 4].copy_from_slice(&body_len.to_le_bytes());
+}
+
+/// Little-endian reader over a body slice; every read checks the remaining length.
+pub struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ProtoError> {
+        if self.buf.len() < n {
+            return Err(ProtoError::Truncated);
+        }
+        let (head, tail) = self.buf.split_at(n);
+        self.buf = tail;
+        Ok(head)
+    }
+
+    pub fn u8(&mut self) -> Result<u8, ProtoError> {
+        Ok(self.take(1)?[0])
+    }
+    pub fn u32(&mut self) -> Result<u32, ProtoError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    pub fn i32(&mut self) -> Result<i32, ProtoError> {
+        Ok(i32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    pub fn u64(&mut self) -> Result<u64, ProtoError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    /// A `u32` length followed by that many bytes.
+    pub fn bytes(&mut self) -> Result<&'a [u8], ProtoError> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    /// A `u32` item count, checked against the bytes left given each item's minimum size,
+    /// so that a hostile count cannot make the caller allocate.
+    pub fn count(&mut self, item_len_min: usize) -> Result<usize, ProtoError> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(item_len_min.max(1)) > self.buf.len() {
+            return Err(ProtoError::Truncated);
+        }
+        Ok(n)
+    }
+    /// Fails unless every byte was consumed.
+    pub fn finish(&self) -> Result<(), ProtoError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(ProtoError::TrailingBytes(self.buf.len()))
+        }
+    }
+}
+
+pub fn put_u8(out: &mut Vec<u8>, v: u8) {
+    out.push(v);
+}
+pub fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+pub fn put_i32(out: &mut Vec<u8>, v: i32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+pub fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+pub fn put_bytes(out: &mut Vec<u8>, v: &[u8]) {
+    put_u32(out, u32::try_from(v.len()).expect("byte string fits u32"));
+    out.extend_from_slice(v);
+}
+
+/// A request from a client (the ICD) to the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    Hello {
+        version: u32,
+        host_id: &'a [u8],
+    },
+    GetPlatformInfo {
+        platform: u32,
+        param: u32,
+    },
+    GetDeviceInfo {
+        device: u32,
+        param: u32,
+    },
+    CreateContext {
+        id: u64,
+        devices: Vec<u32>,
+    },
+    CreateQueue {
+        id: u64,
+        context: u64,
+        device: u32,
+        properties: u64,
+    },
+    CreateBuffer {
+        id: u64,
+        context: u64,
+        flags: u64,
+        size: u64,
+        data: &'a [u8],
+    },
+    CreateProgramWithSource {
+        id: u64,
+        context: u64,
+        source: &'a [u8],
+    },
+    CreateProgramWithBinary {
+        id: u64,
+        context: u64,
+        binaries: Vec<(u32, &'a [u8])>,
+    },
+    BuildProgram {
+        program: u64,
+        devices: Vec<u32>,
+        options: &'a [u8],
+    },
+    GetProgramInfo {
+        program: u64,
+        param: u32,
+    },
+    GetProgramBuildInfo {
+        program: u64,
+        device: u32,
+        param: u32,
+    },
+    CreateKernel {
+        id: u64,
+        program: u64,
+        name: &'a [u8],
+    },
+    GetKernelWorkGroupInfo {
+        kernel: u64,
+        device: u32,
+        param: u32,
+    },
+    GetKernelArgInfo {
+        kernel: u64,
+        index: u32,
+        param: u32,
+    },
+    GetKernelInfo {
+        kernel: u64,
+        param: u32,
+    },
+    Release {
+        id: u64,
+    },
+    Enqueue {
+        commands: Vec<Command<'a>>,
+    },
+    Flush,
+}
+
+/// One enqueued command inside an `Enqueue` frame. `queue` and `event` are client ids;
+/// `event` is 0 when the program asked for no event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command<'a> {
+    Write {
+        queue: u64,
+        event: u64,
+        buffer: u64,
+        offset: u64,
+        data: &'a [u8],
+    },
+    Read {
+        queue: u64,
+        event: u64,
+        buffer: u64,
+        offset: u64,
+        size: u64,
+        token: u64,
+    },
+    Copy {
+        queue: u64,
+        event: u64,
+        src: u64,
+        dst: u64,
+        src_offset: u64,
+        dst_offset: u64,
+        size: u64,
+    },
+    Fill {
+        queue: u64,
+        event: u64,
+        buffer: u64,
+        pattern: &'a [u8],
+        offset: u64,
+        size: u64,
+    },
+    NdRange(NdRange<'a>),
+    Marker {
+        queue: u64,
+        event: u64,
+    },
+    Barrier {
+        queue: u64,
+        event: u64,
+    },
+}
+
+/// A kernel launch with the snapshot of all its arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NdRange<'a> {
+    pub queue: u64,
+    pub event: u64,
+    pub kernel: u64,
+    pub work_dim: u8,
+    pub offset: [u64; WORK_DIM_MAX],
+    pub global: [u64; WORK_DIM_MAX],
+    pub local: Option<[u64; WORK_DIM_MAX]>,
+    pub args: Vec<KernelArg<'a>>,
+}
+
+/// The value of one kernel argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelArg<'a> {
+    /// Never set by the program; the device reports `CL_INVALID_KERNEL_ARGS`.
+    Unset,
+    Mem(u64),
+    NullMem,
+    Local(u64),
+    Bytes(&'a [u8]),
+}
+
+mod tag {
+    pub const WRITE: u8 = 1;
+    pub const READ: u8 = 2;
+    pub const COPY: u8 = 3;
+    pub const FILL: u8 = 4;
+    pub const ND_RANGE: u8 = 5;
+    pub const MARKER: u8 = 6;
+    pub const BARRIER: u8 = 7;
+
+    pub const ARG_UNSET: u8 = 0;
+    pub const ARG_MEM: u8 = 1;
+    pub const ARG_NULL_MEM: u8 = 2;
+    pub const ARG_LOCAL: u8 = 3;
+    pub const ARG_BYTES: u8 = 4;
+}
+
+impl Command<'_> {
+    /// Appends the command's encoding (as one item of an `Enqueue` body).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Command::Write {
+                queue,
+                event,
+                buffer,
+                offset,
+                data,
+            } => {
+                put_u8(out, tag::WRITE);
+                put_u64(out, *queue);
+                put_u64(out, *event);
+                put_u64(out, *buffer);
+                put_u64(out, *offset);
+                put_bytes(out, data);
+            }
+            Command::Read {
+                queue,
+                event,
+                buffer,
+                offset,
+                size,
+                token,
+            } => {
+                put_u8(out, tag::READ);
+                for v in [*queue, *event, *buffer, *offset, *size, *token] {
+                    put_u64(out, v);
+                }
+            }
+            Command::Copy {
+                queue,
+                event,
+                src,
+                dst,
+                src_offset,
+                dst_offset,
+                size,
+            } => {
+                put_u8(out, tag::COPY);
+                for v in [*queue, *event, *src, *dst, *src_offset, *dst_offset, *size] {
+                    put_u64(out, v);
+                }
+            }
+            Command::Fill {
+                queue,
+                event,
+                buffer,
+                pattern,
+                offset,
+                size,
+            } => {
+                put_u8(out, tag::FILL);
+                put_u64(out, *queue);
+                put_u64(out, *event);
+                put_u64(out, *buffer);
+                put_bytes(out, pattern);
+                put_u64(out, *offset);
+                put_u64(out, *size);
+            }
+            Command::NdRange(nd) => {
+                put_u8(out, tag::ND_RANGE);
+                put_u64(out, nd.queue);
+                put_u64(out, nd.event);
+                put_u64(out, nd.kernel);
+                put_u8(out, nd.work_dim);
+                let dims = usize::from(nd.work_dim);
+                for v in &nd.offset[..dims] {
+                    put_u64(out, *v);
+                }
+                for v in &nd.global[..dims] {
+                    put_u64(out, *v);
+                }
+                match &nd.local {
+                    None => put_u8(out, 0),
+                    Some(local) => {
+                        put_u8(out, 1);
+                        for v in &local[..dims] {
+                            put_u64(out, *v);
+                        }
+                    }
+                }
+                put_u32(
+                    out,
+                    u32::try_from(nd.args.len()).expect("arg count fits u32"),
+                );
+                for arg in &nd.args {
+                    match arg {
+                        KernelArg::Unset => put_u8(out, tag::ARG_UNSET),
+                        KernelArg::Mem(id) => {
+                            put_u8(out, tag::ARG_MEM);
+                            put_u64(out, *id);
+                        }
+                        KernelArg::NullMem => put_u8(out, tag::ARG_NULL_MEM),
+                        KernelArg::Local(size) => {
+                            put_u8(out, tag::ARG_LOCAL);
+                            put_u64(out, *size);
+                        }
+                        KernelArg::Bytes(b) => {
+                            put_u8(out, tag::ARG_BYTES);
+                            put_bytes(out, b);
+                        }
+                    }
+                }
+            }
+            Command::Marker { queue, event } => {
+                put_u8(out, tag::MARKER);
+                put_u64(out, *queue);
+                put_u64(out, *event);
+            }
+            Command::Barrier { queue, event } => {
+                put_u8(out, tag::BARRIER);
+                put_u64(out, *queue);
+                put_u64(out, *event);
+            }
+        }
+    }
+
+    /// The client queue id the command was enqueued on.
+    pub fn queue(&self) -> u64 {
+        match self {
+            Command::Write { queue, .. }
+            | Command::Read { queue, .. }
+            | Command::Copy { queue, .. }
+            | Command::Fill { queue, .. }
+            | Command::Marker { queue, .. }
+            | Command::Barrier { queue, .. } => *queue,
+            Command::NdRange(nd) => nd.queue,
+        }
+    }
+
+    /// The client event id of the command, 0 for none.
+    pub fn event(&self) -> u64 {
+        match self {
+            Command::Write { event, .. }
+            | Command::Read { event, .. }
+            | Command::Copy { event, .. }
+            | Command::Fill { event, .. }
+            | Command::Marker { event, .. }
+            | Command::Barrier { event, .. } => *event,
+            Command::NdRange(nd) => nd.event,
+        }
+    }
+}
+
+fn decode_dims(r: &mut Reader<'_>, dims: usize) -> Result<[u64; WORK_DIM_MAX], ProtoError> {
+    let mut v = [0u64; WORK_DIM_MAX];
+    for slot in v.iter_mut().take(dims) {
+        *slot = r.u64()?;
+    }
+    Ok(v)
+}
+
+fn decode_command<'a>(r: &mut Reader<'a>) -> Result<Command<'a>, ProtoError> {
+    let t = r.u8()?;
+    Ok(match t {
+        tag::WRITE => Command::Write {
+            queue: r.u64()?,
+            event: r.u64()?,
+            buffer: r.u64()?,
+            offset: r.u64()?,
+            data: r.bytes()?,
+        },
+        tag::READ => Command::Read {
+            queue: r.u64()?,
+            event: r.u64()?,
+            buffer: r.u64()?,
+            offset: r.u64()?,
+            size: r.u64()?,
+            token: r.u64()?,
+        },
+        tag::COPY => Command::Copy {
+            queue: r.u64()?,
+            event: r.u64()?,
+            src: r.u64()?,
+            dst: r.u64()?,
+            src_offset: r.u64()?,
+            dst_offset: r.u64()?,
+            size: r.u64()?,
+        },
+        tag::FILL => Command::Fill {
+            queue: r.u64()?,
+            event: r.u64()?,
+            buffer: r.u64()?,
+            pattern: r.bytes()?,
+            offset: r.u64()?,
+            size: r.u64()?,
+        },
+        tag::ND_RANGE => {
+            let queue = r.u64()?;
+            let event = r.u64()?;
+            let kernel = r.u64()?;
+            let work_dim = r.u8()?;
+            if work_dim == 0 || usize::from(work_dim) > WORK_DIM_MAX {
+                return Err(ProtoError::BadWorkDim(work_dim));
+            }
+            let dims = usize::from(work_dim);
+            let offset = decode_dims(r, dims)?;
+            let global = decode_dims(r, dims)?;
+            let local = match r.u8()? {
+                0 => None,
+                1 => Some(decode_dims(r, dims)?),
+                other => return Err(ProtoError::BadTag(other)),
+            };
+            let n = r.count(1)?;
+            let mut args = Vec::with_capacity(n);
+            for _ in 0..n {
+                args.push(match r.u8()? {
+                    tag::ARG_UNSET => KernelArg::Unset,
+                    tag::ARG_MEM => KernelArg::Mem(r.u64()?),
+                    tag::ARG_NULL_MEM => KernelArg::NullMem,
+                    tag::ARG_LOCAL => KernelArg::Local(r.u64()?),
+                    tag::ARG_BYTES => KernelArg::Bytes(r.bytes()?),
+                    other => return Err(ProtoError::BadTag(other)),
+                });
+            }
+            Command::NdRange(NdRange {
+                queue,
+                event,
+                kernel,
+                work_dim,
+                offset,
+                global,
+                local,
+                args,
+            })
+        }
+        tag::MARKER => Command::Marker {
+            queue: r.u64()?,
+            event: r.u64()?,
+        },
+        tag::BARRIER => Command::Barrier {
+            queue: r.u64()?,
+            event: r.u64()?,
+        },
+        other => return Err(ProtoError::BadTag(other)),
+    })
+}
+
+fn put_u32_list(out: &mut Vec<u8>, v: &[u32]) {
+    put_u32(out, u32::try_from(v.len()).expect("list fits u32"));
+    for x in v {
+        put_u32(out, *x);
+    }
+}
+
+fn u32_list(r: &mut Reader<'_>) -> Result<Vec<u32>, ProtoError> {
+    let n = r.count(4)?;
+    (0..n).map(|_| r.u32()).collect()
+}
+
+impl<'a> Request<'a> {
+    /// The header `kind` of this request.
+    pub fn kind(&self) -> u16 {
+        match self {
+            Request::Hello { .. } => kind::HELLO,
+            Request::GetPlatformInfo { .. } => kind::GET_PLATFORM_INFO,
+            Request::GetDeviceInfo { .. } => kind::GET_DEVICE_INFO,
+            Request::CreateContext { .. } => kind::CREATE_CONTEXT,
+            Request::CreateQueue { .. } => kind::CREATE_QUEUE,
+            Request::CreateBuffer { .. } => kind::CREATE_BUFFER,
+            Request::CreateProgramWithSource { .. } => kind::CREATE_PROGRAM_WITH_SOURCE,
+            Request::CreateProgramWithBinary { .. } => kind::CREATE_PROGRAM_WITH_BINARY,
+            Request::BuildProgram { .. } => kind::BUILD_PROGRAM,
+            Request::GetProgramInfo { .. } => kind::GET_PROGRAM_INFO,
+            Request::GetProgramBuildInfo { .. } => kind::GET_PROGRAM_BUILD_INFO,
+            Request::CreateKernel { .. } => kind::CREATE_KERNEL,
+            Request::GetKernelWorkGroupInfo { .. } => kind::GET_KERNEL_WORK_GROUP_INFO,
+            Request::GetKernelArgInfo { .. } => kind::GET_KERNEL_ARG_INFO,
+            Request::GetKernelInfo { .. } => kind::GET_KERNEL_INFO,
+            Request::Release { .. } => kind::RELEASE,
+            Request::Enqueue { .. } => kind::ENQUEUE,
+            Request::Flush => kind::FLUSH,
+        }
+    }
+
+    /// Appends the request as one frame with request id `id`.
+    pub fn encode(&self, id: u64, out: &mut Vec<u8>) {
+        encode_frame(out, self.kind(), id, |out| self.encode_body(out));
+    }
+
+    fn encode_body(&self, out: &mut Vec<u8>) {
+        match self {
+            Request::Hello { version, host_id } => {
+                put_u32(out, *version);
+                put_bytes(out, host_id);
+            }
+            Request::GetPlatformInfo { platform: a, param }
+            | Request::GetDeviceInfo { device: a, param } => {
+                put_u32(out, *a);
+                put_u32(out, *param);
+            }
+            Request::CreateContext { id, devices } => {
+                put_u64(out, *id);
+                put_u32_list(out, devices);
+            }
+            Request::CreateQueue {
+                id,
+                context,
+                device,
+                properties,
+            } => {
+                put_u64(out, *id);
+                put_u64(out, *context);
+                put_u32(out, *device);
+                put_u64(out, *properties);
+            }
+            Request::CreateBuffer {
+                id,
+                context,
+                flags,
+                size,
+                data,
+            } => {
+                put_u64(out, *id);
+                put_u64(out, *context);
+                put_u64(out, *flags);
+                put_u64(out, *size);
+                put_bytes(out, data);
+            }
+            Request::CreateProgramWithSource {
+                id,
+                context,
+                source,
+            } => {
+                put_u64(out, *id);
+                put_u64(out, *context);
+                put_bytes(out, source);
+            }
+            Request::CreateProgramWithBinary {
+                id,
+                context,
+                binaries,
+            } => {
+                put_u64(out, *id);
+                put_u64(out, *context);
+                put_u32(out, u32::try_from(binaries.len()).expect("list fits u32"));
+                for (device, binary) in binaries {
+                    put_u32(out, *device);
+                    put_bytes(out, binary);
+                }
+            }
+            Request::BuildProgram {
+                program,
+                devices,
+                options,
+            } => {
+                put_u64(out, *program);
+                put_u32_list(out, devices);
+                put_bytes(out, options);
+            }
+            Request::GetProgramInfo {
+                program: obj,
+                param,
+            }
+            | Request::GetKernelInfo { kernel: obj, param } => {
+                put_u64(out, *obj);
+                put_u32(out, *param);
+            }
+            Request::GetProgramBuildInfo {
+                program: obj,
+                device: sub,
+                param,
+            }
+            | Request::GetKernelWorkGroupInfo {
+                kernel: obj,
+                device: sub,
+                param,
+            }
+            | Request::GetKernelArgInfo {
+                kernel: obj,
+                index: sub,
+                param,
+            } => {
+                put_u64(out, *obj);
+                put_u32(out, *sub);
+                put_u32(out, *param);
+            }
+            Request::CreateKernel { id, program, name } => {
+                put_u64(out, *id);
+                put_u64(out, *program);
+                put_bytes(out, name);
+            }
+            Request::Release { id } => put_u64(out, *id),
+            Request::Enqueue { commands } => {
+                put_u32(out, u32::try_from(commands.len()).expect("list fits u32"));
+                for c in commands {
+                    c.encode(out);
+                }
+            }
+            Request::Flush => {}
+        }
+    }
+
+    /// Decodes the body of a request frame of kind `kind`.
+    pub fn decode(kind: u16, body: &'a [u8]) -> Result<Request<'a>, ProtoError> {
+        let mut r = Reader::new(body);
+        let req = match kind {
+            kind::HELLO => Request::Hello {
+                version: r.u32()?,
+                host_id: r.bytes()?,
+            },
+            kind::GET_PLATFORM_INFO => Request::GetPlatformInfo {
+                platform: r.u32()?,
+                param: r.u32()?,
+            },
+            kind::GET_DEVICE_INFO => Request::GetDeviceInfo {
+                device: r.u32()?,
+                param: r.u32()?,
+            },
+            kind::CREATE_CONTEXT => Request::CreateContext {
+                id: r.u64()?,
+                devices: u32_list(&mut r)?,
+            },
+            kind::CREATE_QUEUE => Request::CreateQueue {
+                id: r.u64()?,
+                context: r.u64()?,
+                device: r.u32()?,
+                properties: r.u64()?,
+            },
+            kind::CREATE_BUFFER => Request::CreateBuffer {
+                id: r.u64()?,
+                context: r.u64()?,
+                flags: r.u64()?,
+                size: r.u64()?,
+                data: r.bytes()?,
+            },
+            kind::CREATE_PROGRAM_WITH_SOURCE => Request::CreateProgramWithSource {
+                id: r.u64()?,
+                context: r.u64()?,
+                source: r.bytes()?,
+            },
+            kind::CREATE_PROGRAM_WITH_BINARY => {
+                let id = r.u64()?;
+                let context = r.u64()?;
+                let n = r.count(8)?;
+                let mut binaries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    binaries.push((r.u32()?, r.bytes()?));
+                }
+                Request::CreateProgramWithBinary {
+                    id,
+                    context,
+                    binaries,
+                }
+            }
+            kind::BUILD_PROGRAM => Request::BuildProgram {
+                program: r.u64()?,
+                devices: u32_list(&mut r)?,
+                options: r.bytes()?,
+            },
+            kind::GET_PROGRAM_INFO => Request::GetProgramInfo {
+                program: r.u64()?,
+                param: r.u32()?,
+            },
+            kind::GET_PROGRAM_BUILD_INFO => Request::GetProgramBuildInfo {
+                program: r.u64()?,
+                device: r.u32()?,
+                param: r.u32()?,
+            },
+            kind::CREATE_KERNEL => Request::CreateKernel {
+                id: r.u64()?,
+                program: r.u64()?,
+                name: r.bytes()?,
+            },
+            kind::GET_KERNEL_WORK_GROUP_INFO => Request::GetKernelWorkGroupInfo {
+                kernel: r.u64()?,
+                device: r.u32()?,
+                param: r.u32()?,
+            },
+            kind::GET_KERNEL_ARG_INFO => Request::GetKernelArgInfo {
+                kernel: r.u64()?,
+                index: r.u32()?,
+                param: r.u32()?,
+            },
+            kind::GET_KERNEL_INFO => Request::GetKernelInfo {
+                kernel: r.u64()?,
+                param: r.u32()?,
+            },
+            kind::RELEASE => Request::Release { id: r.u64()? },
+            kind::ENQUEUE => {
+                // The smallest command (marker) is 17 bytes.
+                let n = r.count(17)?;
+                let mut commands = Vec::with_capacity(n);
+                for _ in 0..n {
+                    commands.push(decode_command(&mut r)?);
+                }
+                Request::Enqueue { commands }
+            }
+            kind::FLUSH => Request::Flush,
+            other => return Err(ProtoError::UnknownKind(other)),
+        };
+        r.finish()?;
+        Ok(req)
+    }
+}
+
+/// Completion of one event of a task: status (`CL_COMPLETE` or a negative error) and
+/// the profiling counters queued, submit, start, end in device nanoseconds (0 when the
+/// queue has no profiling).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventDone {
+    pub event: u64,
+    pub status: i32,
+    pub profile: [u64; 4],
+}
+
+/// A message from the node to a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response<'a> {
+    Reply {
+        status: i32,
+        payload: &'a [u8],
+    },
+    TaskDone {
+        status: i32,
+        events: Vec<EventDone>,
+    },
+    ReadData {
+        token: u64,
+        offset: u64,
+        data: &'a [u8],
+    },
+}
+
+impl<'a> Response<'a> {
+    /// Appends the response as one frame with id `id`.
+    pub fn encode(&self, id: u64, out: &mut Vec<u8>) {
+        match self {
+            Response::Reply { status, payload } => encode_frame(out, kind::REPLY, id, |out| {
+                put_i32(out, *status);
+                out.extend_from_slice(payload);
+            }),
+            Response::TaskDone { status, events } => {
+                encode_frame(out, kind::TASK_DONE, id, |out| {
+                    put_i32(out, *status);
+                    put_u32(out, u32::try_from(events.len()).expect("list fits u32"));
+                    for e in events {
+                        put_u64(out, e.event);
+                        put_i32(out, e.status);
+                        for p in e.profile {
+                            put_u64(out, p);
+                        }
+                    }
+                })
+            }
+            Response::ReadData {
+                token,
+                offset,
+                data,
+            } => {
+                encode_read_data_header(out, id, *token, *offset, data.len());
+                out.extend_from_slice(data);
+            }
+        }
+    }
+
+    /// Decodes the body of a response frame of kind `kind`.
+    pub fn decode(kind: u16, body: &'a [u8]) -> Result<Response<'a>, ProtoError> {
+        let mut r = Reader::new(body);
+        let resp = match kind {
+            kind::REPLY => {
+                let status = r.i32()?;
+                return Ok(Response::Reply {
+                    status,
+                    payload: &body[4..],
+                });
+            }
+            kind::TASK_DONE => {
+                let status = r.i32()?;
+                let n = r.count(44)?;
+                let mut events = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let event = r.u64()?;
+                    let status = r.i32()?;
+                    let mut profile = [0u64; 4];
+                    for p in profile.iter_mut() {
+                        *p = r.u64()?;
+                    }
+                    events.push(EventDone {
+                        event,
+                        status,
+                        profile,
+                    });
+                }
+                Response::TaskDone { status, events }
+            }
+            kind::READ_DATA => Response::ReadData {
+                token: r.u64()?,
+                offset: r.u64()?,
+                data: r.bytes()?,
+            },
+            other => return Err(ProtoError::UnknownKind(other)),
+        };
+        r.finish()?;
+        Ok(resp)
+    }
+}
+
+/// Appends the header part of a `ReadData` frame carrying `len` data bytes, so that a
+/// sender can write the data itself straight from device memory without a copy.
+pub fn encode_read_data_header(out: &mut Vec<u8>, id: u64, token: u64, offset: u64, len: usize) {
+    encode_header(out, kind::READ_DATA, id, 8 + 8 + 4 + len);
+    put_u64(out, token);
+    put_u64(out, offset);
+    put_u32(out, u32::try_from(len).expect("read chunk fits u32"));
+}
+
+/// The payload of the `Hello` reply: the node's host id (for the shared-memory path) and
+/// its platforms, each with the node-wide indices of its devices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HelloInfo<'a> {
+    pub host_id: &'a [u8],
+    pub platforms: Vec<Vec<u32>>,
+}
+
+impl<'a> HelloInfo<'a> {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_bytes(out, self.host_id);
+        put_u32(
+            out,
+            u32::try_from(self.platforms.len()).expect("list fits u32"),
+        );
+        for devices in &self.platforms {
+            put_u32_list(out, devices);
+        }
+    }
+
+    pub fn decode(payload: &'a [u8]) -> Result<HelloInfo<'a>, ProtoError> {
+        let mut r = Reader::new(payload);
+        let host_id = r.bytes()?;
+        let n = r.count(4)?;
+        let mut platforms = Vec::with_capacity(n);
+        for _ in 0..n {
+            platforms.push(u32_list(&mut r)?);
+        }
+        r.finish()?;
+        Ok(HelloInfo { host_id, platforms })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(req: Request<'_>) {
+        let mut out = Vec::new();
+        req.encode(42, &mut out);
+        let Decoded::Complete((h, body), used) = decode_frame(&out, u32::MAX).unwrap() else {
+            panic!("partial")
+        };
+        assert_eq!(used, out.len());
+        assert_eq!(h.id, 42);
+        assert_eq!(Request::decode(h.kind, body).unwrap(), req);
+        // Every strict prefix is partial or a decode error, never a panic.
+        for cut in 0..out.len() {
+            match decode_frame(&out[..cut], u32::MAX).unwrap() {
+                Decoded::Partial => {}
+                Decoded::Complete(..) => panic!("prefix {cut} decoded as complete"),
+            }
+        }
+        for cut in 0..body.len() {
+            assert!(Request::decode(h.kind, &body[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn requests_roundtrip() {
+        roundtrip(Request::Hello {
+            version: 1,
+            host_id: b"abc",
+        });
+        roundtrip(Request::CreateContext {
+            id: 7,
+            devices: vec![0, 3],
+        });
+        roundtrip(Request::CreateBuffer {
+            id: 9,
+            context: 7,
+            flags: 1,
+            size: 64,
+            data: &[1, 2, 3],
+        });
+        roundtrip(Request::CreateProgramWithBinary {
+            id: 1,
+            context: 2,
+            binaries: vec![(0, b"bin")],
+        });
+        roundtrip(Request::BuildProgram {
+            program: 1,
+            devices: vec![],
+            options: b"-O2",
+        });
+        roundtrip(Request::GetKernelArgInfo {
+            kernel: 5,
+            index: 2,
+            param: 0x1196,
+        });
+        roundtrip(Request::Flush);
+        roundtrip(Request::Enqueue {
+            commands: vec![
+                Command::Write {
+                    queue: 1,
+                    event: 0,
+                    buffer: 2,
+                    offset: 0,
+                    data: b"hello",
+                },
+                Command::Read {
+                    queue: 1,
+                    event: 9,
+                    buffer: 2,
+                    offset: 4,
+                    size: 8,
+                    token: 3,
+                },
+                Command::Copy {
+                    queue: 1,
+                    event: 0,
+                    src: 2,
+                    dst: 3,
+                    src_offset: 0,
+                    dst_offset: 8,
+                    size: 8,
+                },
+                Command::Fill {
+                    queue: 1,
+                    event: 0,
+                    buffer: 2,
+                    pattern: &[0, 1],
+                    offset: 0,
+                    size: 8,
+                },
+                Command::NdRange(NdRange {
+                    queue: 1,
+                    event: 4,
+                    kernel: 5,
+                    work_dim: 2,
+                    offset: [0, 0, 0],
+                    global: [64, 32, 0],
+                    local: Some([8, 8, 0]),
+                    args: vec![
+                        KernelArg::Mem(2),
+                        KernelArg::NullMem,
+                        KernelArg::Local(256),
+                        KernelArg::Bytes(&[1, 0, 0, 0]),
+                        KernelArg::Unset,
+                    ],
+                }),
+                Command::Marker {
+                    queue: 1,
+                    event: 10,
+                },
+                Command::Barrier { queue: 1, event: 0 },
+            ],
+        });
+    }
+
+    #[test]
+    fn responses_roundtrip() {
+        let cases = [
+            Response::Reply {
+                status: -5,
+                payload: b"xyz",
+            },
+            Response::TaskDone {
+                status: 0,
+                events: vec![EventDone {
+                    event: 3,
+                    status: 0,
+                    profile: [1, 2, 3, 4],
+                }],
+            },
+            Response::ReadData {
+                token: 5,
+                offset: 1 << 20,
+                data: b"data",
+            },
+        ];
+        for resp in cases {
+            let mut out = Vec::new();
+            resp.encode(8, &mut out);
+            let Decoded::Complete((h, body), _) = decode_frame(&out, u32::MAX).unwrap() else {
+                panic!("partial")
+            };
+            assert_eq!(Response::decode(h.kind, body).unwrap(), resp);
+        }
+    }
+
+    #[test]
+    fn hostile_input_is_rejected() {
+        let mut out = Vec::new();
+        encode_header(&mut out, kind::FLUSH, 1, 1000);
+        assert_eq!(
+            decode_frame(&out, 100),
+            Err(ProtoError::BodyTooLong {
+                len: 1000,
+                max: 100
+            })
+        );
+        // A count of 2^32-1 commands in a tiny body fails before allocating.
+        let body = u32::MAX.to_le_bytes();
+        assert_eq!(
+            Request::decode(kind::ENQUEUE, &body),
+            Err(ProtoError::Truncated)
+        );
+        assert_eq!(Request::decode(999, &[]), Err(ProtoError::UnknownKind(999)));
+        assert_eq!(
+            Request::decode(kind::RELEASE, &[0; 9]),
+            Err(ProtoError::TrailingBytes(1))
+        );
+        let mut nd = vec![];
+        put_u32(&mut nd, 1);
+        put_u8(&mut nd, tag::ND_RANGE);
+        nd.extend_from_slice(&[0; 24]);
+        put_u8(&mut nd, 4);
+        assert_eq!(
+            Request::decode(kind::ENQUEUE, &nd),
+            Err(ProtoError::BadWorkDim(4))
+        );
+    }
+
+    #[test]
+    fn hello_info_roundtrip() {
+        let info = HelloInfo {
+            host_id: b"host",
+            platforms: vec![vec![0, 1], vec![2]],
+        };
+        let mut out = Vec::new();
+        info.encode(&mut out);
+        assert_eq!(HelloInfo::decode(&out).unwrap(), info);
+    }
+}

@@ -1,0 +1,339 @@
+//! The node-side OpenCL service: the device manager of remote OpenCL.
+//!
+//! [`spawn`] opens the configured OpenCL platforms (through [`crate::ffi::Api`]), listens
+//! on a TCP address and serves remote OpenCL clients (the `libnetaccel_opencl.so` ICD).
+//! Threads, all owned by the service:
+//!
+//! - one accept thread;
+//! - one thread per client connection ([`session`]): it decodes frames, answers control
+//!   calls (creates, builds, info queries) directly, owns the client's object table, and
+//!   accumulates the client's enqueued commands into a task until a flush;
+//! - one worker thread per device ([`worker`]) with a bounded FIFO of tasks: it runs one
+//!   task at a time, atomically and in order, and sends the results to the task's client.
+//!
+//! See `docs/opencl.md` for the protocol and the task model.
+
+mod metrics;
+mod session;
+mod worker;
+
+use std::ffi::c_void;
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+
+use prometheus_client::registry::Registry;
+
+use crate::cl::{self, ClInt};
+use crate::ffi::{info_bytes, Api, Handle};
+use metrics::Metrics;
+use worker::Task;
+
+/// What the service shares and the bounds it enforces. Every bound has a safe default.
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    /// The OpenCL library to load (the ICD loader).
+    pub library: String,
+    /// Share only platforms whose name contains one of these strings; empty = all
+    /// platforms except netaccel's own remote platform (never re-exported).
+    pub platforms: Vec<String>,
+    /// Clients connected at once; more are refused with `CL_OUT_OF_RESOURCES`.
+    pub clients_max: usize,
+    /// Largest frame body a client may send, in bytes.
+    pub frame_body_max: u32,
+    /// Buffer bytes one client may hold on the node.
+    pub buffer_bytes_max: u64,
+    /// Objects (contexts, queues, buffers, programs, kernels) one client may hold.
+    pub objects_max: usize,
+    /// Bytes of enqueued data (writes, fill patterns) one open task may hold.
+    pub pending_bytes_max: u64,
+    /// Tasks waiting in one device's FIFO; a client flushing into a full FIFO waits.
+    pub device_queue_depth_max: usize,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            library: "libOpenCL.so.1".to_string(),
+            platforms: Vec::new(),
+            clients_max: 64,
+            frame_body_max: 64 << 20,
+            buffer_bytes_max: 1 << 30,
+            objects_max: 4096,
+            pending_bytes_max: 512 << 20,
+            device_queue_depth_max: 256,
+        }
+    }
+}
+
+/// A handle of the real runtime that may cross threads: OpenCL objects are thread-safe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Raw(pub Handle);
+// SAFETY: OpenCL 1.2 guarantees all API calls except clSetKernelArg are thread-safe;
+// the service calls clSetKernelArg for a kernel only from the worker that runs its task.
+unsafe impl Send for Raw {}
+unsafe impl Sync for Raw {}
+
+/// A reference-counted real OpenCL object that is released when the last user drops it.
+pub(crate) struct Real {
+    pub raw: Raw,
+    release: unsafe extern "C" fn(Handle) -> ClInt,
+}
+
+impl Real {
+    pub fn new(raw: Handle, release: unsafe extern "C" fn(Handle) -> ClInt) -> Arc<Real> {
+        debug_assert!(!raw.is_null());
+        Arc::new(Real {
+            raw: Raw(raw),
+            release,
+        })
+    }
+    pub fn handle(&self) -> Handle {
+        self.raw.0
+    }
+}
+
+impl Drop for Real {
+    fn drop(&mut self) {
+        // SAFETY: we own one reference to the object, taken at creation.
+        unsafe { (self.release)(self.raw.0) };
+    }
+}
+
+pub(crate) struct PlatformEntry {
+    pub raw: Raw,
+    pub devices: Vec<u32>,
+}
+
+pub(crate) struct DeviceEntry {
+    pub raw: Raw,
+    pub platform: u32,
+    pub name: String,
+}
+
+/// The loaded runtime and what it shares.
+pub(crate) struct Runtime {
+    pub api: Api,
+    pub platforms: Vec<PlatformEntry>,
+    pub devices: Vec<DeviceEntry>,
+}
+
+/// Info strings are bounded so that a misbehaving runtime cannot make us allocate.
+const INFO_BYTES_MAX: usize = 256 << 20;
+
+fn info_string(query: &mut dyn FnMut(usize, *mut c_void, *mut usize) -> ClInt) -> String {
+    let bytes = info_bytes(INFO_BYTES_MAX, query).unwrap_or_default();
+    String::from_utf8_lossy(&bytes)
+        .trim_end_matches('\0')
+        .to_string()
+}
+
+impl Runtime {
+    fn open(api: Api, config: &ServiceConfig) -> io::Result<Runtime> {
+        let mut n = 0u32;
+        // SAFETY: valid out-pointers; the ICD loader answers with the platform count.
+        let rc = unsafe { (api.clGetPlatformIDs)(0, std::ptr::null_mut(), &mut n) };
+        let mut raws = vec![std::ptr::null_mut(); n as usize];
+        if rc == cl::CL_SUCCESS && n > 0 {
+            // SAFETY: `raws` has room for `n` handles.
+            unsafe { (api.clGetPlatformIDs)(n, raws.as_mut_ptr(), std::ptr::null_mut()) };
+        }
+        let mut platforms = Vec::new();
+        let mut devices = Vec::new();
+        for raw in raws {
+            // SAFETY (both closures): `raw` is a platform handle of this runtime.
+            let name = info_string(&mut |s, p, r| unsafe {
+                (api.clGetPlatformInfo)(raw, cl::CL_PLATFORM_NAME, s, p, r)
+            });
+            let suffix = info_string(&mut |s, p, r| unsafe {
+                (api.clGetPlatformInfo)(raw, cl::CL_PLATFORM_ICD_SUFFIX_KHR, s, p, r)
+            });
+            if suffix == crate::ICD_SUFFIX || name.starts_with(crate::PLATFORM_NAME_PREFIX) {
+                continue;
+            }
+            if !config.platforms.is_empty()
+                && !config
+                    .platforms
+                    .iter()
+                    .any(|want| name.contains(want.as_str()))
+            {
+                continue;
+            }
+            let mut count = 0u32;
+            // SAFETY: valid out-pointers.
+            let rc = unsafe {
+                (api.clGetDeviceIDs)(
+                    raw,
+                    cl::CL_DEVICE_TYPE_ALL,
+                    0,
+                    std::ptr::null_mut(),
+                    &mut count,
+                )
+            };
+            if rc != cl::CL_SUCCESS || count == 0 {
+                continue;
+            }
+            let mut devs = vec![std::ptr::null_mut(); count as usize];
+            // SAFETY: `devs` has room for `count` handles.
+            unsafe {
+                (api.clGetDeviceIDs)(
+                    raw,
+                    cl::CL_DEVICE_TYPE_ALL,
+                    count,
+                    devs.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            };
+            let platform = platforms.len() as u32;
+            let mut indices = Vec::new();
+            for dev in devs {
+                // SAFETY: `dev` is a device handle of this runtime.
+                let dname = info_string(&mut |s, p, r| unsafe {
+                    (api.clGetDeviceInfo)(dev, 0x102B, s, p, r)
+                });
+                indices.push(devices.len() as u32);
+                devices.push(DeviceEntry {
+                    raw: Raw(dev),
+                    platform,
+                    name: dname,
+                });
+            }
+            platforms.push(PlatformEntry {
+                raw: Raw(raw),
+                devices: indices,
+            });
+        }
+        Ok(Runtime {
+            api,
+            platforms,
+            devices,
+        })
+    }
+}
+
+/// State shared by all threads of one service.
+pub(crate) struct Shared {
+    pub runtime: Runtime,
+    pub config: ServiceConfig,
+    pub metrics: Metrics,
+    pub workers: Vec<SyncSender<Task>>,
+    pub clients: AtomicUsize,
+    pub shutdown: AtomicBool,
+    pub host_id: Vec<u8>,
+}
+
+/// A running service. Dropping it does not stop it; call [`ServiceHandle::shutdown`].
+pub struct ServiceHandle {
+    local_addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl ServiceHandle {
+    /// The address the service listens on (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Names of the shared devices, in the node-wide index order clients see.
+    pub fn device_names(&self) -> Vec<String> {
+        self.shared
+            .runtime
+            .devices
+            .iter()
+            .map(|d| d.name.clone())
+            .collect()
+    }
+
+    /// Clients connected now.
+    pub fn clients_connected(&self) -> usize {
+        self.shared.clients.load(Ordering::SeqCst)
+    }
+
+    /// Stops accepting clients. Connected clients are served until they disconnect.
+    pub fn shutdown(mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        // Wake the accept call so that it sees the flag.
+        let _ = TcpStream::connect(self.local_addr);
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Identifies this host for the shared-memory path: same id = same machine and boot.
+fn host_id() -> Vec<u8> {
+    let mut id = std::fs::read("/etc/machine-id").unwrap_or_default();
+    id.extend(std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default());
+    id.retain(|b| !b.is_ascii_whitespace());
+    id
+}
+
+/// Loads OpenCL, opens the configured platforms, registers metrics in `registry` and
+/// serves remote OpenCL clients on `addr` from background threads.
+///
+/// Fails with `NotFound` when no OpenCL library can be loaded, so that a node without
+/// OpenCL can log it and run without the service.
+pub fn spawn(
+    addr: SocketAddr,
+    config: ServiceConfig,
+    registry: &mut Registry,
+) -> io::Result<ServiceHandle> {
+    let api = Api::load(&config.library).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
+    let runtime = Runtime::open(api, &config)?;
+    let names: Vec<String> = runtime.devices.iter().map(|d| d.name.clone()).collect();
+    let metrics = Metrics::register(registry, &names);
+    let listener = TcpListener::bind(addr)?;
+    let local_addr = listener.local_addr()?;
+
+    let mut receivers = Vec::new();
+    let mut workers = Vec::new();
+    for _ in &runtime.devices {
+        let (tx, rx) = sync_channel::<Task>(config.device_queue_depth_max.max(1));
+        workers.push(tx);
+        receivers.push(rx);
+    }
+    let shared = Arc::new(Shared {
+        runtime,
+        config,
+        metrics,
+        workers,
+        clients: AtomicUsize::new(0),
+        shutdown: AtomicBool::new(false),
+        host_id: host_id(),
+    });
+    for (index, rx) in receivers.into_iter().enumerate() {
+        let shared = Arc::clone(&shared);
+        thread::Builder::new()
+            .name(format!("ocl-device-{index}"))
+            .spawn(move || worker::run(&shared, index, rx))?;
+    }
+    let accept_shared = Arc::clone(&shared);
+    let accept = thread::Builder::new()
+        .name("ocl-accept".to_string())
+        .spawn(move || accept_loop(accept_shared, listener))?;
+    Ok(ServiceHandle {
+        local_addr,
+        shared,
+        accept: Some(accept),
+    })
+}
+
+fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    for stream in listener.incoming() {
+        if shared.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        let shared = Arc::clone(&shared);
+        let spawned = thread::Builder::new()
+            .name("ocl-client".to_string())
+            .spawn(move || session::serve(shared, stream));
+        if let Err(e) = spawned {
+            eprintln!("ocl-remote: cannot start a client thread: {e}");
+        }
+    }
+}

@@ -1,0 +1,781 @@
+//! One client connection: its object table (the client's resource pool), its open task,
+//! and the control calls it makes.
+//!
+//! Ids name objects only within the connection that created them: another client's id,
+//! an unknown id or an id of the wrong type gives the `CL_INVALID_*` code of the expected
+//! type. Dropping the session (the client disconnected) drops the table, which releases
+//! every OpenCL object; tasks already queued hold their own references.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::io::{self, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::worker::{Arg, Cmd, Op, Task};
+use super::{Real, Shared, INFO_BYTES_MAX};
+use crate::cl::{self, ClInt};
+use crate::ffi::{info_bytes, Handle};
+use crate::proto::{self, Command, Decoded, HelloInfo, KernelArg, Request, Response};
+
+/// The write half of a client connection, shared by its session and the device workers.
+pub(crate) type ClientWriter = Arc<Mutex<TcpStream>>;
+
+enum Obj {
+    Context { real: Arc<Real>, devices: Vec<u32> },
+    Queue { real: Arc<Real>, device: u32 },
+    Mem { real: Arc<Real>, size: u64 },
+    Program { real: Arc<Real> },
+    Kernel { real: Arc<Real> },
+}
+
+struct Session<'s> {
+    shared: &'s Shared,
+    writer: ClientWriter,
+    objects: HashMap<u64, Obj>,
+    buffer_bytes: u64,
+    open: Vec<Cmd>,
+    open_bytes: u64,
+    /// Set when the open task went over `pending_bytes_max`; the task then fails whole.
+    open_overflow: bool,
+    greeted: bool,
+}
+
+type Reply = (ClInt, Vec<u8>);
+
+fn ok(payload: Vec<u8>) -> Reply {
+    (cl::CL_SUCCESS, payload)
+}
+fn err(code: ClInt) -> Reply {
+    (code, Vec::new())
+}
+fn from_info(r: Result<Vec<u8>, ClInt>) -> Reply {
+    match r {
+        Ok(b) => ok(b),
+        Err(e) => err(e),
+    }
+}
+
+/// Serves one client until it disconnects or breaks the protocol.
+pub(crate) fn serve(shared: Arc<Shared>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
+    let writer: ClientWriter = Arc::new(Mutex::new(write_half));
+    let over_limit = shared.clients.fetch_add(1, Ordering::SeqCst) >= shared.config.clients_max;
+    shared.metrics.clients_connected.inc();
+    let mut reader = BufReader::with_capacity(256 << 10, stream);
+    if over_limit {
+        refuse(&shared, &mut reader, &writer);
+    } else {
+        let mut session = Session {
+            shared: &shared,
+            writer: Arc::clone(&writer),
+            objects: HashMap::new(),
+            buffer_bytes: 0,
+            open: Vec::new(),
+            open_bytes: 0,
+            open_overflow: false,
+            greeted: false,
+        };
+        if let Err(e) = session.run(&mut reader) {
+            if e.kind() != io::ErrorKind::UnexpectedEof {
+                eprintln!("ocl-remote: client connection closed: {e}");
+            }
+        }
+    }
+    shared.clients.fetch_sub(1, Ordering::SeqCst);
+    shared.metrics.clients_connected.dec();
+}
+
+/// Answers the first request of a client over `clients_max` with `CL_OUT_OF_RESOURCES`.
+fn refuse(shared: &Shared, reader: &mut BufReader<TcpStream>, writer: &ClientWriter) {
+    let mut body = Vec::new();
+    if let Ok(header) = read_frame(shared, reader, &mut body) {
+        send_reply(writer, header.id, err(cl::CL_OUT_OF_RESOURCES));
+    }
+}
+
+fn read_frame(
+    shared: &Shared,
+    reader: &mut BufReader<TcpStream>,
+    body: &mut Vec<u8>,
+) -> io::Result<proto::Header> {
+    let mut head = [0u8; proto::HEADER_LEN];
+    reader.read_exact(&mut head)?;
+    let header = match proto::decode_header(&head, shared.config.frame_body_max) {
+        Ok(Decoded::Complete(h, _)) => h,
+        Ok(Decoded::Partial) => unreachable!("a whole header was read"),
+        Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+    };
+    body.clear();
+    body.resize(header.body_len as usize, 0);
+    reader.read_exact(body)?;
+    Ok(header)
+}
+
+fn send_reply(writer: &ClientWriter, id: u64, (status, payload): Reply) {
+    let mut out = Vec::with_capacity(proto::HEADER_LEN + 4 + payload.len());
+    Response::Reply {
+        status,
+        payload: &payload,
+    }
+    .encode(id, &mut out);
+    let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = w.write_all(&out);
+}
+
+impl Session<'_> {
+    fn run(&mut self, reader: &mut BufReader<TcpStream>) -> io::Result<()> {
+        let mut body = Vec::new();
+        loop {
+            let header = read_frame(self.shared, reader, &mut body)?;
+            let request = Request::decode(header.kind, &body)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if !self.greeted && !matches!(request, Request::Hello { .. }) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "first message must be Hello",
+                ));
+            }
+            match request {
+                Request::Release { id } => self.release(id),
+                Request::Enqueue { commands } => self.enqueue(commands),
+                Request::Flush => self.flush(header.id),
+                other => {
+                    let reply = self.control(other);
+                    send_reply(&self.writer, header.id, reply);
+                }
+            }
+        }
+    }
+
+    fn control(&mut self, request: Request<'_>) -> Reply {
+        let api = &self.shared.runtime.api;
+        match request {
+            Request::Hello { version, .. } => {
+                if version != proto::PROTOCOL_VERSION {
+                    return err(cl::CL_INVALID_VALUE);
+                }
+                self.greeted = true;
+                let info = HelloInfo {
+                    host_id: &self.shared.host_id,
+                    platforms: self
+                        .shared
+                        .runtime
+                        .platforms
+                        .iter()
+                        .map(|p| p.devices.clone())
+                        .collect(),
+                };
+                let mut payload = Vec::new();
+                info.encode(&mut payload);
+                ok(payload)
+            }
+            Request::GetPlatformInfo { platform, param } => {
+                let Some(p) = self.shared.runtime.platforms.get(platform as usize) else {
+                    return err(cl::CL_INVALID_PLATFORM);
+                };
+                let raw = p.raw.0;
+                // SAFETY: `raw` is a platform of the runtime; info_bytes passes valid buffers.
+                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                    (api.clGetPlatformInfo)(raw, param, s, b, r)
+                }))
+            }
+            Request::GetDeviceInfo { device, param } => {
+                let Some(d) = self.shared.runtime.devices.get(device as usize) else {
+                    return err(cl::CL_INVALID_DEVICE);
+                };
+                let raw = d.raw.0;
+                // SAFETY: as above, for a device.
+                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                    (api.clGetDeviceInfo)(raw, param, s, b, r)
+                }))
+            }
+            Request::CreateContext { id, devices } => self.create_context(id, devices),
+            Request::CreateQueue {
+                id,
+                context,
+                device,
+                properties,
+            } => {
+                let (ctx, ctx_devices) = match self.objects.get(&context) {
+                    Some(Obj::Context { real, devices }) => (Arc::clone(real), devices.clone()),
+                    _ => return err(cl::CL_INVALID_CONTEXT),
+                };
+                if !ctx_devices.contains(&device) {
+                    return err(cl::CL_INVALID_DEVICE);
+                }
+                let dev = self.shared.runtime.devices[device as usize].raw.0;
+                self.create(
+                    id,
+                    |e| unsafe { (api.clCreateCommandQueue)(ctx.handle(), dev, properties, e) },
+                    |raw| Obj::Queue {
+                        real: Real::new(raw, api.clReleaseCommandQueue),
+                        device,
+                    },
+                )
+            }
+            Request::CreateBuffer {
+                id,
+                context,
+                flags,
+                size,
+                data,
+            } => self.create_buffer(id, context, flags, size, data),
+            Request::CreateProgramWithSource {
+                id,
+                context,
+                source,
+            } => {
+                let Some(Obj::Context { real: ctx, .. }) = self.objects.get(&context) else {
+                    return err(cl::CL_INVALID_CONTEXT);
+                };
+                let ctx = Arc::clone(ctx);
+                let ptr = source.as_ptr().cast();
+                let len = source.len();
+                self.create(
+                    id,
+                    |e| unsafe { (api.clCreateProgramWithSource)(ctx.handle(), 1, &ptr, &len, e) },
+                    |raw| Obj::Program {
+                        real: Real::new(raw, api.clReleaseProgram),
+                    },
+                )
+            }
+            Request::CreateProgramWithBinary {
+                id,
+                context,
+                binaries,
+            } => self.create_program_with_binary(id, context, binaries),
+            Request::BuildProgram {
+                program,
+                devices,
+                options,
+            } => {
+                let Some(Obj::Program { real }) = self.objects.get(&program) else {
+                    return err(cl::CL_INVALID_PROGRAM);
+                };
+                let Some(devs) = self.device_handles(&devices) else {
+                    return err(cl::CL_INVALID_DEVICE);
+                };
+                let options: Vec<u8> = options.iter().copied().filter(|b| *b != 0).collect();
+                let options = CString::new(options).expect("NULs removed");
+                let dev_ptr = if devs.is_empty() {
+                    std::ptr::null()
+                } else {
+                    devs.as_ptr()
+                };
+                // SAFETY: valid program, device list and C string; no callback.
+                let rc = unsafe {
+                    (api.clBuildProgram)(
+                        real.handle(),
+                        devs.len() as u32,
+                        dev_ptr,
+                        options.as_ptr(),
+                        std::ptr::null(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                err(rc)
+            }
+            Request::GetProgramInfo { program, param } => {
+                let Some(Obj::Program { real }) = self.objects.get(&program) else {
+                    return err(cl::CL_INVALID_PROGRAM);
+                };
+                if param == cl::CL_PROGRAM_BINARIES {
+                    return from_info(self.program_binaries(real.handle()));
+                }
+                let raw = real.handle();
+                // SAFETY: valid program handle and buffers.
+                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                    (api.clGetProgramInfo)(raw, param, s, b, r)
+                }))
+            }
+            Request::GetProgramBuildInfo {
+                program,
+                device,
+                param,
+            } => {
+                let Some(Obj::Program { real }) = self.objects.get(&program) else {
+                    return err(cl::CL_INVALID_PROGRAM);
+                };
+                let Some(dev) = self.shared.runtime.devices.get(device as usize) else {
+                    return err(cl::CL_INVALID_DEVICE);
+                };
+                let (raw, dev) = (real.handle(), dev.raw.0);
+                // SAFETY: valid handles and buffers.
+                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                    (api.clGetProgramBuildInfo)(raw, dev, param, s, b, r)
+                }))
+            }
+            Request::CreateKernel { id, program, name } => {
+                let Some(Obj::Program { real: prog }) = self.objects.get(&program) else {
+                    return err(cl::CL_INVALID_PROGRAM);
+                };
+                let prog = Arc::clone(prog);
+                let Ok(name) = CString::new(name) else {
+                    return err(cl::CL_INVALID_KERNEL_NAME);
+                };
+                let reply = self.create(
+                    id,
+                    |e| unsafe { (api.clCreateKernel)(prog.handle(), name.as_ptr(), e) },
+                    |raw| Obj::Kernel {
+                        real: Real::new(raw, api.clReleaseKernel),
+                    },
+                );
+                if reply.0 != cl::CL_SUCCESS {
+                    return reply;
+                }
+                let Some(Obj::Kernel { real }) = self.objects.get(&id) else {
+                    unreachable!("just created")
+                };
+                let raw = real.handle();
+                // SAFETY: valid kernel handle and buffers.
+                let num_args = info_bytes(8, &mut |s, b, r| unsafe {
+                    (api.clGetKernelInfo)(raw, cl::CL_KERNEL_NUM_ARGS, s, b, r)
+                });
+                match num_args {
+                    Ok(b) if b.len() == 4 => ok(b),
+                    Ok(_) => err(cl::CL_INVALID_KERNEL),
+                    Err(e) => err(e),
+                }
+            }
+            Request::GetKernelInfo { kernel, param } => {
+                let Some(Obj::Kernel { real }) = self.objects.get(&kernel) else {
+                    return err(cl::CL_INVALID_KERNEL);
+                };
+                let raw = real.handle();
+                // SAFETY: valid kernel handle and buffers.
+                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                    (api.clGetKernelInfo)(raw, param, s, b, r)
+                }))
+            }
+            Request::GetKernelWorkGroupInfo {
+                kernel,
+                device,
+                param,
+            } => {
+                let Some(Obj::Kernel { real }) = self.objects.get(&kernel) else {
+                    return err(cl::CL_INVALID_KERNEL);
+                };
+                let Some(dev) = self.shared.runtime.devices.get(device as usize) else {
+                    return err(cl::CL_INVALID_DEVICE);
+                };
+                let (raw, dev) = (real.handle(), dev.raw.0);
+                // SAFETY: valid handles and buffers.
+                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                    (api.clGetKernelWorkGroupInfo)(raw, dev, param, s, b, r)
+                }))
+            }
+            Request::GetKernelArgInfo {
+                kernel,
+                index,
+                param,
+            } => {
+                let Some(Obj::Kernel { real }) = self.objects.get(&kernel) else {
+                    return err(cl::CL_INVALID_KERNEL);
+                };
+                let raw = real.handle();
+                // SAFETY: valid kernel handle and buffers.
+                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                    (api.clGetKernelArgInfo)(raw, index, param, s, b, r)
+                }))
+            }
+            Request::Release { .. } | Request::Enqueue { .. } | Request::Flush => {
+                unreachable!("handled by run")
+            }
+        }
+    }
+
+    fn device_handles(&self, devices: &[u32]) -> Option<Vec<Handle>> {
+        devices
+            .iter()
+            .map(|d| {
+                self.shared
+                    .runtime
+                    .devices
+                    .get(*d as usize)
+                    .map(|e| e.raw.0)
+            })
+            .collect()
+    }
+
+    /// Common path of every create call: id and limit checks, the call, the table entry.
+    fn create(
+        &mut self,
+        id: u64,
+        call: impl FnOnce(&mut ClInt) -> Handle,
+        wrap: impl FnOnce(Handle) -> Obj,
+    ) -> Reply {
+        if id == 0 || self.objects.contains_key(&id) {
+            return err(cl::CL_INVALID_VALUE);
+        }
+        if self.objects.len() >= self.shared.config.objects_max {
+            return err(cl::CL_OUT_OF_RESOURCES);
+        }
+        let mut rc = cl::CL_SUCCESS;
+        let raw = call(&mut rc);
+        if raw.is_null() {
+            return err(if rc == cl::CL_SUCCESS {
+                cl::CL_OUT_OF_RESOURCES
+            } else {
+                rc
+            });
+        }
+        self.objects.insert(id, wrap(raw));
+        ok(Vec::new())
+    }
+
+    fn create_context(&mut self, id: u64, devices: Vec<u32>) -> Reply {
+        let api = &self.shared.runtime.api;
+        let Some(handles) = self.device_handles(&devices) else {
+            return err(cl::CL_INVALID_DEVICE);
+        };
+        if handles.is_empty() {
+            return err(cl::CL_INVALID_VALUE);
+        }
+        let platform = self.shared.runtime.devices[devices[0] as usize].platform;
+        if devices
+            .iter()
+            .any(|d| self.shared.runtime.devices[*d as usize].platform != platform)
+        {
+            return err(cl::CL_INVALID_DEVICE);
+        }
+        let props = [
+            cl::CL_CONTEXT_PLATFORM,
+            self.shared.runtime.platforms[platform as usize].raw.0 as isize,
+            0,
+        ];
+        self.create(
+            id,
+            // SAFETY: valid property list and device handles; no callback.
+            |e| unsafe {
+                (api.clCreateContext)(
+                    props.as_ptr(),
+                    handles.len() as u32,
+                    handles.as_ptr(),
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    e,
+                )
+            },
+            |raw| Obj::Context {
+                real: Real::new(raw, api.clReleaseContext),
+                devices,
+            },
+        )
+    }
+
+    fn create_buffer(
+        &mut self,
+        id: u64,
+        context: u64,
+        flags: u64,
+        size: u64,
+        data: &[u8],
+    ) -> Reply {
+        let api = &self.shared.runtime.api;
+        let Some(Obj::Context { real: ctx, .. }) = self.objects.get(&context) else {
+            return err(cl::CL_INVALID_CONTEXT);
+        };
+        let ctx = Arc::clone(ctx);
+        if size == 0 {
+            return err(cl::CL_INVALID_BUFFER_SIZE);
+        }
+        if !data.is_empty() && data.len() as u64 != size {
+            return err(cl::CL_INVALID_VALUE);
+        }
+        if self.buffer_bytes.saturating_add(size) > self.shared.config.buffer_bytes_max {
+            return err(cl::CL_OUT_OF_RESOURCES);
+        }
+        // Host pointers live in the client process; the node sees only their contents.
+        let mut flags = flags
+            & !(cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR);
+        let host_ptr = if data.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            flags |= cl::CL_MEM_COPY_HOST_PTR;
+            data.as_ptr() as *mut c_void
+        };
+        let reply = self.create(
+            id,
+            // SAFETY: valid context; with COPY_HOST_PTR the runtime copies `size` bytes.
+            |e| unsafe { (api.clCreateBuffer)(ctx.handle(), flags, size as usize, host_ptr, e) },
+            |raw| Obj::Mem {
+                real: Real::new(raw, api.clReleaseMemObject),
+                size,
+            },
+        );
+        if reply.0 == cl::CL_SUCCESS {
+            self.buffer_bytes += size;
+            self.shared
+                .metrics
+                .bytes_to_device
+                .inc_by(data.len() as u64);
+        }
+        reply
+    }
+
+    fn create_program_with_binary(
+        &mut self,
+        id: u64,
+        context: u64,
+        binaries: Vec<(u32, &[u8])>,
+    ) -> Reply {
+        let api = &self.shared.runtime.api;
+        let Some(Obj::Context { real: ctx, devices }) = self.objects.get(&context) else {
+            return err(cl::CL_INVALID_CONTEXT);
+        };
+        let ctx = Arc::clone(ctx);
+        if binaries.is_empty() || binaries.iter().any(|(d, _)| !devices.contains(d)) {
+            return err(cl::CL_INVALID_DEVICE);
+        }
+        let devs: Vec<u32> = binaries.iter().map(|(d, _)| *d).collect();
+        let Some(handles) = self.device_handles(&devs) else {
+            return err(cl::CL_INVALID_DEVICE);
+        };
+        let lens: Vec<usize> = binaries.iter().map(|(_, b)| b.len()).collect();
+        let ptrs: Vec<*const u8> = binaries.iter().map(|(_, b)| b.as_ptr()).collect();
+        let mut status = vec![cl::CL_SUCCESS; binaries.len()];
+        let status_ptr = status.as_mut_ptr();
+        let reply = self.create(
+            id,
+            // SAFETY: arrays of equal length `handles.len()`.
+            |e| unsafe {
+                (api.clCreateProgramWithBinary)(
+                    ctx.handle(),
+                    handles.len() as u32,
+                    handles.as_ptr(),
+                    lens.as_ptr(),
+                    ptrs.as_ptr(),
+                    status_ptr,
+                    e,
+                )
+            },
+            |raw| Obj::Program {
+                real: Real::new(raw, api.clReleaseProgram),
+            },
+        );
+        let mut payload = Vec::new();
+        for s in status {
+            proto::put_i32(&mut payload, s);
+        }
+        (reply.0, payload)
+    }
+
+    /// `CL_PROGRAM_BINARIES` is an array of pointers, so it is answered as a list of
+    /// byte strings (`u32` count, then `u32` length + bytes each).
+    fn program_binaries(&self, program: Handle) -> Result<Vec<u8>, ClInt> {
+        let api = &self.shared.runtime.api;
+        // SAFETY: valid program handle and buffers.
+        let sizes = info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+            (api.clGetProgramInfo)(program, cl::CL_PROGRAM_BINARY_SIZES, s, b, r)
+        })?;
+        let sizes: Vec<usize> = sizes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8")) as usize)
+            .collect();
+        if sizes.iter().sum::<usize>() > INFO_BYTES_MAX {
+            return Err(cl::CL_OUT_OF_RESOURCES);
+        }
+        let mut bins: Vec<Vec<u8>> = sizes.iter().map(|n| vec![0u8; *n]).collect();
+        let mut ptrs: Vec<*mut u8> = bins.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        // SAFETY: one pointer per device, each to a buffer of the size the runtime gave.
+        let rc = unsafe {
+            (api.clGetProgramInfo)(
+                program,
+                cl::CL_PROGRAM_BINARIES,
+                ptrs.len() * std::mem::size_of::<*mut u8>(),
+                ptrs.as_mut_ptr().cast(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != cl::CL_SUCCESS {
+            return Err(rc);
+        }
+        let mut out = Vec::new();
+        proto::put_u32(&mut out, bins.len() as u32);
+        for b in &bins {
+            proto::put_bytes(&mut out, b);
+        }
+        Ok(out)
+    }
+
+    fn release(&mut self, id: u64) {
+        if let Some(Obj::Mem { size, .. }) = self.objects.get(&id) {
+            self.buffer_bytes -= *size;
+        }
+        self.objects.remove(&id);
+    }
+
+    fn mem(&self, id: u64) -> Result<(Arc<Real>, u64), ClInt> {
+        match self.objects.get(&id) {
+            Some(Obj::Mem { real, size }) => Ok((Arc::clone(real), *size)),
+            _ => Err(cl::CL_INVALID_MEM_OBJECT),
+        }
+    }
+
+    fn in_bounds(offset: u64, size: u64, mem_size: u64) -> Result<(), ClInt> {
+        match offset.checked_add(size) {
+            Some(end) if end <= mem_size => Ok(()),
+            _ => Err(cl::CL_INVALID_VALUE),
+        }
+    }
+
+    /// Resolves one command's ids against this client's table. Failures become the
+    /// command's status instead of failing the connection.
+    fn resolve(&self, command: &Command<'_>) -> Result<Op, ClInt> {
+        Ok(match command {
+            Command::Write {
+                buffer,
+                offset,
+                data,
+                ..
+            } => {
+                let (mem, size) = self.mem(*buffer)?;
+                Self::in_bounds(*offset, data.len() as u64, size)?;
+                Op::Write {
+                    mem,
+                    offset: *offset as usize,
+                    data: data.to_vec(),
+                }
+            }
+            Command::Read {
+                buffer,
+                offset,
+                size,
+                token,
+                ..
+            } => {
+                let (mem, mem_size) = self.mem(*buffer)?;
+                Self::in_bounds(*offset, *size, mem_size)?;
+                Op::Read {
+                    mem,
+                    offset: *offset as usize,
+                    size: *size as usize,
+                    token: *token,
+                }
+            }
+            Command::Copy {
+                src,
+                dst,
+                src_offset,
+                dst_offset,
+                size,
+                ..
+            } => {
+                let (src, src_size) = self.mem(*src)?;
+                let (dst, dst_size) = self.mem(*dst)?;
+                Self::in_bounds(*src_offset, *size, src_size)?;
+                Self::in_bounds(*dst_offset, *size, dst_size)?;
+                Op::Copy {
+                    src,
+                    dst,
+                    src_offset: *src_offset as usize,
+                    dst_offset: *dst_offset as usize,
+                    size: *size as usize,
+                }
+            }
+            Command::Fill {
+                buffer,
+                pattern,
+                offset,
+                size,
+                ..
+            } => {
+                let (mem, mem_size) = self.mem(*buffer)?;
+                Self::in_bounds(*offset, *size, mem_size)?;
+                Op::Fill {
+                    mem,
+                    pattern: pattern.to_vec(),
+                    offset: *offset as usize,
+                    size: *size as usize,
+                }
+            }
+            Command::NdRange(nd) => {
+                let Some(Obj::Kernel { real }) = self.objects.get(&nd.kernel) else {
+                    return Err(cl::CL_INVALID_KERNEL);
+                };
+                let mut args = Vec::with_capacity(nd.args.len());
+                for a in &nd.args {
+                    args.push(match a {
+                        KernelArg::Unset => Arg::Unset,
+                        KernelArg::Mem(id) => {
+                            Arg::Mem(self.mem(*id).map_err(|_| cl::CL_INVALID_ARG_VALUE)?.0)
+                        }
+                        KernelArg::NullMem => Arg::NullMem,
+                        KernelArg::Local(size) => Arg::Local(*size as usize),
+                        KernelArg::Bytes(b) => Arg::Bytes(b.to_vec()),
+                    });
+                }
+                let dims = |v: &[u64; 3]| v.map(|x| x as usize);
+                Op::NdRange {
+                    kernel: Arc::clone(real),
+                    work_dim: u32::from(nd.work_dim),
+                    offset: dims(&nd.offset),
+                    global: dims(&nd.global),
+                    local: nd.local.as_ref().map(dims),
+                    args,
+                }
+            }
+            Command::Marker { .. } => Op::Marker,
+            Command::Barrier { .. } => Op::Barrier,
+        })
+    }
+
+    fn enqueue(&mut self, commands: Vec<Command<'_>>) {
+        for command in commands {
+            let data_len = match &command {
+                Command::Write { data, .. } => data.len() as u64,
+                Command::Fill { pattern, .. } => pattern.len() as u64,
+                _ => 0,
+            };
+            self.open_bytes = self.open_bytes.saturating_add(data_len);
+            if self.open_bytes > self.shared.config.pending_bytes_max {
+                self.open_overflow = true;
+            }
+            let queue = match self.objects.get(&command.queue()) {
+                Some(Obj::Queue { real, device }) => Some((Arc::clone(real), *device)),
+                _ => None,
+            };
+            let op = match (&queue, self.open_overflow) {
+                (None, _) => Op::Failed(cl::CL_INVALID_COMMAND_QUEUE),
+                (Some(_), true) => Op::Failed(cl::CL_OUT_OF_RESOURCES),
+                (Some(_), false) => self.resolve(&command).unwrap_or_else(Op::Failed),
+            };
+            self.open.push(Cmd {
+                queue,
+                event: command.event(),
+                op,
+            });
+        }
+    }
+
+    fn flush(&mut self, id: u64) {
+        let cmds = std::mem::take(&mut self.open);
+        self.open_bytes = 0;
+        self.open_overflow = false;
+        let device = cmds.iter().find_map(|c| c.queue.as_ref().map(|(_, d)| *d));
+        let task = Task {
+            id,
+            cmds,
+            writer: Arc::clone(&self.writer),
+            flushed_at: Instant::now(),
+        };
+        match device {
+            Some(d) => {
+                self.shared.metrics.devices[d as usize].queue_depth.inc();
+                // A full FIFO blocks this client's connection only: back-pressure.
+                if let Err(e) = self.shared.workers[d as usize].send(task) {
+                    self.shared.metrics.devices[d as usize].queue_depth.dec();
+                    super::worker::fail_task(e.0, cl::CL_OUT_OF_RESOURCES);
+                }
+            }
+            // Nothing runnable (empty, or every queue id invalid): answer at once.
+            None => super::worker::fail_task(task, cl::CL_INVALID_COMMAND_QUEUE),
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! The device worker: one thread and one bounded FIFO of tasks per device.
+//!
+//! A task is everything one client enqueued between two flush points. The worker runs
+//! one task at a time: it enqueues the commands in order on the client's real queues,
+//! waits for them (`clFinish`), collects event status and profiling, and writes the
+//! task's `ReadData` frames and its `TaskDone` to the client. Tasks of different clients
+//! thus time-share the device and never interleave inside a task.
+
+use std::ffi::c_void;
+use std::io::Write;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::session::ClientWriter;
+use super::{Real, Shared};
+use crate::cl::{self, ClInt};
+use crate::ffi::{Api, Handle};
+use crate::proto::{self, EventDone, Response};
+
+/// Read data is sent in frames of at most this many bytes.
+const READ_CHUNK_MAX: usize = 16 << 20;
+
+/// A kernel argument with its buffer resolved.
+pub(crate) enum Arg {
+    Unset,
+    Mem(Arc<Real>),
+    NullMem,
+    Local(usize),
+    Bytes(Vec<u8>),
+}
+
+/// A command with its ids resolved to real objects (each held by reference).
+pub(crate) enum Op {
+    Write {
+        mem: Arc<Real>,
+        offset: usize,
+        data: Vec<u8>,
+    },
+    Read {
+        mem: Arc<Real>,
+        offset: usize,
+        size: usize,
+        token: u64,
+    },
+    Copy {
+        src: Arc<Real>,
+        dst: Arc<Real>,
+        src_offset: usize,
+        dst_offset: usize,
+        size: usize,
+    },
+    Fill {
+        mem: Arc<Real>,
+        pattern: Vec<u8>,
+        offset: usize,
+        size: usize,
+    },
+    NdRange {
+        kernel: Arc<Real>,
+        work_dim: u32,
+        offset: [usize; 3],
+        global: [usize; 3],
+        local: Option<[usize; 3]>,
+        args: Vec<Arg>,
+    },
+    Marker,
+    Barrier,
+    /// The command could not be resolved; this is its status.
+    Failed(ClInt),
+}
+
+pub(crate) struct Cmd {
+    /// The client's real queue and its device, `None` if the queue id was invalid.
+    pub queue: Option<(Arc<Real>, u32)>,
+    pub event: u64,
+    pub op: Op,
+}
+
+pub(crate) struct Task {
+    /// The id of the `Flush` that closed the task; `TaskDone` carries it.
+    pub id: u64,
+    pub cmds: Vec<Cmd>,
+    pub writer: ClientWriter,
+    pub flushed_at: Instant,
+}
+
+struct Outcome {
+    status: ClInt,
+    events: Vec<EventDone>,
+    reads: Vec<(u64, Vec<u8>)>,
+}
+
+pub(crate) fn run(shared: &Shared, device: usize, rx: Receiver<Task>) {
+    let metrics = &shared.metrics.devices[device];
+    while let Ok(task) = rx.recv() {
+        let outcome = execute(&shared.runtime.api, &task.cmds);
+        let read_bytes: usize = outcome.reads.iter().map(|(_, d)| d.len()).sum();
+        let written: usize = task
+            .cmds
+            .iter()
+            .map(|c| match &c.op {
+                Op::Write { data, .. } => data.len(),
+                _ => 0,
+            })
+            .sum();
+        shared.metrics.bytes_to_device.inc_by(written as u64);
+        shared.metrics.bytes_from_device.inc_by(read_bytes as u64);
+        if outcome.status != cl::CL_SUCCESS {
+            metrics.tasks_failed.inc();
+        }
+        send_outcome(&task, &outcome);
+        metrics
+            .task_latency
+            .observe(task.flushed_at.elapsed().as_secs_f64());
+        metrics.queue_depth.dec();
+        // Dropping the task here releases its references to the client's objects.
+    }
+}
+
+/// Answers a task that cannot run: every event gets its own failure or `code`.
+pub(crate) fn fail_task(task: Task, code: ClInt) {
+    let events = task
+        .cmds
+        .iter()
+        .filter(|c| c.event != 0)
+        .map(|c| EventDone {
+            event: c.event,
+            status: match c.op {
+                Op::Failed(e) => e,
+                _ => code,
+            },
+            profile: [0; 4],
+        })
+        .collect();
+    let status = if task.cmds.is_empty() {
+        cl::CL_SUCCESS
+    } else {
+        code
+    };
+    send_outcome(
+        &task,
+        &Outcome {
+            status,
+            events,
+            reads: Vec::new(),
+        },
+    );
+}
+
+fn send_outcome(task: &Task, outcome: &Outcome) {
+    let mut out = Vec::new();
+    let mut w = task.writer.lock().unwrap_or_else(|p| p.into_inner());
+    for (token, data) in &outcome.reads {
+        let mut offset = 0usize;
+        // At least one frame, also for an empty read, so the client sees it done.
+        loop {
+            let end = (offset + READ_CHUNK_MAX).min(data.len());
+            let chunk = &data[offset..end];
+            proto::encode_read_data_header(&mut out, task.id, *token, offset as u64, chunk.len());
+            if chunk.len() <= 64 << 10 {
+                out.extend_from_slice(chunk);
+            } else {
+                // Large chunks go straight from the read buffer, without a copy.
+                if w.write_all(&out).and_then(|_| w.write_all(chunk)).is_err() {
+                    return; // The client is gone; its results are discarded.
+                }
+                out.clear();
+            }
+            offset = end;
+            if offset >= data.len() {
+                break;
+            }
+        }
+    }
+    Response::TaskDone {
+        status: outcome.status,
+        events: outcome.events.clone(),
+    }
+    .encode(task.id, &mut out);
+    let _ = w.write_all(&out);
+}
+
+fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
+    let mut status = cl::CL_SUCCESS;
+    let mut events: Vec<(u64, Handle, ClInt)> = Vec::new();
+    let mut reads: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut queues: Vec<Handle> = Vec::new();
+    for cmd in cmds {
+        let mut ev: Handle = std::ptr::null_mut();
+        let evp: *mut Handle = if cmd.event != 0 {
+            &mut ev
+        } else {
+            std::ptr::null_mut()
+        };
+        let rc = match &cmd.queue {
+            None => match cmd.op {
+                Op::Failed(e) => e,
+                _ => cl::CL_INVALID_COMMAND_QUEUE,
+            },
+            Some((queue, _)) => {
+                let q = queue.handle();
+                if !queues.contains(&q) {
+                    queues.push(q);
+                }
+                // SAFETY: all handles are live (held by the task); data buffers outlive
+                // the clFinish below.
+                unsafe { enqueue(api, q, &cmd.op, evp, &mut reads) }
+            }
+        };
+        if rc != cl::CL_SUCCESS && status == cl::CL_SUCCESS {
+            status = rc;
+        }
+        if cmd.event != 0 {
+            events.push((cmd.event, ev, rc));
+        }
+    }
+    for q in &queues {
+        // SAFETY: live queue handle.
+        let rc = unsafe { (api.clFinish)(*q) };
+        if rc != cl::CL_SUCCESS && status == cl::CL_SUCCESS {
+            status = rc;
+        }
+    }
+    let events = events
+        .into_iter()
+        .map(|(event, ev, rc)| {
+            let mut done = EventDone {
+                event,
+                status: rc,
+                profile: [0; 4],
+            };
+            if !ev.is_null() {
+                // SAFETY: `ev` is a live event returned by the runtime; we release it.
+                unsafe {
+                    let mut exec: ClInt = cl::CL_COMPLETE;
+                    (api.clGetEventInfo)(
+                        ev,
+                        cl::CL_EVENT_COMMAND_EXECUTION_STATUS,
+                        4,
+                        (&mut exec as *mut ClInt).cast(),
+                        std::ptr::null_mut(),
+                    );
+                    done.status = exec.min(cl::CL_COMPLETE);
+                    for (i, param) in [
+                        cl::CL_PROFILING_COMMAND_QUEUED,
+                        cl::CL_PROFILING_COMMAND_SUBMIT,
+                        cl::CL_PROFILING_COMMAND_START,
+                        cl::CL_PROFILING_COMMAND_END,
+                    ]
+                    .into_iter()
+                    .enumerate()
+                    {
+                        let mut v = 0u64;
+                        if (api.clGetEventProfilingInfo)(
+                            ev,
+                            param,
+                            8,
+                            (&mut v as *mut u64).cast(),
+                            std::ptr::null_mut(),
+                        ) == cl::CL_SUCCESS
+                        {
+                            done.profile[i] = v;
+                        }
+                    }
+                    (api.clReleaseEvent)(ev);
+                }
+            }
+            done
+        })
+        .collect();
+    Outcome {
+        status,
+        events,
+        reads,
+    }
+}
+
+/// Enqueues one resolved command on the real queue `q`.
+///
+/// # Safety
+/// `q` and every handle in `op` must be live; `evp` is null or points to a handle slot.
+unsafe fn enqueue(
+    api: &Api,
+    q: Handle,
+    op: &Op,
+    evp: *mut Handle,
+    reads: &mut Vec<(u64, Vec<u8>)>,
+) -> ClInt {
+    let none = std::ptr::null();
+    match op {
+        Op::Write { mem, offset, data } => (api.clEnqueueWriteBuffer)(
+            q,
+            mem.handle(),
+            0,
+            *offset,
+            data.len(),
+            data.as_ptr().cast(),
+            0,
+            none,
+            evp,
+        ),
+        Op::Read {
+            mem,
+            offset,
+            size,
+            token,
+        } => {
+            let mut data = vec![0u8; *size];
+            let ptr = data.as_mut_ptr();
+            // The Vec's heap buffer does not move when `reads` grows.
+            reads.push((*token, data));
+            (api.clEnqueueReadBuffer)(q, mem.handle(), 0, *offset, *size, ptr.cast(), 0, none, evp)
+        }
+        Op::Copy {
+            src,
+            dst,
+            src_offset,
+            dst_offset,
+            size,
+        } => (api.clEnqueueCopyBuffer)(
+            q,
+            src.handle(),
+            dst.handle(),
+            *src_offset,
+            *dst_offset,
+            *size,
+            0,
+            none,
+            evp,
+        ),
+        Op::Fill {
+            mem,
+            pattern,
+            offset,
+            size,
+        } => (api.clEnqueueFillBuffer)(
+            q,
+            mem.handle(),
+            pattern.as_ptr().cast(),
+            pattern.len(),
+            *offset,
+            *size,
+            0,
+            none,
+            evp,
+        ),
+        Op::NdRange {
+            kernel,
+            work_dim,
+            offset,
+            global,
+            local,
+            args,
+        } => {
+            let k = kernel.handle();
+            for (i, arg) in args.iter().enumerate() {
+                let i = i as u32;
+                let rc = match arg {
+                    Arg::Unset => continue,
+                    Arg::Mem(m) => {
+                        let h = m.handle();
+                        (api.clSetKernelArg)(
+                            k,
+                            i,
+                            std::mem::size_of::<Handle>(),
+                            (&h as *const Handle).cast(),
+                        )
+                    }
+                    Arg::NullMem => {
+                        let h: Handle = std::ptr::null_mut();
+                        (api.clSetKernelArg)(
+                            k,
+                            i,
+                            std::mem::size_of::<Handle>(),
+                            (&h as *const Handle).cast(),
+                        )
+                    }
+                    Arg::Local(size) => (api.clSetKernelArg)(k, i, *size, std::ptr::null()),
+                    Arg::Bytes(b) => {
+                        (api.clSetKernelArg)(k, i, b.len(), b.as_ptr() as *const c_void)
+                    }
+                };
+                if rc != cl::CL_SUCCESS {
+                    return rc;
+                }
+            }
+            let local_ptr = local.as_ref().map_or(std::ptr::null(), |l| l.as_ptr());
+            (api.clEnqueueNDRangeKernel)(
+                q,
+                k,
+                *work_dim,
+                offset.as_ptr(),
+                global.as_ptr(),
+                local_ptr,
+                0,
+                none,
+                evp,
+            )
+        }
+        Op::Marker => (api.clEnqueueMarkerWithWaitList)(q, 0, none, evp),
+        Op::Barrier => (api.clEnqueueBarrierWithWaitList)(q, 0, none, evp),
+        Op::Failed(e) => *e,
+    }
+}

@@ -5,14 +5,16 @@
 //! Needs gcc, the OpenCL headers, the ICD loader and one OpenCL platform (PoCL); without
 //! them the test says so and passes without checking anything.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use ocl_remote::service::{spawn, ServiceConfig, ServiceHandle};
 use prometheus_client::registry::Registry;
 
 struct Fixture {
-    _service: ServiceHandle,
+    service: ServiceHandle,
     node: String,
     dir: PathBuf,
     vendors_local: PathBuf,
@@ -76,7 +78,7 @@ fn fixture(name: &str) -> Option<Fixture> {
     .unwrap();
     let node = service.local_addr().to_string();
     Some(Fixture {
-        _service: service,
+        service,
         node,
         dir,
         vendors_local,
@@ -102,39 +104,156 @@ fn build_c(fx: &Fixture, program: &str) -> PathBuf {
     exe
 }
 
-fn run(fx: &Fixture, exe: &Path, vendors: &Path) -> Vec<u8> {
-    let out = Command::new(exe)
-        .env("OCL_ICD_VENDORS", vendors)
-        .env(ocl_remote::NODES_ENV, &fx.node)
-        .output()
-        .expect("run test program");
+fn remote_command(fx: &Fixture, exe: &Path) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.env("OCL_ICD_VENDORS", &fx.vendors_net)
+        .env(ocl_remote::NODES_ENV, &fx.node);
+    cmd
+}
+
+fn check_output(what: &str, out: &std::process::Output) -> Vec<u8> {
     assert!(
         out.status.success(),
-        "{} with {} failed: {}\nstdout:\n{}\nstderr:\n{}",
-        exe.display(),
-        vendors.display(),
+        "{what} failed: {}\nstdout:\n{}\nstderr:\n{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    out.stdout
+    out.stdout.clone()
+}
+
+fn run_local(fx: &Fixture, exe: &Path) -> Vec<u8> {
+    let out = Command::new(exe)
+        .env("OCL_ICD_VENDORS", &fx.vendors_local)
+        .output()
+        .expect("run test program");
+    check_output(&format!("{} on the local platform", exe.display()), &out)
+}
+
+fn run_remote(fx: &Fixture, exe: &Path) -> Vec<u8> {
+    let out = remote_command(fx, exe).output().expect("run test program");
+    check_output(&format!("{} through the node", exe.display()), &out)
 }
 
 fn compare(program: &str) {
     let Some(fx) = fixture(program) else { return };
     let exe = build_c(&fx, program);
-    let local = run(&fx, &exe, &fx.vendors_local);
-    let remote = run(&fx, &exe, &fx.vendors_net);
+    let local = run_local(&fx, &exe);
+    let remote = run_remote(&fx, &exe);
     assert!(!local.is_empty());
     assert_eq!(
         String::from_utf8_lossy(&local),
         String::from_utf8_lossy(&remote),
         "{program}: output differs between local and remote"
     );
+    wait_until_idle(&fx);
     let _ = std::fs::remove_dir_all(&fx.dir);
+}
+
+/// After its clients are gone the node holds nothing for them.
+fn wait_until_idle(fx: &Fixture) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fx.service.clients_connected() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(fx.service.clients_connected(), 0, "clients still connected");
+    assert_eq!(
+        fx.service.client_buffer_bytes(),
+        0,
+        "buffer bytes not returned"
+    );
+    assert_eq!(fx.service.client_objects(), 0, "objects not released");
 }
 
 #[test]
 fn vadd_is_identical_local_and_remote() {
     compare("vadd");
+}
+
+#[test]
+fn to_uppercase_is_identical_local_and_remote() {
+    compare("to_uppercase");
+}
+
+#[test]
+fn sobel_is_identical_local_and_remote() {
+    compare("sobel");
+}
+
+#[test]
+fn matmul_with_local_memory_is_identical_local_and_remote() {
+    compare("matmul");
+}
+
+#[test]
+fn events_and_callbacks_are_identical_local_and_remote() {
+    compare("events");
+}
+
+#[test]
+fn map_unmap_fill_copy_are_identical_local_and_remote() {
+    compare("map_unmap");
+}
+
+#[test]
+fn concurrent_clients_share_one_device_correctly() {
+    let Some(fx) = fixture("concurrent") else {
+        return;
+    };
+    let programs = ["vadd", "sobel", "matmul", "to_uppercase", "vadd", "events"];
+    let mut expected = std::collections::HashMap::new();
+    for p in programs {
+        if !expected.contains_key(p) {
+            let exe = build_c(&fx, p);
+            expected.insert(p, (run_local(&fx, &exe), exe));
+        }
+    }
+    let children: Vec<_> = programs
+        .iter()
+        .map(|p| {
+            let child = remote_command(&fx, &expected[p].1)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn client");
+            (*p, child)
+        })
+        .collect();
+    for (p, child) in children {
+        let out = child.wait_with_output().expect("wait for client");
+        let stdout = check_output(p, &out);
+        assert_eq!(
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&expected[p].0),
+            "{p} differs"
+        );
+    }
+    wait_until_idle(&fx);
+    let _ = std::fs::remove_dir_all(&fx.dir);
+}
+
+#[test]
+fn client_killed_mid_task_leaves_the_node_healthy() {
+    let Some(fx) = fixture("killed") else { return };
+    let hog = build_c(&fx, "hog");
+    let vadd = build_c(&fx, "vadd");
+    let expected = run_local(&fx, &vadd);
+    let mut child = remote_command(&fx, &hog)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn hog");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    assert!(fx.service.client_buffer_bytes() >= 64 << 20);
+    std::thread::sleep(Duration::from_millis(100));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_until_idle(&fx);
+    // The device still serves other clients.
+    assert_eq!(run_remote(&fx, &vadd), expected);
+    wait_until_idle(&fx);
+    let _ = std::fs::remove_dir_all(&fx.dir);
 }

@@ -32,7 +32,7 @@ typedef struct {
     cl_command_queue queue;
 } env_t;
 
-static env_t setup(cl_command_queue_properties props) {
+static inline env_t setup(cl_command_queue_properties props) {
     env_t e;
     cl_uint n = 0;
     CHECK(clGetPlatformIDs(1, &e.platform, &n));
@@ -42,7 +42,7 @@ static env_t setup(cl_command_queue_properties props) {
     return e;
 }
 
-static cl_kernel build(env_t *e, const char *src, const char *name, const char *options) {
+static inline cl_kernel build(env_t *e, const char *src, const char *name, const char *options) {
     cl_program p = CHECKED(clCreateProgramWithSource(e->context, 1, &src, NULL, &err_));
     cl_int rc = clBuildProgram(p, 1, &e->device, options, NULL, NULL);
     if (rc != CL_SUCCESS) {
@@ -56,13 +56,13 @@ static cl_kernel build(env_t *e, const char *src, const char *name, const char *
     return k;
 }
 
-static void teardown(env_t *e) {
+static inline void teardown(env_t *e) {
     CHECK(clReleaseCommandQueue(e->queue));
     CHECK(clReleaseContext(e->context));
 }
 
 /* FNV-1a over bytes: a compact, deterministic digest for large outputs. */
-static unsigned long long fnv1a(const void *data, size_t len) {
+static inline unsigned long long fnv1a(const void *data, size_t len) {
     const unsigned char *p = data;
     unsigned long long h = 1469598103934665603ULL;
     for (size_t i = 0; i < len; i++) {

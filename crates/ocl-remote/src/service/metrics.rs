@@ -20,6 +20,10 @@ pub(crate) struct DeviceMetrics {
 
 pub(crate) struct Metrics {
     pub clients_connected: Gauge,
+    /// Bytes of buffers held by connected clients on the device.
+    pub client_buffer_bytes: Gauge,
+    /// OpenCL objects held by connected clients.
+    pub client_objects: Gauge,
     pub bytes_to_device: Counter,
     pub bytes_from_device: Counter,
     pub devices: Vec<DeviceMetrics>,
@@ -38,6 +42,18 @@ impl Metrics {
         let failed = Family::<Labels, Counter>::default();
         let bytes = Family::<Labels, Counter>::default();
         let clients_connected = Gauge::default();
+        let client_buffer_bytes = Gauge::default();
+        let client_objects = Gauge::default();
+        registry.register(
+            "ocl_client_buffer_bytes",
+            "Bytes of device buffers held by connected remote OpenCL clients",
+            client_buffer_bytes.clone(),
+        );
+        registry.register(
+            "ocl_client_objects",
+            "OpenCL objects held by connected remote OpenCL clients",
+            client_objects.clone(),
+        );
         registry.register(
             "ocl_task_latency_seconds",
             "Remote OpenCL task latency from flush to completion, per device",
@@ -83,6 +99,8 @@ impl Metrics {
         let bytes_from_device = bytes.get_or_create(&dir("from_device")).clone();
         Metrics {
             clients_connected,
+            client_buffer_bytes,
+            client_objects,
             bytes_to_device,
             bytes_from_device,
             devices,

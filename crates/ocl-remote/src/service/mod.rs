@@ -22,7 +22,7 @@ use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
 use prometheus_client::registry::Registry;
@@ -253,6 +253,16 @@ impl ServiceHandle {
         self.shared.clients.load(Ordering::SeqCst)
     }
 
+    /// Bytes of device buffers all connected clients hold.
+    pub fn client_buffer_bytes(&self) -> i64 {
+        self.shared.metrics.client_buffer_bytes.get()
+    }
+
+    /// OpenCL objects all connected clients hold.
+    pub fn client_objects(&self) -> i64 {
+        self.shared.metrics.client_objects.get()
+    }
+
     /// Stops accepting clients. Connected clients are served until they disconnect.
     pub fn shutdown(mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
@@ -282,8 +292,15 @@ pub fn spawn(
     config: ServiceConfig,
     registry: &mut Registry,
 ) -> io::Result<ServiceHandle> {
-    let api = Api::load(&config.library).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
-    let runtime = Runtime::open(api, &config)?;
+    let runtime = {
+        // OpenCL runtimes (PoCL among them) do not survive being initialised from two
+        // threads at once, e.g. by two services started in parallel tests.
+        static INIT: Mutex<()> = Mutex::new(());
+        let _init = INIT.lock().unwrap_or_else(|p| p.into_inner());
+        let api =
+            Api::load(&config.library).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
+        Runtime::open(api, &config)?
+    };
     let names: Vec<String> = runtime.devices.iter().map(|d| d.name.clone()).collect();
     let metrics = Metrics::register(registry, &names);
     let listener = TcpListener::bind(addr)?;

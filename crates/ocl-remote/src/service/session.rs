@@ -128,6 +128,16 @@ fn send_reply(writer: &ClientWriter, id: u64, (status, payload): Reply) {
     let _ = w.write_all(&out);
 }
 
+impl Drop for Session<'_> {
+    /// The client is gone: everything it held is released (dropping the table releases
+    /// the OpenCL objects; queued tasks keep their own references until they finish).
+    fn drop(&mut self) {
+        let m = &self.shared.metrics;
+        m.client_buffer_bytes.dec_by(self.buffer_bytes as i64);
+        m.client_objects.dec_by(self.objects.len() as i64);
+    }
+}
+
 impl Session<'_> {
     fn run(&mut self, reader: &mut BufReader<TcpStream>) -> io::Result<()> {
         let mut body = Vec::new();
@@ -426,6 +436,7 @@ impl Session<'_> {
             });
         }
         self.objects.insert(id, wrap(raw));
+        self.shared.metrics.client_objects.inc();
         ok(Vec::new())
     }
 
@@ -511,6 +522,7 @@ impl Session<'_> {
         );
         if reply.0 == cl::CL_SUCCESS {
             self.buffer_bytes += size;
+            self.shared.metrics.client_buffer_bytes.inc_by(size as i64);
             self.shared
                 .metrics
                 .bytes_to_device
@@ -605,10 +617,17 @@ impl Session<'_> {
     }
 
     fn release(&mut self, id: u64) {
-        if let Some(Obj::Mem { size, .. }) = self.objects.get(&id) {
-            self.buffer_bytes -= *size;
+        match self.objects.remove(&id) {
+            Some(Obj::Mem { size, .. }) => {
+                self.buffer_bytes -= size;
+                self.shared.metrics.client_buffer_bytes.dec_by(size as i64);
+                self.shared.metrics.client_objects.dec();
+            }
+            Some(_) => {
+                self.shared.metrics.client_objects.dec();
+            }
+            None => {}
         }
-        self.objects.remove(&id);
     }
 
     fn mem(&self, id: u64) -> Result<(Arc<Real>, u64), ClInt> {

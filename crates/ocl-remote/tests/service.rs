@@ -1,0 +1,488 @@
+//! The OpenCL service driven over the wire by a minimal protocol client: per-client
+//! namespaces, limits, hostile input and metrics. Needs an OpenCL runtime with a device
+//! (PoCL); without one the tests say so and pass without checking anything.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use ocl_remote::cl;
+use ocl_remote::proto::{
+    self, Command, Decoded, EventDone, HelloInfo, KernelArg, NdRange, Request, Response,
+};
+use ocl_remote::service::{spawn, ServiceConfig, ServiceHandle};
+use prometheus_client::registry::Registry;
+
+const SRC: &[u8] = b"__kernel void inc(__global int *v) { v[get_global_id(0)] += 1; }";
+
+fn service(config: ServiceConfig) -> Option<(ServiceHandle, Registry)> {
+    let mut registry = Registry::default();
+    match spawn("127.0.0.1:0".parse().unwrap(), config, &mut registry) {
+        Ok(s) if !s.device_names().is_empty() => Some((s, registry)),
+        Ok(_) => {
+            eprintln!("SKIP: the OpenCL runtime has no device");
+            None
+        }
+        Err(e) => {
+            eprintln!("SKIP: no OpenCL runtime: {e}");
+            None
+        }
+    }
+}
+
+/// A blocking protocol client: one request at a time.
+struct Client {
+    stream: TcpStream,
+    next_id: u64,
+    info: (Vec<u8>, Vec<Vec<u32>>),
+}
+
+enum Frame {
+    Reply(i32, Vec<u8>),
+    TaskDone(i32, Vec<EventDone>),
+    ReadData(u64, Vec<u8>),
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Result<Client, i32> {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let mut c = Client {
+            stream,
+            next_id: 1,
+            info: (Vec::new(), Vec::new()),
+        };
+        let (status, payload) = c.call(&Request::Hello {
+            version: proto::PROTOCOL_VERSION,
+            host_id: b"",
+        });
+        if status != cl::CL_SUCCESS {
+            return Err(status);
+        }
+        let info = HelloInfo::decode(&payload).unwrap();
+        c.info = (info.host_id.to_vec(), info.platforms);
+        Ok(c)
+    }
+
+    fn send(&mut self, request: &Request<'_>) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut out = Vec::new();
+        request.encode(id, &mut out);
+        self.stream.write_all(&out).unwrap();
+        id
+    }
+
+    fn read_frame(&mut self) -> (u64, Frame) {
+        let mut head = [0u8; proto::HEADER_LEN];
+        self.stream.read_exact(&mut head).unwrap();
+        let Decoded::Complete(h, _) = proto::decode_header(&head, u32::MAX).unwrap() else {
+            unreachable!()
+        };
+        let mut body = vec![0u8; h.body_len as usize];
+        self.stream.read_exact(&mut body).unwrap();
+        let frame = match Response::decode(h.kind, &body).unwrap() {
+            Response::Reply { status, payload } => Frame::Reply(status, payload.to_vec()),
+            Response::TaskDone { status, events } => Frame::TaskDone(status, events),
+            Response::ReadData { token, data, .. } => Frame::ReadData(token, data.to_vec()),
+        };
+        (h.id, frame)
+    }
+
+    fn call(&mut self, request: &Request<'_>) -> (i32, Vec<u8>) {
+        let id = self.send(request);
+        match self.read_frame() {
+            (got, Frame::Reply(status, payload)) if got == id => (status, payload),
+            _ => panic!("expected the reply to {id}"),
+        }
+    }
+
+    /// Sends commands as one task and returns its status, event results and read data.
+    fn task(&mut self, commands: Vec<Command<'_>>) -> (i32, Vec<EventDone>, Vec<(u64, Vec<u8>)>) {
+        self.send(&Request::Enqueue { commands });
+        let id = self.send(&Request::Flush);
+        let mut reads = Vec::new();
+        loop {
+            match self.read_frame() {
+                (got, Frame::ReadData(token, data)) if got == id => reads.push((token, data)),
+                (got, Frame::TaskDone(status, events)) if got == id => {
+                    return (status, events, reads)
+                }
+                _ => panic!("unexpected frame"),
+            }
+        }
+    }
+
+    /// Context 1, queue 2, a 64-byte buffer 3 holding `fill`, program 4, kernel 5.
+    fn setup(&mut self, fill: u8) {
+        let device = self.info.1[0][0];
+        assert_eq!(
+            self.call(&Request::CreateContext {
+                id: 1,
+                devices: vec![device]
+            })
+            .0,
+            0
+        );
+        assert_eq!(
+            self.call(&Request::CreateQueue {
+                id: 2,
+                context: 1,
+                device,
+                properties: 0
+            })
+            .0,
+            0
+        );
+        let data = [fill; 64];
+        assert_eq!(
+            self.call(&Request::CreateBuffer {
+                id: 3,
+                context: 1,
+                flags: 1,
+                size: 64,
+                data: &data
+            })
+            .0,
+            0
+        );
+        assert_eq!(
+            self.call(&Request::CreateProgramWithSource {
+                id: 4,
+                context: 1,
+                source: SRC
+            })
+            .0,
+            0
+        );
+        assert_eq!(
+            self.call(&Request::BuildProgram {
+                program: 4,
+                devices: vec![],
+                options: b""
+            })
+            .0,
+            0
+        );
+        let (status, num_args) = self.call(&Request::CreateKernel {
+            id: 5,
+            program: 4,
+            name: b"inc",
+        });
+        assert_eq!((status, num_args), (0, 1u32.to_le_bytes().to_vec()));
+    }
+}
+
+fn read_cmd(queue: u64, buffer: u64, event: u64) -> Command<'static> {
+    Command::Read {
+        queue,
+        event,
+        buffer,
+        offset: 0,
+        size: 64,
+        token: 7,
+    }
+}
+
+fn inc(queue: u64, kernel: u64, buffer: u64, event: u64) -> Command<'static> {
+    Command::NdRange(NdRange {
+        queue,
+        event,
+        kernel,
+        work_dim: 1,
+        offset: [0; 3],
+        global: [16, 0, 0],
+        local: None,
+        args: vec![KernelArg::Mem(buffer)],
+    })
+}
+
+#[test]
+fn a_client_cannot_reach_another_clients_objects() {
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    a.setup(0x11);
+    let mut b = Client::connect(svc.local_addr()).unwrap();
+    let device = b.info.1[0][0];
+
+    // Control calls naming A's objects fail with the error of the expected type.
+    assert_eq!(
+        b.call(&Request::CreateQueue {
+            id: 10,
+            context: 1,
+            device,
+            properties: 0
+        })
+        .0,
+        cl::CL_INVALID_CONTEXT
+    );
+    assert_eq!(
+        b.call(&Request::BuildProgram {
+            program: 4,
+            devices: vec![],
+            options: b""
+        })
+        .0,
+        cl::CL_INVALID_PROGRAM
+    );
+    assert_eq!(
+        b.call(&Request::GetKernelInfo {
+            kernel: 5,
+            param: cl::CL_KERNEL_NUM_ARGS
+        })
+        .0,
+        cl::CL_INVALID_KERNEL
+    );
+    assert_eq!(
+        b.call(&Request::CreateKernel {
+            id: 11,
+            program: 4,
+            name: b"inc"
+        })
+        .0,
+        cl::CL_INVALID_PROGRAM
+    );
+
+    // B's own context and queue, with ids that differ from A's.
+    assert_eq!(
+        b.call(&Request::CreateContext {
+            id: 20,
+            devices: vec![device]
+        })
+        .0,
+        0
+    );
+    assert_eq!(
+        b.call(&Request::CreateQueue {
+            id: 21,
+            context: 20,
+            device,
+            properties: 0
+        })
+        .0,
+        0
+    );
+    // Commands naming A's buffer or kernel fail per command; a queue id of A's too.
+    let (status, events, reads) = b.task(vec![
+        read_cmd(21, 3, 100),
+        Command::Write {
+            queue: 21,
+            event: 101,
+            buffer: 3,
+            offset: 0,
+            data: &[0xff; 8],
+        },
+        inc(21, 5, 3, 102),
+        read_cmd(2, 3, 103),
+        // An id of the wrong type: B's queue used as a buffer.
+        read_cmd(21, 21, 104),
+    ]);
+    assert_eq!(status, cl::CL_INVALID_MEM_OBJECT);
+    assert!(reads.is_empty());
+    let codes: Vec<(u64, i32)> = events.iter().map(|e| (e.event, e.status)).collect();
+    assert_eq!(
+        codes,
+        vec![
+            (100, cl::CL_INVALID_MEM_OBJECT),
+            (101, cl::CL_INVALID_MEM_OBJECT),
+            (102, cl::CL_INVALID_KERNEL),
+            (103, cl::CL_INVALID_COMMAND_QUEUE),
+            (104, cl::CL_INVALID_MEM_OBJECT),
+        ]
+    );
+
+    // A's data is untouched and A's kernel still works.
+    let (status, events, reads) = a.task(vec![inc(2, 5, 3, 1), read_cmd(2, 3, 2)]);
+    assert_eq!(status, 0);
+    assert!(events.iter().all(|e| e.status == cl::CL_COMPLETE));
+    let mut expected = [0x11u8; 64];
+    for word in expected.chunks_mut(4) {
+        word.copy_from_slice(&(i32::from_le_bytes([0x11; 4]) + 1).to_le_bytes());
+    }
+    assert_eq!(reads, vec![(7, expected.to_vec())]);
+}
+
+#[test]
+fn released_ids_and_unknown_ids_are_invalid() {
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    a.setup(0);
+    a.send(&Request::Release { id: 3 });
+    let (status, events, _) = a.task(vec![read_cmd(2, 3, 1), read_cmd(2, 999, 2)]);
+    assert_eq!(status, cl::CL_INVALID_MEM_OBJECT);
+    assert!(events.iter().all(|e| e.status == cl::CL_INVALID_MEM_OBJECT));
+    // Reusing a live id for a new object is refused.
+    assert_eq!(
+        a.call(&Request::CreateContext {
+            id: 1,
+            devices: vec![0]
+        })
+        .0,
+        cl::CL_INVALID_VALUE
+    );
+    // Out-of-range access is refused before it reaches the device.
+    let data = [0u8; 16];
+    assert_eq!(
+        a.call(&Request::CreateBuffer {
+            id: 30,
+            context: 1,
+            flags: 1,
+            size: 16,
+            data: &data
+        })
+        .0,
+        0
+    );
+    let (status, _, _) = a.task(vec![Command::Read {
+        queue: 2,
+        event: 0,
+        buffer: 30,
+        offset: 8,
+        size: 16,
+        token: 1,
+    }]);
+    assert_eq!(status, cl::CL_INVALID_VALUE);
+}
+
+#[test]
+fn limits_give_clear_errors() {
+    let config = ServiceConfig {
+        buffer_bytes_max: 1 << 20,
+        objects_max: 4,
+        clients_max: 1,
+        ..ServiceConfig::default()
+    };
+    let Some((svc, _registry)) = service(config) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    // Only one client at a time.
+    assert_eq!(
+        Client::connect(svc.local_addr()).err(),
+        Some(cl::CL_OUT_OF_RESOURCES)
+    );
+
+    let device = a.info.1[0][0];
+    assert_eq!(
+        a.call(&Request::CreateContext {
+            id: 1,
+            devices: vec![device]
+        })
+        .0,
+        0
+    );
+    let big = Request::CreateBuffer {
+        id: 2,
+        context: 1,
+        flags: 1,
+        size: 2 << 20,
+        data: &[],
+    };
+    assert_eq!(a.call(&big).0, cl::CL_OUT_OF_RESOURCES);
+    for id in 2..5 {
+        let small = Request::CreateBuffer {
+            id,
+            context: 1,
+            flags: 1,
+            size: 1024,
+            data: &[],
+        };
+        assert_eq!(a.call(&small).0, 0, "object {id}");
+    }
+    let fifth = Request::CreateBuffer {
+        id: 5,
+        context: 1,
+        flags: 1,
+        size: 1024,
+        data: &[],
+    };
+    assert_eq!(a.call(&fifth).0, cl::CL_OUT_OF_RESOURCES);
+    assert_eq!(svc.client_objects(), 4);
+    assert_eq!(svc.client_buffer_bytes(), 3 * 1024);
+    // Releasing makes room again.
+    a.send(&Request::Release { id: 4 });
+    assert_eq!(a.call(&fifth).0, 0);
+    drop(a);
+    wait_idle(&svc);
+    // The slot of the departed client is free again.
+    Client::connect(svc.local_addr()).unwrap();
+}
+
+fn wait_idle(svc: &ServiceHandle) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (svc.clients_connected() > 0 || svc.client_objects() > 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(svc.clients_connected(), 0);
+    assert_eq!(svc.client_objects(), 0);
+    assert_eq!(svc.client_buffer_bytes(), 0);
+}
+
+#[test]
+fn hostile_frames_close_only_that_connection() {
+    let Some((svc, _registry)) = service(ServiceConfig {
+        frame_body_max: 1 << 20,
+        ..ServiceConfig::default()
+    }) else {
+        return;
+    };
+    // A body longer than the limit, an unknown kind, a request before Hello, garbage.
+    let mut too_long = Vec::new();
+    proto::encode_header(&mut too_long, proto::kind::ENQUEUE, 1, 2 << 20);
+    let mut unknown = Vec::new();
+    proto::encode_header(&mut unknown, 77, 1, 0);
+    let mut no_hello = Vec::new();
+    Request::Flush.encode(1, &mut no_hello);
+    for bytes in [too_long, unknown, no_hello, vec![0xff; 40]] {
+        let mut s = TcpStream::connect(svc.local_addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&bytes).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(
+            s.read(&mut buf).unwrap_or(0),
+            0,
+            "connection should be closed"
+        );
+    }
+    wait_idle(&svc);
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    a.setup(1);
+}
+
+#[test]
+fn metrics_count_tasks_clients_and_bytes() {
+    let Some((svc, registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    a.setup(0);
+    let (status, _, _) = a.task(vec![
+        Command::Write {
+            queue: 2,
+            event: 0,
+            buffer: 3,
+            offset: 0,
+            data: &[1; 64],
+        },
+        read_cmd(2, 3, 0),
+    ]);
+    assert_eq!(status, 0);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for needle in [
+        "ocl_task_latency_seconds_count{device=\"0\"",
+        "ocl_queue_depth{device=\"0\"",
+        "ocl_clients_connected 1",
+        "ocl_client_buffer_bytes 64",
+        "ocl_bytes_total{direction=\"to_device\"} 128",
+        "ocl_bytes_total{direction=\"from_device\"} 64",
+    ] {
+        assert!(text.contains(needle), "metrics lack {needle}:\n{text}");
+    }
+}

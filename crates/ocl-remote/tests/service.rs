@@ -37,6 +37,9 @@ struct Client {
     info: (Vec<u8>, Vec<Vec<u32>>),
 }
 
+/// Status, event results and `(token, data)` reads of one task.
+type TaskResult = (i32, Vec<EventDone>, Vec<(u64, Vec<u8>)>);
+
 enum Frame {
     Reply(i32, Vec<u8>),
     TaskDone(i32, Vec<EventDone>),
@@ -100,7 +103,7 @@ impl Client {
     }
 
     /// Sends commands as one task and returns its status, event results and read data.
-    fn task(&mut self, commands: Vec<Command<'_>>) -> (i32, Vec<EventDone>, Vec<(u64, Vec<u8>)>) {
+    fn task(&mut self, commands: Vec<Command<'_>>) -> TaskResult {
         self.send(&Request::Enqueue { commands });
         let id = self.send(&Request::Flush);
         let mut reads = Vec::new();

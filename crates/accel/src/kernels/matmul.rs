@@ -7,6 +7,13 @@
 //! accumulators that never leaves the registers until it is added to `C`. With AVX2
 //! that tile is 12 vector registers of the 16, and each step of the micro-kernel
 //! loads two vectors of `B` and six broadcasts of `A` for 12 fused multiply-adds.
+//!
+//! The micro-kernel is the one place written with `std::arch` intrinsics: left to the
+//! auto-vectoriser, the same loop came out either as the 12-register kernel or as
+//! scalar code with the tile in memory (ten times slower), depending on unrelated
+//! inlining decisions. Everything around it is portable code, compiled for AVX2 in
+//! the same function so the packing loops vectorise too. Machines without AVX2 and
+//! FMA get a portable micro-kernel.
 //! Packing is also where the little-endian bytes of the payload are decoded, so the
 //! inputs are never copied into an `f32` vector of their own, and `C` is accumulated
 //! in the output buffer.
@@ -42,21 +49,101 @@ const BLOCKING: Blocking = Blocking {
     nc: 1024,
 };
 
-multiversion! {
-    /// Multiplies the two `n × n` matrices of `input` (`A` then `B`, `8·n²` bytes) into
-    /// `out` (`4·n²` bytes), all little-endian `f32`, row-major.
-    pub(super) fn matmul(input: &[u8], n: usize, out: &mut [u8]) = matmul_fused, matmul_unfused;
+/// Multiplies the two `n × n` matrices of `input` (`A` then `B`, `8·n²` bytes) into
+/// `out` (`4·n²` bytes), all little-endian `f32`, row-major.
+pub(super) fn matmul(input: &[u8], n: usize, out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(kernel) = Avx2Fma::detect() {
+        // SAFETY: `blocked_avx2` only needs AVX2 and FMA, which `detect` just found.
+        return unsafe { blocked_avx2(kernel, input, n, out) };
+    }
+    blocked(Portable, input, n, out, BLOCKING);
 }
 
-/// With FMA: `f32::mul_add` is one instruction there, and a library call without it.
-#[inline(always)]
-fn matmul_fused(input: &[u8], n: usize, out: &mut [u8]) {
-    blocked::<true>(input, n, out, BLOCKING);
+/// The whole loop nest compiled for AVX2, so that packing and tile updates vectorise
+/// as well; the caller must have checked the CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn blocked_avx2(kernel: Avx2Fma, input: &[u8], n: usize, out: &mut [u8]) {
+    blocked(kernel, input, n, out, BLOCKING);
 }
 
-#[inline(always)]
-fn matmul_unfused(input: &[u8], n: usize, out: &mut [u8]) {
-    blocked::<false>(input, n, out, BLOCKING);
+/// An `MR × NR` micro-kernel: the product of an `A` panel and a `B` panel of the same
+/// depth.
+trait MicroKernel: Copy {
+    fn tile(self, a_panel: &[f32], b_panel: &[f32]) -> [[f32; NR]; MR];
+}
+
+/// Plain Rust, for CPUs without AVX2 and FMA.
+#[derive(Clone, Copy)]
+struct Portable;
+
+impl MicroKernel for Portable {
+    #[inline(always)]
+    fn tile(self, a_panel: &[f32], b_panel: &[f32]) -> [[f32; NR]; MR] {
+        let mut acc = [[0f32; NR]; MR];
+        for (a, b) in a_panel.chunks_exact(MR).zip(b_panel.chunks_exact(NR)) {
+            for (acc_row, &a_i) in acc.iter_mut().zip(a) {
+                for (acc_ij, &b_j) in acc_row.iter_mut().zip(b) {
+                    *acc_ij += a_i * b_j;
+                }
+            }
+        }
+        acc
+    }
+}
+
+/// The AVX2 + FMA micro-kernel. A value of this type is proof that the CPU has both:
+/// the only way to get one is [`Avx2Fma::detect`].
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Avx2Fma(());
+
+#[cfg(target_arch = "x86_64")]
+impl Avx2Fma {
+    fn detect() -> Option<Avx2Fma> {
+        let found = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+        found.then_some(Avx2Fma(()))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl MicroKernel for Avx2Fma {
+    #[inline(always)]
+    fn tile(self, a_panel: &[f32], b_panel: &[f32]) -> [[f32; NR]; MR] {
+        // SAFETY: `self` exists, so the CPU has AVX2 and FMA.
+        unsafe { tile_avx2_fma(a_panel, b_panel) }
+    }
+}
+
+/// Twelve accumulators of eight lanes; per step of depth, two loads of `B`, six
+/// broadcasts of `A` and twelve fused multiply-adds. Needs AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile_avx2_fma(a_panel: &[f32], b_panel: &[f32]) -> [[f32; NR]; MR] {
+    use std::arch::x86_64::{
+        _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+    const _: () = assert!(NR == 16, "two vectors of eight f32 per tile row");
+    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+    for (a, b) in a_panel.chunks_exact(MR).zip(b_panel.chunks_exact(NR)) {
+        // SAFETY (loads): `b` holds NR = 16 values, so both 8-value loads are in bounds.
+        let b_low = _mm256_loadu_ps(b.as_ptr());
+        let b_high = _mm256_loadu_ps(b[8..].as_ptr());
+        for (acc_row, a_i) in acc.iter_mut().zip(a) {
+            let a_i = _mm256_broadcast_ss(a_i);
+            acc_row[0] = _mm256_fmadd_ps(a_i, b_low, acc_row[0]);
+            acc_row[1] = _mm256_fmadd_ps(a_i, b_high, acc_row[1]);
+        }
+    }
+    let mut tile = [[0f32; NR]; MR];
+    for (row, acc_row) in tile.iter_mut().zip(&acc) {
+        // SAFETY (stores): `row` holds NR = 16 values.
+        _mm256_storeu_ps(row.as_mut_ptr(), acc_row[0]);
+        _mm256_storeu_ps(row[8..].as_mut_ptr(), acc_row[1]);
+    }
+    tile
 }
 
 fn round_up(x: usize, to: usize) -> usize {
@@ -69,7 +156,7 @@ fn f32_le(bytes: &[u8]) -> f32 {
 }
 
 #[inline(always)]
-fn blocked<const FUSED: bool>(input: &[u8], n: usize, c: &mut [u8], blocking: Blocking) {
+fn blocked(kernel: impl MicroKernel, input: &[u8], n: usize, c: &mut [u8], blocking: Blocking) {
     let Blocking {
         mc: mc_max,
         kc: kc_max,
@@ -95,7 +182,7 @@ fn blocked<const FUSED: bool>(input: &[u8], n: usize, c: &mut [u8], blocking: Bl
                     let b_panel = &b_pack[jr * kc..(jr + NR) * kc];
                     for ir in (0..mc).step_by(MR) {
                         let a_panel = &a_pack[ir * kc..(ir + MR) * kc];
-                        let tile = micro_kernel::<FUSED>(a_panel, b_panel);
+                        let tile = kernel.tile(a_panel, b_panel);
                         let size = (MR.min(mc - ir), NR.min(nc - jr));
                         add_tile(c, n, (ic + ir, jc + jr), size, &tile);
                     }
@@ -158,28 +245,6 @@ fn pack_a(
     }
 }
 
-/// The `MR × NR` product of an `A` panel and a `B` panel of the same depth. Fixed
-/// sizes and no memory traffic besides the two panels let the accumulators live in
-/// registers for the whole loop.
-#[inline(always)]
-fn micro_kernel<const FUSED: bool>(a_panel: &[f32], b_panel: &[f32]) -> [[f32; NR]; MR] {
-    let mut acc = [[0f32; NR]; MR];
-    for (a, b) in a_panel.chunks_exact(MR).zip(b_panel.chunks_exact(NR)) {
-        let a: &[f32; MR] = a.try_into().expect("MR values");
-        let b: &[f32; NR] = b.try_into().expect("NR values");
-        for (acc_row, &a_i) in acc.iter_mut().zip(a) {
-            for (acc_ij, &b_j) in acc_row.iter_mut().zip(b) {
-                *acc_ij = if FUSED {
-                    a_i.mul_add(b_j, *acc_ij)
-                } else {
-                    *acc_ij + a_i * b_j
-                };
-            }
-        }
-    }
-    acc
-}
-
 /// Adds the top-left `rows × cols` of `tile` to `C` at `(row, col)`.
 #[inline(always)]
 fn add_tile(
@@ -220,8 +285,17 @@ mod tests {
             vec![0; 4 * n * n],
         ];
         matmul(&input, n, &mut outs[0]);
-        blocked::<false>(&input, n, &mut outs[1], TINY);
-        blocked::<true>(&input, n, &mut outs[2], TINY);
+        blocked(Portable, &input, n, &mut outs[1], TINY);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(kernel) = Avx2Fma::detect() {
+            blocked(kernel, &input, n, &mut outs[2], TINY);
+        } else {
+            outs[2] = outs[1].clone();
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            outs[2] = outs[1].clone();
+        }
         for out in &outs {
             for (i, ((w, s), g)) in want.iter().zip(&scale).zip(out.chunks_exact(4)).enumerate() {
                 let g = f64::from(f32_le(g));

@@ -9,7 +9,9 @@
 //! written so that they vectorise, and [`multiversion!`] compiles each of them twice,
 //! once for the AVX2 + FMA vector units of current x86-64 CPUs and once for the
 //! baseline target, picking one at run time. The code stays in safe, portable Rust,
-//! and a machine without AVX2 still gets correct (slower) results.
+//! and a machine without AVX2 still gets correct (slower) results. The one exception
+//! is matmul's micro-kernel, written with `std::arch` intrinsics because the
+//! auto-vectoriser did not produce it reliably (see `matmul.rs`).
 
 use std::sync::Arc;
 

@@ -21,9 +21,9 @@
 //! Accuracy: each tile starts from zero for every `KC` slice of the inner dimension and
 //! is then added to `C`, so an element of `C` is a sum of `n / KC` partial sums of at
 //! most `KC` products each. The rounding error is then at most about
-//! `(KC + n / KC) · 2^-24 · Σₖ|aᵢₖ·bₖⱼ|`, under the spec's `1e-4 · Σₖ|aᵢₖ·bₖⱼ|` for any
-//! `n` a payload can carry (up to about 300,000), where one running sum would pass it
-//! from `n ≈ 1700` on.
+//! `(KC + n / KC) · 2^-24 · Σₖ|aᵢₖ·bₖⱼ|`, under the spec's `1e-4 · Σₖ|aᵢₖ·bₖⱼ|` up to
+//! `n ≈ 360,000` (a payload of about 1 TB), where the worst case of one running sum
+//! would pass it from `n ≈ 1700` on.
 
 /// Rows of `A` per micro-kernel tile.
 const MR: usize = 6;

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::{self, Command, KernelArg, NdRange, Reader, Request};
 
-use crate::node::{HostDst, Node, WRITE_CHUNK_MAX};
+use crate::node::{DirectRead, HostDst, Node, WRITE_CHUNK_MAX};
 use crate::object::*;
 
 type Notify = Option<unsafe extern "C" fn(*const c_char, *const c_void, usize, *mut c_void)>;
@@ -528,16 +528,22 @@ pub unsafe extern "C" fn clCreateBuffer(
     };
     let node = Arc::clone(&c.v.node);
     let id = node.next_id();
-    tryp!(
-        reply(node.call(&Request::CreateBuffer {
-            id,
-            context: c.v.id,
-            flags,
-            size: size as u64,
-            data
-        })),
-        errcode
-    );
+    let request = Request::CreateBuffer {
+        id,
+        context: c.v.id,
+        flags,
+        size: size as u64,
+        data,
+    };
+    let shm_name = tryp!(reply(node.call(&request)), errcode);
+    // A region we cannot map (another user, say) just means the network path.
+    let shm = if shm_name.is_empty() {
+        None
+    } else {
+        ocl_remote::shm::Region::open(&shm_name, size)
+            .ok()
+            .map(Arc::new)
+    };
     retain::<Context>(context);
     let keep_ptr = if flags & cl::CL_MEM_USE_HOST_PTR != 0 {
         host_ptr as usize
@@ -553,6 +559,7 @@ pub unsafe extern "C" fn clCreateBuffer(
         size,
         host_ptr: keep_ptr,
         maps: Mutex::new(Vec::new()),
+        shm,
     })
 }
 
@@ -707,6 +714,24 @@ unsafe fn enqueue_read(
         return Err(cl::CL_INVALID_VALUE);
     }
     let (ev, evref) = new_event(q, queue, command_type, event);
+    if let Some(src) = &m.v.shm {
+        // Same host: the data is copied from shared memory when the task is done.
+        let marker = Command::Marker {
+            queue: q.v.id,
+            event: ev,
+        };
+        let dst = HostDst {
+            ptr: ptr as usize,
+            len: size,
+        };
+        let read = DirectRead {
+            src: Arc::clone(src),
+            offset,
+            dst,
+        };
+        q.v.node.enqueue_direct_read(&marker, evref, read);
+        return Ok(Arc::clone(&q.v.node));
+    }
     let token = q.v.node.next_id();
     let cmd = Command::Read {
         queue: q.v.id,
@@ -739,6 +764,28 @@ unsafe fn enqueue_write(
     command_type: u32,
     event: *mut Handle,
 ) {
+    if let Some(region) = &m.v.shm {
+        // Same host and nothing ahead of this write: copy straight into the buffer.
+        // SAFETY: offset + len was checked against the buffer (= region) size.
+        let dst = region.ptr().add(offset);
+        if q.v
+            .node
+            .direct_write(|| std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()))
+        {
+            if !event.is_null() {
+                let (ev, evref) = new_event(q, queue, command_type, event);
+                q.v.node.enqueue(
+                    &Command::Marker {
+                        queue: q.v.id,
+                        event: ev,
+                    },
+                    evref,
+                    None,
+                );
+            }
+            return;
+        }
+    }
     let (ev, evref) = new_event(q, queue, command_type, event);
     let mut evref = evref;
     let chunks = data.len().div_ceil(WRITE_CHUNK_MAX).max(1);

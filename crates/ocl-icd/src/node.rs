@@ -17,7 +17,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::{self, Command, Decoded, HelloInfo, Request, Response};
 
+use ocl_remote::shm::Region;
+
 use crate::object::EventRef;
+
+/// Set to `0` to keep buffer data on the network path even on the node's host.
+pub const SHM_ENV: &str = "NETACCEL_OPENCL_SHM";
 
 /// Encoded commands are sealed into an `Enqueue` frame past this size, and the output
 /// buffer is written out past `OUT_BYTES_MAX`, so a long batch costs bounded memory.
@@ -40,8 +45,21 @@ pub struct HostDst {
 struct InFlight {
     events: Vec<EventRef>,
     reads: HashMap<u64, HostDst>,
+    /// Reads of shared-memory buffers, done with `memcpy` when the task has run.
+    direct_reads: Vec<DirectRead>,
+    /// Has direct reads: no later task may be sent until this one is removed.
+    exclusive: bool,
     /// A blocking caller will collect the status with [`Node::wait_task`].
     awaited: bool,
+}
+
+/// A read served from a buffer's shared memory once its task is done. While such a task
+/// is in flight no later task may start (see [`Node::flush`]), so nothing can change
+/// the buffer between the task's end and the copy.
+pub struct DirectRead {
+    pub src: Arc<Region>,
+    pub offset: usize,
+    pub dst: HostDst,
 }
 
 struct Out {
@@ -83,10 +101,17 @@ impl Node {
         stream.set_nodelay(true)?;
         let read_half = stream.try_clone()?;
         let mut reader = BufReader::with_capacity(256 << 10, read_half);
+        // An empty host id tells the node not to offer shared memory.
+        let shm_off = std::env::var(SHM_ENV).is_ok_and(|v| v == "0");
+        let host_id = if shm_off {
+            Vec::new()
+        } else {
+            ocl_remote::shm::host_id()
+        };
         let mut hello = Vec::new();
         Request::Hello {
             version: proto::PROTOCOL_VERSION,
-            host_id: &[],
+            host_id: &host_id,
         }
         .encode(1, &mut hello);
         (&stream).write_all(&hello)?;
@@ -198,6 +223,33 @@ impl Node {
         }
     }
 
+    /// Runs `copy` at once, in place of a write command, if that is the same as running it
+    /// in order: nothing enqueued yet and no task in flight. Returns whether it ran.
+    pub fn direct_write(&self, copy: impl FnOnce()) -> bool {
+        let out = lock(&self.out);
+        if out.open_cmds != 0 || !lock(&self.state).tasks.is_empty() {
+            return false;
+        }
+        copy();
+        drop(out);
+        true
+    }
+
+    /// Adds `marker` (a command carrying the read's event) and a read served from shared
+    /// memory when the task is done.
+    pub fn enqueue_direct_read(
+        &self,
+        marker: &Command<'_>,
+        event: Option<EventRef>,
+        read: DirectRead,
+    ) {
+        let mut out = lock(&self.out);
+        out.open.direct_reads.push(read);
+        out.open.exclusive = true;
+        drop(out);
+        self.enqueue(marker, event, None);
+    }
+
     /// Closes the open task and sends it; returns its task id, or `None` if nothing was
     /// enqueued since the last flush. With `awaited` the caller must call
     /// [`Node::wait_task`] with the id.
@@ -205,6 +257,14 @@ impl Node {
         let mut out = lock(&self.out);
         if out.open_cmds == 0 {
             return None;
+        }
+        // A task with direct reads must finish (and its reads be copied) before any
+        // later task may change the buffers it reads.
+        {
+            let mut state = lock(&self.state);
+            while state.tasks.values().any(|t| t.exclusive) && !state.dead {
+                state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
         }
         out.seal();
         let id = self.next_id();
@@ -371,27 +431,46 @@ fn reader_loop(node: &std::sync::Weak<Node>, reader: &mut BufReader<TcpStream>) 
                 node.cond.notify_all();
             }
             Response::TaskDone { status, events } => {
-                let task = {
-                    let mut state = lock(&node.state);
-                    let task = state.tasks.remove(&header.id);
-                    if task.as_ref().is_some_and(|t| t.awaited) {
-                        state.done.insert(header.id, status);
-                    }
-                    task
+                // Events complete and direct reads are copied while the task still counts
+                // as in flight, so that `finish` cannot return before they are done.
+                let taken = lock(&node.state).tasks.get_mut(&header.id).map(|t| {
+                    (
+                        std::mem::take(&mut t.events),
+                        std::mem::take(&mut t.direct_reads),
+                        t.awaited,
+                    )
+                });
+                let Some((task_events, direct_reads, awaited)) = taken else {
+                    continue;
                 };
-                if let Some(task) = task {
-                    let done: HashMap<u64, &proto::EventDone> =
-                        events.iter().map(|e| (e.event, e)).collect();
-                    for e in task.events {
-                        match done.get(&e.id()) {
-                            Some(d) => e.complete(d.status, d.profile),
-                            None => e.complete(status.min(cl::CL_COMPLETE), [0; 4]),
-                        }
+                if status == cl::CL_SUCCESS {
+                    for r in &direct_reads {
+                        // SAFETY: the region holds the buffer (offset + len checked at
+                        // enqueue); the destination was given for this read.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                r.src.ptr().add(r.offset),
+                                r.dst.ptr as *mut u8,
+                                r.dst.len,
+                            )
+                        };
                     }
                 }
-                // Taking the lock orders the status updates above before any waiter's
-                // next check, so no wake-up is lost.
-                drop(lock(&node.state));
+                let done: HashMap<u64, &proto::EventDone> =
+                    events.iter().map(|e| (e.event, e)).collect();
+                for e in task_events {
+                    match done.get(&e.id()) {
+                        Some(d) => e.complete(d.status, d.profile),
+                        None => e.complete(status.min(cl::CL_COMPLETE), [0; 4]),
+                    }
+                }
+                {
+                    let mut state = lock(&node.state);
+                    state.tasks.remove(&header.id);
+                    if awaited {
+                        state.done.insert(header.id, status);
+                    }
+                }
                 node.cond.notify_all();
             }
             Response::ReadData { .. } => unreachable!("handled above"),

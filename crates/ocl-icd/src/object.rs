@@ -162,6 +162,8 @@ pub struct Mem {
     pub size: usize,
     pub host_ptr: usize,
     pub maps: Mutex<Vec<Mapping>>,
+    /// The buffer's shared memory when the node offered it and we could map it.
+    pub shm: Option<Arc<ocl_remote::shm::Region>>,
 }
 
 pub struct Program {

@@ -135,16 +135,32 @@ fn run_remote(fx: &Fixture, exe: &Path) -> Vec<u8> {
     check_output(&format!("{} through the node", exe.display()), &out)
 }
 
+/// Runs the program through the node with buffer data forced onto the socket.
+fn run_remote_network(fx: &Fixture, exe: &Path) -> Vec<u8> {
+    let out = remote_command(fx, exe)
+        .env("NETACCEL_OPENCL_SHM", "0")
+        .output()
+        .expect("run test program");
+    check_output(
+        &format!("{} through the node, network path", exe.display()),
+        &out,
+    )
+}
+
 fn compare(program: &str) {
     let Some(fx) = fixture(program) else { return };
     let exe = build_c(&fx, program);
-    let local = run_local(&fx, &exe);
-    let remote = run_remote(&fx, &exe);
+    let local = String::from_utf8_lossy(&run_local(&fx, &exe)).into_owned();
     assert!(!local.is_empty());
+    let shared = String::from_utf8_lossy(&run_remote(&fx, &exe)).into_owned();
     assert_eq!(
-        String::from_utf8_lossy(&local),
-        String::from_utf8_lossy(&remote),
-        "{program}: output differs between local and remote"
+        local, shared,
+        "{program}: output differs between local and remote (shared memory)"
+    );
+    let network = String::from_utf8_lossy(&run_remote_network(&fx, &exe)).into_owned();
+    assert_eq!(
+        local, network,
+        "{program}: output differs between local and remote (network)"
     );
     wait_until_idle(&fx);
     let _ = std::fs::remove_dir_all(&fx.dir);

@@ -8,6 +8,8 @@
 //!   OpenCL runtime at run time ([`ffi`]), keeps a resource pool per client, and runs each
 //!   client's commands as atomic tasks from one FIFO per device.
 //!
+//! - [`shm`]: shared memory regions for the same-host buffer path.
+//!
 //! [`cl`] has the OpenCL constants both sides interpret. It is not an OpenCL binding for
 //! applications: programs use the standard OpenCL API through the ICD loader. The design
 //! (architecture, protocol, handle namespaces, task model) is in `docs/opencl.md`.
@@ -16,6 +18,7 @@ pub mod cl;
 pub mod ffi;
 pub mod proto;
 pub mod service;
+pub mod shm;
 
 /// `CL_PLATFORM_ICD_SUFFIX_KHR` of the remote platform; the service never re-exports a
 /// platform with this suffix, so a node cannot serve itself in a loop.

@@ -52,6 +52,9 @@ pub struct ServiceConfig {
     pub pending_bytes_max: u64,
     /// Tasks waiting in one device's FIFO; a client flushing into a full FIFO waits.
     pub device_queue_depth_max: usize,
+    /// Back the buffers of same-host clients with shared memory when the device computes
+    /// in host memory, so that buffer data moves without the socket.
+    pub shared_memory: bool,
 }
 
 impl Default for ServiceConfig {
@@ -65,6 +68,7 @@ impl Default for ServiceConfig {
             objects_max: 4096,
             pending_bytes_max: 512 << 20,
             device_queue_depth_max: 256,
+            shared_memory: true,
         }
     }
 }
@@ -81,14 +85,25 @@ unsafe impl Sync for Raw {}
 pub(crate) struct Real {
     pub raw: Raw,
     release: unsafe extern "C" fn(Handle) -> ClInt,
+    /// The shared memory a buffer lives in; unmapped only after the buffer is released
+    /// (fields drop after `Drop::drop`).
+    _memory: Option<crate::shm::Region>,
 }
 
 impl Real {
     pub fn new(raw: Handle, release: unsafe extern "C" fn(Handle) -> ClInt) -> Arc<Real> {
+        Self::with_memory(raw, release, None)
+    }
+    pub fn with_memory(
+        raw: Handle,
+        release: unsafe extern "C" fn(Handle) -> ClInt,
+        memory: Option<crate::shm::Region>,
+    ) -> Arc<Real> {
         debug_assert!(!raw.is_null());
         Arc::new(Real {
             raw: Raw(raw),
             release,
+            _memory: memory,
         })
     }
     pub fn handle(&self) -> Handle {
@@ -112,6 +127,9 @@ pub(crate) struct DeviceEntry {
     pub raw: Raw,
     pub platform: u32,
     pub name: String,
+    /// A CPU device with host-unified memory: `CL_MEM_USE_HOST_PTR` buffers are used in
+    /// place, so a client may move their data with `memcpy` (the shared-memory path).
+    pub host_memory: bool,
 }
 
 /// The loaded runtime and what it shares.
@@ -120,6 +138,9 @@ pub(crate) struct Runtime {
     pub platforms: Vec<PlatformEntry>,
     pub devices: Vec<DeviceEntry>,
 }
+
+const CL_DEVICE_TYPE_CPU: u64 = 2;
+const CL_DEVICE_HOST_UNIFIED_MEMORY: u32 = 0x1035;
 
 /// Info strings are bounded so that a misbehaving runtime cannot make us allocate.
 const INFO_BYTES_MAX: usize = 256 << 20;
@@ -194,11 +215,26 @@ impl Runtime {
                 let dname = info_string(&mut |s, p, r| unsafe {
                     (api.clGetDeviceInfo)(dev, 0x102B, s, p, r)
                 });
+                let flag = |param: u32| {
+                    // SAFETY: as above.
+                    info_bytes(16, &mut |s, p, r| unsafe {
+                        (api.clGetDeviceInfo)(dev, param, s, p, r)
+                    })
+                    .ok()
+                    .and_then(|b| {
+                        b.get(..4)
+                            .map(|x| u32::from_ne_bytes(x.try_into().expect("4")))
+                    })
+                };
+                let cpu = flag(cl::CL_DEVICE_TYPE)
+                    .is_some_and(|t| u64::from(t) & CL_DEVICE_TYPE_CPU != 0);
+                let unified = flag(CL_DEVICE_HOST_UNIFIED_MEMORY) == Some(1);
                 indices.push(devices.len() as u32);
                 devices.push(DeviceEntry {
                     raw: Raw(dev),
                     platform,
                     name: dname,
+                    host_memory: cpu && unified,
                 });
             }
             platforms.push(PlatformEntry {
@@ -274,14 +310,6 @@ impl ServiceHandle {
     }
 }
 
-/// Identifies this host for the shared-memory path: same id = same machine and boot.
-fn host_id() -> Vec<u8> {
-    let mut id = std::fs::read("/etc/machine-id").unwrap_or_default();
-    id.extend(std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default());
-    id.retain(|b| !b.is_ascii_whitespace());
-    id
-}
-
 /// Loads OpenCL, opens the configured platforms, registers metrics in `registry` and
 /// serves remote OpenCL clients on `addr` from background threads.
 ///
@@ -320,7 +348,7 @@ pub fn spawn(
         workers,
         clients: AtomicUsize::new(0),
         shutdown: AtomicBool::new(false),
-        host_id: host_id(),
+        host_id: crate::shm::host_id(),
     });
     for (index, rx) in receivers.into_iter().enumerate() {
         let shared = Arc::clone(&shared);

@@ -41,6 +41,8 @@ struct Session<'s> {
     /// Set when the open task went over `pending_bytes_max`; the task then fails whole.
     open_overflow: bool,
     greeted: bool,
+    /// The client runs on this host (same host id): buffers may live in shared memory.
+    same_host: bool,
 }
 
 type Reply = (ClInt, Vec<u8>);
@@ -80,6 +82,7 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: TcpStream) {
             open_bytes: 0,
             open_overflow: false,
             greeted: false,
+            same_host: false,
         };
         if let Err(e) = session.run(&mut reader) {
             if e.kind() != io::ErrorKind::UnexpectedEof {
@@ -166,11 +169,14 @@ impl Session<'_> {
     fn control(&mut self, request: Request<'_>) -> Reply {
         let api = &self.shared.runtime.api;
         match request {
-            Request::Hello { version, .. } => {
+            Request::Hello { version, host_id } => {
                 if version != proto::PROTOCOL_VERSION {
                     return err(cl::CL_INVALID_VALUE);
                 }
                 self.greeted = true;
+                self.same_host = self.shared.config.shared_memory
+                    && !host_id.is_empty()
+                    && host_id == self.shared.host_id.as_slice();
                 let info = HelloInfo {
                     host_id: &self.shared.host_id,
                     platforms: self
@@ -489,10 +495,13 @@ impl Session<'_> {
         data: &[u8],
     ) -> Reply {
         let api = &self.shared.runtime.api;
-        let Some(Obj::Context { real: ctx, .. }) = self.objects.get(&context) else {
+        let Some(Obj::Context { real: ctx, devices }) = self.objects.get(&context) else {
             return err(cl::CL_INVALID_CONTEXT);
         };
         let ctx = Arc::clone(ctx);
+        let host_memory = devices
+            .iter()
+            .all(|d| self.shared.runtime.devices[*d as usize].host_memory);
         if size == 0 {
             return err(cl::CL_INVALID_BUFFER_SIZE);
         }
@@ -505,30 +514,51 @@ impl Session<'_> {
         // Host pointers live in the client process; the node sees only their contents.
         let mut flags = flags
             & !(cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR);
-        let host_ptr = if data.is_empty() {
-            std::ptr::null_mut()
+        // Same host and a device computing in host memory: the buffer lives in shared
+        // memory the client maps too. Any failure falls back to a plain buffer.
+        let region = if self.same_host && host_memory {
+            crate::shm::Region::create(size as usize).ok()
         } else {
-            flags |= cl::CL_MEM_COPY_HOST_PTR;
-            data.as_ptr() as *mut c_void
+            None
         };
+        let host_ptr = match &region {
+            Some(r) => {
+                // SAFETY: the region has `size` bytes; `data` is empty or `size` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.ptr(), data.len()) };
+                flags |= cl::CL_MEM_USE_HOST_PTR;
+                r.ptr() as *mut c_void
+            }
+            None if data.is_empty() => std::ptr::null_mut(),
+            None => {
+                flags |= cl::CL_MEM_COPY_HOST_PTR;
+                data.as_ptr() as *mut c_void
+            }
+        };
+        let name = region
+            .as_ref()
+            .map(|r| r.name().to_vec())
+            .unwrap_or_default();
         let reply = self.create(
             id,
-            // SAFETY: valid context; with COPY_HOST_PTR the runtime copies `size` bytes.
+            // SAFETY: valid context; with COPY_HOST_PTR the runtime copies `size` bytes,
+            // with USE_HOST_PTR it uses the region, which lives as long as the buffer.
             |e| unsafe { (api.clCreateBuffer)(ctx.handle(), flags, size as usize, host_ptr, e) },
             |raw| Obj::Mem {
-                real: Real::new(raw, api.clReleaseMemObject),
+                real: Real::with_memory(raw, api.clReleaseMemObject, region),
                 size,
             },
         );
-        if reply.0 == cl::CL_SUCCESS {
-            self.buffer_bytes += size;
-            self.shared.metrics.client_buffer_bytes.inc_by(size as i64);
-            self.shared
-                .metrics
-                .bytes_to_device
-                .inc_by(data.len() as u64);
+        if reply.0 != cl::CL_SUCCESS {
+            return reply;
         }
-        reply
+        self.buffer_bytes += size;
+        self.shared.metrics.client_buffer_bytes.inc_by(size as i64);
+        self.shared
+            .metrics
+            .bytes_to_device
+            .inc_by(data.len() as u64);
+        // The payload names the shared memory region, empty for a plain buffer.
+        ok(name)
     }
 
     fn create_program_with_binary(

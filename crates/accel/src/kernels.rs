@@ -88,7 +88,7 @@ pub fn builtins() -> Vec<Arc<dyn Accelerator>> {
 
 /// Version of the CPU kernel images; part of every built-in's hash so that a changed
 /// kernel gets a new identity.
-const CPU_KERNELS_VERSION: &str = "netaccel-cpu-kernels/1";
+const CPU_KERNELS_VERSION: &str = "netaccel-cpu-kernels/2";
 
 fn descriptor(id: u16, name: &str, params: &[ParamSpec]) -> Descriptor {
     let digest = Sha256::digest(format!("{CPU_KERNELS_VERSION}/{name}"));

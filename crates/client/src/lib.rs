@@ -1,8 +1,12 @@
-//! Client side of netaccel: a small blocking HTTP client for a node's API, used by the
-//! `netaccel` command-line tool and by tests.
+//! Client side of netaccel: a small blocking HTTP client for a node's API
+//! ([`NodeClient`]) and an asynchronous pipelined RAC v1 client ([`rac::RacClient`]),
+//! used by the `netaccel` command-line tool and by tests.
 //!
-//! It knows the node's routes and its JSON error bodies; it does not know how
-//! accelerators compute (crate `accel`) or the RAC wire format (crate `rac-proto`).
+//! It knows the node's routes, its JSON error bodies and how to drive a RAC connection;
+//! the RAC bytes themselves come from crate `rac-proto`, and it does not know how
+//! accelerators compute (crate `accel`).
+
+pub mod rac;
 
 use std::fmt;
 use std::io::Read;

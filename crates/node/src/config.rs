@@ -7,6 +7,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::memory::PoolPolicy;
+
 /// How the dispatcher picks among the slots that host the called accelerator.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -26,11 +28,22 @@ pub struct SlotConfig {
     pub accelerator: String,
 }
 
+/// A RAC tenant: connections that say `hello` with this name and token share its
+/// fair share of every slot.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    pub name: String,
+    pub token: String,
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// HTTP listen address.
     pub http: SocketAddr,
+    /// RAC v1 listen address.
+    pub rac: SocketAddr,
     /// Network threads, each with its own listener (SO_REUSEPORT). 0 = one per core.
     pub io_threads: usize,
     /// `error`, `warn`, `info`, `debug` or `trace` (or a tracing filter directive).
@@ -67,6 +80,16 @@ pub struct Config {
     pub idle_timeout_ms: u64,
     /// On SIGTERM/SIGINT, how long in-flight work may take before the node exits anyway.
     pub drain_timeout_ms: u64,
+    /// RAC calls in flight per connection; past it the node stops reading that
+    /// connection (TCP back-pressure) until results go out.
+    pub rac_in_flight_max: usize,
+    /// Reassembly buffers shared by all RAC connections.
+    pub reassembly_buffers: usize,
+    /// Size of each reassembly buffer; also the largest RAC payload (TOO_LARGE beyond).
+    pub reassembly_buffer_bytes: usize,
+    pub reassembly_policy: PoolPolicy,
+    /// Tenants a RAC connection may bind to with `hello`.
+    pub tenants: Vec<TenantConfig>,
     /// Object store capacity ("device memory"), in bytes (507 beyond).
     pub object_store_bytes_max: usize,
     /// Objects in the store.
@@ -78,6 +101,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             http: "127.0.0.1:8080".parse().expect("valid address"),
+            rac: "127.0.0.1:9400".parse().expect("valid address"),
             io_threads: 0,
             log_level: "info".to_string(),
             admin_token: None,
@@ -96,6 +120,11 @@ impl Default for Config {
             io_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             drain_timeout_ms: 30_000,
+            rac_in_flight_max: 64,
+            reassembly_buffers: 16,
+            reassembly_buffer_bytes: 16 * 1024 * 1024,
+            reassembly_policy: PoolPolicy::default(),
+            tenants: Vec::new(),
             object_store_bytes_max: 256 * 1024 * 1024,
             objects_max: 4096,
             object_key_bytes_max: 256,
@@ -126,6 +155,9 @@ impl Config {
             ("uri_bytes_max", self.uri_bytes_max),
             ("head_bytes_max", self.head_bytes_max),
             ("objects_max", self.objects_max),
+            ("rac_in_flight_max", self.rac_in_flight_max),
+            ("reassembly_buffers", self.reassembly_buffers),
+            ("reassembly_buffer_bytes", self.reassembly_buffer_bytes),
             ("object_key_bytes_max", self.object_key_bytes_max),
         ];
         for (name, value) in positive {
@@ -141,6 +173,15 @@ impl Config {
         }
         if self.uri_bytes_max >= self.head_bytes_max {
             return Err("uri_bytes_max must be smaller than head_bytes_max".to_string());
+        }
+        if self.reassembly_buffer_bytes > u32::MAX as usize {
+            return Err("reassembly_buffer_bytes must fit a RAC payload length (u32)".to_string());
+        }
+        let mut names = std::collections::HashSet::new();
+        for t in &self.tenants {
+            if !names.insert(&t.name) {
+                return Err(format!("tenant `{}` is configured twice", t.name));
+            }
         }
         if self.slots.len() > usize::from(u16::MAX - 1) {
             return Err("too many slots".to_string());

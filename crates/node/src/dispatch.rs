@@ -91,7 +91,7 @@ impl Dispatcher {
     pub fn slots_hosting(&self, id: u16) -> Vec<u16> {
         self.slots
             .iter()
-            .filter(|s| s.hosting().0 == id)
+            .filter(|s| s.hosting().accel_id == id)
             .map(|s| s.id)
             .collect()
     }
@@ -102,18 +102,12 @@ impl Dispatcher {
         let mut admitting = Vec::with_capacity(self.slots.len());
         let mut reconfiguring = false;
         for slot in &self.slots {
-            let (hosted, open, loading) = slot.hosting();
-            if hosted == accel_id {
-                if open {
-                    admitting.push(slot);
-                } else {
-                    reconfiguring = true;
-                }
-            } else if loading
-                .as_deref()
-                .and_then(|n| self.catalog.by_name(n))
-                .map(|a| a.descriptor().id)
-                == Some(accel_id)
+            let hosting = slot.hosting();
+            if hosting.open && hosting.accel_id == accel_id {
+                admitting.push(slot);
+            } else if hosting
+                .swapping
+                .is_some_and(|(from, to)| from == accel_id || to == accel_id)
             {
                 reconfiguring = true;
             }

@@ -1,7 +1,7 @@
 //! `netaccel-node`: a daemon that owns a device, loads accelerators into its slots and
 //! serves them directly on the network.
 //!
-//! The data path of one call: a front end ([`http`]) parses and validates the request
+//! The data path of one call: a front end ([`http`], [`rac`]) parses and validates the request
 //! and refuses what it can without touching a slot; the body is reserved against the
 //! node's body-memory budget ([`memory`]) and read whole; the [`dispatch`]er picks a
 //! slot hosting the accelerator (round robin or join-shortest-queue) and admits the
@@ -16,10 +16,24 @@ pub mod dispatch;
 pub mod http;
 pub mod memory;
 pub mod metrics;
+mod netio;
 pub mod node;
 pub mod objects;
+pub mod rac;
 pub mod server;
 pub mod slot;
 
 pub use config::Config;
 pub use server::{start, Running};
+
+/// Compares a secret (token) with what a client sent without stopping at the first
+/// differing byte, so response timing does not reveal how much of it was right.
+pub fn secret_eq(given: &str, want: &str) -> bool {
+    let (given, want) = (given.as_bytes(), want.as_bytes());
+    given.len() == want.len()
+        && given
+            .iter()
+            .zip(want)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}

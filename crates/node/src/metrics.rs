@@ -67,6 +67,10 @@ pub struct Metrics {
     busy_refusals: Family<ProtocolLabel, Counter>,
     /// Bytes of request bodies held by the node right now.
     pub body_memory_bytes: Gauge,
+    /// RAC calls queued or running at slots.
+    pub rac_in_flight: Gauge,
+    /// Reassembly buffers holding at least one call.
+    pub reassembly_buffers_in_use: Gauge,
 }
 
 impl Default for Metrics {
@@ -92,6 +96,8 @@ impl Metrics {
             requests: Family::default(),
             busy_refusals: Family::default(),
             body_memory_bytes: Gauge::default(),
+            rac_in_flight: Gauge::default(),
+            reassembly_buffers_in_use: Gauge::default(),
         };
         let r = &mut registry;
         r.register(
@@ -153,6 +159,16 @@ impl Metrics {
             "body_memory_bytes",
             "Bytes of request bodies being received or waiting for a slot",
             m.body_memory_bytes.clone(),
+        );
+        r.register(
+            "rac_in_flight_calls",
+            "RAC calls queued or running at slots",
+            m.rac_in_flight.clone(),
+        );
+        r.register(
+            "reassembly_buffers_in_use",
+            "RAC reassembly buffers holding at least one call",
+            m.reassembly_buffers_in_use.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
-use crate::memory::MemoryBudget;
+use crate::memory::{MemoryBudget, ReassemblyPool};
 use crate::metrics::Metrics;
 use crate::objects::ObjectStore;
 use crate::slot::{SlotLimits, TenantId};
@@ -25,8 +25,13 @@ pub struct Node {
     pub objects: ObjectStore,
     pub metrics: Metrics,
     pub body_budget: Arc<MemoryBudget>,
+    pub pool: Arc<ReassemblyPool>,
     pub http_connections: Gauge,
     pub http_busy: Counter,
+    pub rac_connections: Gauge,
+    pub rac_busy: Counter,
+    pub rac_in_flight: Gauge,
+    rac_requests: Vec<Counter>,
     http_requests: Vec<OnceLock<Counter>>,
     open_connections: AtomicUsize,
     next_tenant: AtomicU64,
@@ -76,11 +81,25 @@ impl Node {
             config.objects_max,
             config.object_key_bytes_max,
         );
+        let pool = ReassemblyPool::new(
+            config.reassembly_buffers,
+            config.reassembly_buffer_bytes,
+            config.reassembly_policy,
+            metrics.reassembly_buffers_in_use.clone(),
+        );
         let (shutdown, _) = watch::channel(false);
         Ok(Arc::new(Node {
             http_connections: metrics.connections("http"),
             http_busy: metrics.busy_refusals("http"),
             http_requests: (0..600).map(|_| OnceLock::new()).collect(),
+            rac_connections: metrics.connections("rac"),
+            rac_busy: metrics.busy_refusals("rac"),
+            rac_in_flight: metrics.rac_in_flight.clone(),
+            rac_requests: rac_proto::Status::ALL
+                .iter()
+                .map(|s| metrics.requests("rac", s.name()))
+                .collect(),
+            pool,
             config,
             dispatcher,
             objects,
@@ -96,6 +115,20 @@ impl Node {
     pub fn http_requests(&self, code: u16) -> &Counter {
         self.http_requests[usize::from(code).min(599)]
             .get_or_init(|| self.metrics.requests("http", &code.to_string()))
+    }
+
+    /// Counter of RAC results with `status`.
+    pub fn rac_requests(&self, status: rac_proto::Status) -> &Counter {
+        &self.rac_requests[status as usize]
+    }
+
+    /// The identity of a configured tenant: the same for every connection that binds
+    /// to it, and never equal to a connection's own identity (those count up from 1).
+    pub fn tenant_id(&self, name: &str) -> TenantId {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        name.hash(&mut h);
+        h.finish() | (1 << 63)
     }
 
     /// A fresh tenant identity (a connection that has not named a tenant).

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Socket, Type};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -22,6 +22,7 @@ use crate::node::Node;
 pub struct Running {
     pub node: Arc<Node>,
     pub http_addr: SocketAddr,
+    pub rac_addr: SocketAddr,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -30,26 +31,23 @@ pub fn start(config: Config) -> Result<Running, String> {
     raise_fd_limit();
     let node = Node::new(config)?;
     let threads_wanted = node.config.io_threads();
-    let first = bind(node.config.http)
-        .map_err(|e| format!("cannot listen on {}: {e}", node.config.http))?;
-    let http_addr = first.local_addr().map_err(|e| e.to_string())?;
-    let mut listeners = vec![first];
-    for _ in 1..threads_wanted {
-        listeners.push(bind(http_addr).map_err(|e| format!("cannot listen on {http_addr}: {e}"))?);
-    }
-    let threads = listeners
+    let (http_addr, http) = bind_all(node.config.http, threads_wanted)?;
+    let (rac_addr, rac) = bind_all(node.config.rac, threads_wanted)?;
+    let threads = http
         .into_iter()
+        .zip(rac)
         .enumerate()
-        .map(|(i, listener)| {
+        .map(|(i, (http, rac))| {
             let node = Arc::clone(&node);
             std::thread::Builder::new()
                 .name(format!("net-{i}"))
-                .spawn(move || network_thread(node, listener))
+                .spawn(move || network_thread(node, http, rac))
                 .map_err(|e| format!("cannot start network thread: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     tracing::info!(
         http = %http_addr,
+        rac = %rac_addr,
         network_threads = threads.len(),
         slots = node.dispatcher.slots().len(),
         "netaccel node listening"
@@ -57,6 +55,7 @@ pub fn start(config: Config) -> Result<Running, String> {
     Ok(Running {
         node,
         http_addr,
+        rac_addr,
         threads,
     })
 }
@@ -95,8 +94,24 @@ impl Running {
     }
 }
 
+/// One listener per network thread on the same address. With port 0 the first bind
+/// picks the port and the others join it.
+fn bind_all(addr: SocketAddr, count: usize) -> Result<(SocketAddr, Vec<StdListener>), String> {
+    let first = bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let bound = first.local_addr().map_err(|e| e.to_string())?;
+    let mut listeners = vec![first];
+    for _ in 1..count {
+        listeners.push(bind(bound).map_err(|e| format!("cannot listen on {bound}: {e}"))?);
+    }
+    Ok((bound, listeners))
+}
+
 fn bind(addr: SocketAddr) -> io::Result<StdListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
@@ -105,28 +120,37 @@ fn bind(addr: SocketAddr) -> io::Result<StdListener> {
     Ok(socket.into())
 }
 
-fn network_thread(node: Arc<Node>, listener: StdListener) {
+#[derive(Clone, Copy)]
+enum Protocol {
+    Http,
+    Rac,
+}
+
+fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("network runtime");
     rt.block_on(async move {
-        let listener = TcpListener::from_std(listener).expect("registering the listener");
+        let http = TcpListener::from_std(http).expect("registering the HTTP listener");
+        let rac = TcpListener::from_std(rac).expect("registering the RAC listener");
         let mut shutdown = node.shutdown_signal();
         loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => accept(&node, stream),
-                    Err(e) => {
-                        // Typically EMFILE: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                },
+            let (accepted, protocol) = tokio::select! {
+                accepted = http.accept() => (accepted, Protocol::Http),
+                accepted = rac.accept() => (accepted, Protocol::Rac),
                 _ = shutdown.changed() => break,
+            };
+            match accepted {
+                Ok((stream, _)) => accept(&node, stream, protocol),
+                Err(e) => {
+                    // Typically EMFILE: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
         }
-        drop(listener);
+        drop((http, rac));
         let deadline = Instant::now() + Duration::from_millis(node.config.drain_timeout_ms);
         while node.open_connections() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -135,28 +159,47 @@ fn network_thread(node: Arc<Node>, listener: StdListener) {
 }
 
 /// Keeps the connection counters right however the connection task ends.
-struct ConnectionGuard(Arc<Node>);
+struct ConnectionGuard(Arc<Node>, Protocol);
+
+impl ConnectionGuard {
+    fn gauge(&self) -> &prometheus_client::metrics::gauge::Gauge {
+        match self.1 {
+            Protocol::Http => &self.0.http_connections,
+            Protocol::Rac => &self.0.rac_connections,
+        }
+    }
+}
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
-        self.0.http_connections.dec();
+        self.gauge().dec();
         self.0.close_connection();
     }
 }
 
-fn accept(node: &Arc<Node>, stream: TcpStream) {
+fn accept(node: &Arc<Node>, stream: TcpStream, protocol: Protocol) {
     let _ = stream.set_nodelay(true);
     if !node.try_open_connection() {
-        node.http_requests(503).inc();
-        tokio::spawn(refuse_connection(stream));
+        match protocol {
+            Protocol::Http => {
+                node.http_requests(503).inc();
+                tokio::spawn(refuse_connection(stream));
+            }
+            // A RAC client learns of the limit by the close; it has sent no request id
+            // a result could answer.
+            Protocol::Rac => drop(stream),
+        }
         return;
     }
-    node.http_connections.inc();
-    let guard = ConnectionGuard(Arc::clone(node));
+    let guard = ConnectionGuard(Arc::clone(node), protocol);
+    guard.gauge().inc();
     let tenant = node.new_tenant();
     let node = Arc::clone(node);
     tokio::spawn(async move {
-        crate::http::serve(node, stream, tenant).await;
+        match protocol {
+            Protocol::Http => crate::http::serve(node, stream, tenant).await,
+            Protocol::Rac => crate::rac::serve(node, stream, tenant).await,
+        }
         drop(guard);
     });
 }

@@ -23,7 +23,7 @@ use parking_lot::{Condvar, Mutex};
 use rac_proto::Status;
 use tokio::sync::oneshot;
 
-use crate::memory::MemoryPermit;
+use crate::memory::BodyMemory;
 use crate::metrics::{AccelMetrics, SlotMetrics};
 
 /// Identity used for fairness: a RAC tenant, or a connection that named none.
@@ -42,7 +42,7 @@ pub struct Call {
     /// The call must start executing before this instant.
     pub deadline: Option<Instant>,
     pub tenant: TenantId,
-    pub permit: Option<MemoryPermit>,
+    pub permit: Option<BodyMemory>,
 }
 
 /// The one answer every call gets.
@@ -144,12 +144,30 @@ impl FairQueue {
     }
 }
 
+/// A reconfiguration under way: calls for either accelerator are answered
+/// `UNAVAILABLE` until it ends.
+#[derive(Clone)]
+struct Reconfig {
+    from: u16,
+    to: u16,
+    to_name: String,
+}
+
+/// What a slot hosts, as the dispatcher sees it.
+pub struct Hosting {
+    pub accel_id: u16,
+    /// Admitting calls (not reconfiguring, not stopping).
+    pub open: bool,
+    /// During a reconfiguration: the accelerator leaving and the one arriving.
+    pub swapping: Option<(u16, u16)>,
+}
+
 struct SlotState {
     accel: Arc<dyn Accelerator>,
     /// A call is executing (on the worker or inline on a network thread).
     running: bool,
     /// Name of the accelerator being loaded, while a reconfiguration is under way.
-    reconfiguring: Option<String>,
+    reconfiguring: Option<Reconfig>,
     queue: FairQueue,
     stopping: bool,
 }
@@ -225,13 +243,13 @@ impl Slot {
     }
 
     /// Id of the loaded accelerator and whether the slot is admitting calls for it.
-    pub fn hosting(&self) -> (u16, bool, Option<String>) {
+    pub fn hosting(&self) -> Hosting {
         let st = self.state.lock();
-        (
-            st.accel.descriptor().id,
-            st.reconfiguring.is_none() && !st.stopping,
-            st.reconfiguring.clone(),
-        )
+        Hosting {
+            accel_id: st.accel.descriptor().id,
+            open: st.reconfiguring.is_none() && !st.stopping,
+            swapping: st.reconfiguring.as_ref().map(|r| (r.from, r.to)),
+        }
     }
 
     pub fn info(&self) -> SlotInfo {
@@ -242,7 +260,7 @@ impl Slot {
             device: self.device.clone(),
             accelerator: st.accel.descriptor().name.clone(),
             accel_id: st.accel.descriptor().id,
-            reconfiguring_to: st.reconfiguring.clone(),
+            reconfiguring_to: st.reconfiguring.as_ref().map(|r| r.to_name.clone()),
             running: st.running,
             queue_depth: st.queue.len,
             busy_ratio: self.busy_ns.load(Ordering::Relaxed) as f64 / elapsed,
@@ -409,12 +427,19 @@ impl Slot {
         let name = accel.descriptor().name.clone();
         let mut st = self.state.lock();
         if let Some(other) = &st.reconfiguring {
-            return Err(format!("slot {} is already loading {other}", self.id));
+            return Err(format!(
+                "slot {} is already loading {}",
+                self.id, other.to_name
+            ));
         }
         if st.stopping {
             return Err(format!("slot {} is shutting down", self.id));
         }
-        st.reconfiguring = Some(name.clone());
+        st.reconfiguring = Some(Reconfig {
+            from: st.accel.descriptor().id,
+            to: accel.descriptor().id,
+            to_name: name.clone(),
+        });
         while st.running || st.queue.len > 0 {
             self.changed.wait(&mut st);
         }

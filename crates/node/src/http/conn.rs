@@ -23,7 +23,8 @@ use tokio::sync::watch;
 use super::parse::{self, BodyFraming, HttpError, Limits, Parse, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route};
-use crate::memory::MemoryPermit;
+use crate::memory::{BodyMemory, MemoryPermit};
+use crate::netio::{read_with_deadline, write_with_deadline};
 use crate::node::Node;
 use crate::objects::StoreError;
 use crate::slot::{Answer, Call, Submitted, TenantId};
@@ -593,7 +594,7 @@ impl Conn {
             received,
             deadline: (deadline_us > 0).then(|| received + Duration::from_micros(deadline_us)),
             tenant: self.tenant,
-            permit: Some(permit),
+            permit: Some(BodyMemory::Budget(permit)),
         };
         let answer = match self.node.dispatcher.submit(call) {
             Submitted::Done(answer) => answer,
@@ -862,70 +863,4 @@ impl Conn {
 #[serde(deny_unknown_fields)]
 struct LoadRequest {
     accelerator: String,
-}
-
-/// One read into `buf`'s spare capacity (no zeroing), or `None` when `deadline`
-/// passes first.
-async fn read_with_deadline(
-    stream: &TcpStream,
-    buf: &mut impl BufMut,
-    deadline: Instant,
-) -> io::Result<Option<usize>> {
-    // Fast path: data already waiting needs no timer.
-    match stream.try_read_buf(buf) {
-        Ok(n) => return Ok(Some(n)),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(e) => return Err(e),
-    }
-    let read = async {
-        loop {
-            stream.readable().await?;
-            match stream.try_read_buf(buf) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
-        }
-    };
-    match tokio::time::timeout_at(deadline.into(), read).await {
-        Ok(r) => r.map(Some),
-        Err(_) => Ok(None),
-    }
-}
-
-async fn write_with_deadline(
-    stream: &mut TcpStream,
-    data: &[u8],
-    deadline: Instant,
-) -> io::Result<()> {
-    // Fast path: a response that fits the socket buffer is written without a timer.
-    let mut written = match stream.try_write(data) {
-        Ok(n) => n,
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-        Err(e) => return Err(e),
-    };
-    if written == data.len() {
-        return Ok(());
-    }
-    let rest = async {
-        while written < data.len() {
-            match stream.write(&data[written..]).await? {
-                0 => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::WriteZero,
-                        "connection closed while writing",
-                    ))
-                }
-                n => written += n,
-            }
-        }
-        Ok::<(), io::Error>(())
-    };
-    match tokio::time::timeout_at(deadline.into(), rest).await {
-        Ok(r) => r,
-        Err(_) => Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "client did not read the response in time",
-        )),
-    }
 }

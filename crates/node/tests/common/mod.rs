@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 pub struct TestNode {
     pub child: Child,
     pub addr: SocketAddr,
+    pub rac_addr: SocketAddr,
     pub dir: PathBuf,
 }
 
@@ -28,13 +29,14 @@ impl TestNode {
     pub fn start(config: &str) -> TestNode {
         for _ in 0..5 {
             let port = free_port();
+            let rac_port = free_port();
             let dir =
                 std::env::temp_dir().join(format!("netaccel-test-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
             let path = dir.join("node.toml");
             std::fs::write(
                 &path,
-                format!("http = \"127.0.0.1:{port}\"\nlog_level = \"warn\"\n{config}"),
+                format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\nlog_level = \"warn\"\n{config}"),
             )
             .unwrap();
             let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
@@ -45,13 +47,19 @@ impl TestNode {
                 .spawn()
                 .expect("starting netaccel-node");
             let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let rac_addr: SocketAddr = format!("127.0.0.1:{rac_port}").parse().unwrap();
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if let Some(status) = child.try_wait().unwrap() {
                     panic!("node exited during start-up: {status}");
                 }
-                if TcpStream::connect(addr).is_ok() {
-                    return TestNode { child, addr, dir };
+                if TcpStream::connect(addr).is_ok() && TcpStream::connect(rac_addr).is_ok() {
+                    return TestNode {
+                        child,
+                        addr,
+                        rac_addr,
+                        dir,
+                    };
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -63,6 +71,23 @@ impl TestNode {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    /// The value of an unlabelled metric, or of the first series starting with `prefix`.
+    pub fn metric(&self, prefix: &str) -> f64 {
+        let text = ureq::get(&self.url("/metrics"))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(prefix)
+                    .and_then(|rest| rest.strip_prefix(' '))
+            })
+            .unwrap_or_else(|| panic!("no metric {prefix}"))
+            .parse()
+            .unwrap()
     }
 
     pub fn pid(&self) -> i32 {

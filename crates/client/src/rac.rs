@@ -1,0 +1,231 @@
+//! An asynchronous, pipelined RAC v1 client: many calls in flight on one connection,
+//! a future per call, results matched by request id in whatever order they come.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), netaccel_client::rac::RacError> {
+//! use netaccel_client::rac::RacClient;
+//! let client = RacClient::connect("127.0.0.1:9400").await?;
+//! let out = client.call_by_name("to_uppercase", [0; 44], b"hello".to_vec(), 0).await?;
+//! assert_eq!(out.payload, b"HELLO");
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use rac_proto::{CallHeader, ControlRequest, Decode, ParamBlock, ResultHeader, Status, HEADER_LEN};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, Mutex};
+
+/// Largest result payload the client accepts.
+const RESULT_PAYLOAD_MAX: u32 = 1 << 30;
+
+/// A result with status `OK`, or the node's refusal.
+#[derive(Debug, Clone)]
+pub struct RacOutput {
+    pub header: ResultHeader,
+    pub payload: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+pub enum RacError {
+    /// The connection failed or closed before the result arrived.
+    Transport(String),
+    /// The node answered with a status other than `OK`.
+    Status {
+        status: Status,
+        message: String,
+        header: Box<ResultHeader>,
+    },
+}
+
+impl fmt::Display for RacError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RacError::Transport(m) => write!(f, "RAC connection: {m}"),
+            RacError::Status {
+                status, message, ..
+            } => write!(f, "{status}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for RacError {}
+
+type Waiters = Arc<std::sync::Mutex<Waiting>>;
+
+#[derive(Default)]
+struct Waiting {
+    calls: HashMap<u32, oneshot::Sender<Result<RacOutput, RacError>>>,
+    /// Set once the reader stops: new calls fail at once with this.
+    closed: Option<String>,
+}
+
+pub struct RacClient {
+    writer: Mutex<OwnedWriteHalf>,
+    waiters: Waiters,
+    next_id: AtomicU32,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RacClient {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl RacClient {
+    pub async fn connect(addr: &str) -> Result<RacClient, RacError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| RacError::Transport(format!("{addr}: {e}")))?;
+        stream.set_nodelay(true).ok();
+        let (read, write) = stream.into_split();
+        let waiters: Waiters = Arc::default();
+        let reader = tokio::spawn(read_results(read, Arc::clone(&waiters)));
+        Ok(RacClient {
+            writer: Mutex::new(write),
+            waiters,
+            next_id: AtomicU32::new(1),
+            reader,
+        })
+    }
+
+    /// Sends a call and waits for its result. Many may be awaited at once.
+    pub async fn call(
+        &self,
+        accel_id: u16,
+        params: ParamBlock,
+        payload: Vec<u8>,
+        deadline_us: u32,
+    ) -> Result<RacOutput, RacError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut header = CallHeader::call(accel_id, id, payload.len() as u32, params);
+        header.deadline_us = deadline_us;
+        self.exchange(header, &payload).await
+    }
+
+    /// Calls a built-in accelerator by name.
+    pub async fn call_by_name(
+        &self,
+        name: &str,
+        params: ParamBlock,
+        payload: Vec<u8>,
+        deadline_us: u32,
+    ) -> Result<RacOutput, RacError> {
+        let id = rac_proto::builtin::id(name)
+            .ok_or_else(|| RacError::Transport(format!("{name} is not a built-in accelerator")))?;
+        self.call(id, params, payload, deadline_us).await
+    }
+
+    /// Sends a control request; the result payload is the node's JSON answer.
+    pub async fn control(&self, request: &ControlRequest) -> Result<serde_json::Value, RacError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let payload = request.to_payload();
+        let out = self
+            .exchange(CallHeader::control(id, payload.len() as u32), &payload)
+            .await?;
+        serde_json::from_slice(&out.payload)
+            .map_err(|e| RacError::Transport(format!("invalid control JSON: {e}")))
+    }
+
+    /// Sends raw bytes as they are (for tests of the node's framing checks).
+    pub async fn send_raw(&self, bytes: &[u8]) -> Result<(), RacError> {
+        let mut w = self.writer.lock().await;
+        w.write_all(bytes)
+            .await
+            .map_err(|e| RacError::Transport(e.to_string()))
+    }
+
+    async fn exchange(&self, header: CallHeader, payload: &[u8]) -> Result<RacOutput, RacError> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut waiting = self.waiters.lock().expect("waiters lock");
+            if let Some(why) = &waiting.closed {
+                return Err(RacError::Transport(why.clone()));
+            }
+            waiting.calls.insert(header.request_id, tx);
+        }
+        let sent = {
+            let mut w = self.writer.lock().await;
+            match w.write_all(&header.encode()).await {
+                Ok(()) => w.write_all(payload).await,
+                Err(e) => Err(e),
+            }
+        };
+        if let Err(e) = sent {
+            // The node may have answered and closed (TOO_LARGE); prefer its answer.
+            if let Ok(Ok(result)) =
+                tokio::time::timeout(std::time::Duration::from_secs(1), rx).await
+            {
+                return result;
+            }
+            self.waiters
+                .lock()
+                .expect("waiters lock")
+                .calls
+                .remove(&header.request_id);
+            return Err(RacError::Transport(e.to_string()));
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(RacError::Transport(
+                "connection closed before the result".into(),
+            ))
+        })
+    }
+}
+
+async fn read_results(mut read: tokio::net::tcp::OwnedReadHalf, waiters: Waiters) {
+    let why = loop {
+        let mut head = [0u8; HEADER_LEN];
+        if let Err(e) = read.read_exact(&mut head).await {
+            break format!("connection closed: {e}");
+        }
+        let header = match ResultHeader::decode(&head, RESULT_PAYLOAD_MAX) {
+            Decode::Complete(h) => h,
+            Decode::Error(e) => break format!("bad result header: {e}"),
+            Decode::Partial { .. } => unreachable!("a whole header was read"),
+        };
+        let mut payload = vec![0u8; header.payload_len as usize];
+        if let Err(e) = read.read_exact(&mut payload).await {
+            break format!("connection closed mid-result: {e}");
+        }
+        let waiter = waiters
+            .lock()
+            .expect("waiters lock")
+            .calls
+            .remove(&header.request_id);
+        let result = if header.status == Status::Ok {
+            Ok(RacOutput { header, payload })
+        } else {
+            let message = String::from_utf8_lossy(&payload).into_owned();
+            Err(RacError::Status {
+                status: header.status,
+                message,
+                header: Box::new(header),
+            })
+        };
+        match waiter {
+            Some(tx) => {
+                let _ = tx.send(result);
+            }
+            None if header.request_id == 0 => {
+                // An unreadable call's answer (PROTOCOL_ERROR): fail everyone.
+                break format!(
+                    "node refused the stream: {}",
+                    result.err().map_or(String::new(), |e| e.to_string())
+                );
+            }
+            None => {}
+        }
+    };
+    let mut waiting = waiters.lock().expect("waiters lock");
+    waiting.closed = Some(why.clone());
+    for (_, tx) in waiting.calls.drain() {
+        let _ = tx.send(Err(RacError::Transport(why.clone())));
+    }
+}

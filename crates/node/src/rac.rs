@@ -1,0 +1,555 @@
+//! The RAC v1 front end (after OffRAC): compact binary calls over TCP, pipelined, with
+//! results returned in completion order.
+//!
+//! One task drives each connection. It decodes 64-byte headers (crate `rac-proto`),
+//! and for each call either answers at once (unknown accelerator, bad params, duplicate
+//! request id, no reassembly room) or gathers the payload and hands the whole call to
+//! the dispatcher. A payload already complete in the read buffer takes the
+//! single-fragment path; one that is still arriving first reserves room in the shared
+//! reassembly pool ([`crate::memory::ReassemblyPool`]) — none eligible means `BUSY`,
+//! with the payload read and discarded and the connection kept.
+//!
+//! Calls queued at slots are awaited together; each result is written as soon as its
+//! slot finishes. At most `rac_in_flight_max` calls are in flight per connection:
+//! beyond that the task stops reading, so TCP pushes back on the client instead of the
+//! node refusing. A framing error (`PROTOCOL_ERROR`, `TOO_LARGE`) stops reading; the
+//! calls already in flight are answered, then the error result, then the connection
+//! closes.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accel::Accelerator;
+use bytes::BufMut;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use rac_proto::{
+    CallHeader, CallKind, ControlRequest, Decode, ResultHeader, Status, HEADER_LEN, NO_SLOT,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::memory::{BodyMemory, PoolLease};
+use crate::netio::{read_with_deadline, write_with_deadline};
+use crate::node::Node;
+use crate::slot::{Answer, Call, Submitted, TenantId};
+
+/// Bytes pulled in by one read.
+const READ_CHUNK: usize = 64 * 1024;
+/// Results are batched up to this size before a write.
+const WRITE_BATCH_MAX: usize = 64 * 1024;
+
+type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
+
+pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
+    let mut conn = RacConn {
+        node,
+        stream,
+        rbuf: Vec::with_capacity(READ_CHUNK),
+        rpos: 0,
+        wbuf: Vec::new(),
+        tenant,
+        in_flight: HashSet::new(),
+        pending: FuturesUnordered::new(),
+        receiving: None,
+        closing: None,
+    };
+    if let Err(e) = conn.run().await {
+        tracing::debug!(error = %e, "rac connection ended with an error");
+    }
+    conn.node.rac_in_flight.dec_by(conn.pending.len() as i64);
+}
+
+/// A message whose payload is still arriving.
+enum Receiving {
+    /// A call or control message being gathered.
+    Payload {
+        header: CallHeader,
+        target: Target,
+        payload: Vec<u8>,
+        lease: Option<PoolLease>,
+    },
+    /// A refused call's payload, read and thrown away.
+    Discard { remaining: usize },
+}
+
+enum Target {
+    Call(Arc<dyn Accelerator>),
+    Control,
+}
+
+struct RacConn {
+    node: Arc<Node>,
+    stream: TcpStream,
+    /// Unconsumed input is `rbuf[rpos..]`.
+    rbuf: Vec<u8>,
+    rpos: usize,
+    wbuf: Vec<u8>,
+    tenant: TenantId,
+    /// Request ids of calls queued at slots (for duplicate detection).
+    in_flight: HashSet<u32>,
+    pending: FuturesUnordered<Pending>,
+    receiving: Option<Receiving>,
+    /// A framing error was read: its result, sent once in-flight calls are answered.
+    closing: Option<(ResultHeader, String)>,
+}
+
+enum Event {
+    Done((CallHeader, Answer)),
+    Input(Input),
+}
+
+enum Input {
+    Data,
+    Eof,
+    Timeout,
+    Shutdown,
+}
+
+impl RacConn {
+    async fn run(&mut self) -> io::Result<()> {
+        let mut shutdown = self.node.shutdown_signal();
+        let mut reading = true;
+        loop {
+            if reading {
+                self.process_buffered();
+            }
+            if self.closing.is_some() {
+                reading = false;
+            }
+            if !reading && self.pending.is_empty() {
+                return self.finish().await;
+            }
+            // Everything buffered has been handled: send what is ready before waiting.
+            self.flush().await?;
+            let may_read = reading && self.pending.len() < self.node.config.rac_in_flight_max;
+            let partial = self.receiving.is_some() || self.rpos < self.rbuf.len();
+            let config = &self.node.config;
+            let wait = if !self.pending.is_empty() {
+                // Results are on their way; a quiet client is not idle.
+                Duration::from_secs(3600)
+            } else if partial {
+                Duration::from_millis(config.io_timeout_ms)
+            } else {
+                Duration::from_millis(config.idle_timeout_ms)
+            };
+            let deadline = Instant::now() + wait;
+            let event = tokio::select! {
+                Some(done) = self.pending.next(), if !self.pending.is_empty() => Event::Done(done),
+                input = read_input(&self.stream, &mut self.rbuf, &mut self.rpos, &mut self.receiving, deadline), if may_read => {
+                    Event::Input(input?)
+                }
+                _ = shutdown.changed(), if reading => Event::Input(Input::Shutdown),
+            };
+            let input = match event {
+                Event::Done((header, answer)) => {
+                    self.answered(&header, answer);
+                    // Answer every result that is ready before touching the socket again.
+                    while let Some(Some((header, answer))) = self.pending.next().now_or_never() {
+                        self.answered(&header, answer);
+                    }
+                    continue;
+                }
+                Event::Input(input) => input,
+            };
+            match input {
+                Input::Data => {}
+                Input::Eof | Input::Timeout | Input::Shutdown => reading = false,
+            }
+        }
+    }
+
+    /// A queued call's answer arrived.
+    fn answered(&mut self, header: &CallHeader, answer: Answer) {
+        self.node.rac_in_flight.dec();
+        self.in_flight.remove(&header.request_id);
+        self.write_answer(header, answer);
+    }
+
+    /// Decodes and starts every message the buffer holds, up to the in-flight bound.
+    fn process_buffered(&mut self) {
+        loop {
+            if self.receiving.is_some() && !self.continue_receiving() {
+                break;
+            }
+            if self.closing.is_some() || self.pending.len() >= self.node.config.rac_in_flight_max {
+                break;
+            }
+            let max = self.node.pool.buffer_bytes() as u32;
+            match CallHeader::decode(&self.rbuf[self.rpos..], max) {
+                Decode::Partial { .. } => break,
+                Decode::Error(e) => {
+                    self.node.rac_requests(e.status()).inc();
+                    self.closing = Some((e.answer(0), e.to_string()));
+                    break;
+                }
+                Decode::Complete(header) => {
+                    self.rpos += HEADER_LEN;
+                    self.start(header);
+                }
+            }
+        }
+        if self.rpos == self.rbuf.len() {
+            self.rbuf.clear();
+            self.rpos = 0;
+        }
+    }
+
+    /// Begins a message whose header was just read.
+    fn start(&mut self, header: CallHeader) {
+        let len = header.payload_len as usize;
+        if self.in_flight.contains(&header.request_id) {
+            let message = format!(
+                "request id {} is already in flight on this connection",
+                header.request_id
+            );
+            return self.refuse(&header, Status::BadRequest, &message);
+        }
+        let target = match header.kind {
+            CallKind::Control => Target::Control,
+            CallKind::Call => {
+                let Some(accel) = self.node.dispatcher.catalog().by_id(header.accel_id) else {
+                    let message =
+                        format!("no accelerator with id {} on this node", header.accel_id);
+                    return self.refuse(&header, Status::UnknownAccelerator, &message);
+                };
+                if let Err(e) = accel.check(&header.params, Some(len)) {
+                    return self.refuse(&header, Status::BadRequest, &e.to_string());
+                }
+                Target::Call(Arc::clone(accel))
+            }
+        };
+        let buffered = self.rbuf.len() - self.rpos;
+        if buffered >= len {
+            // Single-fragment path: the payload came with its header.
+            let payload = self.rbuf[self.rpos..self.rpos + len].to_vec();
+            self.rpos += len;
+            return self.complete(header, target, payload, None);
+        }
+        let lease = match target {
+            // Control payloads are at most 4 KiB (checked by the decoder).
+            Target::Control => None,
+            Target::Call(_) => match self.node.pool.reserve(len) {
+                Some(lease) => Some(lease),
+                None => {
+                    self.node.rac_busy.inc();
+                    return self.refuse(
+                        &header,
+                        Status::Busy,
+                        "no reassembly buffer has room for this call; retry",
+                    );
+                }
+            },
+        };
+        self.receiving = Some(Receiving::Payload {
+            header,
+            target,
+            payload: Vec::with_capacity(len),
+            lease,
+        });
+        self.continue_receiving();
+    }
+
+    /// Answers a call without running it and skips its payload.
+    fn refuse(&mut self, header: &CallHeader, status: Status, message: &str) {
+        self.write_result(
+            &ResultHeader::answer(header, status, message.len() as u32),
+            message.as_bytes(),
+        );
+        let len = header.payload_len as usize;
+        let skip = len.min(self.rbuf.len() - self.rpos);
+        self.rpos += skip;
+        if skip < len {
+            self.receiving = Some(Receiving::Discard {
+                remaining: len - skip,
+            });
+        }
+    }
+
+    /// Moves buffered bytes into the message being received. Returns `true` when it is
+    /// complete (and started), `false` when more input is needed.
+    fn continue_receiving(&mut self) -> bool {
+        let available = self.rbuf.len() - self.rpos;
+        match self.receiving.as_mut().expect("receiving") {
+            Receiving::Discard { remaining } => {
+                let take = (*remaining).min(available);
+                *remaining -= take;
+                self.rpos += take;
+                if *remaining > 0 {
+                    return false;
+                }
+            }
+            Receiving::Payload {
+                header, payload, ..
+            } => {
+                let want = header.payload_len as usize - payload.len();
+                let take = want.min(available);
+                payload.extend_from_slice(&self.rbuf[self.rpos..self.rpos + take]);
+                self.rpos += take;
+                if take < want {
+                    return false;
+                }
+            }
+        }
+        if let Some(Receiving::Payload {
+            header,
+            target,
+            payload,
+            lease,
+        }) = self.receiving.take()
+        {
+            self.complete(header, target, payload, lease);
+        }
+        true
+    }
+
+    /// A whole message: run it (calls go to the dispatcher).
+    fn complete(
+        &mut self,
+        header: CallHeader,
+        target: Target,
+        payload: Vec<u8>,
+        lease: Option<PoolLease>,
+    ) {
+        let accel = match target {
+            Target::Control => return self.control(header, &payload),
+            Target::Call(accel) => accel,
+        };
+        let received = Instant::now();
+        let call = Call {
+            accel,
+            params: header.params,
+            payload,
+            out: Vec::new(),
+            received,
+            deadline: (header.deadline_us > 0)
+                .then(|| received + Duration::from_micros(u64::from(header.deadline_us))),
+            tenant: self.tenant,
+            permit: lease.map(BodyMemory::Pool),
+        };
+        match self.node.dispatcher.submit(call) {
+            Submitted::Done(answer) => {
+                if answer.status == Status::Busy {
+                    self.node.rac_busy.inc();
+                }
+                self.write_answer(&header, answer);
+            }
+            Submitted::Queued(rx) => {
+                self.in_flight.insert(header.request_id);
+                self.node.rac_in_flight.inc();
+                self.pending.push(Box::pin(async move {
+                    let answer = rx.await.unwrap_or_else(|_| Answer {
+                        status: Status::Internal,
+                        output: Vec::new(),
+                        message: "the slot failed while running the call".to_string(),
+                        slot: None,
+                        queue_ns: 0,
+                        exec_ns: 0,
+                        payload: Vec::new(),
+                    });
+                    (header, answer)
+                }));
+            }
+        }
+    }
+
+    fn control(&mut self, header: CallHeader, payload: &[u8]) {
+        let request = match ControlRequest::parse(payload) {
+            Ok(r) => r,
+            Err(e) => return self.write_control(&header, e.status(), e.to_string().into_bytes()),
+        };
+        let node = Arc::clone(&self.node);
+        match request {
+            ControlRequest::Catalog { .. } => {
+                self.write_control(&header, Status::Ok, node.catalog_json())
+            }
+            ControlRequest::Slots { .. } => {
+                self.write_control(&header, Status::Ok, node.slots_json(None))
+            }
+            ControlRequest::Hello { tenant, token } => {
+                let known = node.config.tenants.iter().find(|t| t.name == tenant);
+                match known {
+                    Some(t)
+                        if token
+                            .as_deref()
+                            .is_some_and(|given| crate::secret_eq(given, &t.token)) =>
+                    {
+                        self.tenant = node.tenant_id(&tenant);
+                        let body = serde_json::to_vec(&serde_json::json!({ "tenant": tenant }))
+                            .expect("JSON");
+                        self.write_control(&header, Status::Ok, body);
+                    }
+                    _ => {
+                        let message =
+                            format!("tenant `{tenant}` is unknown or its token does not match");
+                        self.write_control(&header, Status::Unauthorized, message.into_bytes());
+                    }
+                }
+            }
+            ControlRequest::Load {
+                slot,
+                accelerator,
+                token,
+            } => {
+                if let Some(admin) = &node.config.admin_token {
+                    if !token
+                        .as_deref()
+                        .is_some_and(|given| crate::secret_eq(given, admin))
+                    {
+                        let message = "load needs the node's admin token";
+                        return self.write_control(
+                            &header,
+                            Status::Unauthorized,
+                            message.as_bytes().to_vec(),
+                        );
+                    }
+                }
+                // Reconfiguration waits for the slot's queue to drain: run it off the
+                // network thread and answer when it is done.
+                self.in_flight.insert(header.request_id);
+                self.node.rac_in_flight.inc();
+                self.pending.push(Box::pin(async move {
+                    let dispatcher = Arc::clone(&node.dispatcher);
+                    let name = accelerator.clone();
+                    let result = tokio::task::spawn_blocking(move || dispatcher.reconfigure(slot, &name)).await;
+                    let (status, body) = match result {
+                        Ok(Ok(took)) => {
+                            let ms = took.as_secs_f64() * 1e3;
+                            tracing::info!(slot, accelerator = %accelerator, reconfig_ms = ms, "slot reconfigured");
+                            let doc = serde_json::json!({ "slot": slot, "accelerator": accelerator, "reconfig_ms": ms });
+                            (Status::Ok, serde_json::to_vec(&doc).expect("JSON"))
+                        }
+                        Ok(Err((status, message))) => (status, message.into_bytes()),
+                        Err(e) => (Status::Internal, format!("reconfiguration failed: {e}").into_bytes()),
+                    };
+                    let answer = control_answer(status, body);
+                    (header, answer)
+                }));
+            }
+        }
+    }
+
+    fn write_control(&mut self, header: &CallHeader, status: Status, body: Vec<u8>) {
+        self.write_answer(header, control_answer(status, body));
+    }
+
+    fn write_answer(&mut self, header: &CallHeader, answer: Answer) {
+        let Answer {
+            status,
+            output,
+            message,
+            slot,
+            queue_ns,
+            exec_ns,
+            ..
+        } = answer;
+        let body: &[u8] = if status == Status::Ok {
+            &output
+        } else {
+            message.as_bytes()
+        };
+        let mut result = ResultHeader::answer(header, status, body.len() as u32);
+        result.slot_id = slot.unwrap_or(NO_SLOT);
+        result.queue_ns = queue_ns;
+        result.exec_ns = exec_ns;
+        self.write_result(&result, body);
+    }
+
+    fn write_result(&mut self, result: &ResultHeader, body: &[u8]) {
+        self.node.rac_requests(result.status).inc();
+        self.wbuf.extend_from_slice(&result.encode());
+        self.wbuf.extend_from_slice(body);
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
+        let result = write_with_deadline(&mut self.stream, &self.wbuf, deadline).await;
+        self.wbuf.clear();
+        if self.wbuf.capacity() > 4 * WRITE_BATCH_MAX {
+            self.wbuf.shrink_to(WRITE_BATCH_MAX);
+        }
+        result
+    }
+
+    /// Sends the closing error result, if any, and closes.
+    async fn finish(&mut self) -> io::Result<()> {
+        let Some((result, message)) = self.closing.take() else {
+            self.flush().await?;
+            return Ok(());
+        };
+        let mut result = result;
+        result.payload_len = message.len() as u32;
+        self.wbuf.extend_from_slice(&result.encode());
+        self.wbuf.extend_from_slice(message.as_bytes());
+        self.flush().await?;
+        // Half-close and drain briefly so unread bytes do not turn into a reset that
+        // destroys the error result before the client reads it.
+        self.stream.shutdown().await.ok();
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let mut scratch = Vec::with_capacity(8192);
+        for _ in 0..128 {
+            scratch.clear();
+            match read_with_deadline(&self.stream, &mut scratch, deadline).await {
+                Ok(Some(n)) if n > 0 => {}
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads more input: straight into a payload being received when nothing else is
+/// buffered (no copy), otherwise into the read buffer.
+async fn read_input(
+    stream: &TcpStream,
+    rbuf: &mut Vec<u8>,
+    rpos: &mut usize,
+    receiving: &mut Option<Receiving>,
+    deadline: Instant,
+) -> io::Result<Input> {
+    let n = match receiving.as_mut() {
+        Some(Receiving::Payload {
+            header, payload, ..
+        }) if *rpos == rbuf.len() => {
+            let want = header.payload_len as usize - payload.len();
+            read_with_deadline(stream, &mut payload.limit(want), deadline).await?
+        }
+        _ => {
+            if *rpos > 0 {
+                rbuf.drain(..*rpos);
+                *rpos = 0;
+            }
+            rbuf.reserve(READ_CHUNK);
+            read_with_deadline(stream, &mut rbuf.limit(READ_CHUNK), deadline).await?
+        }
+    };
+    Ok(match n {
+        None => Input::Timeout,
+        Some(0) => Input::Eof,
+        Some(_) => Input::Data,
+    })
+}
+
+fn control_answer(status: Status, body: Vec<u8>) -> Answer {
+    let ok = status == Status::Ok;
+    Answer {
+        status,
+        message: if ok {
+            String::new()
+        } else {
+            String::from_utf8_lossy(&body).into_owned()
+        },
+        output: if ok { body } else { Vec::new() },
+        slot: None,
+        queue_ns: 0,
+        exec_ns: 0,
+        payload: Vec::new(),
+    }
+}

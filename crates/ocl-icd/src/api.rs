@@ -948,6 +948,40 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
 ) -> *mut c_void {
     let m = tryp!(get::<Mem>(mem), errcode);
     tryp!(check_range(offset, size, m.v.size), errcode);
+    if let (Some(region), 0) = (&m.v.shm, m.v.host_ptr) {
+        // Shared memory: the mapping is the buffer itself, ready once the commands
+        // ahead of it are done; nothing to copy either way.
+        let q = tryp!(prologue(queue, num_wait, wait), errcode);
+        tryp!(same_node(&q.v.node, &m.v.node), errcode);
+        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_BUFFER, event);
+        q.v.node.enqueue(
+            &Command::Marker {
+                queue: q.v.id,
+                event: ev,
+            },
+            evref,
+            None,
+        );
+        let rc = finish_blocking(&q.v.node, blocking != 0);
+        if rc != cl::CL_SUCCESS {
+            set_err(errcode, rc);
+            return null_mut();
+        }
+        let ptr = region.ptr().add(offset) as usize;
+        let mapping = Mapping {
+            ptr,
+            offset,
+            size,
+            flags: 0,
+            _backing: None,
+        };
+        m.v.maps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(mapping);
+        set_err(errcode, cl::CL_SUCCESS);
+        return ptr as *mut c_void;
+    }
     let mut owned: Option<Box<[u8]>> = None;
     let ptr = if m.v.host_ptr != 0 {
         m.v.host_ptr + offset

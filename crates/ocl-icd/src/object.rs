@@ -148,6 +148,8 @@ pub struct Mapping {
     pub ptr: usize,
     pub offset: usize,
     pub size: usize,
+    /// The map flags that need a write-back at unmap (0 for shared-memory mappings,
+    /// which are the buffer itself).
     pub flags: u64,
     /// Owns the host memory we allocated for the mapping (none for `CL_MEM_USE_HOST_PTR`);
     /// it is freed with the mapping.

@@ -212,6 +212,11 @@ fn map_unmap_fill_copy_are_identical_local_and_remote() {
 }
 
 #[test]
+fn programs_from_binary_and_build_logs_are_identical_local_and_remote() {
+    compare("binary");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

@@ -489,3 +489,45 @@ fn metrics_count_tasks_clients_and_bytes() {
         assert!(text.contains(needle), "metrics lack {needle}:\n{text}");
     }
 }
+
+#[test]
+fn a_program_already_built_on_the_node_is_not_compiled_again() {
+    let Some((svc, registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    a.setup(5);
+    let mut b = Client::connect(svc.local_addr()).unwrap();
+    // Same source and options as A's program: served from the cache, and it works.
+    b.setup(5);
+    let (status, _, reads) = b.task(vec![inc(2, 5, 3, 0), read_cmd(2, 3, 0)]);
+    assert_eq!(status, 0);
+    let expected = (i32::from_le_bytes([5; 4]) + 1).to_le_bytes();
+    assert_eq!(reads[0].1[..4], expected);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(text.contains("ocl_program_cache_hits_total 1"), "{text}");
+    assert!(text.contains("ocl_program_cache_misses_total 1"), "{text}");
+    // Different options mean a different program.
+    assert_eq!(
+        b.call(&Request::CreateProgramWithSource {
+            id: 40,
+            context: 1,
+            source: SRC
+        })
+        .0,
+        0
+    );
+    assert_eq!(
+        b.call(&Request::BuildProgram {
+            program: 40,
+            devices: vec![],
+            options: b"-DX=1"
+        })
+        .0,
+        0
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(text.contains("ocl_program_cache_misses_total 2"), "{text}");
+}

@@ -24,6 +24,9 @@ pub(crate) struct Metrics {
     pub client_buffer_bytes: Gauge,
     /// OpenCL objects held by connected clients.
     pub client_objects: Gauge,
+    /// Builds served from the program cache, and builds that filled it.
+    pub program_cache_hits: Counter,
+    pub program_cache_misses: Counter,
     pub bytes_to_device: Counter,
     pub bytes_from_device: Counter,
     pub devices: Vec<DeviceMetrics>,
@@ -44,6 +47,18 @@ impl Metrics {
         let clients_connected = Gauge::default();
         let client_buffer_bytes = Gauge::default();
         let client_objects = Gauge::default();
+        let program_cache_hits = Counter::default();
+        let program_cache_misses = Counter::default();
+        registry.register(
+            "ocl_program_cache_hits",
+            "Program builds served from the node's content-hash program cache",
+            program_cache_hits.clone(),
+        );
+        registry.register(
+            "ocl_program_cache_misses",
+            "Program builds compiled from source and added to the program cache",
+            program_cache_misses.clone(),
+        );
         registry.register(
             "ocl_client_buffer_bytes",
             "Bytes of device buffers held by connected remote OpenCL clients",
@@ -101,6 +116,8 @@ impl Metrics {
             clients_connected,
             client_buffer_bytes,
             client_objects,
+            program_cache_hits,
+            program_cache_misses,
             bytes_to_device,
             bytes_from_device,
             devices,

@@ -14,6 +14,7 @@
 //! See `docs/opencl.md` for the protocol and the task model.
 
 mod metrics;
+mod programs;
 mod session;
 mod worker;
 
@@ -55,6 +56,9 @@ pub struct ServiceConfig {
     /// Back the buffers of same-host clients with shared memory when the device computes
     /// in host memory, so that buffer data moves without the socket.
     pub shared_memory: bool,
+    /// Built programs kept by content hash, and their total binary bytes.
+    pub program_cache_entries_max: usize,
+    pub program_cache_bytes_max: usize,
 }
 
 impl Default for ServiceConfig {
@@ -69,6 +73,8 @@ impl Default for ServiceConfig {
             pending_bytes_max: 512 << 20,
             device_queue_depth_max: 256,
             shared_memory: true,
+            program_cache_entries_max: 64,
+            program_cache_bytes_max: 256 << 20,
         }
     }
 }
@@ -259,6 +265,7 @@ pub(crate) struct Shared {
     pub clients: AtomicUsize,
     pub shutdown: AtomicBool,
     pub host_id: Vec<u8>,
+    pub programs: Mutex<programs::ProgramCache>,
 }
 
 /// A running service. Dropping it does not stop it; call [`ServiceHandle::shutdown`].
@@ -341,6 +348,10 @@ pub fn spawn(
         workers.push(tx);
         receivers.push(rx);
     }
+    let program_cache = programs::ProgramCache::new(
+        config.program_cache_entries_max,
+        config.program_cache_bytes_max,
+    );
     let shared = Arc::new(Shared {
         runtime,
         config,
@@ -349,6 +360,7 @@ pub fn spawn(
         clients: AtomicUsize::new(0),
         shutdown: AtomicBool::new(false),
         host_id: crate::shm::host_id(),
+        programs: Mutex::new(program_cache),
     });
     for (index, rx) in receivers.into_iter().enumerate() {
         let shared = Arc::clone(&shared);

@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::programs;
 use super::worker::{Arg, Cmd, Op, Task};
 use super::{Real, Shared, INFO_BYTES_MAX};
 use crate::cl::{self, ClInt};
@@ -24,11 +25,33 @@ use crate::proto::{self, Command, Decoded, HelloInfo, KernelArg, Request, Respon
 pub(crate) type ClientWriter = Arc<Mutex<TcpStream>>;
 
 enum Obj {
-    Context { real: Arc<Real>, devices: Vec<u32> },
-    Queue { real: Arc<Real>, device: u32 },
-    Mem { real: Arc<Real>, size: u64 },
-    Program { real: Arc<Real> },
-    Kernel { real: Arc<Real> },
+    Context {
+        real: Arc<Real>,
+        devices: Vec<u32>,
+    },
+    Queue {
+        real: Arc<Real>,
+        device: u32,
+    },
+    Mem {
+        real: Arc<Real>,
+        size: u64,
+    },
+    Program {
+        real: Arc<Real>,
+        /// For source programs: what the program cache needs to find or rebuild it.
+        source: Option<ProgramSource>,
+    },
+    Kernel {
+        real: Arc<Real>,
+    },
+}
+
+#[derive(Clone)]
+struct ProgramSource {
+    hash: programs::Key,
+    context: Arc<Real>,
+    devices: Vec<u32>,
 }
 
 struct Session<'s> {
@@ -247,17 +270,24 @@ impl Session<'_> {
                 context,
                 source,
             } => {
-                let Some(Obj::Context { real: ctx, .. }) = self.objects.get(&context) else {
+                let Some(Obj::Context { real: ctx, devices }) = self.objects.get(&context) else {
                     return err(cl::CL_INVALID_CONTEXT);
                 };
                 let ctx = Arc::clone(ctx);
+                let program_source = ProgramSource {
+                    hash: programs::source_hash(source),
+                    context: Arc::clone(&ctx),
+                    devices: devices.clone(),
+                };
                 let ptr = source.as_ptr().cast();
                 let len = source.len();
                 self.create(
                     id,
+                    // SAFETY: valid context; one string of `len` bytes.
                     |e| unsafe { (api.clCreateProgramWithSource)(ctx.handle(), 1, &ptr, &len, e) },
                     |raw| Obj::Program {
                         real: Real::new(raw, api.clReleaseProgram),
+                        source: Some(program_source),
                     },
                 )
             }
@@ -270,35 +300,9 @@ impl Session<'_> {
                 program,
                 devices,
                 options,
-            } => {
-                let Some(Obj::Program { real }) = self.objects.get(&program) else {
-                    return err(cl::CL_INVALID_PROGRAM);
-                };
-                let Some(devs) = self.device_handles(&devices) else {
-                    return err(cl::CL_INVALID_DEVICE);
-                };
-                let options: Vec<u8> = options.iter().copied().filter(|b| *b != 0).collect();
-                let options = CString::new(options).expect("NULs removed");
-                let dev_ptr = if devs.is_empty() {
-                    std::ptr::null()
-                } else {
-                    devs.as_ptr()
-                };
-                // SAFETY: valid program, device list and C string; no callback.
-                let rc = unsafe {
-                    (api.clBuildProgram)(
-                        real.handle(),
-                        devs.len() as u32,
-                        dev_ptr,
-                        options.as_ptr(),
-                        std::ptr::null(),
-                        std::ptr::null_mut(),
-                    )
-                };
-                err(rc)
-            }
+            } => self.build_program(program, devices, options),
             Request::GetProgramInfo { program, param } => {
-                let Some(Obj::Program { real }) = self.objects.get(&program) else {
+                let Some(Obj::Program { real, .. }) = self.objects.get(&program) else {
                     return err(cl::CL_INVALID_PROGRAM);
                 };
                 if param == cl::CL_PROGRAM_BINARIES {
@@ -315,7 +319,7 @@ impl Session<'_> {
                 device,
                 param,
             } => {
-                let Some(Obj::Program { real }) = self.objects.get(&program) else {
+                let Some(Obj::Program { real, .. }) = self.objects.get(&program) else {
                     return err(cl::CL_INVALID_PROGRAM);
                 };
                 let Some(dev) = self.shared.runtime.devices.get(device as usize) else {
@@ -328,7 +332,7 @@ impl Session<'_> {
                 }))
             }
             Request::CreateKernel { id, program, name } => {
-                let Some(Obj::Program { real: prog }) = self.objects.get(&program) else {
+                let Some(Obj::Program { real: prog, .. }) = self.objects.get(&program) else {
                     return err(cl::CL_INVALID_PROGRAM);
                 };
                 let prog = Arc::clone(prog);
@@ -599,6 +603,7 @@ impl Session<'_> {
             },
             |raw| Obj::Program {
                 real: Real::new(raw, api.clReleaseProgram),
+                source: None,
             },
         );
         let mut payload = Vec::new();
@@ -611,6 +616,17 @@ impl Session<'_> {
     /// `CL_PROGRAM_BINARIES` is an array of pointers, so it is answered as a list of
     /// byte strings (`u32` count, then `u32` length + bytes each).
     fn program_binaries(&self, program: Handle) -> Result<Vec<u8>, ClInt> {
+        let bins = self.raw_binaries(program)?;
+        let mut out = Vec::new();
+        proto::put_u32(&mut out, bins.len() as u32);
+        for b in &bins {
+            proto::put_bytes(&mut out, b);
+        }
+        Ok(out)
+    }
+
+    /// The program's binaries, one per device of the program.
+    fn raw_binaries(&self, program: Handle) -> Result<Vec<Vec<u8>>, ClInt> {
         let api = &self.shared.runtime.api;
         // SAFETY: valid program handle and buffers.
         let sizes = info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
@@ -638,12 +654,125 @@ impl Session<'_> {
         if rc != cl::CL_SUCCESS {
             return Err(rc);
         }
-        let mut out = Vec::new();
-        proto::put_u32(&mut out, bins.len() as u32);
-        for b in &bins {
-            proto::put_bytes(&mut out, b);
+        Ok(bins)
+    }
+
+    fn build_program(&mut self, program: u64, devices: Vec<u32>, options: &[u8]) -> Reply {
+        let api = &self.shared.runtime.api;
+        let Some(Obj::Program { real, source }) = self.objects.get(&program) else {
+            return err(cl::CL_INVALID_PROGRAM);
+        };
+        let (real, source) = (Arc::clone(real), source.clone());
+        let Some(devs) = self.device_handles(&devices) else {
+            return err(cl::CL_INVALID_DEVICE);
+        };
+        let options: Vec<u8> = options.iter().copied().filter(|b| *b != 0).collect();
+        // Only whole-context builds of source programs are cached: then the binaries
+        // are exactly one per context device.
+        let cache_key = source
+            .as_ref()
+            .filter(|s| devices.is_empty() || devices == s.devices)
+            .map(|s| programs::key(&s.hash, &options, &s.devices));
+        if let (Some(key), Some(src)) = (&cache_key, &source) {
+            let cached = self
+                .shared
+                .programs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(key);
+            if let Some(binaries) = cached {
+                if let Some(built) = self.build_from_binaries(src, &binaries, &options) {
+                    self.shared.metrics.program_cache_hits.inc();
+                    self.objects.insert(
+                        program,
+                        Obj::Program {
+                            real: built,
+                            source,
+                        },
+                    );
+                    return ok(Vec::new());
+                }
+            }
         }
-        Ok(out)
+        let options = CString::new(options).expect("NULs removed");
+        let dev_ptr = if devs.is_empty() {
+            std::ptr::null()
+        } else {
+            devs.as_ptr()
+        };
+        // SAFETY: valid program, device list and C string; no callback.
+        let rc = unsafe {
+            (api.clBuildProgram)(
+                real.handle(),
+                devs.len() as u32,
+                dev_ptr,
+                options.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc == cl::CL_SUCCESS {
+            if let Some(key) = cache_key {
+                self.shared.metrics.program_cache_misses.inc();
+                if let Ok(bins) = self.raw_binaries(real.handle()) {
+                    if bins.iter().all(|b| !b.is_empty()) {
+                        self.shared
+                            .programs
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(key, bins);
+                    }
+                }
+            }
+        }
+        err(rc)
+    }
+
+    /// Creates and builds a program from cached binaries; `None` if anything fails (the
+    /// caller then compiles the source as usual).
+    fn build_from_binaries(
+        &self,
+        src: &ProgramSource,
+        binaries: &[Vec<u8>],
+        options: &[u8],
+    ) -> Option<Arc<Real>> {
+        let api = &self.shared.runtime.api;
+        let handles = self.device_handles(&src.devices)?;
+        if handles.len() != binaries.len() {
+            return None;
+        }
+        let lens: Vec<usize> = binaries.iter().map(Vec::len).collect();
+        let ptrs: Vec<*const u8> = binaries.iter().map(|b| b.as_ptr()).collect();
+        let mut rc = cl::CL_SUCCESS;
+        // SAFETY: arrays of equal length; status array not requested.
+        let raw = unsafe {
+            (api.clCreateProgramWithBinary)(
+                src.context.handle(),
+                handles.len() as u32,
+                handles.as_ptr(),
+                lens.as_ptr(),
+                ptrs.as_ptr(),
+                std::ptr::null_mut(),
+                &mut rc,
+            )
+        };
+        if raw.is_null() || rc != cl::CL_SUCCESS {
+            return None;
+        }
+        let real = Real::new(raw, api.clReleaseProgram);
+        let options = CString::new(options.to_vec()).ok()?;
+        // SAFETY: valid program and C string; no callback.
+        let rc = unsafe {
+            (api.clBuildProgram)(
+                real.handle(),
+                0,
+                std::ptr::null(),
+                options.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null_mut(),
+            )
+        };
+        (rc == cl::CL_SUCCESS).then_some(real)
     }
 
     fn release(&mut self, id: u64) {

@@ -25,7 +25,7 @@ pub struct CallOutput {
 pub enum ClientError {
     /// The node could not be reached or the exchange broke off.
     Transport(String),
-    /// The node answered with an error status.
+    /// The node answered with an error status (`http_status` 0 over RAC).
     Node {
         http_status: u16,
         code: String,

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use netaccel_client::{ClientError, NodeClient};
+use netaccel_client::rac::{RacClient, RacError};
+use netaccel_client::{CallOutput, ClientError, NodeClient};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -50,6 +51,9 @@ enum Command {
         /// Print queue and execution time and the slot to stderr.
         #[arg(short, long)]
         verbose: bool,
+        /// Call over RAC v1 at this address (HOST:PORT) instead of HTTP.
+        #[arg(long, value_name = "HOST:PORT")]
+        rac: Option<String>,
     },
     /// List the node's accelerators.
     Accelerators {
@@ -112,6 +116,7 @@ fn run(client: &NodeClient, command: Command) -> Result<(), Failure> {
             output,
             deadline_us,
             verbose,
+            rac,
         } => {
             let params = params
                 .iter()
@@ -123,7 +128,10 @@ fn run(client: &NodeClient, command: Command) -> Result<(), Failure> {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let payload = read_input(&input)?;
-            let out = client.call(&name, &params, &payload, deadline_us)?;
+            let out = match rac {
+                Some(addr) => call_rac(&addr, &name, &params, payload, deadline_us)?,
+                None => client.call(&name, &params, &payload, deadline_us)?,
+            };
             if verbose {
                 let slot = out.slot.map_or("none".to_string(), |s| s.to_string());
                 eprintln!(
@@ -208,6 +216,61 @@ fn run(client: &NodeClient, command: Command) -> Result<(), Failure> {
             );
             Ok(())
         }
+    }
+}
+
+/// One call over RAC: parameters by name are laid out with the built-in catalog's specs.
+fn call_rac(
+    addr: &str,
+    name: &str,
+    params: &[(String, String)],
+    payload: Vec<u8>,
+    deadline_us: Option<u32>,
+) -> Result<CallOutput, Failure> {
+    let catalog = accel::Catalog::builtin();
+    let accel = catalog.by_name(name).ok_or_else(|| {
+        Failure::Usage(format!(
+            "{name} is not a built-in accelerator; RAC calls need its id"
+        ))
+    })?;
+    let d = accel.descriptor();
+    let block = accel::params_from_pairs(
+        &d.params,
+        params.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|e| Failure::Usage(e.to_string()))?;
+    accel
+        .check(&block, Some(payload.len()))
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = RacClient::connect(addr).await.map_err(rac_failure)?;
+        let out = client
+            .call(d.id, block, payload, deadline_us.unwrap_or(0))
+            .await
+            .map_err(rac_failure)?;
+        Ok(CallOutput {
+            output: out.payload,
+            queue_ns: out.header.queue_ns,
+            exec_ns: out.header.exec_ns,
+            slot: out.header.slot(),
+        })
+    })
+}
+
+fn rac_failure(e: RacError) -> Failure {
+    match e {
+        RacError::Transport(m) => Failure::Client(ClientError::Transport(m)),
+        RacError::Status {
+            status, message, ..
+        } => Failure::Client(ClientError::Node {
+            http_status: 0,
+            code: status.name().to_string(),
+            message,
+        }),
     }
 }
 

@@ -357,7 +357,21 @@ impl Slot {
                 0,
             )
         } else {
-            let result = accel.run(&params, &payload, &mut out);
+            // A kernel that panics fails its call, not the slot: the panic is caught,
+            // the call answered INTERNAL, and the slot keeps serving.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                accel.run(&params, &payload, &mut out)
+            }))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".to_string());
+                Err(CallError::Internal(format!(
+                    "the accelerator failed: {what}"
+                )))
+            });
             let exec_ns = nanos(started.elapsed());
             self.metrics.executed(exec_ns);
             self.busy_ns.fetch_add(exec_ns, Ordering::Relaxed);
@@ -466,4 +480,153 @@ impl Slot {
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accel::{Catalog, Descriptor};
+
+    /// Panics on a payload starting with `!`, echoes otherwise.
+    struct Fragile(Descriptor);
+
+    impl Accelerator for Fragile {
+        fn descriptor(&self) -> &Descriptor {
+            &self.0
+        }
+        fn check(&self, _: &ParamBlock, _: Option<usize>) -> Result<(), CallError> {
+            Ok(())
+        }
+        fn work_estimate(&self, _: &ParamBlock, _: usize) -> u64 {
+            0
+        }
+        fn run(&self, _: &ParamBlock, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
+            assert!(!input.starts_with(b"!"), "fragile kernel hit");
+            out.clear();
+            out.extend_from_slice(input);
+            Ok(())
+        }
+    }
+
+    fn slot(accel: Arc<dyn Accelerator>, inline_work_max: u64) -> Arc<Slot> {
+        let limits = SlotLimits {
+            queue_depth_max: 4,
+            tenant_share_max: 2,
+            inline_work_max,
+            reconfig_delay: Duration::ZERO,
+        };
+        let metrics = crate::metrics::Metrics::new();
+        let slot = Arc::new(Slot::new(
+            0,
+            "test",
+            accel,
+            limits,
+            metrics.slot(0),
+            Arc::default(),
+        ));
+        let worker = Arc::clone(&slot);
+        std::thread::spawn(move || worker.run_worker());
+        slot
+    }
+
+    fn call(accel: &Arc<dyn Accelerator>, payload: &[u8], tenant: TenantId) -> Call {
+        Call {
+            accel: Arc::clone(accel),
+            params: [0; accel::PARAMS_LEN],
+            payload: payload.to_vec(),
+            out: Vec::new(),
+            received: Instant::now(),
+            deadline: None,
+            tenant,
+            permit: None,
+        }
+    }
+
+    fn wait(s: Submitted) -> Answer {
+        match s {
+            Submitted::Done(a) => a,
+            Submitted::Queued(rx) => rx.blocking_recv().unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_panicking_kernel_fails_its_call_not_the_slot() {
+        let d = Descriptor {
+            id: 900,
+            name: "fragile".into(),
+            hash: String::new(),
+            params: vec![],
+        };
+        let accel: Arc<dyn Accelerator> = Arc::new(Fragile(d));
+        for inline in [u64::MAX, 0] {
+            let s = slot(Arc::clone(&accel), inline);
+            let a = wait(s.submit(call(&accel, b"!boom", 1)).ok().unwrap());
+            assert_eq!(a.status, Status::Internal);
+            assert!(a.message.contains("fragile kernel hit"), "{}", a.message);
+            let a = wait(s.submit(call(&accel, b"fine", 1)).ok().unwrap());
+            assert_eq!(
+                (a.status, a.output.as_slice()),
+                (Status::Ok, b"fine".as_slice())
+            );
+            s.stop();
+        }
+    }
+
+    #[test]
+    fn tenants_share_the_queue_round_robin_and_within_their_share() {
+        let catalog = Catalog::builtin();
+        let echo = Arc::clone(catalog.by_name("echo").unwrap());
+        let s = slot(Arc::clone(&echo), 0);
+        // Mark the slot busy so every call queues.
+        let mut st = s.state.lock();
+        st.running = true;
+        drop(st);
+        let mut rx = Vec::new();
+        for (tenant, payload) in [(1, b"a1"), (1, b"a2"), (2, b"b1")] {
+            match s.submit(call(&echo, payload, tenant)).ok().unwrap() {
+                Submitted::Queued(r) => rx.push(r),
+                Submitted::Done(_) => panic!("slot is busy: must queue"),
+            }
+        }
+        // Tenant 1 is at its share (2): refused BUSY though the queue has room.
+        let refused = s.submit(call(&echo, b"a3", 1)).err().unwrap();
+        assert_eq!(refused.status, Status::Busy);
+        assert!(s.submit(call(&echo, b"b2", 2)).is_ok());
+        s.state.lock().running = false;
+        s.changed.notify_all();
+        for r in rx {
+            assert_eq!(r.blocking_recv().unwrap().status, Status::Ok);
+        }
+        s.stop();
+    }
+
+    #[test]
+    fn fair_queue_serves_tenants_in_turn() {
+        let catalog = Catalog::builtin();
+        let echo = Arc::clone(catalog.by_name("echo").unwrap());
+        let mut q = FairQueue::new();
+        for (tenant, payload) in [
+            (1, "a1"),
+            (1, "a2"),
+            (1, "a3"),
+            (2, "b1"),
+            (3, "c1"),
+            (2, "b2"),
+        ] {
+            let (reply, _) = oneshot::channel();
+            q.push(
+                tenant,
+                Job {
+                    call: call(&echo, payload.as_bytes(), tenant),
+                    reply,
+                },
+            );
+        }
+        assert_eq!((q.tenant_len(1), q.len), (3, 6));
+        let order: Vec<String> = std::iter::from_fn(|| q.pop())
+            .map(|j| String::from_utf8(j.call.payload).unwrap())
+            .collect();
+        assert_eq!(order, ["a1", "b1", "c1", "a2", "b2", "a3"]);
+        assert!(q.queues.is_empty() && q.ready.is_empty());
+    }
 }

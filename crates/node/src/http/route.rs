@@ -170,18 +170,11 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
     }
 }
 
-/// Compares the bearer token without an early exit on the first differing byte.
 fn bearer_matches(header: Option<&[u8]>, token: &str) -> bool {
-    let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else {
-        return false;
-    };
-    let want = token.as_bytes();
-    given.len() == want.len()
-        && given
-            .iter()
-            .zip(want)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+    header
+        .and_then(|h| h.strip_prefix(b"Bearer "))
+        .and_then(|given| std::str::from_utf8(given).ok())
+        .is_some_and(|given| crate::secret_eq(given, token))
 }
 
 fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {

@@ -39,7 +39,23 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "==> cargo test (workspace)"
 cargo test --workspace
 
-echo "==> Python client tests"
-python3 -m pytest -q clients/python
+echo "==> Python client tests (against a live node)"
+cargo build -q -p netaccel-node
+node_dir=$(mktemp -d)
+read -r http_port rac_port < <(python3 -c 'import socket
+ports = []
+for _ in range(2):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); ports.append(s.getsockname()[1]); s.close()
+print(*ports)')
+printf 'http = "127.0.0.1:%s"\nrac = "127.0.0.1:%s"\nlog_level = "warn"\n' "$http_port" "$rac_port" > "$node_dir/node.toml"
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+"$target_dir/debug/netaccel-node" --config "$node_dir/node.toml" &
+node_pid=$!
+trap 'kill "$node_pid" 2>/dev/null; rm -rf "$node_dir"' EXIT
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && break
+  sleep 0.1
+done
+NETACCEL_RAC_ADDR="127.0.0.1:$rac_port" python3 -m pytest -q clients/python
 
 echo "==> all tests passed"

@@ -278,3 +278,71 @@ fn client_killed_mid_task_leaves_the_node_healthy() {
     wait_until_idle(&fx);
     let _ = std::fs::remove_dir_all(&fx.dir);
 }
+
+/// pyopencl (from `python3-pyopencl`, or the interpreter named by `$PYTHON`) gives the
+/// same results through the node as on the local platform.
+#[test]
+fn pyopencl_script_is_identical_local_and_remote() {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let has_pyopencl = Command::new(&python)
+        .args(["-c", "import pyopencl, numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_pyopencl {
+        eprintln!("SKIP: {python} cannot import pyopencl and numpy");
+        return;
+    }
+    let Some(fx) = fixture("pyopencl") else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/saxpy.py");
+    let run = |vendors: &Path, remote: bool| {
+        let mut cmd = Command::new(&python);
+        cmd.arg(&script).env("OCL_ICD_VENDORS", vendors);
+        if remote {
+            cmd.env(ocl_remote::NODES_ENV, &fx.node);
+        }
+        let out = cmd.output().expect("run python");
+        String::from_utf8_lossy(&check_output("saxpy.py", &out)).into_owned()
+    };
+    let local = run(&fx.vendors_local, false);
+    assert!(local.contains("saxpy matches numpy: True"), "{local}");
+    assert_eq!(local, run(&fx.vendors_net, true));
+    wait_until_idle(&fx);
+    let _ = std::fs::remove_dir_all(&fx.dir);
+}
+
+/// `clinfo` shows the remote device with exactly the local device's properties.
+#[test]
+fn clinfo_shows_the_same_device_properties_remotely() {
+    if Command::new("clinfo").arg("--version").output().is_err() {
+        eprintln!("SKIP: clinfo not found");
+        return;
+    }
+    let Some(fx) = fixture("clinfo") else { return };
+    let device_section = |vendors: &Path| {
+        let out = Command::new("clinfo")
+            .env("OCL_ICD_VENDORS", vendors)
+            .env(ocl_remote::NODES_ENV, &fx.node)
+            .output()
+            .expect("run clinfo");
+        let text = String::from_utf8_lossy(&check_output("clinfo", &out)).into_owned();
+        let start = text.find("  Device Name").expect("a device");
+        let end = text.find("NULL platform behavior").unwrap_or(text.len());
+        text[start..end].to_string()
+    };
+    let local = device_section(&fx.vendors_local);
+    let remote = device_section(&fx.vendors_net);
+    assert!(local.lines().count() > 50, "{local}");
+    assert_eq!(local, remote);
+    let out = Command::new("clinfo")
+        .arg("-l")
+        .env("OCL_ICD_VENDORS", &fx.vendors_net)
+        .env(ocl_remote::NODES_ENV, &fx.node)
+        .output()
+        .expect("run clinfo -l");
+    let list = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(list.contains("netaccel: "), "{list}");
+    wait_until_idle(&fx);
+    let _ = std::fs::remove_dir_all(&fx.dir);
+}

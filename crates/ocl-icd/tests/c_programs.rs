@@ -168,7 +168,8 @@ fn compare(program: &str) {
 
 /// After its clients are gone the node holds nothing for them.
 fn wait_until_idle(fx: &Fixture) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // A task still running when its client went away finishes first.
+    let deadline = Instant::now() + Duration::from_secs(30);
     while fx.service.clients_connected() > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -268,7 +269,7 @@ fn client_killed_mid_task_leaves_the_node_healthy() {
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line, "ready\n");
-    assert!(fx.service.client_buffer_bytes() >= 64 << 20);
+    assert!(fx.service.client_buffer_bytes() >= 16 << 20);
     std::thread::sleep(Duration::from_millis(100));
     child.kill().unwrap();
     child.wait().unwrap();

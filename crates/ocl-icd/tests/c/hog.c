@@ -1,4 +1,4 @@
-/* A client that holds 64 MiB on the device and keeps it busy until it is killed; the
+/* A client that holds 16 MiB on the device and keeps it busy until it is killed; the
  * tests kill it mid-task to check that the node frees everything and stays healthy. */
 #include "common.h"
 
@@ -11,12 +11,12 @@ static const char *SRC =
 
 int main(void) {
     env_t e = setup(0);
-    const size_t n = 16 << 20;
+    const size_t n = 4 << 20;
     cl_mem buf = CHECKED(clCreateBuffer(e.context, CL_MEM_READ_WRITE, n * sizeof(float), NULL, &err_));
     float zero = 0;
     CHECK(clEnqueueFillBuffer(e.queue, buf, &zero, sizeof zero, 0, n * sizeof(float), 0, NULL, NULL));
     cl_kernel k = build(&e, SRC, "spin", NULL);
-    int rounds = 200;
+    int rounds = 50;
     CHECK(clSetKernelArg(k, 0, sizeof(cl_mem), &buf));
     CHECK(clSetKernelArg(k, 1, sizeof(int), &rounds));
     size_t global = n;

@@ -944,14 +944,8 @@ impl Session<'_> {
             flushed_at: Instant::now(),
         };
         match device {
-            Some(d) => {
-                self.shared.metrics.devices[d as usize].queue_depth.inc();
-                // A full FIFO blocks this client's connection only: back-pressure.
-                if let Err(e) = self.shared.workers[d as usize].send(task) {
-                    self.shared.metrics.devices[d as usize].queue_depth.dec();
-                    super::worker::fail_task(e.0, cl::CL_OUT_OF_RESOURCES);
-                }
-            }
+            // A full FIFO blocks this client's connection only: back-pressure.
+            Some(d) => self.shared.devices[d as usize].submit(self.shared, d as usize, task),
             // Nothing runnable (empty, or every queue id invalid): answer at once.
             None => super::worker::fail_task(task, cl::CL_INVALID_COMMAND_QUEUE),
         }

@@ -1,4 +1,4 @@
-//! The device worker: one thread and one bounded FIFO of tasks per device.
+//! The device queue: one bounded FIFO of tasks and one worker thread per device.
 //!
 //! A task is everything one client enqueued between two flush points. The worker runs
 //! one task at a time: it enqueues the commands in order on the client's real queues,
@@ -6,10 +6,10 @@
 //! task's `ReadData` frames and its `TaskDone` to the client. Tasks of different clients
 //! thus time-share the device and never interleave inside a task.
 
+use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::io::Write;
-use std::sync::mpsc::Receiver;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::session::ClientWriter;
@@ -91,31 +91,107 @@ struct Outcome {
     reads: Vec<(u64, Vec<u8>)>,
 }
 
-pub(crate) fn run(shared: &Shared, device: usize, rx: Receiver<Task>) {
-    let metrics = &shared.metrics.devices[device];
-    while let Ok(task) = rx.recv() {
-        let outcome = execute(&shared.runtime.api, &task.cmds);
-        let read_bytes: usize = outcome.reads.iter().map(|(_, d)| d.len()).sum();
-        let written: usize = task
-            .cmds
-            .iter()
-            .map(|c| match &c.op {
-                Op::Write { data, .. } => data.len(),
-                _ => 0,
-            })
-            .sum();
-        shared.metrics.bytes_to_device.inc_by(written as u64);
-        shared.metrics.bytes_from_device.inc_by(read_bytes as u64);
-        if outcome.status != cl::CL_SUCCESS {
-            metrics.tasks_failed.inc();
+/// The bounded FIFO of one device and the flag that says a task is running on it.
+pub(crate) struct DeviceQueue {
+    state: Mutex<QueueState>,
+    /// Signalled when a task is queued or the device becomes idle.
+    ready: Condvar,
+    /// Signalled when the FIFO has room.
+    room: Condvar,
+    depth_max: usize,
+}
+
+struct QueueState {
+    running: bool,
+    tasks: VecDeque<Task>,
+}
+
+fn lock(m: &Mutex<QueueState>) -> MutexGuard<'_, QueueState> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl DeviceQueue {
+    pub fn new(depth_max: usize) -> DeviceQueue {
+        DeviceQueue {
+            state: Mutex::new(QueueState {
+                running: false,
+                tasks: VecDeque::new(),
+            }),
+            ready: Condvar::new(),
+            room: Condvar::new(),
+            depth_max: depth_max.max(1),
         }
-        send_outcome(&task, &outcome);
-        metrics
-            .task_latency
-            .observe(task.flushed_at.elapsed().as_secs_f64());
-        metrics.queue_depth.dec();
-        // Dropping the task here releases its references to the client's objects.
     }
+
+    /// Queues `task`, or runs it at once on the calling thread when the device is idle
+    /// and no task waits (order is the same either way). Waits while the FIFO is full.
+    pub fn submit(&self, shared: &Shared, device: usize, task: Task) {
+        shared.metrics.devices[device].queue_depth.inc();
+        let mut st = lock(&self.state);
+        if !st.running && st.tasks.is_empty() {
+            st.running = true;
+            drop(st);
+            run_task(shared, device, task);
+            self.finished();
+            return;
+        }
+        while st.tasks.len() >= self.depth_max {
+            st = self.room.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st.tasks.push_back(task);
+        self.ready.notify_one();
+    }
+
+    fn finished(&self) {
+        let mut st = lock(&self.state);
+        st.running = false;
+        if !st.tasks.is_empty() {
+            self.ready.notify_one();
+        }
+    }
+
+    /// The device's worker thread: runs queued tasks in order, forever.
+    pub fn work(&self, shared: &Shared, device: usize) {
+        loop {
+            let task = {
+                let mut st = lock(&self.state);
+                while st.running || st.tasks.is_empty() {
+                    st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner());
+                }
+                st.running = true;
+                let task = st.tasks.pop_front().expect("not empty");
+                self.room.notify_one();
+                task
+            };
+            run_task(shared, device, task);
+            self.finished();
+        }
+    }
+}
+
+fn run_task(shared: &Shared, device: usize, task: Task) {
+    let metrics = &shared.metrics.devices[device];
+    let outcome = execute(&shared.runtime.api, &task.cmds);
+    let read_bytes: usize = outcome.reads.iter().map(|(_, d)| d.len()).sum();
+    let written: usize = task
+        .cmds
+        .iter()
+        .map(|c| match &c.op {
+            Op::Write { data, .. } => data.len(),
+            _ => 0,
+        })
+        .sum();
+    shared.metrics.bytes_to_device.inc_by(written as u64);
+    shared.metrics.bytes_from_device.inc_by(read_bytes as u64);
+    if outcome.status != cl::CL_SUCCESS {
+        metrics.tasks_failed.inc();
+    }
+    send_outcome(&task, &outcome);
+    metrics
+        .task_latency
+        .observe(task.flushed_at.elapsed().as_secs_f64());
+    metrics.queue_depth.dec();
+    // Dropping the task here releases its references to the client's objects.
 }
 
 /// Answers a task that cannot run: every event gets its own failure or `code`.

@@ -176,8 +176,10 @@ fn uri_too_long(limits: &Limits) -> HttpError {
 /// client cannot make the server buffer more than the limits allow.
 fn check_partial(buf: &[u8], limits: &Limits) -> Result<(), HttpError> {
     match memchr_newline(buf) {
-        // Still in the request line: method (≤ 16) + SP + target + SP + version (8) + CRLF.
-        None if buf.len() > limits.uri_bytes_max + 32 => Err(uri_too_long(limits)),
+        // Still in the request line: the target so far is already too long. (Not a bound
+        // on the whole line: a long method would make the answer depend on how the bytes
+        // arrive; the head limit below bounds it.)
+        None if target_len(buf) > limits.uri_bytes_max => Err(uri_too_long(limits)),
         Some(line_end) if target_len(&buf[..line_end]) > limits.uri_bytes_max => {
             Err(uri_too_long(limits))
         }
@@ -601,5 +603,227 @@ mod tests {
             parse_chunk_size(b"ffffffff\r\n"),
             Ok(Parse::Complete((0xffff_ffff, 10)))
         ));
+    }
+}
+
+/// Bodies of the fuzz targets (`fuzz/fuzz_targets/`), shared with the test that replays
+/// the checked-in corpus on stable Rust (`tests/fuzz_corpus.rs`).
+///
+/// Besides "no panic on any input", each body asserts what the connection relies on:
+/// a complete head lies within the input and no shorter prefix of it is complete,
+/// bytes after the head do not change it, an error on a prefix stays an error, and
+/// every error carries a status the server can answer with.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::{
+        parse_chunk_end, parse_chunk_size, parse_head, parse_trailers, BodyFraming, HttpError,
+        Limits, Parse, CHUNK_LINE_MAX, HEADERS_MAX, TRAILERS_MAX,
+    };
+
+    /// Small limits, so that the 414 and 431 paths are reached often.
+    const LIMITS: Limits = Limits {
+        uri_bytes_max: 256,
+        head_bytes_max: 2048,
+    };
+
+    /// Every status the parsers may refuse a request with.
+    const STATUSES: [u16; 9] = [400, 405, 411, 413, 414, 417, 431, 501, 505];
+
+    fn check_error(e: &HttpError) {
+        assert!(STATUSES.contains(&e.status), "unexpected status in {e:?}");
+        assert!(!e.message.is_empty());
+    }
+
+    /// What a head parse comes to, owned, so that results of different buffers compare.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Head {
+        Partial,
+        Complete {
+            method: String,
+            target: String,
+            minor_version: u8,
+            headers: usize,
+            head_len: usize,
+            framing: BodyFraming,
+            keep_alive: bool,
+            expect_continue: bool,
+        },
+        Error(u16),
+    }
+
+    fn head(buf: &[u8]) -> Head {
+        let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+        match parse_head(buf, &LIMITS, &mut headers) {
+            Ok(Parse::Partial) => Head::Partial,
+            Ok(Parse::Complete(h)) => {
+                assert!(h.head_len <= buf.len());
+                assert!(h.head_len <= LIMITS.head_bytes_max);
+                assert!(h.target.len() <= LIMITS.uri_bytes_max);
+                assert!(h.target.starts_with('/'));
+                assert!(h.minor_version <= 1);
+                assert!(h.headers.len() <= HEADERS_MAX);
+                let within = |s: &str| {
+                    let (p, n) = (s.as_ptr() as usize, buf.as_ptr() as usize);
+                    p >= n && p + s.len() <= n + h.head_len
+                };
+                assert!(within(h.method) && within(h.target));
+                assert!(!h.method.is_empty());
+                assert_eq!(
+                    h.path().len() + h.query().map_or(0, |q| q.len() + 1),
+                    h.target.len()
+                );
+                if h.minor_version == 0 {
+                    assert!(!h.expect_continue);
+                    assert_ne!(h.framing, BodyFraming::Chunked);
+                }
+                Head::Complete {
+                    method: h.method.to_owned(),
+                    target: h.target.to_owned(),
+                    minor_version: h.minor_version,
+                    headers: h.headers.len(),
+                    head_len: h.head_len,
+                    framing: h.framing,
+                    keep_alive: h.keep_alive,
+                    expect_continue: h.expect_continue,
+                }
+            }
+            Err(e) => {
+                check_error(&e);
+                Head::Error(e.status)
+            }
+        }
+    }
+
+    /// A few prefix lengths below `end`: the shortest, the longest and some between.
+    fn prefixes(end: usize) -> impl Iterator<Item = usize> {
+        let mut cuts: Vec<usize> = (0..end.min(4)).collect();
+        cuts.extend((1..=4).filter_map(|k| end.checked_sub(k)));
+        cuts.extend([end / 2, end / 3, 2 * end / 3]);
+        cuts.sort_unstable();
+        cuts.dedup();
+        cuts.into_iter().filter(move |&n| n < end)
+    }
+
+    /// Target `http_head`: the request-head parser.
+    pub fn http_head(data: &[u8]) {
+        let full = head(data);
+        match &full {
+            Head::Complete { head_len, .. } => {
+                let head_len = *head_len;
+                // Bytes after the head (a pipelined request, a body) change nothing.
+                assert_eq!(
+                    head(&data[..head_len]),
+                    full,
+                    "head alone parses differently"
+                );
+                for n in prefixes(head_len) {
+                    match head(&data[..n]) {
+                        Head::Partial => {}
+                        // A prefix may already be refused only if the request is.
+                        other => panic!("{n}-byte prefix of a complete head: {other:?}"),
+                    }
+                }
+            }
+            Head::Partial => {
+                assert!(data.len() <= LIMITS.head_bytes_max);
+                for n in prefixes(data.len()) {
+                    assert_eq!(head(&data[..n]), Head::Partial, "{n}-byte prefix");
+                }
+            }
+            Head::Error(_) => {}
+        }
+    }
+
+    /// Decodes a whole chunked body with the step functions, as the connection does:
+    /// `Ok(None)` when more bytes are needed, else the data length and bytes used.
+    fn dechunk(mut buf: &[u8], mut data: impl FnMut(&[u8])) -> Result<Option<usize>, u16> {
+        let total = buf.len();
+        fn step<T>(r: Result<Parse<T>, HttpError>) -> Result<Parse<T>, u16> {
+            r.map_err(|e| {
+                check_error(&e);
+                e.status
+            })
+        }
+        loop {
+            let (size, line) = match step(parse_chunk_size(buf))? {
+                Parse::Partial => {
+                    assert!(buf.len() < CHUNK_LINE_MAX);
+                    return Ok(None);
+                }
+                Parse::Complete(v) => v,
+            };
+            assert!(line <= buf.len() && line <= CHUNK_LINE_MAX);
+            assert!(size < 1 << 60);
+            buf = &buf[line..];
+            if size == 0 {
+                return match step(parse_trailers(buf))? {
+                    Parse::Partial => Ok(None),
+                    Parse::Complete(n) => {
+                        assert!(n <= buf.len() && n <= TRAILERS_MAX);
+                        Ok(Some(total - buf.len() + n))
+                    }
+                };
+            }
+            let Some(chunk) = usize::try_from(size).ok().and_then(|s| buf.get(..s)) else {
+                return Ok(None);
+            };
+            data(chunk);
+            buf = &buf[chunk.len()..];
+            match step(parse_chunk_end(buf))? {
+                Parse::Partial => return Ok(None),
+                Parse::Complete(n) => {
+                    assert_eq!(n, 2);
+                    buf = &buf[n..];
+                }
+            }
+        }
+    }
+
+    /// Target `http_chunked`: the chunked-body step parsers, over the input as a body
+    /// and over the input's bytes re-encoded as chunks.
+    pub fn http_chunked(data: &[u8]) {
+        let mut decoded = 0usize;
+        let full = dechunk(data, |c| decoded += c.len());
+        match full {
+            Ok(Some(used)) => {
+                assert!(used <= data.len());
+                assert!(decoded < used);
+                for n in prefixes(used) {
+                    assert_eq!(dechunk(&data[..n], |_| {}), Ok(None), "{n}-byte prefix");
+                }
+            }
+            Ok(None) => {
+                for n in prefixes(data.len()) {
+                    assert_eq!(dechunk(&data[..n], |_| {}), Ok(None), "{n}-byte prefix");
+                }
+            }
+            Err(status) => {
+                // An error is final: no prefix may be refused differently.
+                for n in prefixes(data.len()) {
+                    match dechunk(&data[..n], |_| {}) {
+                        Ok(None) => {}
+                        Err(s) => assert_eq!(s, status, "{n}-byte prefix"),
+                        Ok(Some(used)) => panic!("{n}-byte prefix complete ({used} bytes)"),
+                    }
+                }
+            }
+        }
+
+        // Round trip: the input split into chunks whose sizes the input itself picks.
+        let mut body = Vec::with_capacity(data.len() * 2 + 16);
+        let mut rest = data;
+        while let Some((&first, _)) = rest.split_first() {
+            let size = (usize::from(first) % 64 + 1).min(rest.len());
+            let ext = if first & 0x80 != 0 { ";x=y" } else { "" };
+            body.extend_from_slice(format!("{size:X}{ext}\r\n").as_bytes());
+            body.extend_from_slice(&rest[..size]);
+            body.extend_from_slice(b"\r\n");
+            rest = &rest[size..];
+        }
+        body.extend_from_slice(b"0\r\nTrailer: t\r\n\r\nNEXT");
+        let mut decoded = Vec::with_capacity(data.len());
+        let used = dechunk(&body, |c| decoded.extend_from_slice(c));
+        assert_eq!(used, Ok(Some(body.len() - 4)));
+        assert_eq!(decoded, data);
     }
 }

@@ -103,6 +103,9 @@ struct ReportArgs {
     /// Write a CDF of all scenarios here (SVG).
     #[arg(long)]
     cdf: Option<PathBuf>,
+    /// Write one line per scenario here: label, p50 ns, p99 ns, calls/s, errors (tab-separated).
+    #[arg(long)]
+    tsv: Option<PathBuf>,
     /// Only scenarios whose label contains this in the CDF (repeatable).
     #[arg(long)]
     cdf_only: Vec<String>,
@@ -353,6 +356,22 @@ fn merge(a: ReportArgs) -> Result<()> {
     match &a.markdown {
         Some(path) => std::fs::write(path, &table)?,
         None => print!("{table}"),
+    }
+    if let Some(path) = &a.tsv {
+        let lines: String = scenarios
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}\t{}\t{}\t{:.0}\t{}\n",
+                    s.label,
+                    s.latency.p50_ns,
+                    s.latency.p99_ns,
+                    s.calls_per_s,
+                    s.error_count()
+                )
+            })
+            .collect();
+        std::fs::write(path, lines)?;
     }
     if let Some(path) = &a.cdf {
         let chosen: Vec<Scenario> = scenarios

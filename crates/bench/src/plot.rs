@@ -63,7 +63,10 @@ pub fn cdf(scenarios: &[Scenario], title: &str, path: &Path) -> Result<()> {
                 color.stroke_width(2),
             ))
             .map_err(|e| anyhow!("{e}"))?
-            .label(s.label.clone())
+            .label(match s.size_bytes {
+                0 => s.label.clone(),
+                size => format!("{}, {}", s.label, crate::report::size_text(size)),
+            })
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });

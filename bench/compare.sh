@@ -1,0 +1,327 @@
+#!/usr/bin/env bash
+# Deployment comparison for to_uppercase (64 B and 4 KiB payloads), measured with
+# netaccel-bench, in the manner of Cooke & Fahmy's Table I (median, p90, p99, p99.9)
+# plus throughput:
+#
+#   netaccel HTTP   the node's HTTP front end           POST /v1/fn/to_uppercase
+#   netaccel RAC    the node's RAC v1 listener          rac://…/to_uppercase
+#   hybrid          nginx reverse proxy (upstream keep-alive) in front of a separate
+#                   backend process doing to_uppercase (bench/backend/uppercase_backend.c)
+#   nginx /health   nginx answering by itself (no body)
+#   TCP echo        bench/c/tcp_echo: the transport floor
+#   in-process      Catalog::builtin().by_name("to_uppercase").run(…) in a loop, no
+#                   network: the compute floor
+#
+# Each scenario is measured twice per size: closed loop over 1 connection with 1
+# call in flight (latency), and closed loop over CONNS connections (throughput).
+# Servers (all their processes) are pinned to SERVER_CPU, netaccel-bench to
+# CLIENT_CPU. Writes bench/out/compare-DATE.md, its JSON reports and a CDF figure,
+# and (UPDATE_DOCS=1, the default) the generated block of docs/benchmarks.md and
+# docs/img/compare-cdf.svg. About 20 runs of WARMUP + DURATION s: under five
+# minutes with the defaults once the binaries are built.
+#
+# Usage: bench/compare.sh
+#
+# Environment (defaults in brackets):
+#   DURATION [5]  WARMUP [1]  CONNS [16]  SIZES ["64 4096"]
+#   SERVER_CPU [0]  CLIENT_CPU [1]  PRIO [auto]: rt (chrt -f 50, root), nice, none
+#   NODE_BIN [target/release/netaccel-node]  BENCH_BIN [target/release/netaccel-bench]
+#     (both built with cargo when missing)
+#   NODE_PORT [19080] RAC_PORT [19400] NGINX_PORT [19081] BACKEND_PORT [19085] ECHO_PORT [19083]
+#   OUT_DIR [bench/out]  UPDATE_DOCS [1]  STRICT [0]: exit 1 if a check fails
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+
+DURATION=${DURATION:-5}
+WARMUP=${WARMUP:-1}
+CONNS=${CONNS:-16}
+SIZES=${SIZES:-"64 4096"}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+PRIO=${PRIO:-auto}
+NODE_BIN=${NODE_BIN:-$ROOT/target/release/netaccel-node}
+BENCH_BIN=${BENCH_BIN:-$ROOT/target/release/netaccel-bench}
+NODE_PORT=${NODE_PORT:-19080}
+RAC_PORT=${RAC_PORT:-19400}
+NGINX_PORT=${NGINX_PORT:-19081}
+BACKEND_PORT=${BACKEND_PORT:-19085}
+ECHO_PORT=${ECHO_PORT:-19083}
+OUT_DIR=${OUT_DIR:-$HERE/out}
+UPDATE_DOCS=${UPDATE_DOCS:-1}
+STRICT=${STRICT:-0}
+HOST=127.0.0.1
+STAMP=$(date +%Y%m%d-%H%M%S)
+RUN_DIR="$OUT_DIR/compare-$STAMP"
+T_START=$(date +%s)
+
+SCRATCH=""
+declare -a PIDS=()
+declare -a PRIO_CMD=()
+declare -a PENDING=()
+NODE_HAS_RAC=0
+RUNS=0
+
+log() { printf '[compare.sh] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+stop_servers() {
+    local p
+    for p in "${PIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in "${PIDS[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    PIDS=()
+}
+
+cleanup() {
+    stop_servers
+    if [[ -n "$SCRATCH" && -d "$SCRATCH" ]]; then rm -rf -- "$SCRATCH"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+install_tools() {
+    local missing=()
+    command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
+    command -v wrk >/dev/null || missing+=(wrk)
+    command -v curl >/dev/null || missing+=(curl)
+    command -v make >/dev/null || missing+=(make)
+    command -v gcc >/dev/null || missing+=(gcc)
+    command -v taskset >/dev/null || missing+=(util-linux)
+    ((${#missing[@]} == 0)) && return 0
+    log "installing: ${missing[*]}"
+    local sudo=()
+    if [[ $(id -u) -ne 0 ]]; then
+        command -v sudo >/dev/null || die "need root or sudo to install ${missing[*]}"
+        sudo=(sudo)
+    fi
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+}
+
+nginx_bin() { if command -v nginx >/dev/null; then command -v nginx; else echo /usr/sbin/nginx; fi; }
+
+choose_prio() {
+    if [[ "$PRIO" == auto ]]; then
+        if [[ $(id -u) -eq 0 ]] && command -v chrt >/dev/null; then PRIO=rt; else PRIO=none; fi
+    fi
+    case "$PRIO" in
+        rt) PRIO_CMD=(chrt -f 50) ;;
+        nice) PRIO_CMD=(nice -n -10) ;;
+        none) PRIO_CMD=() ;;
+        *) die "PRIO must be auto, rt, nice or none" ;;
+    esac
+}
+
+build() {
+    make -s -C "$HERE/c" tcp_echo >&2 || die "building bench/c failed"
+    make -s -C "$HERE/backend" >&2 || die "building bench/backend failed"
+    local pkg bin
+    for pkg in netaccel-node netaccel-bench; do
+        bin=$NODE_BIN
+        [[ $pkg == netaccel-bench ]] && bin=$BENCH_BIN
+        if [[ ! -x "$bin" ]]; then
+            log "$pkg missing: cargo build --release -p $pkg"
+            (cd "$ROOT" && cargo build --release -p "$pkg" >&2) || die "cargo build -p $pkg failed"
+        fi
+    done
+    [[ -x "$BENCH_BIN" ]] || die "no netaccel-bench at $BENCH_BIN"
+}
+
+# Starts a server pinned to SERVER_CPU; remembers its pid.
+start() {
+    taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$@" >>"$SCRATCH/servers.log" 2>&1 &
+    PIDS+=($!)
+}
+
+wait_http() { # url
+    local i
+    for ((i = 0; i < 50; i++)); do
+        curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+wait_port() { # port
+    local i
+    for ((i = 0; i < 50; i++)); do
+        (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# bench LABEL SIZE CONNS TARGET [extra args]: one run, JSON into RUN_DIR.
+bench() {
+    local label=$1 size=$2 conns=$3 target=$4
+    shift 4
+    local file
+    RUNS=$((RUNS + 1))
+    file="$RUN_DIR/$(printf '%02d' "$RUNS")-$(tr -c 'A-Za-z0-9_.-' '_' <<<"$label-$size-c$conns").json"
+    log "$label, $size B, $conns conn(s): ${DURATION}s"
+    if ! timeout $((WARMUP + DURATION + 30)) "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$BENCH_BIN" run "$target" \
+        --size "$size" --conns "$conns" --duration "$DURATION" --warmup "$WARMUP" \
+        --label "$label, c$conns" --note "server on CPU $SERVER_CPU" --json "$file" --quiet "$@" >&2; then
+        log "warning: $label ($size B, c$conns) failed"
+        PENDING+=("$label, $size B, c$conns: run failed")
+    fi
+}
+
+scenario_node() {
+    local help
+    help=$(timeout 5 "$NODE_BIN" --help 2>&1 || true)
+    local -a cmd=("$NODE_BIN" --http "$HOST:$NODE_PORT" --io-threads 1)
+    if [[ "$help" == *--rac* ]]; then
+        cmd+=(--rac "$HOST:$RAC_PORT")
+        NODE_HAS_RAC=1
+    fi
+    start "${cmd[@]}" --log-level warn
+    wait_http "http://$HOST:$NODE_PORT/health" || { PENDING+=("netaccel node: did not answer /health"); stop_servers; return; }
+    local answer
+    answer=$(curl -fsS --data-binary 'abc' "http://$HOST:$NODE_PORT/v1/fn/to_uppercase" || true)
+    [[ "$answer" == ABC ]] || log "warning: node to_uppercase answered '$answer'"
+    local size
+    for size in $SIZES; do
+        bench "netaccel HTTP" "$size" 1 "http://$HOST:$NODE_PORT/v1/fn/to_uppercase"
+        bench "netaccel HTTP" "$size" "$CONNS" "http://$HOST:$NODE_PORT/v1/fn/to_uppercase"
+        if ((NODE_HAS_RAC)) && wait_port "$RAC_PORT"; then
+            bench "netaccel RAC" "$size" 1 "rac://$HOST:$RAC_PORT/to_uppercase"
+            bench "netaccel RAC" "$size" "$CONNS" "rac://$HOST:$RAC_PORT/to_uppercase"
+        fi
+    done
+    ((NODE_HAS_RAC)) || PENDING+=("netaccel RAC: pending, this node build has no --rac listener")
+    stop_servers
+}
+
+scenario_hybrid() {
+    local prefix="$SCRATCH/nginx"
+    mkdir -p "$prefix/tmp"
+    sed -e "s/@PORT@/$NGINX_PORT/g" -e "s/@BACKEND_PORT@/$BACKEND_PORT/g" \
+        "$HERE/backend/nginx-hybrid.conf.template" >"$prefix/nginx.conf"
+    start "$HERE/backend/uppercase_backend" -a "$HOST" -p "$BACKEND_PORT"
+    start "$(nginx_bin)" -p "$prefix" -c "$prefix/nginx.conf" -g 'daemon off;'
+    if ! wait_http "http://$HOST:$NGINX_PORT/health" || ! wait_http "http://$HOST:$BACKEND_PORT/health"; then
+        PENDING+=("hybrid: nginx or the backend did not start (see nginx error.log)")
+        stop_servers
+        return
+    fi
+    local answer size
+    answer=$(curl -fsS --data-binary 'abc' "http://$HOST:$NGINX_PORT/v1/fn/to_uppercase" || true)
+    [[ "$answer" == ABC ]] || log "warning: hybrid to_uppercase answered '$answer'"
+    for size in $SIZES; do
+        bench "hybrid nginx+backend" "$size" 1 "http://$HOST:$NGINX_PORT/v1/fn/to_uppercase" --method post
+        bench "hybrid nginx+backend" "$size" "$CONNS" "http://$HOST:$NGINX_PORT/v1/fn/to_uppercase" --method post
+    done
+    bench "nginx /health" 0 1 "http://$HOST:$NGINX_PORT/health"
+    bench "nginx /health" 0 "$CONNS" "http://$HOST:$NGINX_PORT/health"
+    stop_servers
+}
+
+scenario_floors() {
+    local size
+    start "$HERE/c/tcp_echo" -a "$HOST" -p "$ECHO_PORT"
+    if wait_port "$ECHO_PORT"; then
+        for size in $SIZES; do
+            bench "TCP echo (C)" "$size" 1 "tcp-echo://$HOST:$ECHO_PORT"
+            bench "TCP echo (C)" "$size" "$CONNS" "tcp-echo://$HOST:$ECHO_PORT"
+        done
+    else
+        PENDING+=("TCP echo: did not start")
+    fi
+    stop_servers
+    for size in $SIZES; do
+        bench "in-process kernel" "$size" 1 "inproc://to_uppercase"
+    done
+}
+
+# p50_ns / calls_per_s of a label from the TSV
+tsv_field() { awk -F'\t' -v l="$1" -v f="$2" '$1 == l { print $f }' "$RUN_DIR/summary.tsv"; }
+
+checks() {
+    local small=${SIZES%% *}
+    local np hp nt ht
+    np=$(tsv_field "netaccel HTTP, c1" 2 | head -n 1)
+    hp=$(tsv_field "hybrid nginx+backend, c1" 2 | head -n 1)
+    nt=$(tsv_field "netaccel HTTP, c$CONNS" 4 | head -n 1)
+    ht=$(tsv_field "hybrid nginx+backend, c$CONNS" 4 | head -n 1)
+    echo "| check ($small B to_uppercase) | measured | limit | result |"
+    echo "|---|---:|---:|---|"
+    if [[ -n "$np" && -n "$hp" ]]; then
+        awk -v a="$np" -v b="$hp" 'BEGIN { r = a / b; printf "| netaccel HTTP p50 ÷ hybrid p50 (1 conn) | %.2f | < 0.33 | %s |\n", r, (r < 1 / 3 ? "PASS" : "FAIL") }'
+    else
+        echo "| netaccel HTTP p50 ÷ hybrid p50 (1 conn) | - | < 0.33 | n/a |"
+    fi
+    if [[ -n "$nt" && -n "$ht" ]]; then
+        awk -v a="$nt" -v b="$ht" 'BEGIN { r = a / b; printf "| netaccel HTTP calls/s ÷ hybrid calls/s (%s conns) | %.2f | ≥ 3 | %s |\n", "'"$CONNS"'", r, (r >= 3 ? "PASS" : "FAIL") }'
+    else
+        echo "| netaccel HTTP calls/s ÷ hybrid calls/s ($CONNS conns) | - | ≥ 3 | n/a |"
+    fi
+}
+
+report() {
+    local files=("$RUN_DIR"/*.json)
+    "$BENCH_BIN" report "${files[@]}" --markdown "$RUN_DIR/table.md" --tsv "$RUN_DIR/summary.tsv" \
+        --cdf "$RUN_DIR/cdf.svg" --cdf-only ", c1" \
+        --title "to_uppercase latency CDF, 1 connection, 1 call in flight (server CPU $SERVER_CPU, client CPU $CLIENT_CPU)"
+    local rev
+    rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
+    git -C "$ROOT" diff --quiet HEAD -- crates 2>/dev/null || rev+=", crates/ modified"
+    echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/compare.sh\` (DURATION=$DURATION s per run after $WARMUP s warm-up, CONNS=$CONNS), commit $rev."
+    echo
+    echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), a virtual machine shared with other work (noisy); load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); kernel $(uname -r)"
+    echo "- core split: every server process (the node with \`--io-threads 1\`; nginx's master and worker *and* the backend; the echo server) pinned to CPU $SERVER_CPU; netaccel-bench (one load thread) pinned to CPU $CLIENT_CPU; in-process runs on CPU $CLIENT_CPU; loopback; scheduling: ${PRIO_CMD[*]:-default}"
+    echo "- $($(nginx_bin) -v 2>&1 | sed 's/^nginx version: //'), 1 worker, upstream keepalive 64 (\`bench/backend/nginx-hybrid.conf.template\`); backend \`bench/backend/uppercase_backend.c\`"
+    echo "- rows \"c1\": 1 connection, 1 call in flight, closed loop (latency); rows \"c$CONNS\": $CONNS connections, 1 call in flight each, closed loop (throughput). MB/s counts request and answer payloads."
+    echo
+    cat "$RUN_DIR/table.md"
+    echo
+    checks
+    local p
+    for p in "${PENDING[@]}"; do
+        echo
+        echo "- $p"
+    done
+}
+
+update_docs() {
+    local doc="$ROOT/docs/benchmarks.md" begin='<!-- compare.sh:begin -->' end='<!-- compare.sh:end -->'
+    mkdir -p "$ROOT/docs/img"
+    cp "$RUN_DIR/cdf.svg" "$ROOT/docs/img/compare-cdf.svg"
+    if ! grep -qF "$begin" "$doc"; then
+        log "docs/benchmarks.md has no $begin marker; not updated"
+        return
+    fi
+    awk -v b="$begin" -v e="$end" -v f="$1" '
+        $0 == b { print; while ((getline line < f) > 0) print line; skip = 1; next }
+        $0 == e { skip = 0 }
+        !skip { print }' "$doc" >"$doc.new"
+    mv "$doc.new" "$doc"
+    log "updated docs/benchmarks.md and docs/img/compare-cdf.svg"
+}
+
+main() {
+    (($(nproc) >= 2)) || log "warning: fewer than 2 CPUs; server and client share a core"
+    install_tools
+    build
+    choose_prio
+    LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+    SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/netaccel-compare.XXXXXX")
+    mkdir -p "$RUN_DIR"
+    T_START=$(date +%s)
+    scenario_node
+    scenario_hybrid
+    scenario_floors
+    local out="$OUT_DIR/compare-$STAMP.md"
+    report >"$out"
+    cat "$out"
+    log "measured in $(($(date +%s) - T_START)) s; written to ${out#"$ROOT"/} (JSON and cdf.svg in ${RUN_DIR#"$ROOT"/})"
+    if [[ "$UPDATE_DOCS" == 1 ]]; then update_docs "$out"; fi
+    if [[ "$STRICT" == 1 ]] && grep -q '| FAIL |' "$out"; then exit 1; fi
+}
+
+main "$@"

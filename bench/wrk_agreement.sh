@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Does netaccel-bench agree with wrk? Same target, same connections, same core
+# split: wrk -t1 -cC and `netaccel-bench run -t1 -cC` (closed loop, 1 call in flight
+# per connection) against the C epoll HTTP responder (bench/c/http_responder, GET
+# /health), alternating tool order over ROUNDS rounds. Passes when the medians over
+# rounds of calls/s and of p50 are within TOLERANCE (10%) of wrk's, at every
+# connection count in CONNS_LIST.
+#
+# Usage: bench/wrk_agreement.sh        (CI: DURATION=3 ROUNDS=3 bench/wrk_agreement.sh)
+#
+# Environment (defaults in brackets): DURATION [3] s per run, ROUNDS [3],
+#   CONNS_LIST ["1 16"], TOLERANCE [0.10], SERVER_CPU [0], CLIENT_CPU [1],
+#   PORT [19090], BENCH_BIN [target/release/netaccel-bench] (built when missing),
+#   PRIO [auto]: rt (chrt -f 50, as root), none.
+# Exit status 0 when every comparison passes, 1 otherwise. The last line is
+# "N passed, N failed".
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+DURATION=${DURATION:-3}
+ROUNDS=${ROUNDS:-3}
+CONNS_LIST=${CONNS_LIST:-"1 16"}
+TOLERANCE=${TOLERANCE:-0.10}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+PORT=${PORT:-19090}
+BENCH_BIN=${BENCH_BIN:-$ROOT/target/release/netaccel-bench}
+PRIO=${PRIO:-auto}
+URL="http://127.0.0.1:$PORT/health"
+SERVER_PID=""
+
+log() { printf '[wrk_agreement] %s\n' "$*" >&2; }
+cleanup() { [[ -z "$SERVER_PID" ]] || { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; } || true; }
+trap cleanup EXIT
+
+if ! command -v wrk >/dev/null; then
+    log "installing wrk"
+    sudo=(); [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q wrk >&2
+fi
+make -s -C "$HERE/c" http_responder >&2
+if [[ ! -x "$BENCH_BIN" ]]; then
+    (cd "$ROOT" && cargo build --release -p netaccel-bench >&2)
+fi
+PRIO_CMD=()
+if [[ "$PRIO" == auto && $(id -u) -eq 0 ]] && command -v chrt >/dev/null; then PRIO=rt; fi
+[[ "$PRIO" == rt ]] && PRIO_CMD=(chrt -f 50)
+
+taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$HERE/c/http_responder" -a 127.0.0.1 -p "$PORT" 2>/dev/null &
+SERVER_PID=$!
+for _ in $(seq 50); do curl -fsS -o /dev/null "$URL" 2>/dev/null && break; sleep 0.1; done
+
+client() { timeout $((DURATION + 20)) "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$@"; }
+
+# prints "calls_per_s p50_us"
+run_wrk() {
+    client wrk -t1 -c"$1" -d"${DURATION}s" --latency -s "$HERE/wrk/report.lua" "$URL" |
+        awk '/^BENCH/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+             END { print v["rps"], v["p50_us"] }'
+}
+run_bench() {
+    local json
+    json=$(mktemp)
+    client "$BENCH_BIN" run "$URL" -t1 -c"$1" -d "$DURATION" -w 0.5 --quiet --json "$json" >/dev/null 2>&1
+    awk '/"calls_per_s"/ { gsub(/[,]/, ""); r = $2 } /"p50_ns"/ && !p { gsub(/[,]/, ""); p = $2 / 1000 }
+         END { print r, p }' "$json"
+    rm -f "$json"
+}
+median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
+
+passed=0 failed=0
+for c in $CONNS_LIST; do
+    wr=() wp=() br=() bp=()
+    for ((r = 1; r <= ROUNDS; r++)); do
+        if ((r % 2)); then read -r a b < <(run_wrk "$c"); read -r x y < <(run_bench "$c")
+        else read -r x y < <(run_bench "$c"); read -r a b < <(run_wrk "$c"); fi
+        log "c$c round $r: wrk $a calls/s p50 $b µs; netaccel-bench $x calls/s p50 $y µs"
+        wr+=("$a") wp+=("$b") br+=("$x") bp+=("$y")
+    done
+    for metric in calls/s p50; do
+        if [[ $metric == calls/s ]]; then
+            w=$(printf '%s\n' "${wr[@]}" | median); b=$(printf '%s\n' "${br[@]}" | median)
+        else
+            w=$(printf '%s\n' "${wp[@]}" | median); b=$(printf '%s\n' "${bp[@]}" | median)
+        fi
+        if awk -v w="$w" -v b="$b" -v t="$TOLERANCE" 'BEGIN { d = (b - w) / w; exit !(d <= t && d >= -t) }'; then
+            verdict=PASS; passed=$((passed + 1))
+        else
+            verdict=FAIL; failed=$((failed + 1))
+        fi
+        awk -v c="$c" -v m="$metric" -v w="$w" -v b="$b" -v v="$verdict" \
+            'BEGIN { printf "c%s %s: wrk %.1f, netaccel-bench %.1f (%+.1f%%) %s\n", c, m, w, b, (b - w) / w * 100, v }'
+    done
+done
+echo "wrk_agreement: $passed passed, $failed failed"
+((failed == 0))

@@ -156,32 +156,60 @@ impl Dispatcher {
     }
 
     /// Submits a whole call. Never blocks; every call gets exactly one answer.
-    pub fn submit(&self, mut call: Call) -> Submitted {
+    pub fn submit(&self, call: Call) -> Submitted {
+        // Fast path, no lock and no allocation: the policy's pick among the slots that
+        // admit the accelerator right now.
+        let accel_id = call.accel.descriptor().id;
+        let n = self.slots.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut pick: Option<&Arc<Slot>> = None;
+        for k in 0..n {
+            let slot = &self.slots[(start + k) % n];
+            if !slot.admits(accel_id) {
+                continue;
+            }
+            match (self.policy, pick) {
+                (BalancePolicy::RoundRobin, _) => {
+                    pick = Some(slot);
+                    break;
+                }
+                (BalancePolicy::JoinShortestQueue, Some(best)) if best.depth() <= slot.depth() => {}
+                (BalancePolicy::JoinShortestQueue, _) => pick = Some(slot),
+            }
+        }
+        match pick {
+            Some(slot) => match slot.submit(call) {
+                Ok(submitted) => submitted,
+                Err(refused) => self.submit_slow(refused.call),
+            },
+            None => self.submit_slow(call),
+        }
+    }
+
+    /// Every candidate in policy order, and the reason when none takes the call.
+    fn submit_slow(&self, mut call: Call) -> Submitted {
         let accel_id = call.accel.descriptor().id;
         let candidates = match self.candidates(accel_id) {
             Ok(c) => c,
             Err(NoSlot { status, message }) => return self.refuse(status, message, call),
         };
-        let mut status = Status::Busy;
+        let mut all_full = false;
         for slot in candidates {
             match slot.submit(call) {
                 Ok(submitted) => return submitted,
                 Err(refused) => {
                     // Busy wins over Unavailable: some slot does host it, it is just full.
-                    if refused.status == Status::Busy {
-                        status = Status::Busy;
-                    } else if status != Status::Busy {
-                        status = refused.status;
-                    }
+                    all_full |= refused.status == Status::Busy;
                     call = refused.call;
                 }
             }
         }
-        let message = match status {
-            Status::Busy => busy().message,
-            _ => "the slots for this accelerator are being reconfigured; retry".to_string(),
-        };
-        self.refuse(status, message, call)
+        if all_full {
+            self.refuse(Status::Busy, busy().message, call)
+        } else {
+            let message = "the slots for this accelerator are being reconfigured; retry";
+            self.refuse(Status::Unavailable, message.to_string(), call)
+        }
     }
 
     fn refuse(&self, status: Status, message: String, call: Call) -> Submitted {

@@ -11,13 +11,16 @@ use netaccel_node::Config;
 /// Serve accelerators over the network.
 ///
 /// With no arguments: one CPU device with one slot per built-in accelerator, HTTP on
-/// 127.0.0.1:8080. Try `curl -X POST --data-binary hello localhost:8080/v1/fn/to_uppercase`.
+/// 127.0.0.1:8080 and RAC v1 on 127.0.0.1:9400. Try `curl -X POST --data-binary hello localhost:8080/v1/fn/to_uppercase`.
 #[derive(Parser, Debug)]
 #[command(name = "netaccel-node", version)]
 struct Args {
     /// HTTP listen address (overrides the config file).
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
+    /// RAC v1 listen address (overrides the config file).
+    #[arg(long, value_name = "ADDR")]
+    rac: Option<SocketAddr>,
     /// TOML configuration: slots and what each loads, every bound, admin token, log level.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -43,6 +46,9 @@ fn main() -> ExitCode {
     };
     if let Some(addr) = args.http {
         config.http = addr;
+    }
+    if let Some(addr) = args.rac {
+        config.rac = addr;
     }
     if let Some(n) = args.io_threads {
         config.io_threads = n;

@@ -14,7 +14,7 @@
 //! accelerator.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,9 @@ use tokio::sync::oneshot;
 
 use crate::memory::BodyMemory;
 use crate::metrics::{AccelMetrics, SlotMetrics};
+
+/// Flag in [`Slot::admits`]: the slot is open for calls.
+const ADMITTING: u32 = 1 << 16;
 
 /// Identity used for fairness: a RAC tenant, or a connection that named none.
 pub type TenantId = u64;
@@ -188,6 +191,9 @@ pub struct Slot {
     changed: Condvar,
     /// Queued + running calls, readable without the lock (join-shortest-queue).
     depth: AtomicUsize,
+    /// The loaded accelerator's id, plus [`ADMITTING`] while the slot takes calls: the
+    /// dispatcher's lock-free view of [`SlotState`]; written under the state lock.
+    admits: AtomicU32,
     busy_ns: AtomicU64,
     started: Instant,
     limits: SlotLimits,
@@ -217,6 +223,7 @@ impl Slot {
         accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
     ) -> Slot {
         metrics.loaded(None, &accel.descriptor().name);
+        let accel_id = accel.descriptor().id;
         Slot {
             id,
             device: device.to_string(),
@@ -229,12 +236,19 @@ impl Slot {
             }),
             changed: Condvar::new(),
             depth: AtomicUsize::new(0),
+            admits: AtomicU32::new(u32::from(accel_id) | ADMITTING),
             busy_ns: AtomicU64::new(0),
             started: Instant::now(),
             limits,
             metrics,
             accel_metrics,
         }
+    }
+
+    /// Whether the slot hosts accelerator `id` and admits calls, without locking.
+    /// A stale answer is harmless: [`Slot::submit`] checks again under the lock.
+    pub fn admits(&self, id: u16) -> bool {
+        self.admits.load(Ordering::Acquire) == u32::from(id) | ADMITTING
     }
 
     /// Queued plus running calls.
@@ -449,6 +463,8 @@ impl Slot {
         if st.stopping {
             return Err(format!("slot {} is shutting down", self.id));
         }
+        self.admits
+            .store(u32::from(st.accel.descriptor().id), Ordering::Release);
         st.reconfiguring = Some(Reconfig {
             from: st.accel.descriptor().id,
             to: accel.descriptor().id,
@@ -464,6 +480,12 @@ impl Slot {
         }
         let mut st = self.state.lock();
         st.reconfiguring = None;
+        if !st.stopping {
+            self.admits.store(
+                u32::from(st.accel.descriptor().id) | ADMITTING,
+                Ordering::Release,
+            );
+        }
         drop(st);
         self.metrics
             .loaded(Some(&previous.descriptor().name), &name);
@@ -473,7 +495,11 @@ impl Slot {
 
     /// Stops admission; the worker exits once the queue is empty.
     pub fn stop(&self) {
-        self.state.lock().stopping = true;
+        let mut st = self.state.lock();
+        st.stopping = true;
+        self.admits
+            .store(u32::from(st.accel.descriptor().id), Ordering::Release);
+        drop(st);
         self.changed.notify_all();
     }
 }

@@ -347,3 +347,41 @@ fn clinfo_shows_the_same_device_properties_remotely() {
     wait_until_idle(&fx);
     let _ = std::fs::remove_dir_all(&fx.dir);
 }
+
+/// Each node listed in `NETACCEL_OPENCL_NODES` contributes its platforms; a node that
+/// cannot be reached contributes none and does not stop the others.
+#[test]
+fn every_reachable_node_contributes_its_platforms() {
+    if Command::new("clinfo").arg("--version").output().is_err() {
+        eprintln!("SKIP: clinfo not found");
+        return;
+    }
+    let Some(fx) = fixture("nodes") else { return };
+    let second = spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        ServiceConfig::default(),
+        &mut Registry::default(),
+    )
+    .expect("second service");
+    // A port nobody listens on.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let nodes = format!("{},{dead},{}", fx.node, second.local_addr());
+    let out = Command::new("clinfo")
+        .arg("-l")
+        .env("OCL_ICD_VENDORS", &fx.vendors_net)
+        .env(ocl_remote::NODES_ENV, &nodes)
+        .output()
+        .expect("run clinfo -l");
+    let list = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(list.matches("Platform #").count(), 2, "{list}");
+    assert_eq!(list.matches("netaccel: ").count(), 2, "{list}");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        stderr.contains(&format!("node {dead} unavailable")),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&fx.dir);
+}

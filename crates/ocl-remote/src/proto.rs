@@ -1022,9 +1022,89 @@ impl<'a> HelloInfo<'a> {
     }
 }
 
+/// Fuzz entry point (see `fuzz/`): the first two bytes pick a message kind, the rest is
+/// a body. Every decoder must return without panicking, and whatever decodes must encode
+/// back to the same message.
+pub fn fuzz_one(data: &[u8]) {
+    let _ = decode_frame(data, 1 << 20);
+    let _ = HelloInfo::decode(data);
+    if data.len() < 2 {
+        return;
+    }
+    let kind = u16::from_le_bytes([data[0], data[1]]) % 128;
+    let body = &data[2..];
+    if let Ok(req) = Request::decode(kind, body) {
+        let mut out = Vec::new();
+        req.encode(1, &mut out);
+        let Ok(Decoded::Complete((h, again), _)) = decode_frame(&out, u32::MAX) else {
+            panic!("re-encoded request does not frame")
+        };
+        assert_eq!(Request::decode(h.kind, again).as_ref(), Ok(&req));
+    }
+    if let Ok(resp) = Response::decode(kind, body) {
+        let mut out = Vec::new();
+        resp.encode(1, &mut out);
+        let Ok(Decoded::Complete((h, again), _)) = decode_frame(&out, u32::MAX) else {
+            panic!("re-encoded response does not frame")
+        };
+        assert_eq!(Response::decode(h.kind, again).as_ref(), Ok(&resp));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cheap stand-in for the fuzzer in every test run: random and mutated messages.
+    #[test]
+    fn random_and_mutated_input_never_panics() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut valid = Vec::new();
+        Request::Enqueue {
+            commands: vec![
+                Command::Write {
+                    queue: 1,
+                    event: 2,
+                    buffer: 3,
+                    offset: 0,
+                    data: b"abc",
+                },
+                Command::NdRange(NdRange {
+                    queue: 1,
+                    event: 0,
+                    kernel: 5,
+                    work_dim: 1,
+                    offset: [0; 3],
+                    global: [8, 0, 0],
+                    local: Some([4, 0, 0]),
+                    args: vec![KernelArg::Bytes(b"xy"), KernelArg::Local(16)],
+                }),
+            ],
+        }
+        .encode(0, &mut valid);
+        let body = valid[HEADER_LEN..].to_vec();
+        for i in 0..20_000 {
+            let mut data = vec![(kind::ENQUEUE & 0xff) as u8, 0];
+            data.extend_from_slice(&body);
+            // Flip, truncate or replace a few bytes of a valid message.
+            for _ in 0..(next() % 4) {
+                let at = (next() as usize) % data.len();
+                data[at] = next() as u8;
+            }
+            if i % 3 == 0 {
+                data.truncate((next() as usize) % (data.len() + 1));
+            }
+            fuzz_one(&data);
+            let random: Vec<u8> = (0..(next() % 64)).map(|_| next() as u8).collect();
+            fuzz_one(&random);
+        }
+    }
 
     fn roundtrip(req: Request<'_>) {
         let mut out = Vec::new();

@@ -4,7 +4,7 @@
 //! the common case (data waiting, room in the send buffer) costs one system call.
 
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BufMut;
 use tokio::io::AsyncWriteExt;
@@ -87,5 +87,48 @@ pub async fn write_with_deadline(
             io::ErrorKind::TimedOut,
             "client did not read the response in time",
         )),
+    }
+}
+
+/// Output batches are kept up to this size; a buffer that grew past four times it (one
+/// large response) is shrunk back after the write.
+pub const WRITE_BATCH_MAX: usize = 64 * 1024;
+
+/// Writes and clears a connection's output buffer, within `timeout`.
+pub async fn flush(
+    stream: &mut TcpStream,
+    wbuf: &mut Vec<u8>,
+    timeout: Duration,
+) -> io::Result<()> {
+    if wbuf.is_empty() {
+        return Ok(());
+    }
+    let result = write_with_deadline(stream, wbuf, Instant::now() + timeout).await;
+    wbuf.clear();
+    if wbuf.capacity() > 4 * WRITE_BATCH_MAX {
+        wbuf.shrink_to(WRITE_BATCH_MAX);
+    }
+    result
+}
+
+/// Longest a closing connection drains unread input.
+const LINGER: Duration = Duration::from_millis(500);
+/// Most input a closing connection drains.
+const LINGER_BYTES_MAX: usize = 1024 * 1024;
+
+/// Half-closes, then drains input briefly: closing with unread bytes in the receive
+/// buffer makes the kernel send a reset, which can destroy the last response before
+/// the client reads it.
+pub async fn linger(stream: &mut TcpStream) {
+    stream.shutdown().await.ok();
+    let deadline = Instant::now() + LINGER;
+    let mut scratch = Vec::with_capacity(8192);
+    let mut drained = 0;
+    while drained < LINGER_BYTES_MAX {
+        scratch.clear();
+        match read_with_deadline(stream, &mut scratch, deadline).await {
+            Ok(Some(n)) if n > 0 => drained += n,
+            _ => break,
+        }
     }
 }

@@ -30,18 +30,15 @@ use futures_util::FutureExt;
 use rac_proto::{
     CallHeader, CallKind, ControlRequest, Decode, ResultHeader, Status, HEADER_LEN, NO_SLOT,
 };
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::memory::{BodyMemory, PoolLease};
-use crate::netio::{read_with_deadline, write_with_deadline};
+use crate::netio::{self, read_with_deadline};
 use crate::node::Node;
 use crate::slot::{Answer, Call, Submitted, TenantId};
 
 /// Bytes pulled in by one read.
 const READ_CHUNK: usize = 64 * 1024;
-/// Results are batched up to this size before a write.
-const WRITE_BATCH_MAX: usize = 64 * 1024;
 
 type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
 
@@ -342,15 +339,7 @@ impl RacConn {
                 self.in_flight.insert(header.request_id);
                 self.node.rac_in_flight.inc();
                 self.pending.push(Box::pin(async move {
-                    let answer = rx.await.unwrap_or_else(|_| Answer {
-                        status: Status::Internal,
-                        output: Vec::new(),
-                        message: "the slot failed while running the call".to_string(),
-                        slot: None,
-                        queue_ns: 0,
-                        exec_ns: 0,
-                        payload: Vec::new(),
-                    });
+                    let answer = rx.await.unwrap_or_else(|_| Answer::lost());
                     (header, answer)
                 }));
             }
@@ -466,16 +455,8 @@ impl RacConn {
     }
 
     async fn flush(&mut self) -> io::Result<()> {
-        if self.wbuf.is_empty() {
-            return Ok(());
-        }
-        let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
-        let result = write_with_deadline(&mut self.stream, &self.wbuf, deadline).await;
-        self.wbuf.clear();
-        if self.wbuf.capacity() > 4 * WRITE_BATCH_MAX {
-            self.wbuf.shrink_to(WRITE_BATCH_MAX);
-        }
-        result
+        let timeout = Duration::from_millis(self.node.config.io_timeout_ms);
+        netio::flush(&mut self.stream, &mut self.wbuf, timeout).await
     }
 
     /// Sends the closing error result, if any, and closes.
@@ -489,18 +470,7 @@ impl RacConn {
         self.wbuf.extend_from_slice(&result.encode());
         self.wbuf.extend_from_slice(message.as_bytes());
         self.flush().await?;
-        // Half-close and drain briefly so unread bytes do not turn into a reset that
-        // destroys the error result before the client reads it.
-        self.stream.shutdown().await.ok();
-        let deadline = Instant::now() + Duration::from_millis(500);
-        let mut scratch = Vec::with_capacity(8192);
-        for _ in 0..128 {
-            scratch.clear();
-            match read_with_deadline(&self.stream, &mut scratch, deadline).await {
-                Ok(Some(n)) if n > 0 => {}
-                _ => break,
-            }
-        }
+        netio::linger(&mut self.stream).await;
         Ok(())
     }
 }

@@ -63,6 +63,20 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The answer to a queued call whose reply was dropped unsent. Slots answer every
+    /// call (a panicking kernel included), so this happens only if a slot thread died.
+    pub fn lost() -> Answer {
+        Answer {
+            status: Status::Internal,
+            output: Vec::new(),
+            message: "the slot failed while running the call".to_string(),
+            slot: None,
+            queue_ns: 0,
+            exec_ns: 0,
+            payload: Vec::new(),
+        }
+    }
+
     /// An answer given without running the call.
     pub fn refusal(status: Status, message: impl Into<String>, call: Call) -> Answer {
         let Call {

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use accel::{Accelerator, ParamBlock};
 use bytes::BufMut;
 use rac_proto::Status;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -24,7 +23,7 @@ use super::parse::{self, BodyFraming, HttpError, Limits, Parse, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route};
 use crate::memory::{BodyMemory, MemoryPermit};
-use crate::netio::{read_with_deadline, write_with_deadline};
+use crate::netio::{self, read_with_deadline, write_with_deadline, WRITE_BATCH_MAX};
 use crate::node::Node;
 use crate::objects::StoreError;
 use crate::slot::{Answer, Call, Submitted, TenantId};
@@ -33,12 +32,6 @@ use crate::slot::{Answer, Call, Submitted, TenantId};
 const READ_CHUNK: usize = 4096;
 /// Bytes read at a time when discarding a body.
 const SKIP_CHUNK: usize = 8192;
-/// Responses are batched in the write buffer up to this size before a flush.
-const WRITE_BATCH_MAX: usize = 64 * 1024;
-/// After an error that closes the connection, unread input is drained this long so the
-/// client sees the response instead of a reset.
-const LINGER: Duration = Duration::from_millis(500);
-const LINGER_BYTES_MAX: usize = 1024 * 1024;
 
 pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
     let shutdown = node.shutdown_signal();
@@ -118,7 +111,8 @@ impl Conn {
                     Step::Next => head_started = None,
                     Step::Close => {
                         self.flush().await?;
-                        return self.linger().await;
+                        netio::linger(&mut self.stream).await;
+                        return Ok(());
                     }
                 }
             }
@@ -145,7 +139,8 @@ impl Conn {
                     let message = "request head not received in time";
                     self.error(408, "REQUEST_TIMEOUT", message, false, 1);
                     self.flush().await?;
-                    return self.linger().await;
+                    netio::linger(&mut self.stream).await;
+                    return Ok(());
                 }
                 Wait::Timeout => return Ok(()),
             }
@@ -598,15 +593,7 @@ impl Conn {
         };
         let answer = match self.node.dispatcher.submit(call) {
             Submitted::Done(answer) => answer,
-            Submitted::Queued(rx) => match rx.await {
-                Ok(answer) => answer,
-                Err(_) => {
-                    // Only if a slot worker died mid-call; the call is answered anyway.
-                    let body = error_body("the slot failed while running the call", "INTERNAL");
-                    self.respond(&req, 500, b"application/json", &body, false, &[]);
-                    return Ok(self.after(&req));
-                }
-            },
+            Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
         };
         self.write_answer(&req, answer).await?;
         Ok(self.after(&req))
@@ -798,16 +785,8 @@ impl Conn {
     }
 
     async fn flush(&mut self) -> io::Result<()> {
-        if self.wbuf.is_empty() {
-            return Ok(());
-        }
-        let deadline = self.io_deadline();
-        let result = write_with_deadline(&mut self.stream, &self.wbuf, deadline).await;
-        self.wbuf.clear();
-        if self.wbuf.capacity() > 4 * WRITE_BATCH_MAX {
-            self.wbuf.shrink_to(WRITE_BATCH_MAX);
-        }
-        result
+        let timeout = Duration::from_millis(self.node.config.io_timeout_ms);
+        netio::flush(&mut self.stream, &mut self.wbuf, timeout).await
     }
 
     /// Waits for input and appends it to the read buffer. While idle (between
@@ -839,23 +818,6 @@ impl Conn {
             Some(_) => Wait::Data,
             None => Wait::Timeout,
         })
-    }
-
-    /// Half-closes, then drains input briefly so the last response is not lost to a
-    /// reset caused by unread request bytes.
-    async fn linger(&mut self) -> io::Result<()> {
-        self.stream.shutdown().await.ok();
-        let deadline = Instant::now() + LINGER;
-        let mut scratch = Vec::with_capacity(SKIP_CHUNK);
-        let mut drained = 0;
-        while drained < LINGER_BYTES_MAX {
-            scratch.clear();
-            match read_with_deadline(&self.stream, &mut scratch, deadline).await {
-                Ok(Some(n)) if n > 0 => drained += n,
-                _ => break,
-            }
-        }
-        Ok(())
     }
 }
 

@@ -560,18 +560,71 @@ pub unsafe extern "C" fn clCreateBuffer(
         host_ptr: keep_ptr,
         maps: Mutex::new(Vec::new()),
         shm,
+        shm_offset: 0,
+        parent: 0,
+        origin: 0,
     })
 }
 
 pub unsafe extern "C" fn clCreateSubBuffer(
-    _buffer: Handle,
-    _flags: u64,
-    _kind: u32,
-    _info: *const c_void,
+    buffer: Handle,
+    flags: u64,
+    create_type: u32,
+    info: *const c_void,
     errcode: *mut ClInt,
 ) -> Handle {
-    set_err(errcode, cl::CL_INVALID_OPERATION);
-    null_mut()
+    const CL_BUFFER_CREATE_TYPE_REGION: u32 = 0x1220;
+    let m = tryp!(get::<Mem>(buffer), errcode);
+    if m.v.parent != 0 || create_type != CL_BUFFER_CREATE_TYPE_REGION || info.is_null() {
+        set_err(errcode, cl::CL_INVALID_VALUE);
+        return null_mut();
+    }
+    let [origin, size] = *(info as *const [usize; 2]);
+    tryp!(
+        check_range(origin, size, m.v.size).map_err(|_| cl::CL_INVALID_VALUE),
+        errcode
+    );
+    // Access flags left out are inherited from the parent; host-pointer flags are not allowed.
+    if flags & (cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR) != 0
+    {
+        set_err(errcode, cl::CL_INVALID_VALUE);
+        return null_mut();
+    }
+    let flags = if flags & 7 == 0 {
+        flags | (m.v.flags & 7)
+    } else {
+        flags
+    };
+    let node = Arc::clone(&m.v.node);
+    let id = node.next_id();
+    let request = Request::CreateSubBuffer {
+        id,
+        parent: m.v.id,
+        flags,
+        offset: origin as u64,
+        size: size as u64,
+    };
+    tryp!(reply(node.call(&request)), errcode);
+    retain::<Context>(m.v.context as Handle);
+    retain::<Mem>(buffer);
+    set_err(errcode, cl::CL_SUCCESS);
+    new_handle(Mem {
+        node,
+        id,
+        context: m.v.context,
+        flags: flags | (m.v.flags & (cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR)),
+        size,
+        host_ptr: if m.v.host_ptr != 0 {
+            m.v.host_ptr + origin
+        } else {
+            0
+        },
+        maps: Mutex::new(Vec::new()),
+        shm: m.v.shm.clone(),
+        shm_offset: m.v.shm_offset + origin,
+        parent: buffer as H,
+        origin,
+    })
 }
 
 pub unsafe extern "C" fn clRetainMemObject(m: Handle) -> ClInt {
@@ -599,8 +652,8 @@ pub unsafe extern "C" fn clGetMemObjectInfo(
         }
         cl::CL_MEM_REFERENCE_COUNT => bytes_of(ref_count(m)),
         cl::CL_MEM_CONTEXT => bytes_of(m.v.context),
-        cl::CL_MEM_ASSOCIATED_MEMOBJECT => bytes_of(0usize),
-        cl::CL_MEM_OFFSET => bytes_of(0usize),
+        cl::CL_MEM_ASSOCIATED_MEMOBJECT => bytes_of(m.v.parent),
+        cl::CL_MEM_OFFSET => bytes_of(m.v.origin),
         _ => return cl::CL_INVALID_VALUE,
     };
     ret_info(&bytes, size, value, size_ret)
@@ -726,7 +779,7 @@ unsafe fn enqueue_read(
         };
         let read = DirectRead {
             src: Arc::clone(src),
-            offset,
+            offset: m.v.shm_offset + offset,
             dst,
         };
         q.v.node.enqueue_direct_read(&marker, evref, read);
@@ -767,7 +820,7 @@ unsafe fn enqueue_write(
     if let Some(region) = &m.v.shm {
         // Same host and nothing ahead of this write: copy straight into the buffer.
         // SAFETY: offset + len was checked against the buffer (= region) size.
-        let dst = region.ptr().add(offset);
+        let dst = region.ptr().add(m.v.shm_offset + offset);
         if q.v
             .node
             .direct_write(|| std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()))
@@ -967,7 +1020,7 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
             set_err(errcode, rc);
             return null_mut();
         }
-        let ptr = region.ptr().add(offset) as usize;
+        let ptr = region.ptr().add(m.v.shm_offset + offset) as usize;
         let mapping = Mapping {
             ptr,
             offset,

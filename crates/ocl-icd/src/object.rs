@@ -164,8 +164,13 @@ pub struct Mem {
     pub size: usize,
     pub host_ptr: usize,
     pub maps: Mutex<Vec<Mapping>>,
-    /// The buffer's shared memory when the node offered it and we could map it.
+    /// The buffer's shared memory when the node offered it and we could map it (for a
+    /// sub-buffer: its parent's, starting at `shm_offset`).
     pub shm: Option<Arc<ocl_remote::shm::Region>>,
+    pub shm_offset: usize,
+    /// For a sub-buffer: the parent buffer (referenced) and the origin in it.
+    pub parent: H,
+    pub origin: usize,
 }
 
 pub struct Program {
@@ -327,6 +332,7 @@ impl Drop for Mem {
     fn drop(&mut self) {
         self.node.release(self.id);
         release_parent::<Context>(self.context);
+        release_parent::<Mem>(self.parent);
     }
 }
 impl Drop for Program {

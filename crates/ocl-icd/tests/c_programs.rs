@@ -218,6 +218,11 @@ fn programs_from_binary_and_build_logs_are_identical_local_and_remote() {
 }
 
 #[test]
+fn sub_buffers_are_identical_local_and_remote() {
+    compare("subbuffer");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

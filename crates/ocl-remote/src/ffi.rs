@@ -51,6 +51,7 @@ api! {
     clReleaseCommandQueue: fn(Handle) -> ClInt;
     clCreateBuffer: fn(Handle, u64, usize, *mut c_void, *mut ClInt) -> Handle;
     clReleaseMemObject: fn(Handle) -> ClInt;
+    clCreateSubBuffer: fn(Handle, u64, u32, *const c_void, *mut ClInt) -> Handle;
     clCreateProgramWithSource: fn(Handle, u32, *const *const c_char, *const usize, *mut ClInt) -> Handle;
     clCreateProgramWithBinary: fn(Handle, u32, *const Handle, *const usize, *const *const u8, *mut ClInt, *mut ClInt) -> Handle;
     clBuildProgram: fn(Handle, u32, *const Handle, *const c_char, *const c_void, *mut c_void) -> ClInt;

@@ -80,6 +80,7 @@ pub mod kind {
     pub const RELEASE: u16 = 16;
     pub const ENQUEUE: u16 = 17;
     pub const FLUSH: u16 = 18;
+    pub const CREATE_SUB_BUFFER: u16 = 19;
 
     pub const REPLY: u16 = 100;
     pub const TASK_DONE: u16 = 101;
@@ -291,6 +292,13 @@ pub enum Request<'a> {
         commands: Vec<Command<'a>>,
     },
     Flush,
+    CreateSubBuffer {
+        id: u64,
+        parent: u64,
+        flags: u64,
+        offset: u64,
+        size: u64,
+    },
 }
 
 /// One enqueued command inside an `Enqueue` frame. `queue` and `event` are client ids;
@@ -654,6 +662,7 @@ impl<'a> Request<'a> {
             Request::Release { .. } => kind::RELEASE,
             Request::Enqueue { .. } => kind::ENQUEUE,
             Request::Flush => kind::FLUSH,
+            Request::CreateSubBuffer { .. } => kind::CREATE_SUB_BUFFER,
         }
     }
 
@@ -772,6 +781,17 @@ impl<'a> Request<'a> {
                 }
             }
             Request::Flush => {}
+            Request::CreateSubBuffer {
+                id,
+                parent,
+                flags,
+                offset,
+                size,
+            } => {
+                for v in [*id, *parent, *flags, *offset, *size] {
+                    put_u64(out, v);
+                }
+            }
         }
     }
 
@@ -871,6 +891,13 @@ impl<'a> Request<'a> {
                 Request::Enqueue { commands }
             }
             kind::FLUSH => Request::Flush,
+            kind::CREATE_SUB_BUFFER => Request::CreateSubBuffer {
+                id: r.u64()?,
+                parent: r.u64()?,
+                flags: r.u64()?,
+                offset: r.u64()?,
+                size: r.u64()?,
+            },
             other => return Err(ProtoError::UnknownKind(other)),
         };
         r.finish()?;
@@ -1160,6 +1187,13 @@ mod tests {
             param: 0x1196,
         });
         roundtrip(Request::Flush);
+        roundtrip(Request::CreateSubBuffer {
+            id: 9,
+            parent: 3,
+            flags: 1,
+            offset: 128,
+            size: 64,
+        });
         roundtrip(Request::Enqueue {
             commands: vec![
                 Command::Write {

@@ -95,6 +95,8 @@ pub(crate) struct Real {
     /// The shared memory a buffer lives in; unmapped only after the buffer is released
     /// (fields drop after `Drop::drop`).
     _memory: Option<crate::shm::Region>,
+    /// A sub-buffer keeps its parent (and the parent's shared memory) alive.
+    _parent: Option<Arc<Real>>,
 }
 
 impl Real {
@@ -111,6 +113,20 @@ impl Real {
             raw: Raw(raw),
             release,
             _memory: memory,
+            _parent: None,
+        })
+    }
+    pub fn sub_buffer(
+        raw: Handle,
+        release: unsafe extern "C" fn(Handle) -> ClInt,
+        parent: Arc<Real>,
+    ) -> Arc<Real> {
+        debug_assert!(!raw.is_null());
+        Arc::new(Real {
+            raw: Raw(raw),
+            release,
+            _memory: None,
+            _parent: Some(parent),
         })
     }
     pub fn handle(&self) -> Handle {

@@ -36,6 +36,8 @@ enum Obj {
     Mem {
         real: Arc<Real>,
         size: u64,
+        /// Bytes counted against `buffer_bytes_max`: the size, 0 for a sub-buffer.
+        held: u64,
     },
     Program {
         real: Arc<Real>,
@@ -69,6 +71,8 @@ struct Session<'s> {
 }
 
 type Reply = (ClInt, Vec<u8>);
+
+const CL_BUFFER_CREATE_TYPE_REGION: u32 = 0x1220;
 
 fn ok(payload: Vec<u8>) -> Reply {
     (cl::CL_SUCCESS, payload)
@@ -179,6 +183,16 @@ impl Session<'_> {
             }
             match request {
                 Request::Release { id } => self.release(id),
+                Request::CreateSubBuffer {
+                    id,
+                    parent,
+                    flags,
+                    offset,
+                    size,
+                } => {
+                    let reply = self.create_sub_buffer(id, parent, flags, offset, size);
+                    send_reply(&self.writer, header.id, reply);
+                }
                 Request::Enqueue { commands } => self.enqueue(commands),
                 Request::Flush => self.flush(header.id),
                 other => {
@@ -404,7 +418,10 @@ impl Session<'_> {
                     (api.clGetKernelArgInfo)(raw, index, param, s, b, r)
                 }))
             }
-            Request::Release { .. } | Request::Enqueue { .. } | Request::Flush => {
+            Request::Release { .. }
+            | Request::Enqueue { .. }
+            | Request::Flush
+            | Request::CreateSubBuffer { .. } => {
                 unreachable!("handled by run")
             }
         }
@@ -550,6 +567,7 @@ impl Session<'_> {
             |raw| Obj::Mem {
                 real: Real::with_memory(raw, api.clReleaseMemObject, region),
                 size,
+                held: size,
             },
         );
         if reply.0 != cl::CL_SUCCESS {
@@ -777,9 +795,9 @@ impl Session<'_> {
 
     fn release(&mut self, id: u64) {
         match self.objects.remove(&id) {
-            Some(Obj::Mem { size, .. }) => {
-                self.buffer_bytes -= size;
-                self.shared.metrics.client_buffer_bytes.dec_by(size as i64);
+            Some(Obj::Mem { held, .. }) => {
+                self.buffer_bytes -= held;
+                self.shared.metrics.client_buffer_bytes.dec_by(held as i64);
                 self.shared.metrics.client_objects.dec();
             }
             Some(_) => {
@@ -789,9 +807,50 @@ impl Session<'_> {
         }
     }
 
+    fn create_sub_buffer(
+        &mut self,
+        id: u64,
+        parent: u64,
+        flags: u64,
+        offset: u64,
+        size: u64,
+    ) -> Reply {
+        let api = &self.shared.runtime.api;
+        let (parent, parent_size) = match self.mem(parent) {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        if size == 0 {
+            return err(cl::CL_INVALID_BUFFER_SIZE);
+        }
+        if let Err(e) = Self::in_bounds(offset, size, parent_size) {
+            return err(e);
+        }
+        let region = [offset as usize, size as usize];
+        let parent_raw = parent.handle();
+        self.create(
+            id,
+            // SAFETY: valid buffer; `region` is a cl_buffer_region (origin, size).
+            |e| unsafe {
+                (api.clCreateSubBuffer)(
+                    parent_raw,
+                    flags,
+                    CL_BUFFER_CREATE_TYPE_REGION,
+                    region.as_ptr().cast(),
+                    e,
+                )
+            },
+            |raw| Obj::Mem {
+                real: Real::sub_buffer(raw, api.clReleaseMemObject, parent),
+                size,
+                held: 0,
+            },
+        )
+    }
+
     fn mem(&self, id: u64) -> Result<(Arc<Real>, u64), ClInt> {
         match self.objects.get(&id) {
-            Some(Obj::Mem { real, size }) => Ok((Arc::clone(real), *size)),
+            Some(Obj::Mem { real, size, .. }) => Ok((Arc::clone(real), *size)),
             _ => Err(cl::CL_INVALID_MEM_OBJECT),
         }
     }

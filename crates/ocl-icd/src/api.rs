@@ -696,6 +696,10 @@ unsafe fn prologue<'a>(
         if ev.v.status() < cl::CL_COMPLETE {
             return Err(cl::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
         }
+        if ev.v.queue == 0 && ev.v.status() > cl::CL_COMPLETE {
+            // Waiting for a user event: the open task stays here until it is set.
+            q.v.node.gate(EventRef::new(e));
+        }
     }
     Ok(q)
 }
@@ -1543,6 +1547,7 @@ pub unsafe extern "C" fn clReleaseKernel(k: Handle) -> ClInt {
 }
 
 const CL_KERNEL_ARG_ADDRESS_LOCAL: u32 = 0x119C;
+const CL_COMMAND_USER: u32 = 0x1204;
 
 pub unsafe extern "C" fn clSetKernelArg(
     kernel: Handle,
@@ -1856,9 +1861,31 @@ pub unsafe extern "C" fn clReleaseEvent(e: Handle) -> ClInt {
     release::<Event>(e)
 }
 
-pub unsafe extern "C" fn clCreateUserEvent(_context: Handle, errcode: *mut ClInt) -> Handle {
-    set_err(errcode, cl::CL_INVALID_OPERATION);
-    null_mut()
+pub unsafe extern "C" fn clCreateUserEvent(context: Handle, errcode: *mut ClInt) -> Handle {
+    let c = tryp!(get::<Context>(context), errcode);
+    retain::<Context>(context);
+    set_err(errcode, cl::CL_SUCCESS);
+    new_handle(Event::new(
+        Arc::clone(&c.v.node),
+        0,
+        context as H,
+        CL_COMMAND_USER,
+    ))
+}
+
+pub unsafe extern "C" fn clSetUserEventStatus(event: Handle, status: ClInt) -> ClInt {
+    let e = tryr!(get::<Event>(event));
+    if e.v.queue != 0 {
+        return cl::CL_INVALID_EVENT;
+    }
+    if status > cl::CL_COMPLETE {
+        return cl::CL_INVALID_VALUE;
+    }
+    if !EventRef::new(event).set_user_status(status) {
+        return cl::CL_INVALID_OPERATION;
+    }
+    e.v.node.user_event_done();
+    cl::CL_SUCCESS
 }
 
 pub unsafe extern "C" fn clGetExtensionFunctionAddressForPlatform(
@@ -1936,6 +1963,7 @@ pub fn entries() -> Vec<(&'static str, *const c_void)> {
         clRetainEvent,
         clReleaseEvent,
         clCreateUserEvent,
+        clSetUserEventStatus,
         clGetExtensionFunctionAddressForPlatform,
     ];
     v.push((

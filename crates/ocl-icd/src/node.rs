@@ -70,6 +70,11 @@ struct Out {
     /// Commands since the last `Flush` (sealed or not).
     open_cmds: u32,
     open: InFlight,
+    /// Incomplete user events that commands of the open task wait for: the task is not
+    /// sent before they complete.
+    gates: Vec<EventRef>,
+    /// A non-blocking flush was asked for while gated; done when the gates open.
+    flush_pending: bool,
 }
 
 #[derive(Default)]
@@ -136,6 +141,8 @@ impl Node {
                 cmd_count: 0,
                 open_cmds: 0,
                 open: InFlight::default(),
+                gates: Vec::new(),
+                flush_pending: false,
             }),
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
@@ -254,10 +261,28 @@ impl Node {
     /// enqueued since the last flush. With `awaited` the caller must call
     /// [`Node::wait_task`] with the id.
     pub fn flush(&self, awaited: bool) -> Option<u64> {
+        self.flush_task(awaited, awaited)
+    }
+
+    /// Like [`Node::flush`]; with `block_on_gates` a task gated by user events is sent
+    /// once they complete (the caller waits), without it the flush is only remembered.
+    fn flush_task(&self, awaited: bool, block_on_gates: bool) -> Option<u64> {
         let mut out = lock(&self.out);
         if out.open_cmds == 0 {
             return None;
         }
+        if out.gates.iter().any(|g| g.status() > cl::CL_COMPLETE) {
+            if !block_on_gates {
+                out.flush_pending = true;
+                return None;
+            }
+            let mut state = lock(&self.state);
+            while out.gates.iter().any(|g| g.status() > cl::CL_COMPLETE) && !state.dead {
+                state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        out.gates.clear();
+        out.flush_pending = false;
         // A task with direct reads must finish (and its reads be copied) before any
         // later task may change the buffers it reads.
         {
@@ -284,6 +309,21 @@ impl Node {
         Some(id)
     }
 
+    /// Holds the open task back until the user event `gate` completes.
+    pub fn gate(&self, gate: EventRef) {
+        lock(&self.out).gates.push(gate);
+    }
+
+    /// A user event of this node completed: wake gated flushers, send a remembered flush.
+    pub fn user_event_done(&self) {
+        drop(lock(&self.state));
+        self.cond.notify_all();
+        let pending = lock(&self.out).flush_pending;
+        if pending {
+            self.flush_task(false, false);
+        }
+    }
+
     /// Waits for task `id` and returns its status (first failed command, or success).
     pub fn wait_task(&self, id: u64) -> ClInt {
         let mut state = lock(&self.state);
@@ -300,7 +340,7 @@ impl Node {
 
     /// Flushes and waits until no task of this connection is in flight.
     pub fn finish(&self) -> ClInt {
-        self.flush(false);
+        self.flush_task(false, true);
         let mut state = lock(&self.state);
         while !state.tasks.is_empty() && !state.dead {
             state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());

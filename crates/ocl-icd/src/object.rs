@@ -217,13 +217,19 @@ pub struct Event {
 impl Event {
     pub fn new(node: Arc<Node>, queue: H, context: H, command_type: u32) -> Event {
         let id = node.next_id();
+        // A user event (no queue) starts submitted, as OpenCL says.
+        let status = if queue == 0 {
+            cl::CL_SUBMITTED
+        } else {
+            cl::CL_QUEUED
+        };
         Event {
             node,
             id,
             queue,
             context,
             command_type,
-            status: AtomicI32::new(cl::CL_QUEUED),
+            status: AtomicI32::new(status),
             profile: Mutex::new([0; 4]),
             callbacks: Mutex::new(Vec::new()),
         }
@@ -258,6 +264,15 @@ impl EventRef {
     }
     pub fn status(&self) -> ClInt {
         self.ev().v.status()
+    }
+    /// Completes a user event from `clSetUserEventStatus`; false if it was already set.
+    pub fn set_user_status(&self, status: ClInt) -> bool {
+        let e = &self.ev().v;
+        if e.status() <= cl::CL_COMPLETE {
+            return false;
+        }
+        self.complete(status, [0; 4]);
+        true
     }
     pub fn set_submitted(&self) {
         let _ = self.ev().v.status.compare_exchange(
@@ -350,5 +365,9 @@ impl Drop for Kernel {
 impl Drop for Event {
     fn drop(&mut self) {
         release_parent::<Queue>(self.queue);
+        if self.queue == 0 {
+            // A user event holds its context directly.
+            release_parent::<Context>(self.context);
+        }
     }
 }

@@ -223,6 +223,11 @@ fn sub_buffers_are_identical_local_and_remote() {
 }
 
 #[test]
+fn user_events_are_identical_local_and_remote() {
+    compare("user_events");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

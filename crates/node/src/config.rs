@@ -44,6 +44,10 @@ pub struct Config {
     pub http: SocketAddr,
     /// RAC v1 listen address.
     pub rac: SocketAddr,
+    /// Remote OpenCL listen address; unset = the node does not share OpenCL devices.
+    pub opencl: Option<SocketAddr>,
+    /// Share only OpenCL platforms whose name contains one of these; empty = all.
+    pub opencl_platforms: Vec<String>,
     /// Network threads, each with its own listener (SO_REUSEPORT). 0 = one per core.
     pub io_threads: usize,
     /// `error`, `warn`, `info`, `debug` or `trace` (or a tracing filter directive).
@@ -102,6 +106,8 @@ impl Default for Config {
         Config {
             http: "127.0.0.1:8080".parse().expect("valid address"),
             rac: "127.0.0.1:9400".parse().expect("valid address"),
+            opencl: None,
+            opencl_platforms: Vec::new(),
             io_threads: 0,
             log_level: "info".to_string(),
             admin_token: None,

@@ -21,6 +21,9 @@ struct Args {
     /// RAC v1 listen address (overrides the config file).
     #[arg(long, value_name = "ADDR")]
     rac: Option<SocketAddr>,
+    /// Share this node's OpenCL devices with remote OpenCL clients on ADDR.
+    #[arg(long, value_name = "ADDR")]
+    opencl: Option<SocketAddr>,
     /// TOML configuration: slots and what each loads, every bound, admin token, log level.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -50,6 +53,9 @@ fn main() -> ExitCode {
     if let Some(addr) = args.rac {
         config.rac = addr;
     }
+    if let Some(addr) = args.opencl {
+        config.opencl = Some(addr);
+    }
     if let Some(n) = args.io_threads {
         config.io_threads = n;
     }
@@ -64,6 +70,7 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     match netaccel_node::start(config) {

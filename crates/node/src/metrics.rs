@@ -173,6 +173,11 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
+    /// The registry, for components that register their own families (remote OpenCL).
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     /// The text exposition format (OpenMetrics text, which Prometheus scrapes).
     pub fn encode(&self) -> String {
         let mut out = String::with_capacity(16 * 1024);

@@ -35,6 +35,8 @@ pub struct Node {
     http_requests: Vec<OnceLock<Counter>>,
     open_connections: AtomicUsize,
     next_tenant: AtomicU64,
+    /// The remote OpenCL service, when configured and an OpenCL runtime was found.
+    opencl: parking_lot::Mutex<Option<ocl_remote::service::ServiceHandle>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -64,7 +66,23 @@ impl Node {
                 })
                 .collect::<Result<_, _>>()?
         };
-        let metrics = Metrics::new();
+        let mut metrics = Metrics::new();
+        let opencl = config.opencl.and_then(|addr| {
+            let service = ocl_remote::service::ServiceConfig {
+                platforms: config.opencl_platforms.clone(),
+                ..Default::default()
+            };
+            match ocl_remote::service::spawn(addr, service, metrics.registry_mut()) {
+                Ok(handle) => {
+                    tracing::info!(opencl = %handle.local_addr(), devices = ?handle.device_names(), "sharing OpenCL devices");
+                    Some(handle)
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "remote OpenCL not available; serving without it");
+                    None
+                }
+            }
+        });
         let limits = SlotLimits {
             queue_depth_max: config.queue_depth_max,
             tenant_share_max: config.tenant_queue_depth_max.min(config.queue_depth_max),
@@ -107,6 +125,7 @@ impl Node {
             body_budget,
             open_connections: AtomicUsize::new(0),
             next_tenant: AtomicU64::new(1),
+            opencl: parking_lot::Mutex::new(opencl),
             shutdown,
         }))
     }
@@ -165,6 +184,14 @@ impl Node {
     /// Stops accepting; idle connections close, busy ones after their current request.
     pub fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
+        if let Some(opencl) = self.opencl.lock().take() {
+            opencl.shutdown();
+        }
+    }
+
+    /// Where remote OpenCL clients connect, if the node shares OpenCL devices.
+    pub fn opencl_addr(&self) -> Option<std::net::SocketAddr> {
+        self.opencl.lock().as_ref().map(|h| h.local_addr())
     }
 
     pub fn catalog_json(&self) -> Vec<u8> {

@@ -685,3 +685,42 @@ fn sigterm_drains_in_flight_calls_and_exits_zero() {
     assert!(status.success(), "exit status {status}");
     assert_eq!(call.join().unwrap().unwrap(), 200);
 }
+
+#[test]
+fn remote_opencl_service_runs_inside_the_node() {
+    let platforms = std::fs::read_dir("/etc/OpenCL/vendors")
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter(|e| !e.file_name().to_string_lossy().contains("netaccel"))
+                .count()
+        })
+        .unwrap_or(0);
+    if platforms == 0 {
+        eprintln!("SKIP: no OpenCL platform installed");
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let node = TestNode::start(&format!("opencl = \"127.0.0.1:{port}\"\n"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "remote OpenCL listener did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let metrics = ureq::get(&node.url("/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(
+        metrics.contains("netaccel_ocl_task_latency_seconds"),
+        "OpenCL metrics missing from the node's /metrics"
+    );
+    assert!(metrics.contains("netaccel_slot_calls_total"));
+}

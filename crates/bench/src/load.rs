@@ -77,6 +77,18 @@ pub struct Spec {
     pub timeout: Duration,
     /// Seed of the Poisson schedules.
     pub seed: u64,
+    /// Stop after this many calls sent in the measured window (over all connections);
+    /// `duration` is then only an upper bound.
+    pub calls: Option<u64>,
+    /// RAC only: bind every connection to this tenant (`hello`) before calling.
+    pub tenant: Option<Tenant>,
+}
+
+/// A RAC tenant configured at the node: name and token, sent in a `hello`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tenant {
+    pub name: String,
+    pub token: String,
 }
 
 /// What a run (or one thread of it) recorded.
@@ -97,6 +109,12 @@ pub struct Recorded {
     pub sent: u64,
     pub request_payload_bytes: u64,
     pub response_body_bytes: u64,
+    /// When the last measured answer arrived (runs with a call budget end when the
+    /// budget is spent, not at the end of the window).
+    pub last_answer: Option<Instant>,
+    /// Length of the measured window, set by [`run`]: from the end of the warm-up to
+    /// the end of the window, or to the last measured answer in runs with a call budget.
+    pub measured: Duration,
 }
 
 impl Recorded {
@@ -122,6 +140,7 @@ impl Recorded {
         self.sent += other.sent;
         self.request_payload_bytes += other.request_payload_bytes;
         self.response_body_bytes += other.response_body_bytes;
+        self.last_answer = self.last_answer.max(other.last_answer);
         for (class, n) in &other.errors {
             *self.errors.entry(class.clone()).or_default() += n;
         }
@@ -148,6 +167,17 @@ pub fn run(spec: &Spec, progress: Arc<AtomicU64>) -> anyhow::Result<Recorded> {
             "--new-conn is for HTTP targets"
         );
     }
+    if spec.tenant.is_some() {
+        anyhow::ensure!(
+            matches!(spec.target, Target::Rac { .. }),
+            "a tenant is for RAC targets"
+        );
+    }
+    if let Some(n) = spec.calls {
+        anyhow::ensure!(n >= 1, "the number of calls must be at least 1");
+        anyhow::ensure!(!spec.new_conn, "a call budget is not for --new-conn runs");
+    }
+    let budget = Arc::new(AtomicU64::new(spec.calls.unwrap_or(u64::MAX)));
     let start = Instant::now() + Duration::from_millis(20);
     let window = Window {
         start,
@@ -159,9 +189,10 @@ pub fn run(spec: &Spec, progress: Arc<AtomicU64>) -> anyhow::Result<Recorded> {
         .map(|t| {
             let spec = spec.clone();
             let progress = progress.clone();
+            let budget = budget.clone();
             std::thread::Builder::new()
                 .name(format!("load-{t}"))
-                .spawn(move || run_thread(&spec, t, threads, window, &progress))
+                .spawn(move || run_thread(&spec, t, threads, window, &progress, &budget))
                 .expect("spawning a load thread")
         })
         .collect();
@@ -172,6 +203,10 @@ pub fn run(spec: &Spec, progress: Arc<AtomicU64>) -> anyhow::Result<Recorded> {
                 .map_err(|_| anyhow::anyhow!("a load thread panicked"))??,
         );
     }
+    all.measured = match (spec.calls, all.last_answer) {
+        (Some(_), Some(last)) => last.saturating_duration_since(window.measure_from),
+        _ => spec.duration,
+    };
     Ok(all)
 }
 
@@ -188,9 +223,10 @@ fn run_thread(
     threads: usize,
     window: Window,
     progress: &Arc<AtomicU64>,
+    budget: &Arc<AtomicU64>,
 ) -> anyhow::Result<Recorded> {
     if let Target::InProcess { name } = &spec.target {
-        return Ok(run_in_process(spec, name, window, progress));
+        return Ok(run_in_process(spec, name, window, progress, budget));
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -203,6 +239,7 @@ fn run_thread(
             window,
             recorded: recorded.clone(),
             progress: progress.clone(),
+            budget: budget.clone(),
             schedule: Schedule::new(spec.mode, conn, spec.conns, spec.seed, window.start),
         };
         local.spawn_local(connection(ctx));
@@ -215,7 +252,13 @@ fn run_thread(
 }
 
 /// The compute floor: the kernel called in a loop, no network, no copy of the input.
-fn run_in_process(spec: &Spec, name: &str, window: Window, progress: &AtomicU64) -> Recorded {
+fn run_in_process(
+    spec: &Spec,
+    name: &str,
+    window: Window,
+    progress: &AtomicU64,
+    budget: &AtomicU64,
+) -> Recorded {
     let catalog = accel::Catalog::builtin();
     let kernel = catalog
         .by_name(name)
@@ -236,7 +279,11 @@ fn run_in_process(spec: &Spec, name: &str, window: Window, progress: &AtomicU64)
         if t0 < window.measure_from {
             continue;
         }
+        if !take(budget) {
+            return rec;
+        }
         rec.sent += 1;
+        rec.last_answer = Some(t1);
         match result {
             Ok(()) => {
                 rec.ok += 1;
@@ -323,21 +370,38 @@ impl SplitMix64 {
     }
 }
 
+/// Takes one call from a budget shared by all connections; false when it is spent.
+fn take(budget: &AtomicU64) -> bool {
+    budget
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok()
+}
+
 struct Ctx {
     spec: Spec,
     window: Window,
     recorded: Rc<RefCell<Recorded>>,
     progress: Arc<AtomicU64>,
+    /// Calls left to send in the measured window (`u64::MAX`: no budget).
+    budget: Arc<AtomicU64>,
     schedule: Schedule,
 }
 
 impl Ctx {
+    /// Whether the run is over for this connection: window ended or budget spent.
+    fn over(&self) -> bool {
+        Instant::now() >= self.window.end || self.budget.load(Ordering::Relaxed) == 0
+    }
+
     fn progress(&self) -> &AtomicU64 {
         &self.progress
     }
 
     /// The next time to send, or `None` when the window is over.
     fn next_send(&mut self) -> Option<Option<Instant>> {
+        if self.budget.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
         match self.schedule.peek() {
             Some(t) if t >= self.window.end => None,
             Some(t) => {
@@ -367,7 +431,7 @@ async fn connection(mut ctx: Ctx) {
     if ctx.spec.new_conn {
         return new_conn_per_call(&mut ctx, &addr, &mut request).await;
     }
-    while Instant::now() < ctx.window.end {
+    while !ctx.over() {
         let stream = match tokio::time::timeout(ctx.spec.timeout, TcpStream::connect(&addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
@@ -380,6 +444,13 @@ async fn connection(mut ctx: Ctx) {
             }
         };
         let _ = stream.set_nodelay(true);
+        let mut stream = stream;
+        if let Some(tenant) = &ctx.spec.tenant {
+            if let Err(class) = hello(&mut stream, tenant, ctx.spec.timeout).await {
+                failed(&ctx, class, 1).await;
+                continue;
+            }
+        }
         if let Err((class, lost)) = session(&mut ctx, stream, &mut request).await {
             failed(&ctx, class, lost).await;
         }
@@ -437,6 +508,13 @@ async fn session(
             if intended.is_none() && since >= window.end {
                 break;
             }
+            if since >= window.measure_from {
+                if !take(&ctx.budget) {
+                    permits.add_permits(1);
+                    break;
+                }
+                recorded.borrow_mut().sent += 1;
+            }
             let id = {
                 let mut s = state.borrow_mut();
                 let id = s.free_ids.pop().expect("a permit means a free id");
@@ -444,9 +522,6 @@ async fn session(
                 s.order.push_back(id);
                 id
             };
-            if since >= window.measure_from {
-                recorded.borrow_mut().sent += 1;
-            }
             sent.notify_one();
             if let Err(e) = wr.write_all(request.bytes_for(id)).await {
                 return Err(format!("write: {}", e.kind()));
@@ -502,6 +577,7 @@ async fn session(
                     None => {
                         let total_ns = (now - since).as_nanos() as u64;
                         r.ok += 1;
+                        r.last_answer = Some(now);
                         r.total.record(total_ns);
                         r.request_payload_bytes += payload_len;
                         r.response_body_bytes += reply.body_len;
@@ -539,6 +615,44 @@ async fn session(
             .count();
         (class, lost as u64)
     })
+}
+
+/// Binds a fresh RAC connection to `tenant`: sends `hello` and waits for its result.
+async fn hello(stream: &mut TcpStream, tenant: &Tenant, timeout: Duration) -> Result<(), String> {
+    use tokio::io::AsyncReadExt;
+    let payload = rac_proto::ControlRequest::Hello {
+        tenant: tenant.name.clone(),
+        token: Some(tenant.token.clone()),
+    }
+    .to_payload();
+    let len = u32::try_from(payload.len()).map_err(|_| "hello: tenant name too long")?;
+    let mut bytes = rac_proto::CallHeader::control(0, len).encode().to_vec();
+    bytes.extend_from_slice(&payload);
+    let exchange = async {
+        stream.write_all(&bytes).await?;
+        let mut head = [0u8; rac_proto::HEADER_LEN];
+        stream.read_exact(&mut head).await?;
+        let header =
+            match rac_proto::ResultHeader::decode(&head, rac_proto::CONTROL_PAYLOAD_LEN_MAX) {
+                rac_proto::Decode::Complete(h) => h,
+                _ => return Err(std::io::Error::other("bad control result header")),
+            };
+        let mut body = vec![0; header.payload_len as usize];
+        stream.read_exact(&mut body).await?;
+        Ok((header, body))
+    };
+    let (header, body) = tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| "hello: timeout".to_owned())?
+        .map_err(|e| format!("hello: {}", e.kind()))?;
+    if !header.status.is_ok() {
+        return Err(format!(
+            "hello: rac {} ({})",
+            header.status.name(),
+            String::from_utf8_lossy(&body)
+        ));
+    }
+    Ok(())
 }
 
 /// HTTP with a new connection per call: connect, request, answer, close, one call at

@@ -48,9 +48,17 @@ struct RunArgs {
     /// Load-generator threads, each with its own runtime; connections are spread over them.
     #[arg(short, long, default_value_t = 1)]
     threads: usize,
-    /// Measured seconds per run (or per sweep step).
-    #[arg(short, long, default_value = "5")]
-    duration: f64,
+    /// Measured seconds per run (or per sweep step); with --calls, an upper bound
+    /// (default 600).
+    #[arg(short, long)]
+    duration: Option<f64>,
+    /// Stop after this many calls sent after the warm-up (all connections together);
+    /// calls/s is then counted over the time the calls took.
+    #[arg(short = 'n', long)]
+    calls: Option<u64>,
+    /// RAC: bind every connection to this tenant (`hello`), given as NAME:TOKEN.
+    #[arg(long, value_parser = parse_tenant)]
+    tenant: Option<load::Tenant>,
     /// Seconds of load before measuring.
     #[arg(short, long, default_value = "1")]
     warmup: f64,
@@ -138,6 +146,19 @@ fn parse_size(text: &str) -> Result<usize, String> {
     Ok(bytes)
 }
 
+fn parse_tenant(text: &str) -> Result<load::Tenant, String> {
+    let (name, token) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?}: expected NAME:TOKEN"))?;
+    if name.is_empty() {
+        return Err(format!("{text:?}: empty tenant name"));
+    }
+    Ok(load::Tenant {
+        name: name.to_owned(),
+        token: token.to_owned(),
+    })
+}
+
 fn secs(s: f64, what: &str) -> Result<Duration> {
     Duration::try_from_secs_f64(s)
         .with_context(|| format!("{what}: {s} is not a duration in seconds"))
@@ -178,7 +199,11 @@ fn run(a: RunArgs) -> Result<()> {
         conns: a.conns,
         inflight: a.inflight,
         threads: a.threads,
-        duration: secs(a.duration, "--duration")?,
+        duration: secs(
+            a.duration
+                .unwrap_or(if a.calls.is_some() { 600.0 } else { 5.0 }),
+            "--duration",
+        )?,
         warmup: secs(a.warmup, "--warmup")?,
         mode: match a.rate {
             Some(rate) => Mode::Open {
@@ -190,6 +215,8 @@ fn run(a: RunArgs) -> Result<()> {
         new_conn: a.new_conn,
         timeout: secs(a.timeout, "--timeout")?,
         seed: a.seed,
+        calls: a.calls,
+        tenant: a.tenant.clone(),
     };
     if matches!(target, Target::InProcess { .. }) && base.mode != Mode::Closed {
         bail!("inproc targets run closed loop only");
@@ -253,9 +280,17 @@ fn describe(spec: &Spec) -> String {
         Mode::Closed => "closed loop".to_owned(),
         Mode::Open { rate, arrivals } => format!("open loop {rate}/s {arrivals:?}"),
     };
+    let length = match spec.calls {
+        Some(n) => format!("{n} calls (at most {:?})", spec.duration),
+        None => format!("{:?}", spec.duration),
+    };
+    let tenant = match &spec.tenant {
+        Some(t) => format!(", tenant {}", t.name),
+        None => String::new(),
+    };
     format!(
-        "{mode}, {} conn × {} in flight, {} thread(s), {} B, {:?} + {:?} warm-up",
-        spec.conns, spec.inflight, spec.threads, spec.size, spec.duration, spec.warmup
+        "{mode}, {} conn × {} in flight, {} thread(s), {} B, {length} + {:?} warm-up{tenant}",
+        spec.conns, spec.inflight, spec.threads, spec.size, spec.warmup
     )
 }
 

@@ -51,7 +51,11 @@ pub struct Scenario {
 
 impl Scenario {
     pub fn new(label: &str, url: &str, spec: &Spec, rec: &Recorded, machine: &str) -> Scenario {
-        let secs = spec.duration.as_secs_f64();
+        let secs = if rec.measured.is_zero() {
+            spec.duration.as_secs_f64()
+        } else {
+            rec.measured.as_secs_f64()
+        };
         let split = |h: &crate::hist::Latency| (h.count() > 0).then(|| h.summary());
         let (mode, rate) = match spec.mode {
             Mode::Closed => ("closed".to_owned(), None),

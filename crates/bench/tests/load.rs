@@ -28,6 +28,8 @@ fn spec(url: &str, mode: Mode, duration_ms: u64) -> Spec {
         new_conn: false,
         timeout: Duration::from_secs(2),
         seed: 7,
+        calls: None,
+        tenant: None,
     }
 }
 
@@ -317,4 +319,33 @@ fn a_dead_target_counts_connect_errors_and_ends_on_time() {
         "{:?}",
         r.errors
     );
+}
+
+#[test]
+fn a_call_budget_sends_exactly_that_many_calls_and_counts_their_time() {
+    let port = rac_server();
+    let mut s = spec(
+        &format!("rac://127.0.0.1:{port}/echo"),
+        Mode::Closed,
+        30_000,
+    );
+    s.method = Method::Post;
+    s.conns = 2;
+    s.inflight = 4;
+    s.calls = Some(5_000);
+    s.tenant = Some(load::Tenant {
+        name: "heavy".into(),
+        token: "t".into(),
+    });
+    let r = run(&s);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!((r.sent, r.ok), (5_000, 5_000));
+    assert!(r.measured < Duration::from_secs(20), "{:?}", r.measured);
+    assert!(!r.measured.is_zero());
+
+    let mut s = spec("inproc://echo", Mode::Closed, 30_000);
+    s.calls = Some(1_000);
+    let r = run(&s);
+    assert_eq!((r.sent, r.ok), (1_000, 1_000));
+    assert!(r.measured < Duration::from_secs(5), "{:?}", r.measured);
 }

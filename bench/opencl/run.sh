@@ -2,13 +2,16 @@
 # Remote OpenCL overhead: native PoCL vs the netaccel ICD through a local node service,
 # with the shared-memory path (same host) and with the network path forced.
 #
-#   bench/opencl/run.sh [ITERATIONS]
+#   bench/opencl/run.sh [ITERATIONS] [ROUNDS]
 #
-# Needs gcc, ocl-icd-opencl-dev, opencl-headers and pocl-opencl-icd. Prints one line per
-# run of overhead.c (median/p90/p99 in microseconds, or MiB/s for the 256 MiB writes).
+# Needs gcc, ocl-icd-opencl-dev, opencl-headers and pocl-opencl-icd. The three setups
+# run interleaved, ROUNDS times (default 5), so that a change of machine load hits all
+# of them alike; each run of overhead.c prints median/p90/p99 in microseconds (or MiB/s
+# for the 256 MiB writes), and the summary gives the median over the rounds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 iters="${1:-2000}"
+rounds="${2:-5}"
 target="${CARGO_TARGET_DIR:-target}"
 cargo build --release -q -p ocl-remote -p ocl-icd
 work="$(mktemp -d)"
@@ -28,11 +31,17 @@ run() { # label, vendors dir, extra env, mode, iterations
     printf '%-22s ' "$1"
     env OCL_ICD_VENDORS="$work/$2" $3 "$work/overhead" "$4" "$5"
 }
-for mode in small large; do
-    run "native" local "" "$mode" "$iters"
-    run "remote shared-memory" remote "" "$mode" "$iters"
-    run "remote network" remote "NETACCEL_OPENCL_SHM=0" "$mode" "$iters"
-done
-run "native" local "" bw 5
-run "remote shared-memory" remote "" bw 5
-run "remote network" remote "NETACCEL_OPENCL_SHM=0" bw 3
+for round in $(seq "$rounds"); do
+    for mode in small large; do
+        run "native" local "" "$mode" "$iters"
+        run "remote-shared-memory" remote "" "$mode" "$iters"
+        run "remote-network" remote "NETACCEL_OPENCL_SHM=0" "$mode" "$iters"
+    done
+    run "native" local "" bw 3
+    run "remote-shared-memory" remote "" bw 3
+    [ "$round" -gt 1 ] || run "remote-network" remote "NETACCEL_OPENCL_SHM=0" bw 2
+done | tee "$work/runs.txt"
+echo "== median over $rounds rounds (microseconds; MiB/s for bw)"
+awk '{ print $1 "_" $2 "_" $3, $5 }' "$work/runs.txt" | sort -k1,1 -k2,2n |
+    awk '{ n[$1]++; v[$1, n[$1]] = $2 }
+         END { for (k in n) printf "%-40s %s\n", k, v[k, int((n[k] + 1) / 2)] }' | sort

@@ -1,18 +1,22 @@
 //! One connection to one node: synchronous control calls, the pending command batch,
-//! in-flight tasks, and the reader thread that completes them.
+//! in-flight tasks, and the reading of the node's frames that completes them.
 //!
 //! Everything the application sends to a node goes through one ordered output buffer
 //! (`Out`), so a `Release` can never overtake a command that still uses the object.
 //! Enqueued commands are encoded into `Out::cmds` and sent only at a flush point, as
-//! `Enqueue` + `Flush` in one write. The reader thread routes `Reply` frames to the
-//! waiting caller by request id, copies `ReadData` into the host pointers recorded at
-//! enqueue time, and on `TaskDone` completes the task's events and runs their callbacks.
+//! `Enqueue` + `Flush` in one write. Frames from the node are read by whichever thread
+//! holds the read half: an application thread waiting for an answer reads them itself
+//! (no thread hand-off on the latency path); when nobody waits, a background thread
+//! does. Reading routes `Reply` frames to the waiting caller by request id, copies
+//! `ReadData` into the host pointers recorded at enqueue time, and on `TaskDone`
+//! completes the task's events and runs their callbacks.
 
 use std::collections::HashMap;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::{self, Command, Decoded, HelloInfo, Request, Response};
@@ -84,6 +88,8 @@ struct State {
     /// Status of finished awaited tasks that a blocking caller still has to collect.
     done: HashMap<u64, ClInt>,
     dead: bool,
+    /// Application threads inside [`Node::wait_for`].
+    waiters: usize,
 }
 
 pub struct Node {
@@ -92,7 +98,13 @@ pub struct Node {
     out: Mutex<Out>,
     state: Mutex<State>,
     cond: Condvar,
+    /// Wakes the background reader: tasks in flight and nobody waiting for them.
+    background: Condvar,
     pub platforms: Vec<Vec<u32>>,
+    /// The read half: whoever holds it reads frames (a waiting application thread, which
+    /// saves a thread hand-off, or the background reader).
+    reader: Mutex<TcpStream>,
+    reader_fd: RawFd,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -104,8 +116,7 @@ impl Node {
     pub fn connect(addr: &str) -> io::Result<Arc<Node>> {
         let stream = TcpStream::connect(addr)?;
         stream.set_nodelay(true)?;
-        let read_half = stream.try_clone()?;
-        let mut reader = BufReader::with_capacity(256 << 10, read_half);
+        let mut reader = stream.try_clone()?;
         // An empty host id tells the node not to offer shared memory.
         let shm_off = std::env::var(SHM_ENV).is_ok_and(|v| v == "0");
         let host_id = if shm_off {
@@ -146,22 +157,16 @@ impl Node {
             }),
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
+            background: Condvar::new(),
             platforms: info.platforms,
+            reader_fd: reader.as_raw_fd(),
+            reader: Mutex::new(reader),
         });
         let weak = Arc::downgrade(&node);
+        let fd = node.reader_fd;
         std::thread::Builder::new()
             .name("netaccel-ocl-reader".to_string())
-            .spawn(move || {
-                let result = reader_loop(&weak, &mut reader);
-                if let Some(node) = weak.upgrade() {
-                    if let Err(e) = result {
-                        if e.kind() != io::ErrorKind::UnexpectedEof {
-                            eprintln!("netaccel OpenCL: connection to {} lost: {e}", node.addr);
-                        }
-                    }
-                    node.fail_all();
-                }
-            })?;
+            .spawn(move || background_reader(&weak, fd))?;
         Ok(node)
     }
 
@@ -181,15 +186,52 @@ impl Node {
                 self.fail_all();
             }
         }
-        let mut state = lock(&self.state);
+        self.wait_for(|st| st.replies.remove(&id))
+            .unwrap_or((cl::CL_OUT_OF_RESOURCES, Vec::new()))
+    }
+
+    /// Waits until `take` finds what the caller waits for (`None` if the connection
+    /// died). While it waits, the calling thread reads frames itself if no other thread
+    /// is reading, so its own answer needs no hand-off from another thread.
+    fn wait_for<T>(&self, mut take: impl FnMut(&mut State) -> Option<T>) -> Option<T> {
+        lock(&self.state).waiters += 1;
+        let result = self.wait_for_inner(&mut take);
+        let mut st = lock(&self.state);
+        st.waiters -= 1;
+        // The background reader sleeps while anyone waits; it may have to read now.
+        if st.waiters == 0 && !st.tasks.is_empty() {
+            self.background.notify_one();
+        }
+        result
+    }
+
+    fn wait_for_inner<T>(&self, take: &mut impl FnMut(&mut State) -> Option<T>) -> Option<T> {
         loop {
-            if let Some(reply) = state.replies.remove(&id) {
-                return reply;
+            let mut st = lock(&self.state);
+            if let Some(v) = take(&mut st) {
+                return Some(v);
             }
-            if state.dead {
-                return (cl::CL_OUT_OF_RESOURCES, Vec::new());
+            if st.dead {
+                return None;
             }
-            state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
+            // Trying the reader while holding the state lock: whoever holds the reader
+            // takes the state lock to notify after releasing it, so a failed try is
+            // always followed by a wake-up.
+            let Ok(mut reader) = self.reader.try_lock() else {
+                drop(self.cond.wait(st).unwrap_or_else(|p| p.into_inner()));
+                continue;
+            };
+            drop(st);
+            let result = pump_one(self, &mut reader);
+            drop(reader);
+            drop(lock(&self.state));
+            self.cond.notify_all();
+            if let Err(e) = result {
+                if e.kind() != io::ErrorKind::UnexpectedEof {
+                    eprintln!("netaccel OpenCL: connection to {} lost: {e}", self.addr);
+                }
+                self.fail_all();
+            }
         }
     }
 
@@ -301,7 +343,14 @@ impl Node {
             e.set_submitted();
         }
         // Registered before the bytes leave, so the reader always finds it.
-        lock(&self.state).tasks.insert(id, task);
+        {
+            let mut st = lock(&self.state);
+            st.tasks.insert(id, task);
+            if !block_on_gates && st.waiters == 0 {
+                // Nobody will wait for this task: the background reader completes it.
+                self.background.notify_one();
+            }
+        }
         if out.write_buf().is_err() {
             drop(out);
             self.fail_all();
@@ -326,38 +375,22 @@ impl Node {
 
     /// Waits for task `id` and returns its status (first failed command, or success).
     pub fn wait_task(&self, id: u64) -> ClInt {
-        let mut state = lock(&self.state);
-        loop {
-            if let Some(status) = state.done.remove(&id) {
-                return status;
-            }
-            if state.dead {
-                return cl::CL_OUT_OF_RESOURCES;
-            }
-            state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
-        }
+        self.wait_for(|st| st.done.remove(&id))
+            .unwrap_or(cl::CL_OUT_OF_RESOURCES)
     }
 
     /// Flushes and waits until no task of this connection is in flight.
     pub fn finish(&self) -> ClInt {
         self.flush_task(false, true);
-        let mut state = lock(&self.state);
-        while !state.tasks.is_empty() && !state.dead {
-            state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
-        }
-        if state.dead {
-            cl::CL_OUT_OF_RESOURCES
-        } else {
-            cl::CL_SUCCESS
+        match self.wait_for(|st| st.tasks.is_empty().then_some(())) {
+            Some(()) => cl::CL_SUCCESS,
+            None => cl::CL_OUT_OF_RESOURCES,
         }
     }
 
     /// Waits until `event` has completed or failed.
     pub fn wait_event(&self, event: &EventRef) {
-        let mut state = lock(&self.state);
-        while event.status() > cl::CL_COMPLETE && !state.dead {
-            state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
-        }
+        self.wait_for(|_| (event.status() <= cl::CL_COMPLETE).then_some(()));
     }
 
     /// The connection is gone: every waiter wakes up and every pending event fails.
@@ -374,6 +407,7 @@ impl Node {
         }
         drop(lock(&self.state));
         self.cond.notify_all();
+        self.background.notify_one();
     }
 }
 
@@ -402,7 +436,7 @@ impl Out {
     }
 }
 
-fn read_frame(reader: &mut BufReader<TcpStream>) -> io::Result<(proto::Header, Vec<u8>)> {
+fn read_frame(reader: &mut TcpStream) -> io::Result<(proto::Header, Vec<u8>)> {
     let mut head = [0u8; proto::HEADER_LEN];
     reader.read_exact(&mut head)?;
     let header = match proto::decode_header(&head, FRAME_BODY_MAX) {
@@ -415,17 +449,16 @@ fn read_frame(reader: &mut BufReader<TcpStream>) -> io::Result<(proto::Header, V
     Ok((header, body))
 }
 
-fn reader_loop(node: &std::sync::Weak<Node>, reader: &mut BufReader<TcpStream>) -> io::Result<()> {
-    loop {
+/// Reads one frame from the node and acts on it: a reply is filed for its caller, read
+/// data goes to the application's memory, a finished task completes its events.
+fn pump_one(node: &Node, reader: &mut TcpStream) -> io::Result<()> {
+    {
         let mut head = [0u8; proto::HEADER_LEN];
         reader.read_exact(&mut head)?;
         let header = match proto::decode_header(&head, FRAME_BODY_MAX) {
             Ok(Decoded::Complete(h, _)) => h,
             Ok(Decoded::Partial) => unreachable!("a whole header was read"),
             Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
-        };
-        let Some(node) = node.upgrade() else {
-            return Ok(());
         };
         if header.kind == proto::kind::READ_DATA {
             // Read data goes straight into the application's memory.
@@ -454,10 +487,10 @@ fn reader_loop(node: &std::sync::Weak<Node>, reader: &mut BufReader<TcpStream>) 
                     reader.read_exact(slice)?;
                 }
                 _ => {
-                    io::copy(&mut reader.by_ref().take(len as u64), &mut io::sink())?;
+                    io::copy(&mut Read::by_ref(reader).take(len as u64), &mut io::sink())?;
                 }
             }
-            continue;
+            return Ok(());
         }
         let mut body = vec![0u8; header.body_len as usize];
         reader.read_exact(&mut body)?;
@@ -481,7 +514,7 @@ fn reader_loop(node: &std::sync::Weak<Node>, reader: &mut BufReader<TcpStream>) 
                     )
                 });
                 let Some((task_events, direct_reads, awaited)) = taken else {
-                    continue;
+                    return Ok(());
                 };
                 if status == cl::CL_SUCCESS {
                     for r in &direct_reads {
@@ -514,6 +547,64 @@ fn reader_loop(node: &std::sync::Weak<Node>, reader: &mut BufReader<TcpStream>) 
                 node.cond.notify_all();
             }
             Response::ReadData { .. } => unreachable!("handled above"),
+        }
+    }
+    Ok(())
+}
+
+/// True when the socket has bytes (or an end) waiting, after at most `timeout_ms`.
+fn readable(fd: RawFd, timeout_ms: i32) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    rc > 0 && pfd.revents != 0
+}
+
+/// The background reader: whenever data arrives and no application thread is reading,
+/// it reads and dispatches the frames (completions nobody waits for, callbacks).
+fn background_reader(node: &Weak<Node>, fd: RawFd) {
+    loop {
+        // Only tasks nobody waits for need this thread (completions, callbacks); a
+        // waiting application thread reads for itself.
+        {
+            let Some(node) = node.upgrade() else { return };
+            let mut st = lock(&node.state);
+            while !st.dead && (st.waiters > 0 || st.tasks.is_empty()) {
+                st = node.background.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            if st.dead {
+                return;
+            }
+        }
+        // Bounded, so that a waiter that arrives meanwhile is noticed.
+        if !readable(fd, 50) {
+            continue;
+        }
+        let Some(node) = node.upgrade() else { return };
+        if lock(&node.state).waiters > 0 {
+            continue;
+        }
+        let mut reader = lock(&node.reader);
+        let mut failed = None;
+        while readable(fd, 0) {
+            if let Err(e) = pump_one(&node, &mut reader) {
+                failed = Some(e);
+                break;
+            }
+        }
+        drop(reader);
+        drop(lock(&node.state));
+        node.cond.notify_all();
+        if let Some(e) = failed {
+            if e.kind() != io::ErrorKind::UnexpectedEof {
+                eprintln!("netaccel OpenCL: connection to {} lost: {e}", node.addr);
+            }
+            node.fail_all();
+            return;
         }
     }
 }

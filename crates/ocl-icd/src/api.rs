@@ -458,7 +458,7 @@ pub unsafe extern "C" fn clRetainCommandQueue(q: Handle) -> ClInt {
 pub unsafe extern "C" fn clReleaseCommandQueue(q: Handle) -> ClInt {
     // Releasing a queue implies a flush (OpenCL 1.2, 5.1).
     if let Ok(o) = get::<Queue>(q) {
-        o.v.node.flush(false);
+        o.v.node.flush();
     }
     release::<Queue>(q)
 }
@@ -483,7 +483,7 @@ pub unsafe extern "C" fn clGetCommandQueueInfo(
 
 pub unsafe extern "C" fn clFlush(queue: Handle) -> ClInt {
     let q = tryr!(get::<Queue>(queue));
-    q.v.node.flush(false);
+    q.v.node.flush();
     cl::CL_SUCCESS
 }
 
@@ -741,14 +741,40 @@ fn check_range(offset: usize, size: usize, total: usize) -> Result<(), ClInt> {
     }
 }
 
-/// Sends the open task and, for a blocking call, waits for it.
-fn finish_blocking(node: &Node, blocking: bool) -> ClInt {
+/// Where a command's event goes: the application's slot, or for a blocking call without
+/// one, `internal` (the call waits on that event and then releases it).
+fn event_slot(blocking: bool, event: *mut Handle, internal: &mut Handle) -> *mut Handle {
+    if blocking && event.is_null() {
+        internal
+    } else {
+        event
+    }
+}
+
+/// For a blocking call: sends the open task and waits for the command's event `slot`
+/// (whichever thread's flush sends it), returning the command's error if it failed.
+/// Releases the internal event, if one was used.
+unsafe fn finish_blocking(
+    node: &Node,
+    blocking: bool,
+    slot: *mut Handle,
+    internal: Handle,
+) -> ClInt {
     if !blocking {
         return cl::CL_SUCCESS;
     }
-    match node.flush(true) {
-        Some(task) => node.wait_task(task),
-        None => cl::CL_SUCCESS,
+    node.flush_blocking();
+    let event = EventRef::new(*slot);
+    node.wait_event(&event);
+    let status = event.status();
+    drop(event);
+    if !internal.is_null() {
+        release::<Event>(internal);
+    }
+    if status < cl::CL_COMPLETE {
+        status
+    } else {
+        cl::CL_SUCCESS
     }
 }
 
@@ -873,6 +899,8 @@ pub unsafe extern "C" fn clEnqueueReadBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
+    let mut internal: Handle = null_mut();
+    let slot = event_slot(blocking != 0, event, &mut internal);
     let node = tryr!(enqueue_read(
         queue,
         mem,
@@ -882,9 +910,9 @@ pub unsafe extern "C" fn clEnqueueReadBuffer(
         cl::CL_COMMAND_READ_BUFFER,
         num_wait,
         wait,
-        event
+        slot
     ));
-    finish_blocking(&node, blocking != 0)
+    finish_blocking(&node, blocking != 0, slot, internal)
 }
 
 pub unsafe extern "C" fn clEnqueueWriteBuffer(
@@ -1005,12 +1033,14 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
 ) -> *mut c_void {
     let m = tryp!(get::<Mem>(mem), errcode);
     tryp!(check_range(offset, size, m.v.size), errcode);
+    let mut internal: Handle = null_mut();
+    let slot = event_slot(blocking != 0, event, &mut internal);
     if let (Some(region), 0) = (&m.v.shm, m.v.host_ptr) {
         // Shared memory: the mapping is the buffer itself, ready once the commands
         // ahead of it are done; nothing to copy either way.
         let q = tryp!(prologue(queue, num_wait, wait), errcode);
         tryp!(same_node(&q.v.node, &m.v.node), errcode);
-        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_BUFFER, event);
+        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_BUFFER, slot);
         q.v.node.enqueue(
             &Command::Marker {
                 queue: q.v.id,
@@ -1019,7 +1049,7 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
             evref,
             None,
         );
-        let rc = finish_blocking(&q.v.node, blocking != 0);
+        let rc = finish_blocking(&q.v.node, blocking != 0, slot, internal);
         if rc != cl::CL_SUCCESS {
             set_err(errcode, rc);
             return null_mut();
@@ -1071,11 +1101,11 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
                 cl::CL_COMMAND_MAP_BUFFER,
                 num_wait,
                 wait,
-                event
+                slot
             ),
             errcode
         );
-        let rc = finish_blocking(&node, blocking != 0);
+        let rc = finish_blocking(&node, blocking != 0, slot, internal);
         if rc != cl::CL_SUCCESS {
             set_err(errcode, rc);
             return null_mut();
@@ -1777,7 +1807,7 @@ pub unsafe extern "C" fn clWaitForEvents(num: u32, list: *const Handle) -> ClInt
     // Waiting on an event implies flushing its queue.
     for (node, r) in &refs {
         if r.status() == cl::CL_QUEUED {
-            node.flush(false);
+            node.flush();
         }
     }
     let mut rc = cl::CL_SUCCESS;
@@ -1806,7 +1836,7 @@ pub unsafe extern "C" fn clGetEventInfo(
         cl::CL_EVENT_COMMAND_EXECUTION_STATUS => {
             // A program polling the status expects progress: send the pending task.
             if e.v.status() == cl::CL_QUEUED {
-                e.v.node.flush(false);
+                e.v.node.flush();
             }
             bytes_of(e.v.status())
         }

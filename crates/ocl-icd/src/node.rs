@@ -53,8 +53,6 @@ struct InFlight {
     direct_reads: Vec<DirectRead>,
     /// Has direct reads: no later task may be sent until this one is removed.
     exclusive: bool,
-    /// A blocking caller will collect the status with [`Node::wait_task`].
-    awaited: bool,
 }
 
 /// A read served from a buffer's shared memory once its task is done. While such a task
@@ -85,8 +83,6 @@ struct Out {
 struct State {
     replies: HashMap<u64, (ClInt, Vec<u8>)>,
     tasks: HashMap<u64, InFlight>,
-    /// Status of finished awaited tasks that a blocking caller still has to collect.
-    done: HashMap<u64, ClInt>,
     dead: bool,
     /// Application threads inside [`Node::wait_for`].
     waiters: usize,
@@ -299,16 +295,21 @@ impl Node {
         self.enqueue(marker, event, None);
     }
 
-    /// Closes the open task and sends it; returns its task id, or `None` if nothing was
-    /// enqueued since the last flush. With `awaited` the caller must call
-    /// [`Node::wait_task`] with the id.
-    pub fn flush(&self, awaited: bool) -> Option<u64> {
-        self.flush_task(awaited, awaited)
+    /// Closes the open task and sends it (`clFlush`). A task held back by user events is
+    /// sent when they are set.
+    pub fn flush(&self) {
+        self.flush_task(false);
     }
 
-    /// Like [`Node::flush`]; with `block_on_gates` a task gated by user events is sent
-    /// once they complete (the caller waits), without it the flush is only remembered.
-    fn flush_task(&self, awaited: bool, block_on_gates: bool) -> Option<u64> {
+    /// Closes the open task and sends it, waiting for user events that hold it back
+    /// (blocking calls).
+    pub fn flush_blocking(&self) {
+        self.flush_task(true);
+    }
+
+    /// With `block_on_gates` a task gated by user events is sent once they complete (the
+    /// caller waits); without, the flush is only remembered.
+    fn flush_task(&self, block_on_gates: bool) -> Option<u64> {
         let mut out = lock(&self.out);
         if out.open_cmds == 0 {
             return None;
@@ -337,8 +338,7 @@ impl Node {
         let id = self.next_id();
         Request::Flush.encode(id, &mut out.buf);
         out.open_cmds = 0;
-        let mut task = std::mem::take(&mut out.open);
-        task.awaited = awaited;
+        let task = std::mem::take(&mut out.open);
         for e in &task.events {
             e.set_submitted();
         }
@@ -369,19 +369,13 @@ impl Node {
         self.cond.notify_all();
         let pending = lock(&self.out).flush_pending;
         if pending {
-            self.flush_task(false, false);
+            self.flush_task(false);
         }
-    }
-
-    /// Waits for task `id` and returns its status (first failed command, or success).
-    pub fn wait_task(&self, id: u64) -> ClInt {
-        self.wait_for(|st| st.done.remove(&id))
-            .unwrap_or(cl::CL_OUT_OF_RESOURCES)
     }
 
     /// Flushes and waits until no task of this connection is in flight.
     pub fn finish(&self) -> ClInt {
-        self.flush_task(false, true);
+        self.flush_task(true);
         match self.wait_for(|st| st.tasks.is_empty().then_some(())) {
             Some(()) => cl::CL_SUCCESS,
             None => cl::CL_OUT_OF_RESOURCES,
@@ -510,10 +504,9 @@ fn pump_one(node: &Node, reader: &mut TcpStream) -> io::Result<()> {
                     (
                         std::mem::take(&mut t.events),
                         std::mem::take(&mut t.direct_reads),
-                        t.awaited,
                     )
                 });
-                let Some((task_events, direct_reads, awaited)) = taken else {
+                let Some((task_events, direct_reads)) = taken else {
                     return Ok(());
                 };
                 if status == cl::CL_SUCCESS {
@@ -537,13 +530,7 @@ fn pump_one(node: &Node, reader: &mut TcpStream) -> io::Result<()> {
                         None => e.complete(status.min(cl::CL_COMPLETE), [0; 4]),
                     }
                 }
-                {
-                    let mut state = lock(&node.state);
-                    state.tasks.remove(&header.id);
-                    if awaited {
-                        state.done.insert(header.id, status);
-                    }
-                }
+                lock(&node.state).tasks.remove(&header.id);
                 node.cond.notify_all();
             }
             Response::ReadData { .. } => unreachable!("handled above"),

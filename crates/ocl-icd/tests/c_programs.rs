@@ -228,6 +228,11 @@ fn user_events_are_identical_local_and_remote() {
 }
 
 #[test]
+fn application_threads_sharing_a_connection_are_identical_local_and_remote() {
+    compare("threads");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

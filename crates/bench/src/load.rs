@@ -498,10 +498,17 @@ async fn session(
     let progress = ctx.progress.clone();
     let payload_len = request.payload_len() as u64;
 
+    let mut timer = match ctx.spec.mode {
+        Mode::Open { .. } => Some(Timer::new().map_err(|e| (format!("timer: {}", e.kind()), 0))?),
+        Mode::Closed => None,
+    };
     let writer = async {
         while let Some(intended) = ctx.next_send() {
-            if let Some(t) = intended {
-                tokio::time::sleep_until(t.into()).await;
+            if let (Some(t), Some(timer)) = (intended, timer.as_mut()) {
+                timer
+                    .sleep_until(t)
+                    .await
+                    .map_err(|e| format!("timer: {}", e.kind()))?;
             }
             permits.acquire().await.expect("never closed").forget();
             let since = intended.unwrap_or_else(Instant::now);
@@ -615,6 +622,104 @@ async fn session(
             .count();
         (class, lost as u64)
     })
+}
+
+/// Open loop: a wait until an intended send time, precise to a few microseconds.
+///
+/// Tokio's own timer has a resolution of one millisecond (a sleep ends on the next
+/// millisecond tick), which in open loop would be charged to the server as up to a
+/// millisecond of latency per call. On Linux this is a `timerfd` polled by the same
+/// runtime: the kernel's high-resolution timer wakes the load thread at the intended
+/// time, with no extra thread and no busy waiting.
+struct Timer {
+    #[cfg(target_os = "linux")]
+    fd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+}
+
+impl Timer {
+    #[cfg(target_os = "linux")]
+    fn new() -> std::io::Result<Timer> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain system call; the descriptor is owned by the OwnedFd below.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor that nothing else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // SAFETY: the OwnedFd is moved into the AsyncFd and stays open as long as it.
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }
+        .map_err(std::io::Error::from)?;
+        Ok(Timer { fd })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn new() -> std::io::Result<Timer> {
+        Ok(Timer {})
+    }
+
+    #[cfg(target_os = "linux")]
+    async fn sleep_until(&mut self, t: Instant) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let Some(wait) = t
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+        else {
+            return Ok(());
+        };
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let spec = libc::itimerspec {
+            it_interval: zero,
+            it_value: libc::timespec {
+                tv_sec: wait.as_secs() as libc::time_t,
+                tv_nsec: wait.subsec_nanos() as libc::c_long,
+            },
+        };
+        let fd = self.fd.get_ref().as_raw_fd();
+        // SAFETY: fd is a timerfd owned by self; spec outlives the call.
+        if unsafe { libc::timerfd_settime(fd, 0, &spec, std::ptr::null_mut()) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        loop {
+            let mut guard = self.fd.readable().await?;
+            let read = guard.try_io(|inner| {
+                let mut expirations = [0u8; 8];
+                // SAFETY: reads at most 8 bytes into a buffer of 8 bytes.
+                let n = unsafe {
+                    libc::read(
+                        inner.get_ref().as_raw_fd(),
+                        expirations.as_mut_ptr().cast(),
+                        expirations.len(),
+                    )
+                };
+                if n < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
+            });
+            match read {
+                Ok(result) => return result,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    async fn sleep_until(&mut self, t: Instant) -> std::io::Result<()> {
+        tokio::time::sleep_until(t.into()).await;
+        Ok(())
+    }
 }
 
 /// Binds a fresh RAC connection to `tenant`: sends `hello` and waits for its result.

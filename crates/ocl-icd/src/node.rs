@@ -13,10 +13,11 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::{self, Command, Decoded, HelloInfo, Request, Response};
@@ -34,6 +35,8 @@ const CMDS_BYTES_MAX: usize = 4 << 20;
 const OUT_BYTES_MAX: usize = 16 << 20;
 /// Largest frame the node may send us (read chunks are 16 MiB).
 const FRAME_BODY_MAX: u32 = 64 << 20;
+/// How long connecting to a node and its `Hello` answer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Writes larger than this are split into several commands.
 pub const WRITE_CHUNK_MAX: usize = 8 << 20;
 
@@ -110,8 +113,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Node {
     /// Connects, says `Hello` and starts the reader thread.
     pub fn connect(addr: &str) -> io::Result<Arc<Node>> {
-        let stream = TcpStream::connect(addr)?;
+        // Bounded, so that an unreachable node delays the program's start by seconds,
+        // not by the system's SYN timeout.
+        let target = addr.to_socket_addrs()?.next().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "address resolves to nothing")
+        })?;
+        let stream = TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)?;
         stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
         let mut reader = stream.try_clone()?;
         // An empty host id tells the node not to offer shared memory.
         let shm_off = std::env::var(SHM_ENV).is_ok_and(|v| v == "0");
@@ -138,6 +147,7 @@ impl Node {
             )));
         }
         let info = HelloInfo::decode(payload).map_err(|e| invalid(&e.to_string()))?;
+        reader.set_read_timeout(None)?;
         let node = Arc::new(Node {
             addr: addr.to_string(),
             next_id: AtomicU64::new(2),
@@ -280,16 +290,16 @@ impl Node {
         true
     }
 
-    /// Adds `marker` (a command carrying the read's event) and a read served from shared
+    /// Adds `marker` (a command carrying the reads' event) and reads served from shared
     /// memory when the task is done.
-    pub fn enqueue_direct_read(
+    pub fn enqueue_direct_reads(
         &self,
         marker: &Command<'_>,
         event: Option<EventRef>,
-        read: DirectRead,
+        reads: Vec<DirectRead>,
     ) {
         let mut out = lock(&self.out);
-        out.open.direct_reads.push(read);
+        out.open.direct_reads.extend(reads);
         out.open.exclusive = true;
         drop(out);
         self.enqueue(marker, event, None);

@@ -233,6 +233,11 @@ fn application_threads_sharing_a_connection_are_identical_local_and_remote() {
 }
 
 #[test]
+fn rectangular_transfers_are_identical_local_and_remote() {
+    compare("rect");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

@@ -3,9 +3,9 @@
 //!
 //! Everything the application sends to a node goes through one ordered output buffer
 //! (`Out`), so a `Release` can never overtake a command that still uses the object.
-//! Enqueued commands are encoded into `Out::cmds` and sent only at a flush point, as
-//! `Enqueue` + `Flush` in one write. Frames from the node are read by whichever thread
-//! holds the read half: an application thread waiting for an answer reads them itself
+//! Enqueued commands are encoded straight into an open `Enqueue` frame in that buffer
+//! and sent only at a flush point, as `Enqueue` + `Flush` in one write. Frames from the
+//! node are read by whichever thread holds the read half: an application thread waiting for an answer reads them itself
 //! (no thread hand-off on the latency path); when nobody waits, a background thread
 //! does. Reading routes `Reply` frames to the waiting caller by request id, copies
 //! `ReadData` into the host pointers recorded at enqueue time, and on `TaskDone`
@@ -70,7 +70,8 @@ pub struct DirectRead {
 struct Out {
     stream: TcpStream,
     buf: Vec<u8>,
-    cmds: Vec<u8>,
+    /// Where the open `Enqueue` frame starts in `buf` (its header is written at seal).
+    frame_start: Option<usize>,
     cmd_count: u32,
     /// Commands since the last `Flush` (sealed or not).
     open_cmds: u32,
@@ -154,7 +155,7 @@ impl Node {
             out: Mutex::new(Out {
                 stream,
                 buf: Vec::new(),
-                cmds: Vec::new(),
+                frame_start: None,
                 cmd_count: 0,
                 open_cmds: 0,
                 open: InFlight::default(),
@@ -186,6 +187,7 @@ impl Node {
         let id = self.next_id();
         {
             let mut out = lock(&self.out);
+            out.seal();
             request.encode(id, &mut out.buf);
             if out.write_buf().is_err() {
                 drop(out);
@@ -260,7 +262,13 @@ impl Node {
         read: Option<(u64, HostDst)>,
     ) {
         let mut out = lock(&self.out);
-        command.encode(&mut out.cmds);
+        if out.frame_start.is_none() {
+            // Header and count are filled in by `seal`; commands go straight after them.
+            let start = out.buf.len();
+            out.buf.resize(start + proto::HEADER_LEN + 4, 0);
+            out.frame_start = Some(start);
+        }
+        command.encode(&mut out.buf);
         out.cmd_count += 1;
         out.open_cmds += 1;
         if let Some(e) = event {
@@ -269,12 +277,18 @@ impl Node {
         if let Some((token, dst)) = read {
             out.open.reads.insert(token, dst);
         }
-        if out.cmds.len() > CMDS_BYTES_MAX {
+        if out
+            .frame_start
+            .is_some_and(|start| out.buf.len() - start > CMDS_BYTES_MAX)
+        {
             out.seal();
         }
-        if out.buf.len() > OUT_BYTES_MAX && out.write_buf().is_err() {
-            drop(out);
-            self.fail_all();
+        if out.buf.len() > OUT_BYTES_MAX {
+            out.seal();
+            if out.write_buf().is_err() {
+                drop(out);
+                self.fail_all();
+            }
         }
     }
 
@@ -418,15 +432,15 @@ impl Node {
 impl Out {
     /// Turns the encoded commands into one `Enqueue` frame in the output buffer.
     fn seal(&mut self) {
-        if self.cmd_count == 0 {
+        let Some(start) = self.frame_start.take() else {
             return;
-        }
-        proto::encode_header(&mut self.buf, proto::kind::ENQUEUE, 0, 4 + self.cmds.len());
-        proto::put_u32(&mut self.buf, self.cmd_count);
-        let cmds = std::mem::take(&mut self.cmds);
-        self.buf.extend_from_slice(&cmds);
-        self.cmds = cmds;
-        self.cmds.clear();
+        };
+        let body_len = self.buf.len() - start - proto::HEADER_LEN;
+        let mut head = Vec::with_capacity(proto::HEADER_LEN);
+        proto::encode_header(&mut head, proto::kind::ENQUEUE, 0, body_len);
+        self.buf[start..start + proto::HEADER_LEN].copy_from_slice(&head);
+        self.buf[start + proto::HEADER_LEN..start + proto::HEADER_LEN + 4]
+            .copy_from_slice(&self.cmd_count.to_le_bytes());
         self.cmd_count = 0;
     }
 

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::programs;
-use super::worker::{Arg, Cmd, Op, Task};
+use super::worker::{Arg, Cmd, FrameBytes, Op, Task};
 use super::{Real, Shared, INFO_BYTES_MAX};
 use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
@@ -123,17 +123,17 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: TcpStream) {
 
 /// Answers the first request of a client over `clients_max` with `CL_OUT_OF_RESOURCES`.
 fn refuse(shared: &Shared, reader: &mut BufReader<TcpStream>, writer: &ClientWriter) {
-    let mut body = Vec::new();
-    if let Ok(header) = read_frame(shared, reader, &mut body) {
+    if let Ok((header, _)) = read_frame(shared, reader) {
         send_reply(writer, header.id, err(cl::CL_OUT_OF_RESOURCES));
     }
 }
 
+/// Reads one frame; the body comes back in a fresh buffer (not zero-filled first), so
+/// that commands can keep slices of it instead of copying their data.
 fn read_frame(
     shared: &Shared,
     reader: &mut BufReader<TcpStream>,
-    body: &mut Vec<u8>,
-) -> io::Result<proto::Header> {
+) -> io::Result<(proto::Header, Vec<u8>)> {
     let mut head = [0u8; proto::HEADER_LEN];
     reader.read_exact(&mut head)?;
     let header = match proto::decode_header(&head, shared.config.frame_body_max) {
@@ -141,10 +141,13 @@ fn read_frame(
         Ok(Decoded::Partial) => unreachable!("a whole header was read"),
         Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
     };
-    body.clear();
-    body.resize(header.body_len as usize, 0);
-    reader.read_exact(body)?;
-    Ok(header)
+    let len = header.body_len as usize;
+    let mut body = Vec::with_capacity(len);
+    reader.by_ref().take(len as u64).read_to_end(&mut body)?;
+    if body.len() != len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok((header, body))
 }
 
 fn send_reply(writer: &ClientWriter, id: u64, (status, payload): Reply) {
@@ -170,9 +173,9 @@ impl Drop for Session<'_> {
 
 impl Session<'_> {
     fn run(&mut self, reader: &mut BufReader<TcpStream>) -> io::Result<()> {
-        let mut body = Vec::new();
         loop {
-            let header = read_frame(self.shared, reader, &mut body)?;
+            let (header, body) = read_frame(self.shared, reader)?;
+            let body = Arc::new(body);
             let request = Request::decode(header.kind, &body)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             if !self.greeted && !matches!(request, Request::Hello { .. }) {
@@ -193,7 +196,7 @@ impl Session<'_> {
                     let reply = self.create_sub_buffer(id, parent, flags, offset, size);
                     send_reply(&self.writer, header.id, reply);
                 }
-                Request::Enqueue { commands } => self.enqueue(commands),
+                Request::Enqueue { commands } => self.enqueue(commands, &body),
                 Request::Flush => self.flush(header.id),
                 other => {
                     let reply = self.control(other);
@@ -864,7 +867,7 @@ impl Session<'_> {
 
     /// Resolves one command's ids against this client's table. Failures become the
     /// command's status instead of failing the connection.
-    fn resolve(&self, command: &Command<'_>) -> Result<Op, ClInt> {
+    fn resolve(&self, command: &Command<'_>, frame: &Arc<Vec<u8>>) -> Result<Op, ClInt> {
         Ok(match command {
             Command::Write {
                 buffer,
@@ -874,10 +877,17 @@ impl Session<'_> {
             } => {
                 let (mem, size) = self.mem(*buffer)?;
                 Self::in_bounds(*offset, data.len() as u64, size)?;
+                // `data` is a slice of `frame` (the decoder borrows from it).
+                let start = data.as_ptr() as usize - frame.as_ptr() as usize;
+                debug_assert!(start + data.len() <= frame.len());
                 Op::Write {
                     mem,
                     offset: *offset as usize,
-                    data: data.to_vec(),
+                    data: FrameBytes {
+                        frame: Arc::clone(frame),
+                        start,
+                        len: data.len(),
+                    },
                 }
             }
             Command::Read {
@@ -963,14 +973,15 @@ impl Session<'_> {
         })
     }
 
-    fn enqueue(&mut self, commands: Vec<Command<'_>>) {
+    fn enqueue(&mut self, commands: Vec<Command<'_>>, frame: &Arc<Vec<u8>>) {
+        // Writes keep the whole frame alive, so the whole frame counts against the bound.
+        if commands.iter().any(|c| matches!(c, Command::Write { .. })) {
+            self.open_bytes = self.open_bytes.saturating_add(frame.len() as u64);
+        }
         for command in commands {
-            let data_len = match &command {
-                Command::Write { data, .. } => data.len() as u64,
-                Command::Fill { pattern, .. } => pattern.len() as u64,
-                _ => 0,
-            };
-            self.open_bytes = self.open_bytes.saturating_add(data_len);
+            if let Command::Fill { pattern, .. } = &command {
+                self.open_bytes = self.open_bytes.saturating_add(pattern.len() as u64);
+            }
             if self.open_bytes > self.shared.config.pending_bytes_max {
                 self.open_overflow = true;
             }
@@ -981,7 +992,7 @@ impl Session<'_> {
             let op = match (&queue, self.open_overflow) {
                 (None, _) => Op::Failed(cl::CL_INVALID_COMMAND_QUEUE),
                 (Some(_), true) => Op::Failed(cl::CL_OUT_OF_RESOURCES),
-                (Some(_), false) => self.resolve(&command).unwrap_or_else(Op::Failed),
+                (Some(_), false) => self.resolve(&command, frame).unwrap_or_else(Op::Failed),
             };
             self.open.push(Cmd {
                 queue,

@@ -30,12 +30,25 @@ pub(crate) enum Arg {
     Bytes(Vec<u8>),
 }
 
+/// Bytes inside a received frame, which the command keeps alive instead of copying.
+pub(crate) struct FrameBytes {
+    pub frame: Arc<Vec<u8>>,
+    pub start: usize,
+    pub len: usize,
+}
+
+impl FrameBytes {
+    pub fn as_slice(&self) -> &[u8] {
+        &self.frame[self.start..self.start + self.len]
+    }
+}
+
 /// A command with its ids resolved to real objects (each held by reference).
 pub(crate) enum Op {
     Write {
         mem: Arc<Real>,
         offset: usize,
-        data: Vec<u8>,
+        data: FrameBytes,
     },
     Read {
         mem: Arc<Real>,
@@ -177,7 +190,7 @@ fn run_task(shared: &Shared, device: usize, task: Task) {
         .cmds
         .iter()
         .map(|c| match &c.op {
-            Op::Write { data, .. } => data.len(),
+            Op::Write { data, .. } => data.len,
             _ => 0,
         })
         .sum();
@@ -370,8 +383,8 @@ unsafe fn enqueue(
             mem.handle(),
             0,
             *offset,
-            data.len(),
-            data.as_ptr().cast(),
+            data.len,
+            data.as_slice().as_ptr().cast(),
             0,
             none,
             evp,

@@ -531,3 +531,50 @@ fn a_program_already_built_on_the_node_is_not_compiled_again() {
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     assert!(text.contains("ocl_program_cache_misses_total 2"), "{text}");
 }
+
+#[test]
+fn an_open_task_over_its_byte_bound_fails_instead_of_growing() {
+    let config = ServiceConfig {
+        pending_bytes_max: 4096,
+        ..ServiceConfig::default()
+    };
+    let Some((svc, _registry)) = service(config) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    a.setup(0);
+    let big = vec![7u8; 8192];
+    assert_eq!(
+        a.call(&Request::CreateBuffer {
+            id: 50,
+            context: 1,
+            flags: 1,
+            size: 8192,
+            data: &[]
+        })
+        .0,
+        0
+    );
+    let (status, events, _) = a.task(vec![Command::Write {
+        queue: 2,
+        event: 1,
+        buffer: 50,
+        offset: 0,
+        data: &big,
+    }]);
+    assert_eq!(status, cl::CL_OUT_OF_RESOURCES);
+    assert_eq!(events[0].status, cl::CL_OUT_OF_RESOURCES);
+    // The next task starts from zero again.
+    let (status, _, reads) = a.task(vec![
+        Command::Write {
+            queue: 2,
+            event: 0,
+            buffer: 3,
+            offset: 0,
+            data: &[9; 64],
+        },
+        read_cmd(2, 3, 0),
+    ]);
+    assert_eq!(status, 0);
+    assert_eq!(reads[0].1, vec![9u8; 64]);
+}

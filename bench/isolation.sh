@@ -113,6 +113,7 @@ start_node() {
         echo "rac = \"$HOST:$RAC_PORT\""
         echo "io_threads = 1"
         echo "log_level = \"warn\""
+        [[ -n ${NODE_EXTRA:-} ]] && printf '%b\n' "$NODE_EXTRA"
         if [[ $1 == slots ]]; then
             printf '[[slots]]\naccelerator = "%s"\n' topk minmax logit
         else

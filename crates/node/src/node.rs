@@ -19,6 +19,38 @@ use crate::metrics::Metrics;
 use crate::objects::ObjectStore;
 use crate::slot::{SlotLimits, TenantId};
 
+/// Calls one tenant has queued at slots over RAC, across all its connections: the
+/// network-level bound that back-pressures a flooding tenant through TCP instead of
+/// letting it spend the network thread on calls that can only be refused BUSY.
+#[derive(Default)]
+pub struct TenantGate {
+    in_flight: AtomicUsize,
+    /// Signalled when a held call is released.
+    pub freed: tokio::sync::Notify,
+}
+
+impl TenantGate {
+    pub fn is_full(&self, max: usize) -> bool {
+        self.in_flight.load(Ordering::Acquire) >= max
+    }
+
+    /// Counts one call until the returned guard drops.
+    pub fn hold(self: &Arc<Self>) -> TenantHold {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        TenantHold(Arc::clone(self))
+    }
+}
+
+/// One call counted against its tenant; released on drop.
+pub struct TenantHold(Arc<TenantGate>);
+
+impl Drop for TenantHold {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.freed.notify_waiters();
+    }
+}
+
 pub struct Node {
     pub config: Config,
     pub dispatcher: Arc<Dispatcher>,
@@ -35,6 +67,9 @@ pub struct Node {
     http_requests: Vec<OnceLock<Counter>>,
     open_connections: AtomicUsize,
     next_tenant: AtomicU64,
+    /// Gates of tenants with live connections (dropped with their last connection).
+    tenant_gates:
+        parking_lot::Mutex<std::collections::HashMap<TenantId, std::sync::Weak<TenantGate>>>,
     /// The remote OpenCL service, when configured and an OpenCL runtime was found.
     opencl: parking_lot::Mutex<Option<ocl_remote::service::ServiceHandle>>,
     shutdown: watch::Sender<bool>,
@@ -88,6 +123,7 @@ impl Node {
             tenant_share_max: config.tenant_queue_depth_max.min(config.queue_depth_max),
             inline_work_max: config.inline_work_max,
             reconfig_delay: Duration::from_millis(config.reconfig_delay_ms),
+            worker_nice: config.slot_worker_nice,
         };
         let dispatcher = Dispatcher::start(catalog, &initial, limits, config.balance, &metrics);
         let body_budget = MemoryBudget::new(
@@ -125,6 +161,7 @@ impl Node {
             body_budget,
             open_connections: AtomicUsize::new(0),
             next_tenant: AtomicU64::new(1),
+            tenant_gates: parking_lot::Mutex::new(std::collections::HashMap::new()),
             opencl: parking_lot::Mutex::new(opencl),
             shutdown,
         }))
@@ -148,6 +185,20 @@ impl Node {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         name.hash(&mut h);
         h.finish() | (1 << 63)
+    }
+
+    /// The gate of `tenant`, shared by all its connections.
+    pub fn tenant_gate(&self, tenant: TenantId) -> Arc<TenantGate> {
+        let mut gates = self.tenant_gates.lock();
+        if let Some(gate) = gates.get(&tenant).and_then(std::sync::Weak::upgrade) {
+            return gate;
+        }
+        // Forget tenants whose connections are all gone, so the map stays bounded by
+        // the live connections.
+        gates.retain(|_, g| g.strong_count() > 0);
+        let gate = Arc::new(TenantGate::default());
+        gates.insert(tenant, Arc::downgrade(&gate));
+        gate
     }
 
     /// A fresh tenant identity (a connection that has not named a tenant).

@@ -34,7 +34,7 @@ use tokio::net::TcpStream;
 
 use crate::memory::{BodyMemory, PoolLease};
 use crate::netio::{self, read_with_deadline};
-use crate::node::Node;
+use crate::node::{Node, TenantGate};
 use crate::slot::{Answer, Call, Submitted, TenantId};
 
 /// Bytes pulled in by one read.
@@ -43,12 +43,14 @@ const READ_CHUNK: usize = 64 * 1024;
 type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
 
 pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
+    let gate = node.tenant_gate(tenant);
     let mut conn = RacConn {
         node,
         stream,
         rbuf: Vec::with_capacity(READ_CHUNK),
         rpos: 0,
         wbuf: Vec::new(),
+        gate,
         tenant,
         in_flight: HashSet::new(),
         pending: FuturesUnordered::new(),
@@ -87,6 +89,8 @@ struct RacConn {
     rpos: usize,
     wbuf: Vec<u8>,
     tenant: TenantId,
+    /// Calls of this connection's tenant queued at slots, across its connections.
+    gate: Arc<TenantGate>,
     /// Request ids of calls queued at slots (for duplicate detection).
     in_flight: HashSet<u32>,
     pending: FuturesUnordered<Pending>,
@@ -101,7 +105,11 @@ enum Event {
 }
 
 enum Input {
-    Data,
+    /// Bytes arrived; `more` when the read used its whole budget, so more are likely
+    /// waiting.
+    Data {
+        more: bool,
+    },
     Eof,
     Timeout,
     Shutdown,
@@ -123,7 +131,15 @@ impl RacConn {
             }
             // Everything buffered has been handled: send what is ready before waiting.
             self.flush().await?;
-            let may_read = reading && self.pending.len() < self.node.config.rac_in_flight_max;
+            // Register for the tenant's "freed" signal before looking at its count, so a
+            // release between the look and the wait is not missed.
+            let gate = Arc::clone(&self.gate);
+            let freed = gate.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let tenant_full = gate.is_full(self.node.config.tenant_in_flight_max);
+            let may_read =
+                reading && !tenant_full && self.pending.len() < self.node.config.rac_in_flight_max;
             let partial = self.receiving.is_some() || self.rpos < self.rbuf.len();
             let config = &self.node.config;
             let wait = if !self.pending.is_empty() {
@@ -140,6 +156,7 @@ impl RacConn {
                 input = read_input(&self.stream, &mut self.rbuf, &mut self.rpos, &mut self.receiving, deadline), if may_read => {
                     Event::Input(input?)
                 }
+                _ = &mut freed, if reading && tenant_full => continue,
                 _ = shutdown.changed(), if reading => Event::Input(Input::Shutdown),
             };
             let input = match event {
@@ -154,10 +171,23 @@ impl RacConn {
                 Event::Input(input) => input,
             };
             match input {
-                Input::Data => {}
+                // Fairness between connections on this network thread: after a full
+                // chunk, let the others (and the event loop) have a turn before
+                // reading more from this one. A flooding client then costs the others
+                // at most one chunk per turn, not a burst of reads.
+                Input::Data { more: true } => tokio::task::yield_now().await,
+                Input::Data { more: false } => {}
                 Input::Eof | Input::Timeout | Input::Shutdown => reading = false,
             }
         }
+    }
+
+    /// Whether this connection may start another call: below its own in-flight bound
+    /// and its tenant's. Past either, the node stops reading (TCP back-pressure).
+    fn may_take_more(&self) -> bool {
+        let config = &self.node.config;
+        self.pending.len() < config.rac_in_flight_max
+            && !self.gate.is_full(config.tenant_in_flight_max)
     }
 
     /// A queued call's answer arrived.
@@ -173,7 +203,7 @@ impl RacConn {
             if self.receiving.is_some() && !self.continue_receiving() {
                 break;
             }
-            if self.closing.is_some() || self.pending.len() >= self.node.config.rac_in_flight_max {
+            if self.closing.is_some() || !self.may_take_more() {
                 break;
             }
             let max = self.node.pool.buffer_bytes() as u32;
@@ -338,8 +368,10 @@ impl RacConn {
             Submitted::Queued(rx) => {
                 self.in_flight.insert(header.request_id);
                 self.node.rac_in_flight.inc();
+                let held = self.gate.hold();
                 self.pending.push(Box::pin(async move {
                     let answer = rx.await.unwrap_or_else(|_| Answer::lost());
+                    drop(held);
                     (header, answer)
                 }));
             }
@@ -368,6 +400,7 @@ impl RacConn {
                             .is_some_and(|given| crate::secret_eq(given, &t.token)) =>
                     {
                         self.tenant = node.tenant_id(&tenant);
+                        self.gate = node.tenant_gate(self.tenant);
                         let body = serde_json::to_vec(&serde_json::json!({ "tenant": tenant }))
                             .expect("JSON");
                         self.write_control(&header, Status::Ok, body);
@@ -484,12 +517,15 @@ async fn read_input(
     receiving: &mut Option<Receiving>,
     deadline: Instant,
 ) -> io::Result<Input> {
-    let n = match receiving.as_mut() {
+    // Each read is bounded by READ_CHUNK, payload reads included: a connection that
+    // streams megabytes takes the network thread for one chunk per turn.
+    let (n, budget) = match receiving.as_mut() {
         Some(Receiving::Payload {
             header, payload, ..
         }) if *rpos == rbuf.len() => {
-            let want = header.payload_len as usize - payload.len();
-            read_with_deadline(stream, &mut payload.limit(want), deadline).await?
+            let want = (header.payload_len as usize - payload.len()).min(READ_CHUNK);
+            let n = read_with_deadline(stream, &mut payload.limit(want), deadline).await?;
+            (n, want)
         }
         _ => {
             if *rpos > 0 {
@@ -497,13 +533,14 @@ async fn read_input(
                 *rpos = 0;
             }
             rbuf.reserve(READ_CHUNK);
-            read_with_deadline(stream, &mut rbuf.limit(READ_CHUNK), deadline).await?
+            let n = read_with_deadline(stream, &mut rbuf.limit(READ_CHUNK), deadline).await?;
+            (n, READ_CHUNK)
         }
     };
     Ok(match n {
         None => Input::Timeout,
         Some(0) => Input::Eof,
-        Some(_) => Input::Data,
+        Some(n) => Input::Data { more: n == budget },
     })
 }
 

@@ -196,6 +196,8 @@ pub struct SlotLimits {
     pub tenant_share_max: usize,
     pub inline_work_max: u64,
     pub reconfig_delay: Duration,
+    /// Nice value of the worker thread (see `Config::slot_worker_nice`).
+    pub worker_nice: i32,
 }
 
 pub struct Slot {
@@ -430,6 +432,19 @@ impl Slot {
 
     /// The worker thread's loop: runs queued calls until the slot is stopped and empty.
     pub fn run_worker(&self) {
+        if self.limits.worker_nice != 0 {
+            // Only this thread: on Linux a thread id is a valid PRIO_PROCESS target.
+            // Failure (a negative value without the privilege) leaves the default.
+            // SAFETY: plain system calls on this thread's own id.
+            unsafe {
+                let tid = libc::gettid();
+                libc::setpriority(
+                    libc::PRIO_PROCESS,
+                    tid as libc::id_t,
+                    self.limits.worker_nice,
+                );
+            }
+        }
         loop {
             let mut st = self.state.lock();
             let job = loop {
@@ -554,6 +569,7 @@ mod tests {
             tenant_share_max: 2,
             inline_work_max,
             reconfig_delay: Duration::ZERO,
+            worker_nice: 0,
         };
         let metrics = crate::metrics::Metrics::new();
         let slot = Arc::new(Slot::new(

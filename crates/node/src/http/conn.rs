@@ -32,6 +32,8 @@ use crate::slot::{Answer, Call, Submitted, TenantId};
 const READ_CHUNK: usize = 4096;
 /// Bytes read at a time when discarding a body.
 const SKIP_CHUNK: usize = 8192;
+/// Most body bytes one read takes; a longer body is read over several turns.
+const BODY_CHUNK: usize = 64 * 1024;
 
 pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
     let shutdown = node.shutdown_signal();
@@ -445,7 +447,8 @@ impl Conn {
             let read = match dst.as_deref_mut() {
                 Some(dst) => {
                     dst.reserve(remaining);
-                    read_with_deadline(&self.stream, &mut dst.limit(remaining), deadline).await?
+                    let budget = remaining.min(BODY_CHUNK);
+                    read_with_deadline(&self.stream, &mut dst.limit(budget), deadline).await?
                 }
                 None => {
                     scratch.clear();
@@ -455,7 +458,14 @@ impl Conn {
             };
             match read {
                 Some(0) | None => return Ok(false),
-                Some(k) => remaining -= k,
+                Some(k) => {
+                    remaining -= k;
+                    // A large body is read one chunk per turn, so other connections on
+                    // this network thread are not kept waiting behind it.
+                    if remaining > 0 && k >= SKIP_CHUNK {
+                        tokio::task::yield_now().await;
+                    }
+                }
             }
         }
         Ok(true)

@@ -278,6 +278,30 @@ fn check_start(buf: &[u8], want_request: bool) -> Result<Option<Kind>, HeaderErr
     Ok(Some(kind))
 }
 
+/// What both decoders check first: magic and kind (as soon as their bytes are
+/// present), then, once the whole header is in, flags = 0. Returns the kind, the
+/// header and its request id, or the `Decode` to return at once.
+fn open_header<T>(
+    buf: &[u8],
+    want_request: bool,
+) -> Result<(Kind, &[u8; HEADER_LEN], u32), Decode<T>> {
+    let kind = check_start(buf, want_request).map_err(Decode::Error)?;
+    let Some(h) = buf.first_chunk::<HEADER_LEN>() else {
+        return Err(Decode::Partial {
+            needed: HEADER_LEN - buf.len(),
+        });
+    };
+    let kind = kind.expect("a whole header has a kind byte");
+    let request_id = u32_at(h, 12);
+    if h[5] != 0 {
+        return Err(Decode::Error(HeaderError::NonZeroFlags {
+            flags: h[5],
+            request_id,
+        }));
+    }
+    Ok((kind, h, request_id))
+}
+
 fn u16_at(h: &[u8; HEADER_LEN], offset: usize) -> u16 {
     u16::from_le_bytes([h[offset], h[offset + 1]])
 }
@@ -373,27 +397,15 @@ impl CallHeader {
     /// as soon as their bytes are present, so a prefix is either `Partial` or already
     /// the error the whole header would give.
     pub fn decode(buf: &[u8], max_payload_len: u32) -> Decode<CallHeader> {
-        let kind = match check_start(buf, true) {
-            Ok(kind) => kind,
-            Err(e) => return Decode::Error(e),
-        };
-        let Some(h) = buf.first_chunk::<HEADER_LEN>() else {
-            return Decode::Partial {
-                needed: HEADER_LEN - buf.len(),
-            };
+        let (kind, h, request_id) = match open_header(buf, true) {
+            Ok(opened) => opened,
+            Err(stop) => return stop,
         };
         let kind = match kind {
-            Some(Kind::Call) => CallKind::Call,
-            Some(Kind::Control) => CallKind::Control,
-            _ => unreachable!("check_start accepted a full header with a non-request kind"),
+            Kind::Call => CallKind::Call,
+            Kind::Control => CallKind::Control,
+            _ => unreachable!("open_header accepted a request header with a non-request kind"),
         };
-        let request_id = u32_at(h, 12);
-        if h[5] != 0 {
-            return Decode::Error(HeaderError::NonZeroFlags {
-                flags: h[5],
-                request_id,
-            });
-        }
         let accel_id = u16_at(h, 6);
         if (accel_id == CONTROL_ACCEL_ID) != (kind == CallKind::Control) {
             return Decode::Error(HeaderError::AcceleratorIdMismatch {
@@ -500,27 +512,15 @@ impl ResultHeader {
     /// checked against the kind: an error result echoes whatever the refused call
     /// carried.
     pub fn decode(buf: &[u8], max_payload_len: u32) -> Decode<ResultHeader> {
-        let kind = match check_start(buf, false) {
-            Ok(kind) => kind,
-            Err(e) => return Decode::Error(e),
-        };
-        let Some(h) = buf.first_chunk::<HEADER_LEN>() else {
-            return Decode::Partial {
-                needed: HEADER_LEN - buf.len(),
-            };
+        let (kind, h, request_id) = match open_header(buf, false) {
+            Ok(opened) => opened,
+            Err(stop) => return stop,
         };
         let kind = match kind {
-            Some(Kind::Result) => ResultKind::Result,
-            Some(Kind::ControlResult) => ResultKind::ControlResult,
-            _ => unreachable!("check_start accepted a full header with a non-result kind"),
+            Kind::Result => ResultKind::Result,
+            Kind::ControlResult => ResultKind::ControlResult,
+            _ => unreachable!("open_header accepted a result header with a non-result kind"),
         };
-        let request_id = u32_at(h, 12);
-        if h[5] != 0 {
-            return Decode::Error(HeaderError::NonZeroFlags {
-                flags: h[5],
-                request_id,
-            });
-        }
         let code = u16_at(h, 6);
         let Some(status) = Status::from_u16(code) else {
             return Decode::Error(HeaderError::UnknownStatus {

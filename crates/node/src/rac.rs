@@ -39,6 +39,10 @@ use crate::slot::{Answer, Call, Submitted, TenantId};
 
 /// Bytes pulled in by one read.
 const READ_CHUNK: usize = 64 * 1024;
+/// Payload and output buffers a connection keeps for reuse, and the largest kept:
+/// at most 64 KiB per connection, like its read buffer.
+const SPARE_BUFFERS_MAX: usize = 4;
+const SPARE_BUFFER_BYTES_MAX: usize = 16 * 1024;
 
 type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
 
@@ -55,6 +59,7 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
         in_flight: HashSet::new(),
         pending: FuturesUnordered::new(),
         receiving: None,
+        spare: Vec::new(),
         closing: None,
     };
     if let Err(e) = conn.run().await {
@@ -95,6 +100,8 @@ struct RacConn {
     in_flight: HashSet<u32>,
     pending: FuturesUnordered<Pending>,
     receiving: Option<Receiving>,
+    /// Buffers of answered calls, reused for the next payloads and outputs.
+    spare: Vec<Vec<u8>>,
     /// A framing error was read: its result, sent once in-flight calls are answered.
     closing: Option<(ResultHeader, String)>,
 }
@@ -253,7 +260,8 @@ impl RacConn {
         let buffered = self.rbuf.len() - self.rpos;
         if buffered >= len {
             // Single-fragment path: the payload came with its header.
-            let payload = self.rbuf[self.rpos..self.rpos + len].to_vec();
+            let mut payload = self.spare_buffer(len);
+            payload.extend_from_slice(&self.rbuf[self.rpos..self.rpos + len]);
             self.rpos += len;
             return self.complete(header, target, payload, None);
         }
@@ -275,7 +283,7 @@ impl RacConn {
         self.receiving = Some(Receiving::Payload {
             header,
             target,
-            payload: Vec::with_capacity(len),
+            payload: self.spare_buffer(len),
             lease,
         });
         self.continue_receiving();
@@ -351,7 +359,7 @@ impl RacConn {
             accel,
             params: header.params,
             payload,
-            out: Vec::new(),
+            out: self.spare_buffer(0),
             received,
             deadline: (header.deadline_us > 0)
                 .then(|| received + Duration::from_micros(u64::from(header.deadline_us))),
@@ -467,7 +475,7 @@ impl RacConn {
             slot,
             queue_ns,
             exec_ns,
-            ..
+            payload,
         } = answer;
         let body: &[u8] = if status == Status::Ok {
             &output
@@ -479,6 +487,26 @@ impl RacConn {
         result.queue_ns = queue_ns;
         result.exec_ns = exec_ns;
         self.write_result(&result, body);
+        self.keep_buffer(output);
+        self.keep_buffer(payload);
+    }
+
+    /// An empty buffer with room for `len` bytes, reused from earlier calls when one
+    /// is at hand (saves an allocation and a free per call and buffer).
+    fn spare_buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.reserve(len);
+        buf
+    }
+
+    /// Keeps a finished call's buffer for reuse: a few small ones, so an idle
+    /// connection holds little memory.
+    fn keep_buffer(&mut self, buf: Vec<u8>) {
+        let size = buf.capacity();
+        if self.spare.len() < SPARE_BUFFERS_MAX && size > 0 && size <= SPARE_BUFFER_BYTES_MAX {
+            self.spare.push(buf);
+        }
     }
 
     fn write_result(&mut self, result: &ResultHeader, body: &[u8]) {
@@ -540,7 +568,11 @@ async fn read_input(
     Ok(match n {
         None => Input::Timeout,
         Some(0) => Input::Eof,
-        Some(n) => Input::Data { more: n == budget },
+        // Only a read cut short by the chunk bound suggests more is waiting; one that
+        // ended a payload exactly did not.
+        Some(n) => Input::Data {
+            more: n == budget && budget == READ_CHUNK,
+        },
     })
 }
 

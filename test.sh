@@ -25,10 +25,14 @@ if ((${#missing[@]})); then
   fi
 fi
 
-if ! python3 -m pytest --version >/dev/null 2>&1; then
-  echo "==> installing pytest"
-  python3 -m pip install -q pytest
-fi
+# Python test tools from PyPI: pytest for the client's tests; pyopencl (with numpy)
+# for the check that an unmodified pyopencl program runs against a remote device.
+for module in pytest pyopencl; do
+  if ! python3 -c "import $module" >/dev/null 2>&1; then
+    echo "==> installing $module"
+    python3 -m pip install -q "$module"
+  fi
+done
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check

@@ -10,14 +10,51 @@ use bytes::BufMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+/// A connection's read deadline, kept lazily: one timer per connection, re-armed only
+/// when it would fire too late. Moving a deadline later (the next request's idle
+/// timeout) costs nothing; the timer fires at the old time, sees the deadline has
+/// moved, and re-arms once. So a keep-alive connection arms about one timer per
+/// timeout period instead of one per request (after nginx's lazy timers).
+pub struct Deadline {
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Default for Deadline {
+    fn default() -> Self {
+        // Far enough never to fire before the first real deadline resets it.
+        let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
+        Deadline {
+            sleep: Box::pin(tokio::time::sleep_until(far)),
+        }
+    }
+}
+
+impl Deadline {
+    /// Completes once `deadline` has passed.
+    pub async fn until(&mut self, deadline: Instant) {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        if self.sleep.deadline() > deadline {
+            self.sleep.as_mut().reset(deadline);
+        }
+        loop {
+            self.sleep.as_mut().await;
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            self.sleep.as_mut().reset(deadline);
+        }
+    }
+}
+
 /// One read into `buf`'s spare capacity (no zeroing), or `None` when `deadline`
 /// passes first.
 pub async fn read_with_deadline(
     stream: &TcpStream,
     buf: &mut impl BufMut,
     deadline: Instant,
+    timer: &mut Deadline,
 ) -> io::Result<Option<usize>> {
-    // Fast path: data already waiting needs no timer.
+    // Fast path: data already waiting needs no timer at all.
     match read_once(stream, buf) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
         done => return done.map(Some),
@@ -31,9 +68,9 @@ pub async fn read_with_deadline(
             }
         }
     };
-    match tokio::time::timeout_at(deadline.into(), read).await {
-        Ok(r) => r.map(Some),
-        Err(_) => Ok(None),
+    tokio::select! {
+        r = read => r.map(Some),
+        _ = timer.until(deadline) => Ok(None),
     }
 }
 
@@ -122,11 +159,12 @@ const LINGER_BYTES_MAX: usize = 1024 * 1024;
 pub async fn linger(stream: &mut TcpStream) {
     stream.shutdown().await.ok();
     let deadline = Instant::now() + LINGER;
+    let mut timer = Deadline::default();
     let mut scratch = Vec::with_capacity(8192);
     let mut drained = 0;
     while drained < LINGER_BYTES_MAX {
         scratch.clear();
-        match read_with_deadline(stream, &mut scratch, deadline).await {
+        match read_with_deadline(stream, &mut scratch, deadline, &mut timer).await {
             Ok(Some(n)) if n > 0 => drained += n,
             _ => break,
         }

@@ -33,7 +33,7 @@ use rac_proto::{
 use tokio::net::TcpStream;
 
 use crate::memory::{BodyMemory, PoolLease};
-use crate::netio::{self, read_with_deadline};
+use crate::netio::{self, read_with_deadline, Deadline};
 use crate::node::{Node, TenantGate};
 use crate::slot::{Answer, Call, Submitted, TenantId};
 
@@ -60,6 +60,7 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
         pending: FuturesUnordered::new(),
         receiving: None,
         spare: Vec::new(),
+        timer: Deadline::default(),
         closing: None,
     };
     if let Err(e) = conn.run().await {
@@ -100,6 +101,8 @@ struct RacConn {
     in_flight: HashSet<u32>,
     pending: FuturesUnordered<Pending>,
     receiving: Option<Receiving>,
+    /// The connection's read deadline (idle or payload timeout).
+    timer: Deadline,
     /// Buffers of answered calls, reused for the next payloads and outputs.
     spare: Vec<Vec<u8>>,
     /// A framing error was read: its result, sent once in-flight calls are answered.
@@ -160,7 +163,7 @@ impl RacConn {
             let deadline = Instant::now() + wait;
             let event = tokio::select! {
                 Some(done) = self.pending.next(), if !self.pending.is_empty() => Event::Done(done),
-                input = read_input(&self.stream, &mut self.rbuf, &mut self.rpos, &mut self.receiving, deadline), if may_read => {
+                input = read_input(&self.stream, &mut self.rbuf, &mut self.rpos, &mut self.receiving, deadline, &mut self.timer), if may_read => {
                     Event::Input(input?)
                 }
                 _ = &mut freed, if reading && tenant_full => continue,
@@ -544,6 +547,7 @@ async fn read_input(
     rpos: &mut usize,
     receiving: &mut Option<Receiving>,
     deadline: Instant,
+    timer: &mut Deadline,
 ) -> io::Result<Input> {
     // Each read is bounded by READ_CHUNK, payload reads included: a connection that
     // streams megabytes takes the network thread for one chunk per turn.
@@ -552,7 +556,7 @@ async fn read_input(
             header, payload, ..
         }) if *rpos == rbuf.len() => {
             let want = (header.payload_len as usize - payload.len()).min(READ_CHUNK);
-            let n = read_with_deadline(stream, &mut payload.limit(want), deadline).await?;
+            let n = read_with_deadline(stream, &mut payload.limit(want), deadline, timer).await?;
             (n, want)
         }
         _ => {
@@ -561,7 +565,8 @@ async fn read_input(
                 *rpos = 0;
             }
             rbuf.reserve(READ_CHUNK);
-            let n = read_with_deadline(stream, &mut rbuf.limit(READ_CHUNK), deadline).await?;
+            let n =
+                read_with_deadline(stream, &mut rbuf.limit(READ_CHUNK), deadline, timer).await?;
             (n, READ_CHUNK)
         }
     };

@@ -724,3 +724,38 @@ fn remote_opencl_service_runs_inside_the_node() {
     );
     assert!(metrics.contains("netaccel_slot_calls_total"));
 }
+
+#[test]
+fn slow_heads_get_408_and_idle_connections_close() {
+    let node = TestNode::start("header_timeout_ms = 300\nidle_timeout_ms = 600\n");
+    // A keep-alive request first, so the connection's timer was armed for the idle
+    // timeout before the slow head makes it due sooner.
+    let mut s = TcpStream::connect(node.addr).unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    s.write_all(b"GET /hea").unwrap();
+    let start = std::time::Instant::now();
+    let resp = parse_responses(&read_until_quiet(&mut s, Duration::from_secs(3)));
+    assert_eq!(resp.len(), 2, "{resp:?}");
+    assert_eq!((resp[0].status, resp[1].status), (200, 408));
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "408 came after {:?}",
+        start.elapsed()
+    );
+    // An idle connection is closed after the idle timeout, also when each request
+    // moved its deadline later.
+    let mut s = TcpStream::connect(node.addr).unwrap();
+    for _ in 0..3 {
+        s.write_all(b"GET /health HTTP/1.1\r\n\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let start = std::time::Instant::now();
+    let resp = parse_responses(&read_until_quiet(&mut s, Duration::from_secs(3)));
+    assert_eq!(resp.len(), 3);
+    let closed_after = start.elapsed();
+    assert!(
+        closed_after < Duration::from_secs(2),
+        "idle connection kept {closed_after:?}"
+    );
+}

@@ -23,7 +23,7 @@ use super::parse::{self, BodyFraming, HttpError, Limits, Parse, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route};
 use crate::memory::{BodyMemory, MemoryPermit};
-use crate::netio::{self, read_with_deadline, write_with_deadline, WRITE_BATCH_MAX};
+use crate::netio::{self, read_with_deadline, write_with_deadline, Deadline, WRITE_BATCH_MAX};
 use crate::node::Node;
 use crate::objects::StoreError;
 use crate::slot::{Answer, Call, Submitted, TenantId};
@@ -47,6 +47,7 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
         out: Vec::new(),
         tenant,
         shutdown,
+        timer: Deadline::default(),
     };
     if let Err(e) = conn.run().await {
         tracing::debug!(error = %e, "http connection ended with an error");
@@ -65,6 +66,8 @@ struct Conn {
     out: Vec<u8>,
     tenant: TenantId,
     shutdown: watch::Receiver<bool>,
+    /// The connection's read deadline (idle, head or body timeout).
+    timer: Deadline,
 }
 
 enum Step {
@@ -448,12 +451,19 @@ impl Conn {
                 Some(dst) => {
                     dst.reserve(remaining);
                     let budget = remaining.min(BODY_CHUNK);
-                    read_with_deadline(&self.stream, &mut dst.limit(budget), deadline).await?
+                    read_with_deadline(
+                        &self.stream,
+                        &mut dst.limit(budget),
+                        deadline,
+                        &mut self.timer,
+                    )
+                    .await?
                 }
                 None => {
                     scratch.clear();
                     let mut limited = (&mut scratch).limit(remaining.min(SKIP_CHUNK));
-                    read_with_deadline(&self.stream, &mut limited, deadline).await?
+                    read_with_deadline(&self.stream, &mut limited, deadline, &mut self.timer)
+                        .await?
                 }
             };
             match read {
@@ -817,11 +827,11 @@ impl Conn {
                 return Ok(Wait::Shutdown);
             }
             tokio::select! {
-                r = read_with_deadline(&self.stream, &mut buf, deadline) => r,
+                r = read_with_deadline(&self.stream, &mut buf, deadline, &mut self.timer) => r,
                 _ = shutdown.changed() => return Ok(Wait::Shutdown),
             }
         } else {
-            read_with_deadline(&self.stream, &mut buf, deadline).await
+            read_with_deadline(&self.stream, &mut buf, deadline, &mut self.timer).await
         };
         Ok(match read? {
             Some(0) => Wait::Eof,

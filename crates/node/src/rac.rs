@@ -141,13 +141,18 @@ impl RacConn {
             }
             // Everything buffered has been handled: send what is ready before waiting.
             self.flush().await?;
-            // Register for the tenant's "freed" signal before looking at its count, so a
-            // release between the look and the wait is not missed.
+            // When the tenant is at its bound, wait for one of its calls to finish:
+            // register for the "freed" signal, then look again, so a release between
+            // the first look and the wait is not missed. (Registering costs a lock, so
+            // it is done only when needed.)
             let gate = Arc::clone(&self.gate);
             let freed = gate.freed.notified();
             tokio::pin!(freed);
-            freed.as_mut().enable();
-            let tenant_full = gate.is_full(self.node.config.tenant_in_flight_max);
+            let tenant_max = self.node.config.tenant_in_flight_max;
+            let tenant_full = gate.is_full(tenant_max) && {
+                freed.as_mut().enable();
+                gate.is_full(tenant_max)
+            };
             let may_read =
                 reading && !tenant_full && self.pending.len() < self.node.config.rac_in_flight_max;
             let partial = self.receiving.is_some() || self.rpos < self.rbuf.len();

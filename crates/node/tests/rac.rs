@@ -551,3 +551,44 @@ fn control_catalog_and_slots_match_http() {
         );
     });
 }
+
+#[test]
+fn a_tenant_at_its_in_flight_bound_is_paused_not_refused() {
+    // Every call queues (no inline execution); a tenant may have 2 queued at a time.
+    let node = TestNode::start(
+        "inline_work_max = 0\ntenant_in_flight_max = 2\n[[tenants]]\nname = \"t\"\ntoken = \"k\"\n\
+         [[slots]]\naccelerator = \"topk\"\n",
+    );
+    let rt = runtime();
+    rt.block_on(async {
+        let hello = ControlRequest::Hello {
+            tenant: "t".into(),
+            token: Some("k".into()),
+        };
+        let a = RacClient::connect(&node.rac_addr.to_string())
+            .await
+            .unwrap();
+        let b = RacClient::connect(&node.rac_addr.to_string())
+            .await
+            .unwrap();
+        a.control(&hello).await.unwrap();
+        b.control(&hello).await.unwrap();
+        let values: Vec<i32> = (0..20_000).collect();
+        let payload = i32_bytes(&values);
+        let calls = (0..20u32).map(|i| {
+            let c = if i % 2 == 0 { &a } else { &b };
+            c.call(3, params::topk(1 + i), payload.clone(), 0)
+        });
+        let results = futures_join_all(calls).await;
+        for (i, r) in results.into_iter().enumerate() {
+            let out = r.unwrap_or_else(|e| panic!("call {i}: {e}"));
+            assert_eq!(i32s(&out.payload)[0], 19_999, "call {i}");
+            assert_eq!(out.payload.len(), 4 * (1 + i));
+        }
+    });
+    assert_eq!(
+        node.metric("netaccel_busy_refusals_total{protocol=\"rac\"}"),
+        0.0
+    );
+    assert_eq!(node.metric("netaccel_rac_in_flight_calls"), 0.0);
+}

@@ -33,6 +33,9 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
+BENCH_NAME=compare.sh
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 
 DURATION=${DURATION:-5}
 WARMUP=${WARMUP:-1}
@@ -63,8 +66,6 @@ declare -a PENDING=()
 NODE_HAS_RAC=0
 RUNS=0
 
-log() { printf '[compare.sh] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 
 stop_servers() {
     local p
@@ -105,17 +106,6 @@ install_tools() {
 
 nginx_bin() { if command -v nginx >/dev/null; then command -v nginx; else echo /usr/sbin/nginx; fi; }
 
-choose_prio() {
-    if [[ "$PRIO" == auto ]]; then
-        if [[ $(id -u) -eq 0 ]] && command -v chrt >/dev/null; then PRIO=rt; else PRIO=none; fi
-    fi
-    case "$PRIO" in
-        rt) PRIO_CMD=(chrt -f 50) ;;
-        nice) PRIO_CMD=(nice -n -10) ;;
-        none) PRIO_CMD=() ;;
-        *) die "PRIO must be auto, rt, nice or none" ;;
-    esac
-}
 
 build() {
     make -s -C "$HERE/c" tcp_echo >&2 || die "building bench/c failed"
@@ -147,14 +137,6 @@ wait_http() { # url
     return 1
 }
 
-wait_port() { # port
-    local i
-    for ((i = 0; i < 50; i++)); do
-        (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
 
 # bench LABEL SIZE CONNS TARGET [extra args]: one run, JSON into RUN_DIR.
 bench() {
@@ -289,18 +271,9 @@ report() {
 }
 
 update_docs() {
-    local doc="$ROOT/docs/benchmarks.md" begin='<!-- compare.sh:begin -->' end='<!-- compare.sh:end -->'
     mkdir -p "$ROOT/docs/img"
     cp "$RUN_DIR/cdf.svg" "$ROOT/docs/img/compare-cdf.svg"
-    if ! grep -qF "$begin" "$doc"; then
-        log "docs/benchmarks.md has no $begin marker; not updated"
-        return
-    fi
-    awk -v b="$begin" -v e="$end" -v f="$1" '
-        $0 == b { print; while ((getline line < f) > 0) print line; skip = 1; next }
-        $0 == e { skip = 0 }
-        !skip { print }' "$doc" >"$doc.new"
-    mv "$doc.new" "$doc"
+    replace_docs_block compare.sh "$1" || return 0
     log "updated docs/benchmarks.md and docs/img/compare-cdf.svg"
 }
 

@@ -37,6 +37,9 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
+BENCH_NAME=http.sh
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 
 DURATION=${DURATION:-8}
 WARMUP=${WARMUP:-1}
@@ -74,8 +77,6 @@ declare -a NODE_CMD=()
 declare -a PRIO_CMD=()  # prefix for servers and load generators
 LOAD_START=""
 
-log() { printf '[http.sh] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 
 cleanup() {
     stop_server
@@ -128,17 +129,6 @@ install_tools() {
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
 }
 
-choose_prio() {
-    if [[ "$PRIO" == auto ]]; then
-        if [[ $(id -u) -eq 0 ]] && command -v chrt >/dev/null; then PRIO=rt; else PRIO=none; fi
-    fi
-    case "$PRIO" in
-        rt) PRIO_CMD=(chrt -f 50) ;;
-        nice) PRIO_CMD=(nice -n -10) ;;
-        none) PRIO_CMD=() ;;
-        *) die "PRIO must be auto, rt, nice or none" ;;
-    esac
-}
 
 nginx_bin() {
     if command -v nginx >/dev/null; then command -v nginx; else echo /usr/sbin/nginx; fi

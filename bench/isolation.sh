@@ -45,6 +45,9 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
+BENCH_NAME=isolation.sh
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 
 DURATION=${DURATION:-5}
 ROUNDS=${ROUNDS:-3}
@@ -75,8 +78,6 @@ HEAVY_PID=""
 declare -a NODE_PRIO=() LIGHT_PRIO=() HEAVY_PRIO=()
 RUNS=0
 
-log() { printf '[isolation.sh] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 
 stop_pid() { [[ -z "$1" ]] || { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; } || true; }
 cleanup() { stop_pid "$HEAVY_PID"; stop_pid "$NODE_PID"; }
@@ -96,14 +97,6 @@ build() {
     "$BENCH_BIN" run --help | grep -q -- '--tenant' || die "$BENCH_BIN has no --tenant option; rebuild it"
 }
 
-wait_port() {
-    local i
-    for ((i = 0; i < 50; i++)); do
-        (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
 
 # start_node SCENARIO: writes the node's config and starts it on NODE_CPUS.
 start_node() {
@@ -158,12 +151,10 @@ heavy_stop() {
     HEAVY_PID=""
 }
 
-median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
 # col LABEL FIELD: median over rounds of a TSV field (2 p50 ns, 3 p99 ns, 4 calls/s, 5 errors)
 col() { awk -F'\t' -v l="$1" -v f="$2" 'index($1, l " r") == 1 { print $f }' "$RUN_DIR/summary.tsv" | median; }
 per_round() { awk -F'\t' -v l="$1" -v f="$2" 'index($1, l " r") == 1 { printf "%s%.1f", (n++ ? " / " : ""), $f / 1000 }' "$RUN_DIR/summary.tsv"; }
 
-size_name() { if (($1 >= 1024 && $1 % 1024 == 0)); then echo "$(($1 / 1024)) KiB"; else echo "$1 B"; fi; }
 
 report() {
     local rev s limit what
@@ -205,16 +196,7 @@ report() {
 }
 
 update_docs() {
-    local doc="$ROOT/docs/benchmarks.md" begin='<!-- isolation.sh:begin -->' end='<!-- isolation.sh:end -->'
-    if ! grep -qF "$begin" "$doc"; then
-        log "docs/benchmarks.md has no $begin marker; not updated"
-        return
-    fi
-    awk -v b="$begin" -v e="$end" -v f="$1" '
-        $0 == b { print; while ((getline line < f) > 0) print line; skip = 1; next }
-        $0 == e { skip = 0 }
-        !skip { print }' "$doc" >"$doc.new"
-    mv "$doc.new" "$doc"
+    replace_docs_block isolation.sh "$1" || return 0
     log "updated docs/benchmarks.md"
 }
 

@@ -33,6 +33,9 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
+BENCH_NAME=rac.sh
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 
 CALLS=${CALLS:-100000}
 INFLIGHT=${INFLIGHT:-32}
@@ -60,8 +63,6 @@ declare -a PIDS=()
 declare -a PRIO_CMD=()
 RUNS=0
 
-log() { printf '[rac.sh] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 
 stop_servers() {
     local p
@@ -72,17 +73,6 @@ stop_servers() {
 trap stop_servers EXIT
 trap 'exit 130' INT TERM
 
-choose_prio() {
-    if [[ "$PRIO" == auto ]]; then
-        if [[ $(id -u) -eq 0 ]] && command -v chrt >/dev/null; then PRIO=rt; else PRIO=none; fi
-    fi
-    case "$PRIO" in
-        rt) PRIO_CMD=(chrt -f 50) ;;
-        nice) PRIO_CMD=(nice -n -10) ;;
-        none) PRIO_CMD=() ;;
-        *) die "PRIO must be auto, rt, nice or none" ;;
-    esac
-}
 
 build() {
     make -s -C "$HERE/c" tcp_echo >&2 || die "building bench/c failed"
@@ -98,14 +88,6 @@ build() {
     "$BENCH_BIN" run --help | grep -q -- '--calls' || die "$BENCH_BIN has no --calls option; rebuild it"
 }
 
-wait_port() {
-    local i
-    for ((i = 0; i < 50; i++)); do
-        (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
 
 start_servers() {
     taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$NODE_BIN" --http "$HOST:$HTTP_PORT" --rac "$HOST:$RAC_PORT" \
@@ -129,13 +111,11 @@ one() {
         die "run failed: $label (see $RUN_DIR/bench.log)"
 }
 
-median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
 
 # col LABEL_PREFIX FIELD: median over rounds of a TSV field (2 p50 ns, 3 p99 ns, 4 calls/s, 5 errors)
 col() { awk -F'\t' -v l="$1" -v f="$2" 'index($1, l " r") == 1 { print $f }' "$RUN_DIR/summary.tsv" | median; }
 per_round() { awk -F'\t' -v l="$1" -v f="$2" -v d="$3" 'index($1, l " r") == 1 { printf "%s%.*f", (n++ ? " / " : ""), d, $f / (f <= 3 ? 1000 : 1) }' "$RUN_DIR/summary.tsv"; }
 
-size_name() { if (($1 >= 1024 && $1 % 1024 == 0)); then echo "$(($1 / 1024)) KiB"; else echo "$1 B"; fi; }
 
 report() {
     local rev size n
@@ -184,16 +164,7 @@ report() {
 }
 
 update_docs() {
-    local doc="$ROOT/docs/benchmarks.md" begin='<!-- rac.sh:begin -->' end='<!-- rac.sh:end -->'
-    if ! grep -qF "$begin" "$doc"; then
-        log "docs/benchmarks.md has no $begin marker; not updated"
-        return
-    fi
-    awk -v b="$begin" -v e="$end" -v f="$1" '
-        $0 == b { print; while ((getline line < f) > 0) print line; skip = 1; next }
-        $0 == e { skip = 0 }
-        !skip { print }' "$doc" >"$doc.new"
-    mv "$doc.new" "$doc"
+    replace_docs_block rac.sh "$1" || return 0
     log "updated docs/benchmarks.md"
 }
 

@@ -18,6 +18,9 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
+BENCH_NAME=wrk_agreement
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 DURATION=${DURATION:-1}
 ROUNDS=${ROUNDS:-5}
 CONNS_LIST=${CONNS_LIST:-"1 16"}
@@ -30,7 +33,6 @@ PRIO=${PRIO:-auto}
 URL="http://127.0.0.1:$PORT/health"
 SERVER_PID=""
 
-log() { printf '[wrk_agreement] %s\n' "$*" >&2; }
 cleanup() { [[ -z "$SERVER_PID" ]] || { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; } || true; }
 trap cleanup EXIT
 
@@ -68,7 +70,6 @@ run_bench() {
          END { print r, p }' "$json"
     rm -f "$json"
 }
-median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
 
 passed=0 failed=0
 for c in $CONNS_LIST; do

@@ -97,6 +97,9 @@ impl Running {
 /// One listener per network thread on the same address. With port 0 the first bind
 /// picks the port and the others join it.
 fn bind_all(addr: SocketAddr, count: usize) -> Result<(SocketAddr, Vec<StdListener>), String> {
+    if addr.port() != 0 {
+        probe_free(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    }
     let first = bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let bound = first.local_addr().map_err(|e| e.to_string())?;
     let mut listeners = vec![first];
@@ -104,6 +107,21 @@ fn bind_all(addr: SocketAddr, count: usize) -> Result<(SocketAddr, Vec<StdListen
         listeners.push(bind(bound).map_err(|e| format!("cannot listen on {bound}: {e}"))?);
     }
     Ok((bound, listeners))
+}
+
+/// SO_REUSEPORT would let a second node (same user) silently share the port with a
+/// running one, the kernel splitting connections between them. A plain bind first
+/// (address reuse only, so TIME_WAIT does not block) fails as it should when anything
+/// already listens there.
+fn probe_free(addr: SocketAddr) -> io::Result<()> {
+    let probe = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    probe.set_reuse_address(true)?;
+    probe.bind(&addr.into())?;
+    probe.listen(1)
 }
 
 fn bind(addr: SocketAddr) -> io::Result<StdListener> {

@@ -759,3 +759,20 @@ fn slow_heads_get_408_and_idle_connections_close() {
         "idle connection kept {closed_after:?}"
     );
 }
+
+#[test]
+fn a_second_node_on_the_same_port_is_refused() {
+    let node = TestNode::start("");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
+        .args(["--http", &node.addr.to_string(), "--rac", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot listen on") && stderr.contains("in use"),
+        "{stderr}"
+    );
+    // The first node is unaffected.
+    assert_eq!(curl(&[&node.url("/health")]).0, 200);
+}

@@ -467,11 +467,7 @@ fn object_store_with_etags() {
 #[test]
 fn catalog_and_slots_documents() {
     let node = TestNode::start("[[slots]]\naccelerator = \"topk\"\n[[slots]]\naccelerator = \"topk\"\n[[slots]]\naccelerator = \"sobel\"\n");
-    let cat: serde_json::Value = ureq::get(&node.url("/v1/accelerators"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let cat: serde_json::Value = node.get_json("/v1/accelerators");
     let topk = cat
         .as_array()
         .unwrap()
@@ -490,11 +486,7 @@ fn catalog_and_slots_documents() {
         .find(|a| a["name"] == "echo")
         .unwrap();
     assert_eq!(echo["slots"], serde_json::json!([]));
-    let slots: serde_json::Value = ureq::get(&node.url("/v1/slots"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let slots: serde_json::Value = node.get_json("/v1/slots");
     assert_eq!(slots.as_array().unwrap().len(), 3);
     for key in [
         "id",
@@ -577,11 +569,7 @@ fn reconfiguration_needs_the_token_and_reports_its_time() {
     // Slot 0 held echo; now echo is hosted nowhere and to_uppercase in two slots.
     let (code, name, _) = call_err(&node, "/v1/fn/echo", b"x");
     assert_eq!((code, name.as_str()), (404, "UNKNOWN_ACCELERATOR"));
-    let slots: serde_json::Value = ureq::get(&node.url("/v1/slots/0"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let slots: serde_json::Value = node.get_json("/v1/slots/0");
     assert_eq!(slots["accelerator"], "to_uppercase");
 }
 

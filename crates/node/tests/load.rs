@@ -266,11 +266,7 @@ fn two_hundred_swaps_under_sixteen_clients() {
     );
     assert_eq!(wrong, 0);
     assert!(ok > 1000, "too little traffic to mean anything: {ok}");
-    let slots: serde_json::Value = ureq::get(&node.url("/v1/slots/2"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let slots: serde_json::Value = node.get_json("/v1/slots/2");
     assert_eq!(slots["accelerator"], "echo");
     let metrics = ureq::get(&node.url("/metrics"))
         .call()

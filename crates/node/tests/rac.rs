@@ -510,11 +510,7 @@ fn control_catalog_and_slots_match_http() {
             .control(&ControlRequest::Catalog { token: None })
             .await
             .unwrap();
-        let http: serde_json::Value = ureq::get(&node.url("/v1/accelerators"))
-            .call()
-            .unwrap()
-            .into_json()
-            .unwrap();
+        let http: serde_json::Value = node.get_json("/v1/accelerators");
         assert_eq!(catalog, http);
         let slots = c
             .control(&ControlRequest::Slots { token: None })

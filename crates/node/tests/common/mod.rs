@@ -73,6 +73,15 @@ impl TestNode {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// `GET path` as JSON.
+    pub fn get_json(&self, path: &str) -> serde_json::Value {
+        ureq::get(&self.url(path))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap()
+    }
+
     /// The value of an unlabelled metric, or of the first series starting with `prefix`.
     pub fn metric(&self, prefix: &str) -> f64 {
         let text = ureq::get(&self.url("/metrics"))

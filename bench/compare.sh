@@ -110,15 +110,7 @@ nginx_bin() { if command -v nginx >/dev/null; then command -v nginx; else echo /
 build() {
     make -s -C "$HERE/c" tcp_echo >&2 || die "building bench/c failed"
     make -s -C "$HERE/backend" >&2 || die "building bench/backend failed"
-    local pkg bin
-    for pkg in netaccel-node netaccel-bench; do
-        bin=$NODE_BIN
-        [[ $pkg == netaccel-bench ]] && bin=$BENCH_BIN
-        if [[ ! -x "$bin" ]]; then
-            log "$pkg missing: cargo build --release -p $pkg"
-            (cd "$ROOT" && cargo build --release -p "$pkg" >&2) || die "cargo build -p $pkg failed"
-        fi
-    done
+    build_release_bins
     [[ -x "$BENCH_BIN" ]] || die "no netaccel-bench at $BENCH_BIN"
 }
 

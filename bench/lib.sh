@@ -50,3 +50,17 @@ replace_docs_block() {
         !skip { print }' "$doc" >"$doc.new"
     mv "$doc.new" "$doc"
 }
+
+# build_release_bins: builds netaccel-node and netaccel-bench (release) when NODE_BIN or
+# BENCH_BIN is missing.
+build_release_bins() {
+    local pkg bin
+    for pkg in netaccel-node netaccel-bench; do
+        bin=$NODE_BIN
+        [[ $pkg == netaccel-bench ]] && bin=$BENCH_BIN
+        if [[ ! -x "$bin" ]]; then
+            log "$pkg missing: cargo build --release -p $pkg"
+            (cd "$ROOT" && cargo build --release -p "$pkg" >&2) || die "cargo build -p $pkg failed"
+        fi
+    done
+}

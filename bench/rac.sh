@@ -76,15 +76,7 @@ trap 'exit 130' INT TERM
 
 build() {
     make -s -C "$HERE/c" tcp_echo >&2 || die "building bench/c failed"
-    local pkg bin
-    for pkg in netaccel-node netaccel-bench; do
-        bin=$NODE_BIN
-        [[ $pkg == netaccel-bench ]] && bin=$BENCH_BIN
-        if [[ ! -x "$bin" ]]; then
-            log "$pkg missing: cargo build --release -p $pkg"
-            (cd "$ROOT" && cargo build --release -p "$pkg" >&2) || die "cargo build -p $pkg failed"
-        fi
-    done
+    build_release_bins
     "$BENCH_BIN" run --help | grep -q -- '--calls' || die "$BENCH_BIN has no --calls option; rebuild it"
 }
 

@@ -28,6 +28,9 @@ use crate::object::EventRef;
 
 /// Set to `0` to keep buffer data on the network path even on the node's host.
 pub const SHM_ENV: &str = "NETACCEL_OPENCL_SHM";
+/// How long, in microseconds, a thread waiting for the node polls the socket before it
+/// sleeps (default 50, see `ocl_remote::poll`; `0` sleeps at once).
+pub const SPIN_ENV: &str = "NETACCEL_OPENCL_SPIN_US";
 
 /// Encoded commands are sealed into an `Enqueue` frame past this size, and the output
 /// buffer is written out past `OUT_BYTES_MAX`, so a long batch costs bounded memory.
@@ -105,6 +108,8 @@ pub struct Node {
     /// saves a thread hand-off, or the background reader).
     reader: Mutex<TcpStream>,
     reader_fd: RawFd,
+    /// See [`SPIN_ENV`].
+    spin: ocl_remote::poll::AdaptiveSpin,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -167,6 +172,7 @@ impl Node {
             background: Condvar::new(),
             platforms: info.platforms,
             reader_fd: reader.as_raw_fd(),
+            spin: ocl_remote::poll::AdaptiveSpin::new(spin_from_env()),
             reader: Mutex::new(reader),
         });
         let weak = Arc::downgrade(&node);
@@ -230,6 +236,7 @@ impl Node {
                 continue;
             };
             drop(st);
+            self.spin.wait(self.reader_fd);
             let result = pump_one(self, &mut reader);
             drop(reader);
             drop(lock(&self.state));
@@ -563,16 +570,12 @@ fn pump_one(node: &Node, reader: &mut TcpStream) -> io::Result<()> {
     Ok(())
 }
 
-/// True when the socket has bytes (or an end) waiting, after at most `timeout_ms`.
-fn readable(fd: RawFd, timeout_ms: i32) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-    rc > 0 && pfd.revents != 0
+fn spin_from_env() -> Duration {
+    std::env::var(SPIN_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|us| Duration::from_micros(us.min(10_000)))
+        .unwrap_or(ocl_remote::poll::SPIN_DEFAULT)
 }
 
 /// The background reader: whenever data arrives and no application thread is reading,
@@ -592,7 +595,7 @@ fn background_reader(node: &Weak<Node>, fd: RawFd) {
             }
         }
         // Bounded, so that a waiter that arrives meanwhile is noticed.
-        if !readable(fd, 50) {
+        if !ocl_remote::poll::readable(fd, 50) {
             continue;
         }
         let Some(node) = node.upgrade() else { return };
@@ -601,7 +604,7 @@ fn background_reader(node: &Weak<Node>, fd: RawFd) {
         }
         let mut reader = lock(&node.reader);
         let mut failed = None;
-        while readable(fd, 0) {
+        while ocl_remote::poll::readable(fd, 0) {
             if let Err(e) = pump_one(&node, &mut reader) {
                 failed = Some(e);
                 break;

@@ -9,6 +9,7 @@
 //!   client's commands as atomic tasks from one FIFO per device.
 //!
 //! - [`shm`]: shared memory regions for the same-host buffer path.
+//! - [`poll`]: the bounded polling both ends do before they sleep on their socket.
 //!
 //! [`cl`] has the OpenCL constants both sides interpret. It is not an OpenCL binding for
 //! applications: programs use the standard OpenCL API through the ICD loader. The design
@@ -16,6 +17,7 @@
 
 pub mod cl;
 pub mod ffi;
+pub mod poll;
 pub mod proto;
 pub mod service;
 pub mod shm;

@@ -1,6 +1,6 @@
 //! Development binary: the node's remote OpenCL service alone, without the node.
 //!
-//! `netaccel-ocl-service --listen 127.0.0.1:9500 [--platform NAME]...`
+//! `netaccel-ocl-service --listen 127.0.0.1:9500 [--platform NAME]... [--poll-us N]`
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -23,8 +23,17 @@ fn main() -> ExitCode {
                 }
             },
             ("--platform", Some(v)) => config.platforms.push(v),
+            ("--poll-us", Some(v)) => match v.parse() {
+                Ok(us) => config.poll_before_sleep = std::time::Duration::from_micros(us),
+                Err(e) => {
+                    eprintln!("--poll-us {v}: {e}");
+                    return ExitCode::from(2);
+                }
+            },
             _ => {
-                eprintln!("usage: netaccel-ocl-service [--listen ADDR] [--platform NAME]...");
+                eprintln!(
+                    "usage: netaccel-ocl-service [--listen ADDR] [--platform NAME]... [--poll-us N]"
+                );
                 return ExitCode::from(2);
             }
         }

@@ -60,6 +60,9 @@ pub struct ServiceConfig {
     /// Built programs kept by content hash, and their total binary bytes.
     pub program_cache_entries_max: usize,
     pub program_cache_bytes_max: usize,
+    /// How long a client's thread polls its socket for the next request before it
+    /// sleeps (see [`crate::poll`]); zero sleeps at once.
+    pub poll_before_sleep: std::time::Duration,
 }
 
 impl Default for ServiceConfig {
@@ -76,6 +79,7 @@ impl Default for ServiceConfig {
             shared_memory: true,
             program_cache_entries_max: 64,
             program_cache_bytes_max: 256 << 20,
+            poll_before_sleep: crate::poll::SPIN_DEFAULT,
         }
     }
 }

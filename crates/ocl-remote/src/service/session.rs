@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::io::{self, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -19,6 +20,7 @@ use super::worker::{Arg, Cmd, FrameBytes, Op, Task};
 use super::{Real, Shared, INFO_BYTES_MAX};
 use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
+use crate::poll::AdaptiveSpin;
 use crate::proto::{self, Command, Decoded, HelloInfo, KernelArg, Request, Response};
 
 /// The write half of a client connection, shared by its session and the device workers.
@@ -123,7 +125,8 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: TcpStream) {
 
 /// Answers the first request of a client over `clients_max` with `CL_OUT_OF_RESOURCES`.
 fn refuse(shared: &Shared, reader: &mut BufReader<TcpStream>, writer: &ClientWriter) {
-    if let Ok((header, _)) = read_frame(shared, reader) {
+    let no_spin = AdaptiveSpin::new(std::time::Duration::ZERO);
+    if let Ok((header, _)) = read_frame(shared, reader, &no_spin) {
         send_reply(writer, header.id, err(cl::CL_OUT_OF_RESOURCES));
     }
 }
@@ -133,7 +136,11 @@ fn refuse(shared: &Shared, reader: &mut BufReader<TcpStream>, writer: &ClientWri
 fn read_frame(
     shared: &Shared,
     reader: &mut BufReader<TcpStream>,
+    spin: &AdaptiveSpin,
 ) -> io::Result<(proto::Header, Vec<u8>)> {
+    if reader.buffer().is_empty() {
+        spin.wait(reader.get_ref().as_raw_fd());
+    }
     let mut head = [0u8; proto::HEADER_LEN];
     reader.read_exact(&mut head)?;
     let header = match proto::decode_header(&head, shared.config.frame_body_max) {
@@ -173,8 +180,9 @@ impl Drop for Session<'_> {
 
 impl Session<'_> {
     fn run(&mut self, reader: &mut BufReader<TcpStream>) -> io::Result<()> {
+        let spin = AdaptiveSpin::new(self.shared.config.poll_before_sleep);
         loop {
-            let (header, body) = read_frame(self.shared, reader)?;
+            let (header, body) = read_frame(self.shared, reader, &spin)?;
             let body = Arc::new(body);
             let request = Request::decode(header.kind, &body)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;

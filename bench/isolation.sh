@@ -27,6 +27,14 @@
 # worker would starve the network thread), the light client with SCHED_FIFO
 # (chrt -f 50) so that the flooding load generator on the same CPU does not delay its
 # sends and reads, the heavy client with default scheduling.
+# CPUs are kept awake (KEEP_AWAKE=1) by a SCHED_IDLE busy loop, which any other thread
+# preempts at once: CLIENT_CPU throughout, NODE_CPUS during unloaded runs. An idle
+# virtual CPU halts, and waking it waits for the host's scheduler (unloaded p50
+# 100-250 us, p99 up to 3.6 ms on this machine without them, against 60 us / 100 us
+# with them), so without them the figures measured the hypervisor and the "unloaded"
+# ones came out slower than the loaded ones. In loaded runs the flood keeps the node's
+# CPU busy, and a busy loop there would take CPU time from the slot workers, which run
+# in the same SCHED_IDLE class (slot_worker_policy, the node's default).
 # Every figure is the median over ROUNDS rounds (unloaded and loaded alternate).
 # Writes bench/out/isolation-DATE.md with the JSON reports and, with UPDATE_DOCS=1
 # (default), the generated block of the "Performance isolation" section of
@@ -41,6 +49,7 @@
 #   NODE_BIN [target/release/netaccel-node]  BENCH_BIN [target/release/netaccel-bench]
 #   HTTP_PORT [19380]  RAC_PORT [19381]  SLOTS_LIMIT [1.5]  TENANTS_LIMIT [2]
 #   OUT_DIR [bench/out]  UPDATE_DOCS [1]  STRICT [0]: exit 1 if a criterion fails
+#   KEEP_AWAKE [1]  NODE_EXTRA: lines added to the node's config
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -68,6 +77,7 @@ TENANTS_LIMIT=${TENANTS_LIMIT:-2}
 OUT_DIR=${OUT_DIR:-$HERE/out}
 UPDATE_DOCS=${UPDATE_DOCS:-1}
 STRICT=${STRICT:-0}
+KEEP_AWAKE=${KEEP_AWAKE:-1}
 HOST=127.0.0.1
 STAMP=$(date +%Y%m%d-%H%M%S)
 RUN_DIR="$OUT_DIR/isolation-$STAMP"
@@ -75,12 +85,41 @@ RAC="rac://$HOST:$RAC_PORT"
 
 NODE_PID=""
 HEAVY_PID=""
+declare -a AWAKE_PIDS=()
 declare -a NODE_PRIO=() LIGHT_PRIO=() HEAVY_PRIO=()
 RUNS=0
 
 
 stop_pid() { [[ -z "$1" ]] || { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; } || true; }
-cleanup() { stop_pid "$HEAVY_PID"; stop_pid "$NODE_PID"; }
+cleanup() { awake_stop; stop_pid "$HEAVY_PID"; stop_pid "$NODE_PID"; }
+
+# awake_start CPUS / awake_stop: a SCHED_IDLE busy loop on each CPU in the list
+# CPUS (as for taskset -c) until awake_stop, so that no virtual CPU halts between calls
+# (see the header).
+awake_start() {
+    [[ $KEEP_AWAKE == 1 ]] || return 0
+    local c
+    for c in $(echo "$1" | tr ',' ' '); do
+        if [[ $c == *-* ]]; then c=$(seq "${c%-*}" "${c#*-}"); fi
+        for c in $c; do
+            chrt -i 0 taskset -c "$c" timeout $((ROUNDS * (2 * DURATION + 10) + 60)) sh -c 'while :; do :; done' &
+            AWAKE_PIDS+=($!)
+        done
+    done
+}
+# awake_stop [N]: stops the busy loops started after the first N (default: all).
+awake_stop() {
+    local keep=${1:-0} p
+    for p in "${AWAKE_PIDS[@]:$keep}"; do stop_pid "$p"; done
+    AWAKE_PIDS=("${AWAKE_PIDS[@]:0:$keep}")
+}
+# unloaded SCENARIO ROUND: the light client alone, with the node's CPUs kept awake too.
+unloaded() {
+    local before=${#AWAKE_PIDS[@]}
+    awake_start "$NODE_CPUS"
+    light "$1" unloaded "$2"
+    awake_stop "$before"
+}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -155,7 +194,7 @@ report() {
     echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/isolation.sh\` (DURATION=$DURATION s per light run, ROUNDS=$ROUNDS, medians over rounds), commit $rev."
     echo
     echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), a virtual machine shared with other work (noisy); load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); kernel $(uname -r)"
-    echo "- core split: the node (\`io_threads = 1\`; its network thread and every slot worker) on CPU $NODE_CPUS; the light and the heavy netaccel-bench both on CPU $CLIENT_CPU; scheduling: node ${NODE_PRIO[*]:-default}, light client ${LIGHT_PRIO[*]:-default}, heavy client ${HEAVY_PRIO[*]:-default}"
+    echo "- core split: the node (\`io_threads = 1\`; its network thread and every slot worker) on CPU $NODE_CPUS; the light and the heavy netaccel-bench both on CPU $CLIENT_CPU; scheduling: node ${NODE_PRIO[*]:-default}, light client ${LIGHT_PRIO[*]:-default}, heavy client ${HEAVY_PRIO[*]:-default}; slot workers per the node's defaults${NODE_EXTRA:+ and \\`$(printf '%b' "$NODE_EXTRA" | paste -sd';')\\`}; SCHED_IDLE busy loop on CPU $CLIENT_CPU throughout and on CPU $NODE_CPUS in unloaded runs: $([[ $KEEP_AWAKE == 1 ]] && echo yes || echo no)"
     echo "- light client: open loop, $LIGHT_RATE calls/s, constant spacing, 1 connection (up to 16 in flight), $(size_name "$LIGHT_SIZE") payload, latency from the intended send time; heavy: closed loop, $HEAVY_CONNS connections × $HEAVY_INFLIGHT in flight, minmax $(size_name "$HEAVY_SIZE")"
     echo "- minmax capacity for reference (in-process, one core, no network, $(size_name "$HEAVY_SIZE")): $(awk -v r="$INPROC_RATE" 'BEGIN { printf "%.0f", r }') calls/s"
     echo
@@ -206,20 +245,22 @@ main() {
     "${LIGHT_PRIO[@]}" taskset -c "$CLIENT_CPU" "$BENCH_BIN" run inproc://minmax --size "$HEAVY_SIZE" \
         --duration 1 --warmup 0.2 --label "inproc minmax" --json "$RUN_DIR/inproc-minmax.json" --quiet >/dev/null 2>>"$RUN_DIR/bench.log"
     INPROC_RATE=$(awk '/"calls_per_s"/ { gsub(/[,]/, ""); print $2; exit }' "$RUN_DIR/inproc-minmax.json")
+    awake_start "$CLIENT_CPU"
     for s in $SCENARIOS; do
         start_node "$s"
         for ((r = 1; r <= ROUNDS; r++)); do
             if ((r % 2)); then
-                light "$s" unloaded "$r"
+                unloaded "$s" "$r"
                 heavy_start "$s" "$r"; light "$s" loaded "$r"; heavy_stop
             else
                 heavy_start "$s" "$r"; light "$s" loaded "$r"; heavy_stop
-                light "$s" unloaded "$r"
+                unloaded "$s" "$r"
             fi
         done
         stop_pid "$NODE_PID"
         NODE_PID=""
     done
+    awake_stop
     "$BENCH_BIN" report "$RUN_DIR"/[0-9]*.json --markdown "$RUN_DIR/table.md" --tsv "$RUN_DIR/summary.tsv" >/dev/null
     local out="$OUT_DIR/isolation-$STAMP.md"
     report >"$out"

@@ -20,6 +20,28 @@ pub enum BalancePolicy {
     JoinShortestQueue,
 }
 
+/// Linux scheduling class of slot worker threads. It matters when slots compute on the
+/// CPU cores the network threads use (CPU kernels; a thread driving an FPGA or GPU
+/// mostly sleeps).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerPolicy {
+    /// `SCHED_OTHER`: workers share cores with network threads by nice value.
+    Normal,
+    /// `SCHED_BATCH`: as `normal`, but the kernel treats workers as CPU-bound.
+    Batch,
+    /// `SCHED_IDLE` (the default): a thread of any other class that wakes on the core
+    /// preempts the worker at once. A network thread never waits for a busy slot, so
+    /// a flooded accelerator cannot delay other clients' calls; in exchange slots only
+    /// get the CPU time that network threads and the host's other normal processes
+    /// leave. With `normal` and `batch`, a busy worker, once picked, kept the core for
+    /// milliseconds whatever the nice values (bench/isolation.sh, Linux 6.18: logit p99
+    /// under a minmax flood 2.9–3.3 ms with either, 86–116 µs with `idle`, 86–107 µs
+    /// unloaded).
+    #[default]
+    Idle,
+}
+
 /// One slot and what it holds at start-up.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -65,11 +87,13 @@ pub struct Config {
     /// Calls whose work estimate is at most this run on the network thread when their
     /// slot is idle, saving two thread hand-offs; larger calls go to the slot's thread.
     pub inline_work_max: u64,
-    /// Nice value of slot worker threads relative to the node's. Positive (the default,
-    /// 10) lets network threads run ahead of busy slots sharing their core, so one
-    /// saturated accelerator does not delay reading and answering other clients'
-    /// calls (bench/isolation.sh: logit p99 under a minmax flood 16.7x its unloaded
-    /// figure at +5, 0.4x at +19); 0 runs them alike.
+    /// Scheduling class of slot worker threads (`idle`, `normal`, `batch`); see
+    /// [`WorkerPolicy`].
+    pub slot_worker_policy: WorkerPolicy,
+    /// Nice value of slot worker threads relative to the node's, for the `normal` and
+    /// `batch` classes (`idle` has none). Positive (the default, 10) gives network
+    /// threads sharing a core with a busy slot the larger share of it; 0 treats them
+    /// alike.
     pub slot_worker_nice: i32,
     /// Simulated reconfiguration time of a slot (an FPGA partial bitstream load takes
     /// milliseconds); 0 for CPU kernels.
@@ -127,6 +151,7 @@ impl Default for Config {
             inline_work_max: 64 * 1024,
             reconfig_delay_ms: 0,
             slot_worker_nice: 10,
+            slot_worker_policy: WorkerPolicy::default(),
             connections_max: 10_000,
             uri_bytes_max: 2048,
             head_bytes_max: 16 * 1024,
@@ -238,6 +263,7 @@ mod tests {
             http = "127.0.0.1:9999"
             queue_depth_max = 8
             balance = "round_robin"
+            slot_worker_policy = "normal"
             admin_token = "s3cret"
             [[slots]]
             accelerator = "topk"
@@ -248,6 +274,9 @@ mod tests {
         .unwrap();
         assert_eq!(c.queue_depth_max, 8);
         assert_eq!(c.balance, BalancePolicy::RoundRobin);
+        assert_eq!(c.slot_worker_policy, WorkerPolicy::Normal);
+        assert_eq!(Config::default().slot_worker_policy, WorkerPolicy::Idle);
+        assert!(Config::from_toml("slot_worker_policy = \"fifo\"").is_err());
         assert_eq!(c.slots.len(), 2);
         assert_eq!(c.admin_token.as_deref(), Some("s3cret"));
     }

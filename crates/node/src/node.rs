@@ -124,6 +124,7 @@ impl Node {
             inline_work_max: config.inline_work_max,
             reconfig_delay: Duration::from_millis(config.reconfig_delay_ms),
             worker_nice: config.slot_worker_nice,
+            worker_policy: config.slot_worker_policy,
         };
         let dispatcher = Dispatcher::start(catalog, &initial, limits, config.balance, &metrics);
         let body_budget = MemoryBudget::new(

@@ -23,6 +23,7 @@ use parking_lot::{Condvar, Mutex};
 use rac_proto::Status;
 use tokio::sync::oneshot;
 
+use crate::config::WorkerPolicy;
 use crate::memory::BodyMemory;
 use crate::metrics::{AccelMetrics, SlotMetrics};
 
@@ -196,8 +197,40 @@ pub struct SlotLimits {
     pub tenant_share_max: usize,
     pub inline_work_max: u64,
     pub reconfig_delay: Duration,
-    /// Nice value of the worker thread (see `Config::slot_worker_nice`).
+    /// Nice value of the worker thread relative to the node's (see
+    /// `Config::slot_worker_nice`).
     pub worker_nice: i32,
+    /// Scheduling class of the worker thread (see `Config::slot_worker_policy`).
+    pub worker_policy: WorkerPolicy,
+}
+
+/// Applies the slot worker's scheduling to the calling thread: class `policy` and, for
+/// the classes that have one, a nice value `nice` levels above that of the thread that
+/// created it. What the kernel refuses (a negative nice without the privilege) is left
+/// at the default.
+fn set_worker_scheduling(policy: WorkerPolicy, nice: i32) {
+    let policy = match policy {
+        WorkerPolicy::Normal => libc::SCHED_OTHER,
+        WorkerPolicy::Batch => libc::SCHED_BATCH,
+        WorkerPolicy::Idle => libc::SCHED_IDLE,
+    };
+    // SAFETY: plain system calls on this thread's own id with valid arguments.
+    unsafe {
+        let tid = libc::gettid();
+        *libc::__errno_location() = 0;
+        let inherited = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+        let inherited = if *libc::__errno_location() == 0 {
+            inherited
+        } else {
+            0
+        };
+        let param = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(tid, policy, &param);
+        let target = (inherited + nice).clamp(-20, 19);
+        if target != inherited {
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, target);
+        }
+    }
 }
 
 pub struct Slot {
@@ -432,19 +465,7 @@ impl Slot {
 
     /// The worker thread's loop: runs queued calls until the slot is stopped and empty.
     pub fn run_worker(&self) {
-        if self.limits.worker_nice != 0 {
-            // Only this thread: on Linux a thread id is a valid PRIO_PROCESS target.
-            // Failure (a negative value without the privilege) leaves the default.
-            // SAFETY: plain system calls on this thread's own id.
-            unsafe {
-                let tid = libc::gettid();
-                libc::setpriority(
-                    libc::PRIO_PROCESS,
-                    tid as libc::id_t,
-                    self.limits.worker_nice,
-                );
-            }
-        }
+        set_worker_scheduling(self.limits.worker_policy, self.limits.worker_nice);
         loop {
             let mut st = self.state.lock();
             let job = loop {
@@ -570,6 +591,7 @@ mod tests {
             inline_work_max,
             reconfig_delay: Duration::ZERO,
             worker_nice: 0,
+            worker_policy: WorkerPolicy::Normal,
         };
         let metrics = crate::metrics::Metrics::new();
         let slot = Arc::new(Slot::new(

@@ -85,7 +85,6 @@ RAC="rac://$HOST:$RAC_PORT"
 
 NODE_PID=""
 HEAVY_PID=""
-declare -a AWAKE_PIDS=()
 declare -a NODE_PRIO=() LIGHT_PRIO=() HEAVY_PRIO=()
 RUNS=0
 
@@ -93,26 +92,6 @@ RUNS=0
 stop_pid() { [[ -z "$1" ]] || { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; } || true; }
 cleanup() { awake_stop; stop_pid "$HEAVY_PID"; stop_pid "$NODE_PID"; }
 
-# awake_start CPUS / awake_stop: a SCHED_IDLE busy loop on each CPU in the list
-# CPUS (as for taskset -c) until awake_stop, so that no virtual CPU halts between calls
-# (see the header).
-awake_start() {
-    [[ $KEEP_AWAKE == 1 ]] || return 0
-    local c
-    for c in $(echo "$1" | tr ',' ' '); do
-        if [[ $c == *-* ]]; then c=$(seq "${c%-*}" "${c#*-}"); fi
-        for c in $c; do
-            chrt -i 0 taskset -c "$c" timeout $((ROUNDS * (2 * DURATION + 10) + 60)) sh -c 'while :; do :; done' &
-            AWAKE_PIDS+=($!)
-        done
-    done
-}
-# awake_stop [N]: stops the busy loops started after the first N (default: all).
-awake_stop() {
-    local keep=${1:-0} p
-    for p in "${AWAKE_PIDS[@]:$keep}"; do stop_pid "$p"; done
-    AWAKE_PIDS=("${AWAKE_PIDS[@]:0:$keep}")
-}
 # unloaded SCENARIO ROUND: the light client alone, with the node's CPUs kept awake too.
 unloaded() {
     local before=${#AWAKE_PIDS[@]}
@@ -194,7 +173,7 @@ report() {
     echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/isolation.sh\` (DURATION=$DURATION s per light run, ROUNDS=$ROUNDS, medians over rounds), commit $rev."
     echo
     echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), a virtual machine shared with other work (noisy); load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); kernel $(uname -r)"
-    echo "- core split: the node (\`io_threads = 1\`; its network thread and every slot worker) on CPU $NODE_CPUS; the light and the heavy netaccel-bench both on CPU $CLIENT_CPU; scheduling: node ${NODE_PRIO[*]:-default}, light client ${LIGHT_PRIO[*]:-default}, heavy client ${HEAVY_PRIO[*]:-default}; slot workers per the node's defaults${NODE_EXTRA:+ and \\`$(printf '%b' "$NODE_EXTRA" | paste -sd';')\\`}; SCHED_IDLE busy loop on CPU $CLIENT_CPU throughout and on CPU $NODE_CPUS in unloaded runs: $([[ $KEEP_AWAKE == 1 ]] && echo yes || echo no)"
+    echo "- core split: the node (\`io_threads = 1\`; its network thread and every slot worker) on CPU $NODE_CPUS; the light and the heavy netaccel-bench both on CPU $CLIENT_CPU; scheduling: node ${NODE_PRIO[*]:-default}, light client ${LIGHT_PRIO[*]:-default}, heavy client ${HEAVY_PRIO[*]:-default}; slot workers per the node's defaults${NODE_EXTRA:+, node config adds: $(printf '%b' "$NODE_EXTRA" | paste -sd';')}; SCHED_IDLE busy loop on CPU $CLIENT_CPU throughout and on CPU $NODE_CPUS in unloaded runs: $([[ $KEEP_AWAKE == 1 ]] && echo yes || echo no)"
     echo "- light client: open loop, $LIGHT_RATE calls/s, constant spacing, 1 connection (up to 16 in flight), $(size_name "$LIGHT_SIZE") payload, latency from the intended send time; heavy: closed loop, $HEAVY_CONNS connections × $HEAVY_INFLIGHT in flight, minmax $(size_name "$HEAVY_SIZE")"
     echo "- minmax capacity for reference (in-process, one core, no network, $(size_name "$HEAVY_SIZE")): $(awk -v r="$INPROC_RATE" 'BEGIN { printf "%.0f", r }') calls/s"
     echo

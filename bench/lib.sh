@@ -3,6 +3,8 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # PRIO_CMD is read by the scripts that source this file
 
+declare -a AWAKE_PIDS=()
+
 log() { printf '[%s] %s\n' "$BENCH_NAME" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
@@ -63,4 +65,29 @@ build_release_bins() {
             (cd "$ROOT" && cargo build --release -p "$pkg" >&2) || die "cargo build -p $pkg failed"
         fi
     done
+}
+
+# awake_start CPUS / awake_stop [N]: a SCHED_IDLE busy loop on each CPU in the list
+# CPUS (as for taskset -c: "0", "0,1", "0-1") until awake_stop, which stops the loops
+# started after the first N (default: all). An idle virtual CPU halts, and waking it
+# waits for the host's scheduler: tens of µs to milliseconds on a shared machine, which
+# then shows up in the latencies measured. Any thread of another class preempts these
+# loops at once; threads of the SCHED_IDLE class (the node's slot workers by default)
+# share the CPU with them, so scripts keep them off CPUs where such threads work.
+# Nothing happens with KEEP_AWAKE=0. The loops end by themselves after an hour.
+awake_start() {
+    [[ ${KEEP_AWAKE:-1} == 1 ]] || return 0
+    local c
+    for c in $(echo "$1" | tr ',' ' '); do
+        if [[ $c == *-* ]]; then c=$(seq "${c%-*}" "${c#*-}"); fi
+        for c in $c; do
+            chrt -i 0 taskset -c "$c" timeout 3600 sh -c 'while :; do :; done' &
+            AWAKE_PIDS+=($!)
+        done
+    done
+}
+awake_stop() {
+    local keep=${1:-0} p
+    for p in "${AWAKE_PIDS[@]:$keep}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    AWAKE_PIDS=("${AWAKE_PIDS[@]:0:$keep}")
 }

@@ -15,6 +15,10 @@
 # CALLS calls over one connection with INFLIGHT in flight (throughput), for each
 # server; the server order alternates between rounds and every figure is the median
 # over ROUNDS rounds. Servers are pinned to SERVER_CPU, netaccel-bench to CLIENT_CPU.
+# During the 1-in-flight runs a SCHED_IDLE busy loop keeps both CPUs from halting
+# between calls (KEEP_AWAKE=1, see awake_start in lib.sh): waking a halted virtual CPU
+# waits for the host's scheduler and moved the C echo's own p50 by 18-31 us between
+# rounds. Not during pipelined runs: the node's slot workers (SCHED_IDLE) work then.
 # Writes bench/out/rac-DATE.md (with the JSON reports) and, with UPDATE_DOCS=1 (the
 # default), the generated block of the "RAC transport overhead" section of
 # docs/benchmarks.md.
@@ -27,7 +31,7 @@
 #   NODE_BIN [target/release/netaccel-node]  BENCH_BIN [target/release/netaccel-bench]
 #     (built with cargo when missing)
 #   HTTP_PORT [19280]  RAC_PORT [19281]  ECHO_PORT [19282]
-#   GAP_MAX_US [2]  RATIO_MIN [0.80]
+#   GAP_MAX_US [2]  RATIO_MIN [0.80]  KEEP_AWAKE [1]
 #   OUT_DIR [bench/out]  UPDATE_DOCS [1]  STRICT [0]: exit 1 if a criterion fails
 set -euo pipefail
 
@@ -70,7 +74,7 @@ stop_servers() {
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     PIDS=()
 }
-trap stop_servers EXIT
+trap 'awake_stop; stop_servers' EXIT
 trap 'exit 130' INT TERM
 
 
@@ -116,7 +120,7 @@ report() {
     echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/rac.sh\` (CALLS=$CALLS per run after $WARMUP s warm-up, INFLIGHT=$INFLIGHT, ROUNDS=$ROUNDS, medians over rounds), commit $rev."
     echo
     echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), a virtual machine shared with other work (noisy); load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); kernel $(uname -r)"
-    echo "- core split: the node (\`--io-threads 1\`, all its threads) and \`bench/c/tcp_echo\` pinned to CPU $SERVER_CPU (both running, measured one at a time); netaccel-bench (one load thread) pinned to CPU $CLIENT_CPU; loopback; scheduling: ${PRIO_CMD[*]:-default}"
+    echo "- core split: the node (\`--io-threads 1\`, all its threads) and \`bench/c/tcp_echo\` pinned to CPU $SERVER_CPU (both running, measured one at a time); netaccel-bench (one load thread) pinned to CPU $CLIENT_CPU; loopback; scheduling: ${PRIO_CMD[*]:-default}; SCHED_IDLE busy loops on both CPUs during 1-in-flight runs: $([[ ${KEEP_AWAKE:-1} == 1 ]] && echo yes || echo no)"
     echo "- each run: one connection, $CALLS calls (\`netaccel-bench run … -c 1 -P 1|$INFLIGHT -n $CALLS\`), closed loop; RAC carries a 64-byte header each way on top of the payload, the C echo only the payload"
     echo
     echo "| size | server | p50 µs (1 in flight) | p99 µs (1 in flight) | calls/s (1 in flight) | calls/s ($INFLIGHT in flight) | p50 µs ($INFLIGHT in flight) | errors |"
@@ -174,6 +178,7 @@ main() {
         if ((r % 2)); then order=("RAC echo" "C echo"); else order=("C echo" "RAC echo"); fi
         for size in $SIZES; do
             for inflight in 1 "$INFLIGHT"; do
+                [[ $inflight != 1 ]] || awake_start "$SERVER_CPU,$CLIENT_CPU"
                 for server in "${order[@]}"; do
                     if [[ $server == "RAC echo" ]]; then
                         one "$server $size P$inflight r$r" "$size" "$inflight" "rac://$HOST:$RAC_PORT/echo"
@@ -181,6 +186,7 @@ main() {
                         one "$server $size P$inflight r$r" "$size" "$inflight" "tcp-echo://$HOST:$ECHO_PORT"
                     fi
                 done
+                awake_stop
             done
         done
     done

@@ -7,23 +7,26 @@
 #   netaccel RAC    the node's RAC v1 listener          rac://…/to_uppercase
 #   hybrid          nginx reverse proxy (upstream keep-alive) in front of a separate
 #                   backend process doing to_uppercase (bench/backend/uppercase_backend.c)
+#   hybrid, nginx   the same nginx and backend, proxying with nginx's defaults (a new
+#   defaults        HTTP/1.0 upstream connection per request)
 #   nginx /health   nginx answering by itself (no body)
 #   TCP echo        bench/c/tcp_echo: the transport floor
 #   in-process      Catalog::builtin().by_name("to_uppercase").run(…) in a loop, no
 #                   network: the compute floor
 #
 # Each scenario is measured twice per size: closed loop over 1 connection with 1
-# call in flight (latency), and closed loop over CONNS connections (throughput).
+# call in flight (latency), and closed loop over CONNS connections (throughput); all
+# of it ROUNDS times, and every figure in the table is the median over the rounds.
 # Servers (all their processes) are pinned to SERVER_CPU, netaccel-bench to
 # CLIENT_CPU. Writes bench/out/compare-DATE.md, its JSON reports and a CDF figure,
 # and (UPDATE_DOCS=1, the default) the generated block of docs/benchmarks.md and
-# docs/img/compare-cdf.svg. About 20 runs of WARMUP + DURATION s: under five
+# docs/img/compare-cdf.svg. 24 runs of WARMUP + DURATION s per round: about five
 # minutes with the defaults once the binaries are built.
 #
 # Usage: bench/compare.sh
 #
 # Environment (defaults in brackets):
-#   DURATION [5]  WARMUP [1]  CONNS [16]  SIZES ["64 4096"]
+#   DURATION [3]  WARMUP [0.5]  ROUNDS [3]  CONNS [16]  SIZES ["64 4096"]
 #   SERVER_CPU [0]  CLIENT_CPU [1]  PRIO [auto]: rt (chrt -f 50, root), nice, none
 #   NODE_BIN [target/release/netaccel-node]  BENCH_BIN [target/release/netaccel-bench]
 #     (both built with cargo when missing)
@@ -37,8 +40,10 @@ BENCH_NAME=compare.sh
 # shellcheck source=bench/lib.sh
 source "$HERE/lib.sh"
 
-DURATION=${DURATION:-5}
-WARMUP=${WARMUP:-1}
+DURATION=${DURATION:-3}
+WARMUP=${WARMUP:-0.5}
+ROUNDS=${ROUNDS:-3}
+ROUND=1
 CONNS=${CONNS:-16}
 SIZES=${SIZES:-"64 4096"}
 SERVER_CPU=${SERVER_CPU:-0}
@@ -137,12 +142,12 @@ bench() {
     local file
     RUNS=$((RUNS + 1))
     file="$RUN_DIR/$(printf '%02d' "$RUNS")-$(tr -c 'A-Za-z0-9_.-' '_' <<<"$label-$size-c$conns").json"
-    log "$label, $size B, $conns conn(s): ${DURATION}s"
-    if ! timeout $((WARMUP + DURATION + 30)) "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$BENCH_BIN" run "$target" \
+    log "round $ROUND: $label, $size B, $conns conn(s): ${DURATION}s"
+    if ! timeout $((${WARMUP%.*} + DURATION + 30)) "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$BENCH_BIN" run "$target" \
         --size "$size" --conns "$conns" --duration "$DURATION" --warmup "$WARMUP" \
-        --label "$label, c$conns" --note "server on CPU $SERVER_CPU" --json "$file" --quiet "$@" >&2; then
+        --label "$label, c$conns r$ROUND" --note "server on CPU $SERVER_CPU" --json "$file" --quiet "$@" >&2; then
         log "warning: $label ($size B, c$conns) failed"
-        PENDING+=("$label, $size B, c$conns: run failed")
+        PENDING+=("$label, $size B, c$conns, round $ROUND: run failed")
     fi
 }
 
@@ -187,9 +192,13 @@ scenario_hybrid() {
     local answer size
     answer=$(curl -fsS --data-binary 'abc' "http://$HOST:$NGINX_PORT/v1/fn/to_uppercase" || true)
     [[ "$answer" == ABC ]] || log "warning: hybrid to_uppercase answered '$answer'"
+    answer=$(curl -fsS --data-binary 'abc' "http://$HOST:$NGINX_PORT/plain/v1/fn/to_uppercase" || true)
+    [[ "$answer" == ABC ]] || log "warning: hybrid (nginx defaults) to_uppercase answered '$answer'"
     for size in $SIZES; do
         bench "hybrid nginx+backend" "$size" 1 "http://$HOST:$NGINX_PORT/v1/fn/to_uppercase" --method post
         bench "hybrid nginx+backend" "$size" "$CONNS" "http://$HOST:$NGINX_PORT/v1/fn/to_uppercase" --method post
+        bench "hybrid, nginx defaults" "$size" 1 "http://$HOST:$NGINX_PORT/plain/v1/fn/to_uppercase" --method post
+        bench "hybrid, nginx defaults" "$size" "$CONNS" "http://$HOST:$NGINX_PORT/plain/v1/fn/to_uppercase" --method post
     done
     bench "nginx /health" 0 1 "http://$HOST:$NGINX_PORT/health"
     bench "nginx /health" 0 "$CONNS" "http://$HOST:$NGINX_PORT/health"
@@ -217,39 +226,40 @@ scenario_floors() {
 tsv_field() { awk -F'\t' -v l="$1" -v f="$2" '$1 == l { print $f }' "$RUN_DIR/summary.tsv"; }
 
 checks() {
-    local small=${SIZES%% *}
-    local np hp nt ht
-    np=$(tsv_field "netaccel HTTP, c1" 2 | head -n 1)
-    hp=$(tsv_field "hybrid nginx+backend, c1" 2 | head -n 1)
-    nt=$(tsv_field "netaccel HTTP, c$CONNS" 4 | head -n 1)
-    ht=$(tsv_field "hybrid nginx+backend, c$CONNS" 4 | head -n 1)
+    local small=${SIZES%% *} hybrid np hp nt ht
     echo "| check ($small B to_uppercase) | measured | limit | result |"
     echo "|---|---:|---:|---|"
-    if [[ -n "$np" && -n "$hp" ]]; then
-        awk -v a="$np" -v b="$hp" 'BEGIN { r = a / b; printf "| netaccel HTTP p50 ÷ hybrid p50 (1 conn) | %.2f | < 0.33 | %s |\n", r, (r < 1 / 3 ? "PASS" : "FAIL") }'
-    else
-        echo "| netaccel HTTP p50 ÷ hybrid p50 (1 conn) | - | < 0.33 | n/a |"
-    fi
-    if [[ -n "$nt" && -n "$ht" ]]; then
-        awk -v a="$nt" -v b="$ht" 'BEGIN { r = a / b; printf "| netaccel HTTP calls/s ÷ hybrid calls/s (%s conns) | %.2f | ≥ 3 | %s |\n", "'"$CONNS"'", r, (r >= 3 ? "PASS" : "FAIL") }'
-    else
-        echo "| netaccel HTTP calls/s ÷ hybrid calls/s ($CONNS conns) | - | ≥ 3 | n/a |"
-    fi
+    for hybrid in "hybrid nginx+backend" "hybrid, nginx defaults"; do
+        np=$(tsv_field "netaccel HTTP, c1" 2 | head -n 1)
+        hp=$(tsv_field "$hybrid, c1" 2 | head -n 1)
+        nt=$(tsv_field "netaccel HTTP, c$CONNS" 4 | head -n 1)
+        ht=$(tsv_field "$hybrid, c$CONNS" 4 | head -n 1)
+        if [[ -n "$np" && -n "$hp" ]]; then
+            awk -v a="$np" -v b="$hp" -v h="$hybrid" 'BEGIN { r = a / b; printf "| netaccel HTTP p50 ÷ %s p50 (1 conn) | %.2f | < 0.33 | %s |\n", h, r, (r < 1 / 3 ? "PASS" : "FAIL") }'
+        else
+            echo "| netaccel HTTP p50 ÷ $hybrid p50 (1 conn) | - | < 0.33 | n/a |"
+        fi
+        if [[ -n "$nt" && -n "$ht" ]]; then
+            awk -v a="$nt" -v b="$ht" -v h="$hybrid" -v c="$CONNS" 'BEGIN { r = a / b; printf "| netaccel HTTP calls/s ÷ %s calls/s (%s conns) | %.2f | ≥ 3 | %s |\n", h, c, r, (r >= 3 ? "PASS" : "FAIL") }'
+        else
+            echo "| netaccel HTTP calls/s ÷ $hybrid calls/s ($CONNS conns) | - | ≥ 3 | n/a |"
+        fi
+    done
 }
 
 report() {
     local files=("$RUN_DIR"/*.json)
-    "$BENCH_BIN" report "${files[@]}" --markdown "$RUN_DIR/table.md" --tsv "$RUN_DIR/summary.tsv" \
+    "$BENCH_BIN" report --rounds "${files[@]}" --markdown "$RUN_DIR/table.md" --tsv "$RUN_DIR/summary.tsv" \
         --cdf "$RUN_DIR/cdf.svg" --cdf-only ", c1" \
         --title "to_uppercase latency CDF, 1 connection, 1 call in flight (server CPU $SERVER_CPU, client CPU $CLIENT_CPU)"
     local rev
     rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
     git -C "$ROOT" diff --quiet HEAD -- crates 2>/dev/null || rev+=", crates/ modified"
-    echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/compare.sh\` (DURATION=$DURATION s per run after $WARMUP s warm-up, CONNS=$CONNS), commit $rev."
+    echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/compare.sh\` (DURATION=$DURATION s per run after $WARMUP s warm-up, CONNS=$CONNS, ROUNDS=$ROUNDS: every figure is the median over the rounds), commit $rev."
     echo
     echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), a virtual machine shared with other work (noisy); load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); kernel $(uname -r)"
     echo "- core split: every server process (the node with \`--io-threads 1\`; nginx's master and worker *and* the backend; the echo server) pinned to CPU $SERVER_CPU; netaccel-bench (one load thread) pinned to CPU $CLIENT_CPU; in-process runs on CPU $CLIENT_CPU; loopback; scheduling: ${PRIO_CMD[*]:-default}"
-    echo "- $($(nginx_bin) -v 2>&1 | sed 's/^nginx version: //'), 1 worker, upstream keepalive 64 (\`bench/backend/nginx-hybrid.conf.template\`); backend \`bench/backend/uppercase_backend.c\`"
+    echo "- $($(nginx_bin) -v 2>&1 | sed 's/^nginx version: //'), 1 worker, upstream keepalive 64, and nginx's default proxying under \`/plain/\` (\`bench/backend/nginx-hybrid.conf.template\`); backend \`bench/backend/uppercase_backend.c\`"
     echo "- rows \"c1\": 1 connection, 1 call in flight, closed loop (latency); rows \"c$CONNS\": $CONNS connections, 1 call in flight each, closed loop (throughput). MB/s counts request and answer payloads."
     echo
     cat "$RUN_DIR/table.md"
@@ -278,9 +288,11 @@ main() {
     SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/netaccel-compare.XXXXXX")
     mkdir -p "$RUN_DIR"
     T_START=$(date +%s)
-    scenario_node
-    scenario_hybrid
-    scenario_floors
+    for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+        scenario_node
+        scenario_hybrid
+        scenario_floors
+    done
     local out="$OUT_DIR/compare-$STAMP.md"
     report >"$out"
     cat "$out"

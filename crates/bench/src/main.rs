@@ -119,6 +119,10 @@ struct ReportArgs {
     cdf_only: Vec<String>,
     #[arg(long, default_value = "latency CDF")]
     title: String,
+    /// Merge reports whose labels differ only by a trailing round marker (`… r1`,
+    /// `… r2`) into one row per scenario: the median over rounds of every figure.
+    #[arg(long)]
+    rounds: bool,
 }
 
 fn main() -> Result<()> {
@@ -386,6 +390,9 @@ fn merge(a: ReportArgs) -> Result<()> {
         let doc: Document =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", f.display()))?;
         scenarios.extend(doc.scenarios);
+    }
+    if a.rounds {
+        scenarios = report::median_over_rounds(scenarios);
     }
     let table = report::markdown_table(&scenarios);
     match &a.markdown {

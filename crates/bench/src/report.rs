@@ -245,6 +245,108 @@ pub fn terminal_table(scenarios: &[Scenario]) -> String {
     out
 }
 
+/// The label without a trailing round marker (`"nginx, c1 r2"` → `"nginx, c1"`), or
+/// `None` when it has none.
+pub fn round_base(label: &str) -> Option<&str> {
+    let (base, last) = label.rsplit_once(' ')?;
+    let digits = last.strip_prefix('r')?;
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some(base)
+}
+
+/// Merges the rounds of each scenario — reports of the same target and payload size
+/// whose labels differ only by a trailing `rN` — into one per scenario, in order of
+/// first appearance: every figure (latency
+/// percentiles, calls/s, MB/s, the node-side split) is the median over the rounds of
+/// that figure, so one noisy round moves nothing; errors are summed. The CDF is that of
+/// the round whose p50 is the median. Scenarios without a round marker pass unchanged.
+pub fn median_over_rounds(scenarios: Vec<Scenario>) -> Vec<Scenario> {
+    let mut groups: Vec<(String, Vec<Scenario>)> = Vec::new();
+    for s in scenarios {
+        let base = round_base(&s.label).unwrap_or(&s.label).to_owned();
+        let same = |(b, members): &&mut (String, Vec<Scenario>)| {
+            *b == base && members[0].target == s.target && members[0].size_bytes == s.size_bytes
+        };
+        match groups.iter_mut().find(same) {
+            Some((_, members)) => members.push(s),
+            None => groups.push((base, vec![s])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(base, mut members)| {
+            if members.len() == 1 && round_base(&members[0].label).is_none() {
+                return members.pop().expect("one member");
+            }
+            merge_rounds(base, members)
+        })
+        .collect()
+}
+
+fn merge_rounds(label: String, mut rounds: Vec<Scenario>) -> Scenario {
+    fn median_u64(mut v: Vec<u64>) -> u64 {
+        v.sort_unstable();
+        v[(v.len() - 1) / 2]
+    }
+    fn median_f64(mut v: Vec<f64>) -> f64 {
+        v.sort_by(f64::total_cmp);
+        v[(v.len() - 1) / 2]
+    }
+    fn summary(all: &[&Summary]) -> Summary {
+        let pick = |f: fn(&Summary) -> u64| median_u64(all.iter().map(|s| f(s)).collect());
+        Summary {
+            count: all.iter().map(|s| s.count).sum(),
+            min_ns: all.iter().map(|s| s.min_ns).min().unwrap_or(0),
+            mean_ns: median_f64(all.iter().map(|s| s.mean_ns).collect()),
+            p50_ns: pick(|s| s.p50_ns),
+            p90_ns: pick(|s| s.p90_ns),
+            p99_ns: pick(|s| s.p99_ns),
+            p999_ns: pick(|s| s.p999_ns),
+            max_ns: all.iter().map(|s| s.max_ns).max().unwrap_or(0),
+        }
+    }
+    fn optional(rounds: &[Scenario], f: fn(&Scenario) -> &Option<Summary>) -> Option<Summary> {
+        let all: Vec<&Summary> = rounds.iter().filter_map(|s| f(s).as_ref()).collect();
+        (all.len() == rounds.len()).then(|| summary(&all))
+    }
+    let latency = summary(&rounds.iter().map(|s| &s.latency).collect::<Vec<_>>());
+    let calls_per_s = median_f64(rounds.iter().map(|s| s.calls_per_s).collect());
+    let payload_mb_per_s = median_f64(rounds.iter().map(|s| s.payload_mb_per_s).collect());
+    let server_queue = optional(&rounds, |s| &s.server_queue);
+    let server_exec = optional(&rounds, |s| &s.server_exec);
+    let network_protocol = optional(&rounds, |s| &s.network_protocol);
+    let connect = optional(&rounds, |s| &s.connect);
+    let first_byte = optional(&rounds, |s| &s.first_byte);
+    let transfer = optional(&rounds, |s| &s.transfer);
+    let mut errors = BTreeMap::new();
+    for r in &rounds {
+        for (k, v) in &r.errors {
+            *errors.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+    let sent = rounds.iter().map(|s| s.sent).sum();
+    let ok = rounds.iter().map(|s| s.ok).sum();
+    let n = rounds.len();
+    rounds.sort_by_key(|s| s.latency.p50_ns);
+    let mut merged = rounds.swap_remove((n - 1) / 2);
+    merged.machine = format!("{} (median of {n} rounds)", merged.machine);
+    Scenario {
+        label,
+        sent,
+        ok,
+        errors,
+        calls_per_s,
+        payload_mb_per_s,
+        latency,
+        server_queue,
+        server_exec,
+        network_protocol,
+        connect,
+        first_byte,
+        transfer,
+        ..merged
+    }
+}
+
 /// A markdown table like Cooke & Fahmy's Table I, plus throughput and the node-side split.
 pub fn markdown_table(scenarios: &[Scenario]) -> String {
     let mut out = String::new();
@@ -285,6 +387,86 @@ pub fn markdown_table(scenarios: &[Scenario]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scenario(label: &str, p50: u64, calls_per_s: f64) -> Scenario {
+        let latency = Summary {
+            count: 10,
+            min_ns: p50 / 2,
+            mean_ns: p50 as f64,
+            p50_ns: p50,
+            p90_ns: p50 * 2,
+            p99_ns: p50 * 3,
+            p999_ns: p50 * 4,
+            max_ns: p50 * 5,
+        };
+        Scenario {
+            label: label.to_owned(),
+            target: "tcp-echo://x".to_owned(),
+            mode: "closed".to_owned(),
+            conns: 1,
+            inflight: 1,
+            threads: 1,
+            size_bytes: 64,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            new_conn: false,
+            rate: None,
+            sent: 10,
+            ok: 10,
+            errors: BTreeMap::from([("BUSY".to_owned(), 1)]),
+            calls_per_s,
+            payload_mb_per_s: 1.0,
+            latency,
+            server_queue: None,
+            server_exec: None,
+            network_protocol: None,
+            connect: None,
+            first_byte: None,
+            transfer: None,
+            cdf: vec![(p50, 0.5)],
+            machine: "m".to_owned(),
+        }
+    }
+
+    #[test]
+    fn round_markers_are_a_trailing_r_and_digits() {
+        assert_eq!(round_base("nginx, c1 r2"), Some("nginx, c1"));
+        assert_eq!(round_base("x r10"), Some("x"));
+        assert_eq!(round_base("x r"), None);
+        assert_eq!(round_base("x rx"), None);
+        assert_eq!(round_base("r1"), None);
+        assert_eq!(round_base("TCP echo (C), c16"), None);
+    }
+
+    #[test]
+    fn rounds_merge_into_medians_and_others_pass_through() {
+        let mut bigger = scenario("a r1", 5, 1.0);
+        bigger.size_bytes = 4096;
+        let merged = median_over_rounds(vec![
+            scenario("a r1", 100, 10.0),
+            scenario("b", 7, 1.0),
+            scenario("a r2", 900, 30.0),
+            bigger,
+            scenario("a r3", 200, 20.0),
+        ]);
+        assert_eq!(merged.len(), 3, "another size is another scenario");
+        assert_eq!(merged[2].size_bytes, 4096);
+        let a = &merged[0];
+        assert_eq!(a.label, "a");
+        assert_eq!(
+            a.latency.p50_ns, 200,
+            "one slow round does not move the median"
+        );
+        assert_eq!(a.latency.p99_ns, 600);
+        assert_eq!(a.latency.max_ns, 4500, "max is the max over rounds");
+        assert_eq!(a.calls_per_s, 20.0);
+        assert_eq!(a.sent, 30);
+        assert_eq!(a.errors["BUSY"], 3);
+        assert_eq!(a.cdf, vec![(200, 0.5)], "CDF of the median round");
+        assert!(a.machine.contains("median of 3 rounds"));
+        assert_eq!(merged[1].label, "b");
+        assert_eq!(merged[1].latency.p50_ns, 7);
+    }
 
     #[test]
     fn sizes_read_like_people_write_them() {

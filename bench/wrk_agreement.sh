@@ -11,7 +11,8 @@
 # Environment (defaults in brackets): DURATION [1] s per run, ROUNDS [5],
 #   CONNS_LIST ["1 16"], TOLERANCE [0.10], SERVER_CPU [0], CLIENT_CPU [1],
 #   PORT [19090], BENCH_BIN [target/release/netaccel-bench] (built when missing),
-#   PRIO [auto]: rt (chrt -f 50, as root), none.
+#   PRIO [auto]: rt (chrt -f 50, as root), none.  KEEP_AWAKE [1]: a SCHED_IDLE busy
+#   loop on both CPUs, so that neither halts between calls (see lib.sh).
 # Exit status 0 when every comparison passes, 1 otherwise. The last line is
 # "N passed, N failed".
 set -euo pipefail
@@ -33,7 +34,7 @@ PRIO=${PRIO:-auto}
 URL="http://127.0.0.1:$PORT/health"
 SERVER_PID=""
 
-cleanup() { [[ -z "$SERVER_PID" ]] || { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; } || true; }
+cleanup() { awake_stop; [[ -z "$SERVER_PID" ]] || { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; } || true; }
 trap cleanup EXIT
 
 if ! command -v wrk >/dev/null; then
@@ -71,6 +72,8 @@ run_bench() {
     rm -f "$json"
 }
 
+# Both CPUs kept from halting between calls (KEEP_AWAKE, see awake_start in lib.sh).
+awake_start "$SERVER_CPU,$CLIENT_CPU"
 passed=0 failed=0
 for c in $CONNS_LIST; do
     wr=() wp=() br=() bp=()

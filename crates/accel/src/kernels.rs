@@ -86,6 +86,44 @@ pub fn builtins() -> Vec<Arc<dyn Accelerator>> {
     ]
 }
 
+/// The fault-injection accelerator `fault` (id [`FAULT_ID`]), for testing how a node
+/// handles a failing kernel: the payload `panic` makes it panic, `error` makes it
+/// report an internal error, anything else is echoed. Not a built-in: a node lists it
+/// only when configured to (`fault_injection = true`).
+pub fn fault_injection() -> Arc<dyn Accelerator> {
+    Arc::new(Fault(descriptor(FAULT_ID, "fault", &[])))
+}
+
+/// Accelerator id of [`fault_injection`], far from the built-ins' 1..=7.
+pub const FAULT_ID: u16 = 0xfff0;
+
+struct Fault(Descriptor);
+
+impl Accelerator for Fault {
+    fn descriptor(&self) -> &Descriptor {
+        &self.0
+    }
+    fn check(&self, _: &ParamBlock, _: Option<usize>) -> Result<(), CallError> {
+        Ok(())
+    }
+    fn work_estimate(&self, _: &ParamBlock, payload_len: usize) -> u64 {
+        payload_len as u64 / 16
+    }
+    fn run(&self, _: &ParamBlock, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
+        match input {
+            b"panic" => panic!("fault injection: the payload asked for a panic"),
+            b"error" => Err(CallError::Internal(
+                "fault injection: the payload asked for an internal error".to_string(),
+            )),
+            _ => {
+                out.clear();
+                out.extend_from_slice(input);
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Version of the CPU kernel images; part of every built-in's hash so that a changed
 /// kernel gets a new identity.
 const CPU_KERNELS_VERSION: &str = "netaccel-cpu-kernels/2";

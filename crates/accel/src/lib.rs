@@ -21,7 +21,7 @@ use std::sync::Arc;
 mod kernels;
 pub mod reference;
 
-pub use kernels::builtins;
+pub use kernels::{builtins, fault_injection, FAULT_ID};
 
 /// Size of the parameter block in bytes (the `params` field of a RAC call).
 pub const PARAMS_LEN: usize = 44;

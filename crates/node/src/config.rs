@@ -70,6 +70,10 @@ pub struct Config {
     pub opencl: Option<SocketAddr>,
     /// Share only OpenCL platforms whose name contains one of these; empty = all.
     pub opencl_platforms: Vec<String>,
+    /// Adds the `fault` accelerator to the catalog (id 0xfff0): payload `panic` makes
+    /// it panic, `error` makes it fail, anything else is echoed. For testing clients'
+    /// and operators' handling of a failing kernel; off in production.
+    pub fault_injection: bool,
     /// Network threads, each with its own listener (SO_REUSEPORT). 0 = one per core.
     pub io_threads: usize,
     /// `error`, `warn`, `info`, `debug` or `trace` (or a tracing filter directive).
@@ -141,6 +145,7 @@ impl Default for Config {
             rac: "127.0.0.1:9400".parse().expect("valid address"),
             opencl: None,
             opencl_platforms: Vec::new(),
+            fault_injection: false,
             io_threads: 0,
             log_level: "info".to_string(),
             admin_token: None,

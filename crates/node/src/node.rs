@@ -79,7 +79,11 @@ impl Node {
     /// Builds the node from a validated configuration and starts its slot workers.
     pub fn new(config: Config) -> Result<Arc<Node>, String> {
         config.validate()?;
-        let catalog = Catalog::builtin();
+        let mut accelerators = accel::builtins();
+        if config.fault_injection {
+            accelerators.push(accel::fault_injection());
+        }
+        let catalog = Catalog::new(accelerators);
         let initial: Vec<Arc<dyn Accelerator>> = if config.slots.is_empty() {
             catalog.iter().cloned().collect()
         } else {

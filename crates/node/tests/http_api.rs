@@ -764,3 +764,30 @@ fn a_second_node_on_the_same_port_is_refused() {
     // The first node is unaffected.
     assert_eq!(curl(&[&node.url("/health")]).0, 200);
 }
+
+#[test]
+fn a_failing_kernel_answers_500_and_its_slot_keeps_serving() {
+    let node = TestNode::start(
+        "fault_injection = true\n[[slots]]\naccelerator = \"fault\"\n[[slots]]\naccelerator = \"echo\"\n",
+    );
+    let (code, kind, message) = call_err(&node, "/v1/fn/fault", b"panic");
+    assert_eq!((code, kind.as_str()), (500, "INTERNAL"), "{message}");
+    let (code, kind, message) = call_err(&node, "/v1/fn/fault", b"error");
+    assert_eq!((code, kind.as_str()), (500, "INTERNAL"));
+    assert!(message.contains("internal error"), "{message}");
+    // The same slot, and the node, carry on.
+    assert_eq!(call(&node, "/v1/fn/fault", b"fine"), b"fine");
+    assert_eq!(call(&node, "/v1/fn/echo", b"hi"), b"hi");
+    assert_eq!(curl(&[&node.url("/health")]).0, 200);
+    assert!(
+        node.metric("netaccel_accelerator_calls_total{accelerator=\"fault\",status=\"INTERNAL\"}")
+            >= 2.0
+    );
+}
+
+#[test]
+fn the_fault_accelerator_exists_only_when_configured() {
+    let node = TestNode::start("");
+    let (code, kind, _) = call_err(&node, "/v1/fn/fault", b"panic");
+    assert_eq!((code, kind.as_str()), (404, "UNKNOWN_ACCELERATOR"));
+}

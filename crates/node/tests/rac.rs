@@ -588,3 +588,28 @@ fn a_tenant_at_its_in_flight_bound_is_paused_not_refused() {
     );
     assert_eq!(node.metric("netaccel_rac_in_flight_calls"), 0.0);
 }
+
+#[test]
+fn a_failing_kernel_answers_internal_and_the_connection_carries_on() {
+    let node = TestNode::start("fault_injection = true\n[[slots]]\naccelerator = \"fault\"\n");
+    let rt = runtime();
+    rt.block_on(async {
+        let c = RacClient::connect(&node.rac_addr.to_string())
+            .await
+            .unwrap();
+        for payload in [b"panic".as_slice(), b"error"] {
+            assert_eq!(
+                status_of(
+                    c.call(accel::FAULT_ID, params::NONE, payload.to_vec(), 0)
+                        .await
+                ),
+                Status::Internal
+            );
+        }
+        let ok = c
+            .call(accel::FAULT_ID, params::NONE, b"fine".to_vec(), 0)
+            .await
+            .unwrap();
+        assert_eq!(ok.payload, b"fine");
+    });
+}

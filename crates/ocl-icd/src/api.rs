@@ -1683,6 +1683,122 @@ pub unsafe extern "C" fn clBuildProgram(
     rc
 }
 
+pub unsafe extern "C" fn clCompileProgram(
+    program: Handle,
+    num_devices: u32,
+    devices: *const Handle,
+    options: *const c_char,
+    num_headers: u32,
+    headers: *const Handle,
+    header_names: *const *const c_char,
+    notify: BuildNotify,
+    user_data: *mut c_void,
+) -> ClInt {
+    let p = tryr!(get::<Program>(program));
+    if (num_devices == 0) != devices.is_null()
+        || (notify.is_none() && !user_data.is_null())
+        || (num_headers == 0) != headers.is_null()
+        || (num_headers == 0) != header_names.is_null()
+    {
+        return cl::CL_INVALID_VALUE;
+    }
+    let devs = tryr!(remote_devices(slice(devices, num_devices), &p.v.devices));
+    let mut remote_headers = Vec::with_capacity(num_headers as usize);
+    for (i, &h) in slice(headers, num_headers).iter().enumerate() {
+        let header = tryr!(get::<Program>(h));
+        if !Arc::ptr_eq(&header.v.node, &p.v.node) || header.v.context != p.v.context {
+            return cl::CL_INVALID_PROGRAM;
+        }
+        let name = *header_names.add(i);
+        if name.is_null() {
+            return cl::CL_INVALID_VALUE;
+        }
+        remote_headers.push((header.v.id, CStr::from_ptr(name).to_bytes()));
+    }
+    let options = if options.is_null() {
+        &[][..]
+    } else {
+        CStr::from_ptr(options).to_bytes()
+    };
+    let (rc, _) = p.v.node.call(&Request::CompileProgram {
+        program: p.v.id,
+        devices: devs,
+        options,
+        headers: remote_headers,
+    });
+    if let Some(cb) = notify {
+        cb(program, user_data);
+    }
+    rc
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn clLinkProgram(
+    context: Handle,
+    num_devices: u32,
+    devices: *const Handle,
+    options: *const c_char,
+    num_inputs: u32,
+    inputs: *const Handle,
+    notify: BuildNotify,
+    user_data: *mut c_void,
+    errcode: *mut ClInt,
+) -> Handle {
+    let c = tryp!(get::<Context>(context), errcode);
+    if (num_devices == 0) != devices.is_null()
+        || (notify.is_none() && !user_data.is_null())
+        || num_inputs == 0
+        || inputs.is_null()
+    {
+        set_err(errcode, cl::CL_INVALID_VALUE);
+        return null_mut();
+    }
+    let devs = tryp!(
+        remote_devices(slice(devices, num_devices), &c.v.devices),
+        errcode
+    );
+    let mut remote_inputs = Vec::with_capacity(num_inputs as usize);
+    for &i in slice(inputs, num_inputs) {
+        let input = tryp!(get::<Program>(i), errcode);
+        if !Arc::ptr_eq(&input.v.node, &c.v.node) || input.v.context != context as H {
+            set_err(errcode, cl::CL_INVALID_PROGRAM);
+            return null_mut();
+        }
+        remote_inputs.push(input.v.id);
+    }
+    let options = if options.is_null() {
+        &[][..]
+    } else {
+        CStr::from_ptr(options).to_bytes()
+    };
+    let node = Arc::clone(&c.v.node);
+    let id = node.next_id();
+    let (rc, created) = node.call(&Request::LinkProgram {
+        id,
+        context: c.v.id,
+        devices: devs,
+        options,
+        inputs: remote_inputs,
+    });
+    set_err(errcode, rc);
+    // The node says whether the program exists (a failed link may leave one with a log).
+    if created != [1] {
+        return null_mut();
+    }
+    retain::<Context>(context);
+    let program = new_handle(Program {
+        node,
+        id,
+        context: context as H,
+        devices: c.v.devices.clone(),
+        source: Vec::new(),
+    });
+    if let Some(cb) = notify {
+        cb(program, user_data);
+    }
+    program
+}
+
 pub unsafe extern "C" fn clUnloadCompiler() -> ClInt {
     cl::CL_SUCCESS
 }
@@ -2237,6 +2353,8 @@ pub fn entries() -> Vec<(&'static str, *const c_void)> {
         clRetainProgram,
         clReleaseProgram,
         clBuildProgram,
+        clCompileProgram,
+        clLinkProgram,
         clUnloadCompiler,
         clUnloadPlatformCompiler,
         clGetProgramInfo,

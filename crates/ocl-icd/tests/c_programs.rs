@@ -218,6 +218,11 @@ fn programs_from_binary_and_build_logs_are_identical_local_and_remote() {
 }
 
 #[test]
+fn separate_compilation_and_linking_are_identical_local_and_remote() {
+    compare("compile_link");
+}
+
+#[test]
 fn sub_buffers_are_identical_local_and_remote() {
     compare("subbuffer");
 }

@@ -55,6 +55,8 @@ api! {
     clCreateProgramWithSource: fn(Handle, u32, *const *const c_char, *const usize, *mut ClInt) -> Handle;
     clCreateProgramWithBinary: fn(Handle, u32, *const Handle, *const usize, *const *const u8, *mut ClInt, *mut ClInt) -> Handle;
     clBuildProgram: fn(Handle, u32, *const Handle, *const c_char, *const c_void, *mut c_void) -> ClInt;
+    clCompileProgram: fn(Handle, u32, *const Handle, *const c_char, u32, *const Handle, *const *const c_char, *const c_void, *mut c_void) -> ClInt;
+    clLinkProgram: fn(Handle, u32, *const Handle, *const c_char, u32, *const Handle, *const c_void, *mut c_void, *mut ClInt) -> Handle;
     clGetProgramInfo: fn(Handle, u32, usize, *mut c_void, *mut usize) -> ClInt;
     clGetProgramBuildInfo: fn(Handle, Handle, u32, usize, *mut c_void, *mut usize) -> ClInt;
     clReleaseProgram: fn(Handle) -> ClInt;

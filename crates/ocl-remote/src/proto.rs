@@ -81,6 +81,8 @@ pub mod kind {
     pub const ENQUEUE: u16 = 17;
     pub const FLUSH: u16 = 18;
     pub const CREATE_SUB_BUFFER: u16 = 19;
+    pub const COMPILE_PROGRAM: u16 = 20;
+    pub const LINK_PROGRAM: u16 = 21;
 
     pub const REPLY: u16 = 100;
     pub const TASK_DONE: u16 = 101;
@@ -256,6 +258,21 @@ pub enum Request<'a> {
         program: u64,
         devices: Vec<u32>,
         options: &'a [u8],
+    },
+    /// `clCompileProgram`: `headers` are (program id, include name) pairs.
+    CompileProgram {
+        program: u64,
+        devices: Vec<u32>,
+        options: &'a [u8],
+        headers: Vec<(u64, &'a [u8])>,
+    },
+    /// `clLinkProgram`: creates program `id` in `context` from compiled `inputs`.
+    LinkProgram {
+        id: u64,
+        context: u64,
+        devices: Vec<u32>,
+        options: &'a [u8],
+        inputs: Vec<u64>,
     },
     GetProgramInfo {
         program: u64,
@@ -653,6 +670,8 @@ impl<'a> Request<'a> {
             Request::CreateProgramWithSource { .. } => kind::CREATE_PROGRAM_WITH_SOURCE,
             Request::CreateProgramWithBinary { .. } => kind::CREATE_PROGRAM_WITH_BINARY,
             Request::BuildProgram { .. } => kind::BUILD_PROGRAM,
+            Request::CompileProgram { .. } => kind::COMPILE_PROGRAM,
+            Request::LinkProgram { .. } => kind::LINK_PROGRAM,
             Request::GetProgramInfo { .. } => kind::GET_PROGRAM_INFO,
             Request::GetProgramBuildInfo { .. } => kind::GET_PROGRAM_BUILD_INFO,
             Request::CreateKernel { .. } => kind::CREATE_KERNEL,
@@ -740,6 +759,37 @@ impl<'a> Request<'a> {
                 put_u64(out, *program);
                 put_u32_list(out, devices);
                 put_bytes(out, options);
+            }
+            Request::CompileProgram {
+                program,
+                devices,
+                options,
+                headers,
+            } => {
+                put_u64(out, *program);
+                put_u32_list(out, devices);
+                put_bytes(out, options);
+                put_u32(out, u32::try_from(headers.len()).expect("list fits u32"));
+                for (header, name) in headers {
+                    put_u64(out, *header);
+                    put_bytes(out, name);
+                }
+            }
+            Request::LinkProgram {
+                id,
+                context,
+                devices,
+                options,
+                inputs,
+            } => {
+                put_u64(out, *id);
+                put_u64(out, *context);
+                put_u32_list(out, devices);
+                put_bytes(out, options);
+                put_u32(out, u32::try_from(inputs.len()).expect("list fits u32"));
+                for input in inputs {
+                    put_u64(out, *input);
+                }
             }
             Request::GetProgramInfo {
                 program: obj,
@@ -852,6 +902,37 @@ impl<'a> Request<'a> {
                 devices: u32_list(&mut r)?,
                 options: r.bytes()?,
             },
+            kind::COMPILE_PROGRAM => {
+                let program = r.u64()?;
+                let devices = u32_list(&mut r)?;
+                let options = r.bytes()?;
+                let n = r.count(12)?;
+                let mut headers = Vec::with_capacity(n);
+                for _ in 0..n {
+                    headers.push((r.u64()?, r.bytes()?));
+                }
+                Request::CompileProgram {
+                    program,
+                    devices,
+                    options,
+                    headers,
+                }
+            }
+            kind::LINK_PROGRAM => {
+                let id = r.u64()?;
+                let context = r.u64()?;
+                let devices = u32_list(&mut r)?;
+                let options = r.bytes()?;
+                let n = r.count(8)?;
+                let inputs = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+                Request::LinkProgram {
+                    id,
+                    context,
+                    devices,
+                    options,
+                    inputs,
+                }
+            }
             kind::GET_PROGRAM_INFO => Request::GetProgramInfo {
                 program: r.u64()?,
                 param: r.u32()?,
@@ -1180,6 +1261,19 @@ mod tests {
             program: 1,
             devices: vec![],
             options: b"-O2",
+        });
+        roundtrip(Request::CompileProgram {
+            program: 1,
+            devices: vec![0],
+            options: b"-DX=1",
+            headers: vec![(4, b"a/b.h".as_slice()), (5, b"c.h")],
+        });
+        roundtrip(Request::LinkProgram {
+            id: 9,
+            context: 2,
+            devices: vec![],
+            options: b"",
+            inputs: vec![1, 3],
         });
         roundtrip(Request::GetKernelArgInfo {
             kernel: 5,

@@ -7,7 +7,7 @@
 //! every OpenCL object; tasks already queued hold their own references.
 
 use std::collections::HashMap;
-use std::ffi::{c_void, CString};
+use std::ffi::{c_char, c_void, CString};
 use std::io::{self, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -155,6 +155,27 @@ fn read_frame(
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
     Ok((header, body))
+}
+
+/// Build options as a C string (NUL bytes dropped).
+fn c_options(options: &[u8]) -> CString {
+    CString::new(
+        options
+            .iter()
+            .copied()
+            .filter(|b| *b != 0)
+            .collect::<Vec<u8>>(),
+    )
+    .expect("NULs removed")
+}
+
+/// The array's pointer, or null for an empty array (as OpenCL wants for "none").
+fn nonempty_ptr<T>(v: &[T]) -> *const T {
+    if v.is_empty() {
+        std::ptr::null()
+    } else {
+        v.as_ptr()
+    }
 }
 
 fn send_reply(writer: &ClientWriter, id: u64, (status, payload): Reply) {
@@ -326,6 +347,19 @@ impl Session<'_> {
                 devices,
                 options,
             } => self.build_program(program, devices, options),
+            Request::CompileProgram {
+                program,
+                devices,
+                options,
+                headers,
+            } => self.compile_program(program, devices, options, headers),
+            Request::LinkProgram {
+                id,
+                context,
+                devices,
+                options,
+                inputs,
+            } => self.link_program(id, context, devices, options, inputs),
             Request::GetProgramInfo { program, param } => {
                 let Some(Obj::Program { real, .. }) = self.objects.get(&program) else {
                     return err(cl::CL_INVALID_PROGRAM);
@@ -755,6 +789,124 @@ impl Session<'_> {
             }
         }
         err(rc)
+    }
+
+    /// `clCompileProgram` on one of the client's programs, with other programs of the
+    /// client as embedded headers. Compiled programs are not cached (the cache holds
+    /// executables); the program keeps its source for `CL_PROGRAM_SOURCE`.
+    fn compile_program(
+        &mut self,
+        program: u64,
+        devices: Vec<u32>,
+        options: &[u8],
+        headers: Vec<(u64, &[u8])>,
+    ) -> Reply {
+        let api = &self.shared.runtime.api;
+        let Some(Obj::Program { real, .. }) = self.objects.get(&program) else {
+            return err(cl::CL_INVALID_PROGRAM);
+        };
+        let real = Arc::clone(real);
+        let Some(devs) = self.device_handles(&devices) else {
+            return err(cl::CL_INVALID_DEVICE);
+        };
+        let mut header_handles = Vec::with_capacity(headers.len());
+        let mut header_names = Vec::with_capacity(headers.len());
+        for (id, name) in headers {
+            let Some(Obj::Program { real, .. }) = self.objects.get(&id) else {
+                return err(cl::CL_INVALID_PROGRAM);
+            };
+            let Ok(name) = CString::new(name) else {
+                return err(cl::CL_INVALID_VALUE);
+            };
+            header_handles.push(real.handle());
+            header_names.push(name);
+        }
+        let name_ptrs: Vec<*const c_char> = header_names.iter().map(|n| n.as_ptr()).collect();
+        let options = c_options(options);
+        // SAFETY: valid program, device, header handles (held in the table for the
+        // call) and C strings; no callback.
+        let rc = unsafe {
+            (api.clCompileProgram)(
+                real.handle(),
+                devs.len() as u32,
+                nonempty_ptr(&devs),
+                options.as_ptr(),
+                header_handles.len() as u32,
+                nonempty_ptr(&header_handles),
+                nonempty_ptr(&name_ptrs),
+                std::ptr::null(),
+                std::ptr::null_mut(),
+            )
+        };
+        err(rc)
+    }
+
+    /// `clLinkProgram`: a new program `id` from the client's compiled programs.
+    fn link_program(
+        &mut self,
+        id: u64,
+        context: u64,
+        devices: Vec<u32>,
+        options: &[u8],
+        inputs: Vec<u64>,
+    ) -> Reply {
+        let api = &self.shared.runtime.api;
+        let Some(Obj::Context { real: ctx, .. }) = self.objects.get(&context) else {
+            return err(cl::CL_INVALID_CONTEXT);
+        };
+        let ctx = Arc::clone(ctx);
+        let Some(devs) = self.device_handles(&devices) else {
+            return err(cl::CL_INVALID_DEVICE);
+        };
+        let mut input_handles = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let Some(Obj::Program { real, .. }) = self.objects.get(&input) else {
+                return err(cl::CL_INVALID_PROGRAM);
+            };
+            input_handles.push(real.handle());
+        }
+        if id == 0 || self.objects.contains_key(&id) {
+            return err(cl::CL_INVALID_VALUE);
+        }
+        if self.objects.len() >= self.shared.config.objects_max {
+            return err(cl::CL_OUT_OF_RESOURCES);
+        }
+        let options = c_options(options);
+        let mut rc = cl::CL_SUCCESS;
+        // SAFETY: valid context, device and program handles and C string; no callback.
+        let raw = unsafe {
+            (api.clLinkProgram)(
+                ctx.handle(),
+                devs.len() as u32,
+                nonempty_ptr(&devs),
+                options.as_ptr(),
+                input_handles.len() as u32,
+                nonempty_ptr(&input_handles),
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                &mut rc,
+            )
+        };
+        if raw.is_null() {
+            return err(if rc == cl::CL_SUCCESS {
+                cl::CL_OUT_OF_RESOURCES
+            } else {
+                rc
+            });
+        }
+        // A failed link may still return a program, whose build log says why: it is
+        // kept under `id`, and the reply carries the error with the payload [1] ("the
+        // program exists"), so the ICD hands it to the application with that error, as
+        // OpenCL specifies.
+        self.objects.insert(
+            id,
+            Obj::Program {
+                real: Real::new(raw, api.clReleaseProgram),
+                source: None,
+            },
+        );
+        self.shared.metrics.client_objects.inc();
+        (rc, vec![1])
     }
 
     /// Creates and builds a program from cached binaries; `None` if anything fails (the

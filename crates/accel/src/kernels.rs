@@ -91,35 +91,33 @@ pub fn builtins() -> Vec<Arc<dyn Accelerator>> {
 /// report an internal error, anything else is echoed. Not a built-in: a node lists it
 /// only when configured to (`fault_injection = true`).
 pub fn fault_injection() -> Arc<dyn Accelerator> {
-    Arc::new(Fault(descriptor(FAULT_ID, "fault", &[])))
+    Arc::new(Fault(Echo(descriptor(FAULT_ID, "fault", &[]))))
 }
 
 /// Accelerator id of [`fault_injection`], far from the built-ins' 1..=7.
 pub const FAULT_ID: u16 = 0xfff0;
 
-struct Fault(Descriptor);
+/// Echo (under the fault's own descriptor), except for the two payloads that fail on
+/// purpose.
+struct Fault(Echo);
 
 impl Accelerator for Fault {
     fn descriptor(&self) -> &Descriptor {
-        &self.0
+        self.0.descriptor()
     }
-    fn check(&self, _: &ParamBlock, _: Option<usize>) -> Result<(), CallError> {
-        Ok(())
+    fn check(&self, params: &ParamBlock, payload_len: Option<usize>) -> Result<(), CallError> {
+        self.0.check(params, payload_len)
     }
-    fn work_estimate(&self, _: &ParamBlock, payload_len: usize) -> u64 {
-        payload_len as u64 / 16
+    fn work_estimate(&self, params: &ParamBlock, payload_len: usize) -> u64 {
+        self.0.work_estimate(params, payload_len)
     }
-    fn run(&self, _: &ParamBlock, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
+    fn run(&self, params: &ParamBlock, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
         match input {
             b"panic" => panic!("fault injection: the payload asked for a panic"),
             b"error" => Err(CallError::Internal(
                 "fault injection: the payload asked for an internal error".to_string(),
             )),
-            _ => {
-                out.clear();
-                out.extend_from_slice(input);
-                Ok(())
-            }
+            _ => self.0.run(params, input, out),
         }
     }
 }

@@ -809,18 +809,17 @@ impl Session<'_> {
         let Some(devs) = self.device_handles(&devices) else {
             return err(cl::CL_INVALID_DEVICE);
         };
-        let mut header_handles = Vec::with_capacity(headers.len());
-        let mut header_names = Vec::with_capacity(headers.len());
-        for (id, name) in headers {
-            let Some(Obj::Program { real, .. }) = self.objects.get(&id) else {
-                return err(cl::CL_INVALID_PROGRAM);
-            };
-            let Ok(name) = CString::new(name) else {
-                return err(cl::CL_INVALID_VALUE);
-            };
-            header_handles.push(real.handle());
-            header_names.push(name);
-        }
+        let ids: Vec<u64> = headers.iter().map(|(id, _)| *id).collect();
+        let Some(header_handles) = self.program_handles(&ids) else {
+            return err(cl::CL_INVALID_PROGRAM);
+        };
+        let Ok(header_names) = headers
+            .into_iter()
+            .map(|(_, name)| CString::new(name))
+            .collect::<Result<Vec<_>, _>>()
+        else {
+            return err(cl::CL_INVALID_VALUE);
+        };
         let name_ptrs: Vec<*const c_char> = header_names.iter().map(|n| n.as_ptr()).collect();
         let options = c_options(options);
         // SAFETY: valid program, device, header handles (held in the table for the
@@ -841,6 +840,17 @@ impl Session<'_> {
         err(rc)
     }
 
+    /// The real handles of the client's programs `ids`; `None` if one is not a program
+    /// of this client. The handles stay valid while the table holds them.
+    fn program_handles(&self, ids: &[u64]) -> Option<Vec<Handle>> {
+        ids.iter()
+            .map(|id| match self.objects.get(id) {
+                Some(Obj::Program { real, .. }) => Some(real.handle()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// `clLinkProgram`: a new program `id` from the client's compiled programs.
     fn link_program(
         &mut self,
@@ -858,13 +868,9 @@ impl Session<'_> {
         let Some(devs) = self.device_handles(&devices) else {
             return err(cl::CL_INVALID_DEVICE);
         };
-        let mut input_handles = Vec::with_capacity(inputs.len());
-        for input in inputs {
-            let Some(Obj::Program { real, .. }) = self.objects.get(&input) else {
-                return err(cl::CL_INVALID_PROGRAM);
-            };
-            input_handles.push(real.handle());
-        }
+        let Some(input_handles) = self.program_handles(&inputs) else {
+            return err(cl::CL_INVALID_PROGRAM);
+        };
         if id == 0 || self.objects.contains_key(&id) {
             return err(cl::CL_INVALID_VALUE);
         }

@@ -43,6 +43,13 @@ const READ_CHUNK: usize = 64 * 1024;
 /// at most 64 KiB per connection, like its read buffer.
 const SPARE_BUFFERS_MAX: usize = 4;
 const SPARE_BUFFER_BYTES_MAX: usize = 16 * 1024;
+/// Results with at least this many body bytes are written straight from the output
+/// buffer when nothing else waits to be sent and no other call of the connection is in
+/// flight or buffered, instead of being copied into the connection's output buffer
+/// first; smaller ones, and those of pipelining clients, are batched into one write.
+/// (16 KiB echo calls, one at a time: node CPU per call 16.5–17.2 µs against
+/// 17.6–18.6 µs with the copy, `perf stat` over 60 000 calls.)
+const DIRECT_WRITE_MIN: usize = 1024;
 
 type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
 
@@ -519,7 +526,25 @@ impl RacConn {
 
     fn write_result(&mut self, result: &ResultHeader, body: &[u8]) {
         self.node.rac_requests(result.status).inc();
-        self.wbuf.extend_from_slice(&result.encode());
+        let header = result.encode();
+        let alone = self.pending.is_empty() && self.rpos == self.rbuf.len();
+        if alone && self.wbuf.is_empty() && body.len() >= DIRECT_WRITE_MIN {
+            // Nothing queued ahead, no other call in flight or buffered (no batch to
+            // build):
+            // header and body go to the socket from where they are (one vectored
+            // write), and only what the socket did not take is copied into the output
+            // buffer.
+            let slices = [io::IoSlice::new(&header), io::IoSlice::new(body)];
+            let written = self.stream.try_write_vectored(&slices).unwrap_or(0);
+            if written < header.len() {
+                self.wbuf.extend_from_slice(&header[written..]);
+                self.wbuf.extend_from_slice(body);
+            } else {
+                self.wbuf.extend_from_slice(&body[written - header.len()..]);
+            }
+            return;
+        }
+        self.wbuf.extend_from_slice(&header);
         self.wbuf.extend_from_slice(body);
     }
 

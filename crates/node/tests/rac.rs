@@ -613,3 +613,22 @@ fn a_failing_kernel_answers_internal_and_the_connection_carries_on() {
         assert_eq!(ok.payload, b"fine");
     });
 }
+
+#[test]
+fn a_large_result_to_a_slow_reader_arrives_whole() {
+    // 8 MiB does not fit the socket's send buffer: the node writes part of the result
+    // at once and the rest as the client reads.
+    let node = TestNode::start("");
+    let mut s = TcpStream::connect(node.rac_addr).unwrap();
+    let mut rng = Rng(7);
+    for id in 1..=2u32 {
+        let payload = rng.bytes(8 << 20);
+        s.write_all(&CallHeader::call(1, id, payload.len() as u32, params::NONE).encode())
+            .unwrap();
+        s.write_all(&payload).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let (r, out) = read_result(&mut s);
+        assert_eq!((r.request_id, r.status), (id, Status::Ok));
+        assert!(out == payload, "result {id} differs from its payload");
+    }
+}

@@ -64,11 +64,12 @@ done
 NETACCEL_RAC_ADDR="127.0.0.1:$rac_port" python3 -m pytest -q clients/python
 
 # netaccel-bench and wrk against the same C HTTP responder, 1 connection, 5 rounds of
-# 1 s: calls/s and p50 within 10% of wrk's. (At 16 connections the p50s differ by about
+# 2 s (wrk counts its start-up in its rate, which weighs on 1 s runs): calls/s and p50
+# within 10% of wrk's. (At 16 connections the p50s differ by about
 # 10-14% on this 2-core machine; that comparison is in bench/wrk_agreement.sh and
 # docs/benchmarks.md, not in this gate.)
 echo "==> netaccel-bench agrees with wrk (1 connection)"
 cargo build --release -q -p netaccel-bench
-BENCH_BIN="$target_dir/release/netaccel-bench" CONNS_LIST=1 ROUNDS=5 DURATION=1 bench/wrk_agreement.sh
+BENCH_BIN="$target_dir/release/netaccel-bench" CONNS_LIST=1 ROUNDS=5 DURATION=2 bench/wrk_agreement.sh
 
 echo "==> all tests passed"

@@ -145,7 +145,7 @@ bench() {
     log "round $ROUND: $label, $size B, $conns conn(s): ${DURATION}s"
     if ! timeout $((${WARMUP%.*} + DURATION + 30)) "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$BENCH_BIN" run "$target" \
         --size "$size" --conns "$conns" --duration "$DURATION" --warmup "$WARMUP" \
-        --label "$label, c$conns r$ROUND" --note "server on CPU $SERVER_CPU" --json "$file" --quiet "$@" >&2; then
+        --label "$label ($conns conn) r$ROUND" --note "server on CPU $SERVER_CPU" --json "$file" --quiet "$@" >&2; then
         log "warning: $label ($size B, c$conns) failed"
         PENDING+=("$label, $size B, c$conns, round $ROUND: run failed")
     fi
@@ -230,10 +230,10 @@ checks() {
     echo "| check ($small B to_uppercase) | measured | limit | result |"
     echo "|---|---:|---:|---|"
     for hybrid in "hybrid nginx+backend" "hybrid, nginx defaults"; do
-        np=$(tsv_field "netaccel HTTP, c1" 2 | head -n 1)
-        hp=$(tsv_field "$hybrid, c1" 2 | head -n 1)
-        nt=$(tsv_field "netaccel HTTP, c$CONNS" 4 | head -n 1)
-        ht=$(tsv_field "$hybrid, c$CONNS" 4 | head -n 1)
+        np=$(tsv_field "netaccel HTTP (1 conn)" 2 | head -n 1)
+        hp=$(tsv_field "$hybrid (1 conn)" 2 | head -n 1)
+        nt=$(tsv_field "netaccel HTTP ($CONNS conn)" 4 | head -n 1)
+        ht=$(tsv_field "$hybrid ($CONNS conn)" 4 | head -n 1)
         if [[ -n "$np" && -n "$hp" ]]; then
             awk -v a="$np" -v b="$hp" -v h="$hybrid" 'BEGIN { r = a / b; printf "| netaccel HTTP p50 ÷ %s p50 (1 conn) | %.2f | < 0.33 | %s |\n", h, r, (r < 1 / 3 ? "PASS" : "FAIL") }'
         else
@@ -250,7 +250,7 @@ checks() {
 report() {
     local files=("$RUN_DIR"/*.json)
     "$BENCH_BIN" report --rounds "${files[@]}" --markdown "$RUN_DIR/table.md" --tsv "$RUN_DIR/summary.tsv" \
-        --cdf "$RUN_DIR/cdf.svg" --cdf-only ", c1" \
+        --cdf "$RUN_DIR/cdf.svg" --cdf-only "(1 conn)" \
         --title "to_uppercase latency CDF, 1 connection, 1 call in flight (server CPU $SERVER_CPU, client CPU $CLIENT_CPU)"
     local rev
     rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
@@ -260,7 +260,7 @@ report() {
     echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), a virtual machine shared with other work (noisy); load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); kernel $(uname -r)"
     echo "- core split: every server process (the node with \`--io-threads 1\`; nginx's master and worker *and* the backend; the echo server) pinned to CPU $SERVER_CPU; netaccel-bench (one load thread) pinned to CPU $CLIENT_CPU; in-process runs on CPU $CLIENT_CPU; loopback; scheduling: ${PRIO_CMD[*]:-default}"
     echo "- $($(nginx_bin) -v 2>&1 | sed 's/^nginx version: //'), 1 worker, upstream keepalive 64, and nginx's default proxying under \`/plain/\` (\`bench/backend/nginx-hybrid.conf.template\`); backend \`bench/backend/uppercase_backend.c\`"
-    echo "- rows \"c1\": 1 connection, 1 call in flight, closed loop (latency); rows \"c$CONNS\": $CONNS connections, 1 call in flight each, closed loop (throughput). MB/s counts request and answer payloads."
+    echo "- rows \"(1 conn)\": 1 connection, 1 call in flight, closed loop (latency); rows \"($CONNS conn)\": $CONNS connections, 1 call in flight each, closed loop (throughput). MB/s counts request and answer payloads. The CDF figure shows the 1-connection rows."
     echo
     cat "$RUN_DIR/table.md"
     echo

@@ -23,6 +23,7 @@ use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::{self, Command, Decoded, HelloInfo, Request, Response};
 
 use ocl_remote::shm::Region;
+use ocl_remote::stream::Stream;
 
 use crate::object::EventRef;
 
@@ -71,7 +72,7 @@ pub struct DirectRead {
 }
 
 struct Out {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
     /// Where the open `Enqueue` frame starts in `buf` (its header is written at seal).
     frame_start: Option<usize>,
@@ -106,7 +107,7 @@ pub struct Node {
     pub platforms: Vec<Vec<u32>>,
     /// The read half: whoever holds it reads frames (a waiting application thread, which
     /// saves a thread hand-off, or the background reader).
-    reader: Mutex<TcpStream>,
+    reader: Mutex<Stream>,
     reader_fd: RawFd,
     /// See [`SPIN_ENV`].
     spin: ocl_remote::poll::AdaptiveSpin,
@@ -124,35 +125,33 @@ impl Node {
         let target = addr.to_socket_addrs()?.next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, "address resolves to nothing")
         })?;
-        let stream = TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
-        let mut reader = stream.try_clone()?;
-        // An empty host id tells the node not to offer shared memory.
+        let stream = Stream::Tcp(TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)?);
+        // An empty host id tells the node not to offer shared memory (nor its local
+        // socket).
         let shm_off = std::env::var(SHM_ENV).is_ok_and(|v| v == "0");
         let host_id = if shm_off {
             Vec::new()
         } else {
             ocl_remote::shm::host_id()
         };
-        let mut hello = Vec::new();
-        Request::Hello {
-            version: proto::PROTOCOL_VERSION,
-            host_id: &host_id,
-        }
-        .encode(1, &mut hello);
-        (&stream).write_all(&hello)?;
-        let (header, body) = read_frame(&mut reader)?;
+        let (mut stream, mut reader, payload) = greet(stream, &host_id)?;
         let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
-        let Ok(Response::Reply { status, payload }) = Response::decode(header.kind, &body) else {
-            return Err(invalid("bad Hello reply"));
-        };
-        if status != cl::CL_SUCCESS {
-            return Err(invalid(&format!(
-                "node refused the connection (OpenCL error {status})"
-            )));
+        let mut platforms = HelloInfo::decode(&payload)
+            .map_err(|e| invalid(&e.to_string()))?
+            .platforms;
+        // On the node's host: continue over its Unix socket (see `ocl_remote::stream`);
+        // if that fails, the TCP connection serves.
+        let local = HelloInfo::decode(&payload)
+            .map(|i| i.local_socket.to_vec())
+            .unwrap_or_default();
+        if !local.is_empty() {
+            if let Ok((s, r, p)) = Stream::connect_local(&local).and_then(|s| greet(s, &host_id)) {
+                if let Ok(info) = HelloInfo::decode(&p) {
+                    platforms = info.platforms;
+                    (stream, reader) = (s, r);
+                }
+            }
         }
-        let info = HelloInfo::decode(payload).map_err(|e| invalid(&e.to_string()))?;
         reader.set_read_timeout(None)?;
         let node = Arc::new(Node {
             addr: addr.to_string(),
@@ -170,7 +169,7 @@ impl Node {
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
             background: Condvar::new(),
-            platforms: info.platforms,
+            platforms,
             reader_fd: reader.as_raw_fd(),
             spin: ocl_remote::poll::AdaptiveSpin::new(spin_from_env()),
             reader: Mutex::new(reader),
@@ -461,7 +460,33 @@ impl Out {
     }
 }
 
-fn read_frame(reader: &mut TcpStream) -> io::Result<(proto::Header, Vec<u8>)> {
+/// Says `Hello` on a new connection and returns it (a writing and a reading handle) with
+/// the reply's payload.
+fn greet(stream: Stream, host_id: &[u8]) -> io::Result<(Stream, Stream, Vec<u8>)> {
+    stream.set_nodelay()?;
+    stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+    let mut reader = stream.try_clone()?;
+    let mut hello = Vec::new();
+    Request::Hello {
+        version: proto::PROTOCOL_VERSION,
+        host_id,
+    }
+    .encode(1, &mut hello);
+    (&stream).write_all(&hello)?;
+    let (header, body) = read_frame(&mut reader)?;
+    let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
+    let Ok(Response::Reply { status, payload }) = Response::decode(header.kind, &body) else {
+        return Err(invalid("bad Hello reply"));
+    };
+    if status != cl::CL_SUCCESS {
+        return Err(invalid(&format!(
+            "node refused the connection (OpenCL error {status})"
+        )));
+    }
+    Ok((stream, reader, payload.to_vec()))
+}
+
+fn read_frame(reader: &mut Stream) -> io::Result<(proto::Header, Vec<u8>)> {
     let mut head = [0u8; proto::HEADER_LEN];
     reader.read_exact(&mut head)?;
     let header = match proto::decode_header(&head, FRAME_BODY_MAX) {
@@ -476,7 +501,7 @@ fn read_frame(reader: &mut TcpStream) -> io::Result<(proto::Header, Vec<u8>)> {
 
 /// Reads one frame from the node and acts on it: a reply is filed for its caller, read
 /// data goes to the application's memory, a finished task completes its events.
-fn pump_one(node: &Node, reader: &mut TcpStream) -> io::Result<()> {
+fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
     {
         let mut head = [0u8; proto::HEADER_LEN];
         reader.read_exact(&mut head)?;

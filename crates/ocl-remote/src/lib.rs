@@ -10,6 +10,7 @@
 //!
 //! - [`shm`]: shared memory regions for the same-host buffer path.
 //! - [`poll`]: the bounded polling both ends do before they sleep on their socket.
+//! - [`stream`]: the connection, over TCP or, on the node's host, a Unix socket.
 //!
 //! [`cl`] has the OpenCL constants both sides interpret. It is not an OpenCL binding for
 //! applications: programs use the standard OpenCL API through the ICD loader. The design
@@ -21,6 +22,7 @@ pub mod poll;
 pub mod proto;
 pub mod service;
 pub mod shm;
+pub mod stream;
 
 /// `CL_PLATFORM_ICD_SUFFIX_KHR` of the remote platform; the service never re-exports a
 /// platform with this suffix, so a node cannot serve itself in a loop.

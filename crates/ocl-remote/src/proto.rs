@@ -1097,12 +1097,14 @@ pub fn encode_read_data_header(out: &mut Vec<u8>, id: u64, token: u64, offset: u
     put_u32(out, u32::try_from(len).expect("read chunk fits u32"));
 }
 
-/// The payload of the `Hello` reply: the node's host id (for the shared-memory path) and
-/// its platforms, each with the node-wide indices of its devices.
+/// The payload of the `Hello` reply: the node's host id (for the shared-memory path),
+/// its platforms, each with the node-wide indices of its devices, and, for a client on
+/// the node's host, the abstract Unix socket it may reconnect to (empty otherwise).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HelloInfo<'a> {
     pub host_id: &'a [u8],
     pub platforms: Vec<Vec<u32>>,
+    pub local_socket: &'a [u8],
 }
 
 impl<'a> HelloInfo<'a> {
@@ -1115,6 +1117,7 @@ impl<'a> HelloInfo<'a> {
         for devices in &self.platforms {
             put_u32_list(out, devices);
         }
+        put_bytes(out, self.local_socket);
     }
 
     pub fn decode(payload: &'a [u8]) -> Result<HelloInfo<'a>, ProtoError> {
@@ -1125,8 +1128,13 @@ impl<'a> HelloInfo<'a> {
         for _ in 0..n {
             platforms.push(u32_list(&mut r)?);
         }
+        let local_socket = r.bytes()?;
         r.finish()?;
-        Ok(HelloInfo { host_id, platforms })
+        Ok(HelloInfo {
+            host_id,
+            platforms,
+            local_socket,
+        })
     }
 }
 
@@ -1416,6 +1424,7 @@ mod tests {
         let info = HelloInfo {
             host_id: b"host",
             platforms: vec![vec![0, 1], vec![2]],
+            local_socket: b"netaccel-ocl-1-9500",
         };
         let mut out = Vec::new();
         info.encode(&mut out);

@@ -23,6 +23,8 @@ mod worker;
 use std::ffi::c_void;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+
+use crate::stream::Stream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -60,6 +62,8 @@ pub struct ServiceConfig {
     /// Built programs kept by content hash, and their total binary bytes.
     pub program_cache_entries_max: usize,
     pub program_cache_bytes_max: usize,
+    /// Offer same-host clients an abstract Unix socket instead of TCP.
+    pub local_socket: bool,
     /// How long a client's thread polls its socket for the next request before it
     /// sleeps (see [`crate::poll`]); zero sleeps at once.
     pub poll_before_sleep: std::time::Duration,
@@ -79,6 +83,7 @@ impl Default for ServiceConfig {
             shared_memory: true,
             program_cache_entries_max: 64,
             program_cache_bytes_max: 256 << 20,
+            local_socket: true,
             poll_before_sleep: crate::poll::SPIN_DEFAULT,
         }
     }
@@ -288,6 +293,8 @@ pub(crate) struct Shared {
     pub shutdown: AtomicBool,
     pub host_id: Vec<u8>,
     pub programs: Mutex<programs::ProgramCache>,
+    /// Name of the abstract Unix socket same-host clients may use (empty: none).
+    pub local_socket: Vec<u8>,
 }
 
 /// A running service. Dropping it does not stop it; call [`ServiceHandle::shutdown`].
@@ -295,6 +302,7 @@ pub struct ServiceHandle {
     local_addr: SocketAddr,
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
+    accept_local: Option<JoinHandle<()>>,
 }
 
 impl ServiceHandle {
@@ -331,9 +339,15 @@ impl ServiceHandle {
     /// Stops accepting clients. Connected clients are served until they disconnect.
     pub fn shutdown(mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
-        // Wake the accept call so that it sees the flag.
+        // Wake the accept calls so that they see the flag.
         let _ = TcpStream::connect(self.local_addr);
-        if let Some(t) = self.accept.take() {
+        if !self.shared.local_socket.is_empty() {
+            let _ = crate::stream::Stream::connect_local(&self.shared.local_socket);
+        }
+        for t in [self.accept.take(), self.accept_local.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = t.join();
         }
     }
@@ -362,6 +376,16 @@ pub fn spawn(
     let metrics = Metrics::register(registry, &names);
     let listener = TcpListener::bind(addr)?;
     let local_addr = listener.local_addr()?;
+    // Same-host clients may switch to a Unix socket (see `crate::stream`); a node that
+    // cannot open one serves them over TCP.
+    let local_name = format!("netaccel-ocl-{}-{}", std::process::id(), local_addr.port());
+    let local_listener = if config.local_socket {
+        bind_local(local_name.as_bytes())
+            .map_err(|e| eprintln!("ocl-remote: no local socket ({e}); same-host clients use TCP"))
+            .ok()
+    } else {
+        None
+    };
 
     let devices = runtime
         .devices
@@ -381,6 +405,11 @@ pub fn spawn(
         shutdown: AtomicBool::new(false),
         host_id: crate::shm::host_id(),
         programs: Mutex::new(program_cache),
+        local_socket: if local_listener.is_some() {
+            local_name.into_bytes()
+        } else {
+            Vec::new()
+        },
     });
     for index in 0..shared.devices.len() {
         let shared = Arc::clone(&shared);
@@ -391,16 +420,42 @@ pub fn spawn(
     let accept_shared = Arc::clone(&shared);
     let accept = thread::Builder::new()
         .name("ocl-accept".to_string())
-        .spawn(move || accept_loop(accept_shared, listener))?;
+        .spawn(move || {
+            accept_loop(
+                accept_shared,
+                listener.incoming().map(|s| s.map(Stream::Tcp)),
+            )
+        })?;
+    let accept_local = match local_listener {
+        Some(l) => {
+            let shared = Arc::clone(&shared);
+            Some(
+                thread::Builder::new()
+                    .name("ocl-accept-local".to_string())
+                    .spawn(move || {
+                        accept_loop(shared, l.incoming().map(|s| s.map(Stream::Unix)))
+                    })?,
+            )
+        }
+        None => None,
+    };
     Ok(ServiceHandle {
         local_addr,
         shared,
         accept: Some(accept),
+        accept_local,
     })
 }
 
-fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
-    for stream in listener.incoming() {
+/// Binds the abstract-namespace Unix socket `name`.
+fn bind_local(name: &[u8]) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+    std::os::unix::net::UnixListener::bind_addr(&addr)
+}
+
+fn accept_loop(shared: Arc<Shared>, incoming: impl Iterator<Item = io::Result<Stream>>) {
+    for stream in incoming {
         if shared.shutdown.load(Ordering::SeqCst) {
             return;
         }

@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
 use std::io::{self, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -22,9 +21,10 @@ use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
 use crate::poll::AdaptiveSpin;
 use crate::proto::{self, Command, Decoded, HelloInfo, KernelArg, Request, Response};
+use crate::stream::Stream;
 
 /// The write half of a client connection, shared by its session and the device workers.
-pub(crate) type ClientWriter = Arc<Mutex<TcpStream>>;
+pub(crate) type ClientWriter = Arc<Mutex<Stream>>;
 
 enum Obj {
     Context {
@@ -90,8 +90,8 @@ fn from_info(r: Result<Vec<u8>, ClInt>) -> Reply {
 }
 
 /// Serves one client until it disconnects or breaks the protocol.
-pub(crate) fn serve(shared: Arc<Shared>, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
+pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
+    let _ = stream.set_nodelay();
     let Ok(write_half) = stream.try_clone() else {
         return;
     };
@@ -124,7 +124,7 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: TcpStream) {
 }
 
 /// Answers the first request of a client over `clients_max` with `CL_OUT_OF_RESOURCES`.
-fn refuse(shared: &Shared, reader: &mut BufReader<TcpStream>, writer: &ClientWriter) {
+fn refuse(shared: &Shared, reader: &mut BufReader<Stream>, writer: &ClientWriter) {
     let no_spin = AdaptiveSpin::new(std::time::Duration::ZERO);
     if let Ok((header, _)) = read_frame(shared, reader, &no_spin) {
         send_reply(writer, header.id, err(cl::CL_OUT_OF_RESOURCES));
@@ -135,7 +135,7 @@ fn refuse(shared: &Shared, reader: &mut BufReader<TcpStream>, writer: &ClientWri
 /// that commands can keep slices of it instead of copying their data.
 fn read_frame(
     shared: &Shared,
-    reader: &mut BufReader<TcpStream>,
+    reader: &mut BufReader<Stream>,
     spin: &AdaptiveSpin,
 ) -> io::Result<(proto::Header, Vec<u8>)> {
     if reader.buffer().is_empty() {
@@ -200,7 +200,7 @@ impl Drop for Session<'_> {
 }
 
 impl Session<'_> {
-    fn run(&mut self, reader: &mut BufReader<TcpStream>) -> io::Result<()> {
+    fn run(&mut self, reader: &mut BufReader<Stream>) -> io::Result<()> {
         let spin = AdaptiveSpin::new(self.shared.config.poll_before_sleep);
         loop {
             let (header, body) = read_frame(self.shared, reader, &spin)?;
@@ -246,8 +246,14 @@ impl Session<'_> {
                 self.same_host = self.shared.config.shared_memory
                     && !host_id.is_empty()
                     && host_id == self.shared.host_id.as_slice();
+                let on_host = !host_id.is_empty() && host_id == self.shared.host_id.as_slice();
                 let info = HelloInfo {
                     host_id: &self.shared.host_id,
+                    local_socket: if on_host {
+                        &self.shared.local_socket
+                    } else {
+                        &[]
+                    },
                     platforms: self
                         .shared
                         .runtime

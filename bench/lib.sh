@@ -12,7 +12,8 @@ die() { log "error: $*"; exit 1; }
 # runs servers and load generators at a raised priority. auto = SCHED_FIFO when root.
 choose_prio() {
     if [[ "$PRIO" == auto ]]; then
-        if [[ $(id -u) -eq 0 ]] && command -v chrt >/dev/null; then PRIO=rt; else PRIO=none; fi
+        # rt needs CAP_SYS_NICE (root, outside a container that drops it).
+        if chrt -f 50 true 2>/dev/null; then PRIO=rt; else PRIO=none; fi
     fi
     case "$PRIO" in
         rt) PRIO_CMD=(chrt -f 50) ;;

@@ -48,15 +48,21 @@ make -s -C "$HERE/c" http_responder >&2
 if [[ ! -x "$BENCH_BIN" ]]; then
     (cd "$ROOT" && cargo build --release -p netaccel-bench >&2)
 fi
+# SCHED_FIFO when allowed (root with CAP_SYS_NICE; a container may lack it), and CPU
+# pinning when those CPUs exist; otherwise the default scheduler, unpinned.
 PRIO_CMD=()
-if [[ "$PRIO" == auto && $(id -u) -eq 0 ]] && command -v chrt >/dev/null; then PRIO=rt; fi
+if [[ "$PRIO" == auto ]] && chrt -f 50 true 2>/dev/null; then PRIO=rt; fi
 [[ "$PRIO" == rt ]] && PRIO_CMD=(chrt -f 50)
+pin() { if taskset -c "$1" true 2>/dev/null; then echo "taskset -c $1"; fi; }
+read -ra PIN_SERVER <<<"$(pin "$SERVER_CPU")"
+read -ra PIN_CLIENT <<<"$(pin "$CLIENT_CPU")"
+((${#PIN_SERVER[@]} && ${#PIN_CLIENT[@]})) || log "CPUs $SERVER_CPU and $CLIENT_CPU not both available: not pinning"
 
-taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$HERE/c/http_responder" -a 127.0.0.1 -p "$PORT" 2>/dev/null &
+"${PIN_SERVER[@]}" "${PRIO_CMD[@]}" "$HERE/c/http_responder" -a 127.0.0.1 -p "$PORT" 2>/dev/null &
 SERVER_PID=$!
 for _ in $(seq 50); do curl -fsS -o /dev/null "$URL" 2>/dev/null && break; sleep 0.1; done
 
-client() { timeout $((DURATION + 20)) "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$@"; }
+client() { timeout $((DURATION + 20)) "${PRIO_CMD[@]}" "${PIN_CLIENT[@]}" "$@"; }
 
 # prints "calls_per_s p50_us"
 run_wrk() {

@@ -75,6 +75,18 @@ fn handles_bytes(hs: &[H]) -> Vec<u8> {
     hs.iter().flat_map(|h| h.to_ne_bytes()).collect()
 }
 
+/// Build options as given to `clBuildProgram` and friends: NULL means none.
+///
+/// # Safety
+/// `options` is NULL or a NUL-terminated string that outlives the returned slice.
+unsafe fn options_bytes<'a>(options: *const c_char) -> &'a [u8] {
+    if options.is_null() {
+        &[]
+    } else {
+        CStr::from_ptr(options).to_bytes()
+    }
+}
+
 fn cstring_bytes(s: &[u8]) -> Vec<u8> {
     let mut v = s.to_vec();
     v.push(0);
@@ -1667,11 +1679,7 @@ pub unsafe extern "C" fn clBuildProgram(
         return cl::CL_INVALID_VALUE;
     }
     let devs = tryr!(remote_devices(slice(devices, num_devices), &p.v.devices));
-    let options = if options.is_null() {
-        &[][..]
-    } else {
-        CStr::from_ptr(options).to_bytes()
-    };
+    let options = options_bytes(options);
     let (rc, _) = p.v.node.call(&Request::BuildProgram {
         program: p.v.id,
         devices: devs,
@@ -1715,11 +1723,7 @@ pub unsafe extern "C" fn clCompileProgram(
         }
         remote_headers.push((header.v.id, CStr::from_ptr(name).to_bytes()));
     }
-    let options = if options.is_null() {
-        &[][..]
-    } else {
-        CStr::from_ptr(options).to_bytes()
-    };
+    let options = options_bytes(options);
     let (rc, _) = p.v.node.call(&Request::CompileProgram {
         program: p.v.id,
         devices: devs,
@@ -1766,11 +1770,7 @@ pub unsafe extern "C" fn clLinkProgram(
         }
         remote_inputs.push(input.v.id);
     }
-    let options = if options.is_null() {
-        &[][..]
-    } else {
-        CStr::from_ptr(options).to_bytes()
-    };
+    let options = options_bytes(options);
     let node = Arc::clone(&c.v.node);
     let id = node.next_id();
     let (rc, created) = node.call(&Request::LinkProgram {

@@ -136,16 +136,13 @@ impl Node {
         };
         let (mut stream, mut reader, payload) = greet(stream, &host_id)?;
         let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
-        let mut platforms = HelloInfo::decode(&payload)
-            .map_err(|e| invalid(&e.to_string()))?
-            .platforms;
+        let info = HelloInfo::decode(&payload).map_err(|e| invalid(&e.to_string()))?;
+        let mut platforms = info.platforms;
         // On the node's host: continue over its Unix socket (see `ocl_remote::stream`);
         // if that fails, the TCP connection serves.
-        let local = HelloInfo::decode(&payload)
-            .map(|i| i.local_socket.to_vec())
-            .unwrap_or_default();
+        let local = info.local_socket;
         if !local.is_empty() {
-            if let Ok((s, r, p)) = Stream::connect_local(&local).and_then(|s| greet(s, &host_id)) {
+            if let Ok((s, r, p)) = Stream::connect_local(local).and_then(|s| greet(s, &host_id)) {
                 if let Ok(info) = HelloInfo::decode(&p) {
                     platforms = info.platforms;
                     (stream, reader) = (s, r);
@@ -238,15 +235,22 @@ impl Node {
             self.spin.wait(self.reader_fd);
             let result = pump_one(self, &mut reader);
             drop(reader);
-            drop(lock(&self.state));
-            self.cond.notify_all();
-            if let Err(e) = result {
-                if e.kind() != io::ErrorKind::UnexpectedEof {
-                    eprintln!("netaccel OpenCL: connection to {} lost: {e}", self.addr);
-                }
-                self.fail_all();
-            }
+            self.pumped(result);
         }
+    }
+
+    /// After reading frames (the read half released): wakes the waiting threads and, if
+    /// reading failed, fails everything in flight. Returns whether the connection is
+    /// lost.
+    fn pumped(&self, result: io::Result<()>) -> bool {
+        drop(lock(&self.state));
+        self.cond.notify_all();
+        let Err(e) = result else { return false };
+        if e.kind() != io::ErrorKind::UnexpectedEof {
+            eprintln!("netaccel OpenCL: connection to {} lost: {e}", self.addr);
+        }
+        self.fail_all();
+        true
     }
 
     /// Queues a `Release` behind every command already enqueued.
@@ -628,21 +632,12 @@ fn background_reader(node: &Weak<Node>, fd: RawFd) {
             continue;
         }
         let mut reader = lock(&node.reader);
-        let mut failed = None;
-        while ocl_remote::poll::readable(fd, 0) {
-            if let Err(e) = pump_one(&node, &mut reader) {
-                failed = Some(e);
-                break;
-            }
+        let mut result = Ok(());
+        while result.is_ok() && ocl_remote::poll::readable(fd, 0) {
+            result = pump_one(&node, &mut reader);
         }
         drop(reader);
-        drop(lock(&node.state));
-        node.cond.notify_all();
-        if let Some(e) = failed {
-            if e.kind() != io::ErrorKind::UnexpectedEof {
-                eprintln!("netaccel OpenCL: connection to {} lost: {e}", node.addr);
-            }
-            node.fail_all();
+        if node.pumped(result) {
             return;
         }
     }

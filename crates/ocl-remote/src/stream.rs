@@ -54,25 +54,21 @@ impl Stream {
 
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
-        }
+        (&*self).read(buf)
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
-        }
+        (&*self).write(buf)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
 }
 
+// Reading and writing need no exclusive access (as for `&TcpStream`), so a reader and
+// a writer can share one connection.
 impl Read for &Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {

@@ -491,6 +491,18 @@ impl Session<'_> {
             .collect()
     }
 
+    /// Whether a new object may take `id`: a fresh non-zero id, within the client's
+    /// object limit.
+    fn admit(&self, id: u64) -> Result<(), Reply> {
+        if id == 0 || self.objects.contains_key(&id) {
+            return Err(err(cl::CL_INVALID_VALUE));
+        }
+        if self.objects.len() >= self.shared.config.objects_max {
+            return Err(err(cl::CL_OUT_OF_RESOURCES));
+        }
+        Ok(())
+    }
+
     /// Common path of every create call: id and limit checks, the call, the table entry.
     fn create(
         &mut self,
@@ -498,11 +510,8 @@ impl Session<'_> {
         call: impl FnOnce(&mut ClInt) -> Handle,
         wrap: impl FnOnce(Handle) -> Obj,
     ) -> Reply {
-        if id == 0 || self.objects.contains_key(&id) {
-            return err(cl::CL_INVALID_VALUE);
-        }
-        if self.objects.len() >= self.shared.config.objects_max {
-            return err(cl::CL_OUT_OF_RESOURCES);
+        if let Err(refused) = self.admit(id) {
+            return refused;
         }
         let mut rc = cl::CL_SUCCESS;
         let raw = call(&mut rc);
@@ -877,11 +886,8 @@ impl Session<'_> {
         let Some(input_handles) = self.program_handles(&inputs) else {
             return err(cl::CL_INVALID_PROGRAM);
         };
-        if id == 0 || self.objects.contains_key(&id) {
-            return err(cl::CL_INVALID_VALUE);
-        }
-        if self.objects.len() >= self.shared.config.objects_max {
-            return err(cl::CL_OUT_OF_RESOURCES);
+        if let Err(refused) = self.admit(id) {
+            return refused;
         }
         let options = c_options(options);
         let mut rc = cl::CL_SUCCESS;

@@ -199,19 +199,14 @@ pub fn terminal_table(scenarios: &[Scenario]) -> String {
             "scenario", "network+proto", "queue", "exec", "total"
         );
         for s in with_server {
-            let pair = |x: &Option<Summary>| {
-                x.map_or("-".into(), |x| {
-                    format!("{:.1} / {}", x.mean_ns / 1e3, us(x.p50_ns))
-                })
-            };
             let _ = writeln!(
                 out,
                 "{:<label_w$} {:>14} {:>14} {:>14} {:>14}   (mean / p50, µs)",
                 s.label,
-                pair(&s.network_protocol),
-                pair(&s.server_queue),
-                pair(&s.server_exec),
-                pair(&Some(s.latency))
+                mean_p50(&s.network_protocol),
+                mean_p50(&s.server_queue),
+                mean_p50(&s.server_exec),
+                mean_p50(&Some(s.latency))
             );
         }
     }
@@ -227,18 +222,13 @@ pub fn terminal_table(scenarios: &[Scenario]) -> String {
             "scenario", "connect", "first byte", "transfer"
         );
         for s in with_client {
-            let pair = |x: &Option<Summary>| {
-                x.map_or("-".into(), |x| {
-                    format!("{:.1} / {}", x.mean_ns / 1e3, us(x.p50_ns))
-                })
-            };
             let _ = writeln!(
                 out,
                 "{:<label_w$} {:>14} {:>14} {:>14}",
                 s.label,
-                pair(&s.connect),
-                pair(&s.first_byte),
-                pair(&s.transfer)
+                mean_p50(&s.connect),
+                mean_p50(&s.first_byte),
+                mean_p50(&s.transfer)
             );
         }
     }
@@ -345,6 +335,13 @@ fn merge_rounds(label: String, mut rounds: Vec<Scenario>) -> Scenario {
         transfer,
         ..merged
     }
+}
+
+/// `"mean / p50"` in µs, or `-` when the split was not measured.
+fn mean_p50(x: &Option<Summary>) -> String {
+    x.map_or("-".into(), |x| {
+        format!("{:.1} / {}", x.mean_ns / 1e3, us(x.p50_ns))
+    })
 }
 
 /// A markdown table like Cooke & Fahmy's Table I, plus throughput and the node-side split.

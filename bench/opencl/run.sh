@@ -12,21 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 iters="${1:-2000}"
 rounds="${2:-5}"
-target="${CARGO_TARGET_DIR:-target}"
-cargo build --release -q -p ocl-remote -p ocl-icd
-work="$(mktemp -d)"
-trap 'kill "$svc" 2>/dev/null || true; rm -rf "$work"' EXIT
+# shellcheck source=bench/opencl/common.sh
+source bench/opencl/common.sh
+start_remote_service
 gcc -O2 -Wall -o "$work/overhead" bench/opencl/overhead.c -lOpenCL
-mkdir -p "$work/local" "$work/remote"
-for icd in /etc/OpenCL/vendors/*.icd; do
-    [ "$(basename "$icd")" = netaccel.icd ] || cp "$icd" "$work/local/"
-done
-realpath "$target/release/libnetaccel_opencl.so" > "$work/remote/netaccel.icd"
-port=$((20000 + RANDOM % 20000))
-"$target/release/netaccel-ocl-service" --listen "127.0.0.1:$port" > "$work/service.log" 2>&1 &
-svc=$!
-sleep 1
-export NETACCEL_OPENCL_NODES="127.0.0.1:$port"
 run() { # label, vendors dir, extra env, mode, iterations
     printf '%-22s ' "$1"
     env OCL_ICD_VENDORS="$work/$2" $3 "$work/overhead" "$4" "$5"

@@ -32,6 +32,7 @@
 #     (both built with cargo when missing)
 #   NODE_PORT [19080] RAC_PORT [19400] NGINX_PORT [19081] BACKEND_PORT [19085] ECHO_PORT [19083]
 #   OUT_DIR [bench/out]  UPDATE_DOCS [1]  STRICT [0]: exit 1 if a check fails
+#   KEEP_AWAKE [1]: a SCHED_IDLE busy loop on both CPUs (see awake_start in lib.sh)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -84,6 +85,7 @@ stop_servers() {
 }
 
 cleanup() {
+    awake_stop
     stop_servers
     if [[ -n "$SCRATCH" && -d "$SCRATCH" ]]; then rm -rf -- "$SCRATCH"; fi
 }
@@ -258,7 +260,7 @@ report() {
     echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/compare.sh\` (DURATION=$DURATION s per run after $WARMUP s warm-up, CONNS=$CONNS, ROUNDS=$ROUNDS: every figure is the median over the rounds), commit $rev."
     echo
     echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), a virtual machine shared with other work (noisy); load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); kernel $(uname -r)"
-    echo "- core split: every server process (the node with \`--io-threads 1\`; nginx's master and worker *and* the backend; the echo server) pinned to CPU $SERVER_CPU; netaccel-bench (one load thread) pinned to CPU $CLIENT_CPU; in-process runs on CPU $CLIENT_CPU; loopback; scheduling: ${PRIO_CMD[*]:-default}"
+    echo "- core split: every server process (the node with \`--io-threads 1\`; nginx's master and worker *and* the backend; the echo server) pinned to CPU $SERVER_CPU; netaccel-bench (one load thread) pinned to CPU $CLIENT_CPU; in-process runs on CPU $CLIENT_CPU; loopback; scheduling: ${PRIO_CMD[*]:-default}; CPUs kept awake by a SCHED_IDLE busy loop: $([[ ${KEEP_AWAKE:-1} == 1 ]] && echo yes || echo no)"
     echo "- $($(nginx_bin) -v 2>&1 | sed 's/^nginx version: //'), 1 worker, upstream keepalive 64, and nginx's default proxying under \`/plain/\` (\`bench/backend/nginx-hybrid.conf.template\`); backend \`bench/backend/uppercase_backend.c\`"
     echo "- rows \"(1 conn)\": 1 connection, 1 call in flight, closed loop (latency); rows \"($CONNS conn)\": $CONNS connections, 1 call in flight each, closed loop (throughput). MB/s counts request and answer payloads. The CDF figure shows the 1-connection rows."
     echo
@@ -288,11 +290,16 @@ main() {
     SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/netaccel-compare.XXXXXX")
     mkdir -p "$RUN_DIR"
     T_START=$(date +%s)
+    # Both CPUs kept from halting between calls (KEEP_AWAKE, see awake_start in lib.sh):
+    # the 1-connection runs would otherwise measure the hypervisor's wake-ups, which
+    # weigh on every hop of a deployment.
+    awake_start "$SERVER_CPU,$CLIENT_CPU"
     for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
         scenario_node
         scenario_hybrid
         scenario_floors
     done
+    awake_stop
     local out="$OUT_DIR/compare-$STAMP.md"
     report >"$out"
     cat "$out"

@@ -91,6 +91,10 @@ pub struct Config {
     /// Calls whose work estimate is at most this run on the network thread when their
     /// slot is idle, saving two thread hand-offs; larger calls go to the slot's thread.
     pub inline_work_max: u64,
+    /// How long a network thread may wait for a slot's cheap call in progress to end so
+    /// that it can run a cheap call of a tenant without a backlog itself (µs; 0: never
+    /// wait, queue it for the worker). See the `slot` module.
+    pub hand_over_wait_us: u64,
     /// Scheduling class of slot worker threads (`idle`, `normal`, `batch`); see
     /// [`WorkerPolicy`].
     pub slot_worker_policy: WorkerPolicy,
@@ -154,6 +158,7 @@ impl Default for Config {
             queue_depth_max: 64,
             tenant_queue_depth_max: 48,
             inline_work_max: 64 * 1024,
+            hand_over_wait_us: 200,
             reconfig_delay_ms: 0,
             slot_worker_nice: 10,
             slot_worker_policy: WorkerPolicy::default(),

@@ -126,6 +126,7 @@ impl Node {
             queue_depth_max: config.queue_depth_max,
             tenant_share_max: config.tenant_queue_depth_max.min(config.queue_depth_max),
             inline_work_max: config.inline_work_max,
+            hand_over_wait: Duration::from_micros(config.hand_over_wait_us),
             reconfig_delay: Duration::from_millis(config.reconfig_delay_ms),
             worker_nice: config.slot_worker_nice,
             worker_policy: config.slot_worker_policy,

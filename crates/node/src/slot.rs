@@ -8,6 +8,17 @@
 //! The queue is fair between tenants: one FIFO per tenant, served round robin, and no
 //! tenant may hold more than `tenant_share_max` of the queue, so a client flooding an
 //! accelerator cannot push another client's calls out or behind its whole backlog.
+//! A tenant with nothing queued goes ahead of the tenants with a backlog (the sparse
+//! flows of fq_codel): its call runs right after the call in progress.
+//!
+//! Such a call, if cheap, is also not left waiting for the worker thread's turn on the
+//! CPU: the submitting network thread waits (a bounded time) for the call in progress
+//! to end and then runs it itself. On a core shared by the network thread and the
+//! slot's worker, the worker — low priority by default — otherwise gets the CPU only
+//! when the network thread has nothing left to read, which under a flood stretches a
+//! few µs of the call in progress to tens of µs for everyone queued behind it; while
+//! the network thread waits, the worker has the core. Tenants with a backlog do not
+//! wait this way: their calls queue, and the network thread keeps reading.
 //!
 //! Reconfiguration stops admission to the slot, lets the calls already queued run on
 //! the old accelerator, swaps, and reopens: no call is lost and none runs on the wrong
@@ -115,10 +126,13 @@ struct Job {
     reply: oneshot::Sender<Answer>,
 }
 
-/// Per-tenant FIFOs served round robin.
+/// Per-tenant FIFOs served round robin, tenants that just arrived first.
 struct FairQueue {
     queues: HashMap<TenantId, VecDeque<Job>>,
-    /// Tenants with queued jobs, in service order.
+    /// Tenants whose queue was empty when their first queued job arrived, in arrival
+    /// order; served before `ready`. After one job they join `ready` if they have more.
+    fresh: VecDeque<TenantId>,
+    /// Tenants with a backlog, in service order.
     ready: VecDeque<TenantId>,
     len: usize,
 }
@@ -127,6 +141,7 @@ impl FairQueue {
     fn new() -> FairQueue {
         FairQueue {
             queues: HashMap::new(),
+            fresh: VecDeque::new(),
             ready: VecDeque::new(),
             len: 0,
         }
@@ -139,24 +154,39 @@ impl FairQueue {
     fn push(&mut self, tenant: TenantId, job: Job) {
         let q = self.queues.entry(tenant).or_default();
         if q.is_empty() {
-            self.ready.push_back(tenant);
+            self.fresh.push_back(tenant);
         }
         q.push_back(job);
         self.len += 1;
     }
 
     fn pop(&mut self) -> Option<Job> {
-        let tenant = self.ready.pop_front()?;
+        let tenant = match self.fresh.pop_front() {
+            Some(t) => t,
+            None => self.ready.pop_front()?,
+        };
         let q = self
             .queues
             .get_mut(&tenant)
-            .expect("ready tenants have a queue");
-        let job = q.pop_front().expect("ready tenants have a job");
+            .expect("queued tenants have a queue");
+        let job = q.pop_front().expect("queued tenants have a job");
         if q.is_empty() {
             self.queues.remove(&tenant);
         } else {
             self.ready.push_back(tenant);
         }
+        self.len -= 1;
+        Some(job)
+    }
+
+    /// Takes the job of a tenant that has exactly one queued (out of turn).
+    fn take_sole(&mut self, tenant: TenantId) -> Option<Job> {
+        if self.tenant_len(tenant) != 1 {
+            return None;
+        }
+        let job = self.queues.remove(&tenant)?.pop_front()?;
+        self.fresh.retain(|&t| t != tenant);
+        self.ready.retain(|&t| t != tenant);
         self.len -= 1;
         Some(job)
     }
@@ -184,6 +214,11 @@ struct SlotState {
     accel: Arc<dyn Accelerator>,
     /// A call is executing (on the worker or inline on a network thread).
     running: bool,
+    /// The executing call is cheap (work estimate within `inline_work_max`).
+    running_cheap: bool,
+    /// Network threads waiting to run a call after the current one
+    /// ([`Slot::run_after_current`]); the worker takes no call while there are any.
+    handing_over: usize,
     /// Name of the accelerator being loaded, while a reconfiguration is under way.
     reconfiguring: Option<Reconfig>,
     queue: FairQueue,
@@ -196,6 +231,12 @@ pub struct SlotLimits {
     pub queue_depth_max: usize,
     pub tenant_share_max: usize,
     pub inline_work_max: u64,
+    /// How long a network thread waits for a cheap call in progress to end before it
+    /// leaves a cheap call from a tenant without a backlog to the worker (see the
+    /// module documentation); zero: it never waits. A call cheap enough to wait for
+    /// takes a few to tens of µs; the bound caps the stall of the network thread's
+    /// other connections.
+    pub hand_over_wait: Duration,
     pub reconfig_delay: Duration,
     /// Nice value of the worker thread relative to the node's (see
     /// `Config::slot_worker_nice`).
@@ -279,6 +320,8 @@ impl Slot {
             state: Mutex::new(SlotState {
                 accel,
                 running: false,
+                running_cheap: false,
+                handing_over: 0,
                 reconfiguring: None,
                 queue: FairQueue::new(),
                 stopping: false,
@@ -353,12 +396,11 @@ impl Slot {
                 call,
             });
         }
-        let inline = !st.running
-            && st.queue.len == 0
-            && call.accel.work_estimate(&call.params, call.payload.len())
-                <= self.limits.inline_work_max;
-        if inline {
+        let cheap = call.accel.work_estimate(&call.params, call.payload.len())
+            <= self.limits.inline_work_max;
+        if cheap && !st.running && st.queue.len == 0 {
             st.running = true;
+            st.running_cheap = true;
             let accel = Arc::clone(&st.accel);
             drop(st);
             self.depth.fetch_add(1, Ordering::Relaxed);
@@ -366,24 +408,74 @@ impl Slot {
             self.finish_one();
             return Ok(Submitted::Done(answer));
         }
+        let tenant = call.tenant;
         if st.queue.len >= self.limits.queue_depth_max
-            || st.queue.tenant_len(call.tenant) >= self.limits.tenant_share_max
+            || st.queue.tenant_len(tenant) >= self.limits.tenant_share_max
         {
             return Err(Refused {
                 status: Status::Busy,
                 call,
             });
         }
+        let hand_over = cheap
+            && st.running
+            && st.running_cheap
+            && !self.limits.hand_over_wait.is_zero()
+            && st.queue.tenant_len(tenant) == 0;
         let (reply, rx) = oneshot::channel();
-        st.queue.push(call.tenant, Job { call, reply });
+        st.queue.push(tenant, Job { call, reply });
         self.metrics.queue_depth.set(st.queue.len as i64);
         let wake = !st.running;
-        drop(st);
         self.depth.fetch_add(1, Ordering::Relaxed);
+        if hand_over {
+            if let Some(answer) = self.run_after_current(st, tenant) {
+                return Ok(Submitted::Done(answer));
+            }
+        } else {
+            drop(st);
+        }
         if wake {
             self.changed.notify_all();
         }
         Ok(Submitted::Queued(rx))
+    }
+
+    /// Waits (at most `hand_over_wait`) for the call in progress to end, then
+    /// runs `tenant`'s sole queued call on this thread. `None` when the wait timed out
+    /// or the worker took the call first: it then stays with the worker.
+    fn run_after_current(
+        &self,
+        mut st: parking_lot::MutexGuard<'_, SlotState>,
+        tenant: TenantId,
+    ) -> Option<Answer> {
+        let until = Instant::now() + self.limits.hand_over_wait;
+        st.handing_over += 1;
+        while st.running {
+            if self.changed.wait_until(&mut st, until).timed_out() {
+                break;
+            }
+        }
+        st.handing_over -= 1;
+        let job = if st.running {
+            None
+        } else {
+            st.queue.take_sole(tenant)
+        };
+        let Some(Job { call, reply }) = job else {
+            // Timed out: the worker, which held back while this thread waited, may go.
+            drop(st);
+            self.changed.notify_all();
+            return None;
+        };
+        drop(reply); // answered here, not through the channel
+        self.metrics.queue_depth.set(st.queue.len as i64);
+        st.running = true;
+        st.running_cheap = true;
+        let accel = Arc::clone(&st.accel);
+        drop(st);
+        let answer = self.execute(&accel, call);
+        self.finish_one();
+        Some(answer)
     }
 
     fn finish_one(&self) {
@@ -469,7 +561,7 @@ impl Slot {
         loop {
             let mut st = self.state.lock();
             let job = loop {
-                if !st.running {
+                if !st.running && st.handing_over == 0 {
                     if let Some(job) = st.queue.pop() {
                         break job;
                     }
@@ -481,6 +573,11 @@ impl Slot {
             };
             self.metrics.queue_depth.set(st.queue.len as i64);
             st.running = true;
+            st.running_cheap = job
+                .call
+                .accel
+                .work_estimate(&job.call.params, job.call.payload.len())
+                <= self.limits.inline_work_max;
             let accel = Arc::clone(&st.accel);
             drop(st);
             let Job { call, reply } = job;
@@ -589,6 +686,7 @@ mod tests {
             queue_depth_max: 4,
             tenant_share_max: 2,
             inline_work_max,
+            hand_over_wait: Duration::from_secs(10),
             reconfig_delay: Duration::ZERO,
             worker_nice: 0,
             worker_policy: WorkerPolicy::Normal,
@@ -705,6 +803,120 @@ mod tests {
             .map(|j| String::from_utf8(j.call.payload).unwrap())
             .collect();
         assert_eq!(order, ["a1", "b1", "c1", "a2", "b2", "a3"]);
-        assert!(q.queues.is_empty() && q.ready.is_empty());
+        assert!(q.queues.is_empty() && q.ready.is_empty() && q.fresh.is_empty());
+    }
+
+    fn push(q: &mut FairQueue, echo: &Arc<dyn Accelerator>, tenant: TenantId, p: &str) {
+        let (reply, _) = oneshot::channel();
+        q.push(
+            tenant,
+            Job {
+                call: call(echo, p.as_bytes(), tenant),
+                reply,
+            },
+        );
+    }
+
+    fn payload(j: Job) -> String {
+        String::from_utf8(j.call.payload).unwrap()
+    }
+
+    #[test]
+    fn a_tenant_without_backlog_goes_ahead_of_backlogs_once() {
+        let catalog = Catalog::builtin();
+        let echo = Arc::clone(catalog.by_name("echo").unwrap());
+        let mut q = FairQueue::new();
+        for p in ["a1", "a2", "a3"] {
+            push(&mut q, &echo, 1, p);
+        }
+        assert_eq!(payload(q.pop().unwrap()), "a1");
+        // Tenant 2 arrives while tenant 1 has a backlog: served next, then in turn.
+        push(&mut q, &echo, 2, "b1");
+        push(&mut q, &echo, 2, "b2");
+        let order: Vec<String> = std::iter::from_fn(|| q.pop()).map(payload).collect();
+        assert_eq!(order, ["b1", "a2", "b2", "a3"]);
+        // take_sole removes a tenant's only job, wherever it stands, and nothing else.
+        push(&mut q, &echo, 1, "a4");
+        push(&mut q, &echo, 1, "a5");
+        push(&mut q, &echo, 3, "c1");
+        assert!(q.take_sole(1).is_none(), "tenant 1 has two");
+        assert_eq!(payload(q.take_sole(3).unwrap()), "c1");
+        assert!(q.take_sole(3).is_none());
+        let order: Vec<String> = std::iter::from_fn(|| q.pop()).map(payload).collect();
+        assert_eq!(order, ["a4", "a5"]);
+        assert!(q.queues.is_empty() && q.ready.is_empty() && q.fresh.is_empty());
+        assert_eq!(q.len, 0);
+    }
+
+    #[test]
+    fn a_cheap_call_without_backlog_runs_on_the_submitting_thread_after_the_current_one() {
+        let catalog = Catalog::builtin();
+        let echo = Arc::clone(catalog.by_name("echo").unwrap());
+        let s = slot(Arc::clone(&echo), u64::MAX);
+        // A call is in progress (as if on the worker) and tenant 1 has a backlog; then
+        // the call in progress is a cheap one.
+        s.state.lock().running = true;
+        let backlog = match s.submit(call(&echo, b"a1", 1)).ok().unwrap() {
+            Submitted::Queued(rx) => rx,
+            Submitted::Done(_) => panic!("tenant 1 queues behind the call in progress"),
+        };
+        s.state.lock().running_cheap = true;
+        // The call in progress ends once tenant 2's call waits for it.
+        let ender = {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || loop {
+                let mut st = s.state.lock();
+                if st.queue.tenant_len(2) == 1 {
+                    st.running = false;
+                    drop(st);
+                    s.changed.notify_all();
+                    return;
+                }
+                drop(st);
+                std::thread::yield_now();
+            })
+        };
+        let answer = match s.submit(call(&echo, b"b1", 2)).ok().unwrap() {
+            Submitted::Done(a) => a,
+            // Done means it ran on this thread; Queued would leave it to the worker.
+            Submitted::Queued(_) => panic!("tenant 2's call must run on this thread"),
+        };
+        ender.join().unwrap();
+        assert_eq!(
+            (answer.status, answer.output.as_slice()),
+            (Status::Ok, b"b1".as_slice())
+        );
+        // The backlog is left to the worker and still answered.
+        assert_eq!(backlog.blocking_recv().unwrap().output, b"a1");
+        s.stop();
+    }
+
+    #[test]
+    fn no_hand_over_behind_an_expensive_call_or_with_a_backlog() {
+        let catalog = Catalog::builtin();
+        let echo = Arc::clone(catalog.by_name("echo").unwrap());
+        let s = slot(Arc::clone(&echo), u64::MAX);
+        let mut st = s.state.lock();
+        st.running = true;
+        st.running_cheap = false;
+        drop(st);
+        // Behind an expensive call: queued at once (the wait bound is 10 s here).
+        let start = Instant::now();
+        let rx = match s.submit(call(&echo, b"x", 1)).ok().unwrap() {
+            Submitted::Queued(rx) => rx,
+            Submitted::Done(_) => panic!("must queue"),
+        };
+        // A tenant with a backlog queues too, also behind a cheap call.
+        s.state.lock().running_cheap = true;
+        let rx2 = match s.submit(call(&echo, b"y", 1)).ok().unwrap() {
+            Submitted::Queued(rx) => rx,
+            Submitted::Done(_) => panic!("must queue"),
+        };
+        assert!(start.elapsed() < Duration::from_secs(5), "did not wait");
+        s.state.lock().running = false;
+        s.changed.notify_all();
+        assert_eq!(rx.blocking_recv().unwrap().output, b"x");
+        assert_eq!(rx2.blocking_recv().unwrap().output, b"y");
+        s.stop();
     }
 }

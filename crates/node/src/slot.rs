@@ -12,8 +12,10 @@
 //! flows of fq_codel): its call runs right after the call in progress.
 //!
 //! Such a call, if cheap, is also not left waiting for the worker thread's turn on the
-//! CPU: the submitting network thread waits (a bounded time) for the call in progress
-//! to end and then runs it itself. On a core shared by the network thread and the
+//! CPU: the submitting network thread runs it itself, at once if the worker has not
+//! taken the next call yet, or after the call in progress if that is expected to end
+//! within `hand_over_wait` (expected from the slot's measured time per unit of work
+//! estimate); it waits for it, and no longer than that bound. On a core shared by the network thread and the
 //! slot's worker, the worker — low priority by default — otherwise gets the CPU only
 //! when the network thread has nothing left to read, which under a flood stretches a
 //! few µs of the call in progress to tens of µs for everyone queued behind it; while
@@ -214,8 +216,8 @@ struct SlotState {
     accel: Arc<dyn Accelerator>,
     /// A call is executing (on the worker or inline on a network thread).
     running: bool,
-    /// The executing call is cheap (work estimate within `inline_work_max`).
-    running_cheap: bool,
+    /// When the executing call is expected to end (see [`Slot::expected_end`]).
+    running_ends: Instant,
     /// Network threads waiting to run a call after the current one
     /// ([`Slot::run_after_current`]); the worker takes no call while there are any.
     handing_over: usize,
@@ -231,11 +233,11 @@ pub struct SlotLimits {
     pub queue_depth_max: usize,
     pub tenant_share_max: usize,
     pub inline_work_max: u64,
-    /// How long a network thread waits for a cheap call in progress to end before it
+    /// How long a network thread waits for the call in progress to end before it
     /// leaves a cheap call from a tenant without a backlog to the worker (see the
-    /// module documentation); zero: it never waits. A call cheap enough to wait for
-    /// takes a few to tens of µs; the bound caps the stall of the network thread's
-    /// other connections.
+    /// module documentation); it waits only when that call is expected to end within
+    /// this bound, and never when it is zero. The bound caps the stall of the network
+    /// thread's other connections.
     pub hand_over_wait: Duration,
     pub reconfig_delay: Duration,
     /// Nice value of the worker thread relative to the node's (see
@@ -285,6 +287,9 @@ pub struct Slot {
     /// dispatcher's lock-free view of [`SlotState`]; written under the state lock.
     admits: AtomicU32,
     busy_ns: AtomicU64,
+    /// Moving average of execution time per unit of work estimate, in ns/1024: how
+    /// long the call in progress is expected to take.
+    ns_per_work_1024: AtomicU64,
     started: Instant,
     limits: SlotLimits,
     metrics: SlotMetrics,
@@ -320,7 +325,7 @@ impl Slot {
             state: Mutex::new(SlotState {
                 accel,
                 running: false,
-                running_cheap: false,
+                running_ends: Instant::now(),
                 handing_over: 0,
                 reconfiguring: None,
                 queue: FairQueue::new(),
@@ -330,6 +335,7 @@ impl Slot {
             depth: AtomicUsize::new(0),
             admits: AtomicU32::new(u32::from(accel_id) | ADMITTING),
             busy_ns: AtomicU64::new(0),
+            ns_per_work_1024: AtomicU64::new(0),
             started: Instant::now(),
             limits,
             metrics,
@@ -400,7 +406,7 @@ impl Slot {
             <= self.limits.inline_work_max;
         if cheap && !st.running && st.queue.len == 0 {
             st.running = true;
-            st.running_cheap = true;
+            st.running_ends = self.expected_end(&call);
             let accel = Arc::clone(&st.accel);
             drop(st);
             self.depth.fetch_add(1, Ordering::Relaxed);
@@ -417,11 +423,13 @@ impl Slot {
                 call,
             });
         }
+        // A cheap call of a tenant without a backlog runs on this thread next: at once
+        // when the worker has not yet taken the next call (it may be starved of CPU),
+        // or after the call in progress if that is expected to end soon enough.
+        let wait = self.limits.hand_over_wait;
         let hand_over = cheap
-            && st.running
-            && st.running_cheap
-            && !self.limits.hand_over_wait.is_zero()
-            && st.queue.tenant_len(tenant) == 0;
+            && st.queue.tenant_len(tenant) == 0
+            && (!st.running || (!wait.is_zero() && st.running_ends <= Instant::now() + wait));
         let (reply, rx) = oneshot::channel();
         st.queue.push(tenant, Job { call, reply });
         self.metrics.queue_depth.set(st.queue.len as i64);
@@ -440,7 +448,7 @@ impl Slot {
         Ok(Submitted::Queued(rx))
     }
 
-    /// Waits (at most `hand_over_wait`) for the call in progress to end, then
+    /// Waits (at most `hand_over_wait`) for the call in progress, if any, to end, then
     /// runs `tenant`'s sole queued call on this thread. `None` when the wait timed out
     /// or the worker took the call first: it then stays with the worker.
     fn run_after_current(
@@ -470,7 +478,7 @@ impl Slot {
         drop(reply); // answered here, not through the channel
         self.metrics.queue_depth.set(st.queue.len as i64);
         st.running = true;
-        st.running_cheap = true;
+        st.running_ends = self.expected_end(&call);
         let accel = Arc::clone(&st.accel);
         drop(st);
         let answer = self.execute(&accel, call);
@@ -487,6 +495,31 @@ impl Slot {
         if wake {
             self.changed.notify_all();
         }
+    }
+
+    /// When `call`, starting now, is expected to end, from the execution times of the
+    /// slot's earlier calls per unit of work estimate (now, before any call ran).
+    fn expected_end(&self, call: &Call) -> Instant {
+        let work = call.accel.work_estimate(&call.params, call.payload.len());
+        let per = self.ns_per_work_1024.load(Ordering::Relaxed);
+        Instant::now() + Duration::from_nanos(work.saturating_mul(per) >> 10)
+    }
+
+    /// Folds one call's execution time into [`Slot::ns_per_work_1024`] (weight 1/8).
+    fn learn_speed(&self, work: u64, exec_ns: u64) {
+        if work == 0 {
+            return;
+        }
+        let sample = (u128::from(exec_ns) << 10) / u128::from(work);
+        let sample = u64::try_from(sample).unwrap_or(u64::MAX);
+        let old = self.ns_per_work_1024.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            sample
+        } else {
+            old - old / 8 + sample / 8
+        };
+        // Racing updates (inline calls on several threads) may lose a sample: harmless.
+        self.ns_per_work_1024.store(new, Ordering::Relaxed);
     }
 
     /// Runs one call on `accel`, or answers it without running when its deadline passed.
@@ -528,6 +561,7 @@ impl Slot {
                 )))
             });
             let exec_ns = nanos(started.elapsed());
+            self.learn_speed(accel.work_estimate(&params, payload.len()), exec_ns);
             self.metrics.executed(exec_ns);
             self.busy_ns.fetch_add(exec_ns, Ordering::Relaxed);
             match result {
@@ -573,11 +607,7 @@ impl Slot {
             };
             self.metrics.queue_depth.set(st.queue.len as i64);
             st.running = true;
-            st.running_cheap = job
-                .call
-                .accel
-                .work_estimate(&job.call.params, job.call.payload.len())
-                <= self.limits.inline_work_max;
+            st.running_ends = self.expected_end(&job.call);
             let accel = Arc::clone(&st.accel);
             drop(st);
             let Job { call, reply } = job;
@@ -718,6 +748,13 @@ mod tests {
         }
     }
 
+    /// Marks the slot as running a call expected to take an hour.
+    fn busy_for_long(s: &Slot) {
+        let mut st = s.state.lock();
+        st.running = true;
+        st.running_ends = Instant::now() + Duration::from_secs(3600);
+    }
+
     fn wait(s: Submitted) -> Answer {
         match s {
             Submitted::Done(a) => a,
@@ -753,10 +790,8 @@ mod tests {
         let catalog = Catalog::builtin();
         let echo = Arc::clone(catalog.by_name("echo").unwrap());
         let s = slot(Arc::clone(&echo), 0);
-        // Mark the slot busy so every call queues.
-        let mut st = s.state.lock();
-        st.running = true;
-        drop(st);
+        // Mark the slot busy, for long, so every call queues.
+        busy_for_long(&s);
         let mut rx = Vec::new();
         for (tenant, payload) in [(1, b"a1"), (1, b"a2"), (2, b"b1")] {
             match s.submit(call(&echo, payload, tenant)).ok().unwrap() {
@@ -855,12 +890,12 @@ mod tests {
         let s = slot(Arc::clone(&echo), u64::MAX);
         // A call is in progress (as if on the worker) and tenant 1 has a backlog; then
         // the call in progress is a cheap one.
-        s.state.lock().running = true;
+        busy_for_long(&s);
         let backlog = match s.submit(call(&echo, b"a1", 1)).ok().unwrap() {
             Submitted::Queued(rx) => rx,
             Submitted::Done(_) => panic!("tenant 1 queues behind the call in progress"),
         };
-        s.state.lock().running_cheap = true;
+        s.state.lock().running_ends = Instant::now();
         // The call in progress ends once tenant 2's call waits for it.
         let ender = {
             let s = Arc::clone(&s);
@@ -892,22 +927,73 @@ mod tests {
     }
 
     #[test]
-    fn no_hand_over_behind_an_expensive_call_or_with_a_backlog() {
+    fn a_cheap_call_without_backlog_goes_before_a_backlog_the_worker_has_not_taken() {
         let catalog = Catalog::builtin();
         let echo = Arc::clone(catalog.by_name("echo").unwrap());
         let s = slot(Arc::clone(&echo), u64::MAX);
+        // Tenant 1's call waits for a worker that has not run yet (held back here by a
+        // hand-over in progress, as a starved worker would be).
+        busy_for_long(&s);
+        let backlog = match s.submit(call(&echo, b"a1", 1)).ok().unwrap() {
+            Submitted::Queued(rx) => rx,
+            Submitted::Done(_) => panic!("must queue behind the call in progress"),
+        };
         let mut st = s.state.lock();
-        st.running = true;
-        st.running_cheap = false;
+        st.running = false;
+        st.handing_over = 1;
         drop(st);
-        // Behind an expensive call: queued at once (the wait bound is 10 s here).
+        match s.submit(call(&echo, b"b1", 2)).ok().unwrap() {
+            Submitted::Done(a) => assert_eq!(a.output, b"b1"),
+            Submitted::Queued(_) => panic!("tenant 2's call must run on this thread"),
+        }
+        s.state.lock().handing_over = 0;
+        s.changed.notify_all();
+        assert_eq!(backlog.blocking_recv().unwrap().output, b"a1");
+        s.stop();
+    }
+
+    #[test]
+    fn expected_call_time_follows_measured_speed() {
+        let catalog = Catalog::builtin();
+        let echo = Arc::clone(catalog.by_name("echo").unwrap());
+        let s = slot(Arc::clone(&echo), u64::MAX);
+        let c = call(&echo, &[0u8; 1600], 1); // echo: work = len / 16 = 100
+        let soon = s.expected_end(&c).saturating_duration_since(Instant::now());
+        assert!(
+            soon < Duration::from_millis(1),
+            "unknown speed: expect no time"
+        );
+        s.learn_speed(100, 1_000_000); // 10 µs per unit
+        let d = s.expected_end(&c).saturating_duration_since(Instant::now());
+        assert!(
+            d > Duration::from_micros(900) && d <= Duration::from_millis(1),
+            "{d:?}"
+        );
+        for _ in 0..64 {
+            s.learn_speed(100, 10_000); // now 100 ns per unit
+        }
+        let d = s.expected_end(&c).saturating_duration_since(Instant::now());
+        assert!(d < Duration::from_micros(20), "{d:?}");
+        s.learn_speed(0, 5_000_000); // no work estimate: no sample
+        let d = s.expected_end(&c).saturating_duration_since(Instant::now());
+        assert!(d < Duration::from_micros(20), "{d:?}");
+        s.stop();
+    }
+
+    #[test]
+    fn no_hand_over_behind_a_long_call_or_with_a_backlog() {
+        let catalog = Catalog::builtin();
+        let echo = Arc::clone(catalog.by_name("echo").unwrap());
+        let s = slot(Arc::clone(&echo), u64::MAX);
+        busy_for_long(&s);
+        // Behind a call expected to take long: queued at once (the wait bound is 10 s here).
         let start = Instant::now();
         let rx = match s.submit(call(&echo, b"x", 1)).ok().unwrap() {
             Submitted::Queued(rx) => rx,
             Submitted::Done(_) => panic!("must queue"),
         };
-        // A tenant with a backlog queues too, also behind a cheap call.
-        s.state.lock().running_cheap = true;
+        // A tenant with a backlog queues too, also behind a call about to end.
+        s.state.lock().running_ends = Instant::now();
         let rx2 = match s.submit(call(&echo, b"y", 1)).ok().unwrap() {
             Submitted::Queued(rx) => rx,
             Submitted::Done(_) => panic!("must queue"),

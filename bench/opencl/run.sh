@@ -8,13 +8,21 @@
 # run interleaved, ROUNDS times (default 5), so that a change of machine load hits all
 # of them alike; each run of overhead.c prints median/p90/p99 in microseconds (or MiB/s
 # for the 256 MiB writes), and the summary gives the median over the rounds.
+# Both CPUs are kept from halting meanwhile (KEEP_AWAKE=1, the default; see
+# awake_start in bench/lib.sh): on a virtual machine a wake-up of a halted CPU costs
+# tens of µs, and the remote path has two more thread wake-ups than native.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 iters="${1:-2000}"
 rounds="${2:-5}"
+BENCH_NAME=opencl/run.sh
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 # shellcheck source=bench/opencl/common.sh
 source bench/opencl/common.sh
 start_remote_service
+trap 'awake_stop; kill "$svc" 2>/dev/null || true; rm -rf "$work"' EXIT
+awake_start "0-$(($(nproc) - 1))"
 gcc -O2 -Wall -o "$work/overhead" bench/opencl/overhead.c -lOpenCL
 run() { # label, vendors dir, extra env, mode, iterations
     printf '%-22s ' "$1"

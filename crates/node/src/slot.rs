@@ -748,6 +748,23 @@ mod tests {
         }
     }
 
+    /// The receiver of a call that must have been queued.
+    fn queued(r: Result<Submitted, Refused>, why: &str) -> oneshot::Receiver<Answer> {
+        match r.ok().expect("admitted") {
+            Submitted::Queued(rx) => rx,
+            Submitted::Done(_) => panic!("{why}"),
+        }
+    }
+
+    /// The answer of a call that must have run on the submitting thread (`Done`;
+    /// `Queued` would leave it to the worker).
+    fn done(r: Result<Submitted, Refused>, why: &str) -> Answer {
+        match r.ok().expect("admitted") {
+            Submitted::Done(a) => a,
+            Submitted::Queued(_) => panic!("{why}"),
+        }
+    }
+
     /// Marks the slot as running a call expected to take an hour.
     fn busy_for_long(s: &Slot) {
         let mut st = s.state.lock();
@@ -794,10 +811,10 @@ mod tests {
         busy_for_long(&s);
         let mut rx = Vec::new();
         for (tenant, payload) in [(1, b"a1"), (1, b"a2"), (2, b"b1")] {
-            match s.submit(call(&echo, payload, tenant)).ok().unwrap() {
-                Submitted::Queued(r) => rx.push(r),
-                Submitted::Done(_) => panic!("slot is busy: must queue"),
-            }
+            rx.push(queued(
+                s.submit(call(&echo, payload, tenant)),
+                "slot is busy: must queue",
+            ));
         }
         // Tenant 1 is at its share (2): refused BUSY though the queue has room.
         let refused = s.submit(call(&echo, b"a3", 1)).err().unwrap();
@@ -883,18 +900,24 @@ mod tests {
         assert_eq!(q.len, 0);
     }
 
-    #[test]
-    fn a_cheap_call_without_backlog_runs_on_the_submitting_thread_after_the_current_one() {
+    /// An echo slot (everything cheap) running a call expected to take long, with
+    /// tenant 1's call `a1` queued behind it.
+    fn echo_slot_with_backlog() -> (Arc<dyn Accelerator>, Arc<Slot>, oneshot::Receiver<Answer>) {
         let catalog = Catalog::builtin();
         let echo = Arc::clone(catalog.by_name("echo").unwrap());
         let s = slot(Arc::clone(&echo), u64::MAX);
-        // A call is in progress (as if on the worker) and tenant 1 has a backlog; then
-        // the call in progress is a cheap one.
         busy_for_long(&s);
-        let backlog = match s.submit(call(&echo, b"a1", 1)).ok().unwrap() {
-            Submitted::Queued(rx) => rx,
-            Submitted::Done(_) => panic!("tenant 1 queues behind the call in progress"),
-        };
+        let backlog = queued(
+            s.submit(call(&echo, b"a1", 1)),
+            "tenant 1 queues behind the call in progress",
+        );
+        (echo, s, backlog)
+    }
+
+    #[test]
+    fn a_cheap_call_without_backlog_runs_on_the_submitting_thread_after_the_current_one() {
+        let (echo, s, backlog) = echo_slot_with_backlog();
+        // The call in progress is now a cheap one.
         s.state.lock().running_ends = Instant::now();
         // The call in progress ends once tenant 2's call waits for it.
         let ender = {
@@ -911,11 +934,10 @@ mod tests {
                 std::thread::yield_now();
             })
         };
-        let answer = match s.submit(call(&echo, b"b1", 2)).ok().unwrap() {
-            Submitted::Done(a) => a,
-            // Done means it ran on this thread; Queued would leave it to the worker.
-            Submitted::Queued(_) => panic!("tenant 2's call must run on this thread"),
-        };
+        let answer = done(
+            s.submit(call(&echo, b"b1", 2)),
+            "tenant 2's call must run on this thread",
+        );
         ender.join().unwrap();
         assert_eq!(
             (answer.status, answer.output.as_slice()),
@@ -928,24 +950,18 @@ mod tests {
 
     #[test]
     fn a_cheap_call_without_backlog_goes_before_a_backlog_the_worker_has_not_taken() {
-        let catalog = Catalog::builtin();
-        let echo = Arc::clone(catalog.by_name("echo").unwrap());
-        let s = slot(Arc::clone(&echo), u64::MAX);
-        // Tenant 1's call waits for a worker that has not run yet (held back here by a
+        let (echo, s, backlog) = echo_slot_with_backlog();
+        // Then the worker has not taken tenant 1's call yet (held back here by a
         // hand-over in progress, as a starved worker would be).
-        busy_for_long(&s);
-        let backlog = match s.submit(call(&echo, b"a1", 1)).ok().unwrap() {
-            Submitted::Queued(rx) => rx,
-            Submitted::Done(_) => panic!("must queue behind the call in progress"),
-        };
         let mut st = s.state.lock();
         st.running = false;
         st.handing_over = 1;
         drop(st);
-        match s.submit(call(&echo, b"b1", 2)).ok().unwrap() {
-            Submitted::Done(a) => assert_eq!(a.output, b"b1"),
-            Submitted::Queued(_) => panic!("tenant 2's call must run on this thread"),
-        }
+        let a = done(
+            s.submit(call(&echo, b"b1", 2)),
+            "tenant 2's call must run on this thread",
+        );
+        assert_eq!(a.output, b"b1");
         s.state.lock().handing_over = 0;
         s.changed.notify_all();
         assert_eq!(backlog.blocking_recv().unwrap().output, b"a1");
@@ -988,16 +1004,10 @@ mod tests {
         busy_for_long(&s);
         // Behind a call expected to take long: queued at once (the wait bound is 10 s here).
         let start = Instant::now();
-        let rx = match s.submit(call(&echo, b"x", 1)).ok().unwrap() {
-            Submitted::Queued(rx) => rx,
-            Submitted::Done(_) => panic!("must queue"),
-        };
+        let rx = queued(s.submit(call(&echo, b"x", 1)), "must queue");
         // A tenant with a backlog queues too, also behind a call about to end.
         s.state.lock().running_ends = Instant::now();
-        let rx2 = match s.submit(call(&echo, b"y", 1)).ok().unwrap() {
-            Submitted::Queued(rx) => rx,
-            Submitted::Done(_) => panic!("must queue"),
-        };
+        let rx2 = queued(s.submit(call(&echo, b"y", 1)), "must queue");
         assert!(start.elapsed() < Duration::from_secs(5), "did not wait");
         s.state.lock().running = false;
         s.changed.notify_all();

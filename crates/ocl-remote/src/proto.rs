@@ -406,6 +406,42 @@ mod tag {
 }
 
 impl Command<'_> {
+    /// Appends the command's encoding except the bytes of a write's data, which it
+    /// returns: they belong right after what was appended (empty for other commands).
+    /// For senders that write the data from where it is instead of copying it.
+    pub fn encode_split(&self, out: &mut Vec<u8>) -> &[u8] {
+        match self {
+            Command::Write {
+                queue,
+                event,
+                buffer,
+                offset,
+                data,
+            } => {
+                Command::Write {
+                    queue: *queue,
+                    event: *event,
+                    buffer: *buffer,
+                    offset: *offset,
+                    data: &[],
+                }
+                .encode(out);
+                // The length prefix says the real length; the bytes follow from `data`.
+                let len_at = out.len() - 4;
+                out[len_at..].copy_from_slice(
+                    &u32::try_from(data.len())
+                        .expect("byte string fits u32")
+                        .to_le_bytes(),
+                );
+                data
+            }
+            other => {
+                other.encode(out);
+                &[]
+            }
+        }
+    }
+
     /// Appends the command's encoding (as one item of an `Enqueue` body).
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
@@ -1170,6 +1206,28 @@ pub fn fuzz_one(data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_split_write_encodes_as_the_whole_one() {
+        let data: Vec<u8> = (0..=255).collect();
+        let write = Command::Write {
+            queue: 1,
+            event: 2,
+            buffer: 3,
+            offset: 4,
+            data: &data,
+        };
+        let (mut whole, mut split) = (Vec::new(), Vec::new());
+        write.encode(&mut whole);
+        let tail = write.encode_split(&mut split);
+        split.extend_from_slice(tail);
+        assert_eq!(split, whole);
+        let marker = Command::Marker { queue: 1, event: 2 };
+        let (mut whole, mut split) = (Vec::new(), Vec::new());
+        marker.encode(&mut whole);
+        assert!(marker.encode_split(&mut split).is_empty());
+        assert_eq!(split, whole);
+    }
 
     /// A cheap stand-in for the fuzzer in every test run: random and mutated messages.
     #[test]

@@ -7,7 +7,7 @@
 //! abstract-namespace socket (nothing in the file system to clean up) and names it in
 //! its `Hello` reply to clients whose host id matches its own.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -62,6 +62,9 @@ impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         (&*self).write(buf)
     }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        (&*self).write_vectored(bufs)
+    }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
@@ -85,8 +88,51 @@ impl Write for &Stream {
             Stream::Unix(s) => (&*s).write(buf),
         }
     }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => (&*s).write_vectored(bufs),
+            Stream::Unix(s) => (&*s).write_vectored(bufs),
+        }
+    }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+/// Writes all of `parts`, in order, in as few system calls as the socket allows
+/// (`writev`).
+pub fn write_all_vectored(mut w: impl Write, parts: &[&[u8]]) -> io::Result<()> {
+    // The first part not yet wholly written, and how much of it was.
+    let (mut first, mut done) = (0, 0);
+    loop {
+        while first < parts.len() && done == parts[first].len() {
+            first += 1;
+            done = 0;
+        }
+        if first == parts.len() {
+            return Ok(());
+        }
+        let slices: Vec<IoSlice<'_>> = std::iter::once(&parts[first][done..])
+            .chain(parts[first + 1..].iter().copied())
+            .map(IoSlice::new)
+            .collect();
+        match w.write_vectored(&slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(mut n) => {
+                while n > 0 {
+                    let left = parts[first].len() - done;
+                    if n < left {
+                        done += n;
+                        break;
+                    }
+                    n -= left;
+                    first += 1;
+                    done = 0;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -120,5 +166,24 @@ mod tests {
         (&server).write_all(b"pong").unwrap();
         (&client).read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"pong");
+    }
+
+    #[test]
+    fn vectored_writes_arrive_whole_and_in_order() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (a, mut b) = (Stream::Unix(a), Stream::Unix(b));
+        let big = vec![7u8; 3 << 20]; // more than the socket buffer: several writes
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).unwrap();
+            got
+        });
+        write_all_vectored(&a, &[b"", b"head", &big, b"", b"tail"]).unwrap();
+        drop(a);
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), 4 + big.len() + 4);
+        assert_eq!(&got[..4], b"head");
+        assert!(got[4..4 + big.len()].iter().all(|&x| x == 7));
+        assert_eq!(&got[4 + big.len()..], b"tail");
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -150,11 +150,55 @@ fn read_frame(
     };
     let len = header.body_len as usize;
     let mut body = Vec::with_capacity(len);
-    reader.by_ref().take(len as u64).read_to_end(&mut body)?;
-    if body.len() != len {
-        return Err(io::ErrorKind::UnexpectedEof.into());
+    if len - reader.buffer().len().min(len) < LARGE_BODY {
+        reader.by_ref().take(len as u64).read_to_end(&mut body)?;
+        if body.len() != len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    } else {
+        read_large_body(reader, &mut body, len)?;
     }
     Ok((header, body))
+}
+
+/// Bodies with at least this much still to read go straight from the socket into
+/// their buffer ([`read_large_body`]).
+const LARGE_BODY: usize = 64 << 10;
+
+/// Reads `len` bytes into `body`'s spare capacity: what the reader has buffered, then
+/// straight from the socket. `read_to_end` zero-fills the spare capacity before every
+/// read (our stream cannot say that its reads only write), which with 256 MiB writes
+/// over TCP cost a memset and its page faults, a fifth of the service's time.
+fn read_large_body(
+    reader: &mut BufReader<Stream>,
+    body: &mut Vec<u8>,
+    len: usize,
+) -> io::Result<()> {
+    let buffered = reader.buffer();
+    let take = buffered.len().min(len);
+    body.extend_from_slice(&buffered[..take]);
+    reader.consume(take);
+    let fd = reader.get_ref().as_raw_fd();
+    while body.len() < len {
+        let want = len - body.len();
+        let spare = &mut body.spare_capacity_mut()[..want];
+        // SAFETY: reads at most `spare.len()` bytes into memory `body` owns.
+        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), spare.len()) };
+        match n {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n if n > 0 => {
+                // SAFETY: the read initialised the next `n` bytes.
+                unsafe { body.set_len(body.len() + n as usize) };
+            }
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Build options as a C string (NUL bytes dropped).

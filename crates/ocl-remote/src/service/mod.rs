@@ -15,6 +15,7 @@
 //!
 //! See `docs/opencl.md` for the protocol and the task model.
 
+mod bodies;
 mod metrics;
 mod programs;
 mod session;
@@ -176,6 +177,9 @@ const CL_DEVICE_HOST_UNIFIED_MEMORY: u32 = 0x1035;
 
 /// Info strings are bounded so that a misbehaving runtime cannot make us allocate.
 const INFO_BYTES_MAX: usize = 256 << 20;
+/// Capacity of the spare frame-body buffers kept for reuse, node-wide (see `bodies`):
+/// a few of the 8 MiB write commands the ICD sends for large writes.
+const BODY_SPARE_BYTES_MAX: usize = 32 << 20;
 
 fn info_string(query: &mut dyn FnMut(usize, *mut c_void, *mut usize) -> ClInt) -> String {
     let bytes = info_bytes(INFO_BYTES_MAX, query).unwrap_or_default();
@@ -295,6 +299,8 @@ pub(crate) struct Shared {
     pub programs: Mutex<programs::ProgramCache>,
     /// Name of the abstract Unix socket same-host clients may use (empty: none).
     pub local_socket: Vec<u8>,
+    /// Spare buffers for large frame bodies.
+    pub bodies: Arc<bodies::BodyPool>,
 }
 
 /// A running service. Dropping it does not stop it; call [`ServiceHandle::shutdown`].
@@ -410,6 +416,7 @@ pub fn spawn(
         } else {
             Vec::new()
         },
+        bodies: bodies::BodyPool::new(BODY_SPARE_BYTES_MAX, session::LARGE_BODY),
     });
     for index in 0..shared.devices.len() {
         let shared = Arc::clone(&shared);

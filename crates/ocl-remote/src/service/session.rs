@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::bodies::Body;
 use super::programs;
 use super::worker::{Arg, Cmd, FrameBytes, Op, Task};
 use super::{Real, Shared, INFO_BYTES_MAX};
@@ -149,21 +150,23 @@ fn read_frame(
         Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
     };
     let len = header.body_len as usize;
-    let mut body = Vec::with_capacity(len);
     if len - reader.buffer().len().min(len) < LARGE_BODY {
+        let mut body = Vec::with_capacity(len);
         reader.by_ref().take(len as u64).read_to_end(&mut body)?;
         if body.len() != len {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
+        Ok((header, body))
     } else {
+        let mut body = shared.bodies.take(len);
         read_large_body(reader, &mut body, len)?;
+        Ok((header, body))
     }
-    Ok((header, body))
 }
 
 /// Bodies with at least this much still to read go straight from the socket into
 /// their buffer ([`read_large_body`]).
-const LARGE_BODY: usize = 64 << 10;
+pub(crate) const LARGE_BODY: usize = 64 << 10;
 
 /// Reads `len` bytes into `body`'s spare capacity: what the reader has buffered, then
 /// straight from the socket. `read_to_end` zero-fills the spare capacity before every
@@ -248,7 +251,7 @@ impl Session<'_> {
         let spin = AdaptiveSpin::new(self.shared.config.poll_before_sleep);
         loop {
             let (header, body) = read_frame(self.shared, reader, &spin)?;
-            let body = Arc::new(body);
+            let body = Arc::new(Body::new(body, &self.shared.bodies));
             let request = Request::decode(header.kind, &body)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             if !self.greeted && !matches!(request, Request::Hello { .. }) {
@@ -1089,7 +1092,7 @@ impl Session<'_> {
 
     /// Resolves one command's ids against this client's table. Failures become the
     /// command's status instead of failing the connection.
-    fn resolve(&self, command: &Command<'_>, frame: &Arc<Vec<u8>>) -> Result<Op, ClInt> {
+    fn resolve(&self, command: &Command<'_>, frame: &Arc<Body>) -> Result<Op, ClInt> {
         Ok(match command {
             Command::Write {
                 buffer,
@@ -1195,7 +1198,7 @@ impl Session<'_> {
         })
     }
 
-    fn enqueue(&mut self, commands: Vec<Command<'_>>, frame: &Arc<Vec<u8>>) {
+    fn enqueue(&mut self, commands: Vec<Command<'_>>, frame: &Arc<Body>) {
         // Writes keep the whole frame alive, so the whole frame counts against the bound.
         if commands.iter().any(|c| matches!(c, Command::Write { .. })) {
             self.open_bytes = self.open_bytes.saturating_add(frame.len() as u64);

@@ -32,7 +32,7 @@ pub(crate) enum Arg {
 
 /// Bytes inside a received frame, which the command keeps alive instead of copying.
 pub(crate) struct FrameBytes {
-    pub frame: Arc<Vec<u8>>,
+    pub frame: Arc<super::bodies::Body>,
     pub start: usize,
     pub len: usize,
 }

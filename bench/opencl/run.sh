@@ -7,7 +7,8 @@
 # Needs gcc, ocl-icd-opencl-dev, opencl-headers and pocl-opencl-icd. The three setups
 # run interleaved, ROUNDS times (default 5), so that a change of machine load hits all
 # of them alike; each run of overhead.c prints median/p90/p99 in microseconds (or MiB/s
-# for the 256 MiB writes), and the summary gives the median over the rounds.
+# for the 256 MiB writes), and the summary gives the median over the rounds, then each
+# remote run against the native run just before it (per round, and their median).
 # Both CPUs are kept from halting meanwhile (KEEP_AWAKE=1, the default; see
 # awake_start in bench/lib.sh): on a virtual machine a wake-up of a halted CPU costs
 # tens of µs, and the remote path has two more thread wake-ups than native.
@@ -42,3 +43,16 @@ echo "== median over $rounds rounds (microseconds; MiB/s for bw)"
 awk '{ print $1 "_" $2 "_" $3, $5 }' "$work/runs.txt" | sort -k1,1 -k2,2n |
     awk '{ n[$1]++; v[$1, n[$1]] = $2 }
          END { for (k in n) printf "%-40s %s\n", k, v[k, int((n[k] + 1) / 2)] }' | sort
+# Paired per round: each remote run against the native run just before it, so that a
+# change of machine load between rounds moves both sides of a pair alike.
+echo "== per-round remote vs native, and their median (small: +µs; large: ratio; bw: %)"
+awk '{ key = $2; v = $5
+       if ($1 == "native") nat[key] = v
+       else if (key in nat) {
+           d = (key == "small") ? v - nat[key] : (key == "large") ? v / nat[key] : 100 * v / nat[key]
+           out[$1 " " key] = out[$1 " " key] sprintf(" %.2f", d)
+       } }
+     END { for (k in out) print k ":" out[k] }' "$work/runs.txt" | sort |
+    while IFS=: read -r k vals; do
+        printf '%-40s%s   median %s\n' "$k" "$vals" "$(tr ' ' '\n' <<<"$vals" | grep . | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }')"
+    done

@@ -216,7 +216,7 @@ struct SlotState {
     accel: Arc<dyn Accelerator>,
     /// A call is executing (on the worker or inline on a network thread).
     running: bool,
-    /// When the executing call is expected to end (see [`Slot::expected_end`]).
+    /// When the executing call is expected to end (see [`Slot::expected_time`]).
     running_ends: Instant,
     /// Network threads waiting to run a call after the current one
     /// ([`Slot::run_after_current`]); the worker takes no call while there are any.
@@ -406,11 +406,12 @@ impl Slot {
             <= self.limits.inline_work_max;
         if cheap && !st.running && st.queue.len == 0 {
             st.running = true;
-            st.running_ends = self.expected_end(&call);
+            let started = Instant::now();
+            st.running_ends = started + self.expected_time(&call);
             let accel = Arc::clone(&st.accel);
             drop(st);
             self.depth.fetch_add(1, Ordering::Relaxed);
-            let answer = self.execute(&accel, call);
+            let answer = self.execute(&accel, call, started);
             self.finish_one();
             return Ok(Submitted::Done(answer));
         }
@@ -478,10 +479,11 @@ impl Slot {
         drop(reply); // answered here, not through the channel
         self.metrics.queue_depth.set(st.queue.len as i64);
         st.running = true;
-        st.running_ends = self.expected_end(&call);
+        let started = Instant::now();
+        st.running_ends = started + self.expected_time(&call);
         let accel = Arc::clone(&st.accel);
         drop(st);
-        let answer = self.execute(&accel, call);
+        let answer = self.execute(&accel, call, started);
         self.finish_one();
         Some(answer)
     }
@@ -497,12 +499,12 @@ impl Slot {
         }
     }
 
-    /// When `call`, starting now, is expected to end, from the execution times of the
-    /// slot's earlier calls per unit of work estimate (now, before any call ran).
-    fn expected_end(&self, call: &Call) -> Instant {
+    /// How long `call` is expected to take, from the execution times of the slot's
+    /// earlier calls per unit of work estimate (zero before any call ran).
+    fn expected_time(&self, call: &Call) -> Duration {
         let work = call.accel.work_estimate(&call.params, call.payload.len());
         let per = self.ns_per_work_1024.load(Ordering::Relaxed);
-        Instant::now() + Duration::from_nanos(work.saturating_mul(per) >> 10)
+        Duration::from_nanos(work.saturating_mul(per) >> 10)
     }
 
     /// Folds one call's execution time into [`Slot::ns_per_work_1024`] (weight 1/8).
@@ -522,8 +524,9 @@ impl Slot {
         self.ns_per_work_1024.store(new, Ordering::Relaxed);
     }
 
-    /// Runs one call on `accel`, or answers it without running when its deadline passed.
-    fn execute(&self, accel: &Arc<dyn Accelerator>, call: Call) -> Answer {
+    /// Runs one call on `accel`, starting at `started`, or answers it without running
+    /// when its deadline passed.
+    fn execute(&self, accel: &Arc<dyn Accelerator>, call: Call, started: Instant) -> Answer {
         let Call {
             params,
             mut payload,
@@ -533,7 +536,6 @@ impl Slot {
             permit,
             ..
         } = call;
-        let started = Instant::now();
         let queue_ns = nanos(started.saturating_duration_since(received));
         let id = accel.descriptor().id;
         let (status, message, exec_ns) = if deadline.is_some_and(|d| started > d) {
@@ -607,12 +609,13 @@ impl Slot {
             };
             self.metrics.queue_depth.set(st.queue.len as i64);
             st.running = true;
-            st.running_ends = self.expected_end(&job.call);
+            let started = Instant::now();
+            st.running_ends = started + self.expected_time(&job.call);
             let accel = Arc::clone(&st.accel);
             drop(st);
             let Job { call, reply } = job;
             let answer = if accel.descriptor().id == call.accel.descriptor().id {
-                self.execute(&accel, call)
+                self.execute(&accel, call, started)
             } else {
                 // Cannot happen while reconfiguration drains the queue first; answered
                 // rather than asserted so a future change cannot run a call on the
@@ -974,24 +977,16 @@ mod tests {
         let echo = Arc::clone(catalog.by_name("echo").unwrap());
         let s = slot(Arc::clone(&echo), u64::MAX);
         let c = call(&echo, &[0u8; 1600], 1); // echo: work = len / 16 = 100
-        let soon = s.expected_end(&c).saturating_duration_since(Instant::now());
-        assert!(
-            soon < Duration::from_millis(1),
-            "unknown speed: expect no time"
-        );
+        assert_eq!(s.expected_time(&c), Duration::ZERO, "unknown speed");
         s.learn_speed(100, 1_000_000); // 10 µs per unit
-        let d = s.expected_end(&c).saturating_duration_since(Instant::now());
-        assert!(
-            d > Duration::from_micros(900) && d <= Duration::from_millis(1),
-            "{d:?}"
-        );
+        assert_eq!(s.expected_time(&c), Duration::from_millis(1));
         for _ in 0..64 {
             s.learn_speed(100, 10_000); // now 100 ns per unit
         }
-        let d = s.expected_end(&c).saturating_duration_since(Instant::now());
+        let d = s.expected_time(&c);
         assert!(d < Duration::from_micros(20), "{d:?}");
         s.learn_speed(0, 5_000_000); // no work estimate: no sample
-        let d = s.expected_end(&c).saturating_duration_since(Instant::now());
+        let d = s.expected_time(&c);
         assert!(d < Duration::from_micros(20), "{d:?}");
         s.stop();
     }

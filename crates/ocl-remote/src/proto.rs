@@ -405,6 +405,15 @@ mod tag {
     pub const ARG_BYTES: u8 = 4;
 }
 
+/// A write command up to its data: tag, queue, event, buffer, offset, data length.
+fn put_write_head(out: &mut Vec<u8>, ids: [u64; 4], len: usize) {
+    put_u8(out, tag::WRITE);
+    for v in ids {
+        put_u64(out, v);
+    }
+    put_u32(out, u32::try_from(len).expect("byte string fits u32"));
+}
+
 impl Command<'_> {
     /// Appends the command's encoding except the bytes of a write's data, which it
     /// returns: they belong right after what was appended (empty for other commands).
@@ -418,21 +427,7 @@ impl Command<'_> {
                 offset,
                 data,
             } => {
-                Command::Write {
-                    queue: *queue,
-                    event: *event,
-                    buffer: *buffer,
-                    offset: *offset,
-                    data: &[],
-                }
-                .encode(out);
-                // The length prefix says the real length; the bytes follow from `data`.
-                let len_at = out.len() - 4;
-                out[len_at..].copy_from_slice(
-                    &u32::try_from(data.len())
-                        .expect("byte string fits u32")
-                        .to_le_bytes(),
-                );
+                put_write_head(out, [*queue, *event, *buffer, *offset], data.len());
                 data
             }
             other => {
@@ -445,19 +440,9 @@ impl Command<'_> {
     /// Appends the command's encoding (as one item of an `Enqueue` body).
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Command::Write {
-                queue,
-                event,
-                buffer,
-                offset,
-                data,
-            } => {
-                put_u8(out, tag::WRITE);
-                put_u64(out, *queue);
-                put_u64(out, *event);
-                put_u64(out, *buffer);
-                put_u64(out, *offset);
-                put_bytes(out, data);
+            Command::Write { .. } => {
+                let data = self.encode_split(out);
+                out.extend_from_slice(data);
             }
             Command::Read {
                 queue,

@@ -185,6 +185,20 @@ impl<'a> Reader<'a> {
         }
         Ok(n)
     }
+    /// A counted list ([`Reader::count`] with each item's minimum size), each item read
+    /// by `item`.
+    pub fn list<T>(
+        &mut self,
+        item_len_min: usize,
+        mut item: impl FnMut(&mut Self) -> Result<T, ProtoError>,
+    ) -> Result<Vec<T>, ProtoError> {
+        let n = self.count(item_len_min)?;
+        let mut items = Vec::with_capacity(n);
+        for _ in 0..n {
+            items.push(item(self)?);
+        }
+        Ok(items)
+    }
     /// Fails unless every byte was consumed.
     pub fn finish(&self) -> Result<(), ProtoError> {
         if self.buf.is_empty() {
@@ -631,18 +645,16 @@ fn decode_command<'a>(r: &mut Reader<'a>) -> Result<Command<'a>, ProtoError> {
                 1 => Some(decode_dims(r, dims)?),
                 other => return Err(ProtoError::BadTag(other)),
             };
-            let n = r.count(1)?;
-            let mut args = Vec::with_capacity(n);
-            for _ in 0..n {
-                args.push(match r.u8()? {
+            let args = r.list(1, |r| {
+                Ok(match r.u8()? {
                     tag::ARG_UNSET => KernelArg::Unset,
                     tag::ARG_MEM => KernelArg::Mem(r.u64()?),
                     tag::ARG_NULL_MEM => KernelArg::NullMem,
                     tag::ARG_LOCAL => KernelArg::Local(r.u64()?),
                     tag::ARG_BYTES => KernelArg::Bytes(r.bytes()?),
                     other => return Err(ProtoError::BadTag(other)),
-                });
-            }
+                })
+            })?;
             Command::NdRange(NdRange {
                 queue,
                 event,
@@ -666,16 +678,20 @@ fn decode_command<'a>(r: &mut Reader<'a>) -> Result<Command<'a>, ProtoError> {
     })
 }
 
+/// The item count of a list, written before its items.
+fn put_count(out: &mut Vec<u8>, n: usize) {
+    put_u32(out, u32::try_from(n).expect("list fits u32"));
+}
+
 fn put_u32_list(out: &mut Vec<u8>, v: &[u32]) {
-    put_u32(out, u32::try_from(v.len()).expect("list fits u32"));
+    put_count(out, v.len());
     for x in v {
         put_u32(out, *x);
     }
 }
 
 fn u32_list(r: &mut Reader<'_>) -> Result<Vec<u32>, ProtoError> {
-    let n = r.count(4)?;
-    (0..n).map(|_| r.u32()).collect()
+    r.list(4, Reader::u32)
 }
 
 impl<'a> Request<'a> {
@@ -766,7 +782,7 @@ impl<'a> Request<'a> {
             } => {
                 put_u64(out, *id);
                 put_u64(out, *context);
-                put_u32(out, u32::try_from(binaries.len()).expect("list fits u32"));
+                put_count(out, binaries.len());
                 for (device, binary) in binaries {
                     put_u32(out, *device);
                     put_bytes(out, binary);
@@ -790,7 +806,7 @@ impl<'a> Request<'a> {
                 put_u64(out, *program);
                 put_u32_list(out, devices);
                 put_bytes(out, options);
-                put_u32(out, u32::try_from(headers.len()).expect("list fits u32"));
+                put_count(out, headers.len());
                 for (header, name) in headers {
                     put_u64(out, *header);
                     put_bytes(out, name);
@@ -807,7 +823,7 @@ impl<'a> Request<'a> {
                 put_u64(out, *context);
                 put_u32_list(out, devices);
                 put_bytes(out, options);
-                put_u32(out, u32::try_from(inputs.len()).expect("list fits u32"));
+                put_count(out, inputs.len());
                 for input in inputs {
                     put_u64(out, *input);
                 }
@@ -846,7 +862,7 @@ impl<'a> Request<'a> {
             }
             Request::Release { id } => put_u64(out, *id),
             Request::Enqueue { commands } => {
-                put_u32(out, u32::try_from(commands.len()).expect("list fits u32"));
+                put_count(out, commands.len());
                 for c in commands {
                     c.encode(out);
                 }
@@ -907,11 +923,7 @@ impl<'a> Request<'a> {
             kind::CREATE_PROGRAM_WITH_BINARY => {
                 let id = r.u64()?;
                 let context = r.u64()?;
-                let n = r.count(8)?;
-                let mut binaries = Vec::with_capacity(n);
-                for _ in 0..n {
-                    binaries.push((r.u32()?, r.bytes()?));
-                }
+                let binaries = r.list(8, |r| Ok((r.u32()?, r.bytes()?)))?;
                 Request::CreateProgramWithBinary {
                     id,
                     context,
@@ -927,11 +939,7 @@ impl<'a> Request<'a> {
                 let program = r.u64()?;
                 let devices = u32_list(&mut r)?;
                 let options = r.bytes()?;
-                let n = r.count(12)?;
-                let mut headers = Vec::with_capacity(n);
-                for _ in 0..n {
-                    headers.push((r.u64()?, r.bytes()?));
-                }
+                let headers = r.list(12, |r| Ok((r.u64()?, r.bytes()?)))?;
                 Request::CompileProgram {
                     program,
                     devices,
@@ -944,8 +952,7 @@ impl<'a> Request<'a> {
                 let context = r.u64()?;
                 let devices = u32_list(&mut r)?;
                 let options = r.bytes()?;
-                let n = r.count(8)?;
-                let inputs = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+                let inputs = r.list(8, Reader::u64)?;
                 Request::LinkProgram {
                     id,
                     context,
@@ -985,11 +992,7 @@ impl<'a> Request<'a> {
             kind::RELEASE => Request::Release { id: r.u64()? },
             kind::ENQUEUE => {
                 // The smallest command (marker) is 17 bytes.
-                let n = r.count(17)?;
-                let mut commands = Vec::with_capacity(n);
-                for _ in 0..n {
-                    commands.push(decode_command(&mut r)?);
-                }
+                let commands = r.list(17, decode_command)?;
                 Request::Enqueue { commands }
             }
             kind::FLUSH => Request::Flush,
@@ -1046,7 +1049,7 @@ impl<'a> Response<'a> {
             Response::TaskDone { status, events } => {
                 encode_frame(out, kind::TASK_DONE, id, |out| {
                     put_i32(out, *status);
-                    put_u32(out, u32::try_from(events.len()).expect("list fits u32"));
+                    put_count(out, events.len());
                     for e in events {
                         put_u64(out, e.event);
                         put_i32(out, e.status);
@@ -1080,21 +1083,19 @@ impl<'a> Response<'a> {
             }
             kind::TASK_DONE => {
                 let status = r.i32()?;
-                let n = r.count(44)?;
-                let mut events = Vec::with_capacity(n);
-                for _ in 0..n {
+                let events = r.list(44, |r| {
                     let event = r.u64()?;
                     let status = r.i32()?;
                     let mut profile = [0u64; 4];
                     for p in profile.iter_mut() {
                         *p = r.u64()?;
                     }
-                    events.push(EventDone {
+                    Ok(EventDone {
                         event,
                         status,
                         profile,
-                    });
-                }
+                    })
+                })?;
                 Response::TaskDone { status, events }
             }
             kind::READ_DATA => Response::ReadData {
@@ -1131,10 +1132,7 @@ pub struct HelloInfo<'a> {
 impl<'a> HelloInfo<'a> {
     pub fn encode(&self, out: &mut Vec<u8>) {
         put_bytes(out, self.host_id);
-        put_u32(
-            out,
-            u32::try_from(self.platforms.len()).expect("list fits u32"),
-        );
+        put_count(out, self.platforms.len());
         for devices in &self.platforms {
             put_u32_list(out, devices);
         }
@@ -1144,11 +1142,7 @@ impl<'a> HelloInfo<'a> {
     pub fn decode(payload: &'a [u8]) -> Result<HelloInfo<'a>, ProtoError> {
         let mut r = Reader::new(payload);
         let host_id = r.bytes()?;
-        let n = r.count(4)?;
-        let mut platforms = Vec::with_capacity(n);
-        for _ in 0..n {
-            platforms.push(u32_list(&mut r)?);
-        }
+        let platforms = r.list(4, u32_list)?;
         let local_socket = r.bytes()?;
         r.finish()?;
         Ok(HelloInfo {

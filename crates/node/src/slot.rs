@@ -128,6 +128,13 @@ struct Job {
     reply: oneshot::Sender<Answer>,
 }
 
+/// When a call began executing, and its work estimate.
+#[derive(Clone, Copy)]
+struct Start {
+    at: Instant,
+    work: u64,
+}
+
 /// Per-tenant FIFOs served round robin, tenants that just arrived first.
 struct FairQueue {
     queues: HashMap<TenantId, VecDeque<Job>>,
@@ -402,16 +409,14 @@ impl Slot {
                 call,
             });
         }
-        let cheap = call.accel.work_estimate(&call.params, call.payload.len())
-            <= self.limits.inline_work_max;
+        let work = call.accel.work_estimate(&call.params, call.payload.len());
+        let cheap = work <= self.limits.inline_work_max;
         if cheap && !st.running && st.queue.len == 0 {
-            st.running = true;
-            let started = Instant::now();
-            st.running_ends = started + self.expected_time(&call);
+            let start = self.begin(&mut st, work);
             let accel = Arc::clone(&st.accel);
             drop(st);
             self.depth.fetch_add(1, Ordering::Relaxed);
-            let answer = self.execute(&accel, call, started);
+            let answer = self.execute(&accel, call, start);
             self.finish_one();
             return Ok(Submitted::Done(answer));
         }
@@ -437,7 +442,7 @@ impl Slot {
         let wake = !st.running;
         self.depth.fetch_add(1, Ordering::Relaxed);
         if hand_over {
-            if let Some(answer) = self.run_after_current(st, tenant) {
+            if let Some(answer) = self.run_after_current(st, tenant, work) {
                 return Ok(Submitted::Done(answer));
             }
         } else {
@@ -450,12 +455,14 @@ impl Slot {
     }
 
     /// Waits (at most `hand_over_wait`) for the call in progress, if any, to end, then
-    /// runs `tenant`'s sole queued call on this thread. `None` when the wait timed out
-    /// or the worker took the call first: it then stays with the worker.
+    /// runs `tenant`'s sole queued call (of estimated `work`) on this thread. `None`
+    /// when the wait timed out or the worker took the call first: it then stays with
+    /// the worker.
     fn run_after_current(
         &self,
         mut st: parking_lot::MutexGuard<'_, SlotState>,
         tenant: TenantId,
+        work: u64,
     ) -> Option<Answer> {
         let until = Instant::now() + self.limits.hand_over_wait;
         st.handing_over += 1;
@@ -478,12 +485,10 @@ impl Slot {
         };
         drop(reply); // answered here, not through the channel
         self.metrics.queue_depth.set(st.queue.len as i64);
-        st.running = true;
-        let started = Instant::now();
-        st.running_ends = started + self.expected_time(&call);
+        let start = self.begin(&mut st, work);
         let accel = Arc::clone(&st.accel);
         drop(st);
-        let answer = self.execute(&accel, call, started);
+        let answer = self.execute(&accel, call, start);
         self.finish_one();
         Some(answer)
     }
@@ -499,10 +504,18 @@ impl Slot {
         }
     }
 
-    /// How long `call` is expected to take, from the execution times of the slot's
-    /// earlier calls per unit of work estimate (zero before any call ran).
-    fn expected_time(&self, call: &Call) -> Duration {
-        let work = call.accel.work_estimate(&call.params, call.payload.len());
+    /// Marks the slot as running a call of estimated `work` from now on, expected to
+    /// end after [`Slot::expected_time`].
+    fn begin(&self, st: &mut SlotState, work: u64) -> Start {
+        let at = Instant::now();
+        st.running = true;
+        st.running_ends = at + self.expected_time(work);
+        Start { at, work }
+    }
+
+    /// How long a call of estimated `work` is expected to take, from the execution
+    /// times of the slot's earlier calls per unit of work (zero before any call ran).
+    fn expected_time(&self, work: u64) -> Duration {
         let per = self.ns_per_work_1024.load(Ordering::Relaxed);
         Duration::from_nanos(work.saturating_mul(per) >> 10)
     }
@@ -524,9 +537,10 @@ impl Slot {
         self.ns_per_work_1024.store(new, Ordering::Relaxed);
     }
 
-    /// Runs one call on `accel`, starting at `started`, or answers it without running
-    /// when its deadline passed.
-    fn execute(&self, accel: &Arc<dyn Accelerator>, call: Call, started: Instant) -> Answer {
+    /// Runs one call on `accel`, begun at `start`, or answers it without running when
+    /// its deadline passed.
+    fn execute(&self, accel: &Arc<dyn Accelerator>, call: Call, start: Start) -> Answer {
+        let started = start.at;
         let Call {
             params,
             mut payload,
@@ -563,7 +577,7 @@ impl Slot {
                 )))
             });
             let exec_ns = nanos(started.elapsed());
-            self.learn_speed(accel.work_estimate(&params, payload.len()), exec_ns);
+            self.learn_speed(start.work, exec_ns);
             self.metrics.executed(exec_ns);
             self.busy_ns.fetch_add(exec_ns, Ordering::Relaxed);
             match result {
@@ -608,14 +622,16 @@ impl Slot {
                 self.changed.wait(&mut st);
             };
             self.metrics.queue_depth.set(st.queue.len as i64);
-            st.running = true;
-            let started = Instant::now();
-            st.running_ends = started + self.expected_time(&job.call);
+            let work = job
+                .call
+                .accel
+                .work_estimate(&job.call.params, job.call.payload.len());
+            let start = self.begin(&mut st, work);
             let accel = Arc::clone(&st.accel);
             drop(st);
             let Job { call, reply } = job;
             let answer = if accel.descriptor().id == call.accel.descriptor().id {
-                self.execute(&accel, call, started)
+                self.execute(&accel, call, start)
             } else {
                 // Cannot happen while reconfiguration drains the queue first; answered
                 // rather than asserted so a future change cannot run a call on the
@@ -976,17 +992,18 @@ mod tests {
         let catalog = Catalog::builtin();
         let echo = Arc::clone(catalog.by_name("echo").unwrap());
         let s = slot(Arc::clone(&echo), u64::MAX);
-        let c = call(&echo, &[0u8; 1600], 1); // echo: work = len / 16 = 100
-        assert_eq!(s.expected_time(&c), Duration::ZERO, "unknown speed");
+        let work = echo.work_estimate(&[0; accel::PARAMS_LEN], 1600);
+        assert_eq!(work, 100, "echo: work = len / 16");
+        assert_eq!(s.expected_time(work), Duration::ZERO, "unknown speed");
         s.learn_speed(100, 1_000_000); // 10 µs per unit
-        assert_eq!(s.expected_time(&c), Duration::from_millis(1));
+        assert_eq!(s.expected_time(work), Duration::from_millis(1));
         for _ in 0..64 {
             s.learn_speed(100, 10_000); // now 100 ns per unit
         }
-        let d = s.expected_time(&c);
+        let d = s.expected_time(work);
         assert!(d < Duration::from_micros(20), "{d:?}");
         s.learn_speed(0, 5_000_000); // no work estimate: no sample
-        let d = s.expected_time(&c);
+        let d = s.expected_time(work);
         assert!(d < Duration::from_micros(20), "{d:?}");
         s.stop();
     }

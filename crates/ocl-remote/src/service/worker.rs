@@ -284,6 +284,22 @@ struct PendingRead {
     own_event: bool,
 }
 
+/// The execution status of event `ev`, `otherwise` if the runtime does not say.
+///
+/// # Safety
+/// `ev` is a live event.
+unsafe fn exec_status(api: &Api, ev: Handle, otherwise: ClInt) -> ClInt {
+    let mut exec = otherwise;
+    (api.clGetEventInfo)(
+        ev,
+        cl::CL_EVENT_COMMAND_EXECUTION_STATUS,
+        4,
+        (&mut exec as *mut ClInt).cast(),
+        std::ptr::null_mut(),
+    );
+    exec
+}
+
 impl PendingRead {
     /// Sets the data once the read is known complete, zeroes it otherwise.
     ///
@@ -292,13 +308,7 @@ impl PendingRead {
     unsafe fn settle(mut self, api: &Api) -> (u64, Vec<u8>) {
         let mut exec: ClInt = -1;
         if !self.event.is_null() {
-            (api.clGetEventInfo)(
-                self.event,
-                cl::CL_EVENT_COMMAND_EXECUTION_STATUS,
-                4,
-                (&mut exec as *mut ClInt).cast(),
-                std::ptr::null_mut(),
-            );
+            exec = exec_status(api, self.event, exec);
             if self.own_event {
                 (api.clReleaseEvent)(self.event);
             }
@@ -372,15 +382,7 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
             if !ev.is_null() {
                 // SAFETY: `ev` is a live event returned by the runtime; we release it.
                 unsafe {
-                    let mut exec: ClInt = cl::CL_COMPLETE;
-                    (api.clGetEventInfo)(
-                        ev,
-                        cl::CL_EVENT_COMMAND_EXECUTION_STATUS,
-                        4,
-                        (&mut exec as *mut ClInt).cast(),
-                        std::ptr::null_mut(),
-                    );
-                    done.status = exec.min(cl::CL_COMPLETE);
+                    done.status = exec_status(api, ev, cl::CL_COMPLETE).min(cl::CL_COMPLETE);
                     for (i, param) in [
                         cl::CL_PROFILING_COMMAND_QUEUED,
                         cl::CL_PROFILING_COMMAND_SUBMIT,

@@ -865,7 +865,7 @@ unsafe fn enqueue_write(
         let dst = region.ptr().add(m.v.shm_offset + offset);
         if q.v
             .node
-            .direct_write(|| std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()))
+            .direct_write(|| crate::copy::copy(dst, data.as_ptr(), data.len()))
         {
             if !event.is_null() {
                 let (ev, evref) = new_event(q, queue, command_type, event);

@@ -10,10 +10,12 @@
 //! cannot be reached contributes nothing (and a warning on stderr).
 //!
 //! Modules: [`object`] (handles and reference counts), [`node`] (one connection per node:
-//! control calls, command batching, completions), [`api`] (the OpenCL entry points).
+//! control calls, command batching, completions), [`api`] (the OpenCL entry points),
+//! [`copy`] (large shared-memory copies on two threads).
 //! The protocol is `ocl_remote::proto`; the design is in `docs/opencl.md`.
 
 mod api;
+mod copy;
 mod dispatch_names;
 mod node;
 mod object;

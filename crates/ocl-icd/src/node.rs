@@ -612,9 +612,9 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                         // SAFETY: the region holds the buffer (offset + len checked at
                         // enqueue); the destination was given for this read.
                         unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                r.src.ptr().add(r.offset),
+                            crate::copy::copy(
                                 r.dst.ptr as *mut u8,
+                                r.src.ptr().add(r.offset),
                                 r.dst.len,
                             )
                         };

@@ -43,6 +43,23 @@ impl Stream {
         }
     }
 
+    /// Bounds how long a write may wait for the peer to take data (`SO_SNDTIMEO`; it
+    /// holds for every handle of the socket).
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(timeout),
+            Stream::Unix(s) => s.set_write_timeout(timeout),
+        }
+    }
+
+    /// Shuts both directions down: a thread reading the socket sees its end.
+    pub fn shutdown(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+
     /// Connects to the abstract-namespace Unix socket `name` (the bytes after the
     /// leading NUL).
     pub fn connect_local(name: &[u8]) -> io::Result<Stream> {

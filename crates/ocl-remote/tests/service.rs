@@ -578,3 +578,65 @@ fn an_open_task_over_its_byte_bound_fails_instead_of_growing() {
     assert_eq!(status, 0);
     assert_eq!(reads[0].1, vec![9u8; 64]);
 }
+
+#[test]
+fn a_client_that_stops_reading_cannot_hold_the_device() {
+    let stall = Duration::from_millis(500);
+    let Some((svc, _registry)) = service(ServiceConfig {
+        send_stall_max: stall,
+        ..ServiceConfig::default()
+    }) else {
+        return;
+    };
+    // The hog asks for 128 MiB of reads in one task, far more than the socket buffers
+    // hold, and never reads its socket.
+    let mut hog = Client::connect(svc.local_addr()).unwrap();
+    hog.setup(0);
+    let size = 16u64 << 20;
+    let (status, _) = hog.call(&Request::CreateBuffer {
+        id: 10,
+        context: 1,
+        flags: 1,
+        size,
+        data: &[],
+    });
+    assert_eq!(status, cl::CL_SUCCESS);
+    let reads = (0..8)
+        .map(|token| Command::Read {
+            queue: 2,
+            event: 0,
+            buffer: 10,
+            offset: 0,
+            size,
+            token,
+        })
+        .collect();
+    hog.send(&Request::Enqueue { commands: reads });
+    hog.send(&Request::Flush);
+    std::thread::sleep(Duration::from_millis(100));
+    // Another client on the same device is served once the hog's connection is dropped.
+    let started = Instant::now();
+    let mut other = Client::connect(svc.local_addr()).unwrap();
+    other.setup(5);
+    let (status, _, reads) = other.task(vec![inc(2, 5, 3, 0), read_cmd(2, 3, 0)]);
+    assert_eq!(status, cl::CL_SUCCESS);
+    assert_eq!(reads[0].1[..4], 0x0505_0506i32.to_le_bytes());
+    let waited = started.elapsed();
+    assert!(waited < stall * 10, "the other client waited {waited:?}");
+    // The hog's connection was closed: what it can still read ends.
+    hog.stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        match hog.stream.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n as u64,
+        }
+    }
+    assert!(total < 8 * size, "the hog got everything ({total} bytes)");
+    drop(hog);
+    drop(other);
+    wait_idle(&svc);
+}

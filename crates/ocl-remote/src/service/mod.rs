@@ -68,6 +68,11 @@ pub struct ServiceConfig {
     /// How long a client's thread polls its socket for the next request before it
     /// sleeps (see [`crate::poll`]); zero sleeps at once.
     pub poll_before_sleep: std::time::Duration,
+    /// How long the node waits for a client to take data it sends (read results,
+    /// replies) before it drops the connection. Results are written by the thread that
+    /// ran the task, so a client that stops reading would otherwise hold the device from
+    /// every other client.
+    pub send_stall_max: std::time::Duration,
 }
 
 impl Default for ServiceConfig {
@@ -86,6 +91,7 @@ impl Default for ServiceConfig {
             program_cache_bytes_max: 256 << 20,
             local_socket: true,
             poll_before_sleep: crate::poll::SPIN_DEFAULT,
+            send_stall_max: std::time::Duration::from_secs(10),
         }
     }
 }

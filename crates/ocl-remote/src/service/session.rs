@@ -93,6 +93,12 @@ fn from_info(r: Result<Vec<u8>, ClInt>) -> Reply {
 /// Serves one client until it disconnects or breaks the protocol.
 pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
     let _ = stream.set_nodelay();
+    if stream
+        .set_write_timeout(Some(shared.config.send_stall_max))
+        .is_err()
+    {
+        return;
+    }
     let Ok(write_half) = stream.try_clone() else {
         return;
     };
@@ -232,8 +238,18 @@ fn send_reply(writer: &ClientWriter, id: u64, (status, payload): Reply) {
         payload: &payload,
     }
     .encode(id, &mut out);
-    let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
-    let _ = w.write_all(&out);
+    let _ = send_all(&mut writer.lock().unwrap_or_else(|p| p.into_inner()), &out);
+}
+
+/// Writes `bytes` to a client. If the client takes nothing for `send_stall_max` (the
+/// socket's write timeout), or the write fails otherwise, the connection is shut down:
+/// its session ends, and no frame follows the partial one.
+pub(crate) fn send_all(w: &mut Stream, bytes: &[u8]) -> io::Result<()> {
+    let result = w.write_all(bytes);
+    if result.is_err() {
+        w.shutdown();
+    }
+    result
 }
 
 impl Drop for Session<'_> {

@@ -8,11 +8,10 @@
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
-use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::session::ClientWriter;
+use super::session::{send_all, ClientWriter};
 use super::{Real, Shared};
 use crate::cl::{self, ClInt};
 use crate::ffi::{Api, Handle};
@@ -251,7 +250,10 @@ fn send_outcome(task: &Task, outcome: &Outcome) {
                 out.extend_from_slice(chunk);
             } else {
                 // Large chunks go straight from the read buffer, without a copy.
-                if w.write_all(&out).and_then(|_| w.write_all(chunk)).is_err() {
+                if send_all(&mut w, &out)
+                    .and_then(|_| send_all(&mut w, chunk))
+                    .is_err()
+                {
                     return; // The client is gone; its results are discarded.
                 }
                 out.clear();
@@ -267,7 +269,7 @@ fn send_outcome(task: &Task, outcome: &Outcome) {
         events: outcome.events.clone(),
     }
     .encode(task.id, &mut out);
-    let _ = w.write_all(&out);
+    let _ = send_all(&mut w, &out);
 }
 
 /// A read under way: the runtime fills `data`'s spare capacity; its length is set only

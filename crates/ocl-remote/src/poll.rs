@@ -4,8 +4,15 @@
 //! loaded virtual machine, which is a large share of a short task's round trip (a
 //! loopback ping-pong measured 24 µs at the median sleeping and 10 µs polling on the
 //! 2-core machine of `docs/benchmarks.md`). Both ends therefore poll their socket for a
-//! short, bounded time before they sleep, and give the core away on every turn so that
-//! the device's own threads keep running on a busy machine.
+//! short, bounded time before they sleep.
+//!
+//! The polling thread does not yield its core between polls. It used to, so that a
+//! device thread sharing the core could run, but a yield may hand the core to any
+//! runnable thread, also one of the lowest class (`SCHED_IDLE`, or a low `nice`), which
+//! then keeps it until the next scheduler tick: with such threads on the machine, 1–3 %
+//! of 64 B tasks took 2–3 ms (p99 2.0–2.9 ms against 40–140 µs without yielding; medians
+//! alike, 5 rounds each). Without yielding, what a poller can take from a thread on its
+//! core is bounded by the polling bound.
 //!
 //! Polling only pays when answers come within the bound; a peer that takes longer (a
 //! 1 MiB copy, a long kernel) would only have its core taken. [`AdaptiveSpin`] therefore
@@ -31,7 +38,7 @@ pub fn readable(fd: RawFd, timeout_ms: i32) -> bool {
     rc > 0 && pfd.revents != 0
 }
 
-/// Polls `fd` for up to `bound`, yielding the core on every turn; returns whether it
+/// Polls `fd` for up to `bound`, without yielding the core; returns whether it
 /// became readable. The caller then reads (blocking) as usual either way.
 pub fn spin_until_readable(fd: RawFd, bound: Duration) -> bool {
     if bound.is_zero() {
@@ -45,7 +52,7 @@ pub fn spin_until_readable(fd: RawFd, bound: Duration) -> bool {
         if start.elapsed() >= bound {
             return false;
         }
-        std::thread::yield_now();
+        std::hint::spin_loop();
     }
 }
 

@@ -6,9 +6,13 @@
 #
 # Needs gcc, ocl-icd-opencl-dev, opencl-headers and pocl-opencl-icd. The three setups
 # run interleaved, ROUNDS times (default 5), so that a change of machine load hits all
-# of them alike; each run of overhead.c prints median/p90/p99 in microseconds (or MiB/s
-# for the 256 MiB writes), and the summary gives the median over the rounds, then each
-# remote run against the native run just before it (per round, and their median).
+# of them alike; for 1 MiB and 256 MiB a fourth, remote-shm-one-copier, is shared memory
+# with the ICD's copies made by the application's thread alone
+# (NETACCEL_OPENCL_COPY_THREADS=0), which shows what the remote path costs without the
+# helper thread that shares large copies. Each run of overhead.c prints median/p90/p99
+# in microseconds (or MiB/s for the 256 MiB writes), and the summary gives the median
+# over the rounds, then each remote run against the native run just before it (per
+# round, and their median).
 # Both CPUs are kept from halting meanwhile (KEEP_AWAKE=1, the default; see
 # awake_start in bench/lib.sh): on a virtual machine a wake-up of a halted CPU costs
 # tens of µs, and the remote path has two more thread wake-ups than native.
@@ -33,10 +37,12 @@ for round in $(seq "$rounds"); do
     for mode in small large; do
         run "native" local "" "$mode" "$iters"
         run "remote-shared-memory" remote "" "$mode" "$iters"
+        [ "$mode" = small ] || run "remote-shm-one-copier" remote "NETACCEL_OPENCL_COPY_THREADS=0" "$mode" "$iters"
         run "remote-network" remote "NETACCEL_OPENCL_SHM=0" "$mode" "$iters"
     done
     run "native" local "" bw 3
     run "remote-shared-memory" remote "" bw 3
+    run "remote-shm-one-copier" remote "NETACCEL_OPENCL_COPY_THREADS=0" bw 3
     [ "$round" -gt 1 ] || run "remote-network" remote "NETACCEL_OPENCL_SHM=0" bw 2
 done | tee "$work/runs.txt"
 echo "== median over $rounds rounds (microseconds; MiB/s for bw)"

@@ -102,10 +102,7 @@ fn pool() -> Option<&'static Pool> {
         if helpers == 0 {
             return None;
         }
-        let pool: &'static Pool = Box::leak(Box::new(Pool {
-            slot: Mutex::new(Slot::default()),
-            posted: Condvar::new(),
-        }));
+        let pool: &'static Pool = Box::leak(Box::new(Pool::new()));
         let mut started = 0;
         for i in 0..helpers {
             let spawned = std::thread::Builder::new()
@@ -126,6 +123,13 @@ fn threads_from(value: Option<&str>, cpus: usize) -> usize {
 }
 
 impl Pool {
+    fn new() -> Pool {
+        Pool {
+            slot: Mutex::new(Slot::default()),
+            posted: Condvar::new(),
+        }
+    }
+
     /// A helper thread: works on every job posted, forever.
     fn help(&self) {
         let mut seen = 0u64;
@@ -200,14 +204,8 @@ mod tests {
 
     #[test]
     fn copies_of_every_size_are_exact_with_and_without_helpers() {
-        let alone = Pool {
-            slot: Mutex::new(Slot::default()),
-            posted: Condvar::new(),
-        };
-        let with_helper: &'static Pool = Box::leak(Box::new(Pool {
-            slot: Mutex::new(Slot::default()),
-            posted: Condvar::new(),
-        }));
+        let alone = Pool::new();
+        let with_helper: &'static Pool = Box::leak(Box::new(Pool::new()));
         std::thread::spawn(move || with_helper.help());
         for len in [
             0,
@@ -240,10 +238,7 @@ mod tests {
 
     #[test]
     fn concurrent_callers_each_get_their_own_bytes() {
-        let pool: &'static Pool = Box::leak(Box::new(Pool {
-            slot: Mutex::new(Slot::default()),
-            posted: Condvar::new(),
-        }));
+        let pool: &'static Pool = Box::leak(Box::new(Pool::new()));
         std::thread::spawn(move || pool.help());
         let callers: Vec<_> = (0..4u8)
             .map(|t| {

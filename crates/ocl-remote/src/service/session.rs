@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use super::bodies::Body;
 use super::programs;
-use super::worker::{Arg, Cmd, FrameBytes, Op, Task};
+use super::worker::{Arg, Cmd, Finished, FrameBytes, Op, SetOnDrop, Task};
 use super::{Real, Shared, INFO_BYTES_MAX};
 use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
@@ -71,6 +71,8 @@ struct Session<'s> {
     greeted: bool,
     /// The client runs on this host (same host id): buffers may live in shared memory.
     same_host: bool,
+    /// The device of the client's last task, and whether that task is over.
+    last_task: Option<(Option<u32>, Finished)>,
 }
 
 type Reply = (ClInt, Vec<u8>);
@@ -119,6 +121,7 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
             open_overflow: false,
             greeted: false,
             same_host: false,
+            last_task: None,
         };
         if let Err(e) = session.run(&mut reader) {
             if e.kind() != io::ErrorKind::UnexpectedEof {
@@ -1248,11 +1251,24 @@ impl Session<'_> {
         self.open_bytes = 0;
         self.open_overflow = false;
         let device = cmds.iter().find_map(|c| c.queue.as_ref().map(|(_, d)| *d));
+        // A client's tasks run in the order it flushed them (its later commands may use
+        // what earlier ones computed, ordered by events that never reach the node). The
+        // FIFO of a device keeps that order among the tasks on it; a task for another
+        // device waits here until the previous task is over, holding this connection
+        // back meanwhile, as a full FIFO does.
+        if let Some((last_device, finished)) = &self.last_task {
+            if *last_device != device || device.is_none() {
+                finished.wait();
+            }
+        }
+        let finished = Finished::default();
+        self.last_task = Some((device, finished.clone()));
         let task = Task {
             id,
             cmds,
             writer: Arc::clone(&self.writer),
             flushed_at: Instant::now(),
+            _finished: SetOnDrop(finished),
         };
         match device {
             // A full FIFO blocks this client's connection only: back-pressure.

@@ -95,6 +95,39 @@ pub(crate) struct Task {
     pub cmds: Vec<Cmd>,
     pub writer: ClientWriter,
     pub flushed_at: Instant,
+    /// Set when the task is dropped: answered, failed or discarded.
+    pub _finished: SetOnDrop,
+}
+
+/// Whether a task is over; the client's next task waits for it when it goes to another
+/// device (a device's own FIFO keeps the order of the tasks on it).
+#[derive(Clone, Default)]
+pub(crate) struct Finished(Arc<(Mutex<bool>, Condvar)>);
+
+impl Finished {
+    /// Returns once the task is over.
+    pub fn wait(&self) {
+        let (over, changed) = &*self.0;
+        let mut over = over.lock().unwrap_or_else(|p| p.into_inner());
+        while !*over {
+            over = changed.wait(over).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn set(&self) {
+        let (over, changed) = &*self.0;
+        *over.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        changed.notify_all();
+    }
+}
+
+/// Sets its [`Finished`] when dropped, whichever way the task ends.
+pub(crate) struct SetOnDrop(pub Finished);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.set();
+    }
 }
 
 struct Outcome {

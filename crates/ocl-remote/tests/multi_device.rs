@@ -1,0 +1,183 @@
+//! A client's tasks run in the order it flushed them, also when they go to different
+//! devices: a task may use what an earlier one computed on another device (OpenCL
+//! orders them through events, which need no wire encoding because of this rule).
+//!
+//! Its own test binary: PoCL is asked for two CPU devices (`POCL_DEVICES`) before the
+//! runtime is loaded, which must happen once per process. Without an OpenCL runtime, or
+//! with one that ignores the variable, the test says so and passes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{service, Client, Frame};
+use ocl_remote::cl;
+use ocl_remote::proto::{Command, KernelArg, NdRange, Request};
+use ocl_remote::service::ServiceConfig;
+
+const SRC: &[u8] = b"
+__kernel void slow(__global int *v, int n, int value) {
+    float a = 0.0f;
+    for (int i = 0; i < n; i++) a = a * 0.999f + 1.0f;
+    v[get_global_id(0)] = value + (a < 0.0f);
+}
+__kernel void copy(__global const int *src, __global int *dst) {
+    dst[get_global_id(0)] = src[get_global_id(0)];
+}";
+
+fn ok(c: &mut Client, request: Request<'_>) {
+    assert_eq!(c.call(&request).0, cl::CL_SUCCESS, "{request:?}");
+}
+
+fn slow(queue: u64, kernel: u64, buffer: u64, n: i32, value: i32) -> Command<'static> {
+    let n: &'static [u8] = Box::leak(Box::new(n.to_le_bytes()));
+    let value: &'static [u8] = Box::leak(Box::new(value.to_le_bytes()));
+    Command::NdRange(NdRange {
+        queue,
+        event: 0,
+        kernel,
+        work_dim: 1,
+        offset: [0; 3],
+        global: [1, 0, 0],
+        local: None,
+        args: vec![
+            KernelArg::Mem(buffer),
+            KernelArg::Bytes(n),
+            KernelArg::Bytes(value),
+        ],
+    })
+}
+
+/// Context 1 on `devices`, a queue per device (ids 10, 11, …), int buffers 20 and 21,
+/// program 30 with kernels `slow` (31) and `copy` (32).
+fn setup(c: &mut Client, devices: &[u32]) {
+    ok(
+        c,
+        Request::CreateContext {
+            id: 1,
+            devices: devices.to_vec(),
+        },
+    );
+    for (i, &device) in devices.iter().enumerate() {
+        ok(
+            c,
+            Request::CreateQueue {
+                id: 10 + i as u64,
+                context: 1,
+                device,
+                properties: 0,
+            },
+        );
+    }
+    for id in [20, 21] {
+        ok(
+            c,
+            Request::CreateBuffer {
+                id,
+                context: 1,
+                flags: 1,
+                size: 4,
+                data: &[0; 4],
+            },
+        );
+    }
+    ok(
+        c,
+        Request::CreateProgramWithSource {
+            id: 30,
+            context: 1,
+            source: SRC,
+        },
+    );
+    ok(
+        c,
+        Request::BuildProgram {
+            program: 30,
+            devices: vec![],
+            options: b"",
+        },
+    );
+    for (id, name) in [(31, &b"slow"[..]), (32, b"copy")] {
+        ok(
+            c,
+            Request::CreateKernel {
+                id,
+                program: 30,
+                name,
+            },
+        );
+    }
+}
+
+#[test]
+fn tasks_on_two_devices_run_in_flush_order() {
+    std::env::set_var("POCL_DEVICES", "pthread pthread");
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    let devices = a.info.1.first().cloned().unwrap_or_default();
+    if devices.len() < 2 {
+        eprintln!("SKIP: the OpenCL runtime offers one device only");
+        return;
+    }
+    // Another client keeps device 0 busy for a while (its task runs at once).
+    let mut hog = Client::connect(svc.local_addr()).unwrap();
+    setup(&mut hog, &devices[..1]);
+    hog.send(&Request::Enqueue {
+        commands: vec![slow(10, 31, 20, 100_000_000, 1)],
+    });
+    hog.send(&Request::Flush);
+    std::thread::sleep(Duration::from_millis(20));
+
+    setup(&mut a, &devices[..2]);
+    // Task 1, device 0 (queued behind the hog): buffer 20 = 42.
+    a.send(&Request::Enqueue {
+        commands: vec![slow(10, 31, 20, 10, 42)],
+    });
+    let first = a.send(&Request::Flush);
+    // Task 2, device 1 (idle): buffer 21 = buffer 20, then read it.
+    a.send(&Request::Enqueue {
+        commands: vec![
+            Command::NdRange(NdRange {
+                queue: 11,
+                event: 0,
+                kernel: 32,
+                work_dim: 1,
+                offset: [0; 3],
+                global: [1, 0, 0],
+                local: None,
+                args: vec![KernelArg::Mem(20), KernelArg::Mem(21)],
+            }),
+            Command::Read {
+                queue: 11,
+                event: 0,
+                buffer: 21,
+                offset: 0,
+                size: 4,
+                token: 1,
+            },
+        ],
+    });
+    let second = a.send(&Request::Flush);
+    let mut done = Vec::new();
+    let mut value = None;
+    while done.len() < 2 {
+        match a.read_frame() {
+            (id, Frame::TaskDone(status, _)) => {
+                assert_eq!(status, cl::CL_SUCCESS);
+                done.push(id);
+            }
+            (id, Frame::ReadData(_, data)) if id == second => {
+                value = Some(i32::from_le_bytes(data[..4].try_into().unwrap()));
+            }
+            _ => panic!("unexpected frame"),
+        }
+    }
+    assert_eq!(done, [first, second], "tasks completed out of order");
+    assert_eq!(
+        value,
+        Some(42),
+        "task 2 ran before task 1 on the other device"
+    );
+}

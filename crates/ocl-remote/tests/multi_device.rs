@@ -25,6 +25,12 @@ __kernel void copy(__global const int *src, __global int *dst) {
     dst[get_global_id(0)] = src[get_global_id(0)];
 }";
 
+/// Asks PoCL for two CPU devices, once, before any test of this binary loads it.
+fn two_devices() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| std::env::set_var("POCL_DEVICES", "pthread pthread"));
+}
+
 fn ok(c: &mut Client, request: Request<'_>) {
     assert_eq!(c.call(&request).0, cl::CL_SUCCESS, "{request:?}");
 }
@@ -111,7 +117,7 @@ fn setup(c: &mut Client, devices: &[u32]) {
 
 #[test]
 fn tasks_on_two_devices_run_in_flush_order() {
-    std::env::set_var("POCL_DEVICES", "pthread pthread");
+    two_devices();
     let Some((svc, _registry)) = service(ServiceConfig::default()) else {
         return;
     };
@@ -180,4 +186,58 @@ fn tasks_on_two_devices_run_in_flush_order() {
         Some(42),
         "task 2 ran before task 1 on the other device"
     );
+}
+
+#[test]
+fn a_task_on_two_devices_runs_while_another_client_uses_one_of_them() {
+    two_devices();
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    let devices = a.info.1.first().cloned().unwrap_or_default();
+    if devices.len() < 2 {
+        eprintln!("SKIP: the OpenCL runtime offers one device only");
+        return;
+    }
+    // Another client's long task runs on device 1 (the task below must take device 1
+    // too once that task is over, and give both devices back; PoCL runs one kernel at a
+    // time, so the order of the answers cannot show more).
+    let mut hog = Client::connect(svc.local_addr()).unwrap();
+    setup(&mut hog, &devices[1..2]);
+    hog.send(&Request::Enqueue {
+        commands: vec![slow(10, 31, 20, 20_000_000, 1)],
+    });
+    let hog_task = hog.send(&Request::Flush);
+    std::thread::sleep(Duration::from_millis(20));
+    setup(&mut a, &devices[..2]);
+    let read = |queue, buffer, token| Command::Read {
+        queue,
+        event: 0,
+        buffer,
+        offset: 0,
+        size: 4,
+        token,
+    };
+    let (status, _, reads) = a.task(vec![
+        slow(10, 31, 20, 10, 5),
+        slow(11, 31, 21, 10, 6),
+        read(10, 20, 1),
+        read(11, 21, 2),
+    ]);
+    assert_eq!(status, cl::CL_SUCCESS);
+    assert_eq!(
+        reads,
+        [
+            (1, 5i32.to_le_bytes().to_vec()),
+            (2, 6i32.to_le_bytes().to_vec())
+        ]
+    );
+    let (id, frame) = hog.read_frame();
+    assert!(matches!(frame, Frame::TaskDone(0, _)) && id == hog_task);
+    // Both devices are free again: single-device tasks on each still run.
+    for (queue, buffer) in [(10, 20), (11, 21)] {
+        let (status, _, _) = a.task(vec![slow(queue, 31, buffer, 10, 7)]);
+        assert_eq!(status, cl::CL_SUCCESS);
+    }
 }

@@ -1250,7 +1250,14 @@ impl Session<'_> {
         let cmds = std::mem::take(&mut self.open);
         self.open_bytes = 0;
         self.open_overflow = false;
-        let device = cmds.iter().find_map(|c| c.queue.as_ref().map(|(_, d)| *d));
+        // The lowest device's FIFO runs the task; it holds the others while it runs.
+        let mut devices: Vec<u32> = cmds
+            .iter()
+            .filter_map(|c| c.queue.as_ref().map(|(_, d)| *d))
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        let device = devices.first().copied();
         // A client's tasks run in the order it flushed them (its later commands may use
         // what earlier ones computed, ordered by events that never reach the node). The
         // FIFO of a device keeps that order among the tasks on it; a task for another
@@ -1269,6 +1276,7 @@ impl Session<'_> {
             writer: Arc::clone(&self.writer),
             flushed_at: Instant::now(),
             _finished: SetOnDrop(finished),
+            other_devices: devices.get(1..).unwrap_or_default().to_vec(),
         };
         match device {
             // A full FIFO blocks this client's connection only: back-pressure.

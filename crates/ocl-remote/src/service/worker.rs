@@ -4,7 +4,9 @@
 //! one task at a time: it enqueues the commands in order on the client's real queues,
 //! waits for them (`clFinish`), collects event status and profiling, and writes the
 //! task's `ReadData` frames and its `TaskDone` to the client. Tasks of different clients
-//! thus time-share the device and never interleave inside a task.
+//! thus time-share the device and never interleave inside a task. A task for several
+//! devices runs from the FIFO of the lowest and holds the others meanwhile
+//! ([`DeviceQueue::hold`]).
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -97,6 +99,10 @@ pub(crate) struct Task {
     pub flushed_at: Instant,
     /// Set when the task is dropped: answered, failed or discarded.
     pub _finished: SetOnDrop,
+    /// Devices other than the one whose FIFO runs the task (always the lowest of its
+    /// devices), ascending: held for the task while it runs, so that it does not
+    /// interleave with other clients' tasks there either.
+    pub other_devices: Vec<u32>,
 }
 
 /// Whether a task is over; the client's next task waits for it when it goes to another
@@ -143,6 +149,8 @@ pub(crate) struct DeviceQueue {
     ready: Condvar,
     /// Signalled when the FIFO has room.
     room: Condvar,
+    /// Signalled when the device stops running a task (see [`DeviceQueue::hold`]).
+    idle: Condvar,
     depth_max: usize,
 }
 
@@ -164,6 +172,7 @@ impl DeviceQueue {
             }),
             ready: Condvar::new(),
             room: Condvar::new(),
+            idle: Condvar::new(),
             depth_max: depth_max.max(1),
         }
     }
@@ -193,6 +202,20 @@ impl DeviceQueue {
         if !st.tasks.is_empty() {
             self.ready.notify_one();
         }
+        drop(st);
+        self.idle.notify_all();
+    }
+
+    /// Takes the device for a task queued on another (lower) device: waits until no
+    /// task runs here, then counts as running one, so neither the worker nor an inline
+    /// submit starts another until [`DeviceQueue::finished`]. Tasks hold devices in
+    /// ascending order, so two tasks never wait for each other.
+    fn hold(&self) {
+        let mut st = lock(&self.state);
+        while st.running {
+            st = self.idle.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st.running = true;
     }
 
     /// The device's worker thread: runs queued tasks in order, forever.
@@ -216,7 +239,13 @@ impl DeviceQueue {
 
 fn run_task(shared: &Shared, device: usize, task: Task) {
     let metrics = &shared.metrics.devices[device];
+    for &d in &task.other_devices {
+        shared.devices[d as usize].hold();
+    }
     let outcome = execute(&shared.runtime.api, &task.cmds);
+    for &d in &task.other_devices {
+        shared.devices[d as usize].finished();
+    }
     let read_bytes: usize = outcome.reads.iter().map(|(_, d)| d.len()).sum();
     let written: usize = task
         .cmds
@@ -607,5 +636,53 @@ unsafe fn enqueue(
         Op::Marker => (api.clEnqueueMarkerWithWaitList)(q, 0, none, evp),
         Op::Barrier => (api.clEnqueueBarrierWithWaitList)(q, 0, none, evp),
         Op::Failed(e) => *e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn holding_a_device_waits_for_its_task_and_keeps_others_out() {
+        let q = Arc::new(DeviceQueue::new(4));
+        lock(&q.state).running = true; // a task runs
+        let holder = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || q.hold())
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!holder.is_finished(), "held while a task runs");
+        q.finished();
+        holder.join().unwrap();
+        // Held: the worker and inline submits see a running device.
+        assert!(lock(&q.state).running);
+        // A second holder waits for the first to give the device back.
+        let second = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || q.hold())
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!second.is_finished());
+        q.finished();
+        second.join().unwrap();
+        q.finished();
+        assert!(!lock(&q.state).running);
+    }
+
+    #[test]
+    fn finished_sets_when_the_task_is_dropped() {
+        let finished = Finished::default();
+        let guard = SetOnDrop(finished.clone());
+        let waiter = {
+            let finished = finished.clone();
+            std::thread::spawn(move || finished.wait())
+        };
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!waiter.is_finished());
+        drop(guard);
+        waiter.join().unwrap();
+        finished.wait(); // stays set
     }
 }

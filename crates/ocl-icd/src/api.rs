@@ -289,7 +289,15 @@ fn tryr_res<T>(r: Result<T, ClInt>) -> Result<T, ClInt> {
     r
 }
 
-unsafe fn create_context(props: Vec<isize>, devices: Vec<H>) -> Result<Handle, ClInt> {
+unsafe fn create_context(
+    props: Vec<isize>,
+    devices: Vec<H>,
+    notify: Notify,
+    user_data: *mut c_void,
+) -> Result<Handle, ClInt> {
+    if notify.is_none() && !user_data.is_null() {
+        return Err(cl::CL_INVALID_VALUE);
+    }
     let first = get::<Device>(devices[0] as Handle)?;
     let node = Arc::clone(&first.v.node);
     let mut remote = Vec::new();
@@ -305,6 +313,13 @@ unsafe fn create_context(props: Vec<isize>, devices: Vec<H>) -> Result<Handle, C
         id,
         devices: remote,
     }))?;
+    if let Some(notify) = notify {
+        node.add_notifier(crate::node::ContextNotifier {
+            context: id,
+            notify,
+            user_data: user_data as usize,
+        });
+    }
     Ok(new_handle(Context {
         node,
         id,
@@ -317,8 +332,8 @@ pub unsafe extern "C" fn clCreateContext(
     properties: *const isize,
     num_devices: u32,
     devices: *const Handle,
-    _notify: Notify,
-    _user_data: *mut c_void,
+    notify: Notify,
+    user_data: *mut c_void,
     errcode: *mut ClInt,
 ) -> Handle {
     let (_, props) = tryp!(context_properties(properties), errcode);
@@ -330,7 +345,7 @@ pub unsafe extern "C" fn clCreateContext(
         .iter()
         .map(|d| *d as H)
         .collect();
-    let h = tryp!(create_context(props, devs), errcode);
+    let h = tryp!(create_context(props, devs, notify, user_data), errcode);
     set_err(errcode, cl::CL_SUCCESS);
     h
 }
@@ -338,8 +353,8 @@ pub unsafe extern "C" fn clCreateContext(
 pub unsafe extern "C" fn clCreateContextFromType(
     properties: *const isize,
     device_type: u64,
-    _notify: Notify,
-    _user_data: *mut c_void,
+    notify: Notify,
+    user_data: *mut c_void,
     errcode: *mut ClInt,
 ) -> Handle {
     let (platform, props) = tryp!(context_properties(properties), errcode);
@@ -362,7 +377,12 @@ pub unsafe extern "C" fn clCreateContextFromType(
     let mut devs = vec![null_mut(); n as usize];
     clGetDeviceIDs(platform, device_type, n, devs.as_mut_ptr(), null_mut());
     let h = tryp!(
-        create_context(props, devs.iter().map(|d| *d as H).collect()),
+        create_context(
+            props,
+            devs.iter().map(|d| *d as H).collect(),
+            notify,
+            user_data
+        ),
         errcode
     );
     set_err(errcode, cl::CL_SUCCESS);

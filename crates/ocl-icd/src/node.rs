@@ -12,6 +12,7 @@
 //! completes the task's events and runs their callbacks.
 
 use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CString};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
@@ -115,6 +116,16 @@ pub struct Node {
     reader_fd: RawFd,
     /// See [`SPIN_ENV`].
     spin: ocl_remote::poll::AdaptiveSpin,
+    /// The error callbacks of this node's live contexts (`pfn_notify` of
+    /// `clCreateContext`), called once if the connection is lost.
+    notifiers: Mutex<Vec<ContextNotifier>>,
+}
+
+/// A context's error callback and its user data.
+pub struct ContextNotifier {
+    pub context: u64,
+    pub notify: unsafe extern "C" fn(*const c_char, *const c_void, usize, *mut c_void),
+    pub user_data: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -173,6 +184,7 @@ impl Node {
             platforms,
             reader_fd: reader.as_raw_fd(),
             spin: ocl_remote::poll::AdaptiveSpin::new(spin_from_env()),
+            notifiers: Mutex::new(Vec::new()),
             reader: Mutex::new(reader),
         });
         let weak = Arc::downgrade(&node);
@@ -434,10 +446,11 @@ impl Node {
         }
     }
 
-    /// Flushes and waits until no task of this connection is in flight.
+    /// Flushes and waits until no task of this connection is in flight. Fails once the
+    /// connection is lost: nothing enqueued since can have run.
     pub fn finish(&self) -> ClInt {
         self.flush_task(true);
-        match self.wait_for(|st| st.tasks.is_empty().then_some(())) {
+        match self.wait_for(|st| (st.tasks.is_empty() && !st.dead).then_some(())) {
             Some(()) => cl::CL_SUCCESS,
             None => cl::CL_OUT_OF_RESOURCES,
         }
@@ -449,12 +462,45 @@ impl Node {
     }
 
     /// The connection is gone: every waiter wakes up and every pending event fails.
+    /// Registers a context's error callback, called if the connection is lost.
+    pub fn add_notifier(&self, notifier: ContextNotifier) {
+        lock(&self.notifiers).push(notifier);
+    }
+
+    /// The context is gone: its callback is never called.
+    pub fn remove_notifier(&self, context: u64) {
+        lock(&self.notifiers).retain(|n| n.context != context);
+    }
+
     fn fail_all(&self) {
-        let tasks: Vec<InFlight> = {
+        let (tasks, first): (Vec<InFlight>, bool) = {
             let mut state = lock(&self.state);
+            let first = !state.dead;
             state.dead = true;
-            state.tasks.drain().map(|(_, t)| t).collect()
+            (state.tasks.drain().map(|(_, t)| t).collect(), first)
         };
+        if first {
+            // OpenCL reports errors that occur at run time in a context to its callback.
+            let notifiers = std::mem::take(&mut *lock(&self.notifiers));
+            let message = CString::new(format!(
+                "netaccel: the connection to node {} was lost; every command of this \
+                 context fails from now on",
+                self.addr
+            ))
+            .unwrap_or_default();
+            for n in notifiers {
+                // SAFETY: the application gave this callback and user data for the
+                // context, which is still alive (its release removes the entry).
+                unsafe {
+                    (n.notify)(
+                        message.as_ptr(),
+                        std::ptr::null(),
+                        0,
+                        n.user_data as *mut c_void,
+                    )
+                };
+            }
+        }
         for task in tasks {
             for e in task.events {
                 e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);

@@ -334,6 +334,7 @@ fn release_parent<T: Kind>(h: H) {
 
 impl Drop for Context {
     fn drop(&mut self) {
+        self.node.remove_notifier(self.id);
         self.node.release(self.id);
     }
 }

@@ -5,9 +5,11 @@
 //! Needs gcc, the OpenCL headers, the ICD loader and one OpenCL platform (PoCL); without
 //! them the test says so and passes without checking anything.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ocl_remote::service::{spawn, ServiceConfig, ServiceHandle};
@@ -301,6 +303,90 @@ fn client_killed_mid_task_leaves_the_node_healthy() {
     wait_until_idle(&fx);
     // The device still serves other clients.
     assert_eq!(run_remote(&fx, &vadd), expected);
+    wait_until_idle(&fx);
+    let _ = std::fs::remove_dir_all(&fx.dir);
+}
+
+/// Forwards TCP connections from a loopback port to `target` until `cut` is set, then
+/// closes every connection it carries.
+fn cutting_proxy(target: String) -> (String, Arc<AtomicBool>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let cut = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&cut);
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = std::net::TcpStream::connect(&target) else {
+                return;
+            };
+            let pipes = [
+                (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                (server, client),
+            ];
+            for (mut from, mut to) in pipes {
+                let flag = Arc::clone(&flag);
+                from.set_read_timeout(Some(Duration::from_millis(20)))
+                    .unwrap();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 << 10];
+                    while !flag.load(Ordering::SeqCst) {
+                        match from.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => {
+                                if to.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                            Err(e)
+                                if e.kind() == std::io::ErrorKind::WouldBlock
+                                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+                            Err(_) => break,
+                        }
+                    }
+                    let _ = from.shutdown(std::net::Shutdown::Both);
+                    let _ = to.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        }
+    });
+    (addr, cut)
+}
+
+#[test]
+fn a_lost_node_is_reported_to_the_context_callback() {
+    let Some(fx) = fixture("node-lost") else {
+        return;
+    };
+    let exe = build_c(&fx, "node_lost");
+    let (proxy, cut) = cutting_proxy(fx.node.clone());
+    // TCP through the proxy: no shared memory, so no switch to the node's local socket.
+    let mut child = Command::new(&exe)
+        .env("OCL_ICD_VENDORS", &fx.vendors_net)
+        .env(ocl_remote::NODES_ENV, &proxy)
+        .env("NETACCEL_OPENCL_SHM", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn node_lost");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "user data without callback: CL_INVALID_VALUE\n");
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    cut.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(200));
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(
+        rest.starts_with("after the loss: read failed, finish failed\ncallback called 1 time(s): netaccel: the connection to node "),
+        "{rest}"
+    );
     wait_until_idle(&fx);
     let _ = std::fs::remove_dir_all(&fx.dir);
 }

@@ -44,6 +44,8 @@ macro_rules! tryp {
     };
 }
 
+mod image;
+
 unsafe fn set_err(errcode: *mut ClInt, e: ClInt) {
     if !errcode.is_null() {
         *errcode = e;
@@ -595,6 +597,7 @@ pub unsafe extern "C" fn clCreateBuffer(
         shm_offset: 0,
         parent: 0,
         origin: 0,
+        image: None,
     })
 }
 
@@ -607,6 +610,10 @@ pub unsafe extern "C" fn clCreateSubBuffer(
 ) -> Handle {
     const CL_BUFFER_CREATE_TYPE_REGION: u32 = 0x1220;
     let m = tryp!(get::<Mem>(buffer), errcode);
+    if m.v.image.is_some() {
+        set_err(errcode, cl::CL_INVALID_MEM_OBJECT);
+        return null_mut();
+    }
     if m.v.parent != 0 || create_type != CL_BUFFER_CREATE_TYPE_REGION || info.is_null() {
         set_err(errcode, cl::CL_INVALID_VALUE);
         return null_mut();
@@ -656,6 +663,7 @@ pub unsafe extern "C" fn clCreateSubBuffer(
         shm_offset: m.v.shm_offset + origin,
         parent: buffer as H,
         origin,
+        image: None,
     })
 }
 
@@ -675,7 +683,7 @@ pub unsafe extern "C" fn clGetMemObjectInfo(
 ) -> ClInt {
     let m = tryr!(get::<Mem>(mem));
     let bytes = match param {
-        cl::CL_MEM_TYPE => bytes_of(cl::CL_MEM_OBJECT_BUFFER),
+        cl::CL_MEM_TYPE => bytes_of(m.v.image.map_or(cl::CL_MEM_OBJECT_BUFFER, |i| i.image_type)),
         cl::CL_MEM_FLAGS => bytes_of(m.v.flags),
         cl::CL_MEM_SIZE => bytes_of(m.v.size),
         cl::CL_MEM_HOST_PTR => bytes_of(m.v.host_ptr),
@@ -689,22 +697,6 @@ pub unsafe extern "C" fn clGetMemObjectInfo(
         _ => return cl::CL_INVALID_VALUE,
     };
     ret_info(&bytes, size, value, size_ret)
-}
-
-pub unsafe extern "C" fn clGetSupportedImageFormats(
-    context: Handle,
-    _flags: u64,
-    _image_type: u32,
-    _num_entries: u32,
-    _formats: *mut c_void,
-    num_formats: *mut u32,
-) -> ClInt {
-    tryr!(get::<Context>(context));
-    // Images are not served remotely yet: no format is supported.
-    if !num_formats.is_null() {
-        *num_formats = 0;
-    }
-    cl::CL_SUCCESS
 }
 
 // ---------------------------------------------------------------- enqueue helpers
@@ -2013,14 +2005,16 @@ pub unsafe extern "C" fn clSetKernelArg(
         }
     } else if size == std::mem::size_of::<Handle>() {
         let h = *(value as *const Handle);
-        match get::<Mem>(h) {
-            Ok(m) => {
+        match (get::<Mem>(h), get::<Sampler>(h)) {
+            (Ok(m), _) => {
                 tryr!(same_node(&k.v.node, &m.v.node));
                 ArgValue::Mem(m.v.id)
             }
-            Err(_) => {
-                ArgValue::Bytes(std::slice::from_raw_parts(value.cast::<u8>(), size).to_vec())
+            (_, Ok(sampler)) => {
+                tryr!(same_node(&k.v.node, &sampler.v.node));
+                ArgValue::Sampler(sampler.v.id)
             }
+            _ => ArgValue::Bytes(std::slice::from_raw_parts(value.cast::<u8>(), size).to_vec()),
         }
     } else {
         if size == 0 {
@@ -2145,6 +2139,7 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
             ArgValue::NullMem => KernelArg::NullMem,
             ArgValue::Local(n) => KernelArg::Local(*n),
             ArgValue::Bytes(b) => KernelArg::Bytes(b),
+            ArgValue::Sampler(id) => KernelArg::Sampler(*id),
         })
         .collect();
     let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_NDRANGE_KERNEL, event);
@@ -2328,7 +2323,8 @@ pub fn entries() -> Vec<(&'static str, *const c_void)> {
     macro_rules! e {
         ($($f:ident),* $(,)?) => { vec![$((stringify!($f), $f as *const c_void)),*] };
     }
-    let mut v = e![
+    let mut v = image::entries();
+    v.extend(e![
         clGetPlatformIDs,
         clGetPlatformInfo,
         clGetDeviceIDs,
@@ -2352,7 +2348,6 @@ pub fn entries() -> Vec<(&'static str, *const c_void)> {
         clRetainMemObject,
         clReleaseMemObject,
         clGetMemObjectInfo,
-        clGetSupportedImageFormats,
         clEnqueueReadBuffer,
         clEnqueueWriteBuffer,
         clEnqueueCopyBuffer,
@@ -2398,7 +2393,7 @@ pub fn entries() -> Vec<(&'static str, *const c_void)> {
         clCreateUserEvent,
         clSetUserEventStatus,
         clGetExtensionFunctionAddressForPlatform,
-    ];
+    ]);
     v.push((
         "clGetExtensionFunctionAddress",
         crate::clGetExtensionFunctionAddress as *const c_void,

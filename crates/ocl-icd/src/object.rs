@@ -49,6 +49,7 @@ kinds! {
     Program = 6, cl::CL_INVALID_PROGRAM;
     Kernel = 7, cl::CL_INVALID_KERNEL;
     Event = 8, cl::CL_INVALID_EVENT;
+    Sampler = 9, cl::CL_INVALID_SAMPLER;
 }
 
 fn registry() -> &'static Mutex<HashMap<usize, u8>> {
@@ -171,6 +172,31 @@ pub struct Mem {
     /// For a sub-buffer: the parent buffer (referenced) and the origin in it.
     pub parent: H,
     pub origin: usize,
+    /// For an image: its format and shape (`size` is then its tightly packed bytes).
+    pub image: Option<ImageMeta>,
+}
+
+/// What the ICD knows of an image.
+#[derive(Clone, Copy, Debug)]
+pub struct ImageMeta {
+    /// `cl_mem_object_type`.
+    pub image_type: u32,
+    /// Channel order and type.
+    pub format: [u32; 2],
+    /// Bytes per pixel.
+    pub elem: usize,
+    /// Width, rows (height, or layers of a 1D array), slices (depth, or layers of a 2D
+    /// array); 1 where the type has no such dimension.
+    pub dims: [usize; 3],
+}
+
+pub struct Sampler {
+    pub node: Arc<Node>,
+    pub id: u64,
+    pub context: H,
+    pub normalized: u32,
+    pub addressing: u32,
+    pub filter: u32,
 }
 
 pub struct Program {
@@ -189,6 +215,7 @@ pub enum ArgValue {
     NullMem,
     Local(u64),
     Bytes(Vec<u8>),
+    Sampler(u64),
 }
 
 pub struct Kernel {
@@ -349,6 +376,12 @@ impl Drop for Mem {
         self.node.release(self.id);
         release_parent::<Context>(self.context);
         release_parent::<Mem>(self.parent);
+    }
+}
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.node.release(self.id);
+        release_parent::<Context>(self.context);
     }
 }
 impl Drop for Program {

@@ -245,6 +245,11 @@ fn rectangular_transfers_are_identical_local_and_remote() {
 }
 
 #[test]
+fn images_and_samplers_are_identical_local_and_remote() {
+    compare("images");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

@@ -137,3 +137,92 @@ pub const CL_PROFILING_COMMAND_SUBMIT: ClUint = 0x1281;
 pub const CL_PROFILING_COMMAND_START: ClUint = 0x1282;
 pub const CL_PROFILING_COMMAND_END: ClUint = 0x1283;
 pub const CL_PROFILING_COMMAND_COMPLETE: ClUint = 0x1284;
+
+pub const CL_IMAGE_FORMAT_MISMATCH: ClInt = -9;
+pub const CL_INVALID_IMAGE_FORMAT_DESCRIPTOR: ClInt = -39;
+pub const CL_INVALID_IMAGE_SIZE: ClInt = -40;
+pub const CL_INVALID_IMAGE_DESCRIPTOR: ClInt = -65;
+pub const CL_INVALID_SAMPLER: ClInt = -41;
+
+pub const CL_MEM_OBJECT_IMAGE2D: ClUint = 0x10F1;
+pub const CL_MEM_OBJECT_IMAGE3D: ClUint = 0x10F2;
+pub const CL_MEM_OBJECT_IMAGE2D_ARRAY: ClUint = 0x10F3;
+pub const CL_MEM_OBJECT_IMAGE1D: ClUint = 0x10F4;
+pub const CL_MEM_OBJECT_IMAGE1D_ARRAY: ClUint = 0x10F5;
+pub const CL_MEM_OBJECT_IMAGE1D_BUFFER: ClUint = 0x10F6;
+
+pub const CL_IMAGE_FORMAT: ClUint = 0x1110;
+pub const CL_IMAGE_ELEMENT_SIZE: ClUint = 0x1111;
+pub const CL_IMAGE_ROW_PITCH: ClUint = 0x1112;
+pub const CL_IMAGE_SLICE_PITCH: ClUint = 0x1113;
+pub const CL_IMAGE_WIDTH: ClUint = 0x1114;
+pub const CL_IMAGE_HEIGHT: ClUint = 0x1115;
+pub const CL_IMAGE_DEPTH: ClUint = 0x1116;
+pub const CL_IMAGE_ARRAY_SIZE: ClUint = 0x1117;
+pub const CL_IMAGE_BUFFER: ClUint = 0x1118;
+pub const CL_IMAGE_NUM_MIP_LEVELS: ClUint = 0x1119;
+pub const CL_IMAGE_NUM_SAMPLES: ClUint = 0x111A;
+
+pub const CL_SAMPLER_REFERENCE_COUNT: ClUint = 0x1150;
+pub const CL_SAMPLER_CONTEXT: ClUint = 0x1151;
+pub const CL_SAMPLER_NORMALIZED_COORDS: ClUint = 0x1152;
+pub const CL_SAMPLER_ADDRESSING_MODE: ClUint = 0x1153;
+pub const CL_SAMPLER_FILTER_MODE: ClUint = 0x1154;
+
+pub const CL_COMMAND_READ_IMAGE: ClUint = 0x11F6;
+pub const CL_COMMAND_WRITE_IMAGE: ClUint = 0x11F7;
+pub const CL_COMMAND_COPY_IMAGE: ClUint = 0x11F8;
+pub const CL_COMMAND_COPY_IMAGE_TO_BUFFER: ClUint = 0x11F9;
+pub const CL_COMMAND_COPY_BUFFER_TO_IMAGE: ClUint = 0x11FA;
+pub const CL_COMMAND_FILL_IMAGE: ClUint = 0x1208;
+
+/// Bytes per pixel of an image format (`cl_channel_order`, `cl_channel_type`), `None` for
+/// an unknown or invalid pair (OpenCL 1.2, section 5.3.1.1).
+pub fn image_element_size(order: ClUint, channel_type: ClUint) -> Option<u64> {
+    let channels: u64 = match order {
+        0x10B0 | 0x10B1 | 0x10B8 | 0x10B9 | 0x10BA => 1, // R, A, INTENSITY, LUMINANCE, Rx
+        0x10B2 | 0x10B3 | 0x10BB => 2,                   // RG, RA, RGx
+        0x10B4 | 0x10BC => 3,                            // RGB, RGBx
+        0x10B5..=0x10B7 => 4,                            // RGBA, BGRA, ARGB
+        _ => return None,
+    };
+    Some(match channel_type {
+        // UNORM_SHORT_565, UNORM_SHORT_555: one 16-bit value per pixel (RGB, RGBx)
+        0x10D4 | 0x10D5 if channels == 3 => 2,
+        // UNORM_INT_101010: one 32-bit value per pixel (RGB, RGBx)
+        0x10D6 if channels == 3 => 4,
+        0x10D4..=0x10D6 => return None,
+        // RGB and RGBx take only the packed types above.
+        _ if channels == 3 => return None,
+        // SNORM_INT8, UNORM_INT8, SIGNED_INT8, UNSIGNED_INT8
+        0x10D0 | 0x10D2 | 0x10D7 | 0x10DA => channels,
+        // SNORM_INT16, UNORM_INT16, SIGNED_INT16, UNSIGNED_INT16, HALF_FLOAT
+        0x10D1 | 0x10D3 | 0x10D8 | 0x10DB | 0x10DD => 2 * channels,
+        // SIGNED_INT32, UNSIGNED_INT32, FLOAT
+        0x10D9 | 0x10DC | 0x10DE => 4 * channels,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_element_sizes_follow_the_format() {
+        const RGBA: ClUint = 0x10B5;
+        const R: ClUint = 0x10B0;
+        const RGB: ClUint = 0x10B4;
+        assert_eq!(image_element_size(RGBA, 0x10D2), Some(4)); // UNORM_INT8
+        assert_eq!(image_element_size(RGBA, 0x10DE), Some(16)); // FLOAT
+        assert_eq!(image_element_size(R, 0x10DE), Some(4));
+        assert_eq!(image_element_size(R, 0x10DD), Some(2)); // HALF_FLOAT
+        assert_eq!(image_element_size(0x10B2, 0x10D8), Some(4)); // RG, SIGNED_INT16
+        assert_eq!(image_element_size(RGB, 0x10D4), Some(2)); // UNORM_SHORT_565
+        assert_eq!(image_element_size(RGB, 0x10D6), Some(4)); // UNORM_INT_101010
+        assert_eq!(image_element_size(RGB, 0x10D2), None);
+        assert_eq!(image_element_size(RGBA, 0x10D4), None);
+        assert_eq!(image_element_size(0x1234, 0x10D2), None);
+        assert_eq!(image_element_size(RGBA, 0x1234), None);
+    }
+}

@@ -77,6 +77,32 @@ api! {
     clGetEventInfo: fn(Handle, u32, usize, *mut c_void, *mut usize) -> ClInt;
     clGetEventProfilingInfo: fn(Handle, u32, usize, *mut c_void, *mut usize) -> ClInt;
     clReleaseEvent: fn(Handle) -> ClInt;
+    clCreateImage: fn(Handle, u64, *const [u32; 2], *const ImageDesc, *mut c_void, *mut ClInt) -> Handle;
+    clGetImageInfo: fn(Handle, u32, usize, *mut c_void, *mut usize) -> ClInt;
+    clGetSupportedImageFormats: fn(Handle, u64, u32, u32, *mut [u32; 2], *mut u32) -> ClInt;
+    clCreateSampler: fn(Handle, u32, u32, u32, *mut ClInt) -> Handle;
+    clReleaseSampler: fn(Handle) -> ClInt;
+    clEnqueueReadImage: fn(Handle, Handle, u32, *const usize, *const usize, usize, usize, *mut c_void, u32, *const Handle, *mut Handle) -> ClInt;
+    clEnqueueWriteImage: fn(Handle, Handle, u32, *const usize, *const usize, usize, usize, *const c_void, u32, *const Handle, *mut Handle) -> ClInt;
+    clEnqueueCopyImage: fn(Handle, Handle, Handle, *const usize, *const usize, *const usize, u32, *const Handle, *mut Handle) -> ClInt;
+    clEnqueueCopyImageToBuffer: fn(Handle, Handle, Handle, *const usize, *const usize, usize, u32, *const Handle, *mut Handle) -> ClInt;
+    clEnqueueCopyBufferToImage: fn(Handle, Handle, Handle, usize, *const usize, *const usize, u32, *const Handle, *mut Handle) -> ClInt;
+    clEnqueueFillImage: fn(Handle, Handle, *const c_void, *const usize, *const usize, u32, *const Handle, *mut Handle) -> ClInt;
+}
+
+/// `cl_image_desc` of OpenCL 1.2.
+#[repr(C)]
+pub struct ImageDesc {
+    pub image_type: u32,
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub array_size: usize,
+    pub row_pitch: usize,
+    pub slice_pitch: usize,
+    pub num_mip_levels: u32,
+    pub num_samples: u32,
+    pub buffer: Handle,
 }
 
 impl Api {

@@ -83,6 +83,10 @@ pub mod kind {
     pub const CREATE_SUB_BUFFER: u16 = 19;
     pub const COMPILE_PROGRAM: u16 = 20;
     pub const LINK_PROGRAM: u16 = 21;
+    pub const CREATE_IMAGE: u16 = 22;
+    pub const GET_IMAGE_INFO: u16 = 23;
+    pub const GET_SUPPORTED_IMAGE_FORMATS: u16 = 24;
+    pub const CREATE_SAMPLER: u16 = 25;
 
     pub const REPLY: u16 = 100;
     pub const TASK_DONE: u16 = 101;
@@ -330,6 +334,70 @@ pub enum Request<'a> {
         offset: u64,
         size: u64,
     },
+    /// `clCreateImage`: `format` is (channel order, channel type), `desc` is (image type,
+    /// width, height, depth, array size); `data` (may be empty) is tightly packed: rows
+    /// of `width` pixels, slices of `height` rows.
+    CreateImage {
+        id: u64,
+        context: u64,
+        flags: u64,
+        format: [u32; 2],
+        desc: [u64; 5],
+        data: &'a [u8],
+    },
+    GetImageInfo {
+        image: u64,
+        param: u32,
+    },
+    /// Answered with the formats as `cl_image_format` pairs of `u32`.
+    GetSupportedImageFormats {
+        context: u64,
+        flags: u64,
+        image_type: u32,
+    },
+    CreateSampler {
+        id: u64,
+        context: u64,
+        normalized: u32,
+        addressing: u32,
+        filter: u32,
+    },
+}
+
+/// What an [`ImageCmd`] does with its objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ImageOp {
+    /// Image `src` to the client (token); data tightly packed.
+    Read = 0,
+    /// `data` (tightly packed) to image `dst`.
+    Write = 1,
+    /// Image `src` to image `dst`.
+    Copy = 2,
+    /// Image `src` to buffer `dst` at `offset`.
+    ToBuffer = 3,
+    /// Buffer `src` at `offset` to image `dst`.
+    FromBuffer = 4,
+    /// Image `dst` filled with the colour `data` (16 bytes).
+    Fill = 5,
+}
+
+/// A command on images (`clEnqueueReadImage`, `…WriteImage`, `…CopyImage`,
+/// `…CopyImageToBuffer`, `…CopyBufferToImage`, `…FillImage`). Origins and region are in
+/// pixels (rows, slices); the fields an operation does not use are 0 or empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageCmd<'a> {
+    pub queue: u64,
+    pub event: u64,
+    pub op: ImageOp,
+    pub src: u64,
+    pub dst: u64,
+    pub src_origin: [u64; 3],
+    pub dst_origin: [u64; 3],
+    pub region: [u64; 3],
+    pub offset: u64,
+    pub token: u64,
+    pub data: &'a [u8],
 }
 
 /// One enqueued command inside an `Enqueue` frame. `queue` and `event` are client ids;
@@ -377,6 +445,7 @@ pub enum Command<'a> {
         queue: u64,
         event: u64,
     },
+    Image(ImageCmd<'a>),
 }
 
 /// A kernel launch with the snapshot of all its arguments.
@@ -401,6 +470,8 @@ pub enum KernelArg<'a> {
     NullMem,
     Local(u64),
     Bytes(&'a [u8]),
+    /// A sampler object (client id).
+    Sampler(u64),
 }
 
 mod tag {
@@ -411,12 +482,14 @@ mod tag {
     pub const ND_RANGE: u8 = 5;
     pub const MARKER: u8 = 6;
     pub const BARRIER: u8 = 7;
+    pub const IMAGE: u8 = 8;
 
     pub const ARG_UNSET: u8 = 0;
     pub const ARG_MEM: u8 = 1;
     pub const ARG_NULL_MEM: u8 = 2;
     pub const ARG_LOCAL: u8 = 3;
     pub const ARG_BYTES: u8 = 4;
+    pub const ARG_SAMPLER: u8 = 5;
 }
 
 /// A write command up to its data: tag, queue, event, buffer, offset, data length.
@@ -543,6 +616,10 @@ impl Command<'_> {
                             put_u8(out, tag::ARG_BYTES);
                             put_bytes(out, b);
                         }
+                        KernelArg::Sampler(id) => {
+                            put_u8(out, tag::ARG_SAMPLER);
+                            put_u64(out, *id);
+                        }
                     }
                 }
             }
@@ -555,6 +632,20 @@ impl Command<'_> {
                 put_u8(out, tag::BARRIER);
                 put_u64(out, *queue);
                 put_u64(out, *event);
+            }
+            Command::Image(c) => {
+                put_u8(out, tag::IMAGE);
+                put_u64(out, c.queue);
+                put_u64(out, c.event);
+                put_u8(out, c.op as u8);
+                put_u64(out, c.src);
+                put_u64(out, c.dst);
+                for v in c.src_origin.iter().chain(&c.dst_origin).chain(&c.region) {
+                    put_u64(out, *v);
+                }
+                put_u64(out, c.offset);
+                put_u64(out, c.token);
+                put_bytes(out, c.data);
             }
         }
     }
@@ -569,6 +660,7 @@ impl Command<'_> {
             | Command::Marker { queue, .. }
             | Command::Barrier { queue, .. } => *queue,
             Command::NdRange(nd) => nd.queue,
+            Command::Image(c) => c.queue,
         }
     }
 
@@ -582,6 +674,7 @@ impl Command<'_> {
             | Command::Marker { event, .. }
             | Command::Barrier { event, .. } => *event,
             Command::NdRange(nd) => nd.event,
+            Command::Image(c) => c.event,
         }
     }
 }
@@ -652,6 +745,7 @@ fn decode_command<'a>(r: &mut Reader<'a>) -> Result<Command<'a>, ProtoError> {
                     tag::ARG_NULL_MEM => KernelArg::NullMem,
                     tag::ARG_LOCAL => KernelArg::Local(r.u64()?),
                     tag::ARG_BYTES => KernelArg::Bytes(r.bytes()?),
+                    tag::ARG_SAMPLER => KernelArg::Sampler(r.u64()?),
                     other => return Err(ProtoError::BadTag(other)),
                 })
             })?;
@@ -674,6 +768,37 @@ fn decode_command<'a>(r: &mut Reader<'a>) -> Result<Command<'a>, ProtoError> {
             queue: r.u64()?,
             event: r.u64()?,
         },
+        tag::IMAGE => {
+            let queue = r.u64()?;
+            let event = r.u64()?;
+            let op = match r.u8()? {
+                0 => ImageOp::Read,
+                1 => ImageOp::Write,
+                2 => ImageOp::Copy,
+                3 => ImageOp::ToBuffer,
+                4 => ImageOp::FromBuffer,
+                5 => ImageOp::Fill,
+                other => return Err(ProtoError::BadTag(other)),
+            };
+            let src = r.u64()?;
+            let dst = r.u64()?;
+            let src_origin = decode_dims(r, 3)?;
+            let dst_origin = decode_dims(r, 3)?;
+            let region = decode_dims(r, 3)?;
+            Command::Image(ImageCmd {
+                queue,
+                event,
+                op,
+                src,
+                dst,
+                src_origin,
+                dst_origin,
+                region,
+                offset: r.u64()?,
+                token: r.u64()?,
+                data: r.bytes()?,
+            })
+        }
         other => return Err(ProtoError::BadTag(other)),
     })
 }
@@ -719,6 +844,10 @@ impl<'a> Request<'a> {
             Request::Enqueue { .. } => kind::ENQUEUE,
             Request::Flush => kind::FLUSH,
             Request::CreateSubBuffer { .. } => kind::CREATE_SUB_BUFFER,
+            Request::CreateImage { .. } => kind::CREATE_IMAGE,
+            Request::GetImageInfo { .. } => kind::GET_IMAGE_INFO,
+            Request::GetSupportedImageFormats { .. } => kind::GET_SUPPORTED_IMAGE_FORMATS,
+            Request::CreateSampler { .. } => kind::CREATE_SAMPLER,
         }
     }
 
@@ -879,6 +1008,51 @@ impl<'a> Request<'a> {
                     put_u64(out, v);
                 }
             }
+            Request::CreateImage {
+                id,
+                context,
+                flags,
+                format,
+                desc,
+                data,
+            } => {
+                for v in [*id, *context, *flags] {
+                    put_u64(out, v);
+                }
+                for v in format {
+                    put_u32(out, *v);
+                }
+                for v in desc {
+                    put_u64(out, *v);
+                }
+                put_bytes(out, data);
+            }
+            Request::GetImageInfo { image, param } => {
+                put_u64(out, *image);
+                put_u32(out, *param);
+            }
+            Request::GetSupportedImageFormats {
+                context,
+                flags,
+                image_type,
+            } => {
+                put_u64(out, *context);
+                put_u64(out, *flags);
+                put_u32(out, *image_type);
+            }
+            Request::CreateSampler {
+                id,
+                context,
+                normalized,
+                addressing,
+                filter,
+            } => {
+                put_u64(out, *id);
+                put_u64(out, *context);
+                for v in [*normalized, *addressing, *filter] {
+                    put_u32(out, v);
+                }
+            }
         }
     }
 
@@ -1002,6 +1176,30 @@ impl<'a> Request<'a> {
                 flags: r.u64()?,
                 offset: r.u64()?,
                 size: r.u64()?,
+            },
+            kind::CREATE_IMAGE => Request::CreateImage {
+                id: r.u64()?,
+                context: r.u64()?,
+                flags: r.u64()?,
+                format: [r.u32()?, r.u32()?],
+                desc: [r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?],
+                data: r.bytes()?,
+            },
+            kind::GET_IMAGE_INFO => Request::GetImageInfo {
+                image: r.u64()?,
+                param: r.u32()?,
+            },
+            kind::GET_SUPPORTED_IMAGE_FORMATS => Request::GetSupportedImageFormats {
+                context: r.u64()?,
+                flags: r.u64()?,
+                image_type: r.u32()?,
+            },
+            kind::CREATE_SAMPLER => Request::CreateSampler {
+                id: r.u64()?,
+                context: r.u64()?,
+                normalized: r.u32()?,
+                addressing: r.u32()?,
+                filter: r.u32()?,
             },
             other => return Err(ProtoError::UnknownKind(other)),
         };
@@ -1381,6 +1579,7 @@ mod tests {
                         KernelArg::Local(256),
                         KernelArg::Bytes(&[1, 0, 0, 0]),
                         KernelArg::Unset,
+                        KernelArg::Sampler(6),
                     ],
                 }),
                 Command::Marker {
@@ -1390,6 +1589,88 @@ mod tests {
                 Command::Barrier { queue: 1, event: 0 },
             ],
         });
+        roundtrip(Request::CreateImage {
+            id: 11,
+            context: 7,
+            flags: 4,
+            format: [0x10B5, 0x10D2],
+            desc: [0x10F1, 16, 8, 0, 0],
+            data: &[9; 12],
+        });
+        roundtrip(Request::GetImageInfo {
+            image: 11,
+            param: 0x1114,
+        });
+        roundtrip(Request::GetSupportedImageFormats {
+            context: 7,
+            flags: 1,
+            image_type: 0x10F1,
+        });
+        roundtrip(Request::CreateSampler {
+            id: 12,
+            context: 7,
+            normalized: 0,
+            addressing: 0x1131,
+            filter: 0x1140,
+        });
+        let ops = [
+            ImageOp::Read,
+            ImageOp::Write,
+            ImageOp::Copy,
+            ImageOp::ToBuffer,
+            ImageOp::FromBuffer,
+            ImageOp::Fill,
+        ];
+        roundtrip(Request::Enqueue {
+            commands: ops
+                .iter()
+                .enumerate()
+                .map(|(i, op)| {
+                    Command::Image(ImageCmd {
+                        queue: 1,
+                        event: i as u64,
+                        op: *op,
+                        src: 11,
+                        dst: 13,
+                        src_origin: [1, 2, 0],
+                        dst_origin: [0, 3, 0],
+                        region: [4, 5, 1],
+                        offset: 64,
+                        token: 8,
+                        data: if *op == ImageOp::Read { &[] } else { &[7; 16] },
+                    })
+                })
+                .collect(),
+        });
+    }
+
+    #[test]
+    fn an_unknown_image_operation_is_an_error() {
+        let mut out = Vec::new();
+        Request::Enqueue {
+            commands: vec![Command::Image(ImageCmd {
+                queue: 1,
+                event: 0,
+                op: ImageOp::Fill,
+                src: 0,
+                dst: 1,
+                src_origin: [0; 3],
+                dst_origin: [0; 3],
+                region: [1; 3],
+                offset: 0,
+                token: 0,
+                data: &[0; 16],
+            })],
+        }
+        .encode(1, &mut out);
+        // The operation byte follows the 4-byte count, tag, queue and event.
+        let at = HEADER_LEN + 4 + 1 + 16;
+        assert_eq!(out[at], ImageOp::Fill as u8);
+        out[at] = 6;
+        let Decoded::Complete((h, body), _) = decode_frame(&out, u32::MAX).unwrap() else {
+            panic!("partial")
+        };
+        assert_eq!(Request::decode(h.kind, body), Err(ProtoError::BadTag(6)));
     }
 
     #[test]

@@ -451,3 +451,155 @@ fn a_client_that_stops_reading_cannot_hold_the_device() {
     drop(other);
     wait_idle(&svc);
 }
+
+#[test]
+fn image_commands_are_checked_before_the_runtime_sees_them() {
+    use ocl_remote::proto::{ImageCmd, ImageOp};
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    a.setup(0);
+    // An 8x4 RGBA/UNORM_INT8 image (4 bytes per pixel), filled from packed data.
+    let pixels: Vec<u8> = (0..128u8).collect();
+    let (status, _) = a.call(&Request::CreateImage {
+        id: 20,
+        context: 1,
+        flags: 1,
+        format: [0x10B5, 0x10D2],
+        desc: [0x10F1, 8, 4, 0, 0],
+        data: &pixels,
+    });
+    assert_eq!(status, cl::CL_SUCCESS);
+    // Data of the wrong length, unknown formats and shapes are refused.
+    for (format, desc, data, want) in [
+        (
+            [0x10B5, 0x10D2],
+            [0x10F1, 8, 4, 0, 0],
+            &pixels[..100],
+            cl::CL_INVALID_VALUE,
+        ),
+        (
+            [0x10B5, 0x1234],
+            [0x10F1, 8, 4, 0, 0],
+            &[][..],
+            cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR,
+        ),
+        (
+            [0x10B5, 0x10D2],
+            [0x10F6, 8, 0, 0, 0],
+            &[][..],
+            cl::CL_INVALID_IMAGE_DESCRIPTOR,
+        ),
+        (
+            [0x10B5, 0x10D2],
+            [0x10F1, 8, 0, 0, 0],
+            &[][..],
+            cl::CL_INVALID_IMAGE_SIZE,
+        ),
+        (
+            [0x10B5, 0x10D2],
+            [0x10F2, u64::MAX, 2, 2, 0],
+            &[][..],
+            cl::CL_INVALID_IMAGE_SIZE,
+        ),
+    ] {
+        let (status, _) = a.call(&Request::CreateImage {
+            id: 21,
+            context: 1,
+            flags: 1,
+            format,
+            desc,
+            data,
+        });
+        assert_eq!(status, want, "{format:x?} {desc:x?}");
+    }
+    let image = |op, src, dst, region: [u64; 3], data: &'static [u8]| {
+        Command::Image(ImageCmd {
+            queue: 2,
+            event: 1,
+            op,
+            src,
+            dst,
+            src_origin: [0; 3],
+            dst_origin: [0; 3],
+            region,
+            offset: 0,
+            token: 5,
+            data,
+        })
+    };
+    // A whole read comes back as packed; a region past the edge, write data of the wrong
+    // length, a short fill colour and a buffer used as an image fail as commands.
+    let (status, _, reads) = a.task(vec![image(ImageOp::Read, 20, 0, [8, 4, 1], &[])]);
+    assert_eq!(status, cl::CL_SUCCESS);
+    assert_eq!(reads, [(5, pixels.clone())]);
+    for (cmd, want) in [
+        (
+            image(ImageOp::Read, 20, 0, [9, 4, 1], &[]),
+            cl::CL_INVALID_VALUE,
+        ),
+        (
+            image(ImageOp::Read, 20, 0, [8, 4, 0], &[]),
+            cl::CL_INVALID_VALUE,
+        ),
+        (
+            image(ImageOp::Write, 0, 20, [2, 2, 1], &[0; 15]),
+            cl::CL_INVALID_VALUE,
+        ),
+        (
+            image(ImageOp::Fill, 0, 20, [2, 2, 1], &[0; 8]),
+            cl::CL_INVALID_VALUE,
+        ),
+        (
+            image(ImageOp::Read, 3, 0, [1, 1, 1], &[]),
+            cl::CL_INVALID_MEM_OBJECT,
+        ),
+        (
+            image(ImageOp::Copy, 20, 3, [1, 1, 1], &[]),
+            cl::CL_INVALID_MEM_OBJECT,
+        ),
+    ] {
+        let (status, events, _) = a.task(vec![cmd.clone()]);
+        assert_eq!((status, events[0].status), (want, want), "{cmd:?}");
+    }
+    // An image is not a buffer.
+    let (status, _, _) = a.task(vec![read_cmd(2, 20, 0)]);
+    assert_eq!(status, cl::CL_INVALID_MEM_OBJECT);
+    // Another client can reach neither A's image nor its sampler.
+    assert_eq!(
+        a.call(&Request::CreateSampler {
+            id: 30,
+            context: 1,
+            normalized: 0,
+            addressing: 0x1131,
+            filter: 0x1140,
+        })
+        .0,
+        cl::CL_SUCCESS
+    );
+    let mut b = Client::connect(svc.local_addr()).unwrap();
+    b.setup(1);
+    assert_eq!(
+        b.call(&Request::GetImageInfo {
+            image: 20,
+            param: 0x1114
+        })
+        .0,
+        cl::CL_INVALID_MEM_OBJECT
+    );
+    let (status, _, _) = b.task(vec![Command::NdRange(proto::NdRange {
+        queue: 2,
+        event: 0,
+        kernel: 5,
+        work_dim: 1,
+        offset: [0; 3],
+        global: [1, 0, 0],
+        local: None,
+        args: vec![proto::KernelArg::Sampler(30)],
+    })]);
+    assert_eq!(status, cl::CL_INVALID_SAMPLER);
+    drop(a);
+    drop(b);
+    wait_idle(&svc);
+}

@@ -16,12 +16,12 @@ use std::time::Instant;
 
 use super::bodies::Body;
 use super::programs;
-use super::worker::{Arg, Cmd, Finished, FrameBytes, Op, SetOnDrop, Task};
+use super::worker::{Arg, Cmd, Finished, FrameBytes, ImageWork, Op, SetOnDrop, Task};
 use super::{Real, Shared, INFO_BYTES_MAX};
 use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
 use crate::poll::AdaptiveSpin;
-use crate::proto::{self, Command, Decoded, HelloInfo, KernelArg, Request, Response};
+use crate::proto::{self, Command, Decoded, HelloInfo, ImageCmd, KernelArg, Request, Response};
 use crate::stream::Stream;
 
 /// The write half of a client connection, shared by its session and the device workers.
@@ -48,6 +48,19 @@ enum Obj {
         source: Option<ProgramSource>,
     },
     Kernel {
+        real: Arc<Real>,
+    },
+    Image {
+        real: Arc<Real>,
+        /// Bytes per pixel.
+        elem: u64,
+        /// Width, height (or array size of a 1D array), depth (or array size of a 2D
+        /// array); 1 where the type has no such dimension.
+        dims: [u64; 3],
+        /// Bytes counted against `buffer_bytes_max`.
+        held: u64,
+    },
+    Sampler {
         real: Arc<Real>,
     },
 }
@@ -234,6 +247,17 @@ fn nonempty_ptr<T>(v: &[T]) -> *const T {
     }
 }
 
+/// `data`, a slice of `frame` (the decoder borrows from it), kept without a copy.
+fn frame_bytes(frame: &Arc<Body>, data: &[u8]) -> FrameBytes {
+    let start = data.as_ptr() as usize - frame.as_ptr() as usize;
+    debug_assert!(start + data.len() <= frame.len());
+    FrameBytes {
+        frame: Arc::clone(frame),
+        start,
+        len: data.len(),
+    }
+}
+
 fn send_reply(writer: &ClientWriter, id: u64, (status, payload): Reply) {
     let mut out = Vec::with_capacity(proto::HEADER_LEN + 4 + payload.len());
     Response::Reply {
@@ -383,6 +407,89 @@ impl Session<'_> {
                 size,
                 data,
             } => self.create_buffer(id, context, flags, size, data),
+            Request::CreateImage {
+                id,
+                context,
+                flags,
+                format,
+                desc,
+                data,
+            } => self.create_image(id, context, flags, format, desc, data),
+            Request::GetImageInfo { image, param } => {
+                let Some(Obj::Image { real, .. }) = self.objects.get(&image) else {
+                    return err(cl::CL_INVALID_MEM_OBJECT);
+                };
+                let raw = real.handle();
+                // SAFETY: valid image handle.
+                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                    (api.clGetImageInfo)(raw, param, s, b, r)
+                }))
+            }
+            Request::GetSupportedImageFormats {
+                context,
+                flags,
+                image_type,
+            } => {
+                let Some(Obj::Context { real, .. }) = self.objects.get(&context) else {
+                    return err(cl::CL_INVALID_CONTEXT);
+                };
+                let ctx = real.handle();
+                let mut n = 0u32;
+                // SAFETY: valid context; the second call writes at most `n` formats.
+                let rc = unsafe {
+                    (api.clGetSupportedImageFormats)(
+                        ctx,
+                        flags,
+                        image_type,
+                        0,
+                        std::ptr::null_mut(),
+                        &mut n,
+                    )
+                };
+                if rc != cl::CL_SUCCESS {
+                    return err(rc);
+                }
+                let mut formats = vec![[0u32; 2]; (n as usize).min(4096)];
+                let rc = unsafe {
+                    (api.clGetSupportedImageFormats)(
+                        ctx,
+                        flags,
+                        image_type,
+                        formats.len() as u32,
+                        formats.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                if rc != cl::CL_SUCCESS {
+                    return err(rc);
+                }
+                ok(formats
+                    .iter()
+                    .flat_map(|f| f.iter().flat_map(|v| v.to_le_bytes()))
+                    .collect())
+            }
+            Request::CreateSampler {
+                id,
+                context,
+                normalized,
+                addressing,
+                filter,
+            } => {
+                let Some(Obj::Context { real, .. }) = self.objects.get(&context) else {
+                    return err(cl::CL_INVALID_CONTEXT);
+                };
+                let ctx = Arc::clone(real);
+                self.create(
+                    id,
+                    // SAFETY: valid context.
+                    |e| unsafe {
+                        (api.clCreateSampler)(ctx.handle(), normalized, addressing, filter, e)
+                    },
+                    |raw| Obj::Sampler {
+                        real: Real::new(raw, api.clReleaseSampler),
+                    },
+                )
+            }
             Request::CreateProgramWithSource {
                 id,
                 context,
@@ -1042,7 +1149,7 @@ impl Session<'_> {
 
     fn release(&mut self, id: u64) {
         match self.objects.remove(&id) {
-            Some(Obj::Mem { held, .. }) => {
+            Some(Obj::Mem { held, .. } | Obj::Image { held, .. }) => {
                 self.buffer_bytes -= held;
                 self.shared.metrics.client_buffer_bytes.dec_by(held as i64);
                 self.shared.metrics.client_objects.dec();
@@ -1102,6 +1209,39 @@ impl Session<'_> {
         }
     }
 
+    /// A buffer or an image (kernel arguments take either).
+    fn mem_object(&self, id: u64) -> Result<Arc<Real>, ClInt> {
+        match self.objects.get(&id) {
+            Some(Obj::Mem { real, .. } | Obj::Image { real, .. }) => Ok(Arc::clone(real)),
+            _ => Err(cl::CL_INVALID_MEM_OBJECT),
+        }
+    }
+
+    /// An image, and the bytes of the tightly packed `region` at `origin` in it (which
+    /// must lie inside the image).
+    fn image_region(
+        &self,
+        id: u64,
+        origin: &[u64; 3],
+        region: &[u64; 3],
+    ) -> Result<(Arc<Real>, usize), ClInt> {
+        let Some(Obj::Image {
+            real, elem, dims, ..
+        }) = self.objects.get(&id)
+        else {
+            return Err(cl::CL_INVALID_MEM_OBJECT);
+        };
+        let mut bytes = *elem;
+        for i in 0..3 {
+            match origin[i].checked_add(region[i]) {
+                Some(end) if end <= dims[i] && region[i] > 0 => {}
+                _ => return Err(cl::CL_INVALID_VALUE),
+            }
+            bytes = bytes.checked_mul(region[i]).ok_or(cl::CL_INVALID_VALUE)?;
+        }
+        Ok((Arc::clone(real), bytes as usize))
+    }
+
     fn in_bounds(offset: u64, size: u64, mem_size: u64) -> Result<(), ClInt> {
         match offset.checked_add(size) {
             Some(end) if end <= mem_size => Ok(()),
@@ -1121,17 +1261,10 @@ impl Session<'_> {
             } => {
                 let (mem, size) = self.mem(*buffer)?;
                 Self::in_bounds(*offset, data.len() as u64, size)?;
-                // `data` is a slice of `frame` (the decoder borrows from it).
-                let start = data.as_ptr() as usize - frame.as_ptr() as usize;
-                debug_assert!(start + data.len() <= frame.len());
                 Op::Write {
                     mem,
                     offset: *offset as usize,
-                    data: FrameBytes {
-                        frame: Arc::clone(frame),
-                        start,
-                        len: data.len(),
-                    },
+                    data: frame_bytes(frame, data),
                 }
             }
             Command::Read {
@@ -1195,8 +1328,12 @@ impl Session<'_> {
                     args.push(match a {
                         KernelArg::Unset => Arg::Unset,
                         KernelArg::Mem(id) => {
-                            Arg::Mem(self.mem(*id).map_err(|_| cl::CL_INVALID_ARG_VALUE)?.0)
+                            Arg::Mem(self.mem_object(*id).map_err(|_| cl::CL_INVALID_ARG_VALUE)?)
                         }
+                        KernelArg::Sampler(id) => match self.objects.get(id) {
+                            Some(Obj::Sampler { real }) => Arg::Sampler(Arc::clone(real)),
+                            _ => return Err(cl::CL_INVALID_SAMPLER),
+                        },
                         KernelArg::NullMem => Arg::NullMem,
                         KernelArg::Local(size) => Arg::Local(*size as usize),
                         KernelArg::Bytes(b) => Arg::Bytes(b.to_vec()),
@@ -1212,9 +1349,148 @@ impl Session<'_> {
                     args,
                 }
             }
+            Command::Image(c) => self.resolve_image(c, frame)?,
             Command::Marker { .. } => Op::Marker,
             Command::Barrier { .. } => Op::Barrier,
         })
+    }
+
+    fn resolve_image(&self, c: &ImageCmd<'_>, frame: &Arc<Body>) -> Result<Op, ClInt> {
+        let dims = |v: &[u64; 3]| v.map(|x| x as usize);
+        let mut op = ImageWork {
+            op: c.op,
+            src: None,
+            dst: None,
+            src_origin: dims(&c.src_origin),
+            dst_origin: dims(&c.dst_origin),
+            region: dims(&c.region),
+            offset: c.offset as usize,
+            token: c.token,
+            size: 0,
+            data: None,
+        };
+        match c.op {
+            proto::ImageOp::Read => {
+                let (image, size) = self.image_region(c.src, &c.src_origin, &c.region)?;
+                op.src = Some(image);
+                op.size = size;
+            }
+            proto::ImageOp::Write => {
+                let (image, size) = self.image_region(c.dst, &c.dst_origin, &c.region)?;
+                if c.data.len() != size {
+                    return Err(cl::CL_INVALID_VALUE);
+                }
+                op.dst = Some(image);
+                op.data = Some(frame_bytes(frame, c.data));
+            }
+            proto::ImageOp::Fill => {
+                let (image, _) = self.image_region(c.dst, &c.dst_origin, &c.region)?;
+                // A fill colour is a float4, int4 or uint4.
+                if c.data.len() != 16 {
+                    return Err(cl::CL_INVALID_VALUE);
+                }
+                op.dst = Some(image);
+                op.data = Some(frame_bytes(frame, c.data));
+            }
+            // The runtime checks copies (no host memory is involved).
+            proto::ImageOp::Copy => {
+                op.src = Some(self.image_region(c.src, &c.src_origin, &c.region)?.0);
+                op.dst = Some(self.image_region(c.dst, &c.dst_origin, &c.region)?.0);
+            }
+            proto::ImageOp::ToBuffer => {
+                op.src = Some(self.image_region(c.src, &c.src_origin, &c.region)?.0);
+                op.dst = Some(self.mem(c.dst)?.0);
+            }
+            proto::ImageOp::FromBuffer => {
+                op.src = Some(self.mem(c.src)?.0);
+                op.dst = Some(self.image_region(c.dst, &c.dst_origin, &c.region)?.0);
+            }
+        }
+        Ok(Op::Image(Box::new(op)))
+    }
+
+    fn create_image(
+        &mut self,
+        id: u64,
+        context: u64,
+        flags: u64,
+        format: [u32; 2],
+        desc: [u64; 5],
+        data: &[u8],
+    ) -> Reply {
+        let api = &self.shared.runtime.api;
+        let Some(Obj::Context { real: ctx, .. }) = self.objects.get(&context) else {
+            return err(cl::CL_INVALID_CONTEXT);
+        };
+        let ctx = Arc::clone(ctx);
+        let Some(elem) = cl::image_element_size(format[0], format[1]) else {
+            return err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
+        };
+        let [image_type, width, height, depth, array_size] = desc;
+        let dims = match image_type as u32 {
+            cl::CL_MEM_OBJECT_IMAGE1D => [width, 1, 1],
+            cl::CL_MEM_OBJECT_IMAGE1D_ARRAY => [width, array_size, 1],
+            cl::CL_MEM_OBJECT_IMAGE2D => [width, height, 1],
+            cl::CL_MEM_OBJECT_IMAGE2D_ARRAY => [width, height, array_size],
+            cl::CL_MEM_OBJECT_IMAGE3D => [width, height, depth],
+            _ => return err(cl::CL_INVALID_IMAGE_DESCRIPTOR),
+        };
+        let size = dims
+            .iter()
+            .try_fold(elem, |acc, d| acc.checked_mul(*d).filter(|_| *d > 0));
+        let Some(size) = size else {
+            return err(cl::CL_INVALID_IMAGE_SIZE);
+        };
+        if !data.is_empty() && data.len() as u64 != size {
+            return err(cl::CL_INVALID_VALUE);
+        }
+        if self.buffer_bytes.saturating_add(size) > self.shared.config.buffer_bytes_max {
+            return err(cl::CL_OUT_OF_RESOURCES);
+        }
+        // Host pointers live in the client process; the node sees only their contents.
+        let mut flags = flags
+            & !(cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR);
+        let host_ptr = if data.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            flags |= cl::CL_MEM_COPY_HOST_PTR;
+            data.as_ptr() as *mut c_void
+        };
+        let image_desc = crate::ffi::ImageDesc {
+            image_type: image_type as u32,
+            width: width as usize,
+            height: height as usize,
+            depth: depth as usize,
+            array_size: array_size as usize,
+            row_pitch: 0,
+            slice_pitch: 0,
+            num_mip_levels: 0,
+            num_samples: 0,
+            buffer: std::ptr::null_mut(),
+        };
+        let reply = self.create(
+            id,
+            // SAFETY: valid context; with COPY_HOST_PTR the runtime copies the tightly
+            // packed `size` bytes of `data`.
+            |e| unsafe {
+                (api.clCreateImage)(ctx.handle(), flags, &format, &image_desc, host_ptr, e)
+            },
+            |raw| Obj::Image {
+                real: Real::new(raw, api.clReleaseMemObject),
+                elem,
+                dims,
+                held: size,
+            },
+        );
+        if reply.0 == cl::CL_SUCCESS {
+            self.buffer_bytes += size;
+            self.shared.metrics.client_buffer_bytes.inc_by(size as i64);
+            self.shared
+                .metrics
+                .bytes_to_device
+                .inc_by(data.len() as u64);
+        }
+        reply
     }
 
     fn enqueue(&mut self, commands: Vec<Command<'_>>, frame: &Arc<Body>) {

@@ -17,7 +17,7 @@ use super::session::{send_all, ClientWriter};
 use super::{Real, Shared};
 use crate::cl::{self, ClInt};
 use crate::ffi::{Api, Handle};
-use crate::proto::{self, EventDone, Response};
+use crate::proto::{self, EventDone, ImageOp, Response};
 
 /// Read data is sent in frames of at most this many bytes.
 const READ_CHUNK_MAX: usize = 16 << 20;
@@ -29,6 +29,7 @@ pub(crate) enum Arg {
     NullMem,
     Local(usize),
     Bytes(Vec<u8>),
+    Sampler(Arc<Real>),
 }
 
 /// Bytes inside a received frame, which the command keeps alive instead of copying.
@@ -78,10 +79,28 @@ pub(crate) enum Op {
         local: Option<[usize; 3]>,
         args: Vec<Arg>,
     },
+    Image(Box<ImageWork>),
     Marker,
     Barrier,
     /// The command could not be resolved; this is its status.
     Failed(ClInt),
+}
+
+/// An image command with its objects resolved (see [`crate::proto::ImageCmd`]).
+pub(crate) struct ImageWork {
+    pub op: crate::proto::ImageOp,
+    pub src: Option<Arc<Real>>,
+    pub dst: Option<Arc<Real>>,
+    pub src_origin: [usize; 3],
+    pub dst_origin: [usize; 3],
+    pub region: [usize; 3],
+    /// The buffer offset of a copy between an image and a buffer.
+    pub offset: usize,
+    /// A read's token and size (bytes, tightly packed).
+    pub token: u64,
+    pub size: usize,
+    /// A write's pixels (tightly packed) or a fill's colour.
+    pub data: Option<FrameBytes>,
 }
 
 pub(crate) struct Cmd {
@@ -252,6 +271,7 @@ fn run_task(shared: &Shared, device: usize, task: Task) {
         .iter()
         .map(|c| match &c.op {
             Op::Write { data, .. } => data.len,
+            Op::Image(w) if w.op == ImageOp::Write => w.data.as_ref().map_or(0, |d| d.len),
             _ => 0,
         })
         .sum();
@@ -481,6 +501,47 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
     }
 }
 
+/// Starts a read of `size` bytes into a fresh buffer with `call(destination, event slot)`
+/// and records it in `reads`; the read gets an event of its own if the client asked for
+/// none, so that its completion can be checked (see [`PendingRead`]).
+///
+/// # Safety
+/// `evp` is null or points to a handle slot; `call` enqueues a read of at most `size`
+/// bytes into its destination.
+unsafe fn start_read(
+    reads: &mut Vec<PendingRead>,
+    token: u64,
+    size: usize,
+    evp: *mut Handle,
+    call: impl FnOnce(*mut c_void, *mut Handle) -> ClInt,
+) -> ClInt {
+    // Not zero-filled first (a memset of the whole read, 10 % of the service's CPU time
+    // in a 1 MiB write + kernel + read loop over TCP): see PendingRead.
+    let mut data: Vec<u8> = Vec::with_capacity(size);
+    let ptr = data.as_mut_ptr();
+    let mut event: Handle = std::ptr::null_mut();
+    let own_event = evp.is_null();
+    let evp = if own_event {
+        &mut event as *mut Handle
+    } else {
+        evp
+    };
+    let rc = call(ptr.cast(), evp);
+    // The Vec's heap buffer does not move when `reads` grows.
+    reads.push(PendingRead {
+        token,
+        data,
+        size,
+        event: if rc == cl::CL_SUCCESS {
+            *evp
+        } else {
+            std::ptr::null_mut()
+        },
+        own_event,
+    });
+    rc
+}
+
 /// Enqueues one resolved command on the real queue `q`.
 ///
 /// # Safety
@@ -510,42 +571,38 @@ unsafe fn enqueue(
             offset,
             size,
             token,
-        } => {
-            // Not zero-filled first (a memset of the whole read, 10 % of the service's
-            // CPU time in a 1 MiB write + kernel + read loop over TCP): see PendingRead.
-            let mut data: Vec<u8> = Vec::with_capacity(*size);
-            let ptr = data.as_mut_ptr();
-            let mut event: Handle = std::ptr::null_mut();
-            let own_event = evp.is_null();
-            let evp = if own_event {
-                &mut event as *mut Handle
-            } else {
-                evp
-            };
-            let rc = (api.clEnqueueReadBuffer)(
-                q,
-                mem.handle(),
-                0,
-                *offset,
-                *size,
-                ptr.cast(),
-                0,
-                none,
-                evp,
+        } => start_read(reads, *token, *size, evp, |ptr, evp| {
+            (api.clEnqueueReadBuffer)(q, mem.handle(), 0, *offset, *size, ptr, 0, none, evp)
+        }),
+        Op::Image(w) => {
+            let handle =
+                |m: &Option<Arc<Real>>| m.as_ref().map_or(std::ptr::null_mut(), |m| m.handle());
+            let (src, dst) = (handle(&w.src), handle(&w.dst));
+            let data = w
+                .data
+                .as_ref()
+                .map_or(std::ptr::null(), |d| d.as_slice().as_ptr().cast::<c_void>());
+            let (so, doo, r) = (
+                w.src_origin.as_ptr(),
+                w.dst_origin.as_ptr(),
+                w.region.as_ptr(),
             );
-            // The Vec's heap buffer does not move when `reads` grows.
-            reads.push(PendingRead {
-                token: *token,
-                data,
-                size: *size,
-                event: if rc == cl::CL_SUCCESS {
-                    *evp
-                } else {
-                    std::ptr::null_mut()
-                },
-                own_event,
-            });
-            rc
+            match w.op {
+                ImageOp::Read => start_read(reads, w.token, w.size, evp, |ptr, evp| {
+                    (api.clEnqueueReadImage)(q, src, 0, so, r, 0, 0, ptr, 0, none, evp)
+                }),
+                ImageOp::Write => {
+                    (api.clEnqueueWriteImage)(q, dst, 0, doo, r, 0, 0, data, 0, none, evp)
+                }
+                ImageOp::Copy => (api.clEnqueueCopyImage)(q, src, dst, so, doo, r, 0, none, evp),
+                ImageOp::ToBuffer => {
+                    (api.clEnqueueCopyImageToBuffer)(q, src, dst, so, r, w.offset, 0, none, evp)
+                }
+                ImageOp::FromBuffer => {
+                    (api.clEnqueueCopyBufferToImage)(q, src, dst, w.offset, doo, r, 0, none, evp)
+                }
+                ImageOp::Fill => (api.clEnqueueFillImage)(q, dst, data, doo, r, 0, none, evp),
+            }
         }
         Op::Copy {
             src,
@@ -612,6 +669,15 @@ unsafe fn enqueue(
                         )
                     }
                     Arg::Local(size) => (api.clSetKernelArg)(k, i, *size, std::ptr::null()),
+                    Arg::Sampler(sampler) => {
+                        let h = sampler.handle();
+                        (api.clSetKernelArg)(
+                            k,
+                            i,
+                            std::mem::size_of::<Handle>(),
+                            (&h as *const Handle).cast(),
+                        )
+                    }
                     Arg::Bytes(b) => {
                         (api.clSetKernelArg)(k, i, b.len(), b.as_ptr() as *const c_void)
                     }

@@ -1,0 +1,754 @@
+//! Images and samplers.
+//!
+//! An image lives on the node like a buffer and is an ICD `Mem` object with
+//! [`ImageMeta`]; its data always travels over the socket (never shared memory). Pixel
+//! data on the wire is tightly packed (rows of `width` pixels, slices of `height` rows):
+//! the ICD packs what the application gives with its own row and slice pitches, and
+//! unpacks read results into them (a read whose host layout is not tight travels as one
+//! command per row, as rectangular buffer reads do). Large writes are cut into commands
+//! of whole rows of at most [`WRITE_CHUNK_MAX`] bytes. Mapping an image is not supported
+//! (`CL_INVALID_OPERATION`).
+
+use super::*;
+use ocl_remote::proto::{ImageCmd, ImageOp};
+
+pub fn entries() -> Vec<(&'static str, *const c_void)> {
+    macro_rules! e {
+        ($($f:ident),* $(,)?) => { vec![$((stringify!($f), $f as *const c_void)),*] };
+    }
+    e![
+        clCreateImage,
+        clCreateImage2D,
+        clCreateImage3D,
+        clGetImageInfo,
+        clGetSupportedImageFormats,
+        clCreateSampler,
+        clRetainSampler,
+        clReleaseSampler,
+        clGetSamplerInfo,
+        clEnqueueReadImage,
+        clEnqueueWriteImage,
+        clEnqueueCopyImage,
+        clEnqueueCopyImageToBuffer,
+        clEnqueueCopyBufferToImage,
+        clEnqueueFillImage,
+        clEnqueueMapImage,
+    ]
+}
+
+/// `cl_image_desc` as the application passes it.
+#[repr(C)]
+pub struct ImageDesc {
+    image_type: u32,
+    width: usize,
+    height: usize,
+    depth: usize,
+    array_size: usize,
+    row_pitch: usize,
+    slice_pitch: usize,
+    num_mip_levels: u32,
+    num_samples: u32,
+    buffer: Handle,
+}
+
+/// Width, rows and slices of an image of `image_type` (see [`ImageMeta::dims`]).
+fn image_dims(image_type: u32, d: &ImageDesc) -> Result<[usize; 3], ClInt> {
+    let dims = match image_type {
+        cl::CL_MEM_OBJECT_IMAGE1D => [d.width, 1, 1],
+        cl::CL_MEM_OBJECT_IMAGE1D_ARRAY => [d.width, d.array_size, 1],
+        cl::CL_MEM_OBJECT_IMAGE2D => [d.width, d.height, 1],
+        cl::CL_MEM_OBJECT_IMAGE2D_ARRAY => [d.width, d.height, d.array_size],
+        cl::CL_MEM_OBJECT_IMAGE3D => [d.width, d.height, d.depth],
+        // 1D images on a buffer need the buffer's storage on the node: not supported.
+        _ => return Err(cl::CL_INVALID_IMAGE_DESCRIPTOR),
+    };
+    if dims.contains(&0) {
+        return Err(cl::CL_INVALID_IMAGE_SIZE);
+    }
+    Ok(dims)
+}
+
+/// The host layout of `region` (pixels) given the application's pitches (0 = tight):
+/// bytes from one row to the next and from one slice to the next. For a 1D image array
+/// the rows are the layers, so its row stride is the slice pitch.
+fn host_strides(
+    image_type: u32,
+    elem: usize,
+    region: [usize; 3],
+    row_pitch: usize,
+    slice_pitch: usize,
+) -> Result<(usize, usize), ClInt> {
+    let tight = region[0] * elem;
+    let row = if row_pitch == 0 { tight } else { row_pitch };
+    if row < tight {
+        return Err(cl::CL_INVALID_VALUE);
+    }
+    if image_type == cl::CL_MEM_OBJECT_IMAGE1D_ARRAY {
+        let layer = if slice_pitch == 0 { row } else { slice_pitch };
+        if layer < tight {
+            return Err(cl::CL_INVALID_VALUE);
+        }
+        return Ok((layer, layer * region[1]));
+    }
+    let slice = if slice_pitch == 0 {
+        row * region[1]
+    } else {
+        slice_pitch
+    };
+    if slice < row * region[1] {
+        return Err(cl::CL_INVALID_VALUE);
+    }
+    Ok((row, slice))
+}
+
+/// Copies `region` from host memory laid out with `strides` into a tight buffer.
+unsafe fn pack(
+    ptr: *const u8,
+    elem: usize,
+    region: [usize; 3],
+    strides: (usize, usize),
+) -> Vec<u8> {
+    let row_len = region[0] * elem;
+    let mut out = Vec::with_capacity(row_len * region[1] * region[2]);
+    for z in 0..region[2] {
+        for y in 0..region[1] {
+            let src = ptr.add(z * strides.1 + y * strides.0);
+            out.extend_from_slice(std::slice::from_raw_parts(src, row_len));
+        }
+    }
+    out
+}
+
+unsafe fn read3(p: *const usize) -> Result<[usize; 3], ClInt> {
+    if p.is_null() {
+        Err(cl::CL_INVALID_VALUE)
+    } else {
+        Ok(*(p as *const [usize; 3]))
+    }
+}
+
+fn wide(v: [usize; 3]) -> [u64; 3] {
+    v.map(|x| x as u64)
+}
+
+/// The image behind `mem`, with its metadata.
+unsafe fn image<'a>(mem: Handle) -> Result<(&'a Obj<Mem>, ImageMeta), ClInt> {
+    let m = get::<Mem>(mem)?;
+    match m.v.image {
+        Some(meta) => Ok((m, meta)),
+        None => Err(cl::CL_INVALID_MEM_OBJECT),
+    }
+}
+
+/// Checks that `region` at `origin` lies in the image and is not empty.
+fn in_image(meta: &ImageMeta, origin: [usize; 3], region: [usize; 3]) -> Result<(), ClInt> {
+    for i in 0..3 {
+        match origin[i].checked_add(region[i]) {
+            Some(end) if region[i] > 0 && end <= meta.dims[i] => {}
+            _ => return Err(cl::CL_INVALID_VALUE),
+        }
+    }
+    Ok(())
+}
+
+unsafe fn create_image(
+    context: Handle,
+    flags: u64,
+    format: *const [u32; 2],
+    desc: &ImageDesc,
+    host_ptr: *mut c_void,
+) -> Result<Handle, ClInt> {
+    let c = get::<Context>(context)?;
+    let flags = if flags & 7 == 0 {
+        flags | cl::CL_MEM_READ_WRITE
+    } else {
+        flags
+    };
+    if (flags & 7).count_ones() != 1 {
+        return Err(cl::CL_INVALID_VALUE);
+    }
+    if format.is_null() {
+        return Err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
+    }
+    let format = *format;
+    let elem = cl::image_element_size(format[0], format[1])
+        .ok_or(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR)? as usize;
+    let dims = image_dims(desc.image_type, desc)?;
+    let size = dims
+        .iter()
+        .try_fold(elem, |acc, d| acc.checked_mul(*d))
+        .ok_or(cl::CL_INVALID_IMAGE_SIZE)?;
+    let wants_ptr = flags & (cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR) != 0;
+    if wants_ptr == host_ptr.is_null() {
+        return Err(cl::CL_INVALID_HOST_PTR);
+    }
+    let data = if wants_ptr {
+        let strides = host_strides(
+            desc.image_type,
+            elem,
+            dims,
+            desc.row_pitch,
+            desc.slice_pitch,
+        )
+        .map_err(|_| cl::CL_INVALID_IMAGE_DESCRIPTOR)?;
+        pack(host_ptr.cast::<u8>(), elem, dims, strides)
+    } else {
+        Vec::new()
+    };
+    let node = Arc::clone(&c.v.node);
+    let id = node.next_id();
+    reply(node.call(&Request::CreateImage {
+        id,
+        context: c.v.id,
+        flags,
+        format,
+        desc: [
+            u64::from(desc.image_type),
+            desc.width as u64,
+            desc.height as u64,
+            desc.depth as u64,
+            desc.array_size as u64,
+        ],
+        data: &data,
+    }))?;
+    retain::<Context>(context);
+    let keep_ptr = if flags & cl::CL_MEM_USE_HOST_PTR != 0 {
+        host_ptr as usize
+    } else {
+        0
+    };
+    Ok(new_handle(Mem {
+        node,
+        id,
+        context: context as H,
+        flags,
+        size,
+        host_ptr: keep_ptr,
+        maps: Mutex::new(Vec::new()),
+        shm: None,
+        shm_offset: 0,
+        parent: 0,
+        origin: 0,
+        image: Some(ImageMeta {
+            image_type: desc.image_type,
+            format,
+            elem,
+            dims,
+        }),
+    }))
+}
+
+pub unsafe extern "C" fn clCreateImage(
+    context: Handle,
+    flags: u64,
+    format: *const [u32; 2],
+    desc: *const ImageDesc,
+    host_ptr: *mut c_void,
+    errcode: *mut ClInt,
+) -> Handle {
+    if desc.is_null() {
+        set_err(errcode, cl::CL_INVALID_IMAGE_DESCRIPTOR);
+        return null_mut();
+    }
+    let h = tryp!(
+        create_image(context, flags, format, &*desc, host_ptr),
+        errcode
+    );
+    set_err(errcode, cl::CL_SUCCESS);
+    h
+}
+
+fn desc(image_type: u32, dims: [usize; 3], row_pitch: usize, slice_pitch: usize) -> ImageDesc {
+    ImageDesc {
+        image_type,
+        width: dims[0],
+        height: dims[1],
+        depth: dims[2],
+        array_size: 0,
+        row_pitch,
+        slice_pitch,
+        num_mip_levels: 0,
+        num_samples: 0,
+        buffer: null_mut(),
+    }
+}
+
+pub unsafe extern "C" fn clCreateImage2D(
+    context: Handle,
+    flags: u64,
+    format: *const [u32; 2],
+    width: usize,
+    height: usize,
+    row_pitch: usize,
+    host_ptr: *mut c_void,
+    errcode: *mut ClInt,
+) -> Handle {
+    let d = desc(cl::CL_MEM_OBJECT_IMAGE2D, [width, height, 0], row_pitch, 0);
+    let h = tryp!(create_image(context, flags, format, &d, host_ptr), errcode);
+    set_err(errcode, cl::CL_SUCCESS);
+    h
+}
+
+pub unsafe extern "C" fn clCreateImage3D(
+    context: Handle,
+    flags: u64,
+    format: *const [u32; 2],
+    width: usize,
+    height: usize,
+    depth: usize,
+    row_pitch: usize,
+    slice_pitch: usize,
+    host_ptr: *mut c_void,
+    errcode: *mut ClInt,
+) -> Handle {
+    let d = desc(
+        cl::CL_MEM_OBJECT_IMAGE3D,
+        [width, height, depth],
+        row_pitch,
+        slice_pitch,
+    );
+    let h = tryp!(create_image(context, flags, format, &d, host_ptr), errcode);
+    set_err(errcode, cl::CL_SUCCESS);
+    h
+}
+
+pub unsafe extern "C" fn clGetImageInfo(
+    mem: Handle,
+    param: u32,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> ClInt {
+    let (m, meta) = tryr!(image(mem));
+    let bytes = match param {
+        cl::CL_IMAGE_FORMAT => meta.format.iter().flat_map(|v| v.to_ne_bytes()).collect(),
+        cl::CL_IMAGE_ELEMENT_SIZE => bytes_of(meta.elem),
+        cl::CL_IMAGE_BUFFER => bytes_of(0usize),
+        // Pitches, sizes and the rest as the node's runtime reports them.
+        _ => tryr!(reply(m.v.node.call(&Request::GetImageInfo {
+            image: m.v.id,
+            param,
+        }))),
+    };
+    ret_info(&bytes, size, value, size_ret)
+}
+
+pub unsafe extern "C" fn clGetSupportedImageFormats(
+    context: Handle,
+    flags: u64,
+    image_type: u32,
+    num_entries: u32,
+    formats: *mut [u32; 2],
+    num_formats: *mut u32,
+) -> ClInt {
+    let c = tryr!(get::<Context>(context));
+    if num_entries == 0 && !formats.is_null() {
+        return cl::CL_INVALID_VALUE;
+    }
+    let payload = tryr!(reply(c.v.node.call(&Request::GetSupportedImageFormats {
+        context: c.v.id,
+        flags,
+        image_type,
+    })));
+    let all: Vec<[u32; 2]> = payload
+        .chunks_exact(8)
+        .map(|p| {
+            [
+                u32::from_le_bytes(p[..4].try_into().expect("4")),
+                u32::from_le_bytes(p[4..].try_into().expect("4")),
+            ]
+        })
+        .collect();
+    if !formats.is_null() {
+        for (i, f) in all.iter().take(num_entries as usize).enumerate() {
+            *formats.add(i) = *f;
+        }
+    }
+    if !num_formats.is_null() {
+        *num_formats = all.len() as u32;
+    }
+    cl::CL_SUCCESS
+}
+
+// ---------------------------------------------------------------- samplers
+
+pub unsafe extern "C" fn clCreateSampler(
+    context: Handle,
+    normalized: u32,
+    addressing: u32,
+    filter: u32,
+    errcode: *mut ClInt,
+) -> Handle {
+    let c = tryp!(get::<Context>(context), errcode);
+    let node = Arc::clone(&c.v.node);
+    let id = node.next_id();
+    tryp!(
+        reply(node.call(&Request::CreateSampler {
+            id,
+            context: c.v.id,
+            normalized,
+            addressing,
+            filter,
+        })),
+        errcode
+    );
+    retain::<Context>(context);
+    set_err(errcode, cl::CL_SUCCESS);
+    new_handle(Sampler {
+        node,
+        id,
+        context: context as H,
+        normalized,
+        addressing,
+        filter,
+    })
+}
+
+pub unsafe extern "C" fn clRetainSampler(s: Handle) -> ClInt {
+    retain::<Sampler>(s)
+}
+
+pub unsafe extern "C" fn clReleaseSampler(s: Handle) -> ClInt {
+    release::<Sampler>(s)
+}
+
+pub unsafe extern "C" fn clGetSamplerInfo(
+    sampler: Handle,
+    param: u32,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> ClInt {
+    let s = tryr!(get::<Sampler>(sampler));
+    let bytes = match param {
+        cl::CL_SAMPLER_REFERENCE_COUNT => bytes_of(ref_count(s)),
+        cl::CL_SAMPLER_CONTEXT => bytes_of(s.v.context),
+        cl::CL_SAMPLER_NORMALIZED_COORDS => bytes_of(s.v.normalized),
+        cl::CL_SAMPLER_ADDRESSING_MODE => bytes_of(s.v.addressing),
+        cl::CL_SAMPLER_FILTER_MODE => bytes_of(s.v.filter),
+        _ => return cl::CL_INVALID_VALUE,
+    };
+    ret_info(&bytes, size, value, size_ret)
+}
+
+// ---------------------------------------------------------------- image commands
+
+/// An image command with the fields its operation does not use left empty.
+fn image_cmd<'a>(q: &Obj<Queue>, event: u64, op: ImageOp) -> ImageCmd<'a> {
+    ImageCmd {
+        queue: q.v.id,
+        event,
+        op,
+        src: 0,
+        dst: 0,
+        src_origin: [0; 3],
+        dst_origin: [0; 3],
+        region: [0; 3],
+        offset: 0,
+        token: 0,
+        data: &[],
+    }
+}
+
+pub unsafe extern "C" fn clEnqueueReadImage(
+    queue: Handle,
+    mem: Handle,
+    blocking: u32,
+    origin: *const usize,
+    region: *const usize,
+    row_pitch: usize,
+    slice_pitch: usize,
+    ptr: *mut c_void,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let (m, meta) = tryr!(image(mem));
+    tryr!(same_node(&q.v.node, &m.v.node));
+    let (origin, region) = (tryr!(read3(origin)), tryr!(read3(region)));
+    tryr!(in_image(&meta, origin, region));
+    let strides = tryr!(host_strides(
+        meta.image_type,
+        meta.elem,
+        region,
+        row_pitch,
+        slice_pitch
+    ));
+    if ptr.is_null() {
+        return cl::CL_INVALID_VALUE;
+    }
+    let mut internal: Handle = null_mut();
+    let slot = event_slot(blocking != 0, event, &mut internal);
+    let (ev, mut evref) = new_event(q, queue, cl::CL_COMMAND_READ_IMAGE, slot);
+    let row_len = region[0] * meta.elem;
+    let tight = strides == (row_len, row_len * region[1]);
+    // A tight host layout takes the whole region in one piece, else one row at a time.
+    let pieces: Vec<([usize; 3], [usize; 3], usize)> = if tight {
+        vec![(origin, region, 0)]
+    } else {
+        (0..region[2])
+            .flat_map(|z| (0..region[1]).map(move |y| (y, z)))
+            .map(|(y, z)| {
+                (
+                    [origin[0], origin[1] + y, origin[2] + z],
+                    [region[0], 1, 1],
+                    z * strides.1 + y * strides.0,
+                )
+            })
+            .collect()
+    };
+    let n = pieces.len();
+    for (i, (at, size, host_offset)) in pieces.into_iter().enumerate() {
+        let last = i + 1 == n;
+        let token = q.v.node.next_id();
+        let cmd = Command::Image(ImageCmd {
+            src: m.v.id,
+            src_origin: wide(at),
+            region: wide(size),
+            token,
+            ..image_cmd(q, if last { ev } else { 0 }, ImageOp::Read)
+        });
+        let dst = HostDst {
+            ptr: ptr as usize + host_offset,
+            len: size.iter().product::<usize>() * meta.elem,
+        };
+        q.v.node.enqueue(
+            &cmd,
+            if last { evref.take() } else { None },
+            Some((token, dst)),
+        );
+    }
+    finish_blocking(&q.v.node, blocking != 0, slot, internal)
+}
+
+pub unsafe extern "C" fn clEnqueueWriteImage(
+    queue: Handle,
+    mem: Handle,
+    _blocking: u32,
+    origin: *const usize,
+    region: *const usize,
+    row_pitch: usize,
+    slice_pitch: usize,
+    ptr: *const c_void,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let (m, meta) = tryr!(image(mem));
+    tryr!(same_node(&q.v.node, &m.v.node));
+    let (origin, region) = (tryr!(read3(origin)), tryr!(read3(region)));
+    tryr!(in_image(&meta, origin, region));
+    let strides = tryr!(host_strides(
+        meta.image_type,
+        meta.elem,
+        region,
+        row_pitch,
+        slice_pitch
+    ));
+    if ptr.is_null() {
+        return cl::CL_INVALID_VALUE;
+    }
+    // The data is copied now, so the host memory is reusable on return (blocking or
+    // not), in pieces of whole rows of one slice.
+    let row_len = region[0] * meta.elem;
+    let rows_per_piece = (WRITE_CHUNK_MAX / row_len.max(1)).clamp(1, region[1]);
+    let mut pieces = Vec::new();
+    for z in 0..region[2] {
+        let mut y = 0;
+        while y < region[1] {
+            let rows = rows_per_piece.min(region[1] - y);
+            pieces.push((y, z, rows));
+            y += rows;
+        }
+    }
+    let (ev, mut evref) = new_event(q, queue, cl::CL_COMMAND_WRITE_IMAGE, event);
+    let n = pieces.len();
+    for (i, (y, z, rows)) in pieces.into_iter().enumerate() {
+        let last = i + 1 == n;
+        let size = [region[0], rows, 1];
+        let src = ptr.cast::<u8>().add(z * strides.1 + y * strides.0);
+        let data = pack(src, meta.elem, size, strides);
+        let cmd = Command::Image(ImageCmd {
+            dst: m.v.id,
+            dst_origin: wide([origin[0], origin[1] + y, origin[2] + z]),
+            region: wide(size),
+            data: &data,
+            ..image_cmd(q, if last { ev } else { 0 }, ImageOp::Write)
+        });
+        q.v.node
+            .enqueue(&cmd, if last { evref.take() } else { None }, None);
+    }
+    cl::CL_SUCCESS
+}
+
+pub unsafe extern "C" fn clEnqueueCopyImage(
+    queue: Handle,
+    src: Handle,
+    dst: Handle,
+    src_origin: *const usize,
+    dst_origin: *const usize,
+    region: *const usize,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let (s, s_meta) = tryr!(image(src));
+    let (d, d_meta) = tryr!(image(dst));
+    tryr!(same_node(&q.v.node, &s.v.node));
+    tryr!(same_node(&q.v.node, &d.v.node));
+    if s_meta.format != d_meta.format {
+        return cl::CL_IMAGE_FORMAT_MISMATCH;
+    }
+    let (so, doo, r) = (
+        tryr!(read3(src_origin)),
+        tryr!(read3(dst_origin)),
+        tryr!(read3(region)),
+    );
+    tryr!(in_image(&s_meta, so, r));
+    tryr!(in_image(&d_meta, doo, r));
+    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_IMAGE, event);
+    let cmd = Command::Image(ImageCmd {
+        src: s.v.id,
+        dst: d.v.id,
+        src_origin: wide(so),
+        dst_origin: wide(doo),
+        region: wide(r),
+        ..image_cmd(q, ev, ImageOp::Copy)
+    });
+    q.v.node.enqueue(&cmd, evref, None);
+    cl::CL_SUCCESS
+}
+
+pub unsafe extern "C" fn clEnqueueCopyImageToBuffer(
+    queue: Handle,
+    src: Handle,
+    dst: Handle,
+    src_origin: *const usize,
+    region: *const usize,
+    dst_offset: usize,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let (s, meta) = tryr!(image(src));
+    let d = tryr!(get::<Mem>(dst));
+    if d.v.image.is_some() {
+        return cl::CL_INVALID_MEM_OBJECT;
+    }
+    tryr!(same_node(&q.v.node, &s.v.node));
+    tryr!(same_node(&q.v.node, &d.v.node));
+    let (so, r) = (tryr!(read3(src_origin)), tryr!(read3(region)));
+    tryr!(in_image(&meta, so, r));
+    tryr!(check_range(
+        dst_offset,
+        r.iter().product::<usize>() * meta.elem,
+        d.v.size
+    ));
+    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_IMAGE_TO_BUFFER, event);
+    let cmd = Command::Image(ImageCmd {
+        src: s.v.id,
+        dst: d.v.id,
+        src_origin: wide(so),
+        region: wide(r),
+        offset: dst_offset as u64,
+        ..image_cmd(q, ev, ImageOp::ToBuffer)
+    });
+    q.v.node.enqueue(&cmd, evref, None);
+    cl::CL_SUCCESS
+}
+
+pub unsafe extern "C" fn clEnqueueCopyBufferToImage(
+    queue: Handle,
+    src: Handle,
+    dst: Handle,
+    src_offset: usize,
+    dst_origin: *const usize,
+    region: *const usize,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let s = tryr!(get::<Mem>(src));
+    if s.v.image.is_some() {
+        return cl::CL_INVALID_MEM_OBJECT;
+    }
+    let (d, meta) = tryr!(image(dst));
+    tryr!(same_node(&q.v.node, &s.v.node));
+    tryr!(same_node(&q.v.node, &d.v.node));
+    let (doo, r) = (tryr!(read3(dst_origin)), tryr!(read3(region)));
+    tryr!(in_image(&meta, doo, r));
+    tryr!(check_range(
+        src_offset,
+        r.iter().product::<usize>() * meta.elem,
+        s.v.size
+    ));
+    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_BUFFER_TO_IMAGE, event);
+    let cmd = Command::Image(ImageCmd {
+        src: s.v.id,
+        dst: d.v.id,
+        dst_origin: wide(doo),
+        region: wide(r),
+        offset: src_offset as u64,
+        ..image_cmd(q, ev, ImageOp::FromBuffer)
+    });
+    q.v.node.enqueue(&cmd, evref, None);
+    cl::CL_SUCCESS
+}
+
+pub unsafe extern "C" fn clEnqueueFillImage(
+    queue: Handle,
+    mem: Handle,
+    color: *const c_void,
+    origin: *const usize,
+    region: *const usize,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let (m, meta) = tryr!(image(mem));
+    tryr!(same_node(&q.v.node, &m.v.node));
+    if color.is_null() {
+        return cl::CL_INVALID_VALUE;
+    }
+    let (o, r) = (tryr!(read3(origin)), tryr!(read3(region)));
+    tryr!(in_image(&meta, o, r));
+    // A fill colour is a float4, int4 or uint4.
+    let colour = std::slice::from_raw_parts(color.cast::<u8>(), 16);
+    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_FILL_IMAGE, event);
+    let cmd = Command::Image(ImageCmd {
+        dst: m.v.id,
+        dst_origin: wide(o),
+        region: wide(r),
+        data: colour,
+        ..image_cmd(q, ev, ImageOp::Fill)
+    });
+    q.v.node.enqueue(&cmd, evref, None);
+    cl::CL_SUCCESS
+}
+
+/// Mapping an image would need its pitch-laid-out copy in host memory: not supported.
+pub unsafe extern "C" fn clEnqueueMapImage(
+    queue: Handle,
+    mem: Handle,
+    _blocking: u32,
+    _flags: u64,
+    _origin: *const usize,
+    _region: *const usize,
+    _row_pitch: *mut usize,
+    _slice_pitch: *mut usize,
+    num_wait: u32,
+    wait: *const Handle,
+    _event: *mut Handle,
+    errcode: *mut ClInt,
+) -> *mut c_void {
+    tryp!(prologue(queue, num_wait, wait), errcode);
+    tryp!(image(mem), errcode);
+    set_err(errcode, cl::CL_INVALID_OPERATION);
+    null_mut()
+}

@@ -1347,6 +1347,7 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
             size,
             flags: 0,
             _backing: None,
+            image: None,
         };
         m.v.maps
             .lock()
@@ -1406,6 +1407,7 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
             size,
             flags: map_flags,
             _backing: owned,
+            image: None,
         });
     set_err(errcode, cl::CL_SUCCESS);
     ptr as *mut c_void
@@ -1429,7 +1431,21 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
         };
         maps.remove(i)
     };
-    if mapping.flags & (cl::CL_MAP_WRITE | cl::CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
+    let write_back = mapping.flags & (cl::CL_MAP_WRITE | cl::CL_MAP_WRITE_INVALIDATE_REGION) != 0;
+    if let (true, Some((origin, region)), Some(meta)) = (write_back, mapping.image, m.v.image) {
+        let tight = (region[0] * meta.elem, region[0] * meta.elem * region[1]);
+        image::enqueue_image_write(
+            q,
+            queue,
+            m,
+            &meta,
+            (origin, region),
+            tight,
+            mapping.ptr as *const u8,
+            cl::CL_COMMAND_UNMAP_MEM_OBJECT,
+            event,
+        );
+    } else if write_back {
         let data = std::slice::from_raw_parts(mapping.ptr as *const u8, mapping.size);
         enqueue_write(
             q,

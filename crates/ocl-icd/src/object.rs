@@ -155,6 +155,8 @@ pub struct Mapping {
     /// Owns the host memory we allocated for the mapping (none for `CL_MEM_USE_HOST_PTR`);
     /// it is freed with the mapping.
     pub _backing: Option<Box<[u8]>>,
+    /// For an image: the origin and region mapped (the memory holds them tightly packed).
+    pub image: Option<([usize; 3], [usize; 3])>,
 }
 
 pub struct Mem {

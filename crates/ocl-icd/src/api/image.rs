@@ -6,11 +6,13 @@
 //! the ICD packs what the application gives with its own row and slice pitches, and
 //! unpacks read results into them (a read whose host layout is not tight travels as one
 //! command per row, as rectangular buffer reads do). Large writes are cut into commands
-//! of whole rows of at most [`WRITE_CHUNK_MAX`] bytes. Mapping an image is not supported
-//! (`CL_INVALID_OPERATION`).
+//! of whole rows of at most [`WRITE_CHUNK_MAX`] bytes. A mapped image is a tightly packed
+//! copy of the region, written back at unmap when mapped for writing.
 
 use super::*;
 use ocl_remote::proto::{ImageCmd, ImageOp};
+
+const CL_COMMAND_MAP_IMAGE: u32 = 0x11FC;
 
 pub fn entries() -> Vec<(&'static str, *const c_void)> {
     macro_rules! e {
@@ -450,37 +452,20 @@ fn image_cmd<'a>(q: &Obj<Queue>, event: u64, op: ImageOp) -> ImageCmd<'a> {
     }
 }
 
-pub unsafe extern "C" fn clEnqueueReadImage(
+/// Enqueues a read of `region` at `origin` into host memory at `ptr` laid out with
+/// `strides` (row, slice bytes); `slot` receives the event (null: none).
+pub(super) unsafe fn enqueue_image_read(
+    q: &Obj<Queue>,
     queue: Handle,
-    mem: Handle,
-    blocking: u32,
-    origin: *const usize,
-    region: *const usize,
-    row_pitch: usize,
-    slice_pitch: usize,
-    ptr: *mut c_void,
-    num_wait: u32,
-    wait: *const Handle,
-    event: *mut Handle,
-) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
-    let (m, meta) = tryr!(image(mem));
-    tryr!(same_node(&q.v.node, &m.v.node));
-    let (origin, region) = (tryr!(read3(origin)), tryr!(read3(region)));
-    tryr!(in_image(&meta, origin, region));
-    let strides = tryr!(host_strides(
-        meta.image_type,
-        meta.elem,
-        region,
-        row_pitch,
-        slice_pitch
-    ));
-    if ptr.is_null() {
-        return cl::CL_INVALID_VALUE;
-    }
-    let mut internal: Handle = null_mut();
-    let slot = event_slot(blocking != 0, event, &mut internal);
-    let (ev, mut evref) = new_event(q, queue, cl::CL_COMMAND_READ_IMAGE, slot);
+    m: &Obj<Mem>,
+    meta: &ImageMeta,
+    (origin, region): ([usize; 3], [usize; 3]),
+    strides: (usize, usize),
+    ptr: *mut u8,
+    command_type: u32,
+    slot: *mut Handle,
+) {
+    let (ev, mut evref) = new_event(q, queue, command_type, slot);
     let row_len = region[0] * meta.elem;
     let tight = strides == (row_len, row_len * region[1]);
     // A tight host layout takes the whole region in one piece, else one row at a time.
@@ -519,6 +504,93 @@ pub unsafe extern "C" fn clEnqueueReadImage(
             Some((token, dst)),
         );
     }
+}
+
+/// Enqueues a write of `region` at `origin` from host memory at `ptr` laid out with
+/// `strides`; the data is copied now (in pieces of whole rows of one slice), so the
+/// memory is reusable on return.
+pub(super) unsafe fn enqueue_image_write(
+    q: &Obj<Queue>,
+    queue: Handle,
+    m: &Obj<Mem>,
+    meta: &ImageMeta,
+    (origin, region): ([usize; 3], [usize; 3]),
+    strides: (usize, usize),
+    ptr: *const u8,
+    command_type: u32,
+    event: *mut Handle,
+) {
+    let row_len = region[0] * meta.elem;
+    let rows_per_piece = (WRITE_CHUNK_MAX / row_len.max(1)).clamp(1, region[1]);
+    let mut pieces = Vec::new();
+    for z in 0..region[2] {
+        let mut y = 0;
+        while y < region[1] {
+            let rows = rows_per_piece.min(region[1] - y);
+            pieces.push((y, z, rows));
+            y += rows;
+        }
+    }
+    let (ev, mut evref) = new_event(q, queue, command_type, event);
+    let n = pieces.len();
+    for (i, (y, z, rows)) in pieces.into_iter().enumerate() {
+        let last = i + 1 == n;
+        let size = [region[0], rows, 1];
+        let src = ptr.add(z * strides.1 + y * strides.0);
+        let data = pack(src, meta.elem, size, strides);
+        let cmd = Command::Image(ImageCmd {
+            dst: m.v.id,
+            dst_origin: wide([origin[0], origin[1] + y, origin[2] + z]),
+            region: wide(size),
+            data: &data,
+            ..image_cmd(q, if last { ev } else { 0 }, ImageOp::Write)
+        });
+        q.v.node
+            .enqueue(&cmd, if last { evref.take() } else { None }, None);
+    }
+}
+
+pub unsafe extern "C" fn clEnqueueReadImage(
+    queue: Handle,
+    mem: Handle,
+    blocking: u32,
+    origin: *const usize,
+    region: *const usize,
+    row_pitch: usize,
+    slice_pitch: usize,
+    ptr: *mut c_void,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let (m, meta) = tryr!(image(mem));
+    tryr!(same_node(&q.v.node, &m.v.node));
+    let (origin, region) = (tryr!(read3(origin)), tryr!(read3(region)));
+    tryr!(in_image(&meta, origin, region));
+    let strides = tryr!(host_strides(
+        meta.image_type,
+        meta.elem,
+        region,
+        row_pitch,
+        slice_pitch
+    ));
+    if ptr.is_null() {
+        return cl::CL_INVALID_VALUE;
+    }
+    let mut internal: Handle = null_mut();
+    let slot = event_slot(blocking != 0, event, &mut internal);
+    enqueue_image_read(
+        q,
+        queue,
+        m,
+        &meta,
+        (origin, region),
+        strides,
+        ptr.cast::<u8>(),
+        cl::CL_COMMAND_READ_IMAGE,
+        slot,
+    );
     finish_blocking(&q.v.node, blocking != 0, slot, internal)
 }
 
@@ -550,36 +622,18 @@ pub unsafe extern "C" fn clEnqueueWriteImage(
     if ptr.is_null() {
         return cl::CL_INVALID_VALUE;
     }
-    // The data is copied now, so the host memory is reusable on return (blocking or
-    // not), in pieces of whole rows of one slice.
-    let row_len = region[0] * meta.elem;
-    let rows_per_piece = (WRITE_CHUNK_MAX / row_len.max(1)).clamp(1, region[1]);
-    let mut pieces = Vec::new();
-    for z in 0..region[2] {
-        let mut y = 0;
-        while y < region[1] {
-            let rows = rows_per_piece.min(region[1] - y);
-            pieces.push((y, z, rows));
-            y += rows;
-        }
-    }
-    let (ev, mut evref) = new_event(q, queue, cl::CL_COMMAND_WRITE_IMAGE, event);
-    let n = pieces.len();
-    for (i, (y, z, rows)) in pieces.into_iter().enumerate() {
-        let last = i + 1 == n;
-        let size = [region[0], rows, 1];
-        let src = ptr.cast::<u8>().add(z * strides.1 + y * strides.0);
-        let data = pack(src, meta.elem, size, strides);
-        let cmd = Command::Image(ImageCmd {
-            dst: m.v.id,
-            dst_origin: wide([origin[0], origin[1] + y, origin[2] + z]),
-            region: wide(size),
-            data: &data,
-            ..image_cmd(q, if last { ev } else { 0 }, ImageOp::Write)
-        });
-        q.v.node
-            .enqueue(&cmd, if last { evref.take() } else { None }, None);
-    }
+    // The data is copied now, so the host memory is reusable on return.
+    enqueue_image_write(
+        q,
+        queue,
+        m,
+        &meta,
+        (origin, region),
+        strides,
+        ptr.cast::<u8>(),
+        cl::CL_COMMAND_WRITE_IMAGE,
+        event,
+    );
     cl::CL_SUCCESS
 }
 
@@ -732,23 +786,86 @@ pub unsafe extern "C" fn clEnqueueFillImage(
     cl::CL_SUCCESS
 }
 
-/// Mapping an image would need its pitch-laid-out copy in host memory: not supported.
+/// The mapping is a tightly packed copy of the region in memory of the ICD (read from the
+/// node unless the whole region is to be overwritten), written back at unmap if mapped
+/// for writing.
 pub unsafe extern "C" fn clEnqueueMapImage(
     queue: Handle,
     mem: Handle,
-    _blocking: u32,
-    _flags: u64,
-    _origin: *const usize,
-    _region: *const usize,
-    _row_pitch: *mut usize,
-    _slice_pitch: *mut usize,
+    blocking: u32,
+    map_flags: u64,
+    origin: *const usize,
+    region: *const usize,
+    row_pitch: *mut usize,
+    slice_pitch: *mut usize,
     num_wait: u32,
     wait: *const Handle,
-    _event: *mut Handle,
+    event: *mut Handle,
     errcode: *mut ClInt,
 ) -> *mut c_void {
-    tryp!(prologue(queue, num_wait, wait), errcode);
-    tryp!(image(mem), errcode);
-    set_err(errcode, cl::CL_INVALID_OPERATION);
-    null_mut()
+    let q = tryp!(prologue(queue, num_wait, wait), errcode);
+    let (m, meta) = tryp!(image(mem), errcode);
+    tryp!(same_node(&q.v.node, &m.v.node), errcode);
+    let (origin, region) = (tryp!(read3(origin), errcode), tryp!(read3(region), errcode));
+    tryp!(in_image(&meta, origin, region), errcode);
+    if row_pitch.is_null() {
+        set_err(errcode, cl::CL_INVALID_VALUE);
+        return null_mut();
+    }
+    let row = region[0] * meta.elem;
+    let slice = row * region[1];
+    *row_pitch = row;
+    if !slice_pitch.is_null() {
+        *slice_pitch = match meta.image_type {
+            cl::CL_MEM_OBJECT_IMAGE3D | cl::CL_MEM_OBJECT_IMAGE2D_ARRAY => slice,
+            cl::CL_MEM_OBJECT_IMAGE1D_ARRAY => row,
+            _ => 0,
+        };
+    }
+    let mut backing = vec![0u8; slice * region[2]].into_boxed_slice();
+    let ptr = backing.as_mut_ptr();
+    let mut internal: Handle = null_mut();
+    let slot = event_slot(blocking != 0, event, &mut internal);
+    if map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
+        // Nothing to fetch: the application overwrites the whole region.
+        let (ev, evref) = new_event(q, queue, CL_COMMAND_MAP_IMAGE, slot);
+        q.v.node.enqueue(
+            &Command::Marker {
+                queue: q.v.id,
+                event: ev,
+            },
+            evref,
+            None,
+        );
+    } else {
+        enqueue_image_read(
+            q,
+            queue,
+            m,
+            &meta,
+            (origin, region),
+            (row, slice),
+            ptr,
+            CL_COMMAND_MAP_IMAGE,
+            slot,
+        );
+    }
+    let rc = finish_blocking(&q.v.node, blocking != 0, slot, internal);
+    if rc != cl::CL_SUCCESS {
+        set_err(errcode, rc);
+        return null_mut();
+    }
+    m.v.maps
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Mapping {
+            ptr: ptr as usize,
+            offset: 0,
+            size: backing.len(),
+            flags: map_flags,
+            _backing: Some(backing),
+            image: Some((origin, region)),
+        });
+    set_err(errcode, cl::CL_SUCCESS);
+    ptr.cast::<c_void>()
 }

@@ -115,6 +115,21 @@ int main(void) {
         for (int y = 0; y < 3; y++) printf(" %g..%g", box[z][y][0], box[z][y][4]);
     printf("\n");
 
+    /* Map a region for reading, then one for writing (whole region replaced). The
+     * pitches the runtime returns may differ; the program must use them. */
+    size_t mo[3] = {4, 3, 0}, mr[3] = {6, 5, 1}, mrow = 0;
+    unsigned char *mp = clEnqueueMapImage(e.queue, copy, CL_TRUE, CL_MAP_READ, mo, mr, &mrow, NULL, 0, NULL, NULL, &err_);
+    CHECK(err_);
+    printf("mapped for reading: %016llx\n", hash_rows(mp, 6 * 4, 5, mrow));
+    CHECK(clEnqueueUnmapMemObject(e.queue, copy, mp, 0, NULL, NULL));
+    mp = clEnqueueMapImage(e.queue, copy, CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, mo, mr, &mrow, NULL, 0, NULL, NULL, &err_);
+    CHECK(err_);
+    for (size_t y = 0; y < 5; y++)
+        for (size_t x = 0; x < 6 * 4; x++) mp[y * mrow + x] = (unsigned char)(x + 40 * y);
+    CHECK(clEnqueueUnmapMemObject(e.queue, copy, mp, 0, NULL, NULL));
+    CHECK(clEnqueueReadImage(e.queue, copy, CL_TRUE, origin, region, 0, 0, tight, 0, NULL, NULL));
+    printf("after a mapped write: %016llx\n", fnv1a(tight, W * H * 4));
+
     /* Info. */
     size_t w = 0, h = 0, dep = 0, es = 0;
     cl_image_format got;

@@ -218,14 +218,8 @@ pub unsafe extern "C" fn clGetDeviceIDs(
     if found.is_empty() {
         return cl::CL_DEVICE_NOT_FOUND;
     }
-    if !devices.is_null() {
-        for (i, d) in found.iter().take(num_entries as usize).enumerate() {
-            *devices.add(i) = *d as Handle;
-        }
-    }
-    if !num_devices.is_null() {
-        *num_devices = found.len() as u32;
-    }
+    let handles: Vec<Handle> = found.iter().map(|d| *d as Handle).collect();
+    crate::ret_list(&handles, num_entries, devices, num_devices);
     cl::CL_SUCCESS
 }
 

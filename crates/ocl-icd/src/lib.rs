@@ -58,6 +58,27 @@ fn returns_pointer(name: &str) -> bool {
         && name != "clCreateKernelsInProgram"
 }
 
+/// Answers a list query the OpenCL way: up to `num_entries` items into `out` (if not
+/// null), and the full count into `count` (if not null).
+///
+/// # Safety
+/// `out` is null or has room for `num_entries` items; `count` is null or writable.
+pub(crate) unsafe fn ret_list<T: Copy>(
+    items: &[T],
+    num_entries: u32,
+    out: *mut T,
+    count: *mut u32,
+) {
+    if !out.is_null() {
+        for (i, item) in items.iter().take(num_entries as usize).enumerate() {
+            *out.add(i) = *item;
+        }
+    }
+    if !count.is_null() {
+        *count = items.len() as u32;
+    }
+}
+
 /// The dispatch table shared by all objects of this ICD.
 pub(crate) fn dispatch_table() -> *const c_void {
     static TABLE: OnceLock<Table> = OnceLock::new();
@@ -136,14 +157,8 @@ pub(crate) unsafe fn get_platform_ids(
         return cl::CL_INVALID_VALUE;
     }
     let all = platforms();
-    if !platforms_out.is_null() {
-        for (i, p) in all.iter().take(num_entries as usize).enumerate() {
-            *platforms_out.add(i) = *p as *mut c_void;
-        }
-    }
-    if !num_platforms.is_null() {
-        *num_platforms = all.len() as u32;
-    }
+    let handles: Vec<*mut c_void> = all.iter().map(|p| *p as *mut c_void).collect();
+    ret_list(&handles, num_entries, platforms_out, num_platforms);
     if all.is_empty() {
         cl::CL_PLATFORM_NOT_FOUND_KHR
     } else {

@@ -361,14 +361,7 @@ pub unsafe extern "C" fn clGetSupportedImageFormats(
             ]
         })
         .collect();
-    if !formats.is_null() {
-        for (i, f) in all.iter().take(num_entries as usize).enumerate() {
-            *formats.add(i) = *f;
-        }
-    }
-    if !num_formats.is_null() {
-        *num_formats = all.len() as u32;
-    }
+    crate::ret_list(&all, num_entries, formats, num_formats);
     cl::CL_SUCCESS
 }
 
@@ -687,32 +680,20 @@ pub unsafe extern "C" fn clEnqueueCopyImageToBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
-    let (s, meta) = tryr!(image(src));
-    let d = tryr!(get::<Mem>(dst));
-    if d.v.image.is_some() {
-        return cl::CL_INVALID_MEM_OBJECT;
-    }
-    tryr!(same_node(&q.v.node, &s.v.node));
-    tryr!(same_node(&q.v.node, &d.v.node));
-    let (so, r) = (tryr!(read3(src_origin)), tryr!(read3(region)));
-    tryr!(in_image(&meta, so, r));
-    tryr!(check_range(
+    copy_with_buffer(
+        queue,
+        src,
+        dst,
+        src_origin,
+        region,
         dst_offset,
-        r.iter().product::<usize>() * meta.elem,
-        d.v.size
-    ));
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_IMAGE_TO_BUFFER, event);
-    let cmd = Command::Image(ImageCmd {
-        src: s.v.id,
-        dst: d.v.id,
-        src_origin: wide(so),
-        region: wide(r),
-        offset: dst_offset as u64,
-        ..image_cmd(q, ev, ImageOp::ToBuffer)
-    });
-    q.v.node.enqueue(&cmd, evref, None);
-    cl::CL_SUCCESS
+        ImageOp::ToBuffer,
+        Waits {
+            num_wait,
+            wait,
+            event,
+        },
+    )
 }
 
 pub unsafe extern "C" fn clEnqueueCopyBufferToImage(
@@ -726,29 +707,82 @@ pub unsafe extern "C" fn clEnqueueCopyBufferToImage(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
-    let s = tryr!(get::<Mem>(src));
-    if s.v.image.is_some() {
+    copy_with_buffer(
+        queue,
+        dst,
+        src,
+        dst_origin,
+        region,
+        src_offset,
+        ImageOp::FromBuffer,
+        Waits {
+            num_wait,
+            wait,
+            event,
+        },
+    )
+}
+
+/// A command's wait list and event slot.
+struct Waits {
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+}
+
+/// A copy between `image` (at `origin`) and `buffer` (at `offset`): `ToBuffer` or
+/// `FromBuffer`.
+unsafe fn copy_with_buffer(
+    queue: Handle,
+    image_h: Handle,
+    buffer_h: Handle,
+    origin: *const usize,
+    region: *const usize,
+    offset: usize,
+    op: ImageOp,
+    w: Waits,
+) -> ClInt {
+    let q = tryr!(prologue(queue, w.num_wait, w.wait));
+    let (image_m, meta) = tryr!(image(image_h));
+    let buffer = tryr!(get::<Mem>(buffer_h));
+    if buffer.v.image.is_some() {
         return cl::CL_INVALID_MEM_OBJECT;
     }
-    let (d, meta) = tryr!(image(dst));
-    tryr!(same_node(&q.v.node, &s.v.node));
-    tryr!(same_node(&q.v.node, &d.v.node));
-    let (doo, r) = (tryr!(read3(dst_origin)), tryr!(read3(region)));
-    tryr!(in_image(&meta, doo, r));
+    tryr!(same_node(&q.v.node, &image_m.v.node));
+    tryr!(same_node(&q.v.node, &buffer.v.node));
+    let (o, r) = (tryr!(read3(origin)), tryr!(read3(region)));
+    tryr!(in_image(&meta, o, r));
     tryr!(check_range(
-        src_offset,
+        offset,
         r.iter().product::<usize>() * meta.elem,
-        s.v.size
+        buffer.v.size
     ));
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_BUFFER_TO_IMAGE, event);
-    let cmd = Command::Image(ImageCmd {
-        src: s.v.id,
-        dst: d.v.id,
-        dst_origin: wide(doo),
-        region: wide(r),
-        offset: src_offset as u64,
-        ..image_cmd(q, ev, ImageOp::FromBuffer)
+    let to_buffer = op == ImageOp::ToBuffer;
+    let command_type = if to_buffer {
+        cl::CL_COMMAND_COPY_IMAGE_TO_BUFFER
+    } else {
+        cl::CL_COMMAND_COPY_BUFFER_TO_IMAGE
+    };
+    let (ev, evref) = new_event(q, queue, command_type, w.event);
+    let base = image_cmd(q, ev, op);
+    let cmd = Command::Image(if to_buffer {
+        ImageCmd {
+            src: image_m.v.id,
+            dst: buffer.v.id,
+            src_origin: wide(o),
+            region: wide(r),
+            offset: offset as u64,
+            ..base
+        }
+    } else {
+        ImageCmd {
+            src: buffer.v.id,
+            dst: image_m.v.id,
+            dst_origin: wide(o),
+            region: wide(r),
+            offset: offset as u64,
+            ..base
+        }
     });
     q.v.node.enqueue(&cmd, evref, None);
     cl::CL_SUCCESS

@@ -543,6 +543,37 @@ pub(super) unsafe fn enqueue_image_write(
     }
 }
 
+/// What a read or write of an image checks: the queue and its wait list, the image on
+/// the queue's node, the region inside the image, the host layout, the host pointer.
+type Transfer<'a> = (
+    &'a Obj<Queue>,
+    &'a Obj<Mem>,
+    ImageMeta,
+    [usize; 3],
+    [usize; 3],
+    (usize, usize),
+);
+
+unsafe fn transfer<'a>(
+    queue: Handle,
+    mem: Handle,
+    (origin, region): (*const usize, *const usize),
+    (row_pitch, slice_pitch): (usize, usize),
+    ptr: *const c_void,
+    (num_wait, wait): (u32, *const Handle),
+) -> Result<Transfer<'a>, ClInt> {
+    let q = prologue(queue, num_wait, wait)?;
+    let (m, meta) = image(mem)?;
+    same_node(&q.v.node, &m.v.node)?;
+    let (origin, region) = (read3(origin)?, read3(region)?);
+    in_image(&meta, origin, region)?;
+    let strides = host_strides(meta.image_type, meta.elem, region, row_pitch, slice_pitch)?;
+    if ptr.is_null() {
+        return Err(cl::CL_INVALID_VALUE);
+    }
+    Ok((q, m, meta, origin, region, strides))
+}
+
 pub unsafe extern "C" fn clEnqueueReadImage(
     queue: Handle,
     mem: Handle,
@@ -556,21 +587,15 @@ pub unsafe extern "C" fn clEnqueueReadImage(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
-    let (m, meta) = tryr!(image(mem));
-    tryr!(same_node(&q.v.node, &m.v.node));
-    let (origin, region) = (tryr!(read3(origin)), tryr!(read3(region)));
-    tryr!(in_image(&meta, origin, region));
-    let strides = tryr!(host_strides(
-        meta.image_type,
-        meta.elem,
-        region,
-        row_pitch,
-        slice_pitch
+    let t = tryr!(transfer(
+        queue,
+        mem,
+        (origin, region),
+        (row_pitch, slice_pitch),
+        ptr.cast(),
+        (num_wait, wait)
     ));
-    if ptr.is_null() {
-        return cl::CL_INVALID_VALUE;
-    }
+    let (q, m, meta, origin, region, strides) = t;
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
     enqueue_image_read(
@@ -600,21 +625,15 @@ pub unsafe extern "C" fn clEnqueueWriteImage(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
-    let (m, meta) = tryr!(image(mem));
-    tryr!(same_node(&q.v.node, &m.v.node));
-    let (origin, region) = (tryr!(read3(origin)), tryr!(read3(region)));
-    tryr!(in_image(&meta, origin, region));
-    let strides = tryr!(host_strides(
-        meta.image_type,
-        meta.elem,
-        region,
-        row_pitch,
-        slice_pitch
+    let t = tryr!(transfer(
+        queue,
+        mem,
+        (origin, region),
+        (row_pitch, slice_pitch),
+        ptr.cast(),
+        (num_wait, wait)
     ));
-    if ptr.is_null() {
-        return cl::CL_INVALID_VALUE;
-    }
+    let (q, m, meta, origin, region, strides) = t;
     // The data is copied now, so the host memory is reusable on return.
     enqueue_image_write(
         q,

@@ -71,7 +71,7 @@ pub struct ServiceConfig {
     /// How long the node waits for a client to take data it sends (read results,
     /// replies) before it drops the connection. Results are written by the thread that
     /// ran the task, so a client that stops reading would otherwise hold the device from
-    /// every other client.
+    /// every other client. Zero: no bound.
     pub send_stall_max: std::time::Duration,
 }
 

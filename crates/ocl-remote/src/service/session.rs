@@ -108,10 +108,9 @@ fn from_info(r: Result<Vec<u8>, ClInt>) -> Reply {
 /// Serves one client until it disconnects or breaks the protocol.
 pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
     let _ = stream.set_nodelay();
-    if stream
-        .set_write_timeout(Some(shared.config.send_stall_max))
-        .is_err()
-    {
+    // Zero means no bound (the socket call takes no zero timeout).
+    let stall = Some(shared.config.send_stall_max).filter(|d| !d.is_zero());
+    if stream.set_write_timeout(stall).is_err() {
         return;
     }
     let Ok(write_half) = stream.try_clone() else {

@@ -906,6 +906,15 @@ unsafe fn enqueue_write(
 
 // ---------------------------------------------------------------- rectangles
 
+/// An origin or region argument: three `size_t`, not null.
+unsafe fn read3(p: *const usize) -> Result<[usize; 3], ClInt> {
+    if p.is_null() {
+        Err(cl::CL_INVALID_VALUE)
+    } else {
+        Ok(*(p as *const [usize; 3]))
+    }
+}
+
 const CL_COMMAND_READ_BUFFER_RECT: u32 = 0x1201;
 const CL_COMMAND_WRITE_BUFFER_RECT: u32 = 0x1202;
 const CL_COMMAND_COPY_BUFFER_RECT: u32 = 0x1203;
@@ -920,14 +929,7 @@ unsafe fn rect_rows(
     a_pitches: (usize, usize),
     b_pitches: (usize, usize),
 ) -> Result<(Vec<(usize, usize)>, usize), ClInt> {
-    if a_origin.is_null() || b_origin.is_null() || region.is_null() {
-        return Err(cl::CL_INVALID_VALUE);
-    }
-    let (ao, bo, r) = (
-        *(a_origin as *const [usize; 3]),
-        *(b_origin as *const [usize; 3]),
-        *(region as *const [usize; 3]),
-    );
+    let (ao, bo, r) = (read3(a_origin)?, read3(b_origin)?, read3(region)?);
     if r.contains(&0) {
         return Err(cl::CL_INVALID_VALUE);
     }

@@ -204,6 +204,44 @@ pub fn image_element_size(order: ClUint, channel_type: ClUint) -> Option<u64> {
     })
 }
 
+/// Width, rows and slices of an image of `image_type` given as `[width, height, depth,
+/// array size]`: 1 where the type has no such dimension (the rows of a 1D array are its
+/// layers, the slices of a 2D array its layers); `None` for a type that is not served
+/// (1D images on a buffer need the buffer's storage).
+pub fn image_dims(
+    image_type: ClUint,
+    [width, height, depth, layers]: [u64; 4],
+) -> Option<[u64; 3]> {
+    Some(match image_type {
+        CL_MEM_OBJECT_IMAGE1D => [width, 1, 1],
+        CL_MEM_OBJECT_IMAGE1D_ARRAY => [width, layers, 1],
+        CL_MEM_OBJECT_IMAGE2D => [width, height, 1],
+        CL_MEM_OBJECT_IMAGE2D_ARRAY => [width, height, layers],
+        CL_MEM_OBJECT_IMAGE3D => [width, height, depth],
+        _ => return None,
+    })
+}
+
+/// The tightly packed bytes of `region` (pixels) at `origin` in an image of `dims` with
+/// `elem` bytes per pixel; `None` if the region is empty in some dimension, leaves the
+/// image or does not fit in `u64`. The whole image: `origin` 0, `region` = `dims`.
+pub fn image_region_bytes(
+    elem: u64,
+    dims: [u64; 3],
+    origin: [u64; 3],
+    region: [u64; 3],
+) -> Option<u64> {
+    let mut bytes = elem;
+    for i in 0..3 {
+        let end = origin[i].checked_add(region[i])?;
+        if region[i] == 0 || end > dims[i] {
+            return None;
+        }
+        bytes = bytes.checked_mul(region[i])?;
+    }
+    Some(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +262,34 @@ mod tests {
         assert_eq!(image_element_size(RGBA, 0x10D4), None);
         assert_eq!(image_element_size(0x1234, 0x10D2), None);
         assert_eq!(image_element_size(RGBA, 0x1234), None);
+    }
+
+    #[test]
+    fn image_shapes_and_regions() {
+        let shape = [8, 4, 3, 5];
+        assert_eq!(image_dims(CL_MEM_OBJECT_IMAGE1D, shape), Some([8, 1, 1]));
+        assert_eq!(
+            image_dims(CL_MEM_OBJECT_IMAGE1D_ARRAY, shape),
+            Some([8, 5, 1])
+        );
+        assert_eq!(image_dims(CL_MEM_OBJECT_IMAGE2D, shape), Some([8, 4, 1]));
+        assert_eq!(
+            image_dims(CL_MEM_OBJECT_IMAGE2D_ARRAY, shape),
+            Some([8, 4, 5])
+        );
+        assert_eq!(image_dims(CL_MEM_OBJECT_IMAGE3D, shape), Some([8, 4, 3]));
+        assert_eq!(image_dims(CL_MEM_OBJECT_IMAGE1D_BUFFER, shape), None);
+        let dims = [8, 4, 1];
+        assert_eq!(image_region_bytes(4, dims, [0; 3], dims), Some(128));
+        assert_eq!(image_region_bytes(4, dims, [2, 1, 0], [6, 3, 1]), Some(72));
+        assert_eq!(image_region_bytes(4, dims, [3, 0, 0], [6, 1, 1]), None);
+        assert_eq!(image_region_bytes(4, dims, [0; 3], [1, 0, 1]), None);
+        assert_eq!(image_region_bytes(4, [8, 0, 1], [0; 3], [8, 0, 1]), None);
+        assert_eq!(
+            image_region_bytes(4, dims, [u64::MAX, 0, 0], [1, 1, 1]),
+            None
+        );
+        let huge = [u64::MAX, 2, 2];
+        assert_eq!(image_region_bytes(4, huge, [0; 3], huge), None);
     }
 }

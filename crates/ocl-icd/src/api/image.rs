@@ -53,23 +53,6 @@ pub struct ImageDesc {
     buffer: Handle,
 }
 
-/// Width, rows and slices of an image of `image_type` (see [`ImageMeta::dims`]).
-fn image_dims(image_type: u32, d: &ImageDesc) -> Result<[usize; 3], ClInt> {
-    let dims = match image_type {
-        cl::CL_MEM_OBJECT_IMAGE1D => [d.width, 1, 1],
-        cl::CL_MEM_OBJECT_IMAGE1D_ARRAY => [d.width, d.array_size, 1],
-        cl::CL_MEM_OBJECT_IMAGE2D => [d.width, d.height, 1],
-        cl::CL_MEM_OBJECT_IMAGE2D_ARRAY => [d.width, d.height, d.array_size],
-        cl::CL_MEM_OBJECT_IMAGE3D => [d.width, d.height, d.depth],
-        // 1D images on a buffer need the buffer's storage on the node: not supported.
-        _ => return Err(cl::CL_INVALID_IMAGE_DESCRIPTOR),
-    };
-    if dims.contains(&0) {
-        return Err(cl::CL_INVALID_IMAGE_SIZE);
-    }
-    Ok(dims)
-}
-
 /// The host layout of `region` (pixels) given the application's pitches (0 = tight):
 /// bytes from one row to the next and from one slice to the next. For a 1D image array
 /// the rows are the layers, so its row stride is the slice pitch.
@@ -121,14 +104,6 @@ unsafe fn pack(
     out
 }
 
-unsafe fn read3(p: *const usize) -> Result<[usize; 3], ClInt> {
-    if p.is_null() {
-        Err(cl::CL_INVALID_VALUE)
-    } else {
-        Ok(*(p as *const [usize; 3]))
-    }
-}
-
 fn wide(v: [usize; 3]) -> [u64; 3] {
     v.map(|x| x as u64)
 }
@@ -142,15 +117,17 @@ unsafe fn image<'a>(mem: Handle) -> Result<(&'a Obj<Mem>, ImageMeta), ClInt> {
     }
 }
 
-/// Checks that `region` at `origin` lies in the image and is not empty.
-fn in_image(meta: &ImageMeta, origin: [usize; 3], region: [usize; 3]) -> Result<(), ClInt> {
-    for i in 0..3 {
-        match origin[i].checked_add(region[i]) {
-            Some(end) if region[i] > 0 && end <= meta.dims[i] => {}
-            _ => return Err(cl::CL_INVALID_VALUE),
-        }
-    }
-    Ok(())
+/// The tightly packed bytes of `region` at `origin`, which must lie in the image and not
+/// be empty.
+fn in_image(meta: &ImageMeta, origin: [usize; 3], region: [usize; 3]) -> Result<usize, ClInt> {
+    cl::image_region_bytes(
+        meta.elem as u64,
+        wide(meta.dims),
+        wide(origin),
+        wide(region),
+    )
+    .map(|bytes| bytes as usize)
+    .ok_or(cl::CL_INVALID_VALUE)
 }
 
 unsafe fn create_image(
@@ -175,11 +152,11 @@ unsafe fn create_image(
     let format = *format;
     let elem = cl::image_element_size(format[0], format[1])
         .ok_or(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR)? as usize;
-    let dims = image_dims(desc.image_type, desc)?;
-    let size = dims
-        .iter()
-        .try_fold(elem, |acc, d| acc.checked_mul(*d))
-        .ok_or(cl::CL_INVALID_IMAGE_SIZE)?;
+    let shape = [desc.width, desc.height, desc.depth, desc.array_size].map(|v| v as u64);
+    let dims = cl::image_dims(desc.image_type, shape).ok_or(cl::CL_INVALID_IMAGE_DESCRIPTOR)?;
+    let size = cl::image_region_bytes(elem as u64, dims, [0; 3], dims)
+        .ok_or(cl::CL_INVALID_IMAGE_SIZE)? as usize;
+    let dims = dims.map(|d| d as usize);
     let wants_ptr = flags & (cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR) != 0;
     if wants_ptr == host_ptr.is_null() {
         return Err(cl::CL_INVALID_HOST_PTR);
@@ -770,12 +747,8 @@ unsafe fn copy_with_buffer(
     tryr!(same_node(&q.v.node, &image_m.v.node));
     tryr!(same_node(&q.v.node, &buffer.v.node));
     let (o, r) = (tryr!(read3(origin)), tryr!(read3(region)));
-    tryr!(in_image(&meta, o, r));
-    tryr!(check_range(
-        offset,
-        r.iter().product::<usize>() * meta.elem,
-        buffer.v.size
-    ));
+    let bytes = tryr!(in_image(&meta, o, r));
+    tryr!(check_range(offset, bytes, buffer.v.size));
     let to_buffer = op == ImageOp::ToBuffer;
     let command_type = if to_buffer {
         cl::CL_COMMAND_COPY_IMAGE_TO_BUFFER

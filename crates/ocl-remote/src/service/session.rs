@@ -1230,14 +1230,8 @@ impl Session<'_> {
         else {
             return Err(cl::CL_INVALID_MEM_OBJECT);
         };
-        let mut bytes = *elem;
-        for i in 0..3 {
-            match origin[i].checked_add(region[i]) {
-                Some(end) if end <= dims[i] && region[i] > 0 => {}
-                _ => return Err(cl::CL_INVALID_VALUE),
-            }
-            bytes = bytes.checked_mul(region[i]).ok_or(cl::CL_INVALID_VALUE)?;
-        }
+        let bytes =
+            cl::image_region_bytes(*elem, *dims, *origin, *region).ok_or(cl::CL_INVALID_VALUE)?;
         Ok((Arc::clone(real), bytes as usize))
     }
 
@@ -1426,18 +1420,11 @@ impl Session<'_> {
             return err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
         };
         let [image_type, width, height, depth, array_size] = desc;
-        let dims = match image_type as u32 {
-            cl::CL_MEM_OBJECT_IMAGE1D => [width, 1, 1],
-            cl::CL_MEM_OBJECT_IMAGE1D_ARRAY => [width, array_size, 1],
-            cl::CL_MEM_OBJECT_IMAGE2D => [width, height, 1],
-            cl::CL_MEM_OBJECT_IMAGE2D_ARRAY => [width, height, array_size],
-            cl::CL_MEM_OBJECT_IMAGE3D => [width, height, depth],
-            _ => return err(cl::CL_INVALID_IMAGE_DESCRIPTOR),
+        let Some(dims) = cl::image_dims(image_type as u32, [width, height, depth, array_size])
+        else {
+            return err(cl::CL_INVALID_IMAGE_DESCRIPTOR);
         };
-        let size = dims
-            .iter()
-            .try_fold(elem, |acc, d| acc.checked_mul(*d).filter(|_| *d > 0));
-        let Some(size) = size else {
+        let Some(size) = cl::image_region_bytes(elem, dims, [0; 3], dims) else {
             return err(cl::CL_INVALID_IMAGE_SIZE);
         };
         if !data.is_empty() && data.len() as u64 != size {

@@ -13,7 +13,8 @@ use std::time::Duration;
 use common::{service, Client, Frame};
 use ocl_remote::cl;
 use ocl_remote::proto::{Command, KernelArg, NdRange, Request};
-use ocl_remote::service::ServiceConfig;
+use ocl_remote::service::{ServiceConfig, ServiceHandle};
+use prometheus_client::registry::Registry;
 
 const SRC: &[u8] = b"
 __kernel void slow(__global int *v, int n, int value) {
@@ -115,27 +116,40 @@ fn setup(c: &mut Client, devices: &[u32]) {
     }
 }
 
-#[test]
-fn tasks_on_two_devices_run_in_flush_order() {
+/// A service with two devices, a client of it and the devices' indices; `None` (after
+/// saying why) without an OpenCL runtime or a second device.
+fn two_device_service() -> Option<(ServiceHandle, Registry, Client, Vec<u32>)> {
     two_devices();
-    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
-        return;
-    };
-    let mut a = Client::connect(svc.local_addr()).unwrap();
-    let devices = a.info.1.first().cloned().unwrap_or_default();
+    let (svc, registry) = service(ServiceConfig::default())?;
+    let client = Client::connect(svc.local_addr()).unwrap();
+    let devices = client.info.1.first().cloned().unwrap_or_default();
     if devices.len() < 2 {
         eprintln!("SKIP: the OpenCL runtime offers one device only");
-        return;
+        return None;
     }
-    // Another client keeps device 0 busy for a while (its task runs at once).
-    let mut hog = Client::connect(svc.local_addr()).unwrap();
-    setup(&mut hog, &devices[..1]);
-    hog.send(&Request::Enqueue {
-        commands: vec![slow(10, 31, 20, 100_000_000, 1)],
-    });
-    hog.send(&Request::Flush);
-    std::thread::sleep(Duration::from_millis(20));
+    Some((svc, registry, client, devices))
+}
 
+/// Another client, whose task of `n` rounds on `device` is running (on an idle device it
+/// runs at once) when this returns; its `TaskDone` will carry the returned id.
+fn start_hog(svc: &ServiceHandle, device: u32, n: i32) -> (Client, u64) {
+    let mut hog = Client::connect(svc.local_addr()).unwrap();
+    setup(&mut hog, &[device]);
+    hog.send(&Request::Enqueue {
+        commands: vec![slow(10, 31, 20, n, 1)],
+    });
+    let task = hog.send(&Request::Flush);
+    std::thread::sleep(Duration::from_millis(20));
+    (hog, task)
+}
+
+#[test]
+fn tasks_on_two_devices_run_in_flush_order() {
+    let Some((svc, _registry, mut a, devices)) = two_device_service() else {
+        return;
+    };
+    // Another client keeps device 0 busy for a while.
+    let (_hog, _) = start_hog(&svc, devices[0], 100_000_000);
     setup(&mut a, &devices[..2]);
     // Task 1, device 0 (queued behind the hog): buffer 20 = 42.
     a.send(&Request::Enqueue {
@@ -190,26 +204,13 @@ fn tasks_on_two_devices_run_in_flush_order() {
 
 #[test]
 fn a_task_on_two_devices_runs_while_another_client_uses_one_of_them() {
-    two_devices();
-    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+    let Some((svc, _registry, mut a, devices)) = two_device_service() else {
         return;
     };
-    let mut a = Client::connect(svc.local_addr()).unwrap();
-    let devices = a.info.1.first().cloned().unwrap_or_default();
-    if devices.len() < 2 {
-        eprintln!("SKIP: the OpenCL runtime offers one device only");
-        return;
-    }
     // Another client's long task runs on device 1 (the task below must take device 1
     // too once that task is over, and give both devices back; PoCL runs one kernel at a
     // time, so the order of the answers cannot show more).
-    let mut hog = Client::connect(svc.local_addr()).unwrap();
-    setup(&mut hog, &devices[1..2]);
-    hog.send(&Request::Enqueue {
-        commands: vec![slow(10, 31, 20, 20_000_000, 1)],
-    });
-    let hog_task = hog.send(&Request::Flush);
-    std::thread::sleep(Duration::from_millis(20));
+    let (mut hog, hog_task) = start_hog(&svc, devices[1], 20_000_000);
     setup(&mut a, &devices[..2]);
     let read = |queue, buffer, token| Command::Read {
         queue,

@@ -19,7 +19,7 @@ use ocl_remote::proto::{self, Command, KernelArg, NdRange, Reader, Request};
 use crate::node::{DirectRead, HostDst, Node, WRITE_CHUNK_MAX};
 use crate::object::*;
 
-type Notify = Option<unsafe extern "C" fn(*const c_char, *const c_void, usize, *mut c_void)>;
+type Notify = Option<crate::node::ContextCallback>;
 type BuildNotify = Option<unsafe extern "C" fn(Handle, *mut c_void)>;
 type EventNotify = Option<unsafe extern "C" fn(Handle, ClInt, *mut c_void)>;
 

@@ -121,10 +121,13 @@ pub struct Node {
     notifiers: Mutex<Vec<ContextNotifier>>,
 }
 
+/// A context's error callback (`pfn_notify` of `clCreateContext`).
+pub type ContextCallback = unsafe extern "C" fn(*const c_char, *const c_void, usize, *mut c_void);
+
 /// A context's error callback and its user data.
 pub struct ContextNotifier {
     pub context: u64,
-    pub notify: unsafe extern "C" fn(*const c_char, *const c_void, usize, *mut c_void),
+    pub notify: ContextCallback,
     pub user_data: usize,
 }
 
@@ -461,7 +464,6 @@ impl Node {
         self.wait_for(|_| (event.status() <= cl::CL_COMPLETE).then_some(()));
     }
 
-    /// The connection is gone: every waiter wakes up and every pending event fails.
     /// Registers a context's error callback, called if the connection is lost.
     pub fn add_notifier(&self, notifier: ContextNotifier) {
         lock(&self.notifiers).push(notifier);
@@ -472,6 +474,8 @@ impl Node {
         lock(&self.notifiers).retain(|n| n.context != context);
     }
 
+    /// The connection is gone: every waiter wakes up, every pending event fails and the
+    /// contexts' error callbacks are called (once).
     fn fail_all(&self) {
         let (tasks, first): (Vec<InFlight>, bool) = {
             let mut state = lock(&self.state);

@@ -239,11 +239,11 @@ impl Node {
     }
 
     /// Stops accepting; idle connections close, busy ones after their current request.
-    pub fn begin_shutdown(&self) {
+    /// Hands back the remote OpenCL service, if the node shares OpenCL devices, for the
+    /// caller to drain (see [`ocl_remote::service::ServiceHandle::shutdown`]).
+    pub fn begin_shutdown(&self) -> Option<ocl_remote::service::ServiceHandle> {
         self.shutdown.send_replace(true);
-        if let Some(opencl) = self.opencl.lock().take() {
-            opencl.shutdown();
-        }
+        self.opencl.lock().take()
     }
 
     /// Where remote OpenCL clients connect, if the node shares OpenCL devices.

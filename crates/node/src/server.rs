@@ -27,7 +27,13 @@ pub struct Running {
 }
 
 /// Starts slots and network threads; returns once the listeners are bound.
+///
+/// Blocks SIGTERM and SIGINT in the calling thread first, so that every thread the node
+/// starts (and every thread an OpenCL runtime starts inside it) inherits the mask and
+/// the signals wait for [`Running::run_until_signal`]. Call it before starting any other
+/// thread that should not see them.
 pub fn start(config: Config) -> Result<Running, String> {
+    block_termination_signals();
     raise_fd_limit();
     let node = Node::new(config)?;
     let threads_wanted = node.config.io_threads();
@@ -63,34 +69,81 @@ pub fn start(config: Config) -> Result<Running, String> {
 impl Running {
     /// Serves until SIGTERM or SIGINT, then drains and returns.
     pub fn run_until_signal(self) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("signal runtime");
-        rt.block_on(async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("installing a SIGTERM handler");
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM: draining"),
-                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
-            }
-        });
+        let signal = wait_for_termination_signal();
+        tracing::info!("{signal}: draining");
         self.shutdown();
     }
 
-    /// Stops accepting, lets connections finish their current request (up to the
-    /// drain timeout), then stops the slots.
+    /// Stops accepting, lets connections finish their current request and remote
+    /// OpenCL clients their queued tasks (all within one drain timeout), then stops the
+    /// slots.
     pub fn shutdown(self) {
-        self.node.begin_shutdown();
+        let deadline = Instant::now() + Duration::from_millis(self.node.config.drain_timeout_ms);
+        // The OpenCL service drains beside the network threads, by the same deadline.
+        let opencl = self
+            .node
+            .begin_shutdown()
+            .map(|service| std::thread::spawn(move || service.shutdown(deadline)));
         for t in self.threads {
             let _ = t.join();
+        }
+        if let Some(opencl) = opencl {
+            if !opencl.join().unwrap_or(false) {
+                tracing::warn!(
+                    "remote OpenCL clients or tasks were still running at the drain deadline"
+                );
+            }
         }
         self.node.dispatcher.stop();
         tracing::info!(
             open_connections = self.node.open_connections(),
             "node stopped"
         );
+    }
+}
+
+/// The signals that stop the node.
+const TERMINATION_SIGNALS: [libc::c_int; 2] = [libc::SIGTERM, libc::SIGINT];
+
+fn termination_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set before sigaddset reads it.
+    unsafe {
+        let mut set = std::mem::zeroed::<libc::sigset_t>();
+        libc::sigemptyset(&mut set);
+        for signal in TERMINATION_SIGNALS {
+            libc::sigaddset(&mut set, signal);
+        }
+        set
+    }
+}
+
+/// Blocks SIGTERM and SIGINT in the calling thread (and the threads it starts later).
+///
+/// They are taken synchronously by [`wait_for_termination_signal`] instead of by a
+/// handler, because a handler is not ours to keep: OpenCL runtimes built on LLVM
+/// (PoCL among them) install LLVM's handlers, which remove temporary files and then
+/// re-raise the signal with its default action, killing the node with no drain.
+/// A signal blocked in every thread is never handed to any handler.
+fn block_termination_signals() {
+    let set = termination_set();
+    // SAFETY: a valid, initialised set; the old mask is not wanted.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Waits for SIGTERM or SIGINT and names the one that came.
+fn wait_for_termination_signal() -> &'static str {
+    block_termination_signals();
+    let set = termination_set();
+    loop {
+        let mut signal = 0;
+        // SAFETY: a valid set of blocked signals and a place for the answer.
+        if unsafe { libc::sigwait(&set, &mut signal) } == 0 {
+            return if signal == libc::SIGTERM {
+                "SIGTERM"
+            } else {
+                "SIGINT"
+            };
+        }
     }
 }
 

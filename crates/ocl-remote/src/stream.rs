@@ -60,6 +60,15 @@ impl Stream {
         };
     }
 
+    /// Shuts the reading direction down: a thread reading the socket sees its end, while
+    /// replies still go out on the writing direction.
+    pub fn shutdown_read(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Read),
+            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Read),
+        };
+    }
+
     /// Connects to the abstract-namespace Unix socket `name` (the bytes after the
     /// leading NUL).
     pub fn connect_local(name: &[u8]) -> io::Result<Stream> {

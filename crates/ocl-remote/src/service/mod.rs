@@ -26,9 +26,11 @@ use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 
 use crate::stream::Stream;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use prometheus_client::registry::Registry;
 
@@ -300,6 +302,9 @@ pub(crate) struct Shared {
     /// The task FIFO of each device, in device index order.
     pub devices: Vec<DeviceQueue>,
     pub clients: AtomicUsize,
+    /// A handle of each connected client's socket, by connection number, so that a
+    /// shutdown can end every session (see [`ServiceHandle::shutdown`]).
+    pub connections: Mutex<HashMap<u64, Stream>>,
     pub shutdown: AtomicBool,
     pub host_id: Vec<u8>,
     pub programs: Mutex<programs::ProgramCache>,
@@ -348,8 +353,12 @@ impl ServiceHandle {
         self.shared.metrics.client_objects.get()
     }
 
-    /// Stops accepting clients. Connected clients are served until they disconnect.
-    pub fn shutdown(mut self) {
+    /// Drains the service: stops accepting clients, stops reading from connected ones
+    /// (each session ends as if its client had left, so everything it held is
+    /// released and its shared-memory regions are unlinked), lets the tasks already
+    /// queued run and send their results, and returns once no client and no task is
+    /// left, or at `deadline`. Returns whether the drain completed.
+    pub fn shutdown(mut self, deadline: Instant) -> bool {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         // Wake the accept calls so that they see the flag.
         let _ = TcpStream::connect(self.local_addr);
@@ -361,6 +370,17 @@ impl ServiceHandle {
             .flatten()
         {
             let _ = t.join();
+        }
+        for stream in lock(&self.shared.connections).values() {
+            stream.shutdown_read();
+        }
+        loop {
+            let drained = self.shared.clients.load(Ordering::SeqCst) == 0
+                && self.shared.devices.iter().all(DeviceQueue::is_idle);
+            if drained || Instant::now() >= deadline {
+                return drained;
+            }
+            thread::sleep(Duration::from_millis(5));
         }
     }
 }
@@ -414,6 +434,7 @@ pub fn spawn(
         metrics,
         devices,
         clients: AtomicUsize::new(0),
+        connections: Mutex::new(HashMap::new()),
         shutdown: AtomicBool::new(false),
         host_id: crate::shm::host_id(),
         programs: Mutex::new(program_cache),
@@ -458,6 +479,10 @@ pub fn spawn(
         accept: Some(accept),
         accept_local,
     })
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Binds the abstract-namespace Unix socket `name`.

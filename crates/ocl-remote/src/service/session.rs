@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -117,6 +117,7 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
         return;
     };
     let writer: ClientWriter = Arc::new(Mutex::new(write_half));
+    let connection = register(&shared, &stream);
     let over_limit = shared.clients.fetch_add(1, Ordering::SeqCst) >= shared.config.clients_max;
     shared.metrics.clients_connected.inc();
     let mut reader = BufReader::with_capacity(256 << 10, stream);
@@ -141,8 +142,30 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
             }
         }
     }
+    if let Some(id) = connection {
+        shared
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
     shared.clients.fetch_sub(1, Ordering::SeqCst);
     shared.metrics.clients_connected.dec();
+}
+
+/// Lists the connection among those a shutdown ends; a connection that arrives after
+/// the shutdown began is ended at once. `None` when the socket cannot be shared (the
+/// session then ends only when its client leaves).
+fn register(shared: &Shared, stream: &Stream) -> Option<u64> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let handle = stream.try_clone().ok()?;
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut connections = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
+    if shared.shutdown.load(Ordering::SeqCst) {
+        handle.shutdown_read();
+    }
+    connections.insert(id, handle);
+    Some(id)
 }
 
 /// Answers the first request of a client over `clients_max` with `CL_OUT_OF_RESOURCES`.

@@ -215,6 +215,12 @@ impl DeviceQueue {
         self.ready.notify_one();
     }
 
+    /// No task runs on the device and none waits.
+    pub fn is_idle(&self) -> bool {
+        let st = lock(&self.state);
+        !st.running && st.tasks.is_empty()
+    }
+
     fn finished(&self) {
         let mut st = lock(&self.state);
         st.running = false;

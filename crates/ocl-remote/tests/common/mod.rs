@@ -48,6 +48,12 @@ pub enum Frame {
 
 impl Client {
     pub fn connect(addr: SocketAddr) -> Result<Client, i32> {
+        Client::connect_with(addr, b"")
+    }
+
+    /// Connects and greets the service as a client on the host `host_id` names (the
+    /// service's own host id makes it a same-host client with shared-memory buffers).
+    pub fn connect_with(addr: SocketAddr, host_id: &[u8]) -> Result<Client, i32> {
         let stream = TcpStream::connect(addr).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
@@ -59,7 +65,7 @@ impl Client {
         };
         let (status, payload) = c.call(&Request::Hello {
             version: proto::PROTOCOL_VERSION,
-            host_id: b"",
+            host_id,
         });
         if status != cl::CL_SUCCESS {
             return Err(status);

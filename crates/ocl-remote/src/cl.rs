@@ -103,6 +103,8 @@ pub const CL_PROGRAM_DEVICES: ClUint = 0x1163;
 pub const CL_PROGRAM_SOURCE: ClUint = 0x1164;
 pub const CL_PROGRAM_BINARY_SIZES: ClUint = 0x1165;
 pub const CL_PROGRAM_BINARIES: ClUint = 0x1166;
+pub const CL_PROGRAM_NUM_KERNELS: ClUint = 0x1167;
+pub const CL_PROGRAM_KERNEL_NAMES: ClUint = 0x1168;
 
 pub const CL_KERNEL_FUNCTION_NAME: ClUint = 0x1190;
 pub const CL_KERNEL_NUM_ARGS: ClUint = 0x1191;

@@ -75,6 +75,13 @@ pub struct ServiceConfig {
     /// ran the task, so a client that stops reading would otherwise hold the device from
     /// every other client. Zero: no bound.
     pub send_stall_max: std::time::Duration,
+    /// Longest kernel name whose machine code the node lets the runtime generate (for
+    /// a binary query, the program cache or a launch). Runtimes that name files after
+    /// kernels abort the whole process on longer names: PoCL 3.1 does from 253 bytes.
+    /// Longer names still build and create kernels (as natively); launching one fails
+    /// with `CL_OUT_OF_RESOURCES`, its program's binaries are neither cached nor handed
+    /// out, and the node and its other clients live on.
+    pub kernel_name_bytes_max: usize,
 }
 
 impl Default for ServiceConfig {
@@ -94,6 +101,7 @@ impl Default for ServiceConfig {
             local_socket: true,
             poll_before_sleep: crate::poll::SPIN_DEFAULT,
             send_stall_max: std::time::Duration::from_secs(10),
+            kernel_name_bytes_max: 252,
         }
     }
 }

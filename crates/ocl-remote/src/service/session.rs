@@ -49,6 +49,9 @@ enum Obj {
     },
     Kernel {
         real: Arc<Real>,
+        /// The name is within `kernel_name_bytes_max`, so the runtime may generate its
+        /// code (see [`super::ServiceConfig::kernel_name_bytes_max`]).
+        launchable: bool,
     },
     Image {
         real: Arc<Real>,
@@ -565,6 +568,10 @@ impl Session<'_> {
                 let Some(Obj::Program { real, .. }) = self.objects.get(&program) else {
                     return err(cl::CL_INVALID_PROGRAM);
                 };
+                let binaries = [cl::CL_PROGRAM_BINARIES, cl::CL_PROGRAM_BINARY_SIZES];
+                if binaries.contains(&param) && !self.code_generation_safe(real.handle()) {
+                    return err(cl::CL_OUT_OF_RESOURCES);
+                }
                 if param == cl::CL_PROGRAM_BINARIES {
                     return from_info(self.program_binaries(real.handle()));
                 }
@@ -604,12 +611,14 @@ impl Session<'_> {
                     |e| unsafe { (api.clCreateKernel)(prog.handle(), name.as_ptr(), e) },
                     |raw| Obj::Kernel {
                         real: Real::new(raw, api.clReleaseKernel),
+                        launchable: name.as_bytes().len()
+                            <= self.shared.config.kernel_name_bytes_max,
                     },
                 );
                 if reply.0 != cl::CL_SUCCESS {
                     return reply;
                 }
-                let Some(Obj::Kernel { real }) = self.objects.get(&id) else {
+                let Some(Obj::Kernel { real, .. }) = self.objects.get(&id) else {
                     unreachable!("just created")
                 };
                 let raw = real.handle();
@@ -624,7 +633,7 @@ impl Session<'_> {
                 }
             }
             Request::GetKernelInfo { kernel, param } => {
-                let Some(Obj::Kernel { real }) = self.objects.get(&kernel) else {
+                let Some(Obj::Kernel { real, .. }) = self.objects.get(&kernel) else {
                     return err(cl::CL_INVALID_KERNEL);
                 };
                 let raw = real.handle();
@@ -638,7 +647,7 @@ impl Session<'_> {
                 device,
                 param,
             } => {
-                let Some(Obj::Kernel { real }) = self.objects.get(&kernel) else {
+                let Some(Obj::Kernel { real, .. }) = self.objects.get(&kernel) else {
                     return err(cl::CL_INVALID_KERNEL);
                 };
                 let Some(dev) = self.shared.runtime.devices.get(device as usize) else {
@@ -655,7 +664,7 @@ impl Session<'_> {
                 index,
                 param,
             } => {
-                let Some(Obj::Kernel { real }) = self.objects.get(&kernel) else {
+                let Some(Obj::Kernel { real, .. }) = self.objects.get(&kernel) else {
                     return err(cl::CL_INVALID_KERNEL);
                 };
                 let raw = real.handle();
@@ -898,6 +907,25 @@ impl Session<'_> {
         Ok(out)
     }
 
+    /// Whether the runtime may generate the code of every kernel of `program` without
+    /// putting the node at risk: no kernel name is longer than `kernel_name_bytes_max`.
+    /// A program whose kernel names cannot be read (not built) has no code to generate.
+    fn code_generation_safe(&self, program: Handle) -> bool {
+        let api = &self.shared.runtime.api;
+        // SAFETY: valid program handle and buffers.
+        let names = info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+            (api.clGetProgramInfo)(program, cl::CL_PROGRAM_KERNEL_NAMES, s, b, r)
+        });
+        let longest = names.map_or(0, |names| {
+            names
+                .split(|b| *b == b';' || *b == 0)
+                .map(<[u8]>::len)
+                .max()
+                .unwrap_or(0)
+        });
+        longest <= self.shared.config.kernel_name_bytes_max
+    }
+
     /// The program's binaries, one per device of the program.
     fn raw_binaries(&self, program: Handle) -> Result<Vec<Vec<u8>>, ClInt> {
         let api = &self.shared.runtime.api;
@@ -987,7 +1015,8 @@ impl Session<'_> {
         if rc == cl::CL_SUCCESS {
             if let Some(key) = cache_key {
                 self.shared.metrics.program_cache_misses.inc();
-                if let Ok(bins) = self.raw_binaries(real.handle()) {
+                let safe = self.code_generation_safe(real.handle());
+                if let Some(Ok(bins)) = safe.then(|| self.raw_binaries(real.handle())) {
                     if bins.iter().all(|b| !b.is_empty()) {
                         self.shared
                             .programs
@@ -1336,9 +1365,12 @@ impl Session<'_> {
                 }
             }
             Command::NdRange(nd) => {
-                let Some(Obj::Kernel { real }) = self.objects.get(&nd.kernel) else {
+                let Some(Obj::Kernel { real, launchable }) = self.objects.get(&nd.kernel) else {
                     return Err(cl::CL_INVALID_KERNEL);
                 };
+                if !launchable {
+                    return Err(cl::CL_OUT_OF_RESOURCES);
+                }
                 let mut args = Vec::with_capacity(nd.args.len());
                 for a in &nd.args {
                     args.push(match a {

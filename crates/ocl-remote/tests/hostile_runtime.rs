@@ -1,0 +1,121 @@
+//! Client input that makes the vendor runtime abort must not reach it: the runtime lives
+//! in the node's process, so an abort there would end every client's session. Needs an
+//! OpenCL runtime with a device (PoCL); without one the tests say so and pass.
+
+mod common;
+
+use common::{inc, read_cmd, service, Client};
+use ocl_remote::cl;
+use ocl_remote::proto::{Command, KernelArg, NdRange, Request};
+use ocl_remote::service::ServiceConfig;
+
+fn long_kernel_source(name: &str) -> Vec<u8> {
+    format!("__kernel void {name}(__global int *v) {{ v[get_global_id(0)] += 1; }}").into_bytes()
+}
+
+/// Context 1, queue 2, a 64-byte buffer 3, program 4 with one kernel called `name`,
+/// built, and kernel 5 made from it.
+fn program_with_kernel(c: &mut Client, name: &str) {
+    let device = c.info.1[0][0];
+    let source = long_kernel_source(name);
+    for request in [
+        Request::CreateContext {
+            id: 1,
+            devices: vec![device],
+        },
+        Request::CreateQueue {
+            id: 2,
+            context: 1,
+            device,
+            properties: 0,
+        },
+        Request::CreateBuffer {
+            id: 3,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size: 64,
+            data: &[0; 64],
+        },
+        Request::CreateProgramWithSource {
+            id: 4,
+            context: 1,
+            source: &source,
+        },
+        Request::BuildProgram {
+            program: 4,
+            devices: vec![],
+            options: b"",
+        },
+        Request::CreateKernel {
+            id: 5,
+            program: 4,
+            name: name.as_bytes(),
+        },
+    ] {
+        assert_eq!(c.call(&request).0, cl::CL_SUCCESS, "{request:?}");
+    }
+}
+
+fn launch(c: &mut Client) -> i32 {
+    let (status, _, _) = c.task(vec![Command::NdRange(NdRange {
+        queue: 2,
+        event: 0,
+        kernel: 5,
+        work_dim: 1,
+        offset: [0; 3],
+        global: [16, 0, 0],
+        local: None,
+        args: vec![KernelArg::Mem(3)],
+    })]);
+    status
+}
+
+fn binary_sizes(c: &mut Client) -> i32 {
+    c.call(&Request::GetProgramInfo {
+        program: 4,
+        param: cl::CL_PROGRAM_BINARY_SIZES,
+    })
+    .0
+}
+
+#[test]
+fn a_kernel_name_the_runtime_cannot_take_fails_only_that_call() {
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let limit = ServiceConfig::default().kernel_name_bytes_max;
+    let mut other = Client::connect(svc.local_addr()).unwrap();
+    other.setup(0x20);
+
+    // PoCL aborts the process generating code for this name (natively too): at the
+    // program cache's binary query after the build, at a binary query, at a launch.
+    let mut hostile = Client::connect(svc.local_addr()).unwrap();
+    program_with_kernel(&mut hostile, &"k".repeat(300));
+    assert_eq!(binary_sizes(&mut hostile), cl::CL_OUT_OF_RESOURCES);
+    assert_ne!(launch(&mut hostile), cl::CL_SUCCESS);
+    // The kernel is still an ordinary kernel for every query that makes no code.
+    assert_eq!(
+        hostile
+            .call(&Request::GetKernelInfo {
+                kernel: 5,
+                param: cl::CL_KERNEL_NUM_ARGS
+            })
+            .0,
+        cl::CL_SUCCESS
+    );
+
+    // The longest name allowed works in full.
+    let mut edge = Client::connect(svc.local_addr()).unwrap();
+    program_with_kernel(&mut edge, &"e".repeat(limit));
+    assert_eq!(binary_sizes(&mut edge), cl::CL_SUCCESS);
+    assert_eq!(launch(&mut edge), cl::CL_SUCCESS);
+
+    // The other client's work is untouched, and the service takes new clients.
+    let (status, _, reads) = other.task(vec![inc(2, 5, 3, 0), read_cmd(2, 3, 0)]);
+    assert_eq!(status, cl::CL_SUCCESS);
+    let want: Vec<u8> = (0..16)
+        .flat_map(|_| (0x2020_2020i32 + 1).to_le_bytes())
+        .collect();
+    assert_eq!(reads[0].1, want);
+    assert!(Client::connect(svc.local_addr()).is_ok());
+}

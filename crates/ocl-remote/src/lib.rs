@@ -11,6 +11,7 @@
 //! - [`shm`]: shared memory regions for the same-host buffer path.
 //! - [`poll`]: the bounded polling both ends do before they sleep on their socket.
 //! - [`stream`]: the connection, over TCP or, on the node's host, a Unix socket.
+//! - [`fuzzing`]: the bodies of the fuzz targets and the corpus replay test.
 //!
 //! [`cl`] has the OpenCL constants both sides interpret. It is not an OpenCL binding for
 //! applications: programs use the standard OpenCL API through the ICD loader. The design
@@ -18,6 +19,7 @@
 
 pub mod cl;
 pub mod ffi;
+pub mod fuzzing;
 pub mod poll;
 pub mod proto;
 pub mod service;

@@ -1,0 +1,79 @@
+//! Replays the checked-in fuzz corpora (`fuzz/corpus/<target>/`) on stable Rust:
+//! `decode` through the decoders, `session` through a live service while another
+//! client works beside it. After every hostile conversation the service must still
+//! answer, the other client's results must be right, and the conversation's objects
+//! must be released. The session replay needs an OpenCL runtime with a device (PoCL).
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{inc, read_cmd, service, Client};
+use ocl_remote::cl;
+use ocl_remote::service::ServiceConfig;
+
+fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
+    let mut files: Vec<_> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 3,
+        "{target}: only {} corpus files",
+        files.len()
+    );
+    files
+        .into_iter()
+        .map(|p| {
+            let data = fs::read(&p).unwrap();
+            (p, data)
+        })
+        .collect()
+}
+
+#[test]
+fn decode_corpus() {
+    for (path, data) in corpus("decode") {
+        let outcome = std::panic::catch_unwind(|| ocl_remote::proto::fuzz_one(&data));
+        assert!(outcome.is_ok(), "decode: {} fails", path.display());
+    }
+}
+
+#[test]
+fn session_corpus_leaves_the_service_and_its_other_clients_whole() {
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut bystander = Client::connect(svc.local_addr()).unwrap();
+    bystander.setup(0);
+    let own_objects = svc.client_objects();
+    let mut expected = 0i32;
+    for (path, data) in corpus("session") {
+        ocl_remote::fuzzing::drive_session(svc.local_addr(), &data, Duration::from_millis(100))
+            .unwrap_or_else(|e| panic!("{}: cannot connect: {e}", path.display()));
+        // The bystander's buffer counts its tasks: each adds one to every int.
+        let (status, _, reads) = bystander.task(vec![inc(2, 5, 3, 0), read_cmd(2, 3, 0)]);
+        expected += 1;
+        assert_eq!(status, cl::CL_SUCCESS, "after {}", path.display());
+        let want: Vec<u8> = (0..16).flat_map(|_| expected.to_le_bytes()).collect();
+        assert_eq!(reads[0].1, want, "after {}", path.display());
+        // The conversation's session ended and released what it held.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while svc.clients_connected() > 1 || svc.client_objects() != own_objects {
+            assert!(
+                Instant::now() < deadline,
+                "{}: {} clients and {} objects remain",
+                path.display(),
+                svc.clients_connected(),
+                svc.client_objects()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}

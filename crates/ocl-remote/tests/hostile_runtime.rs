@@ -119,3 +119,87 @@ fn a_kernel_name_the_runtime_cannot_take_fails_only_that_call() {
     assert_eq!(reads[0].1, want);
     assert!(Client::connect(svc.local_addr()).is_ok());
 }
+
+/// The program cache hands a second client an executable loaded from binaries; the
+/// runtime must still see a source program wherever it reads source (PoCL read a
+/// header's missing source through a null pointer and took the node down).
+#[test]
+fn a_program_built_from_the_cache_still_compiles_and_serves_as_a_header() {
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let source = b"int twice(int x) { return 2 * x; }\n__kernel void k(__global int *v) { v[0] = twice(v[0]); }";
+    let header_user =
+        b"#include \"twice.h\"\n__kernel void j(__global int *v) { v[0] = twice(v[0]); }";
+    let build = |c: &mut Client, options: &'static [u8]| {
+        let device = c.info.1[0][0];
+        for request in [
+            Request::CreateContext {
+                id: 1,
+                devices: vec![device],
+            },
+            Request::CreateProgramWithSource {
+                id: 4,
+                context: 1,
+                source,
+            },
+            Request::BuildProgram {
+                program: 4,
+                devices: vec![],
+                options,
+            },
+        ] {
+            assert_eq!(c.call(&request).0, cl::CL_SUCCESS, "{request:?}");
+        }
+    };
+    // The first client's build fills the cache; the second's is a hit.
+    build(&mut Client::connect(svc.local_addr()).unwrap(), b"-DA=1");
+    let mut c = Client::connect(svc.local_addr()).unwrap();
+    build(&mut c, b"-DA=1");
+    let compile = |c: &mut Client, program: u64, headers: Vec<(u64, &'static [u8])>| {
+        c.call(&Request::CompileProgram {
+            program,
+            devices: vec![],
+            options: b"",
+            headers,
+        })
+        .0
+    };
+    assert_eq!(
+        c.call(&Request::CreateProgramWithSource {
+            id: 6,
+            context: 1,
+            source: header_user,
+        })
+        .0,
+        cl::CL_SUCCESS
+    );
+    assert_eq!(compile(&mut c, 6, vec![(4, b"twice.h")]), cl::CL_SUCCESS);
+    assert_eq!(compile(&mut c, 4, vec![]), cl::CL_SUCCESS);
+
+    // A program made from binaries has no source: it neither compiles nor serves as a
+    // header.
+    let (status, binaries) = c.call(&Request::GetProgramInfo {
+        program: 6,
+        param: cl::CL_PROGRAM_BINARIES,
+    });
+    assert_eq!(status, cl::CL_SUCCESS);
+    let mut reader = ocl_remote::proto::Reader::new(&binaries);
+    assert_eq!(reader.count(4).unwrap(), 1);
+    let binary = reader.bytes().unwrap();
+    assert_eq!(
+        c.call(&Request::CreateProgramWithBinary {
+            id: 7,
+            context: 1,
+            binaries: vec![(c.info.1[0][0], binary)],
+        })
+        .0,
+        cl::CL_SUCCESS
+    );
+    assert_eq!(compile(&mut c, 7, vec![]), cl::CL_INVALID_OPERATION);
+    assert_eq!(
+        compile(&mut c, 6, vec![(7, b"twice.h")]),
+        cl::CL_INVALID_OPERATION
+    );
+    assert!(Client::connect(svc.local_addr()).is_ok());
+}

@@ -73,6 +73,10 @@ struct ProgramSource {
     hash: programs::Key,
     context: Arc<Real>,
     devices: Vec<u32>,
+    /// The runtime's program made from the client's source. After a program-cache hit
+    /// the program's executable comes from cached binaries instead, and a binary program
+    /// has no source: builds, compiles and headers keep working on this one.
+    program: Arc<Real>,
 }
 
 struct Session<'s> {
@@ -524,20 +528,26 @@ impl Session<'_> {
                     return err(cl::CL_INVALID_CONTEXT);
                 };
                 let ctx = Arc::clone(ctx);
-                let program_source = ProgramSource {
-                    hash: programs::source_hash(source),
-                    context: Arc::clone(&ctx),
-                    devices: devices.clone(),
-                };
+                let hash = programs::source_hash(source);
+                let devices = devices.clone();
                 let ptr = source.as_ptr().cast();
                 let len = source.len();
                 self.create(
                     id,
                     // SAFETY: valid context; one string of `len` bytes.
                     |e| unsafe { (api.clCreateProgramWithSource)(ctx.handle(), 1, &ptr, &len, e) },
-                    |raw| Obj::Program {
-                        real: Real::new(raw, api.clReleaseProgram),
-                        source: Some(program_source),
+                    |raw| {
+                        let real = Real::new(raw, api.clReleaseProgram);
+                        let source = ProgramSource {
+                            hash,
+                            context: Arc::clone(&ctx),
+                            devices,
+                            program: Arc::clone(&real),
+                        };
+                        Obj::Program {
+                            real,
+                            source: Some(source),
+                        }
                     },
                 )
             }
@@ -995,6 +1005,15 @@ impl Session<'_> {
                 }
             }
         }
+        // Built from the client's source, not from binaries an earlier cache hit loaded.
+        let real = source.as_ref().map_or(real, |s| Arc::clone(&s.program));
+        self.objects.insert(
+            program,
+            Obj::Program {
+                real: Arc::clone(&real),
+                source: source.clone(),
+            },
+        );
         let options = CString::new(options).expect("NULs removed");
         let dev_ptr = if devs.is_empty() {
             std::ptr::null()
@@ -1041,17 +1060,30 @@ impl Session<'_> {
         headers: Vec<(u64, &[u8])>,
     ) -> Reply {
         let api = &self.shared.runtime.api;
-        let Some(Obj::Program { real, .. }) = self.objects.get(&program) else {
+        let Some(Obj::Program { source, .. }) = self.objects.get(&program) else {
             return err(cl::CL_INVALID_PROGRAM);
         };
-        let real = Arc::clone(real);
+        // Only programs made from source compile (a binary has nothing to compile).
+        let Some(source) = source.clone() else {
+            return err(cl::CL_INVALID_OPERATION);
+        };
+        let real = Arc::clone(&source.program);
         let Some(devs) = self.device_handles(&devices) else {
             return err(cl::CL_INVALID_DEVICE);
         };
         let ids: Vec<u64> = headers.iter().map(|(id, _)| *id).collect();
-        let Some(header_handles) = self.program_handles(&ids) else {
-            return err(cl::CL_INVALID_PROGRAM);
+        let header_handles = match self.header_handles(&ids) {
+            Ok(handles) => handles,
+            Err(code) => return err(code),
         };
+        // The compiled program replaces an executable an earlier cache hit loaded.
+        self.objects.insert(
+            program,
+            Obj::Program {
+                real: Arc::clone(&real),
+                source: Some(source),
+            },
+        );
         let Ok(header_names) = headers
             .into_iter()
             .map(|(_, name)| CString::new(name))
@@ -1077,6 +1109,22 @@ impl Session<'_> {
             )
         };
         err(rc)
+    }
+
+    /// The runtime's source programs of the client's programs `ids`, to be embedded as
+    /// headers: `CL_INVALID_PROGRAM` if one is not a program of this client,
+    /// `CL_INVALID_OPERATION` if one was not made from source (a runtime reads a
+    /// header's source and may crash on a program that has none).
+    fn header_handles(&self, ids: &[u64]) -> Result<Vec<Handle>, ClInt> {
+        ids.iter()
+            .map(|id| match self.objects.get(id) {
+                Some(Obj::Program {
+                    source: Some(s), ..
+                }) => Ok(s.program.handle()),
+                Some(Obj::Program { source: None, .. }) => Err(cl::CL_INVALID_OPERATION),
+                _ => Err(cl::CL_INVALID_PROGRAM),
+            })
+            .collect()
     }
 
     /// The real handles of the client's programs `ids`; `None` if one is not a program

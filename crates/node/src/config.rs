@@ -76,7 +76,8 @@ pub struct Config {
     pub fault_injection: bool,
     /// Network threads, each with its own listener (SO_REUSEPORT). 0 = one per core.
     pub io_threads: usize,
-    /// `error`, `warn`, `info`, `debug` or `trace` (or a tracing filter directive).
+    /// `off`, `error`, `warn`, `info`, `debug` or `trace`, or a tracing filter of
+    /// `TARGET=LEVEL` directives; anything else is refused (see `logging::check_filter`).
     pub log_level: String,
     /// When set, reconfiguration requires `Authorization: Bearer <token>`.
     pub admin_token: Option<String>,
@@ -247,6 +248,7 @@ impl Config {
         if let Some(token) = &self.admin_token {
             check_admin_token(token)?;
         }
+        crate::logging::check_filter(&self.log_level)?;
         Ok(())
     }
 
@@ -342,6 +344,14 @@ mod tests {
             .unwrap_err()
             .contains("at least 1"));
         assert!(Config::from_toml("body_bytes_max = 10\nbody_memory_bytes_max = 5").is_err());
+    }
+
+    #[test]
+    fn an_invalid_log_level_is_refused() {
+        let err = Config::from_toml("log_level = \"verbose\"").unwrap_err();
+        assert!(err.contains("error, warn, info, debug, trace"), "{err}");
+        let c = Config::from_toml("log_level = \"info,netaccel_node=debug\"").unwrap();
+        assert_eq!(c.log_level, "info,netaccel_node=debug");
     }
 
     #[test]

@@ -30,7 +30,8 @@ struct Args {
     /// Network threads (0 = one per core).
     #[arg(long, value_name = "N")]
     io_threads: Option<usize>,
-    /// Log level: error, warn, info, debug, trace (or a tracing filter).
+    /// Log level: off, error, warn, info, debug, trace, or a tracing filter of
+    /// TARGET=LEVEL directives ("info,netaccel_node=debug").
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
 }
@@ -67,7 +68,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .expect("log_level was checked by Config::validate");
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -16,3 +16,31 @@ fn an_empty_admin_token_or_slot_list_is_refused_at_start() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("slots = [] configures no slot"), "{stderr}");
 }
+
+#[test]
+fn an_invalid_log_level_is_refused_at_start_with_the_valid_ones_listed() {
+    let (code, stderr) = start_refused("log_level = \"verbose\"\n", &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("log level `verbose` is not valid"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("off, error, warn, info, debug, trace"),
+        "{stderr}"
+    );
+
+    let (code, stderr) = start_refused("", &["--log-level", "loud"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("log level `loud` is not valid"), "{stderr}");
+
+    // A tracing filter is still a valid level.
+    let node = TestNode::start_logging("", &["--log-level", "warn,netaccel_node=debug"]);
+    assert_eq!(node.get_json("/health")["status"], "ok");
+    // `info` lines of the node pass the filter although the default level is `warn`.
+    assert!(
+        node.log().contains("netaccel node listening"),
+        "{}",
+        node.log()
+    );
+}

@@ -27,6 +27,22 @@ fn free_port() -> u16 {
 impl TestNode {
     /// Starts a node with `config` (TOML, without the `http` key).
     pub fn start(config: &str) -> TestNode {
+        TestNode::launch(config, &[], false)
+    }
+
+    /// Starts a node with `config` and extra command-line `args` (`--log-level debug`
+    /// overrides the harness's `log_level = "warn"`); its stderr goes to a file that
+    /// [`TestNode::log`] reads.
+    pub fn start_logging(config: &str, args: &[&str]) -> TestNode {
+        TestNode::launch(config, args, true)
+    }
+
+    /// What the node has written on stderr so far (nodes from `start_logging`).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
+    }
+
+    fn launch(config: &str, args: &[&str], capture_stderr: bool) -> TestNode {
         for _ in 0..5 {
             let port = free_port();
             let rac_port = free_port();
@@ -39,11 +55,17 @@ impl TestNode {
                 format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\nlog_level = \"warn\"\n{config}"),
             )
             .unwrap();
+            let stderr = if capture_stderr {
+                Stdio::from(std::fs::File::create(dir.join("stderr.log")).unwrap())
+            } else {
+                Stdio::inherit()
+            };
             let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
                 .arg("--config")
                 .arg(&path)
+                .args(args)
                 .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
+                .stderr(stderr)
                 .spawn()
                 .expect("starting netaccel-node");
             let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();

@@ -28,13 +28,14 @@ use bytes::BufMut;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use rac_proto::{
-    CallHeader, CallKind, ControlRequest, Decode, ResultHeader, Status, HEADER_LEN, NO_SLOT,
+    CallHeader, CallKind, ControlRequest, Decode, ResultHeader, ResultKind, Status, HEADER_LEN,
+    NO_SLOT,
 };
 use tokio::net::TcpStream;
 
 use crate::memory::{BodyMemory, PoolLease};
 use crate::netio::{self, read_with_deadline, Deadline};
-use crate::node::{Node, TenantGate};
+use crate::node::{Node, Protocol, TenantGate};
 use crate::slot::{Answer, Call, Submitted, TenantId};
 
 /// Bytes pulled in by one read.
@@ -286,7 +287,6 @@ impl RacConn {
             Target::Call(_) => match self.node.pool.reserve(len) {
                 Some(lease) => Some(lease),
                 None => {
-                    self.node.rac_busy.inc();
                     return self.refuse(
                         &header,
                         Status::Busy,
@@ -382,12 +382,7 @@ impl RacConn {
             permit: lease.map(BodyMemory::Pool),
         };
         match self.node.dispatcher.submit(call) {
-            Submitted::Done(answer) => {
-                if answer.status == Status::Busy {
-                    self.node.rac_busy.inc();
-                }
-                self.write_answer(&header, answer);
-            }
+            Submitted::Done(answer) => self.write_answer(&header, answer),
             Submitted::Queued(rx) => {
                 self.in_flight.insert(header.request_id);
                 self.node.rac_in_flight.inc();
@@ -524,8 +519,13 @@ impl RacConn {
         }
     }
 
+    /// Queues one result for the client. Every result of the connection passes here,
+    /// so this is where RAC results are counted.
     fn write_result(&mut self, result: &ResultHeader, body: &[u8]) {
         self.node.rac_requests(result.status).inc();
+        if result.status == Status::Busy && result.kind == ResultKind::Result {
+            self.node.count_busy(Protocol::Rac, Some(result.accel_id));
+        }
         let header = result.encode();
         let alone = self.pending.is_empty() && self.rpos == self.rbuf.len();
         if alone && self.wbuf.is_empty() && body.len() >= DIRECT_WRITE_MIN {

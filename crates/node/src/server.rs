@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::Config;
-use crate::node::Node;
+use crate::node::{Node, Protocol};
 
 /// A started node.
 pub struct Running {
@@ -136,12 +136,6 @@ fn bind(addr: SocketAddr) -> io::Result<StdListener> {
     socket.bind(&addr.into())?;
     socket.listen(4096)?;
     Ok(socket.into())
-}
-
-#[derive(Clone, Copy)]
-enum Protocol {
-    Http,
-    Rac,
 }
 
 fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener) {

@@ -4,7 +4,43 @@
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
 use common::*;
+use rac_proto::{params, CallHeader, Decode, ResultHeader, Status, HEADER_LEN};
+
+/// Polls `cond` until it holds; fails with `what` after 10 s.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Reads one RAC result (header and payload) from a blocking stream.
+fn read_result(s: &mut TcpStream) -> (ResultHeader, Vec<u8>) {
+    let mut head = [0u8; HEADER_LEN];
+    s.read_exact(&mut head).unwrap();
+    let Decode::Complete(h) = ResultHeader::decode(&head, 1 << 30) else {
+        panic!("bad result header {head:?}")
+    };
+    let mut payload = vec![0; h.payload_len as usize];
+    s.read_exact(&mut payload).unwrap();
+    (h, payload)
+}
+
+fn busy_metrics(node: &TestNode, accelerator: &str) -> (f64, f64, f64) {
+    (
+        node.metric("netaccel_busy_refusals_total{protocol=\"http\"}"),
+        node.metric("netaccel_busy_refusals_total{protocol=\"rac\"}"),
+        node.metric(&format!(
+            "netaccel_accelerator_calls_total{{accelerator=\"{accelerator}\",status=\"BUSY\"}}"
+        )),
+    )
+}
 
 #[test]
 fn an_empty_admin_token_or_slot_list_is_refused_at_start() {
@@ -43,4 +79,105 @@ fn an_invalid_log_level_is_refused_at_start_with_the_valid_ones_listed() {
         "{}",
         node.log()
     );
+}
+
+#[test]
+fn every_busy_refusal_is_counted_once_by_protocol_and_by_accelerator() {
+    // Body memory for one 1000-byte body, one reassembly buffer.
+    let node = TestNode::start(
+        "body_bytes_max = 1000\nbody_memory_bytes_max = 1000\n\
+         reassembly_buffers = 1\nreassembly_buffer_bytes = 1048576\n",
+    );
+    assert_eq!(busy_metrics(&node, "echo"), (0.0, 0.0, 0.0));
+
+    // HTTP: a half-sent body holds all the body memory; the next call is refused.
+    let mut holder = TcpStream::connect(node.addr).unwrap();
+    holder
+        .write_all(b"POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nab")
+        .unwrap();
+    wait_until("the body memory is taken", || {
+        node.metric("netaccel_body_memory_bytes") == 1000.0
+    });
+    match ureq::post(&node.url("/v1/fn/echo")).send_bytes(b"0123456789") {
+        Err(ureq::Error::Status(503, r)) => {
+            let v: serde_json::Value = r.into_json().unwrap();
+            assert_eq!(v["code"], "BUSY");
+        }
+        other => panic!("expected 503 BUSY, got {other:?}"),
+    }
+    assert_eq!(busy_metrics(&node, "echo"), (1.0, 0.0, 1.0));
+
+    // RAC: a half-sent payload holds the only reassembly buffer; the next is refused.
+    let mut rac_holder = TcpStream::connect(node.rac_addr).unwrap();
+    rac_holder
+        .write_all(&CallHeader::call(1, 1, 1_000_000, params::NONE).encode())
+        .unwrap();
+    rac_holder.write_all(&[0; 1000]).unwrap();
+    wait_until("the reassembly buffer is taken", || {
+        node.metric("netaccel_reassembly_buffers_in_use") == 1.0
+    });
+    let mut s = TcpStream::connect(node.rac_addr).unwrap();
+    s.write_all(&CallHeader::call(1, 2, 100_000, params::NONE).encode())
+        .unwrap();
+    s.write_all(&[0; 100]).unwrap();
+    let (result, _) = read_result(&mut s);
+    assert_eq!(result.status, Status::Busy);
+    assert_eq!(busy_metrics(&node, "echo"), (1.0, 1.0, 2.0));
+    drop((holder, rac_holder));
+}
+
+#[test]
+fn http_calls_refused_by_full_slots_are_counted() {
+    // One matmul slot that queues everything, with room for one queued call: of
+    // concurrent long calls, those that find it full are refused BUSY by the
+    // dispatcher (and, with `Expect: 100-continue`, before their body is read).
+    let node = TestNode::start(
+        "inline_work_max = 0\nqueue_depth_max = 1\ntenant_queue_depth_max = 1\n\
+         [[slots]]\naccelerator = \"matmul\"\n",
+    );
+    let n = 300;
+    let payload = f32_bytes(&vec![1.0; 2 * n * n]);
+    let file = std::env::temp_dir().join(format!("netaccel-busy-{}.bin", std::process::id()));
+    std::fs::write(&file, &payload).unwrap();
+    let data = format!("@{}", file.display());
+    let url = node.url(&format!("/v1/fn/matmul?n={n}"));
+    let mut busy = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while busy == 0 {
+        assert!(Instant::now() < deadline, "no call was ever refused BUSY");
+        let answers: Vec<(u16, Vec<u8>)> = std::thread::scope(|s| {
+            let calls: Vec<_> = (0..6)
+                .map(|i| {
+                    let (url, payload, data) = (&url, &payload, &data);
+                    s.spawn(move || {
+                        if i % 2 == 1 {
+                            // curl waits for `100 Continue` as a client should.
+                            let expect = ["-H", "Expect: 100-continue", "--data-binary"];
+                            return curl(&[&expect[..], &[data.as_str(), url.as_str()]].concat());
+                        }
+                        match ureq::post(url).send_bytes(payload) {
+                            Ok(r) => (r.status(), Vec::new()),
+                            Err(ureq::Error::Status(code, r)) => {
+                                let mut body = Vec::new();
+                                r.into_reader().read_to_end(&mut body).unwrap();
+                                (code, body)
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                    })
+                })
+                .collect();
+            calls.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        for (code, body) in &answers {
+            if *code != 200 {
+                let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+                assert_eq!((*code, v["code"].as_str()), (503, Some("BUSY")));
+                busy += 1;
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&file);
+    let busy = busy as f64;
+    assert_eq!(busy_metrics(&node, "matmul"), (busy, 0.0, busy));
 }

@@ -24,7 +24,7 @@ use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route};
 use crate::memory::{BodyMemory, MemoryPermit};
 use crate::netio::{self, read_with_deadline, write_with_deadline, Deadline, WRITE_BATCH_MAX};
-use crate::node::Node;
+use crate::node::{Node, Protocol};
 use crate::objects::StoreError;
 use crate::slot::{Answer, Call, Submitted, TenantId};
 
@@ -314,6 +314,9 @@ impl Conn {
             code_name,
             message,
         } = refusal;
+        if code_name == Status::Busy.name() {
+            self.node.count_busy(Protocol::Http, req.accel_id);
+        }
         if req.expect_continue || code == 413 || !self.skip_body(req).await? {
             req.keep_alive = false;
         }
@@ -379,7 +382,6 @@ impl Conn {
             return Ok(Err(self.refuse_before_body(req, refusal).await?));
         }
         let Some(mut permit) = self.node.body_budget.try_reserve(declared.unwrap_or(0)) else {
-            self.node.http_busy.inc();
             let message = "the node has no memory free for request bodies; retry".to_string();
             let refusal = BodyRefusal::Refuse {
                 code: 503,
@@ -417,8 +419,10 @@ impl Conn {
             Ok(()) => Ok(Ok(permit)),
             Err(HttpError { status, message }) => {
                 req.keep_alive = false;
+                // The only 503 while reading a body: no memory for the next chunk.
                 let name = if status == 503 {
-                    "BUSY"
+                    self.node.count_busy(Protocol::Http, req.accel_id);
+                    Status::Busy.name()
                 } else {
                     code_name(status)
                 };
@@ -514,7 +518,6 @@ impl Conn {
             }
             if let Some(permit) = permit.as_deref_mut() {
                 if !permit.try_grow(size as usize) {
-                    self.node.http_busy.inc();
                     return Ok(Err(HttpError::new(
                         503,
                         "the node has no memory free for request bodies; retry",
@@ -630,6 +633,9 @@ impl Conn {
             payload,
         } = answer;
         self.body = payload;
+        if status == Status::Busy {
+            self.node.count_busy(Protocol::Http, req.accel_id);
+        }
         let code = http_code(status);
         let slot_text = slot.map_or_else(|| b"none".to_vec(), |s| s.to_string().into_bytes());
         let mut head = Head::start(&mut self.wbuf, code)

@@ -18,6 +18,8 @@ pub struct Request {
     pub keep_alive: bool,
     pub framing: BodyFraming,
     pub expect_continue: bool,
+    /// The accelerator a call names (for counting refusals by accelerator).
+    pub accel_id: Option<u16>,
 }
 
 pub enum Route {
@@ -83,8 +85,14 @@ fn not_allowed(method: &str, path: &str, allow: &'static str) -> Route {
 }
 
 pub fn route(head: &RequestHead<'_>, node: &Node) -> Request {
+    let route = pick(head, node);
+    let accel_id = match &route {
+        Route::Call { accel, .. } => Some(accel.descriptor().id),
+        _ => None,
+    };
     Request {
-        route: pick(head, node),
+        route,
+        accel_id,
         head_len: head.head_len,
         minor: head.minor_version,
         keep_alive: head.keep_alive,

@@ -181,3 +181,31 @@ fn http_calls_refused_by_full_slots_are_counted() {
     let busy = busy as f64;
     assert_eq!(busy_metrics(&node, "matmul"), (busy, 0.0, busy));
 }
+
+#[test]
+fn the_location_of_a_new_object_finds_it_whatever_its_key() {
+    let node = TestNode::start("");
+    for (i, key) in ["a b?c#d", "ünïcödé/1", "100%?", "plain"]
+        .iter()
+        .enumerate()
+    {
+        // The client encodes the key as a path; the node decodes it.
+        let encoded: String = key
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'0'..=b'9' | b'/' => char::from(b).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let body = format!("object {i}");
+        let put = ureq::put(&node.url(&format!("/v1/objects/{encoded}")))
+            .send_bytes(body.as_bytes())
+            .unwrap();
+        assert_eq!(put.status(), 201, "{key}");
+        let location = put.header("location").unwrap().to_string();
+        let got = ureq::get(&node.url(&location))
+            .call()
+            .unwrap_or_else(|e| panic!("GET {location} for key {key:?}: {e}"));
+        assert_eq!(got.into_string().unwrap(), body, "{key}");
+    }
+}

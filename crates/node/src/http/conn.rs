@@ -786,7 +786,7 @@ impl Conn {
                 let code = if created { 201 } else { 204 };
                 let mut head = Head::start(&mut self.wbuf, code);
                 if created {
-                    let location = format!("/v1/objects/{key}");
+                    let location = super::route::object_path(&key);
                     head = head
                         .header("Location", location.as_bytes())
                         .num("Content-Length", 0);

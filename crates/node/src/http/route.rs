@@ -256,6 +256,24 @@ fn object_route(head: &RequestHead<'_>, raw_key: &str) -> Route {
     }
 }
 
+/// The path of object `key` (for `Location`), percent-encoded so that a client that
+/// follows it asks for the same key: every byte but unreserved characters and `/` is
+/// encoded, so `?`, `#`, `%`, spaces and UTF-8 come back as they were through
+/// [`percent_decode`].
+pub fn object_path(key: &str) -> String {
+    const PREFIX: &str = "/v1/objects/";
+    let mut path = String::with_capacity(PREFIX.len() + key.len() * 3);
+    path.push_str(PREFIX);
+    for &b in key.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            path.push(char::from(b));
+        } else {
+            path.push_str(&format!("%{b:02X}"));
+        }
+    }
+    path
+}
+
 fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -325,5 +343,29 @@ mod tests {
         assert_eq!(percent_decode("bad%2"), None);
         assert_eq!(percent_decode("bad%zz"), None);
         assert_eq!(percent_decode("%ff"), None);
+    }
+
+    #[test]
+    fn object_paths_are_encoded_so_that_they_decode_to_the_key() {
+        assert_eq!(
+            object_path("plain/key-1.bin"),
+            "/v1/objects/plain/key-1.bin"
+        );
+        assert_eq!(object_path("a b?c#d%e"), "/v1/objects/a%20b%3Fc%23d%25e");
+        assert_eq!(object_path("é"), "/v1/objects/%C3%A9");
+        for key in [
+            "a b?c#d%e",
+            "ünï/cödé",
+            "q?x=1&y=2",
+            "100%",
+            "+;,=@:!$'()*",
+            "~_.-",
+        ] {
+            let path = object_path(key);
+            assert!(path.bytes().all(|b| b.is_ascii_graphic()), "{path}");
+            assert!(!path.contains(['?', '#', ' ']), "{path}");
+            let encoded = path.strip_prefix("/v1/objects/").unwrap();
+            assert_eq!(percent_decode(encoded).as_deref(), Some(key));
+        }
     }
 }

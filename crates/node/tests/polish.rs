@@ -209,3 +209,73 @@ fn the_location_of_a_new_object_finds_it_whatever_its_key() {
         assert_eq!(got.into_string().unwrap(), body, "{key}");
     }
 }
+
+#[test]
+fn head_is_answered_on_every_get_route_with_headers_only() {
+    let node = TestNode::start("");
+    for path in ["/v1/accelerators", "/v1/slots", "/v1/slots/0", "/health", "/metrics"] {
+        let get = ureq::get(&node.url(path)).call().unwrap();
+        let get_type = get.header("content-type").unwrap().to_string();
+        let get_len = get.into_string().unwrap().len();
+        // HEAD, then a pipelined GET /health: the second response must start right
+        // after the first head, with no body between them.
+        let raw = node.raw(
+            format!(
+                "HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n\
+                 GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+            Duration::from_secs(3),
+        );
+        let text = String::from_utf8(raw).unwrap();
+        let heads: Vec<&str> = text.split_inclusive("\r\n\r\n").collect();
+        assert!(heads.len() >= 2, "{path}: {text}");
+        let head = heads[0];
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{path}: {text}");
+        assert!(
+            head.contains(&format!("\r\nContent-Type: {get_type}\r\n")),
+            "{path}: {head}"
+        );
+        if path != "/metrics" {
+            // (The metrics text changes between the two requests.)
+            assert!(
+                head.contains(&format!("\r\nContent-Length: {get_len}\r\n")),
+                "{path}: {head} (GET body {get_len} bytes)"
+            );
+        }
+        assert!(
+            heads[1].starts_with("HTTP/1.1 200 OK\r\n"),
+            "{path}: HEAD carried a body: {text}"
+        );
+    }
+    // Allow lists HEAD.
+    let resp = parse_responses(&node.raw(
+        b"DELETE /v1/slots HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(3),
+    ));
+    assert_eq!(resp[0].status, 405);
+    assert_eq!(resp[0].header("allow"), Some("GET, HEAD"));
+}
+
+#[test]
+fn http_1_1_without_exactly_one_host_is_a_bad_request() {
+    let node = TestNode::start("");
+    for request in [
+        &b"GET /health HTTP/1.1\r\n\r\n"[..],
+        b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: a b\r\n\r\n",
+    ] {
+        let resp = parse_responses(&node.raw(request, Duration::from_secs(3)));
+        let shown = String::from_utf8_lossy(request);
+        assert_eq!(resp.len(), 1, "{shown}");
+        assert_eq!(resp[0].status, 400, "{shown}");
+        assert_eq!(resp[0].json()["code"], "BAD_REQUEST");
+        assert_eq!(resp[0].header("connection"), Some("close"), "{shown}");
+    }
+    // HTTP/1.0 clients may leave Host out.
+    let resp = parse_responses(&node.raw(
+        b"GET /health HTTP/1.0\r\n\r\n",
+        Duration::from_secs(3),
+    ));
+    assert_eq!(resp[0].status, 200);
+}

@@ -199,9 +199,13 @@ impl Conn {
                 let ct = b"application/openmetrics-text; version=1.0.0; charset=utf-8";
                 self.respond(&req, 200, ct, text.as_bytes(), head_only, &[]);
             }
-            Route::Json { code, body } => {
+            Route::Json {
+                code,
+                body,
+                head_only,
+            } => {
                 self.skip_body_or_close(&mut req).await?;
-                self.respond(&req, code, b"application/json", &body, false, &[]);
+                self.respond(&req, code, b"application/json", &body, head_only, &[]);
             }
             Route::Refuse {
                 code,

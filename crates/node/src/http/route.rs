@@ -29,10 +29,12 @@ pub enum Route {
     Metrics {
         head_only: bool,
     },
-    /// A JSON document computed at routing time (catalog, slots).
+    /// A JSON document computed at routing time (catalog, slots); for `HEAD`, its
+    /// headers only.
     Json {
         code: u16,
         body: Vec<u8>,
+        head_only: bool,
     },
     Call {
         accel: Arc<dyn Accelerator>,
@@ -125,18 +127,20 @@ fn pick(head: &RequestHead<'_>, node: &Node) -> Route {
             _ => not_allowed(method, path, "GET, HEAD"),
         },
         "/v1/accelerators" => match method {
-            "GET" => Route::Json {
+            "GET" | "HEAD" => Route::Json {
                 code: 200,
                 body: node.catalog_json(),
+                head_only: method == "HEAD",
             },
-            _ => not_allowed(method, path, "GET"),
+            _ => not_allowed(method, path, "GET, HEAD"),
         },
         "/v1/slots" => match method {
-            "GET" => Route::Json {
+            "GET" | "HEAD" => Route::Json {
                 code: 200,
                 body: node.slots_json(None),
+                head_only: method == "HEAD",
             },
-            _ => not_allowed(method, path, "GET"),
+            _ => not_allowed(method, path, "GET, HEAD"),
         },
         _ => {
             if let Some(rest) = path.strip_prefix("/v1/slots/") {
@@ -158,9 +162,10 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
         _ => return refuse(404, "NOT_FOUND", format!("no slot {rest} on this node")),
     };
     match head.method {
-        "GET" => Route::Json {
+        "GET" | "HEAD" => Route::Json {
             code: 200,
             body: node.slots_json(Some(slot)),
+            head_only: head.method == "HEAD",
         },
         "PUT" => {
             if let Some(token) = &node.config.admin_token {
@@ -174,7 +179,7 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
             }
             Route::LoadSlot { slot }
         }
-        _ => not_allowed(head.method, head.path(), "GET, PUT"),
+        _ => not_allowed(head.method, head.path(), "GET, HEAD, PUT"),
     }
 }
 

@@ -213,7 +213,13 @@ fn the_location_of_a_new_object_finds_it_whatever_its_key() {
 #[test]
 fn head_is_answered_on_every_get_route_with_headers_only() {
     let node = TestNode::start("");
-    for path in ["/v1/accelerators", "/v1/slots", "/v1/slots/0", "/health", "/metrics"] {
+    for path in [
+        "/v1/accelerators",
+        "/v1/slots",
+        "/v1/slots/0",
+        "/health",
+        "/metrics",
+    ] {
         let get = ureq::get(&node.url(path)).call().unwrap();
         let get_type = get.header("content-type").unwrap().to_string();
         let get_len = get.into_string().unwrap().len();
@@ -273,9 +279,34 @@ fn http_1_1_without_exactly_one_host_is_a_bad_request() {
         assert_eq!(resp[0].header("connection"), Some("close"), "{shown}");
     }
     // HTTP/1.0 clients may leave Host out.
-    let resp = parse_responses(&node.raw(
-        b"GET /health HTTP/1.0\r\n\r\n",
-        Duration::from_secs(3),
-    ));
+    let resp = parse_responses(&node.raw(b"GET /health HTTP/1.0\r\n\r\n", Duration::from_secs(3)));
     assert_eq!(resp[0].status, 200);
+}
+
+#[test]
+fn a_body_cut_short_by_a_half_close_is_a_bad_request_not_a_timeout() {
+    let node = TestNode::start("io_timeout_ms = 30000\n");
+    for request in [
+        &b"POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabcd"[..],
+        b"POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nab",
+        b"POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\n",
+        b"PUT /v1/objects/k HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabcd",
+    ] {
+        let shown = String::from_utf8_lossy(request);
+        let mut s = TcpStream::connect(node.addr).unwrap();
+        s.write_all(request).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let start = Instant::now();
+        let resp = parse_responses(&read_until_quiet(&mut s, Duration::from_secs(10)));
+        assert_eq!(resp.len(), 1, "{shown}");
+        assert_eq!(resp[0].status, 400, "{shown}");
+        let body = resp[0].json();
+        assert_eq!(body["code"], "BAD_REQUEST", "{shown}");
+        assert!(
+            body["error"].as_str().unwrap().contains("ended early"),
+            "{shown}: {body}"
+        );
+        assert_eq!(resp[0].header("connection"), Some("close"), "{shown}");
+        assert!(start.elapsed() < Duration::from_secs(5), "{shown}");
+    }
 }

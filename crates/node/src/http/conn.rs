@@ -337,7 +337,7 @@ impl Conn {
             BodyFraming::None => Ok(true),
             _ if req.expect_continue => Ok(false),
             BodyFraming::Length(n) if n > self.node.config.body_bytes_max as u64 => Ok(false),
-            BodyFraming::Length(n) => self.read_exact_into(n as usize, None).await,
+            BodyFraming::Length(n) => Ok(self.read_exact_into(n as usize, None).await?.is_ok()),
             BodyFraming::Chunked => Ok(self.read_chunked(None, None).await?.is_ok()),
         }
     }
@@ -404,19 +404,12 @@ impl Conn {
         let outcome = match declared {
             Some(n) => {
                 body.reserve(n);
-                if self.read_exact_into(n, Some(&mut body)).await? {
-                    Ok(())
-                } else {
-                    Err(HttpError::new(408, "request body not received in time"))
-                }
+                self.read_exact_into(n, Some(&mut body)).await?
             }
-            None => match self
-                .read_chunked(Some(&mut body), Some(&mut permit))
-                .await?
-            {
-                Ok(()) => Ok(()),
-                Err(e) => Err(e),
-            },
+            None => {
+                self.read_chunked(Some(&mut body), Some(&mut permit))
+                    .await?
+            }
         };
         self.body = body;
         match outcome {
@@ -436,13 +429,14 @@ impl Conn {
         }
     }
 
-    /// Reads `n` body bytes, buffered ones first, into `dst` (or nowhere). Returns
-    /// `false` on end of stream or timeout.
+    /// Reads `n` body bytes, buffered ones first, into `dst` (or nowhere). The inner
+    /// error is the answer when the body does not come whole: the end of the stream
+    /// (400) or the timeout (408).
     async fn read_exact_into(
         &mut self,
         n: usize,
         mut dst: Option<&mut Vec<u8>>,
-    ) -> io::Result<bool> {
+    ) -> io::Result<Result<(), HttpError>> {
         let from_buffer = n.min(self.buffered().len());
         if let Some(dst) = dst.as_deref_mut() {
             dst.extend_from_slice(&self.rbuf[self.rpos..self.rpos + from_buffer]);
@@ -475,7 +469,8 @@ impl Conn {
                 }
             };
             match read {
-                Some(0) | None => return Ok(false),
+                Some(0) => return Ok(Err(body_ended_early())),
+                None => return Ok(Err(body_timed_out())),
                 Some(k) => {
                     remaining -= k;
                     // A large body is read one chunk per turn, so other connections on
@@ -486,7 +481,7 @@ impl Conn {
                 }
             }
         }
-        Ok(true)
+        Ok(Ok(()))
     }
 
     /// Reads a chunked body into `dst` (or nowhere), growing `permit` as data arrives.
@@ -528,14 +523,11 @@ impl Conn {
                     )));
                 }
             }
-            if !self
+            if let Err(e) = self
                 .read_exact_into(size as usize, dst.as_deref_mut())
                 .await?
             {
-                return Ok(Err(HttpError::new(
-                    408,
-                    "request body not received in time",
-                )));
+                return Ok(Err(e));
             }
             match self.parse_buffered(parse::parse_chunk_end).await? {
                 Ok(n) => self.rpos += n,
@@ -558,12 +550,9 @@ impl Conn {
             let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
             match self.wait_read(deadline, false).await? {
                 Wait::Data => {}
-                Wait::Eof | Wait::Shutdown | Wait::Timeout => {
-                    return Ok(Err(HttpError::new(
-                        408,
-                        "request body not received in time",
-                    )))
-                }
+                Wait::Eof => return Ok(Err(body_ended_early())),
+                // (A wait that is not idle does not end for a shutdown.)
+                Wait::Shutdown | Wait::Timeout => return Ok(Err(body_timed_out())),
             }
         }
     }
@@ -849,6 +838,20 @@ impl Conn {
             None => Wait::Timeout,
         })
     }
+}
+
+/// The client ended its side of the connection (a half-close, `shutdown(SHUT_WR)`)
+/// before the body was whole: the request is incomplete, not late, so it is a 400.
+/// The client may still read the answer.
+fn body_ended_early() -> HttpError {
+    HttpError::new(
+        400,
+        "the request body ended early: the client closed its side before sending all of it",
+    )
+}
+
+fn body_timed_out() -> HttpError {
+    HttpError::new(408, "request body not received in time")
 }
 
 #[derive(serde::Deserialize)]

@@ -310,3 +310,33 @@ fn a_body_cut_short_by_a_half_close_is_a_bad_request_not_a_timeout() {
         assert!(start.elapsed() < Duration::from_secs(5), "{shown}");
     }
 }
+
+#[test]
+fn a_response_written_while_draining_says_connection_close() {
+    let mut node = TestNode::start("");
+    // A keep-alive request whose body is half sent when the drain begins.
+    let mut s = TcpStream::connect(node.addr).unwrap();
+    s.write_all(b"POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabcd")
+        .unwrap();
+    wait_until("the node reads the body", || {
+        node.metric("netaccel_body_memory_bytes") == 10.0
+    });
+    unsafe { libc::kill(node.pid(), libc::SIGTERM) };
+    // The listeners close once the node is draining.
+    wait_until("the node stops accepting", || {
+        TcpStream::connect(node.addr).is_err()
+    });
+    s.write_all(b"efghij").unwrap();
+    let data = read_until_quiet(&mut s, Duration::from_secs(10));
+    let resp = parse_responses(&data);
+    assert_eq!(resp.len(), 1, "{}", String::from_utf8_lossy(&data));
+    assert_eq!(
+        (resp[0].status, resp[0].body.as_slice()),
+        (200, &b"abcdefghij"[..])
+    );
+    assert_eq!(resp[0].header("connection"), Some("close"));
+    // And the node did close it.
+    let mut rest = [0u8; 1];
+    assert_eq!(s.read(&mut rest).unwrap(), 0);
+    assert!(node.terminate().success());
+}

@@ -48,6 +48,7 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
         tenant,
         shutdown,
         timer: Deadline::default(),
+        close_after: false,
     };
     if let Err(e) = conn.run().await {
         tracing::debug!(error = %e, "http connection ended with an error");
@@ -68,6 +69,9 @@ struct Conn {
     shutdown: watch::Receiver<bool>,
     /// The connection's read deadline (idle, head or body timeout).
     timer: Deadline,
+    /// A response said `Connection: close`: the connection ends after it (see
+    /// [`Conn::keep_alive`]).
+    close_after: bool,
 }
 
 enum Step {
@@ -142,7 +146,7 @@ impl Conn {
                 Wait::Eof | Wait::Shutdown => return Ok(()),
                 Wait::Timeout if partial => {
                     let message = "request head not received in time";
-                    self.error(408, "REQUEST_TIMEOUT", message, false, 1);
+                    self.error(408, "REQUEST_TIMEOUT", message, 1);
                     self.flush().await?;
                     netio::linger(&mut self.stream).await;
                     return Ok(());
@@ -165,7 +169,7 @@ impl Conn {
             Ok(Parse::Partial) => return Ok(Step::NeedMore),
             Ok(Parse::Complete(head)) => route(&head, &self.node),
             Err(HttpError { status, message }) => {
-                self.error(status, code_name(status), &message, false, 1);
+                self.error(status, code_name(status), &message, 1);
                 return Ok(Step::Close);
             }
         };
@@ -174,9 +178,6 @@ impl Conn {
     }
 
     async fn handle(&mut self, mut req: Request) -> io::Result<Step> {
-        if *self.shutdown.borrow() {
-            req.keep_alive = false;
-        }
         let route = std::mem::replace(&mut req.route, Route::Health { head_only: true });
         match route {
             Route::Health { head_only } => {
@@ -186,10 +187,11 @@ impl Conn {
                 } else {
                     br#"{"status":"ok"}"#
                 };
+                let keep_alive = self.keep_alive(&req);
                 Head::start(&mut self.wbuf, 200)
                     .header("Content-Type", b"application/json")
                     .num("Content-Length", 15)
-                    .finish(req.keep_alive, req.minor);
+                    .finish(keep_alive, req.minor);
                 self.wbuf.extend_from_slice(body);
                 self.count(200);
             }
@@ -242,7 +244,8 @@ impl Conn {
             Route::ObjectDelete { key } => {
                 self.skip_body_or_close(&mut req).await?;
                 if self.node.objects.delete(&key) {
-                    Head::start(&mut self.wbuf, 204).finish(req.keep_alive, req.minor);
+                    let keep_alive = self.keep_alive(&req);
+                    Head::start(&mut self.wbuf, 204).finish(keep_alive, req.minor);
                     self.count(204);
                 } else {
                     let body = error_body(&format!("no object named {key}"), "NOT_FOUND");
@@ -250,14 +253,27 @@ impl Conn {
                 }
             }
         }
-        Ok(self.after(&req))
+        Ok(self.after())
     }
 
-    fn after(&self, req: &Request) -> Step {
-        if req.keep_alive {
-            Step::Next
-        } else {
+    /// Whether the response being written keeps the connection open, for its
+    /// `Connection` header: the request allows it and the node is not draining. The
+    /// answer is remembered, so the connection closes after a response exactly when
+    /// that response said `Connection: close` (a drain that began while a call ran
+    /// closes the connection after the call's response, which says so).
+    fn keep_alive(&mut self, req: &Request) -> bool {
+        let keep_alive = req.keep_alive && !*self.shutdown.borrow();
+        self.close_after |= !keep_alive;
+        keep_alive
+    }
+
+    /// What follows a request's response: the next request, or the end of the
+    /// connection if the response said so.
+    fn after(&self) -> Step {
+        if self.close_after {
             Step::Close
+        } else {
+            Step::Next
         }
     }
 
@@ -275,6 +291,7 @@ impl Conn {
         head_only: bool,
         extra: &[(&str, &[u8])],
     ) {
+        let keep_alive = self.keep_alive(req);
         let mut head = Head::start(&mut self.wbuf, code)
             .header("Content-Type", content_type)
             .num("Content-Length", body.len() as u64);
@@ -284,15 +301,16 @@ impl Conn {
         if code == 503 {
             head = head.header("Retry-After", b"1");
         }
-        head.finish(req.keep_alive, req.minor);
+        head.finish(keep_alive, req.minor);
         if !head_only {
             self.wbuf.extend_from_slice(body);
         }
         self.count(code);
     }
 
-    /// A JSON error response.
-    fn error(&mut self, code: u16, name: &str, message: &str, keep_alive: bool, minor: u8) {
+    /// A JSON error response after which the connection closes.
+    fn error(&mut self, code: u16, name: &str, message: &str, minor: u8) {
+        self.close_after = true;
         let body = error_body(message, name);
         let mut head = Head::start(&mut self.wbuf, code)
             .header("Content-Type", b"application/json")
@@ -300,7 +318,7 @@ impl Conn {
         if code == 503 {
             head = head.header("Retry-After", b"1");
         }
-        head.finish(keep_alive, minor);
+        head.finish(false, minor);
         self.wbuf.extend_from_slice(&body);
         self.count(code);
     }
@@ -326,7 +344,7 @@ impl Conn {
         }
         let body = error_body(&message, code_name);
         self.respond(req, code, b"application/json", &body, false, &[]);
-        Ok(self.after(req))
+        Ok(self.after())
     }
 
     /// Reads and discards the request body, if any. Returns `false` when the body could
@@ -423,7 +441,7 @@ impl Conn {
                 } else {
                     code_name(status)
                 };
-                self.error(status, name, &message, false, req.minor);
+                self.error(status, name, &message, req.minor);
                 Ok(Err(Step::Close))
             }
         }
@@ -595,7 +613,7 @@ impl Conn {
             self.body = payload;
             let body = error_body(&e.to_string(), "BAD_REQUEST");
             self.respond(&req, 400, b"application/json", &body, false, &[]);
-            return Ok(self.after(&req));
+            return Ok(self.after());
         }
         let call = Call {
             accel,
@@ -612,7 +630,7 @@ impl Conn {
             Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
         };
         self.write_answer(&req, answer).await?;
-        Ok(self.after(&req))
+        Ok(self.after())
     }
 
     async fn write_answer(&mut self, req: &Request, answer: Answer) -> io::Result<()> {
@@ -631,6 +649,7 @@ impl Conn {
         }
         let code = http_code(status);
         let slot_text = slot.map_or_else(|| b"none".to_vec(), |s| s.to_string().into_bytes());
+        let keep_alive = self.keep_alive(req);
         let mut head = Head::start(&mut self.wbuf, code)
             .num("X-Netaccel-Queue-Ns", queue_ns)
             .num("X-Netaccel-Exec-Ns", exec_ns)
@@ -648,7 +667,7 @@ impl Conn {
             &error
         };
         head.num("Content-Length", body.len() as u64)
-            .finish(req.keep_alive, req.minor);
+            .finish(keep_alive, req.minor);
         self.count(code);
         if body.len() > WRITE_BATCH_MAX {
             self.flush().await?;
@@ -680,7 +699,7 @@ impl Conn {
                     "BAD_REQUEST",
                 );
                 self.respond(&req, 400, b"application/json", &body, false, &[]);
-                return Ok(self.after(&req));
+                return Ok(self.after());
             }
         };
         let dispatcher = Arc::clone(&self.node.dispatcher);
@@ -714,7 +733,7 @@ impl Conn {
                 self.respond(&req, 500, b"application/json", &body, false, &[]);
             }
         }
-        Ok(self.after(&req))
+        Ok(self.after())
     }
 
     fn object_get(
@@ -730,9 +749,10 @@ impl Conn {
             return;
         };
         if if_none_match.is_some_and(|h| crate::objects::none_match(h, &object.etag)) {
+            let keep_alive = self.keep_alive(req);
             Head::start(&mut self.wbuf, 304)
                 .header("ETag", object.etag.as_bytes())
-                .finish(req.keep_alive, req.minor);
+                .finish(keep_alive, req.minor);
             self.count(304);
             return;
         }
@@ -777,6 +797,7 @@ impl Conn {
         match result {
             Ok(created) => {
                 let code = if created { 201 } else { 204 };
+                let keep_alive = self.keep_alive(&req);
                 let mut head = Head::start(&mut self.wbuf, code);
                 if created {
                     let location = super::route::object_path(&key);
@@ -784,7 +805,7 @@ impl Conn {
                         .header("Location", location.as_bytes())
                         .num("Content-Length", 0);
                 }
-                head.finish(req.keep_alive, req.minor);
+                head.finish(keep_alive, req.minor);
                 self.count(code);
             }
             Err(e) => {
@@ -796,7 +817,7 @@ impl Conn {
                 self.respond(&req, code, b"application/json", &body, false, &[]);
             }
         }
-        Ok(self.after(&req))
+        Ok(self.after())
     }
 
     fn io_deadline(&self) -> Instant {

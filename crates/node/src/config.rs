@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::logging::LogFormat;
 use crate::memory::PoolPolicy;
 
 /// How the dispatcher picks among the slots that host the called accelerator.
@@ -79,6 +80,11 @@ pub struct Config {
     /// `off`, `error`, `warn`, `info`, `debug` or `trace`, or a tracing filter of
     /// `TARGET=LEVEL` directives; anything else is refused (see `logging::check_filter`).
     pub log_level: String,
+    /// `text` (the default) or `json`: one JSON object per line.
+    pub log_format: LogFormat,
+    /// Log lines per second for each kind of refused request (malformed, unknown
+    /// accelerator, failed token); beyond it they are counted and the count logged.
+    pub log_refusals_per_second_max: u32,
     /// When set, reconfiguration requires `Authorization: Bearer <token>`.
     pub admin_token: Option<String>,
     pub balance: BalancePolicy,
@@ -155,6 +161,8 @@ impl Default for Config {
             fault_injection: false,
             io_threads: 0,
             log_level: "info".to_string(),
+            log_format: LogFormat::default(),
+            log_refusals_per_second_max: 10,
             admin_token: None,
             balance: BalancePolicy::default(),
             slots: Vec::new(),
@@ -215,6 +223,10 @@ impl Config {
             ("reassembly_buffers", self.reassembly_buffers),
             ("reassembly_buffer_bytes", self.reassembly_buffer_bytes),
             ("object_key_bytes_max", self.object_key_bytes_max),
+            (
+                "log_refusals_per_second_max",
+                self.log_refusals_per_second_max as usize,
+            ),
         ];
         for (name, value) in positive {
             if value == 0 {
@@ -344,6 +356,14 @@ mod tests {
             .unwrap_err()
             .contains("at least 1"));
         assert!(Config::from_toml("body_bytes_max = 10\nbody_memory_bytes_max = 5").is_err());
+    }
+
+    #[test]
+    fn log_format_is_text_or_json() {
+        assert_eq!(Config::default().log_format, LogFormat::Text);
+        let c = Config::from_toml("log_format = \"json\"").unwrap();
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert!(Config::from_toml("log_format = \"xml\"").is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
+use crate::logging::RefusalLog;
 use crate::memory::{MemoryBudget, ReassemblyPool};
 use crate::metrics::Metrics;
 use crate::objects::ObjectStore;
@@ -75,6 +76,8 @@ pub struct Node {
     pub metrics: Metrics,
     pub body_budget: Arc<MemoryBudget>,
     pub pool: Arc<ReassemblyPool>,
+    /// Refused requests, logged within a rate limit.
+    pub refusals: RefusalLog,
     pub http_connections: Gauge,
     http_busy: Counter,
     pub rac_connections: Gauge,
@@ -177,6 +180,7 @@ impl Node {
                 .map(|s| metrics.requests("rac", s.name()))
                 .collect(),
             pool,
+            refusals: RefusalLog::new(config.log_refusals_per_second_max),
             config,
             dispatcher,
             objects,

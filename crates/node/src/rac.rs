@@ -19,6 +19,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +34,7 @@ use rac_proto::{
 };
 use tokio::net::TcpStream;
 
+use crate::logging::Refusal;
 use crate::memory::{BodyMemory, PoolLease};
 use crate::netio::{self, read_with_deadline, Deadline};
 use crate::node::{Node, Protocol, TenantGate};
@@ -54,11 +56,12 @@ const DIRECT_WRITE_MIN: usize = 1024;
 
 type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
 
-pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
+pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant: TenantId) {
     let gate = node.tenant_gate(tenant);
     let mut conn = RacConn {
         node,
         stream,
+        peer,
         rbuf: Vec::with_capacity(READ_CHUNK),
         rpos: 0,
         wbuf: Vec::new(),
@@ -98,6 +101,8 @@ enum Target {
 struct RacConn {
     node: Arc<Node>,
     stream: TcpStream,
+    /// The client's address, for the log.
+    peer: SocketAddr,
     /// Unconsumed input is `rbuf[rpos..]`.
     rbuf: Vec<u8>,
     rpos: usize,
@@ -234,6 +239,7 @@ impl RacConn {
                 Decode::Partial { .. } => break,
                 Decode::Error(e) => {
                     self.node.rac_requests(e.status()).inc();
+                    self.log_refusal(e.status(), &e);
                     self.closing = Some((e.answer(0), e.to_string()));
                     break;
                 }
@@ -306,6 +312,7 @@ impl RacConn {
 
     /// Answers a call without running it and skips its payload.
     fn refuse(&mut self, header: &CallHeader, status: Status, message: &str) {
+        self.log_refusal(status, &message);
         self.write_result(
             &ResultHeader::answer(header, status, message.len() as u32),
             message.as_bytes(),
@@ -490,6 +497,7 @@ impl RacConn {
         let body: &[u8] = if status == Status::Ok {
             &output
         } else {
+            self.log_refusal(status, &message);
             message.as_bytes()
         };
         let mut result = ResultHeader::answer(header, status, body.len() as u32);
@@ -499,6 +507,16 @@ impl RacConn {
         self.write_result(&result, body);
         self.keep_buffer(output);
         self.keep_buffer(payload);
+    }
+
+    /// Logs a refused call or control message, if `status` is a refusal worth logging
+    /// (see [`Refusal::of_status`]).
+    fn log_refusal(&self, status: Status, reason: &dyn std::fmt::Display) {
+        if let Some(kind) = Refusal::of_status(status) {
+            self.node
+                .refusals
+                .log(kind, Protocol::Rac, self.peer, &status.name(), reason);
+        }
     }
 
     /// An empty buffer with room for `len` bytes, reused from earlier calls when one

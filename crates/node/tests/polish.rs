@@ -340,3 +340,169 @@ fn a_response_written_while_draining_says_connection_close() {
     assert_eq!(s.read(&mut rest).unwrap(), 0);
     assert!(node.terminate().success());
 }
+
+/// The node's log as JSON objects, one a line; fails on any line that is not one.
+fn json_lines(log: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[test]
+fn refused_requests_are_logged_at_debug_within_a_rate_limit() {
+    let node = TestNode::start_logging(
+        "log_refusals_per_second_max = 5\n",
+        &[
+            "--log-level",
+            "warn,netaccel_node::refused=debug",
+            "--log-format",
+            "json",
+        ],
+    );
+    const FLOOD: usize = 40;
+    for _ in 0..FLOOD {
+        let resp = parse_responses(&node.raw(b"GARBAGE\r\n\r\n", Duration::from_secs(3)));
+        assert_eq!(resp[0].status, 400);
+    }
+    let unknown = ureq::post(&node.url("/v1/fn/nope")).send_bytes(b"x");
+    assert!(matches!(unknown, Err(ureq::Error::Status(404, _))));
+
+    // Every refusal is either logged or counted in a later "not logged" line.
+    let (mut logged, mut suppressed) = (0, 0);
+    wait_until("every refusal is accounted for in the log", || {
+        let lines = json_lines(&node.log());
+        let protocol: Vec<_> = lines
+            .iter()
+            .filter(|l| l["fields"]["kind"] == "protocol")
+            .collect();
+        logged = protocol
+            .iter()
+            .filter(|l| l["fields"]["message"] == "request refused")
+            .count();
+        suppressed = protocol
+            .iter()
+            .filter_map(|l| l["fields"]["suppressed"].as_u64())
+            .sum::<u64>() as usize;
+        logged + suppressed == FLOOD
+    });
+    assert!(
+        logged >= 5 && suppressed > 0,
+        "{logged} logged, {suppressed} suppressed"
+    );
+    let lines = json_lines(&node.log());
+    let refused = lines
+        .iter()
+        .find(|l| l["fields"]["kind"] == "protocol" && l["fields"]["message"] == "request refused")
+        .unwrap();
+    assert_eq!(refused["level"], "DEBUG");
+    assert_eq!(refused["target"], "netaccel_node::refused");
+    assert_eq!(refused["fields"]["status"], "400");
+    assert!(
+        refused["fields"]["peer"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:"),
+        "{refused}"
+    );
+    let unknown = lines
+        .iter()
+        .find(|l| l["fields"]["kind"] == "unknown_accelerator")
+        .unwrap_or_else(|| panic!("no unknown-accelerator line in {lines:?}"));
+    assert!(unknown["fields"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("nope"));
+}
+
+#[test]
+fn a_failed_token_check_is_a_warning_with_the_peer_address() {
+    let node = TestNode::start_logging(
+        "admin_token = \"s3cret\"\n[[tenants]]\nname = \"team-a\"\ntoken = \"a-token\"\n",
+        &[],
+    );
+    // HTTP reconfiguration with a wrong admin token.
+    let mut s = TcpStream::connect(node.addr).unwrap();
+    let body = br#"{"accelerator":"echo"}"#;
+    let head = format!(
+        "PUT /v1/slots/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer guess\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let resp = parse_responses(&read_until_quiet(&mut s, Duration::from_secs(3)));
+    assert_eq!(resp[0].status, 401);
+    let http_peer = format!("peer={}", s.local_addr().unwrap());
+    // RAC `hello` with a wrong tenant token.
+    let mut r = TcpStream::connect(node.rac_addr).unwrap();
+    let hello = br#"{"op":"hello","tenant":"team-a","token":"guess"}"#;
+    r.write_all(&CallHeader::control(7, hello.len() as u32).encode())
+        .unwrap();
+    r.write_all(hello).unwrap();
+    let (result, _) = read_result(&mut r);
+    assert_eq!(result.status, Status::Unauthorized);
+    let rac_peer = format!("peer={}", r.local_addr().unwrap());
+
+    let mut log = String::new();
+    wait_until("both failed token checks are logged", || {
+        log = node.log();
+        log.contains(&http_peer) && log.contains(&rac_peer)
+    });
+    for peer in [&http_peer, &rac_peer] {
+        let line = log.lines().find(|l| l.contains(peer.as_str())).unwrap();
+        assert!(line.contains("WARN"), "{line}");
+        assert!(line.contains("request refused"), "{line}");
+        assert!(line.contains("token"), "{line}");
+    }
+}
+
+#[test]
+fn a_panicking_kernel_is_one_structured_error_line() {
+    let node = TestNode::start_logging("fault_injection = true\n", &["--log-format", "json"]);
+    let panicked = ureq::post(&node.url("/v1/fn/fault")).send_bytes(b"panic");
+    assert!(matches!(panicked, Err(ureq::Error::Status(500, _))));
+    let message = "fault injection: the payload asked for a panic";
+    wait_until("the panic is logged", || node.log().contains(message));
+    let log = node.log();
+    assert!(!log.contains("panicked at"), "{log}");
+    assert!(!log.contains("stack backtrace"), "{log}");
+    let lines = json_lines(&log);
+    let panics: Vec<_> = lines
+        .iter()
+        .filter(|l| l.to_string().contains(message))
+        .collect();
+    assert_eq!(panics.len(), 1, "{log}");
+    assert_eq!(panics[0]["level"], "ERROR");
+    assert_eq!(panics[0]["fields"]["panic"], message);
+    assert!(
+        panics[0]["fields"]["location"]
+            .as_str()
+            .unwrap()
+            .contains(".rs:"),
+        "{log}"
+    );
+    // The slot keeps serving.
+    let echoed = ureq::post(&node.url("/v1/fn/fault"))
+        .send_bytes(b"still here")
+        .unwrap();
+    assert_eq!(echoed.into_string().unwrap(), "still here");
+}
+
+#[test]
+fn the_log_format_comes_from_the_config_or_the_command_line() {
+    let node = TestNode::start_logging("log_format = \"json\"\n", &["--log-level", "info"]);
+    wait_until("the node logs that it listens", || {
+        node.log().contains("netaccel node listening")
+    });
+    let lines = json_lines(&node.log());
+    assert!(lines
+        .iter()
+        .any(|l| l["fields"]["message"] == "netaccel node listening" && l["level"] == "INFO"));
+
+    let (code, stderr) = start_refused("", &["--log-format", "xml"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("text or json"), "{stderr}");
+    let (code, stderr) = start_refused("log_format = \"xml\"\n", &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("log_format"), "{stderr}");
+}

@@ -10,6 +10,7 @@
 //! body-memory budget first.
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,7 @@ use tokio::sync::watch;
 use super::parse::{self, BodyFraming, HttpError, Limits, Parse, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route};
+use crate::logging::Refusal;
 use crate::memory::{BodyMemory, MemoryPermit};
 use crate::netio::{self, read_with_deadline, write_with_deadline, Deadline, WRITE_BATCH_MAX};
 use crate::node::{Node, Protocol};
@@ -35,11 +37,12 @@ const SKIP_CHUNK: usize = 8192;
 /// Most body bytes one read takes; a longer body is read over several turns.
 const BODY_CHUNK: usize = 64 * 1024;
 
-pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
+pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant: TenantId) {
     let shutdown = node.shutdown_signal();
     let mut conn = Conn {
         node,
         stream,
+        peer,
         rbuf: Vec::new(),
         rpos: 0,
         wbuf: Vec::new(),
@@ -58,6 +61,8 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
 struct Conn {
     node: Arc<Node>,
     stream: TcpStream,
+    /// The client's address, for the log.
+    peer: SocketAddr,
     /// Unconsumed input is `rbuf[rpos..]`.
     rbuf: Vec<u8>,
     rpos: usize,
@@ -146,6 +151,7 @@ impl Conn {
                 Wait::Eof | Wait::Shutdown => return Ok(()),
                 Wait::Timeout if partial => {
                     let message = "request head not received in time";
+                    self.log_refusal(408, "REQUEST_TIMEOUT", &message);
                     self.error(408, "REQUEST_TIMEOUT", message, 1);
                     self.flush().await?;
                     netio::linger(&mut self.stream).await;
@@ -169,6 +175,7 @@ impl Conn {
             Ok(Parse::Partial) => return Ok(Step::NeedMore),
             Ok(Parse::Complete(head)) => route(&head, &self.node),
             Err(HttpError { status, message }) => {
+                self.log_refusal(status, code_name(status), &message);
                 self.error(status, code_name(status), &message, 1);
                 return Ok(Step::Close);
             }
@@ -215,6 +222,7 @@ impl Conn {
                 message,
                 allow,
             } => {
+                self.log_refusal(code, code_name, &message);
                 self.skip_body_or_close(&mut req).await?;
                 let body = error_body(&message, code_name);
                 let extra: &[(&str, &[u8])] = match allow {
@@ -275,6 +283,22 @@ impl Conn {
         } else {
             Step::Next
         }
+    }
+
+    /// Logs a refused request (see `logging`): failed token checks, unknown
+    /// accelerators, and every other request the client got wrong (4xx, 501, 505).
+    /// Refusals for the node's own state (503, 507, 500, 504) are not the client's
+    /// doing and have their metrics.
+    fn log_refusal(&self, code: u16, code_name: &str, reason: &dyn std::fmt::Display) {
+        let kind = match code_name {
+            "UNAUTHORIZED" => Refusal::Token,
+            "UNKNOWN_ACCELERATOR" => Refusal::UnknownAccelerator,
+            _ if (400..500).contains(&code) || code == 501 || code == 505 => Refusal::Protocol,
+            _ => return,
+        };
+        self.node
+            .refusals
+            .log(kind, Protocol::Http, self.peer, &code, reason);
     }
 
     fn count(&self, code: u16) {
@@ -339,6 +363,7 @@ impl Conn {
         if code_name == Status::Busy.name() {
             self.node.count_busy(Protocol::Http, req.accel_id);
         }
+        self.log_refusal(code, code_name, &message);
         if req.expect_continue || code == 413 || !self.skip_body(req).await? {
             req.keep_alive = false;
         }
@@ -441,6 +466,7 @@ impl Conn {
                 } else {
                     code_name(status)
                 };
+                self.log_refusal(status, name, &message);
                 self.error(status, name, &message, req.minor);
                 Ok(Err(Step::Close))
             }
@@ -611,6 +637,7 @@ impl Conn {
         let payload = std::mem::take(&mut self.body);
         if let Err(e) = accel.check(&params, Some(payload.len())) {
             self.body = payload;
+            self.log_refusal(400, "BAD_REQUEST", &e);
             let body = error_body(&e.to_string(), "BAD_REQUEST");
             self.respond(&req, 400, b"application/json", &body, false, &[]);
             return Ok(self.after());
@@ -649,6 +676,9 @@ impl Conn {
         }
         let code = http_code(status);
         let slot_text = slot.map_or_else(|| b"none".to_vec(), |s| s.to_string().into_bytes());
+        if status != Status::Ok {
+            self.log_refusal(code, status.name(), &message);
+        }
         let keep_alive = self.keep_alive(req);
         let mut head = Head::start(&mut self.wbuf, code)
             .num("X-Netaccel-Queue-Ns", queue_ns)
@@ -694,10 +724,9 @@ impl Conn {
         let name = match parsed {
             Ok(LoadRequest { accelerator }) => accelerator,
             Err(e) => {
-                let body = error_body(
-                    &format!("body must be {{\"accelerator\":\"NAME\"}}: {e}"),
-                    "BAD_REQUEST",
-                );
+                let message = format!("body must be {{\"accelerator\":\"NAME\"}}: {e}");
+                self.log_refusal(400, "BAD_REQUEST", &message);
+                let body = error_body(&message, "BAD_REQUEST");
                 self.respond(&req, 400, b"application/json", &body, false, &[]);
                 return Ok(self.after());
             }
@@ -718,6 +747,7 @@ impl Conn {
                 self.respond(&req, 200, b"application/json", &body, false, &[]);
             }
             Ok(Err((status, message))) => {
+                self.log_refusal(http_code(status), status.name(), &message);
                 let body = error_body(&message, status.name());
                 self.respond(
                     &req,
@@ -813,6 +843,7 @@ impl Conn {
                     StoreError::BadKey(_) => (400, "BAD_REQUEST"),
                     _ => (507, "INSUFFICIENT_STORAGE"),
                 };
+                self.log_refusal(code, name, &e);
                 let body = error_body(&e.to_string(), name);
                 self.respond(&req, code, b"application/json", &body, false, &[]);
             }

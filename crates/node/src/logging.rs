@@ -289,9 +289,25 @@ impl RefusalLog {
         }
         let (name, protocol) = (kind.name(), protocol.name());
         if kind.level() == Level::WARN {
-            tracing::warn!(target: REFUSED, kind = name, protocol, %peer, %status, %reason, "request refused");
+            tracing::warn!(
+                target: REFUSED,
+                kind = name,
+                protocol,
+                %peer,
+                %status,
+                %reason,
+                "request refused"
+            );
         } else {
-            tracing::debug!(target: REFUSED, kind = name, protocol, %peer, %status, %reason, "request refused");
+            tracing::debug!(
+                target: REFUSED,
+                kind = name,
+                protocol,
+                %peer,
+                %status,
+                %reason,
+                "request refused"
+            );
         }
     }
 

@@ -13,20 +13,20 @@ HEADS = {
     "get-query": b"GET /v1/fn/topk?k=3 HTTP/1.1\r\nHost: node\r\nAccept: */*\r\n\r\n",
     "post-length": b"POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
     "pipelined": b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n",
-    "post-chunked": b"POST /v1/fn/echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    "post-chunked": b"POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
     b"4\r\nWiki\r\n0\r\n\r\n",
-    "expect-continue": b"POST /v1/fn/echo HTTP/1.1\r\nExpect: 100-continue\r\n"
+    "expect-continue": b"POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
     b"Content-Length: 3\r\n\r\n",
     "expect-other": b"POST /x HTTP/1.1\r\nExpect: 200-ok\r\nContent-Length: 3\r\n\r\n",
     "http10-keep-alive": b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
     "http10-chunked": b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
-    "connection-close": b"GET / HTTP/1.1\r\nConnection: keep-alive, close\r\n\r\n",
+    "connection-close": b"GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, close\r\n\r\n",
     "bare-lf": b"GET / HTTP/1.1\nHost: x\n\n",
-    "leading-crlf": b"\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+    "leading-crlf": b"\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n",
     "long-uri": b"GET /" + b"a" * 300 + b" HTTP/1.1\r\n\r\n",
     "long-uri-partial": b"GET /" + b"a" * 300,
     # Found by the fuzzer: a prefix was refused 414 although the whole head is valid.
-    "long-method": b"G" + b"a" * 93 + b"ET /" + b"a" * 210 + b" HTTP/1.1\r\n\r\n",
+    "long-method": b"G" + b"a" * 93 + b"ET /" + b"a" * 210 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
     "huge-header": b"GET / HTTP/1.1\r\nX: " + b"b" * 2100 + b"\r\n\r\n",
     "many-headers": b"GET / HTTP/1.1\r\n" + b"A: b\r\n" * 65 + b"\r\n",
     "bad-version": b"GET / HTTP/2.0\r\n\r\n",
@@ -39,6 +39,10 @@ HEADS = {
     "te-chunked-gzip": b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
     "te-empty": b"POST /x HTTP/1.1\r\nTransfer-Encoding: ,\r\n\r\n",
     "bad-header": b"GET / HTTP/1.1\r\nBad Header\r\n\r\n",
+    # RFC 9112 §3.2: HTTP/1.1 needs exactly one valid Host.
+    "no-host": b"GET / HTTP/1.1\r\n\r\n",
+    "two-hosts": b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+    "bad-host": b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
 }
 
 CHUNKED = {

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::logging::LogFormat;
 use crate::memory::PoolPolicy;
 
 /// How the dispatcher picks among the slots that host the called accelerator.
@@ -76,12 +77,20 @@ pub struct Config {
     pub fault_injection: bool,
     /// Network threads, each with its own listener (SO_REUSEPORT). 0 = one per core.
     pub io_threads: usize,
-    /// `error`, `warn`, `info`, `debug` or `trace` (or a tracing filter directive).
+    /// `off`, `error`, `warn`, `info`, `debug` or `trace`, or a tracing filter of
+    /// `TARGET=LEVEL` directives; anything else is refused (see `logging::check_filter`).
     pub log_level: String,
+    /// `text` (the default) or `json`: one JSON object per line.
+    pub log_format: LogFormat,
+    /// Log lines per second for each kind of refused request (malformed, unknown
+    /// accelerator, failed token); beyond it they are counted and the count logged.
+    pub log_refusals_per_second_max: u32,
     /// When set, reconfiguration requires `Authorization: Bearer <token>`.
     pub admin_token: Option<String>,
     pub balance: BalancePolicy,
-    /// Slots of the CPU device. Empty = one slot per built-in accelerator.
+    /// Slots of the CPU device. Empty = one slot per built-in accelerator (by leaving
+    /// the key out: an explicit `slots = []` is refused).
+    #[serde(deserialize_with = "non_empty_slots")]
     pub slots: Vec<SlotConfig>,
     /// Complete calls waiting per slot (503 BUSY beyond).
     pub queue_depth_max: usize,
@@ -152,6 +161,8 @@ impl Default for Config {
             fault_injection: false,
             io_threads: 0,
             log_level: "info".to_string(),
+            log_format: LogFormat::default(),
+            log_refusals_per_second_max: 10,
             admin_token: None,
             balance: BalancePolicy::default(),
             slots: Vec::new(),
@@ -212,6 +223,10 @@ impl Config {
             ("reassembly_buffers", self.reassembly_buffers),
             ("reassembly_buffer_bytes", self.reassembly_buffer_bytes),
             ("object_key_bytes_max", self.object_key_bytes_max),
+            (
+                "log_refusals_per_second_max",
+                self.log_refusals_per_second_max as usize,
+            ),
         ];
         for (name, value) in positive {
             if value == 0 {
@@ -242,6 +257,10 @@ impl Config {
         if self.slots.len() > usize::from(u16::MAX - 1) {
             return Err("too many slots".to_string());
         }
+        if let Some(token) = &self.admin_token {
+            check_admin_token(token)?;
+        }
+        crate::logging::check_filter(&self.log_level)?;
         Ok(())
     }
 
@@ -253,6 +272,43 @@ impl Config {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         }
     }
+}
+
+/// An admin token a client can send back in `Authorization: Bearer <token>`. An empty
+/// one (`admin_token = ""`) looked like "no token" but locked out every reconfiguration;
+/// a header value loses its leading and trailing blanks on the way, and a control
+/// character cannot be sent at all, so tokens with those could never match either.
+fn check_admin_token(token: &str) -> Result<(), String> {
+    if token.is_empty() {
+        return Err(
+            "admin_token is empty, so no client could ever present it: set a \
+             non-empty token, or leave admin_token out to allow reconfiguration without one"
+                .to_string(),
+        );
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("admin_token must not contain spaces or control characters \
+             (it is sent as `Authorization: Bearer <token>`)"
+            .to_string());
+    }
+    Ok(())
+}
+
+/// `slots` as written in the file. Leaving the key out means one slot per built-in
+/// accelerator; `slots = []` says "no slots", which the node cannot serve with, and
+/// silently starting the default slots instead surprised users, so it is refused.
+fn non_empty_slots<'de, D>(deserializer: D) -> Result<Vec<SlotConfig>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let slots = Vec::<SlotConfig>::deserialize(deserializer)?;
+    if slots.is_empty() {
+        return Err(serde::de::Error::custom(
+            "slots = [] configures no slot: list at least one [[slots]] entry, or leave \
+             `slots` out for one slot per built-in accelerator",
+        ));
+    }
+    Ok(slots)
 }
 
 #[cfg(test)]
@@ -300,5 +356,41 @@ mod tests {
             .unwrap_err()
             .contains("at least 1"));
         assert!(Config::from_toml("body_bytes_max = 10\nbody_memory_bytes_max = 5").is_err());
+    }
+
+    #[test]
+    fn log_format_is_text_or_json() {
+        assert_eq!(Config::default().log_format, LogFormat::Text);
+        let c = Config::from_toml("log_format = \"json\"").unwrap();
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert!(Config::from_toml("log_format = \"xml\"").is_err());
+    }
+
+    #[test]
+    fn an_invalid_log_level_is_refused() {
+        let err = Config::from_toml("log_level = \"verbose\"").unwrap_err();
+        assert!(err.contains("error, warn, info, debug, trace"), "{err}");
+        let c = Config::from_toml("log_level = \"info,netaccel_node=debug\"").unwrap();
+        assert_eq!(c.log_level, "info,netaccel_node=debug");
+    }
+
+    #[test]
+    fn an_empty_admin_token_is_refused() {
+        let err = Config::from_toml("admin_token = \"\"").unwrap_err();
+        assert!(err.contains("admin_token is empty"), "{err}");
+        let err = Config::from_toml("admin_token = \"two words\"").unwrap_err();
+        assert!(err.contains("admin_token must not contain spaces"), "{err}");
+        let c = Config::from_toml("admin_token = \"s3cret\"").unwrap();
+        assert_eq!(c.admin_token.as_deref(), Some("s3cret"));
+        assert_eq!(Config::from_toml("").unwrap().admin_token, None);
+    }
+
+    #[test]
+    fn an_empty_slot_list_is_refused_and_a_missing_one_means_the_default() {
+        let err = Config::from_toml("slots = []").unwrap_err();
+        assert!(err.contains("slots = [] configures no slot"), "{err}");
+        assert!(Config::from_toml("").unwrap().slots.is_empty());
+        let c = Config::from_toml("[[slots]]\naccelerator = \"echo\"").unwrap();
+        assert_eq!(c.slots.len(), 1);
     }
 }

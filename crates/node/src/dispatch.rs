@@ -5,6 +5,11 @@
 //! slot when one is full or being reconfigured, and answers at once when none can take
 //! the call: `UNKNOWN_ACCELERATOR` (nothing hosts it), `UNAVAILABLE` (its slots are
 //! being reconfigured) or `BUSY` (all queues full). It never blocks.
+//!
+//! It counts its refusals in `netaccel_accelerator_calls_total`, except `BUSY`: front
+//! ends refuse calls `BUSY` too (body memory, reassembly buffers), so the front end
+//! that answers `BUSY` counts it, by protocol and accelerator at once
+//! ([`crate::node::Node::count_busy`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -77,6 +82,11 @@ impl Dispatcher {
             next: AtomicUsize::new(0),
             accel_metrics,
         })
+    }
+
+    /// The metric handles of accelerator `id`, if it is in the catalog.
+    pub fn accel_metrics(&self, id: u16) -> Option<&AccelMetrics> {
+        self.accel_metrics.get(&id)
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -213,8 +223,11 @@ impl Dispatcher {
     }
 
     fn refuse(&self, status: Status, message: String, call: Call) -> Submitted {
-        if let Some(m) = self.accel_metrics.get(&call.accel.descriptor().id) {
-            m.answered(status, 0);
+        // BUSY is counted by the front end that answers it (see the module docs).
+        if status != Status::Busy {
+            if let Some(m) = self.accel_metrics(call.accel.descriptor().id) {
+                m.answered(status, 0);
+            }
         }
         Submitted::Done(Answer::refusal(status, message, call))
     }

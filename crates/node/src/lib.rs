@@ -14,6 +14,7 @@
 pub mod config;
 pub mod dispatch;
 pub mod http;
+pub mod logging;
 pub mod memory;
 pub mod metrics;
 mod netio;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use netaccel_node::config::LogFormat;
 use netaccel_node::Config;
 
 /// Serve accelerators over the network.
@@ -24,15 +25,19 @@ struct Args {
     /// Share this node's OpenCL devices with remote OpenCL clients on ADDR.
     #[arg(long, value_name = "ADDR")]
     opencl: Option<SocketAddr>,
-    /// TOML configuration: slots and what each loads, every bound, admin token, log level.
+    /// TOML configuration: slots and what each loads, every bound, admin token, logs.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Network threads (0 = one per core).
     #[arg(long, value_name = "N")]
     io_threads: Option<usize>,
-    /// Log level: error, warn, info, debug, trace (or a tracing filter).
+    /// Log level: off, error, warn, info, debug, trace, or a tracing filter of
+    /// TARGET=LEVEL directives ("info,netaccel_node=debug").
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
+    /// Log format: text (the default) or json, one JSON object per line.
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<LogFormat>,
 }
 
 fn main() -> ExitCode {
@@ -62,17 +67,17 @@ fn main() -> ExitCode {
     if let Some(level) = args.log_level {
         config.log_level = level;
     }
+    if let Some(format) = args.log_format {
+        config.log_format = format;
+    }
     if let Err(e) = config.validate() {
         eprintln!("netaccel-node: invalid configuration: {e}");
         return ExitCode::from(2);
     }
-    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    if let Err(e) = netaccel_node::logging::init(&config.log_level, config.log_format) {
+        eprintln!("netaccel-node: cannot set up logging: {e}");
+        return ExitCode::from(2);
+    }
     match netaccel_node::start(config) {
         Ok(running) => {
             running.run_until_signal();

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
+use crate::logging::RefusalLog;
 use crate::memory::{MemoryBudget, ReassemblyPool};
 use crate::metrics::Metrics;
 use crate::objects::ObjectStore;
@@ -51,6 +52,23 @@ impl Drop for TenantHold {
     }
 }
 
+/// The front end a request came in through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Http,
+    Rac,
+}
+
+impl Protocol {
+    /// The `protocol` label of metrics and the field of log lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Http => "http",
+            Protocol::Rac => "rac",
+        }
+    }
+}
+
 pub struct Node {
     pub config: Config,
     pub dispatcher: Arc<Dispatcher>,
@@ -58,10 +76,12 @@ pub struct Node {
     pub metrics: Metrics,
     pub body_budget: Arc<MemoryBudget>,
     pub pool: Arc<ReassemblyPool>,
+    /// Refused requests, logged within a rate limit.
+    pub refusals: RefusalLog,
     pub http_connections: Gauge,
-    pub http_busy: Counter,
+    http_busy: Counter,
     pub rac_connections: Gauge,
-    pub rac_busy: Counter,
+    rac_busy: Counter,
     pub rac_in_flight: Gauge,
     rac_requests: Vec<Counter>,
     http_requests: Vec<OnceLock<Counter>>,
@@ -160,6 +180,7 @@ impl Node {
                 .map(|s| metrics.requests("rac", s.name()))
                 .collect(),
             pool,
+            refusals: RefusalLog::new(config.log_refusals_per_second_max),
             config,
             dispatcher,
             objects,
@@ -177,6 +198,21 @@ impl Node {
     pub fn http_requests(&self, code: u16) -> &Counter {
         self.http_requests[usize::from(code).min(599)]
             .get_or_init(|| self.metrics.requests("http", &code.to_string()))
+    }
+
+    /// Counts one call refused `BUSY` (no queue room at any slot, no body memory, no
+    /// reassembly buffer), by protocol and, when the request named one, by accelerator.
+    /// Front ends call this wherever they answer `BUSY`, whoever refused; it is the only
+    /// place either counter moves, so each refusal is counted exactly once in both
+    /// (`netaccel_busy_refusals_total`, `netaccel_accelerator_calls_total{status="BUSY"}`).
+    pub fn count_busy(&self, protocol: Protocol, accel_id: Option<u16>) {
+        match protocol {
+            Protocol::Http => self.http_busy.inc(),
+            Protocol::Rac => self.rac_busy.inc(),
+        };
+        if let Some(m) = accel_id.and_then(|id| self.dispatcher.accel_metrics(id)) {
+            m.answered(rac_proto::Status::Busy, 0);
+        }
     }
 
     /// Counter of RAC results with `status`.

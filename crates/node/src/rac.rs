@@ -19,6 +19,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,13 +29,15 @@ use bytes::BufMut;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use rac_proto::{
-    CallHeader, CallKind, ControlRequest, Decode, ResultHeader, Status, HEADER_LEN, NO_SLOT,
+    CallHeader, CallKind, ControlRequest, Decode, ResultHeader, ResultKind, Status, HEADER_LEN,
+    NO_SLOT,
 };
 use tokio::net::TcpStream;
 
+use crate::logging::Refusal;
 use crate::memory::{BodyMemory, PoolLease};
 use crate::netio::{self, read_with_deadline, Deadline};
-use crate::node::{Node, TenantGate};
+use crate::node::{Node, Protocol, TenantGate};
 use crate::slot::{Answer, Call, Submitted, TenantId};
 
 /// Bytes pulled in by one read.
@@ -53,11 +56,12 @@ const DIRECT_WRITE_MIN: usize = 1024;
 
 type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
 
-pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
+pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant: TenantId) {
     let gate = node.tenant_gate(tenant);
     let mut conn = RacConn {
         node,
         stream,
+        peer,
         rbuf: Vec::with_capacity(READ_CHUNK),
         rpos: 0,
         wbuf: Vec::new(),
@@ -97,6 +101,8 @@ enum Target {
 struct RacConn {
     node: Arc<Node>,
     stream: TcpStream,
+    /// The client's address, for the log.
+    peer: SocketAddr,
     /// Unconsumed input is `rbuf[rpos..]`.
     rbuf: Vec<u8>,
     rpos: usize,
@@ -233,6 +239,7 @@ impl RacConn {
                 Decode::Partial { .. } => break,
                 Decode::Error(e) => {
                     self.node.rac_requests(e.status()).inc();
+                    self.log_refusal(e.status(), &e);
                     self.closing = Some((e.answer(0), e.to_string()));
                     break;
                 }
@@ -286,7 +293,6 @@ impl RacConn {
             Target::Call(_) => match self.node.pool.reserve(len) {
                 Some(lease) => Some(lease),
                 None => {
-                    self.node.rac_busy.inc();
                     return self.refuse(
                         &header,
                         Status::Busy,
@@ -306,6 +312,7 @@ impl RacConn {
 
     /// Answers a call without running it and skips its payload.
     fn refuse(&mut self, header: &CallHeader, status: Status, message: &str) {
+        self.log_refusal(status, &message);
         self.write_result(
             &ResultHeader::answer(header, status, message.len() as u32),
             message.as_bytes(),
@@ -382,12 +389,7 @@ impl RacConn {
             permit: lease.map(BodyMemory::Pool),
         };
         match self.node.dispatcher.submit(call) {
-            Submitted::Done(answer) => {
-                if answer.status == Status::Busy {
-                    self.node.rac_busy.inc();
-                }
-                self.write_answer(&header, answer);
-            }
+            Submitted::Done(answer) => self.write_answer(&header, answer),
             Submitted::Queued(rx) => {
                 self.in_flight.insert(header.request_id);
                 self.node.rac_in_flight.inc();
@@ -495,6 +497,7 @@ impl RacConn {
         let body: &[u8] = if status == Status::Ok {
             &output
         } else {
+            self.log_refusal(status, &message);
             message.as_bytes()
         };
         let mut result = ResultHeader::answer(header, status, body.len() as u32);
@@ -504,6 +507,16 @@ impl RacConn {
         self.write_result(&result, body);
         self.keep_buffer(output);
         self.keep_buffer(payload);
+    }
+
+    /// Logs a refused call or control message, if `status` is a refusal worth logging
+    /// (see [`Refusal::of_status`]).
+    fn log_refusal(&self, status: Status, reason: &dyn std::fmt::Display) {
+        if let Some(kind) = Refusal::of_status(status) {
+            self.node
+                .refusals
+                .log(kind, Protocol::Rac, self.peer, &status.name(), reason);
+        }
     }
 
     /// An empty buffer with room for `len` bytes, reused from earlier calls when one
@@ -524,8 +537,13 @@ impl RacConn {
         }
     }
 
+    /// Queues one result for the client. Every result of the connection passes here,
+    /// so this is where RAC results are counted.
     fn write_result(&mut self, result: &ResultHeader, body: &[u8]) {
         self.node.rac_requests(result.status).inc();
+        if result.status == Status::Busy && result.kind == ResultKind::Result {
+            self.node.count_busy(Protocol::Rac, Some(result.accel_id));
+        }
         let header = result.encode();
         let alone = self.pending.is_empty() && self.rpos == self.rbuf.len();
         if alone && self.wbuf.is_empty() && body.len() >= DIRECT_WRITE_MIN {

@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::Config;
-use crate::node::Node;
+use crate::node::{Node, Protocol};
 
 /// A started node.
 pub struct Running {
@@ -45,9 +45,11 @@ pub fn start(config: Config) -> Result<Running, String> {
         .enumerate()
         .map(|(i, (http, rac))| {
             let node = Arc::clone(&node);
+            // One network thread (the first) also rolls the refusal log's windows.
+            let roll_logs = i == 0;
             std::thread::Builder::new()
                 .name(format!("net-{i}"))
-                .spawn(move || network_thread(node, http, rac))
+                .spawn(move || network_thread(node, http, rac, roll_logs))
                 .map_err(|e| format!("cannot start network thread: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -191,13 +193,7 @@ fn bind(addr: SocketAddr) -> io::Result<StdListener> {
     Ok(socket.into())
 }
 
-#[derive(Clone, Copy)]
-enum Protocol {
-    Http,
-    Rac,
-}
-
-fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener) {
+fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener, roll_logs: bool) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -206,14 +202,20 @@ fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener) {
         let http = TcpListener::from_std(http).expect("registering the HTTP listener");
         let rac = TcpListener::from_std(rac).expect("registering the RAC listener");
         let mut shutdown = node.shutdown_signal();
+        let mut roll = tokio::time::interval(Duration::from_secs(1));
+        roll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let (accepted, protocol) = tokio::select! {
                 accepted = http.accept() => (accepted, Protocol::Http),
                 accepted = rac.accept() => (accepted, Protocol::Rac),
+                _ = roll.tick(), if roll_logs => {
+                    node.refusals.roll();
+                    continue;
+                }
                 _ = shutdown.changed() => break,
             };
             match accepted {
-                Ok((stream, _)) => accept(&node, stream, protocol),
+                Ok((stream, peer)) => accept(&node, stream, peer, protocol),
                 Err(e) => {
                     // Typically EMFILE: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -248,7 +250,7 @@ impl Drop for ConnectionGuard {
     }
 }
 
-fn accept(node: &Arc<Node>, stream: TcpStream, protocol: Protocol) {
+fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Protocol) {
     let _ = stream.set_nodelay(true);
     if !node.try_open_connection() {
         match protocol {
@@ -268,8 +270,8 @@ fn accept(node: &Arc<Node>, stream: TcpStream, protocol: Protocol) {
     let node = Arc::clone(node);
     tokio::spawn(async move {
         match protocol {
-            Protocol::Http => crate::http::serve(node, stream, tenant).await,
-            Protocol::Rac => crate::rac::serve(node, stream, tenant).await,
+            Protocol::Http => crate::http::serve(node, stream, peer, tenant).await,
+            Protocol::Rac => crate::rac::serve(node, stream, peer, tenant).await,
         }
         drop(guard);
     });

@@ -270,22 +270,22 @@ fn protocol_errors_get_their_status() {
             "NOT_IMPLEMENTED",
         ),
         (
-            b"POST /v1/fn/echo HTTP/1.1\r\nContent-Length: 5000\r\n\r\n".to_vec(),
+            b"POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n".to_vec(),
             413,
             "TOO_LARGE",
         ),
         (
-            b"POST /v1/fn/echo HTTP/1.1\r\nConnection: close\r\n\r\n".to_vec(),
+            b"POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec(),
             411,
             "LENGTH_REQUIRED",
         ),
         (
-            b"BREW /health HTTP/1.1\r\n\r\n".to_vec(),
+            b"BREW /health HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
             501,
             "NOT_IMPLEMENTED",
         ),
         (
-            b"GET /nowhere HTTP/1.1\r\nConnection: close\r\n\r\n".to_vec(),
+            b"GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec(),
             404,
             "NOT_FOUND",
         ),
@@ -304,7 +304,7 @@ fn protocol_errors_get_their_status() {
     }
     // 405 carries Allow.
     let resp = parse_responses(&node.raw(
-        b"DELETE /health HTTP/1.1\r\nConnection: close\r\n\r\n",
+        b"DELETE /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
         QUIET,
     ));
     assert_eq!(resp[0].status, 405);
@@ -316,11 +316,11 @@ fn protocol_errors_get_their_status() {
 #[test]
 fn keep_alive_pipelining_and_http_1_0() {
     let node = TestNode::start("");
-    let pipelined = b"POST /v1/fn/to_uppercase HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc\
-GET /health HTTP/1.1\r\n\r\n\
-POST /v1/fn/echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nxy\r\n1;ext\r\nz\r\n0\r\n\r\n\
-POST /v1/fn/nope HTTP/1.1\r\nContent-Length: 2\r\n\r\nzz\
-POST /v1/fn/to_uppercase HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+    let pipelined = b"POST /v1/fn/to_uppercase HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc\
+GET /health HTTP/1.1\r\nHost: x\r\n\r\n\
+POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nxy\r\n1;ext\r\nz\r\n0\r\n\r\n\
+POST /v1/fn/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nzz\
+POST /v1/fn/to_uppercase HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
     let resp = parse_responses(&node.raw(pipelined, Duration::from_secs(5)));
     let summary: Vec<(u16, Vec<u8>)> = resp.iter().map(|r| (r.status, r.body.clone())).collect();
     assert_eq!(summary.len(), 5, "{summary:?}");
@@ -334,7 +334,7 @@ POST /v1/fn/to_uppercase HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\
     // Requests split at every byte boundary still parse.
     let mut s = TcpStream::connect(node.addr).unwrap();
     for b in
-        b"POST /v1/fn/to_uppercase HTTP/1.1\r\nContent-Length: 4\r\nConnection: close\r\n\r\nwxyz"
+        b"POST /v1/fn/to_uppercase HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nConnection: close\r\n\r\nwxyz"
     {
         s.write_all(&[*b]).unwrap();
         std::thread::sleep(Duration::from_millis(1));
@@ -391,19 +391,19 @@ fn expect_continue_short_circuits_refusals() {
     let node = TestNode::start("body_bytes_max = 1000\nbody_memory_bytes_max = 100000");
     let refusals: &[(&str, u16)] = &[
         (
-            "POST /v1/fn/nope HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n",
+            "POST /v1/fn/nope HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n",
             404,
         ),
         (
-            "POST /v1/fn/echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n",
+            "POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n",
             413,
         ),
         (
-            "POST /v1/fn/topk?k=0 HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 8\r\n\r\n",
+            "POST /v1/fn/topk?k=0 HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 8\r\n\r\n",
             400,
         ),
         (
-            "POST /v1/fn/topk?k=1 HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 7\r\n\r\n",
+            "POST /v1/fn/topk?k=1 HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 7\r\n\r\n",
             400,
         ),
     ];
@@ -416,7 +416,7 @@ fn expect_continue_short_circuits_refusals() {
     // Accepted: 100 Continue first, then the result once the body is sent.
     let mut s = TcpStream::connect(node.addr).unwrap();
     s.write_all(
-        b"POST /v1/fn/to_uppercase HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n",
+        b"POST /v1/fn/to_uppercase HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n",
     )
     .unwrap();
     let interim = read_until_quiet(&mut s, QUIET);
@@ -719,7 +719,8 @@ fn slow_heads_get_408_and_idle_connections_close() {
     // A keep-alive request first, so the connection's timer was armed for the idle
     // timeout before the slow head makes it due sooner.
     let mut s = TcpStream::connect(node.addr).unwrap();
-    s.write_all(b"GET /health HTTP/1.1\r\n\r\n").unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     std::thread::sleep(Duration::from_millis(50));
     s.write_all(b"GET /hea").unwrap();
     let start = std::time::Instant::now();
@@ -735,7 +736,8 @@ fn slow_heads_get_408_and_idle_connections_close() {
     // moved its deadline later.
     let mut s = TcpStream::connect(node.addr).unwrap();
     for _ in 0..3 {
-        s.write_all(b"GET /health HTTP/1.1\r\n\r\n").unwrap();
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
         std::thread::sleep(Duration::from_millis(200));
     }
     let start = std::time::Instant::now();

@@ -10,6 +10,7 @@
 //! body-memory budget first.
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,9 +23,10 @@ use tokio::sync::watch;
 use super::parse::{self, BodyFraming, HttpError, Limits, Parse, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route};
+use crate::logging::Refusal;
 use crate::memory::{BodyMemory, MemoryPermit};
 use crate::netio::{self, read_with_deadline, write_with_deadline, Deadline, WRITE_BATCH_MAX};
-use crate::node::Node;
+use crate::node::{Node, Protocol};
 use crate::objects::StoreError;
 use crate::slot::{Answer, Call, Submitted, TenantId};
 
@@ -35,11 +37,12 @@ const SKIP_CHUNK: usize = 8192;
 /// Most body bytes one read takes; a longer body is read over several turns.
 const BODY_CHUNK: usize = 64 * 1024;
 
-pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
+pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant: TenantId) {
     let shutdown = node.shutdown_signal();
     let mut conn = Conn {
         node,
         stream,
+        peer,
         rbuf: Vec::new(),
         rpos: 0,
         wbuf: Vec::new(),
@@ -48,6 +51,7 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
         tenant,
         shutdown,
         timer: Deadline::default(),
+        close_after: false,
     };
     if let Err(e) = conn.run().await {
         tracing::debug!(error = %e, "http connection ended with an error");
@@ -57,6 +61,8 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, tenant: TenantId) {
 struct Conn {
     node: Arc<Node>,
     stream: TcpStream,
+    /// The client's address, for the log.
+    peer: SocketAddr,
     /// Unconsumed input is `rbuf[rpos..]`.
     rbuf: Vec<u8>,
     rpos: usize,
@@ -68,6 +74,9 @@ struct Conn {
     shutdown: watch::Receiver<bool>,
     /// The connection's read deadline (idle, head or body timeout).
     timer: Deadline,
+    /// A response said `Connection: close`: the connection ends after it (see
+    /// [`Conn::keep_alive`]).
+    close_after: bool,
 }
 
 enum Step {
@@ -142,7 +151,8 @@ impl Conn {
                 Wait::Eof | Wait::Shutdown => return Ok(()),
                 Wait::Timeout if partial => {
                     let message = "request head not received in time";
-                    self.error(408, "REQUEST_TIMEOUT", message, false, 1);
+                    self.log_refusal(408, "REQUEST_TIMEOUT", &message);
+                    self.error(408, "REQUEST_TIMEOUT", message, 1);
                     self.flush().await?;
                     netio::linger(&mut self.stream).await;
                     return Ok(());
@@ -165,7 +175,8 @@ impl Conn {
             Ok(Parse::Partial) => return Ok(Step::NeedMore),
             Ok(Parse::Complete(head)) => route(&head, &self.node),
             Err(HttpError { status, message }) => {
-                self.error(status, code_name(status), &message, false, 1);
+                self.log_refusal(status, code_name(status), &message);
+                self.error(status, code_name(status), &message, 1);
                 return Ok(Step::Close);
             }
         };
@@ -174,9 +185,6 @@ impl Conn {
     }
 
     async fn handle(&mut self, mut req: Request) -> io::Result<Step> {
-        if *self.shutdown.borrow() {
-            req.keep_alive = false;
-        }
         let route = std::mem::replace(&mut req.route, Route::Health { head_only: true });
         match route {
             Route::Health { head_only } => {
@@ -186,10 +194,11 @@ impl Conn {
                 } else {
                     br#"{"status":"ok"}"#
                 };
+                let keep_alive = self.keep_alive(&req);
                 Head::start(&mut self.wbuf, 200)
                     .header("Content-Type", b"application/json")
                     .num("Content-Length", 15)
-                    .finish(req.keep_alive, req.minor);
+                    .finish(keep_alive, req.minor);
                 self.wbuf.extend_from_slice(body);
                 self.count(200);
             }
@@ -199,9 +208,13 @@ impl Conn {
                 let ct = b"application/openmetrics-text; version=1.0.0; charset=utf-8";
                 self.respond(&req, 200, ct, text.as_bytes(), head_only, &[]);
             }
-            Route::Json { code, body } => {
+            Route::Json {
+                code,
+                body,
+                head_only,
+            } => {
                 self.skip_body_or_close(&mut req).await?;
-                self.respond(&req, code, b"application/json", &body, false, &[]);
+                self.respond(&req, code, b"application/json", &body, head_only, &[]);
             }
             Route::Refuse {
                 code,
@@ -209,6 +222,7 @@ impl Conn {
                 message,
                 allow,
             } => {
+                self.log_refusal(code, code_name, &message);
                 self.skip_body_or_close(&mut req).await?;
                 let body = error_body(&message, code_name);
                 let extra: &[(&str, &[u8])] = match allow {
@@ -238,7 +252,8 @@ impl Conn {
             Route::ObjectDelete { key } => {
                 self.skip_body_or_close(&mut req).await?;
                 if self.node.objects.delete(&key) {
-                    Head::start(&mut self.wbuf, 204).finish(req.keep_alive, req.minor);
+                    let keep_alive = self.keep_alive(&req);
+                    Head::start(&mut self.wbuf, 204).finish(keep_alive, req.minor);
                     self.count(204);
                 } else {
                     let body = error_body(&format!("no object named {key}"), "NOT_FOUND");
@@ -246,15 +261,44 @@ impl Conn {
                 }
             }
         }
-        Ok(self.after(&req))
+        Ok(self.after())
     }
 
-    fn after(&self, req: &Request) -> Step {
-        if req.keep_alive {
-            Step::Next
-        } else {
+    /// Whether the response being written keeps the connection open, for its
+    /// `Connection` header: the request allows it and the node is not draining. The
+    /// answer is remembered, so the connection closes after a response exactly when
+    /// that response said `Connection: close` (a drain that began while a call ran
+    /// closes the connection after the call's response, which says so).
+    fn keep_alive(&mut self, req: &Request) -> bool {
+        let keep_alive = req.keep_alive && !*self.shutdown.borrow();
+        self.close_after |= !keep_alive;
+        keep_alive
+    }
+
+    /// What follows a request's response: the next request, or the end of the
+    /// connection if the response said so.
+    fn after(&self) -> Step {
+        if self.close_after {
             Step::Close
+        } else {
+            Step::Next
         }
+    }
+
+    /// Logs a refused request (see `logging`): failed token checks, unknown
+    /// accelerators, and every other request the client got wrong (4xx, 501, 505).
+    /// Refusals for the node's own state (503, 507, 500, 504) are not the client's
+    /// doing and have their metrics.
+    fn log_refusal(&self, code: u16, code_name: &str, reason: &dyn std::fmt::Display) {
+        let kind = match code_name {
+            "UNAUTHORIZED" => Refusal::Token,
+            "UNKNOWN_ACCELERATOR" => Refusal::UnknownAccelerator,
+            _ if (400..500).contains(&code) || code == 501 || code == 505 => Refusal::Protocol,
+            _ => return,
+        };
+        self.node
+            .refusals
+            .log(kind, Protocol::Http, self.peer, &code, reason);
     }
 
     fn count(&self, code: u16) {
@@ -271,6 +315,7 @@ impl Conn {
         head_only: bool,
         extra: &[(&str, &[u8])],
     ) {
+        let keep_alive = self.keep_alive(req);
         let mut head = Head::start(&mut self.wbuf, code)
             .header("Content-Type", content_type)
             .num("Content-Length", body.len() as u64);
@@ -280,15 +325,16 @@ impl Conn {
         if code == 503 {
             head = head.header("Retry-After", b"1");
         }
-        head.finish(req.keep_alive, req.minor);
+        head.finish(keep_alive, req.minor);
         if !head_only {
             self.wbuf.extend_from_slice(body);
         }
         self.count(code);
     }
 
-    /// A JSON error response.
-    fn error(&mut self, code: u16, name: &str, message: &str, keep_alive: bool, minor: u8) {
+    /// A JSON error response after which the connection closes.
+    fn error(&mut self, code: u16, name: &str, message: &str, minor: u8) {
+        self.close_after = true;
         let body = error_body(message, name);
         let mut head = Head::start(&mut self.wbuf, code)
             .header("Content-Type", b"application/json")
@@ -296,7 +342,7 @@ impl Conn {
         if code == 503 {
             head = head.header("Retry-After", b"1");
         }
-        head.finish(keep_alive, minor);
+        head.finish(false, minor);
         self.wbuf.extend_from_slice(&body);
         self.count(code);
     }
@@ -314,12 +360,16 @@ impl Conn {
             code_name,
             message,
         } = refusal;
+        if code_name == Status::Busy.name() {
+            self.node.count_busy(Protocol::Http, req.accel_id);
+        }
+        self.log_refusal(code, code_name, &message);
         if req.expect_continue || code == 413 || !self.skip_body(req).await? {
             req.keep_alive = false;
         }
         let body = error_body(&message, code_name);
         self.respond(req, code, b"application/json", &body, false, &[]);
-        Ok(self.after(req))
+        Ok(self.after())
     }
 
     /// Reads and discards the request body, if any. Returns `false` when the body could
@@ -330,7 +380,7 @@ impl Conn {
             BodyFraming::None => Ok(true),
             _ if req.expect_continue => Ok(false),
             BodyFraming::Length(n) if n > self.node.config.body_bytes_max as u64 => Ok(false),
-            BodyFraming::Length(n) => self.read_exact_into(n as usize, None).await,
+            BodyFraming::Length(n) => Ok(self.read_exact_into(n as usize, None).await?.is_ok()),
             BodyFraming::Chunked => Ok(self.read_chunked(None, None).await?.is_ok()),
         }
     }
@@ -379,7 +429,6 @@ impl Conn {
             return Ok(Err(self.refuse_before_body(req, refusal).await?));
         }
         let Some(mut permit) = self.node.body_budget.try_reserve(declared.unwrap_or(0)) else {
-            self.node.http_busy.inc();
             let message = "the node has no memory free for request bodies; retry".to_string();
             let refusal = BodyRefusal::Refuse {
                 code: 503,
@@ -398,43 +447,40 @@ impl Conn {
         let outcome = match declared {
             Some(n) => {
                 body.reserve(n);
-                if self.read_exact_into(n, Some(&mut body)).await? {
-                    Ok(())
-                } else {
-                    Err(HttpError::new(408, "request body not received in time"))
-                }
+                self.read_exact_into(n, Some(&mut body)).await?
             }
-            None => match self
-                .read_chunked(Some(&mut body), Some(&mut permit))
-                .await?
-            {
-                Ok(()) => Ok(()),
-                Err(e) => Err(e),
-            },
+            None => {
+                self.read_chunked(Some(&mut body), Some(&mut permit))
+                    .await?
+            }
         };
         self.body = body;
         match outcome {
             Ok(()) => Ok(Ok(permit)),
             Err(HttpError { status, message }) => {
                 req.keep_alive = false;
+                // The only 503 while reading a body: no memory for the next chunk.
                 let name = if status == 503 {
-                    "BUSY"
+                    self.node.count_busy(Protocol::Http, req.accel_id);
+                    Status::Busy.name()
                 } else {
                     code_name(status)
                 };
-                self.error(status, name, &message, false, req.minor);
+                self.log_refusal(status, name, &message);
+                self.error(status, name, &message, req.minor);
                 Ok(Err(Step::Close))
             }
         }
     }
 
-    /// Reads `n` body bytes, buffered ones first, into `dst` (or nowhere). Returns
-    /// `false` on end of stream or timeout.
+    /// Reads `n` body bytes, buffered ones first, into `dst` (or nowhere). The inner
+    /// error is the answer when the body does not come whole: the end of the stream
+    /// (400) or the timeout (408).
     async fn read_exact_into(
         &mut self,
         n: usize,
         mut dst: Option<&mut Vec<u8>>,
-    ) -> io::Result<bool> {
+    ) -> io::Result<Result<(), HttpError>> {
         let from_buffer = n.min(self.buffered().len());
         if let Some(dst) = dst.as_deref_mut() {
             dst.extend_from_slice(&self.rbuf[self.rpos..self.rpos + from_buffer]);
@@ -467,7 +513,8 @@ impl Conn {
                 }
             };
             match read {
-                Some(0) | None => return Ok(false),
+                Some(0) => return Ok(Err(body_ended_early())),
+                None => return Ok(Err(body_timed_out())),
                 Some(k) => {
                     remaining -= k;
                     // A large body is read one chunk per turn, so other connections on
@@ -478,7 +525,7 @@ impl Conn {
                 }
             }
         }
-        Ok(true)
+        Ok(Ok(()))
     }
 
     /// Reads a chunked body into `dst` (or nowhere), growing `permit` as data arrives.
@@ -514,21 +561,17 @@ impl Conn {
             }
             if let Some(permit) = permit.as_deref_mut() {
                 if !permit.try_grow(size as usize) {
-                    self.node.http_busy.inc();
                     return Ok(Err(HttpError::new(
                         503,
                         "the node has no memory free for request bodies; retry",
                     )));
                 }
             }
-            if !self
+            if let Err(e) = self
                 .read_exact_into(size as usize, dst.as_deref_mut())
                 .await?
             {
-                return Ok(Err(HttpError::new(
-                    408,
-                    "request body not received in time",
-                )));
+                return Ok(Err(e));
             }
             match self.parse_buffered(parse::parse_chunk_end).await? {
                 Ok(n) => self.rpos += n,
@@ -551,12 +594,9 @@ impl Conn {
             let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
             match self.wait_read(deadline, false).await? {
                 Wait::Data => {}
-                Wait::Eof | Wait::Shutdown | Wait::Timeout => {
-                    return Ok(Err(HttpError::new(
-                        408,
-                        "request body not received in time",
-                    )))
-                }
+                Wait::Eof => return Ok(Err(body_ended_early())),
+                // (A wait that is not idle does not end for a shutdown.)
+                Wait::Shutdown | Wait::Timeout => return Ok(Err(body_timed_out())),
             }
         }
     }
@@ -597,9 +637,10 @@ impl Conn {
         let payload = std::mem::take(&mut self.body);
         if let Err(e) = accel.check(&params, Some(payload.len())) {
             self.body = payload;
+            self.log_refusal(400, "BAD_REQUEST", &e);
             let body = error_body(&e.to_string(), "BAD_REQUEST");
             self.respond(&req, 400, b"application/json", &body, false, &[]);
-            return Ok(self.after(&req));
+            return Ok(self.after());
         }
         let call = Call {
             accel,
@@ -616,7 +657,7 @@ impl Conn {
             Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
         };
         self.write_answer(&req, answer).await?;
-        Ok(self.after(&req))
+        Ok(self.after())
     }
 
     async fn write_answer(&mut self, req: &Request, answer: Answer) -> io::Result<()> {
@@ -630,8 +671,15 @@ impl Conn {
             payload,
         } = answer;
         self.body = payload;
+        if status == Status::Busy {
+            self.node.count_busy(Protocol::Http, req.accel_id);
+        }
         let code = http_code(status);
         let slot_text = slot.map_or_else(|| b"none".to_vec(), |s| s.to_string().into_bytes());
+        if status != Status::Ok {
+            self.log_refusal(code, status.name(), &message);
+        }
+        let keep_alive = self.keep_alive(req);
         let mut head = Head::start(&mut self.wbuf, code)
             .num("X-Netaccel-Queue-Ns", queue_ns)
             .num("X-Netaccel-Exec-Ns", exec_ns)
@@ -649,7 +697,7 @@ impl Conn {
             &error
         };
         head.num("Content-Length", body.len() as u64)
-            .finish(req.keep_alive, req.minor);
+            .finish(keep_alive, req.minor);
         self.count(code);
         if body.len() > WRITE_BATCH_MAX {
             self.flush().await?;
@@ -676,12 +724,11 @@ impl Conn {
         let name = match parsed {
             Ok(LoadRequest { accelerator }) => accelerator,
             Err(e) => {
-                let body = error_body(
-                    &format!("body must be {{\"accelerator\":\"NAME\"}}: {e}"),
-                    "BAD_REQUEST",
-                );
+                let message = format!("body must be {{\"accelerator\":\"NAME\"}}: {e}");
+                self.log_refusal(400, "BAD_REQUEST", &message);
+                let body = error_body(&message, "BAD_REQUEST");
                 self.respond(&req, 400, b"application/json", &body, false, &[]);
-                return Ok(self.after(&req));
+                return Ok(self.after());
             }
         };
         let dispatcher = Arc::clone(&self.node.dispatcher);
@@ -700,6 +747,7 @@ impl Conn {
                 self.respond(&req, 200, b"application/json", &body, false, &[]);
             }
             Ok(Err((status, message))) => {
+                self.log_refusal(http_code(status), status.name(), &message);
                 let body = error_body(&message, status.name());
                 self.respond(
                     &req,
@@ -715,7 +763,7 @@ impl Conn {
                 self.respond(&req, 500, b"application/json", &body, false, &[]);
             }
         }
-        Ok(self.after(&req))
+        Ok(self.after())
     }
 
     fn object_get(
@@ -731,9 +779,10 @@ impl Conn {
             return;
         };
         if if_none_match.is_some_and(|h| crate::objects::none_match(h, &object.etag)) {
+            let keep_alive = self.keep_alive(req);
             Head::start(&mut self.wbuf, 304)
                 .header("ETag", object.etag.as_bytes())
-                .finish(req.keep_alive, req.minor);
+                .finish(keep_alive, req.minor);
             self.count(304);
             return;
         }
@@ -778,14 +827,15 @@ impl Conn {
         match result {
             Ok(created) => {
                 let code = if created { 201 } else { 204 };
+                let keep_alive = self.keep_alive(&req);
                 let mut head = Head::start(&mut self.wbuf, code);
                 if created {
-                    let location = format!("/v1/objects/{key}");
+                    let location = super::route::object_path(&key);
                     head = head
                         .header("Location", location.as_bytes())
                         .num("Content-Length", 0);
                 }
-                head.finish(req.keep_alive, req.minor);
+                head.finish(keep_alive, req.minor);
                 self.count(code);
             }
             Err(e) => {
@@ -793,11 +843,12 @@ impl Conn {
                     StoreError::BadKey(_) => (400, "BAD_REQUEST"),
                     _ => (507, "INSUFFICIENT_STORAGE"),
                 };
+                self.log_refusal(code, name, &e);
                 let body = error_body(&e.to_string(), name);
                 self.respond(&req, code, b"application/json", &body, false, &[]);
             }
         }
-        Ok(self.after(&req))
+        Ok(self.after())
     }
 
     fn io_deadline(&self) -> Instant {
@@ -839,6 +890,20 @@ impl Conn {
             None => Wait::Timeout,
         })
     }
+}
+
+/// The client ended its side of the connection (a half-close, `shutdown(SHUT_WR)`)
+/// before the body was whole: the request is incomplete, not late, so it is a 400.
+/// The client may still read the answer.
+fn body_ended_early() -> HttpError {
+    HttpError::new(
+        400,
+        "the request body ended early: the client closed its side before sending all of it",
+    )
+}
+
+fn body_timed_out() -> HttpError {
+    HttpError::new(408, "request body not received in time")
 }
 
 #[derive(serde::Deserialize)]

@@ -3,7 +3,8 @@
 //! Tokenising is done by `httparse` (zero-copy, fuzzed upstream); this module adds what
 //! a server needs on top of it and nothing about sockets: the limits (URI length, head
 //! size, header count), the framing decision (`Content-Length` vs `chunked`, with the
-//! request-smuggling cases refused), connection persistence and `Expect: 100-continue`.
+//! request-smuggling cases refused), connection persistence, `Expect: 100-continue` and
+//! the `Host` rule of HTTP/1.1.
 //! Every function returns `Partial` when more bytes are needed, the parsed value when
 //! complete, or an [`HttpError`] that already knows its status code.
 
@@ -234,9 +235,15 @@ fn interpret_headers(
     let mut close = false;
     let mut keep_alive_token = false;
     let mut expect_continue = false;
+    let mut hosts = 0;
     for h in headers {
         let name = h.name;
-        if name.eq_ignore_ascii_case("content-length") {
+        if name.eq_ignore_ascii_case("host") {
+            hosts += 1;
+            if !valid_host(h.value) {
+                return Err(HttpError::new(400, "invalid Host header"));
+            }
+        } else if name.eq_ignore_ascii_case("content-length") {
             let value = parse_content_length(h.value)?;
             if content_length.is_some_and(|v| v != value) {
                 return Err(HttpError::new(400, "conflicting Content-Length headers"));
@@ -282,6 +289,18 @@ fn interpret_headers(
     if saw_transfer_encoding && !chunked {
         return Err(HttpError::new(400, "empty Transfer-Encoding"));
     }
+    // RFC 9112 §3.2: an HTTP/1.1 request lacking Host, or with several, is a 400. (An
+    // HTTP/1.0 client may leave it out.) Checked after the framing, so a request with
+    // a broken body framing gets the more specific answer.
+    if hosts > 1 {
+        return Err(HttpError::new(400, "more than one Host header"));
+    }
+    if hosts == 0 && minor_version >= 1 {
+        return Err(HttpError::new(
+            400,
+            "an HTTP/1.1 request needs a Host header",
+        ));
+    }
     let framing = match (content_length, chunked) {
         // RFC 9112 §6.3: a message with both is a smuggling attempt as far as we care.
         (Some(_), true) => {
@@ -309,6 +328,36 @@ fn interpret_headers(
         framing,
         keep_alive,
         expect_continue,
+    })
+}
+
+/// Whether a `Host` value can be `uri-host [":" port]` (RFC 3986 §3.2.2): only the
+/// characters of a registered name, an IP literal and a port. Empty is allowed (a
+/// target without authority).
+fn valid_host(value: &[u8]) -> bool {
+    value.iter().all(|&b| {
+        b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'['
+                    | b']'
+                    | b'%'
+            )
     })
 }
 
@@ -453,7 +502,7 @@ mod tests {
 
     #[test]
     fn every_prefix_of_a_valid_head_is_partial() {
-        let req = b"POST /v1/fn/topk?k=3 HTTP/1.1\r\nContent-Length: 8\r\n\r\n";
+        let req = b"POST /v1/fn/topk?k=3 HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\n";
         for end in 0..req.len() {
             assert_eq!(parse(&req[..end]), Ok(None), "prefix {end}");
         }
@@ -463,7 +512,7 @@ mod tests {
     #[test]
     fn connection_persistence_follows_the_version() {
         let get = |v: &str, conn: &str| {
-            let req = format!("GET / HTTP/1.{v}\r\n{conn}\r\n");
+            let req = format!("GET / HTTP/1.{v}\r\nHost: x\r\n{conn}\r\n");
             parse(req.as_bytes()).unwrap().unwrap().3
         };
         assert!(get("1", ""));
@@ -476,7 +525,7 @@ mod tests {
     #[test]
     fn framing_and_its_refusals() {
         let framing = |headers: &str| {
-            let req = format!("POST /x HTTP/1.1\r\n{headers}\r\n");
+            let req = format!("POST /x HTTP/1.1\r\nHost: x\r\n{headers}\r\n");
             parse(req.as_bytes()).map(|r| r.unwrap().2)
         };
         assert_eq!(
@@ -511,7 +560,8 @@ mod tests {
 
     #[test]
     fn expect_continue_only_on_http_1_1() {
-        let req = b"POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n";
+        let req =
+            b"POST /x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n";
         assert!(parse(req).unwrap().unwrap().4);
         let req = b"POST /x HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n";
         assert!(!parse(req).unwrap().unwrap().4);
@@ -539,6 +589,34 @@ mod tests {
                 .unwrap_err()
                 .status,
             431
+        );
+    }
+
+    #[test]
+    fn http_1_1_needs_exactly_one_valid_host() {
+        let host = |headers: &str, v: u8| {
+            let req = format!("GET / HTTP/1.{v}\r\n{headers}\r\n");
+            parse(req.as_bytes()).map(|r| r.is_some())
+        };
+        assert_eq!(host("", 1), Err(400));
+        assert_eq!(host("", 0), Ok(true));
+        assert_eq!(host("Host: a\r\nHost: b\r\n", 1), Err(400));
+        assert_eq!(host("Host: a\r\nHost: b\r\n", 0), Err(400));
+        assert_eq!(host("Host: a b\r\n", 1), Err(400));
+        assert_eq!(host("Host: x/y\r\n", 1), Err(400));
+        for ok in [
+            "",
+            "example.com",
+            "127.0.0.1:8080",
+            "[::1]:80",
+            "xn--bcher-kva.example",
+        ] {
+            assert_eq!(host(&format!("host: {ok}\r\n"), 1), Ok(true), "{ok}");
+        }
+        // The framing errors keep their own, more specific status.
+        assert_eq!(
+            parse(b"POST /x HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"),
+            Err(501)
         );
     }
 

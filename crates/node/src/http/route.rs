@@ -18,6 +18,8 @@ pub struct Request {
     pub keep_alive: bool,
     pub framing: BodyFraming,
     pub expect_continue: bool,
+    /// The accelerator a call names (for counting refusals by accelerator).
+    pub accel_id: Option<u16>,
 }
 
 pub enum Route {
@@ -27,10 +29,12 @@ pub enum Route {
     Metrics {
         head_only: bool,
     },
-    /// A JSON document computed at routing time (catalog, slots).
+    /// A JSON document computed at routing time (catalog, slots); for `HEAD`, its
+    /// headers only.
     Json {
         code: u16,
         body: Vec<u8>,
+        head_only: bool,
     },
     Call {
         accel: Arc<dyn Accelerator>,
@@ -83,8 +87,14 @@ fn not_allowed(method: &str, path: &str, allow: &'static str) -> Route {
 }
 
 pub fn route(head: &RequestHead<'_>, node: &Node) -> Request {
+    let route = pick(head, node);
+    let accel_id = match &route {
+        Route::Call { accel, .. } => Some(accel.descriptor().id),
+        _ => None,
+    };
     Request {
-        route: pick(head, node),
+        route,
+        accel_id,
         head_len: head.head_len,
         minor: head.minor_version,
         keep_alive: head.keep_alive,
@@ -117,18 +127,20 @@ fn pick(head: &RequestHead<'_>, node: &Node) -> Route {
             _ => not_allowed(method, path, "GET, HEAD"),
         },
         "/v1/accelerators" => match method {
-            "GET" => Route::Json {
+            "GET" | "HEAD" => Route::Json {
                 code: 200,
                 body: node.catalog_json(),
+                head_only: method == "HEAD",
             },
-            _ => not_allowed(method, path, "GET"),
+            _ => not_allowed(method, path, "GET, HEAD"),
         },
         "/v1/slots" => match method {
-            "GET" => Route::Json {
+            "GET" | "HEAD" => Route::Json {
                 code: 200,
                 body: node.slots_json(None),
+                head_only: method == "HEAD",
             },
-            _ => not_allowed(method, path, "GET"),
+            _ => not_allowed(method, path, "GET, HEAD"),
         },
         _ => {
             if let Some(rest) = path.strip_prefix("/v1/slots/") {
@@ -150,9 +162,10 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
         _ => return refuse(404, "NOT_FOUND", format!("no slot {rest} on this node")),
     };
     match head.method {
-        "GET" => Route::Json {
+        "GET" | "HEAD" => Route::Json {
             code: 200,
             body: node.slots_json(Some(slot)),
+            head_only: head.method == "HEAD",
         },
         "PUT" => {
             if let Some(token) = &node.config.admin_token {
@@ -166,7 +179,7 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
             }
             Route::LoadSlot { slot }
         }
-        _ => not_allowed(head.method, head.path(), "GET, PUT"),
+        _ => not_allowed(head.method, head.path(), "GET, HEAD, PUT"),
     }
 }
 
@@ -248,6 +261,24 @@ fn object_route(head: &RequestHead<'_>, raw_key: &str) -> Route {
     }
 }
 
+/// The path of object `key` (for `Location`), percent-encoded so that a client that
+/// follows it asks for the same key: every byte but unreserved characters and `/` is
+/// encoded, so `?`, `#`, `%`, spaces and UTF-8 come back as they were through
+/// [`percent_decode`].
+pub fn object_path(key: &str) -> String {
+    const PREFIX: &str = "/v1/objects/";
+    let mut path = String::with_capacity(PREFIX.len() + key.len() * 3);
+    path.push_str(PREFIX);
+    for &b in key.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            path.push(char::from(b));
+        } else {
+            path.push_str(&format!("%{b:02X}"));
+        }
+    }
+    path
+}
+
 fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -317,5 +348,29 @@ mod tests {
         assert_eq!(percent_decode("bad%2"), None);
         assert_eq!(percent_decode("bad%zz"), None);
         assert_eq!(percent_decode("%ff"), None);
+    }
+
+    #[test]
+    fn object_paths_are_encoded_so_that_they_decode_to_the_key() {
+        assert_eq!(
+            object_path("plain/key-1.bin"),
+            "/v1/objects/plain/key-1.bin"
+        );
+        assert_eq!(object_path("a b?c#d%e"), "/v1/objects/a%20b%3Fc%23d%25e");
+        assert_eq!(object_path("é"), "/v1/objects/%C3%A9");
+        for key in [
+            "a b?c#d%e",
+            "ünï/cödé",
+            "q?x=1&y=2",
+            "100%",
+            "+;,=@:!$'()*",
+            "~_.-",
+        ] {
+            let path = object_path(key);
+            assert!(path.bytes().all(|b| b.is_ascii_graphic()), "{path}");
+            assert!(!path.contains(['?', '#', ' ']), "{path}");
+            let encoded = path.strip_prefix("/v1/objects/").unwrap();
+            assert_eq!(percent_decode(encoded).as_deref(), Some(key));
+        }
     }
 }

@@ -43,6 +43,22 @@ fn free_port() -> u16 {
 impl TestNode {
     /// Starts a node with `config` (TOML, without the `http` key).
     pub fn start(config: &str) -> TestNode {
+        TestNode::launch(config, &[], false)
+    }
+
+    /// Starts a node with `config` and extra command-line `args` (`--log-level debug`
+    /// overrides the harness's `log_level = "warn"`); its stderr goes to a file that
+    /// [`TestNode::log`] reads.
+    pub fn start_logging(config: &str, args: &[&str]) -> TestNode {
+        TestNode::launch(config, args, true)
+    }
+
+    /// What the node has written on stderr so far (nodes from `start_logging`).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
+    }
+
+    fn launch(config: &str, args: &[&str], capture_stderr: bool) -> TestNode {
         for _ in 0..5 {
             let port = free_port();
             let rac_port = free_port();
@@ -55,11 +71,17 @@ impl TestNode {
                 format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\nlog_level = \"warn\"\n{config}"),
             )
             .unwrap();
+            let stderr = if capture_stderr {
+                Stdio::from(std::fs::File::create(dir.join("stderr.log")).unwrap())
+            } else {
+                Stdio::inherit()
+            };
             let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
                 .arg("--config")
                 .arg(&path)
+                .args(args)
                 .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
+                .stderr(stderr)
                 .spawn()
                 .expect("starting netaccel-node");
             let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -309,4 +331,46 @@ impl Rng {
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
     }
+}
+
+/// Runs the node with `config` (TOML; `http` and `rac` on free ports are added) and
+/// the extra command-line `args`, expecting it to refuse to start. Returns its exit
+/// code and everything it printed on stderr.
+pub fn start_refused(config: &str, args: &[&str]) -> (Option<i32>, String) {
+    let dir = std::env::temp_dir().join(format!(
+        "netaccel-refused-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("node.toml");
+    let (port, rac_port) = (free_port(), free_port());
+    std::fs::write(
+        &path,
+        format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\n{config}"),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
+        .arg("--config")
+        .arg(&path)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting netaccel-node");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the node started with {config:?} {args:?}; it should have refused");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

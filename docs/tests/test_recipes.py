@@ -1,11 +1,13 @@
-"""The recipes of docs/accelerators.md, run against a real node.
+"""The recipes of docs/accelerators.md and docs/extending.md, run against a real node.
 
-Each `<!-- recipe: NAME LANG -->` block is run as a reader would run it (shell blocks
-with bash, Python blocks as a file with python3) and must print exactly the block
-tagged `<!-- output: NAME LANG -->`, or else `<!-- output: NAME -->`. Separately, each
-accelerator's documented output is checked against the semantics in the table at the
-top of the page, computed here from the recipe's inputs, so a page whose recipes and
-outputs agree with each other but not with the specification fails too.
+Each `<!-- recipe: NAME LANG -->` block is run as a reader would run it, from the
+repository root (shell blocks with bash, Python blocks as a file with python3), and
+must print exactly the block tagged `<!-- output: NAME LANG -->`, or else
+`<!-- output: NAME -->`; a recipe with neither (allowed in extending.md only) must
+succeed. Separately, each accelerator's documented output is checked against the
+semantics in the table at the top of accelerators.md, computed here from the recipe's
+inputs, so a page whose recipes and outputs agree with each other but not with the
+specification fails too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -22,21 +25,20 @@ from conftest import ROOT
 from docblocks import tagged_blocks
 
 PAGE = ROOT / "docs" / "accelerators.md"
-BLOCKS = tagged_blocks(PAGE)
-RECIPES = [b for b in BLOCKS if b.kind == "recipe"]
-OUTPUTS = {b.name: b for b in BLOCKS if b.kind == "output"}
-RECIPE_TIMEOUT_S = 60
+EXTENDING = ROOT / "docs" / "extending.md"
+BLOCKS = {page: tagged_blocks(page) for page in (PAGE, EXTENDING)}
+OUTPUTS = {b.name: b for b in BLOCKS[PAGE] if b.kind == "output"}
+RECIPES = [(page, b) for page, blocks in BLOCKS.items() for b in blocks if b.kind == "recipe"]
+#: Generous: a recipe may build an example with cargo on a loaded machine.
+RECIPE_TIMEOUT_S = 300
 
 
-def documented_output(recipe_name: str) -> str:
-    accel = recipe_name.split()[0]
-    block = OUTPUTS.get(recipe_name) or OUTPUTS.get(accel)
-    if block is None:
-        raise AssertionError(f"{PAGE.name}: no output block for recipe `{recipe_name}`")
-    return block.text
+def documented_output(page: Path, recipe_name: str) -> Optional[str]:
+    outputs = {b.name: b.text for b in BLOCKS[page] if b.kind == "output"}
+    return outputs.get(recipe_name, outputs.get(recipe_name.split()[0]))
 
 
-def run_recipe(block, node, tmp_path: Path) -> subprocess.CompletedProcess:
+def run_recipe(page: Path, block, node, tmp_path: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["NETACCEL_NODE"] = node.url
     env["NETACCEL_RAC_ADDR"] = node.rac
@@ -52,26 +54,33 @@ def run_recipe(block, node, tmp_path: Path) -> subprocess.CompletedProcess:
         # instead of feeding an empty result to the decoder.
         args = ["bash", "-e", "-o", "pipefail", "-c", block.text]
     else:
-        raise AssertionError(f"{PAGE.name}:{block.line}: no runner for ```{block.lang}")
-    return subprocess.run(
-        args, cwd=tmp_path, env=env, capture_output=True, timeout=RECIPE_TIMEOUT_S
-    )
+        raise AssertionError(f"{page.name}:{block.line}: no runner for ```{block.lang}")
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, timeout=RECIPE_TIMEOUT_S)
 
 
-@pytest.mark.parametrize("block", RECIPES, ids=[b.name.replace(" ", "-") for b in RECIPES])
-def test_recipe_prints_the_documented_output(block, node, tmp_path):
-    done = run_recipe(block, node, tmp_path)
+@pytest.mark.parametrize(
+    "page,block", RECIPES, ids=[f"{p.stem}:{b.name.replace(' ', '-')}" for p, b in RECIPES]
+)
+def test_recipe_prints_the_documented_output(page, block, node, tmp_path):
+    done = run_recipe(page, block, node, tmp_path)
     stderr = done.stderr.decode(errors="replace")
-    assert done.returncode == 0, f"{PAGE.name}:{block.line} `{block.name}` failed:\n{stderr}"
-    assert done.stdout.decode("utf-8") == documented_output(block.name), (
-        f"{PAGE.name}:{block.line} `{block.name}` printed something else than the page says"
-        f" (stderr: {stderr!r})"
-    )
+    where = f"{page.name}:{block.line} `{block.name}`"
+    assert done.returncode == 0, f"{where} failed:\n{stderr}"
+    want = documented_output(page, block.name)
+    if want is not None:
+        assert done.stdout.decode("utf-8") == want, (
+            f"{where} printed something else than the page says (stderr: {stderr!r})"
+        )
+
+
+def test_every_recipe_of_the_accelerators_page_has_a_documented_output():
+    missing = [b.name for p, b in RECIPES if p == PAGE and documented_output(p, b.name) is None]
+    assert not missing, f"{PAGE.name}: recipes with no output block: {missing}"
 
 
 def test_every_accelerator_of_the_node_has_a_shell_and_a_python_recipe(node):
     catalog = {a["name"] for a in node.get_json("/v1/accelerators")}
-    recipes = {tuple(b.name.split()[:2]) for b in RECIPES}
+    recipes = {tuple(b.name.split()[:2]) for p, b in RECIPES if p == PAGE}
     missing = sorted(
         f"{name} {lang}" for name in catalog for lang in ("sh", "python")
         if (name, lang) not in recipes
@@ -180,3 +189,21 @@ def test_documented_output_follows_the_specification(name):
 def test_every_documented_output_is_checked_against_the_specification():
     unchecked = {name.split()[0] for name in OUTPUTS} - set(SPEC) - {"refused"}
     assert not unchecked, f"outputs with no specification check: {sorted(unchecked)}"
+
+
+# --- code quoted from the repository --------------------------------------------------
+
+
+EXCERPTS = [(page, b) for page, blocks in BLOCKS.items() for b in blocks if b.kind == "excerpt"]
+
+
+@pytest.mark.parametrize("page,block", EXCERPTS, ids=[f"{p.stem}:{b.line}" for p, b in EXCERPTS])
+def test_quoted_code_is_in_the_file_it_is_quoted_from(page, block):
+    """An `<!-- excerpt: PATH -->` block must appear in PATH (indentation aside), so
+    that the page cannot drift from the code it quotes."""
+
+    def flat(text: str) -> str:
+        return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+
+    source = (ROOT / block.name).read_text(encoding="utf-8")
+    assert flat(block.text) in flat(source), f"{page.name}:{block.line}: not found in {block.name}"

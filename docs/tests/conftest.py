@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.request
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Deque, Optional
@@ -69,14 +70,17 @@ def build(*packages: str) -> Path:
     return target_dir() / "debug"
 
 
-@pytest.fixture(scope="session")
-def node():
-    """A node with the built-in slots, HTTP and RAC on loopback ports chosen by the
-    kernel (port 0), and remote OpenCL when the host has an OpenCL runtime."""
+@contextmanager
+def running_node(tmp_dir: Path, config: str = ""):
+    """Starts a node with `config` (TOML) and HTTP and RAC on loopback ports chosen
+    by the kernel (port 0), with remote OpenCL when the host has an OpenCL runtime."""
     bin_dir = build("netaccel-node", "netaccel-client")
+    config_file = tmp_dir / "node.toml"
+    config_file.write_text(config)
     proc = subprocess.Popen(
         [
             str(bin_dir / "netaccel-node"),
+            "--config", str(config_file),
             "--http", "127.0.0.1:0",
             "--rac", "127.0.0.1:0",
             "--opencl", "127.0.0.1:0",
@@ -129,6 +133,26 @@ def node():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def node(tmp_path_factory):
+    """A node with its defaults: one slot per built-in accelerator, no tokens."""
+    with running_node(tmp_path_factory.mktemp("node")) as n:
+        yield n
+
+
+#: The tokens of `secured_node`, as docs/security.md names them.
+ADMIN_TOKEN = "change-me-admin"
+TENANT = ("team-a", "change-me-team-a")
+
+
+@pytest.fixture(scope="session")
+def secured_node(tmp_path_factory):
+    """A node with an admin token and one RAC tenant, as docs/security.md sets up."""
+    config = f'admin_token = "{ADMIN_TOKEN}"\n\n[[tenants]]\nname = "{TENANT[0]}"\ntoken = "{TENANT[1]}"\n'
+    with running_node(tmp_path_factory.mktemp("secured-node"), config) as n:
+        yield n
 
 
 def require(condition: bool, what: str) -> None:

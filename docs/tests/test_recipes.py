@@ -1,4 +1,5 @@
-"""The recipes of docs/accelerators.md and docs/extending.md, run against a real node.
+"""The recipes of docs/accelerators.md, docs/extending.md and docs/security.md, run
+against real nodes (security.md's against a node with an admin token and a tenant).
 
 Each `<!-- recipe: NAME LANG -->` block is run as a reader would run it, from the
 repository root (shell blocks with bash, Python blocks as a file with python3), and
@@ -21,12 +22,15 @@ from typing import Optional
 
 import pytest
 
-from conftest import ROOT
+from conftest import ADMIN_TOKEN, ROOT
 from docblocks import tagged_blocks
 
 PAGE = ROOT / "docs" / "accelerators.md"
 EXTENDING = ROOT / "docs" / "extending.md"
-BLOCKS = {page: tagged_blocks(page) for page in (PAGE, EXTENDING)}
+SECURITY = ROOT / "docs" / "security.md"
+#: Each page, and the node its recipes run against (a fixture of conftest.py).
+NODE_OF_PAGE = {PAGE: "node", EXTENDING: "node", SECURITY: "secured_node"}
+BLOCKS = {page: tagged_blocks(page) for page in NODE_OF_PAGE}
 OUTPUTS = {b.name: b for b in BLOCKS[PAGE] if b.kind == "output"}
 RECIPES = [(page, b) for page, blocks in BLOCKS.items() for b in blocks if b.kind == "recipe"]
 #: Generous: a recipe may build an example with cargo on a loaded machine.
@@ -42,6 +46,7 @@ def run_recipe(page: Path, block, node, tmp_path: Path) -> subprocess.CompletedP
     env = dict(os.environ)
     env["NETACCEL_NODE"] = node.url
     env["NETACCEL_RAC_ADDR"] = node.rac
+    env["NETACCEL_TOKEN"] = ADMIN_TOKEN
     env["PATH"] = f"{node.bin_dir}{os.pathsep}{env.get('PATH', '')}"
     client = str(ROOT / "clients" / "python")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (client, env.get("PYTHONPATH")) if p)
@@ -61,7 +66,8 @@ def run_recipe(page: Path, block, node, tmp_path: Path) -> subprocess.CompletedP
 @pytest.mark.parametrize(
     "page,block", RECIPES, ids=[f"{p.stem}:{b.name.replace(' ', '-')}" for p, b in RECIPES]
 )
-def test_recipe_prints_the_documented_output(page, block, node, tmp_path):
+def test_recipe_prints_the_documented_output(page, block, request, tmp_path):
+    node = request.getfixturevalue(NODE_OF_PAGE[page])
     done = run_recipe(page, block, node, tmp_path)
     stderr = done.stderr.decode(errors="replace")
     where = f"{page.name}:{block.line} `{block.name}`"

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-debian_packages=(curl make gcc wrk pkg-config ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-headers pocl-opencl-icd clinfo)
+debian_packages=(curl make gcc wrk pkg-config ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-headers pocl-opencl-icd clinfo prometheus)
 
 missing=()
 for p in "${debian_packages[@]}"; do
@@ -62,6 +62,13 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 NETACCEL_RAC_ADDR="127.0.0.1:$rac_port" python3 -m pytest -q clients/python
+
+# The documentation's promises, against nodes it starts on free ports: every recipe of
+# docs/accelerators.md, extending.md and security.md prints what the page says; the
+# monitoring files and the metrics reference match what a live node exports
+# (promtool, and a real Prometheus scraping the node).
+echo "==> documentation tests (recipes, monitoring, metrics reference)"
+python3 -m pytest -q docs/tests
 
 # netaccel-bench and wrk against the same C HTTP responder, 1 connection, 7 rounds of
 # 2 s (wrk counts its start-up in its rate, which weighs on 1 s runs): the medians of

@@ -1,0 +1,165 @@
+"""Shared fixtures of the documentation tests: a real netaccel node, built from this
+checkout and started on ports the kernel picks, so the tests never collide with
+another program's ports.
+
+The documentation tests check that what docs/ tells a reader is true of the node:
+the recipes in docs/accelerators.md print what the page says, and the monitoring
+files (deploy/monitoring/) and the metrics reference (docs/monitoring.md) name only
+metrics that the node exports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Deque, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: How long the node may take to start (a debug build on a loaded 2-core machine).
+START_TIMEOUT_S = 60
+
+
+@dataclass
+class Node:
+    http: str  # host:port
+    rac: str  # host:port
+    opencl: Optional[str]  # host:port, or None when the host has no OpenCL runtime
+    bin_dir: Path  # where netaccel-node and netaccel were built
+    log: Deque[str]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.http}"
+
+    def get(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.url + path, timeout=10) as response:
+            return response.read()
+
+    def get_json(self, path: str):
+        return json.loads(self.get(path))
+
+
+def target_dir() -> Path:
+    meta = subprocess.run(
+        ["cargo", "metadata", "--format-version", "1", "--no-deps"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return Path(json.loads(meta.stdout)["target_directory"])
+
+
+def build(*packages: str) -> Path:
+    """Builds the packages (debug) and returns the directory of their binaries."""
+    args = ["cargo", "build", "-q"]
+    for p in packages:
+        args += ["-p", p]
+    subprocess.run(args, cwd=ROOT, check=True)
+    return target_dir() / "debug"
+
+
+@contextmanager
+def running_node(tmp_dir: Path, config: str = ""):
+    """Starts a node with `config` (TOML) and HTTP and RAC on loopback ports chosen
+    by the kernel (port 0), with remote OpenCL when the host has an OpenCL runtime."""
+    bin_dir = build("netaccel-node", "netaccel-client")
+    config_file = tmp_dir / "node.toml"
+    config_file.write_text(config)
+    proc = subprocess.Popen(
+        [
+            str(bin_dir / "netaccel-node"),
+            "--config", str(config_file),
+            "--http", "127.0.0.1:0",
+            "--rac", "127.0.0.1:0",
+            "--opencl", "127.0.0.1:0",
+            "--log-level", "info",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log: Deque[str] = deque(maxlen=200)
+    found = {}
+    ready = threading.Event()
+
+    def read_log() -> None:
+        # The node logs where it listens once its listeners are bound; keep reading
+        # afterwards so that a full pipe never blocks it.
+        for line in proc.stderr:
+            log.append(line.rstrip())
+            for key in ("http", "rac", "opencl"):
+                m = re.search(rf"\b{key}=(\S+:\d+)", line)
+                if m and key not in found:
+                    found[key] = m.group(1)
+            if "http" in found and "rac" in found:
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=read_log, daemon=True).start()
+    try:
+        if not ready.wait(START_TIMEOUT_S) or proc.poll() is not None or "http" not in found:
+            raise RuntimeError(
+                f"netaccel-node did not start within {START_TIMEOUT_S} s "
+                f"(exit status {proc.poll()}); its log:\n" + "\n".join(log)
+            )
+        n = Node(found["http"], found["rac"], found.get("opencl"), bin_dir, log)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                n.get("/health")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield n
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def node(tmp_path_factory):
+    """A node with its defaults: one slot per built-in accelerator, no tokens."""
+    with running_node(tmp_path_factory.mktemp("node")) as n:
+        yield n
+
+
+#: The tokens of `secured_node`, as docs/security.md names them.
+ADMIN_TOKEN = "change-me-admin"
+TENANT = ("team-a", "change-me-team-a")
+
+
+@pytest.fixture(scope="session")
+def secured_node(tmp_path_factory):
+    """A node with an admin token and one RAC tenant, as docs/security.md sets up."""
+    config = f'admin_token = "{ADMIN_TOKEN}"\n\n[[tenants]]\nname = "{TENANT[0]}"\ntoken = "{TENANT[1]}"\n'
+    with running_node(tmp_path_factory.mktemp("secured-node"), config) as n:
+        yield n
+
+
+def require(condition: bool, what: str) -> None:
+    """Skips when a prerequisite is missing, except in CI (`CI=true`), where a missing
+    prerequisite fails the test instead of hiding it."""
+    if condition:
+        return
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{what} (a prerequisite; CI does not skip)")
+    pytest.skip(what)

@@ -9,16 +9,24 @@
 //! of whole rows of at most [`WRITE_CHUNK_MAX`] bytes. A mapped image is a tightly packed
 //! copy of the region, written back at unmap when mapped for writing.
 
-use super::*;
-use ocl_remote::proto::{ImageCmd, ImageOp};
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::{Arc, Mutex};
+
+use ocl_remote::cl::{self, ClInt};
+use ocl_remote::proto::{Command, ImageCmd, ImageOp, Request};
+
+use crate::node::{HostDst, WRITE_CHUNK_MAX};
+use crate::object::*;
+
+use super::enqueue::{check_range, event_slot, finish_blocking, new_event, prologue, same_node};
+use super::rect::read3;
+use super::{bytes_of, reply, ret_info, set_err};
 
 const CL_COMMAND_MAP_IMAGE: u32 = 0x11FC;
 
-pub fn entries() -> Vec<(&'static str, *const c_void)> {
-    macro_rules! e {
-        ($($f:ident),* $(,)?) => { vec![$((stringify!($f), $f as *const c_void)),*] };
-    }
-    e![
+pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
+    entry_points![
         clCreateImage,
         clCreateImage2D,
         clCreateImage3D,

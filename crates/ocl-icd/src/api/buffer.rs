@@ -1,0 +1,195 @@
+//! Buffers and sub-buffers. A buffer of a same-host client may live in shared memory the
+//! node maps too (its data then moves with `memcpy`, see [`crate::copy`]).
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::{Arc, Mutex};
+
+use ocl_remote::cl::{self, ClInt};
+use ocl_remote::proto::Request;
+
+use crate::object::*;
+
+use super::enqueue::check_range;
+use super::{bytes_of, reply, ret_info, set_err};
+
+pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
+    entry_points![
+        clCreateBuffer,
+        clCreateSubBuffer,
+        clRetainMemObject,
+        clReleaseMemObject,
+        clGetMemObjectInfo,
+    ]
+}
+
+pub unsafe extern "C" fn clCreateBuffer(
+    context: Handle,
+    flags: u64,
+    size: usize,
+    host_ptr: *mut c_void,
+    errcode: *mut ClInt,
+) -> Handle {
+    let c = tryp!(get::<Context>(context), errcode);
+    let flags = if flags & 7 == 0 {
+        flags | cl::CL_MEM_READ_WRITE
+    } else {
+        flags
+    };
+    let access = flags & 7;
+    if access.count_ones() != 1 {
+        set_err(errcode, cl::CL_INVALID_VALUE);
+        return null_mut();
+    }
+    if size == 0 {
+        set_err(errcode, cl::CL_INVALID_BUFFER_SIZE);
+        return null_mut();
+    }
+    let wants_ptr = flags & (cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR) != 0;
+    if wants_ptr == host_ptr.is_null() {
+        set_err(errcode, cl::CL_INVALID_HOST_PTR);
+        return null_mut();
+    }
+    let data: &[u8] = if wants_ptr {
+        std::slice::from_raw_parts(host_ptr.cast::<u8>(), size)
+    } else {
+        &[]
+    };
+    let node = Arc::clone(&c.v.node);
+    let id = node.next_id();
+    let request = Request::CreateBuffer {
+        id,
+        context: c.v.id,
+        flags,
+        size: size as u64,
+        data,
+    };
+    let shm_name = tryp!(reply(node.call(&request)), errcode);
+    // A region we cannot map (another user, say) just means the network path.
+    let shm = if shm_name.is_empty() {
+        None
+    } else {
+        ocl_remote::shm::Region::open(&shm_name, size)
+            .ok()
+            .map(Arc::new)
+    };
+    retain::<Context>(context);
+    let keep_ptr = if flags & cl::CL_MEM_USE_HOST_PTR != 0 {
+        host_ptr as usize
+    } else {
+        0
+    };
+    set_err(errcode, cl::CL_SUCCESS);
+    new_handle(Mem {
+        node,
+        id,
+        context: context as H,
+        flags,
+        size,
+        host_ptr: keep_ptr,
+        maps: Mutex::new(Vec::new()),
+        shm,
+        shm_offset: 0,
+        parent: 0,
+        origin: 0,
+        image: None,
+    })
+}
+
+pub unsafe extern "C" fn clCreateSubBuffer(
+    buffer: Handle,
+    flags: u64,
+    create_type: u32,
+    info: *const c_void,
+    errcode: *mut ClInt,
+) -> Handle {
+    const CL_BUFFER_CREATE_TYPE_REGION: u32 = 0x1220;
+    let m = tryp!(get::<Mem>(buffer), errcode);
+    if m.v.image.is_some() {
+        set_err(errcode, cl::CL_INVALID_MEM_OBJECT);
+        return null_mut();
+    }
+    if m.v.parent != 0 || create_type != CL_BUFFER_CREATE_TYPE_REGION || info.is_null() {
+        set_err(errcode, cl::CL_INVALID_VALUE);
+        return null_mut();
+    }
+    let [origin, size] = *(info as *const [usize; 2]);
+    tryp!(
+        check_range(origin, size, m.v.size).map_err(|_| cl::CL_INVALID_VALUE),
+        errcode
+    );
+    // Access flags left out are inherited from the parent; host-pointer flags are not allowed.
+    if flags & (cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR) != 0
+    {
+        set_err(errcode, cl::CL_INVALID_VALUE);
+        return null_mut();
+    }
+    let flags = if flags & 7 == 0 {
+        flags | (m.v.flags & 7)
+    } else {
+        flags
+    };
+    let node = Arc::clone(&m.v.node);
+    let id = node.next_id();
+    let request = Request::CreateSubBuffer {
+        id,
+        parent: m.v.id,
+        flags,
+        offset: origin as u64,
+        size: size as u64,
+    };
+    tryp!(reply(node.call(&request)), errcode);
+    retain::<Context>(m.v.context as Handle);
+    retain::<Mem>(buffer);
+    set_err(errcode, cl::CL_SUCCESS);
+    new_handle(Mem {
+        node,
+        id,
+        context: m.v.context,
+        flags: flags | (m.v.flags & (cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR)),
+        size,
+        host_ptr: if m.v.host_ptr != 0 {
+            m.v.host_ptr + origin
+        } else {
+            0
+        },
+        maps: Mutex::new(Vec::new()),
+        shm: m.v.shm.clone(),
+        shm_offset: m.v.shm_offset + origin,
+        parent: buffer as H,
+        origin,
+        image: None,
+    })
+}
+
+pub unsafe extern "C" fn clRetainMemObject(m: Handle) -> ClInt {
+    retain::<Mem>(m)
+}
+pub unsafe extern "C" fn clReleaseMemObject(m: Handle) -> ClInt {
+    release::<Mem>(m)
+}
+
+pub unsafe extern "C" fn clGetMemObjectInfo(
+    mem: Handle,
+    param: u32,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> ClInt {
+    let m = tryr!(get::<Mem>(mem));
+    let bytes = match param {
+        cl::CL_MEM_TYPE => bytes_of(m.v.image.map_or(cl::CL_MEM_OBJECT_BUFFER, |i| i.image_type)),
+        cl::CL_MEM_FLAGS => bytes_of(m.v.flags),
+        cl::CL_MEM_SIZE => bytes_of(m.v.size),
+        cl::CL_MEM_HOST_PTR => bytes_of(m.v.host_ptr),
+        cl::CL_MEM_MAP_COUNT => {
+            bytes_of(m.v.maps.lock().unwrap_or_else(|p| p.into_inner()).len() as u32)
+        }
+        cl::CL_MEM_REFERENCE_COUNT => bytes_of(ref_count(m)),
+        cl::CL_MEM_CONTEXT => bytes_of(m.v.context),
+        cl::CL_MEM_ASSOCIATED_MEMOBJECT => bytes_of(m.v.parent),
+        cl::CL_MEM_OFFSET => bytes_of(m.v.origin),
+        _ => return cl::CL_INVALID_VALUE,
+    };
+    ret_info(&bytes, size, value, size_ret)
+}

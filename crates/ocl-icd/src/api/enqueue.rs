@@ -1,0 +1,223 @@
+//! What every enqueue call does: check the queue and the wait list, create the event the
+//! application asked for, wait for it when the call blocks; and the plain buffer reads
+//! and writes the other transfers are made of.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use ocl_remote::cl::{self, ClInt};
+use ocl_remote::proto::Command;
+
+use crate::node::{DirectRead, HostDst, Node, WRITE_CHUNK_MAX};
+use crate::object::*;
+
+use super::slice;
+
+/// Checks the queue and the wait list. Waiting needs no wire encoding: a flush sends all
+/// of a connection's pending commands and tasks run in order (see docs/opencl.md).
+pub(super) unsafe fn prologue<'a>(
+    queue: Handle,
+    num_wait: u32,
+    wait: *const Handle,
+) -> Result<&'a Obj<Queue>, ClInt> {
+    let q = get::<Queue>(queue)?;
+    if (num_wait == 0) != wait.is_null() {
+        return Err(cl::CL_INVALID_EVENT_WAIT_LIST);
+    }
+    for &e in slice(wait, num_wait) {
+        let ev = get::<Event>(e).map_err(|_| cl::CL_INVALID_EVENT_WAIT_LIST)?;
+        if !Arc::ptr_eq(&ev.v.node, &q.v.node) {
+            return Err(cl::CL_INVALID_CONTEXT);
+        }
+        if ev.v.status() < cl::CL_COMPLETE {
+            return Err(cl::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+        }
+        if ev.v.queue == 0 && ev.v.status() > cl::CL_COMPLETE {
+            // Waiting for a user event: the open task stays here until it is set.
+            q.v.node.gate(EventRef::new(e));
+        }
+    }
+    Ok(q)
+}
+
+/// Creates the event the application asked for (if it did) and a reference for the task.
+pub(super) unsafe fn new_event(
+    q: &Obj<Queue>,
+    queue: Handle,
+    command_type: u32,
+    out: *mut Handle,
+) -> (u64, Option<EventRef>) {
+    if out.is_null() {
+        return (0, None);
+    }
+    retain::<Queue>(queue);
+    let h = new_handle(Event::new(
+        Arc::clone(&q.v.node),
+        queue as H,
+        q.v.context,
+        command_type,
+    ));
+    *out = h;
+    let r = EventRef::new(h);
+    (r.id(), Some(r))
+}
+
+pub(super) fn same_node(a: &Arc<Node>, b: &Arc<Node>) -> Result<(), ClInt> {
+    if Arc::ptr_eq(a, b) {
+        Ok(())
+    } else {
+        Err(cl::CL_INVALID_CONTEXT)
+    }
+}
+
+pub(super) fn check_range(offset: usize, size: usize, total: usize) -> Result<(), ClInt> {
+    match offset.checked_add(size) {
+        Some(end) if size > 0 && end <= total => Ok(()),
+        _ => Err(cl::CL_INVALID_VALUE),
+    }
+}
+
+/// Where a command's event goes: the application's slot, or for a blocking call without
+/// one, `internal` (the call waits on that event and then releases it).
+pub(super) fn event_slot(blocking: bool, event: *mut Handle, internal: &mut Handle) -> *mut Handle {
+    if blocking && event.is_null() {
+        internal
+    } else {
+        event
+    }
+}
+
+/// For a blocking call: sends the open task and waits for the command's event `slot`
+/// (whichever thread's flush sends it), returning the command's error if it failed.
+/// Releases the internal event, if one was used.
+pub(super) unsafe fn finish_blocking(
+    node: &Node,
+    blocking: bool,
+    slot: *mut Handle,
+    internal: Handle,
+) -> ClInt {
+    if !blocking {
+        return cl::CL_SUCCESS;
+    }
+    node.flush_blocking();
+    let event = EventRef::new(*slot);
+    node.wait_event(&event);
+    let status = event.status();
+    drop(event);
+    if !internal.is_null() {
+        release::<Event>(internal);
+    }
+    if status < cl::CL_COMPLETE {
+        status
+    } else {
+        cl::CL_SUCCESS
+    }
+}
+
+pub(super) unsafe fn enqueue_read(
+    queue: Handle,
+    mem: Handle,
+    offset: usize,
+    size: usize,
+    ptr: *mut c_void,
+    command_type: u32,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> Result<Arc<Node>, ClInt> {
+    let q = prologue(queue, num_wait, wait)?;
+    let m = get::<Mem>(mem)?;
+    same_node(&q.v.node, &m.v.node)?;
+    check_range(offset, size, m.v.size)?;
+    if ptr.is_null() {
+        return Err(cl::CL_INVALID_VALUE);
+    }
+    let (ev, evref) = new_event(q, queue, command_type, event);
+    if let Some(src) = &m.v.shm {
+        // Same host: the data is copied from shared memory when the task is done.
+        let marker = Command::Marker {
+            queue: q.v.id,
+            event: ev,
+        };
+        let dst = HostDst {
+            ptr: ptr as usize,
+            len: size,
+        };
+        let read = DirectRead {
+            src: Arc::clone(src),
+            offset: m.v.shm_offset + offset,
+            dst,
+        };
+        q.v.node.enqueue_direct_reads(&marker, evref, vec![read]);
+        return Ok(Arc::clone(&q.v.node));
+    }
+    let token = q.v.node.next_id();
+    let cmd = Command::Read {
+        queue: q.v.id,
+        event: ev,
+        buffer: m.v.id,
+        offset: offset as u64,
+        size: size as u64,
+        token,
+    };
+    q.v.node.enqueue(
+        &cmd,
+        evref,
+        Some((
+            token,
+            HostDst {
+                ptr: ptr as usize,
+                len: size,
+            },
+        )),
+    );
+    Ok(Arc::clone(&q.v.node))
+}
+
+pub(super) unsafe fn enqueue_write(
+    q: &Obj<Queue>,
+    queue: Handle,
+    m: &Obj<Mem>,
+    offset: usize,
+    data: &[u8],
+    command_type: u32,
+    event: *mut Handle,
+) {
+    if let Some(region) = &m.v.shm {
+        // Same host and nothing ahead of this write: copy straight into the buffer.
+        // SAFETY: offset + len was checked against the buffer (= region) size.
+        let dst = region.ptr().add(m.v.shm_offset + offset);
+        if q.v
+            .node
+            .direct_write(|| crate::copy::copy(dst, data.as_ptr(), data.len()))
+        {
+            if !event.is_null() {
+                let (ev, evref) = new_event(q, queue, command_type, event);
+                q.v.node.enqueue(
+                    &Command::Marker {
+                        queue: q.v.id,
+                        event: ev,
+                    },
+                    evref,
+                    None,
+                );
+            }
+            return;
+        }
+    }
+    let (ev, evref) = new_event(q, queue, command_type, event);
+    let mut evref = evref;
+    let chunks = data.len().div_ceil(WRITE_CHUNK_MAX).max(1);
+    for (i, chunk) in data.chunks(WRITE_CHUNK_MAX).enumerate() {
+        let last = i + 1 == chunks;
+        let cmd = Command::Write {
+            queue: q.v.id,
+            event: if last { ev } else { 0 },
+            buffer: m.v.id,
+            offset: (offset + i * WRITE_CHUNK_MAX) as u64,
+            data: chunk,
+        };
+        q.v.node
+            .enqueue(&cmd, if last { evref.take() } else { None }, None);
+    }
+}

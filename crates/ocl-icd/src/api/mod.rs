@@ -1,0 +1,149 @@
+//! The OpenCL 1.2 entry points of the ICD.
+//!
+//! Each function validates its handles against the object registry, answers what it can
+//! from local state (object relations, reference counts, kernel argument values), and
+//! otherwise talks to the object's node: control calls are synchronous round trips;
+//! enqueues only add a command to the node's open task (see [`crate::node`]).
+//! The functions are not exported by name: the ICD loader reaches them through the
+//! dispatch table at the start of every object.
+//!
+//! One module per kind of object or call, each with the entry points it adds to the
+//! dispatch table ([`entries`]): [`platform`] (platforms, devices), [`context`], [`queue`],
+//! [`buffer`], [`program`], [`kernel`], [`event`], [`image`] (images, samplers), and the
+//! enqueue calls: [`enqueue`] (what every enqueue does: the queue and wait-list checks,
+//! events, blocking, plain reads and writes), [`transfer`] (reads, writes, copies, fills,
+//! maps), [`rect`] (rectangular transfers) and [`marker`] (markers, barriers). What they
+//! all share (answering info queries, error codes of calls that return a handle) is here.
+
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
+
+use std::ffi::c_void;
+
+use ocl_remote::cl::{self, ClInt};
+
+use crate::object::H;
+
+macro_rules! tryr {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return e,
+        }
+    };
+}
+
+macro_rules! tryp {
+    ($e:expr, $errcode:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => {
+                $crate::api::set_err($errcode, e);
+                return std::ptr::null_mut();
+            }
+        }
+    };
+}
+
+/// A list of entry points, by OpenCL name, for the dispatch table.
+macro_rules! entry_points {
+    ($($f:ident),* $(,)?) => { vec![$((stringify!($f), $f as *const c_void)),*] };
+}
+
+mod buffer;
+mod context;
+mod enqueue;
+mod event;
+mod image;
+mod kernel;
+mod marker;
+mod platform;
+mod program;
+mod queue;
+mod rect;
+mod transfer;
+
+pub(crate) use platform::clGetPlatformInfo;
+
+unsafe fn set_err(errcode: *mut ClInt, e: ClInt) {
+    if !errcode.is_null() {
+        *errcode = e;
+    }
+}
+
+/// Copies an info answer out following the OpenCL rules for `param_value_size`.
+unsafe fn ret_info(bytes: &[u8], size: usize, value: *mut c_void, size_ret: *mut usize) -> ClInt {
+    if !value.is_null() {
+        if size < bytes.len() {
+            return cl::CL_INVALID_VALUE;
+        }
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), value.cast::<u8>(), bytes.len());
+    }
+    if !size_ret.is_null() {
+        *size_ret = bytes.len();
+    }
+    cl::CL_SUCCESS
+}
+
+fn bytes_of<T: Copy>(v: T) -> Vec<u8> {
+    // SAFETY: T is a plain-old-data OpenCL scalar or handle.
+    unsafe {
+        std::slice::from_raw_parts((&v as *const T).cast::<u8>(), std::mem::size_of::<T>()).to_vec()
+    }
+}
+
+fn handles_bytes(hs: &[H]) -> Vec<u8> {
+    hs.iter().flat_map(|h| h.to_ne_bytes()).collect()
+}
+
+fn cstring_bytes(s: &[u8]) -> Vec<u8> {
+    let mut v = s.to_vec();
+    v.push(0);
+    v
+}
+
+fn reply(r: (ClInt, Vec<u8>)) -> Result<Vec<u8>, ClInt> {
+    if r.0 == cl::CL_SUCCESS {
+        Ok(r.1)
+    } else {
+        Err(r.0)
+    }
+}
+
+unsafe fn slice<'a, T>(ptr: *const T, n: u32) -> &'a [T] {
+    if ptr.is_null() || n == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(ptr, n as usize)
+    }
+}
+
+/// `v` without its trailing NUL bytes.
+fn trim_nul(mut v: Vec<u8>) -> Vec<u8> {
+    while v.last() == Some(&0) {
+        v.pop();
+    }
+    v
+}
+
+/// The entry points this ICD implements, by OpenCL name, for the dispatch table.
+pub fn entries() -> Vec<(&'static str, *const c_void)> {
+    let mut v = [
+        platform::entries(),
+        context::entries(),
+        queue::entries(),
+        buffer::entries(),
+        transfer::entries(),
+        rect::entries(),
+        marker::entries(),
+        program::entries(),
+        kernel::entries(),
+        event::entries(),
+        image::entries(),
+    ]
+    .concat();
+    v.push((
+        "clGetExtensionFunctionAddress",
+        crate::clGetExtensionFunctionAddress as *const c_void,
+    ));
+    v
+}

@@ -1,0 +1,127 @@
+//! Command queues. A flush sends the connection's open task; a finish waits for it.
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::Arc;
+
+use ocl_remote::cl::{self, ClInt};
+use ocl_remote::proto::Request;
+
+use crate::object::*;
+
+use super::{bytes_of, reply, ret_info, set_err};
+
+pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
+    entry_points![
+        clCreateCommandQueue,
+        clCreateCommandQueueWithProperties,
+        clRetainCommandQueue,
+        clReleaseCommandQueue,
+        clGetCommandQueueInfo,
+        clFlush,
+        clFinish,
+    ]
+}
+
+unsafe fn create_queue(context: Handle, device: Handle, properties: u64) -> Result<Handle, ClInt> {
+    let c = get::<Context>(context)?;
+    let d = get::<Device>(device)?;
+    if !c.v.devices.contains(&(device as H)) {
+        return Err(cl::CL_INVALID_DEVICE);
+    }
+    if properties & !(cl::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | cl::CL_QUEUE_PROFILING_ENABLE)
+        != 0
+    {
+        return Err(cl::CL_INVALID_VALUE);
+    }
+    let node = Arc::clone(&c.v.node);
+    let id = node.next_id();
+    reply(node.call(&Request::CreateQueue {
+        id,
+        context: c.v.id,
+        device: d.v.remote,
+        properties,
+    }))?;
+    retain::<Context>(context);
+    Ok(new_handle(Queue {
+        node,
+        id,
+        context: context as H,
+        device: device as H,
+        properties,
+    }))
+}
+
+pub unsafe extern "C" fn clCreateCommandQueue(
+    context: Handle,
+    device: Handle,
+    properties: u64,
+    errcode: *mut ClInt,
+) -> Handle {
+    let h = tryp!(create_queue(context, device, properties), errcode);
+    set_err(errcode, cl::CL_SUCCESS);
+    h
+}
+
+pub unsafe extern "C" fn clCreateCommandQueueWithProperties(
+    context: Handle,
+    device: Handle,
+    properties: *const u64,
+    errcode: *mut ClInt,
+) -> Handle {
+    let mut props = 0u64;
+    if !properties.is_null() {
+        let mut i = 0;
+        while *properties.add(i) != 0 && i < 64 {
+            if *properties.add(i) == u64::from(cl::CL_QUEUE_PROPERTIES) {
+                props = *properties.add(i + 1);
+            } else {
+                set_err(errcode, cl::CL_INVALID_VALUE);
+                return null_mut();
+            }
+            i += 2;
+        }
+    }
+    clCreateCommandQueue(context, device, props, errcode)
+}
+
+pub unsafe extern "C" fn clRetainCommandQueue(q: Handle) -> ClInt {
+    retain::<Queue>(q)
+}
+
+pub unsafe extern "C" fn clReleaseCommandQueue(q: Handle) -> ClInt {
+    // Releasing a queue implies a flush (OpenCL 1.2, 5.1).
+    if let Ok(o) = get::<Queue>(q) {
+        o.v.node.flush();
+    }
+    release::<Queue>(q)
+}
+
+pub unsafe extern "C" fn clGetCommandQueueInfo(
+    queue: Handle,
+    param: u32,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> ClInt {
+    let q = tryr!(get::<Queue>(queue));
+    let bytes = match param {
+        cl::CL_QUEUE_CONTEXT => bytes_of(q.v.context),
+        cl::CL_QUEUE_DEVICE => bytes_of(q.v.device),
+        cl::CL_QUEUE_REFERENCE_COUNT => bytes_of(ref_count(q)),
+        cl::CL_QUEUE_PROPERTIES => bytes_of(q.v.properties),
+        _ => return cl::CL_INVALID_VALUE,
+    };
+    ret_info(&bytes, size, value, size_ret)
+}
+
+pub unsafe extern "C" fn clFlush(queue: Handle) -> ClInt {
+    let q = tryr!(get::<Queue>(queue));
+    q.v.node.flush();
+    cl::CL_SUCCESS
+}
+
+pub unsafe extern "C" fn clFinish(queue: Handle) -> ClInt {
+    let q = tryr!(get::<Queue>(queue));
+    q.v.node.finish()
+}

@@ -1,0 +1,349 @@
+//! Buffer reads, writes, copies and fills; mapping and unmapping; migration.
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+use ocl_remote::cl::{self, ClInt};
+use ocl_remote::proto::Command;
+
+use crate::object::*;
+
+use super::enqueue::{
+    check_range, enqueue_read, enqueue_write, event_slot, finish_blocking, new_event, prologue,
+    same_node,
+};
+use super::image;
+use super::set_err;
+
+pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
+    entry_points![
+        clEnqueueReadBuffer,
+        clEnqueueWriteBuffer,
+        clEnqueueCopyBuffer,
+        clEnqueueFillBuffer,
+        clEnqueueMapBuffer,
+        clEnqueueUnmapMemObject,
+        clEnqueueMigrateMemObjects,
+    ]
+}
+
+pub unsafe extern "C" fn clEnqueueReadBuffer(
+    queue: Handle,
+    mem: Handle,
+    blocking: u32,
+    offset: usize,
+    size: usize,
+    ptr: *mut c_void,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let mut internal: Handle = null_mut();
+    let slot = event_slot(blocking != 0, event, &mut internal);
+    let node = tryr!(enqueue_read(
+        queue,
+        mem,
+        offset,
+        size,
+        ptr,
+        cl::CL_COMMAND_READ_BUFFER,
+        num_wait,
+        wait,
+        slot
+    ));
+    finish_blocking(&node, blocking != 0, slot, internal)
+}
+
+pub unsafe extern "C" fn clEnqueueWriteBuffer(
+    queue: Handle,
+    mem: Handle,
+    _blocking: u32,
+    offset: usize,
+    size: usize,
+    ptr: *const c_void,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let m = tryr!(get::<Mem>(mem));
+    tryr!(same_node(&q.v.node, &m.v.node));
+    tryr!(check_range(offset, size, m.v.size));
+    if ptr.is_null() {
+        return cl::CL_INVALID_VALUE;
+    }
+    // The data is copied now, so the host memory is reusable on return: a blocking
+    // write needs no round trip.
+    let data = std::slice::from_raw_parts(ptr.cast::<u8>(), size);
+    enqueue_write(
+        q,
+        queue,
+        m,
+        offset,
+        data,
+        cl::CL_COMMAND_WRITE_BUFFER,
+        event,
+    );
+    cl::CL_SUCCESS
+}
+
+pub unsafe extern "C" fn clEnqueueCopyBuffer(
+    queue: Handle,
+    src: Handle,
+    dst: Handle,
+    src_offset: usize,
+    dst_offset: usize,
+    size: usize,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let s = tryr!(get::<Mem>(src));
+    let d = tryr!(get::<Mem>(dst));
+    tryr!(same_node(&q.v.node, &s.v.node));
+    tryr!(same_node(&q.v.node, &d.v.node));
+    tryr!(check_range(src_offset, size, s.v.size));
+    tryr!(check_range(dst_offset, size, d.v.size));
+    if s.v.id == d.v.id && src_offset < dst_offset + size && dst_offset < src_offset + size {
+        return -8; // CL_MEM_COPY_OVERLAP
+    }
+    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_BUFFER, event);
+    let cmd = Command::Copy {
+        queue: q.v.id,
+        event: ev,
+        src: s.v.id,
+        dst: d.v.id,
+        src_offset: src_offset as u64,
+        dst_offset: dst_offset as u64,
+        size: size as u64,
+    };
+    q.v.node.enqueue(&cmd, evref, None);
+    cl::CL_SUCCESS
+}
+
+pub unsafe extern "C" fn clEnqueueFillBuffer(
+    queue: Handle,
+    mem: Handle,
+    pattern: *const c_void,
+    pattern_size: usize,
+    offset: usize,
+    size: usize,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let m = tryr!(get::<Mem>(mem));
+    tryr!(same_node(&q.v.node, &m.v.node));
+    tryr!(check_range(offset, size, m.v.size));
+    if pattern.is_null()
+        || !pattern_size.is_power_of_two()
+        || pattern_size > 128
+        || offset % pattern_size != 0
+        || size % pattern_size != 0
+    {
+        return cl::CL_INVALID_VALUE;
+    }
+    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_FILL_BUFFER, event);
+    let cmd = Command::Fill {
+        queue: q.v.id,
+        event: ev,
+        buffer: m.v.id,
+        pattern: std::slice::from_raw_parts(pattern.cast::<u8>(), pattern_size),
+        offset: offset as u64,
+        size: size as u64,
+    };
+    q.v.node.enqueue(&cmd, evref, None);
+    cl::CL_SUCCESS
+}
+
+pub unsafe extern "C" fn clEnqueueMapBuffer(
+    queue: Handle,
+    mem: Handle,
+    blocking: u32,
+    map_flags: u64,
+    offset: usize,
+    size: usize,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+    errcode: *mut ClInt,
+) -> *mut c_void {
+    let m = tryp!(get::<Mem>(mem), errcode);
+    tryp!(check_range(offset, size, m.v.size), errcode);
+    let mut internal: Handle = null_mut();
+    let slot = event_slot(blocking != 0, event, &mut internal);
+    if let (Some(region), 0) = (&m.v.shm, m.v.host_ptr) {
+        // Shared memory: the mapping is the buffer itself, ready once the commands
+        // ahead of it are done; nothing to copy either way.
+        let q = tryp!(prologue(queue, num_wait, wait), errcode);
+        tryp!(same_node(&q.v.node, &m.v.node), errcode);
+        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_BUFFER, slot);
+        q.v.node.enqueue(
+            &Command::Marker {
+                queue: q.v.id,
+                event: ev,
+            },
+            evref,
+            None,
+        );
+        let rc = finish_blocking(&q.v.node, blocking != 0, slot, internal);
+        if rc != cl::CL_SUCCESS {
+            set_err(errcode, rc);
+            return null_mut();
+        }
+        let ptr = region.ptr().add(m.v.shm_offset + offset) as usize;
+        let mapping = Mapping {
+            ptr,
+            offset,
+            size,
+            flags: 0,
+            _backing: None,
+            image: None,
+        };
+        m.v.maps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(mapping);
+        set_err(errcode, cl::CL_SUCCESS);
+        return ptr as *mut c_void;
+    }
+    let mut owned: Option<Box<[u8]>> = None;
+    let ptr = if m.v.host_ptr != 0 {
+        m.v.host_ptr + offset
+    } else {
+        let mut b = vec![0u8; size].into_boxed_slice();
+        let p = b.as_mut_ptr() as usize;
+        owned = Some(b);
+        p
+    };
+    if map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
+        // Nothing to fetch: the application overwrites the whole region.
+        let q = tryp!(prologue(queue, num_wait, wait), errcode);
+        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_BUFFER, event);
+        q.v.node.enqueue(
+            &Command::Marker {
+                queue: q.v.id,
+                event: ev,
+            },
+            evref,
+            None,
+        );
+    } else {
+        let node = tryp!(
+            enqueue_read(
+                queue,
+                mem,
+                offset,
+                size,
+                ptr as *mut c_void,
+                cl::CL_COMMAND_MAP_BUFFER,
+                num_wait,
+                wait,
+                slot
+            ),
+            errcode
+        );
+        let rc = finish_blocking(&node, blocking != 0, slot, internal);
+        if rc != cl::CL_SUCCESS {
+            set_err(errcode, rc);
+            return null_mut();
+        }
+    }
+    m.v.maps
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Mapping {
+            ptr,
+            offset,
+            size,
+            flags: map_flags,
+            _backing: owned,
+            image: None,
+        });
+    set_err(errcode, cl::CL_SUCCESS);
+    ptr as *mut c_void
+}
+
+pub unsafe extern "C" fn clEnqueueUnmapMemObject(
+    queue: Handle,
+    mem: Handle,
+    mapped: *mut c_void,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let m = tryr!(get::<Mem>(mem));
+    tryr!(same_node(&q.v.node, &m.v.node));
+    let mapping = {
+        let mut maps = m.v.maps.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(i) = maps.iter().position(|x| x.ptr == mapped as usize) else {
+            return cl::CL_INVALID_VALUE;
+        };
+        maps.remove(i)
+    };
+    let write_back = mapping.flags & (cl::CL_MAP_WRITE | cl::CL_MAP_WRITE_INVALIDATE_REGION) != 0;
+    if let (true, Some((origin, region)), Some(meta)) = (write_back, mapping.image, m.v.image) {
+        let tight = (region[0] * meta.elem, region[0] * meta.elem * region[1]);
+        image::enqueue_image_write(
+            q,
+            queue,
+            m,
+            &meta,
+            (origin, region),
+            tight,
+            mapping.ptr as *const u8,
+            cl::CL_COMMAND_UNMAP_MEM_OBJECT,
+            event,
+        );
+    } else if write_back {
+        let data = std::slice::from_raw_parts(mapping.ptr as *const u8, mapping.size);
+        enqueue_write(
+            q,
+            queue,
+            m,
+            mapping.offset,
+            data,
+            cl::CL_COMMAND_UNMAP_MEM_OBJECT,
+            event,
+        );
+    } else {
+        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_UNMAP_MEM_OBJECT, event);
+        q.v.node.enqueue(
+            &Command::Marker {
+                queue: q.v.id,
+                event: ev,
+            },
+            evref,
+            None,
+        );
+    }
+    // The write above copied the data; the mapping's host memory can go.
+    drop(mapping);
+    cl::CL_SUCCESS
+}
+
+pub unsafe extern "C" fn clEnqueueMigrateMemObjects(
+    queue: Handle,
+    _num_mems: u32,
+    _mems: *const Handle,
+    _flags: u64,
+    num_wait: u32,
+    wait: *const Handle,
+    event: *mut Handle,
+) -> ClInt {
+    // Buffers live on the node's device already; migration is a no-op marker.
+    let q = tryr!(prologue(queue, num_wait, wait));
+    let (ev, evref) = new_event(q, queue, 0x1206, event);
+    q.v.node.enqueue(
+        &Command::Marker {
+            queue: q.v.id,
+            event: ev,
+        },
+        evref,
+        None,
+    );
+    cl::CL_SUCCESS
+}

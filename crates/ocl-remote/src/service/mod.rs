@@ -13,12 +13,19 @@
 //!   task flushed while its device is idle and nothing waits runs at once on the client's
 //!   connection thread, which saves two thread hand-offs on the latency path.
 //!
+//! Modules: [`session`] (a client's requests and objects), [`connection`] (the bytes on
+//! its socket), [`task`] (what a flush hands from a session to a device), [`worker`] (the
+//! device FIFOs and the execution of tasks), [`programs`] (the cache of built programs),
+//! [`bodies`] (spare buffers for large frame bodies), [`metrics`].
+//!
 //! See `docs/opencl.md` for the protocol and the task model.
 
 mod bodies;
+mod connection;
 mod metrics;
 mod programs;
 mod session;
+mod task;
 mod worker;
 
 use std::ffi::c_void;
@@ -451,7 +458,7 @@ pub fn spawn(
         } else {
             Vec::new()
         },
-        bodies: bodies::BodyPool::new(BODY_SPARE_BYTES_MAX, session::LARGE_BODY),
+        bodies: bodies::BodyPool::new(BODY_SPARE_BYTES_MAX, connection::LARGE_BODY),
     });
     for index in 0..shared.devices.len() {
         let shared = Arc::clone(&shared);

@@ -11,9 +11,9 @@
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
 
-use super::session::{send_all, ClientWriter};
+use super::connection::send_all;
+use super::task::{Arg, Cmd, Op, Task};
 use super::{Real, Shared};
 use crate::cl::{self, ClInt};
 use crate::ffi::{Api, Handle};
@@ -21,139 +21,6 @@ use crate::proto::{self, EventDone, ImageOp, Response};
 
 /// Read data is sent in frames of at most this many bytes.
 const READ_CHUNK_MAX: usize = 16 << 20;
-
-/// A kernel argument with its buffer resolved.
-pub(crate) enum Arg {
-    Unset,
-    Mem(Arc<Real>),
-    NullMem,
-    Local(usize),
-    Bytes(Vec<u8>),
-    Sampler(Arc<Real>),
-}
-
-/// Bytes inside a received frame, which the command keeps alive instead of copying.
-pub(crate) struct FrameBytes {
-    pub frame: Arc<super::bodies::Body>,
-    pub start: usize,
-    pub len: usize,
-}
-
-impl FrameBytes {
-    pub fn as_slice(&self) -> &[u8] {
-        &self.frame[self.start..self.start + self.len]
-    }
-}
-
-/// A command with its ids resolved to real objects (each held by reference).
-pub(crate) enum Op {
-    Write {
-        mem: Arc<Real>,
-        offset: usize,
-        data: FrameBytes,
-    },
-    Read {
-        mem: Arc<Real>,
-        offset: usize,
-        size: usize,
-        token: u64,
-    },
-    Copy {
-        src: Arc<Real>,
-        dst: Arc<Real>,
-        src_offset: usize,
-        dst_offset: usize,
-        size: usize,
-    },
-    Fill {
-        mem: Arc<Real>,
-        pattern: Vec<u8>,
-        offset: usize,
-        size: usize,
-    },
-    NdRange {
-        kernel: Arc<Real>,
-        work_dim: u32,
-        offset: [usize; 3],
-        global: [usize; 3],
-        local: Option<[usize; 3]>,
-        args: Vec<Arg>,
-    },
-    Image(Box<ImageWork>),
-    Marker,
-    Barrier,
-    /// The command could not be resolved; this is its status.
-    Failed(ClInt),
-}
-
-/// An image command with its objects resolved (see [`crate::proto::ImageCmd`]).
-pub(crate) struct ImageWork {
-    pub op: crate::proto::ImageOp,
-    pub src: Option<Arc<Real>>,
-    pub dst: Option<Arc<Real>>,
-    pub src_origin: [usize; 3],
-    pub dst_origin: [usize; 3],
-    pub region: [usize; 3],
-    /// The buffer offset of a copy between an image and a buffer.
-    pub offset: usize,
-    /// A read's token and size (bytes, tightly packed).
-    pub token: u64,
-    pub size: usize,
-    /// A write's pixels (tightly packed) or a fill's colour.
-    pub data: Option<FrameBytes>,
-}
-
-pub(crate) struct Cmd {
-    /// The client's real queue and its device, `None` if the queue id was invalid.
-    pub queue: Option<(Arc<Real>, u32)>,
-    pub event: u64,
-    pub op: Op,
-}
-
-pub(crate) struct Task {
-    /// The id of the `Flush` that closed the task; `TaskDone` carries it.
-    pub id: u64,
-    pub cmds: Vec<Cmd>,
-    pub writer: ClientWriter,
-    pub flushed_at: Instant,
-    /// Set when the task is dropped: answered, failed or discarded.
-    pub _finished: SetOnDrop,
-    /// Devices other than the one whose FIFO runs the task (always the lowest of its
-    /// devices), ascending: held for the task while it runs, so that it does not
-    /// interleave with other clients' tasks there either.
-    pub other_devices: Vec<u32>,
-}
-
-/// Whether a task is over; the client's next task waits for it when it goes to another
-/// device (a device's own FIFO keeps the order of the tasks on it).
-#[derive(Clone, Default)]
-pub(crate) struct Finished(Arc<(Mutex<bool>, Condvar)>);
-
-impl Finished {
-    /// Returns once the task is over.
-    pub fn wait(&self) {
-        let (over, changed) = &*self.0;
-        let mut over = over.lock().unwrap_or_else(|p| p.into_inner());
-        while !*over {
-            over = changed.wait(over).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-
-    fn set(&self) {
-        let (over, changed) = &*self.0;
-        *over.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        changed.notify_all();
-    }
-}
-
-/// Sets its [`Finished`] when dropped, whichever way the task ends.
-pub(crate) struct SetOnDrop(pub Finished);
-
-impl Drop for SetOnDrop {
-    fn drop(&mut self) {
-        self.0.set();
-    }
-}
 
 struct Outcome {
     status: ClInt,
@@ -741,20 +608,5 @@ mod tests {
         second.join().unwrap();
         q.finished();
         assert!(!lock(&q.state).running);
-    }
-
-    #[test]
-    fn finished_sets_when_the_task_is_dropped() {
-        let finished = Finished::default();
-        let guard = SetOnDrop(finished.clone());
-        let waiter = {
-            let finished = finished.clone();
-            std::thread::spawn(move || finished.wait())
-        };
-        std::thread::sleep(Duration::from_millis(30));
-        assert!(!waiter.is_finished());
-        drop(guard);
-        waiter.join().unwrap();
-        finished.wait(); // stays set
     }
 }

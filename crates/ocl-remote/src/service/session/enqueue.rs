@@ -1,0 +1,287 @@
+//! The enqueue side of a session: each command's ids resolved against the client's
+//! table into a task command, the open task, and its flush into a device's FIFO.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Obj, Session};
+use crate::cl::{self, ClInt};
+use crate::proto::{self, Command, ImageCmd, KernelArg};
+use crate::service::bodies::Body;
+use crate::service::task::{Arg, Cmd, Finished, FrameBytes, ImageWork, Op, SetOnDrop, Task};
+use crate::service::Real;
+
+impl Session<'_> {
+    pub(super) fn mem(&self, id: u64) -> Result<(Arc<Real>, u64), ClInt> {
+        match self.objects.get(&id) {
+            Some(Obj::Mem { real, size, .. }) => Ok((Arc::clone(real), *size)),
+            _ => Err(cl::CL_INVALID_MEM_OBJECT),
+        }
+    }
+
+    /// A buffer or an image (kernel arguments take either).
+    fn mem_object(&self, id: u64) -> Result<Arc<Real>, ClInt> {
+        match self.objects.get(&id) {
+            Some(Obj::Mem { real, .. } | Obj::Image { real, .. }) => Ok(Arc::clone(real)),
+            _ => Err(cl::CL_INVALID_MEM_OBJECT),
+        }
+    }
+
+    /// An image, and the bytes of the tightly packed `region` at `origin` in it (which
+    /// must lie inside the image).
+    fn image_region(
+        &self,
+        id: u64,
+        origin: &[u64; 3],
+        region: &[u64; 3],
+    ) -> Result<(Arc<Real>, usize), ClInt> {
+        let Some(Obj::Image {
+            real, elem, dims, ..
+        }) = self.objects.get(&id)
+        else {
+            return Err(cl::CL_INVALID_MEM_OBJECT);
+        };
+        let bytes =
+            cl::image_region_bytes(*elem, *dims, *origin, *region).ok_or(cl::CL_INVALID_VALUE)?;
+        Ok((Arc::clone(real), bytes as usize))
+    }
+
+    pub(super) fn in_bounds(offset: u64, size: u64, mem_size: u64) -> Result<(), ClInt> {
+        match offset.checked_add(size) {
+            Some(end) if end <= mem_size => Ok(()),
+            _ => Err(cl::CL_INVALID_VALUE),
+        }
+    }
+
+    /// Resolves one command's ids against this client's table. Failures become the
+    /// command's status instead of failing the connection.
+    fn resolve(&self, command: &Command<'_>, frame: &Arc<Body>) -> Result<Op, ClInt> {
+        Ok(match command {
+            Command::Write {
+                buffer,
+                offset,
+                data,
+                ..
+            } => {
+                let (mem, size) = self.mem(*buffer)?;
+                Self::in_bounds(*offset, data.len() as u64, size)?;
+                Op::Write {
+                    mem,
+                    offset: *offset as usize,
+                    data: FrameBytes::new(frame, data),
+                }
+            }
+            Command::Read {
+                buffer,
+                offset,
+                size,
+                token,
+                ..
+            } => {
+                let (mem, mem_size) = self.mem(*buffer)?;
+                Self::in_bounds(*offset, *size, mem_size)?;
+                Op::Read {
+                    mem,
+                    offset: *offset as usize,
+                    size: *size as usize,
+                    token: *token,
+                }
+            }
+            Command::Copy {
+                src,
+                dst,
+                src_offset,
+                dst_offset,
+                size,
+                ..
+            } => {
+                let (src, src_size) = self.mem(*src)?;
+                let (dst, dst_size) = self.mem(*dst)?;
+                Self::in_bounds(*src_offset, *size, src_size)?;
+                Self::in_bounds(*dst_offset, *size, dst_size)?;
+                Op::Copy {
+                    src,
+                    dst,
+                    src_offset: *src_offset as usize,
+                    dst_offset: *dst_offset as usize,
+                    size: *size as usize,
+                }
+            }
+            Command::Fill {
+                buffer,
+                pattern,
+                offset,
+                size,
+                ..
+            } => {
+                let (mem, mem_size) = self.mem(*buffer)?;
+                Self::in_bounds(*offset, *size, mem_size)?;
+                Op::Fill {
+                    mem,
+                    pattern: pattern.to_vec(),
+                    offset: *offset as usize,
+                    size: *size as usize,
+                }
+            }
+            Command::NdRange(nd) => {
+                let Some(Obj::Kernel { real, launchable }) = self.objects.get(&nd.kernel) else {
+                    return Err(cl::CL_INVALID_KERNEL);
+                };
+                if !launchable {
+                    return Err(cl::CL_OUT_OF_RESOURCES);
+                }
+                let mut args = Vec::with_capacity(nd.args.len());
+                for a in &nd.args {
+                    args.push(match a {
+                        KernelArg::Unset => Arg::Unset,
+                        KernelArg::Mem(id) => {
+                            Arg::Mem(self.mem_object(*id).map_err(|_| cl::CL_INVALID_ARG_VALUE)?)
+                        }
+                        KernelArg::Sampler(id) => match self.objects.get(id) {
+                            Some(Obj::Sampler { real }) => Arg::Sampler(Arc::clone(real)),
+                            _ => return Err(cl::CL_INVALID_SAMPLER),
+                        },
+                        KernelArg::NullMem => Arg::NullMem,
+                        KernelArg::Local(size) => Arg::Local(*size as usize),
+                        KernelArg::Bytes(b) => Arg::Bytes(b.to_vec()),
+                    });
+                }
+                let dims = |v: &[u64; 3]| v.map(|x| x as usize);
+                Op::NdRange {
+                    kernel: Arc::clone(real),
+                    work_dim: u32::from(nd.work_dim),
+                    offset: dims(&nd.offset),
+                    global: dims(&nd.global),
+                    local: nd.local.as_ref().map(dims),
+                    args,
+                }
+            }
+            Command::Image(c) => self.resolve_image(c, frame)?,
+            Command::Marker { .. } => Op::Marker,
+            Command::Barrier { .. } => Op::Barrier,
+        })
+    }
+
+    fn resolve_image(&self, c: &ImageCmd<'_>, frame: &Arc<Body>) -> Result<Op, ClInt> {
+        let dims = |v: &[u64; 3]| v.map(|x| x as usize);
+        let mut op = ImageWork {
+            op: c.op,
+            src: None,
+            dst: None,
+            src_origin: dims(&c.src_origin),
+            dst_origin: dims(&c.dst_origin),
+            region: dims(&c.region),
+            offset: c.offset as usize,
+            token: c.token,
+            size: 0,
+            data: None,
+        };
+        match c.op {
+            proto::ImageOp::Read => {
+                let (image, size) = self.image_region(c.src, &c.src_origin, &c.region)?;
+                op.src = Some(image);
+                op.size = size;
+            }
+            proto::ImageOp::Write => {
+                let (image, size) = self.image_region(c.dst, &c.dst_origin, &c.region)?;
+                if c.data.len() != size {
+                    return Err(cl::CL_INVALID_VALUE);
+                }
+                op.dst = Some(image);
+                op.data = Some(FrameBytes::new(frame, c.data));
+            }
+            proto::ImageOp::Fill => {
+                let (image, _) = self.image_region(c.dst, &c.dst_origin, &c.region)?;
+                // A fill colour is a float4, int4 or uint4.
+                if c.data.len() != 16 {
+                    return Err(cl::CL_INVALID_VALUE);
+                }
+                op.dst = Some(image);
+                op.data = Some(FrameBytes::new(frame, c.data));
+            }
+            // The runtime checks copies (no host memory is involved).
+            proto::ImageOp::Copy => {
+                op.src = Some(self.image_region(c.src, &c.src_origin, &c.region)?.0);
+                op.dst = Some(self.image_region(c.dst, &c.dst_origin, &c.region)?.0);
+            }
+            proto::ImageOp::ToBuffer => {
+                op.src = Some(self.image_region(c.src, &c.src_origin, &c.region)?.0);
+                op.dst = Some(self.mem(c.dst)?.0);
+            }
+            proto::ImageOp::FromBuffer => {
+                op.src = Some(self.mem(c.src)?.0);
+                op.dst = Some(self.image_region(c.dst, &c.dst_origin, &c.region)?.0);
+            }
+        }
+        Ok(Op::Image(Box::new(op)))
+    }
+
+    pub(super) fn enqueue(&mut self, commands: Vec<Command<'_>>, frame: &Arc<Body>) {
+        // Writes keep the whole frame alive, so the whole frame counts against the bound.
+        if commands.iter().any(|c| matches!(c, Command::Write { .. })) {
+            self.open_bytes = self.open_bytes.saturating_add(frame.len() as u64);
+        }
+        for command in commands {
+            if let Command::Fill { pattern, .. } = &command {
+                self.open_bytes = self.open_bytes.saturating_add(pattern.len() as u64);
+            }
+            if self.open_bytes > self.shared.config.pending_bytes_max {
+                self.open_overflow = true;
+            }
+            let queue = match self.objects.get(&command.queue()) {
+                Some(Obj::Queue { real, device }) => Some((Arc::clone(real), *device)),
+                _ => None,
+            };
+            let op = match (&queue, self.open_overflow) {
+                (None, _) => Op::Failed(cl::CL_INVALID_COMMAND_QUEUE),
+                (Some(_), true) => Op::Failed(cl::CL_OUT_OF_RESOURCES),
+                (Some(_), false) => self.resolve(&command, frame).unwrap_or_else(Op::Failed),
+            };
+            self.open.push(Cmd {
+                queue,
+                event: command.event(),
+                op,
+            });
+        }
+    }
+
+    pub(super) fn flush(&mut self, id: u64) {
+        let cmds = std::mem::take(&mut self.open);
+        self.open_bytes = 0;
+        self.open_overflow = false;
+        // The lowest device's FIFO runs the task; it holds the others while it runs.
+        let mut devices: Vec<u32> = cmds
+            .iter()
+            .filter_map(|c| c.queue.as_ref().map(|(_, d)| *d))
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        let device = devices.first().copied();
+        // A client's tasks run in the order it flushed them (its later commands may use
+        // what earlier ones computed, ordered by events that never reach the node). The
+        // FIFO of a device keeps that order among the tasks on it; a task for another
+        // device waits here until the previous task is over, holding this connection
+        // back meanwhile, as a full FIFO does.
+        if let Some((last_device, finished)) = &self.last_task {
+            if *last_device != device || device.is_none() {
+                finished.wait();
+            }
+        }
+        let finished = Finished::default();
+        self.last_task = Some((device, finished.clone()));
+        let task = Task {
+            id,
+            cmds,
+            writer: Arc::clone(&self.writer),
+            flushed_at: Instant::now(),
+            _finished: SetOnDrop(finished),
+            other_devices: devices.get(1..).unwrap_or_default().to_vec(),
+        };
+        match device {
+            // A full FIFO blocks this client's connection only: back-pressure.
+            Some(d) => self.shared.devices[d as usize].submit(self.shared, d as usize, task),
+            // Nothing runnable (empty, or every queue id invalid): answer at once.
+            None => crate::service::worker::fail_task(task, cl::CL_INVALID_COMMAND_QUEUE),
+        }
+    }
+}

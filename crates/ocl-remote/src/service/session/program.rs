@@ -1,0 +1,429 @@
+//! The program calls of a session: programs from binaries, builds (through the node's
+//! program cache, [`crate::service::programs`]), compiles, links, and the binaries a
+//! client asks for.
+
+use std::ffi::{c_char, CString};
+use std::sync::Arc;
+
+use super::{err, ok, Obj, ProgramSource, Reply, Session};
+use crate::cl::{self, ClInt};
+use crate::ffi::{info_bytes, Handle};
+use crate::proto;
+use crate::service::{programs, Real, INFO_BYTES_MAX};
+
+/// Build options as a C string (NUL bytes dropped).
+fn c_options(options: &[u8]) -> CString {
+    CString::new(
+        options
+            .iter()
+            .copied()
+            .filter(|b| *b != 0)
+            .collect::<Vec<u8>>(),
+    )
+    .expect("NULs removed")
+}
+
+/// The array's pointer, or null for an empty array (as OpenCL wants for "none").
+fn nonempty_ptr<T>(v: &[T]) -> *const T {
+    if v.is_empty() {
+        std::ptr::null()
+    } else {
+        v.as_ptr()
+    }
+}
+
+impl Session<'_> {
+    pub(super) fn create_program_with_binary(
+        &mut self,
+        id: u64,
+        context: u64,
+        binaries: Vec<(u32, &[u8])>,
+    ) -> Reply {
+        let api = &self.shared.runtime.api;
+        let Some(Obj::Context { real: ctx, devices }) = self.objects.get(&context) else {
+            return err(cl::CL_INVALID_CONTEXT);
+        };
+        let ctx = Arc::clone(ctx);
+        if binaries.is_empty() || binaries.iter().any(|(d, _)| !devices.contains(d)) {
+            return err(cl::CL_INVALID_DEVICE);
+        }
+        let devs: Vec<u32> = binaries.iter().map(|(d, _)| *d).collect();
+        let Some(handles) = self.device_handles(&devs) else {
+            return err(cl::CL_INVALID_DEVICE);
+        };
+        let lens: Vec<usize> = binaries.iter().map(|(_, b)| b.len()).collect();
+        let ptrs: Vec<*const u8> = binaries.iter().map(|(_, b)| b.as_ptr()).collect();
+        let mut status = vec![cl::CL_SUCCESS; binaries.len()];
+        let status_ptr = status.as_mut_ptr();
+        let reply = self.create(
+            id,
+            // SAFETY: arrays of equal length `handles.len()`.
+            |e| unsafe {
+                (api.clCreateProgramWithBinary)(
+                    ctx.handle(),
+                    handles.len() as u32,
+                    handles.as_ptr(),
+                    lens.as_ptr(),
+                    ptrs.as_ptr(),
+                    status_ptr,
+                    e,
+                )
+            },
+            |raw| Obj::Program {
+                real: Real::new(raw, api.clReleaseProgram),
+                source: None,
+            },
+        );
+        let mut payload = Vec::new();
+        for s in status {
+            proto::put_i32(&mut payload, s);
+        }
+        (reply.0, payload)
+    }
+
+    /// `CL_PROGRAM_BINARIES` is an array of pointers, so it is answered as a list of
+    /// byte strings (`u32` count, then `u32` length + bytes each).
+    pub(super) fn program_binaries(&self, program: Handle) -> Result<Vec<u8>, ClInt> {
+        let bins = self.raw_binaries(program)?;
+        let mut out = Vec::new();
+        proto::put_u32(&mut out, bins.len() as u32);
+        for b in &bins {
+            proto::put_bytes(&mut out, b);
+        }
+        Ok(out)
+    }
+
+    /// Whether the runtime may generate the code of every kernel of `program` without
+    /// putting the node at risk: no kernel name is longer than `kernel_name_bytes_max`.
+    /// A program whose kernel names cannot be read (not built) has no code to generate.
+    pub(super) fn code_generation_safe(&self, program: Handle) -> bool {
+        let api = &self.shared.runtime.api;
+        // SAFETY: valid program handle and buffers.
+        let names = info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+            (api.clGetProgramInfo)(program, cl::CL_PROGRAM_KERNEL_NAMES, s, b, r)
+        });
+        let longest = names.map_or(0, |names| {
+            names
+                .split(|b| *b == b';' || *b == 0)
+                .map(<[u8]>::len)
+                .max()
+                .unwrap_or(0)
+        });
+        longest <= self.shared.config.kernel_name_bytes_max
+    }
+
+    /// The program's binaries, one per device of the program.
+    fn raw_binaries(&self, program: Handle) -> Result<Vec<Vec<u8>>, ClInt> {
+        let api = &self.shared.runtime.api;
+        // SAFETY: valid program handle and buffers.
+        let sizes = info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+            (api.clGetProgramInfo)(program, cl::CL_PROGRAM_BINARY_SIZES, s, b, r)
+        })?;
+        let sizes: Vec<usize> = sizes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8")) as usize)
+            .collect();
+        if sizes.iter().sum::<usize>() > INFO_BYTES_MAX {
+            return Err(cl::CL_OUT_OF_RESOURCES);
+        }
+        let mut bins: Vec<Vec<u8>> = sizes.iter().map(|n| vec![0u8; *n]).collect();
+        let mut ptrs: Vec<*mut u8> = bins.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        // SAFETY: one pointer per device, each to a buffer of the size the runtime gave.
+        let rc = unsafe {
+            (api.clGetProgramInfo)(
+                program,
+                cl::CL_PROGRAM_BINARIES,
+                ptrs.len() * std::mem::size_of::<*mut u8>(),
+                ptrs.as_mut_ptr().cast(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != cl::CL_SUCCESS {
+            return Err(rc);
+        }
+        Ok(bins)
+    }
+
+    pub(super) fn build_program(
+        &mut self,
+        program: u64,
+        devices: Vec<u32>,
+        options: &[u8],
+    ) -> Reply {
+        let api = &self.shared.runtime.api;
+        let Some(Obj::Program { real, source }) = self.objects.get(&program) else {
+            return err(cl::CL_INVALID_PROGRAM);
+        };
+        let (real, source) = (Arc::clone(real), source.clone());
+        let Some(devs) = self.device_handles(&devices) else {
+            return err(cl::CL_INVALID_DEVICE);
+        };
+        let options: Vec<u8> = options.iter().copied().filter(|b| *b != 0).collect();
+        // Only whole-context builds of source programs are cached: then the binaries
+        // are exactly one per context device.
+        let cache_key = source
+            .as_ref()
+            .filter(|s| devices.is_empty() || devices == s.devices)
+            .map(|s| programs::key(&s.hash, &options, &s.devices));
+        if let (Some(key), Some(src)) = (&cache_key, &source) {
+            let cached = self
+                .shared
+                .programs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(key);
+            if let Some(binaries) = cached {
+                if let Some(built) = self.build_from_binaries(src, &binaries, &options) {
+                    self.shared.metrics.program_cache_hits.inc();
+                    self.objects.insert(
+                        program,
+                        Obj::Program {
+                            real: built,
+                            source,
+                        },
+                    );
+                    return ok(Vec::new());
+                }
+            }
+        }
+        // Built from the client's source, not from binaries an earlier cache hit loaded.
+        let real = source.as_ref().map_or(real, |s| Arc::clone(&s.program));
+        self.objects.insert(
+            program,
+            Obj::Program {
+                real: Arc::clone(&real),
+                source: source.clone(),
+            },
+        );
+        let options = CString::new(options).expect("NULs removed");
+        let dev_ptr = if devs.is_empty() {
+            std::ptr::null()
+        } else {
+            devs.as_ptr()
+        };
+        // SAFETY: valid program, device list and C string; no callback.
+        let rc = unsafe {
+            (api.clBuildProgram)(
+                real.handle(),
+                devs.len() as u32,
+                dev_ptr,
+                options.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc == cl::CL_SUCCESS {
+            if let Some(key) = cache_key {
+                self.shared.metrics.program_cache_misses.inc();
+                let safe = self.code_generation_safe(real.handle());
+                if let Some(Ok(bins)) = safe.then(|| self.raw_binaries(real.handle())) {
+                    if bins.iter().all(|b| !b.is_empty()) {
+                        self.shared
+                            .programs
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(key, bins);
+                    }
+                }
+            }
+        }
+        err(rc)
+    }
+
+    /// `clCompileProgram` on one of the client's programs, with other programs of the
+    /// client as embedded headers. Compiled programs are not cached (the cache holds
+    /// executables); the program keeps its source for `CL_PROGRAM_SOURCE`.
+    pub(super) fn compile_program(
+        &mut self,
+        program: u64,
+        devices: Vec<u32>,
+        options: &[u8],
+        headers: Vec<(u64, &[u8])>,
+    ) -> Reply {
+        let api = &self.shared.runtime.api;
+        let Some(Obj::Program { source, .. }) = self.objects.get(&program) else {
+            return err(cl::CL_INVALID_PROGRAM);
+        };
+        // Only programs made from source compile (a binary has nothing to compile).
+        let Some(source) = source.clone() else {
+            return err(cl::CL_INVALID_OPERATION);
+        };
+        let real = Arc::clone(&source.program);
+        let Some(devs) = self.device_handles(&devices) else {
+            return err(cl::CL_INVALID_DEVICE);
+        };
+        let ids: Vec<u64> = headers.iter().map(|(id, _)| *id).collect();
+        let header_handles = match self.header_handles(&ids) {
+            Ok(handles) => handles,
+            Err(code) => return err(code),
+        };
+        // The compiled program replaces an executable an earlier cache hit loaded.
+        self.objects.insert(
+            program,
+            Obj::Program {
+                real: Arc::clone(&real),
+                source: Some(source),
+            },
+        );
+        let Ok(header_names) = headers
+            .into_iter()
+            .map(|(_, name)| CString::new(name))
+            .collect::<Result<Vec<_>, _>>()
+        else {
+            return err(cl::CL_INVALID_VALUE);
+        };
+        let name_ptrs: Vec<*const c_char> = header_names.iter().map(|n| n.as_ptr()).collect();
+        let options = c_options(options);
+        // SAFETY: valid program, device, header handles (held in the table for the
+        // call) and C strings; no callback.
+        let rc = unsafe {
+            (api.clCompileProgram)(
+                real.handle(),
+                devs.len() as u32,
+                nonempty_ptr(&devs),
+                options.as_ptr(),
+                header_handles.len() as u32,
+                nonempty_ptr(&header_handles),
+                nonempty_ptr(&name_ptrs),
+                std::ptr::null(),
+                std::ptr::null_mut(),
+            )
+        };
+        err(rc)
+    }
+
+    /// The runtime's source programs of the client's programs `ids`, to be embedded as
+    /// headers: `CL_INVALID_PROGRAM` if one is not a program of this client,
+    /// `CL_INVALID_OPERATION` if one was not made from source (a runtime reads a
+    /// header's source and may crash on a program that has none).
+    fn header_handles(&self, ids: &[u64]) -> Result<Vec<Handle>, ClInt> {
+        ids.iter()
+            .map(|id| match self.objects.get(id) {
+                Some(Obj::Program {
+                    source: Some(s), ..
+                }) => Ok(s.program.handle()),
+                Some(Obj::Program { source: None, .. }) => Err(cl::CL_INVALID_OPERATION),
+                _ => Err(cl::CL_INVALID_PROGRAM),
+            })
+            .collect()
+    }
+
+    /// The real handles of the client's programs `ids`; `None` if one is not a program
+    /// of this client. The handles stay valid while the table holds them.
+    fn program_handles(&self, ids: &[u64]) -> Option<Vec<Handle>> {
+        ids.iter()
+            .map(|id| match self.objects.get(id) {
+                Some(Obj::Program { real, .. }) => Some(real.handle()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `clLinkProgram`: a new program `id` from the client's compiled programs.
+    pub(super) fn link_program(
+        &mut self,
+        id: u64,
+        context: u64,
+        devices: Vec<u32>,
+        options: &[u8],
+        inputs: Vec<u64>,
+    ) -> Reply {
+        let api = &self.shared.runtime.api;
+        let Some(Obj::Context { real: ctx, .. }) = self.objects.get(&context) else {
+            return err(cl::CL_INVALID_CONTEXT);
+        };
+        let ctx = Arc::clone(ctx);
+        let Some(devs) = self.device_handles(&devices) else {
+            return err(cl::CL_INVALID_DEVICE);
+        };
+        let Some(input_handles) = self.program_handles(&inputs) else {
+            return err(cl::CL_INVALID_PROGRAM);
+        };
+        if let Err(refused) = self.admit(id) {
+            return refused;
+        }
+        let options = c_options(options);
+        let mut rc = cl::CL_SUCCESS;
+        // SAFETY: valid context, device and program handles and C string; no callback.
+        let raw = unsafe {
+            (api.clLinkProgram)(
+                ctx.handle(),
+                devs.len() as u32,
+                nonempty_ptr(&devs),
+                options.as_ptr(),
+                input_handles.len() as u32,
+                nonempty_ptr(&input_handles),
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                &mut rc,
+            )
+        };
+        if raw.is_null() {
+            return err(if rc == cl::CL_SUCCESS {
+                cl::CL_OUT_OF_RESOURCES
+            } else {
+                rc
+            });
+        }
+        // A failed link may still return a program, whose build log says why: it is
+        // kept under `id`, and the reply carries the error with the payload [1] ("the
+        // program exists"), so the ICD hands it to the application with that error, as
+        // OpenCL specifies.
+        self.objects.insert(
+            id,
+            Obj::Program {
+                real: Real::new(raw, api.clReleaseProgram),
+                source: None,
+            },
+        );
+        self.shared.metrics.client_objects.inc();
+        (rc, vec![1])
+    }
+
+    /// Creates and builds a program from cached binaries; `None` if anything fails (the
+    /// caller then compiles the source as usual).
+    fn build_from_binaries(
+        &self,
+        src: &ProgramSource,
+        binaries: &[Vec<u8>],
+        options: &[u8],
+    ) -> Option<Arc<Real>> {
+        let api = &self.shared.runtime.api;
+        let handles = self.device_handles(&src.devices)?;
+        if handles.len() != binaries.len() {
+            return None;
+        }
+        let lens: Vec<usize> = binaries.iter().map(Vec::len).collect();
+        let ptrs: Vec<*const u8> = binaries.iter().map(|b| b.as_ptr()).collect();
+        let mut rc = cl::CL_SUCCESS;
+        // SAFETY: arrays of equal length; status array not requested.
+        let raw = unsafe {
+            (api.clCreateProgramWithBinary)(
+                src.context.handle(),
+                handles.len() as u32,
+                handles.as_ptr(),
+                lens.as_ptr(),
+                ptrs.as_ptr(),
+                std::ptr::null_mut(),
+                &mut rc,
+            )
+        };
+        if raw.is_null() || rc != cl::CL_SUCCESS {
+            return None;
+        }
+        let real = Real::new(raw, api.clReleaseProgram);
+        let options = CString::new(options.to_vec()).ok()?;
+        // SAFETY: valid program and C string; no callback.
+        let rc = unsafe {
+            (api.clBuildProgram)(
+                real.handle(),
+                0,
+                std::ptr::null(),
+                options.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null_mut(),
+            )
+        };
+        (rc == cl::CL_SUCCESS).then_some(real)
+    }
+}

@@ -212,6 +212,20 @@ fn info_string(query: &mut dyn FnMut(usize, *mut c_void, *mut usize) -> ClInt) -
 }
 
 impl Runtime {
+    /// Device `index` (node-wide), `CL_INVALID_DEVICE` if there is none.
+    pub fn device(&self, index: u32) -> Result<&DeviceEntry, ClInt> {
+        self.devices
+            .get(index as usize)
+            .ok_or(cl::CL_INVALID_DEVICE)
+    }
+
+    /// Platform `index`, `CL_INVALID_PLATFORM` if there is none.
+    pub fn platform(&self, index: u32) -> Result<&PlatformEntry, ClInt> {
+        self.platforms
+            .get(index as usize)
+            .ok_or(cl::CL_INVALID_PLATFORM)
+    }
+
     fn open(api: Api, config: &ServiceConfig) -> io::Result<Runtime> {
         let mut n = 0u32;
         // SAFETY: valid out-pointers; the ICD loader answers with the platform count.

@@ -11,9 +11,9 @@
 //! `enqueue`; the bytes on the socket are [`super::connection`]'s.
 
 mod enqueue;
+mod objects;
 mod program;
 
-use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::io::{self, BufReader};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,63 +29,12 @@ use crate::ffi::{info_bytes, Handle};
 use crate::poll::AdaptiveSpin;
 use crate::proto::{self, HelloInfo, Request};
 use crate::stream::Stream;
-
-enum Obj {
-    Context {
-        real: Arc<Real>,
-        devices: Vec<u32>,
-    },
-    Queue {
-        real: Arc<Real>,
-        device: u32,
-    },
-    Mem {
-        real: Arc<Real>,
-        size: u64,
-        /// Bytes counted against `buffer_bytes_max`: the size, 0 for a sub-buffer.
-        held: u64,
-    },
-    Program {
-        real: Arc<Real>,
-        /// For source programs: what the program cache needs to find or rebuild it.
-        source: Option<ProgramSource>,
-    },
-    Kernel {
-        real: Arc<Real>,
-        /// The name is within `kernel_name_bytes_max`, so the runtime may generate its
-        /// code (see [`super::ServiceConfig::kernel_name_bytes_max`]).
-        launchable: bool,
-    },
-    Image {
-        real: Arc<Real>,
-        /// Bytes per pixel.
-        elem: u64,
-        /// Width, height (or array size of a 1D array), depth (or array size of a 2D
-        /// array); 1 where the type has no such dimension.
-        dims: [u64; 3],
-        /// Bytes counted against `buffer_bytes_max`.
-        held: u64,
-    },
-    Sampler {
-        real: Arc<Real>,
-    },
-}
-
-#[derive(Clone)]
-struct ProgramSource {
-    hash: programs::Key,
-    context: Arc<Real>,
-    devices: Vec<u32>,
-    /// The runtime's program made from the client's source. After a program-cache hit
-    /// the program's executable comes from cached binaries instead, and a binary program
-    /// has no source: builds, compiles and headers keep working on this one.
-    program: Arc<Real>,
-}
+use objects::{Context, Image, Kernel, Mem, Obj, Objects, Program, ProgramSource, Queue, Sampler};
 
 struct Session<'s> {
     shared: &'s Shared,
     writer: ClientWriter,
-    objects: HashMap<u64, Obj>,
+    objects: Objects,
     buffer_bytes: u64,
     open: Vec<Cmd>,
     open_bytes: u64,
@@ -98,20 +47,31 @@ struct Session<'s> {
     last_task: Option<(Option<u32>, Finished)>,
 }
 
+/// The status and payload of a `Reply` frame.
 type Reply = (ClInt, Vec<u8>);
+/// What most calls answer: a payload with `CL_SUCCESS`, or an error without one.
+type Answer = Result<Vec<u8>, ClInt>;
 
 const CL_BUFFER_CREATE_TYPE_REGION: u32 = 0x1220;
 
-fn ok(payload: Vec<u8>) -> Reply {
-    (cl::CL_SUCCESS, payload)
-}
+/// The reply of an error without payload.
 fn err(code: ClInt) -> Reply {
     (code, Vec::new())
 }
-fn from_info(r: Result<Vec<u8>, ClInt>) -> Reply {
-    match r {
-        Ok(b) => ok(b),
-        Err(e) => err(e),
+
+/// The answer of a call that returned `rc`, with no payload.
+fn status(rc: ClInt) -> Answer {
+    if rc == cl::CL_SUCCESS {
+        Ok(Vec::new())
+    } else {
+        Err(rc)
+    }
+}
+
+fn reply(answer: Answer) -> Reply {
+    match answer {
+        Ok(payload) => (cl::CL_SUCCESS, payload),
+        Err(code) => err(code),
     }
 }
 
@@ -137,7 +97,7 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
         let mut session = Session {
             shared: &shared,
             writer: Arc::clone(&writer),
-            objects: HashMap::new(),
+            objects: Objects::default(),
             buffer_bytes: 0,
             open: Vec::new(),
             open_bytes: 0,
@@ -210,78 +170,61 @@ impl Session<'_> {
                     "first message must be Hello",
                 ));
             }
-            match request {
-                Request::Release { id } => self.release(id),
-                Request::CreateSubBuffer {
+            let reply = match request {
+                // Releases and enqueues are not answered; a flush is, when its task is done.
+                Request::Release { id } => {
+                    self.release(id);
+                    continue;
+                }
+                Request::Enqueue { commands } => {
+                    self.enqueue(commands, &body);
+                    continue;
+                }
+                Request::Flush => {
+                    self.flush(header.id);
+                    continue;
+                }
+                // The two calls that may fail with a payload.
+                Request::CreateProgramWithBinary {
                     id,
-                    parent,
-                    flags,
-                    offset,
-                    size,
-                } => {
-                    let reply = self.create_sub_buffer(id, parent, flags, offset, size);
-                    send_reply(&self.writer, header.id, reply);
-                }
-                Request::Enqueue { commands } => self.enqueue(commands, &body),
-                Request::Flush => self.flush(header.id),
-                other => {
-                    let reply = self.control(other);
-                    send_reply(&self.writer, header.id, reply);
-                }
-            }
+                    context,
+                    binaries,
+                } => self
+                    .create_program_with_binary(id, context, binaries)
+                    .unwrap_or_else(err),
+                Request::LinkProgram {
+                    id,
+                    context,
+                    devices,
+                    options,
+                    inputs,
+                } => self
+                    .link_program(id, context, devices, options, inputs)
+                    .unwrap_or_else(err),
+                other => reply(self.control(other)),
+            };
+            send_reply(&self.writer, header.id, reply);
         }
     }
 
-    fn control(&mut self, request: Request<'_>) -> Reply {
+    /// Answers a call that is answered at once with a payload or an error.
+    fn control(&mut self, request: Request<'_>) -> Answer {
         let api = &self.shared.runtime.api;
         match request {
-            Request::Hello { version, host_id } => {
-                if version != proto::PROTOCOL_VERSION {
-                    return err(cl::CL_INVALID_VALUE);
-                }
-                self.greeted = true;
-                self.same_host = self.shared.config.shared_memory
-                    && !host_id.is_empty()
-                    && host_id == self.shared.host_id.as_slice();
-                let on_host = !host_id.is_empty() && host_id == self.shared.host_id.as_slice();
-                let info = HelloInfo {
-                    host_id: &self.shared.host_id,
-                    local_socket: if on_host {
-                        &self.shared.local_socket
-                    } else {
-                        &[]
-                    },
-                    platforms: self
-                        .shared
-                        .runtime
-                        .platforms
-                        .iter()
-                        .map(|p| p.devices.clone())
-                        .collect(),
-                };
-                let mut payload = Vec::new();
-                info.encode(&mut payload);
-                ok(payload)
-            }
+            Request::Hello { version, host_id } => self.hello(version, host_id),
             Request::GetPlatformInfo { platform, param } => {
-                let Some(p) = self.shared.runtime.platforms.get(platform as usize) else {
-                    return err(cl::CL_INVALID_PLATFORM);
-                };
-                let raw = p.raw.0;
+                let raw = self.shared.runtime.platform(platform)?.raw.0;
                 // SAFETY: `raw` is a platform of the runtime; info_bytes passes valid buffers.
-                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetPlatformInfo)(raw, param, s, b, r)
-                }))
+                })
             }
             Request::GetDeviceInfo { device, param } => {
-                let Some(d) = self.shared.runtime.devices.get(device as usize) else {
-                    return err(cl::CL_INVALID_DEVICE);
-                };
-                let raw = d.raw.0;
+                let raw = self.shared.runtime.device(device)?.raw.0;
                 // SAFETY: as above, for a device.
-                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetDeviceInfo)(raw, param, s, b, r)
-                }))
+                })
             }
             Request::CreateContext { id, devices } => self.create_context(id, devices),
             Request::CreateQueue {
@@ -290,18 +233,17 @@ impl Session<'_> {
                 device,
                 properties,
             } => {
-                let (ctx, ctx_devices) = match self.objects.get(&context) {
-                    Some(Obj::Context { real, devices }) => (Arc::clone(real), devices.clone()),
-                    _ => return err(cl::CL_INVALID_CONTEXT),
-                };
-                if !ctx_devices.contains(&device) {
-                    return err(cl::CL_INVALID_DEVICE);
+                let ctx = self.objects.get::<Context>(context)?;
+                if !ctx.devices.contains(&device) {
+                    return Err(cl::CL_INVALID_DEVICE);
                 }
-                let dev = self.shared.runtime.devices[device as usize].raw.0;
+                let ctx = Arc::clone(&ctx.real);
+                let dev = self.shared.runtime.device(device)?.raw.0;
                 self.create(
                     id,
+                    // SAFETY: valid context and device.
                     |e| unsafe { (api.clCreateCommandQueue)(ctx.handle(), dev, properties, e) },
-                    |raw| Obj::Queue {
+                    |raw| Queue {
                         real: Real::new(raw, api.clReleaseCommandQueue),
                         device,
                     },
@@ -314,6 +256,13 @@ impl Session<'_> {
                 size,
                 data,
             } => self.create_buffer(id, context, flags, size, data),
+            Request::CreateSubBuffer {
+                id,
+                parent,
+                flags,
+                offset,
+                size,
+            } => self.create_sub_buffer(id, parent, flags, offset, size),
             Request::CreateImage {
                 id,
                 context,
@@ -323,58 +272,17 @@ impl Session<'_> {
                 data,
             } => self.create_image(id, context, flags, format, desc, data),
             Request::GetImageInfo { image, param } => {
-                let Some(Obj::Image { real, .. }) = self.objects.get(&image) else {
-                    return err(cl::CL_INVALID_MEM_OBJECT);
-                };
-                let raw = real.handle();
+                let raw = self.objects.get::<Image>(image)?.real.handle();
                 // SAFETY: valid image handle.
-                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetImageInfo)(raw, param, s, b, r)
-                }))
+                })
             }
             Request::GetSupportedImageFormats {
                 context,
                 flags,
                 image_type,
-            } => {
-                let Some(Obj::Context { real, .. }) = self.objects.get(&context) else {
-                    return err(cl::CL_INVALID_CONTEXT);
-                };
-                let ctx = real.handle();
-                let mut n = 0u32;
-                // SAFETY: valid context; the second call writes at most `n` formats.
-                let rc = unsafe {
-                    (api.clGetSupportedImageFormats)(
-                        ctx,
-                        flags,
-                        image_type,
-                        0,
-                        std::ptr::null_mut(),
-                        &mut n,
-                    )
-                };
-                if rc != cl::CL_SUCCESS {
-                    return err(rc);
-                }
-                let mut formats = vec![[0u32; 2]; (n as usize).min(4096)];
-                let rc = unsafe {
-                    (api.clGetSupportedImageFormats)(
-                        ctx,
-                        flags,
-                        image_type,
-                        formats.len() as u32,
-                        formats.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    )
-                };
-                if rc != cl::CL_SUCCESS {
-                    return err(rc);
-                }
-                ok(formats
-                    .iter()
-                    .flat_map(|f| f.iter().flat_map(|v| v.to_le_bytes()))
-                    .collect())
-            }
+            } => self.supported_image_formats(context, flags, image_type),
             Request::CreateSampler {
                 id,
                 context,
@@ -382,17 +290,14 @@ impl Session<'_> {
                 addressing,
                 filter,
             } => {
-                let Some(Obj::Context { real, .. }) = self.objects.get(&context) else {
-                    return err(cl::CL_INVALID_CONTEXT);
-                };
-                let ctx = Arc::clone(real);
+                let ctx = Arc::clone(&self.objects.get::<Context>(context)?.real);
                 self.create(
                     id,
                     // SAFETY: valid context.
                     |e| unsafe {
                         (api.clCreateSampler)(ctx.handle(), normalized, addressing, filter, e)
                     },
-                    |raw| Obj::Sampler {
+                    |raw| Sampler {
                         real: Real::new(raw, api.clReleaseSampler),
                     },
                 )
@@ -402,12 +307,10 @@ impl Session<'_> {
                 context,
                 source,
             } => {
-                let Some(Obj::Context { real: ctx, devices }) = self.objects.get(&context) else {
-                    return err(cl::CL_INVALID_CONTEXT);
-                };
-                let ctx = Arc::clone(ctx);
+                let ctx = self.objects.get::<Context>(context)?;
                 let hash = programs::source_hash(source);
-                let devices = devices.clone();
+                let devices = ctx.devices.clone();
+                let ctx = Arc::clone(&ctx.real);
                 let ptr = source.as_ptr().cast();
                 let len = source.len();
                 self.create(
@@ -422,18 +325,13 @@ impl Session<'_> {
                             devices,
                             program: Arc::clone(&real),
                         };
-                        Obj::Program {
+                        Program {
                             real,
                             source: Some(source),
                         }
                     },
                 )
             }
-            Request::CreateProgramWithBinary {
-                id,
-                context,
-                binaries,
-            } => self.create_program_with_binary(id, context, binaries),
             Request::BuildProgram {
                 program,
                 devices,
@@ -445,170 +343,206 @@ impl Session<'_> {
                 options,
                 headers,
             } => self.compile_program(program, devices, options, headers),
-            Request::LinkProgram {
-                id,
-                context,
-                devices,
-                options,
-                inputs,
-            } => self.link_program(id, context, devices, options, inputs),
             Request::GetProgramInfo { program, param } => {
-                let Some(Obj::Program { real, .. }) = self.objects.get(&program) else {
-                    return err(cl::CL_INVALID_PROGRAM);
-                };
+                let raw = self.objects.get::<Program>(program)?.real.handle();
                 let binaries = [cl::CL_PROGRAM_BINARIES, cl::CL_PROGRAM_BINARY_SIZES];
-                if binaries.contains(&param) && !self.code_generation_safe(real.handle()) {
-                    return err(cl::CL_OUT_OF_RESOURCES);
+                if binaries.contains(&param) && !self.code_generation_safe(raw) {
+                    return Err(cl::CL_OUT_OF_RESOURCES);
                 }
                 if param == cl::CL_PROGRAM_BINARIES {
-                    return from_info(self.program_binaries(real.handle()));
+                    return self.program_binaries(raw);
                 }
-                let raw = real.handle();
                 // SAFETY: valid program handle and buffers.
-                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetProgramInfo)(raw, param, s, b, r)
-                }))
+                })
             }
             Request::GetProgramBuildInfo {
                 program,
                 device,
                 param,
             } => {
-                let Some(Obj::Program { real, .. }) = self.objects.get(&program) else {
-                    return err(cl::CL_INVALID_PROGRAM);
-                };
-                let Some(dev) = self.shared.runtime.devices.get(device as usize) else {
-                    return err(cl::CL_INVALID_DEVICE);
-                };
-                let (raw, dev) = (real.handle(), dev.raw.0);
+                let raw = self.objects.get::<Program>(program)?.real.handle();
+                let dev = self.shared.runtime.device(device)?.raw.0;
                 // SAFETY: valid handles and buffers.
-                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetProgramBuildInfo)(raw, dev, param, s, b, r)
-                }))
+                })
             }
-            Request::CreateKernel { id, program, name } => {
-                let Some(Obj::Program { real: prog, .. }) = self.objects.get(&program) else {
-                    return err(cl::CL_INVALID_PROGRAM);
-                };
-                let prog = Arc::clone(prog);
-                let Ok(name) = CString::new(name) else {
-                    return err(cl::CL_INVALID_KERNEL_NAME);
-                };
-                let reply = self.create(
-                    id,
-                    |e| unsafe { (api.clCreateKernel)(prog.handle(), name.as_ptr(), e) },
-                    |raw| Obj::Kernel {
-                        real: Real::new(raw, api.clReleaseKernel),
-                        launchable: name.as_bytes().len()
-                            <= self.shared.config.kernel_name_bytes_max,
-                    },
-                );
-                if reply.0 != cl::CL_SUCCESS {
-                    return reply;
-                }
-                let Some(Obj::Kernel { real, .. }) = self.objects.get(&id) else {
-                    unreachable!("just created")
-                };
-                let raw = real.handle();
-                // SAFETY: valid kernel handle and buffers.
-                let num_args = info_bytes(8, &mut |s, b, r| unsafe {
-                    (api.clGetKernelInfo)(raw, cl::CL_KERNEL_NUM_ARGS, s, b, r)
-                });
-                match num_args {
-                    Ok(b) if b.len() == 4 => ok(b),
-                    Ok(_) => err(cl::CL_INVALID_KERNEL),
-                    Err(e) => err(e),
-                }
-            }
+            Request::CreateKernel { id, program, name } => self.create_kernel(id, program, name),
             Request::GetKernelInfo { kernel, param } => {
-                let Some(Obj::Kernel { real, .. }) = self.objects.get(&kernel) else {
-                    return err(cl::CL_INVALID_KERNEL);
-                };
-                let raw = real.handle();
+                let raw = self.objects.get::<Kernel>(kernel)?.real.handle();
                 // SAFETY: valid kernel handle and buffers.
-                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetKernelInfo)(raw, param, s, b, r)
-                }))
+                })
             }
             Request::GetKernelWorkGroupInfo {
                 kernel,
                 device,
                 param,
             } => {
-                let Some(Obj::Kernel { real, .. }) = self.objects.get(&kernel) else {
-                    return err(cl::CL_INVALID_KERNEL);
-                };
-                let Some(dev) = self.shared.runtime.devices.get(device as usize) else {
-                    return err(cl::CL_INVALID_DEVICE);
-                };
-                let (raw, dev) = (real.handle(), dev.raw.0);
+                let raw = self.objects.get::<Kernel>(kernel)?.real.handle();
+                let dev = self.shared.runtime.device(device)?.raw.0;
                 // SAFETY: valid handles and buffers.
-                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetKernelWorkGroupInfo)(raw, dev, param, s, b, r)
-                }))
+                })
             }
             Request::GetKernelArgInfo {
                 kernel,
                 index,
                 param,
             } => {
-                let Some(Obj::Kernel { real, .. }) = self.objects.get(&kernel) else {
-                    return err(cl::CL_INVALID_KERNEL);
-                };
-                let raw = real.handle();
+                let raw = self.objects.get::<Kernel>(kernel)?.real.handle();
                 // SAFETY: valid kernel handle and buffers.
-                from_info(info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
+                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetKernelArgInfo)(raw, index, param, s, b, r)
-                }))
+                })
             }
             Request::Release { .. }
             | Request::Enqueue { .. }
             | Request::Flush
-            | Request::CreateSubBuffer { .. } => {
+            | Request::CreateProgramWithBinary { .. }
+            | Request::LinkProgram { .. } => {
                 unreachable!("handled by run")
             }
         }
     }
 
-    fn device_handles(&self, devices: &[u32]) -> Option<Vec<Handle>> {
+    fn hello(&mut self, version: u32, host_id: &[u8]) -> Answer {
+        if version != proto::PROTOCOL_VERSION {
+            return Err(cl::CL_INVALID_VALUE);
+        }
+        self.greeted = true;
+        self.same_host = self.shared.config.shared_memory
+            && !host_id.is_empty()
+            && host_id == self.shared.host_id.as_slice();
+        let on_host = !host_id.is_empty() && host_id == self.shared.host_id.as_slice();
+        let info = HelloInfo {
+            host_id: &self.shared.host_id,
+            local_socket: if on_host {
+                &self.shared.local_socket
+            } else {
+                &[]
+            },
+            platforms: self
+                .shared
+                .runtime
+                .platforms
+                .iter()
+                .map(|p| p.devices.clone())
+                .collect(),
+        };
+        let mut payload = Vec::new();
+        info.encode(&mut payload);
+        Ok(payload)
+    }
+
+    /// The formats as `cl_image_format` pairs of `u32`.
+    fn supported_image_formats(&self, context: u64, flags: u64, image_type: u32) -> Answer {
+        let api = &self.shared.runtime.api;
+        let ctx = self.objects.get::<Context>(context)?.real.handle();
+        let mut n = 0u32;
+        // SAFETY: valid context; the second call writes at most `n` formats.
+        let rc = unsafe {
+            (api.clGetSupportedImageFormats)(
+                ctx,
+                flags,
+                image_type,
+                0,
+                std::ptr::null_mut(),
+                &mut n,
+            )
+        };
+        if rc != cl::CL_SUCCESS {
+            return Err(rc);
+        }
+        let mut formats = vec![[0u32; 2]; (n as usize).min(4096)];
+        let rc = unsafe {
+            (api.clGetSupportedImageFormats)(
+                ctx,
+                flags,
+                image_type,
+                formats.len() as u32,
+                formats.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != cl::CL_SUCCESS {
+            return Err(rc);
+        }
+        Ok(formats
+            .iter()
+            .flat_map(|f| f.iter().flat_map(|v| v.to_le_bytes()))
+            .collect())
+    }
+
+    /// Creates the kernel and answers its argument count.
+    fn create_kernel(&mut self, id: u64, program: u64, name: &[u8]) -> Answer {
+        let api = &self.shared.runtime.api;
+        let prog = Arc::clone(&self.objects.get::<Program>(program)?.real);
+        let Ok(name) = CString::new(name) else {
+            return Err(cl::CL_INVALID_KERNEL_NAME);
+        };
+        self.create(
+            id,
+            // SAFETY: valid program and C string.
+            |e| unsafe { (api.clCreateKernel)(prog.handle(), name.as_ptr(), e) },
+            |raw| Kernel {
+                real: Real::new(raw, api.clReleaseKernel),
+                launchable: name.as_bytes().len() <= self.shared.config.kernel_name_bytes_max,
+            },
+        )?;
+        let raw = self
+            .objects
+            .get::<Kernel>(id)
+            .expect("just created")
+            .real
+            .handle();
+        // SAFETY: valid kernel handle and buffers.
+        let num_args = info_bytes(8, &mut |s, b, r| unsafe {
+            (api.clGetKernelInfo)(raw, cl::CL_KERNEL_NUM_ARGS, s, b, r)
+        })?;
+        if num_args.len() == 4 {
+            Ok(num_args)
+        } else {
+            Err(cl::CL_INVALID_KERNEL)
+        }
+    }
+
+    /// The real handles of devices `devices`, `CL_INVALID_DEVICE` if one is not a device.
+    fn device_handles(&self, devices: &[u32]) -> Result<Vec<Handle>, ClInt> {
         devices
             .iter()
-            .map(|d| {
-                self.shared
-                    .runtime
-                    .devices
-                    .get(*d as usize)
-                    .map(|e| e.raw.0)
-            })
+            .map(|d| self.shared.runtime.device(*d).map(|e| e.raw.0))
             .collect()
     }
 
     /// Whether a new object may take `id`: a fresh non-zero id, within the client's
     /// object limit.
-    fn admit(&self, id: u64) -> Result<(), Reply> {
-        if id == 0 || self.objects.contains_key(&id) {
-            return Err(err(cl::CL_INVALID_VALUE));
+    fn admit(&self, id: u64) -> Result<(), ClInt> {
+        if id == 0 || self.objects.contains(id) {
+            return Err(cl::CL_INVALID_VALUE);
         }
         if self.objects.len() >= self.shared.config.objects_max {
-            return Err(err(cl::CL_OUT_OF_RESOURCES));
+            return Err(cl::CL_OUT_OF_RESOURCES);
         }
         Ok(())
     }
 
     /// Common path of every create call: id and limit checks, the call, the table entry.
-    fn create(
+    fn create<T: Into<Obj>>(
         &mut self,
         id: u64,
         call: impl FnOnce(&mut ClInt) -> Handle,
-        wrap: impl FnOnce(Handle) -> Obj,
-    ) -> Reply {
-        if let Err(refused) = self.admit(id) {
-            return refused;
-        }
+        wrap: impl FnOnce(Handle) -> T,
+    ) -> Answer {
+        self.admit(id)?;
         let mut rc = cl::CL_SUCCESS;
         let raw = call(&mut rc);
         if raw.is_null() {
-            return err(if rc == cl::CL_SUCCESS {
+            return Err(if rc == cl::CL_SUCCESS {
                 cl::CL_OUT_OF_RESOURCES
             } else {
                 rc
@@ -616,23 +550,21 @@ impl Session<'_> {
         }
         self.objects.insert(id, wrap(raw));
         self.shared.metrics.client_objects.inc();
-        ok(Vec::new())
+        Ok(Vec::new())
     }
 
-    fn create_context(&mut self, id: u64, devices: Vec<u32>) -> Reply {
+    fn create_context(&mut self, id: u64, devices: Vec<u32>) -> Answer {
         let api = &self.shared.runtime.api;
-        let Some(handles) = self.device_handles(&devices) else {
-            return err(cl::CL_INVALID_DEVICE);
-        };
+        let handles = self.device_handles(&devices)?;
         if handles.is_empty() {
-            return err(cl::CL_INVALID_VALUE);
+            return Err(cl::CL_INVALID_VALUE);
         }
         let platform = self.shared.runtime.devices[devices[0] as usize].platform;
         if devices
             .iter()
             .any(|d| self.shared.runtime.devices[*d as usize].platform != platform)
         {
-            return err(cl::CL_INVALID_DEVICE);
+            return Err(cl::CL_INVALID_DEVICE);
         }
         let props = [
             cl::CL_CONTEXT_PLATFORM,
@@ -652,7 +584,7 @@ impl Session<'_> {
                     e,
                 )
             },
-            |raw| Obj::Context {
+            |raw| Context {
                 real: Real::new(raw, api.clReleaseContext),
                 devices,
             },
@@ -666,23 +598,22 @@ impl Session<'_> {
         flags: u64,
         size: u64,
         data: &[u8],
-    ) -> Reply {
+    ) -> Answer {
         let api = &self.shared.runtime.api;
-        let Some(Obj::Context { real: ctx, devices }) = self.objects.get(&context) else {
-            return err(cl::CL_INVALID_CONTEXT);
-        };
-        let ctx = Arc::clone(ctx);
-        let host_memory = devices
+        let ctx = self.objects.get::<Context>(context)?;
+        let host_memory = ctx
+            .devices
             .iter()
             .all(|d| self.shared.runtime.devices[*d as usize].host_memory);
+        let ctx = Arc::clone(&ctx.real);
         if size == 0 {
-            return err(cl::CL_INVALID_BUFFER_SIZE);
+            return Err(cl::CL_INVALID_BUFFER_SIZE);
         }
         if !data.is_empty() && data.len() as u64 != size {
-            return err(cl::CL_INVALID_VALUE);
+            return Err(cl::CL_INVALID_VALUE);
         }
         if self.buffer_bytes.saturating_add(size) > self.shared.config.buffer_bytes_max {
-            return err(cl::CL_OUT_OF_RESOURCES);
+            return Err(cl::CL_OUT_OF_RESOURCES);
         }
         // Host pointers live in the client process; the node sees only their contents.
         let mut flags = flags
@@ -711,20 +642,17 @@ impl Session<'_> {
             .as_ref()
             .map(|r| r.name().to_vec())
             .unwrap_or_default();
-        let reply = self.create(
+        self.create(
             id,
             // SAFETY: valid context; with COPY_HOST_PTR the runtime copies `size` bytes,
             // with USE_HOST_PTR it uses the region, which lives as long as the buffer.
             |e| unsafe { (api.clCreateBuffer)(ctx.handle(), flags, size as usize, host_ptr, e) },
-            |raw| Obj::Mem {
+            |raw| Mem {
                 real: Real::with_memory(raw, api.clReleaseMemObject, region),
                 size,
                 held: size,
             },
-        );
-        if reply.0 != cl::CL_SUCCESS {
-            return reply;
-        }
+        )?;
         self.buffer_bytes += size;
         self.shared.metrics.client_buffer_bytes.inc_by(size as i64);
         self.shared
@@ -732,12 +660,12 @@ impl Session<'_> {
             .bytes_to_device
             .inc_by(data.len() as u64);
         // The payload names the shared memory region, empty for a plain buffer.
-        ok(name)
+        Ok(name)
     }
 
     fn release(&mut self, id: u64) {
-        match self.objects.remove(&id) {
-            Some(Obj::Mem { held, .. } | Obj::Image { held, .. }) => {
+        match self.objects.remove(id) {
+            Some(Obj::Mem(Mem { held, .. }) | Obj::Image(Image { held, .. })) => {
                 self.buffer_bytes -= held;
                 self.shared.metrics.client_buffer_bytes.dec_by(held as i64);
                 self.shared.metrics.client_objects.dec();
@@ -756,18 +684,14 @@ impl Session<'_> {
         flags: u64,
         offset: u64,
         size: u64,
-    ) -> Reply {
+    ) -> Answer {
         let api = &self.shared.runtime.api;
-        let (parent, parent_size) = match self.mem(parent) {
-            Ok(p) => p,
-            Err(e) => return err(e),
-        };
+        let parent = self.objects.get::<Mem>(parent)?;
         if size == 0 {
-            return err(cl::CL_INVALID_BUFFER_SIZE);
+            return Err(cl::CL_INVALID_BUFFER_SIZE);
         }
-        if let Err(e) = Self::in_bounds(offset, size, parent_size) {
-            return err(e);
-        }
+        Self::in_bounds(offset, size, parent.size)?;
+        let parent = Arc::clone(&parent.real);
         let region = [offset as usize, size as usize];
         let parent_raw = parent.handle();
         self.create(
@@ -782,7 +706,7 @@ impl Session<'_> {
                     e,
                 )
             },
-            |raw| Obj::Mem {
+            |raw| Mem {
                 real: Real::sub_buffer(raw, api.clReleaseMemObject, parent),
                 size,
                 held: 0,
@@ -798,28 +722,25 @@ impl Session<'_> {
         format: [u32; 2],
         desc: [u64; 5],
         data: &[u8],
-    ) -> Reply {
+    ) -> Answer {
         let api = &self.shared.runtime.api;
-        let Some(Obj::Context { real: ctx, .. }) = self.objects.get(&context) else {
-            return err(cl::CL_INVALID_CONTEXT);
-        };
-        let ctx = Arc::clone(ctx);
+        let ctx = Arc::clone(&self.objects.get::<Context>(context)?.real);
         let Some(elem) = cl::image_element_size(format[0], format[1]) else {
-            return err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
+            return Err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
         };
         let [image_type, width, height, depth, array_size] = desc;
         let Some(dims) = cl::image_dims(image_type as u32, [width, height, depth, array_size])
         else {
-            return err(cl::CL_INVALID_IMAGE_DESCRIPTOR);
+            return Err(cl::CL_INVALID_IMAGE_DESCRIPTOR);
         };
         let Some(size) = cl::image_region_bytes(elem, dims, [0; 3], dims) else {
-            return err(cl::CL_INVALID_IMAGE_SIZE);
+            return Err(cl::CL_INVALID_IMAGE_SIZE);
         };
         if !data.is_empty() && data.len() as u64 != size {
-            return err(cl::CL_INVALID_VALUE);
+            return Err(cl::CL_INVALID_VALUE);
         }
         if self.buffer_bytes.saturating_add(size) > self.shared.config.buffer_bytes_max {
-            return err(cl::CL_OUT_OF_RESOURCES);
+            return Err(cl::CL_OUT_OF_RESOURCES);
         }
         // Host pointers live in the client process; the node sees only their contents.
         let mut flags = flags
@@ -842,28 +763,26 @@ impl Session<'_> {
             num_samples: 0,
             buffer: std::ptr::null_mut(),
         };
-        let reply = self.create(
+        self.create(
             id,
             // SAFETY: valid context; with COPY_HOST_PTR the runtime copies the tightly
             // packed `size` bytes of `data`.
             |e| unsafe {
                 (api.clCreateImage)(ctx.handle(), flags, &format, &image_desc, host_ptr, e)
             },
-            |raw| Obj::Image {
+            |raw| Image {
                 real: Real::new(raw, api.clReleaseMemObject),
                 elem,
                 dims,
                 held: size,
             },
-        );
-        if reply.0 == cl::CL_SUCCESS {
-            self.buffer_bytes += size;
-            self.shared.metrics.client_buffer_bytes.inc_by(size as i64);
-            self.shared
-                .metrics
-                .bytes_to_device
-                .inc_by(data.len() as u64);
-        }
-        reply
+        )?;
+        self.buffer_bytes += size;
+        self.shared.metrics.client_buffer_bytes.inc_by(size as i64);
+        self.shared
+            .metrics
+            .bytes_to_device
+            .inc_by(data.len() as u64);
+        Ok(Vec::new())
     }
 }

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Obj, Session};
+use super::objects::{Image, Kernel, Mem, Queue, Sampler};
+use super::Session;
 use crate::cl::{self, ClInt};
 use crate::proto::{self, Command, ImageCmd, KernelArg};
 use crate::service::bodies::Body;
@@ -12,19 +13,10 @@ use crate::service::task::{Arg, Cmd, Finished, FrameBytes, ImageWork, Op, SetOnD
 use crate::service::Real;
 
 impl Session<'_> {
-    pub(super) fn mem(&self, id: u64) -> Result<(Arc<Real>, u64), ClInt> {
-        match self.objects.get(&id) {
-            Some(Obj::Mem { real, size, .. }) => Ok((Arc::clone(real), *size)),
-            _ => Err(cl::CL_INVALID_MEM_OBJECT),
-        }
-    }
-
-    /// A buffer or an image (kernel arguments take either).
-    fn mem_object(&self, id: u64) -> Result<Arc<Real>, ClInt> {
-        match self.objects.get(&id) {
-            Some(Obj::Mem { real, .. } | Obj::Image { real, .. }) => Ok(Arc::clone(real)),
-            _ => Err(cl::CL_INVALID_MEM_OBJECT),
-        }
+    /// A buffer and its size.
+    fn mem(&self, id: u64) -> Result<(Arc<Real>, u64), ClInt> {
+        let mem = self.objects.get::<Mem>(id)?;
+        Ok((Arc::clone(&mem.real), mem.size))
     }
 
     /// An image, and the bytes of the tightly packed `region` at `origin` in it (which
@@ -35,15 +27,10 @@ impl Session<'_> {
         origin: &[u64; 3],
         region: &[u64; 3],
     ) -> Result<(Arc<Real>, usize), ClInt> {
-        let Some(Obj::Image {
-            real, elem, dims, ..
-        }) = self.objects.get(&id)
-        else {
-            return Err(cl::CL_INVALID_MEM_OBJECT);
-        };
-        let bytes =
-            cl::image_region_bytes(*elem, *dims, *origin, *region).ok_or(cl::CL_INVALID_VALUE)?;
-        Ok((Arc::clone(real), bytes as usize))
+        let image = self.objects.get::<Image>(id)?;
+        let bytes = cl::image_region_bytes(image.elem, image.dims, *origin, *region)
+            .ok_or(cl::CL_INVALID_VALUE)?;
+        Ok((Arc::clone(&image.real), bytes as usize))
     }
 
     pub(super) fn in_bounds(offset: u64, size: u64, mem_size: u64) -> Result<(), ClInt> {
@@ -124,23 +111,22 @@ impl Session<'_> {
                 }
             }
             Command::NdRange(nd) => {
-                let Some(Obj::Kernel { real, launchable }) = self.objects.get(&nd.kernel) else {
-                    return Err(cl::CL_INVALID_KERNEL);
-                };
-                if !launchable {
+                let kernel = self.objects.get::<Kernel>(nd.kernel)?;
+                if !kernel.launchable {
                     return Err(cl::CL_OUT_OF_RESOURCES);
                 }
                 let mut args = Vec::with_capacity(nd.args.len());
                 for a in &nd.args {
                     args.push(match a {
                         KernelArg::Unset => Arg::Unset,
-                        KernelArg::Mem(id) => {
-                            Arg::Mem(self.mem_object(*id).map_err(|_| cl::CL_INVALID_ARG_VALUE)?)
+                        KernelArg::Mem(id) => Arg::Mem(Arc::clone(
+                            self.objects
+                                .mem_object(*id)
+                                .map_err(|_| cl::CL_INVALID_ARG_VALUE)?,
+                        )),
+                        KernelArg::Sampler(id) => {
+                            Arg::Sampler(Arc::clone(&self.objects.get::<Sampler>(*id)?.real))
                         }
-                        KernelArg::Sampler(id) => match self.objects.get(id) {
-                            Some(Obj::Sampler { real }) => Arg::Sampler(Arc::clone(real)),
-                            _ => return Err(cl::CL_INVALID_SAMPLER),
-                        },
                         KernelArg::NullMem => Arg::NullMem,
                         KernelArg::Local(size) => Arg::Local(*size as usize),
                         KernelArg::Bytes(b) => Arg::Bytes(b.to_vec()),
@@ -148,7 +134,7 @@ impl Session<'_> {
                 }
                 let dims = |v: &[u64; 3]| v.map(|x| x as usize);
                 Op::NdRange {
-                    kernel: Arc::clone(real),
+                    kernel: Arc::clone(&kernel.real),
                     work_dim: u32::from(nd.work_dim),
                     offset: dims(&nd.offset),
                     global: dims(&nd.global),
@@ -228,10 +214,11 @@ impl Session<'_> {
             if self.open_bytes > self.shared.config.pending_bytes_max {
                 self.open_overflow = true;
             }
-            let queue = match self.objects.get(&command.queue()) {
-                Some(Obj::Queue { real, device }) => Some((Arc::clone(real), *device)),
-                _ => None,
-            };
+            let queue = self
+                .objects
+                .get::<Queue>(command.queue())
+                .ok()
+                .map(|q| (Arc::clone(&q.real), q.device));
             let op = match (&queue, self.open_overflow) {
                 (None, _) => Op::Failed(cl::CL_INVALID_COMMAND_QUEUE),
                 (Some(_), true) => Op::Failed(cl::CL_OUT_OF_RESOURCES),

@@ -5,7 +5,8 @@
 use std::ffi::{c_char, CString};
 use std::sync::Arc;
 
-use super::{err, ok, Obj, ProgramSource, Reply, Session};
+use super::objects::{Context, Program, ProgramSource};
+use super::{status, Answer, Reply, Session};
 use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
 use crate::proto;
@@ -38,24 +39,20 @@ impl Session<'_> {
         id: u64,
         context: u64,
         binaries: Vec<(u32, &[u8])>,
-    ) -> Reply {
+    ) -> Result<Reply, ClInt> {
         let api = &self.shared.runtime.api;
-        let Some(Obj::Context { real: ctx, devices }) = self.objects.get(&context) else {
-            return err(cl::CL_INVALID_CONTEXT);
-        };
-        let ctx = Arc::clone(ctx);
-        if binaries.is_empty() || binaries.iter().any(|(d, _)| !devices.contains(d)) {
-            return err(cl::CL_INVALID_DEVICE);
+        let ctx = self.objects.get::<Context>(context)?;
+        if binaries.is_empty() || binaries.iter().any(|(d, _)| !ctx.devices.contains(d)) {
+            return Err(cl::CL_INVALID_DEVICE);
         }
+        let ctx = Arc::clone(&ctx.real);
         let devs: Vec<u32> = binaries.iter().map(|(d, _)| *d).collect();
-        let Some(handles) = self.device_handles(&devs) else {
-            return err(cl::CL_INVALID_DEVICE);
-        };
+        let handles = self.device_handles(&devs)?;
         let lens: Vec<usize> = binaries.iter().map(|(_, b)| b.len()).collect();
         let ptrs: Vec<*const u8> = binaries.iter().map(|(_, b)| b.as_ptr()).collect();
         let mut status = vec![cl::CL_SUCCESS; binaries.len()];
         let status_ptr = status.as_mut_ptr();
-        let reply = self.create(
+        let created = self.create(
             id,
             // SAFETY: arrays of equal length `handles.len()`.
             |e| unsafe {
@@ -69,21 +66,22 @@ impl Session<'_> {
                     e,
                 )
             },
-            |raw| Obj::Program {
+            |raw| Program {
                 real: Real::new(raw, api.clReleaseProgram),
                 source: None,
             },
         );
+        // The status of each binary goes back also when the program was not created.
         let mut payload = Vec::new();
         for s in status {
             proto::put_i32(&mut payload, s);
         }
-        (reply.0, payload)
+        Ok((created.err().unwrap_or(cl::CL_SUCCESS), payload))
     }
 
     /// `CL_PROGRAM_BINARIES` is an array of pointers, so it is answered as a list of
     /// byte strings (`u32` count, then `u32` length + bytes each).
-    pub(super) fn program_binaries(&self, program: Handle) -> Result<Vec<u8>, ClInt> {
+    pub(super) fn program_binaries(&self, program: Handle) -> Answer {
         let bins = self.raw_binaries(program)?;
         let mut out = Vec::new();
         proto::put_u32(&mut out, bins.len() as u32);
@@ -149,15 +147,11 @@ impl Session<'_> {
         program: u64,
         devices: Vec<u32>,
         options: &[u8],
-    ) -> Reply {
+    ) -> Answer {
         let api = &self.shared.runtime.api;
-        let Some(Obj::Program { real, source }) = self.objects.get(&program) else {
-            return err(cl::CL_INVALID_PROGRAM);
-        };
-        let (real, source) = (Arc::clone(real), source.clone());
-        let Some(devs) = self.device_handles(&devices) else {
-            return err(cl::CL_INVALID_DEVICE);
-        };
+        let program_obj = self.objects.get::<Program>(program)?;
+        let (real, source) = (Arc::clone(&program_obj.real), program_obj.source.clone());
+        let devs = self.device_handles(&devices)?;
         let options: Vec<u8> = options.iter().copied().filter(|b| *b != 0).collect();
         // Only whole-context builds of source programs are cached: then the binaries
         // are exactly one per context device.
@@ -177,12 +171,12 @@ impl Session<'_> {
                     self.shared.metrics.program_cache_hits.inc();
                     self.objects.insert(
                         program,
-                        Obj::Program {
+                        Program {
                             real: built,
                             source,
                         },
                     );
-                    return ok(Vec::new());
+                    return Ok(Vec::new());
                 }
             }
         }
@@ -190,7 +184,7 @@ impl Session<'_> {
         let real = source.as_ref().map_or(real, |s| Arc::clone(&s.program));
         self.objects.insert(
             program,
-            Obj::Program {
+            Program {
                 real: Arc::clone(&real),
                 source: source.clone(),
             },
@@ -227,7 +221,7 @@ impl Session<'_> {
                 }
             }
         }
-        err(rc)
+        status(rc)
     }
 
     /// `clCompileProgram` on one of the client's programs, with other programs of the
@@ -239,28 +233,20 @@ impl Session<'_> {
         devices: Vec<u32>,
         options: &[u8],
         headers: Vec<(u64, &[u8])>,
-    ) -> Reply {
+    ) -> Answer {
         let api = &self.shared.runtime.api;
-        let Some(Obj::Program { source, .. }) = self.objects.get(&program) else {
-            return err(cl::CL_INVALID_PROGRAM);
-        };
         // Only programs made from source compile (a binary has nothing to compile).
-        let Some(source) = source.clone() else {
-            return err(cl::CL_INVALID_OPERATION);
+        let Some(source) = self.objects.get::<Program>(program)?.source.clone() else {
+            return Err(cl::CL_INVALID_OPERATION);
         };
         let real = Arc::clone(&source.program);
-        let Some(devs) = self.device_handles(&devices) else {
-            return err(cl::CL_INVALID_DEVICE);
-        };
+        let devs = self.device_handles(&devices)?;
         let ids: Vec<u64> = headers.iter().map(|(id, _)| *id).collect();
-        let header_handles = match self.header_handles(&ids) {
-            Ok(handles) => handles,
-            Err(code) => return err(code),
-        };
+        let header_handles = self.header_handles(&ids)?;
         // The compiled program replaces an executable an earlier cache hit loaded.
         self.objects.insert(
             program,
-            Obj::Program {
+            Program {
                 real: Arc::clone(&real),
                 source: Some(source),
             },
@@ -270,7 +256,7 @@ impl Session<'_> {
             .map(|(_, name)| CString::new(name))
             .collect::<Result<Vec<_>, _>>()
         else {
-            return err(cl::CL_INVALID_VALUE);
+            return Err(cl::CL_INVALID_VALUE);
         };
         let name_ptrs: Vec<*const c_char> = header_names.iter().map(|n| n.as_ptr()).collect();
         let options = c_options(options);
@@ -289,7 +275,7 @@ impl Session<'_> {
                 std::ptr::null_mut(),
             )
         };
-        err(rc)
+        status(rc)
     }
 
     /// The runtime's source programs of the client's programs `ids`, to be embedded as
@@ -298,24 +284,18 @@ impl Session<'_> {
     /// header's source and may crash on a program that has none).
     fn header_handles(&self, ids: &[u64]) -> Result<Vec<Handle>, ClInt> {
         ids.iter()
-            .map(|id| match self.objects.get(id) {
-                Some(Obj::Program {
-                    source: Some(s), ..
-                }) => Ok(s.program.handle()),
-                Some(Obj::Program { source: None, .. }) => Err(cl::CL_INVALID_OPERATION),
-                _ => Err(cl::CL_INVALID_PROGRAM),
+            .map(|id| match &self.objects.get::<Program>(*id)?.source {
+                Some(s) => Ok(s.program.handle()),
+                None => Err(cl::CL_INVALID_OPERATION),
             })
             .collect()
     }
 
-    /// The real handles of the client's programs `ids`; `None` if one is not a program
-    /// of this client. The handles stay valid while the table holds them.
-    fn program_handles(&self, ids: &[u64]) -> Option<Vec<Handle>> {
+    /// The real handles of the client's programs `ids`; `CL_INVALID_PROGRAM` if one is
+    /// not a program of this client. The handles stay valid while the table holds them.
+    fn program_handles(&self, ids: &[u64]) -> Result<Vec<Handle>, ClInt> {
         ids.iter()
-            .map(|id| match self.objects.get(id) {
-                Some(Obj::Program { real, .. }) => Some(real.handle()),
-                _ => None,
-            })
+            .map(|id| self.objects.get::<Program>(*id).map(|p| p.real.handle()))
             .collect()
     }
 
@@ -327,21 +307,12 @@ impl Session<'_> {
         devices: Vec<u32>,
         options: &[u8],
         inputs: Vec<u64>,
-    ) -> Reply {
+    ) -> Result<Reply, ClInt> {
         let api = &self.shared.runtime.api;
-        let Some(Obj::Context { real: ctx, .. }) = self.objects.get(&context) else {
-            return err(cl::CL_INVALID_CONTEXT);
-        };
-        let ctx = Arc::clone(ctx);
-        let Some(devs) = self.device_handles(&devices) else {
-            return err(cl::CL_INVALID_DEVICE);
-        };
-        let Some(input_handles) = self.program_handles(&inputs) else {
-            return err(cl::CL_INVALID_PROGRAM);
-        };
-        if let Err(refused) = self.admit(id) {
-            return refused;
-        }
+        let ctx = Arc::clone(&self.objects.get::<Context>(context)?.real);
+        let devs = self.device_handles(&devices)?;
+        let input_handles = self.program_handles(&inputs)?;
+        self.admit(id)?;
         let options = c_options(options);
         let mut rc = cl::CL_SUCCESS;
         // SAFETY: valid context, device and program handles and C string; no callback.
@@ -359,7 +330,7 @@ impl Session<'_> {
             )
         };
         if raw.is_null() {
-            return err(if rc == cl::CL_SUCCESS {
+            return Err(if rc == cl::CL_SUCCESS {
                 cl::CL_OUT_OF_RESOURCES
             } else {
                 rc
@@ -371,13 +342,13 @@ impl Session<'_> {
         // OpenCL specifies.
         self.objects.insert(
             id,
-            Obj::Program {
+            Program {
                 real: Real::new(raw, api.clReleaseProgram),
                 source: None,
             },
         );
         self.shared.metrics.client_objects.inc();
-        (rc, vec![1])
+        Ok((rc, vec![1]))
     }
 
     /// Creates and builds a program from cached binaries; `None` if anything fails (the
@@ -389,7 +360,7 @@ impl Session<'_> {
         options: &[u8],
     ) -> Option<Arc<Real>> {
         let api = &self.shared.runtime.api;
-        let handles = self.device_handles(&src.devices)?;
+        let handles = self.device_handles(&src.devices).ok()?;
         if handles.len() != binaries.len() {
             return None;
         }

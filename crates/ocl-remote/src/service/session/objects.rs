@@ -1,0 +1,196 @@
+//! A client's object table: its resource pool on the node, by the ids the client chose.
+//!
+//! Every object kind names the error for an id that is not an object of that kind
+//! ([`Kind::INVALID`]), so a lookup is one call, `objects.get::<Context>(id)?`, whether
+//! the id is unknown, released, another client's or of another kind.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::cl::{self, ClInt};
+use crate::service::{programs, Real};
+
+pub(crate) struct Context {
+    pub real: Arc<Real>,
+    pub devices: Vec<u32>,
+}
+
+pub(crate) struct Queue {
+    pub real: Arc<Real>,
+    pub device: u32,
+}
+
+pub(crate) struct Mem {
+    pub real: Arc<Real>,
+    pub size: u64,
+    /// Bytes counted against `buffer_bytes_max`: the size, 0 for a sub-buffer.
+    pub held: u64,
+}
+
+pub(crate) struct Program {
+    pub real: Arc<Real>,
+    /// For source programs: what the program cache needs to find or rebuild it.
+    pub source: Option<ProgramSource>,
+}
+
+pub(crate) struct Kernel {
+    pub real: Arc<Real>,
+    /// The name is within `kernel_name_bytes_max`, so the runtime may generate its
+    /// code (see [`crate::service::ServiceConfig::kernel_name_bytes_max`]).
+    pub launchable: bool,
+}
+
+pub(crate) struct Image {
+    pub real: Arc<Real>,
+    /// Bytes per pixel.
+    pub elem: u64,
+    /// Width, height (or array size of a 1D array), depth (or array size of a 2D
+    /// array); 1 where the type has no such dimension.
+    pub dims: [u64; 3],
+    /// Bytes counted against `buffer_bytes_max`.
+    pub held: u64,
+}
+
+pub(crate) struct Sampler {
+    pub real: Arc<Real>,
+}
+
+#[derive(Clone)]
+pub(crate) struct ProgramSource {
+    pub hash: programs::Key,
+    pub context: Arc<Real>,
+    pub devices: Vec<u32>,
+    /// The runtime's program made from the client's source. After a program-cache hit
+    /// the program's executable comes from cached binaries instead, and a binary program
+    /// has no source: builds, compiles and headers keep working on this one.
+    pub program: Arc<Real>,
+}
+
+/// An object kind, with the error for an id that names no object of this kind.
+pub(crate) trait Kind: Sized {
+    const INVALID: ClInt;
+    fn of(obj: &Obj) -> Option<&Self>;
+}
+
+macro_rules! kinds {
+    ($($kind:ident => $invalid:ident,)*) => {
+        /// One object of a client.
+        pub(crate) enum Obj {
+            $($kind($kind),)*
+        }
+
+        $(
+            impl Kind for $kind {
+                const INVALID: ClInt = cl::$invalid;
+                fn of(obj: &Obj) -> Option<&Self> {
+                    match obj {
+                        Obj::$kind(o) => Some(o),
+                        _ => None,
+                    }
+                }
+            }
+
+            impl From<$kind> for Obj {
+                fn from(o: $kind) -> Obj {
+                    Obj::$kind(o)
+                }
+            }
+        )*
+    };
+}
+
+kinds! {
+    Context => CL_INVALID_CONTEXT,
+    Queue => CL_INVALID_COMMAND_QUEUE,
+    Mem => CL_INVALID_MEM_OBJECT,
+    Program => CL_INVALID_PROGRAM,
+    Kernel => CL_INVALID_KERNEL,
+    Image => CL_INVALID_MEM_OBJECT,
+    Sampler => CL_INVALID_SAMPLER,
+}
+
+/// The objects of one client by id.
+#[derive(Default)]
+pub(crate) struct Objects {
+    by_id: HashMap<u64, Obj>,
+}
+
+impl Objects {
+    /// The object `id` if it is a `T`, the kind's `CL_INVALID_*` error otherwise.
+    pub fn get<T: Kind>(&self, id: u64) -> Result<&T, ClInt> {
+        self.by_id.get(&id).and_then(T::of).ok_or(T::INVALID)
+    }
+
+    /// A buffer or an image (kernel arguments take either).
+    pub fn mem_object(&self, id: u64) -> Result<&Arc<Real>, ClInt> {
+        match self.by_id.get(&id) {
+            Some(Obj::Mem(m)) => Ok(&m.real),
+            Some(Obj::Image(i)) => Ok(&i.real),
+            _ => Err(cl::CL_INVALID_MEM_OBJECT),
+        }
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.by_id.contains_key(&id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn insert(&mut self, id: u64, obj: impl Into<Obj>) {
+        self.by_id.insert(id, obj.into());
+    }
+
+    pub fn remove(&mut self, id: u64) -> Option<Obj> {
+        self.by_id.remove(&id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::Handle;
+
+    unsafe extern "C" fn no_release(_: Handle) -> ClInt {
+        cl::CL_SUCCESS
+    }
+
+    #[test]
+    fn a_lookup_fails_with_the_error_of_the_kind_asked_for() {
+        let real = Real::new(std::ptr::NonNull::dangling().as_ptr(), no_release);
+        let mut objects = Objects::default();
+        objects.insert(
+            1,
+            Kernel {
+                real: Arc::clone(&real),
+                launchable: true,
+            },
+        );
+        objects.insert(
+            2,
+            Image {
+                real,
+                elem: 4,
+                dims: [1; 3],
+                held: 4,
+            },
+        );
+        assert!(objects.get::<Kernel>(1).is_ok());
+        assert_eq!(
+            objects.get::<Context>(1).err(),
+            Some(cl::CL_INVALID_CONTEXT)
+        );
+        assert_eq!(
+            objects.get::<Queue>(9).err(),
+            Some(cl::CL_INVALID_COMMAND_QUEUE)
+        );
+        assert_eq!(objects.get::<Mem>(2).err(), Some(cl::CL_INVALID_MEM_OBJECT));
+        assert_eq!(
+            objects.get::<Sampler>(2).err(),
+            Some(cl::CL_INVALID_SAMPLER)
+        );
+        assert!(objects.mem_object(2).is_ok());
+        assert_eq!(objects.mem_object(1).err(), Some(cl::CL_INVALID_MEM_OBJECT));
+    }
+}

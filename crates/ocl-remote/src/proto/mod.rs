@@ -6,9 +6,10 @@
 //! `docs/opencl.md` describes the format table by table.
 //!
 //! One module per layer: `frame` (the header and the body it announces), `wire`
-//! (integers, byte strings and lists inside a body), `request` and `response` (the
-//! messages of each direction) and `command` (the commands inside an `Enqueue`). Their
-//! public items are all re-exported here.
+//! (integers, byte strings and lists inside a body, and the macros that declare each
+//! message once from its field list), `request` and `response` (the messages of each
+//! direction) and `command` (the commands inside an `Enqueue`). Their public items are
+//! all re-exported here.
 
 mod command;
 mod frame;
@@ -20,42 +21,15 @@ pub use command::*;
 pub use frame::*;
 pub use request::*;
 pub use response::*;
-pub use wire::{put_bytes, put_i32, put_u32, put_u64, put_u8, Reader};
+pub use wire::{put_bytes, put_i32, put_u32, put_u64, put_u8, Reader, Wire};
 
 /// Protocol version sent in `Hello`; the node refuses other versions.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-/// Message kinds (the `kind` header field).
+/// Message kinds (the `kind` header field): requests, then responses.
 pub mod kind {
-    pub const HELLO: u16 = 1;
-    pub const GET_PLATFORM_INFO: u16 = 2;
-    pub const GET_DEVICE_INFO: u16 = 3;
-    pub const CREATE_CONTEXT: u16 = 4;
-    pub const CREATE_QUEUE: u16 = 5;
-    pub const CREATE_BUFFER: u16 = 6;
-    pub const CREATE_PROGRAM_WITH_SOURCE: u16 = 7;
-    pub const CREATE_PROGRAM_WITH_BINARY: u16 = 8;
-    pub const BUILD_PROGRAM: u16 = 9;
-    pub const GET_PROGRAM_INFO: u16 = 10;
-    pub const GET_PROGRAM_BUILD_INFO: u16 = 11;
-    pub const CREATE_KERNEL: u16 = 12;
-    pub const GET_KERNEL_WORK_GROUP_INFO: u16 = 13;
-    pub const GET_KERNEL_ARG_INFO: u16 = 14;
-    pub const GET_KERNEL_INFO: u16 = 15;
-    pub const RELEASE: u16 = 16;
-    pub const ENQUEUE: u16 = 17;
-    pub const FLUSH: u16 = 18;
-    pub const CREATE_SUB_BUFFER: u16 = 19;
-    pub const COMPILE_PROGRAM: u16 = 20;
-    pub const LINK_PROGRAM: u16 = 21;
-    pub const CREATE_IMAGE: u16 = 22;
-    pub const GET_IMAGE_INFO: u16 = 23;
-    pub const GET_SUPPORTED_IMAGE_FORMATS: u16 = 24;
-    pub const CREATE_SAMPLER: u16 = 25;
-
-    pub const REPLY: u16 = 100;
-    pub const TASK_DONE: u16 = 101;
-    pub const READ_DATA: u16 = 102;
+    pub use super::request::kind::*;
+    pub use super::response::kind::*;
 }
 
 /// Fuzz entry point (see `fuzz/`): the first two bytes pick a message kind, the rest is

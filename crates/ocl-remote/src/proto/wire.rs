@@ -1,5 +1,12 @@
 //! The body encoding: little-endian integers, byte strings and lists, each with a
-//! `u32` length or count in front.
+//! `u32` length or count in front, and the two macros that declare every message from
+//! its field list: [`messages!`] for a family of messages told apart by a number (the
+//! requests, the responses, the enqueued commands, the kernel arguments) and
+//! [`wire_struct!`] for a struct encoded field after field.
+//!
+//! A field's type says how it travels ([`Wire`]): a message's encoder, decoder, kind
+//! number and the constant that names it all come from the one declaration, so a new
+//! message is one line here and its handling where it is served.
 
 use super::ProtoError;
 
@@ -62,6 +69,10 @@ impl<'a> Reader<'a> {
         }
         Ok(items)
     }
+    /// All the bytes left.
+    pub fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.buf)
+    }
     /// Fails unless every byte was consumed.
     pub fn finish(&self) -> Result<(), ProtoError> {
         if self.buf.is_empty() {
@@ -89,18 +100,232 @@ pub fn put_bytes(out: &mut Vec<u8>, v: &[u8]) {
     out.extend_from_slice(v);
 }
 
-/// The item count of a list, written before its items.
-pub(super) fn put_count(out: &mut Vec<u8>, n: usize) {
-    put_u32(out, u32::try_from(n).expect("list fits u32"));
+/// A value with a wire encoding: what a message field can be.
+pub trait Wire<'a>: Sized {
+    /// The fewest bytes an encoding takes: a list's count is checked against it before
+    /// anything is allocated.
+    const LEN_MIN: usize;
+    fn put(&self, out: &mut Vec<u8>);
+    fn read(r: &mut Reader<'a>) -> Result<Self, ProtoError>;
 }
 
-pub(super) fn put_u32_list(out: &mut Vec<u8>, v: &[u32]) {
-    put_count(out, v.len());
-    for x in v {
-        put_u32(out, *x);
+macro_rules! wire_int {
+    ($($t:ty => $read:ident, $put:ident;)*) => {$(
+        impl Wire<'_> for $t {
+            const LEN_MIN: usize = std::mem::size_of::<$t>();
+            fn put(&self, out: &mut Vec<u8>) {
+                $put(out, *self)
+            }
+            fn read(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
+                r.$read()
+            }
+        }
+    )*};
+}
+
+wire_int! {
+    u8 => u8, put_u8;
+    u32 => u32, put_u32;
+    i32 => i32, put_i32;
+    u64 => u64, put_u64;
+}
+
+/// A byte string: `u32` length, then the bytes (borrowed from the body when read).
+impl<'a> Wire<'a> for &'a [u8] {
+    const LEN_MIN: usize = 4;
+    fn put(&self, out: &mut Vec<u8>) {
+        put_bytes(out, self)
+    }
+    fn read(r: &mut Reader<'a>) -> Result<Self, ProtoError> {
+        r.bytes()
     }
 }
 
-pub(super) fn u32_list(r: &mut Reader<'_>) -> Result<Vec<u32>, ProtoError> {
-    r.list(4, Reader::u32)
+/// A fixed number of items, without a count.
+impl<'a, T: Wire<'a> + Copy + Default, const N: usize> Wire<'a> for [T; N] {
+    const LEN_MIN: usize = N * T::LEN_MIN;
+    fn put(&self, out: &mut Vec<u8>) {
+        for item in self {
+            item.put(out);
+        }
+    }
+    fn read(r: &mut Reader<'a>) -> Result<Self, ProtoError> {
+        let mut items = [T::default(); N];
+        for item in &mut items {
+            *item = T::read(r)?;
+        }
+        Ok(items)
+    }
 }
+
+/// A list: `u32` count, then the items.
+impl<'a, T: Wire<'a>> Wire<'a> for Vec<T> {
+    const LEN_MIN: usize = 4;
+    fn put(&self, out: &mut Vec<u8>) {
+        put_u32(out, u32::try_from(self.len()).expect("list fits u32"));
+        for item in self {
+            item.put(out);
+        }
+    }
+    fn read(r: &mut Reader<'a>) -> Result<Self, ProtoError> {
+        r.list(T::LEN_MIN, T::read)
+    }
+}
+
+/// A pair, one item after the other.
+impl<'a, A: Wire<'a>, B: Wire<'a>> Wire<'a> for (A, B) {
+    const LEN_MIN: usize = A::LEN_MIN + B::LEN_MIN;
+    fn put(&self, out: &mut Vec<u8>) {
+        self.0.put(out);
+        self.1.put(out);
+    }
+    fn read(r: &mut Reader<'a>) -> Result<Self, ProtoError> {
+        Ok((A::read(r)?, B::read(r)?))
+    }
+}
+
+/// The encoding of a last field that takes the rest of the body, without a length
+/// (`field: &'a [u8] as Rest` in [`messages!`]).
+pub(crate) struct Rest;
+
+impl Rest {
+    pub fn put(v: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(v);
+    }
+    pub fn read<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], ProtoError> {
+        Ok(r.rest())
+    }
+}
+
+/// Declares a family of messages told apart by a number: the enum, a module of
+/// constants naming the numbers, `kind()`, and the encoding of the fields
+/// (`put_fields`, `read_fields`) in the order declared, each by its type's [`Wire`]
+/// (or, with `as Codec`, by `Codec::put` and `Codec::read`). Messages that are one
+/// value of another type (`Name = NUMBER(n) (Type)`) follow under `wrapping`. The
+/// number itself, and what surrounds the fields, is the caller's: a frame header for
+/// requests and responses, a tag byte for commands.
+macro_rules! messages {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident<$lt:lifetime>: $repr:ty, numbers in $numbers:ident {
+            $(
+                $(#[$vmeta:meta])*
+                $variant:ident = $konst:ident($num:literal)
+                    $({ $($field:ident: $ty:ty $(as $codec:ident)?),* $(,)? })?
+            ),* $(,)?
+        }
+        $(wrapping {
+            $(
+                $(#[$wmeta:meta])*
+                $wvariant:ident = $wkonst:ident($wnum:literal) ($wty:ty)
+            ),* $(,)?
+        })?
+    ) => {
+        $(#[$meta])*
+        pub enum $name<$lt> {
+            $(
+                $(#[$vmeta])*
+                $variant $({ $($field: $ty),* })?,
+            )*
+            $($(
+                $(#[$wmeta])*
+                $wvariant($wty),
+            )*)?
+        }
+
+        /// The number of each message.
+        pub mod $numbers {
+            $(pub const $konst: $repr = $num;)*
+            $($(pub const $wkonst: $repr = $wnum;)*)?
+        }
+
+        impl<$lt> $name<$lt> {
+            /// The number that tells this message apart.
+            pub fn kind(&self) -> $repr {
+                match self {
+                    $(Self::$variant { .. } => $numbers::$konst,)*
+                    $($(Self::$wvariant(..) => $numbers::$wkonst,)*)?
+                }
+            }
+
+            /// Appends the message's fields (not its number).
+            pub fn put_fields(&self, out: &mut Vec<u8>) {
+                match self {
+                    $(
+                        Self::$variant $({ $($field),* })? => {
+                            $($($crate::proto::wire::messages!(@put out, $field $(, $codec)?);)*)?
+                        }
+                    )*
+                    $($(Self::$wvariant(inner) => $crate::proto::Wire::put(inner, out),)*)?
+                }
+            }
+
+            /// Reads the fields of message `kind`; `None` if no message has that number.
+            pub fn read_fields(
+                kind: $repr,
+                r: &mut $crate::proto::Reader<$lt>,
+            ) -> Result<Option<Self>, $crate::proto::ProtoError> {
+                Ok(Some(match kind {
+                    $(
+                        $numbers::$konst => Self::$variant $({
+                            $($field: $crate::proto::wire::messages!(@read r $(, $codec)?),)*
+                        })?,
+                    )*
+                    $($($numbers::$wkonst => Self::$wvariant($crate::proto::Wire::read(r)?),)*)?
+                    _ => return Ok(None),
+                }))
+            }
+        }
+    };
+    (@put $out:ident, $field:ident) => { $crate::proto::Wire::put($field, $out) };
+    (@put $out:ident, $field:ident, $codec:ident) => { $codec::put($field, $out) };
+    (@read $r:ident) => { $crate::proto::Wire::read($r)? };
+    (@read $r:ident, $codec:ident) => { $codec::read($r)? };
+}
+pub(crate) use messages;
+
+/// Declares a struct whose encoding is its fields in order, each by its [`Wire`].
+macro_rules! wire_struct {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident<$lt:lifetime> {
+            $($(#[$fmeta:meta])* pub $field:ident: $ty:ty),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name<$lt> {
+            $($(#[$fmeta])* pub $field: $ty),*
+        }
+
+        $crate::proto::wire::wire_struct!(@impl [$lt] $name<$lt> { $($field: $ty),* });
+    };
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$fmeta:meta])* pub $field:ident: $ty:ty),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: $ty),*
+        }
+
+        $crate::proto::wire::wire_struct!(@impl ['w] $name { $($field: $ty),* });
+    };
+    (@impl [$lt:lifetime] $ty_self:ty { $($field:ident: $ty:ty),* }) => {
+        impl<$lt> $crate::proto::Wire<$lt> for $ty_self {
+            const LEN_MIN: usize = 0 $(+ <$ty as $crate::proto::Wire<$lt>>::LEN_MIN)*;
+            fn put(&self, out: &mut Vec<u8>) {
+                $($crate::proto::Wire::put(&self.$field, out);)*
+            }
+            fn read(
+                r: &mut $crate::proto::Reader<$lt>,
+            ) -> Result<Self, $crate::proto::ProtoError> {
+                Ok(Self {
+                    $($field: $crate::proto::Wire::read(r)?,)*
+                })
+            }
+        }
+    };
+}
+pub(crate) use wire_struct;

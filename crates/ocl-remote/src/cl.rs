@@ -16,6 +16,7 @@ pub const CL_MEM_OBJECT_ALLOCATION_FAILURE: ClInt = -4;
 pub const CL_OUT_OF_RESOURCES: ClInt = -5;
 pub const CL_OUT_OF_HOST_MEMORY: ClInt = -6;
 pub const CL_PROFILING_INFO_NOT_AVAILABLE: ClInt = -7;
+pub const CL_MEM_COPY_OVERLAP: ClInt = -8;
 pub const CL_BUILD_PROGRAM_FAILURE: ClInt = -11;
 pub const CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST: ClInt = -14;
 pub const CL_INVALID_VALUE: ClInt = -30;
@@ -57,8 +58,11 @@ pub const CL_PLATFORM_ICD_SUFFIX_KHR: ClUint = 0x0920;
 
 pub const CL_DEVICE_TYPE_ALL: ClBitfield = 0xFFFF_FFFF;
 pub const CL_DEVICE_TYPE_DEFAULT: ClBitfield = 1;
+pub const CL_DEVICE_TYPE_CPU: ClBitfield = 1 << 1;
 pub const CL_DEVICE_TYPE: ClUint = 0x1000;
+pub const CL_DEVICE_NAME: ClUint = 0x102B;
 pub const CL_DEVICE_PLATFORM: ClUint = 0x1031;
+pub const CL_DEVICE_HOST_UNIFIED_MEMORY: ClUint = 0x1035;
 pub const CL_DEVICE_PARENT_DEVICE: ClUint = 0x1042;
 pub const CL_DEVICE_REFERENCE_COUNT: ClUint = 0x1047;
 
@@ -91,6 +95,7 @@ pub const CL_MEM_REFERENCE_COUNT: ClUint = 0x1105;
 pub const CL_MEM_CONTEXT: ClUint = 0x1106;
 pub const CL_MEM_ASSOCIATED_MEMOBJECT: ClUint = 0x1107;
 pub const CL_MEM_OFFSET: ClUint = 0x1108;
+pub const CL_BUFFER_CREATE_TYPE_REGION: ClUint = 0x1220;
 
 pub const CL_MAP_READ: ClBitfield = 1;
 pub const CL_MAP_WRITE: ClBitfield = 2;
@@ -111,6 +116,8 @@ pub const CL_KERNEL_NUM_ARGS: ClUint = 0x1191;
 pub const CL_KERNEL_REFERENCE_COUNT: ClUint = 0x1192;
 pub const CL_KERNEL_CONTEXT: ClUint = 0x1193;
 pub const CL_KERNEL_PROGRAM: ClUint = 0x1194;
+pub const CL_KERNEL_ARG_ADDRESS_QUALIFIER: ClUint = 0x1196;
+pub const CL_KERNEL_ARG_ADDRESS_LOCAL: ClUint = 0x119C;
 
 pub const CL_EVENT_COMMAND_QUEUE: ClUint = 0x11D0;
 pub const CL_EVENT_COMMAND_TYPE: ClUint = 0x11D1;
@@ -126,7 +133,12 @@ pub const CL_COMMAND_COPY_BUFFER: ClUint = 0x11F5;
 pub const CL_COMMAND_MAP_BUFFER: ClUint = 0x11FB;
 pub const CL_COMMAND_UNMAP_MEM_OBJECT: ClUint = 0x11FD;
 pub const CL_COMMAND_MARKER: ClUint = 0x11FE;
+pub const CL_COMMAND_READ_BUFFER_RECT: ClUint = 0x1201;
+pub const CL_COMMAND_WRITE_BUFFER_RECT: ClUint = 0x1202;
+pub const CL_COMMAND_COPY_BUFFER_RECT: ClUint = 0x1203;
+pub const CL_COMMAND_USER: ClUint = 0x1204;
 pub const CL_COMMAND_BARRIER: ClUint = 0x1205;
+pub const CL_COMMAND_MIGRATE_MEM_OBJECTS: ClUint = 0x1206;
 pub const CL_COMMAND_FILL_BUFFER: ClUint = 0x1207;
 
 pub const CL_COMPLETE: ClInt = 0;
@@ -176,6 +188,7 @@ pub const CL_COMMAND_WRITE_IMAGE: ClUint = 0x11F7;
 pub const CL_COMMAND_COPY_IMAGE: ClUint = 0x11F8;
 pub const CL_COMMAND_COPY_IMAGE_TO_BUFFER: ClUint = 0x11F9;
 pub const CL_COMMAND_COPY_BUFFER_TO_IMAGE: ClUint = 0x11FA;
+pub const CL_COMMAND_MAP_IMAGE: ClUint = 0x11FC;
 pub const CL_COMMAND_FILL_IMAGE: ClUint = 0x1208;
 
 /// Bytes per pixel of an image format (`cl_channel_order`, `cl_channel_type`), `None` for

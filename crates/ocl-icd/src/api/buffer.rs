@@ -103,13 +103,12 @@ pub unsafe extern "C" fn clCreateSubBuffer(
     info: *const c_void,
     errcode: *mut ClInt,
 ) -> Handle {
-    const CL_BUFFER_CREATE_TYPE_REGION: u32 = 0x1220;
     let m = tryp!(get::<Mem>(buffer), errcode);
     if m.v.image.is_some() {
         set_err(errcode, cl::CL_INVALID_MEM_OBJECT);
         return null_mut();
     }
-    if m.v.parent != 0 || create_type != CL_BUFFER_CREATE_TYPE_REGION || info.is_null() {
+    if m.v.parent != 0 || create_type != cl::CL_BUFFER_CREATE_TYPE_REGION || info.is_null() {
         set_err(errcode, cl::CL_INVALID_VALUE);
         return null_mut();
     }

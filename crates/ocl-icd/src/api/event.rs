@@ -11,8 +11,6 @@ use super::{bytes_of, ret_info, set_err, slice};
 
 type EventNotify = Option<unsafe extern "C" fn(Handle, ClInt, *mut c_void)>;
 
-const CL_COMMAND_USER: u32 = 0x1204;
-
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
         clWaitForEvents,
@@ -131,7 +129,7 @@ pub unsafe extern "C" fn clCreateUserEvent(context: Handle, errcode: *mut ClInt)
         Arc::clone(&c.v.node),
         0,
         context as H,
-        CL_COMMAND_USER,
+        cl::CL_COMMAND_USER,
     ))
 }
 

@@ -23,8 +23,6 @@ use super::enqueue::{check_range, event_slot, finish_blocking, new_event, prolog
 use super::rect::read3;
 use super::{bytes_of, reply, ret_info, set_err};
 
-const CL_COMMAND_MAP_IMAGE: u32 = 0x11FC;
-
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
         clCreateImage,
@@ -862,7 +860,7 @@ pub unsafe extern "C" fn clEnqueueMapImage(
     let slot = event_slot(blocking != 0, event, &mut internal);
     if map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
         // Nothing to fetch: the application overwrites the whole region.
-        let (ev, evref) = new_event(q, queue, CL_COMMAND_MAP_IMAGE, slot);
+        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_IMAGE, slot);
         q.v.node.enqueue(
             &Command::Marker {
                 queue: q.v.id,
@@ -880,7 +878,7 @@ pub unsafe extern "C" fn clEnqueueMapImage(
             (origin, region),
             (row, slice),
             ptr,
-            CL_COMMAND_MAP_IMAGE,
+            cl::CL_COMMAND_MAP_IMAGE,
             slot,
         );
     }

@@ -83,7 +83,7 @@ pub unsafe extern "C" fn clCreateKernelsInProgram(
     let p = tryr!(get::<Program>(program));
     let names = tryr!(reply(p.v.node.call(&Request::GetProgramInfo {
         program: p.v.id,
-        param: 0x1168
+        param: cl::CL_PROGRAM_KERNEL_NAMES
     })));
     let names = String::from_utf8_lossy(&trim_nul(names)).into_owned();
     let names: Vec<&str> = names.split(';').filter(|n| !n.is_empty()).collect();
@@ -108,8 +108,6 @@ pub unsafe extern "C" fn clReleaseKernel(k: Handle) -> ClInt {
     release::<Kernel>(k)
 }
 
-const CL_KERNEL_ARG_ADDRESS_LOCAL: u32 = 0x119C;
-
 pub unsafe extern "C" fn clSetKernelArg(
     kernel: Handle,
     index: u32,
@@ -126,11 +124,11 @@ pub unsafe extern "C" fn clSetKernelArg(
         let q = k.v.node.call(&Request::GetKernelArgInfo {
             kernel: k.v.id,
             index,
-            param: 0x1196,
+            param: cl::CL_KERNEL_ARG_ADDRESS_QUALIFIER,
         });
         let local = match reply(q) {
             Ok(b) if b.len() == 4 => {
-                u32::from_ne_bytes(b[..4].try_into().expect("4")) == CL_KERNEL_ARG_ADDRESS_LOCAL
+                u32::from_ne_bytes(b[..4].try_into().expect("4")) == cl::CL_KERNEL_ARG_ADDRESS_LOCAL
             }
             _ => size != std::mem::size_of::<Handle>(),
         };

@@ -29,10 +29,6 @@ pub(super) unsafe fn read3(p: *const usize) -> Result<[usize; 3], ClInt> {
     }
 }
 
-const CL_COMMAND_READ_BUFFER_RECT: u32 = 0x1201;
-const CL_COMMAND_WRITE_BUFFER_RECT: u32 = 0x1202;
-const CL_COMMAND_COPY_BUFFER_RECT: u32 = 0x1203;
-
 /// A rectangle as rows: the byte offset of each row on both sides, and the row length.
 /// Rectangles travel as one command per row; only the last row carries the event,
 /// which is enough because a task's commands run in order.
@@ -113,7 +109,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
     }
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
-    let (ev, evref) = new_event(q, queue, CL_COMMAND_READ_BUFFER_RECT, slot);
+    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_READ_BUFFER_RECT, slot);
     let host = ptr as usize;
     if let Some(src) = &m.v.shm {
         let reads = rows
@@ -197,7 +193,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
         };
         if q.v.node.direct_write(copy) {
             if !event.is_null() {
-                let (ev, evref) = new_event(q, queue, CL_COMMAND_WRITE_BUFFER_RECT, event);
+                let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
                 q.v.node.enqueue(
                     &Command::Marker {
                         queue: q.v.id,
@@ -212,7 +208,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
     }
     // Data is copied into the commands now, so the call returns at once (as a blocking
     // write may: the host memory is reusable).
-    let (ev, evref) = new_event(q, queue, CL_COMMAND_WRITE_BUFFER_RECT, event);
+    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
     let mut evref = evref;
     for (i, &(b, h)) in rows.iter().enumerate() {
         let last = i + 1 == rows.len();
@@ -263,7 +259,7 @@ pub unsafe extern "C" fn clEnqueueCopyBufferRect(
     ));
     tryr!(rows_in(&rows, |r| r.0, len, s.v.size));
     tryr!(rows_in(&rows, |r| r.1, len, d.v.size));
-    let (ev, evref) = new_event(q, queue, CL_COMMAND_COPY_BUFFER_RECT, event);
+    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_BUFFER_RECT, event);
     let mut evref = evref;
     for (i, &(a, b)) in rows.iter().enumerate() {
         let last = i + 1 == rows.len();

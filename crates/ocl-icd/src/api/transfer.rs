@@ -106,7 +106,7 @@ pub unsafe extern "C" fn clEnqueueCopyBuffer(
     tryr!(check_range(src_offset, size, s.v.size));
     tryr!(check_range(dst_offset, size, d.v.size));
     if s.v.id == d.v.id && src_offset < dst_offset + size && dst_offset < src_offset + size {
-        return -8; // CL_MEM_COPY_OVERLAP
+        return cl::CL_MEM_COPY_OVERLAP;
     }
     let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_BUFFER, event);
     let cmd = Command::Copy {
@@ -336,7 +336,7 @@ pub unsafe extern "C" fn clEnqueueMigrateMemObjects(
 ) -> ClInt {
     // Buffers live on the node's device already; migration is a no-op marker.
     let q = tryr!(prologue(queue, num_wait, wait));
-    let (ev, evref) = new_event(q, queue, 0x1206, event);
+    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MIGRATE_MEM_OBJECTS, event);
     q.v.node.enqueue(
         &Command::Marker {
             queue: q.v.id,

@@ -195,9 +195,6 @@ pub(crate) struct Runtime {
     pub devices: Vec<DeviceEntry>,
 }
 
-const CL_DEVICE_TYPE_CPU: u64 = 2;
-const CL_DEVICE_HOST_UNIFIED_MEMORY: u32 = 0x1035;
-
 /// Info strings are bounded so that a misbehaving runtime cannot make us allocate.
 const INFO_BYTES_MAX: usize = 256 << 20;
 /// Capacity of the spare frame-body buffers kept for reuse, node-wide (see `bodies`):
@@ -286,7 +283,7 @@ impl Runtime {
             for dev in devs {
                 // SAFETY: `dev` is a device handle of this runtime.
                 let dname = info_string(&mut |s, p, r| unsafe {
-                    (api.clGetDeviceInfo)(dev, 0x102B, s, p, r)
+                    (api.clGetDeviceInfo)(dev, cl::CL_DEVICE_NAME, s, p, r)
                 });
                 let flag = |param: u32| {
                     // SAFETY: as above.
@@ -300,8 +297,8 @@ impl Runtime {
                     })
                 };
                 let cpu = flag(cl::CL_DEVICE_TYPE)
-                    .is_some_and(|t| u64::from(t) & CL_DEVICE_TYPE_CPU != 0);
-                let unified = flag(CL_DEVICE_HOST_UNIFIED_MEMORY) == Some(1);
+                    .is_some_and(|t| u64::from(t) & cl::CL_DEVICE_TYPE_CPU != 0);
+                let unified = flag(cl::CL_DEVICE_HOST_UNIFIED_MEMORY) == Some(1);
                 indices.push(devices.len() as u32);
                 devices.push(DeviceEntry {
                     raw: Raw(dev),

@@ -52,8 +52,6 @@ type Reply = (ClInt, Vec<u8>);
 /// What most calls answer: a payload with `CL_SUCCESS`, or an error without one.
 type Answer = Result<Vec<u8>, ClInt>;
 
-const CL_BUFFER_CREATE_TYPE_REGION: u32 = 0x1220;
-
 /// The reply of an error without payload.
 fn err(code: ClInt) -> Reply {
     (code, Vec::new())
@@ -701,7 +699,7 @@ impl Session<'_> {
                 (api.clCreateSubBuffer)(
                     parent_raw,
                     flags,
-                    CL_BUFFER_CREATE_TYPE_REGION,
+                    cl::CL_BUFFER_CREATE_TYPE_REGION,
                     region.as_ptr().cast(),
                     e,
                 )

@@ -265,29 +265,24 @@ impl Command<'_> {
 
     /// The client queue id the command was enqueued on.
     pub fn queue(&self) -> u64 {
-        match self {
-            Command::Write { queue, .. }
-            | Command::Read { queue, .. }
-            | Command::Copy { queue, .. }
-            | Command::Fill { queue, .. }
-            | Command::Marker { queue, .. }
-            | Command::Barrier { queue, .. } => *queue,
-            Command::NdRange(nd) => nd.queue,
-            Command::Image(c) => c.queue,
-        }
+        self.queue_and_event().0
     }
 
     /// The client event id of the command, 0 for none.
     pub fn event(&self) -> u64 {
+        self.queue_and_event().1
+    }
+
+    fn queue_and_event(&self) -> (u64, u64) {
         match self {
-            Command::Write { event, .. }
-            | Command::Read { event, .. }
-            | Command::Copy { event, .. }
-            | Command::Fill { event, .. }
-            | Command::Marker { event, .. }
-            | Command::Barrier { event, .. } => *event,
-            Command::NdRange(nd) => nd.event,
-            Command::Image(c) => c.event,
+            Command::Write { queue, event, .. }
+            | Command::Read { queue, event, .. }
+            | Command::Copy { queue, event, .. }
+            | Command::Fill { queue, event, .. }
+            | Command::Marker { queue, event }
+            | Command::Barrier { queue, event } => (*queue, *event),
+            Command::NdRange(nd) => (nd.queue, nd.event),
+            Command::Image(c) => (c.queue, c.event),
         }
     }
 }

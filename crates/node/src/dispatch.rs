@@ -21,7 +21,8 @@ use rac_proto::Status;
 
 use crate::config::BalancePolicy;
 use crate::metrics::{AccelMetrics, Metrics};
-use crate::slot::{Answer, Call, Slot, SlotLimits, Submitted, TenantId};
+use crate::slot::{Answer, Call, Slot, SlotLimits, Submitted};
+use crate::tenant::TenantId;
 
 pub struct Dispatcher {
     catalog: Catalog,

@@ -23,18 +23,7 @@ pub mod objects;
 pub mod rac;
 pub mod server;
 pub mod slot;
+pub mod tenant;
 
 pub use config::Config;
 pub use server::{start, Running};
-
-/// Compares a secret (token) with what a client sent without stopping at the first
-/// differing byte, so response timing does not reveal how much of it was right.
-pub fn secret_eq(given: &str, want: &str) -> bool {
-    let (given, want) = (given.as_bytes(), want.as_bytes());
-    given.len() == want.len()
-        && given
-            .iter()
-            .zip(want)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
-}

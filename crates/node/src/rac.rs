@@ -37,8 +37,9 @@ use tokio::net::TcpStream;
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, PoolLease};
 use crate::netio::{self, read_with_deadline, Deadline};
-use crate::node::{Node, Protocol, TenantGate};
-use crate::slot::{Answer, Call, Submitted, TenantId};
+use crate::node::{Node, Protocol};
+use crate::slot::{Answer, Call, Submitted};
+use crate::tenant::{TenantGate, TenantId};
 
 /// Bytes pulled in by one read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -57,7 +58,7 @@ const DIRECT_WRITE_MIN: usize = 1024;
 type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
 
 pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant: TenantId) {
-    let gate = node.tenant_gate(tenant);
+    let gate = node.tenants.gate(tenant);
     let mut conn = RacConn {
         node,
         stream,
@@ -161,10 +162,9 @@ impl RacConn {
             let gate = Arc::clone(&self.gate);
             let freed = gate.freed.notified();
             tokio::pin!(freed);
-            let tenant_max = self.node.config.tenant_in_flight_max;
-            let tenant_full = gate.is_full(tenant_max) && {
+            let tenant_full = gate.is_full() && {
                 freed.as_mut().enable();
-                gate.is_full(tenant_max)
+                gate.is_full()
             };
             let may_read =
                 reading && !tenant_full && self.pending.len() < self.node.config.rac_in_flight_max;
@@ -213,9 +213,7 @@ impl RacConn {
     /// Whether this connection may start another call: below its own in-flight bound
     /// and its tenant's. Past either, the node stops reading (TCP back-pressure).
     fn may_take_more(&self) -> bool {
-        let config = &self.node.config;
-        self.pending.len() < config.rac_in_flight_max
-            && !self.gate.is_full(config.tenant_in_flight_max)
+        self.pending.len() < self.node.config.rac_in_flight_max && !self.gate.is_full()
     }
 
     /// A queued call's answer arrived.
@@ -417,22 +415,15 @@ impl RacConn {
                 self.write_control(&header, Status::Ok, node.slots_json(None))
             }
             ControlRequest::Hello { tenant, token } => {
-                let known = node.config.tenants.iter().find(|t| t.name == tenant);
-                match known {
-                    Some(t)
-                        if token
-                            .as_deref()
-                            .is_some_and(|given| crate::secret_eq(given, &t.token)) =>
-                    {
-                        self.tenant = node.tenant_id(&tenant);
-                        self.gate = node.tenant_gate(self.tenant);
+                match node.tenants.authenticate(&tenant, token.as_deref()) {
+                    Ok(id) => {
+                        self.tenant = id;
+                        self.gate = node.tenants.gate(id);
                         let body = serde_json::to_vec(&serde_json::json!({ "tenant": tenant }))
                             .expect("JSON");
                         self.write_control(&header, Status::Ok, body);
                     }
-                    _ => {
-                        let message =
-                            format!("tenant `{tenant}` is unknown or its token does not match");
+                    Err(message) => {
                         self.write_control(&header, Status::Unauthorized, message.into_bytes());
                     }
                 }
@@ -445,7 +436,7 @@ impl RacConn {
                 if let Some(admin) = &node.config.admin_token {
                     if !token
                         .as_deref()
-                        .is_some_and(|given| crate::secret_eq(given, admin))
+                        .is_some_and(|given| crate::tenant::secret_eq(given, admin))
                     {
                         let message = "load needs the node's admin token";
                         return self.write_control(

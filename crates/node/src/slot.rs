@@ -39,12 +39,10 @@ use tokio::sync::oneshot;
 use crate::config::WorkerPolicy;
 use crate::memory::BodyMemory;
 use crate::metrics::{AccelMetrics, SlotMetrics};
+use crate::tenant::TenantId;
 
 /// Flag in [`Slot::admits`]: the slot is open for calls.
 const ADMITTING: u32 = 1 << 16;
-
-/// Identity used for fairness: a RAC tenant, or a connection that named none.
-pub type TenantId = u64;
 
 /// One call on its way to a slot. It owns its payload (and the memory permit that
 /// accounts for it) until the answer is produced.

@@ -28,7 +28,8 @@ use crate::memory::{BodyMemory, MemoryPermit};
 use crate::netio::{self, read_with_deadline, write_with_deadline, Deadline, WRITE_BATCH_MAX};
 use crate::node::{Node, Protocol};
 use crate::objects::StoreError;
-use crate::slot::{Answer, Call, Submitted, TenantId};
+use crate::slot::{Answer, Call, Submitted};
+use crate::tenant::TenantId;
 
 /// Read buffer size; also the most a single read pulls in while waiting for a head.
 const READ_CHUNK: usize = 4096;

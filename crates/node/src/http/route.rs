@@ -187,7 +187,7 @@ fn bearer_matches(header: Option<&[u8]>, token: &str) -> bool {
     header
         .and_then(|h| h.strip_prefix(b"Bearer "))
         .and_then(|given| std::str::from_utf8(given).ok())
-        .is_some_and(|given| crate::secret_eq(given, token))
+        .is_some_and(|given| crate::tenant::secret_eq(given, token))
 }
 
 fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {

@@ -11,6 +11,7 @@
 //! What the node does not do: accelerator arithmetic (crate `accel`), wire formats of
 //! other protocols (crate `rac-proto`), cluster placement (the registry).
 
+pub mod admin;
 pub mod config;
 pub mod dispatch;
 pub mod http;

@@ -9,7 +9,6 @@ use std::time::Duration;
 use accel::{Accelerator, Catalog};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use serde_json::json;
 use tokio::sync::watch;
 
 use crate::config::Config;
@@ -224,41 +223,5 @@ impl Node {
     /// Where remote OpenCL clients connect, if the node shares OpenCL devices.
     pub fn opencl_addr(&self) -> Option<std::net::SocketAddr> {
         self.opencl.lock().as_ref().map(|h| h.local_addr())
-    }
-
-    pub fn catalog_json(&self) -> Vec<u8> {
-        crate::http::catalog_json(self)
-    }
-
-    /// `GET /v1/slots` (all) or `GET /v1/slots/{id}` (one) document.
-    pub fn slots_json(&self, only: Option<u16>) -> Vec<u8> {
-        let slots: Vec<_> = self
-            .dispatcher
-            .slots()
-            .iter()
-            .filter(|s| only.is_none_or(|id| id == s.id))
-            .map(|s| {
-                let info = s.info();
-                let state = match (&info.reconfiguring_to, info.running || info.queue_depth > 0) {
-                    (Some(_), _) => "reconfiguring",
-                    (None, true) => "busy",
-                    (None, false) => "idle",
-                };
-                json!({
-                    "id": info.id,
-                    "device": info.device,
-                    "accelerator": info.accelerator,
-                    "state": state,
-                    "loading": info.reconfiguring_to,
-                    "queue_depth": info.queue_depth,
-                    "busy_ratio": info.busy_ratio,
-                })
-            })
-            .collect();
-        let doc = match only {
-            Some(_) => slots.into_iter().next().unwrap_or(serde_json::Value::Null),
-            None => serde_json::Value::Array(slots),
-        };
-        serde_json::to_vec(&doc).expect("JSON")
     }
 }

@@ -34,6 +34,7 @@ use rac_proto::{
 };
 use tokio::net::TcpStream;
 
+use crate::admin;
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, PoolLease};
 use crate::netio::{self, read_with_deadline, Deadline};
@@ -409,10 +410,10 @@ impl RacConn {
         let node = Arc::clone(&self.node);
         match request {
             ControlRequest::Catalog { .. } => {
-                self.write_control(&header, Status::Ok, node.catalog_json())
+                self.write_control(&header, Status::Ok, admin::catalog_json(&node))
             }
             ControlRequest::Slots { .. } => {
-                self.write_control(&header, Status::Ok, node.slots_json(None))
+                self.write_control(&header, Status::Ok, admin::slots_json(&node, None))
             }
             ControlRequest::Hello { tenant, token } => {
                 match node.tenants.authenticate(&tenant, token.as_deref()) {
@@ -433,38 +434,23 @@ impl RacConn {
                 accelerator,
                 token,
             } => {
-                if let Some(admin) = &node.config.admin_token {
-                    if !token
-                        .as_deref()
-                        .is_some_and(|given| crate::tenant::secret_eq(given, admin))
-                    {
-                        let message = "load needs the node's admin token";
-                        return self.write_control(
-                            &header,
-                            Status::Unauthorized,
-                            message.as_bytes().to_vec(),
-                        );
-                    }
+                if !admin::authorized(&node.config, token.as_deref()) {
+                    let message = "load needs the node's admin token";
+                    return self.write_control(
+                        &header,
+                        Status::Unauthorized,
+                        message.as_bytes().to_vec(),
+                    );
                 }
-                // Reconfiguration waits for the slot's queue to drain: run it off the
-                // network thread and answer when it is done.
+                // Reconfiguration waits for the slot's queue to drain: it runs off the
+                // network thread, and the answer goes out when it is done.
                 self.in_flight.insert(header.request_id);
                 self.node.rac_in_flight.inc();
                 self.pending.push(Box::pin(async move {
-                    let dispatcher = Arc::clone(&node.dispatcher);
-                    let name = accelerator.clone();
-                    let result = tokio::task::spawn_blocking(move || dispatcher.reconfigure(slot, &name)).await;
-                    let (status, body) = match result {
-                        Ok(Ok(took)) => {
-                            let ms = took.as_secs_f64() * 1e3;
-                            tracing::info!(slot, accelerator = %accelerator, reconfig_ms = ms, "slot reconfigured");
-                            let doc = serde_json::json!({ "slot": slot, "accelerator": accelerator, "reconfig_ms": ms });
-                            (Status::Ok, serde_json::to_vec(&doc).expect("JSON"))
-                        }
-                        Ok(Err((status, message))) => (status, message.into_bytes()),
-                        Err(e) => (Status::Internal, format!("reconfiguration failed: {e}").into_bytes()),
+                    let answer = match admin::reconfigure(node, slot, accelerator).await {
+                        Ok(done) => control_answer(Status::Ok, done.json()),
+                        Err(e) => control_answer(e.status, e.message.into_bytes()),
                     };
-                    let answer = control_answer(status, body);
                     (header, answer)
                 }));
             }

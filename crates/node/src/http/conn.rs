@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use super::parse::{self, BodyFraming, HttpError, Limits, Parse, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route};
+use crate::admin::{self, AdminError};
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, MemoryPermit};
 use crate::netio::{self, read_with_deadline, write_with_deadline, Deadline, WRITE_BATCH_MAX};
@@ -732,36 +733,13 @@ impl Conn {
                 return Ok(self.after());
             }
         };
-        let dispatcher = Arc::clone(&self.node.dispatcher);
-        let task_name = name.clone();
-        let result =
-            tokio::task::spawn_blocking(move || dispatcher.reconfigure(slot, &task_name)).await;
-        match result {
-            Ok(Ok(took)) => {
-                tracing::info!(slot, accelerator = %name, reconfig_ms = took.as_secs_f64() * 1e3, "slot reconfigured");
-                let body = serde_json::to_vec(&serde_json::json!({
-                    "slot": slot,
-                    "accelerator": name,
-                    "reconfig_ms": took.as_secs_f64() * 1e3,
-                }))
-                .expect("JSON");
-                self.respond(&req, 200, b"application/json", &body, false, &[]);
-            }
-            Ok(Err((status, message))) => {
-                self.log_refusal(http_code(status), status.name(), &message);
+        match admin::reconfigure(Arc::clone(&self.node), slot, name).await {
+            Ok(done) => self.respond(&req, 200, b"application/json", &done.json(), false, &[]),
+            Err(AdminError { status, message }) => {
+                let code = http_code(status);
+                self.log_refusal(code, status.name(), &message);
                 let body = error_body(&message, status.name());
-                self.respond(
-                    &req,
-                    http_code(status),
-                    b"application/json",
-                    &body,
-                    false,
-                    &[],
-                );
-            }
-            Err(e) => {
-                let body = error_body(&format!("reconfiguration failed: {e}"), "INTERNAL");
-                self.respond(&req, 500, b"application/json", &body, false, &[]);
+                self.respond(&req, code, b"application/json", &body, false, &[]);
             }
         }
         Ok(self.after())

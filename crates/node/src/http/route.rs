@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use accel::{params_from_pairs, Accelerator, ParamBlock};
-use serde_json::json;
 
 use super::parse::{BodyFraming, RequestHead};
+use crate::admin;
 use crate::node::Node;
 
 /// A routed request.
@@ -129,7 +129,7 @@ fn pick(head: &RequestHead<'_>, node: &Node) -> Route {
         "/v1/accelerators" => match method {
             "GET" | "HEAD" => Route::Json {
                 code: 200,
-                body: node.catalog_json(),
+                body: admin::catalog_json(node),
                 head_only: method == "HEAD",
             },
             _ => not_allowed(method, path, "GET, HEAD"),
@@ -137,7 +137,7 @@ fn pick(head: &RequestHead<'_>, node: &Node) -> Route {
         "/v1/slots" => match method {
             "GET" | "HEAD" => Route::Json {
                 code: 200,
-                body: node.slots_json(None),
+                body: admin::slots_json(node, None),
                 head_only: method == "HEAD",
             },
             _ => not_allowed(method, path, "GET, HEAD"),
@@ -164,18 +164,16 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
     match head.method {
         "GET" | "HEAD" => Route::Json {
             code: 200,
-            body: node.slots_json(Some(slot)),
+            body: admin::slots_json(node, Some(slot)),
             head_only: head.method == "HEAD",
         },
         "PUT" => {
-            if let Some(token) = &node.config.admin_token {
-                if !bearer_matches(head.header("authorization"), token) {
-                    return refuse(
-                        401,
-                        "UNAUTHORIZED",
-                        "reconfiguration needs `Authorization: Bearer <admin token>`",
-                    );
-                }
+            if !admin::authorized(&node.config, bearer_token(head.header("authorization"))) {
+                return refuse(
+                    401,
+                    "UNAUTHORIZED",
+                    "reconfiguration needs `Authorization: Bearer <admin token>`",
+                );
             }
             Route::LoadSlot { slot }
         }
@@ -183,11 +181,11 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
     }
 }
 
-fn bearer_matches(header: Option<&[u8]>, token: &str) -> bool {
+/// The token of an `Authorization: Bearer <token>` header, if that is what it holds.
+fn bearer_token(header: Option<&[u8]>) -> Option<&str> {
     header
         .and_then(|h| h.strip_prefix(b"Bearer "))
         .and_then(|given| std::str::from_utf8(given).ok())
-        .is_some_and(|given| crate::tenant::secret_eq(given, token))
 }
 
 fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {
@@ -296,49 +294,21 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// `GET /v1/accelerators` document.
-pub fn catalog_json(node: &Node) -> Vec<u8> {
-    let list: Vec<_> = node
-        .dispatcher
-        .catalog()
-        .iter()
-        .map(|a| {
-            let d = a.descriptor();
-            let params: Vec<_> = d
-                .params
-                .iter()
-                .map(|p| {
-                    let default = match p.default {
-                        None => serde_json::Value::Null,
-                        Some(accel::ParamValue::U32(v)) => json!(v),
-                        Some(accel::ParamValue::F32(v)) => json!(v),
-                    };
-                    json!({ "name": p.name, "type": p.ty.as_str(), "default": default })
-                })
-                .collect();
-            json!({
-                "id": d.id,
-                "name": d.name,
-                "hash": d.hash,
-                "params": params,
-                "slots": node.dispatcher.slots_hosting(d.id),
-            })
-        })
-        .collect();
-    serde_json::to_vec(&list).expect("JSON")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn bearer_tokens_compare_exactly() {
-        assert!(bearer_matches(Some(b"Bearer abc"), "abc"));
-        assert!(!bearer_matches(Some(b"Bearer abd"), "abc"));
-        assert!(!bearer_matches(Some(b"Bearer ab"), "abc"));
-        assert!(!bearer_matches(Some(b"abc"), "abc"));
-        assert!(!bearer_matches(None, "abc"));
+        let config = crate::Config::from_toml("admin_token = \"abc\"").unwrap();
+        let bearer_matches = |h: Option<&[u8]>| admin::authorized(&config, bearer_token(h));
+        assert!(bearer_matches(Some(b"Bearer abc")));
+        assert!(!bearer_matches(Some(b"Bearer abd")));
+        assert!(!bearer_matches(Some(b"Bearer ab")));
+        assert!(!bearer_matches(Some(b"abc")));
+        assert!(!bearer_matches(None));
+        assert_eq!(bearer_token(Some(b"Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(Some(b"Bearer \xff")), None);
     }
 
     #[test]

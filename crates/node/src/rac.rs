@@ -37,7 +37,7 @@ use tokio::net::TcpStream;
 use crate::admin;
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, PoolLease};
-use crate::netio::{self, read_with_deadline, Deadline};
+use crate::netio::{self, read_with_deadline, IoTimer};
 use crate::node::{Node, Protocol};
 use crate::slot::{Answer, Call, Submitted};
 use crate::tenant::{TenantGate, TenantId};
@@ -73,7 +73,7 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant:
         pending: FuturesUnordered::new(),
         receiving: None,
         spare: Vec::new(),
-        timer: Deadline::default(),
+        timer: IoTimer::default(),
         closing: None,
     };
     if let Err(e) = conn.run().await {
@@ -117,7 +117,7 @@ struct RacConn {
     pending: FuturesUnordered<Pending>,
     receiving: Option<Receiving>,
     /// The connection's read deadline (idle or payload timeout).
-    timer: Deadline,
+    timer: IoTimer,
     /// Buffers of answered calls, reused for the next payloads and outputs.
     spare: Vec<Vec<u8>>,
     /// A framing error was read: its result, sent once in-flight calls are answered.
@@ -572,7 +572,7 @@ async fn read_input(
     rpos: &mut usize,
     receiving: &mut Option<Receiving>,
     deadline: Instant,
-    timer: &mut Deadline,
+    timer: &mut IoTimer,
 ) -> io::Result<Input> {
     // Each read is bounded by READ_CHUNK, payload reads included: a connection that
     // streams megabytes takes the network thread for one chunk per turn.

@@ -26,7 +26,7 @@ use super::route::{route, Request, Route};
 use crate::admin::{self, AdminError};
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, MemoryPermit};
-use crate::netio::{self, read_with_deadline, write_with_deadline, Deadline, WRITE_BATCH_MAX};
+use crate::netio::{self, read_with_deadline, write_with_deadline, IoTimer, WRITE_BATCH_MAX};
 use crate::node::{Node, Protocol};
 use crate::objects::StoreError;
 use crate::slot::{Answer, Call, Submitted};
@@ -52,7 +52,7 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant:
         out: Vec::new(),
         tenant,
         shutdown,
-        timer: Deadline::default(),
+        timer: IoTimer::default(),
         close_after: false,
     };
     if let Err(e) = conn.run().await {
@@ -75,7 +75,7 @@ struct Conn {
     tenant: TenantId,
     shutdown: watch::Receiver<bool>,
     /// The connection's read deadline (idle, head or body timeout).
-    timer: Deadline,
+    timer: IoTimer,
     /// A response said `Connection: close`: the connection ends after it (see
     /// [`Conn::keep_alive`]).
     close_after: bool,

@@ -13,6 +13,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod deadline;
 pub mod dispatch;
 pub mod http;
 pub mod logging;

@@ -11,8 +11,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// The timer behind a connection's read deadlines (idle, head and body timeouts).
-/// Not to be confused with a call's deadline, which says when a call must start
-/// running.
+/// Not to be confused with a call's deadline ([`crate::deadline::Deadline`]), which
+/// says when a call must start running.
 ///
 /// It is kept lazily: one timer per connection, re-armed only when it would fire too
 /// late. Moving a deadline later (the next request's idle timeout) costs nothing; the

@@ -35,6 +35,7 @@ use rac_proto::{
 use tokio::net::TcpStream;
 
 use crate::admin;
+use crate::deadline::Deadline;
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, PoolLease};
 use crate::netio::{self, read_with_deadline, IoTimer};
@@ -382,8 +383,7 @@ impl RacConn {
             payload,
             out: self.spare_buffer(0),
             received,
-            deadline: (header.deadline_us > 0)
-                .then(|| received + Duration::from_micros(u64::from(header.deadline_us))),
+            deadline: Deadline::after(received, header.deadline_us),
             tenant: self.tenant,
             permit: lease.map(BodyMemory::Pool),
         };

@@ -24,6 +24,7 @@ use super::parse::{self, BodyFraming, HttpError, Limits, Parse, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route};
 use crate::admin::{self, AdminError};
+use crate::deadline::Deadline;
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, MemoryPermit};
 use crate::netio::{self, read_with_deadline, write_with_deadline, IoTimer, WRITE_BATCH_MAX};
@@ -608,7 +609,7 @@ impl Conn {
         mut req: Request,
         accel: Arc<dyn Accelerator>,
         params: ParamBlock,
-        deadline_us: u64,
+        deadline_us: u32,
     ) -> io::Result<Step> {
         let accel_id = accel.descriptor().id;
         let node = Arc::clone(&self.node);
@@ -650,7 +651,7 @@ impl Conn {
             payload,
             out: std::mem::take(&mut self.out),
             received,
-            deadline: (deadline_us > 0).then(|| received + Duration::from_micros(deadline_us)),
+            deadline: Deadline::after(received, deadline_us),
             tenant: self.tenant,
             permit: Some(BodyMemory::Budget(permit)),
         };

@@ -8,6 +8,7 @@ use accel::{params_from_pairs, Accelerator, ParamBlock};
 
 use super::parse::{BodyFraming, RequestHead};
 use crate::admin;
+use crate::deadline::Deadline;
 use crate::node::Node;
 
 /// A routed request.
@@ -39,7 +40,8 @@ pub enum Route {
     Call {
         accel: Arc<dyn Accelerator>,
         params: ParamBlock,
-        deadline_us: u64,
+        /// `X-Netaccel-Deadline-Us` (0: none), for [`Deadline::after`].
+        deadline_us: u32,
     },
     LoadSlot {
         slot: u16,
@@ -213,21 +215,13 @@ fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {
     if let Err(e) = accel.check(&params, None) {
         return refuse(400, "BAD_REQUEST", e.to_string());
     }
-    let deadline_us = match head.header("x-netaccel-deadline-us") {
+    let deadline_us = match head
+        .header("x-netaccel-deadline-us")
+        .map(Deadline::parse_http)
+    {
         None => 0,
-        Some(v) => match std::str::from_utf8(v)
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-        {
-            Some(us) => u64::from(us),
-            None => {
-                return refuse(
-                    400,
-                    "BAD_REQUEST",
-                    "X-Netaccel-Deadline-Us must be a whole number of microseconds (u32)",
-                )
-            }
-        },
+        Some(Ok(us)) => us,
+        Some(Err(message)) => return refuse(400, "BAD_REQUEST", message),
     };
     Route::Call {
         accel: Arc::clone(accel),

@@ -29,8 +29,7 @@ use bytes::BufMut;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use rac_proto::{
-    CallHeader, CallKind, ControlRequest, Decode, ResultHeader, ResultKind, Status, HEADER_LEN,
-    NO_SLOT,
+    CallHeader, CallKind, ControlRequest, Decoded, ResultHeader, ResultKind, Status, NO_SLOT,
 };
 use tokio::net::TcpStream;
 
@@ -236,16 +235,16 @@ impl RacConn {
             }
             let max = self.node.pool.buffer_bytes() as u32;
             match CallHeader::decode(&self.rbuf[self.rpos..], max) {
-                Decode::Partial { .. } => break,
-                Decode::Error(e) => {
+                Ok(Decoded::Partial) => break,
+                Ok(Decoded::Complete(header, used)) => {
+                    self.rpos += used;
+                    self.start(header);
+                }
+                Err(e) => {
                     self.node.rac_requests(e.status()).inc();
                     self.log_refusal(e.status(), &e);
                     self.closing = Some((e.answer(0), e.to_string()));
                     break;
-                }
-                Decode::Complete(header) => {
-                    self.rpos += HEADER_LEN;
-                    self.start(header);
                 }
             }
         }

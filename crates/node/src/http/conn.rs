@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 
 use accel::{Accelerator, ParamBlock};
 use bytes::BufMut;
-use rac_proto::Status;
+use rac_proto::{Decoded, Status};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::parse::{self, BodyFraming, HttpError, Limits, Parse, HEADERS_MAX};
+use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route};
 use crate::admin::{self, AdminError};
@@ -174,16 +174,17 @@ impl Conn {
         }
         let limits = self.limits();
         let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
-        let request = match parse::parse_head(&self.rbuf[self.rpos..], &limits, &mut headers) {
-            Ok(Parse::Partial) => return Ok(Step::NeedMore),
-            Ok(Parse::Complete(head)) => route(&head, &self.node),
-            Err(HttpError { status, message }) => {
-                self.log_refusal(status, code_name(status), &message);
-                self.error(status, code_name(status), &message, 1);
-                return Ok(Step::Close);
-            }
-        };
-        self.rpos += request.head_len;
+        let (request, head_len) =
+            match parse::parse_head(&self.rbuf[self.rpos..], &limits, &mut headers) {
+                Ok(Decoded::Partial) => return Ok(Step::NeedMore),
+                Ok(Decoded::Complete(head, head_len)) => (route(&head, &self.node), head_len),
+                Err(HttpError { status, message }) => {
+                    self.log_refusal(status, code_name(status), &message);
+                    self.error(status, code_name(status), &message, 1);
+                    return Ok(Step::Close);
+                }
+            };
+        self.rpos += head_len;
         self.handle(request).await
     }
 
@@ -541,19 +542,12 @@ impl Conn {
         let body_max = self.node.config.body_bytes_max as u64;
         let mut total = 0u64;
         loop {
-            let (size, line) = match self.parse_buffered(parse::parse_chunk_size).await? {
-                Ok(v) => v,
+            let size = match self.parse_buffered(parse::parse_chunk_size).await? {
+                Ok(size) => size,
                 Err(e) => return Ok(Err(e)),
             };
-            self.rpos += line;
             if size == 0 {
-                return Ok(match self.parse_buffered(parse::parse_trailers).await? {
-                    Ok(n) => {
-                        self.rpos += n;
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
-                });
+                return self.parse_buffered(parse::parse_trailers).await;
             }
             total += size;
             if total > body_max {
@@ -576,22 +570,25 @@ impl Conn {
             {
                 return Ok(Err(e));
             }
-            match self.parse_buffered(parse::parse_chunk_end).await? {
-                Ok(n) => self.rpos += n,
-                Err(e) => return Ok(Err(e)),
+            if let Err(e) = self.parse_buffered(parse::parse_chunk_end).await? {
+                return Ok(Err(e));
             }
         }
     }
 
-    /// Runs a step parser over the buffered input, reading more until it completes.
+    /// Runs a step parser over the buffered input, reading more until it completes,
+    /// and consumes the bytes the parsed value used.
     async fn parse_buffered<T>(
         &mut self,
-        parser: fn(&[u8]) -> Result<Parse<T>, HttpError>,
+        parser: fn(&[u8]) -> Result<Decoded<T>, HttpError>,
     ) -> io::Result<Result<T, HttpError>> {
         loop {
             match parser(self.buffered()) {
-                Ok(Parse::Complete(v)) => return Ok(Ok(v)),
-                Ok(Parse::Partial) => {}
+                Ok(Decoded::Complete(v, used)) => {
+                    self.rpos += used;
+                    return Ok(Ok(v));
+                }
+                Ok(Decoded::Partial) => {}
                 Err(e) => return Ok(Err(e)),
             }
             let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);

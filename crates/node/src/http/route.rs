@@ -14,7 +14,6 @@ use crate::node::Node;
 /// A routed request.
 pub struct Request {
     pub route: Route,
-    pub head_len: usize,
     pub minor: u8,
     pub keep_alive: bool,
     pub framing: BodyFraming,
@@ -97,7 +96,6 @@ pub fn route(head: &RequestHead<'_>, node: &Node) -> Request {
     Request {
         route,
         accel_id,
-        head_len: head.head_len,
         minor: head.minor_version,
         keep_alive: head.keep_alive,
         framing: head.framing,

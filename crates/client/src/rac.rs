@@ -15,7 +15,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use rac_proto::{CallHeader, ControlRequest, Decode, ParamBlock, ResultHeader, Status, HEADER_LEN};
+use rac_proto::{
+    CallHeader, ControlRequest, Decoded, ParamBlock, ResultHeader, Status, HEADER_LEN,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
@@ -186,9 +188,9 @@ async fn read_results(mut read: tokio::net::tcp::OwnedReadHalf, waiters: Waiters
             break format!("connection closed: {e}");
         }
         let header = match ResultHeader::decode(&head, RESULT_PAYLOAD_MAX) {
-            Decode::Complete(h) => h,
-            Decode::Error(e) => break format!("bad result header: {e}"),
-            Decode::Partial { .. } => unreachable!("a whole header was read"),
+            Ok(Decoded::Complete(h, _)) => h,
+            Ok(Decoded::Partial) => unreachable!("a whole header was read"),
+            Err(e) => break format!("bad result header: {e}"),
         };
         let mut payload = vec![0u8; header.payload_len as usize];
         if let Err(e) = read.read_exact(&mut payload).await {

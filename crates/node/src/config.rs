@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::logging::LogFormat;
 use crate::memory::PoolPolicy;
+use crate::tenant::{self, TenantConfig};
 
 /// How the dispatcher picks among the slots that host the called accelerator.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -49,15 +50,6 @@ pub enum WorkerPolicy {
 pub struct SlotConfig {
     /// Name of the accelerator loaded at start-up.
     pub accelerator: String,
-}
-
-/// A RAC tenant: connections that say `hello` with this name and token share its
-/// fair share of every slot.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TenantConfig {
-    pub name: String,
-    pub token: String,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -142,7 +134,7 @@ pub struct Config {
     /// Size of each reassembly buffer; also the largest RAC payload (TOO_LARGE beyond).
     pub reassembly_buffer_bytes: usize,
     pub reassembly_policy: PoolPolicy,
-    /// Tenants a RAC connection may bind to with `hello`.
+    /// Tenants a RAC connection may bind to with `hello` (see the `tenant` module).
     pub tenants: Vec<TenantConfig>,
     /// Object store capacity ("device memory"), in bytes (507 beyond).
     pub object_store_bytes_max: usize,
@@ -248,12 +240,7 @@ impl Config {
         if self.reassembly_buffer_bytes > u32::MAX as usize {
             return Err("reassembly_buffer_bytes must fit a RAC payload length (u32)".to_string());
         }
-        let mut names = std::collections::HashSet::new();
-        for t in &self.tenants {
-            if !names.insert(&t.name) {
-                return Err(format!("tenant `{}` is configured twice", t.name));
-            }
-        }
+        tenant::check_config(&self.tenants)?;
         if self.slots.len() > usize::from(u16::MAX - 1) {
             return Err("too many slots".to_string());
         }

@@ -266,7 +266,7 @@ fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Proto
     }
     let guard = ConnectionGuard(Arc::clone(node), protocol);
     guard.gauge().inc();
-    let tenant = node.new_tenant();
+    let tenant = node.tenants.anonymous();
     let node = Arc::clone(node);
     tokio::spawn(async move {
         match protocol {

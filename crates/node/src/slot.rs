@@ -37,14 +37,13 @@ use rac_proto::Status;
 use tokio::sync::oneshot;
 
 use crate::config::WorkerPolicy;
+use crate::deadline::Deadline;
 use crate::memory::BodyMemory;
 use crate::metrics::{AccelMetrics, SlotMetrics};
+use crate::tenant::TenantId;
 
 /// Flag in [`Slot::admits`]: the slot is open for calls.
 const ADMITTING: u32 = 1 << 16;
-
-/// Identity used for fairness: a RAC tenant, or a connection that named none.
-pub type TenantId = u64;
 
 /// One call on its way to a slot. It owns its payload (and the memory permit that
 /// accounts for it) until the answer is produced.
@@ -56,8 +55,8 @@ pub struct Call {
     pub out: Vec<u8>,
     /// When the call was whole at the node: queue time and deadlines count from here.
     pub received: Instant,
-    /// The call must start executing before this instant.
-    pub deadline: Option<Instant>,
+    /// When the call must have started executing.
+    pub deadline: Deadline,
     pub tenant: TenantId,
     pub permit: Option<BodyMemory>,
 }
@@ -552,7 +551,7 @@ impl Slot {
         } = call;
         let queue_ns = nanos(started.saturating_duration_since(received));
         let id = accel.descriptor().id;
-        let (status, message, exec_ns) = if deadline.is_some_and(|d| started > d) {
+        let (status, message, exec_ns) = if deadline.passed(started) {
             out.clear();
             let waited = queue_ns / 1000;
             (
@@ -761,7 +760,7 @@ mod tests {
             payload: payload.to_vec(),
             out: Vec::new(),
             received: Instant::now(),
-            deadline: None,
+            deadline: Deadline::NONE,
             tenant,
             permit: None,
         }

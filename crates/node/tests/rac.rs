@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use accel::reference;
 use common::*;
 use netaccel_client::rac::{RacClient, RacError};
-use rac_proto::{params, CallHeader, ControlRequest, Decode, ResultHeader, Status, HEADER_LEN};
+use rac_proto::{params, CallHeader, ControlRequest, Decoded, ResultHeader, Status, HEADER_LEN};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -31,7 +31,7 @@ fn hex(s: &str) -> Vec<u8> {
 fn read_result(s: &mut TcpStream) -> (ResultHeader, Vec<u8>) {
     let mut head = [0u8; HEADER_LEN];
     s.read_exact(&mut head).unwrap();
-    let Decode::Complete(h) = ResultHeader::decode(&head, 1 << 30) else {
+    let Ok(Decoded::Complete(h, _)) = ResultHeader::decode(&head, 1 << 30) else {
         panic!("bad result header {head:?}")
     };
     let mut payload = vec![0; h.payload_len as usize];
@@ -67,7 +67,7 @@ fn shared_vectors_byte_for_byte() {
         s.write_all(&hex(v["payload_hex"].as_str().unwrap()))
             .unwrap();
         let (result, payload) = read_result(&mut s);
-        let Decode::Complete(call) = CallHeader::decode(&header, 1 << 20) else {
+        let Ok(Decoded::Complete(call, _)) = CallHeader::decode(&header, 1 << 20) else {
             panic!()
         };
         assert_eq!(result.status, Status::Ok, "{}", v["name"]);

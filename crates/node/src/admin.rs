@@ -348,8 +348,9 @@ async fn ask_registry(
         Verdict::Unvalidated(why) => Err(AdminError::new(
             Status::Unavailable,
             format!(
-                "the registry could not validate loading {accelerator} into slot {id} ({why}); \
-                 retry, or force it with the admin token and `X-Netaccel-Reconfiguration: {FORCE}`"
+                "the registry could not validate loading {accelerator} into slot {id}: {why}. \
+                 Retry later, or force it over HTTP with the admin token and \
+                 `X-Netaccel-Reconfiguration: {FORCE}`"
             ),
         )),
     }

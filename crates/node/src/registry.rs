@@ -483,14 +483,19 @@ impl Registry {
                 Ok(response) => response,
                 Err(ureq::Error::Status(_, response)) => response,
                 Err(ureq::Error::Transport(e)) => {
-                    failures.push(format!("{base}: {e}"));
+                    // ureq's sentence names the URL.
+                    failures.push(e.to_string());
                     continue;
                 }
             };
             let status = response.status();
             if status == 503 {
                 leader = response.header("Location").and_then(origin_of);
-                failures.push(format!("{base}: 503"));
+                let why = Reply {
+                    status,
+                    body: response.into_json().unwrap_or(Value::Null),
+                };
+                failures.push(format!("{url}: {}", why.error()));
                 continue;
             }
             if let Some(i) = self.endpoints.iter().position(|e| e.base == base) {
@@ -505,7 +510,7 @@ impl Registry {
         }
         failures.dedup();
         Err(format!(
-            "no registry replica answered ({})",
+            "no registry replica answered: {}",
             failures.join("; ")
         ))
     }

@@ -44,6 +44,9 @@ struct FakeState {
     down: bool,
     /// Whether the registry hangs: connections are held open and never answered.
     hang: bool,
+    /// A follower's leader: every request is answered `503 NOT_LEADER` with this
+    /// `Location`.
+    leader: Option<String>,
     lease_ms: u64,
     /// The answer to `POST /v1/reconfigurations`.
     verdict: (u16, Value),
@@ -66,6 +69,7 @@ impl FakeRegistry {
             dropped: 0,
             down: false,
             hang: false,
+            leader: None,
             lease_ms,
             verdict: (200, json!({"allowed": true, "migrated": []})),
         }));
@@ -108,6 +112,10 @@ impl FakeRegistry {
 
     fn set_down(&self, down: bool) {
         self.state.lock().unwrap().down = down;
+    }
+
+    fn follow(&self, leader: &FakeRegistry) {
+        self.state.lock().unwrap().leader = Some(leader.url());
     }
 
     fn set_hanging(&self) {
@@ -201,8 +209,20 @@ fn serve(stream: TcpStream, state: &Mutex<FakeState>) {
         body,
         at: Instant::now(),
     };
+    let mut stream = reader.into_inner();
     let (code, answer) = {
         let mut st = state.lock().unwrap();
+        if let Some(leader) = &st.leader {
+            let body = r#"{"error":"not the leader","code":"NOT_LEADER"}"#;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 503 X\r\nLocation: {leader}{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                request.path,
+                body.len()
+            );
+            st.requests.push(request);
+            return;
+        }
         let answer = match (request.method.as_str(), request.path.as_str()) {
             ("PUT", p) if p.starts_with("/v1/nodes/") => (200, json!({"lease_ms": st.lease_ms})),
             ("DELETE", p) if p.starts_with("/v1/nodes/") => (204, Value::Null),
@@ -217,7 +237,6 @@ fn serve(stream: TcpStream, state: &Mutex<FakeState>) {
     } else {
         answer.to_string()
     };
-    let mut stream = reader.into_inner();
     let _ = write!(
         stream,
         "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -470,6 +489,28 @@ fn a_registry_that_does_not_answer_does_not_hold_up_the_drain() {
         took < drain + Duration::from_millis(800),
         "drain took {took:?}"
     );
+}
+
+#[test]
+fn registers_with_the_replica_that_answers_and_follows_a_follower_to_its_leader() {
+    let leader = FakeRegistry::start(60_000);
+    let follower = FakeRegistry::start(60_000);
+    follower.follow(&leader);
+    // The first replica listed is gone; the second is a follower.
+    let gone = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let _node = TestNode::start_logging(
+        &format!(
+            "registry = \"http://{gone}, {}\"\nname = \"node-a\"",
+            follower.url()
+        ),
+        &[],
+    );
+    let puts = leader.wait_for("a registration at the leader", |r| !r.is_empty());
+    assert_eq!(puts[0].path, "/v1/nodes/node-a");
+    assert_eq!(follower.requests()[0].path, "/v1/nodes/node-a");
 }
 
 const TWO_SLOTS: &str = "registry_token = \"reg\"\n[[slots]]\naccelerator = \"echo\"\n[[slots]]\naccelerator = \"to_uppercase\"";

@@ -585,9 +585,14 @@ impl Registry {
     fn deregister(&self, deadline: Instant) {
         let path = format!("/v1/nodes/{}", self.name);
         match self.send("DELETE", &path, None, true, deadline) {
-            Ok(reply) if matches!(reply.status, 200 | 204 | 404) => {
+            Ok(reply) if matches!(reply.status, 200 | 204) => {
                 tracing::info!(node = %self.name, "deregistered from the registry");
             }
+            Ok(reply) if reply.status == 404 => tracing::info!(
+                node = %self.name,
+                "the registry does not know this node ({}): nothing to deregister",
+                reply.error()
+            ),
             Ok(reply) => tracing::warn!(
                 node = %self.name,
                 "the registry refused the deregistration ({}); it will count the node lost when its lease expires",

@@ -46,6 +46,10 @@ const RETRY_FIRST: Duration = Duration::from_millis(100);
 /// The shortest pause between renewals, whatever lease the registry grants, so that a
 /// registry answering `"lease_ms":0` cannot make the node spin.
 const RENEWAL_MIN: Duration = Duration::from_millis(10);
+/// The longest, so that the busy ratios the registry sees stay fresh under a long lease.
+const RENEWAL_MAX: Duration = Duration::from_secs(60);
+/// Largest `registry_timeout_ms` and `registry_retry_max_ms`: ten minutes.
+const REGISTRY_MS_MAX: u64 = 600_000;
 
 /// Checks the registry keys of a configuration (`Config::validate` calls it): a
 /// registry URL list that parses, a name the registry accepts, an address others can
@@ -67,6 +71,16 @@ pub fn check_config(config: &Config) -> Result<(), String> {
         return Ok(());
     };
     let urls = parse_urls(urls)?;
+    for (key, ms) in [
+        ("registry_timeout_ms", config.registry_timeout_ms),
+        ("registry_retry_max_ms", config.registry_retry_max_ms),
+    ] {
+        if ms > REGISTRY_MS_MAX {
+            return Err(format!(
+                "{key} must be at most {REGISTRY_MS_MAX} (ten minutes)"
+            ));
+        }
+    }
     node_name(config)?;
     advertise_ip(config, &urls)?;
     if let Some(token) = &config.registry_token {
@@ -714,7 +728,7 @@ fn run_lease(registry: &Registry, node: &Node, at: Advertised) {
             Ok(lease) => {
                 busy.taken(&slots, started);
                 retry = RETRY_FIRST;
-                let renewal = (lease / 3).max(RENEWAL_MIN);
+                let renewal = (lease / 3).clamp(RENEWAL_MIN, RENEWAL_MAX);
                 match link {
                     Link::Starting => tracing::info!(
                         node = %registry.name, http = %at.http, rac = %at.rac,
@@ -814,6 +828,9 @@ mod tests {
         let err =
             config("registry = \"http://127.0.0.1:1\"\nregistry_token = \"a b\"").unwrap_err();
         assert!(err.contains("registry_token must be"), "{err}");
+        let err =
+            config("registry = \"http://127.0.0.1:1\"\nregistry_timeout_ms = 600001").unwrap_err();
+        assert!(err.contains("at most 600000"), "{err}");
     }
 
     #[test]

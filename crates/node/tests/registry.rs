@@ -468,10 +468,14 @@ fn deregisters_when_draining_on_sigterm_and_sends_its_token() {
 #[test]
 fn a_registry_that_does_not_answer_does_not_hold_up_the_drain() {
     // Renewals every 100 ms, so one is under way when the registry starts hanging;
-    // the registry timeout (5 s by default) is longer than the drain.
+    // the registry timeout is much longer than the drain.
     let registry = FakeRegistry::start(300);
     let drain = Duration::from_millis(1500);
-    let mut node = node_with(&registry, "drain_timeout_ms = 1500", &[]);
+    let mut node = node_with(
+        &registry,
+        "drain_timeout_ms = 1500\nregistry_timeout_ms = 8000",
+        &[],
+    );
     registry.wait_for("a registration", |r| !r.is_empty());
     registry.set_hanging();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -485,8 +489,9 @@ fn a_registry_that_does_not_answer_does_not_hold_up_the_drain() {
     let start = Instant::now();
     assert!(node.terminate().success());
     let took = start.elapsed();
+    // Room for a loaded machine, well short of the registry timeout.
     assert!(
-        took < drain + Duration::from_millis(800),
+        took < drain + Duration::from_millis(2500),
         "drain took {took:?}"
     );
 }

@@ -49,14 +49,6 @@ struct Args {
     /// is one address; required when the node listens on 0.0.0.0).
     #[arg(long, value_name = "IP")]
     advertise: Option<IpAddr>,
-    /// Token the registry requires for the node's registration (its --token).
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "NETACCEL_REGISTRY_TOKEN",
-        hide_env_values = true
-    )]
-    registry_token: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -97,9 +89,6 @@ fn main() -> ExitCode {
     }
     if let Some(ip) = args.advertise {
         config.advertise = Some(ip);
-    }
-    if let Some(token) = args.registry_token {
-        config.registry_token = Some(token);
     }
     if let Err(e) = config.validate() {
         eprintln!("netaccel-node: invalid configuration: {e}");

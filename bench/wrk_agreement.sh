@@ -32,6 +32,7 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 BENCH_BIN=${BENCH_BIN:-$ROOT/target/release/netaccel-bench}
 PRIO=${PRIO:-auto}
 HOST=127.0.0.1
+PORT=${PORT:-}
 pick_ports PORT
 URL="http://$HOST:$PORT/health"
 SERVER_PID=""

@@ -1,0 +1,2 @@
+//! `netaccel-registry`: the cluster's control plane.
+pub mod alloc;

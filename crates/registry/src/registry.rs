@@ -336,12 +336,27 @@ impl Registry {
                     }
                 }
             }
+            // Out of attempts: bind if a slot now holds the accelerator, else give up
+            // (unbinding, when the instance cannot stay where it is).
+            how.reconfigure = Reconfigure::Never;
+            let step = {
+                let mut st = self.state.lock().await;
+                let step = self.decide(&mut st, id, &how);
+                self.commit(&mut st).await?;
+                step
+            };
+            let Step::Done(result, outcome) = step else {
+                unreachable!("no reconfiguration without Reconfigure::Any or EmptyOnly");
+            };
             self.metrics
-                .allocation(AllocResult::NoDevice, started.elapsed().as_secs_f64());
-            Err(ApiError::no_device(format!(
-                "every slot that could be reconfigured for {id} failed: {}",
-                failures.join("; ")
-            )))
+                .allocation(outcome, started.elapsed().as_secs_f64());
+            result.map_err(|e| {
+                ApiError::no_device(format!(
+                    "{}; reconfigurations tried failed: {}",
+                    e.message,
+                    failures.join("; ")
+                ))
+            })
         }
     }
 

@@ -327,3 +327,201 @@ fn the_index_follows_reconfiguration_removal_and_reuse() {
     assert!(inv.is_empty());
     inv.check_consistency();
 }
+
+mod oracle {
+    //! The allocator against a plain reference: filter, sort, scan, for random
+    //! inventories and requests. Utilisations are multiples of 1/8, so sums are exact
+    //! and the two agree exactly, boundaries included.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    const ACCELS: [&str; 4] = ["a", "b", "c", "d"];
+
+    fn reference(inv: &Inventory, req: &Request<'_>, policy: &Policy) -> Decision {
+        let compatible = |i: SlotIdx, s: &SlotView| {
+            s.ready
+                && !s.reconfiguring
+                && s.effective_utilization() <= policy.ceiling
+                && req.backend.map_or(true, |b| *s.spec.backend == *b)
+                && req.vendor.map_or(true, |v| *s.spec.vendor == *v)
+                && req.node.map_or(true, |n| *s.spec.node == *n)
+                && !req.exclude.contains(&i)
+        };
+        let holds = |s: &SlotView| {
+            *s.spec.accelerator == *req.accelerator && req.hash.map_or(true, |h| *s.spec.hash == *h)
+        };
+        let mut order: Vec<(SlotIdx, &SlotView)> =
+            inv.iter().filter(|(i, s)| compatible(*i, s)).collect();
+        order.sort_by(|(_, a), (_, b)| {
+            let util = a
+                .effective_utilization()
+                .total_cmp(&b.effective_utilization());
+            let occ = a.instances.cmp(&b.instances);
+            let crit = match policy.order {
+                Order::Utilization => util.then(occ),
+                Order::Occupation => occ.then(util),
+            };
+            (!holds(a)).cmp(&!holds(b)).then(crit).then_with(|| {
+                (&a.spec.node, &a.spec.device, a.spec.slot).cmp(&(
+                    &b.spec.node,
+                    &b.spec.device,
+                    b.spec.slot,
+                ))
+            })
+        });
+        match order.first() {
+            None => return Decision::NoDevice,
+            Some((i, s)) if holds(s) => return Decision::Bind(*i),
+            Some(_) => {}
+        }
+        if req.reconfigure == Reconfigure::Never {
+            return Decision::NoDevice;
+        }
+        for (i, d) in order {
+            let catalog_ok = d
+                .spec
+                .catalog
+                .as_ref()
+                .map_or(true, |c| c.iter().any(|a| a == req.accelerator));
+            if !catalog_ok || (req.reconfigure == Reconfigure::EmptyOnly && d.instances > 0) {
+                continue;
+            }
+            let others: f64 = inv
+                .iter()
+                .filter(|(j, o)| {
+                    *j != i
+                        && o.spec.accelerator == d.spec.accelerator
+                        && o.ready
+                        && !o.reconfiguring
+                })
+                .map(|(_, o)| 1.0 - o.utilization)
+                .sum();
+            let load = d.effective_utilization();
+            if load == 0.0 || others >= load {
+                return Decision::Reconfigure(i);
+            }
+        }
+        Decision::NoDevice
+    }
+
+    #[derive(Debug, Clone)]
+    struct GenSlot {
+        node: u8,
+        accel: usize,
+        hash: u8,
+        backend: bool,
+        vendor: bool,
+        catalog: Option<Vec<usize>>,
+        util_eighths: u8,
+        instances: u8,
+        ready: bool,
+        reconfiguring: bool,
+        released: bool,
+    }
+
+    fn gen_slot() -> impl Strategy<Value = GenSlot> {
+        (
+            (0u8..5, 0usize..4, 0u8..3, any::<bool>(), any::<bool>()),
+            proptest::option::weighted(0.3, proptest::collection::vec(0usize..5, 0..4)),
+            (0u8..=8, 0u8..4, proptest::bool::weighted(0.9)),
+            (proptest::bool::weighted(0.1), proptest::bool::weighted(0.1)),
+        )
+            .prop_map(
+                |(
+                    (node, accel, hash, backend, vendor),
+                    catalog,
+                    (util_eighths, instances, ready),
+                    (reconfiguring, released),
+                )| GenSlot {
+                    node,
+                    accel,
+                    hash,
+                    backend,
+                    vendor,
+                    catalog,
+                    util_eighths,
+                    instances,
+                    ready,
+                    reconfiguring,
+                    released,
+                },
+            )
+    }
+
+    fn build(slots: &[GenSlot]) -> Inventory {
+        let mut inv = Inventory::new();
+        for (n, g) in slots.iter().enumerate() {
+            let idx = inv.insert(SlotSpec {
+                node: Arc::from(format!("n{}", g.node)),
+                device: Arc::from("dev"),
+                slot: n as u32,
+                backend: Arc::from(if g.backend { "cpu" } else { "opencl" }),
+                vendor: Arc::from(if g.vendor { "v1" } else { "v2" }),
+                catalog: g.catalog.as_ref().map(|c| {
+                    Arc::from(
+                        c.iter()
+                            .map(|&a| ["a", "b", "c", "d", "e"][a].to_string())
+                            .collect::<Vec<_>>(),
+                    )
+                }),
+                accelerator: Arc::from(ACCELS[g.accel]),
+                hash: Arc::from(["", "h1", "h2"][g.hash as usize]),
+            });
+            inv.set_utilization(idx, g.util_eighths as f64 / 8.0);
+            for _ in 0..g.instances {
+                inv.bind(idx);
+            }
+            inv.set_ready(idx, g.ready);
+            inv.set_reconfiguring(idx, g.reconfiguring);
+            inv.set_released(idx, g.released);
+        }
+        inv
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn allocator_agrees_with_the_reference(
+            slots in proptest::collection::vec(gen_slot(), 0..24),
+            accel in 0usize..5,
+            hash in proptest::option::of(1u8..3),
+            backend in proptest::option::of(any::<bool>()),
+            vendor in proptest::option::of(any::<bool>()),
+            node in proptest::option::weighted(0.2, 0u8..5),
+            exclude in proptest::collection::vec(0u32..24, 0..3),
+            mode in 0u8..3,
+            ceiling in prop_oneof![Just(0.5), Just(0.875), Just(0.9), Just(1.0)],
+            occupation_first in any::<bool>(),
+        ) {
+            let inv = build(&slots);
+            inv.check_consistency();
+            let node_name = node.map(|n| format!("n{n}"));
+            let hash = hash.map(|h| ["", "h1", "h2"][h as usize]);
+            let req = Request {
+                accelerator: ["a", "b", "c", "d", "e"][accel],
+                hash,
+                backend: backend.map(|b| if b { "cpu" } else { "opencl" }),
+                vendor: vendor.map(|v| if v { "v1" } else { "v2" }),
+                node: node_name.as_deref(),
+                exclude: &exclude,
+                reconfigure: [Reconfigure::Any, Reconfigure::EmptyOnly, Reconfigure::Never][mode as usize],
+            };
+            let policy = Policy {
+                ceiling,
+                order: if occupation_first { Order::Occupation } else { Order::Utilization },
+            };
+            let got = inv.allocate(&req, &policy);
+            prop_assert_eq!(got, reference(&inv, &req, &policy));
+            // Whatever it picks is never a slot of a lost node, a slot being
+            // reconfigured, or an incompatible slot.
+            if let Decision::Bind(i) | Decision::Reconfigure(i) = got {
+                let s = inv.get(i).unwrap();
+                prop_assert!(s.ready && !s.reconfiguring);
+                prop_assert!(req.backend.map_or(true, |b| *s.spec.backend == *b));
+                prop_assert!(req.node.map_or(true, |n| *s.spec.node == *n));
+            }
+        }
+    }
+}

@@ -179,7 +179,9 @@ async fn page() -> Html<&'static str> {
 async fn metrics(State(app): State<App>) -> Response {
     let text = {
         let st = app.registry.lock().await;
-        app.registry.metrics.render(&st)
+        app.registry
+            .metrics
+            .render(&st, app.registry.long_polls_waiting())
     };
     (
         [(

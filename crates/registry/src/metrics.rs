@@ -49,6 +49,7 @@ pub struct Metrics {
     migrations: Counter,
     allocation_seconds: Histogram,
     leader: Gauge,
+    long_polls: Gauge,
 }
 
 impl Default for Metrics {
@@ -72,6 +73,7 @@ impl Metrics {
             // that reconfigures a slot takes the node's load time.
             allocation_seconds: Histogram::new(exponential_buckets(1e-5, 4.0, 12)),
             leader: Gauge::default(),
+            long_polls: Gauge::default(),
         };
         registry.register("nodes", "Nodes by state", m.nodes.clone());
         registry.register(
@@ -108,6 +110,11 @@ impl Metrics {
             "leader",
             "1 when this registry is the one that writes",
             m.leader.clone(),
+        );
+        registry.register(
+            "long_polls",
+            "Long polls waiting for a binding to change",
+            m.long_polls.clone(),
         );
         m.leader.set(1);
         // Every result shows from the start, at 0, so rates work from the first scrape.
@@ -153,7 +160,8 @@ impl Metrics {
     }
 
     /// The exposition text, with the gauges taken from `state`.
-    pub fn render(&self, state: &State) -> String {
+    pub fn render(&self, state: &State, long_polls_waiting: usize) -> String {
+        self.long_polls.set(long_polls_waiting as i64);
         let mut nodes = [0i64; 2];
         for n in state.nodes() {
             nodes[(n.record.state == NodeState::Lost) as usize] += 1;

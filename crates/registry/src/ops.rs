@@ -80,7 +80,9 @@ impl Registry {
         let followups = {
             let mut st = self.lock().await;
             if st.node(name).is_none() {
-                return Err(ApiError::not_found(format!("no node {name}")));
+                return Err(ApiError::not_found(format!(
+                    "node {name} is not registered"
+                )));
             }
             let displaced = st.remove_node(name);
             info!(node = name, instances = ?displaced, "node deregistered: migrating its instances");
@@ -172,7 +174,7 @@ impl Registry {
         let st = self.lock().await;
         match st.function(name) {
             Some(_) => Ok(st.function_json(name)),
-            None => Err(ApiError::not_found(format!("no function {name}"))),
+            None => Err(ApiError::not_found(format!("there is no function {name}"))),
         }
     }
 
@@ -188,7 +190,7 @@ impl Registry {
     pub async fn delete_function(&self, name: &str) -> Result<(), ApiError> {
         let mut st = self.lock().await;
         if st.function(name).is_none() {
-            return Err(ApiError::not_found(format!("no function {name}")));
+            return Err(ApiError::not_found(format!("there is no function {name}")));
         }
         st.delete_function(name);
         self.commit(&mut st).await
@@ -206,7 +208,9 @@ impl Registry {
         let id = {
             let mut st = self.lock().await;
             let Some(f) = st.function(function) else {
-                return Err(ApiError::not_found(format!("no function {function}")));
+                return Err(ApiError::not_found(format!(
+                    "there is no function {function}"
+                )));
             };
             let record = f.record.clone();
             if let Some(id) = &spec.id {
@@ -292,7 +296,10 @@ impl Registry {
         let (verdict, followups, chain) = {
             let mut st = self.lock().await;
             if st.node(&req.node).is_none() {
-                return Err(ApiError::not_found(format!("no node {}", req.node)));
+                return Err(ApiError::not_found(format!(
+                    "node {} is not registered",
+                    req.node
+                )));
             }
             let slot = SlotRef {
                 node: req.node.clone(),
@@ -307,7 +314,7 @@ impl Registry {
             };
             if let Some(id) = &req.instance {
                 if st.instance(id).is_none() {
-                    return Err(ApiError::not_found(format!("no instance {id}")));
+                    return Err(ApiError::not_found(format!("there is no instance {id}")));
                 }
             }
             let view = st.inventory.get(idx).expect("live slot");

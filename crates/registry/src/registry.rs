@@ -210,6 +210,11 @@ impl Registry {
         }
     }
 
+    /// Long polls waiting now.
+    pub fn long_polls_waiting(&self) -> usize {
+        self.config.long_polls_max - self.long_polls.available_permits()
+    }
+
     /// An instance's binding; with `after`, waits up to `wait` for a generation other
     /// than `after`. Past `long_polls_max` waiting polls, answers at once.
     pub async fn get_instance(
@@ -364,7 +369,7 @@ impl Registry {
     fn decide(&self, st: &mut State, id: &str, how: &Alloc) -> Step {
         let Some(instance) = st.instance(id) else {
             return Step::Done(
-                Err(ApiError::not_found(format!("no instance {id}"))),
+                Err(ApiError::not_found(format!("there is no instance {id}"))),
                 AllocResult::NoDevice,
             );
         };

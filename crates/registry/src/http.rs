@@ -172,8 +172,9 @@ fn status(code: StatusCode, value: serde_json::Value) -> Response {
 
 // ---- the page and metrics ----
 
-async fn page() -> Html<&'static str> {
-    Html(include_str!("page.html"))
+async fn page(State(app): State<App>) -> Html<String> {
+    let ceiling = app.registry.config.policy.ceiling.to_string();
+    Html(include_str!("page.html").replace("__CEILING__", &ceiling))
 }
 
 async fn metrics(State(app): State<App>) -> Response {

@@ -266,6 +266,10 @@ fn serves_the_page_health_and_metrics() {
     let page = reg.get("/").expect(200);
     let page = page.as_str().unwrap();
     assert!(page.contains("<html") && page.contains("/v1/nodes"));
+    assert!(
+        page.contains("const CEILING = 0.9;"),
+        "the page marks slots above the ceiling"
+    );
     assert_eq!(reg.get("/health").expect(200)["status"], "ok");
     reg.put("/v1/nodes/n1", &fake_node(9000, &[("echo", 0.0)]))
         .expect(200);

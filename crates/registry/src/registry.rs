@@ -88,6 +88,36 @@ impl Alloc {
     }
 }
 
+/// A long poll's watch on one instance. Dropping it (the poll ended, or its client
+/// went away and the poll's future was dropped) forgets the instance's channel once
+/// nobody else waits on it, so the map of channels never outgrows the polls waiting.
+struct Subscription<'a> {
+    registry: &'a Registry,
+    id: String,
+    rx: Option<watch::Receiver<u64>>,
+}
+
+impl Subscription<'_> {
+    async fn changed(&mut self) {
+        let rx = self.rx.as_mut().expect("held until drop");
+        // The sender lives while a receiver does (see Drop), so this cannot fail.
+        let _ = rx.changed().await;
+    }
+}
+
+impl Drop for Subscription<'_> {
+    fn drop(&mut self) {
+        drop(self.rx.take());
+        let mut watchers = self.registry.watchers.lock().expect("watchers lock");
+        if watchers
+            .get(&self.id)
+            .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            watchers.remove(&self.id);
+        }
+    }
+}
+
 /// Where an allocation goes next.
 enum Step {
     Done(Result<SlotIdx, ApiError>, AllocResult),
@@ -194,20 +224,22 @@ impl Registry {
         }
     }
 
-    fn subscribe(&self, id: &str) -> watch::Receiver<u64> {
+    fn subscribe(&self, id: &str) -> Subscription<'_> {
         let mut watchers = self.watchers.lock().expect("watchers lock");
-        watchers
+        let rx = watchers
             .entry(id.to_string())
             .or_insert_with(|| watch::channel(0).0)
-            .subscribe()
+            .subscribe();
+        Subscription {
+            registry: self,
+            id: id.to_string(),
+            rx: Some(rx),
+        }
     }
 
-    fn unsubscribe(&self, id: &str, rx: watch::Receiver<u64>) {
-        drop(rx);
-        let mut watchers = self.watchers.lock().expect("watchers lock");
-        if watchers.get(id).is_some_and(|tx| tx.receiver_count() == 0) {
-            watchers.remove(id);
-        }
+    /// Watch channels held for long polls (tests check none is left behind).
+    pub fn watched_instances(&self) -> usize {
+        self.watchers.lock().expect("watchers lock").len()
     }
 
     /// Long polls waiting now.
@@ -230,33 +262,24 @@ impl Registry {
             _ => None,
         };
         // Subscribed before the state is read, so a change in between still wakes us.
-        let mut rx = permit.as_ref().map(|_| self.subscribe(id));
-        let result = loop {
+        let mut subscription = permit.as_ref().map(|_| self.subscribe(id));
+        loop {
             {
                 let st = self.state.lock().await;
                 let Some(instance) = st.instance(id).filter(|i| i.function == function) else {
-                    break Err(ApiError::not_found(format!(
+                    return Err(ApiError::not_found(format!(
                         "function {function} has no instance {id}"
                     )));
                 };
-                if rx.is_none() || after != Some(instance.generation) {
-                    break Ok(st.binding_json(id));
+                if subscription.is_none() || after != Some(instance.generation) {
+                    return Ok(st.binding_json(id));
                 }
             }
-            let changed = rx.as_mut().expect("subscribed").changed();
+            let changed = subscription.as_mut().expect("subscribed").changed();
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                rx = None; // Time is up: answer with the binding as it is.
-            }
-        };
-        if let Some(rx) = rx {
-            self.unsubscribe(id, rx);
-        } else if permit.is_some() {
-            let mut watchers = self.watchers.lock().expect("watchers lock");
-            if watchers.get(id).is_some_and(|tx| tx.receiver_count() == 0) {
-                watchers.remove(id);
+                subscription = None; // Time is up: answer with the binding as it is.
             }
         }
-        result
     }
 
     // ---- allocation ----

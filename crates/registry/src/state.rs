@@ -421,6 +421,18 @@ impl State {
         if record != old.record {
             self.changes.push(Change::PutNode(record.clone()));
         }
+        let moved = (record.http, record.rac, record.opencl)
+            != (old.record.http, old.record.rac, old.record.opencl);
+        if moved {
+            // Same slots at new addresses: every binding to them reads differently now.
+            for &idx in &slots {
+                for id in self.bound_to(idx) {
+                    if !displaced.contains(&id) {
+                        self.bump_generation(&id);
+                    }
+                }
+            }
+        }
         self.nodes.insert(
             name,
             Node {
@@ -598,6 +610,15 @@ impl State {
         }
         let record = self.instances.get_mut(id).expect("instance exists");
         record.binding = binding;
+        record.generation += 1;
+        self.changes.push(Change::PutInstance(record.clone()));
+        self.touched.insert(id.to_string());
+    }
+
+    /// Tells an instance's watchers that its binding reads differently (its node's
+    /// addresses changed) though it names the same slot.
+    fn bump_generation(&mut self, id: &str) {
+        let record = self.instances.get_mut(id).expect("instance exists");
         record.generation += 1;
         self.changes.push(Change::PutInstance(record.clone()));
         self.touched.insert(id.to_string());

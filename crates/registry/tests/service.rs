@@ -325,6 +325,38 @@ fn long_poll_wakes_on_migration() {
 }
 
 #[test]
+fn a_long_poll_whose_client_left_holds_nothing() {
+    rt().block_on(async {
+        let reg = registry_with(config(), Arc::new(FakeAdmin::default())).await;
+        reg.register_node("n1", &registration(1, "cpu", &[("echo", 0.0)]))
+            .await
+            .unwrap();
+        reg.put_function("e", &function("echo", 1)).await.unwrap();
+        let doc = reg.function_json("e").await.unwrap();
+        let id = doc["instances"][0]["id"].as_str().unwrap().to_string();
+        let generation = doc["instances"][0]["generation"].as_u64().unwrap();
+        let poll = {
+            let reg = reg.clone();
+            tokio::spawn(async move {
+                reg.get_instance("e", &id, Some(generation), Duration::from_secs(30))
+                    .await
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reg.long_polls_waiting() == 0 {
+            assert!(Instant::now() < deadline, "the poll never waited");
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(reg.watched_instances(), 1);
+        // The HTTP server drops a request's future when its client hangs up.
+        poll.abort();
+        let _ = poll.await;
+        assert_eq!(reg.long_polls_waiting(), 0);
+        assert_eq!(reg.watched_instances(), 0);
+    });
+}
+
+#[test]
 fn lost_nodes_leave_allocation_and_their_instances_move() {
     rt().block_on(async {
         let admin = Arc::new(FakeAdmin::default());
@@ -491,6 +523,47 @@ fn renewals_report_changes_and_reports_older_than_a_change_are_ignored() {
         check_settled(&reg).await;
         assert_eq!(bindings(&reg, "e").await, vec![Some(("n1".into(), 0))]);
         assert_eq!(bindings(&reg, "t").await, vec![None]);
+    });
+}
+
+#[test]
+fn a_node_that_moves_to_another_address_wakes_its_instances() {
+    rt().block_on(async {
+        let reg = registry_with(config(), Arc::new(FakeAdmin::default())).await;
+        reg.register_node("n1", &registration(1, "cpu", &[("echo", 0.0)]))
+            .await
+            .unwrap();
+        reg.put_function("e", &function("echo", 1)).await.unwrap();
+        let doc = reg.function_json("e").await.unwrap();
+        let id = doc["instances"][0]["id"].as_str().unwrap().to_string();
+        let generation = doc["instances"][0]["generation"].as_u64().unwrap();
+        // Same name, same slots, new address (a restarted node, a new pod IP): the
+        // binding's addresses changed, so its generation must change too, or a client
+        // waiting on it would keep calling the old address.
+        let mut moved = registration(1, "cpu", &[("echo", 0.0)]);
+        moved.http = "127.0.0.1:30001".parse().unwrap();
+        let poll = {
+            let reg = reg.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                reg.get_instance("e", &id, Some(generation), Duration::from_secs(5))
+                    .await
+                    .unwrap()
+            })
+        };
+        tokio::task::yield_now().await;
+        reg.register_node("n1", &moved).await.unwrap();
+        let doc = poll.await.unwrap();
+        assert_eq!(doc["http"], "127.0.0.1:30001");
+        assert!(doc["generation"].as_u64().unwrap() > generation);
+        // A renewal that changes nothing wakes nobody.
+        let generation = doc["generation"].as_u64().unwrap();
+        reg.register_node("n1", &moved).await.unwrap();
+        let doc = reg
+            .get_instance("e", &id, Some(generation), Duration::from_millis(20))
+            .await
+            .unwrap();
+        assert_eq!(doc["generation"].as_u64(), Some(generation));
     });
 }
 

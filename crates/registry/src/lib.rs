@@ -30,6 +30,7 @@ pub mod registry;
 pub mod state;
 pub mod store;
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -38,6 +39,9 @@ use tokio::sync::Semaphore;
 
 pub use config::{Args, Config};
 pub use registry::Registry;
+
+/// How long requests in progress may take to finish after a shutdown signal.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Requests in progress beyond the long polls (see [`http::App::in_flight`]).
 const REQUESTS_BEYOND_LONG_POLLS: usize = 1024;
@@ -65,10 +69,24 @@ pub async fn serve(
         registry,
         in_flight,
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| format!("serving: {e}"))
+    // On shutdown the server stops accepting and lets requests in progress finish,
+    // but a long poll may wait a minute: past SHUTDOWN_GRACE the process ends anyway
+    // (its clients simply poll again, elsewhere or later).
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        let _ = stopping.send(());
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    tokio::select! {
+        result = server.into_future() => result.map_err(|e| format!("serving: {e}")),
+        _ = async {
+            match stopped.await {
+                Ok(()) => tokio::time::sleep(SHUTDOWN_GRACE).await,
+                Err(_) => std::future::pending().await,
+            }
+        } => Ok(()),
+    }
 }
 
 /// Binds `addr`, with a sentence naming it when that fails.

@@ -322,70 +322,69 @@ impl Registry {
         id: &str,
         mut how: Alloc,
     ) -> Result<SlotIdx, ApiError> {
-        {
-            let started = Instant::now();
-            let mut failures = Vec::new();
-            for _ in 0..=RECONFIGURE_ATTEMPTS_MAX {
-                let step = {
-                    let mut st = self.state.lock().await;
-                    let step = self.decide(&mut st, id, &how);
-                    self.commit(&mut st).await?;
-                    step
-                };
-                let (idx, node, slot, accelerator, op) = match step {
-                    Step::Done(result, outcome) => {
-                        self.metrics
-                            .allocation(outcome, started.elapsed().as_secs_f64());
-                        return result;
-                    }
-                    Step::Reconfigure {
-                        idx,
-                        node,
-                        slot,
-                        accelerator,
-                        op,
-                    } => (idx, node, slot, accelerator, op),
-                };
-                let outcome = self.admin.reconfigure(node, slot, &accelerator).await;
-                self.metrics.reconfiguration(outcome.is_ok());
-                match self
-                    .finish_reconfiguration(id, &how, idx, op, &accelerator, outcome)
-                    .await
-                {
-                    Ok(Some(idx)) => {
-                        self.metrics
-                            .allocation(AllocResult::Reconfigured, started.elapsed().as_secs_f64());
-                        return Ok(idx);
-                    }
-                    Ok(None) => how.exclude.push(idx),
-                    Err(why) => {
-                        failures.push(why);
-                        how.exclude.push(idx);
-                    }
-                }
-            }
-            // Out of attempts: bind if a slot now holds the accelerator, else give up
-            // (unbinding, when the instance cannot stay where it is).
-            how.reconfigure = Reconfigure::Never;
+        let started = Instant::now();
+        let mut failures = Vec::new();
+        for _ in 0..=RECONFIGURE_ATTEMPTS_MAX {
             let step = {
                 let mut st = self.state.lock().await;
                 let step = self.decide(&mut st, id, &how);
                 self.commit(&mut st).await?;
                 step
             };
-            let Step::Done(result, outcome) = step else {
-                unreachable!("no reconfiguration without Reconfigure::Any or EmptyOnly");
+            let (idx, node, slot, accelerator, op) = match step {
+                Step::Done(result, outcome) => {
+                    self.metrics
+                        .allocation(outcome, started.elapsed().as_secs_f64());
+                    return result;
+                }
+                Step::Reconfigure {
+                    idx,
+                    node,
+                    slot,
+                    accelerator,
+                    op,
+                } => (idx, node, slot, accelerator, op),
             };
-            self.metrics
-                .allocation(outcome, started.elapsed().as_secs_f64());
-            result.map_err(|e| {
-                ApiError::no_device(format!(
-                    "{}; reconfigurations tried failed: {}",
-                    e.message,
-                    failures.join("; ")
-                ))
-            })
+            let outcome = self.admin.reconfigure(node, slot, &accelerator).await;
+            self.metrics.reconfiguration(outcome.is_ok());
+            match self
+                .finish_reconfiguration(id, &how, idx, op, &accelerator, outcome)
+                .await
+            {
+                Ok(Some(idx)) => {
+                    self.metrics
+                        .allocation(AllocResult::Reconfigured, started.elapsed().as_secs_f64());
+                    return Ok(idx);
+                }
+                Ok(None) => how.exclude.push(idx),
+                Err(why) => {
+                    failures.push(why);
+                    how.exclude.push(idx);
+                }
+            }
         }
+        // Out of attempts: bind if a slot now holds the accelerator, else give up
+        // (unbinding, when the instance cannot stay where it is).
+        how.reconfigure = Reconfigure::Never;
+        let step = {
+            let mut st = self.state.lock().await;
+            let step = self.decide(&mut st, id, &how);
+            self.commit(&mut st).await?;
+            step
+        };
+        let Step::Done(result, outcome) = step else {
+            unreachable!("no reconfiguration without Reconfigure::Any or EmptyOnly");
+        };
+        self.metrics
+            .allocation(outcome, started.elapsed().as_secs_f64());
+        result.map_err(|e| match e.code {
+            "NO_DEVICE" if !failures.is_empty() => ApiError::no_device(format!(
+                "{}; the reconfigurations tried failed: {}",
+                e.message,
+                failures.join("; ")
+            )),
+            _ => e,
+        })
     }
 
     /// One decision under the lock; marks the slot when it must be reconfigured.

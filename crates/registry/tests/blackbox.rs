@@ -789,3 +789,50 @@ fn bodies_are_bounded_and_validated() {
         .error(405, "METHOD_NOT_ALLOWED");
     reg.get("/v2/anything").error(404, "NOT_FOUND");
 }
+
+#[test]
+fn sigterm_ends_the_registry_even_with_a_long_poll_waiting() {
+    // A long lease, so nothing wakes the poll before the signal.
+    let mut reg = RegistryProcess::start(&["--lease-ms", "600000"]);
+    reg.put("/v1/nodes/n1", &fake_node(9000, &[("echo", 0.0)]))
+        .expect(200);
+    let f = reg
+        .put(
+            "/v1/functions/e",
+            &json!({"accelerator": "echo", "instances": 1}),
+        )
+        .expect(200);
+    let (id, generation) = (
+        f["instances"][0]["id"].as_str().unwrap().to_string(),
+        f["instances"][0]["generation"].as_u64().unwrap(),
+    );
+    let url = reg.url(&format!(
+        "/v1/functions/e/instances/{id}?after={generation}&wait_ms=60000"
+    ));
+    let poll = std::thread::spawn(move || ureq::get(&url).call().is_ok());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&reg, "netaccel_registry_long_polls") < 1.0 {
+        assert!(Instant::now() < deadline, "the poll never waited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let signalled = Instant::now();
+    unsafe { libc::kill(reg.child.id() as i32, libc::SIGTERM) };
+    let status = loop {
+        if let Some(status) = reg.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(10),
+            "still running 10 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    // The grace for requests in progress is 2 s; the poll asked for 60.
+    assert!(
+        signalled.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        signalled.elapsed()
+    );
+    let _ = poll.join();
+}

@@ -836,3 +836,70 @@ fn sigterm_ends_the_registry_even_with_a_long_poll_waiting() {
     );
     let _ = poll.join();
 }
+
+/// The page as a browser renders it: headless Chromium runs its script against the
+/// registry and the DOM must show every node, slot and bound instance. Skipped, with
+/// a message, where Chromium is not installed (Debian: `apt-get install chromium`).
+#[test]
+fn the_page_shows_nodes_slots_and_instances_in_a_browser() {
+    let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|b| {
+        Command::new(b)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }) else {
+        eprintln!("SKIP: no chromium installed");
+        return;
+    };
+    let reg = RegistryProcess::start(&["--lease-ms", "600000"]);
+    reg.put(
+        "/v1/nodes/node-a",
+        &fake_node(9000, &[("echo", 0.125), ("sobel", 0.95)]),
+    )
+    .expect(200);
+    reg.put("/v1/nodes/node-b", &fake_node(9100, &[("topk", 0.5)]))
+        .expect(200);
+    reg.put(
+        "/v1/functions/e",
+        &json!({"accelerator": "echo", "instances": 2}),
+    )
+    .expect(200);
+    let profile = std::env::temp_dir().join(format!("netaccel-chromium-{}", std::process::id()));
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(["--dump-dom", &reg.url("/")])
+        .stderr(Stdio::null())
+        .output()
+        .expect("running chromium");
+    let _ = std::fs::remove_dir_all(&profile);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    for (node, slot, accelerator) in [
+        ("node-a", 0, "echo"),
+        ("node-a", 1, "sobel"),
+        ("node-b", 0, "topk"),
+    ] {
+        let row = format!("<tr data-node=\"{node}\" data-slot=\"{slot}\">");
+        let start = dom
+            .find(&row)
+            .unwrap_or_else(|| panic!("no row {row} in\n{dom}"));
+        let row = &dom[start..start + dom[start..].find("</tr>").unwrap()];
+        assert!(row.contains(&format!("<td>{accelerator}</td>")), "{row}");
+        assert!(row.contains(">ready<"), "{row}");
+        if accelerator == "echo" {
+            assert!(row.contains("e-1, e-2"), "{row}");
+            assert!(row.contains("13 %"), "{row}");
+        }
+        if accelerator == "sobel" {
+            assert!(row.contains("bar hot"), "above the ceiling: {row}");
+        }
+    }
+    assert!(dom.contains("2 nodes, 3 slots, 1 functions"), "{dom}");
+}

@@ -28,6 +28,10 @@ fn wait_for_port(addr: SocketAddr, child: &mut Child, what: &str) {
     }
 }
 
+/// Arguments for a registry whose fake nodes must not be lost while a test runs
+/// (they never renew; on a loaded machine a test can outlast the default lease).
+const STEADY: &[&str] = &["--lease-ms", "600000"];
+
 struct RegistryProcess {
     child: Child,
     base: String,
@@ -262,7 +266,7 @@ fn curl(args: &[&str]) -> (u16, String) {
 
 #[test]
 fn serves_the_page_health_and_metrics() {
-    let reg = RegistryProcess::start(&[]);
+    let reg = RegistryProcess::start(STEADY);
     let page = reg.get("/").expect(200);
     let page = page.as_str().unwrap();
     assert!(page.contains("<html") && page.contains("/v1/nodes"));
@@ -358,7 +362,7 @@ fn nodes_register_and_are_lost_within_one_lease() {
 
 #[test]
 fn functions_and_instances() {
-    let reg = RegistryProcess::start(&[]);
+    let reg = RegistryProcess::start(STEADY);
     reg.put(
         "/v1/nodes/n1",
         &fake_node(9000, &[("sobel", 0.25), ("echo", 0.5)]),
@@ -476,7 +480,7 @@ fn metric(reg: &RegistryProcess, name: &str) -> f64 {
 
 #[test]
 fn long_poll_is_woken_within_100_ms_of_a_migration() {
-    let reg = RegistryProcess::start(&[]);
+    let reg = RegistryProcess::start(STEADY);
     let echo = |port| fake_node(port, &[("echo", 0.0)]);
     reg.put("/v1/nodes/n1", &echo(9000)).expect(200);
     reg.put("/v1/nodes/n2", &echo(9100)).expect(200);
@@ -612,7 +616,7 @@ fn allocation_reconfigures_a_real_node() {
 
 #[test]
 fn reconfiguration_requests_are_validated() {
-    let reg = RegistryProcess::start(&["--token", "adm"]);
+    let reg = RegistryProcess::start(&["--token", "adm", "--lease-ms", "600000"]);
     let auth = Some("adm");
     // The registry will try to reconfigure this node: nothing listens at its address.
     let nobody = free_port();
@@ -712,7 +716,7 @@ fn reconfiguration_requests_are_validated() {
 
 #[test]
 fn writes_need_the_admin_token_when_one_is_set() {
-    let reg = RegistryProcess::start(&["--token", "s3cret"]);
+    let reg = RegistryProcess::start(&["--token", "s3cret", "--lease-ms", "600000"]);
     let body = fake_node(9000, &[("echo", 0.0)]).to_string();
     let reply = reg.call("PUT", "/v1/nodes/n1", Some(&body), None);
     assert_eq!(reply.www_authenticate.as_deref(), Some("Bearer"));

@@ -26,19 +26,15 @@
 //! 6. otherwise `NO_DEVICE`.
 //!
 //! Cost: step 4 looks only at the slots holding `A` (an index kept per accelerator);
-//! step 5, the rare path that ends in a reconfiguration, scans every slot twice (once
-//! to sum the spare capacity per accelerator exactly, once to pick `D`).
+//! step 5, the rare path that ends in a reconfiguration, scans every slot once, over
+//! packed 16-byte records, with the spare capacity of each accelerator kept up to date
+//! as utilisations change (exactly: utilisations are integers in millionths).
 
-use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Index of a slot in an [`Inventory`]; stable while the slot exists.
 pub type SlotIdx = u32;
-
-/// Rounding slack of the redistribution inequality: utilisations are measurements, and
-/// sums of them carry float rounding that must not flip an exact tie.
-pub const REDISTRIBUTION_EPSILON: f64 = 1e-9;
 
 /// Which criterion orders candidate slots first after "holds the accelerator".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -141,7 +137,7 @@ pub struct SlotSpec {
 #[derive(Clone, Debug)]
 pub struct SlotView {
     pub spec: SlotSpec,
-    /// Busy share of time, 0..=1.
+    /// Busy share of time, 0..=1, in steps of one millionth ([`UTILIZATION_UNIT`]).
     pub utilization: f64,
     /// Instances bound to the slot.
     pub instances: u32,
@@ -152,7 +148,6 @@ pub struct SlotView {
     /// Unused for long enough that allocation counts it as idle (see the registry's
     /// `release_unused_ms`).
     pub released: bool,
-    accel: u32,
 }
 
 impl SlotView {
@@ -172,22 +167,58 @@ impl SlotView {
             .map_or(true, |c| c.iter().any(|a| a == accelerator))
     }
 
-    fn matches(&self, req: &Request<'_>, policy: &Policy, idx: SlotIdx) -> bool {
-        self.ready
-            && !self.reconfiguring
-            && self.effective_utilization() <= policy.ceiling
-            && req.backend.map_or(true, |b| *self.spec.backend == *b)
+    fn matches_query(&self, req: &Request<'_>) -> bool {
+        req.backend.map_or(true, |b| *self.spec.backend == *b)
             && req.vendor.map_or(true, |v| *self.spec.vendor == *v)
             && req.node.map_or(true, |n| *self.spec.node == *n)
-            && !req.exclude.contains(&idx)
+    }
+}
+
+/// Utilisations are kept as integers in millionths: sums of them are exact, so the
+/// redistribution inequality is decided exactly and spare capacity can be kept up to
+/// date incrementally without drifting.
+pub const UTILIZATION_UNIT: u32 = 1_000_000;
+
+fn to_units(utilization: f64) -> u32 {
+    (utilization.clamp(0.0, 1.0) * UTILIZATION_UNIT as f64).round() as u32
+}
+
+const LIVE: u8 = 1;
+const READY: u8 = 2;
+const RECONFIGURING: u8 = 4;
+const RELEASED: u8 = 8;
+const HAS_CATALOG: u8 = 16;
+
+/// What the scans read of a slot, packed (16 bytes) so that a pass over every slot
+/// of a large cluster stays in cache; names and catalogs are read only on ties and
+/// when a request constrains them.
+#[derive(Clone, Copy, Debug, Default)]
+struct Hot {
+    units: u32,
+    instances: u32,
+    accel: u32,
+    flags: u8,
+}
+
+impl Hot {
+    fn usable(&self) -> bool {
+        self.flags & (LIVE | READY | RECONFIGURING) == LIVE | READY
+    }
+
+    fn effective_units(&self) -> u32 {
+        if self.flags & RELEASED != 0 {
+            0
+        } else {
+            self.units
+        }
     }
 
     /// What this slot offers other slots holding its accelerator to redistribute onto.
-    fn spare(&self) -> f64 {
-        if self.ready && !self.reconfiguring {
-            1.0 - self.utilization
+    fn spare(&self) -> i64 {
+        if self.usable() {
+            (UTILIZATION_UNIT - self.units) as i64
         } else {
-            0.0
+            0
         }
     }
 }
@@ -195,12 +226,15 @@ impl SlotView {
 struct Accel {
     name: Arc<str>,
     holders: Vec<SlotIdx>,
+    /// Σ of [`Hot::spare`] over the holders, kept up to date by every setter.
+    spare: i64,
 }
 
 /// Every slot of the cluster, indexed for allocation.
 #[derive(Default)]
 pub struct Inventory {
-    slots: Vec<Option<SlotView>>,
+    views: Vec<Option<SlotView>>,
+    hot: Vec<Hot>,
     vacant: Vec<SlotIdx>,
     by_id: HashMap<(Arc<str>, u32), SlotIdx>,
     accels: Vec<Accel>,
@@ -224,39 +258,60 @@ impl Inventory {
         let idx = match self.vacant.pop() {
             Some(idx) => idx,
             None => {
-                self.slots.push(None);
-                (self.slots.len() - 1) as SlotIdx
+                self.views.push(None);
+                self.hot.push(Hot::default());
+                (self.views.len() - 1) as SlotIdx
             }
         };
         let accel = self.accel_id(&spec.accelerator);
         self.accels[accel as usize].holders.push(idx);
         self.by_id.insert((spec.node.clone(), spec.slot), idx);
-        self.slots[idx as usize] = Some(SlotView {
+        let catalog = if spec.catalog.is_some() {
+            HAS_CATALOG
+        } else {
+            0
+        };
+        self.hot[idx as usize] = Hot {
+            units: 0,
+            instances: 0,
+            accel,
+            flags: LIVE | READY | catalog,
+        };
+        self.accels[accel as usize].spare += self.hot[idx as usize].spare();
+        self.views[idx as usize] = Some(SlotView {
             spec,
             utilization: 0.0,
             instances: 0,
             ready: true,
             reconfiguring: false,
             released: false,
-            accel,
         });
         idx
     }
 
     /// Removes a slot; its index may be reused by a later [`Inventory::insert`].
     pub fn remove(&mut self, idx: SlotIdx) {
-        let view = self.slots[idx as usize].take().expect("live slot");
-        self.drop_holder(view.accel, idx);
+        let view = self.views[idx as usize].take().expect("live slot");
+        let hot = std::mem::take(&mut self.hot[idx as usize]);
+        self.accels[hot.accel as usize].spare -= hot.spare();
+        self.drop_holder(hot.accel, idx);
         self.by_id.remove(&(view.spec.node.clone(), view.spec.slot));
         self.vacant.push(idx);
     }
 
     pub fn get(&self, idx: SlotIdx) -> Option<&SlotView> {
-        self.slots.get(idx as usize).and_then(Option::as_ref)
+        self.views.get(idx as usize).and_then(Option::as_ref)
     }
 
-    fn slot_mut(&mut self, idx: SlotIdx) -> &mut SlotView {
-        self.slots[idx as usize].as_mut().expect("live slot")
+    /// Changes the slot's hot record and view through `change`, keeping its
+    /// accelerator's spare capacity in step.
+    fn update(&mut self, idx: SlotIdx, change: impl FnOnce(&mut Hot, &mut SlotView)) {
+        let view = self.views[idx as usize].as_mut().expect("live slot");
+        let hot = &mut self.hot[idx as usize];
+        let before = hot.spare();
+        change(hot, view);
+        let after = hot.spare();
+        self.accels[hot.accel as usize].spare += after - before;
     }
 
     /// The slot `slot` of node `node`.
@@ -266,14 +321,14 @@ impl Inventory {
 
     /// Live slots, in index order.
     pub fn iter(&self) -> impl Iterator<Item = (SlotIdx, &SlotView)> {
-        self.slots
+        self.views
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.as_ref().map(|s| (i as SlotIdx, s)))
     }
 
     pub fn len(&self) -> usize {
-        self.slots.len() - self.vacant.len()
+        self.views.len() - self.vacant.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -282,48 +337,81 @@ impl Inventory {
 
     /// Records what the slot now holds.
     pub fn set_accelerator(&mut self, idx: SlotIdx, accelerator: &str, hash: &str) {
-        let old = self.slot_mut(idx).accel;
+        let old = self.hot[idx as usize].accel;
         if *self.accels[old as usize].name != *accelerator {
+            let spare = self.hot[idx as usize].spare();
+            self.accels[old as usize].spare -= spare;
             self.drop_holder(old, idx);
             let new = self.accel_id(accelerator);
             self.accels[new as usize].holders.push(idx);
-            let slot = self.slot_mut(idx);
-            slot.accel = new;
-            slot.spec.accelerator = Arc::from(accelerator);
+            self.accels[new as usize].spare += spare;
+            self.hot[idx as usize].accel = new;
+            let view = self.views[idx as usize].as_mut().expect("live slot");
+            view.spec.accelerator = Arc::from(accelerator);
         }
-        let slot = self.slot_mut(idx);
-        if *slot.spec.hash != *hash {
-            slot.spec.hash = Arc::from(hash);
+        let view = self.views[idx as usize].as_mut().expect("live slot");
+        if *view.spec.hash != *hash {
+            view.spec.hash = Arc::from(hash);
         }
     }
 
     pub fn set_utilization(&mut self, idx: SlotIdx, utilization: f64) {
-        self.slot_mut(idx).utilization = utilization.clamp(0.0, 1.0);
+        let units = to_units(utilization);
+        self.update(idx, |hot, view| {
+            hot.units = units;
+            view.utilization = units as f64 / UTILIZATION_UNIT as f64;
+        });
     }
 
     pub fn set_ready(&mut self, idx: SlotIdx, ready: bool) {
-        self.slot_mut(idx).ready = ready;
+        self.update(idx, |hot, view| {
+            hot.flags = if ready {
+                hot.flags | READY
+            } else {
+                hot.flags & !READY
+            };
+            view.ready = ready;
+        });
     }
 
     pub fn set_reconfiguring(&mut self, idx: SlotIdx, reconfiguring: bool) {
-        self.slot_mut(idx).reconfiguring = reconfiguring;
+        self.update(idx, |hot, view| {
+            hot.flags = if reconfiguring {
+                hot.flags | RECONFIGURING
+            } else {
+                hot.flags & !RECONFIGURING
+            };
+            view.reconfiguring = reconfiguring;
+        });
     }
 
     pub fn set_released(&mut self, idx: SlotIdx, released: bool) {
-        self.slot_mut(idx).released = released;
+        self.update(idx, |hot, view| {
+            hot.flags = if released {
+                hot.flags | RELEASED
+            } else {
+                hot.flags & !RELEASED
+            };
+            view.released = released;
+        });
     }
 
     /// One more instance bound to the slot; binding one un-releases it.
     pub fn bind(&mut self, idx: SlotIdx) {
-        let slot = self.slot_mut(idx);
-        slot.instances += 1;
-        slot.released = false;
+        self.update(idx, |hot, view| {
+            hot.instances += 1;
+            hot.flags &= !RELEASED;
+            view.instances = hot.instances;
+            view.released = false;
+        });
     }
 
     pub fn unbind(&mut self, idx: SlotIdx) {
-        let slot = self.slot_mut(idx);
-        assert!(slot.instances > 0, "unbinding from an empty slot");
-        slot.instances -= 1;
+        self.update(idx, |hot, view| {
+            assert!(hot.instances > 0, "unbinding from an empty slot");
+            hot.instances -= 1;
+            view.instances = hot.instances;
+        });
     }
 
     fn accel_id(&mut self, name: &str) -> u32 {
@@ -334,6 +422,7 @@ impl Inventory {
         let entry = Accel {
             name: name.clone(),
             holders: Vec::new(),
+            spare: 0,
         };
         let id = match self.free_accels.pop() {
             Some(id) => {
@@ -360,6 +449,7 @@ impl Inventory {
             .expect("slot is a holder of its accelerator");
         entry.holders.swap_remove(pos);
         if entry.holders.is_empty() {
+            debug_assert_eq!(entry.spare, 0, "spare of an accelerator nobody holds");
             let name = entry.name.clone();
             self.accel_ids.remove(&name);
             self.free_accels.push(accel);
@@ -374,37 +464,49 @@ impl Inventory {
         }
     }
 
-    /// Compares two candidate slots in allocation order (after "holds the accelerator").
-    fn cmp(&self, policy: &Policy, a: SlotIdx, b: SlotIdx) -> Ordering {
-        let (sa, sb) = (self.get(a).unwrap(), self.get(b).unwrap());
-        let util = sa
-            .effective_utilization()
-            .total_cmp(&sb.effective_utilization());
-        let occupation = sa.instances.cmp(&sb.instances);
+    /// Whether `a` comes before `b` in allocation order (after "holds the
+    /// accelerator"); ties go to the smaller (node, device, slot).
+    fn before(&self, policy: &Policy, a: SlotIdx, b: SlotIdx) -> bool {
+        let (ha, hb) = (&self.hot[a as usize], &self.hot[b as usize]);
+        let util = ha.effective_units().cmp(&hb.effective_units());
+        let occupation = ha.instances.cmp(&hb.instances);
         let first = match policy.order {
             Order::Utilization => util.then(occupation),
             Order::Occupation => occupation.then(util),
         };
-        first.then_with(|| {
-            (&sa.spec.node, &sa.spec.device, sa.spec.slot).cmp(&(
-                &sb.spec.node,
-                &sb.spec.device,
-                sb.spec.slot,
-            ))
-        })
+        first
+            .then_with(|| {
+                let (sa, sb) = (&self.get(a).unwrap().spec, &self.get(b).unwrap().spec);
+                (&sa.node, &sa.device, sa.slot).cmp(&(&sb.node, &sb.device, sb.slot))
+            })
+            .is_lt()
+    }
+
+    /// The filters of steps 1 and 2 that every candidate passes.
+    fn eligible(&self, idx: SlotIdx, req: &Request<'_>, ceiling: u32, query: bool) -> bool {
+        let hot = &self.hot[idx as usize];
+        hot.usable()
+            && hot.effective_units() <= ceiling
+            && (req.exclude.is_empty() || !req.exclude.contains(&idx))
+            && (!query || self.get(idx).expect("live").matches_query(req))
     }
 
     /// Where one more instance for `req` goes (steps 1–6). Pure: changes nothing.
     pub fn allocate(&self, req: &Request<'_>, policy: &Policy) -> Decision {
+        let ceiling = to_units(policy.ceiling);
+        let query = req.backend.is_some() || req.vendor.is_some() || req.node.is_some();
         // Steps 1–4 over the slots holding the accelerator: the best of them, if any
         // passes the filters, is the first slot of the whole order.
         let mut best: Option<SlotIdx> = None;
         for &idx in self.holders(req.accelerator) {
-            let slot = self.get(idx).expect("holders are live");
-            if !slot.matches(req, policy, idx) || req.hash.is_some_and(|h| *slot.spec.hash != *h) {
+            if !self.eligible(idx, req, ceiling, query)
+                || req
+                    .hash
+                    .is_some_and(|h| *self.get(idx).expect("live").spec.hash != *h)
+            {
                 continue;
             }
-            if best.map_or(true, |b| self.cmp(policy, idx, b) == Ordering::Less) {
+            if best.map_or(true, |b| self.before(policy, idx, b)) {
                 best = Some(idx);
             }
         }
@@ -414,26 +516,23 @@ impl Inventory {
         if req.reconfigure == Reconfigure::Never {
             return Decision::NoDevice;
         }
-        // Step 5. Spare capacity per accelerator, summed afresh so the inequality is
-        // exact for exactly representable utilisations.
-        let mut spare = vec![0.0f64; self.accels.len()];
-        for (_, slot) in self.iter() {
-            spare[slot.accel as usize] += slot.spare();
-        }
+        // Step 5: the first slot in order whose load the other slots holding its
+        // accelerator can take over.
         let mut best: Option<SlotIdx> = None;
-        for (idx, slot) in self.iter() {
-            if !slot.matches(req, policy, idx)
-                || !slot.can_hold(req.accelerator)
-                || (req.reconfigure == Reconfigure::EmptyOnly && slot.instances > 0)
+        for (i, hot) in self.hot.iter().enumerate() {
+            let idx = i as SlotIdx;
+            if !hot.usable()
+                || (req.reconfigure == Reconfigure::EmptyOnly && hot.instances > 0)
+                || best.is_some_and(|b| !self.before(policy, idx, b))
+                || !self.eligible(idx, req, ceiling, query)
+                || (hot.flags & HAS_CATALOG != 0
+                    && !self.get(idx).expect("live").can_hold(req.accelerator))
             {
                 continue;
             }
-            if best.is_some_and(|b| self.cmp(policy, idx, b) != Ordering::Less) {
-                continue;
-            }
-            let load = slot.effective_utilization();
-            let others = spare[slot.accel as usize] - slot.spare();
-            if load == 0.0 || others + REDISTRIBUTION_EPSILON >= load {
+            let load = hot.effective_units() as i64;
+            let others = self.accels[hot.accel as usize].spare - hot.spare();
+            if load == 0 || others >= load {
                 best = Some(idx);
             }
         }
@@ -443,13 +542,27 @@ impl Inventory {
         }
     }
 
-    /// Checks the index against the slots (tests and debug assertions).
+    /// Checks the indexes against the slots (tests and debug assertions).
     pub fn check_consistency(&self) {
+        let mut spare = vec![0i64; self.accels.len()];
         for (idx, slot) in self.iter() {
-            let entry = &self.accels[slot.accel as usize];
+            let hot = &self.hot[idx as usize];
+            let entry = &self.accels[hot.accel as usize];
             assert_eq!(*entry.name, *slot.spec.accelerator);
             assert!(entry.holders.contains(&idx));
             assert_eq!(self.find(&slot.spec.node, slot.spec.slot), Some(idx));
+            assert_eq!(hot.instances, slot.instances);
+            assert_eq!(hot.units, to_units(slot.utilization));
+            assert_eq!(hot.flags & READY != 0, slot.ready);
+            assert_eq!(hot.flags & RECONFIGURING != 0, slot.reconfiguring);
+            assert_eq!(hot.flags & RELEASED != 0, slot.released);
+            spare[hot.accel as usize] += hot.spare();
+        }
+        for &a in self.accel_ids.values() {
+            assert_eq!(
+                self.accels[a as usize].spare, spare[a as usize],
+                "spare of {a}"
+            );
         }
         let holders: usize = self
             .accel_ids

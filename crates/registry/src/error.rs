@@ -52,6 +52,16 @@ impl ApiError {
         ApiError::new(409, "NO_DEVICE", message)
     }
 
+    /// 503 from the resolver: no ready node hosts the accelerator (a state that
+    /// passes, hence 503 and not 404, with the code that says why).
+    pub fn not_hosted(accelerator: &str) -> ApiError {
+        ApiError::new(
+            503,
+            "NO_DEVICE",
+            format!("no ready node hosts accelerator {accelerator}"),
+        )
+    }
+
     /// 413: a body over the configured bound.
     pub fn too_large(limit: usize) -> ApiError {
         ApiError::new(

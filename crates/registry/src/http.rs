@@ -342,18 +342,7 @@ async fn resolve(
 ) -> Answer {
     name("accelerator", &accelerator)?;
     let Some(node) = app.registry.resolve(&accelerator).await else {
-        let mut response =
-            ApiError::unavailable(format!("no ready node hosts accelerator {accelerator}"))
-                .into_response();
-        // Same status, but the code says why: nothing hosts it (not an overload).
-        *response.body_mut() = axum::body::Body::from(
-            json!({
-                "error": format!("no ready node hosts accelerator {accelerator}"),
-                "code": "NO_DEVICE",
-            })
-            .to_string(),
-        );
-        return Ok(response);
+        return Err(ApiError::not_hosted(&accelerator));
     };
     let mut location = format!("http://{node}/v1/fn/{accelerator}");
     if let Some(q) = query.filter(|q| !q.is_empty()) {

@@ -356,7 +356,10 @@ impl Registry {
                         .allocation(AllocResult::Reconfigured, started.elapsed().as_secs_f64());
                     return Ok(idx);
                 }
-                Ok(None) => how.exclude.push(idx),
+                // The slot left (its node re-registered without it, or the state was
+                // reloaded): its index may name another slot now, so nothing is
+                // excluded; the attempts stay bounded.
+                Ok(None) => {}
                 Err(why) => {
                     failures.push(why);
                     how.exclude.push(idx);
@@ -462,8 +465,8 @@ impl Registry {
     }
 
     /// Records the node's answer to a reconfiguration: `Ok(Some(slot))` when the
-    /// instance is bound to it, `Ok(None)` when the slot changed hands meanwhile,
-    /// `Err` with the node's reason when it refused.
+    /// instance is bound to it, `Ok(None)` when the slot or the instance went away
+    /// meanwhile, `Err` with the node's reason when it refused.
     async fn finish_reconfiguration(
         self: &Arc<Self>,
         id: &str,

@@ -25,6 +25,31 @@
 //!    (an idle slot always qualifies) — is to be reconfigured to `A`;
 //! 6. otherwise `NO_DEVICE`.
 //!
+//! ```
+//! use std::sync::Arc;
+//! use netaccel_registry::alloc::{Decision, Inventory, Policy, Request, SlotSpec};
+//!
+//! let slot = |id, accelerator: &str| SlotSpec {
+//!     node: Arc::from("node-a"),
+//!     device: Arc::from("cpu0"),
+//!     slot: id,
+//!     backend: Arc::from("cpu"),
+//!     vendor: Arc::from("netaccel"),
+//!     catalog: None,
+//!     accelerator: Arc::from(accelerator),
+//!     hash: Arc::from(""),
+//! };
+//! let mut inventory = Inventory::new();
+//! let sobel = inventory.insert(slot(0, "sobel"));
+//! let echo = inventory.insert(slot(1, "echo"));
+//! inventory.set_utilization(sobel, 0.5);
+//! let policy = Policy::default();
+//! // A slot holding the accelerator is shared, even when busier than an idle one...
+//! assert_eq!(inventory.allocate(&Request::new("sobel"), &policy), Decision::Bind(sobel));
+//! // ...and an idle slot is reconfigured for an accelerator nobody holds.
+//! assert_eq!(inventory.allocate(&Request::new("topk"), &policy), Decision::Reconfigure(echo));
+//! ```
+//!
 //! Cost: step 4 looks only at the slots holding `A` (an index kept per accelerator);
 //! step 5, the rare path that ends in a reconfiguration, scans every slot once, over
 //! packed 16-byte records, with the spare capacity of each accelerator kept up to date

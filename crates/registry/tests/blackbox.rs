@@ -907,3 +907,75 @@ fn the_page_shows_nodes_slots_and_instances_in_a_browser() {
     }
     assert!(dom.contains("2 nodes, 3 slots, 1 functions"), "{dom}");
 }
+
+/// Two real nodes, the test renewing their leases as their agent would: one is killed
+/// (SIGKILL); the instance bound to it learns of its new binding through its long poll
+/// and calls the other node successfully within about one lease.
+#[test]
+fn killing_a_node_rebinds_its_instance_to_a_live_one() {
+    let config = "[[slots]]\naccelerator = \"to_uppercase\"\n[[slots]]\naccelerator = \"echo\"\n";
+    let mut a = NodeProcess::start(config);
+    let b = NodeProcess::start(config);
+    let lease_ms = 1500;
+    let reg = RegistryProcess::start(&["--lease-ms", &lease_ms.to_string()]);
+    let renew = |name: &str, node: &NodeProcess| {
+        reg.put(&format!("/v1/nodes/{name}"), &node.registration())
+            .expect(200)
+    };
+    renew("a", &a);
+    renew("b", &b);
+    // Two instances: the first goes to a (the tie goes to the smaller name), the second
+    // to b (fewer instances).
+    let f = reg
+        .put(
+            "/v1/functions/up",
+            &json!({"accelerator": "to_uppercase", "instances": 2}),
+        )
+        .expect(200);
+    let on_a = f["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["node"] == "a")
+        .expect("an instance on a")
+        .clone();
+    let (id, generation) = (
+        on_a["id"].as_str().unwrap().to_string(),
+        on_a["generation"].as_u64().unwrap(),
+    );
+    let url = reg.url(&format!(
+        "/v1/functions/up/instances/{id}?after={generation}&wait_ms=10000"
+    ));
+    let poll = std::thread::spawn(move || {
+        let doc: Value = ureq::get(&url).call().unwrap().into_json().unwrap();
+        doc
+    });
+    renew("a", &a);
+    renew("b", &b);
+    let killed = Instant::now();
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    // b keeps renewing while the instance waits for its new binding.
+    while !poll.is_finished() {
+        assert!(killed.elapsed() < Duration::from_secs(10), "never rebound");
+        renew("b", &b);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let binding = poll.join().unwrap();
+    assert_eq!(binding["node"], "b", "{binding}");
+    assert!(binding["generation"].as_u64().unwrap() > generation);
+    let call = format!(
+        "http://{}/v1/fn/to_uppercase",
+        binding["http"].as_str().unwrap()
+    );
+    let (status, body) = curl(&["-X", "POST", "--data-binary", "moved", &call]);
+    assert_eq!((status, body.as_str()), (200, "MOVED"));
+    let recovered = killed.elapsed();
+    eprintln!("from SIGKILL to a successful call on the new binding: {recovered:?}");
+    // Lost one lease after its last renewal at most (plus a tenth for the expiry tick).
+    assert!(
+        recovered < Duration::from_millis(lease_ms + 60 + 500),
+        "{recovered:?}"
+    );
+    assert_eq!(reg.get("/v1/nodes").expect(200)[0]["state"], "lost");
+}

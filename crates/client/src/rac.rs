@@ -35,6 +35,8 @@ pub struct RacOutput {
 
 #[derive(Debug, Clone)]
 pub enum RacError {
+    /// No connection could be made to `addr` (nothing listening, unreachable, bad name).
+    Connect { addr: String, reason: String },
     /// The connection failed or closed before the result arrived.
     Transport(String),
     /// The node answered with a status other than `OK`.
@@ -48,6 +50,9 @@ pub enum RacError {
 impl fmt::Display for RacError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            RacError::Connect { addr, reason } => {
+                write!(f, "cannot connect to the RAC listener at {addr}: {reason}")
+            }
             RacError::Transport(m) => write!(f, "RAC connection: {m}"),
             RacError::Status {
                 status, message, ..
@@ -84,7 +89,10 @@ impl RacClient {
     pub async fn connect(addr: &str) -> Result<RacClient, RacError> {
         let stream = TcpStream::connect(addr)
             .await
-            .map_err(|e| RacError::Transport(format!("{addr}: {e}")))?;
+            .map_err(|e| RacError::Connect {
+                addr: addr.to_string(),
+                reason: e.to_string(),
+            })?;
         stream.set_nodelay(true).ok();
         let (read, write) = stream.into_split();
         let waiters: Waiters = Arc::default();

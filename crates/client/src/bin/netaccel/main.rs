@@ -3,27 +3,43 @@
 //! Exit codes: 0 success, 1 the node answered with an error, 2 bad usage or a local
 //! file problem, 3 the node could not be reached.
 
+mod table;
+
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use netaccel_client::rac::{RacClient, RacError};
-use netaccel_client::{CallOutput, ClientError, NodeClient};
+use netaccel_client::{base_url, CallOutput, ClientError, NodeClient};
+use table::Align;
+
+const EXIT_CODES: &str = "\
+Exit status: 0 success, 1 the node answered with an error, 2 bad usage or a local file
+problem, 3 the node could not be reached.
+
+Examples:
+  netaccel slots
+  printf abc | netaccel call to_uppercase
+  netaccel --node 10.0.0.7:8080 call topk -p k=3 -i values.bin -o top.bin
+  netaccel call to_uppercase --rac 10.0.0.7:9400 < in.txt";
 
 #[derive(Parser, Debug)]
 #[command(
     name = "netaccel",
     version,
-    about = "Call accelerators on a netaccel node"
+    about = "Call accelerators on a netaccel node",
+    after_help = EXIT_CODES
 )]
 struct Cli {
-    /// Node base URL.
+    /// The node's HTTP API: HOST:PORT or http://HOST:PORT.
     #[arg(
         long,
         global = true,
         env = "NETACCEL_NODE",
-        default_value = "http://127.0.0.1:8080"
+        default_value = "http://127.0.0.1:8080",
+        value_name = "ADDR",
+        value_parser = base_url
     )]
     node: String,
     #[command(subcommand)]
@@ -55,22 +71,25 @@ enum Command {
         #[arg(long, value_name = "HOST:PORT")]
         rac: Option<String>,
     },
-    /// List the node's accelerators.
+    /// List the node's accelerators: id, name, parameters and the slots hosting each.
     Accelerators {
-        /// Print the raw JSON.
+        /// Print the node's JSON document (GET /v1/accelerators) instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// List the node's slots.
+    /// List the node's slots: what each holds, its state, queue depth and utilisation.
     Slots {
+        /// Print the node's JSON document (GET /v1/slots) instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Load an accelerator into a slot (runtime reconfiguration).
     Load {
+        /// The slot's id (see `netaccel slots`).
         slot: u16,
+        /// The accelerator to load (see `netaccel accelerators`).
         name: String,
-        /// Admin token, if the node has one.
+        /// Admin token, when the node has one (`admin_token` in its configuration).
         #[arg(long, env = "NETACCEL_TOKEN")]
         token: Option<String>,
     },
@@ -78,7 +97,10 @@ enum Command {
 
 enum Failure {
     Usage(String),
+    /// The node answered with an error.
     Client(ClientError),
+    /// The node could not be reached, or the exchange broke off: what failed, where.
+    Unreachable(String),
 }
 
 impl From<ClientError> for Failure {
@@ -100,8 +122,16 @@ fn main() -> ExitCode {
             eprintln!("netaccel: {e}");
             ExitCode::from(1)
         }
-        Err(Failure::Client(e)) => {
-            eprintln!("netaccel: {e} (is a node running at {}?)", cli.node);
+        Err(Failure::Client(ClientError::Transport(m))) => {
+            eprintln!(
+                "netaccel: cannot reach the node's HTTP API at {}: {m} (is a node listening there? \
+                 --node or NETACCEL_NODE chooses another)",
+                cli.node
+            );
+            ExitCode::from(3)
+        }
+        Err(Failure::Unreachable(m)) => {
+            eprintln!("netaccel: {m}");
             ExitCode::from(3)
         }
     }
@@ -149,7 +179,7 @@ fn run(client: &NodeClient, command: Command) -> Result<(), Failure> {
                 println!("{doc}");
                 return Ok(());
             }
-            println!("{:>4}  {:<14} {:<24} slots", "id", "name", "params");
+            let mut rows = Vec::new();
             for a in doc.as_array().into_iter().flatten() {
                 let params: Vec<String> = a["params"]
                     .as_array()
@@ -169,18 +199,20 @@ fn run(client: &NodeClient, command: Command) -> Result<(), Failure> {
                     .flatten()
                     .map(|s| s.to_string())
                     .collect();
-                println!(
-                    "{:>4}  {:<14} {:<24} {}",
-                    a["id"],
-                    a["name"].as_str().unwrap_or("?"),
-                    params.join(","),
-                    if slots.is_empty() {
-                        "-".to_string()
-                    } else {
-                        slots.join(",")
-                    }
-                );
+                rows.push(vec![
+                    a["id"].to_string(),
+                    a["name"].as_str().unwrap_or("?").to_string(),
+                    dash_if_empty(params.join(",")),
+                    dash_if_empty(slots.join(",")),
+                ]);
             }
+            let headers = [
+                ("id", Align::Right),
+                ("name", Align::Left),
+                ("params", Align::Left),
+                ("slots", Align::Left),
+            ];
+            print!("{}", table::render(&headers, &rows));
             Ok(())
         }
         Command::Slots { json } => {
@@ -189,21 +221,30 @@ fn run(client: &NodeClient, command: Command) -> Result<(), Failure> {
                 println!("{doc}");
                 return Ok(());
             }
-            println!(
-                "{:>4}  {:<6} {:<14} {:<14} {:>5}  busy",
-                "slot", "device", "accelerator", "state", "queue"
-            );
-            for s in doc.as_array().into_iter().flatten() {
-                println!(
-                    "{:>4}  {:<6} {:<14} {:<14} {:>5}  {:.1}%",
-                    s["id"],
-                    s["device"].as_str().unwrap_or("?"),
-                    s["accelerator"].as_str().unwrap_or("?"),
-                    s["state"].as_str().unwrap_or("?"),
-                    s["queue_depth"],
-                    s["busy_ratio"].as_f64().unwrap_or(0.0) * 100.0
-                );
-            }
+            let rows: Vec<Vec<String>> = doc
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| {
+                    vec![
+                        s["id"].to_string(),
+                        s["device"].as_str().unwrap_or("?").to_string(),
+                        s["accelerator"].as_str().unwrap_or("?").to_string(),
+                        s["state"].as_str().unwrap_or("?").to_string(),
+                        s["queue_depth"].to_string(),
+                        format!("{:.1}%", s["busy_ratio"].as_f64().unwrap_or(0.0) * 100.0),
+                    ]
+                })
+                .collect();
+            let headers = [
+                ("slot", Align::Right),
+                ("device", Align::Left),
+                ("accelerator", Align::Left),
+                ("state", Align::Left),
+                ("queue", Align::Right),
+                ("busy", Align::Right),
+            ];
+            print!("{}", table::render(&headers, &rows));
             Ok(())
         }
         Command::Load { slot, name, token } => {
@@ -216,6 +257,14 @@ fn run(client: &NodeClient, command: Command) -> Result<(), Failure> {
             );
             Ok(())
         }
+    }
+}
+
+fn dash_if_empty(s: String) -> String {
+    if s.is_empty() {
+        "-".to_string()
+    } else {
+        s
     }
 }
 
@@ -247,11 +296,13 @@ fn call_rac(
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let client = RacClient::connect(addr).await.map_err(rac_failure)?;
+        let client = RacClient::connect(addr)
+            .await
+            .map_err(|e| rac_failure(addr, e))?;
         let out = client
             .call(d.id, block, payload, deadline_us.unwrap_or(0))
             .await
-            .map_err(rac_failure)?;
+            .map_err(|e| rac_failure(addr, e))?;
         Ok(CallOutput {
             output: out.payload,
             queue_ns: out.header.queue_ns,
@@ -261,9 +312,14 @@ fn call_rac(
     })
 }
 
-fn rac_failure(e: RacError) -> Failure {
+/// A RAC failure says what failed on which address; it never points at the HTTP API,
+/// which a `--rac` call does not use.
+fn rac_failure(addr: &str, e: RacError) -> Failure {
     match e {
-        RacError::Transport(m) => Failure::Client(ClientError::Transport(m)),
+        e @ RacError::Connect { .. } => Failure::Unreachable(e.to_string()),
+        RacError::Transport(m) => {
+            Failure::Unreachable(format!("RAC call to {addr} broke off: {m}"))
+        }
         RacError::Status {
             status, message, ..
         } => Failure::Client(ClientError::Node {

@@ -1,0 +1,97 @@
+//! `netaccel-registry`: the cluster's control plane (BlastFunction's Accelerators
+//! Registry).
+//!
+//! It knows every node, device and slot, what each slot holds and how busy it is. It
+//! places function instances on slots so that devices are shared at high utilisation
+//! without overload ([`alloc`], the allocation algorithm as a pure function), asks a
+//! node to reconfigure a slot when no compatible one has room ([`nodeadmin`]), migrates
+//! the instances a reconfiguration or a lost node displaces ([`registry`]), and keeps
+//! doing so as nodes come and go ([`reconcile`]). It is never on the data path:
+//! clients call nodes directly, at the addresses their binding names.
+//!
+//! Layers, from the bottom: [`model`] (records and request bodies, validated),
+//! [`alloc`] (no I/O), [`state`] (records + indexes, changed by transactions),
+//! [`store`] (where records live; compare-and-set commits), [`registry`] and [`ops`]
+//! (transactions, allocation with its I/O, long polls), [`http`] (the routes).
+//!
+//! What it does not do: run accelerators (the node), speak RAC, or decide anything a
+//! node can observe better (busy ratios come from the nodes).
+
+pub mod alloc;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod model;
+pub mod nodeadmin;
+pub mod ops;
+pub mod reconcile;
+pub mod registry;
+pub mod state;
+pub mod store;
+
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+pub use config::{Args, Config};
+pub use registry::Registry;
+
+/// How long requests in progress may take to finish after a shutdown signal.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Requests in progress beyond the long polls (see [`http::App::in_flight`]).
+const REQUESTS_BEYOND_LONG_POLLS: usize = 1024;
+
+/// Builds the registry with the in-memory store and the HTTP node admin, starts its
+/// reconcile loops and serves the API on `listener` until `shutdown` resolves.
+pub async fn serve(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let store = Arc::new(store::MemoryStore::new());
+    let admin = Arc::new(nodeadmin::HttpNodeAdmin::new(
+        config.node_token.clone(),
+        config.reconfigure_timeout,
+    ));
+    let in_flight = Arc::new(Semaphore::new(
+        config.long_polls_max + REQUESTS_BEYOND_LONG_POLLS,
+    ));
+    let registry = Registry::new(config, store, admin)
+        .await
+        .map_err(|e| e.to_string())?;
+    registry.spawn_reconcilers();
+    let app = http::router(http::App {
+        registry,
+        in_flight,
+    });
+    // On shutdown the server stops accepting and lets requests in progress finish,
+    // but a long poll may wait a minute: past SHUTDOWN_GRACE the process ends anyway
+    // (its clients simply poll again, elsewhere or later).
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        let _ = stopping.send(());
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    tokio::select! {
+        result = server.into_future() => result.map_err(|e| format!("serving: {e}")),
+        _ = async {
+            match stopped.await {
+                Ok(()) => tokio::time::sleep(SHUTDOWN_GRACE).await,
+                Err(_) => std::future::pending().await,
+            }
+        } => Ok(()),
+    }
+}
+
+/// Binds `addr`, with a sentence naming it when that fails.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))
+}

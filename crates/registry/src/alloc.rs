@@ -189,13 +189,13 @@ impl SlotView {
         self.spec
             .catalog
             .as_ref()
-            .map_or(true, |c| c.iter().any(|a| a == accelerator))
+            .is_none_or(|c| c.iter().any(|a| a == accelerator))
     }
 
     fn matches_query(&self, req: &Request<'_>) -> bool {
-        req.backend.map_or(true, |b| *self.spec.backend == *b)
-            && req.vendor.map_or(true, |v| *self.spec.vendor == *v)
-            && req.node.map_or(true, |n| *self.spec.node == *n)
+        req.backend.is_none_or(|b| *self.spec.backend == *b)
+            && req.vendor.is_none_or(|v| *self.spec.vendor == *v)
+            && req.node.is_none_or(|n| *self.spec.node == *n)
     }
 }
 
@@ -531,7 +531,7 @@ impl Inventory {
             {
                 continue;
             }
-            if best.map_or(true, |b| self.before(policy, idx, b)) {
+            if best.is_none_or(|b| self.before(policy, idx, b)) {
                 best = Some(idx);
             }
         }

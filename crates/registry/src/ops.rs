@@ -274,7 +274,7 @@ impl Registry {
 
     pub async fn delete_instance(&self, function: &str, id: &str) -> Result<(), ApiError> {
         let mut st = self.lock().await;
-        if st.instance(id).map_or(true, |i| i.function != function) {
+        if st.instance(id).is_none_or(|i| i.function != function) {
             return Err(ApiError::not_found(format!(
                 "function {function} has no instance {id}"
             )));

@@ -408,12 +408,7 @@ impl Registry {
         let policy = self.config.policy;
         let mut decision = Decision::NoDevice;
         if let Some(preferred) = &how.preferred {
-            if function
-                .query
-                .node
-                .as_ref()
-                .map_or(true, |n| n == preferred)
-            {
+            if function.query.node.as_ref().is_none_or(|n| n == preferred) {
                 let mut req = st.request(&function, &exclude, how.reconfigure);
                 req.node = Some(preferred);
                 decision = st.inventory.allocate(&req, &policy);

@@ -843,7 +843,8 @@ fn sigterm_ends_the_registry_even_with_a_long_poll_waiting() {
 
 /// The page as a browser renders it: headless Chromium runs its script against the
 /// registry and the DOM must show every node, slot and bound instance. Skipped, with
-/// a message, where Chromium is not installed (Debian: `apt-get install chromium`).
+/// a message, where Chromium is not installed (Debian: `apt-get install chromium`);
+/// in CI (`CI=true`) a missing Chromium is a failure.
 #[test]
 fn the_page_shows_nodes_slots_and_instances_in_a_browser() {
     let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|b| {
@@ -854,6 +855,10 @@ fn the_page_shows_nodes_slots_and_instances_in_a_browser() {
             .status()
             .is_ok_and(|s| s.success())
     }) else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "no chromium installed; CI needs it (Debian: apt-get install chromium)"
+        );
         eprintln!("SKIP: no chromium installed");
         return;
     };

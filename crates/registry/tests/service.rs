@@ -137,15 +137,11 @@ async fn check(reg: &Registry) {
             f.query
                 .backend
                 .as_ref()
-                .map_or(true, |b| **b == *slot.spec.backend),
+                .is_none_or(|b| **b == *slot.spec.backend),
             "{} bound to an incompatible slot",
             instance.id
         );
-        assert!(f
-            .query
-            .node
-            .as_ref()
-            .map_or(true, |n| **n == *slot.spec.node));
+        assert!(f.query.node.as_ref().is_none_or(|n| **n == *slot.spec.node));
     }
 }
 

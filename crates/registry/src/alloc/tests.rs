@@ -343,13 +343,13 @@ mod oracle {
             s.ready
                 && !s.reconfiguring
                 && s.effective_utilization() <= policy.ceiling
-                && req.backend.map_or(true, |b| *s.spec.backend == *b)
-                && req.vendor.map_or(true, |v| *s.spec.vendor == *v)
-                && req.node.map_or(true, |n| *s.spec.node == *n)
+                && req.backend.is_none_or(|b| *s.spec.backend == *b)
+                && req.vendor.is_none_or(|v| *s.spec.vendor == *v)
+                && req.node.is_none_or(|n| *s.spec.node == *n)
                 && !req.exclude.contains(&i)
         };
         let holds = |s: &SlotView| {
-            *s.spec.accelerator == *req.accelerator && req.hash.map_or(true, |h| *s.spec.hash == *h)
+            *s.spec.accelerator == *req.accelerator && req.hash.is_none_or(|h| *s.spec.hash == *h)
         };
         let mut order: Vec<(SlotIdx, &SlotView)> =
             inv.iter().filter(|(i, s)| compatible(*i, s)).collect();
@@ -383,7 +383,7 @@ mod oracle {
                 .spec
                 .catalog
                 .as_ref()
-                .map_or(true, |c| c.iter().any(|a| a == req.accelerator));
+                .is_none_or(|c| c.iter().any(|a| a == req.accelerator));
             if !catalog_ok || (req.reconfigure == Reconfigure::EmptyOnly && d.instances > 0) {
                 continue;
             }
@@ -519,8 +519,8 @@ mod oracle {
             if let Decision::Bind(i) | Decision::Reconfigure(i) = got {
                 let s = inv.get(i).unwrap();
                 prop_assert!(s.ready && !s.reconfiguring);
-                prop_assert!(req.backend.map_or(true, |b| *s.spec.backend == *b));
-                prop_assert!(req.node.map_or(true, |n| *s.spec.node == *n));
+                prop_assert!(req.backend.is_none_or(|b| *s.spec.backend == *b));
+                prop_assert!(req.node.is_none_or(|n| *s.spec.node == *n));
             }
         }
     }

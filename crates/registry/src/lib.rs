@@ -20,6 +20,8 @@
 pub mod alloc;
 pub mod config;
 pub mod error;
+pub mod etcd;
+pub mod ha;
 pub mod http;
 pub mod metrics;
 pub mod model;
@@ -46,14 +48,14 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Requests in progress beyond the long polls (see [`http::App::in_flight`]).
 const REQUESTS_BEYOND_LONG_POLLS: usize = 1024;
 
-/// Builds the registry with the in-memory store and the HTTP node admin, starts its
-/// reconcile loops and serves the API on `listener` until `shutdown` resolves.
+/// Builds the registry with its store (memory, or etcd with an election among the
+/// replicas) and the HTTP node admin, starts its reconcile loops and serves the API on
+/// `listener` until `shutdown` resolves.
 pub async fn serve(
     config: Config,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let store = Arc::new(store::MemoryStore::new());
     let admin = Arc::new(nodeadmin::HttpNodeAdmin::new(
         config.node_token.clone(),
         config.reconfigure_timeout,
@@ -61,9 +63,33 @@ pub async fn serve(
     let in_flight = Arc::new(Semaphore::new(
         config.long_polls_max + REQUESTS_BEYOND_LONG_POLLS,
     ));
-    let registry = Registry::new(config, store, admin)
-        .await
-        .map_err(|e| e.to_string())?;
+    let registry = match config.store.clone() {
+        config::StoreConfig::Memory => {
+            Registry::new(config, Arc::new(store::MemoryStore::new()), admin)
+                .await
+                .map_err(|e| e.to_string())?
+        }
+        config::StoreConfig::Etcd {
+            endpoints,
+            prefix,
+            election_ttl,
+            advertise,
+        } => {
+            let advertise = match advertise {
+                Some(url) => url,
+                None => format!(
+                    "http://{}",
+                    listener.local_addr().map_err(|e| e.to_string())?
+                ),
+            };
+            let store = Arc::new(etcd::EtcdStore::connect(endpoints, prefix).await?);
+            let registry = Registry::new_follower(config, store.clone(), admin)
+                .await
+                .map_err(|e| e.to_string())?;
+            ha::spawn(registry.clone(), store, advertise, election_ttl);
+            registry
+        }
+    };
     registry.spawn_reconcilers();
     let app = http::router(http::App {
         registry,

@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod model;
 pub mod nodeadmin;
 pub mod ops;
+pub mod prometheus;
 pub mod reconcile;
 pub mod registry;
 pub mod state;
@@ -91,6 +92,9 @@ pub async fn serve(
         }
     };
     registry.spawn_reconcilers();
+    if let Some(prometheus) = registry.config.prometheus.clone() {
+        prometheus::spawn(registry.clone(), prometheus);
+    }
     let app = http::router(http::App {
         registry,
         in_flight,

@@ -248,20 +248,23 @@ fn three_replicas_one_leader_failover_keeps_every_binding() {
         );
     }
 
-    // A write to a follower is refused with the leader's URL.
+    // A write to a follower is refused with the leader's URL (once the follower has
+    // read who leads: it polls the election every 200 ms).
     let follower = &replicas[followers[0]];
-    let (status, body, location) = follower.call(
-        "PUT",
-        "/v1/functions/more",
-        Some(&json!({"accelerator": "echo", "hash": null,
-            "query": {"backend": null, "vendor": null, "node": null}, "instances": 1})),
-    );
-    assert_eq!(status, 503, "{body}");
-    assert_eq!(body["code"], "NOT_LEADER", "{body}");
-    assert_eq!(
-        location.as_deref(),
-        Some(format!("{}/v1/functions/more", lead.base).as_str())
-    );
+    let spec = json!({"accelerator": "echo", "hash": null,
+        "query": {"backend": null, "vendor": null, "node": null}, "instances": 1});
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, body, location) = follower.call("PUT", "/v1/functions/more", Some(&spec));
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["code"], "NOT_LEADER", "{body}");
+        if let Some(location) = location {
+            assert_eq!(location, format!("{}/v1/functions/more", lead.base));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no Location");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // Reads on a follower work.
     let (status, _, _) = follower.call("GET", "/v1/nodes", None);
     assert_eq!(status, 200);
@@ -285,8 +288,6 @@ fn three_replicas_one_leader_failover_keeps_every_binding() {
     assert_eq!(after, functions, "bindings changed across the failover");
 
     // The new leader writes; the other replica sends writers to it.
-    let spec = json!({"accelerator": "echo", "hash": null,
-        "query": {"backend": null, "vendor": null, "node": null}, "instances": 1});
     let (status, body, _) = lead.call("PUT", "/v1/functions/more", Some(&spec));
     assert_eq!(status, 200, "{body}");
     let other = &replicas[1 - new_leader];
@@ -302,4 +303,63 @@ fn three_replicas_one_leader_failover_keeps_every_binding() {
     }
     drop(dead);
     println!("test took {:?}", test_start.elapsed());
+}
+
+/// The store alone: commits are compare-and-set on the revision and need the
+/// election key (the fence) to exist.
+#[test]
+fn etcd_store_refuses_stale_and_unfenced_writers() {
+    use netaccel_registry::etcd::EtcdStore;
+    use netaccel_registry::model::Meta;
+    use netaccel_registry::store::{Change, Store, StoreError};
+
+    let etcd = Etcd::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let endpoints = vec![format!("http://{}", etcd.client)];
+        let store = EtcdStore::connect(endpoints, "t/".to_string())
+            .await
+            .unwrap();
+        let empty = store.load().await.unwrap();
+        assert_eq!(empty.revision, 0);
+        let meta = |n| [Change::PutMeta(Meta { next_instance: n })];
+        // No fence: not the leader.
+        assert!(matches!(
+            store.commit(0, &meta(1)).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        let mut client = store.client();
+        let fence = store.key("election/me");
+        client.put(fence.as_str(), "x", None).await.unwrap();
+        store.set_fence(Some(fence.clone().into_bytes()));
+        let r1 = store.commit(0, &meta(1)).await.unwrap();
+        assert!(r1 > 0);
+        let snap = store.load().await.unwrap();
+        assert_eq!((snap.revision, snap.meta.next_instance), (r1, 1));
+        // A writer still at revision 0 lost the race.
+        assert_eq!(
+            store.commit(0, &meta(2)).await,
+            Err(StoreError::Conflict {
+                expected: 0,
+                actual: r1
+            })
+        );
+        // Two changes of one key in one transaction: the last counts.
+        let twice = [
+            Change::PutMeta(Meta { next_instance: 3 }),
+            Change::PutMeta(Meta { next_instance: 4 }),
+        ];
+        let r2 = store.commit(r1, &twice).await.unwrap();
+        assert_eq!(store.load().await.unwrap().meta.next_instance, 4);
+        // The fence key gone (the lease ended): refused, though the revision matches.
+        client.delete(fence.as_str(), None).await.unwrap();
+        assert!(matches!(
+            store.commit(r2, &meta(5)).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        assert_eq!(store.load().await.unwrap().meta.next_instance, 4);
+    });
 }

@@ -14,8 +14,16 @@
 //! [`store`] (where records live; compare-and-set commits), [`registry`] and [`ops`]
 //! (transactions, allocation with its I/O, long polls), [`http`] (the routes).
 //!
-//! What it does not do: run accelerators (the node), speak RAC, or decide anything a
-//! node can observe better (busy ratios come from the nodes).
+//! Where the state lives: in memory ([`store::MemoryStore`], one registry), or in etcd
+//! ([`etcd::EtcdStore`]) shared by several replicas, one of which leads through an
+//! etcd election ([`ha`]): the leader writes and runs the loops, followers serve reads
+//! from a watched cache and send writers to the leader (`503 NOT_LEADER`). Slot
+//! utilisation comes from the nodes' lease reports or, with `--prometheus`, from a
+//! PromQL query ([`prometheus`]), the lease reports filling in what Prometheus does
+//! not know.
+//!
+//! What it does not do: run accelerators (the node), speak RAC, or measure load
+//! itself (busy ratios come from the nodes or from Prometheus scraping them).
 
 pub mod alloc;
 pub mod config;

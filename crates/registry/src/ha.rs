@@ -14,7 +14,7 @@
 //! Followers. A follower answers reads from its cache, which a watch on the records'
 //! prefix refreshes (plus a periodic reload, in case a watch event was missed while
 //! the watch was being re-established), and answers writes `503 NOT_LEADER` with the
-//! leader's URL, read from the election every [`LEADER_POLL`].
+//! leader's URL, read from the election every 200 ms.
 
 use std::sync::Arc;
 use std::time::Duration;

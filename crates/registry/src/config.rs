@@ -28,9 +28,36 @@ pub struct Args {
     /// HTTP listen address.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7400")]
     pub listen: SocketAddr,
-    /// Where state lives: `memory` (etcd://HOST:PORT,… comes with replication).
+    /// Where state lives: `memory` (one registry), or etcd://HOST:PORT[,HOST:PORT…]
+    /// (state in etcd; several replicas elect a leader, followers redirect writes).
     #[arg(long, value_name = "STORE", default_value = "memory")]
     pub store: String,
+    /// Keys in etcd go under this prefix (one prefix per registry cluster).
+    #[arg(long, value_name = "PREFIX", default_value = "netaccel-registry/")]
+    pub etcd_prefix: String,
+    /// With etcd: seconds a dead leader keeps the lead before another replica takes
+    /// over (the lease of the election).
+    #[arg(long, value_name = "S", default_value_t = 5)]
+    pub election_ttl_s: u64,
+    /// With etcd: the URL other replicas send writers to when this one leads
+    /// (default: http:// and the listen address).
+    #[arg(long, value_name = "URL")]
+    pub advertise: Option<String>,
+    /// Prometheus base URL: slot utilisation comes from PromQL instead of the busy
+    /// ratios nodes send with their lease (kept for slots Prometheus does not know).
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// PromQL instant query giving each slot's utilisation (0..1), by the labels
+    /// `node` and `slot`.
+    #[arg(
+        long,
+        value_name = "PROMQL",
+        default_value = "rate(netaccel_slot_busy_seconds_total[1m])"
+    )]
+    pub utilization_query: String,
+    /// How often Prometheus is queried.
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    pub prometheus_interval_ms: u64,
     /// Admin token: when set, every write needs `Authorization: Bearer TOKEN`.
     #[arg(long, value_name = "TOKEN", env = "NETACCEL_REGISTRY_TOKEN")]
     pub token: Option<String>,
@@ -91,10 +118,34 @@ pub struct Args {
     pub log_level: String,
 }
 
+/// Where the state lives.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreConfig {
+    Memory,
+    Etcd {
+        /// `http://HOST:PORT` for each endpoint.
+        endpoints: Vec<String>,
+        prefix: String,
+        election_ttl: Duration,
+        /// None: derived from the listen address once bound.
+        advertise: Option<String>,
+    },
+}
+
+/// Where utilisation comes from besides the nodes' leases.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrometheusConfig {
+    pub url: String,
+    pub query: String,
+    pub interval: Duration,
+}
+
 /// The validated configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
+    pub store: StoreConfig,
+    pub prometheus: Option<PrometheusConfig>,
     pub token: Option<String>,
     pub node_token: Option<String>,
     pub policy: Policy,
@@ -124,12 +175,49 @@ impl Default for Config {
 
 impl Args {
     pub fn into_config(self) -> Result<Config, String> {
-        if self.store != "memory" {
-            return Err(format!(
-                "--store {}: only `memory` is available in this version",
-                self.store
-            ));
-        }
+        let store = if self.store == "memory" {
+            StoreConfig::Memory
+        } else {
+            if self.election_ttl_s == 0 || self.election_ttl_s > 600 {
+                return Err(format!(
+                    "--election-ttl-s {} must be between 1 and 600",
+                    self.election_ttl_s
+                ));
+            }
+            if self.etcd_prefix.is_empty() {
+                return Err("--etcd-prefix must not be empty".to_string());
+            }
+            if let Some(url) = &self.advertise {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(format!("--advertise {url}: expected http://HOST:PORT"));
+                }
+            }
+            StoreConfig::Etcd {
+                endpoints: crate::etcd::parse_endpoints(&self.store)?,
+                prefix: self.etcd_prefix.clone(),
+                election_ttl: Duration::from_secs(self.election_ttl_s),
+                advertise: self.advertise.clone(),
+            }
+        };
+        let prometheus = match &self.prometheus {
+            None => None,
+            Some(url) => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(format!("--prometheus {url}: expected http://HOST:PORT"));
+                }
+                if self.utilization_query.trim().is_empty() {
+                    return Err("--utilization-query must not be empty".to_string());
+                }
+                if self.prometheus_interval_ms < 100 {
+                    return Err("--prometheus-interval-ms must be at least 100".to_string());
+                }
+                Some(PrometheusConfig {
+                    url: url.trim_end_matches('/').to_string(),
+                    query: self.utilization_query.clone(),
+                    interval: Duration::from_millis(self.prometheus_interval_ms),
+                })
+            }
+        };
         if !(self.ceiling > 0.0 && self.ceiling <= 1.0) {
             return Err(format!(
                 "--ceiling {} must be above 0 and at most 1",
@@ -170,6 +258,8 @@ impl Args {
         let ms = Duration::from_millis;
         Ok(Config {
             listen: self.listen,
+            store,
+            prometheus,
             node_token: self.node_token.or_else(|| self.token.clone()),
             token: self.token,
             policy: Policy {
@@ -226,7 +316,12 @@ mod tests {
             (&["--ceiling", "0"][..], "--ceiling"),
             (&["--lease-ms", "10"][..], "--lease-ms"),
             (&["--nodes-max", "0"][..], "--nodes-max"),
-            (&["--store", "etcd://127.0.0.1:2379"][..], "--store"),
+            (&["--store", "etcd://127.0.0.1"][..], "--store"),
+            (
+                &["--store", "etcd://h:1", "--election-ttl-s", "0"][..],
+                "--election-ttl-s",
+            ),
+            (&["--prometheus", "localhost:9090"][..], "--prometheus"),
             (&["--token", ""][..], "--token"),
         ] {
             let err = parse(args).unwrap_err();

@@ -8,6 +8,8 @@ pub struct ApiError {
     pub status: u16,
     pub code: &'static str,
     pub message: String,
+    /// For `NOT_LEADER`: the leader's URL, sent as `Location`.
+    pub location: Option<String>,
 }
 
 impl ApiError {
@@ -16,6 +18,20 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            location: None,
+        }
+    }
+
+    /// 503 from a follower asked to write: `leader` (its advertised URL, when known)
+    /// takes writes, and goes into `Location` with the request's path.
+    pub fn not_leader(leader: Option<String>) -> ApiError {
+        let message = match &leader {
+            Some(url) => format!("this registry replica does not lead; write to {url}"),
+            None => "this registry replica does not lead and no leader is elected yet".into(),
+        };
+        ApiError {
+            location: leader,
+            ..ApiError::new(503, "NOT_LEADER", message)
         }
     }
 

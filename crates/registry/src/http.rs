@@ -50,6 +50,9 @@ impl IntoResponse for ApiError {
         if self.status == 503 {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        if let Some(location) = self.location.and_then(|l| HeaderValue::from_str(&l).ok()) {
+            headers.insert(header::LOCATION, location);
+        }
         response
     }
 }
@@ -95,6 +98,17 @@ async fn guard(State(app): State<App>, request: Request, next: Next) -> Response
     let exempt = path.starts_with("/v1/fn/") || path == "/v1/reconfigurations";
     if write && !exempt && !admin(&app, request.headers()).unwrap_or(false) {
         return ApiError::unauthorized().into_response();
+    }
+    // Writes go to the leader (the resolver writes nothing: any replica answers it).
+    if write && !path.starts_with("/v1/fn/") && !app.registry.is_leader() {
+        let location = app.registry.leader_url().map(|url| {
+            let target = request
+                .uri()
+                .path_and_query()
+                .map_or(path, |pq| pq.as_str());
+            format!("{}{target}", url.trim_end_matches('/'))
+        });
+        return ApiError::not_leader(location).into_response();
     }
     next.run(request).await
 }

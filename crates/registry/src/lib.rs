@@ -14,17 +14,28 @@
 //! [`store`] (where records live; compare-and-set commits), [`registry`] and [`ops`]
 //! (transactions, allocation with its I/O, long polls), [`http`] (the routes).
 //!
-//! What it does not do: run accelerators (the node), speak RAC, or decide anything a
-//! node can observe better (busy ratios come from the nodes).
+//! Where the state lives: in memory ([`store::MemoryStore`], one registry), or in etcd
+//! ([`etcd::EtcdStore`]) shared by several replicas, one of which leads through an
+//! etcd election ([`ha`]): the leader writes and runs the loops, followers serve reads
+//! from a watched cache and send writers to the leader (`503 NOT_LEADER`). Slot
+//! utilisation comes from the nodes' lease reports or, with `--prometheus`, from a
+//! PromQL query ([`prometheus`]), the lease reports filling in what Prometheus does
+//! not know.
+//!
+//! What it does not do: run accelerators (the node), speak RAC, or measure load
+//! itself (busy ratios come from the nodes or from Prometheus scraping them).
 
 pub mod alloc;
 pub mod config;
 pub mod error;
+pub mod etcd;
+pub mod ha;
 pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod nodeadmin;
 pub mod ops;
+pub mod prometheus;
 pub mod reconcile;
 pub mod registry;
 pub mod state;
@@ -46,14 +57,14 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Requests in progress beyond the long polls (see [`http::App::in_flight`]).
 const REQUESTS_BEYOND_LONG_POLLS: usize = 1024;
 
-/// Builds the registry with the in-memory store and the HTTP node admin, starts its
-/// reconcile loops and serves the API on `listener` until `shutdown` resolves.
+/// Builds the registry with its store (memory, or etcd with an election among the
+/// replicas) and the HTTP node admin, starts its reconcile loops and serves the API on
+/// `listener` until `shutdown` resolves.
 pub async fn serve(
     config: Config,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let store = Arc::new(store::MemoryStore::new());
     let admin = Arc::new(nodeadmin::HttpNodeAdmin::new(
         config.node_token.clone(),
         config.reconfigure_timeout,
@@ -61,10 +72,37 @@ pub async fn serve(
     let in_flight = Arc::new(Semaphore::new(
         config.long_polls_max + REQUESTS_BEYOND_LONG_POLLS,
     ));
-    let registry = Registry::new(config, store, admin)
-        .await
-        .map_err(|e| e.to_string())?;
+    let registry = match config.store.clone() {
+        config::StoreConfig::Memory => {
+            Registry::new(config, Arc::new(store::MemoryStore::new()), admin)
+                .await
+                .map_err(|e| e.to_string())?
+        }
+        config::StoreConfig::Etcd {
+            endpoints,
+            prefix,
+            election_ttl,
+            advertise,
+        } => {
+            let advertise = match advertise {
+                Some(url) => url,
+                None => format!(
+                    "http://{}",
+                    listener.local_addr().map_err(|e| e.to_string())?
+                ),
+            };
+            let store = Arc::new(etcd::EtcdStore::connect(endpoints, prefix).await?);
+            let registry = Registry::new_follower(config, store.clone(), admin)
+                .await
+                .map_err(|e| e.to_string())?;
+            ha::spawn(registry.clone(), store, advertise, election_ttl);
+            registry
+        }
+    };
     registry.spawn_reconcilers();
+    if let Some(prometheus) = registry.config.prometheus.clone() {
+        prometheus::spawn(registry.clone(), prometheus);
+    }
     let app = http::router(http::App {
         registry,
         in_flight,

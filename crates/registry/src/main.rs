@@ -31,7 +31,8 @@ fn main() -> ExitCode {
         let listener = netaccel_registry::bind(config.listen).await?;
         tracing::info!(
             listen = %listener.local_addr().map_err(|e| e.to_string())?,
-            "netaccel-registry serving (store: memory)"
+            store = ?config.store,
+            "netaccel-registry serving"
         );
         netaccel_registry::serve(config, listener, shutdown_signal()).await
     });

@@ -160,6 +160,11 @@ impl Metrics {
     }
 
     /// The exposition text, with the gauges taken from `state`.
+    /// The leader gauge: 1 while this replica writes.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
     pub fn render(&self, state: &State, long_polls_waiting: usize) -> String {
         self.long_polls.set(long_polls_waiting as i64);
         let mut nodes = [0i64; 2];

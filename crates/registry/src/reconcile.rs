@@ -170,7 +170,10 @@ impl Registry {
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
-                registry.expire_leases(Instant::now()).await;
+                // Only the leader acts; a follower's cache follows the store.
+                if registry.is_leader() {
+                    registry.expire_leases(Instant::now()).await;
+                }
             }
         });
         let registry = self.clone();
@@ -181,7 +184,9 @@ impl Registry {
             interval.tick().await;
             loop {
                 interval.tick().await;
-                registry.rebalance(Instant::now()).await;
+                if registry.is_leader() {
+                    registry.rebalance(Instant::now()).await;
+                }
             }
         });
     }

@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
@@ -144,6 +144,11 @@ pub struct Registry {
     /// Background migrations running (tests wait for none).
     background: Arc<AtomicUsize>,
     pub metrics: Metrics,
+    /// Whether this replica writes: always with the memory store; with etcd, while it
+    /// holds the election (see `ha`). Followers serve reads from their cache.
+    leader: AtomicBool,
+    /// The advertised URL of the leader, for followers' `Location` (None: unknown).
+    leader_url: StdMutex<Option<String>>,
 }
 
 impl Registry {
@@ -154,10 +159,26 @@ impl Registry {
         store: Arc<dyn Store>,
         admin: Arc<dyn NodeAdmin>,
     ) -> Result<Arc<Registry>, StoreError> {
+        let registry = Registry::new_follower(config, store, admin).await?;
+        registry.become_leader().await?;
+        Ok(registry)
+    }
+
+    /// Loads the state from `store` without writing to it: a replica that does not
+    /// lead (yet). Its cache is refreshed with [`Registry::reload`].
+    pub async fn new_follower(
+        config: Config,
+        store: Arc<dyn Store>,
+        admin: Arc<dyn NodeAdmin>,
+    ) -> Result<Arc<Registry>, StoreError> {
         let snapshot = store.load().await?;
         let now = Instant::now();
-        let state = State::from_snapshot(snapshot, now, now + config.lease);
-        let registry = Arc::new(Registry {
+        let mut state = State::from_snapshot(snapshot, now, now + config.lease);
+        // Repairs are the leader's to write.
+        let _ = state.take_changes();
+        let metrics = Metrics::new();
+        metrics.set_leader(false);
+        Ok(Arc::new(Registry {
             long_polls: Semaphore::new(config.long_polls_max),
             config,
             state: Mutex::new(state),
@@ -167,15 +188,71 @@ impl Registry {
             next_op: AtomicU64::new(1),
             allocating: StdMutex::new(HashMap::new()),
             background: Arc::new(AtomicUsize::new(0)),
-            metrics: Metrics::new(),
-        });
-        let mut st = registry.state.lock().await;
-        registry
-            .commit(&mut st)
-            .await
-            .map_err(|e| StoreError::Unavailable(e.message))?;
-        drop(st);
-        Ok(registry)
+            metrics,
+            leader: AtomicBool::new(false),
+            leader_url: StdMutex::new(None),
+        }))
+    }
+
+    /// Takes over: reloads the state from the store (giving every ready node a fresh
+    /// lease, so none is declared lost for the time the replicas took to elect),
+    /// writes the repairs it finds, then writes and runs the loops from now on.
+    pub async fn become_leader(&self) -> Result<(), StoreError> {
+        let mut st = self.state.lock().await;
+        let snapshot = self.store.load().await?;
+        let now = Instant::now();
+        *st = State::from_snapshot(snapshot, now, now + self.config.lease);
+        self.leader.store(true, Ordering::SeqCst);
+        if let Err(e) = self.commit(&mut st).await {
+            self.leader.store(false, Ordering::SeqCst);
+            return Err(StoreError::Unavailable(e.message));
+        }
+        self.metrics.set_leader(true);
+        self.notify_all_watched(&st);
+        Ok(())
+    }
+
+    /// Stops writing (the election was lost); the cache is refreshed by the watch.
+    pub fn step_down(&self) {
+        self.leader.store(false, Ordering::SeqCst);
+        self.metrics.set_leader(false);
+    }
+
+    /// Whether this replica writes (see the `leader` field).
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+
+    /// The leader's advertised URL, as last seen in the election.
+    pub fn leader_url(&self) -> Option<String> {
+        self.leader_url.lock().expect("leader lock").clone()
+    }
+
+    pub fn set_leader_url(&self, url: Option<String>) {
+        *self.leader_url.lock().expect("leader lock") = url;
+    }
+
+    /// A follower's refresh: replaces the cache with the store's state when the store
+    /// moved on, and wakes the long polls, which answer if their instance changed.
+    pub async fn reload(&self) -> Result<(), StoreError> {
+        let snapshot = self.store.load().await?;
+        let mut st = self.state.lock().await;
+        if self.is_leader() || snapshot.revision == st.revision {
+            return Ok(());
+        }
+        let now = Instant::now();
+        *st = State::from_snapshot(snapshot, now, now + self.config.lease);
+        let _ = st.take_changes();
+        self.notify_all_watched(&st);
+        Ok(())
+    }
+
+    fn notify_all_watched(&self, st: &State) {
+        let watchers = self.watchers.lock().expect("watchers lock");
+        for (id, tx) in watchers.iter() {
+            let generation = st.instance(id).map_or(u64::MAX, |i| i.generation);
+            tx.send_replace(generation);
+        }
     }
 
     /// The state, for reading (and for transactions within this crate).
@@ -190,6 +267,15 @@ impl Registry {
         let (changes, touched) = st.take_changes();
         if changes.is_empty() {
             return Ok(());
+        }
+        if !self.is_leader() {
+            // A follower's cache may not change: reload it and refuse.
+            let now = Instant::now();
+            if let Ok(snapshot) = self.store.load().await {
+                *st = State::from_snapshot(snapshot, now, now + self.config.lease);
+                let _ = st.take_changes();
+            }
+            return Err(ApiError::not_leader(self.leader_url()));
         }
         match self.store.commit(st.revision, &changes).await {
             Ok(revision) => {

@@ -47,6 +47,9 @@ pub struct SlotSoft {
     pub unused_since: Option<Instant>,
     /// The rebalancer leaves the slot alone until then (it moved an instance off it).
     pub cooldown_until: Option<Instant>,
+    /// The slot's utilisation came from Prometheus and holds until then: the node's
+    /// lease reports do not overwrite it (see `prometheus`).
+    pub prometheus_until: Option<Instant>,
 }
 
 pub struct Function {
@@ -246,6 +249,37 @@ impl State {
             .unwrap_or_default()
     }
 
+    /// Sets the utilisation of each `(node, slot id, utilisation)` Prometheus named,
+    /// holding until `valid_until`; how many slots it set.
+    pub fn set_prometheus_utilization(
+        &mut self,
+        slots: &[(String, u32, f64)],
+        valid_until: Instant,
+    ) -> usize {
+        let mut applied = 0;
+        for (node, slot, utilization) in slots {
+            let Some(entry) = self.nodes.get(node) else {
+                continue;
+            };
+            let matching: Vec<SlotIdx> = entry
+                .slots
+                .iter()
+                .copied()
+                .filter(|&idx| {
+                    self.inventory
+                        .get(idx)
+                        .is_some_and(|v| v.spec.slot == *slot)
+                })
+                .collect();
+            for idx in matching {
+                self.inventory.set_utilization(idx, *utilization);
+                self.soft_mut(idx).prometheus_until = Some(valid_until);
+                applied += 1;
+            }
+        }
+        applied
+    }
+
     pub fn soft(&self, idx: SlotIdx) -> &SlotSoft {
         self.soft.get(&idx).expect("live slot")
     }
@@ -328,8 +362,11 @@ impl State {
             for s in &d.slots {
                 let idx = slots[k];
                 k += 1;
-                self.inventory.set_utilization(idx, s.busy_ratio);
-                self.soft_mut(idx).queue_depth = s.queue_depth;
+                let soft = self.soft_mut(idx);
+                soft.queue_depth = s.queue_depth;
+                if soft.prometheus_until.is_none_or(|t| t <= now) {
+                    self.inventory.set_utilization(idx, s.busy_ratio);
+                }
             }
         }
         upsert

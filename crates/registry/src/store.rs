@@ -8,9 +8,9 @@
 //! cache was built from (compare-and-set). A failed commit means another writer got
 //! there first (in a replicated setup: this replica is no longer the leader); the
 //! registry then reloads its cache from the store with [`Store::load`] and refuses the
-//! request. That is all an etcd store needs to provide — one transaction comparing a
-//! revision key and putting/deleting the changed keys — so it can be added without
-//! touching allocation or the routes.
+//! request. That is all the etcd store ([`crate::etcd`]) provides — one transaction
+//! comparing a revision key and putting/deleting the changed keys — so allocation and
+//! the routes do not know which store they run on.
 //!
 //! Soft state (lease deadlines, busy ratios, reconfigurations in flight) is not
 //! stored: nodes report it again within a third of a lease.

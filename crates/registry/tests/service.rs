@@ -917,3 +917,41 @@ mod random_sequences {
         }
     }
 }
+
+/// Prometheus's figure for a slot holds over the node's lease reports until it is
+/// stale; slots it does not name keep the lease reports.
+#[test]
+fn prometheus_utilisation_holds_over_lease_reports_until_stale() {
+    rt().block_on(async {
+        let reg = registry_with(config(), Arc::new(FakeAdmin::default())).await;
+        let lease = registration(1, "cpu", &[("sobel", 0.8), ("echo", 0.8)]);
+        reg.register_node("n1", &lease).await.unwrap();
+        let utilization = |st: &netaccel_registry::state::State| -> Vec<f64> {
+            let mut u: Vec<(u32, f64)> = st
+                .inventory
+                .iter()
+                .map(|(_, v)| (v.spec.slot, v.utilization))
+                .collect();
+            u.sort_by_key(|(slot, _)| *slot);
+            u.into_iter().map(|(_, u)| u).collect()
+        };
+        let holds = Duration::from_secs(60);
+        {
+            let mut st = reg.lock().await;
+            let from_prometheus = [("n1".to_string(), 0, 0.1), ("nobody".to_string(), 0, 0.5)];
+            let applied = st.set_prometheus_utilization(&from_prometheus, Instant::now() + holds);
+            assert_eq!(applied, 1);
+            assert_eq!(utilization(&st), vec![0.1, 0.8]);
+        }
+        // A renewal reporting 0.8 does not overwrite slot 0 while the figure holds.
+        reg.register_node("n1", &lease).await.unwrap();
+        assert_eq!(utilization(&*reg.lock().await), vec![0.1, 0.8]);
+        // Once it is stale, the lease report counts again.
+        let stale = [("n1".to_string(), 0, 0.1)];
+        reg.lock()
+            .await
+            .set_prometheus_utilization(&stale, Instant::now());
+        reg.register_node("n1", &lease).await.unwrap();
+        assert_eq!(utilization(&*reg.lock().await), vec![0.8, 0.8]);
+    });
+}

@@ -276,21 +276,8 @@ fn call_rac(
     payload: Vec<u8>,
     deadline_us: Option<u32>,
 ) -> Result<CallOutput, Failure> {
-    let catalog = accel::Catalog::builtin();
-    let accel = catalog.by_name(name).ok_or_else(|| {
-        Failure::Usage(format!(
-            "{name} is not a built-in accelerator; RAC calls need its id"
-        ))
-    })?;
-    let d = accel.descriptor();
-    let block = accel::params_from_pairs(
-        &d.params,
-        params.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-    )
-    .map_err(|e| Failure::Usage(e.to_string()))?;
-    accel
-        .check(&block, Some(payload.len()))
-        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let (id, block) =
+        netaccel_client::rac::builtin_call(name, params, payload.len()).map_err(Failure::Usage)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -300,7 +287,7 @@ fn call_rac(
             .await
             .map_err(|e| rac_failure(addr, e))?;
         let out = client
-            .call(d.id, block, payload, deadline_us.unwrap_or(0))
+            .call(id, block, payload, deadline_us.unwrap_or(0))
             .await
             .map_err(|e| rac_failure(addr, e))?;
         Ok(CallOutput {

@@ -31,6 +31,9 @@ from .rac import RacError, Status
 
 #: Longest long poll the watcher asks for: a closed client's thread ends within it.
 WATCH_WAIT_MS = 5_000
+#: Longest wait of one long poll while rebinding (the registry's default bound; it
+#: refuses longer ones): a longer ``rebind_wait`` polls again.
+REBIND_POLL_WAIT_MAX = 60.0
 #: Pause after a failed poll, so an unreachable registry is not asked in a loop.
 WATCH_RETRY_PAUSE = 0.5
 #: Largest registry answer read (a ``GET /v1/nodes`` of a big cluster fits).
@@ -255,7 +258,7 @@ class BoundClient:
                     f"{stale.node} within {self.rebind_wait} s{why}"
                 ) from cause
             try:
-                polled = self.registry.instance(self.function, stale.id, after=seen, wait=left)
+                polled = self.registry.instance(self.function, stale.id, after=seen, wait=min(left, REBIND_POLL_WAIT_MAX))
             except RegistryError as e:
                 if e.status != 404:
                     raise

@@ -11,6 +11,17 @@
 //! to give the instance a new binding and retries once on it. Anything else, and a
 //! second failure, is returned as it is: a call either returns what the function's
 //! accelerator computed or fails, never something else.
+//!
+//! ```no_run
+//! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use netaccel_client::registry::{Bound, BoundOptions, RegistryClient, Via};
+//! let registry = RegistryClient::new("http://127.0.0.1:7400", None);
+//! let options = BoundOptions { via: Via::Rac, ..BoundOptions::default() };
+//! let mut shout = Bound::bind(registry, "shout", options)?;
+//! assert_eq!(shout.call(&[], b"hello", None)?.output, b"HELLO");
+//! shout.release()?;
+//! # Ok(()) }
+//! ```
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +36,10 @@ use crate::{CallOutput, ClientError, NodeClient};
 /// Longest `wait_ms` the watcher asks for: short enough that a dropped [`Bound`]'s
 /// thread ends soon after, long enough that an idle caller costs the registry little.
 const WATCH_WAIT_MS: u64 = 5_000;
+/// Longest wait of one long poll while rebinding: the registry's default bound
+/// (`--long-poll-wait-ms-max`), which refuses longer ones; a longer `rebind_wait` polls
+/// again.
+const REBIND_POLL_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Pause after a failed poll (registry restarting, a follower), so the watcher never spins.
 const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(500);
 
@@ -469,10 +484,11 @@ impl Bound {
                     ),
                 });
             }
-            let polled = match self
-                .registry
-                .instance(&self.function, &stale.id, Some((seen, left)))
-            {
+            let polled = match self.registry.instance(
+                &self.function,
+                &stale.id,
+                Some((seen, left.min(REBIND_POLL_WAIT_MAX))),
+            ) {
                 Err(RegistryError::Answer {
                     http_status: 404, ..
                 }) => self
@@ -596,5 +612,46 @@ fn watch(registry: &RegistryClient, function: &str, shared: &Shared) {
             }
             Err(_) => std::thread::sleep(WATCH_RETRY_PAUSE),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_lost_node_or_a_moved_accelerator_is_a_stale_binding() {
+        let answer = |code: &str| ClientError::Node {
+            http_status: 0,
+            code: code.into(),
+            message: String::new(),
+        };
+        assert!(is_stale_binding(&ClientError::Transport("refused".into())));
+        assert!(is_stale_binding(&answer("UNKNOWN_ACCELERATOR")));
+        assert!(is_stale_binding(&answer("UNAVAILABLE")));
+        for code in [
+            "BAD_REQUEST",
+            "BUSY",
+            "DEADLINE_EXCEEDED",
+            "INTERNAL",
+            "TOO_LARGE",
+        ] {
+            assert!(!is_stale_binding(&answer(code)), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_binding_to_nothing_is_read_but_not_bound() {
+        let doc = json!({"id": "f-1", "generation": 4, "node": null, "slot": null,
+                         "http": null, "rac": null, "device": null});
+        let b = Binding::from_json(&doc).unwrap();
+        assert_eq!(
+            (b.id.as_str(), b.generation, b.is_bound()),
+            ("f-1", 4, false)
+        );
+        let doc = json!({"id": "f-1", "generation": 5, "node": "a", "slot": 0,
+                         "http": "127.0.0.1:1", "rac": "127.0.0.1:2"});
+        assert!(Binding::from_json(&doc).unwrap().is_bound());
+        assert!(Binding::from_json(&json!({"id": "f-1"})).is_err());
     }
 }

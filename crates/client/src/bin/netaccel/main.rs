@@ -32,6 +32,12 @@ Examples:
   printf abc | netaccel --registry 10.0.0.2:7400 call --function shout --via rac
   netaccel nodes";
 
+const CALL_THROUGH_REGISTRY: &str = "\
+With --function F instead of a name, the call goes through the registry's binding: an
+instance of F is bound, the node it is bound to is called directly, and if that node is
+lost or no longer serves the accelerator, the call waits for the registry to rebind the
+instance and is retried once.";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "netaccel",
@@ -75,11 +81,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Call an accelerator: payload from -i (default stdin), output to -o (default stdout).
-    ///
-    /// With --function F instead of a name, the call goes through the registry's binding:
-    /// an instance of F is bound, the node it is bound to is called directly, and if that
-    /// node is lost or no longer serves the accelerator, the call waits for the registry
-    /// to rebind the instance and is retried once.
+    #[command(after_help = CALL_THROUGH_REGISTRY)]
     Call {
         /// Accelerator name (see `netaccel accelerators`).
         #[arg(required_unless_present = "function", conflicts_with = "function")]
@@ -170,6 +172,7 @@ enum ViaArg {
 enum FunctionsCommand {
     /// Create (or update) a function; the registry allocates its instances.
     Create {
+        /// The function's name (letters, digits, '.', '_' and '-').
         name: String,
         /// The accelerator its instances need.
         #[arg(long)]
@@ -192,15 +195,24 @@ enum FunctionsCommand {
     },
     /// Show a function and where each of its instances is bound.
     Get {
+        /// The function's name.
         name: String,
         /// Print the registry's JSON document instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Delete a function and release its instances.
-    Delete { name: String },
+    Delete {
+        /// The function's name.
+        name: String,
+    },
     /// Set a function's number of instances.
-    Scale { name: String, instances: u64 },
+    Scale {
+        /// The function's name.
+        name: String,
+        /// The number of instances the registry allocates or releases to reach.
+        instances: u64,
+    },
 }
 
 enum Failure {

@@ -78,14 +78,15 @@ class Cluster:
         wait_for_port(port, proc, "netaccel-registry")
         self.url = f"http://127.0.0.1:{port}"
         self.registry = RegistryClient(self.url)
-        self.renewed = {name: self.registration(name) for name in self.nodes}
+        self.renewed = set(self.nodes)
         self.lock = threading.Lock()
         self.stop = threading.Event()
-        for name, body in self.renewed.items():
-            self.renew(name, body)
+        for name in self.renewed:
+            self.renew(name)
         threading.Thread(target=self.renew_loop, daemon=True).start()
 
     def registration(self, name):
+        """What the node's registry agent would send: its slots as they are now."""
         _, http, rac = self.nodes[name]
         with urllib.request.urlopen(f"http://{http}/v1/slots", timeout=10) as r:
             slots = json.load(r)
@@ -107,25 +108,26 @@ class Cluster:
             ],
         }
 
-    def renew(self, name, body):
-        req = urllib.request.Request(
-            f"{self.url}/v1/nodes/{name}", data=json.dumps(body).encode(), method="PUT"
-        )
+    def renew(self, name):
         try:
+            body = self.registration(name)
+            req = urllib.request.Request(
+                f"{self.url}/v1/nodes/{name}", data=json.dumps(body).encode(), method="PUT"
+            )
             urllib.request.urlopen(req, timeout=5).close()
         except OSError:
-            pass  # the registry is being stopped
+            pass  # the node was just killed, or the registry is being stopped
 
     def renew_loop(self):
         while not self.stop.wait(LEASE_MS / 6000):
             with self.lock:
-                items = list(self.renewed.items())
-            for name, body in items:
-                self.renew(name, body)
+                names = list(self.renewed)
+            for name in names:
+                self.renew(name)
 
     def kill(self, name):
         with self.lock:
-            self.renewed.pop(name, None)
+            self.renewed.discard(name)
         proc = self.nodes[name][0]
         proc.kill()  # SIGKILL: no draining, no deregistration
         proc.wait()
@@ -193,7 +195,7 @@ def test_a_migration_is_seen_through_the_long_poll(cluster):
         before = f.binding
         assert before.node == "a"
         with cluster.lock:
-            cluster.renewed.pop("a")
+            cluster.renewed.discard("a")
         drained = time.monotonic()
         urllib.request.urlopen(urllib.request.Request(f"{cluster.url}/v1/nodes/a", method="DELETE"), timeout=10)
         while f.binding.node != "b":
@@ -213,3 +215,25 @@ def test_an_error_that_is_not_about_the_binding_is_raised_at_once(cluster):
             f.call(b"\x01\x00\x00\x00", k=0)
         assert e.value.status == Status.BAD_REQUEST
         assert f.binding.generation == generation
+
+
+@needs_binaries
+def test_a_node_that_answers_unknown_accelerator_is_left_for_the_new_binding(cluster):
+    cluster.registry.put_function("up", "to_uppercase")
+    cluster.registry.create_instance("up", "moved", node="a")
+    with Client.from_registry(cluster.url, "up", instance="moved", watch=False, timeout=30) as f:
+        assert f.call(b"before") == b"BEFORE"
+        # Slot 0 of node a is reconfigured behind the registry's back: a answers
+        # UNKNOWN_ACCELERATOR until the registry, seeing the change in a's next lease
+        # renewal, migrates the instance.
+        _, http, rac = cluster.nodes["a"]
+        req = urllib.request.Request(
+            f"http://{http}/v1/slots/0", data=json.dumps({"accelerator": "echo"}).encode(), method="PUT"
+        )
+        urllib.request.urlopen(req, timeout=10).close()
+        with Client.from_addr(rac, timeout=10) as node_a:
+            with pytest.raises(RacError) as e:
+                node_a.call("to_uppercase", b"x")
+            assert e.value.status == Status.UNKNOWN_ACCELERATOR
+        assert f.call(b"after") == b"AFTER"
+        assert f.binding.node == "b"

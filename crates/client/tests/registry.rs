@@ -102,29 +102,6 @@ impl Node {
         }
     }
 
-    /// What the node's registry agent would send: its slots as `GET /v1/slots` shows.
-    fn registration(&self) -> Value {
-        let slots: Value = ureq::get(&format!("http://{}/v1/slots", self.http))
-            .call()
-            .unwrap()
-            .into_json()
-            .unwrap();
-        let slots: Vec<Value> = slots
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                json!({"id": s["id"], "accelerator": s["accelerator"], "hash": "",
-                       "busy_ratio": s["busy_ratio"], "queue_depth": s["queue_depth"]})
-            })
-            .collect();
-        json!({
-            "http": self.http, "rac": self.rac, "opencl": null,
-            "devices": [{"id": "cpu0", "backend": "cpu", "vendor": "netaccel",
-                         "platform": "host", "slots": slots}],
-        })
-    }
-
     fn kill(&mut self) {
         // Child::kill is SIGKILL: the node gets no chance to drain or deregister.
         self.process.child.kill().unwrap();
@@ -138,7 +115,8 @@ struct Cluster {
     _registry: Process,
     url: String,
     nodes: Vec<Node>,
-    renewed: Arc<Mutex<Vec<(String, Value)>>>,
+    /// (name, HTTP address, RAC address) of the nodes whose leases are renewed.
+    renewed: Arc<Mutex<Vec<(String, String, String)>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -165,13 +143,13 @@ impl Cluster {
             .unwrap();
         wait_for_port(port, &mut child, "netaccel-registry");
         let url = format!("http://127.0.0.1:{port}");
-        let renewed: Vec<(String, Value)> = ["a", "b"]
+        let renewed: Vec<(String, String, String)> = ["a", "b"]
             .iter()
             .zip(&nodes)
-            .map(|(name, node)| (name.to_string(), node.registration()))
+            .map(|(name, node)| (name.to_string(), node.http.clone(), node.rac.clone()))
             .collect();
-        for (name, body) in &renewed {
-            renew(&url, name, body);
+        for (name, http, rac) in &renewed {
+            renew(&url, name, http, rac);
         }
         let renewed = Arc::new(Mutex::new(renewed));
         let stop = Arc::new(AtomicBool::new(false));
@@ -179,8 +157,9 @@ impl Cluster {
             let (url, renewed, stop) = (url.clone(), Arc::clone(&renewed), Arc::clone(&stop));
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    for (name, body) in renewed.lock().unwrap().iter() {
-                        renew(&url, name, body);
+                    let nodes = renewed.lock().unwrap().clone();
+                    for (name, http, rac) in &nodes {
+                        renew(&url, name, http, rac);
                     }
                     std::thread::sleep(Duration::from_millis(lease_ms / 6));
                 }
@@ -200,7 +179,7 @@ impl Cluster {
     }
 
     fn stop_renewing(&self, name: &str) {
-        self.renewed.lock().unwrap().retain(|(n, _)| n != name);
+        self.renewed.lock().unwrap().retain(|(n, _, _)| n != name);
     }
 
     fn node_index(name: &str) -> usize {
@@ -229,9 +208,35 @@ impl Cluster {
     }
 }
 
-fn renew(url: &str, name: &str, body: &Value) {
+/// What a node's registry agent would send: its slots as `GET /v1/slots` shows them
+/// now (so a slot reconfigured behind the registry's back shows up); `None` when the
+/// node does not answer.
+fn registration(http: &str, rac: &str) -> Option<Value> {
+    let slots: Value = ureq::get(&format!("http://{http}/v1/slots"))
+        .call()
+        .ok()?
+        .into_json()
+        .ok()?;
+    let slots: Vec<Value> = slots
+        .as_array()?
+        .iter()
+        .map(|s| {
+            json!({"id": s["id"], "accelerator": s["accelerator"], "hash": "",
+                   "busy_ratio": s["busy_ratio"], "queue_depth": s["queue_depth"]})
+        })
+        .collect();
+    Some(json!({
+        "http": http, "rac": rac, "opencl": null,
+        "devices": [{"id": "cpu0", "backend": "cpu", "vendor": "netaccel",
+                     "platform": "host", "slots": slots}],
+    }))
+}
+
+fn renew(url: &str, name: &str, http: &str, rac: &str) {
     // A registry being stopped at the end of a test may refuse: not this test's concern.
-    let _ = ureq::put(&format!("{url}/v1/nodes/{name}")).send_json(body.clone());
+    if let Some(body) = registration(http, rac) {
+        let _ = ureq::put(&format!("{url}/v1/nodes/{name}")).send_json(body);
+    }
 }
 
 fn ok_stdout(out: &Output) -> String {
@@ -446,4 +451,41 @@ fn a_migration_is_seen_through_the_long_poll() {
     // The old node is gone for good; the call goes straight to the new one.
     cluster.nodes[Cluster::node_index("a")].kill();
     assert_eq!(bound.call(&[], b"moved", None).unwrap().output, b"MOVED");
+}
+
+/// The bound node's slot is reconfigured behind the registry's back: the node answers
+/// `UNKNOWN_ACCELERATOR`, the registry migrates the instance when the node's next lease
+/// renewal shows the change, and the call, retried on the new binding, succeeds.
+#[test]
+fn a_node_that_answers_unknown_accelerator_is_left_for_the_new_binding() {
+    let cluster = Cluster::start(1500);
+    let reg = cluster.client();
+    reg.put_function(
+        "up",
+        &json!({"accelerator": "to_uppercase", "instances": 0}),
+    )
+    .unwrap();
+    reg.create_instance("up", Some("moved"), Some("a")).unwrap();
+    let options = BoundOptions {
+        instance: Some("moved".into()),
+        watch: false,
+        ..BoundOptions::default()
+    };
+    let mut bound = Bound::bind(cluster.client(), "up", options).unwrap();
+    assert_eq!(bound.call(&[], b"before", None).unwrap().output, b"BEFORE");
+    let a = &cluster.nodes[Cluster::node_index("a")];
+    let answer = ureq::put(&format!("http://{}/v1/slots/0", a.http))
+        .send_json(json!({"accelerator": "echo"}))
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    // The node itself now refuses the accelerator.
+    let refused = ureq::post(&format!("http://{}/v1/fn/to_uppercase", a.http)).send_bytes(b"x");
+    assert!(
+        matches!(refused, Err(ureq::Error::Status(404, _))),
+        "{refused:?}"
+    );
+
+    let out = bound.call(&[], b"after", None).unwrap();
+    assert_eq!(out.output, b"AFTER");
+    assert_eq!(bound.binding().node.as_deref(), Some("b"));
 }

@@ -63,7 +63,7 @@ struct Cli {
         env = "NETACCEL_REGISTRY",
         default_value = "http://127.0.0.1:7400",
         value_name = "URL",
-        value_parser = base_url
+        value_parser = registry_url
     )]
     registry: String,
     /// The registry's admin token, sent with its writes (creating functions, instances).
@@ -574,6 +574,14 @@ fn function_table(doc: &serde_json::Value) -> String {
     ];
     out.push_str(&table::render(&headers, &rows));
     out
+}
+
+/// The registry's base URL: written like a node's (`HOST:PORT` or `http://HOST:PORT`),
+/// with a message that names the registry when it is neither.
+fn registry_url(addr: &str) -> Result<String, String> {
+    base_url(addr).map_err(|_| {
+        format!("`{addr}` is not a registry address; give HOST:PORT or http://HOST:PORT")
+    })
 }
 
 fn dash_if_empty(s: String) -> String {

@@ -12,8 +12,30 @@
 //!
 //! Reconfiguration itself — stop admitting, let the queued calls finish on the old
 //! accelerator, swap, reopen — is the slot's ([`crate::slot::Slot::reconfigure`]);
-//! this module finds the slot and the accelerator, runs the swap off the network
-//! thread, logs it and words the reply.
+//! this module finds the slot and the accelerator, asks the registry when the node has
+//! one, runs the swap off the network thread, logs it and words the reply.
+//!
+//! # Reconfiguration and the registry
+//!
+//! The registry binds function instances to slots; a slot that loads another
+//! accelerator behind its back breaks those bindings. So a node with a registry asks
+//! it (`POST /v1/reconfigurations`) before loading a different accelerator into a slot,
+//! whichever front end the request came through, and:
+//! - goes ahead when the registry allows it (it migrates the instances displaced);
+//! - refuses with the registry's reason when it does not (HTTP `409 CONFLICT`; RAC,
+//!   which has no such status, `UNAUTHORIZED`);
+//! - refuses `UNAVAILABLE` (HTTP 503) when the registry cannot be asked, since a
+//!   reconfiguration it did not see would leave its bindings wrong until the next
+//!   lease renewal.
+//!
+//! The requester's [`Origin`] changes that: the instance asking, which the registry
+//! lets reconfigure its own slot; a *forced* reconfiguration, asked as the registry's
+//! admin (so it is allowed and migrates whoever is displaced) and done even when the
+//! registry cannot be asked; and the registry's own reconfigurations, which it has
+//! validated already and which must not be asked back. Forcing and speaking for the
+//! registry both need the node's admin token, so a node without one cannot tell the
+//! registry from anyone else: it refuses to force and asks the registry about the
+//! registry's own requests (which the registry allows, being the one loading them).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +45,8 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::node::Node;
+use crate::registry::Verdict;
+use crate::slot::SlotInfo;
 use crate::tenant::secret_eq;
 
 /// `GET /v1/accelerators`, RAC `catalog`: every accelerator the node can load, its
@@ -127,11 +151,84 @@ impl Reconfigured {
 pub struct AdminError {
     pub status: Status,
     pub message: String,
+    /// The registry refused the reconfiguration: HTTP answers `409 CONFLICT`; RAC has
+    /// no such status and answers `status` (`UNAUTHORIZED`).
+    pub conflict: bool,
 }
 
 impl AdminError {
     fn new(status: Status, message: String) -> AdminError {
-        AdminError { status, message }
+        AdminError {
+            status,
+            message,
+            conflict: false,
+        }
+    }
+}
+
+/// Who asks for a reconfiguration, as far as the registry is concerned (see the
+/// module docs). The default: nobody in particular, ask the registry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// The function instance asking (HTTP `X-Netaccel-Instance`); the registry lets
+    /// an instance reconfigure the slot it is bound to.
+    pub instance: Option<String>,
+    pub validation: Validation,
+}
+
+/// Whether and how a reconfiguration is put to the registry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Validation {
+    /// Ask; refuse what the registry refuses, and refuse when it cannot be asked.
+    #[default]
+    Ask,
+    /// Ask as the registry's admin (`registry_token`), which makes the registry allow
+    /// it and migrate the instances displaced; go ahead when it cannot be asked.
+    Force,
+    /// The registry itself is reconfiguring the slot: it has validated the change.
+    Validated,
+}
+
+/// The value of the HTTP header `X-Netaccel-Reconfiguration` that forces a
+/// reconfiguration.
+pub const FORCE: &str = "force";
+/// The value the registry sends with its own reconfigurations.
+pub const VALIDATED: &str = "validated";
+
+impl Origin {
+    /// The origin of a reconfiguration request that passed the admin token check
+    /// ([`authorized`]), from its `X-Netaccel-Reconfiguration` value and instance id.
+    /// `force` and `validated` are trusted only from a holder of the node's admin
+    /// token: without one configured, `force` is refused and `validated` is asked
+    /// about like any request.
+    pub fn new(
+        config: &Config,
+        reconfiguration: Option<&str>,
+        instance: Option<&str>,
+    ) -> Result<Origin, String> {
+        let token = config.admin_token.is_some();
+        let validation = match reconfiguration.map(str::trim) {
+            None => Validation::Ask,
+            Some(FORCE) if token => Validation::Force,
+            Some(FORCE) => {
+                return Err("a forced reconfiguration needs the node's admin token, and this                      node has none configured (admin_token)"
+                    .to_string())
+            }
+            Some(VALIDATED) if token => Validation::Validated,
+            Some(VALIDATED) => Validation::Ask,
+            Some(other) => {
+                return Err(format!(
+                    "X-Netaccel-Reconfiguration must be `{FORCE}` or `{VALIDATED}`, not {other:?}"
+                ))
+            }
+        };
+        if let Some(id) = instance {
+            crate::registry::check_name("the instance id", id)?;
+        }
+        Ok(Origin {
+            instance: instance.map(String::from),
+            validation,
+        })
     }
 }
 
@@ -142,11 +239,14 @@ impl AdminError {
 /// The caller must have checked [`authorized`]. Refused: `BAD_REQUEST` (no such slot),
 /// `UNKNOWN_ACCELERATOR` (not in the catalog), `UNAVAILABLE` (the slot is already
 /// reconfiguring, or shutting down); `INTERNAL` if the reconfiguration itself failed.
-/// The wait runs on a blocking thread, never on the caller's network thread.
+/// With a registry, also as the module docs say: refused when the registry refuses
+/// ([`AdminError::conflict`]) or cannot be asked. The waits run on blocking threads,
+/// never on the caller's network thread.
 pub async fn reconfigure(
     node: Arc<Node>,
     slot: u16,
     accelerator: String,
+    origin: Origin,
 ) -> Result<Reconfigured, AdminError> {
     let dispatcher = Arc::clone(&node.dispatcher);
     let target = dispatcher
@@ -166,6 +266,7 @@ pub async fn reconfigure(
                 format!("no accelerator named {accelerator} in the catalog"),
             )
         })?;
+    ask_registry(&node, &target.info(), &accelerator, origin).await?;
     let took = tokio::task::spawn_blocking(move || target.reconfigure(accel))
         .await
         .map_err(|e| AdminError::new(Status::Internal, format!("reconfiguration failed: {e}")))?
@@ -176,7 +277,83 @@ pub async fn reconfigure(
         took,
     };
     tracing::info!(slot, accelerator = %done.accelerator, reconfig_ms = took.as_secs_f64() * 1e3, "slot reconfigured");
+    if let Some(registry) = &node.registry {
+        // The registry should see what the slot holds now, not at the next renewal.
+        registry.renew_soon();
+    }
     Ok(done)
+}
+
+/// Puts the reconfiguration of `slot` to `accelerator` to the node's registry, if it
+/// has one and the slot would hold something else, and decides from the answer (see
+/// the module docs).
+async fn ask_registry(
+    node: &Node,
+    slot: &SlotInfo,
+    accelerator: &str,
+    origin: Origin,
+) -> Result<(), AdminError> {
+    let Some(registry) = node.registry.clone() else {
+        return Ok(());
+    };
+    if origin.validation == Validation::Validated {
+        return Ok(());
+    }
+    if let Some(loading) = &slot.reconfiguring_to {
+        // Asking now would have the registry migrate instances for a change that the
+        // slot is about to refuse.
+        return Err(AdminError::new(
+            Status::Unavailable,
+            format!("slot {} is already loading {loading}", slot.id),
+        ));
+    }
+    if slot.accelerator == accelerator {
+        // Nothing changes for the instances bound to the slot.
+        return Ok(());
+    }
+    let force = origin.validation == Validation::Force;
+    let (device, id, to) = (slot.device.clone(), slot.id, accelerator.to_string());
+    let verdict = tokio::task::spawn_blocking(move || {
+        registry.validate(&device, id, &to, origin.instance.as_deref(), force)
+    })
+    .await
+    .map_err(|e| AdminError::new(Status::Internal, format!("asking the registry failed: {e}")))?;
+    match verdict {
+        Verdict::Allowed { migrated } => {
+            tracing::info!(
+                slot = id,
+                accelerator,
+                ?migrated,
+                "the registry allowed the reconfiguration"
+            );
+            Ok(())
+        }
+        Verdict::Refused(reason) => Err(AdminError {
+            status: Status::Unauthorized,
+            message: format!("the registry refused to let slot {id} load {accelerator}: {reason}"),
+            conflict: true,
+        }),
+        Verdict::Invalid(why) => Err(AdminError::new(
+            Status::BadRequest,
+            format!("the registry found the reconfiguration request invalid: {why}"),
+        )),
+        Verdict::Unvalidated(why) if force => {
+            tracing::warn!(
+                slot = id,
+                accelerator,
+                "forced reconfiguration without the registry's validation: {why}"
+            );
+            Ok(())
+        }
+        Verdict::Unvalidated(why) => Err(AdminError::new(
+            Status::Unavailable,
+            format!(
+                "the registry could not validate loading {accelerator} into slot {id}: {why}. \
+                 Retry later, or force it over HTTP with the admin token and \
+                 `X-Netaccel-Reconfiguration: {FORCE}`"
+            ),
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -203,7 +380,12 @@ mod tests {
             .build()
             .unwrap();
         let done = rt
-            .block_on(reconfigure(Arc::clone(&node), 0, "topk".to_string()))
+            .block_on(reconfigure(
+                Arc::clone(&node),
+                0,
+                "topk".to_string(),
+                Origin::default(),
+            ))
             .unwrap();
         assert_eq!((done.slot, done.accelerator.as_str()), (0, "topk"));
         let doc: serde_json::Value = serde_json::from_slice(&done.json()).unwrap();
@@ -216,9 +398,14 @@ mod tests {
         assert_eq!(slots["accelerator"], "topk");
 
         let refused = |slot, name: &str| {
-            rt.block_on(reconfigure(Arc::clone(&node), slot, name.to_string()))
-                .unwrap_err()
-                .status
+            rt.block_on(reconfigure(
+                Arc::clone(&node),
+                slot,
+                name.to_string(),
+                Origin::default(),
+            ))
+            .unwrap_err()
+            .status
         };
         assert_eq!(refused(1, "echo"), Status::BadRequest);
         assert_eq!(refused(0, "nope"), Status::UnknownAccelerator);

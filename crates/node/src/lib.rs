@@ -9,7 +9,8 @@
 //! at a time to completion; the answer goes back on the caller's connection.
 //!
 //! What the node does not do: accelerator arithmetic (crate `accel`), wire formats of
-//! other protocols (crate `rac-proto`), cluster placement (the registry).
+//! other protocols (crate `rac-proto`), cluster placement (the registry: the node only
+//! reports to it and asks it before a reconfiguration, see [`registry`]).
 //!
 //! # Where each concept lives
 //!
@@ -33,6 +34,7 @@
 //! | object store | [`objects`] | named objects served without a slot |
 //! | metrics | [`metrics`] | the Prometheus registry and the handles the hot path bumps |
 //! | logging | [`logging`] | log format and level, rate-limited refusal log, panics as log lines |
+//! | the registry | [`registry`] | the node's name and advertised addresses, registration and lease renewal, deregistration on drain, asking before a reconfiguration ([`registry::Registry::validate`]; when to ask is [`admin::reconfigure`]'s) |
 //! | remote OpenCL | crate `ocl-remote` | the service; the node starts it ([`node::Node::new`]) and drains it ([`server`]) |
 
 pub mod admin;
@@ -47,6 +49,7 @@ mod netio;
 pub mod node;
 pub mod objects;
 pub mod rac;
+pub mod registry;
 pub mod server;
 pub mod slot;
 pub mod tenant;

@@ -17,6 +17,7 @@ use crate::logging::RefusalLog;
 use crate::memory::{MemoryBudget, ReassemblyPool};
 use crate::metrics::Metrics;
 use crate::objects::ObjectStore;
+use crate::registry::Registry;
 use crate::slot::SlotLimits;
 use crate::tenant::Tenants;
 
@@ -58,6 +59,8 @@ pub struct Node {
     open_connections: AtomicUsize,
     /// The remote OpenCL service, when configured and an OpenCL runtime was found.
     opencl: parking_lot::Mutex<Option<ocl_remote::service::ServiceHandle>>,
+    /// The registry the node reports to and asks before reconfiguring, if it has one.
+    pub registry: Option<Arc<Registry>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -65,6 +68,7 @@ impl Node {
     /// Builds the node from a validated configuration and starts its slot workers.
     pub fn new(config: Config) -> Result<Arc<Node>, String> {
         config.validate()?;
+        let registry = Registry::new(&config)?;
         let mut accelerators = accel::builtins();
         if config.fault_injection {
             accelerators.push(accel::fault_injection());
@@ -156,6 +160,7 @@ impl Node {
             tenants,
             open_connections: AtomicUsize::new(0),
             opencl: parking_lot::Mutex::new(opencl),
+            registry,
             shutdown,
         }))
     }

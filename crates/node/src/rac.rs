@@ -446,10 +446,13 @@ impl RacConn {
                 self.in_flight.insert(header.request_id);
                 self.node.rac_in_flight.inc();
                 self.pending.push(Box::pin(async move {
-                    let answer = match admin::reconfigure(node, slot, accelerator).await {
-                        Ok(done) => control_answer(Status::Ok, done.json()),
-                        Err(e) => control_answer(e.status, e.message.into_bytes()),
-                    };
+                    let answer =
+                        match admin::reconfigure(node, slot, accelerator, admin::Origin::default())
+                            .await
+                        {
+                            Ok(done) => control_answer(Status::Ok, done.json()),
+                            Err(e) => control_answer(e.status, e.message.into_bytes()),
+                        };
                     (header, answer)
                 }));
             }

@@ -311,7 +311,10 @@ pub struct SlotInfo {
     pub reconfiguring_to: Option<String>,
     pub running: bool,
     pub queue_depth: usize,
+    /// Share of the time since start-up spent executing.
     pub busy_ratio: f64,
+    /// Time spent executing since start-up, in ns (the `busy seconds` counter).
+    pub busy_ns: u64,
 }
 
 impl Slot {
@@ -373,6 +376,7 @@ impl Slot {
     pub fn info(&self) -> SlotInfo {
         let st = self.state.lock();
         let elapsed = self.started.elapsed().as_nanos().max(1) as f64;
+        let busy_ns = self.busy_ns.load(Ordering::Relaxed);
         SlotInfo {
             id: self.id,
             device: self.device.clone(),
@@ -381,7 +385,8 @@ impl Slot {
             reconfiguring_to: st.reconfiguring.as_ref().map(|r| r.to_name.clone()),
             running: st.running,
             queue_depth: st.queue.len,
-            busy_ratio: self.busy_ns.load(Ordering::Relaxed) as f64 / elapsed,
+            busy_ratio: busy_ns as f64 / elapsed,
+            busy_ns,
         }
     }
 

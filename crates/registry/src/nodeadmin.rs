@@ -1,6 +1,8 @@
 //! How the registry reconfigures a slot: the node's admin API, `PUT /v1/slots/{id}`
 //! with `{"accelerator":"NAME"}` (docs/http-api.md), answered `200` once the slot has
-//! drained its queued calls and loaded the new accelerator.
+//! drained its queued calls and loaded the new accelerator. With the node's admin token
+//! it sends `X-Netaccel-Reconfiguration: validated` (docs/registry-node.md), so a node
+//! started with `--registry` does not ask the registry about the registry's own change.
 //!
 //! Behind a trait so allocation and migration can be tested with a node that always
 //! (or never) agrees, without sockets.
@@ -59,7 +61,11 @@ impl NodeAdmin for HttpNodeAdmin {
             let call = tokio::task::spawn_blocking(move || {
                 let mut request = agent.put(&format!("http://{node}/v1/slots/{slot}"));
                 if let Some(t) = &token {
-                    request = request.set("Authorization", &format!("Bearer {t}"));
+                    // The registry validated this reconfiguration itself: a node that
+                    // asks the registry first (`--registry`) need not ask back.
+                    request = request
+                        .set("Authorization", &format!("Bearer {t}"))
+                        .set("X-Netaccel-Reconfiguration", "validated");
                 }
                 match request.send_json(serde_json::json!({ "accelerator": accelerator })) {
                     Ok(_) => Ok(()),

@@ -243,7 +243,7 @@ impl Conn {
             } => {
                 return self.call(req, accel, params, deadline_us).await;
             }
-            Route::LoadSlot { slot } => return self.load_slot(req, slot).await,
+            Route::LoadSlot { slot, origin } => return self.load_slot(req, slot, origin).await,
             Route::ObjectGet {
                 key,
                 head_only,
@@ -714,7 +714,12 @@ impl Conn {
         Ok(())
     }
 
-    async fn load_slot(&mut self, mut req: Request, slot: u16) -> io::Result<Step> {
+    async fn load_slot(
+        &mut self,
+        mut req: Request,
+        slot: u16,
+        origin: admin::Origin,
+    ) -> io::Result<Step> {
         let permit = match self.take_body(&mut req, |_| Ok(())).await? {
             Ok(permit) => permit,
             Err(step) => return Ok(step),
@@ -731,12 +736,20 @@ impl Conn {
                 return Ok(self.after());
             }
         };
-        match admin::reconfigure(Arc::clone(&self.node), slot, name).await {
+        match admin::reconfigure(Arc::clone(&self.node), slot, name, origin).await {
             Ok(done) => self.respond(&req, 200, b"application/json", &done.json(), false, &[]),
-            Err(AdminError { status, message }) => {
-                let code = http_code(status);
-                self.log_refusal(code, status.name(), &message);
-                let body = error_body(&message, status.name());
+            Err(AdminError {
+                status,
+                message,
+                conflict,
+            }) => {
+                let (code, code_name) = if conflict {
+                    (409, "CONFLICT")
+                } else {
+                    (http_code(status), status.name())
+                };
+                self.log_refusal(code, code_name, &message);
+                let body = error_body(&message, code_name);
                 self.respond(&req, code, b"application/json", &body, false, &[]);
             }
         }

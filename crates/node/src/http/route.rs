@@ -44,6 +44,8 @@ pub enum Route {
     },
     LoadSlot {
         slot: u16,
+        /// The instance asking, and whether the registry is to be asked.
+        origin: admin::Origin,
     },
     ObjectGet {
         key: String,
@@ -175,7 +177,19 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
                     "reconfiguration needs `Authorization: Bearer <admin token>`",
                 );
             }
-            Route::LoadSlot { slot }
+            let text = |name| {
+                head.header(name)
+                    .map(|v| std::str::from_utf8(v).map_err(|_| format!("{name} is not UTF-8")))
+                    .transpose()
+            };
+            let origin = text("x-netaccel-reconfiguration").and_then(|how| {
+                let instance = text("x-netaccel-instance")?;
+                admin::Origin::new(&node.config, how, instance)
+            });
+            match origin {
+                Ok(origin) => Route::LoadSlot { slot, origin },
+                Err(message) => refuse(400, "BAD_REQUEST", message),
+            }
         }
         _ => not_allowed(head.method, head.path(), "GET, HEAD, PUT"),
     }

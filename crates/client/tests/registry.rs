@@ -67,8 +67,8 @@ struct Node {
 }
 
 impl Node {
-    /// A node with slot 0 `to_uppercase` and slot 1 `echo`.
-    fn start() -> Node {
+    /// A node with slot 0 `to_uppercase` and slot 1 `echo`, started with `args`.
+    fn start(args: &[&str]) -> Node {
         let (http_port, rac_port) = (free_port(), free_port());
         let dir = std::env::temp_dir().join(format!(
             "netaccel-client-registry-{}-{http_port}",
@@ -87,6 +87,7 @@ impl Node {
         let mut child = Command::new(sibling_bin("netaccel-node"))
             .arg("--config")
             .arg(&config)
+            .args(args)
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
@@ -126,9 +127,21 @@ impl Drop for Cluster {
     }
 }
 
+/// Who renews the nodes' leases.
+#[derive(Clone, Copy, PartialEq)]
+enum Renewal {
+    /// The test, with `PUT /v1/nodes/{name}` (the node's agent, imitated).
+    ByTest,
+    /// The nodes themselves (`netaccel-node --registry URL --name NAME`).
+    ByNode,
+}
+
 impl Cluster {
     fn start(lease_ms: u64) -> Cluster {
-        let nodes = vec![Node::start(), Node::start()];
+        Cluster::start_with(lease_ms, Renewal::ByTest)
+    }
+
+    fn start_with(lease_ms: u64, renewal: Renewal) -> Cluster {
         let port = free_port();
         let mut child = Command::new(sibling_bin("netaccel-registry"))
             .args([
@@ -143,11 +156,21 @@ impl Cluster {
             .unwrap();
         wait_for_port(port, &mut child, "netaccel-registry");
         let url = format!("http://127.0.0.1:{port}");
-        let renewed: Vec<(String, String, String)> = ["a", "b"]
+        let nodes: Vec<Node> = ["a", "b"]
             .iter()
-            .zip(&nodes)
-            .map(|(name, node)| (name.to_string(), node.http.clone(), node.rac.clone()))
+            .map(|name| match renewal {
+                Renewal::ByTest => Node::start(&[]),
+                Renewal::ByNode => Node::start(&["--registry", &url, "--name", name]),
+            })
             .collect();
+        let renewed: Vec<(String, String, String)> = match renewal {
+            Renewal::ByTest => ["a", "b"]
+                .iter()
+                .zip(&nodes)
+                .map(|(name, node)| (name.to_string(), node.http.clone(), node.rac.clone()))
+                .collect(),
+            Renewal::ByNode => Vec::new(),
+        };
         for (name, http, rac) in &renewed {
             renew(&url, name, http, rac);
         }
@@ -165,12 +188,28 @@ impl Cluster {
                 }
             });
         }
-        Cluster {
+        let cluster = Cluster {
             _registry: Process { child, dir: None },
             url,
             nodes,
             renewed,
             stop,
+        };
+        // Both nodes ready before the test begins (at once when the test registers them).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let nodes = cluster.client().nodes().unwrap();
+            let ready = nodes
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|n| n["state"] == "ready")
+                .count();
+            if ready == 2 {
+                break cluster;
+            }
+            assert!(Instant::now() < deadline, "nodes never registered: {nodes}");
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -486,6 +525,40 @@ fn a_node_that_answers_unknown_accelerator_is_left_for_the_new_binding() {
     );
 
     let out = bound.call(&[], b"after", None).unwrap();
+    assert_eq!(out.output, b"AFTER");
+    assert_eq!(bound.binding().node.as_deref(), Some("b"));
+}
+
+/// The same loss with nodes that register and renew by themselves (`netaccel-node
+/// --registry`): the bound node is killed with SIGKILL, its lease runs out, and the next
+/// call is rebound to the other node and returns the right output.
+#[test]
+fn with_nodes_renewing_their_own_leases_a_killed_node_is_left_for_the_other() {
+    let mut cluster = Cluster::start_with(1500, Renewal::ByNode);
+    let reg = cluster.client();
+    reg.put_function(
+        "up",
+        &json!({"accelerator": "to_uppercase", "instances": 0}),
+    )
+    .unwrap();
+    reg.create_instance("up", Some("own-lease"), Some("a"))
+        .unwrap();
+    let options = BoundOptions {
+        via: Via::Rac,
+        instance: Some("own-lease".into()),
+        watch: false,
+        ..BoundOptions::default()
+    };
+    let mut bound = Bound::bind(cluster.client(), "up", options).unwrap();
+    assert_eq!(bound.binding().node.as_deref(), Some("a"));
+    assert_eq!(bound.call(&[], b"before", None).unwrap().output, b"BEFORE");
+    let killed = Instant::now();
+    cluster.nodes[Cluster::node_index("a")].kill();
+    let out = bound.call(&[], b"after", None).unwrap();
+    eprintln!(
+        "nodes renewing their own leases: SIGKILL to a successful call {:?}",
+        killed.elapsed()
+    );
     assert_eq!(out.output, b"AFTER");
     assert_eq!(bound.binding().node.as_deref(), Some("b"));
 }

@@ -72,8 +72,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 begin "cargo test (workspace)"
 cargo test --workspace
 
-begin "Python client tests (against a live node)"
-cargo build -q -p netaccel-node
+begin "Python client tests (against a live node, and a registry with two nodes)"
+cargo build -q -p netaccel-node -p netaccel-registry
 node_dir=$(mktemp -d)
 cleanups+=("rm -rf '$node_dir'")
 # Two distinct free ports: both sockets are bound before either is released.
@@ -93,7 +93,12 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 curl -sSf "http://127.0.0.1:$http_port/health" >/dev/null || { echo "the node did not answer on port $http_port within 10 s" >&2; exit 1; }
-NETACCEL_RAC_ADDR="127.0.0.1:$rac_port" python3 -m pytest -q clients/python
+# The registry tests (tests/test_registry.py) start their own registry and nodes from
+# these binaries.
+NETACCEL_RAC_ADDR="127.0.0.1:$rac_port" \
+  NETACCEL_REGISTRY_BIN="$target_dir/debug/netaccel-registry" \
+  NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" \
+  python3 -m pytest -q clients/python
 
 # The documentation's promises, against nodes it starts on free ports: every recipe of
 # docs/accelerators.md, extending.md and security.md prints what the page says; the

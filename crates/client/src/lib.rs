@@ -1,12 +1,14 @@
 //! Client side of netaccel: a small blocking HTTP client for a node's API
-//! ([`NodeClient`]) and an asynchronous pipelined RAC v1 client ([`rac::RacClient`]),
-//! used by the `netaccel` command-line tool and by tests.
+//! ([`NodeClient`]), an asynchronous pipelined RAC v1 client ([`rac::RacClient`]), and
+//! the registry's client with a caller that follows its binding
+//! ([`registry::Bound`]), used by the `netaccel` command-line tool and by tests.
 //!
 //! It knows the node's routes, its JSON error bodies and how to drive a RAC connection;
 //! the RAC bytes themselves come from crate `rac-proto`, and it does not know how
 //! accelerators compute (crate `accel`).
 
 pub mod rac;
+pub mod registry;
 
 use std::fmt;
 use std::io::Read;

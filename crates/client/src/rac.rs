@@ -239,3 +239,27 @@ async fn read_results(mut read: tokio::net::tcp::OwnedReadHalf, waiters: Waiters
         let _ = tx.send(Err(RacError::Transport(why.clone())));
     }
 }
+
+/// A call of built-in accelerator `name` with parameters by name: its id and its
+/// parameter block laid out by the catalog's specs, checked against the payload's
+/// length so a bad call is refused here rather than by the node.
+pub fn builtin_call(
+    name: &str,
+    params: &[(String, String)],
+    payload_len: usize,
+) -> Result<(u16, ParamBlock), String> {
+    let catalog = accel::Catalog::builtin();
+    let accel = catalog
+        .by_name(name)
+        .ok_or_else(|| format!("{name} is not a built-in accelerator; RAC calls need its id"))?;
+    let d = accel.descriptor();
+    let block = accel::params_from_pairs(
+        &d.params,
+        params.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|e| e.to_string())?;
+    accel
+        .check(&block, Some(payload_len))
+        .map_err(|e| e.to_string())?;
+    Ok((d.id, block))
+}

@@ -361,13 +361,29 @@ fn every_command_and_option_has_help_text() {
         .map(|(name, _)| name)
         .filter(|name| name != "help")
         .collect();
-    assert_eq!(commands, ["call", "accelerators", "slots", "load"]);
+    assert_eq!(
+        commands,
+        [
+            "call",
+            "accelerators",
+            "slots",
+            "load",
+            "nodes",
+            "functions"
+        ]
+    );
+    let mut pages: Vec<Vec<&str>> = commands.iter().map(|c| vec![c.as_str()]).collect();
+    for sub in ["create", "get", "delete", "scale"] {
+        pages.push(vec!["functions", sub]);
+    }
     let mut checked = 0;
-    for (page, text) in std::iter::once(("netaccel".to_string(), top.clone())).chain(
-        commands
-            .iter()
-            .map(|c| (format!("netaccel {c}"), help(&[c, "--help"]))),
-    ) {
+    for (page, text) in
+        std::iter::once(("netaccel".to_string(), top.clone())).chain(pages.iter().map(|args| {
+            let mut with_help = args.clone();
+            with_help.push("--help");
+            (format!("netaccel {}", args.join(" ")), help(&with_help))
+        }))
+    {
         for section in ["Commands:", "Arguments:", "Options:"] {
             for (name, about) in entries(&text, section) {
                 assert!(

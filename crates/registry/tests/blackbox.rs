@@ -2,31 +2,15 @@
 //! over HTTP by ureq and curl, with real `netaccel-node` processes where a node has to
 //! answer (the resolver's redirect, a reconfiguration by allocation).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_for_port(addr: SocketAddr, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("{what} exited during start-up: {status}");
-        }
-        assert!(Instant::now() < deadline, "{what} did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+mod common;
+use common::{free_port, wait_for_port};
 
 /// Arguments for a registry whose fake nodes must not be lost while a test runs
 /// (they never renew; on a loaded machine a test can outlast the default lease).

@@ -3,31 +3,14 @@
 //! leads; a follower sends writers to it; when it is killed with SIGKILL another leads
 //! within 5 s with every binding intact.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_for_port(addr: SocketAddr, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while TcpStream::connect(addr).is_err() {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("{what} exited during start-up: {status}");
-        }
-        assert!(Instant::now() < deadline, "{what} did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+mod common;
+use common::{free_port, wait_for_port};
 
 /// `etcd` on free loopback ports, with a data directory removed on drop.
 pub struct Etcd {

@@ -3,31 +3,15 @@
 //! node's own lease report, and keeps the lease report for a slot the query does not
 //! name.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_for_port(addr: SocketAddr, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while TcpStream::connect(addr).is_err() {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("{what} exited during start-up: {status}");
-        }
-        assert!(Instant::now() < deadline, "{what} did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+mod common;
+use common::{free_port, wait_for_port};
 
 /// A child process and a directory, both gone on drop.
 struct Process {

@@ -250,6 +250,11 @@ fn images_and_samplers_are_identical_local_and_remote() {
 }
 
 #[test]
+fn out_of_order_queues_markers_and_cross_queue_waits_are_identical_local_and_remote() {
+    compare("ooo_queues");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

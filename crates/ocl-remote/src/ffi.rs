@@ -77,6 +77,8 @@ api! {
     clGetEventInfo: fn(Handle, u32, usize, *mut c_void, *mut usize) -> ClInt;
     clGetEventProfilingInfo: fn(Handle, u32, usize, *mut c_void, *mut usize) -> ClInt;
     clReleaseEvent: fn(Handle) -> ClInt;
+    clCreateUserEvent: fn(Handle, *mut ClInt) -> Handle;
+    clSetUserEventStatus: fn(Handle, ClInt) -> ClInt;
     clCreateImage: fn(Handle, u64, *const [u32; 2], *const ImageDesc, *mut c_void, *mut ClInt) -> Handle;
     clGetImageInfo: fn(Handle, u32, usize, *mut c_void, *mut usize) -> ClInt;
     clGetSupportedImageFormats: fn(Handle, u64, u32, u32, *mut [u32; 2], *mut u32) -> ClInt;

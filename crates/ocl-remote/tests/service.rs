@@ -422,7 +422,7 @@ fn a_client_that_stops_reading_cannot_hold_the_device() {
             token,
         })
         .collect();
-    hog.send(&Request::Enqueue { commands: reads });
+    hog.send(&Request::enqueue(reads));
     hog.send(&Request::Flush);
     std::thread::sleep(Duration::from_millis(100));
     // Another client on the same device is served once the hog's connection is dropped.

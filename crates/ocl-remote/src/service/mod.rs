@@ -15,13 +15,15 @@
 //!
 //! Modules: [`session`] (a client's requests and objects), [`connection`] (the bytes on
 //! its socket), [`task`] (what a flush hands from a session to a device), [`worker`] (the
-//! device FIFOs and the execution of tasks), [`programs`] (the cache of built programs),
+//! device FIFOs and the execution of tasks), [`events`] (a running task's wait lists and
+//! event results), [`programs`] (the cache of built programs),
 //! [`bodies`] (spare buffers for large frame bodies), [`metrics`].
 //!
 //! See `docs/opencl.md` for the protocol and the task model.
 
 mod bodies;
 mod connection;
+mod events;
 mod metrics;
 mod programs;
 mod session;

@@ -244,6 +244,7 @@ impl Session<'_> {
                     |raw| Queue {
                         real: Real::new(raw, api.clReleaseCommandQueue),
                         device,
+                        context: Arc::clone(&ctx),
                     },
                 )
             }

@@ -13,6 +13,7 @@ use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::connection::send_all;
+use super::events::{self, TaskEvents};
 use super::task::{Arg, Cmd, Op, Task};
 use super::{Real, Shared};
 use crate::cl::{self, ClInt};
@@ -163,19 +164,20 @@ fn run_task(shared: &Shared, device: usize, task: Task) {
 
 /// Answers a task that cannot run: every event gets its own failure or `code`.
 pub(crate) fn fail_task(task: Task, code: ClInt) {
-    let events = task
-        .cmds
-        .iter()
-        .filter(|c| c.event != 0)
-        .map(|c| EventDone {
-            event: c.event,
-            status: match c.op {
-                Op::Failed(e) => e,
-                _ => code,
-            },
-            profile: [0; 4],
-        })
-        .collect();
+    let events = events::merge(
+        task.cmds
+            .iter()
+            .filter(|c| c.event != 0)
+            .map(|c| EventDone {
+                event: c.event,
+                status: match c.op {
+                    Op::Failed(e) => e,
+                    _ => code,
+                },
+                profile: [0; 4],
+            })
+            .collect(),
+    );
     let status = if task.cmds.is_empty() {
         cl::CL_SUCCESS
     } else {
@@ -286,6 +288,7 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
     let mut events: Vec<(u64, Handle, ClInt)> = Vec::new();
     let mut reads: Vec<PendingRead> = Vec::new();
     let mut queues: Vec<Handle> = Vec::new();
+    let mut task_events = TaskEvents::default();
     for cmd in cmds {
         let mut ev: Handle = std::ptr::null_mut();
         let evp: *mut Handle = if cmd.event != 0 {
@@ -298,19 +301,24 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
                 Op::Failed(e) => e,
                 _ => cl::CL_INVALID_COMMAND_QUEUE,
             },
-            Some((queue, _)) => {
-                let q = queue.handle();
+            Some(queue) => {
+                let q = queue.real.handle();
                 if !queues.contains(&q) {
                     queues.push(q);
                 }
-                // SAFETY: all handles are live (held by the task); data buffers outlive
-                // the clFinish below.
-                unsafe { enqueue(api, q, &cmd.op, evp, &mut reads) }
+                match wait_list(api, &mut task_events, cmd, queue.context.handle()) {
+                    // SAFETY: all handles are live (held by the task, the wait list's
+                    // events until the end of this function); data buffers outlive the
+                    // clFinish below.
+                    Ok(waits) => unsafe { enqueue(api, q, &cmd.op, &waits, evp, &mut reads) },
+                    Err(code) => code,
+                }
             }
         };
         if rc != cl::CL_SUCCESS && status == cl::CL_SUCCESS {
             status = rc;
         }
+        task_events.record(cmd.event, ev, rc);
         if cmd.event != 0 {
             events.push((cmd.event, ev, rc));
         }
@@ -322,6 +330,7 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
             status = rc;
         }
     }
+    task_events.release(api);
     // SAFETY: the reads' events are live: their own ones are released in `settle`,
     // the client's ones only below.
     let reads = reads
@@ -369,9 +378,27 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
         .collect();
     Outcome {
         status,
-        events,
+        events: events::merge(events),
         reads,
     }
+}
+
+/// The runtime wait list of `cmd`, which runs in `context`: the events of the task's
+/// commands it waits for. A marker or barrier whose events all completed before the
+/// task gets an event that has completed: with an empty list it would wait for every
+/// earlier command of its queue, which the client did not ask for.
+fn wait_list(
+    api: &Api,
+    task_events: &mut TaskEvents,
+    cmd: &Cmd,
+    context: Handle,
+) -> Result<Vec<Handle>, ClInt> {
+    let waits = task_events.wait_list(&cmd.wait)?;
+    let waits_for_all_when_empty = matches!(cmd.op, Op::Marker | Op::Barrier);
+    if waits.is_empty() && !cmd.wait.is_empty() && waits_for_all_when_empty {
+        return Ok(vec![task_events.completed_event(api, context)?]);
+    }
+    Ok(waits)
 }
 
 /// Starts a read of `size` bytes into a fresh buffer with `call(destination, event slot)`
@@ -415,18 +442,26 @@ unsafe fn start_read(
     rc
 }
 
-/// Enqueues one resolved command on the real queue `q`.
+/// Enqueues one resolved command on the real queue `q`, behind the runtime events
+/// `waits`.
 ///
 /// # Safety
-/// `q` and every handle in `op` must be live; `evp` is null or points to a handle slot.
+/// `q`, every handle in `op` and every event in `waits` must be live; `evp` is null or
+/// points to a handle slot.
 unsafe fn enqueue(
     api: &Api,
     q: Handle,
     op: &Op,
+    waits: &[Handle],
     evp: *mut Handle,
     reads: &mut Vec<PendingRead>,
 ) -> ClInt {
-    let none = std::ptr::null();
+    // OpenCL wants a null list with a count of 0.
+    let (n, w) = if waits.is_empty() {
+        (0, std::ptr::null())
+    } else {
+        (waits.len() as u32, waits.as_ptr())
+    };
     match op {
         Op::Write { mem, offset, data } => (api.clEnqueueWriteBuffer)(
             q,
@@ -435,8 +470,8 @@ unsafe fn enqueue(
             *offset,
             data.len,
             data.as_slice().as_ptr().cast(),
-            0,
-            none,
+            n,
+            w,
             evp,
         ),
         Op::Read {
@@ -445,36 +480,36 @@ unsafe fn enqueue(
             size,
             token,
         } => start_read(reads, *token, *size, evp, |ptr, evp| {
-            (api.clEnqueueReadBuffer)(q, mem.handle(), 0, *offset, *size, ptr, 0, none, evp)
+            (api.clEnqueueReadBuffer)(q, mem.handle(), 0, *offset, *size, ptr, n, w, evp)
         }),
-        Op::Image(w) => {
+        Op::Image(img) => {
             let handle =
                 |m: &Option<Arc<Real>>| m.as_ref().map_or(std::ptr::null_mut(), |m| m.handle());
-            let (src, dst) = (handle(&w.src), handle(&w.dst));
-            let data = w
+            let (src, dst) = (handle(&img.src), handle(&img.dst));
+            let data = img
                 .data
                 .as_ref()
                 .map_or(std::ptr::null(), |d| d.as_slice().as_ptr().cast::<c_void>());
             let (so, doo, r) = (
-                w.src_origin.as_ptr(),
-                w.dst_origin.as_ptr(),
-                w.region.as_ptr(),
+                img.src_origin.as_ptr(),
+                img.dst_origin.as_ptr(),
+                img.region.as_ptr(),
             );
-            match w.op {
-                ImageOp::Read => start_read(reads, w.token, w.size, evp, |ptr, evp| {
-                    (api.clEnqueueReadImage)(q, src, 0, so, r, 0, 0, ptr, 0, none, evp)
+            match img.op {
+                ImageOp::Read => start_read(reads, img.token, img.size, evp, |ptr, evp| {
+                    (api.clEnqueueReadImage)(q, src, 0, so, r, 0, 0, ptr, n, w, evp)
                 }),
                 ImageOp::Write => {
-                    (api.clEnqueueWriteImage)(q, dst, 0, doo, r, 0, 0, data, 0, none, evp)
+                    (api.clEnqueueWriteImage)(q, dst, 0, doo, r, 0, 0, data, n, w, evp)
                 }
-                ImageOp::Copy => (api.clEnqueueCopyImage)(q, src, dst, so, doo, r, 0, none, evp),
+                ImageOp::Copy => (api.clEnqueueCopyImage)(q, src, dst, so, doo, r, n, w, evp),
                 ImageOp::ToBuffer => {
-                    (api.clEnqueueCopyImageToBuffer)(q, src, dst, so, r, w.offset, 0, none, evp)
+                    (api.clEnqueueCopyImageToBuffer)(q, src, dst, so, r, img.offset, n, w, evp)
                 }
                 ImageOp::FromBuffer => {
-                    (api.clEnqueueCopyBufferToImage)(q, src, dst, w.offset, doo, r, 0, none, evp)
+                    (api.clEnqueueCopyBufferToImage)(q, src, dst, img.offset, doo, r, n, w, evp)
                 }
-                ImageOp::Fill => (api.clEnqueueFillImage)(q, dst, data, doo, r, 0, none, evp),
+                ImageOp::Fill => (api.clEnqueueFillImage)(q, dst, data, doo, r, n, w, evp),
             }
         }
         Op::Copy {
@@ -490,8 +525,8 @@ unsafe fn enqueue(
             *src_offset,
             *dst_offset,
             *size,
-            0,
-            none,
+            n,
+            w,
             evp,
         ),
         Op::Fill {
@@ -506,8 +541,8 @@ unsafe fn enqueue(
             pattern.len(),
             *offset,
             *size,
-            0,
-            none,
+            n,
+            w,
             evp,
         ),
         Op::NdRange {
@@ -567,13 +602,13 @@ unsafe fn enqueue(
                 offset.as_ptr(),
                 global.as_ptr(),
                 local_ptr,
-                0,
-                none,
+                n,
+                w,
                 evp,
             )
         }
-        Op::Marker => (api.clEnqueueMarkerWithWaitList)(q, 0, none, evp),
-        Op::Barrier => (api.clEnqueueBarrierWithWaitList)(q, 0, none, evp),
+        Op::Marker => (api.clEnqueueMarkerWithWaitList)(q, n, w, evp),
+        Op::Barrier => (api.clEnqueueBarrierWithWaitList)(q, n, w, evp),
         Op::Failed(e) => *e,
     }
 }

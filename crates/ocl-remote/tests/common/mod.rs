@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ocl_remote::cl;
 use ocl_remote::proto::{
-    self, Command, Decoded, EventDone, HelloInfo, KernelArg, NdRange, Request, Response,
+    self, Command, Decoded, EventDone, HelloInfo, KernelArg, NdRange, Queued, Request, Response,
 };
 use ocl_remote::service::{spawn, ServiceConfig, ServiceHandle};
 use prometheus_client::registry::Registry;
@@ -110,6 +110,11 @@ impl Client {
 
     /// Sends commands as one task and returns its status, event results and read data.
     pub fn task(&mut self, commands: Vec<Command<'_>>) -> TaskResult {
+        self.task_waiting(commands.into_iter().map(Queued::from).collect())
+    }
+
+    /// [`Client::task`] for commands with wait lists.
+    pub fn task_waiting(&mut self, commands: Vec<Queued<'_>>) -> TaskResult {
         self.send(&Request::Enqueue { commands });
         let id = self.send(&Request::Flush);
         let mut reads = Vec::new();

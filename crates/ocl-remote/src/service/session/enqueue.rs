@@ -7,9 +7,11 @@ use std::time::Instant;
 use super::objects::{Image, Kernel, Mem, Queue, Sampler};
 use super::Session;
 use crate::cl::{self, ClInt};
-use crate::proto::{self, Command, ImageCmd, KernelArg};
+use crate::proto::{self, Command, ImageCmd, KernelArg, Queued};
 use crate::service::bodies::Body;
-use crate::service::task::{Arg, Cmd, Finished, FrameBytes, ImageWork, Op, SetOnDrop, Task};
+use crate::service::task::{
+    Arg, Cmd, Finished, FrameBytes, ImageWork, Op, SetOnDrop, Task, TaskQueue,
+};
 use crate::service::Real;
 
 impl Session<'_> {
@@ -202,12 +204,15 @@ impl Session<'_> {
         Ok(Op::Image(Box::new(op)))
     }
 
-    pub(super) fn enqueue(&mut self, commands: Vec<Command<'_>>, frame: &Arc<Body>) {
+    pub(super) fn enqueue(&mut self, commands: Vec<Queued<'_>>, frame: &Arc<Body>) {
         // Writes keep the whole frame alive, so the whole frame counts against the bound.
-        if commands.iter().any(|c| matches!(c, Command::Write { .. })) {
+        if commands
+            .iter()
+            .any(|c| matches!(c.command, Command::Write { .. }))
+        {
             self.open_bytes = self.open_bytes.saturating_add(frame.len() as u64);
         }
-        for command in commands {
+        for Queued { wait, command } in commands {
             if let Command::Fill { pattern, .. } = &command {
                 self.open_bytes = self.open_bytes.saturating_add(pattern.len() as u64);
             }
@@ -218,7 +223,11 @@ impl Session<'_> {
                 .objects
                 .get::<Queue>(command.queue())
                 .ok()
-                .map(|q| (Arc::clone(&q.real), q.device));
+                .map(|q| TaskQueue {
+                    real: Arc::clone(&q.real),
+                    device: q.device,
+                    context: Arc::clone(&q.context),
+                });
             let op = match (&queue, self.open_overflow) {
                 (None, _) => Op::Failed(cl::CL_INVALID_COMMAND_QUEUE),
                 (Some(_), true) => Op::Failed(cl::CL_OUT_OF_RESOURCES),
@@ -227,6 +236,7 @@ impl Session<'_> {
             self.open.push(Cmd {
                 queue,
                 event: command.event(),
+                wait,
                 op,
             });
         }
@@ -239,7 +249,7 @@ impl Session<'_> {
         // The lowest device's FIFO runs the task; it holds the others while it runs.
         let mut devices: Vec<u32> = cmds
             .iter()
-            .filter_map(|c| c.queue.as_ref().map(|(_, d)| *d))
+            .filter_map(|c| c.queue.as_ref().map(|q| q.device))
             .collect();
         devices.sort_unstable();
         devices.dedup();

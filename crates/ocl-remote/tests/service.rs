@@ -228,6 +228,72 @@ fn limits_give_clear_errors() {
     Client::connect(svc.local_addr()).unwrap();
 }
 
+/// The device as a client sees it: OpenCL 1.2 (what the remote path implements), with
+/// no allocation larger than the client may make.
+#[test]
+fn devices_are_presented_as_opencl_1_2_within_the_client_quota() {
+    let config = ServiceConfig {
+        buffer_bytes_max: 3 << 20,
+        ..ServiceConfig::default()
+    };
+    let Some((svc, _registry)) = service(config) else {
+        return;
+    };
+    let mut c = Client::connect(svc.local_addr()).unwrap();
+    let device = c.info.1[0][0];
+    let mut info = |param: u32| c.call(&Request::GetDeviceInfo { device, param });
+    let text = |(status, bytes): (i32, Vec<u8>)| {
+        assert_eq!(status, cl::CL_SUCCESS);
+        String::from_utf8(bytes).unwrap()
+    };
+    let device_version = text(info(cl::CL_DEVICE_VERSION));
+    assert!(
+        device_version.starts_with("OpenCL 1.2 "),
+        "{device_version}"
+    );
+    let c_version = text(info(cl::CL_DEVICE_OPENCL_C_VERSION));
+    assert!(c_version.starts_with("OpenCL C 1."), "{c_version}");
+    // CL_DEVICE_NUMERIC_VERSION, CL_DEVICE_EXTENSIONS_WITH_VERSION, CL_DEVICE_SVM_CAPABILITIES
+    for param in [0x105E, 0x1060, 0x1053] {
+        assert_eq!(info(param).0, cl::CL_INVALID_VALUE, "{param:#x}");
+    }
+    let extensions = text(info(cl::CL_DEVICE_EXTENSIONS));
+    for needs_host_api in ["cl_khr_command_buffer", "cl_khr_il_program", "cl_khr_spir"] {
+        assert!(!extensions.contains(needs_host_api), "{extensions}");
+    }
+    let size = |(status, bytes): (i32, Vec<u8>)| {
+        assert_eq!(status, cl::CL_SUCCESS);
+        u64::from_ne_bytes(bytes.try_into().unwrap())
+    };
+    let max_alloc = size(info(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE));
+    let global = size(info(cl::CL_DEVICE_GLOBAL_MEM_SIZE));
+    assert_eq!((max_alloc, global), (3 << 20, 3 << 20));
+    let mut platform = |param: u32| c.call(&Request::GetPlatformInfo { platform: 0, param });
+    let platform_version = text(platform(cl::CL_PLATFORM_VERSION));
+    assert!(
+        platform_version.starts_with("OpenCL 1.2 "),
+        "{platform_version}"
+    );
+    assert_eq!(
+        platform(cl::CL_PLATFORM_NUMERIC_VERSION).0,
+        cl::CL_INVALID_VALUE
+    );
+    // The advertised allocation is one the client can make.
+    c.setup_context();
+    let create = |c: &mut Client, id, size| {
+        c.call(&Request::CreateBuffer {
+            id,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size,
+            data: &[],
+        })
+        .0
+    };
+    assert_eq!(create(&mut c, 10, max_alloc + 8), cl::CL_OUT_OF_RESOURCES);
+    assert_eq!(create(&mut c, 11, max_alloc), cl::CL_SUCCESS);
+}
+
 fn wait_idle(svc: &ServiceHandle) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while (svc.clients_connected() > 0 || svc.client_objects() > 0) && Instant::now() < deadline {

@@ -16,7 +16,8 @@
 //! Modules: [`session`] (a client's requests and objects), [`connection`] (the bytes on
 //! its socket), [`task`] (what a flush hands from a session to a device), [`worker`] (the
 //! device FIFOs and the execution of tasks), [`events`] (a running task's wait lists and
-//! event results), [`programs`] (the cache of built programs),
+//! event results), [`presented`] (the platforms and devices as clients see them: OpenCL
+//! 1.2, memory within their quota), [`programs`] (the cache of built programs),
 //! [`bodies`] (spare buffers for large frame bodies), [`metrics`].
 //!
 //! See `docs/opencl.md` for the protocol and the task model.
@@ -25,6 +26,7 @@ mod bodies;
 mod connection;
 mod events;
 mod metrics;
+mod presented;
 mod programs;
 mod session;
 mod task;

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 
 use super::bodies::Body;
 use super::connection::{read_frame, send_reply, ClientWriter};
-use super::programs;
 use super::task::{Cmd, Finished};
+use super::{presented, programs};
 use super::{Real, Shared, INFO_BYTES_MAX};
 use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
@@ -210,18 +210,29 @@ impl Session<'_> {
         let api = &self.shared.runtime.api;
         match request {
             Request::Hello { version, host_id } => self.hello(version, host_id),
+            // Answers as an OpenCL 1.2 platform and device would (see `presented`).
             Request::GetPlatformInfo { platform, param } => {
                 let raw = self.shared.runtime.platform(platform)?.raw.0;
+                if presented::platform_query_refused(param) {
+                    return Err(presented::REFUSED);
+                }
                 // SAFETY: `raw` is a platform of the runtime; info_bytes passes valid buffers.
                 info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetPlatformInfo)(raw, param, s, b, r)
                 })
+                .map(|answer| presented::platform_info(param, answer))
             }
             Request::GetDeviceInfo { device, param } => {
                 let raw = self.shared.runtime.device(device)?.raw.0;
+                if presented::device_query_refused(param) {
+                    return Err(presented::REFUSED);
+                }
                 // SAFETY: as above, for a device.
                 info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetDeviceInfo)(raw, param, s, b, r)
+                })
+                .map(|answer| {
+                    presented::device_info(param, answer, self.shared.config.buffer_bytes_max)
                 })
             }
             Request::CreateContext { id, devices } => self.create_context(id, devices),

@@ -129,8 +129,8 @@ impl Client {
         }
     }
 
-    /// Context 1, queue 2, a 64-byte buffer 3 holding `fill`, program 4, kernel 5.
-    pub fn setup(&mut self, fill: u8) {
+    /// Context 1 on the first device.
+    pub fn setup_context(&mut self) {
         let device = self.info.1[0][0];
         assert_eq!(
             self.call(&Request::CreateContext {
@@ -140,6 +140,12 @@ impl Client {
             .0,
             0
         );
+    }
+
+    /// Context 1, queue 2, a 64-byte buffer 3 holding `fill`, program 4, kernel 5.
+    pub fn setup(&mut self, fill: u8) {
+        let device = self.info.1[0][0];
+        self.setup_context();
         assert_eq!(
             self.call(&Request::CreateQueue {
                 id: 2,

@@ -93,6 +93,16 @@ pub struct ServiceConfig {
     /// with `CL_OUT_OF_RESOURCES`, its program's binaries are neither cached nor handed
     /// out, and the node and its other clients live on.
     pub kernel_name_bytes_max: usize,
+    /// Capacity of the spare buffers for large frame bodies kept for reuse, node-wide
+    /// (see `bodies`): memory the node holds while idle so that large writes over TCP
+    /// do not page-fault fresh buffers in. Zero: none kept.
+    pub body_spare_bytes_max: usize,
+}
+
+impl ServiceConfig {
+    /// The smallest `frame_body_max` the ICD works with: it sends write data in pieces
+    /// of 8 MiB, in `Enqueue` frames it seals past 4 MiB of commands.
+    pub const FRAME_BODY_MIN: u32 = 16 << 20;
 }
 
 impl Default for ServiceConfig {
@@ -113,6 +123,8 @@ impl Default for ServiceConfig {
             poll_before_sleep: crate::poll::SPIN_DEFAULT,
             send_stall_max: std::time::Duration::from_secs(10),
             kernel_name_bytes_max: 252,
+            // A few of the 8 MiB write commands the ICD sends for large writes.
+            body_spare_bytes_max: 32 << 20,
         }
     }
 }
@@ -201,9 +213,6 @@ pub(crate) struct Runtime {
 
 /// Info strings are bounded so that a misbehaving runtime cannot make us allocate.
 const INFO_BYTES_MAX: usize = 256 << 20;
-/// Capacity of the spare frame-body buffers kept for reuse, node-wide (see `bodies`):
-/// a few of the 8 MiB write commands the ICD sends for large writes.
-const BODY_SPARE_BYTES_MAX: usize = 32 << 20;
 
 fn info_string(query: &mut dyn FnMut(usize, *mut c_void, *mut usize) -> ClInt) -> String {
     let bytes = info_bytes(INFO_BYTES_MAX, query).unwrap_or_default();
@@ -458,6 +467,7 @@ pub fn spawn(
         config.program_cache_entries_max,
         config.program_cache_bytes_max,
     );
+    let bodies = bodies::BodyPool::new(config.body_spare_bytes_max, connection::LARGE_BODY);
     let shared = Arc::new(Shared {
         runtime,
         config,
@@ -473,7 +483,7 @@ pub fn spawn(
         } else {
             Vec::new()
         },
-        bodies: bodies::BodyPool::new(BODY_SPARE_BYTES_MAX, connection::LARGE_BODY),
+        bodies,
     });
     for index in 0..shared.devices.len() {
         let shared = Arc::clone(&shared);

@@ -117,8 +117,11 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
     }
-    shared.clients.fetch_sub(1, Ordering::SeqCst);
+    let last = shared.clients.fetch_sub(1, Ordering::SeqCst) == 1;
     shared.metrics.clients_connected.dec();
+    if last {
+        shared.release_idle_memory();
+    }
 }
 
 /// Lists the connection among those a shutdown ends; a connection that arrives after

@@ -130,7 +130,16 @@ impl DeviceQueue {
     }
 }
 
+/// Runs `task` and answers its client; once no client is left, gives what the task held
+/// back to the system (it may be the last task of a client that has gone).
 fn run_task(shared: &Shared, device: usize, task: Task) {
+    answer_task(shared, device, task);
+    if shared.clients.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        shared.release_idle_memory();
+    }
+}
+
+fn answer_task(shared: &Shared, device: usize, task: Task) {
     let metrics = &shared.metrics.devices[device];
     for &d in &task.other_devices {
         shared.devices[d as usize].hold();

@@ -71,6 +71,8 @@ api! {
     clEnqueueWriteBuffer: fn(Handle, Handle, u32, usize, usize, *const c_void, u32, *const Handle, *mut Handle) -> ClInt;
     clEnqueueCopyBuffer: fn(Handle, Handle, Handle, usize, usize, usize, u32, *const Handle, *mut Handle) -> ClInt;
     clEnqueueFillBuffer: fn(Handle, Handle, *const c_void, usize, usize, usize, u32, *const Handle, *mut Handle) -> ClInt;
+    clEnqueueMapBuffer: fn(Handle, Handle, u32, u64, usize, usize, u32, *const Handle, *mut Handle, *mut ClInt) -> *mut c_void;
+    clEnqueueUnmapMemObject: fn(Handle, Handle, *mut c_void, u32, *const Handle, *mut Handle) -> ClInt;
     clEnqueueMarkerWithWaitList: fn(Handle, u32, *const Handle, *mut Handle) -> ClInt;
     clEnqueueBarrierWithWaitList: fn(Handle, u32, *const Handle, *mut Handle) -> ClInt;
     clFinish: fn(Handle) -> ClInt;

@@ -294,6 +294,55 @@ fn devices_are_presented_as_opencl_1_2_within_the_client_quota() {
     assert_eq!(create(&mut c, 11, max_alloc), cl::CL_SUCCESS);
 }
 
+/// A read's bytes are the buffer's when the read ran, whether the node copies them or
+/// (reads after the task's last write) sends them from the runtime's mapped memory; a
+/// mapping is given back before the next task writes the buffer.
+#[test]
+fn reads_return_the_bytes_of_their_moment_in_the_task() {
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut c = Client::connect(svc.local_addr()).unwrap();
+    c.setup(0);
+    let write = |byte: u8| Command::Write {
+        queue: 2,
+        event: 0,
+        buffer: 3,
+        offset: 0,
+        data: Box::leak(vec![byte; 64].into_boxed_slice()),
+    };
+    let read = |token| Command::Read {
+        queue: 2,
+        event: 0,
+        buffer: 3,
+        offset: 0,
+        size: 64,
+        token,
+    };
+    for round in 0..3u8 {
+        let (status, _, reads) = c.task(vec![
+            write(round * 10 + 1),
+            read(1),
+            write(round * 10 + 2),
+            // The kernel adds one to each int: the low byte of each.
+            inc(2, 5, 3, 0),
+            read(2),
+            read(3),
+        ]);
+        assert_eq!(status, cl::CL_SUCCESS);
+        let first = vec![round * 10 + 1; 64];
+        let mut last = vec![round * 10 + 2; 64];
+        for int in last.chunks_mut(4) {
+            int[0] += 1;
+        }
+        assert_eq!(
+            reads,
+            [(1, first), (2, last.clone()), (3, last)],
+            "round {round}"
+        );
+    }
+}
+
 fn wait_idle(svc: &ServiceHandle) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while (svc.clients_connected() > 0 || svc.client_objects() > 0) && Instant::now() < deadline {

@@ -17,7 +17,8 @@
 //! its socket), [`task`] (what a flush hands from a session to a device), [`worker`] (the
 //! device FIFOs and the execution of tasks), [`events`] (a running task's wait lists and
 //! event results), [`presented`] (the platforms and devices as clients see them: OpenCL
-//! 1.2, memory within their quota), [`programs`] (the cache of built programs),
+//! 1.2, memory within their quota), [`reads`] (where a read's bytes wait until sent),
+//! [`programs`] (the cache of built programs),
 //! [`bodies`] (spare buffers for large frame bodies), [`metrics`].
 //!
 //! See `docs/opencl.md` for the protocol and the task model.
@@ -28,6 +29,7 @@ mod events;
 mod metrics;
 mod presented;
 mod programs;
+mod reads;
 mod session;
 mod task;
 mod worker;

@@ -14,6 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::connection::send_all;
 use super::events::{self, TaskEvents};
+use super::reads::{self, exec_status, PendingRead, ReadResult};
 use super::task::{Arg, Cmd, Op, Task};
 use super::{Real, Shared};
 use crate::cl::{self, ClInt};
@@ -26,7 +27,7 @@ const READ_CHUNK_MAX: usize = 16 << 20;
 struct Outcome {
     status: ClInt,
     events: Vec<EventDone>,
-    reads: Vec<(u64, Vec<u8>)>,
+    reads: Vec<ReadResult>,
 }
 
 /// The bounded FIFO of one device and the flag that says a task is running on it.
@@ -148,7 +149,7 @@ fn answer_task(shared: &Shared, device: usize, task: Task) {
     for &d in &task.other_devices {
         shared.devices[d as usize].finished();
     }
-    let read_bytes: usize = outcome.reads.iter().map(|(_, d)| d.len()).sum();
+    let read_bytes: usize = outcome.reads.iter().map(|r| r.bytes().len()).sum();
     let written: usize = task
         .cmds
         .iter()
@@ -164,6 +165,8 @@ fn answer_task(shared: &Shared, device: usize, task: Task) {
         metrics.tasks_failed.inc();
     }
     send_outcome(&task, &outcome);
+    // SAFETY: the task still holds the objects read.
+    unsafe { reads::unmap(&shared.runtime.api, outcome.reads) };
     metrics
         .task_latency
         .observe(task.flushed_at.elapsed().as_secs_f64());
@@ -205,7 +208,8 @@ pub(crate) fn fail_task(task: Task, code: ClInt) {
 fn send_outcome(task: &Task, outcome: &Outcome) {
     let mut out = Vec::new();
     let mut w = task.writer.lock().unwrap_or_else(|p| p.into_inner());
-    for (token, data) in &outcome.reads {
+    for read in &outcome.reads {
+        let (token, data) = (&read.token, read.bytes());
         let mut offset = 0usize;
         // At least one frame, also for an empty read, so the client sees it done.
         loop {
@@ -238,67 +242,17 @@ fn send_outcome(task: &Task, outcome: &Outcome) {
     let _ = send_all(&mut w, &out);
 }
 
-/// A read under way: the runtime fills `data`'s spare capacity; its length is set only
-/// once `event` says the read completed (otherwise the bytes are zeroed), so that no
-/// uninitialised memory — possibly another client's freed data — is ever sent.
-struct PendingRead {
-    token: u64,
-    data: Vec<u8>,
-    size: usize,
-    /// The read's event; null if the enqueue failed.
-    event: Handle,
-    /// Whether `event` was created here (no client event asked for) and is released
-    /// here.
-    own_event: bool,
-}
-
-/// The execution status of event `ev`, `otherwise` if the runtime does not say.
-///
-/// # Safety
-/// `ev` is a live event.
-unsafe fn exec_status(api: &Api, ev: Handle, otherwise: ClInt) -> ClInt {
-    let mut exec = otherwise;
-    (api.clGetEventInfo)(
-        ev,
-        cl::CL_EVENT_COMMAND_EXECUTION_STATUS,
-        4,
-        (&mut exec as *mut ClInt).cast(),
-        std::ptr::null_mut(),
-    );
-    exec
-}
-
-impl PendingRead {
-    /// Sets the data once the read is known complete, zeroes it otherwise.
-    ///
-    /// # Safety
-    /// `event` is null or a live event of the read that filled `data`.
-    unsafe fn settle(mut self, api: &Api) -> (u64, Vec<u8>) {
-        let mut exec: ClInt = -1;
-        if !self.event.is_null() {
-            exec = exec_status(api, self.event, exec);
-            if self.own_event {
-                (api.clReleaseEvent)(self.event);
-            }
-        }
-        if exec == cl::CL_COMPLETE {
-            // SAFETY: the runtime wrote all `size` bytes of the spare capacity.
-            self.data.set_len(self.size);
-        } else {
-            self.data.clear();
-            self.data.resize(self.size, 0);
-        }
-        (self.token, self.data)
-    }
-}
-
 fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
     let mut status = cl::CL_SUCCESS;
     let mut events: Vec<(u64, Handle, ClInt)> = Vec::new();
     let mut reads: Vec<PendingRead> = Vec::new();
     let mut queues: Vec<Handle> = Vec::new();
     let mut task_events = TaskEvents::default();
-    for cmd in cmds {
+    // Reads after the last command that may write memory can be sent from a mapping
+    // (see `reads`).
+    let last_write = cmds.iter().rposition(|c| may_write(&c.op));
+    for (i, cmd) in cmds.iter().enumerate() {
+        let may_map = last_write.map_or(true, |w| w < i);
         let mut ev: Handle = std::ptr::null_mut();
         let evp: *mut Handle = if cmd.event != 0 {
             &mut ev
@@ -319,7 +273,14 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
                     // SAFETY: all handles are live (held by the task, the wait list's
                     // events until the end of this function); data buffers outlive the
                     // clFinish below.
-                    Ok(waits) => unsafe { enqueue(api, q, &cmd.op, &waits, evp, &mut reads) },
+                    Ok(waits) => unsafe {
+                        let op = Enqueued {
+                            op: &cmd.op,
+                            waits: &waits,
+                            may_map,
+                        };
+                        enqueue(api, q, op, evp, &mut reads)
+                    },
                     Err(code) => code,
                 }
             }
@@ -410,58 +371,32 @@ fn wait_list(
     Ok(waits)
 }
 
-/// Starts a read of `size` bytes into a fresh buffer with `call(destination, event slot)`
-/// and records it in `reads`; the read gets an event of its own if the client asked for
-/// none, so that its completion can be checked (see [`PendingRead`]).
-///
-/// # Safety
-/// `evp` is null or points to a handle slot; `call` enqueues a read of at most `size`
-/// bytes into its destination.
-unsafe fn start_read(
-    reads: &mut Vec<PendingRead>,
-    token: u64,
-    size: usize,
-    evp: *mut Handle,
-    call: impl FnOnce(*mut c_void, *mut Handle) -> ClInt,
-) -> ClInt {
-    // Not zero-filled first (a memset of the whole read, 10 % of the service's CPU time
-    // in a 1 MiB write + kernel + read loop over TCP): see PendingRead.
-    let mut data: Vec<u8> = Vec::with_capacity(size);
-    let ptr = data.as_mut_ptr();
-    let mut event: Handle = std::ptr::null_mut();
-    let own_event = evp.is_null();
-    let evp = if own_event {
-        &mut event as *mut Handle
-    } else {
-        evp
-    };
-    let rc = call(ptr.cast(), evp);
-    // The Vec's heap buffer does not move when `reads` grows.
-    reads.push(PendingRead {
-        token,
-        data,
-        size,
-        event: if rc == cl::CL_SUCCESS {
-            *evp
-        } else {
-            std::ptr::null_mut()
-        },
-        own_event,
-    });
-    rc
+/// Whether a command may change memory a read of the same task reads.
+fn may_write(op: &Op) -> bool {
+    match op {
+        Op::Read { .. } | Op::Marker | Op::Barrier | Op::Failed(_) => false,
+        Op::Image(img) => img.op != ImageOp::Read,
+        Op::Write { .. } | Op::Copy { .. } | Op::Fill { .. } | Op::NdRange { .. } => true,
+    }
 }
 
-/// Enqueues one resolved command on the real queue `q`, behind the runtime events
-/// `waits`.
+/// A command as the runtime gets it: behind the runtime events `waits`; a read may be
+/// sent from a mapping if `may_map`.
+struct Enqueued<'a> {
+    op: &'a Op,
+    waits: &'a [Handle],
+    may_map: bool,
+}
+
+/// Enqueues one resolved command on the real queue `q`.
 ///
 /// # Safety
-/// `q`, every handle in `op` and every event in `waits` must be live; `evp` is null or
-/// points to a handle slot.
+/// `q`, every handle in the command and every event in its wait list must be live;
+/// `evp` is null or points to a handle slot.
 unsafe fn enqueue(
     api: &Api,
     q: Handle,
-    op: &Op,
-    waits: &[Handle],
+    Enqueued { op, waits, may_map }: Enqueued<'_>,
     evp: *mut Handle,
     reads: &mut Vec<PendingRead>,
 ) -> ClInt {
@@ -488,7 +423,16 @@ unsafe fn enqueue(
             offset,
             size,
             token,
-        } => start_read(reads, *token, *size, evp, |ptr, evp| {
+        } if may_map && *size > 0 => {
+            let region = (*offset, *size);
+            reads::start_map(api, reads, q, mem.handle(), region, (n, w), evp, *token)
+        }
+        Op::Read {
+            mem,
+            offset,
+            size,
+            token,
+        } => reads::start_copy(reads, *token, *size, evp, |ptr, evp| {
             (api.clEnqueueReadBuffer)(q, mem.handle(), 0, *offset, *size, ptr, n, w, evp)
         }),
         Op::Image(img) => {
@@ -505,7 +449,7 @@ unsafe fn enqueue(
                 img.region.as_ptr(),
             );
             match img.op {
-                ImageOp::Read => start_read(reads, img.token, img.size, evp, |ptr, evp| {
+                ImageOp::Read => reads::start_copy(reads, img.token, img.size, evp, |ptr, evp| {
                     (api.clEnqueueReadImage)(q, src, 0, so, r, 0, 0, ptr, n, w, evp)
                 }),
                 ImageOp::Write => {

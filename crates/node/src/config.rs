@@ -81,7 +81,7 @@ pub struct Config {
     /// Largest frame a client may send; beyond it the connection is closed.
     pub opencl_frame_body_bytes_max: u32,
     /// Buffer and image bytes one client may hold; also what the devices advertise as
-    /// their global memory and largest allocation.
+    /// their global memory (and their largest allocation in proportion).
     pub opencl_buffer_bytes_max: u64,
     /// OpenCL objects one client may hold.
     pub opencl_objects_max: usize,

@@ -204,6 +204,8 @@ pub(crate) struct DeviceEntry {
     /// A CPU device with host-unified memory: `CL_MEM_USE_HOST_PTR` buffers are used in
     /// place, so a client may move their data with `memcpy` (the shared-memory path).
     pub host_memory: bool,
+    /// The memory sizes a client is told (see [`presented::Memory`]).
+    pub memory: presented::Memory,
 }
 
 /// The loaded runtime and what it shares.
@@ -314,12 +316,26 @@ impl Runtime {
                 let cpu = flag(cl::CL_DEVICE_TYPE)
                     .is_some_and(|t| u64::from(t) & cl::CL_DEVICE_TYPE_CPU != 0);
                 let unified = flag(cl::CL_DEVICE_HOST_UNIFIED_MEMORY) == Some(1);
+                let size = |param: u32| {
+                    // SAFETY: as above.
+                    info_bytes(16, &mut |s, p, r| unsafe {
+                        (api.clGetDeviceInfo)(dev, param, s, p, r)
+                    })
+                    .ok()
+                    .and_then(|b| b.try_into().ok().map(u64::from_ne_bytes))
+                };
+                let memory = presented::Memory::within_quota(
+                    size(cl::CL_DEVICE_GLOBAL_MEM_SIZE),
+                    size(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE),
+                    config.buffer_bytes_max,
+                );
                 indices.push(devices.len() as u32);
                 devices.push(DeviceEntry {
                     raw: Raw(dev),
                     platform,
                     name: dname,
                     host_memory: cpu && unified,
+                    memory,
                 });
             }
             platforms.push(PlatformEntry {

@@ -9,9 +9,9 @@
 //! a 1.2 device does), and only extensions that need nothing of the host API beyond 1.2
 //! are listed (kernel-language extensions compile on the node; ones with entry points
 //! of their own, such as `cl_khr_command_buffer` or `cl_khr_il_program`, have none in
-//! the ICD). Memory sizes say what one client may allocate: no more than its buffer
-//! quota (`buffer_bytes_max`), so a program that sizes its buffers by
-//! `CL_DEVICE_MAX_MEM_ALLOC_SIZE` gets them.
+//! the ICD). Memory sizes say what one client may allocate: the device as if it had no
+//! more memory than the client's buffer quota ([`Memory`]), so a program that sizes its
+//! buffers by `CL_DEVICE_GLOBAL_MEM_SIZE` and `CL_DEVICE_MAX_MEM_ALLOC_SIZE` gets them.
 //!
 //! Pure functions over the runtime's bytes, so that they can be tested without one.
 
@@ -81,20 +81,59 @@ pub(crate) fn platform_info(param: ClUint, raw: Vec<u8>) -> Vec<u8> {
     }
 }
 
-/// The device's answer to `param` as a client with a buffer quota of
-/// `buffer_bytes_max` sees it, from the runtime's `raw`.
-pub(crate) fn device_info(param: ClUint, raw: Vec<u8>, buffer_bytes_max: u64) -> Vec<u8> {
+/// The memory sizes of a device as a client sees them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Memory {
+    /// `CL_DEVICE_GLOBAL_MEM_SIZE`.
+    pub global: u64,
+    /// `CL_DEVICE_MAX_MEM_ALLOC_SIZE` (also the bound of
+    /// `CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE`).
+    pub max_alloc: u64,
+}
+
+/// The smallest `CL_DEVICE_MAX_MEM_ALLOC_SIZE` OpenCL 1.2 allows, for a device of
+/// `global` bytes: a quarter of it, and at least 128 MiB.
+fn max_alloc_min(global: u64) -> u64 {
+    (global / 4).max(128 << 20)
+}
+
+impl Memory {
+    /// A device of `global` bytes with allocations of up to `max_alloc`, shrunk to a
+    /// client's quota of `quota` bytes: a device of that size with the same proportion
+    /// of one allocation to the whole (PoCL here: 8 of 21.5 GiB, so 380 MiB of a 1 GiB
+    /// quota), within what OpenCL 1.2 requires and the device allows. Telling a client it may allocate its
+    /// whole quota at once was true, but left no room for the next buffer: programs
+    /// that allocate the largest buffer allowed and then a small one (the CTS's
+    /// `test_allocations`) failed. Unknown sizes count as the quota.
+    pub fn within_quota(global: Option<u64>, max_alloc: Option<u64>, quota: u64) -> Memory {
+        let device_global = global.unwrap_or(quota).max(1);
+        let device_max_alloc = max_alloc.unwrap_or(device_global).min(device_global);
+        let global = device_global.min(quota);
+        // The device's proportion, computed without overflow (sizes are below 2^64).
+        let scaled =
+            (u128::from(device_max_alloc) * u128::from(global) / u128::from(device_global)) as u64;
+        let max_alloc = scaled
+            .max(max_alloc_min(global))
+            .min(global)
+            .min(device_max_alloc);
+        Memory { global, max_alloc }
+    }
+}
+
+/// The device's answer to `param` as a client sees it, from the runtime's `raw` and
+/// the sizes of `memory`.
+pub(crate) fn device_info(param: ClUint, raw: Vec<u8>, memory: &Memory) -> Vec<u8> {
     match param {
         cl::CL_DEVICE_VERSION => capped_version(&raw, b"OpenCL "),
         cl::CL_DEVICE_OPENCL_C_VERSION => capped_version(&raw, b"OpenCL C "),
         cl::CL_DEVICE_EXTENSIONS => supported_extensions(&raw),
         // clCreateProgramWithBuiltInKernels does not reach the node.
         cl::CL_DEVICE_BUILT_IN_KERNELS => vec![0],
-        cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE
-        | cl::CL_DEVICE_GLOBAL_MEM_SIZE
-        | cl::CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE => match <[u8; 8]>::try_from(raw.as_slice()) {
+        cl::CL_DEVICE_GLOBAL_MEM_SIZE => memory.global.to_ne_bytes().to_vec(),
+        cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE => memory.max_alloc.to_ne_bytes().to_vec(),
+        cl::CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE => match <[u8; 8]>::try_from(raw.as_slice()) {
             Ok(v) => u64::from_ne_bytes(v)
-                .min(buffer_bytes_max)
+                .min(memory.max_alloc)
                 .to_ne_bytes()
                 .to_vec(),
             Err(_) => raw,
@@ -157,6 +196,11 @@ pub(crate) const REFUSED: ClInt = cl::CL_INVALID_VALUE;
 mod tests {
     use super::*;
 
+    const MEMORY: Memory = Memory {
+        global: 1,
+        max_alloc: 1,
+    };
+
     fn c(s: &str) -> Vec<u8> {
         let mut v = s.as_bytes().to_vec();
         v.push(0);
@@ -201,7 +245,7 @@ mod tests {
                       cl_khr_fp64 ",
         );
         assert_eq!(
-            device_info(cl::CL_DEVICE_EXTENSIONS, pocl, 1 << 30),
+            device_info(cl::CL_DEVICE_EXTENSIONS, pocl, &MEMORY),
             c(
                 "cl_khr_byte_addressable_store cl_khr_global_int32_base_atomics \
                cl_khr_3d_image_writes cl_khr_fp64"
@@ -218,35 +262,74 @@ mod tests {
     }
 
     #[test]
-    fn memory_sizes_are_capped_at_the_buffer_quota() {
-        let size = |param, bytes: u64, quota| {
+    fn memory_is_the_device_shrunk_to_the_quota() {
+        const GIB: u64 = 1 << 30;
+        const MIB: u64 = 1 << 20;
+        let m = |global, max_alloc, quota| Memory::within_quota(global, max_alloc, quota);
+        // PoCL here: 21.5 GiB, 8 GiB per allocation; a 1 GiB quota.
+        let pocl = m(Some(23_129_018_368), Some(8 * GIB), GIB);
+        assert_eq!(pocl.global, GIB);
+        assert!((370 * MIB..390 * MIB).contains(&pocl.max_alloc), "{pocl:?}");
+        // A device smaller than the quota is itself.
+        assert_eq!(
+            m(Some(512 * MIB), Some(128 * MIB), GIB),
+            Memory {
+                global: 512 * MIB,
+                max_alloc: 128 * MIB
+            }
+        );
+        // Never below a quarter, nor 128 MiB, nor above the whole, nor above what the
+        // device itself allows.
+        assert_eq!(m(Some(64 * GIB), Some(GIB), 4 * GIB).max_alloc, GIB);
+        assert_eq!(m(Some(64 * GIB), Some(2 * GIB), GIB).max_alloc, 256 * MIB);
+        assert_eq!(
+            m(Some(64 * GIB), Some(2 * GIB), 64 * MIB).max_alloc,
+            64 * MIB
+        );
+        assert_eq!(m(Some(64 * GIB), Some(MIB), GIB).max_alloc, MIB);
+        // Unknown sizes count as the quota; a device whose allocation exceeds its
+        // memory is read as its memory.
+        assert_eq!(
+            m(None, None, GIB),
+            Memory {
+                global: GIB,
+                max_alloc: GIB
+            }
+        );
+        assert_eq!(m(Some(2 * GIB), Some(u64::MAX), GIB).max_alloc, GIB);
+        assert_eq!(m(Some(u64::MAX), Some(u64::MAX), u64::MAX).global, u64::MAX);
+    }
+
+    #[test]
+    fn memory_sizes_are_the_presented_ones() {
+        let memory = Memory {
+            global: 1 << 30,
+            max_alloc: 1 << 28,
+        };
+        let size = |param, bytes: u64| {
             u64::from_ne_bytes(
-                device_info(param, bytes.to_ne_bytes().to_vec(), quota)
+                device_info(param, bytes.to_ne_bytes().to_vec(), &memory)
                     .try_into()
                     .unwrap(),
             )
         };
-        let quota = 1 << 30;
+        assert_eq!(size(cl::CL_DEVICE_GLOBAL_MEM_SIZE, 15 << 30), 1 << 30);
+        assert_eq!(size(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE, 4 << 30), 1 << 28);
         assert_eq!(
-            size(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE, 4 << 30, quota),
-            quota
-        );
-        assert_eq!(size(cl::CL_DEVICE_GLOBAL_MEM_SIZE, 15 << 30, quota), quota);
-        assert_eq!(
-            size(cl::CL_DEVICE_GLOBAL_MEM_SIZE, 512 << 20, quota),
-            512 << 20
-        );
-        assert_eq!(
-            size(cl::CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE, 4 << 20, quota),
+            size(cl::CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE, 4 << 20),
             4 << 20
+        );
+        assert_eq!(
+            size(cl::CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE, 1 << 30),
+            1 << 28
         );
         // A malformed answer is passed on as it is.
         assert_eq!(
-            device_info(cl::CL_DEVICE_GLOBAL_MEM_SIZE, vec![1, 2], quota),
+            device_info(cl::CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE, vec![1, 2], &memory),
             [1, 2]
         );
         // Other sizes are the device's.
-        assert_eq!(size(0x1016, 4 << 30, quota), 4 << 30);
+        assert_eq!(size(0x1016, 4 << 30), 4 << 30);
     }
 
     #[test]
@@ -261,7 +344,7 @@ mod tests {
         assert!(platform_query_refused(cl::CL_PLATFORM_NUMERIC_VERSION));
         assert!(!platform_query_refused(cl::CL_PLATFORM_VERSION));
         assert_eq!(
-            device_info(cl::CL_DEVICE_BUILT_IN_KERNELS, c("pocl.add.i8"), 1),
+            device_info(cl::CL_DEVICE_BUILT_IN_KERNELS, c("pocl.add.i8"), &MEMORY),
             c("")
         );
     }

@@ -226,7 +226,8 @@ impl Session<'_> {
                 .map(|answer| presented::platform_info(param, answer))
             }
             Request::GetDeviceInfo { device, param } => {
-                let raw = self.shared.runtime.device(device)?.raw.0;
+                let entry = self.shared.runtime.device(device)?;
+                let (raw, memory) = (entry.raw.0, entry.memory);
                 if presented::device_query_refused(param) {
                     return Err(presented::REFUSED);
                 }
@@ -234,9 +235,7 @@ impl Session<'_> {
                 info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetDeviceInfo)(raw, param, s, b, r)
                 })
-                .map(|answer| {
-                    presented::device_info(param, answer, self.shared.config.buffer_bytes_max)
-                })
+                .map(|answer| presented::device_info(param, answer, &memory))
             }
             Request::CreateContext { id, devices } => self.create_context(id, devices),
             Request::CreateQueue {

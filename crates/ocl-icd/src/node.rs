@@ -356,7 +356,9 @@ impl Node {
     }
 
     /// Adds `marker` (a command carrying the reads' event) and reads served from shared
-    /// memory when the task is done.
+    /// memory when the task is done, and sends the task: the copies are made once the
+    /// whole task has run, so a later command in it (a write to the buffer read) would
+    /// change what the read returns. Later tasks wait for the copies (`exclusive`).
     pub fn enqueue_direct_reads(
         &self,
         marker: &Command<'_>,
@@ -369,6 +371,7 @@ impl Node {
         out.open.exclusive = true;
         drop(out);
         self.enqueue(marker, wait, event, None);
+        self.flush();
     }
 
     /// Closes the open task and sends it (`clFlush`). A task held back by user events is

@@ -122,6 +122,19 @@ int main(void) {
         free(big);
     }
 
+    /* A read returns the buffer as it was when the read ran, not as a later command of
+     * the same flush leaves it. */
+    {
+        int before[4] = {1, 1, 1, 1}, after[4] = {2, 2, 2, 2}, seen[4] = {0};
+        cl_mem small = CHECKED(clCreateBuffer(e.context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                              sizeof before, before, &err_));
+        CHECK(clEnqueueReadBuffer(q1, small, CL_FALSE, 0, sizeof seen, seen, 0, NULL, NULL));
+        CHECK(clEnqueueWriteBuffer(q1, small, CL_FALSE, 0, sizeof after, after, 0, NULL, NULL));
+        CHECK(clFinish(q1));
+        printf("read before a write: %d\n", seen[0]);
+        clReleaseMemObject(small);
+    }
+
     clReleaseMemObject(buf);
     clReleaseKernel(sum_ends);
     clReleaseKernel(twice);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{inc, read_cmd, service, Client, SRC};
 use ocl_remote::cl;
-use ocl_remote::proto::{self, Command, Request};
+use ocl_remote::proto::{self, Command, Queued, Request};
 use ocl_remote::service::{ServiceConfig, ServiceHandle};
 
 #[test]
@@ -558,6 +558,44 @@ fn an_open_task_over_its_byte_bound_fails_instead_of_growing() {
     ]);
     assert_eq!(status, 0);
     assert_eq!(reads[0].1, vec![9u8; 64]);
+}
+
+/// Commands without data count too: an open task of markers with long wait lists
+/// cannot grow the node's memory past the bound.
+#[test]
+fn an_open_task_of_commands_without_data_is_bounded_too() {
+    let config = ServiceConfig {
+        pending_bytes_max: 1 << 20,
+        ..ServiceConfig::default()
+    };
+    let Some((svc, _registry)) = service(config) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    a.setup(0);
+    // 64 frames of 8 markers waiting for 16 Ki events each: 64 MiB of wait lists.
+    let wait: Vec<u64> = (1..=16 << 10).collect();
+    for frame in 0..64u64 {
+        a.send(&Request::Enqueue {
+            commands: (0..8)
+                .map(|i| Queued {
+                    wait: wait.clone(),
+                    command: Command::Marker {
+                        queue: 2,
+                        event: 1 + frame * 8 + i,
+                    },
+                })
+                .collect(),
+        });
+    }
+    let (status, events, _) = a.task(vec![read_cmd(2, 3, 0)]);
+    assert_eq!(status, cl::CL_OUT_OF_RESOURCES);
+    // The first markers fit and ran; the rest failed.
+    assert!(events.iter().any(|e| e.status == cl::CL_COMPLETE));
+    assert!(events.iter().any(|e| e.status == cl::CL_OUT_OF_RESOURCES));
+    // The next task starts from zero again.
+    let (status, _, _) = a.task(vec![read_cmd(2, 3, 0)]);
+    assert_eq!(status, cl::CL_SUCCESS);
 }
 
 #[test]

@@ -40,6 +40,8 @@ struct Session<'s> {
     open_bytes: u64,
     /// Set when the open task went over `pending_bytes_max`; the task then fails whole.
     open_overflow: bool,
+    /// Bytes of the entries kept for commands that failed past the bound.
+    open_failed_bytes: u64,
     greeted: bool,
     /// The client runs on this host (same host id): buffers may live in shared memory.
     same_host: bool,
@@ -100,6 +102,7 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
             open: Vec::new(),
             open_bytes: 0,
             open_overflow: false,
+            open_failed_bytes: 0,
             greeted: false,
             same_host: false,
             last_task: None,

@@ -95,6 +95,61 @@ impl TaskEvents {
     }
 }
 
+/// The execution status of event `ev`, `otherwise` if the runtime does not say.
+///
+/// # Safety
+/// `ev` is a live event.
+pub(crate) unsafe fn exec_status(api: &Api, ev: Handle, otherwise: ClInt) -> ClInt {
+    let mut exec = otherwise;
+    (api.clGetEventInfo)(
+        ev,
+        cl::CL_EVENT_COMMAND_EXECUTION_STATUS,
+        4,
+        (&mut exec as *mut ClInt).cast(),
+        std::ptr::null_mut(),
+    );
+    exec
+}
+
+/// The result of the command with client event `event`, whose enqueue returned `rc`
+/// and made the runtime event `ev` (null: none): its status and profiling times.
+/// Releases `ev`.
+///
+/// # Safety
+/// `ev` is null or a live event of the runtime, which is not used afterwards.
+pub(crate) unsafe fn result(api: &Api, event: u64, ev: Handle, rc: ClInt) -> EventDone {
+    let mut done = EventDone {
+        event,
+        status: rc,
+        profile: [0; 4],
+    };
+    if ev.is_null() {
+        return done;
+    }
+    done.status = exec_status(api, ev, cl::CL_COMPLETE).min(cl::CL_COMPLETE);
+    let params = [
+        cl::CL_PROFILING_COMMAND_QUEUED,
+        cl::CL_PROFILING_COMMAND_SUBMIT,
+        cl::CL_PROFILING_COMMAND_START,
+        cl::CL_PROFILING_COMMAND_END,
+    ];
+    for (slot, param) in done.profile.iter_mut().zip(params) {
+        let mut v = 0u64;
+        let rc = (api.clGetEventProfilingInfo)(
+            ev,
+            param,
+            8,
+            (&mut v as *mut u64).cast(),
+            std::ptr::null_mut(),
+        );
+        if rc == cl::CL_SUCCESS {
+            *slot = v;
+        }
+    }
+    (api.clReleaseEvent)(ev);
+    done
+}
+
 /// One result per client event, in the order of their first command: the worst
 /// status of its commands, the earliest queued, submit and start times and the latest
 /// end time.

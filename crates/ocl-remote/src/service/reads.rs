@@ -13,6 +13,7 @@
 
 use std::ffi::c_void;
 
+use super::events::exec_status;
 use crate::cl::{self, ClInt};
 use crate::ffi::{Api, Handle};
 
@@ -72,22 +73,6 @@ impl ReadResult {
             },
         }
     }
-}
-
-/// The execution status of event `ev`, `otherwise` if the runtime does not say.
-///
-/// # Safety
-/// `ev` is a live event.
-pub(crate) unsafe fn exec_status(api: &Api, ev: Handle, otherwise: ClInt) -> ClInt {
-    let mut exec = otherwise;
-    (api.clGetEventInfo)(
-        ev,
-        cl::CL_EVENT_COMMAND_EXECUTION_STATUS,
-        4,
-        (&mut exec as *mut ClInt).cast(),
-        std::ptr::null_mut(),
-    );
-    exec
 }
 
 /// The event slot a read enqueue writes to: the client's (`evp`), or `own` when the

@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::connection::send_all;
 use super::events::{self, TaskEvents};
-use super::reads::{self, exec_status, PendingRead, ReadResult};
+use super::reads::{self, PendingRead, ReadResult};
 use super::task::{Arg, Cmd, Op, Task};
 use super::{Real, Shared};
 use crate::cl::{self, ClInt};
@@ -307,44 +307,10 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
         .into_iter()
         .map(|r| unsafe { r.settle(api) })
         .collect();
+    // SAFETY: each runtime event is live and released once, here.
     let events = events
         .into_iter()
-        .map(|(event, ev, rc)| {
-            let mut done = EventDone {
-                event,
-                status: rc,
-                profile: [0; 4],
-            };
-            if !ev.is_null() {
-                // SAFETY: `ev` is a live event returned by the runtime; we release it.
-                unsafe {
-                    done.status = exec_status(api, ev, cl::CL_COMPLETE).min(cl::CL_COMPLETE);
-                    for (i, param) in [
-                        cl::CL_PROFILING_COMMAND_QUEUED,
-                        cl::CL_PROFILING_COMMAND_SUBMIT,
-                        cl::CL_PROFILING_COMMAND_START,
-                        cl::CL_PROFILING_COMMAND_END,
-                    ]
-                    .into_iter()
-                    .enumerate()
-                    {
-                        let mut v = 0u64;
-                        if (api.clGetEventProfilingInfo)(
-                            ev,
-                            param,
-                            8,
-                            (&mut v as *mut u64).cast(),
-                            std::ptr::null_mut(),
-                        ) == cl::CL_SUCCESS
-                        {
-                            done.profile[i] = v;
-                        }
-                    }
-                    (api.clReleaseEvent)(ev);
-                }
-            }
-            done
-        })
+        .map(|(event, ev, rc)| unsafe { events::result(api, event, ev, rc) })
         .collect();
     Outcome {
         status,

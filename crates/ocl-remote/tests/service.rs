@@ -339,6 +339,33 @@ fn the_largest_allocation_leaves_room_for_more() {
         .0
     };
     assert_eq!(create(10, max_alloc), cl::CL_SUCCESS);
+    // A size a program can fill with a pattern (a native device's are round too).
+    let queue = Request::CreateQueue {
+        id: 2,
+        context: 1,
+        device: c.info.1[0][0],
+        properties: 0,
+    };
+    assert_eq!(c.call(&queue).0, cl::CL_SUCCESS);
+    let (status, _, _) = c.task(vec![Command::Fill {
+        queue: 2,
+        event: 0,
+        buffer: 10,
+        pattern: &[0; 16],
+        offset: 0,
+        size: max_alloc,
+    }]);
+    assert_eq!(status, cl::CL_SUCCESS, "filling {max_alloc} bytes");
+    let mut create = |id, size| {
+        c.call(&Request::CreateBuffer {
+            id,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size,
+            data: &[],
+        })
+        .0
+    };
     // PoCL's CPU device allows 8 of its 21.5 GiB in one allocation: 380 MiB of 1 GiB.
     if device_max_alloc < device_global && device_global > quota {
         assert!(max_alloc < global, "{max_alloc} of {global}");

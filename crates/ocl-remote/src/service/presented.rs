@@ -97,6 +97,15 @@ fn max_alloc_min(global: u64) -> u64 {
     (global / 4).max(128 << 20)
 }
 
+/// `size` rounded down to whole MiB (sizes below 1 MiB to a multiple of 128 bytes):
+/// programs use the largest allocation as a buffer size, and a fill of it with a
+/// pattern (up to 128 bytes) must divide it, as for a native device's round sizes (the
+/// CTS's `test_thread_dimensions` fills such a buffer).
+fn round_down(size: u64) -> u64 {
+    let unit = if size >= 1 << 20 { 1 << 20 } else { 128 };
+    (size / unit * unit).max(size.min(unit))
+}
+
 impl Memory {
     /// A device of `global` bytes with allocations of up to `max_alloc`, shrunk to a
     /// client's quota of `quota` bytes: a device of that size with the same proportion
@@ -116,7 +125,10 @@ impl Memory {
             .max(max_alloc_min(global))
             .min(global)
             .min(device_max_alloc);
-        Memory { global, max_alloc }
+        Memory {
+            global,
+            max_alloc: round_down(max_alloc),
+        }
     }
 }
 
@@ -270,6 +282,7 @@ mod tests {
         let pocl = m(Some(23_129_018_368), Some(8 * GIB), GIB);
         assert_eq!(pocl.global, GIB);
         assert!((370 * MIB..390 * MIB).contains(&pocl.max_alloc), "{pocl:?}");
+        assert_eq!(pocl.max_alloc % MIB, 0, "whole MiB");
         // A device smaller than the quota is itself.
         assert_eq!(
             m(Some(512 * MIB), Some(128 * MIB), GIB),
@@ -298,6 +311,16 @@ mod tests {
         );
         assert_eq!(m(Some(2 * GIB), Some(u64::MAX), GIB).max_alloc, GIB);
         assert_eq!(m(Some(u64::MAX), Some(u64::MAX), u64::MAX).global, u64::MAX);
+    }
+
+    #[test]
+    fn the_largest_allocation_is_a_round_size() {
+        assert_eq!(round_down(398_768_473), 380 << 20);
+        assert_eq!(round_down(1 << 30), 1 << 30);
+        assert_eq!(round_down((1 << 20) + 100), 1 << 20);
+        assert_eq!(round_down(1000), 896);
+        // Tiny sizes stay what they are rather than 0.
+        assert_eq!(round_down(100), 100);
     }
 
     #[test]

@@ -6,10 +6,26 @@
 #
 # Installs what it needs: Debian packages via apt-get (when run as root and missing),
 # crates via cargo, Python test tools via pip.
+#
+# No test binds a fixed port. NETACCEL_TEST_HOLD_PORTS="8080 9400 9500 19090" shows it:
+# bench/hold_ports.py stands in for other programs on those loopback ports (the node's
+# defaults, the old benchmark port) for the whole run, which must pass all the same; CI
+# sets it (.ci/run). When a step fails, the last line names it.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-debian_packages=(curl make gcc wrk pkg-config ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-headers pocl-opencl-icd clinfo prometheus)
+step=""
+cleanups=()
+finish() {
+  local status=$? c
+  for c in "${cleanups[@]}"; do eval "$c" || true; done
+  if ((status != 0)); then echo "==> FAILED (exit status $status) in step: $step" >&2; fi
+}
+trap finish EXIT
+begin() { step=$1; echo "==> $1"; }
+
+step="installing Debian packages"
+debian_packages=(curl make gcc wrk pkg-config ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-headers pocl-opencl-icd clinfo prometheus chromium etcd-server protobuf-compiler)
 
 missing=()
 for p in "${debian_packages[@]}"; do
@@ -26,8 +42,20 @@ if ((${#missing[@]})); then
   fi
 fi
 
+if [[ -n "${NETACCEL_TEST_HOLD_PORTS:-}" ]]; then
+  step="holding ports $NETACCEL_TEST_HOLD_PORTS"
+  hold_ready=$(mktemp)
+  # shellcheck disable=SC2086 # a list of ports
+  python3 bench/hold_ports.py "$hold_ready" $NETACCEL_TEST_HOLD_PORTS &
+  cleanups+=("kill $! 2>/dev/null; rm -f '$hold_ready'")
+  for _ in $(seq 100); do [[ -s "$hold_ready" ]] && break; sleep 0.1; done
+  [[ -s "$hold_ready" ]] || { echo "bench/hold_ports.py did not start" >&2; exit 1; }
+  echo "==> loopback ports taken for this run: $(cat "$hold_ready")"
+fi
+
 # Python test tools from PyPI: pytest for the client's tests; pyopencl (with numpy)
 # for the check that an unmodified pyopencl program runs against a remote device.
+step="installing Python test tools"
 for module in pytest pyopencl; do
   if ! python3 -c "import $module" >/dev/null 2>&1; then
     echo "==> installing $module"
@@ -35,39 +63,48 @@ for module in pytest pyopencl; do
   fi
 done
 
-echo "==> cargo fmt --check"
+begin "cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "==> cargo clippy"
+begin "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
-echo "==> cargo test (workspace)"
+begin "cargo test (workspace)"
 cargo test --workspace
 
-echo "==> Python client tests (against a live node)"
-cargo build -q -p netaccel-node
+begin "Python client tests (against a live node, and a registry with two nodes)"
+cargo build -q -p netaccel-node -p netaccel-registry
 node_dir=$(mktemp -d)
+cleanups+=("rm -rf '$node_dir'")
+# Two distinct free ports: both sockets are bound before either is released.
 read -r http_port rac_port < <(python3 -c 'import socket
-ports = []
-for _ in range(2):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); ports.append(s.getsockname()[1]); s.close()
-print(*ports)')
+socks = [socket.socket() for _ in range(2)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
 printf 'http = "127.0.0.1:%s"\nrac = "127.0.0.1:%s"\nlog_level = "warn"\n' "$http_port" "$rac_port" > "$node_dir/node.toml"
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 "$target_dir/debug/netaccel-node" --config "$node_dir/node.toml" &
 node_pid=$!
-trap 'kill "$node_pid" 2>/dev/null; rm -rf "$node_dir"' EXIT
+cleanups=("kill $node_pid 2>/dev/null" "${cleanups[@]}")
 for _ in $(seq 100); do
+  # The node prints its own error (a port taken, say) on stderr before it exits.
+  kill -0 "$node_pid" 2>/dev/null || { echo "the node (HTTP port $http_port, RAC port $rac_port) exited at start-up" >&2; exit 1; }
   curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && break
   sleep 0.1
 done
-NETACCEL_RAC_ADDR="127.0.0.1:$rac_port" python3 -m pytest -q clients/python
+curl -sSf "http://127.0.0.1:$http_port/health" >/dev/null || { echo "the node did not answer on port $http_port within 10 s" >&2; exit 1; }
+# The registry tests (tests/test_registry.py) start their own registry and nodes from
+# these binaries.
+NETACCEL_RAC_ADDR="127.0.0.1:$rac_port" \
+  NETACCEL_REGISTRY_BIN="$target_dir/debug/netaccel-registry" \
+  NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" \
+  python3 -m pytest -q clients/python
 
 # The documentation's promises, against nodes it starts on free ports: every recipe of
 # docs/accelerators.md, extending.md and security.md prints what the page says; the
 # monitoring files and the metrics reference match what a live node exports
 # (promtool, and a real Prometheus scraping the node).
-echo "==> documentation tests (recipes, monitoring, metrics reference)"
+begin "documentation tests (recipes, monitoring, metrics reference)"
 python3 -m pytest -q docs/tests
 
 # netaccel-bench and wrk against the same C HTTP responder, 1 connection, 7 rounds of
@@ -77,9 +114,10 @@ python3 -m pytest -q docs/tests
 # bench/wrk_agreement.sh and docs/benchmarks.md, not in this gate. On a shared machine
 # a burst of noise can move several rounds of one tool (+24 % in two of seven rounds
 # here), so a failed check is run once more; a real disagreement fails both.
-echo "==> netaccel-bench agrees with wrk (1 connection)"
+begin "netaccel-bench agrees with wrk (1 connection)"
 cargo build --release -q -p netaccel-bench
 wrk_check() { BENCH_BIN="$target_dir/release/netaccel-bench" CONNS_LIST=1 ROUNDS=7 DURATION=2 bench/wrk_agreement.sh; }
 wrk_check || { echo "==> wrk agreement failed once; measuring again"; wrk_check; }
 
+step="done"
 echo "==> all tests passed"

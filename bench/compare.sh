@@ -30,7 +30,7 @@
 #   SERVER_CPU [0]  CLIENT_CPU [1]  PRIO [auto]: rt (chrt -f 50, root), nice, none
 #   NODE_BIN [target/release/netaccel-node]  BENCH_BIN [target/release/netaccel-bench]
 #     (both built with cargo when missing)
-#   NODE_PORT [19080] RAC_PORT [19400] NGINX_PORT [19081] BACKEND_PORT [19085] ECHO_PORT [19083]
+#   NODE_PORT RAC_PORT NGINX_PORT BACKEND_PORT ECHO_PORT [free ports, chosen at start]
 #   OUT_DIR [bench/out]  UPDATE_DOCS [1]  STRICT [0]: exit 1 if a check fails
 #   KEEP_AWAKE [1]: a SCHED_IDLE busy loop on both CPUs (see awake_start in lib.sh)
 set -euo pipefail
@@ -52,11 +52,11 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 PRIO=${PRIO:-auto}
 NODE_BIN=${NODE_BIN:-$ROOT/target/release/netaccel-node}
 BENCH_BIN=${BENCH_BIN:-$ROOT/target/release/netaccel-bench}
-NODE_PORT=${NODE_PORT:-19080}
-RAC_PORT=${RAC_PORT:-19400}
-NGINX_PORT=${NGINX_PORT:-19081}
-BACKEND_PORT=${BACKEND_PORT:-19085}
-ECHO_PORT=${ECHO_PORT:-19083}
+NODE_PORT=${NODE_PORT:-}
+RAC_PORT=${RAC_PORT:-}
+NGINX_PORT=${NGINX_PORT:-}
+BACKEND_PORT=${BACKEND_PORT:-}
+ECHO_PORT=${ECHO_PORT:-}
 OUT_DIR=${OUT_DIR:-$HERE/out}
 UPDATE_DOCS=${UPDATE_DOCS:-1}
 STRICT=${STRICT:-0}
@@ -162,7 +162,12 @@ scenario_node() {
         NODE_HAS_RAC=1
     fi
     start "${cmd[@]}" --log-level warn
-    wait_http "http://$HOST:$NODE_PORT/health" || { PENDING+=("netaccel node: did not answer /health"); stop_servers; return; }
+    if ! server_up netaccel-node "${PIDS[-1]}" "$NODE_PORT" "$SCRATCH/servers.log" ||
+        ! wait_http "http://$HOST:$NODE_PORT/health"; then
+        PENDING+=("netaccel node: did not start or answer /health on port $NODE_PORT (see the log above)")
+        stop_servers
+        return
+    fi
     local answer
     answer=$(curl -fsS --data-binary 'abc' "http://$HOST:$NODE_PORT/v1/fn/to_uppercase" || true)
     [[ "$answer" == ABC ]] || log "warning: node to_uppercase answered '$answer'"
@@ -185,9 +190,13 @@ scenario_hybrid() {
     sed -e "s/@PORT@/$NGINX_PORT/g" -e "s/@BACKEND_PORT@/$BACKEND_PORT/g" \
         "$HERE/backend/nginx-hybrid.conf.template" >"$prefix/nginx.conf"
     start "$HERE/backend/uppercase_backend" -a "$HOST" -p "$BACKEND_PORT"
+    local backend_pid=${PIDS[-1]}
     start "$(nginx_bin)" -p "$prefix" -c "$prefix/nginx.conf" -g 'daemon off;'
-    if ! wait_http "http://$HOST:$NGINX_PORT/health" || ! wait_http "http://$HOST:$BACKEND_PORT/health"; then
-        PENDING+=("hybrid: nginx or the backend did not start (see nginx error.log)")
+    if ! server_up "the hybrid's backend" "$backend_pid" "$BACKEND_PORT" "$SCRATCH/servers.log" ||
+        ! server_up nginx "${PIDS[-1]}" "$NGINX_PORT" "$SCRATCH/servers.log" ||
+        ! wait_http "http://$HOST:$NGINX_PORT/health" || ! wait_http "http://$HOST:$BACKEND_PORT/health"; then
+        [[ ! -s "$prefix/error.log" ]] || { log "nginx's error.log:"; tail -n 5 "$prefix/error.log" >&2; }
+        PENDING+=("hybrid: nginx or the backend did not start (see the log above)")
         stop_servers
         return
     fi
@@ -210,7 +219,7 @@ scenario_hybrid() {
 scenario_floors() {
     local size
     start "$HERE/c/tcp_echo" -a "$HOST" -p "$ECHO_PORT"
-    if wait_port "$ECHO_PORT"; then
+    if server_up tcp_echo "${PIDS[-1]}" "$ECHO_PORT" "$SCRATCH/servers.log"; then
         for size in $SIZES; do
             bench "TCP echo (C)" "$size" 1 "tcp-echo://$HOST:$ECHO_PORT"
             bench "TCP echo (C)" "$size" "$CONNS" "tcp-echo://$HOST:$ECHO_PORT"
@@ -284,6 +293,7 @@ update_docs() {
 main() {
     (($(nproc) >= 2)) || log "warning: fewer than 2 CPUs; server and client share a core"
     install_tools
+    pick_ports NODE_PORT RAC_PORT NGINX_PORT BACKEND_PORT ECHO_PORT
     build
     choose_prio
     LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -23,7 +23,8 @@
 #   ROUNDS [3]       rounds (median reported)     RATE [20000] fixed-rate req/s
 #   RATE_CONNS [16]  fixed-rate connections       CONNS [64]   wrk throughput connections
 #   SERVER_CPU [0]   CLIENT_CPU [1]               SERVERS ["node nginx c"]
-#   NODE_PORT [18080] NGINX_PORT [18081] C_PORT [18082]
+#   NODE_PORT NGINX_PORT C_PORT [free ports, chosen at start]; NODE_RAC_PORT [free]:
+#                    the node's RAC listener, unused here but bound all the same
 #   NODE_BIN [target/release/netaccel-node]  (built with cargo if missing)
 #   NODE_ARGS        extra arguments for the node
 #   NODE_IO_THREADS [1]  passed as --io-threads if the node supports it
@@ -50,9 +51,10 @@ CONNS=${CONNS:-64}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 SERVERS=${SERVERS:-"node nginx c"}
-NODE_PORT=${NODE_PORT:-18080}
-NGINX_PORT=${NGINX_PORT:-18081}
-C_PORT=${C_PORT:-18082}
+NODE_PORT=${NODE_PORT:-}
+NODE_RAC_PORT=${NODE_RAC_PORT:-}
+NGINX_PORT=${NGINX_PORT:-}
+C_PORT=${C_PORT:-}
 NODE_BIN_DEFAULT="$ROOT/target/release/netaccel-node"
 NODE_BIN=${NODE_BIN:-$NODE_BIN_DEFAULT}
 NODE_ARGS=${NODE_ARGS:-}
@@ -156,6 +158,9 @@ prepare_node() {
     local help
     help=$(timeout 5 "$NODE_BIN" --help 2>&1 || true)
     NODE_CMD=("$NODE_BIN" --http "$HOST:$NODE_PORT")
+    if [[ "$help" == *--rac* ]]; then
+        NODE_CMD+=(--rac "$HOST:$NODE_RAC_PORT")
+    fi
     if [[ "$help" == *--io-threads* ]]; then
         NODE_CMD+=(--io-threads "$NODE_IO_THREADS")
     fi
@@ -191,7 +196,7 @@ start_server() {
     local i
     for ((i = 0; i < 100; i++)); do
         if ! kill -0 "$CUR_PID" 2>/dev/null; then
-            log "$(label "$name") exited at start-up:"
+            log "$(label "$name") exited at start-up (port $port$(port_holder "$port")):"
             tail -n 5 "$logf" >&2 || true
             CUR_PID=""
             return 1
@@ -201,7 +206,8 @@ start_server() {
         fi
         sleep 0.1
     done
-    log "$(label "$name") did not answer GET /health with 200 within 10 s"
+    log "$(label "$name") did not answer GET /health on port $port with 200 within 10 s; the end of its log:"
+    tail -n 5 "$logf" >&2 || true
     stop_server
     return 1
 }
@@ -262,10 +268,11 @@ cpu_ticks() {
 # value of key=... in text
 field() { grep -o "$1=[^ ]*" <<<"$2" | tail -n 1 | cut -d= -f2; }
 
-run_wrk() { # conns script url
+run_wrk() { # conns script url; wrk's errors go to stderr, and a failure stops the script
     local conns=$1 script=$2 url=$3
     timeout $((DURATION + 30)) "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" \
-        wrk -t1 -c"$conns" -d"${DURATION}s" --timeout 2s --latency -s "$script" "$url"
+        wrk -t1 -c"$conns" -d"${DURATION}s" --timeout 2s --latency -s "$script" "$url" ||
+        die "wrk -c$conns $url failed (exit status $?; its error is above)"
 }
 
 check_wrk_errors() { # name what output
@@ -324,7 +331,8 @@ measure_server() { # name round
     local u0 u1
     u0=$(cpu_ticks "$CUR_PID" user)
     out=$(timeout $((DURATION + 30)) "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$HERE/c/fixed_rate" \
-        -a "$HOST" -p "$port" -r "$RATE" -c "$RATE_CONNS" -d "$DURATION" -P /health)
+        -a "$HOST" -p "$port" -r "$RATE" -c "$RATE_CONNS" -d "$DURATION" -P /health) ||
+        die "fixed_rate against $HOST:$port failed (exit status $?; its error is above)"
     t1=$(cpu_ticks "$CUR_PID")
     u1=$(cpu_ticks "$CUR_PID" user)
     reqs=$(field completed "$out")
@@ -460,6 +468,7 @@ floors_failed() {
 main() {
     (($(nproc) >= 2)) || log "warning: fewer than 2 CPUs; server and client will share a core"
     install_tools
+    pick_ports NODE_PORT NODE_RAC_PORT NGINX_PORT C_PORT
     build_c
     prepare_node
     choose_prio

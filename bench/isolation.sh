@@ -47,7 +47,7 @@
 #   HEAVY_SIZE [65536]  HEAVY_CONNS [4]  HEAVY_INFLIGHT [16]
 #   NODE_CPUS [0]  CLIENT_CPU [1]  SCENARIOS ["slots tenants"]
 #   NODE_BIN [target/release/netaccel-node]  BENCH_BIN [target/release/netaccel-bench]
-#   HTTP_PORT [19380]  RAC_PORT [19381]  SLOTS_LIMIT [1.5]  TENANTS_LIMIT [2]
+#   HTTP_PORT  RAC_PORT [free ports, chosen at start]  SLOTS_LIMIT [1.5]  TENANTS_LIMIT [2]
 #   OUT_DIR [bench/out]  UPDATE_DOCS [1]  STRICT [0]: exit 1 if a criterion fails
 #   KEEP_AWAKE [1]  NODE_EXTRA: lines added to the node's config
 set -euo pipefail
@@ -70,8 +70,8 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 SCENARIOS=${SCENARIOS:-"slots tenants"}
 NODE_BIN=${NODE_BIN:-$ROOT/target/release/netaccel-node}
 BENCH_BIN=${BENCH_BIN:-$ROOT/target/release/netaccel-bench}
-HTTP_PORT=${HTTP_PORT:-19380}
-RAC_PORT=${RAC_PORT:-19381}
+HTTP_PORT=${HTTP_PORT:-}
+RAC_PORT=${RAC_PORT:-}
 SLOTS_LIMIT=${SLOTS_LIMIT:-1.5}
 TENANTS_LIMIT=${TENANTS_LIMIT:-2}
 OUT_DIR=${OUT_DIR:-$HERE/out}
@@ -79,6 +79,7 @@ UPDATE_DOCS=${UPDATE_DOCS:-1}
 STRICT=${STRICT:-0}
 KEEP_AWAKE=${KEEP_AWAKE:-1}
 HOST=127.0.0.1
+pick_ports HTTP_PORT RAC_PORT
 STAMP=$(date +%Y%m%d-%H%M%S)
 RUN_DIR="$OUT_DIR/isolation-$STAMP"
 RAC="rac://$HOST:$RAC_PORT"
@@ -127,7 +128,7 @@ start_node() {
     } >"$conf"
     taskset -c "$NODE_CPUS" "${NODE_PRIO[@]}" "$NODE_BIN" --config "$conf" >>"$RUN_DIR/node.log" 2>&1 &
     NODE_PID=$!
-    wait_port "$RAC_PORT" || die "the node did not come up (see $RUN_DIR/node.log)"
+    server_up netaccel-node "$NODE_PID" "$RAC_PORT" "$RUN_DIR/node.log" || die "the node did not come up"
 }
 
 # light SCENARIO PHASE ROUND: the light client's run.

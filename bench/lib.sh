@@ -33,6 +33,98 @@ wait_port() {
     return 1
 }
 
+# Ports. No script binds a fixed port: another program may hold it (a web server on
+# 8080, a node on 9400), and a server that cannot bind must not leave the benchmark
+# measuring that other program. Each port variable left unset gets a port the kernel
+# reports free at start; one set by the caller is checked, and a taken one stops the
+# script with its number and, when `ss` can tell, the program holding it.
+
+# port_probe [--free N] [PORT...]: with --free, prints N distinct ports that are free
+# on HOST (bound to port 0 together, then released), none of them among the PORTs;
+# without, prints each PORT that cannot be bound on HOST (taken). SO_REUSEADDR as the
+# servers use it, so that connections in TIME_WAIT do not count as taken.
+port_probe() {
+    command -v python3 >/dev/null || die "python3 is needed to choose free ports"
+    python3 - "$HOST" "$@" <<'EOF'
+import socket, sys
+host, args = sys.argv[1], sys.argv[2:]
+free = 0
+if args[:1] == ["--free"]:
+    free, args = int(args[1]), args[2:]
+def sock():
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return s
+held, out = [], []
+while len(out) < free:
+    s = sock()
+    s.bind((host, 0))
+    held.append(s)
+    port = s.getsockname()[1]
+    if str(port) not in args:
+        out.append(port)
+for port in ([] if free else args):
+    try:
+        sock().bind((host, int(port)))
+    except OSError:
+        out.append(port)
+print(*out, sep="\n")
+EOF
+}
+
+# port_holder PORT: " (held by PROGRAM, pid N)" when `ss` shows who listens on PORT.
+port_holder() {
+    local who
+    who=$(ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'users:(("[^"]*",pid=[0-9]*' | head -n 1) || true
+    [[ -n "$who" ]] || return 0
+    who=${who#users:((\"}
+    printf ' (held by %s, pid %s)' "${who%%\"*}" "${who##*pid=}"
+}
+
+# pick_ports VAR...: sets each VAR that is unset or empty to a free port on HOST, all
+# distinct; dies naming the port, the variable and the holder if a VAR given by the
+# caller is taken.
+pick_ports() {
+    local var taken=() given=() wanted=() ports=() i=0
+    for var; do
+        if [[ -n "${!var:-}" ]]; then given+=("${!var}"); else wanted+=("$var"); fi
+    done
+    if ((${#given[@]})); then
+        mapfile -t taken < <(port_probe "${given[@]}")
+        for var; do
+            [[ -n "${!var:-}" && " ${taken[*]} " == *" ${!var} "* ]] || continue
+            die "port ${!var} ($var) on $HOST is taken$(port_holder "${!var}"); set $var to a free port, or leave it unset and a free one is chosen"
+        done
+    fi
+    ((${#wanted[@]})) || return 0
+    mapfile -t ports < <(port_probe --free "${#wanted[@]}" "${given[@]}")
+    ((${#ports[@]} == ${#wanted[@]})) || die "could not find ${#wanted[@]} free ports on $HOST"
+    for var in "${wanted[@]}"; do printf -v "$var" '%s' "${ports[i++]}"; done
+}
+
+# server_up NAME PID PORT LOG: waits (at most 10 s) until process PID accepts
+# connections on HOST:PORT. On failure says why on stderr, with the end of LOG (where
+# the server's own error, such as a failed bind, is), and returns 1.
+server_up() {
+    local name=$1 pid=$2 port=$3 logf=$4 i
+    for ((i = 0; i < 100; i++)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            log "$name exited at start-up (port $port$(port_holder "$port")); the end of ${logf#"${ROOT:-}"/}:"
+            tail -n 5 "$logf" | sed 's/^/    /' >&2
+            return 1
+        fi
+        # The port was free when chosen (pick_ports), so a listener there while PID
+        # lives is PID's: a server that failed to bind exits.
+        if (exec 3<>"/dev/tcp/$HOST/$port") 2>/dev/null && kill -0 "$pid" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    log "$name did not accept connections on $HOST:$port within 10 s; the end of ${logf#"${ROOT:-}"/}:"
+    tail -n 5 "$logf" | sed 's/^/    /' >&2
+    return 1
+}
+
 # median: the median of the numbers on stdin, one per line (nothing for no input).
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
 

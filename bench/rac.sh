@@ -31,7 +31,7 @@
 #   SERVER_CPU [0]  CLIENT_CPU [1]  PRIO [auto]: rt (chrt -f 50, root), nice, none
 #   NODE_BIN [target/release/netaccel-node]  BENCH_BIN [target/release/netaccel-bench]
 #     (built with cargo when missing)
-#   HTTP_PORT [19280]  RAC_PORT [19281]  ECHO_PORT [19282]
+#   HTTP_PORT  RAC_PORT  ECHO_PORT [free ports, chosen at start]
 #   GAP_MAX_US [2]  RATIO_MIN [0.80]  KEEP_AWAKE [1]
 #   OUT_DIR [bench/out]  UPDATE_DOCS [1]  STRICT [0]: exit 1 if a criterion fails
 set -euo pipefail
@@ -52,15 +52,16 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 PRIO=${PRIO:-auto}
 NODE_BIN=${NODE_BIN:-$ROOT/target/release/netaccel-node}
 BENCH_BIN=${BENCH_BIN:-$ROOT/target/release/netaccel-bench}
-HTTP_PORT=${HTTP_PORT:-19280}
-RAC_PORT=${RAC_PORT:-19281}
-ECHO_PORT=${ECHO_PORT:-19282}
+HTTP_PORT=${HTTP_PORT:-}
+RAC_PORT=${RAC_PORT:-}
+ECHO_PORT=${ECHO_PORT:-}
 GAP_MAX_US=${GAP_MAX_US:-2}
 RATIO_MIN=${RATIO_MIN:-0.80}
 OUT_DIR=${OUT_DIR:-$HERE/out}
 UPDATE_DOCS=${UPDATE_DOCS:-1}
 STRICT=${STRICT:-0}
 HOST=127.0.0.1
+pick_ports HTTP_PORT RAC_PORT ECHO_PORT
 STAMP=$(date +%Y%m%d-%H%M%S)
 RUN_DIR="$OUT_DIR/rac-$STAMP"
 
@@ -92,8 +93,8 @@ start_servers() {
     PIDS+=($!)
     taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$HERE/c/tcp_echo" -a "$HOST" -p "$ECHO_PORT" >>"$RUN_DIR/servers.log" 2>&1 &
     PIDS+=($!)
-    wait_port "$RAC_PORT" || die "the node's RAC listener did not come up (see $RUN_DIR/servers.log)"
-    wait_port "$ECHO_PORT" || die "tcp_echo did not come up"
+    server_up netaccel-node "${PIDS[0]}" "$RAC_PORT" "$RUN_DIR/servers.log" || die "the node's RAC listener did not come up"
+    server_up tcp_echo "${PIDS[1]}" "$ECHO_PORT" "$RUN_DIR/servers.log" || die "tcp_echo did not come up"
 }
 
 # one LABEL SIZE INFLIGHT TARGET: CALLS calls over one connection, JSON into RUN_DIR.

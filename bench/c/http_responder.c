@@ -241,8 +241,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bad address %s\n", addr);
         return 2;
     }
-    if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0)
-        die("bind");
+    if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        /* Say which address: the scripts show this line when a server does not start. */
+        fprintf(stderr, "bind %s:%d: %s\n", addr, port, strerror(errno));
+        return 1;
+    }
     if (listen(lfd, 4096) < 0)
         die("listen");
 

@@ -15,14 +15,13 @@
 # round, and their median).
 # Both CPUs are kept from halting meanwhile (KEEP_AWAKE=1, the default; see
 # awake_start in bench/lib.sh): on a virtual machine a wake-up of a halted CPU costs
-# tens of µs, and the remote path has two more thread wake-ups than native.
+# tens of µs, and the remote path has two more thread wake-ups than native. The service
+# listens on a free loopback port (SERVICE_PORT to choose one).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 iters="${1:-2000}"
 rounds="${2:-5}"
 BENCH_NAME=opencl/run.sh
-# shellcheck source=bench/lib.sh
-source bench/lib.sh
 # shellcheck source=bench/opencl/common.sh
 source bench/opencl/common.sh
 start_remote_service

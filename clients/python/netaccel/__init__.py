@@ -5,10 +5,13 @@
 ...     c.call("to_uppercase", b"hello")
 b'HELLO'
 
-``netaccel.rac`` has the wire format; ``netaccel.aio.AsyncClient`` is the asyncio client.
+``netaccel.rac`` has the wire format; ``netaccel.aio.AsyncClient`` is the asyncio client;
+``Client.from_registry(url, function)`` calls through a registry's binding
+(``netaccel.registry``).
 """
 
 from .client import Client, parse_addr
+from .registry import Binding, BoundClient, NoBinding, RegistryClient, RegistryError
 from .rac import (
     BUILTIN_IDS,
     DEFAULT_PORT,
@@ -26,6 +29,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BUILTIN_IDS",
+    "Binding",
+    "BoundClient",
+    "NoBinding",
+    "RegistryClient",
+    "RegistryError",
     "DEFAULT_PORT",
     "CallHeader",
     "Client",

@@ -10,7 +10,7 @@ window of calls in flight. A ``Client`` is not thread-safe: use one per thread, 
 from __future__ import annotations
 
 import socket
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from . import rac
 from .rac import (
@@ -25,6 +25,9 @@ from .rac import (
     Result,
     ResultHeader,
 )
+
+if TYPE_CHECKING:
+    from .registry import BoundClient
 
 Accelerator = Union[str, int]
 #: Default bound on the payload of a result the client accepts (1 GiB).
@@ -140,6 +143,27 @@ class Client(_Calls):
     def from_addr(cls, addr: str, **kw: Any) -> "Client":
         host, port = parse_addr(addr)
         return cls(host, port, **kw)
+
+    @staticmethod
+    def from_registry(
+        url: str,
+        function: str,
+        *,
+        token: Optional[str] = None,
+        instance: Optional[str] = None,
+        rebind_wait: float = 10.0,
+        watch: bool = True,
+        timeout: Optional[float] = None,
+    ) -> "BoundClient":
+        """A client of function ``function`` through the registry at ``url``: it binds an
+        instance (``instance``, or a new one released by ``close()``), calls the node
+        that instance is bound to over RAC, follows migrations, and rebinds and retries
+        once when the node is lost or answers UNKNOWN_ACCELERATOR / UNAVAILABLE. See
+        :mod:`netaccel.registry`."""
+        from .registry import BoundClient, RegistryClient
+
+        registry = RegistryClient(url, token=token)
+        return BoundClient(registry, function, instance=instance, rebind_wait=rebind_wait, watch=watch, timeout=timeout)
 
     def __enter__(self) -> "Client":
         return self

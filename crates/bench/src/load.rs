@@ -769,7 +769,7 @@ async fn hello(stream: &mut TcpStream, tenant: &Tenant, timeout: Duration) -> Re
         stream.read_exact(&mut head).await?;
         let header =
             match rac_proto::ResultHeader::decode(&head, rac_proto::CONTROL_PAYLOAD_LEN_MAX) {
-                rac_proto::Decode::Complete(h) => h,
+                Ok(rac_proto::Decoded::Complete(h, _)) => h,
                 _ => return Err(std::io::Error::other("bad control result header")),
             };
         let mut body = vec![0; header.payload_len as usize];

@@ -251,13 +251,13 @@ impl ReplyReader {
         while self.end - self.start < rac_proto::HEADER_LEN {
             self.fill(r).await?;
         }
-        let header =
+        let (header, used) =
             match rac_proto::ResultHeader::decode(&self.buf[self.start..self.end], u32::MAX) {
-                rac_proto::Decode::Complete(h) => h,
-                rac_proto::Decode::Partial { .. } => unreachable!("a whole header is buffered"),
-                rac_proto::Decode::Error(e) => return Err(bad(&format!("RAC result header: {e}"))),
+                Ok(rac_proto::Decoded::Complete(h, used)) => (h, used),
+                Ok(rac_proto::Decoded::Partial) => unreachable!("a whole header is buffered"),
+                Err(e) => return Err(bad(&format!("RAC result header: {e}"))),
             };
-        self.start += rac_proto::HEADER_LEN;
+        self.start += used;
         self.skip(r, u64::from(header.payload_len)).await?;
         let ok = header.status.is_ok();
         Ok(Reply {
@@ -497,9 +497,11 @@ HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nConnection: close\r\n\r
         let target = Target::parse("rac://127.0.0.1:1/echo").unwrap();
         let mut request = Request::new(&target, Method::Post, &payload(10), false);
         let bytes = request.bytes_for(0xA1B2C3D4).to_vec();
-        let header = rac_proto::CallHeader::decode(&bytes, 1 << 20)
-            .complete()
-            .unwrap();
+        let Ok(rac_proto::Decoded::Complete(header, _)) =
+            rac_proto::CallHeader::decode(&bytes, 1 << 20)
+        else {
+            panic!("not a whole call header")
+        };
         assert_eq!(
             (header.request_id, header.accel_id, header.payload_len),
             (0xA1B2C3D4, 1, 10)

@@ -210,7 +210,7 @@ fn new_connection_per_call_splits_connect_first_byte_and_transfer() {
 /// A RAC node stand-in: answers every call that arrived in one read, in reverse order,
 /// with fixed queue and exec times.
 fn rac_server() -> u16 {
-    use rac_proto::{CallHeader, Decode, ResultHeader, Status, HEADER_LEN};
+    use rac_proto::{CallHeader, Decoded, ResultHeader, Status, HEADER_LEN};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -226,7 +226,7 @@ fn rac_server() -> u16 {
                         Ok(n) => buf.extend_from_slice(&chunk[..n]),
                     }
                     let mut answers = Vec::new();
-                    while let Decode::Complete(call) = CallHeader::decode(&buf, 1 << 24) {
+                    while let Ok(Decoded::Complete(call, _)) = CallHeader::decode(&buf, 1 << 24) {
                         let end = HEADER_LEN + call.payload_len as usize;
                         if buf.len() < end {
                             break;

@@ -1,12 +1,14 @@
 //! Client side of netaccel: a small blocking HTTP client for a node's API
-//! ([`NodeClient`]) and an asynchronous pipelined RAC v1 client ([`rac::RacClient`]),
-//! used by the `netaccel` command-line tool and by tests.
+//! ([`NodeClient`]), an asynchronous pipelined RAC v1 client ([`rac::RacClient`]), and
+//! the registry's client with a caller that follows its binding
+//! ([`registry::Bound`]), used by the `netaccel` command-line tool and by tests.
 //!
 //! It knows the node's routes, its JSON error bodies and how to drive a RAC connection;
 //! the RAC bytes themselves come from crate `rac-proto`, and it does not know how
 //! accelerators compute (crate `accel`).
 
 pub mod rac;
+pub mod registry;
 
 use std::fmt;
 use std::io::Read;
@@ -52,6 +54,37 @@ impl std::error::Error for ClientError {}
 
 /// Largest response body the client reads (a 4096×4096 matmul result is 64 MiB).
 const RESPONSE_BYTES_MAX: u64 = 1 << 30;
+
+/// The base URL of a node's HTTP API from what a user types: `http://HOST:PORT`, or
+/// `HOST:PORT` alone (the node speaks plain HTTP, so no scheme means `http://`). Other
+/// schemes are refused with a message that says what is accepted.
+///
+/// ```
+/// use netaccel_client::base_url;
+/// assert_eq!(base_url("127.0.0.1:8080").unwrap(), "http://127.0.0.1:8080");
+/// assert_eq!(base_url("http://node-3:8080/").unwrap(), "http://node-3:8080");
+/// assert!(base_url("https://node-3").is_err());
+/// ```
+pub fn base_url(addr: &str) -> Result<String, String> {
+    let addr = addr.trim().trim_end_matches('/');
+    let host = match addr.split_once("://") {
+        None => addr,
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+        Some((scheme, _)) => {
+            return Err(format!(
+                "`{addr}`: the node's API is plain HTTP; give http://HOST:PORT or HOST:PORT, not {scheme}://"
+            ))
+        }
+    };
+    // A path after the authority is kept (a node behind a proxy under a prefix).
+    let authority = host.split('/').next().unwrap_or_default();
+    if authority.is_empty() || authority.starts_with(':') || host.contains(char::is_whitespace) {
+        return Err(format!(
+            "`{addr}` is not a node address; give HOST:PORT or http://HOST:PORT"
+        ));
+    }
+    Ok(format!("http://{host}"))
+}
 
 pub struct NodeClient {
     base: String,

@@ -15,7 +15,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use rac_proto::{CallHeader, ControlRequest, Decode, ParamBlock, ResultHeader, Status, HEADER_LEN};
+use rac_proto::{
+    CallHeader, ControlRequest, Decoded, ParamBlock, ResultHeader, Status, HEADER_LEN,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
@@ -33,6 +35,8 @@ pub struct RacOutput {
 
 #[derive(Debug, Clone)]
 pub enum RacError {
+    /// No connection could be made to `addr` (nothing listening, unreachable, bad name).
+    Connect { addr: String, reason: String },
     /// The connection failed or closed before the result arrived.
     Transport(String),
     /// The node answered with a status other than `OK`.
@@ -46,6 +50,9 @@ pub enum RacError {
 impl fmt::Display for RacError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            RacError::Connect { addr, reason } => {
+                write!(f, "cannot connect to the RAC listener at {addr}: {reason}")
+            }
             RacError::Transport(m) => write!(f, "RAC connection: {m}"),
             RacError::Status {
                 status, message, ..
@@ -82,7 +89,10 @@ impl RacClient {
     pub async fn connect(addr: &str) -> Result<RacClient, RacError> {
         let stream = TcpStream::connect(addr)
             .await
-            .map_err(|e| RacError::Transport(format!("{addr}: {e}")))?;
+            .map_err(|e| RacError::Connect {
+                addr: addr.to_string(),
+                reason: e.to_string(),
+            })?;
         stream.set_nodelay(true).ok();
         let (read, write) = stream.into_split();
         let waiters: Waiters = Arc::default();
@@ -186,9 +196,9 @@ async fn read_results(mut read: tokio::net::tcp::OwnedReadHalf, waiters: Waiters
             break format!("connection closed: {e}");
         }
         let header = match ResultHeader::decode(&head, RESULT_PAYLOAD_MAX) {
-            Decode::Complete(h) => h,
-            Decode::Error(e) => break format!("bad result header: {e}"),
-            Decode::Partial { .. } => unreachable!("a whole header was read"),
+            Ok(Decoded::Complete(h, _)) => h,
+            Ok(Decoded::Partial) => unreachable!("a whole header was read"),
+            Err(e) => break format!("bad result header: {e}"),
         };
         let mut payload = vec![0u8; header.payload_len as usize];
         if let Err(e) = read.read_exact(&mut payload).await {
@@ -228,4 +238,28 @@ async fn read_results(mut read: tokio::net::tcp::OwnedReadHalf, waiters: Waiters
     for (_, tx) in waiting.calls.drain() {
         let _ = tx.send(Err(RacError::Transport(why.clone())));
     }
+}
+
+/// A call of built-in accelerator `name` with parameters by name: its id and its
+/// parameter block laid out by the catalog's specs, checked against the payload's
+/// length so a bad call is refused here rather than by the node.
+pub fn builtin_call(
+    name: &str,
+    params: &[(String, String)],
+    payload_len: usize,
+) -> Result<(u16, ParamBlock), String> {
+    let catalog = accel::Catalog::builtin();
+    let accel = catalog
+        .by_name(name)
+        .ok_or_else(|| format!("{name} is not a built-in accelerator; RAC calls need its id"))?;
+    let d = accel.descriptor();
+    let block = accel::params_from_pairs(
+        &d.params,
+        params.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|e| e.to_string())?;
+    accel
+        .check(&block, Some(payload_len))
+        .map_err(|e| e.to_string())?;
+    Ok((d.id, block))
 }

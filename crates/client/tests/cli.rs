@@ -54,7 +54,7 @@ fn start_node(extra: &str) -> Node {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let node = Node {
+    let mut node = Node {
         child,
         http: format!("http://127.0.0.1:{http_port}"),
         rac: format!("127.0.0.1:{rac_port}"),
@@ -64,7 +64,16 @@ fn start_node(extra: &str) -> Node {
     while TcpStream::connect(("127.0.0.1", http_port)).is_err()
         || TcpStream::connect(("127.0.0.1", rac_port)).is_err()
     {
-        assert!(Instant::now() < deadline, "node did not start");
+        // The node prints why it stopped (a port taken, say) on the inherited stderr.
+        if let Some(status) = node.child.try_wait().unwrap() {
+            panic!(
+                "node (HTTP port {http_port}, RAC port {rac_port}) exited at start-up: {status}"
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node did not listen on ports {http_port} and {rac_port} within 10 s"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     node
@@ -218,4 +227,172 @@ fn exit_codes_say_what_failed() {
     let dead = format!("http://127.0.0.1:{}", free_port());
     let out = netaccel(&dead, &["slots"], b"");
     assert_eq!(out.status.code(), Some(3));
+}
+
+/// The spans (first and one-past-last character) of the words of a line.
+fn word_spans(line: &str) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut start = None;
+    for (i, c) in line.chars().chain([' ']).enumerate() {
+        match (c == ' ', start) {
+            (false, None) => start = Some(i),
+            (true, Some(s)) => {
+                spans.push((s, i));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    spans
+}
+
+/// Every cell of every row sits under its header: same left edge or same right edge.
+fn assert_lined_up(table: &str) {
+    let mut lines = table.lines();
+    let header = word_spans(lines.next().expect("a header line"));
+    let mut rows = 0;
+    for line in lines {
+        let cells = word_spans(line);
+        assert_eq!(cells.len(), header.len(), "cells of {line:?}:\n{table}");
+        for (cell, head) in cells.iter().zip(&header) {
+            assert!(
+                cell.0 == head.0 || cell.1 == head.1,
+                "{line:?}: a cell at {cell:?} is not under its header at {head:?}:\n{table}"
+            );
+        }
+        rows += 1;
+    }
+    assert!(rows > 0, "no rows:\n{table}");
+}
+
+#[test]
+fn tables_line_up_with_their_headers() {
+    let node = start_node(
+        "[[slots]]\naccelerator = \"to_uppercase\"\n[[slots]]\naccelerator = \"sobel\"\n",
+    );
+    for listing in ["slots", "accelerators"] {
+        let out = netaccel(&node.http, &[listing], b"");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.lines().all(|l| !l.ends_with(' ')),
+            "trailing spaces:\n{text}"
+        );
+        assert_lined_up(&text);
+    }
+}
+
+#[test]
+fn node_address_without_a_scheme_is_http() {
+    let node = start_node("");
+    let bare = node.http.strip_prefix("http://").unwrap();
+    let out = netaccel(bare, &["call", "to_uppercase"], b"abc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"ABC");
+    let out = netaccel(&format!("{bare}/"), &["slots", "--json"], b"");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = netaccel(&format!("https://{bare}"), &["slots"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("HOST:PORT"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_failed_rac_connection_names_the_rac_address_not_the_http_one() {
+    let dead_http = format!("http://127.0.0.1:{}", free_port());
+    let dead_rac = format!("127.0.0.1:{}", free_port());
+    let out = netaccel(
+        &dead_http,
+        &["call", "to_uppercase", "--rac", &dead_rac],
+        b"abc",
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("RAC") && err.contains(&dead_rac), "{err}");
+    assert!(
+        !err.contains(&dead_http) && !err.contains("http://"),
+        "{err}"
+    );
+}
+
+#[test]
+fn every_command_and_option_has_help_text() {
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_netaccel"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // The entries of a section ("Commands:", "Arguments:", "Options:"): name, text.
+    let entries = |text: &str, section: &str| -> Vec<(String, String)> {
+        text.lines()
+            .skip_while(|l| *l != section)
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .map(|l| {
+                let l = l.trim_start();
+                match l.split_once("  ") {
+                    Some((name, text)) => (name.to_string(), text.trim().to_string()),
+                    None => (l.to_string(), String::new()),
+                }
+            })
+            .collect()
+    };
+    let top = help(&["--help"]);
+    let commands: Vec<String> = entries(&top, "Commands:")
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| name != "help")
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "call",
+            "accelerators",
+            "slots",
+            "load",
+            "nodes",
+            "functions"
+        ]
+    );
+    let mut pages: Vec<Vec<&str>> = commands.iter().map(|c| vec![c.as_str()]).collect();
+    for sub in ["create", "get", "delete", "scale"] {
+        pages.push(vec!["functions", sub]);
+    }
+    let mut checked = 0;
+    for (page, text) in
+        std::iter::once(("netaccel".to_string(), top.clone())).chain(pages.iter().map(|args| {
+            let mut with_help = args.clone();
+            with_help.push("--help");
+            (format!("netaccel {}", args.join(" ")), help(&with_help))
+        }))
+    {
+        for section in ["Commands:", "Arguments:", "Options:"] {
+            for (name, about) in entries(&text, section) {
+                assert!(
+                    !about.is_empty(),
+                    "{page}: `{name}` has no help text:\n{text}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} entries found");
 }

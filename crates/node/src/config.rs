@@ -2,13 +2,15 @@
 //! from TOML (`--config FILE`). Fields are named with their unit last
 //! (`queue_depth_max`, `header_timeout_ms`) so a config file reads unambiguously.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 pub use crate::logging::LogFormat;
 use crate::memory::PoolPolicy;
+use crate::registry;
+use crate::tenant::{self, TenantConfig};
 use ocl_remote::service::ServiceConfig;
 
 /// How the dispatcher picks among the slots that host the called accelerator.
@@ -50,15 +52,6 @@ pub enum WorkerPolicy {
 pub struct SlotConfig {
     /// Name of the accelerator loaded at start-up.
     pub accelerator: String,
-}
-
-/// A RAC tenant: connections that say `hello` with this name and token share its
-/// fair share of every slot.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TenantConfig {
-    pub name: String,
-    pub token: String,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -178,13 +171,29 @@ pub struct Config {
     /// Size of each reassembly buffer; also the largest RAC payload (TOO_LARGE beyond).
     pub reassembly_buffer_bytes: usize,
     pub reassembly_policy: PoolPolicy,
-    /// Tenants a RAC connection may bind to with `hello`.
+    /// Tenants a RAC connection may bind to with `hello` (see the `tenant` module).
     pub tenants: Vec<TenantConfig>,
     /// Object store capacity ("device memory"), in bytes (507 beyond).
     pub object_store_bytes_max: usize,
     /// Objects in the store.
     pub objects_max: usize,
     pub object_key_bytes_max: usize,
+    /// The registry this node registers with (`http://HOST:PORT`; several replicas
+    /// comma-separated); unset = a standalone node. See the `registry` module.
+    pub registry: Option<String>,
+    /// This node's name at the registry; unset = the host name.
+    pub name: Option<String>,
+    /// The IP other hosts reach this node's listeners at; unset = the IP the HTTP
+    /// front end listens on, when that is one address (see `registry::advertise_ip`).
+    pub advertise: Option<IpAddr>,
+    /// Sent as `Authorization: Bearer` with the node's registration, renewals and
+    /// deregistration, and with forced reconfigurations (the registry's `--token`).
+    pub registry_token: Option<String>,
+    /// Longest wait for one answer from the registry.
+    pub registry_timeout_ms: u64,
+    /// Longest pause between two attempts to reach a registry that does not answer
+    /// (the pause doubles from 100 ms up to this).
+    pub registry_retry_max_ms: u64,
 }
 
 impl Default for Config {
@@ -243,6 +252,12 @@ impl Default for Config {
             object_store_bytes_max: 256 * 1024 * 1024,
             objects_max: 4096,
             object_key_bytes_max: 256,
+            registry: None,
+            name: None,
+            advertise: None,
+            registry_token: None,
+            registry_timeout_ms: 5_000,
+            registry_retry_max_ms: 2_000,
         }
     }
 }
@@ -275,6 +290,8 @@ impl Config {
             ("reassembly_buffers", self.reassembly_buffers),
             ("reassembly_buffer_bytes", self.reassembly_buffer_bytes),
             ("object_key_bytes_max", self.object_key_bytes_max),
+            ("registry_timeout_ms", self.registry_timeout_ms as usize),
+            ("registry_retry_max_ms", self.registry_retry_max_ms as usize),
             (
                 "log_refusals_per_second_max",
                 self.log_refusals_per_second_max as usize,
@@ -314,12 +331,7 @@ impl Config {
         if self.reassembly_buffer_bytes > u32::MAX as usize {
             return Err("reassembly_buffer_bytes must fit a RAC payload length (u32)".to_string());
         }
-        let mut names = std::collections::HashSet::new();
-        for t in &self.tenants {
-            if !names.insert(&t.name) {
-                return Err(format!("tenant `{}` is configured twice", t.name));
-            }
-        }
+        tenant::check_config(&self.tenants)?;
         if self.slots.len() > usize::from(u16::MAX - 1) {
             return Err("too many slots".to_string());
         }
@@ -327,6 +339,7 @@ impl Config {
             check_admin_token(token)?;
         }
         crate::logging::check_filter(&self.log_level)?;
+        registry::check_config(self)?;
         self.validate_opencl()
     }
 

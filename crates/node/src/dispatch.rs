@@ -14,14 +14,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use accel::{Accelerator, Catalog};
 use rac_proto::Status;
 
 use crate::config::BalancePolicy;
 use crate::metrics::{AccelMetrics, Metrics};
-use crate::slot::{Answer, Call, Slot, SlotLimits, Submitted, TenantId};
+use crate::slot::{Answer, Call, Slot, SlotLimits, Submitted};
+use crate::tenant::TenantId;
 
 pub struct Dispatcher {
     catalog: Catalog,
@@ -230,24 +230,6 @@ impl Dispatcher {
             }
         }
         Submitted::Done(Answer::refusal(status, message, call))
-    }
-
-    /// Loads accelerator `name` into slot `slot_id`; blocks until done.
-    pub fn reconfigure(&self, slot_id: u16, name: &str) -> Result<Duration, (Status, String)> {
-        let slot = self.slots.get(usize::from(slot_id)).ok_or_else(|| {
-            (
-                Status::BadRequest,
-                format!("no slot {slot_id} on this node"),
-            )
-        })?;
-        let accel = self.catalog.by_name(name).ok_or_else(|| {
-            (
-                Status::UnknownAccelerator,
-                format!("no accelerator named {name} in the catalog"),
-            )
-        })?;
-        slot.reconfigure(Arc::clone(accel))
-            .map_err(|m| (Status::Unavailable, m))
     }
 
     /// Stops every slot; workers exit when their queues are empty.

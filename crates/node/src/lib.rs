@@ -9,9 +9,37 @@
 //! at a time to completion; the answer goes back on the caller's connection.
 //!
 //! What the node does not do: accelerator arithmetic (crate `accel`), wire formats of
-//! other protocols (crate `rac-proto`), cluster placement (the registry).
+//! other protocols (crate `rac-proto`), cluster placement (the registry: the node only
+//! reports to it and asks it before a reconfiguration, see [`registry`]).
+//!
+//! # Where each concept lives
+//!
+//! Each concept has one file; when another file needs it, it calls that file.
+//!
+//! | concept | file | what is there |
+//! | --- | --- | --- |
+//! | configuration | [`config`] | every bound with its default, TOML loading, validation |
+//! | node state | [`node`] | [`node::Node`], what every connection shares; `BUSY` counting |
+//! | listeners, network threads, drain | [`server`] | `SO_REUSEPORT` listeners, one runtime per thread, the connection limit, SIGTERM/SIGINT drain |
+//! | HTTP/1.1 front end | [`http`] | `parse.rs` pure parsers, `route.rs` what a request means, `conn.rs` one connection, `response.rs` response heads |
+//! | RAC v1 front end | [`rac`] | one connection: headers, reassembly, pipelined results, control messages |
+//! | socket I/O and its timeouts | `netio.rs` | reads and writes with a deadline, `IoTimer`, lingering close |
+//! | tenant | [`tenant`] | identities, the `hello` token check, per-tenant bounds and gates, constant-time token comparison |
+//! | admin operations | [`admin`] | catalog and slot documents, the admin token check, reconfiguration |
+//! | reconfiguration | [`admin`], [`slot`] | the operation ([`admin::reconfigure`]); the drain and swap in a slot ([`slot::Slot::reconfigure`]) |
+//! | a call's deadline | [`deadline`] | from `X-Netaccel-Deadline-Us` / RAC `deadline_us` to the instant a call must start by |
+//! | dispatch | [`dispatch`] | picking a slot (round robin, join-shortest-queue), admission, refusals |
+//! | slots | [`slot`] | a slot's tenant-fair queue, inline runs, its worker thread, a call's execution |
+//! | request memory | [`memory`] | the HTTP body budget, the RAC reassembly pool |
+//! | object store | [`objects`] | named objects served without a slot |
+//! | metrics | [`metrics`] | the Prometheus registry and the handles the hot path bumps |
+//! | logging | [`logging`] | log format and level, rate-limited refusal log, panics as log lines |
+//! | the registry | [`registry`] | the node's name and advertised addresses, registration and lease renewal, deregistration on drain, asking before a reconfiguration ([`registry::Registry::validate`]; when to ask is [`admin::reconfigure`]'s) |
+//! | remote OpenCL | crate `ocl-remote` | the service; the node starts it ([`node::Node::new`]) and drains it ([`server`]) |
 
+pub mod admin;
 pub mod config;
+pub mod deadline;
 pub mod dispatch;
 pub mod http;
 pub mod logging;
@@ -21,20 +49,10 @@ mod netio;
 pub mod node;
 pub mod objects;
 pub mod rac;
+pub mod registry;
 pub mod server;
 pub mod slot;
+pub mod tenant;
 
 pub use config::Config;
 pub use server::{start, Running};
-
-/// Compares a secret (token) with what a client sent without stopping at the first
-/// differing byte, so response timing does not reveal how much of it was right.
-pub fn secret_eq(given: &str, want: &str) -> bool {
-    let (given, want) = (given.as_bytes(), want.as_bytes());
-    given.len() == want.len()
-        && given
-            .iter()
-            .zip(want)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
-}

@@ -1,7 +1,7 @@
 //! The `netaccel-node` binary: parses the command line, loads the configuration,
 //! starts the node and serves until SIGTERM/SIGINT.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -38,6 +38,17 @@ struct Args {
     /// Log format: text (the default) or json, one JSON object per line.
     #[arg(long, value_name = "FORMAT")]
     log_format: Option<LogFormat>,
+    /// Register with the registry at URL (several replicas: comma-separated), renew
+    /// the lease, ask it before reconfiguring a slot, deregister when draining.
+    #[arg(long, value_name = "URL")]
+    registry: Option<String>,
+    /// This node's name at the registry (default: the host name).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// The IP other hosts reach this node at (default: the HTTP listen IP, when that
+    /// is one address; required when the node listens on 0.0.0.0).
+    #[arg(long, value_name = "IP")]
+    advertise: Option<IpAddr>,
 }
 
 fn main() -> ExitCode {
@@ -69,6 +80,15 @@ fn main() -> ExitCode {
     }
     if let Some(format) = args.log_format {
         config.log_format = format;
+    }
+    if let Some(url) = args.registry {
+        config.registry = Some(url);
+    }
+    if let Some(name) = args.name {
+        config.name = Some(name);
+    }
+    if let Some(ip) = args.advertise {
+        config.advertise = Some(ip);
     }
     if let Err(e) = config.validate() {
         eprintln!("netaccel-node: invalid configuration: {e}");

@@ -10,26 +10,30 @@ use bytes::BufMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-/// A connection's read deadline, kept lazily: one timer per connection, re-armed only
-/// when it would fire too late. Moving a deadline later (the next request's idle
-/// timeout) costs nothing; the timer fires at the old time, sees the deadline has
-/// moved, and re-arms once. So a keep-alive connection arms about one timer per
-/// timeout period instead of one per request (after nginx's lazy timers).
-pub struct Deadline {
+/// The timer behind a connection's read deadlines (idle, head and body timeouts).
+/// Not to be confused with a call's deadline ([`crate::deadline::Deadline`]), which
+/// says when a call must start running.
+///
+/// It is kept lazily: one timer per connection, re-armed only when it would fire too
+/// late. Moving a deadline later (the next request's idle timeout) costs nothing; the
+/// timer fires at the old time, sees the deadline has moved, and re-arms once. So a
+/// keep-alive connection arms about one timer per timeout period instead of one per
+/// request (after nginx's lazy timers).
+pub struct IoTimer {
     sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
 }
 
-impl Default for Deadline {
+impl Default for IoTimer {
     fn default() -> Self {
         // Far enough never to fire before the first real deadline resets it.
         let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
-        Deadline {
+        IoTimer {
             sleep: Box::pin(tokio::time::sleep_until(far)),
         }
     }
 }
 
-impl Deadline {
+impl IoTimer {
     /// Completes once `deadline` has passed.
     pub async fn until(&mut self, deadline: Instant) {
         let deadline = tokio::time::Instant::from_std(deadline);
@@ -52,7 +56,7 @@ pub async fn read_with_deadline(
     stream: &TcpStream,
     buf: &mut impl BufMut,
     deadline: Instant,
-    timer: &mut Deadline,
+    timer: &mut IoTimer,
 ) -> io::Result<Option<usize>> {
     // Fast path: data already waiting needs no timer at all.
     match read_once(stream, buf) {
@@ -159,7 +163,7 @@ const LINGER_BYTES_MAX: usize = 1024 * 1024;
 pub async fn linger(stream: &mut TcpStream) {
     stream.shutdown().await.ok();
     let deadline = Instant::now() + LINGER;
-    let mut timer = Deadline::default();
+    let mut timer = IoTimer::default();
     let mut scratch = Vec::with_capacity(8192);
     let mut drained = 0;
     while drained < LINGER_BYTES_MAX {

@@ -1,15 +1,14 @@
-//! The node's shared state: configuration, the dispatcher and its slots, the object
-//! store, the body-memory budget, metrics and the shutdown signal. Every front end
+//! The node's shared state: configuration, the dispatcher and its slots, the tenants,
+//! the object store, the body-memory budget, metrics and the shutdown signal. Every front end
 //! holds an `Arc<Node>`.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use accel::{Accelerator, Catalog};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use serde_json::json;
 use tokio::sync::watch;
 
 use crate::config::Config;
@@ -18,39 +17,9 @@ use crate::logging::RefusalLog;
 use crate::memory::{MemoryBudget, ReassemblyPool};
 use crate::metrics::Metrics;
 use crate::objects::ObjectStore;
-use crate::slot::{SlotLimits, TenantId};
-
-/// Calls one tenant has queued at slots over RAC, across all its connections: the
-/// network-level bound that back-pressures a flooding tenant through TCP instead of
-/// letting it spend the network thread on calls that can only be refused BUSY.
-#[derive(Default)]
-pub struct TenantGate {
-    in_flight: AtomicUsize,
-    /// Signalled when a held call is released.
-    pub freed: tokio::sync::Notify,
-}
-
-impl TenantGate {
-    pub fn is_full(&self, max: usize) -> bool {
-        self.in_flight.load(Ordering::Acquire) >= max
-    }
-
-    /// Counts one call until the returned guard drops.
-    pub fn hold(self: &Arc<Self>) -> TenantHold {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        TenantHold(Arc::clone(self))
-    }
-}
-
-/// One call counted against its tenant; released on drop.
-pub struct TenantHold(Arc<TenantGate>);
-
-impl Drop for TenantHold {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.freed.notify_waiters();
-    }
-}
+use crate::registry::Registry;
+use crate::slot::SlotLimits;
+use crate::tenant::Tenants;
 
 /// The front end a request came in through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,13 +54,13 @@ pub struct Node {
     pub rac_in_flight: Gauge,
     rac_requests: Vec<Counter>,
     http_requests: Vec<OnceLock<Counter>>,
+    /// Connections' tenant identities and the per-tenant bounds.
+    pub tenants: Tenants,
     open_connections: AtomicUsize,
-    next_tenant: AtomicU64,
-    /// Gates of tenants with live connections (dropped with their last connection).
-    tenant_gates:
-        parking_lot::Mutex<std::collections::HashMap<TenantId, std::sync::Weak<TenantGate>>>,
     /// The remote OpenCL service, when configured and an OpenCL runtime was found.
     opencl: parking_lot::Mutex<Option<ocl_remote::service::ServiceHandle>>,
+    /// The registry the node reports to and asks before reconfiguring, if it has one.
+    pub registry: Option<Arc<Registry>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -99,6 +68,7 @@ impl Node {
     /// Builds the node from a validated configuration and starts its slot workers.
     pub fn new(config: Config) -> Result<Arc<Node>, String> {
         config.validate()?;
+        let registry = Registry::new(&config)?;
         let mut accelerators = accel::builtins();
         if config.fault_injection {
             accelerators.push(accel::fault_injection());
@@ -138,9 +108,10 @@ impl Node {
                 }
             }
         });
+        let tenants = Tenants::new(&config);
         let limits = SlotLimits {
             queue_depth_max: config.queue_depth_max,
-            tenant_share_max: config.tenant_queue_depth_max.min(config.queue_depth_max),
+            tenant_share_max: tenants.queue_share_max,
             inline_work_max: config.inline_work_max,
             hand_over_wait: Duration::from_micros(config.hand_over_wait_us),
             reconfig_delay: Duration::from_millis(config.reconfig_delay_ms),
@@ -182,10 +153,10 @@ impl Node {
             objects,
             metrics,
             body_budget,
+            tenants,
             open_connections: AtomicUsize::new(0),
-            next_tenant: AtomicU64::new(1),
-            tenant_gates: parking_lot::Mutex::new(std::collections::HashMap::new()),
             opencl: parking_lot::Mutex::new(opencl),
+            registry,
             shutdown,
         }))
     }
@@ -214,34 +185,6 @@ impl Node {
     /// Counter of RAC results with `status`.
     pub fn rac_requests(&self, status: rac_proto::Status) -> &Counter {
         &self.rac_requests[status as usize]
-    }
-
-    /// The identity of a configured tenant: the same for every connection that binds
-    /// to it, and never equal to a connection's own identity (those count up from 1).
-    pub fn tenant_id(&self, name: &str) -> TenantId {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        name.hash(&mut h);
-        h.finish() | (1 << 63)
-    }
-
-    /// The gate of `tenant`, shared by all its connections.
-    pub fn tenant_gate(&self, tenant: TenantId) -> Arc<TenantGate> {
-        let mut gates = self.tenant_gates.lock();
-        if let Some(gate) = gates.get(&tenant).and_then(std::sync::Weak::upgrade) {
-            return gate;
-        }
-        // Forget tenants whose connections are all gone, so the map stays bounded by
-        // the live connections.
-        gates.retain(|_, g| g.strong_count() > 0);
-        let gate = Arc::new(TenantGate::default());
-        gates.insert(tenant, Arc::downgrade(&gate));
-        gate
-    }
-
-    /// A fresh tenant identity (a connection that has not named a tenant).
-    pub fn new_tenant(&self) -> TenantId {
-        self.next_tenant.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Counts a new connection if the node has room for it.
@@ -281,41 +224,5 @@ impl Node {
     /// Where remote OpenCL clients connect, if the node shares OpenCL devices.
     pub fn opencl_addr(&self) -> Option<std::net::SocketAddr> {
         self.opencl.lock().as_ref().map(|h| h.local_addr())
-    }
-
-    pub fn catalog_json(&self) -> Vec<u8> {
-        crate::http::catalog_json(self)
-    }
-
-    /// `GET /v1/slots` (all) or `GET /v1/slots/{id}` (one) document.
-    pub fn slots_json(&self, only: Option<u16>) -> Vec<u8> {
-        let slots: Vec<_> = self
-            .dispatcher
-            .slots()
-            .iter()
-            .filter(|s| only.is_none_or(|id| id == s.id))
-            .map(|s| {
-                let info = s.info();
-                let state = match (&info.reconfiguring_to, info.running || info.queue_depth > 0) {
-                    (Some(_), _) => "reconfiguring",
-                    (None, true) => "busy",
-                    (None, false) => "idle",
-                };
-                json!({
-                    "id": info.id,
-                    "device": info.device,
-                    "accelerator": info.accelerator,
-                    "state": state,
-                    "loading": info.reconfiguring_to,
-                    "queue_depth": info.queue_depth,
-                    "busy_ratio": info.busy_ratio,
-                })
-            })
-            .collect();
-        let doc = match only {
-            Some(_) => slots.into_iter().next().unwrap_or(serde_json::Value::Null),
-            None => serde_json::Value::Array(slots),
-        };
-        serde_json::to_vec(&doc).expect("JSON")
     }
 }

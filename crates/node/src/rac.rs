@@ -29,16 +29,18 @@ use bytes::BufMut;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use rac_proto::{
-    CallHeader, CallKind, ControlRequest, Decode, ResultHeader, ResultKind, Status, HEADER_LEN,
-    NO_SLOT,
+    CallHeader, CallKind, ControlRequest, Decoded, ResultHeader, ResultKind, Status, NO_SLOT,
 };
 use tokio::net::TcpStream;
 
+use crate::admin;
+use crate::deadline::Deadline;
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, PoolLease};
-use crate::netio::{self, read_with_deadline, Deadline};
-use crate::node::{Node, Protocol, TenantGate};
-use crate::slot::{Answer, Call, Submitted, TenantId};
+use crate::netio::{self, read_with_deadline, IoTimer};
+use crate::node::{Node, Protocol};
+use crate::slot::{Answer, Call, Submitted};
+use crate::tenant::{TenantGate, TenantId};
 
 /// Bytes pulled in by one read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -57,7 +59,7 @@ const DIRECT_WRITE_MIN: usize = 1024;
 type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
 
 pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant: TenantId) {
-    let gate = node.tenant_gate(tenant);
+    let gate = node.tenants.gate(tenant);
     let mut conn = RacConn {
         node,
         stream,
@@ -71,7 +73,7 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant:
         pending: FuturesUnordered::new(),
         receiving: None,
         spare: Vec::new(),
-        timer: Deadline::default(),
+        timer: IoTimer::default(),
         closing: None,
     };
     if let Err(e) = conn.run().await {
@@ -115,7 +117,7 @@ struct RacConn {
     pending: FuturesUnordered<Pending>,
     receiving: Option<Receiving>,
     /// The connection's read deadline (idle or payload timeout).
-    timer: Deadline,
+    timer: IoTimer,
     /// Buffers of answered calls, reused for the next payloads and outputs.
     spare: Vec<Vec<u8>>,
     /// A framing error was read: its result, sent once in-flight calls are answered.
@@ -161,10 +163,9 @@ impl RacConn {
             let gate = Arc::clone(&self.gate);
             let freed = gate.freed.notified();
             tokio::pin!(freed);
-            let tenant_max = self.node.config.tenant_in_flight_max;
-            let tenant_full = gate.is_full(tenant_max) && {
+            let tenant_full = gate.is_full() && {
                 freed.as_mut().enable();
-                gate.is_full(tenant_max)
+                gate.is_full()
             };
             let may_read =
                 reading && !tenant_full && self.pending.len() < self.node.config.rac_in_flight_max;
@@ -213,9 +214,7 @@ impl RacConn {
     /// Whether this connection may start another call: below its own in-flight bound
     /// and its tenant's. Past either, the node stops reading (TCP back-pressure).
     fn may_take_more(&self) -> bool {
-        let config = &self.node.config;
-        self.pending.len() < config.rac_in_flight_max
-            && !self.gate.is_full(config.tenant_in_flight_max)
+        self.pending.len() < self.node.config.rac_in_flight_max && !self.gate.is_full()
     }
 
     /// A queued call's answer arrived.
@@ -236,16 +235,16 @@ impl RacConn {
             }
             let max = self.node.pool.buffer_bytes() as u32;
             match CallHeader::decode(&self.rbuf[self.rpos..], max) {
-                Decode::Partial { .. } => break,
-                Decode::Error(e) => {
+                Ok(Decoded::Partial) => break,
+                Ok(Decoded::Complete(header, used)) => {
+                    self.rpos += used;
+                    self.start(header);
+                }
+                Err(e) => {
                     self.node.rac_requests(e.status()).inc();
                     self.log_refusal(e.status(), &e);
                     self.closing = Some((e.answer(0), e.to_string()));
                     break;
-                }
-                Decode::Complete(header) => {
-                    self.rpos += HEADER_LEN;
-                    self.start(header);
                 }
             }
         }
@@ -383,8 +382,7 @@ impl RacConn {
             payload,
             out: self.spare_buffer(0),
             received,
-            deadline: (header.deadline_us > 0)
-                .then(|| received + Duration::from_micros(u64::from(header.deadline_us))),
+            deadline: Deadline::after(received, header.deadline_us),
             tenant: self.tenant,
             permit: lease.map(BodyMemory::Pool),
         };
@@ -411,28 +409,21 @@ impl RacConn {
         let node = Arc::clone(&self.node);
         match request {
             ControlRequest::Catalog { .. } => {
-                self.write_control(&header, Status::Ok, node.catalog_json())
+                self.write_control(&header, Status::Ok, admin::catalog_json(&node))
             }
             ControlRequest::Slots { .. } => {
-                self.write_control(&header, Status::Ok, node.slots_json(None))
+                self.write_control(&header, Status::Ok, admin::slots_json(&node, None))
             }
             ControlRequest::Hello { tenant, token } => {
-                let known = node.config.tenants.iter().find(|t| t.name == tenant);
-                match known {
-                    Some(t)
-                        if token
-                            .as_deref()
-                            .is_some_and(|given| crate::secret_eq(given, &t.token)) =>
-                    {
-                        self.tenant = node.tenant_id(&tenant);
-                        self.gate = node.tenant_gate(self.tenant);
+                match node.tenants.authenticate(&tenant, token.as_deref()) {
+                    Ok(id) => {
+                        self.tenant = id;
+                        self.gate = node.tenants.gate(id);
                         let body = serde_json::to_vec(&serde_json::json!({ "tenant": tenant }))
                             .expect("JSON");
                         self.write_control(&header, Status::Ok, body);
                     }
-                    _ => {
-                        let message =
-                            format!("tenant `{tenant}` is unknown or its token does not match");
+                    Err(message) => {
                         self.write_control(&header, Status::Unauthorized, message.into_bytes());
                     }
                 }
@@ -442,38 +433,26 @@ impl RacConn {
                 accelerator,
                 token,
             } => {
-                if let Some(admin) = &node.config.admin_token {
-                    if !token
-                        .as_deref()
-                        .is_some_and(|given| crate::secret_eq(given, admin))
-                    {
-                        let message = "load needs the node's admin token";
-                        return self.write_control(
-                            &header,
-                            Status::Unauthorized,
-                            message.as_bytes().to_vec(),
-                        );
-                    }
+                if !admin::authorized(&node.config, token.as_deref()) {
+                    let message = "load needs the node's admin token";
+                    return self.write_control(
+                        &header,
+                        Status::Unauthorized,
+                        message.as_bytes().to_vec(),
+                    );
                 }
-                // Reconfiguration waits for the slot's queue to drain: run it off the
-                // network thread and answer when it is done.
+                // Reconfiguration waits for the slot's queue to drain: it runs off the
+                // network thread, and the answer goes out when it is done.
                 self.in_flight.insert(header.request_id);
                 self.node.rac_in_flight.inc();
                 self.pending.push(Box::pin(async move {
-                    let dispatcher = Arc::clone(&node.dispatcher);
-                    let name = accelerator.clone();
-                    let result = tokio::task::spawn_blocking(move || dispatcher.reconfigure(slot, &name)).await;
-                    let (status, body) = match result {
-                        Ok(Ok(took)) => {
-                            let ms = took.as_secs_f64() * 1e3;
-                            tracing::info!(slot, accelerator = %accelerator, reconfig_ms = ms, "slot reconfigured");
-                            let doc = serde_json::json!({ "slot": slot, "accelerator": accelerator, "reconfig_ms": ms });
-                            (Status::Ok, serde_json::to_vec(&doc).expect("JSON"))
-                        }
-                        Ok(Err((status, message))) => (status, message.into_bytes()),
-                        Err(e) => (Status::Internal, format!("reconfiguration failed: {e}").into_bytes()),
-                    };
-                    let answer = control_answer(status, body);
+                    let answer =
+                        match admin::reconfigure(node, slot, accelerator, admin::Origin::default())
+                            .await
+                        {
+                            Ok(done) => control_answer(Status::Ok, done.json()),
+                            Err(e) => control_answer(e.status, e.message.into_bytes()),
+                        };
                     (header, answer)
                 }));
             }
@@ -595,7 +574,7 @@ async fn read_input(
     rpos: &mut usize,
     receiving: &mut Option<Receiving>,
     deadline: Instant,
-    timer: &mut Deadline,
+    timer: &mut IoTimer,
 ) -> io::Result<Input> {
     // Each read is bounded by READ_CHUNK, payload reads included: a connection that
     // streams megabytes takes the network thread for one chunk per turn.

@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::Config;
 use crate::node::{Node, Protocol};
+use crate::registry::Lease;
 
 /// A started node.
 pub struct Running {
@@ -24,6 +25,8 @@ pub struct Running {
     pub http_addr: SocketAddr,
     pub rac_addr: SocketAddr,
     threads: Vec<JoinHandle<()>>,
+    /// Registration with the registry, when the node has one.
+    lease: Option<Lease>,
 }
 
 /// Starts slots and network threads; returns once the listeners are bound.
@@ -60,11 +63,20 @@ pub fn start(config: Config) -> Result<Running, String> {
         slots = node.dispatcher.slots().len(),
         "netaccel node listening"
     );
+    // Registered only once the listeners are bound: their ports are what it reports.
+    let lease = match &node.registry {
+        Some(registry) => {
+            let at = registry.advertised(http_addr, rac_addr, node.opencl_addr());
+            Some(Lease::start(Arc::clone(&node), at)?)
+        }
+        None => None,
+    };
     Ok(Running {
         node,
         http_addr,
         rac_addr,
         threads,
+        lease,
     })
 }
 
@@ -76,11 +88,15 @@ impl Running {
         self.shutdown();
     }
 
-    /// Stops accepting, lets connections finish their current request and remote
-    /// OpenCL clients their queued tasks (all within one drain timeout), then stops the
-    /// slots.
+    /// Deregisters from the registry, stops accepting, lets connections finish their
+    /// current request and remote OpenCL clients their queued tasks (all within one
+    /// drain timeout), then stops the slots.
     pub fn shutdown(self) {
         let deadline = Instant::now() + Duration::from_millis(self.node.config.drain_timeout_ms);
+        // First, so that the registry migrates this node's instances while it drains.
+        if let Some(lease) = &self.lease {
+            lease.deregister(deadline);
+        }
         // The OpenCL service drains beside the network threads, by the same deadline.
         let opencl = self
             .node
@@ -95,6 +111,9 @@ impl Running {
                     "remote OpenCL clients or tasks were still running at the drain deadline"
                 );
             }
+        }
+        if let Some(lease) = self.lease {
+            lease.join(deadline);
         }
         self.node.dispatcher.stop();
         tracing::info!(
@@ -266,7 +285,7 @@ fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Proto
     }
     let guard = ConnectionGuard(Arc::clone(node), protocol);
     guard.gauge().inc();
-    let tenant = node.new_tenant();
+    let tenant = node.tenants.anonymous();
     let node = Arc::clone(node);
     tokio::spawn(async move {
         match protocol {

@@ -37,14 +37,13 @@ use rac_proto::Status;
 use tokio::sync::oneshot;
 
 use crate::config::WorkerPolicy;
+use crate::deadline::Deadline;
 use crate::memory::BodyMemory;
 use crate::metrics::{AccelMetrics, SlotMetrics};
+use crate::tenant::TenantId;
 
 /// Flag in [`Slot::admits`]: the slot is open for calls.
 const ADMITTING: u32 = 1 << 16;
-
-/// Identity used for fairness: a RAC tenant, or a connection that named none.
-pub type TenantId = u64;
 
 /// One call on its way to a slot. It owns its payload (and the memory permit that
 /// accounts for it) until the answer is produced.
@@ -56,8 +55,8 @@ pub struct Call {
     pub out: Vec<u8>,
     /// When the call was whole at the node: queue time and deadlines count from here.
     pub received: Instant,
-    /// The call must start executing before this instant.
-    pub deadline: Option<Instant>,
+    /// When the call must have started executing.
+    pub deadline: Deadline,
     pub tenant: TenantId,
     pub permit: Option<BodyMemory>,
 }
@@ -312,7 +311,10 @@ pub struct SlotInfo {
     pub reconfiguring_to: Option<String>,
     pub running: bool,
     pub queue_depth: usize,
+    /// Share of the time since start-up spent executing.
     pub busy_ratio: f64,
+    /// Time spent executing since start-up, in ns (the `busy seconds` counter).
+    pub busy_ns: u64,
 }
 
 impl Slot {
@@ -374,6 +376,7 @@ impl Slot {
     pub fn info(&self) -> SlotInfo {
         let st = self.state.lock();
         let elapsed = self.started.elapsed().as_nanos().max(1) as f64;
+        let busy_ns = self.busy_ns.load(Ordering::Relaxed);
         SlotInfo {
             id: self.id,
             device: self.device.clone(),
@@ -382,7 +385,8 @@ impl Slot {
             reconfiguring_to: st.reconfiguring.as_ref().map(|r| r.to_name.clone()),
             running: st.running,
             queue_depth: st.queue.len,
-            busy_ratio: self.busy_ns.load(Ordering::Relaxed) as f64 / elapsed,
+            busy_ratio: busy_ns as f64 / elapsed,
+            busy_ns,
         }
     }
 
@@ -552,7 +556,7 @@ impl Slot {
         } = call;
         let queue_ns = nanos(started.saturating_duration_since(received));
         let id = accel.descriptor().id;
-        let (status, message, exec_ns) = if deadline.is_some_and(|d| started > d) {
+        let (status, message, exec_ns) = if deadline.passed(started) {
             out.clear();
             let waited = queue_ns / 1000;
             (
@@ -761,7 +765,7 @@ mod tests {
             payload: payload.to_vec(),
             out: Vec::new(),
             received: Instant::now(),
-            deadline: None,
+            deadline: Deadline::NONE,
             tenant,
             permit: None,
         }

@@ -47,6 +47,22 @@ fn call_err(node: &TestNode, path: &str, body: &[u8]) -> (u16, String, String) {
     }
 }
 
+/// Polls `GET /v1/slots/{slot}` until `ready` holds for its document (at most 10 s).
+fn wait_for_slot(node: &TestNode, slot: u16, ready: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let doc = node.get_json(&format!("/v1/slots/{slot}"));
+        if ready(&doc) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "slot {slot} never reached the awaited state: {doc}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn health_with_curl_and_head() {
     let node = TestNode::start("");
@@ -602,7 +618,9 @@ fn deadlines_and_busy_refusals() {
     assert!(busy.iter().all(|r| r.1.as_deref() == Some("1")));
     assert!(results.iter().all(|r| r.0 == 200 || r.0 == 503));
 
-    // A call queued behind a long one misses a 1 ms deadline: 504, not run.
+    // A call queued behind a long one misses a 1 ms deadline: 504, not run. The slot
+    // worker may still be finishing the calls above after their answers went out.
+    wait_for_slot(&node, 0, |s| s["state"] == "idle");
     std::thread::scope(|s| {
         let long = s.spawn(|| {
             ureq::post(&url)
@@ -610,7 +628,9 @@ fn deadlines_and_busy_refusals() {
                 .map(|r| r.status())
                 .map_err(|e| e.to_string())
         });
-        std::thread::sleep(Duration::from_millis(50));
+        // Wait until the long call runs (the slot is busy with an empty queue), so the
+        // small one queues behind it rather than being refused for a full queue.
+        wait_for_slot(&node, 0, |s| s["state"] == "busy" && s["queue_depth"] == 0);
         let small = f32_bytes(&[1.0, 2.0]);
         let r = ureq::post(&node.url("/v1/fn/matmul?n=1"))
             .set("X-Netaccel-Deadline-Us", "1000")
@@ -668,7 +688,8 @@ fn sigterm_drains_in_flight_calls_and_exits_zero() {
             .map(|r| r.status())
             .map_err(|e| e.to_string())
     });
-    std::thread::sleep(Duration::from_millis(100));
+    // The call is whole and at its slot (queued or running) before the signal.
+    wait_for_slot(&node, 0, |s| s["state"] == "busy");
     let status = node.terminate();
     assert!(status.success(), "exit status {status}");
     assert_eq!(call.join().unwrap().unwrap(), 200);
@@ -676,15 +697,7 @@ fn sigterm_drains_in_flight_calls_and_exits_zero() {
 
 #[test]
 fn remote_opencl_service_runs_inside_the_node() {
-    let platforms = std::fs::read_dir("/etc/OpenCL/vendors")
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .filter(|e| !e.file_name().to_string_lossy().contains("netaccel"))
-                .count()
-        })
-        .unwrap_or(0);
-    if platforms == 0 {
-        eprintln!("SKIP: no OpenCL platform installed");
+    if !common::opencl_runtime_present() {
         return;
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::*;
-use rac_proto::{params, CallHeader, Decode, ResultHeader, Status, HEADER_LEN};
+use rac_proto::{params, CallHeader, Decoded, ResultHeader, Status, HEADER_LEN};
 
 /// Polls `cond` until it holds; fails with `what` after 10 s.
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
@@ -24,7 +24,7 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 fn read_result(s: &mut TcpStream) -> (ResultHeader, Vec<u8>) {
     let mut head = [0u8; HEADER_LEN];
     s.read_exact(&mut head).unwrap();
-    let Decode::Complete(h) = ResultHeader::decode(&head, 1 << 30) else {
+    let Ok(Decoded::Complete(h, _)) = ResultHeader::decode(&head, 1 << 30) else {
         panic!("bad result header {head:?}")
     };
     let mut payload = vec![0; h.payload_len as usize];

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use accel::reference;
 use common::*;
 use netaccel_client::rac::{RacClient, RacError};
-use rac_proto::{params, CallHeader, ControlRequest, Decode, ResultHeader, Status, HEADER_LEN};
+use rac_proto::{params, CallHeader, ControlRequest, Decoded, ResultHeader, Status, HEADER_LEN};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -31,7 +31,7 @@ fn hex(s: &str) -> Vec<u8> {
 fn read_result(s: &mut TcpStream) -> (ResultHeader, Vec<u8>) {
     let mut head = [0u8; HEADER_LEN];
     s.read_exact(&mut head).unwrap();
-    let Decode::Complete(h) = ResultHeader::decode(&head, 1 << 30) else {
+    let Ok(Decoded::Complete(h, _)) = ResultHeader::decode(&head, 1 << 30) else {
         panic!("bad result header {head:?}")
     };
     let mut payload = vec![0; h.payload_len as usize];
@@ -67,7 +67,7 @@ fn shared_vectors_byte_for_byte() {
         s.write_all(&hex(v["payload_hex"].as_str().unwrap()))
             .unwrap();
         let (result, payload) = read_result(&mut s);
-        let Decode::Complete(call) = CallHeader::decode(&header, 1 << 20) else {
+        let Ok(Decoded::Complete(call, _)) = CallHeader::decode(&header, 1 << 20) else {
             panic!()
         };
         assert_eq!(result.status, Status::Ok, "{}", v["name"]);
@@ -230,13 +230,22 @@ fn every_status_on_purpose() {
         assert_eq!((r2.request_id, r2.status), (4242, Status::Ok));
     });
 
-    // BUSY: the pool's single buffer is nearly filled by a slow payload elsewhere.
+    // BUSY: the pool's single buffer is nearly filled by a slow payload elsewhere,
+    // once the calls above have given it back.
+    let buffers_in_use = |n: f64, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while node.metric("netaccel_reassembly_buffers_in_use") != n {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    buffers_in_use(0.0, "the calls above kept the reassembly buffer");
     let mut slow = TcpStream::connect(node.rac_addr).unwrap();
     let slow_len = 1_000_000;
     slow.write_all(&CallHeader::call(2, 1, slow_len, params::NONE).encode())
         .unwrap();
     slow.write_all(&[b'a'; 100]).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    buffers_in_use(1.0, "the slow call never took the reassembly buffer");
     let mut s = TcpStream::connect(node.rac_addr).unwrap();
     s.write_all(&CallHeader::call(2, 7, 100_000, params::NONE).encode())
         .unwrap();
@@ -428,8 +437,15 @@ fn pool_exhaustion_answers_busy_and_memory_stays_flat() {
             s
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(node.metric("netaccel_reassembly_buffers_in_use"), 4.0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.metric("netaccel_reassembly_buffers_in_use") != 4.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the holders did not take all 4 reassembly buffers: {} in use",
+            node.metric("netaccel_reassembly_buffers_in_use")
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     for round in 0..200 {
         let mut s = TcpStream::connect(node.rac_addr).unwrap();
         s.write_all(&header).unwrap();

@@ -3,7 +3,10 @@
 //! process; their outputs must be byte-identical.
 //!
 //! Needs gcc, the OpenCL headers, the ICD loader and one OpenCL platform (PoCL); without
-//! them the test says so and passes without checking anything.
+//! them the test says so and passes without checking anything, except in CI (`CI=true`),
+//! where a missing prerequisite fails the test.
+
+mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -12,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::missing_prerequisite;
 use ocl_remote::service::{spawn, ServiceConfig, ServiceHandle};
 use prometheus_client::registry::Registry;
 
@@ -34,7 +38,7 @@ fn icd_library() -> PathBuf {
 
 fn fixture(name: &str) -> Option<Fixture> {
     if Command::new("gcc").arg("--version").output().is_err() {
-        eprintln!("SKIP: gcc not found");
+        missing_prerequisite("gcc not found");
         return None;
     }
     let local_icds: Vec<PathBuf> = std::fs::read_dir("/etc/OpenCL/vendors")
@@ -45,7 +49,7 @@ fn fixture(name: &str) -> Option<Fixture> {
         })
         .unwrap_or_default();
     if local_icds.is_empty() {
-        eprintln!("SKIP: no OpenCL platform installed (/etc/OpenCL/vendors is empty)");
+        missing_prerequisite("no OpenCL platform installed (/etc/OpenCL/vendors is empty)");
         return None;
     }
     let service = match spawn(
@@ -55,11 +59,11 @@ fn fixture(name: &str) -> Option<Fixture> {
     ) {
         Ok(s) if !s.device_names().is_empty() => s,
         Ok(_) => {
-            eprintln!("SKIP: the OpenCL runtime has no device");
+            missing_prerequisite("the OpenCL runtime has no device");
             return None;
         }
         Err(e) => {
-            eprintln!("SKIP: no OpenCL runtime: {e}");
+            missing_prerequisite(&format!("no OpenCL runtime: {e}"));
             return None;
         }
     };
@@ -411,7 +415,7 @@ fn pyopencl_script_is_identical_local_and_remote() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !has_pyopencl {
-        eprintln!("SKIP: {python} cannot import pyopencl and numpy");
+        missing_prerequisite(&format!("{python} cannot import pyopencl and numpy"));
         return;
     }
     let Some(fx) = fixture("pyopencl") else {
@@ -441,7 +445,7 @@ fn pyopencl_script_is_identical_local_and_remote() {
 #[test]
 fn clinfo_shows_the_same_device_properties_remotely() {
     if Command::new("clinfo").arg("--version").output().is_err() {
-        eprintln!("SKIP: clinfo not found");
+        missing_prerequisite("clinfo not found");
         return;
     }
     let Some(fx) = fixture("clinfo") else { return };
@@ -500,7 +504,7 @@ fn clinfo_shows_the_same_device_properties_remotely() {
 #[test]
 fn every_reachable_node_contributes_its_platforms() {
     if Command::new("clinfo").arg("--version").output().is_err() {
-        eprintln!("SKIP: clinfo not found");
+        missing_prerequisite("clinfo not found");
         return;
     }
     let Some(fx) = fixture("nodes") else { return };
@@ -531,4 +535,36 @@ fn every_reachable_node_contributes_its_platforms() {
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&fx.dir);
+}
+
+/// In CI a missing prerequisite fails a test instead of skipping it: the pyopencl test,
+/// run by itself with an interpreter that does not exist, must fail and name pyopencl.
+#[test]
+fn in_ci_a_missing_prerequisite_is_a_failure() {
+    let run = |ci: &str| {
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "pyopencl_script_is_identical_local_and_remote"])
+            .env("CI", ci)
+            .env("PYTHON", "/nonexistent/python3")
+            .output()
+            .unwrap()
+    };
+    let out = run("true");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "passed in CI without pyopencl:\n{text}"
+    );
+    assert!(
+        text.contains("prerequisite") && text.contains("pyopencl"),
+        "{text}"
+    );
+    let out = run("");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("SKIP: /nonexistent/python3 cannot import pyopencl"),
+        "{text}"
+    );
 }

@@ -61,7 +61,7 @@ fn launches_too_much(kind: u16, body: &[u8]) -> bool {
             nd.global[..dims]
                 .iter()
                 .try_fold(1u64, |n, g| n.checked_mul((*g).max(1)))
-                .map_or(true, |n| n > LAUNCH_ITEMS_MAX)
+                .is_none_or(|n| n > LAUNCH_ITEMS_MAX)
         }
         _ => false,
     })

@@ -203,3 +203,61 @@ fn a_program_built_from_the_cache_still_compiles_and_serves_as_a_header() {
     );
     assert!(Client::connect(svc.local_addr()).is_ok());
 }
+
+/// PoCL asserts (aborting the node) when a link input holds no compiled object; the
+/// node answers `CL_INVALID_OPERATION` as OpenCL 1.2 specifies, and links good inputs.
+#[test]
+fn a_link_of_inputs_that_did_not_compile_is_refused() {
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut c = Client::connect(svc.local_addr()).unwrap();
+    let device = c.info.1[0][0];
+    let sources: [&[u8]; 3] = [
+        b"__kernel void k(__global int *v) { v[0] = 1; }",
+        b"__kernel void k(__global int *v) { this is not C; }",
+        b"__kernel void j(__global int *v) { v[0] = 2; }",
+    ];
+    assert_eq!(
+        c.call(&Request::CreateContext {
+            id: 1,
+            devices: vec![device]
+        })
+        .0,
+        cl::CL_SUCCESS
+    );
+    for (id, source) in (10..).zip(sources) {
+        let request = Request::CreateProgramWithSource {
+            id,
+            context: 1,
+            source,
+        };
+        assert_eq!(c.call(&request).0, cl::CL_SUCCESS);
+    }
+    let compile = |c: &mut Client, program| {
+        c.call(&Request::CompileProgram {
+            program,
+            devices: vec![],
+            options: b"",
+            headers: vec![],
+        })
+        .0
+    };
+    assert_eq!(compile(&mut c, 10), cl::CL_SUCCESS);
+    assert_ne!(compile(&mut c, 11), cl::CL_SUCCESS);
+    let link = |c: &mut Client, id, inputs| {
+        c.call(&Request::LinkProgram {
+            id,
+            context: 1,
+            devices: vec![],
+            options: b"",
+            inputs,
+        })
+        .0
+    };
+    // A failed compile, and a program never compiled.
+    assert_eq!(link(&mut c, 20, vec![10, 11]), cl::CL_INVALID_OPERATION);
+    assert_eq!(link(&mut c, 21, vec![12]), cl::CL_INVALID_OPERATION);
+    assert_eq!(link(&mut c, 22, vec![10]), cl::CL_SUCCESS);
+    assert!(Client::connect(svc.local_addr()).is_ok());
+}

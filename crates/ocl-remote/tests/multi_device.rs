@@ -124,7 +124,7 @@ fn two_device_service() -> Option<(ServiceHandle, Registry, Client, Vec<u32>)> {
     let client = Client::connect(svc.local_addr()).unwrap();
     let devices = client.info.1.first().cloned().unwrap_or_default();
     if devices.len() < 2 {
-        eprintln!("SKIP: the OpenCL runtime offers one device only");
+        common::missing_prerequisite("the OpenCL runtime offers one device only");
         return None;
     }
     Some((svc, registry, client, devices))

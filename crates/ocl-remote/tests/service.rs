@@ -1,6 +1,7 @@
 //! The OpenCL service driven over the wire by a minimal protocol client: per-client
 //! namespaces, limits, hostile input and metrics. Needs an OpenCL runtime with a device
-//! (PoCL); without one the tests say so and pass without checking anything.
+//! (PoCL); without one the tests say so and pass without checking anything, except in
+//! CI (`CI=true`), where a missing prerequisite fails the test.
 
 mod common;
 
@@ -837,4 +838,37 @@ fn image_commands_are_checked_before_the_runtime_sees_them() {
     drop(a);
     drop(b);
     wait_idle(&svc);
+}
+
+/// In CI a missing prerequisite fails a test instead of skipping it: a test run by
+/// itself where the OpenCL loader finds no platform must fail and say so.
+#[test]
+fn in_ci_a_missing_prerequisite_is_a_failure() {
+    let no_platforms =
+        std::env::temp_dir().join(format!("netaccel-no-icds-{}", std::process::id()));
+    std::fs::create_dir_all(&no_platforms).unwrap();
+    let run = |ci: &str| {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "a_client_cannot_reach_another_clients_objects"])
+            .env("CI", ci)
+            .env("OCL_ICD_VENDORS", &no_platforms)
+            .output()
+            .unwrap()
+    };
+    let out = run("true");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "passed in CI without an OpenCL platform:\n{text}"
+    );
+    assert!(
+        text.contains("prerequisite") && text.contains("OpenCL"),
+        "{text}"
+    );
+    let out = run("");
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    let _ = std::fs::remove_dir_all(&no_platforms);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("SKIP: ") && text.contains("OpenCL"), "{text}");
 }

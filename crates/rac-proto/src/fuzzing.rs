@@ -3,21 +3,24 @@
 //!
 //! Each body must not panic on any input; besides the absence of panics it asserts the
 //! properties the decoders promise: prefixes of a header are `Partial` or already the
-//! same error, complete headers re-encode to the exact input bytes, and every refused
+//! same error, complete headers use the 64 header bytes and re-encode to exactly
+//! them, and every refused
 //! header earns a status that closes the connection.
 
-use crate::{CallHeader, CallKind, ControlRequest, Decode, HeaderError, ResultHeader, Status};
+use crate::{CallHeader, CallKind, ControlRequest, Decoded, HeaderError, ResultHeader, Status};
 use crate::{CONTROL_ACCEL_ID, CONTROL_PAYLOAD_LEN_MAX, HEADER_LEN};
 
 /// Payload limits every input is decoded with: none, and a small one so that
 /// `PayloadTooLarge` is reached often.
 const LIMITS: [u32; 2] = [u32::MAX, 1024];
 
+type Outcome<T> = Result<Decoded<T>, HeaderError>;
+
 /// Checks what every decoder promises about `decode(data)`, given the full result.
 fn check_common<T: PartialEq + std::fmt::Debug>(
     data: &[u8],
-    decode: impl Fn(&[u8]) -> Decode<T>,
-) -> Decode<T> {
+    decode: impl Fn(&[u8]) -> Outcome<T>,
+) -> Outcome<T> {
     let full = decode(data);
     let head_len = data.len().min(HEADER_LEN);
     if data.len() > HEADER_LEN {
@@ -29,18 +32,18 @@ fn check_common<T: PartialEq + std::fmt::Debug>(
     }
     for n in 0..head_len {
         match decode(&data[..n]) {
-            Decode::Partial { needed } => assert_eq!(needed, HEADER_LEN - n),
-            Decode::Error(e) => assert_eq!(Decode::Error(e), full, "prefix of {n} bytes"),
-            Decode::Complete(h) => panic!("a {n}-byte prefix decoded as {h:?}"),
+            Ok(Decoded::Partial) => {}
+            Err(e) => assert_eq!(Err(e), full, "prefix of {n} bytes"),
+            Ok(Decoded::Complete(h, _)) => panic!("a {n}-byte prefix decoded as {h:?}"),
         }
     }
     match &full {
-        Decode::Partial { needed } => {
-            assert!(data.len() < HEADER_LEN);
-            assert_eq!(*needed, HEADER_LEN - data.len());
+        Ok(Decoded::Partial) => assert!(data.len() < HEADER_LEN),
+        Ok(Decoded::Complete(_, used)) => {
+            assert!(data.len() >= HEADER_LEN);
+            assert_eq!(*used, HEADER_LEN);
         }
-        Decode::Complete(_) => assert!(data.len() >= HEADER_LEN),
-        Decode::Error(e) => check_error(e),
+        Err(e) => check_error(e),
     }
     full
 }
@@ -51,7 +54,7 @@ fn check_error(e: &HeaderError) {
     let answer = e.answer(0);
     assert_eq!(
         ResultHeader::decode(&answer.encode(), 0),
-        Decode::Complete(answer)
+        Ok(Decoded::Complete(answer, HEADER_LEN))
     );
     if matches!(
         e,
@@ -65,7 +68,7 @@ fn check_error(e: &HeaderError) {
 pub fn call_header(data: &[u8]) {
     for max_payload_len in LIMITS {
         match check_common(data, |b| CallHeader::decode(b, max_payload_len)) {
-            Decode::Complete(h) => {
+            Ok(Decoded::Complete(h, _)) => {
                 assert_eq!(h.encode()[..], data[..HEADER_LEN]);
                 assert!(h.payload_len <= max_payload_len);
                 assert_eq!(h.kind == CallKind::Control, h.accel_id == CONTROL_ACCEL_ID);
@@ -73,7 +76,7 @@ pub fn call_header(data: &[u8]) {
                     assert!(h.payload_len <= CONTROL_PAYLOAD_LEN_MAX);
                 }
             }
-            Decode::Error(HeaderError::PayloadTooLarge {
+            Err(HeaderError::PayloadTooLarge {
                 payload_len,
                 max_payload_len: max,
                 ..
@@ -82,8 +85,8 @@ pub fn call_header(data: &[u8]) {
                 // Nothing else is wrong with the header: a large enough limit accepts
                 // it, unless it is a control message over the fixed control bound.
                 match CallHeader::decode(data, payload_len) {
-                    Decode::Complete(_) => {}
-                    Decode::Error(HeaderError::PayloadTooLarge {
+                    Ok(Decoded::Complete(..)) => {}
+                    Err(HeaderError::PayloadTooLarge {
                         max_payload_len: CONTROL_PAYLOAD_LEN_MAX,
                         ..
                     }) => {}
@@ -99,13 +102,16 @@ pub fn call_header(data: &[u8]) {
 pub fn result_header(data: &[u8]) {
     for max_payload_len in LIMITS {
         match check_common(data, |b| ResultHeader::decode(b, max_payload_len)) {
-            Decode::Complete(h) => {
+            Ok(Decoded::Complete(h, _)) => {
                 assert_eq!(h.encode()[..], data[..HEADER_LEN]);
                 assert!(h.payload_len <= max_payload_len);
                 assert_eq!(Status::from_u16(h.status.code()), Some(h.status));
             }
-            Decode::Error(HeaderError::PayloadTooLarge { payload_len, .. }) => {
-                assert!(ResultHeader::decode(data, payload_len).complete().is_some());
+            Err(HeaderError::PayloadTooLarge { payload_len, .. }) => {
+                assert!(matches!(
+                    ResultHeader::decode(data, payload_len),
+                    Ok(Decoded::Complete(..))
+                ));
             }
             _ => {}
         }

@@ -9,7 +9,9 @@ use std::fmt;
 
 use crate::params::ParamBlock;
 use crate::status::Status;
-use crate::{CONTROL_ACCEL_ID, CONTROL_PAYLOAD_LEN_MAX, HEADER_LEN, MAGIC, NO_SLOT, PARAMS_LEN};
+use crate::{
+    Decoded, CONTROL_ACCEL_ID, CONTROL_PAYLOAD_LEN_MAX, HEADER_LEN, MAGIC, NO_SLOT, PARAMS_LEN,
+};
 
 /// The message kind, byte 4 of every header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -90,38 +92,6 @@ impl ResultKind {
         match self {
             ResultKind::Result => Kind::Result,
             ResultKind::ControlResult => Kind::ControlResult,
-        }
-    }
-}
-
-/// Outcome of decoding a header from the bytes received so far.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use]
-pub enum Decode<T> {
-    /// The bytes so far are a valid start of a header; `needed` more bytes (at least
-    /// one) complete it.
-    Partial { needed: usize },
-    /// A whole, valid header: the first [`HEADER_LEN`] bytes of the input. The payload
-    /// (`payload_len` bytes) follows it.
-    Complete(T),
-    /// The bytes can never become a valid header, or the header is refused.
-    Error(HeaderError),
-}
-
-impl<T> Decode<T> {
-    /// The header, if complete.
-    pub fn complete(self) -> Option<T> {
-        match self {
-            Decode::Complete(header) => Some(header),
-            _ => None,
-        }
-    }
-
-    /// The error, if any.
-    pub fn error(self) -> Option<HeaderError> {
-        match self {
-            Decode::Error(e) => Some(e),
-            _ => None,
         }
     }
 }
@@ -278,28 +248,34 @@ fn check_start(buf: &[u8], want_request: bool) -> Result<Option<Kind>, HeaderErr
     Ok(Some(kind))
 }
 
+/// A whole header whose magic, kind and flags are valid.
+struct Opened<'a> {
+    kind: Kind,
+    bytes: &'a [u8; HEADER_LEN],
+    request_id: u32,
+}
+
 /// What both decoders check first: magic and kind (as soon as their bytes are
-/// present), then, once the whole header is in, flags = 0. Returns the kind, the
-/// header and its request id, or the `Decode` to return at once.
-fn open_header<T>(
-    buf: &[u8],
-    want_request: bool,
-) -> Result<(Kind, &[u8; HEADER_LEN], u32), Decode<T>> {
-    let kind = check_start(buf, want_request).map_err(Decode::Error)?;
+/// present), then, once the whole header is in, flags = 0. `None` when the header is
+/// not whole yet.
+fn open_header(buf: &[u8], want_request: bool) -> Result<Option<Opened<'_>>, HeaderError> {
+    let kind = check_start(buf, want_request)?;
     let Some(h) = buf.first_chunk::<HEADER_LEN>() else {
-        return Err(Decode::Partial {
-            needed: HEADER_LEN - buf.len(),
-        });
+        return Ok(None);
     };
     let kind = kind.expect("a whole header has a kind byte");
     let request_id = u32_at(h, 12);
     if h[5] != 0 {
-        return Err(Decode::Error(HeaderError::NonZeroFlags {
+        return Err(HeaderError::NonZeroFlags {
             flags: h[5],
             request_id,
-        }));
+        });
     }
-    Ok((kind, h, request_id))
+    Ok(Some(Opened {
+        kind,
+        bytes: h,
+        request_id,
+    }))
 }
 
 fn u16_at(h: &[u8; HEADER_LEN], offset: usize) -> u16 {
@@ -395,11 +371,16 @@ impl CallHeader {
     /// with the kind, payload length ≤ `max_payload_len` (and ≤
     /// [`CONTROL_PAYLOAD_LEN_MAX`] for control messages). Magic and kind are checked
     /// as soon as their bytes are present, so a prefix is either `Partial` or already
-    /// the error the whole header would give.
-    pub fn decode(buf: &[u8], max_payload_len: u32) -> Decode<CallHeader> {
-        let (kind, h, request_id) = match open_header(buf, true) {
-            Ok(opened) => opened,
-            Err(stop) => return stop,
+    /// the error the whole header would give. A complete header used
+    /// [`HEADER_LEN`] bytes; its payload follows.
+    pub fn decode(buf: &[u8], max_payload_len: u32) -> Result<Decoded<CallHeader>, HeaderError> {
+        let Some(Opened {
+            kind,
+            bytes: h,
+            request_id,
+        }) = open_header(buf, true)?
+        else {
+            return Ok(Decoded::Partial);
         };
         let kind = match kind {
             Kind::Call => CallKind::Call,
@@ -408,7 +389,7 @@ impl CallHeader {
         };
         let accel_id = u16_at(h, 6);
         if (accel_id == CONTROL_ACCEL_ID) != (kind == CallKind::Control) {
-            return Decode::Error(HeaderError::AcceleratorIdMismatch {
+            return Err(HeaderError::AcceleratorIdMismatch {
                 kind,
                 accel_id,
                 request_id,
@@ -420,7 +401,7 @@ impl CallHeader {
             CallKind::Control => max_payload_len.min(CONTROL_PAYLOAD_LEN_MAX),
         };
         if payload_len > max_payload_len {
-            return Decode::Error(HeaderError::PayloadTooLarge {
+            return Err(HeaderError::PayloadTooLarge {
                 request_id,
                 accel_id,
                 payload_len,
@@ -429,14 +410,15 @@ impl CallHeader {
         }
         let mut params = [0u8; PARAMS_LEN];
         params.copy_from_slice(&h[20..64]);
-        Decode::Complete(CallHeader {
+        let header = CallHeader {
             kind,
             accel_id,
             payload_len,
             request_id,
             deadline_us: u32_at(h, 16),
             params,
-        })
+        };
+        Ok(Decoded::Complete(header, HEADER_LEN))
     }
 }
 
@@ -510,11 +492,15 @@ impl ResultHeader {
     /// Checks, in order: magic, kind (2 or 4), flags = 0, a v1 status code, reserved
     /// bytes zero, payload length ≤ `max_payload_len`. The accelerator id is not
     /// checked against the kind: an error result echoes whatever the refused call
-    /// carried.
-    pub fn decode(buf: &[u8], max_payload_len: u32) -> Decode<ResultHeader> {
-        let (kind, h, request_id) = match open_header(buf, false) {
-            Ok(opened) => opened,
-            Err(stop) => return stop,
+    /// carried. A complete header used [`HEADER_LEN`] bytes; its payload follows.
+    pub fn decode(buf: &[u8], max_payload_len: u32) -> Result<Decoded<ResultHeader>, HeaderError> {
+        let Some(Opened {
+            kind,
+            bytes: h,
+            request_id,
+        }) = open_header(buf, false)?
+        else {
+            return Ok(Decoded::Partial);
         };
         let kind = match kind {
             Kind::Result => ResultKind::Result,
@@ -523,7 +509,7 @@ impl ResultHeader {
         };
         let code = u16_at(h, 6);
         let Some(status) = Status::from_u16(code) else {
-            return Decode::Error(HeaderError::UnknownStatus {
+            return Err(HeaderError::UnknownStatus {
                 status: code,
                 request_id,
             });
@@ -531,20 +517,20 @@ impl ResultHeader {
         for range in RESULT_RESERVED {
             if let Some(i) = h[range.clone()].iter().position(|&b| b != 0) {
                 let offset = range.start + i;
-                return Decode::Error(HeaderError::NonZeroReserved { offset, request_id });
+                return Err(HeaderError::NonZeroReserved { offset, request_id });
             }
         }
         let accel_id = u16_at(h, 16);
         let payload_len = u32_at(h, 8);
         if payload_len > max_payload_len {
-            return Decode::Error(HeaderError::PayloadTooLarge {
+            return Err(HeaderError::PayloadTooLarge {
                 request_id,
                 accel_id,
                 payload_len,
                 max_payload_len,
             });
         }
-        Decode::Complete(ResultHeader {
+        let header = ResultHeader {
             kind,
             status,
             payload_len,
@@ -553,7 +539,8 @@ impl ResultHeader {
             slot_id: u16_at(h, 18),
             queue_ns: u64_at(h, 24),
             exec_ns: u64_at(h, 32),
-        })
+        };
+        Ok(Decoded::Complete(header, HEADER_LEN))
     }
 }
 
@@ -586,32 +573,28 @@ mod tests {
     }
 
     #[test]
-    fn every_truncation_is_partial_with_the_missing_count() {
+    fn every_truncation_is_partial() {
         let call = sample_call().encode();
         let control = CallHeader::control(9, 16).encode();
         let result = sample_result().encode();
         for n in 0..HEADER_LEN {
-            let needed = HEADER_LEN - n;
-            assert_eq!(
-                CallHeader::decode(&call[..n], LIMIT),
-                Decode::Partial { needed }
-            );
+            assert_eq!(CallHeader::decode(&call[..n], LIMIT), Ok(Decoded::Partial));
             assert_eq!(
                 CallHeader::decode(&control[..n], LIMIT),
-                Decode::Partial { needed }
+                Ok(Decoded::Partial)
             );
             assert_eq!(
                 ResultHeader::decode(&result[..n], LIMIT),
-                Decode::Partial { needed }
+                Ok(Decoded::Partial)
             );
         }
         assert_eq!(
             CallHeader::decode(&call, LIMIT),
-            Decode::Complete(sample_call())
+            Ok(Decoded::Complete(sample_call(), HEADER_LEN))
         );
         assert_eq!(
             ResultHeader::decode(&result, LIMIT),
-            Decode::Complete(sample_result())
+            Ok(Decoded::Complete(sample_result(), HEADER_LEN))
         );
     }
 
@@ -621,7 +604,7 @@ mod tests {
         buf.extend_from_slice(b"payload that follows");
         assert_eq!(
             CallHeader::decode(&buf, LIMIT),
-            Decode::Complete(sample_call())
+            Ok(Decoded::Complete(sample_call(), HEADER_LEN))
         );
     }
 
@@ -630,23 +613,20 @@ mod tests {
         let http = b"GET / HTTP/1.1\r\n\r\n";
         assert_eq!(
             CallHeader::decode(http, LIMIT),
-            Decode::Error(HeaderError::BadMagic { found: *b"GET " })
+            Err(HeaderError::BadMagic { found: *b"GET " })
         );
-        assert_eq!(
-            CallHeader::decode(b"GET", LIMIT),
-            Decode::Partial { needed: 61 }
-        );
+        assert_eq!(CallHeader::decode(b"GET", LIMIT), Ok(Decoded::Partial));
         assert_eq!(
             CallHeader::decode(b"RAC1\x07", LIMIT),
-            Decode::Error(HeaderError::UnknownKind { kind: 7 })
+            Err(HeaderError::UnknownKind { kind: 7 })
         );
         assert_eq!(
             CallHeader::decode(b"RAC1\x02", LIMIT),
-            Decode::Error(HeaderError::WrongDirection { kind: Kind::Result })
+            Err(HeaderError::WrongDirection { kind: Kind::Result })
         );
         assert_eq!(
             ResultHeader::decode(b"RAC1\x03", LIMIT),
-            Decode::Error(HeaderError::WrongDirection {
+            Err(HeaderError::WrongDirection {
                 kind: Kind::Control
             })
         );
@@ -654,33 +634,36 @@ mod tests {
 
     /// What the protocol says decoding `bytes` (a call header with one byte changed at
     /// `offset`) must give.
-    fn expected_call(bytes: &[u8; HEADER_LEN], offset: usize) -> Decode<CallHeader> {
+    fn expected_call(
+        bytes: &[u8; HEADER_LEN],
+        offset: usize,
+    ) -> Result<Decoded<CallHeader>, HeaderError> {
         let request_id = u32_at(bytes, 12);
         let accel_id = u16_at(bytes, 6);
         let payload_len = u32_at(bytes, 8);
         let kind = match offset {
             0..=3 => {
                 let found = *bytes.first_chunk::<4>().unwrap();
-                return Decode::Error(HeaderError::BadMagic { found });
+                return Err(HeaderError::BadMagic { found });
             }
             4 => match bytes[4] {
                 1 => CallKind::Call,
                 3 => CallKind::Control,
-                2 => return Decode::Error(HeaderError::WrongDirection { kind: Kind::Result }),
+                2 => return Err(HeaderError::WrongDirection { kind: Kind::Result }),
                 4 => {
                     let kind = Kind::ControlResult;
-                    return Decode::Error(HeaderError::WrongDirection { kind });
+                    return Err(HeaderError::WrongDirection { kind });
                 }
-                kind => return Decode::Error(HeaderError::UnknownKind { kind }),
+                kind => return Err(HeaderError::UnknownKind { kind }),
             },
             5 => {
                 let flags = bytes[5];
-                return Decode::Error(HeaderError::NonZeroFlags { flags, request_id });
+                return Err(HeaderError::NonZeroFlags { flags, request_id });
             }
             _ => CallKind::Call,
         };
         if (kind == CallKind::Control) != (accel_id == CONTROL_ACCEL_ID) {
-            return Decode::Error(HeaderError::AcceleratorIdMismatch {
+            return Err(HeaderError::AcceleratorIdMismatch {
                 kind,
                 accel_id,
                 request_id,
@@ -694,16 +677,19 @@ mod tests {
                 payload_len,
                 max_payload_len,
             };
-            return Decode::Error(e);
+            return Err(e);
         }
-        Decode::Complete(CallHeader {
-            kind,
-            accel_id,
-            payload_len,
-            request_id,
-            deadline_us: u32_at(bytes, 16),
-            params: bytes[20..].try_into().unwrap(),
-        })
+        Ok(Decoded::Complete(
+            CallHeader {
+                kind,
+                accel_id,
+                payload_len,
+                request_id,
+                deadline_us: u32_at(bytes, 16),
+                params: bytes[20..].try_into().unwrap(),
+            },
+            HEADER_LEN,
+        ))
     }
 
     #[test]
@@ -722,41 +708,44 @@ mod tests {
                     expected_call(&bytes, offset),
                     "offset {offset} value {value}"
                 );
-                if let Decode::Complete(h) = got {
+                if let Ok(Decoded::Complete(h, HEADER_LEN)) = got {
                     assert_eq!(h.encode(), bytes);
                 }
             }
         }
     }
 
-    fn expected_result(bytes: &[u8; HEADER_LEN], offset: usize) -> Decode<ResultHeader> {
+    fn expected_result(
+        bytes: &[u8; HEADER_LEN],
+        offset: usize,
+    ) -> Result<Decoded<ResultHeader>, HeaderError> {
         let request_id = u32_at(bytes, 12);
         let mut kind = ResultKind::Result;
         match offset {
             0..=3 => {
                 let found = *bytes.first_chunk::<4>().unwrap();
-                return Decode::Error(HeaderError::BadMagic { found });
+                return Err(HeaderError::BadMagic { found });
             }
             4 => match bytes[4] {
-                1 => return Decode::Error(HeaderError::WrongDirection { kind: Kind::Call }),
+                1 => return Err(HeaderError::WrongDirection { kind: Kind::Call }),
                 3 => {
-                    return Decode::Error(HeaderError::WrongDirection {
+                    return Err(HeaderError::WrongDirection {
                         kind: Kind::Control,
                     })
                 }
                 4 => kind = ResultKind::ControlResult,
-                kind => return Decode::Error(HeaderError::UnknownKind { kind }),
+                kind => return Err(HeaderError::UnknownKind { kind }),
             },
             5 => {
                 let flags = bytes[5];
-                return Decode::Error(HeaderError::NonZeroFlags { flags, request_id });
+                return Err(HeaderError::NonZeroFlags { flags, request_id });
             }
             6 | 7 if u16_at(bytes, 6) > 9 => {
                 let status = u16_at(bytes, 6);
-                return Decode::Error(HeaderError::UnknownStatus { status, request_id });
+                return Err(HeaderError::UnknownStatus { status, request_id });
             }
             20..=23 | 40..=63 => {
-                return Decode::Error(HeaderError::NonZeroReserved { offset, request_id });
+                return Err(HeaderError::NonZeroReserved { offset, request_id });
             }
             _ => {}
         }
@@ -770,18 +759,21 @@ mod tests {
                 payload_len,
                 max_payload_len,
             };
-            return Decode::Error(e);
+            return Err(e);
         }
-        Decode::Complete(ResultHeader {
-            kind,
-            status: Status::from_u16(u16_at(bytes, 6)).unwrap(),
-            payload_len,
-            request_id,
-            accel_id,
-            slot_id: u16_at(bytes, 18),
-            queue_ns: u64_at(bytes, 24),
-            exec_ns: u64_at(bytes, 32),
-        })
+        Ok(Decoded::Complete(
+            ResultHeader {
+                kind,
+                status: Status::from_u16(u16_at(bytes, 6)).unwrap(),
+                payload_len,
+                request_id,
+                accel_id,
+                slot_id: u16_at(bytes, 18),
+                queue_ns: u64_at(bytes, 24),
+                exec_ns: u64_at(bytes, 32),
+            },
+            HEADER_LEN,
+        ))
     }
 
     #[test]
@@ -800,7 +792,7 @@ mod tests {
                     expected_result(&bytes, offset),
                     "offset {offset} value {value}"
                 );
-                if let Decode::Complete(h) = got {
+                if let Ok(Decoded::Complete(h, HEADER_LEN)) = got {
                     assert_eq!(h.encode(), bytes);
                 }
             }
@@ -812,13 +804,11 @@ mod tests {
         let control = CallHeader::control(5, 20);
         assert_eq!(
             CallHeader::decode(&control.encode(), LIMIT),
-            Decode::Complete(control)
+            Ok(Decoded::Complete(control, HEADER_LEN))
         );
 
         let call_to_control_id = CallHeader::call(CONTROL_ACCEL_ID, 6, 0, params::NONE);
-        let e = CallHeader::decode(&call_to_control_id.encode(), LIMIT)
-            .error()
-            .unwrap();
+        let e = CallHeader::decode(&call_to_control_id.encode(), LIMIT).unwrap_err();
         assert_eq!(
             e,
             HeaderError::AcceleratorIdMismatch {
@@ -833,9 +823,7 @@ mod tests {
             accel_id: 1,
             ..control
         };
-        let e = CallHeader::decode(&control_to_echo.encode(), LIMIT)
-            .error()
-            .unwrap();
+        let e = CallHeader::decode(&control_to_echo.encode(), LIMIT).unwrap_err();
         assert!(
             e.to_string()
                 .contains("must name accelerator id 0xffff, not 1"),
@@ -846,7 +834,7 @@ mod tests {
     #[test]
     fn payload_limits_report_the_request_id() {
         let call = CallHeader::call(1, 42, LIMIT + 1, params::NONE);
-        let e = CallHeader::decode(&call.encode(), LIMIT).error().unwrap();
+        let e = CallHeader::decode(&call.encode(), LIMIT).unwrap_err();
         assert_eq!(
             e,
             HeaderError::PayloadTooLarge {
@@ -857,15 +845,14 @@ mod tests {
             }
         );
         assert_eq!((e.status(), e.request_id()), (Status::TooLarge, 42));
-        assert!(CallHeader::decode(&call.encode(), LIMIT + 1)
-            .complete()
-            .is_some());
+        assert!(matches!(
+            CallHeader::decode(&call.encode(), LIMIT + 1),
+            Ok(Decoded::Complete(..))
+        ));
 
         // Control messages have their own, smaller bound.
         let control = CallHeader::control(43, CONTROL_PAYLOAD_LEN_MAX + 1);
-        let e = CallHeader::decode(&control.encode(), u32::MAX)
-            .error()
-            .unwrap();
+        let e = CallHeader::decode(&control.encode(), u32::MAX).unwrap_err();
         assert_eq!(e.status(), Status::TooLarge);
         assert!(matches!(
             e,
@@ -875,7 +862,7 @@ mod tests {
             }
         ));
         let small = CallHeader::control(44, 10);
-        assert!(CallHeader::decode(&small.encode(), 9).error().is_some());
+        assert!(CallHeader::decode(&small.encode(), 9).is_err());
     }
 
     #[test]
@@ -896,9 +883,7 @@ mod tests {
 
     #[test]
     fn header_errors_build_their_answer() {
-        let bad_magic = CallHeader::decode(b"GET / HTTP/1.1\r\n", LIMIT)
-            .error()
-            .unwrap();
+        let bad_magic = CallHeader::decode(b"GET / HTTP/1.1\r\n", LIMIT).unwrap_err();
         let answer = bad_magic.answer(7);
         assert_eq!(
             answer,
@@ -915,8 +900,7 @@ mod tests {
         );
         let big = CallHeader::call(3, 8, LIMIT + 1, params::topk(1));
         let answer = CallHeader::decode(&big.encode(), LIMIT)
-            .error()
-            .unwrap()
+            .unwrap_err()
             .answer(0);
         assert_eq!(
             (
@@ -929,8 +913,7 @@ mod tests {
         );
         let big_control = CallHeader::control(9, CONTROL_PAYLOAD_LEN_MAX + 1);
         let answer = CallHeader::decode(&big_control.encode(), LIMIT)
-            .error()
-            .unwrap()
+            .unwrap_err()
             .answer(0);
         assert_eq!(
             (answer.kind, answer.request_id),
@@ -938,7 +921,7 @@ mod tests {
         );
         assert_eq!(
             ResultHeader::decode(&answer.encode(), 0),
-            Decode::Complete(answer)
+            Ok(Decoded::Complete(answer, HEADER_LEN))
         );
     }
 
@@ -1060,14 +1043,14 @@ mod tests {
         #[test]
         fn call_headers_round_trip(h in call_header()) {
             let bytes = h.encode();
-            prop_assert_eq!(CallHeader::decode(&bytes, u32::MAX), Decode::Complete(h));
+            prop_assert_eq!(CallHeader::decode(&bytes, u32::MAX), Ok(Decoded::Complete(h, HEADER_LEN)));
             crate::fuzzing::call_header(&bytes);
         }
 
         #[test]
         fn result_headers_round_trip(h in result_header()) {
             let bytes = h.encode();
-            prop_assert_eq!(ResultHeader::decode(&bytes, u32::MAX), Decode::Complete(h));
+            prop_assert_eq!(ResultHeader::decode(&bytes, u32::MAX), Ok(Decoded::Complete(h, HEADER_LEN)));
             crate::fuzzing::result_header(&bytes);
         }
 

@@ -7,27 +7,33 @@
 //! control messages use, how the built-in accelerators lay out their 44 bytes of
 //! parameters, and what a control request looks like.
 //!
-//! It does no I/O and keeps no state. Decoders take the bytes received so far and say
-//! [`Decode::Partial`] (how many more bytes are needed), [`Decode::Complete`] or
-//! [`Decode::Error`], in the manner of `httparse`, so the node's event loop and any
-//! client (blocking, async, another language's port) drive them the same way. Header
-//! decoding does not allocate; control requests ([`ControlRequest`]) are JSON and do.
+//! It does no I/O and keeps no state. Decoders take the bytes received so far and
+//! return `Ok(`[`Decoded::Partial`]`)` (read more, call again),
+//! `Ok(`[`Decoded::Complete`]`(header, used))` or `Err(`[`HeaderError`]`)`, in the
+//! manner of `httparse`, so the node's event loop and any client (blocking, async,
+//! another language's port) drive them the same way. Header decoding does not
+//! allocate; control requests ([`ControlRequest`]) are JSON and do.
 //!
 //! ```
-//! use rac_proto::{params, CallHeader, Decode, Status, ResultHeader};
+//! use rac_proto::{params, CallHeader, Decoded, Status, ResultHeader, HEADER_LEN};
 //!
 //! // Client: a topk call with k = 3 over six i32 values.
 //! let call = CallHeader::call(3, 1, 24, params::topk(3));
 //! let bytes = call.encode();
 //!
 //! // Node: the first 10 bytes are not enough; the whole header is.
-//! assert_eq!(CallHeader::decode(&bytes[..10], 1 << 20), Decode::Partial { needed: 54 });
-//! let Decode::Complete(received) = CallHeader::decode(&bytes, 1 << 20) else { panic!() };
-//! assert_eq!(received, call);
+//! assert_eq!(CallHeader::decode(&bytes[..10], 1 << 20), Ok(Decoded::Partial));
+//! let Ok(Decoded::Complete(received, used)) = CallHeader::decode(&bytes, 1 << 20) else {
+//!     panic!()
+//! };
+//! assert_eq!((received, used), (call, HEADER_LEN));
 //!
 //! // Node: the answer, decoded by the client.
 //! let answer = ResultHeader::answer(&received, Status::Busy, 0);
-//! let decoded = ResultHeader::decode(&answer.encode(), 1 << 20).complete().unwrap();
+//! let Ok(Decoded::Complete(decoded, _)) = ResultHeader::decode(&answer.encode(), 1 << 20)
+//! else {
+//!     panic!()
+//! };
 //! assert_eq!(decoded.status.name(), "BUSY");
 //! assert_eq!(decoded.slot(), None);
 //! ```
@@ -44,9 +50,27 @@ mod status;
 pub mod fuzzing;
 
 pub use control::{ControlError, ControlRequest};
-pub use header::{CallHeader, CallKind, Decode, HeaderError, Kind, ResultHeader, ResultKind};
+pub use header::{CallHeader, CallKind, HeaderError, Kind, ResultHeader, ResultKind};
 pub use params::ParamBlock;
 pub use status::Status;
+
+/// What a decoder makes of the bytes received so far, when it does not refuse them
+/// (a refusal is the `Err` of the `Result` around it).
+///
+/// The one result shape of netaccel's incremental parsers: RAC headers here, the
+/// node's HTTP/1.1 head and chunk parsers, and the remote-OpenCL frame decoders
+/// (`ocl_remote::proto::Decoded`, the same shape). As with `httparse`, the caller
+/// keeps the input, advances past `used` bytes when complete, and on `Partial` calls
+/// again with more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decoded<T> {
+    /// The input ends before the item does: a valid start so far. Read more and call
+    /// again with all of it.
+    Partial,
+    /// The item, and the number of input bytes it used (for a RAC header, always
+    /// [`HEADER_LEN`]: its payload follows).
+    Complete(T, usize),
+}
 
 /// Bytes 0..4 of every header: `RAC1`.
 pub const MAGIC: [u8; 4] = *b"RAC1";

@@ -4,8 +4,8 @@
 //! fields their name describes and are rebuilt from the params helpers.
 
 use rac_proto::{
-    builtin, params, CallHeader, CallKind, Decode, Kind, ResultHeader, ResultKind, Status,
-    HEADER_LEN, NO_SLOT,
+    builtin, params, CallHeader, CallKind, Decoded, HeaderError, Kind, ResultHeader, ResultKind,
+    Status, HEADER_LEN, NO_SLOT,
 };
 use serde_json::Value;
 
@@ -44,6 +44,17 @@ fn limit(v: &Vector) -> u32 {
     v.payload.len() as u32
 }
 
+/// The header of a decode that must be complete.
+fn complete<T: std::fmt::Debug>(decoded: Result<Decoded<T>, HeaderError>, name: &str) -> T {
+    match decoded {
+        Ok(Decoded::Complete(h, used)) => {
+            assert_eq!(used, HEADER_LEN, "{name}");
+            h
+        }
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
 #[test]
 fn every_vector_decodes_and_re_encodes_byte_exact() {
     let (mut calls, mut results) = (0, 0);
@@ -54,42 +65,35 @@ fn every_vector_decodes_and_re_encodes_byte_exact() {
         match Kind::from_u8(v.header[4]) {
             Some(Kind::Call | Kind::Control) => {
                 calls += 1;
-                let h = CallHeader::decode(&v.header, limit(&v))
-                    .complete()
-                    .expect(&v.name);
+                let h = complete(CallHeader::decode(&v.header, limit(&v)), &v.name);
                 assert_eq!(h.payload_len as usize, v.payload.len(), "{}", v.name);
                 assert_eq!(h.encode()[..], v.header[..], "{}", v.name);
-                assert_eq!(CallHeader::decode(&message, limit(&v)), Decode::Complete(h));
+                assert_eq!(
+                    CallHeader::decode(&message, limit(&v)),
+                    Ok(Decoded::Complete(h, HEADER_LEN))
+                );
                 for n in 0..HEADER_LEN {
-                    let needed = HEADER_LEN - n;
-                    assert_eq!(
-                        CallHeader::decode(&v.header[..n], 0),
-                        Decode::Partial { needed }
-                    );
+                    assert_eq!(CallHeader::decode(&v.header[..n], 0), Ok(Decoded::Partial));
                 }
                 if !v.payload.is_empty() {
-                    let e = CallHeader::decode(&v.header, limit(&v) - 1)
-                        .error()
-                        .unwrap();
+                    let e = CallHeader::decode(&v.header, limit(&v) - 1).unwrap_err();
                     assert_eq!(
                         (e.status(), e.request_id()),
                         (Status::TooLarge, h.request_id)
                     );
                 }
-                assert!(ResultHeader::decode(&v.header, u32::MAX).error().is_some());
+                assert!(ResultHeader::decode(&v.header, u32::MAX).is_err());
             }
             Some(Kind::Result | Kind::ControlResult) => {
                 results += 1;
-                let h = ResultHeader::decode(&v.header, limit(&v))
-                    .complete()
-                    .expect(&v.name);
+                let h = complete(ResultHeader::decode(&v.header, limit(&v)), &v.name);
                 assert_eq!(h.payload_len as usize, v.payload.len(), "{}", v.name);
                 assert_eq!(h.encode()[..], v.header[..], "{}", v.name);
                 assert_eq!(
                     ResultHeader::decode(&message, limit(&v)),
-                    Decode::Complete(h)
+                    Ok(Decoded::Complete(h, HEADER_LEN))
                 );
-                assert!(CallHeader::decode(&v.header, u32::MAX).error().is_some());
+                assert!(CallHeader::decode(&v.header, u32::MAX).is_err());
             }
             None => panic!("{}: unknown kind {}", v.name, v.header[4]),
         }
@@ -168,7 +172,7 @@ fn busy_vector_has_no_slot() {
         .into_iter()
         .find(|v| v.name.contains("BUSY"))
         .unwrap();
-    let h = ResultHeader::decode(&busy.header, 0).complete().unwrap();
+    let h = complete(ResultHeader::decode(&busy.header, 0), &busy.name);
     assert_eq!((h.slot_id, h.slot()), (NO_SLOT, None));
     assert_eq!(h.status.name(), "BUSY");
 }

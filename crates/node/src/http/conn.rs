@@ -16,19 +16,22 @@ use std::time::{Duration, Instant};
 
 use accel::{Accelerator, ParamBlock};
 use bytes::BufMut;
-use rac_proto::Status;
+use rac_proto::{Decoded, Status};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::parse::{self, BodyFraming, HttpError, Limits, Parse, HEADERS_MAX};
+use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route};
+use crate::admin::{self, AdminError};
+use crate::deadline::Deadline;
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, MemoryPermit};
-use crate::netio::{self, read_with_deadline, write_with_deadline, Deadline, WRITE_BATCH_MAX};
+use crate::netio::{self, read_with_deadline, write_with_deadline, IoTimer, WRITE_BATCH_MAX};
 use crate::node::{Node, Protocol};
 use crate::objects::StoreError;
-use crate::slot::{Answer, Call, Submitted, TenantId};
+use crate::slot::{Answer, Call, Submitted};
+use crate::tenant::TenantId;
 
 /// Read buffer size; also the most a single read pulls in while waiting for a head.
 const READ_CHUNK: usize = 4096;
@@ -50,7 +53,7 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant:
         out: Vec::new(),
         tenant,
         shutdown,
-        timer: Deadline::default(),
+        timer: IoTimer::default(),
         close_after: false,
     };
     if let Err(e) = conn.run().await {
@@ -73,7 +76,7 @@ struct Conn {
     tenant: TenantId,
     shutdown: watch::Receiver<bool>,
     /// The connection's read deadline (idle, head or body timeout).
-    timer: Deadline,
+    timer: IoTimer,
     /// A response said `Connection: close`: the connection ends after it (see
     /// [`Conn::keep_alive`]).
     close_after: bool,
@@ -171,16 +174,17 @@ impl Conn {
         }
         let limits = self.limits();
         let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
-        let request = match parse::parse_head(&self.rbuf[self.rpos..], &limits, &mut headers) {
-            Ok(Parse::Partial) => return Ok(Step::NeedMore),
-            Ok(Parse::Complete(head)) => route(&head, &self.node),
-            Err(HttpError { status, message }) => {
-                self.log_refusal(status, code_name(status), &message);
-                self.error(status, code_name(status), &message, 1);
-                return Ok(Step::Close);
-            }
-        };
-        self.rpos += request.head_len;
+        let (request, head_len) =
+            match parse::parse_head(&self.rbuf[self.rpos..], &limits, &mut headers) {
+                Ok(Decoded::Partial) => return Ok(Step::NeedMore),
+                Ok(Decoded::Complete(head, head_len)) => (route(&head, &self.node), head_len),
+                Err(HttpError { status, message }) => {
+                    self.log_refusal(status, code_name(status), &message);
+                    self.error(status, code_name(status), &message, 1);
+                    return Ok(Step::Close);
+                }
+            };
+        self.rpos += head_len;
         self.handle(request).await
     }
 
@@ -239,7 +243,7 @@ impl Conn {
             } => {
                 return self.call(req, accel, params, deadline_us).await;
             }
-            Route::LoadSlot { slot } => return self.load_slot(req, slot).await,
+            Route::LoadSlot { slot, origin } => return self.load_slot(req, slot, origin).await,
             Route::ObjectGet {
                 key,
                 head_only,
@@ -538,19 +542,12 @@ impl Conn {
         let body_max = self.node.config.body_bytes_max as u64;
         let mut total = 0u64;
         loop {
-            let (size, line) = match self.parse_buffered(parse::parse_chunk_size).await? {
-                Ok(v) => v,
+            let size = match self.parse_buffered(parse::parse_chunk_size).await? {
+                Ok(size) => size,
                 Err(e) => return Ok(Err(e)),
             };
-            self.rpos += line;
             if size == 0 {
-                return Ok(match self.parse_buffered(parse::parse_trailers).await? {
-                    Ok(n) => {
-                        self.rpos += n;
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
-                });
+                return self.parse_buffered(parse::parse_trailers).await;
             }
             total += size;
             if total > body_max {
@@ -573,22 +570,25 @@ impl Conn {
             {
                 return Ok(Err(e));
             }
-            match self.parse_buffered(parse::parse_chunk_end).await? {
-                Ok(n) => self.rpos += n,
-                Err(e) => return Ok(Err(e)),
+            if let Err(e) = self.parse_buffered(parse::parse_chunk_end).await? {
+                return Ok(Err(e));
             }
         }
     }
 
-    /// Runs a step parser over the buffered input, reading more until it completes.
+    /// Runs a step parser over the buffered input, reading more until it completes,
+    /// and consumes the bytes the parsed value used.
     async fn parse_buffered<T>(
         &mut self,
-        parser: fn(&[u8]) -> Result<Parse<T>, HttpError>,
+        parser: fn(&[u8]) -> Result<Decoded<T>, HttpError>,
     ) -> io::Result<Result<T, HttpError>> {
         loop {
             match parser(self.buffered()) {
-                Ok(Parse::Complete(v)) => return Ok(Ok(v)),
-                Ok(Parse::Partial) => {}
+                Ok(Decoded::Complete(v, used)) => {
+                    self.rpos += used;
+                    return Ok(Ok(v));
+                }
+                Ok(Decoded::Partial) => {}
                 Err(e) => return Ok(Err(e)),
             }
             let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
@@ -606,7 +606,7 @@ impl Conn {
         mut req: Request,
         accel: Arc<dyn Accelerator>,
         params: ParamBlock,
-        deadline_us: u64,
+        deadline_us: u32,
     ) -> io::Result<Step> {
         let accel_id = accel.descriptor().id;
         let node = Arc::clone(&self.node);
@@ -648,7 +648,7 @@ impl Conn {
             payload,
             out: std::mem::take(&mut self.out),
             received,
-            deadline: (deadline_us > 0).then(|| received + Duration::from_micros(deadline_us)),
+            deadline: Deadline::after(received, deadline_us),
             tenant: self.tenant,
             permit: Some(BodyMemory::Budget(permit)),
         };
@@ -714,7 +714,12 @@ impl Conn {
         Ok(())
     }
 
-    async fn load_slot(&mut self, mut req: Request, slot: u16) -> io::Result<Step> {
+    async fn load_slot(
+        &mut self,
+        mut req: Request,
+        slot: u16,
+        origin: admin::Origin,
+    ) -> io::Result<Step> {
         let permit = match self.take_body(&mut req, |_| Ok(())).await? {
             Ok(permit) => permit,
             Err(step) => return Ok(step),
@@ -731,36 +736,21 @@ impl Conn {
                 return Ok(self.after());
             }
         };
-        let dispatcher = Arc::clone(&self.node.dispatcher);
-        let task_name = name.clone();
-        let result =
-            tokio::task::spawn_blocking(move || dispatcher.reconfigure(slot, &task_name)).await;
-        match result {
-            Ok(Ok(took)) => {
-                tracing::info!(slot, accelerator = %name, reconfig_ms = took.as_secs_f64() * 1e3, "slot reconfigured");
-                let body = serde_json::to_vec(&serde_json::json!({
-                    "slot": slot,
-                    "accelerator": name,
-                    "reconfig_ms": took.as_secs_f64() * 1e3,
-                }))
-                .expect("JSON");
-                self.respond(&req, 200, b"application/json", &body, false, &[]);
-            }
-            Ok(Err((status, message))) => {
-                self.log_refusal(http_code(status), status.name(), &message);
-                let body = error_body(&message, status.name());
-                self.respond(
-                    &req,
-                    http_code(status),
-                    b"application/json",
-                    &body,
-                    false,
-                    &[],
-                );
-            }
-            Err(e) => {
-                let body = error_body(&format!("reconfiguration failed: {e}"), "INTERNAL");
-                self.respond(&req, 500, b"application/json", &body, false, &[]);
+        match admin::reconfigure(Arc::clone(&self.node), slot, name, origin).await {
+            Ok(done) => self.respond(&req, 200, b"application/json", &done.json(), false, &[]),
+            Err(AdminError {
+                status,
+                message,
+                conflict,
+            }) => {
+                let (code, code_name) = if conflict {
+                    (409, "CONFLICT")
+                } else {
+                    (http_code(status), status.name())
+                };
+                self.log_refusal(code, code_name, &message);
+                let body = error_body(&message, code_name);
+                self.respond(&req, code, b"application/json", &body, false, &[]);
             }
         }
         Ok(self.after())

@@ -8,4 +8,3 @@ mod response;
 mod route;
 
 pub use conn::serve;
-pub use route::catalog_json;

@@ -5,10 +5,14 @@
 //! size, header count), the framing decision (`Content-Length` vs `chunked`, with the
 //! request-smuggling cases refused), connection persistence, `Expect: 100-continue` and
 //! the `Host` rule of HTTP/1.1.
-//! Every function returns `Partial` when more bytes are needed, the parsed value when
-//! complete, or an [`HttpError`] that already knows its status code.
+//! Every function returns, like the RAC and remote-OpenCL decoders, a
+//! `Result<`[`Decoded`]`<T>, _>`: `Ok(Decoded::Partial)` when more bytes are needed,
+//! `Ok(Decoded::Complete(value, used))` with the bytes the value took, or an
+//! [`HttpError`] that already knows its status code.
 
 use std::fmt;
+
+use rac_proto::Decoded;
 
 /// Upper bounds the parser enforces. All of them come from the node's configuration.
 #[derive(Clone, Copy, Debug)]
@@ -63,8 +67,6 @@ pub struct RequestHead<'a> {
     /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub minor_version: u8,
     pub headers: &'a [httparse::Header<'a>],
-    /// Bytes the head occupies in the buffer, including the blank line.
-    pub head_len: usize,
     pub framing: BodyFraming,
     /// Whether the connection stays open after this exchange.
     pub keep_alive: bool,
@@ -92,22 +94,15 @@ impl<'a> RequestHead<'a> {
     }
 }
 
-/// Result of feeding bytes to a parser.
-#[derive(Debug)]
-pub enum Parse<T> {
-    /// More bytes are needed.
-    Partial,
-    Complete(T),
-}
-
-/// Parses one request head at the start of `buf`.
+/// Parses one request head at the start of `buf`; complete, it used the bytes of the
+/// head up to and including the blank line.
 ///
 /// `headers` is scratch space for the header slice the result borrows.
 pub fn parse_head<'b, 'h>(
     buf: &'b [u8],
     limits: &Limits,
     headers: &'h mut [httparse::Header<'b>; HEADERS_MAX],
-) -> Result<Parse<RequestHead<'h>>, HttpError>
+) -> Result<Decoded<RequestHead<'h>>, HttpError>
 where
     'b: 'h,
 {
@@ -126,7 +121,7 @@ where
     let head_len = match status {
         httparse::Status::Partial => {
             check_partial(buf, limits)?;
-            return Ok(Parse::Partial);
+            return Ok(Decoded::Partial);
         }
         httparse::Status::Complete(n) => n,
     };
@@ -147,16 +142,16 @@ where
     }
     let headers: &'h [httparse::Header<'b>] = req.headers;
     let meta = interpret_headers(headers, minor_version)?;
-    Ok(Parse::Complete(RequestHead {
+    let head = RequestHead {
         method,
         target,
         minor_version,
         headers,
-        head_len,
         framing: meta.framing,
         keep_alive: meta.keep_alive,
         expect_continue: meta.expect_continue,
-    }))
+    };
+    Ok(Decoded::Complete(head, head_len))
 }
 
 fn head_too_large(limits: &Limits) -> HttpError {
@@ -395,14 +390,14 @@ pub const CHUNK_LINE_MAX: usize = 1024;
 pub const TRAILERS_MAX: usize = 8192;
 
 /// Parses a chunk-size line `size[;ext]CRLF` at the start of `buf`: the chunk's data
-/// size and the line's length. The data (then CRLF) follows the line; a size of 0 is
+/// size, having used the line. The data (then CRLF) follows the line; a size of 0 is
 /// the last chunk, followed by trailers ([`parse_trailers`]).
-pub fn parse_chunk_size(buf: &[u8]) -> Result<Parse<(u64, usize)>, HttpError> {
+pub fn parse_chunk_size(buf: &[u8]) -> Result<Decoded<u64>, HttpError> {
     let Some(nl) = memchr_newline(&buf[..buf.len().min(CHUNK_LINE_MAX)]) else {
         return if buf.len() >= CHUNK_LINE_MAX {
             Err(HttpError::new(400, "chunk size line too long"))
         } else {
-            Ok(Parse::Partial)
+            Ok(Decoded::Partial)
         };
     };
     if nl == 0 || buf[nl - 1] != b'\r' {
@@ -423,28 +418,28 @@ pub fn parse_chunk_size(buf: &[u8]) -> Result<Parse<(u64, usize)>, HttpError> {
         };
         size = size * 16 + u64::from(v);
     }
-    Ok(Parse::Complete((size, nl + 1)))
+    Ok(Decoded::Complete(size, nl + 1))
 }
 
 /// Checks the CRLF that ends a chunk's data, at the start of `buf`.
-pub fn parse_chunk_end(buf: &[u8]) -> Result<Parse<usize>, HttpError> {
+pub fn parse_chunk_end(buf: &[u8]) -> Result<Decoded<()>, HttpError> {
     match buf {
-        [b'\r', b'\n', ..] => Ok(Parse::Complete(2)),
-        [] | [b'\r'] => Ok(Parse::Partial),
+        [b'\r', b'\n', ..] => Ok(Decoded::Complete((), 2)),
+        [] | [b'\r'] => Ok(Decoded::Partial),
         _ => Err(HttpError::new(400, "chunk data not followed by CRLF")),
     }
 }
 
-/// Trailer fields after the last chunk, up to and including the blank line; returns
-/// the bytes they occupy. Trailers are not interpreted.
-pub fn parse_trailers(buf: &[u8]) -> Result<Parse<usize>, HttpError> {
+/// Trailer fields after the last chunk, up to and including the blank line: complete,
+/// they used the bytes they occupy. Trailers are not interpreted.
+pub fn parse_trailers(buf: &[u8]) -> Result<Decoded<()>, HttpError> {
     let mut pos = 0;
     loop {
         let Some(nl) = memchr_newline(&buf[pos..]) else {
             return if buf.len() > TRAILERS_MAX {
                 Err(HttpError::new(431, "trailer section too large"))
             } else {
-                Ok(Parse::Partial)
+                Ok(Decoded::Partial)
             };
         };
         let line = &buf[pos..pos + nl];
@@ -453,7 +448,7 @@ pub fn parse_trailers(buf: &[u8]) -> Result<Parse<usize>, HttpError> {
             return Err(HttpError::new(431, "trailer section too large"));
         }
         if line == b"\r" {
-            return Ok(Parse::Complete(pos));
+            return Ok(Decoded::Complete((), pos));
         }
         if line.last() != Some(&b'\r') {
             return Err(HttpError::new(400, "trailer line must end with CRLF"));
@@ -476,14 +471,14 @@ mod tests {
     fn parse(buf: &[u8]) -> Result<Option<Summary>, u16> {
         let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
         match parse_head(buf, &LIMITS, &mut headers) {
-            Ok(Parse::Partial) => Ok(None),
-            Ok(Parse::Complete(h)) => Ok(Some((
+            Ok(Decoded::Partial) => Ok(None),
+            Ok(Decoded::Complete(h, head_len)) => Ok(Some((
                 h.method.to_string(),
                 h.target.to_string(),
                 h.framing,
                 h.keep_alive,
                 h.expect_continue,
-                h.head_len,
+                head_len,
             ))),
             Err(e) => Err(e.status),
         }
@@ -636,14 +631,14 @@ mod tests {
         let mut data = Vec::new();
         loop {
             let (size, line) = match parse_chunk_size(buf).map_err(|e| e.status)? {
-                Parse::Partial => return Ok(None),
-                Parse::Complete(v) => v,
+                Decoded::Partial => return Ok(None),
+                Decoded::Complete(size, line) => (size, line),
             };
             buf = &buf[line..];
             if size == 0 {
                 return match parse_trailers(buf).map_err(|e| e.status)? {
-                    Parse::Partial => Ok(None),
-                    Parse::Complete(n) => Ok(Some((data, total - buf.len() + n))),
+                    Decoded::Partial => Ok(None),
+                    Decoded::Complete((), n) => Ok(Some((data, total - buf.len() + n))),
                 };
             }
             let size = size as usize;
@@ -653,8 +648,8 @@ mod tests {
             data.extend_from_slice(&buf[..size]);
             buf = &buf[size..];
             match parse_chunk_end(buf).map_err(|e| e.status)? {
-                Parse::Partial => return Ok(None),
-                Parse::Complete(n) => buf = &buf[n..],
+                Decoded::Partial => return Ok(None),
+                Decoded::Complete((), n) => buf = &buf[n..],
             }
         }
     }
@@ -679,7 +674,7 @@ mod tests {
         assert_eq!(dechunk(b"0\r\nbad trailer\n\r\n"), Err(400));
         assert!(matches!(
             parse_chunk_size(b"ffffffff\r\n"),
-            Ok(Parse::Complete((0xffff_ffff, 10)))
+            Ok(Decoded::Complete(0xffff_ffff, 10))
         ));
     }
 }
@@ -695,8 +690,9 @@ mod tests {
 pub mod fuzzing {
     use super::{
         parse_chunk_end, parse_chunk_size, parse_head, parse_trailers, BodyFraming, HttpError,
-        Limits, Parse, CHUNK_LINE_MAX, HEADERS_MAX, TRAILERS_MAX,
+        Limits, CHUNK_LINE_MAX, HEADERS_MAX, TRAILERS_MAX,
     };
+    use rac_proto::Decoded;
 
     /// Small limits, so that the 414 and 431 paths are reached often.
     const LIMITS: Limits = Limits {
@@ -732,17 +728,17 @@ pub mod fuzzing {
     fn head(buf: &[u8]) -> Head {
         let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
         match parse_head(buf, &LIMITS, &mut headers) {
-            Ok(Parse::Partial) => Head::Partial,
-            Ok(Parse::Complete(h)) => {
-                assert!(h.head_len <= buf.len());
-                assert!(h.head_len <= LIMITS.head_bytes_max);
+            Ok(Decoded::Partial) => Head::Partial,
+            Ok(Decoded::Complete(h, head_len)) => {
+                assert!(head_len <= buf.len());
+                assert!(head_len <= LIMITS.head_bytes_max);
                 assert!(h.target.len() <= LIMITS.uri_bytes_max);
                 assert!(h.target.starts_with('/'));
                 assert!(h.minor_version <= 1);
                 assert!(h.headers.len() <= HEADERS_MAX);
                 let within = |s: &str| {
                     let (p, n) = (s.as_ptr() as usize, buf.as_ptr() as usize);
-                    p >= n && p + s.len() <= n + h.head_len
+                    p >= n && p + s.len() <= n + head_len
                 };
                 assert!(within(h.method) && within(h.target));
                 assert!(!h.method.is_empty());
@@ -759,7 +755,7 @@ pub mod fuzzing {
                     target: h.target.to_owned(),
                     minor_version: h.minor_version,
                     headers: h.headers.len(),
-                    head_len: h.head_len,
+                    head_len,
                     framing: h.framing,
                     keep_alive: h.keep_alive,
                     expect_continue: h.expect_continue,
@@ -816,7 +812,7 @@ pub mod fuzzing {
     /// `Ok(None)` when more bytes are needed, else the data length and bytes used.
     fn dechunk(mut buf: &[u8], mut data: impl FnMut(&[u8])) -> Result<Option<usize>, u16> {
         let total = buf.len();
-        fn step<T>(r: Result<Parse<T>, HttpError>) -> Result<Parse<T>, u16> {
+        fn step<T>(r: Result<Decoded<T>, HttpError>) -> Result<Decoded<T>, u16> {
             r.map_err(|e| {
                 check_error(&e);
                 e.status
@@ -824,19 +820,19 @@ pub mod fuzzing {
         }
         loop {
             let (size, line) = match step(parse_chunk_size(buf))? {
-                Parse::Partial => {
+                Decoded::Partial => {
                     assert!(buf.len() < CHUNK_LINE_MAX);
                     return Ok(None);
                 }
-                Parse::Complete(v) => v,
+                Decoded::Complete(size, line) => (size, line),
             };
             assert!(line <= buf.len() && line <= CHUNK_LINE_MAX);
             assert!(size < 1 << 60);
             buf = &buf[line..];
             if size == 0 {
                 return match step(parse_trailers(buf))? {
-                    Parse::Partial => Ok(None),
-                    Parse::Complete(n) => {
+                    Decoded::Partial => Ok(None),
+                    Decoded::Complete((), n) => {
                         assert!(n <= buf.len() && n <= TRAILERS_MAX);
                         Ok(Some(total - buf.len() + n))
                     }
@@ -848,8 +844,8 @@ pub mod fuzzing {
             data(chunk);
             buf = &buf[chunk.len()..];
             match step(parse_chunk_end(buf))? {
-                Parse::Partial => return Ok(None),
-                Parse::Complete(n) => {
+                Decoded::Partial => return Ok(None),
+                Decoded::Complete((), n) => {
                     assert_eq!(n, 2);
                     buf = &buf[n..];
                 }

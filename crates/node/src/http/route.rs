@@ -5,15 +5,15 @@
 use std::sync::Arc;
 
 use accel::{params_from_pairs, Accelerator, ParamBlock};
-use serde_json::json;
 
 use super::parse::{BodyFraming, RequestHead};
+use crate::admin;
+use crate::deadline::Deadline;
 use crate::node::Node;
 
 /// A routed request.
 pub struct Request {
     pub route: Route,
-    pub head_len: usize,
     pub minor: u8,
     pub keep_alive: bool,
     pub framing: BodyFraming,
@@ -39,10 +39,13 @@ pub enum Route {
     Call {
         accel: Arc<dyn Accelerator>,
         params: ParamBlock,
-        deadline_us: u64,
+        /// `X-Netaccel-Deadline-Us` (0: none), for [`Deadline::after`].
+        deadline_us: u32,
     },
     LoadSlot {
         slot: u16,
+        /// The instance asking, and whether the registry is to be asked.
+        origin: admin::Origin,
     },
     ObjectGet {
         key: String,
@@ -95,7 +98,6 @@ pub fn route(head: &RequestHead<'_>, node: &Node) -> Request {
     Request {
         route,
         accel_id,
-        head_len: head.head_len,
         minor: head.minor_version,
         keep_alive: head.keep_alive,
         framing: head.framing,
@@ -129,7 +131,7 @@ fn pick(head: &RequestHead<'_>, node: &Node) -> Route {
         "/v1/accelerators" => match method {
             "GET" | "HEAD" => Route::Json {
                 code: 200,
-                body: node.catalog_json(),
+                body: admin::catalog_json(node),
                 head_only: method == "HEAD",
             },
             _ => not_allowed(method, path, "GET, HEAD"),
@@ -137,7 +139,7 @@ fn pick(head: &RequestHead<'_>, node: &Node) -> Route {
         "/v1/slots" => match method {
             "GET" | "HEAD" => Route::Json {
                 code: 200,
-                body: node.slots_json(None),
+                body: admin::slots_json(node, None),
                 head_only: method == "HEAD",
             },
             _ => not_allowed(method, path, "GET, HEAD"),
@@ -164,30 +166,40 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
     match head.method {
         "GET" | "HEAD" => Route::Json {
             code: 200,
-            body: node.slots_json(Some(slot)),
+            body: admin::slots_json(node, Some(slot)),
             head_only: head.method == "HEAD",
         },
         "PUT" => {
-            if let Some(token) = &node.config.admin_token {
-                if !bearer_matches(head.header("authorization"), token) {
-                    return refuse(
-                        401,
-                        "UNAUTHORIZED",
-                        "reconfiguration needs `Authorization: Bearer <admin token>`",
-                    );
-                }
+            if !admin::authorized(&node.config, bearer_token(head.header("authorization"))) {
+                return refuse(
+                    401,
+                    "UNAUTHORIZED",
+                    "reconfiguration needs `Authorization: Bearer <admin token>`",
+                );
             }
-            Route::LoadSlot { slot }
+            let text = |name| {
+                head.header(name)
+                    .map(|v| std::str::from_utf8(v).map_err(|_| format!("{name} is not UTF-8")))
+                    .transpose()
+            };
+            let origin = text("x-netaccel-reconfiguration").and_then(|how| {
+                let instance = text("x-netaccel-instance")?;
+                admin::Origin::new(&node.config, how, instance)
+            });
+            match origin {
+                Ok(origin) => Route::LoadSlot { slot, origin },
+                Err(message) => refuse(400, "BAD_REQUEST", message),
+            }
         }
         _ => not_allowed(head.method, head.path(), "GET, HEAD, PUT"),
     }
 }
 
-fn bearer_matches(header: Option<&[u8]>, token: &str) -> bool {
+/// The token of an `Authorization: Bearer <token>` header, if that is what it holds.
+fn bearer_token(header: Option<&[u8]>) -> Option<&str> {
     header
         .and_then(|h| h.strip_prefix(b"Bearer "))
         .and_then(|given| std::str::from_utf8(given).ok())
-        .is_some_and(|given| crate::secret_eq(given, token))
 }
 
 fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {
@@ -215,21 +227,13 @@ fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {
     if let Err(e) = accel.check(&params, None) {
         return refuse(400, "BAD_REQUEST", e.to_string());
     }
-    let deadline_us = match head.header("x-netaccel-deadline-us") {
+    let deadline_us = match head
+        .header("x-netaccel-deadline-us")
+        .map(Deadline::parse_http)
+    {
         None => 0,
-        Some(v) => match std::str::from_utf8(v)
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-        {
-            Some(us) => u64::from(us),
-            None => {
-                return refuse(
-                    400,
-                    "BAD_REQUEST",
-                    "X-Netaccel-Deadline-Us must be a whole number of microseconds (u32)",
-                )
-            }
-        },
+        Some(Ok(us)) => us,
+        Some(Err(message)) => return refuse(400, "BAD_REQUEST", message),
     };
     Route::Call {
         accel: Arc::clone(accel),
@@ -296,49 +300,21 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// `GET /v1/accelerators` document.
-pub fn catalog_json(node: &Node) -> Vec<u8> {
-    let list: Vec<_> = node
-        .dispatcher
-        .catalog()
-        .iter()
-        .map(|a| {
-            let d = a.descriptor();
-            let params: Vec<_> = d
-                .params
-                .iter()
-                .map(|p| {
-                    let default = match p.default {
-                        None => serde_json::Value::Null,
-                        Some(accel::ParamValue::U32(v)) => json!(v),
-                        Some(accel::ParamValue::F32(v)) => json!(v),
-                    };
-                    json!({ "name": p.name, "type": p.ty.as_str(), "default": default })
-                })
-                .collect();
-            json!({
-                "id": d.id,
-                "name": d.name,
-                "hash": d.hash,
-                "params": params,
-                "slots": node.dispatcher.slots_hosting(d.id),
-            })
-        })
-        .collect();
-    serde_json::to_vec(&list).expect("JSON")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn bearer_tokens_compare_exactly() {
-        assert!(bearer_matches(Some(b"Bearer abc"), "abc"));
-        assert!(!bearer_matches(Some(b"Bearer abd"), "abc"));
-        assert!(!bearer_matches(Some(b"Bearer ab"), "abc"));
-        assert!(!bearer_matches(Some(b"abc"), "abc"));
-        assert!(!bearer_matches(None, "abc"));
+        let config = crate::Config::from_toml("admin_token = \"abc\"").unwrap();
+        let bearer_matches = |h: Option<&[u8]>| admin::authorized(&config, bearer_token(h));
+        assert!(bearer_matches(Some(b"Bearer abc")));
+        assert!(!bearer_matches(Some(b"Bearer abd")));
+        assert!(!bearer_matches(Some(b"Bearer ab")));
+        assert!(!bearer_matches(Some(b"abc")));
+        assert!(!bearer_matches(None));
+        assert_eq!(bearer_token(Some(b"Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(Some(b"Bearer \xff")), None);
     }
 
     #[test]

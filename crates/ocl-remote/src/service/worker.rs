@@ -252,7 +252,7 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
     // (see `reads`).
     let last_write = cmds.iter().rposition(|c| may_write(&c.op));
     for (i, cmd) in cmds.iter().enumerate() {
-        let may_map = last_write.map_or(true, |w| w < i);
+        let may_map = last_write.is_none_or(|w| w < i);
         let mut ev: Handle = std::ptr::null_mut();
         let evp: *mut Handle = if cmd.event != 0 {
             &mut ev

@@ -1,5 +1,5 @@
-//! The helpers the service tests share: a service on loopback and a minimal blocking
-//! protocol client.
+//! The helpers the service tests share: a service on loopback, a minimal blocking
+//! protocol client, and how a test reacts to a missing prerequisite.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::io::{Read, Write};
@@ -15,16 +15,33 @@ use prometheus_client::registry::Registry;
 
 pub const SRC: &[u8] = b"__kernel void inc(__global int *v) { v[get_global_id(0)] += 1; }";
 
+/// A prerequisite of the calling test is missing (`what` names it: an OpenCL runtime,
+/// a device, a second device). In CI (`CI=true`), where every prerequisite is installed,
+/// that is a failure; elsewhere the test is skipped, and says why on the terminal
+/// (written past the test harness's capture of `eprintln!`, which would hide it for a
+/// test that passes).
+pub fn missing_prerequisite(what: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true and a prerequisite of this test is missing: {what}");
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIP: {what} (with CI=true this is a failure)"
+    );
+}
+
+/// A service on a free loopback port; `None` (see [`missing_prerequisite`]) without an
+/// OpenCL runtime that has a device.
 pub fn service(config: ServiceConfig) -> Option<(ServiceHandle, Registry)> {
     let mut registry = Registry::default();
     match spawn("127.0.0.1:0".parse().unwrap(), config, &mut registry) {
         Ok(s) if !s.device_names().is_empty() => Some((s, registry)),
         Ok(_) => {
-            eprintln!("SKIP: the OpenCL runtime has no device");
+            missing_prerequisite("the OpenCL runtime has no device");
             None
         }
         Err(e) => {
-            eprintln!("SKIP: no OpenCL runtime: {e}");
+            missing_prerequisite(&format!("no OpenCL runtime: {e}"));
             None
         }
     }

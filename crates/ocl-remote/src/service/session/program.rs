@@ -309,9 +309,16 @@ impl Session<'_> {
         inputs: Vec<u64>,
     ) -> Result<Reply, ClInt> {
         let api = &self.shared.runtime.api;
-        let ctx = Arc::clone(&self.objects.get::<Context>(context)?.real);
+        let context = self.objects.get::<Context>(context)?;
+        let ctx = Arc::clone(&context.real);
+        let link_devices = if devices.is_empty() {
+            context.devices.clone()
+        } else {
+            devices.clone()
+        };
         let devs = self.device_handles(&devices)?;
         let input_handles = self.program_handles(&inputs)?;
+        self.linkable(&input_handles, &self.device_handles(&link_devices)?)?;
         self.admit(id)?;
         let options = c_options(options);
         let mut rc = cl::CL_SUCCESS;
@@ -349,6 +356,34 @@ impl Session<'_> {
         );
         self.shared.metrics.client_objects.inc();
         Ok((rc, vec![1]))
+    }
+
+    /// Checks that every input of a link holds a compiled object or a library for every
+    /// device of the link (`CL_INVALID_OPERATION` otherwise, as OpenCL 1.2 says): PoCL
+    /// asserts, taking the node down, when an input's compile failed.
+    fn linkable(&self, inputs: &[Handle], devices: &[Handle]) -> Result<(), ClInt> {
+        let api = &self.shared.runtime.api;
+        let query = |program: Handle, device: Handle, param: u32| -> Result<u32, ClInt> {
+            // SAFETY: valid program and device handles and buffers.
+            let value = info_bytes(4, &mut |s, b, r| unsafe {
+                (api.clGetProgramBuildInfo)(program, device, param, s, b, r)
+            })?;
+            let value: [u8; 4] = value.try_into().map_err(|_| cl::CL_INVALID_OPERATION)?;
+            Ok(u32::from_ne_bytes(value))
+        };
+        for &program in inputs {
+            for &device in devices {
+                // A failed compile still reports a compiled-object binary type.
+                let status = query(program, device, cl::CL_PROGRAM_BUILD_STATUS)? as ClInt;
+                let kind = query(program, device, cl::CL_PROGRAM_BINARY_TYPE)?;
+                let compiled = kind == cl::CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT
+                    || kind == cl::CL_PROGRAM_BINARY_TYPE_LIBRARY;
+                if status != cl::CL_BUILD_SUCCESS || !compiled {
+                    return Err(cl::CL_INVALID_OPERATION);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Creates and builds a program from cached binaries; `None` if anything fails (the

@@ -1,0 +1,239 @@
+"""``Client.from_registry`` against a real ``netaccel-registry`` and two real
+``netaccel-node`` processes on free ports. The binaries come from
+``NETACCEL_REGISTRY_BIN`` / ``NETACCEL_NODE_BIN``, else from the cargo target directory
+(``CARGO_TARGET_DIR`` or the repository's ``target/``); without them the tests are
+skipped. The test registers the nodes and renews their leases as a node's registry
+agent would, so a killed node is lost by the registry's own lease expiry."""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from netaccel import Client, NoBinding, RacError, RegistryClient, Status
+from netaccel.registry import is_stale_binding
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+TARGET = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "debug"
+REGISTRY_BIN = pathlib.Path(os.environ.get("NETACCEL_REGISTRY_BIN", TARGET / "netaccel-registry"))
+NODE_BIN = pathlib.Path(os.environ.get("NETACCEL_NODE_BIN", TARGET / "netaccel-node"))
+LEASE_MS = 1500
+
+needs_binaries = pytest.mark.skipif(
+    not (REGISTRY_BIN.exists() and NODE_BIN.exists()),
+    reason="netaccel-registry and netaccel-node not built (set NETACCEL_REGISTRY_BIN, NETACCEL_NODE_BIN)",
+)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, proc, what):
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert proc.poll() is None, f"{what} exited during start-up"
+            assert time.monotonic() < deadline, f"{what} did not listen on {port}"
+            time.sleep(0.01)
+
+
+class Cluster:
+    """A registry and nodes ``a`` and ``b`` (slots: to_uppercase, echo), leases renewed
+    by a thread for the nodes in ``renewed``."""
+
+    def __init__(self, tmp):
+        self.procs = []
+        self.nodes = {}
+        for name in ("a", "b"):
+            http, rac = free_port(), free_port()
+            config = pathlib.Path(tmp) / f"{name}.toml"
+            config.write_text(
+                f'http = "127.0.0.1:{http}"\nrac = "127.0.0.1:{rac}"\nlog_level = "warn"\n'
+                '[[slots]]\naccelerator = "to_uppercase"\n[[slots]]\naccelerator = "echo"\n'
+            )
+            proc = subprocess.Popen([str(NODE_BIN), "--config", str(config)], stdout=subprocess.DEVNULL)
+            self.procs.append(proc)
+            wait_for_port(http, proc, f"node {name}")
+            wait_for_port(rac, proc, f"node {name}")
+            self.nodes[name] = (proc, f"127.0.0.1:{http}", f"127.0.0.1:{rac}")
+        port = free_port()
+        proc = subprocess.Popen(
+            [str(REGISTRY_BIN), "--listen", f"127.0.0.1:{port}", "--log-level", "warn", "--lease-ms", str(LEASE_MS)],
+            stdout=subprocess.DEVNULL,
+        )
+        self.procs.append(proc)
+        wait_for_port(port, proc, "netaccel-registry")
+        self.url = f"http://127.0.0.1:{port}"
+        self.registry = RegistryClient(self.url)
+        self.renewed = set(self.nodes)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        for name in self.renewed:
+            self.renew(name)
+        threading.Thread(target=self.renew_loop, daemon=True).start()
+
+    def registration(self, name):
+        """What the node's registry agent would send: its slots as they are now."""
+        _, http, rac = self.nodes[name]
+        with urllib.request.urlopen(f"http://{http}/v1/slots", timeout=10) as r:
+            slots = json.load(r)
+        return {
+            "http": http,
+            "rac": rac,
+            "opencl": None,
+            "devices": [
+                {
+                    "id": "cpu0",
+                    "backend": "cpu",
+                    "vendor": "netaccel",
+                    "platform": "host",
+                    "slots": [
+                        {"id": s["id"], "accelerator": s["accelerator"], "hash": "", "busy_ratio": 0.0, "queue_depth": 0}
+                        for s in slots
+                    ],
+                }
+            ],
+        }
+
+    def renew(self, name):
+        try:
+            body = self.registration(name)
+            req = urllib.request.Request(
+                f"{self.url}/v1/nodes/{name}", data=json.dumps(body).encode(), method="PUT"
+            )
+            urllib.request.urlopen(req, timeout=5).close()
+        except OSError:
+            pass  # the node was just killed, or the registry is being stopped
+
+    def renew_loop(self):
+        while not self.stop.wait(LEASE_MS / 6000):
+            with self.lock:
+                names = list(self.renewed)
+            for name in names:
+                self.renew(name)
+
+    def kill(self, name):
+        with self.lock:
+            self.renewed.discard(name)
+        proc = self.nodes[name][0]
+        proc.kill()  # SIGKILL: no draining, no deregistration
+        proc.wait()
+
+    def close(self):
+        self.stop.set()
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def cluster():
+    with tempfile.TemporaryDirectory() as tmp:
+        c = Cluster(tmp)
+        try:
+            yield c
+        finally:
+            c.close()
+
+
+def test_stale_binding_failures_are_told_apart():
+    assert is_stale_binding(ConnectionRefusedError())
+    assert is_stale_binding(ConnectionResetError())
+    assert not is_stale_binding(ValueError("bad params"))
+
+
+@needs_binaries
+def test_a_function_is_called_through_its_binding_and_the_instance_released(cluster):
+    cluster.registry.put_function("shout", "to_uppercase")
+    with Client.from_registry(cluster.url, "shout", timeout=30) as f:
+        assert f.accelerator == "to_uppercase"
+        assert f.call(b"hello") == b"HELLO"
+        instance = f.binding.id
+        assert cluster.registry.function("shout")["instances"][0]["id"] == instance
+    assert cluster.registry.function("shout")["instances"] == []
+
+
+@needs_binaries
+def test_killing_the_bound_node_rebinds_and_the_next_call_succeeds(cluster):
+    cluster.registry.put_function("up", "to_uppercase")
+    cluster.registry.create_instance("up", "py-1", node="a")
+    with Client.from_registry(cluster.url, "up", instance="py-1", watch=False, timeout=30) as f:
+        assert f.binding.node == "a"
+        assert f.call(b"before") == b"BEFORE"
+        killed = time.monotonic()
+        cluster.kill("a")
+        assert f.call(b"after the kill") == b"AFTER THE KILL"
+        print(f"from SIGKILL to a successful call on the new binding: {time.monotonic() - killed:.3f} s")
+        assert f.binding.node == "b"
+        assert f.call(b"again") == b"AGAIN"
+
+        # With both nodes gone the call fails, saying why.
+        cluster.kill("b")
+        f.rebind_wait = 3 * LEASE_MS / 1000
+        with pytest.raises((NoBinding, ConnectionError, OSError)):
+            f.call(b"nowhere")
+
+
+@needs_binaries
+def test_a_migration_is_seen_through_the_long_poll(cluster):
+    cluster.registry.put_function("up", "to_uppercase")
+    cluster.registry.create_instance("up", "watched", node="a")
+    with Client.from_registry(cluster.url, "up", instance="watched", timeout=30) as f:
+        before = f.binding
+        assert before.node == "a"
+        with cluster.lock:
+            cluster.renewed.discard("a")
+        drained = time.monotonic()
+        urllib.request.urlopen(urllib.request.Request(f"{cluster.url}/v1/nodes/a", method="DELETE"), timeout=10)
+        while f.binding.node != "b":
+            assert time.monotonic() - drained < 5, f"the watcher never saw the migration: {f.binding}"
+            time.sleep(0.002)
+        assert f.binding.generation > before.generation
+        cluster.kill("a")
+        assert f.call(b"moved") == b"MOVED"
+
+
+@needs_binaries
+def test_an_error_that_is_not_about_the_binding_is_raised_at_once(cluster):
+    cluster.registry.put_function("rank", "topk")
+    with Client.from_registry(cluster.url, "rank", timeout=30) as f:
+        generation = f.binding.generation
+        with pytest.raises(RacError) as e:
+            f.call(b"\x01\x00\x00\x00", k=0)
+        assert e.value.status == Status.BAD_REQUEST
+        assert f.binding.generation == generation
+
+
+@needs_binaries
+def test_a_node_that_answers_unknown_accelerator_is_left_for_the_new_binding(cluster):
+    cluster.registry.put_function("up", "to_uppercase")
+    cluster.registry.create_instance("up", "moved", node="a")
+    with Client.from_registry(cluster.url, "up", instance="moved", watch=False, timeout=30) as f:
+        assert f.call(b"before") == b"BEFORE"
+        # Slot 0 of node a is reconfigured behind the registry's back: a answers
+        # UNKNOWN_ACCELERATOR until the registry, seeing the change in a's next lease
+        # renewal, migrates the instance.
+        _, http, rac = cluster.nodes["a"]
+        req = urllib.request.Request(
+            f"http://{http}/v1/slots/0", data=json.dumps({"accelerator": "echo"}).encode(), method="PUT"
+        )
+        urllib.request.urlopen(req, timeout=10).close()
+        with Client.from_addr(rac, timeout=10) as node_a:
+            with pytest.raises(RacError) as e:
+                node_a.call("to_uppercase", b"x")
+            assert e.value.status == Status.UNKNOWN_ACCELERATOR
+        assert f.call(b"after") == b"AFTER"
+        assert f.binding.node == "b"

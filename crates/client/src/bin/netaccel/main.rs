@@ -1,0 +1,665 @@
+//! `netaccel`: call accelerators and manage a node, or a cluster through its registry,
+//! from the command line.
+//!
+//! Exit codes: 0 success, 1 the node or registry answered with an error, 2 bad usage or
+//! a local file problem, 3 the node or registry could not be reached.
+
+mod table;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use netaccel_client::rac::{RacClient, RacError};
+use netaccel_client::registry::{
+    Bound, BoundError, BoundOptions, RegistryClient, RegistryError, Via,
+};
+use netaccel_client::{base_url, CallOutput, ClientError, NodeClient};
+use table::Align;
+
+const EXIT_CODES: &str = "\
+Exit status: 0 success, 1 the node or registry answered with an error (or the registry
+had no binding for the instance in time), 2 bad usage or a local file problem, 3 the node
+or registry could not be reached.
+
+Examples:
+  netaccel slots
+  printf abc | netaccel call to_uppercase
+  netaccel --node 10.0.0.7:8080 call topk -p k=3 -i values.bin -o top.bin
+  netaccel call to_uppercase --rac 10.0.0.7:9400 < in.txt
+  netaccel --registry 10.0.0.2:7400 functions create shout --accelerator to_uppercase
+  printf abc | netaccel --registry 10.0.0.2:7400 call --function shout --via rac
+  netaccel nodes";
+
+const CALL_THROUGH_REGISTRY: &str = "\
+With --function F instead of a name, the call goes through the registry's binding: an
+instance of F is bound, the node it is bound to is called directly, and if that node is
+lost or no longer serves the accelerator, the call waits for the registry to rebind the
+instance and is retried once.";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "netaccel",
+    version,
+    about = "Call accelerators on a netaccel node",
+    after_help = EXIT_CODES
+)]
+struct Cli {
+    /// The node's HTTP API: HOST:PORT or http://HOST:PORT.
+    #[arg(
+        long,
+        global = true,
+        env = "NETACCEL_NODE",
+        default_value = "http://127.0.0.1:8080",
+        value_name = "ADDR",
+        value_parser = base_url
+    )]
+    node: String,
+    /// The registry's HTTP API, for `nodes`, `functions` and `call --function`.
+    #[arg(
+        long,
+        global = true,
+        env = "NETACCEL_REGISTRY",
+        default_value = "http://127.0.0.1:7400",
+        value_name = "URL",
+        value_parser = registry_url
+    )]
+    registry: String,
+    /// The registry's admin token, sent with its writes (creating functions, instances).
+    #[arg(
+        long,
+        global = true,
+        env = "NETACCEL_REGISTRY_TOKEN",
+        value_name = "TOKEN"
+    )]
+    registry_token: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Call an accelerator: payload from -i (default stdin), output to -o (default stdout).
+    #[command(after_help = CALL_THROUGH_REGISTRY)]
+    Call {
+        /// Accelerator name (see `netaccel accelerators`).
+        #[arg(required_unless_present = "function", conflicts_with = "function")]
+        name: Option<String>,
+        /// Call through an instance of this registry function (see `netaccel functions`).
+        #[arg(long, value_name = "F", conflicts_with = "rac")]
+        function: Option<String>,
+        /// With --function: call the bound node over HTTP or RAC.
+        #[arg(long, value_enum, default_value = "http", requires = "function")]
+        via: ViaArg,
+        /// With --function: use this instance (created if the registry does not know it)
+        /// and keep it afterwards; without it a new instance is bound and released.
+        #[arg(
+            long,
+            env = "NETACCEL_INSTANCE",
+            value_name = "ID",
+            requires = "function"
+        )]
+        instance: Option<String>,
+        /// With --function: how long to wait for the registry to rebind a lost instance.
+        #[arg(
+            long,
+            default_value = "10000",
+            value_name = "MS",
+            requires = "function"
+        )]
+        rebind_wait_ms: u64,
+        /// Parameter, repeatable: -p k=10 -p width=640.
+        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+        /// Payload file, or - for stdin.
+        #[arg(short = 'i', long = "input", default_value = "-")]
+        input: String,
+        /// Output file, or - for stdout.
+        #[arg(short = 'o', long = "output", default_value = "-")]
+        output: String,
+        /// The call must start executing within this many microseconds.
+        #[arg(long)]
+        deadline_us: Option<u32>,
+        /// Print queue and execution time and the slot to stderr.
+        #[arg(short, long)]
+        verbose: bool,
+        /// Call over RAC v1 at this address (HOST:PORT) instead of HTTP.
+        #[arg(long, value_name = "HOST:PORT")]
+        rac: Option<String>,
+    },
+    /// List the node's accelerators: id, name, parameters and the slots hosting each.
+    Accelerators {
+        /// Print the node's JSON document (GET /v1/accelerators) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the node's slots: what each holds, its state, queue depth and utilisation.
+    Slots {
+        /// Print the node's JSON document (GET /v1/slots) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load an accelerator into a slot (runtime reconfiguration).
+    Load {
+        /// The slot's id (see `netaccel slots`).
+        slot: u16,
+        /// The accelerator to load (see `netaccel accelerators`).
+        name: String,
+        /// Admin token, when the node has one (`admin_token` in its configuration).
+        #[arg(long, env = "NETACCEL_TOKEN")]
+        token: Option<String>,
+    },
+    /// List the registry's nodes: one row per slot, with what it holds, its
+    /// utilisation and the instances bound to it.
+    Nodes {
+        /// Print the registry's JSON document (GET /v1/nodes) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create, show, delete or scale the registry's functions.
+    #[command(subcommand)]
+    Functions(FunctionsCommand),
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ViaArg {
+    Http,
+    Rac,
+}
+
+#[derive(Subcommand, Debug)]
+enum FunctionsCommand {
+    /// Create (or update) a function; the registry allocates its instances.
+    Create {
+        /// The function's name (letters, digits, '.', '_' and '-').
+        name: String,
+        /// The accelerator its instances need.
+        #[arg(long)]
+        accelerator: String,
+        /// The accelerator's bitstream hash, when it matters.
+        #[arg(long)]
+        hash: Option<String>,
+        /// Only slots of this backend (cpu, opencl, rtl).
+        #[arg(long)]
+        backend: Option<String>,
+        /// Only slots of this vendor.
+        #[arg(long)]
+        vendor: Option<String>,
+        /// Only slots of this node.
+        #[arg(long = "on-node", value_name = "NODE")]
+        on_node: Option<String>,
+        /// Instances to allocate now.
+        #[arg(long, default_value = "0")]
+        instances: u64,
+    },
+    /// Show a function and where each of its instances is bound.
+    Get {
+        /// The function's name.
+        name: String,
+        /// Print the registry's JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a function and release its instances.
+    Delete {
+        /// The function's name.
+        name: String,
+    },
+    /// Set a function's number of instances.
+    Scale {
+        /// The function's name.
+        name: String,
+        /// The number of instances the registry allocates or releases to reach.
+        instances: u64,
+    },
+}
+
+enum Failure {
+    Usage(String),
+    /// The node answered with an error.
+    Client(ClientError),
+    /// The node could not be reached, or the exchange broke off: what failed, where.
+    Unreachable(String),
+    Registry(RegistryError),
+    Bound(BoundError),
+}
+
+impl From<RegistryError> for Failure {
+    fn from(e: RegistryError) -> Self {
+        Failure::Registry(e)
+    }
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Self {
+        Failure::Client(e)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let client = NodeClient::new(&cli.node);
+    let registry = RegistryClient::new(&cli.registry, cli.registry_token.as_deref());
+    match run(&client, &registry, cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("netaccel: {m}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Client(e @ ClientError::Node { .. })) => {
+            eprintln!("netaccel: {e}");
+            ExitCode::from(1)
+        }
+        Err(Failure::Client(ClientError::Transport(m))) => {
+            eprintln!(
+                "netaccel: cannot reach the node's HTTP API at {}: {m} (is a node listening there? \
+                 --node or NETACCEL_NODE chooses another)",
+                cli.node
+            );
+            ExitCode::from(3)
+        }
+        Err(Failure::Unreachable(m)) => {
+            eprintln!("netaccel: {m}");
+            ExitCode::from(3)
+        }
+        Err(Failure::Registry(RegistryError::Transport(m)))
+        | Err(Failure::Bound(BoundError::Registry(RegistryError::Transport(m)))) => {
+            eprintln!(
+                "netaccel: cannot reach the registry at {}: {m} (--registry or NETACCEL_REGISTRY \
+                 chooses another)",
+                cli.registry
+            );
+            ExitCode::from(3)
+        }
+        Err(Failure::Registry(e)) => {
+            eprintln!("netaccel: {e}");
+            ExitCode::from(1)
+        }
+        Err(Failure::Bound(e)) => {
+            eprintln!("netaccel: {e}");
+            match e {
+                BoundError::Call {
+                    error: ClientError::Transport(_),
+                    ..
+                } => ExitCode::from(3),
+                _ => ExitCode::from(1),
+            }
+        }
+    }
+}
+
+fn run(client: &NodeClient, registry: &RegistryClient, command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Call {
+            name,
+            function,
+            via,
+            instance,
+            rebind_wait_ms,
+            params,
+            input,
+            output,
+            deadline_us,
+            verbose,
+            rac,
+        } => {
+            let params = params
+                .iter()
+                .map(|p| match p.split_once('=') {
+                    Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+                    _ => Err(Failure::Usage(format!(
+                        "parameter `{p}` must look like name=value"
+                    ))),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let payload = read_input(&input)?;
+            let out = match (function, name, rac) {
+                (Some(function), _, _) => {
+                    let options = BoundOptions {
+                        via: match via {
+                            ViaArg::Http => Via::Http,
+                            ViaArg::Rac => Via::Rac,
+                        },
+                        instance,
+                        rebind_wait: std::time::Duration::from_millis(rebind_wait_ms),
+                        // One call: a failed call asks the registry itself.
+                        watch: false,
+                    };
+                    call_bound(registry, &function, options, &params, &payload, deadline_us)?
+                }
+                (None, Some(name), Some(addr)) => {
+                    call_rac(&addr, &name, &params, payload, deadline_us)?
+                }
+                (None, Some(name), None) => client.call(&name, &params, &payload, deadline_us)?,
+                (None, None, _) => unreachable!("clap requires a name or --function"),
+            };
+            if verbose {
+                let slot = out.slot.map_or("none".to_string(), |s| s.to_string());
+                eprintln!(
+                    "slot {slot}, queue {} ns, exec {} ns, {} bytes",
+                    out.queue_ns,
+                    out.exec_ns,
+                    out.output.len()
+                );
+            }
+            write_output(&output, &out.output)
+        }
+        Command::Accelerators { json } => {
+            let doc = client.accelerators()?;
+            if json {
+                println!("{doc}");
+                return Ok(());
+            }
+            let mut rows = Vec::new();
+            for a in doc.as_array().into_iter().flatten() {
+                let params: Vec<String> = a["params"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        format!(
+                            "{}:{}",
+                            p["name"].as_str().unwrap_or("?"),
+                            p["type"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect();
+                let slots: Vec<String> = a["slots"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|s| s.to_string())
+                    .collect();
+                rows.push(vec![
+                    a["id"].to_string(),
+                    a["name"].as_str().unwrap_or("?").to_string(),
+                    dash_if_empty(params.join(",")),
+                    dash_if_empty(slots.join(",")),
+                ]);
+            }
+            let headers = [
+                ("id", Align::Right),
+                ("name", Align::Left),
+                ("params", Align::Left),
+                ("slots", Align::Left),
+            ];
+            print!("{}", table::render(&headers, &rows));
+            Ok(())
+        }
+        Command::Slots { json } => {
+            let doc = client.slots()?;
+            if json {
+                println!("{doc}");
+                return Ok(());
+            }
+            let rows: Vec<Vec<String>> = doc
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| {
+                    vec![
+                        s["id"].to_string(),
+                        s["device"].as_str().unwrap_or("?").to_string(),
+                        s["accelerator"].as_str().unwrap_or("?").to_string(),
+                        s["state"].as_str().unwrap_or("?").to_string(),
+                        s["queue_depth"].to_string(),
+                        format!("{:.1}%", s["busy_ratio"].as_f64().unwrap_or(0.0) * 100.0),
+                    ]
+                })
+                .collect();
+            let headers = [
+                ("slot", Align::Right),
+                ("device", Align::Left),
+                ("accelerator", Align::Left),
+                ("state", Align::Left),
+                ("queue", Align::Right),
+                ("busy", Align::Right),
+            ];
+            print!("{}", table::render(&headers, &rows));
+            Ok(())
+        }
+        Command::Load { slot, name, token } => {
+            let report = client.load(slot, &name, token.as_deref())?;
+            println!(
+                "slot {} now holds {} (reconfiguration took {:.3} ms)",
+                report["slot"],
+                report["accelerator"].as_str().unwrap_or("?"),
+                report["reconfig_ms"].as_f64().unwrap_or(0.0)
+            );
+            Ok(())
+        }
+        Command::Nodes { json } => {
+            let doc = registry.nodes()?;
+            if json {
+                println!("{doc}");
+                return Ok(());
+            }
+            print!("{}", nodes_table(&doc));
+            Ok(())
+        }
+        Command::Functions(command) => functions(registry, command),
+    }
+}
+
+/// One call through a binding; an instance the CLI bound itself is released after.
+fn call_bound(
+    registry: &RegistryClient,
+    function: &str,
+    options: BoundOptions,
+    params: &[(String, String)],
+    payload: &[u8],
+    deadline_us: Option<u32>,
+) -> Result<CallOutput, Failure> {
+    let keep = options.instance.is_some();
+    let mut bound = Bound::bind(registry.clone(), function, options).map_err(Failure::Bound)?;
+    let result = bound.call(params, payload, deadline_us);
+    if !keep {
+        if let Err(e) = bound.release() {
+            eprintln!("netaccel: could not release the instance: {e}");
+        }
+    }
+    result.map_err(Failure::Bound)
+}
+
+fn nodes_table(doc: &serde_json::Value) -> String {
+    let mut rows = Vec::new();
+    for n in doc.as_array().into_iter().flatten() {
+        for d in n["devices"].as_array().into_iter().flatten() {
+            for s in d["slots"].as_array().into_iter().flatten() {
+                let instances: Vec<&str> = s["instances"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| i.as_str())
+                    .collect();
+                rows.push(vec![
+                    n["name"].as_str().unwrap_or("?").to_string(),
+                    n["state"].as_str().unwrap_or("?").to_string(),
+                    n["http"].as_str().unwrap_or("-").to_string(),
+                    d["id"].as_str().unwrap_or("?").to_string(),
+                    s["id"].to_string(),
+                    s["accelerator"].as_str().unwrap_or("?").to_string(),
+                    format!("{:.1}%", s["utilization"].as_f64().unwrap_or(0.0) * 100.0),
+                    dash_if_empty(instances.join(",")),
+                ]);
+            }
+        }
+    }
+    let headers = [
+        ("node", Align::Left),
+        ("state", Align::Left),
+        ("http", Align::Left),
+        ("device", Align::Left),
+        ("slot", Align::Right),
+        ("accelerator", Align::Left),
+        ("util", Align::Right),
+        ("instances", Align::Left),
+    ];
+    table::render(&headers, &rows)
+}
+
+fn functions(registry: &RegistryClient, command: FunctionsCommand) -> Result<(), Failure> {
+    let doc = match command {
+        FunctionsCommand::Create {
+            name,
+            accelerator,
+            hash,
+            backend,
+            vendor,
+            on_node,
+            instances,
+        } => {
+            let spec = serde_json::json!({
+                "accelerator": accelerator,
+                "hash": hash,
+                "query": {"backend": backend, "vendor": vendor, "node": on_node},
+                "instances": instances,
+            });
+            registry.put_function(&name, &spec)?
+        }
+        FunctionsCommand::Get { name, json } => {
+            let doc = registry.function(&name)?;
+            if json {
+                println!("{doc}");
+                return Ok(());
+            }
+            doc
+        }
+        FunctionsCommand::Delete { name } => {
+            registry.delete_function(&name)?;
+            println!("function {name} deleted");
+            return Ok(());
+        }
+        FunctionsCommand::Scale { name, instances } => registry.scale_function(&name, instances)?,
+    };
+    print!("{}", function_table(&doc));
+    Ok(())
+}
+
+/// A function: a line saying what it needs, then one row per instance.
+fn function_table(doc: &serde_json::Value) -> String {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("-").to_string();
+    let instances = doc["instances"].as_array().cloned().unwrap_or_default();
+    let mut out = format!(
+        "function {} needs {} ({} instances)\n",
+        text(&doc["name"]),
+        text(&doc["accelerator"]),
+        instances.len()
+    );
+    let rows: Vec<Vec<String>> = instances
+        .iter()
+        .map(|i| {
+            vec![
+                text(&i["id"]),
+                text(&i["node"]),
+                text(&i["device"]),
+                i["slot"]
+                    .as_u64()
+                    .map_or("-".to_string(), |s| s.to_string()),
+                text(&i["http"]),
+                text(&i["rac"]),
+                i["generation"].to_string(),
+            ]
+        })
+        .collect();
+    let headers = [
+        ("instance", Align::Left),
+        ("node", Align::Left),
+        ("device", Align::Left),
+        ("slot", Align::Right),
+        ("http", Align::Left),
+        ("rac", Align::Left),
+        ("generation", Align::Right),
+    ];
+    out.push_str(&table::render(&headers, &rows));
+    out
+}
+
+/// The registry's base URL: written like a node's (`HOST:PORT` or `http://HOST:PORT`),
+/// with a message that names the registry when it is neither.
+fn registry_url(addr: &str) -> Result<String, String> {
+    base_url(addr).map_err(|_| {
+        format!("`{addr}` is not a registry address; give HOST:PORT or http://HOST:PORT")
+    })
+}
+
+fn dash_if_empty(s: String) -> String {
+    if s.is_empty() {
+        "-".to_string()
+    } else {
+        s
+    }
+}
+
+/// One call over RAC: parameters by name are laid out with the built-in catalog's specs.
+fn call_rac(
+    addr: &str,
+    name: &str,
+    params: &[(String, String)],
+    payload: Vec<u8>,
+    deadline_us: Option<u32>,
+) -> Result<CallOutput, Failure> {
+    let (id, block) =
+        netaccel_client::rac::builtin_call(name, params, payload.len()).map_err(Failure::Usage)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = RacClient::connect(addr)
+            .await
+            .map_err(|e| rac_failure(addr, e))?;
+        let out = client
+            .call(id, block, payload, deadline_us.unwrap_or(0))
+            .await
+            .map_err(|e| rac_failure(addr, e))?;
+        Ok(CallOutput {
+            output: out.payload,
+            queue_ns: out.header.queue_ns,
+            exec_ns: out.header.exec_ns,
+            slot: out.header.slot(),
+        })
+    })
+}
+
+/// A RAC failure says what failed on which address; it never points at the HTTP API,
+/// which a `--rac` call does not use.
+fn rac_failure(addr: &str, e: RacError) -> Failure {
+    match e {
+        e @ RacError::Connect { .. } => Failure::Unreachable(e.to_string()),
+        RacError::Transport(m) => {
+            Failure::Unreachable(format!("RAC call to {addr} broke off: {m}"))
+        }
+        RacError::Status {
+            status, message, ..
+        } => Failure::Client(ClientError::Node {
+            http_status: 0,
+            code: status.name().to_string(),
+            message,
+        }),
+    }
+}
+
+fn read_input(input: &str) -> Result<Vec<u8>, Failure> {
+    let mut data = Vec::new();
+    let result = if input == "-" {
+        std::io::stdin().read_to_end(&mut data).map(|_| ())
+    } else {
+        std::fs::File::open(PathBuf::from(input))
+            .and_then(|mut f| f.read_to_end(&mut data))
+            .map(|_| ())
+    };
+    result.map_err(|e| Failure::Usage(format!("cannot read {input}: {e}")))?;
+    Ok(data)
+}
+
+fn write_output(output: &str, data: &[u8]) -> Result<(), Failure> {
+    let result = if output == "-" {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(data).and_then(|_| stdout.flush())
+    } else {
+        std::fs::write(output, data)
+    };
+    result.map_err(|e| Failure::Usage(format!("cannot write {output}: {e}")))
+}

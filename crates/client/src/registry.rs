@@ -1,0 +1,657 @@
+//! The registry's client side: [`RegistryClient`] for its routes (nodes, functions,
+//! instances and the long poll), and [`Bound`], a caller that follows its binding.
+//!
+//! Calls never pass through the registry. A [`Bound`] asks it once for an instance of a
+//! function (`POST …/instances`), then calls the node that instance is bound to,
+//! directly, over HTTP or RAC. A background thread holds a long poll
+//! (`GET …/instances/{id}?after=G&wait_ms=T`) open so that a migration is seen as soon
+//! as the registry makes it, not when a call first fails. When a call does fail in a way
+//! that says "this binding is stale" — the node cannot be reached, or it answers
+//! `UNKNOWN_ACCELERATOR` or `UNAVAILABLE` — the caller waits (bounded) for the registry
+//! to give the instance a new binding and retries once on it. Anything else, and a
+//! second failure, is returned as it is: a call either returns what the function's
+//! accelerator computed or fails, never something else.
+//!
+//! ```no_run
+//! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use netaccel_client::registry::{Bound, BoundOptions, RegistryClient, Via};
+//! let registry = RegistryClient::new("http://127.0.0.1:7400", None);
+//! let options = BoundOptions { via: Via::Rac, ..BoundOptions::default() };
+//! let mut shout = Bound::bind(registry, "shout", options)?;
+//! assert_eq!(shout.call(&[], b"hello", None)?.output, b"HELLO");
+//! shout.release()?;
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::rac::{RacClient, RacError};
+use crate::{CallOutput, ClientError, NodeClient};
+
+/// Longest `wait_ms` the watcher asks for: short enough that a dropped [`Bound`]'s
+/// thread ends soon after, long enough that an idle caller costs the registry little.
+const WATCH_WAIT_MS: u64 = 5_000;
+/// Longest wait of one long poll while rebinding: the registry's default bound
+/// (`--long-poll-wait-ms-max`), which refuses longer ones; a longer `rebind_wait` polls
+/// again.
+const REBIND_POLL_WAIT_MAX: Duration = Duration::from_secs(60);
+/// Pause after a failed poll (registry restarting, a follower), so the watcher never spins.
+const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// A registry error: it could not be reached, or it answered with an error status and
+/// its JSON `{"error","code"}`.
+#[derive(Debug)]
+pub enum RegistryError {
+    Transport(String),
+    Answer {
+        http_status: u16,
+        code: String,
+        message: String,
+    },
+}
+
+impl fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegistryError::Transport(m) => write!(f, "cannot talk to the registry: {m}"),
+            RegistryError::Answer {
+                http_status,
+                code,
+                message,
+            } => write!(f, "registry answered {http_status} {code}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for RegistryError {}
+
+impl From<ClientError> for RegistryError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::Transport(m) => RegistryError::Transport(m),
+            ClientError::Node {
+                http_status,
+                code,
+                message,
+            } => RegistryError::Answer {
+                http_status,
+                code,
+                message,
+            },
+        }
+    }
+}
+
+/// Where an instance is bound: the fields of the registry's binding document a caller
+/// needs. `slot` is `None` while the instance is bound to nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub id: String,
+    pub generation: u64,
+    pub node: Option<String>,
+    pub slot: Option<u64>,
+    pub http: Option<String>,
+    pub rac: Option<String>,
+}
+
+impl Binding {
+    /// Reads a binding document (`POST …/instances`, `GET …/instances/{id}`).
+    pub fn from_json(doc: &Value) -> Result<Binding, RegistryError> {
+        let text = |k: &str| doc[k].as_str().map(str::to_string);
+        let invalid = |what: &str| {
+            RegistryError::Transport(format!("registry sent a binding without {what}: {doc}"))
+        };
+        Ok(Binding {
+            id: text("id").ok_or_else(|| invalid("an id"))?,
+            generation: doc["generation"]
+                .as_u64()
+                .ok_or_else(|| invalid("a generation"))?,
+            node: text("node"),
+            slot: doc["slot"].as_u64(),
+            http: text("http"),
+            rac: text("rac"),
+        })
+    }
+
+    fn is_bound(&self) -> bool {
+        self.slot.is_some() && self.http.is_some()
+    }
+}
+
+/// A blocking client of the registry's HTTP API.
+#[derive(Clone)]
+pub struct RegistryClient {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl RegistryClient {
+    /// `base` is the registry's URL, e.g. `http://127.0.0.1:7400`; `token` is its admin
+    /// token, sent with writes when given.
+    pub fn new(base: &str, token: Option<&str>) -> RegistryClient {
+        // The read timeout must outlast the longest long poll we ask for.
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(Duration::from_secs(5))
+            .timeout_read(Duration::from_secs(90))
+            .redirects(0)
+            .build();
+        RegistryClient {
+            base: base.trim_end_matches('/').to_string(),
+            token: token.map(str::to_string),
+            agent,
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn request(&self, method: &str, path: &str) -> ureq::Request {
+        let req = self
+            .agent
+            .request(method, &format!("{}{}", self.base, path));
+        match &self.token {
+            Some(t) => req.set("Authorization", &format!("Bearer {t}")),
+            None => req,
+        }
+    }
+
+    fn json(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, RegistryError> {
+        let req = self.request(method, path);
+        let resp = crate::check(match body {
+            Some(b) => req.send_json(b),
+            None => req.call(),
+        })?;
+        if resp.status() == 204 {
+            return Ok(Value::Null);
+        }
+        let body = crate::read_body(resp)?;
+        if body.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| RegistryError::Transport(format!("registry sent invalid JSON: {e}")))
+    }
+
+    /// `GET /v1/nodes`: every node, its devices and slots.
+    pub fn nodes(&self) -> Result<Value, RegistryError> {
+        self.json("GET", "/v1/nodes", None)
+    }
+
+    /// `PUT /v1/functions/{name}` with `spec` (`accelerator`, `hash`, `query`,
+    /// `instances`): creates or updates the function; answers it.
+    pub fn put_function(&self, name: &str, spec: &Value) -> Result<Value, RegistryError> {
+        self.json("PUT", &format!("/v1/functions/{name}"), Some(spec.clone()))
+    }
+
+    pub fn function(&self, name: &str) -> Result<Value, RegistryError> {
+        self.json("GET", &format!("/v1/functions/{name}"), None)
+    }
+
+    pub fn delete_function(&self, name: &str) -> Result<(), RegistryError> {
+        self.json("DELETE", &format!("/v1/functions/{name}"), None)
+            .map(|_| ())
+    }
+
+    /// Sets a function's number of instances, keeping its accelerator, hash and query.
+    pub fn scale_function(&self, name: &str, instances: u64) -> Result<Value, RegistryError> {
+        let f = self.function(name)?;
+        let spec = json!({
+            "accelerator": f["accelerator"],
+            "hash": f["hash"],
+            "query": f["query"],
+            "instances": instances,
+        });
+        self.put_function(name, &spec)
+    }
+
+    /// `POST /v1/functions/{function}/instances`: one more instance (or, with an `id`
+    /// that exists, that instance), allocated.
+    pub fn create_instance(
+        &self,
+        function: &str,
+        id: Option<&str>,
+        node: Option<&str>,
+    ) -> Result<Binding, RegistryError> {
+        let mut body = serde_json::Map::new();
+        if let Some(id) = id {
+            body.insert("id".into(), id.into());
+        }
+        if let Some(node) = node {
+            body.insert("node".into(), node.into());
+        }
+        let doc = self.json(
+            "POST",
+            &format!("/v1/functions/{function}/instances"),
+            Some(Value::Object(body)),
+        )?;
+        Binding::from_json(&doc)
+    }
+
+    /// The instance's binding; with `after = Some((g, wait))`, waits up to `wait` for
+    /// one whose generation is not `g` (the long poll) and answers the current one then.
+    pub fn instance(
+        &self,
+        function: &str,
+        id: &str,
+        after: Option<(u64, Duration)>,
+    ) -> Result<Binding, RegistryError> {
+        let mut path = format!("/v1/functions/{function}/instances/{id}");
+        if let Some((generation, wait)) = after {
+            path.push_str(&format!("?after={generation}&wait_ms={}", wait.as_millis()));
+        }
+        Binding::from_json(&self.json("GET", &path, None)?)
+    }
+
+    pub fn delete_instance(&self, function: &str, id: &str) -> Result<(), RegistryError> {
+        self.json(
+            "DELETE",
+            &format!("/v1/functions/{function}/instances/{id}"),
+            None,
+        )
+        .map(|_| ())
+    }
+}
+
+/// How a [`Bound`] calls its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Http,
+    Rac,
+}
+
+/// Options of [`Bound::bind`].
+#[derive(Debug, Clone)]
+pub struct BoundOptions {
+    pub via: Via,
+    /// Use this instance (created if the registry does not know it) instead of a new one.
+    pub instance: Option<String>,
+    /// How long a failed call waits for the registry to rebind its instance before it
+    /// gives up (a lost node is noticed within one lease, 3 s by default).
+    pub rebind_wait: Duration,
+    /// Follow migrations with a long poll on a background thread; without it the
+    /// binding is only refreshed when a call fails.
+    pub watch: bool,
+}
+
+impl Default for BoundOptions {
+    fn default() -> Self {
+        BoundOptions {
+            via: Via::Http,
+            instance: None,
+            rebind_wait: Duration::from_secs(10),
+            watch: true,
+        }
+    }
+}
+
+/// Why a bound call failed.
+#[derive(Debug)]
+pub enum BoundError {
+    /// The registry could not be asked, or refused.
+    Registry(RegistryError),
+    /// The registry had no usable binding for the instance within the wait.
+    NoBinding { instance: String, why: String },
+    /// The node failed the call (after the one retry, when the failure allowed one).
+    Call {
+        node: String,
+        attempts: u32,
+        error: ClientError,
+    },
+}
+
+impl fmt::Display for BoundError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BoundError::Registry(e) => e.fmt(f),
+            BoundError::NoBinding { instance, why } => {
+                write!(f, "instance {instance} has no usable binding: {why}")
+            }
+            BoundError::Call {
+                node,
+                attempts,
+                error,
+            } => write!(
+                f,
+                "call to node {node} failed (attempt {attempts}): {error}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BoundError {}
+
+impl From<RegistryError> for BoundError {
+    fn from(e: RegistryError) -> Self {
+        BoundError::Registry(e)
+    }
+}
+
+/// A failure that says the binding is stale rather than the call wrong: the node is
+/// gone, or it no longer serves the accelerator there (reconfigured, or reconfiguring).
+pub fn is_stale_binding(e: &ClientError) -> bool {
+    match e {
+        ClientError::Transport(_) => true,
+        ClientError::Node { code, .. } => code == "UNKNOWN_ACCELERATOR" || code == "UNAVAILABLE",
+    }
+}
+
+/// The binding the caller and its watcher share.
+struct Shared {
+    binding: Mutex<Binding>,
+    stop: AtomicBool,
+}
+
+/// An instance of a function, bound through the registry, that calls its node and
+/// follows its binding. See the module documentation.
+pub struct Bound {
+    registry: RegistryClient,
+    function: String,
+    accelerator: String,
+    options: BoundOptions,
+    shared: Arc<Shared>,
+    http: Option<(String, NodeClient)>,
+    rac: Option<(String, RacClient)>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        // The watcher ends after its current poll (at most WATCH_WAIT_MS).
+        self.shared.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Bound {
+    /// Binds an instance of `function` (the function must exist).
+    pub fn bind(
+        registry: RegistryClient,
+        function: &str,
+        options: BoundOptions,
+    ) -> Result<Bound, BoundError> {
+        let spec = registry.function(function)?;
+        let accelerator = spec["accelerator"]
+            .as_str()
+            .ok_or_else(|| {
+                RegistryError::Transport(format!("function {function} has no accelerator: {spec}"))
+            })?
+            .to_string();
+        let binding = registry.create_instance(function, options.instance.as_deref(), None)?;
+        let shared = Arc::new(Shared {
+            binding: Mutex::new(binding),
+            stop: AtomicBool::new(false),
+        });
+        if options.watch {
+            let (registry, function, shared) =
+                (registry.clone(), function.to_string(), Arc::clone(&shared));
+            std::thread::Builder::new()
+                .name("netaccel-binding-watch".into())
+                .spawn(move || watch(&registry, &function, &shared))
+                .map_err(|e| RegistryError::Transport(format!("cannot start the watcher: {e}")))?;
+        }
+        Ok(Bound {
+            registry,
+            function: function.to_string(),
+            accelerator,
+            options,
+            shared,
+            http: None,
+            rac: None,
+            runtime: None,
+        })
+    }
+
+    /// The binding as last seen.
+    pub fn binding(&self) -> Binding {
+        self.shared.binding.lock().expect("binding lock").clone()
+    }
+
+    pub fn accelerator(&self) -> &str {
+        &self.accelerator
+    }
+
+    /// Calls the function's accelerator on the bound node; on a stale binding, waits for
+    /// the registry to rebind and retries once.
+    pub fn call(
+        &mut self,
+        params: &[(String, String)],
+        payload: &[u8],
+        deadline_us: Option<u32>,
+    ) -> Result<CallOutput, BoundError> {
+        let mut binding = self.binding();
+        if !binding.is_bound() {
+            binding = self.rebind(&binding)?;
+        }
+        let first = match self.call_node(&binding, params, payload, deadline_us) {
+            Ok(out) => return Ok(out),
+            Err(e) if is_stale_binding(&e) => e,
+            Err(error) => {
+                return Err(BoundError::Call {
+                    node: describe(&binding),
+                    attempts: 1,
+                    error,
+                })
+            }
+        };
+        let fresh = self.rebind(&binding).map_err(|e| match e {
+            BoundError::NoBinding { instance, why } => BoundError::NoBinding {
+                instance,
+                why: format!("{why}; the call failed with: {first}"),
+            },
+            e => e,
+        })?;
+        self.call_node(&fresh, params, payload, deadline_us)
+            .map_err(|error| BoundError::Call {
+                node: describe(&fresh),
+                attempts: 2,
+                error,
+            })
+    }
+
+    /// Deletes the instance from the registry.
+    pub fn release(self) -> Result<(), BoundError> {
+        let id = self.binding().id;
+        self.registry.delete_instance(&self.function, &id)?;
+        Ok(())
+    }
+
+    /// A binding other than `stale` that names a slot, from the watcher or the long
+    /// poll, within `rebind_wait`. An instance the registry no longer knows is created
+    /// again under its id.
+    fn rebind(&mut self, stale: &Binding) -> Result<Binding, BoundError> {
+        let deadline = Instant::now() + self.options.rebind_wait;
+        let mut seen = stale.generation;
+        loop {
+            let current = self.binding();
+            if current.generation != stale.generation && current.is_bound() {
+                return Ok(current);
+            }
+            seen = seen.max(current.generation);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(BoundError::NoBinding {
+                    instance: stale.id.clone(),
+                    why: format!(
+                        "the registry did not move it off {} within {:?}",
+                        describe(stale),
+                        self.options.rebind_wait
+                    ),
+                });
+            }
+            let polled = match self.registry.instance(
+                &self.function,
+                &stale.id,
+                Some((seen, left.min(REBIND_POLL_WAIT_MAX))),
+            ) {
+                Err(RegistryError::Answer {
+                    http_status: 404, ..
+                }) => self
+                    .registry
+                    .create_instance(&self.function, Some(&stale.id), None)?,
+                other => other?,
+            };
+            // The registry's answer is the truth, even when older than what the
+            // watcher stored (an instance created again starts a new generation).
+            *self.shared.binding.lock().expect("binding lock") = polled;
+        }
+    }
+
+    fn call_node(
+        &mut self,
+        binding: &Binding,
+        params: &[(String, String)],
+        payload: &[u8],
+        deadline_us: Option<u32>,
+    ) -> Result<CallOutput, ClientError> {
+        match self.options.via {
+            Via::Http => {
+                let addr = binding.http.clone().unwrap_or_default();
+                if self.http.as_ref().is_none_or(|(a, _)| *a != addr) {
+                    self.http = Some((addr.clone(), NodeClient::new(&format!("http://{addr}"))));
+                }
+                let (_, client) = self.http.as_ref().expect("just set");
+                client.call(&self.accelerator, params, payload, deadline_us)
+            }
+            Via::Rac => {
+                let addr = binding.rac.clone().ok_or_else(|| {
+                    ClientError::Transport(format!("{} serves no RAC listener", describe(binding)))
+                })?;
+                let (id, block) =
+                    crate::rac::builtin_call(&self.accelerator, params, payload.len()).map_err(
+                        |m| ClientError::Node {
+                            http_status: 0,
+                            code: "BAD_REQUEST".into(),
+                            message: m,
+                        },
+                    )?;
+                if self.runtime.is_none() {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| ClientError::Transport(format!("no runtime: {e}")))?;
+                    self.runtime = Some(rt);
+                }
+                let rt = self.runtime.as_ref().expect("just set");
+                if self.rac.as_ref().is_none_or(|(a, _)| *a != addr) {
+                    self.rac = None;
+                    let client = rt
+                        .block_on(RacClient::connect(&addr))
+                        .map_err(rac_to_client)?;
+                    self.rac = Some((addr.clone(), client));
+                }
+                let (_, client) = self.rac.as_ref().expect("just set");
+                let result =
+                    rt.block_on(client.call(id, block, payload.to_vec(), deadline_us.unwrap_or(0)));
+                match result {
+                    Ok(out) => Ok(CallOutput {
+                        output: out.payload,
+                        queue_ns: out.header.queue_ns,
+                        exec_ns: out.header.exec_ns,
+                        slot: out.header.slot(),
+                    }),
+                    Err(e) => {
+                        if matches!(e, RacError::Transport(_) | RacError::Connect { .. }) {
+                            // A broken connection is not reused: the next call reconnects.
+                            self.rac = None;
+                        }
+                        Err(rac_to_client(e))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// RAC failures in the client's one error type: unreachable is `Transport`, a status
+/// is the node's answer (`http_status` 0).
+pub fn rac_to_client(e: RacError) -> ClientError {
+    match e {
+        e @ RacError::Connect { .. } => ClientError::Transport(e.to_string()),
+        RacError::Transport(m) => ClientError::Transport(m),
+        RacError::Status {
+            status, message, ..
+        } => ClientError::Node {
+            http_status: 0,
+            code: status.name().to_string(),
+            message,
+        },
+    }
+}
+
+fn describe(b: &Binding) -> String {
+    match (&b.node, &b.http) {
+        (Some(n), Some(h)) => format!("{n} ({h})"),
+        (Some(n), None) => n.clone(),
+        _ => "no node".to_string(),
+    }
+}
+
+/// The watcher: a long poll at a time, each answer newer than the last stored.
+fn watch(registry: &RegistryClient, function: &str, shared: &Shared) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        let (id, generation) = {
+            let b = shared.binding.lock().expect("binding lock");
+            (b.id.clone(), b.generation)
+        };
+        match registry.instance(
+            function,
+            &id,
+            Some((generation, Duration::from_millis(WATCH_WAIT_MS))),
+        ) {
+            Ok(fresh) => {
+                let mut b = shared.binding.lock().expect("binding lock");
+                if fresh.id == b.id && fresh.generation > b.generation {
+                    *b = fresh;
+                }
+            }
+            Err(_) => std::thread::sleep(WATCH_RETRY_PAUSE),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_lost_node_or_a_moved_accelerator_is_a_stale_binding() {
+        let answer = |code: &str| ClientError::Node {
+            http_status: 0,
+            code: code.into(),
+            message: String::new(),
+        };
+        assert!(is_stale_binding(&ClientError::Transport("refused".into())));
+        assert!(is_stale_binding(&answer("UNKNOWN_ACCELERATOR")));
+        assert!(is_stale_binding(&answer("UNAVAILABLE")));
+        for code in [
+            "BAD_REQUEST",
+            "BUSY",
+            "DEADLINE_EXCEEDED",
+            "INTERNAL",
+            "TOO_LARGE",
+        ] {
+            assert!(!is_stale_binding(&answer(code)), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_binding_to_nothing_is_read_but_not_bound() {
+        let doc = json!({"id": "f-1", "generation": 4, "node": null, "slot": null,
+                         "http": null, "rac": null, "device": null});
+        let b = Binding::from_json(&doc).unwrap();
+        assert_eq!(
+            (b.id.as_str(), b.generation, b.is_bound()),
+            ("f-1", 4, false)
+        );
+        let doc = json!({"id": "f-1", "generation": 5, "node": "a", "slot": 0,
+                         "http": "127.0.0.1:1", "rac": "127.0.0.1:2"});
+        assert!(Binding::from_json(&doc).unwrap().is_bound());
+        assert!(Binding::from_json(&json!({"id": "f-1"})).is_err());
+    }
+}

@@ -1,0 +1,927 @@
+//! The node's side of the registry (the cluster control plane, `registry-api.md`).
+//!
+//! A node started with `registry = "http://HOST:PORT"` (`--registry URL`):
+//! - registers its devices and slots with `PUT /v1/nodes/{name}` and keeps doing so,
+//!   at least every third of the lease the registry grants, with each slot's busy
+//!   ratio over the time since the previous report and its queue depth ([`Lease`]);
+//! - asks the registry with `POST /v1/reconfigurations` before it loads another
+//!   accelerator into a slot ([`Registry::validate`]; the decision is
+//!   `admin::reconfigure`'s);
+//! - deregisters with `DELETE /v1/nodes/{name}` when it drains on SIGTERM.
+//!
+//! The registry is never on the data path, so a node whose registry is unreachable
+//! serves on: the lease thread retries with a pause that doubles up to
+//! `registry_retry_max_ms`, and logs once when the registry stops answering and once
+//! when it answers again. Reconfigurations, which the registry must see to keep its
+//! bindings right, are refused meanwhile unless forced (see `admin`).
+//!
+//! Several registry replicas may be listed (`http://a:7400,http://b:7400`): a request
+//! goes to the replica that answered last and moves on to the next one when a replica
+//! cannot be reached or answers 503 (a follower saying `NOT_LEADER`, whose `Location`
+//! names the leader, which is tried next).
+//!
+//! HTTP goes through `ureq`, a blocking client: the lease has its own thread, and a
+//! validation runs on the blocking pool of the network thread that asked, like the
+//! reconfiguration itself.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use serde_json::{json, Value};
+
+use crate::config::Config;
+use crate::node::Node;
+use crate::slot::SlotInfo;
+
+/// Registry replicas a node may list.
+pub const REGISTRY_URLS_MAX: usize = 8;
+/// Longest node name, device id or instance id the registry takes (its `NAME_BYTES_MAX`).
+pub const NAME_BYTES_MAX: usize = 128;
+/// The first pause after a failed registration; it doubles up to `registry_retry_max_ms`.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The shortest pause between renewals, whatever lease the registry grants, so that a
+/// registry answering `"lease_ms":0` cannot make the node spin.
+const RENEWAL_MIN: Duration = Duration::from_millis(10);
+/// The longest, so that the busy ratios the registry sees stay fresh under a long lease.
+const RENEWAL_MAX: Duration = Duration::from_secs(60);
+/// Largest `registry_timeout_ms` and `registry_retry_max_ms`: ten minutes.
+const REGISTRY_MS_MAX: u64 = 600_000;
+
+/// Checks the registry keys of a configuration (`Config::validate` calls it): a
+/// registry URL list that parses, a name the registry accepts, an address others can
+/// reach the node at, and no registry key set without a registry.
+pub fn check_config(config: &Config) -> Result<(), String> {
+    let Some(urls) = &config.registry else {
+        for (key, set) in [
+            ("name", config.name.is_some()),
+            ("advertise", config.advertise.is_some()),
+            ("registry_token", config.registry_token.is_some()),
+        ] {
+            if set {
+                return Err(format!(
+                    "{key} is set but registry is not: {key} only serves a node that \
+                     registers with a registry (set registry, or leave {key} out)"
+                ));
+            }
+        }
+        return Ok(());
+    };
+    let urls = parse_urls(urls)?;
+    for (key, ms) in [
+        ("registry_timeout_ms", config.registry_timeout_ms),
+        ("registry_retry_max_ms", config.registry_retry_max_ms),
+    ] {
+        if ms > REGISTRY_MS_MAX {
+            return Err(format!(
+                "{key} must be at most {REGISTRY_MS_MAX} (ten minutes)"
+            ));
+        }
+    }
+    node_name(config)?;
+    advertise_ip(config, &urls)?;
+    if let Some(token) = &config.registry_token {
+        if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(
+                "registry_token must be non-empty, without spaces or control \
+                 characters (it is sent as `Authorization: Bearer <token>`)"
+                    .to_string(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// One registry replica, as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `scheme://authority[/prefix]`, without a trailing `/`; paths are appended.
+    pub base: String,
+    /// Whether its host is this machine's loopback (`localhost`, `127.0.0.0/8`, `::1`).
+    pub loopback: bool,
+}
+
+/// Parses `registry`: one or more `http://` or `https://` URLs, comma-separated.
+pub fn parse_urls(text: &str) -> Result<Vec<Endpoint>, String> {
+    let urls: Vec<&str> = text.split(',').map(str::trim).collect();
+    if urls.len() > REGISTRY_URLS_MAX {
+        return Err(format!(
+            "registry lists {} URLs; at most {REGISTRY_URLS_MAX} replicas may be listed",
+            urls.len()
+        ));
+    }
+    urls.into_iter().map(parse_url).collect()
+}
+
+fn parse_url(url: &str) -> Result<Endpoint, String> {
+    let bad = |why: &str| Err(format!("registry URL {url:?} {why}"));
+    let Some((_, rest)) = url
+        .split_once("://")
+        .filter(|(scheme, _)| matches!(*scheme, "http" | "https"))
+    else {
+        return bad("must start with http:// or https:// (like http://10.0.0.1:7400)");
+    };
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) || url.contains(['?', '#']) {
+        return bad("must not contain spaces, a query or a fragment");
+    }
+    let authority = rest.split('/').next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("");
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.split(':').next().unwrap_or(""),
+    };
+    if host.is_empty() {
+        return bad("has no host");
+    }
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    Ok(Endpoint {
+        base: url.trim_end_matches('/').to_string(),
+        loopback,
+    })
+}
+
+/// Checks a name the registry will see (node name, instance id): 1 to
+/// [`NAME_BYTES_MAX`] bytes of letters, digits, `.`, `_` and `-`, as the registry
+/// requires of names in its paths.
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > NAME_BYTES_MAX {
+        return Err(format!(
+            "{what} must be 1 to {NAME_BYTES_MAX} bytes long, got {}",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "{what} {name:?} has {c:?}: only letters, digits, '.', '_' and '-' are allowed"
+        ));
+    }
+    Ok(())
+}
+
+/// The node's name at the registry: `name`, or the host name.
+pub fn node_name(config: &Config) -> Result<String, String> {
+    let name = match &config.name {
+        Some(name) => name.clone(),
+        None => hostname().ok_or("cannot read the host name: set name (--name NAME)")?,
+    };
+    check_name("the node name", &name).map_err(|e| match config.name {
+        Some(_) => e,
+        None => format!("{e} (it is the host name; set name, --name NAME, to another)"),
+    })?;
+    Ok(name)
+}
+
+fn hostname() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: a valid buffer and its length; gethostname NUL-terminates within it
+    // (the last byte stays 0 when the name is truncated).
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) } != 0 {
+        return None;
+    }
+    let len = buf.iter().position(|&b| b == 0)?;
+    String::from_utf8(buf[..len].to_vec()).ok()
+}
+
+/// The IP the node tells the registry its listeners are at.
+///
+/// `advertise` when set. Otherwise the IP the HTTP front end listens on, when it is one
+/// address that the other front ends share (or they listen on every address), and
+/// when it is a loopback address only if the registry is on this machine too: a node
+/// listening on 127.0.0.1 is right for a trial on one host and unreachable for any
+/// other. A node listening on every address (`0.0.0.0`, `::`) cannot tell which of its
+/// addresses others reach it at (a host has several, and NAT may put another in
+/// front), so it needs `advertise`.
+pub fn advertise_ip(config: &Config, registry: &[Endpoint]) -> Result<IpAddr, String> {
+    if let Some(ip) = config.advertise {
+        if ip.is_unspecified() {
+            return Err(format!(
+                "advertise {ip} is not an address other hosts can reach the node at"
+            ));
+        }
+        return Ok(ip);
+    }
+    let ip = config.http.ip();
+    if ip.is_unspecified() {
+        return Err(format!(
+            "the node listens on every address (http = {}), so it cannot tell the registry \
+             which one other hosts reach it at: set advertise (--advertise IP)",
+            config.http
+        ));
+    }
+    let others = std::iter::once(config.rac).chain(config.opencl);
+    if let Some(other) = others
+        .map(|a| a.ip())
+        .find(|o| !o.is_unspecified() && *o != ip)
+    {
+        return Err(format!(
+            "the front ends listen on different IPs ({ip} and {other}): set advertise \
+             (--advertise IP) to the one other hosts reach the node at"
+        ));
+    }
+    if ip.is_loopback() {
+        if let Some(remote) = registry.iter().find(|e| !e.loopback) {
+            return Err(format!(
+                "the node listens on {ip}, a loopback address, but the registry {} is \
+                 not on this host, and nothing there could reach {ip}: listen on an \
+                 address other hosts reach (and set advertise if it is 0.0.0.0)",
+                remote.base
+            ));
+        }
+    }
+    Ok(ip)
+}
+
+/// Where other hosts reach the node's front ends: the advertised IP with each
+/// listener's own port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Advertised {
+    pub http: SocketAddr,
+    pub rac: SocketAddr,
+    pub opencl: Option<SocketAddr>,
+}
+
+impl Advertised {
+    pub fn new(
+        ip: IpAddr,
+        http: SocketAddr,
+        rac: SocketAddr,
+        opencl: Option<SocketAddr>,
+    ) -> Advertised {
+        let at = |a: SocketAddr| SocketAddr::new(ip, a.port());
+        Advertised {
+            http: at(http),
+            rac: at(rac),
+            opencl: opencl.map(at),
+        }
+    }
+}
+
+/// What a device is, for the registry's queries (`backend`, `vendor`, `platform`).
+/// The node's slots today all belong to its CPU device, running netaccel's own
+/// kernels.
+fn device_kind(_device: &str) -> (&'static str, &'static str, &'static str) {
+    ("cpu", "netaccel", "host")
+}
+
+/// The body of `PUT /v1/nodes/{name}` (registry-api.md, "Nodes"): the node's
+/// addresses, and its devices with their slots, each with what it holds, its busy
+/// ratio (`busy_ratio[i]` for `slots[i]`) and its queue depth.
+pub fn registration(node: &Node, at: &Advertised, slots: &[SlotInfo], busy_ratio: &[f64]) -> Value {
+    let mut devices: Vec<(&str, Vec<Value>)> = Vec::new();
+    for (info, ratio) in slots.iter().zip(busy_ratio) {
+        let hash = node
+            .dispatcher
+            .catalog()
+            .by_id(info.accel_id)
+            .map(|a| a.descriptor().hash.clone())
+            .unwrap_or_default();
+        let slot = json!({
+            "id": info.id,
+            "accelerator": info.accelerator,
+            "hash": hash,
+            "busy_ratio": ratio,
+            "queue_depth": info.queue_depth,
+        });
+        match devices.iter_mut().find(|(id, _)| *id == info.device) {
+            Some((_, list)) => list.push(slot),
+            None => devices.push((&info.device, vec![slot])),
+        }
+    }
+    let devices: Vec<Value> = devices
+        .into_iter()
+        .map(|(id, slots)| {
+            let (backend, vendor, platform) = device_kind(id);
+            json!({
+                "id": id,
+                "backend": backend,
+                "vendor": vendor,
+                "platform": platform,
+                "slots": slots,
+            })
+        })
+        .collect();
+    json!({
+        "http": at.http.to_string(),
+        "rac": at.rac.to_string(),
+        "opencl": at.opencl.map(|a| a.to_string()),
+        "devices": devices,
+    })
+}
+
+/// Each slot's share of time spent executing since the last report the registry
+/// took, from the slots' busy-time counters.
+struct BusySampler {
+    /// Busy nanoseconds of each slot and when they were read, at the last report
+    /// taken; empty before the first.
+    last: Vec<u64>,
+    at: Option<Instant>,
+}
+
+impl BusySampler {
+    fn new() -> BusySampler {
+        BusySampler {
+            last: Vec::new(),
+            at: None,
+        }
+    }
+
+    /// Busy ratios of `slots`, read at `now`, over the time since the last report
+    /// (since the node started, before the first). A call's time counts when it ends,
+    /// so a call longer than the interval shows in one report, capped at 1.
+    fn ratios(&self, slots: &[SlotInfo], now: Instant) -> Vec<f64> {
+        let Some(at) = self.at else {
+            return slots.iter().map(|s| s.busy_ratio.clamp(0.0, 1.0)).collect();
+        };
+        let elapsed = now.saturating_duration_since(at).as_nanos().max(1) as f64;
+        slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let before = self.last.get(i).copied().unwrap_or(0);
+                (s.busy_ns.saturating_sub(before) as f64 / elapsed).clamp(0.0, 1.0)
+            })
+            .collect()
+    }
+
+    /// The report made of `slots` at `now` was taken: the next interval starts here.
+    fn taken(&mut self, slots: &[SlotInfo], now: Instant) {
+        self.last = slots.iter().map(|s| s.busy_ns).collect();
+        self.at = Some(now);
+    }
+}
+
+/// The registry's answer to a reconfiguration request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// `200`: go ahead; the registry moved these instances off the slot.
+    Allowed { migrated: Vec<String> },
+    /// `409`: not allowed, and why.
+    Refused(String),
+    /// `400`: the request was malformed (an instance id the registry does not take).
+    Invalid(String),
+    /// No verdict: no replica answered, or one answered something other than a
+    /// verdict (an unknown node, a wrong token). Why, in a sentence.
+    Unvalidated(String),
+}
+
+/// An answer from a registry replica.
+struct Reply {
+    status: u16,
+    body: Value,
+}
+
+impl Reply {
+    /// The error sentence of an error body (`{"error":…}`), or the status.
+    fn error(&self) -> String {
+        match self.body["error"].as_str().or(self.body["reason"].as_str()) {
+            Some(e) => format!("{} {e}", self.status),
+            None => format!("status {}", self.status),
+        }
+    }
+}
+
+/// What the lease thread is asked to do, besides renewing on time.
+#[derive(Default)]
+struct Wake {
+    /// Report now (a slot was reconfigured).
+    renew: bool,
+    /// Deregister and stop, finishing by this instant.
+    stop: Option<Instant>,
+    /// The lease thread has ended.
+    ended: bool,
+}
+
+/// A connection to the registry: the node's name, the replicas, the HTTP agent, and
+/// the lease thread's wake-up.
+pub struct Registry {
+    pub name: String,
+    endpoints: Vec<Endpoint>,
+    /// The replica that answered last, where the next request goes first.
+    preferred: AtomicUsize,
+    token: Option<String>,
+    agent: ureq::Agent,
+    timeout: Duration,
+    retry_max: Duration,
+    advertise: IpAddr,
+    wake: Mutex<Wake>,
+    woken: Condvar,
+}
+
+impl Registry {
+    /// The registry of a validated configuration, `None` for a standalone node.
+    pub fn new(config: &Config) -> Result<Option<Arc<Registry>>, String> {
+        let Some(urls) = &config.registry else {
+            return Ok(None);
+        };
+        let endpoints = parse_urls(urls)?;
+        let timeout = Duration::from_millis(config.registry_timeout_ms);
+        Ok(Some(Arc::new(Registry {
+            name: node_name(config)?,
+            advertise: advertise_ip(config, &endpoints)?,
+            endpoints,
+            preferred: AtomicUsize::new(0),
+            token: config.registry_token.clone(),
+            agent: ureq::AgentBuilder::new()
+                .timeout_connect(timeout.min(Duration::from_secs(2)))
+                .timeout(timeout)
+                .redirects(0)
+                .user_agent(concat!("netaccel-node/", env!("CARGO_PKG_VERSION")))
+                .build(),
+            timeout,
+            retry_max: Duration::from_millis(config.registry_retry_max_ms),
+            wake: Mutex::new(Wake::default()),
+            woken: Condvar::new(),
+        })))
+    }
+
+    /// Where the node's front ends are reached, given where they listen.
+    pub fn advertised(
+        &self,
+        http: SocketAddr,
+        rac: SocketAddr,
+        opencl: Option<SocketAddr>,
+    ) -> Advertised {
+        Advertised::new(self.advertise, http, rac, opencl)
+    }
+
+    /// Sends one request: to the replica that answered last, then to each other
+    /// replica in turn while they cannot be reached or answer 503 (a follower's
+    /// `NOT_LEADER`, whose `Location` is tried next, or an overloaded registry).
+    /// `Err` says why no replica gave another answer. Each try waits at most
+    /// `registry_timeout_ms`, and none starts or lasts past `deadline`; a request tries
+    /// each replica at most twice.
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        admin: bool,
+        deadline: Instant,
+    ) -> Result<Reply, String> {
+        let first = self.preferred.load(Ordering::Relaxed) % self.endpoints.len();
+        let mut failures = Vec::new();
+        let mut leader: Option<String> = None;
+        let mut index = first;
+        for _ in 0..self.endpoints.len() * 2 {
+            let base = leader.take().unwrap_or_else(|| {
+                let base = self.endpoints[index].base.clone();
+                index = (index + 1) % self.endpoints.len();
+                base
+            });
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                failures.push("out of time".to_string());
+                break;
+            }
+            let url = format!("{base}{path}");
+            let mut request = self
+                .agent
+                .request(method, &url)
+                .timeout(left.min(self.timeout))
+                .set("Accept", "application/json");
+            if let (true, Some(token)) = (admin, &self.token) {
+                request = request.set("Authorization", &format!("Bearer {token}"));
+            }
+            let answer = match body {
+                Some(body) => request.send_json(body),
+                None => request.call(),
+            };
+            let response = match answer {
+                Ok(response) => response,
+                Err(ureq::Error::Status(_, response)) => response,
+                Err(ureq::Error::Transport(e)) => {
+                    // ureq's sentence names the URL.
+                    failures.push(e.to_string());
+                    continue;
+                }
+            };
+            let status = response.status();
+            if status == 503 {
+                leader = response.header("Location").and_then(origin_of);
+                let why = Reply {
+                    status,
+                    body: response.into_json().unwrap_or(Value::Null),
+                };
+                failures.push(format!("{url}: {}", why.error()));
+                continue;
+            }
+            if let Some(i) = self.endpoints.iter().position(|e| e.base == base) {
+                self.preferred.store(i, Ordering::Relaxed);
+            }
+            let body = response
+                .into_string()
+                .ok()
+                .and_then(|text| serde_json::from_str(&text).ok())
+                .unwrap_or(Value::Null);
+            return Ok(Reply { status, body });
+        }
+        failures.dedup();
+        Err(format!(
+            "no registry replica answered: {}",
+            failures.join("; ")
+        ))
+    }
+
+    /// Asks whether slot `slot` of device `device` may load `accelerator`
+    /// (`POST /v1/reconfigurations`), for `instance` when one asks. As the
+    /// registry's admin (with `registry_token`) when `admin`: the registry then allows
+    /// it and migrates the instances it displaces. Blocks for at most the
+    /// configured timeout per replica.
+    pub fn validate(
+        &self,
+        device: &str,
+        slot: u16,
+        accelerator: &str,
+        instance: Option<&str>,
+        admin: bool,
+    ) -> Verdict {
+        let mut body = json!({
+            "node": self.name,
+            "device": device,
+            "slot": slot,
+            "accelerator": accelerator,
+        });
+        if let Some(instance) = instance {
+            body["instance"] = json!(instance);
+        }
+        let reply = match self.send(
+            "POST",
+            "/v1/reconfigurations",
+            Some(&body),
+            admin,
+            self.deadline(),
+        ) {
+            Ok(reply) => reply,
+            Err(why) => return Verdict::Unvalidated(why),
+        };
+        match reply.status {
+            200 if reply.body["allowed"] == json!(true) => Verdict::Allowed {
+                migrated: reply.body["migrated"]
+                    .as_array()
+                    .map(|ids| {
+                        ids.iter()
+                            .filter_map(|v| v.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            },
+            409 => Verdict::Refused(
+                reply.body["reason"]
+                    .as_str()
+                    .or(reply.body["error"].as_str())
+                    .unwrap_or("no reason given")
+                    .to_string(),
+            ),
+            400 => Verdict::Invalid(reply.error()),
+            _ => Verdict::Unvalidated(format!("the registry answered {}", reply.error())),
+        }
+    }
+
+    /// Registers or renews: `Ok` with the lease granted, `Err` with why not.
+    fn register(&self, body: &Value) -> Result<Duration, String> {
+        let path = format!("/v1/nodes/{}", self.name);
+        let reply = self.send("PUT", &path, Some(body), true, self.deadline())?;
+        match (reply.status, reply.body["lease_ms"].as_u64()) {
+            (200, Some(ms)) => Ok(Duration::from_millis(ms)),
+            (200, None) => Err("the registry's answer has no lease_ms".to_string()),
+            _ => Err(format!("the registry answered {}", reply.error())),
+        }
+    }
+
+    /// `DELETE /v1/nodes/{name}`, finishing by `deadline`.
+    fn deregister(&self, deadline: Instant) {
+        let path = format!("/v1/nodes/{}", self.name);
+        match self.send("DELETE", &path, None, true, deadline) {
+            Ok(reply) if matches!(reply.status, 200 | 204) => {
+                tracing::info!(node = %self.name, "deregistered from the registry");
+            }
+            Ok(reply) if reply.status == 404 => tracing::info!(
+                node = %self.name,
+                "the registry does not know this node ({}): nothing to deregister",
+                reply.error()
+            ),
+            Ok(reply) => tracing::warn!(
+                node = %self.name,
+                "the registry refused the deregistration ({}); it will count the node lost when its lease expires",
+                reply.error()
+            ),
+            Err(why) => tracing::warn!(
+                node = %self.name,
+                "could not deregister: {why}; the registry will count the node lost when its lease expires"
+            ),
+        }
+    }
+
+    /// When a request starting now must be answered by: one timeout per replica.
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout * self.endpoints.len() as u32
+    }
+
+    /// Asks the lease thread to report now (a slot now holds something else).
+    pub fn renew_soon(&self) {
+        self.wake.lock().renew = true;
+        self.woken.notify_all();
+    }
+
+    /// Asks the lease thread to deregister, finishing by `deadline`, and stop.
+    pub fn stop(&self, deadline: Instant) {
+        self.wake.lock().stop = Some(deadline);
+        self.woken.notify_all();
+    }
+
+    /// Waits until `until`, a renewal request or a stop; `Some(deadline)` to stop.
+    fn wait(&self, until: Instant) -> Option<Instant> {
+        let mut wake = self.wake.lock();
+        loop {
+            if let Some(deadline) = wake.stop {
+                return Some(deadline);
+            }
+            if std::mem::take(&mut wake.renew) || Instant::now() >= until {
+                return None;
+            }
+            self.woken.wait_until(&mut wake, until);
+        }
+    }
+}
+
+/// `scheme://authority` of an absolute URL (a `Location` header).
+fn origin_of(location: &str) -> Option<String> {
+    let (scheme, rest) = location.split_once("://")?;
+    let authority = rest.split('/').next()?;
+    (!authority.is_empty()).then(|| format!("{scheme}://{authority}"))
+}
+
+/// The lease: a thread that registers the node and renews its lease until the node
+/// drains, then deregisters.
+pub struct Lease {
+    registry: Arc<Registry>,
+    thread: JoinHandle<()>,
+}
+
+impl Lease {
+    /// Starts the lease thread of `node` (which has a registry), advertising `at`.
+    pub fn start(node: Arc<Node>, at: Advertised) -> Result<Lease, String> {
+        let registry = Arc::clone(node.registry.as_ref().expect("a node with a registry"));
+        let lease_registry = Arc::clone(&registry);
+        let thread = std::thread::Builder::new()
+            .name("registry".to_string())
+            .spawn(move || {
+                run_lease(&lease_registry, &node, at);
+                lease_registry.wake.lock().ended = true;
+                lease_registry.woken.notify_all();
+            })
+            .map_err(|e| format!("cannot start the registry thread: {e}"))?;
+        Ok(Lease { registry, thread })
+    }
+
+    /// Has the thread deregister the node, finishing by `deadline`, and end; returns
+    /// at once (see [`Lease::join`]).
+    pub fn deregister(&self, deadline: Instant) {
+        self.registry.stop(deadline);
+    }
+
+    /// Waits for the thread to end (after [`Lease::deregister`]), but not past
+    /// `deadline`: a registration that was under way when the drain began may hold
+    /// the thread until the registry's timeout, and the drain must not wait for it.
+    pub fn join(self, deadline: Instant) {
+        let mut wake = self.registry.wake.lock();
+        while !wake.ended {
+            if self
+                .registry
+                .woken
+                .wait_until(&mut wake, deadline)
+                .timed_out()
+            {
+                tracing::warn!("the registry did not answer the deregistration within the drain");
+                return;
+            }
+        }
+        drop(wake);
+        let _ = self.thread.join();
+    }
+}
+
+/// Whether the last attempt to register succeeded, for logging changes only.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Link {
+    Starting,
+    Registered,
+    Failing,
+}
+
+fn run_lease(registry: &Registry, node: &Node, at: Advertised) {
+    let mut busy = BusySampler::new();
+    let mut link = Link::Starting;
+    let mut retry = RETRY_FIRST;
+    loop {
+        let started = Instant::now();
+        let slots: Vec<SlotInfo> = node.dispatcher.slots().iter().map(|s| s.info()).collect();
+        let body = registration(node, &at, &slots, &busy.ratios(&slots, started));
+        let pause = match registry.register(&body) {
+            Ok(lease) => {
+                busy.taken(&slots, started);
+                retry = RETRY_FIRST;
+                let renewal = (lease / 3).clamp(RENEWAL_MIN, RENEWAL_MAX);
+                match link {
+                    Link::Starting => tracing::info!(
+                        node = %registry.name, http = %at.http, rac = %at.rac,
+                        lease_ms = lease.as_millis() as u64,
+                        "registered with the registry"
+                    ),
+                    Link::Failing => tracing::info!(
+                        node = %registry.name,
+                        "the registry answers again: registered"
+                    ),
+                    Link::Registered => {}
+                }
+                link = Link::Registered;
+                renewal
+            }
+            Err(why) => {
+                if link != Link::Failing {
+                    tracing::warn!(
+                        node = %registry.name,
+                        "cannot register with the registry: {why}; serving on, and retrying \
+                         (at least every {} ms) until it answers",
+                        registry.retry_max.as_millis()
+                    );
+                } else {
+                    tracing::debug!(node = %registry.name, "registry still unreachable: {why}");
+                }
+                link = Link::Failing;
+                let pause = retry;
+                retry = (retry * 2).min(registry.retry_max);
+                pause.min(registry.retry_max)
+            }
+        };
+        if let Some(deadline) = registry.wait(started + pause) {
+            registry.deregister(deadline);
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(toml: &str) -> Result<Config, String> {
+        Config::from_toml(toml)
+    }
+
+    #[test]
+    fn urls_parse_and_know_whether_they_are_local() {
+        let urls = parse_urls("http://127.0.0.1:7400/, https://reg.example:443/prefix,http://[::1]:1,http://localhost").unwrap();
+        let bases: Vec<_> = urls.iter().map(|e| (e.base.as_str(), e.loopback)).collect();
+        assert_eq!(
+            bases,
+            [
+                ("http://127.0.0.1:7400", true),
+                ("https://reg.example:443/prefix", false),
+                ("http://[::1]:1", true),
+                ("http://localhost", true),
+            ]
+        );
+        for bad in [
+            "127.0.0.1:7400",
+            "ftp://x",
+            "http://",
+            "http://a b",
+            "http://x/?q",
+            "http:///path",
+        ] {
+            assert!(parse_urls(bad).is_err(), "{bad}");
+        }
+        let many = ["http://r:1"; REGISTRY_URLS_MAX + 1].join(",");
+        assert!(parse_urls(&many).unwrap_err().contains("at most"));
+    }
+
+    #[test]
+    fn names_are_what_the_registry_takes() {
+        check_name("n", "node-a.rack_1").unwrap();
+        for bad in ["", "a b", "a/b", "é", &"x".repeat(NAME_BYTES_MAX + 1)] {
+            assert!(check_name("n", bad).is_err(), "{bad:?}");
+        }
+        let c = config("registry = \"http://127.0.0.1:7400\"").unwrap();
+        assert_eq!(node_name(&c).unwrap(), hostname().unwrap());
+        let err = config("registry = \"http://127.0.0.1:7400\"\nname = \"a/b\"").unwrap_err();
+        assert!(err.contains("only letters"), "{err}");
+    }
+
+    #[test]
+    fn registry_keys_without_a_registry_are_refused() {
+        for key in [
+            "name = \"a\"",
+            "advertise = \"10.0.0.1\"",
+            "registry_token = \"t\"",
+        ] {
+            let err = config(key).unwrap_err();
+            assert!(err.contains("but registry is not"), "{key}: {err}");
+        }
+        let err =
+            config("registry = \"http://127.0.0.1:1\"\nregistry_token = \"a b\"").unwrap_err();
+        assert!(err.contains("registry_token must be"), "{err}");
+        let err =
+            config("registry = \"http://127.0.0.1:1\"\nregistry_timeout_ms = 600001").unwrap_err();
+        assert!(err.contains("at most 600000"), "{err}");
+    }
+
+    #[test]
+    fn the_advertised_ip_defaults_to_the_listen_ip_when_others_can_use_it() {
+        let ip = |toml: &str| {
+            let c = config(&format!("registry = \"http://10.0.0.9:7400\"\n{toml}"))?;
+            advertise_ip(&c, &parse_urls(c.registry.as_deref().unwrap())?)
+        };
+        // One specific address: that one.
+        assert_eq!(
+            ip("http = \"10.0.0.5:8080\"\nrac = \"10.0.0.5:9400\""),
+            Ok("10.0.0.5".parse().unwrap())
+        );
+        // The other front ends on every address: still the HTTP one.
+        assert_eq!(
+            ip("http = \"10.0.0.5:8080\"\nrac = \"0.0.0.0:9400\""),
+            Ok("10.0.0.5".parse().unwrap())
+        );
+        // Every address: which one is for the operator to say.
+        let err = ip("http = \"0.0.0.0:8080\"").unwrap_err();
+        assert!(err.contains("set advertise"), "{err}");
+        assert_eq!(
+            ip("http = \"0.0.0.0:8080\"\nadvertise = \"192.168.1.4\""),
+            Ok("192.168.1.4".parse().unwrap())
+        );
+        assert!(ip("advertise = \"0.0.0.0\"")
+            .unwrap_err()
+            .contains("not an address"));
+        // Different addresses per front end: ambiguous.
+        let err = ip("http = \"10.0.0.5:8080\"\nrac = \"10.0.0.6:9400\"").unwrap_err();
+        assert!(err.contains("different IPs"), "{err}");
+        // Loopback (the default listen address): only with a registry on this host.
+        let err = ip("").unwrap_err();
+        assert!(err.contains("loopback"), "{err}");
+        let local = config("registry = \"http://localhost:7400\"").unwrap();
+        assert_eq!(
+            advertise_ip(&local, &parse_urls("http://localhost:7400").unwrap()),
+            Ok("127.0.0.1".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn advertised_addresses_keep_each_listeners_port() {
+        let a = Advertised::new(
+            "10.1.2.3".parse().unwrap(),
+            "0.0.0.0:8080".parse().unwrap(),
+            "127.0.0.1:9400".parse().unwrap(),
+            Some("[::]:9500".parse().unwrap()),
+        );
+        assert_eq!(a.http.to_string(), "10.1.2.3:8080");
+        assert_eq!(a.rac.to_string(), "10.1.2.3:9400");
+        assert_eq!(a.opencl.unwrap().to_string(), "10.1.2.3:9500");
+    }
+
+    #[test]
+    fn location_gives_the_leaders_origin() {
+        assert_eq!(
+            origin_of("http://10.0.0.2:7400/v1/nodes/a").as_deref(),
+            Some("http://10.0.0.2:7400")
+        );
+        assert_eq!(origin_of("https://r:1").as_deref(), Some("https://r:1"));
+        assert_eq!(origin_of("/v1/nodes/a"), None);
+    }
+
+    fn info(id: u16, busy_ns: u64, busy_ratio: f64) -> SlotInfo {
+        SlotInfo {
+            id,
+            device: "cpu0".into(),
+            accelerator: "echo".into(),
+            accel_id: 1,
+            reconfiguring_to: None,
+            running: false,
+            queue_depth: 0,
+            busy_ratio,
+            busy_ns,
+        }
+    }
+
+    #[test]
+    fn busy_ratios_cover_the_time_since_the_last_report() {
+        let mut s = BusySampler::new();
+        let t0 = Instant::now();
+        // Before the first report: the ratio since start-up.
+        assert_eq!(s.ratios(&[info(0, 5, 0.25)], t0), [0.25]);
+        s.taken(&[info(0, 1_000_000, 0.25)], t0);
+        let t1 = t0 + Duration::from_millis(10);
+        // 5 ms busy out of 10: one half, whatever the lifetime ratio says.
+        let r = s.ratios(&[info(0, 6_000_000, 0.9)], t1);
+        assert!((r[0] - 0.5).abs() < 1e-9, "{r:?}");
+        // Idle since: zero. A call longer than the interval: at most one.
+        assert_eq!(s.ratios(&[info(0, 1_000_000, 0.9)], t1), [0.0]);
+        assert_eq!(s.ratios(&[info(0, 900_000_000, 0.9)], t1), [1.0]);
+    }
+}

@@ -1,0 +1,179 @@
+//! High availability with etcd: several registry replicas on one [`EtcdStore`], one of
+//! them leading.
+//!
+//! Election. Each replica holds an etcd lease of `election_ttl`, renewed every fifth
+//! of it, and campaigns in the election under the store's prefix with its advertised
+//! URL as value. etcd's election makes the oldest live campaigner the leader; when its
+//! process dies its lease runs out within one TTL, its key is deleted, and the next
+//! campaigner's campaign returns. The new leader reloads the state from etcd (every
+//! ready node gets a fresh lease, so none is declared lost for the election's delay),
+//! then writes, allocates and runs the reconcile loops. A leader whose lease cannot be
+//! renewed steps down at once; its commits are fenced by its election key anyway (see
+//! [`crate::etcd`]).
+//!
+//! Followers. A follower answers reads from its cache, which a watch on the records'
+//! prefix refreshes (plus a periodic reload, in case a watch event was missed while
+//! the watch was being re-established), and answers writes `503 NOT_LEADER` with the
+//! leader's URL, read from the election every 200 ms.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, WatchOptions};
+use tracing::{info, warn};
+
+use crate::etcd::{EtcdStore, ELECTION};
+use crate::registry::Registry;
+
+/// How often a replica reads who leads (for `Location`).
+const LEADER_POLL: Duration = Duration::from_millis(200);
+/// A follower reloads this often even without watch events.
+const FOLLOWER_RELOAD: Duration = Duration::from_secs(2);
+/// Pause before retrying after etcd failed.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// Starts the election, the leader poll and the follower refresh.
+pub fn spawn(registry: Arc<Registry>, store: Arc<EtcdStore>, advertise: String, ttl: Duration) {
+    tokio::spawn(campaign_forever(
+        registry.clone(),
+        store.clone(),
+        advertise,
+        ttl,
+    ));
+    tokio::spawn(poll_leader(registry.clone(), store.clone()));
+    tokio::spawn(follow(registry, store));
+}
+
+async fn campaign_forever(
+    registry: Arc<Registry>,
+    store: Arc<EtcdStore>,
+    advertise: String,
+    ttl: Duration,
+) {
+    let election = store.key(ELECTION);
+    loop {
+        match campaign_once(&registry, &store, &election, &advertise, ttl).await {
+            Ok(()) => {}
+            Err(e) => warn!(error = %e, "election: retrying"),
+        }
+        store.set_fence(None);
+        if registry.is_leader() {
+            warn!("no longer the leader: following");
+            registry.step_down();
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// One term: a lease, a campaign, leadership until the lease is lost.
+async fn campaign_once(
+    registry: &Arc<Registry>,
+    store: &EtcdStore,
+    election: &str,
+    advertise: &str,
+    ttl: Duration,
+) -> Result<(), String> {
+    let mut client = store.client();
+    let ttl_s = ttl.as_secs().max(1) as i64;
+    let lease = client
+        .lease_grant(ttl_s, None)
+        .await
+        .map_err(|e| format!("lease: {e}"))?
+        .id();
+    let keepalive = keep_alive(client.clone(), lease, ttl);
+    tokio::pin!(keepalive);
+    let leader_key = tokio::select! {
+        lost = &mut keepalive => return Err(lost),
+        won = client.campaign(election, advertise, lease) => won
+            .map_err(|e| format!("campaign: {e}"))?
+            .take_leader()
+            .ok_or("campaign: no leader key in the answer")?,
+    };
+    store.set_fence(Some(leader_key.key().to_vec()));
+    if let Err(e) = registry.become_leader().await {
+        let _ = client.lease_revoke(lease).await;
+        return Err(format!("taking over: {e}"));
+    }
+    info!(advertise, "elected: this replica leads");
+    let lost = keepalive.await;
+    let _ = client.lease_revoke(lease).await;
+    Err(lost)
+}
+
+/// Renews `lease` every fifth of `ttl` until a renewal fails; returns why.
+async fn keep_alive(mut client: Client, lease: i64, ttl: Duration) -> String {
+    let (mut keeper, mut stream) = match client.lease_keep_alive(lease).await {
+        Ok(pair) => pair,
+        Err(e) => return format!("lease keep-alive: {e}"),
+    };
+    let mut interval = tokio::time::interval(ttl / 5);
+    loop {
+        interval.tick().await;
+        if let Err(e) = keeper.keep_alive().await {
+            return format!("lease keep-alive: {e}");
+        }
+        match tokio::time::timeout(ttl / 2, stream.message()).await {
+            Ok(Ok(Some(r))) if r.ttl() > 0 => {}
+            Ok(Ok(Some(_))) => return "the election lease expired".to_string(),
+            Ok(Ok(None)) => return "lease keep-alive stream closed".to_string(),
+            Ok(Err(e)) => return format!("lease keep-alive: {e}"),
+            Err(_) => return "etcd did not answer a lease renewal in time".to_string(),
+        }
+    }
+}
+
+async fn poll_leader(registry: Arc<Registry>, store: Arc<EtcdStore>) {
+    let election = store.key(ELECTION);
+    let mut client = store.client();
+    loop {
+        let url = match client.leader(election.as_str()).await {
+            Ok(r) => r
+                .kv()
+                .and_then(|kv| std::str::from_utf8(kv.value()).ok())
+                .map(str::to_string),
+            Err(_) => None, // "no leader" is an error in etcd's election API.
+        };
+        registry.set_leader_url(url);
+        tokio::time::sleep(LEADER_POLL).await;
+    }
+}
+
+/// Keeps a follower's cache fresh: reloads on every watch event and periodically.
+async fn follow(registry: Arc<Registry>, store: Arc<EtcdStore>) {
+    let mut client = store.client();
+    let prefix = store.state_prefix();
+    loop {
+        let mut stream = match client
+            .watch(prefix.as_str(), Some(WatchOptions::new().with_prefix()))
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "watch: retrying");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        // Whatever happened before the watch started is picked up by this reload.
+        reload(&registry).await;
+        loop {
+            match tokio::time::timeout(FOLLOWER_RELOAD, stream.message()).await {
+                Ok(Ok(Some(_))) | Err(_) => reload(&registry).await,
+                Ok(Ok(None)) => break,
+                Ok(Err(e)) => {
+                    warn!(error = %e, "watch ended: restarting it");
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+async fn reload(registry: &Registry) {
+    if !registry.is_leader() {
+        if let Err(e) = registry.reload().await {
+            warn!(error = %e, "follower: reloading the state failed");
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! The HTTP/1.1 + JSON API (spec: registry-api.md), on axum.
+//!
+//! Handlers only translate: they check the path's names, parse and validate the body
+//! (unknown fields refused, a sentence for every problem), call the registry and turn
+//! its answer or [`ApiError`] into a response. Operations that write run in their own
+//! task so that a client hanging up cannot cancel them half-way. When the registry has
+//! an admin token, every write needs it, except the resolver (which writes nothing)
+//! and reconfiguration requests (which nodes send on behalf of instances; the token
+//! only widens what they may do).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{any, get, post, put};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use crate::error::ApiError;
+use crate::model::{
+    check_name, FunctionSpec, InstanceSpec, NodeRegistration, ReconfigurationRequest,
+};
+use crate::ops::{Created, Verdict};
+use crate::registry::Registry;
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct App {
+    pub registry: Arc<Registry>,
+    /// Requests in progress (long polls included); past it, 503 at once.
+    pub in_flight: Arc<Semaphore>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, Json(self.json())).into_response();
+        let headers = response.headers_mut();
+        if self.status == 401 {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if self.status == 503 {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if let Some(location) = self.location.and_then(|l| HeaderValue::from_str(&l).ok()) {
+            headers.insert(header::LOCATION, location);
+        }
+        response
+    }
+}
+
+type Answer = Result<Response, ApiError>;
+
+/// The router for `app`.
+pub fn router(app: App) -> Router {
+    let body_bytes_max = app.registry.config.body_bytes_max;
+    Router::new()
+        .route("/", get(page))
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/metrics", get(metrics))
+        .route("/v1/nodes", get(list_nodes))
+        .route("/v1/nodes/{name}", put(put_node).delete(delete_node))
+        .route("/v1/functions", get(list_functions))
+        .route(
+            "/v1/functions/{name}",
+            put(put_function).get(get_function).delete(delete_function),
+        )
+        .route("/v1/functions/{name}/instances", post(post_instance))
+        .route(
+            "/v1/functions/{name}/instances/{id}",
+            get(get_instance).delete(delete_instance),
+        )
+        .route("/v1/fn/{accelerator}", any(resolve))
+        .route("/v1/reconfigurations", post(reconfiguration))
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(DefaultBodyLimit::max(body_bytes_max))
+        .layer(middleware::from_fn_with_state(app.clone(), guard))
+        .with_state(app)
+}
+
+/// Bounds requests in progress and checks the admin token on writes.
+async fn guard(State(app): State<App>, request: Request, next: Next) -> Response {
+    let Ok(_permit) = app.in_flight.clone().try_acquire_owned() else {
+        return ApiError::unavailable("the registry is answering as many requests as it may")
+            .into_response();
+    };
+    let path = request.uri().path();
+    let write = !matches!(*request.method(), Method::GET | Method::HEAD);
+    let exempt = path.starts_with("/v1/fn/") || path == "/v1/reconfigurations";
+    if write && !exempt && !admin(&app, request.headers()).unwrap_or(false) {
+        return ApiError::unauthorized().into_response();
+    }
+    // Writes go to the leader (the resolver writes nothing: any replica answers it).
+    if write && !path.starts_with("/v1/fn/") && !app.registry.is_leader() {
+        let location = app.registry.leader_url().map(|url| {
+            let target = request
+                .uri()
+                .path_and_query()
+                .map_or(path, |pq| pq.as_str());
+            format!("{}{target}", url.trim_end_matches('/'))
+        });
+        return ApiError::not_leader(location).into_response();
+    }
+    next.run(request).await
+}
+
+/// `Ok(true)` when the request bears the admin token (or none is configured),
+/// `Ok(false)` when it bears none, `Err` when it bears a wrong one.
+fn admin(app: &App, headers: &HeaderMap) -> Result<bool, ApiError> {
+    let Some(token) = &app.registry.config.token else {
+        return Ok(true);
+    };
+    let Some(given) = headers.get(header::AUTHORIZATION) else {
+        return Ok(false);
+    };
+    let given = given
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(ApiError::unauthorized)?;
+    if secret_eq(given.trim(), token) {
+        Ok(true)
+    } else {
+        Err(ApiError::unauthorized())
+    }
+}
+
+/// Compares a token without stopping at the first differing byte, so response timing
+/// does not tell how much of a guess was right.
+fn secret_eq(given: &str, want: &str) -> bool {
+    let (given, want) = (given.as_bytes(), want.as_bytes());
+    given.len() == want.len()
+        && given
+            .iter()
+            .zip(want)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// Runs a writing operation in its own task (see the module documentation).
+async fn detached<T: Send + 'static>(
+    op: impl Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::spawn(op)
+        .await
+        .unwrap_or_else(|e| Err(ApiError::internal(format!("the operation failed: {e}"))))
+}
+
+/// Parses a JSON body; an empty body is `T::default()` when `empty` gives one.
+fn body<T: DeserializeOwned>(
+    bytes: Result<Bytes, BytesRejection>,
+    empty: Option<fn() -> T>,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let bytes = bytes.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_large(limit),
+        _ => ApiError::bad_request(format!("cannot read the body: {e}")),
+    })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        if let Some(default) = empty {
+            return Ok(default());
+        }
+        return Err(ApiError::bad_request(
+            "the body is empty; a JSON object is required",
+        ));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid body: {e}")))
+}
+
+fn name(what: &str, value: &str) -> Result<(), ApiError> {
+    check_name(what, value).map_err(ApiError::bad_request)
+}
+
+fn status(code: StatusCode, value: serde_json::Value) -> Response {
+    (code, Json(value)).into_response()
+}
+
+// ---- the page and metrics ----
+
+async fn page(State(app): State<App>) -> Html<String> {
+    let ceiling = app.registry.config.policy.ceiling.to_string();
+    Html(include_str!("page.html").replace("__CEILING__", &ceiling))
+}
+
+async fn metrics(State(app): State<App>) -> Response {
+    let text = {
+        let st = app.registry.lock().await;
+        app.registry
+            .metrics
+            .render(&st, app.registry.long_polls_waiting())
+    };
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+// ---- nodes ----
+
+async fn list_nodes(State(app): State<App>) -> Response {
+    Json(app.registry.nodes_json().await).into_response()
+}
+
+async fn put_node(
+    State(app): State<App>,
+    Path(node): Path<String>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Answer {
+    name("node name", &node)?;
+    let reg: NodeRegistration = body(bytes, None, app.registry.config.body_bytes_max)?;
+    reg.validate().map_err(ApiError::bad_request)?;
+    let registry = app.registry.clone();
+    let lease_ms = detached(async move { registry.register_node(&node, &reg).await }).await?;
+    Ok(Json(json!({ "lease_ms": lease_ms })).into_response())
+}
+
+async fn delete_node(State(app): State<App>, Path(node): Path<String>) -> Answer {
+    name("node name", &node)?;
+    let registry = app.registry.clone();
+    detached(async move { registry.deregister_node(&node).await }).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ---- functions ----
+
+async fn list_functions(State(app): State<App>) -> Response {
+    Json(app.registry.functions_json().await).into_response()
+}
+
+async fn put_function(
+    State(app): State<App>,
+    Path(function): Path<String>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Answer {
+    name("function name", &function)?;
+    let spec: FunctionSpec = body(bytes, None, app.registry.config.body_bytes_max)?;
+    spec.validate().map_err(ApiError::bad_request)?;
+    let registry = app.registry.clone();
+    let doc = detached(async move { registry.put_function(&function, &spec).await }).await?;
+    Ok(Json(doc).into_response())
+}
+
+async fn get_function(State(app): State<App>, Path(function): Path<String>) -> Answer {
+    name("function name", &function)?;
+    Ok(Json(app.registry.function_json(&function).await?).into_response())
+}
+
+async fn delete_function(State(app): State<App>, Path(function): Path<String>) -> Answer {
+    name("function name", &function)?;
+    let registry = app.registry.clone();
+    detached(async move { registry.delete_function(&function).await }).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ---- instances ----
+
+async fn post_instance(
+    State(app): State<App>,
+    Path(function): Path<String>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Answer {
+    name("function name", &function)?;
+    let spec: InstanceSpec = body(
+        bytes,
+        Some(InstanceSpec::default),
+        app.registry.config.body_bytes_max,
+    )?;
+    spec.validate().map_err(ApiError::bad_request)?;
+    let registry = app.registry.clone();
+    match detached(async move { registry.create_instance(&function, &spec).await }).await? {
+        Created::New(doc) => Ok(status(StatusCode::CREATED, doc)),
+        Created::Existing(doc) => Ok(status(StatusCode::OK, doc)),
+    }
+}
+
+/// `after` and `wait_ms` of a long poll.
+fn poll_query(
+    query: Option<&str>,
+    wait_max: Duration,
+) -> Result<(Option<u64>, Duration), ApiError> {
+    let (mut after, mut wait_ms) = (None, None);
+    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let number = value.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!("{key}={value} is not a non-negative integer"))
+        });
+        match key.as_ref() {
+            "after" => after = Some(number?),
+            "wait_ms" => wait_ms = Some(number?),
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown query parameter {other:?} (expected after and wait_ms)"
+                )))
+            }
+        }
+    }
+    let wait = Duration::from_millis(wait_ms.unwrap_or(0));
+    if wait_ms.is_some() && after.is_none() {
+        return Err(ApiError::bad_request(
+            "wait_ms needs after=GENERATION: the poll waits for a generation other than that one",
+        ));
+    }
+    if wait > wait_max {
+        return Err(ApiError::bad_request(format!(
+            "wait_ms may be at most {}",
+            wait_max.as_millis()
+        )));
+    }
+    Ok((after, wait))
+}
+
+async fn get_instance(
+    State(app): State<App>,
+    Path((function, id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Answer {
+    name("function name", &function)?;
+    name("instance id", &id)?;
+    let (after, wait) = poll_query(query.as_deref(), app.registry.config.long_poll_wait_max)?;
+    let doc = app
+        .registry
+        .get_instance(&function, &id, after, wait)
+        .await?;
+    Ok(Json(doc).into_response())
+}
+
+async fn delete_instance(
+    State(app): State<App>,
+    Path((function, id)): Path<(String, String)>,
+) -> Answer {
+    name("function name", &function)?;
+    name("instance id", &id)?;
+    let registry = app.registry.clone();
+    detached(async move { registry.delete_instance(&function, &id).await }).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ---- resolver and reconfigurations ----
+
+async fn resolve(
+    State(app): State<App>,
+    Path(accelerator): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Answer {
+    name("accelerator", &accelerator)?;
+    let Some(node) = app.registry.resolve(&accelerator).await else {
+        return Err(ApiError::not_hosted(&accelerator));
+    };
+    let mut location = format!("http://{node}/v1/fn/{accelerator}");
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        location.push('?');
+        location.push_str(&q);
+    }
+    let value = HeaderValue::from_str(&location)
+        .map_err(|_| ApiError::bad_request("the query string cannot go into a Location header"))?;
+    Ok((StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, value)]).into_response())
+}
+
+async fn reconfiguration(
+    State(app): State<App>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let admin = match app.registry.config.token {
+        // Without a token nobody is the admin: the rules about instances decide.
+        None => false,
+        Some(_) => admin(&app, &headers)?,
+    };
+    let req: ReconfigurationRequest = body(bytes, None, app.registry.config.body_bytes_max)?;
+    req.validate().map_err(ApiError::bad_request)?;
+    let registry = app.registry.clone();
+    let verdict =
+        detached(async move { registry.validate_reconfiguration(&req, admin).await }).await?;
+    let code = match verdict {
+        Verdict::Allowed { .. } => StatusCode::OK,
+        Verdict::Refused { .. } => StatusCode::CONFLICT,
+    };
+    Ok(status(code, verdict.json()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_poll_queries_are_checked() {
+        let max = Duration::from_secs(60);
+        assert_eq!(poll_query(None, max), Ok((None, Duration::ZERO)));
+        assert_eq!(
+            poll_query(Some("after=3&wait_ms=500"), max),
+            Ok((Some(3), Duration::from_millis(500)))
+        );
+        for (q, want) in [
+            ("after=x", "after=x"),
+            ("wait_ms=5", "needs after"),
+            ("after=1&wait_ms=60001", "at most"),
+            ("after=1&timeout=3", "unknown query parameter"),
+            ("after=-1", "non-negative"),
+        ] {
+            let err = poll_query(Some(q), max).unwrap_err();
+            assert_eq!(err.status, 400);
+            assert!(err.message.contains(want), "{q}: {}", err.message);
+        }
+    }
+
+    #[test]
+    fn tokens_compare_in_full() {
+        assert!(secret_eq("abc", "abc"));
+        assert!(!secret_eq("abd", "abc"));
+        assert!(!secret_eq("ab", "abc"));
+    }
+}

@@ -1,0 +1,394 @@
+//! High availability, black-box: a real etcd (Debian's `etcd-server`) on free ports
+//! with its own data directory, three `netaccel-registry` replicas on it. Exactly one
+//! leads; a follower sends writers to it; when it is killed with SIGKILL another leads
+//! within 5 s with every binding intact.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_port(addr: SocketAddr, child: &mut Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while TcpStream::connect(addr).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("{what} exited during start-up: {status}");
+        }
+        assert!(Instant::now() < deadline, "{what} did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `etcd` on free loopback ports, with a data directory removed on drop.
+pub struct Etcd {
+    child: Child,
+    dir: PathBuf,
+    pub client: String,
+}
+
+impl Etcd {
+    /// Starts etcd and waits until it answers `/health`. Ports are chosen free but can
+    /// be taken by another process before etcd binds them (tests run in parallel), so
+    /// an etcd that exits or never becomes healthy is tried again on new ports.
+    pub fn start() -> Etcd {
+        let binary = "/usr/bin/etcd";
+        assert!(
+            std::path::Path::new(binary).exists(),
+            "{binary} is missing: install Debian's etcd-server (test.sh does)"
+        );
+        for _ in 0..3 {
+            let (client_port, peer_port) = (free_port(), free_port());
+            let dir = std::env::temp_dir().join(format!(
+                "netaccel-registry-etcd-{}-{client_port}",
+                std::process::id()
+            ));
+            let client = format!("127.0.0.1:{client_port}");
+            let peer = format!("http://127.0.0.1:{peer_port}");
+            let child = Command::new(binary)
+                .args(["--name", "test", "--data-dir"])
+                .arg(&dir)
+                .args(["--listen-client-urls", &format!("http://{client}")])
+                .args(["--advertise-client-urls", &format!("http://{client}")])
+                .args(["--listen-peer-urls", &peer])
+                .args(["--initial-advertise-peer-urls", &peer])
+                .args(["--initial-cluster", &format!("test={peer}")])
+                .args(["--log-level", "error"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting etcd");
+            let mut etcd = Etcd { child, dir, client };
+            if etcd.wait_healthy() {
+                return etcd;
+            }
+        }
+        panic!("etcd did not become healthy in three tries");
+    }
+
+    fn wait_healthy(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let url = format!("http://{}/health", self.client);
+        while Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return false;
+            }
+            let healthy = ureq::get(&url)
+                .timeout(Duration::from_secs(1))
+                .call()
+                .ok()
+                .and_then(|r| r.into_string().ok())
+                .is_some_and(|body| body.contains("true"));
+            if healthy {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Replica {
+    child: Child,
+    base: String,
+}
+
+impl Replica {
+    fn start(etcd: &Etcd) -> Replica {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let store = format!("etcd://{}", etcd.client);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-registry"))
+            .args([
+                "--listen",
+                &listen,
+                "--log-level",
+                "warn",
+                "--store",
+                &store,
+            ])
+            // A 3 s election lease: a dead leader is replaced within 5 s.
+            .args(["--election-ttl-s", "3"])
+            // The fake nodes never renew: they must outlive the test.
+            .args(["--lease-ms", "600000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting netaccel-registry");
+        wait_for_port(listen.parse().unwrap(), &mut child, "netaccel-registry");
+        Replica {
+            child,
+            base: format!("http://{listen}"),
+        }
+    }
+
+    /// (status, JSON body or the text, Location).
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value, Option<String>) {
+        let agent = ureq::AgentBuilder::new()
+            .redirects(0)
+            .timeout(Duration::from_secs(5))
+            .build();
+        let req = agent.request(method, &format!("{}{path}", self.base));
+        let result = match body {
+            Some(b) => req
+                .set("Content-Type", "application/json")
+                .send_string(&b.to_string()),
+            None => req.call(),
+        };
+        let response = match result {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{method} {}{path}: {e}", self.base),
+        };
+        let status = response.status();
+        let location = response.header("location").map(String::from);
+        let text = response.into_string().unwrap();
+        let json = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, json, location)
+    }
+
+    fn leads(&self) -> bool {
+        let (status, text, _) = self.call("GET", "/metrics", None);
+        assert_eq!(status, 200);
+        let value = text
+            .as_str()
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("netaccel_registry_leader "))
+            .expect("a leader gauge")
+            .to_string();
+        match value.as_str() {
+            "1" => true,
+            "0" => false,
+            other => panic!("leader gauge {other}"),
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls until exactly one of `replicas` leads; its index.
+fn one_leader(replicas: &[&Replica], within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    loop {
+        let leaders: Vec<usize> = (0..replicas.len())
+            .filter(|&i| replicas[i].leads())
+            .collect();
+        assert!(leaders.len() <= 1, "two leaders: {leaders:?}");
+        if let [one] = leaders[..] {
+            return one;
+        }
+        assert!(Instant::now() < deadline, "no leader within {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn fake_node(port: u16) -> Value {
+    json!({
+        "http": format!("127.0.0.1:{port}"),
+        "rac": format!("127.0.0.1:{}", port + 1),
+        "opencl": null,
+        "devices": [{"id": "cpu0", "backend": "cpu", "vendor": "netaccel", "platform": "host",
+            "slots": [
+                {"id": 0, "accelerator": "sobel", "hash": "h", "busy_ratio": 0.2, "queue_depth": 0},
+                {"id": 1, "accelerator": "echo", "hash": "h", "busy_ratio": 0.1, "queue_depth": 0}]}],
+    })
+}
+
+/// Polls `replica` until `path` answers `want`.
+fn converges(replica: &Replica, path: &str, want: &Value, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let (status, got, _) = replica.call("GET", path, None);
+        if status == 200 && &got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} {path}: {got} instead of {want}",
+            replica.base
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn three_replicas_one_leader_failover_keeps_every_binding() {
+    let test_start = Instant::now();
+    let etcd = Etcd::start();
+    let replicas: Vec<Replica> = (0..3).map(|_| Replica::start(&etcd)).collect();
+    let all: Vec<&Replica> = replicas.iter().collect();
+    let leader = one_leader(&all, Duration::from_secs(10));
+    let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+
+    // State written through the leader.
+    let lead = &replicas[leader];
+    for (name, port) in [("n1", 9000), ("n2", 9100)] {
+        let (status, body, _) =
+            lead.call("PUT", &format!("/v1/nodes/{name}"), Some(&fake_node(port)));
+        assert_eq!(status, 200, "{body}");
+    }
+    for (function, accelerator, instances) in [("edges", "sobel", 3), ("pings", "echo", 2)] {
+        let spec = json!({"accelerator": accelerator, "hash": null,
+            "query": {"backend": "cpu", "vendor": null, "node": null}, "instances": instances});
+        let (status, body, _) = lead.call("PUT", &format!("/v1/functions/{function}"), Some(&spec));
+        assert_eq!(status, 200, "{body}");
+    }
+    // Every function with its instances' bindings and generations, compared in full
+    // after the failover.
+    let (_, functions, _) = lead.call("GET", "/v1/functions", None);
+    let functions_list = functions.as_array().expect("a list of functions");
+    assert_eq!(functions_list.len(), 2, "{functions}");
+    let bound = functions_list
+        .iter()
+        .flat_map(|f| f["instances"].as_array().unwrap().iter())
+        .filter(|i| i["node"].is_string())
+        .count();
+    assert_eq!(bound, 5, "every instance is bound: {functions}");
+
+    // Followers' caches follow the store.
+    for &f in &followers {
+        converges(
+            &replicas[f],
+            "/v1/functions",
+            &functions,
+            Duration::from_secs(5),
+        );
+    }
+
+    // A write to a follower is refused with the leader's URL (once the follower has
+    // read who leads: it polls the election every 200 ms).
+    let follower = &replicas[followers[0]];
+    let spec = json!({"accelerator": "echo", "hash": null,
+        "query": {"backend": null, "vendor": null, "node": null}, "instances": 1});
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, body, location) = follower.call("PUT", "/v1/functions/more", Some(&spec));
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["code"], "NOT_LEADER", "{body}");
+        if let Some(location) = location {
+            assert_eq!(location, format!("{}/v1/functions/more", lead.base));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no Location");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Reads on a follower work.
+    let (status, _, _) = follower.call("GET", "/v1/nodes", None);
+    assert_eq!(status, 200);
+
+    // Kill -9 the leader; a follower takes over with everything.
+    let mut replicas = replicas;
+    let mut dead = replicas.remove(leader);
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    let killed = Instant::now();
+    let rest: Vec<&Replica> = replicas.iter().collect();
+    let new_leader = one_leader(&rest, Duration::from_secs(10));
+    let takeover = killed.elapsed();
+    println!("a follower leads {takeover:?} after the leader was killed with SIGKILL");
+    assert!(
+        takeover < Duration::from_secs(5),
+        "took over in {takeover:?}"
+    );
+    let lead = &replicas[new_leader];
+    let (_, after, _) = lead.call("GET", "/v1/functions", None);
+    assert_eq!(after, functions, "bindings changed across the failover");
+
+    // The new leader writes; the other replica sends writers to it.
+    let (status, body, _) = lead.call("PUT", "/v1/functions/more", Some(&spec));
+    assert_eq!(status, 200, "{body}");
+    let other = &replicas[1 - new_leader];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, _, location) = other.call("DELETE", "/v1/functions/more", None);
+        assert_eq!(status, 503);
+        if location.as_deref() == Some(format!("{}/v1/functions/more", lead.base).as_str()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "Location still {location:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(dead);
+    println!("test took {:?}", test_start.elapsed());
+}
+
+/// The store alone: commits are compare-and-set on the revision and need the
+/// election key (the fence) to exist.
+#[test]
+fn etcd_store_refuses_stale_and_unfenced_writers() {
+    use netaccel_registry::etcd::EtcdStore;
+    use netaccel_registry::model::Meta;
+    use netaccel_registry::store::{Change, Store, StoreError};
+
+    let etcd = Etcd::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let endpoints = vec![format!("http://{}", etcd.client)];
+        let store = EtcdStore::connect(endpoints, "t/".to_string())
+            .await
+            .unwrap();
+        let empty = store.load().await.unwrap();
+        assert_eq!(empty.revision, 0);
+        let meta = |n| [Change::PutMeta(Meta { next_instance: n })];
+        // No fence: not the leader.
+        assert!(matches!(
+            store.commit(0, &meta(1)).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        let mut client = store.client();
+        let fence = store.key("election/me");
+        client.put(fence.as_str(), "x", None).await.unwrap();
+        store.set_fence(Some(fence.clone().into_bytes()));
+        let r1 = store.commit(0, &meta(1)).await.unwrap();
+        assert!(r1 > 0);
+        let snap = store.load().await.unwrap();
+        assert_eq!((snap.revision, snap.meta.next_instance), (r1, 1));
+        // A writer still at revision 0 lost the race.
+        assert_eq!(
+            store.commit(0, &meta(2)).await,
+            Err(StoreError::Conflict {
+                expected: 0,
+                actual: r1
+            })
+        );
+        // Two changes of one key in one transaction: the last counts.
+        let twice = [
+            Change::PutMeta(Meta { next_instance: 3 }),
+            Change::PutMeta(Meta { next_instance: 4 }),
+        ];
+        let r2 = store.commit(r1, &twice).await.unwrap();
+        assert_eq!(store.load().await.unwrap().meta.next_instance, 4);
+        // The fence key gone (the lease ended): refused, though the revision matches.
+        client.delete(fence.as_str(), None).await.unwrap();
+        assert!(matches!(
+            store.commit(r2, &meta(5)).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        assert_eq!(store.load().await.unwrap().meta.next_instance, 4);
+    });
+}

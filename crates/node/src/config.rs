@@ -11,6 +11,7 @@ pub use crate::logging::LogFormat;
 use crate::memory::PoolPolicy;
 use crate::registry;
 use crate::tenant::{self, TenantConfig};
+use ocl_remote::service::ServiceConfig;
 
 /// How the dispatcher picks among the slots that host the called accelerator.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -64,6 +65,41 @@ pub struct Config {
     pub opencl: Option<SocketAddr>,
     /// Share only OpenCL platforms whose name contains one of these; empty = all.
     pub opencl_platforms: Vec<String>,
+    // The remote OpenCL service's settings (`opencl_*`): the fields of [`ServiceConfig`]
+    // of the same names, units last; their defaults are the service's.
+    /// The OpenCL library the service loads (the ICD loader).
+    pub opencl_library: String,
+    /// Clients connected at once; more are refused.
+    pub opencl_clients_max: usize,
+    /// Largest frame a client may send; beyond it the connection is closed.
+    pub opencl_frame_body_bytes_max: u32,
+    /// Buffer and image bytes one client may hold; also what the devices advertise as
+    /// their global memory (and their largest allocation in proportion).
+    pub opencl_buffer_bytes_max: u64,
+    /// OpenCL objects one client may hold.
+    pub opencl_objects_max: usize,
+    /// Bytes of enqueued data one open task may hold.
+    pub opencl_pending_bytes_max: u64,
+    /// Tasks waiting in one device's FIFO; a client flushing into a full FIFO waits.
+    pub opencl_device_queue_depth_max: usize,
+    /// How long a client may take none of the data sent to it before it is dropped
+    /// (0: no bound).
+    pub opencl_send_stall_timeout_ms: u64,
+    /// Built programs kept by content hash (0: no cache), and their total bytes.
+    pub opencl_program_cache_entries_max: usize,
+    pub opencl_program_cache_bytes_max: usize,
+    /// Longest kernel name the runtime may generate code for (see
+    /// [`ServiceConfig::kernel_name_bytes_max`]).
+    pub opencl_kernel_name_bytes_max: usize,
+    /// Buffers of clients on this host in shared memory when the device computes in
+    /// host memory.
+    pub opencl_shared_memory: bool,
+    /// Offer clients on this host an abstract Unix socket instead of TCP.
+    pub opencl_local_socket: bool,
+    /// How long a client's thread polls for its next request before it sleeps (µs).
+    pub opencl_poll_us: u64,
+    /// Spare buffers for large frames kept for reuse, all clients together.
+    pub opencl_body_spare_bytes_max: usize,
     /// Adds the `fault` accelerator to the catalog (id 0xfff0): payload `panic` makes
     /// it panic, `error` makes it fail, anything else is echoed. For testing clients'
     /// and operators' handling of a failing kernel; off in production.
@@ -162,11 +198,27 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Config {
+        let ocl = ServiceConfig::default();
         Config {
             http: "127.0.0.1:8080".parse().expect("valid address"),
             rac: "127.0.0.1:9400".parse().expect("valid address"),
             opencl: None,
             opencl_platforms: Vec::new(),
+            opencl_library: ocl.library,
+            opencl_clients_max: ocl.clients_max,
+            opencl_frame_body_bytes_max: ocl.frame_body_max,
+            opencl_buffer_bytes_max: ocl.buffer_bytes_max,
+            opencl_objects_max: ocl.objects_max,
+            opencl_pending_bytes_max: ocl.pending_bytes_max,
+            opencl_device_queue_depth_max: ocl.device_queue_depth_max,
+            opencl_send_stall_timeout_ms: ocl.send_stall_max.as_millis() as u64,
+            opencl_program_cache_entries_max: ocl.program_cache_entries_max,
+            opencl_program_cache_bytes_max: ocl.program_cache_bytes_max,
+            opencl_kernel_name_bytes_max: ocl.kernel_name_bytes_max,
+            opencl_shared_memory: ocl.shared_memory,
+            opencl_local_socket: ocl.local_socket,
+            opencl_poll_us: ocl.poll_before_sleep.as_micros() as u64,
+            opencl_body_spare_bytes_max: ocl.body_spare_bytes_max,
             fault_injection: false,
             io_threads: 0,
             log_level: "info".to_string(),
@@ -244,6 +296,20 @@ impl Config {
                 "log_refusals_per_second_max",
                 self.log_refusals_per_second_max as usize,
             ),
+            ("opencl_clients_max", self.opencl_clients_max),
+            ("opencl_objects_max", self.opencl_objects_max),
+            (
+                "opencl_device_queue_depth_max",
+                self.opencl_device_queue_depth_max,
+            ),
+            (
+                "opencl_kernel_name_bytes_max",
+                self.opencl_kernel_name_bytes_max,
+            ),
+            (
+                "opencl_buffer_bytes_max",
+                self.opencl_buffer_bytes_max.min(usize::MAX as u64) as usize,
+            ),
         ];
         for (name, value) in positive {
             if value == 0 {
@@ -274,7 +340,57 @@ impl Config {
         }
         crate::logging::check_filter(&self.log_level)?;
         registry::check_config(self)?;
+        self.validate_opencl()
+    }
+
+    /// The remote OpenCL bounds that depend on each other or on the ICD.
+    fn validate_opencl(&self) -> Result<(), String> {
+        if self.opencl_frame_body_bytes_max < ServiceConfig::FRAME_BODY_MIN {
+            return Err(format!(
+                "opencl_frame_body_bytes_max must be at least {} (the ICD sends frames of \
+                 up to 12 MiB)",
+                ServiceConfig::FRAME_BODY_MIN
+            ));
+        }
+        if self.opencl_pending_bytes_max < u64::from(self.opencl_frame_body_bytes_max) {
+            return Err(format!(
+                "opencl_pending_bytes_max ({}) must be at least opencl_frame_body_bytes_max \
+                 ({}): a frame holding a write counts whole against it",
+                self.opencl_pending_bytes_max, self.opencl_frame_body_bytes_max
+            ));
+        }
+        if self.opencl_poll_us > ocl_remote::poll::SPIN_MAX.as_micros() as u64 {
+            return Err(format!(
+                "opencl_poll_us must be at most {}",
+                ocl_remote::poll::SPIN_MAX.as_micros()
+            ));
+        }
+        if self.opencl_library.is_empty() {
+            return Err("opencl_library must name a library".to_string());
+        }
         Ok(())
+    }
+
+    /// The remote OpenCL service's configuration.
+    pub fn opencl_service(&self) -> ServiceConfig {
+        ServiceConfig {
+            library: self.opencl_library.clone(),
+            platforms: self.opencl_platforms.clone(),
+            clients_max: self.opencl_clients_max,
+            frame_body_max: self.opencl_frame_body_bytes_max,
+            buffer_bytes_max: self.opencl_buffer_bytes_max,
+            objects_max: self.opencl_objects_max,
+            pending_bytes_max: self.opencl_pending_bytes_max,
+            device_queue_depth_max: self.opencl_device_queue_depth_max,
+            shared_memory: self.opencl_shared_memory,
+            program_cache_entries_max: self.opencl_program_cache_entries_max,
+            program_cache_bytes_max: self.opencl_program_cache_bytes_max,
+            local_socket: self.opencl_local_socket,
+            poll_before_sleep: std::time::Duration::from_micros(self.opencl_poll_us),
+            send_stall_max: std::time::Duration::from_millis(self.opencl_send_stall_timeout_ms),
+            kernel_name_bytes_max: self.opencl_kernel_name_bytes_max,
+            body_spare_bytes_max: self.opencl_body_spare_bytes_max,
+        }
     }
 
     /// Network threads to start.
@@ -369,6 +485,80 @@ mod tests {
             .unwrap_err()
             .contains("at least 1"));
         assert!(Config::from_toml("body_bytes_max = 10\nbody_memory_bytes_max = 5").is_err());
+    }
+
+    #[test]
+    fn opencl_bounds_come_from_the_file_and_default_to_the_service_defaults() {
+        let defaults = Config::default().opencl_service();
+        let service = ServiceConfig::default();
+        assert_eq!(defaults.buffer_bytes_max, service.buffer_bytes_max);
+        assert_eq!(defaults.send_stall_max, service.send_stall_max);
+        assert_eq!(defaults.poll_before_sleep, service.poll_before_sleep);
+        assert_eq!(defaults.frame_body_max, service.frame_body_max);
+        let c = Config::from_toml(
+            r#"
+            opencl = "127.0.0.1:9500"
+            opencl_buffer_bytes_max = 4294967296
+            opencl_clients_max = 3
+            opencl_objects_max = 100
+            opencl_pending_bytes_max = 1073741824
+            opencl_frame_body_bytes_max = 33554432
+            opencl_device_queue_depth_max = 7
+            opencl_send_stall_timeout_ms = 0
+            opencl_program_cache_entries_max = 0
+            opencl_program_cache_bytes_max = 1024
+            opencl_kernel_name_bytes_max = 100
+            opencl_shared_memory = false
+            opencl_local_socket = false
+            opencl_poll_us = 0
+            opencl_library = "libOpenCL.so"
+            opencl_body_spare_bytes_max = 0
+            "#,
+        )
+        .unwrap()
+        .opencl_service();
+        assert_eq!(c.buffer_bytes_max, 4 << 30);
+        assert_eq!((c.clients_max, c.objects_max), (3, 100));
+        assert_eq!(c.pending_bytes_max, 1 << 30);
+        assert_eq!(c.frame_body_max, 32 << 20);
+        assert_eq!(c.device_queue_depth_max, 7);
+        assert!(c.send_stall_max.is_zero() && c.poll_before_sleep.is_zero());
+        assert_eq!(
+            (c.program_cache_entries_max, c.program_cache_bytes_max),
+            (0, 1024)
+        );
+        assert_eq!(c.kernel_name_bytes_max, 100);
+        assert!(!c.shared_memory && !c.local_socket);
+        assert_eq!(c.library, "libOpenCL.so");
+        assert_eq!(c.body_spare_bytes_max, 0);
+    }
+
+    #[test]
+    fn opencl_bounds_are_checked() {
+        for (toml, error) in [
+            (
+                "opencl_clients_max = 0",
+                "opencl_clients_max must be at least 1",
+            ),
+            (
+                "opencl_buffer_bytes_max = 0",
+                "opencl_buffer_bytes_max must be at least 1",
+            ),
+            (
+                "opencl_frame_body_bytes_max = 1024",
+                "opencl_frame_body_bytes_max must be at least",
+            ),
+            (
+                "opencl_pending_bytes_max = 1048576",
+                "opencl_pending_bytes_max (1048576) must be at least",
+            ),
+            ("opencl_poll_us = 20000", "opencl_poll_us must be at most"),
+            ("opencl_library = \"\"", "opencl_library must name"),
+            ("opencl_buffer_max = 5", "unknown field"),
+        ] {
+            let err = Config::from_toml(toml).unwrap_err();
+            assert!(err.contains(error), "{toml}: {err}");
+        }
     }
 
     #[test]

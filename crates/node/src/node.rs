@@ -97,11 +97,7 @@ impl Node {
         };
         let mut metrics = Metrics::new();
         let opencl = config.opencl.and_then(|addr| {
-            let service = ocl_remote::service::ServiceConfig {
-                platforms: config.opencl_platforms.clone(),
-                ..Default::default()
-            };
-            match ocl_remote::service::spawn(addr, service, metrics.registry_mut()) {
+            match ocl_remote::service::spawn(addr, config.opencl_service(), metrics.registry_mut()) {
                 Ok(handle) => {
                     tracing::info!(opencl = %handle.local_addr(), devices = ?handle.device_names(), "sharing OpenCL devices");
                     Some(handle)

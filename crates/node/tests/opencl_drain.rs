@@ -124,18 +124,16 @@ fn sigterm_with_remote_opencl_finishes_tasks_closes_sessions_and_exits_zero() {
     );
 
     let rounds = 400i32.to_le_bytes();
-    c.send(&Request::Enqueue {
-        commands: vec![Command::NdRange(NdRange {
-            queue: 2,
-            event: 0,
-            kernel: 5,
-            work_dim: 1,
-            offset: [0; 3],
-            global: [FLOATS, 0, 0],
-            local: None,
-            args: vec![KernelArg::Mem(3), KernelArg::Bytes(&rounds)],
-        })],
-    });
+    c.send(&Request::enqueue(vec![Command::NdRange(NdRange {
+        queue: 2,
+        event: 0,
+        kernel: 5,
+        work_dim: 1,
+        offset: [0; 3],
+        global: [FLOATS, 0, 0],
+        local: None,
+        args: vec![KernelArg::Mem(3), KernelArg::Bytes(&rounds)],
+    })]));
     let flush = c.send(&Request::Flush);
     let deadline = Instant::now() + Duration::from_secs(10);
     while ocl_queue_depth(&node) < 1.0 {

@@ -282,8 +282,8 @@ impl Node {
         }
     }
 
-    /// Adds a command to the open task. `event` is completed when the task is done;
-    /// `read` is where a read command's data goes.
+    /// Adds a command that waits for the events `wait` (ids) to the open task. `event`
+    /// is completed when the task is done; `read` is where a read command's data goes.
     ///
     /// A write's data of [`SPLICE_MIN`] bytes or more is not copied: the frame so far is
     /// sealed and written out with the data at once (`writev`), so the caller's memory
@@ -294,6 +294,7 @@ impl Node {
     pub fn enqueue(
         &self,
         command: &Command<'_>,
+        wait: &[u64],
         event: Option<EventRef>,
         read: Option<(u64, HostDst)>,
     ) {
@@ -304,14 +305,12 @@ impl Node {
             out.buf.resize(start + proto::HEADER_LEN + 4, 0);
             out.frame_start = Some(start);
         }
-        let spliced = match command {
-            Command::Write { data, .. } if data.len() >= SPLICE_MIN => {
-                command.encode_split(&mut out.buf)
-            }
-            _ => {
-                command.encode(&mut out.buf);
-                &[]
-            }
+        let data = command.encode_split(wait, &mut out.buf);
+        let spliced = if data.len() >= SPLICE_MIN {
+            data
+        } else {
+            out.buf.extend_from_slice(data);
+            &[]
         };
         out.cmd_count += 1;
         out.open_cmds += 1;
@@ -357,10 +356,13 @@ impl Node {
     }
 
     /// Adds `marker` (a command carrying the reads' event) and reads served from shared
-    /// memory when the task is done.
+    /// memory when the task is done, and sends the task: the copies are made once the
+    /// whole task has run, so a later command in it (a write to the buffer read) would
+    /// change what the read returns. Later tasks wait for the copies (`exclusive`).
     pub fn enqueue_direct_reads(
         &self,
         marker: &Command<'_>,
+        wait: &[u64],
         event: Option<EventRef>,
         reads: Vec<DirectRead>,
     ) {
@@ -368,7 +370,8 @@ impl Node {
         out.open.direct_reads.extend(reads);
         out.open.exclusive = true;
         drop(out);
-        self.enqueue(marker, event, None);
+        self.enqueue(marker, wait, event, None);
+        self.flush();
     }
 
     /// Closes the open task and sends it (`clFlush`). A task held back by user events is

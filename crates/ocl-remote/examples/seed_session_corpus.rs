@@ -8,7 +8,7 @@ use std::path::Path;
 
 use ocl_remote::cl;
 use ocl_remote::fuzzing::records;
-use ocl_remote::proto::{Command, ImageCmd, ImageOp, KernelArg, NdRange, Request};
+use ocl_remote::proto::{Command, ImageCmd, ImageOp, KernelArg, NdRange, Queued, Request};
 
 /// Touches no memory: a fuzzed launch must not write outside its buffers (see
 /// `ocl_remote::fuzzing`).
@@ -78,7 +78,9 @@ fn main() {
     );
     let transfers = vec![
         Request::Enqueue {
-            commands: vec![
+            // Each command waits for the one before it (the read also for an id that
+            // names no event).
+            commands: [
                 Command::Write {
                     queue: 2,
                     event: 11,
@@ -119,7 +121,18 @@ fn main() {
                     size: 64,
                     token: 1,
                 },
-            ],
+            ]
+            .into_iter()
+            .zip([
+                vec![],
+                vec![11],
+                vec![12],
+                vec![11, 13],
+                vec![14],
+                vec![15, 99],
+            ])
+            .map(|(command, wait)| Queued { wait, command })
+            .collect(),
         },
         Request::Flush,
     ];
@@ -130,19 +143,17 @@ fn main() {
             with(
                 setup(SRC, b"k"),
                 vec![
-                    Request::Enqueue {
-                        commands: vec![
-                            launch(16, None),
-                            Command::Read {
-                                queue: 2,
-                                event: 0,
-                                buffer: 3,
-                                offset: 0,
-                                size: 64,
-                                token: 7,
-                            },
-                        ],
-                    },
+                    Request::enqueue(vec![
+                        launch(16, None),
+                        Command::Read {
+                            queue: 2,
+                            event: 0,
+                            buffer: 3,
+                            offset: 0,
+                            size: 64,
+                            token: 7,
+                        },
+                    ]),
                     Request::Flush,
                 ],
             ),
@@ -153,9 +164,7 @@ fn main() {
             with(
                 setup(SRC, b"k"),
                 vec![
-                    Request::Enqueue {
-                        commands: vec![launch(64, Some([16, 0, 0]))],
-                    },
+                    Request::enqueue(vec![launch(64, Some([16, 0, 0]))]),
                     Request::Flush,
                 ],
             ),
@@ -184,9 +193,7 @@ fn main() {
                         program: 4,
                         param: cl::CL_PROGRAM_BINARIES,
                     },
-                    Request::Enqueue {
-                        commands: vec![launch(16, None)],
-                    },
+                    Request::enqueue(vec![launch(16, None)]),
                     Request::Flush,
                 ],
             ),
@@ -240,9 +247,7 @@ fn main() {
                         offset: 0,
                         size: 32,
                     },
-                    Request::Enqueue {
-                        commands: vec![launch(16, None)],
-                    },
+                    Request::enqueue(vec![launch(16, None)]),
                     Request::Release { id: 3 },
                     Request::Release { id: 5 },
                     Request::Release { id: 1 },
@@ -318,21 +323,19 @@ fn main() {
                         addressing: 0x1131,
                         filter: 0x1140,
                     },
-                    Request::Enqueue {
-                        commands: vec![Command::Image(ImageCmd {
-                            queue: 2,
-                            event: 0,
-                            op: ImageOp::Fill,
-                            src: 0,
-                            dst: 20,
-                            src_origin: [0; 3],
-                            dst_origin: [0; 3],
-                            region: [4, 4, 1],
-                            offset: 0,
-                            token: 0,
-                            data: &[0; 16],
-                        })],
-                    },
+                    Request::enqueue(vec![Command::Image(ImageCmd {
+                        queue: 2,
+                        event: 0,
+                        op: ImageOp::Fill,
+                        src: 0,
+                        dst: 20,
+                        src_origin: [0; 3],
+                        dst_origin: [0; 3],
+                        region: [4, 4, 1],
+                        offset: 0,
+                        token: 0,
+                        data: &[0; 16],
+                    })]),
                     Request::Flush,
                 ],
             ),

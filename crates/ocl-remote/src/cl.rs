@@ -60,11 +60,24 @@ pub const CL_DEVICE_TYPE_ALL: ClBitfield = 0xFFFF_FFFF;
 pub const CL_DEVICE_TYPE_DEFAULT: ClBitfield = 1;
 pub const CL_DEVICE_TYPE_CPU: ClBitfield = 1 << 1;
 pub const CL_DEVICE_TYPE: ClUint = 0x1000;
+pub const CL_DEVICE_MAX_MEM_ALLOC_SIZE: ClUint = 0x1010;
+pub const CL_DEVICE_GLOBAL_MEM_SIZE: ClUint = 0x101F;
+pub const CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE: ClUint = 0x1020;
 pub const CL_DEVICE_NAME: ClUint = 0x102B;
+pub const CL_DEVICE_VERSION: ClUint = 0x102F;
+pub const CL_DEVICE_EXTENSIONS: ClUint = 0x1030;
 pub const CL_DEVICE_PLATFORM: ClUint = 0x1031;
 pub const CL_DEVICE_HOST_UNIFIED_MEMORY: ClUint = 0x1035;
+pub const CL_DEVICE_OPENCL_C_VERSION: ClUint = 0x103D;
+pub const CL_DEVICE_BUILT_IN_KERNELS: ClUint = 0x103F;
 pub const CL_DEVICE_PARENT_DEVICE: ClUint = 0x1042;
 pub const CL_DEVICE_REFERENCE_COUNT: ClUint = 0x1047;
+/// The device queries OpenCL 2.0 to 3.0 added (`CL_DEVICE_IMAGE_PITCH_ALIGNMENT` …
+/// `CL_DEVICE_GENERIC_ADDRESS_SPACE_SUPPORT`, `CL_DEVICE_OPENCL_C_FEATURES` …
+/// `CL_DEVICE_LATEST_CONFORMANCE_VERSION_PASSED`); 0x106A–0x106E between them are
+/// `cl_khr_device_uuid`'s.
+pub const CL_DEVICE_INFO_2_0_TO_3_0: [std::ops::RangeInclusive<ClUint>; 2] =
+    [0x104A..=0x1069, 0x106F..=0x1072];
 
 pub const CL_CONTEXT_REFERENCE_COUNT: ClUint = 0x1080;
 pub const CL_CONTEXT_DEVICES: ClUint = 0x1081;

@@ -71,12 +71,16 @@ api! {
     clEnqueueWriteBuffer: fn(Handle, Handle, u32, usize, usize, *const c_void, u32, *const Handle, *mut Handle) -> ClInt;
     clEnqueueCopyBuffer: fn(Handle, Handle, Handle, usize, usize, usize, u32, *const Handle, *mut Handle) -> ClInt;
     clEnqueueFillBuffer: fn(Handle, Handle, *const c_void, usize, usize, usize, u32, *const Handle, *mut Handle) -> ClInt;
+    clEnqueueMapBuffer: fn(Handle, Handle, u32, u64, usize, usize, u32, *const Handle, *mut Handle, *mut ClInt) -> *mut c_void;
+    clEnqueueUnmapMemObject: fn(Handle, Handle, *mut c_void, u32, *const Handle, *mut Handle) -> ClInt;
     clEnqueueMarkerWithWaitList: fn(Handle, u32, *const Handle, *mut Handle) -> ClInt;
     clEnqueueBarrierWithWaitList: fn(Handle, u32, *const Handle, *mut Handle) -> ClInt;
     clFinish: fn(Handle) -> ClInt;
     clGetEventInfo: fn(Handle, u32, usize, *mut c_void, *mut usize) -> ClInt;
     clGetEventProfilingInfo: fn(Handle, u32, usize, *mut c_void, *mut usize) -> ClInt;
     clReleaseEvent: fn(Handle) -> ClInt;
+    clCreateUserEvent: fn(Handle, *mut ClInt) -> Handle;
+    clSetUserEventStatus: fn(Handle, ClInt) -> ClInt;
     clCreateImage: fn(Handle, u64, *const [u32; 2], *const ImageDesc, *mut c_void, *mut ClInt) -> Handle;
     clGetImageInfo: fn(Handle, u32, usize, *mut c_void, *mut usize) -> ClInt;
     clGetSupportedImageFormats: fn(Handle, u64, u32, u32, *mut [u32; 2], *mut u32) -> ClInt;

@@ -55,7 +55,7 @@ fn launches_too_much(kind: u16, body: &[u8]) -> bool {
     let Ok(Request::Enqueue { commands }) = Request::decode(kind, body) else {
         return false;
     };
-    commands.iter().any(|c| match c {
+    commands.iter().any(|c| match &c.command {
         Command::NdRange(nd) => {
             let dims = usize::from(nd.work_dim).clamp(1, proto::WORK_DIM_MAX);
             nd.global[..dims]
@@ -137,18 +137,16 @@ mod tests {
     }
 
     fn launch(global: u64) -> Request<'static> {
-        Request::Enqueue {
-            commands: vec![Command::NdRange(NdRange {
-                queue: 2,
-                event: 0,
-                kernel: 5,
-                work_dim: 1,
-                offset: [0; 3],
-                global: [global, 0, 0],
-                local: None,
-                args: vec![KernelArg::Mem(3)],
-            })],
-        }
+        Request::enqueue(vec![Command::NdRange(NdRange {
+            queue: 2,
+            event: 0,
+            kernel: 5,
+            work_dim: 1,
+            offset: [0; 3],
+            global: [global, 0, 0],
+            local: None,
+            args: vec![KernelArg::Mem(3)],
+        })])
     }
 
     #[test]

@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 
 /// The polling bound both ends use unless configured otherwise.
 pub const SPIN_DEFAULT: Duration = Duration::from_micros(50);
+/// The longest polling bound either end accepts: beyond it a poller would hold a core
+/// the device's threads need for longer than a sleep and a wake-up cost.
+pub const SPIN_MAX: Duration = Duration::from_micros(10_000);
 
 /// True when `fd` has bytes (or an end of stream) waiting, after at most `timeout_ms`.
 pub fn readable(fd: RawFd, timeout_ms: i32) -> bool {

@@ -135,9 +135,7 @@ fn two_device_service() -> Option<(ServiceHandle, Registry, Client, Vec<u32>)> {
 fn start_hog(svc: &ServiceHandle, device: u32, n: i32) -> (Client, u64) {
     let mut hog = Client::connect(svc.local_addr()).unwrap();
     setup(&mut hog, &[device]);
-    hog.send(&Request::Enqueue {
-        commands: vec![slow(10, 31, 20, n, 1)],
-    });
+    hog.send(&Request::enqueue(vec![slow(10, 31, 20, n, 1)]));
     let task = hog.send(&Request::Flush);
     std::thread::sleep(Duration::from_millis(20));
     (hog, task)
@@ -152,33 +150,29 @@ fn tasks_on_two_devices_run_in_flush_order() {
     let (_hog, _) = start_hog(&svc, devices[0], 100_000_000);
     setup(&mut a, &devices[..2]);
     // Task 1, device 0 (queued behind the hog): buffer 20 = 42.
-    a.send(&Request::Enqueue {
-        commands: vec![slow(10, 31, 20, 10, 42)],
-    });
+    a.send(&Request::enqueue(vec![slow(10, 31, 20, 10, 42)]));
     let first = a.send(&Request::Flush);
     // Task 2, device 1 (idle): buffer 21 = buffer 20, then read it.
-    a.send(&Request::Enqueue {
-        commands: vec![
-            Command::NdRange(NdRange {
-                queue: 11,
-                event: 0,
-                kernel: 32,
-                work_dim: 1,
-                offset: [0; 3],
-                global: [1, 0, 0],
-                local: None,
-                args: vec![KernelArg::Mem(20), KernelArg::Mem(21)],
-            }),
-            Command::Read {
-                queue: 11,
-                event: 0,
-                buffer: 21,
-                offset: 0,
-                size: 4,
-                token: 1,
-            },
-        ],
-    });
+    a.send(&Request::enqueue(vec![
+        Command::NdRange(NdRange {
+            queue: 11,
+            event: 0,
+            kernel: 32,
+            work_dim: 1,
+            offset: [0; 3],
+            global: [1, 0, 0],
+            local: None,
+            args: vec![KernelArg::Mem(20), KernelArg::Mem(21)],
+        }),
+        Command::Read {
+            queue: 11,
+            event: 0,
+            buffer: 21,
+            offset: 0,
+            size: 4,
+            token: 1,
+        },
+    ]));
     let second = a.send(&Request::Flush);
     let mut done = Vec::new();
     let mut value = None;

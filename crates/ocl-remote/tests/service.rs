@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{inc, read_cmd, service, Client, SRC};
 use ocl_remote::cl;
-use ocl_remote::proto::{self, Command, Request};
+use ocl_remote::proto::{self, Command, Queued, Request};
 use ocl_remote::service::{ServiceConfig, ServiceHandle};
 
 #[test]
@@ -229,6 +229,203 @@ fn limits_give_clear_errors() {
     Client::connect(svc.local_addr()).unwrap();
 }
 
+/// The device as a client sees it: OpenCL 1.2 (what the remote path implements), with
+/// no allocation larger than the client may make.
+#[test]
+fn devices_are_presented_as_opencl_1_2_within_the_client_quota() {
+    let config = ServiceConfig {
+        buffer_bytes_max: 3 << 20,
+        ..ServiceConfig::default()
+    };
+    let Some((svc, _registry)) = service(config) else {
+        return;
+    };
+    let mut c = Client::connect(svc.local_addr()).unwrap();
+    let device = c.info.1[0][0];
+    let mut info = |param: u32| c.call(&Request::GetDeviceInfo { device, param });
+    let text = |(status, bytes): (i32, Vec<u8>)| {
+        assert_eq!(status, cl::CL_SUCCESS);
+        String::from_utf8(bytes).unwrap()
+    };
+    let device_version = text(info(cl::CL_DEVICE_VERSION));
+    assert!(
+        device_version.starts_with("OpenCL 1.2 "),
+        "{device_version}"
+    );
+    let c_version = text(info(cl::CL_DEVICE_OPENCL_C_VERSION));
+    assert!(c_version.starts_with("OpenCL C 1."), "{c_version}");
+    // CL_DEVICE_NUMERIC_VERSION, CL_DEVICE_EXTENSIONS_WITH_VERSION, CL_DEVICE_SVM_CAPABILITIES
+    for param in [0x105E, 0x1060, 0x1053] {
+        assert_eq!(info(param).0, cl::CL_INVALID_VALUE, "{param:#x}");
+    }
+    let extensions = text(info(cl::CL_DEVICE_EXTENSIONS));
+    for needs_host_api in ["cl_khr_command_buffer", "cl_khr_il_program", "cl_khr_spir"] {
+        assert!(!extensions.contains(needs_host_api), "{extensions}");
+    }
+    let size = |(status, bytes): (i32, Vec<u8>)| {
+        assert_eq!(status, cl::CL_SUCCESS);
+        u64::from_ne_bytes(bytes.try_into().unwrap())
+    };
+    let max_alloc = size(info(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE));
+    let global = size(info(cl::CL_DEVICE_GLOBAL_MEM_SIZE));
+    assert_eq!((max_alloc, global), (3 << 20, 3 << 20));
+    let mut platform = |param: u32| c.call(&Request::GetPlatformInfo { platform: 0, param });
+    let platform_version = text(platform(cl::CL_PLATFORM_VERSION));
+    assert!(
+        platform_version.starts_with("OpenCL 1.2 "),
+        "{platform_version}"
+    );
+    assert_eq!(
+        platform(cl::CL_PLATFORM_NUMERIC_VERSION).0,
+        cl::CL_INVALID_VALUE
+    );
+    // The advertised allocation is one the client can make.
+    c.setup_context();
+    let create = |c: &mut Client, id, size| {
+        c.call(&Request::CreateBuffer {
+            id,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size,
+            data: &[],
+        })
+        .0
+    };
+    assert_eq!(create(&mut c, 10, max_alloc + 8), cl::CL_OUT_OF_RESOURCES);
+    assert_eq!(create(&mut c, 11, max_alloc), cl::CL_SUCCESS);
+}
+
+/// Under a quota smaller than the device, the device looks like a smaller device of the
+/// same kind: the largest allocation keeps its proportion to the memory, so a program
+/// that takes the largest buffer allowed still has room for more (the whole quota as
+/// one allocation left none).
+#[test]
+fn the_largest_allocation_leaves_room_for_more() {
+    /// (global memory, largest allocation) a client of a service with `quota` sees.
+    fn sizes(quota: u64) -> Option<(ServiceHandle, Client, u64, u64)> {
+        let config = ServiceConfig {
+            buffer_bytes_max: quota,
+            ..ServiceConfig::default()
+        };
+        let (svc, _registry) = service(config)?;
+        let mut c = Client::connect(svc.local_addr()).unwrap();
+        let device = c.info.1[0][0];
+        let mut size = |param: u32| {
+            let (status, bytes) = c.call(&Request::GetDeviceInfo { device, param });
+            assert_eq!(status, cl::CL_SUCCESS);
+            u64::from_ne_bytes(bytes.try_into().unwrap())
+        };
+        let global = size(cl::CL_DEVICE_GLOBAL_MEM_SIZE);
+        let max_alloc = size(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+        Some((svc, c, global, max_alloc))
+    }
+    // Without a quota in the way: the device's own sizes.
+    let Some((_, _, device_global, device_max_alloc)) = sizes(u64::MAX) else {
+        return;
+    };
+    let quota = 1u64 << 30;
+    let (_svc, mut c, global, max_alloc) = sizes(quota).unwrap();
+    assert_eq!(global, device_global.min(quota));
+    assert!(max_alloc <= global && max_alloc <= device_max_alloc);
+    assert!(max_alloc >= (global / 4).max(128 << 20).min(device_max_alloc));
+    c.setup_context();
+    let mut create = |id, size| {
+        c.call(&Request::CreateBuffer {
+            id,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size,
+            data: &[],
+        })
+        .0
+    };
+    assert_eq!(create(10, max_alloc), cl::CL_SUCCESS);
+    // A size a program can fill with a pattern (a native device's are round too).
+    let queue = Request::CreateQueue {
+        id: 2,
+        context: 1,
+        device: c.info.1[0][0],
+        properties: 0,
+    };
+    assert_eq!(c.call(&queue).0, cl::CL_SUCCESS);
+    let (status, _, _) = c.task(vec![Command::Fill {
+        queue: 2,
+        event: 0,
+        buffer: 10,
+        pattern: &[0; 16],
+        offset: 0,
+        size: max_alloc,
+    }]);
+    assert_eq!(status, cl::CL_SUCCESS, "filling {max_alloc} bytes");
+    let mut create = |id, size| {
+        c.call(&Request::CreateBuffer {
+            id,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size,
+            data: &[],
+        })
+        .0
+    };
+    // PoCL's CPU device allows 8 of its 21.5 GiB in one allocation: 380 MiB of 1 GiB.
+    if device_max_alloc < device_global && device_global > quota {
+        assert!(max_alloc < global, "{max_alloc} of {global}");
+        assert_eq!(create(11, global - max_alloc), cl::CL_SUCCESS);
+        assert_eq!(create(12, 1), cl::CL_OUT_OF_RESOURCES);
+    } else {
+        eprintln!("SKIP (in part): the device allows all its memory in one allocation");
+    }
+}
+
+/// A read's bytes are the buffer's when the read ran, whether the node copies them or
+/// (reads after the task's last write) sends them from the runtime's mapped memory; a
+/// mapping is given back before the next task writes the buffer.
+#[test]
+fn reads_return_the_bytes_of_their_moment_in_the_task() {
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut c = Client::connect(svc.local_addr()).unwrap();
+    c.setup(0);
+    let write = |byte: u8| Command::Write {
+        queue: 2,
+        event: 0,
+        buffer: 3,
+        offset: 0,
+        data: Box::leak(vec![byte; 64].into_boxed_slice()),
+    };
+    let read = |token| Command::Read {
+        queue: 2,
+        event: 0,
+        buffer: 3,
+        offset: 0,
+        size: 64,
+        token,
+    };
+    for round in 0..3u8 {
+        let (status, _, reads) = c.task(vec![
+            write(round * 10 + 1),
+            read(1),
+            write(round * 10 + 2),
+            // The kernel adds one to each int: the low byte of each.
+            inc(2, 5, 3, 0),
+            read(2),
+            read(3),
+        ]);
+        assert_eq!(status, cl::CL_SUCCESS);
+        let first = vec![round * 10 + 1; 64];
+        let mut last = vec![round * 10 + 2; 64];
+        for int in last.chunks_mut(4) {
+            int[0] += 1;
+        }
+        assert_eq!(
+            reads,
+            [(1, first), (2, last.clone()), (3, last)],
+            "round {round}"
+        );
+    }
+}
+
 fn wait_idle(svc: &ServiceHandle) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while (svc.clients_connected() > 0 || svc.client_objects() > 0) && Instant::now() < deadline {
@@ -391,6 +588,44 @@ fn an_open_task_over_its_byte_bound_fails_instead_of_growing() {
     assert_eq!(reads[0].1, vec![9u8; 64]);
 }
 
+/// Commands without data count too: an open task of markers with long wait lists
+/// cannot grow the node's memory past the bound.
+#[test]
+fn an_open_task_of_commands_without_data_is_bounded_too() {
+    let config = ServiceConfig {
+        pending_bytes_max: 1 << 20,
+        ..ServiceConfig::default()
+    };
+    let Some((svc, _registry)) = service(config) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    a.setup(0);
+    // 64 frames of 8 markers waiting for 16 Ki events each: 64 MiB of wait lists.
+    let wait: Vec<u64> = (1..=16 << 10).collect();
+    for frame in 0..64u64 {
+        a.send(&Request::Enqueue {
+            commands: (0..8)
+                .map(|i| Queued {
+                    wait: wait.clone(),
+                    command: Command::Marker {
+                        queue: 2,
+                        event: 1 + frame * 8 + i,
+                    },
+                })
+                .collect(),
+        });
+    }
+    let (status, events, _) = a.task(vec![read_cmd(2, 3, 0)]);
+    assert_eq!(status, cl::CL_OUT_OF_RESOURCES);
+    // The first markers fit and ran; the rest failed.
+    assert!(events.iter().any(|e| e.status == cl::CL_COMPLETE));
+    assert!(events.iter().any(|e| e.status == cl::CL_OUT_OF_RESOURCES));
+    // The next task starts from zero again.
+    let (status, _, _) = a.task(vec![read_cmd(2, 3, 0)]);
+    assert_eq!(status, cl::CL_SUCCESS);
+}
+
 #[test]
 fn a_client_that_stops_reading_cannot_hold_the_device() {
     let stall = Duration::from_millis(500);
@@ -423,7 +658,7 @@ fn a_client_that_stops_reading_cannot_hold_the_device() {
             token,
         })
         .collect();
-    hog.send(&Request::Enqueue { commands: reads });
+    hog.send(&Request::enqueue(reads));
     hog.send(&Request::Flush);
     std::thread::sleep(Duration::from_millis(100));
     // Another client on the same device is served once the hog's connection is dropped.

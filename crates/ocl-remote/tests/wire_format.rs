@@ -1,10 +1,11 @@
 //! The bytes of one message of each kind, as the ICD and the node exchanged them before
-//! messages were declared from their field lists. A declaration whose fields were
-//! reordered would still decode what it encodes, but would no longer talk to an older
-//! node or ICD: these vectors say what must not change.
+//! messages were declared from their field lists (protocol version 1), with each
+//! enqueued command behind its wait list since version 2. A declaration whose fields
+//! were reordered would still decode what it encodes, but would no longer talk to an
+//! older node or ICD: these vectors say what must not change.
 
 use ocl_remote::proto::{
-    Command, EventDone, HelloInfo, ImageCmd, ImageOp, KernelArg, NdRange, Request, Response,
+    Command, EventDone, HelloInfo, ImageCmd, ImageOp, KernelArg, NdRange, Queued, Request, Response,
 };
 
 fn hex(bytes: &[u8]) -> String {
@@ -243,180 +244,183 @@ fn every_request_keeps_its_bytes() {
             ),
         ),
         (
-            Request::Enqueue {
-                commands: vec![Command::Write {
-                    queue: 1,
-                    event: 0,
-                    buffer: 2,
-                    offset: 3,
-                    data: b"hi",
-                }],
-            },
+            Request::enqueue(vec![Command::Write {
+                queue: 1,
+                event: 0,
+                buffer: 2,
+                offset: 3,
+                data: b"hi",
+            }]),
             concat!(
-                "2b00000011000000070000000000000001000000010100000000000000000000",
-                "000000000002000000000000000300000000000000020000006869",
+                "2f00000011000000070000000000000001000000000000000101000000000000",
+                "00000000000000000002000000000000000300000000000000020000006869",
             ),
         ),
         (
-            Request::Enqueue {
-                commands: vec![Command::Read {
-                    queue: 1,
-                    event: 9,
-                    buffer: 2,
-                    offset: 4,
-                    size: 8,
-                    token: 3,
-                }],
-            },
+            Request::enqueue(vec![Command::Read {
+                queue: 1,
+                event: 9,
+                buffer: 2,
+                offset: 4,
+                size: 8,
+                token: 3,
+            }]),
             concat!(
-                "3500000011000000070000000000000001000000020100000000000000090000",
-                "0000000000020000000000000004000000000000000800000000000000030000",
-                "0000000000",
+                "3900000011000000070000000000000001000000000000000201000000000000",
+                "0009000000000000000200000000000000040000000000000008000000000000",
+                "000300000000000000",
             ),
         ),
         (
-            Request::Enqueue {
-                commands: vec![Command::Copy {
-                    queue: 1,
-                    event: 0,
-                    src: 2,
-                    dst: 3,
-                    src_offset: 0,
-                    dst_offset: 8,
-                    size: 8,
-                }],
-            },
+            Request::enqueue(vec![Command::Copy {
+                queue: 1,
+                event: 0,
+                src: 2,
+                dst: 3,
+                src_offset: 0,
+                dst_offset: 8,
+                size: 8,
+            }]),
             concat!(
-                "3d00000011000000070000000000000001000000030100000000000000000000",
-                "0000000000020000000000000003000000000000000000000000000000080000",
-                "00000000000800000000000000",
+                "4100000011000000070000000000000001000000000000000301000000000000",
+                "0000000000000000000200000000000000030000000000000000000000000000",
+                "0008000000000000000800000000000000",
             ),
         ),
         (
-            Request::Enqueue {
-                commands: vec![Command::Fill {
-                    queue: 1,
-                    event: 0,
-                    buffer: 2,
-                    pattern: &[0, 1],
-                    offset: 0,
-                    size: 8,
-                }],
-            },
+            Request::enqueue(vec![Command::Fill {
+                queue: 1,
+                event: 0,
+                buffer: 2,
+                pattern: &[0, 1],
+                offset: 0,
+                size: 8,
+            }]),
             concat!(
-                "3300000011000000070000000000000001000000040100000000000000000000",
-                "0000000000020000000000000002000000000100000000000000000800000000",
-                "000000",
-            ),
-        ),
-        (
-            Request::Enqueue {
-                commands: vec![Command::NdRange(NdRange {
-                    queue: 1,
-                    event: 4,
-                    kernel: 5,
-                    work_dim: 2,
-                    offset: [0, 1, 0],
-                    global: [64, 32, 0],
-                    local: Some([8, 8, 0]),
-                    args: vec![
-                        KernelArg::Mem(2),
-                        KernelArg::NullMem,
-                        KernelArg::Local(256),
-                        KernelArg::Bytes(&[1, 0]),
-                        KernelArg::Unset,
-                        KernelArg::Sampler(6),
-                    ],
-                })],
-            },
-            concat!(
-                "7700000011000000070000000000000001000000050100000000000000040000",
-                "0000000000050000000000000002000000000000000001000000000000004000",
-                "0000000000002000000000000000010800000000000000080000000000000006",
-                "0000000102000000000000000203000100000000000004020000000100000506",
+                "3700000011000000070000000000000001000000000000000401000000000000",
+                "0000000000000000000200000000000000020000000001000000000000000008",
                 "00000000000000",
             ),
         ),
         (
-            Request::Enqueue {
-                commands: vec![Command::NdRange(NdRange {
-                    queue: 1,
-                    event: 0,
-                    kernel: 5,
-                    work_dim: 1,
-                    offset: [0; 3],
-                    global: [4, 0, 0],
-                    local: None,
-                    args: vec![],
-                })],
-            },
+            Request::enqueue(vec![Command::NdRange(NdRange {
+                queue: 1,
+                event: 4,
+                kernel: 5,
+                work_dim: 2,
+                offset: [0, 1, 0],
+                global: [64, 32, 0],
+                local: Some([8, 8, 0]),
+                args: vec![
+                    KernelArg::Mem(2),
+                    KernelArg::NullMem,
+                    KernelArg::Local(256),
+                    KernelArg::Bytes(&[1, 0]),
+                    KernelArg::Unset,
+                    KernelArg::Sampler(6),
+                ],
+            })]),
             concat!(
-                "3300000011000000070000000000000001000000050100000000000000000000",
-                "0000000000050000000000000001000000000000000004000000000000000000",
-                "000000",
+                "7b00000011000000070000000000000001000000000000000501000000000000",
+                "0004000000000000000500000000000000020000000000000000010000000000",
+                "0000400000000000000020000000000000000108000000000000000800000000",
+                "0000000600000001020000000000000002030001000000000000040200000001",
+                "0000050600000000000000",
+            ),
+        ),
+        (
+            Request::enqueue(vec![Command::NdRange(NdRange {
+                queue: 1,
+                event: 0,
+                kernel: 5,
+                work_dim: 1,
+                offset: [0; 3],
+                global: [4, 0, 0],
+                local: None,
+                args: vec![],
+            })]),
+            concat!(
+                "3700000011000000070000000000000001000000000000000501000000000000",
+                "0000000000000000000500000000000000010000000000000000040000000000",
+                "00000000000000",
+            ),
+        ),
+        (
+            Request::enqueue(vec![
+                Command::Marker {
+                    queue: 1,
+                    event: 10,
+                },
+                Command::Barrier { queue: 1, event: 0 },
+            ]),
+            concat!(
+                "2e00000011000000070000000000000002000000000000000601000000000000",
+                "000a00000000000000000000000701000000000000000000000000000000",
+            ),
+        ),
+        (
+            Request::enqueue(vec![Command::Image(ImageCmd {
+                queue: 1,
+                event: 2,
+                op: ImageOp::Write,
+                src: 0,
+                dst: 13,
+                src_origin: [0; 3],
+                dst_origin: [0, 3, 0],
+                region: [1, 1, 1],
+                offset: 0,
+                token: 0,
+                data: &[7; 4],
+            })]),
+            concat!(
+                "8a00000011000000070000000000000001000000000000000801000000000000",
+                "0002000000000000000100000000000000000d00000000000000000000000000",
+                "0000000000000000000000000000000000000000000000000000030000000000",
+                "0000000000000000000001000000000000000100000000000000010000000000",
+                "0000000000000000000000000000000000000400000007070707",
+            ),
+        ),
+        (
+            Request::enqueue(vec![Command::Image(ImageCmd {
+                queue: 1,
+                event: 0,
+                op: ImageOp::ToBuffer,
+                src: 11,
+                dst: 13,
+                src_origin: [1, 2, 0],
+                dst_origin: [0; 3],
+                region: [4, 5, 1],
+                offset: 64,
+                token: 0,
+                data: &[],
+            })]),
+            concat!(
+                "8600000011000000070000000000000001000000000000000801000000000000",
+                "000000000000000000030b000000000000000d00000000000000010000000000",
+                "0000020000000000000000000000000000000000000000000000000000000000",
+                "0000000000000000000004000000000000000500000000000000010000000000",
+                "00004000000000000000000000000000000000000000",
             ),
         ),
         (
             Request::Enqueue {
-                commands: vec![
-                    Command::Marker {
+                commands: vec![Queued {
+                    wait: vec![5, 6],
+                    command: Command::Marker {
                         queue: 1,
                         event: 10,
                     },
-                    Command::Barrier { queue: 1, event: 0 },
-                ],
+                }],
             },
             concat!(
-                "26000000110000000700000000000000020000000601000000000000000a0000",
-                "00000000000701000000000000000000000000000000",
-            ),
-        ),
-        (
-            Request::Enqueue {
-                commands: vec![Command::Image(ImageCmd {
-                    queue: 1,
-                    event: 2,
-                    op: ImageOp::Write,
-                    src: 0,
-                    dst: 13,
-                    src_origin: [0; 3],
-                    dst_origin: [0, 3, 0],
-                    region: [1, 1, 1],
-                    offset: 0,
-                    token: 0,
-                    data: &[7; 4],
-                })],
-            },
-            concat!(
-                "8600000011000000070000000000000001000000080100000000000000020000",
-                "00000000000100000000000000000d0000000000000000000000000000000000",
-                "0000000000000000000000000000000000000000000003000000000000000000",
-                "0000000000000100000000000000010000000000000001000000000000000000",
-                "00000000000000000000000000000400000007070707",
-            ),
-        ),
-        (
-            Request::Enqueue {
-                commands: vec![Command::Image(ImageCmd {
-                    queue: 1,
-                    event: 0,
-                    op: ImageOp::ToBuffer,
-                    src: 11,
-                    dst: 13,
-                    src_origin: [1, 2, 0],
-                    dst_origin: [0; 3],
-                    region: [4, 5, 1],
-                    offset: 64,
-                    token: 0,
-                    data: &[],
-                })],
-            },
-            concat!(
-                "8200000011000000070000000000000001000000080100000000000000000000",
-                "0000000000030b000000000000000d0000000000000001000000000000000200",
-                "0000000000000000000000000000000000000000000000000000000000000000",
-                "0000000000000400000000000000050000000000000001000000000000004000",
-                "000000000000000000000000000000000000",
+                "29000000110000000700000000000000",
+                "01000000",
+                "02000000",
+                "0500000000000000",
+                "0600000000000000",
+                "06",
+                "0100000000000000",
+                "0a00000000000000",
             ),
         ),
     ];

@@ -13,17 +13,19 @@ use crate::object::*;
 
 use super::slice;
 
-/// Checks the queue and the wait list. Waiting needs no wire encoding: a flush sends all
-/// of a connection's pending commands and tasks run in order (see docs/opencl.md).
+/// Checks the queue and the wait list; returns the queue and the ids of the events in the
+/// wait list, which travel with the command: the node makes the runtime wait for the
+/// commands of the same task that produce them (see docs/opencl.md).
 pub(super) unsafe fn prologue<'a>(
     queue: Handle,
     num_wait: u32,
     wait: *const Handle,
-) -> Result<&'a Obj<Queue>, ClInt> {
+) -> Result<(&'a Obj<Queue>, Vec<u64>), ClInt> {
     let q = get::<Queue>(queue)?;
     if (num_wait == 0) != wait.is_null() {
         return Err(cl::CL_INVALID_EVENT_WAIT_LIST);
     }
+    let mut ids = Vec::with_capacity(num_wait as usize);
     for &e in slice(wait, num_wait) {
         let ev = get::<Event>(e).map_err(|_| cl::CL_INVALID_EVENT_WAIT_LIST)?;
         if !Arc::ptr_eq(&ev.v.node, &q.v.node) {
@@ -36,8 +38,9 @@ pub(super) unsafe fn prologue<'a>(
             // Waiting for a user event: the open task stays here until it is set.
             q.v.node.gate(EventRef::new(e));
         }
+        ids.push(ev.v.id);
     }
-    Ok(q)
+    Ok((q, ids))
 }
 
 /// Creates the event the application asked for (if it did) and a reference for the task.
@@ -125,7 +128,7 @@ pub(super) unsafe fn enqueue_read(
     wait: *const Handle,
     event: *mut Handle,
 ) -> Result<Arc<Node>, ClInt> {
-    let q = prologue(queue, num_wait, wait)?;
+    let (q, waits) = prologue(queue, num_wait, wait)?;
     let m = get::<Mem>(mem)?;
     same_node(&q.v.node, &m.v.node)?;
     check_range(offset, size, m.v.size)?;
@@ -148,7 +151,8 @@ pub(super) unsafe fn enqueue_read(
             offset: m.v.shm_offset + offset,
             dst,
         };
-        q.v.node.enqueue_direct_reads(&marker, evref, vec![read]);
+        q.v.node
+            .enqueue_direct_reads(&marker, &waits, evref, vec![read]);
         return Ok(Arc::clone(&q.v.node));
     }
     let token = q.v.node.next_id();
@@ -162,6 +166,7 @@ pub(super) unsafe fn enqueue_read(
     };
     q.v.node.enqueue(
         &cmd,
+        &waits,
         evref,
         Some((
             token,
@@ -177,6 +182,7 @@ pub(super) unsafe fn enqueue_read(
 pub(super) unsafe fn enqueue_write(
     q: &Obj<Queue>,
     queue: Handle,
+    waits: &[u64],
     m: &Obj<Mem>,
     offset: usize,
     data: &[u8],
@@ -198,6 +204,7 @@ pub(super) unsafe fn enqueue_write(
                         queue: q.v.id,
                         event: ev,
                     },
+                    waits,
                     evref,
                     None,
                 );
@@ -208,16 +215,18 @@ pub(super) unsafe fn enqueue_write(
     let (ev, evref) = new_event(q, queue, command_type, event);
     let mut evref = evref;
     let chunks = data.len().div_ceil(WRITE_CHUNK_MAX).max(1);
+    // Every piece carries the event (it completes with the last of them) and the wait
+    // list: on an out-of-order queue the pieces run in any order.
     for (i, chunk) in data.chunks(WRITE_CHUNK_MAX).enumerate() {
         let last = i + 1 == chunks;
         let cmd = Command::Write {
             queue: q.v.id,
-            event: if last { ev } else { 0 },
+            event: ev,
             buffer: m.v.id,
             offset: (offset + i * WRITE_CHUNK_MAX) as u64,
             data: chunk,
         };
         q.v.node
-            .enqueue(&cmd, if last { evref.take() } else { None }, None);
+            .enqueue(&cmd, waits, if last { evref.take() } else { None }, None);
     }
 }

@@ -433,6 +433,7 @@ fn image_cmd<'a>(q: &Obj<Queue>, event: u64, op: ImageOp) -> ImageCmd<'a> {
 pub(super) unsafe fn enqueue_image_read(
     q: &Obj<Queue>,
     queue: Handle,
+    waits: &[u64],
     m: &Obj<Mem>,
     meta: &ImageMeta,
     (origin, region): ([usize; 3], [usize; 3]),
@@ -468,7 +469,7 @@ pub(super) unsafe fn enqueue_image_read(
             src_origin: wide(at),
             region: wide(size),
             token,
-            ..image_cmd(q, if last { ev } else { 0 }, ImageOp::Read)
+            ..image_cmd(q, ev, ImageOp::Read)
         });
         let dst = HostDst {
             ptr: ptr as usize + host_offset,
@@ -476,6 +477,7 @@ pub(super) unsafe fn enqueue_image_read(
         };
         q.v.node.enqueue(
             &cmd,
+            waits,
             if last { evref.take() } else { None },
             Some((token, dst)),
         );
@@ -488,6 +490,7 @@ pub(super) unsafe fn enqueue_image_read(
 pub(super) unsafe fn enqueue_image_write(
     q: &Obj<Queue>,
     queue: Handle,
+    waits: &[u64],
     m: &Obj<Mem>,
     meta: &ImageMeta,
     (origin, region): ([usize; 3], [usize; 3]),
@@ -519,10 +522,10 @@ pub(super) unsafe fn enqueue_image_write(
             dst_origin: wide([origin[0], origin[1] + y, origin[2] + z]),
             region: wide(size),
             data: &data,
-            ..image_cmd(q, if last { ev } else { 0 }, ImageOp::Write)
+            ..image_cmd(q, ev, ImageOp::Write)
         });
         q.v.node
-            .enqueue(&cmd, if last { evref.take() } else { None }, None);
+            .enqueue(&cmd, waits, if last { evref.take() } else { None }, None);
     }
 }
 
@@ -530,6 +533,7 @@ pub(super) unsafe fn enqueue_image_write(
 /// the queue's node, the region inside the image, the host layout, the host pointer.
 type Transfer<'a> = (
     &'a Obj<Queue>,
+    Vec<u64>,
     &'a Obj<Mem>,
     ImageMeta,
     [usize; 3],
@@ -545,7 +549,7 @@ unsafe fn transfer<'a>(
     ptr: *const c_void,
     (num_wait, wait): (u32, *const Handle),
 ) -> Result<Transfer<'a>, ClInt> {
-    let q = prologue(queue, num_wait, wait)?;
+    let (q, waits) = prologue(queue, num_wait, wait)?;
     let (m, meta) = image(mem)?;
     same_node(&q.v.node, &m.v.node)?;
     let (origin, region) = (read3(origin)?, read3(region)?);
@@ -554,7 +558,7 @@ unsafe fn transfer<'a>(
     if ptr.is_null() {
         return Err(cl::CL_INVALID_VALUE);
     }
-    Ok((q, m, meta, origin, region, strides))
+    Ok((q, waits, m, meta, origin, region, strides))
 }
 
 pub unsafe extern "C" fn clEnqueueReadImage(
@@ -578,12 +582,13 @@ pub unsafe extern "C" fn clEnqueueReadImage(
         ptr.cast(),
         (num_wait, wait)
     ));
-    let (q, m, meta, origin, region, strides) = t;
+    let (q, waits, m, meta, origin, region, strides) = t;
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
     enqueue_image_read(
         q,
         queue,
+        &waits,
         m,
         &meta,
         (origin, region),
@@ -616,11 +621,12 @@ pub unsafe extern "C" fn clEnqueueWriteImage(
         ptr.cast(),
         (num_wait, wait)
     ));
-    let (q, m, meta, origin, region, strides) = t;
+    let (q, waits, m, meta, origin, region, strides) = t;
     // The data is copied now, so the host memory is reusable on return.
     enqueue_image_write(
         q,
         queue,
+        &waits,
         m,
         &meta,
         (origin, region),
@@ -643,7 +649,7 @@ pub unsafe extern "C" fn clEnqueueCopyImage(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let (s, s_meta) = tryr!(image(src));
     let (d, d_meta) = tryr!(image(dst));
     tryr!(same_node(&q.v.node, &s.v.node));
@@ -667,7 +673,7 @@ pub unsafe extern "C" fn clEnqueueCopyImage(
         region: wide(r),
         ..image_cmd(q, ev, ImageOp::Copy)
     });
-    q.v.node.enqueue(&cmd, evref, None);
+    q.v.node.enqueue(&cmd, &waits, evref, None);
     cl::CL_SUCCESS
 }
 
@@ -744,7 +750,7 @@ unsafe fn copy_with_buffer(
     op: ImageOp,
     w: Waits,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, w.num_wait, w.wait));
+    let (q, waits) = tryr!(prologue(queue, w.num_wait, w.wait));
     let (image_m, meta) = tryr!(image(image_h));
     let buffer = tryr!(get::<Mem>(buffer_h));
     if buffer.v.image.is_some() {
@@ -782,7 +788,7 @@ unsafe fn copy_with_buffer(
             ..base
         }
     });
-    q.v.node.enqueue(&cmd, evref, None);
+    q.v.node.enqueue(&cmd, &waits, evref, None);
     cl::CL_SUCCESS
 }
 
@@ -796,7 +802,7 @@ pub unsafe extern "C" fn clEnqueueFillImage(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let (m, meta) = tryr!(image(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     if color.is_null() {
@@ -814,7 +820,7 @@ pub unsafe extern "C" fn clEnqueueFillImage(
         data: colour,
         ..image_cmd(q, ev, ImageOp::Fill)
     });
-    q.v.node.enqueue(&cmd, evref, None);
+    q.v.node.enqueue(&cmd, &waits, evref, None);
     cl::CL_SUCCESS
 }
 
@@ -835,7 +841,7 @@ pub unsafe extern "C" fn clEnqueueMapImage(
     event: *mut Handle,
     errcode: *mut ClInt,
 ) -> *mut c_void {
-    let q = tryp!(prologue(queue, num_wait, wait), errcode);
+    let (q, waits) = tryp!(prologue(queue, num_wait, wait), errcode);
     let (m, meta) = tryp!(image(mem), errcode);
     tryp!(same_node(&q.v.node, &m.v.node), errcode);
     let (origin, region) = (tryp!(read3(origin), errcode), tryp!(read3(region), errcode));
@@ -866,6 +872,7 @@ pub unsafe extern "C" fn clEnqueueMapImage(
                 queue: q.v.id,
                 event: ev,
             },
+            &waits,
             evref,
             None,
         );
@@ -873,6 +880,7 @@ pub unsafe extern "C" fn clEnqueueMapImage(
         enqueue_image_read(
             q,
             queue,
+            &waits,
             m,
             &meta,
             (origin, region),

@@ -245,7 +245,7 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let k = tryr!(get::<Kernel>(kernel));
     tryr!(same_node(&q.v.node, &k.v.node));
     if !(1..=proto::WORK_DIM_MAX as u32).contains(&work_dim) {
@@ -300,7 +300,7 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
         },
         args: wire_args,
     });
-    q.v.node.enqueue(&cmd, evref, None);
+    q.v.node.enqueue(&cmd, &waits, evref, None);
     cl::CL_SUCCESS
 }
 

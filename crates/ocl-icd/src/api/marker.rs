@@ -27,7 +27,7 @@ unsafe fn marker(
     event: *mut Handle,
     barrier: bool,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let ty = if barrier {
         cl::CL_COMMAND_BARRIER
     } else {
@@ -45,7 +45,7 @@ unsafe fn marker(
             event: ev,
         }
     };
-    q.v.node.enqueue(&cmd, evref, None);
+    q.v.node.enqueue(&cmd, &waits, evref, None);
     cl::CL_SUCCESS
 }
 
@@ -74,10 +74,11 @@ pub unsafe extern "C" fn clEnqueueMarker(q: Handle, e: *mut Handle) -> ClInt {
 pub unsafe extern "C" fn clEnqueueBarrier(q: Handle) -> ClInt {
     marker(q, 0, std::ptr::null(), null_mut(), true)
 }
+/// OpenCL 1.1's form of a barrier with a wait list: later commands of the queue wait for
+/// the events.
 pub unsafe extern "C" fn clEnqueueWaitForEvents(q: Handle, n: u32, w: *const Handle) -> ClInt {
     if n == 0 || w.is_null() {
         return cl::CL_INVALID_VALUE;
     }
-    tryr!(prologue(q, n, w));
-    cl::CL_SUCCESS
+    marker(q, n, w, null_mut(), true)
 }

@@ -93,7 +93,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     let (rows, len) = tryr!(rect_rows(
@@ -125,6 +125,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
                 queue: q.v.id,
                 event: ev,
             },
+            &waits,
             evref,
             reads,
         );
@@ -135,7 +136,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
             let token = q.v.node.next_id();
             let cmd = Command::Read {
                 queue: q.v.id,
-                event: if last { ev } else { 0 },
+                event: ev,
                 buffer: m.v.id,
                 offset: b as u64,
                 size: len as u64,
@@ -144,6 +145,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
             let dst = HostDst { ptr: host + h, len };
             q.v.node.enqueue(
                 &cmd,
+                &waits,
                 if last { evref.take() } else { None },
                 Some((token, dst)),
             );
@@ -168,7 +170,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     let (rows, len) = tryr!(rect_rows(
@@ -199,6 +201,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
                         queue: q.v.id,
                         event: ev,
                     },
+                    &waits,
                     evref,
                     None,
                 );
@@ -218,13 +221,17 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
             let final_chunk = last && j + 1 == chunks;
             let cmd = Command::Write {
                 queue: q.v.id,
-                event: if final_chunk { ev } else { 0 },
+                event: ev,
                 buffer: m.v.id,
                 offset: (b + j * WRITE_CHUNK_MAX) as u64,
                 data: chunk,
             };
-            q.v.node
-                .enqueue(&cmd, if final_chunk { evref.take() } else { None }, None);
+            q.v.node.enqueue(
+                &cmd,
+                &waits,
+                if final_chunk { evref.take() } else { None },
+                None,
+            );
         }
     }
     cl::CL_SUCCESS
@@ -245,7 +252,7 @@ pub unsafe extern "C" fn clEnqueueCopyBufferRect(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let s = tryr!(get::<Mem>(src));
     let d = tryr!(get::<Mem>(dst));
     tryr!(same_node(&q.v.node, &s.v.node));
@@ -265,7 +272,7 @@ pub unsafe extern "C" fn clEnqueueCopyBufferRect(
         let last = i + 1 == rows.len();
         let cmd = Command::Copy {
             queue: q.v.id,
-            event: if last { ev } else { 0 },
+            event: ev,
             src: s.v.id,
             dst: d.v.id,
             src_offset: a as u64,
@@ -273,7 +280,7 @@ pub unsafe extern "C" fn clEnqueueCopyBufferRect(
             size: len as u64,
         };
         q.v.node
-            .enqueue(&cmd, if last { evref.take() } else { None }, None);
+            .enqueue(&cmd, &waits, if last { evref.take() } else { None }, None);
     }
     cl::CL_SUCCESS
 }

@@ -65,7 +65,7 @@ pub unsafe extern "C" fn clEnqueueWriteBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     tryr!(check_range(offset, size, m.v.size));
@@ -78,6 +78,7 @@ pub unsafe extern "C" fn clEnqueueWriteBuffer(
     enqueue_write(
         q,
         queue,
+        &waits,
         m,
         offset,
         data,
@@ -98,7 +99,7 @@ pub unsafe extern "C" fn clEnqueueCopyBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let s = tryr!(get::<Mem>(src));
     let d = tryr!(get::<Mem>(dst));
     tryr!(same_node(&q.v.node, &s.v.node));
@@ -118,7 +119,7 @@ pub unsafe extern "C" fn clEnqueueCopyBuffer(
         dst_offset: dst_offset as u64,
         size: size as u64,
     };
-    q.v.node.enqueue(&cmd, evref, None);
+    q.v.node.enqueue(&cmd, &waits, evref, None);
     cl::CL_SUCCESS
 }
 
@@ -133,7 +134,7 @@ pub unsafe extern "C" fn clEnqueueFillBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     tryr!(check_range(offset, size, m.v.size));
@@ -154,7 +155,7 @@ pub unsafe extern "C" fn clEnqueueFillBuffer(
         offset: offset as u64,
         size: size as u64,
     };
-    q.v.node.enqueue(&cmd, evref, None);
+    q.v.node.enqueue(&cmd, &waits, evref, None);
     cl::CL_SUCCESS
 }
 
@@ -177,7 +178,7 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
     if let (Some(region), 0) = (&m.v.shm, m.v.host_ptr) {
         // Shared memory: the mapping is the buffer itself, ready once the commands
         // ahead of it are done; nothing to copy either way.
-        let q = tryp!(prologue(queue, num_wait, wait), errcode);
+        let (q, waits) = tryp!(prologue(queue, num_wait, wait), errcode);
         tryp!(same_node(&q.v.node, &m.v.node), errcode);
         let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_BUFFER, slot);
         q.v.node.enqueue(
@@ -185,6 +186,7 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
                 queue: q.v.id,
                 event: ev,
             },
+            &waits,
             evref,
             None,
         );
@@ -220,13 +222,14 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
     };
     if map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
         // Nothing to fetch: the application overwrites the whole region.
-        let q = tryp!(prologue(queue, num_wait, wait), errcode);
+        let (q, waits) = tryp!(prologue(queue, num_wait, wait), errcode);
         let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_BUFFER, event);
         q.v.node.enqueue(
             &Command::Marker {
                 queue: q.v.id,
                 event: ev,
             },
+            &waits,
             evref,
             None,
         );
@@ -274,7 +277,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     let mapping = {
@@ -290,6 +293,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
         image::enqueue_image_write(
             q,
             queue,
+            &waits,
             m,
             &meta,
             (origin, region),
@@ -303,6 +307,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
         enqueue_write(
             q,
             queue,
+            &waits,
             m,
             mapping.offset,
             data,
@@ -316,6 +321,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
                 queue: q.v.id,
                 event: ev,
             },
+            &waits,
             evref,
             None,
         );
@@ -335,13 +341,14 @@ pub unsafe extern "C" fn clEnqueueMigrateMemObjects(
     event: *mut Handle,
 ) -> ClInt {
     // Buffers live on the node's device already; migration is a no-op marker.
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
     let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MIGRATE_MEM_OBJECTS, event);
     q.v.node.enqueue(
         &Command::Marker {
             queue: q.v.id,
             event: ev,
         },
+        &waits,
         evref,
         None,
     );

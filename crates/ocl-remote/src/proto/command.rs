@@ -1,12 +1,36 @@
 //! The commands an `Enqueue` request carries: buffer and image transfers, kernel
 //! launches, markers and barriers, each with its queue and event, declared once each
-//! (a tag byte, then the fields in order).
+//! (a tag byte, then the fields in order), and each behind the list of client events it
+//! waits for ([`Queued`]).
 
-use super::wire::{messages, put_u64, put_u8, wire_struct, Reader, Wire};
+use super::wire::{messages, put_u32, put_u64, put_u8, wire_struct, Reader, Wire};
 use super::ProtoError;
 
 /// Maximum work dimensions of an NDRange (OpenCL 1.2 devices have 3).
 pub const WORK_DIM_MAX: usize = 3;
+
+wire_struct! {
+    /// One item of an `Enqueue`: the client events the command waits for (its
+    /// `event_wait_list`, by event id), then the command. The node makes the runtime
+    /// wait for the commands of the same task that produce those events, on any of the
+    /// client's queues; events of earlier tasks have completed before a task runs, and
+    /// user events never reach the node (the ICD holds a task back until they are set).
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct Queued<'a> {
+        pub wait: Vec<u64>,
+        pub command: Command<'a>,
+    }
+}
+
+/// A command that waits for nothing.
+impl<'a> From<Command<'a>> for Queued<'a> {
+    fn from(command: Command<'a>) -> Self {
+        Queued {
+            wait: Vec::new(),
+            command,
+        }
+    }
+}
 
 messages! {
     /// One enqueued command inside an `Enqueue` frame. `queue` and `event` are client
@@ -224,10 +248,15 @@ fn read_dims(r: &mut Reader<'_>, dims: usize) -> Result<[u64; WORK_DIM_MAX], Pro
 }
 
 impl Command<'_> {
-    /// Appends the command's encoding except the bytes of a write's data, which it
-    /// returns: they belong right after what was appended (empty for other commands).
-    /// For senders that write the data from where it is instead of copying it.
-    pub fn encode_split(&self, out: &mut Vec<u8>) -> &[u8] {
+    /// Appends the command as one item of an `Enqueue` ([`Queued`]) that waits for the
+    /// events `wait`, except the bytes of a write's data, which it returns: they belong
+    /// right after what was appended (empty for other commands). For senders that write
+    /// the data from where it is instead of copying it.
+    pub fn encode_split(&self, wait: &[u64], out: &mut Vec<u8>) -> &[u8] {
+        put_u32(out, u32::try_from(wait.len()).expect("wait list fits u32"));
+        for event in wait {
+            put_u64(out, *event);
+        }
         match self {
             Command::Write {
                 queue,
@@ -245,22 +274,17 @@ impl Command<'_> {
                     offset: *offset,
                     data: &[],
                 }
-                .encode(out);
+                .put(out);
                 let len = u32::try_from(data.len()).expect("byte string fits u32");
                 let at = out.len() - 4;
                 out[at..].copy_from_slice(&len.to_le_bytes());
                 data
             }
             other => {
-                other.encode(out);
+                other.put(out);
                 &[]
             }
         }
-    }
-
-    /// Appends the command's encoding (as one item of an `Enqueue` body).
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        self.put(out);
     }
 
     /// The client queue id the command was enqueued on.
@@ -303,14 +327,18 @@ mod tests {
             data: &data,
         };
         let (mut whole, mut split) = (Vec::new(), Vec::new());
-        write.encode(&mut whole);
-        let tail = write.encode_split(&mut split);
+        Queued {
+            wait: vec![5, 6],
+            command: write.clone(),
+        }
+        .put(&mut whole);
+        let tail = write.encode_split(&[5, 6], &mut split);
         split.extend_from_slice(tail);
         assert_eq!(split, whole);
         let marker = Command::Marker { queue: 1, event: 2 };
         let (mut whole, mut split) = (Vec::new(), Vec::new());
-        marker.encode(&mut whole);
-        assert!(marker.encode_split(&mut split).is_empty());
+        Queued::from(marker.clone()).put(&mut whole);
+        assert!(marker.encode_split(&[], &mut split).is_empty());
         assert_eq!(split, whole);
     }
 
@@ -318,7 +346,7 @@ mod tests {
     fn an_unknown_image_operation_is_an_error() {
         let mut out = Vec::new();
         Request::Enqueue {
-            commands: vec![Command::Image(ImageCmd {
+            commands: vec![Queued::from(Command::Image(ImageCmd {
                 queue: 1,
                 event: 0,
                 op: ImageOp::Fill,
@@ -330,11 +358,12 @@ mod tests {
                 offset: 0,
                 token: 0,
                 data: &[0; 16],
-            })],
+            }))],
         }
         .encode(1, &mut out);
-        // The operation byte follows the 4-byte count, tag, queue and event.
-        let at = HEADER_LEN + 4 + 1 + 16;
+        // The operation byte follows the 4-byte count, the empty wait list, tag, queue
+        // and event.
+        let at = HEADER_LEN + 4 + 4 + 1 + 16;
         assert_eq!(out[at], ImageOp::Fill as u8);
         out[at] = 6;
         let Decoded::Complete((h, body), _) = decode_frame(&out, u32::MAX).unwrap() else {

@@ -23,8 +23,9 @@ pub use request::*;
 pub use response::*;
 pub use wire::{put_bytes, put_i32, put_u32, put_u64, put_u8, Reader, Wire};
 
-/// Protocol version sent in `Hello`; the node refuses other versions.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Protocol version sent in `Hello`; the node refuses other versions. Version 2: each
+/// enqueued command carries its wait list ([`Queued`]).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Message kinds (the `kind` header field): requests, then responses.
 pub mod kind {
@@ -77,27 +78,25 @@ mod tests {
             seed
         };
         let mut valid = Vec::new();
-        Request::Enqueue {
-            commands: vec![
-                Command::Write {
-                    queue: 1,
-                    event: 2,
-                    buffer: 3,
-                    offset: 0,
-                    data: b"abc",
-                },
-                Command::NdRange(NdRange {
-                    queue: 1,
-                    event: 0,
-                    kernel: 5,
-                    work_dim: 1,
-                    offset: [0; 3],
-                    global: [8, 0, 0],
-                    local: Some([4, 0, 0]),
-                    args: vec![KernelArg::Bytes(b"xy"), KernelArg::Local(16)],
-                }),
-            ],
-        }
+        Request::enqueue(vec![
+            Command::Write {
+                queue: 1,
+                event: 2,
+                buffer: 3,
+                offset: 0,
+                data: b"abc",
+            },
+            Command::NdRange(NdRange {
+                queue: 1,
+                event: 0,
+                kernel: 5,
+                work_dim: 1,
+                offset: [0; 3],
+                global: [8, 0, 0],
+                local: Some([4, 0, 0]),
+                args: vec![KernelArg::Bytes(b"xy"), KernelArg::Local(16)],
+            }),
+        ])
         .encode(0, &mut valid);
         let body = valid[HEADER_LEN..].to_vec();
         for i in 0..20_000 {
@@ -140,7 +139,8 @@ mod tests {
             Err(ProtoError::TrailingBytes(1))
         );
         let mut nd = vec![];
-        put_u32(&mut nd, 1);
+        put_u32(&mut nd, 1); // one command
+        put_u32(&mut nd, 0); // waiting for nothing
         put_u8(&mut nd, tag::ND_RANGE);
         nd.extend_from_slice(&[0; 24]);
         put_u8(&mut nd, 4);

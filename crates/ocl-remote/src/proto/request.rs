@@ -2,7 +2,7 @@
 //! number, the fields in wire order. A new call is one line here and its handling in the
 //! service's session.
 
-use super::command::Command;
+use super::command::{Command, Queued};
 use super::frame::encode_frame;
 use super::wire::{messages, Reader};
 use super::ProtoError;
@@ -46,7 +46,7 @@ messages! {
         GetKernelArgInfo = GET_KERNEL_ARG_INFO(14) { kernel: u64, index: u32, param: u32 },
         GetKernelInfo = GET_KERNEL_INFO(15) { kernel: u64, param: u32 },
         Release = RELEASE(16) { id: u64 },
-        Enqueue = ENQUEUE(17) { commands: Vec<Command<'a>> },
+        Enqueue = ENQUEUE(17) { commands: Vec<Queued<'a>> },
         Flush = FLUSH(18),
         CreateSubBuffer = CREATE_SUB_BUFFER(19) {
             id: u64,
@@ -99,6 +99,13 @@ messages! {
 }
 
 impl<'a> Request<'a> {
+    /// An `Enqueue` of `commands` that wait for no event.
+    pub fn enqueue(commands: Vec<Command<'a>>) -> Request<'a> {
+        Request::Enqueue {
+            commands: commands.into_iter().map(Queued::from).collect(),
+        }
+    }
+
     /// Appends the request as one frame with request id `id`.
     pub fn encode(&self, id: u64, out: &mut Vec<u8>) {
         encode_frame(out, self.kind(), id, |out| self.put_fields(out));
@@ -192,62 +199,72 @@ mod tests {
             offset: 128,
             size: 64,
         });
+        roundtrip(Request::enqueue(vec![
+            Command::Write {
+                queue: 1,
+                event: 0,
+                buffer: 2,
+                offset: 0,
+                data: b"hello",
+            },
+            Command::Read {
+                queue: 1,
+                event: 9,
+                buffer: 2,
+                offset: 4,
+                size: 8,
+                token: 3,
+            },
+            Command::Copy {
+                queue: 1,
+                event: 0,
+                src: 2,
+                dst: 3,
+                src_offset: 0,
+                dst_offset: 8,
+                size: 8,
+            },
+            Command::Fill {
+                queue: 1,
+                event: 0,
+                buffer: 2,
+                pattern: &[0, 1],
+                offset: 0,
+                size: 8,
+            },
+            Command::NdRange(NdRange {
+                queue: 1,
+                event: 4,
+                kernel: 5,
+                work_dim: 2,
+                offset: [0, 0, 0],
+                global: [64, 32, 0],
+                local: Some([8, 8, 0]),
+                args: vec![
+                    KernelArg::Mem(2),
+                    KernelArg::NullMem,
+                    KernelArg::Local(256),
+                    KernelArg::Bytes(&[1, 0, 0, 0]),
+                    KernelArg::Unset,
+                    KernelArg::Sampler(6),
+                ],
+            }),
+            Command::Marker {
+                queue: 1,
+                event: 10,
+            },
+            Command::Barrier { queue: 1, event: 0 },
+        ]));
         roundtrip(Request::Enqueue {
             commands: vec![
-                Command::Write {
-                    queue: 1,
-                    event: 0,
-                    buffer: 2,
-                    offset: 0,
-                    data: b"hello",
+                Queued {
+                    wait: vec![3, 9, 3],
+                    command: Command::Barrier { queue: 1, event: 0 },
                 },
-                Command::Read {
-                    queue: 1,
-                    event: 9,
-                    buffer: 2,
-                    offset: 4,
-                    size: 8,
-                    token: 3,
+                Queued {
+                    wait: vec![],
+                    command: Command::Marker { queue: 2, event: 4 },
                 },
-                Command::Copy {
-                    queue: 1,
-                    event: 0,
-                    src: 2,
-                    dst: 3,
-                    src_offset: 0,
-                    dst_offset: 8,
-                    size: 8,
-                },
-                Command::Fill {
-                    queue: 1,
-                    event: 0,
-                    buffer: 2,
-                    pattern: &[0, 1],
-                    offset: 0,
-                    size: 8,
-                },
-                Command::NdRange(NdRange {
-                    queue: 1,
-                    event: 4,
-                    kernel: 5,
-                    work_dim: 2,
-                    offset: [0, 0, 0],
-                    global: [64, 32, 0],
-                    local: Some([8, 8, 0]),
-                    args: vec![
-                        KernelArg::Mem(2),
-                        KernelArg::NullMem,
-                        KernelArg::Local(256),
-                        KernelArg::Bytes(&[1, 0, 0, 0]),
-                        KernelArg::Unset,
-                        KernelArg::Sampler(6),
-                    ],
-                }),
-                Command::Marker {
-                    queue: 1,
-                    event: 10,
-                },
-                Command::Barrier { queue: 1, event: 0 },
             ],
         });
         roundtrip(Request::CreateImage {
@@ -282,9 +299,8 @@ mod tests {
             ImageOp::FromBuffer,
             ImageOp::Fill,
         ];
-        roundtrip(Request::Enqueue {
-            commands: ops
-                .iter()
+        roundtrip(Request::enqueue(
+            ops.iter()
                 .enumerate()
                 .map(|(i, op)| {
                     Command::Image(ImageCmd {
@@ -302,6 +318,6 @@ mod tests {
                     })
                 })
                 .collect(),
-        });
+        ));
     }
 }

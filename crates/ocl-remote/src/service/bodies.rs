@@ -61,6 +61,12 @@ impl BodyPool {
         }
     }
 
+    /// Frees every spare buffer (no client is left to use them).
+    pub fn clear(&self) {
+        let spare = std::mem::take(&mut *self.spare.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(spare);
+    }
+
     #[cfg(test)]
     fn held(&self) -> usize {
         let spare = self.spare.lock().unwrap();
@@ -124,5 +130,7 @@ mod tests {
         assert_eq!(pool.held(), 7 << 20, "5 MiB does not fit next to 7 MiB");
         drop(Body::new(Vec::with_capacity(11 << 20), &pool));
         assert_eq!(pool.held(), 7 << 20, "larger than the whole bound");
+        pool.clear();
+        assert_eq!(pool.held(), 0);
     }
 }

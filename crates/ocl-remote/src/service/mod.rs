@@ -15,15 +15,21 @@
 //!
 //! Modules: [`session`] (a client's requests and objects), [`connection`] (the bytes on
 //! its socket), [`task`] (what a flush hands from a session to a device), [`worker`] (the
-//! device FIFOs and the execution of tasks), [`programs`] (the cache of built programs),
+//! device FIFOs and the execution of tasks), [`events`] (a running task's wait lists and
+//! event results), [`presented`] (the platforms and devices as clients see them: OpenCL
+//! 1.2, memory within their quota), [`reads`] (where a read's bytes wait until sent),
+//! [`programs`] (the cache of built programs),
 //! [`bodies`] (spare buffers for large frame bodies), [`metrics`].
 //!
 //! See `docs/opencl.md` for the protocol and the task model.
 
 mod bodies;
 mod connection;
+mod events;
 mod metrics;
+mod presented;
 mod programs;
+mod reads;
 mod session;
 mod task;
 mod worker;
@@ -89,6 +95,16 @@ pub struct ServiceConfig {
     /// with `CL_OUT_OF_RESOURCES`, its program's binaries are neither cached nor handed
     /// out, and the node and its other clients live on.
     pub kernel_name_bytes_max: usize,
+    /// Capacity of the spare buffers for large frame bodies kept for reuse, node-wide
+    /// (see `bodies`): memory the node holds while idle so that large writes over TCP
+    /// do not page-fault fresh buffers in. Zero: none kept.
+    pub body_spare_bytes_max: usize,
+}
+
+impl ServiceConfig {
+    /// The smallest `frame_body_max` the ICD works with: it sends write data in pieces
+    /// of 8 MiB, in `Enqueue` frames it seals past 4 MiB of commands.
+    pub const FRAME_BODY_MIN: u32 = 16 << 20;
 }
 
 impl Default for ServiceConfig {
@@ -109,6 +125,8 @@ impl Default for ServiceConfig {
             poll_before_sleep: crate::poll::SPIN_DEFAULT,
             send_stall_max: std::time::Duration::from_secs(10),
             kernel_name_bytes_max: 252,
+            // A few of the 8 MiB write commands the ICD sends for large writes.
+            body_spare_bytes_max: 32 << 20,
         }
     }
 }
@@ -186,6 +204,8 @@ pub(crate) struct DeviceEntry {
     /// A CPU device with host-unified memory: `CL_MEM_USE_HOST_PTR` buffers are used in
     /// place, so a client may move their data with `memcpy` (the shared-memory path).
     pub host_memory: bool,
+    /// The memory sizes a client is told (see [`presented::Memory`]).
+    pub memory: presented::Memory,
 }
 
 /// The loaded runtime and what it shares.
@@ -197,9 +217,6 @@ pub(crate) struct Runtime {
 
 /// Info strings are bounded so that a misbehaving runtime cannot make us allocate.
 const INFO_BYTES_MAX: usize = 256 << 20;
-/// Capacity of the spare frame-body buffers kept for reuse, node-wide (see `bodies`):
-/// a few of the 8 MiB write commands the ICD sends for large writes.
-const BODY_SPARE_BYTES_MAX: usize = 32 << 20;
 
 fn info_string(query: &mut dyn FnMut(usize, *mut c_void, *mut usize) -> ClInt) -> String {
     let bytes = info_bytes(INFO_BYTES_MAX, query).unwrap_or_default();
@@ -299,12 +316,26 @@ impl Runtime {
                 let cpu = flag(cl::CL_DEVICE_TYPE)
                     .is_some_and(|t| u64::from(t) & cl::CL_DEVICE_TYPE_CPU != 0);
                 let unified = flag(cl::CL_DEVICE_HOST_UNIFIED_MEMORY) == Some(1);
+                let size = |param: u32| {
+                    // SAFETY: as above.
+                    info_bytes(16, &mut |s, p, r| unsafe {
+                        (api.clGetDeviceInfo)(dev, param, s, p, r)
+                    })
+                    .ok()
+                    .and_then(|b| b.try_into().ok().map(u64::from_ne_bytes))
+                };
+                let memory = presented::Memory::within_quota(
+                    size(cl::CL_DEVICE_GLOBAL_MEM_SIZE),
+                    size(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE),
+                    config.buffer_bytes_max,
+                );
                 indices.push(devices.len() as u32);
                 devices.push(DeviceEntry {
                     raw: Raw(dev),
                     platform,
                     name: dname,
                     host_memory: cpu && unified,
+                    memory,
                 });
             }
             platforms.push(PlatformEntry {
@@ -338,6 +369,24 @@ pub(crate) struct Shared {
     pub local_socket: Vec<u8>,
     /// Spare buffers for large frame bodies.
     pub bodies: Arc<bodies::BodyPool>,
+}
+
+impl Shared {
+    /// No client is connected: gives the memory their sessions and tasks used back to
+    /// the system, so that an idle node holds what it held before they came. The spare
+    /// body buffers go, and the allocator returns its free memory (`malloc_trim`):
+    /// glibc keeps what threads freed in their arenas, and with the large frame bodies
+    /// of big writes over TCP that was hundreds of MiB per client thread (a node that
+    /// had served a program writing and reading 1 GiB stayed 170 MiB above its idle
+    /// figure; 1.4 GB after many programs).
+    pub fn release_idle_memory(&self) {
+        self.bodies.clear();
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only returns free memory of the allocator to the system.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
 }
 
 /// A running service. Dropping it does not stop it; call [`ServiceHandle::shutdown`].
@@ -454,6 +503,7 @@ pub fn spawn(
         config.program_cache_entries_max,
         config.program_cache_bytes_max,
     );
+    let bodies = bodies::BodyPool::new(config.body_spare_bytes_max, connection::LARGE_BODY);
     let shared = Arc::new(Shared {
         runtime,
         config,
@@ -469,7 +519,7 @@ pub fn spawn(
         } else {
             Vec::new()
         },
-        bodies: bodies::BodyPool::new(BODY_SPARE_BYTES_MAX, connection::LARGE_BODY),
+        bodies,
     });
     for index in 0..shared.devices.len() {
         let shared = Arc::clone(&shared);

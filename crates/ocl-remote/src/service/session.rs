@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 
 use super::bodies::Body;
 use super::connection::{read_frame, send_reply, ClientWriter};
-use super::programs;
 use super::task::{Cmd, Finished};
+use super::{presented, programs};
 use super::{Real, Shared, INFO_BYTES_MAX};
 use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
@@ -40,6 +40,8 @@ struct Session<'s> {
     open_bytes: u64,
     /// Set when the open task went over `pending_bytes_max`; the task then fails whole.
     open_overflow: bool,
+    /// Bytes of the entries kept for commands that failed past the bound.
+    open_failed_bytes: u64,
     greeted: bool,
     /// The client runs on this host (same host id): buffers may live in shared memory.
     same_host: bool,
@@ -100,6 +102,7 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
             open: Vec::new(),
             open_bytes: 0,
             open_overflow: false,
+            open_failed_bytes: 0,
             greeted: false,
             same_host: false,
             last_task: None,
@@ -117,8 +120,11 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
     }
-    shared.clients.fetch_sub(1, Ordering::SeqCst);
+    let last = shared.clients.fetch_sub(1, Ordering::SeqCst) == 1;
     shared.metrics.clients_connected.dec();
+    if last {
+        shared.release_idle_memory();
+    }
 }
 
 /// Lists the connection among those a shutdown ends; a connection that arrives after
@@ -210,19 +216,29 @@ impl Session<'_> {
         let api = &self.shared.runtime.api;
         match request {
             Request::Hello { version, host_id } => self.hello(version, host_id),
+            // Answers as an OpenCL 1.2 platform and device would (see `presented`).
             Request::GetPlatformInfo { platform, param } => {
                 let raw = self.shared.runtime.platform(platform)?.raw.0;
+                if presented::platform_query_refused(param) {
+                    return Err(presented::REFUSED);
+                }
                 // SAFETY: `raw` is a platform of the runtime; info_bytes passes valid buffers.
                 info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetPlatformInfo)(raw, param, s, b, r)
                 })
+                .map(|answer| presented::platform_info(param, answer))
             }
             Request::GetDeviceInfo { device, param } => {
-                let raw = self.shared.runtime.device(device)?.raw.0;
+                let entry = self.shared.runtime.device(device)?;
+                let (raw, memory) = (entry.raw.0, entry.memory);
+                if presented::device_query_refused(param) {
+                    return Err(presented::REFUSED);
+                }
                 // SAFETY: as above, for a device.
                 info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetDeviceInfo)(raw, param, s, b, r)
                 })
+                .map(|answer| presented::device_info(param, answer, &memory))
             }
             Request::CreateContext { id, devices } => self.create_context(id, devices),
             Request::CreateQueue {
@@ -244,6 +260,7 @@ impl Session<'_> {
                     |raw| Queue {
                         real: Real::new(raw, api.clReleaseCommandQueue),
                         device,
+                        context: Arc::clone(&ctx),
                     },
                 )
             }

@@ -103,10 +103,23 @@ pub(crate) struct ImageWork {
     pub data: Option<FrameBytes>,
 }
 
+/// The client's real queue a command runs on.
+pub(crate) struct TaskQueue {
+    pub real: Arc<Real>,
+    pub device: u32,
+    /// The queue's context, for the events the node makes itself.
+    pub context: Arc<Real>,
+}
+
 pub(crate) struct Cmd {
-    /// The client's real queue and its device, `None` if the queue id was invalid.
-    pub queue: Option<(Arc<Real>, u32)>,
+    /// The client's real queue, `None` if the queue id was invalid.
+    pub queue: Option<TaskQueue>,
+    /// The client's event id for the command, 0 for none. The commands a client
+    /// operation was split into (rows of a rectangle, pieces of a large write) all carry
+    /// its event, which completes when all of them have.
     pub event: u64,
+    /// The client events the command waits for (see [`crate::proto::Queued`]).
+    pub wait: Vec<u64>,
     pub op: Op,
 }
 

@@ -13,6 +13,8 @@ use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::connection::send_all;
+use super::events::{self, TaskEvents};
+use super::reads::{self, PendingRead, ReadResult};
 use super::task::{Arg, Cmd, Op, Task};
 use super::{Real, Shared};
 use crate::cl::{self, ClInt};
@@ -25,7 +27,7 @@ const READ_CHUNK_MAX: usize = 16 << 20;
 struct Outcome {
     status: ClInt,
     events: Vec<EventDone>,
-    reads: Vec<(u64, Vec<u8>)>,
+    reads: Vec<ReadResult>,
 }
 
 /// The bounded FIFO of one device and the flag that says a task is running on it.
@@ -129,7 +131,16 @@ impl DeviceQueue {
     }
 }
 
+/// Runs `task` and answers its client; once no client is left, gives what the task held
+/// back to the system (it may be the last task of a client that has gone).
 fn run_task(shared: &Shared, device: usize, task: Task) {
+    answer_task(shared, device, task);
+    if shared.clients.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        shared.release_idle_memory();
+    }
+}
+
+fn answer_task(shared: &Shared, device: usize, task: Task) {
     let metrics = &shared.metrics.devices[device];
     for &d in &task.other_devices {
         shared.devices[d as usize].hold();
@@ -138,7 +149,7 @@ fn run_task(shared: &Shared, device: usize, task: Task) {
     for &d in &task.other_devices {
         shared.devices[d as usize].finished();
     }
-    let read_bytes: usize = outcome.reads.iter().map(|(_, d)| d.len()).sum();
+    let read_bytes: usize = outcome.reads.iter().map(|r| r.bytes().len()).sum();
     let written: usize = task
         .cmds
         .iter()
@@ -154,6 +165,8 @@ fn run_task(shared: &Shared, device: usize, task: Task) {
         metrics.tasks_failed.inc();
     }
     send_outcome(&task, &outcome);
+    // SAFETY: the task still holds the objects read.
+    unsafe { reads::unmap(&shared.runtime.api, outcome.reads) };
     metrics
         .task_latency
         .observe(task.flushed_at.elapsed().as_secs_f64());
@@ -163,19 +176,20 @@ fn run_task(shared: &Shared, device: usize, task: Task) {
 
 /// Answers a task that cannot run: every event gets its own failure or `code`.
 pub(crate) fn fail_task(task: Task, code: ClInt) {
-    let events = task
-        .cmds
-        .iter()
-        .filter(|c| c.event != 0)
-        .map(|c| EventDone {
-            event: c.event,
-            status: match c.op {
-                Op::Failed(e) => e,
-                _ => code,
-            },
-            profile: [0; 4],
-        })
-        .collect();
+    let events = events::merge(
+        task.cmds
+            .iter()
+            .filter(|c| c.event != 0)
+            .map(|c| EventDone {
+                event: c.event,
+                status: match c.op {
+                    Op::Failed(e) => e,
+                    _ => code,
+                },
+                profile: [0; 4],
+            })
+            .collect(),
+    );
     let status = if task.cmds.is_empty() {
         cl::CL_SUCCESS
     } else {
@@ -194,7 +208,8 @@ pub(crate) fn fail_task(task: Task, code: ClInt) {
 fn send_outcome(task: &Task, outcome: &Outcome) {
     let mut out = Vec::new();
     let mut w = task.writer.lock().unwrap_or_else(|p| p.into_inner());
-    for (token, data) in &outcome.reads {
+    for read in &outcome.reads {
+        let (token, data) = (&read.token, read.bytes());
         let mut offset = 0usize;
         // At least one frame, also for an empty read, so the client sees it done.
         loop {
@@ -227,66 +242,17 @@ fn send_outcome(task: &Task, outcome: &Outcome) {
     let _ = send_all(&mut w, &out);
 }
 
-/// A read under way: the runtime fills `data`'s spare capacity; its length is set only
-/// once `event` says the read completed (otherwise the bytes are zeroed), so that no
-/// uninitialised memory — possibly another client's freed data — is ever sent.
-struct PendingRead {
-    token: u64,
-    data: Vec<u8>,
-    size: usize,
-    /// The read's event; null if the enqueue failed.
-    event: Handle,
-    /// Whether `event` was created here (no client event asked for) and is released
-    /// here.
-    own_event: bool,
-}
-
-/// The execution status of event `ev`, `otherwise` if the runtime does not say.
-///
-/// # Safety
-/// `ev` is a live event.
-unsafe fn exec_status(api: &Api, ev: Handle, otherwise: ClInt) -> ClInt {
-    let mut exec = otherwise;
-    (api.clGetEventInfo)(
-        ev,
-        cl::CL_EVENT_COMMAND_EXECUTION_STATUS,
-        4,
-        (&mut exec as *mut ClInt).cast(),
-        std::ptr::null_mut(),
-    );
-    exec
-}
-
-impl PendingRead {
-    /// Sets the data once the read is known complete, zeroes it otherwise.
-    ///
-    /// # Safety
-    /// `event` is null or a live event of the read that filled `data`.
-    unsafe fn settle(mut self, api: &Api) -> (u64, Vec<u8>) {
-        let mut exec: ClInt = -1;
-        if !self.event.is_null() {
-            exec = exec_status(api, self.event, exec);
-            if self.own_event {
-                (api.clReleaseEvent)(self.event);
-            }
-        }
-        if exec == cl::CL_COMPLETE {
-            // SAFETY: the runtime wrote all `size` bytes of the spare capacity.
-            self.data.set_len(self.size);
-        } else {
-            self.data.clear();
-            self.data.resize(self.size, 0);
-        }
-        (self.token, self.data)
-    }
-}
-
 fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
     let mut status = cl::CL_SUCCESS;
     let mut events: Vec<(u64, Handle, ClInt)> = Vec::new();
     let mut reads: Vec<PendingRead> = Vec::new();
     let mut queues: Vec<Handle> = Vec::new();
-    for cmd in cmds {
+    let mut task_events = TaskEvents::default();
+    // Reads after the last command that may write memory can be sent from a mapping
+    // (see `reads`).
+    let last_write = cmds.iter().rposition(|c| may_write(&c.op));
+    for (i, cmd) in cmds.iter().enumerate() {
+        let may_map = last_write.is_none_or(|w| w < i);
         let mut ev: Handle = std::ptr::null_mut();
         let evp: *mut Handle = if cmd.event != 0 {
             &mut ev
@@ -298,19 +264,31 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
                 Op::Failed(e) => e,
                 _ => cl::CL_INVALID_COMMAND_QUEUE,
             },
-            Some((queue, _)) => {
-                let q = queue.handle();
+            Some(queue) => {
+                let q = queue.real.handle();
                 if !queues.contains(&q) {
                     queues.push(q);
                 }
-                // SAFETY: all handles are live (held by the task); data buffers outlive
-                // the clFinish below.
-                unsafe { enqueue(api, q, &cmd.op, evp, &mut reads) }
+                match wait_list(api, &mut task_events, cmd, queue.context.handle()) {
+                    // SAFETY: all handles are live (held by the task, the wait list's
+                    // events until the end of this function); data buffers outlive the
+                    // clFinish below.
+                    Ok(waits) => unsafe {
+                        let op = Enqueued {
+                            op: &cmd.op,
+                            waits: &waits,
+                            may_map,
+                        };
+                        enqueue(api, q, op, evp, &mut reads)
+                    },
+                    Err(code) => code,
+                }
             }
         };
         if rc != cl::CL_SUCCESS && status == cl::CL_SUCCESS {
             status = rc;
         }
+        task_events.record(cmd.event, ev, rc);
         if cmd.event != 0 {
             events.push((cmd.event, ev, rc));
         }
@@ -322,111 +300,78 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
             status = rc;
         }
     }
+    task_events.release(api);
     // SAFETY: the reads' events are live: their own ones are released in `settle`,
     // the client's ones only below.
     let reads = reads
         .into_iter()
         .map(|r| unsafe { r.settle(api) })
         .collect();
+    // SAFETY: each runtime event is live and released once, here.
     let events = events
         .into_iter()
-        .map(|(event, ev, rc)| {
-            let mut done = EventDone {
-                event,
-                status: rc,
-                profile: [0; 4],
-            };
-            if !ev.is_null() {
-                // SAFETY: `ev` is a live event returned by the runtime; we release it.
-                unsafe {
-                    done.status = exec_status(api, ev, cl::CL_COMPLETE).min(cl::CL_COMPLETE);
-                    for (i, param) in [
-                        cl::CL_PROFILING_COMMAND_QUEUED,
-                        cl::CL_PROFILING_COMMAND_SUBMIT,
-                        cl::CL_PROFILING_COMMAND_START,
-                        cl::CL_PROFILING_COMMAND_END,
-                    ]
-                    .into_iter()
-                    .enumerate()
-                    {
-                        let mut v = 0u64;
-                        if (api.clGetEventProfilingInfo)(
-                            ev,
-                            param,
-                            8,
-                            (&mut v as *mut u64).cast(),
-                            std::ptr::null_mut(),
-                        ) == cl::CL_SUCCESS
-                        {
-                            done.profile[i] = v;
-                        }
-                    }
-                    (api.clReleaseEvent)(ev);
-                }
-            }
-            done
-        })
+        .map(|(event, ev, rc)| unsafe { events::result(api, event, ev, rc) })
         .collect();
     Outcome {
         status,
-        events,
+        events: events::merge(events),
         reads,
     }
 }
 
-/// Starts a read of `size` bytes into a fresh buffer with `call(destination, event slot)`
-/// and records it in `reads`; the read gets an event of its own if the client asked for
-/// none, so that its completion can be checked (see [`PendingRead`]).
-///
-/// # Safety
-/// `evp` is null or points to a handle slot; `call` enqueues a read of at most `size`
-/// bytes into its destination.
-unsafe fn start_read(
-    reads: &mut Vec<PendingRead>,
-    token: u64,
-    size: usize,
-    evp: *mut Handle,
-    call: impl FnOnce(*mut c_void, *mut Handle) -> ClInt,
-) -> ClInt {
-    // Not zero-filled first (a memset of the whole read, 10 % of the service's CPU time
-    // in a 1 MiB write + kernel + read loop over TCP): see PendingRead.
-    let mut data: Vec<u8> = Vec::with_capacity(size);
-    let ptr = data.as_mut_ptr();
-    let mut event: Handle = std::ptr::null_mut();
-    let own_event = evp.is_null();
-    let evp = if own_event {
-        &mut event as *mut Handle
-    } else {
-        evp
-    };
-    let rc = call(ptr.cast(), evp);
-    // The Vec's heap buffer does not move when `reads` grows.
-    reads.push(PendingRead {
-        token,
-        data,
-        size,
-        event: if rc == cl::CL_SUCCESS {
-            *evp
-        } else {
-            std::ptr::null_mut()
-        },
-        own_event,
-    });
-    rc
+/// The runtime wait list of `cmd`, which runs in `context`: the events of the task's
+/// commands it waits for. A marker or barrier whose events all completed before the
+/// task gets an event that has completed: with an empty list it would wait for every
+/// earlier command of its queue, which the client did not ask for.
+fn wait_list(
+    api: &Api,
+    task_events: &mut TaskEvents,
+    cmd: &Cmd,
+    context: Handle,
+) -> Result<Vec<Handle>, ClInt> {
+    let waits = task_events.wait_list(&cmd.wait)?;
+    let waits_for_all_when_empty = matches!(cmd.op, Op::Marker | Op::Barrier);
+    if waits.is_empty() && !cmd.wait.is_empty() && waits_for_all_when_empty {
+        return Ok(vec![task_events.completed_event(api, context)?]);
+    }
+    Ok(waits)
+}
+
+/// Whether a command may change memory a read of the same task reads.
+fn may_write(op: &Op) -> bool {
+    match op {
+        Op::Read { .. } | Op::Marker | Op::Barrier | Op::Failed(_) => false,
+        Op::Image(img) => img.op != ImageOp::Read,
+        Op::Write { .. } | Op::Copy { .. } | Op::Fill { .. } | Op::NdRange { .. } => true,
+    }
+}
+
+/// A command as the runtime gets it: behind the runtime events `waits`; a read may be
+/// sent from a mapping if `may_map`.
+struct Enqueued<'a> {
+    op: &'a Op,
+    waits: &'a [Handle],
+    may_map: bool,
 }
 
 /// Enqueues one resolved command on the real queue `q`.
 ///
 /// # Safety
-/// `q` and every handle in `op` must be live; `evp` is null or points to a handle slot.
+/// `q`, every handle in the command and every event in its wait list must be live;
+/// `evp` is null or points to a handle slot.
 unsafe fn enqueue(
     api: &Api,
     q: Handle,
-    op: &Op,
+    Enqueued { op, waits, may_map }: Enqueued<'_>,
     evp: *mut Handle,
     reads: &mut Vec<PendingRead>,
 ) -> ClInt {
-    let none = std::ptr::null();
+    // OpenCL wants a null list with a count of 0.
+    let (n, w) = if waits.is_empty() {
+        (0, std::ptr::null())
+    } else {
+        (waits.len() as u32, waits.as_ptr())
+    };
     match op {
         Op::Write { mem, offset, data } => (api.clEnqueueWriteBuffer)(
             q,
@@ -435,8 +380,8 @@ unsafe fn enqueue(
             *offset,
             data.len,
             data.as_slice().as_ptr().cast(),
-            0,
-            none,
+            n,
+            w,
             evp,
         ),
         Op::Read {
@@ -444,37 +389,46 @@ unsafe fn enqueue(
             offset,
             size,
             token,
-        } => start_read(reads, *token, *size, evp, |ptr, evp| {
-            (api.clEnqueueReadBuffer)(q, mem.handle(), 0, *offset, *size, ptr, 0, none, evp)
+        } if may_map && *size > 0 => {
+            let region = (*offset, *size);
+            reads::start_map(api, reads, q, mem.handle(), region, (n, w), evp, *token)
+        }
+        Op::Read {
+            mem,
+            offset,
+            size,
+            token,
+        } => reads::start_copy(reads, *token, *size, evp, |ptr, evp| {
+            (api.clEnqueueReadBuffer)(q, mem.handle(), 0, *offset, *size, ptr, n, w, evp)
         }),
-        Op::Image(w) => {
+        Op::Image(img) => {
             let handle =
                 |m: &Option<Arc<Real>>| m.as_ref().map_or(std::ptr::null_mut(), |m| m.handle());
-            let (src, dst) = (handle(&w.src), handle(&w.dst));
-            let data = w
+            let (src, dst) = (handle(&img.src), handle(&img.dst));
+            let data = img
                 .data
                 .as_ref()
                 .map_or(std::ptr::null(), |d| d.as_slice().as_ptr().cast::<c_void>());
             let (so, doo, r) = (
-                w.src_origin.as_ptr(),
-                w.dst_origin.as_ptr(),
-                w.region.as_ptr(),
+                img.src_origin.as_ptr(),
+                img.dst_origin.as_ptr(),
+                img.region.as_ptr(),
             );
-            match w.op {
-                ImageOp::Read => start_read(reads, w.token, w.size, evp, |ptr, evp| {
-                    (api.clEnqueueReadImage)(q, src, 0, so, r, 0, 0, ptr, 0, none, evp)
+            match img.op {
+                ImageOp::Read => reads::start_copy(reads, img.token, img.size, evp, |ptr, evp| {
+                    (api.clEnqueueReadImage)(q, src, 0, so, r, 0, 0, ptr, n, w, evp)
                 }),
                 ImageOp::Write => {
-                    (api.clEnqueueWriteImage)(q, dst, 0, doo, r, 0, 0, data, 0, none, evp)
+                    (api.clEnqueueWriteImage)(q, dst, 0, doo, r, 0, 0, data, n, w, evp)
                 }
-                ImageOp::Copy => (api.clEnqueueCopyImage)(q, src, dst, so, doo, r, 0, none, evp),
+                ImageOp::Copy => (api.clEnqueueCopyImage)(q, src, dst, so, doo, r, n, w, evp),
                 ImageOp::ToBuffer => {
-                    (api.clEnqueueCopyImageToBuffer)(q, src, dst, so, r, w.offset, 0, none, evp)
+                    (api.clEnqueueCopyImageToBuffer)(q, src, dst, so, r, img.offset, n, w, evp)
                 }
                 ImageOp::FromBuffer => {
-                    (api.clEnqueueCopyBufferToImage)(q, src, dst, w.offset, doo, r, 0, none, evp)
+                    (api.clEnqueueCopyBufferToImage)(q, src, dst, img.offset, doo, r, n, w, evp)
                 }
-                ImageOp::Fill => (api.clEnqueueFillImage)(q, dst, data, doo, r, 0, none, evp),
+                ImageOp::Fill => (api.clEnqueueFillImage)(q, dst, data, doo, r, n, w, evp),
             }
         }
         Op::Copy {
@@ -490,8 +444,8 @@ unsafe fn enqueue(
             *src_offset,
             *dst_offset,
             *size,
-            0,
-            none,
+            n,
+            w,
             evp,
         ),
         Op::Fill {
@@ -506,8 +460,8 @@ unsafe fn enqueue(
             pattern.len(),
             *offset,
             *size,
-            0,
-            none,
+            n,
+            w,
             evp,
         ),
         Op::NdRange {
@@ -567,13 +521,13 @@ unsafe fn enqueue(
                 offset.as_ptr(),
                 global.as_ptr(),
                 local_ptr,
-                0,
-                none,
+                n,
+                w,
                 evp,
             )
         }
-        Op::Marker => (api.clEnqueueMarkerWithWaitList)(q, 0, none, evp),
-        Op::Barrier => (api.clEnqueueBarrierWithWaitList)(q, 0, none, evp),
+        Op::Marker => (api.clEnqueueMarkerWithWaitList)(q, n, w, evp),
+        Op::Barrier => (api.clEnqueueBarrierWithWaitList)(q, n, w, evp),
         Op::Failed(e) => *e,
     }
 }

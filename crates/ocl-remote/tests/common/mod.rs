@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ocl_remote::cl;
 use ocl_remote::proto::{
-    self, Command, Decoded, EventDone, HelloInfo, KernelArg, NdRange, Request, Response,
+    self, Command, Decoded, EventDone, HelloInfo, KernelArg, NdRange, Queued, Request, Response,
 };
 use ocl_remote::service::{spawn, ServiceConfig, ServiceHandle};
 use prometheus_client::registry::Registry;
@@ -127,6 +127,11 @@ impl Client {
 
     /// Sends commands as one task and returns its status, event results and read data.
     pub fn task(&mut self, commands: Vec<Command<'_>>) -> TaskResult {
+        self.task_waiting(commands.into_iter().map(Queued::from).collect())
+    }
+
+    /// [`Client::task`] for commands with wait lists.
+    pub fn task_waiting(&mut self, commands: Vec<Queued<'_>>) -> TaskResult {
         self.send(&Request::Enqueue { commands });
         let id = self.send(&Request::Flush);
         let mut reads = Vec::new();
@@ -141,8 +146,8 @@ impl Client {
         }
     }
 
-    /// Context 1, queue 2, a 64-byte buffer 3 holding `fill`, program 4, kernel 5.
-    pub fn setup(&mut self, fill: u8) {
+    /// Context 1 on the first device.
+    pub fn setup_context(&mut self) {
         let device = self.info.1[0][0];
         assert_eq!(
             self.call(&Request::CreateContext {
@@ -152,6 +157,12 @@ impl Client {
             .0,
             0
         );
+    }
+
+    /// Context 1, queue 2, a 64-byte buffer 3 holding `fill`, program 4, kernel 5.
+    pub fn setup(&mut self, fill: u8) {
+        let device = self.info.1[0][0];
+        self.setup_context();
         assert_eq!(
             self.call(&Request::CreateQueue {
                 id: 2,

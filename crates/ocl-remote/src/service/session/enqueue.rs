@@ -7,9 +7,11 @@ use std::time::Instant;
 use super::objects::{Image, Kernel, Mem, Queue, Sampler};
 use super::Session;
 use crate::cl::{self, ClInt};
-use crate::proto::{self, Command, ImageCmd, KernelArg};
+use crate::proto::{self, Command, ImageCmd, KernelArg, Queued};
 use crate::service::bodies::Body;
-use crate::service::task::{Arg, Cmd, Finished, FrameBytes, ImageWork, Op, SetOnDrop, Task};
+use crate::service::task::{
+    Arg, Cmd, Finished, FrameBytes, ImageWork, Op, SetOnDrop, Task, TaskQueue,
+};
 use crate::service::Real;
 
 impl Session<'_> {
@@ -202,44 +204,80 @@ impl Session<'_> {
         Ok(Op::Image(Box::new(op)))
     }
 
-    pub(super) fn enqueue(&mut self, commands: Vec<Command<'_>>, frame: &Arc<Body>) {
+    /// Adds commands to the open task. The task's memory counts against
+    /// `pending_bytes_max`: frames holding writes whole (the commands keep them), and
+    /// every command's own state (its entry, wait list, fill pattern and kernel
+    /// arguments). Past the bound the task's remaining commands fail with
+    /// `CL_OUT_OF_RESOURCES` and keep nothing but their event id, and once those ids
+    /// take the bound again not even that: their events then take the task's status.
+    pub(super) fn enqueue(&mut self, commands: Vec<Queued<'_>>, frame: &Arc<Body>) {
+        let bound = self.shared.config.pending_bytes_max;
         // Writes keep the whole frame alive, so the whole frame counts against the bound.
-        if commands.iter().any(|c| matches!(c, Command::Write { .. })) {
+        if commands
+            .iter()
+            .any(|c| matches!(c.command, Command::Write { .. }))
+        {
             self.open_bytes = self.open_bytes.saturating_add(frame.len() as u64);
         }
-        for command in commands {
-            if let Command::Fill { pattern, .. } = &command {
-                self.open_bytes = self.open_bytes.saturating_add(pattern.len() as u64);
+        for Queued { wait, command } in commands {
+            if !self.open_overflow {
+                self.open_bytes = self
+                    .open_bytes
+                    .saturating_add(command_bytes(&wait, &command));
+                self.open_overflow = self.open_bytes > bound;
             }
-            if self.open_bytes > self.shared.config.pending_bytes_max {
-                self.open_overflow = true;
+            if self.open_overflow {
+                let entry = std::mem::size_of::<Cmd>() as u64;
+                if command.event() != 0 && self.open_failed_bytes + entry <= bound {
+                    self.open_failed_bytes += entry;
+                    self.open.push(Cmd {
+                        queue: None,
+                        event: command.event(),
+                        wait: Vec::new(),
+                        op: Op::Failed(cl::CL_OUT_OF_RESOURCES),
+                    });
+                }
+                continue;
             }
             let queue = self
                 .objects
                 .get::<Queue>(command.queue())
                 .ok()
-                .map(|q| (Arc::clone(&q.real), q.device));
-            let op = match (&queue, self.open_overflow) {
-                (None, _) => Op::Failed(cl::CL_INVALID_COMMAND_QUEUE),
-                (Some(_), true) => Op::Failed(cl::CL_OUT_OF_RESOURCES),
-                (Some(_), false) => self.resolve(&command, frame).unwrap_or_else(Op::Failed),
+                .map(|q| TaskQueue {
+                    real: Arc::clone(&q.real),
+                    device: q.device,
+                    context: Arc::clone(&q.context),
+                });
+            let op = match &queue {
+                None => Op::Failed(cl::CL_INVALID_COMMAND_QUEUE),
+                Some(_) => self.resolve(&command, frame).unwrap_or_else(Op::Failed),
             };
             self.open.push(Cmd {
                 queue,
                 event: command.event(),
+                wait,
                 op,
             });
         }
     }
 
     pub(super) fn flush(&mut self, id: u64) {
-        let cmds = std::mem::take(&mut self.open);
+        let mut cmds = std::mem::take(&mut self.open);
         self.open_bytes = 0;
-        self.open_overflow = false;
+        self.open_failed_bytes = 0;
+        if std::mem::take(&mut self.open_overflow) {
+            // The task fails whole, also when its failed commands were not recorded.
+            cmds.push(Cmd {
+                queue: None,
+                event: 0,
+                wait: Vec::new(),
+                op: Op::Failed(cl::CL_OUT_OF_RESOURCES),
+            });
+        }
         // The lowest device's FIFO runs the task; it holds the others while it runs.
         let mut devices: Vec<u32> = cmds
             .iter()
-            .filter_map(|c| c.queue.as_ref().map(|(_, d)| *d))
+            .filter_map(|c| c.queue.as_ref().map(|q| q.device))
             .collect();
         devices.sort_unstable();
         devices.dedup();
@@ -267,8 +305,41 @@ impl Session<'_> {
         match device {
             // A full FIFO blocks this client's connection only: back-pressure.
             Some(d) => self.shared.devices[d as usize].submit(self.shared, d as usize, task),
-            // Nothing runnable (empty, or every queue id invalid): answer at once.
-            None => crate::service::worker::fail_task(task, cl::CL_INVALID_COMMAND_QUEUE),
+            // Nothing runnable (empty, every queue id invalid, or over the byte bound):
+            // answer at once, with the first failure.
+            None => {
+                let code = task
+                    .cmds
+                    .iter()
+                    .find_map(|c| match c.op {
+                        Op::Failed(e) => Some(e),
+                        _ => None,
+                    })
+                    .unwrap_or(cl::CL_INVALID_COMMAND_QUEUE);
+                crate::service::worker::fail_task(task, code)
+            }
         }
     }
+}
+
+/// The memory a command takes in the open task besides the frame it came in: its entry,
+/// its wait list, and what it copies out of the frame (a fill's pattern, a kernel's
+/// argument values).
+fn command_bytes(wait: &[u64], command: &Command<'_>) -> u64 {
+    let copied = match command {
+        Command::Fill { pattern, .. } => pattern.len(),
+        Command::NdRange(nd) => nd
+            .args
+            .iter()
+            .map(|a| {
+                std::mem::size_of::<Arg>()
+                    + match a {
+                        KernelArg::Bytes(b) => b.len(),
+                        _ => 0,
+                    }
+            })
+            .sum(),
+        _ => 0,
+    };
+    (std::mem::size_of::<Cmd>() + std::mem::size_of_val(wait) + copied) as u64
 }

@@ -18,6 +18,7 @@ pub(crate) struct Context {
 pub(crate) struct Queue {
     pub real: Arc<Real>,
     pub device: u32,
+    pub context: Arc<Real>,
 }
 
 pub(crate) struct Mem {

@@ -1,0 +1,57 @@
+//! The remote OpenCL service's bounds come from node.toml: a client of a node whose
+//! file sets `opencl_buffer_bytes_max` sees it as the device's memory and largest
+//! allocation, gets buffers up to it, and is refused one byte more.
+
+mod common;
+#[path = "../../ocl-remote/tests/common/mod.rs"]
+mod ocl;
+
+use std::net::{SocketAddr, TcpListener};
+
+use common::TestNode;
+use ocl::Client;
+use ocl_remote::cl;
+use ocl_remote::proto::Request;
+
+#[test]
+fn opencl_bounds_in_node_toml_reach_the_service() {
+    if !common::opencl_runtime_present() {
+        return;
+    }
+    let ocl_addr: SocketAddr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let quota: u64 = 3 << 20;
+    let _node = TestNode::start(&format!(
+        "opencl = \"{ocl_addr}\"\nopencl_buffer_bytes_max = {quota}\nopencl_clients_max = 1\n"
+    ));
+    let mut c = Client::connect(ocl_addr).expect("the node shares its OpenCL devices");
+    assert_eq!(
+        Client::connect(ocl_addr).err(),
+        Some(cl::CL_OUT_OF_RESOURCES),
+        "opencl_clients_max = 1"
+    );
+    let device = c.info.1[0][0];
+    for param in [
+        cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE,
+        cl::CL_DEVICE_GLOBAL_MEM_SIZE,
+    ] {
+        let (status, bytes) = c.call(&Request::GetDeviceInfo { device, param });
+        assert_eq!(status, cl::CL_SUCCESS);
+        assert_eq!(u64::from_ne_bytes(bytes.try_into().unwrap()), quota);
+    }
+    c.setup_context();
+    let mut create = |id, size| {
+        c.call(&Request::CreateBuffer {
+            id,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size,
+            data: &[],
+        })
+        .0
+    };
+    assert_eq!(create(2, quota + 1), cl::CL_OUT_OF_RESOURCES);
+    assert_eq!(create(3, quota), cl::CL_SUCCESS);
+}

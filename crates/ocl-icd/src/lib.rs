@@ -11,7 +11,8 @@
 //!
 //! Modules: [`object`] (handles and reference counts), [`node`] (one connection per node:
 //! control calls, command batching, completions), [`api`] (the OpenCL entry points),
-//! [`copy`] (large shared-memory copies on two threads).
+//! [`copy`] (large shared-memory copies on two threads), [`send`] (socket writes that
+//! never raise `SIGPIPE`).
 //! The protocol is `ocl_remote::proto`; the design is in `docs/opencl.md`.
 
 mod api;
@@ -19,6 +20,7 @@ mod copy;
 mod dispatch_names;
 mod node;
 mod object;
+mod send;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, Mutex, OnceLock};

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +24,7 @@ use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::{self, Command, Decoded, HelloInfo, Request, Response};
 
 use ocl_remote::shm::Region;
-use ocl_remote::stream::{self, Stream};
+use ocl_remote::stream::Stream;
 
 use crate::object::EventRef;
 
@@ -421,6 +421,17 @@ impl Node {
         // Registered before the bytes leave, so the reader always finds it.
         {
             let mut st = lock(&self.state);
+            if st.dead {
+                // Nothing can run any more: the task fails at once (its events too).
+                drop(st);
+                out.buf.clear();
+                drop(out);
+                for e in task.events {
+                    e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
+                }
+                self.cond.notify_all();
+                return None;
+            }
             st.tasks.insert(id, task);
             if !block_on_gates && st.waiters == 0 {
                 // Nobody will wait for this task: the background reader completes it.
@@ -543,7 +554,7 @@ impl Out {
 
     /// Writes the output buffer followed by `tail`.
     fn write_buf_and(&mut self, tail: &[u8]) -> io::Result<()> {
-        let result = stream::write_all_vectored(&self.stream, &[&self.buf, tail]);
+        let result = crate::send::send_all(self.stream.as_raw_fd(), &[&self.buf, tail]);
         self.buf.clear();
         if self.buf.capacity() > OUT_BYTES_MAX * 2 {
             self.buf.shrink_to(OUT_BYTES_MAX);
@@ -564,7 +575,7 @@ fn greet(stream: Stream, host_id: &[u8]) -> io::Result<(Stream, Stream, Vec<u8>)
         host_id,
     }
     .encode(1, &mut hello);
-    (&stream).write_all(&hello)?;
+    crate::send::send_all(stream.as_raw_fd(), &[&hello])?;
     let (header, body) = read_frame(&mut reader)?;
     let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
     let Ok(Response::Reply { status, payload }) = Response::decode(header.kind, &body) else {

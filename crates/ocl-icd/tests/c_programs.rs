@@ -387,9 +387,14 @@ fn a_lost_node_is_reported_to_the_context_callback() {
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let mut rest = String::new();
     stdout.read_to_string(&mut rest).unwrap();
-    assert!(child.wait().unwrap().success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}: {rest}");
     assert!(
-        rest.starts_with("after the loss: read failed, finish failed\ncallback called 1 time(s): netaccel: the connection to node "),
+        rest.starts_with(
+            "after the loss: read failed, finish failed\n\
+             writes after the loss: 20 of 20 failed\n\
+             callback called 1 time(s): netaccel: the connection to node "
+        ),
         "{rest}"
     );
     wait_until_idle(&fx);

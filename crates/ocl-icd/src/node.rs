@@ -44,6 +44,11 @@ const FRAME_BODY_MAX: u32 = 64 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Writes larger than this are split into several commands.
 pub const WRITE_CHUNK_MAX: usize = 8 << 20;
+/// A task is sent as soon as its commands carry this much write data (unless user
+/// events hold it back), so that no task comes near the node's `pending_bytes_max`
+/// (512 MiB by default): a 1 GiB write, or the data of a 1 GiB buffer created with
+/// `CL_MEM_COPY_HOST_PTR`, travels as several tasks, which run in order.
+const OPEN_DATA_MAX: usize = 64 << 20;
 /// Write data from this size on goes to the socket from the application's memory at
 /// once, not copied into the output buffer first (see [`Node::enqueue`]); below it a
 /// copy is cheaper than a system call of its own.
@@ -84,6 +89,8 @@ struct Out {
     cmd_count: u32,
     /// Commands since the last `Flush` (sealed or not).
     open_cmds: u32,
+    /// Bytes of write data in those commands (see [`OPEN_DATA_MAX`]).
+    open_data: usize,
     open: InFlight,
     /// Incomplete user events that commands of the open task wait for: the task is not
     /// sent before they complete.
@@ -177,6 +184,7 @@ impl Node {
                 frame_start: None,
                 cmd_count: 0,
                 open_cmds: 0,
+                open_data: 0,
                 open: InFlight::default(),
                 gates: Vec::new(),
                 flush_pending: false,
@@ -313,6 +321,11 @@ impl Node {
                 &[]
             }
         };
+        out.open_data += match command {
+            Command::Write { data, .. } => data.len(),
+            Command::Image(c) => c.data.len(),
+            _ => 0,
+        };
         out.cmd_count += 1;
         out.open_cmds += 1;
         if let Some(e) = event {
@@ -321,26 +334,29 @@ impl Node {
         if let Some((token, dst)) = read {
             out.open.reads.insert(token, dst);
         }
+        let mut failed = false;
         if !spliced.is_empty() {
             out.seal_with(spliced.len());
-            if out.write_buf_and(spliced).is_err() {
-                drop(out);
-                self.fail_all();
+            failed = out.write_buf_and(spliced).is_err();
+        } else {
+            if out
+                .frame_start
+                .is_some_and(|start| out.buf.len() - start > CMDS_BYTES_MAX)
+            {
+                out.seal();
             }
-            return;
-        }
-        if out
-            .frame_start
-            .is_some_and(|start| out.buf.len() - start > CMDS_BYTES_MAX)
-        {
-            out.seal();
-        }
-        if out.buf.len() > OUT_BYTES_MAX {
-            out.seal();
-            if out.write_buf().is_err() {
-                drop(out);
-                self.fail_all();
+            if out.buf.len() > OUT_BYTES_MAX {
+                out.seal();
+                failed = out.write_buf().is_err();
             }
+        }
+        let full = out.open_data >= OPEN_DATA_MAX;
+        drop(out);
+        if failed {
+            self.fail_all();
+        }
+        if full {
+            self.flush_task(false);
         }
     }
 
@@ -414,6 +430,7 @@ impl Node {
         let id = self.next_id();
         Request::Flush.encode(id, &mut out.buf);
         out.open_cmds = 0;
+        out.open_data = 0;
         let task = std::mem::take(&mut out.open);
         for e in &task.events {
             e.set_submitted();
@@ -443,6 +460,14 @@ impl Node {
             self.fail_all();
         }
         Some(id)
+    }
+
+    /// Whether user events that are not set hold the open task back.
+    pub fn gated(&self) -> bool {
+        lock(&self.out)
+            .gates
+            .iter()
+            .any(|g| g.status() > cl::CL_COMPLETE)
     }
 
     /// Holds the open task back until the user event `gate` completes.

@@ -134,6 +134,10 @@ pub struct Context {
     pub id: u64,
     pub devices: Vec<H>,
     pub properties: Vec<isize>,
+    /// A queue of the ICD's own on the node (on the context's first device), made when
+    /// first needed, that carries the initial data of large buffers and images (see
+    /// `api::buffer`); the application never sees it.
+    pub creation_queue: Mutex<Option<u64>>,
 }
 
 pub struct Queue {
@@ -364,6 +368,13 @@ fn release_parent<T: Kind>(h: H) {
 impl Drop for Context {
     fn drop(&mut self) {
         self.node.remove_notifier(self.id);
+        if let Some(queue) = *self
+            .creation_queue
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+        {
+            self.node.release(queue);
+        }
         self.node.release(self.id);
     }
 }

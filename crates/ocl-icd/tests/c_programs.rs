@@ -33,6 +33,11 @@ fn icd_library() -> PathBuf {
 }
 
 fn fixture(name: &str) -> Option<Fixture> {
+    fixture_with(name, ServiceConfig::default())
+}
+
+/// A fixture whose service runs with `config`.
+fn fixture_with(name: &str, config: ServiceConfig) -> Option<Fixture> {
     if Command::new("gcc").arg("--version").output().is_err() {
         eprintln!("SKIP: gcc not found");
         return None;
@@ -50,7 +55,7 @@ fn fixture(name: &str) -> Option<Fixture> {
     }
     let service = match spawn(
         "127.0.0.1:0".parse().unwrap(),
-        ServiceConfig::default(),
+        config,
         &mut Registry::default(),
     ) {
         Ok(s) if !s.device_names().is_empty() => s,
@@ -150,7 +155,13 @@ fn run_remote_network(fx: &Fixture, exe: &Path) -> Vec<u8> {
 }
 
 fn compare(program: &str) {
-    let Some(fx) = fixture(program) else { return };
+    compare_with(program, ServiceConfig::default());
+}
+
+fn compare_with(program: &str, config: ServiceConfig) {
+    let Some(fx) = fixture_with(program, config) else {
+        return;
+    };
     let exe = build_c(&fx, program);
     let local = String::from_utf8_lossy(&run_local(&fx, &exe)).into_owned();
     assert!(!local.is_empty());
@@ -247,6 +258,18 @@ fn rectangular_transfers_are_identical_local_and_remote() {
 #[test]
 fn images_and_samplers_are_identical_local_and_remote() {
     compare("images");
+}
+
+/// Initial data larger than a frame may be (64 MiB) is created whole, on both paths;
+/// with a node that holds at most 80 MiB of writes per task, a 100 MB buffer also needs
+/// the ICD to send its data as more than one task.
+#[test]
+fn buffers_and_images_with_large_initial_data_are_identical_local_and_remote() {
+    let config = ServiceConfig {
+        pending_bytes_max: 80 << 20,
+        ..ServiceConfig::default()
+    };
+    compare_with("big_create", config);
 }
 
 #[test]

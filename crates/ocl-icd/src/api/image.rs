@@ -19,6 +19,7 @@ use ocl_remote::proto::{Command, ImageCmd, ImageOp, Request};
 use crate::node::{HostDst, WRITE_CHUNK_MAX};
 use crate::object::*;
 
+use super::buffer::{CreationData, CREATE_DATA_INLINE_MAX};
 use super::enqueue::{check_range, event_slot, finish_blocking, new_event, prologue, same_node};
 use super::rect::read3;
 use super::{bytes_of, reply, ret_info, set_err};
@@ -167,18 +168,30 @@ unsafe fn create_image(
     if wants_ptr == host_ptr.is_null() {
         return Err(cl::CL_INVALID_HOST_PTR);
     }
-    let data = if wants_ptr {
-        let strides = host_strides(
+    let strides = if wants_ptr {
+        host_strides(
             desc.image_type,
             elem,
             dims,
             desc.row_pitch,
             desc.slice_pitch,
         )
-        .map_err(|_| cl::CL_INVALID_IMAGE_DESCRIPTOR)?;
+        .map_err(|_| cl::CL_INVALID_IMAGE_DESCRIPTOR)?
+    } else {
+        (0, 0)
+    };
+    // Large initial data follows the creation as write commands (see `super::buffer`).
+    let inline = wants_ptr && size <= CREATE_DATA_INLINE_MAX;
+    let data = if inline {
         pack(host_ptr.cast::<u8>(), elem, dims, strides)
     } else {
         Vec::new()
+    };
+    let meta = ImageMeta {
+        image_type: desc.image_type,
+        format,
+        elem,
+        dims,
     };
     let node = Arc::clone(&c.v.node);
     let id = node.next_id();
@@ -196,6 +209,33 @@ unsafe fn create_image(
         ],
         data: &data,
     }))?;
+    if wants_ptr && !inline {
+        let sent = CreationData::new(c).and_then(|mut creation| {
+            let whole = ([0; 3], dims);
+            write_pieces(
+                &meta,
+                whole,
+                strides,
+                host_ptr.cast(),
+                |_, at, size, data| {
+                    creation.send(|queue, event| {
+                        Command::Image(ImageCmd {
+                            dst: id,
+                            dst_origin: wide(at),
+                            region: wide(size),
+                            data,
+                            ..image_cmd(queue, event, ImageOp::Write)
+                        })
+                    });
+                },
+            );
+            creation.finish()
+        });
+        if let Err(e) = sent {
+            node.release(id);
+            return Err(e);
+        }
+    }
     retain::<Context>(context);
     let keep_ptr = if flags & cl::CL_MEM_USE_HOST_PTR != 0 {
         host_ptr as usize
@@ -214,12 +254,7 @@ unsafe fn create_image(
         shm_offset: 0,
         parent: 0,
         origin: 0,
-        image: Some(ImageMeta {
-            image_type: desc.image_type,
-            format,
-            elem,
-            dims,
-        }),
+        image: Some(meta),
     }))
 }
 
@@ -411,10 +446,11 @@ pub unsafe extern "C" fn clGetSamplerInfo(
 
 // ---------------------------------------------------------------- image commands
 
-/// An image command with the fields its operation does not use left empty.
-fn image_cmd<'a>(q: &Obj<Queue>, event: u64, op: ImageOp) -> ImageCmd<'a> {
+/// An image command on queue `queue` (node id) with the fields its operation does not
+/// use left empty.
+fn image_cmd<'a>(queue: u64, event: u64, op: ImageOp) -> ImageCmd<'a> {
     ImageCmd {
-        queue: q.v.id,
+        queue,
         event,
         op,
         src: 0,
@@ -468,7 +504,7 @@ pub(super) unsafe fn enqueue_image_read(
             src_origin: wide(at),
             region: wide(size),
             token,
-            ..image_cmd(q, if last { ev } else { 0 }, ImageOp::Read)
+            ..image_cmd(q.v.id, if last { ev } else { 0 }, ImageOp::Read)
         });
         let dst = HostDst {
             ptr: ptr as usize + host_offset,
@@ -496,6 +532,37 @@ pub(super) unsafe fn enqueue_image_write(
     command_type: u32,
     event: *mut Handle,
 ) {
+    let (ev, mut evref) = new_event(q, queue, command_type, event);
+    write_pieces(
+        meta,
+        (origin, region),
+        strides,
+        ptr,
+        |last, at, size, data| {
+            let cmd = Command::Image(ImageCmd {
+                dst: m.v.id,
+                dst_origin: wide(at),
+                region: wide(size),
+                data,
+                ..image_cmd(q.v.id, if last { ev } else { 0 }, ImageOp::Write)
+            });
+            q.v.node
+                .enqueue(&cmd, if last { evref.take() } else { None }, None);
+        },
+    );
+}
+
+/// Cuts a write of `region` at `origin` from host memory at `ptr` laid out with
+/// `strides` into pieces of whole rows of one slice, of at most [`WRITE_CHUNK_MAX`]
+/// bytes (or one row), and hands each, packed tight, to `each(last, origin, region,
+/// bytes)`.
+unsafe fn write_pieces(
+    meta: &ImageMeta,
+    (origin, region): ([usize; 3], [usize; 3]),
+    strides: (usize, usize),
+    ptr: *const u8,
+    mut each: impl FnMut(bool, [usize; 3], [usize; 3], &[u8]),
+) {
     let row_len = region[0] * meta.elem;
     let rows_per_piece = (WRITE_CHUNK_MAX / row_len.max(1)).clamp(1, region[1]);
     let mut pieces = Vec::new();
@@ -507,22 +574,17 @@ pub(super) unsafe fn enqueue_image_write(
             y += rows;
         }
     }
-    let (ev, mut evref) = new_event(q, queue, command_type, event);
     let n = pieces.len();
     for (i, (y, z, rows)) in pieces.into_iter().enumerate() {
-        let last = i + 1 == n;
         let size = [region[0], rows, 1];
         let src = ptr.add(z * strides.1 + y * strides.0);
         let data = pack(src, meta.elem, size, strides);
-        let cmd = Command::Image(ImageCmd {
-            dst: m.v.id,
-            dst_origin: wide([origin[0], origin[1] + y, origin[2] + z]),
-            region: wide(size),
-            data: &data,
-            ..image_cmd(q, if last { ev } else { 0 }, ImageOp::Write)
-        });
-        q.v.node
-            .enqueue(&cmd, if last { evref.take() } else { None }, None);
+        each(
+            i + 1 == n,
+            [origin[0], origin[1] + y, origin[2] + z],
+            size,
+            &data,
+        );
     }
 }
 
@@ -665,7 +727,7 @@ pub unsafe extern "C" fn clEnqueueCopyImage(
         src_origin: wide(so),
         dst_origin: wide(doo),
         region: wide(r),
-        ..image_cmd(q, ev, ImageOp::Copy)
+        ..image_cmd(q.v.id, ev, ImageOp::Copy)
     });
     q.v.node.enqueue(&cmd, evref, None);
     cl::CL_SUCCESS
@@ -762,7 +824,7 @@ unsafe fn copy_with_buffer(
         cl::CL_COMMAND_COPY_BUFFER_TO_IMAGE
     };
     let (ev, evref) = new_event(q, queue, command_type, w.event);
-    let base = image_cmd(q, ev, op);
+    let base = image_cmd(q.v.id, ev, op);
     let cmd = Command::Image(if to_buffer {
         ImageCmd {
             src: image_m.v.id,
@@ -812,7 +874,7 @@ pub unsafe extern "C" fn clEnqueueFillImage(
         dst_origin: wide(o),
         region: wide(r),
         data: colour,
-        ..image_cmd(q, ev, ImageOp::Fill)
+        ..image_cmd(q.v.id, ev, ImageOp::Fill)
     });
     q.v.node.enqueue(&cmd, evref, None);
     cl::CL_SUCCESS

@@ -54,11 +54,29 @@ const OPEN_DATA_MAX: usize = 64 << 20;
 /// copy is cheaper than a system call of its own.
 const SPLICE_MIN: usize = 64 << 10;
 
+/// Something an in-flight read needs alive until its data has arrived: the ICD's own
+/// memory it writes into (a mapping's copy), say. The task holds it, so releasing the
+/// object the memory belongs to cannot free it under the read.
+pub type Keep = Arc<dyn Send + Sync>;
+
 /// A host memory range a `Read` command fills when its data arrives.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct HostDst {
     pub ptr: usize,
     pub len: usize,
+    /// Set when the memory is the ICD's (the application's own memory is its to keep).
+    pub _keep: Option<Keep>,
+}
+
+impl HostDst {
+    /// The application's memory at `ptr`.
+    pub fn app(ptr: usize, len: usize) -> HostDst {
+        HostDst {
+            ptr,
+            len,
+            _keep: None,
+        }
+    }
 }
 
 /// What the reader thread must do when a task completes.
@@ -651,10 +669,12 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                     "bad ReadData length",
                 ));
             }
+            // A clone: its `keep` holds the memory while we write into it, also if the
+            // task is failed (and dropped) meanwhile.
             let dst = lock(&node.state)
                 .tasks
                 .get(&header.id)
-                .and_then(|t| t.reads.get(&token).copied());
+                .and_then(|t| t.reads.get(&token).cloned());
             match dst {
                 Some(dst) if offset.checked_add(len).is_some_and(|end| end <= dst.len) => {
                     // SAFETY: the application gave us `dst.len` writable bytes at `dst.ptr`

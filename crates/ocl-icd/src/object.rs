@@ -148,6 +148,40 @@ pub struct Queue {
     pub properties: u64,
 }
 
+/// Host memory the ICD allocated, zero-filled (the memory of a mapping).
+pub struct HostMem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain bytes; who writes them when is ordered by OpenCL (a mapping's memory is
+// written by its read, then handed to the application).
+unsafe impl Send for HostMem {}
+unsafe impl Sync for HostMem {}
+
+impl HostMem {
+    pub fn zeroed(len: usize) -> Arc<HostMem> {
+        let b = vec![0u8; len].into_boxed_slice();
+        Arc::new(HostMem {
+            ptr: Box::into_raw(b).cast::<u8>(),
+            len,
+        })
+    }
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for HostMem {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` and `len` come from the boxed slice made in `zeroed`.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
+    }
+}
+
 /// One mapping made by `clEnqueueMapBuffer`, alive until unmapped.
 pub struct Mapping {
     pub ptr: usize,
@@ -156,9 +190,9 @@ pub struct Mapping {
     /// The map flags that need a write-back at unmap (0 for shared-memory mappings,
     /// which are the buffer itself).
     pub flags: u64,
-    /// Owns the host memory we allocated for the mapping (none for `CL_MEM_USE_HOST_PTR`);
-    /// it is freed with the mapping.
-    pub _backing: Option<Box<[u8]>>,
+    /// The host memory we allocated for the mapping (none for `CL_MEM_USE_HOST_PTR`),
+    /// shared with the read that fills it: freed when both are done.
+    pub _backing: Option<Arc<HostMem>>,
     /// For an image: the origin and region mapped (the memory holds them tightly packed).
     pub image: Option<([usize; 3], [usize; 3])>,
 }

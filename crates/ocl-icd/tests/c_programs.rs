@@ -273,6 +273,11 @@ fn buffers_and_images_with_large_initial_data_are_identical_local_and_remote() {
 }
 
 #[test]
+fn objects_released_while_their_maps_are_in_flight_are_identical_local_and_remote() {
+    compare("release_mapped");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

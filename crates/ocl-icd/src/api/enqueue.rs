@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::Command;
 
-use crate::node::{DirectRead, HostDst, Node, WRITE_CHUNK_MAX};
+use crate::node::{DirectRead, HostDst, Keep, Node, WRITE_CHUNK_MAX};
 use crate::object::*;
 
 use super::slice;
@@ -119,7 +119,7 @@ pub(super) unsafe fn enqueue_read(
     mem: Handle,
     offset: usize,
     size: usize,
-    ptr: *mut c_void,
+    (ptr, keep): (*mut c_void, Option<Keep>),
     command_type: u32,
     num_wait: u32,
     wait: *const Handle,
@@ -142,6 +142,7 @@ pub(super) unsafe fn enqueue_read(
         let dst = HostDst {
             ptr: ptr as usize,
             len: size,
+            _keep: keep,
         };
         let read = DirectRead {
             src: Arc::clone(src),
@@ -168,6 +169,7 @@ pub(super) unsafe fn enqueue_read(
             HostDst {
                 ptr: ptr as usize,
                 len: size,
+                _keep: keep,
             },
         )),
     );

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::{Command, ImageCmd, ImageOp, Request};
 
-use crate::node::{HostDst, WRITE_CHUNK_MAX};
+use crate::node::{HostDst, Keep, WRITE_CHUNK_MAX};
 use crate::object::*;
 
 use super::buffer::{CreationData, CREATE_DATA_INLINE_MAX};
@@ -465,7 +465,8 @@ fn image_cmd<'a>(queue: u64, event: u64, op: ImageOp) -> ImageCmd<'a> {
 }
 
 /// Enqueues a read of `region` at `origin` into host memory at `ptr` laid out with
-/// `strides` (row, slice bytes); `slot` receives the event (null: none).
+/// `strides` (row, slice bytes), which `keep` (if any) keeps alive; `slot` receives the
+/// event (null: none).
 pub(super) unsafe fn enqueue_image_read(
     q: &Obj<Queue>,
     queue: Handle,
@@ -473,7 +474,7 @@ pub(super) unsafe fn enqueue_image_read(
     meta: &ImageMeta,
     (origin, region): ([usize; 3], [usize; 3]),
     strides: (usize, usize),
-    ptr: *mut u8,
+    (ptr, keep): (*mut u8, Option<Keep>),
     command_type: u32,
     slot: *mut Handle,
 ) {
@@ -509,6 +510,7 @@ pub(super) unsafe fn enqueue_image_read(
         let dst = HostDst {
             ptr: ptr as usize + host_offset,
             len: size.iter().product::<usize>() * meta.elem,
+            _keep: keep.clone(),
         };
         q.v.node.enqueue(
             &cmd,
@@ -650,7 +652,7 @@ pub unsafe extern "C" fn clEnqueueReadImage(
         &meta,
         (origin, region),
         strides,
-        ptr.cast::<u8>(),
+        (ptr.cast::<u8>(), None),
         cl::CL_COMMAND_READ_IMAGE,
         slot,
     );
@@ -916,8 +918,8 @@ pub unsafe extern "C" fn clEnqueueMapImage(
             _ => 0,
         };
     }
-    let mut backing = vec![0u8; slice * region[2]].into_boxed_slice();
-    let ptr = backing.as_mut_ptr();
+    let backing = HostMem::zeroed(slice * region[2]);
+    let ptr = backing.ptr();
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
     if map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
@@ -939,7 +941,7 @@ pub unsafe extern "C" fn clEnqueueMapImage(
             &meta,
             (origin, region),
             (row, slice),
-            ptr,
+            (ptr, Some(Arc::clone(&backing) as Keep)),
             cl::CL_COMMAND_MAP_IMAGE,
             slot,
         );

@@ -117,7 +117,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
             .map(|&(b, h)| DirectRead {
                 src: Arc::clone(src),
                 offset: m.v.shm_offset + b,
-                dst: HostDst { ptr: host + h, len },
+                dst: HostDst::app(host + h, len),
             })
             .collect();
         q.v.node.enqueue_direct_reads(
@@ -141,7 +141,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
                 size: len as u64,
                 token,
             };
-            let dst = HostDst { ptr: host + h, len };
+            let dst = HostDst::app(host + h, len);
             q.v.node.enqueue(
                 &cmd,
                 if last { evref.take() } else { None },

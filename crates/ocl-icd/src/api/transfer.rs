@@ -2,10 +2,12 @@
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
+use std::sync::Arc;
 
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::Command;
 
+use crate::node::Keep;
 use crate::object::*;
 
 use super::enqueue::{
@@ -45,7 +47,7 @@ pub unsafe extern "C" fn clEnqueueReadBuffer(
         mem,
         offset,
         size,
-        ptr,
+        (ptr, None),
         cl::CL_COMMAND_READ_BUFFER,
         num_wait,
         wait,
@@ -209,12 +211,12 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
         set_err(errcode, cl::CL_SUCCESS);
         return ptr as *mut c_void;
     }
-    let mut owned: Option<Box<[u8]>> = None;
+    let mut owned: Option<Arc<HostMem>> = None;
     let ptr = if m.v.host_ptr != 0 {
         m.v.host_ptr + offset
     } else {
-        let mut b = vec![0u8; size].into_boxed_slice();
-        let p = b.as_mut_ptr() as usize;
+        let b = HostMem::zeroed(size);
+        let p = b.ptr() as usize;
         owned = Some(b);
         p
     };
@@ -237,7 +239,7 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
                 mem,
                 offset,
                 size,
-                ptr as *mut c_void,
+                (ptr as *mut c_void, owned.clone().map(|b| b as Keep)),
                 cl::CL_COMMAND_MAP_BUFFER,
                 num_wait,
                 wait,

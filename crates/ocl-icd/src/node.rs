@@ -379,10 +379,11 @@ impl Node {
     }
 
     /// Runs `copy` at once, in place of a write command, if that is the same as running it
-    /// in order: nothing enqueued yet and no task in flight. Returns whether it ran.
+    /// in order: nothing enqueued yet, nothing waiting for user events and no task in
+    /// flight. Returns whether it ran.
     pub fn direct_write(&self, copy: impl FnOnce()) -> bool {
         let out = lock(&self.out);
-        if out.open_cmds != 0 || !lock(&self.state).tasks.is_empty() {
+        if out.open_cmds != 0 || !out.gates.is_empty() || !lock(&self.state).tasks.is_empty() {
             return false;
         }
         copy();

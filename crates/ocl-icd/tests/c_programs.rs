@@ -118,6 +118,48 @@ fn remote_command(fx: &Fixture, exe: &Path) -> Command {
     cmd
 }
 
+/// How long one run of a test program may take before it counts as hung.
+const RUN_DEADLINE: Duration = Duration::from_secs(180);
+
+/// Runs `cmd` to its end, or kills it at [`RUN_DEADLINE`] and fails the test: a program
+/// that hangs (waiting forever in the ICD, say) fails instead of stalling the suite.
+fn output(mut cmd: Command) -> std::process::Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run test program");
+    let pipe = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let stdout = pipe(Box::new(child.stdout.take().unwrap()));
+    let stderr = pipe(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + RUN_DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for test program") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{cmd:?} still running after {RUN_DEADLINE:?}; stdout so far:\n{}",
+                String::from_utf8_lossy(&stdout.join().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
 fn check_output(what: &str, out: &std::process::Output) -> Vec<u8> {
     assert!(
         out.status.success(),
@@ -130,24 +172,22 @@ fn check_output(what: &str, out: &std::process::Output) -> Vec<u8> {
 }
 
 fn run_local(fx: &Fixture, exe: &Path) -> Vec<u8> {
-    let out = Command::new(exe)
-        .env("OCL_ICD_VENDORS", &fx.vendors_local)
-        .output()
-        .expect("run test program");
+    let mut cmd = Command::new(exe);
+    cmd.env("OCL_ICD_VENDORS", &fx.vendors_local);
+    let out = output(cmd);
     check_output(&format!("{} on the local platform", exe.display()), &out)
 }
 
 fn run_remote(fx: &Fixture, exe: &Path) -> Vec<u8> {
-    let out = remote_command(fx, exe).output().expect("run test program");
+    let out = output(remote_command(fx, exe));
     check_output(&format!("{} through the node", exe.display()), &out)
 }
 
 /// Runs the program through the node with buffer data forced onto the socket.
 fn run_remote_network(fx: &Fixture, exe: &Path) -> Vec<u8> {
-    let out = remote_command(fx, exe)
-        .env("NETACCEL_OPENCL_SHM", "0")
-        .output()
-        .expect("run test program");
+    let mut cmd = remote_command(fx, exe);
+    cmd.env("NETACCEL_OPENCL_SHM", "0");
+    let out = output(cmd);
     check_output(
         &format!("{} through the node, network path", exe.display()),
         &out,
@@ -275,6 +315,11 @@ fn buffers_and_images_with_large_initial_data_are_identical_local_and_remote() {
 #[test]
 fn objects_released_while_their_maps_are_in_flight_are_identical_local_and_remote() {
     compare("release_mapped");
+}
+
+#[test]
+fn wait_lists_with_events_of_another_context_are_refused_identically_local_and_remote() {
+    compare("wait_lists");
 }
 
 #[test]

@@ -13,35 +13,73 @@ use crate::object::*;
 
 use super::slice;
 
-/// Checks the queue and the wait list. Waiting needs no wire encoding: a flush sends all
-/// of a connection's pending commands and tasks run in order (see docs/opencl.md).
+/// An enqueue call under way: its queue and wait list, checked, and the user events
+/// (not yet set) its command waits for.
+pub(super) struct Enqueue<'a> {
+    pub q: &'a Obj<Queue>,
+    queue: Handle,
+    gates: Vec<EventRef>,
+}
+
+/// Checks the queue and the wait list: every entry a live event of the queue's context.
+/// Waiting needs no wire encoding: a flush sends all of a connection's pending commands
+/// and tasks run in order (see docs/opencl.md). Only user events that are not set yet
+/// matter: they hold the open task back, once the command is accepted
+/// ([`Enqueue::event`]), so that a call that fails later holds nothing back.
 pub(super) unsafe fn prologue<'a>(
     queue: Handle,
     num_wait: u32,
     wait: *const Handle,
-) -> Result<&'a Obj<Queue>, ClInt> {
+) -> Result<Enqueue<'a>, ClInt> {
     let q = get::<Queue>(queue)?;
     if (num_wait == 0) != wait.is_null() {
         return Err(cl::CL_INVALID_EVENT_WAIT_LIST);
     }
-    for &e in slice(wait, num_wait) {
-        let ev = get::<Event>(e).map_err(|_| cl::CL_INVALID_EVENT_WAIT_LIST)?;
-        if !Arc::ptr_eq(&ev.v.node, &q.v.node) {
-            return Err(cl::CL_INVALID_CONTEXT);
-        }
-        if ev.v.status() < cl::CL_COMPLETE {
-            return Err(cl::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
-        }
-        if ev.v.queue == 0 && ev.v.status() > cl::CL_COMPLETE {
-            // Waiting for a user event: the open task stays here until it is set.
-            q.v.node.gate(EventRef::new(e));
+    let list = slice(wait, num_wait);
+    let mut events = Vec::with_capacity(list.len());
+    for &e in list {
+        events.push(get::<Event>(e).map_err(|_| cl::CL_INVALID_EVENT_WAIT_LIST)?);
+    }
+    if events.iter().any(|ev| ev.v.context != q.v.context) {
+        return Err(cl::CL_INVALID_CONTEXT);
+    }
+    if events.iter().any(|ev| ev.v.status() < cl::CL_COMPLETE) {
+        return Err(cl::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+    }
+    let gates = list
+        .iter()
+        .zip(&events)
+        .filter(|(_, ev)| ev.v.queue == 0 && ev.v.status() > cl::CL_COMPLETE)
+        .map(|(&e, _)| EventRef::new(e))
+        .collect();
+    Ok(Enqueue { q, queue, gates })
+}
+
+impl Enqueue<'_> {
+    /// The command is accepted: from now on the open task waits for the user events in
+    /// its wait list. Creates the event the application asked for (if it did, `out` not
+    /// null) and a reference for the task.
+    pub unsafe fn event(&mut self, command_type: u32, out: *mut Handle) -> (u64, Option<EventRef>) {
+        self.accept();
+        new_event(self.q, self.queue, command_type, out)
+    }
+
+    /// The call is accepted without a command of its own (`clEnqueueWaitForEvents`): the
+    /// open task waits for the user events in its wait list.
+    pub fn accept(&mut self) {
+        for gate in self.gates.drain(..) {
+            self.q.v.node.gate(gate);
         }
     }
-    Ok(q)
+
+    /// Whether the wait list holds user events that are not set.
+    pub fn waits_for_user_events(&self) -> bool {
+        !self.gates.is_empty()
+    }
 }
 
 /// Creates the event the application asked for (if it did) and a reference for the task.
-pub(super) unsafe fn new_event(
+unsafe fn new_event(
     q: &Obj<Queue>,
     queue: Handle,
     command_type: u32,
@@ -125,14 +163,15 @@ pub(super) unsafe fn enqueue_read(
     wait: *const Handle,
     event: *mut Handle,
 ) -> Result<Arc<Node>, ClInt> {
-    let q = prologue(queue, num_wait, wait)?;
+    let mut enq = prologue(queue, num_wait, wait)?;
+    let q = enq.q;
     let m = get::<Mem>(mem)?;
     same_node(&q.v.node, &m.v.node)?;
     check_range(offset, size, m.v.size)?;
     if ptr.is_null() {
         return Err(cl::CL_INVALID_VALUE);
     }
-    let (ev, evref) = new_event(q, queue, command_type, event);
+    let (ev, evref) = enq.event(command_type, event);
     if let Some(src) = &m.v.shm {
         // Same host: the data is copied from shared memory when the task is done.
         let marker = Command::Marker {
@@ -177,15 +216,15 @@ pub(super) unsafe fn enqueue_read(
 }
 
 pub(super) unsafe fn enqueue_write(
-    q: &Obj<Queue>,
-    queue: Handle,
+    enq: &mut Enqueue<'_>,
     m: &Obj<Mem>,
     offset: usize,
     data: &[u8],
     command_type: u32,
     event: *mut Handle,
 ) {
-    if let Some(region) = &m.v.shm {
+    let q = enq.q;
+    if let (Some(region), false) = (&m.v.shm, enq.waits_for_user_events()) {
         // Same host and nothing ahead of this write: copy straight into the buffer.
         // SAFETY: offset + len was checked against the buffer (= region) size.
         let dst = region.ptr().add(m.v.shm_offset + offset);
@@ -194,7 +233,7 @@ pub(super) unsafe fn enqueue_write(
             .direct_write(|| crate::copy::copy(dst, data.as_ptr(), data.len()))
         {
             if !event.is_null() {
-                let (ev, evref) = new_event(q, queue, command_type, event);
+                let (ev, evref) = enq.event(command_type, event);
                 q.v.node.enqueue(
                     &Command::Marker {
                         queue: q.v.id,
@@ -207,7 +246,7 @@ pub(super) unsafe fn enqueue_write(
             return;
         }
     }
-    let (ev, evref) = new_event(q, queue, command_type, event);
+    let (ev, evref) = enq.event(command_type, event);
     let mut evref = evref;
     let chunks = data.len().div_ceil(WRITE_CHUNK_MAX).max(1);
     for (i, chunk) in data.chunks(WRITE_CHUNK_MAX).enumerate() {

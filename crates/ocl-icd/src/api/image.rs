@@ -20,7 +20,7 @@ use crate::node::{HostDst, Keep, WRITE_CHUNK_MAX};
 use crate::object::*;
 
 use super::buffer::{CreationData, CREATE_DATA_INLINE_MAX};
-use super::enqueue::{check_range, event_slot, finish_blocking, new_event, prologue, same_node};
+use super::enqueue::{check_range, event_slot, finish_blocking, prologue, same_node, Enqueue};
 use super::rect::read3;
 use super::{bytes_of, reply, ret_info, set_err};
 
@@ -468,8 +468,7 @@ fn image_cmd<'a>(queue: u64, event: u64, op: ImageOp) -> ImageCmd<'a> {
 /// `strides` (row, slice bytes), which `keep` (if any) keeps alive; `slot` receives the
 /// event (null: none).
 pub(super) unsafe fn enqueue_image_read(
-    q: &Obj<Queue>,
-    queue: Handle,
+    enq: &mut Enqueue<'_>,
     m: &Obj<Mem>,
     meta: &ImageMeta,
     (origin, region): ([usize; 3], [usize; 3]),
@@ -478,7 +477,8 @@ pub(super) unsafe fn enqueue_image_read(
     command_type: u32,
     slot: *mut Handle,
 ) {
-    let (ev, mut evref) = new_event(q, queue, command_type, slot);
+    let q = enq.q;
+    let (ev, mut evref) = enq.event(command_type, slot);
     let row_len = region[0] * meta.elem;
     let tight = strides == (row_len, row_len * region[1]);
     // A tight host layout takes the whole region in one piece, else one row at a time.
@@ -524,8 +524,7 @@ pub(super) unsafe fn enqueue_image_read(
 /// `strides`; the data is copied now (in pieces of whole rows of one slice), so the
 /// memory is reusable on return.
 pub(super) unsafe fn enqueue_image_write(
-    q: &Obj<Queue>,
-    queue: Handle,
+    enq: &mut Enqueue<'_>,
     m: &Obj<Mem>,
     meta: &ImageMeta,
     (origin, region): ([usize; 3], [usize; 3]),
@@ -534,7 +533,8 @@ pub(super) unsafe fn enqueue_image_write(
     command_type: u32,
     event: *mut Handle,
 ) {
-    let (ev, mut evref) = new_event(q, queue, command_type, event);
+    let q = enq.q;
+    let (ev, mut evref) = enq.event(command_type, event);
     write_pieces(
         meta,
         (origin, region),
@@ -593,7 +593,7 @@ unsafe fn write_pieces(
 /// What a read or write of an image checks: the queue and its wait list, the image on
 /// the queue's node, the region inside the image, the host layout, the host pointer.
 type Transfer<'a> = (
-    &'a Obj<Queue>,
+    Enqueue<'a>,
     &'a Obj<Mem>,
     ImageMeta,
     [usize; 3],
@@ -609,16 +609,16 @@ unsafe fn transfer<'a>(
     ptr: *const c_void,
     (num_wait, wait): (u32, *const Handle),
 ) -> Result<Transfer<'a>, ClInt> {
-    let q = prologue(queue, num_wait, wait)?;
+    let enq = prologue(queue, num_wait, wait)?;
     let (m, meta) = image(mem)?;
-    same_node(&q.v.node, &m.v.node)?;
+    same_node(&enq.q.v.node, &m.v.node)?;
     let (origin, region) = (read3(origin)?, read3(region)?);
     in_image(&meta, origin, region)?;
     let strides = host_strides(meta.image_type, meta.elem, region, row_pitch, slice_pitch)?;
     if ptr.is_null() {
         return Err(cl::CL_INVALID_VALUE);
     }
-    Ok((q, m, meta, origin, region, strides))
+    Ok((enq, m, meta, origin, region, strides))
 }
 
 pub unsafe extern "C" fn clEnqueueReadImage(
@@ -642,12 +642,12 @@ pub unsafe extern "C" fn clEnqueueReadImage(
         ptr.cast(),
         (num_wait, wait)
     ));
-    let (q, m, meta, origin, region, strides) = t;
+    let (mut enq, m, meta, origin, region, strides) = t;
+    let q = enq.q;
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
     enqueue_image_read(
-        q,
-        queue,
+        &mut enq,
         m,
         &meta,
         (origin, region),
@@ -680,11 +680,10 @@ pub unsafe extern "C" fn clEnqueueWriteImage(
         ptr.cast(),
         (num_wait, wait)
     ));
-    let (q, m, meta, origin, region, strides) = t;
+    let (mut enq, m, meta, origin, region, strides) = t;
     // The data is copied now, so the host memory is reusable on return.
     enqueue_image_write(
-        q,
-        queue,
+        &mut enq,
         m,
         &meta,
         (origin, region),
@@ -707,7 +706,8 @@ pub unsafe extern "C" fn clEnqueueCopyImage(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let (s, s_meta) = tryr!(image(src));
     let (d, d_meta) = tryr!(image(dst));
     tryr!(same_node(&q.v.node, &s.v.node));
@@ -722,7 +722,7 @@ pub unsafe extern "C" fn clEnqueueCopyImage(
     );
     tryr!(in_image(&s_meta, so, r));
     tryr!(in_image(&d_meta, doo, r));
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_IMAGE, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_COPY_IMAGE, event);
     let cmd = Command::Image(ImageCmd {
         src: s.v.id,
         dst: d.v.id,
@@ -808,7 +808,8 @@ unsafe fn copy_with_buffer(
     op: ImageOp,
     w: Waits,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, w.num_wait, w.wait));
+    let mut enq = tryr!(prologue(queue, w.num_wait, w.wait));
+    let q = enq.q;
     let (image_m, meta) = tryr!(image(image_h));
     let buffer = tryr!(get::<Mem>(buffer_h));
     if buffer.v.image.is_some() {
@@ -825,7 +826,7 @@ unsafe fn copy_with_buffer(
     } else {
         cl::CL_COMMAND_COPY_BUFFER_TO_IMAGE
     };
-    let (ev, evref) = new_event(q, queue, command_type, w.event);
+    let (ev, evref) = enq.event(command_type, w.event);
     let base = image_cmd(q.v.id, ev, op);
     let cmd = Command::Image(if to_buffer {
         ImageCmd {
@@ -860,7 +861,8 @@ pub unsafe extern "C" fn clEnqueueFillImage(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let (m, meta) = tryr!(image(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     if color.is_null() {
@@ -870,7 +872,7 @@ pub unsafe extern "C" fn clEnqueueFillImage(
     tryr!(in_image(&meta, o, r));
     // A fill colour is a float4, int4 or uint4.
     let colour = std::slice::from_raw_parts(color.cast::<u8>(), 16);
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_FILL_IMAGE, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_FILL_IMAGE, event);
     let cmd = Command::Image(ImageCmd {
         dst: m.v.id,
         dst_origin: wide(o),
@@ -899,7 +901,8 @@ pub unsafe extern "C" fn clEnqueueMapImage(
     event: *mut Handle,
     errcode: *mut ClInt,
 ) -> *mut c_void {
-    let q = tryp!(prologue(queue, num_wait, wait), errcode);
+    let mut enq = tryp!(prologue(queue, num_wait, wait), errcode);
+    let q = enq.q;
     let (m, meta) = tryp!(image(mem), errcode);
     tryp!(same_node(&q.v.node, &m.v.node), errcode);
     let (origin, region) = (tryp!(read3(origin), errcode), tryp!(read3(region), errcode));
@@ -924,7 +927,7 @@ pub unsafe extern "C" fn clEnqueueMapImage(
     let slot = event_slot(blocking != 0, event, &mut internal);
     if map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
         // Nothing to fetch: the application overwrites the whole region.
-        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_IMAGE, slot);
+        let (ev, evref) = enq.event(cl::CL_COMMAND_MAP_IMAGE, slot);
         q.v.node.enqueue(
             &Command::Marker {
                 queue: q.v.id,
@@ -935,8 +938,7 @@ pub unsafe extern "C" fn clEnqueueMapImage(
         );
     } else {
         enqueue_image_read(
-            q,
-            queue,
+            &mut enq,
             m,
             &meta,
             (origin, region),

@@ -10,7 +10,7 @@ use ocl_remote::proto::{self, Command, KernelArg, NdRange, Request};
 
 use crate::object::*;
 
-use super::enqueue::{new_event, prologue, same_node};
+use super::enqueue::{prologue, same_node};
 use super::program::remote_devices;
 use super::{bytes_of, cstring_bytes, reply, ret_info, set_err, trim_nul};
 
@@ -245,7 +245,8 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let k = tryr!(get::<Kernel>(kernel));
     tryr!(same_node(&q.v.node, &k.v.node));
     if !(1..=proto::WORK_DIM_MAX as u32).contains(&work_dim) {
@@ -281,7 +282,7 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
             ArgValue::Sampler(id) => KernelArg::Sampler(*id),
         })
         .collect();
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_NDRANGE_KERNEL, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_NDRANGE_KERNEL, event);
     let cmd = Command::NdRange(NdRange {
         queue: q.v.id,
         event: ev,

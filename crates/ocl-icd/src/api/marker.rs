@@ -8,7 +8,7 @@ use ocl_remote::proto::Command;
 
 use crate::object::*;
 
-use super::enqueue::{new_event, prologue};
+use super::enqueue::prologue;
 
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
@@ -27,13 +27,14 @@ unsafe fn marker(
     event: *mut Handle,
     barrier: bool,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let ty = if barrier {
         cl::CL_COMMAND_BARRIER
     } else {
         cl::CL_COMMAND_MARKER
     };
-    let (ev, evref) = new_event(q, queue, ty, event);
+    let (ev, evref) = enq.event(ty, event);
     let cmd = if barrier {
         Command::Barrier {
             queue: q.v.id,
@@ -78,6 +79,6 @@ pub unsafe extern "C" fn clEnqueueWaitForEvents(q: Handle, n: u32, w: *const Han
     if n == 0 || w.is_null() {
         return cl::CL_INVALID_VALUE;
     }
-    tryr!(prologue(q, n, w));
+    tryr!(prologue(q, n, w)).accept();
     cl::CL_SUCCESS
 }

@@ -10,7 +10,7 @@ use ocl_remote::proto::Command;
 use crate::node::{DirectRead, HostDst, WRITE_CHUNK_MAX};
 use crate::object::*;
 
-use super::enqueue::{event_slot, finish_blocking, new_event, prologue, same_node};
+use super::enqueue::{event_slot, finish_blocking, prologue, same_node};
 
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
@@ -93,7 +93,8 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     let (rows, len) = tryr!(rect_rows(
@@ -109,7 +110,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
     }
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_READ_BUFFER_RECT, slot);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_READ_BUFFER_RECT, slot);
     let host = ptr as usize;
     if let Some(src) = &m.v.shm {
         let reads = rows
@@ -168,7 +169,8 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     let (rows, len) = tryr!(rect_rows(
@@ -183,7 +185,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
         return cl::CL_INVALID_VALUE;
     }
     let host = ptr as *const u8;
-    if let Some(region) = &m.v.shm {
+    if let (Some(region), false) = (&m.v.shm, enq.waits_for_user_events()) {
         // As for a plain write: straight into the buffer when nothing is ahead.
         let base = region.ptr().add(m.v.shm_offset);
         let copy = || {
@@ -193,7 +195,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
         };
         if q.v.node.direct_write(copy) {
             if !event.is_null() {
-                let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
+                let (ev, evref) = enq.event(cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
                 q.v.node.enqueue(
                     &Command::Marker {
                         queue: q.v.id,
@@ -208,7 +210,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
     }
     // Data is copied into the commands now, so the call returns at once (as a blocking
     // write may: the host memory is reusable).
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
     let mut evref = evref;
     for (i, &(b, h)) in rows.iter().enumerate() {
         let last = i + 1 == rows.len();
@@ -245,7 +247,8 @@ pub unsafe extern "C" fn clEnqueueCopyBufferRect(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let s = tryr!(get::<Mem>(src));
     let d = tryr!(get::<Mem>(dst));
     tryr!(same_node(&q.v.node, &s.v.node));
@@ -259,7 +262,7 @@ pub unsafe extern "C" fn clEnqueueCopyBufferRect(
     ));
     tryr!(rows_in(&rows, |r| r.0, len, s.v.size));
     tryr!(rows_in(&rows, |r| r.1, len, d.v.size));
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_BUFFER_RECT, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_COPY_BUFFER_RECT, event);
     let mut evref = evref;
     for (i, &(a, b)) in rows.iter().enumerate() {
         let last = i + 1 == rows.len();

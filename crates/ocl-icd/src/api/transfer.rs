@@ -11,8 +11,7 @@ use crate::node::Keep;
 use crate::object::*;
 
 use super::enqueue::{
-    check_range, enqueue_read, enqueue_write, event_slot, finish_blocking, new_event, prologue,
-    same_node,
+    check_range, enqueue_read, enqueue_write, event_slot, finish_blocking, prologue, same_node,
 };
 use super::image;
 use super::set_err;
@@ -67,7 +66,8 @@ pub unsafe extern "C" fn clEnqueueWriteBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     tryr!(check_range(offset, size, m.v.size));
@@ -78,8 +78,7 @@ pub unsafe extern "C" fn clEnqueueWriteBuffer(
     // write needs no round trip.
     let data = std::slice::from_raw_parts(ptr.cast::<u8>(), size);
     enqueue_write(
-        q,
-        queue,
+        &mut enq,
         m,
         offset,
         data,
@@ -100,7 +99,8 @@ pub unsafe extern "C" fn clEnqueueCopyBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let s = tryr!(get::<Mem>(src));
     let d = tryr!(get::<Mem>(dst));
     tryr!(same_node(&q.v.node, &s.v.node));
@@ -110,7 +110,7 @@ pub unsafe extern "C" fn clEnqueueCopyBuffer(
     if s.v.id == d.v.id && src_offset < dst_offset + size && dst_offset < src_offset + size {
         return cl::CL_MEM_COPY_OVERLAP;
     }
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_BUFFER, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_COPY_BUFFER, event);
     let cmd = Command::Copy {
         queue: q.v.id,
         event: ev,
@@ -135,7 +135,8 @@ pub unsafe extern "C" fn clEnqueueFillBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     tryr!(check_range(offset, size, m.v.size));
@@ -147,7 +148,7 @@ pub unsafe extern "C" fn clEnqueueFillBuffer(
     {
         return cl::CL_INVALID_VALUE;
     }
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_FILL_BUFFER, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_FILL_BUFFER, event);
     let cmd = Command::Fill {
         queue: q.v.id,
         event: ev,
@@ -179,9 +180,10 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
     if let (Some(region), 0) = (&m.v.shm, m.v.host_ptr) {
         // Shared memory: the mapping is the buffer itself, ready once the commands
         // ahead of it are done; nothing to copy either way.
-        let q = tryp!(prologue(queue, num_wait, wait), errcode);
+        let mut enq = tryp!(prologue(queue, num_wait, wait), errcode);
+        let q = enq.q;
         tryp!(same_node(&q.v.node, &m.v.node), errcode);
-        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_BUFFER, slot);
+        let (ev, evref) = enq.event(cl::CL_COMMAND_MAP_BUFFER, slot);
         q.v.node.enqueue(
             &Command::Marker {
                 queue: q.v.id,
@@ -222,8 +224,9 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
     };
     if map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
         // Nothing to fetch: the application overwrites the whole region.
-        let q = tryp!(prologue(queue, num_wait, wait), errcode);
-        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_BUFFER, event);
+        let mut enq = tryp!(prologue(queue, num_wait, wait), errcode);
+        let q = enq.q;
+        let (ev, evref) = enq.event(cl::CL_COMMAND_MAP_BUFFER, event);
         q.v.node.enqueue(
             &Command::Marker {
                 queue: q.v.id,
@@ -276,7 +279,8 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let q = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     let mapping = {
@@ -290,8 +294,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
     if let (true, Some((origin, region)), Some(meta)) = (write_back, mapping.image, m.v.image) {
         let tight = (region[0] * meta.elem, region[0] * meta.elem * region[1]);
         image::enqueue_image_write(
-            q,
-            queue,
+            &mut enq,
             m,
             &meta,
             (origin, region),
@@ -303,8 +306,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
     } else if write_back {
         let data = std::slice::from_raw_parts(mapping.ptr as *const u8, mapping.size);
         enqueue_write(
-            q,
-            queue,
+            &mut enq,
             m,
             mapping.offset,
             data,
@@ -312,7 +314,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
             event,
         );
     } else {
-        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_UNMAP_MEM_OBJECT, event);
+        let (ev, evref) = enq.event(cl::CL_COMMAND_UNMAP_MEM_OBJECT, event);
         q.v.node.enqueue(
             &Command::Marker {
                 queue: q.v.id,
@@ -337,8 +339,9 @@ pub unsafe extern "C" fn clEnqueueMigrateMemObjects(
     event: *mut Handle,
 ) -> ClInt {
     // Buffers live on the node's device already; migration is a no-op marker.
-    let q = tryr!(prologue(queue, num_wait, wait));
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MIGRATE_MEM_OBJECTS, event);
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
+    let (ev, evref) = enq.event(cl::CL_COMMAND_MIGRATE_MEM_OBJECTS, event);
     q.v.node.enqueue(
         &Command::Marker {
             queue: q.v.id,

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
 use std::io::{self, Read};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -139,6 +139,8 @@ pub struct Node {
     /// saves a thread hand-off, or the background reader).
     reader: Mutex<Stream>,
     reader_fd: RawFd,
+    /// Wakes the thread that waits on the read half (see [`Node::wake_reader`]).
+    wake: OwnedFd,
     /// See [`SPIN_ENV`].
     spin: ocl_remote::poll::AdaptiveSpin,
     /// The error callbacks of this node's live contexts (`pfn_notify` of
@@ -212,6 +214,7 @@ impl Node {
             background: Condvar::new(),
             platforms,
             reader_fd: reader.as_raw_fd(),
+            wake: eventfd()?,
             spin: ocl_remote::poll::AdaptiveSpin::new(spin_from_env()),
             notifiers: Mutex::new(Vec::new()),
             reader: Mutex::new(reader),
@@ -277,11 +280,31 @@ impl Node {
                 continue;
             };
             drop(st);
-            self.spin.wait(self.reader_fd);
+            if !self
+                .spin
+                .wait_or_wake(self.reader_fd, self.wake.as_raw_fd())
+            {
+                // Woken by another thread, not by the node: look again.
+                drain(&self.wake);
+                drop(reader);
+                continue;
+            }
             let result = pump_one(self, &mut reader);
             drop(reader);
             self.pumped(result);
         }
+    }
+
+    /// Wakes the thread (if any) that waits on the read half for news that will not
+    /// come from the node: a user event set by another application thread. Without
+    /// this, a thread in `clWaitForEvents` on a user event slept until some unrelated
+    /// frame arrived. The waiters on the condition variable are woken as well.
+    fn wake_reader(&self) {
+        drop(lock(&self.state));
+        self.cond.notify_all();
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an 8-byte write to our eventfd; a full counter only means it is set.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
     }
 
     /// After reading frames (the read half released): wakes the waiting threads and, if
@@ -494,10 +517,10 @@ impl Node {
         lock(&self.out).gates.push(gate);
     }
 
-    /// A user event of this node completed: wake gated flushers, send a remembered flush.
+    /// A user event of this node completed: wake its waiters and gated flushers, send a
+    /// remembered flush.
     pub fn user_event_done(&self) {
-        drop(lock(&self.state));
-        self.cond.notify_all();
+        self.wake_reader();
         let pending = lock(&self.out).flush_pending;
         if pending {
             self.flush_task(false);
@@ -565,10 +588,27 @@ impl Node {
                 e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
             }
         }
-        drop(lock(&self.state));
-        self.cond.notify_all();
+        self.wake_reader();
         self.background.notify_one();
     }
+}
+
+/// A non-blocking eventfd: a counter other threads set to wake a poller.
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain system call; on success we own the new descriptor.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Resets an eventfd set by [`Node::wake_reader`].
+fn drain(wake: &OwnedFd) {
+    let mut buf = [0u8; 8];
+    // SAFETY: an 8-byte read into `buf`; non-blocking, so an unset counter returns EAGAIN.
+    unsafe { libc::read(wake.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
 }
 
 impl Out {

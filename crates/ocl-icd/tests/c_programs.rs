@@ -323,6 +323,11 @@ fn wait_lists_with_events_of_another_context_are_refused_identically_local_and_r
 }
 
 #[test]
+fn a_thread_waiting_for_a_user_event_wakes_when_another_sets_it() {
+    compare("user_event_wake");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

@@ -328,6 +328,11 @@ fn a_thread_waiting_for_a_user_event_wakes_when_another_sets_it() {
 }
 
 #[test]
+fn newer_calls_returning_objects_work_or_set_their_error_code() {
+    compare("newer_calls");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

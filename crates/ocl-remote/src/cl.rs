@@ -182,6 +182,8 @@ pub const CL_SAMPLER_CONTEXT: ClUint = 0x1151;
 pub const CL_SAMPLER_NORMALIZED_COORDS: ClUint = 0x1152;
 pub const CL_SAMPLER_ADDRESSING_MODE: ClUint = 0x1153;
 pub const CL_SAMPLER_FILTER_MODE: ClUint = 0x1154;
+pub const CL_ADDRESS_CLAMP: ClUint = 0x1132;
+pub const CL_FILTER_NEAREST: ClUint = 0x1140;
 
 pub const CL_COMMAND_READ_IMAGE: ClUint = 0x11F6;
 pub const CL_COMMAND_WRITE_IMAGE: ClUint = 0x11F7;

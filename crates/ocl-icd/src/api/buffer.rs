@@ -26,6 +26,7 @@ use super::{bytes_of, reply, ret_info, set_err};
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
         clCreateBuffer,
+        clCreateBufferWithProperties,
         clCreateSubBuffer,
         clRetainMemObject,
         clReleaseMemObject,
@@ -188,6 +189,30 @@ pub unsafe extern "C" fn clCreateBuffer(
         origin: 0,
         image: None,
     })
+}
+
+/// `properties` lists no property this ICD knows (OpenCL 3.0 defines none for buffers
+/// and images outside extensions): NULL or an empty list.
+pub(super) unsafe fn no_mem_properties(properties: *const u64) -> Result<(), ClInt> {
+    if properties.is_null() || *properties == 0 {
+        Ok(())
+    } else {
+        Err(cl::CL_INVALID_PROPERTY)
+    }
+}
+
+/// OpenCL 3.0: `clCreateBuffer` with a property list.
+pub unsafe extern "C" fn clCreateBufferWithProperties(
+    context: Handle,
+    properties: *const u64,
+    flags: u64,
+    size: usize,
+    host_ptr: *mut c_void,
+    errcode: *mut ClInt,
+) -> Handle {
+    tryp!(get::<Context>(context), errcode);
+    tryp!(no_mem_properties(properties), errcode);
+    clCreateBuffer(context, flags, size, host_ptr, errcode)
 }
 
 pub unsafe extern "C" fn clCreateSubBuffer(

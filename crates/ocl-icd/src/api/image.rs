@@ -19,7 +19,7 @@ use ocl_remote::proto::{Command, ImageCmd, ImageOp, Request};
 use crate::node::{HostDst, Keep, WRITE_CHUNK_MAX};
 use crate::object::*;
 
-use super::buffer::{CreationData, CREATE_DATA_INLINE_MAX};
+use super::buffer::{no_mem_properties, CreationData, CREATE_DATA_INLINE_MAX};
 use super::enqueue::{check_range, event_slot, finish_blocking, prologue, same_node, Enqueue};
 use super::rect::read3;
 use super::{bytes_of, reply, ret_info, set_err};
@@ -27,11 +27,13 @@ use super::{bytes_of, reply, ret_info, set_err};
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
         clCreateImage,
+        clCreateImageWithProperties,
         clCreateImage2D,
         clCreateImage3D,
         clGetImageInfo,
         clGetSupportedImageFormats,
         clCreateSampler,
+        clCreateSamplerWithProperties,
         clRetainSampler,
         clReleaseSampler,
         clGetSamplerInfo,
@@ -278,6 +280,21 @@ pub unsafe extern "C" fn clCreateImage(
     h
 }
 
+/// OpenCL 3.0: `clCreateImage` with a property list.
+pub unsafe extern "C" fn clCreateImageWithProperties(
+    context: Handle,
+    properties: *const u64,
+    flags: u64,
+    format: *const [u32; 2],
+    desc: *const ImageDesc,
+    host_ptr: *mut c_void,
+    errcode: *mut ClInt,
+) -> Handle {
+    tryp!(get::<Context>(context), errcode);
+    tryp!(no_mem_properties(properties), errcode);
+    clCreateImage(context, flags, format, desc, host_ptr, errcode)
+}
+
 fn desc(image_type: u32, dims: [usize; 3], row_pitch: usize, slice_pitch: usize) -> ImageDesc {
     ImageDesc {
         image_type,
@@ -415,6 +432,40 @@ pub unsafe extern "C" fn clCreateSampler(
         addressing,
         filter,
     })
+}
+
+/// OpenCL 2.0: `clCreateSampler` with its settings as a property list (the ones not
+/// listed take their defaults: normalized coordinates, clamp, nearest).
+pub unsafe extern "C" fn clCreateSamplerWithProperties(
+    context: Handle,
+    properties: *const u64,
+    errcode: *mut ClInt,
+) -> Handle {
+    tryp!(get::<Context>(context), errcode);
+    let mut settings = [
+        (cl::CL_SAMPLER_NORMALIZED_COORDS, 1u32, false),
+        (cl::CL_SAMPLER_ADDRESSING_MODE, cl::CL_ADDRESS_CLAMP, false),
+        (cl::CL_SAMPLER_FILTER_MODE, cl::CL_FILTER_NEAREST, false),
+    ];
+    if !properties.is_null() {
+        // A property list ends at 0; each property may appear once.
+        for i in (0..).step_by(2) {
+            let name = *properties.add(i);
+            if name == 0 {
+                break;
+            }
+            let value = *properties.add(i + 1);
+            let setting = settings.iter_mut().find(|s| u64::from(s.0) == name && !s.2);
+            let Some(setting) = setting else {
+                set_err(errcode, cl::CL_INVALID_VALUE);
+                return null_mut();
+            };
+            setting.1 = value as u32;
+            setting.2 = true;
+        }
+    }
+    let [normalized, addressing, filter] = settings.map(|s| s.1);
+    clCreateSampler(context, normalized, addressing, filter, errcode)
 }
 
 pub unsafe extern "C" fn clRetainSampler(s: Handle) -> ClInt {

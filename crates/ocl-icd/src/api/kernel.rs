@@ -18,6 +18,7 @@ pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
         clCreateKernel,
         clCreateKernelsInProgram,
+        clCloneKernel,
         clRetainKernel,
         clReleaseKernel,
         clSetKernelArg,
@@ -99,6 +100,19 @@ pub unsafe extern "C" fn clCreateKernelsInProgram(
         *num_kernels_ret = names.len() as u32;
     }
     cl::CL_SUCCESS
+}
+
+/// OpenCL 2.1: a new kernel of the same program and function, with the argument values
+/// set so far (they live in the ICD, see the module doc).
+pub unsafe extern "C" fn clCloneKernel(source: Handle, errcode: *mut ClInt) -> Handle {
+    let k = tryp!(get::<Kernel>(source), errcode);
+    let h = tryp!(create_kernel(k.v.program as Handle, &k.v.name), errcode);
+    let args = k.v.args.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Ok(clone) = get::<Kernel>(h) {
+        *clone.v.args.lock().unwrap_or_else(|p| p.into_inner()) = args;
+    }
+    set_err(errcode, cl::CL_SUCCESS);
+    h
 }
 
 pub unsafe extern "C" fn clRetainKernel(k: Handle) -> ClInt {

@@ -214,6 +214,42 @@ pub struct Mem {
     pub origin: usize,
     /// For an image: its format and shape (`size` is then its tightly packed bytes).
     pub image: Option<ImageMeta>,
+    /// Ends, with the destructor callbacks, once the object is released and no read in
+    /// flight writes into memory of its own any more.
+    pub life: Arc<MemLife>,
+}
+
+type MemCallback = unsafe extern "C" fn(Handle, *mut c_void);
+
+/// The end of a memory object's life as `clSetMemObjectDestructorCallback` sees it: when
+/// the last reference to the object is gone and the reads in flight that write into its
+/// host memory (a map of a `CL_MEM_USE_HOST_PTR` buffer writes into the application's
+/// memory) have their data, so the callbacks may free that memory. The object holds
+/// one `Arc`, every such read another ([`crate::node::Keep`]).
+#[derive(Default)]
+pub struct MemLife {
+    callbacks: Mutex<Vec<(MemCallback, usize, usize)>>,
+}
+
+impl MemLife {
+    /// Registers `cb(memobj, user)` to run at the end.
+    pub fn add_callback(&self, memobj: Handle, cb: MemCallback, user: *mut c_void) {
+        self.callbacks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((cb, memobj as usize, user as usize));
+    }
+}
+
+impl Drop for MemLife {
+    fn drop(&mut self) {
+        let callbacks = std::mem::take(self.callbacks.get_mut().unwrap_or_else(|p| p.into_inner()));
+        // OpenCL calls them in the reverse order of their registration.
+        for (cb, memobj, user) in callbacks.into_iter().rev() {
+            // SAFETY: the application registered `cb` with `user` for this object.
+            unsafe { cb(memobj as Handle, user as *mut c_void) };
+        }
+    }
 }
 
 /// What the ICD knows of an image.

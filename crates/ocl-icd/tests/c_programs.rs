@@ -333,6 +333,11 @@ fn newer_calls_returning_objects_work_or_set_their_error_code() {
 }
 
 #[test]
+fn memory_object_destructor_callbacks_are_identical_local_and_remote() {
+    compare("destructor");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

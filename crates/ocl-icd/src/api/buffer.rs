@@ -30,6 +30,7 @@ pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
         clCreateSubBuffer,
         clRetainMemObject,
         clReleaseMemObject,
+        clSetMemObjectDestructorCallback,
         clGetMemObjectInfo,
     ]
 }
@@ -183,6 +184,7 @@ pub unsafe extern "C" fn clCreateBuffer(
         size,
         host_ptr: keep_ptr,
         maps: Mutex::new(Vec::new()),
+        life: Arc::default(),
         shm,
         shm_offset: 0,
         parent: 0,
@@ -272,6 +274,7 @@ pub unsafe extern "C" fn clCreateSubBuffer(
             0
         },
         maps: Mutex::new(Vec::new()),
+        life: Arc::default(),
         shm: m.v.shm.clone(),
         shm_offset: m.v.shm_offset + origin,
         parent: buffer as H,
@@ -285,6 +288,22 @@ pub unsafe extern "C" fn clRetainMemObject(m: Handle) -> ClInt {
 }
 pub unsafe extern "C" fn clReleaseMemObject(m: Handle) -> ClInt {
     release::<Mem>(m)
+}
+
+/// The callbacks run once the object is released and no read into its memory is in
+/// flight (see [`MemLife`]), on the thread that ends it: the one releasing it, or the
+/// ICD thread that completes that read.
+pub unsafe extern "C" fn clSetMemObjectDestructorCallback(
+    mem: Handle,
+    notify: Option<unsafe extern "C" fn(Handle, *mut c_void)>,
+    user_data: *mut c_void,
+) -> ClInt {
+    let m = tryr!(get::<Mem>(mem));
+    let Some(notify) = notify else {
+        return cl::CL_INVALID_VALUE;
+    };
+    m.v.life.add_callback(mem, notify, user_data);
+    cl::CL_SUCCESS
 }
 
 pub unsafe extern "C" fn clGetMemObjectInfo(

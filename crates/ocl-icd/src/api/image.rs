@@ -252,6 +252,7 @@ unsafe fn create_image(
         size,
         host_ptr: keep_ptr,
         maps: Mutex::new(Vec::new()),
+        life: Arc::default(),
         shm: None,
         shm_offset: 0,
         parent: 0,
@@ -994,7 +995,10 @@ pub unsafe extern "C" fn clEnqueueMapImage(
             &meta,
             (origin, region),
             (row, slice),
-            (ptr, Some(Arc::clone(&backing) as Keep)),
+            (
+                ptr,
+                Some(Arc::new((Arc::clone(&backing), Arc::clone(&m.v.life))) as Keep),
+            ),
             cl::CL_COMMAND_MAP_IMAGE,
             slot,
         );

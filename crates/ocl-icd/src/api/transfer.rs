@@ -242,7 +242,10 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
                 mem,
                 offset,
                 size,
-                (ptr as *mut c_void, owned.clone().map(|b| b as Keep)),
+                (
+                    ptr as *mut c_void,
+                    Some(Arc::new((owned.clone(), Arc::clone(&m.v.life))) as Keep),
+                ),
                 cl::CL_COMMAND_MAP_BUFFER,
                 num_wait,
                 wait,

@@ -302,6 +302,8 @@ pub struct Kernel {
     pub name: Vec<u8>,
     pub num_args: u32,
     pub args: Mutex<Vec<ArgValue>>,
+    /// What the kernel declares, learned as needed (see `api::declared`).
+    pub declared: Mutex<crate::api::Declared>,
 }
 
 type Callback = unsafe extern "C" fn(Handle, ClInt, *mut c_void);

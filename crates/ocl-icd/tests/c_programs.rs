@@ -338,6 +338,11 @@ fn memory_object_destructor_callbacks_are_identical_local_and_remote() {
 }
 
 #[test]
+fn kernel_argument_and_work_group_errors_come_from_the_calls_themselves() {
+    compare("kernel_checks");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

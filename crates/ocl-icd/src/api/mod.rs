@@ -51,6 +51,7 @@ macro_rules! entry_points {
 
 mod buffer;
 mod context;
+mod declared;
 mod enqueue;
 mod event;
 mod image;
@@ -62,6 +63,7 @@ mod queue;
 mod rect;
 mod transfer;
 
+pub(crate) use declared::Declared;
 pub(crate) use platform::clGetPlatformInfo;
 
 unsafe fn set_err(errcode: *mut ClInt, e: ClInt) {

@@ -343,6 +343,11 @@ fn kernel_argument_and_work_group_errors_come_from_the_calls_themselves() {
 }
 
 #[test]
+fn host_access_flags_are_enforced_identically_local_and_remote() {
+    compare("host_flags");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

@@ -87,6 +87,24 @@ pub const CL_MEM_READ_ONLY: ClBitfield = 1 << 2;
 pub const CL_MEM_USE_HOST_PTR: ClBitfield = 1 << 3;
 pub const CL_MEM_ALLOC_HOST_PTR: ClBitfield = 1 << 4;
 pub const CL_MEM_COPY_HOST_PTR: ClBitfield = 1 << 5;
+pub const CL_MEM_HOST_WRITE_ONLY: ClBitfield = 1 << 7;
+pub const CL_MEM_HOST_READ_ONLY: ClBitfield = 1 << 8;
+pub const CL_MEM_HOST_NO_ACCESS: ClBitfield = 1 << 9;
+/// The host access flags (OpenCL 1.2); a memory object has at most one of them.
+pub const CL_MEM_HOST_ACCESS: ClBitfield =
+    CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS;
+
+/// Whether the host may read (`clEnqueueRead*`, maps for reading) a memory object
+/// created with `flags`.
+pub fn host_may_read(flags: ClBitfield) -> bool {
+    flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS) == 0
+}
+
+/// Whether the host may write (`clEnqueueWrite*`, maps for writing) a memory object
+/// created with `flags`.
+pub fn host_may_write(flags: ClBitfield) -> bool {
+    flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS) == 0
+}
 pub const CL_MEM_OBJECT_BUFFER: ClUint = 0x10F0;
 pub const CL_MEM_TYPE: ClUint = 0x1100;
 pub const CL_MEM_FLAGS: ClUint = 0x1101;

@@ -35,6 +35,66 @@ pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     ]
 }
 
+/// The flags of a new buffer or image, checked: one device access flag
+/// (`CL_MEM_READ_WRITE` if none), at most one host access flag, and host pointer flags
+/// that go together.
+pub(super) fn mem_flags(flags: u64) -> Result<u64, ClInt> {
+    const ACCESS: u64 = cl::CL_MEM_READ_WRITE | cl::CL_MEM_WRITE_ONLY | cl::CL_MEM_READ_ONLY;
+    let flags = if flags & ACCESS == 0 {
+        flags | cl::CL_MEM_READ_WRITE
+    } else {
+        flags
+    };
+    let use_ptr = flags & cl::CL_MEM_USE_HOST_PTR != 0;
+    let other_ptr = flags & (cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR) != 0;
+    if (flags & ACCESS).count_ones() != 1
+        || (flags & cl::CL_MEM_HOST_ACCESS).count_ones() > 1
+        || (use_ptr && other_ptr)
+    {
+        return Err(cl::CL_INVALID_VALUE);
+    }
+    Ok(flags)
+}
+
+/// Host pointer flags: a sub-buffer has its parent's (`HOST_PTR_FLAGS`), never its own.
+const HOST_PTR_FLAGS: u64 =
+    cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR;
+
+/// The flags of a sub-buffer of a buffer with `parent` flags, host pointer flags left
+/// out: device and host access left out are the parent's, and given ones may not allow
+/// more than the parent's (OpenCL 1.2, `clCreateSubBuffer`).
+fn sub_buffer_flags(flags: u64, parent: u64) -> Result<u64, ClInt> {
+    const ACCESS: u64 = cl::CL_MEM_READ_WRITE | cl::CL_MEM_WRITE_ONLY | cl::CL_MEM_READ_ONLY;
+    let access = flags & ACCESS;
+    let host = flags & cl::CL_MEM_HOST_ACCESS;
+    let device_conflict = match parent & ACCESS {
+        cl::CL_MEM_WRITE_ONLY => access & (cl::CL_MEM_READ_WRITE | cl::CL_MEM_READ_ONLY) != 0,
+        cl::CL_MEM_READ_ONLY => access & (cl::CL_MEM_READ_WRITE | cl::CL_MEM_WRITE_ONLY) != 0,
+        _ => false,
+    };
+    let host_conflict = match parent & cl::CL_MEM_HOST_ACCESS {
+        cl::CL_MEM_HOST_WRITE_ONLY => host & cl::CL_MEM_HOST_READ_ONLY != 0,
+        cl::CL_MEM_HOST_READ_ONLY => host & cl::CL_MEM_HOST_WRITE_ONLY != 0,
+        cl::CL_MEM_HOST_NO_ACCESS => host & !cl::CL_MEM_HOST_NO_ACCESS != 0,
+        _ => false,
+    };
+    if flags & HOST_PTR_FLAGS != 0
+        || access.count_ones() > 1
+        || host.count_ones() > 1
+        || device_conflict
+        || host_conflict
+    {
+        return Err(cl::CL_INVALID_VALUE);
+    }
+    let access = if access == 0 { parent & ACCESS } else { access };
+    let host = if host == 0 {
+        parent & cl::CL_MEM_HOST_ACCESS
+    } else {
+        host
+    };
+    Ok(flags & !(ACCESS | cl::CL_MEM_HOST_ACCESS) | access | host)
+}
+
 /// Initial data up to this size travels in the create request itself.
 pub(super) const CREATE_DATA_INLINE_MAX: usize = 1 << 20;
 
@@ -113,16 +173,7 @@ pub unsafe extern "C" fn clCreateBuffer(
     errcode: *mut ClInt,
 ) -> Handle {
     let c = tryp!(get::<Context>(context), errcode);
-    let flags = if flags & 7 == 0 {
-        flags | cl::CL_MEM_READ_WRITE
-    } else {
-        flags
-    };
-    let access = flags & 7;
-    if access.count_ones() != 1 {
-        set_err(errcode, cl::CL_INVALID_VALUE);
-        return null_mut();
-    }
+    let flags = tryp!(mem_flags(flags), errcode);
     if size == 0 {
         set_err(errcode, cl::CL_INVALID_BUFFER_SIZE);
         return null_mut();
@@ -238,17 +289,7 @@ pub unsafe extern "C" fn clCreateSubBuffer(
         check_range(origin, size, m.v.size).map_err(|_| cl::CL_INVALID_VALUE),
         errcode
     );
-    // Access flags left out are inherited from the parent; host-pointer flags are not allowed.
-    if flags & (cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR) != 0
-    {
-        set_err(errcode, cl::CL_INVALID_VALUE);
-        return null_mut();
-    }
-    let flags = if flags & 7 == 0 {
-        flags | (m.v.flags & 7)
-    } else {
-        flags
-    };
+    let flags = tryp!(sub_buffer_flags(flags, m.v.flags), errcode);
     let node = Arc::clone(&m.v.node);
     let id = node.next_id();
     let request = Request::CreateSubBuffer {
@@ -266,7 +307,7 @@ pub unsafe extern "C" fn clCreateSubBuffer(
         node,
         id,
         context: m.v.context,
-        flags: flags | (m.v.flags & (cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR)),
+        flags: flags | (m.v.flags & HOST_PTR_FLAGS),
         size,
         host_ptr: if m.v.host_ptr != 0 {
             m.v.host_ptr + origin

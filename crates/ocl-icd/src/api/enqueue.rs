@@ -2,13 +2,12 @@
 //! application asked for, wait for it when the call blocks; and the plain buffer reads
 //! and writes the other transfers are made of.
 
-use std::ffi::c_void;
 use std::sync::Arc;
 
 use ocl_remote::cl::{self, ClInt};
-use ocl_remote::proto::Command;
+use ocl_remote::proto::{Command, Request};
 
-use crate::node::{DirectRead, HostDst, Keep, Node, WRITE_CHUNK_MAX};
+use crate::node::{DirectRead, HostDst, Node, WRITE_CHUNK_MAX};
 use crate::object::*;
 
 use super::slice;
@@ -152,36 +151,23 @@ pub(super) unsafe fn finish_blocking(
     }
 }
 
+/// Enqueues a read of `dst.len` bytes at `offset` of buffer `m` (checked) into `dst`;
+/// `slot` receives the event (null: none).
 pub(super) unsafe fn enqueue_read(
-    queue: Handle,
-    mem: Handle,
+    enq: &mut Enqueue<'_>,
+    m: &Obj<Mem>,
     offset: usize,
-    size: usize,
-    (ptr, keep): (*mut c_void, Option<Keep>),
+    dst: HostDst,
     command_type: u32,
-    num_wait: u32,
-    wait: *const Handle,
-    event: *mut Handle,
-) -> Result<Arc<Node>, ClInt> {
-    let mut enq = prologue(queue, num_wait, wait)?;
+    slot: *mut Handle,
+) {
     let q = enq.q;
-    let m = get::<Mem>(mem)?;
-    same_node(&q.v.node, &m.v.node)?;
-    check_range(offset, size, m.v.size)?;
-    if ptr.is_null() {
-        return Err(cl::CL_INVALID_VALUE);
-    }
-    let (ev, evref) = enq.event(command_type, event);
+    let (ev, evref) = enq.event(command_type, slot);
     if let Some(src) = &m.v.shm {
         // Same host: the data is copied from shared memory when the task is done.
         let marker = Command::Marker {
             queue: q.v.id,
             event: ev,
-        };
-        let dst = HostDst {
-            ptr: ptr as usize,
-            len: size,
-            _keep: keep,
         };
         let read = DirectRead {
             src: Arc::clone(src),
@@ -189,7 +175,7 @@ pub(super) unsafe fn enqueue_read(
             dst,
         };
         q.v.node.enqueue_direct_reads(&marker, evref, vec![read]);
-        return Ok(Arc::clone(&q.v.node));
+        return;
     }
     let token = q.v.node.next_id();
     let cmd = Command::Read {
@@ -197,22 +183,86 @@ pub(super) unsafe fn enqueue_read(
         event: ev,
         buffer: m.v.id,
         offset: offset as u64,
-        size: size as u64,
+        size: dst.len as u64,
         token,
     };
-    q.v.node.enqueue(
-        &cmd,
-        evref,
-        Some((
-            token,
-            HostDst {
-                ptr: ptr as usize,
-                len: size,
-                _keep: keep,
-            },
-        )),
-    );
-    Ok(Arc::clone(&q.v.node))
+    q.v.node.enqueue(&cmd, evref, Some((token, dst)));
+}
+
+/// Reads what `copy(scratch)` copies into a scratch buffer of `size` bytes on the node
+/// into `dst`. For maps for writing of objects the host may not read
+/// (`CL_MEM_HOST_WRITE_ONLY`): the mapping must show the current contents, but the
+/// runtime (rightly) refuses to read such an object for the host, and the node too.
+/// The scratch buffer is released behind the commands, which hold it until they ran.
+pub(super) unsafe fn read_through_scratch<'c>(
+    enq: &mut Enqueue<'_>,
+    m: &Obj<Mem>,
+    copy: impl FnOnce(u64, u64) -> Command<'c>,
+    dst: HostDst,
+    command_type: u32,
+    slot: *mut Handle,
+) -> Result<(), ClInt> {
+    let q = enq.q;
+    let context = get::<Context>(m.v.context as Handle)?;
+    let scratch = q.v.node.next_id();
+    super::reply(q.v.node.call(&Request::CreateBuffer {
+        id: scratch,
+        context: context.v.id,
+        flags: cl::CL_MEM_READ_WRITE,
+        size: dst.len as u64,
+        data: &[],
+    }))?;
+    let (ev, evref) = enq.event(command_type, slot);
+    q.v.node.enqueue(&copy(q.v.id, scratch), None, None);
+    let token = q.v.node.next_id();
+    let read = Command::Read {
+        queue: q.v.id,
+        event: ev,
+        buffer: scratch,
+        offset: 0,
+        size: dst.len as u64,
+        token,
+    };
+    q.v.node.enqueue(&read, evref, Some((token, dst)));
+    q.v.node.release(scratch);
+    Ok(())
+}
+
+/// `CL_INVALID_OPERATION` unless the host may read `m` (`CL_MEM_HOST_*` flags).
+pub(super) fn host_reads(m: &Obj<Mem>) -> Result<(), ClInt> {
+    if cl::host_may_read(m.v.flags) {
+        Ok(())
+    } else {
+        Err(cl::CL_INVALID_OPERATION)
+    }
+}
+
+/// `CL_INVALID_OPERATION` unless the host may write `m`.
+pub(super) fn host_writes(m: &Obj<Mem>) -> Result<(), ClInt> {
+    if cl::host_may_write(m.v.flags) {
+        Ok(())
+    } else {
+        Err(cl::CL_INVALID_OPERATION)
+    }
+}
+
+/// Checks map flags: `CL_MAP_WRITE_INVALIDATE_REGION` goes alone, and the host may do
+/// what they say to `m`.
+pub(super) fn host_maps(m: &Obj<Mem>, map_flags: u64) -> Result<(), ClInt> {
+    let known = cl::CL_MAP_READ | cl::CL_MAP_WRITE | cl::CL_MAP_WRITE_INVALIDATE_REGION;
+    if map_flags & !known != 0
+        || (map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0
+            && map_flags & (cl::CL_MAP_READ | cl::CL_MAP_WRITE) != 0)
+    {
+        return Err(cl::CL_INVALID_VALUE);
+    }
+    if map_flags & cl::CL_MAP_READ != 0 {
+        host_reads(m)?;
+    }
+    if map_flags & (cl::CL_MAP_WRITE | cl::CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
+        host_writes(m)?;
+    }
+    Ok(())
 }
 
 pub(super) unsafe fn enqueue_write(

@@ -19,8 +19,11 @@ use ocl_remote::proto::{Command, ImageCmd, ImageOp, Request};
 use crate::node::{HostDst, Keep, WRITE_CHUNK_MAX};
 use crate::object::*;
 
-use super::buffer::{no_mem_properties, CreationData, CREATE_DATA_INLINE_MAX};
-use super::enqueue::{check_range, event_slot, finish_blocking, prologue, same_node, Enqueue};
+use super::buffer::{mem_flags, no_mem_properties, CreationData, CREATE_DATA_INLINE_MAX};
+use super::enqueue::{
+    check_range, event_slot, finish_blocking, host_maps, host_reads, host_writes, prologue,
+    read_through_scratch, same_node, Enqueue,
+};
 use super::rect::read3;
 use super::{bytes_of, reply, ret_info, set_err};
 
@@ -147,14 +150,7 @@ unsafe fn create_image(
     host_ptr: *mut c_void,
 ) -> Result<Handle, ClInt> {
     let c = get::<Context>(context)?;
-    let flags = if flags & 7 == 0 {
-        flags | cl::CL_MEM_READ_WRITE
-    } else {
-        flags
-    };
-    if (flags & 7).count_ones() != 1 {
-        return Err(cl::CL_INVALID_VALUE);
-    }
+    let flags = mem_flags(flags)?;
     if format.is_null() {
         return Err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
     }
@@ -695,6 +691,7 @@ pub unsafe extern "C" fn clEnqueueReadImage(
         (num_wait, wait)
     ));
     let (mut enq, m, meta, origin, region, strides) = t;
+    tryr!(host_reads(m));
     let q = enq.q;
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
@@ -733,6 +730,7 @@ pub unsafe extern "C" fn clEnqueueWriteImage(
         (num_wait, wait)
     ));
     let (mut enq, m, meta, origin, region, strides) = t;
+    tryr!(host_writes(m));
     // The data is copied now, so the host memory is reusable on return.
     enqueue_image_write(
         &mut enq,
@@ -958,7 +956,8 @@ pub unsafe extern "C" fn clEnqueueMapImage(
     let (m, meta) = tryp!(image(mem), errcode);
     tryp!(same_node(&q.v.node, &m.v.node), errcode);
     let (origin, region) = (tryp!(read3(origin), errcode), tryp!(read3(region), errcode));
-    tryp!(in_image(&meta, origin, region), errcode);
+    let bytes = tryp!(in_image(&meta, origin, region), errcode);
+    tryp!(host_maps(m, map_flags), errcode);
     if row_pitch.is_null() {
         set_err(errcode, cl::CL_INVALID_VALUE);
         return null_mut();
@@ -989,19 +988,39 @@ pub unsafe extern "C" fn clEnqueueMapImage(
             None,
         );
     } else {
-        enqueue_image_read(
-            &mut enq,
-            m,
-            &meta,
-            (origin, region),
-            (row, slice),
-            (
-                ptr,
-                Some(Arc::new((Arc::clone(&backing), Arc::clone(&m.v.life))) as Keep),
-            ),
-            cl::CL_COMMAND_MAP_IMAGE,
-            slot,
-        );
+        let keep = Some(Arc::new((Arc::clone(&backing), Arc::clone(&m.v.life))) as Keep);
+        if host_reads(m).is_ok() {
+            enqueue_image_read(
+                &mut enq,
+                m,
+                &meta,
+                (origin, region),
+                (row, slice),
+                (ptr, keep),
+                cl::CL_COMMAND_MAP_IMAGE,
+                slot,
+            );
+        } else {
+            // Mapped for writing, the host may not read it: through a scratch buffer.
+            let copy = |queue, scratch| {
+                Command::Image(ImageCmd {
+                    src: m.v.id,
+                    dst: scratch,
+                    src_origin: wide(origin),
+                    region: wide(region),
+                    ..image_cmd(queue, 0, ImageOp::ToBuffer)
+                })
+            };
+            let dst = HostDst {
+                ptr: ptr as usize,
+                len: bytes,
+                _keep: keep,
+            };
+            tryp!(
+                read_through_scratch(&mut enq, m, copy, dst, cl::CL_COMMAND_MAP_IMAGE, slot),
+                errcode
+            );
+        }
     }
     let rc = finish_blocking(&q.v.node, blocking != 0, slot, internal);
     if rc != cl::CL_SUCCESS {

@@ -10,7 +10,7 @@ use ocl_remote::proto::Command;
 use crate::node::{DirectRead, HostDst, WRITE_CHUNK_MAX};
 use crate::object::*;
 
-use super::enqueue::{event_slot, finish_blocking, prologue, same_node};
+use super::enqueue::{event_slot, finish_blocking, host_reads, host_writes, prologue, same_node};
 
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
@@ -105,6 +105,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
         (host_row_pitch, host_slice_pitch)
     ));
     tryr!(rows_in(&rows, |r| r.0, len, m.v.size));
+    tryr!(host_reads(m));
     if ptr.is_null() {
         return cl::CL_INVALID_VALUE;
     }
@@ -181,6 +182,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
         (host_row_pitch, host_slice_pitch)
     ));
     tryr!(rows_in(&rows, |r| r.0, len, m.v.size));
+    tryr!(host_writes(m));
     if ptr.is_null() {
         return cl::CL_INVALID_VALUE;
     }

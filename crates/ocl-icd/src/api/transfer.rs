@@ -7,11 +7,12 @@ use std::sync::Arc;
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::Command;
 
-use crate::node::Keep;
+use crate::node::{HostDst, Keep};
 use crate::object::*;
 
 use super::enqueue::{
-    check_range, enqueue_read, enqueue_write, event_slot, finish_blocking, prologue, same_node,
+    check_range, enqueue_read, enqueue_write, event_slot, finish_blocking, host_maps, host_reads,
+    host_writes, prologue, read_through_scratch, same_node,
 };
 use super::image;
 use super::set_err;
@@ -39,20 +40,20 @@ pub unsafe extern "C" fn clEnqueueReadBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
+    let m = tryr!(get::<Mem>(mem));
+    tryr!(same_node(&q.v.node, &m.v.node));
+    tryr!(check_range(offset, size, m.v.size));
+    tryr!(host_reads(m));
+    if ptr.is_null() {
+        return cl::CL_INVALID_VALUE;
+    }
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
-    let node = tryr!(enqueue_read(
-        queue,
-        mem,
-        offset,
-        size,
-        (ptr, None),
-        cl::CL_COMMAND_READ_BUFFER,
-        num_wait,
-        wait,
-        slot
-    ));
-    finish_blocking(&node, blocking != 0, slot, internal)
+    let dst = HostDst::app(ptr as usize, size);
+    enqueue_read(&mut enq, m, offset, dst, cl::CL_COMMAND_READ_BUFFER, slot);
+    finish_blocking(&q.v.node, blocking != 0, slot, internal)
 }
 
 pub unsafe extern "C" fn clEnqueueWriteBuffer(
@@ -71,6 +72,7 @@ pub unsafe extern "C" fn clEnqueueWriteBuffer(
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     tryr!(check_range(offset, size, m.v.size));
+    tryr!(host_writes(m));
     if ptr.is_null() {
         return cl::CL_INVALID_VALUE;
     }
@@ -173,16 +175,31 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
     event: *mut Handle,
     errcode: *mut ClInt,
 ) -> *mut c_void {
+    let mut enq = tryp!(prologue(queue, num_wait, wait), errcode);
+    let q = enq.q;
     let m = tryp!(get::<Mem>(mem), errcode);
+    tryp!(same_node(&q.v.node, &m.v.node), errcode);
     tryp!(check_range(offset, size, m.v.size), errcode);
+    tryp!(host_maps(m, map_flags), errcode);
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
-    if let (Some(region), 0) = (&m.v.shm, m.v.host_ptr) {
+    let shared = m.v.shm.as_ref().filter(|_| m.v.host_ptr == 0);
+    let mut owned: Option<Arc<HostMem>> = None;
+    let (ptr, flags) = if let Some(region) = shared {
         // Shared memory: the mapping is the buffer itself, ready once the commands
         // ahead of it are done; nothing to copy either way.
-        let mut enq = tryp!(prologue(queue, num_wait, wait), errcode);
-        let q = enq.q;
-        tryp!(same_node(&q.v.node, &m.v.node), errcode);
+        (region.ptr().add(m.v.shm_offset + offset) as usize, 0)
+    } else if m.v.host_ptr != 0 {
+        (m.v.host_ptr + offset, map_flags)
+    } else {
+        let b = HostMem::zeroed(size);
+        let p = b.ptr() as usize;
+        owned = Some(b);
+        (p, map_flags)
+    };
+    if shared.is_some() || map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
+        // Nothing to fetch (the application overwrites the whole region, or the
+        // mapping is the buffer itself): a marker orders the mapping.
         let (ev, evref) = enq.event(cl::CL_COMMAND_MAP_BUFFER, slot);
         q.v.node.enqueue(
             &Command::Marker {
@@ -192,72 +209,36 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
             evref,
             None,
         );
-        let rc = finish_blocking(&q.v.node, blocking != 0, slot, internal);
-        if rc != cl::CL_SUCCESS {
-            set_err(errcode, rc);
-            return null_mut();
-        }
-        let ptr = region.ptr().add(m.v.shm_offset + offset) as usize;
-        let mapping = Mapping {
+    } else {
+        // The read keeps the memory it fills, and the object's life, until its data is in.
+        let keep = Arc::new((owned.clone(), Arc::clone(&m.v.life))) as Keep;
+        let dst = HostDst {
             ptr,
-            offset,
-            size,
-            flags: 0,
-            _backing: None,
-            image: None,
+            len: size,
+            _keep: Some(keep),
         };
-        m.v.maps
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(mapping);
-        set_err(errcode, cl::CL_SUCCESS);
-        return ptr as *mut c_void;
-    }
-    let mut owned: Option<Arc<HostMem>> = None;
-    let ptr = if m.v.host_ptr != 0 {
-        m.v.host_ptr + offset
-    } else {
-        let b = HostMem::zeroed(size);
-        let p = b.ptr() as usize;
-        owned = Some(b);
-        p
-    };
-    if map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
-        // Nothing to fetch: the application overwrites the whole region.
-        let mut enq = tryp!(prologue(queue, num_wait, wait), errcode);
-        let q = enq.q;
-        let (ev, evref) = enq.event(cl::CL_COMMAND_MAP_BUFFER, event);
-        q.v.node.enqueue(
-            &Command::Marker {
-                queue: q.v.id,
-                event: ev,
-            },
-            evref,
-            None,
-        );
-    } else {
-        let node = tryp!(
-            enqueue_read(
+        if host_reads(m).is_ok() || m.v.shm.is_some() {
+            enqueue_read(&mut enq, m, offset, dst, cl::CL_COMMAND_MAP_BUFFER, slot);
+        } else {
+            let copy = |queue, scratch| Command::Copy {
                 queue,
-                mem,
-                offset,
-                size,
-                (
-                    ptr as *mut c_void,
-                    Some(Arc::new((owned.clone(), Arc::clone(&m.v.life))) as Keep),
-                ),
-                cl::CL_COMMAND_MAP_BUFFER,
-                num_wait,
-                wait,
-                slot
-            ),
-            errcode
-        );
-        let rc = finish_blocking(&node, blocking != 0, slot, internal);
-        if rc != cl::CL_SUCCESS {
-            set_err(errcode, rc);
-            return null_mut();
+                event: 0,
+                src: m.v.id,
+                dst: scratch,
+                src_offset: offset as u64,
+                dst_offset: 0,
+                size: size as u64,
+            };
+            tryp!(
+                read_through_scratch(&mut enq, m, copy, dst, cl::CL_COMMAND_MAP_BUFFER, slot),
+                errcode
+            );
         }
+    }
+    let rc = finish_blocking(&q.v.node, blocking != 0, slot, internal);
+    if rc != cl::CL_SUCCESS {
+        set_err(errcode, rc);
+        return null_mut();
     }
     m.v.maps
         .lock()
@@ -266,7 +247,7 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
             ptr,
             offset,
             size,
-            flags: map_flags,
+            flags,
             _backing: owned,
             image: None,
         });

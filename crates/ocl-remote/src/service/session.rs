@@ -649,6 +649,7 @@ impl Session<'_> {
                 real: Real::with_memory(raw, api.clReleaseMemObject, region),
                 size,
                 held: size,
+                host: flags & cl::CL_MEM_HOST_ACCESS,
             },
         )?;
         self.buffer_bytes += size;
@@ -689,6 +690,7 @@ impl Session<'_> {
             return Err(cl::CL_INVALID_BUFFER_SIZE);
         }
         Self::in_bounds(offset, size, parent.size)?;
+        let host = (flags | parent.host) & cl::CL_MEM_HOST_ACCESS;
         let parent = Arc::clone(&parent.real);
         let region = [offset as usize, size as usize];
         let parent_raw = parent.handle();
@@ -708,6 +710,7 @@ impl Session<'_> {
                 real: Real::sub_buffer(raw, api.clReleaseMemObject, parent),
                 size,
                 held: 0,
+                host,
             },
         )
     }
@@ -773,6 +776,7 @@ impl Session<'_> {
                 elem,
                 dims,
                 held: size,
+                host: flags & cl::CL_MEM_HOST_ACCESS,
             },
         )?;
         self.buffer_bytes += size;

@@ -14,7 +14,7 @@ use super::enqueue::{
     check_range, enqueue_read, enqueue_write, event_slot, finish_blocking, host_maps, host_reads,
     host_writes, prologue, read_through_scratch, same_node,
 };
-use super::image;
+use super::image_enqueue;
 use super::set_err;
 
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
@@ -277,7 +277,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
     let write_back = mapping.flags & (cl::CL_MAP_WRITE | cl::CL_MAP_WRITE_INVALIDATE_REGION) != 0;
     if let (true, Some((origin, region)), Some(meta)) = (write_back, mapping.image, m.v.image) {
         let tight = (region[0] * meta.elem, region[0] * meta.elem * region[1]);
-        image::enqueue_image_write(
+        image_enqueue::enqueue_image_write(
             &mut enq,
             m,
             &meta,

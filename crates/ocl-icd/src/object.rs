@@ -170,9 +170,6 @@ impl HostMem {
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
     }
-    pub fn len(&self) -> usize {
-        self.len
-    }
 }
 
 impl Drop for HostMem {
@@ -193,8 +190,17 @@ pub struct Mapping {
     /// The host memory we allocated for the mapping (none for `CL_MEM_USE_HOST_PTR`),
     /// shared with the read that fills it: freed when both are done.
     pub _backing: Option<Arc<HostMem>>,
-    /// For an image: the origin and region mapped (the memory holds them tightly packed).
-    pub image: Option<([usize; 3], [usize; 3])>,
+    /// For an image: where the mapping lies in it.
+    pub image: Option<ImageMapping>,
+}
+
+/// What an image's mapping covers: the origin and region mapped, and the row and slice
+/// strides of the mapping's memory (tight, or those of the image's host memory).
+#[derive(Clone, Copy)]
+pub struct ImageMapping {
+    pub origin: [usize; 3],
+    pub region: [usize; 3],
+    pub strides: (usize, usize),
 }
 
 pub struct Mem {
@@ -264,6 +270,9 @@ pub struct ImageMeta {
     /// Width, rows (height, or layers of a 1D array), slices (depth, or layers of a 2D
     /// array); 1 where the type has no such dimension.
     pub dims: [usize; 3],
+    /// For `CL_MEM_USE_HOST_PTR`: the row and slice strides of the application's memory
+    /// (a 1D array's rows are its layers); maps return pointers into that memory.
+    pub host_strides: (usize, usize),
 }
 
 pub struct Sampler {

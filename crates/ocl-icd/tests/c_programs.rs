@@ -348,6 +348,11 @@ fn host_access_flags_are_enforced_identically_local_and_remote() {
 }
 
 #[test]
+fn maps_of_images_on_host_memory_are_that_memory_local_and_remote() {
+    compare("image_host_map");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

@@ -189,8 +189,9 @@ pub(super) unsafe fn enqueue_read(
     q.v.node.enqueue(&cmd, evref, Some((token, dst)));
 }
 
-/// Reads what `copy(scratch)` copies into a scratch buffer of `size` bytes on the node
-/// into `dst`. For maps for writing of objects the host may not read
+/// Reads what `copy(queue, scratch)` copies into a scratch buffer of `size` bytes on
+/// the node into host memory: `pieces` of (offset in the scratch buffer, destination).
+/// For maps for writing of objects the host may not read
 /// (`CL_MEM_HOST_WRITE_ONLY`): the mapping must show the current contents, but the
 /// runtime (rightly) refuses to read such an object for the host, and the node too.
 /// The scratch buffer is released behind the commands, which hold it until they ran.
@@ -198,7 +199,7 @@ pub(super) unsafe fn read_through_scratch<'c>(
     enq: &mut Enqueue<'_>,
     m: &Obj<Mem>,
     copy: impl FnOnce(u64, u64) -> Command<'c>,
-    dst: HostDst,
+    (size, pieces): (usize, Vec<(usize, HostDst)>),
     command_type: u32,
     slot: *mut Handle,
 ) -> Result<(), ClInt> {
@@ -209,21 +210,26 @@ pub(super) unsafe fn read_through_scratch<'c>(
         id: scratch,
         context: context.v.id,
         flags: cl::CL_MEM_READ_WRITE,
-        size: dst.len as u64,
+        size: size as u64,
         data: &[],
     }))?;
-    let (ev, evref) = enq.event(command_type, slot);
+    let (ev, mut evref) = enq.event(command_type, slot);
     q.v.node.enqueue(&copy(q.v.id, scratch), None, None);
-    let token = q.v.node.next_id();
-    let read = Command::Read {
-        queue: q.v.id,
-        event: ev,
-        buffer: scratch,
-        offset: 0,
-        size: dst.len as u64,
-        token,
-    };
-    q.v.node.enqueue(&read, evref, Some((token, dst)));
+    let n = pieces.len();
+    for (i, (offset, dst)) in pieces.into_iter().enumerate() {
+        let last = i + 1 == n;
+        let token = q.v.node.next_id();
+        let read = Command::Read {
+            queue: q.v.id,
+            event: if last { ev } else { 0 },
+            buffer: scratch,
+            offset: offset as u64,
+            size: dst.len as u64,
+            token,
+        };
+        let evref = if last { evref.take() } else { None };
+        q.v.node.enqueue(&read, evref, Some((token, dst)));
+    }
     q.v.node.release(scratch);
     Ok(())
 }

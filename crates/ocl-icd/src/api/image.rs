@@ -177,6 +177,11 @@ unsafe fn create_image(
         format,
         elem,
         dims,
+        host_strides: if flags & cl::CL_MEM_USE_HOST_PTR != 0 {
+            strides
+        } else {
+            (0, 0)
+        },
     };
     let node = Arc::clone(&c.v.node);
     let id = node.next_id();

@@ -1,7 +1,9 @@
 //! Image commands: reads, writes, copies (also to and from buffers), fills and maps.
 //!
-//! Pixel data travels tightly packed (see [`super::image`]). A mapped image is a
-//! tightly packed copy of the region, written back at unmap when mapped for writing.
+//! Pixel data travels tightly packed (see [`super::image`]). A mapped image is a copy of
+//! the region, read from the node and written back at unmap when mapped for writing:
+//! in the application's memory for an image created with `CL_MEM_USE_HOST_PTR` (laid
+//! out as there), otherwise in memory of the ICD, tightly packed.
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
@@ -447,18 +449,28 @@ pub unsafe extern "C" fn clEnqueueMapImage(
         set_err(errcode, cl::CL_INVALID_VALUE);
         return null_mut();
     }
-    let row = region[0] * meta.elem;
-    let slice = row * region[1];
-    *row_pitch = row;
+    // The mapping: for `CL_MEM_USE_HOST_PTR`, the application's memory, as native
+    // runtimes do; otherwise memory of ours, tightly packed.
+    let row_len = region[0] * meta.elem;
+    let mut backing = None;
+    let (ptr, strides) = if m.v.host_ptr != 0 {
+        let s = meta.host_strides;
+        let at = origin[0] * meta.elem + origin[1] * s.0 + origin[2] * s.1;
+        ((m.v.host_ptr + at) as *mut u8, s)
+    } else {
+        let b = HostMem::zeroed(bytes);
+        let ptr = b.ptr();
+        backing = Some(b);
+        (ptr, (row_len, row_len * region[1]))
+    };
+    *row_pitch = strides.0;
     if !slice_pitch.is_null() {
         *slice_pitch = match meta.image_type {
-            cl::CL_MEM_OBJECT_IMAGE3D | cl::CL_MEM_OBJECT_IMAGE2D_ARRAY => slice,
-            cl::CL_MEM_OBJECT_IMAGE1D_ARRAY => row,
+            cl::CL_MEM_OBJECT_IMAGE3D | cl::CL_MEM_OBJECT_IMAGE2D_ARRAY => strides.1,
+            cl::CL_MEM_OBJECT_IMAGE1D_ARRAY => strides.0,
             _ => 0,
         };
     }
-    let backing = HostMem::zeroed(slice * region[2]);
-    let ptr = backing.ptr();
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
     if map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
@@ -473,20 +485,21 @@ pub unsafe extern "C" fn clEnqueueMapImage(
             None,
         );
     } else {
-        let keep = Some(Arc::new((Arc::clone(&backing), Arc::clone(&m.v.life))) as Keep);
+        let keep = Some(Arc::new((backing.clone(), Arc::clone(&m.v.life))) as Keep);
         if host_reads(m).is_ok() {
             enqueue_image_read(
                 &mut enq,
                 m,
                 &meta,
                 (origin, region),
-                (row, slice),
+                strides,
                 (ptr, keep),
                 cl::CL_COMMAND_MAP_IMAGE,
                 slot,
             );
         } else {
-            // Mapped for writing, the host may not read it: through a scratch buffer.
+            // Mapped for writing, the host may not read it: through a scratch buffer
+            // (tightly packed), a row at a time into the mapping.
             let copy = |queue, scratch| {
                 Command::Image(ImageCmd {
                     src: m.v.id,
@@ -496,13 +509,26 @@ pub unsafe extern "C" fn clEnqueueMapImage(
                     ..image_cmd(queue, 0, ImageOp::ToBuffer)
                 })
             };
-            let dst = HostDst {
-                ptr: ptr as usize,
-                len: bytes,
-                _keep: keep,
-            };
+            let rows = (0..region[2]).flat_map(|z| (0..region[1]).map(move |y| (y, z)));
+            let pieces = rows
+                .map(|(y, z)| {
+                    let dst = HostDst {
+                        ptr: ptr as usize + z * strides.1 + y * strides.0,
+                        len: row_len,
+                        _keep: keep.clone(),
+                    };
+                    ((z * region[1] + y) * row_len, dst)
+                })
+                .collect();
             tryp!(
-                read_through_scratch(&mut enq, m, copy, dst, cl::CL_COMMAND_MAP_IMAGE, slot),
+                read_through_scratch(
+                    &mut enq,
+                    m,
+                    copy,
+                    (bytes, pieces),
+                    cl::CL_COMMAND_MAP_IMAGE,
+                    slot
+                ),
                 errcode
             );
         }
@@ -518,10 +544,14 @@ pub unsafe extern "C" fn clEnqueueMapImage(
         .push(Mapping {
             ptr: ptr as usize,
             offset: 0,
-            size: backing.len(),
+            size: bytes,
             flags: map_flags,
-            _backing: Some(backing),
-            image: Some((origin, region)),
+            _backing: backing,
+            image: Some(ImageMapping {
+                origin,
+                region,
+                strides,
+            }),
         });
     set_err(errcode, cl::CL_SUCCESS);
     ptr.cast::<c_void>()

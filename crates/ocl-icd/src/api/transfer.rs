@@ -229,8 +229,9 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
                 dst_offset: 0,
                 size: size as u64,
             };
+            let whole = (size, vec![(0, dst)]);
             tryp!(
-                read_through_scratch(&mut enq, m, copy, dst, cl::CL_COMMAND_MAP_BUFFER, slot),
+                read_through_scratch(&mut enq, m, copy, whole, cl::CL_COMMAND_MAP_BUFFER, slot),
                 errcode
             );
         }
@@ -275,14 +276,13 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
         maps.remove(i)
     };
     let write_back = mapping.flags & (cl::CL_MAP_WRITE | cl::CL_MAP_WRITE_INVALIDATE_REGION) != 0;
-    if let (true, Some((origin, region)), Some(meta)) = (write_back, mapping.image, m.v.image) {
-        let tight = (region[0] * meta.elem, region[0] * meta.elem * region[1]);
+    if let (true, Some(at), Some(meta)) = (write_back, mapping.image, m.v.image) {
         image_enqueue::enqueue_image_write(
             &mut enq,
             m,
             &meta,
-            (origin, region),
-            tight,
+            (at.origin, at.region),
+            at.strides,
             mapping.ptr as *const u8,
             cl::CL_COMMAND_UNMAP_MEM_OBJECT,
             event,

@@ -1,25 +1,18 @@
 //! Buffers and sub-buffers. A buffer of a same-host client may live in shared memory the
-//! node maps too (its data then moves with `memcpy`, see [`crate::copy`]).
-//!
-//! Initial data (`CL_MEM_COPY_HOST_PTR`, `CL_MEM_USE_HOST_PTR`) of up to
-//! [`CREATE_DATA_INLINE_MAX`] bytes travels in the `CreateBuffer` request. Larger data
-//! would make one frame as large as the buffer, and the node closes a connection whose
-//! frames pass its `frame_body_max` (64 MiB): such a buffer is created empty and its
-//! data follows, copied into its shared memory or, over the network, as write commands
-//! of at most [`WRITE_CHUNK_MAX`] bytes on the context's creation queue, flushed at once
-//! (so they run before anything the application enqueues later). Images do the same.
+//! node maps too (its data then moves with `memcpy`, see [`crate::copy`]). Large
+//! initial data follows the create request ([`super::creation`]).
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::{Arc, Mutex};
 
 use ocl_remote::cl::{self, ClInt};
-use ocl_remote::proto::{Command, Request};
+use ocl_remote::proto::Request;
 
-use crate::node::{Node, WRITE_CHUNK_MAX};
+use crate::node::WRITE_CHUNK_MAX;
 use crate::object::*;
 
-use super::context::creation_queue;
+use super::creation::{CreationData, CREATE_DATA_INLINE_MAX};
 use super::enqueue::check_range;
 use super::{bytes_of, reply, ret_info, set_err};
 
@@ -95,76 +88,6 @@ fn sub_buffer_flags(flags: u64, parent: u64) -> Result<u64, ClInt> {
     Ok(flags & !(ACCESS | cl::CL_MEM_HOST_ACCESS) | access | host)
 }
 
-/// Initial data up to this size travels in the create request itself.
-pub(super) const CREATE_DATA_INLINE_MAX: usize = 1 << 20;
-
-/// The initial data of an object just created empty, on its way as write commands on
-/// the context's creation queue.
-pub(super) struct CreationData<'a> {
-    node: &'a Arc<Node>,
-    queue: u64,
-    events: Vec<EventRef>,
-}
-
-impl<'a> CreationData<'a> {
-    pub fn new(c: &'a Obj<Context>) -> Result<CreationData<'a>, ClInt> {
-        Ok(CreationData {
-            node: &c.v.node,
-            queue: creation_queue(c)?,
-            events: Vec::new(),
-        })
-    }
-
-    /// Enqueues the command `make(queue, event)` makes; its event is internal (the
-    /// application never sees it) and tells [`CreationData::finish`] how it went.
-    pub fn send<'c>(&mut self, make: impl FnOnce(u64, u64) -> Command<'c>) {
-        let h = new_handle(Event::new(
-            Arc::clone(self.node),
-            0,
-            0,
-            cl::CL_COMMAND_WRITE_BUFFER,
-        ));
-        let (ours, task) = (EventRef::new(h), EventRef::new(h));
-        release::<Event>(h);
-        self.node
-            .enqueue(&make(self.queue, ours.id()), Some(task), None);
-        self.events.push(ours);
-    }
-
-    /// Sends the commands and waits until they have run, as a native runtime copies the
-    /// data before it returns, so that a failure is the creation's error. When user
-    /// events hold the open task back, it only remembers the flush: the commands run
-    /// before anything enqueued later, and waiting could wait for the application itself.
-    pub fn finish(self) -> Result<(), ClInt> {
-        self.node.flush();
-        if self.node.gated() {
-            return Ok(());
-        }
-        for e in &self.events {
-            self.node.wait_event(e);
-            if e.status() < cl::CL_COMPLETE {
-                return Err(cl::CL_MEM_OBJECT_ALLOCATION_FAILURE);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Sends the initial `data` of buffer `buffer` (just created empty in `c`).
-fn send_creation_data(c: &Obj<Context>, buffer: u64, data: &[u8]) -> Result<(), ClInt> {
-    let mut creation = CreationData::new(c)?;
-    for (i, chunk) in data.chunks(WRITE_CHUNK_MAX).enumerate() {
-        creation.send(|queue, event| Command::Write {
-            queue,
-            event,
-            buffer,
-            offset: (i * WRITE_CHUNK_MAX) as u64,
-            data: chunk,
-        });
-    }
-    creation.finish()
-}
-
 pub unsafe extern "C" fn clCreateBuffer(
     context: Handle,
     flags: u64,
@@ -212,7 +135,13 @@ pub unsafe extern "C" fn clCreateBuffer(
             // Nobody else knows the buffer yet: its memory is ours to fill.
             Some(region) => crate::copy::copy(region.ptr(), data.as_ptr(), size),
             None => {
-                if let Err(e) = send_creation_data(c, id, data) {
+                let sent = CreationData::new(c, flags, size).and_then(|mut creation| {
+                    for (i, chunk) in data.chunks(WRITE_CHUNK_MAX).enumerate() {
+                        creation.write_buffer(id, i * WRITE_CHUNK_MAX, chunk);
+                    }
+                    creation.finish()
+                });
+                if let Err(e) = sent {
                     node.release(id);
                     set_err(errcode, e);
                     return null_mut();

@@ -14,12 +14,13 @@ use std::ptr::null_mut;
 use std::sync::{Arc, Mutex};
 
 use ocl_remote::cl::{self, ClInt};
-use ocl_remote::proto::{Command, ImageCmd, ImageOp, Request};
+use ocl_remote::proto::{ImageCmd, ImageOp, Request};
 
 use crate::node::WRITE_CHUNK_MAX;
 use crate::object::*;
 
-use super::buffer::{mem_flags, no_mem_properties, CreationData, CREATE_DATA_INLINE_MAX};
+use super::buffer::{mem_flags, no_mem_properties};
+use super::creation::{CreationData, CREATE_DATA_INLINE_MAX};
 use super::{bytes_of, reply, ret_info, set_err};
 
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
@@ -200,23 +201,15 @@ unsafe fn create_image(
         data: &data,
     }))?;
     if wants_ptr && !inline {
-        let sent = CreationData::new(c).and_then(|mut creation| {
+        let sent = CreationData::new(c, flags, size).and_then(|mut creation| {
             let whole = ([0; 3], dims);
             write_pieces(
                 &meta,
                 whole,
                 strides,
                 host_ptr.cast(),
-                |_, at, size, data| {
-                    creation.send(|queue, event| {
-                        Command::Image(ImageCmd {
-                            dst: id,
-                            dst_origin: wide(at),
-                            region: wide(size),
-                            data,
-                            ..image_cmd(queue, event, ImageOp::Write)
-                        })
-                    });
+                |_, at, region, data| {
+                    creation.write_image(id, at, region, data);
                 },
             );
             creation.finish()

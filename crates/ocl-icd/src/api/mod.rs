@@ -9,7 +9,7 @@
 //!
 //! One module per kind of object or call, each with the entry points it adds to the
 //! dispatch table ([`entries`]): [`platform`] (platforms, devices), [`context`], [`queue`],
-//! [`buffer`], [`program`], [`kernel`], [`declared`] (what a kernel declares), [`event`],
+//! [`buffer`] ([`creation`]: large initial data), [`program`], [`kernel`], [`declared`] (what a kernel declares), [`event`],
 //! [`image`], [`sampler`], and the enqueue calls: [`enqueue`] (what every enqueue does:
 //! the queue and wait-list checks, events, blocking, host access, plain reads and
 //! writes), [`transfer`] (reads, writes, copies, fills, maps), [`rect`] (rectangular
@@ -53,6 +53,7 @@ macro_rules! entry_points {
 
 mod buffer;
 mod context;
+mod creation;
 mod declared;
 mod enqueue;
 mod event;

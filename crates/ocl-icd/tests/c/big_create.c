@@ -13,10 +13,20 @@ static void fill(cl_uint *v, size_t n, cl_uint seed) {
     for (size_t i = 0; i < n; i++) v[i] = (cl_uint)i * 2654435761u + seed;
 }
 
-/* Reads `buf` back and prints its digest, and the sum a kernel computes over it. */
+/* Prints the digest of `buf` (read back, or copied to a buffer the host may read) and
+ * the sum a kernel computes over it. */
 static void check(env_t *e, cl_kernel k, const char *what, cl_mem buf, size_t bytes) {
     unsigned char *back = malloc(bytes);
-    CHECK(clEnqueueReadBuffer(e->queue, buf, CL_TRUE, 0, bytes, back, 0, NULL, NULL));
+    cl_mem_flags flags;
+    CHECK(clGetMemObjectInfo(buf, CL_MEM_FLAGS, sizeof flags, &flags, NULL));
+    if (flags & CL_MEM_HOST_NO_ACCESS) {
+        cl_mem plain = CHECKED(clCreateBuffer(e->context, CL_MEM_READ_WRITE, bytes, NULL, &err_));
+        CHECK(clEnqueueCopyBuffer(e->queue, buf, plain, 0, 0, bytes, 0, NULL, NULL));
+        CHECK(clEnqueueReadBuffer(e->queue, plain, CL_TRUE, 0, bytes, back, 0, NULL, NULL));
+        CHECK(clReleaseMemObject(plain));
+    } else {
+        CHECK(clEnqueueReadBuffer(e->queue, buf, CL_TRUE, 0, bytes, back, 0, NULL, NULL));
+    }
     cl_uint n = (cl_uint)(bytes / sizeof(cl_uint));
     size_t global = 64;
     cl_uint partial[64];
@@ -48,6 +58,15 @@ int main(void) {
     CHECK(clReleaseMemObject(a));
     free(data);
 
+    /* The host may not write this one: its data cannot travel as writes. */
+    size_t closed = 20u << 20;
+    cl_uint *secret = malloc(closed);
+    fill(secret, closed / sizeof(cl_uint), 4);
+    cl_mem c = CHECKED(clCreateBuffer(e.context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR | CL_MEM_HOST_NO_ACCESS, closed, secret, &err_));
+    check(&e, k, "no host access", c, closed);
+    CHECK(clReleaseMemObject(c));
+    free(secret);
+
     size_t used = 72u << 20;
     cl_uint *host = malloc(used);
     fill(host, used / sizeof(cl_uint), 2);
@@ -74,6 +93,12 @@ int main(void) {
     int same = 1;
     for (size_t y = 0; y < h && same; y++) same = memcmp(back + y * w * 4, pixels + y * pitch, w * 4) == 0;
     printf("image: %zux%zu, digest %016llx, same as the host rows: %s\n", w, h, fnv1a(back, w * 4 * h), same ? "yes" : "no");
+    CHECK(clReleaseMemObject(img));
+    /* The same pixels into an image the host may only read. */
+    img = CHECKED(clCreateImage(e.context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR | CL_MEM_HOST_READ_ONLY, &format, &desc, pixels, &err_));
+    memset(back, 0, w * 4 * h);
+    CHECK(clEnqueueReadImage(e.queue, img, CL_TRUE, origin, region, 0, 0, back, 0, NULL, NULL));
+    printf("read-only image: digest %016llx\n", fnv1a(back, w * 4 * h));
     CHECK(clReleaseMemObject(img));
     free(back);
     free(pixels);

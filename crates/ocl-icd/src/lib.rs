@@ -11,7 +11,8 @@
 //!
 //! Modules: [`object`] (handles and reference counts), [`node`] (one connection per node:
 //! control calls, command batching, completions), [`api`] (the OpenCL entry points),
-//! [`copy`] (large shared-memory copies on two threads).
+//! [`copy`] (large shared-memory copies on two threads), [`send`] (socket writes that
+//! never raise `SIGPIPE`).
 //! The protocol is `ocl_remote::proto`; the design is in `docs/opencl.md`.
 
 mod api;
@@ -19,6 +20,7 @@ mod copy;
 mod dispatch_names;
 mod node;
 mod object;
+mod send;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -38,24 +40,76 @@ unsafe extern "C" fn unsupported() -> ClInt {
     cl::CL_INVALID_OPERATION
 }
 
-/// Default for unimplemented entry points that return a pointer: NULL means failure.
+/// Default for unimplemented entry points that return a pointer without an error code
+/// (`clSVMAlloc`): NULL means failure.
 unsafe extern "C" fn unsupported_ptr() -> *mut c_void {
     std::ptr::null_mut()
 }
 
-fn returns_pointer(name: &str) -> bool {
-    [
-        "clCreate",
-        "clEnqueueMap",
-        "clSVMAlloc",
-        "clGetExtensionFunctionAddress",
-        "clGetGLContext",
-    ]
-    .iter()
-    .any(|p| name.starts_with(p))
-        && name != "clCreateSubDevices"
-        && name != "clCreateSubDevicesEXT"
-        && name != "clCreateKernelsInProgram"
+/// Stubs for unimplemented calls that return an object: NULL, and `$code` in their
+/// `errcode_ret`, which comes after the arguments listed, so that a program that checks
+/// the error code learns that the call failed (NULL with an untouched error code let
+/// programs carry on with garbage).
+///
+/// Every argument before `errcode_ret` in these calls is an integer or a pointer, and
+/// the C calling conventions of the platforms we build for (x86-64 System V, AArch64)
+/// pass each such argument in one register or one 8-byte stack slot, whatever its
+/// width: a stub that declares them all as `usize` finds `errcode_ret` where the caller
+/// put it.
+macro_rules! errcode_stubs {
+    ($($name:ident($($arg:ident),*) -> $code:expr;)*) => {
+        $(
+            unsafe extern "C" fn $name($($arg: usize,)* errcode: *mut ClInt) -> *mut c_void {
+                $(let _ = $arg;)*
+                if !errcode.is_null() {
+                    *errcode = $code;
+                }
+                std::ptr::null_mut()
+            }
+        )*
+    };
+}
+
+errcode_stubs! {
+    unsupported_3(a, b, c) -> cl::CL_INVALID_OPERATION;
+    unsupported_5(a, b, c, d, e) -> cl::CL_INVALID_OPERATION;
+    no_interop_2(a, b) -> cl::CL_INVALID_CONTEXT;
+    no_interop_3(a, b, c) -> cl::CL_INVALID_CONTEXT;
+    no_interop_4(a, b, c, d) -> cl::CL_INVALID_CONTEXT;
+    no_interop_5(a, b, c, d, e) -> cl::CL_INVALID_CONTEXT;
+    no_built_in_kernels(a, b, c, d) -> cl::CL_INVALID_VALUE;
+}
+
+/// The stub of an unimplemented call that returns an object, by name. Every such call
+/// of the dispatch table is listed (the test below checks that none is left out).
+fn object_stub(name: &str) -> Option<*const c_void> {
+    let stub = match name {
+        // Pipes and IL programs: no device of ours supports them (OpenCL 3.0 names
+        // CL_INVALID_OPERATION for that).
+        "clCreatePipe" => unsupported_5 as *const c_void,
+        "clCreateProgramWithIL" => unsupported_3 as *const c_void,
+        // No built-in kernels are offered (the names given cannot be among them).
+        "clCreateProgramWithBuiltInKernels" => no_built_in_kernels as *const c_void,
+        // Interoperability: no context of ours was made from a GL, D3D, DX9 or EGL one.
+        "clCreateEventFromGLsyncKHR" => no_interop_2 as *const c_void,
+        "clCreateFromGLBuffer"
+        | "clCreateFromGLRenderbuffer"
+        | "clCreateFromD3D10BufferKHR"
+        | "clCreateFromD3D11BufferKHR"
+        | "clCreateEventFromEGLSyncKHR" => no_interop_3 as *const c_void,
+        "clCreateFromD3D10Texture2DKHR"
+        | "clCreateFromD3D10Texture3DKHR"
+        | "clCreateFromD3D11Texture2DKHR"
+        | "clCreateFromD3D11Texture3DKHR" => no_interop_4 as *const c_void,
+        "clCreateFromGLTexture2D"
+        | "clCreateFromGLTexture3D"
+        | "clCreateFromGLTexture"
+        | "clCreateFromDX9MediaSurfaceKHR"
+        | "clCreateFromEGLImageKHR" => no_interop_5 as *const c_void,
+        "clSVMAlloc" => unsupported_ptr as *const c_void,
+        _ => return None,
+    };
+    Some(stub)
 }
 
 /// Answers a list query the OpenCL way: up to `num_entries` items into `out` (if not
@@ -86,8 +140,8 @@ pub(crate) fn dispatch_table() -> *const c_void {
         .get_or_init(|| {
             let mut t = [unsupported as *const c_void; NAMES.len()];
             for (slot, name) in t.iter_mut().zip(NAMES.iter()) {
-                if returns_pointer(name) {
-                    *slot = unsupported_ptr as *const c_void;
+                if let Some(stub) = object_stub(name) {
+                    *slot = stub;
                 }
             }
             for (name, f) in api::entries() {
@@ -207,4 +261,46 @@ pub unsafe extern "C" fn clGetPlatformInfo(
     size_ret: *mut usize,
 ) -> ClInt {
     api::clGetPlatformInfo(platform, param, size, value, size_ret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The entries of the dispatch table that return an object (names as in
+    /// `CL/cl_icd.h`: creators, maps, SVM allocation, extension lookups).
+    fn returns_object(name: &str) -> bool {
+        let creates = name.starts_with("clCreate")
+            && !matches!(
+                name,
+                "clCreateSubDevices" | "clCreateSubDevicesEXT" | "clCreateKernelsInProgram"
+            );
+        creates
+            || name.starts_with("clEnqueueMap")
+            || name.starts_with("clGetExtensionFunctionAddress")
+            || matches!(name, "clSVMAlloc" | "clCloneKernel")
+    }
+
+    #[test]
+    fn every_call_returning_an_object_is_implemented_or_sets_its_error_code() {
+        let implemented: Vec<&str> = api::entries().iter().map(|(n, _)| *n).collect();
+        for name in NAMES.iter().filter(|n| returns_object(n)) {
+            assert!(
+                implemented.contains(name) || object_stub(name).is_some(),
+                "{name} returns an object but has neither an implementation nor a stub \
+                 that sets errcode_ret"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stub_sets_the_error_code_after_its_arguments() {
+        let mut code = 0;
+        // SAFETY: the stub only writes the error code.
+        let ptr = unsafe { no_interop_5(1, 2, 3, 4, 5, &mut code) };
+        assert!(ptr.is_null());
+        assert_eq!(code, cl::CL_INVALID_CONTEXT);
+        // SAFETY: as above; a null error code is allowed.
+        assert!(unsafe { unsupported_3(0, 0, 0, std::ptr::null_mut()) }.is_null());
+    }
 }

@@ -13,9 +13,9 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -24,7 +24,7 @@ use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::{self, Command, Decoded, HelloInfo, Request, Response};
 
 use ocl_remote::shm::Region;
-use ocl_remote::stream::{self, Stream};
+use ocl_remote::stream::Stream;
 
 use crate::object::EventRef;
 
@@ -44,16 +44,39 @@ const FRAME_BODY_MAX: u32 = 64 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Writes larger than this are split into several commands.
 pub const WRITE_CHUNK_MAX: usize = 8 << 20;
+/// A task is sent as soon as its commands carry this much write data (unless user
+/// events hold it back), so that no task comes near the node's `pending_bytes_max`
+/// (512 MiB by default): a 1 GiB write, or the data of a 1 GiB buffer created with
+/// `CL_MEM_COPY_HOST_PTR`, travels as several tasks, which run in order.
+const OPEN_DATA_MAX: usize = 64 << 20;
 /// Write data from this size on goes to the socket from the application's memory at
 /// once, not copied into the output buffer first (see [`Node::enqueue`]); below it a
 /// copy is cheaper than a system call of its own.
 const SPLICE_MIN: usize = 64 << 10;
 
+/// Something an in-flight read needs alive until its data has arrived: the ICD's own
+/// memory it writes into (a mapping's copy), say. The task holds it, so releasing the
+/// object the memory belongs to cannot free it under the read.
+pub type Keep = Arc<dyn Send + Sync>;
+
 /// A host memory range a `Read` command fills when its data arrives.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct HostDst {
     pub ptr: usize,
     pub len: usize,
+    /// Set when the memory is the ICD's (the application's own memory is its to keep).
+    pub _keep: Option<Keep>,
+}
+
+impl HostDst {
+    /// The application's memory at `ptr`.
+    pub fn app(ptr: usize, len: usize) -> HostDst {
+        HostDst {
+            ptr,
+            len,
+            _keep: None,
+        }
+    }
 }
 
 /// What the reader thread must do when a task completes.
@@ -84,6 +107,8 @@ struct Out {
     cmd_count: u32,
     /// Commands since the last `Flush` (sealed or not).
     open_cmds: u32,
+    /// Bytes of write data in those commands (see [`OPEN_DATA_MAX`]).
+    open_data: usize,
     open: InFlight,
     /// Incomplete user events that commands of the open task wait for: the task is not
     /// sent before they complete.
@@ -114,6 +139,8 @@ pub struct Node {
     /// saves a thread hand-off, or the background reader).
     reader: Mutex<Stream>,
     reader_fd: RawFd,
+    /// Wakes the thread that waits on the read half (see [`Node::wake_reader`]).
+    wake: OwnedFd,
     /// See [`SPIN_ENV`].
     spin: ocl_remote::poll::AdaptiveSpin,
     /// The error callbacks of this node's live contexts (`pfn_notify` of
@@ -177,6 +204,7 @@ impl Node {
                 frame_start: None,
                 cmd_count: 0,
                 open_cmds: 0,
+                open_data: 0,
                 open: InFlight::default(),
                 gates: Vec::new(),
                 flush_pending: false,
@@ -186,6 +214,7 @@ impl Node {
             background: Condvar::new(),
             platforms,
             reader_fd: reader.as_raw_fd(),
+            wake: eventfd()?,
             spin: ocl_remote::poll::AdaptiveSpin::new(spin_from_env()),
             notifiers: Mutex::new(Vec::new()),
             reader: Mutex::new(reader),
@@ -251,11 +280,31 @@ impl Node {
                 continue;
             };
             drop(st);
-            self.spin.wait(self.reader_fd);
+            if !self
+                .spin
+                .wait_or_wake(self.reader_fd, self.wake.as_raw_fd())
+            {
+                // Woken by another thread, not by the node: look again.
+                drain(&self.wake);
+                drop(reader);
+                continue;
+            }
             let result = pump_one(self, &mut reader);
             drop(reader);
             self.pumped(result);
         }
+    }
+
+    /// Wakes the thread (if any) that waits on the read half for news that will not
+    /// come from the node: a user event set by another application thread. Without
+    /// this, a thread in `clWaitForEvents` on a user event slept until some unrelated
+    /// frame arrived. The waiters on the condition variable are woken as well.
+    fn wake_reader(&self) {
+        drop(lock(&self.state));
+        self.cond.notify_all();
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an 8-byte write to our eventfd; a full counter only means it is set.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
     }
 
     /// After reading frames (the read half released): wakes the waiting threads and, if
@@ -312,6 +361,11 @@ impl Node {
             out.buf.extend_from_slice(data);
             &[]
         };
+        out.open_data += match command {
+            Command::Write { data, .. } => data.len(),
+            Command::Image(c) => c.data.len(),
+            _ => 0,
+        };
         out.cmd_count += 1;
         out.open_cmds += 1;
         if let Some(e) = event {
@@ -320,34 +374,38 @@ impl Node {
         if let Some((token, dst)) = read {
             out.open.reads.insert(token, dst);
         }
+        let mut failed = false;
         if !spliced.is_empty() {
             out.seal_with(spliced.len());
-            if out.write_buf_and(spliced).is_err() {
-                drop(out);
-                self.fail_all();
+            failed = out.write_buf_and(spliced).is_err();
+        } else {
+            if out
+                .frame_start
+                .is_some_and(|start| out.buf.len() - start > CMDS_BYTES_MAX)
+            {
+                out.seal();
             }
-            return;
-        }
-        if out
-            .frame_start
-            .is_some_and(|start| out.buf.len() - start > CMDS_BYTES_MAX)
-        {
-            out.seal();
-        }
-        if out.buf.len() > OUT_BYTES_MAX {
-            out.seal();
-            if out.write_buf().is_err() {
-                drop(out);
-                self.fail_all();
+            if out.buf.len() > OUT_BYTES_MAX {
+                out.seal();
+                failed = out.write_buf().is_err();
             }
+        }
+        let full = out.open_data >= OPEN_DATA_MAX;
+        drop(out);
+        if failed {
+            self.fail_all();
+        }
+        if full {
+            self.flush_task(false);
         }
     }
 
     /// Runs `copy` at once, in place of a write command, if that is the same as running it
-    /// in order: nothing enqueued yet and no task in flight. Returns whether it ran.
+    /// in order: nothing enqueued yet, nothing waiting for user events and no task in
+    /// flight. Returns whether it ran.
     pub fn direct_write(&self, copy: impl FnOnce()) -> bool {
         let out = lock(&self.out);
-        if out.open_cmds != 0 || !lock(&self.state).tasks.is_empty() {
+        if out.open_cmds != 0 || !out.gates.is_empty() || !lock(&self.state).tasks.is_empty() {
             return false;
         }
         copy();
@@ -417,6 +475,7 @@ impl Node {
         let id = self.next_id();
         Request::Flush.encode(id, &mut out.buf);
         out.open_cmds = 0;
+        out.open_data = 0;
         let task = std::mem::take(&mut out.open);
         for e in &task.events {
             e.set_submitted();
@@ -424,6 +483,17 @@ impl Node {
         // Registered before the bytes leave, so the reader always finds it.
         {
             let mut st = lock(&self.state);
+            if st.dead {
+                // Nothing can run any more: the task fails at once (its events too).
+                drop(st);
+                out.buf.clear();
+                drop(out);
+                for e in task.events {
+                    e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
+                }
+                self.cond.notify_all();
+                return None;
+            }
             st.tasks.insert(id, task);
             if !block_on_gates && st.waiters == 0 {
                 // Nobody will wait for this task: the background reader completes it.
@@ -437,15 +507,23 @@ impl Node {
         Some(id)
     }
 
+    /// Whether user events that are not set hold the open task back.
+    pub fn gated(&self) -> bool {
+        lock(&self.out)
+            .gates
+            .iter()
+            .any(|g| g.status() > cl::CL_COMPLETE)
+    }
+
     /// Holds the open task back until the user event `gate` completes.
     pub fn gate(&self, gate: EventRef) {
         lock(&self.out).gates.push(gate);
     }
 
-    /// A user event of this node completed: wake gated flushers, send a remembered flush.
+    /// A user event of this node completed: wake its waiters and gated flushers, send a
+    /// remembered flush.
     pub fn user_event_done(&self) {
-        drop(lock(&self.state));
-        self.cond.notify_all();
+        self.wake_reader();
         let pending = lock(&self.out).flush_pending;
         if pending {
             self.flush_task(false);
@@ -513,10 +591,27 @@ impl Node {
                 e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
             }
         }
-        drop(lock(&self.state));
-        self.cond.notify_all();
+        self.wake_reader();
         self.background.notify_one();
     }
+}
+
+/// A non-blocking eventfd: a counter other threads set to wake a poller.
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain system call; on success we own the new descriptor.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Resets an eventfd set by [`Node::wake_reader`].
+fn drain(wake: &OwnedFd) {
+    let mut buf = [0u8; 8];
+    // SAFETY: an 8-byte read into `buf`; non-blocking, so an unset counter returns EAGAIN.
+    unsafe { libc::read(wake.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
 }
 
 impl Out {
@@ -546,7 +641,7 @@ impl Out {
 
     /// Writes the output buffer followed by `tail`.
     fn write_buf_and(&mut self, tail: &[u8]) -> io::Result<()> {
-        let result = stream::write_all_vectored(&self.stream, &[&self.buf, tail]);
+        let result = crate::send::send_all(self.stream.as_raw_fd(), &[&self.buf, tail]);
         self.buf.clear();
         if self.buf.capacity() > OUT_BYTES_MAX * 2 {
             self.buf.shrink_to(OUT_BYTES_MAX);
@@ -567,7 +662,7 @@ fn greet(stream: Stream, host_id: &[u8]) -> io::Result<(Stream, Stream, Vec<u8>)
         host_id,
     }
     .encode(1, &mut hello);
-    (&stream).write_all(&hello)?;
+    crate::send::send_all(stream.as_raw_fd(), &[&hello])?;
     let (header, body) = read_frame(&mut reader)?;
     let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
     let Ok(Response::Reply { status, payload }) = Response::decode(header.kind, &body) else {
@@ -618,10 +713,12 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                     "bad ReadData length",
                 ));
             }
+            // A clone: its `keep` holds the memory while we write into it, also if the
+            // task is failed (and dropped) meanwhile.
             let dst = lock(&node.state)
                 .tasks
                 .get(&header.id)
-                .and_then(|t| t.reads.get(&token).copied());
+                .and_then(|t| t.reads.get(&token).cloned());
             match dst {
                 Some(dst) if offset.checked_add(len).is_some_and(|end| end <= dst.len) => {
                     // SAFETY: the application gave us `dst.len` writable bytes at `dst.ptr`

@@ -134,6 +134,10 @@ pub struct Context {
     pub id: u64,
     pub devices: Vec<H>,
     pub properties: Vec<isize>,
+    /// A queue of the ICD's own on the node (on the context's first device), made when
+    /// first needed, that carries the initial data of large buffers and images (see
+    /// `api::buffer`); the application never sees it.
+    pub creation_queue: Mutex<Option<u64>>,
 }
 
 pub struct Queue {
@@ -144,6 +148,37 @@ pub struct Queue {
     pub properties: u64,
 }
 
+/// Host memory the ICD allocated, zero-filled (the memory of a mapping).
+pub struct HostMem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain bytes; who writes them when is ordered by OpenCL (a mapping's memory is
+// written by its read, then handed to the application).
+unsafe impl Send for HostMem {}
+unsafe impl Sync for HostMem {}
+
+impl HostMem {
+    pub fn zeroed(len: usize) -> Arc<HostMem> {
+        let b = vec![0u8; len].into_boxed_slice();
+        Arc::new(HostMem {
+            ptr: Box::into_raw(b).cast::<u8>(),
+            len,
+        })
+    }
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for HostMem {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` and `len` come from the boxed slice made in `zeroed`.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
+    }
+}
+
 /// One mapping made by `clEnqueueMapBuffer`, alive until unmapped.
 pub struct Mapping {
     pub ptr: usize,
@@ -152,11 +187,20 @@ pub struct Mapping {
     /// The map flags that need a write-back at unmap (0 for shared-memory mappings,
     /// which are the buffer itself).
     pub flags: u64,
-    /// Owns the host memory we allocated for the mapping (none for `CL_MEM_USE_HOST_PTR`);
-    /// it is freed with the mapping.
-    pub _backing: Option<Box<[u8]>>,
-    /// For an image: the origin and region mapped (the memory holds them tightly packed).
-    pub image: Option<([usize; 3], [usize; 3])>,
+    /// The host memory we allocated for the mapping (none for `CL_MEM_USE_HOST_PTR`),
+    /// shared with the read that fills it: freed when both are done.
+    pub _backing: Option<Arc<HostMem>>,
+    /// For an image: where the mapping lies in it.
+    pub image: Option<ImageMapping>,
+}
+
+/// What an image's mapping covers: the origin and region mapped, and the row and slice
+/// strides of the mapping's memory (tight, or those of the image's host memory).
+#[derive(Clone, Copy)]
+pub struct ImageMapping {
+    pub origin: [usize; 3],
+    pub region: [usize; 3],
+    pub strides: (usize, usize),
 }
 
 pub struct Mem {
@@ -176,6 +220,42 @@ pub struct Mem {
     pub origin: usize,
     /// For an image: its format and shape (`size` is then its tightly packed bytes).
     pub image: Option<ImageMeta>,
+    /// Ends, with the destructor callbacks, once the object is released and no read in
+    /// flight writes into memory of its own any more.
+    pub life: Arc<MemLife>,
+}
+
+type MemCallback = unsafe extern "C" fn(Handle, *mut c_void);
+
+/// The end of a memory object's life as `clSetMemObjectDestructorCallback` sees it: when
+/// the last reference to the object is gone and the reads in flight that write into its
+/// host memory (a map of a `CL_MEM_USE_HOST_PTR` buffer writes into the application's
+/// memory) have their data, so the callbacks may free that memory. The object holds
+/// one `Arc`, every such read another ([`crate::node::Keep`]).
+#[derive(Default)]
+pub struct MemLife {
+    callbacks: Mutex<Vec<(MemCallback, usize, usize)>>,
+}
+
+impl MemLife {
+    /// Registers `cb(memobj, user)` to run at the end.
+    pub fn add_callback(&self, memobj: Handle, cb: MemCallback, user: *mut c_void) {
+        self.callbacks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((cb, memobj as usize, user as usize));
+    }
+}
+
+impl Drop for MemLife {
+    fn drop(&mut self) {
+        let callbacks = std::mem::take(self.callbacks.get_mut().unwrap_or_else(|p| p.into_inner()));
+        // OpenCL calls them in the reverse order of their registration.
+        for (cb, memobj, user) in callbacks.into_iter().rev() {
+            // SAFETY: the application registered `cb` with `user` for this object.
+            unsafe { cb(memobj as Handle, user as *mut c_void) };
+        }
+    }
 }
 
 /// What the ICD knows of an image.
@@ -190,6 +270,9 @@ pub struct ImageMeta {
     /// Width, rows (height, or layers of a 1D array), slices (depth, or layers of a 2D
     /// array); 1 where the type has no such dimension.
     pub dims: [usize; 3],
+    /// For `CL_MEM_USE_HOST_PTR`: the row and slice strides of the application's memory
+    /// (a 1D array's rows are its layers); maps return pointers into that memory.
+    pub host_strides: (usize, usize),
 }
 
 pub struct Sampler {
@@ -228,6 +311,8 @@ pub struct Kernel {
     pub name: Vec<u8>,
     pub num_args: u32,
     pub args: Mutex<Vec<ArgValue>>,
+    /// What the kernel declares, learned as needed (see `api::declared`).
+    pub declared: Mutex<crate::api::Declared>,
 }
 
 type Callback = unsafe extern "C" fn(Handle, ClInt, *mut c_void);
@@ -364,6 +449,13 @@ fn release_parent<T: Kind>(h: H) {
 impl Drop for Context {
     fn drop(&mut self) {
         self.node.remove_notifier(self.id);
+        if let Some(queue) = *self
+            .creation_queue
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+        {
+            self.node.release(queue);
+        }
         self.node.release(self.id);
     }
 }

@@ -37,6 +37,11 @@ fn icd_library() -> PathBuf {
 }
 
 fn fixture(name: &str) -> Option<Fixture> {
+    fixture_with(name, ServiceConfig::default())
+}
+
+/// A fixture whose service runs with `config`.
+fn fixture_with(name: &str, config: ServiceConfig) -> Option<Fixture> {
     if Command::new("gcc").arg("--version").output().is_err() {
         missing_prerequisite("gcc not found");
         return None;
@@ -54,7 +59,7 @@ fn fixture(name: &str) -> Option<Fixture> {
     }
     let service = match spawn(
         "127.0.0.1:0".parse().unwrap(),
-        ServiceConfig::default(),
+        config,
         &mut Registry::default(),
     ) {
         Ok(s) if !s.device_names().is_empty() => s,
@@ -117,6 +122,48 @@ fn remote_command(fx: &Fixture, exe: &Path) -> Command {
     cmd
 }
 
+/// How long one run of a test program may take before it counts as hung.
+const RUN_DEADLINE: Duration = Duration::from_secs(180);
+
+/// Runs `cmd` to its end, or kills it at [`RUN_DEADLINE`] and fails the test: a program
+/// that hangs (waiting forever in the ICD, say) fails instead of stalling the suite.
+fn output(mut cmd: Command) -> std::process::Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run test program");
+    let pipe = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let stdout = pipe(Box::new(child.stdout.take().unwrap()));
+    let stderr = pipe(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + RUN_DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for test program") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{cmd:?} still running after {RUN_DEADLINE:?}; stdout so far:\n{}",
+                String::from_utf8_lossy(&stdout.join().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
 fn check_output(what: &str, out: &std::process::Output) -> Vec<u8> {
     assert!(
         out.status.success(),
@@ -129,24 +176,22 @@ fn check_output(what: &str, out: &std::process::Output) -> Vec<u8> {
 }
 
 fn run_local(fx: &Fixture, exe: &Path) -> Vec<u8> {
-    let out = Command::new(exe)
-        .env("OCL_ICD_VENDORS", &fx.vendors_local)
-        .output()
-        .expect("run test program");
+    let mut cmd = Command::new(exe);
+    cmd.env("OCL_ICD_VENDORS", &fx.vendors_local);
+    let out = output(cmd);
     check_output(&format!("{} on the local platform", exe.display()), &out)
 }
 
 fn run_remote(fx: &Fixture, exe: &Path) -> Vec<u8> {
-    let out = remote_command(fx, exe).output().expect("run test program");
+    let out = output(remote_command(fx, exe));
     check_output(&format!("{} through the node", exe.display()), &out)
 }
 
 /// Runs the program through the node with buffer data forced onto the socket.
 fn run_remote_network(fx: &Fixture, exe: &Path) -> Vec<u8> {
-    let out = remote_command(fx, exe)
-        .env("NETACCEL_OPENCL_SHM", "0")
-        .output()
-        .expect("run test program");
+    let mut cmd = remote_command(fx, exe);
+    cmd.env("NETACCEL_OPENCL_SHM", "0");
+    let out = output(cmd);
     check_output(
         &format!("{} through the node, network path", exe.display()),
         &out,
@@ -154,7 +199,13 @@ fn run_remote_network(fx: &Fixture, exe: &Path) -> Vec<u8> {
 }
 
 fn compare(program: &str) {
-    let Some(fx) = fixture(program) else { return };
+    compare_with(program, ServiceConfig::default());
+}
+
+fn compare_with(program: &str, config: ServiceConfig) {
+    let Some(fx) = fixture_with(program, config) else {
+        return;
+    };
     let exe = build_c(&fx, program);
     let local = String::from_utf8_lossy(&run_local(&fx, &exe)).into_owned();
     assert!(!local.is_empty());
@@ -251,6 +302,58 @@ fn rectangular_transfers_are_identical_local_and_remote() {
 #[test]
 fn images_and_samplers_are_identical_local_and_remote() {
     compare("images");
+}
+
+/// Initial data larger than a frame may be (64 MiB) is created whole, on both paths;
+/// with a node that holds at most 80 MiB of writes per task, a 100 MB buffer also needs
+/// the ICD to send its data as more than one task.
+#[test]
+fn buffers_and_images_with_large_initial_data_are_identical_local_and_remote() {
+    let config = ServiceConfig {
+        pending_bytes_max: 80 << 20,
+        ..ServiceConfig::default()
+    };
+    compare_with("big_create", config);
+}
+
+#[test]
+fn objects_released_while_their_maps_are_in_flight_are_identical_local_and_remote() {
+    compare("release_mapped");
+}
+
+#[test]
+fn wait_lists_with_events_of_another_context_are_refused_identically_local_and_remote() {
+    compare("wait_lists");
+}
+
+#[test]
+fn a_thread_waiting_for_a_user_event_wakes_when_another_sets_it() {
+    compare("user_event_wake");
+}
+
+#[test]
+fn newer_calls_returning_objects_work_or_set_their_error_code() {
+    compare("newer_calls");
+}
+
+#[test]
+fn memory_object_destructor_callbacks_are_identical_local_and_remote() {
+    compare("destructor");
+}
+
+#[test]
+fn kernel_argument_and_work_group_errors_come_from_the_calls_themselves() {
+    compare("kernel_checks");
+}
+
+#[test]
+fn host_access_flags_are_enforced_identically_local_and_remote() {
+    compare("host_flags");
+}
+
+#[test]
+fn maps_of_images_on_host_memory_are_that_memory_local_and_remote() {
+    compare("image_host_map");
 }
 
 #[test]
@@ -396,9 +499,14 @@ fn a_lost_node_is_reported_to_the_context_callback() {
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let mut rest = String::new();
     stdout.read_to_string(&mut rest).unwrap();
-    assert!(child.wait().unwrap().success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}: {rest}");
     assert!(
-        rest.starts_with("after the loss: read failed, finish failed\ncallback called 1 time(s): netaccel: the connection to node "),
+        rest.starts_with(
+            "after the loss: read failed, finish failed\n\
+             writes after the loss: 20 of 20 failed\n\
+             callback called 1 time(s): netaccel: the connection to node "
+        ),
         "{rest}"
     );
     wait_until_idle(&fx);

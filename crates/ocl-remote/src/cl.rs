@@ -38,6 +38,8 @@ pub const CL_INVALID_ARG_VALUE: ClInt = -50;
 pub const CL_INVALID_ARG_SIZE: ClInt = -51;
 pub const CL_INVALID_KERNEL_ARGS: ClInt = -52;
 pub const CL_INVALID_WORK_DIMENSION: ClInt = -53;
+pub const CL_INVALID_WORK_GROUP_SIZE: ClInt = -54;
+pub const CL_INVALID_WORK_ITEM_SIZE: ClInt = -55;
 pub const CL_INVALID_EVENT_WAIT_LIST: ClInt = -57;
 pub const CL_INVALID_EVENT: ClInt = -58;
 pub const CL_INVALID_OPERATION: ClInt = -59;
@@ -98,6 +100,24 @@ pub const CL_MEM_READ_ONLY: ClBitfield = 1 << 2;
 pub const CL_MEM_USE_HOST_PTR: ClBitfield = 1 << 3;
 pub const CL_MEM_ALLOC_HOST_PTR: ClBitfield = 1 << 4;
 pub const CL_MEM_COPY_HOST_PTR: ClBitfield = 1 << 5;
+pub const CL_MEM_HOST_WRITE_ONLY: ClBitfield = 1 << 7;
+pub const CL_MEM_HOST_READ_ONLY: ClBitfield = 1 << 8;
+pub const CL_MEM_HOST_NO_ACCESS: ClBitfield = 1 << 9;
+/// The host access flags (OpenCL 1.2); a memory object has at most one of them.
+pub const CL_MEM_HOST_ACCESS: ClBitfield =
+    CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS;
+
+/// Whether the host may read (`clEnqueueRead*`, maps for reading) a memory object
+/// created with `flags`.
+pub fn host_may_read(flags: ClBitfield) -> bool {
+    flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS) == 0
+}
+
+/// Whether the host may write (`clEnqueueWrite*`, maps for writing) a memory object
+/// created with `flags`.
+pub fn host_may_write(flags: ClBitfield) -> bool {
+    flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS) == 0
+}
 pub const CL_MEM_OBJECT_BUFFER: ClUint = 0x10F0;
 pub const CL_MEM_TYPE: ClUint = 0x1100;
 pub const CL_MEM_FLAGS: ClUint = 0x1101;
@@ -135,7 +155,15 @@ pub const CL_KERNEL_REFERENCE_COUNT: ClUint = 0x1192;
 pub const CL_KERNEL_CONTEXT: ClUint = 0x1193;
 pub const CL_KERNEL_PROGRAM: ClUint = 0x1194;
 pub const CL_KERNEL_ARG_ADDRESS_QUALIFIER: ClUint = 0x1196;
+pub const CL_KERNEL_ARG_TYPE_NAME: ClUint = 0x1198;
+pub const CL_KERNEL_ARG_ADDRESS_GLOBAL: ClUint = 0x119B;
 pub const CL_KERNEL_ARG_ADDRESS_LOCAL: ClUint = 0x119C;
+pub const CL_KERNEL_ARG_ADDRESS_CONSTANT: ClUint = 0x119D;
+pub const CL_KERNEL_ARG_ADDRESS_PRIVATE: ClUint = 0x119E;
+pub const CL_KERNEL_WORK_GROUP_SIZE: ClUint = 0x11B0;
+pub const CL_KERNEL_COMPILE_WORK_GROUP_SIZE: ClUint = 0x11B1;
+pub const CL_DEVICE_MAX_WORK_ITEM_SIZES: ClUint = 0x1005;
+pub const CL_DEVICE_NON_UNIFORM_WORK_GROUP_SUPPORT: ClUint = 0x1065;
 
 pub const CL_EVENT_COMMAND_QUEUE: ClUint = 0x11D0;
 pub const CL_EVENT_COMMAND_TYPE: ClUint = 0x11D1;
@@ -200,6 +228,8 @@ pub const CL_SAMPLER_CONTEXT: ClUint = 0x1151;
 pub const CL_SAMPLER_NORMALIZED_COORDS: ClUint = 0x1152;
 pub const CL_SAMPLER_ADDRESSING_MODE: ClUint = 0x1153;
 pub const CL_SAMPLER_FILTER_MODE: ClUint = 0x1154;
+pub const CL_ADDRESS_CLAMP: ClUint = 0x1132;
+pub const CL_FILTER_NEAREST: ClUint = 0x1140;
 
 pub const CL_COMMAND_READ_IMAGE: ClUint = 0x11F6;
 pub const CL_COMMAND_WRITE_IMAGE: ClUint = 0x11F7;

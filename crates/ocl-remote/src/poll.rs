@@ -31,14 +31,24 @@ pub const SPIN_MAX: Duration = Duration::from_micros(10_000);
 
 /// True when `fd` has bytes (or an end of stream) waiting, after at most `timeout_ms`.
 pub fn readable(fd: RawFd, timeout_ms: i32) -> bool {
-    let mut pfd = libc::pollfd {
+    readable_either(fd, None, timeout_ms).0
+}
+
+/// Waits up to `timeout_ms` until `fd` or `other` (if any) is readable; says which are.
+fn readable_either(fd: RawFd, other: Option<RawFd>, timeout_ms: i32) -> (bool, bool) {
+    let entry = |fd| libc::pollfd {
         fd,
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: one valid pollfd.
-    let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-    rc > 0 && pfd.revents != 0
+    let mut pfds = [entry(fd), entry(other.unwrap_or(-1))];
+    let n = if other.is_some() { 2 } else { 1 };
+    // SAFETY: `n` valid pollfds.
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), n, timeout_ms) };
+    if rc <= 0 {
+        return (false, false);
+    }
+    (pfds[0].revents != 0, n == 2 && pfds[1].revents != 0)
 }
 
 /// Polls `fd` for up to `bound`, without yielding the core; returns whether it
@@ -88,6 +98,20 @@ impl AdaptiveSpin {
         self.short
             .store(start.elapsed() <= self.bound, Ordering::Relaxed);
     }
+
+    /// [`AdaptiveSpin::wait`] that also returns when `wake` becomes readable: another
+    /// thread has news for the waiter that will not come through `fd` (an eventfd, say).
+    /// Returns whether `fd` is readable; the caller drains `wake`.
+    pub fn wait_or_wake(&self, fd: RawFd, wake: RawFd) -> bool {
+        let start = Instant::now();
+        if self.short.load(Ordering::Relaxed) && spin_until_readable(fd, self.bound) {
+            return true;
+        }
+        let (ready, _) = readable_either(fd, Some(wake), -1);
+        self.short
+            .store(start.elapsed() <= self.bound, Ordering::Relaxed);
+        ready
+    }
 }
 
 #[cfg(test)]
@@ -111,6 +135,21 @@ mod tests {
             Duration::from_micros(200)
         ));
         assert!(readable(b.as_raw_fd(), 0));
+    }
+
+    #[test]
+    fn a_wake_ends_the_wait_for_a_quiet_socket() {
+        let (_a, b) = UnixStream::pair().unwrap();
+        let (mut wake_tx, wake_rx) = UnixStream::pair().unwrap();
+        let spin = AdaptiveSpin::new(Duration::from_micros(100));
+        let waker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            wake_tx.write_all(b"w").unwrap();
+            wake_tx
+        });
+        // Returns (the socket stays quiet) instead of waiting forever.
+        assert!(!spin.wait_or_wake(b.as_raw_fd(), wake_rx.as_raw_fd()));
+        let _tx = waker.join().unwrap();
     }
 
     #[test]

@@ -872,3 +872,116 @@ fn in_ci_a_missing_prerequisite_is_a_failure() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("SKIP: ") && text.contains("OpenCL"), "{text}");
 }
+
+/// The node refuses host reads and writes that a memory object's `CL_MEM_HOST_*` flag
+/// forbids, whatever the client (not necessarily the ICD) sends and whether the runtime
+/// checks or not; a sub-buffer made without a host flag has its parent's. The refused
+/// commands fail alone: the connection and the other commands live on.
+#[test]
+fn host_access_flags_are_enforced_by_the_node() {
+    use ocl_remote::proto::{ImageCmd, ImageOp};
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut a = Client::connect(svc.local_addr()).unwrap();
+    a.setup(0);
+    let create = |id, flags| Request::CreateBuffer {
+        id,
+        context: 1,
+        flags,
+        size: 64,
+        data: &[],
+    };
+    let rw = cl::CL_MEM_READ_WRITE;
+    for (id, flags) in [
+        (30, rw | cl::CL_MEM_HOST_NO_ACCESS),
+        (31, rw | cl::CL_MEM_HOST_READ_ONLY),
+        (32, rw | cl::CL_MEM_HOST_WRITE_ONLY),
+    ] {
+        assert_eq!(a.call(&create(id, flags)).0, cl::CL_SUCCESS);
+    }
+    let sub = Request::CreateSubBuffer {
+        id: 33,
+        parent: 30,
+        flags: 0,
+        offset: 0,
+        size: 32,
+    };
+    assert_eq!(a.call(&sub).0, cl::CL_SUCCESS);
+    let (status, _) = a.call(&Request::CreateImage {
+        id: 34,
+        context: 1,
+        flags: rw | cl::CL_MEM_HOST_READ_ONLY,
+        format: [0x10B5, 0x10D2],
+        desc: [0x10F1, 2, 2, 0, 0],
+        data: &[],
+    });
+    assert_eq!(status, cl::CL_SUCCESS);
+    let write = |buffer, event| Command::Write {
+        queue: 2,
+        event,
+        buffer,
+        offset: 0,
+        data: &[1; 16],
+    };
+    let read = |buffer, event| Command::Read {
+        queue: 2,
+        event,
+        buffer,
+        offset: 0,
+        size: 16,
+        token: event,
+    };
+    let image_write = ImageCmd {
+        queue: 2,
+        event: 10,
+        op: ImageOp::Write,
+        src: 0,
+        dst: 34,
+        src_origin: [0; 3],
+        dst_origin: [0; 3],
+        region: [2, 2, 1],
+        offset: 0,
+        token: 0,
+        data: &[7; 16],
+    };
+    let image_read = ImageCmd {
+        event: 11,
+        op: ImageOp::Read,
+        src: 34,
+        dst: 0,
+        token: 11,
+        data: &[],
+        ..image_write
+    };
+    let (_, events, reads) = a.task(vec![
+        write(30, 1),
+        read(30, 2),
+        write(31, 3),
+        read(31, 4),
+        write(32, 5),
+        read(32, 6),
+        write(33, 7),
+        read(33, 8),
+        Command::Image(image_write),
+        Command::Image(image_read),
+    ]);
+    let status: Vec<(u64, i32)> = events.iter().map(|e| (e.event, e.status)).collect();
+    let refused = cl::CL_INVALID_OPERATION;
+    assert_eq!(
+        status,
+        [
+            (1, refused),
+            (2, refused),
+            (3, refused),
+            (4, cl::CL_COMPLETE),
+            (5, cl::CL_COMPLETE),
+            (6, refused),
+            (7, refused),
+            (8, refused),
+            (10, refused),
+            (11, cl::CL_COMPLETE),
+        ]
+    );
+    assert_eq!(reads.iter().map(|r| r.0).collect::<Vec<_>>(), [4, 11]);
+}

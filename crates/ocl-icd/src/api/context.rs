@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::Request;
@@ -89,6 +89,7 @@ unsafe fn create_context(
         id,
         devices,
         properties: props,
+        creation_queue: Mutex::new(None),
     }))
 }
 
@@ -151,6 +152,25 @@ pub unsafe extern "C" fn clCreateContextFromType(
     );
     set_err(errcode, cl::CL_SUCCESS);
     h
+}
+
+/// The node id of the context's creation queue (see [`Context::creation_queue`]), made
+/// on first use.
+pub(super) fn creation_queue(c: &Obj<Context>) -> Result<u64, ClInt> {
+    let mut queue = c.v.creation_queue.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(id) = *queue {
+        return Ok(id);
+    }
+    let device = get::<Device>(c.v.devices[0] as Handle)?;
+    let id = c.v.node.next_id();
+    reply(c.v.node.call(&Request::CreateQueue {
+        id,
+        context: c.v.id,
+        device: device.v.remote,
+        properties: 0,
+    }))?;
+    *queue = Some(id);
+    Ok(id)
 }
 
 pub unsafe extern "C" fn clRetainContext(c: Handle) -> ClInt {

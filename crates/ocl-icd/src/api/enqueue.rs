@@ -2,49 +2,90 @@
 //! application asked for, wait for it when the call blocks; and the plain buffer reads
 //! and writes the other transfers are made of.
 
-use std::ffi::c_void;
 use std::sync::Arc;
 
 use ocl_remote::cl::{self, ClInt};
-use ocl_remote::proto::Command;
+use ocl_remote::proto::{Command, Request};
 
 use crate::node::{DirectRead, HostDst, Node, WRITE_CHUNK_MAX};
 use crate::object::*;
 
 use super::slice;
 
-/// Checks the queue and the wait list; returns the queue and the ids of the events in the
-/// wait list, which travel with the command: the node makes the runtime wait for the
-/// commands of the same task that produce them (see docs/opencl.md).
+/// An enqueue call under way: its queue and wait list, checked, and the user events
+/// (not yet set) its command waits for.
+pub(super) struct Enqueue<'a> {
+    pub q: &'a Obj<Queue>,
+    queue: Handle,
+    gates: Vec<EventRef>,
+    /// The ids of the wait list's events, which travel with the command: the node makes
+    /// the runtime wait for the commands of the same task that produce them.
+    pub waits: Vec<u64>,
+}
+
+/// Checks the queue and the wait list: every entry a live event of the queue's context.
+/// The ids travel with the command (see docs/opencl.md). Only user events that are not set yet
+/// matter: they hold the open task back, once the command is accepted
+/// ([`Enqueue::event`]), so that a call that fails later holds nothing back.
 pub(super) unsafe fn prologue<'a>(
     queue: Handle,
     num_wait: u32,
     wait: *const Handle,
-) -> Result<(&'a Obj<Queue>, Vec<u64>), ClInt> {
+) -> Result<Enqueue<'a>, ClInt> {
     let q = get::<Queue>(queue)?;
     if (num_wait == 0) != wait.is_null() {
         return Err(cl::CL_INVALID_EVENT_WAIT_LIST);
     }
-    let mut ids = Vec::with_capacity(num_wait as usize);
-    for &e in slice(wait, num_wait) {
-        let ev = get::<Event>(e).map_err(|_| cl::CL_INVALID_EVENT_WAIT_LIST)?;
-        if !Arc::ptr_eq(&ev.v.node, &q.v.node) {
-            return Err(cl::CL_INVALID_CONTEXT);
-        }
-        if ev.v.status() < cl::CL_COMPLETE {
-            return Err(cl::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
-        }
-        if ev.v.queue == 0 && ev.v.status() > cl::CL_COMPLETE {
-            // Waiting for a user event: the open task stays here until it is set.
-            q.v.node.gate(EventRef::new(e));
-        }
-        ids.push(ev.v.id);
+    let list = slice(wait, num_wait);
+    let mut events = Vec::with_capacity(list.len());
+    for &e in list {
+        events.push(get::<Event>(e).map_err(|_| cl::CL_INVALID_EVENT_WAIT_LIST)?);
     }
-    Ok((q, ids))
+    if events.iter().any(|ev| ev.v.context != q.v.context) {
+        return Err(cl::CL_INVALID_CONTEXT);
+    }
+    if events.iter().any(|ev| ev.v.status() < cl::CL_COMPLETE) {
+        return Err(cl::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+    }
+    let gates = list
+        .iter()
+        .zip(&events)
+        .filter(|(_, ev)| ev.v.queue == 0 && ev.v.status() > cl::CL_COMPLETE)
+        .map(|(&e, _)| EventRef::new(e))
+        .collect();
+    let waits = events.iter().map(|ev| ev.v.id).collect();
+    Ok(Enqueue {
+        q,
+        queue,
+        gates,
+        waits,
+    })
+}
+
+impl Enqueue<'_> {
+    /// The command is accepted: from now on the open task waits for the user events in
+    /// its wait list. Creates the event the application asked for (if it did, `out` not
+    /// null) and a reference for the task.
+    pub unsafe fn event(&mut self, command_type: u32, out: *mut Handle) -> (u64, Option<EventRef>) {
+        self.accept();
+        new_event(self.q, self.queue, command_type, out)
+    }
+
+    /// The call is accepted: the open task waits for the user events in its wait list.
+    fn accept(&mut self) {
+        for gate in self.gates.drain(..) {
+            self.q.v.node.gate(gate);
+        }
+    }
+
+    /// Whether the wait list holds user events that are not set.
+    pub fn waits_for_user_events(&self) -> bool {
+        !self.gates.is_empty()
+    }
 }
 
 /// Creates the event the application asked for (if it did) and a reference for the task.
-pub(super) unsafe fn new_event(
+unsafe fn new_event(
     q: &Obj<Queue>,
     queue: Handle,
     command_type: u32,
@@ -117,34 +158,23 @@ pub(super) unsafe fn finish_blocking(
     }
 }
 
+/// Enqueues a read of `dst.len` bytes at `offset` of buffer `m` (checked) into `dst`;
+/// `slot` receives the event (null: none).
 pub(super) unsafe fn enqueue_read(
-    queue: Handle,
-    mem: Handle,
+    enq: &mut Enqueue<'_>,
+    m: &Obj<Mem>,
     offset: usize,
-    size: usize,
-    ptr: *mut c_void,
+    dst: HostDst,
     command_type: u32,
-    num_wait: u32,
-    wait: *const Handle,
-    event: *mut Handle,
-) -> Result<Arc<Node>, ClInt> {
-    let (q, waits) = prologue(queue, num_wait, wait)?;
-    let m = get::<Mem>(mem)?;
-    same_node(&q.v.node, &m.v.node)?;
-    check_range(offset, size, m.v.size)?;
-    if ptr.is_null() {
-        return Err(cl::CL_INVALID_VALUE);
-    }
-    let (ev, evref) = new_event(q, queue, command_type, event);
+    slot: *mut Handle,
+) {
+    let q = enq.q;
+    let (ev, evref) = enq.event(command_type, slot);
     if let Some(src) = &m.v.shm {
         // Same host: the data is copied from shared memory when the task is done.
         let marker = Command::Marker {
             queue: q.v.id,
             event: ev,
-        };
-        let dst = HostDst {
-            ptr: ptr as usize,
-            len: size,
         };
         let read = DirectRead {
             src: Arc::clone(src),
@@ -152,8 +182,8 @@ pub(super) unsafe fn enqueue_read(
             dst,
         };
         q.v.node
-            .enqueue_direct_reads(&marker, &waits, evref, vec![read]);
-        return Ok(Arc::clone(&q.v.node));
+            .enqueue_direct_reads(&marker, &enq.waits, evref, vec![read]);
+        return;
     }
     let token = q.v.node.next_id();
     let cmd = Command::Read {
@@ -161,35 +191,111 @@ pub(super) unsafe fn enqueue_read(
         event: ev,
         buffer: m.v.id,
         offset: offset as u64,
-        size: size as u64,
+        size: dst.len as u64,
         token,
     };
-    q.v.node.enqueue(
-        &cmd,
-        &waits,
-        evref,
-        Some((
+    q.v.node
+        .enqueue(&cmd, &enq.waits, evref, Some((token, dst)));
+}
+
+/// Reads what `copy(queue, scratch, event)` copies into a scratch buffer of `size` bytes on
+/// the node into host memory: `pieces` of (offset in the scratch buffer, destination).
+/// For maps for writing of objects the host may not read
+/// (`CL_MEM_HOST_WRITE_ONLY`): the mapping must show the current contents, but the
+/// runtime (rightly) refuses to read such an object for the host, and the node too.
+/// The scratch buffer is released behind the commands, which hold it until they ran.
+pub(super) unsafe fn read_through_scratch<'c>(
+    enq: &mut Enqueue<'_>,
+    m: &Obj<Mem>,
+    copy: impl FnOnce(u64, u64, u64) -> Command<'c>,
+    (size, pieces): (usize, Vec<(usize, HostDst)>),
+    command_type: u32,
+    slot: *mut Handle,
+) -> Result<(), ClInt> {
+    let q = enq.q;
+    let context = get::<Context>(m.v.context as Handle)?;
+    let scratch = q.v.node.next_id();
+    super::reply(q.v.node.call(&Request::CreateBuffer {
+        id: scratch,
+        context: context.v.id,
+        flags: cl::CL_MEM_READ_WRITE,
+        size: size as u64,
+        data: &[],
+    }))?;
+    let (ev, mut evref) = enq.event(command_type, slot);
+    // The copy waits for the wait list and the reads for the copy: on an out-of-order
+    // queue nothing else orders them. Without an event of the application's the copy
+    // gets an id of its own, which no event of the ICD's answers to.
+    let copied = if ev != 0 { ev } else { q.v.node.next_id() };
+    q.v.node
+        .enqueue(&copy(q.v.id, scratch, copied), &enq.waits, None, None);
+    let n = pieces.len();
+    for (i, (offset, dst)) in pieces.into_iter().enumerate() {
+        let last = i + 1 == n;
+        let token = q.v.node.next_id();
+        let read = Command::Read {
+            queue: q.v.id,
+            event: ev,
+            buffer: scratch,
+            offset: offset as u64,
+            size: dst.len as u64,
             token,
-            HostDst {
-                ptr: ptr as usize,
-                len: size,
-            },
-        )),
-    );
-    Ok(Arc::clone(&q.v.node))
+        };
+        let evref = if last { evref.take() } else { None };
+        q.v.node
+            .enqueue(&read, &[copied], evref, Some((token, dst)));
+    }
+    q.v.node.release(scratch);
+    Ok(())
+}
+
+/// `CL_INVALID_OPERATION` unless the host may read `m` (`CL_MEM_HOST_*` flags).
+pub(super) fn host_reads(m: &Obj<Mem>) -> Result<(), ClInt> {
+    if cl::host_may_read(m.v.flags) {
+        Ok(())
+    } else {
+        Err(cl::CL_INVALID_OPERATION)
+    }
+}
+
+/// `CL_INVALID_OPERATION` unless the host may write `m`.
+pub(super) fn host_writes(m: &Obj<Mem>) -> Result<(), ClInt> {
+    if cl::host_may_write(m.v.flags) {
+        Ok(())
+    } else {
+        Err(cl::CL_INVALID_OPERATION)
+    }
+}
+
+/// Checks map flags: `CL_MAP_WRITE_INVALIDATE_REGION` goes alone, and the host may do
+/// what they say to `m`.
+pub(super) fn host_maps(m: &Obj<Mem>, map_flags: u64) -> Result<(), ClInt> {
+    let known = cl::CL_MAP_READ | cl::CL_MAP_WRITE | cl::CL_MAP_WRITE_INVALIDATE_REGION;
+    if map_flags & !known != 0
+        || (map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0
+            && map_flags & (cl::CL_MAP_READ | cl::CL_MAP_WRITE) != 0)
+    {
+        return Err(cl::CL_INVALID_VALUE);
+    }
+    if map_flags & cl::CL_MAP_READ != 0 {
+        host_reads(m)?;
+    }
+    if map_flags & (cl::CL_MAP_WRITE | cl::CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
+        host_writes(m)?;
+    }
+    Ok(())
 }
 
 pub(super) unsafe fn enqueue_write(
-    q: &Obj<Queue>,
-    queue: Handle,
-    waits: &[u64],
+    enq: &mut Enqueue<'_>,
     m: &Obj<Mem>,
     offset: usize,
     data: &[u8],
     command_type: u32,
     event: *mut Handle,
 ) {
-    if let Some(region) = &m.v.shm {
+    let q = enq.q;
+    if let (Some(region), false) = (&m.v.shm, enq.waits_for_user_events()) {
         // Same host and nothing ahead of this write: copy straight into the buffer.
         // SAFETY: offset + len was checked against the buffer (= region) size.
         let dst = region.ptr().add(m.v.shm_offset + offset);
@@ -198,13 +304,13 @@ pub(super) unsafe fn enqueue_write(
             .direct_write(|| crate::copy::copy(dst, data.as_ptr(), data.len()))
         {
             if !event.is_null() {
-                let (ev, evref) = new_event(q, queue, command_type, event);
+                let (ev, evref) = enq.event(command_type, event);
                 q.v.node.enqueue(
                     &Command::Marker {
                         queue: q.v.id,
                         event: ev,
                     },
-                    waits,
+                    &enq.waits,
                     evref,
                     None,
                 );
@@ -212,7 +318,7 @@ pub(super) unsafe fn enqueue_write(
             return;
         }
     }
-    let (ev, evref) = new_event(q, queue, command_type, event);
+    let (ev, evref) = enq.event(command_type, event);
     let mut evref = evref;
     let chunks = data.len().div_ceil(WRITE_CHUNK_MAX).max(1);
     // Every piece carries the event (it completes with the last of them) and the wait
@@ -226,7 +332,11 @@ pub(super) unsafe fn enqueue_write(
             offset: (offset + i * WRITE_CHUNK_MAX) as u64,
             data: chunk,
         };
-        q.v.node
-            .enqueue(&cmd, waits, if last { evref.take() } else { None }, None);
+        q.v.node.enqueue(
+            &cmd,
+            &enq.waits,
+            if last { evref.take() } else { None },
+            None,
+        );
     }
 }

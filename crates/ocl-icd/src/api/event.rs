@@ -29,11 +29,18 @@ pub unsafe extern "C" fn clWaitForEvents(num: u32, list: *const Handle) -> ClInt
     if num == 0 || list.is_null() {
         return cl::CL_INVALID_VALUE;
     }
-    let mut refs = Vec::new();
+    let mut events = Vec::with_capacity(num as usize);
     for &e in slice(list, num) {
-        let ev = tryr!(get::<Event>(e));
-        refs.push((Arc::clone(&ev.v.node), EventRef::new(e)));
+        events.push(tryr!(get::<Event>(e)));
     }
+    if events.iter().any(|ev| ev.v.context != events[0].v.context) {
+        return cl::CL_INVALID_CONTEXT;
+    }
+    let refs: Vec<_> = slice(list, num)
+        .iter()
+        .zip(&events)
+        .map(|(&e, ev)| (Arc::clone(&ev.v.node), EventRef::new(e)))
+        .collect();
     // Waiting on an event implies flushing its queue.
     for (node, r) in &refs {
         if r.status() == cl::CL_QUEUED {

@@ -1,4 +1,5 @@
-//! Images and samplers.
+//! Images: creation, info and formats, and what their commands share
+//! ([`super::image_enqueue`] has the commands).
 //!
 //! An image lives on the node like a buffer and is an ICD `Mem` object with
 //! [`ImageMeta`]; its data always travels over the socket (never shared memory). Pixel
@@ -6,41 +7,30 @@
 //! the ICD packs what the application gives with its own row and slice pitches, and
 //! unpacks read results into them (a read whose host layout is not tight travels as one
 //! command per row, as rectangular buffer reads do). Large writes are cut into commands
-//! of whole rows of at most [`WRITE_CHUNK_MAX`] bytes. A mapped image is a tightly packed
-//! copy of the region, written back at unmap when mapped for writing.
+//! of whole rows of at most [`WRITE_CHUNK_MAX`] bytes.
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::{Arc, Mutex};
 
 use ocl_remote::cl::{self, ClInt};
-use ocl_remote::proto::{Command, ImageCmd, ImageOp, Request};
+use ocl_remote::proto::{ImageCmd, ImageOp, Request};
 
-use crate::node::{HostDst, WRITE_CHUNK_MAX};
+use crate::node::WRITE_CHUNK_MAX;
 use crate::object::*;
 
-use super::enqueue::{check_range, event_slot, finish_blocking, new_event, prologue, same_node};
-use super::rect::read3;
+use super::buffer::{mem_flags, no_mem_properties};
+use super::creation::{CreationData, CREATE_DATA_INLINE_MAX};
 use super::{bytes_of, reply, ret_info, set_err};
 
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
         clCreateImage,
+        clCreateImageWithProperties,
         clCreateImage2D,
         clCreateImage3D,
         clGetImageInfo,
         clGetSupportedImageFormats,
-        clCreateSampler,
-        clRetainSampler,
-        clReleaseSampler,
-        clGetSamplerInfo,
-        clEnqueueReadImage,
-        clEnqueueWriteImage,
-        clEnqueueCopyImage,
-        clEnqueueCopyImageToBuffer,
-        clEnqueueCopyBufferToImage,
-        clEnqueueFillImage,
-        clEnqueueMapImage,
     ]
 }
 
@@ -62,7 +52,7 @@ pub struct ImageDesc {
 /// The host layout of `region` (pixels) given the application's pitches (0 = tight):
 /// bytes from one row to the next and from one slice to the next. For a 1D image array
 /// the rows are the layers, so its row stride is the slice pitch.
-fn host_strides(
+pub(super) fn host_strides(
     image_type: u32,
     elem: usize,
     region: [usize; 3],
@@ -93,7 +83,7 @@ fn host_strides(
 }
 
 /// Copies `region` from host memory laid out with `strides` into a tight buffer.
-unsafe fn pack(
+pub(super) unsafe fn pack(
     ptr: *const u8,
     elem: usize,
     region: [usize; 3],
@@ -110,12 +100,12 @@ unsafe fn pack(
     out
 }
 
-fn wide(v: [usize; 3]) -> [u64; 3] {
+pub(super) fn wide(v: [usize; 3]) -> [u64; 3] {
     v.map(|x| x as u64)
 }
 
 /// The image behind `mem`, with its metadata.
-unsafe fn image<'a>(mem: Handle) -> Result<(&'a Obj<Mem>, ImageMeta), ClInt> {
+pub(super) unsafe fn image<'a>(mem: Handle) -> Result<(&'a Obj<Mem>, ImageMeta), ClInt> {
     let m = get::<Mem>(mem)?;
     match m.v.image {
         Some(meta) => Ok((m, meta)),
@@ -125,7 +115,11 @@ unsafe fn image<'a>(mem: Handle) -> Result<(&'a Obj<Mem>, ImageMeta), ClInt> {
 
 /// The tightly packed bytes of `region` at `origin`, which must lie in the image and not
 /// be empty.
-fn in_image(meta: &ImageMeta, origin: [usize; 3], region: [usize; 3]) -> Result<usize, ClInt> {
+pub(super) fn in_image(
+    meta: &ImageMeta,
+    origin: [usize; 3],
+    region: [usize; 3],
+) -> Result<usize, ClInt> {
     cl::image_region_bytes(
         meta.elem as u64,
         wide(meta.dims),
@@ -144,14 +138,7 @@ unsafe fn create_image(
     host_ptr: *mut c_void,
 ) -> Result<Handle, ClInt> {
     let c = get::<Context>(context)?;
-    let flags = if flags & 7 == 0 {
-        flags | cl::CL_MEM_READ_WRITE
-    } else {
-        flags
-    };
-    if (flags & 7).count_ones() != 1 {
-        return Err(cl::CL_INVALID_VALUE);
-    }
+    let flags = mem_flags(flags)?;
     if format.is_null() {
         return Err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
     }
@@ -167,18 +154,35 @@ unsafe fn create_image(
     if wants_ptr == host_ptr.is_null() {
         return Err(cl::CL_INVALID_HOST_PTR);
     }
-    let data = if wants_ptr {
-        let strides = host_strides(
+    let strides = if wants_ptr {
+        host_strides(
             desc.image_type,
             elem,
             dims,
             desc.row_pitch,
             desc.slice_pitch,
         )
-        .map_err(|_| cl::CL_INVALID_IMAGE_DESCRIPTOR)?;
+        .map_err(|_| cl::CL_INVALID_IMAGE_DESCRIPTOR)?
+    } else {
+        (0, 0)
+    };
+    // Large initial data follows the creation as write commands (see `super::buffer`).
+    let inline = wants_ptr && size <= CREATE_DATA_INLINE_MAX;
+    let data = if inline {
         pack(host_ptr.cast::<u8>(), elem, dims, strides)
     } else {
         Vec::new()
+    };
+    let meta = ImageMeta {
+        image_type: desc.image_type,
+        format,
+        elem,
+        dims,
+        host_strides: if flags & cl::CL_MEM_USE_HOST_PTR != 0 {
+            strides
+        } else {
+            (0, 0)
+        },
     };
     let node = Arc::clone(&c.v.node);
     let id = node.next_id();
@@ -196,6 +200,25 @@ unsafe fn create_image(
         ],
         data: &data,
     }))?;
+    if wants_ptr && !inline {
+        let sent = CreationData::new(c, flags, size).and_then(|mut creation| {
+            let whole = ([0; 3], dims);
+            write_pieces(
+                &meta,
+                whole,
+                strides,
+                host_ptr.cast(),
+                |_, at, region, data| {
+                    creation.write_image(id, at, region, data);
+                },
+            );
+            creation.finish()
+        });
+        if let Err(e) = sent {
+            node.release(id);
+            return Err(e);
+        }
+    }
     retain::<Context>(context);
     let keep_ptr = if flags & cl::CL_MEM_USE_HOST_PTR != 0 {
         host_ptr as usize
@@ -210,16 +233,12 @@ unsafe fn create_image(
         size,
         host_ptr: keep_ptr,
         maps: Mutex::new(Vec::new()),
+        life: Arc::default(),
         shm: None,
         shm_offset: 0,
         parent: 0,
         origin: 0,
-        image: Some(ImageMeta {
-            image_type: desc.image_type,
-            format,
-            elem,
-            dims,
-        }),
+        image: Some(meta),
     }))
 }
 
@@ -241,6 +260,21 @@ pub unsafe extern "C" fn clCreateImage(
     );
     set_err(errcode, cl::CL_SUCCESS);
     h
+}
+
+/// OpenCL 3.0: `clCreateImage` with a property list.
+pub unsafe extern "C" fn clCreateImageWithProperties(
+    context: Handle,
+    properties: *const u64,
+    flags: u64,
+    format: *const [u32; 2],
+    desc: *const ImageDesc,
+    host_ptr: *mut c_void,
+    errcode: *mut ClInt,
+) -> Handle {
+    tryp!(get::<Context>(context), errcode);
+    tryp!(no_mem_properties(properties), errcode);
+    clCreateImage(context, flags, format, desc, host_ptr, errcode)
 }
 
 fn desc(image_type: u32, dims: [usize; 3], row_pitch: usize, slice_pitch: usize) -> ImageDesc {
@@ -348,73 +382,11 @@ pub unsafe extern "C" fn clGetSupportedImageFormats(
     cl::CL_SUCCESS
 }
 
-// ---------------------------------------------------------------- samplers
-
-pub unsafe extern "C" fn clCreateSampler(
-    context: Handle,
-    normalized: u32,
-    addressing: u32,
-    filter: u32,
-    errcode: *mut ClInt,
-) -> Handle {
-    let c = tryp!(get::<Context>(context), errcode);
-    let node = Arc::clone(&c.v.node);
-    let id = node.next_id();
-    tryp!(
-        reply(node.call(&Request::CreateSampler {
-            id,
-            context: c.v.id,
-            normalized,
-            addressing,
-            filter,
-        })),
-        errcode
-    );
-    retain::<Context>(context);
-    set_err(errcode, cl::CL_SUCCESS);
-    new_handle(Sampler {
-        node,
-        id,
-        context: context as H,
-        normalized,
-        addressing,
-        filter,
-    })
-}
-
-pub unsafe extern "C" fn clRetainSampler(s: Handle) -> ClInt {
-    retain::<Sampler>(s)
-}
-
-pub unsafe extern "C" fn clReleaseSampler(s: Handle) -> ClInt {
-    release::<Sampler>(s)
-}
-
-pub unsafe extern "C" fn clGetSamplerInfo(
-    sampler: Handle,
-    param: u32,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> ClInt {
-    let s = tryr!(get::<Sampler>(sampler));
-    let bytes = match param {
-        cl::CL_SAMPLER_REFERENCE_COUNT => bytes_of(ref_count(s)),
-        cl::CL_SAMPLER_CONTEXT => bytes_of(s.v.context),
-        cl::CL_SAMPLER_NORMALIZED_COORDS => bytes_of(s.v.normalized),
-        cl::CL_SAMPLER_ADDRESSING_MODE => bytes_of(s.v.addressing),
-        cl::CL_SAMPLER_FILTER_MODE => bytes_of(s.v.filter),
-        _ => return cl::CL_INVALID_VALUE,
-    };
-    ret_info(&bytes, size, value, size_ret)
-}
-
-// ---------------------------------------------------------------- image commands
-
-/// An image command with the fields its operation does not use left empty.
-fn image_cmd<'a>(q: &Obj<Queue>, event: u64, op: ImageOp) -> ImageCmd<'a> {
+/// An image command on queue `queue` (node id) with the fields its operation does not
+/// use left empty.
+pub(super) fn image_cmd<'a>(queue: u64, event: u64, op: ImageOp) -> ImageCmd<'a> {
     ImageCmd {
-        queue: q.v.id,
+        queue,
         event,
         op,
         src: 0,
@@ -428,76 +400,16 @@ fn image_cmd<'a>(q: &Obj<Queue>, event: u64, op: ImageOp) -> ImageCmd<'a> {
     }
 }
 
-/// Enqueues a read of `region` at `origin` into host memory at `ptr` laid out with
-/// `strides` (row, slice bytes); `slot` receives the event (null: none).
-pub(super) unsafe fn enqueue_image_read(
-    q: &Obj<Queue>,
-    queue: Handle,
-    waits: &[u64],
-    m: &Obj<Mem>,
-    meta: &ImageMeta,
-    (origin, region): ([usize; 3], [usize; 3]),
-    strides: (usize, usize),
-    ptr: *mut u8,
-    command_type: u32,
-    slot: *mut Handle,
-) {
-    let (ev, mut evref) = new_event(q, queue, command_type, slot);
-    let row_len = region[0] * meta.elem;
-    let tight = strides == (row_len, row_len * region[1]);
-    // A tight host layout takes the whole region in one piece, else one row at a time.
-    let pieces: Vec<([usize; 3], [usize; 3], usize)> = if tight {
-        vec![(origin, region, 0)]
-    } else {
-        (0..region[2])
-            .flat_map(|z| (0..region[1]).map(move |y| (y, z)))
-            .map(|(y, z)| {
-                (
-                    [origin[0], origin[1] + y, origin[2] + z],
-                    [region[0], 1, 1],
-                    z * strides.1 + y * strides.0,
-                )
-            })
-            .collect()
-    };
-    let n = pieces.len();
-    for (i, (at, size, host_offset)) in pieces.into_iter().enumerate() {
-        let last = i + 1 == n;
-        let token = q.v.node.next_id();
-        let cmd = Command::Image(ImageCmd {
-            src: m.v.id,
-            src_origin: wide(at),
-            region: wide(size),
-            token,
-            ..image_cmd(q, ev, ImageOp::Read)
-        });
-        let dst = HostDst {
-            ptr: ptr as usize + host_offset,
-            len: size.iter().product::<usize>() * meta.elem,
-        };
-        q.v.node.enqueue(
-            &cmd,
-            waits,
-            if last { evref.take() } else { None },
-            Some((token, dst)),
-        );
-    }
-}
-
-/// Enqueues a write of `region` at `origin` from host memory at `ptr` laid out with
-/// `strides`; the data is copied now (in pieces of whole rows of one slice), so the
-/// memory is reusable on return.
-pub(super) unsafe fn enqueue_image_write(
-    q: &Obj<Queue>,
-    queue: Handle,
-    waits: &[u64],
-    m: &Obj<Mem>,
+/// Cuts a write of `region` at `origin` from host memory at `ptr` laid out with
+/// `strides` into pieces of whole rows of one slice, of at most [`WRITE_CHUNK_MAX`]
+/// bytes (or one row), and hands each, packed tight, to `each(last, origin, region,
+/// bytes)`.
+pub(super) unsafe fn write_pieces(
     meta: &ImageMeta,
     (origin, region): ([usize; 3], [usize; 3]),
     strides: (usize, usize),
     ptr: *const u8,
-    command_type: u32,
-    event: *mut Handle,
+    mut each: impl FnMut(bool, [usize; 3], [usize; 3], &[u8]),
 ) {
     let row_len = region[0] * meta.elem;
     let rows_per_piece = (WRITE_CHUNK_MAX / row_len.max(1)).clamp(1, region[1]);
@@ -510,402 +422,16 @@ pub(super) unsafe fn enqueue_image_write(
             y += rows;
         }
     }
-    let (ev, mut evref) = new_event(q, queue, command_type, event);
     let n = pieces.len();
     for (i, (y, z, rows)) in pieces.into_iter().enumerate() {
-        let last = i + 1 == n;
         let size = [region[0], rows, 1];
         let src = ptr.add(z * strides.1 + y * strides.0);
         let data = pack(src, meta.elem, size, strides);
-        let cmd = Command::Image(ImageCmd {
-            dst: m.v.id,
-            dst_origin: wide([origin[0], origin[1] + y, origin[2] + z]),
-            region: wide(size),
-            data: &data,
-            ..image_cmd(q, ev, ImageOp::Write)
-        });
-        q.v.node
-            .enqueue(&cmd, waits, if last { evref.take() } else { None }, None);
-    }
-}
-
-/// What a read or write of an image checks: the queue and its wait list, the image on
-/// the queue's node, the region inside the image, the host layout, the host pointer.
-type Transfer<'a> = (
-    &'a Obj<Queue>,
-    Vec<u64>,
-    &'a Obj<Mem>,
-    ImageMeta,
-    [usize; 3],
-    [usize; 3],
-    (usize, usize),
-);
-
-unsafe fn transfer<'a>(
-    queue: Handle,
-    mem: Handle,
-    (origin, region): (*const usize, *const usize),
-    (row_pitch, slice_pitch): (usize, usize),
-    ptr: *const c_void,
-    (num_wait, wait): (u32, *const Handle),
-) -> Result<Transfer<'a>, ClInt> {
-    let (q, waits) = prologue(queue, num_wait, wait)?;
-    let (m, meta) = image(mem)?;
-    same_node(&q.v.node, &m.v.node)?;
-    let (origin, region) = (read3(origin)?, read3(region)?);
-    in_image(&meta, origin, region)?;
-    let strides = host_strides(meta.image_type, meta.elem, region, row_pitch, slice_pitch)?;
-    if ptr.is_null() {
-        return Err(cl::CL_INVALID_VALUE);
-    }
-    Ok((q, waits, m, meta, origin, region, strides))
-}
-
-pub unsafe extern "C" fn clEnqueueReadImage(
-    queue: Handle,
-    mem: Handle,
-    blocking: u32,
-    origin: *const usize,
-    region: *const usize,
-    row_pitch: usize,
-    slice_pitch: usize,
-    ptr: *mut c_void,
-    num_wait: u32,
-    wait: *const Handle,
-    event: *mut Handle,
-) -> ClInt {
-    let t = tryr!(transfer(
-        queue,
-        mem,
-        (origin, region),
-        (row_pitch, slice_pitch),
-        ptr.cast(),
-        (num_wait, wait)
-    ));
-    let (q, waits, m, meta, origin, region, strides) = t;
-    let mut internal: Handle = null_mut();
-    let slot = event_slot(blocking != 0, event, &mut internal);
-    enqueue_image_read(
-        q,
-        queue,
-        &waits,
-        m,
-        &meta,
-        (origin, region),
-        strides,
-        ptr.cast::<u8>(),
-        cl::CL_COMMAND_READ_IMAGE,
-        slot,
-    );
-    finish_blocking(&q.v.node, blocking != 0, slot, internal)
-}
-
-pub unsafe extern "C" fn clEnqueueWriteImage(
-    queue: Handle,
-    mem: Handle,
-    _blocking: u32,
-    origin: *const usize,
-    region: *const usize,
-    row_pitch: usize,
-    slice_pitch: usize,
-    ptr: *const c_void,
-    num_wait: u32,
-    wait: *const Handle,
-    event: *mut Handle,
-) -> ClInt {
-    let t = tryr!(transfer(
-        queue,
-        mem,
-        (origin, region),
-        (row_pitch, slice_pitch),
-        ptr.cast(),
-        (num_wait, wait)
-    ));
-    let (q, waits, m, meta, origin, region, strides) = t;
-    // The data is copied now, so the host memory is reusable on return.
-    enqueue_image_write(
-        q,
-        queue,
-        &waits,
-        m,
-        &meta,
-        (origin, region),
-        strides,
-        ptr.cast::<u8>(),
-        cl::CL_COMMAND_WRITE_IMAGE,
-        event,
-    );
-    cl::CL_SUCCESS
-}
-
-pub unsafe extern "C" fn clEnqueueCopyImage(
-    queue: Handle,
-    src: Handle,
-    dst: Handle,
-    src_origin: *const usize,
-    dst_origin: *const usize,
-    region: *const usize,
-    num_wait: u32,
-    wait: *const Handle,
-    event: *mut Handle,
-) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
-    let (s, s_meta) = tryr!(image(src));
-    let (d, d_meta) = tryr!(image(dst));
-    tryr!(same_node(&q.v.node, &s.v.node));
-    tryr!(same_node(&q.v.node, &d.v.node));
-    if s_meta.format != d_meta.format {
-        return cl::CL_IMAGE_FORMAT_MISMATCH;
-    }
-    let (so, doo, r) = (
-        tryr!(read3(src_origin)),
-        tryr!(read3(dst_origin)),
-        tryr!(read3(region)),
-    );
-    tryr!(in_image(&s_meta, so, r));
-    tryr!(in_image(&d_meta, doo, r));
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_IMAGE, event);
-    let cmd = Command::Image(ImageCmd {
-        src: s.v.id,
-        dst: d.v.id,
-        src_origin: wide(so),
-        dst_origin: wide(doo),
-        region: wide(r),
-        ..image_cmd(q, ev, ImageOp::Copy)
-    });
-    q.v.node.enqueue(&cmd, &waits, evref, None);
-    cl::CL_SUCCESS
-}
-
-pub unsafe extern "C" fn clEnqueueCopyImageToBuffer(
-    queue: Handle,
-    src: Handle,
-    dst: Handle,
-    src_origin: *const usize,
-    region: *const usize,
-    dst_offset: usize,
-    num_wait: u32,
-    wait: *const Handle,
-    event: *mut Handle,
-) -> ClInt {
-    copy_with_buffer(
-        queue,
-        src,
-        dst,
-        src_origin,
-        region,
-        dst_offset,
-        ImageOp::ToBuffer,
-        Waits {
-            num_wait,
-            wait,
-            event,
-        },
-    )
-}
-
-pub unsafe extern "C" fn clEnqueueCopyBufferToImage(
-    queue: Handle,
-    src: Handle,
-    dst: Handle,
-    src_offset: usize,
-    dst_origin: *const usize,
-    region: *const usize,
-    num_wait: u32,
-    wait: *const Handle,
-    event: *mut Handle,
-) -> ClInt {
-    copy_with_buffer(
-        queue,
-        dst,
-        src,
-        dst_origin,
-        region,
-        src_offset,
-        ImageOp::FromBuffer,
-        Waits {
-            num_wait,
-            wait,
-            event,
-        },
-    )
-}
-
-/// A command's wait list and event slot.
-struct Waits {
-    num_wait: u32,
-    wait: *const Handle,
-    event: *mut Handle,
-}
-
-/// A copy between `image` (at `origin`) and `buffer` (at `offset`): `ToBuffer` or
-/// `FromBuffer`.
-unsafe fn copy_with_buffer(
-    queue: Handle,
-    image_h: Handle,
-    buffer_h: Handle,
-    origin: *const usize,
-    region: *const usize,
-    offset: usize,
-    op: ImageOp,
-    w: Waits,
-) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, w.num_wait, w.wait));
-    let (image_m, meta) = tryr!(image(image_h));
-    let buffer = tryr!(get::<Mem>(buffer_h));
-    if buffer.v.image.is_some() {
-        return cl::CL_INVALID_MEM_OBJECT;
-    }
-    tryr!(same_node(&q.v.node, &image_m.v.node));
-    tryr!(same_node(&q.v.node, &buffer.v.node));
-    let (o, r) = (tryr!(read3(origin)), tryr!(read3(region)));
-    let bytes = tryr!(in_image(&meta, o, r));
-    tryr!(check_range(offset, bytes, buffer.v.size));
-    let to_buffer = op == ImageOp::ToBuffer;
-    let command_type = if to_buffer {
-        cl::CL_COMMAND_COPY_IMAGE_TO_BUFFER
-    } else {
-        cl::CL_COMMAND_COPY_BUFFER_TO_IMAGE
-    };
-    let (ev, evref) = new_event(q, queue, command_type, w.event);
-    let base = image_cmd(q, ev, op);
-    let cmd = Command::Image(if to_buffer {
-        ImageCmd {
-            src: image_m.v.id,
-            dst: buffer.v.id,
-            src_origin: wide(o),
-            region: wide(r),
-            offset: offset as u64,
-            ..base
-        }
-    } else {
-        ImageCmd {
-            src: buffer.v.id,
-            dst: image_m.v.id,
-            dst_origin: wide(o),
-            region: wide(r),
-            offset: offset as u64,
-            ..base
-        }
-    });
-    q.v.node.enqueue(&cmd, &waits, evref, None);
-    cl::CL_SUCCESS
-}
-
-pub unsafe extern "C" fn clEnqueueFillImage(
-    queue: Handle,
-    mem: Handle,
-    color: *const c_void,
-    origin: *const usize,
-    region: *const usize,
-    num_wait: u32,
-    wait: *const Handle,
-    event: *mut Handle,
-) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
-    let (m, meta) = tryr!(image(mem));
-    tryr!(same_node(&q.v.node, &m.v.node));
-    if color.is_null() {
-        return cl::CL_INVALID_VALUE;
-    }
-    let (o, r) = (tryr!(read3(origin)), tryr!(read3(region)));
-    tryr!(in_image(&meta, o, r));
-    // A fill colour is a float4, int4 or uint4.
-    let colour = std::slice::from_raw_parts(color.cast::<u8>(), 16);
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_FILL_IMAGE, event);
-    let cmd = Command::Image(ImageCmd {
-        dst: m.v.id,
-        dst_origin: wide(o),
-        region: wide(r),
-        data: colour,
-        ..image_cmd(q, ev, ImageOp::Fill)
-    });
-    q.v.node.enqueue(&cmd, &waits, evref, None);
-    cl::CL_SUCCESS
-}
-
-/// The mapping is a tightly packed copy of the region in memory of the ICD (read from the
-/// node unless the whole region is to be overwritten), written back at unmap if mapped
-/// for writing.
-pub unsafe extern "C" fn clEnqueueMapImage(
-    queue: Handle,
-    mem: Handle,
-    blocking: u32,
-    map_flags: u64,
-    origin: *const usize,
-    region: *const usize,
-    row_pitch: *mut usize,
-    slice_pitch: *mut usize,
-    num_wait: u32,
-    wait: *const Handle,
-    event: *mut Handle,
-    errcode: *mut ClInt,
-) -> *mut c_void {
-    let (q, waits) = tryp!(prologue(queue, num_wait, wait), errcode);
-    let (m, meta) = tryp!(image(mem), errcode);
-    tryp!(same_node(&q.v.node, &m.v.node), errcode);
-    let (origin, region) = (tryp!(read3(origin), errcode), tryp!(read3(region), errcode));
-    tryp!(in_image(&meta, origin, region), errcode);
-    if row_pitch.is_null() {
-        set_err(errcode, cl::CL_INVALID_VALUE);
-        return null_mut();
-    }
-    let row = region[0] * meta.elem;
-    let slice = row * region[1];
-    *row_pitch = row;
-    if !slice_pitch.is_null() {
-        *slice_pitch = match meta.image_type {
-            cl::CL_MEM_OBJECT_IMAGE3D | cl::CL_MEM_OBJECT_IMAGE2D_ARRAY => slice,
-            cl::CL_MEM_OBJECT_IMAGE1D_ARRAY => row,
-            _ => 0,
-        };
-    }
-    let mut backing = vec![0u8; slice * region[2]].into_boxed_slice();
-    let ptr = backing.as_mut_ptr();
-    let mut internal: Handle = null_mut();
-    let slot = event_slot(blocking != 0, event, &mut internal);
-    if map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
-        // Nothing to fetch: the application overwrites the whole region.
-        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_IMAGE, slot);
-        q.v.node.enqueue(
-            &Command::Marker {
-                queue: q.v.id,
-                event: ev,
-            },
-            &waits,
-            evref,
-            None,
-        );
-    } else {
-        enqueue_image_read(
-            q,
-            queue,
-            &waits,
-            m,
-            &meta,
-            (origin, region),
-            (row, slice),
-            ptr,
-            cl::CL_COMMAND_MAP_IMAGE,
-            slot,
+        each(
+            i + 1 == n,
+            [origin[0], origin[1] + y, origin[2] + z],
+            size,
+            &data,
         );
     }
-    let rc = finish_blocking(&q.v.node, blocking != 0, slot, internal);
-    if rc != cl::CL_SUCCESS {
-        set_err(errcode, rc);
-        return null_mut();
-    }
-    m.v.maps
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(Mapping {
-            ptr: ptr as usize,
-            offset: 0,
-            size: backing.len(),
-            flags: map_flags,
-            _backing: Some(backing),
-            image: Some((origin, region)),
-        });
-    set_err(errcode, cl::CL_SUCCESS);
-    ptr.cast::<c_void>()
 }

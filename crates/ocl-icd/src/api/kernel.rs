@@ -10,7 +10,8 @@ use ocl_remote::proto::{self, Command, KernelArg, NdRange, Request};
 
 use crate::object::*;
 
-use super::enqueue::{new_event, prologue, same_node};
+use super::declared::{arg_decl, check_work_groups, ArgDecl};
+use super::enqueue::{prologue, same_node};
 use super::program::remote_devices;
 use super::{bytes_of, cstring_bytes, reply, ret_info, set_err, trim_nul};
 
@@ -18,6 +19,7 @@ pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
         clCreateKernel,
         clCreateKernelsInProgram,
+        clCloneKernel,
         clRetainKernel,
         clReleaseKernel,
         clSetKernelArg,
@@ -54,6 +56,7 @@ unsafe fn create_kernel(program: Handle, name: &[u8]) -> Result<Handle, ClInt> {
         name: name.to_vec(),
         num_args,
         args: Mutex::new(vec![ArgValue::Unset; num_args as usize]),
+        declared: Mutex::default(),
     }))
 }
 
@@ -101,6 +104,19 @@ pub unsafe extern "C" fn clCreateKernelsInProgram(
     cl::CL_SUCCESS
 }
 
+/// OpenCL 2.1: a new kernel of the same program and function, with the argument values
+/// set so far (they live in the ICD, see the module doc).
+pub unsafe extern "C" fn clCloneKernel(source: Handle, errcode: *mut ClInt) -> Handle {
+    let k = tryp!(get::<Kernel>(source), errcode);
+    let h = tryp!(create_kernel(k.v.program as Handle, &k.v.name), errcode);
+    let args = k.v.args.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Ok(clone) = get::<Kernel>(h) {
+        *clone.v.args.lock().unwrap_or_else(|p| p.into_inner()) = args;
+    }
+    set_err(errcode, cl::CL_SUCCESS);
+    h
+}
+
 pub unsafe extern "C" fn clRetainKernel(k: Handle) -> ClInt {
     retain::<Kernel>(k)
 }
@@ -118,9 +134,87 @@ pub unsafe extern "C" fn clSetKernelArg(
     if index >= k.v.num_args {
         return cl::CL_INVALID_ARG_INDEX;
     }
-    let arg = if value.is_null() {
+    let arg = tryr!(match arg_decl(k, index) {
+        ArgDecl::Unknown => undeclared_arg(k, index, size, value),
+        decl => declared_arg(k, decl, size, value),
+    });
+    k.v.args.lock().unwrap_or_else(|p| p.into_inner())[index as usize] = arg;
+    cl::CL_SUCCESS
+}
+
+const HANDLE_SIZE: usize = std::mem::size_of::<Handle>();
+
+/// An argument value checked against the argument's declaration (OpenCL 1.2,
+/// `clSetKernelArg`).
+unsafe fn declared_arg(
+    k: &Obj<Kernel>,
+    decl: ArgDecl,
+    size: usize,
+    value: *const c_void,
+) -> Result<ArgValue, ClInt> {
+    let handle = || {
+        if size != HANDLE_SIZE {
+            return Err(cl::CL_INVALID_ARG_SIZE);
+        }
+        Ok((!value.is_null()).then(|| *(value as *const Handle)))
+    };
+    match decl {
+        ArgDecl::Local => match (size, value.is_null()) {
+            (_, false) => Err(cl::CL_INVALID_ARG_VALUE),
+            (0, true) => Err(cl::CL_INVALID_ARG_SIZE),
+            _ => Ok(ArgValue::Local(size as u64)),
+        },
+        ArgDecl::Buffer => match handle()? {
+            None => Ok(ArgValue::NullMem),
+            Some(h) if h.is_null() => Ok(ArgValue::NullMem),
+            Some(h) => {
+                let m = get::<Mem>(h)?;
+                same_node(&k.v.node, &m.v.node)?;
+                Ok(ArgValue::Mem(m.v.id))
+            }
+        },
+        ArgDecl::Image => {
+            let h = handle()?.ok_or(cl::CL_INVALID_ARG_VALUE)?;
+            let m = get::<Mem>(h)?;
+            if m.v.image.is_none() {
+                return Err(cl::CL_INVALID_MEM_OBJECT);
+            }
+            same_node(&k.v.node, &m.v.node)?;
+            Ok(ArgValue::Mem(m.v.id))
+        }
+        ArgDecl::Sampler => {
+            let h = handle()?.ok_or(cl::CL_INVALID_ARG_VALUE)?;
+            let sampler = get::<Sampler>(h)?;
+            same_node(&k.v.node, &sampler.v.node)?;
+            Ok(ArgValue::Sampler(sampler.v.id))
+        }
+        ArgDecl::Value(expected) => {
+            if value.is_null() {
+                return Err(cl::CL_INVALID_ARG_VALUE);
+            }
+            if size == 0 || expected.is_some_and(|n| n != size) {
+                return Err(cl::CL_INVALID_ARG_SIZE);
+            }
+            Ok(ArgValue::Bytes(
+                std::slice::from_raw_parts(value.cast::<u8>(), size).to_vec(),
+            ))
+        }
+        ArgDecl::Unknown => unreachable!("handled by undeclared_arg"),
+    }
+}
+
+/// An argument value when the node cannot say what the argument is: a pointer-sized
+/// value naming a live buffer or sampler is one, NULL with the size of a pointer is a
+/// NULL buffer, other NULLs are `__local` sizes.
+unsafe fn undeclared_arg(
+    k: &Obj<Kernel>,
+    index: u32,
+    size: usize,
+    value: *const c_void,
+) -> Result<ArgValue, ClInt> {
+    if value.is_null() {
         // NULL is either a __local size or a NULL buffer; the argument's address space
-        // tells which.
+        // tells which, if the node knows it.
         let q = k.v.node.call(&Request::GetKernelArgInfo {
             kernel: k.v.id,
             index,
@@ -130,39 +224,37 @@ pub unsafe extern "C" fn clSetKernelArg(
             Ok(b) if b.len() == 4 => {
                 u32::from_ne_bytes(b[..4].try_into().expect("4")) == cl::CL_KERNEL_ARG_ADDRESS_LOCAL
             }
-            _ => size != std::mem::size_of::<Handle>(),
+            _ => size != HANDLE_SIZE,
         };
-        if local {
+        return if local {
             if size == 0 {
-                return cl::CL_INVALID_ARG_SIZE;
+                Err(cl::CL_INVALID_ARG_SIZE)
+            } else {
+                Ok(ArgValue::Local(size as u64))
             }
-            ArgValue::Local(size as u64)
-        } else if size == std::mem::size_of::<Handle>() {
-            ArgValue::NullMem
+        } else if size == HANDLE_SIZE {
+            Ok(ArgValue::NullMem)
         } else {
-            return cl::CL_INVALID_ARG_SIZE;
-        }
-    } else if size == std::mem::size_of::<Handle>() {
+            Err(cl::CL_INVALID_ARG_SIZE)
+        };
+    }
+    if size == 0 {
+        return Err(cl::CL_INVALID_ARG_SIZE);
+    }
+    if size == HANDLE_SIZE {
         let h = *(value as *const Handle);
-        match (get::<Mem>(h), get::<Sampler>(h)) {
-            (Ok(m), _) => {
-                tryr!(same_node(&k.v.node, &m.v.node));
-                ArgValue::Mem(m.v.id)
-            }
-            (_, Ok(sampler)) => {
-                tryr!(same_node(&k.v.node, &sampler.v.node));
-                ArgValue::Sampler(sampler.v.id)
-            }
-            _ => ArgValue::Bytes(std::slice::from_raw_parts(value.cast::<u8>(), size).to_vec()),
+        if let Ok(m) = get::<Mem>(h) {
+            same_node(&k.v.node, &m.v.node)?;
+            return Ok(ArgValue::Mem(m.v.id));
         }
-    } else {
-        if size == 0 {
-            return cl::CL_INVALID_ARG_SIZE;
+        if let Ok(sampler) = get::<Sampler>(h) {
+            same_node(&k.v.node, &sampler.v.node)?;
+            return Ok(ArgValue::Sampler(sampler.v.id));
         }
-        ArgValue::Bytes(std::slice::from_raw_parts(value.cast::<u8>(), size).to_vec())
-    };
-    k.v.args.lock().unwrap_or_else(|p| p.into_inner())[index as usize] = arg;
-    cl::CL_SUCCESS
+    }
+    Ok(ArgValue::Bytes(
+        std::slice::from_raw_parts(value.cast::<u8>(), size).to_vec(),
+    ))
 }
 
 pub unsafe extern "C" fn clGetKernelInfo(
@@ -245,7 +337,8 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let k = tryr!(get::<Kernel>(kernel));
     tryr!(same_node(&q.v.node, &k.v.node));
     if !(1..=proto::WORK_DIM_MAX as u32).contains(&work_dim) {
@@ -266,6 +359,8 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
     if g[..dims].contains(&0) {
         return cl::CL_INVALID_GLOBAL_WORK_SIZE;
     }
+    let l = (!local.is_null()).then(|| read(local));
+    tryr!(check_work_groups(k, q, dims, &g, l.as_ref()));
     let args = k.v.args.lock().unwrap_or_else(|p| p.into_inner()).clone();
     if args.iter().any(|a| matches!(a, ArgValue::Unset)) {
         return cl::CL_INVALID_KERNEL_ARGS;
@@ -281,7 +376,7 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
             ArgValue::Sampler(id) => KernelArg::Sampler(*id),
         })
         .collect();
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_NDRANGE_KERNEL, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_NDRANGE_KERNEL, event);
     let cmd = Command::NdRange(NdRange {
         queue: q.v.id,
         event: ev,
@@ -293,14 +388,10 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
             read(offset)
         },
         global: g,
-        local: if local.is_null() {
-            None
-        } else {
-            Some(read(local))
-        },
+        local: l,
         args: wire_args,
     });
-    q.v.node.enqueue(&cmd, &waits, evref, None);
+    q.v.node.enqueue(&cmd, &enq.waits, evref, None);
     cl::CL_SUCCESS
 }
 

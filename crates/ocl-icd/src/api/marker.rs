@@ -8,7 +8,7 @@ use ocl_remote::proto::Command;
 
 use crate::object::*;
 
-use super::enqueue::{new_event, prologue};
+use super::enqueue::prologue;
 
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
@@ -27,13 +27,14 @@ unsafe fn marker(
     event: *mut Handle,
     barrier: bool,
 ) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let ty = if barrier {
         cl::CL_COMMAND_BARRIER
     } else {
         cl::CL_COMMAND_MARKER
     };
-    let (ev, evref) = new_event(q, queue, ty, event);
+    let (ev, evref) = enq.event(ty, event);
     let cmd = if barrier {
         Command::Barrier {
             queue: q.v.id,
@@ -45,7 +46,7 @@ unsafe fn marker(
             event: ev,
         }
     };
-    q.v.node.enqueue(&cmd, &waits, evref, None);
+    q.v.node.enqueue(&cmd, &enq.waits, evref, None);
     cl::CL_SUCCESS
 }
 

@@ -9,11 +9,13 @@
 //!
 //! One module per kind of object or call, each with the entry points it adds to the
 //! dispatch table ([`entries`]): [`platform`] (platforms, devices), [`context`], [`queue`],
-//! [`buffer`], [`program`], [`kernel`], [`event`], [`image`] (images, samplers), and the
-//! enqueue calls: [`enqueue`] (what every enqueue does: the queue and wait-list checks,
-//! events, blocking, plain reads and writes), [`transfer`] (reads, writes, copies, fills,
-//! maps), [`rect`] (rectangular transfers) and [`marker`] (markers, barriers). What they
-//! all share (answering info queries, error codes of calls that return a handle) is here.
+//! [`buffer`] ([`creation`]: large initial data), [`program`], [`kernel`], [`declared`] (what a kernel declares), [`event`],
+//! [`image`], [`sampler`], and the enqueue calls: [`enqueue`] (what every enqueue does:
+//! the queue and wait-list checks, events, blocking, host access, plain reads and
+//! writes), [`transfer`] (reads, writes, copies, fills, maps), [`rect`] (rectangular
+//! transfers), [`image_enqueue`] (image commands) and [`marker`] (markers, barriers).
+//! What they all share (answering info queries, error codes of calls that return a
+//! handle) is here.
 
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
@@ -51,17 +53,22 @@ macro_rules! entry_points {
 
 mod buffer;
 mod context;
+mod creation;
+mod declared;
 mod enqueue;
 mod event;
 mod image;
+mod image_enqueue;
 mod kernel;
 mod marker;
 mod platform;
 mod program;
 mod queue;
 mod rect;
+mod sampler;
 mod transfer;
 
+pub(crate) use declared::Declared;
 pub(crate) use platform::clGetPlatformInfo;
 
 unsafe fn set_err(errcode: *mut ClInt, e: ClInt) {
@@ -139,6 +146,8 @@ pub fn entries() -> Vec<(&'static str, *const c_void)> {
         kernel::entries(),
         event::entries(),
         image::entries(),
+        image_enqueue::entries(),
+        sampler::entries(),
     ]
     .concat();
     v.push((

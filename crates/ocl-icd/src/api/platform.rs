@@ -78,7 +78,7 @@ pub unsafe extern "C" fn clGetPlatformInfo(
     ret_info(&bytes, size, value, size_ret)
 }
 
-fn device_info(d: &Obj<Device>, param: u32) -> Result<Vec<u8>, ClInt> {
+pub(super) fn device_info(d: &Obj<Device>, param: u32) -> Result<Vec<u8>, ClInt> {
     let mut cache = d.v.info_cache.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(r) = cache.get(&param) {
         return r.clone();

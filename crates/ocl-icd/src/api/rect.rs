@@ -10,7 +10,7 @@ use ocl_remote::proto::Command;
 use crate::node::{DirectRead, HostDst, WRITE_CHUNK_MAX};
 use crate::object::*;
 
-use super::enqueue::{event_slot, finish_blocking, new_event, prologue, same_node};
+use super::enqueue::{event_slot, finish_blocking, host_reads, host_writes, prologue, same_node};
 
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
@@ -93,7 +93,8 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     let (rows, len) = tryr!(rect_rows(
@@ -104,12 +105,13 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
         (host_row_pitch, host_slice_pitch)
     ));
     tryr!(rows_in(&rows, |r| r.0, len, m.v.size));
+    tryr!(host_reads(m));
     if ptr.is_null() {
         return cl::CL_INVALID_VALUE;
     }
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_READ_BUFFER_RECT, slot);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_READ_BUFFER_RECT, slot);
     let host = ptr as usize;
     if let Some(src) = &m.v.shm {
         let reads = rows
@@ -117,7 +119,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
             .map(|&(b, h)| DirectRead {
                 src: Arc::clone(src),
                 offset: m.v.shm_offset + b,
-                dst: HostDst { ptr: host + h, len },
+                dst: HostDst::app(host + h, len),
             })
             .collect();
         q.v.node.enqueue_direct_reads(
@@ -125,7 +127,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
                 queue: q.v.id,
                 event: ev,
             },
-            &waits,
+            &enq.waits,
             evref,
             reads,
         );
@@ -142,10 +144,10 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
                 size: len as u64,
                 token,
             };
-            let dst = HostDst { ptr: host + h, len };
+            let dst = HostDst::app(host + h, len);
             q.v.node.enqueue(
                 &cmd,
-                &waits,
+                &enq.waits,
                 if last { evref.take() } else { None },
                 Some((token, dst)),
             );
@@ -170,7 +172,8 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     let (rows, len) = tryr!(rect_rows(
@@ -181,11 +184,12 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
         (host_row_pitch, host_slice_pitch)
     ));
     tryr!(rows_in(&rows, |r| r.0, len, m.v.size));
+    tryr!(host_writes(m));
     if ptr.is_null() {
         return cl::CL_INVALID_VALUE;
     }
     let host = ptr as *const u8;
-    if let Some(region) = &m.v.shm {
+    if let (Some(region), false) = (&m.v.shm, enq.waits_for_user_events()) {
         // As for a plain write: straight into the buffer when nothing is ahead.
         let base = region.ptr().add(m.v.shm_offset);
         let copy = || {
@@ -195,13 +199,13 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
         };
         if q.v.node.direct_write(copy) {
             if !event.is_null() {
-                let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
+                let (ev, evref) = enq.event(cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
                 q.v.node.enqueue(
                     &Command::Marker {
                         queue: q.v.id,
                         event: ev,
                     },
-                    &waits,
+                    &enq.waits,
                     evref,
                     None,
                 );
@@ -211,7 +215,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
     }
     // Data is copied into the commands now, so the call returns at once (as a blocking
     // write may: the host memory is reusable).
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
     let mut evref = evref;
     for (i, &(b, h)) in rows.iter().enumerate() {
         let last = i + 1 == rows.len();
@@ -228,7 +232,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
             };
             q.v.node.enqueue(
                 &cmd,
-                &waits,
+                &enq.waits,
                 if final_chunk { evref.take() } else { None },
                 None,
             );
@@ -252,7 +256,8 @@ pub unsafe extern "C" fn clEnqueueCopyBufferRect(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let s = tryr!(get::<Mem>(src));
     let d = tryr!(get::<Mem>(dst));
     tryr!(same_node(&q.v.node, &s.v.node));
@@ -266,7 +271,7 @@ pub unsafe extern "C" fn clEnqueueCopyBufferRect(
     ));
     tryr!(rows_in(&rows, |r| r.0, len, s.v.size));
     tryr!(rows_in(&rows, |r| r.1, len, d.v.size));
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_BUFFER_RECT, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_COPY_BUFFER_RECT, event);
     let mut evref = evref;
     for (i, &(a, b)) in rows.iter().enumerate() {
         let last = i + 1 == rows.len();
@@ -279,8 +284,12 @@ pub unsafe extern "C" fn clEnqueueCopyBufferRect(
             dst_offset: b as u64,
             size: len as u64,
         };
-        q.v.node
-            .enqueue(&cmd, &waits, if last { evref.take() } else { None }, None);
+        q.v.node.enqueue(
+            &cmd,
+            &enq.waits,
+            if last { evref.take() } else { None },
+            None,
+        );
     }
     cl::CL_SUCCESS
 }

@@ -2,17 +2,19 @@
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
+use std::sync::Arc;
 
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::Command;
 
+use crate::node::{HostDst, Keep};
 use crate::object::*;
 
 use super::enqueue::{
-    check_range, enqueue_read, enqueue_write, event_slot, finish_blocking, new_event, prologue,
-    same_node,
+    check_range, enqueue_read, enqueue_write, event_slot, finish_blocking, host_maps, host_reads,
+    host_writes, prologue, read_through_scratch, same_node,
 };
-use super::image;
+use super::image_enqueue;
 use super::set_err;
 
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
@@ -38,20 +40,20 @@ pub unsafe extern "C" fn clEnqueueReadBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
+    let m = tryr!(get::<Mem>(mem));
+    tryr!(same_node(&q.v.node, &m.v.node));
+    tryr!(check_range(offset, size, m.v.size));
+    tryr!(host_reads(m));
+    if ptr.is_null() {
+        return cl::CL_INVALID_VALUE;
+    }
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
-    let node = tryr!(enqueue_read(
-        queue,
-        mem,
-        offset,
-        size,
-        ptr,
-        cl::CL_COMMAND_READ_BUFFER,
-        num_wait,
-        wait,
-        slot
-    ));
-    finish_blocking(&node, blocking != 0, slot, internal)
+    let dst = HostDst::app(ptr as usize, size);
+    enqueue_read(&mut enq, m, offset, dst, cl::CL_COMMAND_READ_BUFFER, slot);
+    finish_blocking(&q.v.node, blocking != 0, slot, internal)
 }
 
 pub unsafe extern "C" fn clEnqueueWriteBuffer(
@@ -65,10 +67,12 @@ pub unsafe extern "C" fn clEnqueueWriteBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     tryr!(check_range(offset, size, m.v.size));
+    tryr!(host_writes(m));
     if ptr.is_null() {
         return cl::CL_INVALID_VALUE;
     }
@@ -76,9 +80,7 @@ pub unsafe extern "C" fn clEnqueueWriteBuffer(
     // write needs no round trip.
     let data = std::slice::from_raw_parts(ptr.cast::<u8>(), size);
     enqueue_write(
-        q,
-        queue,
-        &waits,
+        &mut enq,
         m,
         offset,
         data,
@@ -99,7 +101,8 @@ pub unsafe extern "C" fn clEnqueueCopyBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let s = tryr!(get::<Mem>(src));
     let d = tryr!(get::<Mem>(dst));
     tryr!(same_node(&q.v.node, &s.v.node));
@@ -109,7 +112,7 @@ pub unsafe extern "C" fn clEnqueueCopyBuffer(
     if s.v.id == d.v.id && src_offset < dst_offset + size && dst_offset < src_offset + size {
         return cl::CL_MEM_COPY_OVERLAP;
     }
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_COPY_BUFFER, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_COPY_BUFFER, event);
     let cmd = Command::Copy {
         queue: q.v.id,
         event: ev,
@@ -119,7 +122,7 @@ pub unsafe extern "C" fn clEnqueueCopyBuffer(
         dst_offset: dst_offset as u64,
         size: size as u64,
     };
-    q.v.node.enqueue(&cmd, &waits, evref, None);
+    q.v.node.enqueue(&cmd, &enq.waits, evref, None);
     cl::CL_SUCCESS
 }
 
@@ -134,7 +137,8 @@ pub unsafe extern "C" fn clEnqueueFillBuffer(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     tryr!(check_range(offset, size, m.v.size));
@@ -146,7 +150,7 @@ pub unsafe extern "C" fn clEnqueueFillBuffer(
     {
         return cl::CL_INVALID_VALUE;
     }
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_FILL_BUFFER, event);
+    let (ev, evref) = enq.event(cl::CL_COMMAND_FILL_BUFFER, event);
     let cmd = Command::Fill {
         queue: q.v.id,
         event: ev,
@@ -155,7 +159,7 @@ pub unsafe extern "C" fn clEnqueueFillBuffer(
         offset: offset as u64,
         size: size as u64,
     };
-    q.v.node.enqueue(&cmd, &waits, evref, None);
+    q.v.node.enqueue(&cmd, &enq.waits, evref, None);
     cl::CL_SUCCESS
 }
 
@@ -171,88 +175,72 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
     event: *mut Handle,
     errcode: *mut ClInt,
 ) -> *mut c_void {
+    let mut enq = tryp!(prologue(queue, num_wait, wait), errcode);
+    let q = enq.q;
     let m = tryp!(get::<Mem>(mem), errcode);
+    tryp!(same_node(&q.v.node, &m.v.node), errcode);
     tryp!(check_range(offset, size, m.v.size), errcode);
+    tryp!(host_maps(m, map_flags), errcode);
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
-    if let (Some(region), 0) = (&m.v.shm, m.v.host_ptr) {
+    let shared = m.v.shm.as_ref().filter(|_| m.v.host_ptr == 0);
+    let mut owned: Option<Arc<HostMem>> = None;
+    let (ptr, flags) = if let Some(region) = shared {
         // Shared memory: the mapping is the buffer itself, ready once the commands
         // ahead of it are done; nothing to copy either way.
-        let (q, waits) = tryp!(prologue(queue, num_wait, wait), errcode);
-        tryp!(same_node(&q.v.node, &m.v.node), errcode);
-        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_BUFFER, slot);
-        q.v.node.enqueue(
-            &Command::Marker {
-                queue: q.v.id,
-                event: ev,
-            },
-            &waits,
-            evref,
-            None,
-        );
-        let rc = finish_blocking(&q.v.node, blocking != 0, slot, internal);
-        if rc != cl::CL_SUCCESS {
-            set_err(errcode, rc);
-            return null_mut();
-        }
-        let ptr = region.ptr().add(m.v.shm_offset + offset) as usize;
-        let mapping = Mapping {
-            ptr,
-            offset,
-            size,
-            flags: 0,
-            _backing: None,
-            image: None,
-        };
-        m.v.maps
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(mapping);
-        set_err(errcode, cl::CL_SUCCESS);
-        return ptr as *mut c_void;
-    }
-    let mut owned: Option<Box<[u8]>> = None;
-    let ptr = if m.v.host_ptr != 0 {
-        m.v.host_ptr + offset
+        (region.ptr().add(m.v.shm_offset + offset) as usize, 0)
+    } else if m.v.host_ptr != 0 {
+        (m.v.host_ptr + offset, map_flags)
     } else {
-        let mut b = vec![0u8; size].into_boxed_slice();
-        let p = b.as_mut_ptr() as usize;
+        let b = HostMem::zeroed(size);
+        let p = b.ptr() as usize;
         owned = Some(b);
-        p
+        (p, map_flags)
     };
-    if map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
-        // Nothing to fetch: the application overwrites the whole region.
-        let (q, waits) = tryp!(prologue(queue, num_wait, wait), errcode);
-        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MAP_BUFFER, event);
+    if shared.is_some() || map_flags & cl::CL_MAP_WRITE_INVALIDATE_REGION != 0 {
+        // Nothing to fetch (the application overwrites the whole region, or the
+        // mapping is the buffer itself): a marker orders the mapping.
+        let (ev, evref) = enq.event(cl::CL_COMMAND_MAP_BUFFER, slot);
         q.v.node.enqueue(
             &Command::Marker {
                 queue: q.v.id,
                 event: ev,
             },
-            &waits,
+            &enq.waits,
             evref,
             None,
         );
     } else {
-        let node = tryp!(
-            enqueue_read(
+        // The read keeps the memory it fills, and the object's life, until its data is in.
+        let keep = Arc::new((owned.clone(), Arc::clone(&m.v.life))) as Keep;
+        let dst = HostDst {
+            ptr,
+            len: size,
+            _keep: Some(keep),
+        };
+        if host_reads(m).is_ok() || m.v.shm.is_some() {
+            enqueue_read(&mut enq, m, offset, dst, cl::CL_COMMAND_MAP_BUFFER, slot);
+        } else {
+            let copy = |queue, scratch, event| Command::Copy {
                 queue,
-                mem,
-                offset,
-                size,
-                ptr as *mut c_void,
-                cl::CL_COMMAND_MAP_BUFFER,
-                num_wait,
-                wait,
-                slot
-            ),
-            errcode
-        );
-        let rc = finish_blocking(&node, blocking != 0, slot, internal);
-        if rc != cl::CL_SUCCESS {
-            set_err(errcode, rc);
-            return null_mut();
+                event,
+                src: m.v.id,
+                dst: scratch,
+                src_offset: offset as u64,
+                dst_offset: 0,
+                size: size as u64,
+            };
+            let whole = (size, vec![(0, dst)]);
+            tryp!(
+                read_through_scratch(&mut enq, m, copy, whole, cl::CL_COMMAND_MAP_BUFFER, slot),
+                errcode
+            );
         }
+    }
+    let rc = finish_blocking(&q.v.node, blocking != 0, slot, internal);
+    if rc != cl::CL_SUCCESS {
+        set_err(errcode, rc);
+        return null_mut();
     }
     m.v.maps
         .lock()
@@ -261,7 +249,7 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
             ptr,
             offset,
             size,
-            flags: map_flags,
+            flags,
             _backing: owned,
             image: None,
         });
@@ -277,7 +265,8 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
     wait: *const Handle,
     event: *mut Handle,
 ) -> ClInt {
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
     let m = tryr!(get::<Mem>(mem));
     tryr!(same_node(&q.v.node, &m.v.node));
     let mapping = {
@@ -288,16 +277,13 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
         maps.remove(i)
     };
     let write_back = mapping.flags & (cl::CL_MAP_WRITE | cl::CL_MAP_WRITE_INVALIDATE_REGION) != 0;
-    if let (true, Some((origin, region)), Some(meta)) = (write_back, mapping.image, m.v.image) {
-        let tight = (region[0] * meta.elem, region[0] * meta.elem * region[1]);
-        image::enqueue_image_write(
-            q,
-            queue,
-            &waits,
+    if let (true, Some(at), Some(meta)) = (write_back, mapping.image, m.v.image) {
+        image_enqueue::enqueue_image_write(
+            &mut enq,
             m,
             &meta,
-            (origin, region),
-            tight,
+            (at.origin, at.region),
+            at.strides,
             mapping.ptr as *const u8,
             cl::CL_COMMAND_UNMAP_MEM_OBJECT,
             event,
@@ -305,9 +291,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
     } else if write_back {
         let data = std::slice::from_raw_parts(mapping.ptr as *const u8, mapping.size);
         enqueue_write(
-            q,
-            queue,
-            &waits,
+            &mut enq,
             m,
             mapping.offset,
             data,
@@ -315,13 +299,13 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
             event,
         );
     } else {
-        let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_UNMAP_MEM_OBJECT, event);
+        let (ev, evref) = enq.event(cl::CL_COMMAND_UNMAP_MEM_OBJECT, event);
         q.v.node.enqueue(
             &Command::Marker {
                 queue: q.v.id,
                 event: ev,
             },
-            &waits,
+            &enq.waits,
             evref,
             None,
         );
@@ -341,14 +325,15 @@ pub unsafe extern "C" fn clEnqueueMigrateMemObjects(
     event: *mut Handle,
 ) -> ClInt {
     // Buffers live on the node's device already; migration is a no-op marker.
-    let (q, waits) = tryr!(prologue(queue, num_wait, wait));
-    let (ev, evref) = new_event(q, queue, cl::CL_COMMAND_MIGRATE_MEM_OBJECTS, event);
+    let mut enq = tryr!(prologue(queue, num_wait, wait));
+    let q = enq.q;
+    let (ev, evref) = enq.event(cl::CL_COMMAND_MIGRATE_MEM_OBJECTS, event);
     q.v.node.enqueue(
         &Command::Marker {
             queue: q.v.id,
             event: ev,
         },
-        &waits,
+        &enq.waits,
         evref,
         None,
     );

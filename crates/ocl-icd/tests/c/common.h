@@ -2,7 +2,9 @@
  * first device, so the same binary runs against local PoCL or through the netaccel ICD
  * depending only on which ICD the loader sees. Output is deterministic text so that the
  * two runs can be compared byte for byte. */
+#ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120
+#endif
 #include <CL/cl.h>
 #include <stdio.h>
 #include <stdlib.h>

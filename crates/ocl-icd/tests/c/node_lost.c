@@ -1,6 +1,7 @@
 /* A context's error callback hears of a lost node: the program runs a task, says
  * "ready", waits for a line on stdin (the test cuts its connection meanwhile), then
- * tries another task, which must fail, and reports what the callback received. */
+ * tries more tasks, which must fail without killing the program, and reports what the
+ * callback received. */
 #include "common.h"
 
 static volatile int called;
@@ -38,6 +39,20 @@ int main(void) {
     cl_int rc2 = clFinish(q);
     printf("after the loss: read %s, finish %s\n", rc == CL_SUCCESS ? "ok" : "failed",
            rc2 == CL_SUCCESS ? "ok" : "failed");
+    /* More tasks go to the closed socket: each must fail (its event too), and none may
+     * raise SIGPIPE, whose default action would end this program. */
+    int failed = 0;
+    for (int i = 0; i < 20; i++) {
+        cl_event ev;
+        if (clEnqueueWriteBuffer(q, buf, CL_FALSE, 0, sizeof data, data, 0, NULL, &ev) != CL_SUCCESS) {
+            failed++;
+            continue;
+        }
+        clFlush(q);
+        if (clWaitForEvents(1, &ev) != CL_SUCCESS) failed++;
+        CHECK(clReleaseEvent(ev));
+    }
+    printf("writes after the loss: %d of 20 failed\n", failed);
     printf("callback called %d time(s): %s\n", called, message);
     return 0;
 }

@@ -666,6 +666,7 @@ impl Session<'_> {
                 real: Real::with_memory(raw, api.clReleaseMemObject, region),
                 size,
                 held: size,
+                host: flags & cl::CL_MEM_HOST_ACCESS,
             },
         )?;
         self.buffer_bytes += size;
@@ -706,6 +707,7 @@ impl Session<'_> {
             return Err(cl::CL_INVALID_BUFFER_SIZE);
         }
         Self::in_bounds(offset, size, parent.size)?;
+        let host = (flags | parent.host) & cl::CL_MEM_HOST_ACCESS;
         let parent = Arc::clone(&parent.real);
         let region = [offset as usize, size as usize];
         let parent_raw = parent.handle();
@@ -725,6 +727,7 @@ impl Session<'_> {
                 real: Real::sub_buffer(raw, api.clReleaseMemObject, parent),
                 size,
                 held: 0,
+                host,
             },
         )
     }
@@ -790,6 +793,7 @@ impl Session<'_> {
                 elem,
                 dims,
                 held: size,
+                host: flags & cl::CL_MEM_HOST_ACCESS,
             },
         )?;
         self.buffer_bytes += size;

@@ -35,6 +35,22 @@ impl Session<'_> {
         Ok((Arc::clone(&image.real), bytes as usize))
     }
 
+    /// `CL_INVALID_OPERATION` for a host read (or write) of buffer or image `id` that
+    /// its `CL_MEM_HOST_*` flag forbids: the ICD checks too, but a client need not be
+    /// the ICD, nor a runtime check.
+    fn host_access(&self, id: u64, write: bool) -> Result<(), ClInt> {
+        let host = match self.objects.get::<Mem>(id) {
+            Ok(mem) => mem.host,
+            Err(_) => self.objects.get::<Image>(id)?.host,
+        };
+        let allowed = if write {
+            cl::host_may_write(host)
+        } else {
+            cl::host_may_read(host)
+        };
+        allowed.then_some(()).ok_or(cl::CL_INVALID_OPERATION)
+    }
+
     pub(super) fn in_bounds(offset: u64, size: u64, mem_size: u64) -> Result<(), ClInt> {
         match offset.checked_add(size) {
             Some(end) if end <= mem_size => Ok(()),
@@ -54,6 +70,7 @@ impl Session<'_> {
             } => {
                 let (mem, size) = self.mem(*buffer)?;
                 Self::in_bounds(*offset, data.len() as u64, size)?;
+                self.host_access(*buffer, true)?;
                 Op::Write {
                     mem,
                     offset: *offset as usize,
@@ -69,6 +86,7 @@ impl Session<'_> {
             } => {
                 let (mem, mem_size) = self.mem(*buffer)?;
                 Self::in_bounds(*offset, *size, mem_size)?;
+                self.host_access(*buffer, false)?;
                 Op::Read {
                     mem,
                     offset: *offset as usize,
@@ -167,11 +185,13 @@ impl Session<'_> {
         match c.op {
             proto::ImageOp::Read => {
                 let (image, size) = self.image_region(c.src, &c.src_origin, &c.region)?;
+                self.host_access(c.src, false)?;
                 op.src = Some(image);
                 op.size = size;
             }
             proto::ImageOp::Write => {
                 let (image, size) = self.image_region(c.dst, &c.dst_origin, &c.region)?;
+                self.host_access(c.dst, true)?;
                 if c.data.len() != size {
                     return Err(cl::CL_INVALID_VALUE);
                 }

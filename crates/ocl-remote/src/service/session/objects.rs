@@ -26,6 +26,9 @@ pub(crate) struct Mem {
     pub size: u64,
     /// Bytes counted against `buffer_bytes_max`: the size, 0 for a sub-buffer.
     pub held: u64,
+    /// Its `CL_MEM_HOST_*` flag (a sub-buffer's includes its parent's): the node
+    /// refuses host reads and writes it forbids, whether the runtime checks or not.
+    pub host: u64,
 }
 
 pub(crate) struct Program {
@@ -50,6 +53,8 @@ pub(crate) struct Image {
     pub dims: [u64; 3],
     /// Bytes counted against `buffer_bytes_max`.
     pub held: u64,
+    /// As for [`Mem::host`].
+    pub host: u64,
 }
 
 pub(crate) struct Sampler {
@@ -175,6 +180,7 @@ mod tests {
                 elem: 4,
                 dims: [1; 3],
                 held: 4,
+                host: 0,
             },
         );
         assert!(objects.get::<Kernel>(1).is_ok());

@@ -24,6 +24,17 @@ fn c_options(options: &[u8]) -> CString {
     .expect("NULs removed")
 }
 
+/// The options as the runtime gets them: NULL when there are none, as the application
+/// passed them (PoCL keeps kernel argument information for a build without options,
+/// not for one with an empty string).
+fn options_ptr(options: &CString) -> *const c_char {
+    if options.as_bytes().is_empty() {
+        std::ptr::null()
+    } else {
+        options.as_ptr()
+    }
+}
+
 /// The array's pointer, or null for an empty array (as OpenCL wants for "none").
 fn nonempty_ptr<T>(v: &[T]) -> *const T {
     if v.is_empty() {
@@ -201,7 +212,7 @@ impl Session<'_> {
                 real.handle(),
                 devs.len() as u32,
                 dev_ptr,
-                options.as_ptr(),
+                options_ptr(&options),
                 std::ptr::null(),
                 std::ptr::null_mut(),
             )
@@ -267,7 +278,7 @@ impl Session<'_> {
                 real.handle(),
                 devs.len() as u32,
                 nonempty_ptr(&devs),
-                options.as_ptr(),
+                options_ptr(&options),
                 header_handles.len() as u32,
                 nonempty_ptr(&header_handles),
                 nonempty_ptr(&name_ptrs),
@@ -328,7 +339,7 @@ impl Session<'_> {
                 ctx.handle(),
                 devs.len() as u32,
                 nonempty_ptr(&devs),
-                options.as_ptr(),
+                options_ptr(&options),
                 input_handles.len() as u32,
                 nonempty_ptr(&input_handles),
                 std::ptr::null(),
@@ -425,7 +436,7 @@ impl Session<'_> {
                 real.handle(),
                 0,
                 std::ptr::null(),
-                options.as_ptr(),
+                options_ptr(&options),
                 std::ptr::null(),
                 std::ptr::null_mut(),
             )

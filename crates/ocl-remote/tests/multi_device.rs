@@ -1,6 +1,7 @@
 //! A client's tasks run in the order it flushed them, also when they go to different
-//! devices: a task may use what an earlier one computed on another device (OpenCL
-//! orders them through events, which need no wire encoding because of this rule).
+//! devices: a task may use what an earlier one computed on another device. (Within and
+//! across tasks the commands' wait lists also travel on the wire and reach the runtime;
+//! this rule orders whole tasks.)
 //!
 //! Its own test binary: PoCL is asked for two CPU devices (`POCL_DEVICES`) before the
 //! runtime is loaded, which must happen once per process. Without an OpenCL runtime, or

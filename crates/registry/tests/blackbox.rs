@@ -865,6 +865,12 @@ fn the_page_shows_nodes_slots_and_instances_in_a_browser() {
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            // No network beyond the registry's page: a closed network refuses these.
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-quic",
             "--virtual-time-budget=5000",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))

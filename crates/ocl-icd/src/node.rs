@@ -110,9 +110,9 @@ struct Out {
     /// Bytes of write data in those commands (see [`OPEN_DATA_MAX`]).
     open_data: usize,
     open: InFlight,
-    /// Incomplete user events that commands of the open task wait for: the task is not
-    /// sent before they complete.
-    gates: Vec<EventRef>,
+    /// Incomplete user events that commands of the open task wait for, with the queue
+    /// of one such command: the task is not sent before they complete.
+    gates: Vec<(EventRef, u64)>,
     /// A non-blocking flush was asked for while gated; done when the gates open.
     flush_pending: bool,
 }
@@ -451,13 +451,13 @@ impl Node {
         if out.open_cmds == 0 {
             return None;
         }
-        if out.gates.iter().any(|g| g.status() > cl::CL_COMPLETE) {
+        if out.gates.iter().any(|(g, _)| g.status() > cl::CL_COMPLETE) {
             if !block_on_gates {
                 out.flush_pending = true;
                 return None;
             }
             let mut state = lock(&self.state);
-            while out.gates.iter().any(|g| g.status() > cl::CL_COMPLETE) && !state.dead {
+            while out.gates.iter().any(|(g, _)| g.status() > cl::CL_COMPLETE) && !state.dead {
                 state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
             }
         }
@@ -512,12 +512,33 @@ impl Node {
         lock(&self.out)
             .gates
             .iter()
-            .any(|g| g.status() > cl::CL_COMPLETE)
+            .any(|(g, _)| g.status() > cl::CL_COMPLETE)
     }
 
-    /// Holds the open task back until the user event `gate` completes.
-    pub fn gate(&self, gate: EventRef) {
-        lock(&self.out).gates.push(gate);
+    /// Holds the open task back until the user event `gate`, which a command on queue
+    /// `queue` waits for, completes.
+    pub fn gate(&self, gate: EventRef, queue: u64) {
+        lock(&self.out).gates.push((gate, queue));
+    }
+
+    /// The user event `event`, not set yet, is about to be set to the error `status`.
+    /// Commands of the open task that wait for it must then fail unrun (and what waits
+    /// for them): the node learns it from a `UserEvent` command in the task, added here
+    /// while the event still holds the task back, so that it travels in the same task.
+    pub fn user_event_failing(&self, event: u64, status: ClInt) {
+        let queue = lock(&self.out)
+            .gates
+            .iter()
+            .find(|(g, _)| g.id() == event)
+            .map(|(_, queue)| *queue);
+        if let Some(queue) = queue {
+            let cmd = Command::UserEvent {
+                queue,
+                event,
+                status,
+            };
+            self.enqueue(&cmd, &[], None, None);
+        }
     }
 
     /// A user event of this node completed: wake its waiters and gated flushers, send a

@@ -362,6 +362,16 @@ fn out_of_order_queues_markers_and_cross_queue_waits_are_identical_local_and_rem
 }
 
 #[test]
+fn programs_from_binaries_of_objects_and_libraries_link_identically_local_and_remote() {
+    compare("link_binary");
+}
+
+#[test]
+fn commands_waiting_for_a_failed_user_event_fail_identically_local_and_remote() {
+    compare("user_event_error");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;

@@ -335,6 +335,70 @@ fn a_command_waiting_for_a_failed_command_fails_too() {
     );
 }
 
+/// A user event of the client set to an error arrives after the commands that wait for
+/// it (the client learns of the error last): they fail unrun all the same, and what
+/// waits for them; the rest of the task runs. It is no command: no event result of its
+/// own, and it is no failure of the task.
+#[test]
+fn commands_waiting_for_a_user_event_set_to_an_error_fail_unrun() {
+    let Some((_svc, mut c)) = client() else {
+        return;
+    };
+    let set = |event| after(&[], slow_set(IN_ORDER, event, 3));
+    assert_eq!(
+        value_of(&mut c, vec![set(1), after(&[], read(IN_ORDER, 2))]),
+        3
+    );
+    let user_event = 77;
+    let (status, events, reads) = c.task_waiting(vec![
+        after(&[user_event], twice_plus_one(OUT_OF_ORDER, 10)),
+        after(&[10], twice_plus_one(OUT_OF_ORDER, 11)),
+        after(&[11], read(OUT_OF_ORDER, 12)),
+        after(&[], read(IN_ORDER, 13)),
+        after(
+            &[],
+            Command::UserEvent {
+                queue: IN_ORDER,
+                event: user_event,
+                status: -5,
+            },
+        ),
+    ]);
+    let failed = cl::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
+    assert_eq!(status, failed);
+    let statuses: Vec<(u64, i32)> = events.iter().map(|e| (e.event, e.status)).collect();
+    assert_eq!(
+        statuses,
+        [
+            (10, failed),
+            (11, failed),
+            (12, failed),
+            (13, cl::CL_COMPLETE)
+        ]
+    );
+    // The independent read found the value the failed kernels would have changed.
+    assert_eq!(reads.len(), 1);
+    assert_eq!(reads[0].1, 3i32.to_le_bytes());
+    // Nothing waiting for it, the user event changes nothing; a status that is not an
+    // error is refused as a command.
+    let (status, events, _) = c.task(vec![
+        read(IN_ORDER, 20),
+        Command::UserEvent {
+            queue: IN_ORDER,
+            event: 78,
+            status: -1,
+        },
+    ]);
+    assert_eq!(status, cl::CL_SUCCESS);
+    assert_eq!(events.len(), 1);
+    let (status, _, _) = c.task(vec![Command::UserEvent {
+        queue: IN_ORDER,
+        event: 79,
+        status: cl::CL_COMPLETE,
+    }]);
+    assert_eq!(status, cl::CL_INVALID_VALUE);
+}
+
 #[test]
 fn an_operation_sent_as_several_commands_completes_as_one_event() {
     let Some((_svc, mut c)) = client() else {

@@ -74,7 +74,7 @@ impl Enqueue<'_> {
     /// The call is accepted: the open task waits for the user events in its wait list.
     fn accept(&mut self) {
         for gate in self.gates.drain(..) {
-            self.q.v.node.gate(gate);
+            self.q.v.node.gate(gate, self.q.v.id);
         }
     }
 

@@ -148,7 +148,14 @@ pub unsafe extern "C" fn clSetUserEventStatus(event: Handle, status: ClInt) -> C
     if status > cl::CL_COMPLETE {
         return cl::CL_INVALID_VALUE;
     }
-    if !EventRef::new(event).set_user_status(status) {
+    let user = EventRef::new(event);
+    if user.status() <= cl::CL_COMPLETE {
+        return cl::CL_INVALID_OPERATION;
+    }
+    if status < cl::CL_COMPLETE {
+        e.v.node.user_event_failing(e.v.id, status);
+    }
+    if !user.set_user_status(status) {
         return cl::CL_INVALID_OPERATION;
     }
     e.v.node.user_event_done();

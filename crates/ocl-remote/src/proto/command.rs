@@ -14,7 +14,8 @@ wire_struct! {
     /// `event_wait_list`, by event id), then the command. The node makes the runtime
     /// wait for the commands of the same task that produce those events, on any of the
     /// client's queues; events of earlier tasks have completed before a task runs, and
-    /// user events never reach the node (the ICD holds a task back until they are set).
+    /// user events are the ICD's (it holds a task back until they are set, and names one
+    /// set to an error in a [`Command::UserEvent`]).
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub struct Queued<'a> {
         pub wait: Vec<u64>,
@@ -65,6 +66,11 @@ messages! {
         },
         Marker = MARKER(6) { queue: u64, event: u64 },
         Barrier = BARRIER(7) { queue: u64, event: u64 },
+        /// No command: the client's user event `event` was set to the error `status`
+        /// while commands of the open task waited for it. Those commands, and what waits
+        /// for them, fail unrun (wherever in the task this stands: the ICD learns of the
+        /// error after it enqueued them). `queue` is one of theirs.
+        UserEvent = USER_EVENT(9) { queue: u64, event: u64, status: i32 },
     }
     wrapping {
         NdRange = ND_RANGE(5) (NdRange<'a>),
@@ -304,7 +310,8 @@ impl Command<'_> {
             | Command::Copy { queue, event, .. }
             | Command::Fill { queue, event, .. }
             | Command::Marker { queue, event }
-            | Command::Barrier { queue, event } => (*queue, *event),
+            | Command::Barrier { queue, event }
+            | Command::UserEvent { queue, event, .. } => (*queue, *event),
             Command::NdRange(nd) => (nd.queue, nd.event),
             Command::Image(c) => (c.queue, c.event),
         }

@@ -24,8 +24,9 @@ pub use response::*;
 pub use wire::{put_bytes, put_i32, put_u32, put_u64, put_u8, Reader, Wire};
 
 /// Protocol version sent in `Hello`; the node refuses other versions. Version 2: each
-/// enqueued command carries its wait list ([`Queued`]).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// enqueued command carries its wait list ([`Queued`]). Version 3: a user event set to
+/// an error fails what waits for it ([`Command::UserEvent`]).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Message kinds (the `kind` header field): requests, then responses.
 pub mod kind {

@@ -254,6 +254,11 @@ mod tests {
                 event: 10,
             },
             Command::Barrier { queue: 1, event: 0 },
+            Command::UserEvent {
+                queue: 1,
+                event: 11,
+                status: -1,
+            },
         ]));
         roundtrip(Request::Enqueue {
             commands: vec![

@@ -6,7 +6,8 @@
 //! and runs different queues side by side, so it must see every dependency the client
 //! expressed. Ids of earlier tasks need nothing: a client's tasks run one after the
 //! other, each to its end (`clFinish`), so their commands have completed. User events
-//! never reach the node (the ICD sends a task only once they are set).
+//! are the client's (the ICD sends a task only once they are set); one set to an error
+//! arrives as a `UserEvent` command and counts as a failed event of the task.
 
 use std::collections::{HashMap, HashSet};
 

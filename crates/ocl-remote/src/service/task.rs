@@ -84,6 +84,9 @@ pub(crate) enum Op {
     Barrier,
     /// The command could not be resolved; this is its status.
     Failed(ClInt),
+    /// Not a command: the client's user event (the command's event id) was set to this
+    /// error status; what waits for it fails unrun ([`crate::proto::Command::UserEvent`]).
+    UserEvent(ClInt),
 }
 
 /// An image command with its objects resolved (see [`crate::proto::ImageCmd`]).

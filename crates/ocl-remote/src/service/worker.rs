@@ -179,7 +179,7 @@ pub(crate) fn fail_task(task: Task, code: ClInt) {
     let events = events::merge(
         task.cmds
             .iter()
-            .filter(|c| c.event != 0)
+            .filter(|c| c.event != 0 && !matches!(c.op, Op::UserEvent(_)))
             .map(|c| EventDone {
                 event: c.event,
                 status: match c.op {
@@ -251,7 +251,17 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
     // Reads after the last command that may write memory can be sent from a mapping
     // (see `reads`).
     let last_write = cmds.iter().rposition(|c| may_write(&c.op));
+    // User events set to an error fail what waits for them, although the client sends
+    // them after those commands (it learns of the error last).
+    for cmd in cmds {
+        if let Op::UserEvent(status) = cmd.op {
+            task_events.record(cmd.event, std::ptr::null_mut(), status);
+        }
+    }
     for (i, cmd) in cmds.iter().enumerate() {
+        if matches!(cmd.op, Op::UserEvent(_)) {
+            continue;
+        }
         let may_map = last_write.is_none_or(|w| w < i);
         let mut ev: Handle = std::ptr::null_mut();
         let evp: *mut Handle = if cmd.event != 0 {
@@ -340,7 +350,7 @@ fn wait_list(
 /// Whether a command may change memory a read of the same task reads.
 fn may_write(op: &Op) -> bool {
     match op {
-        Op::Read { .. } | Op::Marker | Op::Barrier | Op::Failed(_) => false,
+        Op::Read { .. } | Op::Marker | Op::Barrier | Op::Failed(_) | Op::UserEvent(_) => false,
         Op::Image(img) => img.op != ImageOp::Read,
         Op::Write { .. } | Op::Copy { .. } | Op::Fill { .. } | Op::NdRange { .. } => true,
     }
@@ -528,7 +538,7 @@ unsafe fn enqueue(
         }
         Op::Marker => (api.clEnqueueMarkerWithWaitList)(q, n, w, evp),
         Op::Barrier => (api.clEnqueueBarrierWithWaitList)(q, n, w, evp),
-        Op::Failed(e) => *e,
+        Op::Failed(e) | Op::UserEvent(e) => *e,
     }
 }
 

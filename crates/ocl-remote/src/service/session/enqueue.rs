@@ -164,6 +164,8 @@ impl Session<'_> {
             }
             Command::Image(c) => self.resolve_image(c, frame)?,
             Command::Marker { .. } => Op::Marker,
+            Command::UserEvent { status, .. } if *status < 0 => Op::UserEvent(*status),
+            Command::UserEvent { .. } => return Err(cl::CL_INVALID_VALUE),
             Command::Barrier { .. } => Op::Barrier,
         })
     }

@@ -371,7 +371,9 @@ impl Session<'_> {
 
     /// Checks that every input of a link holds a compiled object or a library for every
     /// device of the link (`CL_INVALID_OPERATION` otherwise, as OpenCL 1.2 says): PoCL
-    /// asserts, taking the node down, when an input's compile failed.
+    /// asserts, taking the node down, when an input's compile failed. An input created
+    /// from the binary of a compiled object or library was never compiled here: its
+    /// build status is `CL_BUILD_NONE`, and it is as linkable as natively.
     fn linkable(&self, inputs: &[Handle], devices: &[Handle]) -> Result<(), ClInt> {
         let api = &self.shared.runtime.api;
         let query = |program: Handle, device: Handle, param: u32| -> Result<u32, ClInt> {
@@ -389,7 +391,8 @@ impl Session<'_> {
                 let kind = query(program, device, cl::CL_PROGRAM_BINARY_TYPE)?;
                 let compiled = kind == cl::CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT
                     || kind == cl::CL_PROGRAM_BINARY_TYPE_LIBRARY;
-                if status != cl::CL_BUILD_SUCCESS || !compiled {
+                let ok = status == cl::CL_BUILD_SUCCESS || status == cl::CL_BUILD_NONE;
+                if !ok || !compiled {
                     return Err(cl::CL_INVALID_OPERATION);
                 }
             }

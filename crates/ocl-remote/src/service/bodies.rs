@@ -6,6 +6,7 @@
 //! commands, page faults took a third of the service's time. The node therefore keeps
 //! a few large buffers for reuse, bounded in total bytes.
 
+use crate::service::lock;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
@@ -28,7 +29,7 @@ impl BodyPool {
 
     /// An empty buffer with room for `len` bytes: a spare one if one is large enough.
     pub fn take(&self, len: usize) -> Vec<u8> {
-        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let mut spare = lock(&self.spare);
         match spare.iter().position(|v| v.capacity() >= len) {
             Some(i) => spare.swap_remove(i),
             None => Vec::with_capacity(len),
@@ -40,7 +41,7 @@ impl BodyPool {
         if buf.capacity() < self.keep_min || buf.capacity() > self.bytes_max {
             return;
         }
-        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let mut spare = lock(&self.spare);
         let held: usize = spare.iter().map(Vec::capacity).sum();
         if held + buf.capacity() <= self.bytes_max {
             buf.clear();
@@ -63,7 +64,7 @@ impl BodyPool {
 
     /// Frees every spare buffer (no client is left to use them).
     pub fn clear(&self) {
-        let spare = std::mem::take(&mut *self.spare.lock().unwrap_or_else(|p| p.into_inner()));
+        let spare = std::mem::take(&mut *lock(&self.spare));
         drop(spare);
     }
 

@@ -10,6 +10,7 @@ use super::Shared;
 use crate::cl::ClInt;
 use crate::poll::AdaptiveSpin;
 use crate::proto::{self, Decoded, Response};
+use crate::service::lock;
 use crate::stream::Stream;
 
 /// The write half of a client connection, shared by its session and the device workers.
@@ -95,7 +96,7 @@ pub(crate) fn send_reply(writer: &ClientWriter, id: u64, (status, payload): (ClI
         payload: &payload,
     }
     .encode(id, &mut out);
-    let _ = send_all(&mut writer.lock().unwrap_or_else(|p| p.into_inner()), &out);
+    let _ = send_all(&mut lock(writer), &out);
 }
 
 /// Writes `bytes` to a client. If the client takes nothing for `send_stall_max` (the

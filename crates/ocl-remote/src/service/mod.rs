@@ -557,7 +557,10 @@ pub fn spawn(
     })
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// Locks `m`. A thread that panicked while holding a lock has already failed its own
+/// client; the state behind the lock stays usable for everyone else, so poisoning is
+/// ignored everywhere in the service.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

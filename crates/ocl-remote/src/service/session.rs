@@ -28,6 +28,7 @@ use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
 use crate::poll::AdaptiveSpin;
 use crate::proto::{self, HelloInfo, Request};
+use crate::service::lock;
 use crate::stream::Stream;
 use objects::{Context, Image, Kernel, Mem, Obj, Objects, Program, ProgramSource, Queue, Sampler};
 
@@ -114,11 +115,7 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
         }
     }
     if let Some(id) = connection {
-        shared
-            .connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+        lock(&shared.connections).remove(&id);
     }
     let last = shared.clients.fetch_sub(1, Ordering::SeqCst) == 1;
     shared.metrics.clients_connected.dec();
@@ -134,7 +131,7 @@ fn register(shared: &Shared, stream: &Stream) -> Option<u64> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let handle = stream.try_clone().ok()?;
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut connections = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
+    let mut connections = lock(&shared.connections);
     if shared.shutdown.load(Ordering::SeqCst) {
         handle.shutdown_read();
     }

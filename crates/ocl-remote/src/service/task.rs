@@ -10,6 +10,7 @@ use super::connection::ClientWriter;
 use super::Real;
 use crate::cl::ClInt;
 use crate::proto::ImageOp;
+use crate::service::lock;
 
 /// A kernel argument with its buffer resolved.
 pub(crate) enum Arg {
@@ -149,7 +150,7 @@ impl Finished {
     /// Returns once the task is over.
     pub fn wait(&self) {
         let (over, changed) = &*self.0;
-        let mut over = over.lock().unwrap_or_else(|p| p.into_inner());
+        let mut over = lock(over);
         while !*over {
             over = changed.wait(over).unwrap_or_else(|p| p.into_inner());
         }
@@ -157,7 +158,7 @@ impl Finished {
 
     fn set(&self) {
         let (over, changed) = &*self.0;
-        *over.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        *lock(over) = true;
         changed.notify_all();
     }
 }

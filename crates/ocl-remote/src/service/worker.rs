@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 
 use super::connection::send_all;
 use super::events::{self, TaskEvents};
@@ -20,6 +20,7 @@ use super::{Real, Shared};
 use crate::cl::{self, ClInt};
 use crate::ffi::{Api, Handle};
 use crate::proto::{self, EventDone, ImageOp, Response};
+use crate::service::lock;
 
 /// Read data is sent in frames of at most this many bytes.
 const READ_CHUNK_MAX: usize = 16 << 20;
@@ -45,10 +46,6 @@ pub(crate) struct DeviceQueue {
 struct QueueState {
     running: bool,
     tasks: VecDeque<Task>,
-}
-
-fn lock(m: &Mutex<QueueState>) -> MutexGuard<'_, QueueState> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl DeviceQueue {
@@ -207,7 +204,7 @@ pub(crate) fn fail_task(task: Task, code: ClInt) {
 
 fn send_outcome(task: &Task, outcome: &Outcome) {
     let mut out = Vec::new();
-    let mut w = task.writer.lock().unwrap_or_else(|p| p.into_inner());
+    let mut w = lock(&task.writer);
     for read in &outcome.reads {
         let (token, data) = (&read.token, read.bytes());
         let mut offset = 0usize;

@@ -10,6 +10,7 @@ use super::{status, Answer, Reply, Session};
 use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
 use crate::proto;
+use crate::service::lock;
 use crate::service::{programs, Real, INFO_BYTES_MAX};
 
 /// Build options as a C string (NUL bytes dropped).
@@ -171,12 +172,7 @@ impl Session<'_> {
             .filter(|s| devices.is_empty() || devices == s.devices)
             .map(|s| programs::key(&s.hash, &options, &s.devices));
         if let (Some(key), Some(src)) = (&cache_key, &source) {
-            let cached = self
-                .shared
-                .programs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(key);
+            let cached = lock(&self.shared.programs).get(key);
             if let Some(binaries) = cached {
                 if let Some(built) = self.build_from_binaries(src, &binaries, &options) {
                     self.shared.metrics.program_cache_hits.inc();
@@ -223,11 +219,7 @@ impl Session<'_> {
                 let safe = self.code_generation_safe(real.handle());
                 if let Some(Ok(bins)) = safe.then(|| self.raw_binaries(real.handle())) {
                     if bins.iter().all(|b| !b.is_empty()) {
-                        self.shared
-                            .programs
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(key, bins);
+                        lock(&self.shared.programs).insert(key, bins);
                     }
                 }
             }

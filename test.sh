@@ -25,7 +25,7 @@ trap finish EXIT
 begin() { step=$1; echo "==> $1"; }
 
 step="installing Debian packages"
-debian_packages=(curl make gcc wrk pkg-config ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-headers pocl-opencl-icd clinfo prometheus chromium etcd-server protobuf-compiler)
+debian_packages=(curl make gcc wrk pkg-config ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-headers pocl-opencl-icd clinfo prometheus chromium etcd-server protobuf-compiler verilator yosys)
 
 missing=()
 for p in "${debian_packages[@]}"; do
@@ -63,6 +63,17 @@ for module in pytest pyopencl; do
   fi
 done
 
+# cocotb and cocotbext-axi for the RTL testbenches (rtl/test.sh), at versions that work
+# with Debian's Verilator 5.006: cocotb 1.9, and cocotb-bus 0.1.1 (later releases list
+# the design's signals in a way that makes Verilator 5.006 ignore every value written).
+step="installing cocotb"
+rtl_python=("cocotb==1.9.2" "cocotb-bus==0.1.1" "cocotbext-axi==0.1.24")
+rtl_python_found=$(python3 -m pip freeze 2>/dev/null | grep -cixF "${rtl_python[@]/#/-e}" || true)
+if ((rtl_python_found != ${#rtl_python[@]})); then
+  echo "==> installing ${rtl_python[*]}"
+  python3 -m pip install -q "${rtl_python[@]}"
+fi
+
 begin "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -71,6 +82,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 begin "cargo test (workspace)"
 cargo test --workspace
+
+begin "RTL accelerators: cocotb testbenches on Verilator"
+rtl/test.sh
 
 begin "Python client tests (against a live node, and a registry with two nodes)"
 cargo build -q -p netaccel-node -p netaccel-registry

@@ -1,0 +1,151 @@
+//! What a design would cost on an FPGA: yosys `synth_xilinx` for an UltraScale+ part.
+//!
+//! The design is synthesised out of context, as a partially reconfigurable region sees
+//! it: no I/O buffers and no clock buffer (`-noiopad -noclkbuf`), the shell owns those.
+//! The counts come from yosys's `stat -json`. They are a pre-placement estimate: Vivado
+//! would pack and optimise further (yosys keeps inverters as separate LUTs, for one), so
+//! they are an upper bound in the right order of magnitude, not a utilisation report.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::DesignSource;
+
+/// Resource counts of a synthesised design.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Resources {
+    /// Logic LUTs (LUT1..LUT6, inverters included).
+    pub lut: u64,
+    /// LUTs used as memory (distributed RAM, shift registers).
+    pub lutram: u64,
+    /// Flip-flops.
+    pub ff: u64,
+    /// Block RAM in 36 Kb units (a RAMB18 counts one half).
+    pub bram36: f64,
+    /// UltraRAM blocks.
+    pub uram: u64,
+    /// DSP slices.
+    pub dsp: u64,
+    /// Every cell type yosys reported, with its count.
+    pub cells: BTreeMap<String, u64>,
+}
+
+impl Resources {
+    /// Counts from yosys's `stat -json` output.
+    pub fn from_stat_json(text: &str) -> Result<Resources, SynthError> {
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| SynthError::Output(format!("yosys stat is not JSON: {e}")))?;
+        let cells = value
+            .pointer("/design/num_cells_by_type")
+            .and_then(|v| v.as_object())
+            .ok_or_else(|| SynthError::Output("yosys stat has no design cell counts".into()))?;
+        let mut r = Resources::default();
+        for (name, count) in cells {
+            let count = count.as_u64().unwrap_or(0);
+            r.cells.insert(name.clone(), count);
+            match name.as_str() {
+                "LUT1" | "LUT2" | "LUT3" | "LUT4" | "LUT5" | "LUT6" | "INV" => r.lut += count,
+                "RAMB36E2" | "RAMB36E1" => r.bram36 += count as f64,
+                "RAMB18E2" | "RAMB18E1" => r.bram36 += count as f64 / 2.0,
+                "URAM288" => r.uram += count,
+                "DSP48E2" | "DSP48E1" => r.dsp += count,
+                n if n.starts_with("FD") => r.ff += count,
+                n if n.starts_with("RAM") || n.starts_with("SRL") => r.lutram += count,
+                _ => {}
+            }
+        }
+        Ok(r)
+    }
+}
+
+/// Why synthesis failed.
+#[derive(Debug)]
+pub enum SynthError {
+    Tool(String),
+    Design(String),
+    Output(String),
+}
+
+impl fmt::Display for SynthError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SynthError::Tool(m) | SynthError::Output(m) => f.write_str(m),
+            SynthError::Design(m) => write!(f, "yosys refused the design: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for SynthError {}
+
+/// Synthesises `design` with yosys for `family` (`xcup`: UltraScale+).
+pub fn synth(design: &DesignSource, family: &str) -> Result<Resources, SynthError> {
+    let yosys = std::env::var_os("YOSYS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("yosys"));
+    let stat = std::env::temp_dir().join(format!(
+        "netaccel-synth-{}-{}.json",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    // yosys scripts are split on `;`; file names with one cannot be passed this way.
+    let mut script = String::new();
+    for source in &design.sources {
+        let path = source.display().to_string();
+        if path.contains([';', '"', '\n']) {
+            return Err(SynthError::Tool(format!(
+                "source path {path:?} has a character yosys scripts cannot quote"
+            )));
+        }
+        script.push_str(&format!("read_verilog -sv \"{path}\"; "));
+    }
+    script.push_str(&format!(
+        "synth_xilinx -family {family} -noiopad -noclkbuf -top {}; tee -q -o \"{}\" stat -json",
+        design.top,
+        stat.display()
+    ));
+    let out = Command::new(&yosys)
+        .args(["-q", "-p", &script])
+        .output()
+        .map_err(|e| SynthError::Tool(format!("cannot run {}: {e}", yosys.display())))?;
+    let text = std::fs::read_to_string(&stat);
+    let _ = std::fs::remove_file(&stat);
+    if !out.status.success() {
+        let log = String::from_utf8_lossy(&out.stderr).to_string()
+            + &String::from_utf8_lossy(&out.stdout);
+        let errors: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.contains("rror:"))
+            .take(5)
+            .collect();
+        return Err(SynthError::Design(if errors.is_empty() {
+            log.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+        } else {
+            errors.join("\n")
+        }));
+    }
+    let text = text.map_err(|e| SynthError::Output(format!("no stat output from yosys: {e}")))?;
+    Resources::from_stat_json(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cell_types_are_counted_by_resource() {
+        let stat = r#"{"design": {"num_cells_by_type": {
+            "LUT2": 10, "LUT6": 5, "INV": 2, "FDRE": 30, "FDSE": 1, "RAMB18E2": 3,
+            "RAMB36E2": 1, "DSP48E2": 4, "CARRY8": 7, "RAM64M": 2, "SRL16E": 1,
+            "MUXF7": 9}}}"#;
+        let r = Resources::from_stat_json(stat).unwrap();
+        assert_eq!((r.lut, r.ff, r.dsp, r.lutram), (17, 31, 4, 3));
+        assert_eq!(r.bram36, 2.5);
+        assert_eq!(r.cells["MUXF7"], 9);
+        assert!(Resources::from_stat_json("{}").is_err());
+    }
+}

@@ -48,8 +48,70 @@ fn valid_identifier(name: &str) -> bool {
 /// What to build: the Verilog/SystemVerilog files and the top module.
 #[derive(Clone, Debug)]
 pub struct DesignSource {
-    pub sources: Vec<PathBuf>,
+    /// Each file: its name relative to the design's folder (as a manifest's `[rtl]
+    /// sources` gives it; `include` directives resolve against that folder) and its
+    /// bytes.
+    pub files: Vec<(String, Vec<u8>)>,
     pub top: String,
+}
+
+impl DesignSource {
+    /// The design made of the files at `paths` (named by their file names).
+    pub fn from_paths(paths: &[PathBuf], top: &str) -> Result<DesignSource, CompileError> {
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            let bytes = fs::read(path).map_err(|e| {
+                CompileError::Input(format!("cannot read source {}: {e}", path.display()))
+            })?;
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            files.push((name.into_owned(), bytes));
+        }
+        Ok(DesignSource {
+            files,
+            top: top.to_string(),
+        })
+    }
+
+    /// Checks the names before anything is written: relative, inside the folder.
+    pub(crate) fn validate(&self) -> Result<(), CompileError> {
+        if !valid_identifier(&self.top) {
+            return Err(CompileError::Input(format!(
+                "top module `{}` is not a Verilog identifier",
+                self.top
+            )));
+        }
+        if self.files.is_empty() {
+            return Err(CompileError::Input("no Verilog sources given".into()));
+        }
+        for (name, _) in &self.files {
+            let path = Path::new(name);
+            let inside = !name.is_empty()
+                && path.is_relative()
+                && path
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !inside || name.contains(['"', '\n', ';']) {
+                return Err(CompileError::Input(format!(
+                    "source name {name:?} must be a plain relative path inside the design's folder"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the files under `folder`, returning their paths.
+    pub(crate) fn write_to(&self, folder: &Path) -> Result<Vec<PathBuf>, String> {
+        let mut paths = Vec::with_capacity(self.files.len());
+        for (name, bytes) in &self.files {
+            let path = folder.join(name);
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
+            fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            paths.push(path);
+        }
+        Ok(paths)
+    }
 }
 
 /// A design compiled into a shared object.
@@ -186,15 +248,7 @@ pub fn compile(
     time_max: Duration,
 ) -> Result<CompiledDesign, CompileError> {
     let started = Instant::now();
-    if !valid_identifier(&design.top) {
-        return Err(CompileError::Input(format!(
-            "top module `{}` is not a Verilog identifier",
-            design.top
-        )));
-    }
-    if design.sources.is_empty() {
-        return Err(CompileError::Input("no Verilog sources given".into()));
-    }
+    design.validate()?;
     let wrapper = wrapper(&design.top);
     let version = verilator_version()?;
 
@@ -210,20 +264,11 @@ pub fn compile(
         digest.update((part.len() as u64).to_le_bytes());
         digest.update(part.as_bytes());
     }
-    let mut sources = Vec::with_capacity(design.sources.len());
-    for path in &design.sources {
-        let bytes = fs::read(path).map_err(|e| {
-            CompileError::Input(format!("cannot read source {}: {e}", path.display()))
-        })?;
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
+    for (name, bytes) in &design.files {
         digest.update((name.len() as u64).to_le_bytes());
         digest.update(name.as_bytes());
         digest.update((bytes.len() as u64).to_le_bytes());
-        digest.update(&bytes);
-        let absolute = fs::canonicalize(path).map_err(|e| {
-            CompileError::Input(format!("cannot resolve source {}: {e}", path.display()))
-        })?;
-        sources.push(absolute);
+        digest.update(bytes);
     }
     let digest: String = digest
         .finalize()
@@ -254,7 +299,7 @@ pub fn compile(
         std::process::id(),
         BUILD_SEQUENCE.fetch_add(1, Ordering::Relaxed)
     ));
-    let result = build_into(&work, &sources, &wrapper, time_max);
+    let result = build_into(&work, design, &wrapper, time_max);
     let outcome = result.and_then(|()| {
         fs::rename(&work, &entry).or_else(|e| {
             // Another build of the same digest got there first: its result is as good.
@@ -279,19 +324,23 @@ pub fn compile(
 
 fn build_into(
     work: &Path,
-    sources: &[PathBuf],
+    design: &DesignSource,
     wrapper: &str,
     time_max: Duration,
 ) -> Result<(), CompileError> {
     let io = |what: &str, e: std::io::Error| CompileError::Tool(format!("{what}: {e}"));
     fs::create_dir_all(work).map_err(|e| io("cannot create the build folder", e))?;
+    let design_dir = work.join("design");
+    let sources = design
+        .write_to(&design_dir)
+        .map_err(|e| CompileError::Tool(format!("cannot write the sources: {e}")))?;
     let wrapper_path = work.join("netaccel_shell.v");
     fs::write(&wrapper_path, wrapper).map_err(|e| io("cannot write the wrapper", e))?;
     let shim_path = work.join("shim.cpp");
     fs::write(&shim_path, SHIM_CPP).map_err(|e| io("cannot write the shim", e))?;
     // The user's files are waived from lint; the wrapper is not.
     let mut waivers = String::from("`verilator_config\n");
-    for source in sources {
+    for source in &sources {
         waivers.push_str(&format!("lint_off -file \"{}\"\n", source.display()));
     }
     let waivers_path = work.join("waivers.vlt");
@@ -304,22 +353,18 @@ fn build_into(
         .args(["-Mdir", "obj", "--top-module", "netaccel_shell", "--prefix"])
         .args(["Vshell", "-o", "design.so", "-CFLAGS", CXX_FLAGS])
         .args(["-LDFLAGS", LD_FLAGS]);
-    let mut folders: Vec<&Path> = sources.iter().filter_map(|s| s.parent()).collect();
-    folders.dedup();
-    for folder in folders {
-        command.arg(format!("-I{}", folder.display()));
-    }
     command
+        .arg(format!("-I{}", design_dir.display()))
         .arg(&waivers_path)
         .arg(&wrapper_path)
-        .args(sources)
+        .args(&sources)
         .arg(&shim_path);
     let log = run_bounded(command, time_max)?;
     if log.success && work.join("obj/design.so").is_file() {
-        fs::create_dir_all(work.join("..")).ok();
         fs::rename(work.join("obj/design.so"), work.join("design.so"))
             .map_err(|e| io("cannot keep the shared object", e))?;
-        // The C++ and object files are not needed any more; the cache keeps the .so.
+        // The C++ and object files are not needed any more; the cache keeps the .so
+        // and the sources it was built from.
         let _ = fs::remove_dir_all(work.join("obj"));
         return Ok(());
     }

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
+
 use std::process::Command;
 
 use crate::DesignSource;
@@ -84,36 +85,41 @@ pub fn synth(design: &DesignSource, family: &str) -> Result<Resources, SynthErro
     let yosys = std::env::var_os("YOSYS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("yosys"));
-    let stat = std::env::temp_dir().join(format!(
-        "netaccel-synth-{}-{}.json",
+    if family.is_empty() || !family.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(SynthError::Tool(format!(
+            "`{family}` is not a yosys part family"
+        )));
+    }
+    design
+        .validate()
+        .map_err(|e| SynthError::Tool(e.to_string()))?;
+    let folder = std::env::temp_dir().join(format!(
+        "netaccel-synth-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0)
     ));
-    // yosys scripts are split on `;`; file names with one cannot be passed this way.
+    design.write_to(&folder).map_err(SynthError::Tool)?;
+    // yosys runs in the folder, with the sources by their validated relative names (no
+    // quote, `;` or newline can end the script early) and the statistics written
+    // beside them.
     let mut script = String::new();
-    for source in &design.sources {
-        let path = source.display().to_string();
-        if path.contains([';', '"', '\n']) {
-            return Err(SynthError::Tool(format!(
-                "source path {path:?} has a character yosys scripts cannot quote"
-            )));
-        }
-        script.push_str(&format!("read_verilog -sv \"{path}\"; "));
+    for (name, _) in &design.files {
+        script.push_str(&format!("read_verilog -sv \"{name}\"; "));
     }
     script.push_str(&format!(
-        "synth_xilinx -family {family} -noiopad -noclkbuf -top {}; tee -q -o \"{}\" stat -json",
+        "synth_xilinx -family {family} -noiopad -noclkbuf -top {}; tee -q -o stat.json stat -json",
         design.top,
-        stat.display()
     ));
     let out = Command::new(&yosys)
+        .current_dir(&folder)
         .args(["-q", "-p", &script])
-        .output()
-        .map_err(|e| SynthError::Tool(format!("cannot run {}: {e}", yosys.display())))?;
-    let text = std::fs::read_to_string(&stat);
-    let _ = std::fs::remove_file(&stat);
+        .output();
+    let text = std::fs::read_to_string(folder.join("stat.json"));
+    let _ = std::fs::remove_dir_all(&folder);
+    let out = out.map_err(|e| SynthError::Tool(format!("cannot run {}: {e}", yosys.display())))?;
     if !out.status.success() {
         let log = String::from_utf8_lossy(&out.stderr).to_string()
             + &String::from_utf8_lossy(&out.stdout);

@@ -48,18 +48,17 @@ fn build(source: DesignSource) -> Result<Arc<Design>, CompileError> {
 
 fn builtin(name: &str) -> Arc<Design> {
     let folder = repo().join("rtl/accelerators").join(name);
-    build(DesignSource {
-        sources: vec![folder.join(format!("netaccel_{name}.v"))],
-        top: format!("netaccel_{name}"),
-    })
+    DesignSource::from_paths(
+        &[folder.join(format!("netaccel_{name}.v"))],
+        &format!("netaccel_{name}"),
+    )
+    .and_then(build)
     .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn fixture(top: &str) -> Result<Arc<Design>, CompileError> {
-    build(DesignSource {
-        sources: vec![Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{top}.v"))],
-        top: top.to_string(),
-    })
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{top}.v"));
+    DesignSource::from_paths(&[path], top).and_then(build)
 }
 
 fn header(accel_id: u16, payload_len: usize, params: &ParamBlock) -> [u8; 64] {
@@ -300,10 +299,11 @@ fn builds_are_cached_by_content() {
         return;
     }
     builtin("echo");
-    let source = DesignSource {
-        sources: vec![repo().join("rtl/accelerators/echo/netaccel_echo.v")],
-        top: "netaccel_echo".into(),
-    };
+    let source = DesignSource::from_paths(
+        &[repo().join("rtl/accelerators/echo/netaccel_echo.v")],
+        "netaccel_echo",
+    )
+    .unwrap();
     let again = compile(&source, &default_cache_dir(), BUILD_TIME_MAX).unwrap();
     assert!(
         again.cached,
@@ -311,13 +311,11 @@ fn builds_are_cached_by_content() {
     );
     // The same text under another top name is another design.
     let copy = std::env::temp_dir().join(format!("netaccel-rtl-cache-test-{}", std::process::id()));
-    std::fs::create_dir_all(&copy).unwrap();
-    let text = std::fs::read_to_string(&source.sources[0]).unwrap();
+    let text = String::from_utf8(source.files[0].1.clone()).unwrap();
     let changed = text.replace("module netaccel_echo", "module netaccel_echo_copy");
-    std::fs::write(copy.join("echo_copy.v"), changed).unwrap();
     let cache = copy.join("cache");
     let other = DesignSource {
-        sources: vec![copy.join("echo_copy.v")],
+        files: vec![("echo_copy.v".into(), changed.into_bytes())],
         top: "netaccel_echo_copy".into(),
     };
     let first = {
@@ -327,6 +325,15 @@ fn builds_are_cached_by_content() {
     assert!(!first.cached);
     assert_ne!(first.digest, again.digest);
     assert!(compile(&other, &cache, BUILD_TIME_MAX).unwrap().cached);
+    // Names that would leave the build folder are refused before anything is written.
+    for name in ["../x.v", "/tmp/x.v", "", "a\"b.v"] {
+        let bad = DesignSource {
+            files: vec![(name.into(), Vec::new())],
+            top: "t".into(),
+        };
+        let err = compile(&bad, &cache, BUILD_TIME_MAX).unwrap_err();
+        assert!(matches!(err, CompileError::Input(_)), "{name:?}: {err}");
+    }
     std::fs::remove_dir_all(&copy).unwrap();
 }
 
@@ -349,6 +356,11 @@ fn designs_without_the_interface_ports_are_refused_with_the_port() {
     }
     let err = fixture("no_such_module").err().expect("a missing source");
     assert!(err.to_string().contains("no_such_module.v"), "{err}");
+    // A module that is not among the sources.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/never_last.v");
+    let source = DesignSource::from_paths(&[path], "not_there").unwrap();
+    let err = build(source).err().expect("an unknown top module");
+    assert!(err.to_string().contains("not_there"), "{err}");
 }
 
 #[test]
@@ -424,4 +436,36 @@ fn broken_designs_fail_the_call_with_the_cause_and_are_reset() {
         .call(&header(1, payload.len(), &params), &payload, limits)
         .unwrap_err();
     assert!(err.to_string().contains("stopped accepting input"), "{err}");
+}
+
+#[test]
+fn synthesis_counts_the_registers_a_design_has() {
+    if std::process::Command::new("yosys")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("yosys is required in CI");
+        }
+        eprintln!("skipped: yosys is not installed");
+        return;
+    }
+    let folder = repo().join("rtl/accelerators/echo");
+    let source =
+        DesignSource::from_paths(&[folder.join("netaccel_echo.v")], "netaccel_echo").unwrap();
+    let r = netaccel_rtl::synth(&source, "xcup").unwrap();
+    // echo registers one output beat: 512 data bits, 64 keep bits, tlast, tvalid, and
+    // its one state bit; out of context, so no I/O buffers.
+    assert_eq!(r.ff, 512 + 64 + 3, "{r:?}");
+    assert!(r.lut > 0 && r.dsp == 0 && r.bram36 == 0.0, "{r:?}");
+    assert!(
+        !r.cells.contains_key("IBUF") && !r.cells.contains_key("BUFG"),
+        "{r:?}"
+    );
+    let broken = DesignSource {
+        files: vec![("x.v".into(), b"module x(; endmodule".to_vec())],
+        top: "x".into(),
+    };
+    assert!(netaccel_rtl::synth(&broken, "xcup").is_err());
 }

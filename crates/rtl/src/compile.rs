@@ -99,6 +99,30 @@ impl DesignSource {
         Ok(())
     }
 
+    /// Hex digest of `parts` and every file (name, length, bytes: moving bytes from one
+    /// file to another changes it).
+    pub(crate) fn digest(&self, parts: &[&str]) -> String {
+        let mut digest = Sha256::new();
+        let mut part = |bytes: &[u8]| {
+            digest.update((bytes.len() as u64).to_le_bytes());
+            digest.update(bytes);
+        };
+        for p in parts {
+            part(p.as_bytes());
+        }
+        part(self.top.as_bytes());
+        for (name, bytes) in &self.files {
+            part(name.as_bytes());
+            part(bytes);
+        }
+        digest
+            .finalize()
+            .iter()
+            .take(16)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     /// Writes the files under `folder`, returning their paths.
     pub(crate) fn write_to(&self, folder: &Path) -> Result<Vec<PathBuf>, String> {
         let mut paths = Vec::with_capacity(self.files.len());
@@ -252,30 +276,14 @@ pub fn compile(
     let wrapper = wrapper(&design.top);
     let version = verilator_version()?;
 
-    let mut digest = Sha256::new();
-    for part in [
+    let digest = design.digest(&[
         "netaccel-rtl-build/1",
         SHIM_CPP,
         &wrapper,
         &version,
         CXX_FLAGS,
         LD_FLAGS,
-    ] {
-        digest.update((part.len() as u64).to_le_bytes());
-        digest.update(part.as_bytes());
-    }
-    for (name, bytes) in &design.files {
-        digest.update((name.len() as u64).to_le_bytes());
-        digest.update(name.as_bytes());
-        digest.update((bytes.len() as u64).to_le_bytes());
-        digest.update(bytes);
-    }
-    let digest: String = digest
-        .finalize()
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    ]);
 
     let entry = cache_dir.join(&digest);
     let library = entry.join("design.so");

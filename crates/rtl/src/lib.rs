@@ -33,7 +33,7 @@ pub use compile::{
 };
 pub use model::{Design, LoadError, Model};
 pub use shell::{Backpressure, CallLimits, CallOutcome, Shell, Violation, RESET_CYCLES};
-pub use synth::{synth, Resources, SynthError};
+pub use synth::{cached_resources, synth, synth_cached, Resources, SynthError};
 
 /// Width of a stream beat in bytes (512 bits).
 pub const BEAT_BYTES: usize = 64;

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use std::process::Command;
 
@@ -80,11 +80,100 @@ impl fmt::Display for SynthError {
 
 impl std::error::Error for SynthError {}
 
+/// The device the partial-bitstream model scales from: a Virtex UltraScale+ VU9P, whose
+/// full bitstream is 641,272,864 bits for 1,182,240 LUTs, 2,364,480 flip-flops, 2,160
+/// block RAMs (36 Kb) and 6,840 DSP slices (Xilinx UG570, DS923).
+const REFERENCE_BITSTREAM_BYTES: f64 = 641_272_864.0 / 8.0;
+const REFERENCE_LUT: f64 = 1_182_240.0;
+const REFERENCE_FF: f64 = 2_364_480.0;
+const REFERENCE_BRAM36: f64 = 2_160.0;
+const REFERENCE_DSP: f64 = 6_840.0;
+
+impl Resources {
+    /// Modelled size of the partial bitstream of a region just large enough for the
+    /// design: the share of the reference device its scarcest resource needs, times
+    /// the reference device's full bitstream. Configuration frames cover whole columns
+    /// of every resource in a region, so the region's share, not the design's cell
+    /// count, is what the bitstream is proportional to.
+    pub fn partial_bitstream_bytes(&self) -> u64 {
+        let share = (self.lut as f64 / REFERENCE_LUT)
+            .max(self.ff as f64 / REFERENCE_FF)
+            .max(self.bram36 / REFERENCE_BRAM36)
+            .max(self.dsp as f64 / REFERENCE_DSP);
+        (share * REFERENCE_BITSTREAM_BYTES).ceil() as u64
+    }
+}
+
+fn yosys_bin() -> PathBuf {
+    std::env::var_os("YOSYS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("yosys"))
+}
+
+/// `yosys -V`.
+fn yosys_version() -> Result<String, SynthError> {
+    let out = Command::new(yosys_bin())
+        .arg("-V")
+        .output()
+        .map_err(|e| SynthError::Tool(format!("cannot run yosys: {e}")))?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn cache_file(
+    design: &DesignSource,
+    family: &str,
+    cache_dir: &Path,
+) -> Result<PathBuf, SynthError> {
+    let version = yosys_version()?;
+    let digest = design.digest(&["netaccel-rtl-synth/1", family, &version]);
+    Ok(cache_dir.join(format!("synth-{digest}.json")))
+}
+
+/// The resources of `design` from an earlier [`synth_cached`], without running yosys
+/// (`None`: never synthesised, or yosys is not installed).
+pub fn cached_resources(
+    design: &DesignSource,
+    family: &str,
+    cache_dir: &Path,
+) -> Option<Resources> {
+    let file = cache_file(design, family, cache_dir).ok()?;
+    let text = std::fs::read_to_string(file).ok()?;
+    Resources::from_stat_json(&text).ok()
+}
+
+/// [`synth`], with the result kept under `cache_dir` by a digest of the design, the
+/// family and yosys's version; the flag says whether it came from there.
+pub fn synth_cached(
+    design: &DesignSource,
+    family: &str,
+    cache_dir: &Path,
+) -> Result<(Resources, bool), SynthError> {
+    let file = cache_file(design, family, cache_dir)?;
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        if let Ok(r) = Resources::from_stat_json(&text) {
+            return Ok((r, true));
+        }
+    }
+    let text = run_yosys(design, family)?;
+    let r = Resources::from_stat_json(&text)?;
+    // A cache that cannot be written only costs the next run a synthesis.
+    if std::fs::create_dir_all(cache_dir).is_ok() {
+        let partial = file.with_extension(format!("{}.tmp", std::process::id()));
+        if std::fs::write(&partial, &text).is_ok() {
+            let _ = std::fs::rename(&partial, &file);
+        }
+    }
+    Ok((r, false))
+}
+
 /// Synthesises `design` with yosys for `family` (`xcup`: UltraScale+).
 pub fn synth(design: &DesignSource, family: &str) -> Result<Resources, SynthError> {
-    let yosys = std::env::var_os("YOSYS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("yosys"));
+    Resources::from_stat_json(&run_yosys(design, family)?)
+}
+
+/// Runs yosys; the text of its `stat -json`.
+fn run_yosys(design: &DesignSource, family: &str) -> Result<String, SynthError> {
+    let yosys = yosys_bin();
     if family.is_empty() || !family.chars().all(|c| c.is_ascii_alphanumeric()) {
         return Err(SynthError::Tool(format!(
             "`{family}` is not a yosys part family"
@@ -134,8 +223,7 @@ pub fn synth(design: &DesignSource, family: &str) -> Result<Resources, SynthErro
             errors.join("\n")
         }));
     }
-    let text = text.map_err(|e| SynthError::Output(format!("no stat output from yosys: {e}")))?;
-    Resources::from_stat_json(&text)
+    text.map_err(|e| SynthError::Output(format!("no stat output from yosys: {e}")))
 }
 
 #[cfg(test)]
@@ -153,5 +241,13 @@ mod tests {
         assert_eq!(r.bram36, 2.5);
         assert_eq!(r.cells["MUXF7"], 9);
         assert!(Resources::from_stat_json("{}").is_err());
+        // 2.5 BRAM36 of 2,160 is the scarcest share here.
+        let bytes = r.partial_bitstream_bytes();
+        assert_eq!(bytes, (2.5 / 2160.0 * 641_272_864.0 / 8.0f64).ceil() as u64);
+        let big = Resources {
+            lut: 1_182_240,
+            ..Resources::default()
+        };
+        assert_eq!(big.partial_bitstream_bytes(), 80_159_108);
     }
 }

@@ -454,7 +454,22 @@ fn synthesis_counts_the_registers_a_design_has() {
     let folder = repo().join("rtl/accelerators/echo");
     let source =
         DesignSource::from_paths(&[folder.join("netaccel_echo.v")], "netaccel_echo").unwrap();
-    let r = netaccel_rtl::synth(&source, "xcup").unwrap();
+    let cache = std::env::temp_dir().join(format!("netaccel-synth-test-{}", std::process::id()));
+    assert_eq!(
+        netaccel_rtl::cached_resources(&source, "xcup", &cache),
+        None
+    );
+    let (r, cached) = netaccel_rtl::synth_cached(&source, "xcup", &cache).unwrap();
+    assert!(!cached);
+    assert_eq!(
+        netaccel_rtl::synth_cached(&source, "xcup", &cache).unwrap(),
+        (r.clone(), true)
+    );
+    assert_eq!(
+        netaccel_rtl::cached_resources(&source, "xcup", &cache),
+        Some(r.clone())
+    );
+    std::fs::remove_dir_all(&cache).unwrap();
     // echo registers one output beat: 512 data bits, 64 keep bits, tlast, tvalid, and
     // its one state bit; out of context, so no I/O buffers.
     assert_eq!(r.ff, 512 + 64 + 3, "{r:?}");

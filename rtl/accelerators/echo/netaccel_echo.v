@@ -28,11 +28,10 @@ module netaccel_echo (
 
     always @(posedge clk) begin
         if (!rst_n) begin
+            // Only the control state is reset: the data registers are ignored while
+            // m_axis_tvalid is low, and a reset on 577 flip-flops costs logic.
             in_payload    <= 1'b0;
             m_axis_tvalid <= 1'b0;
-            m_axis_tdata  <= 512'd0;
-            m_axis_tkeep  <= 64'd0;
-            m_axis_tlast  <= 1'b0;
         end else begin
             if (m_axis_tvalid && m_axis_tready) m_axis_tvalid <= 1'b0;
             if (s_axis_tvalid && s_axis_tready) begin

@@ -99,7 +99,6 @@ module netaccel_topk #(
             state     <= S_HEADER;
             k         <= 32'd0;
             bad       <= 1'b0;
-            beat      <= 512'd0;
             beat_values <= 5'd0;
             index     <= 4'd0;
             beat_last <= 1'b0;

@@ -40,7 +40,9 @@
 pub mod admin;
 pub mod config;
 pub mod deadline;
+pub mod device;
 pub mod dispatch;
+mod fair_queue;
 pub mod http;
 pub mod logging;
 pub mod memory;

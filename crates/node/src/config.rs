@@ -101,6 +101,11 @@ pub struct DeviceConfig {
     /// `rtl` only: configuration port bandwidth, for modelled reconfiguration times
     /// (default 400000000).
     pub icap_bytes_per_s: Option<u64>,
+    /// `rtl` only: probability of a pause in each cycle on both of a design's streams
+    /// (default 0: no back-pressure), to test designs through the node.
+    pub backpressure: Option<f64>,
+    /// `rtl` only: seed of the back-pressure pattern (default 0).
+    pub backpressure_seed: Option<u64>,
     /// What each of the device's slots loads at start, by accelerator name.
     pub slots: Vec<String>,
 }
@@ -145,6 +150,20 @@ impl DeviceConfig {
             }
             if self.icap_bytes_per_s.is_some() {
                 return misplaced("icap_bytes_per_s", BackendKind::Rtl);
+            }
+            if self.backpressure.is_some() {
+                return misplaced("backpressure", BackendKind::Rtl);
+            }
+            if self.backpressure_seed.is_some() {
+                return misplaced("backpressure_seed", BackendKind::Rtl);
+            }
+        }
+        if let Some(p) = self.backpressure {
+            // 1 would pause forever: every call would run into its cycle bound.
+            if !(0.0..1.0).contains(&p) {
+                return Err(format!(
+                    "device {name}: backpressure must be within [0, 1), got {p}"
+                ));
             }
         }
         if let Some(mhz) = self.clock_mhz {
@@ -524,6 +543,8 @@ impl Config {
             device: None,
             clock_mhz: None,
             icap_bytes_per_s: None,
+            backpressure: None,
+            backpressure_seed: None,
             slots: self.slots.iter().map(|s| s.accelerator.clone()).collect(),
         }]
     }

@@ -35,8 +35,7 @@ pub use crate::config::BackendKind;
 pub mod cpu;
 mod library;
 pub mod opencl;
-// The RTL backend (Verilator) plugs in here as `pub mod rtl;`: a `Backend` whose
-// `hosts` accepts manifests with an `[rtl]` section, and a `backend` arm below.
+pub mod rtl;
 
 /// An accelerator as loaded into one slot of a device: what the slot runs.
 ///
@@ -117,9 +116,7 @@ pub fn kind_hosts(kind: BackendKind, accel: Hostable<'_>) -> bool {
     match kind {
         BackendKind::Cpu => cpu::hosts(accel),
         BackendKind::Opencl => opencl::hosts(accel),
-        // The RTL backend decides here (`rtl::hosts`); until it is built in, an
-        // `[rtl]` section is what makes an accelerator hostable on RTL.
-        BackendKind::Rtl => accel.manifest.is_some_and(|m| m.rtl.is_some()),
+        BackendKind::Rtl => rtl::hosts(accel),
     }
 }
 
@@ -270,10 +267,8 @@ fn backend(
         BackendKind::Opencl => opencl::OpenClBackend::start(d, config, metrics)
             .map(|b| Arc::new(b) as Arc<dyn Backend>)
             .map_err(|e| format!("device {}: {e}", d.name)),
-        // The RTL backend starts here: `rtl::RtlBackend::start(d, config, metrics)`.
-        BackendKind::Rtl => Err(format!(
-            "device {}: the rtl backend is not part of this build",
-            d.name
-        )),
+        BackendKind::Rtl => rtl::RtlBackend::start(d, config, metrics)
+            .map(|b| Arc::new(b) as Arc<dyn Backend>)
+            .map_err(|e| format!("device {}: {e}", d.name)),
     }
 }

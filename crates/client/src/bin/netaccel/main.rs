@@ -4,6 +4,7 @@
 //! Exit codes: 0 success, 1 the node or registry answered with an error, 2 bad usage or
 //! a local file problem, 3 the node or registry could not be reached.
 
+mod rtl;
 mod table;
 
 use std::io::{Read, Write};
@@ -160,6 +161,9 @@ enum Command {
     /// Create, show, delete or scale the registry's functions.
     #[command(subcommand)]
     Functions(FunctionsCommand),
+    /// Build or estimate an RTL accelerator's design on this machine (docs/rtl.md).
+    #[command(subcommand)]
+    Rtl(rtl::RtlCommand),
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -439,6 +443,8 @@ fn run(client: &NodeClient, registry: &RegistryClient, command: Command) -> Resu
             Ok(())
         }
         Command::Functions(command) => functions(registry, command),
+        // A design that does not build is a local file problem (exit status 2).
+        Command::Rtl(command) => rtl::run(command).map_err(Failure::Usage),
     }
 }
 

@@ -469,3 +469,22 @@ slots = ["never_last", "double_echo"]
     assert!(message.contains("longer than 200 bytes"), "{message}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_worked_example_in_the_docs_is_the_fixture_these_tests_serve() {
+    // docs/rtl.md shows xorbytes.v, its manifest and its cocotb test in full; the node
+    // serves the fixture copies above, so the page must hold them verbatim.
+    let page = std::fs::read_to_string(repo().join("docs/rtl.md")).unwrap();
+    for file in ["xorbytes.v", "accelerator.toml", "test_xorbytes.py"] {
+        let text = std::fs::read_to_string(
+            repo()
+                .join("crates/node/tests/fixtures/rtl/xorbytes")
+                .join(file),
+        )
+        .unwrap();
+        assert!(
+            page.contains(&text),
+            "docs/rtl.md does not show the tested {file} verbatim"
+        );
+    }
+}

@@ -14,7 +14,8 @@
 //! The tests share one lock: each measures times that a neighbour's load on a 2-core
 //! machine would distort. Each prints what it measured.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -262,6 +263,161 @@ fn allocation_across_three_nodes_reconfigures_and_tells_the_displaced_instance()
         for client in &mut clients {
             shout(client, &mut rng).unwrap();
         }
+    }
+    drop(net);
+    assert_no_leftovers();
+}
+
+/// What one client thread saw while it called through its binding.
+#[derive(Debug, Default)]
+struct Tally {
+    ok: u64,
+    failed: Vec<String>,
+    /// From the kill to its first successful call on a binding to another node, for a
+    /// client whose node was killed.
+    recovered: Option<Duration>,
+    /// The node it was bound to when the kill came.
+    node_at_kill: Option<String>,
+}
+
+/// A client thread calling `to_uppercase` through `bound` until `stop`, each output
+/// checked against the reference (a wrong one panics the thread, and the test).
+fn calling(
+    mut bound: Bound,
+    seed: u64,
+    killed: Arc<OnceLock<(Instant, String)>>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<Tally> {
+    std::thread::spawn(move || {
+        let mut rng = Rng(seed);
+        let mut tally = Tally::default();
+        while !stop.load(Ordering::Relaxed) {
+            let before = bound.binding();
+            let result = shout(&mut bound, &mut rng);
+            let kill = killed.get();
+            if kill.is_some() && tally.node_at_kill.is_none() {
+                tally.node_at_kill = before.node.clone();
+            }
+            match result {
+                Ok(()) => {
+                    tally.ok += 1;
+                    if let Some((at, node)) = kill {
+                        let on = bound.binding().node;
+                        if tally.recovered.is_none()
+                            && tally.node_at_kill.as_ref() == Some(node)
+                            && on.as_ref() != Some(node)
+                        {
+                            tally.recovered = Some(at.elapsed());
+                        }
+                    }
+                }
+                Err(e) => tally.failed.push(e.to_string()),
+            }
+        }
+        tally
+    })
+}
+
+#[test]
+fn killing_a_node_under_load_rebinds_its_instances_and_no_call_is_wrong() {
+    let _serial = serial();
+    let Some(net) = Net::or_skip(3) else { return };
+    {
+        let lease = Duration::from_millis(3000);
+        let reg = Registry::start(&net, &["--lease-ms", &lease.as_millis().to_string()]);
+        let names = ["n1", "n2", "n3"];
+        let mut nodes: Vec<Node> = (0..3)
+            .map(|i| Node::start(&net, i, names[i], &reg.base, &["to_uppercase"], ""))
+            .collect();
+        reg.wait_ready(&names, Duration::from_secs(10));
+        let (status, f) = reg.call(
+            "PUT",
+            "/v1/functions/up",
+            Some(&json!({"accelerator": "to_uppercase", "instances": 6})),
+        );
+        assert_eq!(status, 200, "{f}");
+        let before = bindings(&reg, "up");
+        let on_n1 = before
+            .iter()
+            .filter(|b| b.node.as_deref() == Some("n1"))
+            .count();
+        assert_eq!(on_n1, 2, "two instances on each node: {f}");
+
+        // Six client threads, one per instance, half over HTTP and half over RAC.
+        let killed = Arc::new(OnceLock::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = before
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let via = if i % 2 == 0 { Via::Http } else { Via::Rac };
+                let bound = bind(&reg, "up", &b.id, via);
+                calling(
+                    bound,
+                    0x5eed_1000 + i as u64,
+                    Arc::clone(&killed),
+                    Arc::clone(&stop),
+                )
+            })
+            .collect();
+        // Calling for a while, then n1 dies.
+        std::thread::sleep(Duration::from_millis(500));
+        nodes[0].proc.kill();
+        let at = Instant::now();
+        killed.set((at, "n1".to_string())).unwrap();
+
+        // The registry marks it lost within one lease (its last renewal was at most a
+        // third of a lease before the kill).
+        let deadline = at + lease * 3;
+        while reg.node_state("n1").as_deref() != Some("lost") {
+            assert!(Instant::now() < deadline, "n1 never lost");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let lost_after = at.elapsed();
+        // Its instances are rebound to the two live nodes.
+        let deadline = Instant::now() + lease;
+        loop {
+            let now = bindings(&reg, "up");
+            if now
+                .iter()
+                .all(|b| matches!(b.node.as_deref(), Some("n2" | "n3")))
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not rebound: {now:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Let every client make calls on its new binding, then stop.
+        std::thread::sleep(Duration::from_millis(1000));
+        stop.store(true, Ordering::Relaxed);
+        let tallies: Vec<Tally> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let calls: u64 = tallies.iter().map(|t| t.ok + t.failed.len() as u64).sum();
+        let failed: Vec<&String> = tallies.iter().flat_map(|t| &t.failed).collect();
+        let recovered: Vec<Duration> = tallies
+            .iter()
+            .filter(|t| t.node_at_kill.as_deref() == Some("n1"))
+            .map(|t| {
+                t.recovered
+                    .expect("a client of n1 called successfully again")
+            })
+            .collect();
+        let worst = recovered.iter().max().copied().unwrap();
+        println!(
+            "FIGURE node loss (lease {lease:?}): n1 marked lost {lost_after:?} after SIGKILL; \
+             its clients' first successful calls on their new bindings {recovered:?} after it; \
+             {calls} calls in all, {} failed, none wrong",
+            failed.len()
+        );
+        for f in &failed {
+            println!("  failed: {f}");
+        }
+        assert_eq!(recovered.len(), 2, "{tallies:?}");
+        assert!(
+            lost_after <= lease + Duration::from_millis(1000),
+            "{lost_after:?}"
+        );
+        assert!(worst < Duration::from_secs(10), "{worst:?}");
+        assert!(tallies.iter().all(|t| t.ok > 10), "{tallies:?}");
     }
     drop(net);
     assert_no_leftovers();

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 use netaccel_client::registry::{Binding, Bound, BoundError, BoundOptions, RegistryClient, Via};
 use serde_json::{json, Value};
 
+#[allow(dead_code)] // free_port only, through etcd
+mod common;
+mod etcd;
 mod netns;
 use netns::{leftovers_of_this_process, Net, Node, Registry};
 
@@ -417,6 +420,134 @@ fn killing_a_node_under_load_rebinds_its_instances_and_no_call_is_wrong() {
             "{lost_after:?}"
         );
         assert!(worst < Duration::from_secs(10), "{worst:?}");
+        assert!(tallies.iter().all(|t| t.ok > 10), "{tallies:?}");
+    }
+    drop(net);
+    assert_no_leftovers();
+}
+
+/// Whether `reg` leads (its `netaccel_registry_leader` gauge); `None` when it does not
+/// answer.
+fn leads(reg: &Registry) -> Option<bool> {
+    let text = ureq::get(&format!("{}/metrics", reg.base))
+        .timeout(Duration::from_secs(2))
+        .call()
+        .ok()?
+        .into_string()
+        .ok()?;
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix("netaccel_registry_leader "))?;
+    Some(value == "1")
+}
+
+/// Polls until exactly one of `replicas` leads; its index.
+fn one_leader(replicas: &[&Registry], within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    loop {
+        let leaders: Vec<usize> = (0..replicas.len())
+            .filter(|&i| leads(replicas[i]) == Some(true))
+            .collect();
+        assert!(leaders.len() <= 1, "two leaders: {leaders:?}");
+        if let [one] = leaders[..] {
+            return one;
+        }
+        assert!(Instant::now() < deadline, "no leader within {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn killing_the_leading_registry_under_load_keeps_every_binding_and_every_call() {
+    let _serial = serial();
+    let Some(net) = Net::or_skip(3) else { return };
+    {
+        let etcd = etcd::Etcd::start();
+        let store = format!("etcd://{}", etcd.client);
+        // A 3 s election lease: a dead leader is replaced within 5 s.
+        let args = ["--store", &store, "--election-ttl-s", "3"];
+        let replicas: Vec<Registry> = (0..3).map(|_| Registry::start(&net, &args)).collect();
+        let all: Vec<&Registry> = replicas.iter().collect();
+        let leader = one_leader(&all, Duration::from_secs(10));
+        let urls: Vec<&str> = replicas.iter().map(|r| r.base.as_str()).collect();
+        let urls = urls.join(",");
+        let names = ["n1", "n2", "n3"];
+        let _nodes: Vec<Node> = (0..3)
+            .map(|i| Node::start(&net, i, names[i], &urls, &["to_uppercase", "echo"], ""))
+            .collect();
+        let lead = &replicas[leader];
+        lead.wait_ready(&names, Duration::from_secs(10));
+        for (function, accelerator, instances) in [("up", "to_uppercase", 6), ("ping", "echo", 3)] {
+            let spec = json!({"accelerator": accelerator, "instances": instances});
+            let (status, body) =
+                lead.call("PUT", &format!("/v1/functions/{function}"), Some(&spec));
+            assert_eq!(status, 200, "{body}");
+        }
+        let functions = lead.get("/v1/functions");
+
+        // Clients calling through six bindings, bound through the leader.
+        let killed = Arc::new(OnceLock::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = bindings(lead, "up")
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let via = if i % 2 == 0 { Via::Http } else { Via::Rac };
+                let bound = bind(lead, "up", &b.id, via);
+                calling(
+                    bound,
+                    0x5eed_2000 + i as u64,
+                    Arc::clone(&killed),
+                    Arc::clone(&stop),
+                )
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+
+        let mut replicas = replicas;
+        let mut dead = replicas.remove(leader);
+        dead.proc.kill();
+        let at = Instant::now();
+        killed
+            .set((at, "the leading registry".to_string()))
+            .unwrap();
+        let rest: Vec<&Registry> = replicas.iter().collect();
+        let new_leader = one_leader(&rest, Duration::from_secs(10));
+        let takeover = at.elapsed();
+        let lead = &replicas[new_leader];
+        // Every binding intact: same instances, same slots, same generations.
+        assert_eq!(
+            lead.get("/v1/functions"),
+            functions,
+            "bindings changed across the failover"
+        );
+        // The nodes stay ready past a lease under the new leader (their renewals find
+        // it), and the bindings with them.
+        std::thread::sleep(Duration::from_millis(3500));
+        for name in names {
+            assert_eq!(lead.node_state(name).as_deref(), Some("ready"), "{name}");
+        }
+        assert_eq!(
+            lead.get("/v1/functions"),
+            functions,
+            "bindings changed after the failover"
+        );
+        // The new leader writes.
+        let spec = json!({"accelerator": "echo", "instances": 1});
+        let (status, body) = lead.call("PUT", "/v1/functions/after", Some(&spec));
+        assert_eq!(status, 200, "{body}");
+
+        stop.store(true, Ordering::Relaxed);
+        let tallies: Vec<Tally> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let calls: u64 = tallies.iter().map(|t| t.ok).sum();
+        let failed: Vec<&String> = tallies.iter().flat_map(|t| &t.failed).collect();
+        println!(
+            "FIGURE registry leader loss (election TTL 3 s): a follower led {takeover:?} after \
+             SIGKILL of the leader; {calls} calls during the test, {} failed, none wrong",
+            failed.len()
+        );
+        assert!(failed.is_empty(), "clients saw failed calls: {failed:?}");
+        assert!(takeover < Duration::from_secs(5), "{takeover:?}");
         assert!(tallies.iter().all(|t| t.ok > 10), "{tallies:?}");
     }
     drop(net);

@@ -12,6 +12,15 @@
 //! second failure, is returned as it is: a call either returns what the function's
 //! accelerator computed or fails, never something else.
 //!
+//! A call in flight does not wait for a node the registry has given up on: a host that
+//! lost power or its network answers nothing, neither result nor reset, and the call
+//! would wait for the transport's timeouts (minutes). While a call waits, it checks
+//! every [`MOVED_CHECK`] whether the watcher has seen its instance moved to another
+//! node; if so it is abandoned and retried there, like a call whose node refused it.
+//! That needs the call to run where it can be abandoned: RAC calls are futures, and
+//! HTTP calls (blocking `ureq`) run on a helper thread of the [`Bound`], replaced when
+//! a call is abandoned (the old one ends with its call's transport timeout).
+//!
 //! ```no_run
 //! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use netaccel_client::registry::{Bound, BoundOptions, RegistryClient, Via};
@@ -25,6 +34,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +52,10 @@ const WATCH_WAIT_MS: u64 = 5_000;
 const REBIND_POLL_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Pause after a failed poll (registry restarting, a follower), so the watcher never spins.
 const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// How often a call in flight looks whether its instance was moved to another node:
+/// short beside a lease (when the registry moves instances off a lost node), long
+/// beside the cost of a look (a lock and a comparison).
+pub const MOVED_CHECK: Duration = Duration::from_millis(20);
 
 /// A registry error: it could not be reached, or it answered with an error status and
 /// its JSON `{"error","code"}`.
@@ -356,9 +370,55 @@ pub struct Bound {
     accelerator: String,
     options: BoundOptions,
     shared: Arc<Shared>,
-    http: Option<(String, NodeClient)>,
+    /// HTTP calls when the binding is watched, which can be abandoned ...
+    http: Option<HttpWorker>,
+    /// ... and when it is not.
+    http_direct: Option<(String, NodeClient)>,
     rac: Option<(String, RacClient)>,
     runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// One HTTP call for the helper thread.
+struct HttpJob {
+    accelerator: String,
+    params: Vec<(String, String)>,
+    payload: Vec<u8>,
+    deadline_us: Option<u32>,
+}
+
+/// The helper thread that makes a [`Bound`]'s HTTP calls to one node, so that the
+/// caller can stop waiting for one (see the module documentation). One call at a time:
+/// both channels hold one message.
+struct HttpWorker {
+    addr: String,
+    jobs: SyncSender<HttpJob>,
+    results: Receiver<Result<CallOutput, ClientError>>,
+}
+
+impl HttpWorker {
+    fn start(addr: &str) -> Result<HttpWorker, ClientError> {
+        let (jobs, job_rx) = mpsc::sync_channel::<HttpJob>(1);
+        let (result_tx, results) = mpsc::sync_channel(1);
+        let client = NodeClient::new(&format!("http://{addr}"));
+        std::thread::Builder::new()
+            .name("netaccel-bound-http".into())
+            .spawn(move || {
+                // Ends when the Bound drops the worker (after the call under way).
+                for job in job_rx {
+                    let out =
+                        client.call(&job.accelerator, &job.params, &job.payload, job.deadline_us);
+                    if result_tx.send(out).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| ClientError::Transport(format!("cannot start an HTTP thread: {e}")))?;
+        Ok(HttpWorker {
+            addr: addr.to_string(),
+            jobs,
+            results,
+        })
+    }
 }
 
 impl Drop for Bound {
@@ -402,6 +462,7 @@ impl Bound {
             options,
             shared,
             http: None,
+            http_direct: None,
             rac: None,
             runtime: None,
         })
@@ -512,11 +573,47 @@ impl Bound {
         match self.options.via {
             Via::Http => {
                 let addr = binding.http.clone().unwrap_or_default();
-                if self.http.as_ref().is_none_or(|(a, _)| *a != addr) {
-                    self.http = Some((addr.clone(), NodeClient::new(&format!("http://{addr}"))));
+                if !self.options.watch {
+                    // Nothing can tell a call in flight that its instance moved: the
+                    // call runs here, without the helper thread.
+                    if self.http_direct.as_ref().is_none_or(|(a, _)| *a != addr) {
+                        let client = NodeClient::new(&format!("http://{addr}"));
+                        self.http_direct = Some((addr.clone(), client));
+                    }
+                    let (_, client) = self.http_direct.as_ref().expect("just set");
+                    return client.call(&self.accelerator, params, payload, deadline_us);
                 }
-                let (_, client) = self.http.as_ref().expect("just set");
-                client.call(&self.accelerator, params, payload, deadline_us)
+                if self.http.as_ref().is_none_or(|w| w.addr != addr) {
+                    self.http = Some(HttpWorker::start(&addr)?);
+                }
+                let worker = self.http.as_ref().expect("just set");
+                let job = HttpJob {
+                    accelerator: self.accelerator.clone(),
+                    params: params.to_vec(),
+                    payload: payload.to_vec(),
+                    deadline_us,
+                };
+                let gone = || ClientError::Transport(format!("the HTTP thread for {addr} ended"));
+                if worker.jobs.send(job).is_err() {
+                    self.http = None;
+                    return Err(gone());
+                }
+                loop {
+                    match worker.results.recv_timeout(MOVED_CHECK) {
+                        Ok(result) => return result,
+                        Err(RecvTimeoutError::Disconnected) => {
+                            self.http = None;
+                            return Err(gone());
+                        }
+                        Err(RecvTimeoutError::Timeout) => {
+                            if let Some(e) = self.moved_off(binding) {
+                                // The thread finishes (or times out) alone.
+                                self.http = None;
+                                return Err(e);
+                            }
+                        }
+                    }
+                }
             }
             Via::Rac => {
                 let addr = binding.rac.clone().ok_or_else(|| {
@@ -538,16 +635,25 @@ impl Bound {
                     self.runtime = Some(rt);
                 }
                 let rt = self.runtime.as_ref().expect("just set");
+                let (shared, via) = (&self.shared, self.options.via);
                 if self.rac.as_ref().is_none_or(|(a, _)| *a != addr) {
                     self.rac = None;
+                    let connect = RacClient::connect(&addr);
                     let client = rt
-                        .block_on(RacClient::connect(&addr))
+                        .block_on(unless_moved(connect, shared, via, binding))?
                         .map_err(rac_to_client)?;
                     self.rac = Some((addr.clone(), client));
                 }
                 let (_, client) = self.rac.as_ref().expect("just set");
-                let result =
-                    rt.block_on(client.call(id, block, payload.to_vec(), deadline_us.unwrap_or(0)));
+                let call = client.call(id, block, payload.to_vec(), deadline_us.unwrap_or(0));
+                let result = match rt.block_on(unless_moved(call, shared, via, binding)) {
+                    Ok(result) => result,
+                    Err(moved) => {
+                        // Its answer, if any ever comes, is for nobody.
+                        self.rac = None;
+                        return Err(moved);
+                    }
+                };
                 match result {
                     Ok(out) => Ok(CallOutput {
                         output: out.payload,
@@ -562,6 +668,55 @@ impl Bound {
                         }
                         Err(rac_to_client(e))
                     }
+                }
+            }
+        }
+    }
+}
+
+impl Bound {
+    /// `Some(error)` when the watcher has seen the instance moved off the node
+    /// `binding` names (a call to it in flight is then abandoned).
+    fn moved_off(&self, binding: &Binding) -> Option<ClientError> {
+        moved_off(&self.shared, self.options.via, binding)
+    }
+}
+
+/// See [`Bound::moved_off`].
+fn moved_off(shared: &Shared, via: Via, binding: &Binding) -> Option<ClientError> {
+    let current = shared.binding.lock().expect("binding lock");
+    let addr = |b: &Binding| match via {
+        Via::Http => b.http.clone(),
+        Via::Rac => b.rac.clone(),
+    };
+    let moved = current.generation != binding.generation
+        && current.is_bound()
+        && addr(&current) != addr(binding);
+    moved.then(|| {
+        ClientError::Transport(format!(
+            "the registry moved instance {} from {} to {} while a call was in flight",
+            binding.id,
+            describe(binding),
+            describe(&current)
+        ))
+    })
+}
+
+/// `work`, unless the instance is moved off `binding`'s node first (checked every
+/// [`MOVED_CHECK`]).
+async fn unless_moved<T>(
+    work: impl std::future::Future<Output = T>,
+    shared: &Shared,
+    via: Via,
+    binding: &Binding,
+) -> Result<T, ClientError> {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return Ok(out),
+            _ = tokio::time::sleep(MOVED_CHECK) => {
+                if let Some(e) = moved_off(shared, via, binding) {
+                    return Err(e);
                 }
             }
         }

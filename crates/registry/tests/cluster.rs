@@ -321,8 +321,40 @@ fn calling(
     })
 }
 
+/// The client threads' tallies, once each has ended its call under way; a call that
+/// is still waiting 15 s after the stop fails the test (it would never end: a call
+/// to a node that vanished must be given up, not waited for).
+fn finish(threads: Vec<JoinHandle<Tally>>) -> Vec<Tally> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !threads.iter().all(|t| t.is_finished()) {
+        assert!(Instant::now() < deadline, "a client is stuck in a call");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// How a node is lost.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// `kill -9` of its process: its host's kernel refuses and resets connections.
+    Kill,
+    /// Its network gone (link down): calls in flight and new connections get no
+    /// answer at all, as when a host loses power.
+    Unplug,
+}
+
 #[test]
 fn killing_a_node_under_load_rebinds_its_instances_and_no_call_is_wrong() {
+    node_loss_under_load(Loss::Kill);
+}
+
+#[test]
+fn unplugging_a_node_under_load_rebinds_its_instances_and_no_call_is_wrong() {
+    node_loss_under_load(Loss::Unplug);
+}
+
+/// Six clients call through their bindings on three nodes; n1 is lost.
+fn node_loss_under_load(loss: Loss) {
     let _serial = serial();
     let Some(net) = Net::or_skip(3) else { return };
     {
@@ -365,7 +397,10 @@ fn killing_a_node_under_load_rebinds_its_instances_and_no_call_is_wrong() {
             .collect();
         // Calling for a while, then n1 dies.
         std::thread::sleep(Duration::from_millis(500));
-        nodes[0].proc.kill();
+        match loss {
+            Loss::Kill => nodes[0].proc.kill(),
+            Loss::Unplug => net.unplug(0),
+        }
         let at = Instant::now();
         killed.set((at, "n1".to_string())).unwrap();
 
@@ -393,7 +428,7 @@ fn killing_a_node_under_load_rebinds_its_instances_and_no_call_is_wrong() {
         // Let every client make calls on its new binding, then stop.
         std::thread::sleep(Duration::from_millis(1000));
         stop.store(true, Ordering::Relaxed);
-        let tallies: Vec<Tally> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let tallies = finish(threads);
         let calls: u64 = tallies.iter().map(|t| t.ok + t.failed.len() as u64).sum();
         let failed: Vec<&String> = tallies.iter().flat_map(|t| &t.failed).collect();
         let recovered: Vec<Duration> = tallies
@@ -406,7 +441,7 @@ fn killing_a_node_under_load_rebinds_its_instances_and_no_call_is_wrong() {
             .collect();
         let worst = recovered.iter().max().copied().unwrap();
         println!(
-            "FIGURE node loss (lease {lease:?}): n1 marked lost {lost_after:?} after SIGKILL; \
+            "FIGURE node loss by {loss:?} (lease {lease:?}): n1 marked lost {lost_after:?} after it was lost; \
              its clients' first successful calls on their new bindings {recovered:?} after it; \
              {calls} calls in all, {} failed, none wrong",
             failed.len()
@@ -538,7 +573,7 @@ fn killing_the_leading_registry_under_load_keeps_every_binding_and_every_call() 
         assert_eq!(status, 200, "{body}");
 
         stop.store(true, Ordering::Relaxed);
-        let tallies: Vec<Tally> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let tallies = finish(threads);
         let calls: u64 = tallies.iter().map(|t| t.ok).sum();
         let failed: Vec<&String> = tallies.iter().flat_map(|t| &t.failed).collect();
         println!(

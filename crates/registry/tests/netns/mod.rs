@@ -104,6 +104,8 @@ fn free_subnet(seed: u32) -> Option<u8> {
 pub struct Net {
     bridge: String,
     veths: Vec<String>,
+    /// The veth end inside each namespace.
+    inner: Vec<String>,
     pub namespaces: Vec<String>,
     third_octet: u8,
 }
@@ -125,6 +127,7 @@ impl Net {
         let mut net = Net {
             bridge: format!("{PREFIX}b{tag}"),
             veths: Vec::new(),
+            inner: Vec::new(),
             namespaces: Vec::new(),
             third_octet: third,
         };
@@ -145,6 +148,7 @@ impl Net {
                 "link", "add", &outer, "type", "veth", "peer", "name", &inner,
             ])?;
             net.veths.push(outer.clone());
+            net.inner.push(inner.clone());
             ip(&["link", "set", &inner, "netns", &ns])?;
             ip(&["link", "set", &outer, "master", &net.bridge])?;
             ip(&["link", "set", &outer, "up"])?;
@@ -189,6 +193,20 @@ impl Net {
             .local_addr()
             .unwrap()
             .port()
+    }
+
+    /// Takes namespace `i` off the network (its link down), as a host that lost power
+    /// or its network: packets to it go unanswered, nothing is reset.
+    pub fn unplug(&self, i: usize) {
+        ip(&[
+            "-n",
+            &self.namespaces[i],
+            "link",
+            "set",
+            &self.inner[i],
+            "down",
+        ])
+        .unwrap();
     }
 
     /// `program` run inside namespace `i`.

@@ -33,7 +33,7 @@
 //! ```
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -137,17 +137,29 @@ impl Binding {
     }
 }
 
+/// Registry replicas a client may list.
+pub const REGISTRY_REPLICAS_MAX: usize = 8;
+
 /// A blocking client of the registry's HTTP API.
+///
+/// It may be given several replicas of a registry that keeps its state in etcd (one
+/// leads, the others answer reads and send writers to the leader): a request goes to
+/// the replica that answered last, and on to the next one when a replica cannot be
+/// reached or answers 503 — a follower's `NOT_LEADER` names the leader in `Location`,
+/// which is asked next. So a client outlives the replica it first talked to.
 #[derive(Clone)]
 pub struct RegistryClient {
-    base: String,
+    bases: Arc<[String]>,
+    /// The replica that answered last, shared by clones (a [`Bound`]'s watcher).
+    preferred: Arc<AtomicUsize>,
     token: Option<String>,
     agent: ureq::Agent,
 }
 
 impl RegistryClient {
-    /// `base` is the registry's URL, e.g. `http://127.0.0.1:7400`; `token` is its admin
-    /// token, sent with writes when given.
+    /// `base` is the registry's URL, e.g. `http://127.0.0.1:7400`, or several
+    /// replicas' URLs comma-separated (at most [`REGISTRY_REPLICAS_MAX`]; more are
+    /// ignored); `token` is its admin token, sent with writes when given.
     pub fn new(base: &str, token: Option<&str>) -> RegistryClient {
         // The read timeout must outlast the longest long poll we ask for.
         let agent = ureq::AgentBuilder::new()
@@ -155,42 +167,93 @@ impl RegistryClient {
             .timeout_read(Duration::from_secs(90))
             .redirects(0)
             .build();
+        let mut bases: Vec<String> = base
+            .split(',')
+            .map(|b| b.trim().trim_end_matches('/').to_string())
+            .filter(|b| !b.is_empty())
+            .take(REGISTRY_REPLICAS_MAX)
+            .collect();
+        if bases.is_empty() {
+            bases.push(base.trim().to_string());
+        }
         RegistryClient {
-            base: base.trim_end_matches('/').to_string(),
+            bases: bases.into(),
+            preferred: Arc::new(AtomicUsize::new(0)),
             token: token.map(str::to_string),
             agent,
         }
     }
 
+    /// The replica requests go to first: the one that answered last.
     pub fn base(&self) -> &str {
-        &self.base
+        &self.bases[self.preferred.load(Ordering::Relaxed) % self.bases.len()]
     }
 
-    fn request(&self, method: &str, path: &str) -> ureq::Request {
-        let req = self
-            .agent
-            .request(method, &format!("{}{}", self.base, path));
+    fn request(&self, base: &str, method: &str, path: &str) -> ureq::Request {
+        let req = self.agent.request(method, &format!("{base}{path}"));
         match &self.token {
             Some(t) => req.set("Authorization", &format!("Bearer {t}")),
             None => req,
         }
     }
 
+    /// One request, to the replicas in turn (see the type's documentation): each
+    /// listed replica and each leader a follower names is asked at most once.
     fn json(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, RegistryError> {
-        let req = self.request(method, path);
-        let resp = crate::check(match body {
-            Some(b) => req.send_json(b),
-            None => req.call(),
-        })?;
-        if resp.status() == 204 {
-            return Ok(Value::Null);
+        let first = self.preferred.load(Ordering::Relaxed) % self.bases.len();
+        let mut order: Vec<String> = (0..self.bases.len())
+            .map(|i| self.bases[(first + i) % self.bases.len()].clone())
+            .rev()
+            .collect();
+        let mut asked: Vec<String> = Vec::new();
+        let mut unreachable: Vec<String> = Vec::new();
+        let mut refusal: Option<RegistryError> = None;
+        while let Some(base) = order.pop() {
+            if asked.contains(&base) {
+                continue;
+            }
+            asked.push(base.clone());
+            let req = self.request(&base, method, path);
+            let result = match &body {
+                Some(b) => req.send_json(b.clone()),
+                None => req.call(),
+            };
+            let leader = match &result {
+                Err(ureq::Error::Status(503, resp)) => {
+                    Some(resp.header("location").and_then(origin_of))
+                }
+                _ => None,
+            };
+            let resp = match crate::check(result) {
+                Ok(resp) => resp,
+                Err(ClientError::Transport(m)) => {
+                    unreachable.push(m);
+                    continue;
+                }
+                Err(e) => {
+                    let Some(leader) = leader else {
+                        return Err(e.into());
+                    };
+                    // 503: a follower (whose leader is asked next) or a busy replica.
+                    order.extend(leader);
+                    refusal = Some(e.into());
+                    continue;
+                }
+            };
+            if let Some(i) = self.bases.iter().position(|b| *b == base) {
+                self.preferred.store(i, Ordering::Relaxed);
+            }
+            if resp.status() == 204 {
+                return Ok(Value::Null);
+            }
+            let body = crate::read_body(resp)?;
+            if body.is_empty() {
+                return Ok(Value::Null);
+            }
+            return serde_json::from_slice(&body)
+                .map_err(|e| RegistryError::Transport(format!("registry sent invalid JSON: {e}")));
         }
-        let body = crate::read_body(resp)?;
-        if body.is_empty() {
-            return Ok(Value::Null);
-        }
-        serde_json::from_slice(&body)
-            .map_err(|e| RegistryError::Transport(format!("registry sent invalid JSON: {e}")))
+        Err(refusal.unwrap_or_else(|| RegistryError::Transport(unreachable.join("; "))))
     }
 
     /// `GET /v1/nodes`: every node, its devices and slots.
@@ -739,6 +802,14 @@ pub fn rac_to_client(e: RacError) -> ClientError {
     }
 }
 
+/// `scheme://authority` of a URL (a follower's `Location` names the leader's URL and
+/// the path asked).
+fn origin_of(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split('/').next().filter(|a| !a.is_empty())?;
+    Some(format!("{scheme}://{authority}"))
+}
+
 fn describe(b: &Binding) -> String {
     match (&b.node, &b.http) {
         (Some(n), Some(h)) => format!("{n} ({h})"),
@@ -793,6 +864,18 @@ mod tests {
         ] {
             assert!(!is_stale_binding(&answer(code)), "{code}");
         }
+    }
+
+    #[test]
+    fn replicas_are_listed_and_a_leader_is_read_from_location() {
+        let c = RegistryClient::new("http://a:7400/, http://b:7400", None);
+        assert_eq!(&c.bases[..], ["http://a:7400", "http://b:7400"]);
+        assert_eq!(c.base(), "http://a:7400");
+        assert_eq!(
+            origin_of("http://10.0.0.1:7401/v1/functions/f").as_deref(),
+            Some("http://10.0.0.1:7401")
+        );
+        assert_eq!(origin_of("/v1/functions/f"), None);
     }
 
     #[test]

@@ -581,7 +581,16 @@ fn killing_the_leading_registry_under_load_keeps_every_binding_and_every_call() 
         // Then a node is lost too: its clients, whose first replica is dead, rebind
         // through the others.
         nodes[0].proc.kill();
-        killed.set((Instant::now(), "n1".to_string())).unwrap();
+        let node_killed = Instant::now();
+        killed.set((node_killed, "n1".to_string())).unwrap();
+        while lead.node_state("n1").as_deref() != Some("lost") {
+            assert!(
+                node_killed.elapsed() < Duration::from_secs(10),
+                "n1 never lost"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let lost_after = node_killed.elapsed();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let now = bindings(lead, "up");
@@ -611,8 +620,9 @@ fn killing_the_leading_registry_under_load_keeps_every_binding_and_every_call() 
         println!(
             "FIGURE registry leader loss (election TTL 3 s): a follower led {takeover:?} after \
              SIGKILL of the leader; {calls} calls during the test, {failed} failed while \
-             every node lived, none wrong; n1 killed after the failover: its clients' \
-             first successful calls on new bindings {recovered:?} after it"
+             every node lived, none wrong; n1 killed after the failover: lost \
+             {lost_after:?} after, its clients' first successful calls on new bindings \
+             {recovered:?} after it"
         );
         for t in &tallies {
             for f in &t.failed {

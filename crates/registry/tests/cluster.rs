@@ -465,6 +465,30 @@ fn node_loss_under_load(loss: Loss) {
         );
         assert!(worst < Duration::from_secs(10), "{worst:?}");
         assert!(tallies.iter().all(|t| t.ok > 10), "{tallies:?}");
+        if let Loss::Unplug = loss {
+            // Back on the network, the node (which served on and kept retrying, at
+            // least every registry_retry_max_ms, 2 s) is ready again, and allocation
+            // uses it: an instance that prefers it is bound there.
+            net.plug(0);
+            let plugged = Instant::now();
+            while reg.node_state("n1").as_deref() != Some("ready") {
+                assert!(
+                    plugged.elapsed() < Duration::from_secs(10),
+                    "n1 never came back"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            println!(
+                "FIGURE n1 ready again {:?} after its link came up",
+                plugged.elapsed()
+            );
+            let prefer = json!({"node": "n1"});
+            let (status, fresh) = reg.call("POST", "/v1/functions/up/instances", Some(&prefer));
+            assert_eq!(status, 201, "{fresh}");
+            assert_eq!(fresh["node"], "n1", "{fresh}");
+            let mut client = bind(&reg.base, "up", fresh["id"].as_str().unwrap(), Via::Rac);
+            shout(&mut client, &mut Rng(7)).unwrap();
+        }
     }
     drop(net);
     assert_no_leftovers();

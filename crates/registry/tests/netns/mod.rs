@@ -209,6 +209,19 @@ impl Net {
         .unwrap();
     }
 
+    /// Puts namespace `i` back on the network.
+    pub fn plug(&self, i: usize) {
+        ip(&[
+            "-n",
+            &self.namespaces[i],
+            "link",
+            "set",
+            &self.inner[i],
+            "up",
+        ])
+        .unwrap();
+    }
+
     /// `program` run inside namespace `i`.
     pub fn command_in(&self, i: usize, program: &str) -> Command {
         let mut cmd = Command::new("ip");

@@ -21,6 +21,7 @@
 
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -271,7 +272,21 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// Starts `cmd`. The child is killed also when the test process dies without
+    /// running its destructors (killed by a timeout, say): otherwise a node would live
+    /// on in a namespace nobody can name any more.
     pub fn spawn(mut cmd: Command, what: &str) -> Proc {
+        // SAFETY: prctl is async-signal-safe, and nothing else runs between fork and
+        // exec. The signal comes when the thread that started the child ends: the
+        // test's own thread, which outlives the child (the drop kills it first).
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

@@ -12,6 +12,15 @@
 //! second failure, is returned as it is: a call either returns what the function's
 //! accelerator computed or fails, never something else.
 //!
+//! A call in flight does not wait for a node the registry has given up on: a host that
+//! lost power or its network answers nothing, neither result nor reset, and the call
+//! would wait for the transport's timeouts (minutes). While a call waits, it checks
+//! every [`MOVED_CHECK`] whether the watcher has seen its instance moved to another
+//! node; if so it is abandoned and retried there, like a call whose node refused it.
+//! That needs the call to run where it can be abandoned: RAC calls are futures, and
+//! HTTP calls (blocking `ureq`) run on a helper thread of the [`Bound`], replaced when
+//! a call is abandoned (the old one ends with its call's transport timeout).
+//!
 //! ```no_run
 //! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use netaccel_client::registry::{Bound, BoundOptions, RegistryClient, Via};
@@ -24,7 +33,8 @@
 //! ```
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +52,10 @@ const WATCH_WAIT_MS: u64 = 5_000;
 const REBIND_POLL_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Pause after a failed poll (registry restarting, a follower), so the watcher never spins.
 const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// How often a call in flight looks whether its instance was moved to another node:
+/// short beside a lease (when the registry moves instances off a lost node), long
+/// beside the cost of a look (a lock and a comparison).
+pub const MOVED_CHECK: Duration = Duration::from_millis(20);
 
 /// A registry error: it could not be reached, or it answered with an error status and
 /// its JSON `{"error","code"}`.
@@ -123,17 +137,29 @@ impl Binding {
     }
 }
 
+/// Registry replicas a client may list.
+pub const REGISTRY_REPLICAS_MAX: usize = 8;
+
 /// A blocking client of the registry's HTTP API.
+///
+/// It may be given several replicas of a registry that keeps its state in etcd (one
+/// leads, the others answer reads and send writers to the leader): a request goes to
+/// the replica that answered last, and on to the next one when a replica cannot be
+/// reached or answers 503 — a follower's `NOT_LEADER` names the leader in `Location`,
+/// which is asked next. So a client outlives the replica it first talked to.
 #[derive(Clone)]
 pub struct RegistryClient {
-    base: String,
+    bases: Arc<[String]>,
+    /// The replica that answered last, shared by clones (a [`Bound`]'s watcher).
+    preferred: Arc<AtomicUsize>,
     token: Option<String>,
     agent: ureq::Agent,
 }
 
 impl RegistryClient {
-    /// `base` is the registry's URL, e.g. `http://127.0.0.1:7400`; `token` is its admin
-    /// token, sent with writes when given.
+    /// `base` is the registry's URL, e.g. `http://127.0.0.1:7400`, or several
+    /// replicas' URLs comma-separated (at most [`REGISTRY_REPLICAS_MAX`]; more are
+    /// ignored); `token` is its admin token, sent with writes when given.
     pub fn new(base: &str, token: Option<&str>) -> RegistryClient {
         // The read timeout must outlast the longest long poll we ask for.
         let agent = ureq::AgentBuilder::new()
@@ -141,42 +167,93 @@ impl RegistryClient {
             .timeout_read(Duration::from_secs(90))
             .redirects(0)
             .build();
+        let mut bases: Vec<String> = base
+            .split(',')
+            .map(|b| b.trim().trim_end_matches('/').to_string())
+            .filter(|b| !b.is_empty())
+            .take(REGISTRY_REPLICAS_MAX)
+            .collect();
+        if bases.is_empty() {
+            bases.push(base.trim().to_string());
+        }
         RegistryClient {
-            base: base.trim_end_matches('/').to_string(),
+            bases: bases.into(),
+            preferred: Arc::new(AtomicUsize::new(0)),
             token: token.map(str::to_string),
             agent,
         }
     }
 
+    /// The replica requests go to first: the one that answered last.
     pub fn base(&self) -> &str {
-        &self.base
+        &self.bases[self.preferred.load(Ordering::Relaxed) % self.bases.len()]
     }
 
-    fn request(&self, method: &str, path: &str) -> ureq::Request {
-        let req = self
-            .agent
-            .request(method, &format!("{}{}", self.base, path));
+    fn request(&self, base: &str, method: &str, path: &str) -> ureq::Request {
+        let req = self.agent.request(method, &format!("{base}{path}"));
         match &self.token {
             Some(t) => req.set("Authorization", &format!("Bearer {t}")),
             None => req,
         }
     }
 
+    /// One request, to the replicas in turn (see the type's documentation): each
+    /// listed replica and each leader a follower names is asked at most once.
     fn json(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, RegistryError> {
-        let req = self.request(method, path);
-        let resp = crate::check(match body {
-            Some(b) => req.send_json(b),
-            None => req.call(),
-        })?;
-        if resp.status() == 204 {
-            return Ok(Value::Null);
+        let first = self.preferred.load(Ordering::Relaxed) % self.bases.len();
+        let mut order: Vec<String> = (0..self.bases.len())
+            .map(|i| self.bases[(first + i) % self.bases.len()].clone())
+            .rev()
+            .collect();
+        let mut asked: Vec<String> = Vec::new();
+        let mut unreachable: Vec<String> = Vec::new();
+        let mut refusal: Option<RegistryError> = None;
+        while let Some(base) = order.pop() {
+            if asked.contains(&base) {
+                continue;
+            }
+            asked.push(base.clone());
+            let req = self.request(&base, method, path);
+            let result = match &body {
+                Some(b) => req.send_json(b.clone()),
+                None => req.call(),
+            };
+            let leader = match &result {
+                Err(ureq::Error::Status(503, resp)) => {
+                    Some(resp.header("location").and_then(origin_of))
+                }
+                _ => None,
+            };
+            let resp = match crate::check(result) {
+                Ok(resp) => resp,
+                Err(ClientError::Transport(m)) => {
+                    unreachable.push(m);
+                    continue;
+                }
+                Err(e) => {
+                    let Some(leader) = leader else {
+                        return Err(e.into());
+                    };
+                    // 503: a follower (whose leader is asked next) or a busy replica.
+                    order.extend(leader);
+                    refusal = Some(e.into());
+                    continue;
+                }
+            };
+            if let Some(i) = self.bases.iter().position(|b| *b == base) {
+                self.preferred.store(i, Ordering::Relaxed);
+            }
+            if resp.status() == 204 {
+                return Ok(Value::Null);
+            }
+            let body = crate::read_body(resp)?;
+            if body.is_empty() {
+                return Ok(Value::Null);
+            }
+            return serde_json::from_slice(&body)
+                .map_err(|e| RegistryError::Transport(format!("registry sent invalid JSON: {e}")));
         }
-        let body = crate::read_body(resp)?;
-        if body.is_empty() {
-            return Ok(Value::Null);
-        }
-        serde_json::from_slice(&body)
-            .map_err(|e| RegistryError::Transport(format!("registry sent invalid JSON: {e}")))
+        Err(refusal.unwrap_or_else(|| RegistryError::Transport(unreachable.join("; "))))
     }
 
     /// `GET /v1/nodes`: every node, its devices and slots.
@@ -356,9 +433,55 @@ pub struct Bound {
     accelerator: String,
     options: BoundOptions,
     shared: Arc<Shared>,
-    http: Option<(String, NodeClient)>,
+    /// HTTP calls when the binding is watched, which can be abandoned ...
+    http: Option<HttpWorker>,
+    /// ... and when it is not.
+    http_direct: Option<(String, NodeClient)>,
     rac: Option<(String, RacClient)>,
     runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// One HTTP call for the helper thread.
+struct HttpJob {
+    accelerator: String,
+    params: Vec<(String, String)>,
+    payload: Vec<u8>,
+    deadline_us: Option<u32>,
+}
+
+/// The helper thread that makes a [`Bound`]'s HTTP calls to one node, so that the
+/// caller can stop waiting for one (see the module documentation). One call at a time:
+/// both channels hold one message.
+struct HttpWorker {
+    addr: String,
+    jobs: SyncSender<HttpJob>,
+    results: Receiver<Result<CallOutput, ClientError>>,
+}
+
+impl HttpWorker {
+    fn start(addr: &str) -> Result<HttpWorker, ClientError> {
+        let (jobs, job_rx) = mpsc::sync_channel::<HttpJob>(1);
+        let (result_tx, results) = mpsc::sync_channel(1);
+        let client = NodeClient::new(&format!("http://{addr}"));
+        std::thread::Builder::new()
+            .name("netaccel-bound-http".into())
+            .spawn(move || {
+                // Ends when the Bound drops the worker (after the call under way).
+                for job in job_rx {
+                    let out =
+                        client.call(&job.accelerator, &job.params, &job.payload, job.deadline_us);
+                    if result_tx.send(out).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| ClientError::Transport(format!("cannot start an HTTP thread: {e}")))?;
+        Ok(HttpWorker {
+            addr: addr.to_string(),
+            jobs,
+            results,
+        })
+    }
 }
 
 impl Drop for Bound {
@@ -402,6 +525,7 @@ impl Bound {
             options,
             shared,
             http: None,
+            http_direct: None,
             rac: None,
             runtime: None,
         })
@@ -512,11 +636,47 @@ impl Bound {
         match self.options.via {
             Via::Http => {
                 let addr = binding.http.clone().unwrap_or_default();
-                if self.http.as_ref().is_none_or(|(a, _)| *a != addr) {
-                    self.http = Some((addr.clone(), NodeClient::new(&format!("http://{addr}"))));
+                if !self.options.watch {
+                    // Nothing can tell a call in flight that its instance moved: the
+                    // call runs here, without the helper thread.
+                    if self.http_direct.as_ref().is_none_or(|(a, _)| *a != addr) {
+                        let client = NodeClient::new(&format!("http://{addr}"));
+                        self.http_direct = Some((addr.clone(), client));
+                    }
+                    let (_, client) = self.http_direct.as_ref().expect("just set");
+                    return client.call(&self.accelerator, params, payload, deadline_us);
                 }
-                let (_, client) = self.http.as_ref().expect("just set");
-                client.call(&self.accelerator, params, payload, deadline_us)
+                if self.http.as_ref().is_none_or(|w| w.addr != addr) {
+                    self.http = Some(HttpWorker::start(&addr)?);
+                }
+                let worker = self.http.as_ref().expect("just set");
+                let job = HttpJob {
+                    accelerator: self.accelerator.clone(),
+                    params: params.to_vec(),
+                    payload: payload.to_vec(),
+                    deadline_us,
+                };
+                let gone = || ClientError::Transport(format!("the HTTP thread for {addr} ended"));
+                if worker.jobs.send(job).is_err() {
+                    self.http = None;
+                    return Err(gone());
+                }
+                loop {
+                    match worker.results.recv_timeout(MOVED_CHECK) {
+                        Ok(result) => return result,
+                        Err(RecvTimeoutError::Disconnected) => {
+                            self.http = None;
+                            return Err(gone());
+                        }
+                        Err(RecvTimeoutError::Timeout) => {
+                            if let Some(e) = self.moved_off(binding) {
+                                // The thread finishes (or times out) alone.
+                                self.http = None;
+                                return Err(e);
+                            }
+                        }
+                    }
+                }
             }
             Via::Rac => {
                 let addr = binding.rac.clone().ok_or_else(|| {
@@ -538,16 +698,25 @@ impl Bound {
                     self.runtime = Some(rt);
                 }
                 let rt = self.runtime.as_ref().expect("just set");
+                let (shared, via) = (&self.shared, self.options.via);
                 if self.rac.as_ref().is_none_or(|(a, _)| *a != addr) {
                     self.rac = None;
+                    let connect = RacClient::connect(&addr);
                     let client = rt
-                        .block_on(RacClient::connect(&addr))
+                        .block_on(unless_moved(connect, shared, via, binding))?
                         .map_err(rac_to_client)?;
                     self.rac = Some((addr.clone(), client));
                 }
                 let (_, client) = self.rac.as_ref().expect("just set");
-                let result =
-                    rt.block_on(client.call(id, block, payload.to_vec(), deadline_us.unwrap_or(0)));
+                let call = client.call(id, block, payload.to_vec(), deadline_us.unwrap_or(0));
+                let result = match rt.block_on(unless_moved(call, shared, via, binding)) {
+                    Ok(result) => result,
+                    Err(moved) => {
+                        // Its answer, if any ever comes, is for nobody.
+                        self.rac = None;
+                        return Err(moved);
+                    }
+                };
                 match result {
                     Ok(out) => Ok(CallOutput {
                         output: out.payload,
@@ -568,6 +737,55 @@ impl Bound {
     }
 }
 
+impl Bound {
+    /// `Some(error)` when the watcher has seen the instance moved off the node
+    /// `binding` names (a call to it in flight is then abandoned).
+    fn moved_off(&self, binding: &Binding) -> Option<ClientError> {
+        moved_off(&self.shared, self.options.via, binding)
+    }
+}
+
+/// See [`Bound::moved_off`].
+fn moved_off(shared: &Shared, via: Via, binding: &Binding) -> Option<ClientError> {
+    let current = shared.binding.lock().expect("binding lock");
+    let addr = |b: &Binding| match via {
+        Via::Http => b.http.clone(),
+        Via::Rac => b.rac.clone(),
+    };
+    let moved = current.generation != binding.generation
+        && current.is_bound()
+        && addr(&current) != addr(binding);
+    moved.then(|| {
+        ClientError::Transport(format!(
+            "the registry moved instance {} from {} to {} while a call was in flight",
+            binding.id,
+            describe(binding),
+            describe(&current)
+        ))
+    })
+}
+
+/// `work`, unless the instance is moved off `binding`'s node first (checked every
+/// [`MOVED_CHECK`]).
+async fn unless_moved<T>(
+    work: impl std::future::Future<Output = T>,
+    shared: &Shared,
+    via: Via,
+    binding: &Binding,
+) -> Result<T, ClientError> {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return Ok(out),
+            _ = tokio::time::sleep(MOVED_CHECK) => {
+                if let Some(e) = moved_off(shared, via, binding) {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
 /// RAC failures in the client's one error type: unreachable is `Transport`, a status
 /// is the node's answer (`http_status` 0).
 pub fn rac_to_client(e: RacError) -> ClientError {
@@ -582,6 +800,14 @@ pub fn rac_to_client(e: RacError) -> ClientError {
             message,
         },
     }
+}
+
+/// `scheme://authority` of a URL (a follower's `Location` names the leader's URL and
+/// the path asked).
+fn origin_of(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split('/').next().filter(|a| !a.is_empty())?;
+    Some(format!("{scheme}://{authority}"))
 }
 
 fn describe(b: &Binding) -> String {
@@ -638,6 +864,18 @@ mod tests {
         ] {
             assert!(!is_stale_binding(&answer(code)), "{code}");
         }
+    }
+
+    #[test]
+    fn replicas_are_listed_and_a_leader_is_read_from_location() {
+        let c = RegistryClient::new("http://a:7400/, http://b:7400", None);
+        assert_eq!(&c.bases[..], ["http://a:7400", "http://b:7400"]);
+        assert_eq!(c.base(), "http://a:7400");
+        assert_eq!(
+            origin_of("http://10.0.0.1:7401/v1/functions/f").as_deref(),
+            Some("http://10.0.0.1:7401")
+        );
+        assert_eq!(origin_of("/v1/functions/f"), None);
     }
 
     #[test]

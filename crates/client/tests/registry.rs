@@ -562,3 +562,41 @@ fn with_nodes_renewing_their_own_leases_a_killed_node_is_left_for_the_other() {
     assert_eq!(out.output, b"AFTER");
     assert_eq!(bound.binding().node.as_deref(), Some("b"));
 }
+
+/// Several replicas: one that cannot be reached is skipped, by the library and the CLI,
+/// for reads and writes, and the one that answered is asked first from then on.
+#[test]
+fn a_replica_that_is_down_is_skipped_for_the_next() {
+    let cluster = Cluster::start(60_000);
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let both = format!("{dead},{}", cluster.url);
+    let client = RegistryClient::new(&both, None);
+    assert_eq!(client.base(), dead);
+    let nodes = client.nodes().unwrap();
+    assert_eq!(nodes.as_array().unwrap().len(), 2, "{nodes}");
+    assert_eq!(
+        client.base(),
+        cluster.url,
+        "the replica that answered goes first"
+    );
+    client
+        .put_function("echoes", &json!({"accelerator": "echo", "instances": 1}))
+        .unwrap();
+    let mut bound = Bound::bind(
+        RegistryClient::new(&both, None),
+        "echoes",
+        BoundOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(bound.call(&[], b"twice", None).unwrap().output, b"twice");
+    let out = cluster.cli(&["--registry", &both, "functions", "get", "echoes"], b"");
+    assert!(ok_stdout(&out).contains("echoes-"), "{out:?}");
+    // None answers: the error names each.
+    let other_dead = format!("http://127.0.0.1:{}", free_port());
+    let none = RegistryClient::new(&format!("{dead},{other_dead}"), None);
+    let e = none.nodes().unwrap_err().to_string();
+    assert!(
+        e.contains(&dead[7..]) && e.contains(&other_dead[7..]),
+        "{e}"
+    );
+}

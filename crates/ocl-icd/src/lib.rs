@@ -7,12 +7,15 @@
 //! at the start of every object. The nodes come from the `NETACCEL_OPENCL_NODES`
 //! environment variable (`host:port[,host:port...]`); each node contributes its
 //! platforms, named `netaccel: <name on the node>`, with their devices. A node that
-//! cannot be reached contributes nothing (and a warning on stderr).
+//! cannot be reached contributes nothing (and a warning on stderr). Without
+//! `NETACCEL_OPENCL_NODES`, `NETACCEL_REGISTRY` and `NETACCEL_FUNCTION` name a registry
+//! and a function: the node is the one the registry binds an instance of the function
+//! to ([`registry`]).
 //!
 //! Modules: [`object`] (handles and reference counts), [`node`] (one connection per node:
 //! control calls, command batching, completions), [`api`] (the OpenCL entry points),
 //! [`copy`] (large shared-memory copies on two threads), [`send`] (socket writes that
-//! never raise `SIGPIPE`).
+//! never raise `SIGPIPE`), [`registry`] (the node found through the registry).
 //! The protocol is `ocl_remote::proto`; the design is in `docs/opencl.md`.
 
 mod api;
@@ -20,6 +23,7 @@ mod copy;
 mod dispatch_names;
 mod node;
 mod object;
+mod registry;
 mod send;
 
 use std::ffi::{c_char, c_void, CStr};
@@ -162,8 +166,19 @@ pub(crate) fn dispatch_table() -> *const c_void {
 pub(crate) fn platforms() -> &'static [H] {
     static PLATFORMS: OnceLock<Vec<H>> = OnceLock::new();
     PLATFORMS.get_or_init(|| {
-        let Ok(list) = std::env::var(ocl_remote::NODES_ENV) else {
-            return Vec::new();
+        let list = match (
+            std::env::var(ocl_remote::NODES_ENV),
+            registry::Lookup::from_env(),
+        ) {
+            (Ok(list), _) => list,
+            (Err(_), None) => return Vec::new(),
+            (Err(_), Some(lookup)) => match lookup.and_then(|l| registry::bind(&l)) {
+                Ok(node) => node,
+                Err(e) => {
+                    eprintln!("netaccel OpenCL: no device from the registry: {e}");
+                    return Vec::new();
+                }
+            },
         };
         let mut out = Vec::new();
         for addr in list.split(',').map(str::trim).filter(|a| !a.is_empty()) {

@@ -57,7 +57,8 @@ struct Cli {
         value_parser = base_url
     )]
     node: String,
-    /// The registry's HTTP API, for `nodes`, `functions` and `call --function`.
+    /// The registry's HTTP API, for `nodes`, `functions` and `call --function`; several
+    /// replicas comma-separated (writes go to the one that leads).
     #[arg(
         long,
         global = true,
@@ -584,10 +585,17 @@ fn function_table(doc: &serde_json::Value) -> String {
 
 /// The registry's base URL: written like a node's (`HOST:PORT` or `http://HOST:PORT`),
 /// with a message that names the registry when it is neither.
-fn registry_url(addr: &str) -> Result<String, String> {
-    base_url(addr).map_err(|_| {
-        format!("`{addr}` is not a registry address; give HOST:PORT or http://HOST:PORT")
-    })
+/// One registry URL, or several replicas' comma-separated.
+fn registry_url(addrs: &str) -> Result<String, String> {
+    let urls = addrs
+        .split(',')
+        .map(|addr| {
+            base_url(addr.trim()).map_err(|_| {
+                format!("`{addr}` is not a registry address; give HOST:PORT or http://HOST:PORT (several: comma-separated)")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(urls.join(","))
 }
 
 fn dash_if_empty(s: String) -> String {

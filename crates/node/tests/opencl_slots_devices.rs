@@ -173,7 +173,8 @@ fn manifests_load_the_valid_and_refuse_the_invalid_with_file_field_and_reason() 
     assert!(second["id"].as_u64().unwrap() >= 256);
     assert_eq!(
         entry("topk").unwrap()["backends"],
-        serde_json::json!(["cpu"])
+        // rtl: the node ships topk's RTL implementation (docs/rtl.md).
+        serde_json::json!(["cpu", "rtl"])
     );
     assert_eq!(list.iter().filter(|a| a["name"] == "topk").count(), 1);
     for refused in ["overlap", "misaligned", "nosource"] {

@@ -488,3 +488,64 @@ fn the_worked_example_in_the_docs_is_the_fixture_these_tests_serve() {
         );
     }
 }
+
+#[test]
+fn the_modelled_reconfiguration_time_is_the_partial_bitstream_over_the_icap() {
+    if !verilator_present() {
+        return;
+    }
+    if std::process::Command::new("yosys")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "yosys is required in CI"
+        );
+        eprintln!("SKIP: yosys is not installed");
+        return;
+    }
+    prebuild_builtins();
+    // The estimate the node models echo's region from (what `netaccel rtl synth`
+    // keeps in the cache).
+    let echo = manifest::load(&repo().join("rtl/accelerators/echo")).unwrap();
+    let rtl = echo.rtl.unwrap();
+    let source = netaccel_rtl::DesignSource {
+        files: rtl.sources,
+        top: rtl.top,
+    };
+    let (resources, _) =
+        netaccel_rtl::synth_cached(&source, "xcup", &netaccel_rtl::default_cache_dir()).unwrap();
+    let node = TestNode::start(
+        r#"
+[[devices]]
+name = "rtl0"
+backend = "rtl"
+icap_bytes_per_s = 100000000
+slots = ["topk"]
+"#,
+    );
+    let (status, resp) = curl(&[
+        "-s",
+        "-X",
+        "PUT",
+        "-d",
+        r#"{"accelerator":"echo"}"#,
+        &node.url("/v1/slots/0"),
+    ]);
+    let doc: serde_json::Value = serde_json::from_slice(&resp).unwrap_or_default();
+    assert_eq!(status, 200, "{doc}");
+    let want_ms = resources.partial_bitstream_bytes() as f64 / 100e6 * 1e3;
+    let got_ms = doc["modelled_ms"].as_f64().expect("modelled_ms");
+    assert!(
+        (got_ms - want_ms).abs() < 1e-3,
+        "{got_ms} ms, want {want_ms} ms"
+    );
+    assert_eq!(doc["cached"], true, "echo was built before: {doc}");
+    let (status, out, _) = post(&node, "/v1/fn/echo", b"after the swap");
+    assert_eq!(
+        (status, out.as_slice()),
+        (200, b"after the swap".as_slice())
+    );
+}

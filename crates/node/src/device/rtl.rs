@@ -129,7 +129,8 @@ pub struct RtlBackend {
     cache_dir: PathBuf,
     verilator: String,
     /// Opened shared objects by build digest: a design loaded into several slots (or
-    /// again) is opened once.
+    /// again) is opened once. Bounded by the catalog: manifests are read at start, so
+    /// at most one entry per RTL accelerator the node lists.
     designs: Mutex<HashMap<String, Arc<sim::Design>>>,
     cycles: Family<SlotLabel, Counter>,
 }

@@ -195,6 +195,11 @@ impl DeviceLane {
         }
     }
 
+    /// No task or job runs on the device and none waits (a snapshot).
+    pub fn is_idle(&self) -> bool {
+        self.shared.devices[self.device].is_idle()
+    }
+
     /// Seconds the device spent on jobs and tasks so far.
     pub fn busy_seconds(&self) -> f64 {
         self.shared.metrics.devices[self.device].busy_seconds.get()

@@ -293,7 +293,7 @@ impl Loaded for OpenClImage {
     }
 
     fn inline_ok(&self) -> bool {
-        false
+        self.cl.lane.is_idle()
     }
 }
 

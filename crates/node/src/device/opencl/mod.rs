@@ -19,9 +19,12 @@
 //! ([`ocl_remote::service::DeviceLane`]): a slot call and a remote task never
 //! interleave, each waits behind at most the FIFO's bound of the other's work, and the
 //! device's busy seconds (`netaccel_ocl_device_busy_seconds_total`) count both. Without
-//! the service, the device's slots take turns on a lock of their own. Either way a
-//! call never runs on a network thread ([`Loaded::inline_ok`]): it may wait for the
-//! device.
+//! the service, the device's slots take turns on a lock of their own. A cheap call
+//! runs on the network thread only when the device is idle at that moment
+//! ([`Loaded::inline_ok`]), saving the two thread hand-offs that otherwise cost more
+//! than a small kernel; a network thread thus never queues behind another user's
+//! work (at most, when another call takes the device in the same instant, it waits
+//! for that one call).
 //!
 //! # What it hosts
 //!
@@ -32,6 +35,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use manifest::Manifest;
@@ -69,18 +73,29 @@ unsafe impl Sync for Raw {}
 enum Lane {
     /// The remote OpenCL service's FIFO of the device.
     Shared(DeviceLane),
-    /// The device's slots only.
-    Own(Mutex<()>),
+    /// The device's slots only; the flag says a call holds the lock.
+    Own(Mutex<()>, AtomicBool),
 }
 
 impl Lane {
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         match self {
             Lane::Shared(lane) => lane.run(f),
-            Lane::Own(lock) => {
+            Lane::Own(lock, busy) => {
                 let _turn = lock.lock().unwrap_or_else(|p| p.into_inner());
-                f()
+                busy.store(true, Ordering::Relaxed);
+                let out = f();
+                busy.store(false, Ordering::Relaxed);
+                out
             }
+        }
+    }
+
+    /// Nothing runs on the device and nothing waits for it, as far as can be seen now.
+    fn is_idle(&self) -> bool {
+        match self {
+            Lane::Shared(lane) => lane.is_idle(),
+            Lane::Own(_, busy) => !busy.load(Ordering::Relaxed),
         }
     }
 }
@@ -217,7 +232,7 @@ impl OpenClBackend {
         }
         let lane = match service.and_then(|s| s.lane(device)) {
             Some(lane) => Lane::Shared(lane),
-            None => Lane::Own(Mutex::new(())),
+            None => Lane::Own(Mutex::new(()), AtomicBool::new(false)),
         };
         let shared = matches!(lane, Lane::Shared(_));
         let cl = Arc::new(Cl {

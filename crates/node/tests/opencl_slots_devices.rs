@@ -173,7 +173,7 @@ fn manifests_load_the_valid_and_refuse_the_invalid_with_file_field_and_reason() 
     assert!(second["id"].as_u64().unwrap() >= 256);
     assert_eq!(
         entry("topk").unwrap()["backends"],
-        serde_json::json!(["cpu"])
+        serde_json::json!(["cpu", "opencl"])
     );
     assert_eq!(list.iter().filter(|a| a["name"] == "topk").count(), 1);
     for refused in ["overlap", "misaligned", "nosource"] {

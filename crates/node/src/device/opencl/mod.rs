@@ -22,9 +22,9 @@
 //! the service, the device's slots take turns on a lock of their own. A cheap call
 //! runs on the network thread only when the device is idle at that moment
 //! ([`Loaded::inline_ok`]), saving the two thread hand-offs that otherwise cost more
-//! than a small kernel; a network thread thus never queues behind another user's
-//! work (at most, when another call takes the device in the same instant, it waits
-//! for that one call).
+//! than a small kernel; a network thread thus does not queue behind another user's
+//! work, except for what takes the device in the very instant between its look and
+//! its call.
 //!
 //! # What it hosts
 //!

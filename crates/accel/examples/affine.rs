@@ -41,19 +41,9 @@ impl Affine {
                 hash: digest.iter().take(16).map(|b| format!("{b:02x}")).collect(),
                 params: vec![
                     // `a` at bytes 0..4 of the parameter block, 1.0 when not given.
-                    ParamSpec {
-                        name: "a",
-                        ty: ParamType::F32,
-                        offset: 0,
-                        default: Some(ParamValue::F32(1.0)),
-                    },
+                    ParamSpec::new("a", ParamType::F32, 0, Some(ParamValue::F32(1.0))),
                     // `b` at bytes 4..8, 0.0 when not given.
-                    ParamSpec {
-                        name: "b",
-                        ty: ParamType::F32,
-                        offset: 4,
-                        default: Some(ParamValue::F32(0.0)),
-                    },
+                    ParamSpec::new("b", ParamType::F32, 4, Some(ParamValue::F32(0.0))),
                 ],
             },
         }

@@ -138,21 +138,11 @@ fn descriptor(id: u16, name: &str, params: &[ParamSpec]) -> Descriptor {
 }
 
 fn u32_param(name: &'static str, offset: usize, default: Option<u32>) -> ParamSpec {
-    ParamSpec {
-        name,
-        ty: ParamType::U32,
-        offset,
-        default: default.map(ParamValue::U32),
-    }
+    ParamSpec::new(name, ParamType::U32, offset, default.map(ParamValue::U32))
 }
 
 fn f32_param(name: &'static str, offset: usize, default: Option<f32>) -> ParamSpec {
-    ParamSpec {
-        name,
-        ty: ParamType::F32,
-        offset,
-        default: default.map(ParamValue::F32),
-    }
+    ParamSpec::new(name, ParamType::F32, offset, default.map(ParamValue::F32))
 }
 
 fn check_multiple(payload_len: Option<usize>, of: usize, what: &str) -> Result<(), CallError> {

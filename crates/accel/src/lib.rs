@@ -14,6 +14,7 @@
 //! It knows nothing about sockets, slots or queues: the node wires those. Kernels never
 //! allocate per element; they write into an output buffer the caller lends them.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -29,18 +30,93 @@ pub const PARAMS_LEN: usize = 44;
 /// Accelerator parameters in their wire layout: little-endian, zero-padded.
 pub type ParamBlock = [u8; PARAMS_LEN];
 
-/// Type of one parameter inside a [`ParamBlock`].
+/// Type of one parameter inside a [`ParamBlock`]: the six types of the accelerator
+/// manifest format (`spec/accelerator-manifest.md`), little-endian at their offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamType {
+    U8,
+    U16,
     U32,
+    I32,
+    U64,
     F32,
 }
 
 impl ParamType {
+    /// Every type, in the order the manifest format lists them.
+    pub const ALL: [ParamType; 6] = [
+        ParamType::U8,
+        ParamType::U16,
+        ParamType::U32,
+        ParamType::I32,
+        ParamType::U64,
+        ParamType::F32,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
+            ParamType::U8 => "u8",
+            ParamType::U16 => "u16",
             ParamType::U32 => "u32",
+            ParamType::I32 => "i32",
+            ParamType::U64 => "u64",
             ParamType::F32 => "f32",
+        }
+    }
+
+    /// The type named `name` (`u8`, …, `f32`).
+    pub fn from_name(name: &str) -> Option<ParamType> {
+        ParamType::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+
+    /// Bytes the value takes in the block; its offset must be a multiple of this.
+    pub fn size(self) -> usize {
+        match self {
+            ParamType::U8 => 1,
+            ParamType::U16 => 2,
+            ParamType::U32 | ParamType::I32 | ParamType::F32 => 4,
+            ParamType::U64 => 8,
+        }
+    }
+
+    /// Whether values of this type are integers (usable in size expressions).
+    pub fn is_integer(self) -> bool {
+        self != ParamType::F32
+    }
+
+    /// Parses a decimal text (a query-string value) as a value of this type.
+    pub fn parse(self, raw: &str) -> Option<ParamValue> {
+        Some(match self {
+            ParamType::U8 => ParamValue::U8(raw.parse().ok()?),
+            ParamType::U16 => ParamValue::U16(raw.parse().ok()?),
+            ParamType::U32 => ParamValue::U32(raw.parse().ok()?),
+            ParamType::I32 => ParamValue::I32(raw.parse().ok()?),
+            ParamType::U64 => ParamValue::U64(raw.parse().ok()?),
+            ParamType::F32 => ParamValue::F32(raw.parse().ok()?),
+        })
+    }
+
+    /// The value of this type equal to the integer `v`, if it fits.
+    pub fn from_i128(self, v: i128) -> Option<ParamValue> {
+        Some(match self {
+            ParamType::U8 => ParamValue::U8(v.try_into().ok()?),
+            ParamType::U16 => ParamValue::U16(v.try_into().ok()?),
+            ParamType::U32 => ParamValue::U32(v.try_into().ok()?),
+            ParamType::I32 => ParamValue::I32(v.try_into().ok()?),
+            ParamType::U64 => ParamValue::U64(v.try_into().ok()?),
+            ParamType::F32 => ParamValue::F32(v as f32),
+        })
+    }
+
+    /// What a value of this type must look like, for error messages.
+    fn wording(self) -> &'static str {
+        match self {
+            ParamType::U8 => "an unsigned 8-bit integer",
+            ParamType::U16 => "an unsigned 16-bit integer",
+            ParamType::U32 => "an unsigned 32-bit integer",
+            ParamType::I32 => "a signed 32-bit integer",
+            ParamType::U64 => "an unsigned 64-bit integer",
+            ParamType::F32 => "a number",
         }
     }
 }
@@ -48,20 +124,141 @@ impl ParamType {
 /// A parameter value, as given by a default or read from a block.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ParamValue {
+    U8(u8),
+    U16(u16),
     U32(u32),
+    I32(i32),
+    U64(u64),
     F32(f32),
 }
 
+impl ParamValue {
+    /// The value as an integer; `None` for `F32`.
+    pub fn as_i128(self) -> Option<i128> {
+        match self {
+            ParamValue::U8(v) => Some(v.into()),
+            ParamValue::U16(v) => Some(v.into()),
+            ParamValue::U32(v) => Some(v.into()),
+            ParamValue::I32(v) => Some(v.into()),
+            ParamValue::U64(v) => Some(v.into()),
+            ParamValue::F32(_) => None,
+        }
+    }
+
+    /// The value as a float, for comparisons against bounds (exact for every integer
+    /// type but the largest `u64`s, which compare as integers instead).
+    fn as_f64(self) -> f64 {
+        match self {
+            ParamValue::F32(v) => v.into(),
+            other => other.as_i128().expect("integer") as f64,
+        }
+    }
+
+    /// `self < other`, as numbers (integers exactly).
+    fn less_than(self, other: ParamValue) -> bool {
+        match (self.as_i128(), other.as_i128()) {
+            (Some(a), Some(b)) => a < b,
+            _ => self.as_f64() < other.as_f64(),
+        }
+    }
+}
+
+impl fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamValue::F32(v) => write!(f, "{v}"),
+            other => write!(f, "{}", other.as_i128().expect("integer")),
+        }
+    }
+}
+
 /// Where a parameter lives in the block and what it means.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ParamSpec {
     /// Query-string name (`k`, `width`, …).
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     pub ty: ParamType,
-    /// Byte offset inside the [`ParamBlock`].
+    /// Byte offset inside the [`ParamBlock`]; a multiple of the type's size.
     pub offset: usize,
     /// Value used when the caller gives none; `None` means the parameter is required.
     pub default: Option<ParamValue>,
+    /// Inclusive bounds, checked by [`params_from_pairs`] and [`ParamSpec::check`]
+    /// (built-ins check their ranges in their own `check` and leave these `None`).
+    pub min: Option<ParamValue>,
+    pub max: Option<ParamValue>,
+}
+
+impl ParamSpec {
+    /// A parameter without bounds.
+    pub fn new(
+        name: impl Into<Cow<'static, str>>,
+        ty: ParamType,
+        offset: usize,
+        default: Option<ParamValue>,
+    ) -> ParamSpec {
+        ParamSpec {
+            name: name.into(),
+            ty,
+            offset,
+            default,
+            min: None,
+            max: None,
+        }
+    }
+
+    /// The bytes of the block this parameter occupies.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.offset..self.offset + self.ty.size()
+    }
+
+    /// Reads this parameter from `block`.
+    pub fn read(&self, block: &ParamBlock) -> ParamValue {
+        let b = &block[self.range()];
+        match self.ty {
+            ParamType::U8 => ParamValue::U8(b[0]),
+            ParamType::U16 => ParamValue::U16(u16::from_le_bytes([b[0], b[1]])),
+            ParamType::U32 => ParamValue::U32(u32::from_le_bytes(b.try_into().expect("4"))),
+            ParamType::I32 => ParamValue::I32(i32::from_le_bytes(b.try_into().expect("4"))),
+            ParamType::U64 => ParamValue::U64(u64::from_le_bytes(b.try_into().expect("8"))),
+            ParamType::F32 => ParamValue::F32(f32::from_le_bytes(b.try_into().expect("4"))),
+        }
+    }
+
+    /// Writes `value` (of this parameter's type) into `block`.
+    pub fn write(&self, block: &mut ParamBlock, value: ParamValue) {
+        let range = self.range();
+        match value {
+            ParamValue::U8(v) => block[range].copy_from_slice(&v.to_le_bytes()),
+            ParamValue::U16(v) => block[range].copy_from_slice(&v.to_le_bytes()),
+            ParamValue::U32(v) => block[range].copy_from_slice(&v.to_le_bytes()),
+            ParamValue::I32(v) => block[range].copy_from_slice(&v.to_le_bytes()),
+            ParamValue::U64(v) => block[range].copy_from_slice(&v.to_le_bytes()),
+            ParamValue::F32(v) => block[range].copy_from_slice(&v.to_le_bytes()),
+        }
+    }
+
+    /// Whether `value` lies within the parameter's bounds (a NaN lies within none).
+    pub fn in_range(&self, value: ParamValue) -> Result<(), CallError> {
+        let nan = matches!(value, ParamValue::F32(v) if v.is_nan());
+        let below = self.min.is_some_and(|min| nan || value.less_than(min));
+        let above = self.max.is_some_and(|max| nan || max.less_than(value));
+        if below || above {
+            let bound = |b: Option<ParamValue>| b.map_or("…".to_string(), |v| v.to_string());
+            return bad(format!(
+                "parameter `{}` is {value}, outside {}..={}",
+                self.name,
+                bound(self.min),
+                bound(self.max)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the value `block` holds for this parameter against its bounds (a RAC
+    /// call's block, which did not go through [`params_from_pairs`]).
+    pub fn check(&self, block: &ParamBlock) -> Result<(), CallError> {
+        self.in_range(self.read(block))
+    }
 }
 
 /// What a catalog lists about an accelerator.
@@ -130,14 +327,6 @@ pub fn param_f32(params: &ParamBlock, offset: usize) -> f32 {
     f32::from_le_bytes(params[offset..offset + 4].try_into().expect("4 bytes"))
 }
 
-fn put_value(block: &mut ParamBlock, spec: &ParamSpec, value: ParamValue) {
-    let bytes = match value {
-        ParamValue::U32(v) => v.to_le_bytes(),
-        ParamValue::F32(v) => v.to_le_bytes(),
-    };
-    block[spec.offset..spec.offset + 4].copy_from_slice(&bytes);
-}
-
 /// Builds a parameter block from `name=value` pairs (an HTTP query string, a CLI's
 /// `-p k=10`). Unknown names, unparsable values, repeated names and missing required
 /// parameters are `BadRequest` with a sentence saying which.
@@ -149,7 +338,7 @@ pub fn params_from_pairs<'a>(
     let mut seen = 0u64;
     for (name, raw) in pairs {
         let Some(index) = specs.iter().position(|s| s.name == name) else {
-            let known: Vec<&str> = specs.iter().map(|s| s.name).collect();
+            let known: Vec<&str> = specs.iter().map(|s| s.name.as_ref()).collect();
             return if known.is_empty() {
                 bad(format!(
                     "unknown parameter `{name}`: this accelerator takes none"
@@ -166,22 +355,19 @@ pub fn params_from_pairs<'a>(
         }
         seen |= 1 << index;
         let spec = &specs[index];
-        let value = match spec.ty {
-            ParamType::U32 => raw.parse::<u32>().map(ParamValue::U32).map_err(|_| {
-                CallError::BadRequest(format!(
-                    "parameter `{name}` must be an unsigned 32-bit integer, got `{raw}`"
-                ))
-            })?,
-            ParamType::F32 => raw.parse::<f32>().map(ParamValue::F32).map_err(|_| {
-                CallError::BadRequest(format!("parameter `{name}` must be a number, got `{raw}`"))
-            })?,
-        };
-        put_value(&mut block, spec, value);
+        let value = spec.ty.parse(raw).ok_or_else(|| {
+            CallError::BadRequest(format!(
+                "parameter `{name}` must be {}, got `{raw}`",
+                spec.ty.wording()
+            ))
+        })?;
+        spec.in_range(value)?;
+        spec.write(&mut block, value);
     }
     for (index, spec) in specs.iter().enumerate() {
         if seen & (1 << index) == 0 {
             match spec.default {
-                Some(value) => put_value(&mut block, spec, value),
+                Some(value) => spec.write(&mut block, value),
                 None => return bad(format!("missing required parameter `{}`", spec.name)),
             }
         }
@@ -189,10 +375,13 @@ pub fn params_from_pairs<'a>(
     Ok(block)
 }
 
-/// The accelerators a node can load, by id and by name.
+/// The accelerators a node can load, by id and by name, each listed once with the
+/// device backends that can host it (`cpu`, `opencl`, `rtl`: which backend hosts what
+/// is the node's knowledge, so the node fills that in with [`Catalog::set_backends`]).
 #[derive(Clone)]
 pub struct Catalog {
     entries: Vec<Arc<dyn Accelerator>>,
+    backends: Vec<Vec<&'static str>>,
     by_name: HashMap<String, usize>,
     by_id: HashMap<u16, usize>,
 }
@@ -218,10 +407,24 @@ impl Catalog {
             assert!(by_id.insert(d.id, i).is_none(), "duplicate id {}", d.id);
         }
         Catalog {
+            backends: vec![Vec::new(); entries.len()],
             entries,
             by_name,
             by_id,
         }
+    }
+
+    /// Records which backends can host accelerator `id` (ignored for an id not in the
+    /// catalog).
+    pub fn set_backends(&mut self, id: u16, backends: Vec<&'static str>) {
+        if let Some(&i) = self.by_id.get(&id) {
+            self.backends[i] = backends;
+        }
+    }
+
+    /// The backends that can host accelerator `id`, as set by [`Catalog::set_backends`].
+    pub fn backends(&self, id: u16) -> &[&'static str] {
+        self.by_id.get(&id).map_or(&[], |&i| &self.backends[i])
     }
 
     pub fn by_name(&self, name: &str) -> Option<&Arc<dyn Accelerator>> {
@@ -302,6 +505,113 @@ mod tests {
             params_from_pairs(echo, [("k", "1")]),
             Err(CallError::BadRequest(m)) if m.contains("takes none")
         ));
+    }
+
+    #[test]
+    fn every_param_type_round_trips_through_the_block_at_its_offset() {
+        let cases = [
+            (ParamType::U8, 3, "200", ParamValue::U8(200), vec![200u8]),
+            (
+                ParamType::U16,
+                2,
+                "65535",
+                ParamValue::U16(65535),
+                vec![255, 255],
+            ),
+            (ParamType::U32, 4, "7", ParamValue::U32(7), vec![7, 0, 0, 0]),
+            (
+                ParamType::I32,
+                8,
+                "-2",
+                ParamValue::I32(-2),
+                vec![254, 255, 255, 255],
+            ),
+            (
+                ParamType::U64,
+                16,
+                "18446744073709551615",
+                ParamValue::U64(u64::MAX),
+                vec![255; 8],
+            ),
+            (
+                ParamType::F32,
+                24,
+                "1.5",
+                ParamValue::F32(1.5),
+                1.5f32.to_le_bytes().to_vec(),
+            ),
+        ];
+        for (ty, offset, raw, value, bytes) in cases {
+            let spec = ParamSpec::new("x", ty, offset, None);
+            let block = params_from_pairs(std::slice::from_ref(&spec), [("x", raw)]).unwrap();
+            assert_eq!(
+                &block[offset..offset + ty.size()],
+                bytes.as_slice(),
+                "{ty:?}"
+            );
+            assert_eq!(spec.read(&block), value);
+            assert_eq!(ParamType::from_name(ty.as_str()), Some(ty));
+            assert!(block
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| spec.range().contains(&i) || b == 0));
+        }
+        // Out of the type's range: refused, naming the type.
+        for (ty, raw, wording) in [
+            (ParamType::U8, "256", "unsigned 8-bit"),
+            (ParamType::U16, "-1", "unsigned 16-bit"),
+            (ParamType::I32, "2147483648", "signed 32-bit"),
+            (ParamType::U64, "1.5", "unsigned 64-bit"),
+        ] {
+            let spec = ParamSpec::new("x", ty, 0, None);
+            let err = params_from_pairs(&[spec], [("x", raw)]).unwrap_err();
+            assert!(err.to_string().contains(wording), "{ty:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn bounds_are_inclusive_and_checked_on_both_paths() {
+        let spec = ParamSpec {
+            min: Some(ParamValue::I32(-3)),
+            max: Some(ParamValue::I32(10)),
+            ..ParamSpec::new("v", ParamType::I32, 0, Some(ParamValue::I32(0)))
+        };
+        let specs = std::slice::from_ref(&spec);
+        for ok in ["-3", "0", "10"] {
+            let block = params_from_pairs(specs, [("v", ok)]).unwrap();
+            spec.check(&block).unwrap();
+        }
+        for out in ["-4", "11"] {
+            let err = params_from_pairs(specs, [("v", out)]).unwrap_err();
+            assert!(err.to_string().contains("outside -3..=10"), "{err}");
+        }
+        // A RAC block carries raw bytes: the same bounds through `check`.
+        let mut block = [0u8; PARAMS_LEN];
+        spec.write(&mut block, ParamValue::I32(11));
+        assert!(spec.check(&block).is_err());
+        // NaN is within no bounds; a large u64 compares exactly.
+        let f = ParamSpec {
+            min: Some(ParamValue::F32(0.0)),
+            ..ParamSpec::new("f", ParamType::F32, 0, None)
+        };
+        assert!(f.in_range(ParamValue::F32(f32::NAN)).is_err());
+        assert!(f.in_range(ParamValue::F32(0.0)).is_ok());
+        let big = ParamSpec {
+            max: Some(ParamValue::U64(u64::MAX - 1)),
+            ..ParamSpec::new("b", ParamType::U64, 0, None)
+        };
+        assert!(big.in_range(ParamValue::U64(u64::MAX)).is_err());
+        assert!(big.in_range(ParamValue::U64(u64::MAX - 1)).is_ok());
+    }
+
+    #[test]
+    fn the_catalog_lists_the_backends_set_for_each_accelerator() {
+        let mut c = Catalog::builtin();
+        assert!(c.backends(3).is_empty());
+        c.set_backends(3, vec!["cpu", "opencl"]);
+        c.set_backends(999, vec!["rtl"]);
+        assert_eq!(c.backends(3), ["cpu", "opencl"]);
+        assert!(c.backends(999).is_empty());
     }
 
     #[test]

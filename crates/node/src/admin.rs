@@ -62,12 +62,14 @@ pub fn catalog_json(node: &Node) -> Vec<u8> {
                 .params
                 .iter()
                 .map(|p| {
-                    let default = match p.default {
-                        None => serde_json::Value::Null,
-                        Some(accel::ParamValue::U32(v)) => json!(v),
-                        Some(accel::ParamValue::F32(v)) => json!(v),
-                    };
-                    json!({ "name": p.name, "type": p.ty.as_str(), "default": default })
+                    json!({
+                        "name": p.name,
+                        "type": p.ty.as_str(),
+                        "offset": p.offset,
+                        "default": value_json(p.default),
+                        "min": value_json(p.min),
+                        "max": value_json(p.max),
+                    })
                 })
                 .collect();
             json!({
@@ -75,11 +77,24 @@ pub fn catalog_json(node: &Node) -> Vec<u8> {
                 "name": d.name,
                 "hash": d.hash,
                 "params": params,
+                "backends": node.dispatcher.catalog().backends(d.id),
                 "slots": node.dispatcher.slots_hosting(d.id),
             })
         })
         .collect();
     serde_json::to_vec(&list).expect("JSON")
+}
+
+/// A parameter's default or bound as a JSON number (`null` when absent).
+fn value_json(value: Option<accel::ParamValue>) -> serde_json::Value {
+    match value {
+        None => serde_json::Value::Null,
+        Some(accel::ParamValue::F32(v)) => json!(v),
+        Some(v) => match v.as_i128().map(i64::try_from) {
+            Some(Ok(i)) => json!(i),
+            _ => json!(v.as_i128().and_then(|i| u64::try_from(i).ok())),
+        },
+    }
 }
 
 /// `GET /v1/slots` and RAC `slots` (all slots, `only` = `None`), or
@@ -100,6 +115,7 @@ pub fn slots_json(node: &Node, only: Option<u16>) -> Vec<u8> {
             json!({
                 "id": info.id,
                 "device": info.device,
+                "backend": info.backend.as_str(),
                 "accelerator": info.accelerator,
                 "state": state,
                 "loading": info.reconfiguring_to,
@@ -129,18 +145,30 @@ pub fn authorized(config: &Config, token: Option<&str>) -> bool {
 pub struct Reconfigured {
     pub slot: u16,
     pub accelerator: String,
-    /// From the request to the reopened slot: the drain of the calls queued before it
-    /// and the load itself.
+    /// From the request to the reopened slot: the device's load, the drain of the
+    /// calls queued before it and the swap.
     pub took: Duration,
+    /// The device's part: preparing the image (an OpenCL build, …), while the slot
+    /// still served the old accelerator.
+    pub load: Duration,
+    /// The device had built this image before and reused it.
+    pub cached: bool,
+    /// The time the load stands for on real hardware, when the device models one.
+    pub modelled: Option<Duration>,
 }
 
 impl Reconfigured {
-    /// The reply document: `{"slot", "accelerator", "reconfig_ms"}`.
+    /// The reply document: `{"slot", "accelerator", "reconfig_ms", "load_ms",
+    /// "cached", "modelled_ms"}`.
     pub fn json(&self) -> Vec<u8> {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         serde_json::to_vec(&json!({
             "slot": self.slot,
             "accelerator": self.accelerator,
-            "reconfig_ms": self.took.as_secs_f64() * 1e3,
+            "reconfig_ms": ms(self.took),
+            "load_ms": ms(self.load),
+            "cached": self.cached,
+            "modelled_ms": self.modelled.map(ms),
         }))
         .expect("JSON")
     }
@@ -237,7 +265,8 @@ impl Origin {
 /// old accelerator first; calls arriving meanwhile are refused `UNAVAILABLE`.
 ///
 /// The caller must have checked [`authorized`]. Refused: `BAD_REQUEST` (no such slot),
-/// `UNKNOWN_ACCELERATOR` (not in the catalog), `UNAVAILABLE` (the slot is already
+/// `UNKNOWN_ACCELERATOR` (not in the catalog), `BAD_REQUEST` (the slot's device cannot
+/// host it), `UNAVAILABLE` (the slot is already
 /// reconfiguring, or shutting down); `INTERNAL` if the reconfiguration itself failed.
 /// With a registry, also as the module docs say: refused when the registry refuses
 /// ([`AdminError::conflict`]) or cannot be asked. The waits run on blocking threads,
@@ -266,17 +295,62 @@ pub async fn reconfigure(
                 format!("no accelerator named {accelerator} in the catalog"),
             )
         })?;
+    let device = node.devices.of_slot(slot).ok_or_else(|| {
+        AdminError::new(
+            Status::Internal,
+            format!("slot {slot} belongs to no device"),
+        )
+    })?;
+    device
+        .backend
+        .hosts(node.devices.hostable(&accel))
+        .map_err(|e| {
+            AdminError::new(
+                Status::BadRequest,
+                format!("slot {slot} is on device {}: {e}", device.name),
+            )
+        })?;
+    let backend = Arc::clone(&device.backend);
     ask_registry(&node, &target.info(), &accelerator, origin).await?;
-    let took = tokio::task::spawn_blocking(move || target.reconfigure(accel))
-        .await
-        .map_err(|e| AdminError::new(Status::Internal, format!("reconfiguration failed: {e}")))?
-        .map_err(|message| AdminError::new(Status::Unavailable, message))?;
+    let started = std::time::Instant::now();
+    let loader = Arc::clone(&node);
+    let (load, drained) = tokio::task::spawn_blocking(move || {
+        let load = backend
+            .load(slot, loader.devices.hostable(&accel))
+            .map_err(|e| {
+                AdminError::new(
+                    Status::Internal,
+                    format!(
+                        "loading {} into slot {slot} failed: {e}",
+                        accel.descriptor().name
+                    ),
+                )
+            })?;
+        let image = Arc::clone(&load.image);
+        let drained = target
+            .reconfigure(accel, image)
+            .map_err(|message| AdminError::new(Status::Unavailable, message))?;
+        Ok::<_, AdminError>((load, drained))
+    })
+    .await
+    .map_err(|e| AdminError::new(Status::Internal, format!("reconfiguration failed: {e}")))??;
     let done = Reconfigured {
         slot,
         accelerator,
-        took,
+        took: started.elapsed().max(drained),
+        load: load.took,
+        cached: load.cached,
+        modelled: load.modelled,
     };
-    tracing::info!(slot, accelerator = %done.accelerator, reconfig_ms = took.as_secs_f64() * 1e3, "slot reconfigured");
+    let took = done.took;
+    tracing::info!(
+        slot,
+        accelerator = %done.accelerator,
+        reconfig_ms = took.as_secs_f64() * 1e3,
+        load_ms = done.load.as_secs_f64() * 1e3,
+        cached = done.cached,
+        "slot reconfigured"
+    );
     if let Some(registry) = &node.registry {
         // The registry should see what the slot holds now, not at the next renewal.
         registry.renew_soon();

@@ -54,6 +54,139 @@ pub struct SlotConfig {
     pub accelerator: String,
 }
 
+/// The kind of device a `[[devices]]` entry is: what runs its slots' calls.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// netaccel's own kernels on the host's cores.
+    Cpu,
+    /// OpenCL kernels on a device of an OpenCL platform (PoCL, a GPU, an FPGA).
+    Opencl,
+    /// RTL accelerators under cycle-accurate simulation.
+    Rtl,
+}
+
+impl BackendKind {
+    /// The name in node.toml, `/v1/slots`, `/v1/accelerators` and the registry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Opencl => "opencl",
+            BackendKind::Rtl => "rtl",
+        }
+    }
+}
+
+/// An OpenCL platform, by a substring of its name or by its index.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum PlatformChoice {
+    Index(usize),
+    Name(String),
+}
+
+/// One `[[devices]]` entry (`spec/accelerator-manifest.md`, "Devices in node.toml").
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// Unique among the node's devices; the registry's device id.
+    pub name: String,
+    pub backend: BackendKind,
+    /// `opencl` only: the platform (default: the first).
+    pub platform: Option<PlatformChoice>,
+    /// `opencl` only: the device's index within the platform (default 0).
+    pub device: Option<usize>,
+    /// `rtl` only: the accelerator clock, for modelled times (default 250).
+    pub clock_mhz: Option<f64>,
+    /// `rtl` only: configuration port bandwidth, for modelled reconfiguration times
+    /// (default 400000000).
+    pub icap_bytes_per_s: Option<u64>,
+    /// What each of the device's slots loads at start, by accelerator name.
+    pub slots: Vec<String>,
+}
+
+/// Default accelerator clock of an RTL device.
+pub const RTL_CLOCK_MHZ_DEFAULT: f64 = 250.0;
+/// Default ICAP bandwidth of an RTL device (32 bits at 100 MHz).
+pub const RTL_ICAP_BYTES_PER_S_DEFAULT: u64 = 400_000_000;
+
+impl DeviceConfig {
+    /// The device's fields that belong to its backend, checked.
+    fn validate(&self) -> Result<(), String> {
+        let name = &self.name;
+        let name_ok = !name.is_empty()
+            && name.len() <= 32
+            && name
+                .bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-');
+        if !name_ok {
+            return Err(format!(
+                "device name {name:?} must be 1 to 32 characters of a-z, 0-9, _ and -"
+            ));
+        }
+        let misplaced = |key: &str, wanted: BackendKind| {
+            Err(format!(
+                "device {name}: `{key}` is for {} devices, and this one is {}",
+                wanted.as_str(),
+                self.backend.as_str()
+            ))
+        };
+        if self.backend != BackendKind::Opencl {
+            if self.platform.is_some() {
+                return misplaced("platform", BackendKind::Opencl);
+            }
+            if self.device.is_some() {
+                return misplaced("device", BackendKind::Opencl);
+            }
+        }
+        if self.backend != BackendKind::Rtl {
+            if self.clock_mhz.is_some() {
+                return misplaced("clock_mhz", BackendKind::Rtl);
+            }
+            if self.icap_bytes_per_s.is_some() {
+                return misplaced("icap_bytes_per_s", BackendKind::Rtl);
+            }
+        }
+        if let Some(mhz) = self.clock_mhz {
+            if !(mhz.is_finite() && mhz > 0.0 && mhz <= 100_000.0) {
+                return Err(format!(
+                    "device {name}: clock_mhz must be within (0, 100000]"
+                ));
+            }
+        }
+        if self.icap_bytes_per_s == Some(0) {
+            return Err(format!(
+                "device {name}: icap_bytes_per_s must be at least 1"
+            ));
+        }
+        if let Some(PlatformChoice::Name(p)) = &self.platform {
+            if p.is_empty() {
+                return Err(format!(
+                    "device {name}: platform = \"\" matches every platform; give a name \
+                     substring or an index"
+                ));
+            }
+        }
+        if self.slots.is_empty() {
+            return Err(format!(
+                "device {name}: slots = [] configures no slot; list what each slot loads"
+            ));
+        }
+        Ok(())
+    }
+
+    /// `clock_mhz`, or its default.
+    pub fn clock_mhz(&self) -> f64 {
+        self.clock_mhz.unwrap_or(RTL_CLOCK_MHZ_DEFAULT)
+    }
+
+    /// `icap_bytes_per_s`, or its default.
+    pub fn icap_bytes_per_s(&self) -> u64 {
+        self.icap_bytes_per_s
+            .unwrap_or(RTL_ICAP_BYTES_PER_S_DEFAULT)
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -121,6 +254,16 @@ pub struct Config {
     /// the key out: an explicit `slots = []` is refused).
     #[serde(deserialize_with = "non_empty_slots")]
     pub slots: Vec<SlotConfig>,
+    /// The node's devices and what each of their slots loads at start. Empty: one CPU
+    /// device, `cpu0`, with the slots of `slots`.
+    pub devices: Vec<DeviceConfig>,
+    /// A directory of user accelerators, one folder with an `accelerator.toml` each
+    /// (`--accelerators DIR`); refused manifests are logged and left out.
+    pub accelerators_dir: Option<std::path::PathBuf>,
+    /// Where OpenCL slots keep built program binaries across restarts (by content
+    /// hash); unset: `$XDG_CACHE_HOME/netaccel/opencl-programs`, else
+    /// `$HOME/.cache/netaccel/opencl-programs` (none without either variable).
+    pub opencl_program_dir: Option<std::path::PathBuf>,
     /// Complete calls waiting per slot (503 BUSY beyond).
     pub queue_depth_max: usize,
     /// Queued calls one tenant (a RAC tenant, or one connection) may hold in a slot's
@@ -134,7 +277,8 @@ pub struct Config {
     /// wait, queue it for the worker). See the `slot` module.
     pub hand_over_wait_us: u64,
     /// Scheduling class of slot worker threads (`idle`, `normal`, `batch`); see
-    /// [`WorkerPolicy`].
+    /// [`WorkerPolicy`]. Slots of OpenCL devices always run `normal`: their threads
+    /// wait on the device, and the runtime's threads inherit their class.
     pub slot_worker_policy: WorkerPolicy,
     /// Nice value of slot worker threads relative to the node's, for the `normal` and
     /// `batch` classes (`idle` has none). Positive (the default, 10) gives network
@@ -232,6 +376,9 @@ impl Default for Config {
             inline_work_max: 64 * 1024,
             hand_over_wait_us: 200,
             reconfig_delay_ms: 0,
+            devices: Vec::new(),
+            accelerators_dir: None,
+            opencl_program_dir: None,
             slot_worker_nice: 10,
             slot_worker_policy: WorkerPolicy::default(),
             connections_max: 10_000,
@@ -332,15 +479,55 @@ impl Config {
             return Err("reassembly_buffer_bytes must fit a RAC payload length (u32)".to_string());
         }
         tenant::check_config(&self.tenants)?;
-        if self.slots.len() > usize::from(u16::MAX - 1) {
-            return Err("too many slots".to_string());
-        }
+        self.validate_devices()?;
         if let Some(token) = &self.admin_token {
             check_admin_token(token)?;
         }
         crate::logging::check_filter(&self.log_level)?;
         registry::check_config(self)?;
         self.validate_opencl()
+    }
+
+    /// `[[devices]]`: unique names, each with its backend's fields only, and either
+    /// devices or `[[slots]]`, not both.
+    fn validate_devices(&self) -> Result<(), String> {
+        if !self.devices.is_empty() && !self.slots.is_empty() {
+            return Err(
+                "give either [[devices]] (each with its slots) or [[slots]] (the \
+                 slots of one CPU device), not both"
+                    .to_string(),
+            );
+        }
+        let mut slots = self.slots.len();
+        for (i, d) in self.devices.iter().enumerate() {
+            d.validate()?;
+            if self.devices[..i].iter().any(|o| o.name == d.name) {
+                return Err(format!("two devices are named {}", d.name));
+            }
+            slots += d.slots.len();
+        }
+        if slots > usize::from(u16::MAX - 1) {
+            return Err("too many slots".to_string());
+        }
+        Ok(())
+    }
+
+    /// The devices to start: `[[devices]]`, or without them one CPU device `cpu0`
+    /// whose slots are `[[slots]]` (empty: decided by the node, one per accelerator the
+    /// CPU can host).
+    pub fn device_list(&self) -> Vec<DeviceConfig> {
+        if !self.devices.is_empty() {
+            return self.devices.clone();
+        }
+        vec![DeviceConfig {
+            name: "cpu0".to_string(),
+            backend: BackendKind::Cpu,
+            platform: None,
+            device: None,
+            clock_mhz: None,
+            icap_bytes_per_s: None,
+            slots: self.slots.iter().map(|s| s.accelerator.clone()).collect(),
+        }]
     }
 
     /// The remote OpenCL bounds that depend on each other or on the ICD.
@@ -586,6 +773,92 @@ mod tests {
         let c = Config::from_toml("admin_token = \"s3cret\"").unwrap();
         assert_eq!(c.admin_token.as_deref(), Some("s3cret"));
         assert_eq!(Config::from_toml("").unwrap().admin_token, None);
+    }
+
+    #[test]
+    fn devices_follow_the_manifest_spec() {
+        let c = Config::from_toml(
+            r#"
+            accelerators_dir = "accel.d"
+            [[devices]]
+            name = "cpu0"
+            backend = "cpu"
+            slots = ["to_uppercase", "topk"]
+
+            [[devices]]
+            name = "ocl0"
+            backend = "opencl"
+            platform = "Portable Computing Language"
+            device = 0
+            slots = ["sobel", "xorbytes"]
+
+            [[devices]]
+            name = "ocl1"
+            backend = "opencl"
+            platform = 1
+            slots = ["echo"]
+
+            [[devices]]
+            name = "rtl0"
+            backend = "rtl"
+            clock_mhz = 250
+            icap_bytes_per_s = 400000000
+            slots = ["topk", "xorbytes"]
+            "#,
+        )
+        .unwrap();
+        let d = c.device_list();
+        assert_eq!(d.len(), 4);
+        assert_eq!((d[0].backend, d[0].slots.len()), (BackendKind::Cpu, 2));
+        assert_eq!(
+            d[1].platform,
+            Some(PlatformChoice::Name("Portable Computing Language".into()))
+        );
+        assert_eq!(
+            (d[1].device, d[2].platform.clone()),
+            (Some(0), Some(PlatformChoice::Index(1)))
+        );
+        assert_eq!(
+            (d[3].clock_mhz(), d[3].icap_bytes_per_s()),
+            (250.0, 400_000_000)
+        );
+        assert_eq!(
+            c.accelerators_dir.as_deref(),
+            Some(std::path::Path::new("accel.d"))
+        );
+        // Without [[devices]]: one CPU device with [[slots]].
+        let c = Config::from_toml("[[slots]]\naccelerator = \"echo\"").unwrap();
+        let d = c.device_list();
+        assert_eq!(
+            (d[0].name.as_str(), d[0].backend, d[0].slots.clone()),
+            ("cpu0", BackendKind::Cpu, vec!["echo".to_string()])
+        );
+    }
+
+    #[test]
+    fn bad_devices_are_refused_with_a_reason() {
+        let dev = |body: &str| Config::from_toml(&format!("[[devices]]\n{body}")).unwrap_err();
+        for (body, error) in [
+            ("name = \"a\"\nbackend = \"gpu\"\nslots = [\"echo\"]", "unknown variant `gpu`"),
+            ("name = \"a\"\nbackend = \"cpu\"\nslots = []", "slots = [] configures no slot"),
+            ("name = \"a\"\nbackend = \"cpu\"\nplatform = 0\nslots = [\"echo\"]", "`platform` is for opencl devices"),
+            ("name = \"a\"\nbackend = \"opencl\"\nclock_mhz = 100\nslots = [\"echo\"]", "`clock_mhz` is for rtl devices"),
+            ("name = \"a\"\nbackend = \"rtl\"\ndevice = 0\nslots = [\"echo\"]", "`device` is for opencl"),
+            ("name = \"a\"\nbackend = \"rtl\"\nclock_mhz = 0\nslots = [\"echo\"]", "clock_mhz must be within"),
+            ("name = \"a\"\nbackend = \"rtl\"\nicap_bytes_per_s = 0\nslots = [\"echo\"]", "icap_bytes_per_s must be at least 1"),
+            ("name = \"A b\"\nbackend = \"cpu\"\nslots = [\"echo\"]", "must be 1 to 32 characters"),
+            ("name = \"a\"\nbackend = \"opencl\"\nplatform = \"\"\nslots = [\"echo\"]", "matches every platform"),
+            ("name = \"a\"\nbackend = \"cpu\"\nslot = [\"echo\"]", "unknown field `slot`"),
+            ("name = \"a\"\nbackend = \"cpu\"\nslots = [\"echo\"]\n[[devices]]\nname = \"a\"\nbackend = \"cpu\"\nslots = [\"echo\"]", "two devices are named a"),
+        ] {
+            let err = dev(body);
+            assert!(err.contains(error), "{body}: {err}");
+        }
+        let err = Config::from_toml(
+            "[[slots]]\naccelerator = \"echo\"\n[[devices]]\nname = \"a\"\nbackend = \"cpu\"\nslots = [\"echo\"]",
+        )
+        .unwrap_err();
+        assert!(err.contains("not both"), "{err}");
     }
 
     #[test]

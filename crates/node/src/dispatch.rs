@@ -15,10 +15,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use accel::{Accelerator, Catalog};
+use accel::Catalog;
 use rac_proto::Status;
 
 use crate::config::BalancePolicy;
+use crate::device::SlotPlan;
 use crate::metrics::{AccelMetrics, Metrics};
 use crate::slot::{Answer, Call, Slot, SlotLimits, Submitted};
 use crate::tenant::TenantId;
@@ -38,11 +39,11 @@ pub struct NoSlot {
 }
 
 impl Dispatcher {
-    /// Builds the CPU device's slots, one per entry of `initial` (accelerator names
-    /// already checked against the catalog), and starts their worker threads.
+    /// Builds the slots, one per entry of `initial` (loaded by their devices, see
+    /// [`crate::device::start`]), and starts their worker threads.
     pub fn start(
         catalog: Catalog,
-        initial: &[Arc<dyn Accelerator>],
+        initial: Vec<SlotPlan>,
         limits: SlotLimits,
         policy: BalancePolicy,
         metrics: &Metrics,
@@ -54,14 +55,16 @@ impl Dispatcher {
                 .collect(),
         );
         let slots: Vec<Arc<Slot>> = initial
-            .iter()
+            .into_iter()
             .enumerate()
-            .map(|(i, accel)| {
+            .map(|(i, plan)| {
                 let id = u16::try_from(i).expect("slot count validated by the config");
                 Arc::new(Slot::new(
                     id,
-                    "cpu0",
-                    Arc::clone(accel),
+                    &plan.device,
+                    plan.backend,
+                    plan.accel,
+                    plan.image,
                     limits,
                     metrics.slot(id),
                     Arc::clone(&accel_metrics),

@@ -28,6 +28,10 @@ struct Args {
     /// TOML configuration: slots and what each loads, every bound, admin token, logs.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Load user accelerators from DIR: one folder per accelerator, each with an
+    /// accelerator.toml (see docs/opencl-slots.md); invalid ones are refused and logged.
+    #[arg(long, value_name = "DIR")]
+    accelerators: Option<PathBuf>,
     /// Network threads (0 = one per core).
     #[arg(long, value_name = "N")]
     io_threads: Option<usize>,
@@ -71,6 +75,9 @@ fn main() -> ExitCode {
     }
     if let Some(addr) = args.opencl {
         config.opencl = Some(addr);
+    }
+    if let Some(dir) = args.accelerators {
+        config.accelerators_dir = Some(dir);
     }
     if let Some(n) = args.io_threads {
         config.io_threads = n;

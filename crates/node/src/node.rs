@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use accel::{Accelerator, Catalog};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::device::{self, Devices};
 use crate::dispatch::Dispatcher;
 use crate::logging::RefusalLog;
 use crate::memory::{MemoryBudget, ReassemblyPool};
@@ -41,6 +41,8 @@ impl Protocol {
 pub struct Node {
     pub config: Config,
     pub dispatcher: Arc<Dispatcher>,
+    /// The devices the slots belong to, and how each loads an accelerator.
+    pub devices: Devices,
     pub objects: ObjectStore,
     pub metrics: Metrics,
     pub body_budget: Arc<MemoryBudget>,
@@ -69,32 +71,6 @@ impl Node {
     pub fn new(config: Config) -> Result<Arc<Node>, String> {
         config.validate()?;
         let registry = Registry::new(&config)?;
-        let mut accelerators = accel::builtins();
-        if config.fault_injection {
-            accelerators.push(accel::fault_injection());
-        }
-        let catalog = Catalog::new(accelerators);
-        let initial: Vec<Arc<dyn Accelerator>> = if config.slots.is_empty() {
-            catalog.iter().cloned().collect()
-        } else {
-            config
-                .slots
-                .iter()
-                .map(|s| {
-                    catalog.by_name(&s.accelerator).cloned().ok_or_else(|| {
-                        let known: Vec<_> = catalog
-                            .iter()
-                            .map(|a| a.descriptor().name.clone())
-                            .collect();
-                        format!(
-                            "slot accelerator `{}` is not in the catalog ({})",
-                            s.accelerator,
-                            known.join(", ")
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?
-        };
         let mut metrics = Metrics::new();
         let opencl = config.opencl.and_then(|addr| {
             match ocl_remote::service::spawn(addr, config.opencl_service(), metrics.registry_mut()) {
@@ -118,7 +94,14 @@ impl Node {
             worker_nice: config.slot_worker_nice,
             worker_policy: config.slot_worker_policy,
         };
-        let dispatcher = Dispatcher::start(catalog, &initial, limits, config.balance, &metrics);
+        let started = device::start(&config, &mut metrics, opencl.as_ref())?;
+        let dispatcher = Dispatcher::start(
+            started.catalog,
+            started.slots,
+            limits,
+            config.balance,
+            &metrics,
+        );
         let body_budget = MemoryBudget::new(
             config.body_memory_bytes_max,
             metrics.body_memory_bytes.clone(),
@@ -150,6 +133,7 @@ impl Node {
             refusals: RefusalLog::new(config.log_refusals_per_second_max),
             config,
             dispatcher,
+            devices: started.devices,
             objects,
             metrics,
             body_budget,

@@ -263,11 +263,17 @@ impl Advertised {
     }
 }
 
-/// What a device is, for the registry's queries (`backend`, `vendor`, `platform`).
-/// The node's slots today all belong to its CPU device, running netaccel's own
-/// kernels.
-fn device_kind(_device: &str) -> (&'static str, &'static str, &'static str) {
-    ("cpu", "netaccel", "host")
+/// What a device is, for the registry's queries (`backend`, `vendor`, `platform`),
+/// as its backend says.
+fn device_kind(node: &Node, device: &str) -> (&'static str, String, String) {
+    match node.devices.list.iter().find(|d| d.name == device) {
+        Some(d) => (
+            d.backend.kind().as_str(),
+            d.backend.vendor(),
+            d.backend.platform(),
+        ),
+        None => ("cpu", "netaccel".to_string(), "host".to_string()),
+    }
 }
 
 /// The body of `PUT /v1/nodes/{name}` (registry-api.md, "Nodes"): the node's
@@ -297,7 +303,7 @@ pub fn registration(node: &Node, at: &Advertised, slots: &[SlotInfo], busy_ratio
     let devices: Vec<Value> = devices
         .into_iter()
         .map(|(id, slots)| {
-            let (backend, vendor, platform) = device_kind(id);
+            let (backend, vendor, platform) = device_kind(node, id);
             json!({
                 "id": id,
                 "backend": backend,
@@ -899,6 +905,7 @@ mod tests {
         SlotInfo {
             id,
             device: "cpu0".into(),
+            backend: crate::config::BackendKind::Cpu,
             accelerator: "echo".into(),
             accel_id: 1,
             reconfiguring_to: None,

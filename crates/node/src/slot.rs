@@ -26,7 +26,7 @@
 //! the old accelerator, swaps, and reopens: no call is lost and none runs on the wrong
 //! accelerator.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,8 +36,10 @@ use parking_lot::{Condvar, Mutex};
 use rac_proto::Status;
 use tokio::sync::oneshot;
 
-use crate::config::WorkerPolicy;
+use crate::config::{BackendKind, WorkerPolicy};
 use crate::deadline::Deadline;
+use crate::device::Loaded;
+use crate::fair_queue::FairQueue;
 use crate::memory::BodyMemory;
 use crate::metrics::{AccelMetrics, SlotMetrics};
 use crate::tenant::TenantId;
@@ -134,72 +136,6 @@ struct Start {
     work: u64,
 }
 
-/// Per-tenant FIFOs served round robin, tenants that just arrived first.
-struct FairQueue {
-    queues: HashMap<TenantId, VecDeque<Job>>,
-    /// Tenants whose queue was empty when their first queued job arrived, in arrival
-    /// order; served before `ready`. After one job they join `ready` if they have more.
-    fresh: VecDeque<TenantId>,
-    /// Tenants with a backlog, in service order.
-    ready: VecDeque<TenantId>,
-    len: usize,
-}
-
-impl FairQueue {
-    fn new() -> FairQueue {
-        FairQueue {
-            queues: HashMap::new(),
-            fresh: VecDeque::new(),
-            ready: VecDeque::new(),
-            len: 0,
-        }
-    }
-
-    fn tenant_len(&self, tenant: TenantId) -> usize {
-        self.queues.get(&tenant).map_or(0, VecDeque::len)
-    }
-
-    fn push(&mut self, tenant: TenantId, job: Job) {
-        let q = self.queues.entry(tenant).or_default();
-        if q.is_empty() {
-            self.fresh.push_back(tenant);
-        }
-        q.push_back(job);
-        self.len += 1;
-    }
-
-    fn pop(&mut self) -> Option<Job> {
-        let tenant = match self.fresh.pop_front() {
-            Some(t) => t,
-            None => self.ready.pop_front()?,
-        };
-        let q = self
-            .queues
-            .get_mut(&tenant)
-            .expect("queued tenants have a queue");
-        let job = q.pop_front().expect("queued tenants have a job");
-        if q.is_empty() {
-            self.queues.remove(&tenant);
-        } else {
-            self.ready.push_back(tenant);
-        }
-        self.len -= 1;
-        Some(job)
-    }
-
-    /// Takes the job of a tenant that has exactly one queued (out of turn).
-    fn take_sole(&mut self, tenant: TenantId) -> Option<Job> {
-        if self.tenant_len(tenant) != 1 {
-            return None;
-        }
-        let job = self.queues.remove(&tenant)?.pop_front()?;
-        self.fresh.retain(|&t| t != tenant);
-        self.ready.retain(|&t| t != tenant);
-        self.len -= 1;
-        Some(job)
-    }
-}
-
 /// A reconfiguration under way: calls for either accelerator are answered
 /// `UNAVAILABLE` until it ends.
 #[derive(Clone)]
@@ -219,7 +155,10 @@ pub struct Hosting {
 }
 
 struct SlotState {
+    /// The catalog entry of the loaded accelerator (its id, name, work estimate).
     accel: Arc<dyn Accelerator>,
+    /// What runs the calls: the accelerator as the slot's device loaded it.
+    image: Arc<dyn Loaded>,
     /// A call is executing (on the worker or inline on a network thread).
     running: bool,
     /// When the executing call is expected to end (see [`Slot::expected_time`]).
@@ -229,7 +168,7 @@ struct SlotState {
     handing_over: usize,
     /// Name of the accelerator being loaded, while a reconfiguration is under way.
     reconfiguring: Option<Reconfig>,
-    queue: FairQueue,
+    queue: FairQueue<Job>,
     stopping: bool,
 }
 
@@ -285,6 +224,7 @@ fn set_worker_scheduling(policy: WorkerPolicy, nice: i32) {
 pub struct Slot {
     pub id: u16,
     pub device: String,
+    pub backend: BackendKind,
     state: Mutex<SlotState>,
     changed: Condvar,
     /// Queued + running calls, readable without the lock (join-shortest-queue).
@@ -306,6 +246,7 @@ pub struct Slot {
 pub struct SlotInfo {
     pub id: u16,
     pub device: String,
+    pub backend: BackendKind,
     pub accelerator: String,
     pub accel_id: u16,
     pub reconfiguring_to: Option<String>,
@@ -318,10 +259,14 @@ pub struct SlotInfo {
 }
 
 impl Slot {
+    /// A slot of `device` (of kind `backend`) holding `accel`, loaded as `image`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: u16,
         device: &str,
+        backend: BackendKind,
         accel: Arc<dyn Accelerator>,
+        image: Arc<dyn Loaded>,
         limits: SlotLimits,
         metrics: SlotMetrics,
         accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
@@ -331,8 +276,10 @@ impl Slot {
         Slot {
             id,
             device: device.to_string(),
+            backend,
             state: Mutex::new(SlotState {
                 accel,
+                image,
                 running: false,
                 running_ends: Instant::now(),
                 handing_over: 0,
@@ -380,6 +327,7 @@ impl Slot {
         SlotInfo {
             id: self.id,
             device: self.device.clone(),
+            backend: self.backend,
             accelerator: st.accel.descriptor().name.clone(),
             accel_id: st.accel.descriptor().id,
             reconfiguring_to: st.reconfiguring.as_ref().map(|r| r.to_name.clone()),
@@ -414,13 +362,13 @@ impl Slot {
             });
         }
         let work = call.accel.work_estimate(&call.params, call.payload.len());
-        let cheap = work <= self.limits.inline_work_max;
+        let cheap = work <= self.limits.inline_work_max && st.image.inline_ok();
         if cheap && !st.running && st.queue.len == 0 {
             let start = self.begin(&mut st, work);
-            let accel = Arc::clone(&st.accel);
+            let image = Arc::clone(&st.image);
             drop(st);
             self.depth.fetch_add(1, Ordering::Relaxed);
-            let answer = self.execute(&accel, call, start);
+            let answer = self.execute(&image, call, start);
             self.finish_one();
             return Ok(Submitted::Done(answer));
         }
@@ -490,9 +438,9 @@ impl Slot {
         drop(reply); // answered here, not through the channel
         self.metrics.queue_depth.set(st.queue.len as i64);
         let start = self.begin(&mut st, work);
-        let accel = Arc::clone(&st.accel);
+        let image = Arc::clone(&st.image);
         drop(st);
-        let answer = self.execute(&accel, call, start);
+        let answer = self.execute(&image, call, start);
         self.finish_one();
         Some(answer)
     }
@@ -541,11 +489,12 @@ impl Slot {
         self.ns_per_work_1024.store(new, Ordering::Relaxed);
     }
 
-    /// Runs one call on `accel`, begun at `start`, or answers it without running when
+    /// Runs one call on `image`, begun at `start`, or answers it without running when
     /// its deadline passed.
-    fn execute(&self, accel: &Arc<dyn Accelerator>, call: Call, start: Start) -> Answer {
+    fn execute(&self, image: &Arc<dyn Loaded>, call: Call, start: Start) -> Answer {
         let started = start.at;
         let Call {
+            accel,
             params,
             mut payload,
             mut out,
@@ -568,7 +517,7 @@ impl Slot {
             // A kernel that panics fails its call, not the slot: the panic is caught,
             // the call answered INTERNAL, and the slot keeps serving.
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                accel.run(&params, &payload, &mut out)
+                image.run(&params, &payload, &mut out)
             }))
             .unwrap_or_else(|panic| {
                 let what = panic
@@ -585,7 +534,9 @@ impl Slot {
             self.metrics.executed(exec_ns);
             self.busy_ns.fetch_add(exec_ns, Ordering::Relaxed);
             match result {
-                Ok(()) => (Status::Ok, String::new(), exec_ns),
+                // A device that reports or models its execution time says how long
+                // the call took on it; busy time and speed stay wall time.
+                Ok(ran) => (Status::Ok, String::new(), ran.exec_ns.unwrap_or(exec_ns)),
                 Err(CallError::BadRequest(m)) => (Status::BadRequest, m, exec_ns),
                 Err(CallError::Internal(m)) => (Status::Internal, m, exec_ns),
             }
@@ -611,7 +562,16 @@ impl Slot {
 
     /// The worker thread's loop: runs queued calls until the slot is stopped and empty.
     pub fn run_worker(&self) {
-        set_worker_scheduling(self.limits.worker_policy, self.limits.worker_nice);
+        // The class protects network threads from CPU kernels. A thread that drives an
+        // OpenCL device mostly waits for it, and the runtime's own threads (PoCL's
+        // compute threads among them) may be created from it and inherit its class:
+        // at SCHED_IDLE they lost the CPU to any busy process (a 256x256 sobel took
+        // 400 ms instead of 0.2 ms beside a SCHED_IDLE busy loop).
+        let policy = match self.backend {
+            BackendKind::Opencl => WorkerPolicy::Normal,
+            BackendKind::Cpu | BackendKind::Rtl => self.limits.worker_policy,
+        };
+        set_worker_scheduling(policy, self.limits.worker_nice);
         loop {
             let mut st = self.state.lock();
             let job = loop {
@@ -631,11 +591,11 @@ impl Slot {
                 .accel
                 .work_estimate(&job.call.params, job.call.payload.len());
             let start = self.begin(&mut st, work);
-            let accel = Arc::clone(&st.accel);
+            let (loaded_id, image) = (st.accel.descriptor().id, Arc::clone(&st.image));
             drop(st);
             let Job { call, reply } = job;
-            let answer = if accel.descriptor().id == call.accel.descriptor().id {
-                self.execute(&accel, call, start)
+            let answer = if loaded_id == call.accel.descriptor().id {
+                self.execute(&image, call, start)
             } else {
                 // Cannot happen while reconfiguration drains the queue first; answered
                 // rather than asserted so a future change cannot run a call on the
@@ -648,9 +608,14 @@ impl Slot {
         }
     }
 
-    /// Loads `accel` into the slot. Calls queued before run on the old accelerator;
-    /// calls arriving meanwhile are refused `Unavailable`. Returns the time it took.
-    pub fn reconfigure(&self, accel: Arc<dyn Accelerator>) -> Result<Duration, String> {
+    /// Loads `accel`, as the device loaded it (`image`), into the slot. Calls queued
+    /// before run on the old accelerator; calls arriving meanwhile are refused
+    /// `Unavailable`. Returns the time it took.
+    pub fn reconfigure(
+        &self,
+        accel: Arc<dyn Accelerator>,
+        image: Arc<dyn Loaded>,
+    ) -> Result<Duration, String> {
         let start = Instant::now();
         let name = accel.descriptor().name.clone();
         let mut st = self.state.lock();
@@ -674,6 +639,7 @@ impl Slot {
             self.changed.wait(&mut st);
         }
         let previous = std::mem::replace(&mut st.accel, accel);
+        st.image = image;
         drop(st);
         if !self.limits.reconfig_delay.is_zero() {
             std::thread::sleep(self.limits.reconfig_delay);
@@ -745,10 +711,13 @@ mod tests {
             worker_policy: WorkerPolicy::Normal,
         };
         let metrics = crate::metrics::Metrics::new();
+        let image = Arc::new(crate::device::cpu::CpuImage(Arc::clone(&accel)));
         let slot = Arc::new(Slot::new(
             0,
             "test",
+            BackendKind::Cpu,
             accel,
+            image,
             limits,
             metrics.slot(0),
             Arc::default(),
@@ -849,78 +818,6 @@ mod tests {
             assert_eq!(r.blocking_recv().unwrap().status, Status::Ok);
         }
         s.stop();
-    }
-
-    #[test]
-    fn fair_queue_serves_tenants_in_turn() {
-        let catalog = Catalog::builtin();
-        let echo = Arc::clone(catalog.by_name("echo").unwrap());
-        let mut q = FairQueue::new();
-        for (tenant, payload) in [
-            (1, "a1"),
-            (1, "a2"),
-            (1, "a3"),
-            (2, "b1"),
-            (3, "c1"),
-            (2, "b2"),
-        ] {
-            let (reply, _) = oneshot::channel();
-            q.push(
-                tenant,
-                Job {
-                    call: call(&echo, payload.as_bytes(), tenant),
-                    reply,
-                },
-            );
-        }
-        assert_eq!((q.tenant_len(1), q.len), (3, 6));
-        let order: Vec<String> = std::iter::from_fn(|| q.pop())
-            .map(|j| String::from_utf8(j.call.payload).unwrap())
-            .collect();
-        assert_eq!(order, ["a1", "b1", "c1", "a2", "b2", "a3"]);
-        assert!(q.queues.is_empty() && q.ready.is_empty() && q.fresh.is_empty());
-    }
-
-    fn push(q: &mut FairQueue, echo: &Arc<dyn Accelerator>, tenant: TenantId, p: &str) {
-        let (reply, _) = oneshot::channel();
-        q.push(
-            tenant,
-            Job {
-                call: call(echo, p.as_bytes(), tenant),
-                reply,
-            },
-        );
-    }
-
-    fn payload(j: Job) -> String {
-        String::from_utf8(j.call.payload).unwrap()
-    }
-
-    #[test]
-    fn a_tenant_without_backlog_goes_ahead_of_backlogs_once() {
-        let catalog = Catalog::builtin();
-        let echo = Arc::clone(catalog.by_name("echo").unwrap());
-        let mut q = FairQueue::new();
-        for p in ["a1", "a2", "a3"] {
-            push(&mut q, &echo, 1, p);
-        }
-        assert_eq!(payload(q.pop().unwrap()), "a1");
-        // Tenant 2 arrives while tenant 1 has a backlog: served next, then in turn.
-        push(&mut q, &echo, 2, "b1");
-        push(&mut q, &echo, 2, "b2");
-        let order: Vec<String> = std::iter::from_fn(|| q.pop()).map(payload).collect();
-        assert_eq!(order, ["b1", "a2", "b2", "a3"]);
-        // take_sole removes a tenant's only job, wherever it stands, and nothing else.
-        push(&mut q, &echo, 1, "a4");
-        push(&mut q, &echo, 1, "a5");
-        push(&mut q, &echo, 3, "c1");
-        assert!(q.take_sole(1).is_none(), "tenant 1 has two");
-        assert_eq!(payload(q.take_sole(3).unwrap()), "c1");
-        assert!(q.take_sole(3).is_none());
-        let order: Vec<String> = std::iter::from_fn(|| q.pop()).map(payload).collect();
-        assert_eq!(order, ["a4", "a5"]);
-        assert!(q.queues.is_empty() && q.ready.is_empty() && q.fresh.is_empty());
-        assert_eq!(q.len, 0);
     }
 
     /// An echo slot (everything cheap) running a call expected to take long, with

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use accel::{param_f32, param_u32, Catalog, ParamType, PARAMS_LEN};
+use accel::{Catalog, PARAMS_LEN};
 use common::*;
 
 const QUIET: Duration = Duration::from_millis(300);
@@ -110,10 +110,7 @@ fn shared_vectors_through_http() {
         let query: Vec<String> = accel
             .params
             .iter()
-            .map(|p| match p.ty {
-                ParamType::U32 => format!("{}={}", p.name, param_u32(&params, p.offset)),
-                ParamType::F32 => format!("{}={}", p.name, param_f32(&params, p.offset)),
-            })
+            .map(|p| format!("{}={}", p.name, p.read(&params)))
             .collect();
         let path = format!("/v1/fn/{}?{}", accel.name, query.join("&"));
         let out = call(&node, &path, &hex(v["payload_hex"].as_str().unwrap()));

@@ -175,6 +175,16 @@ class Client(_Calls):
         self._sock.close()
         self._closed_reason = self._closed_reason or "client closed"
 
+    def abandon(self) -> None:
+        """Gives up on the node from another thread: a call waiting for its result
+        fails at once with ``ConnectionError`` (the connection is shut down, not closed,
+        so the waiting thread still owns a valid socket). For a node that vanished
+        without closing its connections."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed or never connected
+
     @property
     def in_flight(self) -> int:
         """Calls submitted whose result has not been read from the connection yet."""

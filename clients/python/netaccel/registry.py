@@ -10,6 +10,18 @@ or ``UNAVAILABLE`` — the client waits (at most ``rebind_wait`` seconds) for th
 registry to rebind the instance and retries once there. Any other failure, and a second
 one, is raised: a call returns what the function's accelerator computed, or raises.
 
+A node can also vanish without closing its connections (a machine that loses power or
+its link): a call waiting on it would wait for the socket timeout. So when the watcher
+sees the instance moved to another node it shuts the old node's connection down, and
+the call in flight there fails at once and is retried on the new binding.
+
+The registry may run as several replicas sharing their state in etcd (one leads, the
+others answer reads and send writers to the leader with ``503 NOT_LEADER`` and a
+``Location``). Give them all (``"http://a:7400,http://b:7400"``): a request goes to the
+replica that answered last, and on to the next one (or the leader a follower names) when
+a replica cannot be reached or answers 503, so a client outlives the replica it first
+talked to.
+
 >>> from netaccel import Client
 >>> with Client.from_registry("http://127.0.0.1:7400", "shout") as f:   # doctest: +SKIP
 ...     f.call(b"hello")
@@ -38,6 +50,8 @@ REBIND_POLL_WAIT_MAX = 60.0
 WATCH_RETRY_PAUSE = 0.5
 #: Largest registry answer read (a ``GET /v1/nodes`` of a big cluster fits).
 RESPONSE_BYTES_MAX = 64 << 20
+#: Registry replicas a client may list (more are ignored).
+REGISTRY_REPLICAS_MAX = 8
 
 _STALE_STATUSES = (Status.UNKNOWN_ACCELERATOR, Status.UNAVAILABLE)
 
@@ -88,25 +102,65 @@ def is_stale_binding(error: BaseException) -> bool:
 
 
 class RegistryClient:
-    """The registry's HTTP API (blocking, ``urllib``)."""
+    """The registry's HTTP API (blocking, ``urllib``). ``url`` is one registry, or
+    several replicas comma-separated (see the module's documentation)."""
 
     def __init__(self, url: str, token: Optional[str] = None, timeout: float = 90.0):
-        url = url.rstrip("/")
-        self.url = url if "://" in url else f"http://{url}"
+        bases = [_base(u) for u in url.split(",") if u.strip()][:REGISTRY_REPLICAS_MAX]
+        #: The replicas, as given.
+        self.urls = bases or [_base(url)]
+        self._preferred = 0
         self.token = token
         #: Socket timeout; must outlast the longest long poll.
         self.timeout = timeout
 
+    @property
+    def url(self) -> str:
+        """The replica requests go to first: the one that answered last."""
+        return self.urls[self._preferred]
+
     def _request(self, method: str, path: str, body: Any = None) -> Any:
+        """One request, to the replicas in turn: the one that answered last first, then
+        the others and each leader a follower names in its 503's ``Location``, each asked
+        at most once."""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
+        first = self._preferred
+        order = [self.urls[(first + i) % len(self.urls)] for i in range(len(self.urls))]
+        asked, unreachable, refusal = [], [], None
+        while order:
+            base = order.pop(0)
+            if base in asked:
+                continue
+            asked.append(base)
+            try:
+                text = self._send(base, method, path, data)
+            except _Unreachable as e:
+                unreachable.append(str(e))
+                continue
+            except _Refused as e:
+                if e.error.status != 503:
+                    raise e.error from None
+                # A follower (its leader is asked next) or a replica that cannot serve.
+                if e.leader:
+                    order.insert(0, e.leader)
+                refusal = e.error
+                continue
+            if base in self.urls:
+                self._preferred = self.urls.index(base)
+            return json.loads(text) if text else None
+        if refusal is not None:
+            raise refusal
+        raise RegistryError(0, "UNREACHABLE", "; ".join(unreachable))
+
+    def _send(self, base: str, method: str, path: str, data: Optional[bytes]) -> bytes:
+        req = urllib.request.Request(base + path, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                text = resp.read(RESPONSE_BYTES_MAX)
+            with _OPENER.open(req, timeout=self.timeout) as resp:
+                return resp.read(RESPONSE_BYTES_MAX)
         except urllib.error.HTTPError as e:
             raw = e.read(RESPONSE_BYTES_MAX)
             try:
@@ -114,10 +168,10 @@ class RegistryClient:
                 code, message = doc.get("code", "UNKNOWN"), doc.get("error", "")
             except ValueError:
                 code, message = "UNKNOWN", raw.decode("utf-8", "replace")
-            raise RegistryError(e.code, code, message) from None
+            leader = _origin(e.headers.get("Location", "")) if e.code == 503 else None
+            raise _Refused(RegistryError(e.code, code, message), leader) from None
         except (urllib.error.URLError, OSError) as e:
-            raise RegistryError(0, "UNREACHABLE", f"cannot reach the registry at {self.url}: {e}") from None
-        return json.loads(text) if text else None
+            raise _Unreachable(f"cannot reach the registry at {base}: {e}") from None
 
     def nodes(self) -> Any:
         return self._request("GET", "/v1/nodes")
@@ -152,6 +206,40 @@ class RegistryClient:
 
 def _q(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
+
+
+def _base(url: str) -> str:
+    url = url.strip().rstrip("/")
+    return url if "://" in url else f"http://{url}"
+
+
+def _origin(url: str) -> Optional[str]:
+    """``scheme://authority`` of a URL (a follower's ``Location`` names the leader's URL
+    and the path asked)."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A follower's 503 carries a ``Location``; urllib must not follow redirects of any
+    kind on its own (a write must not be re-sent by a handler that drops its body)."""
+
+    def redirect_request(self, *args: Any, **kw: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+class _Unreachable(Exception):
+    pass
+
+
+class _Refused(Exception):
+    def __init__(self, error: RegistryError, leader: Optional[str]):
+        super().__init__(str(error))
+        self.error = error
+        self.leader = leader
 
 
 class BoundClient:
@@ -229,8 +317,13 @@ class BoundClient:
     def _call_node(self, binding: Binding, payload: Any, kw: Dict[str, Any]) -> bytes:
         if self._node is None or self._node_addr != binding.rac:
             self._drop_node()
-            self._node = self._client_class.from_addr(binding.rac, timeout=self.timeout)
-            self._node_addr = binding.rac
+            node = self._client_class.from_addr(binding.rac, timeout=self.timeout)
+            with self._lock:
+                self._node, self._node_addr = node, binding.rac
+            if self.binding.rac != binding.rac:
+                # Moved while connecting: the watcher may have looked before the
+                # connection was stored.
+                node.abandon()
         try:
             return self._node.call(self.accelerator, payload, **kw)
         except (ConnectionError, OSError):
@@ -238,9 +331,10 @@ class BoundClient:
             raise
 
     def _drop_node(self) -> None:
-        if self._node is not None:
-            self._node.close()
-        self._node, self._node_addr = None, None
+        with self._lock:
+            node, self._node, self._node_addr = self._node, None, None
+        if node is not None:
+            node.close()
 
     def _rebind(self, stale: Binding, cause: Optional[BaseException]) -> Binding:
         deadline = time.monotonic() + self.rebind_wait
@@ -278,3 +372,7 @@ class BoundClient:
             with self._lock:
                 if fresh.id == self._binding.id and fresh.generation > self._binding.generation:
                     self._binding = fresh
+                    if self._node is not None and self._node_addr != fresh.rac:
+                        # A call in flight on the old node fails now and is retried on
+                        # the new binding, rather than waiting on a node that vanished.
+                        self._node.abandon()

@@ -5,9 +5,11 @@
 skipped. The test registers the nodes and renews their leases as a node's registry
 agent would, so a killed node is lost by the registry's own lease expiry."""
 
+import http.server
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import tempfile
@@ -17,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from netaccel import Client, NoBinding, RacError, RegistryClient, Status
+from netaccel import Client, NoBinding, RacError, RegistryClient, RegistryError, Status
 from netaccel.registry import is_stale_binding
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -237,3 +239,71 @@ def test_a_node_that_answers_unknown_accelerator_is_left_for_the_new_binding(clu
             assert e.value.status == Status.UNKNOWN_ACCELERATOR
         assert f.call(b"after") == b"AFTER"
         assert f.binding.node == "b"
+
+
+@needs_binaries
+def test_a_call_in_flight_on_a_node_that_vanished_is_retried_on_the_new_binding(cluster):
+    # SIGSTOP: node a keeps its connections open but never answers, as a machine that
+    # lost power or its link would. Without the watcher abandoning it, the call would
+    # wait for its socket timeout (60 s here).
+    cluster.registry.put_function("up", "to_uppercase")
+    cluster.registry.create_instance("up", "frozen", node="a")
+    with Client.from_registry(cluster.url, "up", instance="frozen", timeout=60) as f:
+        assert f.call(b"before") == b"BEFORE"
+        with cluster.lock:
+            cluster.renewed.discard("a")
+        proc = cluster.nodes["a"][0]
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            stopped = time.monotonic()
+            assert f.call(b"in flight") == b"IN FLIGHT"
+            took = time.monotonic() - stopped
+            print(f"from SIGSTOP to the call answered on the new binding: {took:.3f} s")
+            assert f.binding.node == "b"
+            # Lost after one lease (1.5 s) and a sweep; far from the 60 s socket timeout.
+            assert took < 20, f"the call waited {took:.1f} s on the vanished node"
+        finally:
+            proc.send_signal(signal.SIGCONT)
+
+
+class _Follower(http.server.BaseHTTPRequestHandler):
+    """A registry follower: every request answered 503 NOT_LEADER, naming the leader."""
+
+    leader = ""
+
+    def _refuse(self):
+        body = json.dumps({"code": "NOT_LEADER", "error": "this replica does not lead"}).encode()
+        self.send_response(503)
+        self.send_header("Location", self.leader + self.path)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_PUT = do_POST = do_DELETE = _refuse
+
+    def log_message(self, *args):
+        pass
+
+
+@needs_binaries
+def test_several_replicas_are_tried_in_turn_and_a_followers_leader_is_followed(cluster):
+    # An unreachable replica, then a follower that names the leader (not in the list).
+    dead = f"http://127.0.0.1:{free_port()}"
+    handler = type("Follower", (_Follower,), {"leader": cluster.url})
+    follower = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=follower.serve_forever, daemon=True).start()
+    try:
+        follower_url = f"http://127.0.0.1:{follower.server_address[1]}"
+        registry = RegistryClient(f"{dead},{follower_url}")
+        registry.put_function("up", "to_uppercase")
+        assert registry.function("up")["accelerator"] == "to_uppercase"
+        with Client.from_registry(f"{dead}, {follower_url}", "up", timeout=30) as f:
+            assert f.call(b"through the leader") == b"THROUGH THE LEADER"
+        # Only unreachable replicas: the error names them.
+        with pytest.raises(RegistryError) as e:
+            RegistryClient(dead).nodes()
+        assert e.value.status == 0 and dead in str(e.value)
+    finally:
+        follower.shutdown()
+        follower.server_close()

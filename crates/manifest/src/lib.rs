@@ -65,6 +65,8 @@ pub const MANIFEST_BYTES_MAX: u64 = 64 * 1024;
 pub const IMPLEMENTATION_BYTES_MAX: u64 = 256 * 1024 * 1024;
 /// Accelerator folders one directory may hold.
 pub const MANIFESTS_MAX: usize = 1024;
+/// Kernel arguments an `[opencl]` section may list.
+pub const ARGS_MAX: usize = 64;
 /// Lowest id a manifest accelerator may have (below: built-ins).
 pub const ID_MIN: u16 = 256;
 /// Highest id a manifest accelerator may have (65535 is reserved).

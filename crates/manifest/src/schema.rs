@@ -8,7 +8,7 @@ use accel::{ParamSpec, ParamType, ParamValue, PARAMS_LEN};
 use serde::Deserialize;
 
 use crate::expr::{self, Expr, Var};
-use crate::{Arg, Manifest, OpenCl, Payload, ProgramKind, Rtl};
+use crate::{Arg, Manifest, OpenCl, Payload, ProgramKind, Rtl, ARGS_MAX};
 
 /// Reads an implementation file named by the manifest (a path relative to its folder,
 /// already checked to stay inside it).
@@ -112,8 +112,7 @@ const PAYLOAD_MAX_BYTES_LIMIT: u64 = u32::MAX as u64;
 /// Longest description, build options, kernel or module name.
 const TEXT_BYTES_MAX: usize = 4096;
 const IDENT_BYTES_MAX: usize = 128;
-/// Kernel arguments and RTL source files a manifest may list.
-const ARGS_MAX: usize = 64;
+/// RTL source files a manifest may list.
 const SOURCES_MAX: usize = 256;
 
 /// Names the expression language or `args` gives a meaning of their own.

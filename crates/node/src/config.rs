@@ -279,8 +279,9 @@ pub struct Config {
     /// A directory of user accelerators, one folder with an `accelerator.toml` each
     /// (`--accelerators DIR`); refused manifests are logged and left out.
     pub accelerators_dir: Option<std::path::PathBuf>,
-    /// Where OpenCL devices keep built program binaries across restarts (by content
-    /// hash); unset: `accelerators_dir/.cache`, or no disk cache without that.
+    /// Where OpenCL slots keep built program binaries across restarts (by content
+    /// hash); unset: `$XDG_CACHE_HOME/netaccel/opencl-programs`, else
+    /// `$HOME/.cache/netaccel/opencl-programs` (none without either variable).
     pub opencl_program_dir: Option<std::path::PathBuf>,
     /// Complete calls waiting per slot (503 BUSY beyond).
     pub queue_depth_max: usize,
@@ -295,7 +296,8 @@ pub struct Config {
     /// wait, queue it for the worker). See the `slot` module.
     pub hand_over_wait_us: u64,
     /// Scheduling class of slot worker threads (`idle`, `normal`, `batch`); see
-    /// [`WorkerPolicy`].
+    /// [`WorkerPolicy`]. Slots of OpenCL devices always run `normal`: their threads
+    /// wait on the device, and the runtime's threads inherit their class.
     pub slot_worker_policy: WorkerPolicy,
     /// Nice value of slot worker threads relative to the node's, for the `normal` and
     /// `batch` classes (`idle` has none). Positive (the default, 10) gives network

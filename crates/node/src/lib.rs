@@ -29,7 +29,8 @@
 //! | reconfiguration | [`admin`], [`slot`] | the operation ([`admin::reconfigure`]); the drain and swap in a slot ([`slot::Slot::reconfigure`]) |
 //! | a call's deadline | [`deadline`] | from `X-Netaccel-Deadline-Us` / RAC `deadline_us` to the instant a call must start by |
 //! | dispatch | [`dispatch`] | picking a slot (round robin, join-shortest-queue), admission, refusals |
-//! | slots | [`slot`] | a slot's tenant-fair queue, inline runs, its worker thread, a call's execution |
+//! | slots | [`slot`] | a slot's queue (tenant-fair, `fair_queue.rs`), inline runs, its worker thread, a call's execution |
+//! | devices and backends | [`device`] | `[[devices]]` started, the catalog with user accelerators (`device/library.rs`), what each backend hosts and how it loads it (`cpu.rs`, `opencl/`) |
 //! | request memory | [`memory`] | the HTTP body budget, the RAC reassembly pool |
 //! | object store | [`objects`] | named objects served without a slot |
 //! | metrics | [`metrics`] | the Prometheus registry and the handles the hot path bumps |

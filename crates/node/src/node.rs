@@ -94,7 +94,7 @@ impl Node {
             worker_nice: config.slot_worker_nice,
             worker_policy: config.slot_worker_policy,
         };
-        let started = device::start(&config, &mut metrics)?;
+        let started = device::start(&config, &mut metrics, opencl.as_ref())?;
         let dispatcher = Dispatcher::start(
             started.catalog,
             started.slots,

@@ -562,7 +562,16 @@ impl Slot {
 
     /// The worker thread's loop: runs queued calls until the slot is stopped and empty.
     pub fn run_worker(&self) {
-        set_worker_scheduling(self.limits.worker_policy, self.limits.worker_nice);
+        // The class protects network threads from CPU kernels. A thread that drives an
+        // OpenCL device mostly waits for it, and the runtime's own threads (PoCL's
+        // compute threads among them) may be created from it and inherit its class:
+        // at SCHED_IDLE they lost the CPU to any busy process (a 256x256 sobel took
+        // 400 ms instead of 0.2 ms beside a SCHED_IDLE busy loop).
+        let policy = match self.backend {
+            BackendKind::Opencl => WorkerPolicy::Normal,
+            BackendKind::Cpu | BackendKind::Rtl => self.limits.worker_policy,
+        };
+        set_worker_scheduling(policy, self.limits.worker_nice);
         loop {
             let mut st = self.state.lock();
             let job = loop {

@@ -174,7 +174,7 @@ fn manifests_load_the_valid_and_refuse_the_invalid_with_file_field_and_reason() 
     assert_eq!(
         entry("topk").unwrap()["backends"],
         // rtl: the node ships topk's RTL implementation (docs/rtl.md).
-        serde_json::json!(["cpu", "rtl"])
+        serde_json::json!(["cpu", "opencl", "rtl"])
     );
     assert_eq!(list.iter().filter(|a| a["name"] == "topk").count(), 1);
     for refused in ["overlap", "misaligned", "nosource"] {
@@ -252,4 +252,72 @@ fn a_slot_naming_what_its_device_cannot_host_stops_the_start_with_a_reason() {
         "{stderr}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The scheduling policy (`SCHED_*` number) of each thread of process `pid` whose
+/// name satisfies `keep`, from /proc.
+fn thread_policies(pid: i32, keep: impl Fn(&str) -> bool) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let name = std::fs::read_to_string(dir.join("comm"))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        if !keep(&name) {
+            continue;
+        }
+        let sched = std::fs::read_to_string(dir.join("sched")).unwrap_or_default();
+        let policy = sched
+            .lines()
+            .find(|l| l.starts_with("policy"))
+            .and_then(|l| l.rsplit(':').next()?.trim().parse().ok())
+            .unwrap_or(u32::MAX);
+        out.push((name, policy));
+    }
+    out
+}
+
+/// Regression: an OpenCL slot's worker ran at the default slot class, SCHED_IDLE, and
+/// the OpenCL runtime's compute threads it created inherited it, so beside any busy
+/// process a 256x256 sobel took 428 ms instead of 0.2 ms. Now only CPU slots take the
+/// configured class; an OpenCL slot's worker, and every thread the runtime starts,
+/// run SCHED_OTHER.
+#[test]
+fn opencl_slot_workers_and_runtime_threads_are_not_sched_idle() {
+    if !opencl_runtime_present() {
+        return;
+    }
+    let programs = accel_dir("sched-programs");
+    let node = TestNode::start(&format!(
+        "opencl_program_dir = \"{}\"\n[[devices]]\nname = \"ocl0\"\nbackend = \"opencl\"\nslots = [\"sobel\"]\n[[devices]]\nname = \"cpu0\"\nbackend = \"cpu\"\nslots = [\"sobel\"]\n",
+        programs.display()
+    ));
+    // Calls through the OpenCL slot's worker (too large to run inline), so that the
+    // runtime has started whatever threads it starts for them.
+    let url = node.url("/v1/fn/sobel?width=512&height=512");
+    let image = vec![b'x'; 512 * 512];
+    for _ in 0..5 {
+        let resp = ureq::post(&url).send_bytes(&image).unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_IDLE: u32 = 5;
+    let slots = thread_policies(node.pid(), |n| n.starts_with("slot-"));
+    assert_eq!(
+        slots.iter().find(|(n, _)| n == "slot-0").map(|t| t.1),
+        Some(SCHED_OTHER),
+        "the OpenCL slot's worker: {slots:?}"
+    );
+    assert_eq!(
+        slots.iter().find(|(n, _)| n == "slot-1").map(|t| t.1),
+        Some(SCHED_IDLE),
+        "the CPU slot keeps the configured default: {slots:?}"
+    );
+    let others = thread_policies(node.pid(), |n| n != "slot-1");
+    assert!(
+        others.iter().all(|(_, p)| *p == SCHED_OTHER),
+        "threads other than the CPU slot's worker must not be SCHED_IDLE: {others:?}"
+    );
+    let _ = std::fs::remove_dir_all(&programs);
 }

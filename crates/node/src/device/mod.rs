@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use accel::{Accelerator, CallError, Catalog, ParamBlock};
 use manifest::Manifest;
+use ocl_remote::service::ServiceHandle;
 
 use crate::config::{Config, DeviceConfig};
 use crate::metrics::Metrics;
@@ -190,11 +191,18 @@ pub struct Started {
 /// Builds the catalog and the devices of `config`, and loads every slot's initial
 /// accelerator. Refused manifests are logged and left out; a device that cannot start
 /// or a slot that names what its device cannot host is an error.
-pub fn start(config: &Config, metrics: &mut Metrics) -> Result<Started, String> {
+///
+/// `opencl` is the remote OpenCL service when the node runs one: OpenCL devices it
+/// shares take turns with its clients through its FIFOs.
+pub fn start(
+    config: &Config,
+    metrics: &mut Metrics,
+    opencl: Option<&ServiceHandle>,
+) -> Result<Started, String> {
     let device_configs = config.device_list();
     let mut backends = Vec::with_capacity(device_configs.len());
     for d in &device_configs {
-        backends.push(backend(d, config, metrics)?);
+        backends.push(backend(d, config, metrics, opencl)?);
     }
     let (catalog, manifests) = library::assemble(config, &device_configs, &backends)?;
     let devices = Devices {
@@ -260,11 +268,12 @@ pub fn start(config: &Config, metrics: &mut Metrics) -> Result<Started, String> 
 fn backend(
     d: &DeviceConfig,
     config: &Config,
-    metrics: &mut Metrics,
+    _metrics: &mut Metrics,
+    service: Option<&ServiceHandle>,
 ) -> Result<Arc<dyn Backend>, String> {
     match d.backend {
         BackendKind::Cpu => Ok(Arc::new(cpu::Cpu)),
-        BackendKind::Opencl => opencl::OpenClBackend::start(d, config, metrics)
+        BackendKind::Opencl => opencl::OpenClBackend::start(d, config, service)
             .map(|b| Arc::new(b) as Arc<dyn Backend>)
             .map_err(|e| format!("device {}: {e}", d.name)),
         BackendKind::Rtl => rtl::RtlBackend::start(d, config, metrics)

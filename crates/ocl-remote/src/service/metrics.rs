@@ -16,6 +16,9 @@ pub(crate) struct DeviceMetrics {
     /// Tasks waiting in or taken from the device FIFO and not yet finished.
     pub queue_depth: Gauge,
     pub tasks_failed: Counter,
+    /// Seconds the device spent running remote tasks and the node's own jobs (its
+    /// OpenCL slots' calls).
+    pub busy_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
 }
 
 pub(crate) struct Metrics {
@@ -43,6 +46,7 @@ impl Metrics {
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
         let depth = Family::<Labels, Gauge>::default();
         let failed = Family::<Labels, Counter>::default();
+        let busy = Family::<Labels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
         let bytes = Family::<Labels, Counter>::default();
         let clients_connected = Gauge::default();
         let client_buffer_bytes = Gauge::default();
@@ -85,6 +89,11 @@ impl Metrics {
             failed.clone(),
         );
         registry.register(
+            "ocl_device_busy_seconds",
+            "Seconds each device spent running remote OpenCL tasks and the node's OpenCL slot calls",
+            busy.clone(),
+        );
+        registry.register(
             "ocl_clients_connected",
             "Remote OpenCL clients currently connected",
             clients_connected.clone(),
@@ -106,6 +115,7 @@ impl Metrics {
                     task_latency: latency.get_or_create(&labels).clone(),
                     queue_depth: depth.get_or_create(&labels).clone(),
                     tasks_failed: failed.get_or_create(&labels).clone(),
+                    busy_seconds: busy.get_or_create(&labels).clone(),
                 }
             })
             .collect();

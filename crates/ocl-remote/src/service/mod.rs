@@ -50,6 +50,7 @@ use prometheus_client::registry::Registry;
 use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Api, Handle};
 use metrics::Metrics;
+pub use worker::DeviceLane;
 use worker::DeviceQueue;
 
 /// What the service shares and the bounds it enforces. Every bound has a safe default.
@@ -411,6 +412,19 @@ impl ServiceHandle {
             .iter()
             .map(|d| d.name.clone())
             .collect()
+    }
+
+    /// The FIFO of the shared device whose OpenCL handle (`cl_device_id`, from the
+    /// same OpenCL library) is `device`, for the node's own use of it; `None` when the
+    /// service does not share that device.
+    pub fn lane(&self, device: Handle) -> Option<DeviceLane> {
+        let index = self
+            .shared
+            .runtime
+            .devices
+            .iter()
+            .position(|d| d.raw.0 == device)?;
+        Some(DeviceLane::new(Arc::clone(&self.shared), index))
     }
 
     /// Clients connected now.

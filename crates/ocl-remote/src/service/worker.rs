@@ -7,6 +7,11 @@
 //! thus time-share the device and never interleave inside a task. A task for several
 //! devices runs from the FIFO of the lowest and holds the others meanwhile
 //! ([`DeviceQueue::hold`]).
+//!
+//! The node's own OpenCL slots use the same FIFO ([`DeviceLane`]): a slot's call is a
+//! job of the device like a client's task, so the two never interleave and neither
+//! waits behind more than the FIFO's bound of the other's work. The device's busy
+//! seconds count both.
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -45,7 +50,13 @@ pub(crate) struct DeviceQueue {
 
 struct QueueState {
     running: bool,
-    tasks: VecDeque<Task>,
+    tasks: VecDeque<Job>,
+}
+
+/// What a device FIFO holds: a remote client's task, or a job of the node itself.
+pub(crate) enum Job {
+    Task(Task),
+    Local(Box<dyn FnOnce() + Send>),
 }
 
 impl DeviceQueue {
@@ -64,13 +75,13 @@ impl DeviceQueue {
 
     /// Queues `task`, or runs it at once on the calling thread when the device is idle
     /// and no task waits (order is the same either way). Waits while the FIFO is full.
-    pub fn submit(&self, shared: &Shared, device: usize, task: Task) {
+    pub fn submit(&self, shared: &Shared, device: usize, task: Job) {
         shared.metrics.devices[device].queue_depth.inc();
         let mut st = lock(&self.state);
         if !st.running && st.tasks.is_empty() {
             st.running = true;
             drop(st);
-            run_task(shared, device, task);
+            run_job(shared, device, task);
             self.finished();
             return;
         }
@@ -122,9 +133,76 @@ impl DeviceQueue {
                 self.room.notify_one();
                 task
             };
-            run_task(shared, device, task);
+            run_job(shared, device, task);
             self.finished();
         }
+    }
+}
+
+/// Runs one job of the FIFO and counts the time the device spent on it.
+fn run_job(shared: &Shared, device: usize, job: Job) {
+    let started = std::time::Instant::now();
+    match job {
+        Job::Task(task) => run_task(shared, device, task),
+        Job::Local(f) => {
+            f();
+            shared.metrics.devices[device].queue_depth.dec();
+        }
+    }
+    shared.metrics.devices[device]
+        .busy_seconds
+        .inc_by(started.elapsed().as_secs_f64());
+}
+
+/// A way for the node to run work on one device in turn with remote clients' tasks:
+/// through the device's FIFO, behind what is queued there.
+#[derive(Clone)]
+pub struct DeviceLane {
+    shared: Arc<Shared>,
+    device: usize,
+}
+
+impl DeviceLane {
+    pub(crate) fn new(shared: Arc<Shared>, device: usize) -> DeviceLane {
+        DeviceLane { shared, device }
+    }
+
+    /// Runs `f` on the device's turn: at once on this thread when the device is idle
+    /// and nothing waits, else on the device's worker after the jobs queued before it
+    /// (waiting while the FIFO is full). Returns `f`'s result; a panic in `f` is
+    /// raised again here.
+    pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        type Slot<R> = (Mutex<Option<std::thread::Result<R>>>, Condvar);
+        let done: Slot<R> = (Mutex::new(None), Condvar::new());
+        let job = || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            *lock(&done.0) = Some(result);
+            done.1.notify_one();
+        };
+        let job: Box<dyn FnOnce() + Send + '_> = Box::new(job);
+        // SAFETY: the job borrows `f`'s captures and `done` from this frame. This
+        // function does not return before the job has run: it waits below until the
+        // job stored its result, and the FIFO runs every job it accepted (its
+        // worker never exits, and `submit` either runs the job or queues it).
+        let job: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(job) };
+        self.shared.devices[self.device].submit(&self.shared, self.device, Job::Local(job));
+        let mut result = lock(&done.0);
+        loop {
+            if let Some(r) = result.take() {
+                return r.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            }
+            result = done.1.wait(result).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// No task or job runs on the device and none waits (a snapshot).
+    pub fn is_idle(&self) -> bool {
+        self.shared.devices[self.device].is_idle()
+    }
+
+    /// Seconds the device spent on jobs and tasks so far.
+    pub fn busy_seconds(&self) -> f64 {
+        self.shared.metrics.devices[self.device].busy_seconds.get()
     }
 }
 

@@ -326,7 +326,11 @@ impl Session<'_> {
         };
         match device {
             // A full FIFO blocks this client's connection only: back-pressure.
-            Some(d) => self.shared.devices[d as usize].submit(self.shared, d as usize, task),
+            Some(d) => self.shared.devices[d as usize].submit(
+                self.shared,
+                d as usize,
+                crate::service::worker::Job::Task(task),
+            ),
             // Nothing runnable (empty, every queue id invalid, or over the byte bound):
             // answer at once, with the first failure.
             None => {

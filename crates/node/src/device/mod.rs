@@ -268,7 +268,7 @@ pub fn start(
 fn backend(
     d: &DeviceConfig,
     config: &Config,
-    _metrics: &mut Metrics,
+    metrics: &mut Metrics,
     service: Option<&ServiceHandle>,
 ) -> Result<Arc<dyn Backend>, String> {
     match d.backend {

@@ -369,12 +369,16 @@ fn every_command_and_option_has_help_text() {
             "slots",
             "load",
             "nodes",
-            "functions"
+            "functions",
+            "rtl"
         ]
     );
     let mut pages: Vec<Vec<&str>> = commands.iter().map(|c| vec![c.as_str()]).collect();
     for sub in ["create", "get", "delete", "scale"] {
         pages.push(vec!["functions", sub]);
+    }
+    for sub in ["build", "synth"] {
+        pages.push(vec!["rtl", sub]);
     }
     let mut checked = 0;
     for (page, text) in

@@ -58,7 +58,7 @@ class Shell:
             width = sum(keep)
             assert keep == [1] * width + [0] * (BEAT - width), f"tkeep not contiguous from byte 0: {keep}"
             if start + BEAT < lanes:
-                assert width == BEAT, "only the last output beat may be partial"
+                assert width == BEAT, "the built-in designs send full beats before the last"
             out += bytes(frame.tdata[start:start + width])
         status = frame.tuser[-1]
         return status, bytes(out)

@@ -31,6 +31,7 @@ pub mod error;
 pub mod etcd;
 pub mod ha;
 pub mod http;
+pub mod kube;
 pub mod metrics;
 pub mod model;
 pub mod nodeadmin;
@@ -102,6 +103,9 @@ pub async fn serve(
     registry.spawn_reconcilers();
     if let Some(prometheus) = registry.config.prometheus.clone() {
         prometheus::spawn(registry.clone(), prometheus);
+    }
+    if let Some(settings) = registry.config.kubernetes.clone() {
+        kube::start(registry.clone(), settings).await?;
     }
     let app = http::router(http::App {
         registry,

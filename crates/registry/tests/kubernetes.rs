@@ -1,0 +1,369 @@
+//! `netaccel-registry --kubernetes` against a real control plane (see
+//! `kubernetes/harness.rs`): the admission webhook binds the Pods of a Deployment and
+//! the real kube-scheduler places them on the node holding their slot; a Pod nothing
+//! can host is refused with the reason; a malformed review is answered 400.
+//!
+//! The netaccel nodes are stand-ins that renew their leases with `PUT /v1/nodes/NAME`
+//! (as the client tests do): no call reaches them here. Their names are the
+//! Kubernetes nodes' names.
+//!
+//! One control plane at a time (a lock): each takes a few hundred MB and most of a
+//! core while it starts.
+
+#[path = "kubernetes/harness.rs"]
+mod harness;
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use harness::{eventually, free_port, ControlPlane, NODES};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{json, Value};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs `test` on a fresh control plane, or skips (see `harness::available`).
+fn with_control_plane<F, Fut>(test: F)
+where
+    F: FnOnce(ControlPlane) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !harness::available() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let plane = ControlPlane::start().await;
+        tokio::time::timeout(Duration::from_secs(240), test(plane))
+            .await
+            .expect("the test took over 4 minutes");
+    });
+}
+
+// ---- the registry and its stand-in nodes ----
+
+struct Registry {
+    child: Child,
+    base: String,
+    webhook: SocketAddr,
+    log: PathBuf,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!(
+                "registry log (last lines):\n{}",
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        }
+    }
+}
+
+impl Registry {
+    fn start(plane: &ControlPlane, extra: &[&str]) -> Registry {
+        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let webhook: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = plane.dir.join(format!("registry-{}.log", listen.port()));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-registry"))
+            .args(["--listen", &listen.to_string(), "--lease-ms", "1500"])
+            .args([
+                "--kubernetes",
+                "--kubeconfig",
+                &plane.kubeconfig.to_string_lossy(),
+            ])
+            .args(["--webhook", &webhook.to_string()])
+            .args(["--webhook-configuration", "netaccel"])
+            .args([
+                "--webhook-url",
+                &format!("https://{webhook}/v1/admission/pods"),
+            ])
+            .args(["--log-level", "info"])
+            .args(extra)
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("starting netaccel-registry");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(webhook).is_err() || TcpStream::connect(listen).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!(
+                    "netaccel-registry exited ({status}):\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(Instant::now() < deadline, "netaccel-registry did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Registry {
+            child,
+            base: format!("http://{listen}"),
+            webhook,
+            log,
+        }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        ureq::get(&format!("{}{path}", self.base))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap()
+    }
+}
+
+/// A stand-in netaccel node: renews its lease every 400 ms with what `slots` says.
+struct FakeNode {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for FakeNode {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Accelerators the stand-in devices can load: anything else finds no slot.
+const CATALOG: [&str; 4] = ["sobel", "echo", "to_uppercase", "topk"];
+
+fn registration(index: u16, slots: &[&str]) -> Value {
+    let slots: Vec<Value> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, a)| json!({"id": i, "accelerator": a, "hash": "", "busy_ratio": 0.0, "queue_depth": 0}))
+        .collect();
+    json!({
+        "http": format!("10.0.0.{}:8080", index + 1),
+        "rac": format!("10.0.0.{}:9400", index + 1),
+        "opencl": format!("10.0.0.{}:9500", index + 1),
+        "devices": [{"id": "cpu0", "backend": "cpu", "vendor": "netaccel", "platform": "host",
+            "accelerators": CATALOG, "slots": slots}]
+    })
+}
+
+fn fake_node(registry: &Registry, name: &str, body: Value) -> FakeNode {
+    let url = format!("{}/v1/nodes/{name}", registry.base);
+    ureq::put(&url).send_json(body.clone()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = stop.clone();
+    let thread = std::thread::spawn(move || {
+        while !stopping.load(Ordering::SeqCst) {
+            let _ = ureq::put(&url).send_json(body.clone());
+            std::thread::sleep(Duration::from_millis(400));
+        }
+    });
+    FakeNode {
+        stop,
+        thread: Some(thread),
+    }
+}
+
+fn deployment(name: &str, replicas: i32, annotations: Value) -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": annotations},
+                "spec": {"containers": [{"name": "app", "image": "example.invalid/app:1"}]}
+            }
+        }
+    }))
+    .unwrap()
+}
+
+async fn webhook_configured(plane: &ControlPlane) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
+    eventually("the webhook configuration", Duration::from_secs(30), || {
+        let api = api.clone();
+        async move { api.get_opt("netaccel").await.ok().flatten() }
+    })
+    .await;
+}
+
+fn env_of(pod: &Pod) -> Vec<(String, String)> {
+    pod.spec.as_ref().unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect()
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+#[test]
+fn deployment_pods_are_bound_and_scheduled_onto_their_slots_node() {
+    with_control_plane(|plane| async move {
+        let registry = Registry::start(&plane, &[]);
+        let _nodes = [
+            fake_node(&registry, NODES[0], registration(0, &["sobel", "echo"])),
+            fake_node(&registry, NODES[1], registration(1, &["sobel"])),
+            fake_node(&registry, NODES[2], registration(2, &["to_uppercase"])),
+        ];
+        webhook_configured(&plane).await;
+
+        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
+        let started = Instant::now();
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment("edges", 4, json!({"netaccel.io/accelerator": "sobel"})),
+            )
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let scheduled = eventually("4 Pods of edges scheduled", Duration::from_secs(60), || {
+            let pods = pods.clone();
+            async move {
+                let list = pods
+                    .list(&ListParams::default().labels("app=edges"))
+                    .await
+                    .ok()?;
+                let done: Vec<Pod> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+                    .collect();
+                (done.len() == 4).then_some(done)
+            }
+        })
+        .await;
+        eprintln!(
+            "4 Pods admitted, bound and scheduled in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        let function = registry.get("/v1/functions/edges");
+        assert_eq!(function["accelerator"], "sobel");
+        let instances = function["instances"].as_array().unwrap();
+        assert_eq!(instances.len(), 4, "{function}");
+        for pod in &scheduled {
+            let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
+            let id = annotation(pod, "netaccel.io/instance").expect("instance annotation");
+            let binding = instances
+                .iter()
+                .find(|i| i["id"] == id)
+                .unwrap_or_else(|| panic!("{id} is not an instance of edges: {function}"));
+            // The scheduler put the Pod where its slot is, because of the selector.
+            assert_eq!(binding["node"], node.as_str(), "{binding}");
+            assert!(
+                node == NODES[0] || node == NODES[1],
+                "sobel is on a and b only: {node}"
+            );
+            let selector = pod.spec.as_ref().unwrap().node_selector.clone().unwrap();
+            assert_eq!(selector["kubernetes.io/hostname"], node);
+            assert_eq!(annotation(pod, "netaccel.io/node"), Some(node.as_str()));
+            let env = env_of(pod);
+            let index = NODES.iter().position(|n| *n == node).unwrap() + 1;
+            for (k, v) in [
+                ("NETACCEL_REGISTRY", registry.base.clone()),
+                ("NETACCEL_FUNCTION", "edges".to_string()),
+                ("NETACCEL_INSTANCE", id.to_string()),
+                ("NETACCEL_NODE_HTTP", format!("10.0.0.{index}:8080")),
+                ("NETACCEL_NODE_RAC", format!("10.0.0.{index}:9400")),
+                ("NETACCEL_OPENCL_NODES", format!("10.0.0.{index}:9500")),
+            ] {
+                assert!(
+                    env.contains(&(k.to_string(), v.clone())),
+                    "{k}={v} in {env:?}"
+                );
+            }
+        }
+
+        // Nothing can load this accelerator: refused, with the reason.
+        let bare: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "lonely", "annotations": {"netaccel.io/accelerator": "nonesuch"}},
+            "spec": {"containers": [{"name": "app", "image": "example.invalid/app:1"}]}
+        }))
+        .unwrap();
+        let err = pods
+            .create(&PostParams::default(), &bare)
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("no slot can take an instance of lonely (nonesuch)"),
+            "{text}"
+        );
+        // Bad annotations: refused, the annotation named.
+        let mut bad = bare.clone();
+        bad.metadata.annotations = Some(
+            [
+                ("netaccel.io/accelerator".to_string(), "sobel".to_string()),
+                ("netaccel.io/backend".to_string(), "fpga".to_string()),
+            ]
+            .into(),
+        );
+        let text = pods
+            .create(&PostParams::default(), &bad)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("netaccel.io/backend"), "{text}");
+        // Pods without the annotation pass untouched.
+        let mut plain = bare.clone();
+        plain.metadata.annotations = None;
+        let created = pods.create(&PostParams::default(), &plain).await.unwrap();
+        assert!(created.metadata.annotations.is_none());
+        assert!(created.spec.unwrap().containers[0].env.is_none());
+
+        // A malformed review: 400, and the webhook keeps serving.
+        for body in [
+            "{",
+            "{\"kind\":\"AdmissionReview\",\"apiVersion\":\"admission.k8s.io/v1\"}",
+        ] {
+            let out = Command::new("curl")
+                .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST"])
+                .args([
+                    "-H",
+                    "content-type: application/json",
+                    "--data-binary",
+                    body,
+                ])
+                .arg(format!("https://{}/v1/admission/pods", registry.webhook))
+                .stderr(Stdio::inherit())
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "400", "{body}");
+        }
+        let mut again = bare.clone();
+        again.metadata.name = Some("again".into());
+        again.metadata.annotations =
+            Some([("netaccel.io/accelerator".to_string(), "echo".to_string())].into());
+        let created = pods.create(&PostParams::default(), &again).await.unwrap();
+        assert_eq!(annotation(&created, "netaccel.io/node"), Some(NODES[0]));
+        let mut plane = plane;
+        plane.check_alive();
+    });
+}

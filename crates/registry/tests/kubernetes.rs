@@ -1,7 +1,9 @@
 //! `netaccel-registry --kubernetes` against a real control plane (see
 //! `kubernetes/harness.rs`): the admission webhook binds the Pods of a Deployment and
 //! the real kube-scheduler places them on the node holding their slot; a Pod nothing
-//! can host is refused with the reason; a malformed review is answered 400.
+//! can host is refused with the reason; a malformed review is answered 400. Through
+//! DRA, the scheduler allocates a netaccel slot to a claim selecting its accelerator;
+//! the slices follow reconfigurations and node loss.
 //!
 //! The netaccel nodes are stand-ins that renew their leases with `PUT /v1/nodes/NAME`
 //! (as the client tests do): no call reaches them here. Their names are the
@@ -24,6 +26,9 @@ use harness::{eventually, free_port, ControlPlane, NODES};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{json, Value};
 
@@ -363,6 +368,167 @@ fn deployment_pods_are_bound_and_scheduled_onto_their_slots_node() {
             Some([("netaccel.io/accelerator".to_string(), "echo".to_string())].into());
         let created = pods.create(&PostParams::default(), &again).await.unwrap();
         assert_eq!(annotation(&created, "netaccel.io/node"), Some(NODES[0]));
+        let mut plane = plane;
+        plane.check_alive();
+    });
+}
+
+fn slice_devices(slice: &ResourceSlice) -> Vec<(String, String)> {
+    slice
+        .spec
+        .devices
+        .iter()
+        .flatten()
+        .map(|d| {
+            let accelerator = d.attributes.as_ref().unwrap()["accelerator"]
+                .string
+                .clone()
+                .unwrap();
+            (d.name.clone(), accelerator)
+        })
+        .collect()
+}
+
+#[test]
+fn the_scheduler_allocates_netaccel_slots_through_dra() {
+    with_control_plane(|plane| async move {
+        let registry = Registry::start(&plane, &[]);
+        let _a = fake_node(&registry, NODES[0], registration(0, &["echo", "topk"]));
+        let b = fake_node(&registry, NODES[1], registration(1, &["sobel", "echo"]));
+        let _c = fake_node(&registry, NODES[2], registration(2, &["to_uppercase"]));
+
+        let slices: Api<ResourceSlice> = Api::all(plane.client.clone());
+        let published = eventually("three ResourceSlices", Duration::from_secs(30), || {
+            let slices = slices.clone();
+            async move {
+                let list = slices.list(&ListParams::default()).await.ok()?;
+                (list.items.len() == 3).then_some(list.items)
+            }
+        })
+        .await;
+        let of_b = published
+            .iter()
+            .find(|s| s.spec.pool.name == NODES[1])
+            .expect("node-b's pool");
+        assert_eq!(of_b.spec.driver, "netaccel.io");
+        assert_eq!(of_b.spec.node_name.as_deref(), Some(NODES[1]));
+        assert_eq!(
+            slice_devices(of_b),
+            [
+                ("cpu0-slot-0".to_string(), "sobel".to_string()),
+                ("cpu0-slot-1".into(), "echo".into())
+            ]
+        );
+        let attrs = of_b.spec.devices.as_ref().unwrap()[0]
+            .attributes
+            .clone()
+            .unwrap();
+        for (k, v) in [
+            ("backend", "cpu"),
+            ("vendor", "netaccel"),
+            ("node", NODES[1]),
+            ("hash", ""),
+        ] {
+            assert_eq!(attrs[k].string.as_deref(), Some(v), "{k}");
+        }
+        let classes: Api<DeviceClass> = Api::all(plane.client.clone());
+        assert!(classes.get_opt("netaccel.io").await.unwrap().is_some());
+
+        // A claim template selecting sobel, and a Pod using it: the scheduler
+        // allocates node-b's sobel slot and puts the Pod on node-b.
+        let templates: Api<ResourceClaimTemplate> = Api::default_namespaced(plane.client.clone());
+        let template: ResourceClaimTemplate = serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "sobel"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "acc", "exactly": {
+                "deviceClassName": "netaccel.io",
+                "selectors": [{"cel": {"expression":
+                    "device.attributes[\"netaccel.io\"].accelerator == \"sobel\""}}]
+            }}]}}}
+        }))
+        .unwrap();
+        templates
+            .create(&PostParams::default(), &template)
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "edge-detector"},
+            "spec": {
+                "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
+                "containers": [{"name": "app", "image": "example.invalid/app:1",
+                    "resources": {"claims": [{"name": "acc"}]}}]
+            }
+        }))
+        .unwrap();
+        let started = Instant::now();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        let node = eventually("the Pod scheduled", Duration::from_secs(60), || {
+            let pods = pods.clone();
+            async move { pods.get("edge-detector").await.ok()?.spec?.node_name }
+        })
+        .await;
+        eprintln!(
+            "DRA: claim allocated and Pod scheduled in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        assert_eq!(node, NODES[1]);
+        let claims: Api<ResourceClaim> = Api::default_namespaced(plane.client.clone());
+        let claim = claims
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .next()
+            .expect("the claim made from the template");
+        let allocation = claim.status.unwrap().allocation.expect("allocated");
+        let results = allocation.devices.unwrap().results.unwrap_or_default();
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].driver, "netaccel.io");
+        assert_eq!(results[0].pool, NODES[1]);
+        assert_eq!(results[0].device, "cpu0-slot-0");
+
+        // A reconfiguration changes the published device.
+        let verdict: Value = ureq::post(&format!("{}/v1/reconfigurations", registry.base))
+            .send_json(
+                json!({"node": NODES[1], "device": "cpu0", "slot": 1, "accelerator": "topk"}),
+            )
+            .unwrap()
+            .into_json()
+            .unwrap();
+        assert_eq!(verdict["allowed"], true, "{verdict}");
+        eventually("node-b's slice shows topk", Duration::from_secs(10), || {
+            let slices = slices.clone();
+            async move {
+                let s = slices.get(&format!("netaccel-{}", NODES[1])).await.ok()?;
+                slice_devices(&s)
+                    .contains(&("cpu0-slot-1".into(), "topk".into()))
+                    .then_some(())
+            }
+        })
+        .await;
+
+        // node-b stops renewing its lease: lost, and its slice goes.
+        drop(b);
+        let lost = Instant::now();
+        eventually("node-b's slice deleted", Duration::from_secs(10), || {
+            let slices = slices.clone();
+            async move {
+                slices
+                    .get_opt(&format!("netaccel-{}", NODES[1]))
+                    .await
+                    .ok()?
+                    .is_none()
+                    .then_some(())
+            }
+        })
+        .await;
+        eprintln!(
+            "DRA: lost node's slice deleted {:.2} s after its last renewal (lease 1.5 s)",
+            lost.elapsed().as_secs_f64()
+        );
         let mut plane = plane;
         plane.check_alive();
     });

@@ -6,7 +6,9 @@
 //!   binding — pure functions over the review's bytes;
 //! - [`webhook`]: the HTTPS server the API server calls, which binds an instance with
 //!   the registry's own allocation, and the `MutatingWebhookConfiguration` pointing at
-//!   it (with its CA bundle).
+//!   it (with its CA bundle);
+//! - [`dra`]: the DeviceClass `netaccel.io` and one ResourceSlice per netaccel node,
+//!   kept equal to the registry's slots.
 //!
 //! Names. A netaccel node's `--name` is the name of the Kubernetes node it runs on
 //! (the DaemonSet of the Helm chart passes `spec.nodeName`), so "the node holding the
@@ -17,6 +19,7 @@
 //! transactions directly; a separate crate would need a second binary or a cycle.
 
 pub mod admission;
+pub mod dra;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -99,7 +102,7 @@ pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client, String> {
 }
 
 /// Starts what `--kubernetes` adds: the webhook (TLS, its configuration in the API
-/// server). Fails when the API server cannot be configured or the port is taken.
+/// server) and the publication of slots for DRA. Fails when the API server cannot be configured or the port is taken.
 pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), String> {
     let client = client(settings.kubeconfig.as_ref()).await?;
     let certificate = match &settings.webhook_tls {
@@ -117,5 +120,6 @@ pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), St
     let app = webhook::router(registry.clone(), &settings.registry_url);
     tokio::spawn(webhook::serve_tls(listener, tls, app));
     webhook::apply_configuration(client.clone(), &settings, &certificate.cert_pem).await?;
+    dra::spawn(registry, client);
     Ok(())
 }

@@ -149,6 +149,12 @@ pub struct Args {
     /// --advertise, else http:// and the listen address).
     #[arg(long, value_name = "URL")]
     pub pod_registry_url: Option<String>,
+    /// Displaced Pods evicted per second, at most (through the Eviction API).
+    #[arg(long, value_name = "N", default_value_t = 10.0)]
+    pub eviction_rate: f64,
+    /// Grace period given to an evicted Pod (default: the Pod's own).
+    #[arg(long, value_name = "S")]
+    pub eviction_grace_s: Option<u32>,
 }
 
 /// Where the state lives.
@@ -347,6 +353,12 @@ impl Args {
         if self.webhook_cert.is_none() && self.webhook_host.is_empty() {
             return Err("--webhook-host: the self-signed certificate needs a name".to_string());
         }
+        if !(self.eviction_rate > 0.0 && self.eviction_rate <= 10_000.0) {
+            return Err(format!(
+                "--eviction-rate {} must be above 0 and at most 10000",
+                self.eviction_rate
+            ));
+        }
         let registry_url = self
             .pod_registry_url
             .clone()
@@ -360,6 +372,10 @@ impl Args {
             webhook_configuration: self.webhook_configuration.clone(),
             webhook_client,
             registry_url,
+            eviction: crate::kube::pods::Eviction {
+                rate: self.eviction_rate,
+                grace_s: self.eviction_grace_s,
+            },
         }))
     }
 }

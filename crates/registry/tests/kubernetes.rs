@@ -134,8 +134,10 @@ impl Registry {
     }
 }
 
-/// A stand-in netaccel node: renews its lease every 400 ms with what `slots` says.
+/// A stand-in netaccel node: renews its lease every 400 ms with its registration,
+/// which the test may change (as a node reports a reconfiguration).
 struct FakeNode {
+    body: Arc<Mutex<Value>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -146,6 +148,12 @@ impl Drop for FakeNode {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+impl FakeNode {
+    fn set(&self, body: Value) {
+        *self.body.lock().unwrap() = body;
     }
 }
 
@@ -170,15 +178,18 @@ fn registration(index: u16, slots: &[&str]) -> Value {
 fn fake_node(registry: &Registry, name: &str, body: Value) -> FakeNode {
     let url = format!("{}/v1/nodes/{name}", registry.base);
     ureq::put(&url).send_json(body.clone()).unwrap();
+    let body = Arc::new(Mutex::new(body));
     let stop = Arc::new(AtomicBool::new(false));
-    let stopping = stop.clone();
+    let (stopping, current) = (stop.clone(), body.clone());
     let thread = std::thread::spawn(move || {
         while !stopping.load(Ordering::SeqCst) {
-            let _ = ureq::put(&url).send_json(body.clone());
+            let b = current.lock().unwrap().clone();
+            let _ = ureq::put(&url).send_json(b);
             std::thread::sleep(Duration::from_millis(400));
         }
     });
     FakeNode {
+        body,
         stop,
         thread: Some(thread),
     }
@@ -529,6 +540,127 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
             "DRA: lost node's slice deleted {:.2} s after its last renewal (lease 1.5 s)",
             lost.elapsed().as_secs_f64()
         );
+        let mut plane = plane;
+        plane.check_alive();
+    });
+}
+
+/// The Pods of Deployment `app` once there are `n`, all scheduled, each on the node its
+/// instance was bound on, none on `avoid`.
+async fn settled(pods: &Api<Pod>, app: &str, n: usize, avoid: &[&str]) -> Option<Vec<Pod>> {
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .ok()?;
+    let live: Vec<Pod> = list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    let ok = live.len() == n
+        && live.iter().all(|p| {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            node.is_some()
+                && node == annotation(p, "netaccel.io/node")
+                && !avoid.contains(&node.unwrap())
+        });
+    ok.then_some(live)
+}
+
+#[test]
+fn displaced_pods_are_evicted_and_bound_anew() {
+    with_control_plane(|plane| async move {
+        let registry = Registry::start(
+            &plane,
+            &["--eviction-grace-s", "0", "--reconfigure-timeout-ms", "500"],
+        );
+        let _a = fake_node(&registry, NODES[0], registration(0, &["sobel", "echo"]));
+        let b = fake_node(&registry, NODES[1], registration(1, &["sobel"]));
+        let _c = fake_node(
+            &registry,
+            NODES[2],
+            registration(2, &["to_uppercase", "sobel"]),
+        );
+        webhook_configured(&plane).await;
+        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment("edges", 6, json!({"netaccel.io/accelerator": "sobel"})),
+            )
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let first = eventually("6 Pods placed", Duration::from_secs(60), || {
+            settled(&pods, "edges", 6, &[])
+        })
+        .await;
+        let on_b = first
+            .iter()
+            .filter(|p| annotation(p, "netaccel.io/node") == Some(NODES[1]))
+            .count();
+        assert!(on_b > 0, "allocation spreads over the three sobel slots");
+
+        // The admin loads topk into node-b's only slot (the node reports it from now
+        // on): the instances there move, their Pods are evicted, the ReplicaSet makes
+        // new ones and the webhook binds them on node-a or node-c.
+        let started = Instant::now();
+        let verdict: Value = ureq::post(&format!("{}/v1/reconfigurations", registry.base))
+            .send_json(
+                json!({"node": NODES[1], "device": "cpu0", "slot": 0, "accelerator": "topk"}),
+            )
+            .unwrap()
+            .into_json()
+            .unwrap();
+        assert_eq!(verdict["allowed"], true, "{verdict}");
+        b.set(registration(1, &["topk"]));
+        eventually(
+            "displaced Pods rebound off node-b",
+            Duration::from_secs(60),
+            || settled(&pods, "edges", 6, &[NODES[1]]),
+        )
+        .await;
+        eprintln!(
+            "reconfiguration: {on_b} displaced Pod(s) evicted and rebound in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+
+        // node-a stops renewing: lost one lease later, its instances move to node-c,
+        // its Pods are evicted and rebound there.
+        drop(_a);
+        let lost = Instant::now();
+        let last = eventually(
+            "Pods rebound after node-a was lost",
+            Duration::from_secs(60),
+            || settled(&pods, "edges", 6, &[NODES[0], NODES[1]]),
+        )
+        .await;
+        eprintln!(
+            "node loss: Pods rebound on node-c {:.2} s after node-a's last renewal (lease 1.5 s)",
+            lost.elapsed().as_secs_f64()
+        );
+        assert!(last
+            .iter()
+            .all(|p| annotation(p, "netaccel.io/node") == Some(NODES[2])));
+        // Instances of Pods that are gone were released: one per live Pod.
+        let ids: Vec<String> = last
+            .iter()
+            .map(|p| annotation(p, "netaccel.io/instance").unwrap().to_string())
+            .collect();
+        eventually("one instance per live Pod", Duration::from_secs(20), || {
+            let function = registry.get("/v1/functions/edges");
+            let mut have: Vec<String> = function["instances"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["id"].as_str().unwrap().to_string())
+                .collect();
+            let mut want = ids.clone();
+            have.sort();
+            want.sort();
+            async move { (have == want).then_some(()) }
+        })
+        .await;
         let mut plane = plane;
         plane.check_alive();
     });

@@ -96,9 +96,14 @@ pub fn ask(request: &AdmissionRequest<Pod>) -> Verdict {
     if request.operation != Operation::Create {
         return Verdict::Ignore;
     }
-    let Some(pod) = &request.object else {
-        return Verdict::Ignore;
-    };
+    match &request.object {
+        Some(pod) => ask_pod(pod),
+        None => Verdict::Ignore,
+    }
+}
+
+/// What `pod` asks for (also used for a Deployment's Pod template).
+pub fn ask_pod(pod: &Pod) -> Verdict {
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     let Some(accelerator) = annotations.get(ACCELERATOR) else {
         return Verdict::Ignore;
@@ -258,7 +263,8 @@ fn add(path: PointerBuf, value: Value) -> PatchOperation {
 }
 
 /// The patch recording `binding` in `pod`: the annotations `netaccel.io/instance` and
-/// `netaccel.io/node`, the environment in every container (and init container), and,
+/// `netaccel.io/node`, the label `netaccel.io/instance` (which the Pod watcher selects
+/// on), the environment in every container (and init container), and,
 /// when colocated, the node selector of the slot's node. Variables a container already
 /// sets are left as the Pod's author set them.
 pub fn patch(pod: &Pod, binding: &Binding, registry_url: &str, colocate: bool) -> Patch {
@@ -276,6 +282,16 @@ pub fn patch(pod: &Pod, binding: &Binding, registry_url: &str, colocate: bool) -
             Value::String(value.clone()),
         ));
     }
+    if pod.metadata.labels.is_none() {
+        ops.push(add(
+            PointerBuf::from_tokens(["metadata", "labels"]),
+            json!({}),
+        ));
+    }
+    ops.push(add(
+        PointerBuf::from_tokens(["metadata", "labels", INSTANCE]),
+        Value::String(binding.id.clone()),
+    ));
     let env = binding.env(registry_url);
     if let Some(spec) = &pod.spec {
         let lists = [

@@ -7,6 +7,9 @@
 //! - [`webhook`]: the HTTPS server the API server calls, which binds an instance with
 //!   the registry's own allocation, and the `MutatingWebhookConfiguration` pointing at
 //!   it (with its CA bundle);
+//! - [`pods`]: the Pod watcher — instances of Pods that are gone are released, Pods
+//!   whose instance a reconfiguration or a lost node moved are evicted (rate-limited)
+//!   and bound anew; Deployments register their function;
 //! - [`dra`]: the DeviceClass `netaccel.io` and one ResourceSlice per netaccel node,
 //!   kept equal to the registry's slots.
 //!
@@ -20,6 +23,7 @@
 
 pub mod admission;
 pub mod dra;
+pub mod pods;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -63,6 +67,7 @@ pub struct Settings {
     pub webhook_client: Option<WebhookClient>,
     /// The registry's URL as Pods reach it (`NETACCEL_REGISTRY`).
     pub registry_url: String,
+    pub eviction: pods::Eviction,
 }
 
 /// Reads `--webhook-service NAMESPACE/NAME[:PORT]`.
@@ -102,7 +107,7 @@ pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client, String> {
 }
 
 /// Starts what `--kubernetes` adds: the webhook (TLS, its configuration in the API
-/// server) and the publication of slots for DRA. Fails when the API server cannot be configured or the port is taken.
+/// server), the Pod watcher and the publication of slots for DRA. Fails when the API server cannot be configured or the port is taken.
 pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), String> {
     let client = client(settings.kubeconfig.as_ref()).await?;
     let certificate = match &settings.webhook_tls {
@@ -120,6 +125,7 @@ pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), St
     let app = webhook::router(registry.clone(), &settings.registry_url);
     tokio::spawn(webhook::serve_tls(listener, tls, app));
     webhook::apply_configuration(client.clone(), &settings, &certificate.cert_pem).await?;
+    pods::spawn(registry.clone(), client.clone(), settings.eviction.clone());
     dra::spawn(registry, client);
     Ok(())
 }

@@ -125,6 +125,8 @@ fn the_patch_records_the_binding_and_applies_to_the_pod() {
     json_patch::patch(&mut doc, &p).unwrap();
     assert_eq!(doc["metadata"]["annotations"][INSTANCE], "k8s-1");
     assert_eq!(doc["metadata"]["annotations"][NODE], "node-a");
+    assert_eq!(doc["metadata"]["labels"][INSTANCE], "k8s-1");
+    assert_eq!(doc["metadata"]["labels"]["app"], "web");
     assert_eq!(doc["spec"]["nodeSelector"][HOSTNAME_LABEL], "node-a");
     let env = |c: usize| -> Vec<(String, String)> {
         doc["spec"]["containers"][c]["env"]
@@ -189,6 +191,7 @@ fn a_pod_without_annotations_map_or_owner_still_patches() {
     let mut doc = serde_json::to_value(&pod).unwrap();
     json_patch::patch(&mut doc, &patch(&pod, &binding(), "r", true)).unwrap();
     assert_eq!(doc["metadata"]["annotations"][INSTANCE], "k8s-1");
+    assert_eq!(doc["metadata"]["labels"][INSTANCE], "k8s-1");
     assert_eq!(doc["spec"]["nodeSelector"]["disk"], "ssd");
     assert_eq!(doc["spec"]["nodeSelector"][HOSTNAME_LABEL], "node-a");
 }

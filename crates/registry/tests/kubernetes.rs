@@ -62,6 +62,8 @@ where
 struct Registry {
     child: Child,
     base: String,
+    /// `Authorization` for writes (`--token`).
+    auth: String,
     webhook: SocketAddr,
     log: PathBuf,
 }
@@ -117,8 +119,14 @@ impl Registry {
             assert!(Instant::now() < deadline, "netaccel-registry did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
+        let token = extra
+            .iter()
+            .position(|a| *a == "--token")
+            .map(|i| extra[i + 1])
+            .unwrap_or("none");
         Registry {
             child,
+            auth: format!("Bearer {token}"),
             base: format!("http://{listen}"),
             webhook,
             log,
@@ -177,14 +185,18 @@ fn registration(index: u16, slots: &[&str]) -> Value {
 
 fn fake_node(registry: &Registry, name: &str, body: Value) -> FakeNode {
     let url = format!("{}/v1/nodes/{name}", registry.base);
-    ureq::put(&url).send_json(body.clone()).unwrap();
+    let auth = registry.auth.clone();
+    ureq::put(&url)
+        .set("Authorization", &auth)
+        .send_json(body.clone())
+        .unwrap();
     let body = Arc::new(Mutex::new(body));
     let stop = Arc::new(AtomicBool::new(false));
     let (stopping, current) = (stop.clone(), body.clone());
     let thread = std::thread::spawn(move || {
         while !stopping.load(Ordering::SeqCst) {
             let b = current.lock().unwrap().clone();
-            let _ = ureq::put(&url).send_json(b);
+            let _ = ureq::put(&url).set("Authorization", &auth).send_json(b);
             std::thread::sleep(Duration::from_millis(400));
         }
     });
@@ -572,7 +584,14 @@ fn displaced_pods_are_evicted_and_bound_anew() {
     with_control_plane(|plane| async move {
         let registry = Registry::start(
             &plane,
-            &["--eviction-grace-s", "0", "--reconfigure-timeout-ms", "500"],
+            &[
+                "--eviction-grace-s",
+                "0",
+                "--reconfigure-timeout-ms",
+                "500",
+                "--token",
+                "admin-secret",
+            ],
         );
         let _a = fake_node(&registry, NODES[0], registration(0, &["sobel", "echo"]));
         let b = fake_node(&registry, NODES[1], registration(1, &["sobel"]));
@@ -606,6 +625,7 @@ fn displaced_pods_are_evicted_and_bound_anew() {
         // new ones and the webhook binds them on node-a or node-c.
         let started = Instant::now();
         let verdict: Value = ureq::post(&format!("{}/v1/reconfigurations", registry.base))
+            .set("Authorization", &registry.auth)
             .send_json(
                 json!({"node": NODES[1], "device": "cpu0", "slot": 0, "accelerator": "topk"}),
             )

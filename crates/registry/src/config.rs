@@ -155,6 +155,20 @@ pub struct Args {
     /// Grace period given to an evicted Pod (default: the Pod's own).
     #[arg(long, value_name = "S")]
     pub eviction_grace_s: Option<u32>,
+    /// With --kubernetes and the memory store: namespace of the election's Lease.
+    #[arg(
+        long,
+        value_name = "NS",
+        env = "POD_NAMESPACE",
+        default_value = "default"
+    )]
+    pub lease_namespace: String,
+    /// Name of the election's Lease.
+    #[arg(long, value_name = "NAME", default_value = "netaccel-registry")]
+    pub lease_name: String,
+    /// This replica's Pod, labelled netaccel.io/role=leader|follower.
+    #[arg(long, value_name = "NAME", env = "POD_NAME")]
+    pub pod_name: Option<String>,
 }
 
 /// Where the state lives.
@@ -359,6 +373,12 @@ impl Args {
                 self.eviction_rate
             ));
         }
+        if self.election_ttl_s < 2 || self.election_ttl_s > 600 {
+            return Err(format!(
+                "--election-ttl-s {} must be between 2 and 600",
+                self.election_ttl_s
+            ));
+        }
         let registry_url = self
             .pod_registry_url
             .clone()
@@ -376,6 +396,16 @@ impl Args {
                 rate: self.eviction_rate,
                 grace_s: self.eviction_grace_s,
             },
+            election: (self.store == "memory").then(|| crate::kube::lease::Election {
+                namespace: self.lease_namespace.clone(),
+                name: self.lease_name.clone(),
+                identity: self
+                    .advertise
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{}", self.listen)),
+                ttl: Duration::from_secs(self.election_ttl_s),
+                pod: self.pod_name.clone(),
+            }),
         }))
     }
 }

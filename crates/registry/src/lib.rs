@@ -74,6 +74,12 @@ pub async fn serve(
         config.long_polls_max + REQUESTS_BEYOND_LONG_POLLS,
     ));
     let registry = match config.store.clone() {
+        // With --kubernetes, replicas elect a leader through a Lease (kube::lease).
+        config::StoreConfig::Memory if config.kubernetes.is_some() => {
+            Registry::new_follower(config, Arc::new(store::MemoryStore::new()), admin)
+                .await
+                .map_err(|e| e.to_string())?
+        }
         config::StoreConfig::Memory => {
             Registry::new(config, Arc::new(store::MemoryStore::new()), admin)
                 .await

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use harness::{eventually, free_port, ControlPlane, NODES};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
@@ -133,6 +134,25 @@ impl Registry {
         }
     }
 
+    /// Whether this replica leads (`netaccel_registry_leader` in `/metrics`).
+    fn leads(&self) -> bool {
+        ureq::get(&format!("{}/metrics", self.base))
+            .call()
+            .ok()
+            .and_then(|r| r.into_string().ok())
+            .is_some_and(|m| m.lines().any(|l| l == "netaccel_registry_leader 1"))
+    }
+
+    /// Waits until this replica leads (it takes the Lease at start when nobody holds it).
+    async fn wait_leader(&self, within: Duration) -> Duration {
+        let started = Instant::now();
+        eventually("the registry leading", within, || async {
+            self.leads().then_some(())
+        })
+        .await;
+        started.elapsed()
+    }
+
     fn get(&self, path: &str) -> Value {
         ureq::get(&format!("{}{path}", self.base))
             .call()
@@ -183,20 +203,28 @@ fn registration(index: u16, slots: &[&str]) -> Value {
     })
 }
 
-fn fake_node(registry: &Registry, name: &str, body: Value) -> FakeNode {
-    let url = format!("{}/v1/nodes/{name}", registry.base);
-    let auth = registry.auth.clone();
-    ureq::put(&url)
-        .set("Authorization", &auth)
-        .send_json(body.clone())
-        .unwrap();
+/// A stand-in node renewing its lease with every registry in `registries` (followers
+/// refuse; the leader, whichever it is, takes it).
+fn fake_node(registries: &[&Registry], name: &str, body: Value) -> FakeNode {
+    let targets: Vec<(String, String)> = registries
+        .iter()
+        .map(|r| (format!("{}/v1/nodes/{name}", r.base), r.auth.clone()))
+        .collect();
+    let renew = move |body: &Value| {
+        for (url, auth) in &targets {
+            let _ = ureq::put(url)
+                .set("Authorization", auth)
+                .send_json(body.clone());
+        }
+    };
+    renew(&body);
     let body = Arc::new(Mutex::new(body));
     let stop = Arc::new(AtomicBool::new(false));
     let (stopping, current) = (stop.clone(), body.clone());
     let thread = std::thread::spawn(move || {
         while !stopping.load(Ordering::SeqCst) {
             let b = current.lock().unwrap().clone();
-            let _ = ureq::put(&url).set("Authorization", &auth).send_json(b);
+            renew(&b);
             std::thread::sleep(Duration::from_millis(400));
         }
     });
@@ -254,10 +282,11 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
 fn deployment_pods_are_bound_and_scheduled_onto_their_slots_node() {
     with_control_plane(|plane| async move {
         let registry = Registry::start(&plane, &[]);
+        registry.wait_leader(Duration::from_secs(20)).await;
         let _nodes = [
-            fake_node(&registry, NODES[0], registration(0, &["sobel", "echo"])),
-            fake_node(&registry, NODES[1], registration(1, &["sobel"])),
-            fake_node(&registry, NODES[2], registration(2, &["to_uppercase"])),
+            fake_node(&[&registry], NODES[0], registration(0, &["sobel", "echo"])),
+            fake_node(&[&registry], NODES[1], registration(1, &["sobel"])),
+            fake_node(&[&registry], NODES[2], registration(2, &["to_uppercase"])),
         ];
         webhook_configured(&plane).await;
 
@@ -416,9 +445,10 @@ fn slice_devices(slice: &ResourceSlice) -> Vec<(String, String)> {
 fn the_scheduler_allocates_netaccel_slots_through_dra() {
     with_control_plane(|plane| async move {
         let registry = Registry::start(&plane, &[]);
-        let _a = fake_node(&registry, NODES[0], registration(0, &["echo", "topk"]));
-        let b = fake_node(&registry, NODES[1], registration(1, &["sobel", "echo"]));
-        let _c = fake_node(&registry, NODES[2], registration(2, &["to_uppercase"]));
+        registry.wait_leader(Duration::from_secs(20)).await;
+        let _a = fake_node(&[&registry], NODES[0], registration(0, &["echo", "topk"]));
+        let b = fake_node(&[&registry], NODES[1], registration(1, &["sobel", "echo"]));
+        let _c = fake_node(&[&registry], NODES[2], registration(2, &["to_uppercase"]));
 
         let slices: Api<ResourceSlice> = Api::all(plane.client.clone());
         let published = eventually("three ResourceSlices", Duration::from_secs(30), || {
@@ -593,10 +623,10 @@ fn displaced_pods_are_evicted_and_bound_anew() {
                 "admin-secret",
             ],
         );
-        let _a = fake_node(&registry, NODES[0], registration(0, &["sobel", "echo"]));
-        let b = fake_node(&registry, NODES[1], registration(1, &["sobel"]));
+        let _a = fake_node(&[&registry], NODES[0], registration(0, &["sobel", "echo"]));
+        let b = fake_node(&[&registry], NODES[1], registration(1, &["sobel"]));
         let _c = fake_node(
-            &registry,
+            &[&registry],
             NODES[2],
             registration(2, &["to_uppercase", "sobel"]),
         );
@@ -681,6 +711,122 @@ fn displaced_pods_are_evicted_and_bound_anew() {
             async move { (have == want).then_some(()) }
         })
         .await;
+        let mut plane = plane;
+        plane.check_alive();
+    });
+}
+
+#[test]
+fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
+    with_control_plane(|plane| async move {
+        let ttl = ["--election-ttl-s", "2"];
+        let first = Registry::start(&plane, &ttl);
+        first.wait_leader(Duration::from_secs(20)).await;
+        let second = Registry::start(&plane, &ttl);
+        let _nodes = [
+            fake_node(&[&first, &second], NODES[0], registration(0, &["sobel"])),
+            fake_node(&[&first, &second], NODES[1], registration(1, &["sobel"])),
+        ];
+        webhook_configured(&plane).await;
+        // One leader; the follower sends writers to it.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(first.leads() && !second.leads());
+        let refused = ureq::put(&format!("{}/v1/functions/x", second.base))
+            .send_json(json!({"accelerator": "sobel"}))
+            .unwrap_err();
+        let ureq::Error::Status(503, response) = refused else {
+            panic!("{refused:?}")
+        };
+        assert_eq!(
+            response.header("location"),
+            Some(format!("{}/v1/functions/x", first.base).as_str())
+        );
+        let leases: Api<Lease> = Api::default_namespaced(plane.client.clone());
+        let lease = leases.get("netaccel-registry").await.unwrap();
+        assert_eq!(
+            lease.spec.unwrap().holder_identity,
+            Some(first.base.clone())
+        );
+
+        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment("edges", 3, json!({"netaccel.io/accelerator": "sobel"})),
+            )
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let placed = eventually("3 Pods placed", Duration::from_secs(60), || {
+            settled(&pods, "edges", 3, &[])
+        })
+        .await;
+
+        // The leader dies: the follower takes the Lease within its TTL, points the
+        // webhook at itself and rebuilds the Pods' instances from the Pods.
+        let killed = Instant::now();
+        drop(first);
+        let took_over = second.wait_leader(Duration::from_secs(15)).await;
+        eprintln!(
+            "Lease failover: the follower led {:.2} s after the leader was killed (TTL 2 s)",
+            took_over.as_secs_f64()
+        );
+        let mut want: Vec<(String, String)> = placed
+            .iter()
+            .map(|p| {
+                (
+                    annotation(p, "netaccel.io/instance").unwrap().to_string(),
+                    annotation(p, "netaccel.io/node").unwrap().to_string(),
+                )
+            })
+            .collect();
+        want.sort();
+        eventually(
+            "the Pods' instances rebuilt",
+            Duration::from_secs(20),
+            || {
+                let function = second.get("/v1/functions/edges");
+                let mut have: Vec<(String, String)> = function["instances"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|i| {
+                        (
+                            i["id"].as_str().unwrap_or_default().to_string(),
+                            i["node"].as_str().unwrap_or_default().to_string(),
+                        )
+                    })
+                    .collect();
+                have.sort();
+                let ok = have == want;
+                async move { ok.then_some(()) }
+            },
+        )
+        .await;
+        eprintln!(
+            "state rebuilt from the Pods {:.2} s after the kill",
+            killed.elapsed().as_secs_f64()
+        );
+        // The new leader binds new Pods (the webhook now points at it).
+        deployments
+            .patch(
+                "edges",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&json!({"spec": {"replicas": 4}})),
+            )
+            .await
+            .unwrap();
+        eventually(
+            "a fourth Pod bound by the new leader",
+            Duration::from_secs(30),
+            || settled(&pods, "edges", 4, &[]),
+        )
+        .await;
+        // Nothing was evicted: the three Pods are the same.
+        let now = settled(&pods, "edges", 4, &[]).await.unwrap();
+        for p in &placed {
+            assert!(now.iter().any(|q| q.metadata.name == p.metadata.name));
+        }
         let mut plane = plane;
         plane.check_alive();
     });

@@ -10,6 +10,8 @@
 //! - [`pods`]: the Pod watcher — instances of Pods that are gone are released, Pods
 //!   whose instance a reconfiguration or a lost node moved are evicted (rate-limited)
 //!   and bound anew; Deployments register their function;
+//! - [`lease`]: with the memory store, replicas elect a leader through a Lease, and a
+//!   new leader rebuilds the instances from the Pods;
 //! - [`dra`]: the DeviceClass `netaccel.io` and one ResourceSlice per netaccel node,
 //!   kept equal to the registry's slots.
 //!
@@ -23,6 +25,7 @@
 
 pub mod admission;
 pub mod dra;
+pub mod lease;
 pub mod pods;
 pub mod webhook;
 
@@ -68,6 +71,8 @@ pub struct Settings {
     /// The registry's URL as Pods reach it (`NETACCEL_REGISTRY`).
     pub registry_url: String,
     pub eviction: pods::Eviction,
+    /// The Lease election (None: the store elects, as etcd does).
+    pub election: Option<lease::Election>,
 }
 
 /// Reads `--webhook-service NAMESPACE/NAME[:PORT]`.
@@ -106,8 +111,10 @@ pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client, String> {
     Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
 }
 
-/// Starts what `--kubernetes` adds: the webhook (TLS, its configuration in the API
-/// server), the Pod watcher and the publication of slots for DRA. Fails when the API server cannot be configured or the port is taken.
+/// Starts what `--kubernetes` adds: the webhook (TLS, and its configuration in the
+/// API server while this replica leads), the Lease election, the Pod watcher and the
+/// publication of slots for DRA. Fails when the Kubernetes configuration cannot be
+/// read or the webhook's port is taken.
 pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), String> {
     let client = client(settings.kubeconfig.as_ref()).await?;
     let certificate = match &settings.webhook_tls {
@@ -124,7 +131,15 @@ pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), St
     info!(webhook = %listener.local_addr().map_err(|e| e.to_string())?, "admission webhook serving (HTTPS)");
     let app = webhook::router(registry.clone(), &settings.registry_url);
     tokio::spawn(webhook::serve_tls(listener, tls, app));
-    webhook::apply_configuration(client.clone(), &settings, &certificate.cert_pem).await?;
+    webhook::spawn_configuration(
+        registry.clone(),
+        client.clone(),
+        settings.clone(),
+        certificate.cert_pem.clone(),
+    );
+    if let Some(election) = settings.election.clone() {
+        lease::spawn(registry.clone(), client.clone(), election);
+    }
     pods::spawn(registry.clone(), client.clone(), settings.eviction.clone());
     dra::spawn(registry, client);
     Ok(())

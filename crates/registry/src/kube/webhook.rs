@@ -15,8 +15,10 @@
 //! against the configuration's `caBundle`. Either the operator gives a certificate
 //! (`--webhook-cert`/`--webhook-key`, e.g. from cert-manager) or the registry makes a
 //! self-signed one at start for `--webhook-host` names, and — with
-//! `--webhook-configuration` — writes it as the `caBundle` itself (server-side apply,
-//! so a restart with a new certificate simply takes over the field).
+//! `--webhook-configuration` — writes it as the `caBundle` itself whenever it becomes
+//! the leader (server-side apply, so a new leader or a restart with a new certificate
+//! simply takes over the field). Only the leader can bind, so the configuration always
+//! names the leader's certificate (and, with `--webhook-url`, its address).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -361,6 +363,33 @@ pub fn configuration(
             ..Default::default()
         }]),
     }
+}
+
+/// Writes the configuration whenever this replica becomes the leader, so that the
+/// API server calls the replica that can bind, and trusts its certificate.
+pub fn spawn_configuration(
+    registry: Arc<Registry>,
+    client: Client,
+    settings: Settings,
+    ca_pem: String,
+) {
+    if settings.webhook_configuration.is_none() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut written = false;
+        loop {
+            if !registry.is_leader() {
+                written = false;
+            } else if !written {
+                match apply_configuration(client.clone(), &settings, &ca_pem).await {
+                    Ok(()) => written = true,
+                    Err(e) => warn!(error = %e, "retrying"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
 }
 
 /// Writes the configuration (server-side apply: this registry owns its fields).

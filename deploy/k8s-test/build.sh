@@ -12,8 +12,8 @@
 # directives, which Go ignores outside the main module. A small wrapper module therefore
 # requires k8s.io/kubernetes at the release and replaces every staging module by its
 # published v0.<minor>.<patch>; `go build k8s.io/kubernetes/cmd/X` then builds from it.
-# GOFLAGS=-p=1 keeps the build on one core: it takes longer but leaves the other core to
-# whatever else runs on the machine.
+# By default one package builds at a time (GOFLAGS -p=1): slower, but the machine stays
+# usable for whatever else runs; NETACCEL_GO_JOBS=2 (or more) on a machine of its own.
 set -euo pipefail
 
 k8s_version=${NETACCEL_K8S_VERSION:-v1.34.2}
@@ -21,7 +21,7 @@ helm_version=${NETACCEL_HELM_VERSION:-v3.19.5}
 out=${NETACCEL_K8S_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/netaccel/kubernetes-$k8s_version}
 helm_out=${NETACCEL_HELM_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/netaccel/helm-$helm_version}
 k8s_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-export GOFLAGS="${GOFLAGS:-} -p=1"
+export GOFLAGS="${GOFLAGS:-} -p=${NETACCEL_GO_JOBS:-1}"
 # Go's official tarball installs into /usr/local/go without touching PATH.
 if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then PATH="$PATH:/usr/local/go/bin"; fi
 export CGO_ENABLED=0
@@ -79,7 +79,7 @@ GO
     go mod tidy
     mkdir -p bin
     for c in "${k8s_cmds[@]}"; do
-      echo "==> building $c $k8s_version (one core; this takes minutes)"
+      echo "==> building $c $k8s_version (this takes minutes)"
       go build -trimpath -ldflags "$ldflags" -o "bin/$c" "k8s.io/kubernetes/cmd/$c"
     done
   )
@@ -89,7 +89,7 @@ fi
 
 if [[ ! -x "$helm_out/helm" ]]; then
   command -v go >/dev/null || { echo "go is needed to build helm $helm_version" >&2; exit 1; }
-  echo "==> building helm $helm_version (one core)"
+  echo "==> building helm $helm_version "
   mkdir -p "$helm_out"
   GOBIN="$helm_out/.tmp" go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
     "helm.sh/helm/v3/cmd/helm@$helm_version"

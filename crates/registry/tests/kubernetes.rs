@@ -831,3 +831,98 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
         plane.check_alive();
     });
 }
+
+fn run(mut command: Command, what: &str) -> String {
+    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{what} failed:\n{text}");
+    text
+}
+
+#[test]
+fn the_helm_chart_lints_renders_and_is_accepted_by_the_api_server() {
+    with_control_plane(|plane| async move {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let chart = root.join("deploy/helm/netaccel");
+        let helm = || {
+            let mut c = Command::new(harness::helm());
+            c.env("HELM_CACHE_HOME", plane.dir.join("helm-cache"))
+                .env("HELM_CONFIG_HOME", plane.dir.join("helm-config"))
+                .env("HELM_DATA_HOME", plane.dir.join("helm-data"));
+            c
+        };
+        let mut lint = helm();
+        lint.arg("lint")
+            .arg(&chart)
+            .args(["--kube-version", "1.34.2"]);
+        run(lint, "helm lint");
+        // With cert-manager and the Prometheus operator present, their objects appear.
+        let mut lint = helm();
+        lint.arg("lint")
+            .arg(&chart)
+            .args(["--kube-version", "1.34.2"]);
+        lint.args([
+            "--set",
+            "webhook.certManager=true",
+            "--set",
+            "serviceMonitor=true",
+        ]);
+        run(lint, "helm lint (cert-manager, ServiceMonitor)");
+        let mut template = helm();
+        template.args(["template", "netaccel"]).arg(&chart);
+        template.args(["--namespace", "netaccel", "--kube-version", "1.34.2"]);
+        template.args([
+            "--api-versions",
+            "cert-manager.io/v1",
+            "--api-versions",
+            "monitoring.coreos.com/v1",
+        ]);
+        let with_crds = run(template, "helm template (cert-manager, ServiceMonitor)");
+        for kind in [
+            "kind: Certificate",
+            "kind: MutatingWebhookConfiguration",
+            "kind: ServiceMonitor",
+        ] {
+            assert!(with_crds.contains(kind), "{kind} missing");
+        }
+
+        // deploy/kubernetes/netaccel.yaml is the chart's render.
+        let mut template = helm();
+        template.args(["template", "netaccel"]).arg(&chart);
+        template.args(["--namespace", "netaccel", "--kube-version", "1.34.2"]);
+        let rendered = run(template, "helm template");
+        let manifests = root.join("deploy/kubernetes/netaccel.yaml");
+        let committed = std::fs::read_to_string(&manifests).unwrap();
+        let body: String = committed
+            .lines()
+            .skip_while(|l| l.starts_with("# Rendered") || l.starts_with("# kubectl"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            body, rendered,
+            "deploy/kubernetes/netaccel.yaml is stale: run deploy/kubernetes/render.sh"
+        );
+
+        // The real API server accepts every object of it.
+        let mut ns = plane.kubectl();
+        ns.args(["create", "namespace", "netaccel"]);
+        run(ns, "kubectl create namespace");
+        let mut apply = plane.kubectl();
+        apply
+            .args(["apply", "--dry-run=server", "-n", "netaccel", "-f"])
+            .arg(&manifests);
+        let out = run(apply, "kubectl apply --dry-run=server");
+        let accepted = out
+            .lines()
+            .filter(|l| l.ends_with("(server dry run)"))
+            .count();
+        let objects = rendered.matches("\nkind: ").count();
+        assert_eq!(accepted, objects, "{out}");
+        let mut plane = plane;
+        plane.check_alive();
+    });
+}

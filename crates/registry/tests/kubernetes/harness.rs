@@ -25,6 +25,7 @@ use kube::Client;
 use serde_json::json;
 
 pub const K8S_VERSION: &str = "v1.34.2";
+pub const HELM_VERSION: &str = "v3.19.5";
 /// The three Kubernetes nodes; a netaccel node's name is its Kubernetes node's name.
 pub const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 
@@ -47,6 +48,18 @@ pub fn bin_dir() -> PathBuf {
     cache
         .join("netaccel")
         .join(format!("kubernetes-{K8S_VERSION}"))
+}
+
+/// Where `deploy/k8s-test/build.sh` put helm.
+pub fn helm() -> PathBuf {
+    if let Some(dir) = std::env::var_os("NETACCEL_HELM_BIN") {
+        return PathBuf::from(dir).join("helm");
+    }
+    bin_dir()
+        .parent()
+        .unwrap()
+        .join(format!("helm-{HELM_VERSION}"))
+        .join("helm")
 }
 
 /// Whether the control plane can run here; `false` means skip (never under CI).
@@ -382,6 +395,13 @@ impl ControlPlane {
             plane.started_in.as_secs_f64()
         );
         plane
+    }
+
+    /// `kubectl` built beside the control plane, with this control plane's kubeconfig.
+    pub fn kubectl(&self) -> Command {
+        let mut c = Command::new(bin_dir().join("kubectl"));
+        c.arg(format!("--kubeconfig={}", self.kubeconfig.display()));
+        c
     }
 
     /// Fails with the process's log if a control-plane process died.

@@ -12,6 +12,8 @@
 //! One control plane at a time (a lock): each takes a few hundred MB and most of a
 //! core while it starts.
 
+#[path = "kubernetes/bench.rs"]
+mod bench;
 #[path = "kubernetes/harness.rs"]
 mod harness;
 

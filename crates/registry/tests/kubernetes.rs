@@ -375,6 +375,19 @@ fn deployment_pods_are_bound_and_scheduled_onto_their_slots_node() {
             text.contains("no slot can take an instance of lonely (nonesuch)"),
             "{text}"
         );
+        // What a user sees.
+        let mut run = plane.kubectl();
+        run.args(["run", "lonely2", "--image=example.invalid/app:1"]);
+        run.arg("--annotations=netaccel.io/accelerator=nonesuch");
+        let out = run.output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        eprintln!("$ kubectl run lonely2 --image=… --annotations=netaccel.io/accelerator=nonesuch\n{said}");
+        assert!(!out.status.success());
+        assert!(
+            said.contains("admission webhook \"pods.netaccel.io\" denied the request")
+                && said.contains("no slot can take an instance of lonely2 (nonesuch)"),
+            "{said}"
+        );
         // Bad annotations: refused, the annotation named.
         let mut bad = bare.clone();
         bad.metadata.annotations = Some(

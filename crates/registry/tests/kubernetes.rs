@@ -359,6 +359,31 @@ fn deployment_pods_are_bound_and_scheduled_onto_their_slots_node() {
             }
         }
 
+        // A Deployment registers its function before it has any Pod.
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment(
+                    "idle",
+                    0,
+                    json!({"netaccel.io/accelerator": "topk", "netaccel.io/backend": "cpu"}),
+                ),
+            )
+            .await
+            .unwrap();
+        let idle = eventually(
+            "the function of Deployment idle",
+            Duration::from_secs(10),
+            || {
+                let url = format!("{}/v1/functions/idle", registry.base);
+                async move { ureq::get(&url).call().ok()?.into_json::<Value>().ok() }
+            },
+        )
+        .await;
+        assert_eq!(idle["accelerator"], "topk");
+        assert_eq!(idle["query"]["backend"], "cpu");
+        assert_eq!(idle["instances"], json!([]));
+
         // Nothing can load this accelerator: refused, with the reason.
         let bare: Pod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",

@@ -73,8 +73,12 @@ cargo clippy --workspace --all-targets -- -D warnings
 # kube-apiserver, controller manager, scheduler, kubectl and helm, built from the Go
 # module proxy (Go >= 1.24) once and cached under ~/.cache/netaccel (about 15 minutes
 # on 2 cores the first time, nothing afterwards). See docs/kubernetes.md.
+# Without Go (or the proxy) the Kubernetes tests skip themselves, except under CI.
 begin "Kubernetes control plane and helm (built once, cached)"
-deploy/k8s-test/build.sh
+if ! deploy/k8s-test/build.sh; then
+  [[ -z "${CI:-}" ]] || exit 1
+  echo "==> the Kubernetes control plane could not be built: its tests will be skipped (CI unset)"
+fi
 
 begin "cargo test (workspace)"
 cargo test --workspace

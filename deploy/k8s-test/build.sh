@@ -26,10 +26,22 @@ export GOFLAGS="${GOFLAGS:-} -p=${NETACCEL_GO_JOBS:-1}"
 if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then PATH="$PATH:/usr/local/go/bin"; fi
 export CGO_ENABLED=0
 
+# k8s.io/kubernetes v1.34 needs Go 1.24; Go 1.21 or later fetches that toolchain itself.
+need_go() {
+  command -v go >/dev/null || { echo "go (1.21 or later) is needed to build $1: install it from go.dev" >&2; exit 1; }
+  local v
+  v=$(go env GOVERSION)
+  v=${v#go}
+  if [[ ${v%%.*} -lt 1 || ( ${v%%.*} -eq 1 && $(echo "$v" | cut -d. -f2) -lt 21 ) ]]; then
+    echo "go $v is too old to build $1 (1.21 or later; Debian 12's golang-go is 1.19): install it from go.dev" >&2
+    exit 1
+  fi
+}
+
 have_all=true
 for c in "${k8s_cmds[@]}"; do [[ -x "$out/$c" ]] || have_all=false; done
 if ! $have_all; then
-  command -v go >/dev/null || { echo "go is needed to build Kubernetes $k8s_version" >&2; exit 1; }
+  need_go "Kubernetes $k8s_version"
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   staging_version="v0.${k8s_version#v1.}"
@@ -88,7 +100,7 @@ GO
 fi
 
 if [[ ! -x "$helm_out/helm" ]]; then
-  command -v go >/dev/null || { echo "go is needed to build helm $helm_version" >&2; exit 1; }
+  need_go "helm $helm_version"
   echo "==> building helm $helm_version "
   mkdir -p "$helm_out"
   GOBIN="$helm_out/.tmp" go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \

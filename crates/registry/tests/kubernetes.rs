@@ -825,7 +825,12 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
             "the Pods' instances rebuilt",
             Duration::from_secs(20),
             || {
-                let function = second.get("/v1/functions/edges");
+                // 404 until the new leader has registered the function again.
+                let function: Value = ureq::get(&format!("{}/v1/functions/edges", second.base))
+                    .call()
+                    .ok()
+                    .and_then(|r| r.into_json().ok())
+                    .unwrap_or(Value::Null);
                 let mut have: Vec<(String, String)> = function["instances"]
                     .as_array()
                     .into_iter()

@@ -116,6 +116,59 @@ pub struct Args {
     /// error, warn, info, debug, trace (or a tracing filter).
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     pub log_level: String,
+    /// Serve Kubernetes: the Pod admission webhook (see docs/kubernetes.md).
+    #[arg(long)]
+    pub kubernetes: bool,
+    /// With --kubernetes: kubeconfig file (default: in-cluster, then $KUBECONFIG or
+    /// ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// With --kubernetes: HTTPS listen address of the admission webhook.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:7443")]
+    pub webhook: SocketAddr,
+    /// The webhook's certificate (PEM); with --webhook-key. Default: self-signed for
+    /// the --webhook-host names, made at start.
+    #[arg(long, value_name = "FILE", requires = "webhook_key")]
+    pub webhook_cert: Option<std::path::PathBuf>,
+    #[arg(long, value_name = "FILE", requires = "webhook_cert")]
+    pub webhook_key: Option<std::path::PathBuf>,
+    /// DNS names or IP addresses of the self-signed certificate (repeatable).
+    #[arg(long, value_name = "HOST", default_values = ["localhost", "127.0.0.1"])]
+    pub webhook_host: Vec<String>,
+    /// Name of the MutatingWebhookConfiguration the registry writes, with its CA
+    /// bundle (needs --webhook-url or --webhook-service). Default: not written.
+    #[arg(long, value_name = "NAME")]
+    pub webhook_configuration: Option<String>,
+    /// The URL the API server calls the webhook at (https://HOST:PORT/v1/admission/pods).
+    #[arg(long, value_name = "URL", conflicts_with = "webhook_service")]
+    pub webhook_url: Option<String>,
+    /// The Service the API server calls the webhook through: NAMESPACE/NAME[:PORT].
+    #[arg(long, value_name = "SERVICE")]
+    pub webhook_service: Option<String>,
+    /// The registry's URL as Pods reach it, given them as NETACCEL_REGISTRY (default:
+    /// --advertise, else http:// and the listen address).
+    #[arg(long, value_name = "URL")]
+    pub pod_registry_url: Option<String>,
+    /// Displaced Pods evicted per second, at most (through the Eviction API).
+    #[arg(long, value_name = "N", default_value_t = 10.0)]
+    pub eviction_rate: f64,
+    /// Grace period given to an evicted Pod (default: the Pod's own).
+    #[arg(long, value_name = "S")]
+    pub eviction_grace_s: Option<u32>,
+    /// With --kubernetes and the memory store: namespace of the election's Lease.
+    #[arg(
+        long,
+        value_name = "NS",
+        env = "POD_NAMESPACE",
+        default_value = "default"
+    )]
+    pub lease_namespace: String,
+    /// Name of the election's Lease.
+    #[arg(long, value_name = "NAME", default_value = "netaccel-registry")]
+    pub lease_name: String,
+    /// This replica's Pod, labelled netaccel.io/role=leader|follower.
+    #[arg(long, value_name = "NAME", env = "POD_NAME")]
+    pub pod_name: Option<String>,
 }
 
 /// Where the state lives.
@@ -163,6 +216,8 @@ pub struct Config {
     pub release_unused: Option<Duration>,
     pub reconfigure_timeout: Duration,
     pub log_level: String,
+    /// `--kubernetes` and its options.
+    pub kubernetes: Option<crate::kube::Settings>,
 }
 
 impl Default for Config {
@@ -255,8 +310,10 @@ impl Args {
                 return Err(format!("{name} must be non-empty and without spaces"));
             }
         }
+        let kubernetes = self.kubernetes_settings()?;
         let ms = Duration::from_millis;
         Ok(Config {
+            kubernetes,
             listen: self.listen,
             store,
             prometheus,
@@ -284,6 +341,72 @@ impl Args {
             reconfigure_timeout: ms(self.reconfigure_timeout_ms),
             log_level: self.log_level,
         })
+    }
+}
+
+impl Args {
+    fn kubernetes_settings(&self) -> Result<Option<crate::kube::Settings>, String> {
+        if !self.kubernetes {
+            return Ok(None);
+        }
+        let webhook_client = match (&self.webhook_url, &self.webhook_service) {
+            (Some(url), _) if !url.starts_with("https://") => {
+                return Err(format!(
+                    "--webhook-url {url}: the API server calls webhooks over https://"
+                ))
+            }
+            (Some(url), _) => Some(crate::kube::WebhookClient::Url(url.clone())),
+            (None, Some(service)) => Some(crate::kube::parse_service(service)?),
+            (None, None) => None,
+        };
+        if self.webhook_configuration.is_some() && webhook_client.is_none() {
+            return Err(
+                "--webhook-configuration needs --webhook-url or --webhook-service".to_string(),
+            );
+        }
+        if self.webhook_cert.is_none() && self.webhook_host.is_empty() {
+            return Err("--webhook-host: the self-signed certificate needs a name".to_string());
+        }
+        if !(self.eviction_rate > 0.0 && self.eviction_rate <= 10_000.0) {
+            return Err(format!(
+                "--eviction-rate {} must be above 0 and at most 10000",
+                self.eviction_rate
+            ));
+        }
+        if self.election_ttl_s < 2 || self.election_ttl_s > 600 {
+            return Err(format!(
+                "--election-ttl-s {} must be between 2 and 600",
+                self.election_ttl_s
+            ));
+        }
+        let registry_url = self
+            .pod_registry_url
+            .clone()
+            .or_else(|| self.advertise.clone())
+            .unwrap_or_else(|| format!("http://{}", self.listen));
+        Ok(Some(crate::kube::Settings {
+            kubeconfig: self.kubeconfig.clone(),
+            webhook: self.webhook,
+            webhook_tls: self.webhook_cert.clone().zip(self.webhook_key.clone()),
+            webhook_hosts: self.webhook_host.clone(),
+            webhook_configuration: self.webhook_configuration.clone(),
+            webhook_client,
+            registry_url,
+            eviction: crate::kube::pods::Eviction {
+                rate: self.eviction_rate,
+                grace_s: self.eviction_grace_s,
+            },
+            election: (self.store == "memory").then(|| crate::kube::lease::Election {
+                namespace: self.lease_namespace.clone(),
+                name: self.lease_name.clone(),
+                identity: self
+                    .advertise
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{}", self.listen)),
+                ttl: Duration::from_secs(self.election_ttl_s),
+                pod: self.pod_name.clone(),
+            }),
+        }))
     }
 }
 
@@ -327,6 +450,43 @@ mod tests {
             let err = parse(args).unwrap_err();
             assert!(err.contains(want), "{args:?}: {err}");
         }
+        for (args, want) in [
+            (
+                &["--kubernetes", "--webhook-url", "http://x/"][..],
+                "https://",
+            ),
+            (
+                &["--kubernetes", "--webhook-configuration", "n"][..],
+                "--webhook-url",
+            ),
+            (
+                &["--kubernetes", "--webhook-service", "ns"][..],
+                "NAMESPACE/NAME",
+            ),
+        ] {
+            let err = parse(args).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+        let k = parse(&[
+            "--kubernetes",
+            "--webhook-configuration",
+            "n",
+            "--webhook-service",
+            "ns/reg:8443",
+        ])
+        .unwrap()
+        .kubernetes
+        .unwrap();
+        assert_eq!(
+            k.webhook_client,
+            Some(crate::kube::WebhookClient::Service {
+                namespace: "ns".into(),
+                name: "reg".into(),
+                port: 8443
+            })
+        );
+        assert_eq!(k.registry_url, "http://127.0.0.1:7400");
+        assert!(parse(&[]).unwrap().kubernetes.is_none());
         let c = parse(&["--token", "t", "--order", "occupation"]).unwrap();
         assert_eq!(c.node_token.as_deref(), Some("t"));
         assert_eq!(c.policy.order, Order::Occupation);

@@ -31,6 +31,7 @@ pub mod error;
 pub mod etcd;
 pub mod ha;
 pub mod http;
+pub mod kube;
 pub mod metrics;
 pub mod model;
 pub mod nodeadmin;
@@ -73,6 +74,12 @@ pub async fn serve(
         config.long_polls_max + REQUESTS_BEYOND_LONG_POLLS,
     ));
     let registry = match config.store.clone() {
+        // With --kubernetes, replicas elect a leader through a Lease (kube::lease).
+        config::StoreConfig::Memory if config.kubernetes.is_some() => {
+            Registry::new_follower(config, Arc::new(store::MemoryStore::new()), admin)
+                .await
+                .map_err(|e| e.to_string())?
+        }
         config::StoreConfig::Memory => {
             Registry::new(config, Arc::new(store::MemoryStore::new()), admin)
                 .await
@@ -102,6 +109,9 @@ pub async fn serve(
     registry.spawn_reconcilers();
     if let Some(prometheus) = registry.config.prometheus.clone() {
         prometheus::spawn(registry.clone(), prometheus);
+    }
+    if let Some(settings) = registry.config.kubernetes.clone() {
+        kube::start(registry.clone(), settings).await?;
     }
     let app = http::router(http::App {
         registry,

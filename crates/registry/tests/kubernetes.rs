@@ -1,0 +1,973 @@
+//! `netaccel-registry --kubernetes` against a real control plane (see
+//! `kubernetes/harness.rs`): the admission webhook binds the Pods of a Deployment and
+//! the real kube-scheduler places them on the node holding their slot; a Pod nothing
+//! can host is refused with the reason; a malformed review is answered 400. Through
+//! DRA, the scheduler allocates a netaccel slot to a claim selecting its accelerator;
+//! the slices follow reconfigurations and node loss.
+//!
+//! The netaccel nodes are stand-ins that renew their leases with `PUT /v1/nodes/NAME`
+//! (as the client tests do): no call reaches them here. Their names are the
+//! Kubernetes nodes' names.
+//!
+//! One control plane at a time (a lock): each takes a few hundred MB and most of a
+//! core while it starts.
+
+#[path = "kubernetes/bench.rs"]
+mod bench;
+#[path = "kubernetes/harness.rs"]
+mod harness;
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use harness::{eventually, free_port, ControlPlane, NODES};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{json, Value};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs `test` on a fresh control plane, or skips (see `harness::available`).
+fn with_control_plane<F, Fut>(test: F)
+where
+    F: FnOnce(ControlPlane) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !harness::available() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let plane = ControlPlane::start().await;
+        tokio::time::timeout(Duration::from_secs(240), test(plane))
+            .await
+            .expect("the test took over 4 minutes");
+    });
+}
+
+// ---- the registry and its stand-in nodes ----
+
+struct Registry {
+    child: Child,
+    base: String,
+    /// `Authorization` for writes (`--token`).
+    auth: String,
+    webhook: SocketAddr,
+    log: PathBuf,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!(
+                "registry log (last lines):\n{}",
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        }
+    }
+}
+
+impl Registry {
+    fn start(plane: &ControlPlane, extra: &[&str]) -> Registry {
+        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let webhook: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = plane.dir.join(format!("registry-{}.log", listen.port()));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-registry"))
+            .args(["--listen", &listen.to_string(), "--lease-ms", "1500"])
+            .args([
+                "--kubernetes",
+                "--kubeconfig",
+                &plane.kubeconfig.to_string_lossy(),
+            ])
+            .args(["--webhook", &webhook.to_string()])
+            .args(["--webhook-configuration", "netaccel"])
+            .args([
+                "--webhook-url",
+                &format!("https://{webhook}/v1/admission/pods"),
+            ])
+            .args(["--log-level", "info"])
+            .args(extra)
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("starting netaccel-registry");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(webhook).is_err() || TcpStream::connect(listen).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!(
+                    "netaccel-registry exited ({status}):\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(Instant::now() < deadline, "netaccel-registry did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let token = extra
+            .iter()
+            .position(|a| *a == "--token")
+            .map(|i| extra[i + 1])
+            .unwrap_or("none");
+        Registry {
+            child,
+            auth: format!("Bearer {token}"),
+            base: format!("http://{listen}"),
+            webhook,
+            log,
+        }
+    }
+
+    /// Whether this replica leads (`netaccel_registry_leader` in `/metrics`).
+    fn leads(&self) -> bool {
+        ureq::get(&format!("{}/metrics", self.base))
+            .call()
+            .ok()
+            .and_then(|r| r.into_string().ok())
+            .is_some_and(|m| m.lines().any(|l| l == "netaccel_registry_leader 1"))
+    }
+
+    /// Waits until this replica leads (it takes the Lease at start when nobody holds it).
+    async fn wait_leader(&self, within: Duration) -> Duration {
+        let started = Instant::now();
+        eventually("the registry leading", within, || async {
+            self.leads().then_some(())
+        })
+        .await;
+        started.elapsed()
+    }
+
+    fn get(&self, path: &str) -> Value {
+        ureq::get(&format!("{}{path}", self.base))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap()
+    }
+}
+
+/// A stand-in netaccel node: renews its lease every 400 ms with its registration,
+/// which the test may change (as a node reports a reconfiguration).
+struct FakeNode {
+    body: Arc<Mutex<Value>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for FakeNode {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl FakeNode {
+    fn set(&self, body: Value) {
+        *self.body.lock().unwrap() = body;
+    }
+}
+
+/// Accelerators the stand-in devices can load: anything else finds no slot.
+const CATALOG: [&str; 4] = ["sobel", "echo", "to_uppercase", "topk"];
+
+fn registration(index: u16, slots: &[&str]) -> Value {
+    let slots: Vec<Value> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, a)| json!({"id": i, "accelerator": a, "hash": "", "busy_ratio": 0.0, "queue_depth": 0}))
+        .collect();
+    json!({
+        "http": format!("10.0.0.{}:8080", index + 1),
+        "rac": format!("10.0.0.{}:9400", index + 1),
+        "opencl": format!("10.0.0.{}:9500", index + 1),
+        "devices": [{"id": "cpu0", "backend": "cpu", "vendor": "netaccel", "platform": "host",
+            "accelerators": CATALOG, "slots": slots}]
+    })
+}
+
+/// A stand-in node renewing its lease with every registry in `registries` (followers
+/// refuse; the leader, whichever it is, takes it).
+fn fake_node(registries: &[&Registry], name: &str, body: Value) -> FakeNode {
+    let targets: Vec<(String, String)> = registries
+        .iter()
+        .map(|r| (format!("{}/v1/nodes/{name}", r.base), r.auth.clone()))
+        .collect();
+    let renew = move |body: &Value| {
+        for (url, auth) in &targets {
+            let _ = ureq::put(url)
+                .set("Authorization", auth)
+                .send_json(body.clone());
+        }
+    };
+    renew(&body);
+    let body = Arc::new(Mutex::new(body));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (stopping, current) = (stop.clone(), body.clone());
+    let thread = std::thread::spawn(move || {
+        while !stopping.load(Ordering::SeqCst) {
+            let b = current.lock().unwrap().clone();
+            renew(&b);
+            std::thread::sleep(Duration::from_millis(400));
+        }
+    });
+    FakeNode {
+        body,
+        stop,
+        thread: Some(thread),
+    }
+}
+
+fn deployment(name: &str, replicas: i32, annotations: Value) -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": annotations},
+                "spec": {"containers": [{"name": "app", "image": "example.invalid/app:1"}]}
+            }
+        }
+    }))
+    .unwrap()
+}
+
+async fn webhook_configured(plane: &ControlPlane) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
+    eventually("the webhook configuration", Duration::from_secs(30), || {
+        let api = api.clone();
+        async move { api.get_opt("netaccel").await.ok().flatten() }
+    })
+    .await;
+}
+
+fn env_of(pod: &Pod) -> Vec<(String, String)> {
+    pod.spec.as_ref().unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect()
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+#[test]
+fn deployment_pods_are_bound_and_scheduled_onto_their_slots_node() {
+    with_control_plane(|plane| async move {
+        let registry = Registry::start(&plane, &[]);
+        registry.wait_leader(Duration::from_secs(20)).await;
+        let _nodes = [
+            fake_node(&[&registry], NODES[0], registration(0, &["sobel", "echo"])),
+            fake_node(&[&registry], NODES[1], registration(1, &["sobel"])),
+            fake_node(&[&registry], NODES[2], registration(2, &["to_uppercase"])),
+        ];
+        webhook_configured(&plane).await;
+
+        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
+        let started = Instant::now();
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment("edges", 4, json!({"netaccel.io/accelerator": "sobel"})),
+            )
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let scheduled = eventually("4 Pods of edges scheduled", Duration::from_secs(60), || {
+            let pods = pods.clone();
+            async move {
+                let list = pods
+                    .list(&ListParams::default().labels("app=edges"))
+                    .await
+                    .ok()?;
+                let done: Vec<Pod> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+                    .collect();
+                (done.len() == 4).then_some(done)
+            }
+        })
+        .await;
+        eprintln!(
+            "4 Pods admitted, bound and scheduled in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        let function = registry.get("/v1/functions/edges");
+        assert_eq!(function["accelerator"], "sobel");
+        let instances = function["instances"].as_array().unwrap();
+        assert_eq!(instances.len(), 4, "{function}");
+        for pod in &scheduled {
+            let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
+            let id = annotation(pod, "netaccel.io/instance").expect("instance annotation");
+            let binding = instances
+                .iter()
+                .find(|i| i["id"] == id)
+                .unwrap_or_else(|| panic!("{id} is not an instance of edges: {function}"));
+            // The scheduler put the Pod where its slot is, because of the selector.
+            assert_eq!(binding["node"], node.as_str(), "{binding}");
+            assert!(
+                node == NODES[0] || node == NODES[1],
+                "sobel is on a and b only: {node}"
+            );
+            let selector = pod.spec.as_ref().unwrap().node_selector.clone().unwrap();
+            assert_eq!(selector["kubernetes.io/hostname"], node);
+            assert_eq!(annotation(pod, "netaccel.io/node"), Some(node.as_str()));
+            let env = env_of(pod);
+            let index = NODES.iter().position(|n| *n == node).unwrap() + 1;
+            for (k, v) in [
+                ("NETACCEL_REGISTRY", registry.base.clone()),
+                ("NETACCEL_FUNCTION", "edges".to_string()),
+                ("NETACCEL_INSTANCE", id.to_string()),
+                ("NETACCEL_NODE_HTTP", format!("10.0.0.{index}:8080")),
+                ("NETACCEL_NODE_RAC", format!("10.0.0.{index}:9400")),
+                ("NETACCEL_OPENCL_NODES", format!("10.0.0.{index}:9500")),
+            ] {
+                assert!(
+                    env.contains(&(k.to_string(), v.clone())),
+                    "{k}={v} in {env:?}"
+                );
+            }
+        }
+
+        // A Deployment registers its function before it has any Pod.
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment(
+                    "idle",
+                    0,
+                    json!({"netaccel.io/accelerator": "topk", "netaccel.io/backend": "cpu"}),
+                ),
+            )
+            .await
+            .unwrap();
+        let idle = eventually(
+            "the function of Deployment idle",
+            Duration::from_secs(10),
+            || {
+                let url = format!("{}/v1/functions/idle", registry.base);
+                async move { ureq::get(&url).call().ok()?.into_json::<Value>().ok() }
+            },
+        )
+        .await;
+        assert_eq!(idle["accelerator"], "topk");
+        assert_eq!(idle["query"]["backend"], "cpu");
+        assert_eq!(idle["instances"], json!([]));
+
+        // Nothing can load this accelerator: refused, with the reason.
+        let bare: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "lonely", "annotations": {"netaccel.io/accelerator": "nonesuch"}},
+            "spec": {"containers": [{"name": "app", "image": "example.invalid/app:1"}]}
+        }))
+        .unwrap();
+        let err = pods
+            .create(&PostParams::default(), &bare)
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("no slot can take an instance of lonely (nonesuch)"),
+            "{text}"
+        );
+        // What a user sees.
+        let mut run = plane.kubectl();
+        run.args(["run", "lonely2", "--image=example.invalid/app:1"]);
+        run.arg("--annotations=netaccel.io/accelerator=nonesuch");
+        let out = run.output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        eprintln!("$ kubectl run lonely2 --image=… --annotations=netaccel.io/accelerator=nonesuch\n{said}");
+        assert!(!out.status.success());
+        assert!(
+            said.contains("admission webhook \"pods.netaccel.io\" denied the request")
+                && said.contains("no slot can take an instance of lonely2 (nonesuch)"),
+            "{said}"
+        );
+        // Bad annotations: refused, the annotation named.
+        let mut bad = bare.clone();
+        bad.metadata.annotations = Some(
+            [
+                ("netaccel.io/accelerator".to_string(), "sobel".to_string()),
+                ("netaccel.io/backend".to_string(), "fpga".to_string()),
+            ]
+            .into(),
+        );
+        let text = pods
+            .create(&PostParams::default(), &bad)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("netaccel.io/backend"), "{text}");
+        // Pods without the annotation pass untouched.
+        let mut plain = bare.clone();
+        plain.metadata.annotations = None;
+        let created = pods.create(&PostParams::default(), &plain).await.unwrap();
+        assert!(created.metadata.annotations.is_none());
+        assert!(created.spec.unwrap().containers[0].env.is_none());
+
+        // A malformed review: 400, and the webhook keeps serving.
+        for body in [
+            "{",
+            "{\"kind\":\"AdmissionReview\",\"apiVersion\":\"admission.k8s.io/v1\"}",
+        ] {
+            let out = Command::new("curl")
+                .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST"])
+                .args([
+                    "-H",
+                    "content-type: application/json",
+                    "--data-binary",
+                    body,
+                ])
+                .arg(format!("https://{}/v1/admission/pods", registry.webhook))
+                .stderr(Stdio::inherit())
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "400", "{body}");
+        }
+        let mut again = bare.clone();
+        again.metadata.name = Some("again".into());
+        again.metadata.annotations =
+            Some([("netaccel.io/accelerator".to_string(), "echo".to_string())].into());
+        let created = pods.create(&PostParams::default(), &again).await.unwrap();
+        assert_eq!(annotation(&created, "netaccel.io/node"), Some(NODES[0]));
+        let mut plane = plane;
+        plane.check_alive();
+    });
+}
+
+fn slice_devices(slice: &ResourceSlice) -> Vec<(String, String)> {
+    slice
+        .spec
+        .devices
+        .iter()
+        .flatten()
+        .map(|d| {
+            let accelerator = d.attributes.as_ref().unwrap()["accelerator"]
+                .string
+                .clone()
+                .unwrap();
+            (d.name.clone(), accelerator)
+        })
+        .collect()
+}
+
+#[test]
+fn the_scheduler_allocates_netaccel_slots_through_dra() {
+    with_control_plane(|plane| async move {
+        let registry = Registry::start(&plane, &[]);
+        registry.wait_leader(Duration::from_secs(20)).await;
+        let _a = fake_node(&[&registry], NODES[0], registration(0, &["echo", "topk"]));
+        let b = fake_node(&[&registry], NODES[1], registration(1, &["sobel", "echo"]));
+        let _c = fake_node(&[&registry], NODES[2], registration(2, &["to_uppercase"]));
+
+        let slices: Api<ResourceSlice> = Api::all(plane.client.clone());
+        let published = eventually("three ResourceSlices", Duration::from_secs(30), || {
+            let slices = slices.clone();
+            async move {
+                let list = slices.list(&ListParams::default()).await.ok()?;
+                (list.items.len() == 3).then_some(list.items)
+            }
+        })
+        .await;
+        let of_b = published
+            .iter()
+            .find(|s| s.spec.pool.name == NODES[1])
+            .expect("node-b's pool");
+        assert_eq!(of_b.spec.driver, "netaccel.io");
+        assert_eq!(of_b.spec.node_name.as_deref(), Some(NODES[1]));
+        assert_eq!(
+            slice_devices(of_b),
+            [
+                ("cpu0-slot-0".to_string(), "sobel".to_string()),
+                ("cpu0-slot-1".into(), "echo".into())
+            ]
+        );
+        let attrs = of_b.spec.devices.as_ref().unwrap()[0]
+            .attributes
+            .clone()
+            .unwrap();
+        for (k, v) in [
+            ("backend", "cpu"),
+            ("vendor", "netaccel"),
+            ("node", NODES[1]),
+            ("hash", ""),
+        ] {
+            assert_eq!(attrs[k].string.as_deref(), Some(v), "{k}");
+        }
+        let classes: Api<DeviceClass> = Api::all(plane.client.clone());
+        assert!(classes.get_opt("netaccel.io").await.unwrap().is_some());
+
+        // A claim template selecting sobel, and a Pod using it: the scheduler
+        // allocates node-b's sobel slot and puts the Pod on node-b.
+        let templates: Api<ResourceClaimTemplate> = Api::default_namespaced(plane.client.clone());
+        let template: ResourceClaimTemplate = serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "sobel"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "acc", "exactly": {
+                "deviceClassName": "netaccel.io",
+                "selectors": [{"cel": {"expression":
+                    "device.attributes[\"netaccel.io\"].accelerator == \"sobel\""}}]
+            }}]}}}
+        }))
+        .unwrap();
+        templates
+            .create(&PostParams::default(), &template)
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "edge-detector"},
+            "spec": {
+                "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
+                "containers": [{"name": "app", "image": "example.invalid/app:1",
+                    "resources": {"claims": [{"name": "acc"}]}}]
+            }
+        }))
+        .unwrap();
+        let started = Instant::now();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        let node = eventually("the Pod scheduled", Duration::from_secs(60), || {
+            let pods = pods.clone();
+            async move { pods.get("edge-detector").await.ok()?.spec?.node_name }
+        })
+        .await;
+        eprintln!(
+            "DRA: claim allocated and Pod scheduled in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        assert_eq!(node, NODES[1]);
+        let claims: Api<ResourceClaim> = Api::default_namespaced(plane.client.clone());
+        let claim = claims
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .next()
+            .expect("the claim made from the template");
+        let allocation = claim.status.unwrap().allocation.expect("allocated");
+        let results = allocation.devices.unwrap().results.unwrap_or_default();
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].driver, "netaccel.io");
+        assert_eq!(results[0].pool, NODES[1]);
+        assert_eq!(results[0].device, "cpu0-slot-0");
+
+        // A reconfiguration changes the published device.
+        let verdict: Value = ureq::post(&format!("{}/v1/reconfigurations", registry.base))
+            .send_json(
+                json!({"node": NODES[1], "device": "cpu0", "slot": 1, "accelerator": "topk"}),
+            )
+            .unwrap()
+            .into_json()
+            .unwrap();
+        assert_eq!(verdict["allowed"], true, "{verdict}");
+        eventually("node-b's slice shows topk", Duration::from_secs(10), || {
+            let slices = slices.clone();
+            async move {
+                let s = slices.get(&format!("netaccel-{}", NODES[1])).await.ok()?;
+                slice_devices(&s)
+                    .contains(&("cpu0-slot-1".into(), "topk".into()))
+                    .then_some(())
+            }
+        })
+        .await;
+
+        // node-b stops renewing its lease: lost, and its slice goes.
+        drop(b);
+        let lost = Instant::now();
+        eventually("node-b's slice deleted", Duration::from_secs(10), || {
+            let slices = slices.clone();
+            async move {
+                slices
+                    .get_opt(&format!("netaccel-{}", NODES[1]))
+                    .await
+                    .ok()?
+                    .is_none()
+                    .then_some(())
+            }
+        })
+        .await;
+        eprintln!(
+            "DRA: lost node's slice deleted {:.2} s after its last renewal (lease 1.5 s)",
+            lost.elapsed().as_secs_f64()
+        );
+        let mut plane = plane;
+        plane.check_alive();
+    });
+}
+
+/// The Pods of Deployment `app` once there are `n`, all scheduled, each on the node its
+/// instance was bound on, none on `avoid`.
+async fn settled(pods: &Api<Pod>, app: &str, n: usize, avoid: &[&str]) -> Option<Vec<Pod>> {
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .ok()?;
+    let live: Vec<Pod> = list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    let ok = live.len() == n
+        && live.iter().all(|p| {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            node.is_some()
+                && node == annotation(p, "netaccel.io/node")
+                && !avoid.contains(&node.unwrap())
+        });
+    ok.then_some(live)
+}
+
+#[test]
+fn displaced_pods_are_evicted_and_bound_anew() {
+    with_control_plane(|plane| async move {
+        let registry = Registry::start(
+            &plane,
+            &[
+                "--eviction-grace-s",
+                "0",
+                "--reconfigure-timeout-ms",
+                "500",
+                "--token",
+                "admin-secret",
+            ],
+        );
+        let _a = fake_node(&[&registry], NODES[0], registration(0, &["sobel", "echo"]));
+        let b = fake_node(&[&registry], NODES[1], registration(1, &["sobel"]));
+        let _c = fake_node(
+            &[&registry],
+            NODES[2],
+            registration(2, &["to_uppercase", "sobel"]),
+        );
+        webhook_configured(&plane).await;
+        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment("edges", 6, json!({"netaccel.io/accelerator": "sobel"})),
+            )
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let first = eventually("6 Pods placed", Duration::from_secs(60), || {
+            settled(&pods, "edges", 6, &[])
+        })
+        .await;
+        let on_b = first
+            .iter()
+            .filter(|p| annotation(p, "netaccel.io/node") == Some(NODES[1]))
+            .count();
+        assert!(on_b > 0, "allocation spreads over the three sobel slots");
+
+        // The admin loads topk into node-b's only slot (the node reports it from now
+        // on): the instances there move, their Pods are evicted, the ReplicaSet makes
+        // new ones and the webhook binds them on node-a or node-c.
+        let started = Instant::now();
+        let verdict: Value = ureq::post(&format!("{}/v1/reconfigurations", registry.base))
+            .set("Authorization", &registry.auth)
+            .send_json(
+                json!({"node": NODES[1], "device": "cpu0", "slot": 0, "accelerator": "topk"}),
+            )
+            .unwrap()
+            .into_json()
+            .unwrap();
+        assert_eq!(verdict["allowed"], true, "{verdict}");
+        b.set(registration(1, &["topk"]));
+        eventually(
+            "displaced Pods rebound off node-b",
+            Duration::from_secs(60),
+            || settled(&pods, "edges", 6, &[NODES[1]]),
+        )
+        .await;
+        eprintln!(
+            "reconfiguration: {on_b} displaced Pod(s) evicted and rebound in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+
+        // node-a stops renewing: lost one lease later, its instances move to node-c,
+        // its Pods are evicted and rebound there.
+        drop(_a);
+        let lost = Instant::now();
+        let last = eventually(
+            "Pods rebound after node-a was lost",
+            Duration::from_secs(60),
+            || settled(&pods, "edges", 6, &[NODES[0], NODES[1]]),
+        )
+        .await;
+        eprintln!(
+            "node loss: Pods rebound on node-c {:.2} s after node-a's last renewal (lease 1.5 s)",
+            lost.elapsed().as_secs_f64()
+        );
+        assert!(last
+            .iter()
+            .all(|p| annotation(p, "netaccel.io/node") == Some(NODES[2])));
+        // Instances of Pods that are gone were released: one per live Pod.
+        let ids: Vec<String> = last
+            .iter()
+            .map(|p| annotation(p, "netaccel.io/instance").unwrap().to_string())
+            .collect();
+        eventually("one instance per live Pod", Duration::from_secs(20), || {
+            let function = registry.get("/v1/functions/edges");
+            let mut have: Vec<String> = function["instances"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["id"].as_str().unwrap().to_string())
+                .collect();
+            let mut want = ids.clone();
+            have.sort();
+            want.sort();
+            async move { (have == want).then_some(()) }
+        })
+        .await;
+        let mut plane = plane;
+        plane.check_alive();
+    });
+}
+
+#[test]
+fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
+    with_control_plane(|plane| async move {
+        let ttl = ["--election-ttl-s", "2"];
+        let first = Registry::start(&plane, &ttl);
+        first.wait_leader(Duration::from_secs(20)).await;
+        let second = Registry::start(&plane, &ttl);
+        let _nodes = [
+            fake_node(&[&first, &second], NODES[0], registration(0, &["sobel"])),
+            fake_node(&[&first, &second], NODES[1], registration(1, &["sobel"])),
+        ];
+        webhook_configured(&plane).await;
+        // One leader; the follower sends writers to it.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(first.leads() && !second.leads());
+        let refused = ureq::put(&format!("{}/v1/functions/x", second.base))
+            .send_json(json!({"accelerator": "sobel"}))
+            .unwrap_err();
+        let ureq::Error::Status(503, response) = refused else {
+            panic!("{refused:?}")
+        };
+        assert_eq!(
+            response.header("location"),
+            Some(format!("{}/v1/functions/x", first.base).as_str())
+        );
+        let leases: Api<Lease> = Api::default_namespaced(plane.client.clone());
+        let lease = leases.get("netaccel-registry").await.unwrap();
+        assert_eq!(
+            lease.spec.unwrap().holder_identity,
+            Some(first.base.clone())
+        );
+
+        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment("edges", 3, json!({"netaccel.io/accelerator": "sobel"})),
+            )
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let placed = eventually("3 Pods placed", Duration::from_secs(60), || {
+            settled(&pods, "edges", 3, &[])
+        })
+        .await;
+
+        // The leader dies: the follower takes the Lease within its TTL, points the
+        // webhook at itself and rebuilds the Pods' instances from the Pods.
+        let killed = Instant::now();
+        drop(first);
+        let took_over = second.wait_leader(Duration::from_secs(15)).await;
+        eprintln!(
+            "Lease failover: the follower led {:.2} s after the leader was killed (TTL 2 s)",
+            took_over.as_secs_f64()
+        );
+        let mut want: Vec<(String, String)> = placed
+            .iter()
+            .map(|p| {
+                (
+                    annotation(p, "netaccel.io/instance").unwrap().to_string(),
+                    annotation(p, "netaccel.io/node").unwrap().to_string(),
+                )
+            })
+            .collect();
+        want.sort();
+        eventually(
+            "the Pods' instances rebuilt",
+            Duration::from_secs(20),
+            || {
+                // 404 until the new leader has registered the function again.
+                let function: Value = ureq::get(&format!("{}/v1/functions/edges", second.base))
+                    .call()
+                    .ok()
+                    .and_then(|r| r.into_json().ok())
+                    .unwrap_or(Value::Null);
+                let mut have: Vec<(String, String)> = function["instances"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|i| {
+                        (
+                            i["id"].as_str().unwrap_or_default().to_string(),
+                            i["node"].as_str().unwrap_or_default().to_string(),
+                        )
+                    })
+                    .collect();
+                have.sort();
+                let ok = have == want;
+                async move { ok.then_some(()) }
+            },
+        )
+        .await;
+        eprintln!(
+            "state rebuilt from the Pods {:.2} s after the kill",
+            killed.elapsed().as_secs_f64()
+        );
+        // The new leader binds new Pods (the webhook now points at it).
+        deployments
+            .patch(
+                "edges",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&json!({"spec": {"replicas": 4}})),
+            )
+            .await
+            .unwrap();
+        eventually(
+            "a fourth Pod bound by the new leader",
+            Duration::from_secs(30),
+            || settled(&pods, "edges", 4, &[]),
+        )
+        .await;
+        // Nothing was evicted: the three Pods are the same.
+        let now = settled(&pods, "edges", 4, &[]).await.unwrap();
+        for p in &placed {
+            assert!(now.iter().any(|q| q.metadata.name == p.metadata.name));
+        }
+        let mut plane = plane;
+        plane.check_alive();
+    });
+}
+
+fn run(mut command: Command, what: &str) -> String {
+    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{what} failed:\n{text}");
+    text
+}
+
+#[test]
+fn the_helm_chart_lints_renders_and_is_accepted_by_the_api_server() {
+    with_control_plane(|plane| async move {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let chart = root.join("deploy/helm/netaccel");
+        let helm = || {
+            let mut c = Command::new(harness::helm());
+            c.env("HELM_CACHE_HOME", plane.dir.join("helm-cache"))
+                .env("HELM_CONFIG_HOME", plane.dir.join("helm-config"))
+                .env("HELM_DATA_HOME", plane.dir.join("helm-data"));
+            c
+        };
+        let mut lint = helm();
+        lint.arg("lint")
+            .arg(&chart)
+            .args(["--kube-version", "1.34.2"]);
+        run(lint, "helm lint");
+        // With cert-manager and the Prometheus operator present, their objects appear.
+        let mut lint = helm();
+        lint.arg("lint")
+            .arg(&chart)
+            .args(["--kube-version", "1.34.2"]);
+        lint.args([
+            "--set",
+            "webhook.certManager=true",
+            "--set",
+            "serviceMonitor=true",
+        ]);
+        run(lint, "helm lint (cert-manager, ServiceMonitor)");
+        let mut template = helm();
+        template.args(["template", "netaccel"]).arg(&chart);
+        template.args(["--namespace", "netaccel", "--kube-version", "1.34.2"]);
+        template.args([
+            "--api-versions",
+            "cert-manager.io/v1",
+            "--api-versions",
+            "monitoring.coreos.com/v1",
+        ]);
+        let with_crds = run(template, "helm template (cert-manager, ServiceMonitor)");
+        for kind in [
+            "kind: Certificate",
+            "kind: MutatingWebhookConfiguration",
+            "kind: ServiceMonitor",
+        ] {
+            assert!(with_crds.contains(kind), "{kind} missing");
+        }
+
+        // deploy/kubernetes/netaccel.yaml is the chart's render.
+        let mut template = helm();
+        template.args(["template", "netaccel"]).arg(&chart);
+        template.args(["--namespace", "netaccel", "--kube-version", "1.34.2"]);
+        let rendered = run(template, "helm template");
+        let manifests = root.join("deploy/kubernetes/netaccel.yaml");
+        let committed = std::fs::read_to_string(&manifests).unwrap();
+        let body: String = committed
+            .lines()
+            .skip_while(|l| l.starts_with("# Rendered") || l.starts_with("# kubectl"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            body, rendered,
+            "deploy/kubernetes/netaccel.yaml is stale: run deploy/kubernetes/render.sh"
+        );
+
+        // The real API server accepts every object of it.
+        let mut ns = plane.kubectl();
+        ns.args(["create", "namespace", "netaccel"]);
+        run(ns, "kubectl create namespace");
+        let mut apply = plane.kubectl();
+        apply
+            .args(["apply", "--dry-run=server", "-n", "netaccel", "-f"])
+            .arg(&manifests);
+        let out = run(apply, "kubectl apply --dry-run=server");
+        let accepted = out
+            .lines()
+            .filter(|l| l.ends_with("(server dry run)"))
+            .count();
+        let objects = rendered.matches("\nkind: ").count();
+        assert_eq!(accepted, objects, "{out}");
+        let mut plane = plane;
+        plane.check_alive();
+    });
+}

@@ -17,7 +17,7 @@
 //! leader's URL, read from the election every 200 ms.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use etcd_client::{Client, WatchOptions};
 use tracing::{info, warn};
@@ -75,12 +75,13 @@ async fn campaign_once(
 ) -> Result<(), String> {
     let mut client = store.client();
     let ttl_s = ttl.as_secs().max(1) as i64;
+    let asked = Instant::now();
     let lease = client
         .lease_grant(ttl_s, None)
         .await
         .map_err(|e| format!("lease: {e}"))?
         .id();
-    let keepalive = keep_alive(client.clone(), lease, ttl);
+    let keepalive = keep_alive(client.clone(), lease, asked + ttl, ttl);
     tokio::pin!(keepalive);
     let leader_key = tokio::select! {
         lost = &mut keepalive => return Err(lost),
@@ -101,7 +102,19 @@ async fn campaign_once(
 }
 
 /// Renews `lease` every fifth of `ttl` until a renewal fails; returns why.
-async fn keep_alive(mut client: Client, lease: i64, ttl: Duration) -> String {
+///
+/// A slow answer is not a lost lease: etcd under load (an fsync stall, a starved
+/// process) can take longer than a renewal period to answer, and giving up then made a
+/// healthy leader resign. The lease is given up only when it may have run out: each
+/// renewal that etcd grants runs from when it was sent (etcd counts from later still,
+/// so this side's deadline is never past etcd's), and `valid_until` is the end of the
+/// last one. The leader therefore never acts on a lease etcd may have expired.
+async fn keep_alive(
+    mut client: Client,
+    lease: i64,
+    mut valid_until: Instant,
+    ttl: Duration,
+) -> String {
     let (mut keeper, mut stream) = match client.lease_keep_alive(lease).await {
         Ok(pair) => pair,
         Err(e) => return format!("lease keep-alive: {e}"),
@@ -109,15 +122,19 @@ async fn keep_alive(mut client: Client, lease: i64, ttl: Duration) -> String {
     let mut interval = tokio::time::interval(ttl / 5);
     loop {
         interval.tick().await;
+        let sent = Instant::now();
         if let Err(e) = keeper.keep_alive().await {
             return format!("lease keep-alive: {e}");
         }
-        match tokio::time::timeout(ttl / 2, stream.message()).await {
-            Ok(Ok(Some(r))) if r.ttl() > 0 => {}
+        let left = valid_until.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.message()).await {
+            Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                valid_until = sent + Duration::from_secs(r.ttl() as u64);
+            }
             Ok(Ok(Some(_))) => return "the election lease expired".to_string(),
             Ok(Ok(None)) => return "lease keep-alive stream closed".to_string(),
             Ok(Err(e)) => return format!("lease keep-alive: {e}"),
-            Err(_) => return "etcd did not answer a lease renewal in time".to_string(),
+            Err(_) => return "etcd did not renew the election lease before it ran out".to_string(),
         }
     }
 }

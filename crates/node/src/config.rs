@@ -13,6 +13,9 @@ use crate::registry;
 use crate::tenant::{self, TenantConfig};
 use ocl_remote::service::ServiceConfig;
 
+/// Largest simulated device time per call (`exec_time_min_us`): 10 s.
+const EXEC_TIME_MIN_US_MAX: u64 = 10_000_000;
+
 /// How the dispatcher picks among the slots that host the called accelerator.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -144,6 +147,12 @@ pub struct Config {
     /// Simulated reconfiguration time of a slot (an FPGA partial bitstream load takes
     /// milliseconds); 0 for CPU kernels.
     pub reconfig_delay_ms: u64,
+    /// Simulated device time of a call: each call holds its slot at least this long,
+    /// the kernel's own time included, sleeping (not computing) for the rest, as a
+    /// kernel on an FPGA takes its time on the device and not on the host's CPU. For
+    /// experiments about sharing devices (bench/cluster.sh) on a host whose few cores
+    /// cannot stand in for several devices; 0 (the default) runs CPU kernels as they are.
+    pub exec_time_min_us: u64,
     /// Open HTTP connections; further connections get 503 and are closed.
     pub connections_max: usize,
     pub uri_bytes_max: usize,
@@ -232,6 +241,7 @@ impl Default for Config {
             inline_work_max: 64 * 1024,
             hand_over_wait_us: 200,
             reconfig_delay_ms: 0,
+            exec_time_min_us: 0,
             slot_worker_nice: 10,
             slot_worker_policy: WorkerPolicy::default(),
             connections_max: 10_000,
@@ -324,6 +334,11 @@ impl Config {
         }
         if self.uri_bytes_max >= self.head_bytes_max {
             return Err("uri_bytes_max must be smaller than head_bytes_max".to_string());
+        }
+        if self.exec_time_min_us > EXEC_TIME_MIN_US_MAX {
+            return Err(format!(
+                "exec_time_min_us must be at most {EXEC_TIME_MIN_US_MAX} (10 s)"
+            ));
         }
         if !(-20..=19).contains(&self.slot_worker_nice) {
             return Err("slot_worker_nice must be between -20 and 19".to_string());
@@ -474,6 +489,15 @@ mod tests {
         assert!(Config::from_toml("slot_worker_policy = \"fifo\"").is_err());
         assert_eq!(c.slots.len(), 2);
         assert_eq!(c.admin_token.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn simulated_device_time_is_read_and_bounded() {
+        let c = Config::from_toml("exec_time_min_us = 1000").unwrap();
+        assert_eq!(c.exec_time_min_us, 1000);
+        assert_eq!(Config::default().exec_time_min_us, 0);
+        let e = Config::from_toml("exec_time_min_us = 10000001").unwrap_err();
+        assert!(e.contains("exec_time_min_us must be at most"), "{e}");
     }
 
     #[test]

@@ -246,6 +246,10 @@ pub struct SlotLimits {
     /// thread's other connections.
     pub hand_over_wait: Duration,
     pub reconfig_delay: Duration,
+    /// Simulated device time: a call holds the slot at least this long (see
+    /// `Config::exec_time_min_us`). Such calls never run on a network thread, which
+    /// would sleep with every connection it serves.
+    pub exec_time_min: Duration,
     /// Nice value of the worker thread relative to the node's (see
     /// `Config::slot_worker_nice`).
     pub worker_nice: i32,
@@ -414,7 +418,7 @@ impl Slot {
             });
         }
         let work = call.accel.work_estimate(&call.params, call.payload.len());
-        let cheap = work <= self.limits.inline_work_max;
+        let cheap = work <= self.limits.inline_work_max && self.limits.exec_time_min.is_zero();
         if cheap && !st.running && st.queue.len == 0 {
             let start = self.begin(&mut st, work);
             let accel = Arc::clone(&st.accel);
@@ -580,6 +584,11 @@ impl Slot {
                     "the accelerator failed: {what}"
                 )))
             });
+            // The simulated device's time: the slot stays occupied, the CPU free.
+            let ran = started.elapsed();
+            if ran < self.limits.exec_time_min {
+                std::thread::sleep(self.limits.exec_time_min - ran);
+            }
             let exec_ns = nanos(started.elapsed());
             self.learn_speed(start.work, exec_ns);
             self.metrics.executed(exec_ns);
@@ -735,12 +744,21 @@ mod tests {
     }
 
     fn slot(accel: Arc<dyn Accelerator>, inline_work_max: u64) -> Arc<Slot> {
+        slot_with(accel, inline_work_max, Duration::ZERO)
+    }
+
+    fn slot_with(
+        accel: Arc<dyn Accelerator>,
+        inline_work_max: u64,
+        exec_time_min: Duration,
+    ) -> Arc<Slot> {
         let limits = SlotLimits {
             queue_depth_max: 4,
             tenant_share_max: 2,
             inline_work_max,
             hand_over_wait: Duration::from_secs(10),
             reconfig_delay: Duration::ZERO,
+            exec_time_min,
             worker_nice: 0,
             worker_policy: WorkerPolicy::Normal,
         };
@@ -800,6 +818,34 @@ mod tests {
             Submitted::Done(a) => a,
             Submitted::Queued(rx) => rx.blocking_recv().unwrap(),
         }
+    }
+
+    #[test]
+    fn a_simulated_device_time_holds_the_slot_and_never_runs_inline() {
+        let d = Descriptor {
+            id: 900,
+            name: "fragile".into(),
+            hash: String::new(),
+            params: vec![],
+        };
+        let accel: Arc<dyn Accelerator> = Arc::new(Fragile(d));
+        let floor = Duration::from_millis(30);
+        // Cheap enough to run inline, were it not for the simulated time.
+        let s = slot_with(Arc::clone(&accel), u64::MAX, floor);
+        let t0 = Instant::now();
+        let first = queued(s.submit(call(&accel, b"one", 1)), "sleeps: not inline");
+        let second = queued(s.submit(call(&accel, b"two", 2)), "slot busy: queued");
+        let a = first.blocking_recv().unwrap();
+        let b = second.blocking_recv().unwrap();
+        assert_eq!((a.status, b.status), (Status::Ok, Status::Ok));
+        assert_eq!(b.output, b"two");
+        for answer in [&a, &b] {
+            assert!(answer.exec_ns >= nanos(floor), "exec {} ns", answer.exec_ns);
+        }
+        // One call at a time: the second waited for the first's whole device time.
+        assert!(t0.elapsed() >= 2 * floor, "both done in {:?}", t0.elapsed());
+        assert!(b.queue_ns >= nanos(floor) / 2, "queued {} ns", b.queue_ns);
+        assert!(s.info().busy_ns >= 2 * nanos(floor));
     }
 
     #[test]

@@ -11,8 +11,9 @@
 #
 #   devices    three nodes on loopback (distinct free ports), one slot each: three
 #              devices, like BlastFunction's three boards. Each call holds its slot
-#              DEVICE_US µs (the node's exec_time_min_us: the kernel runs, the slot
-#              sleeps for the rest), because this host's two cores cannot stand in for
+#              DEVICE_US µs on the device's own clock (the node's simulated_exec_us:
+#              the CPU kernel computes the answer, the slot's worker sleeps; workers
+#              real-time like the node, slot_worker_policy = "inherit"), because this host's two cores cannot stand in for
 #              three independent devices: CPU kernels would make the slots compete for
 #              the same cores, and the experiment would measure the CPU.
 #   functions  sobel-a, sobel-b (sobel, 128x128), mm-a, mm-b (matmul, n = 32) and
@@ -159,9 +160,8 @@ io_threads = 1
 log_level = "warn"
 registry = "$REGISTRY"
 name = "node-$i"
-exec_time_min_us = $DEVICE_US
-slot_worker_policy = "normal"
-slot_worker_nice = -10
+simulated_exec_us = $DEVICE_US
+slot_worker_policy = "inherit"
 [[slots]]
 accelerator = "echo"
 EOF

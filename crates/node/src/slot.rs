@@ -246,10 +246,10 @@ pub struct SlotLimits {
     /// thread's other connections.
     pub hand_over_wait: Duration,
     pub reconfig_delay: Duration,
-    /// Simulated device time: a call holds the slot at least this long (see
-    /// `Config::exec_time_min_us`). Such calls never run on a network thread, which
+    /// Simulated device time: a call holds the slot this long (see
+    /// `Config::simulated_exec_us`). Such calls never run on a network thread, which
     /// would sleep with every connection it serves.
-    pub exec_time_min: Duration,
+    pub simulated_exec: Duration,
     /// Nice value of the worker thread relative to the node's (see
     /// `Config::slot_worker_nice`).
     pub worker_nice: i32,
@@ -263,6 +263,7 @@ pub struct SlotLimits {
 /// at the default.
 fn set_worker_scheduling(policy: WorkerPolicy, nice: i32) {
     let policy = match policy {
+        WorkerPolicy::Inherit => return,
         WorkerPolicy::Normal => libc::SCHED_OTHER,
         WorkerPolicy::Batch => libc::SCHED_BATCH,
         WorkerPolicy::Idle => libc::SCHED_IDLE,
@@ -424,7 +425,7 @@ impl Slot {
             });
         }
         let work = call.accel.work_estimate(&call.params, call.payload.len());
-        let cheap = work <= self.limits.inline_work_max && self.limits.exec_time_min.is_zero();
+        let cheap = work <= self.limits.inline_work_max && self.limits.simulated_exec.is_zero();
         if cheap && !st.running && st.queue.len == 0 {
             let start = self.begin(&mut st, work);
             let accel = Arc::clone(&st.accel);
@@ -590,7 +591,7 @@ impl Slot {
                     "the accelerator failed: {what}"
                 )))
             });
-            let exec_ns = if self.limits.exec_time_min.is_zero() {
+            let exec_ns = if self.limits.simulated_exec.is_zero() {
                 nanos(started.elapsed())
             } else {
                 self.simulated_device_time(received, started)
@@ -623,16 +624,17 @@ impl Slot {
         }
     }
 
-    /// The simulated device's time of a call that arrived at `received` and whose
-    /// kernel ran from `started` until now: the device takes it up when it ends its
+    /// The simulated device's time of a call that arrived at `received` and was
+    /// taken up by the worker at `started`: the device begins it when it ends its
     /// previous call (or at `received`, when idle by then) and holds it
-    /// `exec_time_min` (or as long as the kernel ran, if longer). Sleeps (the CPU stays
-    /// free) until that end, and returns the device's time in ns.
+    /// `simulated_exec`. The CPU kernel's own time is not the device's and does not
+    /// count: a host too busy to run the worker at once delays answers, not the
+    /// device. Sleeps (the CPU stays free) until the end, and returns the device's
+    /// time in ns.
     fn simulated_device_time(&self, received: Instant, started: Instant) -> u64 {
-        let ran = started.elapsed();
         let mut free_at = self.device_free_at.lock();
         let begin = (*free_at).max(received).min(started);
-        let end = (begin + self.limits.exec_time_min).max(started + ran);
+        let end = begin + self.limits.simulated_exec;
         *free_at = end;
         drop(free_at);
         let now = Instant::now();
@@ -774,7 +776,7 @@ mod tests {
     fn slot_with(
         accel: Arc<dyn Accelerator>,
         inline_work_max: u64,
-        exec_time_min: Duration,
+        simulated_exec: Duration,
     ) -> Arc<Slot> {
         let limits = SlotLimits {
             queue_depth_max: 4,
@@ -782,7 +784,7 @@ mod tests {
             inline_work_max,
             hand_over_wait: Duration::from_secs(10),
             reconfig_delay: Duration::ZERO,
-            exec_time_min,
+            simulated_exec,
             worker_nice: 0,
             worker_policy: WorkerPolicy::Normal,
         };
@@ -842,6 +844,25 @@ mod tests {
             Submitted::Done(a) => a,
             Submitted::Queued(rx) => rx.blocking_recv().unwrap(),
         }
+    }
+
+    #[test]
+    fn an_inherited_worker_policy_leaves_the_thread_as_it_was() {
+        let seen = std::thread::spawn(|| {
+            // SAFETY: plain system calls on this thread's own id.
+            unsafe {
+                let tid = libc::gettid();
+                let param = libc::sched_param { sched_priority: 0 };
+                assert_eq!(libc::sched_setscheduler(tid, libc::SCHED_BATCH, &param), 0);
+                set_worker_scheduling(WorkerPolicy::Inherit, 5);
+                let inherited = libc::sched_getscheduler(tid);
+                set_worker_scheduling(WorkerPolicy::Normal, 0);
+                (inherited, libc::sched_getscheduler(tid))
+            }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen, (libc::SCHED_BATCH, libc::SCHED_OTHER));
     }
 
     #[test]

@@ -451,8 +451,11 @@ async fn connection(mut ctx: Ctx) {
                 continue;
             }
         }
-        if let Err((class, lost)) = session(&mut ctx, stream, &mut request).await {
-            failed(&ctx, class, lost).await;
+        match session(&mut ctx, stream, &mut request).await {
+            // Every call of this connection was sent and answered: its part of the run
+            // is done, even if the window is not (an open-loop schedule can end early).
+            Ok(()) => return,
+            Err((class, lost)) => failed(&ctx, class, lost).await,
         }
     }
 }

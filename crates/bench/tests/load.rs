@@ -49,17 +49,25 @@ type Plan = Arc<dyn Fn(u64) -> (u16, Duration) + Send + Sync>;
 /// A blocking HTTP/1.1 server, one thread per connection; requests are GETs or
 /// bodies with Content-Length; `Connection: close` is honoured.
 fn http_server(plan: Plan) -> u16 {
+    http_server_counting_connections(plan).0
+}
+
+/// [`http_server`], and the number of connections it accepted so far.
+fn http_server_counting_connections(plan: Plan) -> (u16, Arc<AtomicU64>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let count = Arc::new(AtomicU64::new(0));
+    let accepted = Arc::new(AtomicU64::new(0));
+    let accepted_seen = accepted.clone();
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { return };
+            accepted.fetch_add(1, Ordering::SeqCst);
             let (plan, count) = (plan.clone(), count.clone());
             std::thread::spawn(move || serve_http(conn, &*plan, &count));
         }
     });
-    port
+    (port, accepted_seen)
 }
 
 fn serve_http(
@@ -348,4 +356,27 @@ fn a_call_budget_sends_exactly_that_many_calls_and_counts_their_time() {
     let r = run(&s);
     assert_eq!((r.sent, r.ok), (1_000, 1_000));
     assert!(r.measured < Duration::from_secs(5), "{:?}", r.measured);
+}
+
+/// Open loop at a rate so low that most connections have no call left before the
+/// window ends: each opens once and waits. (A connection whose schedule was done used
+/// to reconnect at once, again and again until the window ended: 64 connections at
+/// 19 calls/s opened thousands of connections a second and left the server with tens
+/// of thousands in TIME-WAIT.)
+#[test]
+fn an_open_loop_connection_with_no_call_left_opens_once_and_waits() {
+    let (port, accepted) = http_server_counting_connections(Arc::new(|_| (200, Duration::ZERO)));
+    let mut s = spec(
+        &format!("http://127.0.0.1:{port}/health"),
+        Mode::Open {
+            rate: 4.0,
+            arrivals: Arrivals::Poisson,
+        },
+        1000,
+    );
+    s.conns = 16;
+    let r = run(&s);
+    assert_eq!(r.ok, r.sent, "errors: {:?}", r.errors);
+    let opened = accepted.load(Ordering::SeqCst);
+    assert!(opened <= 16, "{opened} connections opened for 16");
 }

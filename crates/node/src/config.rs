@@ -13,6 +13,9 @@ use crate::registry;
 use crate::tenant::{self, TenantConfig};
 use ocl_remote::service::ServiceConfig;
 
+/// Largest simulated device time per call (`simulated_exec_us`): 10 s.
+const SIMULATED_EXEC_US_MAX: u64 = 10_000_000;
+
 /// How the dispatcher picks among the slots that host the called accelerator.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -44,6 +47,11 @@ pub enum WorkerPolicy {
     /// unloaded).
     #[default]
     Idle,
+    /// The node's own scheduling, unchanged: a node started under `chrt -f` keeps its
+    /// workers real-time. For workers that mostly sleep (a simulated device time,
+    /// `simulated_exec_us`), so that a host busy with other work cannot hold back the
+    /// simulated device; never for CPU kernels, which would then starve the host.
+    Inherit,
 }
 
 /// One slot and what it holds at start-up.
@@ -307,6 +315,13 @@ pub struct Config {
     /// Simulated reconfiguration time of a slot (an FPGA partial bitstream load takes
     /// milliseconds); 0 for CPU kernels.
     pub reconfig_delay_ms: u64,
+    /// Simulated device time of a call: the CPU kernel computes the answer, and the
+    /// call holds its slot this long on the device's own clock, the slot's worker
+    /// sleeping (not computing) meanwhile, as a kernel on an FPGA takes its time on
+    /// the device and not on the host's CPU. For experiments about sharing devices
+    /// (bench/cluster.sh) on a host whose few cores cannot stand in for several
+    /// devices; 0 (the default) runs and times CPU kernels as they are.
+    pub simulated_exec_us: u64,
     /// Open HTTP connections; further connections get 503 and are closed.
     pub connections_max: usize,
     pub uri_bytes_max: usize,
@@ -398,6 +413,7 @@ impl Default for Config {
             devices: Vec::new(),
             accelerators_dir: None,
             opencl_program_dir: None,
+            simulated_exec_us: 0,
             slot_worker_nice: 10,
             slot_worker_policy: WorkerPolicy::default(),
             connections_max: 10_000,
@@ -490,6 +506,11 @@ impl Config {
         }
         if self.uri_bytes_max >= self.head_bytes_max {
             return Err("uri_bytes_max must be smaller than head_bytes_max".to_string());
+        }
+        if self.simulated_exec_us > SIMULATED_EXEC_US_MAX {
+            return Err(format!(
+                "simulated_exec_us must be at most {SIMULATED_EXEC_US_MAX} (10 s)"
+            ));
         }
         if !(-20..=19).contains(&self.slot_worker_nice) {
             return Err("slot_worker_nice must be between -20 and 19".to_string());
@@ -682,6 +703,17 @@ mod tests {
         assert!(Config::from_toml("slot_worker_policy = \"fifo\"").is_err());
         assert_eq!(c.slots.len(), 2);
         assert_eq!(c.admin_token.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn simulated_device_time_is_read_and_bounded() {
+        let c = Config::from_toml("simulated_exec_us = 1000\nslot_worker_policy = \"inherit\"")
+            .unwrap();
+        assert_eq!(c.simulated_exec_us, 1000);
+        assert_eq!(c.slot_worker_policy, WorkerPolicy::Inherit);
+        assert_eq!(Config::default().simulated_exec_us, 0);
+        let e = Config::from_toml("simulated_exec_us = 10000001").unwrap_err();
+        assert!(e.contains("simulated_exec_us must be at most"), "{e}");
     }
 
     #[test]

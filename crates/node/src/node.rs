@@ -91,6 +91,7 @@ impl Node {
             inline_work_max: config.inline_work_max,
             hand_over_wait: Duration::from_micros(config.hand_over_wait_us),
             reconfig_delay: Duration::from_millis(config.reconfig_delay_ms),
+            simulated_exec: Duration::from_micros(config.simulated_exec_us),
             worker_nice: config.slot_worker_nice,
             worker_policy: config.slot_worker_policy,
         };

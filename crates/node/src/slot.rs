@@ -185,6 +185,10 @@ pub struct SlotLimits {
     /// thread's other connections.
     pub hand_over_wait: Duration,
     pub reconfig_delay: Duration,
+    /// Simulated device time: a call holds the slot this long (see
+    /// `Config::simulated_exec_us`). Such calls never run on a network thread, which
+    /// would sleep with every connection it serves.
+    pub simulated_exec: Duration,
     /// Nice value of the worker thread relative to the node's (see
     /// `Config::slot_worker_nice`).
     pub worker_nice: i32,
@@ -198,6 +202,7 @@ pub struct SlotLimits {
 /// at the default.
 fn set_worker_scheduling(policy: WorkerPolicy, nice: i32) {
     let policy = match policy {
+        WorkerPolicy::Inherit => return,
         WorkerPolicy::Normal => libc::SCHED_OTHER,
         WorkerPolicy::Batch => libc::SCHED_BATCH,
         WorkerPolicy::Idle => libc::SCHED_IDLE,
@@ -236,6 +241,11 @@ pub struct Slot {
     /// Moving average of execution time per unit of work estimate, in ns/1024: how
     /// long the call in progress is expected to take.
     ns_per_work_1024: AtomicU64,
+    /// With a simulated device time: when the simulated device ends its latest call.
+    /// The device starts the next call then (or when that call arrives, if later), not
+    /// when the worker thread wakes from its sleep: a late wake-up on a busy host
+    /// delays one answer, not every call queued behind it.
+    device_free_at: Mutex<Instant>,
     started: Instant,
     limits: SlotLimits,
     metrics: SlotMetrics,
@@ -292,6 +302,7 @@ impl Slot {
             admits: AtomicU32::new(u32::from(accel_id) | ADMITTING),
             busy_ns: AtomicU64::new(0),
             ns_per_work_1024: AtomicU64::new(0),
+            device_free_at: Mutex::new(Instant::now()),
             started: Instant::now(),
             limits,
             metrics,
@@ -362,7 +373,9 @@ impl Slot {
             });
         }
         let work = call.accel.work_estimate(&call.params, call.payload.len());
-        let cheap = work <= self.limits.inline_work_max && st.image.inline_ok();
+        let cheap = work <= self.limits.inline_work_max
+            && st.image.inline_ok()
+            && self.limits.simulated_exec.is_zero();
         if cheap && !st.running && st.queue.len == 0 {
             let start = self.begin(&mut st, work);
             let image = Arc::clone(&st.image);
@@ -529,7 +542,11 @@ impl Slot {
                     "the accelerator failed: {what}"
                 )))
             });
-            let exec_ns = nanos(started.elapsed());
+            let exec_ns = if self.limits.simulated_exec.is_zero() {
+                nanos(started.elapsed())
+            } else {
+                self.simulated_device_time(received, started)
+            };
             self.learn_speed(start.work, exec_ns);
             self.metrics.executed(exec_ns);
             self.busy_ns.fetch_add(exec_ns, Ordering::Relaxed);
@@ -558,6 +575,26 @@ impl Slot {
             exec_ns,
             payload,
         }
+    }
+
+    /// The simulated device's time of a call that arrived at `received` and was
+    /// taken up by the worker at `started`: the device begins it when it ends its
+    /// previous call (or at `received`, when idle by then) and holds it
+    /// `simulated_exec`. The CPU kernel's own time is not the device's and does not
+    /// count: a host too busy to run the worker at once delays answers, not the
+    /// device. Sleeps (the CPU stays free) until the end, and returns the device's
+    /// time in ns.
+    fn simulated_device_time(&self, received: Instant, started: Instant) -> u64 {
+        let mut free_at = self.device_free_at.lock();
+        let begin = (*free_at).max(received).min(started);
+        let end = begin + self.limits.simulated_exec;
+        *free_at = end;
+        drop(free_at);
+        let now = Instant::now();
+        if end > now {
+            std::thread::sleep(end - now);
+        }
+        nanos(end - begin)
     }
 
     /// The worker thread's loop: runs queued calls until the slot is stopped and empty.
@@ -701,12 +738,21 @@ mod tests {
     }
 
     fn slot(accel: Arc<dyn Accelerator>, inline_work_max: u64) -> Arc<Slot> {
+        slot_with(accel, inline_work_max, Duration::ZERO)
+    }
+
+    fn slot_with(
+        accel: Arc<dyn Accelerator>,
+        inline_work_max: u64,
+        simulated_exec: Duration,
+    ) -> Arc<Slot> {
         let limits = SlotLimits {
             queue_depth_max: 4,
             tenant_share_max: 2,
             inline_work_max,
             hand_over_wait: Duration::from_secs(10),
             reconfig_delay: Duration::ZERO,
+            simulated_exec,
             worker_nice: 0,
             worker_policy: WorkerPolicy::Normal,
         };
@@ -769,6 +815,53 @@ mod tests {
             Submitted::Done(a) => a,
             Submitted::Queued(rx) => rx.blocking_recv().unwrap(),
         }
+    }
+
+    #[test]
+    fn an_inherited_worker_policy_leaves_the_thread_as_it_was() {
+        let seen = std::thread::spawn(|| {
+            // SAFETY: plain system calls on this thread's own id.
+            unsafe {
+                let tid = libc::gettid();
+                let param = libc::sched_param { sched_priority: 0 };
+                assert_eq!(libc::sched_setscheduler(tid, libc::SCHED_BATCH, &param), 0);
+                set_worker_scheduling(WorkerPolicy::Inherit, 5);
+                let inherited = libc::sched_getscheduler(tid);
+                set_worker_scheduling(WorkerPolicy::Normal, 0);
+                (inherited, libc::sched_getscheduler(tid))
+            }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen, (libc::SCHED_BATCH, libc::SCHED_OTHER));
+    }
+
+    #[test]
+    fn a_simulated_device_time_holds_the_slot_and_never_runs_inline() {
+        let d = Descriptor {
+            id: 900,
+            name: "fragile".into(),
+            hash: String::new(),
+            params: vec![],
+        };
+        let accel: Arc<dyn Accelerator> = Arc::new(Fragile(d));
+        let floor = Duration::from_millis(30);
+        // Cheap enough to run inline, were it not for the simulated time.
+        let s = slot_with(Arc::clone(&accel), u64::MAX, floor);
+        let t0 = Instant::now();
+        let first = queued(s.submit(call(&accel, b"one", 1)), "sleeps: not inline");
+        let second = queued(s.submit(call(&accel, b"two", 2)), "slot busy: queued");
+        let a = first.blocking_recv().unwrap();
+        let b = second.blocking_recv().unwrap();
+        assert_eq!((a.status, b.status), (Status::Ok, Status::Ok));
+        assert_eq!(b.output, b"two");
+        // The device's time, exactly: the kernel is far shorter, and a late wake-up
+        // of the worker is not the device's.
+        assert_eq!((a.exec_ns, b.exec_ns), (nanos(floor), nanos(floor)));
+        // One call at a time: the second waited for the first's whole device time.
+        assert!(t0.elapsed() >= 2 * floor, "both done in {:?}", t0.elapsed());
+        assert!(b.queue_ns >= nanos(floor) / 2, "queued {} ns", b.queue_ns);
+        assert!(s.info().busy_ns >= 2 * nanos(floor));
     }
 
     #[test]

@@ -62,6 +62,12 @@ for module in pytest pyopencl; do
     python3 -m pip install -q "$module"
   fi
 done
+# tritonclient[http] (with numpy) for the Open Inference Protocol v2 tests
+# (docs/tests/test_inference.py): the client people already run against Triton.
+if ! python3 -c "import tritonclient.http" >/dev/null 2>&1; then
+  echo "==> installing tritonclient[http]"
+  python3 -m pip install -q "tritonclient[http]"
+fi
 
 begin "cargo fmt --check"
 cargo fmt --all -- --check

@@ -11,10 +11,15 @@ import http.client
 import json
 import os
 import re
+import subprocess
+import sys
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
+
+from docblocks import tagged_blocks
 
 try:
     import numpy as np
@@ -178,3 +183,28 @@ def test_tritonclient_sees_protocol_errors(client):
     with pytest.raises(InferenceServerException, match="unknown model"):
         client.get_model_metadata("no_such_model")
     assert not client.is_model_ready("no_such_model")
+
+
+# The recipes of docs/inference.md print what the page says (tagged blocks, as in
+# test_recipes.py: `<!-- recipe: NAME LANG -->` and `<!-- output: NAME -->`).
+PAGE = Path(__file__).resolve().parents[1] / "inference.md"
+BLOCKS = tagged_blocks(PAGE)
+OUTPUTS = {b.name: b.text for b in BLOCKS if b.kind == "output"}
+RECIPES = [b for b in BLOCKS if b.kind == "recipe"]
+
+
+def test_the_page_has_recipes_with_outputs():
+    assert len(RECIPES) >= 3
+    for b in RECIPES:
+        assert b.name.rsplit(" ", 1)[0] in OUTPUTS, f"{PAGE}:{b.line}: no output for {b.name}"
+
+
+@pytest.mark.parametrize("block", RECIPES, ids=lambda b: b.name)
+def test_recipe_prints_the_documented_output(node, block, tmp_path):
+    script = tmp_path / ("recipe.sh" if block.lang == "sh" else "recipe.py")
+    script.write_text(block.text)
+    env = {**os.environ, "NETACCEL_NODE": node.url}
+    cmd = ["bash", str(script)] if block.lang == "sh" else [sys.executable, str(script)]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == OUTPUTS[block.name.rsplit(" ", 1)[0]]

@@ -140,8 +140,7 @@ pub fn server_metadata() -> Vec<u8> {
     .expect("serialising JSON cannot fail")
 }
 
-/// The parameters a request may send, as the protocol's `parameters` metadata (not
-/// part of the v2 metadata schema, so under netaccel's own key).
+/// The parameters a request may send (from the descriptor: the one home of params).
 fn params_json(accel: &dyn Accelerator) -> Vec<Value> {
     accel
         .descriptor()
@@ -173,7 +172,8 @@ pub fn model_metadata(accel: &dyn Accelerator) -> Vec<u8> {
         "platform": "netaccel",
         "inputs": tensors(sig, sig.inputs(), "datatype", dt),
         "outputs": tensors(sig, &[OUTPUT], "datatype", dt),
-        "parameters": { "netaccel_params": params_json(accel), "shape_params": sig.shape_params() },
+        // The protocol's `parameters` hold scalars only; netaccel's list goes apart.
+        "netaccel": { "params": params_json(accel), "shape_params": sig.shape_params() },
     }))
     .expect("serialising JSON cannot fail")
 }

@@ -125,6 +125,15 @@ def test_v2_calls_count_in_the_same_metrics_as_v1(client, node):
     assert calls() == before + 1
 
 
+def test_v2_calls_take_the_deadline_header_of_v1(node):
+    doc = {"inputs": [{"name": "INPUT0", "shape": [4], "datatype": "UINT8", "data": [1, 2, 3, 4]}]}
+    body = json.dumps(doc).encode()
+    code, answer = raw_post(node, "/v2/models/echo/infer", body, {"X-Netaccel-Deadline-Us": "soon"})
+    assert code == 400 and "error" in json.loads(answer)
+    code, answer = raw_post(node, "/v2/models/echo/infer", body, {"X-Netaccel-Deadline-Us": "5000000"})
+    assert code == 200 and json.loads(answer)["outputs"][0]["data"] == [1, 2, 3, 4]
+
+
 def raw_post(node, path: str, body: bytes, headers: dict | None = None):
     conn = http.client.HTTPConnection(node.http, timeout=30)
     try:
@@ -208,3 +217,29 @@ def test_recipe_prints_the_documented_output(node, block, tmp_path):
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout == OUTPUTS[block.name.rsplit(" ", 1)[0]]
+
+
+@pytest.mark.parametrize(
+    "method, path, status",
+    [
+        ("GET", "/v2/models/echo/versions/1", 200),
+        ("GET", "/v2/models/echo/versions/1/ready", 200),
+        ("GET", "/v2/models/echo/versions/2", 404),
+        ("GET", "/v2/models/echo/nothing", 404),
+        ("POST", "/v2/models/echo", 405),
+        ("GET", "/v2/models/echo/infer", 405),
+        ("DELETE", "/v2/health/live", 405),
+        ("HEAD", "/v2/health/ready", 200),
+    ],
+)
+def test_routes_answer_with_the_protocols_statuses(node, method, path, status):
+    conn = http.client.HTTPConnection(node.http, timeout=30)
+    try:
+        conn.request(method, path)
+        r = conn.getresponse()
+        body = r.read()
+    finally:
+        conn.close()
+    assert r.status == status, body
+    if status >= 400:
+        assert isinstance(json.loads(body)["error"], str)

@@ -60,8 +60,22 @@ CHUNKED = {
 }
 
 
+# v2 inference requests: the first byte chooses the JSON length (0: all JSON; see
+# v2::infer::fuzzing), the rest is the body.
+V2_INFER = {
+    "json-topk": b"\x00" + b'{"parameters":{"k":2},"inputs":[{"name":"INPUT0","shape":[3],'
+    b'"datatype":"INT32","data":[5,-1,9]}]}',
+    "json-nested": b"\x00" + b'{"inputs":[{"name":"INPUT0","shape":[2,2],"datatype":"UINT8",'
+    b'"data":[[1,2],[3,4]]}],"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]}',
+    "binary-fp32": bytes([96]) + b'{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32",'
+    b'"parameters":{"binary_data_size":4}}]}' + b"\x00\x00\x80\x3f",
+    "huge-shape": b"\x00" + b'{"inputs":[{"name":"INPUT0","shape":[9223372036854775807],'
+    b'"datatype":"UINT8","parameters":{"binary_data_size":18446744073709551615}}]}',
+}
+
+
 def main():
-    for target, seeds in (("http_head", HEADS), ("http_chunked", CHUNKED)):
+    for target, seeds in (("http_head", HEADS), ("http_chunked", CHUNKED), ("v2_infer", V2_INFER)):
         d = HERE / "corpus" / target
         d.mkdir(parents=True, exist_ok=True)
         for name, data in seeds.items():

@@ -31,3 +31,11 @@ fn http_head_corpus() {
 fn http_chunked_corpus() {
     replay("http_chunked", fuzzing::http_chunked);
 }
+
+#[test]
+fn v2_infer_corpus() {
+    replay(
+        "v2_infer",
+        netaccel_node::http::v2::infer::fuzzing::v2_infer,
+    );
+}

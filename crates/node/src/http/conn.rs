@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use accel::{Accelerator, ParamBlock};
+use accel::Accelerator;
 use bytes::BufMut;
 use rac_proto::{Decoded, Status};
 use tokio::net::TcpStream;
@@ -22,7 +22,8 @@ use tokio::sync::watch;
 
 use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
-use super::route::{route, Request, Route};
+use super::route::{route, Request, Route, Wire};
+use super::v2::infer::{self as v2_infer, Reply};
 use crate::admin::{self, AdminError};
 use crate::deadline::Deadline;
 use crate::logging::Refusal;
@@ -238,10 +239,10 @@ impl Conn {
             }
             Route::Call {
                 accel,
-                params,
+                wire,
                 deadline_us,
             } => {
-                return self.call(req, accel, params, deadline_us).await;
+                return self.call(req, accel, wire, deadline_us).await;
             }
             Route::LoadSlot { slot, origin } => return self.load_slot(req, slot, origin).await,
             Route::ObjectGet {
@@ -605,7 +606,7 @@ impl Conn {
         &mut self,
         mut req: Request,
         accel: Arc<dyn Accelerator>,
-        params: ParamBlock,
+        wire: Wire,
         deadline_us: u32,
     ) -> io::Result<Step> {
         let accel_id = accel.descriptor().id;
@@ -613,11 +614,14 @@ impl Conn {
         let tenant = self.tenant;
         let expect = req.expect_continue;
         let check = |len: Option<usize>| -> Result<(), BodyRefusal> {
-            accel.check(&params, len).map_err(|e| BodyRefusal::Refuse {
-                code: 400,
-                code_name: "BAD_REQUEST",
-                message: e.to_string(),
-            })?;
+            // A v2 request's params are in its body: they are checked once it is read.
+            if let Wire::Raw { params } = &wire {
+                accel.check(params, len).map_err(|e| BodyRefusal::Refuse {
+                    code: 400,
+                    code_name: "BAD_REQUEST",
+                    message: e.to_string(),
+                })?;
+            }
             if expect {
                 node.dispatcher
                     .admission(accel_id, tenant)
@@ -634,14 +638,28 @@ impl Conn {
             Err(step) => return Ok(step),
         };
         let received = Instant::now();
-        let payload = std::mem::take(&mut self.body);
+        let (params, payload, reply) = match wire {
+            Wire::Raw { params } => (params, std::mem::take(&mut self.body), None),
+            Wire::V2 { json_len } => match v2_infer::decode(&*accel, &self.body, json_len) {
+                Ok(c) => (c.params, c.payload, Some(c.reply)),
+                Err(message) => {
+                    self.log_refusal(400, "BAD_REQUEST", &message);
+                    let body = error_body(&message, "BAD_REQUEST");
+                    self.respond(&req, 400, b"application/json", &body, false, &[]);
+                    return Ok(self.after());
+                }
+            },
+        };
         if let Err(e) = accel.check(&params, Some(payload.len())) {
-            self.body = payload;
+            if reply.is_none() {
+                self.body = payload;
+            }
             self.log_refusal(400, "BAD_REQUEST", &e);
             let body = error_body(&e.to_string(), "BAD_REQUEST");
             self.respond(&req, 400, b"application/json", &body, false, &[]);
             return Ok(self.after());
         }
+        let model = reply.as_ref().map(|_| Arc::clone(&accel));
         let call = Call {
             accel,
             params,
@@ -656,11 +674,19 @@ impl Conn {
             Submitted::Done(answer) => answer,
             Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
         };
-        self.write_answer(&req, answer).await?;
+        self.write_answer(&req, answer, model.as_deref().zip(reply.as_ref()))
+            .await?;
         Ok(self.after())
     }
 
-    async fn write_answer(&mut self, req: &Request, answer: Answer) -> io::Result<()> {
+    /// Writes a call's answer: the raw output (`/v1/fn`), or for a v2 call (`v2` holds
+    /// the model and what its request asked for) the protocol's response document.
+    async fn write_answer(
+        &mut self,
+        req: &Request,
+        answer: Answer,
+        v2: Option<(&dyn Accelerator, &Reply)>,
+    ) -> io::Result<()> {
         let Answer {
             status,
             output,
@@ -670,7 +696,9 @@ impl Conn {
             exec_ns,
             payload,
         } = answer;
-        self.body = payload;
+        if v2.is_none() {
+            self.body = payload;
+        }
         if status == Status::Busy {
             self.node.count_busy(Protocol::Http, req.accel_id);
         }
@@ -685,7 +713,20 @@ impl Conn {
             .num("X-Netaccel-Exec-Ns", exec_ns)
             .header("X-Netaccel-Slot", &slot_text);
         let error;
-        let body: &[u8] = if status == Status::Ok {
+        let document;
+        let body: &[u8] = if let (Status::Ok, Some((accel, reply))) = (status, v2) {
+            let mut doc = Vec::with_capacity(output.len() + 192);
+            match v2_infer::encode(&accel.descriptor().name, reply, &output, &mut doc) {
+                Some(json_len) => {
+                    head = head
+                        .header("Content-Type", b"application/octet-stream")
+                        .num("Inference-Header-Content-Length", json_len as u64);
+                }
+                None => head = head.header("Content-Type", b"application/json"),
+            }
+            document = doc;
+            &document
+        } else if status == Status::Ok {
             head = head.header("Content-Type", b"application/octet-stream");
             &output
         } else {

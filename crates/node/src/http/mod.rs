@@ -6,5 +6,6 @@ mod conn;
 pub mod parse;
 mod response;
 mod route;
+pub mod v2;
 
 pub use conn::serve;

@@ -38,7 +38,7 @@ pub enum Route {
     },
     Call {
         accel: Arc<dyn Accelerator>,
-        params: ParamBlock,
+        wire: Wire,
         /// `X-Netaccel-Deadline-Us` (0: none), for [`Deadline::after`].
         deadline_us: u32,
     },
@@ -67,11 +67,21 @@ pub enum Route {
     },
 }
 
+/// How a call's params, payload and answer travel: the same call, two encodings.
+pub enum Wire {
+    /// `/v1/fn/{name}`: params in the query string, the body is the payload, the
+    /// answer's body is the output.
+    Raw { params: ParamBlock },
+    /// `/v2/models/{m}/infer`: params and tensors in the body (see `v2::infer`);
+    /// `json_len` is `Inference-Header-Content-Length` when binary data follows.
+    V2 { json_len: Option<usize> },
+}
+
 const KNOWN_METHODS: [&str; 9] = [
     "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT",
 ];
 
-fn refuse(code: u16, code_name: &'static str, message: impl Into<String>) -> Route {
+pub fn refuse(code: u16, code_name: &'static str, message: impl Into<String>) -> Route {
     Route::Refuse {
         code,
         code_name,
@@ -80,7 +90,7 @@ fn refuse(code: u16, code_name: &'static str, message: impl Into<String>) -> Rou
     }
 }
 
-fn not_allowed(method: &str, path: &str, allow: &'static str) -> Route {
+pub fn not_allowed(method: &str, path: &str, allow: &'static str) -> Route {
     Route::Refuse {
         code: 405,
         code_name: "METHOD_NOT_ALLOWED",
@@ -151,6 +161,8 @@ fn pick(head: &RequestHead<'_>, node: &Node) -> Route {
                 call_route(head, node, name)
             } else if let Some(key) = path.strip_prefix("/v1/objects/") {
                 object_route(head, key)
+            } else if path == "/v2" || path.starts_with("/v2/") {
+                super::v2::route::pick(head, node, path)
             } else {
                 refuse(404, "NOT_FOUND", format!("no route for {path}"))
             }
@@ -227,18 +239,25 @@ fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {
     if let Err(e) = accel.check(&params, None) {
         return refuse(400, "BAD_REQUEST", e.to_string());
     }
-    let deadline_us = match head
-        .header("x-netaccel-deadline-us")
-        .map(Deadline::parse_http)
-    {
-        None => 0,
-        Some(Ok(us)) => us,
-        Some(Err(message)) => return refuse(400, "BAD_REQUEST", message),
+    let deadline_us = match deadline_us(head) {
+        Ok(us) => us,
+        Err(message) => return refuse(400, "BAD_REQUEST", message),
     };
     Route::Call {
         accel: Arc::clone(accel),
-        params,
+        wire: Wire::Raw { params },
         deadline_us,
+    }
+}
+
+/// `X-Netaccel-Deadline-Us`, 0 when absent.
+pub fn deadline_us(head: &RequestHead<'_>) -> Result<u32, String> {
+    match head
+        .header("x-netaccel-deadline-us")
+        .map(Deadline::parse_http)
+    {
+        None => Ok(0),
+        Some(result) => result.map_err(String::from),
     }
 }
 

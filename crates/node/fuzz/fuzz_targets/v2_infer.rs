@@ -1,0 +1,3 @@
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| netaccel_node::http::v2::infer::fuzzing::v2_infer(data));

@@ -1,0 +1,587 @@
+//! `POST /v2/models/{m}/infer`: from request bytes to a call, and from a call's output
+//! to response bytes, with no I/O.
+//!
+//! A request is a JSON document, optionally followed by binary tensor data (the binary
+//! tensor data extension): then `Inference-Header-Content-Length` gives the length of
+//! the JSON part, and each input sent in binary says its byte count in its
+//! `binary_data_size` parameter, in input order. Every declared size is checked against
+//! the bytes actually present before anything is allocated, so a request cannot make
+//! the node reserve more than its body, which the connection has already bounded.
+
+use accel::{params_from_pairs, Accelerator, ParamBlock};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{DataType, Layout, Signature, OUTPUT, VERSION};
+
+/// A decoded request: what the accelerator is called with, and how to answer.
+#[derive(Debug)]
+pub struct InferCall {
+    pub params: ParamBlock,
+    pub payload: Vec<u8>,
+    pub reply: Reply,
+}
+
+/// What the response needs to know about the request.
+#[derive(Debug)]
+pub struct Reply {
+    id: Option<String>,
+    binary: bool,
+    sig: Signature,
+    /// The first input's shape (the output's, for images and matrices).
+    input_shape: Vec<u64>,
+}
+
+#[derive(Deserialize)]
+struct RawRequest {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    inputs: Vec<RawInput>,
+    #[serde(default)]
+    outputs: Option<Vec<RawOutput>>,
+}
+
+#[derive(Deserialize)]
+struct RawInput {
+    name: String,
+    shape: Vec<i64>,
+    datatype: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct RawOutput {
+    name: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+}
+
+/// Decodes an inference request for `accel`. `json_len` is the value of
+/// `Inference-Header-Content-Length` (`None`: the whole body is JSON). The error is
+/// the sentence for the protocol's `{"error": …}` (HTTP 400).
+pub fn decode(
+    accel: &dyn Accelerator,
+    body: &[u8],
+    json_len: Option<usize>,
+) -> Result<InferCall, String> {
+    let json_len = json_len.unwrap_or(body.len());
+    if json_len > body.len() {
+        return Err(format!(
+            "Inference-Header-Content-Length is {json_len} but the body has {} bytes",
+            body.len()
+        ));
+    }
+    let (json, mut binary) = body.split_at(json_len);
+    let req: RawRequest =
+        serde_json::from_slice(json).map_err(|e| format!("malformed inference request: {e}"))?;
+    let d = accel.descriptor();
+    let sig = Signature::of(d);
+    let names = sig.inputs();
+    if req.inputs.len() != names.len() {
+        return Err(format!(
+            "model {} takes {} input(s) ({}), the request has {}",
+            d.name,
+            names.len(),
+            names.join(", "),
+            req.inputs.len()
+        ));
+    }
+    // Inputs in declared order, whatever order the request lists them in.
+    let mut ordered: Vec<&RawInput> = Vec::with_capacity(names.len());
+    for name in names {
+        let mut found = req.inputs.iter().filter(|i| i.name == *name);
+        match (found.next(), found.next()) {
+            (Some(input), None) => ordered.push(input),
+            (None, _) => return Err(format!("input {name} of model {} is missing", d.name)),
+            (Some(_), Some(_)) => return Err(format!("input {name} is given more than once")),
+        }
+    }
+    let mut shapes: Vec<Vec<u64>> = Vec::with_capacity(ordered.len());
+    for input in &ordered {
+        if input.datatype != sig.datatype.name() {
+            return Err(format!(
+                "input {} of model {} has datatype {}, expected {}",
+                input.name,
+                d.name,
+                input.datatype,
+                sig.datatype.name()
+            ));
+        }
+        if input.shape.len() != sig.shape().len() || input.shape.iter().any(|&s| s < 0) {
+            return Err(format!(
+                "input {} has shape {:?}; model {} takes shape {:?} (-1: any size)",
+                input.name,
+                input.shape,
+                d.name,
+                sig.shape()
+            ));
+        }
+        shapes.push(input.shape.iter().map(|&s| s as u64).collect());
+    }
+    let shape_pairs = shape_params(sig.layout, &shapes)?;
+
+    // The payload: every input's bytes, in order, each checked against its shape.
+    let mut sizes = Vec::with_capacity(ordered.len());
+    for (input, shape) in ordered.iter().zip(&shapes) {
+        let count = shape
+            .iter()
+            .try_fold(1u64, |acc, &s| acc.checked_mul(s))
+            .ok_or_else(|| format!("input {} has too many elements", input.name))?;
+        let bytes = count
+            .checked_mul(sig.datatype.size() as u64)
+            .filter(|&b| b <= body.len() as u64)
+            .ok_or_else(|| {
+                format!(
+                    "input {} of shape {:?} needs more bytes than the request carries",
+                    input.name, input.shape
+                )
+            })?;
+        sizes.push((count as usize, bytes as usize));
+    }
+    let total: usize = sizes.iter().map(|s| s.1).sum();
+    let mut payload = Vec::with_capacity(total);
+    for (input, &(count, bytes)) in ordered.iter().zip(&sizes) {
+        match binary_size(input)? {
+            Some(declared) => {
+                if input.data.is_some() {
+                    return Err(format!(
+                        "input {} has both `data` and `binary_data_size`",
+                        input.name
+                    ));
+                }
+                if declared != bytes as u64 {
+                    return Err(format!(
+                        "input {} of shape {:?} and datatype {} is {bytes} bytes, binary_data_size says {declared}",
+                        input.name, input.shape, input.datatype
+                    ));
+                }
+                if binary.len() < bytes {
+                    return Err(format!(
+                        "input {} declares {bytes} binary bytes, only {} follow the JSON",
+                        input.name,
+                        binary.len()
+                    ));
+                }
+                let (this, rest) = binary.split_at(bytes);
+                payload.extend_from_slice(this);
+                binary = rest;
+            }
+            None => {
+                let data = input.data.as_ref().ok_or_else(|| {
+                    format!("input {} has neither `data` nor binary data", input.name)
+                })?;
+                let before = payload.len();
+                push_json_data(
+                    data,
+                    sig.datatype,
+                    &mut payload,
+                    before + bytes,
+                    &input.name,
+                )?;
+                if payload.len() != before + bytes {
+                    return Err(format!(
+                        "input {} has shape {:?} ({count} elements) but {} data elements",
+                        input.name,
+                        input.shape,
+                        (payload.len() - before) / sig.datatype.size()
+                    ));
+                }
+            }
+        }
+    }
+    if !binary.is_empty() {
+        return Err(format!(
+            "{} bytes follow the JSON that no input's binary_data_size accounts for",
+            binary.len()
+        ));
+    }
+
+    let mut binary_out = false;
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for (key, value) in req.parameters.iter().flatten() {
+        if key == "binary_data_output" {
+            binary_out = value
+                .as_bool()
+                .ok_or("request parameter binary_data_output must be a boolean")?;
+            continue;
+        }
+        let text = match value {
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => s.clone(),
+            _ => {
+                return Err(format!(
+                    "request parameter `{key}` must be a number or a string"
+                ))
+            }
+        };
+        if let Some((_, given)) = shape_pairs.iter().find(|(k, _)| *k == key) {
+            if *given != text {
+                return Err(format!(
+                    "request parameter `{key}` is {text} but the input shape gives {given}"
+                ));
+            }
+            continue;
+        }
+        pairs.push((key.clone(), text));
+    }
+    pairs.extend(shape_pairs.into_iter().map(|(k, v)| (k.to_string(), v)));
+    let params = params_from_pairs(
+        &d.params,
+        pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|e| e.to_string())?;
+
+    for output in req.outputs.iter().flatten() {
+        if output.name != OUTPUT {
+            return Err(format!(
+                "model {} has no output {}; its output is {OUTPUT}",
+                d.name, output.name
+            ));
+        }
+        if let Some(flag) = output
+            .parameters
+            .as_ref()
+            .and_then(|p| p.get("binary_data"))
+        {
+            binary_out = flag
+                .as_bool()
+                .ok_or("output parameter binary_data must be a boolean")?;
+        }
+    }
+    Ok(InferCall {
+        params,
+        payload,
+        reply: Reply {
+            id: req.id,
+            binary: binary_out,
+            sig,
+            input_shape: shapes.swap_remove(0),
+        },
+    })
+}
+
+/// The parameters the input shapes give (`height`/`width`, `n`).
+fn shape_params(
+    layout: Layout,
+    shapes: &[Vec<u64>],
+) -> Result<Vec<(&'static str, String)>, String> {
+    Ok(match layout {
+        Layout::Flat => Vec::new(),
+        Layout::Image => vec![
+            ("height", shapes[0][0].to_string()),
+            ("width", shapes[0][1].to_string()),
+        ],
+        Layout::SquarePair => {
+            let n = shapes[0][0];
+            if shapes.iter().any(|s| s[0] != n || s[1] != n) {
+                return Err(format!(
+                    "inputs must both be square and of the same size, got {:?} and {:?}",
+                    shapes[0], shapes[1]
+                ));
+            }
+            vec![("n", n.to_string())]
+        }
+    })
+}
+
+fn binary_size(input: &RawInput) -> Result<Option<u64>, String> {
+    match input
+        .parameters
+        .as_ref()
+        .and_then(|p| p.get("binary_data_size"))
+    {
+        None => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            format!(
+                "binary_data_size of input {} must be a non-negative integer",
+                input.name
+            )
+        }),
+    }
+}
+
+/// Appends the elements of `data` (flat or nested row-major arrays) as little-endian
+/// values, stopping with an error once more than `limit` bytes would be written.
+fn push_json_data(
+    data: &Value,
+    datatype: DataType,
+    out: &mut Vec<u8>,
+    limit: usize,
+    name: &str,
+) -> Result<(), String> {
+    match data {
+        Value::Array(items) => {
+            for item in items {
+                push_json_data(item, datatype, out, limit, name)?;
+            }
+            Ok(())
+        }
+        value => {
+            if out.len() + datatype.size() > limit {
+                return Err(format!(
+                    "input {name} has more data elements than its shape"
+                ));
+            }
+            let wrong = || format!("input {name}: {value} is not a {} value", datatype.name());
+            match datatype {
+                DataType::Uint8 => {
+                    let v = value.as_u64().filter(|&v| v <= 255).ok_or_else(wrong)?;
+                    out.push(v as u8);
+                }
+                DataType::Int32 => {
+                    let v = value
+                        .as_i64()
+                        .and_then(|v| i32::try_from(v).ok())
+                        .ok_or_else(wrong)?;
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                DataType::Fp32 => {
+                    let v = value.as_f64().ok_or_else(wrong)?;
+                    out.extend_from_slice(&(v as f32).to_le_bytes());
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Writes the response for a call's `output` into `dst`. Returns the length of the
+/// JSON part when binary output follows it (for `Inference-Header-Content-Length`),
+/// `None` for a JSON-only response.
+pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> Option<usize> {
+    let dt = reply.sig.datatype;
+    let shape: Vec<u64> = match reply.sig.layout {
+        Layout::Flat => vec![(output.len() / dt.size()) as u64],
+        Layout::Image | Layout::SquarePair => reply.input_shape.clone(),
+    };
+    let mut head = Map::new();
+    if let Some(id) = &reply.id {
+        head.insert("id".into(), Value::from(id.as_str()));
+    }
+    head.insert("model_name".into(), Value::from(model));
+    head.insert("model_version".into(), Value::from(VERSION));
+    let mut tensor = Map::new();
+    tensor.insert("name".into(), Value::from(OUTPUT));
+    tensor.insert("datatype".into(), Value::from(dt.name()));
+    tensor.insert("shape".into(), Value::from(shape));
+    if reply.binary {
+        let mut p = Map::new();
+        p.insert("binary_data_size".into(), Value::from(output.len()));
+        tensor.insert("parameters".into(), Value::Object(p));
+    } else {
+        tensor.insert("data".into(), json_data(dt, output));
+    }
+    head.insert("outputs".into(), Value::Array(vec![Value::Object(tensor)]));
+    let start = dst.len();
+    serde_json::to_writer(&mut *dst, &head).expect("serialising JSON into a Vec cannot fail");
+    if reply.binary {
+        let json_len = dst.len() - start;
+        dst.extend_from_slice(output);
+        Some(json_len)
+    } else {
+        None
+    }
+}
+
+fn json_data(dt: DataType, output: &[u8]) -> Value {
+    let words = output.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+    match dt {
+        DataType::Uint8 => Value::from(output.to_vec()),
+        DataType::Int32 => Value::from(words.map(i32::from_le_bytes).collect::<Vec<_>>()),
+        // A NaN (logit passes NaN through) has no JSON number: it is written as null.
+        DataType::Fp32 => Value::from(words.map(f32::from_le_bytes).collect::<Vec<_>>()),
+    }
+}
+
+/// Entry points for the fuzz targets and the corpus replay test.
+pub mod fuzzing {
+    use accel::Catalog;
+
+    /// Decodes `data` as a request for each built-in, with the first byte choosing a
+    /// JSON length; answers are encoded back. Must never panic.
+    pub fn v2_infer(data: &[u8]) {
+        let Some((&first, body)) = data.split_first() else {
+            return;
+        };
+        let json_len = (first != 0).then(|| usize::from(first) % (body.len() + 2));
+        for accel in Catalog::builtin().iter() {
+            if let Ok(call) = super::decode(&**accel, body, json_len) {
+                let mut out = Vec::new();
+                super::encode("m", &call.reply, &call.payload, &mut out);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accel::{param_u32, Catalog};
+    use serde_json::json;
+
+    fn decode_for(model: &str, body: &[u8], json_len: Option<usize>) -> Result<InferCall, String> {
+        let c = Catalog::builtin();
+        decode(&**c.by_name(model).unwrap(), body, json_len)
+    }
+
+    fn json_req(v: Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn json_tensors_become_little_endian_payloads() {
+        let body = json_req(json!({
+            "id": "7",
+            "parameters": {"k": 2},
+            "inputs": [{"name": "INPUT0", "shape": [3], "datatype": "INT32", "data": [5, -1, 9]}]
+        }));
+        let call = decode_for("topk", &body, None).unwrap();
+        assert_eq!(param_u32(&call.params, 0), 2);
+        let want: Vec<u8> = [5i32, -1, 9].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(call.payload, want);
+        let out: Vec<u8> = [9i32, 5].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut dst = Vec::new();
+        assert_eq!(encode("topk", &call.reply, &out, &mut dst), None);
+        let v: Value = serde_json::from_slice(&dst).unwrap();
+        assert_eq!(v["id"], "7");
+        assert_eq!(v["outputs"][0]["shape"], json!([2]));
+        assert_eq!(v["outputs"][0]["data"], json!([9, 5]));
+    }
+
+    #[test]
+    fn nested_json_data_is_row_major_and_shape_gives_params() {
+        let body = json_req(json!({
+            "inputs": [{"name": "INPUT0", "shape": [2, 3], "datatype": "UINT8",
+                        "data": [[1, 2, 3], [4, 5, 6]]}]
+        }));
+        let call = decode_for("sobel", &body, None).unwrap();
+        assert_eq!(call.payload, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(param_u32(&call.params, 0), 3, "width");
+        assert_eq!(param_u32(&call.params, 4), 2, "height");
+        let mut dst = Vec::new();
+        encode("sobel", &call.reply, &[0; 6], &mut dst);
+        let v: Value = serde_json::from_slice(&dst).unwrap();
+        assert_eq!(v["outputs"][0]["shape"], json!([2, 3]));
+    }
+
+    #[test]
+    fn binary_inputs_follow_the_json_in_order() {
+        let a: Vec<u8> = [1f32, 2., 3., 4.]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let b: Vec<u8> = [5f32, 6., 7., 8.]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        // INPUT1 listed first: binary sections follow the request's order.
+        let head = json_req(json!({
+            "inputs": [
+                {"name": "INPUT1", "shape": [2, 2], "datatype": "FP32", "parameters": {"binary_data_size": 16}},
+                {"name": "INPUT0", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": true}}]
+        }));
+        let mut body = head.clone();
+        body.extend_from_slice(&b);
+        let call = decode_for("matmul", &body, Some(head.len())).unwrap();
+        assert_eq!(call.payload, [a, b].concat());
+        assert_eq!(param_u32(&call.params, 0), 2);
+        let mut dst = Vec::new();
+        let json_len = encode("matmul", &call.reply, &[9; 16], &mut dst).unwrap();
+        let v: Value = serde_json::from_slice(&dst[..json_len]).unwrap();
+        assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 16);
+        assert_eq!(&dst[json_len..], &[9; 16]);
+    }
+
+    #[test]
+    fn malformed_requests_are_refused_with_a_reason() {
+        let err = |model: &str, v: Value| decode_for(model, &json_req(v), None).unwrap_err();
+        let one = |dt: &str, shape: Value, data: Value| json!({"inputs": [{"name": "INPUT0", "shape": shape, "datatype": dt, "data": data}]});
+        assert!(err("topk", one("FP32", json!([1]), json!([1]))).contains("datatype FP32"));
+        assert!(err("echo", one("UINT8", json!([3]), json!([1, 2]))).contains("3 elements"));
+        assert!(err("echo", one("UINT8", json!([1]), json!([1, 2]))).contains("more data"));
+        assert!(err("echo", one("UINT8", json!([2, 1]), json!([1, 2]))).contains("shape"));
+        assert!(err("echo", one("UINT8", json!([-2]), json!([]))).contains("shape"));
+        assert!(err("echo", one("UINT8", json!([1]), json!([256]))).contains("UINT8"));
+        assert!(err("topk", one("INT32", json!([1]), json!([1]))).contains("missing required"));
+        assert!(err("echo", json!({"inputs": []})).contains("takes 1 input"));
+        let wrong_name =
+            json!({"inputs": [{"name": "X", "shape": [0], "datatype": "UINT8", "data": []}]});
+        assert!(err("echo", wrong_name).contains("INPUT0"));
+        let mm = json!({"inputs": [
+            {"name": "INPUT0", "shape": [1, 1], "datatype": "FP32", "data": [1]},
+            {"name": "INPUT1", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}]});
+        assert!(err("matmul", mm).contains("square"));
+        let mut sobel = one("UINT8", json!([1, 2]), json!([1, 2]));
+        sobel["parameters"] = json!({"width": 3});
+        assert!(err("sobel", sobel).contains("shape gives 2"));
+        assert!(decode_for("echo", b"{nope", None)
+            .unwrap_err()
+            .contains("malformed"));
+        assert!(decode_for("echo", b"{}", Some(9))
+            .unwrap_err()
+            .contains("body has 2"));
+    }
+
+    #[test]
+    fn bad_and_huge_binary_sizes_are_refused_before_allocating() {
+        let req = |size: Value, shape: Value| {
+            json_req(
+                json!({"inputs": [{"name": "INPUT0", "shape": shape, "datatype": "FP32",
+                                         "parameters": {"binary_data_size": size}}]}),
+            )
+        };
+        let with_tail = |head: Vec<u8>, tail: &[u8]| {
+            let n = head.len();
+            let mut b = head;
+            b.extend_from_slice(tail);
+            decode_for("minmax", &b, Some(n))
+        };
+        let e = with_tail(req(json!(8), json!([1])), &[0; 8]).unwrap_err();
+        assert!(e.contains("binary_data_size says 8"), "{e}");
+        let e = with_tail(req(json!(8), json!([2])), &[0; 4]).unwrap_err();
+        assert!(e.contains("only 4 follow"), "{e}");
+        let e = with_tail(req(json!(4), json!([1])), &[0; 8]).unwrap_err();
+        assert!(e.contains("no input's binary_data_size"), "{e}");
+        let e = with_tail(req(json!(-1), json!([1])), &[0; 4]).unwrap_err();
+        assert!(e.contains("non-negative"), "{e}");
+        let huge = json!([i64::MAX]);
+        let e = with_tail(req(json!(u64::MAX), huge), &[]).unwrap_err();
+        assert!(
+            e.contains("more bytes than the request carries") || e.contains("too many"),
+            "{e}"
+        );
+        // Square matrices whose element count overflows u64, and ones that merely
+        // claim far more bytes than arrived.
+        for side in [1i64 << 40, 1i64 << 20] {
+            let head = json_req(json!({"inputs": [
+                {"name": "INPUT0", "shape": [side, side], "datatype": "FP32", "parameters": {"binary_data_size": 4}},
+                {"name": "INPUT1", "shape": [side, side], "datatype": "FP32", "parameters": {"binary_data_size": 4}}]}));
+            let n = head.len();
+            let body = [head, vec![0; 8]].concat();
+            let e = decode_for("matmul", &body, Some(n)).unwrap_err();
+            assert!(
+                e.contains("too many elements") || e.contains("more bytes"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn fuzzing_entry_point_survives_hostile_input() {
+        for data in [
+            &b""[..],
+            b"\x05{}",
+            b"\x00{\"inputs\":[{}]}",
+            b"\xff\xff\xff",
+        ] {
+            fuzzing::v2_infer(data);
+        }
+    }
+}

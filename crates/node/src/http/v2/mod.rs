@@ -16,7 +16,7 @@
 pub mod infer;
 pub mod route;
 
-use accel::{Accelerator, Descriptor, ParamType, ParamValue};
+use accel::{Accelerator, Descriptor, ParamValue};
 use serde_json::{json, Value};
 
 /// The only model version: an accelerator has one image per name.
@@ -148,15 +148,15 @@ fn params_json(accel: &dyn Accelerator) -> Vec<Value> {
         .iter()
         .map(|p| {
             let default = match p.default {
+                Some(ParamValue::U8(v)) => json!(v),
+                Some(ParamValue::U16(v)) => json!(v),
                 Some(ParamValue::U32(v)) => json!(v),
+                Some(ParamValue::I32(v)) => json!(v),
+                Some(ParamValue::U64(v)) => json!(v),
                 Some(ParamValue::F32(v)) => json!(v),
                 None => Value::Null,
             };
-            let ty = match p.ty {
-                ParamType::U32 => "u32",
-                ParamType::F32 => "f32",
-            };
-            json!({ "name": p.name, "type": ty, "default": default })
+            json!({ "name": p.name, "type": p.ty.as_str(), "default": default })
         })
         .collect()
 }

@@ -34,9 +34,10 @@ pub struct Running {
 /// starts (and every thread an OpenCL runtime starts inside it) inherits the mask and
 /// the signals wait for [`Running::run_until_signal`]. Call it before starting any other
 /// thread that should not see them.
-pub fn start(config: Config) -> Result<Running, String> {
+pub fn start(mut config: Config) -> Result<Running, String> {
     block_termination_signals();
     config.validate()?;
+    fit_default_bound_to_fd_limit(&mut config);
     let fd_limit = raise_fd_limit(&config)?;
     let node = Node::new(config)?;
     let threads_wanted = node.config.io_threads();
@@ -347,6 +348,34 @@ async fn refuse_connection(mut stream: TcpStream, protocol: Protocol) {
 /// thread), each runtime's epoll and wake-up descriptors, slots' threads, log files,
 /// the registry's and remote OpenCL's sockets, and connections being refused.
 pub const FD_MARGIN: u64 = 256;
+
+/// A `connections_max` left at its default is lowered to what the hard open-file limit
+/// allows, with a warning, so that the node starts with its defaults on any host (a
+/// hard limit of 4,096 is common in containers); a bound set to anything else is the
+/// operator's and is refused by [`raise_fd_limit`] when it cannot be met.
+fn fit_default_bound_to_fd_limit(config: &mut Config) {
+    if config.connections_max != Config::default().connections_max {
+        return;
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit with a valid pointer to a local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return; // raise_fd_limit reports it
+    }
+    let others = FD_MARGIN + 2 * config.io_threads() as u64;
+    let fits = lim.rlim_max.saturating_sub(others);
+    if fits < config.connections_max as u64 && fits > 0 {
+        tracing::warn!(
+            hard_limit = lim.rlim_max,
+            connections_max = fits,
+            "the hard open-file limit is below what the default connections_max (10000) needs: serving at most {fits} connections (raise the hard limit, or set connections_max to silence this)"
+        );
+        config.connections_max = fits as usize;
+    }
+}
 
 /// Raises the soft open-file limit to what `connections_max` needs (the bound plus
 /// [`FD_MARGIN`] and the listeners), up to the hard limit; refuses to start when

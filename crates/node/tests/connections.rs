@@ -305,6 +305,60 @@ fn the_soft_open_file_limit_is_raised_to_what_the_bound_needs() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// With its defaults the node starts on a host whose hard open-file limit is below
+/// what the default bound (10,000) needs: the bound is fitted to the limit, with a
+/// warning; a bound the operator set is refused instead (the test above).
+#[test]
+fn the_default_bound_is_fitted_to_a_low_hard_open_file_limit() {
+    let dir = std::env::temp_dir().join(format!("netaccel-fdfit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (port, rac_port) = (free_port(), free_port());
+    let config = dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\nlog_level = \"warn\"\nio_threads = 1\n"),
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_netaccel-node"));
+    cmd.arg("--config")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // A container's usual limits: 1,024 soft, 4,096 hard.
+    // SAFETY: only async-signal-safe setrlimit between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 1024,
+                rlim_max: 4096,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut node = Killed(cmd.spawn().unwrap());
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            node.0.try_wait().unwrap().is_none(),
+            "the node refused to start with its default bound under a hard limit of 4096"
+        );
+        assert!(Instant::now() < deadline, "node did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Soft limit raised to the hard one: the fitted bound (4096 - 256 - 2) + the rest.
+    assert_eq!(soft_nofile(node.0.id()), 4096);
+    let mut stderr = node.0.stderr.take().unwrap();
+    drop(node);
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
+    assert!(text.contains("connections_max=3838"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The harness of `bench/connections.sh`, CI-sized: 2,000 connections (half HTTP,
 /// half RAC, from four processes and source addresses) against a bound of 1,500:
 /// exactly the bound is accepted and kept open, every other connection is refused

@@ -39,6 +39,7 @@
 //! | remote OpenCL | crate `ocl-remote` | the service; the node starts it ([`node::Node::new`]) and drains it ([`server`]) |
 
 pub mod admin;
+mod bufpool;
 pub mod config;
 pub mod deadline;
 pub mod device;

@@ -63,6 +63,7 @@ pub struct Metrics {
     accel_calls: Family<AccelStatusLabel, Counter>,
     accel_latency_seconds: Family<AccelLabel, Histogram, fn() -> Histogram>,
     connections_open: Family<ProtocolLabel, Gauge>,
+    connections_refused: Family<ProtocolLabel, Counter>,
     requests: Family<ProtocolCodeLabel, Counter>,
     busy_refusals: Family<ProtocolLabel, Counter>,
     /// Bytes of request bodies held by the node right now.
@@ -93,6 +94,7 @@ impl Metrics {
             accel_calls: Family::default(),
             accel_latency_seconds: Family::new_with_constructor(seconds_histogram),
             connections_open: Family::default(),
+            connections_refused: Family::default(),
             requests: Family::default(),
             busy_refusals: Family::default(),
             body_memory_bytes: Gauge::default(),
@@ -144,6 +146,11 @@ impl Metrics {
             "connections_open",
             "Open client connections",
             m.connections_open.clone(),
+        );
+        r.register(
+            "connections_refused",
+            "Connections refused at accept because the node held connections_max already",
+            m.connections_refused.clone(),
         );
         r.register(
             "requests",
@@ -220,6 +227,14 @@ impl Metrics {
 
     pub fn connections(&self, protocol: &str) -> Gauge {
         self.connections_open
+            .get_or_create(&ProtocolLabel {
+                protocol: protocol.to_string(),
+            })
+            .clone()
+    }
+
+    pub fn connections_refused(&self, protocol: &str) -> Counter {
+        self.connections_refused
             .get_or_create(&ProtocolLabel {
                 protocol: protocol.to_string(),
             })

@@ -78,6 +78,20 @@ pub async fn read_with_deadline(
     }
 }
 
+/// Waits until `stream` is readable without holding a buffer: `false` when
+/// `deadline` passes first. Idle connections wait here, so that their read buffers
+/// can go back to the pool ([`crate::bufpool`]) while nothing is pending.
+pub async fn wait_readable(
+    stream: &TcpStream,
+    deadline: Instant,
+    timer: &mut IoTimer,
+) -> io::Result<bool> {
+    tokio::select! {
+        r = stream.readable() => r.map(|()| true),
+        _ = timer.until(deadline) => Ok(false),
+    }
+}
+
 /// One non-blocking read. A read that returns less than the room it was given has
 /// drained the socket, so the socket's readiness is cleared right away: the next wait
 /// goes straight to the event loop instead of first paying for a read that can only

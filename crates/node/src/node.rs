@@ -51,8 +51,10 @@ pub struct Node {
     pub refusals: RefusalLog,
     pub http_connections: Gauge,
     http_busy: Counter,
+    http_refused: Counter,
     pub rac_connections: Gauge,
     rac_busy: Counter,
+    rac_refused: Counter,
     pub rac_in_flight: Gauge,
     rac_requests: Vec<Counter>,
     http_requests: Vec<OnceLock<Counter>>,
@@ -122,9 +124,11 @@ impl Node {
         Ok(Arc::new(Node {
             http_connections: metrics.connections("http"),
             http_busy: metrics.busy_refusals("http"),
+            http_refused: metrics.connections_refused("http"),
             http_requests: (0..600).map(|_| OnceLock::new()).collect(),
             rac_connections: metrics.connections("rac"),
             rac_busy: metrics.busy_refusals("rac"),
+            rac_refused: metrics.connections_refused("rac"),
             rac_in_flight: metrics.rac_in_flight.clone(),
             rac_requests: rac_proto::Status::ALL
                 .iter()
@@ -172,14 +176,25 @@ impl Node {
         &self.rac_requests[status as usize]
     }
 
-    /// Counts a new connection if the node has room for it.
-    pub fn try_open_connection(&self) -> bool {
+    /// Counts a new connection if the node has room for it (fewer than
+    /// `connections_max` open). Otherwise counts the refusal: this is the only place
+    /// `netaccel_connections_refused_total` moves, so each refused connection is
+    /// counted once whatever the front end answers it with.
+    pub fn try_open_connection(&self, protocol: Protocol) -> bool {
         let max = self.config.connections_max;
-        self.open_connections
+        let opened = self
+            .open_connections
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
                 (n < max).then_some(n + 1)
             })
-            .is_ok()
+            .is_ok();
+        if !opened {
+            match protocol {
+                Protocol::Http => self.http_refused.inc(),
+                Protocol::Rac => self.rac_refused.inc(),
+            };
+        }
+        opened
     }
 
     pub fn close_connection(&self) {

@@ -34,6 +34,7 @@ use rac_proto::{
 use tokio::net::TcpStream;
 
 use crate::admin;
+use crate::bufpool;
 use crate::deadline::Deadline;
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, PoolLease};
@@ -64,7 +65,7 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant:
         node,
         stream,
         peer,
-        rbuf: Vec::with_capacity(READ_CHUNK),
+        rbuf: Vec::new(),
         rpos: 0,
         wbuf: Vec::new(),
         gate,
@@ -170,6 +171,11 @@ impl RacConn {
             let may_read =
                 reading && !tenant_full && self.pending.len() < self.node.config.rac_in_flight_max;
             let partial = self.receiving.is_some() || self.rpos < self.rbuf.len();
+            if !partial && self.pending.is_empty() {
+                // Nothing pending either way: an idle connection holds no buffer
+                // while it waits (issue 15); `read_input` takes one once bytes come.
+                self.release_buffers();
+            }
             let config = &self.node.config;
             let wait = if !self.pending.is_empty() {
                 // Results are on their way; a quiet client is not idle.
@@ -215,6 +221,18 @@ impl RacConn {
     /// and its tenant's. Past either, the node stops reading (TCP back-pressure).
     fn may_take_more(&self) -> bool {
         self.pending.len() < self.node.config.rac_in_flight_max && !self.gate.is_full()
+    }
+
+    /// Gives the read, output and spare buffers back to the thread's pool.
+    fn release_buffers(&mut self) {
+        debug_assert!(self.wbuf.is_empty() && self.rpos == self.rbuf.len());
+        self.rpos = 0;
+        bufpool::give(&mut self.rbuf);
+        bufpool::give(&mut self.wbuf);
+        for mut buf in self.spare.drain(..) {
+            bufpool::give(&mut buf);
+        }
+        self.spare = Vec::new();
     }
 
     /// A queued call's answer arrived.
@@ -501,7 +519,7 @@ impl RacConn {
     /// An empty buffer with room for `len` bytes, reused from earlier calls when one
     /// is at hand (saves an allocation and a free per call and buffer).
     fn spare_buffer(&mut self, len: usize) -> Vec<u8> {
-        let mut buf = self.spare.pop().unwrap_or_default();
+        let mut buf = self.spare.pop().unwrap_or_else(|| bufpool::take(len));
         buf.clear();
         buf.reserve(len);
         buf
@@ -587,6 +605,13 @@ async fn read_input(
             (n, want)
         }
         _ => {
+            if rbuf.capacity() == 0 {
+                // An idle connection: wait for bytes before taking a buffer.
+                if !netio::wait_readable(stream, deadline, timer).await? {
+                    return Ok(Input::Timeout);
+                }
+                *rbuf = bufpool::take(READ_CHUNK);
+            }
             if *rpos > 0 {
                 rbuf.drain(..*rpos);
                 *rpos = 0;

@@ -12,7 +12,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::Config;
@@ -35,9 +34,11 @@ pub struct Running {
 /// starts (and every thread an OpenCL runtime starts inside it) inherits the mask and
 /// the signals wait for [`Running::run_until_signal`]. Call it before starting any other
 /// thread that should not see them.
-pub fn start(config: Config) -> Result<Running, String> {
+pub fn start(mut config: Config) -> Result<Running, String> {
     block_termination_signals();
-    raise_fd_limit();
+    config.validate()?;
+    fit_default_bound_to_fd_limit(&mut config);
+    let fd_limit = raise_fd_limit(&config)?;
     let node = Node::new(config)?;
     let threads_wanted = node.config.io_threads();
     let (http_addr, http) = bind_all(node.config.http, threads_wanted)?;
@@ -61,6 +62,8 @@ pub fn start(config: Config) -> Result<Running, String> {
         rac = %rac_addr,
         network_threads = threads.len(),
         slots = node.dispatcher.slots().len(),
+        connections_max = node.config.connections_max,
+        open_files_max = fd_limit,
         "netaccel node listening"
     );
     // Registered only once the listeners are bound: their ports are what it reports.
@@ -271,16 +274,11 @@ impl Drop for ConnectionGuard {
 
 fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Protocol) {
     let _ = stream.set_nodelay(true);
-    if !node.try_open_connection() {
-        match protocol {
-            Protocol::Http => {
-                node.http_requests(503).inc();
-                tokio::spawn(refuse_connection(stream));
-            }
-            // A RAC client learns of the limit by the close; it has sent no request id
-            // a result could answer.
-            Protocol::Rac => drop(stream),
+    if !node.try_open_connection(protocol) {
+        if protocol == Protocol::Http {
+            node.http_requests(503).inc();
         }
+        tokio::spawn(refuse_connection(stream, protocol));
         return;
     }
     let guard = ConnectionGuard(Arc::clone(node), protocol);
@@ -296,31 +294,127 @@ fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Proto
     });
 }
 
-async fn refuse_connection(mut stream: TcpStream) {
-    let body = br#"{"error":"the node is at its connection limit; retry","code":"BUSY"}"#;
-    let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let write = async {
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body).await?;
-        stream.shutdown().await
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
-}
+/// What a connection refused at `connections_max` is told before it is closed.
+const REFUSAL_MESSAGE: &str = "the node is at its connection limit; retry";
 
-/// Lets the node hold as many sockets as the hard limit allows.
-fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+/// The refusal a connection over the bound gets: HTTP `503` with `Retry-After` and
+/// `Connection: close`; RAC a `BUSY` result (request id 0: no call of the client's
+/// has been read) whose payload says why. Then the connection closes.
+pub fn refusal_bytes(protocol: Protocol) -> Vec<u8> {
+    match protocol {
+        Protocol::Http => {
+            let body = format!(r#"{{"error":"{REFUSAL_MESSAGE}","code":"BUSY"}}"#);
+            let mut out = format!(
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            out.extend_from_slice(body.as_bytes());
+            out
+        }
+        Protocol::Rac => {
+            let result = rac_proto::ResultHeader {
+                kind: rac_proto::ResultKind::Result,
+                status: rac_proto::Status::Busy,
+                payload_len: REFUSAL_MESSAGE.len() as u32,
+                request_id: 0,
+                accel_id: 0,
+                slot_id: rac_proto::NO_SLOT,
+                queue_ns: 0,
+                exec_ns: 0,
+            };
+            let mut out = result.encode().to_vec();
+            out.extend_from_slice(REFUSAL_MESSAGE.as_bytes());
+            out
         }
     }
+}
+
+/// Answers a connection over the bound and closes it, within about a second (the
+/// write, then a short linger so the answer is not lost to a reset when the client
+/// had already sent a request).
+async fn refuse_connection(mut stream: TcpStream, protocol: Protocol) {
+    let bytes = refusal_bytes(protocol);
+    let deadline = Instant::now() + Duration::from_millis(500);
+    if crate::netio::write_with_deadline(&mut stream, &bytes, deadline)
+        .await
+        .is_ok()
+    {
+        crate::netio::linger(&mut stream).await;
+    }
+}
+
+/// Descriptors the node needs besides its connections: listeners (two per network
+/// thread), each runtime's epoll and wake-up descriptors, slots' threads, log files,
+/// the registry's and remote OpenCL's sockets, and connections being refused.
+pub const FD_MARGIN: u64 = 256;
+
+/// A `connections_max` left at its default is lowered to what the hard open-file limit
+/// allows, with a warning, so that the node starts with its defaults on any host (a
+/// hard limit of 4,096 is common in containers); a bound set to anything else is the
+/// operator's and is refused by [`raise_fd_limit`] when it cannot be met.
+fn fit_default_bound_to_fd_limit(config: &mut Config) {
+    if config.connections_max != Config::default().connections_max {
+        return;
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit with a valid pointer to a local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return; // raise_fd_limit reports it
+    }
+    let others = FD_MARGIN + 2 * config.io_threads() as u64;
+    let fits = lim.rlim_max.saturating_sub(others);
+    if fits < config.connections_max as u64 && fits > 0 {
+        tracing::warn!(
+            hard_limit = lim.rlim_max,
+            connections_max = fits,
+            "the hard open-file limit is below what the default connections_max (10000) needs: serving at most {fits} connections (raise the hard limit, or set connections_max to silence this)"
+        );
+        config.connections_max = fits as usize;
+    }
+}
+
+/// Raises the soft open-file limit to what `connections_max` needs (the bound plus
+/// [`FD_MARGIN`] and the listeners), up to the hard limit; refuses to start when
+/// the hard limit is below that, naming both. Without this a node configured for
+/// 20,000 connections would fail its accepts with `EMFILE` at the default soft limit
+/// (often 1,024) and never reach its bound.
+fn raise_fd_limit(config: &Config) -> Result<u64, String> {
+    let needed = config.connections_max as u64 + FD_MARGIN + 2 * config.io_threads() as u64;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(format!(
+            "cannot read the open-file limit: {}",
+            io::Error::last_os_error()
+        ));
+    }
+    if lim.rlim_cur >= needed {
+        return Ok(lim.rlim_cur);
+    }
+    if lim.rlim_max < needed {
+        return Err(format!(
+            "connections_max = {} needs {needed} open files (the bound + {} for listeners and the node's own), but the hard open-file limit (RLIMIT_NOFILE) is {}: lower connections_max to at most {} or raise the hard limit (ulimit -Hn, LimitNOFILE= in a systemd unit)",
+            config.connections_max,
+            needed - config.connections_max as u64,
+            lim.rlim_max,
+            lim.rlim_max.saturating_sub(needed - config.connections_max as u64),
+        ));
+    }
+    lim.rlim_cur = needed;
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        return Err(format!(
+            "cannot raise the open-file limit to {needed} for connections_max = {}: {}",
+            config.connections_max,
+            io::Error::last_os_error()
+        ));
+    }
+    Ok(needed)
 }

@@ -241,6 +241,13 @@ class Client(_Calls):
             r = self._read_result()
             if r.request_id == request_id:
                 return r
+            if r.request_id == 0:
+                # An answer to the connection, not to one call (0 is never a call's id):
+                # BUSY when the node is at its connection bound, PROTOCOL_ERROR for an
+                # unreadable call. The node closes the connection after it, so it is
+                # every waiting call's answer.
+                self._closed_reason = f"the node answered {r.status.name} to the connection: {r.message}"
+                return r
             self._done[r.request_id] = r
 
     def call(self, accelerator: Accelerator, payload: Any = b"", **kw: Any) -> bytes:

@@ -149,3 +149,34 @@ def test_numpy_arrays_are_payloads(node):
             c.submit("echo", x.T)
         values = np.array([5, -3, 9, 9, 0, 2], dtype="<i4")
         assert np.frombuffer(c.call("topk", values, k=3), dtype="<i4").tolist() == [9, 9, 5]
+
+
+def test_a_node_at_its_connection_bound_answers_busy_to_the_waiting_call():
+    # What a node at connections_max sends: one BUSY result with request id 0 (an
+    # answer to the connection), then it closes. The waiting call gets that BUSY and
+    # its message, not a bare "connection closed".
+    import socket
+    import threading
+
+    message = b"the node is at its connection bound (connections_max = 4)"
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def refuse():
+        conn, _ = server.accept()
+        head = rac.ResultHeader(status=Status.BUSY, payload_len=len(message), request_id=0, accel_id=0)
+        conn.sendall(head.encode() + message)
+        conn.close()
+
+    threading.Thread(target=refuse, daemon=True).start()
+    try:
+        with Client("127.0.0.1", server.getsockname()[1], timeout=10) as c:
+            with pytest.raises(RacError) as e:
+                c.call("echo", b"hello")
+            assert e.value.status == Status.BUSY
+            assert "connection bound" in str(e.value)
+            with pytest.raises(ConnectionError):
+                c.call("echo", b"again")
+    finally:
+        server.close()

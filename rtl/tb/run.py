@@ -50,6 +50,9 @@ def run(name: str) -> int:
         test_module=module,
         test_dir=test_dir,
         build_dir=build_dir,
+        # Into the build folder: the default is the test's own folder, which for a
+        # design outside rtl/ (the docs' example) is part of the source tree.
+        results_xml=str(build_dir / "results.xml"),
         extra_env={"ACCELERATOR": name, "PYTHONPATH": str(test_dir), "COCOTB_LOG_LEVEL": "WARNING"},
     )
     total, failed = get_results(results)

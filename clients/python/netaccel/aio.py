@@ -161,6 +161,15 @@ class AsyncClient(_Calls):
                 assert not isinstance(header, Partial)
                 payload = await self._reader.readexactly(header.payload_len)
                 result = Result.from_header(header, payload)
+                if header.request_id == 0:
+                    # An answer to the connection, not to one call (0 is never a call's
+                    # id): BUSY at the node's connection bound, PROTOCOL_ERROR for an
+                    # unreadable call. The node closes the connection after it, so every
+                    # waiting call gets it.
+                    for future in self._pending.values():
+                        if not future.done():
+                            future.set_result(result)
+                    raise ConnectionError(f"the node answered {result.status.name} to the connection: {result.message}")
                 future = self._pending.get(header.request_id)
                 if future is not None and not future.done():
                     future.set_result(result)

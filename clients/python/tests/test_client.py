@@ -151,25 +151,33 @@ def test_numpy_arrays_are_payloads(node):
         assert np.frombuffer(c.call("topk", values, k=3), dtype="<i4").tolist() == [9, 9, 5]
 
 
-def test_a_node_at_its_connection_bound_answers_busy_to_the_waiting_call():
-    # What a node at connections_max sends: one BUSY result with request id 0 (an
-    # answer to the connection), then it closes. The waiting call gets that BUSY and
-    # its message, not a bare "connection closed".
+def _refusing_node(message):
+    """A node at its connection bound, for one connection: one BUSY result with request
+    id 0 (an answer to the connection) once a call has arrived, then the close."""
     import socket
     import threading
 
-    message = b"the node is at its connection bound (connections_max = 4)"
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
 
     def refuse():
         conn, _ = server.accept()
+        conn.recv(64)
         head = rac.ResultHeader(status=Status.BUSY, payload_len=len(message), request_id=0, accel_id=0)
         conn.sendall(head.encode() + message)
         conn.close()
 
     threading.Thread(target=refuse, daemon=True).start()
+    return server
+
+
+BOUND_MESSAGE = b"the node is at its connection bound (connections_max = 4)"
+
+
+def test_a_node_at_its_connection_bound_answers_busy_to_the_waiting_call():
+    # The waiting call gets that BUSY and its message, not a bare "connection closed".
+    server = _refusing_node(BOUND_MESSAGE)
     try:
         with Client("127.0.0.1", server.getsockname()[1], timeout=10) as c:
             with pytest.raises(RacError) as e:
@@ -178,5 +186,22 @@ def test_a_node_at_its_connection_bound_answers_busy_to_the_waiting_call():
             assert "connection bound" in str(e.value)
             with pytest.raises(ConnectionError):
                 c.call("echo", b"again")
+    finally:
+        server.close()
+
+
+def test_async_a_node_at_its_connection_bound_answers_busy_to_the_waiting_call():
+    server = _refusing_node(BOUND_MESSAGE)
+
+    async def main():
+        async with await AsyncClient.connect_addr(f"127.0.0.1:{server.getsockname()[1]}") as c:
+            r = await asyncio.wait_for(c.call_result("echo", b"hello"), 10)
+            assert r.status == Status.BUSY
+            assert "connection bound" in r.message
+            with pytest.raises(ConnectionError):
+                await c.call("echo", b"again")
+
+    try:
+        asyncio.run(main())
     finally:
         server.close()

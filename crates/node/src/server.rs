@@ -37,8 +37,7 @@ pub struct Running {
 pub fn start(mut config: Config) -> Result<Running, String> {
     block_termination_signals();
     config.validate()?;
-    fit_default_bound_to_fd_limit(&mut config);
-    let fd_limit = raise_fd_limit(&config)?;
+    let fd_limit = raise_fd_limit(&mut config)?;
     let node = Node::new(config)?;
     let threads_wanted = node.config.io_threads();
     let (http_addr, http) = bind_all(node.config.http, threads_wanted)?;
@@ -349,41 +348,18 @@ async fn refuse_connection(mut stream: TcpStream, protocol: Protocol) {
 /// the registry's and remote OpenCL's sockets, and connections being refused.
 pub const FD_MARGIN: u64 = 256;
 
-/// A `connections_max` left at its default is lowered to what the hard open-file limit
-/// allows, with a warning, so that the node starts with its defaults on any host (a
-/// hard limit of 4,096 is common in containers); a bound set to anything else is the
-/// operator's and is refused by [`raise_fd_limit`] when it cannot be met.
-fn fit_default_bound_to_fd_limit(config: &mut Config) {
-    if config.connections_max != Config::default().connections_max {
-        return;
-    }
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit with a valid pointer to a local struct.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return; // raise_fd_limit reports it
-    }
-    let others = FD_MARGIN + 2 * config.io_threads() as u64;
-    let fits = lim.rlim_max.saturating_sub(others);
-    if fits < config.connections_max as u64 && fits > 0 {
-        tracing::warn!(
-            hard_limit = lim.rlim_max,
-            connections_max = fits,
-            "the hard open-file limit is below what the default connections_max (10000) needs: serving at most {fits} connections (raise the hard limit, or set connections_max to silence this)"
-        );
-        config.connections_max = fits as usize;
-    }
-}
-
 /// Raises the soft open-file limit to what `connections_max` needs (the bound plus
 /// [`FD_MARGIN`] and the listeners), up to the hard limit; refuses to start when
 /// the hard limit is below that, naming both. Without this a node configured for
 /// 20,000 connections would fail its accepts with `EMFILE` at the default soft limit
 /// (often 1,024) and never reach its bound.
-fn raise_fd_limit(config: &Config) -> Result<u64, String> {
-    let needed = config.connections_max as u64 + FD_MARGIN + 2 * config.io_threads() as u64;
+///
+/// A `connections_max` left at its default is instead lowered to what the hard limit
+/// allows, with a warning, so that the node starts with its defaults on any host (a
+/// hard limit of 4,096 is common in containers); a bound set to anything else is the
+/// operator's and is refused when it cannot be met.
+fn raise_fd_limit(config: &mut Config) -> Result<u64, String> {
+    let others = FD_MARGIN + 2 * config.io_threads() as u64;
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -395,16 +371,26 @@ fn raise_fd_limit(config: &Config) -> Result<u64, String> {
             io::Error::last_os_error()
         ));
     }
+    let fits = lim.rlim_max.saturating_sub(others);
+    if config.connections_max == Config::default().connections_max
+        && fits < config.connections_max as u64
+        && fits > 0
+    {
+        tracing::warn!(
+            hard_limit = lim.rlim_max,
+            connections_max = fits,
+            "the hard open-file limit is below what the default connections_max (10000) needs: serving at most {fits} connections (raise the hard limit, or set connections_max to silence this)"
+        );
+        config.connections_max = fits as usize;
+    }
+    let needed = config.connections_max as u64 + others;
     if lim.rlim_cur >= needed {
         return Ok(lim.rlim_cur);
     }
     if lim.rlim_max < needed {
         return Err(format!(
-            "connections_max = {} needs {needed} open files (the bound + {} for listeners and the node's own), but the hard open-file limit (RLIMIT_NOFILE) is {}: lower connections_max to at most {} or raise the hard limit (ulimit -Hn, LimitNOFILE= in a systemd unit)",
-            config.connections_max,
-            needed - config.connections_max as u64,
-            lim.rlim_max,
-            lim.rlim_max.saturating_sub(needed - config.connections_max as u64),
+            "connections_max = {} needs {needed} open files (the bound + {others} for listeners and the node's own), but the hard open-file limit (RLIMIT_NOFILE) is {}: lower connections_max to at most {fits} or raise the hard limit (ulimit -Hn, LimitNOFILE= in a systemd unit)",
+            config.connections_max, lim.rlim_max,
         ));
     }
     lim.rlim_cur = needed;

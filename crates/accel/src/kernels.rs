@@ -88,7 +88,8 @@ pub fn builtins() -> Vec<Arc<dyn Accelerator>> {
 
 /// The fault-injection accelerator `fault` (id [`FAULT_ID`]), for testing how a node
 /// handles a failing kernel: the payload `panic` makes it panic, `error` makes it
-/// report an internal error, anything else is echoed. Not a built-in: a node lists it
+/// report an internal error, `hang` makes it never return (a hung device), anything
+/// else is echoed. Not a built-in: a node lists it
 /// only when configured to (`fault_injection = true`).
 pub fn fault_injection() -> Arc<dyn Accelerator> {
     Arc::new(Fault(Echo(descriptor(FAULT_ID, "fault", &[]))))
@@ -97,7 +98,7 @@ pub fn fault_injection() -> Arc<dyn Accelerator> {
 /// Accelerator id of [`fault_injection`], far from the built-ins' 1..=7.
 pub const FAULT_ID: u16 = 0xfff0;
 
-/// Echo (under the fault's own descriptor), except for the two payloads that fail on
+/// Echo (under the fault's own descriptor), except for the three payloads that fail on
 /// purpose.
 struct Fault(Echo);
 
@@ -108,12 +109,17 @@ impl Accelerator for Fault {
     fn check(&self, params: &ParamBlock, payload_len: Option<usize>) -> Result<(), CallError> {
         self.0.check(params, payload_len)
     }
-    fn work_estimate(&self, params: &ParamBlock, payload_len: usize) -> u64 {
-        self.0.work_estimate(params, payload_len)
+    /// Never cheap: a node runs cheap calls on its network threads, and a `hang` there
+    /// would stall a network thread instead of a slot.
+    fn work_estimate(&self, _: &ParamBlock, _: usize) -> u64 {
+        u64::MAX
     }
     fn run(&self, params: &ParamBlock, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
         match input {
             b"panic" => panic!("fault injection: the payload asked for a panic"),
+            b"hang" => loop {
+                std::thread::park();
+            },
             b"error" => Err(CallError::Internal(
                 "fault injection: the payload asked for an internal error".to_string(),
             )),

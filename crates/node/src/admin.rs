@@ -109,6 +109,7 @@ pub fn slots_json(node: &Node, only: Option<u16>) -> Vec<u8> {
             let info = s.info();
             let state = match (&info.reconfiguring_to, info.running || info.queue_depth > 0) {
                 (Some(_), _) => "reconfiguring",
+                _ if info.failed.is_some() => "failed",
                 (None, true) => "busy",
                 (None, false) => "idle",
             };
@@ -119,6 +120,7 @@ pub fn slots_json(node: &Node, only: Option<u16>) -> Vec<u8> {
                 "accelerator": info.accelerator,
                 "state": state,
                 "loading": info.reconfiguring_to,
+                "failed": info.failed,
                 "queue_depth": info.queue_depth,
                 "busy_ratio": info.busy_ratio,
             })

@@ -336,8 +336,13 @@ pub struct Config {
     pub io_timeout_ms: u64,
     /// Idle keep-alive connections are closed after this long.
     pub idle_timeout_ms: u64,
-    /// On SIGTERM/SIGINT, how long in-flight work may take before the node exits anyway.
+    /// On SIGTERM/SIGINT, how long in-flight work may take; calls still queued or
+    /// running then are answered `UNAVAILABLE` (HTTP 503) and the node exits.
     pub drain_timeout_ms: u64,
+    /// A call whose kernel runs longer than this marks its slot failed: the call and
+    /// the slot's queue are answered `UNAVAILABLE` until the slot is reloaded through
+    /// the admin API (see the `watchdog` module). 0: no bound.
+    pub kernel_timeout_ms: u64,
     /// RAC calls in flight per connection; past it the node stops reading that
     /// connection (TCP back-pressure) until results go out.
     pub rac_in_flight_max: usize,
@@ -425,6 +430,7 @@ impl Default for Config {
             io_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             drain_timeout_ms: 30_000,
+            kernel_timeout_ms: 60_000,
             rac_in_flight_max: 32,
             tenant_in_flight_max: 32,
             reassembly_buffers: 16,

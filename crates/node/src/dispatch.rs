@@ -12,7 +12,7 @@
 //! ([`crate::node::Node::count_busy`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use accel::Catalog;
@@ -30,6 +30,8 @@ pub struct Dispatcher {
     policy: BalancePolicy,
     next: AtomicUsize,
     accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
+    /// Tells the slot watchdog ([`crate::watchdog`]) to end.
+    watchdog_stop: Arc<AtomicBool>,
 }
 
 /// Why the dispatcher could not find a slot for an accelerator.
@@ -78,12 +80,19 @@ impl Dispatcher {
                 .spawn(move || slot.run_worker())
                 .expect("spawning a slot worker thread");
         }
+        let watchdog_stop = Arc::new(AtomicBool::new(false));
+        crate::watchdog::spawn(
+            slots.clone(),
+            limits.kernel_timeout,
+            Arc::clone(&watchdog_stop),
+        );
         Arc::new(Dispatcher {
             catalog,
             slots,
             policy,
             next: AtomicUsize::new(0),
             accel_metrics,
+            watchdog_stop,
         })
     }
 
@@ -114,10 +123,13 @@ impl Dispatcher {
     fn candidates(&self, accel_id: u16) -> Result<Vec<&Arc<Slot>>, NoSlot> {
         let mut admitting = Vec::with_capacity(self.slots.len());
         let mut reconfiguring = false;
+        let mut failed = false;
         for slot in &self.slots {
             let hosting = slot.hosting();
             if hosting.open && hosting.accel_id == accel_id {
                 admitting.push(slot);
+            } else if hosting.failed && hosting.accel_id == accel_id {
+                failed = true;
             } else if hosting
                 .swapping
                 .is_some_and(|(from, to)| from == accel_id || to == accel_id)
@@ -130,7 +142,14 @@ impl Dispatcher {
                 .catalog
                 .by_id(accel_id)
                 .map_or_else(|| format!("#{accel_id}"), |a| a.descriptor().name.clone());
-            return Err(if reconfiguring {
+            return Err(if failed {
+                NoSlot {
+                    status: Status::Unavailable,
+                    message: format!(
+                        "the slots for {name} are failed (a kernel ran past kernel_timeout_ms) until reloaded; retry"
+                    ),
+                }
+            } else if reconfiguring {
                 NoSlot {
                     status: Status::Unavailable,
                     message: format!("the slots for {name} are being reconfigured; retry"),
@@ -220,7 +239,7 @@ impl Dispatcher {
         if all_full {
             self.refuse(Status::Busy, busy().message, call)
         } else {
-            let message = "the slots for this accelerator are being reconfigured; retry";
+            let message = "the slots for this accelerator are being reconfigured or failed; retry";
             self.refuse(Status::Unavailable, message.to_string(), call)
         }
     }
@@ -237,9 +256,17 @@ impl Dispatcher {
 
     /// Stops every slot; workers exit when their queues are empty.
     pub fn stop(&self) {
+        self.watchdog_stop.store(true, Ordering::Relaxed);
         for slot in &self.slots {
             slot.stop();
         }
+    }
+
+    /// Stops every slot and answers every call still queued or running `UNAVAILABLE`
+    /// with `why` (the drain deadline passed). Returns how many calls it answered.
+    pub fn abandon_all(&self, why: &str) -> usize {
+        self.stop();
+        self.slots.iter().map(|s| s.abandon_all(why)).sum()
     }
 }
 

@@ -30,6 +30,7 @@
 //! | a call's deadline | [`deadline`] | from `X-Netaccel-Deadline-Us` / RAC `deadline_us` to the instant a call must start by |
 //! | dispatch | [`dispatch`] | picking a slot (round robin, join-shortest-queue), admission, refusals |
 //! | slots | [`slot`] | a slot's queue (tenant-fair, `fair_queue.rs`), inline runs, its worker thread, a call's execution |
+//! | hung kernels | [`watchdog`] | the thread that looks for calls past `kernel_timeout_ms`; failing the slot is [`slot::Slot::check_hung`]'s |
 //! | devices and backends | [`device`] | `[[devices]]` started, the catalog with user accelerators (`device/library.rs`), what each backend hosts and how it loads it (`cpu.rs`, `opencl/`) |
 //! | request memory | [`memory`] | the HTTP body budget, the RAC reassembly pool |
 //! | object store | [`objects`] | named objects served without a slot |
@@ -57,6 +58,7 @@ pub mod registry;
 pub mod server;
 pub mod slot;
 pub mod tenant;
+pub mod watchdog;
 
 pub use config::Config;
 pub use server::{start, Running};

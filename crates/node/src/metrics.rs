@@ -60,6 +60,9 @@ pub struct Metrics {
     slot_queue_depth: Family<SlotLabel, Gauge>,
     slot_reconfigurations: Family<SlotLabel, Counter>,
     slot_loaded: Family<SlotAccelLabel, Gauge>,
+    slot_failed: Family<SlotLabel, Gauge>,
+    slot_hung_kernels: Family<SlotLabel, Counter>,
+    slot_threads_abandoned: Family<SlotLabel, Gauge>,
     accel_calls: Family<AccelStatusLabel, Counter>,
     accel_latency_seconds: Family<AccelLabel, Histogram, fn() -> Histogram>,
     connections_open: Family<ProtocolLabel, Gauge>,
@@ -91,6 +94,9 @@ impl Metrics {
             slot_queue_depth: Family::default(),
             slot_reconfigurations: Family::default(),
             slot_loaded: Family::default(),
+            slot_failed: Family::default(),
+            slot_hung_kernels: Family::default(),
+            slot_threads_abandoned: Family::default(),
             accel_calls: Family::default(),
             accel_latency_seconds: Family::new_with_constructor(seconds_histogram),
             connections_open: Family::default(),
@@ -131,6 +137,21 @@ impl Metrics {
             "slot_accelerator_loaded",
             "1 for the accelerator currently loaded in the slot",
             m.slot_loaded.clone(),
+        );
+        r.register(
+            "slot_failed",
+            "1 while the slot is failed (a kernel ran past kernel_timeout_ms) until it is reloaded",
+            m.slot_failed.clone(),
+        );
+        r.register(
+            "slot_hung_kernels",
+            "Calls whose kernel ran past kernel_timeout_ms, each failing its slot",
+            m.slot_hung_kernels.clone(),
+        );
+        r.register(
+            "slot_threads_abandoned",
+            "Slot threads given up on while in a kernel that have not returned yet",
+            m.slot_threads_abandoned.clone(),
         );
         r.register(
             "accelerator_calls",
@@ -205,6 +226,9 @@ impl Metrics {
             queue_depth: self.slot_queue_depth.get_or_create(&label).clone(),
             reconfigurations: self.slot_reconfigurations.get_or_create(&label).clone(),
             loaded: self.slot_loaded.clone(),
+            failed: self.slot_failed.get_or_create(&label).clone(),
+            hung_kernels: self.slot_hung_kernels.get_or_create(&label).clone(),
+            threads_abandoned: self.slot_threads_abandoned.get_or_create(&label).clone(),
         }
     }
 
@@ -269,6 +293,11 @@ pub struct SlotMetrics {
     pub queue_depth: Gauge,
     pub reconfigurations: Counter,
     loaded: Family<SlotAccelLabel, Gauge>,
+    /// 1 while the slot is failed.
+    pub failed: Gauge,
+    pub hung_kernels: Counter,
+    /// Threads of the slot stuck in a kernel the slot gave up on.
+    pub threads_abandoned: Gauge,
 }
 
 impl SlotMetrics {

@@ -96,6 +96,7 @@ impl Node {
             simulated_exec: Duration::from_micros(config.simulated_exec_us),
             worker_nice: config.slot_worker_nice,
             worker_policy: config.slot_worker_policy,
+            kernel_timeout: Duration::from_millis(config.kernel_timeout_ms),
         };
         let started = device::start(&config, &mut metrics, opencl.as_ref())?;
         let dispatcher = Dispatcher::start(

@@ -909,6 +909,7 @@ mod tests {
             accelerator: "echo".into(),
             accel_id: 1,
             reconfiguring_to: None,
+            failed: None,
             running: false,
             queue_depth: 0,
             busy_ratio,

@@ -93,6 +93,12 @@ impl Running {
     /// Deregisters from the registry, stops accepting, lets connections finish their
     /// current request and remote OpenCL clients their queued tasks (all within one
     /// drain timeout), then stops the slots.
+    ///
+    /// Calls still queued or running at the drain deadline are answered `UNAVAILABLE`
+    /// (HTTP 503) rather than dropped with their connections; the connections get
+    /// [`DRAIN_ANSWER_GRACE`] more to write those answers. So the node is gone within
+    /// `drain_timeout_ms` + [`DRAIN_ANSWER_GRACE`] (plus the registry's deregistration,
+    /// bounded by the same deadline), whatever its slots are doing.
     pub fn shutdown(self) {
         let deadline = Instant::now() + Duration::from_millis(self.node.config.drain_timeout_ms);
         // First, so that the registry migrates this node's instances while it drains.
@@ -104,6 +110,19 @@ impl Running {
             .node
             .begin_shutdown()
             .map(|service| std::thread::spawn(move || service.shutdown(deadline)));
+        while self.node.open_connections() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if self.node.open_connections() > 0 {
+            let answered = self.node.dispatcher.abandon_all(
+                "the node is shutting down and the call could not finish within its drain_timeout_ms; retry",
+            );
+            tracing::warn!(
+                calls = answered,
+                open_connections = self.node.open_connections(),
+                "drain deadline passed: calls still queued or running answered UNAVAILABLE"
+            );
+        }
         for t in self.threads {
             let _ = t.join();
         }
@@ -245,12 +264,20 @@ fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener, roll_log
             }
         }
         drop((http, rac));
-        let deadline = Instant::now() + Duration::from_millis(node.config.drain_timeout_ms);
+        // Past the drain deadline, [`Running::shutdown`] answers the calls still in
+        // slots; the grace lets the connections write those answers.
+        let deadline = Instant::now()
+            + Duration::from_millis(node.config.drain_timeout_ms)
+            + DRAIN_ANSWER_GRACE;
         while node.open_connections() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     });
 }
+
+/// After the drain deadline, how long connections have to write the `UNAVAILABLE`
+/// answers of the calls the slots gave up on before the node exits.
+pub const DRAIN_ANSWER_GRACE: Duration = Duration::from_secs(1);
 
 /// Keeps the connection counters right however the connection task ends.
 struct ConnectionGuard(Arc<Node>, Protocol);

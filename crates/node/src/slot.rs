@@ -129,11 +129,12 @@ struct Job {
     reply: oneshot::Sender<Answer>,
 }
 
-/// When a call began executing, and its work estimate.
+/// When a call began executing, its work estimate, and the slot's generation then.
 #[derive(Clone, Copy)]
 struct Start {
     at: Instant,
     work: u64,
+    generation: u64,
 }
 
 /// A reconfiguration under way: calls for either accelerator are answered
@@ -148,8 +149,10 @@ struct Reconfig {
 /// What a slot hosts, as the dispatcher sees it.
 pub struct Hosting {
     pub accel_id: u16,
-    /// Admitting calls (not reconfiguring, not stopping).
+    /// Admitting calls (not reconfiguring, not stopping, not failed).
     pub open: bool,
+    /// Failed: a kernel ran past `kernel_timeout_ms` (see [`Slot::check_hung`]).
+    pub failed: bool,
     /// During a reconfiguration: the accelerator leaving and the one arriving.
     pub swapping: Option<(u16, u16)>,
 }
@@ -163,6 +166,19 @@ struct SlotState {
     running: bool,
     /// When the executing call is expected to end (see [`Slot::expected_time`]).
     running_ends: Instant,
+    /// When the executing call began (the watchdog's clock).
+    running_since: Instant,
+    /// Where the answer of the call the worker is executing goes. Kept here, not on
+    /// the worker's stack, so that the call can still be answered when its kernel
+    /// never returns ([`Slot::abandon_running`]).
+    current: Option<oneshot::Sender<Answer>>,
+    /// Bumped each time the slot gives up on the thread executing its call: a thread
+    /// that comes back from a kernel under an older generation has been replaced, and
+    /// leaves the slot's state alone.
+    generation: u64,
+    /// Why the slot is failed (a kernel ran past `kernel_timeout_ms`); it refuses calls
+    /// `UNAVAILABLE` until an accelerator is loaded into it again.
+    failed: Option<String>,
     /// Network threads waiting to run a call after the current one
     /// ([`Slot::run_after_current`]); the worker takes no call while there are any.
     handing_over: usize,
@@ -192,6 +208,9 @@ pub struct SlotLimits {
     /// Nice value of the worker thread relative to the node's (see
     /// `Config::slot_worker_nice`).
     pub worker_nice: i32,
+    /// A call executing longer than this marks its slot failed (see
+    /// [`Slot::check_hung`]); zero: no bound.
+    pub kernel_timeout: Duration,
     /// Scheduling class of the worker thread (see `Config::slot_worker_policy`).
     pub worker_policy: WorkerPolicy,
 }
@@ -260,6 +279,8 @@ pub struct SlotInfo {
     pub accelerator: String,
     pub accel_id: u16,
     pub reconfiguring_to: Option<String>,
+    /// Why the slot is failed, if it is (a kernel ran past `kernel_timeout_ms`).
+    pub failed: Option<String>,
     pub running: bool,
     pub queue_depth: usize,
     /// Share of the time since start-up spent executing.
@@ -292,6 +313,10 @@ impl Slot {
                 image,
                 running: false,
                 running_ends: Instant::now(),
+                running_since: Instant::now(),
+                current: None,
+                generation: 0,
+                failed: None,
                 handing_over: 0,
                 reconfiguring: None,
                 queue: FairQueue::new(),
@@ -326,7 +351,8 @@ impl Slot {
         let st = self.state.lock();
         Hosting {
             accel_id: st.accel.descriptor().id,
-            open: st.reconfiguring.is_none() && !st.stopping,
+            open: st.reconfiguring.is_none() && !st.stopping && st.failed.is_none(),
+            failed: st.failed.is_some(),
             swapping: st.reconfiguring.as_ref().map(|r| (r.from, r.to)),
         }
     }
@@ -342,6 +368,7 @@ impl Slot {
             accelerator: st.accel.descriptor().name.clone(),
             accel_id: st.accel.descriptor().id,
             reconfiguring_to: st.reconfiguring.as_ref().map(|r| r.to_name.clone()),
+            failed: st.failed.clone(),
             running: st.running,
             queue_depth: st.queue.len,
             busy_ratio: busy_ns as f64 / elapsed,
@@ -365,6 +392,7 @@ impl Slot {
         let mut st = self.state.lock();
         if st.reconfiguring.is_some()
             || st.stopping
+            || st.failed.is_some()
             || st.accel.descriptor().id != call.accel.descriptor().id
         {
             return Err(Refused {
@@ -382,7 +410,7 @@ impl Slot {
             drop(st);
             self.depth.fetch_add(1, Ordering::Relaxed);
             let answer = self.execute(&image, call, start);
-            self.finish_one();
+            self.finish_one(start);
             return Ok(Submitted::Done(answer));
         }
         let tenant = call.tenant;
@@ -454,12 +482,17 @@ impl Slot {
         let image = Arc::clone(&st.image);
         drop(st);
         let answer = self.execute(&image, call, start);
-        self.finish_one();
+        self.finish_one(start);
         Some(answer)
     }
 
-    fn finish_one(&self) {
+    /// Ends the call begun at `start` on a network thread. A call the slot gave up on
+    /// meanwhile ([`Slot::abandon_running`]) has been accounted for already.
+    fn finish_one(&self, start: Start) {
         let mut st = self.state.lock();
+        if st.generation != start.generation {
+            return;
+        }
         st.running = false;
         let wake = st.queue.len > 0 || st.reconfiguring.is_some() || st.stopping;
         drop(st);
@@ -475,7 +508,12 @@ impl Slot {
         let at = Instant::now();
         st.running = true;
         st.running_ends = at + self.expected_time(work);
-        Start { at, work }
+        st.running_since = at;
+        Start {
+            at,
+            work,
+            generation: st.generation,
+        }
     }
 
     /// How long a call of estimated `work` is expected to take, from the execution
@@ -609,9 +647,13 @@ impl Slot {
             BackendKind::Cpu | BackendKind::Rtl => self.limits.worker_policy,
         };
         set_worker_scheduling(policy, self.limits.worker_nice);
+        let generation = self.state.lock().generation;
         loop {
             let mut st = self.state.lock();
             let job = loop {
+                if st.generation != generation {
+                    return;
+                }
                 if !st.running && st.handing_over == 0 {
                     if let Some(job) = st.queue.pop() {
                         break job;
@@ -629,8 +671,9 @@ impl Slot {
                 .work_estimate(&job.call.params, job.call.payload.len());
             let start = self.begin(&mut st, work);
             let (loaded_id, image) = (st.accel.descriptor().id, Arc::clone(&st.image));
-            drop(st);
             let Job { call, reply } = job;
+            st.current = Some(reply);
+            drop(st);
             let answer = if loaded_id == call.accel.descriptor().id {
                 self.execute(&image, call, start)
             } else {
@@ -639,9 +682,30 @@ impl Slot {
                 // wrong accelerator.
                 Answer::refusal(Status::Unavailable, "slot was reconfigured", call)
             };
+            let mut st = self.state.lock();
+            if st.generation != generation {
+                // The slot gave up on this thread while its kernel ran: the call was
+                // answered then, and another worker serves the slot now.
+                drop(st);
+                self.metrics.threads_abandoned.dec();
+                tracing::warn!(
+                    slot = self.id,
+                    "an abandoned slot thread's kernel returned; the thread exits"
+                );
+                return;
+            }
+            let reply = st.current.take();
+            st.running = false;
+            let wake = st.queue.len > 0 || st.reconfiguring.is_some() || st.stopping;
+            drop(st);
+            self.depth.fetch_sub(1, Ordering::Relaxed);
             // The caller may have gone (connection closed); its answer has nowhere to go.
-            let _ = reply.send(answer);
-            self.finish_one();
+            if let Some(reply) = reply {
+                let _ = reply.send(answer);
+            }
+            if wake {
+                self.changed.notify_all();
+            }
         }
     }
 
@@ -683,6 +747,10 @@ impl Slot {
         }
         let mut st = self.state.lock();
         st.reconfiguring = None;
+        let recovered = st.failed.take().is_some();
+        if recovered {
+            self.metrics.failed.set(0);
+        }
         if !st.stopping {
             self.admits.store(
                 u32::from(st.accel.descriptor().id) | ADMITTING,
@@ -694,6 +762,111 @@ impl Slot {
             .loaded(Some(&previous.descriptor().name), &name);
         self.metrics.reconfigurations.inc();
         Ok(start.elapsed())
+    }
+
+    /// The watchdog's look at the slot ([`crate::watchdog`]). When the call in progress
+    /// has run longer than `kernel_timeout`, the slot is marked failed (it refuses
+    /// calls `UNAVAILABLE` until an accelerator is loaded into it again), that call and
+    /// every queued one are answered `UNAVAILABLE`, and a new worker thread takes the
+    /// slot's place. The stuck thread is left to its kernel — a thread cannot be
+    /// stopped safely mid-kernel — and counted until it returns, if ever; then it
+    /// exits. Returns whether the slot was failed now.
+    pub fn check_hung(self: &Arc<Self>) -> bool {
+        let bound = self.limits.kernel_timeout;
+        if bound.is_zero() {
+            return false;
+        }
+        let mut st = self.state.lock();
+        if !st.running || st.failed.is_some() || st.running_since.elapsed() < bound {
+            return false;
+        }
+        let name = st.accel.descriptor().name.clone();
+        let why = format!(
+            "a call of {name} in slot {} ran longer than kernel_timeout_ms ({} ms): the slot is failed until an accelerator is loaded into it again",
+            self.id,
+            bound.as_millis()
+        );
+        st.failed = Some(why.clone());
+        self.admits
+            .store(u32::from(st.accel.descriptor().id), Ordering::Release);
+        self.metrics.failed.set(1);
+        self.metrics.hung_kernels.inc();
+        let queued = st.queue.len;
+        self.abandon_running(&mut st, &why);
+        self.answer_queued(&mut st, &why);
+        drop(st);
+        self.changed.notify_all();
+        tracing::error!(
+            slot = self.id,
+            accelerator = %name,
+            kernel_timeout_ms = bound.as_millis() as u64,
+            queued_calls_answered = queued,
+            "hung kernel: slot marked failed; reload it through the admin API"
+        );
+        let worker = Arc::clone(self);
+        if let Err(e) = std::thread::Builder::new()
+            .name(format!("slot-{}", self.id))
+            .spawn(move || worker.run_worker())
+        {
+            tracing::error!(slot = self.id, error = %e, "cannot start a new slot worker thread");
+        }
+        true
+    }
+
+    /// At the drain deadline: answers every call still queued or running in the slot
+    /// `UNAVAILABLE` with `why`, so that no accepted call goes unanswered when the node
+    /// exits. Call it after [`Slot::stop`]. Returns how many calls it answered.
+    pub fn abandon_all(&self, why: &str) -> usize {
+        let mut st = self.state.lock();
+        let answered = st.queue.len + usize::from(st.current.is_some());
+        self.abandon_running(&mut st, why);
+        self.answer_queued(&mut st, why);
+        drop(st);
+        self.changed.notify_all();
+        answered
+    }
+
+    /// Gives up on the call in progress, if any: answers it `UNAVAILABLE` when the
+    /// worker runs it (a call running on a network thread is answered by that thread
+    /// when its kernel returns), and starts a new generation so that the thread
+    /// running it, whenever it returns, leaves the slot alone. The worker thread of
+    /// the old generation exits.
+    fn abandon_running(&self, st: &mut SlotState, why: &str) {
+        if !st.running {
+            return;
+        }
+        st.running = false;
+        st.generation += 1;
+        self.depth.fetch_sub(1, Ordering::Relaxed);
+        if let Some(reply) = st.current.take() {
+            self.metrics.threads_abandoned.inc();
+            self.answered_unavailable(st.accel.descriptor().id);
+            let _ = reply.send(Answer {
+                status: Status::Unavailable,
+                output: Vec::new(),
+                message: why.to_string(),
+                slot: Some(self.id),
+                queue_ns: 0,
+                exec_ns: nanos(st.running_since.elapsed()),
+                payload: Vec::new(),
+            });
+        }
+    }
+
+    /// Answers every queued call `UNAVAILABLE` with `why`.
+    fn answer_queued(&self, st: &mut SlotState, why: &str) {
+        while let Some(Job { call, reply }) = st.queue.pop() {
+            self.answered_unavailable(call.accel.descriptor().id);
+            self.depth.fetch_sub(1, Ordering::Relaxed);
+            let _ = reply.send(Answer::refusal(Status::Unavailable, why, call));
+        }
+        self.metrics.queue_depth.set(0);
+    }
+
+    fn answered_unavailable(&self, accel_id: u16) {
+        if let Some(m) = self.accel_metrics.get(&accel_id) {
+            m.answered(Status::Unavailable, 0);
+        }
     }
 
     /// Stops admission; the worker exits once the queue is empty.
@@ -755,6 +928,7 @@ mod tests {
             simulated_exec,
             worker_nice: 0,
             worker_policy: WorkerPolicy::Normal,
+            kernel_timeout: Duration::ZERO,
         };
         let metrics = crate::metrics::Metrics::new();
         let image = Arc::new(crate::device::cpu::CpuImage(Arc::clone(&accel)));

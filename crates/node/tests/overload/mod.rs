@@ -125,3 +125,212 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The front ends the overload tests drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Front {
+    /// `POST /v1/fn/echo`.
+    Http,
+    /// RAC v1, echo (accelerator 1).
+    Rac,
+    /// Open Inference Protocol v2, `POST /v2/models/echo/infer` with binary tensors.
+    V2,
+}
+
+/// What became of one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Answered with the right output.
+    Ok,
+    /// Refused `BUSY` (HTTP 503 with `Retry-After`).
+    Busy,
+    /// Answered `UNAVAILABLE` (HTTP 503 with `Retry-After`).
+    Unavailable,
+    /// Any other answer: wrong output, wrong id, wrong status, a 503 without
+    /// `Retry-After`. Always a failure.
+    Wrong(String),
+    /// The connection ended (or failed) before the answer came.
+    Lost,
+}
+
+/// One call: when it was sent, what became of it, and how long that took.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub front: Front,
+    pub sent: std::time::Instant,
+    pub took: Duration,
+    pub fate: Fate,
+}
+
+/// Answers seen so far by the clients of one [`drive`], for a test to wait on.
+#[derive(Default)]
+pub struct Tally {
+    pub ok: std::sync::atomic::AtomicUsize,
+    pub busy: std::sync::atomic::AtomicUsize,
+}
+
+impl Tally {
+    /// Whether at least `ok` calls were answered and `busy` refused.
+    pub fn reached(&self, ok: usize, busy: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.ok.load(Relaxed) >= ok && self.busy.load(Relaxed) >= busy
+    }
+}
+
+/// Offered load: `clients` connections of `front`, each sending one call at a time,
+/// one every `interval` (sooner after a late answer, never more than one in flight),
+/// each with a payload unique in the run (front, client, sequence number), until
+/// `stop` is set or the node refuses a new connection.
+pub fn drive(
+    front: Front,
+    addr: SocketAddr,
+    clients: usize,
+    interval: Duration,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (
+    Vec<std::thread::JoinHandle<Vec<Outcome>>>,
+    std::sync::Arc<Tally>,
+) {
+    let tally = std::sync::Arc::new(Tally::default());
+    let handles = (0..clients)
+        .map(|client| {
+            let stop = std::sync::Arc::clone(&stop);
+            let tally = std::sync::Arc::clone(&tally);
+            std::thread::spawn(move || client_loop(front, addr, client, interval, &stop, &tally))
+        })
+        .collect();
+    (handles, tally)
+}
+
+enum Conn {
+    Http(Http),
+    Rac(Rac),
+}
+
+fn client_loop(
+    front: Front,
+    addr: SocketAddr,
+    client: usize,
+    interval: Duration,
+    stop: &std::sync::atomic::AtomicBool,
+    tally: &Tally,
+) -> Vec<Outcome> {
+    use std::sync::atomic::Ordering;
+    let mut out = Vec::new();
+    let mut conn: Option<Conn> = None;
+    let started = std::time::Instant::now();
+    let mut seq: u32 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let due = started + interval * seq;
+        if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        seq += 1;
+        if conn.is_none() {
+            let made = match front {
+                Front::Rac => Rac::connect(addr).map(Conn::Rac),
+                Front::Http | Front::V2 => Http::connect(addr).map(Conn::Http),
+            };
+            match made {
+                Ok(c) => conn = Some(c),
+                // Refused: the node stopped listening (drain).
+                Err(_) => break,
+            }
+        }
+        let payload = format!("{front:?}-{client}-{seq}").into_bytes();
+        let sent = std::time::Instant::now();
+        let fate = match conn.as_mut().expect("connected") {
+            Conn::Rac(c) => rac_call(c, seq, &payload),
+            Conn::Http(c) => http_call(c, front, &payload),
+        };
+        let (fate, keep) = fate;
+        if !keep {
+            conn = None;
+        }
+        match fate {
+            Fate::Ok => tally.ok.fetch_add(1, Ordering::Relaxed),
+            Fate::Busy => tally.busy.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+        out.push(Outcome {
+            front,
+            sent,
+            took: sent.elapsed(),
+            fate,
+        });
+    }
+    out
+}
+
+/// One RAC echo call; whether the connection may be used again.
+fn rac_call(c: &mut Rac, id: u32, payload: &[u8]) -> (Fate, bool) {
+    if c.send(1, id, payload).is_err() {
+        return (Fate::Lost, false);
+    }
+    match c.recv() {
+        Err(_) => (Fate::Lost, false),
+        Ok((h, _)) if h.request_id != id => (
+            Fate::Wrong(format!("result for id {} to call {id}", h.request_id)),
+            false,
+        ),
+        Ok((h, out)) => match h.status {
+            rac_proto::Status::Ok if out == payload => (Fate::Ok, true),
+            rac_proto::Status::Busy => (Fate::Busy, true),
+            rac_proto::Status::Unavailable => (Fate::Unavailable, true),
+            s => (
+                Fate::Wrong(format!("status {s:?}, {} bytes", out.len())),
+                true,
+            ),
+        },
+    }
+}
+
+/// One HTTP or v2 echo call; whether the connection may be used again.
+fn http_call(c: &mut Http, front: Front, payload: &[u8]) -> (Fate, bool) {
+    let sent = match front {
+        Front::V2 => {
+            let json = format!(
+                r#"{{"inputs":[{{"name":"INPUT0","shape":[{n}],"datatype":"UINT8","parameters":{{"binary_data_size":{n}}}}}],"outputs":[{{"name":"OUTPUT0","parameters":{{"binary_data":true}}}}]}}"#,
+                n = payload.len()
+            );
+            let mut body = json.clone().into_bytes();
+            body.extend_from_slice(payload);
+            let extra = format!("Inference-Header-Content-Length: {}\r\n", json.len());
+            c.send("/v2/models/echo/infer", &body, &extra)
+        }
+        _ => c.send("/v1/fn/echo", payload, ""),
+    };
+    if sent.is_err() {
+        return (Fate::Lost, false);
+    }
+    let r = match c.recv() {
+        Ok(r) => r,
+        Err(_) => return (Fate::Lost, false),
+    };
+    let keep = r.header("connection") != Some("close");
+    let fate = match r.status {
+        200 if front == Front::V2 && r.body.ends_with(payload) => Fate::Ok,
+        200 if r.body == payload => Fate::Ok,
+        503 if r.header("retry-after").is_none() => Fate::Wrong("503 without Retry-After".into()),
+        503 => {
+            let doc: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            match doc["code"].as_str() {
+                Some("BUSY") => Fate::Busy,
+                Some("UNAVAILABLE") => Fate::Unavailable,
+                _ => Fate::Wrong(format!("503 {}", String::from_utf8_lossy(&r.body))),
+            }
+        }
+        code => Fate::Wrong(format!("{code} {}", String::from_utf8_lossy(&r.body))),
+    };
+    (fate, keep)
+}
+
+/// The `q` quantile (0..=1) of `values`, in order of magnitude.
+pub fn quantile(values: &mut [Duration], q: f64) -> Duration {
+    if values.is_empty() {
+        return Duration::ZERO;
+    }
+    values.sort();
+    let i = ((values.len() - 1) as f64 * q).round() as usize;
+    values[i]
+}

@@ -5,7 +5,7 @@
 //! grace.
 
 mod common;
-mod overload;
+mod overload_clients;
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use accel::FAULT_ID;
 use common::*;
-use overload::*;
+use overload_clients::*;
 use rac_proto::Status;
 
 const DRAIN_MS: u64 = 1500;

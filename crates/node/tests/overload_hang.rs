@@ -5,13 +5,13 @@
 //! API, keep the other slots serving, and let the slot come back through a reload.
 
 mod common;
-mod overload;
+mod overload_clients;
 
 use std::time::{Duration, Instant};
 
 use accel::FAULT_ID;
 use common::*;
-use overload::*;
+use overload_clients::*;
 use rac_proto::Status;
 
 const KERNEL_TIMEOUT_MS: u64 = 400;

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The overload contract's timing figures (issue 15), on loopback; stops by itself.
+#
+#   bench/overload/run.sh
+#
+# For each QUEUES depth: a node whose echo slot has a simulated device time of EXEC_US
+# (a known, CPU-independent capacity), its capacity measured closed-loop, then twice
+# that offered for SECONDS per front end (HTTP /v1/fn, Open Inference Protocol v2,
+# RAC) from CLIENTS connections each: refusal share, accepted p50/p99 against the
+# same front end unloaded, duplicates by request id, node RSS. Then: one client's p99
+# alone and beside SLOWLORIS connections that send a request head a byte a second;
+# echo's p99 alone and while the fault slot runs a call that never returns (found
+# after KERNEL_TIMEOUT_MS); SIGTERM at 2x load (exit time, answers by fate, with
+# drain_timeout_ms = DRAIN_MS). Each phase prints one JSON line (bench/overload/load.py).
+#
+# Environment:
+#   EXEC_US [1000]  QUEUES ["64 8"]  SECONDS [5]  CLIENTS [16]  SLOWLORIS [10000]
+#   KERNEL_TIMEOUT_MS [2000]  DRAIN_MS [2000]  IO_THREADS [1]
+#   NODE_BIN [target/release/netaccel-node]
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BENCH_NAME=overload/run.sh
+HOST=127.0.0.1
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+
+EXEC_US=${EXEC_US:-1000}
+QUEUES=${QUEUES:-"64 8"}
+SECONDS_EACH=${SECONDS:-5}
+CLIENTS=${CLIENTS:-16}
+SLOWLORIS=${SLOWLORIS:-10000}
+KERNEL_TIMEOUT_MS=${KERNEL_TIMEOUT_MS:-2000}
+DRAIN_MS=${DRAIN_MS:-2000}
+IO_THREADS=${IO_THREADS:-1}
+NODE_BIN=${NODE_BIN:-$ROOT/target/release/netaccel-node}
+
+if [[ ! -x "$NODE_BIN" ]]; then
+    log "netaccel-node missing: cargo build --release -p netaccel-node"
+    (cd "$ROOT" && cargo build --release -p netaccel-node >&2) || die "cargo build failed"
+fi
+RUN_DIR=$(mktemp -d)
+NODE_PID=
+stop_node() {
+    if [[ -n "$NODE_PID" ]]; then kill "$NODE_PID" 2>/dev/null || true; wait "$NODE_PID" 2>/dev/null || true; fi
+    NODE_PID=
+}
+cleanup() { stop_node; rm -rf "$RUN_DIR"; }
+trap cleanup EXIT
+
+# start_node TOML: a node with that configuration on fresh free ports.
+start_node() {
+    HTTP_PORT= RAC_PORT=
+    pick_ports HTTP_PORT RAC_PORT
+    printf '%s\n' "$1" >"$RUN_DIR/node.toml"
+    "$NODE_BIN" --config "$RUN_DIR/node.toml" --http "$HOST:$HTTP_PORT" --rac "$HOST:$RAC_PORT" \
+        --io-threads "$IO_THREADS" --log-level warn >"$RUN_DIR/node.log" 2>&1 &
+    NODE_PID=$!
+    server_up netaccel-node "$NODE_PID" "$HTTP_PORT" "$RUN_DIR/node.log" || die "the node did not come up"
+    server_up netaccel-node "$NODE_PID" "$RAC_PORT" "$RUN_DIR/node.log" || die "the node did not come up"
+}
+
+load() {
+    timeout 600 python3 "$HERE/load.py" "$@" --host "$HOST" --http-port "$HTTP_PORT" \
+        --rac-port "$RAC_PORT" --node-pid "$NODE_PID"
+}
+
+for q in $QUEUES; do
+    start_node "simulated_exec_us = $EXEC_US
+queue_depth_max = $q
+tenant_queue_depth_max = $q
+[[slots]]
+accelerator = \"echo\""
+    cap=$(load capacity --seconds 3)
+    echo "$cap"
+    rate=$(python3 -c "import json,sys; print(2 * json.loads(sys.argv[1])['calls_per_s'])" "$cap")
+    log "queue_depth_max = $q: capacity $(python3 -c "import json,sys; print(json.loads(sys.argv[1])['calls_per_s'])" "$cap")/s, offering $rate/s"
+    load overload --rate "$rate" --clients "$CLIENTS" --seconds "$SECONDS_EACH"
+    stop_node
+done
+
+log "slowloris: $SLOWLORIS connections"
+start_node "connections_max = $((SLOWLORIS + 1000))
+[[slots]]
+accelerator = \"echo\""
+load slowloris --slowloris "$SLOWLORIS"
+stop_node
+
+log "hung kernel: kernel_timeout_ms = $KERNEL_TIMEOUT_MS"
+start_node "fault_injection = true
+kernel_timeout_ms = $KERNEL_TIMEOUT_MS
+[[slots]]
+accelerator = \"echo\"
+[[slots]]
+accelerator = \"fault\""
+load hung
+stop_node
+
+log "SIGTERM at 2x: drain_timeout_ms = $DRAIN_MS"
+start_node "simulated_exec_us = $EXEC_US
+drain_timeout_ms = $DRAIN_MS
+[[slots]]
+accelerator = \"echo\""
+rate=$(python3 -c "print(2 * 1e6 / $EXEC_US)")
+load drain --rate "$rate" --clients "$CLIENTS" --seconds 4
+wait "$NODE_PID" 2>/dev/null && log "node exit status 0" || log "node exit status $?"
+NODE_PID=

@@ -20,6 +20,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck disable=SC2034 # read by lib.sh
 BENCH_NAME=overload/run.sh
 HOST=127.0.0.1
 # shellcheck source=bench/lib.sh
@@ -50,7 +51,7 @@ trap cleanup EXIT
 
 # start_node TOML: a node with that configuration on fresh free ports.
 start_node() {
-    HTTP_PORT= RAC_PORT=
+    HTTP_PORT='' RAC_PORT=''
     pick_ports HTTP_PORT RAC_PORT
     printf '%s\n' "$1" >"$RUN_DIR/node.toml"
     "$NODE_BIN" --config "$RUN_DIR/node.toml" --http "$HOST:$HTTP_PORT" --rac "$HOST:$RAC_PORT" \
@@ -103,5 +104,7 @@ drain_timeout_ms = $DRAIN_MS
 accelerator = \"echo\""
 rate=$(python3 -c "print(2 * 1e6 / $EXEC_US)")
 load drain --rate "$rate" --clients "$CLIENTS" --seconds 4
-wait "$NODE_PID" 2>/dev/null && log "node exit status 0" || log "node exit status $?"
+status=0
+wait "$NODE_PID" 2>/dev/null || status=$?
+log "node exit status $status"
 NODE_PID=

@@ -74,9 +74,21 @@ pub struct Tenants {
     /// RAC calls one tenant may have queued at slots, across its connections.
     in_flight_max: usize,
     next_anonymous: AtomicU64,
-    /// Gates of tenants with live connections (dropped with their last connection).
-    gates: Mutex<HashMap<TenantId, Weak<TenantGate>>>,
+    /// Gates of tenants with live connections, and of some whose connections are all
+    /// gone (swept from time to time, see [`Tenants::gate`]).
+    gates: Mutex<Gates>,
 }
+
+/// The gates map and its size after the last sweep.
+#[derive(Default)]
+struct Gates {
+    map: HashMap<TenantId, Weak<TenantGate>>,
+    swept_len: usize,
+}
+
+/// The gates map is swept of dead entries when it reaches twice its size after the
+/// last sweep, and not below this.
+const GATES_SWEEP_MIN: usize = 64;
 
 impl Tenants {
     /// The tenants and per-tenant bounds of a validated configuration.
@@ -86,7 +98,7 @@ impl Tenants {
             queue_share_max: config.tenant_queue_depth_max.min(config.queue_depth_max),
             in_flight_max: config.tenant_in_flight_max,
             next_anonymous: AtomicU64::new(1),
-            gates: Mutex::new(HashMap::new()),
+            gates: Mutex::new(Gates::default()),
         }
     }
 
@@ -110,21 +122,27 @@ impl Tenants {
         }
     }
 
-    /// The gate of `tenant`, shared by all its connections.
+    /// The gate of `tenant`, shared by all its connections. Every RAC connection asks
+    /// for one when it opens (a fresh anonymous tenant each), under one lock shared by
+    /// all network threads, so this is O(1) amortised: tenants whose connections are
+    /// all gone are forgotten in a sweep when the map has doubled since the last one
+    /// (sweeping at every new tenant cost O(live connections) per accept: quadratic
+    /// when thousands connect). The map holds at most about twice the live tenants.
     pub fn gate(&self, tenant: TenantId) -> Arc<TenantGate> {
         let mut gates = self.gates.lock();
-        if let Some(gate) = gates.get(&tenant).and_then(Weak::upgrade) {
+        if let Some(gate) = gates.map.get(&tenant).and_then(Weak::upgrade) {
             return gate;
         }
-        // Forget tenants whose connections are all gone, so the map stays bounded by
-        // the live connections.
-        gates.retain(|_, g| g.strong_count() > 0);
+        if gates.map.len() >= (2 * gates.swept_len).max(GATES_SWEEP_MIN) {
+            gates.map.retain(|_, g| g.strong_count() > 0);
+            gates.swept_len = gates.map.len();
+        }
         let gate = Arc::new(TenantGate {
             in_flight: AtomicUsize::new(0),
             max: self.in_flight_max,
             freed: tokio::sync::Notify::new(),
         });
-        gates.insert(tenant, Arc::downgrade(&gate));
+        gates.map.insert(tenant, Arc::downgrade(&gate));
         gate
     }
 }
@@ -220,10 +238,43 @@ mod tests {
         drop(h1);
         assert!(!g1.is_full());
         drop((h2, g1, g2));
-        // The gate is forgotten with its last connection: a new one starts empty.
-        let g = t.gate(t.anonymous());
-        assert_eq!(t.gates.lock().len(), 1);
+        // The tenant's gate went with its last connection: a new one starts empty.
+        let g = t.gate(id);
         assert!(!g.is_full());
+    }
+
+    #[test]
+    fn gates_of_closed_connections_are_forgotten_in_amortised_sweeps() {
+        let t = tenants("");
+        let live: Vec<_> = (0..1000)
+            .map(|_| {
+                let id = t.anonymous();
+                (id, t.gate(id))
+            })
+            .collect();
+        let mut sweeps = 0;
+        let mut last_len = t.gates.lock().map.len();
+        // 100,000 connections that open and close beside 1,000 that stay.
+        for _ in 0..100_000 {
+            drop(t.gate(t.anonymous()));
+            let len = t.gates.lock().map.len();
+            if len < last_len {
+                sweeps += 1;
+            }
+            last_len = len;
+            // Never more than about twice the live gates (plus the one just made).
+            assert!(
+                len <= 2 * live.len() + 1,
+                "{len} entries for {} live",
+                live.len()
+            );
+        }
+        // A sweep per ~1,000 new tenants, not one per tenant.
+        assert!((90..=110).contains(&sweeps), "{sweeps} sweeps");
+        // The live tenants keep their gates through the sweeps.
+        for (id, g) in &live {
+            assert!(Arc::ptr_eq(&t.gate(*id), g));
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 #
 # For each QUEUES depth: a node whose echo slot has a simulated device time of EXEC_US
 # (a known, CPU-independent capacity), its capacity measured closed-loop, then twice
-# that offered for SECONDS per front end (HTTP /v1/fn, Open Inference Protocol v2,
+# that offered for DURATION seconds per front end (HTTP /v1/fn, Open Inference Protocol v2,
 # RAC) from CLIENTS connections each: refusal share, accepted p50/p99 against the
 # same front end unloaded, duplicates by request id, node RSS. Then: one client's p99
 # alone and beside SLOWLORIS connections that send a request head a byte a second;
@@ -14,8 +14,10 @@
 # drain_timeout_ms = DRAIN_MS). Each phase prints one JSON line (bench/overload/load.py).
 #
 # Environment:
-#   EXEC_US [1000]  QUEUES ["64 8"]  SECONDS [5]  CLIENTS [16]  SLOWLORIS [10000]
+#   EXEC_US [1000]  QUEUES ["64 8"]  DURATION [5]  CLIENTS [16] (at least; more when
+#   needed to offer 2x with one call in flight each)  SLOWLORIS [10000]
 #   KERNEL_TIMEOUT_MS [2000]  DRAIN_MS [2000]  IO_THREADS [1]
+#   PHASES ["overload slowloris hung drain"]: the parts to run
 #   NODE_BIN [target/release/netaccel-node]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -28,13 +30,15 @@ source "$ROOT/bench/lib.sh"
 
 EXEC_US=${EXEC_US:-1000}
 QUEUES=${QUEUES:-"64 8"}
-SECONDS_EACH=${SECONDS:-5}
+SECONDS_EACH=${DURATION:-5}
 CLIENTS=${CLIENTS:-16}
 SLOWLORIS=${SLOWLORIS:-10000}
 KERNEL_TIMEOUT_MS=${KERNEL_TIMEOUT_MS:-2000}
 DRAIN_MS=${DRAIN_MS:-2000}
 IO_THREADS=${IO_THREADS:-1}
 NODE_BIN=${NODE_BIN:-$ROOT/target/release/netaccel-node}
+PHASES=${PHASES:-"overload slowloris hung drain"}
+want() { [[ " $PHASES " == *" $1 "* ]]; }
 
 if [[ ! -x "$NODE_BIN" ]]; then
     log "netaccel-node missing: cargo build --release -p netaccel-node"
@@ -66,27 +70,36 @@ load() {
         --rac-port "$RAC_PORT" --node-pid "$NODE_PID"
 }
 
+want overload || QUEUES=""
 for q in $QUEUES; do
     start_node "simulated_exec_us = $EXEC_US
 queue_depth_max = $q
 tenant_queue_depth_max = $q
 [[slots]]
 accelerator = \"echo\""
-    cap=$(load capacity --seconds 3)
+    # Closed loop, no more clients than the queue holds (so none is refused and
+    # spins): the slot's calls/s.
+    cap=$(load capacity --seconds 3 --clients "$((q < 32 ? q : 32))")
     echo "$cap"
     rate=$(python3 -c "import json,sys; print(2 * json.loads(sys.argv[1])['calls_per_s'])" "$cap")
     log "queue_depth_max = $q: capacity $(python3 -c "import json,sys; print(json.loads(sys.argv[1])['calls_per_s'])" "$cap")/s, offering $rate/s"
-    load overload --rate "$rate" --clients "$CLIENTS" --seconds "$SECONDS_EACH"
+    # Each client has one call in flight, so offering twice the capacity while full
+    # queues hold each accepted call (q + 1) service times takes that many clients.
+    clients=$(python3 -c "import math; print(max($CLIENTS, math.ceil($rate * ($q + 2) * $EXEC_US / 1e6)))")
+    load overload --rate "$rate" --clients "$clients" --seconds "$SECONDS_EACH"
     stop_node
 done
 
+if want slowloris; then
 log "slowloris: $SLOWLORIS connections"
 start_node "connections_max = $((SLOWLORIS + 1000))
 [[slots]]
 accelerator = \"echo\""
-load slowloris --slowloris "$SLOWLORIS"
+load slowloris --slowloris "$SLOWLORIS" --unloaded-calls 3000
 stop_node
+fi
 
+if want hung; then
 log "hung kernel: kernel_timeout_ms = $KERNEL_TIMEOUT_MS"
 start_node "fault_injection = true
 kernel_timeout_ms = $KERNEL_TIMEOUT_MS
@@ -94,9 +107,11 @@ kernel_timeout_ms = $KERNEL_TIMEOUT_MS
 accelerator = \"echo\"
 [[slots]]
 accelerator = \"fault\""
-load hung
+load hung --unloaded-calls 3000
 stop_node
+fi
 
+want drain || exit 0
 log "SIGTERM at 2x: drain_timeout_ms = $DRAIN_MS"
 start_node "simulated_exec_us = $EXEC_US
 drain_timeout_ms = $DRAIN_MS

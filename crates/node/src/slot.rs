@@ -25,6 +25,12 @@
 //! Reconfiguration stops admission to the slot, lets the calls already queued run on
 //! the old accelerator, swaps, and reopens: no call is lost and none runs on the wrong
 //! accelerator.
+//!
+//! A call that runs past `kernel_timeout_ms` fails the slot ([`Slot::check_hung`],
+//! called by [`crate::watchdog`]): the slot answers that call and its queue
+//! `UNAVAILABLE` and starts a new generation with a new worker thread; the thread in
+//! the kernel, if it ever returns, finds its generation gone and leaves the slot
+//! alone. Reconfiguration is how a failed slot comes back.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -263,6 +263,10 @@ pub struct Slot {
     /// dispatcher's lock-free view of [`SlotState`]; written under the state lock.
     admits: AtomicU32,
     busy_ns: AtomicU64,
+    /// [`SlotState::generation`], readable without the lock: a call of an older
+    /// generation was answered when the slot gave up on it, and is not counted again
+    /// when its kernel returns.
+    generation: AtomicU64,
     /// Moving average of execution time per unit of work estimate, in ns/1024: how
     /// long the call in progress is expected to take.
     ns_per_work_1024: AtomicU64,
@@ -332,6 +336,7 @@ impl Slot {
             depth: AtomicUsize::new(0),
             admits: AtomicU32::new(u32::from(accel_id) | ADMITTING),
             busy_ns: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             ns_per_work_1024: AtomicU64::new(0),
             device_free_at: Mutex::new(Instant::now()),
             started: Instant::now(),
@@ -607,7 +612,8 @@ impl Slot {
         }
         drop(permit);
         payload.clear();
-        if let Some(m) = self.accel_metrics.get(&id) {
+        let abandoned = self.generation.load(Ordering::Relaxed) != start.generation;
+        if let Some(m) = self.accel_metrics.get(&id).filter(|_| !abandoned) {
             m.answered(status, nanos(received.elapsed()));
         }
         Answer {
@@ -843,6 +849,7 @@ impl Slot {
         }
         st.running = false;
         st.generation += 1;
+        self.generation.store(st.generation, Ordering::Relaxed);
         self.depth.fetch_sub(1, Ordering::Relaxed);
         if let Some(reply) = st.current.take() {
             self.metrics.threads_abandoned.inc();

@@ -126,6 +126,47 @@ fn a_hung_kernel_fails_its_slot_answers_its_calls_and_the_node_serves_on() {
 }
 
 #[test]
+fn a_kernel_that_returns_after_its_bound_is_answered_and_counted_once() {
+    // Each call holds the slot 1.5 s, past a bound of 300 ms: the call is answered
+    // UNAVAILABLE by the watchdog; when the kernel returns, its thread leaves.
+    let node = TestNode::start(
+        "kernel_timeout_ms = 300\nsimulated_exec_us = 1500000\n\
+         [[slots]]\naccelerator = \"echo\"\n",
+    );
+    let mut c = Http::connect(node.addr).unwrap();
+    let r = c.call("/v1/fn/echo", b"slow").unwrap();
+    assert_eq!(
+        (r.status, r.json()["code"].as_str()),
+        (503, Some("UNAVAILABLE"))
+    );
+    assert_eq!(
+        node.metric("netaccel_slot_threads_abandoned{slot=\"0\"}"),
+        1.0
+    );
+    wait_until("the abandoned thread returns and leaves", || {
+        node.metric("netaccel_slot_threads_abandoned{slot=\"0\"}") == 0.0
+    });
+    // One answer, counted once: not also OK when the kernel came back.
+    let counted = |status: &str| {
+        node.metric(&format!(
+            "netaccel_accelerator_calls_total{{accelerator=\"echo\",status=\"{status}\"}}"
+        ))
+    };
+    assert_eq!((counted("UNAVAILABLE"), counted("OK")), (1.0, 0.0));
+    // The slot stays failed until it is reloaded.
+    assert_eq!(node.get_json("/v1/slots/0")["state"], "failed");
+    let (code, body) = curl(&[
+        "-X",
+        "PUT",
+        "-d",
+        r#"{"accelerator":"echo"}"#,
+        &node.url("/v1/slots/0"),
+    ]);
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(node.get_json("/v1/slots/0")["state"], "idle");
+}
+
+#[test]
 fn without_a_bound_a_long_call_is_left_alone() {
     // kernel_timeout_ms = 0 switches the watchdog off: a call running for longer than
     // the bound above does not fail its slot.

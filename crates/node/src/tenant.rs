@@ -110,6 +110,13 @@ impl Tenants {
         }
     }
 
+    /// The identity of the tenant called `name`, whether or not it has a token: the
+    /// one a client certificate mapped to `name` gets (`crate::tls`), the same a
+    /// `hello` with its token gives.
+    pub fn named(&self, name: &str) -> TenantId {
+        configured_id(name)
+    }
+
     /// The gate of `tenant`, shared by all its connections.
     pub fn gate(&self, tenant: TenantId) -> Arc<TenantGate> {
         let mut gates = self.gates.lock();

@@ -78,8 +78,8 @@ pub fn start(mut config: Config) -> Result<Running, String> {
     tracing::info!(
         http = %http_addr,
         rac = %rac_addr,
-        https = ?https_addr,
-        rac_tls = ?rac_tls_addr,
+        https = %https_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
+        rac_tls = %rac_tls_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
         network_threads,
         slots = node.dispatcher.slots().len(),
         connections_max = node.config.connections_max,

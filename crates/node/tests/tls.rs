@@ -626,3 +626,80 @@ fn handshake_garbage_and_truncated_hellos_do_not_hurt_other_clients() {
     );
     assert_eq!(http(&mut good, "GET", "/health", b"").0, 200);
 }
+
+#[test]
+fn the_rust_rac_client_speaks_tls_with_a_client_certificate() {
+    let pki = Pki::new(&test_dir("client"), "client");
+    pki.server(1);
+    let alice = pki.issue("alice", &[], 10, true);
+    std::fs::write(pki.dir.join("alice.pem"), &alice.cert_pem).unwrap();
+    std::fs::write(pki.dir.join("alice.key"), &alice.key_pem).unwrap();
+    let extra = format!(
+        "client_ca = \"{}\"\n[tls.subjects]\nalice = \"team-a\"\n",
+        pki.ca_path().display()
+    );
+    let (node, _, rac) = start(&pki, "", &extra);
+    let config = netaccel_client::rac::tls_config(
+        &pki.ca_path(),
+        Some((&pki.dir.join("alice.pem"), &pki.dir.join("alice.key"))),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = netaccel_client::rac::RacClient::connect_tls(
+            &rac.to_string(),
+            "localhost",
+            Arc::clone(&config),
+        )
+        .await
+        .unwrap();
+        // Pipelined: all in flight at once on the one TLS connection.
+        let calls = (0..20u8)
+            .map(|i| client.call_by_name("to_uppercase", [0; 44], vec![b'a' + i; 1000], 0));
+        let outs = futures_join(calls).await;
+        for (i, out) in outs.into_iter().enumerate() {
+            assert_eq!(out.unwrap().payload, vec![b'A' + i as u8; 1000]);
+        }
+        // A wrong server name is refused by the client.
+        let err = netaccel_client::rac::RacClient::connect_tls(
+            &rac.to_string(),
+            "elsewhere.example",
+            config,
+        )
+        .await
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("TLS handshake"), "{err}");
+    });
+    assert_eq!(
+        series(&node, "netaccel_tls_connections_total{tenant=\"team-a\"}"),
+        1.0
+    );
+}
+
+/// Awaits all of `futures` concurrently, results in order.
+async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut pinned: Vec<_> = futures.map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, slot) in pinned.iter_mut().zip(out.iter_mut()) {
+            if slot.is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *slot = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(Option::unwrap).collect()
+}

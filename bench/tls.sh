@@ -16,7 +16,10 @@
 #     counted by the node (netaccel_tls_handshakes_total{kind="resumed"}). "tcp": the
 #     same loop without TLS, the floor.
 #   - calls: wrk -t1 (Debian's wrk speaks TLS through OpenSSL), POST 64 B to
-#     /v1/fn/to_uppercase, -c1 and -c16, plain and TLS alternating each round.
+#     /v1/fn/to_uppercase, -c1 and -c16, plain and TLS alternating each round. The
+#     node's CPU per call (utime+stime of /proc/PID/stat, all its threads, before and
+#     after the run, over the calls wrk completed) is reported beside: at 16
+#     connections wrk's own TLS work on its one core can be what limits calls/s.
 # Each figure is the median over ROUNDS rounds.
 #
 # Environment (defaults in brackets):
@@ -117,12 +120,20 @@ handshakes() { # mode port -> "p50 p99 reused"
         "$work/ca.pem" "$1" "$HANDSHAKES"
 }
 
-calls() { # url conns -> "p50 p99 rps"
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$node_pid/stat"; }
+
+calls() { # url conns -> "p50 p99 rps cpu_us_per_call"
+    local t0 t1
+    t0=$(cpu_ticks)
     taskset -c "$CLIENT_CPU" "${PRIO_CMD[@]}" wrk -t1 -c"$2" -d"${DURATION}s" \
-        -s "$HERE/wrk/post64.lua" "$1" |
-        awk '/^BENCH/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
-             END { if (v["errors_status"] + v["errors_read"] + v["errors_connect"] > 0) exit 1
-                   print v["p50_us"], v["p99_us"], v["rps"] }'
+        -s "$HERE/wrk/post64.lua" "$1" >"$work/wrk.out"
+    t1=$(cpu_ticks)
+    awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" '
+        /^BENCH/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+        END { if (v["errors_status"] + v["errors_read"] + v["errors_connect"] > 0) exit 1
+              printf "%s %s %s %.2f\n", v["p50_us"], v["p99_us"], v["rps"], d / hz * 1e6 / v["requests"] }' \
+        "$work/wrk.out"
 }
 
 log "node pinned to cpu $SERVER_CPU (1 network thread), clients to cpu $CLIENT_CPU, priority $PRIO; $ROUNDS rounds"
@@ -143,7 +154,7 @@ for ((r = 0; r < ROUNDS; r++)); do
             [[ $which == tls ]] && url=$tls
             out=$(calls "$url" "$conns") || die "wrk reported errors for $which -c$conns"
             echo "$out" >>"$work/calls-$which-$conns"
-            log "round $((r + 1)) $which -c$conns: p50 p99 (us) calls/s = $out"
+            log "round $((r + 1)) $which -c$conns: p50 p99 (us) calls/s node-CPU-us/call = $out"
         done
     done
 done
@@ -158,15 +169,15 @@ for mode in tcp full resumed; do
 done
 echo "resumed handshakes the client saw per run: $(col hs-resumed 3) of $HANDSHAKES; the node counted $resumed in all"
 echo
-printf '%-30s %9s %9s %10s %9s\n' "64 B to_uppercase, keep-alive" "p50 us" "p99 us" "calls/s" "vs plain"
+printf '%-30s %9s %9s %10s %9s %14s\n' "64 B to_uppercase, keep-alive" "p50 us" "p99 us" "calls/s" "vs plain" "node CPU us/call"
 status=0
 for conns in 1 16; do
     base=$(col "calls-plain-$conns" 3)
     for which in plain tls; do
         rps=$(col "calls-$which-$conns" 3)
         ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN { printf "%.0f %%", 100 * a / b }')
-        printf '%-30s %9s %9s %10.0f %9s\n' "$which, $conns conn" "$(col "calls-$which-$conns" 1)" \
-            "$(col "calls-$which-$conns" 2)" "$rps" "$ratio"
+        printf '%-30s %9s %9s %10.0f %9s %14s\n' "$which, $conns conn" "$(col "calls-$which-$conns" 1)" \
+            "$(col "calls-$which-$conns" 2)" "$rps" "$ratio" "$(col "calls-$which-$conns" 4)"
         if [[ $which == tls ]] && awk -v a="$rps" -v b="$base" 'BEGIN { exit !(a < 0.8 * b) }'; then
             log "TLS at $conns connections is below 80 % of plain"
             status=1

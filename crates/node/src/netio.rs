@@ -238,7 +238,7 @@ pub async fn flush<S: Transport>(
 /// Longest a closing connection drains unread input.
 pub const LINGER: Duration = Duration::from_millis(500);
 /// Most input a closing connection drains.
-const LINGER_BYTES_MAX: usize = 1024 * 1024;
+pub const LINGER_BYTES_MAX: usize = 1024 * 1024;
 
 /// Half-closes, then drains input briefly: closing with unread bytes in the receive
 /// buffer makes the kernel send a reset, which can destroy the last response before

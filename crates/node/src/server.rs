@@ -387,8 +387,6 @@ fn accept_tls(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: P
                 return;
             }
         };
-        let (tcp, conn) = stream.into_inner();
-        let stream = crate::tls::TlsConn::new(tcp, conn);
         let (tenant, fixed) = match identity {
             crate::tls::Identity::Tenant(name) => (node.tenants.named(&name), true),
             crate::tls::Identity::Anonymous => (node.tenants.anonymous(), false),

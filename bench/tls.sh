@@ -14,7 +14,8 @@
 #     the TLS 1.3 ticket). "full": no session offered; "resumed": the previous
 #     connection's session offered, and the resumption checked (session_reused) and
 #     counted by the node (netaccel_tls_handshakes_total{kind="resumed"}). "tcp": the
-#     same loop without TLS, the floor.
+#     same loop without TLS, the floor. Beside, the node's CPU per connection (accept,
+#     handshake, the GET, close), which the client's own cost does not blur.
 #   - calls: wrk -t1 (Debian's wrk speaks TLS through OpenSSL), POST 64 B to
 #     /v1/fn/to_uppercase, -c1 and -c16, plain and TLS alternating each round. The
 #     node's CPU per call (utime+stime of /proc/PID/stat, all its threads, before and
@@ -115,13 +116,17 @@ times.sort()
 print(f"{statistics.median(times):.1f} {times[int(len(times) * 0.99) - 1]:.1f} {reused}")
 EOF
 
-handshakes() { # mode port -> "p50 p99 reused"
-    taskset -c "$CLIENT_CPU" "${PRIO_CMD[@]}" python3 "$work/handshakes.py" "$HOST" "$2" \
-        "$work/ca.pem" "$1" "$HANDSHAKES"
-}
-
 CLK_TCK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$node_pid/stat"; }
+
+handshakes() { # mode port -> "p50 p99 reused node_cpu_us_per_connection"
+    local t0 t1 out
+    t0=$(cpu_ticks)
+    out=$(taskset -c "$CLIENT_CPU" "${PRIO_CMD[@]}" python3 "$work/handshakes.py" "$HOST" "$2" \
+        "$work/ca.pem" "$1" "$HANDSHAKES")
+    t1=$(cpu_ticks)
+    echo "$out $(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$HANDSHAKES" 'BEGIN { printf "%.1f", d / hz * 1e6 / n }')"
+}
 
 calls() { # url conns -> "p50 p99 rps cpu_us_per_call"
     local t0 t1
@@ -145,7 +150,7 @@ for ((r = 0; r < ROUNDS; r++)); do
         [[ $mode == tcp ]] && port=$NODE_PORT
         out=$(handshakes "$mode" "$port")
         echo "$out" >>"$work/hs-$mode"
-        log "round $((r + 1)) handshake $mode: p50 p99 (us) resumed = $out"
+        log "round $((r + 1)) handshake $mode: p50 p99 (us) resumed node-CPU-us/connection = $out"
     done
     for conns in 1 16; do
         if ((r % 2)); then order=(tls plain); else order=(plain tls); fi
@@ -163,9 +168,9 @@ resumed=$(curl -fsS "http://$HOST:$NODE_PORT/metrics" |
 
 col() { awk -v c="$2" '{ print $c }' "$work/$1" | median; }
 echo
-printf '%-44s %9s %9s\n' "connect + handshake, 1 client, $HANDSHAKES in a row" "p50 us" "p99 us"
+printf '%-44s %9s %9s %22s\n' "connect + handshake, 1 client, $HANDSHAKES in a row" "p50 us" "p99 us" "node CPU us/connection"
 for mode in tcp full resumed; do
-    printf '%-44s %9s %9s\n' "$mode" "$(col "hs-$mode" 1)" "$(col "hs-$mode" 2)"
+    printf '%-44s %9s %9s %22s\n' "$mode" "$(col "hs-$mode" 1)" "$(col "hs-$mode" 2)" "$(col "hs-$mode" 4)"
 done
 echo "resumed handshakes the client saw per run: $(col hs-resumed 3) of $HANDSHAKES; the node counted $resumed in all"
 echo

@@ -31,6 +31,13 @@ struct Pki {
     ca_key: rcgen::KeyPair,
 }
 
+/// The test's keys go with it.
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A certificate and its key, as the client side needs them.
 struct Issued {
     der: CertificateDer<'static>,

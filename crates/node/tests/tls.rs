@@ -710,3 +710,58 @@ async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) 
     .await;
     out.into_iter().map(Option::unwrap).collect()
 }
+
+#[test]
+fn command_line_flags_and_refused_configurations() {
+    let pki = Pki::new(&test_dir("flags"), "flags");
+    pki.server(1);
+    let https = free_addr();
+    let (cert, key) = (pki.dir.join("server.pem"), pki.dir.join("server.key"));
+    let node = TestNode::start_logging(
+        "",
+        &[
+            "--https",
+            &https.to_string(),
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let mut tls = connect(https, &pki.client(None)).unwrap();
+    assert_eq!(
+        http(&mut tls, "POST", "/v1/fn/to_uppercase", b"flags").1,
+        b"FLAGS"
+    );
+    drop(node);
+    // A listener without a certificate, and a certificate that is not one, stop the
+    // start with a message naming what is wrong.
+    std::fs::write(pki.dir.join("bad.pem"), "not a certificate").unwrap();
+    let bad = pki.dir.join("bad.pem");
+    for (args, want) in [
+        (
+            vec!["--https", "127.0.0.1:0"],
+            "needs a certificate and key",
+        ),
+        (
+            vec![
+                "--https",
+                "127.0.0.1:0",
+                "--tls-cert",
+                bad.to_str().unwrap(),
+                "--tls-key",
+                key.to_str().unwrap(),
+            ],
+            "bad.pem",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
+            .args(["--http", "127.0.0.1:0", "--rac", "127.0.0.1:0"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} started");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+}

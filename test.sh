@@ -25,7 +25,7 @@ trap finish EXIT
 begin() { step=$1; echo "==> $1"; }
 
 step="installing Debian packages"
-debian_packages=(curl iproute2 make gcc wrk pkg-config ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-headers pocl-opencl-icd clinfo prometheus chromium etcd-server protobuf-compiler verilator yosys)
+debian_packages=(curl openssl iproute2 make gcc wrk pkg-config ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-headers pocl-opencl-icd clinfo prometheus chromium etcd-server protobuf-compiler verilator yosys)
 
 missing=()
 for p in "${debian_packages[@]}"; do

@@ -9,6 +9,7 @@ wait), which also bounds the memory the client holds for results.
 from __future__ import annotations
 
 import asyncio
+import ssl as _ssl
 from typing import Any, Dict, Optional
 
 from . import rac
@@ -39,9 +40,16 @@ class AsyncClient(_Calls):
 
     @classmethod
     async def connect(
-        cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, **kw: Any
+        cls,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        *,
+        ssl: Optional[_ssl.SSLContext] = None,
+        **kw: Any,
     ) -> "AsyncClient":
-        reader, writer = await asyncio.open_connection(host, port)
+        """``ssl``: TLS to a node's RAC-over-TLS listener with this context (see
+        :class:`netaccel.client.Client`)."""
+        reader, writer = await asyncio.open_connection(host, port, ssl=ssl)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             import socket

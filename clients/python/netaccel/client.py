@@ -10,6 +10,7 @@ window of calls in flight. A ``Client`` is not thread-safe: use one per thread, 
 from __future__ import annotations
 
 import socket
+import ssl as _ssl
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from . import rac
@@ -128,11 +129,23 @@ class Client(_Calls):
         *,
         timeout: Optional[float] = None,
         max_payload_len: int = DEFAULT_MAX_PAYLOAD_LEN,
+        ssl: Optional[_ssl.SSLContext] = None,
     ):
+        """``ssl``: speak TLS to a node's RAC-over-TLS listener (``--rac-tls``) with
+        this context, e.g. ``ssl.create_default_context(cafile="ca.pem")``, plus
+        ``load_cert_chain("client.pem", "client.key")`` for a node that wants client
+        certificates (docs/tls.md)."""
         super().__init__()
         self.max_payload_len = max_payload_len
-        self._sock = socket.create_connection((host, port), timeout=timeout)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl is not None:
+            try:
+                sock = ssl.wrap_socket(sock, server_hostname=host)
+            except BaseException:
+                sock.close()
+                raise
+        self._sock = sock
         self._in_flight: Dict[int, Kind] = {}
         self._done: Dict[int, Result] = {}
         self._buf = bytearray()

@@ -9,6 +9,9 @@
 //! assert_eq!(out.payload, b"HELLO");
 //! # Ok(()) }
 //! ```
+//!
+//! [`RacClient::connect_tls`] does the same over TLS (a node's `--rac-tls` listener),
+//! with a rustls configuration from [`tls_config`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -18,8 +21,7 @@ use std::sync::Arc;
 use rac_proto::{
     CallHeader, ControlRequest, Decoded, ParamBlock, ResultHeader, Status, HEADER_LEN,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Mutex};
 
@@ -72,8 +74,11 @@ struct Waiting {
     closed: Option<String>,
 }
 
+/// The connection's sending half: plain TCP or TLS.
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
 pub struct RacClient {
-    writer: Mutex<OwnedWriteHalf>,
+    writer: Mutex<Writer>,
     waiters: Waiters,
     next_id: AtomicU32,
     reader: tokio::task::JoinHandle<()>,
@@ -95,14 +100,44 @@ impl RacClient {
             })?;
         stream.set_nodelay(true).ok();
         let (read, write) = stream.into_split();
+        Ok(RacClient::start(read, Box::new(write)))
+    }
+
+    /// Connects to a node's RAC-over-TLS listener at `addr`, checking that its
+    /// certificate is valid for `server_name` (a DNS name or an IP address) under
+    /// `config` ([`tls_config`]).
+    pub async fn connect_tls(
+        addr: &str,
+        server_name: &str,
+        config: Arc<rustls::ClientConfig>,
+    ) -> Result<RacClient, RacError> {
+        let failed = |reason: String| RacError::Connect {
+            addr: addr.to_string(),
+            reason,
+        };
+        let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
+            .map_err(|e| failed(format!("bad server name {server_name}: {e}")))?;
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        stream.set_nodelay(true).ok();
+        let stream = tokio_rustls::TlsConnector::from(config)
+            .connect(name, stream)
+            .await
+            .map_err(|e| failed(format!("TLS handshake: {e}")))?;
+        let (read, write) = tokio::io::split(stream);
+        Ok(RacClient::start(read, Box::new(write)))
+    }
+
+    fn start<R: AsyncRead + Send + Unpin + 'static>(read: R, writer: Writer) -> RacClient {
         let waiters: Waiters = Arc::default();
         let reader = tokio::spawn(read_results(read, Arc::clone(&waiters)));
-        Ok(RacClient {
-            writer: Mutex::new(write),
+        RacClient {
+            writer: Mutex::new(writer),
             waiters,
             next_id: AtomicU32::new(1),
             reader,
-        })
+        }
     }
 
     /// Sends a call and waits for its result. Many may be awaited at once.
@@ -146,9 +181,11 @@ impl RacClient {
     /// Sends raw bytes as they are (for tests of the node's framing checks).
     pub async fn send_raw(&self, bytes: &[u8]) -> Result<(), RacError> {
         let mut w = self.writer.lock().await;
-        w.write_all(bytes)
-            .await
-            .map_err(|e| RacError::Transport(e.to_string()))
+        let sent = match w.write_all(bytes).await {
+            Ok(()) => w.flush().await,
+            Err(e) => Err(e),
+        };
+        sent.map_err(|e| RacError::Transport(e.to_string()))
     }
 
     async fn exchange(&self, header: CallHeader, payload: &[u8]) -> Result<RacOutput, RacError> {
@@ -163,7 +200,11 @@ impl RacClient {
         let sent = {
             let mut w = self.writer.lock().await;
             match w.write_all(&header.encode()).await {
-                Ok(()) => w.write_all(payload).await,
+                Ok(()) => match w.write_all(payload).await {
+                    // A TLS stream holds what it encrypted until flushed.
+                    Ok(()) => w.flush().await,
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             }
         };
@@ -189,7 +230,7 @@ impl RacClient {
     }
 }
 
-async fn read_results(mut read: tokio::net::tcp::OwnedReadHalf, waiters: Waiters) {
+async fn read_results<R: AsyncRead + Unpin>(mut read: R, waiters: Waiters) {
     let why = loop {
         let mut head = [0u8; HEADER_LEN];
         if let Err(e) = read.read_exact(&mut head).await {
@@ -238,6 +279,45 @@ async fn read_results(mut read: tokio::net::tcp::OwnedReadHalf, waiters: Waiters
     for (_, tx) in waiting.calls.drain() {
         let _ = tx.send(Err(RacError::Transport(why.clone())));
     }
+}
+
+/// A rustls client configuration for [`RacClient::connect_tls`]: trusts the CA
+/// certificates in the PEM file `ca`, and presents `client` (certificate chain and
+/// key, PEM files) to a node that asks for client certificates (mutual TLS).
+pub fn tls_config(
+    ca: &std::path::Path,
+    client: Option<(&std::path::Path, &std::path::Path)>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let read_certs = |path: &std::path::Path| {
+        CertificateDer::pem_file_iter(path)
+            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in read_certs(ca)? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: {e}", ca.display()))?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots);
+    let config = match client {
+        Some((cert, key)) => {
+            let key =
+                PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{}: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(read_certs(cert)?, key)
+                .map_err(|e| format!("{}: {e}", cert.display()))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
 }
 
 /// A call of built-in accelerator `name` with parameters by name: its id and its

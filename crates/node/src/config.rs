@@ -356,6 +356,8 @@ pub struct Config {
     pub reassembly_policy: PoolPolicy,
     /// Tenants a RAC connection may bind to with `hello` (see the `tenant` module).
     pub tenants: Vec<TenantConfig>,
+    /// TLS listeners, certificates and client-certificate tenants (the `tls` module).
+    pub tls: crate::tls::TlsConfig,
     /// Object store capacity ("device memory"), in bytes (507 beyond).
     pub object_store_bytes_max: usize,
     /// Objects in the store.
@@ -437,6 +439,7 @@ impl Default for Config {
             reassembly_buffer_bytes: 16 * 1024 * 1024,
             reassembly_policy: PoolPolicy::default(),
             tenants: Vec::new(),
+            tls: crate::tls::TlsConfig::default(),
             object_store_bytes_max: 256 * 1024 * 1024,
             objects_max: 4096,
             object_key_bytes_max: 256,
@@ -525,6 +528,7 @@ impl Config {
             return Err("reassembly_buffer_bytes must fit a RAC payload length (u32)".to_string());
         }
         tenant::check_config(&self.tenants)?;
+        self.tls.validate()?;
         self.validate_devices()?;
         if let Some(token) = &self.admin_token {
             check_admin_token(token)?;

@@ -24,6 +24,7 @@
 //! | HTTP/1.1 front end | [`http`] | `parse.rs` pure parsers, `route.rs` what a request means, `conn.rs` one connection, `response.rs` response heads |
 //! | RAC v1 front end | [`rac`] | one connection: headers, reassembly, pipelined results, control messages |
 //! | socket I/O and its timeouts | `netio.rs` | reads and writes with a deadline, `IoTimer`, lingering close |
+//! | TLS and mTLS | [`tls`] | `[tls]` configuration, the reloadable acceptor (SIGHUP), session resumption, client certificate → tenant, the TLS transport of the front ends |
 //! | tenant | [`tenant`] | identities, the `hello` token check, per-tenant bounds and gates, constant-time token comparison |
 //! | admin operations | [`admin`] | catalog and slot documents, the admin token check, reconfiguration |
 //! | reconfiguration | [`admin`], [`slot`] | the operation ([`admin::reconfigure`]); the drain and swap in a slot ([`slot::Slot::reconfigure`]) |
@@ -59,6 +60,7 @@ pub mod server;
 pub mod slot;
 pub mod tenant;
 pub mod watchdog;
+pub mod tls;
 
 pub use config::Config;
 pub use server::{start, Running};

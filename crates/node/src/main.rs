@@ -22,6 +22,24 @@ struct Args {
     /// RAC v1 listen address (overrides the config file).
     #[arg(long, value_name = "ADDR")]
     rac: Option<SocketAddr>,
+    /// HTTPS listen address, beside the plain HTTP one (needs --tls-cert, --tls-key).
+    #[arg(long, value_name = "ADDR")]
+    https: Option<SocketAddr>,
+    /// RAC v1 over TLS listen address, beside the plain RAC one.
+    #[arg(long, value_name = "ADDR")]
+    rac_tls: Option<SocketAddr>,
+    /// The TLS certificate chain (PEM, leaf first); reloaded on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The TLS private key (PEM); reloaded on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates issued by the CAs in FILE (PEM): mutual TLS.
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
+    /// With --tls-client-ca: accept clients without a certificate too.
+    #[arg(long)]
+    tls_client_cert_optional: bool,
     /// Share this node's OpenCL devices with remote OpenCL clients on ADDR.
     #[arg(long, value_name = "ADDR")]
     opencl: Option<SocketAddr>,
@@ -72,6 +90,24 @@ fn main() -> ExitCode {
     }
     if let Some(addr) = args.rac {
         config.rac = addr;
+    }
+    if let Some(addr) = args.https {
+        config.tls.https = Some(addr);
+    }
+    if let Some(addr) = args.rac_tls {
+        config.tls.rac = Some(addr);
+    }
+    if let Some(path) = args.tls_cert {
+        config.tls.cert = Some(path);
+    }
+    if let Some(path) = args.tls_key {
+        config.tls.key = Some(path);
+    }
+    if let Some(path) = args.tls_client_ca {
+        config.tls.client_ca = Some(path);
+    }
+    if args.tls_client_cert_optional {
+        config.tls.client_certs = netaccel_node::tls::ClientCerts::Optional;
     }
     if let Some(addr) = args.opencl {
         config.opencl = Some(addr);

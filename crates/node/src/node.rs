@@ -65,6 +65,8 @@ pub struct Node {
     opencl: parking_lot::Mutex<Option<ocl_remote::service::ServiceHandle>>,
     /// The registry the node reports to and asks before reconfiguring, if it has one.
     pub registry: Option<Arc<Registry>>,
+    /// The TLS acceptor, when a certificate is configured (`[tls]`).
+    pub tls: Option<crate::tls::TlsAcceptor>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -87,6 +89,14 @@ impl Node {
             }
         });
         let tenants = Tenants::new(&config);
+        let tls = if config.tls.enabled() {
+            Some(crate::tls::TlsAcceptor::new(
+                &config.tls,
+                metrics.registry_mut(),
+            )?)
+        } else {
+            None
+        };
         let limits = SlotLimits {
             queue_depth_max: config.queue_depth_max,
             tenant_share_max: tenants.queue_share_max,
@@ -147,6 +157,7 @@ impl Node {
             open_connections: AtomicUsize::new(0),
             opencl: parking_lot::Mutex::new(opencl),
             registry,
+            tls,
             shutdown,
         }))
     }

@@ -31,14 +31,13 @@ use futures_util::FutureExt;
 use rac_proto::{
     CallHeader, CallKind, ControlRequest, Decoded, ResultHeader, ResultKind, Status, NO_SLOT,
 };
-use tokio::net::TcpStream;
 
 use crate::admin;
 use crate::bufpool;
 use crate::deadline::Deadline;
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, PoolLease};
-use crate::netio::{self, read_with_deadline, IoTimer};
+use crate::netio::{self, IoTimer, Transport};
 use crate::node::{Node, Protocol};
 use crate::slot::{Answer, Call, Submitted};
 use crate::tenant::{TenantGate, TenantId};
@@ -59,7 +58,16 @@ const DIRECT_WRITE_MIN: usize = 1024;
 
 type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
 
-pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant: TenantId) {
+/// Serves one connection over `stream`: a `TcpStream`, or a TLS stream (`crate::tls`).
+/// `tenant` comes from a client certificate when `tenant_fixed`: `hello` cannot
+/// change it then.
+pub async fn serve<S: Transport>(
+    node: Arc<Node>,
+    stream: S,
+    peer: SocketAddr,
+    tenant: TenantId,
+    tenant_fixed: bool,
+) {
     let gate = node.tenants.gate(tenant);
     let mut conn = RacConn {
         node,
@@ -76,6 +84,7 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant:
         spare: Vec::new(),
         timer: IoTimer::default(),
         closing: None,
+        tenant_fixed,
     };
     if let Err(e) = conn.run().await {
         tracing::debug!(error = %e, "rac connection ended with an error");
@@ -101,9 +110,9 @@ enum Target {
     Control,
 }
 
-struct RacConn {
+struct RacConn<S> {
     node: Arc<Node>,
-    stream: TcpStream,
+    stream: S,
     /// The client's address, for the log.
     peer: SocketAddr,
     /// Unconsumed input is `rbuf[rpos..]`.
@@ -123,6 +132,8 @@ struct RacConn {
     spare: Vec<Vec<u8>>,
     /// A framing error was read: its result, sent once in-flight calls are answered.
     closing: Option<(ResultHeader, String)>,
+    /// The tenant came from the client's certificate (TLS): `hello` cannot change it.
+    tenant_fixed: bool,
 }
 
 enum Event {
@@ -141,7 +152,7 @@ enum Input {
     Shutdown,
 }
 
-impl RacConn {
+impl<S: Transport> RacConn<S> {
     async fn run(&mut self) -> io::Result<()> {
         let mut shutdown = self.node.shutdown_signal();
         let mut reading = true;
@@ -188,7 +199,7 @@ impl RacConn {
             let deadline = Instant::now() + wait;
             let event = tokio::select! {
                 Some(done) = self.pending.next(), if !self.pending.is_empty() => Event::Done(done),
-                input = read_input(&self.stream, &mut self.rbuf, &mut self.rpos, &mut self.receiving, deadline, &mut self.timer), if may_read => {
+                input = read_input(&mut self.stream, &mut self.rbuf, &mut self.rpos, &mut self.receiving, deadline, &mut self.timer), if may_read => {
                     Event::Input(input?)
                 }
                 _ = &mut freed, if reading && tenant_full => continue,
@@ -432,6 +443,20 @@ impl RacConn {
             ControlRequest::Slots { .. } => {
                 self.write_control(&header, Status::Ok, admin::slots_json(&node, None))
             }
+            ControlRequest::Hello { tenant, .. } if self.tenant_fixed => {
+                // The certificate already proved the tenant: naming it again is fine,
+                // naming another is not (the certificate wins over anything sent).
+                if node.tenants.named(&tenant) == self.tenant {
+                    let body =
+                        serde_json::to_vec(&serde_json::json!({ "tenant": tenant })).expect("JSON");
+                    self.write_control(&header, Status::Ok, body);
+                } else {
+                    let message = format!(
+                        "this connection's tenant is set by its client certificate; hello cannot change it to `{tenant}`"
+                    );
+                    self.write_control(&header, Status::Unauthorized, message.into_bytes());
+                }
+            }
             ControlRequest::Hello { tenant, token } => {
                 match node.tenants.authenticate(&tenant, token.as_deref()) {
                     Ok(id) => {
@@ -579,15 +604,15 @@ impl RacConn {
         self.wbuf.extend_from_slice(&result.encode());
         self.wbuf.extend_from_slice(message.as_bytes());
         self.flush().await?;
-        netio::linger(&mut self.stream).await;
+        self.stream.linger().await;
         Ok(())
     }
 }
 
 /// Reads more input: straight into a payload being received when nothing else is
 /// buffered (no copy), otherwise into the read buffer.
-async fn read_input(
-    stream: &TcpStream,
+async fn read_input<S: Transport>(
+    stream: &mut S,
     rbuf: &mut Vec<u8>,
     rpos: &mut usize,
     receiving: &mut Option<Receiving>,
@@ -601,13 +626,15 @@ async fn read_input(
             header, payload, ..
         }) if *rpos == rbuf.len() => {
             let want = (header.payload_len as usize - payload.len()).min(READ_CHUNK);
-            let n = read_with_deadline(stream, &mut payload.limit(want), deadline, timer).await?;
+            let n = stream
+                .read_with_deadline(&mut payload.limit(want), deadline, timer)
+                .await?;
             (n, want)
         }
         _ => {
             if rbuf.capacity() == 0 {
                 // An idle connection: wait for bytes before taking a buffer.
-                if !netio::wait_readable(stream, deadline, timer).await? {
+                if !stream.wait_readable(deadline, timer).await? {
                     return Ok(Input::Timeout);
                 }
                 *rbuf = bufpool::take(READ_CHUNK);
@@ -617,8 +644,9 @@ async fn read_input(
                 *rpos = 0;
             }
             rbuf.reserve(READ_CHUNK);
-            let n =
-                read_with_deadline(stream, &mut rbuf.limit(READ_CHUNK), deadline, timer).await?;
+            let n = stream
+                .read_with_deadline(&mut rbuf.limit(READ_CHUNK), deadline, timer)
+                .await?;
             (n, READ_CHUNK)
         }
     };

@@ -15,6 +15,7 @@ use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::Config;
+use crate::logging::Refusal;
 use crate::node::{Node, Protocol};
 use crate::registry::Lease;
 
@@ -23,6 +24,9 @@ pub struct Running {
     pub node: Arc<Node>,
     pub http_addr: SocketAddr,
     pub rac_addr: SocketAddr,
+    /// The HTTPS and RAC-over-TLS listeners' addresses, when configured.
+    pub https_addr: Option<SocketAddr>,
+    pub rac_tls_addr: Option<SocketAddr>,
     threads: Vec<JoinHandle<()>>,
     /// Registration with the registry, when the node has one.
     lease: Option<Lease>,
@@ -42,24 +46,41 @@ pub fn start(mut config: Config) -> Result<Running, String> {
     let threads_wanted = node.config.io_threads();
     let (http_addr, http) = bind_all(node.config.http, threads_wanted)?;
     let (rac_addr, rac) = bind_all(node.config.rac, threads_wanted)?;
-    let threads = http
+    let (https_addr, mut https) = bind_optional(node.config.tls.https, threads_wanted)?;
+    let (rac_tls_addr, mut rac_tls) = bind_optional(node.config.tls.rac, threads_wanted)?;
+    let mut threads = http
         .into_iter()
         .zip(rac)
         .enumerate()
         .map(|(i, (http, rac))| {
             let node = Arc::clone(&node);
+            let listeners = Listeners {
+                http,
+                rac,
+                https: https.pop(),
+                rac_tls: rac_tls.pop(),
+            };
             // One network thread (the first) also rolls the refusal log's windows.
             let roll_logs = i == 0;
             std::thread::Builder::new()
                 .name(format!("net-{i}"))
-                .spawn(move || network_thread(node, http, rac, roll_logs))
+                .spawn(move || network_thread(node, listeners, roll_logs))
                 .map_err(|e| format!("cannot start network thread: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let network_threads = threads.len();
+    if let Some(tls) = &node.tls {
+        threads.push(crate::tls::spawn_reloader(
+            tls.clone(),
+            node.shutdown_signal(),
+        )?);
+    }
     tracing::info!(
         http = %http_addr,
         rac = %rac_addr,
-        network_threads = threads.len(),
+        https = %https_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
+        rac_tls = %rac_tls_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
+        network_threads,
         slots = node.dispatcher.slots().len(),
         connections_max = node.config.connections_max,
         open_files_max = fd_limit,
@@ -77,6 +98,8 @@ pub fn start(mut config: Config) -> Result<Running, String> {
         node,
         http_addr,
         rac_addr,
+        https_addr,
+        rac_tls_addr,
         threads,
         lease,
     })
@@ -219,6 +242,17 @@ fn probe_free(addr: SocketAddr) -> io::Result<()> {
     probe.listen(1)
 }
 
+/// [`bind_all`] for a listener that may be unconfigured.
+fn bind_optional(
+    addr: Option<SocketAddr>,
+    count: usize,
+) -> Result<(Option<SocketAddr>, Vec<StdListener>), String> {
+    match addr {
+        Some(addr) => bind_all(addr, count).map(|(bound, all)| (Some(bound), all)),
+        None => Ok((None, Vec::new())),
+    }
+}
+
 fn bind(addr: SocketAddr) -> io::Result<StdListener> {
     let socket = Socket::new(
         Domain::for_address(addr),
@@ -233,21 +267,42 @@ fn bind(addr: SocketAddr) -> io::Result<StdListener> {
     Ok(socket.into())
 }
 
-fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener, roll_logs: bool) {
+/// One network thread's listening sockets (TLS ones when configured).
+struct Listeners {
+    http: StdListener,
+    rac: StdListener,
+    https: Option<StdListener>,
+    rac_tls: Option<StdListener>,
+}
+
+/// Accepts on `listener`, or never when there is none.
+async fn accept_optional(listener: &Option<TcpListener>) -> io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn network_thread(node: Arc<Node>, listeners: Listeners, roll_logs: bool) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("network runtime");
     rt.block_on(async move {
-        let http = TcpListener::from_std(http).expect("registering the HTTP listener");
-        let rac = TcpListener::from_std(rac).expect("registering the RAC listener");
+        let register = |l: StdListener| TcpListener::from_std(l).expect("registering a listener");
+        let http = register(listeners.http);
+        let rac = register(listeners.rac);
+        let https = listeners.https.map(register);
+        let rac_tls = listeners.rac_tls.map(register);
         let mut shutdown = node.shutdown_signal();
         let mut roll = tokio::time::interval(Duration::from_secs(1));
         roll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let (accepted, protocol) = tokio::select! {
-                accepted = http.accept() => (accepted, Protocol::Http),
-                accepted = rac.accept() => (accepted, Protocol::Rac),
+            let (accepted, protocol, tls) = tokio::select! {
+                accepted = http.accept() => (accepted, Protocol::Http, false),
+                accepted = rac.accept() => (accepted, Protocol::Rac, false),
+                accepted = accept_optional(&https) => (accepted, Protocol::Http, true),
+                accepted = accept_optional(&rac_tls) => (accepted, Protocol::Rac, true),
                 _ = roll.tick(), if roll_logs => {
                     node.refusals.roll();
                     continue;
@@ -255,6 +310,7 @@ fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener, roll_log
                 _ = shutdown.changed() => break,
             };
             match accepted {
+                Ok((stream, peer)) if tls => accept_tls(&node, stream, peer, protocol),
                 Ok((stream, peer)) => accept(&node, stream, peer, protocol),
                 Err(e) => {
                     // Typically EMFILE: back off instead of spinning.
@@ -263,7 +319,7 @@ fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener, roll_log
                 }
             }
         }
-        drop((http, rac));
+        drop((http, rac, https, rac_tls));
         // Past the drain deadline, [`Running::shutdown`] answers the calls still in
         // slots; the grace lets the connections write those answers.
         let deadline = Instant::now()
@@ -298,23 +354,75 @@ impl Drop for ConnectionGuard {
     }
 }
 
-fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Protocol) {
+/// Counts a new connection against `connections_max`; over it, answers the refusal
+/// (in plain text, also on a TLS listener: the handshake is not worth its CPU then).
+fn open(
+    node: &Arc<Node>,
+    stream: TcpStream,
+    protocol: Protocol,
+) -> Option<(TcpStream, ConnectionGuard)> {
     let _ = stream.set_nodelay(true);
     if !node.try_open_connection(protocol) {
         if protocol == Protocol::Http {
             node.http_requests(503).inc();
         }
         tokio::spawn(refuse_connection(stream, protocol));
-        return;
+        return None;
     }
     let guard = ConnectionGuard(Arc::clone(node), protocol);
     guard.gauge().inc();
+    Some((stream, guard))
+}
+
+fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Protocol) {
+    let Some((stream, guard)) = open(node, stream, protocol) else {
+        return;
+    };
     let tenant = node.tenants.anonymous();
     let node = Arc::clone(node);
     tokio::spawn(async move {
         match protocol {
             Protocol::Http => crate::http::serve(node, stream, peer, tenant).await,
-            Protocol::Rac => crate::rac::serve(node, stream, peer, tenant).await,
+            Protocol::Rac => crate::rac::serve(node, stream, peer, tenant, false).await,
+        }
+        drop(guard);
+    });
+}
+
+/// A connection on a TLS listener: its own task (so a plain connection's task does
+/// not carry a TLS connection's room), the handshake on it, then the same front end
+/// over the TLS stream, as the tenant the client certificate gave.
+fn accept_tls(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Protocol) {
+    let Some(tls) = node.tls.clone() else {
+        return;
+    };
+    let Some((stream, guard)) = open(node, stream, protocol) else {
+        return;
+    };
+    let node = Arc::clone(node);
+    tokio::spawn(async move {
+        let (stream, identity) = match tls.accept(stream).await {
+            Ok(accepted) => accepted,
+            Err(crate::tls::AcceptError::Handshake(message)) => {
+                node.refusals
+                    .log(Refusal::Protocol, protocol, peer, &"TLS", &message);
+                return;
+            }
+            Err(crate::tls::AcceptError::Refused(message)) => {
+                node.refusals
+                    .log(Refusal::Token, protocol, peer, &"TLS", &message);
+                return;
+            }
+        };
+        let (tenant, fixed) = match identity {
+            crate::tls::Identity::Tenant(name) => (node.tenants.named(&name), true),
+            crate::tls::Identity::Anonymous => (node.tenants.anonymous(), false),
+        };
+        match protocol {
+            Protocol::Http => crate::http::serve(Arc::clone(&node), stream, peer, tenant).await,
+            Protocol::Rac => {
+                crate::rac::serve(Arc::clone(&node), stream, peer, tenant, fixed).await
+            }
         }
         drop(guard);
     });

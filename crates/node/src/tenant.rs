@@ -122,6 +122,13 @@ impl Tenants {
         }
     }
 
+    /// The identity of the tenant called `name`, whether or not it has a token: the
+    /// one a client certificate mapped to `name` gets (`crate::tls`), the same a
+    /// `hello` with its token gives.
+    pub fn named(&self, name: &str) -> TenantId {
+        configured_id(name)
+    }
+
     /// The gate of `tenant`, shared by all its connections. Every RAC connection asks
     /// for one when it opens (a fresh anonymous tenant each), under one lock shared by
     /// all network threads, so this is O(1) amortised: tenants whose connections are

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use accel::Accelerator;
 use bytes::BufMut;
 use rac_proto::{Decoded, Status};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
@@ -29,7 +28,7 @@ use crate::bufpool;
 use crate::deadline::Deadline;
 use crate::logging::Refusal;
 use crate::memory::{BodyMemory, MemoryPermit};
-use crate::netio::{self, read_with_deadline, write_with_deadline, IoTimer, WRITE_BATCH_MAX};
+use crate::netio::{self, IoTimer, Transport, WRITE_BATCH_MAX};
 use crate::node::{Node, Protocol};
 use crate::objects::StoreError;
 use crate::slot::{Answer, Call, Submitted};
@@ -42,7 +41,8 @@ const SKIP_CHUNK: usize = 8192;
 /// Most body bytes one read takes; a longer body is read over several turns.
 const BODY_CHUNK: usize = 64 * 1024;
 
-pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant: TenantId) {
+/// Serves one connection over `stream`: a `TcpStream`, or a TLS stream (`crate::tls`).
+pub async fn serve<S: Transport>(node: Arc<Node>, stream: S, peer: SocketAddr, tenant: TenantId) {
     let shutdown = node.shutdown_signal();
     let mut conn = Conn {
         node,
@@ -63,9 +63,9 @@ pub async fn serve(node: Arc<Node>, stream: TcpStream, peer: SocketAddr, tenant:
     }
 }
 
-struct Conn {
+struct Conn<S> {
     node: Arc<Node>,
-    stream: TcpStream,
+    stream: S,
     /// The client's address, for the log.
     peer: SocketAddr,
     /// Unconsumed input is `rbuf[rpos..]`.
@@ -108,7 +108,7 @@ enum BodyRefusal {
     },
 }
 
-impl Conn {
+impl<S: Transport> Conn<S> {
     fn limits(&self) -> Limits {
         let c = &self.node.config;
         Limits {
@@ -134,7 +134,7 @@ impl Conn {
                     Step::Next => head_started = None,
                     Step::Close => {
                         self.flush().await?;
-                        netio::linger(&mut self.stream).await;
+                        self.stream.linger().await;
                         return Ok(());
                     }
                 }
@@ -163,7 +163,7 @@ impl Conn {
                     self.log_refusal(408, "REQUEST_TIMEOUT", &message);
                     self.error(408, "REQUEST_TIMEOUT", message, 1);
                     self.flush().await?;
-                    netio::linger(&mut self.stream).await;
+                    self.stream.linger().await;
                     return Ok(());
                 }
                 Wait::Timeout => return Ok(()),
@@ -507,18 +507,15 @@ impl Conn {
                 Some(dst) => {
                     dst.reserve(remaining);
                     let budget = remaining.min(BODY_CHUNK);
-                    read_with_deadline(
-                        &self.stream,
-                        &mut dst.limit(budget),
-                        deadline,
-                        &mut self.timer,
-                    )
-                    .await?
+                    self.stream
+                        .read_with_deadline(&mut dst.limit(budget), deadline, &mut self.timer)
+                        .await?
                 }
                 None => {
                     scratch.clear();
                     let mut limited = (&mut scratch).limit(remaining.min(SKIP_CHUNK));
-                    read_with_deadline(&self.stream, &mut limited, deadline, &mut self.timer)
+                    self.stream
+                        .read_with_deadline(&mut limited, deadline, &mut self.timer)
                         .await?
                 }
             };
@@ -748,7 +745,7 @@ impl Conn {
         if body.len() > WRITE_BATCH_MAX {
             self.flush().await?;
             let deadline = self.io_deadline();
-            write_with_deadline(&mut self.stream, body, deadline).await?;
+            self.stream.write_with_deadline(body, deadline).await?;
         } else {
             self.wbuf.extend_from_slice(body);
         }
@@ -908,7 +905,7 @@ impl Conn {
             // (issue 15: tens of thousands of idle connections in bounded memory).
             self.release_buffers();
             let readable = tokio::select! {
-                r = netio::wait_readable(&self.stream, deadline, &mut self.timer) => r?,
+                r = self.stream.wait_readable(deadline, &mut self.timer) => r?,
                 _ = shutdown.changed() => return Ok(Wait::Shutdown),
             };
             if !readable {
@@ -927,7 +924,10 @@ impl Conn {
         }
         self.rbuf.reserve(READ_CHUNK);
         let mut buf = (&mut self.rbuf).limit(READ_CHUNK);
-        let read = read_with_deadline(&self.stream, &mut buf, deadline, &mut self.timer).await;
+        let read = self
+            .stream
+            .read_with_deadline(&mut buf, deadline, &mut self.timer)
+            .await;
         Ok(match read? {
             Some(0) => Wait::Eof,
             Some(_) => Wait::Data,

@@ -22,6 +22,7 @@
 //! | node state | [`node`] | [`node::Node`], what every connection shares; `BUSY` counting |
 //! | listeners, network threads, drain | [`server`] | `SO_REUSEPORT` listeners, one runtime per thread, the connection limit, SIGTERM/SIGINT drain |
 //! | HTTP/1.1 front end | [`http`] | `parse.rs` pure parsers, `route.rs` what a request means, `conn.rs` one connection, `response.rs` response heads |
+//! | gRPC front end | [`grpc`] | the Open Inference Protocol's `GRPCInferenceService` (tonic): `tensor.rs` messages to calls, `service.rs` the RPCs, connections and bounds in `mod.rs` |
 //! | RAC v1 front end | [`rac`] | one connection: headers, reassembly, pipelined results, control messages |
 //! | socket I/O and its timeouts | `netio.rs` | reads and writes with a deadline, `IoTimer`, lingering close |
 //! | tenant | [`tenant`] | identities, the `hello` token check, per-tenant bounds and gates, constant-time token comparison |
@@ -45,6 +46,7 @@ pub mod deadline;
 pub mod device;
 pub mod dispatch;
 mod fair_queue;
+pub mod grpc;
 pub mod http;
 pub mod logging;
 pub mod memory;

@@ -22,6 +22,10 @@ struct Args {
     /// RAC v1 listen address (overrides the config file).
     #[arg(long, value_name = "ADDR")]
     rac: Option<SocketAddr>,
+    /// gRPC listen address (the Open Inference Protocol's GRPCInferenceService), or
+    /// `off`; default 127.0.0.1:8001 (overrides the config file).
+    #[arg(long, value_name = "ADDR|off", value_parser = grpc_listen)]
+    grpc: Option<GrpcListen>,
     /// Share this node's OpenCL devices with remote OpenCL clients on ADDR.
     #[arg(long, value_name = "ADDR")]
     opencl: Option<SocketAddr>,
@@ -55,6 +59,19 @@ struct Args {
     advertise: Option<IpAddr>,
 }
 
+/// `--grpc`: an address, or `None` for `off`.
+#[derive(Clone, Copy, Debug)]
+struct GrpcListen(Option<SocketAddr>);
+
+fn grpc_listen(text: &str) -> Result<GrpcListen, String> {
+    if text == "off" {
+        return Ok(GrpcListen(None));
+    }
+    text.parse()
+        .map(|a| GrpcListen(Some(a)))
+        .map_err(|_| format!("{text:?} is neither an address (127.0.0.1:8001) nor off"))
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let mut config = match &args.config {
@@ -72,6 +89,9 @@ fn main() -> ExitCode {
     }
     if let Some(addr) = args.rac {
         config.rac = addr;
+    }
+    if let Some(GrpcListen(addr)) = args.grpc {
+        config.grpc = addr;
     }
     if let Some(addr) = args.opencl {
         config.opencl = Some(addr);

@@ -23,6 +23,8 @@ pub struct Running {
     pub node: Arc<Node>,
     pub http_addr: SocketAddr,
     pub rac_addr: SocketAddr,
+    /// Where gRPC is served, unless it is off (or its default address was taken).
+    pub grpc_addr: Option<SocketAddr>,
     threads: Vec<JoinHandle<()>>,
     /// Registration with the registry, when the node has one.
     lease: Option<Lease>,
@@ -42,23 +44,27 @@ pub fn start(mut config: Config) -> Result<Running, String> {
     let threads_wanted = node.config.io_threads();
     let (http_addr, http) = bind_all(node.config.http, threads_wanted)?;
     let (rac_addr, rac) = bind_all(node.config.rac, threads_wanted)?;
+    let (grpc_addr, grpc) = bind_grpc(node.config.grpc, threads_wanted)?;
+    let mut grpc = grpc.into_iter();
     let threads = http
         .into_iter()
         .zip(rac)
         .enumerate()
         .map(|(i, (http, rac))| {
             let node = Arc::clone(&node);
+            let grpc = grpc.next();
             // One network thread (the first) also rolls the refusal log's windows.
             let roll_logs = i == 0;
             std::thread::Builder::new()
                 .name(format!("net-{i}"))
-                .spawn(move || network_thread(node, http, rac, roll_logs))
+                .spawn(move || network_thread(node, http, rac, grpc, roll_logs))
                 .map_err(|e| format!("cannot start network thread: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     tracing::info!(
         http = %http_addr,
         rac = %rac_addr,
+        grpc = %grpc_addr.map_or_else(|| "off".to_string(), |a| a.to_string()),
         network_threads = threads.len(),
         slots = node.dispatcher.slots().len(),
         connections_max = node.config.connections_max,
@@ -77,6 +83,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
         node,
         http_addr,
         rac_addr,
+        grpc_addr,
         threads,
         lease,
     })
@@ -172,6 +179,29 @@ fn wait_for_termination_signal() -> &'static str {
 
 /// One listener per network thread on the same address. With port 0 the first bind
 /// picks the port and the others join it.
+/// The gRPC listeners, one per network thread, or none when gRPC is off. When the
+/// default address is taken the node serves without gRPC and says so (see
+/// [`crate::config::GRPC_DEFAULT`]); an address the operator chose must be free.
+fn bind_grpc(
+    addr: Option<SocketAddr>,
+    count: usize,
+) -> Result<(Option<SocketAddr>, Vec<StdListener>), String> {
+    let Some(addr) = addr else {
+        return Ok((None, Vec::new()));
+    };
+    match bind_all(addr, count) {
+        Ok((bound, listeners)) => Ok((Some(bound), listeners)),
+        Err(e) if addr == crate::config::GRPC_DEFAULT => {
+            tracing::warn!(
+                error = %e,
+                "the default gRPC address is taken: serving without gRPC (set grpc = \"ADDR\" or \"off\" to choose)"
+            );
+            Ok((None, Vec::new()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn bind_all(addr: SocketAddr, count: usize) -> Result<(SocketAddr, Vec<StdListener>), String> {
     if addr.port() != 0 {
         probe_free(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
@@ -214,7 +244,13 @@ fn bind(addr: SocketAddr) -> io::Result<StdListener> {
     Ok(socket.into())
 }
 
-fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener, roll_logs: bool) {
+fn network_thread(
+    node: Arc<Node>,
+    http: StdListener,
+    rac: StdListener,
+    grpc: Option<StdListener>,
+    roll_logs: bool,
+) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -222,6 +258,13 @@ fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener, roll_log
     rt.block_on(async move {
         let http = TcpListener::from_std(http).expect("registering the HTTP listener");
         let rac = TcpListener::from_std(rac).expect("registering the RAC listener");
+        // gRPC's connections are driven by tonic's server, beside this accept loop on
+        // the same thread; it stops by itself at the shutdown signal.
+        if let Some(grpc) = grpc {
+            let grpc = TcpListener::from_std(grpc).expect("registering the gRPC listener");
+            let incoming = crate::grpc::accepted(Arc::clone(&node), grpc);
+            tokio::spawn(crate::grpc::serve(Arc::clone(&node), incoming));
+        }
         let mut shutdown = node.shutdown_signal();
         let mut roll = tokio::time::interval(Duration::from_secs(1));
         roll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -253,13 +296,25 @@ fn network_thread(node: Arc<Node>, http: StdListener, rac: StdListener, roll_log
 }
 
 /// Keeps the connection counters right however the connection task ends.
-struct ConnectionGuard(Arc<Node>, Protocol);
+pub(crate) struct ConnectionGuard(Arc<Node>, Protocol);
 
 impl ConnectionGuard {
+    /// Counts a new connection over `protocol`, if the node has room for it (see
+    /// [`Node::try_open_connection`]); the count ends when the guard drops.
+    pub(crate) fn open(node: &Arc<Node>, protocol: Protocol) -> Option<ConnectionGuard> {
+        if !node.try_open_connection(protocol) {
+            return None;
+        }
+        let guard = ConnectionGuard(Arc::clone(node), protocol);
+        guard.gauge().inc();
+        Some(guard)
+    }
+
     fn gauge(&self) -> &prometheus_client::metrics::gauge::Gauge {
         match self.1 {
             Protocol::Http => &self.0.http_connections,
             Protocol::Rac => &self.0.rac_connections,
+            Protocol::Grpc => &self.0.grpc_connections,
         }
     }
 }
@@ -273,21 +328,20 @@ impl Drop for ConnectionGuard {
 
 fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Protocol) {
     let _ = stream.set_nodelay(true);
-    if !node.try_open_connection(protocol) {
+    let Some(guard) = ConnectionGuard::open(node, protocol) else {
         if protocol == Protocol::Http {
             node.http_requests(503).inc();
         }
         tokio::spawn(refuse_connection(stream, protocol));
         return;
-    }
-    let guard = ConnectionGuard(Arc::clone(node), protocol);
-    guard.gauge().inc();
+    };
     let tenant = node.tenants.anonymous();
     let node = Arc::clone(node);
     tokio::spawn(async move {
         match protocol {
             Protocol::Http => crate::http::serve(node, stream, peer, tenant).await,
             Protocol::Rac => crate::rac::serve(node, stream, peer, tenant).await,
+            Protocol::Grpc => unreachable!("gRPC connections are accepted by crate::grpc"),
         }
         drop(guard);
     });
@@ -326,6 +380,9 @@ pub fn refusal_bytes(protocol: Protocol) -> Vec<u8> {
             out.extend_from_slice(REFUSAL_MESSAGE.as_bytes());
             out
         }
+        // Closed before HTTP/2 starts: the client's call fails UNAVAILABLE, which
+        // gRPC clients retry (see `crate::grpc::accepted`).
+        Protocol::Grpc => Vec::new(),
     }
 }
 

@@ -662,9 +662,9 @@ fn check_admin_token(token: &str) -> Result<(), String> {
 /// accelerator; `slots = []` says "no slots", which the node cannot serve with, and
 /// silently starting the default slots instead surprised users, so it is refused.
 /// The gRPC address a node listens on unless told otherwise: Triton's gRPC port, so
-/// clients' defaults reach it. When this default is taken (another node, or Triton,
-/// on the same host) the node warns and serves without gRPC, as a default must not
-/// stop a node from starting; an address the operator set is refused when taken.
+/// clients' defaults reach it. When this address is taken (another node, or Triton, on
+/// the same host) the node warns and serves without gRPC, so that the default never
+/// stops a node from starting; any other address is refused when taken.
 pub const GRPC_DEFAULT: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
     std::net::Ipv4Addr::LOCALHOST,
     8001,

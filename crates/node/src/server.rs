@@ -181,7 +181,7 @@ fn wait_for_termination_signal() -> &'static str {
 /// picks the port and the others join it.
 /// The gRPC listeners, one per network thread, or none when gRPC is off. When the
 /// default address is taken the node serves without gRPC and says so (see
-/// [`crate::config::GRPC_DEFAULT`]); an address the operator chose must be free.
+/// [`crate::config::GRPC_DEFAULT`]); any other address must be free.
 fn bind_grpc(
     addr: Option<SocketAddr>,
     count: usize,

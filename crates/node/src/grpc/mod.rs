@@ -19,7 +19,8 @@
 //! connection is.
 //!
 //! Bounds: a request message larger than the node's `body_bytes_max` (plus room for the
-//! message's own fields) is refused `RESOURCE_EXHAUSTED` before it is decoded; at most
+//! message's own fields) is refused before it is decoded (tonic answers `OUT_OF_RANGE`,
+//! "decoded message length too large"); at most
 //! [`STREAMS_PER_CONNECTION_MAX`] calls run at once on one connection; a call's payload
 //! is held against the node's body-memory budget while it waits, like an HTTP body.
 

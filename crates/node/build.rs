@@ -10,15 +10,17 @@ fn main() -> std::io::Result<()> {
         println!("cargo:rerun-if-changed={f}");
     }
     let fds = protox::compile(files, ["proto"]).map_err(std::io::Error::other)?;
+    // The files' comments are reStructuredText for Triton's docs, which rustdoc reads
+    // as broken HTML: the messages are documented by the .proto files instead.
+    let mut messages = prost_build::Config::new();
+    messages.disable_comments(["."]);
     tonic_prost_build::configure()
+        .disable_comments(["."])
         // Tensor bytes as `Bytes`: sliced out of the received frame, not copied.
         .bytes(".inference.ModelInferRequest.raw_input_contents")
         .bytes(".inference.ModelInferResponse.raw_output_contents")
         // Every RPC the node does not serve answers UNIMPLEMENTED by itself.
         .generate_default_stubs(true)
-        // The files' comments are reStructuredText for Triton's docs; rustdoc would
-        // read their indented lines as doctests.
-        .disable_comments(["."])
         .build_transport(false)
-        .compile_fds(fds)
+        .compile_fds_with_config(fds, messages)
 }

@@ -54,8 +54,9 @@ TRITON_START_S=180
 pick_ports NODE_HTTP NODE_RAC NODE_GRPC TRITON_HTTP TRITON_GRPC TRITON_METRICS
 
 if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c "import pytriton" 2>/dev/null; then
-    [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c "import ensurepip" 2>/dev/null ||
+    if ! /usr/bin/python3 -c "import ensurepip" 2>/dev/null; then
         die "Debian's python3 with venv is needed: apt-get install python3-venv"
+    fi
     log "making $VENV with nvidia-pytriton==$PYTRITON_VERSION (once; about 400 MB)"
     /usr/bin/python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q "nvidia-pytriton==$PYTRITON_VERSION" || die "pip install nvidia-pytriton failed"

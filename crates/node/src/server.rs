@@ -380,8 +380,8 @@ pub fn refusal_bytes(protocol: Protocol) -> Vec<u8> {
             out.extend_from_slice(REFUSAL_MESSAGE.as_bytes());
             out
         }
-        // Closed before HTTP/2 starts: the client's call fails UNAVAILABLE, which
-        // gRPC clients retry (see `crate::grpc::accepted`).
+        // Closed before HTTP/2 starts: the client's call fails with a transport
+        // error (see `crate::grpc::accepted`).
         Protocol::Grpc => Vec::new(),
     }
 }

@@ -417,3 +417,51 @@ fn the_default_address_taken_is_a_warning_a_chosen_one_an_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
 }
+
+#[tokio::test]
+async fn grpc_connections_count_against_the_connection_bound() {
+    let (node, addr) = start("connections_max = 3");
+    // Open connections one by one (each answers a call before the next opens) until
+    // the node closes one at once for being over the bound.
+    let mut open = Vec::new();
+    let refused = loop {
+        assert!(
+            open.len() <= 3,
+            "more than connections_max connections served"
+        );
+        let mut c = client(addr).await;
+        match c.server_live(pb::ServerLiveRequest {}).await {
+            Ok(_) => open.push(c),
+            Err(status) => break status,
+        }
+    };
+    // A connection closed before HTTP/2 starts: how a client reports it is the
+    // client's (tonic: UNKNOWN or CANCELLED, grpcio: UNAVAILABLE).
+    assert!(
+        matches!(
+            refused.code(),
+            Code::Unavailable | Code::Unknown | Code::Cancelled
+        ),
+        "{refused:?}"
+    );
+    // Closing them makes room again (the node notices the close on its own time).
+    drop(open);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut c = loop {
+        let mut c = client(addr).await;
+        if c.server_live(pb::ServerLiveRequest {}).await.is_ok() {
+            break c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no room after closing the connections"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(c.server_live(pb::ServerLiveRequest {}).await.is_ok());
+    assert!(node.metric("netaccel_connections_refused_total{protocol=\"grpc\"}") >= 1.0);
+    assert_eq!(
+        node.metric("netaccel_connections_open{protocol=\"grpc\"}"),
+        1.0
+    );
+}

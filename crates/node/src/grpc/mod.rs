@@ -15,8 +15,8 @@
 //! stream of accepted connections (`AsyncRead + AsyncWrite +` tonic's `Connected`), so
 //! a TLS acceptor can be put in front of [`accepted`] without changing this module.
 //! Every connection counts against `connections_max` (one over the bound is closed at
-//! once: the client sees `UNAVAILABLE`) and is one anonymous tenant, as an HTTP
-//! connection is.
+//! once, before HTTP/2 starts: the client's call fails with a transport error) and is
+//! one anonymous tenant, as an HTTP connection is.
 //!
 //! Bounds: a request message larger than the node's `body_bytes_max` (plus room for the
 //! message's own fields) is refused before it is decoded (tonic answers `OUT_OF_RANGE`,

@@ -62,11 +62,12 @@ for module in pytest pyopencl; do
     python3 -m pip install -q "$module"
   fi
 done
-# tritonclient[http] (with numpy) for the Open Inference Protocol v2 tests
-# (docs/tests/test_inference.py): the client people already run against Triton.
-if ! python3 -c "import tritonclient.http" >/dev/null 2>&1; then
-  echo "==> installing tritonclient[http]"
-  python3 -m pip install -q "tritonclient[http]"
+# tritonclient[http,grpc] (with numpy, grpcio) for the Open Inference Protocol v2 tests
+# (docs/tests/test_inference.py, test_inference_grpc.py): the client people already run
+# against Triton.
+if ! python3 -c "import tritonclient.http, tritonclient.grpc" >/dev/null 2>&1; then
+  echo "==> installing tritonclient[http,grpc]"
+  python3 -m pip install -q "tritonclient[http,grpc]"
 fi
 
 # cocotb and cocotbext-axi for the RTL testbenches (rtl/test.sh), at versions that work

@@ -37,6 +37,7 @@ class Node:
     opencl: Optional[str]  # host:port, or None when the host has no OpenCL runtime
     bin_dir: Path  # where netaccel-node and netaccel were built
     log: Deque[str]
+    grpc: Optional[str] = None  # host:port of the gRPC front end
 
     @property
     def url(self) -> str:
@@ -72,8 +73,9 @@ def build(*packages: str) -> Path:
 
 @contextmanager
 def running_node(tmp_dir: Path, config: str = ""):
-    """Starts a node with `config` (TOML) and HTTP and RAC on loopback ports chosen
-    by the kernel (port 0), with remote OpenCL when the host has an OpenCL runtime."""
+    """Starts a node with `config` (TOML) and HTTP, RAC and gRPC on loopback ports
+    chosen by the kernel (port 0), with remote OpenCL when the host has an OpenCL
+    runtime."""
     bin_dir = build("netaccel-node", "netaccel-client")
     config_file = tmp_dir / "node.toml"
     config_file.write_text(config)
@@ -84,6 +86,7 @@ def running_node(tmp_dir: Path, config: str = ""):
             "--http", "127.0.0.1:0",
             "--rac", "127.0.0.1:0",
             "--opencl", "127.0.0.1:0",
+            "--grpc", "127.0.0.1:0",
             "--log-level", "info",
         ],
         stdin=subprocess.DEVNULL,
@@ -100,7 +103,7 @@ def running_node(tmp_dir: Path, config: str = ""):
         # afterwards so that a full pipe never blocks it.
         for line in proc.stderr:
             log.append(line.rstrip())
-            for key in ("http", "rac", "opencl"):
+            for key in ("http", "rac", "opencl", "grpc"):
                 m = re.search(rf"\b{key}=(\S+:\d+)", line)
                 if m and key not in found:
                     found[key] = m.group(1)
@@ -115,7 +118,7 @@ def running_node(tmp_dir: Path, config: str = ""):
                 f"netaccel-node did not start within {START_TIMEOUT_S} s "
                 f"(exit status {proc.poll()}); its log:\n" + "\n".join(log)
             )
-        n = Node(found["http"], found["rac"], found.get("opencl"), bin_dir, log)
+        n = Node(found["http"], found["rac"], found.get("opencl"), bin_dir, log, found.get("grpc"))
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:

@@ -74,8 +74,57 @@ V2_INFER = {
 }
 
 
+# gRPC ModelInfer requests (protobuf, written with the few encodings below): raw and
+# typed tensors, parameters, and sizes that lie.
+def varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (strings, bytes, messages, packed repeated)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def packed(values) -> bytes:
+    return b"".join(varint(v) for v in values)
+
+
+def tensor(name: str, datatype: str, shape, contents: bytes = b"") -> bytes:
+    t = field(1, name.encode()) + field(2, datatype.encode()) + field(3, packed(shape))
+    return t + (field(5, contents) if contents else b"")
+
+
+def int_param(key: str, value: int) -> bytes:
+    return field(1, key.encode()) + field(2, varint(2 << 3) + varint(value))
+
+
+GRPC_INFER = {
+    "raw-topk": field(1, b"topk") + field(4, int_param("k", 2))
+    + field(5, tensor("INPUT0", "INT32", [3])) + field(7, bytes(12)),
+    "typed-uint8": field(1, b"echo") + field(5, tensor("INPUT0", "UINT8", [3], field(4, packed([104, 105, 256])))),
+    "raw-matmul": field(1, b"matmul") + field(5, tensor("INPUT1", "FP32", [1, 1]))
+    + field(5, tensor("INPUT0", "FP32", [1, 1])) + field(7, bytes(4)) + field(7, bytes(4))
+    + field(6, field(1, b"OUTPUT0")),
+    "huge-shape": field(1, b"sobel") + field(5, tensor("INPUT0", "UINT8", [1 << 40, 1 << 40]))
+    + field(7, bytes(4)),
+    "negative-shape": field(1, b"echo") + field(5, tensor("INPUT0", "UINT8", [-1])) + field(7, b""),
+}
+
+
 def main():
-    for target, seeds in (("http_head", HEADS), ("http_chunked", CHUNKED), ("v2_infer", V2_INFER)):
+    for target, seeds in (
+        ("http_head", HEADS),
+        ("http_chunked", CHUNKED),
+        ("v2_infer", V2_INFER),
+        ("grpc_infer", GRPC_INFER),
+    ):
         d = HERE / "corpus" / target
         d.mkdir(parents=True, exist_ok=True)
         for name, data in seeds.items():

@@ -221,6 +221,11 @@ pub struct Config {
     pub http: SocketAddr,
     /// RAC v1 listen address.
     pub rac: SocketAddr,
+    /// gRPC listen address (the Open Inference Protocol's `GRPCInferenceService`);
+    /// `"off"` in TOML (`None`) serves no gRPC. See [`GRPC_DEFAULT`] for what happens
+    /// when the default address is taken.
+    #[serde(with = "grpc_listen")]
+    pub grpc: Option<SocketAddr>,
     /// Remote OpenCL listen address; unset = the node does not share OpenCL devices.
     pub opencl: Option<SocketAddr>,
     /// Share only OpenCL platforms whose name contains one of these; empty = all.
@@ -387,6 +392,7 @@ impl Default for Config {
         Config {
             http: "127.0.0.1:8080".parse().expect("valid address"),
             rac: "127.0.0.1:9400".parse().expect("valid address"),
+            grpc: Some(GRPC_DEFAULT),
             opencl: None,
             opencl_platforms: Vec::new(),
             opencl_library: ocl.library,
@@ -665,6 +671,41 @@ fn check_admin_token(token: &str) -> Result<(), String> {
 /// `slots` as written in the file. Leaving the key out means one slot per built-in
 /// accelerator; `slots = []` says "no slots", which the node cannot serve with, and
 /// silently starting the default slots instead surprised users, so it is refused.
+/// The gRPC address a node listens on unless told otherwise: Triton's gRPC port, so
+/// clients' defaults reach it. When this address is taken (another node, or Triton, on
+/// the same host) the node warns and serves without gRPC, so that the default never
+/// stops a node from starting; any other address is refused when taken.
+pub const GRPC_DEFAULT: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    8001,
+));
+
+/// `grpc = "ADDR"` or `grpc = "off"`.
+mod grpc_listen {
+    use std::net::SocketAddr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(addr: &Option<SocketAddr>, s: S) -> Result<S::Ok, S::Error> {
+        match addr {
+            Some(addr) => s.collect_str(addr),
+            None => s.serialize_str("off"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "off" {
+            return Ok(None);
+        }
+        text.parse().map(Some).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "grpc = {text:?} is neither an address (\"127.0.0.1:8001\") nor \"off\""
+            ))
+        })
+    }
+}
+
 fn non_empty_slots<'de, D>(deserializer: D) -> Result<Vec<SlotConfig>, D::Error>
 where
     D: serde::Deserializer<'de>,
@@ -713,6 +754,23 @@ mod tests {
         assert!(Config::from_toml("slot_worker_policy = \"fifo\"").is_err());
         assert_eq!(c.slots.len(), 2);
         assert_eq!(c.admin_token.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn grpc_is_an_address_or_off() {
+        assert_eq!(Config::from_toml("").unwrap().grpc, Some(GRPC_DEFAULT));
+        let c = Config::from_toml("grpc = \"127.0.0.1:0\"").unwrap();
+        assert_eq!(c.grpc, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(Config::from_toml("grpc = \"off\"").unwrap().grpc, None);
+        let e = Config::from_toml("grpc = \"nowhere\"").unwrap_err();
+        assert!(e.contains("neither an address"), "{e}");
+        // What the node reports as its configuration reads back the same.
+        let off = Config {
+            grpc: None,
+            ..Config::default()
+        };
+        let text = toml::to_string(&off).unwrap();
+        assert!(text.lines().any(|l| l == "grpc = \"off\""), "{text}");
     }
 
     #[test]

@@ -218,6 +218,17 @@ impl Dispatcher {
         }
     }
 
+    /// Submits a whole call and waits for its answer: how the front ends that answer
+    /// each call on its own request (HTTP's `/v1/fn` and v2, gRPC) run one, so that
+    /// admission, the tenant's share of a queue, the deadline and the accelerator's
+    /// metrics are the same whichever protocol carried it.
+    pub async fn run(&self, call: Call) -> Answer {
+        match self.submit(call) {
+            Submitted::Done(answer) => answer,
+            Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
+        }
+    }
+
     /// Every candidate in policy order, and the reason when none takes the call.
     fn submit_slow(&self, mut call: Call) -> Submitted {
         let accel_id = call.accel.descriptor().id;

@@ -22,6 +22,7 @@
 //! | node state | [`node`] | [`node::Node`], what every connection shares; `BUSY` counting |
 //! | listeners, network threads, drain | [`server`] | `SO_REUSEPORT` listeners, one runtime per thread, the connection limit, SIGTERM/SIGINT drain |
 //! | HTTP/1.1 front end | [`http`] | `parse.rs` pure parsers, `route.rs` what a request means, `conn.rs` one connection, `response.rs` response heads |
+//! | gRPC front end | [`grpc`] | the Open Inference Protocol's `GRPCInferenceService` (tonic): `tensor.rs` messages to calls, `service.rs` the RPCs, connections and bounds in `mod.rs` |
 //! | RAC v1 front end | [`rac`] | one connection: headers, reassembly, pipelined results, control messages |
 //! | socket I/O and its timeouts | `netio.rs` | reads and writes with a deadline, `IoTimer`, lingering close |
 //! | TLS and mTLS | [`tls`] | `[tls]` configuration, the reloadable acceptor (SIGHUP), session resumption, client certificate → tenant, the TLS transport of the front ends |
@@ -47,6 +48,7 @@ pub mod deadline;
 pub mod device;
 pub mod dispatch;
 mod fair_queue;
+pub mod grpc;
 pub mod http;
 pub mod logging;
 pub mod memory;

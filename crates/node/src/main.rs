@@ -40,6 +40,10 @@ struct Args {
     /// With --tls-client-ca: accept clients without a certificate too.
     #[arg(long)]
     tls_client_cert_optional: bool,
+    /// gRPC listen address (the Open Inference Protocol's GRPCInferenceService), or
+    /// `off`; default 127.0.0.1:8001 (overrides the config file).
+    #[arg(long, value_name = "ADDR|off", value_parser = grpc_listen)]
+    grpc: Option<GrpcListen>,
     /// Share this node's OpenCL devices with remote OpenCL clients on ADDR.
     #[arg(long, value_name = "ADDR")]
     opencl: Option<SocketAddr>,
@@ -71,6 +75,19 @@ struct Args {
     /// is one address; required when the node listens on 0.0.0.0).
     #[arg(long, value_name = "IP")]
     advertise: Option<IpAddr>,
+}
+
+/// `--grpc`: an address, or `None` for `off`.
+#[derive(Clone, Copy, Debug)]
+struct GrpcListen(Option<SocketAddr>);
+
+fn grpc_listen(text: &str) -> Result<GrpcListen, String> {
+    if text == "off" {
+        return Ok(GrpcListen(None));
+    }
+    text.parse()
+        .map(|a| GrpcListen(Some(a)))
+        .map_err(|_| format!("{text:?} is neither an address (127.0.0.1:8001) nor off"))
 }
 
 fn main() -> ExitCode {
@@ -108,6 +125,9 @@ fn main() -> ExitCode {
     }
     if args.tls_client_cert_optional {
         config.tls.client_certs = netaccel_node::tls::ClientCerts::Optional;
+    }
+    if let Some(GrpcListen(addr)) = args.grpc {
+        config.grpc = addr;
     }
     if let Some(addr) = args.opencl {
         config.opencl = Some(addr);

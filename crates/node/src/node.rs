@@ -26,6 +26,8 @@ use crate::tenant::Tenants;
 pub enum Protocol {
     Http,
     Rac,
+    /// The Open Inference Protocol's `GRPCInferenceService` (`crate::grpc`).
+    Grpc,
 }
 
 impl Protocol {
@@ -34,6 +36,7 @@ impl Protocol {
         match self {
             Protocol::Http => "http",
             Protocol::Rac => "rac",
+            Protocol::Grpc => "grpc",
         }
     }
 }
@@ -56,6 +59,9 @@ pub struct Node {
     rac_busy: Counter,
     rac_refused: Counter,
     pub rac_in_flight: Gauge,
+    pub grpc_connections: Gauge,
+    grpc_busy: Counter,
+    grpc_refused: Counter,
     rac_requests: Vec<Counter>,
     http_requests: Vec<OnceLock<Counter>>,
     /// Connections' tenant identities and the per-tenant bounds.
@@ -141,6 +147,9 @@ impl Node {
             rac_busy: metrics.busy_refusals("rac"),
             rac_refused: metrics.connections_refused("rac"),
             rac_in_flight: metrics.rac_in_flight.clone(),
+            grpc_connections: metrics.connections("grpc"),
+            grpc_busy: metrics.busy_refusals("grpc"),
+            grpc_refused: metrics.connections_refused("grpc"),
             rac_requests: rac_proto::Status::ALL
                 .iter()
                 .map(|s| metrics.requests("rac", s.name()))
@@ -177,6 +186,7 @@ impl Node {
         match protocol {
             Protocol::Http => self.http_busy.inc(),
             Protocol::Rac => self.rac_busy.inc(),
+            Protocol::Grpc => self.grpc_busy.inc(),
         };
         if let Some(m) = accel_id.and_then(|id| self.dispatcher.accel_metrics(id)) {
             m.answered(rac_proto::Status::Busy, 0);
@@ -204,6 +214,7 @@ impl Node {
             match protocol {
                 Protocol::Http => self.http_refused.inc(),
                 Protocol::Rac => self.rac_refused.inc(),
+                Protocol::Grpc => self.grpc_refused.inc(),
             };
         }
         opened

@@ -27,6 +27,8 @@ pub struct Running {
     /// The HTTPS and RAC-over-TLS listeners' addresses, when configured.
     pub https_addr: Option<SocketAddr>,
     pub rac_tls_addr: Option<SocketAddr>,
+    /// Where gRPC is served, unless it is off (or its default address was taken).
+    pub grpc_addr: Option<SocketAddr>,
     threads: Vec<JoinHandle<()>>,
     /// Registration with the registry, when the node has one.
     lease: Option<Lease>,
@@ -48,6 +50,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
     let (rac_addr, rac) = bind_all(node.config.rac, threads_wanted)?;
     let (https_addr, mut https) = bind_optional(node.config.tls.https, threads_wanted)?;
     let (rac_tls_addr, mut rac_tls) = bind_optional(node.config.tls.rac, threads_wanted)?;
+    let (grpc_addr, mut grpc) = bind_grpc(node.config.grpc, threads_wanted)?;
     let mut threads = http
         .into_iter()
         .zip(rac)
@@ -59,6 +62,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
                 rac,
                 https: https.pop(),
                 rac_tls: rac_tls.pop(),
+                grpc: grpc.pop(),
             };
             // One network thread (the first) also rolls the refusal log's windows.
             let roll_logs = i == 0;
@@ -80,6 +84,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
         rac = %rac_addr,
         https = %https_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
         rac_tls = %rac_tls_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
+        grpc = %grpc_addr.map_or_else(|| "off".to_string(), |a| a.to_string()),
         network_threads,
         slots = node.dispatcher.slots().len(),
         connections_max = node.config.connections_max,
@@ -100,6 +105,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
         rac_addr,
         https_addr,
         rac_tls_addr,
+        grpc_addr,
         threads,
         lease,
     })
@@ -253,6 +259,29 @@ fn bind_optional(
     }
 }
 
+/// The gRPC listeners, one per network thread, or none when gRPC is off. When the
+/// default address is taken the node serves without gRPC and says so (see
+/// [`crate::config::GRPC_DEFAULT`]); any other address must be free.
+fn bind_grpc(
+    addr: Option<SocketAddr>,
+    count: usize,
+) -> Result<(Option<SocketAddr>, Vec<StdListener>), String> {
+    let Some(addr) = addr else {
+        return Ok((None, Vec::new()));
+    };
+    match bind_all(addr, count) {
+        Ok((bound, listeners)) => Ok((Some(bound), listeners)),
+        Err(e) if addr == crate::config::GRPC_DEFAULT => {
+            tracing::warn!(
+                error = %e,
+                "the default gRPC address is taken: serving without gRPC (set grpc = \"ADDR\" or \"off\" to choose)"
+            );
+            Ok((None, Vec::new()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn bind(addr: SocketAddr) -> io::Result<StdListener> {
     let socket = Socket::new(
         Domain::for_address(addr),
@@ -273,6 +302,7 @@ struct Listeners {
     rac: StdListener,
     https: Option<StdListener>,
     rac_tls: Option<StdListener>,
+    grpc: Option<StdListener>,
 }
 
 /// Accepts on `listener`, or never when there is none.
@@ -294,6 +324,12 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, roll_logs: bool) {
         let rac = register(listeners.rac);
         let https = listeners.https.map(register);
         let rac_tls = listeners.rac_tls.map(register);
+        // gRPC's connections are driven by tonic's server, beside this accept loop on
+        // the same thread; it stops by itself at the shutdown signal.
+        if let Some(grpc) = listeners.grpc {
+            let incoming = crate::grpc::accepted(Arc::clone(&node), register(grpc));
+            tokio::spawn(crate::grpc::serve(Arc::clone(&node), incoming));
+        }
         let mut shutdown = node.shutdown_signal();
         let mut roll = tokio::time::interval(Duration::from_secs(1));
         roll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -336,13 +372,25 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, roll_logs: bool) {
 pub const DRAIN_ANSWER_GRACE: Duration = Duration::from_secs(1);
 
 /// Keeps the connection counters right however the connection task ends.
-struct ConnectionGuard(Arc<Node>, Protocol);
+pub(crate) struct ConnectionGuard(Arc<Node>, Protocol);
 
 impl ConnectionGuard {
+    /// Counts a new connection over `protocol`, if the node has room for it (see
+    /// [`Node::try_open_connection`]); the count ends when the guard drops.
+    pub(crate) fn open(node: &Arc<Node>, protocol: Protocol) -> Option<ConnectionGuard> {
+        if !node.try_open_connection(protocol) {
+            return None;
+        }
+        let guard = ConnectionGuard(Arc::clone(node), protocol);
+        guard.gauge().inc();
+        Some(guard)
+    }
+
     fn gauge(&self) -> &prometheus_client::metrics::gauge::Gauge {
         match self.1 {
             Protocol::Http => &self.0.http_connections,
             Protocol::Rac => &self.0.rac_connections,
+            Protocol::Grpc => &self.0.grpc_connections,
         }
     }
 }
@@ -362,15 +410,13 @@ fn open(
     protocol: Protocol,
 ) -> Option<(TcpStream, ConnectionGuard)> {
     let _ = stream.set_nodelay(true);
-    if !node.try_open_connection(protocol) {
+    let Some(guard) = ConnectionGuard::open(node, protocol) else {
         if protocol == Protocol::Http {
             node.http_requests(503).inc();
         }
         tokio::spawn(refuse_connection(stream, protocol));
         return None;
-    }
-    let guard = ConnectionGuard(Arc::clone(node), protocol);
-    guard.gauge().inc();
+    };
     Some((stream, guard))
 }
 
@@ -384,6 +430,7 @@ fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Proto
         match protocol {
             Protocol::Http => crate::http::serve(node, stream, peer, tenant).await,
             Protocol::Rac => crate::rac::serve(node, stream, peer, tenant, false).await,
+            Protocol::Grpc => unreachable!("gRPC connections are accepted by crate::grpc"),
         }
         drop(guard);
     });
@@ -423,6 +470,7 @@ fn accept_tls(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: P
             Protocol::Rac => {
                 crate::rac::serve(Arc::clone(&node), stream, peer, tenant, fixed).await
             }
+            Protocol::Grpc => unreachable!("gRPC connections are accepted by crate::grpc"),
         }
         drop(guard);
     });
@@ -461,6 +509,9 @@ pub fn refusal_bytes(protocol: Protocol) -> Vec<u8> {
             out.extend_from_slice(REFUSAL_MESSAGE.as_bytes());
             out
         }
+        // Closed before HTTP/2 starts: the client's call fails with a transport
+        // error (see `crate::grpc::accepted`).
+        Protocol::Grpc => Vec::new(),
     }
 }
 

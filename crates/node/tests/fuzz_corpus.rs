@@ -39,3 +39,11 @@ fn v2_infer_corpus() {
         netaccel_node::http::v2::infer::fuzzing::v2_infer,
     );
 }
+
+#[test]
+fn grpc_infer_corpus() {
+    replay(
+        "grpc_infer",
+        netaccel_node::grpc::tensor::fuzzing::grpc_infer,
+    );
+}

@@ -31,7 +31,7 @@ use crate::memory::{BodyMemory, MemoryPermit};
 use crate::netio::{self, IoTimer, Transport, WRITE_BATCH_MAX};
 use crate::node::{Node, Protocol};
 use crate::objects::StoreError;
-use crate::slot::{Answer, Call, Submitted};
+use crate::slot::{Answer, Call};
 use crate::tenant::TenantId;
 
 /// Read buffer size; also the most a single read pulls in while waiting for a head.
@@ -672,10 +672,7 @@ impl<S: Transport> Conn<S> {
             tenant: self.tenant,
             permit: Some(BodyMemory::Budget(permit)),
         };
-        let answer = match self.node.dispatcher.submit(call) {
-            Submitted::Done(answer) => answer,
-            Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
-        };
+        let answer = self.node.dispatcher.run(call).await;
         self.write_answer(&req, answer, model.as_deref().zip(reply.as_ref()))
             .await?;
         Ok(self.after())

@@ -72,7 +72,7 @@ impl TestNode {
             let path = dir.join("node.toml");
             std::fs::write(
                 &path,
-                format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\nlog_level = \"warn\"\n{config}"),
+                format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\ngrpc = \"127.0.0.1:0\"\nlog_level = \"warn\"\n{config}"),
             )
             .unwrap();
             let stderr = if capture_stderr {

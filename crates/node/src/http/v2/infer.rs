@@ -8,7 +8,7 @@
 //! the bytes actually present before anything is allocated, so a request cannot make
 //! the node reserve more than its body, which the connection has already bounded.
 
-use accel::{params_from_pairs, Accelerator, ParamBlock};
+use accel::{params_from_pairs, Accelerator, Descriptor, ParamBlock};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -81,67 +81,23 @@ pub fn decode(
         serde_json::from_slice(json).map_err(|e| format!("malformed inference request: {e}"))?;
     let d = accel.descriptor();
     let sig = Signature::of(d);
-    let names = sig.inputs();
-    if req.inputs.len() != names.len() {
-        return Err(format!(
-            "model {} takes {} input(s) ({}), the request has {}",
-            d.name,
-            names.len(),
-            names.join(", "),
-            req.inputs.len()
-        ));
-    }
-    // Inputs in declared order, whatever order the request lists them in.
-    let mut ordered: Vec<&RawInput> = Vec::with_capacity(names.len());
-    for name in names {
-        let mut found = req.inputs.iter().filter(|i| i.name == *name);
-        match (found.next(), found.next()) {
-            (Some(input), None) => ordered.push(input),
-            (None, _) => return Err(format!("input {name} of model {} is missing", d.name)),
-            (Some(_), Some(_)) => return Err(format!("input {name} is given more than once")),
-        }
-    }
+    let ordered = order_inputs(d, sig, &req.inputs, |i| &i.name)?;
     let mut shapes: Vec<Vec<u64>> = Vec::with_capacity(ordered.len());
     for input in &ordered {
-        if input.datatype != sig.datatype.name() {
-            return Err(format!(
-                "input {} of model {} has datatype {}, expected {}",
-                input.name,
-                d.name,
-                input.datatype,
-                sig.datatype.name()
-            ));
-        }
-        if input.shape.len() != sig.shape().len() || input.shape.iter().any(|&s| s < 0) {
-            return Err(format!(
-                "input {} has shape {:?}; model {} takes shape {:?} (-1: any size)",
-                input.name,
-                input.shape,
-                d.name,
-                sig.shape()
-            ));
-        }
-        shapes.push(input.shape.iter().map(|&s| s as u64).collect());
+        shapes.push(check_input(
+            d,
+            sig,
+            &input.name,
+            &input.datatype,
+            &input.shape,
+        )?);
     }
     let shape_pairs = shape_params(sig.layout, &shapes)?;
 
     // The payload: every input's bytes, in order, each checked against its shape.
     let mut sizes = Vec::with_capacity(ordered.len());
     for (input, shape) in ordered.iter().zip(&shapes) {
-        let count = shape
-            .iter()
-            .try_fold(1u64, |acc, &s| acc.checked_mul(s))
-            .ok_or_else(|| format!("input {} has too many elements", input.name))?;
-        let bytes = count
-            .checked_mul(sig.datatype.size() as u64)
-            .filter(|&b| b <= body.len() as u64)
-            .ok_or_else(|| {
-                format!(
-                    "input {} of shape {:?} needs more bytes than the request carries",
-                    input.name, input.shape
-                )
-            })?;
-        sizes.push((count as usize, bytes as usize));
+        sizes.push(input_size(&input.name, shape, sig, body.len())?);
     }
     let total: usize = sizes.iter().map(|s| s.1).sum();
     let mut payload = Vec::with_capacity(total);
@@ -219,30 +175,12 @@ pub fn decode(
                 ))
             }
         };
-        if let Some((_, given)) = shape_pairs.iter().find(|(k, _)| *k == key) {
-            if *given != text {
-                return Err(format!(
-                    "request parameter `{key}` is {text} but the input shape gives {given}"
-                ));
-            }
-            continue;
-        }
         pairs.push((key.clone(), text));
     }
-    pairs.extend(shape_pairs.into_iter().map(|(k, v)| (k.to_string(), v)));
-    let params = params_from_pairs(
-        &d.params,
-        pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-    )
-    .map_err(|e| e.to_string())?;
+    let params = call_params(d, shape_pairs, pairs)?;
 
     for output in req.outputs.iter().flatten() {
-        if output.name != OUTPUT {
-            return Err(format!(
-                "model {} has no output {}; its output is {OUTPUT}",
-                d.name, output.name
-            ));
-        }
+        check_output(d, &output.name)?;
         if let Some(flag) = output
             .parameters
             .as_ref()
@@ -265,8 +203,134 @@ pub fn decode(
     })
 }
 
+// The checks below are the protocol's rules for tensors whatever their encoding: the
+// JSON/binary decoder above and the gRPC front end (`crate::grpc`) both apply them.
+
+/// The request's inputs in the model's declared order, whatever order the request
+/// lists them in; `name` reads an input's name.
+pub(crate) fn order_inputs<'a, T>(
+    d: &Descriptor,
+    sig: Signature,
+    inputs: &'a [T],
+    name: impl Fn(&T) -> &str,
+) -> Result<Vec<&'a T>, String> {
+    let names = sig.inputs();
+    if inputs.len() != names.len() {
+        return Err(format!(
+            "model {} takes {} input(s) ({}), the request has {}",
+            d.name,
+            names.len(),
+            names.join(", "),
+            inputs.len()
+        ));
+    }
+    let mut ordered: Vec<&T> = Vec::with_capacity(names.len());
+    for want in names {
+        let mut found = inputs.iter().filter(|i| name(i) == *want);
+        match (found.next(), found.next()) {
+            (Some(input), None) => ordered.push(input),
+            (None, _) => return Err(format!("input {want} of model {} is missing", d.name)),
+            (Some(_), Some(_)) => return Err(format!("input {want} is given more than once")),
+        }
+    }
+    Ok(ordered)
+}
+
+/// Checks one input's datatype and shape against the model; returns the shape.
+pub(crate) fn check_input(
+    d: &Descriptor,
+    sig: Signature,
+    name: &str,
+    datatype: &str,
+    shape: &[i64],
+) -> Result<Vec<u64>, String> {
+    if datatype != sig.datatype.name() {
+        return Err(format!(
+            "input {name} of model {} has datatype {datatype}, expected {}",
+            d.name,
+            sig.datatype.name()
+        ));
+    }
+    if shape.len() != sig.shape().len() || shape.iter().any(|&s| s < 0) {
+        return Err(format!(
+            "input {name} has shape {shape:?}; model {} takes shape {:?} (-1: any size)",
+            d.name,
+            sig.shape()
+        ));
+    }
+    Ok(shape.iter().map(|&s| s as u64).collect())
+}
+
+/// An input's element count and byte size, refused when it is more bytes than the
+/// request carries (`carried`): nothing is allocated for a size the request claims.
+pub(crate) fn input_size(
+    name: &str,
+    shape: &[u64],
+    sig: Signature,
+    carried: usize,
+) -> Result<(usize, usize), String> {
+    let count = shape
+        .iter()
+        .try_fold(1u64, |acc, &s| acc.checked_mul(s))
+        .ok_or_else(|| format!("input {name} has too many elements"))?;
+    let bytes = count
+        .checked_mul(sig.datatype.size() as u64)
+        .filter(|&b| b <= carried as u64)
+        .ok_or_else(|| {
+            format!("input {name} of shape {shape:?} needs more bytes than the request carries")
+        })?;
+    Ok((count as usize, bytes as usize))
+}
+
+/// The call's parameter block from the request's parameters (`pairs`, as text) and
+/// those the input shapes give (`shape_pairs`); a request parameter that disagrees
+/// with its shape is refused.
+pub(crate) fn call_params(
+    d: &Descriptor,
+    shape_pairs: Vec<(&'static str, String)>,
+    mut pairs: Vec<(String, String)>,
+) -> Result<ParamBlock, String> {
+    for (key, text) in &pairs {
+        if let Some((_, given)) = shape_pairs.iter().find(|(k, _)| k == key) {
+            if given != text {
+                return Err(format!(
+                    "request parameter `{key}` is {text} but the input shape gives {given}"
+                ));
+            }
+        }
+    }
+    pairs.retain(|(key, _)| !shape_pairs.iter().any(|(k, _)| k == key));
+    pairs.extend(shape_pairs.into_iter().map(|(k, v)| (k.to_string(), v)));
+    params_from_pairs(
+        &d.params,
+        pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Refuses a requested output the model does not have.
+pub(crate) fn check_output(d: &Descriptor, name: &str) -> Result<(), String> {
+    if name == OUTPUT {
+        Ok(())
+    } else {
+        Err(format!(
+            "model {} has no output {name}; its output is {OUTPUT}",
+            d.name
+        ))
+    }
+}
+
+/// The output tensor's shape: as long as the output for flat models, the first
+/// input's shape for images and matrices.
+pub(crate) fn output_shape(sig: Signature, input_shape: &[u64], output_len: usize) -> Vec<u64> {
+    match sig.layout {
+        Layout::Flat => vec![(output_len / sig.datatype.size()) as u64],
+        Layout::Image | Layout::SquarePair => input_shape.to_vec(),
+    }
+}
+
 /// The parameters the input shapes give (`height`/`width`, `n`).
-fn shape_params(
+pub(crate) fn shape_params(
     layout: Layout,
     shapes: &[Vec<u64>],
 ) -> Result<Vec<(&'static str, String)>, String> {
@@ -355,10 +419,7 @@ fn push_json_data(
 /// `None` for a JSON-only response.
 pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> Option<usize> {
     let dt = reply.sig.datatype;
-    let shape: Vec<u64> = match reply.sig.layout {
-        Layout::Flat => vec![(output.len() / dt.size()) as u64],
-        Layout::Image | Layout::SquarePair => reply.input_shape.clone(),
-    };
+    let shape = output_shape(reply.sig, &reply.input_shape, output.len());
     let mut head = Map::new();
     if let Some(id) = &reply.id {
         head.insert("id".into(), Value::from(id.as_str()));

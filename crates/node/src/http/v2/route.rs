@@ -21,7 +21,7 @@ fn json_with(method: &str, code: u16, body: Vec<u8>) -> Route {
 }
 
 /// Whether the node can run a call now: some slot hosts an accelerator.
-fn node_ready(node: &Node) -> bool {
+pub(crate) fn node_ready(node: &Node) -> bool {
     node.dispatcher
         .catalog()
         .iter()

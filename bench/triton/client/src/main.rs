@@ -1,0 +1,281 @@
+//! `v2-load`: a closed-loop client of the Open Inference Protocol v2, for comparing
+//! servers that speak it (netaccel and NVIDIA Triton, `bench/triton/run.sh`) with the
+//! same client over both transports:
+//!
+//! - `http`: v2 over HTTP/1.1 with the binary tensor data extension (a JSON head and
+//!   the raw input bytes; binary output), keep-alive, one request in flight per
+//!   connection, written by hand over a socket so the client costs little;
+//! - `grpc`: `GRPCInferenceService/ModelInfer` with `raw_input_contents`, one HTTP/2
+//!   connection per closed loop (tonic, the client generated from the node's vendored
+//!   .proto files).
+//!
+//! Each of `--connections` loops sends a call, waits for its answer, checks it (status
+//! and the uppercased bytes) and sends the next. Calls that end inside the measuring
+//! window (after `--warmup`, for `--duration`) count; their latencies give p50/p99. The
+//! result is one JSON line on stdout. All loops run on one thread (pin it with taskset),
+//! so the client's own cost is one core's and shows up as the same floor for every
+//! server. Not a general benchmark tool: it calls a to_uppercase-like model, `INPUT0`
+//! of UINT8 `[size]` in, `OUTPUT0` out.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::{Parser, ValueEnum};
+use netaccel_node::grpc::pb;
+use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tonic::transport::Endpoint;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Transport {
+    Http,
+    Grpc,
+}
+
+/// Closed-loop v2 inference client (HTTP binary tensors or gRPC).
+#[derive(Parser, Debug)]
+struct Args {
+    #[arg(long, value_enum)]
+    transport: Transport,
+    /// Server address (HTTP or gRPC port, by --transport).
+    #[arg(long)]
+    addr: SocketAddr,
+    #[arg(long, default_value = "to_uppercase")]
+    model: String,
+    /// Input bytes per call.
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Connections, each one closed loop.
+    #[arg(long, default_value_t = 1)]
+    connections: usize,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Seconds run before measuring.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+}
+
+/// Latencies kept per loop at most (a 5 s run at 100k calls/s is 500k): a bound on the
+/// client's memory whatever the server's speed.
+const SAMPLES_MAX: usize = 4_000_000;
+
+/// What one loop measured.
+#[derive(Default)]
+struct Loop {
+    latencies_ns: Vec<u32>,
+    calls: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Window {
+    from: Instant,
+    until: Instant,
+}
+
+impl Loop {
+    fn record(&mut self, window: Window, start: Instant, end: Instant) {
+        if start >= window.from && end <= window.until {
+            self.calls += 1;
+            if self.latencies_ns.len() < SAMPLES_MAX {
+                let ns = end.duration_since(start).as_nanos();
+                self.latencies_ns
+                    .push(u32::try_from(ns).unwrap_or(u32::MAX));
+            }
+        }
+    }
+}
+
+fn input(size: usize) -> Vec<u8> {
+    b"netaccel-vs-triton:"
+        .iter()
+        .copied()
+        .cycle()
+        .take(size)
+        .collect()
+}
+
+fn upper(data: &[u8]) -> Vec<u8> {
+    data.to_ascii_uppercase()
+}
+
+/// The request bytes of one v2 HTTP binary-tensor call.
+fn http_request(args: &Args, data: &[u8]) -> Vec<u8> {
+    let json = format!(
+        r#"{{"inputs":[{{"name":"INPUT0","shape":[{n}],"datatype":"UINT8","parameters":{{"binary_data_size":{n}}}}}],"outputs":[{{"name":"OUTPUT0","parameters":{{"binary_data":true}}}}]}}"#,
+        n = data.len()
+    );
+    let mut req = format!(
+        "POST /v2/models/{}/infer HTTP/1.1\r\nHost: {}\r\nContent-Type: application/octet-stream\r\nInference-Header-Content-Length: {}\r\nContent-Length: {}\r\n\r\n",
+        args.model,
+        args.addr,
+        json.len(),
+        json.len() + data.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(json.as_bytes());
+    req.extend_from_slice(data);
+    req
+}
+
+async fn http_loop(
+    addr: SocketAddr,
+    req: Vec<u8>,
+    want: Vec<u8>,
+    window: Window,
+) -> Result<Loop, String> {
+    let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut out = Loop::default();
+    let mut buf: Vec<u8> = Vec::with_capacity(8192);
+    while Instant::now() < window.until {
+        let start = Instant::now();
+        s.write_all(&req).await.map_err(|e| e.to_string())?;
+        buf.clear();
+        // Head, then the body of Content-Length bytes.
+        let (head_len, body_len) = loop {
+            if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(8192);
+            }
+            if s.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                return Err("the server closed the connection".into());
+            }
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut resp = httparse::Response::new(&mut headers);
+            match resp.parse(&buf).map_err(|e| e.to_string())? {
+                httparse::Status::Partial => continue,
+                httparse::Status::Complete(n) => {
+                    if resp.code != Some(200) {
+                        return Err(format!(
+                            "HTTP {:?}: {}",
+                            resp.code,
+                            String::from_utf8_lossy(&buf[n..])
+                        ));
+                    }
+                    let len: usize = resp
+                        .headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                        .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
+                        .ok_or("no Content-Length in the answer")?;
+                    break (n, len);
+                }
+            }
+        };
+        while buf.len() < head_len + body_len {
+            buf.reserve(head_len + body_len - buf.len());
+            if s.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                return Err("the server closed the connection mid-answer".into());
+            }
+        }
+        let end = Instant::now();
+        // Binary output: the raw bytes end the body.
+        if !buf[..head_len + body_len].ends_with(&want) {
+            return Err("the answer does not end with the uppercased input".into());
+        }
+        out.record(window, start, end);
+    }
+    Ok(out)
+}
+
+async fn grpc_loop(
+    addr: SocketAddr,
+    req: pb::ModelInferRequest,
+    want: Vec<u8>,
+    window: Window,
+) -> Result<Loop, String> {
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| e.to_string())?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut client = GrpcInferenceServiceClient::new(channel);
+    let mut out = Loop::default();
+    while Instant::now() < window.until {
+        let start = Instant::now();
+        let resp = client
+            .model_infer(req.clone())
+            .await
+            .map_err(|e| e.to_string())?
+            .into_inner();
+        let end = Instant::now();
+        if resp.raw_output_contents.first().map(|b| &b[..]) != Some(&want[..]) {
+            return Err("the answer is not the uppercased input".into());
+        }
+        out.record(window, start, end);
+    }
+    Ok(out)
+}
+
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let k = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    f64::from(sorted[k]) / 1000.0
+}
+
+fn main() -> Result<(), String> {
+    let args = Args::parse();
+    let data = input(args.size);
+    let want = upper(&data);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let begin = Instant::now();
+    let window = Window {
+        from: begin + Duration::from_secs_f64(args.warmup),
+        until: begin + Duration::from_secs_f64(args.warmup + args.duration),
+    };
+    let loops: Vec<Loop> = rt.block_on(async {
+        let mut tasks = Vec::with_capacity(args.connections);
+        for _ in 0..args.connections {
+            let want = want.clone();
+            tasks.push(match args.transport {
+                Transport::Http => tokio::spawn(http_loop(
+                    args.addr,
+                    http_request(&args, &data),
+                    want,
+                    window,
+                )),
+                Transport::Grpc => {
+                    let req = pb::ModelInferRequest {
+                        model_name: args.model.clone(),
+                        inputs: vec![pb::model_infer_request::InferInputTensor {
+                            name: "INPUT0".into(),
+                            datatype: "UINT8".into(),
+                            shape: vec![data.len() as i64],
+                            ..Default::default()
+                        }],
+                        raw_input_contents: vec![Bytes::from(data.clone())],
+                        ..Default::default()
+                    };
+                    tokio::spawn(grpc_loop(args.addr, req, want, window))
+                }
+            });
+        }
+        let mut loops = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            loops.push(t.await.map_err(|e| e.to_string())??);
+        }
+        Ok::<_, String>(loops)
+    })?;
+    let calls: u64 = loops.iter().map(|l| l.calls).sum();
+    let mut all: Vec<u32> = loops.into_iter().flat_map(|l| l.latencies_ns).collect();
+    all.sort_unstable();
+    let line = serde_json::json!({
+        "transport": format!("{:?}", args.transport).to_lowercase(),
+        "connections": args.connections,
+        "size": args.size,
+        "calls": calls,
+        "calls_per_s": calls as f64 / args.duration,
+        "p50_us": percentile(&all, 0.50),
+        "p99_us": percentile(&all, 0.99),
+    });
+    println!("{line}");
+    Ok(())
+}

@@ -1,0 +1,467 @@
+//! Black-box tests of the gRPC front end (the Open Inference Protocol's
+//! `GRPCInferenceService`): the real node, driven by a tonic client generated from the
+//! same vendored .proto files. The unmodified `tritonclient[grpc]` drives it too, in
+//! `docs/tests/test_inference_grpc.py`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use common::TestNode;
+use netaccel_node::grpc::pb;
+use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+use pb::model_infer_request::InferInputTensor;
+use tonic::transport::Channel;
+use tonic::Code;
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A node serving gRPC on a free port, and that port.
+fn start(config: &str) -> (TestNode, SocketAddr) {
+    let grpc = free_addr();
+    let node = TestNode::start_logging(config, &["--grpc", &grpc.to_string()]);
+    (node, grpc)
+}
+
+async fn client(addr: SocketAddr) -> GrpcInferenceServiceClient<Channel> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            Ok(channel) => return GrpcInferenceServiceClient::new(channel),
+            Err(e) if Instant::now() > deadline => panic!("cannot connect to {addr}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+fn raw_request(
+    model: &str,
+    inputs: &[(&str, &str, &[i64])],
+    raw: Vec<Vec<u8>>,
+) -> pb::ModelInferRequest {
+    pb::ModelInferRequest {
+        model_name: model.into(),
+        inputs: inputs
+            .iter()
+            .map(|(name, dt, shape)| InferInputTensor {
+                name: name.to_string(),
+                datatype: dt.to_string(),
+                shape: shape.to_vec(),
+                parameters: HashMap::new(),
+                contents: None,
+            })
+            .collect(),
+        raw_input_contents: raw.into_iter().map(Into::into).collect(),
+        ..Default::default()
+    }
+}
+
+fn int_param(v: i64) -> pb::InferParameter {
+    pb::InferParameter {
+        parameter_choice: Some(pb::infer_parameter::ParameterChoice::Int64Param(v)),
+    }
+}
+
+/// `POST /v1/fn/{model}?query` with `payload`: the output to compare with.
+fn v1(node: &TestNode, model: &str, query: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    use std::io::Read;
+    ureq::post(&node.url(&format!("/v1/fn/{model}?{query}")))
+        .send_bytes(payload)
+        .unwrap()
+        .into_reader()
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+#[tokio::test]
+async fn infers_like_v1_fn_with_raw_and_typed_tensors() {
+    let (node, addr) = start("");
+    let mut c = client(addr).await;
+    assert!(
+        c.server_live(pb::ServerLiveRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .live
+    );
+    assert!(
+        c.server_ready(pb::ServerReadyRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .ready
+    );
+
+    // Raw: topk with its parameter, sobel whose shape gives width and height, matmul's
+    // two inputs.
+    let values: Vec<i32> = vec![5, -3, 99, 12, 7, 41];
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut req = raw_request("topk", &[("INPUT0", "INT32", &[6])], vec![bytes.clone()]);
+    req.parameters.insert("k".into(), int_param(3));
+    req.id = "call-1".into();
+    let resp = c.model_infer(req).await.unwrap();
+    assert!(resp.metadata().get("x-netaccel-exec-ns").is_some());
+    let resp = resp.into_inner();
+    assert_eq!(resp.id, "call-1");
+    assert_eq!(resp.outputs[0].shape, [3]);
+    assert_eq!(
+        &resp.raw_output_contents[0][..],
+        &v1(&node, "topk", "k=3", &bytes)[..]
+    );
+
+    let image: Vec<u8> = (0..48u8).map(|i| i.wrapping_mul(37)).collect();
+    let req = raw_request(
+        "sobel",
+        &[("INPUT0", "UINT8", &[6, 8])],
+        vec![image.clone()],
+    );
+    let resp = c.model_infer(req).await.unwrap().into_inner();
+    assert_eq!(resp.outputs[0].shape, [6, 8]);
+    let want = v1(&node, "sobel", "width=8&height=6", &image);
+    assert_eq!(&resp.raw_output_contents[0][..], &want[..]);
+
+    let a: Vec<u8> = (0..9).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let b: Vec<u8> = (0..9)
+        .flat_map(|i| (1.5 - i as f32).to_le_bytes())
+        .collect();
+    let req = raw_request(
+        "matmul",
+        &[("INPUT0", "FP32", &[3, 3]), ("INPUT1", "FP32", &[3, 3])],
+        vec![a.clone(), b.clone()],
+    );
+    let resp = c.model_infer(req).await.unwrap().into_inner();
+    let want = v1(&node, "matmul", "n=3", &[a, b].concat());
+    assert_eq!(&resp.raw_output_contents[0][..], &want[..]);
+
+    // Typed contents.
+    let mut req = raw_request("to_uppercase", &[("INPUT0", "UINT8", &[5])], vec![]);
+    req.inputs[0].contents = Some(pb::InferTensorContents {
+        uint_contents: b"gRpc!".iter().map(|&b| u32::from(b)).collect(),
+        ..Default::default()
+    });
+    let resp = c.model_infer(req).await.unwrap().into_inner();
+    assert_eq!(&resp.raw_output_contents[0][..], b"GRPC!");
+}
+
+#[tokio::test]
+async fn malformed_requests_get_the_protocols_errors_and_the_node_keeps_serving() {
+    let (node, addr) = start("body_bytes_max = 65536");
+    let mut c = client(addr).await;
+    let good = || raw_request("echo", &[("INPUT0", "UINT8", &[3])], vec![b"abc".to_vec()]);
+    let cases: Vec<(&str, pb::ModelInferRequest, Code, &str)> = vec![
+        (
+            "wrong datatype",
+            raw_request("echo", &[("INPUT0", "FP32", &[1])], vec![vec![0; 4]]),
+            Code::InvalidArgument,
+            "datatype FP32",
+        ),
+        (
+            "shape mismatch",
+            raw_request("echo", &[("INPUT0", "UINT8", &[2, 2])], vec![vec![0; 4]]),
+            Code::InvalidArgument,
+            "shape",
+        ),
+        (
+            "missing input",
+            raw_request("matmul", &[("INPUT0", "FP32", &[1, 1])], vec![vec![0; 4]]),
+            Code::InvalidArgument,
+            "takes 2 input",
+        ),
+        (
+            "raw content size mismatch",
+            raw_request("echo", &[("INPUT0", "UINT8", &[2])], vec![vec![0; 3]]),
+            Code::InvalidArgument,
+            "raw_input_contents has 3",
+        ),
+        (
+            "huge shape",
+            raw_request(
+                "echo",
+                &[("INPUT0", "UINT8", &[i64::MAX, 2])],
+                vec![vec![0; 4]],
+            ),
+            Code::InvalidArgument,
+            "shape",
+        ),
+        (
+            "huge element count",
+            raw_request(
+                "sobel",
+                &[("INPUT0", "UINT8", &[1 << 40, 1 << 40])],
+                vec![vec![0; 4]],
+            ),
+            Code::InvalidArgument,
+            "too many elements",
+        ),
+        (
+            "claims more than it carries",
+            raw_request("echo", &[("INPUT0", "UINT8", &[1 << 30])], vec![vec![0; 4]]),
+            Code::InvalidArgument,
+            "more bytes than the request carries",
+        ),
+        (
+            "missing parameter",
+            raw_request("topk", &[("INPUT0", "INT32", &[1])], vec![vec![0; 4]]),
+            Code::InvalidArgument,
+            "missing required",
+        ),
+        (
+            "unknown model",
+            raw_request("nope", &[], vec![]),
+            Code::NotFound,
+            "unknown model nope",
+        ),
+        (
+            "unknown version",
+            pb::ModelInferRequest {
+                model_version: "2".into(),
+                ..good()
+            },
+            Code::NotFound,
+            "only version is 1",
+        ),
+        (
+            "larger than the message bound",
+            raw_request(
+                "echo",
+                &[("INPUT0", "UINT8", &[200_000])],
+                vec![vec![0; 200_000]],
+            ),
+            // tonic's code for a message over its bound (gRPC's guide says
+            // RESOURCE_EXHAUSTED); refused before the message is decoded.
+            Code::OutOfRange,
+            "too large",
+        ),
+    ];
+    for (what, req, code, text) in cases {
+        let status = c.model_infer(req).await.expect_err(what);
+        assert_eq!(status.code(), code, "{what}: {status:?}");
+        assert!(status.message().contains(text), "{what}: {status:?}");
+        // And the node (and this very connection) keeps serving.
+        let ok = c.model_infer(good()).await.expect(what).into_inner();
+        assert_eq!(&ok.raw_output_contents[0][..], b"abc", "{what}");
+    }
+    // RPCs the node does not serve.
+    let status = c
+        .model_statistics(pb::ModelStatisticsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented);
+    // Every answer is counted by protocol and gRPC code, and the connection is open.
+    let count = |code: &str| {
+        node.metric(&format!(
+            "netaccel_requests_total{{protocol=\"grpc\",code=\"{code}\"}}"
+        ))
+    };
+    assert!(count("InvalidArgument") >= 8.0);
+    assert!(count("NotFound") >= 2.0);
+    assert!(count("Ok") >= 11.0);
+    assert_eq!(
+        node.metric("netaccel_connections_open{protocol=\"grpc\"}"),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn metadata_config_and_readiness_follow_the_catalog() {
+    let (_node, addr) = start("[[slots]]\naccelerator = \"echo\"\n");
+    let mut c = client(addr).await;
+    let meta = c
+        .model_metadata(pb::ModelMetadataRequest {
+            name: "matmul".into(),
+            version: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(meta.inputs.len(), 2);
+    assert_eq!(meta.outputs[0].datatype, "FP32");
+    let config = c
+        .model_config(pb::ModelConfigRequest {
+            name: "topk".into(),
+            version: "1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .config
+        .unwrap();
+    assert_eq!(config.input[0].data_type, pb::DataType::TypeInt32 as i32);
+    assert_eq!(config.max_batch_size, 0);
+    let ready = |name: &str| pb::ModelReadyRequest {
+        name: name.into(),
+        version: String::new(),
+    };
+    // Only echo has a slot: topk is a model of the catalog, but not ready.
+    assert!(
+        c.model_ready(ready("echo"))
+            .await
+            .unwrap()
+            .into_inner()
+            .ready
+    );
+    assert!(
+        !c.model_ready(ready("topk"))
+            .await
+            .unwrap()
+            .into_inner()
+            .ready
+    );
+    assert!(
+        !c.model_ready(ready("nope"))
+            .await
+            .unwrap()
+            .into_inner()
+            .ready
+    );
+    let status = c
+        .model_infer(raw_request(
+            "topk",
+            &[("INPUT0", "INT32", &[1])],
+            vec![vec![0; 4]],
+        ))
+        .await;
+    let mut req = raw_request("topk", &[("INPUT0", "INT32", &[1])], vec![vec![0; 4]]);
+    req.parameters.insert("k".into(), int_param(1));
+    let status2 = c.model_infer(req).await.unwrap_err();
+    assert_eq!(status.unwrap_err().code(), Code::InvalidArgument);
+    assert_eq!(status2.code(), Code::NotFound, "{status2:?}");
+    assert_eq!(
+        status2.metadata().get("netaccel-status").unwrap(),
+        "UNKNOWN_ACCELERATOR"
+    );
+}
+
+#[tokio::test]
+async fn a_call_past_its_deadline_is_not_run() {
+    // One slot taking 300 ms a call: a call queued behind the first with a 50 ms
+    // deadline is answered DEADLINE_EXCEEDED when its turn comes, without running.
+    let (node, addr) = start("simulated_exec_us = 300000\n[[slots]]\naccelerator = \"echo\"\n");
+    let c = client(addr).await;
+    let call = |deadline_us: Option<&'static str>| {
+        let mut c = c.clone();
+        async move {
+            let mut req = tonic::Request::new(raw_request(
+                "echo",
+                &[("INPUT0", "UINT8", &[1])],
+                vec![vec![1]],
+            ));
+            if let Some(us) = deadline_us {
+                req.metadata_mut()
+                    .insert("x-netaccel-deadline-us", us.parse().unwrap());
+            }
+            c.model_infer(req).await
+        }
+    };
+    let first = tokio::spawn(call(None));
+    // Until the first call runs (the slot is busy, its queue empty), polled between
+    // turns of this runtime so that the first call's request goes out meanwhile.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let slot = node.get_json("/v1/slots/0");
+        if slot["state"] == "busy" && slot["queue_depth"] == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first call never ran: {slot}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let second = call(Some("50000")).await.unwrap_err();
+    assert_eq!(second.code(), Code::DeadlineExceeded, "{second:?}");
+    assert!(first.await.unwrap().is_ok());
+}
+
+#[test]
+fn the_default_address_taken_is_a_warning_a_chosen_one_an_error() {
+    // Whoever holds the default port (this test, or another program), the node must
+    // start without gRPC and say so.
+    let _held = TcpListener::bind(netaccel_node::config::GRPC_DEFAULT);
+    let node = TestNode::start_logging("", &["--grpc", "127.0.0.1:8001"]);
+    // (The harness's node.toml sets grpc = "127.0.0.1:0"; the flag overrides it.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !node.log().contains("default gRPC address is taken") {
+        assert!(Instant::now() < deadline, "no warning in: {}", node.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(node);
+
+    let held = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
+        .args([
+            "--http",
+            "127.0.0.1:0",
+            "--rac",
+            "127.0.0.1:0",
+            "--grpc",
+            &addr,
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}
+
+#[tokio::test]
+async fn grpc_connections_count_against_the_connection_bound() {
+    let (node, addr) = start("connections_max = 3");
+    // Open connections one by one (each answers a call before the next opens) until
+    // the node closes one at once for being over the bound.
+    let mut open = Vec::new();
+    let refused = loop {
+        assert!(
+            open.len() <= 3,
+            "more than connections_max connections served"
+        );
+        let mut c = client(addr).await;
+        match c.server_live(pb::ServerLiveRequest {}).await {
+            Ok(_) => open.push(c),
+            Err(status) => break status,
+        }
+    };
+    // A connection closed before HTTP/2 starts: how a client reports it is the
+    // client's (tonic: UNKNOWN or CANCELLED, grpcio: UNAVAILABLE).
+    assert!(
+        matches!(
+            refused.code(),
+            Code::Unavailable | Code::Unknown | Code::Cancelled
+        ),
+        "{refused:?}"
+    );
+    // Closing them makes room again (the node notices the close on its own time).
+    drop(open);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut c = loop {
+        let mut c = client(addr).await;
+        if c.server_live(pb::ServerLiveRequest {}).await.is_ok() {
+            break c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no room after closing the connections"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(c.server_live(pb::ServerLiveRequest {}).await.is_ok());
+    assert!(node.metric("netaccel_connections_refused_total{protocol=\"grpc\"}") >= 1.0);
+    assert_eq!(
+        node.metric("netaccel_connections_open{protocol=\"grpc\"}"),
+        1.0
+    );
+}

@@ -76,8 +76,10 @@ fn reply(answer: Answer) -> Reply {
     }
 }
 
-/// Serves one client until it disconnects or breaks the protocol.
-pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
+/// Serves one client until it disconnects or breaks the protocol; `refused`: the client
+/// is over a bound counted elsewhere (by the node, for isolated runtime processes) and
+/// gets `CL_OUT_OF_RESOURCES`, as one over `clients_max` here does.
+pub(crate) fn serve(shared: Arc<Shared>, stream: Stream, refused: bool) {
     let _ = stream.set_nodelay();
     // Zero means no bound (the socket call takes no zero timeout).
     let stall = Some(shared.config.send_stall_max).filter(|d| !d.is_zero());
@@ -89,7 +91,8 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
     };
     let writer: ClientWriter = Arc::new(Mutex::new(write_half));
     let connection = register(&shared, &stream);
-    let over_limit = shared.clients.fetch_add(1, Ordering::SeqCst) >= shared.config.clients_max;
+    let over_limit =
+        shared.clients.fetch_add(1, Ordering::SeqCst) >= shared.config.clients_max || refused;
     shared.metrics.clients_connected.inc();
     let mut reader = BufReader::with_capacity(256 << 10, stream);
     if over_limit {

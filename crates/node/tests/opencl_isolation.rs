@@ -232,20 +232,90 @@ fn rest_state_is_zombie(stat: &str) -> bool {
         == Some("Z")
 }
 
+/// A kernel slow enough that the test can signal the node while it runs.
+const SPIN: &[u8] = b"__kernel void spin(__global float *v, int rounds) {
+    size_t i = get_global_id(0); float x = v[i];
+    for (int r = 0; r < rounds; r++) x = x * 0.999f + 0.5f;
+    v[i] = x;
+}";
+
 #[test]
 fn sigterm_drains_runtime_processes_and_sigkill_takes_them_along() {
     if !common::opencl_runtime_present() {
         return;
     }
-    // SIGTERM: a task in flight still answers, the session closes, the node exits 0.
+    // SIGTERM: the task running still answers, the session closes, the runtime
+    // process ends and its shared memory is gone, the node exits 0.
     let ocl_addr = free_addr();
     let mut node = TestNode::start(&format!("opencl = \"{ocl_addr}\"\n"));
     let mut c = Client::connect_with(ocl_addr, &ocl_remote::shm::host_id()).expect("connects");
-    c.setup(0);
+    let device = c.info.1[0][0];
+    c.setup_context();
+    let floats: u64 = 1 << 20;
+    let mut region = Vec::new();
+    for request in [
+        Request::CreateQueue {
+            id: 2,
+            context: 1,
+            device,
+            properties: 0,
+        },
+        Request::CreateBuffer {
+            id: 3,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size: floats * 4,
+            data: &[],
+        },
+        Request::CreateProgramWithSource {
+            id: 4,
+            context: 1,
+            source: SPIN,
+        },
+        Request::BuildProgram {
+            program: 4,
+            devices: vec![],
+            options: b"",
+        },
+        Request::CreateKernel {
+            id: 5,
+            program: 4,
+            name: b"spin",
+        },
+    ] {
+        let (status, payload) = c.call(&request);
+        assert_eq!(status, 0, "{request:?}");
+        if matches!(request, Request::CreateBuffer { .. }) {
+            region = payload;
+        }
+    }
+    let region = std::path::Path::new("/dev/shm")
+        .join(String::from_utf8_lossy(&region).trim_start_matches('/'));
+    assert!(
+        region.is_file(),
+        "the same-host buffer should be in shared memory"
+    );
     let runtimes = children_of(node.pid());
     assert!(!runtimes.is_empty(), "no runtime process runs");
-    c.send(&Request::enqueue(vec![inc(2, 5, 3, 0)]));
+    let rounds = 400i32.to_le_bytes();
+    c.send(&Request::enqueue(vec![Command::NdRange(NdRange {
+        queue: 2,
+        event: 0,
+        kernel: 5,
+        work_dim: 1,
+        offset: [0; 3],
+        global: [floats, 0, 0],
+        local: None,
+        args: vec![KernelArg::Mem(3), KernelArg::Bytes(&rounds)],
+    })]));
     let flush = c.send(&Request::Flush);
+    assert!(
+        eventually(Duration::from_secs(20), || metrics_sum(
+            &node,
+            "netaccel_ocl_runtime_tasks_running"
+        ) >= 1.0),
+        "the task never reached the device"
+    );
     let status = node.terminate();
     assert!(status.success(), "the node exited with {status}");
     match c.read_frame() {
@@ -258,13 +328,14 @@ fn sigterm_drains_runtime_processes_and_sigkill_takes_them_along() {
         matches!(read, Ok(0)) || read.is_err(),
         "still open: {read:?}"
     );
+    assert!(!region.exists(), "{} left behind", region.display());
     for pid in runtimes {
+        // SAFETY: signal 0 only checks that the process exists.
         assert!(
-            eventually(Duration::from_secs(10), || {
-                // SAFETY: signal 0 only checks that the process exists.
-                unsafe { libc::kill(pid, 0) != 0 }
-            }),
-            "runtime process {pid} outlived the node"
+            unsafe { libc::kill(pid, 0) != 0 },
+            "runtime process {pid} outlived the node: {:?} {:?}",
+            std::fs::read_to_string(format!("/proc/{pid}/stat")),
+            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
         );
     }
 
@@ -285,5 +356,143 @@ fn sigterm_drains_runtime_processes_and_sigkill_takes_them_along() {
             }),
             "runtime process {pid} outlived the killed node"
         );
+    }
+}
+
+/// `libnetaccel_opencl.so` as cargo built it beside the node (`cargo test --workspace`
+/// and test.sh build it; `deps/` holds it after `cargo test`).
+fn icd_library() -> Option<std::path::PathBuf> {
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_netaccel-node"));
+    let dir = bin.parent()?;
+    [
+        dir.join("libnetaccel_opencl.so"),
+        dir.join("deps/libnetaccel_opencl.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+}
+
+/// Runs `cmd` to its end within `within`, or kills it and fails the test.
+fn run_bounded(mut cmd: std::process::Command, within: Duration) -> (bool, String) {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the test program");
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut out = String::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return (status.success(), format!("{out}{err}[{status}]"));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not end within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn hostile_programs_through_the_icd_get_errors_while_a_bystander_program_runs() {
+    if !common::opencl_runtime_present() {
+        return;
+    }
+    if std::process::Command::new("gcc")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        ocl::missing_prerequisite("gcc not found");
+        return;
+    }
+    let Some(icd) = icd_library() else {
+        ocl::missing_prerequisite("libnetaccel_opencl.so not built (cargo build -p ocl-icd)");
+        return;
+    };
+    let ocl_addr = free_addr();
+    let node = TestNode::start(&format!(
+        "opencl = \"{ocl_addr}\"\nopencl_kernel_time_ms = 1000\n"
+    ));
+    let vendors = node.dir.join("vendors");
+    std::fs::create_dir_all(&vendors).unwrap();
+    std::fs::write(vendors.join("netaccel.icd"), format!("{}\n", icd.display())).unwrap();
+    let exe = node.dir.join("hostile");
+    let out = std::process::Command::new("gcc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/hostile.c"))
+        .arg("-lOpenCL")
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let program = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(args)
+            .env("OCL_ICD_VENDORS", &vendors)
+            .env(ocl_remote::NODES_ENV, ocl_addr.to_string());
+        cmd
+    };
+
+    // A well-behaved program of the same device runs round after round meanwhile.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let bystander = {
+        let stop = std::sync::Arc::clone(&stop);
+        let good = program(&["good", "20"]);
+        let (exe, envs): (std::path::PathBuf, Vec<_>) = (
+            good.get_program().into(),
+            good.get_envs()
+                .map(|(k, v)| (k.to_owned(), v.unwrap().to_owned()))
+                .collect(),
+        );
+        std::thread::spawn(move || {
+            let mut runs = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) || runs.is_empty() {
+                let mut cmd = std::process::Command::new(&exe);
+                cmd.args(["good", "20"]).envs(envs.iter().cloned());
+                runs.push(run_bounded(cmd, Duration::from_secs(120)));
+            }
+            runs
+        })
+    };
+    for kind in ["oob", "null", "trap", "loop"] {
+        let (ok, output) = run_bounded(program(&[kind]), Duration::from_secs(120));
+        assert!(ok, "{kind}: the hostile program itself failed: {output}");
+        let status: i32 = output
+            .lines()
+            .find_map(|l| l.strip_prefix("finish: "))
+            .unwrap_or_else(|| panic!("{kind}: no status in {output}"))
+            .parse()
+            .unwrap();
+        // The ICD's answer to a lost connection.
+        assert_eq!(
+            status,
+            cl::CL_OUT_OF_RESOURCES,
+            "{kind}: clFinish should fail as the connection is lost"
+        );
+        http_upper(&node);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for (ok, output) in bystander.join().unwrap() {
+        assert!(ok && output.starts_with("good: ok"), "bystander: {output}");
     }
 }

@@ -84,6 +84,7 @@ struct Metrics {
     crashes: Family<Vec<(String, String)>, Counter>,
     kernel_timeouts: Counter,
     clients: Gauge,
+    tasks_running: Gauge,
 }
 
 impl Metrics {
@@ -94,6 +95,7 @@ impl Metrics {
             crashes: Family::default(),
             kernel_timeouts: Counter::default(),
             clients: Gauge::default(),
+            tasks_running: Gauge::default(),
         };
         registry.register(
             "ocl_runtime_processes",
@@ -115,6 +117,11 @@ impl Metrics {
             "ocl_runtime_kernel_timeouts",
             "Runtime processes killed because a task ran longer than kernel_time_max",
             m.kernel_timeouts.clone(),
+        );
+        registry.register(
+            "ocl_runtime_tasks_running",
+            "Runtime processes running a task, as the watchdog last saw them",
+            m.tasks_running.clone(),
         );
         registry.register(
             "ocl_clients_connected",
@@ -139,10 +146,14 @@ struct Process {
 }
 
 impl Process {
-    fn kill(&self) {
-        // SAFETY: signals a child of ours that has not been reaped (its waiter removes
-        // it from the table before reaping), so the pid is not reused yet.
-        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+    /// Kills the process unless it has been reaped: `pool` is the locked table, and a
+    /// process is reaped and leaves it under that lock, so its pid cannot have been
+    /// reused by another process.
+    fn kill(&self, pool: &Pool) {
+        if pool.live.contains_key(&self.pid) {
+            // SAFETY: a child of ours that has not been reaped (see above).
+            unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        }
     }
 }
 
@@ -241,7 +252,7 @@ impl Supervisor {
                 ));
             }
         }
-        if inner.config.kernel_time_max > Duration::ZERO {
+        {
             let inner = Arc::clone(&inner);
             supervisor.threads.push(
                 thread::Builder::new()
@@ -301,10 +312,12 @@ impl Supervisor {
     /// Kills what is left and waits for the spawner, which outlives its processes.
     fn stop_now(&mut self) {
         self.inner.shutdown.store(true, Ordering::SeqCst);
-        for p in lock(&self.inner.pool).live.values() {
+        let pool = lock(&self.inner.pool);
+        for p in pool.live.values() {
             p.killed.store(true, Ordering::SeqCst);
-            p.kill();
+            p.kill(&pool);
         }
+        drop(pool);
         self.inner.changed.notify_all();
         if let Some(t) = self.spawner.take() {
             let _ = t.join();
@@ -350,12 +363,25 @@ impl Inner {
             next_start = next_start.max(Instant::now()) + backoff;
             thread::sleep(next_start.saturating_duration_since(Instant::now()));
             next_start += interval;
-            if let Err(e) = self.start_process() {
-                eprintln!("ocl-remote: cannot start an OpenCL runtime process: {e}");
-                let mut pool = lock(&self.pool);
+            // Started and entered in the table under the lock, after a last look at
+            // the flag: a drain that sets the flag and then closes the table's control
+            // sockets sees every process there will be.
+            let mut pool = lock(&self.pool);
+            if self.shutdown.load(Ordering::SeqCst) {
                 pool.starting -= 1;
-                pool.failures += 1;
-                self.changed.notify_all();
+                break;
+            }
+            let started = self.start_process(&mut pool);
+            drop(pool);
+            match started {
+                Ok((process, child)) => self.watch(process, child),
+                Err(e) => {
+                    eprintln!("ocl-remote: cannot start an OpenCL runtime process: {e}");
+                    let mut pool = lock(&self.pool);
+                    pool.starting -= 1;
+                    pool.failures += 1;
+                    self.changed.notify_all();
+                }
             }
         }
         self.wait_for_no_process(Instant::now() + Duration::from_secs(3600));
@@ -378,7 +404,7 @@ impl Inner {
     }
 
     /// Starts one runtime process and the thread that waits for it.
-    fn start_process(self: &Arc<Self>) -> io::Result<()> {
+    fn start_process(&self, pool: &mut Pool) -> io::Result<(Arc<Process>, Child)> {
         let (control, theirs) = UnixStream::pair()?;
         let busy = BusyPage::create()?;
         let mode = if self.per_session {
@@ -435,14 +461,36 @@ impl Inner {
         });
         self.metrics.starts.inc();
         self.metrics.processes.inc();
-        lock(&self.pool)
-            .live
-            .insert(process.pid, Arc::clone(&process));
+        pool.live.insert(process.pid, Arc::clone(&process));
+        Ok((process, child))
+    }
+
+    /// Starts the thread that supervises a started process; without one, the process
+    /// is killed and reaped here, as if it had failed to start.
+    fn watch(self: &Arc<Self>, process: Arc<Process>, child: Child) {
         let inner = Arc::clone(self);
-        thread::Builder::new()
+        let (process2, child) = (Arc::clone(&process), std::sync::Mutex::new(Some(child)));
+        let child = Arc::new(child);
+        let child2 = Arc::clone(&child);
+        let spawned = thread::Builder::new()
             .name("ocl-runtime-wait".to_string())
-            .spawn(move || inner.supervise(process, child))
-            .map(drop)
+            .spawn(move || {
+                let child = lock(&child2).take().expect("taken once");
+                inner.supervise(process2, child)
+            });
+        if let Err(e) = spawned {
+            eprintln!("ocl-remote: cannot supervise a runtime process: {e}");
+            if let Some(mut child) = lock(&child).take() {
+                let mut pool = lock(&self.pool);
+                let _ = child.kill();
+                let _ = child.wait();
+                pool.live.remove(&process.pid);
+                pool.starting -= 1;
+                pool.failures += 1;
+                self.metrics.processes.dec();
+                self.changed.notify_all();
+            }
+        }
     }
 
     /// Greets the process, adds it to the pool once ready, then waits for its end.
@@ -461,17 +509,19 @@ impl Inner {
                 }
                 Err(ref e) => {
                     pool.failures += 1;
-                    eprintln!(
-                        "ocl-remote: OpenCL runtime process {} did not get ready: {e}",
-                        process.pid
-                    );
-                    process.kill();
+                    if !self.shutdown.load(Ordering::SeqCst) {
+                        eprintln!(
+                            "ocl-remote: OpenCL runtime process {} did not get ready: {e}",
+                            process.pid
+                        );
+                    }
+                    process.kill(&pool);
                 }
             }
             self.changed.notify_all();
         }
-        // Wait for the end without reaping (WNOWAIT): until the process leaves the
-        // table below, its pid may not be reused, so the watchdog's and the drain's
+        // Wait for the end without reaping (WNOWAIT): until it is reaped below, under
+        // the pool's lock, its pid cannot be reused, so the watchdog's and the drain's
         // kill cannot reach another process.
         // SAFETY: a zeroed siginfo_t is a valid out-parameter.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -492,13 +542,17 @@ impl Inner {
         let clients = process.clients.load(Ordering::SeqCst);
         self.metrics.clients.dec_by(clients as i64);
         let regions = remove_regions(process.pid);
-        {
+        let status = {
             let mut pool = lock(&self.pool);
+            // Reaped under the lock that every kill takes, and before the process
+            // leaves the table that a drain waits on: a node that returns from its
+            // drain leaves no zombie behind. It has exited, so this does not block.
+            let status = child.wait();
             pool.ready.retain(|p| p.pid != process.pid);
             pool.live.remove(&process.pid);
             self.changed.notify_all();
-        }
-        let status = child.wait();
+            status
+        };
         let signal = status.as_ref().ok().and_then(|s| s.signal());
         let pid = process.pid;
         if process.timed_out.load(Ordering::SeqCst) {
@@ -594,26 +648,35 @@ impl Inner {
                     process.pid
                 );
                 process.killed.store(true, Ordering::SeqCst);
-                process.kill();
+                process.kill(&lock(&self.pool));
             }
         }
         // `stream` drops here: the process holds the only copy of the connection.
     }
 
-    /// Kills processes whose running task is older than `kernel_time_max`.
+    /// Kills processes whose running task is older than `kernel_time_max` (zero: no
+    /// bound) and counts the processes running a task.
     fn watchdog(&self) {
-        let bound = self.config.kernel_time_max;
-        let tick = (bound / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
+        let bound = Some(self.config.kernel_time_max).filter(|b| !b.is_zero());
+        let tick = bound.map_or(Duration::from_millis(250), |b| {
+            (b / 4).clamp(Duration::from_millis(10), Duration::from_millis(250))
+        });
         while !self.shutdown.load(Ordering::SeqCst) {
             thread::sleep(tick);
-            for p in lock(&self.pool).live.values() {
-                if p.busy.longest().is_some_and(|ran| ran > bound)
-                    && !p.timed_out.swap(true, Ordering::SeqCst)
-                {
+            let mut running = 0;
+            let pool = lock(&self.pool);
+            for p in pool.live.values() {
+                let Some(ran) = p.busy.longest() else {
+                    continue;
+                };
+                running += 1;
+                if bound.is_some_and(|b| ran > b) && !p.timed_out.swap(true, Ordering::SeqCst) {
                     self.metrics.kernel_timeouts.inc();
-                    p.kill();
+                    p.kill(&pool);
                 }
             }
+            drop(pool);
+            self.metrics.tasks_running.set(running);
         }
     }
 }

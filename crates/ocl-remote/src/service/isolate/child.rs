@@ -64,6 +64,7 @@ pub fn main(args: &[String]) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail("OpenCL", &e),
     };
+    warm_up(&shared);
     let names: Vec<String> = shared
         .runtime
         .devices
@@ -109,4 +110,54 @@ fn exit_when_drained(shared: &Shared) -> ! {
     }
     // SAFETY: _exit ends the process at once; nothing of ours needs to run first.
     unsafe { libc::_exit(0) }
+}
+
+/// Builds a one-line program on each device before saying ready. A runtime's first
+/// build in a process is slow whatever the program (PoCL loads and initialises its
+/// compiler: 100–250 ms on the machine of docs/benchmarks.md, natively too), and a
+/// spare process pays it here, before a client waits for it.
+fn warm_up(shared: &Shared) {
+    const SOURCE: &std::ffi::CStr =
+        c"__kernel void netaccel_warm_up(__global int *v) { v[0] = 1; }";
+    let api = &shared.runtime.api;
+    for device in &shared.runtime.devices {
+        let mut rc = 0;
+        let raw = device.raw.0;
+        // SAFETY: a valid device handle; every object made here is released here.
+        unsafe {
+            let context = (api.clCreateContext)(
+                std::ptr::null(),
+                1,
+                &raw,
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                &mut rc,
+            );
+            if context.is_null() {
+                continue;
+            }
+            let source = SOURCE.as_ptr();
+            let program =
+                (api.clCreateProgramWithSource)(context, 1, &source, std::ptr::null(), &mut rc);
+            if !program.is_null() {
+                if (api.clBuildProgram)(
+                    program,
+                    1,
+                    &raw,
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                ) == crate::cl::CL_SUCCESS
+                {
+                    let kernel =
+                        (api.clCreateKernel)(program, c"netaccel_warm_up".as_ptr(), &mut rc);
+                    if !kernel.is_null() {
+                        (api.clReleaseKernel)(kernel);
+                    }
+                }
+                (api.clReleaseProgram)(program);
+            }
+            (api.clReleaseContext)(context);
+        }
+    }
 }

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 sessions="${1:-20}"
 iters="${2:-2000}"
 rounds="${ROUNDS:-3}"
-pause_ms="${PAUSE_MS:-500}"
+pause_ms="${PAUSE_MS:-1500}"
 BENCH_NAME=opencl/isolation.sh
 # shellcheck source=bench/opencl/common.sh
 source bench/opencl/common.sh

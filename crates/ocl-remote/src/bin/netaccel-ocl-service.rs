@@ -1,7 +1,7 @@
 //! Development binary: the node's remote OpenCL service alone, without the node.
 //!
 //! `netaccel-ocl-service --listen 127.0.0.1:9500 [--platform NAME]... [--poll-us N]
-//! [--isolation session|shared|none]`
+//! [--isolation session|shared|none] [--spares N]`
 //!
 //! It is also the program of its own isolated runtime processes (see
 //! `ocl_remote::service::isolate`).
@@ -31,6 +31,13 @@ fn main() -> ExitCode {
                 }
             },
             ("--platform", Some(v)) => config.platforms.push(v),
+            ("--spares", Some(v)) => match v.parse() {
+                Ok(n) => config.runtime_spares = n,
+                Err(e) => {
+                    eprintln!("--spares {v}: {e}");
+                    return ExitCode::from(2);
+                }
+            },
             ("--isolation", Some(v)) => match v.parse() {
                 Ok(i) => config.isolation = i,
                 Err(e) => {
@@ -47,7 +54,7 @@ fn main() -> ExitCode {
             },
             _ => {
                 eprintln!(
-                    "usage: netaccel-ocl-service [--listen ADDR] [--platform NAME]... [--poll-us N] [--isolation session|shared|none]"
+                    "usage: netaccel-ocl-service [--listen ADDR] [--platform NAME]... [--poll-us N] [--isolation session|shared|none] [--spares N]"
                 );
                 return ExitCode::from(2);
             }

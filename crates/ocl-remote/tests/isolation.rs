@@ -301,3 +301,47 @@ fn a_drain_lets_isolated_sessions_finish_and_ends_their_processes() {
         "still open: {read:?}"
     );
 }
+
+#[test]
+fn a_same_host_client_moving_to_the_unix_socket_takes_one_runtime_process() {
+    use ocl_remote::proto::{self, Decoded, HelloInfo, Response};
+    use std::io::Write;
+    let Some((svc, _registry)) = service(isolated(Duration::from_secs(60))) else {
+        return;
+    };
+    // As the ICD does: Hello over TCP; the node answers it and names its Unix socket.
+    let host_id = ocl_remote::shm::host_id();
+    let tcp = Client::connect_with(svc.local_addr(), &host_id).expect("greeted over TCP");
+    // Then Hello over the Unix socket, which a runtime process serves.
+    let name = format!(
+        "netaccel-ocl-{}-{}",
+        std::process::id(),
+        svc.local_addr().port()
+    );
+    let mut local = ocl_remote::stream::Stream::connect_local(name.as_bytes()).unwrap();
+    let mut hello = Vec::new();
+    Request::Hello {
+        version: proto::PROTOCOL_VERSION,
+        host_id: &host_id,
+    }
+    .encode(1, &mut hello);
+    local.write_all(&hello).unwrap();
+    let mut head = [0u8; proto::HEADER_LEN];
+    local.read_exact(&mut head).unwrap();
+    let Ok(Decoded::Complete(h, _)) = proto::decode_header(&head, u32::MAX) else {
+        panic!("bad header")
+    };
+    let mut body = vec![0; h.body_len as usize];
+    local.read_exact(&mut body).unwrap();
+    let Ok(Response::Reply { status, payload }) = Response::decode(h.kind, &body) else {
+        panic!("expected a reply")
+    };
+    assert_eq!(status, cl::CL_SUCCESS);
+    assert_eq!(HelloInfo::decode(payload).unwrap().platforms, tcp.info.1);
+    // Only the Unix connection took a runtime process: the TCP one, still open, was
+    // greeted by the node itself (a runtime process started only to answer it would
+    // count as a second client until the client left it).
+    assert_eq!(svc.clients_connected(), 1);
+    drop(tcp);
+    assert!(svc.shutdown(Instant::now() + Duration::from_secs(30)));
+}

@@ -65,23 +65,34 @@ pub fn main(args: &[String]) -> ExitCode {
         Err(e) => return fail("OpenCL", &e),
     };
     warm_up(&shared);
-    let names: Vec<String> = shared
+    let platforms: Vec<Vec<u32>> = shared
         .runtime
-        .devices
+        .platforms
         .iter()
-        .map(|d| d.name.replace('\n', " "))
+        .map(|p| p.devices.clone())
         .collect();
-    if let Err(e) = wire::write_frame(&control, names.join("\n").as_bytes()) {
+    let ready = std::iter::once(super::greet::encode_platforms(&platforms))
+        .chain(
+            shared
+                .runtime
+                .devices
+                .iter()
+                .map(|d| d.name.replace('\n', " ")),
+        )
+        .collect::<Vec<_>>()
+        .join("\n");
+    if let Err(e) = wire::write_frame(&control, ready.as_bytes()) {
         return fail("ready", &e);
     }
     loop {
         match wire::recv_client(&control) {
-            Ok(Some((stream, refuse))) => {
+            Ok(Some((stream, refuse, greeted))) => {
                 let shared = Arc::clone(&shared);
                 let spawned = std::thread::Builder::new()
                     .name("ocl-client".to_string())
                     .spawn(move || {
-                        session::serve(Arc::clone(&shared), stream, refuse);
+                        let served = Arc::clone(&shared);
+                        session::serve_greeted(served, stream, refuse, greeted);
                         if one_session {
                             exit_when_drained(&shared);
                         }

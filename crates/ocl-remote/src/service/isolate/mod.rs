@@ -41,6 +41,7 @@
 //!   `/metrics` has the supervisor's.
 
 pub(crate) mod child;
+mod greet;
 mod wire;
 
 use std::collections::HashMap;
@@ -169,6 +170,9 @@ struct Pool {
     failures: u32,
     /// The device names the first ready process reported.
     device_names: Option<Vec<String>>,
+    /// What the node answers a same-host client's `Hello` on TCP (see [`greet`]), made
+    /// from the first ready process's report.
+    hello: Option<Arc<greet::HelloAnswer>>,
 }
 
 struct Inner {
@@ -180,6 +184,8 @@ struct Inner {
     changed: Condvar,
     shutdown: AtomicBool,
     metrics: Metrics,
+    /// Connections whose `Hello` the node is reading (bounded by `clients_max`).
+    greeting: AtomicUsize,
 }
 
 /// The node's side: listeners, the spare processes, their waiters and the watchdog.
@@ -214,6 +220,7 @@ impl Supervisor {
             changed: Condvar::new(),
             shutdown: AtomicBool::new(false),
             metrics: Metrics::register(registry),
+            greeting: AtomicUsize::new(0),
         });
         // The spawner forks every process: PR_SET_PDEATHSIG fires when the thread that
         // forked ends, so it must live as long as its processes (see `spawner`).
@@ -264,7 +271,7 @@ impl Supervisor {
         supervisor.threads.push(
             thread::Builder::new()
                 .name("ocl-accept".to_string())
-                .spawn(move || tcp.accept(listener.incoming().map(|s| s.map(Stream::Tcp))))?,
+                .spawn(move || tcp.accept_tcp(listener))?,
         );
         if let Some(l) = local_listener {
             let local = Arc::clone(&inner);
@@ -495,14 +502,21 @@ impl Inner {
 
     /// Greets the process, adds it to the pool once ready, then waits for its end.
     fn supervise(self: Arc<Self>, process: Arc<Process>, mut child: Child) {
-        let ready = self.greet(&process);
+        let ready = self.handshake(&process);
         {
             let mut pool = lock(&self.pool);
             pool.starting -= 1;
             match ready {
-                Ok(names) => {
+                Ok((platforms, names)) => {
                     pool.failures = 0;
                     pool.device_names.get_or_insert(names);
+                    if pool.hello.is_none() && !self.local_socket.is_empty() {
+                        pool.hello = Some(Arc::new(greet::HelloAnswer {
+                            host_id: crate::shm::host_id(),
+                            local_socket: self.local_socket.clone(),
+                            platforms,
+                        }));
+                    }
                     if !self.shutdown.load(Ordering::SeqCst) {
                         pool.ready.push(Arc::clone(&process));
                     }
@@ -579,32 +593,90 @@ impl Inner {
         }
     }
 
-    /// Sends the configuration and waits for the device names.
-    fn greet(&self, process: &Process) -> io::Result<Vec<String>> {
+    /// Sends the configuration and waits for the platforms and device names.
+    fn handshake(&self, process: &Process) -> io::Result<(Vec<Vec<u32>>, Vec<String>)> {
         let config = wire::encode_config(&self.config, &self.local_socket);
         wire::write_frame(&process.control, &config)?;
         process.control.set_read_timeout(Some(READY_TIMEOUT))?;
-        let names = wire::read_frame(&process.control)?;
-        let names = String::from_utf8_lossy(&names);
-        Ok(names
-            .split('\n')
+        let ready = wire::read_frame(&process.control)?;
+        let ready = String::from_utf8_lossy(&ready);
+        let mut lines = ready.split('\n');
+        let platforms = lines
+            .next()
+            .and_then(greet::decode_platforms)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad ready frame"))?;
+        let names = lines
             .filter(|n| !n.is_empty())
             .map(str::to_string)
-            .collect())
+            .collect();
+        Ok((platforms, names))
     }
 
+    /// Local connections go to a runtime process at once.
     fn accept(&self, incoming: impl Iterator<Item = io::Result<Stream>>) {
         for stream in incoming {
             if self.shutdown.load(Ordering::SeqCst) {
                 return;
             }
             let Ok(stream) = stream else { continue };
-            self.hand_over(stream);
+            self.hand_over(stream, false);
         }
     }
 
-    /// Gives `stream` to a ready process, waiting for one up to [`HAND_OVER_TIMEOUT`].
-    fn hand_over(&self, stream: Stream) {
+    /// TCP connections: when the node offers its Unix socket, the node reads their
+    /// `Hello` first (see [`greet`]), on a thread of their own so that a slow client
+    /// delays no other; at most `clients_max` at once, beyond which they go to a
+    /// runtime process at once.
+    fn accept_tcp(self: &Arc<Self>, listener: TcpListener) {
+        for stream in listener.incoming() {
+            if self.shutdown.load(Ordering::SeqCst) {
+                return;
+            }
+            let Ok(stream) = stream else { continue };
+            let hello = lock(&self.pool).hello.clone();
+            let hello = match hello {
+                Some(h) if !self.over_clients_max() && self.greeter_slot() => h,
+                _ => {
+                    self.hand_over(Stream::Tcp(stream), false);
+                    continue;
+                }
+            };
+            let inner = Arc::clone(self);
+            let spawned = thread::Builder::new()
+                .name("ocl-greet".to_string())
+                .spawn(move || {
+                    let greeting = greet::greet(&stream, &hello);
+                    inner.greeting.fetch_sub(1, Ordering::SeqCst);
+                    match greeting {
+                        greet::Greeting::Gone => {}
+                        greet::Greeting::Untouched => inner.hand_over(Stream::Tcp(stream), false),
+                        greet::Greeting::Greeted => inner.hand_over(Stream::Tcp(stream), true),
+                    }
+                });
+            if let Err(e) = spawned {
+                self.greeting.fetch_sub(1, Ordering::SeqCst);
+                eprintln!("ocl-remote: cannot start a thread to greet a client: {e}");
+            }
+        }
+    }
+
+    /// Takes one of the `clients_max` places for a connection being greeted.
+    fn greeter_slot(&self) -> bool {
+        if self.greeting.fetch_add(1, Ordering::SeqCst) < self.config.clients_max {
+            return true;
+        }
+        self.greeting.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    /// One process per session counts its clients here; a shared process counts its own.
+    fn over_clients_max(&self) -> bool {
+        self.per_session && self.metrics.clients.get() >= self.config.clients_max as i64
+    }
+
+    /// Gives `stream` to a ready process, waiting for one up to [`HAND_OVER_TIMEOUT`];
+    /// `greeted`: the node answered its `Hello` (see [`greet`]).
+    fn hand_over(&self, stream: Stream, greeted: bool) {
         let deadline = Instant::now() + HAND_OVER_TIMEOUT;
         let process = {
             let mut pool = lock(&self.pool);
@@ -633,10 +705,8 @@ impl Inner {
                     .0;
             }
         };
-        // A shared process counts its clients itself; one per session cannot.
-        let refuse =
-            self.per_session && self.metrics.clients.get() >= self.config.clients_max as i64;
-        match wire::send_client(&process.control, &stream, refuse) {
+        let refuse = self.over_clients_max();
+        match wire::send_client(&process.control, &stream, refuse, greeted) {
             Ok(()) if self.per_session && !refuse => {
                 process.clients.fetch_add(1, Ordering::SeqCst);
                 self.metrics.clients.inc();

@@ -4,10 +4,12 @@
 //!
 //! 1. node → process: the service configuration, one length-prefixed frame of
 //!    `key=value` lines (see [`encode_config`]);
-//! 2. process → node: ready, one frame with the shared devices' names, one per line
-//!    (the process exits instead when it cannot open OpenCL);
-//! 3. node → process, per client: two bytes (`kind`, `refuse`) carrying the client's
-//!    socket. The node keeps no copy, so the client's connection ends with the process.
+//! 2. process → node: ready, one frame of lines: the platforms' device indices (see
+//!    `greet::encode_platforms`), then the shared devices' names, one per line (the
+//!    process exits instead when it cannot open OpenCL);
+//! 3. node → process, per client: three bytes (`kind`, `refuse`, `greeted`) carrying
+//!    the client's socket. The node keeps no copy, so the client's connection ends with
+//!    the process.
 //! 4. The node closes its end: the process drains (finishes its tasks, ends its
 //!    sessions) and exits.
 
@@ -113,8 +115,14 @@ pub(crate) fn decode_config(bytes: &[u8]) -> Result<(ServiceConfig, Vec<u8>), St
 }
 
 /// Hands a client's connection to the process; `refuse`: answer its first request with
-/// `CL_OUT_OF_RESOURCES` (the node is at `clients_max`).
-pub(crate) fn send_client(control: &UnixStream, client: &Stream, refuse: bool) -> io::Result<()> {
+/// `CL_OUT_OF_RESOURCES` (the node is at `clients_max`); `greeted`: the node answered the
+/// client's same-host `Hello` already (see `greet`).
+pub(crate) fn send_client(
+    control: &UnixStream,
+    client: &Stream,
+    refuse: bool,
+    greeted: bool,
+) -> io::Result<()> {
     let kind = u8::from(matches!(client, Stream::Unix(_)));
     let fd = match client {
         Stream::Tcp(s) => s.as_fd(),
@@ -124,7 +132,7 @@ pub(crate) fn send_client(control: &UnixStream, client: &Stream, refuse: bool) -
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control_buf = SendAncillaryBuffer::new(&mut space);
     control_buf.push(SendAncillaryMessage::ScmRights(&fds));
-    let body = [kind, u8::from(refuse)];
+    let body = [kind, u8::from(refuse), u8::from(greeted)];
     let sent = sendmsg(
         control,
         &[IoSlice::new(&body)],
@@ -132,17 +140,20 @@ pub(crate) fn send_client(control: &UnixStream, client: &Stream, refuse: bool) -
         SendFlags::NOSIGNAL,
     )?;
     if sent != body.len() {
-        // Two bytes on a local stream socket go whole or not at all in practice; a
+        // Three bytes on a local stream socket go whole or not at all in practice; a
         // short send would desynchronise the stream, so it ends the process's use.
         return Err(io::ErrorKind::WriteZero.into());
     }
     Ok(())
 }
 
-/// Receives the next client connection and its `refuse` flag; `None` when the node
-/// closed the control socket (drain).
-pub(crate) fn recv_client(control: &UnixStream) -> io::Result<Option<(Stream, bool)>> {
-    let mut body = [0u8; 2];
+/// A client connection handed over, and its `refuse` and `greeted` flags.
+pub(crate) type HandedOver = (Stream, bool, bool);
+
+/// Receives the next client connection; `None` when the node closed the control socket
+/// (drain).
+pub(crate) fn recv_client(control: &UnixStream) -> io::Result<Option<HandedOver>> {
+    let mut body = [0u8; 3];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control_buf = RecvAncillaryBuffer::new(&mut space);
     let got = recvmsg(
@@ -161,7 +172,7 @@ pub(crate) fn recv_client(control: &UnixStream) -> io::Result<Option<(Stream, bo
     }
     match got.bytes {
         0 => return Ok(None),
-        1 => (&*control).read_exact(&mut body[1..])?,
+        n if n < body.len() => (&*control).read_exact(&mut body[n..])?,
         _ => {}
     }
     let fd = fd.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no fd handed over"))?;
@@ -170,7 +181,7 @@ pub(crate) fn recv_client(control: &UnixStream) -> io::Result<Option<(Stream, bo
     } else {
         Stream::Tcp(std::net::TcpStream::from(fd))
     };
-    Ok(Some((stream, body[1] == 1)))
+    Ok(Some((stream, body[1] == 1, body[2] == 1)))
 }
 
 #[cfg(test)]
@@ -197,9 +208,9 @@ mod tests {
     fn a_connection_crosses_the_control_socket_and_still_carries_bytes() {
         let (node, process) = UnixStream::pair().unwrap();
         let (client, served) = UnixStream::pair().unwrap();
-        send_client(&node, &Stream::Unix(served), true).unwrap();
-        let (mut stream, refuse) = recv_client(&process).unwrap().unwrap();
-        assert!(refuse);
+        send_client(&node, &Stream::Unix(served), true, false).unwrap();
+        let (mut stream, refuse, greeted) = recv_client(&process).unwrap().unwrap();
+        assert!(refuse && !greeted);
         (&client).write_all(b"ping").unwrap();
         let mut buf = [0u8; 4];
         stream.read_exact(&mut buf).unwrap();

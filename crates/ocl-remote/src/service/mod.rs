@@ -19,7 +19,13 @@
 //! event results), [`presented`] (the platforms and devices as clients see them: OpenCL
 //! 1.2, memory within their quota), [`reads`] (where a read's bytes wait until sent),
 //! [`programs`] (the cache of built programs),
-//! [`bodies`] (spare buffers for large frame bodies), [`metrics`].
+//! [`bodies`] (spare buffers for large frame bodies), [`metrics`], [`isolate`] (the
+//! runtime in supervised child processes, the node's default) and [`busy`] (how the
+//! node sees how long their tasks run).
+//!
+//! Everything above runs in one process: the service's own ([`Isolation::InProcess`]),
+//! or a runtime process the node started ([`isolate`]), where the listeners stay in
+//! the node and each connection is handed over.
 //!
 //! See `docs/opencl.md` for the protocol and the task model.
 

@@ -14,6 +14,9 @@
 //!   connection, so the bytes go straight between client and runtime process (no
 //!   relay, no added copy or hop on the round trip), and when the process dies the
 //!   client's connection ends with it and the ICD turns that into CL errors.
+//! - A same-host client's first connection (TCP, for its `Hello` only: it moves to the
+//!   Unix socket at once) does not take a process: the node answers that `Hello`
+//!   itself ([`greet`]).
 //! - Shared memory keeps working: the runtime process creates the regions (named after
 //!   its own pid) and the client maps them by name, as before. The node unlinks
 //!   whatever a dead process left behind.

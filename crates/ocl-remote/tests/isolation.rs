@@ -345,3 +345,27 @@ fn a_same_host_client_moving_to_the_unix_socket_takes_one_runtime_process() {
     drop(tcp);
     assert!(svc.shutdown(Instant::now() + Duration::from_secs(30)));
 }
+
+#[test]
+fn a_runtime_process_that_cannot_start_fails_the_service_start_as_a_missing_runtime() {
+    // Needs no OpenCL: the program exits at once instead of saying ready.
+    let config = ServiceConfig {
+        runtime_program: Some(PathBuf::from("/bin/false")),
+        ..isolated(Duration::ZERO)
+    };
+    let started = Instant::now();
+    let result = ocl_remote::service::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        config,
+        &mut Registry::default(),
+    );
+    match result {
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}"),
+        Ok(_) => panic!("a service without a runtime process started"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -265,6 +265,17 @@ pub struct Config {
     pub opencl_poll_us: u64,
     /// Spare buffers for large frames kept for reuse, all clients together.
     pub opencl_body_spare_bytes_max: usize,
+    /// Where the OpenCL runtime runs remote clients' kernels: `session` (a process of
+    /// its own per client connection, the default), `shared` (one process for all) or
+    /// `none` (in the node's process). See [`ocl_remote::service::isolate`].
+    pub opencl_isolation: String,
+    /// Runtime processes kept started and ready for the next client (`session`).
+    pub opencl_runtime_spares: usize,
+    /// Runtime processes started per second at most.
+    pub opencl_runtime_starts_per_second_max: u32,
+    /// How long one task of a remote client may run before its runtime process is
+    /// killed (isolated modes); 0: no bound.
+    pub opencl_kernel_time_ms: u64,
     /// Adds the `fault` accelerator to the catalog (id 0xfff0): payload `panic` makes
     /// it panic, `error` makes it fail, anything else is echoed. For testing clients'
     /// and operators' handling of a failing kernel; off in production.
@@ -410,6 +421,12 @@ impl Default for Config {
             opencl_local_socket: ocl.local_socket,
             opencl_poll_us: ocl.poll_before_sleep.as_micros() as u64,
             opencl_body_spare_bytes_max: ocl.body_spare_bytes_max,
+            // The node runs remote clients' code out of its own process by default: a
+            // hostile kernel must not end a node every tenant shares.
+            opencl_isolation: "session".to_string(),
+            opencl_runtime_spares: ocl.runtime_spares,
+            opencl_runtime_starts_per_second_max: ocl.runtime_starts_per_second_max,
+            opencl_kernel_time_ms: ocl.kernel_time_max.as_millis() as u64,
             fault_injection: false,
             io_threads: 0,
             log_level: "info".to_string(),
@@ -613,6 +630,12 @@ impl Config {
         if self.opencl_library.is_empty() {
             return Err("opencl_library must name a library".to_string());
         }
+        self.opencl_isolation
+            .parse::<ocl_remote::service::Isolation>()
+            .map_err(|e| format!("opencl_isolation: {e}"))?;
+        if self.opencl_runtime_starts_per_second_max == 0 {
+            return Err("opencl_runtime_starts_per_second_max must be at least 1".to_string());
+        }
         Ok(())
     }
 
@@ -635,6 +658,16 @@ impl Config {
             send_stall_max: std::time::Duration::from_millis(self.opencl_send_stall_timeout_ms),
             kernel_name_bytes_max: self.opencl_kernel_name_bytes_max,
             body_spare_bytes_max: self.opencl_body_spare_bytes_max,
+            // Checked by `validate`.
+            isolation: self
+                .opencl_isolation
+                .parse()
+                .unwrap_or(ocl_remote::service::Isolation::PerSession),
+            // The node's own executable, started with the runtime subcommand.
+            runtime_program: None,
+            runtime_spares: self.opencl_runtime_spares,
+            runtime_starts_per_second_max: self.opencl_runtime_starts_per_second_max,
+            kernel_time_max: std::time::Duration::from_millis(self.opencl_kernel_time_ms),
         }
     }
 

@@ -91,6 +91,12 @@ fn grpc_listen(text: &str) -> Result<GrpcListen, String> {
 }
 
 fn main() -> ExitCode {
+    // The node started again as an isolated OpenCL runtime process (see
+    // `ocl_remote::service::isolate`): not a node, no command line of its own.
+    let raw: Vec<String> = std::env::args().collect();
+    if raw.get(1).map(String::as_str) == Some(ocl_remote::service::isolate::SUBCOMMAND) {
+        return ocl_remote::service::isolate::runtime_main(&raw[2..]);
+    }
     let args = Args::parse();
     let mut config = match &args.config {
         Some(path) => match Config::from_file(path) {

@@ -717,7 +717,7 @@ fn remote_opencl_service_runs_inside_the_node() {
         .into_string()
         .unwrap();
     assert!(
-        metrics.contains("netaccel_ocl_task_latency_seconds"),
+        metrics.contains("netaccel_ocl_clients_connected"),
         "OpenCL metrics missing from the node's /metrics"
     );
     assert!(metrics.contains("netaccel_slot_calls_total"));

@@ -62,7 +62,11 @@ fn sigterm_with_remote_opencl_finishes_tasks_closes_sessions_and_exits_zero() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let mut node = TestNode::start(&format!("opencl = \"{ocl_addr}\"\n"));
+    // The runtime in the node's process (`tests/opencl_isolation.rs` drains isolated
+    // runtime processes).
+    let mut node = TestNode::start(&format!(
+        "opencl = \"{ocl_addr}\"\nopencl_isolation = \"none\"\n"
+    ));
     // A client on the node's host: its buffers live in shared memory regions.
     let mut c = Client::connect_with(ocl_addr, &ocl_remote::shm::host_id())
         .expect("the node shares its OpenCL devices");

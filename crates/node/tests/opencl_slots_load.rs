@@ -294,7 +294,8 @@ fn slot_calls_and_remote_opencl_share_one_device_fifo_and_both_progress() {
         .unwrap();
     let programs = programs_dir("shared");
     let config = format!(
-        "opencl = \"{ocl_addr}\"\nopencl_local_socket = false\n{}",
+        // In-process: the FIFO is shared only with the runtime in the node's process.
+        "opencl = \"{ocl_addr}\"\nopencl_isolation = \"none\"\nopencl_local_socket = false\n{}",
         ocl_device("\"sobel\"", &programs)
     );
     let node = TestNode::start_logging(&config, &["--log-level", "info"]);

@@ -19,13 +19,21 @@
 //! event results), [`presented`] (the platforms and devices as clients see them: OpenCL
 //! 1.2, memory within their quota), [`reads`] (where a read's bytes wait until sent),
 //! [`programs`] (the cache of built programs),
-//! [`bodies`] (spare buffers for large frame bodies), [`metrics`].
+//! [`bodies`] (spare buffers for large frame bodies), [`metrics`], [`isolate`] (the
+//! runtime in supervised child processes, the node's default) and [`busy`] (how the
+//! node sees how long their tasks run).
+//!
+//! Everything above runs in one process: the service's own ([`Isolation::InProcess`]),
+//! or a runtime process the node started ([`isolate`]), where the listeners stay in
+//! the node and each connection is handed over.
 //!
 //! See `docs/opencl.md` for the protocol and the task model.
 
 mod bodies;
+mod busy;
 mod connection;
 mod events;
+pub mod isolate;
 mod metrics;
 mod presented;
 mod programs;
@@ -100,6 +108,49 @@ pub struct ServiceConfig {
     /// (see `bodies`): memory the node holds while idle so that large writes over TCP
     /// do not page-fault fresh buffers in. Zero: none kept.
     pub body_spare_bytes_max: usize,
+    /// Where the vendor runtime that serves clients runs (see [`isolate`]).
+    pub isolation: Isolation,
+    /// The program started for an isolated runtime process, with
+    /// [`isolate::SUBCOMMAND`] as its first argument; `None`: this process's own
+    /// executable (the node, or `netaccel-ocl-service`, both answer it).
+    pub runtime_program: Option<std::path::PathBuf>,
+    /// Runtime processes kept started and ready for the next client
+    /// ([`Isolation::PerSession`]), so that a client does not wait for one to start.
+    pub runtime_spares: usize,
+    /// Runtime processes started per second at most, however many die or connect:
+    /// a client that crashes its runtime in a loop cannot make the node fork in one.
+    pub runtime_starts_per_second_max: u32,
+    /// How long one task (a client's commands between two flushes, kernels included)
+    /// may run before the isolated runtime process running it is killed and its client
+    /// gets errors. Zero: no bound. In-process, tasks are not bounded.
+    pub kernel_time_max: std::time::Duration,
+}
+
+/// Where the vendor runtime runs client code (see [`isolate`] for the trade-offs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// In the service's own process: one crash of the runtime ends the process.
+    InProcess,
+    /// One runtime process per client connection: a crash ends that client's session
+    /// only, as it would natively.
+    PerSession,
+    /// One runtime process for all clients: a crash ends every session, the node
+    /// lives on and starts a new one.
+    Shared,
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Isolation, String> {
+        match s {
+            "none" => Ok(Isolation::InProcess),
+            "session" => Ok(Isolation::PerSession),
+            "shared" => Ok(Isolation::Shared),
+            _ => Err(format!(
+                "unknown isolation {s:?} (expected \"session\", \"shared\" or \"none\")"
+            )),
+        }
+    }
 }
 
 impl ServiceConfig {
@@ -128,6 +179,11 @@ impl Default for ServiceConfig {
             kernel_name_bytes_max: 252,
             // A few of the 8 MiB write commands the ICD sends for large writes.
             body_spare_bytes_max: 32 << 20,
+            isolation: Isolation::InProcess,
+            runtime_program: None,
+            runtime_spares: 2,
+            runtime_starts_per_second_max: 50,
+            kernel_time_max: std::time::Duration::from_secs(300),
         }
     }
 }
@@ -370,9 +426,25 @@ pub(crate) struct Shared {
     pub local_socket: Vec<u8>,
     /// Spare buffers for large frame bodies.
     pub bodies: Arc<bodies::BodyPool>,
+    /// In an isolated runtime process: where the node sees how long tasks run.
+    pub busy: Option<busy::BusyPage>,
 }
 
 impl Shared {
+    /// Ends every session as if its client had left (the reading direction of each
+    /// connection is shut; results still go out) and refuses new ones.
+    pub fn end_sessions(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        for stream in lock(&self.connections).values() {
+            stream.shutdown_read();
+        }
+    }
+
+    /// No client is connected and no task is queued or running.
+    pub fn drained(&self) -> bool {
+        self.clients.load(Ordering::SeqCst) == 0 && self.devices.iter().all(DeviceQueue::is_idle)
+    }
+
     /// No client is connected: gives the memory their sessions and tasks used back to
     /// the system, so that an idle node holds what it held before they came. The spare
     /// body buffers go, and the allocator returns its free memory (`malloc_trim`):
@@ -393,9 +465,16 @@ impl Shared {
 /// A running service. Dropping it does not stop it; call [`ServiceHandle::shutdown`].
 pub struct ServiceHandle {
     local_addr: SocketAddr,
-    shared: Arc<Shared>,
-    accept: Option<JoinHandle<()>>,
-    accept_local: Option<JoinHandle<()>>,
+    kind: Kind,
+}
+
+enum Kind {
+    InProcess {
+        shared: Arc<Shared>,
+        accept: Option<JoinHandle<()>>,
+        accept_local: Option<JoinHandle<()>>,
+    },
+    Isolated(isolate::Supervisor),
 }
 
 impl ServiceHandle {
@@ -406,66 +485,85 @@ impl ServiceHandle {
 
     /// Names of the shared devices, in the node-wide index order clients see.
     pub fn device_names(&self) -> Vec<String> {
-        self.shared
-            .runtime
-            .devices
-            .iter()
-            .map(|d| d.name.clone())
-            .collect()
+        match &self.kind {
+            Kind::InProcess { shared, .. } => shared
+                .runtime
+                .devices
+                .iter()
+                .map(|d| d.name.clone())
+                .collect(),
+            Kind::Isolated(s) => s.device_names(),
+        }
     }
 
     /// The FIFO of the shared device whose OpenCL handle (`cl_device_id`, from the
     /// same OpenCL library) is `device`, for the node's own use of it; `None` when the
-    /// service does not share that device.
+    /// service does not share that device, or runs clients in runtime processes of
+    /// their own (each has its own FIFO there; see [`isolate`]).
     pub fn lane(&self, device: Handle) -> Option<DeviceLane> {
-        let index = self
-            .shared
+        let Kind::InProcess { shared, .. } = &self.kind else {
+            return None;
+        };
+        let index = shared
             .runtime
             .devices
             .iter()
             .position(|d| d.raw.0 == device)?;
-        Some(DeviceLane::new(Arc::clone(&self.shared), index))
+        Some(DeviceLane::new(Arc::clone(shared), index))
     }
 
     /// Clients connected now.
     pub fn clients_connected(&self) -> usize {
-        self.shared.clients.load(Ordering::SeqCst)
+        match &self.kind {
+            Kind::InProcess { shared, .. } => shared.clients.load(Ordering::SeqCst),
+            Kind::Isolated(s) => s.clients_connected(),
+        }
     }
 
-    /// Bytes of device buffers all connected clients hold.
+    /// Bytes of device buffers all connected clients hold (in-process only: isolated
+    /// runtime processes keep their own count; 0 there).
     pub fn client_buffer_bytes(&self) -> i64 {
-        self.shared.metrics.client_buffer_bytes.get()
+        match &self.kind {
+            Kind::InProcess { shared, .. } => shared.metrics.client_buffer_bytes.get(),
+            Kind::Isolated(_) => 0,
+        }
     }
 
-    /// OpenCL objects all connected clients hold.
+    /// OpenCL objects all connected clients hold (in-process only, as above).
     pub fn client_objects(&self) -> i64 {
-        self.shared.metrics.client_objects.get()
+        match &self.kind {
+            Kind::InProcess { shared, .. } => shared.metrics.client_objects.get(),
+            Kind::Isolated(_) => 0,
+        }
     }
 
     /// Drains the service: stops accepting clients, stops reading from connected ones
     /// (each session ends as if its client had left, so everything it held is
     /// released and its shared-memory regions are unlinked), lets the tasks already
     /// queued run and send their results, and returns once no client and no task is
-    /// left, or at `deadline`. Returns whether the drain completed.
-    pub fn shutdown(mut self, deadline: Instant) -> bool {
-        self.shared.shutdown.store(true, Ordering::SeqCst);
+    /// left, or at `deadline`. Returns whether the drain completed. Isolated runtime
+    /// processes drain the same way; those still running at `deadline` are killed.
+    pub fn shutdown(self, deadline: Instant) -> bool {
+        let (shared, accept, accept_local) = match self.kind {
+            Kind::InProcess {
+                shared,
+                accept,
+                accept_local,
+            } => (shared, accept, accept_local),
+            Kind::Isolated(s) => return s.shutdown(deadline),
+        };
+        shared.shutdown.store(true, Ordering::SeqCst);
         // Wake the accept calls so that they see the flag.
         let _ = TcpStream::connect(self.local_addr);
-        if !self.shared.local_socket.is_empty() {
-            let _ = crate::stream::Stream::connect_local(&self.shared.local_socket);
+        if !shared.local_socket.is_empty() {
+            let _ = crate::stream::Stream::connect_local(&shared.local_socket);
         }
-        for t in [self.accept.take(), self.accept_local.take()]
-            .into_iter()
-            .flatten()
-        {
+        for t in [accept, accept_local].into_iter().flatten() {
             let _ = t.join();
         }
-        for stream in lock(&self.shared.connections).values() {
-            stream.shutdown_read();
-        }
+        shared.end_sessions();
         loop {
-            let drained = self.shared.clients.load(Ordering::SeqCst) == 0
-                && self.shared.devices.iter().all(DeviceQueue::is_idle);
+            let drained = shared.drained();
             if drained || Instant::now() >= deadline {
                 return drained;
             }
@@ -475,7 +573,9 @@ impl ServiceHandle {
 }
 
 /// Loads OpenCL, opens the configured platforms, registers metrics in `registry` and
-/// serves remote OpenCL clients on `addr` from background threads.
+/// serves remote OpenCL clients on `addr` from background threads; with
+/// [`ServiceConfig::isolation`] other than in-process, the runtime runs in supervised
+/// child processes instead (see [`isolate`]).
 ///
 /// Fails with `NotFound` when no OpenCL library can be loaded, so that a node without
 /// OpenCL can log it and run without the service.
@@ -484,17 +584,6 @@ pub fn spawn(
     config: ServiceConfig,
     registry: &mut Registry,
 ) -> io::Result<ServiceHandle> {
-    let runtime = {
-        // OpenCL runtimes (PoCL among them) do not survive being initialised from two
-        // threads at once, e.g. by two services started in parallel tests.
-        static INIT: Mutex<()> = Mutex::new(());
-        let _init = INIT.lock().unwrap_or_else(|p| p.into_inner());
-        let api =
-            Api::load(&config.library).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
-        Runtime::open(api, &config)?
-    };
-    let names: Vec<String> = runtime.devices.iter().map(|d| d.name.clone()).collect();
-    let metrics = Metrics::register(registry, &names);
     let listener = TcpListener::bind(addr)?;
     let local_addr = listener.local_addr()?;
     // Same-host clients may switch to a Unix socket (see `crate::stream`); a node that
@@ -507,40 +596,20 @@ pub fn spawn(
     } else {
         None
     };
-
-    let devices = runtime
-        .devices
-        .iter()
-        .map(|_| DeviceQueue::new(config.device_queue_depth_max))
-        .collect();
-    let program_cache = programs::ProgramCache::new(
-        config.program_cache_entries_max,
-        config.program_cache_bytes_max,
-    );
-    let bodies = bodies::BodyPool::new(config.body_spare_bytes_max, connection::LARGE_BODY);
-    let shared = Arc::new(Shared {
-        runtime,
-        config,
-        metrics,
-        devices,
-        clients: AtomicUsize::new(0),
-        connections: Mutex::new(HashMap::new()),
-        shutdown: AtomicBool::new(false),
-        host_id: crate::shm::host_id(),
-        programs: Mutex::new(program_cache),
-        local_socket: if local_listener.is_some() {
-            local_name.into_bytes()
-        } else {
-            Vec::new()
-        },
-        bodies,
-    });
-    for index in 0..shared.devices.len() {
-        let shared = Arc::clone(&shared);
-        thread::Builder::new()
-            .name(format!("ocl-device-{index}"))
-            .spawn(move || shared.devices[index].work(&shared, index))?;
+    let local_socket = if local_listener.is_some() {
+        local_name.into_bytes()
+    } else {
+        Vec::new()
+    };
+    if config.isolation != Isolation::InProcess {
+        let supervisor =
+            isolate::Supervisor::start(config, listener, local_listener, local_socket, registry)?;
+        return Ok(ServiceHandle {
+            local_addr,
+            kind: Kind::Isolated(supervisor),
+        });
     }
+    let shared = start_shared(config, registry, local_socket, None)?;
     let accept_shared = Arc::clone(&shared);
     let accept = thread::Builder::new()
         .name("ocl-accept".to_string())
@@ -565,10 +634,65 @@ pub fn spawn(
     };
     Ok(ServiceHandle {
         local_addr,
-        shared,
-        accept: Some(accept),
-        accept_local,
+        kind: Kind::InProcess {
+            shared,
+            accept: Some(accept),
+            accept_local,
+        },
     })
+}
+
+/// Opens the runtime and starts the device workers: everything that serves sessions
+/// except their listeners (the service's own, or the node's in front of an isolated
+/// runtime process).
+pub(crate) fn start_shared(
+    config: ServiceConfig,
+    registry: &mut Registry,
+    local_socket: Vec<u8>,
+    busy: Option<busy::BusyPage>,
+) -> io::Result<Arc<Shared>> {
+    let runtime = {
+        // OpenCL runtimes (PoCL among them) do not survive being initialised from two
+        // threads at once, e.g. by two services started in parallel tests.
+        static INIT: Mutex<()> = Mutex::new(());
+        let _init = INIT.lock().unwrap_or_else(|p| p.into_inner());
+        let api =
+            Api::load(&config.library).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
+        Runtime::open(api, &config)?
+    };
+    let names: Vec<String> = runtime.devices.iter().map(|d| d.name.clone()).collect();
+    let metrics = Metrics::register(registry, &names);
+    let devices = runtime
+        .devices
+        .iter()
+        .map(|_| DeviceQueue::new(config.device_queue_depth_max))
+        .collect();
+    let program_cache = programs::ProgramCache::new(
+        config.program_cache_entries_max,
+        config.program_cache_bytes_max,
+    );
+    let bodies = bodies::BodyPool::new(config.body_spare_bytes_max, connection::LARGE_BODY);
+    let shared = Arc::new(Shared {
+        runtime,
+        config,
+        metrics,
+        devices,
+        clients: AtomicUsize::new(0),
+        connections: Mutex::new(HashMap::new()),
+        shutdown: AtomicBool::new(false),
+        host_id: crate::shm::host_id(),
+        programs: Mutex::new(program_cache),
+        local_socket,
+        bodies,
+        busy,
+    });
+    for index in 0..shared.devices.len() {
+        let shared = Arc::clone(&shared);
+        thread::Builder::new()
+            .name(format!("ocl-device-{index}"))
+            .spawn(move || shared.devices[index].work(&shared, index))?;
+    }
+    Ok(shared)
 }
 
 /// Locks `m`. A thread that panicked while holding a lock has already failed its own
@@ -594,7 +718,7 @@ fn accept_loop(shared: Arc<Shared>, incoming: impl Iterator<Item = io::Result<St
         let shared = Arc::clone(&shared);
         let spawned = thread::Builder::new()
             .name("ocl-client".to_string())
-            .spawn(move || session::serve(shared, stream));
+            .spawn(move || session::serve(shared, stream, false));
         if let Err(e) = spawned {
             eprintln!("ocl-remote: cannot start a client thread: {e}");
         }

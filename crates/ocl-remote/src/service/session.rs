@@ -76,8 +76,16 @@ fn reply(answer: Answer) -> Reply {
     }
 }
 
-/// Serves one client until it disconnects or breaks the protocol.
-pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
+/// Serves one client until it disconnects or breaks the protocol; `refused`: the client
+/// is over a bound counted elsewhere (by the node, for isolated runtime processes) and
+/// gets `CL_OUT_OF_RESOURCES`, as one over `clients_max` here does.
+pub(crate) fn serve(shared: Arc<Shared>, stream: Stream, refused: bool) {
+    serve_greeted(shared, stream, refused, false)
+}
+
+/// [`serve`] a client whose same-host `Hello` the node answered already (`greeted`;
+/// see `isolate::greet`): its session starts greeted, on the node's host.
+pub(crate) fn serve_greeted(shared: Arc<Shared>, stream: Stream, refused: bool, greeted: bool) {
     let _ = stream.set_nodelay();
     // Zero means no bound (the socket call takes no zero timeout).
     let stall = Some(shared.config.send_stall_max).filter(|d| !d.is_zero());
@@ -89,7 +97,8 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
     };
     let writer: ClientWriter = Arc::new(Mutex::new(write_half));
     let connection = register(&shared, &stream);
-    let over_limit = shared.clients.fetch_add(1, Ordering::SeqCst) >= shared.config.clients_max;
+    let over_limit =
+        shared.clients.fetch_add(1, Ordering::SeqCst) >= shared.config.clients_max || refused;
     shared.metrics.clients_connected.inc();
     let mut reader = BufReader::with_capacity(256 << 10, stream);
     if over_limit {
@@ -104,8 +113,8 @@ pub(crate) fn serve(shared: Arc<Shared>, stream: Stream) {
             open_bytes: 0,
             open_overflow: false,
             open_failed_bytes: 0,
-            greeted: false,
-            same_host: false,
+            greeted,
+            same_host: greeted && shared.config.shared_memory,
             last_task: None,
         };
         if let Err(e) = session.run(&mut reader) {

@@ -142,6 +142,8 @@ impl DeviceQueue {
 /// Runs one job of the FIFO and counts the time the device spent on it.
 fn run_job(shared: &Shared, device: usize, job: Job) {
     let started = std::time::Instant::now();
+    // In an isolated runtime process the node bounds how long this may take.
+    let _busy = shared.busy.as_ref().map(|b| b.begin(device));
     match job {
         Job::Task(task) => run_task(shared, device, task),
         Job::Local(f) => {

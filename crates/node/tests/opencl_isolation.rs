@@ -1,0 +1,498 @@
+//! The node's default: remote OpenCL clients' kernels run in runtime processes of their
+//! own. Hostile kernels (stores far out of bounds, a store through a null pointer, a
+//! trap, an endless loop) end their own client's session; the node stays up, its HTTP
+//! clients and the device's other OpenCL client keep getting correct results, the
+//! crash is in the log and in /metrics. (With `opencl_isolation = "none"` the first of
+//! these kernels kills the node.) SIGTERM drains the runtime processes; SIGKILL of the
+//! node takes them with it.
+
+mod common;
+#[path = "../../ocl-remote/tests/common/mod.rs"]
+mod ocl;
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use common::TestNode;
+use ocl::{inc, read_cmd, Client, Frame};
+use ocl_remote::cl;
+use ocl_remote::proto::{Command, KernelArg, NdRange, Request};
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+fn metrics_sum(node: &TestNode, prefix: &str) -> f64 {
+    let text = ureq::get(&node.url("/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn http_upper(node: &TestNode) {
+    let body = ureq::post(&node.url("/v1/fn/to_uppercase"))
+        .send_bytes(b"still here")
+        .expect("the node answers HTTP")
+        .into_string()
+        .unwrap();
+    assert_eq!(body, "STILL HERE");
+}
+
+/// Runs `round`th increment of the bystander's buffer and checks all of it.
+fn bystander_round(c: &mut Client, round: i32) {
+    let (status, _, reads) = c.task(vec![inc(2, 5, 3, 0), read_cmd(2, 3, 0)]);
+    assert_eq!(status, cl::CL_SUCCESS);
+    for i in 0..16 {
+        let v = i32::from_le_bytes(reads[0].1[i * 4..i * 4 + 4].try_into().unwrap());
+        assert_eq!(v, round, "bystander int {i} after {round} rounds");
+    }
+}
+
+/// Builds kernel `k` of `source` on a 64-byte buffer (ints 0, 1, 0, ...), runs it and
+/// returns whether the connection ended instead of answering, and the buffer's
+/// shared-memory region (empty if none).
+fn run_hostile(addr: SocketAddr, source: &[u8]) -> (bool, String) {
+    let mut c = Client::connect_with(addr, &ocl_remote::shm::host_id()).expect("connects");
+    let device = c.info.1[0][0];
+    c.setup_context();
+    let mut data = [0u8; 64];
+    data[4] = 1;
+    assert_eq!(
+        c.call(&Request::CreateQueue {
+            id: 2,
+            context: 1,
+            device,
+            properties: 0
+        })
+        .0,
+        0
+    );
+    let (status, region) = c.call(&Request::CreateBuffer {
+        id: 3,
+        context: 1,
+        flags: cl::CL_MEM_READ_WRITE | cl::CL_MEM_COPY_HOST_PTR,
+        size: 64,
+        data: &data,
+    });
+    assert_eq!(status, 0);
+    for request in [
+        Request::CreateProgramWithSource {
+            id: 4,
+            context: 1,
+            source,
+        },
+        Request::BuildProgram {
+            program: 4,
+            devices: vec![],
+            options: b"",
+        },
+        Request::CreateKernel {
+            id: 5,
+            program: 4,
+            name: b"k",
+        },
+    ] {
+        assert_eq!(c.call(&request).0, 0, "{request:?}");
+    }
+    c.send(&Request::enqueue(vec![Command::NdRange(NdRange {
+        queue: 2,
+        event: 0,
+        kernel: 5,
+        work_dim: 1,
+        offset: [0; 3],
+        global: [1, 0, 0],
+        local: None,
+        args: vec![KernelArg::Mem(3)],
+    })]));
+    c.send(&Request::Flush);
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let ended = match c.stream.read_to_end(&mut rest) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    let region = String::from_utf8_lossy(&region)
+        .trim_start_matches('/')
+        .to_string();
+    (ended, region)
+}
+
+const HOSTILE: &[(&str, &[u8], &str)] = &[
+    (
+        "out-of-bounds stores over 1 TiB",
+        b"__kernel void k(__global int *v) {
+            for (long i = 0; i < (1L << 38); i += 1024) v[i * (1 + v[0])] = (int)i;
+        }",
+        "died of SIGSEGV",
+    ),
+    (
+        "a store through a null pointer",
+        b"__kernel void k(__global int *v) { *(__global int *)(size_t)v[0] = 42; }",
+        "died of SIGSEGV",
+    ),
+    (
+        "a trap",
+        b"__kernel void k(__global int *v) { if (v[1] == 1) __builtin_trap(); v[0] = 1; }",
+        "died of SIGILL",
+    ),
+    (
+        "an endless loop",
+        b"__kernel void k(__global int *v) { while (v[1] == 1) v[0]++; }",
+        "ran longer than kernel_time_max",
+    ),
+];
+
+#[test]
+fn hostile_kernels_end_their_own_session_and_the_node_serves_on() {
+    if !common::opencl_runtime_present() {
+        return;
+    }
+    let ocl_addr = free_addr();
+    let node = TestNode::start_logging(
+        &format!("opencl = \"{ocl_addr}\"\nopencl_kernel_time_ms = 1000\n"),
+        &[],
+    );
+    let mut bystander = Client::connect(ocl_addr).expect("the node shares its devices");
+    bystander.setup(0);
+    let mut round = 0;
+    for (what, source, logged) in HOSTILE {
+        let (ended, region) = run_hostile(ocl_addr, source);
+        assert!(ended, "{what}: the hostile client's connection should end");
+        assert!(
+            eventually(Duration::from_secs(10), || node.log().contains(logged)),
+            "{what}: the log should say {logged:?}:\n{}",
+            node.log()
+        );
+        assert!(
+            region.is_empty()
+                || eventually(Duration::from_secs(10), || !std::path::Path::new(
+                    "/dev/shm"
+                )
+                .join(&region)
+                .exists()),
+            "{what}: region {region} left behind"
+        );
+        http_upper(&node);
+        round += 1;
+        bystander_round(&mut bystander, round);
+    }
+    assert_eq!(
+        metrics_sum(&node, "netaccel_ocl_runtime_crashes_total"),
+        3.0
+    );
+    assert_eq!(
+        metrics_sum(&node, "netaccel_ocl_runtime_kernel_timeouts_total"),
+        1.0
+    );
+    assert_eq!(metrics_sum(&node, "netaccel_ocl_clients_connected"), 1.0);
+}
+
+/// The runtime processes the node `pid` started (its children that are alive).
+fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|stat| {
+                // pid (comm) state ppid ...; comm may hold spaces, so split after ')'.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(pid)
+                    && !rest_state_is_zombie(&stat)
+            })
+        })
+        .collect()
+}
+
+fn rest_state_is_zombie(stat: &str) -> bool {
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        == Some("Z")
+}
+
+/// A kernel slow enough that the test can signal the node while it runs.
+const SPIN: &[u8] = b"__kernel void spin(__global float *v, int rounds) {
+    size_t i = get_global_id(0); float x = v[i];
+    for (int r = 0; r < rounds; r++) x = x * 0.999f + 0.5f;
+    v[i] = x;
+}";
+
+#[test]
+fn sigterm_drains_runtime_processes_and_sigkill_takes_them_along() {
+    if !common::opencl_runtime_present() {
+        return;
+    }
+    // SIGTERM: the task running still answers, the session closes, the runtime
+    // process ends and its shared memory is gone, the node exits 0.
+    let ocl_addr = free_addr();
+    let mut node = TestNode::start(&format!("opencl = \"{ocl_addr}\"\n"));
+    let mut c = Client::connect_with(ocl_addr, &ocl_remote::shm::host_id()).expect("connects");
+    let device = c.info.1[0][0];
+    c.setup_context();
+    let floats: u64 = 1 << 20;
+    let mut region = Vec::new();
+    for request in [
+        Request::CreateQueue {
+            id: 2,
+            context: 1,
+            device,
+            properties: 0,
+        },
+        Request::CreateBuffer {
+            id: 3,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size: floats * 4,
+            data: &[],
+        },
+        Request::CreateProgramWithSource {
+            id: 4,
+            context: 1,
+            source: SPIN,
+        },
+        Request::BuildProgram {
+            program: 4,
+            devices: vec![],
+            options: b"",
+        },
+        Request::CreateKernel {
+            id: 5,
+            program: 4,
+            name: b"spin",
+        },
+    ] {
+        let (status, payload) = c.call(&request);
+        assert_eq!(status, 0, "{request:?}");
+        if matches!(request, Request::CreateBuffer { .. }) {
+            region = payload;
+        }
+    }
+    let region = std::path::Path::new("/dev/shm")
+        .join(String::from_utf8_lossy(&region).trim_start_matches('/'));
+    assert!(
+        region.is_file(),
+        "the same-host buffer should be in shared memory"
+    );
+    let runtimes = children_of(node.pid());
+    assert!(!runtimes.is_empty(), "no runtime process runs");
+    let rounds = 400i32.to_le_bytes();
+    c.send(&Request::enqueue(vec![Command::NdRange(NdRange {
+        queue: 2,
+        event: 0,
+        kernel: 5,
+        work_dim: 1,
+        offset: [0; 3],
+        global: [floats, 0, 0],
+        local: None,
+        args: vec![KernelArg::Mem(3), KernelArg::Bytes(&rounds)],
+    })]));
+    let flush = c.send(&Request::Flush);
+    assert!(
+        eventually(Duration::from_secs(20), || metrics_sum(
+            &node,
+            "netaccel_ocl_runtime_tasks_running"
+        ) >= 1.0),
+        "the task never reached the device"
+    );
+    let status = node.terminate();
+    assert!(status.success(), "the node exited with {status}");
+    match c.read_frame() {
+        (id, Frame::TaskDone(status, _)) if id == flush => assert_eq!(status, cl::CL_SUCCESS),
+        (id, _) => panic!("expected the task's result, got a frame for {id}"),
+    }
+    let mut rest = Vec::new();
+    let read = c.stream.read_to_end(&mut rest);
+    assert!(
+        matches!(read, Ok(0)) || read.is_err(),
+        "still open: {read:?}"
+    );
+    assert!(!region.exists(), "{} left behind", region.display());
+    for pid in runtimes {
+        // SAFETY: signal 0 only checks that the process exists.
+        assert!(
+            unsafe { libc::kill(pid, 0) != 0 },
+            "runtime process {pid} outlived the node: {:?} {:?}",
+            std::fs::read_to_string(format!("/proc/{pid}/stat")),
+            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+        );
+    }
+
+    // SIGKILL: the node cannot drain; its runtime processes die with it.
+    let ocl_addr = free_addr();
+    let mut node = TestNode::start(&format!("opencl = \"{ocl_addr}\"\n"));
+    let runtimes = children_of(node.pid());
+    assert!(!runtimes.is_empty(), "no runtime process runs");
+    node.child.kill().unwrap();
+    node.child.wait().unwrap();
+    for pid in runtimes {
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                // SAFETY: as above.
+                let gone = unsafe { libc::kill(pid, 0) != 0 };
+                gone || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| rest_state_is_zombie(&s))
+            }),
+            "runtime process {pid} outlived the killed node"
+        );
+    }
+}
+
+/// `libnetaccel_opencl.so` as cargo built it beside the node (`cargo test --workspace`
+/// and test.sh build it; `deps/` holds it after `cargo test`).
+fn icd_library() -> Option<std::path::PathBuf> {
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_netaccel-node"));
+    let dir = bin.parent()?;
+    [
+        dir.join("libnetaccel_opencl.so"),
+        dir.join("deps/libnetaccel_opencl.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+}
+
+/// Runs `cmd` to its end within `within`, or kills it and fails the test.
+fn run_bounded(mut cmd: std::process::Command, within: Duration) -> (bool, String) {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the test program");
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut out = String::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return (status.success(), format!("{out}{err}[{status}]"));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not end within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn hostile_programs_through_the_icd_get_errors_while_a_bystander_program_runs() {
+    if !common::opencl_runtime_present() {
+        return;
+    }
+    if std::process::Command::new("gcc")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        ocl::missing_prerequisite("gcc not found");
+        return;
+    }
+    let Some(icd) = icd_library() else {
+        ocl::missing_prerequisite("libnetaccel_opencl.so not built (cargo build -p ocl-icd)");
+        return;
+    };
+    let ocl_addr = free_addr();
+    let node = TestNode::start(&format!(
+        "opencl = \"{ocl_addr}\"\nopencl_kernel_time_ms = 1000\n"
+    ));
+    let vendors = node.dir.join("vendors");
+    std::fs::create_dir_all(&vendors).unwrap();
+    std::fs::write(vendors.join("netaccel.icd"), format!("{}\n", icd.display())).unwrap();
+    let exe = node.dir.join("hostile");
+    let out = std::process::Command::new("gcc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/hostile.c"))
+        .arg("-lOpenCL")
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let program = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(args)
+            .env("OCL_ICD_VENDORS", &vendors)
+            .env(ocl_remote::NODES_ENV, ocl_addr.to_string());
+        cmd
+    };
+
+    // A well-behaved program of the same device runs round after round meanwhile.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let bystander = {
+        let stop = std::sync::Arc::clone(&stop);
+        let good = program(&["good", "20"]);
+        let (exe, envs): (std::path::PathBuf, Vec<_>) = (
+            good.get_program().into(),
+            good.get_envs()
+                .map(|(k, v)| (k.to_owned(), v.unwrap().to_owned()))
+                .collect(),
+        );
+        std::thread::spawn(move || {
+            let mut runs = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) || runs.is_empty() {
+                let mut cmd = std::process::Command::new(&exe);
+                cmd.args(["good", "20"]).envs(envs.iter().cloned());
+                runs.push(run_bounded(cmd, Duration::from_secs(120)));
+            }
+            runs
+        })
+    };
+    for kind in ["oob", "null", "trap", "loop"] {
+        let (ok, output) = run_bounded(program(&[kind]), Duration::from_secs(120));
+        assert!(ok, "{kind}: the hostile program itself failed: {output}");
+        let status: i32 = output
+            .lines()
+            .find_map(|l| l.strip_prefix("finish: "))
+            .unwrap_or_else(|| panic!("{kind}: no status in {output}"))
+            .parse()
+            .unwrap();
+        // The ICD's answer to a lost connection.
+        assert_eq!(
+            status,
+            cl::CL_OUT_OF_RESOURCES,
+            "{kind}: clFinish should fail as the connection is lost"
+        );
+        http_upper(&node);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for (ok, output) in bystander.join().unwrap() {
+        assert!(ok && output.starts_with("good: ok"), "bystander: {output}");
+    }
+}

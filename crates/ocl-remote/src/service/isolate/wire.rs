@@ -1,0 +1,221 @@
+//! What the node and an isolated runtime process say on their control socket (a Unix
+//! stream pair, fd 3 of the process). Pure encoders and decoders, plus the two socket
+//! calls that carry a client's connection across (`SCM_RIGHTS`).
+//!
+//! 1. node → process: the service configuration, one length-prefixed frame of
+//!    `key=value` lines (see [`encode_config`]);
+//! 2. process → node: ready, one frame of lines: the platforms' device indices (see
+//!    `greet::encode_platforms`), then the shared devices' names, one per line (the
+//!    process exits instead when it cannot open OpenCL);
+//! 3. node → process, per client: three bytes (`kind`, `refuse`, `greeted`) carrying
+//!    the client's socket. The node keeps no copy, so the client's connection ends with
+//!    the process.
+//! 4. The node closes its end: the process drains (finishes its tasks, ends its
+//!    sessions) and exits.
+
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use rustix::net::{
+    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+
+use crate::service::ServiceConfig;
+use crate::stream::Stream;
+
+/// Largest control frame either side accepts (a configuration, a list of names).
+const FRAME_MAX: usize = 1 << 20;
+
+/// Writes one length-prefixed frame.
+pub(crate) fn write_frame(mut w: impl Write, body: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(body.len()).map_err(|_| io::ErrorKind::InvalidInput)?;
+    w.write_all(&len.to_le_bytes())?;
+    w.write_all(body)
+}
+
+/// Reads one length-prefixed frame of at most [`FRAME_MAX`] bytes.
+pub(crate) fn read_frame(mut r: impl Read) -> io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > FRAME_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "control frame too long",
+        ));
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body)?;
+    Ok(body)
+}
+
+/// The configuration a runtime process serves with, and the name of the node's local
+/// socket (which the process names to same-host clients in its `Hello` reply).
+pub(crate) fn encode_config(c: &ServiceConfig, local_socket: &[u8]) -> Vec<u8> {
+    let mut lines = vec![
+        format!("library={}", c.library),
+        format!("clients_max={}", c.clients_max),
+        format!("frame_body_max={}", c.frame_body_max),
+        format!("buffer_bytes_max={}", c.buffer_bytes_max),
+        format!("objects_max={}", c.objects_max),
+        format!("pending_bytes_max={}", c.pending_bytes_max),
+        format!("device_queue_depth_max={}", c.device_queue_depth_max),
+        format!("shared_memory={}", c.shared_memory),
+        format!("program_cache_entries_max={}", c.program_cache_entries_max),
+        format!("program_cache_bytes_max={}", c.program_cache_bytes_max),
+        format!("poll_before_sleep_ns={}", c.poll_before_sleep.as_nanos()),
+        format!("send_stall_max_ns={}", c.send_stall_max.as_nanos()),
+        format!("kernel_name_bytes_max={}", c.kernel_name_bytes_max),
+        format!("body_spare_bytes_max={}", c.body_spare_bytes_max),
+        format!("local_socket={}", String::from_utf8_lossy(local_socket)),
+    ];
+    lines.extend(c.platforms.iter().map(|p| format!("platform={p}")));
+    lines.join("\n").into_bytes()
+}
+
+/// The inverse of [`encode_config`]. Unknown keys are refused: node and process are the
+/// same build, so one means a mismatch, not an older peer.
+pub(crate) fn decode_config(bytes: &[u8]) -> Result<(ServiceConfig, Vec<u8>), String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
+    let mut c = ServiceConfig::default();
+    let mut local_socket = Vec::new();
+    for line in text.lines() {
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| format!("no '=' in {line:?}"))?;
+        fn num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
+            v.parse().map_err(|_| format!("{key}: not a number: {v:?}"))
+        }
+        let ns = |v: &str| num::<u64>(key, v).map(Duration::from_nanos);
+        match key {
+            "library" => c.library = value.to_string(),
+            "platform" => c.platforms.push(value.to_string()),
+            "clients_max" => c.clients_max = num(key, value)?,
+            "frame_body_max" => c.frame_body_max = num(key, value)?,
+            "buffer_bytes_max" => c.buffer_bytes_max = num(key, value)?,
+            "objects_max" => c.objects_max = num(key, value)?,
+            "pending_bytes_max" => c.pending_bytes_max = num(key, value)?,
+            "device_queue_depth_max" => c.device_queue_depth_max = num(key, value)?,
+            "shared_memory" => c.shared_memory = value == "true",
+            "program_cache_entries_max" => c.program_cache_entries_max = num(key, value)?,
+            "program_cache_bytes_max" => c.program_cache_bytes_max = num(key, value)?,
+            "poll_before_sleep_ns" => c.poll_before_sleep = ns(value)?,
+            "send_stall_max_ns" => c.send_stall_max = ns(value)?,
+            "kernel_name_bytes_max" => c.kernel_name_bytes_max = num(key, value)?,
+            "body_spare_bytes_max" => c.body_spare_bytes_max = num(key, value)?,
+            "local_socket" => local_socket = value.as_bytes().to_vec(),
+            _ => return Err(format!("unknown key {key:?}")),
+        }
+    }
+    Ok((c, local_socket))
+}
+
+/// Hands a client's connection to the process; `refuse`: answer its first request with
+/// `CL_OUT_OF_RESOURCES` (the node is at `clients_max`); `greeted`: the node answered the
+/// client's same-host `Hello` already (see `greet`).
+pub(crate) fn send_client(
+    control: &UnixStream,
+    client: &Stream,
+    refuse: bool,
+    greeted: bool,
+) -> io::Result<()> {
+    let kind = u8::from(matches!(client, Stream::Unix(_)));
+    let fd = match client {
+        Stream::Tcp(s) => s.as_fd(),
+        Stream::Unix(s) => s.as_fd(),
+    };
+    let fds = [fd];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control_buf = SendAncillaryBuffer::new(&mut space);
+    control_buf.push(SendAncillaryMessage::ScmRights(&fds));
+    let body = [kind, u8::from(refuse), u8::from(greeted)];
+    let sent = sendmsg(
+        control,
+        &[IoSlice::new(&body)],
+        &mut control_buf,
+        SendFlags::NOSIGNAL,
+    )?;
+    if sent != body.len() {
+        // Three bytes on a local stream socket go whole or not at all in practice; a
+        // short send would desynchronise the stream, so it ends the process's use.
+        return Err(io::ErrorKind::WriteZero.into());
+    }
+    Ok(())
+}
+
+/// A client connection handed over, and its `refuse` and `greeted` flags.
+pub(crate) type HandedOver = (Stream, bool, bool);
+
+/// Receives the next client connection; `None` when the node closed the control socket
+/// (drain).
+pub(crate) fn recv_client(control: &UnixStream) -> io::Result<Option<HandedOver>> {
+    let mut body = [0u8; 3];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control_buf = RecvAncillaryBuffer::new(&mut space);
+    let got = recvmsg(
+        control,
+        &mut [IoSliceMut::new(&mut body)],
+        &mut control_buf,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    let mut fd: Option<OwnedFd> = None;
+    for msg in control_buf.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = msg {
+            for received in fds {
+                fd.get_or_insert(received);
+            }
+        }
+    }
+    match got.bytes {
+        0 => return Ok(None),
+        n if n < body.len() => (&*control).read_exact(&mut body[n..])?,
+        _ => {}
+    }
+    let fd = fd.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no fd handed over"))?;
+    let stream = if body[0] == 1 {
+        Stream::Unix(UnixStream::from(fd))
+    } else {
+        Stream::Tcp(std::net::TcpStream::from(fd))
+    };
+    Ok(Some((stream, body[1] == 1, body[2] == 1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_configuration_survives_the_trip() {
+        let c = ServiceConfig {
+            platforms: vec!["Portable".into(), "x=y".into()],
+            clients_max: 7,
+            send_stall_max: Duration::from_millis(1234),
+            shared_memory: false,
+            ..ServiceConfig::default()
+        };
+        let (back, local) = decode_config(&encode_config(&c, b"netaccel-ocl-1-2")).unwrap();
+        assert_eq!(format!("{c:?}"), format!("{back:?}"));
+        assert_eq!(local, b"netaccel-ocl-1-2");
+        assert!(decode_config(b"bogus=1").is_err());
+        assert!(decode_config(b"clients_max=many").is_err());
+    }
+
+    #[test]
+    fn a_connection_crosses_the_control_socket_and_still_carries_bytes() {
+        let (node, process) = UnixStream::pair().unwrap();
+        let (client, served) = UnixStream::pair().unwrap();
+        send_client(&node, &Stream::Unix(served), true, false).unwrap();
+        let (mut stream, refuse, greeted) = recv_client(&process).unwrap().unwrap();
+        assert!(refuse && !greeted);
+        (&client).write_all(b"ping").unwrap();
+        let mut buf = [0u8; 4];
+        stream.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"ping");
+        drop(node);
+        assert!(recv_client(&process).unwrap().is_none());
+    }
+}

@@ -588,12 +588,19 @@ impl Registry {
 
     /// Re-places displaced instances where a slot already holds their accelerator,
     /// without I/O; unbinds the others and returns them for [`Registry::run_followups`].
+    /// Pinned instances are only unbound: whoever placed them moves them (for a DRA
+    /// claim, the claim watcher evicts its Pods and the scheduler allocates anew).
     pub fn plan_migration(&self, st: &mut State, ids: &[String], chain: &[SlotIdx]) -> Vec<String> {
         let mut followups = Vec::new();
         for id in ids {
             let Some(instance) = st.instance(id) else {
                 continue;
             };
+            if instance.pinned {
+                info!(instance = %id, "pinned instance displaced: unbound, not moved");
+                st.set_binding(id, None);
+                continue;
+            }
             let function = st
                 .function(&instance.function)
                 .expect("function")

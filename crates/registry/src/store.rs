@@ -243,6 +243,7 @@ mod tests {
                 slot: 3,
             }),
             generation: 2,
+            pinned: false,
         };
         let changes = vec![
             Change::PutNode(node.clone()),

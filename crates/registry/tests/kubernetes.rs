@@ -484,11 +484,11 @@ fn slice_devices(slice: &ResourceSlice) -> Vec<(String, String)> {
 #[test]
 fn the_scheduler_allocates_netaccel_slots_through_dra() {
     with_control_plane(|plane| async move {
-        let registry = Registry::start(&plane, &[]);
+        let registry = Registry::start(&plane, &["--eviction-grace-s", "0"]);
         registry.wait_leader(Duration::from_secs(20)).await;
         let _a = fake_node(&[&registry], NODES[0], registration(0, &["echo", "topk"]));
         let b = fake_node(&[&registry], NODES[1], registration(1, &["sobel", "echo"]));
-        let _c = fake_node(&[&registry], NODES[2], registration(2, &["to_uppercase"]));
+        let c = fake_node(&[&registry], NODES[2], registration(2, &["to_uppercase"]));
 
         let slices: Api<ResourceSlice> = Api::all(plane.client.clone());
         let published = eventually("three ResourceSlices", Duration::from_secs(30), || {
@@ -544,46 +544,72 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
             .create(&PostParams::default(), &template)
             .await
             .unwrap();
+        // A Deployment's Pod using it: the scheduler allocates node-b's sobel slot and
+        // puts the Pod on node-b.
         let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "edge-detector"},
-            "spec": {
-                "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
-                "containers": [{"name": "app", "image": "example.invalid/app:1",
-                    "resources": {"claims": [{"name": "acc"}]}}]
-            }
-        }))
-        .unwrap();
+        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
         let started = Instant::now();
-        pods.create(&PostParams::default(), &pod).await.unwrap();
-        let node = eventually("the Pod scheduled", Duration::from_secs(60), || {
-            let pods = pods.clone();
-            async move { pods.get("edge-detector").await.ok()?.spec?.node_name }
-        })
-        .await;
+        deployments
+            .create(
+                &PostParams::default(),
+                &claiming_deployment("edge-detector"),
+            )
+            .await
+            .unwrap();
+        let (pod, node) = scheduled_pod(&pods, "edge-detector", &[]).await;
         eprintln!(
             "DRA: claim allocated and Pod scheduled in {:.2} s",
             started.elapsed().as_secs_f64()
         );
         assert_eq!(node, NODES[1]);
         let claims: Api<ResourceClaim> = Api::default_namespaced(plane.client.clone());
-        let claim = claims
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .next()
-            .expect("the claim made from the template");
-        let allocation = claim.status.unwrap().allocation.expect("allocated");
+        let claim = claim_of(&claims, &pod).await;
+        let allocation = claim.status.clone().unwrap().allocation.expect("allocated");
         let results = allocation.devices.unwrap().results.unwrap_or_default();
         assert_eq!(results.len(), 1);
         assert_eq!(results[0].driver, "netaccel.io");
         assert_eq!(results[0].pool, NODES[1]);
         assert_eq!(results[0].device, "cpu0-slot-0");
 
-        // A reconfiguration changes the published device.
+        // The registry records the allocation as an instance pinned to that slot, and
+        // notes in the claim what the device held.
+        let id = format!("dra-{}-0", claim.metadata.uid.as_deref().unwrap());
+        let recorded = eventually("the claim's instance", Duration::from_secs(10), || {
+            let instances = dra_instances(&registry, "sobel");
+            async move { (!instances.is_empty()).then_some(instances) }
+        })
+        .await;
+        assert_eq!(recorded, [(id.clone(), NODES[1].to_string(), 0)]);
+        let doc = registry.get("/v1/functions/dra.sobel");
+        assert_eq!(doc["instances"][0]["pinned"], true, "{doc}");
+        eventually("the claim annotated", Duration::from_secs(10), || {
+            let claims = claims.clone();
+            let name = claim.metadata.name.clone().unwrap();
+            async move {
+                let c = claims.get(&name).await.ok()?;
+                (c.metadata.annotations?.get("netaccel.io/accelerator")? == "sobel").then_some(())
+            }
+        })
+        .await;
+        // Nobody but the admin may load something else into it.
+        let refused = ureq::post(&format!("{}/v1/reconfigurations", registry.base))
+            .send_json(
+                json!({"node": NODES[1], "device": "cpu0", "slot": 0, "accelerator": "topk"}),
+            )
+            .unwrap_err();
+        let ureq::Error::Status(409, response) = refused else {
+            panic!("{refused:?}")
+        };
+        let verdict: Value = response.into_json().unwrap();
+        assert!(
+            verdict["reason"]
+                .as_str()
+                .unwrap()
+                .contains("ResourceClaim"),
+            "{verdict}"
+        );
+
+        // A reconfiguration of the other slot changes the published device.
         let verdict: Value = ureq::post(&format!("{}/v1/reconfigurations", registry.base))
             .send_json(
                 json!({"node": NODES[1], "device": "cpu0", "slot": 1, "accelerator": "topk"}),
@@ -592,6 +618,7 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
             .into_json()
             .unwrap();
         assert_eq!(verdict["allowed"], true, "{verdict}");
+        b.set(registration(1, &["sobel", "topk"]));
         eventually("node-b's slice shows topk", Duration::from_secs(10), || {
             let slices = slices.clone();
             async move {
@@ -602,8 +629,56 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
             }
         })
         .await;
+        // A standalone claim on it, used by a bare Pod.
+        let solo: ResourceClaim = serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "solo"},
+            "spec": {"devices": {"requests": [{"name": "acc", "exactly": {
+                "deviceClassName": "netaccel.io",
+                "selectors": [{"cel": {"expression":
+                    "device.attributes[\"netaccel.io\"].accelerator == \"topk\" && device.attributes[\"netaccel.io\"].node == \"node-b\""}}]
+            }}]}}
+        }))
+        .unwrap();
+        claims.create(&PostParams::default(), &solo).await.unwrap();
+        let solo_pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "solo", "labels": {"app": "solo"}},
+            "spec": {
+                "resourceClaims": [{"name": "acc", "resourceClaimName": "solo"}],
+                "containers": [{"name": "app", "image": "example.invalid/app:1",
+                    "resources": {"claims": [{"name": "acc"}]}}]
+            }
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &solo_pod)
+            .await
+            .unwrap();
+        let (_, on) = scheduled_pod(&pods, "solo", &[]).await;
+        assert_eq!(on, NODES[1]);
+        eventually("the solo claim's instance", Duration::from_secs(10), || {
+            let instances = dra_instances(&registry, "topk");
+            async move { (instances.len() == 1).then_some(()) }
+        })
+        .await;
 
-        // node-b stops renewing its lease: lost, and its slice goes.
+        // node-c can now host sobel too; then node-b stops renewing its lease: lost,
+        // and its slice goes.
+        c.set(registration(2, &["to_uppercase", "sobel"]));
+        eventually(
+            "node-c's slice shows sobel",
+            Duration::from_secs(10),
+            || {
+                let slices = slices.clone();
+                async move {
+                    let s = slices.get(&format!("netaccel-{}", NODES[2])).await.ok()?;
+                    slice_devices(&s)
+                        .contains(&("cpu0-slot-1".into(), "sobel".into()))
+                        .then_some(())
+                }
+            },
+        )
+        .await;
         drop(b);
         let lost = Instant::now();
         eventually("node-b's slice deleted", Duration::from_secs(10), || {
@@ -622,9 +697,171 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
             "DRA: lost node's slice deleted {:.2} s after its last renewal (lease 1.5 s)",
             lost.elapsed().as_secs_f64()
         );
+        // The claims on its devices: their Pods are evicted; the Deployment's new Pod
+        // gets a new claim, which the scheduler allocates on node-c; the standalone
+        // claim is deallocated by the resourceclaim controller. The registry follows.
+        let (moved, on) = scheduled_pod(&pods, "edge-detector", &[NODES[1]]).await;
+        assert_eq!(on, NODES[2]);
+        assert_ne!(moved.metadata.uid, pod.metadata.uid);
+        // The evicted Pods stay Terminating until their kubelet says they stopped (on
+        // a dead machine: until the Node is marked out-of-service and the Pod GC
+        // deletes them); their claims stay reserved until then. There is no kubelet
+        // here: the test confirms for it.
+        let gone = eventually("both claims' Pods evicted", Duration::from_secs(10), || {
+            let pods = pods.clone();
+            async move {
+                let list = pods.list(&ListParams::default()).await.ok()?;
+                let names: Vec<String> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_some())
+                    .filter_map(|p| p.metadata.name)
+                    .collect();
+                (names.len() == 2).then_some(names)
+            }
+        })
+        .await;
+        assert!(gone.contains(&"solo".to_string()), "{gone:?}");
+        for name in &gone {
+            let force = kube::api::DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            };
+            let _ = pods.delete(name, &force).await;
+        }
+        let new_claim = claim_of(&claims, &moved).await;
+        let new_id = format!("dra-{}-0", new_claim.metadata.uid.as_deref().unwrap());
+        eventually(
+            "the instance follows the claim",
+            Duration::from_secs(20),
+            || {
+                let instances = dra_instances(&registry, "sobel");
+                let want = [(new_id.clone(), NODES[2].to_string(), 1)];
+                async move { (instances == want).then_some(()) }
+            },
+        )
+        .await;
+        eprintln!(
+            "DRA: the lost node's claim Pod evicted and re-allocated on node-c {:.2} s after node-b's last renewal",
+            lost.elapsed().as_secs_f64()
+        );
+        eventually(
+            "the solo claim deallocated",
+            Duration::from_secs(20),
+            || {
+                let claims = claims.clone();
+                async move {
+                    let c = claims.get("solo").await.ok()?;
+                    c.status
+                        .is_none_or(|s| s.allocation.is_none())
+                        .then_some(())
+                }
+            },
+        )
+        .await;
+        assert!(
+            pods.get_opt("solo").await.unwrap().is_none(),
+            "solo evicted"
+        );
+        eventually(
+            "the solo claim's instance released",
+            Duration::from_secs(10),
+            || {
+                let instances = dra_instances(&registry, "topk");
+                async move { instances.is_empty().then_some(()) }
+            },
+        )
+        .await;
         let mut plane = plane;
         plane.check_alive();
     });
+}
+
+/// A Deployment of one Pod with a claim from the template `sobel`.
+fn claiming_deployment(name: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
+                    "containers": [{"name": "app", "image": "example.invalid/app:1",
+                        "resources": {"claims": [{"name": "acc"}]}}]
+                }
+            }
+        }
+    }))
+    .unwrap()
+}
+
+/// The one live Pod labelled `app=<app>` once it is scheduled, not on `avoid`.
+async fn scheduled_pod(pods: &Api<Pod>, app: &str, avoid: &[&str]) -> (Pod, String) {
+    eventually(
+        &format!("the Pod of {app} scheduled"),
+        Duration::from_secs(60),
+        || {
+            let pods = pods.clone();
+            let app = app.to_string();
+            let avoid: Vec<String> = avoid.iter().map(|s| s.to_string()).collect();
+            async move {
+                let list = pods
+                    .list(&ListParams::default().labels(&format!("app={app}")))
+                    .await
+                    .ok()?;
+                let live: Vec<Pod> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .collect();
+                let [pod] = live.as_slice() else { return None };
+                let node = pod.spec.as_ref()?.node_name.clone()?;
+                (!avoid.contains(&node)).then(|| (pod.clone(), node))
+            }
+        },
+    )
+    .await
+}
+
+/// The claim the resourceclaim controller made for `pod` from its template.
+async fn claim_of(claims: &Api<ResourceClaim>, pod: &Pod) -> ResourceClaim {
+    let name = eventually("the Pod's claim", Duration::from_secs(20), || {
+        let status = pod.clone();
+        let pods: Api<Pod> = Api::default_namespaced(claims.clone().into_client());
+        async move {
+            let fresh = pods.get(status.metadata.name.as_deref()?).await.ok()?;
+            fresh.status?.resource_claim_statuses?[0]
+                .resource_claim_name
+                .clone()
+        }
+    })
+    .await;
+    claims.get(&name).await.unwrap()
+}
+
+/// `(id, node, slot)` of the instances of `dra.<accelerator>`.
+fn dra_instances(registry: &Registry, accelerator: &str) -> Vec<(String, String, u64)> {
+    let Ok(response) =
+        ureq::get(&format!("{}/v1/functions/dra.{accelerator}", registry.base)).call()
+    else {
+        return Vec::new();
+    };
+    let doc: Value = response.into_json().unwrap();
+    doc["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["id"].as_str().unwrap().to_string(),
+                i["node"].as_str().unwrap_or_default().to_string(),
+                i["slot"].as_u64().unwrap_or(u64::MAX),
+            )
+        })
+        .collect()
 }
 
 /// The Pods of Deployment `app` once there are `n`, all scheduled, each on the node its

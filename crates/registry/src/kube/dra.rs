@@ -80,6 +80,11 @@ pub fn slice_name(node: &str) -> String {
     format!("netaccel-{}", dns_label(node, 200))
 }
 
+/// The device standing for slot `slot` of netaccel device `device` in its node's pool.
+pub fn device_name(device: &str, slot: u64) -> String {
+    dns_label(&format!("{device}-slot-{slot}"), 63)
+}
+
 /// One pool: the Kubernetes node and its devices.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pool {
@@ -99,6 +104,11 @@ pub fn desired(nodes: &Value) -> BTreeMap<String, Pool> {
         for device in node["devices"].as_array().into_iter().flatten() {
             let id = device["id"].as_str().unwrap_or_default();
             for slot in device["slots"].as_array().into_iter().flatten() {
+                if !slot["reconfiguring"].is_null() {
+                    // The registry is loading another accelerator into it: offered
+                    // again once the node holds it, under its new attributes.
+                    continue;
+                }
                 let attr = |v: &str| DeviceAttribute {
                     string: Some(v.to_string()),
                     ..DeviceAttribute::default()
@@ -115,7 +125,7 @@ pub fn desired(nodes: &Value) -> BTreeMap<String, Pool> {
                 .map(|(k, v)| (k.to_string(), attr(&v)))
                 .collect();
                 devices.push(Device {
-                    name: dns_label(&format!("{id}-slot-{}", slot["id"]), 63),
+                    name: device_name(id, slot["id"].as_u64().unwrap_or_default()),
                     attributes: Some(attributes),
                     ..Device::default()
                 });

@@ -13,7 +13,9 @@
 //! - [`lease`]: with the memory store, replicas elect a leader through a Lease, and a
 //!   new leader rebuilds the instances from the Pods;
 //! - [`dra`]: the DeviceClass `netaccel.io` and one ResourceSlice per netaccel node,
-//!   kept equal to the registry's slots.
+//!   kept equal to the registry's slots;
+//! - [`claims`]: the devices the scheduler allocated to ResourceClaims are pinned
+//!   instances of the registry; claims whose device goes have their Pods evicted.
 //!
 //! Names. A netaccel node's `--name` is the name of the Kubernetes node it runs on
 //! (the DaemonSet of the Helm chart passes `spec.nodeName`), so "the node holding the
@@ -24,6 +26,7 @@
 //! transactions directly; a separate crate would need a second binary or a cycle.
 
 pub mod admission;
+pub mod claims;
 pub mod dra;
 pub mod lease;
 pub mod pods;
@@ -141,6 +144,7 @@ pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), St
         lease::spawn(registry.clone(), client.clone(), election);
     }
     pods::spawn(registry.clone(), client.clone(), settings.eviction.clone());
+    claims::spawn(registry.clone(), client.clone(), settings.eviction.clone());
     dra::spawn(registry, client);
     Ok(())
 }

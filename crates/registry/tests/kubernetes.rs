@@ -530,16 +530,7 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
         // A claim template selecting sobel, and a Pod using it: the scheduler
         // allocates node-b's sobel slot and puts the Pod on node-b.
         let templates: Api<ResourceClaimTemplate> = Api::default_namespaced(plane.client.clone());
-        let template: ResourceClaimTemplate = serde_json::from_value(json!({
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "sobel"},
-            "spec": {"spec": {"devices": {"requests": [{"name": "acc", "exactly": {
-                "deviceClassName": "netaccel.io",
-                "selectors": [{"cel": {"expression":
-                    "device.attributes[\"netaccel.io\"].accelerator == \"sobel\""}}]
-            }}]}}}
-        }))
-        .unwrap();
+        let template = sobel_template();
         templates
             .create(&PostParams::default(), &template)
             .await
@@ -775,6 +766,20 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
         let mut plane = plane;
         plane.check_alive();
     });
+}
+
+/// The claim template `sobel`: one netaccel device holding sobel.
+fn sobel_template() -> ResourceClaimTemplate {
+    serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "sobel"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "acc", "exactly": {
+            "deviceClassName": "netaccel.io",
+            "selectors": [{"cel": {"expression":
+                "device.attributes[\"netaccel.io\"].accelerator == \"sobel\""}}]
+        }}]}}}
+    }))
+    .unwrap()
 }
 
 /// A Deployment of one Pod with a claim from the template `sobel`.
@@ -1038,6 +1043,30 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
             settled(&pods, "edges", 3, &[])
         })
         .await;
+        // And a Pod with a claim the scheduler allocates a sobel slot to.
+        let templates: Api<ResourceClaimTemplate> = Api::default_namespaced(plane.client.clone());
+        templates
+            .create(&PostParams::default(), &sobel_template())
+            .await
+            .unwrap();
+        deployments
+            .create(
+                &PostParams::default(),
+                &claiming_deployment("edge-detector"),
+            )
+            .await
+            .unwrap();
+        let (claiming, claim_node) = scheduled_pod(&pods, "edge-detector", &[]).await;
+        let claims: Api<ResourceClaim> = Api::default_namespaced(plane.client.clone());
+        let claim = claim_of(&claims, &claiming).await;
+        let claim_instance = format!("dra-{}-0", claim.metadata.uid.as_deref().unwrap());
+        let recorded = eventually("the claim's instance", Duration::from_secs(10), || {
+            let instances = dra_instances(&first, "sobel");
+            async move { (instances.len() == 1).then_some(instances) }
+        })
+        .await;
+        assert_eq!(recorded[0].0, claim_instance);
+        assert_eq!(recorded[0].1, claim_node);
 
         // The leader dies: the follower takes the Lease within its TTL, points the
         // webhook at itself and rebuilds the Pods' instances from the Pods.
@@ -1089,6 +1118,21 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
             "state rebuilt from the Pods {:.2} s after the kill",
             killed.elapsed().as_secs_f64()
         );
+        // The claim's instance too, on the same slot, from the claim.
+        eventually(
+            "the claim's instance rebuilt",
+            Duration::from_secs(20),
+            || {
+                let instances = dra_instances(&second, "sobel");
+                let recorded = recorded.clone();
+                async move { (instances == recorded).then_some(()) }
+            },
+        )
+        .await;
+        eprintln!(
+            "state rebuilt from the Pods and the claims {:.2} s after the kill",
+            killed.elapsed().as_secs_f64()
+        );
         // The new leader binds new Pods (the webhook now points at it).
         deployments
             .patch(
@@ -1109,6 +1153,11 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
         for p in &placed {
             assert!(now.iter().any(|q| q.metadata.name == p.metadata.name));
         }
+        let (still, _) = scheduled_pod(&pods, "edge-detector", &[]).await;
+        assert_eq!(
+            still.metadata.uid, claiming.metadata.uid,
+            "the claim's Pod stays"
+        );
         let mut plane = plane;
         plane.check_alive();
     });

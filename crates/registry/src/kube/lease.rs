@@ -19,7 +19,9 @@
 //! Pods the webhook bound are recreated from the Pods themselves (their annotations
 //! name the instance, the function and the node), each bound again on its own node
 //! where a slot there still holds its accelerator. A Pod that cannot be is displaced
-//! and evicted as after a reconfiguration.
+//! and evicted as after a reconfiguration. The instances of DRA claims need no step
+//! here: the claim loop (`claims`) is level-triggered and records them again, each
+//! on the slot the claim names, as soon as that slot's node has registered.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

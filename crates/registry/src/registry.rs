@@ -247,6 +247,29 @@ impl Registry {
         Ok(())
     }
 
+    /// A follower without a shared store: takes `snapshot`, its leader's state, as
+    /// its own (cache and store), so it answers reads as the leader would and, should
+    /// it lead next, starts from it. Ignored by the leader.
+    pub async fn follow(&self, snapshot: &crate::store::Snapshot) -> Result<(), StoreError> {
+        // Under the state lock, as `become_leader` is: a replica taking the lead
+        // meanwhile cannot have its store overwritten after it loaded it.
+        let mut st = self.state.lock().await;
+        if self.is_leader() || snapshot.revision == st.revision {
+            return Ok(());
+        }
+        self.store.replace(snapshot)?;
+        let now = Instant::now();
+        *st = State::from_snapshot(snapshot.clone(), now, now + self.config.lease);
+        let _ = st.take_changes();
+        self.notify_all_watched(&st);
+        Ok(())
+    }
+
+    /// What the store holds now (`GET /v1/snapshot`).
+    pub async fn snapshot(&self) -> Result<crate::store::Snapshot, StoreError> {
+        self.store.load().await
+    }
+
     fn notify_all_watched(&self, st: &State) {
         let watchers = self.watchers.lock().expect("watchers lock");
         for (id, tx) in watchers.iter() {

@@ -847,6 +847,28 @@ async fn claim_of(claims: &Api<ResourceClaim>, pod: &Pod) -> ResourceClaim {
     claims.get(&name).await.unwrap()
 }
 
+/// `(id, node)` of the instances of `function`, sorted (none while it is unknown).
+fn instance_nodes(registry: &Registry, function: &str) -> Vec<(String, String)> {
+    let function: Value = ureq::get(&format!("{}/v1/functions/{function}", registry.base))
+        .call()
+        .ok()
+        .and_then(|r| r.into_json().ok())
+        .unwrap_or(Value::Null);
+    let mut have: Vec<(String, String)> = function["instances"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| {
+            (
+                i["id"].as_str().unwrap_or_default().to_string(),
+                i["node"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    have.sort();
+    have
+}
+
 /// `(id, node, slot)` of the instances of `dra.<accelerator>`.
 fn dra_instances(registry: &Registry, accelerator: &str) -> Vec<(String, String, u64)> {
     let Ok(response) =
@@ -1029,6 +1051,29 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
             lease.spec.unwrap().holder_identity,
             Some(first.base.clone())
         );
+        // The follower answers reads from the leader's state, which it copies.
+        let written = Instant::now();
+        ureq::put(&format!("{}/v1/functions/x", first.base))
+            .send_json(json!({"accelerator": "sobel"}))
+            .unwrap();
+        let copied = eventually("the follower reads x", Duration::from_secs(10), || {
+            let url = format!("{}/v1/functions/x", second.base);
+            async move { ureq::get(&url).call().ok()?.into_json::<Value>().ok() }
+        })
+        .await;
+        eprintln!(
+            "a follower answered a write to the leader {:.2} s after it (copy period 0.5 s)",
+            written.elapsed().as_secs_f64()
+        );
+        assert_eq!(copied, first.get("/v1/functions/x"));
+        let nodes = second.get("/v1/nodes");
+        let names: Vec<&str> = nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, [NODES[0], NODES[1]]);
 
         let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
         deployments
@@ -1067,6 +1112,16 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
         .await;
         assert_eq!(recorded[0].0, claim_instance);
         assert_eq!(recorded[0].1, claim_node);
+        eventually(
+            "the follower reads the same instances",
+            Duration::from_secs(10),
+            || {
+                let same = dra_instances(&second, "sobel") == recorded
+                    && second.get("/v1/functions/edges") == first.get("/v1/functions/edges");
+                async move { same.then_some(()) }
+            },
+        )
+        .await;
 
         // The leader dies: the follower takes the Lease within its TTL, points the
         // webhook at itself and rebuilds the Pods' instances from the Pods.
@@ -1091,25 +1146,7 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
             "the Pods' instances rebuilt",
             Duration::from_secs(20),
             || {
-                // 404 until the new leader has registered the function again.
-                let function: Value = ureq::get(&format!("{}/v1/functions/edges", second.base))
-                    .call()
-                    .ok()
-                    .and_then(|r| r.into_json().ok())
-                    .unwrap_or(Value::Null);
-                let mut have: Vec<(String, String)> = function["instances"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|i| {
-                        (
-                            i["id"].as_str().unwrap_or_default().to_string(),
-                            i["node"].as_str().unwrap_or_default().to_string(),
-                        )
-                    })
-                    .collect();
-                have.sort();
-                let ok = have == want;
+                let ok = instance_nodes(&second, "edges") == want;
                 async move { ok.then_some(()) }
             },
         )
@@ -1158,6 +1195,50 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
             still.metadata.uid, claiming.metadata.uid,
             "the claim's Pod stays"
         );
+
+        // That leader dies too, and a replica started afresh (nothing to copy) takes
+        // the Lease: it rebuilds everything from the API server, the webhook's
+        // instances from the Pods and the claims' from the claims.
+        let mut want: Vec<(String, String)> = now
+            .iter()
+            .map(|p| {
+                (
+                    annotation(p, "netaccel.io/instance").unwrap().to_string(),
+                    annotation(p, "netaccel.io/node").unwrap().to_string(),
+                )
+            })
+            .collect();
+        want.sort();
+        drop(second);
+        let third = Registry::start(&plane, &ttl);
+        let _renewing = [
+            fake_node(&[&third], NODES[0], registration(0, &["sobel"])),
+            fake_node(&[&third], NODES[1], registration(1, &["sobel"])),
+        ];
+        let fresh = Instant::now();
+        third.wait_leader(Duration::from_secs(15)).await;
+        eprintln!(
+            "a fresh replica led {:.2} s after it started",
+            fresh.elapsed().as_secs_f64()
+        );
+        eventually(
+            "everything rebuilt by a fresh replica",
+            Duration::from_secs(20),
+            || {
+                let edges = instance_nodes(&third, "edges");
+                let claimed = dra_instances(&third, "sobel");
+                let ok = edges == want && claimed == recorded;
+                async move { ok.then_some(()) }
+            },
+        )
+        .await;
+        eprintln!(
+            "a fresh replica rebuilt the state from the Pods and the claims {:.2} s after it started",
+            fresh.elapsed().as_secs_f64()
+        );
+        let (still, _) = scheduled_pod(&pods, "edge-detector", &[]).await;
+        assert_eq!(still.metadata.uid, claiming.metadata.uid);
+        assert!(settled(&pods, "edges", 4, &[]).await.is_some());
         let mut plane = plane;
         plane.check_alive();
     });

@@ -19,9 +19,12 @@
 //!   Eviction API, as for webhook Pods). The resourceclaim controller then does what
 //!   it does for any claim whose last consumer went: it deallocates a standalone
 //!   claim and deletes a claim generated from a template with its Pod; the Pod's
-//!   replacement is allocated by the scheduler from the slices as they are now. A
-//!   claim no Pod uses is deallocated here (the controller only acts on consumers
-//!   leaving).
+//!   replacement is allocated by the scheduler from the slices as they are now.
+//!   (The scheduler reserves a claim for its Pod when it allocates it, so an
+//!   allocated claim no Pod uses only exists between a Pod going and the controller
+//!   deallocating: nothing to do here.) An evicted Pod is gone, and its claim
+//!   released, once its kubelet confirms it stopped — on a dead machine, once the
+//!   Node is tainted `node.kubernetes.io/out-of-service` and the Pod GC deletes it.
 //!
 //! When a claim is deallocated or deleted its instance is released. The loop is
 //! level-triggered over the claims' watch: a new leader (whose state is empty with
@@ -372,19 +375,11 @@ async fn annotate(client: &Client, claim: &ClaimView, places: &HashMap<String, O
     }
 }
 
-/// Evicts the claim's Pods, or deallocates it when no Pod uses it.
+/// Evicts the claim's Pods.
 async fn displace(client: &Client, claim: &ClaimView, eviction: &Eviction) {
     if claim.pods.is_empty() {
-        let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &claim.namespace);
-        let patch = json!({"status": {"allocation": null}});
-        match api
-            .patch_status(&claim.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => info!(claim = %claim.name, namespace = %claim.namespace,
-                "DRA: claim deallocated: its device is gone or holds another accelerator"),
-            Err(e) => warn!(claim = %claim.name, error = %e, "DRA: cannot deallocate the claim"),
-        }
+        info!(claim = %claim.name, namespace = %claim.namespace,
+            "DRA: the claim's device is gone but no Pod uses it: left to the resourceclaim controller");
         return;
     }
     for pod in &claim.pods {

@@ -141,6 +141,7 @@ pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), St
         certificate.cert_pem.clone(),
     );
     if let Some(election) = settings.election.clone() {
+        crate::follow::spawn(registry.clone(), election.identity.clone());
         lease::spawn(registry.clone(), client.clone(), election);
     }
     pods::spawn(registry.clone(), client.clone(), settings.eviction.clone());

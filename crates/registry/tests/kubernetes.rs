@@ -1209,6 +1209,21 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
             })
             .collect();
         want.sort();
+        let slices: Api<ResourceSlice> = Api::all(plane.client.clone());
+        let slice_uids = || async {
+            let mut uids: Vec<String> = slices
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|s| s.metadata.uid)
+                .collect();
+            uids.sort();
+            uids
+        };
+        let published = slice_uids().await;
+        assert_eq!(published.len(), 2, "node-a's and node-b's slices");
         drop(second);
         let third = Registry::start(&plane, &ttl);
         let _renewing = [
@@ -1238,6 +1253,8 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
         );
         let (still, _) = scheduled_pod(&pods, "edge-detector", &[]).await;
         assert_eq!(still.metadata.uid, claiming.metadata.uid);
+        // The slices were kept, not deleted while the fresh leader knew no node.
+        assert_eq!(slice_uids().await, published);
         assert!(settled(&pods, "edges", 4, &[]).await.is_some());
         let mut plane = plane;
         plane.check_alive();

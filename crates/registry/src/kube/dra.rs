@@ -14,7 +14,9 @@
 //! changed pools are written with their generation bumped, pools of nodes that are
 //! lost or gone are deleted (the scheduler would otherwise keep allocating devices of
 //! a dead node). Every [`RESYNC`] it converges even without a change, which repairs
-//! slices someone else edited or deleted and rebuilds everything after a failover.
+//! slices someone else edited or deleted and rebuilds everything after a failover. A
+//! new leader first waits one node lease, so that the nodes have renewed with it and
+//! the slices of the nodes it does not know yet are not deleted.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -217,6 +219,7 @@ pub fn spawn(registry: Arc<Registry>, client: Client) {
         let mut published: Option<BTreeMap<String, Pool>> = None;
         let mut last_sync = Instant::now();
         let mut failing = false;
+        let mut leading_since: Option<Instant> = None;
         let mut interval = tokio::time::interval(TICK);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -224,8 +227,13 @@ pub fn spawn(registry: Arc<Registry>, client: Client) {
             if !registry.is_leader() {
                 // A new term starts from what the API server holds.
                 published = None;
+                leading_since = None;
                 continue;
             }
+            // A new leader's nodes renew their leases with it within one lease; until
+            // then its listing may lack some (empty, for a replica that started after
+            // the last leader died), and converging on it would delete their slices.
+            let since = *leading_since.get_or_insert_with(Instant::now);
             if !class_written {
                 match classes
                     .patch(
@@ -240,6 +248,9 @@ pub fn spawn(registry: Arc<Registry>, client: Client) {
                         warn!(error = %e, "DRA: cannot write DeviceClass {DEVICE_CLASS}; retrying")
                     }
                 }
+            }
+            if since.elapsed() < registry.config.lease {
+                continue;
             }
             let want = desired(&registry.nodes_json().await);
             if published.as_ref() == Some(&want) && last_sync.elapsed() < RESYNC {

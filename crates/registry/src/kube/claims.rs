@@ -50,7 +50,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::dra::{device_name, DRIVER};
-use super::pods::{evict_pod, reflect, Bucket, Evicted, Eviction, EVICTION_BACKOFF, TICK};
+use super::pods::{evict_pod, reflect, Evicted, Eviction, SharedBucket, EVICTION_BACKOFF, TICK};
 use crate::model::{FunctionRecord, NodeState, Query, SlotRef};
 use crate::registry::Registry;
 
@@ -248,7 +248,7 @@ fn places(st: &crate::state::State) -> HashMap<String, Option<Slots>> {
 type Slots = HashMap<String, (SlotRef, String)>;
 
 /// Starts the claims' watch and the loop.
-pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction) {
+pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction, bucket: SharedBucket) {
     let claims = reflect(
         Api::<ResourceClaim>::all(client.clone()),
         watcher::Config::default(),
@@ -256,24 +256,18 @@ pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction) {
     tokio::spawn(async move {
         let _ = claims.wait_until_ready().await;
         let mut evicted = HashMap::new();
-        let mut bucket = Bucket::new(eviction.rate, Instant::now());
+        let mut refused = BTreeSet::new();
         let mut interval = tokio::time::interval(TICK);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             interval.tick().await;
             if !registry.is_leader() {
                 evicted.clear();
+                refused.clear();
                 continue;
             }
-            pass(
-                &registry,
-                &client,
-                &claims,
-                &eviction,
-                &mut evicted,
-                &mut bucket,
-            )
-            .await;
+            let memory = (&mut evicted, &mut refused);
+            pass(&registry, &client, &claims, &eviction, memory, &bucket).await;
         }
     });
 }
@@ -283,15 +277,21 @@ async fn pass(
     client: &Client,
     claims: &Store<ResourceClaim>,
     eviction: &Eviction,
-    evicted: &mut HashMap<String, Instant>,
-    bucket: &mut Bucket,
+    (evicted, refused): (&mut HashMap<String, Instant>, &mut BTreeSet<String>),
+    bucket: &SharedBucket,
 ) {
+    // A claim being deleted keeps its device while it is allocated (until its last
+    // Pod goes), so it is counted like any other.
     let views: Vec<ClaimView> = claims
         .state()
         .iter()
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
         .filter_map(|c| ClaimView::of(c))
         .collect();
+    refused.retain(|id| {
+        views
+            .iter()
+            .any(|c| (0..c.devices.len()).any(|n| c.instance_id(n) == *id))
+    });
     let (pinned, places) = {
         let st = registry.lock().await;
         let pinned: Vec<PinnedView> = st
@@ -336,16 +336,19 @@ async fn pass(
                     annotate(client, claim, &places).await;
                 }
             }
-            Err(e) => warn!(instance = %bind.id, claim = %claim.name, error = %e,
-                "DRA: cannot record the claim's device"),
+            // Said once per claim; it is tried again every pass.
+            Err(e) if refused.insert(bind.id.clone()) => {
+                warn!(instance = %bind.id, claim = %claim.name, error = %e,
+                    "DRA: cannot record the claim's device; trying again")
+            }
+            Err(e) => debug!(instance = %bind.id, error = %e, "DRA: still cannot record"),
         }
     }
     for claim in plan.displace {
-        if !bucket.take(Instant::now()) {
-            break; // The rest waits for the next pass.
+        if !displace(client, &claim, eviction, bucket).await {
+            break; // Out of tokens: the rest waits for the next pass.
         }
         evicted.insert(claim.uid.clone(), Instant::now());
-        displace(client, &claim, eviction).await;
     }
 }
 
@@ -375,19 +378,29 @@ async fn annotate(client: &Client, claim: &ClaimView, places: &HashMap<String, O
     }
 }
 
-/// Evicts the claim's Pods.
-async fn displace(client: &Client, claim: &ClaimView, eviction: &Eviction) {
+/// Evicts the claim's Pods, one token of the eviction rate each; `false` when the
+/// tokens ran out before the last.
+async fn displace(
+    client: &Client,
+    claim: &ClaimView,
+    eviction: &Eviction,
+    bucket: &SharedBucket,
+) -> bool {
     if claim.pods.is_empty() {
         info!(claim = %claim.name, namespace = %claim.namespace,
             "DRA: the claim's device is gone but no Pod uses it: left to the resourceclaim controller");
-        return;
+        return true;
     }
     for pod in &claim.pods {
+        if !bucket.lock().expect("bucket lock").take(Instant::now()) {
+            return false;
+        }
         if evict_pod(client, &claim.namespace, pod, eviction).await == Evicted::Done {
             info!(pod = %pod, claim = %claim.name, namespace = %claim.namespace,
                 "evicted: its claim's device is gone or holds another accelerator");
         }
     }
+    true
 }
 
 #[cfg(test)]

@@ -144,8 +144,22 @@ pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), St
         crate::follow::spawn(registry.clone(), election.identity.clone());
         lease::spawn(registry.clone(), client.clone(), election);
     }
-    pods::spawn(registry.clone(), client.clone(), settings.eviction.clone());
-    claims::spawn(registry.clone(), client.clone(), settings.eviction.clone());
+    let bucket = Arc::new(std::sync::Mutex::new(pods::Bucket::new(
+        settings.eviction.rate,
+        std::time::Instant::now(),
+    )));
+    pods::spawn(
+        registry.clone(),
+        client.clone(),
+        settings.eviction.clone(),
+        bucket.clone(),
+    );
+    claims::spawn(
+        registry.clone(),
+        client.clone(),
+        settings.eviction.clone(),
+        bucket,
+    );
     dra::spawn(registry, client);
     Ok(())
 }

@@ -138,6 +138,10 @@ pub fn plan(
     out
 }
 
+/// The one bucket of `--eviction-rate`, shared by the Pod watcher and the claim loop
+/// (held only to take a token, never across an await).
+pub type SharedBucket = Arc<std::sync::Mutex<Bucket>>;
+
 /// A token bucket: `rate` evictions per second, bursts of up to `rate` (at least 1).
 pub struct Bucket {
     rate: f64,
@@ -197,7 +201,7 @@ pub struct Eviction {
 }
 
 /// Starts the watches and the loop.
-pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction) {
+pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction, bucket: SharedBucket) {
     let pods = reflect(
         Api::<Pod>::all(client.clone()),
         watcher::Config::default().labels(INSTANCE),
@@ -209,7 +213,6 @@ pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction) {
     tokio::spawn(async move {
         let _ = pods.wait_until_ready().await;
         let mut memory = Memory::default();
-        let mut bucket = Bucket::new(eviction.rate, Instant::now());
         let mut interval = tokio::time::interval(TICK);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -241,7 +244,7 @@ pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction) {
                 }
             }
             for pod in plan.evict {
-                if !bucket.take(Instant::now()) {
+                if !bucket.lock().expect("bucket lock").take(Instant::now()) {
                     break; // The rest waits for the next pass.
                 }
                 memory

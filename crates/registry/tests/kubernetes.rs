@@ -647,11 +647,32 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
             .unwrap();
         let (_, on) = scheduled_pod(&pods, "solo", &[]).await;
         assert_eq!(on, NODES[1]);
-        eventually("the solo claim's instance", Duration::from_secs(10), || {
-            let instances = dra_instances(&registry, "topk");
-            async move { (instances.len() == 1).then_some(()) }
-        })
-        .await;
+        let solo_instance =
+            eventually("the solo claim's instance", Duration::from_secs(10), || {
+                let instances = dra_instances(&registry, "topk");
+                async move { (instances.len() == 1).then(|| instances[0].0.clone()) }
+            })
+            .await;
+        // A second Pod sharing that claim, allocated already: the webhook gives it the
+        // environment of the claim's instance.
+        let mut shared = solo_pod.clone();
+        shared.metadata.name = Some("solo-too".into());
+        shared.metadata.labels = Some([("app".to_string(), "solo-too".to_string())].into());
+        let created = pods.create(&PostParams::default(), &shared).await.unwrap();
+        let env = env_of(&created);
+        for (k, v) in [
+            ("NETACCEL_FUNCTION", "dra.topk".to_string()),
+            ("NETACCEL_INSTANCE", solo_instance.clone()),
+            ("NETACCEL_NODE_HTTP", "10.0.0.2:8080".to_string()),
+            ("NETACCEL_NODE_RAC", "10.0.0.2:9400".to_string()),
+        ] {
+            assert!(
+                env.contains(&(k.to_string(), v.clone())),
+                "{k}={v} in {env:?}"
+            );
+        }
+        let (_, on) = scheduled_pod(&pods, "solo-too", &[]).await;
+        assert_eq!(on, NODES[1]);
 
         // node-c can now host sobel too; then node-b stops renewing its lease: lost,
         // and its slice goes.
@@ -708,11 +729,14 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
                     .filter(|p| p.metadata.deletion_timestamp.is_some())
                     .filter_map(|p| p.metadata.name)
                     .collect();
-                (names.len() == 2).then_some(names)
+                (names.len() == 3).then_some(names)
             }
         })
         .await;
-        assert!(gone.contains(&"solo".to_string()), "{gone:?}");
+        assert!(
+            gone.contains(&"solo".to_string()) && gone.contains(&"solo-too".to_string()),
+            "{gone:?}"
+        );
         for name in &gone {
             let force = kube::api::DeleteParams {
                 grace_period_seconds: Some(0),
@@ -754,6 +778,7 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
             pods.get_opt("solo").await.unwrap().is_none(),
             "solo evicted"
         );
+        assert!(pods.get_opt("solo-too").await.unwrap().is_none());
         eventually(
             "the solo claim's instance released",
             Duration::from_secs(10),

@@ -33,9 +33,11 @@
 //! the claim's annotation `netaccel.io/accelerator`, so a slot reconfigured during a
 //! failover is seen as such.
 //!
-//! The Pods of a claim do not get the webhook's environment: at admission their claim
-//! is not allocated yet (the scheduler allocates it later). Passing the binding to
-//! containers is the job of a kubelet DRA plugin (CDI edits), see docs/kubernetes.md.
+//! A Pod joining a standalone claim that is allocated already gets the environment of
+//! its instance from the webhook. Other Pods of claims do not: at admission their
+//! claim is not allocated yet (the scheduler allocates it later). Passing the binding
+//! to containers then is the job of a kubelet DRA plugin (CDI edits), see
+//! docs/kubernetes.md.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -248,11 +250,22 @@ fn places(st: &crate::state::State) -> HashMap<String, Option<Slots>> {
 type Slots = HashMap<String, (SlotRef, String)>;
 
 /// Starts the claims' watch and the loop.
-pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction, bucket: SharedBucket) {
-    let claims = reflect(
+/// Watches every ResourceClaim (the claim loop's and the webhook's view).
+pub fn watch(client: &Client) -> Store<ResourceClaim> {
+    reflect(
         Api::<ResourceClaim>::all(client.clone()),
         watcher::Config::default(),
-    );
+    )
+}
+
+/// Starts the loop over `claims` (from [`watch`]).
+pub fn spawn(
+    registry: Arc<Registry>,
+    client: Client,
+    claims: Store<ResourceClaim>,
+    eviction: Eviction,
+    bucket: SharedBucket,
+) {
     tokio::spawn(async move {
         let _ = claims.wait_until_ready().await;
         let mut evicted = HashMap::new();

@@ -132,7 +132,8 @@ pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), St
     let tls = webhook::server_config(&certificate)?;
     let listener = webhook::bind_listener(settings.webhook).await?;
     info!(webhook = %listener.local_addr().map_err(|e| e.to_string())?, "admission webhook serving (HTTPS)");
-    let app = webhook::router(registry.clone(), &settings.registry_url);
+    let claims = claims::watch(&client);
+    let app = webhook::router(registry.clone(), &settings.registry_url, claims.clone());
     tokio::spawn(webhook::serve_tls(listener, tls, app));
     webhook::spawn_configuration(
         registry.clone(),
@@ -157,6 +158,7 @@ pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), St
     claims::spawn(
         registry.clone(),
         client.clone(),
+        claims,
         settings.eviction.clone(),
         bucket,
     );

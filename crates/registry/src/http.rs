@@ -229,15 +229,10 @@ async fn snapshot(State(app): State<App>, RawQuery(query): RawQuery) -> Answer {
             }
         }
     }
-    let snapshot = app
-        .registry
-        .snapshot()
-        .await
-        .map_err(|e| ApiError::unavailable(e.to_string()))?;
-    if after == Some(snapshot.revision) {
-        return Ok(StatusCode::NOT_MODIFIED.into_response());
+    match app.registry.snapshot(after).await {
+        Some(snapshot) => Ok(Json(snapshot).into_response()),
+        None => Ok(StatusCode::NOT_MODIFIED.into_response()),
     }
-    Ok(Json(snapshot).into_response())
 }
 
 // ---- nodes ----

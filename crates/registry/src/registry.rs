@@ -265,9 +265,11 @@ impl Registry {
         Ok(())
     }
 
-    /// What the store holds now (`GET /v1/snapshot`).
-    pub async fn snapshot(&self) -> Result<crate::store::Snapshot, StoreError> {
-        self.store.load().await
+    /// The records as this replica holds them (`GET /v1/snapshot`), from its cache,
+    /// so the route costs the store nothing; `None` while the cache is at `after`.
+    pub async fn snapshot(&self, after: Option<u64>) -> Option<crate::store::Snapshot> {
+        let st = self.state.lock().await;
+        (after != Some(st.revision)).then(|| st.snapshot())
     }
 
     fn notify_all_watched(&self, st: &State) {

@@ -719,6 +719,18 @@ impl State {
 
     // ---- documents ----
 
+    /// The records as committed (the cache never holds an uncommitted change between
+    /// transactions), for a follower to copy.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            revision: self.revision,
+            nodes: self.nodes.values().map(|n| n.record.clone()).collect(),
+            functions: self.functions.values().map(|f| f.record.clone()).collect(),
+            instances: self.instances.values().cloned().collect(),
+            meta: self.meta.clone(),
+        }
+    }
+
     /// An instance's binding as clients see it.
     pub fn binding_json(&self, id: &str) -> Value {
         let record = &self.instances[id];

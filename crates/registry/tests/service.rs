@@ -555,6 +555,29 @@ fn pinned_instances_are_never_moved_and_block_reconfiguration() {
         reg.rebalance(Instant::now()).await;
         assert_eq!(bindings(&reg, "dra.echo").await, vec![None]);
         check(&reg).await;
+
+        // A follower copying this state (GET /v1/snapshot, as JSON) reads the same.
+        let snap = reg.snapshot(None).await.unwrap();
+        assert!(reg.snapshot(Some(snap.revision)).await.is_none(), "304");
+        let copied = serde_json::from_str(&serde_json::to_string(&snap).unwrap()).unwrap();
+        let follower = Registry::new_follower(config(), Arc::new(MemoryStore::new()), admin)
+            .await
+            .unwrap();
+        follower.follow(&copied).await.unwrap();
+        for name in ["dra.echo", "t"] {
+            assert_eq!(
+                follower.function_json(name).await.unwrap(),
+                reg.function_json(name).await.unwrap()
+            );
+        }
+        assert_eq!(follower.nodes_json().await.as_array().unwrap().len(), 2);
+        check(&follower).await;
+        // Its writes are still refused.
+        let err = follower
+            .put_function("u", &function("echo", 0))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "NOT_LEADER");
     });
 }
 

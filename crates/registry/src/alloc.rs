@@ -22,7 +22,9 @@
 //! 4. if the first slot holds `A`, bind to it;
 //! 5. otherwise the first slot `D` in that order whose load can be redistributed —
 //!    Σ over the other ready slots `d` holding `D`'s accelerator of `(1 − d.u)` ≥ `D.u`
-//!    (an idle slot always qualifies) — is to be reconfigured to `A`;
+//!    (an idle slot always qualifies) — is to be reconfigured to `A`; a *pinned* slot
+//!    (one holding an instance allocation did not place and cannot move, a DRA
+//!    claim's) is never chosen;
 //! 6. otherwise `NO_DEVICE`.
 //!
 //! ```
@@ -173,6 +175,9 @@ pub struct SlotView {
     /// Unused for long enough that allocation counts it as idle (see the registry's
     /// `release_unused_ms`).
     pub released: bool,
+    /// An instance someone else placed is bound to it (a DRA claim's): step 5 never
+    /// picks it, since that instance cannot be moved, only its Pods evicted.
+    pub pinned: bool,
 }
 
 impl SlotView {
@@ -213,6 +218,7 @@ const READY: u8 = 2;
 const RECONFIGURING: u8 = 4;
 const RELEASED: u8 = 8;
 const HAS_CATALOG: u8 = 16;
+const PINNED: u8 = 32;
 
 /// What the scans read of a slot, packed (16 bytes) so that a pass over every slot
 /// of a large cluster stays in cache; names and catalogs are read only on ties and
@@ -310,6 +316,7 @@ impl Inventory {
             ready: true,
             reconfiguring: false,
             released: false,
+            pinned: false,
         });
         idx
     }
@@ -418,6 +425,17 @@ impl Inventory {
                 hot.flags & !RELEASED
             };
             view.released = released;
+        });
+    }
+
+    pub fn set_pinned(&mut self, idx: SlotIdx, pinned: bool) {
+        self.update(idx, |hot, view| {
+            hot.flags = if pinned {
+                hot.flags | PINNED
+            } else {
+                hot.flags & !PINNED
+            };
+            view.pinned = pinned;
         });
     }
 
@@ -547,6 +565,7 @@ impl Inventory {
         for (i, hot) in self.hot.iter().enumerate() {
             let idx = i as SlotIdx;
             if !hot.usable()
+                || hot.flags & PINNED != 0
                 || (req.reconfigure == Reconfigure::EmptyOnly && hot.instances > 0)
                 || best.is_some_and(|b| !self.before(policy, idx, b))
                 || !self.eligible(idx, req, ceiling, query)
@@ -581,6 +600,7 @@ impl Inventory {
             assert_eq!(hot.flags & READY != 0, slot.ready);
             assert_eq!(hot.flags & RECONFIGURING != 0, slot.reconfiguring);
             assert_eq!(hot.flags & RELEASED != 0, slot.released);
+            assert_eq!(hot.flags & PINNED != 0, slot.pinned);
             spare[hot.accel as usize] += hot.spare();
         }
         for &a in self.accel_ids.values() {

@@ -66,6 +66,7 @@ pub fn router(app: App) -> Router {
         .route("/", get(page))
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/metrics", get(metrics))
+        .route("/v1/snapshot", get(snapshot))
         .route("/v1/nodes", get(list_nodes))
         .route("/v1/nodes/{name}", put(put_node).delete(delete_node))
         .route("/v1/functions", get(list_functions))
@@ -206,6 +207,32 @@ async fn metrics(State(app): State<App>) -> Response {
         text,
     )
         .into_response()
+}
+
+// ---- the state as stored, for followers ----
+
+/// `GET /v1/snapshot[?after=REVISION]`: every record as stored, with its revision;
+/// `304` when the store is still at `after` (a follower polling, see `follow`).
+async fn snapshot(State(app): State<App>, RawQuery(query): RawQuery) -> Answer {
+    let mut after = None;
+    for (key, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match key.as_ref() {
+            "after" => {
+                after = Some(value.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("after={value} is not a non-negative integer"))
+                })?)
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown query parameter {other:?} (expected after)"
+                )))
+            }
+        }
+    }
+    match app.registry.snapshot(after).await {
+        Some(snapshot) => Ok(Json(snapshot).into_response()),
+        None => Ok(StatusCode::NOT_MODIFIED.into_response()),
+    }
 }
 
 // ---- nodes ----

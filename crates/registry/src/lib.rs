@@ -17,7 +17,9 @@
 //! Where the state lives: in memory ([`store::MemoryStore`], one registry), or in etcd
 //! ([`etcd::EtcdStore`]) shared by several replicas, one of which leads through an
 //! etcd election ([`ha`]): the leader writes and runs the loops, followers serve reads
-//! from a watched cache and send writers to the leader (`503 NOT_LEADER`). Slot
+//! from a watched cache and send writers to the leader (`503 NOT_LEADER`). With
+//! `--kubernetes` and the memory store, replicas elect through a Lease and followers
+//! serve reads from a copy of the leader's state ([`follow`]). Slot
 //! utilisation comes from the nodes' lease reports or, with `--prometheus`, from a
 //! PromQL query ([`prometheus`]), the lease reports filling in what Prometheus does
 //! not know.
@@ -29,6 +31,7 @@ pub mod alloc;
 pub mod config;
 pub mod error;
 pub mod etcd;
+pub mod follow;
 pub mod ha;
 pub mod http;
 pub mod kube;

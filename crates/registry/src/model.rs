@@ -166,6 +166,12 @@ pub struct InstanceRecord {
     pub binding: Option<SlotRef>,
     /// Bumped on every change of binding, so a client can wait for the next one.
     pub generation: u64,
+    /// Bound where someone else decided (the kube-scheduler, through a DRA claim):
+    /// the registry never moves it. When its slot goes or changes accelerator it is
+    /// unbound, and whoever pinned it acts (the claim's Pods are evicted); a slot
+    /// holding one is not reconfigured by allocation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
 }
 
 /// Registry-wide counters that must survive a failover.

@@ -9,7 +9,9 @@ use tracing::info;
 
 use crate::alloc::Reconfigure;
 use crate::error::ApiError;
-use crate::model::{FunctionSpec, InstanceSpec, NodeRegistration, ReconfigurationRequest, SlotRef};
+use crate::model::{
+    FunctionRecord, FunctionSpec, InstanceSpec, NodeRegistration, ReconfigurationRequest, SlotRef,
+};
 use crate::registry::{Alloc, Registry};
 
 /// What `POST /v1/reconfigurations` answers.
@@ -272,6 +274,53 @@ impl Registry {
         }
     }
 
+    /// Records instance `id` of `function` (registered when new) bound to `slot`,
+    /// pinned there: someone else chose the slot (the kube-scheduler, for a DRA
+    /// claim). Slots are shared, so the slot may hold other instances too. An instance
+    /// already recorded under `id` is left as it is.
+    pub async fn bind_pinned(
+        &self,
+        function: FunctionRecord,
+        id: &str,
+        slot: &SlotRef,
+    ) -> Result<(), ApiError> {
+        let mut st = self.lock().await;
+        if st.instance(id).is_some() {
+            return Ok(());
+        }
+        let Some(idx) = st.slot_idx(slot) else {
+            return Err(ApiError::not_found(format!(
+                "node {} has no slot {} on device {}",
+                slot.node, slot.slot, slot.device
+            )));
+        };
+        match st.function(&function.name) {
+            Some(f) if f.record != function => {
+                return Err(ApiError::bad_request(format!(
+                    "function {} exists with other needs",
+                    function.name
+                )))
+            }
+            Some(_) => {}
+            None if st.function_count() >= self.config.functions_max => {
+                return Err(ApiError::full(format!(
+                    "the registry holds its maximum of {} functions (--functions-max)",
+                    self.config.functions_max
+                )))
+            }
+            None => st.put_function(function.clone()),
+        }
+        if st.instance_count() >= self.config.instances_max {
+            return Err(ApiError::full(format!(
+                "the registry holds its maximum of {} instances (--instances-max)",
+                self.config.instances_max
+            )));
+        }
+        st.create_pinned_instance(id, &function.name, idx);
+        info!(instance = id, function = %function.name, slot = ?slot, "pinned instance recorded");
+        self.commit(&mut st).await
+    }
+
     pub async fn delete_instance(&self, function: &str, id: &str) -> Result<(), ApiError> {
         let mut st = self.lock().await;
         if st.instance(id).is_none_or(|i| i.function != function) {
@@ -343,6 +392,17 @@ impl Registry {
             }
             let bound = st.bound_to(idx);
             let requester_bound = req.instance.as_ref().is_some_and(|i| bound.contains(i));
+            let pinned = st.pinned_on(idx);
+            if !admin && !pinned.is_empty() && holds != req.accelerator {
+                // The scheduler gave this slot to a claim: only the admin may take it
+                // away (its Pods are then evicted).
+                return Ok(Verdict::Refused {
+                    reason: format!(
+                        "the slot is allocated to a Kubernetes ResourceClaim ({}); only the admin may reconfigure it",
+                        pinned.join(", ")
+                    ),
+                });
+            }
             if !(admin || requester_bound || bound.is_empty()) {
                 return Ok(Verdict::Refused {
                     reason: format!(

@@ -100,11 +100,9 @@ impl Registry {
                     && slot.instances >= 2
                     && !cooling
                 {
-                    let movable = st
-                        .bound_to(idx)
-                        .into_iter()
-                        .rev()
-                        .find(|id| !self.is_allocating(id));
+                    let movable = st.bound_to(idx).into_iter().rev().find(|id| {
+                        !self.is_allocating(id) && st.instance(id).is_some_and(|i| !i.pinned)
+                    });
                     if let Some(id) = movable {
                         hot.push((idx, id));
                     }
@@ -129,10 +127,11 @@ impl Registry {
         }
     }
 
-    /// Up to `limit` unbound instances nobody is allocating now.
+    /// Up to `limit` unbound instances nobody is allocating now (pinned ones are
+    /// placed by whoever pinned them, not here).
     fn unbound(&self, st: &crate::state::State, limit: usize) -> Vec<String> {
         st.instances()
-            .filter(|i| i.binding.is_none() && !self.is_allocating(&i.id))
+            .filter(|i| i.binding.is_none() && !i.pinned && !self.is_allocating(&i.id))
             .map(|i| i.id.clone())
             .take(limit)
             .collect()

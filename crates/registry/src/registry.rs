@@ -247,6 +247,31 @@ impl Registry {
         Ok(())
     }
 
+    /// A follower without a shared store: takes `snapshot`, its leader's state, as
+    /// its own (cache and store), so it answers reads as the leader would and, should
+    /// it lead next, starts from it. Ignored by the leader.
+    pub async fn follow(&self, snapshot: &crate::store::Snapshot) -> Result<(), StoreError> {
+        // Under the state lock, as `become_leader` is: a replica taking the lead
+        // meanwhile cannot have its store overwritten after it loaded it.
+        let mut st = self.state.lock().await;
+        if self.is_leader() || snapshot.revision == st.revision {
+            return Ok(());
+        }
+        self.store.replace(snapshot)?;
+        let now = Instant::now();
+        *st = State::from_snapshot(snapshot.clone(), now, now + self.config.lease);
+        let _ = st.take_changes();
+        self.notify_all_watched(&st);
+        Ok(())
+    }
+
+    /// The records as this replica holds them (`GET /v1/snapshot`), from its cache,
+    /// so the route costs the store nothing; `None` while the cache is at `after`.
+    pub async fn snapshot(&self, after: Option<u64>) -> Option<crate::store::Snapshot> {
+        let st = self.state.lock().await;
+        (after != Some(st.revision)).then(|| st.snapshot())
+    }
+
     fn notify_all_watched(&self, st: &State) {
         let watchers = self.watchers.lock().expect("watchers lock");
         for (id, tx) in watchers.iter() {
@@ -588,12 +613,19 @@ impl Registry {
 
     /// Re-places displaced instances where a slot already holds their accelerator,
     /// without I/O; unbinds the others and returns them for [`Registry::run_followups`].
+    /// Pinned instances are only unbound: whoever placed them moves them (for a DRA
+    /// claim, the claim watcher evicts its Pods and the scheduler allocates anew).
     pub fn plan_migration(&self, st: &mut State, ids: &[String], chain: &[SlotIdx]) -> Vec<String> {
         let mut followups = Vec::new();
         for id in ids {
             let Some(instance) = st.instance(id) else {
                 continue;
             };
+            if instance.pinned {
+                info!(instance = %id, "pinned instance displaced: unbound, not moved");
+                st.set_binding(id, None);
+                continue;
+            }
             let function = st
                 .function(&instance.function)
                 .expect("function")

@@ -131,10 +131,11 @@ impl State {
                 record.generation += 1;
                 st.changes.push(Change::PutInstance(record.clone()));
             }
+            let id = record.id.clone();
+            st.instances.insert(id.clone(), record);
             if let Some(idx) = slot {
-                st.attach(&record.id, idx);
+                st.attach(&id, idx);
             }
-            st.instances.insert(record.id.clone(), record);
         }
         st
     }
@@ -602,11 +603,23 @@ impl State {
 
     /// Adds an unbound instance.
     pub fn create_instance(&mut self, id: &str, function: &str) {
+        self.insert_instance(id, function, false);
+    }
+
+    /// Adds an instance bound to `idx` that allocation never moves (see
+    /// `InstanceRecord::pinned`).
+    pub fn create_pinned_instance(&mut self, id: &str, function: &str, idx: SlotIdx) {
+        self.insert_instance(id, function, true);
+        self.set_binding(id, Some(idx));
+    }
+
+    fn insert_instance(&mut self, id: &str, function: &str, pinned: bool) {
         let record = InstanceRecord {
             id: id.to_string(),
             function: function.to_string(),
             binding: None,
             generation: 1,
+            pinned,
         };
         self.functions
             .get_mut(function)
@@ -667,6 +680,9 @@ impl State {
         if let Some(soft) = self.soft.get_mut(&idx) {
             soft.unused_since = None;
         }
+        if self.instances.get(id).is_some_and(|r| r.pinned) {
+            self.inventory.set_pinned(idx, true);
+        }
     }
 
     fn detach(&mut self, id: &str, idx: SlotIdx) {
@@ -676,6 +692,19 @@ impl State {
         if set.is_empty() {
             self.bound.remove(&idx);
         }
+        let pinned = self.bound.get(&idx).is_some_and(|ids| {
+            ids.iter()
+                .any(|i| self.instances.get(i).is_some_and(|r| r.pinned))
+        });
+        self.inventory.set_pinned(idx, pinned);
+    }
+
+    /// Pinned instances bound to a slot.
+    pub fn pinned_on(&self, idx: SlotIdx) -> Vec<String> {
+        self.bound_to(idx)
+            .into_iter()
+            .filter(|id| self.instances[id].pinned)
+            .collect()
     }
 
     /// Marks the start of a slot's unused period (call when the last instance leaves;
@@ -690,6 +719,18 @@ impl State {
 
     // ---- documents ----
 
+    /// The records as committed (the cache never holds an uncommitted change between
+    /// transactions), for a follower to copy.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            revision: self.revision,
+            nodes: self.nodes.values().map(|n| n.record.clone()).collect(),
+            functions: self.functions.values().map(|f| f.record.clone()).collect(),
+            instances: self.instances.values().cloned().collect(),
+            meta: self.meta.clone(),
+        }
+    }
+
     /// An instance's binding as clients see it.
     pub fn binding_json(&self, id: &str) -> Value {
         let record = &self.instances[id];
@@ -697,7 +738,7 @@ impl State {
             .binding
             .as_ref()
             .and_then(|b| self.nodes.get(&b.node));
-        json!({
+        let mut doc = json!({
             "id": record.id,
             "function": record.function,
             "node": record.binding.as_ref().map(|b| &b.node),
@@ -707,7 +748,13 @@ impl State {
             "rac": node.map(|n| n.record.rac.to_string()),
             "opencl": node.and_then(|n| n.record.opencl.map(|a| a.to_string())),
             "generation": record.generation,
-        })
+        });
+        if record.pinned {
+            // Only where it says something (a DRA claim's instance), so the documents
+            // of every other instance read as they always have.
+            doc["pinned"] = json!(true);
+        }
+        doc
     }
 
     pub fn function_json(&self, name: &str) -> Value {
@@ -798,6 +845,11 @@ impl State {
         assert_eq!(bound, counts.values().sum::<u32>() as usize);
         for node in self.nodes.values() {
             for &idx in &node.slots {
+                assert_eq!(
+                    self.inventory.get(idx).unwrap().pinned,
+                    !self.pinned_on(idx).is_empty(),
+                    "pinned flag of {idx}"
+                );
                 assert_eq!(
                     self.inventory.get(idx).unwrap().ready,
                     node.record.state == NodeState::Ready

@@ -71,8 +71,10 @@ impl Change {
     }
 }
 
-/// Everything a store holds, decoded.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Everything a store holds, decoded. Also what a follower without a shared store
+/// copies from its leader (`GET /v1/snapshot`, see `follow`).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Snapshot {
     pub revision: Revision,
     pub nodes: Vec<NodeRecord>,
@@ -150,6 +152,15 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Revision, StoreError>>;
     /// What it is, for logs (`memory`, `etcd://…`).
     fn describe(&self) -> String;
+    /// Replaces everything with `snapshot`: a follower copying its leader's state
+    /// into a store nobody else shares. A shared store refuses (its followers watch
+    /// it instead).
+    fn replace(&self, _snapshot: &Snapshot) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable(format!(
+            "{} is shared: followers watch it",
+            self.describe()
+        )))
+    }
 }
 
 /// The default store: one registry, state lost on restart and rebuilt from the nodes'
@@ -203,6 +214,22 @@ impl Store for MemoryStore {
     fn describe(&self) -> String {
         "memory".to_string()
     }
+
+    fn replace(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        let changes = snapshot
+            .nodes
+            .iter()
+            .cloned()
+            .map(Change::PutNode)
+            .chain(snapshot.functions.iter().cloned().map(Change::PutFunction))
+            .chain(snapshot.instances.iter().cloned().map(Change::PutInstance))
+            .chain([Change::PutMeta(snapshot.meta.clone())]);
+        let entries: BTreeMap<String, Vec<u8>> = changes
+            .map(|c| (c.key(), c.value().expect("puts have values")))
+            .collect();
+        *self.inner.lock().expect("store lock") = (snapshot.revision, entries);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -243,6 +270,7 @@ mod tests {
                 slot: 3,
             }),
             generation: 2,
+            pinned: false,
         };
         let changes = vec![
             Change::PutNode(node.clone()),
@@ -269,5 +297,12 @@ mod tests {
         assert_eq!(block_on(store.load()).unwrap().nodes.len(), 1);
         assert_eq!(block_on(store.commit(1, &stale)), Ok(2));
         assert!(block_on(store.load()).unwrap().nodes.is_empty());
+        // A follower's copy: the snapshot as JSON (GET /v1/snapshot) replaces it all,
+        // revision included, and commits go on from there.
+        let json = serde_json::to_string(&snap).unwrap();
+        let copy = MemoryStore::new();
+        copy.replace(&serde_json::from_str(&json).unwrap()).unwrap();
+        assert_eq!(block_on(copy.load()).unwrap(), snap);
+        assert_eq!(block_on(copy.commit(1, &stale)), Ok(2));
     }
 }

@@ -484,11 +484,11 @@ fn slice_devices(slice: &ResourceSlice) -> Vec<(String, String)> {
 #[test]
 fn the_scheduler_allocates_netaccel_slots_through_dra() {
     with_control_plane(|plane| async move {
-        let registry = Registry::start(&plane, &[]);
+        let registry = Registry::start(&plane, &["--eviction-grace-s", "0"]);
         registry.wait_leader(Duration::from_secs(20)).await;
         let _a = fake_node(&[&registry], NODES[0], registration(0, &["echo", "topk"]));
         let b = fake_node(&[&registry], NODES[1], registration(1, &["sobel", "echo"]));
-        let _c = fake_node(&[&registry], NODES[2], registration(2, &["to_uppercase"]));
+        let c = fake_node(&[&registry], NODES[2], registration(2, &["to_uppercase"]));
 
         let slices: Api<ResourceSlice> = Api::all(plane.client.clone());
         let published = eventually("three ResourceSlices", Duration::from_secs(30), || {
@@ -530,60 +530,77 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
         // A claim template selecting sobel, and a Pod using it: the scheduler
         // allocates node-b's sobel slot and puts the Pod on node-b.
         let templates: Api<ResourceClaimTemplate> = Api::default_namespaced(plane.client.clone());
-        let template: ResourceClaimTemplate = serde_json::from_value(json!({
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "sobel"},
-            "spec": {"spec": {"devices": {"requests": [{"name": "acc", "exactly": {
-                "deviceClassName": "netaccel.io",
-                "selectors": [{"cel": {"expression":
-                    "device.attributes[\"netaccel.io\"].accelerator == \"sobel\""}}]
-            }}]}}}
-        }))
-        .unwrap();
+        let template = sobel_template();
         templates
             .create(&PostParams::default(), &template)
             .await
             .unwrap();
+        // A Deployment's Pod using it: the scheduler allocates node-b's sobel slot and
+        // puts the Pod on node-b.
         let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "edge-detector"},
-            "spec": {
-                "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
-                "containers": [{"name": "app", "image": "example.invalid/app:1",
-                    "resources": {"claims": [{"name": "acc"}]}}]
-            }
-        }))
-        .unwrap();
+        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
         let started = Instant::now();
-        pods.create(&PostParams::default(), &pod).await.unwrap();
-        let node = eventually("the Pod scheduled", Duration::from_secs(60), || {
-            let pods = pods.clone();
-            async move { pods.get("edge-detector").await.ok()?.spec?.node_name }
-        })
-        .await;
+        deployments
+            .create(
+                &PostParams::default(),
+                &claiming_deployment("edge-detector"),
+            )
+            .await
+            .unwrap();
+        let (pod, node) = scheduled_pod(&pods, "edge-detector", &[]).await;
         eprintln!(
             "DRA: claim allocated and Pod scheduled in {:.2} s",
             started.elapsed().as_secs_f64()
         );
         assert_eq!(node, NODES[1]);
         let claims: Api<ResourceClaim> = Api::default_namespaced(plane.client.clone());
-        let claim = claims
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .next()
-            .expect("the claim made from the template");
-        let allocation = claim.status.unwrap().allocation.expect("allocated");
+        let claim = claim_of(&claims, &pod).await;
+        let allocation = claim.status.clone().unwrap().allocation.expect("allocated");
         let results = allocation.devices.unwrap().results.unwrap_or_default();
         assert_eq!(results.len(), 1);
         assert_eq!(results[0].driver, "netaccel.io");
         assert_eq!(results[0].pool, NODES[1]);
         assert_eq!(results[0].device, "cpu0-slot-0");
 
-        // A reconfiguration changes the published device.
+        // The registry records the allocation as an instance pinned to that slot, and
+        // notes in the claim what the device held.
+        let id = format!("dra-{}-0", claim.metadata.uid.as_deref().unwrap());
+        let recorded = eventually("the claim's instance", Duration::from_secs(10), || {
+            let instances = dra_instances(&registry, "sobel");
+            async move { (!instances.is_empty()).then_some(instances) }
+        })
+        .await;
+        assert_eq!(recorded, [(id.clone(), NODES[1].to_string(), 0)]);
+        let doc = registry.get("/v1/functions/dra.sobel");
+        assert_eq!(doc["instances"][0]["pinned"], true, "{doc}");
+        eventually("the claim annotated", Duration::from_secs(10), || {
+            let claims = claims.clone();
+            let name = claim.metadata.name.clone().unwrap();
+            async move {
+                let c = claims.get(&name).await.ok()?;
+                (c.metadata.annotations?.get("netaccel.io/accelerator")? == "sobel").then_some(())
+            }
+        })
+        .await;
+        // Nobody but the admin may load something else into it.
+        let refused = ureq::post(&format!("{}/v1/reconfigurations", registry.base))
+            .send_json(
+                json!({"node": NODES[1], "device": "cpu0", "slot": 0, "accelerator": "topk"}),
+            )
+            .unwrap_err();
+        let ureq::Error::Status(409, response) = refused else {
+            panic!("{refused:?}")
+        };
+        let verdict: Value = response.into_json().unwrap();
+        assert!(
+            verdict["reason"]
+                .as_str()
+                .unwrap()
+                .contains("ResourceClaim"),
+            "{verdict}"
+        );
+
+        // A reconfiguration of the other slot changes the published device.
         let verdict: Value = ureq::post(&format!("{}/v1/reconfigurations", registry.base))
             .send_json(
                 json!({"node": NODES[1], "device": "cpu0", "slot": 1, "accelerator": "topk"}),
@@ -592,6 +609,7 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
             .into_json()
             .unwrap();
         assert_eq!(verdict["allowed"], true, "{verdict}");
+        b.set(registration(1, &["sobel", "topk"]));
         eventually("node-b's slice shows topk", Duration::from_secs(10), || {
             let slices = slices.clone();
             async move {
@@ -602,8 +620,77 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
             }
         })
         .await;
+        // A standalone claim on it, used by a bare Pod.
+        let solo: ResourceClaim = serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "solo"},
+            "spec": {"devices": {"requests": [{"name": "acc", "exactly": {
+                "deviceClassName": "netaccel.io",
+                "selectors": [{"cel": {"expression":
+                    "device.attributes[\"netaccel.io\"].accelerator == \"topk\" && device.attributes[\"netaccel.io\"].node == \"node-b\""}}]
+            }}]}}
+        }))
+        .unwrap();
+        claims.create(&PostParams::default(), &solo).await.unwrap();
+        let solo_pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "solo", "labels": {"app": "solo"}},
+            "spec": {
+                "resourceClaims": [{"name": "acc", "resourceClaimName": "solo"}],
+                "containers": [{"name": "app", "image": "example.invalid/app:1",
+                    "resources": {"claims": [{"name": "acc"}]}}]
+            }
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &solo_pod)
+            .await
+            .unwrap();
+        let (_, on) = scheduled_pod(&pods, "solo", &[]).await;
+        assert_eq!(on, NODES[1]);
+        let solo_instance =
+            eventually("the solo claim's instance", Duration::from_secs(10), || {
+                let instances = dra_instances(&registry, "topk");
+                async move { (instances.len() == 1).then(|| instances[0].0.clone()) }
+            })
+            .await;
+        // A second Pod sharing that claim, allocated already: the webhook gives it the
+        // environment of the claim's instance.
+        let mut shared = solo_pod.clone();
+        shared.metadata.name = Some("solo-too".into());
+        shared.metadata.labels = Some([("app".to_string(), "solo-too".to_string())].into());
+        let created = pods.create(&PostParams::default(), &shared).await.unwrap();
+        let env = env_of(&created);
+        for (k, v) in [
+            ("NETACCEL_FUNCTION", "dra.topk".to_string()),
+            ("NETACCEL_INSTANCE", solo_instance.clone()),
+            ("NETACCEL_NODE_HTTP", "10.0.0.2:8080".to_string()),
+            ("NETACCEL_NODE_RAC", "10.0.0.2:9400".to_string()),
+        ] {
+            assert!(
+                env.contains(&(k.to_string(), v.clone())),
+                "{k}={v} in {env:?}"
+            );
+        }
+        let (_, on) = scheduled_pod(&pods, "solo-too", &[]).await;
+        assert_eq!(on, NODES[1]);
 
-        // node-b stops renewing its lease: lost, and its slice goes.
+        // node-c can now host sobel too; then node-b stops renewing its lease: lost,
+        // and its slice goes.
+        c.set(registration(2, &["to_uppercase", "sobel"]));
+        eventually(
+            "node-c's slice shows sobel",
+            Duration::from_secs(10),
+            || {
+                let slices = slices.clone();
+                async move {
+                    let s = slices.get(&format!("netaccel-{}", NODES[2])).await.ok()?;
+                    slice_devices(&s)
+                        .contains(&("cpu0-slot-1".into(), "sobel".into()))
+                        .then_some(())
+                }
+            },
+        )
+        .await;
         drop(b);
         let lost = Instant::now();
         eventually("node-b's slice deleted", Duration::from_secs(10), || {
@@ -622,9 +709,211 @@ fn the_scheduler_allocates_netaccel_slots_through_dra() {
             "DRA: lost node's slice deleted {:.2} s after its last renewal (lease 1.5 s)",
             lost.elapsed().as_secs_f64()
         );
+        // The claims on its devices: their Pods are evicted; the Deployment's new Pod
+        // gets a new claim, which the scheduler allocates on node-c; the standalone
+        // claim is deallocated by the resourceclaim controller. The registry follows.
+        let (moved, on) = scheduled_pod(&pods, "edge-detector", &[NODES[1]]).await;
+        assert_eq!(on, NODES[2]);
+        assert_ne!(moved.metadata.uid, pod.metadata.uid);
+        // The evicted Pods stay Terminating until their kubelet says they stopped (on
+        // a dead machine: until the Node is marked out-of-service and the Pod GC
+        // deletes them); their claims stay reserved until then. There is no kubelet
+        // here: the test confirms for it.
+        let gone = eventually("both claims' Pods evicted", Duration::from_secs(10), || {
+            let pods = pods.clone();
+            async move {
+                let list = pods.list(&ListParams::default()).await.ok()?;
+                let names: Vec<String> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_some())
+                    .filter_map(|p| p.metadata.name)
+                    .collect();
+                (names.len() == 3).then_some(names)
+            }
+        })
+        .await;
+        assert!(
+            gone.contains(&"solo".to_string()) && gone.contains(&"solo-too".to_string()),
+            "{gone:?}"
+        );
+        for name in &gone {
+            let force = kube::api::DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            };
+            let _ = pods.delete(name, &force).await;
+        }
+        let new_claim = claim_of(&claims, &moved).await;
+        let new_id = format!("dra-{}-0", new_claim.metadata.uid.as_deref().unwrap());
+        eventually(
+            "the instance follows the claim",
+            Duration::from_secs(20),
+            || {
+                let instances = dra_instances(&registry, "sobel");
+                let want = [(new_id.clone(), NODES[2].to_string(), 1)];
+                async move { (instances == want).then_some(()) }
+            },
+        )
+        .await;
+        eprintln!(
+            "DRA: the lost node's claim Pod evicted and re-allocated on node-c {:.2} s after node-b's last renewal",
+            lost.elapsed().as_secs_f64()
+        );
+        eventually(
+            "the solo claim deallocated",
+            Duration::from_secs(20),
+            || {
+                let claims = claims.clone();
+                async move {
+                    let c = claims.get("solo").await.ok()?;
+                    c.status
+                        .is_none_or(|s| s.allocation.is_none())
+                        .then_some(())
+                }
+            },
+        )
+        .await;
+        assert!(
+            pods.get_opt("solo").await.unwrap().is_none(),
+            "solo evicted"
+        );
+        assert!(pods.get_opt("solo-too").await.unwrap().is_none());
+        eventually(
+            "the solo claim's instance released",
+            Duration::from_secs(10),
+            || {
+                let instances = dra_instances(&registry, "topk");
+                async move { instances.is_empty().then_some(()) }
+            },
+        )
+        .await;
         let mut plane = plane;
         plane.check_alive();
     });
+}
+
+/// The claim template `sobel`: one netaccel device holding sobel.
+fn sobel_template() -> ResourceClaimTemplate {
+    serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "sobel"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "acc", "exactly": {
+            "deviceClassName": "netaccel.io",
+            "selectors": [{"cel": {"expression":
+                "device.attributes[\"netaccel.io\"].accelerator == \"sobel\""}}]
+        }}]}}}
+    }))
+    .unwrap()
+}
+
+/// A Deployment of one Pod with a claim from the template `sobel`.
+fn claiming_deployment(name: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
+                    "containers": [{"name": "app", "image": "example.invalid/app:1",
+                        "resources": {"claims": [{"name": "acc"}]}}]
+                }
+            }
+        }
+    }))
+    .unwrap()
+}
+
+/// The one live Pod labelled `app=<app>` once it is scheduled, not on `avoid`.
+async fn scheduled_pod(pods: &Api<Pod>, app: &str, avoid: &[&str]) -> (Pod, String) {
+    eventually(
+        &format!("the Pod of {app} scheduled"),
+        Duration::from_secs(60),
+        || {
+            let pods = pods.clone();
+            let app = app.to_string();
+            let avoid: Vec<String> = avoid.iter().map(|s| s.to_string()).collect();
+            async move {
+                let list = pods
+                    .list(&ListParams::default().labels(&format!("app={app}")))
+                    .await
+                    .ok()?;
+                let live: Vec<Pod> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .collect();
+                let [pod] = live.as_slice() else { return None };
+                let node = pod.spec.as_ref()?.node_name.clone()?;
+                (!avoid.contains(&node)).then(|| (pod.clone(), node))
+            }
+        },
+    )
+    .await
+}
+
+/// The claim the resourceclaim controller made for `pod` from its template.
+async fn claim_of(claims: &Api<ResourceClaim>, pod: &Pod) -> ResourceClaim {
+    let name = eventually("the Pod's claim", Duration::from_secs(20), || {
+        let status = pod.clone();
+        let pods: Api<Pod> = Api::default_namespaced(claims.clone().into_client());
+        async move {
+            let fresh = pods.get(status.metadata.name.as_deref()?).await.ok()?;
+            fresh.status?.resource_claim_statuses?[0]
+                .resource_claim_name
+                .clone()
+        }
+    })
+    .await;
+    claims.get(&name).await.unwrap()
+}
+
+/// `(id, node)` of the instances of `function`, sorted (none while it is unknown).
+fn instance_nodes(registry: &Registry, function: &str) -> Vec<(String, String)> {
+    let function: Value = ureq::get(&format!("{}/v1/functions/{function}", registry.base))
+        .call()
+        .ok()
+        .and_then(|r| r.into_json().ok())
+        .unwrap_or(Value::Null);
+    let mut have: Vec<(String, String)> = function["instances"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| {
+            (
+                i["id"].as_str().unwrap_or_default().to_string(),
+                i["node"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    have.sort();
+    have
+}
+
+/// `(id, node, slot)` of the instances of `dra.<accelerator>`.
+fn dra_instances(registry: &Registry, accelerator: &str) -> Vec<(String, String, u64)> {
+    let Ok(response) =
+        ureq::get(&format!("{}/v1/functions/dra.{accelerator}", registry.base)).call()
+    else {
+        return Vec::new();
+    };
+    let doc: Value = response.into_json().unwrap();
+    doc["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["id"].as_str().unwrap().to_string(),
+                i["node"].as_str().unwrap_or_default().to_string(),
+                i["slot"].as_u64().unwrap_or(u64::MAX),
+            )
+        })
+        .collect()
 }
 
 /// The Pods of Deployment `app` once there are `n`, all scheduled, each on the node its
@@ -787,6 +1076,29 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
             lease.spec.unwrap().holder_identity,
             Some(first.base.clone())
         );
+        // The follower answers reads from the leader's state, which it copies.
+        let written = Instant::now();
+        ureq::put(&format!("{}/v1/functions/x", first.base))
+            .send_json(json!({"accelerator": "sobel"}))
+            .unwrap();
+        let copied = eventually("the follower reads x", Duration::from_secs(10), || {
+            let url = format!("{}/v1/functions/x", second.base);
+            async move { ureq::get(&url).call().ok()?.into_json::<Value>().ok() }
+        })
+        .await;
+        eprintln!(
+            "a follower answered a write to the leader {:.2} s after it (copy period 0.5 s)",
+            written.elapsed().as_secs_f64()
+        );
+        assert_eq!(copied, first.get("/v1/functions/x"));
+        let nodes = second.get("/v1/nodes");
+        let names: Vec<&str> = nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, [NODES[0], NODES[1]]);
 
         let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
         deployments
@@ -800,6 +1112,40 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
         let placed = eventually("3 Pods placed", Duration::from_secs(60), || {
             settled(&pods, "edges", 3, &[])
         })
+        .await;
+        // And a Pod with a claim the scheduler allocates a sobel slot to.
+        let templates: Api<ResourceClaimTemplate> = Api::default_namespaced(plane.client.clone());
+        templates
+            .create(&PostParams::default(), &sobel_template())
+            .await
+            .unwrap();
+        deployments
+            .create(
+                &PostParams::default(),
+                &claiming_deployment("edge-detector"),
+            )
+            .await
+            .unwrap();
+        let (claiming, claim_node) = scheduled_pod(&pods, "edge-detector", &[]).await;
+        let claims: Api<ResourceClaim> = Api::default_namespaced(plane.client.clone());
+        let claim = claim_of(&claims, &claiming).await;
+        let claim_instance = format!("dra-{}-0", claim.metadata.uid.as_deref().unwrap());
+        let recorded = eventually("the claim's instance", Duration::from_secs(10), || {
+            let instances = dra_instances(&first, "sobel");
+            async move { (instances.len() == 1).then_some(instances) }
+        })
+        .await;
+        assert_eq!(recorded[0].0, claim_instance);
+        assert_eq!(recorded[0].1, claim_node);
+        eventually(
+            "the follower reads the same instances",
+            Duration::from_secs(10),
+            || {
+                let same = dra_instances(&second, "sobel") == recorded
+                    && second.get("/v1/functions/edges") == first.get("/v1/functions/edges");
+                async move { same.then_some(()) }
+            },
+        )
         .await;
 
         // The leader dies: the follower takes the Lease within its TTL, points the
@@ -825,31 +1171,28 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
             "the Pods' instances rebuilt",
             Duration::from_secs(20),
             || {
-                // 404 until the new leader has registered the function again.
-                let function: Value = ureq::get(&format!("{}/v1/functions/edges", second.base))
-                    .call()
-                    .ok()
-                    .and_then(|r| r.into_json().ok())
-                    .unwrap_or(Value::Null);
-                let mut have: Vec<(String, String)> = function["instances"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|i| {
-                        (
-                            i["id"].as_str().unwrap_or_default().to_string(),
-                            i["node"].as_str().unwrap_or_default().to_string(),
-                        )
-                    })
-                    .collect();
-                have.sort();
-                let ok = have == want;
+                let ok = instance_nodes(&second, "edges") == want;
                 async move { ok.then_some(()) }
             },
         )
         .await;
         eprintln!(
             "state rebuilt from the Pods {:.2} s after the kill",
+            killed.elapsed().as_secs_f64()
+        );
+        // The claim's instance too, on the same slot, from the claim.
+        eventually(
+            "the claim's instance rebuilt",
+            Duration::from_secs(20),
+            || {
+                let instances = dra_instances(&second, "sobel");
+                let recorded = recorded.clone();
+                async move { (instances == recorded).then_some(()) }
+            },
+        )
+        .await;
+        eprintln!(
+            "state rebuilt from the Pods and the claims {:.2} s after the kill",
             killed.elapsed().as_secs_f64()
         );
         // The new leader binds new Pods (the webhook now points at it).
@@ -872,6 +1215,72 @@ fn replicas_elect_a_leader_through_a_lease_and_a_new_leader_rebuilds() {
         for p in &placed {
             assert!(now.iter().any(|q| q.metadata.name == p.metadata.name));
         }
+        let (still, _) = scheduled_pod(&pods, "edge-detector", &[]).await;
+        assert_eq!(
+            still.metadata.uid, claiming.metadata.uid,
+            "the claim's Pod stays"
+        );
+
+        // That leader dies too, and a replica started afresh (nothing to copy) takes
+        // the Lease: it rebuilds everything from the API server, the webhook's
+        // instances from the Pods and the claims' from the claims.
+        let mut want: Vec<(String, String)> = now
+            .iter()
+            .map(|p| {
+                (
+                    annotation(p, "netaccel.io/instance").unwrap().to_string(),
+                    annotation(p, "netaccel.io/node").unwrap().to_string(),
+                )
+            })
+            .collect();
+        want.sort();
+        let slices: Api<ResourceSlice> = Api::all(plane.client.clone());
+        let slice_uids = || async {
+            let mut uids: Vec<String> = slices
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|s| s.metadata.uid)
+                .collect();
+            uids.sort();
+            uids
+        };
+        let published = slice_uids().await;
+        assert_eq!(published.len(), 2, "node-a's and node-b's slices");
+        drop(second);
+        let third = Registry::start(&plane, &ttl);
+        let _renewing = [
+            fake_node(&[&third], NODES[0], registration(0, &["sobel"])),
+            fake_node(&[&third], NODES[1], registration(1, &["sobel"])),
+        ];
+        let fresh = Instant::now();
+        third.wait_leader(Duration::from_secs(15)).await;
+        eprintln!(
+            "a fresh replica led {:.2} s after it started",
+            fresh.elapsed().as_secs_f64()
+        );
+        eventually(
+            "everything rebuilt by a fresh replica",
+            Duration::from_secs(20),
+            || {
+                let edges = instance_nodes(&third, "edges");
+                let claimed = dra_instances(&third, "sobel");
+                let ok = edges == want && claimed == recorded;
+                async move { ok.then_some(()) }
+            },
+        )
+        .await;
+        eprintln!(
+            "a fresh replica rebuilt the state from the Pods and the claims {:.2} s after it started",
+            fresh.elapsed().as_secs_f64()
+        );
+        let (still, _) = scheduled_pod(&pods, "edge-detector", &[]).await;
+        assert_eq!(still.metadata.uid, claiming.metadata.uid);
+        // The slices were kept, not deleted while the fresh leader knew no node.
+        assert_eq!(slice_uids().await, published);
+        assert!(settled(&pods, "edges", 4, &[]).await.is_some());
         let mut plane = plane;
         plane.check_alive();
     });

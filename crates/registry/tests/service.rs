@@ -487,6 +487,101 @@ fn reconfiguration_requests_are_validated() {
 }
 
 #[test]
+fn pinned_instances_are_never_moved_and_block_reconfiguration() {
+    rt().block_on(async {
+        let admin = Arc::new(FakeAdmin::default());
+        let reg = registry_with(config(), admin.clone()).await;
+        reg.register_node(
+            "n1",
+            &registration(1, "cpu", &[("echo", 0.0), ("echo", 0.0)]),
+        )
+        .await
+        .unwrap();
+        let record = netaccel_registry::model::FunctionRecord {
+            name: "dra.echo".into(),
+            accelerator: "echo".into(),
+            hash: None,
+            query: Default::default(),
+        };
+        let slot0 = netaccel_registry::model::SlotRef {
+            node: "n1".into(),
+            device: "dev0".into(),
+            slot: 0,
+        };
+        reg.bind_pinned(record.clone(), "dra-claim", &slot0)
+            .await
+            .unwrap();
+        // Recording it again changes nothing.
+        reg.bind_pinned(record, "dra-claim", &slot0).await.unwrap();
+        assert_eq!(
+            bindings(&reg, "dra.echo").await,
+            vec![Some(("n1".into(), 0))]
+        );
+        assert_eq!(
+            reg.function_json("dra.echo").await.unwrap()["instances"][0]["pinned"],
+            true
+        );
+        check(&reg).await;
+        // Allocation reconfigures the other idle slot, never the pinned one (slot 0
+        // would come first: same load, smaller id).
+        reg.put_function("t", &function("topk", 1)).await.unwrap();
+        assert_eq!(bindings(&reg, "t").await, vec![Some(("n1".into(), 1))]);
+        // A node's request to reconfigure the pinned slot is refused; the admin's is
+        // allowed and unbinds the pinned instance without moving it.
+        let request = ReconfigurationRequest {
+            node: "n1".into(),
+            device: "dev0".into(),
+            slot: 0,
+            accelerator: "sobel".into(),
+            instance: None,
+        };
+        let v = reg.validate_reconfiguration(&request, false).await.unwrap();
+        assert!(
+            matches!(v, Verdict::Refused { ref reason } if reason.contains("ResourceClaim")),
+            "{v:?}"
+        );
+        reg.register_node("n2", &registration(2, "cpu", &[("echo", 0.0)]))
+            .await
+            .unwrap();
+        let v = reg.validate_reconfiguration(&request, true).await.unwrap();
+        assert_eq!(
+            v,
+            Verdict::Allowed {
+                migrated: vec!["dra-claim".into()]
+            }
+        );
+        settle(&reg).await;
+        // Unbound, though node n2 holds echo: the rebalancer leaves it alone too.
+        reg.rebalance(Instant::now()).await;
+        assert_eq!(bindings(&reg, "dra.echo").await, vec![None]);
+        check(&reg).await;
+
+        // A follower copying this state (GET /v1/snapshot, as JSON) reads the same.
+        let snap = reg.snapshot(None).await.unwrap();
+        assert!(reg.snapshot(Some(snap.revision)).await.is_none(), "304");
+        let copied = serde_json::from_str(&serde_json::to_string(&snap).unwrap()).unwrap();
+        let follower = Registry::new_follower(config(), Arc::new(MemoryStore::new()), admin)
+            .await
+            .unwrap();
+        follower.follow(&copied).await.unwrap();
+        for name in ["dra.echo", "t"] {
+            assert_eq!(
+                follower.function_json(name).await.unwrap(),
+                reg.function_json(name).await.unwrap()
+            );
+        }
+        assert_eq!(follower.nodes_json().await.as_array().unwrap().len(), 2);
+        check(&follower).await;
+        // Its writes are still refused.
+        let err = follower
+            .put_function("u", &function("echo", 0))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "NOT_LEADER");
+    });
+}
+
+#[test]
 fn renewals_report_changes_and_reports_older_than_a_change_are_ignored() {
     rt().block_on(async {
         let admin = Arc::new(FakeAdmin::default());

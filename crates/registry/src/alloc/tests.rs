@@ -525,3 +525,19 @@ mod oracle {
         }
     }
 }
+
+#[test]
+fn step5_never_reconfigures_a_pinned_slot_but_shares_it() {
+    // Both idle; a's slot would be reconfigured first (smaller name), unless pinned.
+    let mut inv = inventory(&[("a", 0, "echo", 0.0, 0), ("b", 0, "echo", 0.0, 0)]);
+    assert_eq!(alloc(&inv, "topk"), Decision::Reconfigure(at(&inv, "a", 0)));
+    inv.set_pinned(at(&inv, "a", 0), true);
+    inv.check_consistency();
+    assert_eq!(alloc(&inv, "topk"), Decision::Reconfigure(at(&inv, "b", 0)));
+    // A pinned slot still takes more instances of what it holds (shared, first in
+    // order here).
+    assert_eq!(alloc(&inv, "echo"), Decision::Bind(at(&inv, "a", 0)));
+    inv.set_pinned(at(&inv, "b", 0), true);
+    assert_eq!(alloc(&inv, "topk"), Decision::NoDevice);
+    assert!(matches!(alloc(&inv, "echo"), Decision::Bind(_)));
+}

@@ -14,7 +14,9 @@
 //! changed pools are written with their generation bumped, pools of nodes that are
 //! lost or gone are deleted (the scheduler would otherwise keep allocating devices of
 //! a dead node). Every [`RESYNC`] it converges even without a change, which repairs
-//! slices someone else edited or deleted and rebuilds everything after a failover.
+//! slices someone else edited or deleted and rebuilds everything after a failover. A
+//! new leader first waits one node lease, so that the nodes have renewed with it and
+//! the slices of the nodes it does not know yet are not deleted.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -80,6 +82,11 @@ pub fn slice_name(node: &str) -> String {
     format!("netaccel-{}", dns_label(node, 200))
 }
 
+/// The device standing for slot `slot` of netaccel device `device` in its node's pool.
+pub fn device_name(device: &str, slot: u64) -> String {
+    dns_label(&format!("{device}-slot-{slot}"), 63)
+}
+
 /// One pool: the Kubernetes node and its devices.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pool {
@@ -99,6 +106,11 @@ pub fn desired(nodes: &Value) -> BTreeMap<String, Pool> {
         for device in node["devices"].as_array().into_iter().flatten() {
             let id = device["id"].as_str().unwrap_or_default();
             for slot in device["slots"].as_array().into_iter().flatten() {
+                if !slot["reconfiguring"].is_null() {
+                    // The registry is loading another accelerator into it: offered
+                    // again once the node holds it, under its new attributes.
+                    continue;
+                }
                 let attr = |v: &str| DeviceAttribute {
                     string: Some(v.to_string()),
                     ..DeviceAttribute::default()
@@ -115,7 +127,7 @@ pub fn desired(nodes: &Value) -> BTreeMap<String, Pool> {
                 .map(|(k, v)| (k.to_string(), attr(&v)))
                 .collect();
                 devices.push(Device {
-                    name: dns_label(&format!("{id}-slot-{}", slot["id"]), 63),
+                    name: device_name(id, slot["id"].as_u64().unwrap_or_default()),
                     attributes: Some(attributes),
                     ..Device::default()
                 });
@@ -207,6 +219,7 @@ pub fn spawn(registry: Arc<Registry>, client: Client) {
         let mut published: Option<BTreeMap<String, Pool>> = None;
         let mut last_sync = Instant::now();
         let mut failing = false;
+        let mut leading_since: Option<Instant> = None;
         let mut interval = tokio::time::interval(TICK);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -214,8 +227,13 @@ pub fn spawn(registry: Arc<Registry>, client: Client) {
             if !registry.is_leader() {
                 // A new term starts from what the API server holds.
                 published = None;
+                leading_since = None;
                 continue;
             }
+            // A new leader's nodes renew their leases with it within one lease; until
+            // then its listing may lack some (empty, for a replica that started after
+            // the last leader died), and converging on it would delete their slices.
+            let since = *leading_since.get_or_insert_with(Instant::now);
             if !class_written {
                 match classes
                     .patch(
@@ -230,6 +248,9 @@ pub fn spawn(registry: Arc<Registry>, client: Client) {
                         warn!(error = %e, "DRA: cannot write DeviceClass {DEVICE_CLASS}; retrying")
                     }
                 }
+            }
+            if since.elapsed() < registry.config.lease {
+                continue;
             }
             let want = desired(&registry.nodes_json().await);
             if published.as_ref() == Some(&want) && last_sync.elapsed() < RESYNC {

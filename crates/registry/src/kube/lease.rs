@@ -14,12 +14,16 @@
 //! labels its own Pod `netaccel.io/role: leader|follower`, so Services can send the
 //! webhook's calls and the nodes' writes to the leader only.
 //!
-//! State. A new leader starts from its own (empty) memory and rebuilds: nodes register
-//! again with their next lease renewal, and after one node lease the instances of the
-//! Pods the webhook bound are recreated from the Pods themselves (their annotations
-//! name the instance, the function and the node), each bound again on its own node
-//! where a slot there still holds its accelerator. A Pod that cannot be is displaced
-//! and evicted as after a reconfiguration.
+//! State. While it follows, a replica copies the leader's state (`follow`), so it
+//! answers reads and, should it lead next, starts from that copy. A replica with no
+//! copy (it started after the leader died) starts empty. Either way it rebuilds: nodes
+//! register again with their next lease renewal, and after one node lease the
+//! instances of the Pods the webhook bound are recreated from the Pods themselves
+//! (their annotations name the instance, the function and the node), each bound again
+//! on its own node where a slot there still holds its accelerator. A Pod that cannot be is displaced
+//! and evicted as after a reconfiguration. The instances of DRA claims need no step
+//! here: the claim loop (`claims`) is level-triggered and records them again, each
+//! on the slot the claim names, as soon as that slot's node has registered.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -13,7 +13,9 @@
 //! - [`lease`]: with the memory store, replicas elect a leader through a Lease, and a
 //!   new leader rebuilds the instances from the Pods;
 //! - [`dra`]: the DeviceClass `netaccel.io` and one ResourceSlice per netaccel node,
-//!   kept equal to the registry's slots.
+//!   kept equal to the registry's slots;
+//! - [`claims`]: the devices the scheduler allocated to ResourceClaims are pinned
+//!   instances of the registry; claims whose device goes have their Pods evicted.
 //!
 //! Names. A netaccel node's `--name` is the name of the Kubernetes node it runs on
 //! (the DaemonSet of the Helm chart passes `spec.nodeName`), so "the node holding the
@@ -24,6 +26,7 @@
 //! transactions directly; a separate crate would need a second binary or a cycle.
 
 pub mod admission;
+pub mod claims;
 pub mod dra;
 pub mod lease;
 pub mod pods;
@@ -129,7 +132,8 @@ pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), St
     let tls = webhook::server_config(&certificate)?;
     let listener = webhook::bind_listener(settings.webhook).await?;
     info!(webhook = %listener.local_addr().map_err(|e| e.to_string())?, "admission webhook serving (HTTPS)");
-    let app = webhook::router(registry.clone(), &settings.registry_url);
+    let claims = claims::watch(&client);
+    let app = webhook::router(registry.clone(), &settings.registry_url, claims.clone());
     tokio::spawn(webhook::serve_tls(listener, tls, app));
     webhook::spawn_configuration(
         registry.clone(),
@@ -138,9 +142,26 @@ pub async fn start(registry: Arc<Registry>, settings: Settings) -> Result<(), St
         certificate.cert_pem.clone(),
     );
     if let Some(election) = settings.election.clone() {
+        crate::follow::spawn(registry.clone(), election.identity.clone());
         lease::spawn(registry.clone(), client.clone(), election);
     }
-    pods::spawn(registry.clone(), client.clone(), settings.eviction.clone());
+    let bucket = Arc::new(std::sync::Mutex::new(pods::Bucket::new(
+        settings.eviction.rate,
+        std::time::Instant::now(),
+    )));
+    pods::spawn(
+        registry.clone(),
+        client.clone(),
+        settings.eviction.clone(),
+        bucket.clone(),
+    );
+    claims::spawn(
+        registry.clone(),
+        client.clone(),
+        claims,
+        settings.eviction.clone(),
+        bucket,
+    );
     dra::spawn(registry, client);
     Ok(())
 }

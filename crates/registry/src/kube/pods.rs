@@ -138,6 +138,10 @@ pub fn plan(
     out
 }
 
+/// The one bucket of `--eviction-rate`, shared by the Pod watcher and the claim loop
+/// (held only to take a token, never across an await).
+pub type SharedBucket = Arc<std::sync::Mutex<Bucket>>;
+
 /// A token bucket: `rate` evictions per second, bursts of up to `rate` (at least 1).
 pub struct Bucket {
     rate: f64,
@@ -167,7 +171,7 @@ impl Bucket {
     }
 }
 
-fn reflect<K>(api: Api<K>, config: watcher::Config) -> Store<K>
+pub(super) fn reflect<K>(api: Api<K>, config: watcher::Config) -> Store<K>
 where
     K: ::kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync,
     K: serde::de::DeserializeOwned + 'static,
@@ -197,7 +201,7 @@ pub struct Eviction {
 }
 
 /// Starts the watches and the loop.
-pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction) {
+pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction, bucket: SharedBucket) {
     let pods = reflect(
         Api::<Pod>::all(client.clone()),
         watcher::Config::default().labels(INSTANCE),
@@ -209,7 +213,6 @@ pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction) {
     tokio::spawn(async move {
         let _ = pods.wait_until_ready().await;
         let mut memory = Memory::default();
-        let mut bucket = Bucket::new(eviction.rate, Instant::now());
         let mut interval = tokio::time::interval(TICK);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -241,7 +244,7 @@ pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction) {
                 }
             }
             for pod in plan.evict {
-                if !bucket.take(Instant::now()) {
+                if !bucket.lock().expect("bucket lock").take(Instant::now()) {
                     break; // The rest waits for the next pass.
                 }
                 memory
@@ -254,7 +257,39 @@ pub fn spawn(registry: Arc<Registry>, client: Client, eviction: Eviction) {
 }
 
 async fn evict(registry: &Registry, client: &Client, pod: &PodView, eviction: &Eviction) {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    if evict_pod(client, &pod.namespace, &pod.name, eviction).await == Evicted::Done {
+        info!(pod = %pod.name, namespace = %pod.namespace, instance = %pod.instance,
+            "evicted: its instance was moved off the node it was bound on");
+        // Its replacement is bound anew by the webhook; this instance is done.
+        let function = {
+            let st = registry.lock().await;
+            st.instance(&pod.instance).map(|i| i.function.clone())
+        };
+        if let Some(function) = function {
+            let _ = registry.delete_instance(&function, &pod.instance).await;
+        }
+    }
+}
+
+/// How an eviction went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Evicted {
+    Done,
+    /// A PodDisruptionBudget refused it (429): try again later.
+    Budget,
+    /// The Pod is gone already.
+    Gone,
+    Failed,
+}
+
+/// Evicts one Pod through the Eviction API (so disruption budgets hold).
+pub async fn evict_pod(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    eviction: &Eviction,
+) -> Evicted {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let params = EvictParams {
         delete_options: Some(DeleteParams {
             grace_period_seconds: eviction.grace_s,
@@ -262,24 +297,17 @@ async fn evict(registry: &Registry, client: &Client, pod: &PodView, eviction: &E
         }),
         ..EvictParams::default()
     };
-    match api.evict(&pod.name, &params).await {
-        Ok(_) => {
-            info!(pod = %pod.name, namespace = %pod.namespace, instance = %pod.instance,
-                "evicted: its instance was moved off the node it was bound on");
-            // Its replacement is bound anew by the webhook; this instance is done.
-            let function = {
-                let st = registry.lock().await;
-                st.instance(&pod.instance).map(|i| i.function.clone())
-            };
-            if let Some(function) = function {
-                let _ = registry.delete_instance(&function, &pod.instance).await;
-            }
-        }
+    match api.evict(name, &params).await {
+        Ok(_) => Evicted::Done,
         Err(::kube::Error::Api(e)) if e.code == 429 => {
-            info!(pod = %pod.name, "eviction refused by a disruption budget; trying again later");
+            info!(pod = %name, "eviction refused by a disruption budget; trying again later");
+            Evicted::Budget
         }
-        Err(::kube::Error::Api(e)) if e.code == 404 => {}
-        Err(e) => warn!(pod = %pod.name, error = %e, "eviction failed"),
+        Err(::kube::Error::Api(e)) if e.code == 404 => Evicted::Gone,
+        Err(e) => {
+            warn!(pod = %name, error = %e, "eviction failed");
+            Evicted::Failed
+        }
     }
 }
 

@@ -7,9 +7,11 @@
 //! with the registry's allocation — reconfiguring a slot when that is what allocation
 //! decides — and answers with the patch of `admission` (annotation, environment, node
 //! selector). A Pod nothing can host is denied with allocation's reason, so
-//! `kubectl` and the ReplicaSet's events say why. The decision is the registry's own
-//! code path (`Registry::create_instance`), so the webhook and `POST …/instances`
-//! cannot disagree.
+//! `kubectl` and the ReplicaSet's events say why. A Pod without the annotations that
+//! uses a netaccel claim allocated already gets the environment of the claim's
+//! instance (no node selector: the claim's own places the Pod). The decision is the
+//! registry's own code path (`Registry::create_instance`), so the webhook and
+//! `POST …/instances` cannot disagree.
 //!
 //! TLS. The API server only calls webhooks over HTTPS and checks the certificate
 //! against the configuration's `caBundle`. Either the operator gives a certificate
@@ -47,7 +49,11 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
+use ::kube::runtime::reflector::{ObjectRef, Store};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+
 use super::admission::{self, Ask, Binding, Verdict};
+use super::claims::ClaimView;
 use super::{Settings, WebhookClient, FIELD_MANAGER};
 use crate::error::ApiError;
 use crate::model::{FunctionRecord, InstanceSpec, Query};
@@ -70,10 +76,12 @@ pub const WEBHOOK_NAME: &str = "pods.netaccel.io";
 struct Hook {
     registry: Arc<Registry>,
     registry_url: Arc<str>,
+    /// The ResourceClaims, as the claim loop watches them.
+    claims: Store<ResourceClaim>,
 }
 
 /// The webhook's routes.
-pub fn router(registry: Arc<Registry>, registry_url: &str) -> Router {
+pub fn router(registry: Arc<Registry>, registry_url: &str, claims: Store<ResourceClaim>) -> Router {
     Router::new()
         .route(PATH, post(review))
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
@@ -82,6 +90,7 @@ pub fn router(registry: Arc<Registry>, registry_url: &str) -> Router {
         .with_state(Hook {
             registry,
             registry_url: registry_url.into(),
+            claims,
         })
 }
 
@@ -104,7 +113,7 @@ async fn review(State(hook): State<Hook>, body: Bytes) -> Response {
 async fn decide(hook: &Hook, request: &AdmissionRequest<Pod>) -> AdmissionResponse {
     let allowed = AdmissionResponse::from(request);
     let ask = match admission::ask(request) {
-        Verdict::Ignore => return allowed,
+        Verdict::Ignore => return claim_environment(hook, request, allowed).await,
         Verdict::Deny(reason) => return deny(allowed, reason),
         Verdict::Bind(ask) => ask,
     };
@@ -133,6 +142,46 @@ async fn decide(hook: &Hook, request: &AdmissionRequest<Pod>) -> AdmissionRespon
             deny(allowed, reason)
         }
     }
+}
+
+/// A Pod that asks for no accelerator by annotation but uses a netaccel claim already
+/// allocated (a standalone claim shared by several Pods) gets the environment of the
+/// claim's instance, so its clients work as a webhook-bound Pod's do. A claim made from
+/// a template is not allocated yet when its Pod is admitted: nothing to add then.
+async fn claim_environment(
+    hook: &Hook,
+    request: &AdmissionRequest<Pod>,
+    allowed: AdmissionResponse,
+) -> AdmissionResponse {
+    let Some(pod) = request.object.as_ref() else {
+        return allowed;
+    };
+    let namespace = request.namespace.clone().unwrap_or_default();
+    let named = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.resource_claims.iter().flatten())
+        .filter_map(|c| c.resource_claim_name.clone());
+    for name in named {
+        let key = ObjectRef::new(&name).within(&namespace);
+        let Some(claim) = hook.claims.get(&key).and_then(|c| ClaimView::of(&c)) else {
+            continue;
+        };
+        let value = {
+            let st = hook.registry.lock().await;
+            let id = claim.instance_id(0);
+            st.instance(&id).map(|_| st.binding_json(&id))
+        };
+        let Some(binding) = value.as_ref().and_then(Binding::from_json) else {
+            continue;
+        };
+        let patch = admission::patch(pod, &binding, &hook.registry_url, false);
+        return match allowed.clone().with_patch(patch) {
+            Ok(r) => r,
+            Err(_) => allowed,
+        };
+    }
+    allowed
 }
 
 fn deny(response: AdmissionResponse, reason: String) -> AdmissionResponse {

@@ -1,5 +1,6 @@
 """docs/tls.md: a node with HTTPS and RAC over TLS, called by the real clients people
-use: the unmodified `tritonclient[http]` from PyPI with ``ssl=True``, and netaccel's
+use: the unmodified `tritonclient[http]` and `tritonclient[grpc]` from PyPI with
+``ssl=True``, and netaccel's
 own Python RAC clients (blocking and asyncio) with an ``ssl.SSLContext``; with mutual
 TLS, the client certificate's tenant shows in /metrics.
 
@@ -75,6 +76,7 @@ def mtls_node(pki, tmp_path_factory):
 [tls]
 https = "127.0.0.1:0"
 rac = "127.0.0.1:0"
+grpc = "127.0.0.1:0"
 cert = "{pki / 'server.pem'}"
 key = "{pki / 'server.key'}"
 client_ca = "{pki / 'ca.pem'}"
@@ -84,7 +86,7 @@ client_certs = "optional"
 alice = "team-a"
 """
     with running_node(tmp_path_factory.mktemp("tls-node"), config) as n:
-        yield n, listening(n, "https"), listening(n, "rac_tls")
+        yield n, listening(n, "https"), listening(n, "rac_tls"), listening(n, "grpc_tls")
 
 
 def context(pki: Path, client: str | None = None) -> ssl.SSLContext:
@@ -106,7 +108,7 @@ def test_tritonclient_over_https_with_and_without_a_client_certificate(mtls_node
         import tritonclient.http as triton
     except ImportError as e:
         require(False, f"tritonclient[http] is not installed ({e})")
-    node, https, _ = mtls_node
+    node, https, _, _ = mtls_node
     url = https.replace("127.0.0.1", "localhost")
     before = tenant_connections(node, "team-a")
     for client_cert in (None, "alice"):
@@ -125,7 +127,7 @@ def test_tritonclient_over_https_with_and_without_a_client_certificate(mtls_node
 
 
 def test_python_rac_clients_over_tls_and_the_tenant_in_metrics(mtls_node, pki):
-    node, _, rac_tls = mtls_node
+    node, _, rac_tls, _ = mtls_node
     host, port = rac_tls.rsplit(":", 1)
     before = tenant_connections(node, "team-a")
     with Client("localhost", int(port), timeout=30, ssl=context(pki, "alice")) as c:
@@ -140,8 +142,42 @@ def test_python_rac_clients_over_tls_and_the_tenant_in_metrics(mtls_node, pki):
 
 
 def test_a_certificate_from_another_ca_is_refused(mtls_node, pki):
-    node, _, rac_tls = mtls_node
+    node, _, rac_tls, _ = mtls_node
     _, port = rac_tls.rsplit(":", 1)
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         with Client("localhost", int(port), timeout=30, ssl=context(pki, "mallory")) as c:
             c.call("to_uppercase", b"forged")
+
+
+def test_tritonclient_grpc_over_tls_with_a_client_certificate(mtls_node, pki):
+    try:
+        import numpy as np
+        import tritonclient.grpc as triton
+        from tritonclient.utils import InferenceServerException
+    except ImportError as e:
+        require(False, f"tritonclient[grpc] is not installed ({e})")
+    node, _, _, grpc_tls = mtls_node
+    url = grpc_tls.replace("127.0.0.1", "localhost")
+    before = tenant_connections(node, "team-a")
+    with triton.InferenceServerClient(url, ssl=True,
+                                      root_certificates=str(pki / "ca.pem"),
+                                      private_key=str(pki / "alice.key"),
+                                      certificate_chain=str(pki / "alice.pem")) as c:
+        assert c.is_server_ready()
+        data = np.frombuffer(b"grpc over tls", dtype=np.uint8)
+        inp = triton.InferInput("INPUT0", [len(data)], "UINT8")
+        inp.set_data_from_numpy(data)
+        out = c.infer("to_uppercase", [inp]).as_numpy("OUTPUT0")
+        assert out.tobytes() == b"GRPC OVER TLS"
+    assert tenant_connections(node, "team-a") == before + 1
+    # A certificate from another CA: the handshake fails, the call with it.
+    with triton.InferenceServerClient(url, ssl=True,
+                                      root_certificates=str(pki / "ca.pem"),
+                                      private_key=str(pki / "mallory.key"),
+                                      certificate_chain=str(pki / "mallory.pem")) as c:
+        with pytest.raises(InferenceServerException):
+            c.infer("to_uppercase", [inp], client_timeout=10)
+    # The listener still serves after the refused handshake.
+    with triton.InferenceServerClient(url, ssl=True,
+                                      root_certificates=str(pki / "ca.pem")) as c:
+        assert c.infer("to_uppercase", [inp]).as_numpy("OUTPUT0").tobytes() == b"GRPC OVER TLS"

@@ -61,8 +61,8 @@ pub mod registry;
 pub mod server;
 pub mod slot;
 pub mod tenant;
-pub mod watchdog;
 pub mod tls;
+pub mod watchdog;
 
 pub use config::Config;
 pub use server::{start, Running};

@@ -28,6 +28,9 @@ struct Args {
     /// RAC v1 over TLS listen address, beside the plain RAC one.
     #[arg(long, value_name = "ADDR")]
     rac_tls: Option<SocketAddr>,
+    /// gRPC over TLS listen address, beside the plain gRPC one.
+    #[arg(long, value_name = "ADDR")]
+    grpc_tls: Option<SocketAddr>,
     /// The TLS certificate chain (PEM, leaf first); reloaded on SIGHUP.
     #[arg(long, value_name = "FILE")]
     tls_cert: Option<PathBuf>,
@@ -119,6 +122,9 @@ fn main() -> ExitCode {
     }
     if let Some(addr) = args.rac_tls {
         config.tls.rac = Some(addr);
+    }
+    if let Some(addr) = args.grpc_tls {
+        config.tls.grpc = Some(addr);
     }
     if let Some(path) = args.tls_cert {
         config.tls.cert = Some(path);

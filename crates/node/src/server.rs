@@ -29,6 +29,8 @@ pub struct Running {
     pub rac_tls_addr: Option<SocketAddr>,
     /// Where gRPC is served, unless it is off (or its default address was taken).
     pub grpc_addr: Option<SocketAddr>,
+    /// The gRPC-over-TLS listener's address, when configured.
+    pub grpc_tls_addr: Option<SocketAddr>,
     threads: Vec<JoinHandle<()>>,
     /// Registration with the registry, when the node has one.
     lease: Option<Lease>,
@@ -51,6 +53,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
     let (https_addr, mut https) = bind_optional(node.config.tls.https, threads_wanted)?;
     let (rac_tls_addr, mut rac_tls) = bind_optional(node.config.tls.rac, threads_wanted)?;
     let (grpc_addr, mut grpc) = bind_grpc(node.config.grpc, threads_wanted)?;
+    let (grpc_tls_addr, mut grpc_tls) = bind_optional(node.config.tls.grpc, threads_wanted)?;
     let mut threads = http
         .into_iter()
         .zip(rac)
@@ -63,6 +66,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
                 https: https.pop(),
                 rac_tls: rac_tls.pop(),
                 grpc: grpc.pop(),
+                grpc_tls: grpc_tls.pop(),
             };
             // One network thread (the first) also rolls the refusal log's windows.
             let roll_logs = i == 0;
@@ -85,6 +89,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
         https = %https_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
         rac_tls = %rac_tls_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
         grpc = %grpc_addr.map_or_else(|| "off".to_string(), |a| a.to_string()),
+        grpc_tls = %grpc_tls_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
         network_threads,
         slots = node.dispatcher.slots().len(),
         connections_max = node.config.connections_max,
@@ -106,6 +111,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
         https_addr,
         rac_tls_addr,
         grpc_addr,
+        grpc_tls_addr,
         threads,
         lease,
     })
@@ -303,6 +309,7 @@ struct Listeners {
     https: Option<StdListener>,
     rac_tls: Option<StdListener>,
     grpc: Option<StdListener>,
+    grpc_tls: Option<StdListener>,
 }
 
 /// Accepts on `listener`, or never when there is none.
@@ -328,6 +335,10 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, roll_logs: bool) {
         // the same thread; it stops by itself at the shutdown signal.
         if let Some(grpc) = listeners.grpc {
             let incoming = crate::grpc::accepted(Arc::clone(&node), register(grpc));
+            tokio::spawn(crate::grpc::serve(Arc::clone(&node), incoming));
+        }
+        if let (Some(grpc), Some(tls)) = (listeners.grpc_tls, node.tls.clone()) {
+            let incoming = crate::grpc::accepted_tls(Arc::clone(&node), register(grpc), tls);
             tokio::spawn(crate::grpc::serve(Arc::clone(&node), incoming));
         }
         let mut shutdown = node.shutdown_signal();

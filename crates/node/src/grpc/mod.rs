@@ -70,14 +70,15 @@ pub struct Peer {
     pub tenant: TenantId,
 }
 
-/// One accepted gRPC connection, counted as open until it drops.
-pub struct Accepted {
-    stream: TcpStream,
+/// One accepted gRPC connection (a TCP stream, or a TLS stream over one), counted as
+/// open until it drops.
+pub struct Accepted<IO = TcpStream> {
+    stream: IO,
     peer: Peer,
     _guard: ConnectionGuard,
 }
 
-impl Connected for Accepted {
+impl<IO> Connected for Accepted<IO> {
     type ConnectInfo = Peer;
 
     fn connect_info(&self) -> Peer {
@@ -85,7 +86,7 @@ impl Connected for Accepted {
     }
 }
 
-impl AsyncRead for Accepted {
+impl<IO: AsyncRead + Unpin> AsyncRead for Accepted<IO> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -95,7 +96,7 @@ impl AsyncRead for Accepted {
     }
 }
 
-impl AsyncWrite for Accepted {
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Accepted<IO> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -157,6 +158,94 @@ pub fn accepted(
                 }
             }
         }
+    })
+}
+
+/// Handshakes in progress on one gRPC-over-TLS listener at most; further accepted
+/// connections wait in the kernel's backlog until one ends (each is bounded by
+/// `tls.handshake_timeout_ms`).
+const TLS_HANDSHAKES_MAX: usize = 256;
+
+/// The connections a gRPC-over-TLS `listener` accepts, each counted against
+/// `connections_max` (one over the bound is closed at once, before its handshake),
+/// then handshaken on a task of its own (so a slow client never holds up the accept
+/// loop), with ALPN `h2`; its tenant is the one its client certificate maps to, as on
+/// the HTTPS and RAC-over-TLS listeners. Failed handshakes are logged and counted
+/// like theirs (by [`crate::tls`]) and never reach the server.
+pub fn accepted_tls(
+    node: Arc<Node>,
+    listener: TcpListener,
+    tls: crate::tls::TlsAcceptor,
+) -> impl Stream<Item = io::Result<Accepted<tokio_rustls::server::TlsStream<TcpStream>>>> + Send + 'static
+{
+    let tls = tls.for_alpn(crate::tls::Alpn::H2);
+    let (done, ready) = tokio::sync::mpsc::channel(TLS_HANDSHAKES_MAX);
+    let slots = Arc::new(tokio::sync::Semaphore::new(TLS_HANDSHAKES_MAX));
+    let accept_node = Arc::clone(&node);
+    tokio::spawn(async move {
+        let node = accept_node;
+        let mut shutdown = node.shutdown_signal();
+        loop {
+            let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+                return;
+            };
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            };
+            let (stream, addr) = match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "gRPC accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let Some(guard) = ConnectionGuard::open(&node, Protocol::Grpc) else {
+                continue;
+            };
+            let (node, tls, done) = (Arc::clone(&node), tls.clone(), done.clone());
+            tokio::spawn(async move {
+                let _slot = slot;
+                let (stream, identity) = match tls.accept(stream).await {
+                    Ok(accepted) => accepted,
+                    Err(crate::tls::AcceptError::Handshake(message)) => {
+                        node.refusals.log(
+                            crate::logging::Refusal::Protocol,
+                            Protocol::Grpc,
+                            addr,
+                            &"TLS",
+                            &message,
+                        );
+                        return;
+                    }
+                    Err(crate::tls::AcceptError::Refused(message)) => {
+                        node.refusals.log(
+                            crate::logging::Refusal::Token,
+                            Protocol::Grpc,
+                            addr,
+                            &"TLS",
+                            &message,
+                        );
+                        return;
+                    }
+                };
+                let tenant = match identity {
+                    crate::tls::Identity::Tenant(name) => node.tenants.named(&name),
+                    crate::tls::Identity::Anonymous => node.tenants.anonymous(),
+                };
+                let conn = Accepted {
+                    stream,
+                    peer: Peer { addr, tenant },
+                    _guard: guard,
+                };
+                let _ = done.send(Ok(conn)).await;
+            });
+        }
+    });
+    futures_util::stream::unfold(ready, |mut ready| async move {
+        ready.recv().await.map(|conn| (conn, ready))
     })
 }
 

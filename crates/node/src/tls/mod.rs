@@ -59,6 +59,9 @@ pub struct TlsConfig {
     pub https: Option<SocketAddr>,
     /// RAC-over-TLS listen address; unset = no such listener.
     pub rac: Option<SocketAddr>,
+    /// gRPC-over-TLS listen address (HTTP/2 negotiated by ALPN `h2`); unset = no such
+    /// listener.
+    pub grpc: Option<SocketAddr>,
     /// The server's certificate chain (PEM, leaf first).
     pub cert: Option<PathBuf>,
     /// The server's private key (PEM: PKCS#8, PKCS#1 or SEC1).
@@ -88,6 +91,7 @@ impl Default for TlsConfig {
         TlsConfig {
             https: None,
             rac: None,
+            grpc: None,
             cert: None,
             key: None,
             client_ca: None,
@@ -121,9 +125,9 @@ impl TlsConfig {
         if self.cert.is_some() != self.key.is_some() {
             return Err("tls: cert and key go together (set both or neither)".to_string());
         }
-        if (self.https.is_some() || self.rac.is_some()) && !self.enabled() {
+        if (self.https.is_some() || self.rac.is_some() || self.grpc.is_some()) && !self.enabled() {
             return Err(
-                "tls: a TLS listener (https, rac) needs a certificate and key (tls.cert, tls.key or --tls-cert, --tls-key)"
+                "tls: a TLS listener (https, rac, grpc) needs a certificate and key (tls.cert, tls.key or --tls-cert, --tls-key)"
                     .to_string(),
             );
         }

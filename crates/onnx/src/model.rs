@@ -2,11 +2,13 @@
 //! once, then run call after call.
 //!
 //! The [`Model`] is the catalog entry (an [`Accelerator`]); each slot that loads it
-//! gets its own [`Session`], which keeps tract's run state between calls (a slot runs
-//! one call at a time, so its lock is never contended) instead of building it anew.
+//! gets a [`Session`] sharing the one plan. tract's run state holds values that may not
+//! cross threads (and a slot's calls may run on a network thread or on its worker), so
+//! each call builds its own: a vector of the plan's nodes and the constants shared by
+//! reference count, small beside the model's arithmetic (see bench/cnn).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use accel::tensors::{DataType, TensorSpec, Tensors};
 use accel::{Accelerator, CallError, Descriptor, ParamBlock};
@@ -17,7 +19,6 @@ use tract_onnx::tract_hir::infer::Factoid;
 use crate::config::ModelConfig;
 
 type Plan = TypedRunnableModel<TypedModel>;
-type State = TypedSimpleState<TypedModel, Arc<Plan>>;
 
 /// Largest `model.onnx` the repository reads.
 pub const MODEL_BYTES_MAX: usize = 256 << 20;
@@ -78,10 +79,9 @@ impl Model {
 
     /// A run state of its own, for one slot.
     pub fn session(&self) -> Result<Session, String> {
-        let state = State::new(Arc::clone(&self.plan)).map_err(|e| format!("{e:#}"))?;
         Ok(Session {
             tensors: self.tensors.clone(),
-            state: Mutex::new(state),
+            plan: Arc::clone(&self.plan),
         })
     }
 }
@@ -254,7 +254,7 @@ impl Accelerator for Model {
 /// A model as loaded into one slot.
 pub struct Session {
     tensors: Tensors,
-    state: Mutex<State>,
+    plan: Arc<Plan>,
 }
 
 impl Session {
@@ -276,8 +276,7 @@ impl Session {
                 .collect();
             values.push(to_tensor(spec.datatype, &shape, bytes)?.into());
         }
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let results = catch_unwind(AssertUnwindSafe(|| state.run(values)))
+        let results = catch_unwind(AssertUnwindSafe(|| self.plan.run(values)))
             .map_err(|_| CallError::Internal("tract panicked running the model".into()))?
             .map_err(|e| CallError::Internal(format!("running the model: {e:#}")))?;
         for (spec, value) in self.tensors.outputs.iter().zip(&results) {

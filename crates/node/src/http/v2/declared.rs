@@ -215,3 +215,171 @@ pub(super) fn encode(
         None
     }
 }
+
+/// A model declaring two inputs and two outputs of different types with a batch axis
+/// of up to 4: what the fuzz target and the tests decode requests for (it echoes
+/// nothing; only its declaration matters here).
+pub mod example {
+    use accel::tensors::{DataType, TensorSpec, Tensors};
+    use accel::{Accelerator, CallError, Descriptor, ParamBlock};
+
+    pub struct Example {
+        descriptor: Descriptor,
+        tensors: Tensors,
+    }
+
+    impl Default for Example {
+        fn default() -> Example {
+            let t = |name: &str, datatype, dims: &[u64]| TensorSpec {
+                name: name.into(),
+                datatype,
+                dims: dims.to_vec(),
+            };
+            Example {
+                descriptor: Descriptor {
+                    id: 900,
+                    name: "example".into(),
+                    hash: String::new(),
+                    params: Vec::new(),
+                },
+                tensors: Tensors {
+                    inputs: vec![
+                        t("bytes", DataType::Uint8, &[3]),
+                        t("floats", DataType::Fp32, &[2]),
+                    ],
+                    outputs: vec![
+                        t("class", DataType::Int32, &[1]),
+                        t("scores", DataType::Fp32, &[2]),
+                    ],
+                    max_batch_size: 4,
+                },
+            }
+        }
+    }
+
+    impl Accelerator for Example {
+        fn descriptor(&self) -> &Descriptor {
+            &self.descriptor
+        }
+        fn check(&self, _: &ParamBlock, len: Option<usize>) -> Result<(), CallError> {
+            len.map_or(Ok(()), |l| self.tensors.batch_of(l).map(|_| ()))
+        }
+        fn work_estimate(&self, _: &ParamBlock, len: usize) -> u64 {
+            len as u64
+        }
+        fn run(&self, _: &ParamBlock, _: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
+            out.clear();
+            Ok(())
+        }
+        fn tensors(&self) -> Option<&Tensors> {
+            Some(&self.tensors)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::example::Example;
+    use crate::http::v2::infer::{decode, encode};
+    use serde_json::{json, Value};
+
+    fn req(v: Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn inputs_become_the_payload_in_declared_order_and_outputs_are_sliced() {
+        let m = Example::default();
+        // floats first in the request, in binary; bytes as JSON: a batch of 2.
+        let head = req(json!({
+            "id": "x",
+            "inputs": [
+                {"name": "floats", "shape": [2, 2], "datatype": "FP32", "parameters": {"binary_data_size": 16}},
+                {"name": "bytes", "shape": [2, 3], "datatype": "UINT8", "data": [[1, 2, 3], [4, 5, 6]]}
+            ]
+        }));
+        let mut body = head.clone();
+        body.extend_from_slice(&f32s(&[0.5, 1.5, 2.5, 3.5]));
+        let call = decode(&m, &body, Some(head.len())).unwrap();
+        let mut want = vec![1, 2, 3, 4, 5, 6];
+        want.extend_from_slice(&f32s(&[0.5, 1.5, 2.5, 3.5]));
+        assert_eq!(call.payload, want);
+        // Output: class (INT32 [2, 1]) then scores (FP32 [2, 2]).
+        let mut out: Vec<u8> = [7i32, 9].iter().flat_map(|v| v.to_le_bytes()).collect();
+        out.extend_from_slice(&f32s(&[0.25, 0.75, 1.0, 0.0]));
+        let mut dst = Vec::new();
+        assert_eq!(encode("example", &call.reply, &out, &mut dst), None);
+        let v: Value = serde_json::from_slice(&dst).unwrap();
+        assert_eq!(v["id"], "x");
+        assert_eq!(v["outputs"][0]["name"], "class");
+        assert_eq!(v["outputs"][0]["shape"], json!([2, 1]));
+        assert_eq!(v["outputs"][0]["data"], json!([7, 9]));
+        assert_eq!(v["outputs"][1]["shape"], json!([2, 2]));
+        assert_eq!(v["outputs"][1]["data"], json!([0.25, 0.75, 1.0, 0.0]));
+    }
+
+    #[test]
+    fn binary_output_follows_the_json_in_declared_order() {
+        let m = Example::default();
+        let body = req(json!({
+            "inputs": [
+                {"name": "bytes", "shape": [1, 3], "datatype": "UINT8", "data": [1, 2, 3]},
+                {"name": "floats", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}
+            ],
+            "outputs": [{"name": "scores", "parameters": {"binary_data": true}}]
+        }));
+        let call = decode(&m, &body, None).unwrap();
+        let out: Vec<u8> = (0..12).collect();
+        let mut dst = Vec::new();
+        let n = encode("example", &call.reply, &out, &mut dst).unwrap();
+        let v: Value = serde_json::from_slice(&dst[..n]).unwrap();
+        assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 4);
+        assert_eq!(v["outputs"][1]["parameters"]["binary_data_size"], 8);
+        assert_eq!(&dst[n..], &out[..]);
+    }
+
+    #[test]
+    fn requests_that_do_not_fit_the_declaration_are_refused() {
+        let m = Example::default();
+        let two = |bytes_shape: Value, floats_shape: Value, n_bytes: usize, n_floats: usize| {
+            req(json!({"inputs": [
+                {"name": "bytes", "shape": bytes_shape, "datatype": "UINT8", "data": vec![1; n_bytes]},
+                {"name": "floats", "shape": floats_shape, "datatype": "FP32", "data": vec![1; n_floats]}
+            ]}))
+        };
+        let err = |body: Vec<u8>| decode(&m, &body, None).unwrap_err();
+        assert!(err(two(json!([1, 3]), json!([2, 2]), 3, 4)).contains("disagree on the batch"));
+        assert!(err(two(json!([5, 3]), json!([5, 2]), 15, 10)).contains("1 to 4"));
+        assert!(err(two(json!([0, 3]), json!([0, 2]), 0, 0)).contains("takes shape"));
+        assert!(err(two(json!([3]), json!([2]), 3, 2)).contains("takes shape [-1, 3]"));
+        assert!(err(two(json!([1, 4]), json!([1, 2]), 4, 2)).contains("takes shape"));
+        assert!(err(two(json!([1, 3]), json!([1, 2]), 2, 2)).contains("2 data elements"));
+        let one = req(
+            json!({"inputs": [{"name": "bytes", "shape": [1, 3], "datatype": "UINT8", "data": [1, 2, 3]}]}),
+        );
+        assert!(err(one).contains("takes 2 input(s) (bytes, floats)"));
+        let mut with_param: Value =
+            serde_json::from_slice(&two(json!([1, 3]), json!([1, 2]), 3, 2)).unwrap();
+        with_param["parameters"] = json!({"k": 3});
+        assert!(err(req(with_param)).contains("takes none"));
+        let mut bad_output: Value =
+            serde_json::from_slice(&two(json!([1, 3]), json!([1, 2]), 3, 2)).unwrap();
+        bad_output["outputs"] = json!([{"name": "OUTPUT0"}]);
+        assert!(err(req(bad_output)).contains("its outputs are class, scores"));
+        // A binary size that claims far more than the body: refused before allocating.
+        let huge = req(json!({"inputs": [
+            {"name": "bytes", "shape": [4, 3], "datatype": "UINT8", "parameters": {"binary_data_size": 12}},
+            {"name": "floats", "shape": [4, 2], "datatype": "FP32", "parameters": {"binary_data_size": 32}}
+        ]}));
+        let n = huge.len();
+        let e = decode(&m, &huge, Some(n)).unwrap_err();
+        assert!(
+            e.contains("binary bytes") || e.contains("more bytes"),
+            "{e}"
+        );
+    }
+}

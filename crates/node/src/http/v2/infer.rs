@@ -454,14 +454,17 @@ pub(super) fn json_data(dt: DataType, output: &[u8]) -> Value {
 pub mod fuzzing {
     use accel::Catalog;
 
-    /// Decodes `data` as a request for each built-in, with the first byte choosing a
-    /// JSON length; answers are encoded back. Must never panic.
+    /// Decodes `data` as a request for each built-in and for a model that declares its
+    /// tensors, with the first byte choosing a JSON length; answers are encoded back
+    /// (the payload standing in for the output). Must never panic.
     pub fn v2_infer(data: &[u8]) {
         let Some((&first, body)) = data.split_first() else {
             return;
         };
         let json_len = (first != 0).then(|| usize::from(first) % (body.len() + 2));
-        for accel in Catalog::builtin().iter() {
+        let example: std::sync::Arc<dyn accel::Accelerator> =
+            std::sync::Arc::new(super::declared::example::Example::default());
+        for accel in Catalog::builtin().iter().chain([&example]) {
             if let Ok(call) = super::decode(&**accel, body, json_len) {
                 let mut out = Vec::new();
                 super::encode("m", &call.reply, &call.payload, &mut out);

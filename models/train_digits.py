@@ -173,7 +173,8 @@ def main():
     (ort,) = session.run(None, {"image": x_test})
     assert np.allclose(ort, logits, atol=1e-4), "the ONNX graph differs from forward()"
     assert (ort.argmax(1) == logits.argmax(1)).all()
-    print(f"exported {args.out} ({os.path.getsize(args.out)} bytes); onnxruntime agrees")
+    shown = os.path.relpath(args.out)
+    print(f"exported {shown} ({os.path.getsize(args.out)} bytes); onnxruntime agrees")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, running_node
+from docblocks import tagged_blocks
 
 try:
     import numpy as np
@@ -214,3 +216,30 @@ def test_a_slot_loads_the_model_at_runtime(onnx_node, held_out):
             np.testing.assert_allclose(v1(onnx_node, x[:8]), reference[:8], rtol=1e-4, atol=1e-4)
     finally:
         load(echo, "echo")
+
+
+PAGE = ROOT / "docs" / "onnx.md"
+BLOCKS = tagged_blocks(PAGE)
+OUTPUTS = {b.name: b.text for b in BLOCKS if b.kind == "output"}
+RECIPES = [b for b in BLOCKS if b.kind == "recipe"]
+
+
+def test_the_page_has_its_recipe():
+    assert [b.name for b in RECIPES] == ["digits-transports python"]
+
+
+@pytest.mark.parametrize("block", RECIPES, ids=lambda b: b.name)
+def test_recipe_prints_the_documented_output(onnx_node, block, tmp_path):
+    script = tmp_path / "recipe.py"
+    script.write_text(block.text)
+    env = {
+        **os.environ,
+        "NETACCEL_NODE": onnx_node.url,
+        "NETACCEL_RAC": onnx_node.rac,
+        "PYTHONPATH": str(ROOT / "clients" / "python"),
+    }
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == OUTPUTS[block.name.rsplit(" ", 1)[0]]

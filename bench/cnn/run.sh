@@ -7,7 +7,7 @@
 #   onnxruntime   bench/cnn/ort_inproc.py: one thread, sequential, in process (floor)
 #   tract         crates/onnx/examples/inproc.rs: the node's engine in process, no
 #                 network (a slot's session, as the node runs it)
-#   RAC, 1        netaccel-bench rac://…/digits, one connection, 1 call in flight:
+#   RAC, 1        netaccel-bench rac://…/ID (the model's id), one connection, 1 call in flight:
 #                 latency, and calls/s of one closed-loop client
 #   RAC, P        the same with INFLIGHT calls in flight: what the node's one core
 #                 sustains (the comparison with the in-process floor's calls/s)
@@ -72,12 +72,16 @@ taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$NODE_BIN" --config "$RUN_DIR/node.to
     >"$RUN_DIR/node.log" 2>&1 &
 node_pid=$!
 server_up netaccel-node "$node_pid" "$HTTP_PORT" "$RUN_DIR/node.log" || exit 1
+# netaccel-bench names a RAC accelerator that is not a built-in by its id.
+DIGITS_ID=$(curl -s "http://$HOST:$HTTP_PORT/v1/accelerators" |
+    python3 -c 'import json, sys; print(next(a["id"] for a in json.load(sys.stdin) if a["name"] == "digits"))') ||
+    die "the node does not list the digits model (see $RUN_DIR/node.log)"
 
 # One JSON line per measurement: {"what","batch","round","calls_per_s","p50_us",…}.
 results="$RUN_DIR/results.jsonl"
 rac() { # BATCH INFLIGHT ROUND
     local size=$(($1 * 256)) file="$RUN_DIR/rac-b$1-p$2-r$3.json"
-    timeout 600 "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$BENCH_BIN" run "rac://$HOST:$RAC_PORT/digits" \
+    timeout 600 "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$BENCH_BIN" run "rac://$HOST:$RAC_PORT/$DIGITS_ID" \
         --size "$size" --conns 1 --inflight "$2" --calls "$CALLS" --warmup "$WARMUP" \
         --label "RAC b$1 p$2" --note "node on CPU $SERVER_CPU" --json "$file" --quiet >/dev/null 2>>"$RUN_DIR/bench.log" ||
         die "netaccel-bench failed (see $RUN_DIR/bench.log)"

@@ -46,7 +46,8 @@ pub fn scan(dir: &Path) -> Result<Scan, String> {
     let mut folders: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| p.is_dir())
+        // Hidden folders (`.git`, an editor's) are not models.
+        .filter(|p| p.is_dir() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
         .collect();
     folders.sort();
     let mut scan = Scan {
@@ -109,7 +110,6 @@ fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-        && !name.starts_with('.')
 }
 
 fn read_bounded(path: &Path, max: usize) -> Result<Vec<u8>, String> {

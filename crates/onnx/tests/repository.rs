@@ -137,8 +137,14 @@ fn malformed_models_are_refused_with_their_folder_and_reason() {
         &good_config.replace("[1, 8, 8]", "[1, 9, 9]"),
         Some(&good_onnx),
     );
+    r.model(".hidden", "not even toml", None);
+    r.model("bad name!", &good_config, Some(&good_onnx));
     let s = scan(&r.0).unwrap();
-    assert_eq!(s.errors.len(), 2, "{:?}", s.errors);
+    assert_eq!(s.errors.len(), 3, "{:?}", s.errors);
+    assert!(s
+        .errors
+        .iter()
+        .any(|e| e.contains("bad name!") && e.contains("folder name")));
     assert!(s
         .errors
         .iter()

@@ -55,7 +55,8 @@ impl Drop for TempDir {
 #[test]
 fn the_digits_cnn_is_served_over_every_transport_and_broken_models_are_refused() {
     // A repository with the digits CNN and one model that is not an ONNX file.
-    let dir = TempDir(std::env::temp_dir().join(format!("netaccel-onnx-node-{}", std::process::id())));
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("netaccel-onnx-node-{}", std::process::id())));
     let repo = &dir.0;
     let _ = std::fs::remove_dir_all(repo);
     std::fs::create_dir_all(repo.join("digits/1")).unwrap();
@@ -140,7 +141,10 @@ fn the_digits_cnn_is_served_over_every_transport_and_broken_models_are_refused()
     let (status, out) = curl(&["-d", &request("[1, 8, 8]"), &v2]);
     assert_eq!(status, 400);
     let err: serde_json::Value = serde_json::from_slice(&out).unwrap();
-    assert!(err["error"].as_str().unwrap().contains("takes shape [-1, 1, 8, 8]"));
+    assert!(err["error"]
+        .as_str()
+        .unwrap()
+        .contains("takes shape [-1, 1, 8, 8]"));
     let (status, out) = curl(&["-d", &request("[1, 1, 8, 8]"), &v2]);
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
     let answer: serde_json::Value = serde_json::from_slice(&out).unwrap();

@@ -47,7 +47,12 @@ pub fn scan(dir: &Path) -> Result<Scan, String> {
         .filter_map(Result::ok)
         .map(|e| e.path())
         // Hidden folders (`.git`, an editor's) are not models.
-        .filter(|p| p.is_dir() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+        .filter(|p| {
+            p.is_dir()
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
         .collect();
     folders.sort();
     let mut scan = Scan {

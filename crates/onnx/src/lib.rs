@@ -4,8 +4,8 @@
 //! model.onnx` beside a `config.toml` declaring its tensors and max batch). This
 //! crate reads it ([`repository`]), checks each model against its config, and has
 //! tract (a maintained pure-Rust inference engine) optimise and plan it once
-//! ([`Model`]); a slot then runs calls through a [`Session`] that keeps tract's run
-//! state between calls.
+//! ([`Model`]); a slot then runs calls through a [`Session`] on that one plan (each
+//! call builds tract's small run state anew: it may not cross threads).
 //!
 //! It knows nothing about sockets, slots or queues: the node lists each model in its
 //! catalog and its CPU device hosts them. It is a crate of its own so that tract,

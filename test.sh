@@ -70,6 +70,15 @@ if ! python3 -c "import tritonclient.http, tritonclient.grpc" >/dev/null 2>&1; t
   python3 -m pip install -q "tritonclient[http,grpc]"
 fi
 
+# scikit-learn (the digits data set and its held-out split) and onnxruntime (the
+# reference the node's ONNX models are checked against) for docs/tests/test_onnx.py.
+for module in sklearn onnxruntime; do
+  if ! python3 -c "import $module" >/dev/null 2>&1; then
+    echo "==> installing $module"
+    python3 -m pip install -q "$([[ $module == sklearn ]] && echo scikit-learn || echo $module)"
+  fi
+done
+
 # cocotb and cocotbext-axi for the RTL testbenches (rtl/test.sh), at versions that work
 # with Debian's Verilator 5.006: cocotb 1.9, and cocotb-bus 0.1.1 (later releases list
 # the design's signals in a way that makes Verilator 5.006 ignore every value written).

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 mod kernels;
 pub mod reference;
+pub mod tensors;
 
 pub use kernels::{builtins, fault_injection, FAULT_ID};
 
@@ -315,6 +316,12 @@ pub trait Accelerator: Send + Sync + 'static {
 
     /// Runs the call. `out` is cleared by the callee and receives the output.
     fn run(&self, params: &ParamBlock, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError>;
+
+    /// The tensors a model declares (an ONNX model of the model repository); `None`
+    /// for a kernel whose payload is plain bytes with a documented layout.
+    fn tensors(&self) -> Option<&tensors::Tensors> {
+        None
+    }
 }
 
 /// Reads a `u32` parameter at `offset`.

@@ -303,6 +303,10 @@ pub struct Config {
     /// A directory of user accelerators, one folder with an `accelerator.toml` each
     /// (`--accelerators DIR`); refused manifests are logged and left out.
     pub accelerators_dir: Option<std::path::PathBuf>,
+    /// A model repository (`--models DIR`): `NAME/config.toml` and `NAME/VERSION/
+    /// model.onnx` per model, each an accelerator the CPU device runs with tract;
+    /// refused models are logged and left out.
+    pub models_dir: Option<std::path::PathBuf>,
     /// Where OpenCL slots keep built program binaries across restarts (by content
     /// hash); unset: `$XDG_CACHE_HOME/netaccel/opencl-programs`, else
     /// `$HOME/.cache/netaccel/opencl-programs` (none without either variable).
@@ -442,6 +446,7 @@ impl Default for Config {
             reconfig_delay_ms: 0,
             devices: Vec::new(),
             accelerators_dir: None,
+            models_dir: None,
             opencl_program_dir: None,
             simulated_exec_us: 0,
             slot_worker_nice: 10,

@@ -57,6 +57,11 @@ struct Args {
     /// accelerator.toml (see docs/opencl-slots.md); invalid ones are refused and logged.
     #[arg(long, value_name = "DIR")]
     accelerators: Option<PathBuf>,
+    /// Serve the ONNX models of the model repository DIR: NAME/config.toml and
+    /// NAME/VERSION/model.onnx per model (see docs/inference.md); invalid ones are
+    /// refused and logged.
+    #[arg(long, value_name = "DIR")]
+    models: Option<PathBuf>,
     /// Network threads (0 = one per core).
     #[arg(long, value_name = "N")]
     io_threads: Option<usize>,
@@ -146,6 +151,9 @@ fn main() -> ExitCode {
     }
     if let Some(dir) = args.accelerators {
         config.accelerators_dir = Some(dir);
+    }
+    if let Some(dir) = args.models {
+        config.models_dir = Some(dir);
     }
     if let Some(n) = args.io_threads {
         config.io_threads = n;

@@ -1,27 +1,38 @@
 //! The node's catalog: the built-in accelerators, the fault injector when configured,
-//! and the user accelerators of `accelerators_dir`, each listed once with the backend
-//! kinds that can host it.
+//! the user accelerators of `accelerators_dir` and the ONNX models of `models_dir`,
+//! each listed once with the backend kinds that can host it.
 //!
 //! A manifest is refused — logged with its file, field and reason, and left out while
 //! the node starts with the rest — when the `manifest` crate finds it invalid, when its
 //! name or fixed id is taken by a built-in, or when a device that could host it fails
-//! to prepare it (an OpenCL program that does not build).
+//! to prepare it (an OpenCL program that does not build). A model is refused the same
+//! way when the `netaccel-onnx` crate cannot read or plan it, or when its name or fixed
+//! id is taken.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use accel::{Accelerator, Catalog};
 use manifest::{Manifest, ManifestAccelerator};
+use netaccel_onnx::Model;
 
 use super::{kind_hosts, Backend, Hostable, KINDS};
 use crate::config::{Config, DeviceConfig};
+
+/// What [`assemble`] gives: the catalog, the manifest of each user accelerator and
+/// the model of each ONNX model, by id.
+pub struct Assembled {
+    pub catalog: Catalog,
+    pub manifests: HashMap<u16, Arc<Manifest>>,
+    pub models: HashMap<u16, Arc<Model>>,
+}
 
 /// The catalog, and the manifest of each user accelerator by id.
 pub fn assemble(
     config: &Config,
     devices: &[DeviceConfig],
     backends: &[Arc<dyn Backend>],
-) -> Result<(Catalog, HashMap<u16, Arc<Manifest>>), String> {
+) -> Result<Assembled, String> {
     let mut entries = accel::builtins();
     if config.fault_injection {
         entries.push(accel::fault_injection());
@@ -98,6 +109,10 @@ pub fn assemble(
             }
         }
     }
+    let mut models = HashMap::new();
+    if let Some(dir) = &config.models_dir {
+        add_models(dir, &mut entries, &mut models)?;
+    }
     let mut catalog = Catalog::new(entries);
     let ids: Vec<u16> = catalog.iter().map(|a| a.descriptor().id).collect();
     for id in ids {
@@ -105,6 +120,7 @@ pub fn assemble(
         let hostable = Hostable {
             accel: &accel,
             manifest: manifests.get(&id),
+            model: models.get(&id),
         };
         let kinds = KINDS
             .into_iter()
@@ -113,7 +129,82 @@ pub fn assemble(
             .collect();
         catalog.set_backends(id, kinds);
     }
-    Ok((catalog, manifests))
+    Ok(Assembled {
+        catalog,
+        manifests,
+        models,
+    })
+}
+
+/// Reads the model repository `dir` and adds each model it can plan to `entries`,
+/// with a fixed id from its config or the lowest free one. Only an unreadable `dir`
+/// is an error: a model that cannot be served is logged and left out.
+fn add_models(
+    dir: &std::path::Path,
+    entries: &mut Vec<Arc<dyn Accelerator>>,
+    models: &mut HashMap<u16, Arc<Model>>,
+) -> Result<(), String> {
+    let scan = netaccel_onnx::scan(dir)?;
+    for e in &scan.errors {
+        refuse_model(e);
+    }
+    let mut used: Vec<u16> = entries
+        .iter()
+        .map(|a| a.descriptor().id)
+        .chain(scan.found.iter().filter_map(|f| f.config.id))
+        .collect();
+    let mut next = manifest::ID_MIN;
+    for found in scan.found {
+        let folder = found.folder.display().to_string();
+        let taken = entries
+            .iter()
+            .map(|a| a.descriptor())
+            .find(|d| d.name == found.name || Some(d.id) == found.config.id);
+        if let Some(d) = taken {
+            let what = if d.name == found.name { "name" } else { "id" };
+            refuse_model(&format!(
+                "{folder}: {what}: taken by accelerator {} (id {})",
+                d.name, d.id
+            ));
+            continue;
+        }
+        let id = match found.config.id {
+            Some(id) => id,
+            None => {
+                while used.contains(&next) {
+                    next += 1;
+                }
+                if next > manifest::ID_MAX {
+                    refuse_model(&format!("{folder}: no free accelerator id left"));
+                    continue;
+                }
+                used.push(next);
+                next
+            }
+        };
+        let started = std::time::Instant::now();
+        match found.into_model(id) {
+            Ok(model) => {
+                let model = Arc::new(model);
+                tracing::info!(
+                    model = %model.descriptor().name,
+                    version = model.version(),
+                    id,
+                    hash = %model.descriptor().hash,
+                    planned_ms = started.elapsed().as_millis() as u64,
+                    "ONNX model loaded"
+                );
+                entries.push(Arc::clone(&model) as Arc<dyn Accelerator>);
+                models.insert(id, model);
+            }
+            Err(e) => refuse_model(&format!("{folder}: {e}")),
+        }
+    }
+    Ok(())
+}
+
+fn refuse_model(message: &str) {
+    tracing::error!("ONNX model refused: {message}");
 }
 
 /// Has every device that can host `m` prepare it.
@@ -126,6 +217,7 @@ fn prepare(
     let hostable = Hostable {
         accel: entry,
         manifest: Some(m),
+        model: None,
     };
     for (d, backend) in devices.iter().zip(backends) {
         if backend.hosts(hostable).is_ok() {

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use accel::{Accelerator, CallError, Catalog, ParamBlock};
 use manifest::Manifest;
+use netaccel_onnx::Model;
 use ocl_remote::service::ServiceHandle;
 
 use crate::config::{Config, DeviceConfig};
@@ -75,12 +76,13 @@ pub struct Load {
     pub modelled: Option<Duration>,
 }
 
-/// A catalog entry together with the manifest it came from, if any: what a backend
-/// needs to decide whether and how it can host it.
+/// A catalog entry together with the manifest it came from, if any, or the ONNX
+/// model it is: what a backend needs to decide whether and how it can host it.
 #[derive(Clone, Copy)]
 pub struct Hostable<'a> {
     pub accel: &'a Arc<dyn Accelerator>,
     pub manifest: Option<&'a Arc<Manifest>>,
+    pub model: Option<&'a Arc<Model>>,
 }
 
 /// One device's backend.
@@ -159,10 +161,12 @@ pub struct SlotPlan {
     pub image: Arc<dyn Loaded>,
 }
 
-/// The node's devices, and the manifests behind its catalog's user accelerators.
+/// The node's devices, and the manifests and models behind its catalog's user
+/// accelerators.
 pub struct Devices {
     pub list: Vec<Device>,
     manifests: HashMap<u16, Arc<Manifest>>,
+    models: HashMap<u16, Arc<Model>>,
 }
 
 impl Devices {
@@ -173,9 +177,11 @@ impl Devices {
 
     /// `accel` with its manifest, if it came from one.
     pub fn hostable<'a>(&'a self, accel: &'a Arc<dyn Accelerator>) -> Hostable<'a> {
+        let id = accel.descriptor().id;
         Hostable {
             accel,
-            manifest: self.manifests.get(&accel.descriptor().id),
+            manifest: self.manifests.get(&id),
+            model: self.models.get(&id),
         }
     }
 }
@@ -204,10 +210,15 @@ pub fn start(
     for d in &device_configs {
         backends.push(backend(d, config, metrics, opencl)?);
     }
-    let (catalog, manifests) = library::assemble(config, &device_configs, &backends)?;
+    let library::Assembled {
+        catalog,
+        manifests,
+        models,
+    } = library::assemble(config, &device_configs, &backends)?;
     let devices = Devices {
         list: Vec::new(),
         manifests,
+        models,
     };
     let mut plans = Vec::new();
     let mut list = Vec::with_capacity(device_configs.len());

@@ -85,7 +85,10 @@ impl Inference {
     }
 
     /// The model `name` at `version` ("" for the latest): every catalog accelerator is
-    /// a model with the one version `1`.
+    /// a model with the one version `1`. A model that declares its own tensors (an
+    /// ONNX model of the model repository) is not served over gRPC yet: this front
+    /// end knows only the built-ins' tensor mapping, so it refuses such a model with
+    /// `UNIMPLEMENTED` rather than describe or read its tensors wrongly.
     fn model(&self, name: &str, version: &str) -> Result<Arc<dyn Accelerator>, Status> {
         let accel = self
             .node
@@ -93,6 +96,11 @@ impl Inference {
             .catalog()
             .by_name(name)
             .ok_or_else(|| Status::not_found(format!("unknown model {name}")))?;
+        if accel.tensors().is_some() {
+            return Err(Status::unimplemented(format!(
+                "model {name} declares its own tensors (a model repository model); over gRPC only the built-in accelerators are served yet: call it over HTTP (/v2 or /v1/fn) or RAC"
+            )));
+        }
         if !version.is_empty() && version != VERSION {
             return Err(Status::not_found(format!(
                 "model {name} has no version {version}; its only version is {VERSION}"

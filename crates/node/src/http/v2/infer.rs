@@ -12,6 +12,7 @@ use accel::{params_from_pairs, Accelerator, Descriptor, ParamBlock};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::declared;
 use super::{DataType, Layout, Signature, OUTPUT, VERSION};
 
 /// A decoded request: what the accelerator is called with, and how to answer.
@@ -25,29 +26,31 @@ pub struct InferCall {
 /// What the response needs to know about the request.
 #[derive(Debug)]
 pub struct Reply {
-    id: Option<String>,
-    binary: bool,
+    pub(super) id: Option<String>,
+    pub(super) binary: bool,
     sig: Signature,
     /// The first input's shape (the output's, for images and matrices).
     input_shape: Vec<u64>,
+    /// A model that declares its tensors: their shapes for this call's batch.
+    pub(super) declared: Option<declared::Shapes>,
 }
 
 #[derive(Deserialize)]
-struct RawRequest {
+pub(super) struct RawRequest {
     #[serde(default)]
-    id: Option<String>,
+    pub(super) id: Option<String>,
     #[serde(default)]
-    parameters: Option<Map<String, Value>>,
-    inputs: Vec<RawInput>,
+    pub(super) parameters: Option<Map<String, Value>>,
+    pub(super) inputs: Vec<RawInput>,
     #[serde(default)]
-    outputs: Option<Vec<RawOutput>>,
+    pub(super) outputs: Option<Vec<RawOutput>>,
 }
 
 #[derive(Deserialize)]
-struct RawInput {
-    name: String,
-    shape: Vec<i64>,
-    datatype: String,
+pub(super) struct RawInput {
+    pub(super) name: String,
+    pub(super) shape: Vec<i64>,
+    pub(super) datatype: String,
     #[serde(default)]
     parameters: Option<Map<String, Value>>,
     #[serde(default)]
@@ -55,10 +58,10 @@ struct RawInput {
 }
 
 #[derive(Deserialize)]
-struct RawOutput {
-    name: String,
+pub(super) struct RawOutput {
+    pub(super) name: String,
     #[serde(default)]
-    parameters: Option<Map<String, Value>>,
+    pub(super) parameters: Option<Map<String, Value>>,
 }
 
 /// Decodes an inference request for `accel`. `json_len` is the value of
@@ -76,10 +79,13 @@ pub fn decode(
             body.len()
         ));
     }
-    let (json, mut binary) = body.split_at(json_len);
+    let (json, binary) = body.split_at(json_len);
     let req: RawRequest =
         serde_json::from_slice(json).map_err(|e| format!("malformed inference request: {e}"))?;
     let d = accel.descriptor();
+    if let Some(tensors) = accel.tensors() {
+        return declared::decode(d, tensors, req, binary, body.len());
+    }
     let sig = Signature::of(d);
     let ordered = order_inputs(d, sig, &req.inputs, |i| &i.name)?;
     let mut shapes: Vec<Vec<u64>> = Vec::with_capacity(ordered.len());
@@ -99,63 +105,17 @@ pub fn decode(
     for (input, shape) in ordered.iter().zip(&shapes) {
         sizes.push(input_size(&input.name, shape, sig, body.len())?);
     }
-    let total: usize = sizes.iter().map(|s| s.1).sum();
-    let mut payload = Vec::with_capacity(total);
-    for (input, &(count, bytes)) in ordered.iter().zip(&sizes) {
-        match binary_size(input)? {
-            Some(declared) => {
-                if input.data.is_some() {
-                    return Err(format!(
-                        "input {} has both `data` and `binary_data_size`",
-                        input.name
-                    ));
-                }
-                if declared != bytes as u64 {
-                    return Err(format!(
-                        "input {} of shape {:?} and datatype {} is {bytes} bytes, binary_data_size says {declared}",
-                        input.name, input.shape, input.datatype
-                    ));
-                }
-                if binary.len() < bytes {
-                    return Err(format!(
-                        "input {} declares {bytes} binary bytes, only {} follow the JSON",
-                        input.name,
-                        binary.len()
-                    ));
-                }
-                let (this, rest) = binary.split_at(bytes);
-                payload.extend_from_slice(this);
-                binary = rest;
-            }
-            None => {
-                let data = input.data.as_ref().ok_or_else(|| {
-                    format!("input {} has neither `data` nor binary data", input.name)
-                })?;
-                let before = payload.len();
-                push_json_data(
-                    data,
-                    sig.datatype,
-                    &mut payload,
-                    before + bytes,
-                    &input.name,
-                )?;
-                if payload.len() != before + bytes {
-                    return Err(format!(
-                        "input {} has shape {:?} ({count} elements) but {} data elements",
-                        input.name,
-                        input.shape,
-                        (payload.len() - before) / sig.datatype.size()
-                    ));
-                }
-            }
-        }
-    }
-    if !binary.is_empty() {
-        return Err(format!(
-            "{} bytes follow the JSON that no input's binary_data_size accounts for",
-            binary.len()
-        ));
-    }
+    let parts: Vec<Part<'_>> = ordered
+        .iter()
+        .zip(&sizes)
+        .map(|(input, &(count, bytes))| Part {
+            input,
+            datatype: sig.datatype,
+            count,
+            bytes,
+        })
+        .collect();
+    let payload = gather(&parts, binary)?;
 
     let mut binary_out = false;
     let mut pairs: Vec<(String, String)> = Vec::new();
@@ -199,6 +159,7 @@ pub fn decode(
             binary: binary_out,
             sig,
             input_shape: shapes.swap_remove(0),
+            declared: None,
         },
     })
 }
@@ -329,6 +290,94 @@ pub(crate) fn output_shape(sig: Signature, input_shape: &[u64], output_len: usiz
     }
 }
 
+/// The reply of a request to a model that declares its tensors.
+pub(super) fn declared_reply(id: Option<String>, binary: bool, shapes: declared::Shapes) -> Reply {
+    Reply {
+        id,
+        binary,
+        // Unused: the declared shapes answer for the model.
+        sig: Signature {
+            datatype: DataType::Uint8,
+            layout: Layout::Flat,
+        },
+        input_shape: Vec::new(),
+        declared: Some(shapes),
+    }
+}
+
+/// One input of a request as it goes into the payload: its elements' type, how many
+/// its shape says, and the bytes they take.
+pub(super) struct Part<'a> {
+    pub(super) input: &'a RawInput,
+    pub(super) datatype: DataType,
+    pub(super) count: usize,
+    pub(super) bytes: usize,
+}
+
+/// The payload: every input's bytes, in `parts` order, from its JSON `data` or from the
+/// binary section after the JSON (`binary`, consumed in order), each checked against
+/// its shape and every binary byte accounted for.
+pub(super) fn gather(parts: &[Part<'_>], mut binary: &[u8]) -> Result<Vec<u8>, String> {
+    let total: usize = parts.iter().map(|p| p.bytes).sum();
+    let mut payload = Vec::with_capacity(total);
+    for &Part {
+        input,
+        datatype,
+        count,
+        bytes,
+    } in parts
+    {
+        match binary_size(input)? {
+            Some(declared) => {
+                if input.data.is_some() {
+                    return Err(format!(
+                        "input {} has both `data` and `binary_data_size`",
+                        input.name
+                    ));
+                }
+                if declared != bytes as u64 {
+                    return Err(format!(
+                        "input {} of shape {:?} and datatype {} is {bytes} bytes, binary_data_size says {declared}",
+                        input.name, input.shape, input.datatype
+                    ));
+                }
+                if binary.len() < bytes {
+                    return Err(format!(
+                        "input {} declares {bytes} binary bytes, only {} follow the JSON",
+                        input.name,
+                        binary.len()
+                    ));
+                }
+                let (this, rest) = binary.split_at(bytes);
+                payload.extend_from_slice(this);
+                binary = rest;
+            }
+            None => {
+                let data = input.data.as_ref().ok_or_else(|| {
+                    format!("input {} has neither `data` nor binary data", input.name)
+                })?;
+                let before = payload.len();
+                push_json_data(data, datatype, &mut payload, before + bytes, &input.name)?;
+                if payload.len() != before + bytes {
+                    return Err(format!(
+                        "input {} has shape {:?} ({count} elements) but {} data elements",
+                        input.name,
+                        input.shape,
+                        (payload.len() - before) / datatype.size()
+                    ));
+                }
+            }
+        }
+    }
+    if !binary.is_empty() {
+        return Err(format!(
+            "{} bytes follow the JSON that no input's binary_data_size accounts for",
+            binary.len()
+        ));
+    }
+    Ok(payload)
+}
+
 /// The parameters the input shapes give (`height`/`width`, `n`).
 pub(crate) fn shape_params(
     layout: Layout,
@@ -418,6 +467,9 @@ fn push_json_data(
 /// JSON part when binary output follows it (for `Inference-Header-Content-Length`),
 /// `None` for a JSON-only response.
 pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> Option<usize> {
+    if let Some(shapes) = &reply.declared {
+        return declared::encode(model, reply, shapes, output, dst);
+    }
     let dt = reply.sig.datatype;
     let shape = output_shape(reply.sig, &reply.input_shape, output.len());
     let mut head = Map::new();
@@ -449,7 +501,7 @@ pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> O
     }
 }
 
-fn json_data(dt: DataType, output: &[u8]) -> Value {
+pub(super) fn json_data(dt: DataType, output: &[u8]) -> Value {
     let words = output.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
     match dt {
         DataType::Uint8 => Value::from(output.to_vec()),
@@ -463,14 +515,17 @@ fn json_data(dt: DataType, output: &[u8]) -> Value {
 pub mod fuzzing {
     use accel::Catalog;
 
-    /// Decodes `data` as a request for each built-in, with the first byte choosing a
-    /// JSON length; answers are encoded back. Must never panic.
+    /// Decodes `data` as a request for each built-in and for a model that declares its
+    /// tensors, with the first byte choosing a JSON length; answers are encoded back
+    /// (the payload standing in for the output). Must never panic.
     pub fn v2_infer(data: &[u8]) {
         let Some((&first, body)) = data.split_first() else {
             return;
         };
         let json_len = (first != 0).then(|| usize::from(first) % (body.len() + 2));
-        for accel in Catalog::builtin().iter() {
+        let example: std::sync::Arc<dyn accel::Accelerator> =
+            std::sync::Arc::new(super::declared::example::Example::default());
+        for accel in Catalog::builtin().iter().chain([&example]) {
             if let Ok(call) = super::decode(&**accel, body, json_len) {
                 let mut out = Vec::new();
                 super::encode("m", &call.reply, &call.payload, &mut out);

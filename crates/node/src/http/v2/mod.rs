@@ -3,60 +3,33 @@
 //! call netaccel accelerators as models.
 //!
 //! Every accelerator in the catalog is a model of the same name, version `1`. This
-//! module owns the one mapping from an accelerator to tensors ([`Signature`]): the
-//! datatypes and shapes it declares, and which of its parameters a tensor's shape
-//! gives. The parameters themselves (names, types, defaults) stay where they live, in
-//! the accelerator's descriptor; v2 requests carry them as request `parameters`.
+//! module owns the one mapping from an accelerator to tensors: a built-in's
+//! ([`Signature`]: the datatypes and shapes it declares, and which of its parameters a
+//! tensor's shape gives), or the tensors a model declares itself (an ONNX model of the
+//! model repository: [`accel::tensors::Tensors`], with a batch axis when it has one;
+//! [`declared`]). The parameters themselves (names, types, defaults) stay where they
+//! live, in the accelerator's descriptor; v2 requests carry them as request
+//! `parameters`.
 //!
 //! Everything here is pure: [`infer`] turns request bytes into a parameter block and a
 //! payload, and an output into response bytes. The connection (`conn`) reads the body
 //! and sends the call down the same admission, deadline, tenant and metrics path as
 //! `/v1/fn`.
 
+pub mod declared;
 pub mod infer;
 pub mod route;
 
+use accel::tensors::Tensors;
 use accel::{Accelerator, Descriptor, ParamValue};
 use serde_json::{json, Value};
 
 /// The only model version: an accelerator has one image per name.
 pub const VERSION: &str = "1";
 
-/// A tensor element type of the protocol that some model uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DataType {
-    Uint8,
-    Int32,
-    Fp32,
-}
-
-impl DataType {
-    /// The protocol's name (`datatype` field).
-    pub fn name(self) -> &'static str {
-        match self {
-            DataType::Uint8 => "UINT8",
-            DataType::Int32 => "INT32",
-            DataType::Fp32 => "FP32",
-        }
-    }
-
-    /// The model configuration's name (`data_type` field, Triton's extension).
-    pub fn config_name(self) -> &'static str {
-        match self {
-            DataType::Uint8 => "TYPE_UINT8",
-            DataType::Int32 => "TYPE_INT32",
-            DataType::Fp32 => "TYPE_FP32",
-        }
-    }
-
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            DataType::Uint8 => 1,
-            DataType::Int32 | DataType::Fp32 => 4,
-        }
-    }
-}
+/// A tensor element type of the protocol that some model uses (one home: `accel`,
+/// where models declare their tensors).
+pub use accel::tensors::DataType;
 
 /// How a model's tensors are shaped, and which parameters the shape gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,6 +137,17 @@ fn params_json(accel: &dyn Accelerator) -> Vec<Value> {
 /// `GET /v2/models/{m}`: model metadata.
 pub fn model_metadata(accel: &dyn Accelerator) -> Vec<u8> {
     let d = accel.descriptor();
+    if let Some(t) = accel.tensors() {
+        return serde_json::to_vec(&json!({
+            "name": d.name,
+            "versions": [VERSION],
+            "platform": "onnx",
+            "inputs": declared_tensors(t, &t.inputs, "datatype", false),
+            "outputs": declared_tensors(t, &t.outputs, "datatype", false),
+            "netaccel": { "params": [], "shape_params": [], "max_batch_size": t.max_batch_size },
+        }))
+        .expect("serialising JSON cannot fail");
+    }
     let sig = Signature::of(d);
     let dt = sig.datatype.name();
     serde_json::to_vec(&json!({
@@ -182,6 +166,20 @@ pub fn model_metadata(accel: &dyn Accelerator) -> Vec<u8> {
 /// `perf_analyzer` read. `max_batch_size` 0: shapes are given whole, no batch axis.
 pub fn model_config(accel: &dyn Accelerator) -> Vec<u8> {
     let d = accel.descriptor();
+    if let Some(t) = accel.tensors() {
+        // Triton's dims leave out the batch axis when max_batch_size is above 0.
+        return serde_json::to_vec(&json!({
+            "name": d.name,
+            "platform": "onnx",
+            "backend": "tract",
+            "version_policy": { "latest": { "num_versions": 1 } },
+            "max_batch_size": t.max_batch_size,
+            "input": declared_tensors(t, &t.inputs, "data_type", true),
+            "output": declared_tensors(t, &t.outputs, "data_type", true),
+            "instance_group": [{ "kind": "KIND_CPU", "count": 1 }],
+        }))
+        .expect("serialising JSON cannot fail");
+    }
     let sig = Signature::of(d);
     let dt = sig.datatype.config_name();
     serde_json::to_vec(&json!({
@@ -201,6 +199,26 @@ pub fn model_config(accel: &dyn Accelerator) -> Vec<u8> {
         "instance_group": [{ "kind": "KIND_CPU", "count": 1 }],
     }))
     .expect("serialising JSON cannot fail")
+}
+
+/// A declared model's tensors: for metadata (`datatype`, the whole `shape` with `-1`
+/// for the batch axis) or for its configuration (`data_type`, Triton's `dims`).
+fn declared_tensors(
+    t: &Tensors,
+    specs: &[accel::tensors::TensorSpec],
+    key: &str,
+    config: bool,
+) -> Vec<Value> {
+    specs
+        .iter()
+        .map(|s| {
+            if config {
+                json!({ "name": s.name, key: s.datatype.config_name(), "dims": s.dims })
+            } else {
+                json!({ "name": s.name, key: s.datatype.name(), "shape": t.declared_shape(s) })
+            }
+        })
+        .collect()
 }
 
 fn rename_shape_to_dims(mut tensor: Value) -> Value {

@@ -1,0 +1,155 @@
+//! ONNX models in slots, black box: a node started with a model repository serves the
+//! digits CNN of `models/` over `/v1/fn`, RAC and v2 with the logits tract computes in
+//! process, refuses a broken model at start and serves the rest, and answers a wrong
+//! input size or shape with each protocol's error while it keeps serving.
+//! (`docs/tests/test_onnx.py` checks the predictions against onnxruntime.)
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use accel::Accelerator;
+use common::{curl, f32_bytes, TestNode};
+use netaccel_client::rac::{RacClient, RacError};
+use rac_proto::Status;
+
+fn models() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models")
+        .canonicalize()
+        .unwrap()
+}
+
+/// Images of the digits data set's range (0..16), deterministic.
+fn images(n: usize) -> Vec<u8> {
+    let v: Vec<f32> = (0..n * 64).map(|i| ((i * 5 + i / 7) % 17) as f32).collect();
+    f32_bytes(&v)
+}
+
+/// What tract computes in process for `payload`: the reference the node must give.
+fn in_process(payload: &[u8]) -> Vec<u8> {
+    let found = netaccel_onnx::scan(&models())
+        .unwrap()
+        .found
+        .into_iter()
+        .find(|f| f.name == "digits")
+        .unwrap();
+    let mut out = Vec::new();
+    found
+        .into_model(256)
+        .unwrap()
+        .run(&[0; 44], payload, &mut out)
+        .unwrap();
+    out
+}
+
+/// A folder removed on drop, pass or fail.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn the_digits_cnn_is_served_over_every_transport_and_broken_models_are_refused() {
+    // A repository with the digits CNN and one model that is not an ONNX file.
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("netaccel-onnx-node-{}", std::process::id())));
+    let repo = &dir.0;
+    let _ = std::fs::remove_dir_all(repo);
+    std::fs::create_dir_all(repo.join("digits/1")).unwrap();
+    std::fs::create_dir_all(repo.join("broken/1")).unwrap();
+    for (from, to) in [
+        ("digits/config.toml", "digits/config.toml"),
+        ("digits/1/model.onnx", "digits/1/model.onnx"),
+        ("digits/config.toml", "broken/config.toml"),
+    ] {
+        std::fs::copy(models().join(from), repo.join(to)).unwrap();
+    }
+    std::fs::write(repo.join("broken/1/model.onnx"), b"not onnx").unwrap();
+    let node = TestNode::start_logging(
+        &format!("models_dir = {:?}\n", repo.display().to_string()),
+        &["--log-level", "info"],
+    );
+    let log = node.log();
+    assert!(
+        log.contains("ONNX model refused") && log.contains("broken"),
+        "{log}"
+    );
+    let catalog = node.get_json("/v1/accelerators");
+    let entry = |name: &str| {
+        catalog
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == name)
+            .cloned()
+    };
+    assert!(entry("broken").is_none());
+    let digits = entry("digits").expect("digits in the catalog");
+    let id = digits["id"].as_u64().unwrap() as u16;
+    assert_eq!(digits["backends"], serde_json::json!(["cpu"]));
+
+    // /v1/fn: a batch of 3 gives tract's logits.
+    let batch = images(3);
+    let body_file = node.dir.join("three.bin");
+    std::fs::write(&body_file, &batch).unwrap();
+    let url = node.url("/v1/fn/digits");
+    let data = format!("@{}", body_file.display());
+    let (status, out) = curl(&["--data-binary", &data, &url]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
+    let want = in_process(&batch);
+    assert_eq!(out.len(), 3 * 40);
+    assert_eq!(out, want);
+    // Not a whole number of images: 400, and the node goes on serving.
+    let (status, out) = curl(&["--data-binary", "abc", &url]);
+    assert_eq!(status, 400);
+    assert!(String::from_utf8_lossy(&out).contains("items of 256 bytes"));
+
+    // RAC: the same bytes, the same logits; a wrong size is BAD_REQUEST.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = RacClient::connect(&node.rac_addr.to_string())
+            .await
+            .unwrap();
+        let r = c.call(id, [0; 44], batch.clone(), 0).await.unwrap();
+        assert_eq!(r.payload, want);
+        match c.call(id, [0; 44], vec![0; 100], 0).await {
+            Err(RacError::Status { status, .. }) => assert_eq!(status, Status::BadRequest),
+            other => panic!("expected BAD_REQUEST, got {other:?}"),
+        }
+        let one = c.call(id, [0; 44], batch[..256].to_vec(), 0).await.unwrap();
+        assert_eq!(one.payload, want[..40]);
+    });
+
+    // v2: the model's names and a batch axis; a shape without it is refused.
+    let v2 = node.url("/v2/models/digits/infer");
+    let values: Vec<f32> = batch[..256]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let request = |shape: &str| {
+        format!(
+            r#"{{"inputs":[{{"name":"image","shape":{shape},"datatype":"FP32","data":{values:?}}}]}}"#
+        )
+    };
+    let (status, out) = curl(&["-d", &request("[1, 8, 8]"), &v2]);
+    assert_eq!(status, 400);
+    let err: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert!(err["error"]
+        .as_str()
+        .unwrap()
+        .contains("takes shape [-1, 1, 8, 8]"));
+    let (status, out) = curl(&["-d", &request("[1, 1, 8, 8]"), &v2]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
+    let answer: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(answer["outputs"][0]["name"], "logits");
+    assert_eq!(answer["outputs"][0]["shape"], serde_json::json!([1, 10]));
+    let logits: Vec<f32> = serde_json::from_value(answer["outputs"][0]["data"].clone()).unwrap();
+    assert_eq!(f32_bytes(&logits), want[..40]);
+}

@@ -1,0 +1,203 @@
+//! A model's `config.toml`: the tensors it declares and how many items one call may
+//! batch. A pure parser over the file's text, with every size bounded.
+//!
+//! The fields are a subset of Triton's `config.pbtxt`, under Triton's names, written
+//! in TOML: the node's own configuration is TOML (one parser, unknown keys refused the
+//! same way), and the translation from a Triton configuration is line by line.
+//!
+//! ```toml
+//! max_batch_size = 64          # 0: no batch axis
+//! [[input]]
+//! name = "image"
+//! data_type = "TYPE_FP32"      # TYPE_FP32, TYPE_INT32, TYPE_UINT8 (or FP32, …)
+//! dims = [1, 8, 8]             # one item, without the batch axis
+//! [[output]]
+//! name = "logits"
+//! data_type = "TYPE_FP32"
+//! dims = [10]
+//! ```
+
+use accel::tensors::{DataType, TensorSpec, Tensors};
+use serde::Deserialize;
+
+/// Largest `max_batch_size`.
+pub const BATCH_MAX: u32 = 4096;
+/// Most inputs, and most outputs, a model may declare.
+pub const TENSORS_MAX: usize = 16;
+/// Most dims one tensor may have.
+pub const RANK_MAX: usize = 8;
+/// Largest number of bytes one call's inputs (a whole batch) or outputs may take.
+pub const CALL_BYTES_MAX: u64 = 64 << 20;
+/// Largest config file.
+pub const CONFIG_BYTES_MAX: usize = 64 << 10;
+
+/// A parsed and checked configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelConfig {
+    pub tensors: Tensors,
+    /// A fixed accelerator id (RAC); `None`: the node assigns one.
+    pub id: Option<u16>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    id: Option<u16>,
+    max_batch_size: u32,
+    input: Vec<RawTensor>,
+    output: Vec<RawTensor>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTensor {
+    name: String,
+    data_type: String,
+    dims: Vec<i64>,
+}
+
+/// Parses the config of the model in folder `folder`. The error names the field.
+pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
+    if text.len() > CONFIG_BYTES_MAX {
+        return Err(format!(
+            "is {} bytes, more than {CONFIG_BYTES_MAX}",
+            text.len()
+        ));
+    }
+    let raw: Raw = toml::from_str(text).map_err(|e| e.message().to_string())?;
+    if let Some(name) = &raw.name {
+        if name != folder {
+            return Err(format!(
+                "name: `{name}` is not the model's folder name `{folder}`"
+            ));
+        }
+    }
+    if raw.max_batch_size > BATCH_MAX {
+        return Err(format!(
+            "max_batch_size: {} is more than {BATCH_MAX}",
+            raw.max_batch_size
+        ));
+    }
+    let inputs = tensors("input", raw.input)?;
+    let outputs = tensors("output", raw.output)?;
+    let t = Tensors {
+        inputs,
+        outputs,
+        max_batch_size: raw.max_batch_size,
+    };
+    let items = u64::from(t.max_batch_size.max(1));
+    for (what, bytes) in [
+        ("input", t.input_item_bytes()),
+        ("output", t.output_item_bytes()),
+    ] {
+        if (bytes as u64).saturating_mul(items) > CALL_BYTES_MAX {
+            return Err(format!(
+                "{what}: {bytes} bytes an item, {items} items a call: more than {CALL_BYTES_MAX} bytes"
+            ));
+        }
+    }
+    Ok(ModelConfig {
+        tensors: t,
+        id: raw.id,
+    })
+}
+
+fn tensors(what: &str, raw: Vec<RawTensor>) -> Result<Vec<TensorSpec>, String> {
+    if raw.is_empty() || raw.len() > TENSORS_MAX {
+        return Err(format!(
+            "{what}: a model declares 1 to {TENSORS_MAX}, this one {}",
+            raw.len()
+        ));
+    }
+    let mut out: Vec<TensorSpec> = Vec::with_capacity(raw.len());
+    for r in raw {
+        let at = format!("{what} `{}`", r.name);
+        if r.name.is_empty() || out.iter().any(|t| t.name == r.name) {
+            return Err(format!("{what}: names must be non-empty and distinct"));
+        }
+        let datatype = DataType::from_config_name(&r.data_type).ok_or_else(|| {
+            let known: Vec<_> = DataType::ALL.iter().map(|t| t.config_name()).collect();
+            format!(
+                "{at}: data_type `{}` is not one of {}",
+                r.data_type,
+                known.join(", ")
+            )
+        })?;
+        if r.dims.len() > RANK_MAX {
+            return Err(format!("{at}: dims: more than {RANK_MAX}"));
+        }
+        let mut dims = Vec::with_capacity(r.dims.len());
+        let mut elements = 1u64;
+        for d in r.dims {
+            // Only the batch axis may vary (and it is not listed): a payload's size is
+            // known from the config.
+            let d = u64::try_from(d).ok().filter(|&d| d > 0).ok_or_else(|| {
+                format!("{at}: dims: {d}: every dim is fixed and positive (only the batch axis varies, and it is not listed)")
+            })?;
+            elements = elements
+                .checked_mul(d)
+                .filter(|&e| e <= CALL_BYTES_MAX)
+                .ok_or_else(|| format!("{at}: dims: more than {CALL_BYTES_MAX} elements"))?;
+            dims.push(d);
+        }
+        out.push(TensorSpec {
+            name: r.name,
+            datatype,
+            dims,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGITS: &str = r#"
+max_batch_size = 64
+[[input]]
+name = "image"
+data_type = "TYPE_FP32"
+dims = [1, 8, 8]
+[[output]]
+name = "logits"
+data_type = "FP32"
+dims = [10]
+"#;
+
+    #[test]
+    fn a_triton_style_config_parses() {
+        let c = parse("digits", DIGITS).unwrap();
+        assert_eq!(c.tensors.max_batch_size, 64);
+        assert_eq!(c.tensors.inputs[0].dims, [1, 8, 8]);
+        assert_eq!(c.tensors.outputs[0].datatype, DataType::Fp32);
+        assert_eq!(c.id, None);
+        let named = format!("name = \"digits\"\nid = 300\n{DIGITS}");
+        assert_eq!(parse("digits", &named).unwrap().id, Some(300));
+    }
+
+    #[test]
+    fn bad_configs_are_refused_naming_the_field() {
+        let err = |text: &str| parse("digits", text).unwrap_err();
+        let with = |from: &str, to: &str| DIGITS.replacen(from, to, 1);
+        assert!(err(&format!("name = \"other\"\n{DIGITS}")).contains("folder name"));
+        assert!(err(&format!("colour = 1\n{DIGITS}")).contains("unknown field `colour`"));
+        assert!(err(&with("TYPE_FP32", "TYPE_FP64")).contains("data_type `TYPE_FP64`"));
+        assert!(err(&with("[1, 8, 8]", "[-1, 8, 8]")).contains("fixed and positive"));
+        assert!(err(&with("[1, 8, 8]", "[0, 8, 8]")).contains("fixed and positive"));
+        assert!(err(&with("= 64", "= 5000")).contains("max_batch_size"));
+        let huge = with("[1, 8, 8]", "[4096, 4096, 4096, 4096]");
+        assert!(err(&huge).contains("more than"), "{}", err(&huge));
+        let big_batch = with("[1, 8, 8]", "[1024, 1024]");
+        assert!(err(&big_batch).contains("items a call"));
+        let twice =
+            format!("{DIGITS}[[input]]\nname = \"image\"\ndata_type = \"FP32\"\ndims = [1]\n");
+        assert!(err(&twice).contains("distinct"));
+        assert!(err("max_batch_size = 1\ninput = []\noutput = []").contains("1 to 16"));
+        assert!(err("max_batch_size = 1").contains("missing field `input`"));
+        assert!(err(&"#".repeat(CONFIG_BYTES_MAX + 1)).contains("bytes"));
+    }
+}

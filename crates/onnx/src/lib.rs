@@ -1,0 +1,38 @@
+//! ONNX models as netaccel accelerators.
+//!
+//! A *model repository* is a folder of models laid out as Triton's (`NAME/VERSION/
+//! model.onnx` beside a `config.toml` declaring its tensors and max batch). This
+//! crate reads it ([`repository`]), checks each model against its config, and has
+//! tract (a maintained pure-Rust inference engine) optimise and plan it once
+//! ([`Model`]); a slot then runs calls through a [`Session`] on that one plan (each
+//! call builds tract's small run state anew: it may not cross threads).
+//!
+//! It knows nothing about sockets, slots or queues: the node lists each model in its
+//! catalog and its CPU device hosts them. It is a crate of its own so that tract,
+//! which takes longer to build than the rest of the node, builds once and apart, and
+//! so that what depends on it is explicit.
+//!
+//! A model's payload over every transport is its inputs' little-endian elements,
+//! tensor after tensor (see `accel::tensors`); its result, its outputs the same way.
+
+pub mod config;
+pub mod model;
+pub mod repository;
+
+pub use config::ModelConfig;
+pub use model::{Model, Session};
+pub use repository::{scan, Found, Scan};
+
+impl Found {
+    /// Plans the model found, as accelerator `id`.
+    pub fn into_model(self, id: u16) -> Result<Model, String> {
+        Model::new(
+            &self.name,
+            self.version,
+            id,
+            &self.onnx,
+            &self.config_text,
+            self.config,
+        )
+    }
+}

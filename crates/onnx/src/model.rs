@@ -1,0 +1,336 @@
+//! One ONNX model: read, checked against its config, optimised and planned by tract
+//! once, then run call after call.
+//!
+//! The [`Model`] is the catalog entry (an [`Accelerator`]); each slot that loads it
+//! gets a [`Session`] sharing the one plan. tract's run state holds values that may not
+//! cross threads (and a slot's calls may run on a network thread or on its worker), so
+//! each call builds its own: a vector of the plan's nodes and the constants shared by
+//! reference count, small beside the model's arithmetic (see bench/cnn).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use accel::tensors::{DataType, TensorSpec, Tensors};
+use accel::{Accelerator, CallError, Descriptor, ParamBlock};
+use sha2::{Digest, Sha256};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_hir::infer::Factoid;
+
+use crate::config::ModelConfig;
+
+type Plan = TypedRunnableModel<TypedModel>;
+
+/// Largest `model.onnx` the repository reads.
+pub const MODEL_BYTES_MAX: usize = 256 << 20;
+
+/// A model ready to run: the catalog entry.
+pub struct Model {
+    descriptor: Descriptor,
+    tensors: Tensors,
+    version: u64,
+    plan: Arc<Plan>,
+    /// Multiply-accumulates of one item, for the node's work estimate.
+    macs_per_item: u64,
+}
+
+impl Model {
+    /// Builds the model `name` (version `version`) from its ONNX bytes and config, with
+    /// accelerator id `id`. The error says what does not fit; tract's panics on a
+    /// hostile file are caught and reported the same way.
+    pub fn new(
+        name: &str,
+        version: u64,
+        id: u16,
+        onnx: &[u8],
+        config_text: &[u8],
+        config: ModelConfig,
+    ) -> Result<Model, String> {
+        if onnx.len() > MODEL_BYTES_MAX {
+            return Err(format!(
+                "model.onnx is {} bytes, more than {MODEL_BYTES_MAX}",
+                onnx.len()
+            ));
+        }
+        let tensors = config.tensors;
+        let (plan, macs_per_item) = catch_unwind(AssertUnwindSafe(|| plan(onnx, &tensors)))
+            .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())??;
+        let mut hash = Sha256::new();
+        hash.update(onnx);
+        hash.update(config_text);
+        let hash = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Model {
+            descriptor: Descriptor {
+                id,
+                name: name.to_string(),
+                hash,
+                params: Vec::new(),
+            },
+            tensors,
+            version,
+            plan: Arc::new(plan),
+            macs_per_item,
+        })
+    }
+
+    /// The version folder the model came from.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// A run state of its own, for one slot.
+    pub fn session(&self) -> Result<Session, String> {
+        Ok(Session {
+            tensors: self.tensors.clone(),
+            plan: Arc::clone(&self.plan),
+        })
+    }
+}
+
+/// Reads, checks, optimises and plans the model; also counts its work per item.
+fn plan(onnx: &[u8], tensors: &Tensors) -> Result<(Plan, u64), String> {
+    let mut model = tract_onnx::onnx()
+        .model_for_read(&mut &onnx[..])
+        .map_err(|e| format!("model.onnx is not a model tract can read: {e:#}"))?;
+    let batched = tensors.max_batch_size > 0;
+    let batch = model.symbols.sym("batch");
+    let names = |model: &InferenceModel, outlets: &[OutletId]| -> Vec<String> {
+        outlets
+            .iter()
+            .map(|o| {
+                model
+                    .outlet_label(*o)
+                    .unwrap_or(&model.node(o.node).name)
+                    .to_string()
+            })
+            .collect()
+    };
+    let inputs = names(&model, model.input_outlets().map_err(|e| e.to_string())?);
+    let outputs = names(&model, model.output_outlets().map_err(|e| e.to_string())?);
+    same_names("input", &inputs, &tensors.inputs)?;
+    same_names("output", &outputs, &tensors.outputs)?;
+    for (ix, spec) in tensors.inputs.iter().enumerate() {
+        let mut shape: TVec<TDim> = spec.dims.iter().map(|&d| (d as i64).into()).collect();
+        if batched {
+            shape.insert(0, batch.clone().into());
+        }
+        let declared = model.input_fact(ix).map_err(|e| e.to_string())?;
+        fits_declared(spec, &shape, declared)?;
+        let fact = InferenceFact::dt_shape(datum(spec.datatype), shape);
+        model
+            .set_input_fact(ix, fact)
+            .map_err(|e| format!("input `{}`: {e:#}", spec.name))?;
+    }
+    let model = model
+        .into_typed()
+        .and_then(|m| m.into_decluttered())
+        .map_err(|e| format!("the model does not fit its config.toml's inputs: {e:#}"))?;
+    let macs_per_item = macs(&model, batched.then_some(&batch));
+    for (ix, spec) in tensors.outputs.iter().enumerate() {
+        let fact = model.output_fact(ix).map_err(|e| e.to_string())?;
+        let mut want: TVec<TDim> = spec.dims.iter().map(|&d| (d as i64).into()).collect();
+        if batched {
+            want.insert(0, batch.clone().into());
+        }
+        if fact.datum_type != datum(spec.datatype) || fact.shape.dims() != &*want {
+            return Err(format!(
+                "output `{}`: the model computes {:?} of shape {:?}, config.toml declares {} {:?}{}",
+                spec.name,
+                fact.datum_type,
+                fact.shape,
+                spec.datatype.config_name(),
+                spec.dims,
+                if batched { " after the batch axis" } else { "" }
+            ));
+        }
+    }
+    let plan = model
+        .into_optimized()
+        .and_then(|m| m.into_runnable())
+        .map_err(|e| format!("tract could not optimise the model: {e:#}"))?;
+    Ok((plan, macs_per_item))
+}
+
+/// Whether the config's input `spec` (full `shape`, batch axis first when batched)
+/// agrees with what the ONNX file declares for it: its element type, its rank, and every
+/// dim the file fixes (the file's symbolic dims, like a batch `N`, take any value).
+fn fits_declared(
+    spec: &TensorSpec,
+    shape: &[TDim],
+    declared: &InferenceFact,
+) -> Result<(), String> {
+    let mismatch = |what: String| {
+        Err(format!(
+            "input `{}`: config.toml declares {} {:?}, the model file {what}",
+            spec.name,
+            spec.datatype.config_name(),
+            spec.dims
+        ))
+    };
+    if let Some(dt) = declared.datum_type.concretize() {
+        if dt != datum(spec.datatype) {
+            return mismatch(format!("takes {dt:?}"));
+        }
+    }
+    if let Some(dims) = declared.shape.concretize() {
+        let fixed = |d: &TDim| d.to_i64().ok();
+        let agree = dims.len() == shape.len()
+            && dims
+                .iter()
+                .zip(shape)
+                .all(|(d, s)| fixed(d).is_none() || fixed(d) == fixed(s));
+        if !agree {
+            return mismatch(format!("takes shape {dims:?}"));
+        }
+    }
+    Ok(())
+}
+
+fn same_names(what: &str, model: &[String], declared: &[TensorSpec]) -> Result<(), String> {
+    let declared: Vec<&str> = declared.iter().map(|t| t.name.as_str()).collect();
+    if model != declared.as_slice() {
+        return Err(format!(
+            "the model's {what}s are {model:?}, config.toml declares {declared:?} (same names, same order)"
+        ));
+    }
+    Ok(())
+}
+
+/// Multiply-accumulates of one item: tract's cost model with the batch at 1.
+fn macs(model: &TypedModel, batch: Option<&Symbol>) -> u64 {
+    let mut values = SymbolValues::default();
+    if let Some(b) = batch {
+        values = values.with(b, 1);
+    }
+    let mut total = 0u64;
+    for node in model.nodes() {
+        let inputs: TVec<&TypedFact> = node
+            .inputs
+            .iter()
+            .filter_map(|o| model.outlet_fact(*o).ok())
+            .collect();
+        for (cost, n) in node.op.cost(&inputs).unwrap_or_default() {
+            if matches!(cost, tract_onnx::tract_core::ops::Cost::FMA(_)) {
+                total = total.saturating_add(n.eval(&values).to_i64().unwrap_or(0).max(0) as u64);
+            }
+        }
+    }
+    total.max(1)
+}
+
+fn datum(t: DataType) -> DatumType {
+    match t {
+        DataType::Uint8 => DatumType::U8,
+        DataType::Int32 => DatumType::I32,
+        DataType::Fp32 => DatumType::F32,
+    }
+}
+
+impl Accelerator for Model {
+    fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
+    }
+
+    fn check(&self, _params: &ParamBlock, payload_len: Option<usize>) -> Result<(), CallError> {
+        match payload_len {
+            Some(len) => self.tensors.batch_of(len).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    fn work_estimate(&self, _params: &ParamBlock, payload_len: usize) -> u64 {
+        let items = payload_len / self.tensors.input_item_bytes().max(1);
+        self.macs_per_item.saturating_mul(items.max(1) as u64)
+    }
+
+    fn run(&self, _params: &ParamBlock, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
+        self.session().map_err(CallError::Internal)?.run(input, out)
+    }
+
+    fn tensors(&self) -> Option<&Tensors> {
+        Some(&self.tensors)
+    }
+}
+
+/// A model as loaded into one slot.
+pub struct Session {
+    tensors: Tensors,
+    plan: Arc<Plan>,
+}
+
+impl Session {
+    /// Runs one call: `input` is the payload (inputs' elements, tensor after tensor),
+    /// `out` receives the outputs the same way.
+    pub fn run(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
+        out.clear();
+        let batch = self.tensors.batch_of(input.len())?;
+        let mut values: TVec<TValue> = TVec::with_capacity(self.tensors.inputs.len());
+        let mut rest = input;
+        for spec in &self.tensors.inputs {
+            let (bytes, tail) = rest.split_at(spec.item_bytes() * batch);
+            rest = tail;
+            let shape: Vec<usize> = self
+                .tensors
+                .shape(spec, batch)
+                .into_iter()
+                .map(|d| d as usize)
+                .collect();
+            values.push(to_tensor(spec.datatype, &shape, bytes)?.into());
+        }
+        let results = catch_unwind(AssertUnwindSafe(|| self.plan.run(values)))
+            .map_err(|_| CallError::Internal("tract panicked running the model".into()))?
+            .map_err(|e| CallError::Internal(format!("running the model: {e:#}")))?;
+        for (spec, value) in self.tensors.outputs.iter().zip(&results) {
+            let want = spec.item_elements() * batch;
+            if value.len() != want {
+                return Err(CallError::Internal(format!(
+                    "output `{}` has {} elements, {want} expected",
+                    spec.name,
+                    value.len()
+                )));
+            }
+            from_tensor(spec.datatype, value, out)?;
+        }
+        Ok(())
+    }
+}
+
+fn to_tensor(t: DataType, shape: &[usize], bytes: &[u8]) -> Result<Tensor, CallError> {
+    let internal = |e: TractError| CallError::Internal(format!("{e:#}"));
+    Ok(match t {
+        DataType::Uint8 => Tensor::from_shape(shape, bytes).map_err(internal)?,
+        DataType::Int32 => {
+            let mut v = Tensor::zero::<i32>(shape).map_err(internal)?;
+            let s = v.as_slice_mut::<i32>().map_err(internal)?;
+            for (d, c) in s.iter_mut().zip(bytes.chunks_exact(4)) {
+                *d = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+            v
+        }
+        DataType::Fp32 => {
+            let mut v = Tensor::zero::<f32>(shape).map_err(internal)?;
+            let s = v.as_slice_mut::<f32>().map_err(internal)?;
+            for (d, c) in s.iter_mut().zip(bytes.chunks_exact(4)) {
+                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+            v
+        }
+    })
+}
+
+fn from_tensor(t: DataType, value: &Tensor, out: &mut Vec<u8>) -> Result<(), CallError> {
+    let internal = |e: TractError| CallError::Internal(format!("{e:#}"));
+    match t {
+        DataType::Uint8 => out.extend_from_slice(value.as_slice::<u8>().map_err(internal)?),
+        DataType::Int32 => {
+            for v in value.as_slice::<i32>().map_err(internal)? {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        DataType::Fp32 => {
+            for v in value.as_slice::<f32>().map_err(internal)? {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,269 @@
+"""ONNX models in slots (docs/inference.md, "ONNX models"): the digits CNN of
+models/ served by a node from a model repository, over /v1/fn, RAC and the v2
+protocol (tritonclient), against onnxruntime on the same file.
+
+- the node's logits over the whole held-out set equal onnxruntime's (to float
+  rounding) and so do its predictions, over each transport, in batches and alone;
+- a model that cannot be served (not an ONNX file; a config whose tensors are not the
+  model's) is refused at start with its folder and reason, and the rest is served;
+- a wrong input size or shape gets each protocol's error, and the node keeps serving;
+- a slot can be reconfigured to the model at runtime like to any accelerator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, require, running_node
+from docblocks import tagged_blocks
+
+try:
+    import numpy as np
+    import onnxruntime
+    import tritonclient.http as triton
+    from tritonclient.utils import InferenceServerException
+    from sklearn.datasets import load_digits  # noqa: F401  (the held-out split)
+except ImportError as e:  # pragma: no cover - a missing prerequisite
+    if os.environ.get("CI") == "true":
+        raise
+    pytest.skip(f"a prerequisite is not installed ({e})", allow_module_level=True)
+
+sys.path.insert(0, str(ROOT / "models"))
+sys.path.insert(0, str(ROOT / "clients" / "python"))
+from netaccel import Client, RacError  # noqa: E402
+from train_digits import held_out_split  # noqa: E402
+
+MODELS = ROOT / "models"
+BATCH = 64
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A repository with the digits CNN and two models that must be refused."""
+    r = tmp_path_factory.mktemp("models")
+    shutil.copytree(MODELS / "digits", r / "digits")
+    (r / "garbage" / "1").mkdir(parents=True)
+    shutil.copy(MODELS / "digits" / "config.toml", r / "garbage" / "config.toml")
+    (r / "garbage" / "1" / "model.onnx").write_bytes(b"this is not an ONNX model")
+    shutil.copytree(MODELS / "digits", r / "mismatch")
+    config = (r / "mismatch" / "config.toml").read_text().replace("dims = [10]", "dims = [12]")
+    (r / "mismatch" / "config.toml").write_text(config)
+    return r
+
+
+@pytest.fixture(scope="module")
+def onnx_node(tmp_path_factory, repo):
+    config = f"models_dir = {json.dumps(str(repo))}\n"
+    with running_node(tmp_path_factory.mktemp("onnx-node"), config) as n:
+        yield n
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    _, x_test, _, y_test = held_out_split()
+    session = onnxruntime.InferenceSession(
+        str(MODELS / "digits" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    (reference,) = session.run(None, {"image": x_test})
+    return x_test, y_test, reference
+
+
+def batches(x):
+    for start in range(0, len(x), BATCH):
+        yield x[start : start + BATCH]
+
+
+def post(node, path: str, body: bytes, headers=None):
+    req = urllib.request.Request(node.url + path, data=body, method="POST", headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def v1(node, images) -> np.ndarray:
+    status, body = post(node, "/v1/fn/digits", images.astype(np.float32).tobytes())
+    assert status == 200, body
+    return np.frombuffer(body, dtype=np.float32).reshape(len(images), 10)
+
+
+def check_equal(name: str, logits: np.ndarray, reference: np.ndarray, y_test):
+    assert logits.shape == reference.shape
+    np.testing.assert_allclose(logits, reference, rtol=1e-4, atol=1e-4, err_msg=name)
+    assert (logits.argmax(1) == reference.argmax(1)).all(), name
+    accuracy = float((logits.argmax(1) == y_test).mean())
+    assert accuracy >= 0.97, f"{name}: held-out accuracy {accuracy:.4f}"
+
+
+def test_the_node_serves_the_model_and_refuses_the_broken_ones(onnx_node):
+    names = {a["name"]: a for a in onnx_node.get_json("/v1/accelerators")}
+    assert "digits" in names and names["digits"]["backends"] == ["cpu"]
+    assert names["digits"]["slots"], "the default CPU device gives it a slot"
+    assert "garbage" not in names and "mismatch" not in names
+    log = "\n".join(onnx_node.log)
+    assert "ONNX model refused" in log and "garbage" in log and "not a model tract can read" in log
+    assert "mismatch" in log and "[12]" in log
+    meta = onnx_node.get_json("/v2/models/digits")
+    assert meta["inputs"] == [{"name": "image", "datatype": "FP32", "shape": [-1, 1, 8, 8]}]
+    assert meta["outputs"] == [{"name": "logits", "datatype": "FP32", "shape": [-1, 10]}]
+    config = onnx_node.get_json("/v2/models/digits/config")
+    assert config["max_batch_size"] == BATCH and config["input"][0]["dims"] == [1, 8, 8]
+
+
+def test_v1_fn_equals_onnxruntime_over_the_held_out_set(onnx_node, held_out):
+    x, y, reference = held_out
+    logits = np.concatenate([v1(onnx_node, b) for b in batches(x)])
+    check_equal("/v1/fn in batches of 64", logits, reference, y)
+    # One image alone gives its row of the batch.
+    for i in (0, 7, len(x) - 1):
+        np.testing.assert_allclose(v1(onnx_node, x[i : i + 1])[0], reference[i], rtol=1e-4, atol=1e-4)
+
+
+def test_rac_equals_onnxruntime_over_the_held_out_set(onnx_node, held_out):
+    x, y, reference = held_out
+    with Client.from_addr(onnx_node.rac, timeout=30) as c:
+        out = [c.call("digits", b.astype(np.float32).tobytes()) for b in batches(x)]
+        logits = np.frombuffer(b"".join(out), dtype=np.float32).reshape(-1, 10)
+        check_equal("RAC in batches of 64", logits, reference, y)
+        one = np.frombuffer(c.call("digits", x[3:4].tobytes()), dtype=np.float32)
+        np.testing.assert_allclose(one, reference[3], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_v2_equals_onnxruntime_over_the_held_out_set(onnx_node, held_out, binary):
+    x, y, reference = held_out
+    with triton.InferenceServerClient(onnx_node.http, network_timeout=30) as c:
+        out = []
+        for b in batches(x):
+            t = triton.InferInput("image", list(b.shape), "FP32")
+            t.set_data_from_numpy(b, binary_data=binary)
+            r = c.infer("digits", [t], outputs=[triton.InferRequestedOutput("logits", binary_data=binary)])
+            out.append(r.as_numpy("logits"))
+        check_equal(f"v2 ({'binary' if binary else 'JSON'})", np.concatenate(out), reference, y)
+
+
+def test_wrong_inputs_get_each_protocols_error_and_the_node_keeps_serving(onnx_node, held_out):
+    x, _, reference = held_out
+    # /v1/fn: a payload that is not a whole number of images, or too many images.
+    for payload in (b"abc", x[:1].tobytes()[:-4], np.zeros((BATCH + 1, 1, 8, 8), np.float32).tobytes()):
+        status, body = post(onnx_node, "/v1/fn/digits", payload)
+        assert status == 400 and b"items of 256 bytes" in body, (status, body)
+    # RAC: the same as BAD_REQUEST.
+    with Client.from_addr(onnx_node.rac, timeout=30) as c:
+        with pytest.raises(RacError, match="256 bytes"):
+            c.call("digits", b"\0" * 100)
+        assert len(c.call("digits", x[:2].tobytes())) == 2 * 40
+    # v2: shapes without the batch axis, a wrong image size, a batch over the maximum,
+    # a wrong datatype, an unknown input or output.
+    cases = [
+        ({"name": "image", "shape": [1, 8, 8], "datatype": "FP32", "data": [0] * 64}, "takes shape"),
+        ({"name": "image", "shape": [1, 1, 9, 9], "datatype": "FP32", "data": [0] * 81}, "takes shape"),
+        ({"name": "image", "shape": [65, 1, 8, 8], "datatype": "FP32", "data": [0] * 65 * 64}, "1 to 64"),
+        ({"name": "image", "shape": [1, 1, 8, 8], "datatype": "INT32", "data": [0] * 64}, "datatype INT32"),
+        ({"name": "pixels", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0] * 64}, "image"),
+        ({"name": "image", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0] * 63}, "63 data elements"),
+    ]
+    for tensor, message in cases:
+        status, body = post(onnx_node, "/v2/models/digits/infer", json.dumps({"inputs": [tensor]}).encode())
+        assert status == 400, (tensor["shape"], body)
+        assert message in json.loads(body)["error"], body
+    good = {"name": "image", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": x[0].ravel().tolist()}
+    status, body = post(
+        onnx_node,
+        "/v2/models/digits/infer",
+        json.dumps({"inputs": [good], "outputs": [{"name": "probabilities"}]}).encode(),
+    )
+    assert status == 400 and "its outputs are logits" in json.loads(body)["error"]
+    with triton.InferenceServerClient(onnx_node.http, network_timeout=30) as c:
+        t = triton.InferInput("image", [2, 64], "FP32")
+        t.set_data_from_numpy(x[:2].reshape(2, 64))
+        with pytest.raises(InferenceServerException, match="takes shape"):
+            c.infer("digits", [t])
+    # Still serving, with the right answers.
+    np.testing.assert_allclose(v1(onnx_node, x[:5]), reference[:5], rtol=1e-4, atol=1e-4)
+
+
+def test_a_slot_loads_the_model_at_runtime(onnx_node, held_out):
+    x, _, reference = held_out
+    slots = onnx_node.get_json("/v1/slots")
+    echo = next(s["id"] for s in slots if s["accelerator"] == "echo")
+
+    def load(slot: int, name: str):
+        req = urllib.request.Request(
+            f"{onnx_node.url}/v1/slots/{slot}",
+            data=json.dumps({"accelerator": name}).encode(),
+            method="PUT",
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+
+    try:
+        answer = load(echo, "digits")
+        assert answer["accelerator"] == "digits"
+        digits_slots = [a for a in onnx_node.get_json("/v1/accelerators") if a["name"] == "digits"][0]["slots"]
+        assert echo in digits_slots and len(digits_slots) == 2
+        for _ in range(4):  # spread over both slots
+            np.testing.assert_allclose(v1(onnx_node, x[:8]), reference[:8], rtol=1e-4, atol=1e-4)
+    finally:
+        load(echo, "echo")
+
+
+PAGE = ROOT / "docs" / "onnx.md"
+BLOCKS = tagged_blocks(PAGE)
+OUTPUTS = {b.name: b.text for b in BLOCKS if b.kind == "output"}
+RECIPES = [b for b in BLOCKS if b.kind == "recipe"]
+
+
+def test_the_page_has_its_recipe():
+    assert [b.name for b in RECIPES] == ["digits-transports python"]
+
+
+@pytest.mark.parametrize("block", RECIPES, ids=lambda b: b.name)
+def test_recipe_prints_the_documented_output(onnx_node, block, tmp_path):
+    script = tmp_path / "recipe.py"
+    script.write_text(block.text)
+    env = {
+        **os.environ,
+        "NETACCEL_NODE": onnx_node.url,
+        "NETACCEL_RAC": onnx_node.rac,
+        "PYTHONPATH": str(ROOT / "clients" / "python"),
+    }
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == OUTPUTS[block.name.rsplit(" ", 1)[0]]
+
+
+def test_grpc_refuses_a_repository_model_clearly_and_keeps_serving(onnx_node):
+    """Over gRPC only the built-ins are served yet (inference.md): a repository model
+    is refused with UNIMPLEMENTED and a sentence saying where to call it, never read
+    with the built-ins' tensor mapping; the built-ins answer on."""
+    try:
+        import tritonclient.grpc as triton
+        from tritonclient.utils import InferenceServerException
+    except ImportError as e:
+        require(False, f"tritonclient[grpc] is not installed ({e})")
+    with triton.InferenceServerClient(onnx_node.grpc) as c:
+        image = triton.InferInput("image", [1, 1, 8, 8], "FP32")
+        image.set_data_from_numpy(np.zeros((1, 1, 8, 8), dtype=np.float32))
+        with pytest.raises(InferenceServerException) as refused:
+            c.infer("digits", [image])
+        assert "UNIMPLEMENTED" in str(refused.value.status()) and "over HTTP" in str(refused.value)
+        with pytest.raises(InferenceServerException):
+            c.get_model_metadata("digits")
+        assert not c.is_model_ready("digits")
+        data = np.frombuffer(b"still here", dtype=np.uint8)
+        inp = triton.InferInput("INPUT0", [len(data)], "UINT8")
+        inp.set_data_from_numpy(data)
+        assert c.infer("to_uppercase", [inp]).as_numpy("OUTPUT0").tobytes() == b"STILL HERE"

@@ -178,7 +178,10 @@ impl Tally {
 }
 
 /// Offered load: `clients` connections of `front`, each sending one call at a time,
-/// one every `interval` (sooner after a late answer, never more than one in flight),
+/// one every `interval` (sooner after a late answer, never more than one in flight;
+/// after a refusal not before the next `interval`, as a client honouring
+/// `Retry-After` would: retrying a BUSY at once made a storm in which one front end's
+/// clients, refused in a loop, were hardly ever accepted),
 /// each with a payload unique in the run (front, client, sequence number), until
 /// `stop` is set or the node refuses a new connection.
 pub fn drive(
@@ -218,10 +221,9 @@ fn client_loop(
     use std::sync::atomic::Ordering;
     let mut out = Vec::new();
     let mut conn: Option<Conn> = None;
-    let started = std::time::Instant::now();
+    let mut due = std::time::Instant::now();
     let mut seq: u32 = 0;
     while !stop.load(Ordering::Relaxed) {
-        let due = started + interval * seq;
         if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
             std::thread::sleep(wait);
         }
@@ -247,6 +249,11 @@ fn client_loop(
         if !keep {
             conn = None;
         }
+        due = if fate == Fate::Busy {
+            (due + interval).max(std::time::Instant::now() + interval)
+        } else {
+            due + interval
+        };
         match fate {
             Fate::Ok => tally.ok.fetch_add(1, Ordering::Relaxed),
             Fate::Busy => tally.busy.fetch_add(1, Ordering::Relaxed),

@@ -459,22 +459,9 @@ fn accept_tls(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: P
     };
     let node = Arc::clone(node);
     tokio::spawn(async move {
-        let (stream, identity) = match tls.accept(stream).await {
-            Ok(accepted) => accepted,
-            Err(crate::tls::AcceptError::Handshake(message)) => {
-                node.refusals
-                    .log(Refusal::Protocol, protocol, peer, &"TLS", &message);
-                return;
-            }
-            Err(crate::tls::AcceptError::Refused(message)) => {
-                node.refusals
-                    .log(Refusal::Token, protocol, peer, &"TLS", &message);
-                return;
-            }
-        };
-        let (tenant, fixed) = match identity {
-            crate::tls::Identity::Tenant(name) => (node.tenants.named(&name), true),
-            crate::tls::Identity::Anonymous => (node.tenants.anonymous(), false),
+        let Some((stream, tenant, fixed)) = handshake(&node, &tls, stream, protocol, peer).await
+        else {
+            return;
         };
         match protocol {
             Protocol::Http => crate::http::serve(Arc::clone(&node), stream, peer, tenant).await,
@@ -485,6 +472,40 @@ fn accept_tls(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: P
         }
         drop(guard);
     });
+}
+
+/// The TLS handshake of a connection on a TLS listener (any front end's), and the
+/// tenant it is counted against: the one its client certificate maps to (`true`: the
+/// certificate fixes it), or a fresh anonymous one. A failed or refused handshake is
+/// logged as a refusal and gives `None`.
+pub(crate) async fn handshake(
+    node: &Node,
+    tls: &crate::tls::TlsAcceptor,
+    stream: TcpStream,
+    protocol: Protocol,
+    peer: SocketAddr,
+) -> Option<(
+    tokio_rustls::server::TlsStream<TcpStream>,
+    crate::tenant::TenantId,
+    bool,
+)> {
+    let (stream, identity) = match tls.accept(stream).await {
+        Ok(accepted) => accepted,
+        Err(crate::tls::AcceptError::Handshake(message)) => {
+            node.refusals
+                .log(Refusal::Protocol, protocol, peer, &"TLS", &message);
+            return None;
+        }
+        Err(crate::tls::AcceptError::Refused(message)) => {
+            node.refusals
+                .log(Refusal::Token, protocol, peer, &"TLS", &message);
+            return None;
+        }
+    };
+    Some(match identity {
+        crate::tls::Identity::Tenant(name) => (stream, node.tenants.named(&name), true),
+        crate::tls::Identity::Anonymous => (stream, node.tenants.anonymous(), false),
+    })
 }
 
 /// What a connection refused at `connections_max` is told before it is closed.

@@ -208,32 +208,10 @@ pub fn accepted_tls(
             let (node, tls, done) = (Arc::clone(&node), tls.clone(), done.clone());
             tokio::spawn(async move {
                 let _slot = slot;
-                let (stream, identity) = match tls.accept(stream).await {
-                    Ok(accepted) => accepted,
-                    Err(crate::tls::AcceptError::Handshake(message)) => {
-                        node.refusals.log(
-                            crate::logging::Refusal::Protocol,
-                            Protocol::Grpc,
-                            addr,
-                            &"TLS",
-                            &message,
-                        );
-                        return;
-                    }
-                    Err(crate::tls::AcceptError::Refused(message)) => {
-                        node.refusals.log(
-                            crate::logging::Refusal::Token,
-                            Protocol::Grpc,
-                            addr,
-                            &"TLS",
-                            &message,
-                        );
-                        return;
-                    }
-                };
-                let tenant = match identity {
-                    crate::tls::Identity::Tenant(name) => node.tenants.named(&name),
-                    crate::tls::Identity::Anonymous => node.tenants.anonymous(),
+                let Some((stream, tenant, _)) =
+                    crate::server::handshake(&node, &tls, stream, Protocol::Grpc, addr).await
+                else {
+                    return;
                 };
                 let conn = Accepted {
                     stream,

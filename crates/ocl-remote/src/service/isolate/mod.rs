@@ -709,20 +709,21 @@ impl Inner {
             }
         };
         let refuse = self.over_clients_max();
-        match wire::send_client(&process.control, &stream, refuse, greeted) {
-            Ok(()) if self.per_session && !refuse => {
-                process.clients.fetch_add(1, Ordering::SeqCst);
-                self.metrics.clients.inc();
-            }
-            Ok(()) => {}
-            Err(e) => {
-                eprintln!(
-                    "ocl-remote: cannot hand a client to runtime process {}: {e}",
-                    process.pid
-                );
-                process.killed.store(true, Ordering::SeqCst);
-                process.kill(&lock(&self.pool));
-            }
+        // Counted before the hand-over: once the process has the connection it may
+        // answer the client at once, and a client that was answered must find itself
+        // counted. Should the hand-over fail, the process is killed, and reaping it
+        // takes its clients off the count.
+        if self.per_session && !refuse {
+            process.clients.fetch_add(1, Ordering::SeqCst);
+            self.metrics.clients.inc();
+        }
+        if let Err(e) = wire::send_client(&process.control, &stream, refuse, greeted) {
+            eprintln!(
+                "ocl-remote: cannot hand a client to runtime process {}: {e}",
+                process.pid
+            );
+            process.killed.store(true, Ordering::SeqCst);
+            process.kill(&lock(&self.pool));
         }
         // `stream` drops here: the process holds the only copy of the connection.
     }

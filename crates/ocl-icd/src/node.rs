@@ -348,6 +348,26 @@ impl Node {
         read: Option<(u64, HostDst)>,
     ) {
         let mut out = lock(&self.out);
+        let (failed, full) = self.push(&mut out, command, wait, event, read);
+        drop(out);
+        if failed {
+            self.fail_all();
+        }
+        if full {
+            self.flush_task(false);
+        }
+    }
+
+    /// Adds a command to the open task (see [`Node::enqueue`]). Returns whether writing
+    /// to the node failed and whether the open task carries enough data to be sent.
+    fn push(
+        &self,
+        out: &mut Out,
+        command: &Command<'_>,
+        wait: &[u64],
+        event: Option<EventRef>,
+        read: Option<(u64, HostDst)>,
+    ) -> (bool, bool) {
         if out.frame_start.is_none() {
             // Header and count are filled in by `seal`; commands go straight after them.
             let start = out.buf.len();
@@ -390,26 +410,34 @@ impl Node {
                 failed = out.write_buf().is_err();
             }
         }
-        let full = out.open_data >= OPEN_DATA_MAX;
-        drop(out);
-        if failed {
-            self.fail_all();
-        }
-        if full {
-            self.flush_task(false);
-        }
+        (failed, out.open_data >= OPEN_DATA_MAX)
     }
 
     /// Runs `copy` at once, in place of a write command, if that is the same as running it
     /// in order: nothing enqueued yet, nothing waiting for user events and no task in
     /// flight. Returns whether it ran.
-    pub fn direct_write(&self, copy: impl FnOnce()) -> bool {
-        let out = lock(&self.out);
+    ///
+    /// `marker` (waiting for `wait`) carries the write's event, if the application asked
+    /// for one; it is enqueued in the same hold of the output lock as the copy, so that
+    /// no command of another thread (a read seeing the data) comes between the two.
+    pub fn direct_write(
+        &self,
+        copy: impl FnOnce(),
+        marker: Option<&Command<'_>>,
+        wait: &[u64],
+        event: &mut Option<EventRef>,
+    ) -> bool {
+        let mut out = lock(&self.out);
         if out.open_cmds != 0 || !out.gates.is_empty() || !lock(&self.state).tasks.is_empty() {
             return false;
         }
         copy();
+        let Some(marker) = marker else { return true };
+        let (failed, _) = self.push(&mut out, marker, wait, event.take(), None);
         drop(out);
+        if failed {
+            self.fail_all();
+        }
         true
     }
 
@@ -417,19 +445,33 @@ impl Node {
     /// memory when the task is done, and sends the task: the copies are made once the
     /// whole task has run, so a later command in it (a write to the buffer read) would
     /// change what the read returns. Later tasks wait for the copies (`exclusive`).
+    ///
+    /// All of it under one hold of the output lock, so that no other thread's command
+    /// lands between the marker and the flush. A task held back by a user event that is
+    /// not set cannot be sent now, and would go on collecting later commands: then
+    /// nothing is enqueued and `event` is handed back, for the caller to read over the
+    /// connection instead (the node copies such a read at its place in the task).
     pub fn enqueue_direct_reads(
         &self,
         marker: &Command<'_>,
         wait: &[u64],
         event: Option<EventRef>,
         reads: Vec<DirectRead>,
-    ) {
+    ) -> Result<(), Option<EventRef>> {
         let mut out = lock(&self.out);
+        if out.gates.iter().any(|(g, _)| g.status() > cl::CL_COMPLETE) {
+            return Err(event);
+        }
         out.open.direct_reads.extend(reads);
         out.open.exclusive = true;
-        drop(out);
-        self.enqueue(marker, wait, event, None);
-        self.flush();
+        let (failed, _) = self.push(&mut out, marker, wait, event, None);
+        if failed {
+            drop(out);
+            self.fail_all();
+        } else {
+            self.flush_locked(out, false);
+        }
+        Ok(())
     }
 
     /// Closes the open task and sends it (`clFlush`). A task held back by user events is
@@ -447,7 +489,11 @@ impl Node {
     /// With `block_on_gates` a task gated by user events is sent once they complete (the
     /// caller waits); without, the flush is only remembered.
     fn flush_task(&self, block_on_gates: bool) -> Option<u64> {
-        let mut out = lock(&self.out);
+        self.flush_locked(lock(&self.out), block_on_gates)
+    }
+
+    /// [`Node::flush_task`] with the output lock already held.
+    fn flush_locked(&self, mut out: MutexGuard<'_, Out>, block_on_gates: bool) -> Option<u64> {
         if out.open_cmds == 0 {
             return None;
         }

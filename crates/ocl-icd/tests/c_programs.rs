@@ -371,6 +371,21 @@ fn commands_waiting_for_a_failed_user_event_fail_identically_local_and_remote() 
     compare("user_event_error");
 }
 
+/// Reads of shared-memory buffers behind a user event that is not set return the buffer
+/// as it is at their place in the queue, not as later commands of the held task leave it.
+#[test]
+fn reads_behind_an_unset_user_event_see_their_place_in_the_queue() {
+    compare("gated_reads");
+}
+
+/// Reads racing writes of other threads on one queue return what their place in the
+/// queue says (profiling shows the places). Bounded to a few seconds; on the old ICD it
+/// failed in about half the runs, so a run that passes proves little on its own.
+#[test]
+fn reads_racing_writes_of_other_threads_see_their_place_in_the_queue() {
+    compare("racing_reads");
+}
+
 #[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {

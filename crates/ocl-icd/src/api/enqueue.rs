@@ -169,9 +169,10 @@ pub(super) unsafe fn enqueue_read(
     slot: *mut Handle,
 ) {
     let q = enq.q;
-    let (ev, evref) = enq.event(command_type, slot);
+    let (ev, mut evref) = enq.event(command_type, slot);
     if let Some(src) = &m.v.shm {
-        // Same host: the data is copied from shared memory when the task is done.
+        // Same host: the data is copied from shared memory when the task is done,
+        // unless a user event holds the task back (then as over the network).
         let marker = Command::Marker {
             queue: q.v.id,
             event: ev,
@@ -179,11 +180,16 @@ pub(super) unsafe fn enqueue_read(
         let read = DirectRead {
             src: Arc::clone(src),
             offset: m.v.shm_offset + offset,
-            dst,
+            dst: dst.clone(),
         };
-        q.v.node
-            .enqueue_direct_reads(&marker, &enq.waits, evref, vec![read]);
-        return;
+        match q
+            .v
+            .node
+            .enqueue_direct_reads(&marker, &enq.waits, evref.take(), vec![read])
+        {
+            Ok(()) => return,
+            Err(back) => evref = back,
+        }
     }
     let token = q.v.node.next_id();
     let cmd = Command::Read {
@@ -295,31 +301,22 @@ pub(super) unsafe fn enqueue_write(
     event: *mut Handle,
 ) {
     let q = enq.q;
-    if let (Some(region), false) = (&m.v.shm, enq.waits_for_user_events()) {
+    let direct = m.v.shm.as_ref().filter(|_| !enq.waits_for_user_events());
+    let (ev, mut evref) = enq.event(command_type, event);
+    if let Some(region) = direct {
         // Same host and nothing ahead of this write: copy straight into the buffer.
         // SAFETY: offset + len was checked against the buffer (= region) size.
         let dst = region.ptr().add(m.v.shm_offset + offset);
-        if q.v
-            .node
-            .direct_write(|| crate::copy::copy(dst, data.as_ptr(), data.len()))
-        {
-            if !event.is_null() {
-                let (ev, evref) = enq.event(command_type, event);
-                q.v.node.enqueue(
-                    &Command::Marker {
-                        queue: q.v.id,
-                        event: ev,
-                    },
-                    &enq.waits,
-                    evref,
-                    None,
-                );
-            }
+        let marker = Command::Marker {
+            queue: q.v.id,
+            event: ev,
+        };
+        let copy = || crate::copy::copy(dst, data.as_ptr(), data.len());
+        let marker = (ev != 0).then_some(&marker);
+        if q.v.node.direct_write(copy, marker, &enq.waits, &mut evref) {
             return;
         }
     }
-    let (ev, evref) = enq.event(command_type, event);
-    let mut evref = evref;
     let chunks = data.len().div_ceil(WRITE_CHUNK_MAX).max(1);
     // Every piece carries the event (it completes with the last of them) and the wait
     // list: on an out-of-order queue the pieces run in any order.

@@ -111,28 +111,39 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
     }
     let mut internal: Handle = null_mut();
     let slot = event_slot(blocking != 0, event, &mut internal);
-    let (ev, evref) = enq.event(cl::CL_COMMAND_READ_BUFFER_RECT, slot);
+    let (ev, mut evref) = enq.event(cl::CL_COMMAND_READ_BUFFER_RECT, slot);
     let host = ptr as usize;
-    if let Some(src) = &m.v.shm {
-        let reads = rows
-            .iter()
-            .map(|&(b, h)| DirectRead {
-                src: Arc::clone(src),
-                offset: m.v.shm_offset + b,
-                dst: HostDst::app(host + h, len),
-            })
-            .collect();
-        q.v.node.enqueue_direct_reads(
-            &Command::Marker {
+    // As for a plain read: from shared memory when the task is done, unless a user event
+    // holds the task back.
+    let direct = match &m.v.shm {
+        Some(src) => {
+            let reads = rows
+                .iter()
+                .map(|&(b, h)| DirectRead {
+                    src: Arc::clone(src),
+                    offset: m.v.shm_offset + b,
+                    dst: HostDst::app(host + h, len),
+                })
+                .collect();
+            let marker = Command::Marker {
                 queue: q.v.id,
                 event: ev,
-            },
-            &enq.waits,
-            evref,
-            reads,
-        );
-    } else {
-        let mut evref = evref;
+            };
+            match q
+                .v
+                .node
+                .enqueue_direct_reads(&marker, &enq.waits, evref.take(), reads)
+            {
+                Ok(()) => true,
+                Err(back) => {
+                    evref = back;
+                    false
+                }
+            }
+        }
+        None => false,
+    };
+    if !direct {
         for (i, &(b, h)) in rows.iter().enumerate() {
             let last = i + 1 == rows.len();
             let token = q.v.node.next_id();
@@ -189,7 +200,11 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
         return cl::CL_INVALID_VALUE;
     }
     let host = ptr as *const u8;
-    if let (Some(region), false) = (&m.v.shm, enq.waits_for_user_events()) {
+    let direct = m.v.shm.as_ref().filter(|_| !enq.waits_for_user_events());
+    // Data is copied into the commands now, so the call returns at once (as a blocking
+    // write may: the host memory is reusable).
+    let (ev, mut evref) = enq.event(cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
+    if let Some(region) = direct {
         // As for a plain write: straight into the buffer when nothing is ahead.
         let base = region.ptr().add(m.v.shm_offset);
         let copy = || {
@@ -197,26 +212,15 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
                 std::ptr::copy_nonoverlapping(host.add(h), base.add(b), len);
             }
         };
-        if q.v.node.direct_write(copy) {
-            if !event.is_null() {
-                let (ev, evref) = enq.event(cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
-                q.v.node.enqueue(
-                    &Command::Marker {
-                        queue: q.v.id,
-                        event: ev,
-                    },
-                    &enq.waits,
-                    evref,
-                    None,
-                );
-            }
+        let marker = Command::Marker {
+            queue: q.v.id,
+            event: ev,
+        };
+        let marker = (ev != 0).then_some(&marker);
+        if q.v.node.direct_write(copy, marker, &enq.waits, &mut evref) {
             return cl::CL_SUCCESS;
         }
     }
-    // Data is copied into the commands now, so the call returns at once (as a blocking
-    // write may: the host memory is reusable).
-    let (ev, evref) = enq.event(cl::CL_COMMAND_WRITE_BUFFER_RECT, event);
-    let mut evref = evref;
     for (i, &(b, h)) in rows.iter().enumerate() {
         let last = i + 1 == rows.len();
         let data = std::slice::from_raw_parts(host.add(h), len);

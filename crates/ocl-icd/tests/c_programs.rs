@@ -386,6 +386,13 @@ fn reads_racing_writes_of_other_threads_see_their_place_in_the_queue() {
     compare("racing_reads");
 }
 
+/// Maps for writing of objects the host may not read go through a scratch buffer on the
+/// node; on an out-of-order queue they show what the commands they wait for left.
+#[test]
+fn maps_through_a_scratch_buffer_wait_for_their_wait_list_on_out_of_order_queues() {
+    compare("map_scratch_order");
+}
+
 #[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {

@@ -394,6 +394,11 @@ fn maps_through_a_scratch_buffer_wait_for_their_wait_list_on_out_of_order_queues
 }
 
 #[test]
+fn images_on_buffers_share_the_buffers_storage_identically_local_and_remote() {
+    compare("image1d_buffer");
+}
+
+#[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {
         return;
@@ -580,7 +585,8 @@ fn pyopencl_script_is_identical_local_and_remote() {
 
 /// `clinfo` shows the remote device with the local device's properties, except what
 /// the node presents as an OpenCL 1.2 device within the client's quota: the version,
-/// the extensions the remote path supports, memory sizes, no built-in kernels, and none
+/// the extensions the remote path supports, memory sizes (and the pixels of a 1D image
+/// on a buffer, within the largest allocation), no built-in kernels, and none
 /// of the 2.x/3.0 properties (clinfo prints no line for those).
 #[test]
 fn clinfo_shows_the_same_device_properties_remotely() {
@@ -608,6 +614,7 @@ fn clinfo_shows_the_same_device_properties_remotely() {
         "Global memory size",
         "Max memory allocation",
         "Max constant buffer size",
+        "Max size for 1D images from buffer",
         "Built-in kernels",
         "Device Extensions",
         // clinfo's label for 1.2 devices ("Queue properties (on host)" for 2.0+).

@@ -63,6 +63,7 @@ pub const CL_DEVICE_TYPE_DEFAULT: ClBitfield = 1;
 pub const CL_DEVICE_TYPE_CPU: ClBitfield = 1 << 1;
 pub const CL_DEVICE_TYPE: ClUint = 0x1000;
 pub const CL_DEVICE_MAX_MEM_ALLOC_SIZE: ClUint = 0x1010;
+pub const CL_DEVICE_IMAGE_MAX_BUFFER_SIZE: ClUint = 0x1040;
 pub const CL_DEVICE_GLOBAL_MEM_SIZE: ClUint = 0x101F;
 pub const CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE: ClUint = 0x1020;
 pub const CL_DEVICE_NAME: ClUint = 0x102B;
@@ -270,14 +271,15 @@ pub fn image_element_size(order: ClUint, channel_type: ClUint) -> Option<u64> {
 
 /// Width, rows and slices of an image of `image_type` given as `[width, height, depth,
 /// array size]`: 1 where the type has no such dimension (the rows of a 1D array are its
-/// layers, the slices of a 2D array its layers); `None` for a type that is not served
-/// (1D images on a buffer need the buffer's storage).
+/// layers, the slices of a 2D array its layers); `None` for a type that is not an image
+/// type. A 1D image on a buffer (`CL_MEM_OBJECT_IMAGE1D_BUFFER`) is a 1D image whose
+/// storage is the buffer's.
 pub fn image_dims(
     image_type: ClUint,
     [width, height, depth, layers]: [u64; 4],
 ) -> Option<[u64; 3]> {
     Some(match image_type {
-        CL_MEM_OBJECT_IMAGE1D => [width, 1, 1],
+        CL_MEM_OBJECT_IMAGE1D | CL_MEM_OBJECT_IMAGE1D_BUFFER => [width, 1, 1],
         CL_MEM_OBJECT_IMAGE1D_ARRAY => [width, layers, 1],
         CL_MEM_OBJECT_IMAGE2D => [width, height, 1],
         CL_MEM_OBJECT_IMAGE2D_ARRAY => [width, height, layers],
@@ -342,7 +344,11 @@ mod tests {
             Some([8, 4, 5])
         );
         assert_eq!(image_dims(CL_MEM_OBJECT_IMAGE3D, shape), Some([8, 4, 3]));
-        assert_eq!(image_dims(CL_MEM_OBJECT_IMAGE1D_BUFFER, shape), None);
+        assert_eq!(
+            image_dims(CL_MEM_OBJECT_IMAGE1D_BUFFER, shape),
+            Some([8, 1, 1])
+        );
+        assert_eq!(image_dims(CL_MEM_OBJECT_BUFFER, shape), None);
         let dims = [8, 4, 1];
         assert_eq!(image_region_bytes(4, dims, [0; 3], dims), Some(128));
         assert_eq!(image_region_bytes(4, dims, [2, 1, 0], [6, 3, 1]), Some(72));

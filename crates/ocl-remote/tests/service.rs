@@ -723,9 +723,35 @@ fn image_commands_are_checked_before_the_runtime_sees_them() {
         ),
         (
             [0x10B5, 0x10D2],
-            [0x10F6, 8, 0, 0, 0],
+            [0x1234, 8, 0, 0, 0],
             &[][..],
             cl::CL_INVALID_IMAGE_DESCRIPTOR,
+        ),
+        // 1D images on a buffer (the last entry is the buffer): none, an image, one
+        // pixel past the 64-byte buffer's end, initial data of its own.
+        (
+            [0x10B5, 0x10D2],
+            [0x10F6, 8, 0, 0, 0],
+            &[][..],
+            cl::CL_INVALID_MEM_OBJECT,
+        ),
+        (
+            [0x10B5, 0x10D2],
+            [0x10F6, 8, 0, 0, 20],
+            &[][..],
+            cl::CL_INVALID_MEM_OBJECT,
+        ),
+        (
+            [0x10B5, 0x10D2],
+            [0x10F6, 17, 0, 0, 3],
+            &[][..],
+            cl::CL_INVALID_MEM_OBJECT,
+        ),
+        (
+            [0x10B5, 0x10D2],
+            [0x10F6, 16, 0, 0, 3],
+            &pixels[..64],
+            cl::CL_INVALID_VALUE,
         ),
         (
             [0x10B5, 0x10D2],
@@ -770,6 +796,21 @@ fn image_commands_are_checked_before_the_runtime_sees_them() {
     let (status, _, reads) = a.task(vec![image(ImageOp::Read, 20, 0, [8, 4, 1], &[])]);
     assert_eq!(status, cl::CL_SUCCESS);
     assert_eq!(reads, [(5, pixels.clone())]);
+    // A 1D image on the whole buffer 3 reads what the buffer holds.
+    let (status, _) = a.call(&Request::CreateImage {
+        id: 22,
+        context: 1,
+        flags: 1,
+        format: [0x10B5, 0x10D2],
+        desc: [0x10F6, 16, 0, 0, 3],
+        data: &[],
+    });
+    assert_eq!(status, cl::CL_SUCCESS);
+    let (status, _, through_buffer) = a.task(vec![read_cmd(2, 3, 0)]);
+    assert_eq!(status, cl::CL_SUCCESS);
+    let (status, _, through_image) = a.task(vec![image(ImageOp::Read, 22, 0, [16, 1, 1], &[])]);
+    assert_eq!(status, cl::CL_SUCCESS);
+    assert_eq!(through_image[0].1, through_buffer[0].1);
     for (cmd, want) in [
         (
             image(ImageOp::Read, 20, 0, [9, 4, 1], &[]),

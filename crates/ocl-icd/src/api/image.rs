@@ -8,6 +8,11 @@
 //! unpacks read results into them (a read whose host layout is not tight travels as one
 //! command per row, as rectangular buffer reads do). Large writes are cut into commands
 //! of whole rows of at most [`WRITE_CHUNK_MAX`] bytes.
+//!
+//! A 1D image on a buffer (`CL_MEM_OBJECT_IMAGE1D_BUFFER`) is made on the node from the
+//! node's buffer, so both are one storage there, whichever path the buffer's own data
+//! takes (shared memory or the socket): the order of the commands on the node is the
+//! only order there is. The image holds its buffer as a sub-buffer holds its parent.
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
@@ -130,6 +135,31 @@ pub(super) fn in_image(
     .ok_or(cl::CL_INVALID_VALUE)
 }
 
+/// The buffer a 1D image on a buffer (`CL_MEM_OBJECT_IMAGE1D_BUFFER`) is made on: a
+/// buffer of the same context, whose host access the image has unless `flags` give
+/// their own. Host pointer flags are the buffer's business, not the image's. A missing
+/// or unfit buffer is `CL_INVALID_MEM_OBJECT`, as PoCL answers (the specification
+/// names no code for it).
+unsafe fn image_storage<'a>(
+    context: Handle,
+    flags: &mut u64,
+    desc: &ImageDesc,
+) -> Result<&'a Obj<Mem>, ClInt> {
+    let buffer = get::<Mem>(desc.buffer)?;
+    if buffer.v.image.is_some() || buffer.v.context != context as H {
+        return Err(cl::CL_INVALID_MEM_OBJECT);
+    }
+    if *flags & (cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR)
+        != 0
+    {
+        return Err(cl::CL_INVALID_VALUE);
+    }
+    if *flags & cl::CL_MEM_HOST_ACCESS == 0 {
+        *flags |= buffer.v.flags & cl::CL_MEM_HOST_ACCESS;
+    }
+    Ok(buffer)
+}
+
 unsafe fn create_image(
     context: Handle,
     flags: u64,
@@ -138,7 +168,12 @@ unsafe fn create_image(
     host_ptr: *mut c_void,
 ) -> Result<Handle, ClInt> {
     let c = get::<Context>(context)?;
-    let flags = mem_flags(flags)?;
+    let mut flags = mem_flags(flags)?;
+    let storage = if desc.image_type == cl::CL_MEM_OBJECT_IMAGE1D_BUFFER {
+        Some(image_storage(context, &mut flags, desc)?)
+    } else {
+        None
+    };
     if format.is_null() {
         return Err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
     }
@@ -149,6 +184,9 @@ unsafe fn create_image(
     let dims = cl::image_dims(desc.image_type, shape).ok_or(cl::CL_INVALID_IMAGE_DESCRIPTOR)?;
     let size = cl::image_region_bytes(elem as u64, dims, [0; 3], dims)
         .ok_or(cl::CL_INVALID_IMAGE_SIZE)? as usize;
+    if storage.is_some_and(|b| size > b.v.size) {
+        return Err(cl::CL_INVALID_MEM_OBJECT);
+    }
     let dims = dims.map(|d| d as usize);
     let wants_ptr = flags & (cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR) != 0;
     if wants_ptr == host_ptr.is_null() {
@@ -196,7 +234,8 @@ unsafe fn create_image(
             desc.width as u64,
             desc.height as u64,
             desc.depth as u64,
-            desc.array_size as u64,
+            // A 1D image on a buffer names the buffer here (it has no array size).
+            storage.map_or(desc.array_size as u64, |b| b.v.id),
         ],
         data: &data,
     }))?;
@@ -220,6 +259,12 @@ unsafe fn create_image(
         }
     }
     retain::<Context>(context);
+    // The image holds its buffer, as a sub-buffer its parent (and names it as its
+    // `CL_MEM_ASSOCIATED_MEMOBJECT` and `CL_IMAGE_BUFFER`).
+    let parent = storage.map_or(0, |_| {
+        retain::<Mem>(desc.buffer);
+        desc.buffer as H
+    });
     let keep_ptr = if flags & cl::CL_MEM_USE_HOST_PTR != 0 {
         host_ptr as usize
     } else {
@@ -236,7 +281,7 @@ unsafe fn create_image(
         life: Arc::default(),
         shm: None,
         shm_offset: 0,
-        parent: 0,
+        parent,
         origin: 0,
         image: Some(meta),
     }))
@@ -342,7 +387,8 @@ pub unsafe extern "C" fn clGetImageInfo(
     let bytes = match param {
         cl::CL_IMAGE_FORMAT => meta.format.iter().flat_map(|v| v.to_ne_bytes()).collect(),
         cl::CL_IMAGE_ELEMENT_SIZE => bytes_of(meta.elem),
-        cl::CL_IMAGE_BUFFER => bytes_of(0usize),
+        // The buffer of a 1D image on a buffer, none for other images.
+        cl::CL_IMAGE_BUFFER => bytes_of(m.v.parent),
         // Pitches, sizes and the rest as the node's runtime reports them.
         _ => tryr!(reply(m.v.node.call(&Request::GetImageInfo {
             image: m.v.id,

@@ -72,7 +72,9 @@ messages! {
         },
         /// `clCreateImage`: `format` is (channel order, channel type), `desc` is (image
         /// type, width, height, depth, array size); `data` (may be empty) is tightly
-        /// packed: rows of `width` pixels, slices of `height` rows.
+        /// packed: rows of `width` pixels, slices of `height` rows. For a 1D image on a
+        /// buffer (`CL_MEM_OBJECT_IMAGE1D_BUFFER`, which has no array size) the last
+        /// entry of `desc` is the buffer's id, and `data` is empty.
         CreateImage = CREATE_IMAGE(22) {
             id: u64,
             context: u64,

@@ -203,7 +203,8 @@ pub(crate) struct Real {
     /// The shared memory a buffer lives in; unmapped only after the buffer is released
     /// (fields drop after `Drop::drop`).
     _memory: Option<crate::shm::Region>,
-    /// A sub-buffer keeps its parent (and the parent's shared memory) alive.
+    /// A sub-buffer keeps its parent (and the parent's shared memory) alive, a 1D image
+    /// on a buffer its buffer.
     _parent: Option<Arc<Real>>,
 }
 
@@ -224,6 +225,7 @@ impl Real {
             _parent: None,
         })
     }
+    /// An object whose storage is `parent`'s: a sub-buffer, a 1D image on a buffer.
     pub fn sub_buffer(
         raw: Handle,
         release: unsafe extern "C" fn(Handle) -> ClInt,

@@ -150,6 +150,16 @@ pub(crate) fn device_info(param: ClUint, raw: Vec<u8>, memory: &Memory) -> Vec<u
                 .to_vec(),
             Err(_) => raw,
         },
+        // Pixels of a 1D image on a buffer: a buffer of that many pixels of the smallest
+        // format (1 byte) must be allocatable, as natively (the CTS's
+        // `min_max_image_buffer_size` checks it).
+        cl::CL_DEVICE_IMAGE_MAX_BUFFER_SIZE => match <[u8; 8]>::try_from(raw.as_slice()) {
+            Ok(v) => u64::from_ne_bytes(v)
+                .min(memory.max_alloc)
+                .to_ne_bytes()
+                .to_vec(),
+            Err(_) => raw,
+        },
         _ => raw,
     }
 }
@@ -346,6 +356,8 @@ mod tests {
             size(cl::CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE, 1 << 30),
             1 << 28
         );
+        assert_eq!(size(cl::CL_DEVICE_IMAGE_MAX_BUFFER_SIZE, 1 << 16), 1 << 16);
+        assert_eq!(size(cl::CL_DEVICE_IMAGE_MAX_BUFFER_SIZE, 1 << 31), 1 << 28);
         // A malformed answer is passed on as it is.
         assert_eq!(
             device_info(cl::CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE, vec![1, 2], &memory),

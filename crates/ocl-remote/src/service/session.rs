@@ -752,7 +752,19 @@ impl Session<'_> {
         let Some(elem) = cl::image_element_size(format[0], format[1]) else {
             return Err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
         };
-        let [image_type, width, height, depth, array_size] = desc;
+        let [image_type, width, height, depth, last] = desc;
+        // A 1D image on a buffer: the last entry names the buffer (see the request).
+        let on_buffer = image_type as u32 == cl::CL_MEM_OBJECT_IMAGE1D_BUFFER;
+        let (array_size, storage, storage_size) = if on_buffer {
+            let buffer = self.objects.get::<Mem>(last)?;
+            (
+                0,
+                Some((Arc::clone(&buffer.real), buffer.host)),
+                buffer.size,
+            )
+        } else {
+            (last, None, u64::MAX)
+        };
         let Some(dims) = cl::image_dims(image_type as u32, [width, height, depth, array_size])
         else {
             return Err(cl::CL_INVALID_IMAGE_DESCRIPTOR);
@@ -760,10 +772,17 @@ impl Session<'_> {
         let Some(size) = cl::image_region_bytes(elem, dims, [0; 3], dims) else {
             return Err(cl::CL_INVALID_IMAGE_SIZE);
         };
-        if !data.is_empty() && data.len() as u64 != size {
+        if !data.is_empty() && (data.len() as u64 != size || on_buffer) {
             return Err(cl::CL_INVALID_VALUE);
         }
-        if self.buffer_bytes.saturating_add(size) > self.shared.config.buffer_bytes_max {
+        // Checked here, not left to the runtime: an image past its buffer's end would
+        // let kernels reach memory that is not the client's.
+        if size > storage_size {
+            return Err(cl::CL_INVALID_MEM_OBJECT);
+        }
+        // An image on a buffer takes no memory of its own.
+        let held = if on_buffer { 0 } else { size };
+        if self.buffer_bytes.saturating_add(held) > self.shared.config.buffer_bytes_max {
             return Err(cl::CL_OUT_OF_RESOURCES);
         }
         // Host pointers live in the client process; the node sees only their contents.
@@ -785,25 +804,38 @@ impl Session<'_> {
             slice_pitch: 0,
             num_mip_levels: 0,
             num_samples: 0,
-            buffer: std::ptr::null_mut(),
+            buffer: storage
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |(real, _)| real.handle()),
+        };
+        // Host access not given is the buffer's (as the ICD says the image's flags are);
+        // the node enforces it on the image too.
+        let host = match (flags & cl::CL_MEM_HOST_ACCESS, &storage) {
+            (0, Some((_, buffer_host))) => *buffer_host,
+            (own, _) => own,
         };
         self.create(
             id,
-            // SAFETY: valid context; with COPY_HOST_PTR the runtime copies the tightly
-            // packed `size` bytes of `data`.
+            // SAFETY: valid context (and buffer); with COPY_HOST_PTR the runtime copies
+            // the tightly packed `size` bytes of `data`.
             |e| unsafe {
                 (api.clCreateImage)(ctx.handle(), flags, &format, &image_desc, host_ptr, e)
             },
             |raw| Image {
-                real: Real::new(raw, api.clReleaseMemObject),
+                // A 1D image on a buffer holds the buffer, whose storage it is, as a
+                // sub-buffer its parent (the client may release the buffer first).
+                real: match storage {
+                    Some((buffer, _)) => Real::sub_buffer(raw, api.clReleaseMemObject, buffer),
+                    None => Real::new(raw, api.clReleaseMemObject),
+                },
                 elem,
                 dims,
-                held: size,
-                host: flags & cl::CL_MEM_HOST_ACCESS,
+                held,
+                host,
             },
         )?;
-        self.buffer_bytes += size;
-        self.shared.metrics.client_buffer_bytes.inc_by(size as i64);
+        self.buffer_bytes += held;
+        self.shared.metrics.client_buffer_bytes.inc_by(held as i64);
         self.shared
             .metrics
             .bytes_to_device

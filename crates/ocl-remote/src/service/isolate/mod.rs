@@ -40,8 +40,11 @@
 //!   a CPU device there is no device state to protect between processes (kernels are
 //!   threads the OS schedules), so each process runs its tasks in its own order.
 //!   Device-wide fairness between remote clients and slots is the OS scheduler's.
-//!   Runtime metrics (task latency, queue depth, bytes) stay inside each process;
-//!   `/metrics` has the supervisor's.
+//! - Metrics: each process keeps the service's metrics (task latency, queue depth,
+//!   busy seconds, bytes, program cache, failed tasks) in a page the node created and
+//!   handed over; `/metrics` sums the live pages and what ended processes counted
+//!   (see [`super::metrics`]), under the same names as in process, beside the
+//!   supervisor's own (`ocl_runtime_*`).
 
 pub(crate) mod child;
 mod greet;
@@ -65,6 +68,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::busy::BusyPage;
+use super::metrics::{Export, MetricsPage};
 use super::{lock, Isolation, ServiceConfig};
 use crate::stream::Stream;
 
@@ -127,11 +131,6 @@ impl Metrics {
             "Runtime processes running a task, as the watchdog last saw them",
             m.tasks_running.clone(),
         );
-        registry.register(
-            "ocl_clients_connected",
-            "Remote OpenCL clients connected",
-            m.clients.clone(),
-        );
         m
     }
 }
@@ -141,6 +140,8 @@ struct Process {
     pid: u32,
     control: UnixStream,
     busy: BusyPage,
+    /// Where the process keeps the service's metrics (see [`super::metrics`]).
+    metrics: Arc<MetricsPage>,
     /// The watchdog killed it (its task ran too long).
     timed_out: AtomicBool,
     /// The node killed it (a failed hand-over, the end of a drain).
@@ -187,6 +188,8 @@ struct Inner {
     changed: Condvar,
     shutdown: AtomicBool,
     metrics: Metrics,
+    /// The processes' metrics pages, as `/metrics` shows them.
+    export: Export,
     /// Connections whose `Hello` the node is reading (bounded by `clients_max`).
     greeting: AtomicUsize,
 }
@@ -214,15 +217,21 @@ impl Supervisor {
             None => std::env::current_exe()?,
         };
         let local_addr = listener.local_addr()?;
+        let per_session = config.isolation == Isolation::PerSession;
+        let metrics = Metrics::register(registry);
+        // One process per session: the node counts a client before handing it over
+        // (see `hand_over`); a shared process counts its clients in its page.
+        let export = Export::register(registry, per_session.then(|| metrics.clients.clone()));
         let inner = Arc::new(Inner {
-            per_session: config.isolation == Isolation::PerSession,
+            per_session,
             config,
             program,
             local_socket,
             pool: Mutex::new(Pool::default()),
             changed: Condvar::new(),
             shutdown: AtomicBool::new(false),
-            metrics: Metrics::register(registry),
+            metrics,
+            export,
             greeting: AtomicUsize::new(0),
         });
         // The spawner forks every process: PR_SET_PDEATHSIG fires when the thread that
@@ -294,10 +303,19 @@ impl Supervisor {
             .unwrap_or_default()
     }
 
-    /// Clients connected now (counted with one process per session; a shared process
-    /// keeps its own count, and this is 0).
+    /// Clients connected now.
     pub fn clients_connected(&self) -> usize {
-        self.inner.metrics.clients.get().max(0) as usize
+        let clients = if self.inner.per_session {
+            self.inner.metrics.clients.get()
+        } else {
+            self.metrics().clients_connected
+        };
+        clients.max(0) as usize
+    }
+
+    /// The service's metrics as `/metrics` shows them now.
+    pub(crate) fn metrics(&self) -> super::metrics::page::Snapshot {
+        self.inner.export.total()
     }
 
     /// Drains (see [`super::ServiceHandle::shutdown`]).
@@ -417,6 +435,7 @@ impl Inner {
     fn start_process(&self, pool: &mut Pool) -> io::Result<(Arc<Process>, Child)> {
         let (control, theirs) = UnixStream::pair()?;
         let busy = BusyPage::create()?;
+        let metrics = Arc::new(MetricsPage::create()?);
         let mode = if self.per_session {
             "session"
         } else {
@@ -427,9 +446,10 @@ impl Inner {
             .args([SUBCOMMAND, mode])
             .stdin(Stdio::null())
             .stdout(Stdio::null());
-        let (their_fd, busy_fd) = (
+        let (their_fd, busy_fd, metrics_fd) = (
             std::os::fd::AsRawFd::as_raw_fd(&theirs),
             std::os::fd::AsRawFd::as_raw_fd(busy.fd()),
+            std::os::fd::AsRawFd::as_raw_fd(metrics.fd()),
         );
         let parent = std::process::id() as i32;
         // SAFETY: only async-signal-safe calls between fork and exec.
@@ -444,15 +464,18 @@ impl Inner {
                 // Out of the node's process group: a terminal's Ctrl-C reaches the node,
                 // which drains its runtime processes, and not them directly.
                 libc::setpgid(0, 0);
-                // The fds the runtime process expects (see `child`). Both are first
-                // moved above them, so that neither lands on the other's number; dup2
+                // The fds the runtime process expects (see `child`). All are first
+                // moved above them, so that none lands on another's number; dup2
                 // clears close-on-exec on the final copies.
                 let control = libc::fcntl(their_fd, libc::F_DUPFD_CLOEXEC, 10);
                 let busy = libc::fcntl(busy_fd, libc::F_DUPFD_CLOEXEC, 10);
+                let metrics = libc::fcntl(metrics_fd, libc::F_DUPFD_CLOEXEC, 10);
                 if control < 0
                     || busy < 0
+                    || metrics < 0
                     || libc::dup2(control, child::CONTROL_FD) < 0
                     || libc::dup2(busy, child::BUSY_FD) < 0
+                    || libc::dup2(metrics, child::METRICS_FD) < 0
                 {
                     libc::_exit(1);
                 }
@@ -465,6 +488,7 @@ impl Inner {
             pid: child.id(),
             control,
             busy,
+            metrics,
             timed_out: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             clients: AtomicUsize::new(0),
@@ -472,6 +496,7 @@ impl Inner {
         self.metrics.starts.inc();
         self.metrics.processes.inc();
         pool.live.insert(process.pid, Arc::clone(&process));
+        self.export.add(process.pid, Arc::clone(&process.metrics));
         Ok((process, child))
     }
 
@@ -512,6 +537,7 @@ impl Inner {
             match ready {
                 Ok((platforms, names)) => {
                     pool.failures = 0;
+                    self.export.set_device_names(&names);
                     pool.device_names.get_or_insert(names);
                     if pool.hello.is_none() && !self.local_socket.is_empty() {
                         pool.hello = Some(Arc::new(greet::HelloAnswer {
@@ -558,6 +584,8 @@ impl Inner {
         self.metrics.processes.dec();
         let clients = process.clients.load(Ordering::SeqCst);
         self.metrics.clients.dec_by(clients as i64);
+        // A task still marked running never answered its client: a failed task.
+        self.export.end(process.pid, &process.busy.running());
         let regions = remove_regions(process.pid);
         let status = {
             let mut pool = lock(&self.pool);

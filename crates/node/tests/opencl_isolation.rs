@@ -496,3 +496,50 @@ fn hostile_programs_through_the_icd_get_errors_while_a_bystander_program_runs() 
         assert!(ok && output.starts_with("good: ok"), "bystander: {output}");
     }
 }
+
+#[test]
+fn a_node_started_after_one_was_killed_removes_its_shared_memory() {
+    if !common::opencl_runtime_present() {
+        return;
+    }
+    // A same-host session with a buffer in shared memory, created by a runtime process.
+    let ocl_addr = free_addr();
+    let mut node = TestNode::start(&format!("opencl = \"{ocl_addr}\"\n"));
+    let mut c = Client::connect_with(ocl_addr, &ocl_remote::shm::host_id()).expect("connects");
+    c.setup_context();
+    let (status, name) = c.call(&Request::CreateBuffer {
+        id: 3,
+        context: 1,
+        flags: cl::CL_MEM_READ_WRITE,
+        size: 1 << 16,
+        data: &[],
+    });
+    assert_eq!(status, 0);
+    let region = std::path::Path::new("/dev/shm")
+        .join(String::from_utf8_lossy(&name).trim_start_matches('/'));
+    assert!(region.is_file(), "the buffer should be in shared memory");
+    let runtimes = children_of(node.pid());
+    // SIGKILL: neither the node nor its runtime processes (which die with it) can
+    // unlink anything.
+    node.child.kill().unwrap();
+    node.child.wait().unwrap();
+    for pid in runtimes {
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                // SAFETY: signal 0 only checks that the process exists.
+                let gone = unsafe { libc::kill(pid, 0) != 0 };
+                gone || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| rest_state_is_zombie(&s))
+            }),
+            "runtime process {pid} outlived the killed node"
+        );
+    }
+    assert!(
+        region.exists(),
+        "the killed session's region should still be there (or this test shows nothing)"
+    );
+    drop(c);
+    // The next node on the host removes what the killed one left.
+    let _next = TestNode::start(&format!("opencl = \"{}\"\n", free_addr()));
+    assert!(!region.exists(), "{} left behind", region.display());
+}

@@ -586,6 +586,13 @@ pub fn spawn(
 ) -> io::Result<ServiceHandle> {
     let listener = TcpListener::bind(addr)?;
     let local_addr = listener.local_addr()?;
+    // What a node killed without a chance to drain (SIGKILL) left in shared memory.
+    let orphans = crate::shm::remove_orphaned_regions();
+    if orphans > 0 {
+        eprintln!(
+            "ocl-remote: removed {orphans} shared-memory region(s) of processes that have ended"
+        );
+    }
     // Same-host clients may switch to a Unix socket (see `crate::stream`); a node that
     // cannot open one serves them over TCP.
     let local_name = format!("netaccel-ocl-{}-{}", std::process::id(), local_addr.port());

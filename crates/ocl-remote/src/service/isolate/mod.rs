@@ -586,7 +586,7 @@ impl Inner {
         self.metrics.clients.dec_by(clients as i64);
         // A task still marked running never answered its client: a failed task.
         self.export.end(process.pid, &process.busy.running());
-        let regions = remove_regions(process.pid);
+        let regions = crate::shm::remove_regions_of(process.pid);
         let status = {
             let mut pool = lock(&self.pool);
             // Reaped under the lock that every kill takes, and before the process
@@ -781,19 +781,6 @@ impl Inner {
             self.metrics.tasks_running.set(running);
         }
     }
-}
-
-/// Unlinks the shared-memory regions of process `pid` (named `netaccel-ocl-<pid>-…`,
-/// see [`crate::shm`]); returns how many there were.
-fn remove_regions(pid: u32) -> usize {
-    let prefix = format!("netaccel-ocl-{pid}-");
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-        return 0;
-    };
-    dir.filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .filter(|e| std::fs::remove_file(e.path()).is_ok())
-        .count()
 }
 
 fn signal_name(sig: i32) -> String {

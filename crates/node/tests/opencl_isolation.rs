@@ -543,3 +543,66 @@ fn a_node_started_after_one_was_killed_removes_its_shared_memory() {
     let _next = TestNode::start(&format!("opencl = \"{}\"\n", free_addr()));
     assert!(!region.exists(), "{} left behind", region.display());
 }
+
+#[test]
+fn runtime_processes_log_json_lines_through_the_node() {
+    if !common::opencl_runtime_present() {
+        return;
+    }
+    let ocl_addr = free_addr();
+    let node = TestNode::start_logging(
+        &format!("opencl = \"{ocl_addr}\"\nlog_format = \"json\"\n"),
+        &[],
+    );
+    // A client of another host (its connection goes to a runtime process as it is)
+    // that sends garbage after its Hello: the runtime process's session logs why it
+    // closed the connection, on its stderr.
+    let mut c = Client::connect(ocl_addr).expect("connects");
+    let runtimes = children_of(node.pid());
+    std::io::Write::write_all(&mut c.stream, &[0xA5; 64]).unwrap();
+    let mut rest = Vec::new();
+    let _ = c.stream.read_to_end(&mut rest);
+    // A crash: the node's own line about it.
+    let (ended, _) = run_hostile(
+        ocl_addr,
+        b"__kernel void k(__global int *v) { *(__global int *)(size_t)v[0] = 42; }",
+    );
+    assert!(ended);
+    let parsed = |log: &str| -> Vec<serde_json::Value> {
+        log.lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}\n{log}"))
+            })
+            .collect()
+    };
+    let forwarded = |v: &serde_json::Value| {
+        v["target"] == "ocl_remote::runtime"
+            && v["fields"]["isolation"] == "session"
+            && v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("client connection closed"))
+            && v["fields"]["pid"]
+                .as_i64()
+                .is_some_and(|p| runtimes.contains(&(p as i32)))
+    };
+    let crash = |v: &serde_json::Value| {
+        v["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("died of SIGSEGV"))
+            && v["fields"]["pid"].is_i64()
+            && v["level"] == "WARN"
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let lines = parsed(&node.log());
+            lines.iter().any(forwarded) && lines.iter().any(crash)
+        }),
+        "no runtime process line or crash line in the node's JSON log:\n{}",
+        node.log()
+    );
+    for line in parsed(&node.log()) {
+        for field in ["timestamp", "level", "target"] {
+            assert!(line[field].is_string(), "{field} missing in {line}");
+        }
+    }
+}

@@ -589,8 +589,10 @@ pub fn spawn(
     // What a node killed without a chance to drain (SIGKILL) left in shared memory.
     let orphans = crate::shm::remove_orphaned_regions();
     if orphans > 0 {
-        eprintln!(
-            "ocl-remote: removed {orphans} shared-memory region(s) of processes that have ended"
+        isolate::log::emit(
+            tracing::Level::INFO,
+            None,
+            format_args!("removed {orphans} shared-memory region(s) of processes that have ended"),
         );
     }
     // Same-host clients may switch to a Unix socket (see `crate::stream`); a node that

@@ -48,6 +48,7 @@
 
 pub(crate) mod child;
 mod greet;
+pub(crate) mod log;
 mod wire;
 
 use std::collections::HashMap;
@@ -71,6 +72,7 @@ use super::busy::BusyPage;
 use super::metrics::{Export, MetricsPage};
 use super::{lock, Isolation, ServiceConfig};
 use crate::stream::Stream;
+use log::log;
 
 pub use child::main as runtime_main;
 
@@ -404,7 +406,7 @@ impl Inner {
             match started {
                 Ok((process, child)) => self.watch(process, child),
                 Err(e) => {
-                    eprintln!("ocl-remote: cannot start an OpenCL runtime process: {e}");
+                    log!(ERROR, "cannot start an OpenCL runtime process: {e}");
                     let mut pool = lock(&self.pool);
                     pool.starting -= 1;
                     pool.failures += 1;
@@ -445,7 +447,9 @@ impl Inner {
         command
             .args([SUBCOMMAND, mode])
             .stdin(Stdio::null())
-            .stdout(Stdio::null());
+            .stdout(Stdio::null())
+            // Its lines go to the node's log (see [`log`]).
+            .stderr(Stdio::piped());
         let (their_fd, busy_fd, metrics_fd) = (
             std::os::fd::AsRawFd::as_raw_fd(&theirs),
             std::os::fd::AsRawFd::as_raw_fd(busy.fd()),
@@ -482,8 +486,20 @@ impl Inner {
                 Ok(())
             });
         }
-        let child = command.spawn()?;
+        let mut child = command.spawn()?;
         drop(theirs);
+        if let Some(stderr) = child.stderr.take() {
+            let (pid, mode) = (child.id(), mode);
+            let forwarding = thread::Builder::new()
+                .name("ocl-runtime-log".to_string())
+                .spawn(move || log::forward(stderr, pid, mode));
+            if let Err(e) = forwarding {
+                // Without a reader its stderr would fill and block it: not started.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        }
         let process = Arc::new(Process {
             pid: child.id(),
             control,
@@ -514,7 +530,11 @@ impl Inner {
                 inner.supervise(process2, child)
             });
         if let Err(e) = spawned {
-            eprintln!("ocl-remote: cannot supervise a runtime process: {e}");
+            log!(
+                ERROR,
+                pid = process.pid,
+                "cannot supervise a runtime process: {e}"
+            );
             if let Some(mut child) = lock(&child).take() {
                 let mut pool = lock(&self.pool);
                 let _ = child.kill();
@@ -553,8 +573,10 @@ impl Inner {
                 Err(ref e) => {
                     pool.failures += 1;
                     if !self.shutdown.load(Ordering::SeqCst) {
-                        eprintln!(
-                            "ocl-remote: OpenCL runtime process {} did not get ready: {e}",
+                        log!(
+                            ERROR,
+                            pid = process.pid,
+                            "OpenCL runtime process {} did not get ready: {e}",
                             process.pid
                         );
                     }
@@ -601,8 +623,10 @@ impl Inner {
         let signal = status.as_ref().ok().and_then(|s| s.signal());
         let pid = process.pid;
         if process.timed_out.load(Ordering::SeqCst) {
-            eprintln!(
-                "ocl-remote: runtime process {pid} killed: a task ran longer than \
+            log!(
+                WARN,
+                pid = pid,
+                "runtime process {pid} killed: a task ran longer than \
                  kernel_time_max ({:?}); its {clients} client(s) lost their session",
                 self.config.kernel_time_max
             );
@@ -612,15 +636,21 @@ impl Inner {
                 .crashes
                 .get_or_create(&vec![("signal".to_string(), name.clone())])
                 .inc();
-            eprintln!(
-                "ocl-remote: runtime process {pid} died of {name}; its {clients} client(s) \
+            log!(
+                WARN,
+                pid = pid,
+                "runtime process {pid} died of {name}; its {clients} client(s) \
                  lost their session, the node and other clients are unaffected"
             );
         } else if let Some(s) = status.ok().filter(|s| !s.success() && s.code().is_some()) {
-            eprintln!("ocl-remote: runtime process {pid} exited with {s}");
+            log!(WARN, pid = pid, "runtime process {pid} exited with {s}");
         }
         if regions > 0 {
-            eprintln!("ocl-remote: removed {regions} shared-memory region(s) process {pid} left");
+            log!(
+                INFO,
+                pid = pid,
+                "removed {regions} shared-memory region(s) process {pid} left"
+            );
         }
     }
 
@@ -686,7 +716,7 @@ impl Inner {
                 });
             if let Err(e) = spawned {
                 self.greeting.fetch_sub(1, Ordering::SeqCst);
-                eprintln!("ocl-remote: cannot start a thread to greet a client: {e}");
+                log!(ERROR, "cannot start a thread to greet a client: {e}");
             }
         }
     }
@@ -726,7 +756,7 @@ impl Inner {
                 }
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    eprintln!("ocl-remote: no OpenCL runtime process ready; client closed");
+                    log!(WARN, "no OpenCL runtime process ready; client closed");
                     return;
                 }
                 pool = self
@@ -746,8 +776,10 @@ impl Inner {
             self.metrics.clients.inc();
         }
         if let Err(e) = wire::send_client(&process.control, &stream, refuse, greeted) {
-            eprintln!(
-                "ocl-remote: cannot hand a client to runtime process {}: {e}",
+            log!(
+                ERROR,
+                pid = process.pid,
+                "cannot hand a client to runtime process {}: {e}",
                 process.pid
             );
             process.killed.store(true, Ordering::SeqCst);

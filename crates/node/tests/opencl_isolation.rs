@@ -591,6 +591,7 @@ fn runtime_processes_log_json_lines_through_the_node() {
             .is_some_and(|m| m.contains("died of SIGSEGV"))
             && v["fields"]["pid"].is_i64()
             && v["level"] == "WARN"
+            && v["target"] == "ocl_remote::service::isolate"
     };
     assert!(
         eventually(Duration::from_secs(10), || {

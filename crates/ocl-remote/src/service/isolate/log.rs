@@ -1,8 +1,7 @@
 //! The log of isolated runtime processes: what the supervisor says, and what the
 //! processes write on their standard error, in the node's log format.
 //!
-//! The supervisor's messages are `tracing` events (target `ocl_remote::service::
-//! isolate`), so they come out as the node's other lines do: text or JSON, filtered by
+//! The supervisor's messages are `tracing` events (target [`SUPERVISOR_TARGET`]), so they come out as the node's other lines do: text or JSON, filtered by
 //! its `log_level`. A runtime process writes plain lines on stderr: the session code's
 //! messages, and whatever the vendor runtime prints there, which no option of ours can
 //! turn into JSON. So its stderr is a pipe to the node, where one thread per process
@@ -23,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use tracing::Level;
 
+/// The target of the supervisor's messages.
+const SUPERVISOR_TARGET: &str = "ocl_remote::service::isolate";
 /// The target of the lines runtime processes write.
 pub(crate) const RUNTIME_TARGET: &str = "ocl_remote::runtime";
 /// Longest line logged as one event.
@@ -37,9 +38,9 @@ pub(crate) fn emit(level: Level, pid: Option<u32>, message: fmt::Arguments) {
         return;
     }
     match level {
-        Level::ERROR => tracing::error!(pid, "{message}"),
-        Level::WARN => tracing::warn!(pid, "{message}"),
-        _ => tracing::info!(pid, "{message}"),
+        Level::ERROR => tracing::error!(target: SUPERVISOR_TARGET, pid, "{message}"),
+        Level::WARN => tracing::warn!(target: SUPERVISOR_TARGET, pid, "{message}"),
+        _ => tracing::info!(target: SUPERVISOR_TARGET, pid, "{message}"),
     }
 }
 

@@ -41,8 +41,16 @@ struct Words {
 }
 
 const BOUNDS_NS: [u64; 10] = [
-    10_000, 40_000, 160_000, 640_000, 2_560_000, 10_240_000, 40_960_000, 163_840_000,
-    655_360_000, 2_621_440_000,
+    10_000,
+    40_000,
+    160_000,
+    640_000,
+    2_560_000,
+    10_240_000,
+    40_960_000,
+    163_840_000,
+    655_360_000,
+    2_621_440_000,
 ];
 
 fn page() -> &'static Words {
@@ -100,7 +108,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().unwrap()).collect();
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().unwrap())
+        .collect();
     let rounds = args.first().copied().unwrap_or(15);
     let tasks = args.get(1).copied().unwrap_or(1_000_000);
     let m = Prometheus {
@@ -118,7 +129,12 @@ fn main() {
         for i in 0..tasks {
             // Latencies of 40–80 µs, as a 64-byte round trip here.
             let l = 40e-6 + (i % 64) as f64 * 6.25e-7;
-            task_prometheus(black_box(&m), black_box(l), black_box(l / 2.0), black_box(0));
+            task_prometheus(
+                black_box(&m),
+                black_box(l),
+                black_box(l / 2.0),
+                black_box(0),
+            );
         }
         before.push(t.elapsed().as_nanos() as f64 / tasks as f64);
         let t = Instant::now();

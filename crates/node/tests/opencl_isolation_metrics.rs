@@ -173,9 +173,10 @@ fn hostile_session(addr: SocketAddr) {
 /// series the node showed at the end.
 fn sessions_are_counted(mode: &str) -> BTreeSet<String> {
     let addr = free_addr();
-    let node = TestNode::start(&format!(
-        "opencl = \"{addr}\"\nopencl_isolation = \"{mode}\"\n"
-    ));
+    let node = TestNode::start_logging(
+        &format!("opencl = \"{addr}\"\nopencl_isolation = \"{mode}\"\n"),
+        &[],
+    );
     let mut scraper = Scraper {
         node: &node,
         seen: BTreeMap::new(),
@@ -211,6 +212,12 @@ fn sessions_are_counted(mode: &str) -> BTreeSet<String> {
             sum(&text, latency, DEV),
             tasks,
             "{mode}: tasks counted once"
+        );
+        // The hostile client was the only one (in `shared` mode the process counts).
+        assert!(
+            node.log().contains("its 1 client(s) lost their session"),
+            "{mode}: {}",
+            node.log()
         );
     }
     let text = scraper.scrape();

@@ -604,8 +604,13 @@ impl Inner {
         // Counted and cleaned before the process leaves the table, so that a drain
         // that saw the table empty finds everything settled.
         self.metrics.processes.dec();
-        let clients = process.clients.load(Ordering::SeqCst);
+        let mut clients = process.clients.load(Ordering::SeqCst);
         self.metrics.clients.dec_by(clients as i64);
+        if !self.per_session {
+            // A shared process counts its clients in its metrics page.
+            let page = super::metrics::page::Snapshot::read(&process.metrics, 0);
+            clients = page.clients_connected.max(0) as usize;
+        }
         // A task still marked running never answered its client: a failed task.
         self.export.end(process.pid, &process.busy.running());
         let regions = crate::shm::remove_regions_of(process.pid);

@@ -496,3 +496,114 @@ fn hostile_programs_through_the_icd_get_errors_while_a_bystander_program_runs() 
         assert!(ok && output.starts_with("good: ok"), "bystander: {output}");
     }
 }
+
+#[test]
+fn a_node_started_after_one_was_killed_removes_its_shared_memory() {
+    if !common::opencl_runtime_present() {
+        return;
+    }
+    // A same-host session with a buffer in shared memory, created by a runtime process.
+    let ocl_addr = free_addr();
+    let mut node = TestNode::start(&format!("opencl = \"{ocl_addr}\"\n"));
+    let mut c = Client::connect_with(ocl_addr, &ocl_remote::shm::host_id()).expect("connects");
+    c.setup_context();
+    let (status, name) = c.call(&Request::CreateBuffer {
+        id: 3,
+        context: 1,
+        flags: cl::CL_MEM_READ_WRITE,
+        size: 1 << 16,
+        data: &[],
+    });
+    assert_eq!(status, 0);
+    let region = std::path::Path::new("/dev/shm")
+        .join(String::from_utf8_lossy(&name).trim_start_matches('/'));
+    assert!(region.is_file(), "the buffer should be in shared memory");
+    let runtimes = children_of(node.pid());
+    // SIGKILL: neither the node nor its runtime processes (which die with it) can
+    // unlink anything.
+    node.child.kill().unwrap();
+    node.child.wait().unwrap();
+    for pid in runtimes {
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                // SAFETY: signal 0 only checks that the process exists.
+                let gone = unsafe { libc::kill(pid, 0) != 0 };
+                gone || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| rest_state_is_zombie(&s))
+            }),
+            "runtime process {pid} outlived the killed node"
+        );
+    }
+    assert!(
+        region.exists(),
+        "the killed session's region should still be there (or this test shows nothing)"
+    );
+    drop(c);
+    // The next node on the host removes what the killed one left.
+    let _next = TestNode::start(&format!("opencl = \"{}\"\n", free_addr()));
+    assert!(!region.exists(), "{} left behind", region.display());
+}
+
+#[test]
+fn runtime_processes_log_json_lines_through_the_node() {
+    if !common::opencl_runtime_present() {
+        return;
+    }
+    let ocl_addr = free_addr();
+    let node = TestNode::start_logging(
+        &format!("opencl = \"{ocl_addr}\"\nlog_format = \"json\"\n"),
+        &[],
+    );
+    // A client of another host (its connection goes to a runtime process as it is)
+    // that sends garbage after its Hello: the runtime process's session logs why it
+    // closed the connection, on its stderr.
+    let mut c = Client::connect(ocl_addr).expect("connects");
+    let runtimes = children_of(node.pid());
+    std::io::Write::write_all(&mut c.stream, &[0xA5; 64]).unwrap();
+    let mut rest = Vec::new();
+    let _ = c.stream.read_to_end(&mut rest);
+    // A crash: the node's own line about it.
+    let (ended, _) = run_hostile(
+        ocl_addr,
+        b"__kernel void k(__global int *v) { *(__global int *)(size_t)v[0] = 42; }",
+    );
+    assert!(ended);
+    let parsed = |log: &str| -> Vec<serde_json::Value> {
+        log.lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}\n{log}"))
+            })
+            .collect()
+    };
+    let forwarded = |v: &serde_json::Value| {
+        v["target"] == "ocl_remote::runtime"
+            && v["fields"]["isolation"] == "session"
+            && v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("client connection closed"))
+            && v["fields"]["pid"]
+                .as_i64()
+                .is_some_and(|p| runtimes.contains(&(p as i32)))
+    };
+    let crash = |v: &serde_json::Value| {
+        v["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("died of SIGSEGV"))
+            && v["fields"]["pid"].is_i64()
+            && v["level"] == "WARN"
+            && v["target"] == "ocl_remote::service::isolate"
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let lines = parsed(&node.log());
+            lines.iter().any(forwarded) && lines.iter().any(crash)
+        }),
+        "no runtime process line or crash line in the node's JSON log:\n{}",
+        node.log()
+    );
+    for line in parsed(&node.log()) {
+        for field in ["timestamp", "level", "target"] {
+            assert!(line[field].is_string(), "{field} missing in {line}");
+        }
+    }
+}

@@ -102,6 +102,14 @@ impl BusyPage {
         BusyGuard { slot }
     }
 
+    /// The devices marked busy now (of a process that has died: the devices whose
+    /// task it never finished).
+    pub fn running(&self) -> Vec<usize> {
+        (0..DEVICES_MAX)
+            .filter(|&d| self.slot(d).is_some_and(|s| s.load(Ordering::Relaxed) != 0))
+            .collect()
+    }
+
     /// How long the longest-running task of the process has run, `None` when idle.
     pub fn longest(&self) -> Option<Duration> {
         let now = monotonic_ns();
@@ -144,6 +152,7 @@ mod tests {
         let runtime = BusyPage::from_fd(node.fd().try_clone().unwrap()).unwrap();
         assert_eq!(node.longest(), None);
         let guard = runtime.begin(3);
+        assert_eq!(node.running(), vec![3]);
         std::thread::sleep(Duration::from_millis(20));
         let ran = node.longest().expect("busy");
         assert!(ran >= Duration::from_millis(20), "{ran:?}");

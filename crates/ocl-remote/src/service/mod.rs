@@ -19,7 +19,8 @@
 //! event results), [`presented`] (the platforms and devices as clients see them: OpenCL
 //! 1.2, memory within their quota), [`reads`] (where a read's bytes wait until sent),
 //! [`programs`] (the cache of built programs),
-//! [`bodies`] (spare buffers for large frame bodies), [`metrics`], [`isolate`] (the
+//! [`bodies`] (spare buffers for large frame bodies), [`metrics`] (kept in a shared
+//! page, so that the node shows those of runtime processes too), [`isolate`] (the
 //! runtime in supervised child processes, the node's default) and [`busy`] (how the
 //! node sees how long their tasks run).
 //!
@@ -522,20 +523,19 @@ impl ServiceHandle {
         }
     }
 
-    /// Bytes of device buffers all connected clients hold (in-process only: isolated
-    /// runtime processes keep their own count; 0 there).
+    /// Bytes of device buffers all connected clients hold.
     pub fn client_buffer_bytes(&self) -> i64 {
         match &self.kind {
             Kind::InProcess { shared, .. } => shared.metrics.client_buffer_bytes.get(),
-            Kind::Isolated(_) => 0,
+            Kind::Isolated(s) => s.metrics().client_buffer_bytes,
         }
     }
 
-    /// OpenCL objects all connected clients hold (in-process only, as above).
+    /// OpenCL objects all connected clients hold.
     pub fn client_objects(&self) -> i64 {
         match &self.kind {
             Kind::InProcess { shared, .. } => shared.metrics.client_objects.get(),
-            Kind::Isolated(_) => 0,
+            Kind::Isolated(s) => s.metrics().client_objects,
         }
     }
 
@@ -588,6 +588,15 @@ pub fn spawn(
 ) -> io::Result<ServiceHandle> {
     let listener = TcpListener::bind(addr)?;
     let local_addr = listener.local_addr()?;
+    // What a node killed without a chance to drain (SIGKILL) left in shared memory.
+    let orphans = crate::shm::remove_orphaned_regions();
+    if orphans > 0 {
+        isolate::log::emit(
+            tracing::Level::INFO,
+            None,
+            format_args!("removed {orphans} shared-memory region(s) of processes that have ended"),
+        );
+    }
     // Same-host clients may switch to a Unix socket (see `crate::stream`); a node that
     // cannot open one serves them over TCP.
     let local_name = format!("netaccel-ocl-{}-{}", std::process::id(), local_addr.port());
@@ -611,7 +620,17 @@ pub fn spawn(
             kind: Kind::Isolated(supervisor),
         });
     }
-    let shared = start_shared(config, registry, local_socket, None)?;
+    let page = Arc::new(metrics::MetricsPage::create()?);
+    let shared = start_shared(config, Arc::clone(&page), local_socket, None)?;
+    let export = metrics::Export::register(registry, None);
+    let names: Vec<String> = shared
+        .runtime
+        .devices
+        .iter()
+        .map(|d| d.name.clone())
+        .collect();
+    export.set_device_names(&names);
+    export.add(std::process::id(), page);
     let accept_shared = Arc::clone(&shared);
     let accept = thread::Builder::new()
         .name("ocl-accept".to_string())
@@ -646,10 +665,10 @@ pub fn spawn(
 
 /// Opens the runtime and starts the device workers: everything that serves sessions
 /// except their listeners (the service's own, or the node's in front of an isolated
-/// runtime process).
+/// runtime process). The service's metrics go to `metrics_page` (see [`metrics`]).
 pub(crate) fn start_shared(
     config: ServiceConfig,
-    registry: &mut Registry,
+    metrics_page: Arc<metrics::MetricsPage>,
     local_socket: Vec<u8>,
     busy: Option<busy::BusyPage>,
 ) -> io::Result<Arc<Shared>> {
@@ -662,8 +681,7 @@ pub(crate) fn start_shared(
             Api::load(&config.library).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
         Runtime::open(api, &config)?
     };
-    let names: Vec<String> = runtime.devices.iter().map(|d| d.name.clone()).collect();
-    let metrics = Metrics::register(registry, &names);
+    let metrics = Metrics::new(&metrics_page, runtime.devices.len());
     let devices = runtime
         .devices
         .iter()

@@ -1,6 +1,6 @@
 //! The isolated runtime process: `<program> __netaccel-ocl-runtime session|shared`,
-//! started by the node's [`super::Supervisor`] with its control socket as fd 3 and the
-//! busy page as fd 4.
+//! started by the node's [`super::Supervisor`] with its control socket as fd 3, the
+//! busy page as fd 4 and the metrics page as fd 5.
 //!
 //! It opens OpenCL, says ready, then serves the client connections the node hands it
 //! exactly as the in-process service does (same sessions, same device FIFOs). A
@@ -13,15 +13,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::registry::Registry;
-
 use super::wire;
 use crate::service::busy::BusyPage;
+use crate::service::metrics::MetricsPage;
 use crate::service::{session, start_shared, Shared};
 
 /// The fds the node hands a runtime process.
 pub(crate) const CONTROL_FD: i32 = 3;
 pub(crate) const BUSY_FD: i32 = 4;
+pub(crate) const METRICS_FD: i32 = 5;
 
 /// Runs the runtime process; `args` are the arguments after the subcommand.
 pub fn main(args: &[String]) -> ExitCode {
@@ -36,12 +36,13 @@ pub fn main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // SAFETY: the node started this process with these two fds open for it (see
+    // SAFETY: the node started this process with these three fds open for it (see
     // `Supervisor::start_process`); nothing else in this process owns them.
-    let (control, busy) = unsafe {
+    let (control, busy, metrics) = unsafe {
         (
             UnixStream::from_raw_fd(CONTROL_FD),
             OwnedFd::from_raw_fd(BUSY_FD),
+            OwnedFd::from_raw_fd(METRICS_FD),
         )
     };
     let fail = |what: &str, e: &dyn std::fmt::Display| {
@@ -52,6 +53,10 @@ pub fn main(args: &[String]) -> ExitCode {
         Ok(b) => b,
         Err(e) => return fail("busy page", &e),
     };
+    let metrics = match MetricsPage::from_fd(metrics) {
+        Ok(m) => std::sync::Arc::new(m),
+        Err(e) => return fail("metrics page", &e),
+    };
     let (config, local_socket) = match wire::read_frame(&control)
         .map_err(|e| e.to_string())
         .and_then(|b| wire::decode_config(&b))
@@ -59,8 +64,8 @@ pub fn main(args: &[String]) -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail("configuration", &e),
     };
-    // The runtime's metrics stay in this process (see the supervisor's docs).
-    let shared = match start_shared(config, &mut Registry::default(), local_socket, Some(busy)) {
+    // The node renders the metrics this process keeps in its page.
+    let shared = match start_shared(config, metrics, local_socket, Some(busy)) {
         Ok(s) => s,
         Err(e) => return fail("OpenCL", &e),
     };

@@ -40,11 +40,15 @@
 //!   a CPU device there is no device state to protect between processes (kernels are
 //!   threads the OS schedules), so each process runs its tasks in its own order.
 //!   Device-wide fairness between remote clients and slots is the OS scheduler's.
-//!   Runtime metrics (task latency, queue depth, bytes) stay inside each process;
-//!   `/metrics` has the supervisor's.
+//! - Metrics: each process keeps the service's metrics (task latency, queue depth,
+//!   busy seconds, bytes, program cache, failed tasks) in a page the node created and
+//!   handed over; `/metrics` sums the live pages and what ended processes counted
+//!   (see [`super::metrics`]), under the same names as in process, beside the
+//!   supervisor's own (`ocl_runtime_*`).
 
 pub(crate) mod child;
 mod greet;
+pub(crate) mod log;
 mod wire;
 
 use std::collections::HashMap;
@@ -65,8 +69,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::busy::BusyPage;
+use super::metrics::{Export, MetricsPage};
 use super::{lock, Isolation, ServiceConfig};
 use crate::stream::Stream;
+use log::log;
 
 pub use child::main as runtime_main;
 
@@ -127,11 +133,6 @@ impl Metrics {
             "Runtime processes running a task, as the watchdog last saw them",
             m.tasks_running.clone(),
         );
-        registry.register(
-            "ocl_clients_connected",
-            "Remote OpenCL clients connected",
-            m.clients.clone(),
-        );
         m
     }
 }
@@ -141,6 +142,8 @@ struct Process {
     pid: u32,
     control: UnixStream,
     busy: BusyPage,
+    /// Where the process keeps the service's metrics (see [`super::metrics`]).
+    metrics: Arc<MetricsPage>,
     /// The watchdog killed it (its task ran too long).
     timed_out: AtomicBool,
     /// The node killed it (a failed hand-over, the end of a drain).
@@ -187,6 +190,8 @@ struct Inner {
     changed: Condvar,
     shutdown: AtomicBool,
     metrics: Metrics,
+    /// The processes' metrics pages, as `/metrics` shows them.
+    export: Export,
     /// Connections whose `Hello` the node is reading (bounded by `clients_max`).
     greeting: AtomicUsize,
 }
@@ -214,15 +219,21 @@ impl Supervisor {
             None => std::env::current_exe()?,
         };
         let local_addr = listener.local_addr()?;
+        let per_session = config.isolation == Isolation::PerSession;
+        let metrics = Metrics::register(registry);
+        // One process per session: the node counts a client before handing it over
+        // (see `hand_over`); a shared process counts its clients in its page.
+        let export = Export::register(registry, per_session.then(|| metrics.clients.clone()));
         let inner = Arc::new(Inner {
-            per_session: config.isolation == Isolation::PerSession,
+            per_session,
             config,
             program,
             local_socket,
             pool: Mutex::new(Pool::default()),
             changed: Condvar::new(),
             shutdown: AtomicBool::new(false),
-            metrics: Metrics::register(registry),
+            metrics,
+            export,
             greeting: AtomicUsize::new(0),
         });
         // The spawner forks every process: PR_SET_PDEATHSIG fires when the thread that
@@ -294,10 +305,19 @@ impl Supervisor {
             .unwrap_or_default()
     }
 
-    /// Clients connected now (counted with one process per session; a shared process
-    /// keeps its own count, and this is 0).
+    /// Clients connected now.
     pub fn clients_connected(&self) -> usize {
-        self.inner.metrics.clients.get().max(0) as usize
+        let clients = if self.inner.per_session {
+            self.inner.metrics.clients.get()
+        } else {
+            self.metrics().clients_connected
+        };
+        clients.max(0) as usize
+    }
+
+    /// The service's metrics as `/metrics` shows them now.
+    pub(crate) fn metrics(&self) -> super::metrics::page::Snapshot {
+        self.inner.export.total()
     }
 
     /// Drains (see [`super::ServiceHandle::shutdown`]).
@@ -386,7 +406,7 @@ impl Inner {
             match started {
                 Ok((process, child)) => self.watch(process, child),
                 Err(e) => {
-                    eprintln!("ocl-remote: cannot start an OpenCL runtime process: {e}");
+                    log!(ERROR, "cannot start an OpenCL runtime process: {e}");
                     let mut pool = lock(&self.pool);
                     pool.starting -= 1;
                     pool.failures += 1;
@@ -417,6 +437,7 @@ impl Inner {
     fn start_process(&self, pool: &mut Pool) -> io::Result<(Arc<Process>, Child)> {
         let (control, theirs) = UnixStream::pair()?;
         let busy = BusyPage::create()?;
+        let metrics = Arc::new(MetricsPage::create()?);
         let mode = if self.per_session {
             "session"
         } else {
@@ -426,10 +447,13 @@ impl Inner {
         command
             .args([SUBCOMMAND, mode])
             .stdin(Stdio::null())
-            .stdout(Stdio::null());
-        let (their_fd, busy_fd) = (
+            .stdout(Stdio::null())
+            // Its lines go to the node's log (see [`log`]).
+            .stderr(Stdio::piped());
+        let (their_fd, busy_fd, metrics_fd) = (
             std::os::fd::AsRawFd::as_raw_fd(&theirs),
             std::os::fd::AsRawFd::as_raw_fd(busy.fd()),
+            std::os::fd::AsRawFd::as_raw_fd(metrics.fd()),
         );
         let parent = std::process::id() as i32;
         // SAFETY: only async-signal-safe calls between fork and exec.
@@ -444,27 +468,43 @@ impl Inner {
                 // Out of the node's process group: a terminal's Ctrl-C reaches the node,
                 // which drains its runtime processes, and not them directly.
                 libc::setpgid(0, 0);
-                // The fds the runtime process expects (see `child`). Both are first
-                // moved above them, so that neither lands on the other's number; dup2
+                // The fds the runtime process expects (see `child`). All are first
+                // moved above them, so that none lands on another's number; dup2
                 // clears close-on-exec on the final copies.
                 let control = libc::fcntl(their_fd, libc::F_DUPFD_CLOEXEC, 10);
                 let busy = libc::fcntl(busy_fd, libc::F_DUPFD_CLOEXEC, 10);
+                let metrics = libc::fcntl(metrics_fd, libc::F_DUPFD_CLOEXEC, 10);
                 if control < 0
                     || busy < 0
+                    || metrics < 0
                     || libc::dup2(control, child::CONTROL_FD) < 0
                     || libc::dup2(busy, child::BUSY_FD) < 0
+                    || libc::dup2(metrics, child::METRICS_FD) < 0
                 {
                     libc::_exit(1);
                 }
                 Ok(())
             });
         }
-        let child = command.spawn()?;
+        let mut child = command.spawn()?;
         drop(theirs);
+        if let Some(stderr) = child.stderr.take() {
+            let (pid, mode) = (child.id(), mode);
+            let forwarding = thread::Builder::new()
+                .name("ocl-runtime-log".to_string())
+                .spawn(move || log::forward(stderr, pid, mode));
+            if let Err(e) = forwarding {
+                // Without a reader its stderr would fill and block it: not started.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        }
         let process = Arc::new(Process {
             pid: child.id(),
             control,
             busy,
+            metrics,
             timed_out: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             clients: AtomicUsize::new(0),
@@ -472,6 +512,7 @@ impl Inner {
         self.metrics.starts.inc();
         self.metrics.processes.inc();
         pool.live.insert(process.pid, Arc::clone(&process));
+        self.export.add(process.pid, Arc::clone(&process.metrics));
         Ok((process, child))
     }
 
@@ -489,7 +530,11 @@ impl Inner {
                 inner.supervise(process2, child)
             });
         if let Err(e) = spawned {
-            eprintln!("ocl-remote: cannot supervise a runtime process: {e}");
+            log!(
+                ERROR,
+                pid = process.pid,
+                "cannot supervise a runtime process: {e}"
+            );
             if let Some(mut child) = lock(&child).take() {
                 let mut pool = lock(&self.pool);
                 let _ = child.kill();
@@ -512,6 +557,7 @@ impl Inner {
             match ready {
                 Ok((platforms, names)) => {
                     pool.failures = 0;
+                    self.export.set_device_names(&names);
                     pool.device_names.get_or_insert(names);
                     if pool.hello.is_none() && !self.local_socket.is_empty() {
                         pool.hello = Some(Arc::new(greet::HelloAnswer {
@@ -527,8 +573,10 @@ impl Inner {
                 Err(ref e) => {
                     pool.failures += 1;
                     if !self.shutdown.load(Ordering::SeqCst) {
-                        eprintln!(
-                            "ocl-remote: OpenCL runtime process {} did not get ready: {e}",
+                        log!(
+                            ERROR,
+                            pid = process.pid,
+                            "OpenCL runtime process {} did not get ready: {e}",
                             process.pid
                         );
                     }
@@ -556,9 +604,16 @@ impl Inner {
         // Counted and cleaned before the process leaves the table, so that a drain
         // that saw the table empty finds everything settled.
         self.metrics.processes.dec();
-        let clients = process.clients.load(Ordering::SeqCst);
+        let mut clients = process.clients.load(Ordering::SeqCst);
         self.metrics.clients.dec_by(clients as i64);
-        let regions = remove_regions(process.pid);
+        if !self.per_session {
+            // A shared process counts its clients in its metrics page.
+            let page = super::metrics::page::Snapshot::read(&process.metrics, 0);
+            clients = page.clients_connected.max(0) as usize;
+        }
+        // A task still marked running never answered its client: a failed task.
+        self.export.end(process.pid, &process.busy.running());
+        let regions = crate::shm::remove_regions_of(process.pid);
         let status = {
             let mut pool = lock(&self.pool);
             // Reaped under the lock that every kill takes, and before the process
@@ -573,8 +628,10 @@ impl Inner {
         let signal = status.as_ref().ok().and_then(|s| s.signal());
         let pid = process.pid;
         if process.timed_out.load(Ordering::SeqCst) {
-            eprintln!(
-                "ocl-remote: runtime process {pid} killed: a task ran longer than \
+            log!(
+                WARN,
+                pid = pid,
+                "runtime process {pid} killed: a task ran longer than \
                  kernel_time_max ({:?}); its {clients} client(s) lost their session",
                 self.config.kernel_time_max
             );
@@ -584,15 +641,21 @@ impl Inner {
                 .crashes
                 .get_or_create(&vec![("signal".to_string(), name.clone())])
                 .inc();
-            eprintln!(
-                "ocl-remote: runtime process {pid} died of {name}; its {clients} client(s) \
+            log!(
+                WARN,
+                pid = pid,
+                "runtime process {pid} died of {name}; its {clients} client(s) \
                  lost their session, the node and other clients are unaffected"
             );
         } else if let Some(s) = status.ok().filter(|s| !s.success() && s.code().is_some()) {
-            eprintln!("ocl-remote: runtime process {pid} exited with {s}");
+            log!(WARN, pid = pid, "runtime process {pid} exited with {s}");
         }
         if regions > 0 {
-            eprintln!("ocl-remote: removed {regions} shared-memory region(s) process {pid} left");
+            log!(
+                INFO,
+                pid = pid,
+                "removed {regions} shared-memory region(s) process {pid} left"
+            );
         }
     }
 
@@ -658,7 +721,7 @@ impl Inner {
                 });
             if let Err(e) = spawned {
                 self.greeting.fetch_sub(1, Ordering::SeqCst);
-                eprintln!("ocl-remote: cannot start a thread to greet a client: {e}");
+                log!(ERROR, "cannot start a thread to greet a client: {e}");
             }
         }
     }
@@ -698,7 +761,7 @@ impl Inner {
                 }
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    eprintln!("ocl-remote: no OpenCL runtime process ready; client closed");
+                    log!(WARN, "no OpenCL runtime process ready; client closed");
                     return;
                 }
                 pool = self
@@ -718,8 +781,10 @@ impl Inner {
             self.metrics.clients.inc();
         }
         if let Err(e) = wire::send_client(&process.control, &stream, refuse, greeted) {
-            eprintln!(
-                "ocl-remote: cannot hand a client to runtime process {}: {e}",
+            log!(
+                ERROR,
+                pid = process.pid,
+                "cannot hand a client to runtime process {}: {e}",
                 process.pid
             );
             process.killed.store(true, Ordering::SeqCst);
@@ -753,19 +818,6 @@ impl Inner {
             self.metrics.tasks_running.set(running);
         }
     }
-}
-
-/// Unlinks the shared-memory regions of process `pid` (named `netaccel-ocl-<pid>-…`,
-/// see [`crate::shm`]); returns how many there were.
-fn remove_regions(pid: u32) -> usize {
-    let prefix = format!("netaccel-ocl-{pid}-");
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-        return 0;
-    };
-    dir.filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .filter(|e| std::fs::remove_file(e.path()).is_ok())
-        .count()
 }
 
 fn signal_name(sig: i32) -> String {

@@ -30,13 +30,16 @@ use crate::poll::AdaptiveSpin;
 use crate::proto::{self, HelloInfo, Request};
 use crate::service::lock;
 use crate::stream::Stream;
-use objects::{Context, Image, Kernel, Mem, Obj, Objects, Program, ProgramSource, Queue, Sampler};
+use objects::{
+    Context, Image, Kernel, Mem, Obj, Objects, Program, ProgramSource, Queue, Quota, Sampler,
+};
 
 struct Session<'s> {
     shared: &'s Shared,
     writer: ClientWriter,
     objects: Objects,
-    buffer_bytes: u64,
+    /// The client's device memory, counted by storage (see [`Quota`]).
+    quota: Arc<Quota>,
     open: Vec<Cmd>,
     open_bytes: u64,
     /// Set when the open task went over `pending_bytes_max`; the task then fails whole.
@@ -108,7 +111,10 @@ pub(crate) fn serve_greeted(shared: Arc<Shared>, stream: Stream, refused: bool, 
             shared: &shared,
             writer: Arc::clone(&writer),
             objects: Objects::default(),
-            buffer_bytes: 0,
+            quota: Quota::new(
+                shared.config.buffer_bytes_max,
+                shared.metrics.client_buffer_bytes.clone(),
+            ),
             open: Vec::new(),
             open_bytes: 0,
             open_overflow: false,
@@ -158,10 +164,10 @@ fn refuse(shared: &Shared, reader: &mut BufReader<Stream>, writer: &ClientWriter
 
 impl Drop for Session<'_> {
     /// The client is gone: everything it held is released (dropping the table releases
-    /// the OpenCL objects; queued tasks keep their own references until they finish).
+    /// the OpenCL objects and gives their storage's bytes back to the gauge; queued tasks
+    /// keep their own references until they finish).
     fn drop(&mut self) {
         let m = &self.shared.metrics;
-        m.client_buffer_bytes.dec_by(self.buffer_bytes as i64);
         m.client_objects.dec_by(self.objects.len() as i64);
     }
 }
@@ -633,7 +639,7 @@ impl Session<'_> {
         if !data.is_empty() && data.len() as u64 != size {
             return Err(cl::CL_INVALID_VALUE);
         }
-        if self.buffer_bytes.saturating_add(size) > self.shared.config.buffer_bytes_max {
+        if !self.quota.admits(size) {
             return Err(cl::CL_OUT_OF_RESOURCES);
         }
         // Host pointers live in the client process; the node sees only their contents.
@@ -663,6 +669,7 @@ impl Session<'_> {
             .as_ref()
             .map(|r| r.name().to_vec())
             .unwrap_or_default();
+        let quota = Arc::clone(&self.quota);
         self.create(
             id,
             // SAFETY: valid context; with COPY_HOST_PTR the runtime copies `size` bytes,
@@ -671,12 +678,10 @@ impl Session<'_> {
             |raw| Mem {
                 real: Real::with_memory(raw, api.clReleaseMemObject, region),
                 size,
-                held: size,
+                charge: quota.charge(size),
                 host: flags & cl::CL_MEM_HOST_ACCESS,
             },
         )?;
-        self.buffer_bytes += size;
-        self.shared.metrics.client_buffer_bytes.inc_by(size as i64);
         self.shared
             .metrics
             .bytes_to_device
@@ -686,16 +691,9 @@ impl Session<'_> {
     }
 
     fn release(&mut self, id: u64) {
-        match self.objects.remove(id) {
-            Some(Obj::Mem(Mem { held, .. }) | Obj::Image(Image { held, .. })) => {
-                self.buffer_bytes -= held;
-                self.shared.metrics.client_buffer_bytes.dec_by(held as i64);
-                self.shared.metrics.client_objects.dec();
-            }
-            Some(_) => {
-                self.shared.metrics.client_objects.dec();
-            }
-            None => {}
+        // A buffer's or image's charge goes with the last object on its storage.
+        if self.objects.remove(id).is_some() {
+            self.shared.metrics.client_objects.dec();
         }
     }
 
@@ -714,6 +712,8 @@ impl Session<'_> {
         }
         Self::in_bounds(offset, size, parent.size)?;
         let host = (flags | parent.host) & cl::CL_MEM_HOST_ACCESS;
+        // The parent's storage stays allocated (and counted) while the sub-buffer lives.
+        let charge = Arc::clone(&parent.charge);
         let parent = Arc::clone(&parent.real);
         let region = [offset as usize, size as usize];
         let parent_raw = parent.handle();
@@ -732,7 +732,7 @@ impl Session<'_> {
             |raw| Mem {
                 real: Real::sub_buffer(raw, api.clReleaseMemObject, parent),
                 size,
-                held: 0,
+                charge,
                 host,
             },
         )
@@ -759,7 +759,11 @@ impl Session<'_> {
             let buffer = self.objects.get::<Mem>(last)?;
             (
                 0,
-                Some((Arc::clone(&buffer.real), buffer.host)),
+                Some((
+                    Arc::clone(&buffer.real),
+                    buffer.host,
+                    Arc::clone(&buffer.charge),
+                )),
                 buffer.size,
             )
         } else {
@@ -781,10 +785,10 @@ impl Session<'_> {
             return Err(cl::CL_INVALID_MEM_OBJECT);
         }
         // An image on a buffer takes no memory of its own.
-        let held = if on_buffer { 0 } else { size };
-        if self.buffer_bytes.saturating_add(held) > self.shared.config.buffer_bytes_max {
+        if !on_buffer && !self.quota.admits(size) {
             return Err(cl::CL_OUT_OF_RESOURCES);
         }
+        let quota = Arc::clone(&self.quota);
         // Host pointers live in the client process; the node sees only their contents.
         let mut flags = flags
             & !(cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR);
@@ -806,12 +810,12 @@ impl Session<'_> {
             num_samples: 0,
             buffer: storage
                 .as_ref()
-                .map_or(std::ptr::null_mut(), |(real, _)| real.handle()),
+                .map_or(std::ptr::null_mut(), |(real, _, _)| real.handle()),
         };
         // Host access not given is the buffer's (as the ICD says the image's flags are);
         // the node enforces it on the image too.
         let host = match (flags & cl::CL_MEM_HOST_ACCESS, &storage) {
-            (0, Some((_, buffer_host))) => *buffer_host,
+            (0, Some((_, buffer_host, _))) => *buffer_host,
             (own, _) => own,
         };
         self.create(
@@ -821,21 +825,26 @@ impl Session<'_> {
             |e| unsafe {
                 (api.clCreateImage)(ctx.handle(), flags, &format, &image_desc, host_ptr, e)
             },
-            |raw| Image {
+            |raw| {
                 // A 1D image on a buffer holds the buffer, whose storage it is, as a
                 // sub-buffer its parent (the client may release the buffer first).
-                real: match storage {
-                    Some((buffer, _)) => Real::sub_buffer(raw, api.clReleaseMemObject, buffer),
-                    None => Real::new(raw, api.clReleaseMemObject),
-                },
-                elem,
-                dims,
-                held,
-                host,
+                // The buffer's charge too: its bytes stay counted while the image lives.
+                let (real, charge) = match storage {
+                    Some((buffer, _, charge)) => (
+                        Real::sub_buffer(raw, api.clReleaseMemObject, buffer),
+                        charge,
+                    ),
+                    None => (Real::new(raw, api.clReleaseMemObject), quota.charge(size)),
+                };
+                Image {
+                    real,
+                    elem,
+                    dims,
+                    charge,
+                    host,
+                }
             },
         )?;
-        self.buffer_bytes += held;
-        self.shared.metrics.client_buffer_bytes.inc_by(held as i64);
         self.shared
             .metrics
             .bytes_to_device

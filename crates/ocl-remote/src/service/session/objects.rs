@@ -5,7 +5,10 @@
 //! the id is unknown, released, another client's or of another kind.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use prometheus_client::metrics::gauge::Gauge;
 
 use crate::cl::{self, ClInt};
 use crate::service::{programs, Real};
@@ -24,8 +27,9 @@ pub(crate) struct Queue {
 pub(crate) struct Mem {
     pub real: Arc<Real>,
     pub size: u64,
-    /// Bytes counted against `buffer_bytes_max`: the size, 0 for a sub-buffer.
-    pub held: u64,
+    /// The storage's bytes counted against `buffer_bytes_max`; a sub-buffer shares its
+    /// parent's charge, so the bytes stay counted while either is in the table.
+    pub charge: Arc<Charge>,
     /// Its `CL_MEM_HOST_*` flag (a sub-buffer's includes its parent's): the node
     /// refuses host reads and writes it forbids, whether the runtime checks or not.
     pub host: u64,
@@ -51,8 +55,11 @@ pub(crate) struct Image {
     /// Width, height (or array size of a 1D array), depth (or array size of a 2D
     /// array); 1 where the type has no such dimension.
     pub dims: [u64; 3],
-    /// Bytes counted against `buffer_bytes_max`.
-    pub held: u64,
+    /// Its storage's bytes counted against `buffer_bytes_max`: its own, or for a 1D
+    /// image on a buffer, the buffer's charge (shared, as a sub-buffer shares it).
+    /// Only held: dropping it gives the bytes back.
+    #[allow(dead_code)]
+    pub charge: Arc<Charge>,
     /// As for [`Mem::host`].
     pub host: u64,
 }
@@ -70,6 +77,57 @@ pub(crate) struct ProgramSource {
     /// the program's executable comes from cached binaries instead, and a binary program
     /// has no source: builds, compiles and headers keep working on this one.
     pub program: Arc<Real>,
+}
+
+/// The bytes of device memory a client holds, against its `buffer_bytes_max`.
+///
+/// Counted by storage, not by object: the runtime frees a buffer's memory only when
+/// the last object on it (the buffer, its sub-buffers, 1D images on it) is released,
+/// so releasing the buffer alone gives nothing back. Each storage has one [`Charge`],
+/// shared by every object on it, that gives its bytes back when the last one goes.
+pub(crate) struct Quota {
+    used: AtomicU64,
+    max: u64,
+    /// The device's gauge of bytes held by all its clients.
+    gauge: Gauge,
+}
+
+impl Quota {
+    pub fn new(max: u64, gauge: Gauge) -> Arc<Quota> {
+        Arc::new(Quota {
+            used: AtomicU64::new(0),
+            max,
+            gauge,
+        })
+    }
+
+    /// Whether `bytes` more fit within the bound.
+    pub fn admits(&self, bytes: u64) -> bool {
+        self.used.load(Ordering::Relaxed).saturating_add(bytes) <= self.max
+    }
+
+    /// Counts `bytes` of new storage until the returned charge's last holder drops it.
+    pub fn charge(self: &Arc<Quota>, bytes: u64) -> Arc<Charge> {
+        self.used.fetch_add(bytes, Ordering::Relaxed);
+        self.gauge.inc_by(bytes as i64);
+        Arc::new(Charge {
+            bytes,
+            quota: Arc::clone(self),
+        })
+    }
+}
+
+/// One storage's bytes on its client's [`Quota`]; given back on drop.
+pub(crate) struct Charge {
+    bytes: u64,
+    quota: Arc<Quota>,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.quota.used.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.quota.gauge.dec_by(self.bytes as i64);
+    }
 }
 
 /// An object kind, with the error for an id that names no object of this kind.
@@ -165,6 +223,7 @@ mod tests {
     #[test]
     fn a_lookup_fails_with_the_error_of_the_kind_asked_for() {
         let real = Real::new(std::ptr::NonNull::dangling().as_ptr(), no_release);
+        let quota = Quota::new(4, Gauge::default());
         let mut objects = Objects::default();
         objects.insert(
             1,
@@ -179,7 +238,7 @@ mod tests {
                 real,
                 elem: 4,
                 dims: [1; 3],
-                held: 4,
+                charge: quota.charge(4),
                 host: 0,
             },
         );

@@ -7,7 +7,7 @@
 # Installs what it needs: Debian packages via apt-get (when run as root and missing),
 # crates via cargo, Python test tools via pip.
 #
-# No test binds a fixed port. NETACCEL_TEST_HOLD_PORTS="8080 9400 9500 19090" shows it:
+# No test binds a fixed port. NETACCEL_TEST_HOLD_PORTS="8080 9400 9500 8001 19090" shows it:
 # bench/hold_ports.py stands in for other programs on those loopback ports (the node's
 # defaults, the old benchmark port) for the whole run, which must pass all the same; CI
 # sets it (.ci/run). When a step fails, the last line names it.

@@ -240,9 +240,9 @@ async fn malformed_requests_get_the_protocols_errors_and_the_node_keeps_serving(
                 &[("INPUT0", "UINT8", &[200_000])],
                 vec![vec![0; 200_000]],
             ),
-            // tonic's code for a message over its bound (gRPC's guide says
-            // RESOURCE_EXHAUSTED); refused before the message is decoded.
-            Code::OutOfRange,
+            // gRPC's code for a per-call limit (tonic's own would be OUT_OF_RANGE);
+            // refused before the message is decoded.
+            Code::ResourceExhausted,
             "too large",
         ),
     ];

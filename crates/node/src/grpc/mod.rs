@@ -20,8 +20,9 @@
 //! one anonymous tenant, as an HTTP connection is.
 //!
 //! Bounds: a request message larger than the node's `body_bytes_max` (plus room for the
-//! message's own fields) is refused before it is decoded (tonic answers `OUT_OF_RANGE`,
-//! "decoded message length too large"); at most
+//! message's own fields) is refused before it is decoded, with `RESOURCE_EXHAUSTED` as
+//! gRPC's status guide has it (tonic says `OUT_OF_RANGE`; [`Oversized`] relabels it);
+//! at most
 //! [`STREAMS_PER_CONNECTION_MAX`] calls run at once on one connection; a call's payload
 //! is held against the node's body-memory budget while it waits, like an HTTP body.
 
@@ -40,6 +41,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::transport::server::Connected;
 use tonic::transport::Server;
+use tonic::{Code, Status};
 
 use crate::node::{Node, Protocol};
 use crate::server::ConnectionGuard;
@@ -236,11 +238,13 @@ where
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
     let message_max = node.config.body_bytes_max + MESSAGE_OVERHEAD_BYTES_MAX;
-    let service = pb::grpc_inference_service_server::GrpcInferenceServiceServer::new(
-        Inference::new(Arc::clone(&node)),
-    )
-    .max_decoding_message_size(message_max)
-    .max_encoding_message_size(message_max);
+    let service = Oversized(
+        pb::grpc_inference_service_server::GrpcInferenceServiceServer::new(Inference::new(
+            Arc::clone(&node),
+        ))
+        .max_decoding_message_size(message_max)
+        .max_encoding_message_size(message_max),
+    );
     let mut shutdown = node.shutdown_signal();
     let result = Server::builder()
         .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX)
@@ -251,5 +255,94 @@ where
         .await;
     if let Err(e) = result {
         tracing::error!(error = %e, "the gRPC server stopped");
+    }
+}
+
+/// The service, with a request refused for its size answered `RESOURCE_EXHAUSTED`
+/// (gRPC's code for "a per-call limit was hit", what grpc-go and grpc-java send)
+/// instead of tonic's `OUT_OF_RANGE`. Tonic refuses such a request before any handler
+/// runs, with a trailers-only response whose status is in the headers; nothing else
+/// the node answers is `OUT_OF_RANGE`, and the message is checked too.
+#[derive(Clone)]
+struct Oversized<S>(S);
+
+/// Tonic's sentence for a request message over the decoding bound.
+const TONIC_TOO_LARGE: &str = "Error, decoded message length too large";
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Oversized<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> tonic::codegen::Service<tonic::codegen::http::Request<B>> for Oversized<S>
+where
+    S: tonic::codegen::Service<
+        tonic::codegen::http::Request<B>,
+        Response = tonic::codegen::http::Response<tonic::body::Body>,
+        Error = std::convert::Infallible,
+    >,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = tonic::codegen::BoxFuture<S::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
+        let answer = self.0.call(request);
+        Box::pin(async move {
+            let mut response = answer.await?;
+            relabel_oversized(response.headers_mut());
+            Ok(response)
+        })
+    }
+}
+
+/// Turns tonic's `OUT_OF_RANGE` for an oversized request (trailers-only: the status is
+/// in the headers) into `RESOURCE_EXHAUSTED`.
+fn relabel_oversized(headers: &mut tonic::codegen::http::HeaderMap) {
+    let out_of_range = (Code::OutOfRange as i32).to_string();
+    let is_oversized = headers
+        .get(Status::GRPC_STATUS)
+        .is_some_and(|v| v.as_bytes() == out_of_range.as_bytes())
+        && headers.get(Status::GRPC_MESSAGE).is_some_and(|m| {
+            // grpc-message is percent-encoded: spaces are %20.
+            let m = String::from_utf8_lossy(m.as_bytes()).replace("%20", " ");
+            m.starts_with(TONIC_TOO_LARGE)
+        });
+    if is_oversized {
+        let code = (Code::ResourceExhausted as i32).to_string();
+        headers.insert(
+            Status::GRPC_STATUS,
+            code.parse().expect("a number is a header value"),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_tonics_oversized_refusal_is_relabelled() {
+        let headers = |status: Status| {
+            let response: tonic::codegen::http::Response<tonic::body::Body> = status.into_http();
+            let mut headers = response.headers().clone();
+            relabel_oversized(&mut headers);
+            headers
+                .get(Status::GRPC_STATUS)
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_string()
+        };
+        let too_large = Status::out_of_range(format!(
+            "{TONIC_TOO_LARGE}: found 300000 bytes, the limit is: 200000 bytes"
+        ));
+        assert_eq!(headers(too_large), "8");
+        assert_eq!(headers(Status::out_of_range("another range")), "11");
+        assert_eq!(headers(Status::invalid_argument("x")), "3");
     }
 }

@@ -15,8 +15,8 @@
 //! it serves HTTP and RAC, so a connection's calls stay on one core. [`serve`] takes any
 //! stream of accepted connections (`AsyncRead + AsyncWrite +` tonic's `Connected`), so
 //! a TLS acceptor can be put in front of [`accepted`] without changing this module.
-//! Every connection counts against `connections_max` (one over the bound is closed at
-//! once, before HTTP/2 starts: the client's call fails with a transport error) and is
+//! Every connection counts against `connections_max` (one over the bound gets an
+//! HTTP/2 GOAWAY that clients report as `UNAVAILABLE`, see [`accepted`]) and is
 //! one anonymous tenant, as an HTTP connection is.
 //!
 //! Bounds: a request message larger than the node's `body_bytes_max` (plus room for the
@@ -130,38 +130,120 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Accepted<IO> {
 }
 
 /// The connections `listener` accepts, each counted against `connections_max` and
-/// given a tenant; one over the bound is closed at once. Accept errors (typically
-/// `EMFILE`) are logged and waited out, never handed to the server, which would stop.
+/// given a tenant; one over the bound is answered with an HTTP/2 `GOAWAY` (see
+/// [`refuse`]) and closed. Accept errors (typically `EMFILE`) are logged and waited
+/// out, never handed to the server, which would stop.
 pub fn accepted(
     node: Arc<Node>,
     listener: TcpListener,
 ) -> impl Stream<Item = io::Result<Accepted>> + Send + 'static {
-    futures_util::stream::unfold((node, listener), |(node, listener)| async move {
-        loop {
-            match listener.accept().await {
-                Ok((stream, addr)) => {
-                    let _ = stream.set_nodelay(true);
-                    let Some(guard) = ConnectionGuard::open(&node, Protocol::Grpc) else {
-                        continue;
-                    };
-                    let peer = Peer {
-                        addr,
-                        tenant: node.tenants.anonymous(),
-                    };
-                    let conn = Accepted {
-                        stream,
-                        peer,
-                        _guard: guard,
-                    };
-                    return Some((Ok(conn), (node, listener)));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "gRPC accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+    let refusals = Arc::new(tokio::sync::Semaphore::new(REFUSALS_MAX));
+    futures_util::stream::unfold(
+        (node, listener, refusals),
+        |(node, listener, refusals)| async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, addr)) => {
+                        let _ = stream.set_nodelay(true);
+                        let Some(guard) = ConnectionGuard::open(&node, Protocol::Grpc) else {
+                            // Past the bound of refusals under way: closed at once.
+                            if let Ok(permit) = Arc::clone(&refusals).try_acquire_owned() {
+                                tokio::spawn(refuse(stream, permit));
+                            }
+                            continue;
+                        };
+                        let peer = Peer {
+                            addr,
+                            tenant: node.tenants.anonymous(),
+                        };
+                        let conn = Accepted {
+                            stream,
+                            peer,
+                            _guard: guard,
+                        };
+                        return Some((Ok(conn), (node, listener, refusals)));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "gRPC accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
                 }
             }
+        },
+    )
+}
+
+/// Refused connections being answered at once on one listener; more are closed
+/// without an answer (a flood of them must not cost the node more than this).
+const REFUSALS_MAX: usize = 64;
+
+/// How long a refused connection is kept to let its client read the answer.
+const REFUSAL_LINGER: Duration = Duration::from_millis(500);
+
+/// The answer to a connection over `connections_max`, in HTTP/2: the server's preface
+/// (an empty SETTINGS frame) and a GOAWAY that accepted no stream (last stream 0) with
+/// `REFUSED_STREAM`, which gRPC clients report as `UNAVAILABLE` (retry later) rather
+/// than as a broken connection. It is sent once the client's first request (a HEADERS
+/// frame) is in, or after [`REFUSAL_WAIT`]: a client that learns of the GOAWAY before
+/// it sends its request reports a closed connection instead. Then the client's bytes
+/// are read and dropped until it closes or [`REFUSAL_LINGER`] passes: closing with
+/// unread bytes would reset the connection and could destroy the answer.
+async fn refuse(mut stream: TcpStream, _permit: tokio::sync::OwnedSemaphorePermit) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+    const DEBUG: &[u8] = b"connections_max";
+    // The server's preface first: some clients (grpcio) send no request before it.
+    if stream.write_all(&SETTINGS).await.is_err() {
+        return;
+    }
+    let mut seen = Vec::with_capacity(REFUSAL_READ_MAX);
+    let _ = tokio::time::timeout(REFUSAL_WAIT, async {
+        let mut chunk = [0u8; 1024];
+        while seen.len() < REFUSAL_READ_MAX && !has_headers(&seen) {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&chunk[..n.min(REFUSAL_READ_MAX - seen.len())]);
         }
+        io::Result::Ok(())
     })
+    .await;
+    let mut answer = Vec::with_capacity(9 + 8 + DEBUG.len());
+    let len = (8 + DEBUG.len()) as u32;
+    answer.extend_from_slice(&len.to_be_bytes()[1..]);
+    answer.extend_from_slice(&[7, 0, 0, 0, 0, 0]); // GOAWAY, no flags, stream 0
+    answer.extend_from_slice(&0u32.to_be_bytes()); // last stream id: none accepted
+    answer.extend_from_slice(&7u32.to_be_bytes()); // REFUSED_STREAM
+    answer.extend_from_slice(DEBUG);
+    let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+        stream.write_all(&answer).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await? > 0 {}
+        io::Result::Ok(())
+    })
+    .await;
+}
+
+/// How long a refused connection's first request is waited for.
+const REFUSAL_WAIT: Duration = Duration::from_millis(200);
+
+/// Bytes of a refused connection read while looking for its first request.
+const REFUSAL_READ_MAX: usize = 16 * 1024;
+
+/// Whether `bytes` (what an HTTP/2 client sent: its 24-byte preface, then frames)
+/// hold a whole frame header of a HEADERS frame (type 1).
+fn has_headers(bytes: &[u8]) -> bool {
+    let mut rest = bytes.get(24..).unwrap_or_default();
+    while let Some(head) = rest.get(..9) {
+        if head[3] == 1 {
+            return true;
+        }
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        rest = rest.get(9 + len..).unwrap_or_default();
+    }
+    false
 }
 
 /// Handshakes in progress on one gRPC-over-TLS listener at most; further accepted
@@ -344,5 +426,23 @@ mod tests {
         assert_eq!(headers(too_large), "8");
         assert_eq!(headers(Status::out_of_range("another range")), "11");
         assert_eq!(headers(Status::invalid_argument("x")), "3");
+    }
+
+    #[test]
+    fn a_request_is_found_among_the_clients_frames() {
+        let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        let settings = [0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
+        let headers = [0, 0, 2, 1, 4, 0, 0, 0, 1, 0x82, 0x86];
+        let mut bytes = preface.to_vec();
+        assert!(!has_headers(&bytes));
+        bytes.extend_from_slice(&settings);
+        assert!(!has_headers(&bytes));
+        bytes.extend_from_slice(&headers[..9]);
+        assert!(has_headers(&bytes), "a whole frame header is enough");
+        assert!(!has_headers(&bytes[..30]));
+        // A frame claiming more than was sent ends the search.
+        let mut huge = preface.to_vec();
+        huge.extend_from_slice(&[0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0]);
+        assert!(!has_headers(&huge));
     }
 }

@@ -154,3 +154,28 @@ def test_rpcs_the_node_does_not_serve_are_unimplemented(stub):
     with pytest.raises(grpc.RpcError) as info:
         stub.ModelStatistics(service_pb2.ModelStatisticsRequest(), timeout=30)
     assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_a_connection_over_the_bound_is_unavailable(tmp_path):
+    """A gRPC connection refused at connections_max gets an HTTP/2 GOAWAY that accepted
+    no stream (REFUSED_STREAM): tritonclient reports UNAVAILABLE at once, and the open
+    connection serves on."""
+    import time
+
+    from conftest import running_node
+
+    # Channels of their own (grpcio otherwise shares one connection per target).
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    with running_node(tmp_path, "connections_max = 1\n") as n:
+        first = triton.InferenceServerClient(n.grpc, channel_args=own)
+        assert first.is_server_live()
+        second = triton.InferenceServerClient(n.grpc, channel_args=own)
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException) as refused:
+            second.is_server_live(client_timeout=10)
+        assert refused.value.status() == "StatusCode.UNAVAILABLE", refused.value
+        assert "connections_max" in refused.value.message()
+        assert time.monotonic() - started < 5
+        assert first.is_server_live()
+        second.close()
+        first.close()

@@ -6,6 +6,7 @@ protocol (tritonclient), against onnxruntime on the same file.
   rounding) and so do its predictions, over each transport, in batches and alone;
 - a model that cannot be served (not an ONNX file; a config whose tensors are not the
   model's) is refused at start with its folder and reason, and the rest is served;
+- the same over gRPC (the unmodified tritonclient[grpc]), plain and over TLS;
 - a wrong input size or shape gets each protocol's error, and the node keeps serving;
 - a slot can be reconfigured to the model at runtime like to any accelerator.
 """
@@ -236,6 +237,7 @@ def test_recipe_prints_the_documented_output(onnx_node, block, tmp_path):
         **os.environ,
         "NETACCEL_NODE": onnx_node.url,
         "NETACCEL_RAC": onnx_node.rac,
+        "NETACCEL_GRPC": onnx_node.grpc,
         "PYTHONPATH": str(ROOT / "clients" / "python"),
     }
     run = subprocess.run(
@@ -245,25 +247,113 @@ def test_recipe_prints_the_documented_output(onnx_node, block, tmp_path):
     assert run.stdout == OUTPUTS[block.name.rsplit(" ", 1)[0]]
 
 
-def test_grpc_refuses_a_repository_model_clearly_and_keeps_serving(onnx_node):
-    """Over gRPC only the built-ins are served yet (inference.md): a repository model
-    is refused with UNIMPLEMENTED and a sentence saying where to call it, never read
-    with the built-ins' tensor mapping; the built-ins answer on."""
+@pytest.fixture(scope="module")
+def grpc_tls_node(tmp_path_factory, repo):
+    """A node serving the repository over gRPC with TLS (docs/tls.md), with the
+    certificates docs/tests/test_tls.py makes at test time; its gRPC-over-TLS address
+    (by a name the certificate carries) and the CA file to trust."""
+    require(shutil.which("openssl") is not None, "the openssl command is not installed")
+    from test_tls import listening, make_pki
+
+    pki = tmp_path_factory.mktemp("onnx-pki")
+    make_pki(pki)
+    config = f"""models_dir = {json.dumps(str(repo))}
+
+[tls]
+grpc = "127.0.0.1:0"
+cert = "{pki / 'server.pem'}"
+key = "{pki / 'server.key'}"
+"""
+    with running_node(tmp_path_factory.mktemp("onnx-tls-node"), config) as n:
+        yield n, listening(n, "grpc_tls").replace("127.0.0.1", "localhost"), pki / "ca.pem"
+
+
+def grpc_client():
     try:
-        import tritonclient.grpc as triton
-        from tritonclient.utils import InferenceServerException
+        import tritonclient.grpc as grpcclient
     except ImportError as e:
         require(False, f"tritonclient[grpc] is not installed ({e})")
-    with triton.InferenceServerClient(onnx_node.grpc) as c:
-        image = triton.InferInput("image", [1, 1, 8, 8], "FP32")
-        image.set_data_from_numpy(np.zeros((1, 1, 8, 8), dtype=np.float32))
-        with pytest.raises(InferenceServerException) as refused:
-            c.infer("digits", [image])
-        assert "UNIMPLEMENTED" in str(refused.value.status()) and "over HTTP" in str(refused.value)
-        with pytest.raises(InferenceServerException):
-            c.get_model_metadata("digits")
-        assert not c.is_model_ready("digits")
-        data = np.frombuffer(b"still here", dtype=np.uint8)
-        inp = triton.InferInput("INPUT0", [len(data)], "UINT8")
-        inp.set_data_from_numpy(data)
-        assert c.infer("to_uppercase", [inp]).as_numpy("OUTPUT0").tobytes() == b"STILL HERE"
+    return grpcclient
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_grpc_equals_onnxruntime_over_the_held_out_set(request, held_out, tls):
+    """The unmodified tritonclient[grpc]: the model's metadata and configuration, and
+    its logits over the whole held-out set in batches (raw contents), over plain gRPC
+    and gRPC over TLS."""
+    grpcclient = grpc_client()
+    x, y, reference = held_out
+    if tls:
+        _, url, ca = request.getfixturevalue("grpc_tls_node")
+        options = {"ssl": True, "root_certificates": str(ca)}
+    else:
+        url, options = request.getfixturevalue("onnx_node").grpc, {}
+    with grpcclient.InferenceServerClient(url, **options) as c:
+        assert c.is_model_ready("digits")
+        meta = c.get_model_metadata("digits", as_json=True)
+        assert meta["platform"] == "onnx"
+        assert [(t["name"], t["datatype"], t["shape"]) for t in meta["inputs"]] == [
+            ("image", "FP32", ["-1", "1", "8", "8"])
+        ]
+        assert [(t["name"], t["shape"]) for t in meta["outputs"]] == [("logits", ["-1", "10"])]
+        config = c.get_model_config("digits", as_json=True)["config"]
+        assert config["max_batch_size"] == BATCH and config["input"][0]["dims"] == ["1", "8", "8"]
+        out = []
+        for b in batches(x):
+            t = grpcclient.InferInput("image", list(b.shape), "FP32")
+            t.set_data_from_numpy(b)
+            r = c.infer("digits", [t], outputs=[grpcclient.InferRequestedOutput("logits")])
+            assert r.get_output("logits").shape == [len(b), 10]
+            out.append(r.as_numpy("logits"))
+        check_equal(f"gRPC ({'TLS' if tls else 'plain'})", np.concatenate(out), reference, y)
+
+
+def test_grpc_typed_contents_give_the_same_logits(onnx_node, held_out):
+    """Typed `fp32_contents` (which tritonclient never sends: it sends raw bytes),
+    through the protocol's own generated stub that tritonclient ships."""
+    grpcclient = grpc_client()
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    x, _, reference = held_out
+    with grpc.insecure_channel(onnx_node.grpc) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        req = service_pb2.ModelInferRequest(model_name="digits")
+        image = req.inputs.add(name="image", datatype="FP32", shape=[2, 1, 8, 8])
+        image.contents.fp32_contents.extend(x[:2].ravel().tolist())
+        resp = stub.ModelInfer(req, timeout=30)
+        assert [(o.name, list(o.shape)) for o in resp.outputs] == [("logits", [2, 10])]
+        logits = np.frombuffer(resp.raw_output_contents[0], dtype=np.float32).reshape(2, 10)
+        np.testing.assert_allclose(logits, reference[:2], rtol=1e-4, atol=1e-4)
+    assert grpcclient  # the client package is the prerequisite of this file's gRPC tests
+
+
+def test_grpc_malformed_calls_are_invalid_argument_and_the_channel_serves_on(onnx_node, held_out):
+    """Each malformed call is INVALID_ARGUMENT with a sentence naming the tensor; a good
+    call on the same channel follows each and gives onnxruntime's logits."""
+    grpcclient = grpc_client()
+    from tritonclient.utils import InferenceServerException
+
+    x, _, reference = held_out
+
+    def image(name="image", shape=(1, 1, 8, 8), datatype="FP32", data=None):
+        t = grpcclient.InferInput(name, list(shape), datatype)
+        t.set_data_from_numpy(x[:1].reshape(shape) if data is None else data)
+        return t
+
+    wrong = [
+        ([image(shape=(1, 8, 8))], None, "input image has shape [1, 8, 8]"),
+        ([image(datatype="FP64", data=x[:1].astype(np.float64))], None, "input image of model digits has datatype FP64"),
+        ([image(name="pixels")], None, "input image of model digits is missing"),
+        ([image(shape=(BATCH + 1, 1, 8, 8), data=np.zeros((BATCH + 1, 1, 8, 8), np.float32))], None, "1 to 64"),
+        ([image(), image()], None, "takes 1 input(s) (image), the request has 2"),
+        ([image()], [grpcclient.InferRequestedOutput("probabilities")], "no output probabilities"),
+    ]
+    with grpcclient.InferenceServerClient(onnx_node.grpc) as c:
+        for inputs, outputs, sentence in wrong:
+            with pytest.raises(InferenceServerException) as refused:
+                c.infer("digits", inputs, outputs=outputs, client_timeout=30)
+            assert refused.value.status() == "StatusCode.INVALID_ARGUMENT", refused.value
+            assert sentence in refused.value.message(), refused.value
+            good = c.infer("digits", [image()], client_timeout=30).as_numpy("logits")
+            np.testing.assert_allclose(good[0], reference[0], rtol=1e-4, atol=1e-4)

@@ -55,24 +55,27 @@ impl std::error::Error for ClientError {}
 /// Largest response body the client reads (a 4096×4096 matmul result is 64 MiB).
 const RESPONSE_BYTES_MAX: u64 = 1 << 30;
 
-/// The base URL of a node's HTTP API from what a user types: `http://HOST:PORT`, or
-/// `HOST:PORT` alone (the node speaks plain HTTP, so no scheme means `http://`). Other
-/// schemes are refused with a message that says what is accepted.
+/// The base URL of a node's HTTP API from what a user types: `http://HOST:PORT`,
+/// `https://HOST:PORT` (a node's HTTPS listener), or `HOST:PORT` alone (no scheme
+/// means `http://`). Other schemes are refused with a message that says what is
+/// accepted.
 ///
 /// ```
 /// use netaccel_client::base_url;
 /// assert_eq!(base_url("127.0.0.1:8080").unwrap(), "http://127.0.0.1:8080");
 /// assert_eq!(base_url("http://node-3:8080/").unwrap(), "http://node-3:8080");
-/// assert!(base_url("https://node-3").is_err());
+/// assert_eq!(base_url("HTTPS://node-3:8443").unwrap(), "https://node-3:8443");
+/// assert!(base_url("ftp://node-3").is_err());
 /// ```
 pub fn base_url(addr: &str) -> Result<String, String> {
     let addr = addr.trim().trim_end_matches('/');
-    let host = match addr.split_once("://") {
-        None => addr,
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+    let (scheme, host) = match addr.split_once("://") {
+        None => ("http", addr),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => ("http", rest),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => ("https", rest),
         Some((scheme, _)) => {
             return Err(format!(
-                "`{addr}`: the node's API is plain HTTP; give http://HOST:PORT or HOST:PORT, not {scheme}://"
+                "`{addr}`: give http://HOST:PORT, https://HOST:PORT or HOST:PORT, not {scheme}://"
             ))
         }
     };
@@ -83,7 +86,7 @@ pub fn base_url(addr: &str) -> Result<String, String> {
             "`{addr}` is not a node address; give HOST:PORT or http://HOST:PORT"
         ));
     }
-    Ok(format!("http://{host}"))
+    Ok(format!("{scheme}://{host}"))
 }
 
 pub struct NodeClient {
@@ -94,13 +97,25 @@ pub struct NodeClient {
 impl NodeClient {
     /// `base` is the node's URL, e.g. `http://127.0.0.1:8080`.
     pub fn new(base: &str) -> NodeClient {
-        let agent = ureq::AgentBuilder::new()
+        NodeClient::with_agent(base, NodeClient::agent())
+    }
+
+    /// A client of a node's HTTPS listener (`base` an `https://` URL) that trusts and
+    /// presents what `tls` says ([`rac::tls_config`]: CA file, client certificate).
+    pub fn with_tls(base: &str, tls: std::sync::Arc<rustls::ClientConfig>) -> NodeClient {
+        NodeClient::with_agent(base, NodeClient::agent().tls_config(tls))
+    }
+
+    fn agent() -> ureq::AgentBuilder {
+        ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(5))
             .timeout(Duration::from_secs(300))
-            .build();
+    }
+
+    fn with_agent(base: &str, agent: ureq::AgentBuilder) -> NodeClient {
         NodeClient {
             base: base.trim_end_matches('/').to_string(),
-            agent,
+            agent: agent.build(),
         }
     }
 

@@ -111,6 +111,10 @@ pub struct Binding {
     pub slot: Option<u64>,
     pub http: Option<String>,
     pub rac: Option<String>,
+    /// The node's HTTPS and RAC-over-TLS addresses, when it has those listeners (a
+    /// registry or node older than them gives none).
+    pub https: Option<String>,
+    pub rac_tls: Option<String>,
 }
 
 impl Binding {
@@ -129,6 +133,8 @@ impl Binding {
             slot: doc["slot"].as_u64(),
             http: text("http"),
             rac: text("rac"),
+            https: text("https"),
+            rac_tls: text("rac_tls"),
         })
     }
 
@@ -341,6 +347,32 @@ impl RegistryClient {
 pub enum Via {
     Http,
     Rac,
+    /// HTTP over TLS, at the node's `https` address ([`BoundOptions::tls`] says whom
+    /// to trust).
+    Https,
+    /// RAC over TLS, at the node's `rac_tls` address.
+    RacTls,
+}
+
+impl Via {
+    /// The address of `b`'s node this way of calling goes to.
+    pub fn address(self, b: &Binding) -> Option<String> {
+        match self {
+            Via::Http => b.http.clone(),
+            Via::Rac => b.rac.clone(),
+            Via::Https => b.https.clone(),
+            Via::RacTls => b.rac_tls.clone(),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Via::Http => "HTTP",
+            Via::Rac => "RAC",
+            Via::Https => "HTTPS",
+            Via::RacTls => "RAC-over-TLS",
+        }
+    }
 }
 
 /// Options of [`Bound::bind`].
@@ -355,6 +387,10 @@ pub struct BoundOptions {
     /// Follow migrations with a long poll on a background thread; without it the
     /// binding is only refreshed when a call fails.
     pub watch: bool,
+    /// For [`Via::Https`] and [`Via::RacTls`]: the TLS client configuration (trusted
+    /// CAs, a client certificate; [`crate::rac::tls_config`]). The node's certificate
+    /// must be valid for the host of the address the registry gives.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Default for BoundOptions {
@@ -364,6 +400,7 @@ impl Default for BoundOptions {
             instance: None,
             rebind_wait: Duration::from_secs(10),
             watch: true,
+            tls: None,
         }
     }
 }
@@ -459,10 +496,9 @@ struct HttpWorker {
 }
 
 impl HttpWorker {
-    fn start(addr: &str) -> Result<HttpWorker, ClientError> {
+    fn start(addr: &str, client: NodeClient) -> Result<HttpWorker, ClientError> {
         let (jobs, job_rx) = mpsc::sync_channel::<HttpJob>(1);
         let (result_tx, results) = mpsc::sync_channel(1);
-        let client = NodeClient::new(&format!("http://{addr}"));
         std::thread::Builder::new()
             .name("netaccel-bound-http".into())
             .spawn(move || {
@@ -633,21 +669,42 @@ impl Bound {
         payload: &[u8],
         deadline_us: Option<u32>,
     ) -> Result<CallOutput, ClientError> {
-        match self.options.via {
-            Via::Http => {
-                let addr = binding.http.clone().unwrap_or_default();
+        let via = self.options.via;
+        let tls = match (via, &self.options.tls) {
+            (Via::Https | Via::RacTls, None) => {
+                return Err(ClientError::Transport(format!(
+                    "calling over {} needs a TLS configuration (BoundOptions::tls)",
+                    via.name()
+                )))
+            }
+            (_, tls) => tls.clone(),
+        };
+        let addr = via.address(binding).ok_or_else(|| {
+            ClientError::Transport(format!(
+                "{} has no {} listener the registry knows of",
+                describe(binding),
+                via.name()
+            ))
+        })?;
+        let node_client = |addr: &str| match (via, &tls) {
+            (Via::Https, Some(tls)) => {
+                NodeClient::with_tls(&format!("https://{addr}"), Arc::clone(tls))
+            }
+            _ => NodeClient::new(&format!("http://{addr}")),
+        };
+        match via {
+            Via::Http | Via::Https => {
                 if !self.options.watch {
                     // Nothing can tell a call in flight that its instance moved: the
                     // call runs here, without the helper thread.
                     if self.http_direct.as_ref().is_none_or(|(a, _)| *a != addr) {
-                        let client = NodeClient::new(&format!("http://{addr}"));
-                        self.http_direct = Some((addr.clone(), client));
+                        self.http_direct = Some((addr.clone(), node_client(&addr)));
                     }
                     let (_, client) = self.http_direct.as_ref().expect("just set");
                     return client.call(&self.accelerator, params, payload, deadline_us);
                 }
                 if self.http.as_ref().is_none_or(|w| w.addr != addr) {
-                    self.http = Some(HttpWorker::start(&addr)?);
+                    self.http = Some(HttpWorker::start(&addr, node_client(&addr))?);
                 }
                 let worker = self.http.as_ref().expect("just set");
                 let job = HttpJob {
@@ -678,10 +735,7 @@ impl Bound {
                     }
                 }
             }
-            Via::Rac => {
-                let addr = binding.rac.clone().ok_or_else(|| {
-                    ClientError::Transport(format!("{} serves no RAC listener", describe(binding)))
-                })?;
+            Via::Rac | Via::RacTls => {
                 let (id, block) =
                     crate::rac::builtin_call(&self.accelerator, params, payload.len()).map_err(
                         |m| ClientError::Node {
@@ -701,7 +755,16 @@ impl Bound {
                 let (shared, via) = (&self.shared, self.options.via);
                 if self.rac.as_ref().is_none_or(|(a, _)| *a != addr) {
                     self.rac = None;
-                    let connect = RacClient::connect(&addr);
+                    let connect = async {
+                        match &tls {
+                            // The certificate must name the host the registry gives.
+                            Some(tls) => {
+                                let host = host_of(&addr);
+                                RacClient::connect_tls(&addr, &host, Arc::clone(tls)).await
+                            }
+                            None => RacClient::connect(&addr).await,
+                        }
+                    };
                     let client = rt
                         .block_on(unless_moved(connect, shared, via, binding))?
                         .map_err(rac_to_client)?;
@@ -748,10 +811,7 @@ impl Bound {
 /// See [`Bound::moved_off`].
 fn moved_off(shared: &Shared, via: Via, binding: &Binding) -> Option<ClientError> {
     let current = shared.binding.lock().expect("binding lock");
-    let addr = |b: &Binding| match via {
-        Via::Http => b.http.clone(),
-        Via::Rac => b.rac.clone(),
-    };
+    let addr = |b: &Binding| via.address(b);
     let moved = current.generation != binding.generation
         && current.is_bound()
         && addr(&current) != addr(binding);
@@ -808,6 +868,15 @@ fn origin_of(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
     let authority = rest.split('/').next().filter(|a| !a.is_empty())?;
     Some(format!("{scheme}://{authority}"))
+}
+
+/// The host of `HOST:PORT` (an IPv6 address without its brackets), the name a TLS
+/// certificate must be valid for.
+pub fn host_of(addr: &str) -> String {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string()
 }
 
 fn describe(b: &Binding) -> String {

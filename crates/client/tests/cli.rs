@@ -303,13 +303,17 @@ fn node_address_without_a_scheme_is_http() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = netaccel(&format!("https://{bare}"), &["slots"], b"");
+    let out = netaccel(&format!("ftp://{bare}"), &["slots"], b"");
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("HOST:PORT"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // https:// is TLS (tests/cli_tls.rs): to a plain listener, the handshake fails and
+    // the node cannot be reached.
+    let out = netaccel(&format!("https://{bare}"), &["slots"], b"");
+    assert_eq!(out.status.code(), Some(3));
 }
 
 #[test]

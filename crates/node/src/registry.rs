@@ -239,26 +239,54 @@ pub fn advertise_ip(config: &Config, registry: &[Endpoint]) -> Result<IpAddr, St
 }
 
 /// Where other hosts reach the node's front ends: the advertised IP with each
-/// listener's own port.
+/// listener's own port. The same type holds where they listen (before
+/// [`Advertised::at`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Advertised {
     pub http: SocketAddr,
     pub rac: SocketAddr,
     pub opencl: Option<SocketAddr>,
+    pub https: Option<SocketAddr>,
+    pub rac_tls: Option<SocketAddr>,
+    pub grpc: Option<SocketAddr>,
+    pub grpc_tls: Option<SocketAddr>,
 }
 
 impl Advertised {
-    pub fn new(
-        ip: IpAddr,
-        http: SocketAddr,
-        rac: SocketAddr,
-        opencl: Option<SocketAddr>,
-    ) -> Advertised {
-        let at = |a: SocketAddr| SocketAddr::new(ip, a.port());
+    /// Front ends listening at `http` and `rac` (and nothing else yet).
+    pub fn listening(http: SocketAddr, rac: SocketAddr) -> Advertised {
         Advertised {
-            http: at(http),
-            rac: at(rac),
-            opencl: opencl.map(at),
+            http,
+            rac,
+            opencl: None,
+            https: None,
+            rac_tls: None,
+            grpc: None,
+            grpc_tls: None,
+        }
+    }
+
+    /// The same listeners as reached at `ip`. HTTP, RAC and remote OpenCL are
+    /// advertised as they always were (`advertise_ip` checked that they can be). The
+    /// gRPC and TLS listeners are checked here instead, so that no setup that starts
+    /// today stops starting: one that listens on a loopback address while the node is
+    /// advertised at another (gRPC's default 127.0.0.1:8001 beside `--http
+    /// 10.0.0.5:8080`) is not reachable there, so it is left out rather than
+    /// advertised at an address nothing answers.
+    pub fn at(self, ip: IpAddr) -> Advertised {
+        let at = |a: SocketAddr| SocketAddr::new(ip, a.port());
+        let reachable = |a: Option<SocketAddr>| {
+            a.filter(|a| ip.is_loopback() || !a.ip().is_loopback())
+                .map(at)
+        };
+        Advertised {
+            http: at(self.http),
+            rac: at(self.rac),
+            opencl: self.opencl.map(at),
+            https: reachable(self.https),
+            rac_tls: reachable(self.rac_tls),
+            grpc: reachable(self.grpc),
+            grpc_tls: reachable(self.grpc_tls),
         }
     }
 }
@@ -313,10 +341,15 @@ pub fn registration(node: &Node, at: &Advertised, slots: &[SlotInfo], busy_ratio
             })
         })
         .collect();
+    let text = |a: Option<SocketAddr>| a.map(|a| a.to_string());
     json!({
         "http": at.http.to_string(),
         "rac": at.rac.to_string(),
-        "opencl": at.opencl.map(|a| a.to_string()),
+        "opencl": text(at.opencl),
+        "https": text(at.https),
+        "rac_tls": text(at.rac_tls),
+        "grpc": text(at.grpc),
+        "grpc_tls": text(at.grpc_tls),
         "devices": devices,
     })
 }
@@ -448,13 +481,8 @@ impl Registry {
     }
 
     /// Where the node's front ends are reached, given where they listen.
-    pub fn advertised(
-        &self,
-        http: SocketAddr,
-        rac: SocketAddr,
-        opencl: Option<SocketAddr>,
-    ) -> Advertised {
-        Advertised::new(self.advertise, http, rac, opencl)
+    pub fn advertised(&self, listening: Advertised) -> Advertised {
+        listening.at(self.advertise)
     }
 
     /// Sends one request: to the replica that answered last, then to each other
@@ -880,15 +908,36 @@ mod tests {
 
     #[test]
     fn advertised_addresses_keep_each_listeners_port() {
-        let a = Advertised::new(
-            "10.1.2.3".parse().unwrap(),
-            "0.0.0.0:8080".parse().unwrap(),
-            "127.0.0.1:9400".parse().unwrap(),
-            Some("[::]:9500".parse().unwrap()),
-        );
+        let listening = Advertised {
+            opencl: Some("[::]:9500".parse().unwrap()),
+            https: Some("0.0.0.0:8443".parse().unwrap()),
+            rac_tls: Some("10.1.2.3:9443".parse().unwrap()),
+            grpc: Some("127.0.0.1:8001".parse().unwrap()),
+            grpc_tls: Some("[::]:8002".parse().unwrap()),
+            ..Advertised::listening(
+                "0.0.0.0:8080".parse().unwrap(),
+                "127.0.0.1:9400".parse().unwrap(),
+            )
+        };
+        let a = listening.at("10.1.2.3".parse().unwrap());
         assert_eq!(a.http.to_string(), "10.1.2.3:8080");
         assert_eq!(a.rac.to_string(), "10.1.2.3:9400");
         assert_eq!(a.opencl.unwrap().to_string(), "10.1.2.3:9500");
+        assert_eq!(a.https.unwrap().to_string(), "10.1.2.3:8443");
+        assert_eq!(a.rac_tls.unwrap().to_string(), "10.1.2.3:9443");
+        assert_eq!(a.grpc_tls.unwrap().to_string(), "10.1.2.3:8002");
+        // gRPC on loopback (its default) cannot be reached at 10.1.2.3: left out.
+        assert_eq!(a.grpc, None);
+        // A node advertised on loopback (a trial on one host) advertises it.
+        let local = listening.at("127.0.0.1".parse().unwrap());
+        assert_eq!(local.grpc.unwrap().to_string(), "127.0.0.1:8001");
+        // Nothing configured: nothing advertised.
+        let plain = Advertised::listening(
+            "127.0.0.1:8080".parse().unwrap(),
+            "127.0.0.1:9400".parse().unwrap(),
+        )
+        .at("127.0.0.1".parse().unwrap());
+        assert_eq!((plain.https, plain.grpc_tls), (None, None));
     }
 
     #[test]

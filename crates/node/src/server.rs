@@ -99,7 +99,14 @@ pub fn start(mut config: Config) -> Result<Running, String> {
     // Registered only once the listeners are bound: their ports are what it reports.
     let lease = match &node.registry {
         Some(registry) => {
-            let at = registry.advertised(http_addr, rac_addr, node.opencl_addr());
+            let at = registry.advertised(crate::registry::Advertised {
+                opencl: node.opencl_addr(),
+                https: https_addr,
+                rac_tls: rac_tls_addr,
+                grpc: grpc_addr,
+                grpc_tls: grpc_tls_addr,
+                ..crate::registry::Advertised::listening(http_addr, rac_addr)
+            });
             Some(Lease::start(Arc::clone(&node), at)?)
         }
         None => None,

@@ -318,10 +318,21 @@ fn registers_with_the_spec_body_and_renews_within_a_third_of_the_lease() {
 
     // The body, key by key, as registry-api.md has it.
     let body = &puts[0].body;
-    assert_eq!(keys(body), ["devices", "http", "opencl", "rac"]);
+    assert_eq!(
+        keys(body),
+        ["devices", "grpc", "grpc_tls", "http", "https", "opencl", "rac", "rac_tls"]
+    );
     assert_eq!(body["http"], node.addr.to_string());
     assert_eq!(body["rac"], node.rac_addr.to_string());
     assert_eq!(body["opencl"], Value::Null);
+    // gRPC listens on a loopback port the kernel chose (the harness's node.toml), as
+    // HTTP does: advertised with its own port. No TLS listener: none.
+    let grpc: std::net::SocketAddr = body["grpc"].as_str().unwrap().parse().unwrap();
+    assert_eq!(grpc.ip(), node.addr.ip());
+    assert_ne!(grpc.port(), 0);
+    for k in ["https", "rac_tls", "grpc_tls"] {
+        assert_eq!(body[k], Value::Null, "{k}");
+    }
     let devices = body["devices"].as_array().unwrap();
     assert_eq!(devices.len(), 1);
     let device = &devices[0];
@@ -384,6 +395,54 @@ fn registers_with_the_spec_body_and_renews_within_a_third_of_the_lease() {
             .filter(|r| r.method == "PUT" && r.at > idle_from)
             .any(|r| ratio_of_slot_0(r) == Some(0.0))
     });
+}
+
+/// A folder removed on drop, pass or fail.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn registers_its_tls_and_grpc_addresses_each_with_its_own_port() {
+    // A certificate made now (rcgen), for the TLS listeners to start with.
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("netaccel-registry-tls-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let issued = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
+    std::fs::write(&cert, issued.cert.pem()).unwrap();
+    std::fs::write(&key, issued.key_pair.serialize_pem()).unwrap();
+    let (https, rac_tls, grpc_tls) = (free_port(), free_port(), free_port());
+    let registry = FakeRegistry::start(600);
+    let node = node_with(
+        &registry,
+        &format!(
+            "[tls]\nhttps = \"127.0.0.1:{https}\"\nrac = \"127.0.0.1:{rac_tls}\"\n\
+             grpc = \"127.0.0.1:{grpc_tls}\"\ncert = {:?}\nkey = {:?}\n",
+            cert.display().to_string(),
+            key.display().to_string()
+        ),
+        &[],
+    );
+    let puts = registry.wait_for("a registration", |r| r.iter().any(|r| r.method == "PUT"));
+    let body = &puts.iter().find(|r| r.method == "PUT").unwrap().body;
+    assert_eq!(body["http"], node.addr.to_string());
+    assert_eq!(body["https"], format!("127.0.0.1:{https}"));
+    assert_eq!(body["rac_tls"], format!("127.0.0.1:{rac_tls}"));
+    assert_eq!(body["grpc_tls"], format!("127.0.0.1:{grpc_tls}"));
+    assert!(body["grpc"].is_string(), "{body}");
 }
 
 #[test]

@@ -67,6 +67,52 @@ fn check_addr(what: &str, addr: &SocketAddr) -> Result<(), String> {
     Ok(())
 }
 
+/// A node's optional front ends beyond HTTP, RAC and remote OpenCL: gRPC, and the TLS
+/// listeners (HTTPS, RAC over TLS, gRPC over TLS), each where other hosts reach it.
+/// A node that has one sends it when it registers; a node that sends none (one older
+/// than these fields) registers as before, and clients see `null`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Extra {
+    pub https: Option<SocketAddr>,
+    pub rac_tls: Option<SocketAddr>,
+    pub grpc: Option<SocketAddr>,
+    pub grpc_tls: Option<SocketAddr>,
+}
+
+impl Extra {
+    /// The fields by their JSON names, in the order documents list them.
+    pub fn fields(&self) -> [(&'static str, Option<SocketAddr>); 4] {
+        [
+            ("https", self.https),
+            ("rac_tls", self.rac_tls),
+            ("grpc", self.grpc),
+            ("grpc_tls", self.grpc_tls),
+        ]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fields().iter().all(|(_, a)| a.is_none())
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        for (name, addr) in self.fields() {
+            if let Some(a) = &addr {
+                check_addr(name, a)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the fields to a JSON document (`null` for a front end the node lacks), as
+    /// node and binding documents give them.
+    pub fn write_json(this: Option<&Extra>, doc: &mut serde_json::Map<String, serde_json::Value>) {
+        for (name, addr) in this.copied().unwrap_or_default().fields() {
+            doc.insert(name.into(), serde_json::json!(addr.map(|a| a.to_string())));
+        }
+    }
+}
+
 /// Whether a node holds a lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -82,6 +128,10 @@ pub struct NodeRecord {
     pub http: SocketAddr,
     pub rac: SocketAddr,
     pub opencl: Option<SocketAddr>,
+    /// The front ends a node may have beyond these (absent from records written
+    /// before they were registered, and from nodes that have none).
+    #[serde(default, skip_serializing_if = "Extra::is_empty")]
+    pub extra: Extra,
     pub state: NodeState,
     pub devices: Vec<DeviceRecord>,
 }
@@ -191,6 +241,14 @@ pub struct NodeRegistration {
     pub rac: SocketAddr,
     #[serde(default)]
     pub opencl: Option<SocketAddr>,
+    #[serde(default)]
+    pub https: Option<SocketAddr>,
+    #[serde(default)]
+    pub rac_tls: Option<SocketAddr>,
+    #[serde(default)]
+    pub grpc: Option<SocketAddr>,
+    #[serde(default)]
+    pub grpc_tls: Option<SocketAddr>,
     pub devices: Vec<DeviceRegistration>,
 }
 
@@ -229,6 +287,7 @@ impl NodeRegistration {
         if let Some(a) = &self.opencl {
             check_addr("opencl", a)?;
         }
+        self.extra().validate()?;
         if self.devices.len() > DEVICES_PER_NODE_MAX {
             return Err(format!(
                 "{} devices: a node may register at most {DEVICES_PER_NODE_MAX}",
@@ -289,6 +348,16 @@ impl NodeRegistration {
         Ok(())
     }
 
+    /// The optional front ends it registers.
+    pub fn extra(&self) -> Extra {
+        Extra {
+            https: self.https,
+            rac_tls: self.rac_tls,
+            grpc: self.grpc,
+            grpc_tls: self.grpc_tls,
+        }
+    }
+
     /// The record this registration describes, for a node named `name`.
     pub fn record(&self, name: &str) -> NodeRecord {
         NodeRecord {
@@ -296,6 +365,7 @@ impl NodeRegistration {
             http: self.http,
             rac: self.rac,
             opencl: self.opencl,
+            extra: self.extra(),
             state: NodeState::Ready,
             devices: self
                 .devices
@@ -409,9 +479,10 @@ impl ReconfigurationRequest {
 mod tests {
     use super::*;
 
-    fn registration(json: &str) -> Result<(), String> {
+    fn registration(json: &str) -> Result<NodeRegistration, String> {
         let r: NodeRegistration = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        r.validate()
+        r.validate()?;
+        Ok(r)
     }
 
     #[test]
@@ -430,8 +501,33 @@ mod tests {
         let ok = r#"{"http":"127.0.0.1:8080","rac":"127.0.0.1:9400","opencl":null,
             "devices":[{"id":"cpu0","backend":"cpu","vendor":"v","platform":"p",
             "slots":[{"id":0,"accelerator":"sobel","hash":"h","busy_ratio":0.5,"queue_depth":1}]}]}"#;
-        registration(ok).unwrap();
+        let old = registration(ok).unwrap();
+        assert!(
+            old.extra().is_empty(),
+            "a node that sends none registers without them"
+        );
+        let tls = ok.replace(
+            r#""opencl":null,"#,
+            r#""opencl":null,"https":"127.0.0.1:8443","rac_tls":"127.0.0.1:9443",
+            "grpc":"127.0.0.1:8001","grpc_tls":null,"#,
+        );
+        let r = registration(&tls).unwrap();
+        assert_eq!(r.extra().https, Some("127.0.0.1:8443".parse().unwrap()));
+        assert_eq!(r.extra().rac_tls, Some("127.0.0.1:9443".parse().unwrap()));
+        assert_eq!(r.extra().grpc, Some("127.0.0.1:8001".parse().unwrap()));
+        assert_eq!(r.extra().grpc_tls, None);
+        // Persisted: an old record (no fields) reads as none; a record without them
+        // writes none, so it reads the same to an older registry.
+        let record = r.record("n");
+        let text = serde_json::to_string(&record).unwrap();
+        assert_eq!(serde_json::from_str::<NodeRecord>(&text).unwrap(), record);
+        let plain = old.record("n");
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("extra"), "{text}");
+        assert_eq!(serde_json::from_str::<NodeRecord>(&text).unwrap(), plain);
         let cases = [
+            (tls.replace("127.0.0.1:9443", "0.0.0.0:9443"), "rac_tls"),
+            (tls.replace("127.0.0.1:8001", "127.0.0.1:0"), "grpc"),
             (ok.replace("127.0.0.1:8080", "0.0.0.0:8080"), "reach"),
             (ok.replace("\"cpu\"", "\"fpga\""), "backend"),
             (ok.replace("0.5", "1.5"), "busy_ratio"),

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use crate::alloc::{Inventory, Reconfigure, Request, SlotIdx, SlotSpec};
 use crate::model::{
-    FunctionRecord, InstanceRecord, Meta, NodeRecord, NodeRegistration, NodeState, SlotRef,
+    Extra, FunctionRecord, InstanceRecord, Meta, NodeRecord, NodeRegistration, NodeState, SlotRef,
 };
 use crate::store::{Change, Revision, Snapshot};
 
@@ -459,8 +459,13 @@ impl State {
         if record != old.record {
             self.changes.push(Change::PutNode(record.clone()));
         }
-        let moved = (record.http, record.rac, record.opencl)
-            != (old.record.http, old.record.rac, old.record.opencl);
+        let moved = (record.http, record.rac, record.opencl, record.extra)
+            != (
+                old.record.http,
+                old.record.rac,
+                old.record.opencl,
+                old.record.extra,
+            );
         if moved {
             // Same slots at new addresses: every binding to them reads differently now.
             for &idx in &slots {
@@ -749,6 +754,9 @@ impl State {
             "opencl": node.and_then(|n| n.record.opencl.map(|a| a.to_string())),
             "generation": record.generation,
         });
+        if let Value::Object(map) = &mut doc {
+            Extra::write_json(node.map(|n| &n.record.extra), map);
+        }
         if record.pinned {
             // Only where it says something (a DRA claim's instance), so the documents
             // of every other instance read as they always have.
@@ -806,14 +814,18 @@ impl State {
                 })
             })
             .collect();
-        json!({
+        let mut doc = json!({
             "name": r.name,
             "state": r.state,
             "http": r.http.to_string(),
             "rac": r.rac.to_string(),
             "opencl": r.opencl.map(|a| a.to_string()),
             "devices": devices,
-        })
+        });
+        if let Value::Object(map) = &mut doc {
+            Extra::write_json(Some(&r.extra), map);
+        }
+        doc
     }
 
     /// Checks the invariants listed in the module documentation.

@@ -252,6 +252,7 @@ mod tests {
             http: "127.0.0.1:1".parse().unwrap(),
             rac: "127.0.0.1:2".parse().unwrap(),
             opencl: None,
+            extra: Default::default(),
             state: NodeState::Ready,
             devices: vec![],
         };

@@ -659,6 +659,70 @@ fn a_node_that_moves_to_another_address_wakes_its_instances() {
 }
 
 #[test]
+fn tls_and_grpc_addresses_are_stored_and_handed_out_and_old_nodes_send_none() {
+    rt().block_on(async {
+        let reg = registry_with(config(), Arc::new(FakeAdmin::default())).await;
+        // An old node: no gRPC or TLS fields. It registers, and clients read null.
+        reg.register_node("old", &registration(1, "cpu", &[("echo", 0.0)]))
+            .await
+            .unwrap();
+        let mut tls = registration(2, "cpu", &[("sobel", 0.0)]);
+        tls.https = Some("127.0.0.1:30443".parse().unwrap());
+        tls.rac_tls = Some("127.0.0.1:30444".parse().unwrap());
+        tls.grpc = Some("127.0.0.1:30001".parse().unwrap());
+        tls.grpc_tls = Some("127.0.0.1:30002".parse().unwrap());
+        reg.register_node("tls", &tls).await.unwrap();
+        reg.put_function("e", &function("echo", 1)).await.unwrap();
+        reg.put_function("s", &function("sobel", 1)).await.unwrap();
+        settle(&reg).await;
+
+        let keys = ["https", "rac_tls", "grpc", "grpc_tls"];
+        let old = reg.function_json("e").await.unwrap()["instances"][0].clone();
+        assert_eq!(old["node"], "old");
+        for k in keys {
+            assert!(old[k].is_null(), "{k}: {old}");
+        }
+        let doc = reg.function_json("s").await.unwrap();
+        let binding = &doc["instances"][0];
+        assert_eq!(binding["node"], "tls");
+        assert_eq!(binding["https"], "127.0.0.1:30443");
+        assert_eq!(binding["rac_tls"], "127.0.0.1:30444");
+        assert_eq!(binding["grpc"], "127.0.0.1:30001");
+        assert_eq!(binding["grpc_tls"], "127.0.0.1:30002");
+        // The instance document (what a client's lookup and long poll read) too.
+        let id = binding["id"].as_str().unwrap().to_string();
+        let generation = binding["generation"].as_u64().unwrap();
+        let inst = reg
+            .get_instance("s", &id, None, Duration::from_millis(1))
+            .await
+            .unwrap();
+        assert_eq!(inst["rac_tls"], "127.0.0.1:30444");
+        // The node document.
+        let nodes = reg.nodes_json().await;
+        let node = nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == "tls")
+            .unwrap()
+            .clone();
+        assert_eq!(node["https"], "127.0.0.1:30443");
+        assert_eq!(node["grpc_tls"], "127.0.0.1:30002");
+
+        // A TLS address that changes is a move: the binding's generation changes, so a
+        // client waiting on it learns the new address.
+        tls.rac_tls = Some("127.0.0.1:30445".parse().unwrap());
+        reg.register_node("tls", &tls).await.unwrap();
+        let inst = reg
+            .get_instance("s", &id, Some(generation), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(inst["rac_tls"], "127.0.0.1:30445");
+        assert!(inst["generation"].as_u64().unwrap() > generation);
+    });
+}
+
+#[test]
 fn rebalancer_moves_instances_off_hot_slots_and_scales_out() {
     rt().block_on(async {
         let admin = Arc::new(FakeAdmin::default());

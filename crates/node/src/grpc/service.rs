@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use accel::Accelerator;
+use accel::tensors::{TensorSpec, Tensors};
+use accel::{Accelerator, Descriptor};
 use prometheus_client::metrics::counter::Counter;
 use rac_proto::Status as NodeStatus;
 use tonic::metadata::{MetadataMap, MetadataValue};
@@ -85,10 +86,8 @@ impl Inference {
     }
 
     /// The model `name` at `version` ("" for the latest): every catalog accelerator is
-    /// a model with the one version `1`. A model that declares its own tensors (an
-    /// ONNX model of the model repository) is not served over gRPC yet: this front
-    /// end knows only the built-ins' tensor mapping, so it refuses such a model with
-    /// `UNIMPLEMENTED` rather than describe or read its tensors wrongly.
+    /// a model with the one version `1`, the built-ins and the models of the model
+    /// repository (which declare their own tensors) alike.
     fn model(&self, name: &str, version: &str) -> Result<Arc<dyn Accelerator>, Status> {
         let accel = self
             .node
@@ -96,11 +95,6 @@ impl Inference {
             .catalog()
             .by_name(name)
             .ok_or_else(|| Status::not_found(format!("unknown model {name}")))?;
-        if accel.tensors().is_some() {
-            return Err(Status::unimplemented(format!(
-                "model {name} declares its own tensors (a model repository model); over gRPC only the built-in accelerators are served yet: call it over HTTP (/v2 or /v1/fn) or RAC"
-            )));
-        }
         if !version.is_empty() && version != VERSION {
             return Err(Status::not_found(format!(
                 "model {name} has no version {version}; its only version is {VERSION}"
@@ -261,6 +255,9 @@ fn config_type(dt: DataType) -> ConfigType {
 /// `GET /v2/models/{m}/config` gives them). `max_batch_size` 0: shapes are whole.
 fn model_config(accel: &dyn Accelerator) -> ModelConfig {
     let d = accel.descriptor();
+    if let Some(t) = accel.tensors() {
+        return declared_config(d, t);
+    }
     let sig = Signature::of(d);
     let data_type = config_type(sig.datatype) as i32;
     ModelConfig {
@@ -298,8 +295,59 @@ fn model_config(accel: &dyn Accelerator) -> ModelConfig {
     }
 }
 
+/// The configuration of a model that declares its tensors, as `GET
+/// /v2/models/{m}/config` gives it: its `max_batch_size`, and Triton's `dims` leaving
+/// out the batch axis.
+fn declared_config(d: &Descriptor, t: &Tensors) -> ModelConfig {
+    let input = |s: &TensorSpec| ModelInput {
+        name: s.name.clone(),
+        data_type: config_type(s.datatype) as i32,
+        dims: s.dims.iter().map(|&d| d as i64).collect(),
+        ..Default::default()
+    };
+    let output = |s: &TensorSpec| ModelOutput {
+        name: s.name.clone(),
+        data_type: config_type(s.datatype) as i32,
+        dims: s.dims.iter().map(|&d| d as i64).collect(),
+        ..Default::default()
+    };
+    ModelConfig {
+        name: d.name.clone(),
+        platform: "onnx".into(),
+        backend: "tract".into(),
+        version_policy: Some(ModelVersionPolicy {
+            policy_choice: Some(model_version_policy::PolicyChoice::Latest(
+                model_version_policy::Latest { num_versions: 1 },
+            )),
+        }),
+        max_batch_size: t.max_batch_size as i32,
+        input: t.inputs.iter().map(input).collect(),
+        output: t.outputs.iter().map(output).collect(),
+        instance_group: vec![ModelInstanceGroup {
+            kind: model_instance_group::Kind::Cpu as i32,
+            count: 1,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
 fn model_metadata(accel: &dyn Accelerator) -> ModelMetadataResponse {
     let d = accel.descriptor();
+    if let Some(t) = accel.tensors() {
+        let tensor = |s: &TensorSpec| TensorMetadata {
+            name: s.name.clone(),
+            datatype: s.datatype.name().to_string(),
+            shape: t.declared_shape(s),
+        };
+        return ModelMetadataResponse {
+            name: d.name.clone(),
+            versions: vec![VERSION.into()],
+            platform: "onnx".into(),
+            inputs: t.inputs.iter().map(tensor).collect(),
+            outputs: t.outputs.iter().map(tensor).collect(),
+        };
+    }
     let sig = Signature::of(d);
     let tensor = |name: &str| TensorMetadata {
         name: name.to_string(),
@@ -462,5 +510,23 @@ mod tests {
         assert_eq!(m.inputs[0].datatype, "INT32");
         assert_eq!(m.inputs[0].shape, [-1]);
         assert_eq!(m.versions, ["1"]);
+    }
+
+    #[test]
+    fn a_declared_model_has_its_own_tensors_and_batch_axis() {
+        let m = crate::http::v2::declared::example::Example::default();
+        let cfg = model_config(&m);
+        assert_eq!(cfg.platform, "onnx");
+        assert_eq!(cfg.max_batch_size, 4);
+        assert_eq!(cfg.input[1].name, "floats");
+        assert_eq!(cfg.input[1].data_type, ConfigType::TypeFp32 as i32);
+        // Triton's dims leave the batch axis out; metadata shapes have it as -1.
+        assert_eq!(cfg.input[0].dims, [3]);
+        assert_eq!(cfg.output[0].data_type, ConfigType::TypeInt32 as i32);
+        let md = model_metadata(&m);
+        assert_eq!(md.platform, "onnx");
+        assert_eq!(md.inputs[0].shape, [-1, 3]);
+        assert_eq!(md.outputs[1].name, "scores");
+        assert_eq!(md.outputs[1].shape, [-1, 2]);
     }
 }

@@ -2,15 +2,17 @@
 //! payload, and from a call's output to a `ModelInferResponse`.
 //!
 //! The rules for tensors are the protocol's and live in `http::v2` (the one mapping
-//! from an accelerator to tensors, [`Signature`], and the checks every encoding of a
-//! request goes through); this file only reads them out of the protobuf messages.
+//! from a built-in to tensors, [`Signature`]; the tensors a repository model declares,
+//! `http::v2::declared`; and the checks every encoding of a request goes through);
+//! this file only reads them out of the protobuf messages.
 //! Inputs come either all in `raw_input_contents` (one little-endian byte string per
 //! input, in the request's input order) or each in its typed `contents`; every size is
 //! checked against the bytes the message carries before anything is allocated, so a
 //! request cannot make the node reserve more than the message it sent (which the
 //! server has already bounded, see [`super::serve`]).
 
-use accel::{Accelerator, ParamBlock};
+use accel::tensors::Tensors;
+use accel::{Accelerator, Descriptor, ParamBlock};
 use bytes::Bytes;
 
 use super::pb::infer_parameter::ParameterChoice;
@@ -20,7 +22,7 @@ use super::pb::{InferParameter, InferTensorContents, ModelInferRequest, ModelInf
 use crate::http::v2::infer::{
     call_params, check_input, check_output, input_size, order_inputs, output_shape, shape_params,
 };
-use crate::http::v2::{DataType, Signature, OUTPUT, VERSION};
+use crate::http::v2::{declared, DataType, Signature, OUTPUT, VERSION};
 
 /// A decoded request: what the accelerator is called with, and how to answer.
 #[derive(Debug)]
@@ -34,9 +36,20 @@ pub struct InferCall {
 #[derive(Debug)]
 pub struct Reply {
     id: String,
-    sig: Signature,
-    /// The first input's shape (the output's, for images and matrices).
-    input_shape: Vec<u64>,
+    shapes: Shapes,
+}
+
+/// How the output becomes tensors.
+#[derive(Debug)]
+enum Shapes {
+    /// A built-in: one output, shaped after the first input (`input_shape`) or its
+    /// own length.
+    Builtin {
+        sig: Signature,
+        input_shape: Vec<u64>,
+    },
+    /// A model that declares its tensors: every output, for the request's batch.
+    Declared(declared::Shapes),
 }
 
 /// Where an input's bytes are in the message.
@@ -49,7 +62,70 @@ enum Source<'a> {
 /// `INVALID_ARGUMENT` status.
 pub fn decode(accel: &dyn Accelerator, req: &ModelInferRequest) -> Result<InferCall, String> {
     let d = accel.descriptor();
+    let sourced = sources(req)?;
+    if let Some(t) = accel.tensors() {
+        return decode_declared(d, t, req, &sourced);
+    }
     let sig = Signature::of(d);
+    let ordered = order_inputs(d, sig, &sourced, |(i, _)| &i.name)?;
+    decode_builtin(d, sig, req, ordered)
+}
+
+/// Decodes a request for a model that declares its tensors, by the rules the v2 HTTP
+/// path applies (`http::v2::declared`): inputs by name and declared datatype, the
+/// batch axis, no parameters, outputs by name.
+fn decode_declared(
+    d: &Descriptor,
+    t: &Tensors,
+    req: &ModelInferRequest,
+    sourced: &[(&InferInputTensor, Source<'_>)],
+) -> Result<InferCall, String> {
+    // The most bytes the message's contents can stand for (a typed value is at most 4
+    // bytes of payload): no input may claim more before its contents are checked.
+    let carried: usize = sourced
+        .iter()
+        .map(|(_, source)| match source {
+            Source::Raw(bytes) => bytes.len(),
+            Source::Typed(c) => typed_len(c).saturating_mul(4),
+        })
+        .sum();
+    let (planned, batch) = declared::plan(
+        d,
+        t,
+        sourced,
+        |(i, _)| declared::Head {
+            name: &i.name,
+            datatype: &i.datatype,
+            shape: &i.shape,
+        },
+        carried,
+    )?;
+    let mut payload = Vec::with_capacity(planned.iter().map(|p| p.bytes).sum());
+    for p in &planned {
+        let (input, source) = p.input;
+        push_input(input, source, p.datatype, p.count, p.bytes, &mut payload)?;
+    }
+    let mut pairs = Vec::with_capacity(req.parameters.len());
+    for (key, value) in &req.parameters {
+        pairs.push((key.as_str(), param_text(key, value)?));
+    }
+    let params = declared::params(d, pairs.iter().map(|(k, v)| (*k, v.as_str())))?;
+    for output in &req.outputs {
+        declared::check_output(d, t, &output.name)?;
+    }
+    Ok(InferCall {
+        params,
+        payload,
+        reply: Reply {
+            id: req.id.clone(),
+            shapes: Shapes::Declared(declared::Shapes::new(t, batch)),
+        },
+    })
+}
+
+/// Each input of `req` paired with where its bytes are: all in `raw_input_contents`
+/// (in the request's input order) or each in its typed `contents`.
+fn sources(req: &ModelInferRequest) -> Result<Vec<(&InferInputTensor, Source<'_>)>, String> {
     let raw = &req.raw_input_contents;
     if !raw.is_empty() && raw.len() != req.inputs.len() {
         return Err(format!(
@@ -58,7 +134,6 @@ pub fn decode(accel: &dyn Accelerator, req: &ModelInferRequest) -> Result<InferC
             req.inputs.len()
         ));
     }
-    // Each input paired with its bytes, then put in the model's declared order.
     let mut sourced = Vec::with_capacity(req.inputs.len());
     for (k, input) in req.inputs.iter().enumerate() {
         let source = match (raw.get(k), &input.contents) {
@@ -79,7 +154,16 @@ pub fn decode(accel: &dyn Accelerator, req: &ModelInferRequest) -> Result<InferC
         };
         sourced.push((input, source));
     }
-    let ordered = order_inputs(d, sig, &sourced, |(i, _)| &i.name)?;
+    Ok(sourced)
+}
+
+/// The body of [`decode`] for a built-in (see [`Signature`]).
+fn decode_builtin(
+    d: &Descriptor,
+    sig: Signature,
+    req: &ModelInferRequest,
+    ordered: Vec<&(&InferInputTensor, Source<'_>)>,
+) -> Result<InferCall, String> {
     let mut shapes = Vec::with_capacity(ordered.len());
     for (input, _) in &ordered {
         shapes.push(check_input(
@@ -118,8 +202,10 @@ pub fn decode(accel: &dyn Accelerator, req: &ModelInferRequest) -> Result<InferC
         payload,
         reply: Reply {
             id: req.id.clone(),
-            sig,
-            input_shape: shapes.swap_remove(0),
+            shapes: Shapes::Builtin {
+                sig,
+                input_shape: shapes.swap_remove(0),
+            },
         },
     })
 }
@@ -234,20 +320,40 @@ fn param_text(key: &str, value: &InferParameter) -> Result<String, String> {
 /// The response for a call's `output`: one output tensor, its bytes in
 /// `raw_output_contents` (as Triton answers, and as clients read fastest).
 pub fn encode(model: &str, reply: &Reply, output: Vec<u8>) -> ModelInferResponse {
-    let shape = output_shape(reply.sig, &reply.input_shape, output.len());
+    let tensor = |name: &str, datatype: DataType, shape: &[u64]| InferOutputTensor {
+        name: name.to_string(),
+        datatype: datatype.name().to_string(),
+        shape: shape.iter().map(|&s| s as i64).collect(),
+        parameters: Default::default(),
+        contents: None,
+    };
+    let (outputs, raw) = match &reply.shapes {
+        Shapes::Builtin { sig, input_shape } => {
+            let shape = output_shape(*sig, input_shape, output.len());
+            (
+                vec![tensor(OUTPUT, sig.datatype, &shape)],
+                vec![Bytes::from(output)],
+            )
+        }
+        // Every output, in declared order, each its slice of the call's output (one
+        // copy per tensor: raw_output_contents holds one byte string per output).
+        Shapes::Declared(shapes) => shapes
+            .outputs(&output)
+            .map(|(spec, shape, bytes)| {
+                (
+                    tensor(&spec.name, spec.datatype, &shape),
+                    Bytes::copy_from_slice(bytes),
+                )
+            })
+            .unzip(),
+    };
     ModelInferResponse {
         model_name: model.to_string(),
         model_version: VERSION.to_string(),
         id: reply.id.clone(),
         parameters: Default::default(),
-        outputs: vec![InferOutputTensor {
-            name: OUTPUT.to_string(),
-            datatype: reply.sig.datatype.name().to_string(),
-            shape: shape.iter().map(|&s| s as i64).collect(),
-            parameters: Default::default(),
-            contents: None,
-        }],
-        raw_output_contents: vec![Bytes::from(output)],
+        outputs,
+        raw_output_contents: raw,
     }
 }
 
@@ -261,7 +367,9 @@ pub mod fuzzing {
         let Ok(req) = super::ModelInferRequest::decode(data) else {
             return;
         };
-        for accel in Catalog::builtin().iter() {
+        let example: std::sync::Arc<dyn accel::Accelerator> =
+            std::sync::Arc::new(crate::http::v2::declared::example::Example::default());
+        for accel in Catalog::builtin().iter().chain([&example]) {
             if let Ok(call) = super::decode(&**accel, &req) {
                 let _ = super::encode("m", &call.reply, call.payload);
             }
@@ -442,6 +550,147 @@ mod tests {
             },
         );
         assert!(err("echo", out).contains("no output OUT"));
+    }
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn declared_models_take_their_tensors_by_name_with_a_batch_axis() {
+        let m = crate::http::v2::declared::example::Example::default();
+        // floats first and raw, bytes typed would mix: all raw, in the request's order.
+        let mut req = request(
+            vec![
+                input("floats", "FP32", &[2, 2], None),
+                input("bytes", "UINT8", &[2, 3], None),
+            ],
+            vec![f32s(&[0.5, 1.5, 2.5, 3.5]), vec![1, 2, 3, 4, 5, 6]],
+        );
+        req.id = "r".into();
+        let call = decode(&m, &req).unwrap();
+        let mut want = vec![1, 2, 3, 4, 5, 6];
+        want.extend_from_slice(&f32s(&[0.5, 1.5, 2.5, 3.5]));
+        assert_eq!(call.payload, want, "declared order, whatever the request's");
+        // Typed contents, each in its declared type's field.
+        let typed = request(
+            vec![
+                input(
+                    "bytes",
+                    "UINT8",
+                    &[1, 3],
+                    Some(InferTensorContents {
+                        uint_contents: vec![7, 8, 9],
+                        ..Default::default()
+                    }),
+                ),
+                input(
+                    "floats",
+                    "FP32",
+                    &[1, 2],
+                    Some(InferTensorContents {
+                        fp32_contents: vec![1.0, 2.0],
+                        ..Default::default()
+                    }),
+                ),
+            ],
+            vec![],
+        );
+        let typed_call = decode(&m, &typed).unwrap();
+        assert_eq!(
+            typed_call.payload,
+            [vec![7, 8, 9], f32s(&[1.0, 2.0])].concat()
+        );
+        // Every output, sliced from the call's output for the batch of 2.
+        let mut out: Vec<u8> = [7i32, 9].iter().flat_map(|v| v.to_le_bytes()).collect();
+        out.extend_from_slice(&f32s(&[0.25, 0.75, 1.0, 0.0]));
+        let resp = encode("example", &call.reply, out);
+        assert_eq!(resp.id, "r");
+        assert_eq!(resp.outputs.len(), 2);
+        assert_eq!(resp.outputs[0].name, "class");
+        assert_eq!(resp.outputs[0].datatype, "INT32");
+        assert_eq!(resp.outputs[0].shape, [2, 1]);
+        assert_eq!(resp.outputs[1].name, "scores");
+        assert_eq!(resp.outputs[1].shape, [2, 2]);
+        assert_eq!(&resp.raw_output_contents[0][..], &le_i32(&[7, 9])[..]);
+        assert_eq!(
+            &resp.raw_output_contents[1][..],
+            &f32s(&[0.25, 0.75, 1.0, 0.0])[..]
+        );
+    }
+
+    #[test]
+    fn requests_that_do_not_fit_a_declared_model_name_the_tensor() {
+        let m = crate::http::v2::declared::example::Example::default();
+        let two = |bshape: &[i64], fshape: &[i64], fdt: &str, nb: usize, nf: usize| {
+            request(
+                vec![
+                    input("bytes", "UINT8", bshape, None),
+                    input("floats", fdt, fshape, None),
+                ],
+                vec![vec![1; nb], vec![0; nf * 4]],
+            )
+        };
+        let err = |req: ModelInferRequest| decode(&m, &req).unwrap_err();
+        let e = err(two(&[1, 3], &[1, 2], "FP64", 3, 2));
+        assert!(
+            e.contains("input floats") && e.contains("expected FP32"),
+            "{e}"
+        );
+        let e = err(two(&[1, 4], &[1, 2], "FP32", 4, 2));
+        assert!(e.contains("input bytes has shape [1, 4]"), "{e}");
+        assert!(err(two(&[5, 3], &[5, 2], "FP32", 15, 10)).contains("1 to 4"));
+        assert!(err(two(&[1, 3], &[2, 2], "FP32", 3, 4)).contains("disagree on the batch"));
+        let e = err(two(&[2, 3], &[2, 2], "FP32", 5, 4));
+        assert!(
+            e.contains("input bytes") && e.contains("raw_input_contents has 5"),
+            "{e}"
+        );
+        let one = request(
+            vec![input("bytes", "UINT8", &[1, 3], None)],
+            vec![vec![1; 3]],
+        );
+        assert!(err(one).contains("takes 2 input(s) (bytes, floats)"));
+        let mut param = two(&[1, 3], &[1, 2], "FP32", 3, 2);
+        param.parameters.insert("k".into(), int(3));
+        assert!(err(param).contains("takes none"));
+        let mut out = two(&[1, 3], &[1, 2], "FP32", 3, 2);
+        out.outputs.push(
+            super::super::pb::model_infer_request::InferRequestedOutputTensor {
+                name: "OUTPUT0".into(),
+                parameters: HashMap::new(),
+            },
+        );
+        assert!(err(out).contains("its outputs are class, scores"));
+        // Typed values in another type's field.
+        let wrong = request(
+            vec![
+                input(
+                    "bytes",
+                    "UINT8",
+                    &[1, 3],
+                    Some(InferTensorContents {
+                        uint_contents: vec![1, 2, 3],
+                        ..Default::default()
+                    }),
+                ),
+                input(
+                    "floats",
+                    "FP32",
+                    &[1, 2],
+                    Some(InferTensorContents {
+                        int_contents: vec![1, 2],
+                        ..Default::default()
+                    }),
+                ),
+            ],
+            vec![],
+        );
+        let e = err(wrong);
+        assert!(
+            e.contains("input floats") && e.contains("other fields"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -10,11 +10,12 @@ mod table;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use netaccel_client::rac::{RacClient, RacError};
 use netaccel_client::registry::{
-    Bound, BoundError, BoundOptions, RegistryClient, RegistryError, Via,
+    host_of, Bound, BoundError, BoundOptions, RegistryClient, RegistryError, Via,
 };
 use netaccel_client::{base_url, CallOutput, ClientError, NodeClient};
 use table::Align;
@@ -29,6 +30,8 @@ Examples:
   printf abc | netaccel call to_uppercase
   netaccel --node 10.0.0.7:8080 call topk -p k=3 -i values.bin -o top.bin
   netaccel call to_uppercase --rac 10.0.0.7:9400 < in.txt
+  netaccel --node https://node-3:8443 --cacert ca.pem call to_uppercase < in.txt
+  netaccel --cacert ca.pem --cert me.pem --key me.key call to_uppercase --rac rac+tls://node-3:9443
   netaccel --registry 10.0.0.2:7400 functions create shout --accelerator to_uppercase
   printf abc | netaccel --registry 10.0.0.2:7400 call --function shout --via rac
   netaccel nodes";
@@ -37,7 +40,8 @@ const CALL_THROUGH_REGISTRY: &str = "\
 With --function F instead of a name, the call goes through the registry's binding: an
 instance of F is bound, the node it is bound to is called directly, and if that node is
 lost or no longer serves the accelerator, the call waits for the registry to rebind the
-instance and is retried once.";
+instance and is retried once. With --tls it calls the node's HTTPS (or, --via rac, its
+RAC-over-TLS) address, which the node registered, trusting --cacert.";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -76,6 +80,29 @@ struct Cli {
         value_name = "TOKEN"
     )]
     registry_token: Option<String>,
+    /// TLS: the CA certificates (PEM) to trust for https:// nodes, rac+tls:// and
+    /// --tls. Without it, an https:// node must have a publicly trusted certificate.
+    #[arg(long, global = true, env = "NETACCEL_CACERT", value_name = "FILE")]
+    cacert: Option<PathBuf>,
+    /// TLS: a client certificate chain (PEM) to present, for nodes that ask for one
+    /// (mutual TLS); with --key.
+    #[arg(
+        long,
+        global = true,
+        env = "NETACCEL_CERT",
+        value_name = "FILE",
+        requires = "key"
+    )]
+    cert: Option<PathBuf>,
+    /// TLS: the client certificate's private key (PEM); with --cert.
+    #[arg(
+        long,
+        global = true,
+        env = "NETACCEL_KEY",
+        value_name = "FILE",
+        requires = "cert"
+    )]
+    key: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -94,6 +121,10 @@ enum Command {
         /// With --function: call the bound node over HTTP or RAC.
         #[arg(long, value_enum, default_value = "http", requires = "function")]
         via: ViaArg,
+        /// With --function: call the bound node's TLS address (HTTPS, or RAC over TLS
+        /// with --via rac), trusting --cacert.
+        #[arg(long, requires = "function")]
+        tls: bool,
         /// With --function: use this instance (created if the registry does not know it)
         /// and keep it afterwards; without it a new instance is bound and released.
         #[arg(
@@ -126,8 +157,9 @@ enum Command {
         /// Print queue and execution time and the slot to stderr.
         #[arg(short, long)]
         verbose: bool,
-        /// Call over RAC v1 at this address (HOST:PORT) instead of HTTP.
-        #[arg(long, value_name = "HOST:PORT")]
+        /// Call over RAC v1 at this address instead of HTTP: HOST:PORT or
+        /// rac://HOST:PORT, or rac+tls://HOST:PORT for RAC over TLS (with --cacert).
+        #[arg(long, value_name = "ADDR")]
         rac: Option<String>,
     },
     /// List the node's accelerators: id, name, parameters and the slots hosting each.
@@ -244,9 +276,33 @@ impl From<ClientError> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let client = NodeClient::new(&cli.node);
+    let tls = match &cli.cacert {
+        Some(ca) => {
+            let client = cli.cert.as_deref().zip(cli.key.as_deref());
+            match netaccel_client::rac::tls_config(ca, client) {
+                Ok(config) => Some(config),
+                Err(e) => {
+                    eprintln!("netaccel: TLS: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        None if cli.cert.is_some() => {
+            eprintln!(
+                "netaccel: --cert needs --cacert (the CA that signed the node's certificate)"
+            );
+            return ExitCode::from(2);
+        }
+        None => None,
+    };
+    let client = match &tls {
+        Some(tls) if cli.node.starts_with("https://") => {
+            NodeClient::with_tls(&cli.node, Arc::clone(tls))
+        }
+        _ => NodeClient::new(&cli.node),
+    };
     let registry = RegistryClient::new(&cli.registry, cli.registry_token.as_deref());
-    match run(&client, &registry, cli.command) {
+    match run(&client, &registry, tls, cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(m)) => {
             eprintln!("netaccel: {m}");
@@ -294,12 +350,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(client: &NodeClient, registry: &RegistryClient, command: Command) -> Result<(), Failure> {
+fn run(
+    client: &NodeClient,
+    registry: &RegistryClient,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    command: Command,
+) -> Result<(), Failure> {
     match command {
         Command::Call {
             name,
             function,
             via,
+            tls: over_tls,
             instance,
             rebind_wait_ms,
             params,
@@ -321,11 +383,20 @@ fn run(client: &NodeClient, registry: &RegistryClient, command: Command) -> Resu
             let payload = read_input(&input)?;
             let out = match (function, name, rac) {
                 (Some(function), _, _) => {
+                    if over_tls && tls.is_none() {
+                        return Err(Failure::Usage(
+                            "--tls needs --cacert FILE (the CA that signed the nodes' certificates)"
+                                .into(),
+                        ));
+                    }
                     let options = BoundOptions {
-                        via: match via {
-                            ViaArg::Http => Via::Http,
-                            ViaArg::Rac => Via::Rac,
+                        via: match (via, over_tls) {
+                            (ViaArg::Http, false) => Via::Http,
+                            (ViaArg::Rac, false) => Via::Rac,
+                            (ViaArg::Http, true) => Via::Https,
+                            (ViaArg::Rac, true) => Via::RacTls,
                         },
+                        tls,
                         instance,
                         rebind_wait: std::time::Duration::from_millis(rebind_wait_ms),
                         // One call: a failed call asks the registry itself.
@@ -334,7 +405,8 @@ fn run(client: &NodeClient, registry: &RegistryClient, command: Command) -> Resu
                     call_bound(registry, &function, options, &params, &payload, deadline_us)?
                 }
                 (None, Some(name), Some(addr)) => {
-                    call_rac(&addr, &name, &params, payload, deadline_us)?
+                    let rac = RacAddr::parse(&addr).map_err(Failure::Usage)?;
+                    call_rac(&rac, tls, &name, &params, payload, deadline_us)?
                 }
                 (None, Some(name), None) => client.call(&name, &params, &payload, deadline_us)?,
                 (None, None, _) => unreachable!("clap requires a name or --function"),
@@ -606,9 +678,42 @@ fn dash_if_empty(s: String) -> String {
     }
 }
 
-/// One call over RAC: parameters by name are laid out with the built-in catalog's specs.
+/// Where `--rac` points: `HOST:PORT` (or `rac://HOST:PORT`), or `rac+tls://HOST:PORT`.
+#[derive(Debug, PartialEq, Eq)]
+struct RacAddr {
+    addr: String,
+    tls: bool,
+}
+
+impl RacAddr {
+    fn parse(text: &str) -> Result<RacAddr, String> {
+        let text = text.trim();
+        let (tls, addr) = match text.split_once("://") {
+            None => (false, text),
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("rac") => (false, rest),
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("rac+tls") => (true, rest),
+            Some((scheme, _)) => {
+                return Err(format!(
+                    "--rac `{text}`: give HOST:PORT, rac://HOST:PORT or rac+tls://HOST:PORT, not {scheme}://"
+                ))
+            }
+        };
+        let addr = addr.trim_end_matches('/');
+        match addr.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(RacAddr {
+                addr: addr.to_string(),
+                tls,
+            }),
+            _ => Err(format!("--rac `{text}` is not HOST:PORT")),
+        }
+    }
+}
+
+/// One call over RAC (over TLS for `rac+tls://`, trusting `tls`): parameters by name
+/// are laid out with the built-in catalog's specs.
 fn call_rac(
-    addr: &str,
+    rac: &RacAddr,
+    tls: Option<Arc<rustls::ClientConfig>>,
     name: &str,
     params: &[(String, String)],
     payload: Vec<u8>,
@@ -620,10 +725,23 @@ fn call_rac(
         .enable_all()
         .build()
         .expect("runtime");
+    let addr = rac.addr.as_str();
+    let tls = match (rac.tls, tls) {
+        (true, None) => {
+            return Err(Failure::Usage(format!(
+                "rac+tls://{addr} needs --cacert FILE (the CA that signed the node's certificate)"
+            )))
+        }
+        (true, tls) => tls,
+        (false, _) => None,
+    };
     rt.block_on(async {
-        let client = RacClient::connect(addr)
-            .await
-            .map_err(|e| rac_failure(addr, e))?;
+        let connected = match tls {
+            // The node's certificate must be valid for the host named here.
+            Some(tls) => RacClient::connect_tls(addr, &host_of(addr), tls).await,
+            None => RacClient::connect(addr).await,
+        };
+        let client = connected.map_err(|e| rac_failure(addr, e))?;
         let out = client
             .call(id, block, payload, deadline_us.unwrap_or(0))
             .await
@@ -676,4 +794,27 @@ fn write_output(output: &str, data: &[u8]) -> Result<(), Failure> {
         std::fs::write(output, data)
     };
     result.map_err(|e| Failure::Usage(format!("cannot write {output}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RacAddr;
+
+    #[test]
+    fn rac_addresses_say_whether_they_are_tls() {
+        let plain = RacAddr {
+            addr: "10.0.0.7:9400".into(),
+            tls: false,
+        };
+        assert_eq!(RacAddr::parse("10.0.0.7:9400"), Ok(plain));
+        assert!(!RacAddr::parse("RAC://10.0.0.7:9400").unwrap().tls);
+        let tls = RacAddr::parse("rac+tls://node-3:9443/").unwrap();
+        assert_eq!((tls.addr.as_str(), tls.tls), ("node-3:9443", true));
+        assert!(RacAddr::parse("rac+tls://[::1]:9443").unwrap().tls);
+        assert!(RacAddr::parse("https://node-3:9443")
+            .unwrap_err()
+            .contains("rac+tls://"));
+        assert!(RacAddr::parse("node-3").is_err());
+        assert!(RacAddr::parse(":9400").is_err());
+    }
 }

@@ -6,9 +6,13 @@
 //! `accel::tensors`): each input whole, in declared order, whatever order the request
 //! lists them in. The response lists every output, sliced from the call's output in
 //! declared order, with the batch the request sent.
+//!
+//! This is the one home of those rules for every encoding: [`plan`], [`check_output`],
+//! [`params`] and [`Shapes::outputs`] know nothing of JSON, and the gRPC front end
+//! (`crate::grpc::tensor`) reads its protobuf messages through them.
 
-use accel::tensors::Tensors;
-use accel::{params_from_pairs, Descriptor};
+use accel::tensors::{DataType, TensorSpec, Tensors};
+use accel::{params_from_pairs, Descriptor, ParamBlock};
 use serde_json::{Map, Value};
 
 use super::infer::{self, gather, json_data, InferCall, Part, RawInput, RawRequest, Reply};
@@ -21,30 +25,49 @@ pub struct Shapes {
     batch: usize,
 }
 
-/// Decodes `req` (its JSON part parsed; `binary` the bytes after it; `body_len` the
-/// whole body's) for a model declaring `t`. The error is the protocol's sentence.
-pub(super) fn decode(
+/// One input of a request matched to the model's declaration: the request's input
+/// (whatever its encoding), the declared element type, and the elements and bytes its
+/// shape says.
+pub(crate) struct Planned<'a, I> {
+    pub(crate) input: &'a I,
+    pub(crate) datatype: DataType,
+    pub(crate) count: usize,
+    pub(crate) bytes: usize,
+}
+
+/// What every encoding of a request (v2 JSON/binary, gRPC) reads of an input.
+pub(crate) struct Head<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) datatype: &'a str,
+    pub(crate) shape: &'a [i64],
+}
+
+/// The request's `inputs` (read through `head`) in the model's declared order, each
+/// checked against its declaration (datatype, dims, the batch axis agreed by all), and
+/// the batch. `carried` bounds what the inputs may claim: an input needing more bytes
+/// than that is refused before anything is allocated.
+pub(crate) fn plan<'a, I>(
     d: &Descriptor,
     t: &Tensors,
-    req: RawRequest,
-    binary: &[u8],
-    body_len: usize,
-) -> Result<InferCall, String> {
+    inputs: &'a [I],
+    head: impl Fn(&'a I) -> Head<'a>,
+    carried: usize,
+) -> Result<(Vec<Planned<'a, I>>, usize), String> {
     let names: Vec<&str> = t.inputs.iter().map(|s| s.name.as_str()).collect();
-    if req.inputs.len() != names.len() {
+    if inputs.len() != names.len() {
         return Err(format!(
             "model {} takes {} input(s) ({}), the request has {}",
             d.name,
             names.len(),
             names.join(", "),
-            req.inputs.len()
+            inputs.len()
         ));
     }
     let mut batch: Option<u64> = None;
     let mut parts = Vec::with_capacity(names.len());
     for spec in &t.inputs {
-        let mut found = req.inputs.iter().filter(|i| i.name == spec.name);
-        let input: &RawInput = match (found.next(), found.next()) {
+        let mut found = inputs.iter().filter(|i| head(i).name == spec.name);
+        let input = match (found.next(), found.next()) {
             (Some(input), None) => input,
             (None, _) => {
                 return Err(format!(
@@ -56,19 +79,22 @@ pub(super) fn decode(
                 return Err(format!("input {} is given more than once", spec.name))
             }
         };
-        if input.datatype != spec.datatype.name() {
+        let Head {
+            name,
+            datatype,
+            shape,
+        } = head(input);
+        if datatype != spec.datatype.name() {
             return Err(format!(
-                "input {} of model {} has datatype {}, expected {}",
-                input.name,
+                "input {name} of model {} has datatype {datatype}, expected {}",
                 d.name,
-                input.datatype,
                 spec.datatype.name()
             ));
         }
         let want = t.declared_shape(spec);
         let max = i64::from(t.max_batch_size);
-        let fits = input.shape.len() == want.len()
-            && input.shape.iter().zip(&want).all(|(&s, &w)| {
+        let fits = shape.len() == want.len()
+            && shape.iter().zip(&want).all(|(&s, &w)| {
                 if w == -1 {
                     (1..=max).contains(&s)
                 } else {
@@ -82,12 +108,12 @@ pub(super) fn decode(
                 String::new()
             };
             return Err(format!(
-                "input {} has shape {:?}; model {} takes shape {want:?}{batch_note}",
-                input.name, input.shape, d.name
+                "input {name} has shape {shape:?}; model {} takes shape {want:?}{batch_note}",
+                d.name
             ));
         }
         let b = if t.max_batch_size > 0 {
-            input.shape[0] as u64
+            shape[0] as u64
         } else {
             1
         };
@@ -100,21 +126,104 @@ pub(super) fn decode(
         batch = Some(b);
         let count = b as usize * spec.item_elements();
         let bytes = count * spec.datatype.size();
-        // Every element takes at least two bytes of JSON ("0,") or its own size in
-        // binary: a request cannot make the node reserve more than twice its body.
-        if bytes > body_len.saturating_mul(2) {
+        if bytes > carried {
             return Err(format!(
-                "input {} of shape {:?} needs more bytes than the request carries",
-                input.name, input.shape
+                "input {name} of shape {shape:?} needs more bytes than the request carries"
             ));
         }
-        parts.push(Part {
+        parts.push(Planned {
             input,
             datatype: spec.datatype,
             count,
             bytes,
         });
     }
+    Ok((parts, batch.unwrap_or(1) as usize))
+}
+
+/// Refuses a requested output the model does not declare.
+pub(crate) fn check_output(d: &Descriptor, t: &Tensors, name: &str) -> Result<(), String> {
+    if t.outputs.iter().any(|s| s.name == name) {
+        return Ok(());
+    }
+    let names: Vec<&str> = t.outputs.iter().map(|s| s.name.as_str()).collect();
+    Err(format!(
+        "model {} has no output {name}; its outputs are {}",
+        d.name,
+        names.join(", ")
+    ))
+}
+
+/// The call's parameter block: a model takes no parameters, so any request parameter
+/// is refused with the usual sentence.
+pub(crate) fn params<'a>(
+    d: &Descriptor,
+    pairs: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Result<ParamBlock, String> {
+    params_from_pairs(&d.params, pairs).map_err(|e| e.to_string())
+}
+
+impl Shapes {
+    pub(crate) fn new(t: &Tensors, batch: usize) -> Shapes {
+        Shapes {
+            tensors: t.clone(),
+            batch,
+        }
+    }
+
+    /// Every output of a call's `output`, in declared order: its declaration, its
+    /// shape for this batch, and its bytes. The session checked every output's size;
+    /// a short output gives short tensors rather than a panic.
+    pub(crate) fn outputs<'o>(
+        &'o self,
+        output: &'o [u8],
+    ) -> impl Iterator<Item = (&'o TensorSpec, Vec<u64>, &'o [u8])> + 'o {
+        let mut offset = 0;
+        self.tensors.outputs.iter().map(move |spec| {
+            let len = spec.item_bytes() * self.batch;
+            let start = offset.min(output.len());
+            let end = (offset + len).min(output.len());
+            offset += len;
+            (
+                spec,
+                self.tensors.shape(spec, self.batch),
+                &output[start..end],
+            )
+        })
+    }
+}
+
+/// Decodes `req` (its JSON part parsed; `binary` the bytes after it; `body_len` the
+/// whole body's) for a model declaring `t`. The error is the protocol's sentence.
+pub(super) fn decode(
+    d: &Descriptor,
+    t: &Tensors,
+    req: RawRequest,
+    binary: &[u8],
+    body_len: usize,
+) -> Result<InferCall, String> {
+    // Every element takes at least two bytes of JSON ("0,") or its own size in
+    // binary: a request cannot make the node reserve more than twice its body.
+    let (planned, batch) = plan(
+        d,
+        t,
+        &req.inputs,
+        |i: &RawInput| Head {
+            name: &i.name,
+            datatype: &i.datatype,
+            shape: &i.shape,
+        },
+        body_len.saturating_mul(2),
+    )?;
+    let parts: Vec<Part<'_>> = planned
+        .iter()
+        .map(|p| Part {
+            input: p.input,
+            datatype: p.datatype,
+            count: p.count,
+            bytes: p.bytes,
+        })
+        .collect();
     let payload = gather(&parts, binary)?;
 
     let mut binary_out = false;
@@ -128,19 +237,9 @@ pub(super) fn decode(
             others.push((key, value.to_string()));
         }
     }
-    // A model takes no parameters: any other is refused with the usual sentence.
-    let params = params_from_pairs(&d.params, others.iter().map(|(k, v)| (*k, v.as_str())))
-        .map_err(|e| e.to_string())?;
+    let params = params(d, others.iter().map(|(k, v)| (*k, v.as_str())))?;
     for output in req.outputs.iter().flatten() {
-        if !t.outputs.iter().any(|s| s.name == output.name) {
-            let names: Vec<&str> = t.outputs.iter().map(|s| s.name.as_str()).collect();
-            return Err(format!(
-                "model {} has no output {}; its outputs are {}",
-                d.name,
-                output.name,
-                names.join(", ")
-            ));
-        }
+        check_output(d, t, &output.name)?;
         if let Some(flag) = output
             .parameters
             .as_ref()
@@ -151,10 +250,7 @@ pub(super) fn decode(
                 .ok_or("output parameter binary_data must be a boolean")?;
         }
     }
-    let shapes = Shapes {
-        tensors: t.clone(),
-        batch: batch.unwrap_or(1) as usize,
-    };
+    let shapes = Shapes::new(t, batch);
     Ok(InferCall {
         params,
         payload,
@@ -171,27 +267,19 @@ pub(super) fn encode(
     output: &[u8],
     dst: &mut Vec<u8>,
 ) -> Option<usize> {
-    let t = &shapes.tensors;
     let mut head = Map::new();
     if let Some(id) = &reply.id {
         head.insert("id".into(), Value::from(id.as_str()));
     }
     head.insert("model_name".into(), Value::from(model));
     head.insert("model_version".into(), Value::from(VERSION));
-    let mut tensors = Vec::with_capacity(t.outputs.len());
-    let mut slices = Vec::with_capacity(t.outputs.len());
-    let mut offset = 0;
-    for spec in &t.outputs {
-        let len = spec.item_bytes() * shapes.batch;
-        // The session checked every output's size; a short output gives short tensors.
-        let bytes = output
-            .get(offset..offset + len)
-            .unwrap_or(output.get(offset.min(output.len())..).unwrap_or(&[]));
-        offset += len;
+    let mut tensors = Vec::with_capacity(shapes.tensors.outputs.len());
+    let mut slices = Vec::with_capacity(shapes.tensors.outputs.len());
+    for (spec, shape, bytes) in shapes.outputs(output) {
         let mut tensor = Map::new();
         tensor.insert("name".into(), Value::from(spec.name.as_str()));
         tensor.insert("datatype".into(), Value::from(spec.datatype.name()));
-        tensor.insert("shape".into(), Value::from(t.shape(spec, shapes.batch)));
+        tensor.insert("shape".into(), Value::from(shape));
         if reply.binary {
             let mut p = Map::new();
             p.insert("binary_data_size".into(), Value::from(bytes.len()));

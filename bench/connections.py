@@ -141,7 +141,8 @@ def worker(index, args, count, first, out_q, go_evt, stop_evt):
         "opened": len(socks), "errors": errors, "alive": len(alive),
         "open_seconds": elapsed, "verdicts": counts,
     }))
-    # Idle until the parent has measured, then drive a few connections.
+    # Idle until the parent has measured (and, with --hold-until, until the active
+    # load of bench/connections.sh is over), then drive a few connections.
     go_evt.wait(max(0.1, deadline - time.monotonic()))
     ok = failed = 0
     active = [(s, p) for s, p in alive][: args.active_per_worker]
@@ -184,6 +185,10 @@ def main():
     p.add_argument("--only", choices=["http", "rac"], help="one protocol instead of half each")
     p.add_argument("--settle", type=float, default=1.0)
     p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--ready-file", help="written (JSON: RSS, accepted) once the idle "
+                   "connections are open and the node's RSS measured")
+    p.add_argument("--hold-until", help="keep the connections idle until this file "
+                   "exists (or --timeout), then drive and check them")
     args = p.parse_args()
 
     rss_before = rss_kib(args.node_pid)
@@ -208,6 +213,16 @@ def main():
     # Let the node settle its accepts, then measure idle RSS.
     time.sleep(0.5)
     rss_idle = rss_kib(args.node_pid)
+    if args.ready_file:
+        # The idle connections are open and measured: the caller may start its load
+        # now, and says it is over by creating --hold-until.
+        with open(args.ready_file + ".tmp", "w") as f:
+            json.dump({"rss_before_kib": rss_before, "rss_idle_kib": rss_idle,
+                       "accepted": sum(r["alive"] for r in opened.values())}, f)
+        os.rename(args.ready_file + ".tmp", args.ready_file)
+    if args.hold_until:
+        while not os.path.exists(args.hold_until) and time.monotonic() < deadline:
+            time.sleep(0.1)
     go_evt.set()
     driven = {}
     while len(driven) < len(procs):

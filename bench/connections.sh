@@ -1,21 +1,37 @@
 #!/usr/bin/env bash
-# Many idle connections to one node: memory per idle connection, accept rate, and
-# refusals at the configured bound (issue 15). Loopback only; stops by itself.
+# Many connections to one node, most idle, some busy (issue 15): memory per idle
+# connection, the latency and calls/s of the busy ones against the same load over 64
+# connections, accept rate, and refusals at the configured bound. Loopback only; stops
+# by itself.
 #
-#   bench/connections.sh                 18,000 connections, half HTTP half RAC, bound 19,000
-#   CONNS=2000 BOUND=1500 bench/connections.sh   also exercises the refusals at the bound
+#   bench/connections.sh                 18,000 connections (13,000 idle + 5,000 active)
+#   ACTIVE=0 CONNS=2000 BOUND=1500 bench/connections.sh   refusals at the bound, idle only
 #
 # What it does: starts netaccel-node (release; built when missing) on free ports with
-# `connections_max = BOUND` and a long idle timeout, opens CONNS connections from PROCS
-# client processes (bench/connections.py, each from its own loopback source address
-# 127.0.0.x), keeps them idle, measures the node's RSS, then drives ACTIVE_PER_PROC
-# connections of each process with CALLS sequential calls (HTTP GET /health, RAC echo)
-# and checks every idle one is still open. Prints the JSON result and a Markdown row.
+# `connections_max = BOUND` and a long idle timeout, then
+# 1. opens CONNS - ACTIVE connections (alternately HTTP and RAC) from PROCS client
+#    processes (bench/connections.py, each from its own loopback source address
+#    127.0.0.x), keeps them idle and reads the node's RSS: RSS per idle connection;
+# 2. with those held open, runs ROUNDS rounds of the active load, each round both
+#    ways in alternating order: ACTIVE connections (half HTTP `GET /health`, half RAC
+#    echo of SIZE bytes, one netaccel-bench process per protocol, open loop at RATE
+#    calls/s in all, constant spacing) and the same RATE over 64 connections (32 + 32).
+#    Reported: per protocol the median over rounds of p50, p99 and calls/s, and the
+#    ratios ACTIVE/64 (goals: p99 <= 2x, calls/s >= 80 %);
+# 3. drives ACTIVE_PER_PROC of the idle connections per process with CALLS sequential
+#    calls and checks every other one is still open.
+# The client (netaccel-bench, crates/bench) is compiled: Python clients cannot keep
+# thousands of connections busy at a useful rate on two cores.
 #
 # Environment:
-#   CONNS [18000]  BOUND [19000]  PROCS [8]  ACTIVE_PER_PROC [8]  CALLS [20]
-#   IO_THREADS [1]  TIMEOUT [180] (seconds, whole client run)
-#   NODE_BIN [target/release/netaccel-node]  HTTP_PORT, RAC_PORT [free ports]
+#   CONNS [18000]  ACTIVE [5000]  BOUND [19000]  PROCS [8]  ACTIVE_PER_PROC [8]
+#   CALLS [20]  RATE [10000] (calls/s, both protocols together)  SIZE [64]
+#   ROUNDS [3]  DURATION [5] (s per measurement)  WARMUP [3] (s before it: the
+#   connections are opened then, and latency of an open loop counts from the
+#   intended send time, so a shorter warm-up charges the connects to the calls)
+#   IO_THREADS [1]  TIMEOUT [180 + the active rounds] (seconds, whole client run)
+#   NODE_BIN [target/release/netaccel-node]  BENCH_BIN [target/release/netaccel-bench]
+#   HTTP_PORT, RAC_PORT [free ports]
 #
 # The per-process open-file cap applies to the node: CONNS above what its hard limit
 # allows are refused by the kernel (EMFILE at accept), not by the node's bound.
@@ -28,20 +44,26 @@ HOST=127.0.0.1
 source "$HERE/lib.sh"
 
 CONNS=${CONNS:-18000}
+ACTIVE=${ACTIVE:-5000}
 BOUND=${BOUND:-19000}
 PROCS=${PROCS:-8}
 ACTIVE_PER_PROC=${ACTIVE_PER_PROC:-8}
 CALLS=${CALLS:-20}
+RATE=${RATE:-10000}
+SIZE=${SIZE:-64}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-5}
+WARMUP=${WARMUP:-3}
 IO_THREADS=${IO_THREADS:-1}
-TIMEOUT=${TIMEOUT:-180}
+TIMEOUT=${TIMEOUT:-$((180 + ROUNDS * 2 * (DURATION + WARMUP + 3)))}
 NODE_BIN=${NODE_BIN:-$ROOT/target/release/netaccel-node}
+BENCH_BIN=${BENCH_BIN:-$ROOT/target/release/netaccel-bench}
 HTTP_PORT=${HTTP_PORT:-}
 RAC_PORT=${RAC_PORT:-}
+((ACTIVE < CONNS)) || die "ACTIVE ($ACTIVE) must be below CONNS ($CONNS)"
+((ACTIVE == 0 || ACTIVE >= 64)) || die "ACTIVE must be 0 or at least 64"
 
-if [[ ! -x "$NODE_BIN" ]]; then
-    log "netaccel-node missing: cargo build --release -p netaccel-node"
-    (cd "$ROOT" && cargo build --release -p netaccel-node >&2) || die "cargo build failed"
-fi
+build_release_bins
 pick_ports HTTP_PORT RAC_PORT
 RUN_DIR=$(mktemp -d)
 NODE_PID=
@@ -63,17 +85,71 @@ NODE_PID=$!
 server_up netaccel-node "$NODE_PID" "$RAC_PORT" "$RUN_DIR/node.log" || die "the node did not come up"
 server_up netaccel-node "$NODE_PID" "$HTTP_PORT" "$RUN_DIR/node.log" || die "the node did not come up"
 
-log "opening $CONNS connections (bound $BOUND) from $PROCS processes"
+IDLE=$((CONNS - ACTIVE))
+log "opening $IDLE idle connections (bound $BOUND) from $PROCS processes"
 timeout "$((TIMEOUT + 30))" python3 "$HERE/connections.py" --host "$HOST" \
     --http-port "$HTTP_PORT" --rac-port "$RAC_PORT" --node-pid "$NODE_PID" \
-    --conns "$CONNS" --procs "$PROCS" --active-per-worker "$ACTIVE_PER_PROC" \
-    --calls "$CALLS" --timeout "$TIMEOUT" >"$RUN_DIR/result.json"
+    --conns "$IDLE" --procs "$PROCS" --active-per-worker "$ACTIVE_PER_PROC" \
+    --calls "$CALLS" --timeout "$TIMEOUT" \
+    --ready-file "$RUN_DIR/ready.json" --hold-until "$RUN_DIR/done" >"$RUN_DIR/result.json" &
+CLIENT_PID=$!
+deadline=$((SECONDS + TIMEOUT))
+until [[ -e "$RUN_DIR/ready.json" ]]; do
+    kill -0 "$CLIENT_PID" 2>/dev/null || die "the connection client ended early"
+    ((SECONDS < deadline)) || die "the idle connections were not open in time"
+    sleep 0.2
+done
+log "idle: $(cat "$RUN_DIR/ready.json")"
+
+# One measurement: the RATE over CONNS_NOW connections, half HTTP half RAC, at once.
+active_load() {
+    local conns_now=$1 label=$2 half=$(($1 / 2)) rate_half
+    rate_half=$(awk -v r="$RATE" 'BEGIN { print r / 2 }')
+    "$BENCH_BIN" run "http://$HOST:$HTTP_PORT/health" -c "$half" -t 1 -r "$rate_half" \
+        -d "$DURATION" -w "$WARMUP" --quiet --label "http $label" --json "$RUN_DIR/$label.http.json" >/dev/null &
+    local hp=$!
+    "$BENCH_BIN" run "rac://$HOST:$RAC_PORT/echo" -s "$SIZE" -c "$half" -t 1 -r "$rate_half" \
+        -d "$DURATION" -w "$WARMUP" --quiet --label "rac $label" --json "$RUN_DIR/$label.rac.json" >/dev/null &
+    local rp=$!
+    wait "$hp" || die "netaccel-bench (HTTP, $conns_now connections) failed"
+    wait "$rp" || die "netaccel-bench (RAC, $conns_now connections) failed"
+}
+if ((ACTIVE > 0)); then
+    for round in $(seq 1 "$ROUNDS"); do
+        if ((round % 2)); then order="64 $ACTIVE"; else order="$ACTIVE 64"; fi
+        for n in $order; do
+            log "round $round: $RATE calls/s over $n connections"
+            active_load "$n" "r$round-c$n"
+        done
+    done
+fi
+touch "$RUN_DIR/done"
+wait "$CLIENT_PID" || die "the connection client failed"
 cat "$RUN_DIR/result.json"
 metric=$(curl -s "http://$HOST:$HTTP_PORT/metrics" | grep '^netaccel_connections_refused_total' || true)
 log "node metrics: ${metric:-no netaccel_connections_refused_total}"
-python3 - "$RUN_DIR/result.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
+python3 - "$RUN_DIR" "$ACTIVE" "$ROUNDS" "$RATE" <<'PY'
+import glob, json, os, statistics, sys
+run_dir, active, rounds, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if active:
+    print(f"| {rate} calls/s, open loop | connections | p50 µs | p99 µs | calls/s | errors |")
+    print("|---|---:|---:|---:|---:|---:|")
+    med = {}
+    for proto in ("http", "rac"):
+        for n in (64, active):
+            rows = []
+            for f in sorted(glob.glob(os.path.join(run_dir, f"r*-c{n}.{proto}.json"))):
+                sc = json.load(open(f))["scenarios"][0]
+                rows.append((sc["latency"]["p50_ns"], sc["latency"]["p99_ns"], sc["calls_per_s"],
+                             sum(sc["errors"].values())))
+            m = [statistics.median(col) for col in zip(*rows)]
+            med[proto, n] = m
+            print(f"| {proto} | {n} | {m[0]/1000:.1f} | {m[1]/1000:.1f} | {m[2]:,.0f} | {sum(r[3] for r in rows)} |")
+    for proto in ("http", "rac"):
+        big, small = med[proto, active], med[proto, 64]
+        print(f"{proto}: {active} vs 64 connections (medians of {rounds} rounds): "
+              f"p99 {big[1]/small[1]:.2f}x (goal <= 2x), calls/s {100*big[2]/small[2]:.0f} % (goal >= 80 %)")
+r = json.load(open(os.path.join(run_dir, "result.json")))
 print("| connections | accepted | refused (503 / BUSY / closed) | accept rate | RSS idle / before | per idle connection | active ok / failed |")
 print("|---:|---:|---|---:|---|---:|---|")
 print(f"| {r['opened']} | {r['accepted']} | {r['refused_http_503']} / {r['refused_rac_busy']} / {r['refused_closed']} "

@@ -428,6 +428,8 @@ fn open(
     protocol: Protocol,
 ) -> Option<(TcpStream, ConnectionGuard)> {
     let _ = stream.set_nodelay(true);
+    // An idle connection must wait for input without holding a read buffer.
+    crate::netio::forget_assumed_readiness(&stream);
     let Some(guard) = ConnectionGuard::open(node, protocol) else {
         if protocol == Protocol::Http {
             node.http_requests(503).inc();
@@ -444,14 +446,20 @@ fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Proto
     };
     let tenant = node.tenants.anonymous();
     let node = Arc::clone(node);
-    tokio::spawn(async move {
-        match protocol {
-            Protocol::Http => crate::http::serve(node, stream, peer, tenant).await,
-            Protocol::Rac => crate::rac::serve(node, stream, peer, tenant, false).await,
-            Protocol::Grpc => unreachable!("gRPC connections are accepted by crate::grpc"),
-        }
-        drop(guard);
-    });
+    // One task type per front end: a single async block matching on the protocol
+    // would be as large as the larger front end's future, and every idle HTTP
+    // connection's task would carry RAC's room (issue 15).
+    match protocol {
+        Protocol::Http => tokio::spawn(async move {
+            crate::http::serve(node, stream, peer, tenant).await;
+            drop(guard);
+        }),
+        Protocol::Rac => tokio::spawn(async move {
+            crate::rac::serve(node, stream, peer, tenant, false).await;
+            drop(guard);
+        }),
+        Protocol::Grpc => unreachable!("gRPC connections are accepted by crate::grpc"),
+    };
 }
 
 /// A connection on a TLS listener: its own task (so a plain connection's task does

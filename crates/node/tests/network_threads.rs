@@ -144,7 +144,7 @@ fn a_long_inline_call_holds_only_its_own_network_thread() {
         }
     }
     let latency = served_meanwhile.expect(
-        "the long call ended before any probe was served beside it: make HOLD_TARGET longer",
+        "no connection was served while the long call ran: its thread held the others too (or the call was too short to catch; HOLD_TARGET)",
     );
 
     let (r, held) = holder.join().unwrap();

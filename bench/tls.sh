@@ -19,8 +19,9 @@
 #   - calls: wrk -t1 (Debian's wrk speaks TLS through OpenSSL), POST 64 B to
 #     /v1/fn/to_uppercase, -c1 and -c16, plain and TLS alternating each round. The
 #     node's CPU per call (utime+stime of /proc/PID/stat, all its threads, before and
-#     after the run, over the calls wrk completed) is reported beside: at 16
-#     connections wrk's own TLS work on its one core can be what limits calls/s.
+#     after the run, over the calls wrk completed) is reported beside, and so is wrk's
+#     own CPU per call: at 16 connections both cores are full, and wrk's TLS work
+#     (OpenSSL) on its one core limits calls/s as much as the node's does.
 # Each figure is the median over ROUNDS rounds.
 #
 # Environment (defaults in brackets):
@@ -128,20 +129,30 @@ handshakes() { # mode port -> "p50 p99 reused node_cpu_us_per_connection"
     echo "$out $(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$HANDSHAKES" 'BEGIN { printf "%.1f", d / hz * 1e6 / n }')"
 }
 
-calls() { # url conns -> "p50 p99 rps cpu_us_per_call"
-    local t0 t1
+calls() { # url conns -> "p50 p99 rps node_cpu_us_per_call client_cpu_us_per_call"
+    local t0 t1 client
     t0=$(cpu_ticks)
+    # wrk's own CPU time (utime+stime, in clock ticks) read from /proc as it ends: on
+    # loopback the client's share matters as much as the node's when both cores are full.
     taskset -c "$CLIENT_CPU" "${PRIO_CMD[@]}" wrk -t1 -c"$2" -d"${DURATION}s" \
-        -s "$HERE/wrk/post64.lua" "$1" >"$work/wrk.out"
+        -s "$HERE/wrk/post64.lua" "$1" >"$work/wrk.out" &
+    local wrk_pid=$! last=0 now
+    while now=$(awk '{ print $14 + $15 }' "/proc/$wrk_pid/stat" 2>/dev/null); do
+        last=$now
+        sleep 0.05
+    done
+    wait "$wrk_pid"
+    client=$last
     t1=$(cpu_ticks)
-    awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" '
+    awk -v d=$((t1 - t0)) -v c="$client" -v hz="$CLK_TCK" '
         /^BENCH/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
         END { if (v["errors_status"] + v["errors_read"] + v["errors_connect"] > 0) exit 1
-              printf "%s %s %s %.2f\n", v["p50_us"], v["p99_us"], v["rps"], d / hz * 1e6 / v["requests"] }' \
+              printf "%s %s %s %.2f %.2f\n", v["p50_us"], v["p99_us"], v["rps"], d / hz * 1e6 / v["requests"],
+                  c / hz * 1e6 / v["requests"] }' \
         "$work/wrk.out"
 }
 
-log "node pinned to cpu $SERVER_CPU (1 network thread), clients to cpu $CLIENT_CPU, priority $PRIO; $ROUNDS rounds"
+log "node pinned to cpu $SERVER_CPU (1 network thread), clients to cpu $CLIENT_CPU, priority $PRIO; $ROUNDS rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 DURATION=$WARMUP calls "$plain" 16 >/dev/null
 DURATION=$WARMUP calls "$tls" 16 >/dev/null
 for ((r = 0; r < ROUNDS; r++)); do
@@ -159,7 +170,7 @@ for ((r = 0; r < ROUNDS; r++)); do
             [[ $which == tls ]] && url=$tls
             out=$(calls "$url" "$conns") || die "wrk reported errors for $which -c$conns"
             echo "$out" >>"$work/calls-$which-$conns"
-            log "round $((r + 1)) $which -c$conns: p50 p99 (us) calls/s node-CPU-us/call = $out"
+            log "round $((r + 1)) $which -c$conns: p50 p99 (us) calls/s node-CPU-us/call client-CPU-us/call = $out"
         done
     done
 done
@@ -174,19 +185,20 @@ for mode in tcp full resumed; do
 done
 echo "resumed handshakes the client saw per run: $(col hs-resumed 3) of $HANDSHAKES; the node counted $resumed in all"
 echo
-printf '%-30s %9s %9s %10s %9s %14s\n' "64 B to_uppercase, keep-alive" "p50 us" "p99 us" "calls/s" "vs plain" "node CPU us/call"
+printf '%-30s %9s %9s %10s %9s %14s %16s\n' "64 B to_uppercase, keep-alive" "p50 us" "p99 us" "calls/s" "vs plain" "node CPU us/call" "client CPU us/call"
 status=0
 for conns in 1 16; do
     base=$(col "calls-plain-$conns" 3)
     for which in plain tls; do
         rps=$(col "calls-$which-$conns" 3)
         ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN { printf "%.0f %%", 100 * a / b }')
-        printf '%-30s %9s %9s %10.0f %9s %14s\n' "$which, $conns conn" "$(col "calls-$which-$conns" 1)" \
-            "$(col "calls-$which-$conns" 2)" "$rps" "$ratio" "$(col "calls-$which-$conns" 4)"
+        printf '%-30s %9s %9s %10.0f %9s %14s %16s\n' "$which, $conns conn" "$(col "calls-$which-$conns" 1)" \
+            "$(col "calls-$which-$conns" 2)" "$rps" "$ratio" "$(col "calls-$which-$conns" 4)" "$(col "calls-$which-$conns" 5)"
         if [[ $which == tls ]] && awk -v a="$rps" -v b="$base" 'BEGIN { exit !(a < 0.8 * b) }'; then
             log "TLS at $conns connections is below 80 % of plain"
             status=1
         fi
     done
 done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [[ "$STRICT" == 1 ]]; then exit "$status"; fi

@@ -40,6 +40,12 @@ pub struct ProtocolLabel {
     pub protocol: String,
 }
 
+/// A network thread, by its index (`net-0` is thread `0`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ThreadLabel {
+    pub thread: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProtocolCodeLabel {
     pub protocol: String,
@@ -67,6 +73,7 @@ pub struct Metrics {
     accel_latency_seconds: Family<AccelLabel, Histogram, fn() -> Histogram>,
     connections_open: Family<ProtocolLabel, Gauge>,
     connections_refused: Family<ProtocolLabel, Counter>,
+    connections_accepted: Family<ThreadLabel, Counter>,
     requests: Family<ProtocolCodeLabel, Counter>,
     busy_refusals: Family<ProtocolLabel, Counter>,
     /// Bytes of request bodies held by the node right now.
@@ -101,6 +108,7 @@ impl Metrics {
             accel_latency_seconds: Family::new_with_constructor(seconds_histogram),
             connections_open: Family::default(),
             connections_refused: Family::default(),
+            connections_accepted: Family::default(),
             requests: Family::default(),
             busy_refusals: Family::default(),
             body_memory_bytes: Gauge::default(),
@@ -172,6 +180,11 @@ impl Metrics {
             "connections_refused",
             "Connections refused at accept because the node held connections_max already",
             m.connections_refused.clone(),
+        );
+        r.register(
+            "connections_accepted",
+            "HTTP and RAC connections (plain and TLS) accepted, by the network thread whose SO_REUSEPORT listener the kernel gave them to",
+            m.connections_accepted.clone(),
         );
         r.register(
             "requests",
@@ -261,6 +274,16 @@ impl Metrics {
         self.connections_refused
             .get_or_create(&ProtocolLabel {
                 protocol: protocol.to_string(),
+            })
+            .clone()
+    }
+
+    /// Connections network thread `thread` accepted (its share of the kernel's
+    /// SO_REUSEPORT spread).
+    pub fn connections_accepted(&self, thread: usize) -> Counter {
+        self.connections_accepted
+            .get_or_create(&ThreadLabel {
+                thread: thread.to_string(),
             })
             .clone()
     }

@@ -68,11 +68,9 @@ pub fn start(mut config: Config) -> Result<Running, String> {
                 grpc: grpc.pop(),
                 grpc_tls: grpc_tls.pop(),
             };
-            // One network thread (the first) also rolls the refusal log's windows.
-            let roll_logs = i == 0;
             std::thread::Builder::new()
                 .name(format!("net-{i}"))
-                .spawn(move || network_thread(node, listeners, roll_logs))
+                .spawn(move || network_thread(node, listeners, i))
                 .map_err(|e| format!("cannot start network thread: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -327,7 +325,12 @@ async fn accept_optional(listener: &Option<TcpListener>) -> io::Result<(TcpStrea
     }
 }
 
-fn network_thread(node: Arc<Node>, listeners: Listeners, roll_logs: bool) {
+/// Network thread `index` (`net-{index}`): accepts on its own listeners and serves
+/// the connections the kernel gave them, all on this thread.
+fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
+    // One network thread (the first) also rolls the refusal log's windows.
+    let roll_logs = index == 0;
+    let accepted_here = node.metrics.connections_accepted(index);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -363,6 +366,9 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, roll_logs: bool) {
                 }
                 _ = shutdown.changed() => break,
             };
+            if accepted.is_ok() {
+                accepted_here.inc();
+            }
             match accepted {
                 Ok((stream, peer)) if tls => accept_tls(&node, stream, peer, protocol),
                 Ok((stream, peer)) => accept(&node, stream, peer, protocol),

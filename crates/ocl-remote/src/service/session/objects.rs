@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use prometheus_client::metrics::gauge::Gauge;
+use crate::service::metrics::Gauge;
 
 use crate::cl::{self, ClInt};
 use crate::service::{programs, Real};
@@ -223,7 +223,9 @@ mod tests {
     #[test]
     fn a_lookup_fails_with_the_error_of_the_kind_asked_for() {
         let real = Real::new(std::ptr::NonNull::dangling().as_ptr(), no_release);
-        let quota = Quota::new(4, Gauge::default());
+        let page = Arc::new(crate::service::metrics::MetricsPage::create().unwrap());
+        let metrics = crate::service::metrics::Metrics::new(&page, 0);
+        let quota = Quota::new(4, metrics.client_buffer_bytes.clone());
         let mut objects = Objects::default();
         objects.insert(
             1,

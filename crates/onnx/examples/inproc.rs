@@ -26,7 +26,7 @@ fn main() -> Result<(), String> {
         .into_iter()
         .find(|f| f.name == *name)
         .ok_or(format!("no model {name} in {repo}"))?;
-    let model = found.into_model(256)?;
+    let model = found.into_model(256, &netaccel_onnx::Engines::default())?;
     let bytes = model.tensors().expect("a model").input_item_bytes() * batch;
     let payload: Vec<u8> = b"abcdefghijklmnopqrstuvwxyz"
         .iter()

@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # The digits CNN (models/digits) over RAC against onnxruntime in process on the same
-# core: calls/s and p50 for one image and for a batch of 64. Goal: the node's calls/s
-# at least 80 % of onnxruntime's. Method and figures: docs/benchmarks.md ("The digits
-# CNN over RAC").
+# core: calls/s and p50 for one image and for a batch of 64, for each of the node's
+# two engines. Goal: the node's calls/s at least 80 % of onnxruntime's. Method and
+# figures: docs/benchmarks.md ("The digits CNN over RAC").
 #
-#   onnxruntime   bench/cnn/ort_inproc.py: one thread, sequential, in process (floor)
-#   tract         crates/onnx/examples/inproc.rs: the node's engine in process, no
-#                 network (a slot's session, as the node runs it)
-#   RAC, 1        netaccel-bench rac://…/ID (the model's id), one connection, 1 call in flight:
-#                 latency, and calls/s of one closed-loop client
-#   RAC, P        the same with INFLIGHT calls in flight: what the node's one core
-#                 sustains (the comparison with the in-process floor's calls/s)
+#   onnxruntime (Python)  bench/cnn/ort_inproc.py: one thread, sequential, in process
+#                         (the floor the goal is measured against)
+#   tract, onnxruntime    crates/onnx/examples/inproc.rs: each engine of the node in
+#                         process, no network (a slot's session, as the node runs it)
+#   RAC ENGINE, 1         netaccel-bench rac://…/ID (the model's id), one connection, 1
+#                         call in flight: latency, and one closed-loop client's calls/s
+#   RAC ENGINE, P         the same with INFLIGHT calls in flight: what the node's one
+#                         core sustains (the comparison with the floor's calls/s)
+#   RAC echo, 1 / P       the built-in echo with the same request size: the node's own
+#                         cost of a RAC call with no model (the transport floor; echo
+#                         answers as many bytes as it gets, the model 40 per image)
+#
+# The repository the node serves is made in the run's folder: the committed digits
+# model twice, as `digits` (tract) and `digits_ort` (backend = "onnxruntime", the
+# library of the onnxruntime wheel, or ORT_LIB).
 #
 # Everything that computes (onnxruntime, tract, the node with one network thread and
 # its slot workers) is pinned to SERVER_CPU; netaccel-bench to CLIENT_CPU. The node
@@ -28,6 +36,7 @@
 #   SERVER_CPU [0]  CLIENT_CPU [1]  PRIO [auto]: rt (chrt -f 50, root), nice, none
 #   KEEP_AWAKE [1]  OUT_DIR [bench/out]  UPDATE_DOCS [1]
 #   NODE_BIN BENCH_BIN [target/release/…]  (built when missing)
+#   ORT_LIB [the onnxruntime wheel's capi/libonnxruntime.so*]
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -50,6 +59,8 @@ MODEL=$ROOT/models/digits/1/model.onnx
 choose_prio
 build_release_bins
 python3 -c "import onnxruntime, numpy" 2>/dev/null || die "onnxruntime and numpy are needed (pip install onnxruntime)"
+ORT_LIB=${ORT_LIB:-$(python3 -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so*")))[0])')} ||
+    die "no libonnxruntime.so in the onnxruntime wheel: set ORT_LIB"
 log "building the tract in-process runner (release)"
 (cd "$ROOT" && cargo build --release -q -p netaccel-onnx --example inproc) || die "cargo build --example inproc failed"
 INPROC=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
@@ -65,35 +76,49 @@ cleanup() {
 }
 trap cleanup EXIT
 
+REPO=$RUN_DIR/models
+mkdir -p "$REPO/digits/1" "$REPO/digits_ort/1"
+cp "$ROOT/models/digits/config.toml" "$REPO/digits/"
+cp "$MODEL" "$REPO/digits/1/"
+cp "$MODEL" "$REPO/digits_ort/1/"
+{ echo 'backend = "onnxruntime"'; cat "$ROOT/models/digits/config.toml"; } >"$REPO/digits_ort/config.toml"
 pick_ports HTTP_PORT RAC_PORT
-printf 'slot_worker_policy = "normal"\nslot_worker_nice = 0\nmodels_dir = "%s"\n' "$ROOT/models" >"$RUN_DIR/node.toml"
+printf 'slot_worker_policy = "normal"\nslot_worker_nice = 0\nmodels_dir = "%s"\nonnxruntime_library = "%s"\n' \
+    "$REPO" "$ORT_LIB" >"$RUN_DIR/node.toml"
 taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$NODE_BIN" --config "$RUN_DIR/node.toml" \
     --http "$HOST:$HTTP_PORT" --rac "$HOST:$RAC_PORT" --io-threads 1 --log-level warn \
     >"$RUN_DIR/node.log" 2>&1 &
 node_pid=$!
 server_up netaccel-node "$node_pid" "$HTTP_PORT" "$RUN_DIR/node.log" || exit 1
 # netaccel-bench names a RAC accelerator that is not a built-in by its id.
-DIGITS_ID=$(curl -s "http://$HOST:$HTTP_PORT/v1/accelerators" |
-    python3 -c 'import json, sys; print(next(a["id"] for a in json.load(sys.stdin) if a["name"] == "digits"))') ||
-    die "the node does not list the digits model (see $RUN_DIR/node.log)"
+model_id() {
+    curl -s "http://$HOST:$HTTP_PORT/v1/accelerators" |
+        python3 -c 'import json, sys; print(next(a["id"] for a in json.load(sys.stdin) if a["name"] == sys.argv[1]))' "$1" ||
+        die "the node does not list the model $1 (see $RUN_DIR/node.log)"
+}
+TRACT_ID=$(model_id digits) || exit 1
+ORT_ID=$(model_id digits_ort) || exit 1
+declare -A TARGET=([tract]=$TRACT_ID [onnxruntime]=$ORT_ID [echo]=echo)
 
 # One JSON line per measurement: {"what","batch","round","calls_per_s","p50_us",…}.
 results="$RUN_DIR/results.jsonl"
-rac() { # BATCH INFLIGHT ROUND
-    local size=$(($1 * 256)) file="$RUN_DIR/rac-b$1-p$2-r$3.json"
-    timeout 600 "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$BENCH_BIN" run "rac://$HOST:$RAC_PORT/$DIGITS_ID" \
+rac() { # ENGINE BATCH INFLIGHT ROUND
+    local what=$1
+    shift
+    local size=$(($1 * 256)) file="$RUN_DIR/rac-$what-b$1-p$2-r$3.json"
+    timeout 600 "${PRIO_CMD[@]}" taskset -c "$CLIENT_CPU" "$BENCH_BIN" run "rac://$HOST:$RAC_PORT/${TARGET[$what]}" \
         --size "$size" --conns 1 --inflight "$2" --calls "$CALLS" --warmup "$WARMUP" \
-        --label "RAC b$1 p$2" --note "node on CPU $SERVER_CPU" --json "$file" --quiet >/dev/null 2>>"$RUN_DIR/bench.log" ||
+        --label "RAC $what b$1 p$2" --note "node on CPU $SERVER_CPU" --json "$file" --quiet >/dev/null 2>>"$RUN_DIR/bench.log" ||
         die "netaccel-bench failed (see $RUN_DIR/bench.log)"
-    python3 - "$file" "$1" "$2" "$3" >>"$results" <<'PY'
+    python3 - "$file" "$1" "$2" "$3" "$what" >>"$results" <<'PY'
 import json, sys
-path, batch, inflight, rnd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+path, batch, inflight, rnd, what = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 doc = json.load(open(path))
 s = doc["scenarios"][0] if "scenarios" in doc else doc
 us = lambda summary, key: summary[key] / 1000 if summary else None
 assert s["ok"] >= s["sent"] * 0.999, f"errors: {s['errors']}"
 print(json.dumps({
-    "what": f"RAC, {inflight} in flight", "batch": batch, "round": rnd,
+    "what": f"RAC {what}, {inflight} in flight", "batch": batch, "round": rnd,
     "calls_per_s": s["calls_per_s"], "p50_us": us(s["latency"], "p50_ns"),
     "exec_p50_us": us(s.get("server_exec"), "p50_ns"),
     "queue_p50_us": us(s.get("server_queue"), "p50_ns"),
@@ -102,11 +127,11 @@ PY
 }
 inproc() { # ENGINE BATCH ROUND
     local line
-    if [[ $1 == onnxruntime ]]; then
-        line=$(taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" python3 "$HERE/ort_inproc.py" "$MODEL" "$2" "$CALLS")
-    else
-        line=$(taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$INPROC" "$ROOT/models" digits "$2" "$CALLS")
-    fi
+    case $1 in
+    python) line=$(taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" python3 "$HERE/ort_inproc.py" "$MODEL" "$2" "$CALLS") ;;
+    tract) line=$(taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$INPROC" "$REPO" digits "$2" "$CALLS") ;;
+    onnxruntime) line=$(taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$INPROC" "$REPO" digits_ort "$2" "$CALLS" "$ORT_LIB") ;;
+    esac
     python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d["what"] = sys.argv[2] + " in process"; d["round"] = int(sys.argv[3]); print(json.dumps(d))' \
         "$line" "$1" "$3" >>"$results"
 }
@@ -116,12 +141,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
     for batch in 1 64; do
         log "round $r/$ROUNDS, batch $batch"
         awake_start "$SERVER_CPU,$CLIENT_CPU"
-        inproc onnxruntime "$batch" "$r"
-        inproc tract "$batch" "$r"
-        rac "$batch" 1 "$r"
+        for engine in python tract onnxruntime; do inproc "$engine" "$batch" "$r"; done
+        for engine in tract onnxruntime echo; do rac "$engine" "$batch" 1 "$r"; done
         awake_stop
         # Pipelined: the node's slot worker must not share its CPU with a busy loop.
-        rac "$batch" "$INFLIGHT" "$r"
+        for engine in tract onnxruntime echo; do rac "$engine" "$batch" "$INFLIGHT" "$r"; done
     done
 done
 
@@ -130,7 +154,10 @@ report() {
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 inflight = sys.argv[2]
-order = ["onnxruntime in process", "tract in process", "RAC, 1 in flight", f"RAC, {inflight} in flight"]
+order = ["python in process", "tract in process", "onnxruntime in process"] + [
+    f"RAC {e}, {p} in flight" for p in ("1", inflight) for e in ("tract", "onnxruntime", "echo")]
+label = {"python in process": "onnxruntime in process (Python, the floor)",
+         "tract in process": "tract in process (Rust)", "onnxruntime in process": "onnxruntime in process (Rust, ort)"}
 print("| batch | what | calls/s | images/s | p50 µs | node exec p50 µs | vs onnxruntime calls/s |")
 print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
 for batch in (1, 64):
@@ -141,17 +168,18 @@ for batch in (1, 64):
             continue
         m = lambda k: statistics.median(r[k] for r in sel) if all(r.get(k) is not None for r in sel) else None
         med[what] = (m("calls_per_s"), m("p50_us"), m("exec_p50_us"))
-    floor = med["onnxruntime in process"][0]
+    floor = med["python in process"][0]
     for what, (cps, p50, ex) in med.items():
         ex_s = f"{ex:.1f}" if ex is not None else "–"
-        print(f"| {batch} | {what} | {cps:,.0f} | {cps * batch:,.0f} | {p50:.1f} | {ex_s} | {cps / floor * 100:.0f} % |")
+        print(f"| {batch} | {label.get(what, what)} | {cps:,.0f} | {cps * batch:,.0f} | {p50:.1f} | {ex_s} | {cps / floor * 100:.0f} % |")
 PY
 }
 table="$RUN_DIR/table.md"
 report >"$table"
 {
     echo "bench/cnn/run.sh, $(date -u +%Y-%m-%d), $ROUNDS rounds of $CALLS calls (medians), PRIO=$PRIO;"
-    echo "onnxruntime, tract and the node (1 network thread) on CPU $SERVER_CPU, netaccel-bench on CPU $CLIENT_CPU."
+    echo "onnxruntime, tract and the node (1 network thread) on CPU $SERVER_CPU, netaccel-bench on CPU $CLIENT_CPU; load average $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo "Echo's row: the same request size, answered with as many bytes (the model answers 40 B an image)."
     echo
     cat "$table"
 } >"$OUT_DIR/cnn-$STAMP.md"

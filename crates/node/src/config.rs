@@ -307,6 +307,10 @@ pub struct Config {
     /// model.onnx` per model, each an accelerator the CPU device runs with tract;
     /// refused models are logged and left out.
     pub models_dir: Option<std::path::PathBuf>,
+    /// The ONNX Runtime library (`libonnxruntime.so`) for models whose config says
+    /// `backend = "onnxruntime"`; unset: the `ORT_DYLIB_PATH` variable, else such
+    /// models are refused (logged and left out) naming this key.
+    pub onnxruntime_library: Option<std::path::PathBuf>,
     /// Where OpenCL slots keep built program binaries across restarts (by content
     /// hash); unset: `$XDG_CACHE_HOME/netaccel/opencl-programs`, else
     /// `$HOME/.cache/netaccel/opencl-programs` (none without either variable).
@@ -447,6 +451,7 @@ impl Default for Config {
             devices: Vec::new(),
             accelerators_dir: None,
             models_dir: None,
+            onnxruntime_library: None,
             opencl_program_dir: None,
             simulated_exec_us: 0,
             slot_worker_nice: 10,

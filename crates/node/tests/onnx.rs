@@ -36,7 +36,7 @@ fn in_process(payload: &[u8]) -> Vec<u8> {
         .unwrap();
     let mut out = Vec::new();
     found
-        .into_model(256)
+        .into_model(256, &netaccel_onnx::Engines::default())
         .unwrap()
         .run(&[0; 44], payload, &mut out)
         .unwrap();
@@ -123,8 +123,11 @@ fn the_digits_cnn_is_served_over_every_transport_and_broken_models_are_refused()
             Err(RacError::Status { status, .. }) => assert_eq!(status, Status::BadRequest),
             other => panic!("expected BAD_REQUEST, got {other:?}"),
         }
+        // One image runs on tract's plan for batch 1 (other kernels than a batch of 3:
+        // the same logits but for the last bits), so it is compared with one image in
+        // process.
         let one = c.call(id, [0; 44], batch[..256].to_vec(), 0).await.unwrap();
-        assert_eq!(one.payload, want[..40]);
+        assert_eq!(one.payload, in_process(&batch[..256]));
     });
 
     // v2: the model's names and a batch axis; a shape without it is refused.
@@ -151,5 +154,145 @@ fn the_digits_cnn_is_served_over_every_transport_and_broken_models_are_refused()
     assert_eq!(answer["outputs"][0]["name"], "logits");
     assert_eq!(answer["outputs"][0]["shape"], serde_json::json!([1, 10]));
     let logits: Vec<f32> = serde_json::from_value(answer["outputs"][0]["data"].clone()).unwrap();
-    assert_eq!(f32_bytes(&logits), want[..40]);
+    assert_eq!(f32_bytes(&logits), in_process(&batch[..256]));
+}
+
+/// The `libonnxruntime.so` of the onnxruntime Python wheel (test.sh installs it), or
+/// `None` outside CI when it is not installed (in CI, a failure).
+fn onnxruntime_library() -> Option<PathBuf> {
+    let found = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import glob, os, onnxruntime; \
+             print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), \
+             'capi', 'libonnxruntime.so*')))[0])",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "the onnxruntime Python wheel is not installed; CI needs it (test.sh installs it)"
+        );
+        eprintln!(
+            "skipped: the onnxruntime Python wheel (pip install onnxruntime) is not installed"
+        );
+    }
+    found
+}
+
+/// A repository in `dir` with the digits CNN under `name`, run by ONNX Runtime.
+fn onnxruntime_repository(dir: &Path, name: &str) {
+    std::fs::create_dir_all(dir.join(name).join("1")).unwrap();
+    std::fs::copy(
+        models().join("digits/1/model.onnx"),
+        dir.join(name).join("1/model.onnx"),
+    )
+    .unwrap();
+    let config = std::fs::read_to_string(models().join("digits/config.toml")).unwrap();
+    std::fs::write(
+        dir.join(name).join("config.toml"),
+        format!("backend = \"onnxruntime\"\n{config}"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_onnxruntime_backend_gives_tracts_logits_and_a_missing_library_is_named() {
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("netaccel-onnx-ort-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    onnxruntime_repository(&dir.0, "digits_ort");
+    let models_dir = format!("models_dir = {:?}\n", dir.0.display().to_string());
+
+    // A library that is not there: the model is refused naming the key, the node runs.
+    let missing = dir.0.join("no-such-libonnxruntime.so");
+    let node = TestNode::start_logging(
+        &format!(
+            "{models_dir}onnxruntime_library = {:?}\n",
+            missing.display().to_string()
+        ),
+        &["--log-level", "info"],
+    );
+    let log = node.log();
+    assert!(
+        log.contains("ONNX model refused")
+            && log.contains("onnxruntime_library")
+            && log.contains("no-such-libonnxruntime.so"),
+        "{log}"
+    );
+    let catalog = node.get_json("/v1/accelerators");
+    assert!(!catalog
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["name"] == "digits_ort"));
+    drop(node);
+
+    let Some(library) = onnxruntime_library() else {
+        return;
+    };
+    let node = TestNode::start_logging(
+        &format!(
+            "{models_dir}onnxruntime_library = {:?}\n",
+            library.display().to_string()
+        ),
+        &["--log-level", "info"],
+    );
+    let log = node.log();
+    assert!(
+        log.contains("backend=\"onnxruntime\"") || log.contains("backend=onnxruntime"),
+        "{log}"
+    );
+    let catalog = node.get_json("/v1/accelerators");
+    let id = catalog
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "digits_ort")
+        .unwrap_or_else(|| panic!("digits_ort not served: {log}"))["id"]
+        .as_u64()
+        .unwrap() as u16;
+    let close = |got: &[u8], want: &[u8]| {
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.chunks_exact(4).zip(want.chunks_exact(4)).enumerate() {
+            let (g, w) = (
+                f32::from_le_bytes(g.try_into().unwrap()),
+                f32::from_le_bytes(w.try_into().unwrap()),
+            );
+            assert!(
+                (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                "logit {i}: {g} vs tract's {w}"
+            );
+        }
+    };
+    // One image, a full batch and a size between (tract's symbolic plan) over RAC.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = RacClient::connect(&node.rac_addr.to_string())
+            .await
+            .unwrap();
+        for n in [1, 5, 64] {
+            let batch = images(n);
+            let r = c.call(id, [0; 44], batch.clone(), 0).await.unwrap();
+            close(&r.payload, &in_process(&batch));
+        }
+        match c.call(id, [0; 44], vec![0; 100], 0).await {
+            Err(RacError::Status { status, .. }) => assert_eq!(status, Status::BadRequest),
+            other => panic!("expected BAD_REQUEST, got {other:?}"),
+        }
+    });
+    // /v1/fn too.
+    let batch = images(3);
+    let body_file = node.dir.join("three.bin");
+    std::fs::write(&body_file, &batch).unwrap();
+    let data = format!("@{}", body_file.display());
+    let (status, out) = curl(&["--data-binary", &data, &node.url("/v1/fn/digits_ort")]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
+    close(&out, &in_process(&batch));
 }

@@ -1,7 +1,8 @@
-//! tract in process, no network: the cost of running a repository model alone, for
-//! bench/cnn (is tract or the transport the bottleneck?).
+//! A repository model in process, no network: the cost of running it alone on its
+//! engine (tract, or ONNX Runtime when its config says so), for bench/cnn (is the
+//! engine or the transport the bottleneck?).
 //!
-//! Usage: inproc REPOSITORY MODEL BATCH CALLS
+//! Usage: inproc REPOSITORY MODEL BATCH CALLS [ONNXRUNTIME_LIBRARY]
 //!
 //! Runs CALLS calls of BATCH items, one after the other on this thread, through a
 //! slot's session (as the node runs them), after a warm-up of CALLS/10; prints one
@@ -15,8 +16,10 @@ use accel::Accelerator;
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, repo, name, batch, calls] = args.as_slice() else {
-        return Err("usage: inproc REPOSITORY MODEL BATCH CALLS".into());
+    let (repo, name, batch, calls, library) = match args.as_slice() {
+        [_, repo, name, batch, calls] => (repo, name, batch, calls, None),
+        [_, repo, name, batch, calls, library] => (repo, name, batch, calls, Some(library)),
+        _ => return Err("usage: inproc REPOSITORY MODEL BATCH CALLS [ONNXRUNTIME_LIBRARY]".into()),
     };
     let batch: usize = batch.parse().map_err(|_| "BATCH: a number")?;
     let calls: usize = calls.parse().map_err(|_| "CALLS: a number")?;
@@ -26,7 +29,10 @@ fn main() -> Result<(), String> {
         .into_iter()
         .find(|f| f.name == *name)
         .ok_or(format!("no model {name} in {repo}"))?;
-    let model = found.into_model(256)?;
+    let engines = netaccel_onnx::Engines {
+        onnxruntime_library: library.map(Into::into),
+    };
+    let model = found.into_model(256, &engines)?;
     let bytes = model.tensors().expect("a model").input_item_bytes() * batch;
     let payload: Vec<u8> = b"abcdefghijklmnopqrstuvwxyz"
         .iter()
@@ -50,7 +56,8 @@ fn main() -> Result<(), String> {
     took_ns.sort_unstable();
     let pct = |p: f64| took_ns[((took_ns.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
     println!(
-        "{{\"engine\":\"tract\",\"batch\":{batch},\"calls\":{calls},\"calls_per_s\":{:.1},\"p50_us\":{:.2},\"p99_us\":{:.2}}}",
+        "{{\"engine\":\"{}\",\"batch\":{batch},\"calls\":{calls},\"calls_per_s\":{:.1},\"p50_us\":{:.2},\"p99_us\":{:.2}}}",
+        model.backend().name(),
         calls as f64 / secs,
         pct(0.5),
         pct(0.99)

@@ -6,6 +6,7 @@
 //! same way), and the translation from a Triton configuration is line by line.
 //!
 //! ```toml
+//! backend = "tract"            # or "onnxruntime" (see the crate's docs); default tract
 //! max_batch_size = 64          # 0: no batch axis
 //! [[input]]
 //! name = "image"
@@ -31,10 +32,34 @@ pub const CALL_BYTES_MAX: u64 = 64 << 20;
 /// Largest config file.
 pub const CONFIG_BYTES_MAX: usize = 64 << 10;
 
+/// The engine that runs a model (Triton's `backend`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// tract, built into the node: nothing to install.
+    #[default]
+    Tract,
+    /// ONNX Runtime, from a `libonnxruntime.so` the node loads at start.
+    OnnxRuntime,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 2] = [Backend::Tract, Backend::OnnxRuntime];
+
+    /// The name `config.toml` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Tract => "tract",
+            Backend::OnnxRuntime => "onnxruntime",
+        }
+    }
+}
+
 /// A parsed and checked configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModelConfig {
     pub tensors: Tensors,
+    /// The engine that runs it.
+    pub backend: Backend,
     /// A fixed accelerator id (RAC); `None`: the node assigns one.
     pub id: Option<u16>,
 }
@@ -46,6 +71,8 @@ struct Raw {
     name: Option<String>,
     #[serde(default)]
     id: Option<u16>,
+    #[serde(default)]
+    backend: Option<String>,
     max_batch_size: u32,
     input: Vec<RawTensor>,
     output: Vec<RawTensor>,
@@ -75,6 +102,16 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             ));
         }
     }
+    let backend = match raw.backend.as_deref() {
+        None => Backend::default(),
+        Some(name) => Backend::ALL
+            .into_iter()
+            .find(|b| b.name() == name)
+            .ok_or_else(|| {
+                let known: Vec<_> = Backend::ALL.iter().map(|b| b.name()).collect();
+                format!("backend: `{name}` is not one of {}", known.join(", "))
+            })?,
+    };
     if raw.max_batch_size > BATCH_MAX {
         return Err(format!(
             "max_batch_size: {} is more than {BATCH_MAX}",
@@ -101,6 +138,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
     }
     Ok(ModelConfig {
         tensors: t,
+        backend,
         id: raw.id,
     })
 }
@@ -175,6 +213,9 @@ dims = [10]
         assert_eq!(c.tensors.inputs[0].dims, [1, 8, 8]);
         assert_eq!(c.tensors.outputs[0].datatype, DataType::Fp32);
         assert_eq!(c.id, None);
+        assert_eq!(c.backend, Backend::Tract);
+        let ort = format!("backend = \"onnxruntime\"\n{DIGITS}");
+        assert_eq!(parse("digits", &ort).unwrap().backend, Backend::OnnxRuntime);
         let named = format!("name = \"digits\"\nid = 300\n{DIGITS}");
         assert_eq!(parse("digits", &named).unwrap().id, Some(300));
     }
@@ -185,6 +226,11 @@ dims = [10]
         let with = |from: &str, to: &str| DIGITS.replacen(from, to, 1);
         assert!(err(&format!("name = \"other\"\n{DIGITS}")).contains("folder name"));
         assert!(err(&format!("colour = 1\n{DIGITS}")).contains("unknown field `colour`"));
+        let engine = err(&format!("backend = \"pytorch\"\n{DIGITS}"));
+        assert!(
+            engine.contains("backend: `pytorch` is not one of tract, onnxruntime"),
+            "{engine}"
+        );
         assert!(err(&with("TYPE_FP32", "TYPE_FP64")).contains("data_type `TYPE_FP64`"));
         assert!(err(&with("[1, 8, 8]", "[-1, 8, 8]")).contains("fixed and positive"));
         assert!(err(&with("[1, 8, 8]", "[0, 8, 8]")).contains("fixed and positive"));

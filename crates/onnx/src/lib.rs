@@ -1,11 +1,13 @@
 //! ONNX models as netaccel accelerators.
 //!
 //! A *model repository* is a folder of models laid out as Triton's (`NAME/VERSION/
-//! model.onnx` beside a `config.toml` declaring its tensors and max batch). This
-//! crate reads it ([`repository`]), checks each model against its config, and has
-//! tract (a maintained pure-Rust inference engine) optimise and plan it once
-//! ([`Model`]); a slot then runs calls through a [`Session`] on that one plan (each
-//! call builds tract's small run state anew: it may not cross threads).
+//! model.onnx` beside a `config.toml` declaring its tensors, max batch and engine).
+//! This crate reads it ([`repository`]), checks each model against its config, and
+//! has its engine optimise and plan it once ([`Model`]); a slot then runs calls
+//! through a [`Session`]. Two engines sit behind that one interface: tract (a
+//! maintained pure-Rust engine, built in, the default) and ONNX Runtime
+//! ([`onnxruntime`], loaded from a library the user points the node at), much faster
+//! on small convolutional models; a model's `backend` chooses.
 //!
 //! It knows nothing about sockets, slots or queues: the node lists each model in its
 //! catalog and its CPU device hosts them. It is a crate of its own so that tract,
@@ -17,15 +19,16 @@
 
 pub mod config;
 pub mod model;
+pub mod onnxruntime;
 pub mod repository;
 
-pub use config::ModelConfig;
-pub use model::{Model, Session};
+pub use config::{Backend, ModelConfig};
+pub use model::{Engines, Model, Session};
 pub use repository::{scan, Found, Scan};
 
 impl Found {
-    /// Plans the model found, as accelerator `id`.
-    pub fn into_model(self, id: u16) -> Result<Model, String> {
+    /// Plans the model found, as accelerator `id`, on the engine its config names.
+    pub fn into_model(self, id: u16, engines: &Engines) -> Result<Model, String> {
         Model::new(
             &self.name,
             self.version,
@@ -33,6 +36,7 @@ impl Found {
             &self.onnx,
             &self.config_text,
             self.config,
+            engines,
         )
     }
 }

@@ -1,13 +1,17 @@
-//! One ONNX model: read, checked against its config, optimised and planned by tract
-//! once, then run call after call.
+//! One ONNX model: read, checked against its config, planned once by its engine
+//! (tract, or ONNX Runtime when its config says `backend = "onnxruntime"`), then run
+//! call after call.
 //!
 //! The [`Model`] is the catalog entry (an [`Accelerator`]); each slot that loads it
-//! gets a [`Session`] sharing the one plan. tract's run state holds values that may not
-//! cross threads (and a slot's calls may run on a network thread or on its worker), so
-//! each call builds its own: a vector of the plan's nodes and the constants shared by
-//! reference count, small beside the model's arithmetic (see bench/cnn).
+//! gets a [`Session`]. With tract the sessions share the model's plans: tract's run
+//! state holds values that may not cross threads (and a slot's calls may run on a
+//! network thread or on its worker), so each call builds its own, a vector of the
+//! plan's nodes and the constants shared by reference count, small beside the
+//! model's arithmetic (see bench/cnn). With ONNX Runtime each slot has a session of
+//! its own (see [`crate::onnxruntime`]).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use accel::tensors::{DataType, TensorSpec, Tensors};
@@ -16,27 +20,72 @@ use sha2::{Digest, Sha256};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
 
-use crate::config::ModelConfig;
+use crate::config::{Backend, ModelConfig};
+use crate::onnxruntime;
 
 type Plan = TypedRunnableModel<TypedModel>;
 
 /// Largest `model.onnx` the repository reads.
 pub const MODEL_BYTES_MAX: usize = 256 << 20;
 
+/// What the engines need from the node: set once, for every model.
+#[derive(Clone, Debug, Default)]
+pub struct Engines {
+    /// The ONNX Runtime library (`libonnxruntime.so`) for models whose backend is
+    /// onnxruntime; `None`: the `ORT_DYLIB_PATH` variable, else such models are refused.
+    pub onnxruntime_library: Option<PathBuf>,
+}
+
 /// A model ready to run: the catalog entry.
 pub struct Model {
     descriptor: Descriptor,
     tensors: Tensors,
     version: u64,
-    plan: Arc<Plan>,
+    engine: Engine,
     /// Multiply-accumulates of one item, for the node's work estimate.
     macs_per_item: u64,
 }
 
+/// The engine that runs a model, with what it made at load.
+enum Engine {
+    Tract(Arc<Plans>),
+    /// The file (each slot builds its own session from it), the library, and the
+    /// catalog entry's own session.
+    OnnxRuntime {
+        onnx: Arc<[u8]>,
+        library: Option<PathBuf>,
+        own: onnxruntime::Runner,
+    },
+}
+
+/// tract's plans of one model. tract optimises a graph far better when every dim is a
+/// number: with the batch axis symbolic it resolves shapes op by op on each call and
+/// picks generic kernels (bench/cnn: the digits CNN's p50 went from 22 to 12 µs for
+/// one image, 270 to 244 µs for 64). So the two sizes that matter most, one item and
+/// a full batch, get a plan of their own, made at load; any other batch size runs on
+/// the symbolic plan. At most three plans a model: memory stays bounded whatever the
+/// callers send.
+struct Plans {
+    /// Batch size → its own plan (1 and `max_batch_size`).
+    fixed: Vec<(usize, Plan)>,
+    /// Every other batch size; `None` when the model has no batch axis (its one plan
+    /// is in `fixed`).
+    general: Option<Plan>,
+}
+
+impl Plans {
+    fn for_batch(&self, batch: usize) -> &Plan {
+        match self.fixed.iter().find(|(b, _)| *b == batch) {
+            Some((_, plan)) => plan,
+            None => self.general.as_ref().unwrap_or(&self.fixed[0].1),
+        }
+    }
+}
+
 impl Model {
     /// Builds the model `name` (version `version`) from its ONNX bytes and config, with
-    /// accelerator id `id`. The error says what does not fit; tract's panics on a
-    /// hostile file are caught and reported the same way.
+    /// accelerator id `id`, on the engine its config names. The error says what does
+    /// not fit; tract's panics on a hostile file are caught and reported the same way.
     pub fn new(
         name: &str,
         version: u64,
@@ -44,6 +93,7 @@ impl Model {
         onnx: &[u8],
         config_text: &[u8],
         config: ModelConfig,
+        engines: &Engines,
     ) -> Result<Model, String> {
         if onnx.len() > MODEL_BYTES_MAX {
             return Err(format!(
@@ -52,8 +102,27 @@ impl Model {
             ));
         }
         let tensors = config.tensors;
-        let (plan, macs_per_item) = catch_unwind(AssertUnwindSafe(|| plan(onnx, &tensors)))
-            .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())??;
+        let typed = catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
+            .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
+            .and_then(|r| r);
+        let (engine, macs_per_item) = match config.backend {
+            Backend::Tract => {
+                let (model, macs) = typed?;
+                let plans = catch_unwind(AssertUnwindSafe(|| plans(model, &tensors)))
+                    .map_err(|_| "tract failed on this model (a panic while planning it)")??;
+                (Engine::Tract(Arc::new(plans)), macs)
+            }
+            Backend::OnnxRuntime => {
+                let library = engines.onnxruntime_library.clone();
+                let own = onnxruntime::Runner::new(onnx, &tensors, library.as_deref())?;
+                // ONNX Runtime checked the tensors; tract, when it reads the model too,
+                // counts its work. Else a dense model's estimate: each weight (4 bytes)
+                // one multiply-add per item.
+                let macs = typed.map_or((onnx.len() / 4) as u64, |(_, macs)| macs);
+                let onnx = Arc::from(onnx);
+                (Engine::OnnxRuntime { onnx, library, own }, macs)
+            }
+        };
         let mut hash = Sha256::new();
         hash.update(onnx);
         hash.update(config_text);
@@ -67,7 +136,7 @@ impl Model {
             },
             tensors,
             version,
-            plan: Arc::new(plan),
+            engine,
             macs_per_item,
         })
     }
@@ -77,17 +146,32 @@ impl Model {
         self.version
     }
 
+    /// The engine that runs it.
+    pub fn backend(&self) -> Backend {
+        match self.engine {
+            Engine::Tract(_) => Backend::Tract,
+            Engine::OnnxRuntime { .. } => Backend::OnnxRuntime,
+        }
+    }
+
     /// A run state of its own, for one slot.
     pub fn session(&self) -> Result<Session, String> {
+        let run = match &self.engine {
+            Engine::Tract(plans) => Run::Tract(Arc::clone(plans)),
+            Engine::OnnxRuntime { onnx, library, .. } => Run::OnnxRuntime(
+                onnxruntime::Runner::new(onnx, &self.tensors, library.as_deref())?,
+            ),
+        };
         Ok(Session {
             tensors: self.tensors.clone(),
-            plan: Arc::clone(&self.plan),
+            run,
         })
     }
 }
 
-/// Reads, checks, optimises and plans the model; also counts its work per item.
-fn plan(onnx: &[u8], tensors: &Tensors) -> Result<(Plan, u64), String> {
+/// Reads the model with tract, checks it against the config and declutters it; also
+/// counts its work per item.
+fn typed(onnx: &[u8], tensors: &Tensors) -> Result<(TypedModel, u64), String> {
     let mut model = tract_onnx::onnx()
         .model_for_read(&mut &onnx[..])
         .map_err(|e| format!("model.onnx is not a model tract can read: {e:#}"))?;
@@ -143,11 +227,42 @@ fn plan(onnx: &[u8], tensors: &Tensors) -> Result<(Plan, u64), String> {
             ));
         }
     }
-    let plan = model
-        .into_optimized()
-        .and_then(|m| m.into_runnable())
-        .map_err(|e| format!("tract could not optimise the model: {e:#}"))?;
-    Ok((plan, macs_per_item))
+    Ok((model, macs_per_item))
+}
+
+/// Optimises and plans the checked model: a plan per fixed batch size (see [`Plans`]).
+fn plans(model: TypedModel, tensors: &Tensors) -> Result<Plans, String> {
+    let optimise = |m: TypedModel| {
+        m.into_optimized()
+            .and_then(|m| m.into_runnable())
+            .map_err(|e| format!("tract could not optimise the model: {e:#}"))
+    };
+    let Some(batch) = model
+        .symbols
+        .get("batch")
+        .filter(|_| tensors.max_batch_size > 0)
+    else {
+        return Ok(Plans {
+            fixed: vec![(1, optimise(model)?)],
+            general: None,
+        });
+    };
+    let mut fixed = Vec::with_capacity(2);
+    let max = tensors.max_batch_size as usize;
+    for size in [1, max] {
+        if fixed.iter().any(|(b, _)| *b == size) {
+            continue;
+        }
+        let values = SymbolValues::default().with(&batch, size as i64);
+        let concrete = model
+            .concretize_dims(&values)
+            .map_err(|e| format!("tract could not fix the batch at {size}: {e:#}"))?;
+        fixed.push((size, optimise(concrete)?));
+    }
+    Ok(Plans {
+        fixed,
+        general: Some(optimise(model)?),
+    })
 }
 
 /// Whether the config's input `spec` (full `shape`, batch axis first when batched)
@@ -243,7 +358,17 @@ impl Accelerator for Model {
     }
 
     fn run(&self, _params: &ParamBlock, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
-        self.session().map_err(CallError::Internal)?.run(input, out)
+        match &self.engine {
+            Engine::Tract(plans) => Session {
+                tensors: self.tensors.clone(),
+                run: Run::Tract(Arc::clone(plans)),
+            }
+            .run(input, out),
+            Engine::OnnxRuntime { own, .. } => {
+                let batch = self.tensors.batch_of(input.len())?;
+                own.run(&self.tensors, batch, input, out)
+            }
+        }
     }
 
     fn tensors(&self) -> Option<&Tensors> {
@@ -254,7 +379,12 @@ impl Accelerator for Model {
 /// A model as loaded into one slot.
 pub struct Session {
     tensors: Tensors,
-    plan: Arc<Plan>,
+    run: Run,
+}
+
+enum Run {
+    Tract(Arc<Plans>),
+    OnnxRuntime(onnxruntime::Runner),
 }
 
 impl Session {
@@ -263,6 +393,10 @@ impl Session {
     pub fn run(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
         out.clear();
         let batch = self.tensors.batch_of(input.len())?;
+        let plans = match &self.run {
+            Run::Tract(plans) => plans,
+            Run::OnnxRuntime(runner) => return runner.run(&self.tensors, batch, input, out),
+        };
         let mut values: TVec<TValue> = TVec::with_capacity(self.tensors.inputs.len());
         let mut rest = input;
         for spec in &self.tensors.inputs {
@@ -276,7 +410,8 @@ impl Session {
                 .collect();
             values.push(to_tensor(spec.datatype, &shape, bytes)?.into());
         }
-        let results = catch_unwind(AssertUnwindSafe(|| self.plan.run(values)))
+        let plan = plans.for_batch(batch);
+        let results = catch_unwind(AssertUnwindSafe(|| plan.run(values)))
             .map_err(|_| CallError::Internal("tract panicked running the model".into()))?
             .map_err(|e| CallError::Internal(format!("running the model: {e:#}")))?;
         for (spec, value) in self.tensors.outputs.iter().zip(&results) {

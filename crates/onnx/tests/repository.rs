@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use accel::Accelerator;
-use netaccel_onnx::{scan, Model};
+use netaccel_onnx::{scan, Engines, Model};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models")
@@ -16,7 +16,7 @@ fn digits() -> Model {
     assert!(s.errors.is_empty(), "{:?}", s.errors);
     let found = s.found.into_iter().find(|f| f.name == "digits").unwrap();
     assert_eq!(found.version, 1);
-    found.into_model(300).unwrap()
+    found.into_model(300, &Engines::default()).unwrap()
 }
 
 /// A deterministic image batch: pixel values 0..16 as the data set's.
@@ -156,7 +156,7 @@ fn malformed_models_are_refused_with_their_folder_and_reason() {
     let mut refused = Vec::new();
     for (i, f) in s.found.into_iter().enumerate() {
         let name = f.name.clone();
-        match f.into_model(300 + i as u16) {
+        match f.into_model(300 + i as u16, &Engines::default()) {
             Ok(_) => assert_eq!(name, "digits"),
             Err(e) => refused.push((name, e)),
         }

@@ -111,7 +111,10 @@ pub fn assemble(
     }
     let mut models = HashMap::new();
     if let Some(dir) = &config.models_dir {
-        add_models(dir, &mut entries, &mut models)?;
+        let engines = netaccel_onnx::Engines {
+            onnxruntime_library: config.onnxruntime_library.clone(),
+        };
+        add_models(dir, &engines, &mut entries, &mut models)?;
     }
     let mut catalog = Catalog::new(entries);
     let ids: Vec<u16> = catalog.iter().map(|a| a.descriptor().id).collect();
@@ -141,6 +144,7 @@ pub fn assemble(
 /// is an error: a model that cannot be served is logged and left out.
 fn add_models(
     dir: &std::path::Path,
+    engines: &netaccel_onnx::Engines,
     entries: &mut Vec<Arc<dyn Accelerator>>,
     models: &mut HashMap<u16, Arc<Model>>,
 ) -> Result<(), String> {
@@ -183,13 +187,14 @@ fn add_models(
             }
         };
         let started = std::time::Instant::now();
-        match found.into_model(id) {
+        match found.into_model(id, engines) {
             Ok(model) => {
                 let model = Arc::new(model);
                 tracing::info!(
                     model = %model.descriptor().name,
                     version = model.version(),
                     id,
+                    backend = model.backend().name(),
                     hash = %model.descriptor().hash,
                     planned_ms = started.elapsed().as_millis() as u64,
                     "ONNX model loaded"

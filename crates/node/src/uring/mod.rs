@@ -14,8 +14,8 @@
 //!   thread would sleep), so one `io_uring_enter` carries every response of the turn.
 //!
 //! What stays the same is deliberate: this is a different event loop feeding the same
-//! code. The ring lives beside each network thread's tokio runtime (its descriptor is
-//! watched by the runtime like any socket), and a connection here is a
+//! code. The ring lives beside each network thread's tokio runtime (an eventfd the
+//! kernel signals on completions is watched by the runtime like any socket), and a connection here is a
 //! [`UringStream`], one more [`crate::netio::Transport`]; the HTTP and RAC front ends,
 //! their parsers, the dispatcher and every timeout and bound run unchanged on it.
 //! Answers of calls queued to slot threads wake the connection's task as on epoll.

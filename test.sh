@@ -110,6 +110,13 @@ fi
 begin "cargo test (workspace)"
 cargo test --workspace
 
+# The io_uring network path (network = "io_uring") runs the same front-end, connection,
+# overload and drain tests as epoll; crates/node/tests/uring.rs checks the node is
+# really on io_uring (it fails under CI when the kernel refuses io_uring).
+begin "cargo test: the node's front ends again on the io_uring network path"
+NETACCEL_TEST_NETWORK=io_uring cargo test -p netaccel-node \
+  --test http_api --test rac --test connections --test overload --test overload_drain
+
 begin "RTL accelerators: cocotb testbenches on Verilator"
 rtl/test.sh
 

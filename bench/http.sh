@@ -22,7 +22,9 @@
 #   DURATION [8]     seconds per measured run     WARMUP [1]   warm-up seconds
 #   ROUNDS [3]       rounds (median reported)     RATE [20000] fixed-rate req/s
 #   RATE_CONNS [16]  fixed-rate connections       CONNS [64]   wrk throughput connections
-#   SERVER_CPU [0]   CLIENT_CPU [1]               SERVERS ["node nginx c"]
+#   SERVER_CPU [0]   CLIENT_CPU [1]               SERVERS ["node nginx c"]; add
+#                    "uring" for the node with --network io_uring, measured side by
+#                    side with the epoll node ("node"): SERVERS="node uring nginx c"
 #   NODE_PORT NGINX_PORT C_PORT [free ports, chosen at start]; NODE_RAC_PORT [free]:
 #                    the node's RAC listener, unused here but bound all the same
 #   NODE_BIN [target/release/netaccel-node]  (built with cargo if missing)
@@ -69,6 +71,7 @@ UPPER_PATH=/v1/fn/to_uppercase
 FLOOR_P50_VS_C_US=1      # node /health p50 - C responder p50 <= 1 us
 FLOOR_CPU_VS_NGINX=0.5   # node CPU/request / nginx CPU/request <= 0.5
 FLOOR_UPPER_VS_HEALTH_US=2  # to_uppercase(64 B) p50 - /health p50 <= 2 us
+FLOOR_URING_CPU_VS_NGINX=0.9  # io_uring node CPU/request at c$CONNS / nginx's <= 0.9
 
 SCRATCH=""
 CUR_PID=""
@@ -92,6 +95,7 @@ trap 'exit 130' INT TERM
 label() {
     case "$1" in
         node) echo "netaccel-node" ;;
+        uring) echo "netaccel-node --network io_uring" ;;
         nginx) echo "nginx (Debian, 1 worker)" ;;
         c) echo "C epoll responder" ;;
     esac
@@ -99,7 +103,7 @@ label() {
 
 port_of() {
     case "$1" in
-        node) echo "$NODE_PORT" ;;
+        node | uring) echo "$NODE_PORT" ;;
         nginx) echo "$NGINX_PORT" ;;
         c) echo "$C_PORT" ;;
     esac
@@ -141,7 +145,7 @@ build_c() {
 }
 
 prepare_node() {
-    wants node || return 0
+    wants node || wants uring || return 0
     if [[ ! -x "$NODE_BIN" ]]; then
         if [[ "$NODE_BIN" == "$NODE_BIN_DEFAULT" ]] && command -v cargo >/dev/null; then
             log "node binary missing: cargo build --release -p netaccel-node"
@@ -180,6 +184,9 @@ start_server() {
     case "$name" in
         node)
             "${PRIO_CMD[@]}" taskset -c "$SERVER_CPU" "${NODE_CMD[@]}" >"$logf" 2>&1 &
+            ;;
+        uring)
+            "${PRIO_CMD[@]}" taskset -c "$SERVER_CPU" "${NODE_CMD[@]}" --network io_uring >"$logf" 2>&1 &
             ;;
         nginx)
             local prefix="$SCRATCH/nginx"
@@ -233,7 +240,7 @@ check_answers() {
     ctype=$(curl -s -o /dev/null -w '%{content_type}' --max-time 2 "http://$HOST:$port/health")
     [[ "$body" == '{"status":"ok"}' ]] || log "warning: $(label "$name") /health body is '$body'"
     [[ "$ctype" == application/json* ]] || log "warning: $(label "$name") /health Content-Type is '$ctype'"
-    if [[ "$name" == node ]]; then
+    if [[ "$name" == node || "$name" == uring ]]; then
         local up
         up=$(curl -s --max-time 2 -H 'Content-Type: application/octet-stream' \
             --data-binary "$(printf 'abcdefghijklmnop%.0s' 1 2 3 4)" "http://$HOST:$port$UPPER_PATH" || true)
@@ -293,7 +300,7 @@ measure_server() { # name round
         return 0
     fi
     local do_post=0
-    if check_answers "$name" && [[ "$name" == node ]]; then do_post=1; fi
+    if check_answers "$name" && [[ "$name" == node || "$name" == uring ]]; then do_post=1; fi
 
     log "round $round: $(label "$name"): warm-up ${WARMUP}s"
     DURATION=$WARMUP run_wrk "$CONNS" "$HERE/wrk/report.lua" "$url" >/dev/null
@@ -400,7 +407,7 @@ report() {
     echo
     echo "| server | /health p50 µs (c1) | p99 µs (c1) | mean µs (c1) | req/s (c$CONNS) | CPU µs/req (c$CONNS) | server CPU % (c$CONNS) | $rate_note | of which user | server CPU % @ $RATE |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    for s in node nginx c; do
+    for s in node uring nginx c; do
         wants "$s" || continue
         if [[ -n "${SKIP[$s]:-}" && -z "$(median "$s" p50)" ]]; then
             echo "| $(label "$s") | pending: ${SKIP[$s]} | | | | | | | | |"
@@ -415,8 +422,8 @@ report() {
         fi
         row="| $(label "$s") | $(fmt "$p50" 1) | $(fmt "$p99" 1) | $(fmt "$(median "$s" mean)" 2) | $(fmt "$rps" 0) | $(fmt "$c64" 2) | $(fmt "$(median "$s" util64)" 0) | $(fmt "$crate" 2)$sat | $(fmt "$(median "$s" usrrate)" 2) | $(fmt "$(median "$s" utilrate)" 0) |"
         echo "$row"
-        if [[ "$s" == node && -n "$(median node up50)" ]]; then
-            echo "| netaccel-node POST to_uppercase 64 B | $(fmt "$(median node up50)" 1) | $(fmt "$(median node up99)" 1) | $(fmt "$(median node upmean)" 2) | | | | | | |"
+        if [[ ( "$s" == node || "$s" == uring ) && -n "$(median "$s" up50)" ]]; then
+            echo "| $(label "$s") POST to_uppercase 64 B | $(fmt "$(median "$s" up50)" 1) | $(fmt "$(median "$s" up99)" 1) | $(fmt "$(median "$s" upmean)" 2) | | | | | | |"
         fi
     done
     echo
@@ -438,6 +445,20 @@ report() {
     echo "| CPU/request: node ÷ nginx, both at $RATE req/s | $(fmt "$r_ng" 2) | ≤ $FLOOR_CPU_VS_NGINX | $(verdict "$r_ng" le "$FLOOR_CPU_VS_NGINX") |"
     echo "| CPU/request: node ÷ nginx, both at c$CONNS (each at its own max rate; informative) | $(fmt "$r_ng64" 2) | ≤ $FLOOR_CPU_VS_NGINX | $(verdict "$r_ng64" le "$FLOOR_CPU_VS_NGINX") |"
     echo "| to_uppercase (64 B) p50 − /health p50, node | $(fmt "$d_up" 1) µs | ≤ $FLOOR_UPPER_VS_HEALTH_US µs | $(verdict "$d_up" le "$FLOOR_UPPER_VS_HEALTH_US") |"
+    if wants uring; then
+        # The io_uring path (issue 15 item 5), against nginx and against the epoll node
+        # measured in the same run.
+        local u64 u_ng64="" u_n64="" u_ngrate="" d_p50=""
+        u64=$(median uring cpu64)
+        [[ -n "$u64" && -n "$gcpu64" ]] && u_ng64=$(awk -v a="$u64" -v b="$gcpu64" 'BEGIN { if (b > 0) print a / b }')
+        [[ -n "$u64" && -n "$ncpu64" ]] && u_n64=$(awk -v a="$u64" -v b="$ncpu64" 'BEGIN { if (b > 0) print a / b }')
+        [[ -n "$(median uring cpurate)" && -n "$gcpu" ]] && u_ngrate=$(awk -v a="$(median uring cpurate)" -v b="$gcpu" 'BEGIN { if (b > 0) print a / b }')
+        [[ -n "$(median uring p50)" && -n "$np50" ]] && d_p50=$(awk -v a="$(median uring p50)" -v b="$np50" 'BEGIN { print a - b }')
+        echo "| CPU/request: io_uring node ÷ nginx at c$CONNS | $(fmt "$u_ng64" 2) | ≤ $FLOOR_URING_CPU_VS_NGINX | $(verdict "$u_ng64" le "$FLOOR_URING_CPU_VS_NGINX") |"
+        echo "| CPU/request: io_uring node ÷ nginx at $RATE req/s (informative) | $(fmt "$u_ngrate" 2) | ≤ $FLOOR_URING_CPU_VS_NGINX | $(verdict "$u_ngrate" le "$FLOOR_URING_CPU_VS_NGINX") |"
+        echo "| CPU/request: io_uring node ÷ epoll node at c$CONNS (informative) | $(fmt "$u_n64" 2) | < 1 | $(verdict "$u_n64" le 1) |"
+        echo "| /health p50 at c1: io_uring node − epoll node | $(fmt "$d_p50" 1) µs | ≤ 0 µs | $(verdict "$d_p50" le 0) |"
+    fi
     echo
     for s in "${!SKIP[@]}"; do
         echo "- $(label "$s") skipped: ${SKIP[$s]}"
@@ -448,7 +469,7 @@ report() {
     echo "| server | metric | rounds 1..$ROUNDS |"
     echo "|---|---|---|"
     local m
-    for s in node nginx c; do
+    for s in node uring nginx c; do
         wants "$s" || continue
         for m in p50 p99 up50 up99 rps cpu64 cpurate usrrate achieved backlog; do
             [[ -n "$(median "$s" "$m")" ]] || continue
@@ -471,6 +492,7 @@ main() {
     pick_ports NODE_PORT NODE_RAC_PORT NGINX_PORT C_PORT
     build_c
     prepare_node
+    [[ -n "${SKIP[node]:-}" ]] && wants uring && SKIP[uring]=${SKIP[node]}
     choose_prio
     LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
     SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/netaccel-bench.XXXXXX")

@@ -16,6 +16,33 @@ use ocl_remote::service::ServiceConfig;
 /// Largest simulated device time per call (`simulated_exec_us`): 10 s.
 const SIMULATED_EXEC_US_MAX: u64 = 10_000_000;
 
+/// Which event loop drives the plain HTTP and RAC connections (see `crate::uring`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// Readiness (epoll, through tokio): one receive and one send system call per
+    /// request. The default.
+    #[default]
+    Epoll,
+    /// Completions (io_uring): multishot accept, multishot receive into a ring of
+    /// provided buffers, and every send of a loop turn submitted in one system call.
+    /// TLS and gRPC listeners stay on epoll. Falls back to epoll, with an error in the
+    /// log, when the kernel refuses io_uring.
+    IoUring,
+}
+
+impl std::str::FromStr for Network {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Network, String> {
+        match s {
+            "epoll" => Ok(Network::Epoll),
+            "io_uring" => Ok(Network::IoUring),
+            _ => Err(format!("network `{s}` is not valid: use epoll or io_uring")),
+        }
+    }
+}
+
 /// How the dispatcher picks among the slots that host the called accelerator.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -282,6 +309,9 @@ pub struct Config {
     pub fault_injection: bool,
     /// Network threads, each with its own listener (SO_REUSEPORT). 0 = one per core.
     pub io_threads: usize,
+    /// The network path of the plain HTTP and RAC listeners: `epoll` (the default) or
+    /// `io_uring`.
+    pub network: Network,
     /// `off`, `error`, `warn`, `info`, `debug` or `trace`, or a tracing filter of
     /// `TARGET=LEVEL` directives; anything else is refused (see `logging::check_filter`).
     pub log_level: String,
@@ -437,6 +467,7 @@ impl Default for Config {
             opencl_kernel_time_ms: ocl.kernel_time_max.as_millis() as u64,
             fault_injection: false,
             io_threads: 0,
+            network: Network::Epoll,
             log_level: "info".to_string(),
             log_format: LogFormat::default(),
             log_refusals_per_second_max: 10,

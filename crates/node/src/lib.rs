@@ -62,6 +62,7 @@ pub mod server;
 pub mod slot;
 pub mod tenant;
 pub mod tls;
+mod uring;
 pub mod watchdog;
 
 pub use config::Config;

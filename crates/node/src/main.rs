@@ -65,6 +65,10 @@ struct Args {
     /// Network threads (0 = one per core).
     #[arg(long, value_name = "N")]
     io_threads: Option<usize>,
+    /// Network path of the plain HTTP and RAC listeners: epoll (the default) or
+    /// io_uring.
+    #[arg(long, value_name = "PATH")]
+    network: Option<netaccel_node::config::Network>,
     /// Log level: off, error, warn, info, debug, trace, or a tracing filter of
     /// TARGET=LEVEL directives ("info,netaccel_node=debug").
     #[arg(long, value_name = "LEVEL")]
@@ -157,6 +161,9 @@ fn main() -> ExitCode {
     }
     if let Some(n) = args.io_threads {
         config.io_threads = n;
+    }
+    if let Some(network) = args.network {
+        config.network = network;
     }
     if let Some(level) = args.log_level {
         config.log_level = level;

@@ -46,6 +46,15 @@ pub fn start(mut config: Config) -> Result<Running, String> {
     block_termination_signals();
     config.validate()?;
     let fd_limit = raise_fd_limit(&mut config)?;
+    if config.network == crate::config::Network::IoUring {
+        if let Err(e) = crate::uring::probe() {
+            tracing::error!(
+                error = %e,
+                "network = \"io_uring\" but the kernel refuses io_uring (disabled by kernel.io_uring_disabled, a seccomp profile or a kernel before 6.0): serving on epoll instead"
+            );
+            config.network = crate::config::Network::Epoll;
+        }
+    }
     let node = Node::new(config)?;
     let threads_wanted = node.config.io_threads();
     let (http_addr, http) = bind_all(node.config.http, threads_wanted)?;
@@ -89,6 +98,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
         grpc = %grpc_addr.map_or_else(|| "off".to_string(), |a| a.to_string()),
         grpc_tls = %grpc_tls_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
         network_threads,
+        network = ?node.config.network,
         slots = node.dispatcher.slots().len(),
         connections_max = node.config.connections_max,
         open_files_max = fd_limit,
@@ -318,10 +328,32 @@ struct Listeners {
 }
 
 /// Accepts on `listener`, or never when there is none.
-async fn accept_optional(listener: &Option<TcpListener>) -> io::Result<(TcpStream, SocketAddr)> {
+async fn accept_optional(listener: &Option<TcpListener>) -> io::Result<(PlainStream, SocketAddr)> {
     match listener {
-        Some(l) => l.accept().await,
+        Some(l) => l.accept().await.map(|(s, p)| (PlainStream::Epoll(s), p)),
         None => std::future::pending().await,
+    }
+}
+
+/// A plain (not TLS) listener: on the runtime's epoll, or on the thread's io_uring
+/// ring (`network = "io_uring"`, see [`crate::uring`]).
+enum PlainListener {
+    Epoll(TcpListener),
+    Uring(crate::uring::Listener),
+}
+
+/// A connection accepted on a [`PlainListener`].
+enum PlainStream {
+    Epoll(TcpStream),
+    Uring(std::net::TcpStream),
+}
+
+impl PlainListener {
+    async fn accept(&self) -> io::Result<(PlainStream, SocketAddr)> {
+        match self {
+            PlainListener::Epoll(l) => l.accept().await.map(|(s, p)| (PlainStream::Epoll(s), p)),
+            PlainListener::Uring(l) => l.accept().await.map(|(s, p)| (PlainStream::Uring(s), p)),
+        }
     }
 }
 
@@ -331,14 +363,34 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
     // One network thread (the first) also rolls the refusal log's windows.
     let roll_logs = index == 0;
     let accepted_here = node.metrics.connections_accepted(index);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("network runtime");
+    let mut uring = node.config.network == crate::config::Network::IoUring;
+    if uring {
+        if let Err(e) = crate::uring::install() {
+            tracing::error!(error = %e, "cannot set up io_uring: this network thread serves on epoll");
+            uring = false;
+        }
+    }
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    if uring {
+        // The turn's sends go to the kernel in one submission just before the
+        // thread sleeps.
+        builder.on_thread_park(crate::uring::before_park);
+    }
+    let rt = builder.enable_all().build().expect("network runtime");
     rt.block_on(async move {
         let register = |l: StdListener| TcpListener::from_std(l).expect("registering a listener");
-        let http = register(listeners.http);
-        let rac = register(listeners.rac);
+        let plain = |l: StdListener| {
+            if uring {
+                PlainListener::Uring(crate::uring::Listener::new(l))
+            } else {
+                PlainListener::Epoll(register(l))
+            }
+        };
+        if uring {
+            tokio::spawn(crate::uring::drive());
+        }
+        let http = plain(listeners.http);
+        let rac = plain(listeners.rac);
         let https = listeners.https.map(register);
         let rac_tls = listeners.rac_tls.map(register);
         // gRPC's connections are driven by tonic's server, beside this accept loop on
@@ -370,8 +422,13 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
                 accepted_here.inc();
             }
             match accepted {
-                Ok((stream, peer)) if tls => accept_tls(&node, stream, peer, protocol),
-                Ok((stream, peer)) => accept(&node, stream, peer, protocol),
+                Ok((PlainStream::Epoll(stream), peer)) if tls => {
+                    accept_tls(&node, stream, peer, protocol)
+                }
+                Ok((PlainStream::Epoll(stream), peer)) => accept(&node, stream, peer, protocol),
+                Ok((PlainStream::Uring(stream), peer)) => {
+                    accept_uring(&node, stream, peer, protocol)
+                }
                 Err(e) => {
                     // Typically EMFILE: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -450,6 +507,43 @@ fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Proto
     let Some((stream, guard)) = open(node, stream, protocol) else {
         return;
     };
+    serve_plain(node, stream, guard, peer, protocol);
+}
+
+/// A connection accepted on the io_uring path: counted and refused as on epoll (a
+/// refusal is written through the runtime: it is rare and not worth a ring path),
+/// then served through the ring.
+fn accept_uring(
+    node: &Arc<Node>,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    protocol: Protocol,
+) {
+    let _ = stream.set_nodelay(true);
+    let Some(guard) = ConnectionGuard::open(node, protocol) else {
+        if protocol == Protocol::Http {
+            node.http_requests(503).inc();
+        }
+        if stream.set_nonblocking(true).is_ok() {
+            if let Ok(stream) = TcpStream::from_std(stream) {
+                tokio::spawn(refuse_connection(stream, protocol));
+            }
+        }
+        return;
+    };
+    let io_timeout = Duration::from_millis(node.config.io_timeout_ms);
+    let stream = crate::uring::UringStream::new(stream, io_timeout);
+    serve_plain(node, stream, guard, peer, protocol);
+}
+
+/// Serves an accepted, counted plain connection on its own task.
+fn serve_plain<S: crate::netio::Transport>(
+    node: &Arc<Node>,
+    stream: S,
+    guard: ConnectionGuard,
+    peer: SocketAddr,
+    protocol: Protocol,
+) {
     let tenant = node.tenants.anonymous();
     let node = Arc::clone(node);
     // One task type per front end: a single async block matching on the protocol

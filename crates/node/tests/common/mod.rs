@@ -36,6 +36,20 @@ pub fn opencl_runtime_present() -> bool {
     present
 }
 
+/// `NETACCEL_TEST_NETWORK=io_uring` runs a test's nodes on the io_uring network path
+/// (`network = "io_uring"`): test.sh runs the front-end, overload and drain suites
+/// once per path with the same tests.
+/// A test whose `config` names its network path keeps it.
+pub fn network_line(config: &str) -> String {
+    if config.contains("network =") {
+        return String::new();
+    }
+    match std::env::var("NETACCEL_TEST_NETWORK") {
+        Ok(network) if !network.is_empty() => format!("network = \"{network}\"\n"),
+        _ => String::new(),
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -72,7 +86,7 @@ impl TestNode {
             let path = dir.join("node.toml");
             std::fs::write(
                 &path,
-                format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\ngrpc = \"127.0.0.1:0\"\nlog_level = \"warn\"\n{config}"),
+                format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\ngrpc = \"127.0.0.1:0\"\nlog_level = \"warn\"\n{}{config}", network_line(config)),
             )
             .unwrap();
             let stderr = if capture_stderr {

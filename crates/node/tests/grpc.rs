@@ -535,7 +535,11 @@ async fn repository_models_are_served_with_their_own_tensors() {
     });
     let resp = c.model_infer(typed).await.unwrap().into_inner();
     assert_eq!(resp.outputs[0].shape, [1, 10]);
-    assert_eq!(&resp.raw_output_contents[0][..], &want[..40]);
+    // Compared with /v1/fn's answer for the same one image: the engine plans batch 1
+    // apart from other batch sizes, so an image's logits in a batch of 3 may differ
+    // from its logits alone in the last bits.
+    let want_one = v1(&node, "digits", "", &batch[..256]);
+    assert_eq!(&resp.raw_output_contents[0][..], &want_one[..]);
 
     // Each malformed call is INVALID_ARGUMENT naming the tensor, and the same
     // connection goes on serving.
@@ -568,7 +572,7 @@ async fn repository_models_are_served_with_their_own_tensors() {
         assert!(status.message().contains(expected), "{status:?}");
         let good = raw_request("digits", &[("image", "FP32", &[1, 1, 8, 8])], vec![one()]);
         let resp = c.model_infer(good).await.unwrap().into_inner();
-        assert_eq!(&resp.raw_output_contents[0][..], &want[..40]);
+        assert_eq!(&resp.raw_output_contents[0][..], &want_one[..]);
     }
     assert!(
         node.metric("netaccel_requests_total{protocol=\"grpc\",code=\"InvalidArgument\"}") >= 5.0

@@ -10,9 +10,11 @@
 //! node kill that process early or late, which only harms the process's own session.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use super::mapped::SharedMap;
 
 /// Devices one page can time (`4096 / 8`); devices past it go untimed.
 pub(crate) const DEVICES_MAX: usize = 512;
@@ -20,13 +22,8 @@ const PAGE_BYTES: usize = DEVICES_MAX * 8;
 
 /// A mapped busy page (see the module docs).
 pub(crate) struct BusyPage {
-    slots: *const AtomicU64,
-    fd: OwnedFd,
+    map: SharedMap,
 }
-
-// SAFETY: the page is only accessed through atomics.
-unsafe impl Send for BusyPage {}
-unsafe impl Sync for BusyPage {}
 
 /// Now on the machine-wide monotonic clock, in nanoseconds.
 fn monotonic_ns() -> u64 {
@@ -43,53 +40,23 @@ impl BusyPage {
     /// A new zeroed page (the node's side). The fd is close-on-exec; the node hands it
     /// to the runtime process explicitly.
     pub fn create() -> io::Result<BusyPage> {
-        // SAFETY: a valid C string; the fd is owned at once.
-        let fd = unsafe { libc::memfd_create(c"netaccel-ocl-busy".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: memfd_create returned a fresh fd we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: `fd` is a valid memfd.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), PAGE_BYTES as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Self::map(fd)
+        SharedMap::create(c"netaccel-ocl-busy", PAGE_BYTES).map(|map| BusyPage { map })
     }
 
     /// Maps the page the node handed over as `fd` (the runtime process's side).
     pub fn from_fd(fd: OwnedFd) -> io::Result<BusyPage> {
-        Self::map(fd)
-    }
-
-    fn map(fd: OwnedFd) -> io::Result<BusyPage> {
-        // SAFETY: maps PAGE_BYTES of a file at least that long; unmapped on drop.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                PAGE_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(BusyPage {
-            slots: ptr.cast(),
-            fd,
-        })
+        SharedMap::from_fd(fd, PAGE_BYTES).map(|map| BusyPage { map })
     }
 
     pub fn fd(&self) -> &OwnedFd {
-        &self.fd
+        self.map.fd()
     }
 
     fn slot(&self, device: usize) -> Option<&AtomicU64> {
-        // SAFETY: in bounds of the mapping, which lives as long as `self`.
-        (device < DEVICES_MAX).then(|| unsafe { &*self.slots.add(device) })
+        // SAFETY: in bounds of the mapping (PAGE_BYTES of atomics), which lives as
+        // long as `self`; every bit pattern is a valid AtomicU64.
+        (device < DEVICES_MAX)
+            .then(|| unsafe { &*self.map.ptr().as_ptr().cast::<AtomicU64>().add(device) })
     }
 
     /// Marks `device` busy until the guard drops.
@@ -119,13 +86,6 @@ impl BusyPage {
             .filter(|&start| start != 0)
             .map(|start| Duration::from_nanos(now.saturating_sub(start)))
             .max()
-    }
-}
-
-impl Drop for BusyPage {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping of PAGE_BYTES.
-        unsafe { libc::munmap(self.slots as *mut libc::c_void, PAGE_BYTES) };
     }
 }
 

@@ -35,6 +35,7 @@ mod busy;
 mod connection;
 mod events;
 pub mod isolate;
+mod mapped;
 mod metrics;
 mod presented;
 mod programs;

@@ -9,9 +9,10 @@
 //! last entry that is never read.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use crate::service::mapped::SharedMap;
 
 /// `NAOCLMET` with the layout version in its last byte.
 const MAGIC: u64 = u64::from_be_bytes(*b"NAOCLME\x01");
@@ -64,17 +65,12 @@ const PAGE_BYTES: usize = std::mem::size_of::<Layout>();
 
 /// A mapped metrics page.
 pub(crate) struct MetricsPage {
-    layout: NonNull<Layout>,
-    fd: OwnedFd,
+    map: SharedMap,
 }
-
-// SAFETY: the page is only accessed through atomics.
-unsafe impl Send for MetricsPage {}
-unsafe impl Sync for MetricsPage {}
 
 impl std::fmt::Debug for MetricsPage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MetricsPage(fd {})", self.fd.as_raw_fd())
+        write!(f, "MetricsPage(fd {})", self.map.fd().as_raw_fd())
     }
 }
 
@@ -82,61 +78,19 @@ impl MetricsPage {
     /// A new page of zeros with its magic set. The fd is close-on-exec; the node hands
     /// it to a runtime process explicitly.
     pub fn create() -> io::Result<MetricsPage> {
-        // SAFETY: a valid C string; the fd is owned at once.
-        let fd = unsafe { libc::memfd_create(c"netaccel-ocl-metrics".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: memfd_create returned a fresh fd we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: `fd` is a valid memfd.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), PAGE_BYTES as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let page = Self::map(fd)?;
+        let map = SharedMap::create(c"netaccel-ocl-metrics", PAGE_BYTES)?;
+        let page = MetricsPage { map };
         page.magic.store(MAGIC, Ordering::Relaxed);
         Ok(page)
     }
 
     /// Maps the page the node handed over as `fd` (the runtime process's side).
     pub fn from_fd(fd: OwnedFd) -> io::Result<MetricsPage> {
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: valid fd and out-pointer.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if (st.st_size as usize) < PAGE_BYTES {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "metrics page too short",
-            ));
-        }
-        Self::map(fd)
-    }
-
-    fn map(fd: OwnedFd) -> io::Result<MetricsPage> {
-        // SAFETY: maps PAGE_BYTES of a file at least that long; unmapped on drop.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                PAGE_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(MetricsPage {
-            layout: NonNull::new(ptr.cast()).expect("mmap does not return null"),
-            fd,
-        })
+        SharedMap::from_fd(fd, PAGE_BYTES).map(|map| MetricsPage { map })
     }
 
     pub fn fd(&self) -> &OwnedFd {
-        &self.fd
+        self.map.fd()
     }
 
     /// The entry of `device` (devices past [`DEVICES_MAX`] share one never read).
@@ -148,15 +102,9 @@ impl MetricsPage {
 impl std::ops::Deref for MetricsPage {
     type Target = Layout;
     fn deref(&self) -> &Layout {
-        // SAFETY: a live mapping of PAGE_BYTES, all of it atomics (valid for any bits).
-        unsafe { self.layout.as_ref() }
-    }
-}
-
-impl Drop for MetricsPage {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping of PAGE_BYTES.
-        unsafe { libc::munmap(self.layout.as_ptr().cast(), PAGE_BYTES) };
+        // SAFETY: a live mapping of PAGE_BYTES (page-aligned), all of it atomics
+        // (valid for any bits).
+        unsafe { self.map.ptr().cast::<Layout>().as_ref() }
     }
 }
 

@@ -5,56 +5,12 @@
 //! real registry. Every certificate is made here at test time (rcgen).
 
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A binary built beside `netaccel` (`cargo build --workspace`).
-fn sibling_bin(name: &str) -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_netaccel")).with_file_name(name);
-    assert!(
-        bin.exists(),
-        "{} missing: run `cargo build -p {name}` (or build the whole workspace) first",
-        bin.display()
-    );
-    bin
-}
-
-fn wait_for_port(port: u16, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("{what} (port {port}) exited during start-up: {status}");
-        }
-        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A process killed on drop, and a folder removed with it.
-struct Process {
-    child: Child,
-    dir: Option<PathBuf>,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(dir) = &self.dir {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
+mod common;
+use common::{free_port, sibling_bin, wait_for_port, Process};
 
 /// A CA, a server certificate for localhost and 127.0.0.1, and a client certificate,
 /// written as PEM files into `dir`.

@@ -4,9 +4,7 @@
 //! node's registry agent would (`PUT /v1/nodes/{name}`), so that a node's loss is the
 //! registry's own lease expiry.
 
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,51 +12,8 @@ use std::time::{Duration, Instant};
 use netaccel_client::registry::{Bound, BoundOptions, RegistryClient, Via};
 use serde_json::{json, Value};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A binary built beside `netaccel` (`cargo build --workspace`, or `cargo test
-/// --workspace`).
-fn sibling_bin(name: &str) -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_netaccel")).with_file_name(name);
-    assert!(
-        bin.exists(),
-        "{} missing: run `cargo build -p {name}` (or build the whole workspace) first",
-        bin.display()
-    );
-    bin
-}
-
-fn wait_for_port(port: u16, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("{what} (port {port}) exited during start-up: {status}");
-        }
-        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-struct Process {
-    child: Child,
-    dir: Option<PathBuf>,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(dir) = &self.dir {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
+mod common;
+use common::{free_port, sibling_bin, wait_for_port, Process};
 
 struct Node {
     process: Process,

@@ -18,8 +18,11 @@ use std::time::{Duration, Instant};
 use common::*;
 
 /// How long the held thread's call should last: long beside a probe (milliseconds),
-/// short for the suite.
-const HOLD_TARGET: Duration = Duration::from_millis(1500);
+/// short for the suite. Each probe that lands on the held thread costs PROBE_WAIT, and
+/// the kernel's hash sends each to either thread: at 1.5 s a run of four or five such
+/// probes (1 in 16–32) used up the hold and the test failed once under CI; at 4 s it
+/// takes a run of about thirteen.
+const HOLD_TARGET: Duration = Duration::from_millis(4000);
 /// A probe not answered within this has landed on the held thread.
 const PROBE_WAIT: Duration = Duration::from_millis(300);
 
@@ -86,8 +89,12 @@ fn a_long_inline_call_holds_only_its_own_network_thread() {
 
     // A matmul sized to last about HOLD_TARGET on this machine and build (its time
     // grows as n³).
-    let (r, took) = matmul(addr, 128);
+    // The faster of two calibration calls: the first one also pays for warming up.
+    let (r, first) = matmul(addr, 128);
     assert_eq!(r.status, 200);
+    let (r, second) = matmul(addr, 128);
+    assert_eq!(r.status, 200);
+    let took = first.min(second);
     let scale = (HOLD_TARGET.as_secs_f64() / took.as_secs_f64().max(1e-4)).cbrt();
     let n = ((128.0 * scale) as usize).clamp(128, 2048) / 16 * 16;
 

@@ -38,43 +38,55 @@ pub fn spawn(registry: Arc<Registry>, identity: String) {
         let agent = ureq::AgentBuilder::new().timeout(TIMEOUT).build();
         let mut failing = false;
         loop {
-            tokio::time::sleep(PERIOD).await;
-            if registry.is_leader() {
-                continue;
+            // A read about to answer 404 asks for a round now (crate::freshness).
+            tokio::select! {
+                _ = tokio::time::sleep(PERIOD) => {}
+                _ = registry.refresh.wanted() => {}
             }
-            let Some(leader) = registry.leader_url().filter(|l| *l != identity) else {
-                continue;
-            };
-            let revision = registry.lock().await.revision;
-            let url = format!(
-                "{}/v1/snapshot?after={revision}",
-                leader.trim_end_matches('/')
-            );
-            let agent = agent.clone();
-            let fetched = tokio::task::spawn_blocking(move || fetch(&agent, &url))
-                .await
-                .unwrap_or_else(|e| Err(format!("the fetch failed: {e}")));
-            match fetched {
-                Ok(None) => {}
-                Ok(Some(snapshot)) => {
-                    if let Err(e) = registry.follow(&snapshot).await {
-                        debug!(error = %e, "cannot take the leader's state");
-                    }
-                }
-                Err(e) => {
-                    if !failing {
-                        info!(%leader, error = %e, "cannot copy the leader's state; reads answer the last copy");
-                    }
-                    failing = true;
-                    continue;
-                }
-            }
-            if failing {
-                info!(%leader, "copying the leader's state again");
-            }
-            failing = false;
+            let round = registry.refresh.begin();
+            copy_once(&registry, &identity, &agent, &mut failing).await;
+            registry.refresh.end(round);
         }
     });
+}
+
+/// One round: copies the leader's state if it changed (nothing while this replica
+/// leads or knows no other leader).
+async fn copy_once(registry: &Registry, identity: &str, agent: &ureq::Agent, failing: &mut bool) {
+    if registry.is_leader() {
+        return;
+    }
+    let Some(leader) = registry.leader_url().filter(|l| *l != identity) else {
+        return;
+    };
+    let revision = registry.lock().await.revision;
+    let url = format!(
+        "{}/v1/snapshot?after={revision}",
+        leader.trim_end_matches('/')
+    );
+    let agent = agent.clone();
+    let fetched = tokio::task::spawn_blocking(move || fetch(&agent, &url))
+        .await
+        .unwrap_or_else(|e| Err(format!("the fetch failed: {e}")));
+    match fetched {
+        Ok(None) => {}
+        Ok(Some(snapshot)) => {
+            if let Err(e) = registry.follow(&snapshot).await {
+                debug!(error = %e, "cannot take the leader's state");
+            }
+        }
+        Err(e) => {
+            if !*failing {
+                info!(%leader, error = %e, "cannot copy the leader's state; reads answer the last copy");
+            }
+            *failing = true;
+            return;
+        }
+    }
+    if *failing {
+        info!(%leader, "copying the leader's state again");
+    }
+    *failing = false;
 }
 
 /// `Ok(None)`: nothing changed since the revision asked about.

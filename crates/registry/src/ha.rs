@@ -174,10 +174,15 @@ async fn follow(registry: Arc<Registry>, store: Arc<EtcdStore>) {
         // Whatever happened before the watch started is picked up by this reload.
         reload(&registry).await;
         loop {
-            match tokio::time::timeout(FOLLOWER_RELOAD, stream.message()).await {
-                Ok(Ok(Some(_))) | Err(_) => reload(&registry).await,
-                Ok(Ok(None)) => break,
-                Ok(Err(e)) => {
+            // A read about to answer 404 asks for a round now (crate::freshness).
+            let event = tokio::select! {
+                event = tokio::time::timeout(FOLLOWER_RELOAD, stream.message()) => event.ok(),
+                _ = registry.refresh.wanted() => None,
+            };
+            match event {
+                Some(Ok(Some(_))) | None => reload(&registry).await,
+                Some(Ok(None)) => break,
+                Some(Err(e)) => {
                     warn!(error = %e, "watch ended: restarting it");
                     break;
                 }
@@ -188,9 +193,11 @@ async fn follow(registry: Arc<Registry>, store: Arc<EtcdStore>) {
 }
 
 async fn reload(registry: &Registry) {
+    let round = registry.refresh.begin();
     if !registry.is_leader() {
         if let Err(e) = registry.reload().await {
             warn!(error = %e, "follower: reloading the state failed");
         }
     }
+    registry.refresh.end(round);
 }

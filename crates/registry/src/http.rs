@@ -25,6 +25,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
+use crate::freshness::CATCH_UP_MAX;
 use crate::model::{
     check_name, FunctionSpec, InstanceSpec, NodeRegistration, ReconfigurationRequest,
 };
@@ -111,7 +112,33 @@ async fn guard(State(app): State<App>, request: Request, next: Next) -> Response
         });
         return ApiError::not_leader(location).into_response();
     }
-    next.run(request).await
+    // A follower confirms an absence against a fresh copy before answering it: the
+    // client may have just created the thing on the leader (crate::freshness).
+    let confirm_absence =
+        (!write && path.starts_with("/v1/") && !app.registry.is_leader()).then(|| {
+            (
+                request.method().clone(),
+                request.uri().clone(),
+                request.headers().clone(),
+                // The route's match (path parameters) travels in the extensions.
+                request.extensions().clone(),
+            )
+        });
+    let response = next.clone().run(request).await;
+    match confirm_absence {
+        Some((method, uri, headers, extensions))
+            if response.status() == StatusCode::NOT_FOUND
+                && app.registry.refresh.catch_up(CATCH_UP_MAX).await =>
+        {
+            let mut again = Request::new(axum::body::Body::empty());
+            *again.method_mut() = method;
+            *again.uri_mut() = uri;
+            *again.headers_mut() = headers;
+            *again.extensions_mut() = extensions;
+            next.run(again).await
+        }
+        _ => response,
+    }
 }
 
 /// `Ok(true)` when the request bears the admin token (or none is configured),

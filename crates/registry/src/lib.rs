@@ -32,6 +32,7 @@ pub mod config;
 pub mod error;
 pub mod etcd;
 pub mod follow;
+pub mod freshness;
 pub mod ha;
 pub mod http;
 pub mod kube;

@@ -149,6 +149,9 @@ pub struct Registry {
     leader: AtomicBool,
     /// The advertised URL of the leader, for followers' `Location` (None: unknown).
     leader_url: StdMutex<Option<String>>,
+    /// A follower's refresh rounds, which a read about to answer `404` waits on
+    /// (read-your-writes, see [`crate::freshness`]).
+    pub refresh: crate::freshness::Refresh,
 }
 
 impl Registry {
@@ -191,6 +194,7 @@ impl Registry {
             metrics,
             leader: AtomicBool::new(false),
             leader_url: StdMutex::new(None),
+            refresh: Default::default(),
         }))
     }
 

@@ -242,6 +242,62 @@ fn three_replicas_one_leader_failover_keeps_every_binding() {
     println!("test took {:?}", test_start.elapsed());
 }
 
+/// A follower never answers "not found" for what its leader had stored when the
+/// request came in: a client that creates something on the leader and reads it back
+/// from any replica at once finds it (read-your-writes). Existing things may trail by
+/// one refresh; only absence is confirmed against a fresh copy.
+#[test]
+fn a_follower_finds_what_the_leader_stored_before_the_read() {
+    let etcd = Etcd::start();
+    let replicas: Vec<Replica> = (0..2).map(|_| Replica::start(&etcd)).collect();
+    let all: Vec<&Replica> = replicas.iter().collect();
+    let leader = one_leader(&all, Duration::from_secs(10));
+    let (lead, follower) = (&replicas[leader], &replicas[1 - leader]);
+    let (status, body, _) = lead.call("PUT", "/v1/nodes/n1", Some(&fake_node(9000)));
+    assert_eq!(status, 200, "{body}");
+
+    let spec = json!({"accelerator": "echo", "hash": null,
+        "query": {"backend": null, "vendor": null, "node": null}, "instances": 0});
+    let mut slowest = Duration::ZERO;
+    for i in 0..20 {
+        let name = format!("f{i}");
+        let (status, body, _) = lead.call("PUT", &format!("/v1/functions/{name}"), Some(&spec));
+        assert_eq!(status, 200, "{body}");
+        // At once, from the follower: the function is there...
+        let asked = Instant::now();
+        let (status, body, _) = follower.call("GET", &format!("/v1/functions/{name}"), None);
+        assert_eq!(
+            status, 200,
+            "round {i}: the follower lost the function: {body}"
+        );
+        slowest = slowest.max(asked.elapsed());
+        // ...and so is an instance just created.
+        let (status, body, _) = lead.call(
+            "POST",
+            &format!("/v1/functions/{name}/instances"),
+            Some(&json!({})),
+        );
+        assert_eq!(status, 201, "{body}");
+        let id = body["id"].as_str().expect("an instance id").to_string();
+        let asked = Instant::now();
+        let (status, body, _) =
+            follower.call("GET", &format!("/v1/functions/{name}/instances/{id}"), None);
+        assert_eq!(
+            status, 200,
+            "round {i}: the follower lost the instance: {body}"
+        );
+        slowest = slowest.max(asked.elapsed());
+    }
+    // What does not exist is still answered 404, after the follower looked again.
+    let (status, body, _) = follower.call("GET", "/v1/functions/never", None);
+    assert_eq!(
+        (status, &body["code"]),
+        (404, &json!("NOT_FOUND")),
+        "{body}"
+    );
+    println!("slowest read of a just-written function on the follower: {slowest:?}");
+}
+
 /// The store alone: commits are compare-and-set on the revision and need the
 /// election key (the fence) to exist.
 #[test]

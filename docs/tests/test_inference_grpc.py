@@ -150,6 +150,39 @@ def test_tritonclient_sees_protocol_errors(client):
     assert not client.is_model_ready("no_such_model")
 
 
+def test_a_stream_answers_every_request_by_id(node):
+    """tritonclient's streaming API (ModelStreamInfer): every request answered once,
+    results equal to /v1/fn's, an error answering its own request only."""
+    import queue
+
+    answers: "queue.Queue" = queue.Queue()
+    with triton.InferenceServerClient(node.grpc) as c:
+        c.start_stream(callback=lambda result, error: answers.put((result, error)))
+        want = {}
+        for i in range(40):
+            text = f"stream call {i}".encode()
+            array = np.frombuffer(text, dtype=np.uint8)
+            t = triton.InferInput("INPUT0", [len(text)], "UINT8")
+            t.set_data_from_numpy(array)
+            c.async_stream_infer("to_uppercase", [t], request_id=f"s{i}")
+            want[f"s{i}"] = v1_call(node, "to_uppercase", text, {})
+        bad = triton.InferInput("INPUT0", [1], "FP32")
+        bad.set_data_from_numpy(np.zeros(1, dtype=np.float32))
+        c.async_stream_infer("topk", [bad], request_id="bad", parameters={"k": 1})
+        got, errors = {}, []
+        for _ in range(41):
+            result, error = answers.get(timeout=30)
+            if error is not None:
+                errors.append(str(error))
+            else:
+                rid = result.get_response().id
+                assert rid not in got, f"{rid} answered twice"
+                got[rid] = result.as_numpy("OUTPUT0").tobytes()
+        c.stop_stream()
+    assert got == want
+    assert len(errors) == 1 and "datatype FP32" in errors[0], errors
+
+
 def test_rpcs_the_node_does_not_serve_are_unimplemented(stub):
     with pytest.raises(grpc.RpcError) as info:
         stub.ModelStatistics(service_pb2.ModelStatisticsRequest(), timeout=30)

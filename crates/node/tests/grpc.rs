@@ -578,3 +578,88 @@ async fn repository_models_are_served_with_their_own_tensors() {
         node.metric("netaccel_requests_total{protocol=\"grpc\",code=\"InvalidArgument\"}") >= 5.0
     );
 }
+
+/// `ModelStreamInfer`: every request sent on one stream is answered exactly once,
+/// good ones with the inference and bad ones with `error_message` naming their `id`;
+/// an error does not end the stream; closing the client's side ends it with OK once
+/// everything is answered.
+#[tokio::test]
+async fn a_stream_answers_each_request_once_and_survives_bad_ones() {
+    let (node, addr) = start("[[slots]]\naccelerator = \"to_uppercase\"\n[[slots]]\naccelerator = \"to_uppercase\"\n[[slots]]\naccelerator = \"topk\"");
+    let mut c = client(addr).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let answers = tokio::spawn(async move {
+        let mut answers = c
+            .model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .expect("the stream opens")
+            .into_inner();
+        let mut got = Vec::new();
+        while let Some(answer) = answers.message().await.expect("the stream ends with OK") {
+            got.push(answer);
+        }
+        got
+    });
+    let mut want = HashMap::new();
+    for i in 0..200u32 {
+        let id = format!("r{i}");
+        let req = match i % 10 {
+            // A datatype topk does not take.
+            3 => raw_request("topk", &[("INPUT0", "FP32", &[1])], vec![vec![0; 4]]),
+            // No such model.
+            7 => raw_request("nope", &[("INPUT0", "UINT8", &[1])], vec![vec![b'x']]),
+            _ => {
+                let text = format!("call number {i}").into_bytes();
+                let shape = [text.len() as i64];
+                want.insert(id.clone(), text.to_ascii_uppercase());
+                raw_request("to_uppercase", &[("INPUT0", "UINT8", &shape)], vec![text])
+            }
+        };
+        tx.send(pb::ModelInferRequest { id, ..req }).await.unwrap();
+    }
+    drop(tx);
+    let got = tokio::time::timeout(Duration::from_secs(60), answers)
+        .await
+        .expect("every answer within 60 s")
+        .unwrap();
+    assert_eq!(got.len(), 200, "one answer per request");
+    let mut seen = std::collections::HashSet::new();
+    for answer in got {
+        let response = answer
+            .infer_response
+            .expect("every answer names its request");
+        assert!(
+            seen.insert(response.id.clone()),
+            "{} answered twice",
+            response.id
+        );
+        match want.get(&response.id) {
+            Some(text) => {
+                assert_eq!(answer.error_message, "", "{}", response.id);
+                assert_eq!(&response.raw_output_contents[0][..], &text[..]);
+            }
+            None if response.model_name == "nope" => {
+                assert!(
+                    answer.error_message.contains("unknown model nope"),
+                    "{}",
+                    answer.error_message
+                );
+            }
+            None => assert!(
+                answer.error_message.contains("FP32"),
+                "{}: {}",
+                response.id,
+                answer.error_message
+            ),
+        }
+    }
+    // Each message is counted as a ModelInfer call would be, by its gRPC code.
+    let count = |code: &str| {
+        node.metric(&format!(
+            "netaccel_requests_total{{protocol=\"grpc\",code=\"{code}\"}}"
+        ))
+    };
+    assert_eq!(count("Ok"), 160.0);
+    assert_eq!(count("InvalidArgument"), 20.0);
+    assert_eq!(count("NotFound"), 20.0);
+}

@@ -27,6 +27,7 @@
 //! is held against the node's body-memory budget while it waits, like an HTTP body.
 
 mod service;
+pub mod stream;
 pub mod tensor;
 
 use std::io;

@@ -1,7 +1,8 @@
 //! `GRPCInferenceService`: the RPCs the node serves, each answered from the node's
 //! state; `ModelInfer` runs its call down the same path as an HTTP call
-//! ([`crate::dispatch::Dispatcher::run`]). The RPCs the node does not serve (streaming,
-//! statistics, repository control, shared memory, tracing, logging) answer
+//! ([`crate::dispatch::Dispatcher::run`]); `ModelStreamInfer` runs each message of its
+//! stream the same way ([`super::stream`]). The RPCs the node does not serve
+//! (statistics, repository control, shared memory, tracing, logging) answer
 //! `UNIMPLEMENTED` from the generated trait's defaults.
 
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use crate::slot::{Answer, Call};
 const CODES: usize = 17;
 
 /// The service. One per network thread; all share the node.
+#[derive(Clone)]
 pub struct Inference {
     node: Arc<Node>,
     /// `netaccel_requests_total{protocol="grpc", code}` by gRPC status code.
@@ -54,9 +56,13 @@ impl Inference {
         Inference { node, requests }
     }
 
+    pub(super) fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
     /// Counts an RPC's answer, and logs it when it is a refusal the client caused
     /// (as the other front ends do: see `logging`).
-    fn answered<T>(
+    pub(super) fn answered<T>(
         &self,
         peer: Option<&Peer>,
         result: Result<Response<T>, Status>,
@@ -111,7 +117,7 @@ impl Inference {
             .is_empty()
     }
 
-    async fn infer(
+    pub(super) async fn infer(
         &self,
         request: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
@@ -426,6 +432,14 @@ impl GrpcInferenceService for Inference {
         let peer = request.extensions().get::<Peer>().copied();
         let result = self.infer(request).await;
         self.answered(peer.as_ref(), result)
+    }
+
+    /// Inferences over one bidirectional stream (see [`super::stream`]).
+    async fn model_stream_infer(
+        &self,
+        request: Request<tonic::Streaming<ModelInferRequest>>,
+    ) -> Result<Response<super::stream::Answers>, Status> {
+        Ok(Response::new(super::stream::serve(self.clone(), request)))
     }
 
     async fn model_config(

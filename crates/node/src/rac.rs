@@ -203,7 +203,9 @@ impl<S: Transport> RacConn<S> {
                     Event::Input(input?)
                 }
                 _ = &mut freed, if reading && tenant_full => continue,
-                _ = shutdown.changed(), if reading => Event::Input(Input::Shutdown),
+                // `wait_for` looks at the value first: a shutdown that came before
+                // this connection subscribed is not missed.
+                _ = shutdown.wait_for(|stop| *stop), if reading => Event::Input(Input::Shutdown),
             };
             let input = match event {
                 Event::Done((header, answer)) => {

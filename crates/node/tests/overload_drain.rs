@@ -143,3 +143,50 @@ fn sigterm_under_twice_the_capacity_answers_every_accepted_call_and_exits_zero()
         assert!(ok > 0 && busy > 0, "{front:?}: {ok} OK, {busy} BUSY");
     }
 }
+
+/// Idle keep-alive connections close at once on SIGTERM, also those whose last request
+/// came in two segments (head, then body): the node may read both at once and later
+/// see the second segment's edge-triggered readiness event, find nothing to read and
+/// wait for input — and that wait, too, must end at the shutdown. Before, such a
+/// connection held the drain for its whole idle timeout (a registry test's node took
+/// 30 s to exit, 1 run in ~20).
+#[test]
+fn idle_connections_whose_last_request_came_in_two_segments_do_not_hold_the_drain() {
+    use std::io::{Read, Write};
+    let mut node = TestNode::start("drain_timeout_ms = 20000\nidle_timeout_ms = 60000\n");
+    let mut idle = Vec::new();
+    for i in 0..300 {
+        let mut c = TcpStream::connect(node.addr).unwrap();
+        c.set_nodelay(true).unwrap();
+        let body = format!("call {i:04}");
+        let head = format!(
+            "POST /v1/fn/echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        c.write_all(head.as_bytes()).unwrap();
+        if i % 2 == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        c.write_all(body.as_bytes()).unwrap();
+        // Read the whole answer; the connection then stays open, idle.
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 512];
+        while !got.ends_with(body.as_bytes()) {
+            let n = c.read(&mut chunk).unwrap();
+            assert!(
+                n > 0,
+                "closed before answering: {}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&chunk[..n]);
+        }
+        idle.push(c);
+    }
+    let started = Instant::now();
+    let status = node.terminate();
+    let took = started.elapsed();
+    assert!(status.success(), "{status:?}");
+    // Far below the drain timeout (20 s): nothing was running.
+    assert!(took < Duration::from_secs(5), "the drain took {took:?}");
+}

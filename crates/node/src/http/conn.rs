@@ -921,10 +921,23 @@ impl<S: Transport> Conn<S> {
         }
         self.rbuf.reserve(READ_CHUNK);
         let mut buf = (&mut self.rbuf).limit(READ_CHUNK);
-        let read = self
+        let reading = self
             .stream
-            .read_with_deadline(&mut buf, deadline, &mut self.timer)
-            .await;
+            .read_with_deadline(&mut buf, deadline, &mut self.timer);
+        let read = if idle {
+            // Readiness can be stale (an edge-triggered event for bytes an earlier
+            // read already took), so this read may find nothing and wait: an idle
+            // connection still closes at a shutdown meanwhile. Before, it waited out
+            // its idle timeout and held the drain that long (seen: 30 s).
+            let mut shutdown = self.shutdown.clone();
+            tokio::select! {
+                biased;
+                read = reading => read,
+                _ = shutdown.wait_for(|stop| *stop) => return Ok(Wait::Shutdown),
+            }
+        } else {
+            reading.await
+        };
         Ok(match read? {
             Some(0) => Wait::Eof,
             Some(_) => Wait::Data,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, require, running_node
+from conftest import ROOT, build, require, running_node
 
 sys.path.insert(0, str(ROOT / "clients" / "python"))
 
@@ -181,3 +181,63 @@ def test_tritonclient_grpc_over_tls_with_a_client_certificate(mtls_node, pki):
     with triton.InferenceServerClient(url, ssl=True,
                                       root_certificates=str(pki / "ca.pem")) as c:
         assert c.infer("to_uppercase", [inp]).as_numpy("OUTPUT0").tobytes() == b"GRPC OVER TLS"
+
+
+def test_through_the_registry_a_client_with_an_ssl_context_calls_the_nodes_tls_listener(pki, tmp_path):
+    """`Client.from_registry(..., ssl=ctx)`: the registry hands out the node's
+    registered RAC-over-TLS address, and the call goes there (the client
+    certificate's tenant shows it); without `ssl` the same instance is called over
+    plain RAC."""
+    import socket
+    import urllib.request
+
+    from netaccel import RegistryClient
+
+    bin_dir = build("netaccel-registry")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        registry_port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{registry_port}"
+    registry = subprocess.Popen(
+        [str(bin_dir / "netaccel-registry"), "--listen", f"127.0.0.1:{registry_port}", "--log-level", "warn"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        config = f"""
+registry = "{url}"
+name = "tls-node"
+
+[tls]
+rac = "127.0.0.1:0"
+cert = "{pki / 'server.pem'}"
+key = "{pki / 'server.key'}"
+client_ca = "{pki / 'ca.pem'}"
+client_certs = "optional"
+
+[tls.subjects]
+alice = "team-a"
+"""
+        with running_node(tmp_path, config) as node:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/v1/nodes", timeout=5) as r:
+                        if "tls-node" in r.read().decode():
+                            break
+                except OSError:
+                    pass
+                assert time.monotonic() < deadline, "the node did not register"
+                time.sleep(0.1)
+            RegistryClient(url).put_function("shout", "to_uppercase")
+            before = tenant_connections(node, "team-a")
+            with Client.from_registry(url, "shout", ssl=context(pki, "alice"), timeout=30) as c:
+                binding = c.binding
+                assert binding.rac_tls == listening(node, "rac_tls"), binding
+                assert binding.rac_tls != binding.rac
+                assert c.call(b"registered tls") == b"REGISTERED TLS"
+            assert tenant_connections(node, "team-a") == before + 1
+            with Client.from_registry(url, "shout", timeout=30) as c:
+                assert c.call(b"plain") == b"PLAIN"
+            assert tenant_connections(node, "team-a") == before + 1
+    finally:
+        registry.terminate()
+        registry.wait(timeout=30)

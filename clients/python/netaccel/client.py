@@ -167,16 +167,21 @@ class Client(_Calls):
         rebind_wait: float = 10.0,
         watch: bool = True,
         timeout: Optional[float] = None,
+        ssl: Optional[_ssl.SSLContext] = None,
     ) -> "BoundClient":
         """A client of function ``function`` through the registry at ``url``: it binds an
         instance (``instance``, or a new one released by ``close()``), calls the node
         that instance is bound to over RAC, follows migrations, and rebinds and retries
-        once when the node is lost or answers UNKNOWN_ACCELERATOR / UNAVAILABLE. See
+        once when the node is lost or answers UNKNOWN_ACCELERATOR / UNAVAILABLE. With
+        ``ssl`` it calls the node's RAC-over-TLS listener that the node registered
+        (the node's certificate must name the address it registered). See
         :mod:`netaccel.registry`."""
         from .registry import BoundClient, RegistryClient
 
         registry = RegistryClient(url, token=token)
-        return BoundClient(registry, function, instance=instance, rebind_wait=rebind_wait, watch=watch, timeout=timeout)
+        return BoundClient(
+            registry, function, instance=instance, rebind_wait=rebind_wait, watch=watch, timeout=timeout, ssl=ssl
+        )
 
     def __enter__(self) -> "Client":
         return self

@@ -77,6 +77,12 @@ class Binding:
     slot: Optional[int]
     http: Optional[str]
     rac: Optional[str]
+    #: The bound node's TLS listeners (``--https``, ``--rac-tls``) and gRPC ones, when
+    #: it has them (older registries send none).
+    https: Optional[str] = None
+    rac_tls: Optional[str] = None
+    grpc: Optional[str] = None
+    grpc_tls: Optional[str] = None
 
     @classmethod
     def from_json(cls, doc: Dict[str, Any]) -> "Binding":
@@ -87,11 +93,20 @@ class Binding:
             slot=doc.get("slot"),
             http=doc.get("http"),
             rac=doc.get("rac"),
+            https=doc.get("https"),
+            rac_tls=doc.get("rac_tls"),
+            grpc=doc.get("grpc"),
+            grpc_tls=doc.get("grpc_tls"),
         )
 
     @property
     def bound(self) -> bool:
         return self.slot is not None and self.rac is not None
+
+    def rac_address(self, tls: bool) -> Optional[str]:
+        """Where to call the bound node over RAC: its RAC-over-TLS listener when
+        ``tls``, else its plain one."""
+        return self.rac_tls if tls else self.rac
 
 
 def is_stale_binding(error: BaseException) -> bool:
@@ -255,10 +270,14 @@ class BoundClient:
         rebind_wait: float = 10.0,
         watch: bool = True,
         timeout: Optional[float] = None,
+        ssl: Optional[Any] = None,
     ):
         from .client import Client  # the node client; client.py imports this module
 
         self._client_class = Client
+        #: With an ``ssl.SSLContext``, calls go to the bound node's RAC-over-TLS
+        #: listener (the binding's ``rac_tls``), verified and authenticated with it.
+        self._ssl = ssl
         self.registry = registry
         self.function = function
         self.rebind_wait = rebind_wait
@@ -315,12 +334,20 @@ class BoundClient:
         return self._call_node(fresh, payload, kw)
 
     def _call_node(self, binding: Binding, payload: Any, kw: Dict[str, Any]) -> bytes:
-        if self._node is None or self._node_addr != binding.rac:
+        tls = self._ssl is not None
+        addr = binding.rac_address(tls)
+        if addr is None:
+            raise NoBinding(
+                f"instance {binding.id} is bound to node {binding.node}, which has no "
+                "RAC-over-TLS listener (start it with --rac-tls), and this client was "
+                "given an ssl context"
+            )
+        if self._node is None or self._node_addr != addr:
             self._drop_node()
-            node = self._client_class.from_addr(binding.rac, timeout=self.timeout)
+            node = self._client_class.from_addr(addr, timeout=self.timeout, ssl=self._ssl)
             with self._lock:
-                self._node, self._node_addr = node, binding.rac
-            if self.binding.rac != binding.rac:
+                self._node, self._node_addr = node, addr
+            if self.binding.rac_address(tls) != addr:
                 # Moved while connecting: the watcher may have looked before the
                 # connection was stored.
                 node.abandon()
@@ -372,7 +399,7 @@ class BoundClient:
             with self._lock:
                 if fresh.id == self._binding.id and fresh.generation > self._binding.generation:
                     self._binding = fresh
-                    if self._node is not None and self._node_addr != fresh.rac:
+                    if self._node is not None and self._node_addr != fresh.rac_address(self._ssl is not None):
                         # A call in flight on the old node fails now and is retried on
                         # the new binding, rather than waiting on a node that vanished.
                         self._node.abandon()

@@ -226,6 +226,11 @@ pub struct Binding {
     pub http: String,
     pub rac: String,
     pub opencl: Option<String>,
+    /// The node's TLS and gRPC listeners, when it registered them.
+    pub https: Option<String>,
+    pub rac_tls: Option<String>,
+    pub grpc: Option<String>,
+    pub grpc_tls: Option<String>,
 }
 
 impl Binding {
@@ -239,6 +244,10 @@ impl Binding {
             http: s("http")?,
             rac: s("rac")?,
             opencl: s("opencl"),
+            https: s("https"),
+            rac_tls: s("rac_tls"),
+            grpc: s("grpc"),
+            grpc_tls: s("grpc_tls"),
         })
     }
 
@@ -251,8 +260,17 @@ impl Binding {
             ("NETACCEL_NODE_HTTP", self.http.clone()),
             ("NETACCEL_NODE_RAC", self.rac.clone()),
         ];
-        if let Some(opencl) = &self.opencl {
-            env.push(("NETACCEL_OPENCL_NODES", opencl.clone()));
+        let optional = [
+            ("NETACCEL_OPENCL_NODES", &self.opencl),
+            ("NETACCEL_NODE_HTTPS", &self.https),
+            ("NETACCEL_NODE_RAC_TLS", &self.rac_tls),
+            ("NETACCEL_NODE_GRPC", &self.grpc),
+            ("NETACCEL_NODE_GRPC_TLS", &self.grpc_tls),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                env.push((name, value.clone()));
+            }
         }
         env
     }

@@ -49,6 +49,10 @@ fn binding() -> Binding {
         http: "10.0.0.1:8080".into(),
         rac: "10.0.0.1:9400".into(),
         opencl: Some("10.0.0.1:9500".into()),
+        https: Some("10.0.0.1:8443".into()),
+        rac_tls: Some("10.0.0.1:9443".into()),
+        grpc: None,
+        grpc_tls: None,
     }
 }
 
@@ -149,12 +153,19 @@ fn the_patch_records_the_binding_and_applies_to_the_pod() {
         ("NETACCEL_NODE_HTTP", "10.0.0.1:8080"),
         ("NETACCEL_NODE_RAC", "10.0.0.1:9400"),
         ("NETACCEL_OPENCL_NODES", "10.0.0.1:9500"),
+        ("NETACCEL_NODE_HTTPS", "10.0.0.1:8443"),
+        ("NETACCEL_NODE_RAC_TLS", "10.0.0.1:9443"),
     ] {
         assert!(
             app.contains(&(k.to_string(), want.to_string())),
             "{k} in {app:?}"
         );
     }
+    // A listener the node does not have is not named at all.
+    assert!(
+        !app.iter().any(|(k, _)| k.starts_with("NETACCEL_NODE_GRPC")),
+        "{app:?}"
+    );
     // The side container's own NETACCEL_REGISTRY stays; the rest is appended.
     let side = env(1);
     assert_eq!(
@@ -164,10 +175,11 @@ fn the_patch_records_the_binding_and_applies_to_the_pod() {
         1
     );
     assert!(side.contains(&("NETACCEL_REGISTRY".into(), "mine".into())));
-    assert_eq!(side.len(), 6);
-    // Not colocated: no node selector; no OpenCL: no NETACCEL_OPENCL_NODES.
+    assert_eq!(side.len(), 8);
+    // Not colocated: no node selector; no OpenCL and no TLS listeners: none of their
+    // variables.
     let mut b = binding();
-    b.opencl = None;
+    (b.opencl, b.https, b.rac_tls) = (None, None, None);
     let mut doc = v["request"]["object"].clone();
     json_patch::patch(&mut doc, &patch(&pod, &b, "r", false)).unwrap();
     assert!(doc["spec"].get("nodeSelector").is_none());

@@ -153,6 +153,35 @@ def test_v2_equals_onnxruntime_over_the_held_out_set(onnx_node, held_out, binary
         check_equal(f"v2 ({'binary' if binary else 'JSON'})", np.concatenate(out), reference, y)
 
 
+@pytest.fixture(scope="module")
+def ort_node(tmp_path_factory):
+    """A node whose digits model is run by ONNX Runtime (`backend = "onnxruntime"`),
+    loaded from the onnxruntime wheel's own libonnxruntime.so, as docs/onnx.md says."""
+    import glob
+
+    libs = sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so*")))
+    assert libs, "the onnxruntime wheel carries no libonnxruntime.so"
+    r = tmp_path_factory.mktemp("ort-models")
+    shutil.copytree(MODELS / "digits", r / "digits")
+    config = (r / "digits" / "config.toml").read_text()
+    (r / "digits" / "config.toml").write_text('backend = "onnxruntime"\n' + config)
+    node_config = f"models_dir = {json.dumps(str(r))}\nonnxruntime_library = {json.dumps(libs[0])}\n"
+    with running_node(tmp_path_factory.mktemp("ort-node"), node_config) as n:
+        yield n
+
+
+def test_the_onnxruntime_engine_equals_onnxruntime_over_the_held_out_set(ort_node, held_out):
+    """The same held-out comparison with the model run by ONNX Runtime in the slot,
+    over /v1/fn and RAC, in batches of 64 and one image at a time."""
+    x, y, reference = held_out
+    logits = np.concatenate([v1(ort_node, b) for b in batches(x)])
+    check_equal("/v1/fn, ONNX Runtime engine", logits, reference, y)
+    with Client.from_addr(ort_node.rac, timeout=30) as c:
+        ones = [c.call("digits", x[i : i + 1].astype(np.float32).tobytes()) for i in range(len(x))]
+    logits = np.frombuffer(b"".join(ones), dtype=np.float32).reshape(-1, 10)
+    check_equal("RAC one image at a time, ONNX Runtime engine", logits, reference, y)
+
+
 def test_wrong_inputs_get_each_protocols_error_and_the_node_keeps_serving(onnx_node, held_out):
     x, _, reference = held_out
     # /v1/fn: a payload that is not a whole number of images, or too many images.

@@ -70,13 +70,12 @@ def pki(tmp_path_factory):
     return d
 
 
-@pytest.fixture(scope="module")
-def mtls_node(pki, tmp_path_factory):
-    config = f"""
+def tls_config(pki: Path, listeners: str) -> str:
+    """The node's [tls] section: `listeners` (TOML lines), the test PKI's server
+    certificate, client certificates optional, CN alice as tenant team-a."""
+    return f"""
 [tls]
-https = "127.0.0.1:0"
-rac = "127.0.0.1:0"
-grpc = "127.0.0.1:0"
+{listeners}
 cert = "{pki / 'server.pem'}"
 key = "{pki / 'server.key'}"
 client_ca = "{pki / 'ca.pem'}"
@@ -85,6 +84,11 @@ client_certs = "optional"
 [tls.subjects]
 alice = "team-a"
 """
+
+
+@pytest.fixture(scope="module")
+def mtls_node(pki, tmp_path_factory):
+    config = tls_config(pki, 'https = "127.0.0.1:0"\nrac = "127.0.0.1:0"\ngrpc = "127.0.0.1:0"')
     with running_node(tmp_path_factory.mktemp("tls-node"), config) as n:
         yield n, listening(n, "https"), listening(n, "rac_tls"), listening(n, "grpc_tls")
 
@@ -202,20 +206,7 @@ def test_through_the_registry_a_client_with_an_ssl_context_calls_the_nodes_tls_l
         [str(bin_dir / "netaccel-registry"), "--listen", f"127.0.0.1:{registry_port}", "--log-level", "warn"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     try:
-        config = f"""
-registry = "{url}"
-name = "tls-node"
-
-[tls]
-rac = "127.0.0.1:0"
-cert = "{pki / 'server.pem'}"
-key = "{pki / 'server.key'}"
-client_ca = "{pki / 'ca.pem'}"
-client_certs = "optional"
-
-[tls.subjects]
-alice = "team-a"
-"""
+        config = f'registry = "{url}"\nname = "tls-node"\n' + tls_config(pki, 'rac = "127.0.0.1:0"')
         with running_node(tmp_path, config) as node:
             deadline = time.monotonic() + 30
             while True:

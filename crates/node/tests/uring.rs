@@ -227,3 +227,45 @@ fn idle_connections_are_closed() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A node configured for io_uring on a kernel that refuses it (here: a seccomp filter
+/// that fails `io_uring_setup`, as container runtimes' default profiles do) says so in
+/// an ERROR line, serves on epoll, and answers HTTP and RAC calls.
+#[test]
+fn a_node_the_kernel_refuses_io_uring_serves_on_epoll_and_says_why() {
+    let node = TestNode::start_logging_without_io_uring(
+        "network = \"io_uring\"\n",
+        &["--log-level", "info"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let log = loop {
+        let log = node.log();
+        if log.contains("netaccel node listening") {
+            break log;
+        }
+        assert!(Instant::now() < deadline, "no start-up line: {log}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        log.contains("ERROR") && log.contains("the kernel refuses io_uring"),
+        "{log}"
+    );
+    assert!(log.contains("network=Epoll"), "not on epoll: {log}");
+    let mut c = TcpStream::connect(node.addr).unwrap();
+    c.write_all(&upper_request(b"still served")).unwrap();
+    let got = read_until_quiet(&mut c, Duration::from_millis(300));
+    assert_eq!(whole_responses(&got), [(200, b"STILL SERVED".to_vec())]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let rac = netaccel_client::rac::RacClient::connect(&node.rac_addr.to_string())
+            .await
+            .unwrap();
+        // to_uppercase's id in the spec's catalog.
+        let id = 2;
+        let answer = rac.call(id, [0; 44], b"rac too".to_vec(), 0).await.unwrap();
+        assert_eq!(answer.payload, b"RAC TOO");
+    });
+}

@@ -71,12 +71,28 @@ impl TestNode {
         TestNode::launch(config, args, true)
     }
 
+    /// As [`TestNode::start_logging`], with the kernel refusing io_uring to the node
+    /// (`io_uring_setup` fails with ENOSYS under a seccomp filter, as a container
+    /// runtime's default profile makes it fail).
+    pub fn start_logging_without_io_uring(config: &str, args: &[&str]) -> TestNode {
+        TestNode::launch_with(config, args, true, Some(refuse_io_uring))
+    }
+
     /// What the node has written on stderr so far (nodes from `start_logging`).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
     }
 
     fn launch(config: &str, args: &[&str], capture_stderr: bool) -> TestNode {
+        TestNode::launch_with(config, args, capture_stderr, None)
+    }
+
+    fn launch_with(
+        config: &str,
+        args: &[&str],
+        capture_stderr: bool,
+        before_exec: Option<fn() -> std::io::Result<()>>,
+    ) -> TestNode {
         for _ in 0..5 {
             let port = free_port();
             let rac_port = free_port();
@@ -94,14 +110,20 @@ impl TestNode {
             } else {
                 Stdio::inherit()
             };
-            let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
+            let mut command = Command::new(env!("CARGO_BIN_EXE_netaccel-node"));
+            command
                 .arg("--config")
                 .arg(&path)
                 .args(args)
                 .stdout(Stdio::null())
-                .stderr(stderr)
-                .spawn()
-                .expect("starting netaccel-node");
+                .stderr(stderr);
+            if let Some(hook) = before_exec {
+                use std::os::unix::process::CommandExt;
+                // SAFETY: the hook only makes system calls (prctl), which are safe
+                // between fork and exec.
+                unsafe { command.pre_exec(hook) };
+            }
+            let mut child = command.spawn().expect("starting netaccel-node");
             let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
             let rac_addr: SocketAddr = format!("127.0.0.1:{rac_port}").parse().unwrap();
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -391,4 +413,51 @@ pub fn start_refused(config: &str, args: &[&str]) -> (Option<i32>, String) {
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// In the child before exec: a seccomp filter under which `io_uring_setup` fails with
+/// ENOSYS and every other system call is allowed (x86-64; elsewhere nothing is
+/// refused).
+fn refuse_io_uring() -> std::io::Result<()> {
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    let stmt = |code: u16, k: u32| libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jump_unless = |k: u32, skip: u8| libc::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        jt: 0,
+        jf: skip,
+        k,
+    };
+    let load = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    let ret = (libc::BPF_RET | libc::BPF_K) as u16;
+    let filter = [
+        stmt(load, 4), // seccomp_data.arch
+        jump_unless(AUDIT_ARCH_X86_64, 3),
+        stmt(load, 0), // seccomp_data.nr
+        jump_unless(libc::SYS_io_uring_setup as u32, 1),
+        stmt(ret, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+        stmt(ret, libc::SECCOMP_RET_ALLOW),
+    ];
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: prctl with valid arguments; the program outlives the call, which
+    // copies it into the kernel.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &program as *const libc::sock_fprog,
+            ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }

@@ -30,6 +30,12 @@
 #   NODE_BIN [target/release/netaccel-node]  (built with cargo if missing)
 #   PRIO [auto]: rt (chrt -f 50, needs root), nice, none; auto = rt as root
 #   STRICT [0]: exit 1 if TLS calls/s fall below 80 % of plain's at either count
+#   NODE_CPU_QUOTA [none]: a percentage of one core (e.g. 50) the node may use, set with
+#     a CPU cgroup (v2 cpu.max, else v1 cpu.cfs_quota_us; needs root). With 2 cores the
+#     load generator's own TLS work otherwise limits calls/s as much as the node's does
+#     (wrk: 10-12 us of CPU per TLS call against the node's 8-10); a node held to half a
+#     core is the bottleneck alone, so TLS vs plain calls/s then compares the node's
+#     capacity. The node then runs without SCHED_FIFO (real-time tasks escape the quota).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -48,7 +54,10 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 PRIO=${PRIO:-auto}
 STRICT=${STRICT:-0}
 NODE_BIN=${NODE_BIN:-$ROOT/target/release/netaccel-node}
+NODE_CPU_QUOTA=${NODE_CPU_QUOTA:-}
 choose_prio
+NODE_PRIO_CMD=("${PRIO_CMD[@]}")
+[[ -n "$NODE_CPU_QUOTA" ]] && NODE_PRIO_CMD=()
 pick_ports NODE_PORT NODE_HTTPS_PORT NODE_RAC_PORT
 for tool in wrk openssl python3 curl; do
     command -v "$tool" >/dev/null || die "$tool is needed"
@@ -60,8 +69,10 @@ fi
 
 work=$(mktemp -d)
 node_pid=
+cgroup=
 cleanup() {
     [[ -n "$node_pid" ]] && kill "$node_pid" 2>/dev/null && wait "$node_pid" 2>/dev/null
+    [[ -n "$cgroup" ]] && rmdir "$cgroup" 2>/dev/null
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -78,12 +89,28 @@ trap cleanup EXIT
         -out server.pem -days 1 -extfile server.ext
 ) >/dev/null 2>&1 || die "openssl could not make the test certificates"
 
-taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$NODE_BIN" --http "$HOST:$NODE_PORT" \
+taskset -c "$SERVER_CPU" "${NODE_PRIO_CMD[@]}" "$NODE_BIN" --http "$HOST:$NODE_PORT" \
     --rac "$HOST:$NODE_RAC_PORT" --https "$HOST:$NODE_HTTPS_PORT" \
     --tls-cert "$work/server.pem" --tls-key "$work/server.key" \
     --io-threads 1 --log-level warn >"$work/node.log" 2>&1 &
 node_pid=$!
 server_up netaccel-node "$node_pid" "$NODE_HTTPS_PORT" "$work/node.log" || exit 1
+if [[ -n "$NODE_CPU_QUOTA" ]]; then
+    period=100000
+    quota=$((period * NODE_CPU_QUOTA / 100))
+    if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+        cgroup=/sys/fs/cgroup/netaccel-bench-tls-$$
+        mkdir "$cgroup" && echo "$quota $period" >"$cgroup/cpu.max"
+    elif [[ -d /sys/fs/cgroup/cpu ]]; then
+        cgroup=/sys/fs/cgroup/cpu/netaccel-bench-tls-$$
+        mkdir "$cgroup" && echo "$period" >"$cgroup/cpu.cfs_period_us" && echo "$quota" >"$cgroup/cpu.cfs_quota_us"
+    else
+        die "NODE_CPU_QUOTA needs a CPU cgroup (v2 with the cpu controller, or v1's cpu hierarchy)"
+    fi
+    # The whole process: every thread, the network thread and the slots' workers.
+    echo "$node_pid" >"$cgroup/cgroup.procs"
+    log "node held to $NODE_CPU_QUOTA % of one core ($cgroup)"
+fi
 
 plain="http://$HOST:$NODE_PORT/v1/fn/to_uppercase"
 tls="https://$HOST:$NODE_HTTPS_PORT/v1/fn/to_uppercase"
@@ -152,7 +179,7 @@ calls() { # url conns -> "p50 p99 rps node_cpu_us_per_call client_cpu_us_per_cal
         "$work/wrk.out"
 }
 
-log "node pinned to cpu $SERVER_CPU (1 network thread), clients to cpu $CLIENT_CPU, priority $PRIO; $ROUNDS rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+log "node pinned to cpu $SERVER_CPU (1 network thread${NODE_CPU_QUOTA:+, at most $NODE_CPU_QUOTA % of it}), clients to cpu $CLIENT_CPU, priority $PRIO${NODE_CPU_QUOTA:+ (clients only)}; $ROUNDS rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 DURATION=$WARMUP calls "$plain" 16 >/dev/null
 DURATION=$WARMUP calls "$tls" 16 >/dev/null
 for ((r = 0; r < ROUNDS; r++)); do

@@ -632,8 +632,9 @@ impl Session<'_> {
             .devices
             .iter()
             .all(|d| self.shared.runtime.devices[*d as usize].host_memory);
+        let max_alloc = self.max_alloc(&ctx.devices);
         let ctx = Arc::clone(&ctx.real);
-        if size == 0 {
+        if size == 0 || size > max_alloc {
             return Err(cl::CL_INVALID_BUFFER_SIZE);
         }
         if !data.is_empty() && data.len() as u64 != size {
@@ -688,6 +689,19 @@ impl Session<'_> {
             .inc_by(data.len() as u64);
         // The payload names the shared memory region, empty for a plain buffer.
         Ok(name)
+    }
+
+    /// The largest allocation the node presents for every device of a context (see
+    /// [`crate::service::presented::Memory`]), and holds to: a larger buffer fails with
+    /// `CL_INVALID_BUFFER_SIZE`, as OpenCL specifies, and a larger image with
+    /// `CL_INVALID_IMAGE_SIZE`. The runtime's own bound is the device's, larger: left
+    /// to it, such a buffer was accepted, and only the quota refused the next one.
+    fn max_alloc(&self, devices: &[u32]) -> u64 {
+        devices
+            .iter()
+            .map(|d| self.shared.runtime.devices[*d as usize].memory.max_alloc)
+            .min()
+            .unwrap_or(0)
     }
 
     fn release(&mut self, id: u64) {
@@ -748,7 +762,9 @@ impl Session<'_> {
         data: &[u8],
     ) -> Answer {
         let api = &self.shared.runtime.api;
-        let ctx = Arc::clone(&self.objects.get::<Context>(context)?.real);
+        let ctx = self.objects.get::<Context>(context)?;
+        let max_alloc = self.max_alloc(&ctx.devices);
+        let ctx = Arc::clone(&ctx.real);
         let Some(elem) = cl::image_element_size(format[0], format[1]) else {
             return Err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
         };
@@ -776,6 +792,10 @@ impl Session<'_> {
         let Some(size) = cl::image_region_bytes(elem, dims, [0; 3], dims) else {
             return Err(cl::CL_INVALID_IMAGE_SIZE);
         };
+        // An image on a buffer allocates nothing: its buffer was checked.
+        if !on_buffer && size > max_alloc {
+            return Err(cl::CL_INVALID_IMAGE_SIZE);
+        }
         if !data.is_empty() && (data.len() as u64 != size || on_buffer) {
             return Err(cl::CL_INVALID_VALUE);
         }

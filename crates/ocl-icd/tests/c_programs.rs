@@ -406,6 +406,14 @@ fn nothing_above_the_largest_allocation_is_made_identically_local_and_remote() {
     compare("max_alloc");
 }
 
+/// Kernels see the version of the device the node presents (1.2), as natively they
+/// see the device's own: PoCL compiled them for its 3.0 (`__OPENCL_VERSION__` and
+/// `__OPENCL_C_VERSION__` 300 on a 1.2 device).
+#[test]
+fn kernels_compile_for_the_device_version_identically_local_and_remote() {
+    compare("preprocessor");
+}
+
 #[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {

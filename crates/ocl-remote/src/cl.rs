@@ -145,6 +145,7 @@ pub const CL_PROGRAM_BINARIES: ClUint = 0x1166;
 pub const CL_PROGRAM_NUM_KERNELS: ClUint = 0x1167;
 pub const CL_PROGRAM_KERNEL_NAMES: ClUint = 0x1168;
 pub const CL_PROGRAM_BUILD_STATUS: ClUint = 0x1181;
+pub const CL_PROGRAM_BUILD_OPTIONS: ClUint = 0x1182;
 pub const CL_BUILD_SUCCESS: ClInt = 0;
 pub const CL_BUILD_NONE: ClInt = -1;
 pub const CL_PROGRAM_BINARY_TYPE: ClUint = 0x1184;

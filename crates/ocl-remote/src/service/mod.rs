@@ -267,6 +267,9 @@ pub(crate) struct DeviceEntry {
     pub host_memory: bool,
     /// The memory sizes a client is told (see [`presented::Memory`]).
     pub memory: presented::Memory,
+    /// The runtime compiles for a higher version than the one presented: programs get
+    /// the presented one's options and `__OPENCL_VERSION__` (see [`presented`]).
+    pub compiles_above_presented: bool,
 }
 
 /// The loaded runtime and what it shares.
@@ -390,6 +393,11 @@ impl Runtime {
                     size(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE),
                     config.buffer_bytes_max,
                 );
+                // SAFETY: as above.
+                let version = info_bytes(INFO_BYTES_MAX, &mut |s, p, r| unsafe {
+                    (api.clGetDeviceInfo)(dev, cl::CL_DEVICE_VERSION, s, p, r)
+                })
+                .unwrap_or_default();
                 indices.push(devices.len() as u32);
                 devices.push(DeviceEntry {
                     raw: Raw(dev),
@@ -397,6 +405,7 @@ impl Runtime {
                     name: dname,
                     host_memory: cpu && unified,
                     memory,
+                    compiles_above_presented: presented::compiles_above_presented(&version),
                 });
             }
             platforms.push(PlatformEntry {

@@ -338,8 +338,16 @@ impl Session<'_> {
                 let hash = programs::source_hash(source);
                 let devices = ctx.devices.clone();
                 let ctx = Arc::clone(&ctx.real);
-                let ptr = source.as_ptr().cast();
-                let len = source.len();
+                let lowered = devices
+                    .iter()
+                    .any(|d| self.shared.runtime.devices[*d as usize].compiles_above_presented);
+                let runtime_source = if lowered {
+                    [presented::source_prefix().as_bytes(), source].concat()
+                } else {
+                    source.to_vec()
+                };
+                let ptr = runtime_source.as_ptr().cast();
+                let len = runtime_source.len();
                 self.create(
                     id,
                     // SAFETY: valid context; one string of `len` bytes.
@@ -351,6 +359,8 @@ impl Session<'_> {
                             context: Arc::clone(&ctx),
                             devices,
                             program: Arc::clone(&real),
+                            lowered,
+                            client_options: None,
                         };
                         Program {
                             real,
@@ -389,7 +399,16 @@ impl Session<'_> {
                 device,
                 param,
             } => {
-                let raw = self.objects.get::<Program>(program)?.real.handle();
+                let program = self.objects.get::<Program>(program)?;
+                let client_options = program
+                    .source
+                    .as_ref()
+                    .and_then(|s| s.client_options.as_ref());
+                if let (cl::CL_PROGRAM_BUILD_OPTIONS, Some(options)) = (param, client_options) {
+                    self.shared.runtime.device(device)?;
+                    return Ok([options.as_slice(), &[0]].concat());
+                }
+                let raw = program.real.handle();
                 let dev = self.shared.runtime.device(device)?.raw.0;
                 // SAFETY: valid handles and buffers.
                 info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {

@@ -20,7 +20,8 @@
 //! 1.2, memory within their quota), [`reads`] (where a read's bytes wait until sent),
 //! [`programs`] (the cache of built programs),
 //! [`bodies`] (spare buffers for large frame bodies), [`metrics`] (kept in a shared
-//! page, so that the node shows those of runtime processes too), [`isolate`] (the
+//! page, so that the node shows those of runtime processes too), [`log`] (its log
+//! lines, `tracing` events), [`isolate`] (the
 //! runtime in supervised child processes, the node's default) and [`busy`] (how the
 //! node sees how long their tasks run).
 //!
@@ -35,6 +36,7 @@ mod busy;
 mod connection;
 mod events;
 pub mod isolate;
+mod log;
 mod mapped;
 mod metrics;
 mod presented;
@@ -601,7 +603,8 @@ pub fn spawn(
     // What a node killed without a chance to drain (SIGKILL) left in shared memory.
     let orphans = crate::shm::remove_orphaned_regions();
     if orphans > 0 {
-        isolate::log::emit(
+        log::emit(
+            log::Source::Supervisor,
             tracing::Level::INFO,
             None,
             format_args!("removed {orphans} shared-memory region(s) of processes that have ended"),
@@ -612,7 +615,7 @@ pub fn spawn(
     let local_name = format!("netaccel-ocl-{}-{}", std::process::id(), local_addr.port());
     let local_listener = if config.local_socket {
         bind_local(local_name.as_bytes())
-            .map_err(|e| eprintln!("ocl-remote: no local socket ({e}); same-host clients use TCP"))
+            .map_err(|e| log::log!(WARN, "no local socket ({e}); same-host clients use TCP"))
             .ok()
     } else {
         None
@@ -750,7 +753,7 @@ fn accept_loop(shared: Arc<Shared>, incoming: impl Iterator<Item = io::Result<St
             .name("ocl-client".to_string())
             .spawn(move || session::serve(shared, stream, false));
         if let Err(e) = spawned {
-            eprintln!("ocl-remote: cannot start a client thread: {e}");
+            log::log!(ERROR, "cannot start a client thread: {e}");
         }
     }
 }

@@ -125,7 +125,7 @@ pub(crate) fn serve_greeted(shared: Arc<Shared>, stream: Stream, refused: bool, 
         };
         if let Err(e) = session.run(&mut reader) {
             if e.kind() != io::ErrorKind::UnexpectedEof {
-                eprintln!("ocl-remote: client connection closed: {e}");
+                super::log::log!(WARN, "client connection closed: {e}");
             }
         }
     }

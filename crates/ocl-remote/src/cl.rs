@@ -29,6 +29,7 @@ pub const CL_INVALID_COMMAND_QUEUE: ClInt = -36;
 pub const CL_INVALID_HOST_PTR: ClInt = -37;
 pub const CL_INVALID_MEM_OBJECT: ClInt = -38;
 pub const CL_INVALID_BINARY: ClInt = -42;
+pub const CL_INVALID_BUILD_OPTIONS: ClInt = -43;
 pub const CL_INVALID_PROGRAM: ClInt = -44;
 pub const CL_INVALID_PROGRAM_EXECUTABLE: ClInt = -45;
 pub const CL_INVALID_KERNEL_NAME: ClInt = -46;
@@ -45,6 +46,8 @@ pub const CL_INVALID_EVENT: ClInt = -58;
 pub const CL_INVALID_OPERATION: ClInt = -59;
 pub const CL_INVALID_BUFFER_SIZE: ClInt = -61;
 pub const CL_INVALID_GLOBAL_WORK_SIZE: ClInt = -63;
+pub const CL_INVALID_COMPILER_OPTIONS: ClInt = -66;
+pub const CL_INVALID_LINKER_OPTIONS: ClInt = -67;
 pub const CL_INVALID_PROPERTY: ClInt = -64;
 pub const CL_PLATFORM_NOT_FOUND_KHR: ClInt = -1001;
 

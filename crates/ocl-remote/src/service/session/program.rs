@@ -36,6 +36,20 @@ fn options_ptr(options: &CString) -> *const c_char {
     }
 }
 
+/// `error` if the last word of `options` is `-D` or `-I`, an option without its
+/// argument: PoCL 3.1 reads past the end of such options and crashes the process it
+/// runs in (natively too; here the node's, or a shared runtime process with every
+/// client's session), so the node refuses them as OpenCL does options it cannot take.
+fn refuse_missing_argument(options: &[u8], error: ClInt) -> Result<(), ClInt> {
+    let last = options
+        .split(|b| b.is_ascii_whitespace() || *b == 0)
+        .rfind(|word| !word.is_empty());
+    match last {
+        Some(b"-D" | b"-I") => Err(error),
+        _ => Ok(()),
+    }
+}
+
 /// The options the runtime gets for a build or compile with the client's `options`
 /// (NUL bytes dropped) of a program made from `source`, which notes the client's ones
 /// (see [`ProgramSource::client_options`]): on a device that compiles above the
@@ -177,6 +191,7 @@ impl Session<'_> {
         options: &[u8],
     ) -> Answer {
         let api = &self.shared.runtime.api;
+        refuse_missing_argument(options, cl::CL_INVALID_BUILD_OPTIONS)?;
         let program_obj = self.objects.get::<Program>(program)?;
         let (real, mut source) = (Arc::clone(&program_obj.real), program_obj.source.clone());
         let devs = self.device_handles(&devices)?;
@@ -254,6 +269,7 @@ impl Session<'_> {
         headers: Vec<(u64, &[u8])>,
     ) -> Answer {
         let api = &self.shared.runtime.api;
+        refuse_missing_argument(options, cl::CL_INVALID_COMPILER_OPTIONS)?;
         // Only programs made from source compile (a binary has nothing to compile).
         let Some(mut source) = self.objects.get::<Program>(program)?.source.clone() else {
             return Err(cl::CL_INVALID_OPERATION);
@@ -329,6 +345,7 @@ impl Session<'_> {
         inputs: Vec<u64>,
     ) -> Result<Reply, ClInt> {
         let api = &self.shared.runtime.api;
+        refuse_missing_argument(options, cl::CL_INVALID_LINKER_OPTIONS)?;
         let context = self.objects.get::<Context>(context)?;
         let ctx = Arc::clone(&context.real);
         let link_devices = if devices.is_empty() {

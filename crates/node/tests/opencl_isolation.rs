@@ -607,3 +607,43 @@ fn runtime_processes_log_json_lines_through_the_node() {
         }
     }
 }
+
+/// Without runtime processes (`opencl_isolation = "none"`) the sessions run in the
+/// node's process, and their lines are the node's events too: a JSON-format node
+/// writes nothing but JSON (they were plain `ocl-remote: …` lines on its stderr).
+#[test]
+fn in_process_sessions_log_json_lines_too() {
+    if !common::opencl_runtime_present() {
+        return;
+    }
+    let ocl_addr = free_addr();
+    let node = TestNode::start_logging(
+        &format!("opencl = \"{ocl_addr}\"\nopencl_isolation = \"none\"\nlog_format = \"json\"\n"),
+        &[],
+    );
+    // A client that sends garbage after its Hello: its session says why it closed it.
+    let mut c = Client::connect(ocl_addr).expect("connects");
+    std::io::Write::write_all(&mut c.stream, &[0xA5; 64]).unwrap();
+    let mut rest = Vec::new();
+    let _ = c.stream.read_to_end(&mut rest);
+    let closed = |v: &serde_json::Value| {
+        v["target"] == "ocl_remote::service"
+            && v["level"] == "WARN"
+            && v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("client connection closed"))
+    };
+    let lines = || -> Vec<serde_json::Value> {
+        let log = node.log();
+        log.lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}\n{log}"))
+            })
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || lines().iter().any(closed)),
+        "no session line in the node's JSON log:\n{}",
+        node.log()
+    );
+}

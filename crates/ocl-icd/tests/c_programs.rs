@@ -398,6 +398,22 @@ fn images_on_buffers_share_the_buffers_storage_identically_local_and_remote() {
     compare("image1d_buffer");
 }
 
+/// The largest allocation advertised is made and nothing larger: the node presents the
+/// client's share of its quota and holds to it (it accepted larger buffers before,
+/// which the device's own bound allows).
+#[test]
+fn nothing_above_the_largest_allocation_is_made_identically_local_and_remote() {
+    compare("max_alloc");
+}
+
+/// Kernels see the version of the device the node presents (1.2), as natively they
+/// see the device's own: PoCL compiled them for its 3.0 (`__OPENCL_VERSION__` and
+/// `__OPENCL_C_VERSION__` 300 on a 1.2 device).
+#[test]
+fn kernels_compile_for_the_device_version_identically_local_and_remote() {
+    compare("preprocessor");
+}
+
 #[test]
 fn concurrent_clients_share_one_device_correctly() {
     let Some(fx) = fixture("concurrent") else {

@@ -261,3 +261,63 @@ fn a_link_of_inputs_that_did_not_compile_is_refused() {
     assert_eq!(link(&mut c, 22, vec![10]), cl::CL_SUCCESS);
     assert!(Client::connect(svc.local_addr()).is_ok());
 }
+
+/// Options whose last word is `-D` or `-I` (an option without its argument) crash PoCL
+/// 3.1 in build, compile and link alike (natively too): the node refuses them and
+/// serves on; the same option with its argument is used as given.
+#[test]
+fn options_without_their_argument_are_refused() {
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut c = Client::connect(svc.local_addr()).unwrap();
+    c.setup_context();
+    let source = long_kernel_source("k");
+    let program = Request::CreateProgramWithSource {
+        id: 4,
+        context: 1,
+        source: &source,
+    };
+    assert_eq!(c.call(&program).0, cl::CL_SUCCESS);
+    let build = |c: &mut Client, options| {
+        c.call(&Request::BuildProgram {
+            program: 4,
+            devices: vec![],
+            options,
+        })
+        .0
+    };
+    let compile = |c: &mut Client, options| {
+        c.call(&Request::CompileProgram {
+            program: 4,
+            devices: vec![],
+            options,
+            headers: vec![],
+        })
+        .0
+    };
+    for options in [&b"-D"[..], b"-DX=1 -I ", b"-cl-std=CL1.2 -D\0"] {
+        let shown = String::from_utf8_lossy(options);
+        assert_eq!(
+            build(&mut c, options),
+            cl::CL_INVALID_BUILD_OPTIONS,
+            "{shown}"
+        );
+        assert_eq!(
+            compile(&mut c, options),
+            cl::CL_INVALID_COMPILER_OPTIONS,
+            "{shown}"
+        );
+    }
+    assert_eq!(compile(&mut c, b"-DX=1 -D Y"), cl::CL_SUCCESS);
+    let link = Request::LinkProgram {
+        id: 6,
+        context: 1,
+        devices: vec![],
+        options: b"-I",
+        inputs: vec![4],
+    };
+    assert_eq!(c.call(&link).0, cl::CL_INVALID_LINKER_OPTIONS);
+    assert_eq!(build(&mut c, b"-D Y"), cl::CL_SUCCESS);
+    assert!(Client::connect(svc.local_addr()).is_ok());
+}

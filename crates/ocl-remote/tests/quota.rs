@@ -1,8 +1,10 @@
-//! The per-client memory bound (`buffer_bytes_max`) counts storage, not objects: a buffer
-//! released while a sub-buffer or a 1D image on it still holds it keeps its memory
-//! allocated, so its bytes stay counted until the last object on it goes. (Before, the
-//! release gave the bytes back at once, and a client repeating "buffer, sub-buffer,
-//! release the buffer" allocated past its bound.) Needs an OpenCL runtime with a device
+//! The per-client memory bound (`buffer_bytes_max`) and the sizes the node presents
+//! within it. The bound counts storage, not objects: a buffer released while a
+//! sub-buffer or a 1D image on it still holds it keeps its memory allocated, so its
+//! bytes stay counted until the last object on it goes. (Before, the release gave the
+//! bytes back at once, and a client repeating "buffer, sub-buffer, release the buffer"
+//! allocated past its bound.) The largest allocation presented is a proportion of the
+//! bound, and the node allocates nothing larger. Needs an OpenCL runtime with a device
 //! (PoCL); without one the test says so and passes without checking anything, except in
 //! CI (`CI=true`), where a missing prerequisite fails the test.
 
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{service, Client};
 use ocl_remote::cl;
-use ocl_remote::proto::Request;
+use ocl_remote::proto::{Command, Request};
 use ocl_remote::service::{ServiceConfig, ServiceHandle};
 
 const MIB: u64 = 1 << 20;
@@ -140,4 +142,154 @@ fn a_buffer_held_by_a_sub_buffer_stays_counted() {
 #[test]
 fn a_buffer_held_by_a_1d_image_stays_counted() {
     storage_held_by(Holder::Image1dBuffer);
+}
+
+/// Under a quota smaller than the device, the device looks like a smaller device of the
+/// same kind: the largest allocation keeps its proportion to the memory, so a program
+/// that takes the largest buffer allowed still has room for more (the whole quota as
+/// one allocation left none).
+#[test]
+fn the_largest_allocation_leaves_room_for_more() {
+    /// (global memory, largest allocation) a client of a service with `quota` sees.
+    fn sizes(quota: u64) -> Option<(ServiceHandle, Client, u64, u64)> {
+        let config = ServiceConfig {
+            buffer_bytes_max: quota,
+            ..ServiceConfig::default()
+        };
+        let (svc, _registry) = service(config)?;
+        let mut c = Client::connect(svc.local_addr()).unwrap();
+        let device = c.info.1[0][0];
+        let mut size = |param: u32| {
+            let (status, bytes) = c.call(&Request::GetDeviceInfo { device, param });
+            assert_eq!(status, cl::CL_SUCCESS);
+            u64::from_ne_bytes(bytes.try_into().unwrap())
+        };
+        let global = size(cl::CL_DEVICE_GLOBAL_MEM_SIZE);
+        let max_alloc = size(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+        Some((svc, c, global, max_alloc))
+    }
+    // Without a quota in the way: the device's own sizes.
+    let Some((_, _, device_global, device_max_alloc)) = sizes(u64::MAX) else {
+        return;
+    };
+    let quota = 1u64 << 30;
+    let (_svc, mut c, global, max_alloc) = sizes(quota).unwrap();
+    assert_eq!(global, device_global.min(quota));
+    assert!(max_alloc <= global && max_alloc <= device_max_alloc);
+    assert!(max_alloc >= (global / 4).max(128 << 20).min(device_max_alloc));
+    c.setup_context();
+    let mut create = |id, size| {
+        c.call(&Request::CreateBuffer {
+            id,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size,
+            data: &[],
+        })
+        .0
+    };
+    assert_eq!(create(10, max_alloc), cl::CL_SUCCESS);
+    // A size a program can fill with a pattern (a native device's are round too).
+    let queue = Request::CreateQueue {
+        id: 2,
+        context: 1,
+        device: c.info.1[0][0],
+        properties: 0,
+    };
+    assert_eq!(c.call(&queue).0, cl::CL_SUCCESS);
+    let (status, _, _) = c.task(vec![Command::Fill {
+        queue: 2,
+        event: 0,
+        buffer: 10,
+        pattern: &[0; 16],
+        offset: 0,
+        size: max_alloc,
+    }]);
+    assert_eq!(status, cl::CL_SUCCESS, "filling {max_alloc} bytes");
+    let mut create = |id, size| {
+        c.call(&Request::CreateBuffer {
+            id,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size,
+            data: &[],
+        })
+        .0
+    };
+    // PoCL's CPU device allows 8 of its 21.5 GiB in one allocation: 380 MiB of 1 GiB.
+    // The rest of the quota, in allocations no larger than the largest.
+    if device_max_alloc < device_global && device_global > quota {
+        assert!(max_alloc < global, "{max_alloc} of {global}");
+        let mut left = global - max_alloc;
+        let mut id = 11;
+        while left > 0 {
+            let size = left.min(max_alloc);
+            assert_eq!(create(id, size), cl::CL_SUCCESS, "{size} of {left} left");
+            (left, id) = (left - size, id + 1);
+        }
+        assert_eq!(create(id, 1), cl::CL_OUT_OF_RESOURCES);
+    } else {
+        eprintln!("SKIP (in part): the device allows all its memory in one allocation");
+    }
+}
+
+/// Nothing larger than the largest allocation the node presents is allocated, on the
+/// network path and the shared-memory one: a buffer one byte larger fails with
+/// `CL_INVALID_BUFFER_SIZE`, as OpenCL specifies, and an image with
+/// `CL_INVALID_IMAGE_SIZE`. (Before, the runtime, whose own bound is the device's,
+/// accepted them, and the quota refused a second one: the CTS's `async_copy_*` made
+/// one of 582 MB, with 380 MiB presented, and then failed on the next.)
+#[test]
+fn nothing_larger_than_the_largest_allocation_presented_is_allocated() {
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    for host_id in [Vec::new(), ocl_remote::shm::host_id()] {
+        let mut c = Client::connect_with(svc.local_addr(), &host_id).unwrap();
+        let device = c.info.1[0][0];
+        let (status, bytes) = c.call(&Request::GetDeviceInfo {
+            device,
+            param: cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE,
+        });
+        assert_eq!(status, cl::CL_SUCCESS);
+        let max_alloc = u64::from_ne_bytes(bytes.try_into().unwrap());
+        c.setup_context();
+        let buffer = |c: &mut Client, id, size| {
+            c.call(&Request::CreateBuffer {
+                id,
+                context: 1,
+                flags: cl::CL_MEM_READ_WRITE,
+                size,
+                data: &[],
+            })
+            .0
+        };
+        assert_eq!(
+            buffer(&mut c, 2, max_alloc + 1),
+            cl::CL_INVALID_BUFFER_SIZE,
+            "one byte above {max_alloc}, host id {host_id:?}"
+        );
+        assert_eq!(buffer(&mut c, 3, max_alloc), cl::CL_SUCCESS);
+        c.send(&Request::Release { id: 3 });
+        // CL_RGBA, CL_FLOAT (16 bytes a pixel), 8192 pixels wide: 128 KiB a row, and
+        // the largest allocation is in whole MiB.
+        const ROW: u64 = 16 * 8192;
+        let image = |c: &mut Client, id, rows| {
+            c.call(&Request::CreateImage {
+                id,
+                context: 1,
+                flags: cl::CL_MEM_READ_WRITE,
+                format: [0x10B5, 0x10DE],
+                desc: [cl::CL_MEM_OBJECT_IMAGE2D as u64, 8192, rows, 0, 0],
+                data: &[],
+            })
+            .0
+        };
+        assert_eq!(
+            image(&mut c, 4, max_alloc / ROW + 1),
+            cl::CL_INVALID_IMAGE_SIZE
+        );
+        assert_eq!(image(&mut c, 5, max_alloc / ROW), cl::CL_SUCCESS);
+    }
+    wait_idle(&svc);
 }

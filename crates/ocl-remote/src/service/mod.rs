@@ -20,7 +20,8 @@
 //! 1.2, memory within their quota), [`reads`] (where a read's bytes wait until sent),
 //! [`programs`] (the cache of built programs),
 //! [`bodies`] (spare buffers for large frame bodies), [`metrics`] (kept in a shared
-//! page, so that the node shows those of runtime processes too), [`isolate`] (the
+//! page, so that the node shows those of runtime processes too), [`log`] (its log
+//! lines, `tracing` events), [`isolate`] (the
 //! runtime in supervised child processes, the node's default) and [`busy`] (how the
 //! node sees how long their tasks run).
 //!
@@ -35,6 +36,7 @@ mod busy;
 mod connection;
 mod events;
 pub mod isolate;
+mod log;
 mod mapped;
 mod metrics;
 mod presented;
@@ -267,6 +269,9 @@ pub(crate) struct DeviceEntry {
     pub host_memory: bool,
     /// The memory sizes a client is told (see [`presented::Memory`]).
     pub memory: presented::Memory,
+    /// The runtime compiles for a higher version than the one presented: programs get
+    /// the presented one's options and `__OPENCL_VERSION__` (see [`presented`]).
+    pub compiles_above_presented: bool,
 }
 
 /// The loaded runtime and what it shares.
@@ -390,6 +395,11 @@ impl Runtime {
                     size(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE),
                     config.buffer_bytes_max,
                 );
+                // SAFETY: as above.
+                let version = info_bytes(INFO_BYTES_MAX, &mut |s, p, r| unsafe {
+                    (api.clGetDeviceInfo)(dev, cl::CL_DEVICE_VERSION, s, p, r)
+                })
+                .unwrap_or_default();
                 indices.push(devices.len() as u32);
                 devices.push(DeviceEntry {
                     raw: Raw(dev),
@@ -397,6 +407,7 @@ impl Runtime {
                     name: dname,
                     host_memory: cpu && unified,
                     memory,
+                    compiles_above_presented: presented::compiles_above_presented(&version),
                 });
             }
             platforms.push(PlatformEntry {
@@ -592,7 +603,8 @@ pub fn spawn(
     // What a node killed without a chance to drain (SIGKILL) left in shared memory.
     let orphans = crate::shm::remove_orphaned_regions();
     if orphans > 0 {
-        isolate::log::emit(
+        log::emit(
+            log::Source::Supervisor,
             tracing::Level::INFO,
             None,
             format_args!("removed {orphans} shared-memory region(s) of processes that have ended"),
@@ -603,7 +615,7 @@ pub fn spawn(
     let local_name = format!("netaccel-ocl-{}-{}", std::process::id(), local_addr.port());
     let local_listener = if config.local_socket {
         bind_local(local_name.as_bytes())
-            .map_err(|e| eprintln!("ocl-remote: no local socket ({e}); same-host clients use TCP"))
+            .map_err(|e| log::log!(WARN, "no local socket ({e}); same-host clients use TCP"))
             .ok()
     } else {
         None
@@ -741,7 +753,7 @@ fn accept_loop(shared: Arc<Shared>, incoming: impl Iterator<Item = io::Result<St
             .name("ocl-client".to_string())
             .spawn(move || session::serve(shared, stream, false));
         if let Err(e) = spawned {
-            eprintln!("ocl-remote: cannot start a client thread: {e}");
+            log::log!(ERROR, "cannot start a client thread: {e}");
         }
     }
 }

@@ -13,6 +13,11 @@
 //! more memory than the client's buffer quota ([`Memory`]), so a program that sizes its
 //! buffers by `CL_DEVICE_GLOBAL_MEM_SIZE` and `CL_DEVICE_MAX_MEM_ALLOC_SIZE` gets them.
 //!
+//! Programs compile for that device too ([`build_options`], [`source_prefix`]): a
+//! runtime that reports a higher version compiles for it by default, and a kernel would
+//! see `__OPENCL_VERSION__` 300 on a 1.2 device (the CTS's `kernel_preprocessor_macros`
+//! checks it).
+//!
 //! Pure functions over the runtime's bytes, so that they can be tested without one.
 
 use crate::cl::{self, ClInt, ClUint};
@@ -162,6 +167,52 @@ pub(crate) fn device_info(param: ClUint, raw: Vec<u8>, memory: &Memory) -> Vec<u
         },
         _ => raw,
     }
+}
+
+/// Whether a device whose `CL_DEVICE_VERSION` is `raw` compiles programs for a version
+/// above the presented one by default (its `__OPENCL_VERSION__` and default `-cl-std`
+/// follow its version), so that [`build_options`] and [`source_prefix`] apply.
+pub(crate) fn compiles_above_presented(raw: &[u8]) -> bool {
+    capped_version(raw, b"OpenCL ") != raw
+}
+
+/// The option that selects the presented OpenCL C version.
+const CL_STD: &str = "-cl-std=CL1.2";
+
+/// The build options (`clBuildProgram`, `clCompileProgram`) the runtime gets for a
+/// client's `options`, on a device that [`compiles_above_presented`]:
+///
+/// - `-cl-std=CL1.2` unless the client names a `-cl-std` itself (the runtime would
+///   compile OpenCL C 3.0: `__OPENCL_C_VERSION__` 300), put before the client's
+///   options so that each of theirs keeps its meaning (a `-D` at their end takes the
+///   next word as its name);
+/// - with no options at all, `-cl-kernel-arg-info` as well: what a runtime keeps of a
+///   build without options, as PoCL does only without options or with this one.
+pub(crate) fn build_options(client: &[u8]) -> Vec<u8> {
+    let names_std = client
+        .split(u8::is_ascii_whitespace)
+        .any(|word| word.starts_with(b"-cl-std"));
+    if names_std {
+        return client.to_vec();
+    }
+    if client.is_empty() {
+        return format!("{CL_STD} -cl-kernel-arg-info").into_bytes();
+    }
+    let mut out = format!("{CL_STD} ").into_bytes();
+    out.extend_from_slice(client);
+    out
+}
+
+/// What the node puts before a client's program source on a device that
+/// [`compiles_above_presented`]. PoCL defines `__OPENCL_VERSION__` as its device's
+/// version after the client's options (so no option can lower it, and a `-D` of it
+/// only warns); the source redefines it as the presented version, and `#line 1` gives
+/// the client's first line its number (the file name stays the runtime's), so that
+/// `__LINE__` and build logs are what they are natively. The client's own source is
+/// what `CL_PROGRAM_SOURCE` answers (the ICD keeps it).
+pub(crate) fn source_prefix() -> String {
+    let version = VERSION.0 * 100 + VERSION.1 * 10;
+    format!("#undef __OPENCL_VERSION__\n#define __OPENCL_VERSION__ {version}\n#line 1\n")
 }
 
 /// A version string `<prefix><major>.<minor><rest>` with the version lowered to
@@ -365,6 +416,25 @@ mod tests {
         );
         // Other sizes are the device's.
         assert_eq!(size(0x1016, 4 << 30), 4 << 30);
+    }
+
+    #[test]
+    fn programs_compile_for_the_presented_version() {
+        let options = |client: &str| String::from_utf8(build_options(client.as_bytes())).unwrap();
+        assert_eq!(options(""), "-cl-std=CL1.2 -cl-kernel-arg-info");
+        assert_eq!(options(" "), "-cl-std=CL1.2  ");
+        assert_eq!(options("-DX=1 -D"), "-cl-std=CL1.2 -DX=1 -D");
+        // The client's own choice stands.
+        assert_eq!(options("-O2 -cl-std=CL2.0"), "-O2 -cl-std=CL2.0");
+        assert_eq!(options("-cl-std=CL1.1"), "-cl-std=CL1.1");
+        assert_eq!(options("-DSTD=-cl-std"), "-cl-std=CL1.2 -DSTD=-cl-std");
+        assert_eq!(
+            source_prefix(),
+            "#undef __OPENCL_VERSION__\n#define __OPENCL_VERSION__ 120\n#line 1\n"
+        );
+        assert!(compiles_above_presented(b"OpenCL 3.0 PoCL HSTR\0"));
+        assert!(!compiles_above_presented(b"OpenCL 1.2 PoCL\0"));
+        assert!(!compiles_above_presented(b"OpenCL 1.1\0"));
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! The node's program cache: built binaries by content hash.
 //!
-//! A key is the SHA-256 of the program source, the build options and the devices. When a
+//! A key is the SHA-256 of the client's program source, the build options the runtime
+//! gets (the client's, with what the node adds to compile for the version it presents:
+//! `service::presented`) and the devices (which decide whether the node adds anything,
+//! to the options and to the source). When a
 //! client builds a source program whose key is cached, the service creates the program
 //! from the cached binaries instead of compiling the source again (for an FPGA the
 //! binary is the bitstream a device may already hold). Bounded in entries and bytes;

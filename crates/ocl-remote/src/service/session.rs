@@ -125,7 +125,7 @@ pub(crate) fn serve_greeted(shared: Arc<Shared>, stream: Stream, refused: bool, 
         };
         if let Err(e) = session.run(&mut reader) {
             if e.kind() != io::ErrorKind::UnexpectedEof {
-                eprintln!("ocl-remote: client connection closed: {e}");
+                super::log::log!(WARN, "client connection closed: {e}");
             }
         }
     }
@@ -338,8 +338,16 @@ impl Session<'_> {
                 let hash = programs::source_hash(source);
                 let devices = ctx.devices.clone();
                 let ctx = Arc::clone(&ctx.real);
-                let ptr = source.as_ptr().cast();
-                let len = source.len();
+                let lowered = devices
+                    .iter()
+                    .any(|d| self.shared.runtime.devices[*d as usize].compiles_above_presented);
+                let runtime_source = if lowered {
+                    [presented::source_prefix().as_bytes(), source].concat()
+                } else {
+                    source.to_vec()
+                };
+                let ptr = runtime_source.as_ptr().cast();
+                let len = runtime_source.len();
                 self.create(
                     id,
                     // SAFETY: valid context; one string of `len` bytes.
@@ -351,6 +359,8 @@ impl Session<'_> {
                             context: Arc::clone(&ctx),
                             devices,
                             program: Arc::clone(&real),
+                            lowered,
+                            client_options: None,
                         };
                         Program {
                             real,
@@ -389,7 +399,16 @@ impl Session<'_> {
                 device,
                 param,
             } => {
-                let raw = self.objects.get::<Program>(program)?.real.handle();
+                let program = self.objects.get::<Program>(program)?;
+                let client_options = program
+                    .source
+                    .as_ref()
+                    .and_then(|s| s.client_options.as_ref());
+                if let (cl::CL_PROGRAM_BUILD_OPTIONS, Some(options)) = (param, client_options) {
+                    self.shared.runtime.device(device)?;
+                    return Ok([options.as_slice(), &[0]].concat());
+                }
+                let raw = program.real.handle();
                 let dev = self.shared.runtime.device(device)?.raw.0;
                 // SAFETY: valid handles and buffers.
                 info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
@@ -632,8 +651,9 @@ impl Session<'_> {
             .devices
             .iter()
             .all(|d| self.shared.runtime.devices[*d as usize].host_memory);
+        let max_alloc = self.max_alloc(&ctx.devices);
         let ctx = Arc::clone(&ctx.real);
-        if size == 0 {
+        if size == 0 || size > max_alloc {
             return Err(cl::CL_INVALID_BUFFER_SIZE);
         }
         if !data.is_empty() && data.len() as u64 != size {
@@ -688,6 +708,19 @@ impl Session<'_> {
             .inc_by(data.len() as u64);
         // The payload names the shared memory region, empty for a plain buffer.
         Ok(name)
+    }
+
+    /// The largest allocation the node presents for every device of a context (see
+    /// [`crate::service::presented::Memory`]), and holds to: a larger buffer fails with
+    /// `CL_INVALID_BUFFER_SIZE`, as OpenCL specifies, and a larger image with
+    /// `CL_INVALID_IMAGE_SIZE`. The runtime's own bound is the device's, larger: left
+    /// to it, such a buffer was accepted, and only the quota refused the next one.
+    fn max_alloc(&self, devices: &[u32]) -> u64 {
+        devices
+            .iter()
+            .map(|d| self.shared.runtime.devices[*d as usize].memory.max_alloc)
+            .min()
+            .unwrap_or(0)
     }
 
     fn release(&mut self, id: u64) {
@@ -748,7 +781,9 @@ impl Session<'_> {
         data: &[u8],
     ) -> Answer {
         let api = &self.shared.runtime.api;
-        let ctx = Arc::clone(&self.objects.get::<Context>(context)?.real);
+        let ctx = self.objects.get::<Context>(context)?;
+        let max_alloc = self.max_alloc(&ctx.devices);
+        let ctx = Arc::clone(&ctx.real);
         let Some(elem) = cl::image_element_size(format[0], format[1]) else {
             return Err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
         };
@@ -776,6 +811,10 @@ impl Session<'_> {
         let Some(size) = cl::image_region_bytes(elem, dims, [0; 3], dims) else {
             return Err(cl::CL_INVALID_IMAGE_SIZE);
         };
+        // An image on a buffer allocates nothing: its buffer was checked.
+        if !on_buffer && size > max_alloc {
+            return Err(cl::CL_INVALID_IMAGE_SIZE);
+        }
         if !data.is_empty() && (data.len() as u64 != size || on_buffer) {
             return Err(cl::CL_INVALID_VALUE);
         }

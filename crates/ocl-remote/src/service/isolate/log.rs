@@ -1,29 +1,26 @@
 //! The log of isolated runtime processes: what the supervisor says, and what the
 //! processes write on their standard error, in the node's log format.
 //!
-//! The supervisor's messages are `tracing` events (target [`SUPERVISOR_TARGET`]), so they come out as the node's other lines do: text or JSON, filtered by
-//! its `log_level`. A runtime process writes plain lines on stderr: the session code's
-//! messages, and whatever the vendor runtime prints there, which no option of ours can
-//! turn into JSON. So its stderr is a pipe to the node, where one thread per process
-//! reads it line by line and logs each line as a `warn` event of target
-//! [`RUNTIME_TARGET`] with the process's `pid` and its `isolation` mode (`session`:
-//! the pid identifies the client's session). A line is cut at [`LINE_BYTES_MAX`] (the
-//! rest follows as the next line), and a process gets at most [`LINES_PER_SECOND_MAX`]
-//! lines a second: a client whose kernels make the runtime print in a loop cannot
-//! fill the node's disk; the lines left out are counted and the count is logged.
+//! The supervisor's messages are `tracing` events (target
+//! `ocl_remote::service::isolate`, see [`crate::service::log`]), so they come out as the
+//! node's other lines do: text or JSON, filtered by its `log_level`. A runtime process
+//! writes plain lines on stderr: the session code's messages (it has no subscriber),
+//! and whatever the vendor runtime prints there, which no option of ours can turn into
+//! JSON. So its stderr is a pipe to the node, where one thread per process reads it
+//! line by line and logs each line as a `warn` event of target [`RUNTIME_TARGET`] with
+//! the process's `pid` and its `isolation` mode (`session`: the pid identifies the
+//! client's session). A line is cut at [`LINE_BYTES_MAX`] (the rest follows as the next
+//! line), and a process gets at most [`LINES_PER_SECOND_MAX`] lines a second: a client
+//! whose kernels make the runtime print in a loop cannot fill the node's disk; the
+//! lines left out are counted and the count is logged.
 //!
 //! A program that installed no `tracing` subscriber (`netaccel-ocl-service`, tests of
 //! this crate) gets the lines on its stderr as before.
 
-use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::process::ChildStderr;
 use std::time::{Duration, Instant};
 
-use tracing::Level;
-
-/// The target of the supervisor's messages.
-const SUPERVISOR_TARGET: &str = "ocl_remote::service::isolate";
 /// The target of the lines runtime processes write.
 pub(crate) const RUNTIME_TARGET: &str = "ocl_remote::runtime";
 /// Longest line logged as one event.
@@ -31,30 +28,24 @@ const LINE_BYTES_MAX: usize = 4096;
 /// Lines of one process logged per second at most.
 const LINES_PER_SECOND_MAX: u32 = 100;
 
-/// Logs a supervisor message about process `pid` (if any) at `level`.
-pub(crate) fn emit(level: Level, pid: Option<u32>, message: fmt::Arguments) {
-    if !tracing::dispatcher::has_been_set() {
-        eprintln!("ocl-remote: {message}");
-        return;
-    }
-    match level {
-        Level::ERROR => tracing::error!(target: SUPERVISOR_TARGET, pid, "{message}"),
-        Level::WARN => tracing::warn!(target: SUPERVISOR_TARGET, pid, "{message}"),
-        _ => tracing::info!(target: SUPERVISOR_TARGET, pid, "{message}"),
-    }
-}
-
-/// `log!(LEVEL, [pid = p,] "format", args…)`: see [`emit`].
+/// `log!(LEVEL, [pid = p,] "format", args…)`: a line of the supervisor, about runtime
+/// process `p` if given (see [`crate::service::log::emit`]).
 macro_rules! log {
     ($level:ident, pid = $pid:expr, $($arg:tt)+) => {
-        $crate::service::isolate::log::emit(
+        $crate::service::log::emit(
+            $crate::service::log::Source::Supervisor,
             ::tracing::Level::$level,
             Some($pid),
             format_args!($($arg)+),
         )
     };
     ($level:ident, $($arg:tt)+) => {
-        $crate::service::isolate::log::emit(::tracing::Level::$level, None, format_args!($($arg)+))
+        $crate::service::log::emit(
+            $crate::service::log::Source::Supervisor,
+            ::tracing::Level::$level,
+            None,
+            format_args!($($arg)+),
+        )
     };
 }
 pub(crate) use log;

@@ -11,7 +11,7 @@ use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
 use crate::proto;
 use crate::service::lock;
-use crate::service::{programs, Real, INFO_BYTES_MAX};
+use crate::service::{presented, programs, Real, INFO_BYTES_MAX};
 
 /// Build options as a C string (NUL bytes dropped).
 fn c_options(options: &[u8]) -> CString {
@@ -33,6 +33,36 @@ fn options_ptr(options: &CString) -> *const c_char {
         std::ptr::null()
     } else {
         options.as_ptr()
+    }
+}
+
+/// `error` if the last word of `options` is `-D` or `-I`, an option without its
+/// argument: PoCL 3.1 reads past the end of such options and crashes the process it
+/// runs in (natively too; here the node's, or a shared runtime process with every
+/// client's session), so the node refuses them as OpenCL does options it cannot take.
+fn refuse_missing_argument(options: &[u8], error: ClInt) -> Result<(), ClInt> {
+    let last = options
+        .split(|b| b.is_ascii_whitespace() || *b == 0)
+        .rfind(|word| !word.is_empty());
+    match last {
+        Some(b"-D" | b"-I") => Err(error),
+        _ => Ok(()),
+    }
+}
+
+/// The options the runtime gets for a build or compile with the client's `options`
+/// (NUL bytes dropped) of a program made from `source`, which notes the client's ones
+/// (see [`ProgramSource::client_options`]): on a device that compiles above the
+/// presented version, those of [`presented::build_options`].
+fn runtime_options(options: &[u8], source: Option<&mut ProgramSource>) -> Vec<u8> {
+    let options: Vec<u8> = options.iter().copied().filter(|b| *b != 0).collect();
+    match source {
+        Some(source) if source.lowered => {
+            let runtime = presented::build_options(&options);
+            source.client_options = Some(options);
+            runtime
+        }
+        _ => options,
     }
 }
 
@@ -161,10 +191,11 @@ impl Session<'_> {
         options: &[u8],
     ) -> Answer {
         let api = &self.shared.runtime.api;
+        refuse_missing_argument(options, cl::CL_INVALID_BUILD_OPTIONS)?;
         let program_obj = self.objects.get::<Program>(program)?;
-        let (real, source) = (Arc::clone(&program_obj.real), program_obj.source.clone());
+        let (real, mut source) = (Arc::clone(&program_obj.real), program_obj.source.clone());
         let devs = self.device_handles(&devices)?;
-        let options: Vec<u8> = options.iter().copied().filter(|b| *b != 0).collect();
+        let options = runtime_options(options, source.as_mut());
         // Only whole-context builds of source programs are cached: then the binaries
         // are exactly one per context device.
         let cache_key = source
@@ -196,7 +227,7 @@ impl Session<'_> {
                 source: source.clone(),
             },
         );
-        let options = CString::new(options).expect("NULs removed");
+        let options = c_options(&options);
         let dev_ptr = if devs.is_empty() {
             std::ptr::null()
         } else {
@@ -238,10 +269,12 @@ impl Session<'_> {
         headers: Vec<(u64, &[u8])>,
     ) -> Answer {
         let api = &self.shared.runtime.api;
+        refuse_missing_argument(options, cl::CL_INVALID_COMPILER_OPTIONS)?;
         // Only programs made from source compile (a binary has nothing to compile).
-        let Some(source) = self.objects.get::<Program>(program)?.source.clone() else {
+        let Some(mut source) = self.objects.get::<Program>(program)?.source.clone() else {
             return Err(cl::CL_INVALID_OPERATION);
         };
+        let options = runtime_options(options, Some(&mut source));
         let real = Arc::clone(&source.program);
         let devs = self.device_handles(&devices)?;
         let ids: Vec<u64> = headers.iter().map(|(id, _)| *id).collect();
@@ -262,7 +295,7 @@ impl Session<'_> {
             return Err(cl::CL_INVALID_VALUE);
         };
         let name_ptrs: Vec<*const c_char> = header_names.iter().map(|n| n.as_ptr()).collect();
-        let options = c_options(options);
+        let options = c_options(&options);
         // SAFETY: valid program, device, header handles (held in the table for the
         // call) and C strings; no callback.
         let rc = unsafe {
@@ -312,6 +345,7 @@ impl Session<'_> {
         inputs: Vec<u64>,
     ) -> Result<Reply, ClInt> {
         let api = &self.shared.runtime.api;
+        refuse_missing_argument(options, cl::CL_INVALID_LINKER_OPTIONS)?;
         let context = self.objects.get::<Context>(context)?;
         let ctx = Arc::clone(&context.real);
         let link_devices = if devices.is_empty() {

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route, Wire};
+use super::scan::{self, HeadScan};
 use super::v2::infer::{self as v2_infer, Reply};
 use crate::admin::{self, AdminError};
 use crate::bufpool;
@@ -57,6 +58,7 @@ pub async fn serve<S: Transport>(node: Arc<Node>, stream: S, peer: SocketAddr, t
         shutdown,
         timer: IoTimer::default(),
         close_after: false,
+        head_scan: HeadScan::default(),
     };
     if let Err(e) = conn.run().await {
         tracing::debug!(error = %e, "http connection ended with an error");
@@ -82,12 +84,23 @@ struct Conn<S> {
     /// A response said `Connection: close`: the connection ends after it (see
     /// [`Conn::keep_alive`]).
     close_after: bool,
+    /// How far the head at `rbuf[rpos..]` has been scanned.
+    head_scan: HeadScan,
 }
 
+/// What follows a request's answer.
 enum Step {
-    NeedMore,
     Next,
     Close,
+}
+
+/// What the buffered input holds next.
+enum Next {
+    /// Not a whole request head (yet).
+    NeedMore,
+    Request(Request),
+    /// A refused head: the answer is in the output buffer, and the connection closes.
+    Refused,
 }
 
 enum Wait {
@@ -125,18 +138,19 @@ impl<S: Transport> Conn<S> {
         let mut head_started: Option<Instant> = None;
         loop {
             loop {
-                // Boxed: a request's handling (parsing, routing, a call's wait) is
+                let request = match self.next_head() {
+                    Next::NeedMore => break,
+                    Next::Request(request) => request,
+                    Next::Refused => return self.close().await,
+                };
+                // Boxed: a request's handling (routing, the body, a call's wait) is
                 // most of this future's size, and an idle connection's task would
                 // carry that room for nothing (issue 15: 4.2 KiB per idle
-                // connection unboxed). One allocation per request instead.
-                match Box::pin(self.next_request()).await? {
-                    Step::NeedMore => break,
+                // connection unboxed). One allocation per request, none per read of
+                // an incomplete head.
+                match Box::pin(self.handle(request)).await? {
                     Step::Next => head_started = None,
-                    Step::Close => {
-                        self.flush().await?;
-                        self.stream.linger().await;
-                        return Ok(());
-                    }
+                    Step::Close => return self.close().await,
                 }
             }
             if !self.wbuf.is_empty() {
@@ -162,36 +176,52 @@ impl<S: Transport> Conn<S> {
                     let message = "request head not received in time";
                     self.log_refusal(408, "REQUEST_TIMEOUT", &message);
                     self.error(408, "REQUEST_TIMEOUT", message, 1);
-                    self.flush().await?;
-                    self.stream.linger().await;
-                    return Ok(());
+                    return self.close().await;
                 }
                 Wait::Timeout => return Ok(()),
             }
         }
     }
 
-    /// Parses and answers the next buffered request, if its head is complete.
-    async fn next_request(&mut self) -> io::Result<Step> {
+    /// Sends what is buffered, then closes the connection.
+    async fn close(&mut self) -> io::Result<()> {
+        self.flush().await?;
+        self.stream.linger().await;
+        Ok(())
+    }
+
+    /// The next buffered request, routed, once its head is whole. While the head is
+    /// incomplete a call looks only at the bytes that arrived since the last one
+    /// ([`HeadScan`]) and allocates nothing: a head sent a byte at a time costs
+    /// O(1) per byte, not a parse of the whole head so far (issue 15, slowloris).
+    fn next_head(&mut self) -> Next {
         if self.buffered().is_empty() {
             self.rbuf.clear();
             self.rpos = 0;
-            return Ok(Step::NeedMore);
+            return Next::NeedMore;
         }
         let limits = self.limits();
-        let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
-        let (request, head_len) =
-            match parse::parse_head(&self.rbuf[self.rpos..], &limits, &mut headers) {
-                Ok(Decoded::Partial) => return Ok(Step::NeedMore),
-                Ok(Decoded::Complete(head, head_len)) => (route(&head, &self.node), head_len),
-                Err(HttpError { status, message }) => {
-                    self.log_refusal(status, code_name(status), &message);
-                    self.error(status, code_name(status), &message, 1);
-                    return Ok(Step::Close);
-                }
-            };
-        self.rpos += head_len;
-        self.handle(request).await
+        let head = &self.rbuf[self.rpos..];
+        let parsed = match self.head_scan.scan(head, &limits) {
+            Ok(None) => return Next::NeedMore,
+            Ok(Some(head_len)) => {
+                let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+                scan::parse_whole(&head[..head_len], &limits, &mut headers)
+                    .map(|head| (route(&head, &self.node), head_len))
+            }
+            Err(e) => Err(e),
+        };
+        match parsed {
+            Ok((request, head_len)) => {
+                self.rpos += head_len;
+                Next::Request(request)
+            }
+            Err(HttpError { status, message }) => {
+                self.log_refusal(status, code_name(status), &message);
+                self.error(status, code_name(status), &message, 1);
+                Next::Refused
+            }
+        }
     }
 
     async fn handle(&mut self, mut req: Request) -> io::Result<Step> {

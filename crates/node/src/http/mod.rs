@@ -1,11 +1,13 @@
 //! The HTTP/1.1 front end (after Strega): the node's own server, straight from the
-//! socket to a slot and back. [`parse`] holds the pure request parsers; `route` decides
-//! what a request means before its body is read; `conn` drives one connection.
+//! socket to a slot and back. [`parse`] holds the pure request parsers; `scan` runs the
+//! head parser incrementally as a head's bytes arrive; `route` decides what a request
+//! means before its body is read; `conn` drives one connection.
 
 mod conn;
 pub mod parse;
 mod response;
 mod route;
+mod scan;
 pub mod v2;
 
 pub use conn::serve;

@@ -107,17 +107,7 @@ where
     'b: 'h,
 {
     let mut req = httparse::Request::new(headers);
-    let status = match req.parse(buf) {
-        Ok(status) => status,
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(HttpError::new(
-                431,
-                format!("more than {HEADERS_MAX} header fields"),
-            ))
-        }
-        Err(httparse::Error::Version) => return Err(version_error(buf)),
-        Err(e) => return Err(HttpError::new(400, format!("malformed request head: {e}"))),
-    };
+    let status = req.parse(buf).map_err(|e| refusal(e, buf))?;
     let head_len = match status {
         httparse::Status::Partial => {
             check_partial(buf, limits)?;
@@ -154,14 +144,27 @@ where
     Ok(Decoded::Complete(head, head_len))
 }
 
-fn head_too_large(limits: &Limits) -> HttpError {
+/// The answer to what httparse refused in `buf`.
+pub(super) fn refusal(e: httparse::Error, buf: &[u8]) -> HttpError {
+    match e {
+        httparse::Error::TooManyHeaders => too_many_headers(),
+        httparse::Error::Version => version_error(buf),
+        e => HttpError::new(400, format!("malformed request head: {e}")),
+    }
+}
+
+pub(super) fn too_many_headers() -> HttpError {
+    HttpError::new(431, format!("more than {HEADERS_MAX} header fields"))
+}
+
+pub(super) fn head_too_large(limits: &Limits) -> HttpError {
     HttpError::new(
         431,
         format!("request head larger than {} bytes", limits.head_bytes_max),
     )
 }
 
-fn uri_too_long(limits: &Limits) -> HttpError {
+pub(super) fn uri_too_long(limits: &Limits) -> HttpError {
     HttpError::new(
         414,
         format!("request target longer than {} bytes", limits.uri_bytes_max),
@@ -171,12 +174,13 @@ fn uri_too_long(limits: &Limits) -> HttpError {
 /// Refuses an incomplete head as soon as it can no longer become acceptable, so a
 /// client cannot make the server buffer more than the limits allow.
 fn check_partial(buf: &[u8], limits: &Limits) -> Result<(), HttpError> {
-    match memchr_newline(buf) {
+    let line = skip_empty_lines(buf);
+    match memchr_newline(line) {
         // Still in the request line: the target so far is already too long. (Not a bound
         // on the whole line: a long method would make the answer depend on how the bytes
         // arrive; the head limit below bounds it.)
-        None if target_len(buf) > limits.uri_bytes_max => Err(uri_too_long(limits)),
-        Some(line_end) if target_len(&buf[..line_end]) > limits.uri_bytes_max => {
+        None if target_len(line) > limits.uri_bytes_max => Err(uri_too_long(limits)),
+        Some(line_end) if target_len(&line[..line_end]) > limits.uri_bytes_max => {
             Err(uri_too_long(limits))
         }
         _ if buf.len() > limits.head_bytes_max => Err(head_too_large(limits)),
@@ -184,7 +188,16 @@ fn check_partial(buf: &[u8], limits: &Limits) -> Result<(), HttpError> {
     }
 }
 
-fn memchr_newline(buf: &[u8]) -> Option<usize> {
+/// `buf` after the empty lines a request may start with (RFC 9112 §2.2), which httparse
+/// skips.
+fn skip_empty_lines(mut buf: &[u8]) -> &[u8] {
+    while let [b'\r', b'\n', rest @ ..] | [b'\n', rest @ ..] = buf {
+        buf = rest;
+    }
+    buf
+}
+
+pub(super) fn memchr_newline(buf: &[u8]) -> Option<usize> {
     buf.iter().position(|&b| b == b'\n')
 }
 
@@ -692,6 +705,7 @@ pub mod fuzzing {
         parse_chunk_end, parse_chunk_size, parse_head, parse_trailers, BodyFraming, HttpError,
         Limits, CHUNK_LINE_MAX, HEADERS_MAX, TRAILERS_MAX,
     };
+    use crate::http::scan::HeadScan;
     use rac_proto::Decoded;
 
     /// Small limits, so that the 414 and 431 paths are reached often.
@@ -727,7 +741,26 @@ pub mod fuzzing {
 
     fn head(buf: &[u8]) -> Head {
         let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
-        match parse_head(buf, &LIMITS, &mut headers) {
+        summarize(buf, parse_head(buf, &LIMITS, &mut headers))
+    }
+
+    /// The incremental scan of `buf` (what a connection runs per read), fed the
+    /// prefixes ending at `cuts` and then all of it: its first result that is not
+    /// `Partial`.
+    fn scanned(buf: &[u8], cuts: impl IntoIterator<Item = usize>) -> Head {
+        let mut scan = HeadScan::default();
+        for end in cuts.into_iter().chain([buf.len()]) {
+            let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+            let r = summarize(&buf[..end], scan.parse(&buf[..end], &LIMITS, &mut headers));
+            if r != Head::Partial {
+                return r;
+            }
+        }
+        Head::Partial
+    }
+
+    fn summarize(buf: &[u8], parsed: Result<Decoded<super::RequestHead<'_>>, HttpError>) -> Head {
+        match parsed {
             Ok(Decoded::Partial) => Head::Partial,
             Ok(Decoded::Complete(h, head_len)) => {
                 assert!(head_len <= buf.len());
@@ -778,9 +811,27 @@ pub mod fuzzing {
         cuts.into_iter().filter(move |&n| n < end)
     }
 
-    /// Target `http_head`: the request-head parser.
+    /// Target `http_head`: the request-head parser, and its incremental scan.
     pub fn http_head(data: &[u8]) {
         let full = head(data);
+        // The scan gives the same at every split (a few here, every one in its unit
+        // tests), agrees with the one-pass parse on complete heads, and refuses only
+        // what the one-pass parse refuses.
+        let whole = scanned(data, []);
+        assert_eq!(
+            scanned(data, prefixes(data.len())),
+            whole,
+            "scanned in pieces"
+        );
+        match (&whole, &full) {
+            (Head::Complete { .. }, _) | (_, Head::Complete { .. }) => {
+                assert_eq!(whole, full, "scan and one-pass parse differ")
+            }
+            (Head::Error(_), other) => {
+                assert!(matches!(other, Head::Error(_)), "scan refused {other:?}")
+            }
+            (Head::Partial, _) => assert!(data.len() <= LIMITS.head_bytes_max),
+        }
         match &full {
             Head::Complete { head_len, .. } => {
                 let head_len = *head_len;

@@ -95,15 +95,24 @@ fn metric(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The start-up probes' connections close asynchronously: wait, asking on `s` (kept
-/// open), until the node holds no connection but `s`.
-fn wait_until_only(s: &mut TcpStream) {
+/// The start-up probes' connections are accepted and closed asynchronously, each by
+/// whichever network thread the kernel hands it to: wait, asking on `s` (kept open),
+/// until the node has accepted every probe and `s`, and holds no connection but `s`.
+/// (Looking at the open connections alone was not enough: on a loaded machine a
+/// probe could still wait in another thread's accept queue, then take a place under
+/// `connections_max` the test counted on.)
+fn wait_until_only(node: &TestNode, s: &mut TcpStream) {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let text = String::from_utf8(http_get(s, "/metrics").1).unwrap();
         let http = metric(&text, "netaccel_connections_open{protocol=\"http\"}");
         let rac = metric(&text, "netaccel_connections_open{protocol=\"rac\"}");
-        if (http, rac) == (1.0, 0.0) {
+        let accepted: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("netaccel_connections_accepted_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        if (http, rac) == (1.0, 0.0) && accepted == (node.probe_connections + 1) as f64 {
             return;
         }
         assert!(
@@ -118,7 +127,7 @@ fn wait_until_only(s: &mut TcpStream) {
 fn connections_past_the_bound_are_refused_as_documented_counted_and_others_served() {
     let node = TestNode::start("connections_max = 4\n[[slots]]\naccelerator = \"echo\"\n");
     let mut h1 = TcpStream::connect(node.addr).unwrap();
-    wait_until_only(&mut h1);
+    wait_until_only(&node, &mut h1);
     // Four connections, each answered once so the node has surely counted it.
     let mut h2 = TcpStream::connect(node.addr).unwrap();
     let mut r1 = TcpStream::connect(node.rac_addr).unwrap();
@@ -388,7 +397,7 @@ fn two_thousand_connections_against_a_bound_of_1500() {
     // Held from before the run, so /metrics can be read afterwards without racing
     // the node's noticing of the harness's closes: the harness gets 1,499 places.
     let mut held = TcpStream::connect(node.addr).unwrap();
-    wait_until_only(&mut held);
+    wait_until_only(&node, &mut held);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/connections.py");
     let out = Command::new("timeout")
         .args(["120", "python3", script])

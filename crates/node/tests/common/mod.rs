@@ -14,6 +14,9 @@ pub struct TestNode {
     pub addr: SocketAddr,
     pub rac_addr: SocketAddr,
     pub dir: PathBuf,
+    /// Connections the harness opened (and closed at once) to see the node listen:
+    /// the node accepts and counts them too, a moment later, maybe on another thread.
+    pub probe_connections: u64,
 }
 
 /// Whether an OpenCL platform is installed for the tests that share one. Missing, the
@@ -127,16 +130,21 @@ impl TestNode {
             let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
             let rac_addr: SocketAddr = format!("127.0.0.1:{rac_port}").parse().unwrap();
             let deadline = Instant::now() + Duration::from_secs(10);
+            let mut probe_connections = 0;
             while Instant::now() < deadline {
                 if let Some(status) = child.try_wait().unwrap() {
                     panic!("node exited during start-up: {status}");
                 }
-                if TcpStream::connect(addr).is_ok() && TcpStream::connect(rac_addr).is_ok() {
+                let http = TcpStream::connect(addr).is_ok();
+                let rac = http && TcpStream::connect(rac_addr).is_ok();
+                probe_connections += u64::from(http) + u64::from(rac);
+                if rac {
                     return TestNode {
                         child,
                         addr,
                         rac_addr,
                         dir,
+                        probe_connections,
                     };
                 }
                 std::thread::sleep(Duration::from_millis(20));

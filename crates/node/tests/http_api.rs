@@ -355,6 +355,21 @@ POST /v1/fn/to_uppercase HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection:
     let resp = parse_responses(&read_until_quiet(&mut s, Duration::from_secs(3)));
     assert_eq!(resp[0].body, b"WXYZ");
 
+    // A second head that arrives a byte at a time behind a whole first request, in the
+    // same read buffer (the head scan counts from where each head starts).
+    let mut s = TcpStream::connect(node.addr).unwrap();
+    let first = b"POST /v1/fn/to_uppercase HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab";
+    let second = b"POST /v1/fn/to_uppercase HTTP/1.1\r\nHost: x\r\nX-Pad: 0123456789\r\n\
+Content-Length: 2\r\nConnection: close\r\n\r\ncd";
+    s.write_all(&[&first[..], &second[..20]].concat()).unwrap();
+    for b in &second[20..] {
+        s.write_all(&[*b]).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let resp = parse_responses(&read_until_quiet(&mut s, Duration::from_secs(3)));
+    let bodies: Vec<&[u8]> = resp.iter().map(|r| &r.body[..]).collect();
+    assert_eq!(bodies, [&b"AB"[..], &b"CD"[..]]);
+
     // HTTP/1.0: closes by default, stays open with keep-alive.
     let resp = node.raw(
         b"GET /health HTTP/1.0\r\n\r\nGET /health HTTP/1.0\r\n\r\n",

@@ -22,10 +22,15 @@
 #
 # Everything that computes (onnxruntime, tract, the node with one network thread and
 # its slot workers) is pinned to SERVER_CPU; netaccel-bench to CLIENT_CPU. The node
-# runs with its defaults but for slot_worker_policy = "normal" (the default SCHED_IDLE
-# worker would get only what the shared machine's other processes leave): one image
-# (26 k multiply-adds) runs inline on the network thread, a batch of 64 on the slot's
-# worker. The payload is netaccel-bench's (lower-case letters read as float32: finite
+# runs with its defaults but for its slot workers' scheduling class: the class of the
+# in-process runs they are compared with. Under PRIO=rt that is slot_worker_policy =
+# "inherit" (SCHED_FIFO, as the node and the in-process runs): a SCHED_OTHER worker
+# waited on SERVER_CPU's run queue behind the shared machine's other processes for
+# 60–190 µs a batch, which the in-process runs, real-time, never did, and the network
+# thread preempted it at every packet. Otherwise "normal" (the default SCHED_IDLE
+# worker would get only what the other processes leave). One image (26 k multiply-
+# adds) runs inline on the network thread, a batch of 64 on the slot's worker. The
+# payload is netaccel-bench's (lower-case letters read as float32: finite
 # values, the same bytes for every engine). Each figure is the median over ROUNDS
 # rounds; the node's own split (queue, execution, the rest) comes from netaccel-bench.
 #
@@ -83,8 +88,10 @@ cp "$MODEL" "$REPO/digits/1/"
 cp "$MODEL" "$REPO/digits_ort/1/"
 { echo 'backend = "onnxruntime"'; cat "$ROOT/models/digits/config.toml"; } >"$REPO/digits_ort/config.toml"
 pick_ports HTTP_PORT RAC_PORT
-printf 'slot_worker_policy = "normal"\nslot_worker_nice = 0\nmodels_dir = "%s"\nonnxruntime_library = "%s"\n' \
-    "$REPO" "$ORT_LIB" >"$RUN_DIR/node.toml"
+WORKER_POLICY=normal
+[[ "$PRIO" == rt ]] && WORKER_POLICY=inherit
+printf 'slot_worker_policy = "%s"\nslot_worker_nice = 0\nmodels_dir = "%s"\nonnxruntime_library = "%s"\n' \
+    "$WORKER_POLICY" "$REPO" "$ORT_LIB" >"$RUN_DIR/node.toml"
 taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$NODE_BIN" --config "$RUN_DIR/node.toml" \
     --http "$HOST:$HTTP_PORT" --rac "$HOST:$RAC_PORT" --io-threads 1 --log-level warn \
     >"$RUN_DIR/node.log" 2>&1 &
@@ -178,7 +185,7 @@ table="$RUN_DIR/table.md"
 report >"$table"
 {
     echo "bench/cnn/run.sh, $(date -u +%Y-%m-%d), $ROUNDS rounds of $CALLS calls (medians), PRIO=$PRIO;"
-    echo "onnxruntime, tract and the node (1 network thread) on CPU $SERVER_CPU, netaccel-bench on CPU $CLIENT_CPU; load average $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo "onnxruntime, tract and the node (1 network thread, slot workers $WORKER_POLICY) on CPU $SERVER_CPU, netaccel-bench on CPU $CLIENT_CPU; load average $(cut -d' ' -f1-3 /proc/loadavg)."
     echo "Echo's row: the same request size, answered with as many bytes (the model answers 40 B an image)."
     echo
     cat "$table"

@@ -77,7 +77,9 @@ pub enum WorkerPolicy {
     /// The node's own scheduling, unchanged: a node started under `chrt -f` keeps its
     /// workers real-time. For workers that mostly sleep (a simulated device time,
     /// `simulated_exec_us`), so that a host busy with other work cannot hold back the
-    /// simulated device; never for CPU kernels, which would then starve the host.
+    /// simulated device. CPU kernels under it take their core from every process that
+    /// is not real-time: only on a core of the node's own, as bench/cnn does to compare
+    /// a slot with an engine run in process at the same real-time priority.
     Inherit,
 }
 

@@ -923,17 +923,16 @@ impl<S: Transport> Conn<S> {
     /// Waits for input and appends it to the read buffer. While idle (between
     /// requests) a shutdown ends the wait.
     async fn wait_read(&mut self, deadline: Instant, idle: bool) -> io::Result<Wait> {
+        // `wait_for` looks at the value first, so a shutdown that came before this
+        // wait ends it at once.
         if idle {
-            let mut shutdown = self.shutdown.clone();
-            if *shutdown.borrow() {
-                return Ok(Wait::Shutdown);
-            }
             // Nothing pending: an idle connection holds no buffer while it waits
             // (issue 15: tens of thousands of idle connections in bounded memory).
             self.release_buffers();
             let readable = tokio::select! {
+                biased;
+                _ = self.shutdown.wait_for(|stop| *stop) => return Ok(Wait::Shutdown),
                 r = self.stream.wait_readable(deadline, &mut self.timer) => r?,
-                _ = shutdown.changed() => return Ok(Wait::Shutdown),
             };
             if !readable {
                 return Ok(Wait::Timeout);
@@ -959,11 +958,10 @@ impl<S: Transport> Conn<S> {
             // read already took), so this read may find nothing and wait: an idle
             // connection still closes at a shutdown meanwhile. Before, it waited out
             // its idle timeout and held the drain that long (seen: 30 s).
-            let mut shutdown = self.shutdown.clone();
             tokio::select! {
                 biased;
                 read = reading => read,
-                _ = shutdown.wait_for(|stop| *stop) => return Ok(Wait::Shutdown),
+                _ = self.shutdown.wait_for(|stop| *stop) => return Ok(Wait::Shutdown),
             }
         } else {
             reading.await

@@ -43,9 +43,10 @@ pub fn spawn(registry: Arc<Registry>, identity: String) {
                 _ = tokio::time::sleep(PERIOD) => {}
                 _ = registry.refresh.wanted() => {}
             }
-            let round = registry.refresh.begin();
-            copy_once(&registry, &identity, &agent, &mut failing).await;
-            registry.refresh.end(round);
+            registry
+                .refresh
+                .round(copy_once(&registry, &identity, &agent, &mut failing))
+                .await;
         }
     });
 }

@@ -62,8 +62,17 @@ impl Refresh {
         }
     }
 
+    /// Runs `copy` (the refresh loop's reading of a fresh copy) as one round, which
+    /// the misses waiting for it see end.
+    pub async fn round<T>(&self, copy: impl std::future::Future<Output = T>) -> T {
+        let id = self.begin();
+        let copied = copy.await;
+        self.end(id);
+        copied
+    }
+
     /// A round begins: called just before the copy is read.
-    pub fn begin(&self) -> u64 {
+    fn begin(&self) -> u64 {
         let mut id = 0;
         self.rounds.send_modify(|(started, _)| {
             *started += 1;
@@ -74,7 +83,7 @@ impl Refresh {
 
     /// Round `id` ended (whether or not it got a fresh copy: waiters are bounded
     /// anyway, and a failed copy is as fresh as this replica can be).
-    pub fn end(&self, id: u64) {
+    fn end(&self, id: u64) {
         *self.last_end.lock().expect("refresh lock") = Some(Instant::now());
         self.rounds
             .send_modify(|(_, finished)| *finished = (*finished).max(id));
@@ -106,10 +115,12 @@ mod tests {
                     _ = tokio::time::sleep(period) => {}
                     _ = refresh.wanted() => {}
                 }
-                let id = refresh.begin();
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                tx.send_modify(|n| *n += 1);
-                refresh.end(id);
+                refresh
+                    .round(async {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        tx.send_modify(|n| *n += 1);
+                    })
+                    .await;
             }
         });
         rx

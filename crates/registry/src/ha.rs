@@ -193,11 +193,14 @@ async fn follow(registry: Arc<Registry>, store: Arc<EtcdStore>) {
 }
 
 async fn reload(registry: &Registry) {
-    let round = registry.refresh.begin();
-    if !registry.is_leader() {
-        if let Err(e) = registry.reload().await {
-            warn!(error = %e, "follower: reloading the state failed");
-        }
-    }
-    registry.refresh.end(round);
+    registry
+        .refresh
+        .round(async {
+            if !registry.is_leader() {
+                if let Err(e) = registry.reload().await {
+                    warn!(error = %e, "follower: reloading the state failed");
+                }
+            }
+        })
+        .await;
 }

@@ -27,17 +27,6 @@ enum Holder {
     Image1dBuffer,
 }
 
-fn create_buffer(c: &mut Client, id: u64) -> i32 {
-    c.call(&Request::CreateBuffer {
-        id,
-        context: 1,
-        flags: cl::CL_MEM_READ_WRITE,
-        size: MIB,
-        data: &[],
-    })
-    .0
-}
-
 fn create_holder(c: &mut Client, holder: Holder, id: u64, buffer: u64) -> i32 {
     let request = match holder {
         Holder::SubBuffer => Request::CreateSubBuffer {
@@ -94,7 +83,7 @@ fn storage_held_by(holder: Holder) {
     let mut holders = Vec::new();
     for round in 0..QUOTA_MIB + 2 {
         let buffer = 100 + 2 * round;
-        let status = create_buffer(&mut c, buffer);
+        let status = c.create_buffer(buffer, MIB);
         if round == QUOTA_MIB {
             assert_eq!(
                 status,
@@ -122,14 +111,10 @@ fn storage_held_by(holder: Holder) {
         c.send(&Request::Release { id });
     }
     for id in 0..QUOTA_MIB {
-        assert_eq!(
-            create_buffer(&mut c, 200 + id),
-            0,
-            "{holder:?}: buffer {id}"
-        );
+        assert_eq!(c.create_buffer(200 + id, MIB), 0, "{holder:?}: buffer {id}");
     }
     assert_eq!(svc.client_buffer_bytes(), (QUOTA_MIB * MIB) as i64);
-    assert_eq!(create_buffer(&mut c, 300), cl::CL_OUT_OF_RESOURCES);
+    assert_eq!(c.create_buffer(300, MIB), cl::CL_OUT_OF_RESOURCES);
     drop(c);
     wait_idle(&svc);
 }
@@ -178,17 +163,7 @@ fn the_largest_allocation_leaves_room_for_more() {
     assert!(max_alloc <= global && max_alloc <= device_max_alloc);
     assert!(max_alloc >= (global / 4).max(128 << 20).min(device_max_alloc));
     c.setup_context();
-    let mut create = |id, size| {
-        c.call(&Request::CreateBuffer {
-            id,
-            context: 1,
-            flags: cl::CL_MEM_READ_WRITE,
-            size,
-            data: &[],
-        })
-        .0
-    };
-    assert_eq!(create(10, max_alloc), cl::CL_SUCCESS);
+    assert_eq!(c.create_buffer(10, max_alloc), cl::CL_SUCCESS);
     // A size a program can fill with a pattern (a native device's are round too).
     let queue = Request::CreateQueue {
         id: 2,
@@ -206,16 +181,6 @@ fn the_largest_allocation_leaves_room_for_more() {
         size: max_alloc,
     }]);
     assert_eq!(status, cl::CL_SUCCESS, "filling {max_alloc} bytes");
-    let mut create = |id, size| {
-        c.call(&Request::CreateBuffer {
-            id,
-            context: 1,
-            flags: cl::CL_MEM_READ_WRITE,
-            size,
-            data: &[],
-        })
-        .0
-    };
     // PoCL's CPU device allows 8 of its 21.5 GiB in one allocation: 380 MiB of 1 GiB.
     // The rest of the quota, in allocations no larger than the largest.
     if device_max_alloc < device_global && device_global > quota {
@@ -224,10 +189,14 @@ fn the_largest_allocation_leaves_room_for_more() {
         let mut id = 11;
         while left > 0 {
             let size = left.min(max_alloc);
-            assert_eq!(create(id, size), cl::CL_SUCCESS, "{size} of {left} left");
+            assert_eq!(
+                c.create_buffer(id, size),
+                cl::CL_SUCCESS,
+                "{size} of {left} left"
+            );
             (left, id) = (left - size, id + 1);
         }
-        assert_eq!(create(id, 1), cl::CL_OUT_OF_RESOURCES);
+        assert_eq!(c.create_buffer(id, 1), cl::CL_OUT_OF_RESOURCES);
     } else {
         eprintln!("SKIP (in part): the device allows all its memory in one allocation");
     }
@@ -254,22 +223,12 @@ fn nothing_larger_than_the_largest_allocation_presented_is_allocated() {
         assert_eq!(status, cl::CL_SUCCESS);
         let max_alloc = u64::from_ne_bytes(bytes.try_into().unwrap());
         c.setup_context();
-        let buffer = |c: &mut Client, id, size| {
-            c.call(&Request::CreateBuffer {
-                id,
-                context: 1,
-                flags: cl::CL_MEM_READ_WRITE,
-                size,
-                data: &[],
-            })
-            .0
-        };
         assert_eq!(
-            buffer(&mut c, 2, max_alloc + 1),
+            c.create_buffer(2, max_alloc + 1),
             cl::CL_INVALID_BUFFER_SIZE,
             "one byte above {max_alloc}, host id {host_id:?}"
         );
-        assert_eq!(buffer(&mut c, 3, max_alloc), cl::CL_SUCCESS);
+        assert_eq!(c.create_buffer(3, max_alloc), cl::CL_SUCCESS);
         c.send(&Request::Release { id: 3 });
         // CL_RGBA, CL_FLOAT (16 bytes a pixel), 8192 pixels wide: 128 KiB a row, and
         // the largest allocation is in whole MiB.

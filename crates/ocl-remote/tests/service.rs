@@ -272,21 +272,11 @@ fn devices_are_presented_as_opencl_1_2_within_the_client_quota() {
     );
     // The advertised allocation is one the client can make.
     c.setup_context();
-    let create = |c: &mut Client, id, size| {
-        c.call(&Request::CreateBuffer {
-            id,
-            context: 1,
-            flags: cl::CL_MEM_READ_WRITE,
-            size,
-            data: &[],
-        })
-        .0
-    };
     assert_eq!(
-        create(&mut c, 10, max_alloc + 8),
+        c.create_buffer(10, max_alloc + 8),
         cl::CL_INVALID_BUFFER_SIZE
     );
-    assert_eq!(create(&mut c, 11, max_alloc), cl::CL_SUCCESS);
+    assert_eq!(c.create_buffer(11, max_alloc), cl::CL_SUCCESS);
 }
 
 /// A read's bytes are the buffer's when the read ran, whether the node copies them or

@@ -341,10 +341,14 @@ impl Session<'_> {
                 let lowered = devices
                     .iter()
                     .any(|d| self.shared.runtime.devices[*d as usize].compiles_above_presented);
-                let runtime_source = if lowered {
-                    [presented::source_prefix().as_bytes(), source].concat()
+                // The client's source as it is, unless the runtime must see the
+                // presented version's prefix before it.
+                let runtime_source: std::borrow::Cow<[u8]> = if lowered {
+                    [presented::source_prefix().as_bytes(), source]
+                        .concat()
+                        .into()
                 } else {
-                    source.to_vec()
+                    source.into()
                 };
                 let ptr = runtime_source.as_ptr().cast();
                 let len = runtime_source.len();

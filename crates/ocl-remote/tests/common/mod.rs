@@ -159,6 +159,19 @@ impl Client {
         );
     }
 
+    /// An uninitialised read-write buffer `id` of `size` bytes in context 1: the
+    /// status.
+    pub fn create_buffer(&mut self, id: u64, size: u64) -> i32 {
+        self.call(&Request::CreateBuffer {
+            id,
+            context: 1,
+            flags: cl::CL_MEM_READ_WRITE,
+            size,
+            data: &[],
+        })
+        .0
+    }
+
     /// Context 1, queue 2, a 64-byte buffer 3 holding `fill`, program 4, kernel 5.
     pub fn setup(&mut self, fill: u8) {
         let device = self.info.1[0][0];

@@ -352,6 +352,17 @@ pub struct Config {
     /// Queued calls one tenant (a RAC tenant, or one connection) may hold in a slot's
     /// queue, so one client cannot fill a queue that others share.
     pub tenant_queue_depth_max: usize,
+    /// A call is refused BUSY when the calls served before it in its slot are
+    /// expected (from the slot's measured speed) to take longer than this many times
+    /// its own execution or the slot's mean call, whichever is longer (and at least
+    /// `queue_wait_floor_us`); 0: only
+    /// `queue_depth_max` bounds the wait. Bounds an accepted call's latency under
+    /// overload to about this factor plus one times its latency unloaded.
+    pub queue_wait_factor: u32,
+    /// The wait in a slot's queue every call may be given, however short its own
+    /// execution (µs): calls of µs kernels are not refused for waits the network
+    /// round trip dwarfs.
+    pub queue_wait_floor_us: u64,
     /// Calls whose work estimate is at most this run on the network thread when their
     /// slot is idle, saving two thread hand-offs; larger calls go to the slot's thread.
     pub inline_work_max: u64,
@@ -478,6 +489,8 @@ impl Default for Config {
             slots: Vec::new(),
             queue_depth_max: 64,
             tenant_queue_depth_max: 48,
+            queue_wait_factor: 8,
+            queue_wait_floor_us: 250,
             inline_work_max: 64 * 1024,
             hand_over_wait_us: 200,
             reconfig_delay_ms: 0,

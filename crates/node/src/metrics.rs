@@ -69,6 +69,7 @@ pub struct Metrics {
     slot_failed: Family<SlotLabel, Gauge>,
     slot_hung_kernels: Family<SlotLabel, Counter>,
     slot_threads_abandoned: Family<SlotLabel, Gauge>,
+    slot_wait_refusals: Family<SlotLabel, Counter>,
     accel_calls: Family<AccelStatusLabel, Counter>,
     accel_latency_seconds: Family<AccelLabel, Histogram, fn() -> Histogram>,
     connections_open: Family<ProtocolLabel, Gauge>,
@@ -104,6 +105,7 @@ impl Metrics {
             slot_failed: Family::default(),
             slot_hung_kernels: Family::default(),
             slot_threads_abandoned: Family::default(),
+            slot_wait_refusals: Family::default(),
             accel_calls: Family::default(),
             accel_latency_seconds: Family::new_with_constructor(seconds_histogram),
             connections_open: Family::default(),
@@ -160,6 +162,11 @@ impl Metrics {
             "slot_threads_abandoned",
             "Slot threads given up on while in a kernel that have not returned yet",
             m.slot_threads_abandoned.clone(),
+        );
+        r.register(
+            "slot_wait_refusals",
+            "Calls the slot refused (BUSY) because the calls ahead of them were expected to take longer than queue_wait_factor times their own execution time (and queue_wait_floor_us)",
+            m.slot_wait_refusals.clone(),
         );
         r.register(
             "accelerator_calls",
@@ -242,6 +249,7 @@ impl Metrics {
             failed: self.slot_failed.get_or_create(&label).clone(),
             hung_kernels: self.slot_hung_kernels.get_or_create(&label).clone(),
             threads_abandoned: self.slot_threads_abandoned.get_or_create(&label).clone(),
+            wait_refusals: self.slot_wait_refusals.get_or_create(&label).clone(),
         }
     }
 
@@ -321,6 +329,8 @@ pub struct SlotMetrics {
     pub hung_kernels: Counter,
     /// Threads of the slot stuck in a kernel the slot gave up on.
     pub threads_abandoned: Gauge,
+    /// Calls refused because of the wait expected ahead of them.
+    pub wait_refusals: Counter,
 }
 
 impl SlotMetrics {

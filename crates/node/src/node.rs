@@ -113,6 +113,8 @@ impl Node {
             worker_nice: config.slot_worker_nice,
             worker_policy: config.slot_worker_policy,
             kernel_timeout: Duration::from_millis(config.kernel_timeout_ms),
+            queue_wait_factor: config.queue_wait_factor,
+            queue_wait_floor: Duration::from_micros(config.queue_wait_floor_us),
         };
         let started = device::start(&config, &mut metrics, opencl.as_ref())?;
         let dispatcher = Dispatcher::start(

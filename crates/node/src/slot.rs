@@ -133,6 +133,23 @@ pub struct Refused {
 struct Job {
     call: Call,
     reply: oneshot::Sender<Answer>,
+    /// The call's work estimate.
+    work: u64,
+    /// The wait it was admitted to (see [`Slot::wait_bound`]), as the slot's busy
+    /// time then and the most that may be spent on other calls before it: the worker
+    /// refuses it `Busy` rather than run it after more than that.
+    admitted: Option<Admitted>,
+}
+
+/// The wait a queued call was admitted to, in the slot's busy time: time spent running
+/// calls, not wall time, so that a host too busy to wake the worker at once does not
+/// turn a call's own scheduling delay into its refusal.
+#[derive(Clone, Copy)]
+struct Admitted {
+    /// [`Slot::busy_ns`] when it was admitted, plus what the call in progress had run.
+    busy_ns: u64,
+    /// The most busy time other calls may take before it.
+    bound_ns: u64,
 }
 
 /// When a call began executing, its work estimate, and the slot's generation then.
@@ -219,6 +236,13 @@ pub struct SlotLimits {
     pub kernel_timeout: Duration,
     /// Scheduling class of the worker thread (see `Config::slot_worker_policy`).
     pub worker_policy: WorkerPolicy,
+    /// A call is refused `Busy` when the calls served before it are expected to take
+    /// longer than this many times its own expected execution time (and
+    /// `queue_wait_floor`); zero: only the queue's depth bounds the wait. See
+    /// [`Slot::wait_bound`].
+    pub queue_wait_factor: u32,
+    /// The wait every call may be given, however short its own execution.
+    pub queue_wait_floor: Duration,
 }
 
 /// Applies the slot worker's scheduling to the calling thread: class `policy` and, for
@@ -270,6 +294,10 @@ pub struct Slot {
     /// Moving average of execution time per unit of work estimate, in ns/1024: how
     /// long the call in progress is expected to take.
     ns_per_work_1024: AtomicU64,
+    /// Moving average of execution time per call, in ns (weight 1/8): how long the
+    /// calls queued are expected to take ([`Slot::expected_wait`]). Starts at the
+    /// simulated device time, if any (else 0: unknown).
+    ns_per_call: AtomicU64,
     /// With a simulated device time: when the simulated device ends its latest call.
     /// The device starts the next call then (or when that call arrives, if later), not
     /// when the worker thread wakes from its sleep: a late wake-up on a busy host
@@ -338,6 +366,7 @@ impl Slot {
             busy_ns: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             ns_per_work_1024: AtomicU64::new(0),
+            ns_per_call: AtomicU64::new(nanos(limits.simulated_exec)),
             device_free_at: Mutex::new(Instant::now()),
             started: Instant::now(),
             limits,
@@ -388,10 +417,57 @@ impl Slot {
     }
 
     /// Whether a call from `tenant` would be admitted now (for `Expect: 100-continue`).
+    /// The call's own work is not known yet: it counts as a call of mean time.
     pub fn has_room(&self, tenant: TenantId) -> bool {
         let st = self.state.lock();
         st.queue.len < self.limits.queue_depth_max
             && st.queue.tenant_len(tenant) < self.limits.tenant_share_max
+            && self
+                .wait_bound(0)
+                .is_none_or(|bound| self.expected_wait(&st, tenant) <= bound)
+    }
+
+    /// The longest wait a call of estimated `work` is admitted to: `queue_wait_factor`
+    /// times its own expected execution time (from its work estimate) or the slot's
+    /// mean call time, whichever is longer, and at least `queue_wait_floor`. `None`
+    /// when the factor is zero or the slot has not timed a call yet.
+    ///
+    /// This is what keeps an accepted call's latency under overload within a bounded
+    /// multiple of its latency unloaded, whatever the kernel's speed: a queue bounded
+    /// in calls alone (`queue_depth_max`) lets a call of a 1 ms kernel wait 64 ms behind
+    /// a full queue (65x its unloaded latency), while calls of a µs kernel could queue
+    /// far deeper than that bound without their wait mattering. A call much smaller
+    /// than the slot's usual ones is given their allowance, not its own: a small
+    /// matmul arriving while a large one runs queues behind it rather than being
+    /// refused for a wait it cannot avoid anywhere on this slot.
+    fn wait_bound(&self, work: u64) -> Option<Duration> {
+        let factor = self.limits.queue_wait_factor;
+        let mean = self.ns_per_call.load(Ordering::Relaxed);
+        if factor == 0 || mean == 0 {
+            return None;
+        }
+        let own = self.expected_time(work).max(Duration::from_nanos(mean));
+        let own = own.checked_mul(factor);
+        Some(
+            own.unwrap_or(Duration::MAX)
+                .max(self.limits.queue_wait_floor),
+        )
+    }
+
+    /// How long a call `tenant` queues now is expected to wait before it starts: the
+    /// rest of the call in progress, then the calls served before it in fair order
+    /// ([`FairQueue::ahead_of_next`]), each taking the slot's mean call time. (The
+    /// work model says nothing of calls whose estimate is zero, and a simulated or
+    /// real device often costs the same per call whatever its size.)
+    fn expected_wait(&self, st: &SlotState, tenant: TenantId) -> Duration {
+        let running = if st.running {
+            st.running_ends.saturating_duration_since(Instant::now())
+        } else {
+            Duration::ZERO
+        };
+        let ahead = st.queue.ahead_of_next(tenant) as u64;
+        let mean = self.ns_per_call.load(Ordering::Relaxed);
+        running.saturating_add(Duration::from_nanos(ahead.saturating_mul(mean)))
     }
 
     /// Submits a call. Refuses with `Unavailable` when the slot does not (or no longer)
@@ -433,6 +509,25 @@ impl Slot {
                 call,
             });
         }
+        let bound = self.wait_bound(work);
+        if let Some(bound) = bound {
+            if self.expected_wait(&st, tenant) > bound {
+                self.metrics.wait_refusals.inc();
+                return Err(Refused {
+                    status: Status::Busy,
+                    call,
+                });
+            }
+        }
+        let admitted = bound.map(|b| Admitted {
+            busy_ns: self.busy_ns.load(Ordering::Relaxed)
+                + if st.running {
+                    nanos(st.running_since.elapsed())
+                } else {
+                    0
+                },
+            bound_ns: nanos(b),
+        });
         // A cheap call of a tenant without a backlog runs on this thread next: at once
         // when the worker has not yet taken the next call (it may be starved of CPU),
         // or after the call in progress if that is expected to end soon enough.
@@ -441,7 +536,15 @@ impl Slot {
             && st.queue.tenant_len(tenant) == 0
             && (!st.running || (!wait.is_zero() && st.running_ends <= Instant::now() + wait));
         let (reply, rx) = oneshot::channel();
-        st.queue.push(tenant, Job { call, reply });
+        st.queue.push(
+            tenant,
+            Job {
+                call,
+                reply,
+                work,
+                admitted,
+            },
+        );
         self.metrics.queue_depth.set(st.queue.len as i64);
         let wake = !st.running;
         self.depth.fetch_add(1, Ordering::Relaxed);
@@ -481,7 +584,7 @@ impl Slot {
         } else {
             st.queue.take_sole(tenant)
         };
-        let Some(Job { call, reply }) = job else {
+        let Some(Job { call, reply, .. }) = job else {
             // Timed out: the worker, which held back while this thread waited, may go.
             drop(st);
             self.changed.notify_all();
@@ -534,8 +637,17 @@ impl Slot {
         Duration::from_nanos(work.saturating_mul(per) >> 10)
     }
 
-    /// Folds one call's execution time into [`Slot::ns_per_work_1024`] (weight 1/8).
+    /// Folds one call's execution time into [`Slot::ns_per_call`] and, when it had a
+    /// work estimate, [`Slot::ns_per_work_1024`] (weight 1/8 each).
     fn learn_speed(&self, work: u64, exec_ns: u64) {
+        let old = self.ns_per_call.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            exec_ns.max(1)
+        } else {
+            (old - old / 8 + exec_ns / 8).max(1)
+        };
+        // Racing updates (inline calls on several threads) may lose a sample: harmless.
+        self.ns_per_call.store(new, Ordering::Relaxed);
         if work == 0 {
             return;
         }
@@ -677,13 +789,20 @@ impl Slot {
                 self.changed.wait(&mut st);
             };
             self.metrics.queue_depth.set(st.queue.len as i64);
-            let work = job
-                .call
-                .accel
-                .work_estimate(&job.call.params, job.call.payload.len());
-            let start = self.begin(&mut st, work);
+            let busy_ns = self.busy_ns.load(Ordering::Relaxed);
+            if let Some(a) = job
+                .admitted
+                .filter(|a| busy_ns.saturating_sub(a.busy_ns) > a.bound_ns)
+            {
+                drop(st);
+                self.refuse_late(job, busy_ns - a.busy_ns, a.bound_ns);
+                // A reconfiguration or stop may be waiting for the queue to empty.
+                self.changed.notify_all();
+                continue;
+            }
+            let start = self.begin(&mut st, job.work);
             let (loaded_id, image) = (st.accel.descriptor().id, Arc::clone(&st.image));
-            let Job { call, reply } = job;
+            let Job { call, reply, .. } = job;
             st.current = Some(reply);
             drop(st);
             let answer = if loaded_id == call.accel.descriptor().id {
@@ -721,6 +840,22 @@ impl Slot {
         }
     }
 
+    /// Answers `Busy` a queued call whose turn came after other calls ran longer
+    /// (`ahead_ns`) than the wait it was admitted to (`bound_ns`): the wait expected
+    /// at admission does not count the tenants that join the round after it, and
+    /// fairness serves them in turn.
+    fn refuse_late(&self, job: Job, ahead_ns: u64, bound_ns: u64) {
+        let Job { call, reply, .. } = job;
+        self.metrics.wait_refusals.inc();
+        self.depth.fetch_sub(1, Ordering::Relaxed);
+        let message = format!(
+            "other calls ran {} µs before this one's turn, past the {} µs of waiting it was admitted to (queue_wait_factor); retry",
+            ahead_ns / 1000,
+            bound_ns / 1000
+        );
+        let _ = reply.send(Answer::refusal(Status::Busy, message, call));
+    }
+
     /// Loads `accel`, as the device loaded it (`image`), into the slot. Calls queued
     /// before run on the old accelerator; calls arriving meanwhile are refused
     /// `Unavailable`. Returns the time it took.
@@ -753,6 +888,10 @@ impl Slot {
         }
         let previous = std::mem::replace(&mut st.accel, accel);
         st.image = image;
+        // The new accelerator's speed is not the old one's.
+        self.ns_per_work_1024.store(0, Ordering::Relaxed);
+        self.ns_per_call
+            .store(nanos(self.limits.simulated_exec), Ordering::Relaxed);
         drop(st);
         if !self.limits.reconfig_delay.is_zero() {
             std::thread::sleep(self.limits.reconfig_delay);
@@ -868,7 +1007,7 @@ impl Slot {
 
     /// Answers every queued call `UNAVAILABLE` with `why`.
     fn answer_queued(&self, st: &mut SlotState, why: &str) {
-        while let Some(Job { call, reply }) = st.queue.pop() {
+        while let Some(Job { call, reply, .. }) = st.queue.pop() {
             self.answered_unavailable(call.accel.descriptor().id);
             self.depth.fetch_sub(1, Ordering::Relaxed);
             let _ = reply.send(Answer::refusal(Status::Unavailable, why, call));

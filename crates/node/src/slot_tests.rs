@@ -33,17 +33,34 @@ fn slot_with(
     inline_work_max: u64,
     simulated_exec: Duration,
 ) -> Arc<Slot> {
-    let limits = SlotLimits {
+    slot_limited(
+        accel,
+        SlotLimits {
+            inline_work_max,
+            simulated_exec,
+            ..limits()
+        },
+    )
+}
+
+/// The tests' bounds: a queue of 4, 2 per tenant, no wait bound.
+fn limits() -> SlotLimits {
+    SlotLimits {
         queue_depth_max: 4,
         tenant_share_max: 2,
-        inline_work_max,
+        inline_work_max: 0,
         hand_over_wait: Duration::from_secs(10),
         reconfig_delay: Duration::ZERO,
-        simulated_exec,
+        simulated_exec: Duration::ZERO,
         worker_nice: 0,
         worker_policy: WorkerPolicy::Normal,
         kernel_timeout: Duration::ZERO,
-    };
+        queue_wait_factor: 0,
+        queue_wait_floor: Duration::ZERO,
+    }
+}
+
+fn slot_limited(accel: Arc<dyn Accelerator>, limits: SlotLimits) -> Arc<Slot> {
     let metrics = crate::metrics::Metrics::new();
     let image = Arc::new(crate::device::cpu::CpuImage(Arc::clone(&accel)));
     let slot = Arc::new(Slot::new(
@@ -284,9 +301,13 @@ fn expected_call_time_follows_measured_speed() {
     }
     let d = s.expected_time(work);
     assert!(d < Duration::from_micros(20), "{d:?}");
-    s.learn_speed(0, 5_000_000); // no work estimate: no sample
+    let per_call = s.ns_per_call.load(Ordering::Relaxed);
+    s.learn_speed(0, 5_000_000); // no work estimate: no sample of speed
     let d = s.expected_time(work);
     assert!(d < Duration::from_micros(20), "{d:?}");
+    // but a sample of the time per call
+    let after = s.ns_per_call.load(Ordering::Relaxed);
+    assert_eq!(after, per_call - per_call / 8 + 5_000_000 / 8);
     s.stop();
 }
 
@@ -307,5 +328,145 @@ fn no_hand_over_behind_a_long_call_or_with_a_backlog() {
     s.changed.notify_all();
     assert_eq!(rx.blocking_recv().unwrap().output, b"x");
     assert_eq!(rx2.blocking_recv().unwrap().output, b"y");
+    s.stop();
+}
+
+/// An echo slot whose calls wait at most `factor` times their own execution time (at
+/// least `floor`), that takes 10 µs per unit of work (a 1,600-byte call: 1 ms; the
+/// mean call so far), with
+/// room for 64 calls of any tenant, running a call that ends now; its worker takes
+/// nothing until the test lets it.
+fn wait_bounded_slot(factor: u32, floor: Duration) -> (Arc<dyn Accelerator>, Arc<Slot>) {
+    let catalog = Catalog::builtin();
+    let echo = Arc::clone(catalog.by_name("echo").unwrap());
+    let s = slot_limited(
+        Arc::clone(&echo),
+        SlotLimits {
+            queue_depth_max: 64,
+            tenant_share_max: 64,
+            queue_wait_factor: factor,
+            queue_wait_floor: floor,
+            ..limits()
+        },
+    );
+    s.learn_speed(100, 1_000_000);
+    let mut st = s.state.lock();
+    st.running = true;
+    st.running_ends = Instant::now();
+    drop(st);
+    (echo, s)
+}
+
+/// Lets the worker go, and checks every call admitted is answered.
+fn release(s: &Slot, admitted: Vec<oneshot::Receiver<Answer>>) {
+    s.state.lock().running = false;
+    s.changed.notify_all();
+    for rx in admitted {
+        assert_eq!(rx.blocking_recv().unwrap().status, Status::Ok);
+    }
+    s.stop();
+}
+
+#[test]
+fn a_call_is_refused_when_the_calls_ahead_would_take_longer_than_its_wait_bound() {
+    let (echo, s) = wait_bounded_slot(8, Duration::ZERO);
+    let big = vec![b'x'; 1600]; // 1 ms each
+    let mut admitted = Vec::new();
+    // Tenant 1's calls: the ninth waits for eight (8 ms = 8 x 1 ms) and is admitted,
+    // the tenth would wait for nine.
+    for _ in 0..9 {
+        admitted.push(queued(s.submit(call(&echo, &big, 1)), "must queue"));
+    }
+    let refused = s.submit(call(&echo, &big, 1)).err().expect("refused");
+    assert_eq!(refused.status, Status::Busy);
+    assert_eq!(s.metrics.wait_refusals.get(), 1);
+    assert!(!s.has_room(1), "100-continue agrees");
+    // A tenant with nothing queued goes ahead of tenant 1's backlog: admitted.
+    assert!(s.has_room(2));
+    admitted.push(queued(s.submit(call(&echo, &big, 2)), "must queue"));
+    // A call of a tenth the work is given the slot's mean call's allowance (8 ms), and
+    // behind tenant 1's backlog and tenant 2's call it would wait 10 ms.
+    let small = vec![b'x'; 160];
+    let refused = s.submit(call(&echo, &small, 1)).err().expect("refused");
+    assert_eq!(refused.status, Status::Busy);
+    assert_eq!(s.metrics.wait_refusals.get(), 2);
+    // The queue's depth bound is far: 10 of 64.
+    assert_eq!(s.state.lock().queue.len, 10);
+    release(&s, admitted);
+}
+
+#[test]
+fn the_wait_floor_admits_short_calls_and_a_zero_factor_only_the_depth() {
+    // With a floor of 20 ms, 0.1 ms calls (the slot's mean) queue 20 ms deep, not
+    // 0.8 ms.
+    let (echo, s) = wait_bounded_slot(8, Duration::from_millis(20));
+    s.ns_per_call.store(100_000, Ordering::Relaxed);
+    let small = vec![b'x'; 160];
+    let admitted: Vec<_> = (0..64)
+        .map_while(|_| match s.submit(call(&echo, &small, 1)) {
+            Ok(Submitted::Queued(rx)) => Some(rx),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(admitted.len(), 64, "0.1 ms x 63 ahead is within the floor");
+    release(&s, admitted);
+    // Factor 0: no wait bound, only the depth (64 calls of 1 ms each).
+    let (echo, s) = wait_bounded_slot(0, Duration::ZERO);
+    let big = vec![b'x'; 1600];
+    let admitted: Vec<_> = (0..65)
+        .map_while(|_| match s.submit(call(&echo, &big, 1)) {
+            Ok(Submitted::Queued(rx)) => Some(rx),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(admitted.len(), 64);
+    assert_eq!(s.metrics.wait_refusals.get(), 0);
+    release(&s, admitted);
+}
+
+#[test]
+fn before_the_slot_has_timed_a_call_only_the_depth_bounds_its_queue() {
+    let (echo, s) = wait_bounded_slot(8, Duration::ZERO);
+    s.ns_per_work_1024.store(0, Ordering::Relaxed);
+    s.ns_per_call.store(0, Ordering::Relaxed);
+    let big = vec![b'x'; 1600];
+    let admitted: Vec<_> = (0..65)
+        .map_while(|_| match s.submit(call(&echo, &big, 1)) {
+            Ok(Submitted::Queued(rx)) => Some(rx),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(admitted.len(), 64);
+    release(&s, admitted);
+}
+
+#[test]
+fn a_queued_call_whose_turn_comes_after_its_admitted_wait_is_refused_not_run() {
+    let (echo, s) = wait_bounded_slot(8, Duration::ZERO);
+    let big = vec![b'x'; 1600]; // 1 ms: admitted to wait 8 ms of other calls
+                                // Waiting in wall time alone (a host slow to wake the worker) refuses nothing.
+    let slow = queued(s.submit(call(&echo, &big, 1)), "must queue");
+    std::thread::sleep(Duration::from_millis(20));
+    s.state.lock().running = false;
+    s.changed.notify_all();
+    assert_eq!(slow.blocking_recv().unwrap().status, Status::Ok);
+    // Other calls running 20 ms before its turn (tenants that joined the round after
+    // it, here made up) do.
+    s.state.lock().running = true;
+    let late = queued(s.submit(call(&echo, &big, 1)), "must queue");
+    s.busy_ns.fetch_add(20_000_000, Ordering::Relaxed);
+    let on_time = queued(s.submit(call(&echo, &big, 2)), "must queue");
+    s.state.lock().running = false;
+    s.changed.notify_all();
+    let a = late.blocking_recv().unwrap();
+    assert_eq!(a.status, Status::Busy, "{}", a.message);
+    assert!(
+        a.message.contains("of waiting it was admitted to"),
+        "{}",
+        a.message
+    );
+    assert_eq!(on_time.blocking_recv().unwrap().status, Status::Ok);
+    assert_eq!(s.metrics.wait_refusals.get(), 1);
+    assert_eq!(s.depth(), 0);
     s.stop();
 }

@@ -121,6 +121,82 @@ fn twice_the_capacity_on_every_front_end_answers_every_call_exactly_once() {
     );
 }
 
+/// With the default bounds (a queue of 64 calls per slot, and a call admitted only
+/// while the calls ahead of it are expected to take at most 8 times its own
+/// execution), a 5 ms accelerator offered twice its capacity by 40 clients at once
+/// queues an accepted call about 8 service times, not the 40 its clients could fill:
+/// the node's own queue-time figures stay within the bound (with room for a loaded
+/// machine's late wake-ups), and the refusals are counted as the wait bound's.
+#[test]
+fn with_the_default_bounds_an_accepted_call_waits_a_bounded_multiple_of_its_execution() {
+    let _serial = serial();
+    const SLOW_EXEC_US: u64 = 5000;
+    let node = TestNode::start(&format!(
+        "simulated_exec_us = {SLOW_EXEC_US}\n[[slots]]\naccelerator = \"echo\"\n"
+    ));
+    // 2x: 40 clients (20 RAC, 20 HTTP), one call each per 100 ms: 400 calls/s.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    let mut tallies = Vec::new();
+    for (front, addr) in [(Front::Rac, node.rac_addr), (Front::Http, node.addr)] {
+        let (handles, tally) = drive(
+            front,
+            addr,
+            20,
+            Duration::from_millis(100),
+            Arc::clone(&stop),
+        );
+        clients.extend(handles);
+        tallies.push(tally);
+    }
+    wait_until("calls answered and refused on both front ends", || {
+        tallies.iter().all(|t| t.reached(150, 50))
+    });
+    stop.store(true, Ordering::Relaxed);
+    let outcomes: Vec<Outcome> = clients
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
+    let mut queued: Vec<Duration> = outcomes
+        .iter()
+        .filter(|o| o.fate == Fate::Ok)
+        .map(|o| o.queued)
+        .collect();
+    let busy = outcomes.iter().filter(|o| o.fate == Fate::Busy).count();
+    for front in [Front::Rac, Front::Http] {
+        let mut mine: Vec<Duration> = outcomes
+            .iter()
+            .filter(|o| o.fate == Fate::Ok && o.front == front)
+            .map(|o| o.queued)
+            .collect();
+        eprintln!(
+            "{front:?}: {} accepted, queue time p50 {:?} p99 {:?}",
+            mine.len(),
+            quantile(&mut mine, 0.5),
+            quantile(&mut mine, 0.99)
+        );
+    }
+    let (p50, p99) = (quantile(&mut queued, 0.5), quantile(&mut queued, 0.99));
+    eprintln!(
+        "{} accepted, {busy} BUSY; queue time p50 {p50:?} p99 {p99:?}",
+        queued.len()
+    );
+    let exec = Duration::from_micros(SLOW_EXEC_US);
+    // The bound: 8 calls ahead plus the rest of the one in progress; with the queue
+    // bounded in calls alone, 40 clients' calls would wait up to 40 x 5 ms.
+    assert!(p50 <= 9 * exec, "queue time p50 {p50:?}");
+    assert!(p99 <= 16 * exec, "queue time p99 {p99:?}");
+    assert!(
+        node.metric("netaccel_slot_wait_refusals_total{slot=\"0\"}") > 0.0,
+        "the refusals are the wait bound's"
+    );
+    assert_eq!(
+        node.metric("netaccel_accelerator_calls_total{accelerator=\"echo\",status=\"BUSY\"}")
+            as usize,
+        busy
+    );
+}
+
 /// Calls each slow client sends without reading a result, and their payload size.
 const SLOW_CALLS: usize = 256;
 const SLOW_PAYLOAD: usize = 48 * 1024;

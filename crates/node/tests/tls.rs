@@ -205,13 +205,16 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 /// A node with HTTPS and RAC-over-TLS listeners and `extra` in its `[tls]` table.
 fn start(pki: &Pki, before_tls: &str, extra: &str) -> (TestNode, SocketAddr, SocketAddr) {
-    let (https, rac) = (free_addr(), free_addr());
-    let config = format!(
-        "{before_tls}\n[tls]\nhttps = \"{https}\"\nrac = \"{rac}\"\ncert = \"{}\"\nkey = \"{}\"\n{extra}",
-        pki.dir.join("server.pem").display(),
-        pki.dir.join("server.key").display(),
-    );
-    (TestNode::start(&config), https, rac)
+    let (node, (https, rac)) = TestNode::start_with(|| {
+        let (https, rac) = (free_addr(), free_addr());
+        let config = format!(
+            "{before_tls}\n[tls]\nhttps = \"{https}\"\nrac = \"{rac}\"\ncert = \"{}\"\nkey = \"{}\"\n{extra}",
+            pki.dir.join("server.pem").display(),
+            pki.dir.join("server.key").display(),
+        );
+        (config, (https, rac))
+    });
+    (node, https, rac)
 }
 
 fn test_dir(name: &str) -> PathBuf {

@@ -78,7 +78,12 @@ impl TestNode {
     /// (`io_uring_setup` fails with ENOSYS under a seccomp filter, as a container
     /// runtime's default profile makes it fail).
     pub fn start_logging_without_io_uring(config: &str, args: &[&str]) -> TestNode {
-        TestNode::launch_with(config, args, true, Some(refuse_io_uring))
+        TestNode::launch_with(
+            &mut || config.to_string(),
+            args,
+            true,
+            Some(refuse_io_uring),
+        )
     }
 
     /// What the node has written on stderr so far (nodes from `start_logging`).
@@ -86,17 +91,43 @@ impl TestNode {
         std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
     }
 
-    fn launch(config: &str, args: &[&str], capture_stderr: bool) -> TestNode {
-        TestNode::launch_with(config, args, capture_stderr, None)
+    /// As [`TestNode::start`] with the config `make` returns, asked anew for each
+    /// attempt: for configs naming addresses of their own (picked free, they may be
+    /// taken by the time the node binds them; the next attempt picks others). The
+    /// value beside the config (those addresses) is the last attempt's.
+    #[allow(dead_code)]
+    pub fn start_with<T>(mut make: impl FnMut() -> (String, T)) -> (TestNode, T) {
+        let mut value = None;
+        let node = TestNode::launch_with(
+            &mut || {
+                let (config, v) = make();
+                value = Some(v);
+                config
+            },
+            &[],
+            false,
+            None,
+        );
+        (node, value.expect("made at least once"))
     }
 
+    fn launch(config: &str, args: &[&str], capture_stderr: bool) -> TestNode {
+        TestNode::launch_with(&mut || config.to_string(), args, capture_stderr, None)
+    }
+
+    /// Starts the node, trying again with other ports (and a config made anew) when
+    /// it exits during start-up (a port picked free was taken meanwhile) or does not
+    /// listen within 10 s.
     fn launch_with(
-        config: &str,
+        make_config: &mut dyn FnMut() -> String,
         args: &[&str],
         capture_stderr: bool,
         before_exec: Option<fn() -> std::io::Result<()>>,
     ) -> TestNode {
+        let mut exited = None;
         for _ in 0..5 {
+            let config = make_config();
+            let config = config.as_str();
             let port = free_port();
             let rac_port = free_port();
             let dir =
@@ -133,7 +164,8 @@ impl TestNode {
             let mut probe_connections = 0;
             while Instant::now() < deadline {
                 if let Some(status) = child.try_wait().unwrap() {
-                    panic!("node exited during start-up: {status}");
+                    exited = Some(status);
+                    break;
                 }
                 let http = TcpStream::connect(addr).is_ok();
                 let rac = http && TcpStream::connect(rac_addr).is_ok();
@@ -152,7 +184,10 @@ impl TestNode {
             let _ = child.kill();
             let _ = child.wait();
         }
-        panic!("node did not start");
+        match exited {
+            Some(status) => panic!("node exited during start-up, five times: {status}"),
+            None => panic!("node did not start"),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

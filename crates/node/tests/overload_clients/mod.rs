@@ -160,6 +160,9 @@ pub struct Outcome {
     pub sent: std::time::Instant,
     pub took: Duration,
     pub fate: Fate,
+    /// How long the node says the call waited in its slot's queue (RAC's `queue_ns`,
+    /// HTTP's `X-Netaccel-Queue-Ns`; zero when it did not say).
+    pub queued: Duration,
 }
 
 /// Answers seen so far by the clients of one [`drive`], for a test to wait on.
@@ -245,7 +248,7 @@ fn client_loop(
             Conn::Rac(c) => rac_call(c, seq, &payload),
             Conn::Http(c) => http_call(c, front, &payload),
         };
-        let (fate, keep) = fate;
+        let (fate, keep, queued) = fate;
         if !keep {
             conn = None;
         }
@@ -264,36 +267,40 @@ fn client_loop(
             sent,
             took: sent.elapsed(),
             fate,
+            queued,
         });
     }
     out
 }
 
-/// One RAC echo call; whether the connection may be used again.
-fn rac_call(c: &mut Rac, id: u32, payload: &[u8]) -> (Fate, bool) {
+/// One RAC echo call; whether the connection may be used again, and the queue time
+/// the node reported.
+fn rac_call(c: &mut Rac, id: u32, payload: &[u8]) -> (Fate, bool, Duration) {
     if c.send(1, id, payload).is_err() {
-        return (Fate::Lost, false);
+        return (Fate::Lost, false, Duration::ZERO);
     }
     match c.recv() {
-        Err(_) => (Fate::Lost, false),
+        Err(_) => (Fate::Lost, false, Duration::ZERO),
         Ok((h, _)) if h.request_id != id => (
             Fate::Wrong(format!("result for id {} to call {id}", h.request_id)),
             false,
+            Duration::ZERO,
         ),
-        Ok((h, out)) => match h.status {
-            rac_proto::Status::Ok if out == payload => (Fate::Ok, true),
-            rac_proto::Status::Busy => (Fate::Busy, true),
-            rac_proto::Status::Unavailable => (Fate::Unavailable, true),
-            s => (
-                Fate::Wrong(format!("status {s:?}, {} bytes", out.len())),
-                true,
-            ),
-        },
+        Ok((h, out)) => {
+            let fate = match h.status {
+                rac_proto::Status::Ok if out == payload => Fate::Ok,
+                rac_proto::Status::Busy => Fate::Busy,
+                rac_proto::Status::Unavailable => Fate::Unavailable,
+                s => Fate::Wrong(format!("status {s:?}, {} bytes", out.len())),
+            };
+            (fate, true, Duration::from_nanos(h.queue_ns))
+        }
     }
 }
 
-/// One HTTP or v2 echo call; whether the connection may be used again.
-fn http_call(c: &mut Http, front: Front, payload: &[u8]) -> (Fate, bool) {
+/// One HTTP or v2 echo call; whether the connection may be used again, and the queue
+/// time the node reported.
+fn http_call(c: &mut Http, front: Front, payload: &[u8]) -> (Fate, bool, Duration) {
     let sent = match front {
         Front::V2 => {
             let json = format!(
@@ -308,12 +315,16 @@ fn http_call(c: &mut Http, front: Front, payload: &[u8]) -> (Fate, bool) {
         _ => c.send("/v1/fn/echo", payload, ""),
     };
     if sent.is_err() {
-        return (Fate::Lost, false);
+        return (Fate::Lost, false, Duration::ZERO);
     }
     let r = match c.recv() {
         Ok(r) => r,
-        Err(_) => return (Fate::Lost, false),
+        Err(_) => return (Fate::Lost, false, Duration::ZERO),
     };
+    let queued = r
+        .header("x-netaccel-queue-ns")
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos);
     let keep = r.header("connection") != Some("close");
     let fate = match r.status {
         200 if front == Front::V2 && r.body.ends_with(payload) => Fate::Ok,
@@ -329,7 +340,7 @@ fn http_call(c: &mut Http, front: Front, payload: &[u8]) -> (Fate, bool) {
         }
         code => Fate::Wrong(format!("{code} {}", String::from_utf8_lossy(&r.body))),
     };
-    (fate, keep)
+    (fate, keep, queued)
 }
 
 /// The `q` quantile (0..=1) of `values`, in order of magnitude.

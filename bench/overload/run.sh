@@ -3,7 +3,8 @@
 #
 #   bench/overload/run.sh
 #
-# For each QUEUES depth: a node whose echo slot has a simulated device time of EXEC_US
+# For each of CASES (queue_depth_max/queue_wait_factor): a node whose echo slot has a
+# simulated device time of EXEC_US
 # (a known, CPU-independent capacity), its capacity measured closed-loop, then twice
 # that offered for DURATION seconds per front end (HTTP /v1/fn, Open Inference Protocol v2,
 # RAC) from CLIENTS connections each: refusal share, accepted p50/p99 against the
@@ -14,7 +15,8 @@
 # drain_timeout_ms = DRAIN_MS). Each phase prints one JSON line (bench/overload/load.py).
 #
 # Environment:
-#   EXEC_US [1000]  QUEUES ["64 8"]  DURATION [5]  CLIENTS [16] (at least; more when
+#   EXEC_US [1000]  CASES ["64/8 64/0 8/0"] (64/8: the defaults; 64/0: the queue
+#   bounded in calls alone)  DURATION [5]  CLIENTS [16] (at least; more when
 #   needed to offer 2x with one call in flight each)  SLOWLORIS [10000]
 #   KERNEL_TIMEOUT_MS [2000]  DRAIN_MS [2000]  IO_THREADS [1]
 #   PHASES ["overload slowloris hung drain"]: the parts to run
@@ -29,7 +31,7 @@ HOST=127.0.0.1
 source "$ROOT/bench/lib.sh"
 
 EXEC_US=${EXEC_US:-1000}
-QUEUES=${QUEUES:-"64 8"}
+CASES=${CASES:-"64/8 64/0 8/0"}
 SECONDS_EACH=${DURATION:-5}
 CLIENTS=${CLIENTS:-16}
 SLOWLORIS=${SLOWLORIS:-10000}
@@ -70,22 +72,26 @@ load() {
         --rac-port "$RAC_PORT" --node-pid "$NODE_PID"
 }
 
-want overload || QUEUES=""
-for q in $QUEUES; do
+want overload || CASES=""
+for case in $CASES; do
+    q=${case%/*} f=${case#*/}
     start_node "simulated_exec_us = $EXEC_US
 queue_depth_max = $q
 tenant_queue_depth_max = $q
+queue_wait_factor = $f
 [[slots]]
 accelerator = \"echo\""
+    # The calls a full queue holds: q, or with a wait bound about f.
+    held=$((f > 0 && f < q ? f : q))
     # Closed loop, no more clients than the queue holds (so none is refused and
     # spins): the slot's calls/s.
-    cap=$(load capacity --seconds 3 --clients "$((q < 32 ? q : 32))")
+    cap=$(load capacity --seconds 3 --clients "$((held < 32 ? held : 32))")
     echo "$cap"
     rate=$(python3 -c "import json,sys; print(2 * json.loads(sys.argv[1])['calls_per_s'])" "$cap")
-    log "queue_depth_max = $q: capacity $(python3 -c "import json,sys; print(json.loads(sys.argv[1])['calls_per_s'])" "$cap")/s, offering $rate/s"
+    log "queue_depth_max = $q, queue_wait_factor = $f: capacity $(python3 -c "import json,sys; print(json.loads(sys.argv[1])['calls_per_s'])" "$cap")/s, offering $rate/s"
     # Each client has one call in flight, so offering twice the capacity while full
-    # queues hold each accepted call (q + 1) service times takes that many clients.
-    clients=$(python3 -c "import math; print(max($CLIENTS, math.ceil($rate * ($q + 2) * $EXEC_US / 1e6)))")
+    # queues hold each accepted call (held + 1) service times takes that many clients.
+    clients=$(python3 -c "import math; print(max($CLIENTS, math.ceil($rate * ($held + 2) * $EXEC_US / 1e6)))")
     load overload --rate "$rate" --clients "$clients" --seconds "$SECONDS_EACH"
     stop_node
 done

@@ -352,12 +352,13 @@ pub struct Config {
     /// Queued calls one tenant (a RAC tenant, or one connection) may hold in a slot's
     /// queue, so one client cannot fill a queue that others share.
     pub tenant_queue_depth_max: usize,
-    /// A call is refused BUSY when the calls served before it in its slot are
-    /// expected (from the slot's measured speed) to take longer than this many times
-    /// its own execution or the slot's mean call, whichever is longer (and at least
-    /// `queue_wait_floor_us`); 0: only
-    /// `queue_depth_max` bounds the wait. Bounds an accepted call's latency under
-    /// overload to about this factor plus one times its latency unloaded.
+    /// A call is refused BUSY when the other tenants' calls served before it in its
+    /// slot are expected (from the slot's measured speed) to take longer than this
+    /// many times its own execution or the slot's mean call, whichever is longer,
+    /// per call of its own tenant that runs before it and itself (and at least
+    /// `queue_wait_floor_us`); 0: only `queue_depth_max` bounds the wait. Bounds the
+    /// latency under overload of a client with one call at a time to about this
+    /// factor plus one times its latency unloaded.
     pub queue_wait_factor: u32,
     /// The wait in a slot's queue every call may be given, however short its own
     /// execution (µs): calls of µs kernels are not refused for waits the network

@@ -135,7 +135,7 @@ struct Job {
     reply: oneshot::Sender<Answer>,
     /// The call's work estimate.
     work: u64,
-    /// The wait it was admitted to (see [`Slot::wait_bound`]), as the slot's busy
+    /// The wait it was admitted to (see [`Slot::admit_wait`]), as the slot's busy
     /// time then and the most that may be spent on other calls before it: the worker
     /// refuses it `Busy` rather than run it after more than that.
     admitted: Option<Admitted>,
@@ -239,7 +239,7 @@ pub struct SlotLimits {
     /// A call is refused `Busy` when the calls served before it are expected to take
     /// longer than this many times its own expected execution time (and
     /// `queue_wait_floor`); zero: only the queue's depth bounds the wait. See
-    /// [`Slot::wait_bound`].
+    /// [`Slot::admit_wait`].
     pub queue_wait_factor: u32,
     /// The wait every call may be given, however short its own execution.
     pub queue_wait_floor: Duration,
@@ -295,7 +295,7 @@ pub struct Slot {
     /// long the call in progress is expected to take.
     ns_per_work_1024: AtomicU64,
     /// Moving average of execution time per call, in ns (weight 1/8): how long the
-    /// calls queued are expected to take ([`Slot::expected_wait`]). Starts at the
+    /// calls queued are expected to take ([`Slot::admit_wait`]). Starts at the
     /// simulated device time, if any (else 0: unknown).
     ns_per_call: AtomicU64,
     /// With a simulated device time: when the simulated device ends its latest call.
@@ -422,52 +422,70 @@ impl Slot {
         let st = self.state.lock();
         st.queue.len < self.limits.queue_depth_max
             && st.queue.tenant_len(tenant) < self.limits.tenant_share_max
-            && self
-                .wait_bound(0)
-                .is_none_or(|bound| self.expected_wait(&st, tenant) <= bound)
+            && self.admit_wait(&st, tenant, 0).is_ok()
     }
 
-    /// The longest wait a call of estimated `work` is admitted to: `queue_wait_factor`
-    /// times its own expected execution time (from its work estimate) or the slot's
-    /// mean call time, whichever is longer, and at least `queue_wait_floor`. `None`
-    /// when the factor is zero or the slot has not timed a call yet.
+    /// Whether a call of `tenant` with estimated `work` may wait for the calls that
+    /// would be served before it: `Ok` with the wait it is admitted to (`None`
+    /// without a bound), `Err` when it would wait too long.
     ///
-    /// This is what keeps an accepted call's latency under overload within a bounded
-    /// multiple of its latency unloaded, whatever the kernel's speed: a queue bounded
-    /// in calls alone (`queue_depth_max`) lets a call of a 1 ms kernel wait 64 ms behind
-    /// a full queue (65x its unloaded latency), while calls of a µs kernel could queue
-    /// far deeper than that bound without their wait mattering. A call much smaller
-    /// than the slot's usual ones is given their allowance, not its own: a small
-    /// matmul arriving while a large one runs queues behind it rather than being
-    /// refused for a wait it cannot avoid anywhere on this slot.
-    fn wait_bound(&self, work: u64) -> Option<Duration> {
+    /// The bound is on the calls of *other* tenants, `queue_wait_factor` per call of
+    /// its own that runs before it (its tenant's backlog, and itself), each taken at
+    /// the call's expected execution time or the slot's mean call time, whichever is
+    /// longer, and at least `queue_wait_floor`. So a client with one call at a time
+    /// waits for at most about `queue_wait_factor` calls of others: under overload an
+    /// accepted call's latency stays a bounded multiple of its latency unloaded,
+    /// whatever the kernel's speed — a queue bounded in calls alone
+    /// (`queue_depth_max`) lets a call of a 1 ms kernel wait 64 ms behind a full queue
+    /// of other clients' calls (65x its unloaded latency), while calls of a µs kernel
+    /// could queue far deeper without their wait mattering. A client that pipelines
+    /// many calls waits for its own calls anyway; others' calls are bounded in
+    /// proportion to them, so a pipelining client is not refused for a backlog it
+    /// chose (refusing it only costs CPU on refusals it resends). A call much smaller
+    /// than the slot's usual ones is given their allowance, not its own: a small matmul
+    /// arriving while a large one runs queues behind it rather than being refused for
+    /// a wait it cannot avoid on this slot.
+    fn admit_wait(
+        &self,
+        st: &SlotState,
+        tenant: TenantId,
+        work: u64,
+    ) -> Result<Option<Admitted>, ()> {
         let factor = self.limits.queue_wait_factor;
         let mean = self.ns_per_call.load(Ordering::Relaxed);
         if factor == 0 || mean == 0 {
-            return None;
+            return Ok(None);
         }
-        let own = self.expected_time(work).max(Duration::from_nanos(mean));
-        let own = own.checked_mul(factor);
-        Some(
-            own.unwrap_or(Duration::MAX)
-                .max(self.limits.queue_wait_floor),
-        )
-    }
-
-    /// How long a call `tenant` queues now is expected to wait before it starts: the
-    /// rest of the call in progress, then the calls served before it in fair order
-    /// ([`FairQueue::ahead_of_next`]), each taking the slot's mean call time. (The
-    /// work model says nothing of calls whose estimate is zero, and a simulated or
-    /// real device often costs the same per call whatever its size.)
-    fn expected_wait(&self, st: &SlotState, tenant: TenantId) -> Duration {
+        let each = nanos(self.expected_time(work)).max(mean);
+        let own = st.queue.tenant_len(tenant) as u64;
+        let allowed = each
+            .saturating_mul(u64::from(factor))
+            .saturating_mul(own + 1)
+            .max(nanos(self.limits.queue_wait_floor));
+        // The rest of the call in progress, then the other tenants' calls served
+        // before this one, each at the slot's mean call time. (The work model says
+        // nothing of calls whose estimate is zero, and a simulated or real device
+        // often costs the same per call whatever its size.)
         let running = if st.running {
-            st.running_ends.saturating_duration_since(Instant::now())
+            nanos(st.running_ends.saturating_duration_since(Instant::now()))
         } else {
-            Duration::ZERO
+            0
         };
-        let ahead = st.queue.ahead_of_next(tenant) as u64;
-        let mean = self.ns_per_call.load(Ordering::Relaxed);
-        running.saturating_add(Duration::from_nanos(ahead.saturating_mul(mean)))
+        let others = st.queue.others_ahead_of_next(tenant) as u64;
+        if running.saturating_add(others.saturating_mul(mean)) > allowed {
+            return Err(());
+        }
+        let busy_ns = self.busy_ns.load(Ordering::Relaxed)
+            + if st.running {
+                nanos(st.running_since.elapsed())
+            } else {
+                0
+            };
+        Ok(Some(Admitted {
+            busy_ns,
+            // The tenant's own calls ahead run within the wait too.
+            bound_ns: allowed.saturating_add(own.saturating_mul(each)),
+        }))
     }
 
     /// Submits a call. Refuses with `Unavailable` when the slot does not (or no longer)
@@ -509,25 +527,13 @@ impl Slot {
                 call,
             });
         }
-        let bound = self.wait_bound(work);
-        if let Some(bound) = bound {
-            if self.expected_wait(&st, tenant) > bound {
-                self.metrics.wait_refusals.inc();
-                return Err(Refused {
-                    status: Status::Busy,
-                    call,
-                });
-            }
-        }
-        let admitted = bound.map(|b| Admitted {
-            busy_ns: self.busy_ns.load(Ordering::Relaxed)
-                + if st.running {
-                    nanos(st.running_since.elapsed())
-                } else {
-                    0
-                },
-            bound_ns: nanos(b),
-        });
+        let Ok(admitted) = self.admit_wait(&st, tenant, work) else {
+            self.metrics.wait_refusals.inc();
+            return Err(Refused {
+                status: Status::Busy,
+                call,
+            });
+        };
         // A cheap call of a tenant without a backlog runs on this thread next: at once
         // when the worker has not yet taken the next call (it may be starved of CPU),
         // or after the call in progress if that is expected to end soon enough.

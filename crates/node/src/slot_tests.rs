@@ -368,42 +368,47 @@ fn release(s: &Slot, admitted: Vec<oneshot::Receiver<Answer>>) {
 }
 
 #[test]
-fn a_call_is_refused_when_the_calls_ahead_would_take_longer_than_its_wait_bound() {
+fn a_call_is_refused_when_other_tenants_calls_ahead_would_take_longer_than_its_bound() {
     let (echo, s) = wait_bounded_slot(8, Duration::ZERO);
     let big = vec![b'x'; 1600]; // 1 ms each
     let mut admitted = Vec::new();
-    // Tenant 1's calls: the ninth waits for eight (8 ms = 8 x 1 ms) and is admitted,
-    // the tenth would wait for nine.
-    for _ in 0..9 {
+    // Tenant 1 pipelines 20 calls: its own backlog is its own to wait for.
+    for _ in 0..20 {
         admitted.push(queued(s.submit(call(&echo, &big, 1)), "must queue"));
     }
-    let refused = s.submit(call(&echo, &big, 1)).err().expect("refused");
+    // Tenants 2..=9 with a call each: tenant k waits for one call of each tenant
+    // that came before it (8 ms = 8 x 1 ms for tenant 9): admitted.
+    for tenant in 2..=9 {
+        admitted.push(queued(s.submit(call(&echo, &big, tenant)), "must queue"));
+    }
+    // Tenant 10 would wait for 9 others' calls.
+    let refused = s.submit(call(&echo, &big, 10)).err().expect("refused");
     assert_eq!(refused.status, Status::Busy);
     assert_eq!(s.metrics.wait_refusals.get(), 1);
-    assert!(!s.has_room(1), "100-continue agrees");
-    // A tenant with nothing queued goes ahead of tenant 1's backlog: admitted.
-    assert!(s.has_room(2));
-    admitted.push(queued(s.submit(call(&echo, &big, 2)), "must queue"));
-    // A call of a tenth the work is given the slot's mean call's allowance (8 ms), and
-    // behind tenant 1's backlog and tenant 2's call it would wait 10 ms.
+    assert!(!s.has_room(10), "100-continue agrees");
+    // Tenant 1's next call waits for 8 others' calls, per 21 of its own: admitted.
+    assert!(s.has_room(1));
+    // A call of a tenth the work is given the slot's mean call's allowance (8 ms), not
+    // its own (0.8 ms): refused as tenant 10's was, for waiting 9 ms.
     let small = vec![b'x'; 160];
-    let refused = s.submit(call(&echo, &small, 1)).err().expect("refused");
+    let refused = s.submit(call(&echo, &small, 10)).err().expect("refused");
     assert_eq!(refused.status, Status::Busy);
     assert_eq!(s.metrics.wait_refusals.get(), 2);
-    // The queue's depth bound is far: 10 of 64.
-    assert_eq!(s.state.lock().queue.len, 10);
+    // The queue's depth bound is far: 28 of 64.
+    assert_eq!(s.state.lock().queue.len, 28);
     release(&s, admitted);
 }
 
 #[test]
 fn the_wait_floor_admits_short_calls_and_a_zero_factor_only_the_depth() {
-    // With a floor of 20 ms, 0.1 ms calls (the slot's mean) queue 20 ms deep, not
-    // 0.8 ms.
+    // With a floor of 20 ms, 0.1 ms calls (the slot's mean) of 64 tenants queue
+    // 6.3 ms deep, not 0.8 ms.
     let (echo, s) = wait_bounded_slot(8, Duration::from_millis(20));
     s.ns_per_call.store(100_000, Ordering::Relaxed);
+    s.ns_per_work_1024.store(64_000, Ordering::Relaxed);
     let small = vec![b'x'; 160];
     let admitted: Vec<_> = (0..64)
-        .map_while(|_| match s.submit(call(&echo, &small, 1)) {
+        .map_while(|tenant| match s.submit(call(&echo, &small, tenant)) {
             Ok(Submitted::Queued(rx)) => Some(rx),
             _ => None,
         })
@@ -414,7 +419,7 @@ fn the_wait_floor_admits_short_calls_and_a_zero_factor_only_the_depth() {
     let (echo, s) = wait_bounded_slot(0, Duration::ZERO);
     let big = vec![b'x'; 1600];
     let admitted: Vec<_> = (0..65)
-        .map_while(|_| match s.submit(call(&echo, &big, 1)) {
+        .map_while(|tenant| match s.submit(call(&echo, &big, tenant)) {
             Ok(Submitted::Queued(rx)) => Some(rx),
             _ => None,
         })
@@ -431,7 +436,7 @@ fn before_the_slot_has_timed_a_call_only_the_depth_bounds_its_queue() {
     s.ns_per_call.store(0, Ordering::Relaxed);
     let big = vec![b'x'; 1600];
     let admitted: Vec<_> = (0..65)
-        .map_while(|_| match s.submit(call(&echo, &big, 1)) {
+        .map_while(|tenant| match s.submit(call(&echo, &big, tenant)) {
             Ok(Submitted::Queued(rx)) => Some(rx),
             _ => None,
         })

@@ -124,6 +124,30 @@ pub(crate) async fn drive() {
     }
 }
 
+/// Whether the running kernel's release is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: uname fills the zeroed struct it is given.
+    let release = unsafe {
+        let mut u: libc::utsname = std::mem::zeroed();
+        if libc::uname(&mut u) != 0 {
+            return false;
+        }
+        std::ffi::CStr::from_ptr(u.release.as_ptr())
+            .to_string_lossy()
+            .into_owned()
+    };
+    release_at_least(&release, major, minor)
+}
+
+/// Whether a kernel release string (`6.18.44-…`) is at least `major.minor`.
+fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}
+
 /// The provided buffers and the ring through which they are handed to the kernel.
 struct BufRing {
     /// `BUF_COUNT` entries, page aligned, shared with the kernel.
@@ -268,20 +292,28 @@ impl Driver {
         // Completions run as deferred task work, in batches, when this thread enters
         // the ring (DEFER_TASKRUN), instead of interrupting whatever the thread runs
         // at each completion; TASKRUN_FLAG says in the ring when some are pending, so
-        // a turn enters only then or with submissions. (Linux 6.1; older kernels get
-        // the ring without them.)
-        let ring = IoUring::builder()
-            .setup_cqsize(CQ_ENTRIES)
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .setup_taskrun_flag()
-            .build(SQ_ENTRIES)
-            .or_else(|_| {
-                IoUring::builder()
-                    .setup_cqsize(CQ_ENTRIES)
-                    .setup_single_issuer()
-                    .build(SQ_ENTRIES)
-            })?;
+        // a turn enters only then or with submissions. A sleeping thread is woken by
+        // the eventfd, which the kernel signals when deferred work is queued (tested
+        // here on 6.18: `tests/uring.rs` and the benchmarks). DEFER_TASKRUN came in
+        // 6.1, and its first releases had fixes around it, so kernels before 6.2 get
+        // the ring without it (and without the flag), as do kernels that refuse it.
+        let plain = || {
+            IoUring::builder()
+                .setup_cqsize(CQ_ENTRIES)
+                .setup_single_issuer()
+                .build(SQ_ENTRIES)
+        };
+        let ring = if kernel_at_least(6, 2) {
+            IoUring::builder()
+                .setup_cqsize(CQ_ENTRIES)
+                .setup_single_issuer()
+                .setup_defer_taskrun()
+                .setup_taskrun_flag()
+                .build(SQ_ENTRIES)
+                .or_else(|_| plain())?
+        } else {
+            plain()?
+        };
         let bufs = BufRing::new(&ring)?;
         // SAFETY: plain eventfd creation; the descriptor is owned at once.
         let eventfd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -744,5 +776,19 @@ impl Driver {
         } else {
             self.listeners.remove(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kernel_releases_compare_by_major_then_minor() {
+        use super::release_at_least as at_least;
+        assert!(at_least("6.18.44-fc-v657", 6, 2));
+        assert!(at_least("6.2.0", 6, 2));
+        assert!(!at_least("6.1.94-generic", 6, 2));
+        assert!(!at_least("5.19.0", 6, 2));
+        assert!(at_least("7.0", 6, 2));
+        assert!(!at_least("garbage", 6, 2));
     }
 }

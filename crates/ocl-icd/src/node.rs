@@ -883,6 +883,14 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                         };
                     }
                 }
+                // The copies are made: later tasks may go. Before the events complete,
+                // since their callbacks may flush (setting a user event releases held
+                // commands), and a flush waits for exclusive tasks, which this thread
+                // would otherwise only remove after the callbacks.
+                if let Some(t) = lock(&node.state).tasks.get_mut(&header.id) {
+                    t.exclusive = false;
+                }
+                node.cond.notify_all();
                 let done: HashMap<u64, &proto::EventDone> =
                     events.iter().map(|e| (e.event, e)).collect();
                 for e in task_events {

@@ -121,6 +121,38 @@ static void out_of_order(env_t *e, cl_kernel k) {
     CHECK(clReleaseCommandQueue(q));
 }
 
+static void CL_CALLBACK open_gate(cl_event done, cl_int status, void *gate) {
+    (void)done;
+    (void)status;
+    CHECK(clSetUserEventStatus((cl_event)gate, CL_COMPLETE));
+}
+
+/* The user event is set by the completion callback of a read on another queue: the
+ * held kernel runs once the callback has run. (Through the node the callback of a
+ * shared-memory read, a task no later one may overtake, once waited for that very task
+ * to end before it could send the released kernel.) */
+static void set_from_a_callback(env_t *e, cl_kernel k) {
+    cl_command_queue b = CHECKED(clCreateCommandQueue(e->context, e->device, 0, &err_));
+    cl_mem held_buf = make_buffer(e, 1), other = make_buffer(e, 5);
+    cl_event gate = CHECKED(clCreateUserEvent(e->context, &err_));
+    cl_event held, read;
+    int seen[N], out[N];
+    enqueue_add(e->queue, k, held_buf, 1000, 1, &gate, &held);
+    CHECK(clEnqueueReadBuffer(b, other, CL_FALSE, 0, sizeof seen, seen, 0, NULL, &read));
+    CHECK(clSetEventCallback(read, CL_COMPLETE, open_gate, gate));
+    CHECK(clFlush(b));
+    CHECK(clWaitForEvents(1, &held));
+    CHECK(clEnqueueReadBuffer(e->queue, held_buf, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
+    printf("gate set by a read's callback: read %d %d, held kernel %s, buffer %d %d\n", seen[0],
+           seen[N - 1], state(held), out[0], out[N - 1]);
+    CHECK(clReleaseEvent(held));
+    CHECK(clReleaseEvent(read));
+    CHECK(clReleaseEvent(gate));
+    CHECK(clReleaseMemObject(held_buf));
+    CHECK(clReleaseMemObject(other));
+    CHECK(clReleaseCommandQueue(b));
+}
+
 int main(void) {
     alarm(60);
     env_t e = setup(0);
@@ -128,6 +160,7 @@ int main(void) {
     two_queues(&e, k, CL_COMPLETE);
     two_queues(&e, k, -1);
     out_of_order(&e, k);
+    set_from_a_callback(&e, k);
     CHECK(clReleaseKernel(k));
     teardown(&e);
     return 0;

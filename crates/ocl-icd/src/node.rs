@@ -41,8 +41,14 @@ const CMDS_BYTES_MAX: usize = 4 << 20;
 const OUT_BYTES_MAX: usize = 16 << 20;
 /// Largest frame the node may send us (read chunks are 16 MiB).
 const FRAME_BODY_MAX: u32 = 64 << 20;
-/// How long connecting to a node and its `Hello` answer may take.
+/// How long connecting to a node may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the node's answer to `Hello` may take once connected. Longer than the
+/// connect: a node that isolates its clients answers from a runtime process, and when
+/// its ready ones are taken, starting one (loading the OpenCL runtime) took more than
+/// 3 s on a loaded 2-core machine, and programs found no platform (14 CTS subtests
+/// over TCP, each passing when run again).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Writes larger than this are split into several commands.
 pub const WRITE_CHUNK_MAX: usize = 8 << 20;
 /// A task is sent as soon as its commands carry this much write data (held commands
@@ -767,7 +773,7 @@ impl Out {
 /// the reply's payload.
 fn greet(stream: Stream, host_id: &[u8]) -> io::Result<(Stream, Stream, Vec<u8>)> {
     stream.set_nodelay()?;
-    stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+    stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
     let mut reader = stream.try_clone()?;
     let mut hello = Vec::new();
     Request::Hello {

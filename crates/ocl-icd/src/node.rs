@@ -585,9 +585,9 @@ impl Node {
     }
 
     /// A user event of this node was set: wakes its waiters, and sends the held commands
-    /// that nothing holds back any more as a task of their own (with the `UserEvent`s
-    /// that fail those waiting for an event set to an error), then the releases that
-    /// waited for them.
+    /// that nothing holds back any more, in the open task, flushed at once (with the
+    /// `UserEvent`s that fail those waiting for an event set to an error), and the
+    /// releases that waited for them.
     pub fn user_event_done(&self) {
         self.wake_reader();
         let mut out = lock(&self.out);

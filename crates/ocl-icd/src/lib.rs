@@ -13,7 +13,8 @@
 //! to ([`registry`]).
 //!
 //! Modules: [`object`] (handles and reference counts), [`node`] (one connection per node:
-//! control calls, command batching, completions), [`api`] (the OpenCL entry points),
+//! control calls, command batching, completions), [`held`] (commands held back by user
+//! events not set), [`api`] (the OpenCL entry points),
 //! [`copy`] (large shared-memory copies on two threads), [`send`] (socket writes that
 //! never raise `SIGPIPE`), [`registry`] (the node found through the registry).
 //! The protocol is `ocl_remote::proto`; the design is in `docs/opencl.md`.
@@ -21,6 +22,7 @@
 mod api;
 mod copy;
 mod dispatch_names;
+mod held;
 mod node;
 mod object;
 mod registry;

@@ -11,7 +11,7 @@
 //! `ReadData` into the host pointers recorded at enqueue time, and on `TaskDone`
 //! completes the task's events and runs their callbacks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CString};
 use std::io::{self, Read};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -26,6 +26,7 @@ use ocl_remote::proto::{self, Command, Decoded, HelloInfo, Request, Response};
 use ocl_remote::shm::Region;
 use ocl_remote::stream::Stream;
 
+use crate::held::{HeldCommand, Holding, Shape};
 use crate::object::EventRef;
 
 /// Set to `0` to keep buffer data on the network path even on the node's host.
@@ -40,14 +41,21 @@ const CMDS_BYTES_MAX: usize = 4 << 20;
 const OUT_BYTES_MAX: usize = 16 << 20;
 /// Largest frame the node may send us (read chunks are 16 MiB).
 const FRAME_BODY_MAX: u32 = 64 << 20;
-/// How long connecting to a node and its `Hello` answer may take.
+/// How long connecting to a node may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the node's answer to `Hello` may take once connected. Longer than the
+/// connect: a node that isolates its clients answers from a runtime process, and when
+/// its ready ones are taken, starting one (loading the OpenCL runtime) took more than
+/// 3 s on a loaded 2-core machine, and programs found no platform (14 CTS subtests
+/// over TCP, each passing when run again).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Writes larger than this are split into several commands.
 pub const WRITE_CHUNK_MAX: usize = 8 << 20;
-/// A task is sent as soon as its commands carry this much write data (unless user
-/// events hold it back), so that no task comes near the node's `pending_bytes_max`
-/// (512 MiB by default): a 1 GiB write, or the data of a 1 GiB buffer created with
-/// `CL_MEM_COPY_HOST_PTR`, travels as several tasks, which run in order.
+/// A task is sent as soon as its commands carry this much write data (held commands
+/// too, when they are released), so that no task comes near the node's
+/// `pending_bytes_max` (512 MiB by default): a 1 GiB write, or the data of a 1 GiB
+/// buffer created with `CL_MEM_COPY_HOST_PTR`, travels as several tasks, which run in
+/// order.
 const OPEN_DATA_MAX: usize = 64 << 20;
 /// Write data from this size on goes to the socket from the application's memory at
 /// once, not copied into the output buffer first (see [`Node::enqueue`]); below it a
@@ -110,11 +118,8 @@ struct Out {
     /// Bytes of write data in those commands (see [`OPEN_DATA_MAX`]).
     open_data: usize,
     open: InFlight,
-    /// Incomplete user events that commands of the open task wait for, with the queue
-    /// of one such command: the task is not sent before they complete.
-    gates: Vec<(EventRef, u64)>,
-    /// A non-blocking flush was asked for while gated; done when the gates open.
-    flush_pending: bool,
+    /// Commands that wait for user events not set, and what waits for them.
+    held: Holding,
 }
 
 #[derive(Default)]
@@ -206,8 +211,7 @@ impl Node {
                 open_cmds: 0,
                 open_data: 0,
                 open: InFlight::default(),
-                gates: Vec::new(),
-                flush_pending: false,
+                held: Holding::default(),
             }),
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
@@ -321,14 +325,33 @@ impl Node {
         true
     }
 
-    /// Queues a `Release` behind every command already enqueued.
+    /// Queues a `Release` behind every command already enqueued (behind held commands
+    /// too: it waits until nothing is held, see [`crate::held`]).
     pub fn release(&self, id: u64) {
         let mut out = lock(&self.out);
+        if out.held.defer_release(id) {
+            return;
+        }
         out.seal();
         Request::Release { id }.encode(0, &mut out.buf);
         if out.buf.len() > OUT_BYTES_MAX {
             let _ = out.write_buf();
         }
+    }
+
+    /// A new queue of the application (its order decides what its held commands hold).
+    pub fn add_queue(&self, queue: u64, out_of_order: bool) {
+        lock(&self.out).held.add_queue(queue, out_of_order);
+    }
+
+    /// The queue `queue` is released.
+    pub fn forget_queue(&self, queue: u64) {
+        lock(&self.out).held.forget_queue(queue);
+    }
+
+    /// Whether commands of `queue` are held back by user events that are not set.
+    pub fn holds_queue(&self, queue: u64) -> bool {
+        lock(&self.out).held.holds_queue(queue)
     }
 
     /// Adds a command that waits for the events `wait` (ids) to the open task. `event`
@@ -354,11 +377,12 @@ impl Node {
             self.fail_all();
         }
         if full {
-            self.flush_task(false);
+            self.flush();
         }
     }
 
-    /// Adds a command to the open task (see [`Node::enqueue`]). Returns whether writing
+    /// Adds a command to the open task (see [`Node::enqueue`]), or holds it back if it
+    /// depends on a user event that is not set ([`crate::held`]). Returns whether writing
     /// to the node failed and whether the open task carries enough data to be sent.
     fn push(
         &self,
@@ -368,12 +392,20 @@ impl Node {
         event: Option<EventRef>,
         read: Option<(u64, HostDst)>,
     ) -> (bool, bool) {
-        if out.frame_start.is_none() {
-            // Header and count are filled in by `seal`; commands go straight after them.
-            let start = out.buf.len();
-            out.buf.resize(start + proto::HEADER_LEN + 4, 0);
-            out.frame_start = Some(start);
+        let data_len = match command {
+            Command::Write { data, .. } => data.len(),
+            Command::Image(c) => c.data.len(),
+            _ => 0,
+        };
+        let shape = Shape::of(command, wait);
+        if out.held.must_hold(&shape) {
+            let mut encoded = Vec::new();
+            let data = command.encode_split(wait, &mut encoded);
+            encoded.extend_from_slice(data);
+            out.held.hold(&shape, encoded, data_len, event, read);
+            return (false, false);
         }
+        out.start_frame();
         let data = command.encode_split(wait, &mut out.buf);
         let spliced = if data.len() >= SPLICE_MIN {
             data
@@ -381,11 +413,27 @@ impl Node {
             out.buf.extend_from_slice(data);
             &[]
         };
-        out.open_data += match command {
-            Command::Write { data, .. } => data.len(),
-            Command::Image(c) => c.data.len(),
-            _ => 0,
-        };
+        self.pushed(out, spliced, data_len, event, read)
+    }
+
+    /// Adds a command held back until now to the open task.
+    fn push_released(&self, out: &mut Out, c: HeldCommand) -> (bool, bool) {
+        out.start_frame();
+        out.buf.extend_from_slice(&c.encoded);
+        self.pushed(out, &[], c.data_len, c.event_ref, c.read)
+    }
+
+    /// The bookkeeping of a command just encoded into the open frame, `spliced` its
+    /// data still to be written after it.
+    fn pushed(
+        &self,
+        out: &mut Out,
+        spliced: &[u8],
+        data_len: usize,
+        event: Option<EventRef>,
+        read: Option<(u64, HostDst)>,
+    ) -> (bool, bool) {
+        out.open_data += data_len;
         out.cmd_count += 1;
         out.open_cmds += 1;
         if let Some(e) = event {
@@ -414,7 +462,7 @@ impl Node {
     }
 
     /// Runs `copy` at once, in place of a write command, if that is the same as running it
-    /// in order: nothing enqueued yet, nothing waiting for user events and no task in
+    /// in order: nothing enqueued yet, nothing held back by user events and no task in
     /// flight. Returns whether it ran.
     ///
     /// `marker` (waiting for `wait`) carries the write's event, if the application asked
@@ -428,7 +476,7 @@ impl Node {
         event: &mut Option<EventRef>,
     ) -> bool {
         let mut out = lock(&self.out);
-        if out.open_cmds != 0 || !out.gates.is_empty() || !lock(&self.state).tasks.is_empty() {
+        if out.open_cmds != 0 || !out.held.is_empty() || !lock(&self.state).tasks.is_empty() {
             return false;
         }
         copy();
@@ -447,10 +495,10 @@ impl Node {
     /// change what the read returns. Later tasks wait for the copies (`exclusive`).
     ///
     /// All of it under one hold of the output lock, so that no other thread's command
-    /// lands between the marker and the flush. A task held back by a user event that is
-    /// not set cannot be sent now, and would go on collecting later commands: then
-    /// nothing is enqueued and `event` is handed back, for the caller to read over the
-    /// connection instead (the node copies such a read at its place in the task).
+    /// lands between the marker and the flush. A read that a user event not set holds
+    /// back ([`crate::held`]) cannot be sent now: then nothing is enqueued and `event`
+    /// is handed back, for the caller to read over the connection instead (the node
+    /// copies such a read at its place in the task).
     pub fn enqueue_direct_reads(
         &self,
         marker: &Command<'_>,
@@ -459,7 +507,7 @@ impl Node {
         reads: Vec<DirectRead>,
     ) -> Result<(), Option<EventRef>> {
         let mut out = lock(&self.out);
-        if out.gates.iter().any(|(g, _)| g.status() > cl::CL_COMPLETE) {
+        if out.held.must_hold(&Shape::of(marker, wait)) {
             return Err(event);
         }
         out.open.direct_reads.extend(reads);
@@ -469,46 +517,23 @@ impl Node {
             drop(out);
             self.fail_all();
         } else {
-            self.flush_locked(out, false);
+            self.flush_locked(out);
         }
         Ok(())
     }
 
-    /// Closes the open task and sends it (`clFlush`). A task held back by user events is
-    /// sent when they are set.
+    /// Closes the open task and sends it (`clFlush`, and before a blocking call waits).
+    /// Commands held back by user events are not in it: they are sent when the events
+    /// are set ([`Node::user_event_done`]).
     pub fn flush(&self) {
-        self.flush_task(false);
+        self.flush_locked(lock(&self.out));
     }
 
-    /// Closes the open task and sends it, waiting for user events that hold it back
-    /// (blocking calls).
-    pub fn flush_blocking(&self) {
-        self.flush_task(true);
-    }
-
-    /// With `block_on_gates` a task gated by user events is sent once they complete (the
-    /// caller waits); without, the flush is only remembered.
-    fn flush_task(&self, block_on_gates: bool) -> Option<u64> {
-        self.flush_locked(lock(&self.out), block_on_gates)
-    }
-
-    /// [`Node::flush_task`] with the output lock already held.
-    fn flush_locked(&self, mut out: MutexGuard<'_, Out>, block_on_gates: bool) -> Option<u64> {
+    /// [`Node::flush`] with the output lock already held.
+    fn flush_locked(&self, mut out: MutexGuard<'_, Out>) -> Option<u64> {
         if out.open_cmds == 0 {
             return None;
         }
-        if out.gates.iter().any(|(g, _)| g.status() > cl::CL_COMPLETE) {
-            if !block_on_gates {
-                out.flush_pending = true;
-                return None;
-            }
-            let mut state = lock(&self.state);
-            while out.gates.iter().any(|(g, _)| g.status() > cl::CL_COMPLETE) && !state.dead {
-                state = self.cond.wait(state).unwrap_or_else(|p| p.into_inner());
-            }
-        }
-        out.gates.clear();
-        out.flush_pending = false;
         // A task with direct reads must finish (and its reads be copied) before any
         // later task may change the buffers it reads.
         {
@@ -541,7 +566,7 @@ impl Node {
                 return None;
             }
             st.tasks.insert(id, task);
-            if !block_on_gates && st.waiters == 0 {
+            if st.waiters == 0 {
                 // Nobody will wait for this task: the background reader completes it.
                 self.background.notify_one();
             }
@@ -553,54 +578,67 @@ impl Node {
         Some(id)
     }
 
-    /// Whether user events that are not set hold the open task back.
-    pub fn gated(&self) -> bool {
-        lock(&self.out)
-            .gates
-            .iter()
-            .any(|(g, _)| g.status() > cl::CL_COMPLETE)
+    /// A command about to be enqueued waits for the user event `event`, not set: it
+    /// and what depends on it are held back until the event is set.
+    pub fn watch_user_event(&self, event: EventRef) {
+        lock(&self.out).held.watch_user_event(event);
     }
 
-    /// Holds the open task back until the user event `gate`, which a command on queue
-    /// `queue` waits for, completes.
-    pub fn gate(&self, gate: EventRef, queue: u64) {
-        lock(&self.out).gates.push((gate, queue));
-    }
-
-    /// The user event `event`, not set yet, is about to be set to the error `status`.
-    /// Commands of the open task that wait for it must then fail unrun (and what waits
-    /// for them): the node learns it from a `UserEvent` command in the task, added here
-    /// while the event still holds the task back, so that it travels in the same task.
-    pub fn user_event_failing(&self, event: u64, status: ClInt) {
-        let queue = lock(&self.out)
-            .gates
-            .iter()
-            .find(|(g, _)| g.id() == event)
-            .map(|(_, queue)| *queue);
-        if let Some(queue) = queue {
-            let cmd = Command::UserEvent {
-                queue,
-                event,
-                status,
-            };
-            self.enqueue(&cmd, &[], None, None);
-        }
-    }
-
-    /// A user event of this node completed: wake its waiters and gated flushers, send a
-    /// remembered flush.
+    /// A user event of this node was set: wakes its waiters, and sends the held commands
+    /// that nothing holds back any more, in the open task, flushed at once (with the
+    /// `UserEvent`s that fail those waiting for an event set to an error), and the
+    /// releases that waited for them.
     pub fn user_event_done(&self) {
         self.wake_reader();
-        let pending = lock(&self.out).flush_pending;
-        if pending {
-            self.flush_task(false);
+        let mut out = lock(&self.out);
+        let (released, releases) = out.held.release();
+        if released.is_empty() && releases.is_empty() {
+            return;
         }
+        // The failed events each task names (a task may end midway, at OPEN_DATA_MAX).
+        let mut named: HashSet<u64> = HashSet::new();
+        for (c, failures) in released {
+            let queue = c.queue();
+            for (event, status) in failures {
+                if named.insert(event) {
+                    let cmd = Command::UserEvent {
+                        queue,
+                        event,
+                        status,
+                    };
+                    out.start_frame();
+                    cmd.encode_split(&[], &mut out.buf);
+                    let (failed, _) = self.pushed(&mut out, &[], 0, None, None);
+                    if failed {
+                        drop(out);
+                        return self.fail_all();
+                    }
+                }
+            }
+            let (failed, full) = self.push_released(&mut out, c);
+            if failed {
+                drop(out);
+                return self.fail_all();
+            }
+            if full {
+                self.flush_locked(out);
+                named.clear();
+                out = lock(&self.out);
+            }
+        }
+        if !releases.is_empty() {
+            out.seal();
+            for id in releases {
+                Request::Release { id }.encode(0, &mut out.buf);
+            }
+        }
+        self.flush_locked(out);
     }
 
     /// Flushes and waits until no task of this connection is in flight. Fails once the
     /// connection is lost: nothing enqueued since can have run.
     pub fn finish(&self) -> ClInt {
-        self.flush_task(true);
+        self.flush();
         match self.wait_for(|st| (st.tasks.is_empty() && !st.dead).then_some(())) {
             Some(()) => cl::CL_SUCCESS,
             None => cl::CL_OUT_OF_RESOURCES,
@@ -625,6 +663,10 @@ impl Node {
     /// The connection is gone: every waiter wakes up, every pending event fails and the
     /// contexts' error callbacks are called (once).
     fn fail_all(&self) {
+        let held = lock(&self.out).held.drop_all();
+        for e in held {
+            e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
+        }
         let (tasks, first): (Vec<InFlight>, bool) = {
             let mut state = lock(&self.state);
             let first = !state.dead;
@@ -682,6 +724,16 @@ fn drain(wake: &OwnedFd) {
 }
 
 impl Out {
+    /// Opens an `Enqueue` frame for the next command if none is open.
+    fn start_frame(&mut self) {
+        if self.frame_start.is_none() {
+            // Header and count are filled in by `seal`; commands go straight after them.
+            let start = self.buf.len();
+            self.buf.resize(start + proto::HEADER_LEN + 4, 0);
+            self.frame_start = Some(start);
+        }
+    }
+
     /// Turns the encoded commands into one `Enqueue` frame in the output buffer.
     fn seal(&mut self) {
         self.seal_with(0);
@@ -721,7 +773,7 @@ impl Out {
 /// the reply's payload.
 fn greet(stream: Stream, host_id: &[u8]) -> io::Result<(Stream, Stream, Vec<u8>)> {
     stream.set_nodelay()?;
-    stream.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+    stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
     let mut reader = stream.try_clone()?;
     let mut hello = Vec::new();
     Request::Hello {
@@ -837,6 +889,14 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                         };
                     }
                 }
+                // The copies are made: later tasks may go. Before the events complete,
+                // since their callbacks may flush (setting a user event releases held
+                // commands), and a flush waits for exclusive tasks, which this thread
+                // would otherwise only remove after the callbacks.
+                if let Some(t) = lock(&node.state).tasks.get_mut(&header.id) {
+                    t.exclusive = false;
+                }
+                node.cond.notify_all();
                 let done: HashMap<u64, &proto::EventDone> =
                     events.iter().map(|e| (e.event, e)).collect();
                 for e in task_events {

@@ -461,6 +461,7 @@ impl Drop for Context {
 }
 impl Drop for Queue {
     fn drop(&mut self) {
+        self.node.forget_queue(self.id);
         self.node.release(self.id);
         release_parent::<Context>(self.context);
     }

@@ -378,6 +378,16 @@ fn reads_behind_an_unset_user_event_see_their_place_in_the_queue() {
     compare("gated_reads");
 }
 
+/// A command waiting for a user event that is not set holds back only what depends on it
+/// (through wait lists, another queue, its in-order queue or a barrier): a blocking read
+/// and `clFinish` on another queue return before the event is set, on the thread that
+/// sets it afterwards; the held commands then run, or fail for an event set to an error.
+/// Through the node the whole connection used to wait, and the program hung.
+#[test]
+fn commands_independent_of_an_unset_user_event_run_identically_local_and_remote() {
+    compare("independent_queues");
+}
+
 /// Reads racing writes of other threads on one queue return what their place in the
 /// queue says (profiling shows the places). Bounded to a few seconds; on the old ICD it
 /// failed in about half the runs, so a run that passes proves little on its own.

@@ -144,18 +144,14 @@ impl<'a> CreationData<'a> {
     }
 
     /// Sends the commands and waits until they have run, as a native runtime copies the
-    /// data before it returns, so that a failure is the creation's error. When user
-    /// events hold the open task back, it only remembers the flush: the commands run
-    /// before anything enqueued later, and waiting could wait for the application itself.
+    /// data before it returns, so that a failure is the creation's error. They wait for
+    /// nothing the application enqueued, so user events never hold them back.
     pub fn finish(self) -> Result<(), ClInt> {
         if let Some(scratch) = self.scratch {
             // Behind the commands, which hold the buffer until they have run.
             self.node.release(scratch);
         }
         self.node.flush();
-        if self.node.gated() {
-            return Ok(());
-        }
         for e in &self.events {
             self.node.wait_event(e);
             if e.status() < cl::CL_COMPLETE {

@@ -25,8 +25,8 @@ pub(super) struct Enqueue<'a> {
 
 /// Checks the queue and the wait list: every entry a live event of the queue's context.
 /// The ids travel with the command (see docs/opencl.md). Only user events that are not set yet
-/// matter: they hold the open task back, once the command is accepted
-/// ([`Enqueue::event`]), so that a call that fails later holds nothing back.
+/// matter: the command is held back until they are ([`crate::held`]); they are handed to
+/// the node once the command is accepted ([`Enqueue::event`]).
 pub(super) unsafe fn prologue<'a>(
     queue: Handle,
     num_wait: u32,
@@ -63,18 +63,19 @@ pub(super) unsafe fn prologue<'a>(
 }
 
 impl Enqueue<'_> {
-    /// The command is accepted: from now on the open task waits for the user events in
-    /// its wait list. Creates the event the application asked for (if it did, `out` not
+    /// The command is accepted: it is held back while the user events of its wait list
+    /// are not set. Creates the event the application asked for (if it did, `out` not
     /// null) and a reference for the task.
     pub unsafe fn event(&mut self, command_type: u32, out: *mut Handle) -> (u64, Option<EventRef>) {
         self.accept();
         new_event(self.q, self.queue, command_type, out)
     }
 
-    /// The call is accepted: the open task waits for the user events in its wait list.
+    /// The call is accepted: its command is held back while the user events of its wait
+    /// list are not set.
     fn accept(&mut self) {
         for gate in self.gates.drain(..) {
-            self.q.v.node.gate(gate, self.q.v.id);
+            self.q.v.node.watch_user_event(gate);
         }
     }
 
@@ -132,7 +133,8 @@ pub(super) fn event_slot(blocking: bool, event: *mut Handle, internal: &mut Hand
 }
 
 /// For a blocking call: sends the open task and waits for the command's event `slot`
-/// (whichever thread's flush sends it), returning the command's error if it failed.
+/// (whichever thread's flush sends it; a held command's when its user events are set),
+/// returning the command's error if it failed.
 /// Releases the internal event, if one was used.
 pub(super) unsafe fn finish_blocking(
     node: &Node,
@@ -143,7 +145,7 @@ pub(super) unsafe fn finish_blocking(
     if !blocking {
         return cl::CL_SUCCESS;
     }
-    node.flush_blocking();
+    node.flush();
     let event = EventRef::new(*slot);
     node.wait_event(&event);
     let status = event.status();
@@ -172,7 +174,7 @@ pub(super) unsafe fn enqueue_read(
     let (ev, mut evref) = enq.event(command_type, slot);
     if let Some(src) = &m.v.shm {
         // Same host: the data is copied from shared memory when the task is done,
-        // unless a user event holds the task back (then as over the network).
+        // unless a user event holds the read back (then as over the network).
         let marker = Command::Marker {
             queue: q.v.id,
             event: ev,

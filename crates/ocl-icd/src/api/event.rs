@@ -152,9 +152,6 @@ pub unsafe extern "C" fn clSetUserEventStatus(event: Handle, status: ClInt) -> C
     if user.status() <= cl::CL_COMPLETE {
         return cl::CL_INVALID_OPERATION;
     }
-    if status < cl::CL_COMPLETE {
-        e.v.node.user_event_failing(e.v.id, status);
-    }
     if !user.set_user_status(status) {
         return cl::CL_INVALID_OPERATION;
     }

@@ -1,7 +1,7 @@
 //! Command queues. A flush sends the connection's open task; a finish waits for it.
 
 use std::ffi::c_void;
-use std::ptr::null_mut;
+use std::ptr::{null, null_mut};
 use std::sync::Arc;
 
 use ocl_remote::cl::{self, ClInt};
@@ -43,6 +43,10 @@ unsafe fn create_queue(context: Handle, device: Handle, properties: u64) -> Resu
         properties,
     }))?;
     retain::<Context>(context);
+    node.add_queue(
+        id,
+        properties & cl::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE != 0,
+    );
     Ok(new_handle(Queue {
         node,
         id,
@@ -123,5 +127,18 @@ pub unsafe extern "C" fn clFlush(queue: Handle) -> ClInt {
 
 pub unsafe extern "C" fn clFinish(queue: Handle) -> ClInt {
     let q = tryr!(get::<Queue>(queue));
+    if q.v.node.holds_queue(q.v.id) {
+        // Commands of this queue wait for user events: a marker waits for all of them
+        // (held with them) and the call for the marker; other queues' held commands are
+        // not this call's to wait for.
+        let mut internal: Handle = null_mut();
+        let rc = super::marker::clEnqueueMarkerWithWaitList(queue, 0, null(), &mut internal);
+        if rc != cl::CL_SUCCESS {
+            return rc;
+        }
+        q.v.node.flush();
+        q.v.node.wait_event(&EventRef::new(internal));
+        release::<Event>(internal);
+    }
     q.v.node.finish()
 }

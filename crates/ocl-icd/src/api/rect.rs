@@ -114,7 +114,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
     let (ev, mut evref) = enq.event(cl::CL_COMMAND_READ_BUFFER_RECT, slot);
     let host = ptr as usize;
     // As for a plain read: from shared memory when the task is done, unless a user event
-    // holds the task back.
+    // holds the read back.
     let direct = match &m.v.shm {
         Some(src) => {
             let reads = rows

@@ -165,7 +165,7 @@ impl Metrics {
         );
         r.register(
             "slot_wait_refusals",
-            "Calls the slot refused (BUSY) because other tenants' calls ahead of them were expected to take, or took, longer than queue_wait_factor times their own execution time per call of their own ahead (and queue_wait_floor_us)",
+            "Calls the slot refused (BUSY) because other tenants' calls ahead of them were expected to take (or, counted in calls at their turn, took) longer than queue_wait_factor times their own execution time per call of their own ahead (and queue_wait_floor_us)",
             m.slot_wait_refusals.clone(),
         );
         r.register(

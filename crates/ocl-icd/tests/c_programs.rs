@@ -11,7 +11,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -488,12 +488,15 @@ fn client_killed_mid_task_leaves_the_node_healthy() {
 }
 
 /// Forwards TCP connections from a loopback port to `target` until `cut` is set, then
-/// closes every connection it carries.
-fn cutting_proxy(target: String) -> (String, Arc<AtomicBool>) {
+/// closes every connection it carries; the counter says how many of its pipes (two
+/// per connection) are still open.
+fn cutting_proxy(target: String) -> (String, Arc<AtomicBool>, Arc<AtomicUsize>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let cut = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&cut);
+    let open = Arc::new(AtomicUsize::new(0));
+    let pipes_open = Arc::clone(&open);
     std::thread::spawn(move || {
         for client in listener.incoming() {
             let Ok(client) = client else { return };
@@ -506,6 +509,8 @@ fn cutting_proxy(target: String) -> (String, Arc<AtomicBool>) {
             ];
             for (mut from, mut to) in pipes {
                 let flag = Arc::clone(&flag);
+                let pipes_open = Arc::clone(&pipes_open);
+                pipes_open.fetch_add(1, Ordering::SeqCst);
                 from.set_read_timeout(Some(Duration::from_millis(20)))
                     .unwrap();
                 std::thread::spawn(move || {
@@ -526,11 +531,12 @@ fn cutting_proxy(target: String) -> (String, Arc<AtomicBool>) {
                     }
                     let _ = from.shutdown(std::net::Shutdown::Both);
                     let _ = to.shutdown(std::net::Shutdown::Both);
+                    pipes_open.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         }
     });
-    (addr, cut)
+    (addr, cut, open)
 }
 
 #[test]
@@ -539,7 +545,7 @@ fn a_lost_node_is_reported_to_the_context_callback() {
         return;
     };
     let exe = build_c(&fx, "node_lost");
-    let (proxy, cut) = cutting_proxy(fx.node.clone());
+    let (proxy, cut, open) = cutting_proxy(fx.node.clone());
     // TCP through the proxy: no shared memory, so no switch to the node's local socket.
     let mut child = Command::new(&exe)
         .env("OCL_ICD_VENDORS", &fx.vendors_net)
@@ -558,7 +564,16 @@ fn a_lost_node_is_reported_to_the_context_callback() {
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
     cut.store(true, Ordering::SeqCst);
-    std::thread::sleep(Duration::from_millis(200));
+    // The connection is closed for sure before the program goes on (a loaded machine
+    // once let its read through a proxy not yet cut after 200 ms).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while open.load(Ordering::SeqCst) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the proxy did not cut"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let mut rest = String::new();
     stdout.read_to_string(&mut rest).unwrap();

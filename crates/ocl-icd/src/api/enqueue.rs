@@ -153,10 +153,13 @@ pub(super) unsafe fn finish_blocking(
     if !internal.is_null() {
         release::<Event>(internal);
     }
-    if status < cl::CL_COMPLETE {
-        status
-    } else {
-        cl::CL_SUCCESS
+    match status {
+        s if s < cl::CL_COMPLETE => s,
+        cl::CL_COMPLETE => cl::CL_SUCCESS,
+        // The wait ended without the event completing: the connection was lost (the
+        // waits end then), so the command never ran — not a success. (Seen: a
+        // blocking read after a lost connection answered CL_SUCCESS under load.)
+        _ => cl::CL_OUT_OF_RESOURCES,
     }
 }
 

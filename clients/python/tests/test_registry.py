@@ -241,6 +241,23 @@ def test_a_node_that_answers_unknown_accelerator_is_left_for_the_new_binding(clu
         assert f.binding.node == "b"
 
 
+def _wait_stopped(pid, within=10.0):
+    """Waits until every thread of process `pid` is stopped (state T in /proc)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass
+        if states and all(s in ("T", "t") for s in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} did not stop within {within} s")
+
+
 @needs_binaries
 def test_a_call_in_flight_on_a_node_that_vanished_is_retried_on_the_new_binding(cluster):
     # SIGSTOP: node a keeps its connections open but never answers, as a machine that
@@ -255,6 +272,9 @@ def test_a_call_in_flight_on_a_node_that_vanished_is_retried_on_the_new_binding(
         proc = cluster.nodes["a"][0]
         proc.send_signal(signal.SIGSTOP)
         try:
+            # The signal is delivered asynchronously: a call sent at once was once
+            # answered by node a before it stopped. Wait until every thread is stopped.
+            _wait_stopped(proc.pid)
             stopped = time.monotonic()
             assert f.call(b"in flight") == b"IN FLIGHT"
             took = time.monotonic() - stopped

@@ -135,8 +135,8 @@ struct Job {
     reply: oneshot::Sender<Answer>,
     /// The call's work estimate.
     work: u64,
-    /// The most calls the slot may start before this one (in [`SlotState::started`]
-    /// terms) — the wait it was admitted to, counted in calls: past it, the worker
+    /// The most calls the worker may take from the queue before this one (in
+    /// [`SlotState::taken`] terms) — the wait it was admitted to, counted in calls: past it, the worker
     /// refuses it `Busy` rather than run it (see [`Slot::wait_admits`]).
     start_by: Option<u64>,
 }
@@ -197,12 +197,12 @@ struct SlotState {
     /// Name of the accelerator being loaded, while a reconfiguration is under way.
     reconfiguring: Option<Reconfig>,
     queue: FairQueue<Job>,
-    /// Calls the worker has started from the queue: the clock of [`Job::start_by`].
+    /// Calls the worker has taken from the queue to run: the clock of [`Job::start_by`].
     /// Cheap calls of tenants without a backlog that run on a network thread ahead of
     /// the queue (see the module documentation) do not count: they are the fairness
     /// the queue promises, and counting them refused queued calls of µs kernels at
     /// light load, behind hundreds of such calls, in the registry's failover test.
-    started: u64,
+    taken: u64,
     stopping: bool,
 }
 
@@ -231,10 +231,10 @@ pub struct SlotLimits {
     pub kernel_timeout: Duration,
     /// Scheduling class of the worker thread (see `Config::slot_worker_policy`).
     pub worker_policy: WorkerPolicy,
-    /// A call is refused `Busy` when the calls served before it are expected to take
-    /// longer than this many times its own expected execution time (and
-    /// `queue_wait_floor`); zero: only the queue's depth bounds the wait. See
-    /// [`Slot::wait_admits`].
+    /// A call is refused `Busy` when the other tenants' calls served before it are
+    /// expected to take longer than this many times its own expected execution time
+    /// per call of its own tenant ahead (and `queue_wait_floor`); zero: only the
+    /// queue's depth bounds the wait. See [`Slot::wait_admits`].
     pub queue_wait_factor: u32,
     /// The wait every call may be given, however short its own execution.
     pub queue_wait_floor: Duration,
@@ -353,7 +353,7 @@ impl Slot {
                 handing_over: 0,
                 reconfiguring: None,
                 queue: FairQueue::new(),
-                started: 0,
+                taken: 0,
                 stopping: false,
             }),
             changed: Condvar::new(),
@@ -473,7 +473,7 @@ impl Slot {
             return Err(());
         }
         // Its own calls ahead, and as many others' as the allowance holds.
-        Ok(Some(st.started + own + allowed / mean))
+        Ok(Some(st.taken + own + allowed / mean))
     }
 
     /// Submits a call. Refuses with `Unavailable` when the slot does not (or no longer)
@@ -634,27 +634,16 @@ impl Slot {
     /// Folds one call's execution time into [`Slot::ns_per_call`] and, when it had a
     /// work estimate, [`Slot::ns_per_work_1024`] (weight 1/8 each).
     fn learn_speed(&self, work: u64, exec_ns: u64) {
-        let old = self.ns_per_call.load(Ordering::Relaxed);
-        let new = if old == 0 {
-            exec_ns.max(1)
-        } else {
-            (old - old / 8 + exec_ns / 8).max(1)
-        };
-        // Racing updates (inline calls on several threads) may lose a sample: harmless.
-        self.ns_per_call.store(new, Ordering::Relaxed);
+        // At least 1 ns: 0 means "not timed yet".
+        fold_average(&self.ns_per_call, exec_ns.max(1));
         if work == 0 {
             return;
         }
         let sample = (u128::from(exec_ns) << 10) / u128::from(work);
-        let sample = u64::try_from(sample).unwrap_or(u64::MAX);
-        let old = self.ns_per_work_1024.load(Ordering::Relaxed);
-        let new = if old == 0 {
-            sample
-        } else {
-            old - old / 8 + sample / 8
-        };
-        // Racing updates (inline calls on several threads) may lose a sample: harmless.
-        self.ns_per_work_1024.store(new, Ordering::Relaxed);
+        fold_average(
+            &self.ns_per_work_1024,
+            u64::try_from(sample).unwrap_or(u64::MAX),
+        );
     }
 
     /// Runs one call on `image`, begun at `start`, or answers it without running when
@@ -783,15 +772,15 @@ impl Slot {
                 self.changed.wait(&mut st);
             };
             self.metrics.queue_depth.set(st.queue.len as i64);
-            if let Some(by) = job.start_by.filter(|&by| st.started > by) {
-                let late = st.started - by;
+            if let Some(by) = job.start_by.filter(|&by| st.taken > by) {
+                let late = st.taken - by;
                 drop(st);
                 self.refuse_late(job, late);
                 // A reconfiguration or stop may be waiting for the queue to empty.
                 self.changed.notify_all();
                 continue;
             }
-            st.started += 1;
+            st.taken += 1;
             let start = self.begin(&mut st, job.work);
             let (loaded_id, image) = (st.accel.descriptor().id, Arc::clone(&st.image));
             let Job { call, reply, .. } = job;
@@ -1018,6 +1007,19 @@ impl Slot {
         drop(st);
         self.changed.notify_all();
     }
+}
+
+/// Folds `sample` into the moving average in `cell` (weight 1/8; the first sample,
+/// while the cell is 0, sets it). Racing updates (inline calls on several threads) may
+/// lose a sample: harmless.
+fn fold_average(cell: &AtomicU64, sample: u64) {
+    let old = cell.load(Ordering::Relaxed);
+    let new = if old == 0 {
+        sample
+    } else {
+        old - old / 8 + sample / 8
+    };
+    cell.store(new, Ordering::Relaxed);
 }
 
 fn nanos(d: Duration) -> u64 {

@@ -452,8 +452,9 @@ fn a_queued_call_is_refused_at_its_turn_only_after_more_calls_than_it_was_admitt
     // A call in progress expected to take an hour refuses nobody: every call on this
     // slot waits for it.
     s.state.lock().running_ends = Instant::now() + Duration::from_secs(3600);
-    let big = vec![b'x'; 1600]; // 1 ms: admitted to wait for 8 calls of others
-                                // Waiting in wall time alone (a host slow to wake the worker) refuses nothing.
+    // 1 ms calls: each admitted to wait for 8 calls of others.
+    let big = vec![b'x'; 1600];
+    // Waiting in wall time alone (a host slow to wake the worker) refuses nothing.
     let slow = queued(s.submit(call(&echo, &big, 1)), "must queue");
     std::thread::sleep(Duration::from_millis(20));
     s.state.lock().running = false;
@@ -463,7 +464,7 @@ fn a_queued_call_is_refused_at_its_turn_only_after_more_calls_than_it_was_admitt
     // here made up) do.
     s.state.lock().running = true;
     let late = queued(s.submit(call(&echo, &big, 1)), "must queue");
-    s.state.lock().started += 20;
+    s.state.lock().taken += 20;
     let on_time = queued(s.submit(call(&echo, &big, 2)), "must queue");
     s.state.lock().running = false;
     s.changed.notify_all();

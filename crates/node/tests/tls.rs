@@ -357,6 +357,73 @@ fn rac_over_tls_pipelined_and_large_payloads() {
     assert_eq!(ids, (10..20).collect::<Vec<_>>());
 }
 
+/// A TLS client that sends calls and stops reading their results holds the node's
+/// write only until `io_timeout_ms`: the node then drops it, and other TLS clients are
+/// served all along. A `Connection: close` response ends with the TLS session's clean
+/// close (close_notify), not a bare TCP close.
+#[test]
+fn a_stalled_tls_reader_is_dropped_and_a_closing_response_ends_cleanly() {
+    let pki = Pki::new(&test_dir("stall"), "stall");
+    pki.server(1);
+    let (_node, https, rac) = start(&pki, "io_timeout_ms = 500", "");
+    let config = pki.client(None);
+    let mut staller = connect(rac, &config).unwrap();
+    // Not forever, if the node never gave up.
+    staller
+        .sock
+        .set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let (id, params) = netaccel_client::rac::builtin_call("to_uppercase", &[], 1 << 20).unwrap();
+    let payload = vec![b'x'; 1 << 20];
+    // Results of 1 MiB it never reads: the node's send buffer fills with the first.
+    let writer = std::thread::spawn(move || {
+        for i in 1..=16u32 {
+            let head = rac_proto::CallHeader::call(id, i, 1 << 20, params).encode();
+            if staller.write_all(&head).is_err() || staller.write_all(&payload).is_err() {
+                break;
+            }
+            let _ = staller.flush();
+        }
+        staller
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let mut other = connect(https, &config).unwrap();
+    let started = Instant::now();
+    for i in 0..20 {
+        let body = format!("call {i}");
+        let (status, out) = http(&mut other, "POST", "/v1/fn/to_uppercase", body.as_bytes());
+        assert_eq!((status, out), (200, body.to_ascii_uppercase().into_bytes()));
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The node gives up on the staller: its reads end (reset or end of stream) rather
+    // than block for the 10 s the client allows.
+    let mut staller = writer.join().unwrap();
+    let mut sink = vec![0u8; 1 << 16];
+    let cut = Instant::now();
+    loop {
+        match staller.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => assert!(cut.elapsed() < Duration::from_secs(9), "never dropped"),
+        }
+    }
+
+    // A closing response: the body, then the clean end of the TLS session.
+    let mut closing = connect(https, &config).unwrap();
+    closing
+        .write_all(b"POST /v1/fn/to_uppercase HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbye")
+        .unwrap();
+    closing.flush().unwrap();
+    let mut all = Vec::new();
+    closing
+        .read_to_end(&mut all)
+        .expect("the session ends with close_notify, not a truncation");
+    assert!(
+        all.ends_with(b"\r\n\r\nBYE"),
+        "{}",
+        String::from_utf8_lossy(&all)
+    );
+}
+
 #[test]
 fn client_certificates_map_to_tenants_and_bad_ones_are_refused() {
     let dir = test_dir("mtls");

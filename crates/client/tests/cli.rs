@@ -2,7 +2,7 @@
 //! HTTP and RAC, and the exit codes of each kind of failure.
 
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -22,13 +22,7 @@ impl Drop for Node {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use testkit::free_port;
 
 /// The node binary, built beside this crate's binary by `cargo test --workspace`.
 fn node_bin() -> PathBuf {

@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -221,12 +221,63 @@ fn a_bound_above_the_hard_open_file_limit_is_refused_at_start_naming_both() {
     assert!(stderr.contains("hard open-file limit"), "{stderr}");
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Starts the node with `config` (without its listeners) under the open-file limits
+/// `soft` and `hard`, on ports picked free (others when the node exits because one was
+/// taken meanwhile); the node, its HTTP address, and the file its stderr goes to.
+/// A node that exits during start-up for any other reason fails the test.
+fn start_limited(
+    dir: &std::path::Path,
+    config: &str,
+    soft: u64,
+    hard: u64,
+) -> (Killed, SocketAddr, std::path::PathBuf) {
+    let stderr_path = dir.join("stderr.log");
+    for _ in 0..5 {
+        let (port, rac_port) = (common::free_addr().port(), common::free_addr().port());
+        let path = dir.join("node.toml");
+        std::fs::write(
+            &path,
+            format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\ngrpc = \"127.0.0.1:0\"\nlog_level = \"warn\"\n{config}"),
+        )
+        .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_netaccel-node"));
+        cmd.arg("--config")
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr_path).unwrap());
+        // SAFETY: only async-signal-safe setrlimit between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut node = Killed(cmd.spawn().unwrap());
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if TcpStream::connect(addr).is_ok() {
+                return (node, addr, stderr_path);
+            }
+            if node.0.try_wait().unwrap().is_some() {
+                let log = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+                assert!(
+                    log.contains("Address already in use"),
+                    "the node exited during start-up: {log}"
+                );
+                break;
+            }
+            assert!(Instant::now() < deadline, "node did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("the node found its ports taken five times");
 }
 
 /// Kills the node however the test ends.
@@ -276,39 +327,13 @@ fn the_soft_open_file_limit_is_raised_to_what_the_bound_needs() {
     }
     let dir = std::env::temp_dir().join(format!("netaccel-fdlimit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (port, rac_port) = (free_port(), free_port());
-    let config = dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\nlog_level = \"warn\"\nconnections_max = {bound}\nio_threads = 1\n"),
-    )
-    .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_netaccel-node"));
-    cmd.arg("--config")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
     // The node starts with a soft limit of 1024, as most shells give it.
-    // SAFETY: only async-signal-safe setrlimit between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let lim = libc::rlimit {
-                rlim_cur: 1024,
-                rlim_max: hard.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let node = Killed(cmd.spawn().unwrap());
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let deadline = Instant::now() + TIMEOUT;
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "node did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (node, _, _) = start_limited(
+        &dir,
+        &format!("connections_max = {bound}\nio_threads = 1\n"),
+        1024,
+        hard.rlim_max,
+    );
     assert_eq!(soft_nofile(node.0.id()), needed);
     drop(node);
     let _ = std::fs::remove_dir_all(&dir);
@@ -321,49 +346,13 @@ fn the_soft_open_file_limit_is_raised_to_what_the_bound_needs() {
 fn the_default_bound_is_fitted_to_a_low_hard_open_file_limit() {
     let dir = std::env::temp_dir().join(format!("netaccel-fdfit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (port, rac_port) = (free_port(), free_port());
-    let config = dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\nlog_level = \"warn\"\nio_threads = 1\n"),
-    )
-    .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_netaccel-node"));
-    cmd.arg("--config")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    // A container's usual limits: 1,024 soft, 4,096 hard.
-    // SAFETY: only async-signal-safe setrlimit between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: 1024,
-                rlim_max: 4096,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut node = Killed(cmd.spawn().unwrap());
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let deadline = Instant::now() + TIMEOUT;
-    while TcpStream::connect(addr).is_err() {
-        assert!(
-            node.0.try_wait().unwrap().is_none(),
-            "the node refused to start with its default bound under a hard limit of 4096"
-        );
-        assert!(Instant::now() < deadline, "node did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // A container's usual limits: 1,024 soft, 4,096 hard. Exiting here (refusing to
+    // start with the default bound) fails in `start_limited`.
+    let (node, _, stderr) = start_limited(&dir, "io_threads = 1\n", 1024, 4096);
     // Soft limit raised to the hard one: the fitted bound (4096 - 256 - 2) + the rest.
     assert_eq!(soft_nofile(node.0.id()), 4096);
-    let mut stderr = node.0.stderr.take().unwrap();
     drop(node);
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
+    let text = std::fs::read_to_string(&stderr).unwrap();
     assert!(text.contains("connections_max=3838"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,25 +9,22 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use common::TestNode;
+use common::{free_addr, TestNode};
 use netaccel_node::grpc::pb;
 use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
 use pb::model_infer_request::InferInputTensor;
 use tonic::transport::Channel;
 use tonic::Code;
 
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 /// A node serving gRPC on a free port, and that port.
 fn start(config: &str) -> (TestNode, SocketAddr) {
-    let grpc = free_addr();
-    let node = TestNode::start_logging(config, &["--grpc", &grpc.to_string()]);
-    (node, grpc)
+    TestNode::start_logging_with(
+        || {
+            let grpc = free_addr();
+            (format!("grpc = \"{grpc}\"\n{config}"), grpc)
+        },
+        &[],
+    )
 }
 
 async fn client(addr: SocketAddr) -> GrpcInferenceServiceClient<Channel> {

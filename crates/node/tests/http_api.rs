@@ -712,12 +712,10 @@ fn remote_opencl_service_runs_inside_the_node() {
     if !common::opencl_runtime_present() {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let node = TestNode::start(&format!("opencl = \"127.0.0.1:{port}\"\n"));
+    let (node, port) = TestNode::start_with(|| {
+        let port = common::free_addr().port();
+        (format!("opencl = \"127.0.0.1:{port}\"\n"), port)
+    });
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(

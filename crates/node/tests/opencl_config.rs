@@ -7,9 +7,7 @@ mod common;
 #[path = "../../ocl-remote/tests/common/mod.rs"]
 mod ocl;
 
-use std::net::{SocketAddr, TcpListener};
-
-use common::TestNode;
+use common::{free_addr, TestNode};
 use ocl::Client;
 use ocl_remote::cl;
 use ocl_remote::proto::Request;
@@ -19,14 +17,16 @@ fn opencl_bounds_in_node_toml_reach_the_service() {
     if !common::opencl_runtime_present() {
         return;
     }
-    let ocl_addr: SocketAddr = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
     let quota: u64 = 3 << 20;
-    let _node = TestNode::start(&format!(
+    let (_node, ocl_addr) = TestNode::start_with(|| {
+        let ocl_addr = free_addr();
+        (
+            format!(
         "opencl = \"{ocl_addr}\"\nopencl_buffer_bytes_max = {quota}\nopencl_clients_max = 1\n"
-    ));
+    ),
+            ocl_addr,
+        )
+    });
     let mut c = Client::connect(ocl_addr).expect("the node shares its OpenCL devices");
     assert_eq!(
         Client::connect(ocl_addr).err(),
@@ -69,15 +69,17 @@ fn storage_held_by_a_sub_buffer_counts_against_the_quota_in_a_runtime_process() 
     if !common::opencl_runtime_present() {
         return;
     }
-    let ocl_addr: SocketAddr = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
     let mib: u64 = 1 << 20;
-    let _node = TestNode::start(&format!(
+    let (_node, ocl_addr) = TestNode::start_with(|| {
+        let ocl_addr = free_addr();
+        (
+            format!(
         "opencl = \"{ocl_addr}\"\nopencl_isolation = \"session\"\nopencl_buffer_bytes_max = {}\n",
         3 * mib
-    ));
+    ),
+            ocl_addr,
+        )
+    });
     let mut c = Client::connect(ocl_addr).expect("the node shares its OpenCL devices");
     c.setup_context();
     for round in 0..4u64 {
@@ -118,4 +120,48 @@ fn storage_held_by_a_sub_buffer_counts_against_the_quota_in_a_runtime_process() 
         })
         .0;
     assert_eq!(status, cl::CL_SUCCESS);
+}
+
+/// An `opencl` address the node cannot listen on is an error at start, naming the
+/// address (as for the HTTP and RAC listeners), not a node serving without the
+/// OpenCL devices it was asked to share. A host without an OpenCL runtime is another
+/// case: the node serves the rest and says so in its log.
+#[test]
+fn an_opencl_address_in_use_stops_the_node_at_start() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = held.local_addr().unwrap();
+    let dir = std::env::temp_dir().join(format!("netaccel-ocl-taken-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!("http = \"127.0.0.1:0\"\nrac = \"127.0.0.1:0\"\ngrpc = \"127.0.0.1:0\"\nopencl = \"{taken}\"\n"),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
+        .arg("--config")
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the node kept running with its OpenCL address taken");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&format!("cannot listen for remote OpenCL on {taken}")),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

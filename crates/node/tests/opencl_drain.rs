@@ -8,10 +8,9 @@ mod common;
 #[path = "../../ocl-remote/tests/common/mod.rs"]
 mod ocl;
 
-use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use common::TestNode;
+use common::{free_addr, TestNode};
 use ocl::{Client, Frame};
 use ocl_remote::cl;
 use ocl_remote::proto::{Command, KernelArg, NdRange, Request};
@@ -58,15 +57,15 @@ fn sigterm_with_remote_opencl_finishes_tasks_closes_sessions_and_exits_zero() {
     if !common::opencl_runtime_present() {
         return;
     }
-    let ocl_addr: SocketAddr = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
     // The runtime in the node's process (`tests/opencl_isolation.rs` drains isolated
     // runtime processes).
-    let mut node = TestNode::start(&format!(
-        "opencl = \"{ocl_addr}\"\nopencl_isolation = \"none\"\n"
-    ));
+    let (mut node, ocl_addr) = TestNode::start_with(|| {
+        let ocl_addr = free_addr();
+        (
+            format!("opencl = \"{ocl_addr}\"\nopencl_isolation = \"none\"\n"),
+            ocl_addr,
+        )
+    });
     // A client on the node's host: its buffers live in shared memory regions.
     let mut c = Client::connect_with(ocl_addr, &ocl_remote::shm::host_id())
         .expect("the node shares its OpenCL devices");

@@ -11,20 +11,13 @@ mod common;
 mod ocl;
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::TestNode;
+use common::{free_addr, TestNode};
 use ocl::{inc, read_cmd, Client, Frame};
 use ocl_remote::cl;
 use ocl_remote::proto::{Command, KernelArg, NdRange, Request};
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
 
 fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
@@ -169,9 +162,14 @@ fn hostile_kernels_end_their_own_session_and_the_node_serves_on() {
     if !common::opencl_runtime_present() {
         return;
     }
-    let ocl_addr = free_addr();
-    let node = TestNode::start_logging(
-        &format!("opencl = \"{ocl_addr}\"\nopencl_kernel_time_ms = 1000\n"),
+    let (node, ocl_addr) = TestNode::start_logging_with(
+        || {
+            let ocl_addr = free_addr();
+            (
+                format!("opencl = \"{ocl_addr}\"\nopencl_kernel_time_ms = 1000\n"),
+                ocl_addr,
+            )
+        },
         &[],
     );
     let mut bystander = Client::connect(ocl_addr).expect("the node shares its devices");
@@ -246,8 +244,10 @@ fn sigterm_drains_runtime_processes_and_sigkill_takes_them_along() {
     }
     // SIGTERM: the task running still answers, the session closes, the runtime
     // process ends and its shared memory is gone, the node exits 0.
-    let ocl_addr = free_addr();
-    let mut node = TestNode::start(&format!("opencl = \"{ocl_addr}\"\n"));
+    let (mut node, ocl_addr) = TestNode::start_with(|| {
+        let ocl_addr = free_addr();
+        (format!("opencl = \"{ocl_addr}\"\n"), ocl_addr)
+    });
     let mut c = Client::connect_with(ocl_addr, &ocl_remote::shm::host_id()).expect("connects");
     let device = c.info.1[0][0];
     c.setup_context();
@@ -340,8 +340,10 @@ fn sigterm_drains_runtime_processes_and_sigkill_takes_them_along() {
     }
 
     // SIGKILL: the node cannot drain; its runtime processes die with it.
-    let ocl_addr = free_addr();
-    let mut node = TestNode::start(&format!("opencl = \"{ocl_addr}\"\n"));
+    let (mut node, _) = TestNode::start_with(|| {
+        let ocl_addr = free_addr();
+        (format!("opencl = \"{ocl_addr}\"\n"), ocl_addr)
+    });
     let runtimes = children_of(node.pid());
     assert!(!runtimes.is_empty(), "no runtime process runs");
     node.child.kill().unwrap();
@@ -425,10 +427,13 @@ fn hostile_programs_through_the_icd_get_errors_while_a_bystander_program_runs() 
         ocl::missing_prerequisite("libnetaccel_opencl.so not built (cargo build -p ocl-icd)");
         return;
     };
-    let ocl_addr = free_addr();
-    let node = TestNode::start(&format!(
-        "opencl = \"{ocl_addr}\"\nopencl_kernel_time_ms = 1000\n"
-    ));
+    let (node, ocl_addr) = TestNode::start_with(|| {
+        let ocl_addr = free_addr();
+        (
+            format!("opencl = \"{ocl_addr}\"\nopencl_kernel_time_ms = 1000\n"),
+            ocl_addr,
+        )
+    });
     let vendors = node.dir.join("vendors");
     std::fs::create_dir_all(&vendors).unwrap();
     std::fs::write(vendors.join("netaccel.icd"), format!("{}\n", icd.display())).unwrap();
@@ -503,8 +508,10 @@ fn a_node_started_after_one_was_killed_removes_its_shared_memory() {
         return;
     }
     // A same-host session with a buffer in shared memory, created by a runtime process.
-    let ocl_addr = free_addr();
-    let mut node = TestNode::start(&format!("opencl = \"{ocl_addr}\"\n"));
+    let (mut node, ocl_addr) = TestNode::start_with(|| {
+        let ocl_addr = free_addr();
+        (format!("opencl = \"{ocl_addr}\"\n"), ocl_addr)
+    });
     let mut c = Client::connect_with(ocl_addr, &ocl_remote::shm::host_id()).expect("connects");
     c.setup_context();
     let (status, name) = c.call(&Request::CreateBuffer {
@@ -549,9 +556,14 @@ fn runtime_processes_log_json_lines_through_the_node() {
     if !common::opencl_runtime_present() {
         return;
     }
-    let ocl_addr = free_addr();
-    let node = TestNode::start_logging(
-        &format!("opencl = \"{ocl_addr}\"\nlog_format = \"json\"\n"),
+    let (node, ocl_addr) = TestNode::start_logging_with(
+        || {
+            let ocl_addr = free_addr();
+            (
+                format!("opencl = \"{ocl_addr}\"\nlog_format = \"json\"\n"),
+                ocl_addr,
+            )
+        },
         &[],
     );
     // A client of another host (its connection goes to a runtime process as it is)
@@ -616,9 +628,16 @@ fn in_process_sessions_log_json_lines_too() {
     if !common::opencl_runtime_present() {
         return;
     }
-    let ocl_addr = free_addr();
-    let node = TestNode::start_logging(
-        &format!("opencl = \"{ocl_addr}\"\nopencl_isolation = \"none\"\nlog_format = \"json\"\n"),
+    let (node, ocl_addr) = TestNode::start_logging_with(
+        || {
+            let ocl_addr = free_addr();
+            (
+                format!(
+                    "opencl = \"{ocl_addr}\"\nopencl_isolation = \"none\"\nlog_format = \"json\"\n"
+                ),
+                ocl_addr,
+            )
+        },
         &[],
     );
     // A client that sends garbage after its Hello: its session says why it closed it.

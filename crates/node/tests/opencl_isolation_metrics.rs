@@ -12,10 +12,10 @@ mod ocl;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::TestNode;
+use common::{free_addr, TestNode};
 use ocl::{inc, read_cmd, Client};
 use ocl_remote::cl;
 use ocl_remote::proto::{Command, KernelArg, NdRange, Request};
@@ -24,13 +24,6 @@ const SESSIONS: usize = 3;
 const TASKS_PER_SESSION: usize = 4;
 /// The device's series in the families labelled by device.
 const DEV: &str = "device=\"0\"";
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
 
 /// Scrapes /metrics and checks that no counter series went down since `seen`, which it
 /// updates. Returns the text.
@@ -172,9 +165,14 @@ fn hostile_session(addr: SocketAddr) {
 /// Runs the sessions against a node in `mode` and checks the figures; returns the
 /// series the node showed at the end.
 fn sessions_are_counted(mode: &str) -> BTreeSet<String> {
-    let addr = free_addr();
-    let node = TestNode::start_logging(
-        &format!("opencl = \"{addr}\"\nopencl_isolation = \"{mode}\"\n"),
+    let (node, addr) = TestNode::start_logging_with(
+        || {
+            let addr = free_addr();
+            (
+                format!("opencl = \"{addr}\"\nopencl_isolation = \"{mode}\"\n"),
+                addr,
+            )
+        },
         &[],
     );
     let mut scraper = Scraper {

@@ -9,7 +9,7 @@ mod common;
 #[path = "../../ocl-remote/tests/common/mod.rs"]
 mod ocl;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -288,17 +288,19 @@ fn slot_calls_and_remote_opencl_share_one_device_fifo_and_both_progress() {
     if !opencl_runtime_present() {
         return;
     }
-    let ocl_addr: SocketAddr = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
     let programs = programs_dir("shared");
-    let config = format!(
-        // In-process: the FIFO is shared only with the runtime in the node's process.
-        "opencl = \"{ocl_addr}\"\nopencl_isolation = \"none\"\nopencl_local_socket = false\n{}",
-        ocl_device("\"sobel\"", &programs)
+    let (node, ocl_addr) = TestNode::start_logging_with(
+        || {
+            let ocl_addr = free_addr();
+            let config = format!(
+                // In-process: the FIFO is shared only with the runtime in the node's process.
+                "opencl = \"{ocl_addr}\"\nopencl_isolation = \"none\"\nopencl_local_socket = false\n{}",
+                ocl_device("\"sobel\"", &programs)
+            );
+            (config, ocl_addr)
+        },
+        &["--log-level", "info"],
     );
-    let node = TestNode::start_logging(&config, &["--log-level", "info"]);
     assert!(
         node.log().contains("shared_with_remote_clients=true"),
         "{}",

@@ -406,13 +406,7 @@ impl Drop for TempDir {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use testkit::free_port;
 
 #[test]
 fn registers_its_tls_and_grpc_addresses_each_with_its_own_port() {
@@ -424,16 +418,20 @@ fn registers_its_tls_and_grpc_addresses_each_with_its_own_port() {
     let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
     std::fs::write(&cert, issued.cert.pem()).unwrap();
     std::fs::write(&key, issued.key_pair.serialize_pem()).unwrap();
-    let (https, rac_tls, grpc_tls) = (free_port(), free_port(), free_port());
     let registry = FakeRegistry::start(600);
-    let node = node_with(
-        &registry,
-        &format!(
-            "[tls]\nhttps = \"127.0.0.1:{https}\"\nrac = \"127.0.0.1:{rac_tls}\"\n\
-             grpc = \"127.0.0.1:{grpc_tls}\"\ncert = {:?}\nkey = {:?}\n",
-            cert.display().to_string(),
-            key.display().to_string()
-        ),
+    let (node, (https, rac_tls, grpc_tls)) = TestNode::start_logging_with(
+        || {
+            let (https, rac_tls, grpc_tls) = (free_port(), free_port(), free_port());
+            let config = format!(
+                "registry = \"{}\"\nname = \"node-a\"\nregistry_retry_max_ms = 100\n\
+                 [tls]\nhttps = \"127.0.0.1:{https}\"\nrac = \"127.0.0.1:{rac_tls}\"\n\
+                 grpc = \"127.0.0.1:{grpc_tls}\"\ncert = {:?}\nkey = {:?}\n",
+                registry.url(),
+                cert.display().to_string(),
+                key.display().to_string()
+            );
+            (config, (https, rac_tls, grpc_tls))
+        },
         &[],
     );
     let puts = registry.wait_for("a registration", |r| r.iter().any(|r| r.method == "PUT"));

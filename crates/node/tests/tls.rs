@@ -10,7 +10,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -124,12 +124,7 @@ impl Pki {
     }
 }
 
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
+use testkit::free_addr;
 
 /// Connects and completes the handshake (so errors show here, not at first use).
 fn connect(addr: SocketAddr, config: &Arc<ClientConfig>) -> std::io::Result<Tls> {

@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -20,13 +20,7 @@ use std::time::{Duration, Instant};
 use common::missing_prerequisite;
 use serde_json::{json, Value};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use testkit::free_port;
 
 /// A process killed on drop.
 struct Proc(Child);

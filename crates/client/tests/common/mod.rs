@@ -2,18 +2,12 @@
 //! the workspace's other binaries, waiting for a listener, processes killed on drop.
 #![allow(dead_code)] // each test binary uses its own part
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use testkit::free_port;
 
 /// A binary built beside `netaccel` (`cargo build --workspace`, or `cargo test
 /// --workspace`).

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -53,12 +53,24 @@ pub fn network_line(config: &str) -> String {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A loopback address free when picked (see `testkit`). Another process may take it
+/// before the node binds it: name it in a config made by [`TestNode::start_with`] (or
+/// [`TestNode::start_logging_with`]), which picks again when the node cannot bind.
+#[allow(unused_imports)]
+pub use testkit::{free_addr, free_port};
+
+/// The harness's own `grpc` line (a port the kernel picks), unless `config` sets the
+/// key at its top level (before any table).
+fn grpc_line(config: &str) -> &'static str {
+    let names_grpc = config
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .any(|l| l.trim_start().starts_with("grpc ") || l.trim_start().starts_with("grpc="));
+    if names_grpc {
+        ""
+    } else {
+        "grpc = \"127.0.0.1:0\"\n"
+    }
 }
 
 impl TestNode {
@@ -96,7 +108,25 @@ impl TestNode {
     /// taken by the time the node binds them; the next attempt picks others). The
     /// value beside the config (those addresses) is the last attempt's.
     #[allow(dead_code)]
-    pub fn start_with<T>(mut make: impl FnMut() -> (String, T)) -> (TestNode, T) {
+    pub fn start_with<T>(make: impl FnMut() -> (String, T)) -> (TestNode, T) {
+        TestNode::launch_making(make, &[], false)
+    }
+
+    /// As [`TestNode::start_with`], with extra `args` and stderr kept for
+    /// [`TestNode::log`] (as [`TestNode::start_logging`]).
+    #[allow(dead_code)]
+    pub fn start_logging_with<T>(
+        make: impl FnMut() -> (String, T),
+        args: &[&str],
+    ) -> (TestNode, T) {
+        TestNode::launch_making(make, args, true)
+    }
+
+    fn launch_making<T>(
+        mut make: impl FnMut() -> (String, T),
+        args: &[&str],
+        capture_stderr: bool,
+    ) -> (TestNode, T) {
         let mut value = None;
         let node = TestNode::launch_with(
             &mut || {
@@ -104,8 +134,8 @@ impl TestNode {
                 value = Some(v);
                 config
             },
-            &[],
-            false,
+            args,
+            capture_stderr,
             None,
         );
         (node, value.expect("made at least once"))
@@ -136,7 +166,7 @@ impl TestNode {
             let path = dir.join("node.toml");
             std::fs::write(
                 &path,
-                format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\ngrpc = \"127.0.0.1:0\"\nlog_level = \"warn\"\n{}{config}", network_line(config)),
+                format!("http = \"127.0.0.1:{port}\"\nrac = \"127.0.0.1:{rac_port}\"\n{}log_level = \"warn\"\n{}{config}", grpc_line(config), network_line(config)),
             )
             .unwrap();
             let stderr = if capture_stderr {

@@ -1,17 +1,11 @@
 //! What the registry's black-box tests share: free loopback ports, and waiting for a
 //! started process to listen.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use testkit::free_port;
 
 /// Waits up to 15 s for `addr` to accept connections; fails at once if `child` exits.
 pub fn wait_for_port(addr: SocketAddr, child: &mut Child, what: &str) {

@@ -12,7 +12,7 @@
 //! Everything started is killed when the [`ControlPlane`] drops, and the directory is
 //! removed. Without the binaries the tests are skipped, unless `CI` is set.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -29,13 +29,7 @@ pub const HELM_VERSION: &str = "v3.19.5";
 /// The three Kubernetes nodes; a netaccel node's name is its Kubernetes node's name.
 pub const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use testkit::free_port;
 
 /// Where `deploy/k8s-test/build.sh` put the binaries.
 pub fn bin_dir() -> PathBuf {

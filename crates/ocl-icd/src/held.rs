@@ -229,16 +229,15 @@ impl Holding {
         (released, releases)
     }
 
-    /// The connection is lost: the held commands' events, to be failed.
-    pub fn drop_all(&mut self) -> Vec<EventRef> {
+    /// The connection is lost: the held commands, whose events are to be failed.
+    /// Commands enqueued later may still be held, and sent (and failed) when their
+    /// user events are set, as if the loss had come after.
+    pub fn drop_all(&mut self) -> Vec<HeldCommand> {
         self.events.clear();
         self.queues.clear();
         self.blocked.clear();
         self.releases.clear();
         std::mem::take(&mut self.commands)
-            .into_iter()
-            .filter_map(|c| c.event_ref)
-            .collect()
     }
 }
 

@@ -167,6 +167,43 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What a wait does once the connection is lost (see [`Node::wait_for`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnLoss {
+    /// It ends: what it waits for would have come from the node.
+    Return,
+    /// It goes on: what it waits for is completed by another thread, the loss included.
+    Wait,
+}
+
+/// Events of commands that cannot run any more, made final with `CL_OUT_OF_RESOURCES`
+/// under a lock of the connection; their callbacks run, and the references go, once no
+/// lock is held ([`Failed::finish`]): both may enter the application, which may call
+/// the ICD again.
+struct Failed {
+    events: Vec<EventRef>,
+    /// Whether this settled each event (and so owes its callbacks).
+    settled: Vec<bool>,
+}
+
+impl Failed {
+    fn settle(events: Vec<EventRef>) -> Failed {
+        let settled = events
+            .iter()
+            .map(|e| e.settle(cl::CL_OUT_OF_RESOURCES, [0; 4]))
+            .collect();
+        Failed { events, settled }
+    }
+
+    fn finish(self) {
+        for (e, settled) in self.events.iter().zip(self.settled) {
+            if settled {
+                e.run_callbacks();
+            }
+        }
+    }
+}
+
 impl Node {
     /// Connects, says `Hello` and starts the reader thread.
     pub fn connect(addr: &str) -> io::Result<Arc<Node>> {
@@ -200,6 +237,17 @@ impl Node {
             }
         }
         reader.set_read_timeout(None)?;
+        Node::start(addr, stream, reader, platforms)
+    }
+
+    /// The connection over `stream` (writing) and `reader` (reading the same socket),
+    /// greeted already: starts the reader thread.
+    fn start(
+        addr: &str,
+        stream: Stream,
+        reader: Stream,
+        platforms: Vec<Vec<u32>>,
+    ) -> io::Result<Arc<Node>> {
         let node = Arc::new(Node {
             addr: addr.to_string(),
             next_id: AtomicU64::new(2),
@@ -248,16 +296,22 @@ impl Node {
                 self.fail_all();
             }
         }
-        self.wait_for(|st| st.replies.remove(&id))
+        self.wait_for(OnLoss::Return, |st| st.replies.remove(&id))
             .unwrap_or((cl::CL_OUT_OF_RESOURCES, Vec::new()))
     }
 
-    /// Waits until `take` finds what the caller waits for (`None` if the connection
-    /// died). While it waits, the calling thread reads frames itself if no other thread
-    /// is reading, so its own answer needs no hand-off from another thread.
-    fn wait_for<T>(&self, mut take: impl FnMut(&mut State) -> Option<T>) -> Option<T> {
+    /// Waits until `take` finds what the caller waits for; once the connection is lost,
+    /// `None` at once or, with [`OnLoss::Wait`], whenever `take` finds it (what it looks
+    /// for no longer depends on the node). While it waits, the calling thread reads
+    /// frames itself if no other thread is reading, so its own answer needs no hand-off
+    /// from another thread.
+    fn wait_for<T>(
+        &self,
+        on_loss: OnLoss,
+        mut take: impl FnMut(&mut State) -> Option<T>,
+    ) -> Option<T> {
         lock(&self.state).waiters += 1;
-        let result = self.wait_for_inner(&mut take);
+        let result = self.wait_for_inner(on_loss, &mut take);
         let mut st = lock(&self.state);
         st.waiters -= 1;
         // The background reader sleeps while anyone waits; it may have to read now.
@@ -267,14 +321,24 @@ impl Node {
         result
     }
 
-    fn wait_for_inner<T>(&self, take: &mut impl FnMut(&mut State) -> Option<T>) -> Option<T> {
+    fn wait_for_inner<T>(
+        &self,
+        on_loss: OnLoss,
+        take: &mut impl FnMut(&mut State) -> Option<T>,
+    ) -> Option<T> {
         loop {
             let mut st = lock(&self.state);
             if let Some(v) = take(&mut st) {
                 return Some(v);
             }
             if st.dead {
-                return None;
+                if on_loss == OnLoss::Return {
+                    return None;
+                }
+                // Nothing comes from the node any more: another thread completes what
+                // this one waits for (and notifies after it did, see `wake_waiters`).
+                drop(self.cond.wait(st).unwrap_or_else(|p| p.into_inner()));
+                continue;
             }
             // Trying the reader while holding the state lock: whoever holds the reader
             // takes the state lock to notify after releasing it, so a failed try is
@@ -304,19 +368,25 @@ impl Node {
     /// this, a thread in `clWaitForEvents` on a user event slept until some unrelated
     /// frame arrived. The waiters on the condition variable are woken as well.
     fn wake_reader(&self) {
-        drop(lock(&self.state));
-        self.cond.notify_all();
+        self.wake_waiters();
         let one = 1u64.to_ne_bytes();
         // SAFETY: an 8-byte write to our eventfd; a full counter only means it is set.
         unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    /// Wakes the threads waiting on the condition variable. The state lock is taken
+    /// first: a waiter checks what it waits for under that lock and sleeps in the same
+    /// hold, so a change made before this call cannot fall between the two.
+    fn wake_waiters(&self) {
+        drop(lock(&self.state));
+        self.cond.notify_all();
     }
 
     /// After reading frames (the read half released): wakes the waiting threads and, if
     /// reading failed, fails everything in flight. Returns whether the connection is
     /// lost.
     fn pumped(&self, result: io::Result<()>) -> bool {
-        drop(lock(&self.state));
-        self.cond.notify_all();
+        self.wake_waiters();
         let Err(e) = result else { return false };
         if e.kind() != io::ErrorKind::UnexpectedEof {
             eprintln!("netaccel OpenCL: connection to {} lost: {e}", self.addr);
@@ -547,7 +617,7 @@ impl Node {
         Request::Flush.encode(id, &mut out.buf);
         out.open_cmds = 0;
         out.open_data = 0;
-        let task = std::mem::take(&mut out.open);
+        let mut task = std::mem::take(&mut out.open);
         for e in &task.events {
             e.set_submitted();
         }
@@ -556,13 +626,13 @@ impl Node {
             let mut st = lock(&self.state);
             if st.dead {
                 // Nothing can run any more: the task fails at once (its events too).
+                let failed = Failed::settle(std::mem::take(&mut task.events));
                 drop(st);
                 out.buf.clear();
                 drop(out);
-                for e in task.events {
-                    e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
-                }
-                self.cond.notify_all();
+                self.wake_waiters();
+                failed.finish();
+                drop(task);
                 return None;
             }
             st.tasks.insert(id, task);
@@ -639,15 +709,25 @@ impl Node {
     /// connection is lost: nothing enqueued since can have run.
     pub fn finish(&self) -> ClInt {
         self.flush();
-        match self.wait_for(|st| (st.tasks.is_empty() && !st.dead).then_some(())) {
+        match self.wait_for(OnLoss::Return, |st| {
+            (st.tasks.is_empty() && !st.dead).then_some(())
+        }) {
             Some(()) => cl::CL_SUCCESS,
             None => cl::CL_OUT_OF_RESOURCES,
         }
     }
 
-    /// Waits until `event` has completed or failed.
-    pub fn wait_event(&self, event: &EventRef) {
-        self.wait_for(|_| (event.status() <= cl::CL_COMPLETE).then_some(()));
+    /// Waits until `event` has completed or failed, and returns its final status
+    /// (`CL_COMPLETE` or an error). A lost connection does not end the wait by itself:
+    /// it fails every event it carried before anyone can see it lost ([`Node::fail_all`]),
+    /// and a user event, or a command held back by one, stays pending until the
+    /// application sets it, as natively.
+    pub fn wait_event(&self, event: &EventRef) -> ClInt {
+        self.wait_for(OnLoss::Wait, |_| {
+            let status = event.status();
+            (status <= cl::CL_COMPLETE).then_some(status)
+        })
+        .expect("a wait that goes on after the loss ends only with its event")
     }
 
     /// Registers a context's error callback, called if the connection is lost.
@@ -660,19 +740,34 @@ impl Node {
         lock(&self.notifiers).retain(|n| n.context != context);
     }
 
-    /// The connection is gone: every waiter wakes up, every pending event fails and the
-    /// contexts' error callbacks are called (once).
+    /// The connection is gone: every pending event fails, exactly once, every waiter
+    /// wakes up and the contexts' error callbacks are called (once).
+    ///
+    /// The events of everything the connection carried (commands held back, the open
+    /// task, the tasks in flight) are made final in the same hold of the locks that
+    /// marks the connection lost, before their callbacks run: a thread that sees the
+    /// connection lost (`finish` fails then) sees them failed, and a callback that
+    /// waits for another of them does not wait for this thread.
     fn fail_all(&self) {
-        let held = lock(&self.out).held.drop_all();
-        for e in held {
-            e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
-        }
-        let (tasks, first): (Vec<InFlight>, bool) = {
-            let mut state = lock(&self.state);
-            let first = !state.dead;
-            state.dead = true;
-            (state.tasks.drain().map(|(_, t)| t).collect(), first)
+        let (failed, carried, first) = {
+            let mut out = lock(&self.out);
+            let mut held = out.held.drop_all();
+            let mut open = out.abandon_open();
+            let mut st = lock(&self.state);
+            let first = !st.dead;
+            st.dead = true;
+            let mut tasks: Vec<InFlight> = st.tasks.drain().map(|(_, t)| t).collect();
+            let mut events: Vec<EventRef> =
+                held.iter_mut().filter_map(|c| c.event_ref.take()).collect();
+            events.append(&mut open.events);
+            for t in &mut tasks {
+                events.append(&mut t.events);
+            }
+            // What the commands hold besides (memory to read into, whose release may
+            // run the application's destructor callbacks) goes after the locks too.
+            (Failed::settle(events), (held, open, tasks), first)
         };
+        self.wake_reader();
         if first {
             // OpenCL reports errors that occur at run time in a context to its callback.
             let notifiers = std::mem::take(&mut *lock(&self.notifiers));
@@ -695,12 +790,8 @@ impl Node {
                 };
             }
         }
-        for task in tasks {
-            for e in task.events {
-                e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
-            }
-        }
-        self.wake_reader();
+        failed.finish();
+        drop(carried);
         self.background.notify_one();
     }
 }
@@ -724,6 +815,17 @@ fn drain(wake: &OwnedFd) {
 }
 
 impl Out {
+    /// The connection is lost: the open task is never sent. Returns it, for its events
+    /// to be failed.
+    fn abandon_open(&mut self) -> InFlight {
+        self.buf.clear();
+        self.frame_start = None;
+        self.cmd_count = 0;
+        self.open_cmds = 0;
+        self.open_data = 0;
+        std::mem::take(&mut self.open)
+    }
+
     /// Opens an `Enqueue` frame for the next command if none is open.
     fn start_frame(&mut self) {
         if self.frame_start.is_none() {
@@ -889,24 +991,36 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                         };
                     }
                 }
-                // The copies are made: later tasks may go. Before the events complete,
-                // since their callbacks may flush (setting a user event releases held
-                // commands), and a flush waits for exclusive tasks, which this thread
-                // would otherwise only remove after the callbacks.
+                // Final before the task stops being exclusive, so that a thread woken
+                // by that, or one that sees the connection lost meanwhile, finds them
+                // final; their callbacks run after.
+                let done: HashMap<u64, &proto::EventDone> =
+                    events.iter().map(|e| (e.event, e)).collect();
+                let settled: Vec<bool> = task_events
+                    .iter()
+                    .map(|e| match done.get(&e.id()) {
+                        Some(d) => e.settle(d.status, d.profile),
+                        None => e.settle(status.min(cl::CL_COMPLETE), [0; 4]),
+                    })
+                    .collect();
+                // The copies are made: later tasks may go. Before the callbacks, since
+                // they may flush (setting a user event releases held commands), and a
+                // flush waits for exclusive tasks, which this thread would otherwise
+                // only remove after the callbacks.
                 if let Some(t) = lock(&node.state).tasks.get_mut(&header.id) {
                     t.exclusive = false;
                 }
                 node.cond.notify_all();
-                let done: HashMap<u64, &proto::EventDone> =
-                    events.iter().map(|e| (e.event, e)).collect();
-                for e in task_events {
-                    match done.get(&e.id()) {
-                        Some(d) => e.complete(d.status, d.profile),
-                        None => e.complete(status.min(cl::CL_COMPLETE), [0; 4]),
+                for (e, settled) in task_events.iter().zip(settled) {
+                    if settled {
+                        e.run_callbacks();
                     }
                 }
-                lock(&node.state).tasks.remove(&header.id);
+                // Dropped once the lock is released: what the task holds (memory to
+                // read into) may run the application's destructor callbacks.
+                let task = lock(&node.state).tasks.remove(&header.id);
                 node.cond.notify_all();
+                drop((task, task_events, direct_reads));
             }
             Response::ReadData { .. } => unreachable!("handled above"),
         }
@@ -957,3 +1071,6 @@ fn background_reader(node: &Weak<Node>, fd: RawFd) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -259,7 +259,7 @@ impl Node {
                 open_cmds: 0,
                 open_data: 0,
                 open: InFlight::default(),
-                held: Holding::default(),
+                held: Holding::new(crate::held::held_bytes_max_from_env()),
             }),
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
@@ -417,6 +417,26 @@ impl Node {
     /// The queue `queue` is released.
     pub fn forget_queue(&self, queue: u64) {
         lock(&self.out).held.forget_queue(queue);
+    }
+
+    /// Refuses, with `CL_OUT_OF_HOST_MEMORY`, a command of `queue` waiting for `waits`
+    /// and carrying `data_len` bytes of data that would be held back past the bound of
+    /// held bytes ([`crate::held`]); `gated`: its wait list names user events not set.
+    /// Checked before the call accepts its command: threads enqueueing at the same time
+    /// may pass it together, by a command each.
+    pub fn hold_room(
+        &self,
+        queue: u64,
+        waits: &[u64],
+        gated: bool,
+        data_len: usize,
+    ) -> Result<(), ClInt> {
+        let out = lock(&self.out);
+        let held = gated || out.held.must_hold(&Shape::plain(queue, waits));
+        if held && !out.held.room_for(data_len) {
+            return Err(cl::CL_OUT_OF_HOST_MEMORY);
+        }
+        Ok(())
     }
 
     /// Whether commands of `queue` are held back by user events that are not set.

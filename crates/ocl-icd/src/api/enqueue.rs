@@ -79,6 +79,16 @@ impl Enqueue<'_> {
         }
     }
 
+    /// Refuses (`CL_OUT_OF_HOST_MEMORY`) a command carrying `data_len` bytes of data
+    /// that user events would hold back past the ICD's bound ([`crate::held`]). Writes
+    /// call it before [`Enqueue::event`].
+    pub fn hold_room(&self, data_len: usize) -> Result<(), ClInt> {
+        self.q
+            .v
+            .node
+            .hold_room(self.q.v.id, &self.waits, !self.gates.is_empty(), data_len)
+    }
+
     /// Whether the wait list holds user events that are not set.
     pub fn waits_for_user_events(&self) -> bool {
         !self.gates.is_empty()

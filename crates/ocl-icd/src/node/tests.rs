@@ -13,7 +13,8 @@ use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::{self, Command, Decoded, Response};
 use ocl_remote::stream::Stream;
 
-use super::Node;
+use super::{lock, Node};
+use crate::held::Holding;
 use crate::object::{add_callback, new_handle, release, Event, EventRef, Handle};
 
 /// The (in-order) queue the test's commands name; the node never runs them.
@@ -283,4 +284,48 @@ fn an_event_completes_once() {
     assert_eq!(*calls.0.lock().unwrap(), [cl::CL_COMPLETE]);
     drop(e);
     release::<Event>(h as Handle);
+}
+
+#[test]
+fn a_write_that_would_be_held_past_the_bound_is_refused() {
+    let (node, _peer) = connection();
+    lock(&node.out).held = Holding::new(1000);
+    let gate = new_event(&node, true);
+    let gate_id = event_ref(gate).id();
+    // Not held yet: a user event not set in the wait list will hold it.
+    assert_eq!(node.hold_room(QUEUE, &[gate_id], true, 1000), Ok(()));
+    assert_eq!(
+        node.hold_room(QUEUE, &[gate_id], true, 1001),
+        Err(cl::CL_OUT_OF_HOST_MEMORY)
+    );
+    node.watch_user_event(event_ref(gate));
+    let data = [7u8; 600];
+    let write = Command::Write {
+        queue: QUEUE,
+        event: 0,
+        buffer: 5,
+        offset: 0,
+        data: &data,
+    };
+    node.enqueue(&write, &[gate_id], None, None);
+    assert!(node.holds_queue(QUEUE));
+    // Behind it on its in-order queue, or waiting for the same event elsewhere: held.
+    assert_eq!(
+        node.hold_room(QUEUE, &[], false, 600),
+        Err(cl::CL_OUT_OF_HOST_MEMORY)
+    );
+    assert_eq!(
+        node.hold_room(QUEUE + 1, &[gate_id], false, 600),
+        Err(cl::CL_OUT_OF_HOST_MEMORY)
+    );
+    // The write holds its data and a few bytes of command.
+    assert_eq!(node.hold_room(QUEUE, &[], false, 20), Ok(()));
+    // Not held: no bound of this kind.
+    assert_eq!(node.hold_room(QUEUE + 1, &[], false, 1 << 20), Ok(()));
+    // Set, the event releases the write and its bytes.
+    assert!(event_ref(gate).set_user_status(cl::CL_COMPLETE));
+    node.user_event_done();
+    assert!(!node.holds_queue(QUEUE));
+    assert_eq!(node.hold_room(QUEUE, &[], false, 1 << 20), Ok(()));
+    release::<Event>(gate as Handle);
 }

@@ -11,6 +11,7 @@
 //! `ReadData` into the host pointers recorded at enqueue time, and on `TaskDone`
 //! completes the task's events and runs their callbacks.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CString};
 use std::io::{self, Read};
@@ -359,7 +360,7 @@ impl Node {
             }
             let result = pump_one(self, &mut reader);
             drop(reader);
-            self.pumped(result);
+            self.pumped(result.map(|finished| finished.map_or((), |f| f.run(self))));
         }
     }
 
@@ -729,8 +730,10 @@ impl Node {
     /// connection is lost: nothing enqueued since can have run.
     pub fn finish(&self) -> ClInt {
         self.flush();
+        // A callback that calls `clFinish` runs while its task still counts as in flight
+        // (see `Finished::run`): that task is done, and not waited for.
         match self.wait_for(OnLoss::Return, |st| {
-            (st.tasks.is_empty() && !st.dead).then_some(())
+            (!st.dead && st.tasks.keys().all(|&id| callbacks_running_here(id))).then_some(())
         }) {
             Some(()) => cl::CL_SUCCESS,
             None => cl::CL_OUT_OF_RESOURCES,
@@ -930,9 +933,52 @@ fn read_frame(reader: &mut Stream) -> io::Result<(proto::Header, Vec<u8>)> {
     Ok((header, body))
 }
 
+thread_local! {
+    /// The tasks whose callbacks this thread is running, innermost last (a callback may
+    /// make a blocking call, whose wait reads and completes further tasks).
+    static CALLBACKS_OF: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+fn callbacks_running_here(task: u64) -> bool {
+    CALLBACKS_OF.with(|c| c.borrow().contains(&task))
+}
+
+/// A task the node reported done, its events final, its reads copied: what remains to
+/// do once the read half is released, since the application's callbacks may make
+/// blocking calls, whose waits read the connection themselves.
+struct Finished {
+    task: u64,
+    events: Vec<EventRef>,
+    /// Whether this completion settled each event (and so owes its callbacks).
+    settled: Vec<bool>,
+    /// Dropped with the rest, the read half released: their destinations may be memory
+    /// whose release runs the application's destructor callbacks.
+    _direct_reads: Vec<DirectRead>,
+}
+
+impl Finished {
+    /// Runs the events' callbacks, then removes the task: until then it counts as in
+    /// flight, so that `finish` on another thread returns after the callbacks.
+    fn run(self, node: &Node) {
+        CALLBACKS_OF.with(|c| c.borrow_mut().push(self.task));
+        for (e, settled) in self.events.iter().zip(&self.settled) {
+            if *settled {
+                e.run_callbacks();
+            }
+        }
+        CALLBACKS_OF.with(|c| c.borrow_mut().pop());
+        // Dropped once the lock is released: what the task holds (memory to read into)
+        // may run the application's destructor callbacks.
+        let task = lock(&node.state).tasks.remove(&self.task);
+        node.cond.notify_all();
+        drop((task, self));
+    }
+}
+
 /// Reads one frame from the node and acts on it: a reply is filed for its caller, read
-/// data goes to the application's memory, a finished task completes its events.
-fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
+/// data goes to the application's memory, a finished task makes its events final and
+/// is returned for its callbacks to run once the read half is released.
+fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<Option<Finished>> {
     {
         let mut head = [0u8; proto::HEADER_LEN];
         reader.read_exact(&mut head)?;
@@ -973,7 +1019,7 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                     io::copy(&mut Read::by_ref(reader).take(len as u64), &mut io::sink())?;
                 }
             }
-            return Ok(());
+            return Ok(None);
         }
         let mut body = vec![0u8; header.body_len as usize];
         reader.read_exact(&mut body)?;
@@ -996,7 +1042,7 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                     )
                 });
                 let Some((task_events, direct_reads)) = taken else {
-                    return Ok(());
+                    return Ok(None);
                 };
                 if status == cl::CL_SUCCESS {
                     for r in &direct_reads {
@@ -1025,27 +1071,23 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                     .collect();
                 // The copies are made: later tasks may go. Before the callbacks, since
                 // they may flush (setting a user event releases held commands), and a
-                // flush waits for exclusive tasks, which this thread would otherwise
-                // only remove after the callbacks.
+                // flush waits for exclusive tasks, which the task would otherwise be
+                // until after the callbacks.
                 if let Some(t) = lock(&node.state).tasks.get_mut(&header.id) {
                     t.exclusive = false;
                 }
                 node.cond.notify_all();
-                for (e, settled) in task_events.iter().zip(settled) {
-                    if settled {
-                        e.run_callbacks();
-                    }
-                }
-                // Dropped once the lock is released: what the task holds (memory to
-                // read into) may run the application's destructor callbacks.
-                let task = lock(&node.state).tasks.remove(&header.id);
-                node.cond.notify_all();
-                drop((task, task_events, direct_reads));
+                return Ok(Some(Finished {
+                    task: header.id,
+                    events: task_events,
+                    settled,
+                    _direct_reads: direct_reads,
+                }));
             }
             Response::ReadData { .. } => unreachable!("handled above"),
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 fn spin_from_env() -> Duration {
@@ -1080,12 +1122,25 @@ fn background_reader(node: &Weak<Node>, fd: RawFd) {
         if lock(&node.state).waiters > 0 {
             continue;
         }
-        let mut reader = lock(&node.reader);
+        // One frame at a time, the read half released before a finished task's
+        // callbacks run (see `Finished`).
         let mut result = Ok(());
-        while result.is_ok() && ocl_remote::poll::readable(fd, 0) {
-            result = pump_one(&node, &mut reader);
+        loop {
+            let mut reader = lock(&node.reader);
+            // Looked at with the read half held: a waiter may have read the frame.
+            if !ocl_remote::poll::readable(fd, 0) {
+                break;
+            }
+            let pumped = pump_one(&node, &mut reader);
+            drop(reader);
+            match pumped {
+                Ok(finished) => finished.map_or((), |f| f.run(&node)),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
         }
-        drop(reader);
         if node.pumped(result) {
             return;
         }

@@ -352,6 +352,11 @@ fn writes_held_back_for_a_user_event_are_bounded() {
 }
 
 #[test]
+fn blocking_calls_from_an_event_callback_are_identical_local_and_remote() {
+    compare("callback_blocking");
+}
+
+#[test]
 fn a_thread_waiting_for_a_user_event_wakes_when_another_sets_it() {
     compare("user_event_wake");
 }

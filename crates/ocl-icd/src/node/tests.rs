@@ -109,20 +109,38 @@ unsafe extern "C" fn wait_for_other(_event: Handle, _status: ClInt, probe: *mut 
     *probe.seen.lock().unwrap() = Some(got);
 }
 
-/// Reads frames from the node's end until a `Flush`, and returns its id (the task's).
-fn read_until_flush(peer: &mut UnixStream) -> u64 {
+/// Reads frames from the node's end until a `Flush`, and returns its id (the task's);
+/// `None` once the connection has ended.
+fn read_until_flush(peer: &mut UnixStream) -> Option<u64> {
     loop {
         let mut head = [0u8; proto::HEADER_LEN];
-        peer.read_exact(&mut head).unwrap();
+        peer.read_exact(&mut head).ok()?;
         let Ok(Decoded::Complete(header, _)) = proto::decode_header(&head, u32::MAX) else {
             panic!("bad frame header")
         };
         let mut body = vec![0u8; header.body_len as usize];
-        peer.read_exact(&mut body).unwrap();
+        peer.read_exact(&mut body).ok()?;
         if header.kind == proto::kind::FLUSH {
-            return header.id;
+            return Some(header.id);
         }
     }
+}
+
+/// Reports every task done, successfully, until the connection ends.
+fn answer_every_task(mut peer: UnixStream) {
+    std::thread::spawn(move || {
+        while let Some(task) = read_until_flush(&mut peer) {
+            let mut done = Vec::new();
+            Response::TaskDone {
+                status: cl::CL_SUCCESS,
+                events: Vec::new(),
+            }
+            .encode(task, &mut done);
+            if peer.write_all(&done).is_err() {
+                return;
+            }
+        }
+    });
 }
 
 #[test]
@@ -172,7 +190,7 @@ fn events_of_a_finished_task_are_final_before_its_callbacks_run() {
     };
     let user = &probe as *const WaitInCallback as usize;
     add_callback(first as Handle, cl::CL_COMPLETE, wait_for_other, user);
-    let task = read_until_flush(&mut peer);
+    let task = read_until_flush(&mut peer).unwrap();
     let mut done = Vec::new();
     Response::TaskDone {
         status: cl::CL_SUCCESS,
@@ -328,4 +346,52 @@ fn a_write_that_would_be_held_past_the_bound_is_refused() {
     assert!(!node.holds_queue(QUEUE));
     assert_eq!(node.hold_room(QUEUE, &[], false, 1 << 20), Ok(()));
     release::<Event>(gate as Handle);
+}
+
+/// What a callback that makes blocking calls saw: `finish`, then a wait for a command it
+/// enqueued (a task of its own).
+#[derive(Default)]
+struct BlockingInCallback {
+    node: Mutex<Option<Arc<Node>>>,
+    seen: Mutex<Option<(ClInt, ClInt)>>,
+}
+
+unsafe extern "C" fn block_in_callback(_event: Handle, _status: ClInt, probe: *mut c_void) {
+    // SAFETY: registered with a `BlockingInCallback` that outlives the event's callbacks.
+    let probe = unsafe { &*(probe as *const BlockingInCallback) };
+    let node = probe.node.lock().unwrap().clone().unwrap();
+    let finished = node.finish();
+    let later = new_event(&node, false);
+    enqueue_marker(&node, QUEUE, later, &[]);
+    node.flush();
+    let waited = node.wait_event(&event_ref(later));
+    release::<Event>(later as Handle);
+    *probe.seen.lock().unwrap() = Some((finished, waited));
+}
+
+#[test]
+fn a_callback_may_finish_and_wait_for_a_later_task() {
+    let (node, peer) = connection();
+    answer_every_task(peer);
+    let h = new_event(&node, false);
+    enqueue_marker(&node, QUEUE, h, &[]);
+    let probe = BlockingInCallback::default();
+    *probe.node.lock().unwrap() = Some(Arc::clone(&node));
+    let user = &probe as *const BlockingInCallback as usize;
+    add_callback(h as Handle, cl::CL_COMPLETE, block_in_callback, user);
+    // Nobody waits: the background reader reads the completion and runs the callback,
+    // which once waited for the read half that thread held, and for its own task.
+    node.flush();
+    let deadline = std::time::Instant::now() + PROMPT;
+    while probe.seen.lock().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the callback hangs");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        *probe.seen.lock().unwrap(),
+        Some((cl::CL_SUCCESS, cl::CL_COMPLETE))
+    );
+    assert_eq!(node.finish(), cl::CL_SUCCESS);
+    release::<Event>(h as Handle);
+    probe.node.lock().unwrap().take();
 }

@@ -128,6 +128,10 @@ struct State {
     replies: HashMap<u64, (ClInt, Vec<u8>)>,
     tasks: HashMap<u64, InFlight>,
     dead: bool,
+    /// The end of the connection was noticed: a thread calls the contexts' error
+    /// callbacks ([`Node::notify_loss`]), and has once `loss_notified`.
+    loss_noticed: bool,
+    loss_notified: bool,
     /// Application threads inside [`Node::wait_for`].
     waiters: usize,
 }
@@ -763,21 +767,23 @@ impl Node {
         lock(&self.notifiers).retain(|n| n.context != context);
     }
 
-    /// The connection is gone: every pending event fails, exactly once, every waiter
-    /// wakes up and the contexts' error callbacks are called (once).
+    /// The connection is gone: the contexts' error callbacks are called (once), every
+    /// pending event fails, exactly once, and every waiter wakes up.
     ///
-    /// The events of everything the connection carried (commands held back, the open
-    /// task, the tasks in flight) are made final in the same hold of the locks that
-    /// marks the connection lost, before their callbacks run: a thread that sees the
-    /// connection lost (`finish` fails then) sees them failed, and a callback that
-    /// waits for another of them does not wait for this thread.
+    /// The error callbacks run first, before anything of the loss can be seen: a call
+    /// that fails for the loss returns after them. The events of everything the
+    /// connection carried (commands held back, the open task, the tasks in flight) are
+    /// then made final in the same hold of the locks that marks the connection lost,
+    /// before their callbacks run: a thread that sees the connection lost (`finish`
+    /// fails then) sees them failed, and a callback that waits for another of them does
+    /// not wait for this thread.
     fn fail_all(&self) {
-        let (failed, carried, first) = {
+        self.notify_loss();
+        let (failed, carried) = {
             let mut out = lock(&self.out);
             let mut held = out.held.drop_all();
             let mut open = out.abandon_open();
             let mut st = lock(&self.state);
-            let first = !st.dead;
             st.dead = true;
             let mut tasks: Vec<InFlight> = st.tasks.drain().map(|(_, t)| t).collect();
             let mut events: Vec<EventRef> =
@@ -788,34 +794,60 @@ impl Node {
             }
             // What the commands hold besides (memory to read into, whose release may
             // run the application's destructor callbacks) goes after the locks too.
-            (Failed::settle(events), (held, open, tasks), first)
+            (Failed::settle(events), (held, open, tasks))
         };
         self.wake_reader();
-        if first {
-            // OpenCL reports errors that occur at run time in a context to its callback.
-            let notifiers = std::mem::take(&mut *lock(&self.notifiers));
-            let message = CString::new(format!(
-                "netaccel: the connection to node {} was lost; every command of this \
-                 context fails from now on",
-                self.addr
-            ))
-            .unwrap_or_default();
-            for n in notifiers {
-                // SAFETY: the application gave this callback and user data for the
-                // context, which is still alive (its release removes the entry).
-                unsafe {
-                    (n.notify)(
-                        message.as_ptr(),
-                        std::ptr::null(),
-                        0,
-                        n.user_data as *mut c_void,
-                    )
-                };
-            }
-        }
         failed.finish();
         drop(carried);
         self.background.notify_one();
+    }
+
+    /// Calls the contexts' error callbacks (OpenCL reports errors that occur at run time
+    /// in a context to its callback) on the first thread that notices the loss; any
+    /// other thread that does waits until they have returned, unless it runs in one of
+    /// them (a call it makes may notice the loss as well).
+    fn notify_loss(&self) {
+        let me = self as *const Node as usize;
+        let first = {
+            let mut st = lock(&self.state);
+            if st.loss_noticed {
+                if !NOTIFYING.with(|n| n.borrow().contains(&me)) {
+                    while !st.loss_notified {
+                        st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+                    }
+                }
+                false
+            } else {
+                st.loss_noticed = true;
+                true
+            }
+        };
+        if !first {
+            return;
+        }
+        let notifiers = std::mem::take(&mut *lock(&self.notifiers));
+        let message = CString::new(format!(
+            "netaccel: the connection to node {} was lost; every command of this \
+             context fails from now on",
+            self.addr
+        ))
+        .unwrap_or_default();
+        NOTIFYING.with(|n| n.borrow_mut().push(me));
+        for n in notifiers {
+            // SAFETY: the application gave this callback and user data for the
+            // context, which is still alive (its release removes the entry).
+            unsafe {
+                (n.notify)(
+                    message.as_ptr(),
+                    std::ptr::null(),
+                    0,
+                    n.user_data as *mut c_void,
+                )
+            };
+        }
+        NOTIFYING.with(|n| n.borrow_mut().pop());
+        lock(&self.state).loss_notified = true;
+        self.cond.notify_all();
     }
 }
 
@@ -937,6 +969,9 @@ thread_local! {
     /// The tasks whose callbacks this thread is running, innermost last (a callback may
     /// make a blocking call, whose wait reads and completes further tasks).
     static CALLBACKS_OF: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// The connections (addresses of their `Node`) whose error callbacks this thread
+    /// is running (see [`Node::notify_loss`]).
+    static NOTIFYING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
 fn callbacks_running_here(task: u64) -> bool {

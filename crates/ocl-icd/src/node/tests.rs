@@ -2,9 +2,10 @@
 //! the test holds as the node: every event the connection carries fails exactly once,
 //! before anyone can see the connection lost, and every waiter wakes.
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +14,7 @@ use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::{self, Command, Decoded, Response};
 use ocl_remote::stream::Stream;
 
-use super::{lock, Node};
+use super::{lock, ContextNotifier, Node};
 use crate::held::Holding;
 use crate::object::{add_callback, new_handle, release, Event, EventRef, Handle};
 
@@ -394,4 +395,47 @@ fn a_callback_may_finish_and_wait_for_a_later_task() {
     assert_eq!(node.finish(), cl::CL_SUCCESS);
     release::<Event>(h as Handle);
     probe.node.lock().unwrap().take();
+}
+
+/// Set by [`slow_notifier`] when it returns.
+struct Notified(AtomicBool);
+
+unsafe extern "C" fn slow_notifier(
+    _message: *const c_char,
+    _private: *const c_void,
+    _size: usize,
+    notified: *mut c_void,
+) {
+    // SAFETY: registered with a leaked `Notified`.
+    let notified = unsafe { &*(notified as *const Notified) };
+    std::thread::sleep(Duration::from_millis(50));
+    notified.0.store(true, Ordering::SeqCst);
+}
+
+#[test]
+fn a_call_failing_for_the_loss_returns_after_the_context_callback() {
+    let (node, peer) = connection();
+    // Leaked: the callback may outlive a failing test.
+    let notified: &'static Notified = Box::leak(Box::new(Notified(AtomicBool::new(false))));
+    node.add_notifier(ContextNotifier {
+        context: 9,
+        notify: slow_notifier,
+        user_data: notified as *const Notified as usize,
+    });
+    let h = new_event(&node, false);
+    enqueue_marker(&node, QUEUE, h, &[]);
+    node.flush();
+    let (tx, rx) = mpsc::channel();
+    let (waiting, e) = (Arc::clone(&node), event_ref(h));
+    std::thread::spawn(move || {
+        let status = waiting.wait_event(&e);
+        let _ = tx.send((status, notified.0.load(Ordering::SeqCst)));
+    });
+    // Whichever thread reads the end (the waiter or the background reader), and while
+    // a second one fails the connection meanwhile.
+    drop(peer);
+    node.fail_all();
+    assert_eq!(rx.recv_timeout(PROMPT), Ok((cl::CL_OUT_OF_RESOURCES, true)));
+    assert!(notified.0.load(Ordering::SeqCst));
+    release::<Event>(h as Handle);
 }

@@ -737,7 +737,7 @@ impl Node {
         // A callback that calls `clFinish` runs while its task still counts as in flight
         // (see `Finished::run`): that task is done, and not waited for.
         match self.wait_for(OnLoss::Return, |st| {
-            (!st.dead && st.tasks.keys().all(|&id| callbacks_running_here(id))).then_some(())
+            (!st.dead && st.tasks.keys().all(|&id| callbacks_running_here(self, id))).then_some(())
         }) {
             Some(()) => cl::CL_SUCCESS,
             None => cl::CL_OUT_OF_RESOURCES,
@@ -968,14 +968,17 @@ fn read_frame(reader: &mut Stream) -> io::Result<(proto::Header, Vec<u8>)> {
 thread_local! {
     /// The tasks whose callbacks this thread is running, innermost last (a callback may
     /// make a blocking call, whose wait reads and completes further tasks).
-    static CALLBACKS_OF: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// Each (the address of its connection's `Node`, the task's id).
+    static CALLBACKS_OF: RefCell<Vec<(usize, u64)>> = const { RefCell::new(Vec::new()) };
     /// The connections (addresses of their `Node`) whose error callbacks this thread
     /// is running (see [`Node::notify_loss`]).
     static NOTIFYING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
-fn callbacks_running_here(task: u64) -> bool {
-    CALLBACKS_OF.with(|c| c.borrow().contains(&task))
+/// Whether this thread is running the callbacks of `task` of the connection `node`.
+fn callbacks_running_here(node: &Node, task: u64) -> bool {
+    let key = (node as *const Node as usize, task);
+    CALLBACKS_OF.with(|c| c.borrow().contains(&key))
 }
 
 /// A task the node reported done, its events final, its reads copied: what remains to
@@ -995,7 +998,8 @@ impl Finished {
     /// Runs the events' callbacks, then removes the task: until then it counts as in
     /// flight, so that `finish` on another thread returns after the callbacks.
     fn run(self, node: &Node) {
-        CALLBACKS_OF.with(|c| c.borrow_mut().push(self.task));
+        let key = (node as *const Node as usize, self.task);
+        CALLBACKS_OF.with(|c| c.borrow_mut().push(key));
         for (e, settled) in self.events.iter().zip(&self.settled) {
             if *settled {
                 e.run_callbacks();

@@ -5,11 +5,17 @@
 //! (`Out`), so a `Release` can never overtake a command that still uses the object.
 //! Enqueued commands are encoded straight into an open `Enqueue` frame in that buffer
 //! and sent only at a flush point, as `Enqueue` + `Flush` in one write. Frames from the
-//! node are read by whichever thread holds the read half: an application thread waiting for an answer reads them itself
-//! (no thread hand-off on the latency path); when nobody waits, a background thread
-//! does. Reading routes `Reply` frames to the waiting caller by request id, copies
-//! `ReadData` into the host pointers recorded at enqueue time, and on `TaskDone`
-//! completes the task's events and runs their callbacks.
+//! node are read by whichever thread holds the read half: an application thread waiting
+//! for an answer reads them itself (no thread hand-off on the latency path); when nobody
+//! waits, a background thread does. Reading routes `Reply` frames to the waiting caller
+//! by request id, copies `ReadData` into the host pointers recorded at enqueue time, and
+//! on `TaskDone` makes the task's events final; their callbacks run once the thread has
+//! released the read half, so that they may make blocking calls.
+//!
+//! Every event completes exactly once ([`EventRef::settle`]). When the connection is
+//! lost, every event it carried (held back, not yet flushed, in flight) is made final
+//! in the step that marks it lost ([`Node::fail_all`]), so a thread that sees the loss
+//! never finds one of them pending.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};

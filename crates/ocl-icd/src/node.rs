@@ -385,6 +385,19 @@ impl Node {
         unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
     }
 
+    /// Wakes the thread, if any, that waits on the read half, after a change made by a
+    /// thread that does not hold it (the end of a task whose callbacks ran after the
+    /// read half was released): such a waiter looked at the state before it took the
+    /// read half, and sleeps until the node sends something. Nobody holds the read half
+    /// when it can be taken here: a waiter that takes it later looks at the state first.
+    fn wake_poller(&self) {
+        if self.reader.try_lock().is_err() {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: an 8-byte write to our eventfd; a full counter only means it is set.
+            unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
+    }
+
     /// Wakes the threads waiting on the condition variable. The state lock is taken
     /// first: a waiter checks what it waits for under that lock and sleeps in the same
     /// hold, so a change made before this call cannot fall between the two.
@@ -661,7 +674,7 @@ impl Node {
                 drop(st);
                 out.buf.clear();
                 drop(out);
-                self.wake_waiters();
+                self.wake_reader();
                 failed.finish();
                 drop(task);
                 return None;
@@ -1004,7 +1017,8 @@ impl Finished {
     /// Runs the events' callbacks, then removes the task: until then it counts as in
     /// flight, so that `finish` on another thread returns after the callbacks.
     fn run(self, node: &Node) {
-        let key = (node as *const Node as usize, self.task);
+        let task = self.task;
+        let key = (node as *const Node as usize, task);
         CALLBACKS_OF.with(|c| c.borrow_mut().push(key));
         for (e, settled) in self.events.iter().zip(&self.settled) {
             if *settled {
@@ -1012,11 +1026,19 @@ impl Finished {
             }
         }
         CALLBACKS_OF.with(|c| c.borrow_mut().pop());
-        // Dropped once the lock is released: what the task holds (memory to read into)
-        // may run the application's destructor callbacks.
-        let task = lock(&node.state).tasks.remove(&self.task);
+        // What the task holds (memory its reads wrote into) goes before the task, and
+        // with no lock held: its release may run the application's destructor
+        // callbacks, which may call the ICD, and which a `clFinish` returning after the
+        // task has seen run.
+        let reads = lock(&node.state)
+            .tasks
+            .get_mut(&task)
+            .map(|t| std::mem::take(&mut t.reads));
+        drop((reads, self));
+        let emptied = lock(&node.state).tasks.remove(&task);
+        drop(emptied);
         node.cond.notify_all();
-        drop((task, self));
+        node.wake_poller();
     }
 }
 

@@ -439,3 +439,49 @@ fn a_call_failing_for_the_loss_returns_after_the_context_callback() {
     assert!(notified.0.load(Ordering::SeqCst));
     release::<Event>(h as Handle);
 }
+
+/// A callback that signals it runs and returns once another thread holds the read half.
+struct UntilReaderTaken {
+    node: Arc<Node>,
+    running: Mutex<Option<mpsc::Sender<()>>>,
+}
+
+unsafe extern "C" fn until_reader_taken(_event: Handle, _status: ClInt, probe: *mut c_void) {
+    // SAFETY: registered with an `UntilReaderTaken` that outlives the event's callbacks.
+    let probe = unsafe { &*(probe as *const UntilReaderTaken) };
+    if let Some(running) = probe.running.lock().unwrap().take() {
+        let _ = running.send(());
+    }
+    let deadline = std::time::Instant::now() + PROMPT;
+    while probe.node.reader.try_lock().is_ok() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_finish_polling_the_read_half_wakes_when_a_task_ends_after_its_callbacks() {
+    let (node, peer) = connection();
+    answer_every_task(peer);
+    let h = new_event(&node, false);
+    enqueue_marker(&node, QUEUE, h, &[]);
+    let (running_tx, running) = mpsc::channel();
+    let probe = UntilReaderTaken {
+        node: Arc::clone(&node),
+        running: Mutex::new(Some(running_tx)),
+    };
+    let user = &probe as *const UntilReaderTaken as usize;
+    add_callback(h as Handle, cl::CL_COMPLETE, until_reader_taken, user);
+    // Nobody waits: the background reader reads the completion and runs the callback
+    // with the read half released; a `finish` that comes meanwhile takes the read half
+    // and sleeps on the socket, where nothing more will come. The task's end must wake
+    // it.
+    node.flush();
+    running.recv_timeout(PROMPT).unwrap();
+    let (tx, finished) = mpsc::channel();
+    let waiting = Arc::clone(&node);
+    std::thread::spawn(move || {
+        let _ = tx.send(waiting.finish());
+    });
+    assert_eq!(finished.recv_timeout(PROMPT), Ok(cl::CL_SUCCESS));
+    release::<Event>(h as Handle);
+}

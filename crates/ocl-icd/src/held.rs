@@ -25,6 +25,11 @@
 //!
 //! Releases of node objects are held too while anything is held (a held command may use
 //! the object), and sent once nothing is held any more.
+//!
+//! Held commands are kept encoded, write data included, in the application's process:
+//! their bytes are bounded ([`Holding::room_for`], [`HELD_BYTES_ENV`]). A write that
+//! would be held past the bound fails with `CL_OUT_OF_HOST_MEMORY`; blocking until the
+//! event is set instead could wait forever, the calling thread being the one to set it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -33,6 +38,22 @@ use ocl_remote::proto::Command;
 
 use crate::node::HostDst;
 use crate::object::EventRef;
+
+/// Sets the most bytes of commands (write data included) the ICD holds back for user
+/// events not set (default [`HELD_BYTES_DEFAULT`]).
+pub const HELD_BYTES_ENV: &str = "NETACCEL_OPENCL_HELD_BYTES_MAX";
+/// 1 GiB: the node's default quota of buffer bytes per client (`buffer_bytes_max`),
+/// so that by default a program can hold back a write to each byte of its buffers.
+pub const HELD_BYTES_DEFAULT: usize = 1 << 30;
+
+/// The bound of [`HELD_BYTES_ENV`], or its default if the variable is unset or not a
+/// number.
+pub fn held_bytes_max_from_env() -> usize {
+    std::env::var(HELD_BYTES_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(HELD_BYTES_DEFAULT)
+}
 
 /// What the holding rules look at in a command.
 pub struct Shape<'a> {
@@ -46,6 +67,18 @@ pub struct Shape<'a> {
 }
 
 impl<'a> Shape<'a> {
+    /// A command that is neither a marker nor a barrier (a write, say) on `queue`,
+    /// waiting for `waits`; its own event does not matter to the rules.
+    pub fn plain(queue: u64, waits: &'a [u64]) -> Shape<'a> {
+        Shape {
+            queue,
+            event: 0,
+            waits,
+            whole_queue: false,
+            barrier: false,
+        }
+    }
+
     pub fn of(command: &Command<'_>, waits: &'a [u64]) -> Shape<'a> {
         let marker = matches!(command, Command::Marker { .. });
         let barrier = matches!(command, Command::Barrier { .. });
@@ -83,10 +116,13 @@ impl HeldCommand {
 /// A released command and the failed events (id, status) its task must name for it.
 pub type Released = (HeldCommand, Vec<(u64, ClInt)>);
 
-#[derive(Default)]
 pub struct Holding {
     /// In the order they were enqueued.
     commands: Vec<HeldCommand>,
+    /// Their encoded bytes, at most `bytes_max` but for commands that carry no data
+    /// (see [`Holding::room_for`]).
+    bytes: usize,
+    bytes_max: usize,
     /// Events of held commands.
     events: HashSet<u64>,
     /// Queues with held commands.
@@ -104,6 +140,33 @@ pub struct Holding {
 }
 
 impl Holding {
+    /// Holds commands of at most `bytes_max` bytes.
+    pub fn new(bytes_max: usize) -> Holding {
+        Holding {
+            commands: Vec::new(),
+            bytes: 0,
+            bytes_max,
+            events: HashSet::new(),
+            queues: HashSet::new(),
+            blocked: HashSet::new(),
+            out_of_order: HashSet::new(),
+            users: HashMap::new(),
+            failing: HashMap::new(),
+            releases: Vec::new(),
+        }
+    }
+
+    /// Whether a command carrying `data_len` bytes of data may be held besides what is
+    /// held: the bytes held stay within the bound. Checked by the calls that carry data
+    /// (writes) before they accept the command; commands without data (kernels,
+    /// copies, markers, an unmap's write of the ICD's own mapping) are always taken,
+    /// their bytes counted.
+    pub fn room_for(&self, data_len: usize) -> bool {
+        self.bytes
+            .checked_add(data_len)
+            .is_some_and(|total| total <= self.bytes_max)
+    }
+
     pub fn add_queue(&mut self, queue: u64, out_of_order: bool) {
         if out_of_order {
             self.out_of_order.insert(queue);
@@ -160,6 +223,7 @@ impl Holding {
             read,
         };
         self.note(&command);
+        self.bytes += command.encoded.len();
         self.commands.push(command);
     }
 
@@ -186,6 +250,7 @@ impl Holding {
     /// nothing is held, the deferred releases.
     pub fn release(&mut self) -> (Vec<Released>, Vec<u64>) {
         let commands = std::mem::take(&mut self.commands);
+        self.bytes = 0;
         self.events.clear();
         self.queues.clear();
         self.blocked.clear();
@@ -200,6 +265,7 @@ impl Holding {
             };
             if self.must_hold(&shape) {
                 self.note(&c);
+                self.bytes += c.encoded.len();
                 self.commands.push(c);
                 continue;
             }
@@ -229,16 +295,16 @@ impl Holding {
         (released, releases)
     }
 
-    /// The connection is lost: the held commands' events, to be failed.
-    pub fn drop_all(&mut self) -> Vec<EventRef> {
+    /// The connection is lost: the held commands, whose events are to be failed.
+    /// Commands enqueued later may still be held, and sent (and failed) when their
+    /// user events are set, as if the loss had come after.
+    pub fn drop_all(&mut self) -> Vec<HeldCommand> {
         self.events.clear();
         self.queues.clear();
         self.blocked.clear();
         self.releases.clear();
+        self.bytes = 0;
         std::mem::take(&mut self.commands)
-            .into_iter()
-            .filter_map(|c| c.event_ref)
-            .collect()
     }
 }
 
@@ -272,7 +338,7 @@ mod tests {
 
     #[test]
     fn an_in_order_queue_holds_what_follows_a_held_command_and_only_its_own() {
-        let mut h = Holding::default();
+        let mut h = Holding::new(HELD_BYTES_DEFAULT);
         hold(&mut h, &copy(1, 10), &[]);
         assert!(h.must_hold(&Shape::of(&copy(1, 11), &[])));
         assert!(!h.must_hold(&Shape::of(&copy(2, 12), &[])));
@@ -281,7 +347,7 @@ mod tests {
 
     #[test]
     fn waiting_for_a_held_event_is_held_on_any_queue() {
-        let mut h = Holding::default();
+        let mut h = Holding::new(HELD_BYTES_DEFAULT);
         hold(&mut h, &copy(1, 10), &[]);
         assert!(h.must_hold(&Shape::of(&copy(2, 12), &[10])));
         assert!(h.must_hold(&Shape::of(&marker(3, 13), &[9, 10])));
@@ -291,7 +357,7 @@ mod tests {
     #[test]
     fn an_out_of_order_queue_holds_only_dependents_markers_without_a_list_and_what_follows_a_barrier(
     ) {
-        let mut h = Holding::default();
+        let mut h = Holding::new(HELD_BYTES_DEFAULT);
         h.add_queue(1, true);
         hold(&mut h, &copy(1, 10), &[]);
         assert!(!h.must_hold(&Shape::of(&copy(1, 11), &[])));
@@ -303,8 +369,26 @@ mod tests {
     }
 
     #[test]
+    fn the_bytes_held_stay_within_the_bound_and_leave_with_their_commands() {
+        let mut h = Holding::new(10);
+        assert!(h.room_for(10) && !h.room_for(11) && !h.room_for(usize::MAX));
+        let c = copy(1, 10);
+        h.hold(&Shape::of(&c, &[]), vec![0; 6], 4, None, None);
+        assert!(h.room_for(4) && !h.room_for(5));
+        // Nothing holds it any more (it waits for no user event): released, its bytes
+        // go with it.
+        let (released, _) = h.release();
+        assert_eq!(released.len(), 1);
+        assert!(h.room_for(10));
+        h.hold(&Shape::of(&c, &[]), vec![0; 10], 8, None, None);
+        assert!(!h.room_for(1));
+        assert_eq!(h.drop_all().len(), 1);
+        assert!(h.room_for(10));
+    }
+
+    #[test]
     fn releases_wait_for_the_held_commands_which_leave_in_order() {
-        let mut h = Holding::default();
+        let mut h = Holding::new(HELD_BYTES_DEFAULT);
         assert!(!h.defer_release(7));
         hold(&mut h, &copy(1, 10), &[]);
         hold(&mut h, &copy(2, 11), &[10]);

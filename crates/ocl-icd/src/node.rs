@@ -5,12 +5,19 @@
 //! (`Out`), so a `Release` can never overtake a command that still uses the object.
 //! Enqueued commands are encoded straight into an open `Enqueue` frame in that buffer
 //! and sent only at a flush point, as `Enqueue` + `Flush` in one write. Frames from the
-//! node are read by whichever thread holds the read half: an application thread waiting for an answer reads them itself
-//! (no thread hand-off on the latency path); when nobody waits, a background thread
-//! does. Reading routes `Reply` frames to the waiting caller by request id, copies
-//! `ReadData` into the host pointers recorded at enqueue time, and on `TaskDone`
-//! completes the task's events and runs their callbacks.
+//! node are read by whichever thread holds the read half: an application thread waiting
+//! for an answer reads them itself (no thread hand-off on the latency path); when nobody
+//! waits, a background thread does. Reading routes `Reply` frames to the waiting caller
+//! by request id, copies `ReadData` into the host pointers recorded at enqueue time, and
+//! on `TaskDone` makes the task's events final; their callbacks run once the thread has
+//! released the read half, so that they may make blocking calls.
+//!
+//! Every event completes exactly once ([`EventRef::settle`]). When the connection is
+//! lost, every event it carried (held back, not yet flushed, in flight) is made final
+//! in the step that marks it lost ([`Node::fail_all`]), so a thread that sees the loss
+//! never finds one of them pending.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CString};
 use std::io::{self, Read};
@@ -127,6 +134,10 @@ struct State {
     replies: HashMap<u64, (ClInt, Vec<u8>)>,
     tasks: HashMap<u64, InFlight>,
     dead: bool,
+    /// The end of the connection was noticed: a thread calls the contexts' error
+    /// callbacks ([`Node::notify_loss`]), and has once `loss_notified`.
+    loss_noticed: bool,
+    loss_notified: bool,
     /// Application threads inside [`Node::wait_for`].
     waiters: usize,
 }
@@ -167,6 +178,43 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What a wait does once the connection is lost (see [`Node::wait_for`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnLoss {
+    /// It ends: what it waits for would have come from the node.
+    Return,
+    /// It goes on: what it waits for is completed by another thread, the loss included.
+    Wait,
+}
+
+/// Events of commands that cannot run any more, made final with `CL_OUT_OF_RESOURCES`
+/// under a lock of the connection; their callbacks run, and the references go, once no
+/// lock is held ([`Failed::finish`]): both may enter the application, which may call
+/// the ICD again.
+struct Failed {
+    events: Vec<EventRef>,
+    /// Whether this settled each event (and so owes its callbacks).
+    settled: Vec<bool>,
+}
+
+impl Failed {
+    fn settle(events: Vec<EventRef>) -> Failed {
+        let settled = events
+            .iter()
+            .map(|e| e.settle(cl::CL_OUT_OF_RESOURCES, [0; 4]))
+            .collect();
+        Failed { events, settled }
+    }
+
+    fn finish(self) {
+        for (e, settled) in self.events.iter().zip(self.settled) {
+            if settled {
+                e.run_callbacks();
+            }
+        }
+    }
+}
+
 impl Node {
     /// Connects, says `Hello` and starts the reader thread.
     pub fn connect(addr: &str) -> io::Result<Arc<Node>> {
@@ -200,6 +248,17 @@ impl Node {
             }
         }
         reader.set_read_timeout(None)?;
+        Node::start(addr, stream, reader, platforms)
+    }
+
+    /// The connection over `stream` (writing) and `reader` (reading the same socket),
+    /// greeted already: starts the reader thread.
+    fn start(
+        addr: &str,
+        stream: Stream,
+        reader: Stream,
+        platforms: Vec<Vec<u32>>,
+    ) -> io::Result<Arc<Node>> {
         let node = Arc::new(Node {
             addr: addr.to_string(),
             next_id: AtomicU64::new(2),
@@ -211,7 +270,7 @@ impl Node {
                 open_cmds: 0,
                 open_data: 0,
                 open: InFlight::default(),
-                held: Holding::default(),
+                held: Holding::new(crate::held::held_bytes_max_from_env()),
             }),
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
@@ -248,16 +307,22 @@ impl Node {
                 self.fail_all();
             }
         }
-        self.wait_for(|st| st.replies.remove(&id))
+        self.wait_for(OnLoss::Return, |st| st.replies.remove(&id))
             .unwrap_or((cl::CL_OUT_OF_RESOURCES, Vec::new()))
     }
 
-    /// Waits until `take` finds what the caller waits for (`None` if the connection
-    /// died). While it waits, the calling thread reads frames itself if no other thread
-    /// is reading, so its own answer needs no hand-off from another thread.
-    fn wait_for<T>(&self, mut take: impl FnMut(&mut State) -> Option<T>) -> Option<T> {
+    /// Waits until `take` finds what the caller waits for; once the connection is lost,
+    /// `None` at once or, with [`OnLoss::Wait`], whenever `take` finds it (what it looks
+    /// for no longer depends on the node). While it waits, the calling thread reads
+    /// frames itself if no other thread is reading, so its own answer needs no hand-off
+    /// from another thread.
+    fn wait_for<T>(
+        &self,
+        on_loss: OnLoss,
+        mut take: impl FnMut(&mut State) -> Option<T>,
+    ) -> Option<T> {
         lock(&self.state).waiters += 1;
-        let result = self.wait_for_inner(&mut take);
+        let result = self.wait_for_inner(on_loss, &mut take);
         let mut st = lock(&self.state);
         st.waiters -= 1;
         // The background reader sleeps while anyone waits; it may have to read now.
@@ -267,14 +332,24 @@ impl Node {
         result
     }
 
-    fn wait_for_inner<T>(&self, take: &mut impl FnMut(&mut State) -> Option<T>) -> Option<T> {
+    fn wait_for_inner<T>(
+        &self,
+        on_loss: OnLoss,
+        take: &mut impl FnMut(&mut State) -> Option<T>,
+    ) -> Option<T> {
         loop {
             let mut st = lock(&self.state);
             if let Some(v) = take(&mut st) {
                 return Some(v);
             }
             if st.dead {
-                return None;
+                if on_loss == OnLoss::Return {
+                    return None;
+                }
+                // Nothing comes from the node any more: another thread completes what
+                // this one waits for (and notifies after it did, see `wake_waiters`).
+                drop(self.cond.wait(st).unwrap_or_else(|p| p.into_inner()));
+                continue;
             }
             // Trying the reader while holding the state lock: whoever holds the reader
             // takes the state lock to notify after releasing it, so a failed try is
@@ -295,7 +370,7 @@ impl Node {
             }
             let result = pump_one(self, &mut reader);
             drop(reader);
-            self.pumped(result);
+            self.pumped(result.map(|finished| finished.map_or((), |f| f.run(self))));
         }
     }
 
@@ -304,19 +379,38 @@ impl Node {
     /// this, a thread in `clWaitForEvents` on a user event slept until some unrelated
     /// frame arrived. The waiters on the condition variable are woken as well.
     fn wake_reader(&self) {
-        drop(lock(&self.state));
-        self.cond.notify_all();
+        self.wake_waiters();
         let one = 1u64.to_ne_bytes();
         // SAFETY: an 8-byte write to our eventfd; a full counter only means it is set.
         unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    /// Wakes the thread, if any, that waits on the read half, after a change made by a
+    /// thread that does not hold it (the end of a task whose callbacks ran after the
+    /// read half was released): such a waiter looked at the state before it took the
+    /// read half, and sleeps until the node sends something. Nobody holds the read half
+    /// when it can be taken here: a waiter that takes it later looks at the state first.
+    fn wake_poller(&self) {
+        if self.reader.try_lock().is_err() {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: an 8-byte write to our eventfd; a full counter only means it is set.
+            unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
+    }
+
+    /// Wakes the threads waiting on the condition variable. The state lock is taken
+    /// first: a waiter checks what it waits for under that lock and sleeps in the same
+    /// hold, so a change made before this call cannot fall between the two.
+    fn wake_waiters(&self) {
+        drop(lock(&self.state));
+        self.cond.notify_all();
     }
 
     /// After reading frames (the read half released): wakes the waiting threads and, if
     /// reading failed, fails everything in flight. Returns whether the connection is
     /// lost.
     fn pumped(&self, result: io::Result<()>) -> bool {
-        drop(lock(&self.state));
-        self.cond.notify_all();
+        self.wake_waiters();
         let Err(e) = result else { return false };
         if e.kind() != io::ErrorKind::UnexpectedEof {
             eprintln!("netaccel OpenCL: connection to {} lost: {e}", self.addr);
@@ -347,6 +441,26 @@ impl Node {
     /// The queue `queue` is released.
     pub fn forget_queue(&self, queue: u64) {
         lock(&self.out).held.forget_queue(queue);
+    }
+
+    /// Refuses, with `CL_OUT_OF_HOST_MEMORY`, a command of `queue` waiting for `waits`
+    /// and carrying `data_len` bytes of data that would be held back past the bound of
+    /// held bytes ([`crate::held`]); `gated`: its wait list names user events not set.
+    /// Checked before the call accepts its command: threads enqueueing at the same time
+    /// may pass it together, by a command each.
+    pub fn hold_room(
+        &self,
+        queue: u64,
+        waits: &[u64],
+        gated: bool,
+        data_len: usize,
+    ) -> Result<(), ClInt> {
+        let out = lock(&self.out);
+        let held = gated || out.held.must_hold(&Shape::plain(queue, waits));
+        if held && !out.held.room_for(data_len) {
+            return Err(cl::CL_OUT_OF_HOST_MEMORY);
+        }
+        Ok(())
     }
 
     /// Whether commands of `queue` are held back by user events that are not set.
@@ -547,7 +661,7 @@ impl Node {
         Request::Flush.encode(id, &mut out.buf);
         out.open_cmds = 0;
         out.open_data = 0;
-        let task = std::mem::take(&mut out.open);
+        let mut task = std::mem::take(&mut out.open);
         for e in &task.events {
             e.set_submitted();
         }
@@ -556,13 +670,13 @@ impl Node {
             let mut st = lock(&self.state);
             if st.dead {
                 // Nothing can run any more: the task fails at once (its events too).
+                let failed = Failed::settle(std::mem::take(&mut task.events));
                 drop(st);
                 out.buf.clear();
                 drop(out);
-                for e in task.events {
-                    e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
-                }
-                self.cond.notify_all();
+                self.wake_reader();
+                failed.finish();
+                drop(task);
                 return None;
             }
             st.tasks.insert(id, task);
@@ -639,15 +753,27 @@ impl Node {
     /// connection is lost: nothing enqueued since can have run.
     pub fn finish(&self) -> ClInt {
         self.flush();
-        match self.wait_for(|st| (st.tasks.is_empty() && !st.dead).then_some(())) {
+        // A callback that calls `clFinish` runs while its task still counts as in flight
+        // (see `Finished::run`): that task is done, and not waited for.
+        match self.wait_for(OnLoss::Return, |st| {
+            (!st.dead && st.tasks.keys().all(|&id| callbacks_running_here(self, id))).then_some(())
+        }) {
             Some(()) => cl::CL_SUCCESS,
             None => cl::CL_OUT_OF_RESOURCES,
         }
     }
 
-    /// Waits until `event` has completed or failed.
-    pub fn wait_event(&self, event: &EventRef) {
-        self.wait_for(|_| (event.status() <= cl::CL_COMPLETE).then_some(()));
+    /// Waits until `event` has completed or failed, and returns its final status
+    /// (`CL_COMPLETE` or an error). A lost connection does not end the wait by itself:
+    /// it fails every event it carried before anyone can see it lost ([`Node::fail_all`]),
+    /// and a user event, or a command held back by one, stays pending until the
+    /// application sets it, as natively.
+    pub fn wait_event(&self, event: &EventRef) -> ClInt {
+        self.wait_for(OnLoss::Wait, |_| {
+            let status = event.status();
+            (status <= cl::CL_COMPLETE).then_some(status)
+        })
+        .expect("a wait that goes on after the loss ends only with its event")
     }
 
     /// Registers a context's error callback, called if the connection is lost.
@@ -660,48 +786,87 @@ impl Node {
         lock(&self.notifiers).retain(|n| n.context != context);
     }
 
-    /// The connection is gone: every waiter wakes up, every pending event fails and the
-    /// contexts' error callbacks are called (once).
+    /// The connection is gone: the contexts' error callbacks are called (once), every
+    /// pending event fails, exactly once, and every waiter wakes up.
+    ///
+    /// The error callbacks run first, before anything of the loss can be seen: a call
+    /// that fails for the loss returns after them. The events of everything the
+    /// connection carried (commands held back, the open task, the tasks in flight) are
+    /// then made final in the same hold of the locks that marks the connection lost,
+    /// before their callbacks run: a thread that sees the connection lost (`finish`
+    /// fails then) sees them failed, and a callback that waits for another of them does
+    /// not wait for this thread.
     fn fail_all(&self) {
-        let held = lock(&self.out).held.drop_all();
-        for e in held {
-            e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
-        }
-        let (tasks, first): (Vec<InFlight>, bool) = {
-            let mut state = lock(&self.state);
-            let first = !state.dead;
-            state.dead = true;
-            (state.tasks.drain().map(|(_, t)| t).collect(), first)
+        self.notify_loss();
+        let (failed, carried) = {
+            let mut out = lock(&self.out);
+            let mut held = out.held.drop_all();
+            let mut open = out.abandon_open();
+            let mut st = lock(&self.state);
+            st.dead = true;
+            let mut tasks: Vec<InFlight> = st.tasks.drain().map(|(_, t)| t).collect();
+            let mut events: Vec<EventRef> =
+                held.iter_mut().filter_map(|c| c.event_ref.take()).collect();
+            events.append(&mut open.events);
+            for t in &mut tasks {
+                events.append(&mut t.events);
+            }
+            // What the commands hold besides (memory to read into, whose release may
+            // run the application's destructor callbacks) goes after the locks too.
+            (Failed::settle(events), (held, open, tasks))
         };
-        if first {
-            // OpenCL reports errors that occur at run time in a context to its callback.
-            let notifiers = std::mem::take(&mut *lock(&self.notifiers));
-            let message = CString::new(format!(
-                "netaccel: the connection to node {} was lost; every command of this \
-                 context fails from now on",
-                self.addr
-            ))
-            .unwrap_or_default();
-            for n in notifiers {
-                // SAFETY: the application gave this callback and user data for the
-                // context, which is still alive (its release removes the entry).
-                unsafe {
-                    (n.notify)(
-                        message.as_ptr(),
-                        std::ptr::null(),
-                        0,
-                        n.user_data as *mut c_void,
-                    )
-                };
-            }
-        }
-        for task in tasks {
-            for e in task.events {
-                e.complete(cl::CL_OUT_OF_RESOURCES, [0; 4]);
-            }
-        }
         self.wake_reader();
+        failed.finish();
+        drop(carried);
         self.background.notify_one();
+    }
+
+    /// Calls the contexts' error callbacks (OpenCL reports errors that occur at run time
+    /// in a context to its callback) on the first thread that notices the loss; any
+    /// other thread that does waits until they have returned, unless it runs in one of
+    /// them (a call it makes may notice the loss as well).
+    fn notify_loss(&self) {
+        let me = self as *const Node as usize;
+        let first = {
+            let mut st = lock(&self.state);
+            if st.loss_noticed {
+                if !NOTIFYING.with(|n| n.borrow().contains(&me)) {
+                    while !st.loss_notified {
+                        st = self.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+                    }
+                }
+                false
+            } else {
+                st.loss_noticed = true;
+                true
+            }
+        };
+        if !first {
+            return;
+        }
+        let notifiers = std::mem::take(&mut *lock(&self.notifiers));
+        let message = CString::new(format!(
+            "netaccel: the connection to node {} was lost; every command of this \
+             context fails from now on",
+            self.addr
+        ))
+        .unwrap_or_default();
+        NOTIFYING.with(|n| n.borrow_mut().push(me));
+        for n in notifiers {
+            // SAFETY: the application gave this callback and user data for the
+            // context, which is still alive (its release removes the entry).
+            unsafe {
+                (n.notify)(
+                    message.as_ptr(),
+                    std::ptr::null(),
+                    0,
+                    n.user_data as *mut c_void,
+                )
+            };
+        }
+        NOTIFYING.with(|n| n.borrow_mut().pop());
+        lock(&self.state).loss_notified = true;
+        self.cond.notify_all();
     }
 }
 
@@ -724,6 +889,17 @@ fn drain(wake: &OwnedFd) {
 }
 
 impl Out {
+    /// The connection is lost: the open task is never sent. Returns it, for its events
+    /// to be failed.
+    fn abandon_open(&mut self) -> InFlight {
+        self.buf.clear();
+        self.frame_start = None;
+        self.cmd_count = 0;
+        self.open_cmds = 0;
+        self.open_data = 0;
+        std::mem::take(&mut self.open)
+    }
+
     /// Opens an `Enqueue` frame for the next command if none is open.
     fn start_frame(&mut self) {
         if self.frame_start.is_none() {
@@ -808,9 +984,68 @@ fn read_frame(reader: &mut Stream) -> io::Result<(proto::Header, Vec<u8>)> {
     Ok((header, body))
 }
 
+thread_local! {
+    /// The tasks whose callbacks this thread is running, innermost last (a callback may
+    /// make a blocking call, whose wait reads and completes further tasks).
+    /// Each (the address of its connection's `Node`, the task's id).
+    static CALLBACKS_OF: RefCell<Vec<(usize, u64)>> = const { RefCell::new(Vec::new()) };
+    /// The connections (addresses of their `Node`) whose error callbacks this thread
+    /// is running (see [`Node::notify_loss`]).
+    static NOTIFYING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether this thread is running the callbacks of `task` of the connection `node`.
+fn callbacks_running_here(node: &Node, task: u64) -> bool {
+    let key = (node as *const Node as usize, task);
+    CALLBACKS_OF.with(|c| c.borrow().contains(&key))
+}
+
+/// A task the node reported done, its events final, its reads copied: what remains to
+/// do once the read half is released, since the application's callbacks may make
+/// blocking calls, whose waits read the connection themselves.
+struct Finished {
+    task: u64,
+    events: Vec<EventRef>,
+    /// Whether this completion settled each event (and so owes its callbacks).
+    settled: Vec<bool>,
+    /// Dropped with the rest, the read half released: their destinations may be memory
+    /// whose release runs the application's destructor callbacks.
+    _direct_reads: Vec<DirectRead>,
+}
+
+impl Finished {
+    /// Runs the events' callbacks, then removes the task: until then it counts as in
+    /// flight, so that `finish` on another thread returns after the callbacks.
+    fn run(self, node: &Node) {
+        let task = self.task;
+        let key = (node as *const Node as usize, task);
+        CALLBACKS_OF.with(|c| c.borrow_mut().push(key));
+        for (e, settled) in self.events.iter().zip(&self.settled) {
+            if *settled {
+                e.run_callbacks();
+            }
+        }
+        CALLBACKS_OF.with(|c| c.borrow_mut().pop());
+        // What the task holds (memory its reads wrote into) goes before the task, and
+        // with no lock held: its release may run the application's destructor
+        // callbacks, which may call the ICD, and which a `clFinish` returning after the
+        // task has seen run.
+        let reads = lock(&node.state)
+            .tasks
+            .get_mut(&task)
+            .map(|t| std::mem::take(&mut t.reads));
+        drop((reads, self));
+        let emptied = lock(&node.state).tasks.remove(&task);
+        drop(emptied);
+        node.cond.notify_all();
+        node.wake_poller();
+    }
+}
+
 /// Reads one frame from the node and acts on it: a reply is filed for its caller, read
-/// data goes to the application's memory, a finished task completes its events.
-fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
+/// data goes to the application's memory, a finished task makes its events final and
+/// is returned for its callbacks to run once the read half is released.
+fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<Option<Finished>> {
     {
         let mut head = [0u8; proto::HEADER_LEN];
         reader.read_exact(&mut head)?;
@@ -851,7 +1086,7 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                     io::copy(&mut Read::by_ref(reader).take(len as u64), &mut io::sink())?;
                 }
             }
-            return Ok(());
+            return Ok(None);
         }
         let mut body = vec![0u8; header.body_len as usize];
         reader.read_exact(&mut body)?;
@@ -874,7 +1109,7 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                     )
                 });
                 let Some((task_events, direct_reads)) = taken else {
-                    return Ok(());
+                    return Ok(None);
                 };
                 if status == cl::CL_SUCCESS {
                     for r in &direct_reads {
@@ -889,29 +1124,37 @@ fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<()> {
                         };
                     }
                 }
-                // The copies are made: later tasks may go. Before the events complete,
-                // since their callbacks may flush (setting a user event releases held
-                // commands), and a flush waits for exclusive tasks, which this thread
-                // would otherwise only remove after the callbacks.
+                // Final before the task stops being exclusive, so that a thread woken
+                // by that, or one that sees the connection lost meanwhile, finds them
+                // final; their callbacks run after.
+                let done: HashMap<u64, &proto::EventDone> =
+                    events.iter().map(|e| (e.event, e)).collect();
+                let settled: Vec<bool> = task_events
+                    .iter()
+                    .map(|e| match done.get(&e.id()) {
+                        Some(d) => e.settle(d.status, d.profile),
+                        None => e.settle(status.min(cl::CL_COMPLETE), [0; 4]),
+                    })
+                    .collect();
+                // The copies are made: later tasks may go. Before the callbacks, since
+                // they may flush (setting a user event releases held commands), and a
+                // flush waits for exclusive tasks, which the task would otherwise be
+                // until after the callbacks.
                 if let Some(t) = lock(&node.state).tasks.get_mut(&header.id) {
                     t.exclusive = false;
                 }
                 node.cond.notify_all();
-                let done: HashMap<u64, &proto::EventDone> =
-                    events.iter().map(|e| (e.event, e)).collect();
-                for e in task_events {
-                    match done.get(&e.id()) {
-                        Some(d) => e.complete(d.status, d.profile),
-                        None => e.complete(status.min(cl::CL_COMPLETE), [0; 4]),
-                    }
-                }
-                lock(&node.state).tasks.remove(&header.id);
-                node.cond.notify_all();
+                return Ok(Some(Finished {
+                    task: header.id,
+                    events: task_events,
+                    settled,
+                    _direct_reads: direct_reads,
+                }));
             }
             Response::ReadData { .. } => unreachable!("handled above"),
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 fn spin_from_env() -> Duration {
@@ -946,14 +1189,30 @@ fn background_reader(node: &Weak<Node>, fd: RawFd) {
         if lock(&node.state).waiters > 0 {
             continue;
         }
-        let mut reader = lock(&node.reader);
+        // One frame at a time, the read half released before a finished task's
+        // callbacks run (see `Finished`).
         let mut result = Ok(());
-        while result.is_ok() && ocl_remote::poll::readable(fd, 0) {
-            result = pump_one(&node, &mut reader);
+        loop {
+            let mut reader = lock(&node.reader);
+            // Looked at with the read half held: a waiter may have read the frame.
+            if !ocl_remote::poll::readable(fd, 0) {
+                break;
+            }
+            let pumped = pump_one(&node, &mut reader);
+            drop(reader);
+            match pumped {
+                Ok(finished) => finished.map_or((), |f| f.run(&node)),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
         }
-        drop(reader);
         if node.pumped(result) {
             return;
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

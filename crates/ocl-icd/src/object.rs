@@ -381,12 +381,7 @@ impl EventRef {
     }
     /// Completes a user event from `clSetUserEventStatus`; false if it was already set.
     pub fn set_user_status(&self, status: ClInt) -> bool {
-        let e = &self.ev().v;
-        if e.status() <= cl::CL_COMPLETE {
-            return false;
-        }
-        self.complete(status, [0; 4]);
-        true
+        self.complete(status, [0; 4])
     }
     pub fn set_submitted(&self) {
         let _ = self.ev().v.status.compare_exchange(
@@ -396,22 +391,52 @@ impl EventRef {
             Ordering::Acquire,
         );
     }
-    /// Records the final status and profile, then runs the registered callbacks.
-    pub fn complete(&self, status: ClInt, profile: [u64; 4]) {
+    /// [`EventRef::settle`], then, if that made the event final, its callbacks.
+    pub fn complete(&self, status: ClInt, profile: [u64; 4]) -> bool {
+        let settled = self.settle(status, profile);
+        if settled {
+            self.run_callbacks();
+        }
+        settled
+    }
+    /// Makes the event final with `status` (`CL_COMPLETE` or an error) and `profile`,
+    /// unless it already is: an event completes exactly once, and only the call that
+    /// completed it returns true and owes its callbacks ([`EventRef::run_callbacks`]).
+    /// Cheap and without callbacks, so that the connection's bookkeeping can make a
+    /// whole task's events final under its lock before anyone may see the task gone.
+    pub fn settle(&self, status: ClInt, profile: [u64; 4]) -> bool {
         let e = &self.ev().v;
-        *e.profile.lock().unwrap_or_else(|p| p.into_inner()) = profile;
-        e.status
-            .store(status.min(cl::CL_COMPLETE), Ordering::Release);
+        // Held while the status changes: whoever sees it final and then reads the
+        // profile reads this one.
+        let mut p = e.profile.lock().unwrap_or_else(|p| p.into_inner());
+        let mut now = e.status();
+        loop {
+            if now <= cl::CL_COMPLETE {
+                return false;
+            }
+            match e.status.compare_exchange(
+                now,
+                status.min(cl::CL_COMPLETE),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(seen) => now = seen,
+            }
+        }
+        *p = profile;
+        true
+    }
+    /// Runs the callbacks registered so far with the event's final status (those
+    /// registered later run at once, in [`add_callback`]).
+    pub fn run_callbacks(&self) {
+        let e = &self.ev().v;
+        let status = e.status();
+        debug_assert!(status <= cl::CL_COMPLETE, "callbacks of an event not final");
         let callbacks = std::mem::take(&mut *e.callbacks.lock().unwrap_or_else(|p| p.into_inner()));
         for (_, cb, user) in callbacks {
             // SAFETY: the application registered `cb` for this event with `user`.
-            unsafe {
-                cb(
-                    self.0 as Handle,
-                    status.min(cl::CL_COMPLETE),
-                    user as *mut c_void,
-                )
-            };
+            unsafe { cb(self.0 as Handle, status, user as *mut c_void) };
         }
     }
 }

@@ -327,6 +327,36 @@ fn wait_lists_with_events_of_another_context_are_refused_identically_local_and_r
 }
 
 #[test]
+fn writes_held_back_for_a_user_event_are_bounded() {
+    let Some(fx) = fixture("held-bound") else {
+        return;
+    };
+    let exe = build_c(&fx, "held_bound");
+    let expected = "held write: 0\n\
+                    write past the bound: CL_OUT_OF_HOST_MEMORY, event none\n\
+                    small write behind: 0\n\
+                    after the event: 524288 ones, 1000 twos, 523288 zeros\n";
+    for shm in ["1", "0"] {
+        let mut cmd = remote_command(&fx, &exe);
+        cmd.env("NETACCEL_OPENCL_SHM", shm)
+            .env("NETACCEL_OPENCL_HELD_BYTES_MAX", "1048576");
+        let out = check_output(&format!("held_bound, shared memory {shm}"), &output(cmd));
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            expected,
+            "shared memory {shm}"
+        );
+    }
+    wait_until_idle(&fx);
+    let _ = std::fs::remove_dir_all(&fx.dir);
+}
+
+#[test]
+fn blocking_calls_from_an_event_callback_are_identical_local_and_remote() {
+    compare("callback_blocking");
+}
+
+#[test]
 fn a_thread_waiting_for_a_user_event_wakes_when_another_sets_it() {
     compare("user_event_wake");
 }

@@ -79,6 +79,16 @@ impl Enqueue<'_> {
         }
     }
 
+    /// Refuses (`CL_OUT_OF_HOST_MEMORY`) a command carrying `data_len` bytes of data
+    /// that user events would hold back past the ICD's bound ([`crate::held`]). Writes
+    /// call it before [`Enqueue::event`].
+    pub fn hold_room(&self, data_len: usize) -> Result<(), ClInt> {
+        self.q
+            .v
+            .node
+            .hold_room(self.q.v.id, &self.waits, !self.gates.is_empty(), data_len)
+    }
+
     /// Whether the wait list holds user events that are not set.
     pub fn waits_for_user_events(&self) -> bool {
         !self.gates.is_empty()
@@ -147,19 +157,15 @@ pub(super) unsafe fn finish_blocking(
     }
     node.flush();
     let event = EventRef::new(*slot);
-    node.wait_event(&event);
-    let status = event.status();
+    let status = node.wait_event(&event);
     drop(event);
     if !internal.is_null() {
         release::<Event>(internal);
     }
-    match status {
-        s if s < cl::CL_COMPLETE => s,
-        cl::CL_COMPLETE => cl::CL_SUCCESS,
-        // The wait ended without the event completing: the connection was lost (the
-        // waits end then), so the command never ran — not a success. (Seen: a
-        // blocking read after a lost connection answered CL_SUCCESS under load.)
-        _ => cl::CL_OUT_OF_RESOURCES,
+    if status < cl::CL_COMPLETE {
+        status
+    } else {
+        cl::CL_SUCCESS
     }
 }
 

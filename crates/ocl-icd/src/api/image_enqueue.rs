@@ -223,6 +223,7 @@ pub unsafe extern "C" fn clEnqueueWriteImage(
     ));
     let (mut enq, m, meta, origin, region, strides) = t;
     tryr!(host_writes(m));
+    tryr!(enq.hold_room(region.iter().product::<usize>() * meta.elem));
     // The data is copied now, so the host memory is reusable on return.
     enqueue_image_write(
         &mut enq,

@@ -199,6 +199,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
     if ptr.is_null() {
         return cl::CL_INVALID_VALUE;
     }
+    tryr!(enq.hold_room(rows.len() * len));
     let host = ptr as *const u8;
     let direct = m.v.shm.as_ref().filter(|_| !enq.waits_for_user_events());
     // Data is copied into the commands now, so the call returns at once (as a blocking

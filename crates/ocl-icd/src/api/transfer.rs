@@ -76,6 +76,7 @@ pub unsafe extern "C" fn clEnqueueWriteBuffer(
     if ptr.is_null() {
         return cl::CL_INVALID_VALUE;
     }
+    tryr!(enq.hold_room(size));
     // The data is copied now, so the host memory is reusable on return: a blocking
     // write needs no round trip.
     let data = std::slice::from_raw_parts(ptr.cast::<u8>(), size);

@@ -78,10 +78,11 @@ pub unsafe extern "C" fn clGetPlatformInfo(
         // The same list with versions (cl_name_version entries).
         cl::CL_PLATFORM_EXTENSIONS_WITH_VERSION => {
             let mut list = tryr!(platform_remote_info(p, param));
-            if !name_versions_contain(&list, b"cl_khr_icd") {
+            const ICD: &[u8] = b"cl_khr_icd";
+            if !name_versions_contain(&list, ICD) {
                 list.extend_from_slice(&cl::make_version(1, 0, 0).to_ne_bytes());
                 let mut name = [0u8; cl::CL_NAME_VERSION_MAX_NAME_SIZE];
-                name[..10].copy_from_slice(b"cl_khr_icd");
+                name[..ICD.len()].copy_from_slice(ICD);
                 list.extend_from_slice(&name);
             }
             list

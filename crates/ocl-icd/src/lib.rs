@@ -77,8 +77,6 @@ macro_rules! errcode_stubs {
 }
 
 errcode_stubs! {
-    unsupported_3(a, b, c) -> cl::CL_INVALID_OPERATION;
-    unsupported_5(a, b, c, d, e) -> cl::CL_INVALID_OPERATION;
     no_interop_2(a, b) -> cl::CL_INVALID_CONTEXT;
     no_interop_3(a, b, c) -> cl::CL_INVALID_CONTEXT;
     no_interop_4(a, b, c, d) -> cl::CL_INVALID_CONTEXT;
@@ -90,10 +88,6 @@ errcode_stubs! {
 /// of the dispatch table is listed (the test below checks that none is left out).
 fn object_stub(name: &str) -> Option<*const c_void> {
     let stub = match name {
-        // Pipes and IL programs: no device of ours supports them (OpenCL 3.0 names
-        // CL_INVALID_OPERATION for that).
-        "clCreatePipe" => unsupported_5 as *const c_void,
-        "clCreateProgramWithIL" => unsupported_3 as *const c_void,
         // No built-in kernels are offered (the names given cannot be among them).
         "clCreateProgramWithBuiltInKernels" => no_built_in_kernels as *const c_void,
         // Interoperability: no context of ours was made from a GL, D3D, DX9 or EGL one.
@@ -318,6 +312,6 @@ mod tests {
         assert!(ptr.is_null());
         assert_eq!(code, cl::CL_INVALID_CONTEXT);
         // SAFETY: as above; a null error code is allowed.
-        assert!(unsafe { unsupported_3(0, 0, 0, std::ptr::null_mut()) }.is_null());
+        assert!(unsafe { no_interop_3(0, 0, 0, std::ptr::null_mut()) }.is_null());
     }
 }

@@ -12,6 +12,8 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::api::PropertyList;
+
 use ocl_remote::cl::{self, ClInt};
 
 use crate::node::Node;
@@ -138,6 +140,21 @@ pub struct Context {
     /// first needed, that carries the initial data of large buffers and images (see
     /// `api::buffer`); the application never sees it.
     pub creation_queue: Mutex<Option<u64>>,
+    /// `clSetContextDestructorCallback`'s callbacks, run in reverse order of
+    /// registration when the context is freed.
+    pub destructors: Mutex<Vec<(ContextCallback, usize)>>,
+}
+
+type ContextCallback = unsafe extern "C" fn(Handle, *mut c_void);
+
+impl Context {
+    /// Registers `cb(context, user)` to run when the context is freed.
+    pub fn add_destructor(&self, cb: ContextCallback, user: *mut c_void) {
+        self.destructors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((cb, user as usize));
+    }
 }
 
 pub struct Queue {
@@ -146,6 +163,8 @@ pub struct Queue {
     pub context: H,
     pub device: H,
     pub properties: u64,
+    /// The property list it was created with (`CL_QUEUE_PROPERTIES_ARRAY`).
+    pub property_list: PropertyList,
 }
 
 /// Host memory the ICD allocated, zero-filled (the memory of a mapping).
@@ -223,6 +242,9 @@ pub struct Mem {
     /// Ends, with the destructor callbacks, once the object is released and no read in
     /// flight writes into memory of its own any more.
     pub life: Arc<MemLife>,
+    /// The property list of `clCreateBufferWithProperties` or
+    /// `clCreateImageWithProperties` (`CL_MEM_PROPERTIES`), set once it is made.
+    pub property_list: OnceLock<PropertyList>,
 }
 
 type MemCallback = unsafe extern "C" fn(Handle, *mut c_void);
@@ -282,6 +304,8 @@ pub struct Sampler {
     pub normalized: u32,
     pub addressing: u32,
     pub filter: u32,
+    /// The property list of `clCreateSamplerWithProperties` (`CL_SAMPLER_PROPERTIES`).
+    pub property_list: PropertyList,
 }
 
 pub struct Program {
@@ -482,6 +506,20 @@ impl Drop for Context {
             self.node.release(queue);
         }
         self.node.release(self.id);
+        let callbacks = std::mem::take(
+            self.destructors
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        // OpenCL 3.0 calls them in the reverse order of their registration, with the
+        // context's handle (the `Obj` around this value), which only tells the callback
+        // which context it was: it is no longer valid.
+        let handle =
+            (self as *mut Context as usize - std::mem::offset_of!(Obj<Context>, v)) as Handle;
+        for (cb, user) in callbacks.into_iter().rev() {
+            // SAFETY: the application registered `cb` with `user` for this context.
+            unsafe { cb(handle, user as *mut c_void) };
+        }
     }
 }
 impl Drop for Queue {

@@ -361,6 +361,15 @@ fn a_thread_waiting_for_a_user_event_wakes_when_another_sets_it() {
     compare("user_event_wake");
 }
 
+/// The platform and device are OpenCL 3.0 ones: version queries, extension lists with
+/// versions, property arrays, context destructors, launches of no work-item, kernels of
+/// OpenCL C 3.0, and each optional feature supported or refused as OpenCL 3.0 requires
+/// (the remote path presented OpenCL 1.2 before, and these answered CL_INVALID_VALUE).
+#[test]
+fn the_platform_is_an_opencl_3_0_platform_identically_local_and_remote() {
+    compare("opencl30");
+}
+
 #[test]
 fn newer_calls_returning_objects_work_or_set_their_error_code() {
     compare("newer_calls");
@@ -446,9 +455,9 @@ fn nothing_above_the_largest_allocation_is_made_identically_local_and_remote() {
     compare("max_alloc");
 }
 
-/// Kernels see the version of the device the node presents (1.2), as natively they
-/// see the device's own: PoCL compiled them for its 3.0 (`__OPENCL_VERSION__` and
-/// `__OPENCL_C_VERSION__` 300 on a 1.2 device).
+/// Kernels see the version of the device the node presents, as natively they see the
+/// device's own (`__OPENCL_VERSION__` and `__OPENCL_C_VERSION__` as the client's
+/// options choose).
 #[test]
 fn kernels_compile_for_the_device_version_identically_local_and_remote() {
     compare("preprocessor");
@@ -655,10 +664,10 @@ fn pyopencl_script_is_identical_local_and_remote() {
 }
 
 /// `clinfo` shows the remote device with the local device's properties, except what
-/// the node presents as an OpenCL 1.2 device within the client's quota: the version,
-/// the extensions the remote path supports, memory sizes (and the pixels of a 1D image
-/// on a buffer, within the largest allocation), no built-in kernels, and none
-/// of the 2.x/3.0 properties (clinfo prints no line for those).
+/// the node presents as an OpenCL 3.0 device within the client's quota: the extensions
+/// the remote path supports (with their versions), memory sizes (and the pixels of a 1D
+/// image on a buffer, within the largest allocation), no built-in kernels, no shared
+/// virtual memory, and the atomic scopes kernels can name.
 #[test]
 fn clinfo_shows_the_same_device_properties_remotely() {
     if Command::new("clinfo").arg("--version").output().is_err() {
@@ -680,16 +689,19 @@ fn clinfo_shows_the_same_device_properties_remotely() {
     let local = device_section(&fx.vendors_local);
     let remote = device_section(&fx.vendors_net);
     let presented = [
-        "Device Version",
-        "Device OpenCL C Version",
         "Global memory size",
         "Max memory allocation",
         "Max constant buffer size",
         "Max size for 1D images from buffer",
         "Built-in kernels",
         "Device Extensions",
-        // clinfo's label for 1.2 devices ("Queue properties (on host)" for 2.0+).
-        "Queue properties",
+        // CL_DEVICE_SVM_CAPABILITIES 0 and its four lines.
+        "Shared Virtual Memory (SVM) capabilities",
+        "Coarse-grained buffer sharing",
+        "Fine-grained buffer sharing",
+        "Fine-grained system sharing",
+        "Atomics",
+        "Atomic memory capabilities",
     ];
     let local_lines: std::collections::HashSet<&str> = local.lines().collect();
     let mut same = 0;
@@ -704,7 +716,10 @@ fn clinfo_shows_the_same_device_properties_remotely() {
         }
     }
     assert!(same > 50, "{remote}");
-    assert!(remote.contains("OpenCL 1.2"), "{remote}");
+    assert!(
+        remote.contains("Device Version                                  OpenCL 3.0"),
+        "{remote}"
+    );
     let out = Command::new("clinfo")
         .arg("-l")
         .env("OCL_ICD_VENDORS", &fx.vendors_net)

@@ -1,4 +1,4 @@
-//! The OpenCL 1.2 types and constants both sides of the remote OpenCL path use.
+//! The OpenCL types and constants both sides of the remote OpenCL path use.
 //!
 //! Values are those of the Khronos headers (`CL/cl.h`, `CL/cl_ext.h`); only the ones
 //! the service or the ICD interpret are listed. Everything else travels as raw numbers.
@@ -78,12 +78,40 @@ pub const CL_DEVICE_OPENCL_C_VERSION: ClUint = 0x103D;
 pub const CL_DEVICE_BUILT_IN_KERNELS: ClUint = 0x103F;
 pub const CL_DEVICE_PARENT_DEVICE: ClUint = 0x1042;
 pub const CL_DEVICE_REFERENCE_COUNT: ClUint = 0x1047;
-/// The device queries OpenCL 2.0 to 3.0 added (`CL_DEVICE_IMAGE_PITCH_ALIGNMENT` …
-/// `CL_DEVICE_GENERIC_ADDRESS_SPACE_SUPPORT`, `CL_DEVICE_OPENCL_C_FEATURES` …
-/// `CL_DEVICE_LATEST_CONFORMANCE_VERSION_PASSED`); 0x106A–0x106E between them are
-/// `cl_khr_device_uuid`'s.
-pub const CL_DEVICE_INFO_2_0_TO_3_0: [std::ops::RangeInclusive<ClUint>; 2] =
-    [0x104A..=0x1069, 0x106F..=0x1072];
+pub const CL_DEVICE_IMAGE_PITCH_ALIGNMENT: ClUint = 0x104A;
+pub const CL_DEVICE_IMAGE_BASE_ADDRESS_ALIGNMENT: ClUint = 0x104B;
+pub const CL_DEVICE_QUEUE_ON_DEVICE_PROPERTIES: ClUint = 0x104E;
+pub const CL_DEVICE_QUEUE_ON_DEVICE_PREFERRED_SIZE: ClUint = 0x104F;
+pub const CL_DEVICE_QUEUE_ON_DEVICE_MAX_SIZE: ClUint = 0x1050;
+pub const CL_DEVICE_MAX_ON_DEVICE_QUEUES: ClUint = 0x1051;
+pub const CL_DEVICE_MAX_ON_DEVICE_EVENTS: ClUint = 0x1052;
+pub const CL_DEVICE_SVM_CAPABILITIES: ClUint = 0x1053;
+pub const CL_DEVICE_MAX_PIPE_ARGS: ClUint = 0x1055;
+pub const CL_DEVICE_PIPE_MAX_ACTIVE_RESERVATIONS: ClUint = 0x1056;
+pub const CL_DEVICE_PIPE_MAX_PACKET_SIZE: ClUint = 0x1057;
+pub const CL_DEVICE_IL_VERSION: ClUint = 0x105B;
+pub const CL_DEVICE_MAX_NUM_SUB_GROUPS: ClUint = 0x105C;
+pub const CL_DEVICE_SUB_GROUP_INDEPENDENT_FORWARD_PROGRESS: ClUint = 0x105D;
+pub const CL_DEVICE_NUMERIC_VERSION: ClUint = 0x105E;
+pub const CL_DEVICE_EXTENSIONS_WITH_VERSION: ClUint = 0x1060;
+pub const CL_DEVICE_ILS_WITH_VERSION: ClUint = 0x1061;
+pub const CL_DEVICE_BUILT_IN_KERNELS_WITH_VERSION: ClUint = 0x1062;
+pub const CL_DEVICE_ATOMIC_MEMORY_CAPABILITIES: ClUint = 0x1063;
+pub const CL_DEVICE_ATOMIC_FENCE_CAPABILITIES: ClUint = 0x1064;
+pub const CL_DEVICE_OPENCL_C_ALL_VERSIONS: ClUint = 0x1066;
+pub const CL_DEVICE_OPENCL_C_FEATURES: ClUint = 0x106F;
+pub const CL_DEVICE_DEVICE_ENQUEUE_CAPABILITIES: ClUint = 0x1070;
+pub const CL_DEVICE_PIPE_SUPPORT: ClUint = 0x1071;
+pub const CL_DEVICE_ATOMIC_SCOPE_ALL_DEVICES: ClBitfield = 1 << 6;
+
+/// `cl_name_version` (OpenCL 3.0): a `CL_MAKE_VERSION` number and a NUL-padded name of
+/// this many bytes, the element of the `…_WITH_VERSION` and `…_ALL_VERSIONS` answers.
+pub const CL_NAME_VERSION_MAX_NAME_SIZE: usize = 64;
+
+/// `CL_MAKE_VERSION(major, minor, patch)`.
+pub const fn make_version(major: u32, minor: u32, patch: u32) -> u32 {
+    (major << 22) | (minor << 12) | patch
+}
 
 pub const CL_CONTEXT_REFERENCE_COUNT: ClUint = 0x1080;
 pub const CL_CONTEXT_DEVICES: ClUint = 0x1081;
@@ -97,6 +125,11 @@ pub const CL_QUEUE_REFERENCE_COUNT: ClUint = 0x1092;
 pub const CL_QUEUE_PROPERTIES: ClUint = 0x1093;
 pub const CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE: ClBitfield = 1;
 pub const CL_QUEUE_PROFILING_ENABLE: ClBitfield = 2;
+pub const CL_QUEUE_ON_DEVICE: ClBitfield = 1 << 2;
+pub const CL_QUEUE_ON_DEVICE_DEFAULT: ClBitfield = 1 << 3;
+pub const CL_QUEUE_SIZE: ClUint = 0x1094;
+pub const CL_QUEUE_DEVICE_DEFAULT: ClUint = 0x1095;
+pub const CL_QUEUE_PROPERTIES_ARRAY: ClUint = 0x1098;
 
 pub const CL_MEM_READ_WRITE: ClBitfield = 1;
 pub const CL_MEM_WRITE_ONLY: ClBitfield = 1 << 1;
@@ -132,6 +165,8 @@ pub const CL_MEM_REFERENCE_COUNT: ClUint = 0x1105;
 pub const CL_MEM_CONTEXT: ClUint = 0x1106;
 pub const CL_MEM_ASSOCIATED_MEMOBJECT: ClUint = 0x1107;
 pub const CL_MEM_OFFSET: ClUint = 0x1108;
+pub const CL_MEM_USES_SVM_POINTER: ClUint = 0x1109;
+pub const CL_MEM_PROPERTIES: ClUint = 0x110A;
 pub const CL_BUFFER_CREATE_TYPE_REGION: ClUint = 0x1220;
 
 pub const CL_MAP_READ: ClBitfield = 1;
@@ -147,6 +182,9 @@ pub const CL_PROGRAM_BINARY_SIZES: ClUint = 0x1165;
 pub const CL_PROGRAM_BINARIES: ClUint = 0x1166;
 pub const CL_PROGRAM_NUM_KERNELS: ClUint = 0x1167;
 pub const CL_PROGRAM_KERNEL_NAMES: ClUint = 0x1168;
+pub const CL_PROGRAM_IL: ClUint = 0x1169;
+pub const CL_PROGRAM_SCOPE_GLOBAL_CTORS_PRESENT: ClUint = 0x116A;
+pub const CL_PROGRAM_SCOPE_GLOBAL_DTORS_PRESENT: ClUint = 0x116B;
 pub const CL_PROGRAM_BUILD_STATUS: ClUint = 0x1181;
 pub const CL_PROGRAM_BUILD_OPTIONS: ClUint = 0x1182;
 pub const CL_BUILD_SUCCESS: ClInt = 0;
@@ -234,6 +272,7 @@ pub const CL_SAMPLER_CONTEXT: ClUint = 0x1151;
 pub const CL_SAMPLER_NORMALIZED_COORDS: ClUint = 0x1152;
 pub const CL_SAMPLER_ADDRESSING_MODE: ClUint = 0x1153;
 pub const CL_SAMPLER_FILTER_MODE: ClUint = 0x1154;
+pub const CL_SAMPLER_PROPERTIES: ClUint = 0x1158;
 pub const CL_ADDRESS_CLAMP: ClUint = 0x1132;
 pub const CL_FILTER_NEAREST: ClUint = 0x1140;
 

@@ -220,10 +220,11 @@ fn limits_give_clear_errors() {
     Client::connect(svc.local_addr()).unwrap();
 }
 
-/// The device as a client sees it: OpenCL 1.2 (what the remote path implements), with
-/// no allocation larger than the client may make.
+/// The device as a client sees it: OpenCL 3.0 (what the remote path implements) with
+/// the optional features the remote path cannot carry unsupported, and no allocation
+/// larger than the client may make.
 #[test]
-fn devices_are_presented_as_opencl_1_2_within_the_client_quota() {
+fn devices_are_presented_as_opencl_3_0_within_the_client_quota() {
     let config = ServiceConfig {
         buffer_bytes_max: 3 << 20,
         ..ServiceConfig::default()
@@ -240,19 +241,44 @@ fn devices_are_presented_as_opencl_1_2_within_the_client_quota() {
     };
     let device_version = text(info(cl::CL_DEVICE_VERSION));
     assert!(
-        device_version.starts_with("OpenCL 1.2 "),
+        device_version.starts_with("OpenCL 3.0 "),
         "{device_version}"
     );
-    let c_version = text(info(cl::CL_DEVICE_OPENCL_C_VERSION));
-    assert!(c_version.starts_with("OpenCL C 1."), "{c_version}");
-    // CL_DEVICE_NUMERIC_VERSION, CL_DEVICE_EXTENSIONS_WITH_VERSION, CL_DEVICE_SVM_CAPABILITIES
-    for param in [0x105E, 0x1060, 0x1053] {
-        assert_eq!(info(param).0, cl::CL_INVALID_VALUE, "{param:#x}");
+    let numeric = info(cl::CL_DEVICE_NUMERIC_VERSION);
+    assert_eq!(numeric.0, cl::CL_SUCCESS);
+    assert_eq!(numeric.1, cl::make_version(3, 0, 0).to_ne_bytes());
+    // Shared virtual memory, device-side enqueue, pipes, sub-groups: unsupported,
+    // whatever the runtime says (PoCL has SVM).
+    for param in [
+        cl::CL_DEVICE_SVM_CAPABILITIES,
+        cl::CL_DEVICE_DEVICE_ENQUEUE_CAPABILITIES,
+    ] {
+        assert_eq!(info(param), (cl::CL_SUCCESS, vec![0; 8]), "{param:#x}");
+    }
+    for param in [cl::CL_DEVICE_PIPE_SUPPORT, cl::CL_DEVICE_MAX_NUM_SUB_GROUPS] {
+        assert_eq!(info(param), (cl::CL_SUCCESS, vec![0; 4]), "{param:#x}");
     }
     let extensions = text(info(cl::CL_DEVICE_EXTENSIONS));
     for needs_host_api in ["cl_khr_command_buffer", "cl_khr_il_program", "cl_khr_spir"] {
         assert!(!extensions.contains(needs_host_api), "{extensions}");
     }
+    // The same extensions with their versions.
+    let (status, with_version) = info(cl::CL_DEVICE_EXTENSIONS_WITH_VERSION);
+    assert_eq!(status, cl::CL_SUCCESS);
+    let entry = 4 + cl::CL_NAME_VERSION_MAX_NAME_SIZE;
+    let names: Vec<String> = with_version
+        .chunks(entry)
+        .map(|e| {
+            String::from_utf8_lossy(&e[4..])
+                .trim_end_matches('\0')
+                .to_string()
+        })
+        .collect();
+    let listed: Vec<&str> = extensions
+        .trim_end_matches('\0')
+        .split_whitespace()
+        .collect();
+    assert_eq!(names, listed);
     let size = |(status, bytes): (i32, Vec<u8>)| {
         assert_eq!(status, cl::CL_SUCCESS);
         u64::from_ne_bytes(bytes.try_into().unwrap())
@@ -263,12 +289,12 @@ fn devices_are_presented_as_opencl_1_2_within_the_client_quota() {
     let mut platform = |param: u32| c.call(&Request::GetPlatformInfo { platform: 0, param });
     let platform_version = text(platform(cl::CL_PLATFORM_VERSION));
     assert!(
-        platform_version.starts_with("OpenCL 1.2 "),
+        platform_version.starts_with("OpenCL 3.0 "),
         "{platform_version}"
     );
     assert_eq!(
-        platform(cl::CL_PLATFORM_NUMERIC_VERSION).0,
-        cl::CL_INVALID_VALUE
+        platform(cl::CL_PLATFORM_HOST_TIMER_RESOLUTION),
+        (cl::CL_SUCCESS, vec![0; 8])
     );
     // The advertised allocation is one the client can make.
     c.setup_context();

@@ -4,7 +4,7 @@
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::Request;
@@ -14,7 +14,7 @@ use crate::object::*;
 
 use super::creation::{CreationData, CREATE_DATA_INLINE_MAX};
 use super::enqueue::check_range;
-use super::{bytes_of, reply, ret_info, set_err};
+use super::{bytes_of, property_bytes, property_list, reply, ret_info, set_err, PropertyList};
 
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
@@ -165,6 +165,7 @@ pub unsafe extern "C" fn clCreateBuffer(
         host_ptr: keep_ptr,
         maps: Mutex::new(Vec::new()),
         life: Arc::default(),
+        property_list: OnceLock::new(),
         shm,
         shm_offset: 0,
         parent: 0,
@@ -173,13 +174,20 @@ pub unsafe extern "C" fn clCreateBuffer(
     })
 }
 
-/// `properties` lists no property this ICD knows (OpenCL 3.0 defines none for buffers
-/// and images outside extensions): NULL or an empty list.
-pub(super) unsafe fn no_mem_properties(properties: *const u64) -> Result<(), ClInt> {
-    if properties.is_null() || *properties == 0 {
-        Ok(())
-    } else {
-        Err(cl::CL_INVALID_PROPERTY)
+/// The property list of a new buffer or image, which may name no property (OpenCL 3.0
+/// defines none for buffers and images outside extensions): NULL or an empty list.
+pub(super) unsafe fn mem_property_list(properties: *const u64) -> Result<PropertyList, ClInt> {
+    let list = property_list(properties)?;
+    if list.len() > 1 {
+        return Err(cl::CL_INVALID_PROPERTY);
+    }
+    Ok(list)
+}
+
+/// Notes the property list a memory object was made with (`CL_MEM_PROPERTIES`).
+pub(super) fn set_property_list(mem: Handle, list: PropertyList) {
+    if let Ok(m) = get::<Mem>(mem) {
+        let _ = m.v.property_list.set(list);
     }
 }
 
@@ -193,8 +201,10 @@ pub unsafe extern "C" fn clCreateBufferWithProperties(
     errcode: *mut ClInt,
 ) -> Handle {
     tryp!(get::<Context>(context), errcode);
-    tryp!(no_mem_properties(properties), errcode);
-    clCreateBuffer(context, flags, size, host_ptr, errcode)
+    let list = tryp!(mem_property_list(properties), errcode);
+    let h = clCreateBuffer(context, flags, size, host_ptr, errcode);
+    set_property_list(h, list);
+    h
 }
 
 pub unsafe extern "C" fn clCreateSubBuffer(
@@ -245,6 +255,7 @@ pub unsafe extern "C" fn clCreateSubBuffer(
         },
         maps: Mutex::new(Vec::new()),
         life: Arc::default(),
+        property_list: OnceLock::new(),
         shm: m.v.shm.clone(),
         shm_offset: m.v.shm_offset + origin,
         parent: buffer as H,
@@ -296,6 +307,9 @@ pub unsafe extern "C" fn clGetMemObjectInfo(
         cl::CL_MEM_CONTEXT => bytes_of(m.v.context),
         cl::CL_MEM_ASSOCIATED_MEMOBJECT => bytes_of(m.v.parent),
         cl::CL_MEM_OFFSET => bytes_of(m.v.origin),
+        // No device presents shared virtual memory.
+        cl::CL_MEM_USES_SVM_POINTER => bytes_of(0u32),
+        cl::CL_MEM_PROPERTIES => property_bytes(m.v.property_list.get().map_or(&[], |l| l)),
         _ => return cl::CL_INVALID_VALUE,
     };
     ret_info(&bytes, size, value, size_ret)

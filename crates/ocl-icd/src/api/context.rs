@@ -21,6 +21,7 @@ pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
         clRetainContext,
         clReleaseContext,
         clGetContextInfo,
+        clSetContextDestructorCallback,
     ]
 }
 
@@ -90,6 +91,7 @@ unsafe fn create_context(
         devices,
         properties: props,
         creation_queue: Mutex::new(None),
+        destructors: Mutex::new(Vec::new()),
     }))
 }
 
@@ -201,4 +203,20 @@ pub unsafe extern "C" fn clGetContextInfo(
         _ => return cl::CL_INVALID_VALUE,
     };
     ret_info(&bytes, size, value, size_ret)
+}
+
+/// OpenCL 3.0: `notify(context, user_data)` runs when the context is freed (after its
+/// last release and that of every object holding it), callbacks in reverse order of
+/// registration.
+pub unsafe extern "C" fn clSetContextDestructorCallback(
+    context: Handle,
+    notify: Option<unsafe extern "C" fn(Handle, *mut c_void)>,
+    user_data: *mut c_void,
+) -> ClInt {
+    let c = tryr!(get::<Context>(context));
+    let Some(notify) = notify else {
+        return cl::CL_INVALID_VALUE;
+    };
+    c.v.add_destructor(notify, user_data);
+    cl::CL_SUCCESS
 }

@@ -16,7 +16,7 @@
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use ocl_remote::cl::{self, ClInt};
 use ocl_remote::proto::{ImageCmd, ImageOp, Request};
@@ -24,7 +24,7 @@ use ocl_remote::proto::{ImageCmd, ImageOp, Request};
 use crate::node::WRITE_CHUNK_MAX;
 use crate::object::*;
 
-use super::buffer::{mem_flags, no_mem_properties};
+use super::buffer::{mem_flags, mem_property_list, set_property_list};
 use super::creation::{CreationData, CREATE_DATA_INLINE_MAX};
 use super::{bytes_of, reply, ret_info, set_err};
 
@@ -169,10 +169,15 @@ unsafe fn create_image(
 ) -> Result<Handle, ClInt> {
     let c = get::<Context>(context)?;
     let mut flags = mem_flags(flags)?;
-    let storage = if desc.image_type == cl::CL_MEM_OBJECT_IMAGE1D_BUFFER {
-        Some(image_storage(context, &mut flags, desc)?)
-    } else {
-        None
+    let storage = match desc.image_type {
+        cl::CL_MEM_OBJECT_IMAGE1D_BUFFER => Some(image_storage(context, &mut flags, desc)?),
+        // 2D images from buffers (cl_khr_image2d_from_buffer) are an optional feature
+        // of OpenCL 3.0 that no device presents (its pitch alignments are 0).
+        cl::CL_MEM_OBJECT_IMAGE2D if !desc.buffer.is_null() => {
+            return Err(cl::CL_INVALID_OPERATION)
+        }
+        _ if !desc.buffer.is_null() => return Err(cl::CL_INVALID_IMAGE_DESCRIPTOR),
+        _ => None,
     };
     if format.is_null() {
         return Err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
@@ -279,6 +284,7 @@ unsafe fn create_image(
         host_ptr: keep_ptr,
         maps: Mutex::new(Vec::new()),
         life: Arc::default(),
+        property_list: OnceLock::new(),
         shm: None,
         shm_offset: 0,
         parent,
@@ -318,8 +324,10 @@ pub unsafe extern "C" fn clCreateImageWithProperties(
     errcode: *mut ClInt,
 ) -> Handle {
     tryp!(get::<Context>(context), errcode);
-    tryp!(no_mem_properties(properties), errcode);
-    clCreateImage(context, flags, format, desc, host_ptr, errcode)
+    let list = tryp!(mem_property_list(properties), errcode);
+    let h = clCreateImage(context, flags, format, desc, host_ptr, errcode);
+    set_property_list(h, list);
+    h
 }
 
 fn desc(image_type: u32, dims: [usize; 3], row_pitch: usize, slice_pitch: usize) -> ImageDesc {

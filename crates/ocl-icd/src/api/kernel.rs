@@ -356,15 +356,23 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
         v
     };
     let g = read(global);
-    if g[..dims].contains(&0) {
-        return cl::CL_INVALID_GLOBAL_WORK_SIZE;
-    }
     let l = (!local.is_null()).then(|| read(local));
-    tryr!(check_work_groups(k, q, dims, &g, l.as_ref()));
     let args = k.v.args.lock().unwrap_or_else(|p| p.into_inner()).clone();
     if args.iter().any(|a| matches!(a, ArgValue::Unset)) {
         return cl::CL_INVALID_KERNEL_ARGS;
     }
+    // OpenCL 2.1 and later: a launch of no work-item does nothing but order, as a marker
+    // that waits for its wait list (and whose event is the kernel's).
+    if g[..dims].contains(&0) {
+        let (ev, evref) = enq.event(cl::CL_COMMAND_NDRANGE_KERNEL, event);
+        let cmd = Command::Marker {
+            queue: q.v.id,
+            event: ev,
+        };
+        q.v.node.enqueue(&cmd, &enq.waits, evref, None);
+        return cl::CL_SUCCESS;
+    }
+    tryr!(check_work_groups(k, q, dims, &g, l.as_ref()));
     let wire_args: Vec<KernelArg<'_>> = args
         .iter()
         .map(|a| match a {

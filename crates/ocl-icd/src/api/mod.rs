@@ -1,4 +1,5 @@
-//! The OpenCL 1.2 entry points of the ICD.
+//! The OpenCL entry points of the ICD (OpenCL 3.0, without the optional features the
+//! remote path does not carry: see `unsupported`).
 //!
 //! Each function validates its handles against the object registry, answers what it can
 //! from local state (object relations, reference counts, kernel argument values), and
@@ -68,8 +69,49 @@ mod rect;
 mod sampler;
 mod transfer;
 
+mod unsupported;
+
 pub(crate) use declared::Declared;
 pub(crate) use platform::clGetPlatformInfo;
+
+/// A property list as the application gave it (`CL_QUEUE_PROPERTIES_ARRAY`,
+/// `CL_MEM_PROPERTIES`, `CL_SAMPLER_PROPERTIES` answer it): name-value pairs and the
+/// terminating 0; empty when the application passed NULL.
+pub(crate) type PropertyList = Vec<u64>;
+
+/// The most name-value pairs a property list may have: OpenCL defines fewer than ten
+/// properties for any object.
+const PROPERTY_PAIRS_MAX: usize = 32;
+
+/// Copies the property list at `properties` (NULL: empty), up to its terminating 0.
+/// A list longer than [`PROPERTY_PAIRS_MAX`] pairs is `CL_INVALID_PROPERTY`.
+///
+/// # Safety
+/// `properties` is NULL or a 0-terminated list of name-value pairs.
+unsafe fn property_list(properties: *const u64) -> Result<PropertyList, ClInt> {
+    let mut list = Vec::new();
+    if properties.is_null() {
+        return Ok(list);
+    }
+    for i in 0..PROPERTY_PAIRS_MAX {
+        let name = *properties.add(2 * i);
+        list.push(name);
+        if name == 0 {
+            return Ok(list);
+        }
+        list.push(*properties.add(2 * i + 1));
+    }
+    Err(cl::CL_INVALID_PROPERTY)
+}
+
+/// The name-value pairs of a property list.
+fn property_pairs(list: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
+    list.chunks_exact(2).map(|pair| (pair[0], pair[1]))
+}
+
+fn property_bytes(list: &[u64]) -> Vec<u8> {
+    list.iter().flat_map(|p| p.to_ne_bytes()).collect()
+}
 
 unsafe fn set_err(errcode: *mut ClInt, e: ClInt) {
     if !errcode.is_null() {
@@ -148,6 +190,7 @@ pub fn entries() -> Vec<(&'static str, *const c_void)> {
         image::entries(),
         image_enqueue::entries(),
         sampler::entries(),
+        unsupported::entries(),
     ]
     .concat();
     v.push((

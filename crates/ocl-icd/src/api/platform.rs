@@ -11,6 +11,11 @@ use crate::object::*;
 
 use super::{bytes_of, cstring_bytes, reply, ret_info, trim_nul};
 
+/// The OpenCL version of the platform: what the ICD implements (the node presents its
+/// devices as OpenCL 3.0 devices too, with the optional features the remote path
+/// cannot carry unsupported; see `api::unsupported`).
+const VERSION: (u32, u32) = (3, 0);
+
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
         clGetPlatformIDs,
@@ -57,8 +62,10 @@ pub unsafe extern "C" fn clGetPlatformInfo(
         cl::CL_PLATFORM_VERSION => {
             let remote = String::from_utf8_lossy(&trim_nul(tryr!(platform_remote_info(p, param))))
                 .into_owned();
-            cstring_bytes(format!("OpenCL 1.2 netaccel (remote: {remote})").as_bytes())
+            let (major, minor) = VERSION;
+            cstring_bytes(format!("OpenCL {major}.{minor} netaccel (remote: {remote})").as_bytes())
         }
+        cl::CL_PLATFORM_NUMERIC_VERSION => bytes_of(cl::make_version(VERSION.0, VERSION.1, 0)),
         cl::CL_PLATFORM_EXTENSIONS => {
             let remote = String::from_utf8_lossy(&trim_nul(tryr!(platform_remote_info(p, param))))
                 .into_owned();
@@ -68,14 +75,30 @@ pub unsafe extern "C" fn clGetPlatformInfo(
             }
             cstring_bytes(exts.join(" ").as_bytes())
         }
-        cl::CL_PLATFORM_PROFILE
-        | cl::CL_PLATFORM_HOST_TIMER_RESOLUTION
-        | cl::CL_PLATFORM_EXTENSIONS_WITH_VERSION => {
+        // The same list with versions (cl_name_version entries).
+        cl::CL_PLATFORM_EXTENSIONS_WITH_VERSION => {
+            let mut list = tryr!(platform_remote_info(p, param));
+            const ICD: &[u8] = b"cl_khr_icd";
+            if !name_versions_contain(&list, ICD) {
+                list.extend_from_slice(&cl::make_version(1, 0, 0).to_ne_bytes());
+                let mut name = [0u8; cl::CL_NAME_VERSION_MAX_NAME_SIZE];
+                name[..ICD.len()].copy_from_slice(ICD);
+                list.extend_from_slice(&name);
+            }
+            list
+        }
+        cl::CL_PLATFORM_PROFILE | cl::CL_PLATFORM_HOST_TIMER_RESOLUTION => {
             tryr!(platform_remote_info(p, param))
         }
         _ => return cl::CL_INVALID_VALUE,
     };
     ret_info(&bytes, size, value, size_ret)
+}
+
+/// Whether a `cl_name_version` array names `name`.
+fn name_versions_contain(list: &[u8], name: &[u8]) -> bool {
+    list.chunks_exact(4 + cl::CL_NAME_VERSION_MAX_NAME_SIZE)
+        .any(|entry| trim_nul(entry[4..].to_vec()) == name)
 }
 
 pub(super) fn device_info(d: &Obj<Device>, param: u32) -> Result<Vec<u8>, ClInt> {

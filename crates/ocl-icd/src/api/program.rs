@@ -328,6 +328,12 @@ pub unsafe extern "C" fn clGetProgramInfo(
         cl::CL_PROGRAM_NUM_DEVICES => bytes_of(p.v.devices.len() as u32),
         cl::CL_PROGRAM_DEVICES => handles_bytes(&p.v.devices),
         cl::CL_PROGRAM_SOURCE => cstring_bytes(&p.v.source),
+        // No device takes programs from IL, and OpenCL C has no program-scope
+        // constructors or destructors.
+        cl::CL_PROGRAM_IL => Vec::new(),
+        cl::CL_PROGRAM_SCOPE_GLOBAL_CTORS_PRESENT | cl::CL_PROGRAM_SCOPE_GLOBAL_DTORS_PRESENT => {
+            bytes_of(0u32)
+        }
         cl::CL_PROGRAM_BINARIES => {
             let n = p.v.devices.len();
             let need = n * std::mem::size_of::<*mut u8>();

@@ -9,7 +9,8 @@ use ocl_remote::proto::Request;
 
 use crate::object::*;
 
-use super::{bytes_of, reply, ret_info, set_err};
+use super::PropertyList;
+use super::{bytes_of, property_bytes, property_list, property_pairs, reply, ret_info, set_err};
 
 pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     entry_points![
@@ -23,16 +24,25 @@ pub(super) fn entries() -> Vec<(&'static str, *const c_void)> {
     ]
 }
 
-unsafe fn create_queue(context: Handle, device: Handle, properties: u64) -> Result<Handle, ClInt> {
+unsafe fn create_queue(
+    context: Handle,
+    device: Handle,
+    properties: u64,
+    property_list: PropertyList,
+) -> Result<Handle, ClInt> {
     let c = get::<Context>(context)?;
     let d = get::<Device>(device)?;
     if !c.v.devices.contains(&(device as H)) {
         return Err(cl::CL_INVALID_DEVICE);
     }
-    if properties & !(cl::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | cl::CL_QUEUE_PROFILING_ENABLE)
-        != 0
-    {
+    const HOST: u64 = cl::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | cl::CL_QUEUE_PROFILING_ENABLE;
+    const ON_DEVICE: u64 = cl::CL_QUEUE_ON_DEVICE | cl::CL_QUEUE_ON_DEVICE_DEFAULT;
+    if properties & !(HOST | ON_DEVICE) != 0 {
         return Err(cl::CL_INVALID_VALUE);
+    }
+    // Queues on the device need device-side enqueue, which no device presents.
+    if properties & ON_DEVICE != 0 {
+        return Err(cl::CL_INVALID_QUEUE_PROPERTIES);
     }
     let node = Arc::clone(&c.v.node);
     let id = node.next_id();
@@ -53,6 +63,7 @@ unsafe fn create_queue(context: Handle, device: Handle, properties: u64) -> Resu
         context: context as H,
         device: device as H,
         properties,
+        property_list,
     }))
 }
 
@@ -62,31 +73,40 @@ pub unsafe extern "C" fn clCreateCommandQueue(
     properties: u64,
     errcode: *mut ClInt,
 ) -> Handle {
-    let h = tryp!(create_queue(context, device, properties), errcode);
+    let h = tryp!(
+        create_queue(context, device, properties, Vec::new()),
+        errcode
+    );
     set_err(errcode, cl::CL_SUCCESS);
     h
 }
 
+/// OpenCL 2.0: `clCreateCommandQueue` with a property list; `CL_QUEUE_PROPERTIES` is
+/// the only property of a host queue (`CL_QUEUE_SIZE` is a device queue's).
 pub unsafe extern "C" fn clCreateCommandQueueWithProperties(
     context: Handle,
     device: Handle,
     properties: *const u64,
     errcode: *mut ClInt,
 ) -> Handle {
-    let mut props = 0u64;
-    if !properties.is_null() {
-        let mut i = 0;
-        while *properties.add(i) != 0 && i < 64 {
-            if *properties.add(i) == u64::from(cl::CL_QUEUE_PROPERTIES) {
-                props = *properties.add(i + 1);
-            } else {
+    let list = tryp!(property_list(properties), errcode);
+    let mut bits = 0u64;
+    for (name, value) in property_pairs(&list) {
+        match u32::try_from(name) {
+            Ok(cl::CL_QUEUE_PROPERTIES) => bits = value,
+            Ok(cl::CL_QUEUE_SIZE) if bits & cl::CL_QUEUE_ON_DEVICE != 0 => {
+                set_err(errcode, cl::CL_INVALID_QUEUE_PROPERTIES);
+                return null_mut();
+            }
+            _ => {
                 set_err(errcode, cl::CL_INVALID_VALUE);
                 return null_mut();
             }
-            i += 2;
         }
     }
-    clCreateCommandQueue(context, device, props, errcode)
+    let h = tryp!(create_queue(context, device, bits, list), errcode);
+    set_err(errcode, cl::CL_SUCCESS);
+    h
 }
 
 pub unsafe extern "C" fn clRetainCommandQueue(q: Handle) -> ClInt {
@@ -114,6 +134,10 @@ pub unsafe extern "C" fn clGetCommandQueueInfo(
         cl::CL_QUEUE_DEVICE => bytes_of(q.v.device),
         cl::CL_QUEUE_REFERENCE_COUNT => bytes_of(ref_count(q)),
         cl::CL_QUEUE_PROPERTIES => bytes_of(q.v.properties),
+        cl::CL_QUEUE_PROPERTIES_ARRAY => property_bytes(&q.v.property_list),
+        // No queue is a device queue (OpenCL 3.0 without device-side enqueue).
+        cl::CL_QUEUE_SIZE => return cl::CL_INVALID_COMMAND_QUEUE,
+        cl::CL_QUEUE_DEVICE_DEFAULT => bytes_of(0usize),
         _ => return cl::CL_INVALID_VALUE,
     };
     ret_info(&bytes, size, value, size_ret)

@@ -17,7 +17,7 @@
 //! its socket), [`task`] (what a flush hands from a session to a device), [`worker`] (the
 //! device FIFOs and the execution of tasks), [`events`] (a running task's wait lists and
 //! event results), [`presented`] (the platforms and devices as clients see them: OpenCL
-//! 1.2, memory within their quota), [`reads`] (where a read's bytes wait until sent),
+//! 3.0 without the features the remote path cannot carry, memory within their quota), [`reads`] (where a read's bytes wait until sent),
 //! [`programs`] (the cache of built programs),
 //! [`bodies`] (spare buffers for large frame bodies), [`metrics`] (kept in a shared
 //! page, so that the node shows those of runtime processes too), [`log`] (its log
@@ -269,9 +269,9 @@ pub(crate) struct DeviceEntry {
     pub host_memory: bool,
     /// The memory sizes a client is told (see [`presented::Memory`]).
     pub memory: presented::Memory,
-    /// The runtime compiles for a higher version than the one presented: programs get
-    /// the presented one's options and `__OPENCL_VERSION__` (see [`presented`]).
-    pub compiles_above_presented: bool,
+    /// The names of the runtime's `CL_DEVICE_OPENCL_C_FEATURES`: the `__opencl_c_*`
+    /// macros kernels see (see [`presented::device_info`]).
+    pub c_features: Vec<String>,
 }
 
 /// The loaded runtime and what it shares.
@@ -396,8 +396,8 @@ impl Runtime {
                     config.buffer_bytes_max,
                 );
                 // SAFETY: as above.
-                let version = info_bytes(INFO_BYTES_MAX, &mut |s, p, r| unsafe {
-                    (api.clGetDeviceInfo)(dev, cl::CL_DEVICE_VERSION, s, p, r)
+                let features = info_bytes(INFO_BYTES_MAX, &mut |s, p, r| unsafe {
+                    (api.clGetDeviceInfo)(dev, cl::CL_DEVICE_OPENCL_C_FEATURES, s, p, r)
                 })
                 .unwrap_or_default();
                 indices.push(devices.len() as u32);
@@ -407,7 +407,7 @@ impl Runtime {
                     name: dname,
                     host_memory: cpu && unified,
                     memory,
-                    compiles_above_presented: presented::compiles_above_presented(&version),
+                    c_features: presented::names(&features),
                 });
             }
             platforms.push(PlatformEntry {

@@ -1,29 +1,33 @@
 //! What the node says its platforms and devices are: the runtime's answers to info
 //! queries, made true for a client of the remote path.
 //!
-//! The remote path (protocol and ICD) implements OpenCL 1.2. A runtime that reports
-//! OpenCL 3.0 (PoCL does) would send programs down 2.x/3.0 paths that fail remotely:
-//! properties arrays, numeric versions, SVM, device-side queues. So the node presents
-//! every device as OpenCL 1.2, the version the ICD's platform reports: version strings
-//! are capped at 1.2, the queries OpenCL 2.0 to 3.0 added answer `CL_INVALID_VALUE` (as
-//! a 1.2 device does), and only extensions that need nothing of the host API beyond 1.2
+//! The remote path (protocol and ICD) implements OpenCL 3.0 with the features OpenCL
+//! 3.0 makes optional that it cannot carry reported as unsupported: shared virtual
+//! memory (its pointers are the node's), pipes and device-side enqueue (no host calls
+//! for them in the ICD), sub-groups (`clGetKernelSubGroupInfo` does not reach the
+//! node), programs from IL and built-in kernels. So the node presents every device as
+//! the OpenCL 3.0 device a client can use: version strings are capped at 3.0, the
+//! queries of those features answer "unsupported" ([`fixed_device_info`]) whatever
+//! the runtime says, and only extensions that need no host entry point the ICD lacks
 //! are listed (kernel-language extensions compile on the node; ones with entry points
-//! of their own, such as `cl_khr_command_buffer` or `cl_khr_il_program`, have none in
-//! the ICD). Memory sizes say what one client may allocate: the device as if it had no
-//! more memory than the client's buffer quota ([`Memory`]), so a program that sizes its
-//! buffers by `CL_DEVICE_GLOBAL_MEM_SIZE` and `CL_DEVICE_MAX_MEM_ALLOC_SIZE` gets them.
+//! of their own, such as `cl_khr_command_buffer` or `cl_khr_il_program`, are left
+//! out), in `CL_DEVICE_EXTENSIONS` and `CL_DEVICE_EXTENSIONS_WITH_VERSION` alike.
+//! `CL_DEVICE_OPENCL_C_FEATURES` leaves out the features of what is unsupported, and
+//! the atomic capabilities name no scope the compiler has no feature macro for, so
+//! that they agree with the `__opencl_c_*` macros kernels see. Memory sizes say what
+//! one client may allocate: the device as if it had no more memory than the client's
+//! buffer quota ([`Memory`]), so a program that sizes its buffers by
+//! `CL_DEVICE_GLOBAL_MEM_SIZE` and `CL_DEVICE_MAX_MEM_ALLOC_SIZE` gets them.
 //!
-//! Programs compile for that device too ([`build_options`], [`source_prefix`]): a
-//! runtime that reports a higher version compiles for it by default, and a kernel would
-//! see `__OPENCL_VERSION__` 300 on a 1.2 device (the CTS's `kernel_preprocessor_macros`
-//! checks it).
+//! Programs compile as the client asks: the runtime gets the client's options and
+//! source unchanged.
 //!
 //! Pure functions over the runtime's bytes, so that they can be tested without one.
 
-use crate::cl::{self, ClInt, ClUint};
+use crate::cl::{self, ClUint};
 
 /// The OpenCL version the remote path implements.
-const VERSION: (u32, u32) = (1, 2);
+const VERSION: (u32, u32) = (3, 0);
 
 /// Extensions a remote client can use as it would locally: kernel-language features
 /// (the node compiles kernels) and device queries (forwarded). Anything else is left
@@ -56,34 +60,66 @@ const EXTENSIONS_SUPPORTED: &[&str] = &[
     "cl_khr_icd",
 ];
 
-/// Platform queries OpenCL 2.1 and 3.0 added: `CL_PLATFORM_HOST_TIMER_RESOLUTION`,
-/// `CL_PLATFORM_NUMERIC_VERSION`, `CL_PLATFORM_EXTENSIONS_WITH_VERSION`.
-const PLATFORM_INFO_AFTER_1_2: [ClUint; 3] = [
-    cl::CL_PLATFORM_HOST_TIMER_RESOLUTION,
-    cl::CL_PLATFORM_NUMERIC_VERSION,
-    cl::CL_PLATFORM_EXTENSIONS_WITH_VERSION,
+/// The OpenCL C features (`CL_DEVICE_OPENCL_C_FEATURES`) of what the remote path
+/// does not support (see the module's documentation): left out of the list.
+const FEATURES_UNSUPPORTED: &[&str] = &[
+    "__opencl_c_pipes",
+    "__opencl_c_device_enqueue",
+    "__opencl_c_subgroups",
 ];
 
-/// Whether a platform query is one a 1.2 platform does not know (answer
-/// `CL_INVALID_VALUE` without asking the runtime).
-pub(crate) fn platform_query_refused(param: ClUint) -> bool {
-    PLATFORM_INFO_AFTER_1_2.contains(&param)
-}
-
-/// Whether a device query is one a 1.2 device does not know.
-pub(crate) fn device_query_refused(param: ClUint) -> bool {
-    cl::CL_DEVICE_INFO_2_0_TO_3_0
-        .iter()
-        .any(|r| r.contains(&param))
-}
+/// The feature a kernel needs to use `memory_scope_all_devices`.
+const FEATURE_SCOPE_ALL_DEVICES: &str = "__opencl_c_atomic_scope_all_devices";
 
 /// The platform's answer to `param` as a client sees it, from the runtime's `raw`.
 pub(crate) fn platform_info(param: ClUint, raw: Vec<u8>) -> Vec<u8> {
     match param {
         cl::CL_PLATFORM_VERSION => capped_version(&raw, b"OpenCL "),
         cl::CL_PLATFORM_EXTENSIONS => supported_extensions(&raw),
+        cl::CL_PLATFORM_EXTENSIONS_WITH_VERSION => {
+            name_versions(&raw, |name, _| EXTENSIONS_SUPPORTED.contains(&name))
+        }
         _ => raw,
     }
+}
+
+/// The platform's answers that do not depend on the runtime: the ICD does not forward
+/// `clGetDeviceAndHostTimer`, so the host timer is unsupported (resolution 0).
+pub(crate) fn fixed_platform_info(param: ClUint) -> Option<Vec<u8>> {
+    (param == cl::CL_PLATFORM_HOST_TIMER_RESOLUTION).then(|| 0u64.to_ne_bytes().to_vec())
+}
+
+/// The device's answers that do not depend on the runtime: the optional features of
+/// OpenCL 3.0 the remote path does not support, answered as a device without them
+/// answers (0, `CL_FALSE`, an empty string or list).
+pub(crate) fn fixed_device_info(param: ClUint) -> Option<Vec<u8>> {
+    let answer = match param {
+        cl::CL_DEVICE_SVM_CAPABILITIES
+        | cl::CL_DEVICE_DEVICE_ENQUEUE_CAPABILITIES
+        | cl::CL_DEVICE_QUEUE_ON_DEVICE_PROPERTIES => 0u64.to_ne_bytes().to_vec(),
+        cl::CL_DEVICE_QUEUE_ON_DEVICE_PREFERRED_SIZE
+        | cl::CL_DEVICE_QUEUE_ON_DEVICE_MAX_SIZE
+        | cl::CL_DEVICE_MAX_ON_DEVICE_QUEUES
+        | cl::CL_DEVICE_MAX_ON_DEVICE_EVENTS
+        | cl::CL_DEVICE_PIPE_SUPPORT
+        | cl::CL_DEVICE_MAX_PIPE_ARGS
+        | cl::CL_DEVICE_PIPE_MAX_ACTIVE_RESERVATIONS
+        | cl::CL_DEVICE_PIPE_MAX_PACKET_SIZE
+        | cl::CL_DEVICE_MAX_NUM_SUB_GROUPS
+        | cl::CL_DEVICE_SUB_GROUP_INDEPENDENT_FORWARD_PROGRESS
+        // 2D images from buffers (cl_khr_image2d_from_buffer): the ICD makes images on
+        // buffers of one dimension only.
+        | cl::CL_DEVICE_IMAGE_PITCH_ALIGNMENT
+        | cl::CL_DEVICE_IMAGE_BASE_ADDRESS_ALIGNMENT => 0u32.to_ne_bytes().to_vec(),
+        // clCreateProgramWithIL and clCreateProgramWithBuiltInKernels do not reach the
+        // node.
+        cl::CL_DEVICE_IL_VERSION | cl::CL_DEVICE_BUILT_IN_KERNELS => vec![0],
+        cl::CL_DEVICE_ILS_WITH_VERSION | cl::CL_DEVICE_BUILT_IN_KERNELS_WITH_VERSION => {
+            Vec::new()
+        }
+        _ => return None,
+    };
+    Some(answer)
 }
 
 /// The memory sizes of a device as a client sees them.
@@ -137,15 +173,47 @@ impl Memory {
     }
 }
 
-/// The device's answer to `param` as a client sees it, from the runtime's `raw` and
-/// the sizes of `memory`.
-pub(crate) fn device_info(param: ClUint, raw: Vec<u8>, memory: &Memory) -> Vec<u8> {
+/// The device's answer to `param` as a client sees it, from the runtime's `raw`, the
+/// sizes of `memory` and the runtime's OpenCL C `features` (the names of its
+/// `CL_DEVICE_OPENCL_C_FEATURES`).
+pub(crate) fn device_info(
+    param: ClUint,
+    raw: Vec<u8>,
+    memory: &Memory,
+    features: &[String],
+) -> Vec<u8> {
     match param {
         cl::CL_DEVICE_VERSION => capped_version(&raw, b"OpenCL "),
         cl::CL_DEVICE_OPENCL_C_VERSION => capped_version(&raw, b"OpenCL C "),
+        cl::CL_DEVICE_NUMERIC_VERSION => match <[u8; 4]>::try_from(raw.as_slice()) {
+            Ok(v) => u32::from_ne_bytes(v)
+                .min(cl::make_version(VERSION.0, VERSION.1, 0))
+                .to_ne_bytes()
+                .to_vec(),
+            Err(_) => raw,
+        },
+        cl::CL_DEVICE_OPENCL_C_ALL_VERSIONS => name_versions(&raw, |_, version| {
+            version < cl::make_version(VERSION.0, VERSION.1 + 1, 0)
+        }),
         cl::CL_DEVICE_EXTENSIONS => supported_extensions(&raw),
-        // clCreateProgramWithBuiltInKernels does not reach the node.
-        cl::CL_DEVICE_BUILT_IN_KERNELS => vec![0],
+        cl::CL_DEVICE_EXTENSIONS_WITH_VERSION => {
+            name_versions(&raw, |name, _| EXTENSIONS_SUPPORTED.contains(&name))
+        }
+        cl::CL_DEVICE_OPENCL_C_FEATURES => {
+            name_versions(&raw, |name, _| !FEATURES_UNSUPPORTED.contains(&name))
+        }
+        // A kernel can use `memory_scope_all_devices` only with the feature macro for
+        // it (PoCL 3.1 claims the scope and defines no such macro).
+        cl::CL_DEVICE_ATOMIC_MEMORY_CAPABILITIES | cl::CL_DEVICE_ATOMIC_FENCE_CAPABILITIES => {
+            match <[u8; 8]>::try_from(raw.as_slice()) {
+                Ok(v) if !features.iter().any(|f| f == FEATURE_SCOPE_ALL_DEVICES) => {
+                    (u64::from_ne_bytes(v) & !cl::CL_DEVICE_ATOMIC_SCOPE_ALL_DEVICES)
+                        .to_ne_bytes()
+                        .to_vec()
+                }
+                _ => raw,
+            }
+        }
         cl::CL_DEVICE_GLOBAL_MEM_SIZE => memory.global.to_ne_bytes().to_vec(),
         cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE => memory.max_alloc.to_ne_bytes().to_vec(),
         cl::CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE => match <[u8; 8]>::try_from(raw.as_slice()) {
@@ -169,50 +237,39 @@ pub(crate) fn device_info(param: ClUint, raw: Vec<u8>, memory: &Memory) -> Vec<u
     }
 }
 
-/// Whether a device whose `CL_DEVICE_VERSION` is `raw` compiles programs for a version
-/// above the presented one by default (its `__OPENCL_VERSION__` and default `-cl-std`
-/// follow its version), so that [`build_options`] and [`source_prefix`] apply.
-pub(crate) fn compiles_above_presented(raw: &[u8]) -> bool {
-    capped_version(raw, b"OpenCL ") != raw
+/// The names in a `cl_name_version` array (as `CL_DEVICE_OPENCL_C_FEATURES` answers);
+/// a malformed array has none.
+pub(crate) fn names(raw: &[u8]) -> Vec<String> {
+    name_version_entries(raw)
+        .map(|(name, _)| name.to_string())
+        .collect()
 }
 
-/// The option that selects the presented OpenCL C version.
-const CL_STD: &str = "-cl-std=CL1.2";
-
-/// The build options (`clBuildProgram`, `clCompileProgram`) the runtime gets for a
-/// client's `options`, on a device that [`compiles_above_presented`]:
-///
-/// - `-cl-std=CL1.2` unless the client names a `-cl-std` itself (the runtime would
-///   compile OpenCL C 3.0: `__OPENCL_C_VERSION__` 300), put before the client's
-///   options so that each of theirs keeps its meaning (a `-D` at their end takes the
-///   next word as its name);
-/// - with no options at all, `-cl-kernel-arg-info` as well: what a runtime keeps of a
-///   build without options, as PoCL does only without options or with this one.
-pub(crate) fn build_options(client: &[u8]) -> Vec<u8> {
-    let names_std = client
-        .split(u8::is_ascii_whitespace)
-        .any(|word| word.starts_with(b"-cl-std"));
-    if names_std {
-        return client.to_vec();
-    }
-    if client.is_empty() {
-        return format!("{CL_STD} -cl-kernel-arg-info").into_bytes();
-    }
-    let mut out = format!("{CL_STD} ").into_bytes();
-    out.extend_from_slice(client);
-    out
+/// The entries of a `cl_name_version` array: each a version number and a NUL-padded
+/// name. A length that is not a whole number of entries gives none.
+fn name_version_entries(raw: &[u8]) -> impl Iterator<Item = (&str, u32)> {
+    const ENTRY: usize = 4 + cl::CL_NAME_VERSION_MAX_NAME_SIZE;
+    let whole = raw.len() % ENTRY == 0;
+    raw.chunks_exact(ENTRY).filter(move |_| whole).map(|entry| {
+        let version = u32::from_ne_bytes(entry[..4].try_into().expect("4 bytes"));
+        let name = &entry[4..];
+        let len = name.iter().position(|b| *b == 0).unwrap_or(name.len());
+        (std::str::from_utf8(&name[..len]).unwrap_or(""), version)
+    })
 }
 
-/// What the node puts before a client's program source on a device that
-/// [`compiles_above_presented`]. PoCL defines `__OPENCL_VERSION__` as its device's
-/// version after the client's options (so no option can lower it, and a `-D` of it
-/// only warns); the source redefines it as the presented version, and `#line 1` gives
-/// the client's first line its number (the file name stays the runtime's), so that
-/// `__LINE__` and build logs are what they are natively. The client's own source is
-/// what `CL_PROGRAM_SOURCE` answers (the ICD keeps it).
-pub(crate) fn source_prefix() -> String {
-    let version = VERSION.0 * 100 + VERSION.1 * 10;
-    format!("#undef __OPENCL_VERSION__\n#define __OPENCL_VERSION__ {version}\n#line 1\n")
+/// A `cl_name_version` array with only the entries `keep` accepts, each as it was. A
+/// malformed array is passed on as it is.
+fn name_versions(raw: &[u8], keep: impl Fn(&str, u32) -> bool) -> Vec<u8> {
+    const ENTRY: usize = 4 + cl::CL_NAME_VERSION_MAX_NAME_SIZE;
+    if raw.len() % ENTRY != 0 {
+        return raw.to_vec();
+    }
+    raw.chunks_exact(ENTRY)
+        .zip(name_version_entries(raw))
+        .filter(|(_, (name, version))| keep(name, *version))
+        .flat_map(|(entry, _)| entry.iter().copied())
+        .collect()
 }
 
 /// A version string `<prefix><major>.<minor><rest>` with the version lowered to
@@ -261,10 +318,6 @@ fn supported_extensions(raw: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The error for a query refused by [`platform_query_refused`] or
-/// [`device_query_refused`].
-pub(crate) const REFUSED: ClInt = cl::CL_INVALID_VALUE;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,18 +334,19 @@ mod tests {
     }
 
     #[test]
-    fn versions_above_1_2_are_capped_and_the_rest_is_kept() {
+    fn versions_above_3_0_are_capped_and_the_rest_is_kept() {
         let cap = |s: &str, prefix: &str| {
             String::from_utf8(capped_version(&c(s), prefix.as_bytes())).unwrap()
         };
         assert_eq!(
             cap("OpenCL 3.0 PoCL HSTR: pthread", "OpenCL "),
-            "OpenCL 1.2 PoCL HSTR: pthread\0"
+            "OpenCL 3.0 PoCL HSTR: pthread\0"
         );
-        assert_eq!(cap("OpenCL 2.10 x", "OpenCL "), "OpenCL 1.2 x\0");
+        assert_eq!(cap("OpenCL 3.1 x", "OpenCL "), "OpenCL 3.0 x\0");
+        assert_eq!(cap("OpenCL 4.10 x", "OpenCL "), "OpenCL 3.0 x\0");
+        assert_eq!(cap("OpenCL 2.1 y", "OpenCL "), "OpenCL 2.1 y\0");
         assert_eq!(cap("OpenCL 1.2 PoCL", "OpenCL "), "OpenCL 1.2 PoCL\0");
-        assert_eq!(cap("OpenCL 1.1", "OpenCL "), "OpenCL 1.1\0");
-        assert_eq!(cap("OpenCL C 3.0 ", "OpenCL C "), "OpenCL C 1.2 \0");
+        assert_eq!(cap("OpenCL C 3.5 ", "OpenCL C "), "OpenCL C 3.0 \0");
         assert_eq!(cap("OpenCL C 1.2 PoCL", "OpenCL C "), "OpenCL C 1.2 PoCL\0");
         // Not a version string: unchanged.
         for odd in [
@@ -308,6 +362,118 @@ mod tests {
             capped_version(b"OpenCL 99999999999.0", b"OpenCL "),
             b"OpenCL 99999999999.0"
         );
+        let numeric = |v: u32| {
+            let raw = v.to_ne_bytes().to_vec();
+            let out = device_info(cl::CL_DEVICE_NUMERIC_VERSION, raw, &MEMORY, &[]);
+            u32::from_ne_bytes(out.try_into().unwrap())
+        };
+        assert_eq!(
+            numeric(cl::make_version(3, 0, 0)),
+            cl::make_version(3, 0, 0)
+        );
+        assert_eq!(
+            numeric(cl::make_version(3, 1, 2)),
+            cl::make_version(3, 0, 0)
+        );
+        assert_eq!(
+            numeric(cl::make_version(1, 2, 0)),
+            cl::make_version(1, 2, 0)
+        );
+    }
+
+    /// A `cl_name_version` array of `entries`.
+    fn nv(entries: &[(&str, u32)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, version) in entries {
+            out.extend_from_slice(&version.to_ne_bytes());
+            let mut padded = [0u8; cl::CL_NAME_VERSION_MAX_NAME_SIZE];
+            padded[..name.len()].copy_from_slice(name.as_bytes());
+            out.extend_from_slice(&padded);
+        }
+        out
+    }
+
+    #[test]
+    fn name_version_lists_keep_what_a_remote_client_can_use() {
+        let v1 = cl::make_version(1, 0, 0);
+        let v3 = cl::make_version(3, 0, 0);
+        let pocl = nv(&[
+            ("cl_khr_fp64", v1),
+            ("cl_khr_command_buffer", cl::make_version(0, 9, 0)),
+            ("cl_khr_3d_image_writes", v1),
+        ]);
+        assert_eq!(
+            device_info(cl::CL_DEVICE_EXTENSIONS_WITH_VERSION, pocl, &MEMORY, &[]),
+            nv(&[("cl_khr_fp64", v1), ("cl_khr_3d_image_writes", v1)])
+        );
+        assert_eq!(
+            platform_info(
+                cl::CL_PLATFORM_EXTENSIONS_WITH_VERSION,
+                nv(&[("cl_khr_icd", v1), ("cl_pocl_content_size", v1)])
+            ),
+            nv(&[("cl_khr_icd", v1)])
+        );
+        let features = nv(&[
+            ("__opencl_c_images", v3),
+            ("__opencl_c_pipes", v3),
+            ("__opencl_c_device_enqueue", v3),
+            ("__opencl_c_subgroups", v3),
+            ("__opencl_c_fp64", v3),
+        ]);
+        assert_eq!(
+            device_info(
+                cl::CL_DEVICE_OPENCL_C_FEATURES,
+                features.clone(),
+                &MEMORY,
+                &[]
+            ),
+            nv(&[("__opencl_c_images", v3), ("__opencl_c_fp64", v3)])
+        );
+        assert_eq!(
+            names(&features)[..2],
+            ["__opencl_c_images", "__opencl_c_pipes"]
+        );
+        let c_versions = nv(&[
+            ("OpenCL C", cl::make_version(1, 2, 0)),
+            ("OpenCL C", v3),
+            ("OpenCL C", cl::make_version(3, 1, 0)),
+        ]);
+        assert_eq!(
+            device_info(
+                cl::CL_DEVICE_OPENCL_C_ALL_VERSIONS,
+                c_versions,
+                &MEMORY,
+                &[]
+            ),
+            nv(&[("OpenCL C", cl::make_version(1, 2, 0)), ("OpenCL C", v3)])
+        );
+        // Malformed arrays pass as they are; they have no names.
+        assert_eq!(
+            device_info(cl::CL_DEVICE_OPENCL_C_FEATURES, vec![1, 2, 3], &MEMORY, &[]),
+            [1, 2, 3]
+        );
+        assert!(names(&[1, 2, 3]).is_empty());
+        assert!(names(&[]).is_empty());
+    }
+
+    #[test]
+    fn atomic_scopes_agree_with_the_feature_macros() {
+        // PoCL 3.1: relaxed, acq_rel, seq_cst, work-group, device, all-devices scope.
+        let pocl: u64 = 0b111_1110_0111 | cl::CL_DEVICE_ATOMIC_SCOPE_ALL_DEVICES;
+        let caps = |param, features: &[String]| {
+            let out = device_info(param, pocl.to_ne_bytes().to_vec(), &MEMORY, features);
+            u64::from_ne_bytes(out.try_into().unwrap())
+        };
+        for param in [
+            cl::CL_DEVICE_ATOMIC_MEMORY_CAPABILITIES,
+            cl::CL_DEVICE_ATOMIC_FENCE_CAPABILITIES,
+        ] {
+            assert_eq!(
+                caps(param, &["__opencl_c_atomic_scope_device".into()]),
+                pocl & !cl::CL_DEVICE_ATOMIC_SCOPE_ALL_DEVICES
+            );
+            assert_eq!(caps(param, &[FEATURE_SCOPE_ALL_DEVICES.into()]), pocl);
+        }
     }
 
     #[test]
@@ -318,7 +484,7 @@ mod tests {
                       cl_khr_fp64 ",
         );
         assert_eq!(
-            device_info(cl::CL_DEVICE_EXTENSIONS, pocl, &MEMORY),
+            device_info(cl::CL_DEVICE_EXTENSIONS, pocl, &MEMORY, &[]),
             c(
                 "cl_khr_byte_addressable_store cl_khr_global_int32_base_atomics \
                cl_khr_3d_image_writes cl_khr_fp64"
@@ -392,7 +558,7 @@ mod tests {
         };
         let size = |param, bytes: u64| {
             u64::from_ne_bytes(
-                device_info(param, bytes.to_ne_bytes().to_vec(), &memory)
+                device_info(param, bytes.to_ne_bytes().to_vec(), &memory, &[])
                     .try_into()
                     .unwrap(),
             )
@@ -411,7 +577,12 @@ mod tests {
         assert_eq!(size(cl::CL_DEVICE_IMAGE_MAX_BUFFER_SIZE, 1 << 31), 1 << 28);
         // A malformed answer is passed on as it is.
         assert_eq!(
-            device_info(cl::CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE, vec![1, 2], &memory),
+            device_info(
+                cl::CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE,
+                vec![1, 2],
+                &memory,
+                &[]
+            ),
             [1, 2]
         );
         // Other sizes are the device's.
@@ -419,38 +590,48 @@ mod tests {
     }
 
     #[test]
-    fn programs_compile_for_the_presented_version() {
-        let options = |client: &str| String::from_utf8(build_options(client.as_bytes())).unwrap();
-        assert_eq!(options(""), "-cl-std=CL1.2 -cl-kernel-arg-info");
-        assert_eq!(options(" "), "-cl-std=CL1.2  ");
-        assert_eq!(options("-DX=1 -D"), "-cl-std=CL1.2 -DX=1 -D");
-        // The client's own choice stands.
-        assert_eq!(options("-O2 -cl-std=CL2.0"), "-O2 -cl-std=CL2.0");
-        assert_eq!(options("-cl-std=CL1.1"), "-cl-std=CL1.1");
-        assert_eq!(options("-DSTD=-cl-std"), "-cl-std=CL1.2 -DSTD=-cl-std");
-        assert_eq!(
-            source_prefix(),
-            "#undef __OPENCL_VERSION__\n#define __OPENCL_VERSION__ 120\n#line 1\n"
-        );
-        assert!(compiles_above_presented(b"OpenCL 3.0 PoCL HSTR\0"));
-        assert!(!compiles_above_presented(b"OpenCL 1.2 PoCL\0"));
-        assert!(!compiles_above_presented(b"OpenCL 1.1\0"));
-    }
-
-    #[test]
-    fn queries_after_1_2_are_refused() {
-        for param in [0x104A, 0x1053, 0x105E, 0x1060, 0x1066, 0x106F, 0x1072] {
-            assert!(device_query_refused(param), "{param:#x}");
+    fn unsupported_features_are_answered_without_the_runtime() {
+        let zero64 = 0u64.to_ne_bytes().to_vec();
+        let zero32 = 0u32.to_ne_bytes().to_vec();
+        for param in [
+            cl::CL_DEVICE_SVM_CAPABILITIES,
+            cl::CL_DEVICE_DEVICE_ENQUEUE_CAPABILITIES,
+            cl::CL_DEVICE_QUEUE_ON_DEVICE_PROPERTIES,
+        ] {
+            assert_eq!(fixed_device_info(param), Some(zero64.clone()), "{param:#x}");
         }
-        // 1.2 queries and cl_khr_device_uuid's are answered.
-        for param in [0x1000, 0x102F, 0x1049, 0x106A, 0x106E, 0x4000] {
-            assert!(!device_query_refused(param), "{param:#x}");
+        for param in [
+            cl::CL_DEVICE_PIPE_SUPPORT,
+            cl::CL_DEVICE_MAX_PIPE_ARGS,
+            cl::CL_DEVICE_MAX_ON_DEVICE_QUEUES,
+            cl::CL_DEVICE_MAX_NUM_SUB_GROUPS,
+            cl::CL_DEVICE_SUB_GROUP_INDEPENDENT_FORWARD_PROGRESS,
+            cl::CL_DEVICE_IMAGE_PITCH_ALIGNMENT,
+        ] {
+            assert_eq!(fixed_device_info(param), Some(zero32.clone()), "{param:#x}");
         }
-        assert!(platform_query_refused(cl::CL_PLATFORM_NUMERIC_VERSION));
-        assert!(!platform_query_refused(cl::CL_PLATFORM_VERSION));
+        assert_eq!(fixed_device_info(cl::CL_DEVICE_IL_VERSION), Some(c("")));
         assert_eq!(
-            device_info(cl::CL_DEVICE_BUILT_IN_KERNELS, c("pocl.add.i8"), &MEMORY),
-            c("")
+            fixed_device_info(cl::CL_DEVICE_BUILT_IN_KERNELS),
+            Some(c(""))
         );
+        assert_eq!(
+            fixed_device_info(cl::CL_DEVICE_ILS_WITH_VERSION),
+            Some(Vec::new())
+        );
+        // The rest is the runtime's.
+        for param in [
+            cl::CL_DEVICE_VERSION,
+            cl::CL_DEVICE_OPENCL_C_FEATURES,
+            cl::CL_DEVICE_ATOMIC_MEMORY_CAPABILITIES,
+            cl::CL_DEVICE_NUMERIC_VERSION,
+        ] {
+            assert_eq!(fixed_device_info(param), None, "{param:#x}");
+        }
+        assert_eq!(
+            fixed_platform_info(cl::CL_PLATFORM_HOST_TIMER_RESOLUTION),
+            Some(zero64)
+        );
+        assert_eq!(fixed_platform_info(cl::CL_PLATFORM_VERSION), None);
     }
 }

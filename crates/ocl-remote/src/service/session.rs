@@ -228,11 +228,11 @@ impl Session<'_> {
         let api = &self.shared.runtime.api;
         match request {
             Request::Hello { version, host_id } => self.hello(version, host_id),
-            // Answers as an OpenCL 1.2 platform and device would (see `presented`).
+            // Answers as the OpenCL 3.0 platform and device presented (see `presented`).
             Request::GetPlatformInfo { platform, param } => {
                 let raw = self.shared.runtime.platform(platform)?.raw.0;
-                if presented::platform_query_refused(param) {
-                    return Err(presented::REFUSED);
+                if let Some(answer) = presented::fixed_platform_info(param) {
+                    return Ok(answer);
                 }
                 // SAFETY: `raw` is a platform of the runtime; info_bytes passes valid buffers.
                 info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
@@ -242,15 +242,17 @@ impl Session<'_> {
             }
             Request::GetDeviceInfo { device, param } => {
                 let entry = self.shared.runtime.device(device)?;
-                let (raw, memory) = (entry.raw.0, entry.memory);
-                if presented::device_query_refused(param) {
-                    return Err(presented::REFUSED);
+                if let Some(answer) = presented::fixed_device_info(param) {
+                    return Ok(answer);
                 }
+                let raw = entry.raw.0;
                 // SAFETY: as above, for a device.
                 info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetDeviceInfo)(raw, param, s, b, r)
                 })
-                .map(|answer| presented::device_info(param, answer, &memory))
+                .map(|answer| {
+                    presented::device_info(param, answer, &entry.memory, &entry.c_features)
+                })
             }
             Request::CreateContext { id, devices } => self.create_context(id, devices),
             Request::CreateQueue {
@@ -338,20 +340,8 @@ impl Session<'_> {
                 let hash = programs::source_hash(source);
                 let devices = ctx.devices.clone();
                 let ctx = Arc::clone(&ctx.real);
-                let lowered = devices
-                    .iter()
-                    .any(|d| self.shared.runtime.devices[*d as usize].compiles_above_presented);
-                // The client's source as it is, unless the runtime must see the
-                // presented version's prefix before it.
-                let runtime_source: std::borrow::Cow<[u8]> = if lowered {
-                    [presented::source_prefix().as_bytes(), source]
-                        .concat()
-                        .into()
-                } else {
-                    source.into()
-                };
-                let ptr = runtime_source.as_ptr().cast();
-                let len = runtime_source.len();
+                let ptr = source.as_ptr().cast();
+                let len = source.len();
                 self.create(
                     id,
                     // SAFETY: valid context; one string of `len` bytes.
@@ -363,8 +353,6 @@ impl Session<'_> {
                             context: Arc::clone(&ctx),
                             devices,
                             program: Arc::clone(&real),
-                            lowered,
-                            client_options: None,
                         };
                         Program {
                             real,
@@ -404,14 +392,6 @@ impl Session<'_> {
                 param,
             } => {
                 let program = self.objects.get::<Program>(program)?;
-                let client_options = program
-                    .source
-                    .as_ref()
-                    .and_then(|s| s.client_options.as_ref());
-                if let (cl::CL_PROGRAM_BUILD_OPTIONS, Some(options)) = (param, client_options) {
-                    self.shared.runtime.device(device)?;
-                    return Ok([options.as_slice(), &[0]].concat());
-                }
                 let raw = program.real.handle();
                 let dev = self.shared.runtime.device(device)?.raw.0;
                 // SAFETY: valid handles and buffers.

@@ -77,13 +77,6 @@ pub(crate) struct ProgramSource {
     /// the program's executable comes from cached binaries instead, and a binary program
     /// has no source: builds, compiles and headers keep working on this one.
     pub program: Arc<Real>,
-    /// The runtime compiles for a version above the presented one on these devices:
-    /// the runtime's source begins with `presented::source_prefix`, and builds and
-    /// compiles get `presented::build_options`.
-    pub lowered: bool,
-    /// The client's options of the program's last build or compile, when `lowered`:
-    /// `CL_PROGRAM_BUILD_OPTIONS` answers these, not the ones the runtime got.
-    pub client_options: Option<Vec<u8>>,
 }
 
 /// The bytes of device memory a client holds, against its `buffer_bytes_max`.

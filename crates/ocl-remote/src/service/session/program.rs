@@ -11,7 +11,7 @@ use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
 use crate::proto;
 use crate::service::lock;
-use crate::service::{presented, programs, Real, INFO_BYTES_MAX};
+use crate::service::{programs, Real, INFO_BYTES_MAX};
 
 /// Build options as a C string (NUL bytes dropped).
 fn c_options(options: &[u8]) -> CString {
@@ -50,20 +50,9 @@ fn refuse_missing_argument(options: &[u8], error: ClInt) -> Result<(), ClInt> {
     }
 }
 
-/// The options the runtime gets for a build or compile with the client's `options`
-/// (NUL bytes dropped) of a program made from `source`, which notes the client's ones
-/// (see [`ProgramSource::client_options`]): on a device that compiles above the
-/// presented version, those of [`presented::build_options`].
-fn runtime_options(options: &[u8], source: Option<&mut ProgramSource>) -> Vec<u8> {
-    let options: Vec<u8> = options.iter().copied().filter(|b| *b != 0).collect();
-    match source {
-        Some(source) if source.lowered => {
-            let runtime = presented::build_options(&options);
-            source.client_options = Some(options);
-            runtime
-        }
-        _ => options,
-    }
+/// The client's build or compile `options` as the runtime gets them: without NUL bytes.
+fn runtime_options(options: &[u8]) -> Vec<u8> {
+    options.iter().copied().filter(|b| *b != 0).collect()
 }
 
 /// The array's pointer, or null for an empty array (as OpenCL wants for "none").
@@ -193,9 +182,9 @@ impl Session<'_> {
         let api = &self.shared.runtime.api;
         refuse_missing_argument(options, cl::CL_INVALID_BUILD_OPTIONS)?;
         let program_obj = self.objects.get::<Program>(program)?;
-        let (real, mut source) = (Arc::clone(&program_obj.real), program_obj.source.clone());
+        let (real, source) = (Arc::clone(&program_obj.real), program_obj.source.clone());
         let devs = self.device_handles(&devices)?;
-        let options = runtime_options(options, source.as_mut());
+        let options = runtime_options(options);
         // Only whole-context builds of source programs are cached: then the binaries
         // are exactly one per context device.
         let cache_key = source
@@ -271,10 +260,10 @@ impl Session<'_> {
         let api = &self.shared.runtime.api;
         refuse_missing_argument(options, cl::CL_INVALID_COMPILER_OPTIONS)?;
         // Only programs made from source compile (a binary has nothing to compile).
-        let Some(mut source) = self.objects.get::<Program>(program)?.source.clone() else {
+        let Some(source) = self.objects.get::<Program>(program)?.source.clone() else {
             return Err(cl::CL_INVALID_OPERATION);
         };
-        let options = runtime_options(options, Some(&mut source));
+        let options = runtime_options(options);
         let real = Arc::clone(&source.program);
         let devs = self.device_handles(&devices)?;
         let ids: Vec<u64> = headers.iter().map(|(id, _)| *id).collect();

@@ -177,6 +177,15 @@ pub fn forget_assumed_readiness(stream: &TcpStream) {
     });
 }
 
+/// After a read of `n` bytes into `room`: a read that returned less than the room it
+/// was given has drained the socket, so the socket's readiness is cleared right away
+/// (see [`read_once`]).
+pub fn drained(stream: &TcpStream, n: usize, room: usize) {
+    if n > 0 && n < room {
+        forget_assumed_readiness(stream);
+    }
+}
+
 /// One non-blocking read. A read that returns less than the room it was given has
 /// drained the socket, so the socket's readiness is cleared right away: the next wait
 /// goes straight to the event loop instead of first paying for a read that can only
@@ -185,11 +194,7 @@ pub fn forget_assumed_readiness(stream: &TcpStream) {
 fn read_once(stream: &TcpStream, buf: &mut impl BufMut) -> io::Result<usize> {
     let room = buf.chunk_mut().len();
     let n = stream.try_read_buf(buf)?;
-    if n > 0 && n < room {
-        let _ = stream.try_io(tokio::io::Interest::READABLE, || {
-            Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
-        });
-    }
+    drained(stream, n, room);
     Ok(n)
 }
 

@@ -578,6 +578,7 @@ fn accept_tls(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: P
         else {
             return;
         };
+        let stream = crate::tls::TlsStream::from(stream);
         match protocol {
             Protocol::Http => crate::http::serve(Arc::clone(&node), stream, peer, tenant).await,
             Protocol::Rac => {

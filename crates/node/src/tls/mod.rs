@@ -25,16 +25,17 @@
 //! Another front end (gRPC) takes TLS by running its accepted connections through
 //! [`TlsAcceptor::accept`] (a clone from [`TlsAcceptor::for_alpn`] to offer `h2`).
 
+pub mod stream;
 pub mod subject;
 
+pub use stream::TlsStream;
+
 use std::collections::BTreeMap;
-use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::BufMut;
 use parking_lot::RwLock;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -46,10 +47,7 @@ use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSess
 use rustls::{HandshakeKind, RootCertStore, ServerConfig, ServerConnection};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-use crate::netio::{IoTimer, Transport, LINGER, LINGER_BYTES_MAX};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// The `[tls]` table of node.toml (and `--https`, `--rac-tls`, `--tls-*`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -588,79 +586,6 @@ pub fn spawn_reloader(
         .recv()
         .map_err(|_| "the TLS reload thread ended at start".to_string())??;
     Ok(thread)
-}
-
-/// A served TLS connection: reads and writes go through rustls, with the same
-/// deadlines as a plain connection's.
-impl Transport for tokio_rustls::server::TlsStream<TcpStream> {
-    async fn read_with_deadline<B: BufMut + Send>(
-        &mut self,
-        buf: &mut B,
-        deadline: Instant,
-        timer: &mut IoTimer,
-    ) -> io::Result<Option<usize>> {
-        tokio::select! {
-            r = self.read_buf(buf) => r.map(Some),
-            _ = timer.until(deadline) => Ok(None),
-        }
-    }
-
-    async fn wait_readable(&mut self, deadline: Instant, timer: &mut IoTimer) -> io::Result<bool> {
-        // Plaintext rustls already holds (or a close, or an error for the next read to
-        // report) is ready now; otherwise wait for the socket.
-        let (tcp, conn) = self.get_mut();
-        match conn.process_new_packets() {
-            Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed() => {}
-            _ => return Ok(true),
-        }
-        tokio::select! {
-            r = tcp.readable() => r.map(|()| true),
-            _ = timer.until(deadline) => Ok(false),
-        }
-    }
-
-    async fn write_with_deadline(&mut self, data: &[u8], deadline: Instant) -> io::Result<()> {
-        let write = async {
-            self.write_all(data).await?;
-            self.flush().await
-        };
-        match tokio::time::timeout_at(deadline.into(), write).await {
-            Ok(r) => r,
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "client did not read the response in time",
-            )),
-        }
-    }
-
-    fn try_write_vectored(&mut self, _bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        // Everything goes through the connection's output buffer and one flush.
-        Ok(0)
-    }
-
-    async fn linger(&mut self) {
-        // close_notify and a half-close, then drain briefly, as a plain close does.
-        let deadline = Instant::now() + LINGER;
-        if tokio::time::timeout_at(deadline.into(), self.shutdown())
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let mut timer = IoTimer::default();
-        let mut scratch = Vec::with_capacity(8192);
-        let mut drained = 0;
-        while drained < LINGER_BYTES_MAX {
-            scratch.clear();
-            match self
-                .read_with_deadline(&mut scratch, deadline, &mut timer)
-                .await
-            {
-                Ok(Some(n)) if n > 0 => drained += n,
-                _ => break,
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -362,7 +362,10 @@ fn sigterm_drains_runtime_processes_and_sigkill_takes_them_along() {
 }
 
 /// `libnetaccel_opencl.so` as cargo built it beside the node (`cargo test --workspace`
-/// and test.sh build it; `deps/` holds it after `cargo test`).
+/// and test.sh build it; `deps/` holds it after `cargo test`, the directory above after
+/// `cargo build`): the newer of the two, so that a library left by an earlier `cargo
+/// build` does not stand in for the one this test run built (it once spoke an older
+/// protocol than the node, whose Hello then refused it).
 fn icd_library() -> Option<std::path::PathBuf> {
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_netaccel-node"));
     let dir = bin.parent()?;
@@ -371,7 +374,9 @@ fn icd_library() -> Option<std::path::PathBuf> {
         dir.join("deps/libnetaccel_opencl.so"),
     ]
     .into_iter()
-    .find(|p| p.exists())
+    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+    .max_by_key(|(modified, _)| *modified)
+    .map(|(_, p)| p)
 }
 
 /// Runs `cmd` to its end within `within`, or kills it and fails the test.

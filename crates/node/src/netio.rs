@@ -228,11 +228,16 @@ pub async fn write_with_deadline(
     };
     match tokio::time::timeout_at(deadline.into(), rest).await {
         Ok(r) => r,
-        Err(_) => Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "client did not read the response in time",
-        )),
+        Err(_) => Err(too_slow()),
     }
+}
+
+/// The error of a write whose deadline passed: the client stopped reading.
+pub fn too_slow() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "client did not read the response in time",
+    )
 }
 
 /// Output batches are kept up to this size; a buffer that grew past four times it (one

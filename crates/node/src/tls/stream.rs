@@ -140,7 +140,7 @@ impl TlsStream {
                     // The send buffer is full: the only case that arms a timer.
                     match tokio::time::timeout_at(deadline.into(), self.tcp.writable()).await {
                         Ok(r) => r?,
-                        Err(_) => return Err(too_slow()),
+                        Err(_) => return Err(crate::netio::too_slow()),
                     }
                 }
                 Err(e) => return Err(e),
@@ -148,13 +148,6 @@ impl TlsStream {
         }
         Ok(())
     }
-}
-
-fn too_slow() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::TimedOut,
-        "client did not read the response in time",
-    )
 }
 
 impl Transport for TlsStream {

@@ -39,10 +39,7 @@ impl UringStream {
         let sent = poll_fn(|cx| with(|d| d.poll_sent(key, cx)));
         match tokio::time::timeout_at(deadline.into(), sent).await {
             Ok(r) => r,
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "client did not read the response in time",
-            )),
+            Err(_) => Err(crate::netio::too_slow()),
         }
     }
 }

@@ -273,13 +273,21 @@ pub const LINGER_BYTES_MAX: usize = 1024 * 1024;
 /// the client reads it.
 pub async fn linger(stream: &mut TcpStream) {
     stream.shutdown().await.ok();
-    let deadline = Instant::now() + LINGER;
+    drain(stream, Instant::now() + LINGER).await;
+}
+
+/// The draining half of a linger, for every transport: reads and drops input, 8 KiB at
+/// a time, until the peer's end, an error, `deadline` or [`LINGER_BYTES_MAX`].
+pub async fn drain<S: Transport>(stream: &mut S, deadline: Instant) {
     let mut timer = IoTimer::default();
     let mut scratch = Vec::with_capacity(8192);
     let mut drained = 0;
     while drained < LINGER_BYTES_MAX {
         scratch.clear();
-        match read_with_deadline(stream, &mut scratch, deadline, &mut timer).await {
+        match stream
+            .read_with_deadline(&mut (&mut scratch).limit(8192), deadline, &mut timer)
+            .await
+        {
             Ok(Some(n)) if n > 0 => drained += n,
             _ => break,
         }

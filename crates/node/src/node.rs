@@ -84,30 +84,32 @@ impl Node {
         let mut metrics = Metrics::new();
         // A host without an OpenCL runtime serves the rest; an address the operator
         // configured that cannot be listened on is an error, as for every listener.
-        let opencl = match config.opencl.map(|addr| {
-            let spawned =
-                ocl_remote::service::spawn(addr, config.opencl_service(), metrics.registry_mut());
-            (addr, spawned)
-        }) {
+        let opencl = match config.opencl {
             None => None,
-            Some((_, Ok(handle))) => {
-                tracing::info!(opencl = %handle.local_addr(), devices = ?handle.device_names(), "sharing OpenCL devices");
-                Some(handle)
-            }
-            Some((addr, Err(e)))
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::AddrInUse
-                        | std::io::ErrorKind::AddrNotAvailable
-                        | std::io::ErrorKind::PermissionDenied
-                ) =>
-            {
-                return Err(format!("cannot listen for remote OpenCL on {addr}: {e}"));
-            }
-            Some((_, Err(e))) => {
-                tracing::warn!(error = %e, "remote OpenCL not available; serving without it");
-                None
-            }
+            Some(addr) => match ocl_remote::service::spawn(
+                addr,
+                config.opencl_service(),
+                metrics.registry_mut(),
+            ) {
+                Ok(handle) => {
+                    tracing::info!(opencl = %handle.local_addr(), devices = ?handle.device_names(), "sharing OpenCL devices");
+                    Some(handle)
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::AddrInUse
+                            | std::io::ErrorKind::AddrNotAvailable
+                            | std::io::ErrorKind::PermissionDenied
+                    ) =>
+                {
+                    return Err(format!("cannot listen for remote OpenCL on {addr}: {e}"));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "remote OpenCL not available; serving without it");
+                    None
+                }
+            },
         };
         let tenants = Tenants::new(&config);
         let tls = if config.tls.enabled() {

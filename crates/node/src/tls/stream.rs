@@ -28,7 +28,7 @@ use bytes::BufMut;
 use rustls::ServerConnection;
 use tokio::net::TcpStream;
 
-use crate::netio::{IoTimer, Transport, LINGER, LINGER_BYTES_MAX};
+use crate::netio::{IoTimer, Transport, LINGER};
 
 /// A TLS connection after its handshake: the socket and rustls's state.
 pub struct TlsStream {
@@ -218,18 +218,6 @@ impl Transport for TlsStream {
         {
             return;
         }
-        let mut timer = IoTimer::default();
-        let mut scratch = Vec::with_capacity(8192);
-        let mut drained = 0;
-        while drained < LINGER_BYTES_MAX {
-            scratch.clear();
-            match self
-                .read_with_deadline(&mut scratch, deadline, &mut timer)
-                .await
-            {
-                Ok(Some(n)) if n > 0 => drained += n,
-                _ => break,
-            }
-        }
+        crate::netio::drain(self, deadline).await;
     }
 }

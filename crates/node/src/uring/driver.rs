@@ -297,22 +297,18 @@ impl Driver {
         // here on 6.18: `tests/uring.rs` and the benchmarks). DEFER_TASKRUN came in
         // 6.1, and its first releases had fixes around it, so kernels before 6.2 get
         // the ring without it (and without the flag), as do kernels that refuse it.
-        let plain = || {
-            IoUring::builder()
-                .setup_cqsize(CQ_ENTRIES)
-                .setup_single_issuer()
-                .build(SQ_ENTRIES)
+        let build = |deferred: bool| {
+            let mut builder = IoUring::builder();
+            builder.setup_cqsize(CQ_ENTRIES).setup_single_issuer();
+            if deferred {
+                builder.setup_defer_taskrun().setup_taskrun_flag();
+            }
+            builder.build(SQ_ENTRIES)
         };
         let ring = if kernel_at_least(6, 2) {
-            IoUring::builder()
-                .setup_cqsize(CQ_ENTRIES)
-                .setup_single_issuer()
-                .setup_defer_taskrun()
-                .setup_taskrun_flag()
-                .build(SQ_ENTRIES)
-                .or_else(|_| plain())?
+            build(true).or_else(|_| build(false))?
         } else {
-            plain()?
+            build(false)?
         };
         let bufs = BufRing::new(&ring)?;
         // SAFETY: plain eventfd creation; the descriptor is owned at once.

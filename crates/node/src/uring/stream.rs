@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::BufMut;
 
 use super::driver::{try_with, with};
-use crate::netio::{IoTimer, Transport, LINGER, LINGER_BYTES_MAX};
+use crate::netio::{IoTimer, Transport, LINGER};
 
 /// A connection whose bytes come and go through the ring: what the front ends see
 /// instead of a tokio `TcpStream`. Only ever used on the thread that accepted it.
@@ -118,20 +118,7 @@ impl Transport for UringStream {
             return;
         }
         let _ = self.socket.shutdown(Shutdown::Write);
-        let deadline = Instant::now() + LINGER;
-        let mut timer = IoTimer::default();
-        let mut scratch = Vec::with_capacity(8192);
-        let mut drained = 0;
-        while drained < LINGER_BYTES_MAX {
-            scratch.clear();
-            match self
-                .read_with_deadline(&mut (&mut scratch).limit(8192), deadline, &mut timer)
-                .await
-            {
-                Ok(Some(n)) if n > 0 => drained += n,
-                _ => break,
-            }
-        }
+        crate::netio::drain(self, Instant::now() + LINGER).await;
     }
 }
 

@@ -971,14 +971,19 @@ fn greet(stream: Stream, host_id: &[u8]) -> io::Result<(Stream, Stream, Vec<u8>)
     Ok((stream, reader, payload.to_vec()))
 }
 
-fn read_frame(reader: &mut Stream) -> io::Result<(proto::Header, Vec<u8>)> {
+/// Reads one frame's header (its body is the caller's to read).
+fn read_header(reader: &mut Stream) -> io::Result<proto::Header> {
     let mut head = [0u8; proto::HEADER_LEN];
     reader.read_exact(&mut head)?;
-    let header = match proto::decode_header(&head, FRAME_BODY_MAX) {
-        Ok(Decoded::Complete(h, _)) => h,
+    match proto::decode_header(&head, FRAME_BODY_MAX) {
+        Ok(Decoded::Complete(h, _)) => Ok(h),
         Ok(Decoded::Partial) => unreachable!("a whole header was read"),
-        Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
-    };
+        Err(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+    }
+}
+
+fn read_frame(reader: &mut Stream) -> io::Result<(proto::Header, Vec<u8>)> {
+    let header = read_header(reader)?;
     let mut body = vec![0u8; header.body_len as usize];
     reader.read_exact(&mut body)?;
     Ok((header, body))

@@ -69,13 +69,7 @@ impl Finished {
 /// is returned for its callbacks to run once the read half is released.
 pub(super) fn pump_one(node: &Node, reader: &mut Stream) -> io::Result<Option<Finished>> {
     {
-        let mut head = [0u8; proto::HEADER_LEN];
-        reader.read_exact(&mut head)?;
-        let header = match proto::decode_header(&head, FRAME_BODY_MAX) {
-            Ok(Decoded::Complete(h, _)) => h,
-            Ok(Decoded::Partial) => unreachable!("a whole header was read"),
-            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
-        };
+        let header = read_header(reader)?;
         if header.kind == proto::kind::READ_DATA {
             // Read data goes straight into the application's memory.
             let mut fixed = [0u8; 20];

@@ -7,16 +7,16 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::logging::LogFormat;
-use crate::memory::PoolPolicy;
+pub use crate::telemetry::logging::LogFormat;
+use crate::core::memory::PoolPolicy;
 use crate::registry;
-use crate::tenant::{self, TenantConfig};
+use crate::core::tenant::{self, TenantConfig};
 use ocl_remote::service::ServiceConfig;
 
 /// Largest simulated device time per call (`simulated_exec_us`): 10 s.
 const SIMULATED_EXEC_US_MAX: u64 = 10_000_000;
 
-/// Which event loop drives the plain HTTP and RAC connections (see `crate::uring`).
+/// Which event loop drives the plain HTTP and RAC connections (see `crate::net::uring`).
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Network {
@@ -425,7 +425,7 @@ pub struct Config {
     /// Tenants a RAC connection may bind to with `hello` (see the `tenant` module).
     pub tenants: Vec<TenantConfig>,
     /// TLS listeners, certificates and client-certificate tenants (the `tls` module).
-    pub tls: crate::tls::TlsConfig,
+    pub tls: crate::net::tls::TlsConfig,
     /// Object store capacity ("device memory"), in bytes (507 beyond).
     pub object_store_bytes_max: usize,
     /// Objects in the store.
@@ -519,7 +519,7 @@ impl Default for Config {
             reassembly_buffer_bytes: 16 * 1024 * 1024,
             reassembly_policy: PoolPolicy::default(),
             tenants: Vec::new(),
-            tls: crate::tls::TlsConfig::default(),
+            tls: crate::net::tls::TlsConfig::default(),
             object_store_bytes_max: 256 * 1024 * 1024,
             objects_max: 4096,
             object_key_bytes_max: 256,
@@ -613,7 +613,7 @@ impl Config {
         if let Some(token) = &self.admin_token {
             check_admin_token(token)?;
         }
-        crate::logging::check_filter(&self.log_level)?;
+        crate::telemetry::logging::check_filter(&self.log_level)?;
         registry::check_config(self)?;
         self.validate_opencl()
     }

@@ -41,29 +41,15 @@
 //! | the registry | [`registry`] | the node's name and advertised addresses, registration and lease renewal, deregistration on drain, asking before a reconfiguration ([`registry::Registry::validate`]; when to ask is [`admin::reconfigure`]'s) |
 //! | remote OpenCL | crate `ocl-remote` | the service; the node starts it ([`node::Node::new`]) and drains it ([`server`]) |
 
-pub mod admin;
-mod bufpool;
 pub mod config;
-pub mod deadline;
+pub mod core;
 pub mod device;
-pub mod dispatch;
-mod fair_queue;
-pub mod grpc;
-pub mod http;
-pub mod logging;
-pub mod memory;
-pub mod metrics;
-mod netio;
+pub mod front;
+pub mod net;
 pub mod node;
-pub mod objects;
-pub mod rac;
 pub mod registry;
 pub mod server;
-pub mod slot;
-pub mod tenant;
-pub mod tls;
-mod uring;
-pub mod watchdog;
+pub mod telemetry;
 
 pub use config::Config;
 pub use server::{start, Running};

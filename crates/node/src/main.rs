@@ -145,7 +145,7 @@ fn main() -> ExitCode {
         config.tls.client_ca = Some(path);
     }
     if args.tls_client_cert_optional {
-        config.tls.client_certs = netaccel_node::tls::ClientCerts::Optional;
+        config.tls.client_certs = netaccel_node::net::tls::ClientCerts::Optional;
     }
     if let Some(GrpcListen(addr)) = args.grpc {
         config.grpc = addr;
@@ -184,7 +184,7 @@ fn main() -> ExitCode {
         eprintln!("netaccel-node: invalid configuration: {e}");
         return ExitCode::from(2);
     }
-    if let Err(e) = netaccel_node::logging::init(&config.log_level, config.log_format) {
+    if let Err(e) = netaccel_node::telemetry::logging::init(&config.log_level, config.log_format) {
         eprintln!("netaccel-node: cannot set up logging: {e}");
         return ExitCode::from(2);
     }

@@ -12,21 +12,21 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::device::{self, Devices};
-use crate::dispatch::Dispatcher;
-use crate::logging::RefusalLog;
-use crate::memory::{MemoryBudget, ReassemblyPool};
-use crate::metrics::Metrics;
-use crate::objects::ObjectStore;
+use crate::core::dispatch::Dispatcher;
+use crate::telemetry::logging::RefusalLog;
+use crate::core::memory::{MemoryBudget, ReassemblyPool};
+use crate::telemetry::metrics::Metrics;
+use crate::core::objects::ObjectStore;
 use crate::registry::Registry;
-use crate::slot::SlotLimits;
-use crate::tenant::Tenants;
+use crate::core::slot::SlotLimits;
+use crate::core::tenant::Tenants;
 
 /// The front end a request came in through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
     Http,
     Rac,
-    /// The Open Inference Protocol's `GRPCInferenceService` (`crate::grpc`).
+    /// The Open Inference Protocol's `GRPCInferenceService` (`crate::front::grpc`).
     Grpc,
 }
 
@@ -72,7 +72,7 @@ pub struct Node {
     /// The registry the node reports to and asks before reconfiguring, if it has one.
     pub registry: Option<Arc<Registry>>,
     /// The TLS acceptor, when a certificate is configured (`[tls]`).
-    pub tls: Option<crate::tls::TlsAcceptor>,
+    pub tls: Option<crate::net::tls::TlsAcceptor>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -113,7 +113,7 @@ impl Node {
         };
         let tenants = Tenants::new(&config);
         let tls = if config.tls.enabled() {
-            Some(crate::tls::TlsAcceptor::new(
+            Some(crate::net::tls::TlsAcceptor::new(
                 &config.tls,
                 metrics.registry_mut(),
             )?)

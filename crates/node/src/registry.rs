@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::node::Node;
-use crate::slot::SlotInfo;
+use crate::core::slot::SlotInfo;
 
 /// Registry replicas a node may list.
 pub const REGISTRY_URLS_MAX: usize = 8;

@@ -15,7 +15,7 @@ use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::Config;
-use crate::logging::Refusal;
+use crate::telemetry::logging::Refusal;
 use crate::node::{Node, Protocol};
 use crate::registry::Lease;
 
@@ -47,7 +47,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
     config.validate()?;
     let fd_limit = raise_fd_limit(&mut config)?;
     if config.network == crate::config::Network::IoUring {
-        if let Err(e) = crate::uring::probe() {
+        if let Err(e) = crate::net::uring::probe() {
             tracing::error!(
                 error = %e,
                 "network = \"io_uring\" but the kernel refuses io_uring (disabled by kernel.io_uring_disabled, a seccomp profile or a kernel before 6.0): serving on epoll instead"
@@ -85,7 +85,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let network_threads = threads.len();
     if let Some(tls) = &node.tls {
-        threads.push(crate::tls::spawn_reloader(
+        threads.push(crate::net::tls::spawn_reloader(
             tls.clone(),
             node.shutdown_signal(),
         )?);
@@ -336,10 +336,10 @@ async fn accept_optional(listener: &Option<TcpListener>) -> io::Result<(PlainStr
 }
 
 /// A plain (not TLS) listener: on the runtime's epoll, or on the thread's io_uring
-/// ring (`network = "io_uring"`, see [`crate::uring`]).
+/// ring (`network = "io_uring"`, see [`crate::net::uring`]).
 enum PlainListener {
     Epoll(TcpListener),
-    Uring(crate::uring::Listener),
+    Uring(crate::net::uring::Listener),
 }
 
 /// A connection accepted on a [`PlainListener`].
@@ -365,7 +365,7 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
     let accepted_here = node.metrics.connections_accepted(index);
     let mut uring = node.config.network == crate::config::Network::IoUring;
     if uring {
-        if let Err(e) = crate::uring::install() {
+        if let Err(e) = crate::net::uring::install() {
             tracing::error!(error = %e, "cannot set up io_uring: this network thread serves on epoll");
             uring = false;
         }
@@ -374,20 +374,20 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
     if uring {
         // The turn's sends go to the kernel in one submission just before the
         // thread sleeps.
-        builder.on_thread_park(crate::uring::before_park);
+        builder.on_thread_park(crate::net::uring::before_park);
     }
     let rt = builder.enable_all().build().expect("network runtime");
     rt.block_on(async move {
         let register = |l: StdListener| TcpListener::from_std(l).expect("registering a listener");
         let plain = |l: StdListener| {
             if uring {
-                PlainListener::Uring(crate::uring::Listener::new(l))
+                PlainListener::Uring(crate::net::uring::Listener::new(l))
             } else {
                 PlainListener::Epoll(register(l))
             }
         };
         if uring {
-            tokio::spawn(crate::uring::drive());
+            tokio::spawn(crate::net::uring::drive());
         }
         let http = plain(listeners.http);
         let rac = plain(listeners.rac);
@@ -396,12 +396,12 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
         // gRPC's connections are driven by tonic's server, beside this accept loop on
         // the same thread; it stops by itself at the shutdown signal.
         if let Some(grpc) = listeners.grpc {
-            let incoming = crate::grpc::accepted(Arc::clone(&node), register(grpc));
-            tokio::spawn(crate::grpc::serve(Arc::clone(&node), incoming));
+            let incoming = crate::front::grpc::accepted(Arc::clone(&node), register(grpc));
+            tokio::spawn(crate::front::grpc::serve(Arc::clone(&node), incoming));
         }
         if let (Some(grpc), Some(tls)) = (listeners.grpc_tls, node.tls.clone()) {
-            let incoming = crate::grpc::accepted_tls(Arc::clone(&node), register(grpc), tls);
-            tokio::spawn(crate::grpc::serve(Arc::clone(&node), incoming));
+            let incoming = crate::front::grpc::accepted_tls(Arc::clone(&node), register(grpc), tls);
+            tokio::spawn(crate::front::grpc::serve(Arc::clone(&node), incoming));
         }
         let mut shutdown = node.shutdown_signal();
         let mut roll = tokio::time::interval(Duration::from_secs(1));
@@ -492,7 +492,7 @@ fn open(
 ) -> Option<(TcpStream, ConnectionGuard)> {
     let _ = stream.set_nodelay(true);
     // An idle connection must wait for input without holding a read buffer.
-    crate::netio::forget_assumed_readiness(&stream);
+    crate::net::netio::forget_assumed_readiness(&stream);
     let Some(guard) = ConnectionGuard::open(node, protocol) else {
         if protocol == Protocol::Http {
             node.http_requests(503).inc();
@@ -532,12 +532,12 @@ fn accept_uring(
         return;
     };
     let io_timeout = Duration::from_millis(node.config.io_timeout_ms);
-    let stream = crate::uring::UringStream::new(stream, io_timeout);
+    let stream = crate::net::uring::UringStream::new(stream, io_timeout);
     serve_plain(node, stream, guard, peer, protocol);
 }
 
 /// Serves an accepted, counted plain connection on its own task.
-fn serve_plain<S: crate::netio::Transport>(
+fn serve_plain<S: crate::net::netio::Transport>(
     node: &Arc<Node>,
     stream: S,
     guard: ConnectionGuard,
@@ -551,14 +551,14 @@ fn serve_plain<S: crate::netio::Transport>(
     // connection's task would carry RAC's room (issue 15).
     match protocol {
         Protocol::Http => tokio::spawn(async move {
-            crate::http::serve(node, stream, peer, tenant).await;
+            crate::front::http::serve(node, stream, peer, tenant).await;
             drop(guard);
         }),
         Protocol::Rac => tokio::spawn(async move {
-            crate::rac::serve(node, stream, peer, tenant, false).await;
+            crate::front::rac::serve(node, stream, peer, tenant, false).await;
             drop(guard);
         }),
-        Protocol::Grpc => unreachable!("gRPC connections are accepted by crate::grpc"),
+        Protocol::Grpc => unreachable!("gRPC connections are accepted by crate::front::grpc"),
     };
 }
 
@@ -578,13 +578,13 @@ fn accept_tls(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: P
         else {
             return;
         };
-        let stream = crate::tls::TlsStream::from(stream);
+        let stream = crate::net::tls::TlsStream::from(stream);
         match protocol {
-            Protocol::Http => crate::http::serve(Arc::clone(&node), stream, peer, tenant).await,
+            Protocol::Http => crate::front::http::serve(Arc::clone(&node), stream, peer, tenant).await,
             Protocol::Rac => {
-                crate::rac::serve(Arc::clone(&node), stream, peer, tenant, fixed).await
+                crate::front::rac::serve(Arc::clone(&node), stream, peer, tenant, fixed).await
             }
-            Protocol::Grpc => unreachable!("gRPC connections are accepted by crate::grpc"),
+            Protocol::Grpc => unreachable!("gRPC connections are accepted by crate::front::grpc"),
         }
         drop(guard);
     });
@@ -596,31 +596,31 @@ fn accept_tls(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: P
 /// logged as a refusal and gives `None`.
 pub(crate) async fn handshake(
     node: &Node,
-    tls: &crate::tls::TlsAcceptor,
+    tls: &crate::net::tls::TlsAcceptor,
     stream: TcpStream,
     protocol: Protocol,
     peer: SocketAddr,
 ) -> Option<(
     tokio_rustls::server::TlsStream<TcpStream>,
-    crate::tenant::TenantId,
+    crate::core::tenant::TenantId,
     bool,
 )> {
     let (stream, identity) = match tls.accept(stream).await {
         Ok(accepted) => accepted,
-        Err(crate::tls::AcceptError::Handshake(message)) => {
+        Err(crate::net::tls::AcceptError::Handshake(message)) => {
             node.refusals
                 .log(Refusal::Protocol, protocol, peer, &"TLS", &message);
             return None;
         }
-        Err(crate::tls::AcceptError::Refused(message)) => {
+        Err(crate::net::tls::AcceptError::Refused(message)) => {
             node.refusals
                 .log(Refusal::Token, protocol, peer, &"TLS", &message);
             return None;
         }
     };
     Some(match identity {
-        crate::tls::Identity::Tenant(name) => (stream, node.tenants.named(&name), true),
-        crate::tls::Identity::Anonymous => (stream, node.tenants.anonymous(), false),
+        crate::net::tls::Identity::Tenant(name) => (stream, node.tenants.named(&name), true),
+        crate::net::tls::Identity::Anonymous => (stream, node.tenants.anonymous(), false),
     })
 }
 
@@ -658,7 +658,7 @@ pub fn refusal_bytes(protocol: Protocol) -> Vec<u8> {
             out
         }
         // Closed before HTTP/2 starts: the client's call fails with a transport
-        // error (see `crate::grpc::accepted`).
+        // error (see `crate::front::grpc::accepted`).
         Protocol::Grpc => Vec::new(),
     }
 }
@@ -669,11 +669,11 @@ pub fn refusal_bytes(protocol: Protocol) -> Vec<u8> {
 async fn refuse_connection(mut stream: TcpStream, protocol: Protocol) {
     let bytes = refusal_bytes(protocol);
     let deadline = Instant::now() + Duration::from_millis(500);
-    if crate::netio::write_with_deadline(&mut stream, &bytes, deadline)
+    if crate::net::netio::write_with_deadline(&mut stream, &bytes, deadline)
         .await
         .is_ok()
     {
-        crate::netio::linger(&mut stream).await;
+        crate::net::netio::linger(&mut stream).await;
     }
 }
 

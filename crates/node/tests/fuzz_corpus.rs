@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::Path;
 
-use netaccel_node::http::parse::fuzzing;
+use netaccel_node::front::http::parse::fuzzing;
 
 fn replay(target: &str, body: fn(&[u8])) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -36,7 +36,7 @@ fn http_chunked_corpus() {
 fn v2_infer_corpus() {
     replay(
         "v2_infer",
-        netaccel_node::http::v2::infer::fuzzing::v2_infer,
+        netaccel_node::front::oip::infer::fuzzing::v2_infer,
     );
 }
 
@@ -44,6 +44,6 @@ fn v2_infer_corpus() {
 fn grpc_infer_corpus() {
     replay(
         "grpc_infer",
-        netaccel_node::grpc::tensor::fuzzing::grpc_infer,
+        netaccel_node::front::grpc::tensor::fuzzing::grpc_infer,
     );
 }

@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use common::{free_addr, TestNode};
-use netaccel_node::grpc::pb;
+use netaccel_node::front::grpc::pb;
 use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
 use pb::model_infer_request::InferInputTensor;
 use tonic::transport::Channel;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Parser, ValueEnum};
-use netaccel_node::grpc::pb;
+use netaccel_node::front::grpc::pb;
 use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

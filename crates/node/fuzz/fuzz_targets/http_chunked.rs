@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| netaccel_node::http::parse::fuzzing::http_chunked(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| netaccel_node::front::http::parse::fuzzing::http_chunked(data));

@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| netaccel_node::http::v2::infer::fuzzing::v2_infer(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| netaccel_node::front::oip::infer::fuzzing::v2_infer(data));

@@ -30,7 +30,7 @@ use netaccel_onnx::Model;
 use ocl_remote::service::ServiceHandle;
 
 use crate::config::{Config, DeviceConfig};
-use crate::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 
 pub use crate::config::BackendKind;
 

@@ -32,7 +32,7 @@ use prometheus_client::metrics::family::Family;
 
 use super::{Backend, BackendKind, Hostable, Load, Loaded, Ran};
 use crate::config::{Config, DeviceConfig};
-use crate::metrics::{Metrics, SlotLabel};
+use crate::telemetry::metrics::{Metrics, SlotLabel};
 
 /// Longest a design may take to compile before its load is refused.
 const BUILD_TIME_MAX: Duration = Duration::from_secs(600);

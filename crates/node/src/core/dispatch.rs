@@ -1,0 +1,289 @@
+//! The dispatcher: from a whole call to a slot that hosts its accelerator.
+//!
+//! Front ends (HTTP, RAC) hand every call here. The dispatcher picks among the slots
+//! hosting the accelerator (round robin or join-shortest-queue), falls over to the next
+//! slot when one is full or being reconfigured, and answers at once when none can take
+//! the call: `UNKNOWN_ACCELERATOR` (nothing hosts it), `UNAVAILABLE` (its slots are
+//! being reconfigured) or `BUSY` (all queues full). It never blocks.
+//!
+//! It counts its refusals in `netaccel_accelerator_calls_total`, except `BUSY`: front
+//! ends refuse calls `BUSY` too (body memory, reassembly buffers), so the front end
+//! that answers `BUSY` counts it, by protocol and accelerator at once
+//! ([`crate::node::Node::count_busy`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use accel::Catalog;
+use rac_proto::Status;
+
+use crate::config::BalancePolicy;
+use crate::device::SlotPlan;
+use crate::telemetry::metrics::{AccelMetrics, Metrics};
+use crate::core::slot::{Answer, Call, Slot, SlotLimits, Submitted};
+use crate::core::tenant::TenantId;
+
+pub struct Dispatcher {
+    catalog: Catalog,
+    slots: Vec<Arc<Slot>>,
+    policy: BalancePolicy,
+    next: AtomicUsize,
+    accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
+    /// Tells the slot watchdog ([`crate::core::watchdog`]) to end.
+    watchdog_stop: Arc<AtomicBool>,
+}
+
+/// Why the dispatcher could not find a slot for an accelerator.
+pub struct NoSlot {
+    pub status: Status,
+    pub message: String,
+}
+
+impl Dispatcher {
+    /// Builds the slots, one per entry of `initial` (loaded by their devices, see
+    /// [`crate::device::start`]), and starts their worker threads.
+    pub fn start(
+        catalog: Catalog,
+        initial: Vec<SlotPlan>,
+        limits: SlotLimits,
+        policy: BalancePolicy,
+        metrics: &Metrics,
+    ) -> Arc<Dispatcher> {
+        let accel_metrics: Arc<HashMap<u16, AccelMetrics>> = Arc::new(
+            catalog
+                .iter()
+                .map(|a| (a.descriptor().id, metrics.accel(&a.descriptor().name)))
+                .collect(),
+        );
+        let slots: Vec<Arc<Slot>> = initial
+            .into_iter()
+            .enumerate()
+            .map(|(i, plan)| {
+                let id = u16::try_from(i).expect("slot count validated by the config");
+                Arc::new(Slot::new(
+                    id,
+                    &plan.device,
+                    plan.backend,
+                    plan.accel,
+                    plan.image,
+                    limits,
+                    metrics.slot(id),
+                    Arc::clone(&accel_metrics),
+                ))
+            })
+            .collect();
+        for slot in &slots {
+            let slot = Arc::clone(slot);
+            std::thread::Builder::new()
+                .name(format!("slot-{}", slot.id))
+                .spawn(move || slot.run_worker())
+                .expect("spawning a slot worker thread");
+        }
+        let watchdog_stop = Arc::new(AtomicBool::new(false));
+        crate::core::watchdog::spawn(
+            slots.clone(),
+            limits.kernel_timeout,
+            Arc::clone(&watchdog_stop),
+        );
+        Arc::new(Dispatcher {
+            catalog,
+            slots,
+            policy,
+            next: AtomicUsize::new(0),
+            accel_metrics,
+            watchdog_stop,
+        })
+    }
+
+    /// The metric handles of accelerator `id`, if it is in the catalog.
+    pub fn accel_metrics(&self, id: u16) -> Option<&AccelMetrics> {
+        self.accel_metrics.get(&id)
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    pub fn slots(&self) -> &[Arc<Slot>] {
+        &self.slots
+    }
+
+    /// Slots currently hosting accelerator `id` (admitting or not).
+    pub fn slots_hosting(&self, id: u16) -> Vec<u16> {
+        self.slots
+            .iter()
+            .filter(|s| s.hosting().accel_id == id)
+            .map(|s| s.id)
+            .collect()
+    }
+
+    /// Candidate slots for `accel_id` in the order they should be tried, or why there
+    /// are none.
+    fn candidates(&self, accel_id: u16) -> Result<Vec<&Arc<Slot>>, NoSlot> {
+        let mut admitting = Vec::with_capacity(self.slots.len());
+        let mut reconfiguring = false;
+        let mut failed = false;
+        for slot in &self.slots {
+            let hosting = slot.hosting();
+            if hosting.open && hosting.accel_id == accel_id {
+                admitting.push(slot);
+            } else if hosting.failed && hosting.accel_id == accel_id {
+                failed = true;
+            } else if hosting
+                .swapping
+                .is_some_and(|(from, to)| from == accel_id || to == accel_id)
+            {
+                reconfiguring = true;
+            }
+        }
+        if admitting.is_empty() {
+            let name = self
+                .catalog
+                .by_id(accel_id)
+                .map_or_else(|| format!("#{accel_id}"), |a| a.descriptor().name.clone());
+            return Err(if failed {
+                NoSlot {
+                    status: Status::Unavailable,
+                    message: format!(
+                        "the slots for {name} are failed (a kernel ran past kernel_timeout_ms) until reloaded; retry"
+                    ),
+                }
+            } else if reconfiguring {
+                NoSlot {
+                    status: Status::Unavailable,
+                    message: format!("the slots for {name} are being reconfigured; retry"),
+                }
+            } else {
+                NoSlot {
+                    status: Status::UnknownAccelerator,
+                    message: format!("no slot on this node hosts accelerator {name}"),
+                }
+            });
+        }
+        match self.policy {
+            BalancePolicy::RoundRobin => {
+                let start = self.next.fetch_add(1, Ordering::Relaxed) % admitting.len();
+                admitting.rotate_left(start);
+            }
+            BalancePolicy::JoinShortestQueue => {
+                // Ties go round robin, so equal slots share the load.
+                let start = self.next.fetch_add(1, Ordering::Relaxed) % admitting.len();
+                admitting.rotate_left(start);
+                admitting.sort_by_key(|s| s.depth());
+            }
+        }
+        Ok(admitting)
+    }
+
+    /// Whether a call from `tenant` to `accel_id` would find room now. Used to refuse
+    /// before reading a body; the answer may be stale by the time the body is in.
+    pub fn admission(&self, accel_id: u16, tenant: TenantId) -> Result<(), NoSlot> {
+        let candidates = self.candidates(accel_id)?;
+        if candidates.iter().any(|s| s.has_room(tenant)) {
+            Ok(())
+        } else {
+            Err(busy())
+        }
+    }
+
+    /// Submits a whole call. Never blocks; every call gets exactly one answer.
+    pub fn submit(&self, call: Call) -> Submitted {
+        // Fast path, no lock and no allocation: the policy's pick among the slots that
+        // admit the accelerator right now.
+        let accel_id = call.accel.descriptor().id;
+        let n = self.slots.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut pick: Option<&Arc<Slot>> = None;
+        for k in 0..n {
+            let slot = &self.slots[(start + k) % n];
+            if !slot.admits(accel_id) {
+                continue;
+            }
+            match (self.policy, pick) {
+                (BalancePolicy::RoundRobin, _) => {
+                    pick = Some(slot);
+                    break;
+                }
+                (BalancePolicy::JoinShortestQueue, Some(best)) if best.depth() <= slot.depth() => {}
+                (BalancePolicy::JoinShortestQueue, _) => pick = Some(slot),
+            }
+        }
+        match pick {
+            Some(slot) => match slot.submit(call) {
+                Ok(submitted) => submitted,
+                Err(refused) => self.submit_slow(refused.call),
+            },
+            None => self.submit_slow(call),
+        }
+    }
+
+    /// Submits a whole call and waits for its answer: how the front ends that answer
+    /// each call on its own request (HTTP's `/v1/fn` and v2, gRPC) run one, so that
+    /// admission, the tenant's share of a queue, the deadline and the accelerator's
+    /// metrics are the same whichever protocol carried it.
+    pub async fn run(&self, call: Call) -> Answer {
+        match self.submit(call) {
+            Submitted::Done(answer) => answer,
+            Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
+        }
+    }
+
+    /// Every candidate in policy order, and the reason when none takes the call.
+    fn submit_slow(&self, mut call: Call) -> Submitted {
+        let accel_id = call.accel.descriptor().id;
+        let candidates = match self.candidates(accel_id) {
+            Ok(c) => c,
+            Err(NoSlot { status, message }) => return self.refuse(status, message, call),
+        };
+        let mut all_full = false;
+        for slot in candidates {
+            match slot.submit(call) {
+                Ok(submitted) => return submitted,
+                Err(refused) => {
+                    // Busy wins over Unavailable: some slot does host it, it is just full.
+                    all_full |= refused.status == Status::Busy;
+                    call = refused.call;
+                }
+            }
+        }
+        if all_full {
+            self.refuse(Status::Busy, busy().message, call)
+        } else {
+            let message = "the slots for this accelerator are being reconfigured or failed; retry";
+            self.refuse(Status::Unavailable, message.to_string(), call)
+        }
+    }
+
+    fn refuse(&self, status: Status, message: String, call: Call) -> Submitted {
+        // BUSY is counted by the front end that answers it (see the module docs).
+        if status != Status::Busy {
+            if let Some(m) = self.accel_metrics(call.accel.descriptor().id) {
+                m.answered(status, 0);
+            }
+        }
+        Submitted::Done(Answer::refusal(status, message, call))
+    }
+
+    /// Stops every slot; workers exit when their queues are empty.
+    pub fn stop(&self) {
+        self.watchdog_stop.store(true, Ordering::Relaxed);
+        for slot in &self.slots {
+            slot.stop();
+        }
+    }
+
+    /// Stops every slot and answers every call still queued or running `UNAVAILABLE`
+    /// with `why` (the drain deadline passed). Returns how many calls it answered.
+    pub fn abandon_all(&self, why: &str) -> usize {
+        self.stop();
+        self.slots.iter().map(|s| s.abandon_all(why)).sum()
+    }
+}
+
+fn busy() -> NoSlot {
+    NoSlot {
+        status: Status::Busy,
+        message: "all slots for this accelerator are full; retry".to_string(),
+    }
+}

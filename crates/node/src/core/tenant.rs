@@ -1,0 +1,302 @@
+//! Tenants: who a call is counted against, how a RAC connection proves it is a
+//! configured tenant, and the per-tenant bounds at run time.
+//!
+//! Every connection starts as its own anonymous tenant (a fresh [`TenantId`]), so two
+//! clients never share a fair share by accident. A RAC connection may then say
+//! `hello` with the name and token of a tenant from the configuration (`[[tenants]]`);
+//! from then on it shares that tenant's identity, and so its share, with every other
+//! connection bound to the same tenant. HTTP has no `hello`: each HTTP connection
+//! stays its own tenant.
+//!
+//! Two bounds apply per tenant, both from the configuration:
+//! - in every slot's queue, at most [`Tenants::queue_share_max`] queued calls
+//!   (`tenant_queue_depth_max`, never more than the queue itself): the slot enforces
+//!   it, and serves tenants round robin (`slot::FairQueue`);
+//! - over RAC, at most `tenant_in_flight_max` calls queued at slots across all the
+//!   tenant's connections ([`TenantGate`]): past it the node stops reading that
+//!   tenant's connections, so TCP pushes back on a flooding tenant instead of the node
+//!   spending a network thread on calls it could only refuse `BUSY`.
+//!
+//! Tokens (tenant tokens here, the admin token in `admin`) are compared with
+//! [`secret_eq`], in time that does not depend on where they differ.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+
+/// Identity used for fairness and quotas: a configured tenant, or a connection that
+/// named none.
+pub type TenantId = u64;
+
+/// A RAC tenant: connections that say `hello` with this name and token share its
+/// fair share of every slot.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    pub name: String,
+    pub token: String,
+}
+
+/// Checks the `tenants` of a configuration: each name at most once.
+pub fn check_config(tenants: &[TenantConfig]) -> Result<(), String> {
+    let mut names = std::collections::HashSet::new();
+    for t in tenants {
+        if !names.insert(&t.name) {
+            return Err(format!("tenant `{}` is configured twice", t.name));
+        }
+    }
+    Ok(())
+}
+
+/// Compares a secret (token) with what a client sent without stopping at the first
+/// differing byte, so response timing does not reveal how much of it was right.
+pub fn secret_eq(given: &str, want: &str) -> bool {
+    let (given, want) = (given.as_bytes(), want.as_bytes());
+    given.len() == want.len()
+        && given
+            .iter()
+            .zip(want)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// The node's tenants at run time.
+pub struct Tenants {
+    configured: Vec<TenantConfig>,
+    /// Queued calls one tenant may hold in one slot's queue.
+    pub queue_share_max: usize,
+    /// RAC calls one tenant may have queued at slots, across its connections.
+    in_flight_max: usize,
+    next_anonymous: AtomicU64,
+    /// Gates of tenants with live connections, and of some whose connections are all
+    /// gone (swept from time to time, see [`Tenants::gate`]).
+    gates: Mutex<Gates>,
+}
+
+/// The gates map and its size after the last sweep.
+#[derive(Default)]
+struct Gates {
+    map: HashMap<TenantId, Weak<TenantGate>>,
+    swept_len: usize,
+}
+
+/// The gates map is swept of dead entries when it reaches twice its size after the
+/// last sweep, and not below this.
+const GATES_SWEEP_MIN: usize = 64;
+
+impl Tenants {
+    /// The tenants and per-tenant bounds of a validated configuration.
+    pub fn new(config: &Config) -> Tenants {
+        Tenants {
+            configured: config.tenants.clone(),
+            queue_share_max: config.tenant_queue_depth_max.min(config.queue_depth_max),
+            in_flight_max: config.tenant_in_flight_max,
+            next_anonymous: AtomicU64::new(1),
+            gates: Mutex::new(Gates::default()),
+        }
+    }
+
+    /// A fresh tenant identity, for a connection that has not named a tenant.
+    pub fn anonymous(&self) -> TenantId {
+        self.next_anonymous.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// RAC `hello`: the identity of configured tenant `name` if `token` is its token,
+    /// otherwise the sentence to refuse it with (the same whether the name or the
+    /// token was wrong, so a guesser does not learn which names exist).
+    pub fn authenticate(&self, name: &str, token: Option<&str>) -> Result<TenantId, String> {
+        let known = self.configured.iter().find(|t| t.name == name);
+        match known {
+            Some(t) if token.is_some_and(|given| secret_eq(given, &t.token)) => {
+                Ok(configured_id(name))
+            }
+            _ => Err(format!(
+                "tenant `{name}` is unknown or its token does not match"
+            )),
+        }
+    }
+
+    /// The identity of the tenant called `name`, whether or not it has a token: the
+    /// one a client certificate mapped to `name` gets (`crate::net::tls`), the same a
+    /// `hello` with its token gives.
+    pub fn named(&self, name: &str) -> TenantId {
+        configured_id(name)
+    }
+
+    /// The gate of `tenant`, shared by all its connections. Every RAC connection asks
+    /// for one when it opens (a fresh anonymous tenant each), under one lock shared by
+    /// all network threads, so this is O(1) amortised: tenants whose connections are
+    /// all gone are forgotten in a sweep when the map has doubled since the last one
+    /// (sweeping at every new tenant cost O(live connections) per accept: quadratic
+    /// when thousands connect). The map holds at most about twice the live tenants.
+    pub fn gate(&self, tenant: TenantId) -> Arc<TenantGate> {
+        let mut gates = self.gates.lock();
+        if let Some(gate) = gates.map.get(&tenant).and_then(Weak::upgrade) {
+            return gate;
+        }
+        if gates.map.len() >= (2 * gates.swept_len).max(GATES_SWEEP_MIN) {
+            gates.map.retain(|_, g| g.strong_count() > 0);
+            gates.swept_len = gates.map.len();
+        }
+        let gate = Arc::new(TenantGate {
+            in_flight: AtomicUsize::new(0),
+            max: self.in_flight_max,
+            freed: tokio::sync::Notify::new(),
+        });
+        gates.map.insert(tenant, Arc::downgrade(&gate));
+        gate
+    }
+}
+
+/// The identity of a configured tenant: the same for every connection that binds to
+/// it, and never equal to an anonymous identity (those count up from 1).
+fn configured_id(name: &str) -> TenantId {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish() | (1 << 63)
+}
+
+/// Calls one tenant has queued at slots over RAC, across all its connections: the
+/// network-level bound that back-pressures a flooding tenant through TCP instead of
+/// letting it spend the network thread on calls that can only be refused BUSY.
+pub struct TenantGate {
+    in_flight: AtomicUsize,
+    max: usize,
+    /// Signalled when a held call is released.
+    pub freed: tokio::sync::Notify,
+}
+
+impl TenantGate {
+    /// Whether the tenant is at its bound (`tenant_in_flight_max`).
+    pub fn is_full(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) >= self.max
+    }
+
+    /// Counts one call until the returned guard drops.
+    pub fn hold(self: &Arc<Self>) -> TenantHold {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        TenantHold(Arc::clone(self))
+    }
+}
+
+/// One call counted against its tenant; released on drop.
+pub struct TenantHold(Arc<TenantGate>);
+
+impl Drop for TenantHold {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.freed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenants(toml: &str) -> Tenants {
+        Tenants::new(&Config::from_toml(toml).unwrap())
+    }
+
+    #[test]
+    fn secrets_compare_exactly() {
+        assert!(secret_eq("abc", "abc"));
+        assert!(!secret_eq("abd", "abc"));
+        assert!(!secret_eq("ab", "abc"));
+        assert!(!secret_eq("abcd", "abc"));
+        assert!(secret_eq("", ""));
+    }
+
+    #[test]
+    fn hello_binds_configured_tenants_with_their_token_only() {
+        let t = tenants(
+            "tenant_in_flight_max = 2\n[[tenants]]\nname = \"a\"\ntoken = \"ta\"\n\
+             [[tenants]]\nname = \"b\"\ntoken = \"tb\"",
+        );
+        let a = t.authenticate("a", Some("ta")).unwrap();
+        assert_eq!(t.authenticate("a", Some("ta")), Ok(a), "stable identity");
+        let b = t.authenticate("b", Some("tb")).unwrap();
+        assert_ne!(a, b);
+        for (name, token) in [("a", Some("tb")), ("a", None), ("c", Some("ta"))] {
+            let err = t.authenticate(name, token).unwrap_err();
+            assert!(err.contains("unknown or its token does not match"), "{err}");
+        }
+        // Anonymous identities never collide with configured ones.
+        let anon = [t.anonymous(), t.anonymous()];
+        assert_ne!(anon[0], anon[1]);
+        assert!(!anon.contains(&a) && !anon.contains(&b));
+    }
+
+    #[test]
+    fn a_tenant_shares_one_gate_across_connections_up_to_its_bound() {
+        let t = tenants("tenant_in_flight_max = 2");
+        let id = t.anonymous();
+        let (g1, g2) = (t.gate(id), t.gate(id));
+        assert!(Arc::ptr_eq(&g1, &g2));
+        let h1 = g1.hold();
+        assert!(!g2.is_full());
+        let h2 = g2.hold();
+        assert!(g1.is_full());
+        drop(h1);
+        assert!(!g1.is_full());
+        drop((h2, g1, g2));
+        // The tenant's gate went with its last connection: a new one starts empty.
+        let g = t.gate(id);
+        assert!(!g.is_full());
+    }
+
+    #[test]
+    fn gates_of_closed_connections_are_forgotten_in_amortised_sweeps() {
+        let t = tenants("");
+        let live: Vec<_> = (0..1000)
+            .map(|_| {
+                let id = t.anonymous();
+                (id, t.gate(id))
+            })
+            .collect();
+        let mut sweeps = 0;
+        let mut last_len = t.gates.lock().map.len();
+        // 100,000 connections that open and close beside 1,000 that stay.
+        for _ in 0..100_000 {
+            drop(t.gate(t.anonymous()));
+            let len = t.gates.lock().map.len();
+            if len < last_len {
+                sweeps += 1;
+            }
+            last_len = len;
+            // Never more than about twice the live gates (plus the one just made).
+            assert!(
+                len <= 2 * live.len() + 1,
+                "{len} entries for {} live",
+                live.len()
+            );
+        }
+        // A sweep per ~1,000 new tenants, not one per tenant.
+        assert!((90..=110).contains(&sweeps), "{sweeps} sweeps");
+        // The live tenants keep their gates through the sweeps.
+        for (id, g) in &live {
+            assert!(Arc::ptr_eq(&t.gate(*id), g));
+        }
+    }
+
+    #[test]
+    fn the_queue_share_never_exceeds_the_queue() {
+        assert_eq!(tenants("").queue_share_max, 48);
+        let t = tenants("queue_depth_max = 8\ntenant_queue_depth_max = 20");
+        assert_eq!(t.queue_share_max, 8);
+    }
+
+    #[test]
+    fn a_tenant_configured_twice_is_refused() {
+        let err = Config::from_toml(
+            "[[tenants]]\nname = \"a\"\ntoken = \"1\"\n[[tenants]]\nname = \"a\"\ntoken = \"2\"",
+        )
+        .unwrap_err();
+        assert!(err.contains("tenant `a` is configured twice"), "{err}");
+    }
+}

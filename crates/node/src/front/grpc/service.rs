@@ -1,0 +1,546 @@
+//! `GRPCInferenceService`: the RPCs the node serves, each answered from the node's
+//! state; `ModelInfer` runs its call down the same path as an HTTP call
+//! ([`crate::core::dispatch::Dispatcher::run`]); `ModelStreamInfer` runs each message of its
+//! stream the same way ([`super::stream`]). The RPCs the node does not serve
+//! (statistics, repository control, shared memory, tracing, logging) answer
+//! `UNIMPLEMENTED` from the generated trait's defaults.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accel::tensors::{TensorSpec, Tensors};
+use accel::{Accelerator, Descriptor};
+use prometheus_client::metrics::counter::Counter;
+use rac_proto::Status as NodeStatus;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Code, Request, Response, Status};
+
+use super::pb::grpc_inference_service_server::GrpcInferenceService;
+use super::pb::model_metadata_response::TensorMetadata;
+use super::pb::{
+    model_instance_group, model_version_policy, DataType as ConfigType, ModelConfig,
+    ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelInput,
+    ModelInstanceGroup, ModelMetadataRequest, ModelMetadataResponse, ModelOutput,
+    ModelReadyRequest, ModelReadyResponse, ModelVersionPolicy, ServerLiveRequest,
+    ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest,
+    ServerReadyResponse,
+};
+use super::{tensor, Peer};
+use crate::core::deadline::Deadline;
+use crate::front::http::v2::node_ready;
+use crate::front::oip::{DataType, Signature, OUTPUT, VERSION};
+use crate::telemetry::logging::Refusal;
+use crate::core::memory::BodyMemory;
+use crate::node::{Node, Protocol};
+use crate::core::slot::{Answer, Call};
+
+/// gRPC status codes, in code order (`Code::Ok` = 0 … `Code::Unauthenticated` = 16).
+const CODES: usize = 17;
+
+/// The service. One per network thread; all share the node.
+#[derive(Clone)]
+pub struct Inference {
+    node: Arc<Node>,
+    /// `netaccel_requests_total{protocol="grpc", code}` by gRPC status code.
+    requests: Vec<Counter>,
+}
+
+impl Inference {
+    pub fn new(node: Arc<Node>) -> Inference {
+        let requests = (0..CODES as i32)
+            .map(|c| {
+                let name = format!("{:?}", Code::from_i32(c));
+                node.metrics.requests("grpc", &name)
+            })
+            .collect();
+        Inference { node, requests }
+    }
+
+    pub(super) fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    /// Counts an RPC's answer, and logs it when it is a refusal the client caused
+    /// (as the other front ends do: see `logging`).
+    pub(super) fn answered<T>(
+        &self,
+        peer: Option<&Peer>,
+        result: Result<Response<T>, Status>,
+    ) -> Result<Response<T>, Status> {
+        let code = match &result {
+            Ok(_) => Code::Ok,
+            Err(status) => status.code(),
+        };
+        self.requests[code as usize].inc();
+        if let (Err(status), Some(peer)) = (&result, peer) {
+            let kind = match code {
+                Code::NotFound => Some(Refusal::UnknownAccelerator),
+                Code::InvalidArgument => Some(Refusal::Protocol),
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                self.node.refusals.log(
+                    kind,
+                    Protocol::Grpc,
+                    peer.addr,
+                    &format_args!("{code:?}"),
+                    &status.message(),
+                );
+            }
+        }
+        result
+    }
+
+    /// The model `name` at `version` ("" for the latest): every catalog accelerator is
+    /// a model with the one version `1`, the built-ins and the models of the model
+    /// repository (which declare their own tensors) alike.
+    fn model(&self, name: &str, version: &str) -> Result<Arc<dyn Accelerator>, Status> {
+        let accel = self
+            .node
+            .dispatcher
+            .catalog()
+            .by_name(name)
+            .ok_or_else(|| Status::not_found(format!("unknown model {name}")))?;
+        if !version.is_empty() && version != VERSION {
+            return Err(Status::not_found(format!(
+                "model {name} has no version {version}; its only version is {VERSION}"
+            )));
+        }
+        Ok(Arc::clone(accel))
+    }
+
+    fn hosted(&self, accel: &dyn Accelerator) -> bool {
+        !self
+            .node
+            .dispatcher
+            .slots_hosting(accel.descriptor().id)
+            .is_empty()
+    }
+
+    pub(super) async fn infer(
+        &self,
+        request: Request<ModelInferRequest>,
+    ) -> Result<Response<ModelInferResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let tenant = peer.map_or_else(|| self.node.tenants.anonymous(), |p| p.tenant);
+        let deadline_us = deadline_us(request.metadata()).map_err(Status::invalid_argument)?;
+        // The message is whole: queue time and the deadline count from here, as they
+        // do for HTTP once the body is in.
+        let received = Instant::now();
+        let req = request.into_inner();
+        let accel = self.model(&req.model_name, &req.model_version)?;
+        let accel_id = accel.descriptor().id;
+        let decoded = tensor::decode(&*accel, &req).map_err(Status::invalid_argument)?;
+        drop(req);
+        let tensor::InferCall {
+            params,
+            payload,
+            reply,
+        } = decoded;
+        accel
+            .check(&params, Some(payload.len()))
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        // The payload waits in a slot's queue like an HTTP body: it is held against the
+        // same budget.
+        let Some(permit) = self.node.body_budget.try_reserve(payload.len()) else {
+            self.node.count_busy(Protocol::Grpc, Some(accel_id));
+            return Err(refusal(
+                NodeStatus::Busy,
+                "the node has no memory free for request bodies; retry".to_string(),
+            ));
+        };
+        let call = Call {
+            accel: Arc::clone(&accel),
+            params,
+            payload,
+            out: Vec::new(),
+            received,
+            deadline: Deadline::after(received, deadline_us),
+            tenant,
+            permit: Some(BodyMemory::Budget(permit)),
+        };
+        let Answer {
+            status,
+            output,
+            message,
+            slot,
+            queue_ns,
+            exec_ns,
+            ..
+        } = self.node.dispatcher.run(call).await;
+        if status == NodeStatus::Busy {
+            self.node.count_busy(Protocol::Grpc, Some(accel_id));
+        }
+        if status != NodeStatus::Ok {
+            return Err(refusal(status, message));
+        }
+        let mut response = Response::new(tensor::encode(&accel.descriptor().name, &reply, output));
+        // Where the time went, as HTTP's X-Netaccel-* headers say it.
+        let m = response.metadata_mut();
+        m.insert("x-netaccel-queue-ns", MetadataValue::from(queue_ns));
+        m.insert("x-netaccel-exec-ns", MetadataValue::from(exec_ns));
+        if let Some(slot) = slot {
+            m.insert("x-netaccel-slot", MetadataValue::from(u64::from(slot)));
+        }
+        Ok(response)
+    }
+}
+
+/// The gRPC status for a call the node did not run or that failed. The node's own
+/// status name travels in the `netaccel-status` metadata key.
+fn refusal(status: NodeStatus, message: String) -> Status {
+    let code = match status {
+        NodeStatus::Ok => Code::Ok,
+        NodeStatus::BadRequest | NodeStatus::ProtocolError => Code::InvalidArgument,
+        NodeStatus::UnknownAccelerator => Code::NotFound,
+        // Retry later: both are transient (full queues, a slot being reconfigured).
+        NodeStatus::Busy | NodeStatus::Unavailable => Code::Unavailable,
+        NodeStatus::TooLarge => Code::ResourceExhausted,
+        NodeStatus::DeadlineExceeded => Code::DeadlineExceeded,
+        NodeStatus::Unauthorized => Code::Unauthenticated,
+        NodeStatus::Internal => Code::Internal,
+    };
+    let mut metadata = MetadataMap::new();
+    metadata.insert("netaccel-status", MetadataValue::from_static(status.name()));
+    Status::with_metadata(code, message, metadata)
+}
+
+/// The call's deadline in microseconds (0: none): the sooner of the gRPC deadline
+/// (`grpc-timeout`, which clients set from their call timeout) and netaccel's own
+/// `x-netaccel-deadline-us`, as over HTTP.
+fn deadline_us(metadata: &MetadataMap) -> Result<u32, String> {
+    let own = match metadata.get("x-netaccel-deadline-us") {
+        Some(v) => Deadline::parse_http(v.as_bytes())?,
+        None => 0,
+    };
+    let grpc = match metadata.get("grpc-timeout") {
+        Some(v) => grpc_timeout(v.as_bytes())
+            .ok_or_else(|| format!("grpc-timeout {v:?} is not a gRPC timeout"))?,
+        None => None,
+    };
+    Ok(match (own, grpc) {
+        (0, None) => 0,
+        (0, Some(g)) => g,
+        (own, None) => own,
+        (own, Some(g)) => own.min(g),
+    })
+}
+
+/// A `grpc-timeout` value (up to 8 digits and a unit: `H`, `M`, `S`, `m`, `u`, `n`) in
+/// whole microseconds, rounded up so that a short timeout is not read as none; `None`
+/// inside when it is longer than a call deadline can be (`u32::MAX` µs, 71 minutes),
+/// and outer `None` when it is not a timeout.
+fn grpc_timeout(value: &[u8]) -> Option<Option<u32>> {
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    let duration = match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    };
+    let us = duration.as_nanos().div_ceil(1000);
+    Some(u32::try_from(us).ok().filter(|&us| us > 0))
+}
+
+fn config_type(dt: DataType) -> ConfigType {
+    match dt {
+        DataType::Uint8 => ConfigType::TypeUint8,
+        DataType::Int32 => ConfigType::TypeInt32,
+        DataType::Fp32 => ConfigType::TypeFp32,
+    }
+}
+
+/// Triton's model configuration, the fields clients and `perf_analyzer` read (as
+/// `GET /v2/models/{m}/config` gives them). `max_batch_size` 0: shapes are whole.
+fn model_config(accel: &dyn Accelerator) -> ModelConfig {
+    let d = accel.descriptor();
+    if let Some(t) = accel.tensors() {
+        return declared_config(d, t);
+    }
+    let sig = Signature::of(d);
+    let data_type = config_type(sig.datatype) as i32;
+    ModelConfig {
+        name: d.name.clone(),
+        platform: "netaccel".into(),
+        backend: "netaccel".into(),
+        version_policy: Some(ModelVersionPolicy {
+            policy_choice: Some(model_version_policy::PolicyChoice::Latest(
+                model_version_policy::Latest { num_versions: 1 },
+            )),
+        }),
+        max_batch_size: 0,
+        input: sig
+            .inputs()
+            .iter()
+            .map(|name| ModelInput {
+                name: name.to_string(),
+                data_type,
+                dims: sig.shape().to_vec(),
+                ..Default::default()
+            })
+            .collect(),
+        output: vec![ModelOutput {
+            name: OUTPUT.into(),
+            data_type,
+            dims: sig.shape().to_vec(),
+            ..Default::default()
+        }],
+        instance_group: vec![ModelInstanceGroup {
+            kind: model_instance_group::Kind::Cpu as i32,
+            count: 1,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// The configuration of a model that declares its tensors, as `GET
+/// /v2/models/{m}/config` gives it: its `max_batch_size`, and Triton's `dims` leaving
+/// out the batch axis.
+fn declared_config(d: &Descriptor, t: &Tensors) -> ModelConfig {
+    let input = |s: &TensorSpec| ModelInput {
+        name: s.name.clone(),
+        data_type: config_type(s.datatype) as i32,
+        dims: s.dims.iter().map(|&d| d as i64).collect(),
+        ..Default::default()
+    };
+    let output = |s: &TensorSpec| ModelOutput {
+        name: s.name.clone(),
+        data_type: config_type(s.datatype) as i32,
+        dims: s.dims.iter().map(|&d| d as i64).collect(),
+        ..Default::default()
+    };
+    ModelConfig {
+        name: d.name.clone(),
+        platform: "onnx".into(),
+        backend: "tract".into(),
+        version_policy: Some(ModelVersionPolicy {
+            policy_choice: Some(model_version_policy::PolicyChoice::Latest(
+                model_version_policy::Latest { num_versions: 1 },
+            )),
+        }),
+        max_batch_size: t.max_batch_size as i32,
+        input: t.inputs.iter().map(input).collect(),
+        output: t.outputs.iter().map(output).collect(),
+        instance_group: vec![ModelInstanceGroup {
+            kind: model_instance_group::Kind::Cpu as i32,
+            count: 1,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn model_metadata(accel: &dyn Accelerator) -> ModelMetadataResponse {
+    let d = accel.descriptor();
+    if let Some(t) = accel.tensors() {
+        let tensor = |s: &TensorSpec| TensorMetadata {
+            name: s.name.clone(),
+            datatype: s.datatype.name().to_string(),
+            shape: t.declared_shape(s),
+        };
+        return ModelMetadataResponse {
+            name: d.name.clone(),
+            versions: vec![VERSION.into()],
+            platform: "onnx".into(),
+            inputs: t.inputs.iter().map(tensor).collect(),
+            outputs: t.outputs.iter().map(tensor).collect(),
+        };
+    }
+    let sig = Signature::of(d);
+    let tensor = |name: &str| TensorMetadata {
+        name: name.to_string(),
+        datatype: sig.datatype.name().to_string(),
+        shape: sig.shape().to_vec(),
+    };
+    ModelMetadataResponse {
+        name: d.name.clone(),
+        versions: vec![VERSION.into()],
+        platform: "netaccel".into(),
+        inputs: sig.inputs().iter().map(|n| tensor(n)).collect(),
+        outputs: vec![tensor(OUTPUT)],
+    }
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for Inference {
+    async fn server_live(
+        &self,
+        _: Request<ServerLiveRequest>,
+    ) -> Result<Response<ServerLiveResponse>, Status> {
+        self.answered(None, Ok(Response::new(ServerLiveResponse { live: true })))
+    }
+
+    async fn server_ready(
+        &self,
+        _: Request<ServerReadyRequest>,
+    ) -> Result<Response<ServerReadyResponse>, Status> {
+        let ready = node_ready(&self.node);
+        self.answered(None, Ok(Response::new(ServerReadyResponse { ready })))
+    }
+
+    /// A model is ready when a slot hosts it; an unknown model or version is not ready
+    /// (an answer, not an error, as Triton gives it).
+    async fn model_ready(
+        &self,
+        request: Request<ModelReadyRequest>,
+    ) -> Result<Response<ModelReadyResponse>, Status> {
+        let req = request.get_ref();
+        let ready = self
+            .model(&req.name, &req.version)
+            .is_ok_and(|a| self.hosted(&*a));
+        self.answered(None, Ok(Response::new(ModelReadyResponse { ready })))
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> Result<Response<ServerMetadataResponse>, Status> {
+        self.answered(
+            None,
+            Ok(Response::new(ServerMetadataResponse {
+                name: "netaccel".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                extensions: vec!["model_configuration".into()],
+            })),
+        )
+    }
+
+    async fn model_metadata(
+        &self,
+        request: Request<ModelMetadataRequest>,
+    ) -> Result<Response<ModelMetadataResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let req = request.get_ref();
+        let result = self
+            .model(&req.name, &req.version)
+            .map(|a| Response::new(model_metadata(&*a)));
+        self.answered(peer.as_ref(), result)
+    }
+
+    async fn model_infer(
+        &self,
+        request: Request<ModelInferRequest>,
+    ) -> Result<Response<ModelInferResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let result = self.infer(request).await;
+        self.answered(peer.as_ref(), result)
+    }
+
+    /// Inferences over one bidirectional stream (see [`super::stream`]).
+    async fn model_stream_infer(
+        &self,
+        request: Request<tonic::Streaming<ModelInferRequest>>,
+    ) -> Result<Response<super::stream::Answers>, Status> {
+        Ok(Response::new(super::stream::serve(self.clone(), request)))
+    }
+
+    async fn model_config(
+        &self,
+        request: Request<ModelConfigRequest>,
+    ) -> Result<Response<ModelConfigResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let req = request.get_ref();
+        let result = self.model(&req.name, &req.version).map(|a| {
+            Response::new(ModelConfigResponse {
+                config: Some(model_config(&*a)),
+            })
+        });
+        self.answered(peer.as_ref(), result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accel::Catalog;
+
+    #[test]
+    fn grpc_timeouts_read_in_microseconds_rounded_up() {
+        assert_eq!(grpc_timeout(b"250u"), Some(Some(250)));
+        assert_eq!(grpc_timeout(b"3m"), Some(Some(3000)));
+        assert_eq!(grpc_timeout(b"2S"), Some(Some(2_000_000)));
+        assert_eq!(grpc_timeout(b"1n"), Some(Some(1)));
+        assert_eq!(grpc_timeout(b"1500n"), Some(Some(2)));
+        // Beyond what a call deadline can hold: no deadline from it.
+        assert_eq!(grpc_timeout(b"2H"), Some(None));
+        assert_eq!(grpc_timeout(b"0m"), Some(None));
+        for bad in [
+            &b""[..],
+            b"m",
+            b"10",
+            b"10x",
+            b"123456789m",
+            b"-1m",
+            b"1.5S",
+        ] {
+            assert_eq!(grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_sooner_deadline_wins() {
+        let mut m = MetadataMap::new();
+        assert_eq!(deadline_us(&m), Ok(0));
+        m.insert("grpc-timeout", MetadataValue::from_static("5m"));
+        assert_eq!(deadline_us(&m), Ok(5000));
+        m.insert("x-netaccel-deadline-us", MetadataValue::from_static("100"));
+        assert_eq!(deadline_us(&m), Ok(100));
+        m.insert("x-netaccel-deadline-us", MetadataValue::from_static("9000"));
+        assert_eq!(deadline_us(&m), Ok(5000));
+        m.insert("x-netaccel-deadline-us", MetadataValue::from_static("soon"));
+        assert!(deadline_us(&m).is_err());
+    }
+
+    #[test]
+    fn node_statuses_map_to_grpc_codes() {
+        let code = |s| refusal(s, String::new()).code();
+        assert_eq!(code(NodeStatus::Busy), Code::Unavailable);
+        assert_eq!(code(NodeStatus::UnknownAccelerator), Code::NotFound);
+        assert_eq!(code(NodeStatus::DeadlineExceeded), Code::DeadlineExceeded);
+        assert_eq!(code(NodeStatus::BadRequest), Code::InvalidArgument);
+        assert_eq!(code(NodeStatus::Internal), Code::Internal);
+        let busy = refusal(NodeStatus::Busy, "full".into());
+        assert_eq!(busy.metadata().get("netaccel-status").unwrap(), "BUSY");
+    }
+
+    #[test]
+    fn config_and_metadata_declare_the_signature() {
+        let c = Catalog::builtin();
+        let cfg = model_config(&**c.by_name("matmul").unwrap());
+        assert_eq!(cfg.input.len(), 2);
+        assert_eq!(cfg.input[1].name, "INPUT1");
+        assert_eq!(cfg.input[0].data_type, ConfigType::TypeFp32 as i32);
+        assert_eq!(cfg.output[0].dims, [-1, -1]);
+        assert_eq!(cfg.max_batch_size, 0);
+        let m = model_metadata(&**c.by_name("topk").unwrap());
+        assert_eq!(m.inputs[0].datatype, "INT32");
+        assert_eq!(m.inputs[0].shape, [-1]);
+        assert_eq!(m.versions, ["1"]);
+    }
+
+    #[test]
+    fn a_declared_model_has_its_own_tensors_and_batch_axis() {
+        let m = crate::front::oip::declared::example::Example::default();
+        let cfg = model_config(&m);
+        assert_eq!(cfg.platform, "onnx");
+        assert_eq!(cfg.max_batch_size, 4);
+        assert_eq!(cfg.input[1].name, "floats");
+        assert_eq!(cfg.input[1].data_type, ConfigType::TypeFp32 as i32);
+        // Triton's dims leave the batch axis out; metadata shapes have it as -1.
+        assert_eq!(cfg.input[0].dims, [3]);
+        assert_eq!(cfg.output[0].data_type, ConfigType::TypeInt32 as i32);
+        let md = model_metadata(&m);
+        assert_eq!(md.platform, "onnx");
+        assert_eq!(md.inputs[0].shape, [-1, 3]);
+        assert_eq!(md.outputs[1].name, "scores");
+        assert_eq!(md.outputs[1].shape, [-1, 2]);
+    }
+}

@@ -1,0 +1,1028 @@
+//! One HTTP/1.1 connection: read, parse, route, answer, in order.
+//!
+//! Requests on a connection are answered strictly in order (pipelining included):
+//! every complete request already buffered is answered before the output is flushed,
+//! so a pipelined burst costs one write. Each wait on the socket has a deadline: the
+//! head must arrive within `header_timeout_ms` of its first byte, each body read and
+//! response write within `io_timeout_ms`, and an idle connection is closed after
+//! `idle_timeout_ms`. The read buffer never holds more than one request head; bodies
+//! are read straight into their own buffer, whose bytes are reserved from the node's
+//! body-memory budget first.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accel::Accelerator;
+use bytes::BufMut;
+use rac_proto::{Decoded, Status};
+use tokio::sync::watch;
+
+use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
+use super::response::{code_name, error_body, http_code, Head};
+use super::route::{route, Request, Route, Wire};
+use super::scan::{self, HeadScan};
+use crate::front::oip::infer::{self as v2_infer, Reply};
+use crate::front::admin::{self, AdminError};
+use crate::net::bufpool;
+use crate::core::deadline::Deadline;
+use crate::telemetry::logging::Refusal;
+use crate::core::memory::{BodyMemory, MemoryPermit};
+use crate::net::netio::{self, IoTimer, Transport, WRITE_BATCH_MAX};
+use crate::node::{Node, Protocol};
+use crate::core::objects::StoreError;
+use crate::core::slot::{Answer, Call};
+use crate::core::tenant::TenantId;
+
+/// Read buffer size; also the most a single read pulls in while waiting for a head.
+const READ_CHUNK: usize = 4096;
+/// Bytes read at a time when discarding a body.
+const SKIP_CHUNK: usize = 8192;
+/// Most body bytes one read takes; a longer body is read over several turns.
+const BODY_CHUNK: usize = 64 * 1024;
+
+/// A connection's wait for the node's shutdown (see [`Conn::run`]).
+type StopWait = dyn std::future::Future<Output = ()> + Send;
+
+/// Serves one connection over `stream`: a `TcpStream`, or a TLS stream (`crate::net::tls`).
+pub async fn serve<S: Transport>(node: Arc<Node>, stream: S, peer: SocketAddr, tenant: TenantId) {
+    let shutdown = node.shutdown_signal();
+    let mut conn = Conn {
+        node,
+        stream,
+        peer,
+        rbuf: Vec::new(),
+        rpos: 0,
+        wbuf: Vec::new(),
+        body: Vec::new(),
+        out: Vec::new(),
+        tenant,
+        shutdown,
+        timer: IoTimer::default(),
+        close_after: false,
+        head_scan: HeadScan::default(),
+    };
+    if let Err(e) = conn.run().await {
+        tracing::debug!(error = %e, "http connection ended with an error");
+    }
+}
+
+struct Conn<S> {
+    node: Arc<Node>,
+    stream: S,
+    /// The client's address, for the log.
+    peer: SocketAddr,
+    /// Unconsumed input is `rbuf[rpos..]`.
+    rbuf: Vec<u8>,
+    rpos: usize,
+    wbuf: Vec<u8>,
+    /// Reused body and output buffers.
+    body: Vec<u8>,
+    out: Vec<u8>,
+    tenant: TenantId,
+    shutdown: watch::Receiver<bool>,
+    /// The connection's read deadline (idle, head or body timeout).
+    timer: IoTimer,
+    /// A response said `Connection: close`: the connection ends after it (see
+    /// [`Conn::keep_alive`]).
+    close_after: bool,
+    /// How far the head at `rbuf[rpos..]` has been scanned.
+    head_scan: HeadScan,
+}
+
+/// What follows a request's answer.
+enum Step {
+    Next,
+    Close,
+}
+
+/// What the buffered input holds next.
+enum Next {
+    /// Not a whole request head (yet).
+    NeedMore,
+    Request(Request),
+    /// A refused head: the answer is in the output buffer, and the connection closes.
+    Refused,
+}
+
+enum Wait {
+    Data,
+    Eof,
+    Timeout,
+    Shutdown,
+}
+
+/// Why a body was not taken.
+enum BodyRefusal {
+    /// Answer this and keep going once the body is skipped (or close, if the client is
+    /// waiting for `100 Continue`).
+    Refuse {
+        code: u16,
+        code_name: &'static str,
+        message: String,
+    },
+}
+
+impl<S: Transport> Conn<S> {
+    fn limits(&self) -> Limits {
+        let c = &self.node.config;
+        Limits {
+            uri_bytes_max: c.uri_bytes_max,
+            head_bytes_max: c.head_bytes_max,
+        }
+    }
+
+    fn buffered(&self) -> &[u8] {
+        &self.rbuf[self.rpos..]
+    }
+
+    async fn run(&mut self) -> io::Result<()> {
+        let mut head_started: Option<Instant> = None;
+        // One wait for the shutdown for the connection's life, not one per idle wait:
+        // each wait registers with the channel's waiter list, shared by every
+        // connection of the node, and unregisters when dropped — an unlink that
+        // touches the neighbours' (other connections', idle ones included) cold
+        // entries; per request it cost ~2 % of the node's CPU at 5,000 connections
+        // (`tokio::sync::notify` and `watch` in a task-clock profile, against 0.3 % at
+        // 64). It completes at most once: the connection then ends.
+        let mut shutdown = self.shutdown.clone();
+        let stop = async move {
+            // `wait_for` looks at the value first, so a shutdown that came before
+            // the wait ends it at once.
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        };
+        tokio::pin!(stop);
+        loop {
+            loop {
+                let request = match self.next_head() {
+                    Next::NeedMore => break,
+                    Next::Request(request) => request,
+                    Next::Refused => return self.close().await,
+                };
+                // Boxed: a request's handling (routing, the body, a call's wait) is
+                // most of this future's size, and an idle connection's task would
+                // carry that room for nothing (issue 15: 4.2 KiB per idle
+                // connection unboxed). One allocation per request, none per read of
+                // an incomplete head.
+                match Box::pin(self.handle(request)).await? {
+                    Step::Next => head_started = None,
+                    Step::Close => return self.close().await,
+                }
+            }
+            if !self.wbuf.is_empty() {
+                self.flush().await?;
+            }
+            let partial = !self.buffered().is_empty();
+            if partial && head_started.is_none() {
+                head_started = Some(Instant::now());
+            }
+            let config = &self.node.config;
+            let deadline = match head_started {
+                Some(t) => t + Duration::from_millis(config.header_timeout_ms),
+                None => Instant::now() + Duration::from_millis(config.idle_timeout_ms),
+            };
+            let idle = (!partial).then_some(stop.as_mut() as Pin<&mut StopWait>);
+            match self.wait_read(deadline, idle).await? {
+                Wait::Data => {
+                    if head_started.is_none() {
+                        head_started = Some(Instant::now());
+                    }
+                }
+                Wait::Eof | Wait::Shutdown => return Ok(()),
+                Wait::Timeout if partial => {
+                    let message = "request head not received in time";
+                    self.log_refusal(408, "REQUEST_TIMEOUT", &message);
+                    self.error(408, "REQUEST_TIMEOUT", message, 1);
+                    return self.close().await;
+                }
+                Wait::Timeout => return Ok(()),
+            }
+        }
+    }
+
+    /// Sends what is buffered, then closes the connection.
+    async fn close(&mut self) -> io::Result<()> {
+        self.flush().await?;
+        self.stream.linger().await;
+        Ok(())
+    }
+
+    /// The next buffered request, routed, once its head is whole. While the head is
+    /// incomplete a call looks only at the bytes that arrived since the last one
+    /// ([`HeadScan`]) and allocates nothing: a head sent a byte at a time costs
+    /// O(1) per byte, not a parse of the whole head so far (issue 15, slowloris).
+    fn next_head(&mut self) -> Next {
+        if self.buffered().is_empty() {
+            self.rbuf.clear();
+            self.rpos = 0;
+            return Next::NeedMore;
+        }
+        let limits = self.limits();
+        let head = &self.rbuf[self.rpos..];
+        let parsed = match self.head_scan.scan(head, &limits) {
+            Ok(None) => return Next::NeedMore,
+            Ok(Some(head_len)) => {
+                let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+                scan::parse_whole(&head[..head_len], &limits, &mut headers)
+                    .map(|head| (route(&head, &self.node), head_len))
+            }
+            Err(e) => Err(e),
+        };
+        match parsed {
+            Ok((request, head_len)) => {
+                self.rpos += head_len;
+                Next::Request(request)
+            }
+            Err(HttpError { status, message }) => {
+                self.log_refusal(status, code_name(status), &message);
+                self.error(status, code_name(status), &message, 1);
+                Next::Refused
+            }
+        }
+    }
+
+    async fn handle(&mut self, mut req: Request) -> io::Result<Step> {
+        let route = std::mem::replace(&mut req.route, Route::Health { head_only: true });
+        match route {
+            Route::Health { head_only } => {
+                self.skip_body_or_close(&mut req).await?;
+                let body: &[u8] = if head_only {
+                    b""
+                } else {
+                    br#"{"status":"ok"}"#
+                };
+                let keep_alive = self.keep_alive(&req);
+                Head::start(&mut self.wbuf, 200)
+                    .header("Content-Type", b"application/json")
+                    .num("Content-Length", 15)
+                    .finish(keep_alive, req.minor);
+                self.wbuf.extend_from_slice(body);
+                self.count(200);
+            }
+            Route::Metrics { head_only } => {
+                self.skip_body_or_close(&mut req).await?;
+                let text = self.node.metrics.encode();
+                let ct = b"application/openmetrics-text; version=1.0.0; charset=utf-8";
+                self.respond(&req, 200, ct, text.as_bytes(), head_only, &[]);
+            }
+            Route::Json {
+                code,
+                body,
+                head_only,
+            } => {
+                self.skip_body_or_close(&mut req).await?;
+                self.respond(&req, code, b"application/json", &body, head_only, &[]);
+            }
+            Route::Refuse {
+                code,
+                code_name,
+                message,
+                allow,
+            } => {
+                self.log_refusal(code, code_name, &message);
+                self.skip_body_or_close(&mut req).await?;
+                let body = error_body(&message, code_name);
+                let extra: &[(&str, &[u8])] = match allow {
+                    Some(allow) => &[("Allow", allow.as_bytes())],
+                    None if code == 401 => &[("WWW-Authenticate", b"Bearer")],
+                    None => &[],
+                };
+                self.respond(&req, code, b"application/json", &body, false, extra);
+            }
+            Route::Call {
+                accel,
+                wire,
+                deadline_us,
+            } => {
+                return self.call(req, accel, wire, deadline_us).await;
+            }
+            Route::LoadSlot { slot, origin } => return self.load_slot(req, slot, origin).await,
+            Route::ObjectGet {
+                key,
+                head_only,
+                if_none_match,
+            } => {
+                self.skip_body_or_close(&mut req).await?;
+                self.object_get(&req, &key, head_only, if_none_match.as_deref());
+            }
+            Route::ObjectPut { key } => return self.object_put(req, key).await,
+            Route::ObjectDelete { key } => {
+                self.skip_body_or_close(&mut req).await?;
+                if self.node.objects.delete(&key) {
+                    let keep_alive = self.keep_alive(&req);
+                    Head::start(&mut self.wbuf, 204).finish(keep_alive, req.minor);
+                    self.count(204);
+                } else {
+                    let body = error_body(&format!("no object named {key}"), "NOT_FOUND");
+                    self.respond(&req, 404, b"application/json", &body, false, &[]);
+                }
+            }
+        }
+        Ok(self.after())
+    }
+
+    /// Whether the response being written keeps the connection open, for its
+    /// `Connection` header: the request allows it and the node is not draining. The
+    /// answer is remembered, so the connection closes after a response exactly when
+    /// that response said `Connection: close` (a drain that began while a call ran
+    /// closes the connection after the call's response, which says so).
+    fn keep_alive(&mut self, req: &Request) -> bool {
+        let keep_alive = req.keep_alive && !*self.shutdown.borrow();
+        self.close_after |= !keep_alive;
+        keep_alive
+    }
+
+    /// What follows a request's response: the next request, or the end of the
+    /// connection if the response said so.
+    fn after(&self) -> Step {
+        if self.close_after {
+            Step::Close
+        } else {
+            Step::Next
+        }
+    }
+
+    /// Logs a refused request (see `logging`): failed token checks, unknown
+    /// accelerators, and every other request the client got wrong (4xx, 501, 505).
+    /// Refusals for the node's own state (503, 507, 500, 504) are not the client's
+    /// doing and have their metrics.
+    fn log_refusal(&self, code: u16, code_name: &str, reason: &dyn std::fmt::Display) {
+        let kind = match code_name {
+            "UNAUTHORIZED" => Refusal::Token,
+            "UNKNOWN_ACCELERATOR" => Refusal::UnknownAccelerator,
+            _ if (400..500).contains(&code) || code == 501 || code == 505 => Refusal::Protocol,
+            _ => return,
+        };
+        self.node
+            .refusals
+            .log(kind, Protocol::Http, self.peer, &code, reason);
+    }
+
+    fn count(&self, code: u16) {
+        self.node.http_requests(code).inc();
+    }
+
+    /// Writes a complete response with a body into the output buffer.
+    fn respond(
+        &mut self,
+        req: &Request,
+        code: u16,
+        content_type: &[u8],
+        body: &[u8],
+        head_only: bool,
+        extra: &[(&str, &[u8])],
+    ) {
+        let keep_alive = self.keep_alive(req);
+        let mut head = Head::start(&mut self.wbuf, code)
+            .header("Content-Type", content_type)
+            .num("Content-Length", body.len() as u64);
+        for (name, value) in extra {
+            head = head.header(name, value);
+        }
+        if code == 503 {
+            head = head.header("Retry-After", b"1");
+        }
+        head.finish(keep_alive, req.minor);
+        if !head_only {
+            self.wbuf.extend_from_slice(body);
+        }
+        self.count(code);
+    }
+
+    /// A JSON error response after which the connection closes.
+    fn error(&mut self, code: u16, name: &str, message: &str, minor: u8) {
+        self.close_after = true;
+        let body = error_body(message, name);
+        let mut head = Head::start(&mut self.wbuf, code)
+            .header("Content-Type", b"application/json")
+            .num("Content-Length", body.len() as u64);
+        if code == 503 {
+            head = head.header("Retry-After", b"1");
+        }
+        head.finish(false, minor);
+        self.wbuf.extend_from_slice(&body);
+        self.count(code);
+    }
+
+    /// Answers a refusal decided before the body was read. A client waiting for
+    /// `100 Continue` will not send the body, so the connection closes; otherwise the
+    /// body is read and discarded so the connection can carry on.
+    async fn refuse_before_body(
+        &mut self,
+        req: &mut Request,
+        refusal: BodyRefusal,
+    ) -> io::Result<Step> {
+        let BodyRefusal::Refuse {
+            code,
+            code_name,
+            message,
+        } = refusal;
+        if code_name == Status::Busy.name() {
+            self.node.count_busy(Protocol::Http, req.accel_id);
+        }
+        self.log_refusal(code, code_name, &message);
+        if req.expect_continue || code == 413 || !self.skip_body(req).await? {
+            req.keep_alive = false;
+        }
+        let body = error_body(&message, code_name);
+        self.respond(req, code, b"application/json", &body, false, &[]);
+        Ok(self.after())
+    }
+
+    /// Reads and discards the request body, if any. Returns `false` when the body could
+    /// not be skipped (too large, malformed, timed out, or never coming because the
+    /// client waits for a `100 Continue` it will not get): the connection must close.
+    async fn skip_body(&mut self, req: &Request) -> io::Result<bool> {
+        match req.framing {
+            BodyFraming::None => Ok(true),
+            _ if req.expect_continue => Ok(false),
+            BodyFraming::Length(n) if n > self.node.config.body_bytes_max as u64 => Ok(false),
+            BodyFraming::Length(n) => Ok(self.read_exact_into(n as usize, None).await?.is_ok()),
+            BodyFraming::Chunked => Ok(self.read_chunked(None, None).await?.is_ok()),
+        }
+    }
+
+    /// Skips an unwanted body; when it cannot be skipped the response closes the
+    /// connection.
+    async fn skip_body_or_close(&mut self, req: &mut Request) -> io::Result<()> {
+        if !self.skip_body(req).await? {
+            req.keep_alive = false;
+        }
+        Ok(())
+    }
+
+    /// Reserves memory for and reads the request body into `self.body`. `check` sees
+    /// the declared length first (when there is one) and may refuse before any byte is
+    /// read. Sends `100 Continue` when the client asked for it and the body is wanted.
+    async fn take_body(
+        &mut self,
+        req: &mut Request,
+        check: impl FnOnce(Option<usize>) -> Result<(), BodyRefusal>,
+    ) -> io::Result<Result<MemoryPermit, Step>> {
+        let body_max = self.node.config.body_bytes_max;
+        let declared = match req.framing {
+            BodyFraming::None => {
+                let message = "a body with Content-Length or chunked encoding is required";
+                let refusal = BodyRefusal::Refuse {
+                    code: 411,
+                    code_name: "LENGTH_REQUIRED",
+                    message: message.to_string(),
+                };
+                return Ok(Err(self.refuse_before_body(req, refusal).await?));
+            }
+            BodyFraming::Length(n) if n > body_max as u64 => {
+                let message = format!("body of {n} bytes is larger than the limit of {body_max}");
+                let refusal = BodyRefusal::Refuse {
+                    code: 413,
+                    code_name: "TOO_LARGE",
+                    message,
+                };
+                return Ok(Err(self.refuse_before_body(req, refusal).await?));
+            }
+            BodyFraming::Length(n) => Some(n as usize),
+            BodyFraming::Chunked => None,
+        };
+        if let Err(refusal) = check(declared) {
+            return Ok(Err(self.refuse_before_body(req, refusal).await?));
+        }
+        let Some(mut permit) = self.node.body_budget.try_reserve(declared.unwrap_or(0)) else {
+            let message = "the node has no memory free for request bodies; retry".to_string();
+            let refusal = BodyRefusal::Refuse {
+                code: 503,
+                code_name: "BUSY",
+                message,
+            };
+            return Ok(Err(self.refuse_before_body(req, refusal).await?));
+        };
+        if req.expect_continue {
+            self.wbuf
+                .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            self.flush().await?;
+        }
+        let mut body = std::mem::take(&mut self.body);
+        body.clear();
+        let outcome = match declared {
+            Some(n) => {
+                body.reserve(n);
+                self.read_exact_into(n, Some(&mut body)).await?
+            }
+            None => {
+                self.read_chunked(Some(&mut body), Some(&mut permit))
+                    .await?
+            }
+        };
+        self.body = body;
+        match outcome {
+            Ok(()) => Ok(Ok(permit)),
+            Err(HttpError { status, message }) => {
+                req.keep_alive = false;
+                // The only 503 while reading a body: no memory for the next chunk.
+                let name = if status == 503 {
+                    self.node.count_busy(Protocol::Http, req.accel_id);
+                    Status::Busy.name()
+                } else {
+                    code_name(status)
+                };
+                self.log_refusal(status, name, &message);
+                self.error(status, name, &message, req.minor);
+                Ok(Err(Step::Close))
+            }
+        }
+    }
+
+    /// Reads `n` body bytes, buffered ones first, into `dst` (or nowhere). The inner
+    /// error is the answer when the body does not come whole: the end of the stream
+    /// (400) or the timeout (408).
+    async fn read_exact_into(
+        &mut self,
+        n: usize,
+        mut dst: Option<&mut Vec<u8>>,
+    ) -> io::Result<Result<(), HttpError>> {
+        let from_buffer = n.min(self.buffered().len());
+        if let Some(dst) = dst.as_deref_mut() {
+            dst.extend_from_slice(&self.rbuf[self.rpos..self.rpos + from_buffer]);
+        }
+        self.rpos += from_buffer;
+        let mut remaining = n - from_buffer;
+        let mut scratch = Vec::new();
+        if dst.is_none() && remaining > 0 {
+            scratch.reserve(SKIP_CHUNK);
+        }
+        while remaining > 0 {
+            let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
+            let read = match dst.as_deref_mut() {
+                Some(dst) => {
+                    dst.reserve(remaining);
+                    let budget = remaining.min(BODY_CHUNK);
+                    self.stream
+                        .read_with_deadline(&mut dst.limit(budget), deadline, &mut self.timer)
+                        .await?
+                }
+                None => {
+                    scratch.clear();
+                    let mut limited = (&mut scratch).limit(remaining.min(SKIP_CHUNK));
+                    self.stream
+                        .read_with_deadline(&mut limited, deadline, &mut self.timer)
+                        .await?
+                }
+            };
+            match read {
+                Some(0) => return Ok(Err(body_ended_early())),
+                None => return Ok(Err(body_timed_out())),
+                Some(k) => {
+                    remaining -= k;
+                    // A large body is read one chunk per turn, so other connections on
+                    // this network thread are not kept waiting behind it.
+                    if remaining > 0 && k >= SKIP_CHUNK {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Reads a chunked body into `dst` (or nowhere), growing `permit` as data arrives.
+    /// The outer `Err` is an I/O error; the inner one a protocol error to answer.
+    async fn read_chunked(
+        &mut self,
+        mut dst: Option<&mut Vec<u8>>,
+        mut permit: Option<&mut MemoryPermit>,
+    ) -> io::Result<Result<(), HttpError>> {
+        let body_max = self.node.config.body_bytes_max as u64;
+        let mut total = 0u64;
+        loop {
+            let size = match self.parse_buffered(parse::parse_chunk_size).await? {
+                Ok(size) => size,
+                Err(e) => return Ok(Err(e)),
+            };
+            if size == 0 {
+                return self.parse_buffered(parse::parse_trailers).await;
+            }
+            total += size;
+            if total > body_max {
+                return Ok(Err(HttpError::new(
+                    413,
+                    format!("chunked body larger than the limit of {body_max} bytes"),
+                )));
+            }
+            if let Some(permit) = permit.as_deref_mut() {
+                if !permit.try_grow(size as usize) {
+                    return Ok(Err(HttpError::new(
+                        503,
+                        "the node has no memory free for request bodies; retry",
+                    )));
+                }
+            }
+            if let Err(e) = self
+                .read_exact_into(size as usize, dst.as_deref_mut())
+                .await?
+            {
+                return Ok(Err(e));
+            }
+            if let Err(e) = self.parse_buffered(parse::parse_chunk_end).await? {
+                return Ok(Err(e));
+            }
+        }
+    }
+
+    /// Runs a step parser over the buffered input, reading more until it completes,
+    /// and consumes the bytes the parsed value used.
+    async fn parse_buffered<T>(
+        &mut self,
+        parser: fn(&[u8]) -> Result<Decoded<T>, HttpError>,
+    ) -> io::Result<Result<T, HttpError>> {
+        loop {
+            match parser(self.buffered()) {
+                Ok(Decoded::Complete(v, used)) => {
+                    self.rpos += used;
+                    return Ok(Ok(v));
+                }
+                Ok(Decoded::Partial) => {}
+                Err(e) => return Ok(Err(e)),
+            }
+            let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
+            match self.wait_read(deadline, None).await? {
+                Wait::Data => {}
+                Wait::Eof => return Ok(Err(body_ended_early())),
+                // (A wait that is not idle does not end for a shutdown.)
+                Wait::Shutdown | Wait::Timeout => return Ok(Err(body_timed_out())),
+            }
+        }
+    }
+
+    async fn call(
+        &mut self,
+        mut req: Request,
+        accel: Arc<dyn Accelerator>,
+        wire: Wire,
+        deadline_us: u32,
+    ) -> io::Result<Step> {
+        let accel_id = accel.descriptor().id;
+        let node = Arc::clone(&self.node);
+        let tenant = self.tenant;
+        let expect = req.expect_continue;
+        let check = |len: Option<usize>| -> Result<(), BodyRefusal> {
+            // A v2 request's params are in its body: they are checked once it is read.
+            if let Wire::Raw { params } = &wire {
+                accel.check(params, len).map_err(|e| BodyRefusal::Refuse {
+                    code: 400,
+                    code_name: "BAD_REQUEST",
+                    message: e.to_string(),
+                })?;
+            }
+            if expect {
+                node.dispatcher
+                    .admission(accel_id, tenant)
+                    .map_err(|no| BodyRefusal::Refuse {
+                        code: http_code(no.status),
+                        code_name: no.status.name(),
+                        message: no.message,
+                    })?;
+            }
+            Ok(())
+        };
+        let permit = match self.take_body(&mut req, check).await? {
+            Ok(permit) => permit,
+            Err(step) => return Ok(step),
+        };
+        let received = Instant::now();
+        let (params, payload, reply) = match wire {
+            Wire::Raw { params } => (params, std::mem::take(&mut self.body), None),
+            Wire::V2 { json_len } => match v2_infer::decode(&*accel, &self.body, json_len) {
+                Ok(c) => (c.params, c.payload, Some(c.reply)),
+                Err(message) => {
+                    self.log_refusal(400, "BAD_REQUEST", &message);
+                    let body = error_body(&message, "BAD_REQUEST");
+                    self.respond(&req, 400, b"application/json", &body, false, &[]);
+                    return Ok(self.after());
+                }
+            },
+        };
+        if let Err(e) = accel.check(&params, Some(payload.len())) {
+            if reply.is_none() {
+                self.body = payload;
+            }
+            self.log_refusal(400, "BAD_REQUEST", &e);
+            let body = error_body(&e.to_string(), "BAD_REQUEST");
+            self.respond(&req, 400, b"application/json", &body, false, &[]);
+            return Ok(self.after());
+        }
+        let model = reply.as_ref().map(|_| Arc::clone(&accel));
+        let call = Call {
+            accel,
+            params,
+            payload,
+            out: std::mem::take(&mut self.out),
+            received,
+            deadline: Deadline::after(received, deadline_us),
+            tenant: self.tenant,
+            permit: Some(BodyMemory::Budget(permit)),
+        };
+        let answer = self.node.dispatcher.run(call).await;
+        self.write_answer(&req, answer, model.as_deref().zip(reply.as_ref()))
+            .await?;
+        Ok(self.after())
+    }
+
+    /// Writes a call's answer: the raw output (`/v1/fn`), or for a v2 call (`v2` holds
+    /// the model and what its request asked for) the protocol's response document.
+    async fn write_answer(
+        &mut self,
+        req: &Request,
+        answer: Answer,
+        v2: Option<(&dyn Accelerator, &Reply)>,
+    ) -> io::Result<()> {
+        let Answer {
+            status,
+            output,
+            message,
+            slot,
+            queue_ns,
+            exec_ns,
+            payload,
+        } = answer;
+        if v2.is_none() {
+            self.body = payload;
+        }
+        if status == Status::Busy {
+            self.node.count_busy(Protocol::Http, req.accel_id);
+        }
+        let code = http_code(status);
+        let slot_text = slot.map_or_else(|| b"none".to_vec(), |s| s.to_string().into_bytes());
+        if status != Status::Ok {
+            self.log_refusal(code, status.name(), &message);
+        }
+        let keep_alive = self.keep_alive(req);
+        let mut head = Head::start(&mut self.wbuf, code)
+            .num("X-Netaccel-Queue-Ns", queue_ns)
+            .num("X-Netaccel-Exec-Ns", exec_ns)
+            .header("X-Netaccel-Slot", &slot_text);
+        let error;
+        let document;
+        let body: &[u8] = if let (Status::Ok, Some((accel, reply))) = (status, v2) {
+            let mut doc = Vec::with_capacity(output.len() + 192);
+            match v2_infer::encode(&accel.descriptor().name, reply, &output, &mut doc) {
+                Some(json_len) => {
+                    head = head
+                        .header("Content-Type", b"application/octet-stream")
+                        .num("Inference-Header-Content-Length", json_len as u64);
+                }
+                None => head = head.header("Content-Type", b"application/json"),
+            }
+            document = doc;
+            &document
+        } else if status == Status::Ok {
+            head = head.header("Content-Type", b"application/octet-stream");
+            &output
+        } else {
+            if code == 503 {
+                head = head.header("Retry-After", b"1");
+            }
+            head = head.header("Content-Type", b"application/json");
+            error = error_body(&message, status.name());
+            &error
+        };
+        head.num("Content-Length", body.len() as u64)
+            .finish(keep_alive, req.minor);
+        self.count(code);
+        if body.len() > WRITE_BATCH_MAX {
+            self.flush().await?;
+            let deadline = self.io_deadline();
+            self.stream.write_with_deadline(body, deadline).await?;
+        } else {
+            self.wbuf.extend_from_slice(body);
+        }
+        self.out = output;
+        self.out.clear();
+        if self.wbuf.len() > WRITE_BATCH_MAX {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn load_slot(
+        &mut self,
+        mut req: Request,
+        slot: u16,
+        origin: admin::Origin,
+    ) -> io::Result<Step> {
+        let permit = match self.take_body(&mut req, |_| Ok(())).await? {
+            Ok(permit) => permit,
+            Err(step) => return Ok(step),
+        };
+        let parsed: Result<LoadRequest, _> = serde_json::from_slice(&self.body);
+        drop(permit);
+        let name = match parsed {
+            Ok(LoadRequest { accelerator }) => accelerator,
+            Err(e) => {
+                let message = format!("body must be {{\"accelerator\":\"NAME\"}}: {e}");
+                self.log_refusal(400, "BAD_REQUEST", &message);
+                let body = error_body(&message, "BAD_REQUEST");
+                self.respond(&req, 400, b"application/json", &body, false, &[]);
+                return Ok(self.after());
+            }
+        };
+        match admin::reconfigure(Arc::clone(&self.node), slot, name, origin).await {
+            Ok(done) => self.respond(&req, 200, b"application/json", &done.json(), false, &[]),
+            Err(AdminError {
+                status,
+                message,
+                conflict,
+            }) => {
+                let (code, code_name) = if conflict {
+                    (409, "CONFLICT")
+                } else {
+                    (http_code(status), status.name())
+                };
+                self.log_refusal(code, code_name, &message);
+                let body = error_body(&message, code_name);
+                self.respond(&req, code, b"application/json", &body, false, &[]);
+            }
+        }
+        Ok(self.after())
+    }
+
+    fn object_get(
+        &mut self,
+        req: &Request,
+        key: &str,
+        head_only: bool,
+        if_none_match: Option<&[u8]>,
+    ) {
+        let Some(object) = self.node.objects.get(key) else {
+            let body = error_body(&format!("no object named {key}"), "NOT_FOUND");
+            self.respond(req, 404, b"application/json", &body, head_only, &[]);
+            return;
+        };
+        if if_none_match.is_some_and(|h| crate::core::objects::none_match(h, &object.etag)) {
+            let keep_alive = self.keep_alive(req);
+            Head::start(&mut self.wbuf, 304)
+                .header("ETag", object.etag.as_bytes())
+                .finish(keep_alive, req.minor);
+            self.count(304);
+            return;
+        }
+        let etag = object.etag.as_bytes();
+        self.respond(
+            req,
+            200,
+            b"application/octet-stream",
+            &object.data,
+            head_only,
+            &[("ETag", etag)],
+        );
+    }
+
+    async fn object_put(&mut self, mut req: Request, key: String) -> io::Result<Step> {
+        let node = Arc::clone(&self.node);
+        let check = |len: Option<usize>| -> Result<(), BodyRefusal> {
+            let refusal = |e: StoreError| match e {
+                StoreError::BadKey(message) => BodyRefusal::Refuse {
+                    code: 400,
+                    code_name: "BAD_REQUEST",
+                    message,
+                },
+                other => BodyRefusal::Refuse {
+                    code: 507,
+                    code_name: "INSUFFICIENT_STORAGE",
+                    message: other.to_string(),
+                },
+            };
+            node.objects.check_key(&key).map_err(refusal)?;
+            node.objects
+                .check_room(&key, len.unwrap_or(0))
+                .map_err(refusal)
+        };
+        let permit = match self.take_body(&mut req, check).await? {
+            Ok(permit) => permit,
+            Err(step) => return Ok(step),
+        };
+        let data = std::mem::take(&mut self.body);
+        let result = self.node.objects.put(&key, data);
+        drop(permit);
+        match result {
+            Ok(created) => {
+                let code = if created { 201 } else { 204 };
+                let keep_alive = self.keep_alive(&req);
+                let mut head = Head::start(&mut self.wbuf, code);
+                if created {
+                    let location = super::route::object_path(&key);
+                    head = head
+                        .header("Location", location.as_bytes())
+                        .num("Content-Length", 0);
+                }
+                head.finish(keep_alive, req.minor);
+                self.count(code);
+            }
+            Err(e) => {
+                let (code, name) = match e {
+                    StoreError::BadKey(_) => (400, "BAD_REQUEST"),
+                    _ => (507, "INSUFFICIENT_STORAGE"),
+                };
+                self.log_refusal(code, name, &e);
+                let body = error_body(&e.to_string(), name);
+                self.respond(&req, code, b"application/json", &body, false, &[]);
+            }
+        }
+        Ok(self.after())
+    }
+
+    fn io_deadline(&self) -> Instant {
+        Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms)
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        let timeout = Duration::from_millis(self.node.config.io_timeout_ms);
+        netio::flush(&mut self.stream, &mut self.wbuf, timeout).await
+    }
+
+    /// Waits for input and appends it to the read buffer. While idle (between
+    /// requests: `stop`, the connection's wait for the shutdown, is given) a shutdown
+    /// ends the wait.
+    async fn wait_read(
+        &mut self,
+        deadline: Instant,
+        mut stop: Option<Pin<&mut StopWait>>,
+    ) -> io::Result<Wait> {
+        if let Some(stop) = stop.as_mut() {
+            // Nothing pending: an idle connection holds no buffer while it waits
+            // (issue 15: tens of thousands of idle connections in bounded memory).
+            self.release_buffers();
+            let readable = tokio::select! {
+                biased;
+                _ = stop.as_mut() => return Ok(Wait::Shutdown),
+                r = self.stream.wait_readable(deadline, &mut self.timer) => r?,
+            };
+            if !readable {
+                return Ok(Wait::Timeout);
+            }
+        }
+        if self.rpos > 0 && self.rpos == self.rbuf.len() {
+            self.rbuf.clear();
+            self.rpos = 0;
+        } else if self.rpos > self.rbuf.len() / 2 {
+            self.rbuf.drain(..self.rpos);
+            self.rpos = 0;
+        }
+        if self.rbuf.capacity() == 0 {
+            self.rbuf = bufpool::take(READ_CHUNK);
+        }
+        self.rbuf.reserve(READ_CHUNK);
+        let mut buf = (&mut self.rbuf).limit(READ_CHUNK);
+        let reading = self
+            .stream
+            .read_with_deadline(&mut buf, deadline, &mut self.timer);
+        let read = if let Some(stop) = stop {
+            // Readiness can be stale (an edge-triggered event for bytes an earlier
+            // read already took), so this read may find nothing and wait: an idle
+            // connection still closes at a shutdown meanwhile. Before, it waited out
+            // its idle timeout and held the drain that long (seen: 30 s).
+            tokio::select! {
+                biased;
+                read = reading => read,
+                _ = stop => return Ok(Wait::Shutdown),
+            }
+        } else {
+            reading.await
+        };
+        Ok(match read? {
+            Some(0) => Wait::Eof,
+            Some(_) => Wait::Data,
+            None => Wait::Timeout,
+        })
+    }
+
+    /// Gives the connection's buffers back to the pool; called only when nothing is
+    /// buffered in either direction.
+    fn release_buffers(&mut self) {
+        debug_assert!(self.buffered().is_empty() && self.wbuf.is_empty());
+        self.rpos = 0;
+        bufpool::give(&mut self.rbuf);
+        bufpool::give(&mut self.wbuf);
+        bufpool::give(&mut self.body);
+        bufpool::give(&mut self.out);
+    }
+}
+
+/// The client ended its side of the connection (a half-close, `shutdown(SHUT_WR)`)
+/// before the body was whole: the request is incomplete, not late, so it is a 400.
+/// The client may still read the answer.
+fn body_ended_early() -> HttpError {
+    HttpError::new(
+        400,
+        "the request body ended early: the client closed its side before sending all of it",
+    )
+}
+
+fn body_timed_out() -> HttpError {
+    HttpError::new(408, "request body not received in time")
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadRequest {
+    accelerator: String,
+}

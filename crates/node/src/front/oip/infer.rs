@@ -1,0 +1,703 @@
+//! `POST /v2/models/{m}/infer`: from request bytes to a call, and from a call's output
+//! to response bytes, with no I/O.
+//!
+//! A request is a JSON document, optionally followed by binary tensor data (the binary
+//! tensor data extension): then `Inference-Header-Content-Length` gives the length of
+//! the JSON part, and each input sent in binary says its byte count in its
+//! `binary_data_size` parameter, in input order. Every declared size is checked against
+//! the bytes actually present before anything is allocated, so a request cannot make
+//! the node reserve more than its body, which the connection has already bounded.
+
+use accel::{params_from_pairs, Accelerator, Descriptor, ParamBlock};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::declared;
+use super::{DataType, Layout, Signature, OUTPUT, VERSION};
+
+/// A decoded request: what the accelerator is called with, and how to answer.
+#[derive(Debug)]
+pub struct InferCall {
+    pub params: ParamBlock,
+    pub payload: Vec<u8>,
+    pub reply: Reply,
+}
+
+/// What the response needs to know about the request.
+#[derive(Debug)]
+pub struct Reply {
+    pub(super) id: Option<String>,
+    pub(super) binary: bool,
+    sig: Signature,
+    /// The first input's shape (the output's, for images and matrices).
+    input_shape: Vec<u64>,
+    /// A model that declares its tensors: their shapes for this call's batch.
+    pub(super) declared: Option<declared::Shapes>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawRequest {
+    #[serde(default)]
+    pub(super) id: Option<String>,
+    #[serde(default)]
+    pub(super) parameters: Option<Map<String, Value>>,
+    pub(super) inputs: Vec<RawInput>,
+    #[serde(default)]
+    pub(super) outputs: Option<Vec<RawOutput>>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawInput {
+    pub(super) name: String,
+    pub(super) shape: Vec<i64>,
+    pub(super) datatype: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawOutput {
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) parameters: Option<Map<String, Value>>,
+}
+
+/// Decodes an inference request for `accel`. `json_len` is the value of
+/// `Inference-Header-Content-Length` (`None`: the whole body is JSON). The error is
+/// the sentence for the protocol's `{"error": …}` (HTTP 400).
+pub fn decode(
+    accel: &dyn Accelerator,
+    body: &[u8],
+    json_len: Option<usize>,
+) -> Result<InferCall, String> {
+    let json_len = json_len.unwrap_or(body.len());
+    if json_len > body.len() {
+        return Err(format!(
+            "Inference-Header-Content-Length is {json_len} but the body has {} bytes",
+            body.len()
+        ));
+    }
+    let (json, binary) = body.split_at(json_len);
+    let req: RawRequest =
+        serde_json::from_slice(json).map_err(|e| format!("malformed inference request: {e}"))?;
+    let d = accel.descriptor();
+    if let Some(tensors) = accel.tensors() {
+        return declared::decode(d, tensors, req, binary, body.len());
+    }
+    let sig = Signature::of(d);
+    let ordered = order_inputs(d, sig, &req.inputs, |i| &i.name)?;
+    let mut shapes: Vec<Vec<u64>> = Vec::with_capacity(ordered.len());
+    for input in &ordered {
+        shapes.push(check_input(
+            d,
+            sig,
+            &input.name,
+            &input.datatype,
+            &input.shape,
+        )?);
+    }
+    let shape_pairs = shape_params(sig.layout, &shapes)?;
+
+    // The payload: every input's bytes, in order, each checked against its shape.
+    let mut sizes = Vec::with_capacity(ordered.len());
+    for (input, shape) in ordered.iter().zip(&shapes) {
+        sizes.push(input_size(&input.name, shape, sig, body.len())?);
+    }
+    let parts: Vec<Part<'_>> = ordered
+        .iter()
+        .zip(&sizes)
+        .map(|(input, &(count, bytes))| Part {
+            input,
+            datatype: sig.datatype,
+            count,
+            bytes,
+        })
+        .collect();
+    let payload = gather(&parts, binary)?;
+
+    let mut binary_out = false;
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for (key, value) in req.parameters.iter().flatten() {
+        if key == "binary_data_output" {
+            binary_out = value
+                .as_bool()
+                .ok_or("request parameter binary_data_output must be a boolean")?;
+            continue;
+        }
+        let text = match value {
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => s.clone(),
+            _ => {
+                return Err(format!(
+                    "request parameter `{key}` must be a number or a string"
+                ))
+            }
+        };
+        pairs.push((key.clone(), text));
+    }
+    let params = call_params(d, shape_pairs, pairs)?;
+
+    for output in req.outputs.iter().flatten() {
+        check_output(d, &output.name)?;
+        if let Some(flag) = output
+            .parameters
+            .as_ref()
+            .and_then(|p| p.get("binary_data"))
+        {
+            binary_out = flag
+                .as_bool()
+                .ok_or("output parameter binary_data must be a boolean")?;
+        }
+    }
+    Ok(InferCall {
+        params,
+        payload,
+        reply: Reply {
+            id: req.id,
+            binary: binary_out,
+            sig,
+            input_shape: shapes.swap_remove(0),
+            declared: None,
+        },
+    })
+}
+
+// The checks below are the protocol's rules for tensors whatever their encoding: the
+// JSON/binary decoder above and the gRPC front end (`crate::front::grpc`) both apply them.
+
+/// The request's inputs in the model's declared order, whatever order the request
+/// lists them in; `name` reads an input's name.
+pub(crate) fn order_inputs<'a, T>(
+    d: &Descriptor,
+    sig: Signature,
+    inputs: &'a [T],
+    name: impl Fn(&T) -> &str,
+) -> Result<Vec<&'a T>, String> {
+    let names = sig.inputs();
+    if inputs.len() != names.len() {
+        return Err(format!(
+            "model {} takes {} input(s) ({}), the request has {}",
+            d.name,
+            names.len(),
+            names.join(", "),
+            inputs.len()
+        ));
+    }
+    let mut ordered: Vec<&T> = Vec::with_capacity(names.len());
+    for want in names {
+        let mut found = inputs.iter().filter(|i| name(i) == *want);
+        match (found.next(), found.next()) {
+            (Some(input), None) => ordered.push(input),
+            (None, _) => return Err(format!("input {want} of model {} is missing", d.name)),
+            (Some(_), Some(_)) => return Err(format!("input {want} is given more than once")),
+        }
+    }
+    Ok(ordered)
+}
+
+/// Checks one input's datatype and shape against the model; returns the shape.
+pub(crate) fn check_input(
+    d: &Descriptor,
+    sig: Signature,
+    name: &str,
+    datatype: &str,
+    shape: &[i64],
+) -> Result<Vec<u64>, String> {
+    if datatype != sig.datatype.name() {
+        return Err(format!(
+            "input {name} of model {} has datatype {datatype}, expected {}",
+            d.name,
+            sig.datatype.name()
+        ));
+    }
+    if shape.len() != sig.shape().len() || shape.iter().any(|&s| s < 0) {
+        return Err(format!(
+            "input {name} has shape {shape:?}; model {} takes shape {:?} (-1: any size)",
+            d.name,
+            sig.shape()
+        ));
+    }
+    Ok(shape.iter().map(|&s| s as u64).collect())
+}
+
+/// An input's element count and byte size, refused when it is more bytes than the
+/// request carries (`carried`): nothing is allocated for a size the request claims.
+pub(crate) fn input_size(
+    name: &str,
+    shape: &[u64],
+    sig: Signature,
+    carried: usize,
+) -> Result<(usize, usize), String> {
+    let count = shape
+        .iter()
+        .try_fold(1u64, |acc, &s| acc.checked_mul(s))
+        .ok_or_else(|| format!("input {name} has too many elements"))?;
+    let bytes = count
+        .checked_mul(sig.datatype.size() as u64)
+        .filter(|&b| b <= carried as u64)
+        .ok_or_else(|| {
+            format!("input {name} of shape {shape:?} needs more bytes than the request carries")
+        })?;
+    Ok((count as usize, bytes as usize))
+}
+
+/// The call's parameter block from the request's parameters (`pairs`, as text) and
+/// those the input shapes give (`shape_pairs`); a request parameter that disagrees
+/// with its shape is refused.
+pub(crate) fn call_params(
+    d: &Descriptor,
+    shape_pairs: Vec<(&'static str, String)>,
+    mut pairs: Vec<(String, String)>,
+) -> Result<ParamBlock, String> {
+    for (key, text) in &pairs {
+        if let Some((_, given)) = shape_pairs.iter().find(|(k, _)| k == key) {
+            if given != text {
+                return Err(format!(
+                    "request parameter `{key}` is {text} but the input shape gives {given}"
+                ));
+            }
+        }
+    }
+    pairs.retain(|(key, _)| !shape_pairs.iter().any(|(k, _)| k == key));
+    pairs.extend(shape_pairs.into_iter().map(|(k, v)| (k.to_string(), v)));
+    params_from_pairs(
+        &d.params,
+        pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Refuses a requested output the model does not have.
+pub(crate) fn check_output(d: &Descriptor, name: &str) -> Result<(), String> {
+    if name == OUTPUT {
+        Ok(())
+    } else {
+        Err(format!(
+            "model {} has no output {name}; its output is {OUTPUT}",
+            d.name
+        ))
+    }
+}
+
+/// The output tensor's shape: as long as the output for flat models, the first
+/// input's shape for images and matrices.
+pub(crate) fn output_shape(sig: Signature, input_shape: &[u64], output_len: usize) -> Vec<u64> {
+    match sig.layout {
+        Layout::Flat => vec![(output_len / sig.datatype.size()) as u64],
+        Layout::Image | Layout::SquarePair => input_shape.to_vec(),
+    }
+}
+
+/// The reply of a request to a model that declares its tensors.
+pub(super) fn declared_reply(id: Option<String>, binary: bool, shapes: declared::Shapes) -> Reply {
+    Reply {
+        id,
+        binary,
+        // Unused: the declared shapes answer for the model.
+        sig: Signature {
+            datatype: DataType::Uint8,
+            layout: Layout::Flat,
+        },
+        input_shape: Vec::new(),
+        declared: Some(shapes),
+    }
+}
+
+/// One input of a request as it goes into the payload: its elements' type, how many
+/// its shape says, and the bytes they take.
+pub(super) struct Part<'a> {
+    pub(super) input: &'a RawInput,
+    pub(super) datatype: DataType,
+    pub(super) count: usize,
+    pub(super) bytes: usize,
+}
+
+/// The payload: every input's bytes, in `parts` order, from its JSON `data` or from the
+/// binary section after the JSON (`binary`, consumed in order), each checked against
+/// its shape and every binary byte accounted for.
+pub(super) fn gather(parts: &[Part<'_>], mut binary: &[u8]) -> Result<Vec<u8>, String> {
+    let total: usize = parts.iter().map(|p| p.bytes).sum();
+    let mut payload = Vec::with_capacity(total);
+    for &Part {
+        input,
+        datatype,
+        count,
+        bytes,
+    } in parts
+    {
+        match binary_size(input)? {
+            Some(declared) => {
+                if input.data.is_some() {
+                    return Err(format!(
+                        "input {} has both `data` and `binary_data_size`",
+                        input.name
+                    ));
+                }
+                if declared != bytes as u64 {
+                    return Err(format!(
+                        "input {} of shape {:?} and datatype {} is {bytes} bytes, binary_data_size says {declared}",
+                        input.name, input.shape, input.datatype
+                    ));
+                }
+                if binary.len() < bytes {
+                    return Err(format!(
+                        "input {} declares {bytes} binary bytes, only {} follow the JSON",
+                        input.name,
+                        binary.len()
+                    ));
+                }
+                let (this, rest) = binary.split_at(bytes);
+                payload.extend_from_slice(this);
+                binary = rest;
+            }
+            None => {
+                let data = input.data.as_ref().ok_or_else(|| {
+                    format!("input {} has neither `data` nor binary data", input.name)
+                })?;
+                let before = payload.len();
+                push_json_data(data, datatype, &mut payload, before + bytes, &input.name)?;
+                if payload.len() != before + bytes {
+                    return Err(format!(
+                        "input {} has shape {:?} ({count} elements) but {} data elements",
+                        input.name,
+                        input.shape,
+                        (payload.len() - before) / datatype.size()
+                    ));
+                }
+            }
+        }
+    }
+    if !binary.is_empty() {
+        return Err(format!(
+            "{} bytes follow the JSON that no input's binary_data_size accounts for",
+            binary.len()
+        ));
+    }
+    Ok(payload)
+}
+
+/// The parameters the input shapes give (`height`/`width`, `n`).
+pub(crate) fn shape_params(
+    layout: Layout,
+    shapes: &[Vec<u64>],
+) -> Result<Vec<(&'static str, String)>, String> {
+    Ok(match layout {
+        Layout::Flat => Vec::new(),
+        Layout::Image => vec![
+            ("height", shapes[0][0].to_string()),
+            ("width", shapes[0][1].to_string()),
+        ],
+        Layout::SquarePair => {
+            let n = shapes[0][0];
+            if shapes.iter().any(|s| s[0] != n || s[1] != n) {
+                return Err(format!(
+                    "inputs must both be square and of the same size, got {:?} and {:?}",
+                    shapes[0], shapes[1]
+                ));
+            }
+            vec![("n", n.to_string())]
+        }
+    })
+}
+
+fn binary_size(input: &RawInput) -> Result<Option<u64>, String> {
+    match input
+        .parameters
+        .as_ref()
+        .and_then(|p| p.get("binary_data_size"))
+    {
+        None => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            format!(
+                "binary_data_size of input {} must be a non-negative integer",
+                input.name
+            )
+        }),
+    }
+}
+
+/// Appends the elements of `data` (flat or nested row-major arrays) as little-endian
+/// values, stopping with an error once more than `limit` bytes would be written.
+fn push_json_data(
+    data: &Value,
+    datatype: DataType,
+    out: &mut Vec<u8>,
+    limit: usize,
+    name: &str,
+) -> Result<(), String> {
+    match data {
+        Value::Array(items) => {
+            for item in items {
+                push_json_data(item, datatype, out, limit, name)?;
+            }
+            Ok(())
+        }
+        value => {
+            if out.len() + datatype.size() > limit {
+                return Err(format!(
+                    "input {name} has more data elements than its shape"
+                ));
+            }
+            let wrong = || format!("input {name}: {value} is not a {} value", datatype.name());
+            match datatype {
+                DataType::Uint8 => {
+                    let v = value.as_u64().filter(|&v| v <= 255).ok_or_else(wrong)?;
+                    out.push(v as u8);
+                }
+                DataType::Int32 => {
+                    let v = value
+                        .as_i64()
+                        .and_then(|v| i32::try_from(v).ok())
+                        .ok_or_else(wrong)?;
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                DataType::Fp32 => {
+                    let v = value.as_f64().ok_or_else(wrong)?;
+                    out.extend_from_slice(&(v as f32).to_le_bytes());
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Writes the response for a call's `output` into `dst`. Returns the length of the
+/// JSON part when binary output follows it (for `Inference-Header-Content-Length`),
+/// `None` for a JSON-only response.
+pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> Option<usize> {
+    if let Some(shapes) = &reply.declared {
+        return declared::encode(model, reply, shapes, output, dst);
+    }
+    let dt = reply.sig.datatype;
+    let shape = output_shape(reply.sig, &reply.input_shape, output.len());
+    let mut head = Map::new();
+    if let Some(id) = &reply.id {
+        head.insert("id".into(), Value::from(id.as_str()));
+    }
+    head.insert("model_name".into(), Value::from(model));
+    head.insert("model_version".into(), Value::from(VERSION));
+    let mut tensor = Map::new();
+    tensor.insert("name".into(), Value::from(OUTPUT));
+    tensor.insert("datatype".into(), Value::from(dt.name()));
+    tensor.insert("shape".into(), Value::from(shape));
+    if reply.binary {
+        let mut p = Map::new();
+        p.insert("binary_data_size".into(), Value::from(output.len()));
+        tensor.insert("parameters".into(), Value::Object(p));
+    } else {
+        tensor.insert("data".into(), json_data(dt, output));
+    }
+    head.insert("outputs".into(), Value::Array(vec![Value::Object(tensor)]));
+    let start = dst.len();
+    serde_json::to_writer(&mut *dst, &head).expect("serialising JSON into a Vec cannot fail");
+    if reply.binary {
+        let json_len = dst.len() - start;
+        dst.extend_from_slice(output);
+        Some(json_len)
+    } else {
+        None
+    }
+}
+
+pub(super) fn json_data(dt: DataType, output: &[u8]) -> Value {
+    let words = output.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+    match dt {
+        DataType::Uint8 => Value::from(output.to_vec()),
+        DataType::Int32 => Value::from(words.map(i32::from_le_bytes).collect::<Vec<_>>()),
+        // A NaN (logit passes NaN through) has no JSON number: it is written as null.
+        DataType::Fp32 => Value::from(words.map(f32::from_le_bytes).collect::<Vec<_>>()),
+    }
+}
+
+/// Entry points for the fuzz targets and the corpus replay test.
+pub mod fuzzing {
+    use accel::Catalog;
+
+    /// Decodes `data` as a request for each built-in and for a model that declares its
+    /// tensors, with the first byte choosing a JSON length; answers are encoded back
+    /// (the payload standing in for the output). Must never panic.
+    pub fn v2_infer(data: &[u8]) {
+        let Some((&first, body)) = data.split_first() else {
+            return;
+        };
+        let json_len = (first != 0).then(|| usize::from(first) % (body.len() + 2));
+        let example: std::sync::Arc<dyn accel::Accelerator> =
+            std::sync::Arc::new(super::declared::example::Example::default());
+        for accel in Catalog::builtin().iter().chain([&example]) {
+            if let Ok(call) = super::decode(&**accel, body, json_len) {
+                let mut out = Vec::new();
+                super::encode("m", &call.reply, &call.payload, &mut out);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accel::{param_u32, Catalog};
+    use serde_json::json;
+
+    fn decode_for(model: &str, body: &[u8], json_len: Option<usize>) -> Result<InferCall, String> {
+        let c = Catalog::builtin();
+        decode(&**c.by_name(model).unwrap(), body, json_len)
+    }
+
+    fn json_req(v: Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn json_tensors_become_little_endian_payloads() {
+        let body = json_req(json!({
+            "id": "7",
+            "parameters": {"k": 2},
+            "inputs": [{"name": "INPUT0", "shape": [3], "datatype": "INT32", "data": [5, -1, 9]}]
+        }));
+        let call = decode_for("topk", &body, None).unwrap();
+        assert_eq!(param_u32(&call.params, 0), 2);
+        let want: Vec<u8> = [5i32, -1, 9].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(call.payload, want);
+        let out: Vec<u8> = [9i32, 5].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut dst = Vec::new();
+        assert_eq!(encode("topk", &call.reply, &out, &mut dst), None);
+        let v: Value = serde_json::from_slice(&dst).unwrap();
+        assert_eq!(v["id"], "7");
+        assert_eq!(v["outputs"][0]["shape"], json!([2]));
+        assert_eq!(v["outputs"][0]["data"], json!([9, 5]));
+    }
+
+    #[test]
+    fn nested_json_data_is_row_major_and_shape_gives_params() {
+        let body = json_req(json!({
+            "inputs": [{"name": "INPUT0", "shape": [2, 3], "datatype": "UINT8",
+                        "data": [[1, 2, 3], [4, 5, 6]]}]
+        }));
+        let call = decode_for("sobel", &body, None).unwrap();
+        assert_eq!(call.payload, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(param_u32(&call.params, 0), 3, "width");
+        assert_eq!(param_u32(&call.params, 4), 2, "height");
+        let mut dst = Vec::new();
+        encode("sobel", &call.reply, &[0; 6], &mut dst);
+        let v: Value = serde_json::from_slice(&dst).unwrap();
+        assert_eq!(v["outputs"][0]["shape"], json!([2, 3]));
+    }
+
+    #[test]
+    fn binary_inputs_follow_the_json_in_order() {
+        let a: Vec<u8> = [1f32, 2., 3., 4.]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let b: Vec<u8> = [5f32, 6., 7., 8.]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        // INPUT1 listed first: binary sections follow the request's order.
+        let head = json_req(json!({
+            "inputs": [
+                {"name": "INPUT1", "shape": [2, 2], "datatype": "FP32", "parameters": {"binary_data_size": 16}},
+                {"name": "INPUT0", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": true}}]
+        }));
+        let mut body = head.clone();
+        body.extend_from_slice(&b);
+        let call = decode_for("matmul", &body, Some(head.len())).unwrap();
+        assert_eq!(call.payload, [a, b].concat());
+        assert_eq!(param_u32(&call.params, 0), 2);
+        let mut dst = Vec::new();
+        let json_len = encode("matmul", &call.reply, &[9; 16], &mut dst).unwrap();
+        let v: Value = serde_json::from_slice(&dst[..json_len]).unwrap();
+        assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 16);
+        assert_eq!(&dst[json_len..], &[9; 16]);
+    }
+
+    #[test]
+    fn malformed_requests_are_refused_with_a_reason() {
+        let err = |model: &str, v: Value| decode_for(model, &json_req(v), None).unwrap_err();
+        let one = |dt: &str, shape: Value, data: Value| json!({"inputs": [{"name": "INPUT0", "shape": shape, "datatype": dt, "data": data}]});
+        assert!(err("topk", one("FP32", json!([1]), json!([1]))).contains("datatype FP32"));
+        assert!(err("echo", one("UINT8", json!([3]), json!([1, 2]))).contains("3 elements"));
+        assert!(err("echo", one("UINT8", json!([1]), json!([1, 2]))).contains("more data"));
+        assert!(err("echo", one("UINT8", json!([2, 1]), json!([1, 2]))).contains("shape"));
+        assert!(err("echo", one("UINT8", json!([-2]), json!([]))).contains("shape"));
+        assert!(err("echo", one("UINT8", json!([1]), json!([256]))).contains("UINT8"));
+        assert!(err("topk", one("INT32", json!([1]), json!([1]))).contains("missing required"));
+        assert!(err("echo", json!({"inputs": []})).contains("takes 1 input"));
+        let wrong_name =
+            json!({"inputs": [{"name": "X", "shape": [0], "datatype": "UINT8", "data": []}]});
+        assert!(err("echo", wrong_name).contains("INPUT0"));
+        let mm = json!({"inputs": [
+            {"name": "INPUT0", "shape": [1, 1], "datatype": "FP32", "data": [1]},
+            {"name": "INPUT1", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}]});
+        assert!(err("matmul", mm).contains("square"));
+        let mut sobel = one("UINT8", json!([1, 2]), json!([1, 2]));
+        sobel["parameters"] = json!({"width": 3});
+        assert!(err("sobel", sobel).contains("shape gives 2"));
+        assert!(decode_for("echo", b"{nope", None)
+            .unwrap_err()
+            .contains("malformed"));
+        assert!(decode_for("echo", b"{}", Some(9))
+            .unwrap_err()
+            .contains("body has 2"));
+    }
+
+    #[test]
+    fn bad_and_huge_binary_sizes_are_refused_before_allocating() {
+        let req = |size: Value, shape: Value| {
+            json_req(
+                json!({"inputs": [{"name": "INPUT0", "shape": shape, "datatype": "FP32",
+                                         "parameters": {"binary_data_size": size}}]}),
+            )
+        };
+        let with_tail = |head: Vec<u8>, tail: &[u8]| {
+            let n = head.len();
+            let mut b = head;
+            b.extend_from_slice(tail);
+            decode_for("minmax", &b, Some(n))
+        };
+        let e = with_tail(req(json!(8), json!([1])), &[0; 8]).unwrap_err();
+        assert!(e.contains("binary_data_size says 8"), "{e}");
+        let e = with_tail(req(json!(8), json!([2])), &[0; 4]).unwrap_err();
+        assert!(e.contains("only 4 follow"), "{e}");
+        let e = with_tail(req(json!(4), json!([1])), &[0; 8]).unwrap_err();
+        assert!(e.contains("no input's binary_data_size"), "{e}");
+        let e = with_tail(req(json!(-1), json!([1])), &[0; 4]).unwrap_err();
+        assert!(e.contains("non-negative"), "{e}");
+        let huge = json!([i64::MAX]);
+        let e = with_tail(req(json!(u64::MAX), huge), &[]).unwrap_err();
+        assert!(
+            e.contains("more bytes than the request carries") || e.contains("too many"),
+            "{e}"
+        );
+        // Square matrices whose element count overflows u64, and ones that merely
+        // claim far more bytes than arrived.
+        for side in [1i64 << 40, 1i64 << 20] {
+            let head = json_req(json!({"inputs": [
+                {"name": "INPUT0", "shape": [side, side], "datatype": "FP32", "parameters": {"binary_data_size": 4}},
+                {"name": "INPUT1", "shape": [side, side], "datatype": "FP32", "parameters": {"binary_data_size": 4}}]}));
+            let n = head.len();
+            let body = [head, vec![0; 8]].concat();
+            let e = decode_for("matmul", &body, Some(n)).unwrap_err();
+            assert!(
+                e.contains("too many elements") || e.contains("more bytes"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn fuzzing_entry_point_survives_hostile_input() {
+        for data in [
+            &b""[..],
+            b"\x05{}",
+            b"\x00{\"inputs\":[{}]}",
+            b"\xff\xff\xff",
+        ] {
+            fuzzing::v2_infer(data);
+        }
+    }
+}

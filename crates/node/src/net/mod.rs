@@ -1,0 +1,15 @@
+//! The network layer: socket I/O with deadlines, pooled read buffers, TLS and the
+//! io_uring event loop. It knows bytes and connections, not calls: nothing here
+//! parses a protocol or touches a slot.
+//!
+//! | module | what |
+//! | --- | --- |
+//! | [`netio`] | reads and writes with a deadline, `IoTimer`, lingering close, the `Transport` trait |
+//! | [`bufpool`] | read buffers that go back to a pool while a connection is idle |
+//! | [`tls`] | `[tls]` configuration, the reloadable acceptor (SIGHUP), session resumption, client certificate → tenant name, the TLS transport |
+//! | [`uring`] | the io_uring network path (`network = "io_uring"`) |
+
+pub(crate) mod bufpool;
+pub(crate) mod netio;
+pub mod tls;
+pub(crate) mod uring;

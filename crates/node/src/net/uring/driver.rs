@@ -1,0 +1,799 @@
+//! One network thread's ring: submissions, completions, the provided-buffer ring and
+//! the state of each connection and listener the ring serves.
+
+use std::alloc::Layout;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use bytes::BufMut;
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use slab::Slab;
+
+/// Submission queue entries. A turn that queues more submits early.
+const SQ_ENTRIES: u32 = 1024;
+/// Completion queue entries: multishot operations post many completions per
+/// submission, so the completion queue is larger (the kernel keeps overflowing
+/// completions aside rather than drop them, but that is slow).
+const CQ_ENTRIES: u32 = 8192;
+/// Provided receive buffers per network thread and their size: 2,048 x 4 KiB, 8 MiB
+/// per network thread, allocated once. A buffer is taken by the kernel only when bytes
+/// arrive and given back as soon as the connection has copied them out. Small buffers
+/// (the HTTP front end's read size) so that what a stalled connection holds is small.
+const BUF_COUNT: u16 = 2048;
+const BUF_SIZE: usize = 4 * 1024;
+/// The buffer group of the ring's provided buffers.
+const BUF_GROUP: u16 = 0;
+/// Received bytes a connection may hold unread before its receive is stopped (it is
+/// re-armed once the connection has read them): one connection that does not read
+/// (a pipelining client whose calls wait for a slot) cannot take the whole buffer ring.
+const UNREAD_MAX: usize = 64 * 1024;
+/// Received buffers a connection that is not waiting for input (busy with a call, or
+/// stuck writing to a client that does not read) may hold before its receive is
+/// stopped: the kernel keeps the rest in the socket, as on epoll.
+const UNREAD_BUFS_BUSY: usize = 2;
+/// Accepted connections waiting for the accept loop, per listener; beyond, the
+/// multishot accept is not re-armed until the loop catches up (the kernel's backlog
+/// holds the rest).
+const ACCEPTED_MAX: usize = 1024;
+
+/// What a completion is for: the operation in the top byte of its user data, the
+/// connection's or listener's key below.
+const OP_ACCEPT: u64 = 1;
+const OP_RECV: u64 = 2;
+const OP_SEND: u64 = 3;
+const OP_CANCEL: u64 = 4;
+
+fn token(op: u64, key: usize) -> u64 {
+    (op << 56) | key as u64
+}
+
+thread_local! {
+    static DRIVER: RefCell<Option<Driver>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on this thread's driver. Panics when the thread has none: only the
+/// network threads started with `network = "io_uring"` create [`crate::net::uring`] objects.
+pub(super) fn with<R>(f: impl FnOnce(&mut Driver) -> R) -> R {
+    DRIVER.with(|d| f(d.borrow_mut().as_mut().expect("io_uring driver installed")))
+}
+
+/// As [`with`], but does nothing once the driver is gone (thread exit).
+pub(super) fn try_with(f: impl FnOnce(&mut Driver)) {
+    let _ = DRIVER.try_with(|d| {
+        if let Ok(mut d) = d.try_borrow_mut() {
+            if let Some(d) = d.as_mut() {
+                f(d)
+            }
+        }
+    });
+}
+
+/// Checks that the kernel gives this process a ring with what the path needs
+/// (multishot receive into a provided-buffer ring), so that a node configured for
+/// io_uring can fall back at start, saying why, instead of failing per thread.
+pub(crate) fn probe() -> io::Result<()> {
+    Driver::new().map(drop)
+}
+
+/// Creates this thread's driver.
+pub(crate) fn install() -> io::Result<()> {
+    let driver = Driver::new()?;
+    DRIVER.with(|d| *d.borrow_mut() = Some(driver));
+    Ok(())
+}
+
+/// Called by the runtime just before the thread sleeps: submits the turn's queued
+/// operations (one `io_uring_enter` for all of them) and takes the completions that
+/// are already there, so that the tasks they wake run before sleeping.
+pub(crate) fn before_park() {
+    try_with(|d| d.turn());
+}
+
+/// The task that takes completions when the ring's eventfd is signalled (completions
+/// arrived while the thread slept in the runtime's `epoll_wait`).
+pub(crate) async fn drive() {
+    struct RingFd(RawFd);
+    impl AsRawFd for RingFd {
+        fn as_raw_fd(&self) -> RawFd {
+            self.0
+        }
+    }
+    let fd = with(|d| d.eventfd.as_raw_fd());
+    // SAFETY: the eventfd stays open for as long as this task runs: the driver
+    // lives until the thread ends, after the runtime. Its counter is never read:
+    // the runtime's epoll is edge-triggered and every signal is a new edge.
+    let ready = match unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(RingFd(fd), tokio::io::Interest::READABLE)
+    } {
+        Ok(ready) => ready,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot watch the io_uring descriptor: the io_uring network path stops");
+            return;
+        }
+    };
+    loop {
+        match ready.readable().await {
+            Ok(mut guard) => guard.clear_ready(),
+            Err(_) => return,
+        }
+        with(|d| d.turn());
+    }
+}
+
+/// Whether the running kernel's release is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: uname fills the zeroed struct it is given.
+    let release = unsafe {
+        let mut u: libc::utsname = std::mem::zeroed();
+        if libc::uname(&mut u) != 0 {
+            return false;
+        }
+        std::ffi::CStr::from_ptr(u.release.as_ptr())
+            .to_string_lossy()
+            .into_owned()
+    };
+    release_at_least(&release, major, minor)
+}
+
+/// Whether a kernel release string (`6.18.44-…`) is at least `major.minor`.
+fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}
+
+/// The provided buffers and the ring through which they are handed to the kernel.
+struct BufRing {
+    /// `BUF_COUNT` entries, page aligned, shared with the kernel.
+    entries: *mut types::BufRingEntry,
+    entries_layout: Layout,
+    /// The buffers themselves, `BUF_SIZE` each.
+    memory: Box<[u8]>,
+    tail: u16,
+    /// Buffers held by connections (received, not yet read).
+    taken: usize,
+}
+
+impl BufRing {
+    fn new(ring: &IoUring) -> io::Result<BufRing> {
+        let entries_layout = Layout::from_size_align(
+            BUF_COUNT as usize * std::mem::size_of::<types::BufRingEntry>(),
+            4096,
+        )
+        .expect("buffer ring layout");
+        // SAFETY: a non-zero size; zeroed so that the tail field starts at 0.
+        let entries: *mut types::BufRingEntry =
+            unsafe { std::alloc::alloc_zeroed(entries_layout) }.cast();
+        if entries.is_null() {
+            return Err(io::Error::from(io::ErrorKind::OutOfMemory));
+        }
+        let mut bufs = BufRing {
+            entries,
+            entries_layout,
+            memory: vec![0u8; BUF_COUNT as usize * BUF_SIZE].into_boxed_slice(),
+            tail: 0,
+            taken: BUF_COUNT as usize,
+        };
+        // SAFETY: the entries stay allocated (and the buffers with them) until after
+        // the ring is dropped: `Driver` declares `ring` before `bufs`.
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                entries as u64,
+                BUF_COUNT,
+                BUF_GROUP,
+                0,
+            )?;
+        }
+        for bid in 0..BUF_COUNT {
+            bufs.give(bid);
+        }
+        Ok(bufs)
+    }
+
+    /// Hands buffer `bid` back to the kernel.
+    fn give(&mut self, bid: u16) {
+        let at = (self.tail & (BUF_COUNT - 1)) as usize;
+        // SAFETY: `at` < BUF_COUNT; the kernel reads an entry only below the tail,
+        // which is published after the entry is written.
+        unsafe {
+            let entry = &mut *self.entries.add(at);
+            entry.set_addr(self.memory.as_ptr().add(bid as usize * BUF_SIZE) as u64);
+            entry.set_len(BUF_SIZE as u32);
+            entry.set_bid(bid);
+        }
+        self.tail = self.tail.wrapping_add(1);
+        self.taken -= 1;
+        // SAFETY: the tail field of the first entry, shared with the kernel.
+        unsafe {
+            let tail = types::BufRingEntry::tail(self.entries) as *const AtomicU16;
+            (*tail).store(self.tail, Ordering::Release);
+        }
+    }
+
+    fn bytes(&self, bid: u16, from: usize, to: usize) -> &[u8] {
+        &self.memory[bid as usize * BUF_SIZE..][from..to]
+    }
+}
+
+impl Drop for BufRing {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.entries.cast(), self.entries_layout) };
+    }
+}
+
+/// One connection's state on the ring.
+#[derive(Default)]
+pub(super) struct Conn {
+    fd: RawFd,
+    /// Received buffers not yet read: buffer id and length; the first is read from
+    /// `first_read` on.
+    unread: VecDeque<(u16, usize)>,
+    first_read: usize,
+    unread_bytes: usize,
+    eof: bool,
+    error: Option<i32>,
+    recv_armed: bool,
+    recv_cancelling: bool,
+    /// Waiting for a provided buffer (the ring ran dry); re-armed when one comes back.
+    starved: bool,
+    reader: Option<Waker>,
+    /// The reader was woken and has not read since: it is about to.
+    reader_woken: bool,
+    /// The send in progress: its bytes stay here until the kernel is done with them.
+    send: Vec<u8>,
+    sent: usize,
+    sending: bool,
+    send_error: Option<i32>,
+    writer: Option<Waker>,
+    /// The stream was dropped: the entry goes once no operation refers to it.
+    closed: bool,
+    /// Tells this connection from a later one under the same key.
+    generation: u64,
+}
+
+/// One listener's state on the ring.
+pub(super) struct ListenerState {
+    /// Kept open while the accept may still complete.
+    listener: std::net::TcpListener,
+    accepted: VecDeque<RawFd>,
+    error: Option<i32>,
+    armed: bool,
+    waker: Option<Waker>,
+    closed: bool,
+}
+
+/// A network thread's ring and what it serves.
+pub(super) struct Driver {
+    /// Declared before `bufs`: dropped (and the buffers unregistered) first.
+    ring: IoUring,
+    /// Signalled by the kernel when it posts a completion, except while the node
+    /// submits (see [`Driver::submit`]): what the runtime's epoll watches.
+    eventfd: std::os::fd::OwnedFd,
+    bufs: BufRing,
+    conns: Slab<Conn>,
+    listeners: Slab<ListenerState>,
+    /// Connections whose receive ended for want of a buffer.
+    starved: Vec<usize>,
+    /// Reused between turns.
+    completions: Vec<cqueue::Entry>,
+    /// Connections opened so far (generations).
+    opened: u64,
+}
+
+impl Driver {
+    fn new() -> io::Result<Driver> {
+        // Completions run as deferred task work, in batches, when this thread enters
+        // the ring (DEFER_TASKRUN), instead of interrupting whatever the thread runs
+        // at each completion; TASKRUN_FLAG says in the ring when some are pending, so
+        // a turn enters only then or with submissions. A sleeping thread is woken by
+        // the eventfd, which the kernel signals when deferred work is queued (tested
+        // here on 6.18: `tests/uring.rs` and the benchmarks). DEFER_TASKRUN came in
+        // 6.1, and its first releases had fixes around it, so kernels before 6.2 get
+        // the ring without it (and without the flag), as do kernels that refuse it.
+        let build = |deferred: bool| {
+            let mut builder = IoUring::builder();
+            builder.setup_cqsize(CQ_ENTRIES).setup_single_issuer();
+            if deferred {
+                builder.setup_defer_taskrun().setup_taskrun_flag();
+            }
+            builder.build(SQ_ENTRIES)
+        };
+        let ring = if kernel_at_least(6, 2) {
+            build(true).or_else(|_| build(false))?
+        } else {
+            build(false)?
+        };
+        let bufs = BufRing::new(&ring)?;
+        // SAFETY: plain eventfd creation; the descriptor is owned at once.
+        let eventfd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if eventfd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor nobody else owns.
+        let eventfd =
+            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(eventfd) };
+        ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
+        Ok(Driver {
+            ring,
+            eventfd,
+            bufs,
+            conns: Slab::new(),
+            listeners: Slab::new(),
+            starved: Vec::new(),
+            completions: Vec::new(),
+            opened: 0,
+        })
+    }
+
+    /// Queues one operation; submits what is queued first when the queue is full.
+    fn push(&mut self, entry: squeue::Entry) {
+        loop {
+            // SAFETY: every buffer an entry points to lives in the driver (a
+            // connection's send buffer, the provided buffers) until its completion.
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                return;
+            }
+            if let Err(e) = self.submit() {
+                tracing::warn!(error = %e, "io_uring submit failed");
+                // The completions must be taken before the kernel accepts more.
+                self.reap();
+            }
+        }
+    }
+
+    /// One loop turn: submits what is queued, takes what has completed, until both
+    /// are empty.
+    fn turn(&mut self) {
+        loop {
+            let queued = !self.ring.submission().is_empty();
+            if queued || self.ring.submission().taskrun() {
+                if let Err(e) = self.submit() {
+                    if e.raw_os_error() != Some(libc::EBUSY)
+                        && e.raw_os_error() != Some(libc::EINTR)
+                    {
+                        tracing::warn!(error = %e, "io_uring submit failed");
+                    }
+                }
+            }
+            // Deferred completions queued while the eventfd was disabled (during
+            // `submit`) left only the TASKRUN flag behind: the kernel signals the
+            // eventfd when its list of deferred work goes from empty to not, and not
+            // again while that work waits. Parking then slept until some other event
+            // woke the thread (a call hung 20 s among 1,000 slowloris connections in 3
+            // of 6 runs of `overload.rs`); so a turn ends only once the flag is clear.
+            if self.reap() == 0
+                && self.ring.submission().is_empty()
+                && !self.ring.submission().taskrun()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Submits what is queued. Sends to a socket with room complete during the call:
+    /// the eventfd is not signalled for those completions (they are taken right
+    /// after), so that they do not wake the thread's next `epoll_wait` for nothing.
+    fn submit(&mut self) -> io::Result<usize> {
+        self.ring.completion().disable_eventfd();
+        let r = self.ring.submit();
+        self.ring.completion().enable_eventfd();
+        r
+    }
+
+    /// Takes the completions there are; returns how many.
+    fn reap(&mut self) -> usize {
+        let mut completions = std::mem::take(&mut self.completions);
+        completions.extend(self.ring.completion());
+        let n = completions.len();
+        for cqe in completions.drain(..) {
+            let key = (cqe.user_data() & ((1 << 56) - 1)) as usize;
+            match cqe.user_data() >> 56 {
+                OP_ACCEPT => self.accepted(key, &cqe),
+                OP_RECV => self.received(key, &cqe),
+                OP_SEND => self.sent(key, cqe.result()),
+                _ => {}
+            }
+        }
+        self.completions = completions;
+        self.rearm_starved();
+        n
+    }
+
+    fn accepted(&mut self, key: usize, cqe: &cqueue::Entry) {
+        let Some(l) = self.listeners.get_mut(key) else {
+            if cqe.result() >= 0 {
+                // SAFETY: a descriptor the kernel just gave us and nobody else holds.
+                unsafe { libc::close(cqe.result()) };
+            }
+            return;
+        };
+        if !cqueue::more(cqe.flags()) {
+            l.armed = false;
+        }
+        match cqe.result() {
+            fd if fd >= 0 && !l.closed => l.accepted.push_back(fd),
+            fd if fd >= 0 => {
+                // SAFETY: as above.
+                unsafe { libc::close(fd) };
+            }
+            e if e == -libc::ECANCELED => {}
+            e => l.error = Some(-e),
+        }
+        if l.armed && l.accepted.len() >= ACCEPTED_MAX {
+            // The loop is behind: stop taking connections until it catches up.
+            self.push(
+                opcode::AsyncCancel::new(token(OP_ACCEPT, key))
+                    .build()
+                    .user_data(token(OP_CANCEL, key)),
+            );
+        }
+        let l = &mut self.listeners[key];
+        if l.closed && !l.armed {
+            self.listeners.remove(key);
+            return;
+        }
+        if let Some(w) = l.waker.take() {
+            w.wake();
+        }
+    }
+
+    fn received(&mut self, key: usize, cqe: &cqueue::Entry) {
+        let conn = &mut self.conns[key];
+        if !cqueue::more(cqe.flags()) {
+            conn.recv_armed = false;
+            conn.recv_cancelling = false;
+        }
+        if let Some(bid) = cqueue::buffer_select(cqe.flags()) {
+            let n = cqe.result().max(0) as usize;
+            self.bufs.taken += 1;
+            if conn.closed || n == 0 {
+                self.bufs.give(bid);
+            } else {
+                conn.unread.push_back((bid, n));
+                conn.unread_bytes += n;
+            }
+        }
+        let conn = &mut self.conns[key];
+        match cqe.result() {
+            0 => conn.eof = true,
+            n if n > 0 => {}
+            e if e == -libc::ENOBUFS => {
+                if !conn.closed && !conn.starved {
+                    conn.starved = true;
+                    self.starved.push(key);
+                }
+            }
+            e if e == -libc::ECANCELED => {}
+            e => conn.error = Some(-e),
+        }
+        let conn = &mut self.conns[key];
+        let held = conn.unread_bytes >= UNREAD_MAX
+            || (conn.reader.is_none()
+                && !conn.reader_woken
+                && conn.unread.len() >= UNREAD_BUFS_BUSY);
+        if conn.recv_armed && !conn.recv_cancelling && held {
+            conn.recv_cancelling = true;
+            self.push(
+                opcode::AsyncCancel::new(token(OP_RECV, key))
+                    .build()
+                    .user_data(token(OP_CANCEL, key)),
+            );
+        }
+        let conn = &mut self.conns[key];
+        if let Some(w) = conn.reader.take() {
+            conn.reader_woken = true;
+            w.wake();
+        }
+        self.forget_if_done(key);
+    }
+
+    fn sent(&mut self, key: usize, result: i32) {
+        let conn = &mut self.conns[key];
+        conn.sending = false;
+        if result < 0 {
+            conn.send_error = Some(-result);
+        } else {
+            conn.sent += result as usize;
+            if conn.sent < conn.send.len() {
+                // A short send: the rest goes in the next submission (also when the
+                // stream is gone: these are its last bytes).
+                self.submit_send(key);
+                return;
+            }
+        }
+        let conn = &mut self.conns[key];
+        // Not kept while the connection has nothing to send (see crate::net::bufpool).
+        crate::net::bufpool::give(&mut conn.send);
+        if let Some(w) = conn.writer.take() {
+            w.wake();
+        }
+        self.forget_if_done(key);
+    }
+
+    /// Re-arms the receives that ran out of buffers once some are back.
+    fn rearm_starved(&mut self) {
+        if self.starved.is_empty() || self.bufs.taken > BUF_COUNT as usize * 3 / 4 {
+            return;
+        }
+        for key in std::mem::take(&mut self.starved) {
+            if let Some(conn) = self.conns.get_mut(key) {
+                conn.starved = false;
+                if !conn.closed {
+                    self.arm_recv(key);
+                }
+            }
+        }
+    }
+
+    fn arm_recv(&mut self, key: usize) {
+        let conn = &mut self.conns[key];
+        if conn.recv_armed || conn.eof || conn.error.is_some() || conn.starved {
+            return;
+        }
+        conn.recv_armed = true;
+        let fd = conn.fd;
+        self.push(
+            opcode::RecvMulti::new(types::Fd(fd), BUF_GROUP)
+                .build()
+                .user_data(token(OP_RECV, key)),
+        );
+    }
+
+    fn submit_send(&mut self, key: usize) {
+        let conn = &mut self.conns[key];
+        conn.sending = true;
+        let rest = &conn.send[conn.sent..];
+        // MSG_WAITALL: the kernel sends all of it (waiting for room as it needs)
+        // before completing, instead of completing short.
+        let entry = opcode::Send::new(types::Fd(conn.fd), rest.as_ptr(), rest.len() as u32)
+            .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+            .build()
+            .user_data(token(OP_SEND, key));
+        self.push(entry);
+    }
+
+    /// Drops a closed connection's entry once no operation can complete on it.
+    fn forget_if_done(&mut self, key: usize) {
+        let conn = &self.conns[key];
+        if conn.closed && !conn.recv_armed && !conn.sending {
+            let mut conn = self.conns.remove(key);
+            crate::net::bufpool::give(&mut conn.send);
+        }
+    }
+
+    // ---- connections ----
+
+    /// Serves descriptor `fd` (owned by the caller's stream) on the ring.
+    pub(super) fn open(&mut self, fd: RawFd) -> usize {
+        self.opened += 1;
+        let key = self.conns.insert(Conn {
+            fd,
+            generation: self.opened,
+            ..Conn::default()
+        });
+        // Armed at once: the first request is usually already on its way.
+        self.arm_recv(key);
+        key
+    }
+
+    /// The stream was dropped: its descriptor is about to be closed. An armed receive
+    /// is cancelled (it would hold the socket open); a send in progress is the
+    /// connection's last answer and is left to finish (the caller bounds it with
+    /// [`Driver::cancel_send`]). Returns whether a send is in progress, and the
+    /// connection's generation to name it by.
+    pub(super) fn close(&mut self, key: usize) -> Option<u64> {
+        // Operations still queued name the descriptor by number, which the kernel
+        // resolves when they are submitted: once it is closed, the number may already
+        // be a new connection's. So they go to the kernel before it is closed.
+        if !self.ring.submission().is_empty() {
+            let _ = self.submit();
+        }
+        let conn = &mut self.conns[key];
+        conn.closed = true;
+        conn.reader = None;
+        conn.writer = None;
+        let unread: Vec<(u16, usize)> = conn.unread.drain(..).collect();
+        conn.unread_bytes = 0;
+        let (recv, send) = (conn.recv_armed, conn.sending);
+        for (bid, _) in unread {
+            self.bufs.give(bid);
+        }
+        if recv {
+            self.push(
+                opcode::AsyncCancel::new(token(OP_RECV, key))
+                    .build()
+                    .user_data(token(OP_CANCEL, key)),
+            );
+        }
+        let generation = self.conns[key].generation;
+        self.forget_if_done(key);
+        send.then_some(generation)
+    }
+
+    /// Cancels the send of closed connection `key` if it is still in progress and
+    /// the key still names the same connection (`generation`).
+    pub(super) fn cancel_send(&mut self, key: usize, generation: u64) {
+        match self.conns.get(key) {
+            Some(conn) if conn.generation == generation && conn.closed && conn.sending => {}
+            _ => return,
+        }
+        self.push(
+            opcode::AsyncCancel::new(token(OP_SEND, key))
+                .build()
+                .user_data(token(OP_CANCEL, key)),
+        );
+    }
+
+    /// Copies received bytes into `buf` (as many as it takes); `Pending` when there
+    /// are none yet, `Ok(0)` at the end of input.
+    pub(super) fn poll_read(
+        &mut self,
+        key: usize,
+        buf: &mut impl BufMut,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let mut n = 0;
+        let conn = &mut self.conns[key];
+        conn.reader_woken = false;
+        while buf.remaining_mut() > 0 {
+            let Some(&(bid, len)) = conn.unread.front() else {
+                break;
+            };
+            let take = buf.remaining_mut().min(len - conn.first_read);
+            buf.put_slice(
+                self.bufs
+                    .bytes(bid, conn.first_read, conn.first_read + take),
+            );
+            conn.first_read += take;
+            conn.unread_bytes -= take;
+            n += take;
+            if conn.first_read == len {
+                conn.unread.pop_front();
+                conn.first_read = 0;
+                self.bufs.give(bid);
+            }
+        }
+        if n > 0 {
+            return Poll::Ready(Ok(n));
+        }
+        self.poll_input(key, cx).map_ok(|()| 0)
+    }
+
+    /// Ready when bytes, the end of input or an error are waiting.
+    pub(super) fn poll_input(&mut self, key: usize, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let conn = &mut self.conns[key];
+        if !conn.unread.is_empty() || conn.eof {
+            return Poll::Ready(Ok(()));
+        }
+        if let Some(e) = conn.error {
+            return Poll::Ready(Err(io::Error::from_raw_os_error(e)));
+        }
+        conn.reader = Some(cx.waker().clone());
+        self.arm_recv(key);
+        Poll::Pending
+    }
+
+    /// Queues `data` to be sent (copied: the caller's buffer need not outlive the
+    /// send) and returns at once; it goes to the kernel with the turn's other
+    /// submissions. One send at a time per connection: wait for [`Driver::poll_sent`]
+    /// first.
+    pub(super) fn start_send(&mut self, key: usize, data: &[u8]) -> io::Result<()> {
+        let conn = &mut self.conns[key];
+        if let Some(e) = conn.send_error {
+            return Err(io::Error::from_raw_os_error(e));
+        }
+        if conn.sending {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the previous response is still being sent",
+            ));
+        }
+        if conn.send.capacity() == 0 {
+            conn.send = crate::net::bufpool::take(data.len());
+        }
+        conn.send.clear();
+        conn.send.extend_from_slice(data);
+        conn.sent = 0;
+        self.submit_send(key);
+        Ok(())
+    }
+
+    /// Ready when the queued send is done (all of it, or failed).
+    pub(super) fn poll_sent(&mut self, key: usize, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let conn = &mut self.conns[key];
+        if let Some(e) = conn.send_error {
+            return Poll::Ready(Err(io::Error::from_raw_os_error(e)));
+        }
+        if !conn.sending {
+            return Poll::Ready(Ok(()));
+        }
+        conn.writer = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    // ---- listeners ----
+
+    pub(super) fn listen(&mut self, listener: std::net::TcpListener) -> usize {
+        self.listeners.insert(ListenerState {
+            listener,
+            accepted: VecDeque::new(),
+            error: None,
+            armed: false,
+            waker: None,
+            closed: false,
+        })
+    }
+
+    /// The next accepted descriptor.
+    pub(super) fn poll_accept(
+        &mut self,
+        key: usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<RawFd>> {
+        let l = &mut self.listeners[key];
+        if let Some(fd) = l.accepted.pop_front() {
+            return Poll::Ready(Ok(fd));
+        }
+        if let Some(e) = l.error.take() {
+            return Poll::Ready(Err(io::Error::from_raw_os_error(e)));
+        }
+        l.waker = Some(cx.waker().clone());
+        if !l.armed {
+            l.armed = true;
+            let fd = l.listener.as_raw_fd();
+            self.push(
+                opcode::AcceptMulti::new(types::Fd(fd))
+                    .flags(libc::SOCK_CLOEXEC)
+                    .build()
+                    .user_data(token(OP_ACCEPT, key)),
+            );
+        }
+        Poll::Pending
+    }
+
+    /// Stops accepting: the listening socket closes once the kernel has cancelled the
+    /// accept (the operation holds it open), and connections accepted but not yet
+    /// taken are closed.
+    pub(super) fn unlisten(&mut self, key: usize) {
+        let l = &mut self.listeners[key];
+        l.closed = true;
+        l.waker = None;
+        for fd in l.accepted.drain(..) {
+            // SAFETY: accepted descriptors nobody else holds.
+            unsafe { libc::close(fd) };
+        }
+        if l.armed {
+            self.push(
+                opcode::AsyncCancel::new(token(OP_ACCEPT, key))
+                    .build()
+                    .user_data(token(OP_CANCEL, key)),
+            );
+            // Submitted now, not at the end of the turn: the socket must stop
+            // taking connections as soon as the node stops accepting.
+            let _ = self.submit();
+        } else {
+            self.listeners.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kernel_releases_compare_by_major_then_minor() {
+        use super::release_at_least as at_least;
+        assert!(at_least("6.18.44-fc-v657", 6, 2));
+        assert!(at_least("6.2.0", 6, 2));
+        assert!(!at_least("6.1.94-generic", 6, 2));
+        assert!(!at_least("5.19.0", 6, 2));
+        assert!(at_least("7.0", 6, 2));
+        assert!(!at_least("garbage", 6, 2));
+    }
+}

@@ -1,0 +1,31 @@
+//! The io_uring network path (`network = "io_uring"`, issue 15 item 5).
+//!
+//! On the epoll path every request costs the node one `recv` and one `send` system
+//! call, plus its share of an `epoll_wait`: exactly what the bare C responder makes,
+//! which is why it cannot be cheaper than nginx by much. Here the kernel does the
+//! receiving and sending on the node's behalf and only reports completions:
+//!
+//! - each listener has one *multishot accept*: every new connection is one completion,
+//!   with no `accept` call per connection;
+//! - each connection has one *multishot receive* into a ring of *provided buffers*
+//!   (the kernel picks a free buffer when bytes arrive, so an idle connection holds
+//!   none): received bytes are one completion, with no `recv` call;
+//! - sends are queued and submitted together once per loop turn (just before the
+//!   thread would sleep), so one `io_uring_enter` carries every response of the turn.
+//!
+//! What stays the same is deliberate: this is a different event loop feeding the same
+//! code. The ring lives beside each network thread's tokio runtime (an eventfd the
+//! kernel signals on completions is watched by the runtime like any socket), and a connection here is a
+//! [`UringStream`], one more [`crate::net::netio::Transport`]; the HTTP and RAC front ends,
+//! their parsers, the dispatcher and every timeout and bound run unchanged on it.
+//! Answers of calls queued to slot threads wake the connection's task as on epoll.
+//! TLS and gRPC listeners are served by the epoll path on the same thread.
+//!
+//! Everything here is per network thread (a thread-local [`Driver`]) and never
+//! touched from another thread: no lock.
+
+mod driver;
+mod stream;
+
+pub(crate) use driver::{before_park, drive, install, probe};
+pub(crate) use stream::{Listener, UringStream};

@@ -1,0 +1,159 @@
+//! A connection and a listener served by this thread's ring.
+
+use std::future::poll_fn;
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::time::{Duration, Instant};
+
+use bytes::BufMut;
+
+use super::driver::{try_with, with};
+use crate::net::netio::{IoTimer, Transport, LINGER};
+
+/// A connection whose bytes come and go through the ring: what the front ends see
+/// instead of a tokio `TcpStream`. Only ever used on the thread that accepted it.
+pub(crate) struct UringStream {
+    key: usize,
+    /// How long the last answer may take to leave after the stream is dropped.
+    io_timeout: Duration,
+    /// Owns the descriptor (closed on drop, after the ring has let go of it); used
+    /// directly only for what is not on the hot path (half-close).
+    socket: TcpStream,
+}
+
+impl UringStream {
+    /// Serves `socket` through this thread's ring.
+    pub(crate) fn new(socket: TcpStream, io_timeout: Duration) -> UringStream {
+        let key = with(|d| d.open(socket.as_raw_fd()));
+        UringStream {
+            key,
+            io_timeout,
+            socket,
+        }
+    }
+
+    /// Waits until the previous send is done, by `deadline`.
+    async fn sent(&mut self, deadline: Instant) -> io::Result<()> {
+        let key = self.key;
+        let sent = poll_fn(|cx| with(|d| d.poll_sent(key, cx)));
+        match tokio::time::timeout_at(deadline.into(), sent).await {
+            Ok(r) => r,
+            Err(_) => Err(crate::net::netio::too_slow()),
+        }
+    }
+}
+
+impl Drop for UringStream {
+    fn drop(&mut self) {
+        let key = self.key;
+        let mut sending = None;
+        try_with(|d| sending = d.close(key));
+        // The last answer is still leaving: it gets the connection's io timeout,
+        // as a write on epoll would, then is cancelled.
+        if let Some(generation) = sending {
+            let timeout = self.io_timeout;
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(async move {
+                        tokio::time::sleep(timeout).await;
+                        try_with(|d| d.cancel_send(key, generation));
+                    });
+                }
+                Err(_) => try_with(|d| d.cancel_send(key, generation)),
+            }
+        }
+        // `socket` closes the descriptor after this; the kernel keeps the socket
+        // until the send is done.
+    }
+}
+
+impl Transport for UringStream {
+    async fn read_with_deadline<B: BufMut + Send>(
+        &mut self,
+        buf: &mut B,
+        deadline: Instant,
+        timer: &mut IoTimer,
+    ) -> io::Result<Option<usize>> {
+        let key = self.key;
+        let read = poll_fn(|cx| with(|d| d.poll_read(key, buf, cx)));
+        tokio::select! {
+            biased;
+            r = read => r.map(Some),
+            _ = timer.until(deadline) => Ok(None),
+        }
+    }
+
+    async fn wait_readable(&mut self, deadline: Instant, timer: &mut IoTimer) -> io::Result<bool> {
+        let key = self.key;
+        let input = poll_fn(|cx| with(|d| d.poll_input(key, cx)));
+        tokio::select! {
+            biased;
+            r = input => r.map(|()| true),
+            _ = timer.until(deadline) => Ok(false),
+        }
+    }
+
+    /// Queues `data` behind the previous send (waiting for that one, by `deadline`)
+    /// and returns without waiting for the kernel: the connection reads its next
+    /// request meanwhile, and the send leaves with the turn's other submissions. A
+    /// connection thus holds at most one answer in the ring beside its own buffers.
+    async fn write_with_deadline(&mut self, data: &[u8], deadline: Instant) -> io::Result<()> {
+        self.sent(deadline).await?;
+        let key = self.key;
+        with(|d| d.start_send(key, data))
+    }
+
+    /// Nothing is written without the ring: the caller buffers the bytes and flushes
+    /// them (one submission per turn) instead.
+    fn try_write_vectored(&mut self, _bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        Ok(0)
+    }
+
+    /// As [`crate::net::netio::linger`]: half-close, then drain input briefly, so that
+    /// closing with unread bytes does not reset the last response away.
+    async fn linger(&mut self) {
+        // The half-close must follow the last answer, not overtake it.
+        if self.sent(Instant::now() + self.io_timeout).await.is_err() {
+            return;
+        }
+        let _ = self.socket.shutdown(Shutdown::Write);
+        crate::net::netio::drain(self, Instant::now() + LINGER).await;
+    }
+}
+
+/// A listening socket whose connections arrive by one multishot accept.
+pub(crate) struct Listener {
+    key: usize,
+}
+
+impl Listener {
+    pub(crate) fn new(listener: std::net::TcpListener) -> Listener {
+        Listener {
+            key: with(|d| d.listen(listener)),
+        }
+    }
+
+    /// The next connection and its peer's address.
+    pub(crate) async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let key = self.key;
+        loop {
+            let fd = poll_fn(|cx| with(|d| d.poll_accept(key, cx))).await?;
+            // SAFETY: a connected socket the kernel just gave us, owned from here on.
+            let socket = unsafe { TcpStream::from_raw_fd(fd) };
+            // The multishot accept does not report the peer: one getpeername (only
+            // for the log lines that name the client). A connection already reset
+            // has none, and is dropped.
+            if let Ok(peer) = socket.peer_addr() {
+                return Ok((socket, peer));
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let key = self.key;
+        try_with(|d| d.unlisten(key));
+    }
+}

@@ -1,0 +1,434 @@
+//! The node's log: its format, which filters it accepts, refused requests logged
+//! without letting a flood fill the disk, and panics as log lines.
+//!
+//! Logs are `tracing` events on stderr, as text or as one JSON object per line
+//! (`log_format`). The level comes from `log_level` (config) or `--log-level`: a level
+//! name, or a tracing filter of `TARGET=LEVEL` directives. A typo there must not pass
+//! silently: to `tracing` a bare word such as `verbose` is a valid filter (every level,
+//! but only for a target named `verbose`), so a node started with it logged nothing at
+//! all. [`check_filter`] accepts only directives that name a level.
+//!
+//! Refused requests ([`RefusalLog`]) are logged under the target
+//! `netaccel_node::refused`, at `debug` except failed token checks (`warn`), each with
+//! the client's address. A client can send refusable requests as fast as the network
+//! carries them, so each kind of refusal gets at most `log_refusals_per_second_max`
+//! lines a second; the rest are counted, and the count is logged when the second is
+//! over.
+//!
+//! A kernel that panics fails its call and the slot carries on (see `slot`); the
+//! standard panic hook would still print the panic and a backtrace on stderr, outside
+//! the log's format. [`install_panic_hook`] makes every panic one `error` event.
+
+use std::fmt::Display;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tracing::Level;
+use tracing_subscriber::filter::LevelFilter;
+
+use crate::node::Protocol;
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One human-readable line per event (colored when stderr is a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<LogFormat, String> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(format!("log format `{s}` is not valid: use text or json")),
+        }
+    }
+}
+
+/// Installs the global subscriber: events that pass `filter` (already checked with
+/// [`check_filter`]) go to stderr in `format`. Then makes panics log lines.
+pub fn init(filter: &str, format: LogFormat) -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .parse(filter)
+        .map_err(|e| e.to_string())?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    }
+    .map_err(|e| e.to_string())?;
+    install_panic_hook();
+    Ok(())
+}
+
+/// Replaces the standard panic hook (a raw message and backtrace on stderr) with one
+/// structured `error` event: the thread, where it panicked and the panic's message.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(a panic without a message)".to_string());
+        let location = info.location().map_or_else(
+            || "unknown".to_string(),
+            |l| format!("{}:{}:{}", l.file(), l.line(), l.column()),
+        );
+        let thread = std::thread::current();
+        tracing::error!(
+            thread = thread.name().unwrap_or("unnamed"),
+            location = %location,
+            panic = %message,
+            "a thread panicked"
+        );
+    }));
+}
+
+/// Level names `log_level` accepts on its own, in the order of the message that lists
+/// them.
+const LEVELS: &str = "off, error, warn, info, debug, trace";
+
+/// Checks a `log_level` value: a level name, or comma-separated directives that each
+/// end in `=LEVEL` (`info,netaccel_node=debug`) and that `tracing` can parse.
+pub fn check_filter(filter: &str) -> Result<(), String> {
+    let refuse = |why: &str| {
+        format!(
+            "log level `{filter}` is not valid ({why}): use one of {LEVELS}, or a tracing \
+             filter of TARGET=LEVEL directives such as `info,netaccel_node=debug`"
+        )
+    };
+    let directives: Vec<&str> = filter
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .collect();
+    if directives.is_empty() {
+        return Err(refuse("it is empty"));
+    }
+    for directive in directives {
+        let level = match directive.rsplit_once('=') {
+            Some((target, _)) if target.trim().is_empty() => {
+                return Err(refuse(&format!("`{directive}` names no target")))
+            }
+            Some((_, level)) => level.trim(),
+            None => directive,
+        };
+        // `LevelFilter` also reads "" as `error`; an empty level is a mistake here.
+        if level.is_empty() || level.parse::<LevelFilter>().is_err() {
+            return Err(refuse(&format!("`{directive}` names no level")));
+        }
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(filter)
+        .map(drop)
+        .map_err(|e| refuse(&e.to_string()))
+}
+
+/// Target of refused-request events, so a filter can select them alone
+/// (`warn,netaccel_node::refused=debug`).
+const REFUSED: &str = "netaccel_node::refused";
+
+/// Why a request was refused, for the log. Each kind has its own rate limit, so a
+/// flood of one does not hide the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Malformed HTTP or a broken RAC frame, bad parameters, an unknown route or
+    /// method: a client that does not speak the protocol right (`debug`).
+    Protocol,
+    /// A call for an accelerator the node does not have or no slot hosts (`debug`).
+    UnknownAccelerator,
+    /// A failed admin-token check (reconfiguration) or tenant-token check (RAC
+    /// `hello`): someone may be guessing (`warn`).
+    Token,
+}
+
+impl Refusal {
+    const ALL: [Refusal; 3] = [
+        Refusal::Protocol,
+        Refusal::UnknownAccelerator,
+        Refusal::Token,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Refusal::Protocol => "protocol",
+            Refusal::UnknownAccelerator => "unknown_accelerator",
+            Refusal::Token => "token",
+        }
+    }
+
+    fn level(self) -> Level {
+        match self {
+            Refusal::Token => Level::WARN,
+            Refusal::Protocol | Refusal::UnknownAccelerator => Level::DEBUG,
+        }
+    }
+
+    /// The kind of refusal a RAC status answers, if it is one to log: `BUSY`,
+    /// `UNAVAILABLE`, `DEADLINE_EXCEEDED` and `INTERNAL` are the node's state, not
+    /// the request's fault, and have their metrics.
+    pub fn of_status(status: rac_proto::Status) -> Option<Refusal> {
+        use rac_proto::Status;
+        match status {
+            Status::BadRequest | Status::ProtocolError | Status::TooLarge => {
+                Some(Refusal::Protocol)
+            }
+            Status::UnknownAccelerator => Some(Refusal::UnknownAccelerator),
+            Status::Unauthorized => Some(Refusal::Token),
+            Status::Ok
+            | Status::Busy
+            | Status::Unavailable
+            | Status::DeadlineExceeded
+            | Status::Internal => None,
+        }
+    }
+
+    fn enabled(self) -> bool {
+        if self.level() == Level::WARN {
+            tracing::enabled!(target: REFUSED, Level::WARN)
+        } else {
+            tracing::enabled!(target: REFUSED, Level::DEBUG)
+        }
+    }
+}
+
+/// Lines of one kind of refusal in the current one-second window.
+#[derive(Debug)]
+struct Window {
+    start: Instant,
+    logged: u32,
+    suppressed: u64,
+}
+
+impl Window {
+    const LENGTH: Duration = Duration::from_secs(1);
+
+    fn new(now: Instant) -> Window {
+        Window {
+            start: now,
+            logged: 0,
+            suppressed: 0,
+        }
+    }
+
+    /// Starts a new window if the current one is over; returns the number of lines
+    /// the windows that ended suppressed (to be reported now).
+    fn roll(&mut self, now: Instant) -> u64 {
+        if now.saturating_duration_since(self.start) < Window::LENGTH {
+            return 0;
+        }
+        let suppressed = self.suppressed;
+        *self = Window::new(now);
+        suppressed
+    }
+
+    /// Whether one more line may be written at `now` (at most `lines_max` a window),
+    /// and the count of suppressed lines to report first.
+    fn admit(&mut self, now: Instant, lines_max: u32) -> (bool, u64) {
+        let report = self.roll(now);
+        if self.logged < lines_max {
+            self.logged += 1;
+            (true, report)
+        } else {
+            self.suppressed += 1;
+            (false, report)
+        }
+    }
+}
+
+/// Logs refused requests, at most `lines_max` lines per kind and second.
+pub struct RefusalLog {
+    lines_max: u32,
+    windows: [Mutex<Window>; Refusal::ALL.len()],
+}
+
+impl RefusalLog {
+    pub fn new(lines_per_second_max: u32) -> RefusalLog {
+        let now = Instant::now();
+        RefusalLog {
+            lines_max: lines_per_second_max,
+            windows: Refusal::ALL.map(|_| Mutex::new(Window::new(now))),
+        }
+    }
+
+    /// Logs that a request from `peer` was refused with `status` because of `reason`,
+    /// unless the level of `kind` is off (then it costs nothing) or its lines for this
+    /// second are spent (then it is counted).
+    pub fn log(
+        &self,
+        kind: Refusal,
+        protocol: Protocol,
+        peer: SocketAddr,
+        status: &dyn Display,
+        reason: &dyn Display,
+    ) {
+        if !kind.enabled() {
+            return;
+        }
+        let (log, suppressed) = self.windows[kind as usize]
+            .lock()
+            .admit(Instant::now(), self.lines_max);
+        if suppressed > 0 {
+            self.report(kind, suppressed);
+        }
+        if !log {
+            return;
+        }
+        let (name, protocol) = (kind.name(), protocol.name());
+        if kind.level() == Level::WARN {
+            tracing::warn!(
+                target: REFUSED,
+                kind = name,
+                protocol,
+                %peer,
+                %status,
+                %reason,
+                "request refused"
+            );
+        } else {
+            tracing::debug!(
+                target: REFUSED,
+                kind = name,
+                protocol,
+                %peer,
+                %status,
+                %reason,
+                "request refused"
+            );
+        }
+    }
+
+    /// Reports the lines suppressed in windows that are over. Called about once a
+    /// second, so a flood that stops is still accounted for.
+    pub fn roll(&self) {
+        let now = Instant::now();
+        for kind in Refusal::ALL {
+            if kind.enabled() {
+                let suppressed = self.windows[kind as usize].lock().roll(now);
+                if suppressed > 0 {
+                    self.report(kind, suppressed);
+                }
+            }
+        }
+    }
+
+    fn report(&self, kind: Refusal, suppressed: u64) {
+        let (lines_max, name) = (self.lines_max, kind.name());
+        if kind.level() == Level::WARN {
+            tracing::warn!(
+                target: REFUSED,
+                kind = name,
+                suppressed,
+                "refused requests not logged (at most {lines_max} lines a second per kind)"
+            );
+        } else {
+            tracing::debug!(
+                target: REFUSED,
+                kind = name,
+                suppressed,
+                "refused requests not logged (at most {lines_max} lines a second per kind)"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_window_logs_its_lines_then_counts_the_rest() {
+        let t0 = Instant::now();
+        let mut w = Window::new(t0);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(w.admit(at(0), 2), (true, 0));
+        assert_eq!(w.admit(at(10), 2), (true, 0));
+        assert_eq!(w.admit(at(20), 2), (false, 0));
+        assert_eq!(w.admit(at(999), 2), (false, 0));
+        assert_eq!(w.roll(at(999)), 0, "the window is not over");
+        // The next window reports the two suppressed lines, once.
+        assert_eq!(w.admit(at(1000), 2), (true, 2));
+        assert_eq!(w.admit(at(1001), 2), (true, 0));
+        assert_eq!(w.admit(at(1002), 2), (false, 0));
+        assert_eq!(w.roll(at(2500)), 1);
+        assert_eq!(w.roll(at(2600)), 0);
+        assert_eq!(w.admit(at(2700), 2), (true, 0));
+    }
+
+    #[test]
+    fn statuses_map_to_the_kinds_worth_logging() {
+        use rac_proto::Status;
+        assert_eq!(
+            Refusal::of_status(Status::ProtocolError),
+            Some(Refusal::Protocol)
+        );
+        assert_eq!(
+            Refusal::of_status(Status::UnknownAccelerator),
+            Some(Refusal::UnknownAccelerator)
+        );
+        assert_eq!(
+            Refusal::of_status(Status::Unauthorized),
+            Some(Refusal::Token)
+        );
+        assert_eq!(Refusal::of_status(Status::Busy), None);
+        assert_eq!(Refusal::of_status(Status::Ok), None);
+    }
+
+    #[test]
+    fn log_formats_parse() {
+        assert_eq!("json".parse::<LogFormat>(), Ok(LogFormat::Json));
+        assert_eq!("text".parse::<LogFormat>(), Ok(LogFormat::Text));
+        assert!("xml"
+            .parse::<LogFormat>()
+            .unwrap_err()
+            .contains("text or json"));
+    }
+
+    #[test]
+    fn levels_and_filters_pass() {
+        for ok in [
+            "info",
+            "DEBUG",
+            "off",
+            "warn,netaccel_node=debug",
+            "netaccel_node=trace",
+            "netaccel_node::front::http=debug,ocl_remote=info",
+            "netaccel_node[call{slot=1}]=debug",
+        ] {
+            check_filter(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+    }
+
+    #[test]
+    fn garbage_is_refused_with_the_valid_levels_listed() {
+        for bad in [
+            "verbose",
+            "loud",
+            "",
+            " , ",
+            "info,loud",
+            "netaccel_node=",
+            "netaccel_node=loud",
+            "=debug",
+        ] {
+            let err = check_filter(bad).expect_err(bad);
+            assert!(
+                err.contains("off, error, warn, info, debug, trace"),
+                "{bad}: {err}"
+            );
+        }
+    }
+}

@@ -7,10 +7,13 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::telemetry::logging::LogFormat;
+pub use crate::core::dispatch::BalancePolicy;
 use crate::core::memory::PoolPolicy;
-use crate::registry;
+pub use crate::core::slot::WorkerPolicy;
 use crate::core::tenant::{self, TenantConfig};
+pub use crate::device::{BackendKind, DeviceConfig, DevicesSection, PlatformChoice, SlotConfig};
+use crate::registry;
+pub use crate::telemetry::logging::LogFormat;
 use ocl_remote::service::ServiceConfig;
 
 /// Largest simulated device time per call (`simulated_exec_us`): 10 s.
@@ -40,206 +43,6 @@ impl std::str::FromStr for Network {
             "io_uring" => Ok(Network::IoUring),
             _ => Err(format!("network `{s}` is not valid: use epoll or io_uring")),
         }
-    }
-}
-
-/// How the dispatcher picks among the slots that host the called accelerator.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum BalancePolicy {
-    /// Rotate over the slots; skip a slot whose queue is full.
-    RoundRobin,
-    /// Pick the slot with the fewest queued + running calls.
-    #[default]
-    JoinShortestQueue,
-}
-
-/// Linux scheduling class of slot worker threads. It matters when slots compute on the
-/// CPU cores the network threads use (CPU kernels; a thread driving an FPGA or GPU
-/// mostly sleeps).
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum WorkerPolicy {
-    /// `SCHED_OTHER`: workers share cores with network threads by nice value.
-    Normal,
-    /// `SCHED_BATCH`: as `normal`, but the kernel treats workers as CPU-bound.
-    Batch,
-    /// `SCHED_IDLE` (the default): a thread of any other class that wakes on the core
-    /// preempts the worker at once. A network thread never waits for a busy slot, so
-    /// a flooded accelerator cannot delay other clients' calls; in exchange slots only
-    /// get the CPU time that network threads and the host's other normal processes
-    /// leave. With `normal` and `batch`, a busy worker, once picked, kept the core for
-    /// milliseconds whatever the nice values (bench/isolation.sh, Linux 6.18: logit p99
-    /// under a minmax flood 2.9–3.3 ms with either, 86–116 µs with `idle`, 86–107 µs
-    /// unloaded).
-    #[default]
-    Idle,
-    /// The node's own scheduling, unchanged: a node started under `chrt -f` keeps its
-    /// workers real-time. For workers that mostly sleep (a simulated device time,
-    /// `simulated_exec_us`), so that a host busy with other work cannot hold back the
-    /// simulated device. CPU kernels under it take their core from every process that
-    /// is not real-time: only on a core of the node's own, as bench/cnn does to compare
-    /// a slot with an engine run in process at the same real-time priority.
-    Inherit,
-}
-
-/// One slot and what it holds at start-up.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct SlotConfig {
-    /// Name of the accelerator loaded at start-up.
-    pub accelerator: String,
-}
-
-/// The kind of device a `[[devices]]` entry is: what runs its slots' calls.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Hash)]
-#[serde(rename_all = "snake_case")]
-pub enum BackendKind {
-    /// netaccel's own kernels on the host's cores.
-    Cpu,
-    /// OpenCL kernels on a device of an OpenCL platform (PoCL, a GPU, an FPGA).
-    Opencl,
-    /// RTL accelerators under cycle-accurate simulation.
-    Rtl,
-}
-
-impl BackendKind {
-    /// The name in node.toml, `/v1/slots`, `/v1/accelerators` and the registry.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendKind::Cpu => "cpu",
-            BackendKind::Opencl => "opencl",
-            BackendKind::Rtl => "rtl",
-        }
-    }
-}
-
-/// An OpenCL platform, by a substring of its name or by its index.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(untagged)]
-pub enum PlatformChoice {
-    Index(usize),
-    Name(String),
-}
-
-/// One `[[devices]]` entry (`spec/accelerator-manifest.md`, "Devices in node.toml").
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct DeviceConfig {
-    /// Unique among the node's devices; the registry's device id.
-    pub name: String,
-    pub backend: BackendKind,
-    /// `opencl` only: the platform (default: the first).
-    pub platform: Option<PlatformChoice>,
-    /// `opencl` only: the device's index within the platform (default 0).
-    pub device: Option<usize>,
-    /// `rtl` only: the accelerator clock, for modelled times (default 250).
-    pub clock_mhz: Option<f64>,
-    /// `rtl` only: configuration port bandwidth, for modelled reconfiguration times
-    /// (default 400000000).
-    pub icap_bytes_per_s: Option<u64>,
-    /// `rtl` only: probability of a pause in each cycle on both of a design's streams
-    /// (default 0: no back-pressure), to test designs through the node.
-    pub backpressure: Option<f64>,
-    /// `rtl` only: seed of the back-pressure pattern (default 0).
-    pub backpressure_seed: Option<u64>,
-    /// What each of the device's slots loads at start, by accelerator name.
-    pub slots: Vec<String>,
-}
-
-/// Default accelerator clock of an RTL device.
-pub const RTL_CLOCK_MHZ_DEFAULT: f64 = 250.0;
-/// Default ICAP bandwidth of an RTL device (32 bits at 100 MHz).
-pub const RTL_ICAP_BYTES_PER_S_DEFAULT: u64 = 400_000_000;
-
-impl DeviceConfig {
-    /// The device's fields that belong to its backend, checked.
-    fn validate(&self) -> Result<(), String> {
-        let name = &self.name;
-        let name_ok = !name.is_empty()
-            && name.len() <= 32
-            && name
-                .bytes()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-');
-        if !name_ok {
-            return Err(format!(
-                "device name {name:?} must be 1 to 32 characters of a-z, 0-9, _ and -"
-            ));
-        }
-        let misplaced = |key: &str, wanted: BackendKind| {
-            Err(format!(
-                "device {name}: `{key}` is for {} devices, and this one is {}",
-                wanted.as_str(),
-                self.backend.as_str()
-            ))
-        };
-        if self.backend != BackendKind::Opencl {
-            if self.platform.is_some() {
-                return misplaced("platform", BackendKind::Opencl);
-            }
-            if self.device.is_some() {
-                return misplaced("device", BackendKind::Opencl);
-            }
-        }
-        if self.backend != BackendKind::Rtl {
-            if self.clock_mhz.is_some() {
-                return misplaced("clock_mhz", BackendKind::Rtl);
-            }
-            if self.icap_bytes_per_s.is_some() {
-                return misplaced("icap_bytes_per_s", BackendKind::Rtl);
-            }
-            if self.backpressure.is_some() {
-                return misplaced("backpressure", BackendKind::Rtl);
-            }
-            if self.backpressure_seed.is_some() {
-                return misplaced("backpressure_seed", BackendKind::Rtl);
-            }
-        }
-        if let Some(p) = self.backpressure {
-            // 1 would pause forever: every call would run into its cycle bound.
-            if !(0.0..1.0).contains(&p) {
-                return Err(format!(
-                    "device {name}: backpressure must be within [0, 1), got {p}"
-                ));
-            }
-        }
-        if let Some(mhz) = self.clock_mhz {
-            if !(mhz.is_finite() && mhz > 0.0 && mhz <= 100_000.0) {
-                return Err(format!(
-                    "device {name}: clock_mhz must be within (0, 100000]"
-                ));
-            }
-        }
-        if self.icap_bytes_per_s == Some(0) {
-            return Err(format!(
-                "device {name}: icap_bytes_per_s must be at least 1"
-            ));
-        }
-        if let Some(PlatformChoice::Name(p)) = &self.platform {
-            if p.is_empty() {
-                return Err(format!(
-                    "device {name}: platform = \"\" matches every platform; give a name \
-                     substring or an index"
-                ));
-            }
-        }
-        if self.slots.is_empty() {
-            return Err(format!(
-                "device {name}: slots = [] configures no slot; list what each slot loads"
-            ));
-        }
-        Ok(())
-    }
-
-    /// `clock_mhz`, or its default.
-    pub fn clock_mhz(&self) -> f64 {
-        self.clock_mhz.unwrap_or(RTL_CLOCK_MHZ_DEFAULT)
-    }
-
-    /// `icap_bytes_per_s`, or its default.
-    pub fn icap_bytes_per_s(&self) -> u64 {
-        self.icap_bytes_per_s
-            .unwrap_or(RTL_ICAP_BYTES_PER_S_DEFAULT)
     }
 }
 
@@ -660,6 +463,30 @@ impl Config {
             backpressure_seed: None,
             slots: self.slots.iter().map(|s| s.accelerator.clone()).collect(),
         }]
+    }
+
+    /// The tenants and their bounds: a tenant's share of one slot's queue is at most
+    /// the queue.
+    pub fn tenants_section(&self) -> crate::core::tenant::Tenants {
+        crate::core::tenant::Tenants::new(
+            self.tenants.clone(),
+            self.tenant_queue_depth_max.min(self.queue_depth_max),
+            self.tenant_in_flight_max,
+        )
+    }
+
+    /// The devices' section: what [`crate::device::start`] starts them from.
+    pub fn devices_section(&self) -> DevicesSection {
+        DevicesSection {
+            devices: self.device_list(),
+            accelerators_dir: self.accelerators_dir.clone(),
+            models_dir: self.models_dir.clone(),
+            onnxruntime_library: self.onnxruntime_library.clone(),
+            opencl_program_dir: self.opencl_program_dir.clone(),
+            opencl_library: self.opencl_library.clone(),
+            opencl_program_cache_entries_max: self.opencl_program_cache_entries_max,
+            fault_injection: self.fault_injection,
+        }
     }
 
     /// The remote OpenCL bounds that depend on each other or on the ICD.

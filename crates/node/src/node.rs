@@ -11,35 +11,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::device::{self, Devices};
 use crate::core::dispatch::Dispatcher;
-use crate::telemetry::logging::RefusalLog;
 use crate::core::memory::{MemoryBudget, ReassemblyPool};
-use crate::telemetry::metrics::Metrics;
 use crate::core::objects::ObjectStore;
-use crate::registry::Registry;
 use crate::core::slot::SlotLimits;
 use crate::core::tenant::Tenants;
-
-/// The front end a request came in through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    Http,
-    Rac,
-    /// The Open Inference Protocol's `GRPCInferenceService` (`crate::front::grpc`).
-    Grpc,
-}
-
-impl Protocol {
-    /// The `protocol` label of metrics and the field of log lines.
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Http => "http",
-            Protocol::Rac => "rac",
-            Protocol::Grpc => "grpc",
-        }
-    }
-}
+use crate::device::{self, Devices};
+use crate::registry::Registry;
+use crate::telemetry::logging::RefusalLog;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::Protocol;
 
 pub struct Node {
     pub config: Config,
@@ -52,16 +33,13 @@ pub struct Node {
     pub pool: Arc<ReassemblyPool>,
     /// Refused requests, logged within a rate limit.
     pub refusals: RefusalLog,
-    pub http_connections: Gauge,
-    http_busy: Counter,
-    http_refused: Counter,
-    pub rac_connections: Gauge,
-    rac_busy: Counter,
-    rac_refused: Counter,
+    /// Open connections, by [`Protocol::index`].
+    connections: [Gauge; 3],
+    /// Calls refused `BUSY`, by [`Protocol::index`] ([`Node::count_busy`]).
+    busy: [Counter; 3],
+    /// Connections refused at `connections_max`, by [`Protocol::index`].
+    connections_refused: [Counter; 3],
     pub rac_in_flight: Gauge,
-    pub grpc_connections: Gauge,
-    grpc_busy: Counter,
-    grpc_refused: Counter,
     rac_requests: Vec<Counter>,
     http_requests: Vec<OnceLock<Counter>>,
     /// Connections' tenant identities and the per-tenant bounds.
@@ -111,7 +89,7 @@ impl Node {
                 }
             },
         };
-        let tenants = Tenants::new(&config);
+        let tenants = config.tenants_section();
         let tls = if config.tls.enabled() {
             Some(crate::net::tls::TlsAcceptor::new(
                 &config.tls,
@@ -133,7 +111,7 @@ impl Node {
             queue_wait_factor: config.queue_wait_factor,
             queue_wait_floor: Duration::from_micros(config.queue_wait_floor_us),
         };
-        let started = device::start(&config, &mut metrics, opencl.as_ref())?;
+        let started = device::start(&config.devices_section(), &mut metrics, opencl.as_ref())?;
         let dispatcher = Dispatcher::start(
             started.catalog,
             started.slots,
@@ -158,17 +136,11 @@ impl Node {
         );
         let (shutdown, _) = watch::channel(false);
         Ok(Arc::new(Node {
-            http_connections: metrics.connections("http"),
-            http_busy: metrics.busy_refusals("http"),
-            http_refused: metrics.connections_refused("http"),
+            connections: Protocol::ALL.map(|p| metrics.connections(p.name())),
+            busy: Protocol::ALL.map(|p| metrics.busy_refusals(p.name())),
+            connections_refused: Protocol::ALL.map(|p| metrics.connections_refused(p.name())),
             http_requests: (0..600).map(|_| OnceLock::new()).collect(),
-            rac_connections: metrics.connections("rac"),
-            rac_busy: metrics.busy_refusals("rac"),
-            rac_refused: metrics.connections_refused("rac"),
             rac_in_flight: metrics.rac_in_flight.clone(),
-            grpc_connections: metrics.connections("grpc"),
-            grpc_busy: metrics.busy_refusals("grpc"),
-            grpc_refused: metrics.connections_refused("grpc"),
             rac_requests: rac_proto::Status::ALL
                 .iter()
                 .map(|s| metrics.requests("rac", s.name()))
@@ -202,11 +174,7 @@ impl Node {
     /// place either counter moves, so each refusal is counted exactly once in both
     /// (`netaccel_busy_refusals_total`, `netaccel_accelerator_calls_total{status="BUSY"}`).
     pub fn count_busy(&self, protocol: Protocol, accel_id: Option<u16>) {
-        match protocol {
-            Protocol::Http => self.http_busy.inc(),
-            Protocol::Rac => self.rac_busy.inc(),
-            Protocol::Grpc => self.grpc_busy.inc(),
-        };
+        self.busy[protocol.index()].inc();
         if let Some(m) = accel_id.and_then(|id| self.dispatcher.accel_metrics(id)) {
             m.answered(rac_proto::Status::Busy, 0);
         }
@@ -230,13 +198,14 @@ impl Node {
             })
             .is_ok();
         if !opened {
-            match protocol {
-                Protocol::Http => self.http_refused.inc(),
-                Protocol::Rac => self.rac_refused.inc(),
-                Protocol::Grpc => self.grpc_refused.inc(),
-            };
+            self.connections_refused[protocol.index()].inc();
         }
         opened
+    }
+
+    /// The gauge of `protocol`'s open connections.
+    pub fn connections(&self, protocol: Protocol) -> &Gauge {
+        &self.connections[protocol.index()]
     }
 
     pub fn close_connection(&self) {

@@ -34,8 +34,8 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::{json, Value};
 
 use crate::config::Config;
-use crate::node::Node;
 use crate::core::slot::SlotInfo;
+use crate::node::Node;
 
 /// Registry replicas a node may list.
 pub const REGISTRY_URLS_MAX: usize = 8;

@@ -15,9 +15,10 @@ use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::Config;
-use crate::telemetry::logging::Refusal;
-use crate::node::{Node, Protocol};
+use crate::front::admission::{handshake, ConnectionGuard};
+use crate::node::Node;
 use crate::registry::Lease;
+use crate::telemetry::Protocol;
 
 /// A started node.
 pub struct Running {
@@ -452,37 +453,6 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
 /// answers of the calls the slots gave up on before the node exits.
 pub const DRAIN_ANSWER_GRACE: Duration = Duration::from_secs(1);
 
-/// Keeps the connection counters right however the connection task ends.
-pub(crate) struct ConnectionGuard(Arc<Node>, Protocol);
-
-impl ConnectionGuard {
-    /// Counts a new connection over `protocol`, if the node has room for it (see
-    /// [`Node::try_open_connection`]); the count ends when the guard drops.
-    pub(crate) fn open(node: &Arc<Node>, protocol: Protocol) -> Option<ConnectionGuard> {
-        if !node.try_open_connection(protocol) {
-            return None;
-        }
-        let guard = ConnectionGuard(Arc::clone(node), protocol);
-        guard.gauge().inc();
-        Some(guard)
-    }
-
-    fn gauge(&self) -> &prometheus_client::metrics::gauge::Gauge {
-        match self.1 {
-            Protocol::Http => &self.0.http_connections,
-            Protocol::Rac => &self.0.rac_connections,
-            Protocol::Grpc => &self.0.grpc_connections,
-        }
-    }
-}
-
-impl Drop for ConnectionGuard {
-    fn drop(&mut self) {
-        self.gauge().dec();
-        self.0.close_connection();
-    }
-}
-
 /// Counts a new connection against `connections_max`; over it, answers the refusal
 /// (in plain text, also on a TLS listener: the handshake is not worth its CPU then).
 fn open(
@@ -580,7 +550,9 @@ fn accept_tls(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: P
         };
         let stream = crate::net::tls::TlsStream::from(stream);
         match protocol {
-            Protocol::Http => crate::front::http::serve(Arc::clone(&node), stream, peer, tenant).await,
+            Protocol::Http => {
+                crate::front::http::serve(Arc::clone(&node), stream, peer, tenant).await
+            }
             Protocol::Rac => {
                 crate::front::rac::serve(Arc::clone(&node), stream, peer, tenant, fixed).await
             }
@@ -588,40 +560,6 @@ fn accept_tls(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: P
         }
         drop(guard);
     });
-}
-
-/// The TLS handshake of a connection on a TLS listener (any front end's), and the
-/// tenant it is counted against: the one its client certificate maps to (`true`: the
-/// certificate fixes it), or a fresh anonymous one. A failed or refused handshake is
-/// logged as a refusal and gives `None`.
-pub(crate) async fn handshake(
-    node: &Node,
-    tls: &crate::net::tls::TlsAcceptor,
-    stream: TcpStream,
-    protocol: Protocol,
-    peer: SocketAddr,
-) -> Option<(
-    tokio_rustls::server::TlsStream<TcpStream>,
-    crate::core::tenant::TenantId,
-    bool,
-)> {
-    let (stream, identity) = match tls.accept(stream).await {
-        Ok(accepted) => accepted,
-        Err(crate::net::tls::AcceptError::Handshake(message)) => {
-            node.refusals
-                .log(Refusal::Protocol, protocol, peer, &"TLS", &message);
-            return None;
-        }
-        Err(crate::net::tls::AcceptError::Refused(message)) => {
-            node.refusals
-                .log(Refusal::Token, protocol, peer, &"TLS", &message);
-            return None;
-        }
-    };
-    Some(match identity {
-        crate::net::tls::Identity::Tenant(name) => (stream, node.tenants.named(&name), true),
-        crate::net::tls::Identity::Anonymous => (stream, node.tenants.anonymous(), false),
-    })
 }
 
 /// What a connection refused at `connections_max` is told before it is closed.

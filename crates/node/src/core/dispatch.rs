@@ -17,12 +17,23 @@ use std::sync::Arc;
 
 use accel::Catalog;
 use rac_proto::Status;
+use serde::{Deserialize, Serialize};
 
-use crate::config::BalancePolicy;
-use crate::device::SlotPlan;
-use crate::telemetry::metrics::{AccelMetrics, Metrics};
 use crate::core::slot::{Answer, Call, Slot, SlotLimits, Submitted};
 use crate::core::tenant::TenantId;
+use crate::device::SlotPlan;
+use crate::telemetry::metrics::{AccelMetrics, Metrics};
+
+/// How the dispatcher picks among the slots that host the called accelerator.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum BalancePolicy {
+    /// Rotate over the slots; skip a slot whose queue is full.
+    RoundRobin,
+    /// Pick the slot with the fewest queued + running calls.
+    #[default]
+    JoinShortestQueue,
+}
 
 pub struct Dispatcher {
     catalog: Catalog,

@@ -40,15 +40,45 @@ use std::time::{Duration, Instant};
 use accel::{Accelerator, CallError, ParamBlock};
 use parking_lot::{Condvar, Mutex};
 use rac_proto::Status;
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::config::{BackendKind, WorkerPolicy};
 use crate::core::deadline::Deadline;
-use crate::device::Loaded;
 use crate::core::fair_queue::FairQueue;
 use crate::core::memory::BodyMemory;
-use crate::telemetry::metrics::{AccelMetrics, SlotMetrics};
 use crate::core::tenant::TenantId;
+use crate::device::BackendKind;
+use crate::device::Loaded;
+use crate::telemetry::metrics::{AccelMetrics, SlotMetrics};
+
+/// Linux scheduling class of slot worker threads. It matters when slots compute on the
+/// CPU cores the network threads use (CPU kernels; a thread driving an FPGA or GPU
+/// mostly sleeps).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerPolicy {
+    /// `SCHED_OTHER`: workers share cores with network threads by nice value.
+    Normal,
+    /// `SCHED_BATCH`: as `normal`, but the kernel treats workers as CPU-bound.
+    Batch,
+    /// `SCHED_IDLE` (the default): a thread of any other class that wakes on the core
+    /// preempts the worker at once. A network thread never waits for a busy slot, so
+    /// a flooded accelerator cannot delay other clients' calls; in exchange slots only
+    /// get the CPU time that network threads and the host's other normal processes
+    /// leave. With `normal` and `batch`, a busy worker, once picked, kept the core for
+    /// milliseconds whatever the nice values (bench/isolation.sh, Linux 6.18: logit p99
+    /// under a minmax flood 2.9–3.3 ms with either, 86–116 µs with `idle`, 86–107 µs
+    /// unloaded).
+    #[default]
+    Idle,
+    /// The node's own scheduling, unchanged: a node started under `chrt -f` keeps its
+    /// workers real-time. For workers that mostly sleep (a simulated device time,
+    /// `simulated_exec_us`), so that a host busy with other work cannot hold back the
+    /// simulated device. CPU kernels under it take their core from every process that
+    /// is not real-time: only on a core of the node's own, as bench/cnn does to compare
+    /// a slot with an engine run in process at the same real-time priority.
+    Inherit,
+}
 
 /// Flag in [`Slot::admits`]: the slot is open for calls.
 const ADMITTING: u32 = 1 << 16;

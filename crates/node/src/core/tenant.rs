@@ -28,8 +28,6 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
-
 /// Identity used for fairness and quotas: a configured tenant, or a connection that
 /// named none.
 pub type TenantId = u64;
@@ -91,12 +89,22 @@ struct Gates {
 const GATES_SWEEP_MIN: usize = 64;
 
 impl Tenants {
-    /// The tenants and per-tenant bounds of a validated configuration.
-    pub fn new(config: &Config) -> Tenants {
+    /// The tenants and per-tenant bounds of a validated configuration: the
+    /// configured tenants, the queued calls one tenant may hold in one slot's queue,
+    /// and the RAC calls it may have queued across its connections.
+    pub fn new(
+        configured: Vec<TenantConfig>,
+        queue_share_max: usize,
+        in_flight_max: usize,
+    ) -> Tenants {
+        assert!(
+            queue_share_max > 0 && in_flight_max > 0,
+            "per-tenant bounds are validated to be at least 1"
+        );
         Tenants {
-            configured: config.tenants.clone(),
-            queue_share_max: config.tenant_queue_depth_max.min(config.queue_depth_max),
-            in_flight_max: config.tenant_in_flight_max,
+            configured,
+            queue_share_max,
+            in_flight_max,
             next_anonymous: AtomicU64::new(1),
             gates: Mutex::new(Gates::default()),
         }
@@ -200,7 +208,8 @@ mod tests {
     use super::*;
 
     fn tenants(toml: &str) -> Tenants {
-        Tenants::new(&Config::from_toml(toml).unwrap())
+        let config = crate::Config::from_toml(toml).unwrap();
+        config.tenants_section()
     }
 
     #[test]
@@ -293,7 +302,7 @@ mod tests {
 
     #[test]
     fn a_tenant_configured_twice_is_refused() {
-        let err = Config::from_toml(
+        let err = crate::Config::from_toml(
             "[[tenants]]\nname = \"a\"\ntoken = \"1\"\n[[tenants]]\nname = \"a\"\ntoken = \"2\"",
         )
         .unwrap_err();

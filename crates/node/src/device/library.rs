@@ -17,7 +17,7 @@ use manifest::{Manifest, ManifestAccelerator};
 use netaccel_onnx::Model;
 
 use super::{kind_hosts, Backend, Hostable, KINDS};
-use crate::config::{Config, DeviceConfig};
+use super::{DeviceConfig, DevicesSection};
 
 /// What [`assemble`] gives: the catalog, the manifest of each user accelerator and
 /// the model of each ONNX model, by id.
@@ -29,7 +29,7 @@ pub struct Assembled {
 
 /// The catalog, and the manifest of each user accelerator by id.
 pub fn assemble(
-    config: &Config,
+    config: &DevicesSection,
     devices: &[DeviceConfig],
     backends: &[Arc<dyn Backend>],
 ) -> Result<Assembled, String> {

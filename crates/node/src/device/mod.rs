@@ -29,15 +29,15 @@ use manifest::Manifest;
 use netaccel_onnx::Model;
 use ocl_remote::service::ServiceHandle;
 
-use crate::config::{Config, DeviceConfig};
 use crate::telemetry::metrics::Metrics;
 
-pub use crate::config::BackendKind;
+pub use section::{BackendKind, DeviceConfig, DevicesSection, PlatformChoice, SlotConfig};
 
 pub mod cpu;
 mod library;
 pub mod opencl;
 pub mod rtl;
+mod section;
 
 /// An accelerator as loaded into one slot of a device: what the slot runs.
 ///
@@ -201,20 +201,20 @@ pub struct Started {
 /// `opencl` is the remote OpenCL service when the node runs one: OpenCL devices it
 /// shares take turns with its clients through its FIFOs.
 pub fn start(
-    config: &Config,
+    config: &DevicesSection,
     metrics: &mut Metrics,
     opencl: Option<&ServiceHandle>,
 ) -> Result<Started, String> {
-    let device_configs = config.device_list();
+    let device_configs = &config.devices;
     let mut backends = Vec::with_capacity(device_configs.len());
-    for d in &device_configs {
+    for d in device_configs {
         backends.push(backend(d, config, metrics, opencl)?);
     }
     let library::Assembled {
         catalog,
         manifests,
         models,
-    } = library::assemble(config, &device_configs, &backends)?;
+    } = library::assemble(config, device_configs, &backends)?;
     let devices = Devices {
         list: Vec::new(),
         manifests,
@@ -278,7 +278,7 @@ pub fn start(
 /// The backend of device `d`.
 fn backend(
     d: &DeviceConfig,
-    config: &Config,
+    config: &DevicesSection,
     metrics: &mut Metrics,
     service: Option<&ServiceHandle>,
 ) -> Result<Arc<dyn Backend>, String> {

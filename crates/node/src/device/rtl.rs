@@ -31,7 +31,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use super::{Backend, BackendKind, Hostable, Load, Loaded, Ran};
-use crate::config::{Config, DeviceConfig};
+use super::{DeviceConfig, DevicesSection};
 use crate::telemetry::metrics::{Metrics, SlotLabel};
 
 /// Longest a design may take to compile before its load is refused.
@@ -138,7 +138,7 @@ pub struct RtlBackend {
 impl RtlBackend {
     pub fn start(
         device: &DeviceConfig,
-        _config: &Config,
+        _config: &DevicesSection,
         metrics: &mut Metrics,
     ) -> Result<RtlBackend, String> {
         let verilator = sim::verilator_version().map_err(|e| {

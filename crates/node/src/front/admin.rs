@@ -44,10 +44,10 @@ use rac_proto::Status;
 use serde_json::json;
 
 use crate::config::Config;
-use crate::node::Node;
-use crate::registry::Verdict;
 use crate::core::slot::SlotInfo;
 use crate::core::tenant::secret_eq;
+use crate::node::Node;
+use crate::registry::Verdict;
 
 /// `GET /v1/accelerators`, RAC `catalog`: every accelerator the node can load, its
 /// parameters, and the slots that host it now.

@@ -32,15 +32,16 @@ use rac_proto::{
     CallHeader, CallKind, ControlRequest, Decoded, ResultHeader, ResultKind, Status, NO_SLOT,
 };
 
-use crate::front::admin;
-use crate::net::bufpool;
 use crate::core::deadline::Deadline;
-use crate::telemetry::logging::Refusal;
 use crate::core::memory::{BodyMemory, PoolLease};
-use crate::net::netio::{self, IoTimer, Transport};
-use crate::node::{Node, Protocol};
 use crate::core::slot::{Answer, Call, Submitted};
 use crate::core::tenant::{TenantGate, TenantId};
+use crate::front::admin;
+use crate::net::bufpool;
+use crate::net::netio::{self, IoTimer, Transport};
+use crate::node::Node;
+use crate::telemetry::logging::Refusal;
+use crate::telemetry::Protocol;
 
 /// Bytes pulled in by one read.
 const READ_CHUNK: usize = 64 * 1024;

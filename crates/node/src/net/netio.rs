@@ -336,8 +336,8 @@ mod tests {
     /// (RAC); HTTP's was 4.2 KiB before its request handling was boxed.
     #[test]
     fn connection_futures_stay_small() {
-        use crate::node::Node;
         use crate::core::tenant::TenantId;
+        use crate::node::Node;
         use std::net::SocketAddr;
         use std::sync::Arc;
         let http = |n: Arc<Node>, s: TcpStream, p: SocketAddr, t: TenantId, _: ()| {

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use tracing::Level;
 use tracing_subscriber::filter::LevelFilter;
 
-use crate::node::Protocol;
+use crate::telemetry::Protocol;
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]

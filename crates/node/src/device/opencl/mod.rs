@@ -44,7 +44,7 @@ use ocl_remote::ffi::{info_bytes, Api, Handle};
 use ocl_remote::service::{DeviceLane, ServiceHandle};
 
 use super::{Backend, BackendKind, Hostable, Load, Loaded};
-use crate::config::{Config, DeviceConfig, PlatformChoice};
+use crate::device::{DeviceConfig, DevicesSection, PlatformChoice};
 
 pub mod builtins;
 mod image;
@@ -164,7 +164,7 @@ impl OpenClBackend {
     /// OpenCL service, whose FIFO of the device the slots then share.
     pub fn start(
         d: &DeviceConfig,
-        config: &Config,
+        config: &DevicesSection,
         service: Option<&ServiceHandle>,
     ) -> Result<OpenClBackend, String> {
         let api = Api::load(&config.opencl_library)?;

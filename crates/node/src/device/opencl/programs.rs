@@ -19,7 +19,7 @@ use ocl_remote::ffi::info_bytes;
 use sha2::{Digest, Sha256};
 
 use super::{cl_error, Cl, Raw};
-use crate::config::Config;
+use crate::device::DevicesSection;
 
 /// `CL_PROGRAM_BUILD_LOG`.
 const CL_PROGRAM_BUILD_LOG: u32 = 0x1183;
@@ -84,7 +84,7 @@ pub struct Programs {
 }
 
 impl Programs {
-    pub fn new(cl: Arc<Cl>, config: &Config) -> Programs {
+    pub fn new(cl: Arc<Cl>, config: &DevicesSection) -> Programs {
         let dir = config.opencl_program_dir.clone().or_else(default_dir);
         if let Some(dir) = &dir {
             if let Err(e) = std::fs::create_dir_all(dir) {

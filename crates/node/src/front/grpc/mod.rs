@@ -44,9 +44,10 @@ use tonic::transport::server::Connected;
 use tonic::transport::Server;
 use tonic::{Code, Status};
 
-use crate::node::{Node, Protocol};
-use crate::server::ConnectionGuard;
 use crate::core::tenant::TenantId;
+use crate::front::admission::ConnectionGuard;
+use crate::node::Node;
+use crate::telemetry::Protocol;
 
 /// The protocol's messages and service, generated from `proto/grpc_service.proto` and
 /// `proto/model_config.proto` (package `inference`).
@@ -295,7 +296,8 @@ pub fn accepted_tls(
             tokio::spawn(async move {
                 let _slot = slot;
                 let Some((stream, tenant, _)) =
-                    crate::server::handshake(&node, &tls, stream, Protocol::Grpc, addr).await
+                    crate::front::admission::handshake(&node, &tls, stream, Protocol::Grpc, addr)
+                        .await
                 else {
                     return;
                 };

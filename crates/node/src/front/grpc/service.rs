@@ -27,12 +27,13 @@ use super::pb::{
 };
 use super::{tensor, Peer};
 use crate::core::deadline::Deadline;
+use crate::core::memory::BodyMemory;
+use crate::core::slot::{Answer, Call};
 use crate::front::http::v2::node_ready;
 use crate::front::oip::{DataType, Signature, OUTPUT, VERSION};
+use crate::node::Node;
 use crate::telemetry::logging::Refusal;
-use crate::core::memory::BodyMemory;
-use crate::node::{Node, Protocol};
-use crate::core::slot::{Answer, Call};
+use crate::telemetry::Protocol;
 
 /// gRPC status codes, in code order (`Code::Ok` = 0 … `Code::Unauthenticated` = 16).
 const CODES: usize = 17;

@@ -24,17 +24,18 @@ use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::{route, Request, Route, Wire};
 use super::scan::{self, HeadScan};
-use crate::front::oip::infer::{self as v2_infer, Reply};
-use crate::front::admin::{self, AdminError};
-use crate::net::bufpool;
 use crate::core::deadline::Deadline;
-use crate::telemetry::logging::Refusal;
 use crate::core::memory::{BodyMemory, MemoryPermit};
-use crate::net::netio::{self, IoTimer, Transport, WRITE_BATCH_MAX};
-use crate::node::{Node, Protocol};
 use crate::core::objects::StoreError;
 use crate::core::slot::{Answer, Call};
 use crate::core::tenant::TenantId;
+use crate::front::admin::{self, AdminError};
+use crate::front::oip::infer::{self as v2_infer, Reply};
+use crate::net::bufpool;
+use crate::net::netio::{self, IoTimer, Transport, WRITE_BATCH_MAX};
+use crate::node::Node;
+use crate::telemetry::logging::Refusal;
+use crate::telemetry::Protocol;
 
 /// Read buffer size; also the most a single read pulls in while waiting for a head.
 const READ_CHUNK: usize = 4096;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use accel::{params_from_pairs, Accelerator, ParamBlock};
 
 use super::parse::{BodyFraming, RequestHead};
-use crate::front::admin;
 use crate::core::deadline::Deadline;
+use crate::front::admin;
 use crate::node::Node;
 
 /// A routed request.

@@ -21,8 +21,9 @@ use rac_proto::{Decoded, Status};
 use tokio::sync::watch;
 
 use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
+use super::request::{Request, Route, Wire};
 use super::response::{code_name, error_body, http_code, Head};
-use super::route::{route, Request, Route, Wire};
+use super::route::route;
 use super::scan::{self, HeadScan};
 use crate::core::deadline::Deadline;
 use crate::core::memory::{BodyMemory, MemoryPermit};

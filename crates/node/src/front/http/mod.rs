@@ -1,10 +1,12 @@
 //! The HTTP/1.1 front end (after Strega): the node's own server, straight from the
 //! socket to a slot and back. [`parse`] holds the pure request parsers; `scan` runs the
-//! head parser incrementally as a head's bytes arrive; `route` decides what a request
-//! means before its body is read; `conn` drives one connection.
+//! head parser incrementally as a head's bytes arrive; `route` (the `/v1` routes) and
+//! `v2` (the Open Inference Protocol's) decide what a request means before its body is
+//! read, in the vocabulary of `request`; `conn` drives one connection.
 
 mod conn;
 pub mod parse;
+mod request;
 mod response;
 mod route;
 mod scan;

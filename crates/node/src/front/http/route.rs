@@ -4,100 +4,16 @@
 
 use std::sync::Arc;
 
-use accel::{params_from_pairs, Accelerator, ParamBlock};
+use accel::params_from_pairs;
 
-use super::parse::{BodyFraming, RequestHead};
-use crate::core::deadline::Deadline;
+use super::parse::RequestHead;
+use super::request::{deadline_us, not_allowed, refuse, Request, Route, Wire};
 use crate::front::admin;
 use crate::node::Node;
-
-/// A routed request.
-pub struct Request {
-    pub route: Route,
-    pub minor: u8,
-    pub keep_alive: bool,
-    pub framing: BodyFraming,
-    pub expect_continue: bool,
-    /// The accelerator a call names (for counting refusals by accelerator).
-    pub accel_id: Option<u16>,
-}
-
-pub enum Route {
-    Health {
-        head_only: bool,
-    },
-    Metrics {
-        head_only: bool,
-    },
-    /// A JSON document computed at routing time (catalog, slots); for `HEAD`, its
-    /// headers only.
-    Json {
-        code: u16,
-        body: Vec<u8>,
-        head_only: bool,
-    },
-    Call {
-        accel: Arc<dyn Accelerator>,
-        wire: Wire,
-        /// `X-Netaccel-Deadline-Us` (0: none), for [`Deadline::after`].
-        deadline_us: u32,
-    },
-    LoadSlot {
-        slot: u16,
-        /// The instance asking, and whether the registry is to be asked.
-        origin: admin::Origin,
-    },
-    ObjectGet {
-        key: String,
-        head_only: bool,
-        if_none_match: Option<Vec<u8>>,
-    },
-    ObjectPut {
-        key: String,
-    },
-    ObjectDelete {
-        key: String,
-    },
-    /// An error answered without touching anything else.
-    Refuse {
-        code: u16,
-        code_name: &'static str,
-        message: String,
-        allow: Option<&'static str>,
-    },
-}
-
-/// How a call's params, payload and answer travel: the same call, two encodings.
-pub enum Wire {
-    /// `/v1/fn/{name}`: params in the query string, the body is the payload, the
-    /// answer's body is the output.
-    Raw { params: ParamBlock },
-    /// `/v2/models/{m}/infer`: params and tensors in the body (see `v2::infer`);
-    /// `json_len` is `Inference-Header-Content-Length` when binary data follows.
-    V2 { json_len: Option<usize> },
-}
 
 const KNOWN_METHODS: [&str; 9] = [
     "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT",
 ];
-
-pub fn refuse(code: u16, code_name: &'static str, message: impl Into<String>) -> Route {
-    Route::Refuse {
-        code,
-        code_name,
-        message: message.into(),
-        allow: None,
-    }
-}
-
-pub fn not_allowed(method: &str, path: &str, allow: &'static str) -> Route {
-    Route::Refuse {
-        code: 405,
-        code_name: "METHOD_NOT_ALLOWED",
-        message: format!("{method} is not allowed on {path}; use {allow}"),
-        allow: Some(allow),
-    }
-}
 
 pub fn route(head: &RequestHead<'_>, node: &Node) -> Request {
     let route = pick(head, node);
@@ -247,17 +163,6 @@ fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {
         accel: Arc::clone(accel),
         wire: Wire::Raw { params },
         deadline_us,
-    }
-}
-
-/// `X-Netaccel-Deadline-Us`, 0 when absent.
-pub fn deadline_us(head: &RequestHead<'_>) -> Result<u32, String> {
-    match head
-        .header("x-netaccel-deadline-us")
-        .map(Deadline::parse_http)
-    {
-        None => Ok(0),
-        Some(result) => result.map_err(String::from),
     }
 }
 

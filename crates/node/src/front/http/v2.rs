@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::parse::RequestHead;
-use super::route::{deadline_us, not_allowed, refuse, Route, Wire};
-use crate::front::oip::{flag, model_config, model_metadata, server_metadata, VERSION};
+use super::request::{deadline_us, not_allowed, refuse, Route, Wire};
+use crate::front::oip::{flag, model_config, model_metadata, node_ready, server_metadata, VERSION};
 use crate::node::Node;
 
 fn json(method: &str, body: Vec<u8>) -> Route {
@@ -18,14 +18,6 @@ fn json_with(method: &str, code: u16, body: Vec<u8>) -> Route {
         body,
         head_only: method == "HEAD",
     }
-}
-
-/// Whether the node can run a call now: some slot hosts an accelerator.
-pub(crate) fn node_ready(node: &Node) -> bool {
-    node.dispatcher
-        .catalog()
-        .iter()
-        .any(|a| !node.dispatcher.slots_hosting(a.descriptor().id).is_empty())
 }
 
 pub fn pick(head: &RequestHead<'_>, node: &Node, path: &str) -> Route {

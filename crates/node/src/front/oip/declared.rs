@@ -9,19 +9,16 @@
 //!
 //! This is the one home of those rules for every encoding: [`plan`], [`check_output`],
 //! [`params`] and [`Shapes::outputs`] know nothing of JSON, and the gRPC front end
-//! (`crate::front::grpc::tensor`) reads its protobuf messages through them.
+//! (`crate::front::grpc::tensor`) reads its protobuf messages through them, as the
+//! HTTP binding's JSON does (`infer.rs`: `decode_declared`, `encode_declared`).
 
 use accel::tensors::{DataType, TensorSpec, Tensors};
 use accel::{params_from_pairs, Descriptor, ParamBlock};
-use serde_json::{Map, Value};
-
-use super::infer::{self, gather, json_data, InferCall, Part, RawInput, RawRequest, Reply};
-use super::VERSION;
 
 /// A declared model's tensors and the batch of one request.
 #[derive(Debug)]
 pub struct Shapes {
-    tensors: Tensors,
+    pub(super) tensors: Tensors,
     batch: usize,
 }
 
@@ -190,117 +187,6 @@ impl Shapes {
                 &output[start..end],
             )
         })
-    }
-}
-
-/// Decodes `req` (its JSON part parsed; `binary` the bytes after it; `body_len` the
-/// whole body's) for a model declaring `t`. The error is the protocol's sentence.
-pub(super) fn decode(
-    d: &Descriptor,
-    t: &Tensors,
-    req: RawRequest,
-    binary: &[u8],
-    body_len: usize,
-) -> Result<InferCall, String> {
-    // Every element takes at least two bytes of JSON ("0,") or its own size in
-    // binary: a request cannot make the node reserve more than twice its body.
-    let (planned, batch) = plan(
-        d,
-        t,
-        &req.inputs,
-        |i: &RawInput| Head {
-            name: &i.name,
-            datatype: &i.datatype,
-            shape: &i.shape,
-        },
-        body_len.saturating_mul(2),
-    )?;
-    let parts: Vec<Part<'_>> = planned
-        .iter()
-        .map(|p| Part {
-            input: p.input,
-            datatype: p.datatype,
-            count: p.count,
-            bytes: p.bytes,
-        })
-        .collect();
-    let payload = gather(&parts, binary)?;
-
-    let mut binary_out = false;
-    let mut others: Vec<(&str, String)> = Vec::new();
-    for (key, value) in req.parameters.iter().flatten() {
-        if key == "binary_data_output" {
-            binary_out = value
-                .as_bool()
-                .ok_or("request parameter binary_data_output must be a boolean")?;
-        } else {
-            others.push((key, value.to_string()));
-        }
-    }
-    let params = params(d, others.iter().map(|(k, v)| (*k, v.as_str())))?;
-    for output in req.outputs.iter().flatten() {
-        check_output(d, t, &output.name)?;
-        if let Some(flag) = output
-            .parameters
-            .as_ref()
-            .and_then(|p| p.get("binary_data"))
-        {
-            binary_out = flag
-                .as_bool()
-                .ok_or("output parameter binary_data must be a boolean")?;
-        }
-    }
-    let shapes = Shapes::new(t, batch);
-    Ok(InferCall {
-        params,
-        payload,
-        reply: infer::declared_reply(req.id, binary_out, shapes),
-    })
-}
-
-/// Writes the response for a call's `output` (every output, in declared order) into
-/// `dst`; the JSON part's length when binary data follows it.
-pub(super) fn encode(
-    model: &str,
-    reply: &Reply,
-    shapes: &Shapes,
-    output: &[u8],
-    dst: &mut Vec<u8>,
-) -> Option<usize> {
-    let mut head = Map::new();
-    if let Some(id) = &reply.id {
-        head.insert("id".into(), Value::from(id.as_str()));
-    }
-    head.insert("model_name".into(), Value::from(model));
-    head.insert("model_version".into(), Value::from(VERSION));
-    let mut tensors = Vec::with_capacity(shapes.tensors.outputs.len());
-    let mut slices = Vec::with_capacity(shapes.tensors.outputs.len());
-    for (spec, shape, bytes) in shapes.outputs(output) {
-        let mut tensor = Map::new();
-        tensor.insert("name".into(), Value::from(spec.name.as_str()));
-        tensor.insert("datatype".into(), Value::from(spec.datatype.name()));
-        tensor.insert("shape".into(), Value::from(shape));
-        if reply.binary {
-            let mut p = Map::new();
-            p.insert("binary_data_size".into(), Value::from(bytes.len()));
-            tensor.insert("parameters".into(), Value::Object(p));
-        } else {
-            tensor.insert("data".into(), json_data(spec.datatype, bytes));
-        }
-        tensors.push(Value::Object(tensor));
-        slices.push(bytes);
-    }
-    head.insert("outputs".into(), Value::Array(tensors));
-    let start = dst.len();
-    serde_json::to_writer(&mut *dst, &head).expect("serialising JSON into a Vec cannot fail");
-    if reply.binary {
-        let json_len = dst.len() - start;
-        for s in slices {
-            dst.extend_from_slice(s);
-        }
-        Some(json_len)
-    } else {
-        None
     }
 }
 

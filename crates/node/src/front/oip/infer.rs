@@ -84,7 +84,7 @@ pub fn decode(
         serde_json::from_slice(json).map_err(|e| format!("malformed inference request: {e}"))?;
     let d = accel.descriptor();
     if let Some(tensors) = accel.tensors() {
-        return declared::decode(d, tensors, req, binary, body.len());
+        return decode_declared(d, tensors, req, binary, body.len());
     }
     let sig = Signature::of(d);
     let ordered = order_inputs(d, sig, &req.inputs, |i| &i.name)?;
@@ -468,7 +468,7 @@ fn push_json_data(
 /// `None` for a JSON-only response.
 pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> Option<usize> {
     if let Some(shapes) = &reply.declared {
-        return declared::encode(model, reply, shapes, output, dst);
+        return encode_declared(model, reply, shapes, output, dst);
     }
     let dt = reply.sig.datatype;
     let shape = output_shape(reply.sig, &reply.input_shape, output.len());
@@ -512,6 +512,117 @@ pub(super) fn json_data(dt: DataType, output: &[u8]) -> Value {
 }
 
 /// Entry points for the fuzz targets and the corpus replay test.
+/// Decodes `req` (its JSON part parsed; `binary` the bytes after it; `body_len` the
+/// whole body's) for a model declaring `t`. The error is the protocol's sentence.
+fn decode_declared(
+    d: &Descriptor,
+    t: &accel::tensors::Tensors,
+    req: RawRequest,
+    binary: &[u8],
+    body_len: usize,
+) -> Result<InferCall, String> {
+    // Every element takes at least two bytes of JSON ("0,") or its own size in
+    // binary: a request cannot make the node reserve more than twice its body.
+    let (planned, batch) = declared::plan(
+        d,
+        t,
+        &req.inputs,
+        |i: &RawInput| declared::Head {
+            name: &i.name,
+            datatype: &i.datatype,
+            shape: &i.shape,
+        },
+        body_len.saturating_mul(2),
+    )?;
+    let parts: Vec<Part<'_>> = planned
+        .iter()
+        .map(|p| Part {
+            input: p.input,
+            datatype: p.datatype,
+            count: p.count,
+            bytes: p.bytes,
+        })
+        .collect();
+    let payload = gather(&parts, binary)?;
+
+    let mut binary_out = false;
+    let mut others: Vec<(&str, String)> = Vec::new();
+    for (key, value) in req.parameters.iter().flatten() {
+        if key == "binary_data_output" {
+            binary_out = value
+                .as_bool()
+                .ok_or("request parameter binary_data_output must be a boolean")?;
+        } else {
+            others.push((key, value.to_string()));
+        }
+    }
+    let params = declared::params(d, others.iter().map(|(k, v)| (*k, v.as_str())))?;
+    for output in req.outputs.iter().flatten() {
+        declared::check_output(d, t, &output.name)?;
+        if let Some(flag) = output
+            .parameters
+            .as_ref()
+            .and_then(|p| p.get("binary_data"))
+        {
+            binary_out = flag
+                .as_bool()
+                .ok_or("output parameter binary_data must be a boolean")?;
+        }
+    }
+    let shapes = declared::Shapes::new(t, batch);
+    Ok(InferCall {
+        params,
+        payload,
+        reply: declared_reply(req.id, binary_out, shapes),
+    })
+}
+
+/// Writes the response for a call's `output` (every output, in declared order) into
+/// `dst`; the JSON part's length when binary data follows it.
+fn encode_declared(
+    model: &str,
+    reply: &Reply,
+    shapes: &declared::Shapes,
+    output: &[u8],
+    dst: &mut Vec<u8>,
+) -> Option<usize> {
+    let mut head = Map::new();
+    if let Some(id) = &reply.id {
+        head.insert("id".into(), Value::from(id.as_str()));
+    }
+    head.insert("model_name".into(), Value::from(model));
+    head.insert("model_version".into(), Value::from(VERSION));
+    let mut tensors = Vec::with_capacity(shapes.tensors.outputs.len());
+    let mut slices = Vec::with_capacity(shapes.tensors.outputs.len());
+    for (spec, shape, bytes) in shapes.outputs(output) {
+        let mut tensor = Map::new();
+        tensor.insert("name".into(), Value::from(spec.name.as_str()));
+        tensor.insert("datatype".into(), Value::from(spec.datatype.name()));
+        tensor.insert("shape".into(), Value::from(shape));
+        if reply.binary {
+            let mut p = Map::new();
+            p.insert("binary_data_size".into(), Value::from(bytes.len()));
+            tensor.insert("parameters".into(), Value::Object(p));
+        } else {
+            tensor.insert("data".into(), json_data(spec.datatype, bytes));
+        }
+        tensors.push(Value::Object(tensor));
+        slices.push(bytes);
+    }
+    head.insert("outputs".into(), Value::Array(tensors));
+    let start = dst.len();
+    serde_json::to_writer(&mut *dst, &head).expect("serialising JSON into a Vec cannot fail");
+    if reply.binary {
+        let json_len = dst.len() - start;
+        for s in slices {
+            dst.extend_from_slice(s);
+        }
+        Some(json_len)
+    } else {
+        None
+    }
+}
+
 pub mod fuzzing {
     use accel::Catalog;
 

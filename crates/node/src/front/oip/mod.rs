@@ -23,6 +23,8 @@ use accel::tensors::Tensors;
 use accel::{Accelerator, Descriptor, ParamValue};
 use serde_json::{json, Value};
 
+use crate::node::Node;
+
 /// The only model version: an accelerator has one image per name.
 pub const VERSION: &str = "1";
 
@@ -232,6 +234,14 @@ fn rename_shape_to_dims(mut tensor: Value) -> Value {
 /// `{"live": true}` / `{"ready": …}` bodies of the health routes.
 pub fn flag(name: &str, value: bool) -> Vec<u8> {
     serde_json::to_vec(&json!({ name: value })).expect("serialising JSON cannot fail")
+}
+
+/// Whether the node can run a call now: some slot hosts an accelerator.
+pub(crate) fn node_ready(node: &Node) -> bool {
+    node.dispatcher
+        .catalog()
+        .iter()
+        .any(|a| !node.dispatcher.slots_hosting(a.descriptor().id).is_empty())
 }
 
 #[cfg(test)]

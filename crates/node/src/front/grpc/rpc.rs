@@ -1,0 +1,270 @@
+//! The RPCs of `GRPCInferenceService`: health and metadata answered from the catalog,
+//! `ModelInfer` by [`Inference`](super::service::Inference), `ModelStreamInfer` by a
+//! stream of them (`stream.rs`), and the model configuration documents Triton's
+//! clients read.
+
+use accel::tensors::{TensorSpec, Tensors};
+use accel::{Accelerator, Descriptor};
+use tonic::{Request, Response, Status};
+
+use super::pb::grpc_inference_service_server::GrpcInferenceService;
+use super::pb::model_metadata_response::TensorMetadata;
+use super::pb::{
+    model_instance_group, model_version_policy, DataType as ConfigType, ModelConfig,
+    ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelInput,
+    ModelInstanceGroup, ModelMetadataRequest, ModelMetadataResponse, ModelOutput,
+    ModelReadyRequest, ModelReadyResponse, ModelVersionPolicy, ServerLiveRequest,
+    ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest,
+    ServerReadyResponse,
+};
+use super::service::Inference;
+use super::Peer;
+use crate::front::oip::node_ready;
+use crate::front::oip::{DataType, Signature, OUTPUT, VERSION};
+
+fn config_type(dt: DataType) -> ConfigType {
+    match dt {
+        DataType::Uint8 => ConfigType::TypeUint8,
+        DataType::Int32 => ConfigType::TypeInt32,
+        DataType::Fp32 => ConfigType::TypeFp32,
+    }
+}
+
+/// Triton's model configuration, the fields clients and `perf_analyzer` read (as
+/// `GET /v2/models/{m}/config` gives them). `max_batch_size` 0: shapes are whole.
+fn model_config(accel: &dyn Accelerator) -> ModelConfig {
+    let d = accel.descriptor();
+    if let Some(t) = accel.tensors() {
+        return declared_config(d, t);
+    }
+    let sig = Signature::of(d);
+    let data_type = config_type(sig.datatype) as i32;
+    ModelConfig {
+        name: d.name.clone(),
+        platform: "netaccel".into(),
+        backend: "netaccel".into(),
+        version_policy: Some(ModelVersionPolicy {
+            policy_choice: Some(model_version_policy::PolicyChoice::Latest(
+                model_version_policy::Latest { num_versions: 1 },
+            )),
+        }),
+        max_batch_size: 0,
+        input: sig
+            .inputs()
+            .iter()
+            .map(|name| ModelInput {
+                name: name.to_string(),
+                data_type,
+                dims: sig.shape().to_vec(),
+                ..Default::default()
+            })
+            .collect(),
+        output: vec![ModelOutput {
+            name: OUTPUT.into(),
+            data_type,
+            dims: sig.shape().to_vec(),
+            ..Default::default()
+        }],
+        instance_group: vec![ModelInstanceGroup {
+            kind: model_instance_group::Kind::Cpu as i32,
+            count: 1,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// The configuration of a model that declares its tensors, as `GET
+/// /v2/models/{m}/config` gives it: its `max_batch_size`, and Triton's `dims` leaving
+/// out the batch axis.
+fn declared_config(d: &Descriptor, t: &Tensors) -> ModelConfig {
+    let input = |s: &TensorSpec| ModelInput {
+        name: s.name.clone(),
+        data_type: config_type(s.datatype) as i32,
+        dims: s.dims.iter().map(|&d| d as i64).collect(),
+        ..Default::default()
+    };
+    let output = |s: &TensorSpec| ModelOutput {
+        name: s.name.clone(),
+        data_type: config_type(s.datatype) as i32,
+        dims: s.dims.iter().map(|&d| d as i64).collect(),
+        ..Default::default()
+    };
+    ModelConfig {
+        name: d.name.clone(),
+        platform: "onnx".into(),
+        backend: "tract".into(),
+        version_policy: Some(ModelVersionPolicy {
+            policy_choice: Some(model_version_policy::PolicyChoice::Latest(
+                model_version_policy::Latest { num_versions: 1 },
+            )),
+        }),
+        max_batch_size: t.max_batch_size as i32,
+        input: t.inputs.iter().map(input).collect(),
+        output: t.outputs.iter().map(output).collect(),
+        instance_group: vec![ModelInstanceGroup {
+            kind: model_instance_group::Kind::Cpu as i32,
+            count: 1,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn model_metadata(accel: &dyn Accelerator) -> ModelMetadataResponse {
+    let d = accel.descriptor();
+    if let Some(t) = accel.tensors() {
+        let tensor = |s: &TensorSpec| TensorMetadata {
+            name: s.name.clone(),
+            datatype: s.datatype.name().to_string(),
+            shape: t.declared_shape(s),
+        };
+        return ModelMetadataResponse {
+            name: d.name.clone(),
+            versions: vec![VERSION.into()],
+            platform: "onnx".into(),
+            inputs: t.inputs.iter().map(tensor).collect(),
+            outputs: t.outputs.iter().map(tensor).collect(),
+        };
+    }
+    let sig = Signature::of(d);
+    let tensor = |name: &str| TensorMetadata {
+        name: name.to_string(),
+        datatype: sig.datatype.name().to_string(),
+        shape: sig.shape().to_vec(),
+    };
+    ModelMetadataResponse {
+        name: d.name.clone(),
+        versions: vec![VERSION.into()],
+        platform: "netaccel".into(),
+        inputs: sig.inputs().iter().map(|n| tensor(n)).collect(),
+        outputs: vec![tensor(OUTPUT)],
+    }
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for Inference {
+    async fn server_live(
+        &self,
+        _: Request<ServerLiveRequest>,
+    ) -> Result<Response<ServerLiveResponse>, Status> {
+        self.answered(None, Ok(Response::new(ServerLiveResponse { live: true })))
+    }
+
+    async fn server_ready(
+        &self,
+        _: Request<ServerReadyRequest>,
+    ) -> Result<Response<ServerReadyResponse>, Status> {
+        let ready = node_ready(self.node());
+        self.answered(None, Ok(Response::new(ServerReadyResponse { ready })))
+    }
+
+    /// A model is ready when a slot hosts it; an unknown model or version is not ready
+    /// (an answer, not an error, as Triton gives it).
+    async fn model_ready(
+        &self,
+        request: Request<ModelReadyRequest>,
+    ) -> Result<Response<ModelReadyResponse>, Status> {
+        let req = request.get_ref();
+        let ready = self
+            .model(&req.name, &req.version)
+            .is_ok_and(|a| self.hosted(&*a));
+        self.answered(None, Ok(Response::new(ModelReadyResponse { ready })))
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> Result<Response<ServerMetadataResponse>, Status> {
+        self.answered(
+            None,
+            Ok(Response::new(ServerMetadataResponse {
+                name: "netaccel".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                extensions: vec!["model_configuration".into()],
+            })),
+        )
+    }
+
+    async fn model_metadata(
+        &self,
+        request: Request<ModelMetadataRequest>,
+    ) -> Result<Response<ModelMetadataResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let req = request.get_ref();
+        let result = self
+            .model(&req.name, &req.version)
+            .map(|a| Response::new(model_metadata(&*a)));
+        self.answered(peer.as_ref(), result)
+    }
+
+    async fn model_infer(
+        &self,
+        request: Request<ModelInferRequest>,
+    ) -> Result<Response<ModelInferResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let result = self.infer(request).await;
+        self.answered(peer.as_ref(), result)
+    }
+
+    /// Inferences over one bidirectional stream (see [`super::stream`]).
+    async fn model_stream_infer(
+        &self,
+        request: Request<tonic::Streaming<ModelInferRequest>>,
+    ) -> Result<Response<super::stream::Answers>, Status> {
+        Ok(Response::new(super::stream::serve(self.clone(), request)))
+    }
+
+    async fn model_config(
+        &self,
+        request: Request<ModelConfigRequest>,
+    ) -> Result<Response<ModelConfigResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let req = request.get_ref();
+        let result = self.model(&req.name, &req.version).map(|a| {
+            Response::new(ModelConfigResponse {
+                config: Some(model_config(&*a)),
+            })
+        });
+        self.answered(peer.as_ref(), result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accel::Catalog;
+
+    #[test]
+    fn config_and_metadata_declare_the_signature() {
+        let c = Catalog::builtin();
+        let cfg = model_config(&**c.by_name("matmul").unwrap());
+        assert_eq!(cfg.input.len(), 2);
+        assert_eq!(cfg.input[1].name, "INPUT1");
+        assert_eq!(cfg.input[0].data_type, ConfigType::TypeFp32 as i32);
+        assert_eq!(cfg.output[0].dims, [-1, -1]);
+        assert_eq!(cfg.max_batch_size, 0);
+        let m = model_metadata(&**c.by_name("topk").unwrap());
+        assert_eq!(m.inputs[0].datatype, "INT32");
+        assert_eq!(m.inputs[0].shape, [-1]);
+        assert_eq!(m.versions, ["1"]);
+    }
+
+    #[test]
+    fn a_declared_model_has_its_own_tensors_and_batch_axis() {
+        let m = crate::front::oip::declared::example::Example::default();
+        let cfg = model_config(&m);
+        assert_eq!(cfg.platform, "onnx");
+        assert_eq!(cfg.max_batch_size, 4);
+        assert_eq!(cfg.input[1].name, "floats");
+        assert_eq!(cfg.input[1].data_type, ConfigType::TypeFp32 as i32);
+        // Triton's dims leave the batch axis out; metadata shapes have it as -1.
+        assert_eq!(cfg.input[0].dims, [3]);
+        assert_eq!(cfg.output[0].data_type, ConfigType::TypeInt32 as i32);
+        let md = model_metadata(&m);
+        assert_eq!(md.platform, "onnx");
+        assert_eq!(md.inputs[0].shape, [-1, 3]);
+        assert_eq!(md.outputs[1].name, "scores");
+        assert_eq!(md.outputs[1].shape, [-1, 2]);
+    }
+}

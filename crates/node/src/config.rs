@@ -11,10 +11,10 @@ pub use crate::core::dispatch::BalancePolicy;
 use crate::core::memory::PoolPolicy;
 pub use crate::core::slot::WorkerPolicy;
 use crate::core::tenant::{self, TenantConfig};
+pub use crate::device::opencl::OpenclSection;
 pub use crate::device::{BackendKind, DeviceConfig, DevicesSection, PlatformChoice, SlotConfig};
 use crate::registry;
 pub use crate::telemetry::logging::LogFormat;
-use ocl_remote::service::ServiceConfig;
 
 /// Largest simulated device time per call (`simulated_exec_us`): 10 s.
 const SIMULATED_EXEC_US_MAX: u64 = 10_000_000;
@@ -58,56 +58,14 @@ pub struct Config {
     /// when the default address is taken.
     #[serde(with = "grpc_listen")]
     pub grpc: Option<SocketAddr>,
-    /// Remote OpenCL listen address; unset = the node does not share OpenCL devices.
-    pub opencl: Option<SocketAddr>,
-    /// Share only OpenCL platforms whose name contains one of these; empty = all.
-    pub opencl_platforms: Vec<String>,
-    // The remote OpenCL service's settings (`opencl_*`): the fields of [`ServiceConfig`]
-    // of the same names, units last; their defaults are the service's.
-    /// The OpenCL library the service loads (the ICD loader).
-    pub opencl_library: String,
-    /// Clients connected at once; more are refused.
-    pub opencl_clients_max: usize,
-    /// Largest frame a client may send; beyond it the connection is closed.
-    pub opencl_frame_body_bytes_max: u32,
-    /// Buffer and image bytes one client may hold; also what the devices advertise as
-    /// their global memory (and their largest allocation in proportion).
-    pub opencl_buffer_bytes_max: u64,
-    /// OpenCL objects one client may hold.
-    pub opencl_objects_max: usize,
-    /// Bytes of enqueued data one open task may hold.
-    pub opencl_pending_bytes_max: u64,
-    /// Tasks waiting in one device's FIFO; a client flushing into a full FIFO waits.
-    pub opencl_device_queue_depth_max: usize,
-    /// How long a client may take none of the data sent to it before it is dropped
-    /// (0: no bound).
-    pub opencl_send_stall_timeout_ms: u64,
-    /// Built programs kept by content hash (0: no cache), and their total bytes.
-    pub opencl_program_cache_entries_max: usize,
-    pub opencl_program_cache_bytes_max: usize,
-    /// Longest kernel name the runtime may generate code for (see
-    /// [`ServiceConfig::kernel_name_bytes_max`]).
-    pub opencl_kernel_name_bytes_max: usize,
-    /// Buffers of clients on this host in shared memory when the device computes in
-    /// host memory.
-    pub opencl_shared_memory: bool,
-    /// Offer clients on this host an abstract Unix socket instead of TCP.
-    pub opencl_local_socket: bool,
-    /// How long a client's thread polls for its next request before it sleeps (µs).
-    pub opencl_poll_us: u64,
-    /// Spare buffers for large frames kept for reuse, all clients together.
-    pub opencl_body_spare_bytes_max: usize,
-    /// Where the OpenCL runtime runs remote clients' kernels: `session` (a process of
-    /// its own per client connection, the default), `shared` (one process for all) or
-    /// `none` (in the node's process). See [`ocl_remote::service::isolate`].
-    pub opencl_isolation: String,
-    /// Runtime processes kept started and ready for the next client (`session`).
-    pub opencl_runtime_spares: usize,
-    /// Runtime processes started per second at most.
-    pub opencl_runtime_starts_per_second_max: u32,
-    /// How long one task of a remote client may run before its runtime process is
-    /// killed (isolated modes); 0: no bound.
-    pub opencl_kernel_time_ms: u64,
+    /// `[opencl]`: remote OpenCL sharing and OpenCL devices (the flat `opencl = ADDR`
+    /// and `opencl_*` keys of earlier releases are still read, with a warning: see
+    /// [`Config::from_toml`]).
+    pub opencl: OpenclSection,
+    /// Settings written in an earlier release's form, read as their new form: a
+    /// sentence each, which the node logs as a warning when it starts.
+    #[serde(skip)]
+    pub deprecated: Vec<String>,
     /// Adds the `fault` accelerator to the catalog (id 0xfff0): payload `panic` makes
     /// it panic, `error` makes it fail, anything else is echoed. For testing clients'
     /// and operators' handling of a failing kernel; off in production.
@@ -146,10 +104,6 @@ pub struct Config {
     /// `backend = "onnxruntime"`; unset: the `ORT_DYLIB_PATH` variable, else such
     /// models are refused (logged and left out) naming this key.
     pub onnxruntime_library: Option<std::path::PathBuf>,
-    /// Where OpenCL slots keep built program binaries across restarts (by content
-    /// hash); unset: `$XDG_CACHE_HOME/netaccel/opencl-programs`, else
-    /// `$HOME/.cache/netaccel/opencl-programs` (none without either variable).
-    pub opencl_program_dir: Option<std::path::PathBuf>,
     /// Complete calls waiting per slot (503 BUSY beyond).
     pub queue_depth_max: usize,
     /// Queued calls one tenant (a RAC tenant, or one connection) may hold in a slot's
@@ -254,34 +208,12 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Config {
-        let ocl = ServiceConfig::default();
         Config {
             http: "127.0.0.1:8080".parse().expect("valid address"),
             rac: "127.0.0.1:9400".parse().expect("valid address"),
             grpc: Some(GRPC_DEFAULT),
-            opencl: None,
-            opencl_platforms: Vec::new(),
-            opencl_library: ocl.library,
-            opencl_clients_max: ocl.clients_max,
-            opencl_frame_body_bytes_max: ocl.frame_body_max,
-            opencl_buffer_bytes_max: ocl.buffer_bytes_max,
-            opencl_objects_max: ocl.objects_max,
-            opencl_pending_bytes_max: ocl.pending_bytes_max,
-            opencl_device_queue_depth_max: ocl.device_queue_depth_max,
-            opencl_send_stall_timeout_ms: ocl.send_stall_max.as_millis() as u64,
-            opencl_program_cache_entries_max: ocl.program_cache_entries_max,
-            opencl_program_cache_bytes_max: ocl.program_cache_bytes_max,
-            opencl_kernel_name_bytes_max: ocl.kernel_name_bytes_max,
-            opencl_shared_memory: ocl.shared_memory,
-            opencl_local_socket: ocl.local_socket,
-            opencl_poll_us: ocl.poll_before_sleep.as_micros() as u64,
-            opencl_body_spare_bytes_max: ocl.body_spare_bytes_max,
-            // The node runs remote clients' code out of its own process by default: a
-            // hostile kernel must not end a node every tenant shares.
-            opencl_isolation: "session".to_string(),
-            opencl_runtime_spares: ocl.runtime_spares,
-            opencl_runtime_starts_per_second_max: ocl.runtime_starts_per_second_max,
-            opencl_kernel_time_ms: ocl.kernel_time_max.as_millis() as u64,
+            opencl: OpenclSection::default(),
+            deprecated: Vec::new(),
             fault_injection: false,
             io_threads: 0,
             network: Network::Epoll,
@@ -302,7 +234,6 @@ impl Default for Config {
             accelerators_dir: None,
             models_dir: None,
             onnxruntime_library: None,
-            opencl_program_dir: None,
             simulated_exec_us: 0,
             slot_worker_nice: 10,
             slot_worker_policy: WorkerPolicy::default(),
@@ -344,9 +275,34 @@ impl Config {
         Config::from_toml(&text).map_err(|e| format!("config {}: {e}", path.display()))
     }
 
+    /// Parses and validates a configuration. Earlier releases' flat OpenCL keys
+    /// (`opencl = ADDR`, `opencl_KEY = …`) are read as `[opencl]`'s `listen` and `KEY`,
+    /// each noted in [`Config::deprecated`] for the node to warn about.
     pub fn from_toml(text: &str) -> Result<Config, String> {
-        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
-        config.validate()?;
+        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+        let moved = fold_flat_opencl_keys(&mut table)?;
+        // Without old keys, the text itself is parsed so errors keep their positions.
+        let mut config: Config = if moved.is_empty() {
+            toml::from_str(text).map_err(|e| e.to_string())?
+        } else {
+            table
+                .try_into()
+                .map_err(|e: toml::de::Error| e.to_string())?
+        };
+        // An error names a key as the file spells it.
+        config.validate().map_err(|e| {
+            moved.iter().fold(e, |e, (old, new)| {
+                e.replace(&format!("[opencl] {new}"), old)
+            })
+        })?;
+        config.deprecated = moved
+            .iter()
+            .map(|(old, new)| {
+                format!(
+                    "`{old}` is deprecated: write `{new} = …` under `[opencl]` (read as that now)"
+                )
+            })
+            .collect();
         Ok(config)
     }
 
@@ -369,20 +325,6 @@ impl Config {
             (
                 "log_refusals_per_second_max",
                 self.log_refusals_per_second_max as usize,
-            ),
-            ("opencl_clients_max", self.opencl_clients_max),
-            ("opencl_objects_max", self.opencl_objects_max),
-            (
-                "opencl_device_queue_depth_max",
-                self.opencl_device_queue_depth_max,
-            ),
-            (
-                "opencl_kernel_name_bytes_max",
-                self.opencl_kernel_name_bytes_max,
-            ),
-            (
-                "opencl_buffer_bytes_max",
-                self.opencl_buffer_bytes_max.min(usize::MAX as u64) as usize,
             ),
         ];
         for (name, value) in positive {
@@ -418,7 +360,7 @@ impl Config {
         }
         crate::telemetry::logging::check_filter(&self.log_level)?;
         registry::check_config(self)?;
-        self.validate_opencl()
+        self.opencl.validate()
     }
 
     /// `[[devices]]`: unique names, each with its backend's fields only, and either
@@ -482,76 +424,10 @@ impl Config {
             accelerators_dir: self.accelerators_dir.clone(),
             models_dir: self.models_dir.clone(),
             onnxruntime_library: self.onnxruntime_library.clone(),
-            opencl_program_dir: self.opencl_program_dir.clone(),
-            opencl_library: self.opencl_library.clone(),
-            opencl_program_cache_entries_max: self.opencl_program_cache_entries_max,
+            opencl_program_dir: self.opencl.program_dir.clone(),
+            opencl_library: self.opencl.library.clone(),
+            opencl_program_cache_entries_max: self.opencl.program_cache_entries_max,
             fault_injection: self.fault_injection,
-        }
-    }
-
-    /// The remote OpenCL bounds that depend on each other or on the ICD.
-    fn validate_opencl(&self) -> Result<(), String> {
-        if self.opencl_frame_body_bytes_max < ServiceConfig::FRAME_BODY_MIN {
-            return Err(format!(
-                "opencl_frame_body_bytes_max must be at least {} (the ICD sends frames of \
-                 up to 12 MiB)",
-                ServiceConfig::FRAME_BODY_MIN
-            ));
-        }
-        if self.opencl_pending_bytes_max < u64::from(self.opencl_frame_body_bytes_max) {
-            return Err(format!(
-                "opencl_pending_bytes_max ({}) must be at least opencl_frame_body_bytes_max \
-                 ({}): a frame holding a write counts whole against it",
-                self.opencl_pending_bytes_max, self.opencl_frame_body_bytes_max
-            ));
-        }
-        if self.opencl_poll_us > ocl_remote::poll::SPIN_MAX.as_micros() as u64 {
-            return Err(format!(
-                "opencl_poll_us must be at most {}",
-                ocl_remote::poll::SPIN_MAX.as_micros()
-            ));
-        }
-        if self.opencl_library.is_empty() {
-            return Err("opencl_library must name a library".to_string());
-        }
-        self.opencl_isolation
-            .parse::<ocl_remote::service::Isolation>()
-            .map_err(|e| format!("opencl_isolation: {e}"))?;
-        if self.opencl_runtime_starts_per_second_max == 0 {
-            return Err("opencl_runtime_starts_per_second_max must be at least 1".to_string());
-        }
-        Ok(())
-    }
-
-    /// The remote OpenCL service's configuration.
-    pub fn opencl_service(&self) -> ServiceConfig {
-        ServiceConfig {
-            library: self.opencl_library.clone(),
-            platforms: self.opencl_platforms.clone(),
-            clients_max: self.opencl_clients_max,
-            frame_body_max: self.opencl_frame_body_bytes_max,
-            buffer_bytes_max: self.opencl_buffer_bytes_max,
-            objects_max: self.opencl_objects_max,
-            pending_bytes_max: self.opencl_pending_bytes_max,
-            device_queue_depth_max: self.opencl_device_queue_depth_max,
-            shared_memory: self.opencl_shared_memory,
-            program_cache_entries_max: self.opencl_program_cache_entries_max,
-            program_cache_bytes_max: self.opencl_program_cache_bytes_max,
-            local_socket: self.opencl_local_socket,
-            poll_before_sleep: std::time::Duration::from_micros(self.opencl_poll_us),
-            send_stall_max: std::time::Duration::from_millis(self.opencl_send_stall_timeout_ms),
-            kernel_name_bytes_max: self.opencl_kernel_name_bytes_max,
-            body_spare_bytes_max: self.opencl_body_spare_bytes_max,
-            // Checked by `validate`.
-            isolation: self
-                .opencl_isolation
-                .parse()
-                .unwrap_or(ocl_remote::service::Isolation::PerSession),
-            // The node's own executable, started with the runtime subcommand.
-            runtime_program: None,
-            runtime_spares: self.opencl_runtime_spares,
-            runtime_starts_per_second_max: self.opencl_runtime_starts_per_second_max,
-            kernel_time_max: std::time::Duration::from_millis(self.opencl_kernel_time_ms),
         }
     }
 
@@ -563,6 +439,41 @@ impl Config {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         }
     }
+}
+
+/// Moves earlier releases' flat OpenCL keys into the `[opencl]` table: `opencl = ADDR`
+/// becomes `listen`, `opencl_KEY` becomes `KEY`. Gives each key moved, old and new name;
+/// a key given both ways is an error.
+fn fold_flat_opencl_keys(table: &mut toml::Table) -> Result<Vec<(String, String)>, String> {
+    let flat: Vec<String> = table
+        .iter()
+        .filter(|(k, v)| k.starts_with("opencl_") || (k.as_str() == "opencl" && !v.is_table()))
+        .map(|(k, _)| k.clone())
+        .collect();
+    if flat.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut section = match table.remove("opencl") {
+        Some(toml::Value::Table(t)) => t,
+        Some(address) => toml::Table::from_iter([("listen".to_string(), address)]),
+        None => toml::Table::new(),
+    };
+    let mut moved = Vec::with_capacity(flat.len());
+    for old in flat {
+        let new = old.strip_prefix("opencl_").unwrap_or("listen").to_string();
+        if old != "opencl" {
+            if section.contains_key(&new) {
+                return Err(format!(
+                    "`{old}` and `[opencl] {new}` are the same setting: keep `[opencl] {new}`"
+                ));
+            }
+            let value = table.remove(&old).expect("a key just listed");
+            section.insert(new.clone(), value);
+        }
+        moved.push((old, new));
+    }
+    table.insert("opencl".to_string(), toml::Value::Table(section));
+    Ok(moved)
 }
 
 /// An admin token a client can send back in `Authorization: Bearer <token>`. An empty
@@ -714,8 +625,8 @@ mod tests {
 
     #[test]
     fn opencl_bounds_come_from_the_file_and_default_to_the_service_defaults() {
-        let defaults = Config::default().opencl_service();
-        let service = ServiceConfig::default();
+        let defaults = Config::default().opencl.service();
+        let service = ocl_remote::service::ServiceConfig::default();
         assert_eq!(defaults.buffer_bytes_max, service.buffer_bytes_max);
         assert_eq!(defaults.send_stall_max, service.send_stall_max);
         assert_eq!(defaults.poll_before_sleep, service.poll_before_sleep);
@@ -741,7 +652,8 @@ mod tests {
             "#,
         )
         .unwrap()
-        .opencl_service();
+        .opencl
+        .service();
         assert_eq!(c.buffer_bytes_max, 4 << 30);
         assert_eq!((c.clients_max, c.objects_max), (3, 100));
         assert_eq!(c.pending_bytes_max, 1 << 30);
@@ -756,6 +668,54 @@ mod tests {
         assert!(!c.shared_memory && !c.local_socket);
         assert_eq!(c.library, "libOpenCL.so");
         assert_eq!(c.body_spare_bytes_max, 0);
+    }
+
+    #[test]
+    fn the_opencl_section_and_the_flat_keys_of_earlier_releases_read_the_same() {
+        let section = Config::from_toml(
+            "[opencl]\nlisten = \"127.0.0.1:9500\"\nclients_max = 3\nisolation = \"shared\"\n",
+        )
+        .unwrap();
+        let flat = Config::from_toml(
+            "opencl = \"127.0.0.1:9500\"\nopencl_clients_max = 3\nopencl_isolation = \"shared\"\n",
+        )
+        .unwrap();
+        assert!(section.deprecated.is_empty());
+        assert_eq!(
+            section.opencl.listen,
+            Some("127.0.0.1:9500".parse().unwrap())
+        );
+        assert_eq!(
+            toml::to_string(&section.opencl).unwrap(),
+            toml::to_string(&flat.opencl).unwrap()
+        );
+        assert_eq!(flat.deprecated.len(), 3, "{:?}", flat.deprecated);
+        assert!(flat.deprecated.iter().any(|s| s.contains(
+            "`opencl_clients_max` is deprecated: write `clients_max = …` under `[opencl]`"
+        )));
+        assert!(flat
+            .deprecated
+            .iter()
+            .any(|s| s.contains("`opencl` is deprecated: write `listen = …`")));
+        // A flat key beside an `[opencl]` table is moved into it.
+        let mixed =
+            Config::from_toml("opencl_clients_max = 4\n[opencl]\nobjects_max = 9\n").unwrap();
+        assert_eq!((mixed.opencl.clients_max, mixed.opencl.objects_max), (4, 9));
+        assert_eq!(mixed.opencl.listen, None);
+    }
+
+    #[test]
+    fn an_opencl_setting_given_both_ways_is_refused_and_errors_name_keys_as_written() {
+        let err =
+            Config::from_toml("opencl_clients_max = 4\n[opencl]\nclients_max = 5\n").unwrap_err();
+        assert!(
+            err.contains("`opencl_clients_max` and `[opencl] clients_max` are the same setting"),
+            "{err}"
+        );
+        let err = Config::from_toml("[opencl]\nclients_max = 0\n").unwrap_err();
+        assert_eq!(err, "[opencl] clients_max must be at least 1");
+        let err = Config::from_toml("[opencl]\nclient_max = 1\n").unwrap_err();
+        assert!(err.contains("unknown field `client_max`"), "{err}");
     }
 
     #[test]

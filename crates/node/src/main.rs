@@ -151,7 +151,7 @@ fn main() -> ExitCode {
         config.grpc = addr;
     }
     if let Some(addr) = args.opencl {
-        config.opencl = Some(addr);
+        config.opencl.listen = Some(addr);
     }
     if let Some(dir) = args.accelerators {
         config.accelerators_dir = Some(dir);

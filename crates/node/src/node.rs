@@ -62,11 +62,11 @@ impl Node {
         let mut metrics = Metrics::new();
         // A host without an OpenCL runtime serves the rest; an address the operator
         // configured that cannot be listened on is an error, as for every listener.
-        let opencl = match config.opencl {
+        let opencl = match config.opencl.listen {
             None => None,
             Some(addr) => match ocl_remote::service::spawn(
                 addr,
-                config.opencl_service(),
+                config.opencl.service(),
                 metrics.registry_mut(),
             ) {
                 Ok(handle) => {

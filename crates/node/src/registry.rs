@@ -215,7 +215,7 @@ pub fn advertise_ip(config: &Config, registry: &[Endpoint]) -> Result<IpAddr, St
             config.http
         ));
     }
-    let others = std::iter::once(config.rac).chain(config.opencl);
+    let others = std::iter::once(config.rac).chain(config.opencl.listen);
     if let Some(other) = others
         .map(|a| a.ip())
         .find(|o| !o.is_unspecified() && *o != ip)

@@ -46,6 +46,9 @@ pub struct Running {
 pub fn start(mut config: Config) -> Result<Running, String> {
     block_termination_signals();
     config.validate()?;
+    for sentence in &config.deprecated {
+        tracing::warn!("{sentence}");
+    }
     let fd_limit = raise_fd_limit(&mut config)?;
     if config.network == crate::config::Network::IoUring {
         if let Err(e) = crate::net::uring::probe() {

@@ -49,6 +49,9 @@ use crate::device::{DeviceConfig, DevicesSection, PlatformChoice};
 pub mod builtins;
 mod image;
 mod programs;
+mod section;
+
+pub use section::OpenclSection;
 
 /// Whether an OpenCL device can host `accel`: a built-in with a kernel, or a manifest
 /// with an `[opencl]` section.

@@ -551,68 +551,11 @@ impl Inner {
     /// Greets the process, adds it to the pool once ready, then waits for its end.
     fn supervise(self: Arc<Self>, process: Arc<Process>, mut child: Child) {
         let ready = self.handshake(&process);
-        {
-            let mut pool = lock(&self.pool);
-            pool.starting -= 1;
-            match ready {
-                Ok((platforms, names)) => {
-                    pool.failures = 0;
-                    self.export.set_device_names(&names);
-                    pool.device_names.get_or_insert(names);
-                    if pool.hello.is_none() && !self.local_socket.is_empty() {
-                        pool.hello = Some(Arc::new(greet::HelloAnswer {
-                            host_id: crate::shm::host_id(),
-                            local_socket: self.local_socket.clone(),
-                            platforms,
-                        }));
-                    }
-                    if !self.shutdown.load(Ordering::SeqCst) {
-                        pool.ready.push(Arc::clone(&process));
-                    }
-                }
-                Err(ref e) => {
-                    pool.failures += 1;
-                    if !self.shutdown.load(Ordering::SeqCst) {
-                        log!(
-                            ERROR,
-                            pid = process.pid,
-                            "OpenCL runtime process {} did not get ready: {e}",
-                            process.pid
-                        );
-                    }
-                    process.kill(&pool);
-                }
-            }
-            self.changed.notify_all();
-        }
-        // Wait for the end without reaping (WNOWAIT): until it is reaped below, under
-        // the pool's lock, its pid cannot be reused, so the watchdog's and the drain's
-        // kill cannot reach another process.
-        // SAFETY: a zeroed siginfo_t is a valid out-parameter.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waits for our own child; `info` is a valid out-pointer.
-        while unsafe {
-            libc::waitid(
-                libc::P_PID,
-                process.pid,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        } != 0
-            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
-        {}
+        self.admit(&process, ready);
+        wait_without_reaping(process.pid);
         // Counted and cleaned before the process leaves the table, so that a drain
         // that saw the table empty finds everything settled.
-        self.metrics.processes.dec();
-        let mut clients = process.clients.load(Ordering::SeqCst);
-        self.metrics.clients.dec_by(clients as i64);
-        if !self.per_session {
-            // A shared process counts its clients in its metrics page.
-            let page = super::metrics::page::Snapshot::read(&process.metrics, 0);
-            clients = page.clients_connected.max(0) as usize;
-        }
-        // A task still marked running never answered its client: a failed task.
-        self.export.end(process.pid, &process.busy.running());
+        let clients = self.count_out(&process);
         let regions = crate::shm::remove_regions_of(process.pid);
         let status = {
             let mut pool = lock(&self.pool);
@@ -625,6 +568,71 @@ impl Inner {
             self.changed.notify_all();
             status
         };
+        self.log_end(&process, status, clients, regions);
+    }
+
+    /// Ends the start of `process`: into the pool when its handshake came back
+    /// `ready` (with its platforms and device names), killed when it did not.
+    fn admit(&self, process: &Arc<Process>, ready: io::Result<(Vec<Vec<u32>>, Vec<String>)>) {
+        let mut pool = lock(&self.pool);
+        pool.starting -= 1;
+        match ready {
+            Ok((platforms, names)) => {
+                pool.failures = 0;
+                self.export.set_device_names(&names);
+                pool.device_names.get_or_insert(names);
+                if pool.hello.is_none() && !self.local_socket.is_empty() {
+                    pool.hello = Some(Arc::new(greet::HelloAnswer {
+                        host_id: crate::shm::host_id(),
+                        local_socket: self.local_socket.clone(),
+                        platforms,
+                    }));
+                }
+                if !self.shutdown.load(Ordering::SeqCst) {
+                    pool.ready.push(Arc::clone(process));
+                }
+            }
+            Err(ref e) => {
+                pool.failures += 1;
+                if !self.shutdown.load(Ordering::SeqCst) {
+                    log!(
+                        ERROR,
+                        pid = process.pid,
+                        "OpenCL runtime process {} did not get ready: {e}",
+                        process.pid
+                    );
+                }
+                process.kill(&pool);
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    /// Takes an ended process out of the metrics (its task still marked running
+    /// counts as failed); returns how many clients it served.
+    fn count_out(&self, process: &Process) -> usize {
+        self.metrics.processes.dec();
+        let mut clients = process.clients.load(Ordering::SeqCst);
+        self.metrics.clients.dec_by(clients as i64);
+        if !self.per_session {
+            // A shared process counts its clients in its metrics page.
+            let page = super::metrics::page::Snapshot::read(&process.metrics, 0);
+            clients = page.clients_connected.max(0) as usize;
+        }
+        // A task still marked running never answered its client: a failed task.
+        self.export.end(process.pid, &process.busy.running());
+        clients
+    }
+
+    /// Says why an ended process ended (a task over `kernel_time_max`, a signal, an
+    /// exit status) and what was cleaned after it; counts a crash by its signal.
+    fn log_end(
+        &self,
+        process: &Process,
+        status: io::Result<std::process::ExitStatus>,
+        clients: usize,
+        regions: usize,
+    ) {
         let signal = status.as_ref().ok().and_then(|s| s.signal());
         let pid = process.pid;
         if process.timed_out.load(Ordering::SeqCst) {
@@ -818,6 +826,18 @@ impl Inner {
             self.metrics.tasks_running.set(running);
         }
     }
+}
+
+/// Waits for child `pid` to end without reaping it (`WNOWAIT`): until it is reaped,
+/// under the pool's lock, its pid cannot be reused, so the watchdog's and the drain's
+/// kill cannot reach another process.
+fn wait_without_reaping(pid: u32) {
+    // SAFETY: a zeroed siginfo_t is a valid out-parameter.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child; `info` is a valid out-pointer.
+    while unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) } != 0
+        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+    {}
 }
 
 fn signal_name(sig: i32) -> String {

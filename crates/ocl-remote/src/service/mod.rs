@@ -636,9 +636,29 @@ pub fn spawn(
             format_args!("removed {orphans} shared-memory region(s) of processes that have ended"),
         );
     }
-    // Same-host clients may switch to a Unix socket (see `crate::stream`); a node that
-    // cannot open one serves them over TCP.
-    let local_name = format!("netaccel-ocl-{}-{}", std::process::id(), local_addr.port());
+    let (local_listener, local_socket) = open_local_socket(&config, local_addr.port());
+    let kind = if config.isolation != Isolation::InProcess {
+        Kind::Isolated(isolate::Supervisor::start(
+            config,
+            listener,
+            local_listener,
+            local_socket,
+            registry,
+        )?)
+    } else {
+        serve_in_process(config, listener, local_listener, local_socket, registry)?
+    };
+    Ok(ServiceHandle { local_addr, kind })
+}
+
+/// The Unix socket same-host clients may switch to (see `crate::stream`), and its
+/// name as the `Hello` answer gives it (empty without one): a node that cannot open
+/// one serves them over TCP.
+fn open_local_socket(
+    config: &ServiceConfig,
+    port: u16,
+) -> (Option<std::os::unix::net::UnixListener>, Vec<u8>) {
+    let local_name = format!("netaccel-ocl-{}-{port}", std::process::id());
     let local_listener = if config.local_socket {
         bind_local(local_name.as_bytes())
             .map_err(|e| log::log!(WARN, "no local socket ({e}); same-host clients use TCP"))
@@ -651,14 +671,18 @@ pub fn spawn(
     } else {
         Vec::new()
     };
-    if config.isolation != Isolation::InProcess {
-        let supervisor =
-            isolate::Supervisor::start(config, listener, local_listener, local_socket, registry)?;
-        return Ok(ServiceHandle {
-            local_addr,
-            kind: Kind::Isolated(supervisor),
-        });
-    }
+    (local_listener, local_socket)
+}
+
+/// Opens the runtime in this process and serves the clients of `listener` and
+/// `local_listener`, each on an accept thread.
+fn serve_in_process(
+    config: ServiceConfig,
+    listener: TcpListener,
+    local_listener: Option<std::os::unix::net::UnixListener>,
+    local_socket: Vec<u8>,
+    registry: &mut Registry,
+) -> io::Result<Kind> {
     let page = Arc::new(metrics::MetricsPage::create()?);
     let shared = start_shared(config, Arc::clone(&page), local_socket, None)?;
     let export = metrics::Export::register(registry, None);
@@ -692,13 +716,10 @@ pub fn spawn(
         }
         None => None,
     };
-    Ok(ServiceHandle {
-        local_addr,
-        kind: Kind::InProcess {
-            shared,
-            accept: Some(accept),
-            accept_local,
-        },
+    Ok(Kind::InProcess {
+        shared,
+        accept: Some(accept),
+        accept_local,
     })
 }
 

@@ -723,28 +723,8 @@ impl Session<'_> {
             flags |= cl::CL_MEM_COPY_HOST_PTR;
             data.as_ptr() as *mut c_void
         };
-        let [image_type, width, height, depth, _] = desc;
-        let image_desc = crate::ffi::ImageDesc {
-            image_type: image_type as u32,
-            width: width as usize,
-            height: height as usize,
-            depth: depth as usize,
-            array_size: plan.array_size as usize,
-            row_pitch: 0,
-            slice_pitch: 0,
-            num_mip_levels: 0,
-            num_samples: 0,
-            buffer: plan
-                .storage
-                .as_ref()
-                .map_or(std::ptr::null_mut(), |(real, _, _)| real.handle()),
-        };
-        // Host access not given is the buffer's (as the ICD says the image's flags are);
-        // the node enforces it on the image too.
-        let host = match (flags & cl::CL_MEM_HOST_ACCESS, &plan.storage) {
-            (0, Some((_, buffer_host, _))) => *buffer_host,
-            (own, _) => own,
-        };
+        let image_desc = plan.image_desc(desc);
+        let host = plan.host_access(flags);
         let ImagePlan {
             elem,
             dims,
@@ -859,4 +839,35 @@ struct ImagePlan {
     size: u64,
     array_size: u64,
     storage: Option<(Arc<Real>, u64, Arc<objects::Charge>)>,
+}
+
+impl ImagePlan {
+    /// The runtime's description of the image of `desc`.
+    fn image_desc(&self, desc: [u64; 5]) -> crate::ffi::ImageDesc {
+        let [image_type, width, height, depth, _] = desc;
+        crate::ffi::ImageDesc {
+            image_type: image_type as u32,
+            width: width as usize,
+            height: height as usize,
+            depth: depth as usize,
+            array_size: self.array_size as usize,
+            row_pitch: 0,
+            slice_pitch: 0,
+            num_mip_levels: 0,
+            num_samples: 0,
+            buffer: self
+                .storage
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |(real, _, _)| real.handle()),
+        }
+    }
+
+    /// The image's host access: its own in `flags`, or when not given the buffer's
+    /// (as the ICD says the image's flags are); the node enforces it on the image too.
+    fn host_access(&self, flags: u64) -> u64 {
+        match (flags & cl::CL_MEM_HOST_ACCESS, &self.storage) {
+            (0, Some((_, buffer_host, _))) => *buffer_host,
+            (own, _) => own,
+        }
+    }
 }

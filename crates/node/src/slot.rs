@@ -571,6 +571,7 @@ impl Slot {
         };
         let Some(Job { call, reply, .. }) = job else {
             // Timed out: the worker, which held back while this thread waited, may go.
+            self.debug_check(&st);
             drop(st);
             self.changed.notify_all();
             return None;
@@ -843,6 +844,7 @@ impl Slot {
             return false;
         }
         let reply = st.end_running().and_then(|run| run.reply);
+        debug_assert!(reply.is_some(), "the worker answers the calls it runs");
         self.debug_check(&st);
         let wake = st.queue.len > 0 || st.phase.waited_on();
         drop(st);
@@ -903,6 +905,7 @@ impl Slot {
         }
         let previous = std::mem::replace(&mut st.accel, accel);
         st.image = image;
+        self.debug_check(&st);
         // The new accelerator's speed is not the old one's.
         self.ns_per_work_1024.store(0, Ordering::Relaxed);
         self.ns_per_call
@@ -956,6 +959,7 @@ impl Slot {
         let queued = st.queue.len;
         self.abandon_running(&mut st, &why);
         self.answer_queued(&mut st, &why);
+        debug_assert!(!st.running(), "the hung call was answered and given up");
         self.debug_check(&st);
         drop(st);
         self.changed.notify_all();

@@ -591,28 +591,10 @@ impl Session<'_> {
             return Err(cl::CL_OUT_OF_RESOURCES);
         }
         // Host pointers live in the client process; the node sees only their contents.
-        let mut flags = flags
+        let flags = flags
             & !(cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR);
-        // Same host and a device computing in host memory: the buffer lives in shared
-        // memory the client maps too. Any failure falls back to a plain buffer.
-        let region = if self.same_host && host_memory {
-            crate::shm::Region::create(size as usize).ok()
-        } else {
-            None
-        };
-        let host_ptr = match &region {
-            Some(r) => {
-                // SAFETY: the region has `size` bytes; `data` is empty or `size` bytes.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.ptr(), data.len()) };
-                flags |= cl::CL_MEM_USE_HOST_PTR;
-                r.ptr() as *mut c_void
-            }
-            None if data.is_empty() => std::ptr::null_mut(),
-            None => {
-                flags |= cl::CL_MEM_COPY_HOST_PTR;
-                data.as_ptr() as *mut c_void
-            }
-        };
+        let (region, host_ptr, host_flag) = self.buffer_storage(size, data, host_memory);
+        let flags = flags | host_flag;
         let name = region
             .as_ref()
             .map(|r| r.name().to_vec())
@@ -636,6 +618,34 @@ impl Session<'_> {
             .inc_by(data.len() as u64);
         // The payload names the shared memory region, empty for a plain buffer.
         Ok(name)
+    }
+
+    /// Where a new buffer of `size` bytes, with initial contents `data` (empty: none),
+    /// lives. Same host and devices computing in host memory: in shared memory the
+    /// client maps too (any failure falls back to a plain buffer), which the returned
+    /// region holds. Returns it, the host pointer clCreateBuffer gets, and the flag
+    /// that says how the runtime uses that pointer (none without one).
+    fn buffer_storage(
+        &self,
+        size: u64,
+        data: &[u8],
+        host_memory: bool,
+    ) -> (Option<crate::shm::Region>, *mut c_void, u64) {
+        let region = if self.same_host && host_memory {
+            crate::shm::Region::create(size as usize).ok()
+        } else {
+            None
+        };
+        let (host_ptr, flag) = match &region {
+            Some(r) => {
+                // SAFETY: the region has `size` bytes; `data` is empty or `size` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.ptr(), data.len()) };
+                (r.ptr() as *mut c_void, cl::CL_MEM_USE_HOST_PTR)
+            }
+            None if data.is_empty() => (std::ptr::null_mut(), 0),
+            None => (data.as_ptr() as *mut c_void, cl::CL_MEM_COPY_HOST_PTR),
+        };
+        (region, host_ptr, flag)
     }
 
     /// The largest allocation the node presents for every device of a context (see

@@ -51,6 +51,41 @@ pub struct NoSlot {
     pub message: String,
 }
 
+/// Why no slot admits an accelerator, from what its slots are doing. Ordered: when
+/// slots differ, the later reason is the one given (a failed slot needs a reload,
+/// which a caller should hear of before a reconfiguration that will end by itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Unserved {
+    /// No slot hosts it.
+    NotHosted,
+    /// A slot is loading it or unloading it.
+    Reconfiguring,
+    /// A slot hosting it is failed (a kernel ran past `kernel_timeout_ms`).
+    Failed,
+}
+
+impl Unserved {
+    /// The refusal of a call to the accelerator called `name`.
+    fn refusal(self, name: &str) -> NoSlot {
+        match self {
+            Unserved::Failed => NoSlot {
+                status: Status::Unavailable,
+                message: format!(
+                    "the slots for {name} are failed (a kernel ran past kernel_timeout_ms) until reloaded; retry"
+                ),
+            },
+            Unserved::Reconfiguring => NoSlot {
+                status: Status::Unavailable,
+                message: format!("the slots for {name} are being reconfigured; retry"),
+            },
+            Unserved::NotHosted => NoSlot {
+                status: Status::UnknownAccelerator,
+                message: format!("no slot on this node hosts accelerator {name}"),
+            },
+        }
+    }
+}
+
 impl Dispatcher {
     /// Builds the slots, one per entry of `initial` (loaded by their devices, see
     /// [`crate::device::start`]), and starts their worker threads.
@@ -84,6 +119,11 @@ impl Dispatcher {
                 ))
             })
             .collect();
+        // The admin API and the routes find a slot by its id as an index.
+        assert!(slots
+            .iter()
+            .enumerate()
+            .all(|(i, s)| usize::from(s.id) == i));
         for slot in &slots {
             let slot = Arc::clone(slot);
             std::thread::Builder::new()
@@ -133,19 +173,22 @@ impl Dispatcher {
     /// are none.
     fn candidates(&self, accel_id: u16) -> Result<Vec<&Arc<Slot>>, NoSlot> {
         let mut admitting = Vec::with_capacity(self.slots.len());
-        let mut reconfiguring = false;
-        let mut failed = false;
+        let mut unserved = Unserved::NotHosted;
         for slot in &self.slots {
             let hosting = slot.hosting();
+            debug_assert!(
+                !(hosting.open && hosting.failed),
+                "an open slot is not failed"
+            );
             if hosting.open && hosting.accel_id == accel_id {
                 admitting.push(slot);
             } else if hosting.failed && hosting.accel_id == accel_id {
-                failed = true;
+                unserved = Unserved::Failed;
             } else if hosting
                 .swapping
                 .is_some_and(|(from, to)| from == accel_id || to == accel_id)
             {
-                reconfiguring = true;
+                unserved = unserved.max(Unserved::Reconfiguring);
             }
         }
         if admitting.is_empty() {
@@ -153,24 +196,7 @@ impl Dispatcher {
                 .catalog
                 .by_id(accel_id)
                 .map_or_else(|| format!("#{accel_id}"), |a| a.descriptor().name.clone());
-            return Err(if failed {
-                NoSlot {
-                    status: Status::Unavailable,
-                    message: format!(
-                        "the slots for {name} are failed (a kernel ran past kernel_timeout_ms) until reloaded; retry"
-                    ),
-                }
-            } else if reconfiguring {
-                NoSlot {
-                    status: Status::Unavailable,
-                    message: format!("the slots for {name} are being reconfigured; retry"),
-                }
-            } else {
-                NoSlot {
-                    status: Status::UnknownAccelerator,
-                    message: format!("no slot on this node hosts accelerator {name}"),
-                }
-            });
+            return Err(unserved.refusal(&name));
         }
         match self.policy {
             BalancePolicy::RoundRobin => {
@@ -247,6 +273,7 @@ impl Dispatcher {
             Ok(c) => c,
             Err(NoSlot { status, message }) => return self.refuse(status, message, call),
         };
+        debug_assert!(!candidates.is_empty(), "no candidates is a refusal");
         let mut all_full = false;
         for slot in candidates {
             match slot.submit(call) {
@@ -267,6 +294,7 @@ impl Dispatcher {
     }
 
     fn refuse(&self, status: Status, message: String, call: Call) -> Submitted {
+        debug_assert!(status != Status::Ok, "a refusal is not a success");
         // BUSY is counted by the front end that answers it (see the module docs).
         if status != Status::Busy {
             if let Some(m) = self.accel_metrics(call.accel.descriptor().id) {

@@ -12,7 +12,7 @@
 //! service times where round robin gives a few). The places kept are bounded by the
 //! tenants served since the queue was last empty, when they are all dropped.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::core::tenant::TenantId;
 
@@ -60,6 +60,8 @@ impl<T> FairQueue<T> {
         }
         q.push_back(job);
         self.len += 1;
+        debug_assert!(self.active > 0 && self.active <= self.len);
+        self.debug_check();
     }
 
     pub fn pop(&mut self) -> Option<T> {
@@ -83,8 +85,11 @@ impl<T> FairQueue<T> {
             self.ready.push_back(tenant);
             self.len -= 1;
             self.forget_if_empty();
+            self.debug_check();
             return Some(job);
         }
+        // Nothing queued: every place in the round was forgotten with the last job.
+        debug_assert!(self.queues.is_empty() && self.active == 0);
         None
     }
 
@@ -96,9 +101,11 @@ impl<T> FairQueue<T> {
             return None;
         }
         let job = q.pop_front()?;
+        debug_assert!(q.is_empty(), "the sole job was taken");
         self.active -= 1;
         self.len -= 1;
         self.forget_if_empty();
+        self.debug_check();
         Some(job)
     }
 
@@ -107,13 +114,61 @@ impl<T> FairQueue<T> {
     /// (it joins them), otherwise, round robin, one more than its own backlog from
     /// each other tenant with jobs. Constant time: it is asked on every queued call.
     pub fn others_ahead_of_next(&self, tenant: TenantId) -> usize {
-        match self.queues.get(&tenant) {
+        let ahead = match self.queues.get(&tenant) {
             None => self.fresh.len().min(self.len),
             Some(q) => {
                 let own = q.len();
                 let others = self.active - usize::from(own > 0);
                 (self.len - own).min(others * (own + 1))
             }
+        };
+        debug_assert!(ahead + self.tenant_len(tenant) <= self.len);
+        ahead
+    }
+
+    /// [`FairQueue::check`], in debug builds only: called after every change.
+    fn debug_check(&self) {
+        if cfg!(debug_assertions) {
+            self.check();
+        }
+    }
+
+    /// Asserts the queue's invariants: the counts agree with the FIFOs, every tenant
+    /// with a job queued is in the round, the round holds each tenant with a place
+    /// exactly once, and an empty queue keeps no place. Panics naming the one broken.
+    /// Walks every tenant: debug builds call it after each change, and tests.
+    pub fn check(&self) {
+        let queued: usize = self.queues.values().map(VecDeque::len).sum();
+        assert_eq!(
+            queued, self.len,
+            "fair queue: len disagrees with the jobs queued"
+        );
+        let active = self.queues.values().filter(|q| !q.is_empty()).count();
+        assert_eq!(
+            active, self.active,
+            "fair queue: active disagrees with the tenants with jobs"
+        );
+        let mut in_round = HashSet::with_capacity(self.queues.len());
+        for tenant in self.fresh.iter().chain(&self.ready) {
+            assert!(
+                in_round.insert(*tenant),
+                "fair queue: tenant {tenant} is in the round twice"
+            );
+            assert!(
+                self.queues.contains_key(tenant),
+                "fair queue: tenant {tenant} is in the round without a queue"
+            );
+        }
+        assert_eq!(
+            in_round.len(),
+            self.queues.len(),
+            "fair queue: a tenant with a queue is not in the round"
+        );
+        if self.len == 0 {
+            assert!(
+                self.queues.is_empty(),
+                "fair queue: an empty queue keeps places in the round"
+            );
         }
     }
 
@@ -243,6 +298,94 @@ mod tests {
             if fresh {
                 assert_eq!(served, predicted);
             }
+        }
+    }
+
+    /// A queue of tenant 1 with two jobs and tenant 2 with one, checked.
+    fn queue_of_two_tenants() -> FairQueue<String> {
+        let mut q = FairQueue::new();
+        push(&mut q, 1, "a1");
+        push(&mut q, 1, "a2");
+        push(&mut q, 2, "b1");
+        q.check();
+        q
+    }
+
+    #[test]
+    #[should_panic(expected = "fair queue: len disagrees with the jobs queued")]
+    fn check_finds_a_length_that_disagrees_with_the_jobs() {
+        let mut q = queue_of_two_tenants();
+        q.len += 1;
+        q.check();
+    }
+
+    #[test]
+    #[should_panic(expected = "fair queue: active disagrees with the tenants with jobs")]
+    fn check_finds_a_count_of_active_tenants_that_disagrees() {
+        let mut q = queue_of_two_tenants();
+        q.queues.get_mut(&2).unwrap().clear();
+        q.len -= 1;
+        q.check();
+    }
+
+    #[test]
+    #[should_panic(expected = "fair queue: tenant 1 is in the round twice")]
+    fn check_finds_a_tenant_in_the_round_twice() {
+        let mut q = queue_of_two_tenants();
+        q.ready.push_back(1);
+        q.check();
+    }
+
+    #[test]
+    #[should_panic(expected = "fair queue: tenant 3 is in the round without a queue")]
+    fn check_finds_a_tenant_in_the_round_without_a_queue() {
+        let mut q = queue_of_two_tenants();
+        q.fresh.push_back(3);
+        q.check();
+    }
+
+    #[test]
+    #[should_panic(expected = "fair queue: a tenant with a queue is not in the round")]
+    fn check_finds_a_tenant_with_jobs_left_out_of_the_round() {
+        let mut q = queue_of_two_tenants();
+        q.fresh.retain(|&t| t != 2);
+        q.ready.retain(|&t| t != 2);
+        q.check();
+    }
+
+    #[test]
+    #[should_panic(expected = "fair queue: an empty queue keeps places in the round")]
+    fn check_finds_places_kept_in_an_empty_queue() {
+        let mut q: FairQueue<String> = FairQueue::new();
+        q.queues.insert(1, VecDeque::new());
+        q.ready.push_back(1);
+        q.check();
+    }
+
+    /// Every operation of the tests above keeps the invariants (debug builds check
+    /// after each); here in any build, over random pushes, pops and out-of-turn takes.
+    #[test]
+    fn every_operation_keeps_the_invariants() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut q: FairQueue<u64> = FairQueue::new();
+        for i in 0..5000 {
+            let tenant = next(5);
+            match next(4) {
+                0 => {
+                    q.pop();
+                }
+                1 => {
+                    q.take_sole(tenant);
+                }
+                _ => q.push(tenant, i),
+            }
+            q.check();
         }
     }
 }

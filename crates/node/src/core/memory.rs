@@ -172,12 +172,17 @@ impl ReassemblyPool {
             }
         }?;
         st.used[chosen] += bytes;
+        debug_assert!(
+            st.used[chosen] <= self.buffer_bytes,
+            "a buffer holds its size"
+        );
         st.holders[chosen] += 1;
         if st.holders[chosen] == 1 {
             st.in_use += 1;
             self.buffers_in_use.set(st.in_use as i64);
         }
         st.next = (chosen + 1) % n;
+        debug_assert!(st.in_use <= n, "no more buffers in use than there are");
         Some(PoolLease {
             pool: Arc::clone(self),
             buffer: chosen,
@@ -187,6 +192,8 @@ impl ReassemblyPool {
 
     fn release(&self, buffer: usize, bytes: usize) {
         let mut st = self.state.lock();
+        debug_assert!(st.holders[buffer] > 0, "a lease of a buffer nobody holds");
+        debug_assert!(st.used[buffer] >= bytes, "released more than leased");
         st.used[buffer] -= bytes;
         st.holders[buffer] -= 1;
         if st.holders[buffer] == 0 {

@@ -50,6 +50,7 @@ use crate::core::tenant::TenantId;
 use crate::device::BackendKind;
 use crate::device::Loaded;
 use crate::telemetry::metrics::{AccelMetrics, SlotMetrics};
+use state::{Admission, Execution, Phase, Reconfig, Running, SlotState};
 
 /// Linux scheduling class of slot worker threads. It matters when slots compute on the
 /// CPU cores the network threads use (CPU kernels; a thread driving an FPGA or GPU
@@ -82,6 +83,9 @@ pub enum WorkerPolicy {
 
 /// Flag in [`Slot::admits`]: the slot is open for calls.
 const ADMITTING: u32 = 1 << 16;
+// The flag sits above every accelerator id, which fills the word's low 16 bits.
+const _: () = assert!(ADMITTING > u16::MAX as u32);
+const _: () = assert!(ADMITTING & u16::MAX as u32 == 0);
 
 /// One call on its way to a slot. It owns its payload (and the memory permit that
 /// accounts for it) until the answer is produced.
@@ -179,15 +183,6 @@ struct Start {
     generation: u64,
 }
 
-/// A reconfiguration under way: calls for either accelerator are answered
-/// `UNAVAILABLE` until it ends.
-#[derive(Clone)]
-struct Reconfig {
-    from: u16,
-    to: u16,
-    to_name: String,
-}
-
 /// What a slot hosts, as the dispatcher sees it.
 pub struct Hosting {
     pub accel_id: u16,
@@ -197,43 +192,6 @@ pub struct Hosting {
     pub failed: bool,
     /// During a reconfiguration: the accelerator leaving and the one arriving.
     pub swapping: Option<(u16, u16)>,
-}
-
-struct SlotState {
-    /// The catalog entry of the loaded accelerator (its id, name, work estimate).
-    accel: Arc<dyn Accelerator>,
-    /// What runs the calls: the accelerator as the slot's device loaded it.
-    image: Arc<dyn Loaded>,
-    /// A call is executing (on the worker or inline on a network thread).
-    running: bool,
-    /// When the executing call is expected to end (see [`Slot::expected_time`]).
-    running_ends: Instant,
-    /// When the executing call began (the watchdog's clock).
-    running_since: Instant,
-    /// Where the answer of the call the worker is executing goes. Kept here, not on
-    /// the worker's stack, so that the call can still be answered when its kernel
-    /// never returns ([`Slot::abandon_running`]).
-    current: Option<oneshot::Sender<Answer>>,
-    /// Bumped each time the slot gives up on the thread executing its call: a thread
-    /// that comes back from a kernel under an older generation has been replaced, and
-    /// leaves the slot's state alone.
-    generation: u64,
-    /// Why the slot is failed (a kernel ran past `kernel_timeout_ms`); it refuses calls
-    /// `UNAVAILABLE` until an accelerator is loaded into it again.
-    failed: Option<String>,
-    /// Network threads waiting to run a call after the current one
-    /// ([`Slot::run_after_current`]); the worker takes no call while there are any.
-    handing_over: usize,
-    /// Name of the accelerator being loaded, while a reconfiguration is under way.
-    reconfiguring: Option<Reconfig>,
-    queue: FairQueue<Job>,
-    /// Calls the worker has taken from the queue to run: the clock of [`Job::start_by`].
-    /// Cheap calls of tenants without a backlog that run on a network thread ahead of
-    /// the queue (see the module documentation) do not count: they are the fairness
-    /// the queue promises, and counting them refused queued calls of µs kernels at
-    /// light load, behind hundreds of such calls, in the registry's failover test.
-    taken: u64,
-    stopping: bool,
 }
 
 /// Bounds and behaviour shared by all slots.
@@ -365,6 +323,16 @@ impl Slot {
         metrics: SlotMetrics,
         accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
     ) -> Slot {
+        // The bounds the queue is checked against (`Slot::check`), as the config
+        // validates them and the tenants' policy derives the share.
+        assert!(
+            limits.queue_depth_max > 0,
+            "a slot queues at least one call"
+        );
+        assert!(
+            limits.tenant_share_max > 0 && limits.tenant_share_max <= limits.queue_depth_max,
+            "a tenant's share of a queue is part of it"
+        );
         metrics.loaded(None, &accel.descriptor().name);
         let accel_id = accel.descriptor().id;
         Slot {
@@ -374,17 +342,12 @@ impl Slot {
             state: Mutex::new(SlotState {
                 accel,
                 image,
-                running: false,
-                running_ends: Instant::now(),
-                running_since: Instant::now(),
-                current: None,
+                phase: Phase::Open,
+                execution: Execution::Idle,
                 generation: 0,
-                failed: None,
                 handing_over: 0,
-                reconfiguring: None,
                 queue: FairQueue::new(),
                 taken: 0,
-                stopping: false,
             }),
             changed: Condvar::new(),
             depth: AtomicUsize::new(0),
@@ -417,9 +380,9 @@ impl Slot {
         let st = self.state.lock();
         Hosting {
             accel_id: st.accel.descriptor().id,
-            open: st.reconfiguring.is_none() && !st.stopping && st.failed.is_none(),
-            failed: st.failed.is_some(),
-            swapping: st.reconfiguring.as_ref().map(|r| (r.from, r.to)),
+            open: st.phase.admits(),
+            failed: st.phase.failed().is_some(),
+            swapping: st.phase.reconfig().map(|r| (r.from, r.to)),
         }
     }
 
@@ -433,9 +396,9 @@ impl Slot {
             backend: self.backend,
             accelerator: st.accel.descriptor().name.clone(),
             accel_id: st.accel.descriptor().id,
-            reconfiguring_to: st.reconfiguring.as_ref().map(|r| r.to_name.clone()),
-            failed: st.failed.clone(),
-            running: st.running,
+            reconfiguring_to: st.phase.reconfig().map(|r| r.to_name.clone()),
+            failed: st.phase.failed().cloned(),
+            running: st.running(),
             queue_depth: st.queue.len,
             busy_ratio: busy_ns as f64 / elapsed,
             busy_ns,
@@ -448,7 +411,7 @@ impl Slot {
         let st = self.state.lock();
         st.queue.len < self.limits.queue_depth_max
             && st.queue.tenant_len(tenant) < self.limits.tenant_share_max
-            && self.wait_admits(&st, tenant, 0).is_ok()
+            && self.wait_admits(&st, tenant, 0) != Admission::WaitTooLong
     }
 
     /// Whether a call of `tenant` with estimated `work` may wait for the calls that
@@ -471,8 +434,8 @@ impl Slot {
     /// arriving while a large one runs queues behind it rather than being refused for
     /// a wait it cannot avoid on this slot.
     ///
-    /// `Ok` carries the most calls the slot may start before this one
-    /// ([`Job::start_by`]; `None` without a bound): tenants that join the round after
+    /// An admitted call carries the most calls the slot may start before this one
+    /// ([`Admission::StartBy`], its [`Job::start_by`]): tenants that join the round after
     /// it go ahead of it in fair order (a tenant new to the round first), and a call
     /// whose turn comes after more calls than it was admitted to wait for is refused
     /// `Busy` at its turn rather than run (without that, one-call-at-a-time clients
@@ -481,11 +444,11 @@ impl Slot {
     /// first version measured the slot's busy time, which a loaded host's preemption
     /// stretches, and refused calls of µs kernels at light load (22 in a CI run of the
     /// registry's failover test).
-    fn wait_admits(&self, st: &SlotState, tenant: TenantId, work: u64) -> Result<Option<u64>, ()> {
+    fn wait_admits(&self, st: &SlotState, tenant: TenantId, work: u64) -> Admission {
         let factor = self.limits.queue_wait_factor;
         let mean = self.ns_per_call.load(Ordering::Relaxed);
         if factor == 0 || mean == 0 {
-            return Ok(None);
+            return Admission::Unbounded;
         }
         let each = nanos(self.expected_time(work)).max(mean);
         let own = st.queue.tenant_len(tenant) as u64;
@@ -499,11 +462,19 @@ impl Slot {
         // The call in progress is not counted: every call waits for it on this slot,
         // and a long one would refuse every short call arriving meanwhile.
         let others = st.queue.others_ahead_of_next(tenant) as u64;
+        debug_assert!(
+            others <= st.queue.len as u64,
+            "more calls ahead than queued"
+        );
         if others.saturating_mul(mean) > allowed {
-            return Err(());
+            return Admission::WaitTooLong;
         }
-        // Its own calls ahead, and as many others' as the allowance holds.
-        Ok(Some(st.taken + own + allowed / mean))
+        // Its own calls ahead, and as many others' as the allowance holds: at least
+        // the others it waits for, so a call admitted now is not refused at its turn
+        // for the queue it was admitted behind.
+        let start_by = st.taken + own + allowed / mean;
+        debug_assert!(start_by >= st.taken + own + others);
+        Admission::StartBy(start_by)
     }
 
     /// Submits a call. Refuses with `Unavailable` when the slot does not (or no longer)
@@ -513,11 +484,7 @@ impl Slot {
     #[allow(clippy::result_large_err)]
     pub fn submit(&self, call: Call) -> Result<Submitted, Refused> {
         let mut st = self.state.lock();
-        if st.reconfiguring.is_some()
-            || st.stopping
-            || st.failed.is_some()
-            || st.accel.descriptor().id != call.accel.descriptor().id
-        {
+        if !st.phase.admits() || st.accel.descriptor().id != call.accel.descriptor().id {
             return Err(Refused {
                 status: Status::Unavailable,
                 call,
@@ -527,8 +494,9 @@ impl Slot {
         let cheap = work <= self.limits.inline_work_max
             && st.image.inline_ok()
             && self.limits.simulated_exec.is_zero();
-        if cheap && !st.running && st.queue.len == 0 {
-            let start = self.begin(&mut st, work);
+        if cheap && !st.running() && st.queue.len == 0 {
+            let start = self.begin(&mut st, work, None);
+            self.debug_check(&st);
             let image = Arc::clone(&st.image);
             drop(st);
             self.depth.fetch_add(1, Ordering::Relaxed);
@@ -536,6 +504,22 @@ impl Slot {
             self.finish_one(start);
             return Ok(Submitted::Done(answer));
         }
+        self.enqueue(st, call, work, cheap)
+    }
+
+    /// Queues a call of estimated `work` that does not run at once, or refuses it
+    /// `Busy` when the queue, its tenant's share of the queue or the wait it would
+    /// have ([`Slot::wait_admits`]) is over its bound. A `cheap` call of a tenant
+    /// without a backlog may still run on this thread ([`Slot::run_after_current`]).
+    #[allow(clippy::result_large_err)]
+    fn enqueue(
+        &self,
+        mut st: parking_lot::MutexGuard<'_, SlotState>,
+        call: Call,
+        work: u64,
+        cheap: bool,
+    ) -> Result<Submitted, Refused> {
+        debug_assert!(st.phase.admits(), "only an open slot queues calls");
         let tenant = call.tenant;
         if st.queue.len >= self.limits.queue_depth_max
             || st.queue.tenant_len(tenant) >= self.limits.tenant_share_max
@@ -545,21 +529,26 @@ impl Slot {
                 call,
             });
         }
-        let Ok(start_by) = self.wait_admits(&st, tenant, work) else {
+        let admission = self.wait_admits(&st, tenant, work);
+        if admission == Admission::WaitTooLong {
             self.metrics.wait_refusals.inc();
             return Err(Refused {
                 status: Status::Busy,
                 call,
             });
-        };
+        }
         // A cheap call of a tenant without a backlog runs on this thread next: at once
         // when the worker has not yet taken the next call (it may be starved of CPU),
         // or after the call in progress if that is expected to end soon enough.
         let wait = self.limits.hand_over_wait;
         let hand_over = cheap
             && st.queue.tenant_len(tenant) == 0
-            && (!st.running || (!wait.is_zero() && st.running_ends <= Instant::now() + wait));
+            && match &st.execution {
+                Execution::Idle => true,
+                Execution::Running(run) => !wait.is_zero() && run.ends <= Instant::now() + wait,
+            };
         let (reply, rx) = oneshot::channel();
+        let start_by = admission.start_by();
         st.queue.push(
             tenant,
             Job {
@@ -569,8 +558,9 @@ impl Slot {
                 start_by,
             },
         );
+        self.debug_check(&st);
         self.metrics.queue_depth.set(st.queue.len as i64);
-        let wake = !st.running;
+        let wake = !st.running();
         self.depth.fetch_add(1, Ordering::Relaxed);
         if hand_over {
             if let Some(answer) = self.run_after_current(st, tenant, work) {
@@ -597,26 +587,29 @@ impl Slot {
     ) -> Option<Answer> {
         let until = Instant::now() + self.limits.hand_over_wait;
         st.handing_over += 1;
-        while st.running {
+        while st.running() {
             if self.changed.wait_until(&mut st, until).timed_out() {
                 break;
             }
         }
+        debug_assert!(st.handing_over > 0, "this thread's hand-over is counted");
         st.handing_over -= 1;
-        let job = if st.running {
+        let job = if st.running() {
             None
         } else {
             st.queue.take_sole(tenant)
         };
         let Some(Job { call, reply, .. }) = job else {
             // Timed out: the worker, which held back while this thread waited, may go.
+            self.debug_check(&st);
             drop(st);
             self.changed.notify_all();
             return None;
         };
         drop(reply); // answered here, not through the channel
         self.metrics.queue_depth.set(st.queue.len as i64);
-        let start = self.begin(&mut st, work);
+        let start = self.begin(&mut st, work, None);
+        self.debug_check(&st);
         let image = Arc::clone(&st.image);
         drop(st);
         let answer = self.execute(&image, call, start);
@@ -631,8 +624,13 @@ impl Slot {
         if st.generation != start.generation {
             return;
         }
-        st.running = false;
-        let wake = st.queue.len > 0 || st.reconfiguring.is_some() || st.stopping;
+        let run = st.end_running();
+        debug_assert!(
+            run.is_some_and(|run| run.reply.is_none()),
+            "a call run on a network thread is answered by that thread"
+        );
+        self.debug_check(&st);
+        let wake = st.queue.len > 0 || st.phase.waited_on();
         drop(st);
         self.depth.fetch_sub(1, Ordering::Relaxed);
         if wake {
@@ -641,12 +639,16 @@ impl Slot {
     }
 
     /// Marks the slot as running a call of estimated `work` from now on, expected to
-    /// end after [`Slot::expected_time`].
-    fn begin(&self, st: &mut SlotState, work: u64) -> Start {
+    /// end after [`Slot::expected_time`], answered through `reply` when the worker
+    /// runs it.
+    fn begin(
+        &self,
+        st: &mut SlotState,
+        work: u64,
+        reply: Option<oneshot::Sender<Answer>>,
+    ) -> Start {
         let at = Instant::now();
-        st.running = true;
-        st.running_ends = at + self.expected_time(work);
-        st.running_since = at;
+        st.start_running(at, at + self.expected_time(work), reply);
         Start {
             at,
             work,
@@ -701,36 +703,7 @@ impl Slot {
                 0,
             )
         } else {
-            // A kernel that panics fails its call, not the slot: the panic is caught,
-            // the call answered INTERNAL, and the slot keeps serving.
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                image.run(&params, &payload, &mut out)
-            }))
-            .unwrap_or_else(|panic| {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".to_string());
-                Err(CallError::Internal(format!(
-                    "the accelerator failed: {what}"
-                )))
-            });
-            let exec_ns = if self.limits.simulated_exec.is_zero() {
-                nanos(started.elapsed())
-            } else {
-                self.simulated_device_time(received, started)
-            };
-            self.learn_speed(start.work, exec_ns);
-            self.metrics.executed(exec_ns);
-            self.busy_ns.fetch_add(exec_ns, Ordering::Relaxed);
-            match result {
-                // A device that reports or models its execution time says how long
-                // the call took on it; busy time and speed stay wall time.
-                Ok(ran) => (Status::Ok, String::new(), ran.exec_ns.unwrap_or(exec_ns)),
-                Err(CallError::BadRequest(m)) => (Status::BadRequest, m, exec_ns),
-                Err(CallError::Internal(m)) => (Status::Internal, m, exec_ns),
-            }
+            self.run_kernel(image, &params, &payload, &mut out, received, start)
         };
         if status != Status::Ok {
             out.clear();
@@ -752,6 +725,50 @@ impl Slot {
         }
     }
 
+    /// Runs the kernel of a call (begun at `start`, received at `received`) on
+    /// `image`, and learns the slot's speed from it. Returns the call's status, the
+    /// message of a failure and its execution time in ns.
+    fn run_kernel(
+        &self,
+        image: &Arc<dyn Loaded>,
+        params: &ParamBlock,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        received: Instant,
+        start: Start,
+    ) -> (Status, String, u64) {
+        // A kernel that panics fails its call, not the slot: the panic is caught,
+        // the call answered INTERNAL, and the slot keeps serving.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            image.run(params, payload, out)
+        }))
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            Err(CallError::Internal(format!(
+                "the accelerator failed: {what}"
+            )))
+        });
+        let exec_ns = if self.limits.simulated_exec.is_zero() {
+            nanos(start.at.elapsed())
+        } else {
+            self.simulated_device_time(received, start.at)
+        };
+        self.learn_speed(start.work, exec_ns);
+        self.metrics.executed(exec_ns);
+        self.busy_ns.fetch_add(exec_ns, Ordering::Relaxed);
+        match result {
+            // A device that reports or models its execution time says how long
+            // the call took on it; busy time and speed stay wall time.
+            Ok(ran) => (Status::Ok, String::new(), ran.exec_ns.unwrap_or(exec_ns)),
+            Err(CallError::BadRequest(m)) => (Status::BadRequest, m, exec_ns),
+            Err(CallError::Internal(m)) => (Status::Internal, m, exec_ns),
+        }
+    }
+
     /// The simulated device's time of a call that arrived at `received` and was
     /// taken up by the worker at `started`: the device begins it when it ends its
     /// previous call (or at `received`, when idle by then) and holds it
@@ -760,9 +777,11 @@ impl Slot {
     /// device. Sleeps (the CPU stays free) until the end, and returns the device's
     /// time in ns.
     fn simulated_device_time(&self, received: Instant, started: Instant) -> u64 {
+        debug_assert!(!self.limits.simulated_exec.is_zero());
         let mut free_at = self.device_free_at.lock();
         let begin = (*free_at).max(received).min(started);
         let end = begin + self.limits.simulated_exec;
+        debug_assert!(begin <= started, "the device begins a call by its take-up");
         *free_at = end;
         drop(free_at);
         let now = Instant::now();
@@ -785,22 +804,7 @@ impl Slot {
         };
         set_worker_scheduling(policy, self.limits.worker_nice);
         let generation = self.state.lock().generation;
-        loop {
-            let mut st = self.state.lock();
-            let job = loop {
-                if st.generation != generation {
-                    return;
-                }
-                if !st.running && st.handing_over == 0 {
-                    if let Some(job) = st.queue.pop() {
-                        break job;
-                    }
-                    if st.stopping {
-                        return;
-                    }
-                }
-                self.changed.wait(&mut st);
-            };
+        while let Some((mut st, job)) = self.next_job(generation) {
             self.metrics.queue_depth.set(st.queue.len as i64);
             if let Some(by) = job.start_by.filter(|&by| st.taken > by) {
                 let late = st.taken - by;
@@ -811,10 +815,12 @@ impl Slot {
                 continue;
             }
             st.taken += 1;
-            let start = self.begin(&mut st, job.work);
+            let Job {
+                call, reply, work, ..
+            } = job;
+            let start = self.begin(&mut st, work, Some(reply));
+            self.debug_check(&st);
             let (loaded_id, image) = (st.accel.descriptor().id, Arc::clone(&st.image));
-            let Job { call, reply, .. } = job;
-            st.current = Some(reply);
             drop(st);
             let answer = if loaded_id == call.accel.descriptor().id {
                 self.execute(&image, call, start)
@@ -824,36 +830,69 @@ impl Slot {
                 // wrong accelerator.
                 Answer::refusal(Status::Unavailable, "slot was reconfigured", call)
             };
-            let mut st = self.state.lock();
-            if st.generation != generation {
-                // The slot gave up on this thread while its kernel ran: the call was
-                // answered then, and another worker serves the slot now.
-                drop(st);
-                self.metrics.threads_abandoned.dec();
-                tracing::warn!(
-                    slot = self.id,
-                    "an abandoned slot thread's kernel returned; the thread exits"
-                );
+            if !self.end_job(generation, answer) {
                 return;
             }
-            let reply = st.current.take();
-            st.running = false;
-            let wake = st.queue.len > 0 || st.reconfiguring.is_some() || st.stopping;
-            drop(st);
-            self.depth.fetch_sub(1, Ordering::Relaxed);
-            // The caller may have gone (connection closed); its answer has nowhere to go.
-            if let Some(reply) = reply {
-                let _ = reply.send(answer);
-            }
-            if wake {
-                self.changed.notify_all();
-            }
         }
+    }
+
+    /// Waits for the next call the worker of `generation` may take: when none is
+    /// running, no network thread waits to run one ([`Slot::run_after_current`]) and
+    /// one is queued. `None` when the worker is to exit: the slot gave up on its
+    /// generation, or is stopping with an empty queue.
+    fn next_job(&self, generation: u64) -> Option<(parking_lot::MutexGuard<'_, SlotState>, Job)> {
+        let mut st = self.state.lock();
+        loop {
+            if st.generation != generation {
+                return None;
+            }
+            if !st.running() && st.handing_over == 0 {
+                if let Some(job) = st.queue.pop() {
+                    self.debug_check(&st);
+                    return Some((st, job));
+                }
+                if st.phase.stopping() {
+                    return None;
+                }
+            }
+            self.changed.wait(&mut st);
+        }
+    }
+
+    /// Ends the call the worker of `generation` ran and sends its `answer`. `false`
+    /// when the slot gave up on this thread while its kernel ran: the call was
+    /// answered then, another worker serves the slot now, and this one exits.
+    fn end_job(&self, generation: u64, answer: Answer) -> bool {
+        let mut st = self.state.lock();
+        if st.generation != generation {
+            drop(st);
+            self.metrics.threads_abandoned.dec();
+            tracing::warn!(
+                slot = self.id,
+                "an abandoned slot thread's kernel returned; the thread exits"
+            );
+            return false;
+        }
+        let reply = st.end_running().and_then(|run| run.reply);
+        debug_assert!(reply.is_some(), "the worker answers the calls it runs");
+        self.debug_check(&st);
+        let wake = st.queue.len > 0 || st.phase.waited_on();
+        drop(st);
+        self.depth.fetch_sub(1, Ordering::Relaxed);
+        // The caller may have gone (connection closed); its answer has nowhere to go.
+        if let Some(reply) = reply {
+            let _ = reply.send(answer);
+        }
+        if wake {
+            self.changed.notify_all();
+        }
+        true
     }
 
     /// Answers `Busy` a queued call whose turn came `late` calls after the most it
     /// was admitted to wait for (see [`Slot::wait_admits`]).
     fn refuse_late(&self, job: Job, late: u64) {
+        debug_assert!(late > 0, "a call on time is not refused");
         let Job { call, reply, .. } = job;
         self.metrics.wait_refusals.inc();
         self.depth.fetch_sub(1, Ordering::Relaxed);
@@ -874,27 +913,29 @@ impl Slot {
         let start = Instant::now();
         let name = accel.descriptor().name.clone();
         let mut st = self.state.lock();
-        if let Some(other) = &st.reconfiguring {
+        if let Some(other) = st.phase.reconfig() {
             return Err(format!(
                 "slot {} is already loading {}",
                 self.id, other.to_name
             ));
         }
-        if st.stopping {
+        if st.phase.stopping() {
             return Err(format!("slot {} is shutting down", self.id));
         }
-        self.admits
-            .store(u32::from(st.accel.descriptor().id), Ordering::Release);
-        st.reconfiguring = Some(Reconfig {
+        let to = Reconfig {
             from: st.accel.descriptor().id,
             to: accel.descriptor().id,
             to_name: name.clone(),
-        });
-        while st.running || st.queue.len > 0 {
+        };
+        st.phase.begin_reconfig(to);
+        self.publish_admits(&st);
+        self.debug_check(&st);
+        while st.running() || st.queue.len > 0 {
             self.changed.wait(&mut st);
         }
         let previous = std::mem::replace(&mut st.accel, accel);
         st.image = image;
+        self.debug_check(&st);
         // The new accelerator's speed is not the old one's.
         self.ns_per_work_1024.store(0, Ordering::Relaxed);
         self.ns_per_call
@@ -904,17 +945,11 @@ impl Slot {
             std::thread::sleep(self.limits.reconfig_delay);
         }
         let mut st = self.state.lock();
-        st.reconfiguring = None;
-        let recovered = st.failed.take().is_some();
-        if recovered {
+        if st.phase.end_reconfig() {
             self.metrics.failed.set(0);
         }
-        if !st.stopping {
-            self.admits.store(
-                u32::from(st.accel.descriptor().id) | ADMITTING,
-                Ordering::Release,
-            );
-        }
+        self.publish_admits(&st);
+        self.debug_check(&st);
         drop(st);
         self.metrics
             .loaded(Some(&previous.descriptor().name), &name);
@@ -935,7 +970,10 @@ impl Slot {
             return false;
         }
         let mut st = self.state.lock();
-        if !st.running || st.failed.is_some() || st.running_since.elapsed() < bound {
+        let Execution::Running(run) = &st.execution else {
+            return false;
+        };
+        if st.phase.failed().is_some() || run.since.elapsed() < bound {
             return false;
         }
         let name = st.accel.descriptor().name.clone();
@@ -944,14 +982,15 @@ impl Slot {
             self.id,
             bound.as_millis()
         );
-        st.failed = Some(why.clone());
-        self.admits
-            .store(u32::from(st.accel.descriptor().id), Ordering::Release);
+        st.phase.fail(why.clone());
+        self.publish_admits(&st);
         self.metrics.failed.set(1);
         self.metrics.hung_kernels.inc();
         let queued = st.queue.len;
         self.abandon_running(&mut st, &why);
         self.answer_queued(&mut st, &why);
+        debug_assert!(!st.running(), "the hung call was answered and given up");
+        self.debug_check(&st);
         drop(st);
         self.changed.notify_all();
         tracing::error!(
@@ -976,9 +1015,15 @@ impl Slot {
     /// exits. Call it after [`Slot::stop`]. Returns how many calls it answered.
     pub fn abandon_all(&self, why: &str) -> usize {
         let mut st = self.state.lock();
-        let answered = st.queue.len + usize::from(st.current.is_some());
+        debug_assert!(st.phase.stopping(), "calls are abandoned only after a stop");
+        let on_worker = matches!(
+            &st.execution,
+            Execution::Running(Running { reply: Some(_), .. })
+        );
+        let answered = st.queue.len + usize::from(on_worker);
         self.abandon_running(&mut st, why);
         self.answer_queued(&mut st, why);
+        self.debug_check(&st);
         drop(st);
         self.changed.notify_all();
         answered
@@ -990,14 +1035,16 @@ impl Slot {
     /// running it, whenever it returns, leaves the slot alone. The worker thread of
     /// the old generation exits.
     fn abandon_running(&self, st: &mut SlotState, why: &str) {
-        if !st.running {
+        if !st.running() {
             return;
         }
-        st.running = false;
+        let Some(run) = st.end_running() else {
+            return;
+        };
         st.generation += 1;
         self.generation.store(st.generation, Ordering::Relaxed);
         self.depth.fetch_sub(1, Ordering::Relaxed);
-        if let Some(reply) = st.current.take() {
+        if let Some(reply) = run.reply {
             self.metrics.threads_abandoned.inc();
             self.answered_unavailable(st.accel.descriptor().id);
             let _ = reply.send(Answer {
@@ -1006,7 +1053,7 @@ impl Slot {
                 message: why.to_string(),
                 slot: Some(self.id),
                 queue_ns: 0,
-                exec_ns: nanos(st.running_since.elapsed()),
+                exec_ns: nanos(run.since.elapsed()),
                 payload: Vec::new(),
             });
         }
@@ -1019,6 +1066,7 @@ impl Slot {
             self.depth.fetch_sub(1, Ordering::Relaxed);
             let _ = reply.send(Answer::refusal(Status::Unavailable, why, call));
         }
+        debug_assert_eq!(st.queue.len, 0, "every queued call was answered");
         self.metrics.queue_depth.set(0);
     }
 
@@ -1031,9 +1079,9 @@ impl Slot {
     /// Stops admission; the worker exits once the queue is empty.
     pub fn stop(&self) {
         let mut st = self.state.lock();
-        st.stopping = true;
-        self.admits
-            .store(u32::from(st.accel.descriptor().id), Ordering::Release);
+        st.phase.stop();
+        self.publish_admits(&st);
+        self.debug_check(&st);
         drop(st);
         self.changed.notify_all();
     }
@@ -1055,6 +1103,11 @@ fn fold_average(cell: &AtomicU64, sample: u64) {
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
+
+// The state's enums and checker live beside this file, as do the tests, so that it
+// stays within a size a reader can hold.
+#[path = "slot_state.rs"]
+mod state;
 
 // The tests live beside this file, so that it stays within a size a reader can hold.
 #[cfg(test)]

@@ -110,9 +110,23 @@ fn done(r: Result<Submitted, Refused>, why: &str) -> Answer {
 
 /// Marks the slot as running a call expected to take an hour.
 fn busy_for_long(s: &Slot) {
-    let mut st = s.state.lock();
-    st.running = true;
-    st.running_ends = Instant::now() + Duration::from_secs(3600);
+    pretend_running(s, Duration::from_secs(3600));
+}
+
+/// Marks the slot as running a call (no call: the worker holds back) expected to end
+/// `after` from now.
+fn pretend_running(s: &Slot, after: Duration) {
+    let now = Instant::now();
+    s.state.lock().execution = Execution::Running(Running {
+        since: now,
+        ends: now + after,
+        reply: None,
+    });
+}
+
+/// Ends a call [`pretend_running`] made up, so that the worker may take the next.
+fn pretend_idle(s: &Slot) {
+    s.state.lock().execution = Execution::Idle;
 }
 
 fn wait(s: Submitted) -> Answer {
@@ -210,7 +224,7 @@ fn tenants_share_the_queue_round_robin_and_within_their_share() {
     let refused = s.submit(call(&echo, b"a3", 1)).err().unwrap();
     assert_eq!(refused.status, Status::Busy);
     assert!(s.submit(call(&echo, b"b2", 2)).is_ok());
-    s.state.lock().running = false;
+    pretend_idle(&s);
     s.changed.notify_all();
     for r in rx {
         assert_eq!(r.blocking_recv().unwrap().status, Status::Ok);
@@ -236,14 +250,14 @@ fn echo_slot_with_backlog() -> (Arc<dyn Accelerator>, Arc<Slot>, oneshot::Receiv
 fn a_cheap_call_without_backlog_runs_on_the_submitting_thread_after_the_current_one() {
     let (echo, s, backlog) = echo_slot_with_backlog();
     // The call in progress is now a cheap one.
-    s.state.lock().running_ends = Instant::now();
+    pretend_running(&s, Duration::ZERO);
     // The call in progress ends once tenant 2's call waits for it.
     let ender = {
         let s = Arc::clone(&s);
         std::thread::spawn(move || loop {
             let mut st = s.state.lock();
             if st.queue.tenant_len(2) == 1 {
-                st.running = false;
+                st.execution = Execution::Idle;
                 drop(st);
                 s.changed.notify_all();
                 return;
@@ -272,7 +286,7 @@ fn a_cheap_call_without_backlog_goes_before_a_backlog_the_worker_has_not_taken()
     // Then the worker has not taken tenant 1's call yet (held back here by a
     // hand-over in progress, as a starved worker would be).
     let mut st = s.state.lock();
-    st.running = false;
+    st.execution = Execution::Idle;
     st.handing_over = 1;
     drop(st);
     let a = done(
@@ -321,10 +335,10 @@ fn no_hand_over_behind_a_long_call_or_with_a_backlog() {
     let start = Instant::now();
     let rx = queued(s.submit(call(&echo, b"x", 1)), "must queue");
     // A tenant with a backlog queues too, also behind a call about to end.
-    s.state.lock().running_ends = Instant::now();
+    pretend_running(&s, Duration::ZERO);
     let rx2 = queued(s.submit(call(&echo, b"y", 1)), "must queue");
     assert!(start.elapsed() < Duration::from_secs(5), "did not wait");
-    s.state.lock().running = false;
+    pretend_idle(&s);
     s.changed.notify_all();
     assert_eq!(rx.blocking_recv().unwrap().output, b"x");
     assert_eq!(rx2.blocking_recv().unwrap().output, b"y");
@@ -350,10 +364,7 @@ fn wait_bounded_slot(factor: u32, floor: Duration) -> (Arc<dyn Accelerator>, Arc
         },
     );
     s.learn_speed(100, 1_000_000);
-    let mut st = s.state.lock();
-    st.running = true;
-    st.running_ends = Instant::now();
-    drop(st);
+    pretend_running(&s, Duration::ZERO);
     (echo, s)
 }
 
@@ -375,7 +386,7 @@ fn queue_one_per_tenant(
 
 /// Lets the worker go, and checks every call admitted is answered.
 fn release(s: &Slot, admitted: Vec<oneshot::Receiver<Answer>>) {
-    s.state.lock().running = false;
+    pretend_idle(s);
     s.changed.notify_all();
     for rx in admitted {
         assert_eq!(rx.blocking_recv().unwrap().status, Status::Ok);
@@ -451,22 +462,22 @@ fn a_queued_call_is_refused_at_its_turn_only_after_more_calls_than_it_was_admitt
     let (echo, s) = wait_bounded_slot(8, Duration::ZERO);
     // A call in progress expected to take an hour refuses nobody: every call on this
     // slot waits for it.
-    s.state.lock().running_ends = Instant::now() + Duration::from_secs(3600);
+    pretend_running(&s, Duration::from_secs(3600));
     // 1 ms calls: each admitted to wait for 8 calls of others.
     let big = vec![b'x'; 1600];
     // Waiting in wall time alone (a host slow to wake the worker) refuses nothing.
     let slow = queued(s.submit(call(&echo, &big, 1)), "must queue");
     std::thread::sleep(Duration::from_millis(20));
-    s.state.lock().running = false;
+    pretend_idle(&s);
     s.changed.notify_all();
     assert_eq!(slow.blocking_recv().unwrap().status, Status::Ok);
     // Twenty calls started before its turn (tenants that joined the round after it,
     // here made up) do.
-    s.state.lock().running = true;
+    pretend_running(&s, Duration::ZERO);
     let late = queued(s.submit(call(&echo, &big, 1)), "must queue");
     s.state.lock().taken += 20;
     let on_time = queued(s.submit(call(&echo, &big, 2)), "must queue");
-    s.state.lock().running = false;
+    pretend_idle(&s);
     s.changed.notify_all();
     let a = late.blocking_recv().unwrap();
     assert_eq!(a.status, Status::Busy, "{}", a.message);
@@ -475,4 +486,125 @@ fn a_queued_call_is_refused_at_its_turn_only_after_more_calls_than_it_was_admitt
     assert_eq!(s.metrics.wait_refusals.get(), 1);
     assert_eq!(s.depth(), 0);
     s.stop();
+}
+
+/// A slot of the tests' bounds (a queue of 4, 2 per tenant) hosting echo, without a
+/// worker thread: its state changes only where a test changes it.
+fn slot_without_worker() -> (Arc<dyn Accelerator>, Slot) {
+    let catalog = Catalog::builtin();
+    let echo = Arc::clone(catalog.by_name("echo").unwrap());
+    let image = Arc::new(crate::device::cpu::CpuImage(Arc::clone(&echo)));
+    let metrics = crate::telemetry::metrics::Metrics::new();
+    let s = Slot::new(
+        0,
+        "test",
+        BackendKind::Cpu,
+        Arc::clone(&echo),
+        image,
+        limits(),
+        metrics.slot(0),
+        Arc::default(),
+    );
+    s.check(&s.state.lock());
+    (echo, s)
+}
+
+/// Queues a call of `tenant` behind the slot's back (no bound applies).
+fn push_job(s: &Slot, echo: &Arc<dyn Accelerator>, tenant: TenantId) {
+    let job = Job {
+        call: call(echo, b"x", tenant),
+        reply: oneshot::channel().0,
+        work: 0,
+        start_by: None,
+    };
+    s.state.lock().queue.push(tenant, job);
+}
+
+#[test]
+#[should_panic(expected = "slot 0: 5 calls queued, over queue_depth_max 4")]
+fn check_finds_a_queue_over_its_depth() {
+    let (echo, s) = slot_without_worker();
+    for tenant in 0..5 {
+        push_job(&s, &echo, tenant);
+    }
+    s.check(&s.state.lock());
+}
+
+#[test]
+#[should_panic(expected = "slot 0: a tenant has Some(3) calls queued, over its share 2")]
+fn check_finds_a_tenant_over_its_share() {
+    let (echo, s) = slot_without_worker();
+    for _ in 0..3 {
+        push_job(&s, &echo, 1);
+    }
+    s.check(&s.state.lock());
+}
+
+#[test]
+#[should_panic(expected = "slot 0: the lock-free admission flag disagrees with the phase")]
+fn check_finds_an_admission_flag_that_disagrees_with_the_phase() {
+    let (_, s) = slot_without_worker();
+    s.state.lock().phase.stop();
+    s.check(&s.state.lock());
+}
+
+#[test]
+#[should_panic(expected = "slot 0: admits calls for an accelerator it does not host")]
+fn check_finds_admission_for_another_accelerator() {
+    let (echo, s) = slot_without_worker();
+    let other = u32::from(echo.descriptor().id) ^ 1;
+    s.admits.store(other | ADMITTING, Ordering::Relaxed);
+    s.check(&s.state.lock());
+}
+
+#[test]
+#[should_panic(expected = "slot 0: the lock-free generation disagrees with the state's")]
+fn check_finds_a_generation_that_disagrees() {
+    let (_, s) = slot_without_worker();
+    s.state.lock().generation += 1;
+    s.check(&s.state.lock());
+}
+
+#[test]
+#[should_panic(expected = "slot 0: a failed slot holds a call")]
+fn check_finds_a_call_in_a_failed_slot() {
+    let (echo, s) = slot_without_worker();
+    push_job(&s, &echo, 1);
+    let mut st = s.state.lock();
+    st.phase.fail("hung".to_string());
+    s.publish_admits(&st);
+    s.check(&st);
+}
+
+/// Every transition of the phase keeps the invariants with the admission flag it
+/// publishes, and ends where the slot's documentation says.
+#[test]
+fn the_phase_moves_through_its_transitions() {
+    let (echo, s) = slot_without_worker();
+    let id = echo.descriptor().id;
+    let to = || Reconfig {
+        from: id,
+        to: id,
+        to_name: "echo".to_string(),
+    };
+    let mut st = s.state.lock();
+    st.phase.fail("hung".to_string());
+    s.publish_admits(&st);
+    s.check(&st);
+    assert!(!s.admits(id) && st.phase.failed().is_some());
+    st.phase.begin_reconfig(to());
+    assert!(st.phase.failed().is_some() && st.phase.reconfig().is_some());
+    st.phase.stop();
+    assert!(st.phase.stopping() && st.phase.reconfig().is_some());
+    assert!(st.phase.end_reconfig(), "the load recovers the failed slot");
+    assert!(st.phase.stopping() && st.phase.failed().is_none());
+    s.publish_admits(&st);
+    s.check(&st);
+    assert!(!s.admits(id));
+    st.phase = Phase::Open;
+    st.phase.begin_reconfig(to());
+    assert!(!st.phase.end_reconfig(), "nothing to recover");
+    s.publish_admits(&st);
+    s.check(&st);
+    assert!(s.admits(id));
 }

@@ -23,13 +23,20 @@ use std::time::Duration;
 
 use crate::core::slot::Slot;
 
-/// Looks at `slots` every quarter of `bound` (between 1 ms and 250 ms) until `stop`.
-/// A hung kernel is therefore found within 1.25 × `bound` (at most `bound` + 250 ms).
+/// The shortest look period: a bound of a few ms costs a wake-up per ms, no more.
+const EVERY_MIN: Duration = Duration::from_millis(1);
+/// The longest look period: how late past its bound a hung kernel is found, at most.
+const EVERY_MAX: Duration = Duration::from_millis(250);
+const _: () = assert!(EVERY_MIN.as_nanos() > 0 && EVERY_MIN.as_nanos() < EVERY_MAX.as_nanos());
+
+/// Looks at `slots` every quarter of `bound` (between [`EVERY_MIN`] and
+/// [`EVERY_MAX`]) until `stop`. A hung kernel is therefore found within
+/// 1.25 × `bound` (at most `bound` + 250 ms).
 pub fn spawn(slots: Vec<Arc<Slot>>, bound: Duration, stop: Arc<AtomicBool>) {
     if bound.is_zero() || slots.is_empty() {
         return;
     }
-    let every = (bound / 4).clamp(Duration::from_millis(1), Duration::from_millis(250));
+    let every = (bound / 4).clamp(EVERY_MIN, EVERY_MAX);
     let spawned = std::thread::Builder::new()
         .name("slot-watchdog".to_string())
         .spawn(move || {

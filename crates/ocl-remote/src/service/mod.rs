@@ -307,108 +307,21 @@ impl Runtime {
     }
 
     fn open(api: Api, config: &ServiceConfig) -> io::Result<Runtime> {
-        let mut n = 0u32;
-        // SAFETY: valid out-pointers; the ICD loader answers with the platform count.
-        let rc = unsafe { (api.clGetPlatformIDs)(0, std::ptr::null_mut(), &mut n) };
-        let mut raws = vec![std::ptr::null_mut(); n as usize];
-        if rc == cl::CL_SUCCESS && n > 0 {
-            // SAFETY: `raws` has room for `n` handles.
-            unsafe { (api.clGetPlatformIDs)(n, raws.as_mut_ptr(), std::ptr::null_mut()) };
-        }
         let mut platforms = Vec::new();
         let mut devices = Vec::new();
-        for raw in raws {
-            // SAFETY (both closures): `raw` is a platform handle of this runtime.
-            let name = info_string(&mut |s, p, r| unsafe {
-                (api.clGetPlatformInfo)(raw, cl::CL_PLATFORM_NAME, s, p, r)
-            });
-            let suffix = info_string(&mut |s, p, r| unsafe {
-                (api.clGetPlatformInfo)(raw, cl::CL_PLATFORM_ICD_SUFFIX_KHR, s, p, r)
-            });
-            if suffix == crate::ICD_SUFFIX || name.starts_with(crate::PLATFORM_NAME_PREFIX) {
+        for raw in platform_ids(&api) {
+            if !serves_platform(&api, raw, config) {
                 continue;
             }
-            if !config.platforms.is_empty()
-                && !config
-                    .platforms
-                    .iter()
-                    .any(|want| name.contains(want.as_str()))
-            {
+            let devs = device_ids(&api, raw);
+            if devs.is_empty() {
                 continue;
             }
-            let mut count = 0u32;
-            // SAFETY: valid out-pointers.
-            let rc = unsafe {
-                (api.clGetDeviceIDs)(
-                    raw,
-                    cl::CL_DEVICE_TYPE_ALL,
-                    0,
-                    std::ptr::null_mut(),
-                    &mut count,
-                )
-            };
-            if rc != cl::CL_SUCCESS || count == 0 {
-                continue;
-            }
-            let mut devs = vec![std::ptr::null_mut(); count as usize];
-            // SAFETY: `devs` has room for `count` handles.
-            unsafe {
-                (api.clGetDeviceIDs)(
-                    raw,
-                    cl::CL_DEVICE_TYPE_ALL,
-                    count,
-                    devs.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            };
             let platform = platforms.len() as u32;
-            let mut indices = Vec::new();
+            let mut indices = Vec::with_capacity(devs.len());
             for dev in devs {
-                // SAFETY: `dev` is a device handle of this runtime.
-                let dname = info_string(&mut |s, p, r| unsafe {
-                    (api.clGetDeviceInfo)(dev, cl::CL_DEVICE_NAME, s, p, r)
-                });
-                let flag = |param: u32| {
-                    // SAFETY: as above.
-                    info_bytes(16, &mut |s, p, r| unsafe {
-                        (api.clGetDeviceInfo)(dev, param, s, p, r)
-                    })
-                    .ok()
-                    .and_then(|b| {
-                        b.get(..4)
-                            .map(|x| u32::from_ne_bytes(x.try_into().expect("4")))
-                    })
-                };
-                let cpu = flag(cl::CL_DEVICE_TYPE)
-                    .is_some_and(|t| u64::from(t) & cl::CL_DEVICE_TYPE_CPU != 0);
-                let unified = flag(cl::CL_DEVICE_HOST_UNIFIED_MEMORY) == Some(1);
-                let size = |param: u32| {
-                    // SAFETY: as above.
-                    info_bytes(16, &mut |s, p, r| unsafe {
-                        (api.clGetDeviceInfo)(dev, param, s, p, r)
-                    })
-                    .ok()
-                    .and_then(|b| b.try_into().ok().map(u64::from_ne_bytes))
-                };
-                let memory = presented::Memory::within_quota(
-                    size(cl::CL_DEVICE_GLOBAL_MEM_SIZE),
-                    size(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE),
-                    config.buffer_bytes_max,
-                );
-                // SAFETY: as above.
-                let features = info_bytes(INFO_BYTES_MAX, &mut |s, p, r| unsafe {
-                    (api.clGetDeviceInfo)(dev, cl::CL_DEVICE_OPENCL_C_FEATURES, s, p, r)
-                })
-                .unwrap_or_default();
                 indices.push(devices.len() as u32);
-                devices.push(DeviceEntry {
-                    raw: Raw(dev),
-                    platform,
-                    name: dname,
-                    host_memory: cpu && unified,
-                    memory,
-                    c_features: presented::names(&features),
-                });
+                devices.push(device_entry(&api, dev, platform, config));
             }
             platforms.push(PlatformEntry {
                 raw: Raw(raw),
@@ -420,6 +333,119 @@ impl Runtime {
             platforms,
             devices,
         })
+    }
+}
+
+/// The runtime's platforms (none when it cannot list them).
+fn platform_ids(api: &Api) -> Vec<Handle> {
+    let mut n = 0u32;
+    // SAFETY: valid out-pointers; the ICD loader answers with the platform count.
+    let rc = unsafe { (api.clGetPlatformIDs)(0, std::ptr::null_mut(), &mut n) };
+    let mut raws = vec![std::ptr::null_mut(); n as usize];
+    if rc == cl::CL_SUCCESS && n > 0 {
+        // SAFETY: `raws` has room for `n` handles.
+        unsafe { (api.clGetPlatformIDs)(n, raws.as_mut_ptr(), std::ptr::null_mut()) };
+    }
+    raws
+}
+
+/// Whether the service offers platform `raw`: never this project's own remote
+/// platform (a service would serve itself), and only one of `config.platforms` when
+/// that names any.
+fn serves_platform(api: &Api, raw: Handle, config: &ServiceConfig) -> bool {
+    // SAFETY (both closures): `raw` is a platform handle of this runtime.
+    let name = info_string(&mut |s, p, r| unsafe {
+        (api.clGetPlatformInfo)(raw, cl::CL_PLATFORM_NAME, s, p, r)
+    });
+    let suffix = info_string(&mut |s, p, r| unsafe {
+        (api.clGetPlatformInfo)(raw, cl::CL_PLATFORM_ICD_SUFFIX_KHR, s, p, r)
+    });
+    if suffix == crate::ICD_SUFFIX || name.starts_with(crate::PLATFORM_NAME_PREFIX) {
+        return false;
+    }
+    config.platforms.is_empty()
+        || config
+            .platforms
+            .iter()
+            .any(|want| name.contains(want.as_str()))
+}
+
+/// Every device of platform `raw` (none when it cannot list them).
+fn device_ids(api: &Api, raw: Handle) -> Vec<Handle> {
+    let mut count = 0u32;
+    // SAFETY: valid out-pointers.
+    let rc = unsafe {
+        (api.clGetDeviceIDs)(
+            raw,
+            cl::CL_DEVICE_TYPE_ALL,
+            0,
+            std::ptr::null_mut(),
+            &mut count,
+        )
+    };
+    if rc != cl::CL_SUCCESS || count == 0 {
+        return Vec::new();
+    }
+    let mut devs = vec![std::ptr::null_mut(); count as usize];
+    // SAFETY: `devs` has room for `count` handles.
+    unsafe {
+        (api.clGetDeviceIDs)(
+            raw,
+            cl::CL_DEVICE_TYPE_ALL,
+            count,
+            devs.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    devs
+}
+
+/// Device `dev` of platform number `platform` as the service presents it: its name,
+/// whether its memory is the host's, its memory within the client quota, and its
+/// OpenCL C features.
+fn device_entry(api: &Api, dev: Handle, platform: u32, config: &ServiceConfig) -> DeviceEntry {
+    // SAFETY: `dev` is a device handle of this runtime.
+    let dname = info_string(&mut |s, p, r| unsafe {
+        (api.clGetDeviceInfo)(dev, cl::CL_DEVICE_NAME, s, p, r)
+    });
+    let flag = |param: u32| {
+        // SAFETY: as above.
+        info_bytes(16, &mut |s, p, r| unsafe {
+            (api.clGetDeviceInfo)(dev, param, s, p, r)
+        })
+        .ok()
+        .and_then(|b| {
+            b.get(..4)
+                .map(|x| u32::from_ne_bytes(x.try_into().expect("4")))
+        })
+    };
+    let cpu = flag(cl::CL_DEVICE_TYPE).is_some_and(|t| u64::from(t) & cl::CL_DEVICE_TYPE_CPU != 0);
+    let unified = flag(cl::CL_DEVICE_HOST_UNIFIED_MEMORY) == Some(1);
+    let size = |param: u32| {
+        // SAFETY: as above.
+        info_bytes(16, &mut |s, p, r| unsafe {
+            (api.clGetDeviceInfo)(dev, param, s, p, r)
+        })
+        .ok()
+        .and_then(|b| b.try_into().ok().map(u64::from_ne_bytes))
+    };
+    let memory = presented::Memory::within_quota(
+        size(cl::CL_DEVICE_GLOBAL_MEM_SIZE),
+        size(cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE),
+        config.buffer_bytes_max,
+    );
+    // SAFETY: as above.
+    let features = info_bytes(INFO_BYTES_MAX, &mut |s, p, r| unsafe {
+        (api.clGetDeviceInfo)(dev, cl::CL_DEVICE_OPENCL_C_FEATURES, s, p, r)
+    })
+    .unwrap_or_default();
+    DeviceEntry {
+        raw: Raw(dev),
+        platform,
+        name: dname,
+        host_memory: cpu && unified,
+        memory,
+        c_features: presented::names(&features),
     }
 }
 
@@ -610,9 +636,29 @@ pub fn spawn(
             format_args!("removed {orphans} shared-memory region(s) of processes that have ended"),
         );
     }
-    // Same-host clients may switch to a Unix socket (see `crate::stream`); a node that
-    // cannot open one serves them over TCP.
-    let local_name = format!("netaccel-ocl-{}-{}", std::process::id(), local_addr.port());
+    let (local_listener, local_socket) = open_local_socket(&config, local_addr.port());
+    let kind = if config.isolation != Isolation::InProcess {
+        Kind::Isolated(isolate::Supervisor::start(
+            config,
+            listener,
+            local_listener,
+            local_socket,
+            registry,
+        )?)
+    } else {
+        serve_in_process(config, listener, local_listener, local_socket, registry)?
+    };
+    Ok(ServiceHandle { local_addr, kind })
+}
+
+/// The Unix socket same-host clients may switch to (see `crate::stream`), and its
+/// name as the `Hello` answer gives it (empty without one): a node that cannot open
+/// one serves them over TCP.
+fn open_local_socket(
+    config: &ServiceConfig,
+    port: u16,
+) -> (Option<std::os::unix::net::UnixListener>, Vec<u8>) {
+    let local_name = format!("netaccel-ocl-{}-{port}", std::process::id());
     let local_listener = if config.local_socket {
         bind_local(local_name.as_bytes())
             .map_err(|e| log::log!(WARN, "no local socket ({e}); same-host clients use TCP"))
@@ -625,14 +671,18 @@ pub fn spawn(
     } else {
         Vec::new()
     };
-    if config.isolation != Isolation::InProcess {
-        let supervisor =
-            isolate::Supervisor::start(config, listener, local_listener, local_socket, registry)?;
-        return Ok(ServiceHandle {
-            local_addr,
-            kind: Kind::Isolated(supervisor),
-        });
-    }
+    (local_listener, local_socket)
+}
+
+/// Opens the runtime in this process and serves the clients of `listener` and
+/// `local_listener`, each on an accept thread.
+fn serve_in_process(
+    config: ServiceConfig,
+    listener: TcpListener,
+    local_listener: Option<std::os::unix::net::UnixListener>,
+    local_socket: Vec<u8>,
+    registry: &mut Registry,
+) -> io::Result<Kind> {
     let page = Arc::new(metrics::MetricsPage::create()?);
     let shared = start_shared(config, Arc::clone(&page), local_socket, None)?;
     let export = metrics::Export::register(registry, None);
@@ -666,13 +716,10 @@ pub fn spawn(
         }
         None => None,
     };
-    Ok(ServiceHandle {
-        local_addr,
-        kind: Kind::InProcess {
-            shared,
-            accept: Some(accept),
-            accept_local,
-        },
+    Ok(Kind::InProcess {
+        shared,
+        accept: Some(accept),
+        accept_local,
     })
 }
 

@@ -6,11 +6,12 @@
 //! type. Dropping the session (the client disconnected) drops the table, which releases
 //! every OpenCL object; tasks already queued hold their own references.
 //!
-//! Here: the connection's request loop, the info queries and object creation. The
-//! program calls are in `program`, the enqueued commands and their flush into a task in
-//! `enqueue`; the bytes on the socket are [`super::connection`]'s.
+//! Here: the connection's request loop and object creation. The info queries are in
+//! `info`, the program calls in `program`, the enqueued commands and their flush into a
+//! task in `enqueue`; the bytes on the socket are [`super::connection`]'s.
 
 mod enqueue;
+mod info;
 mod objects;
 mod program;
 
@@ -21,9 +22,9 @@ use std::sync::{Arc, Mutex};
 
 use super::bodies::Body;
 use super::connection::{read_frame, send_reply, ClientWriter};
+use super::programs;
 use super::task::{Cmd, Finished};
-use super::{presented, programs};
-use super::{Real, Shared, INFO_BYTES_MAX};
+use super::{Real, Shared};
 use crate::cl::{self, ClInt};
 use crate::ffi::{info_bytes, Handle};
 use crate::poll::AdaptiveSpin;
@@ -223,61 +224,64 @@ impl Session<'_> {
         }
     }
 
-    /// Answers a call that is answered at once with a payload or an error.
+    /// Answers a call that is answered at once with a payload or an error: the info
+    /// queries in `info`, object creation and builds here.
     fn control(&mut self, request: Request<'_>) -> Answer {
-        let api = &self.shared.runtime.api;
         match request {
             Request::Hello { version, host_id } => self.hello(version, host_id),
-            // Answers as the OpenCL 3.0 platform and device presented (see `presented`).
-            Request::GetPlatformInfo { platform, param } => {
-                let raw = self.shared.runtime.platform(platform)?.raw.0;
-                if let Some(answer) = presented::fixed_platform_info(param) {
-                    return Ok(answer);
-                }
-                // SAFETY: `raw` is a platform of the runtime; info_bytes passes valid buffers.
-                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
-                    (api.clGetPlatformInfo)(raw, param, s, b, r)
-                })
-                .map(|answer| presented::platform_info(param, answer))
+            Request::GetPlatformInfo { .. }
+            | Request::GetDeviceInfo { .. }
+            | Request::GetImageInfo { .. }
+            | Request::GetProgramInfo { .. }
+            | Request::GetProgramBuildInfo { .. }
+            | Request::GetKernelInfo { .. }
+            | Request::GetKernelWorkGroupInfo { .. }
+            | Request::GetKernelArgInfo { .. } => self.info(request),
+            Request::GetSupportedImageFormats {
+                context,
+                flags,
+                image_type,
+            } => self.supported_image_formats(context, flags, image_type),
+            Request::CreateContext { .. }
+            | Request::CreateQueue { .. }
+            | Request::CreateBuffer { .. }
+            | Request::CreateSubBuffer { .. }
+            | Request::CreateImage { .. }
+            | Request::CreateSampler { .. }
+            | Request::CreateProgramWithSource { .. }
+            | Request::CreateKernel { .. } => self.create_object(request),
+            Request::BuildProgram {
+                program,
+                devices,
+                options,
+            } => self.build_program(program, devices, options),
+            Request::CompileProgram {
+                program,
+                devices,
+                options,
+                headers,
+            } => self.compile_program(program, devices, options, headers),
+            Request::Release { .. }
+            | Request::Enqueue { .. }
+            | Request::Flush
+            | Request::CreateProgramWithBinary { .. }
+            | Request::LinkProgram { .. } => {
+                unreachable!("handled by run")
             }
-            Request::GetDeviceInfo { device, param } => {
-                let entry = self.shared.runtime.device(device)?;
-                if let Some(answer) = presented::fixed_device_info(param) {
-                    return Ok(answer);
-                }
-                let raw = entry.raw.0;
-                // SAFETY: as above, for a device.
-                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
-                    (api.clGetDeviceInfo)(raw, param, s, b, r)
-                })
-                .map(|answer| {
-                    presented::device_info(param, answer, &entry.memory, &entry.c_features)
-                })
-            }
+        }
+    }
+
+    /// Creates the object a `Create*` request (routed here by [`Session::control`])
+    /// asks for, under the client's id.
+    fn create_object(&mut self, request: Request<'_>) -> Answer {
+        match request {
             Request::CreateContext { id, devices } => self.create_context(id, devices),
             Request::CreateQueue {
                 id,
                 context,
                 device,
                 properties,
-            } => {
-                let ctx = self.objects.get::<Context>(context)?;
-                if !ctx.devices.contains(&device) {
-                    return Err(cl::CL_INVALID_DEVICE);
-                }
-                let ctx = Arc::clone(&ctx.real);
-                let dev = self.shared.runtime.device(device)?.raw.0;
-                self.create(
-                    id,
-                    // SAFETY: valid context and device.
-                    |e| unsafe { (api.clCreateCommandQueue)(ctx.handle(), dev, properties, e) },
-                    |raw| Queue {
-                        real: Real::new(raw, api.clReleaseCommandQueue),
-                        device,
-                        context: Arc::clone(&ctx),
-                    },
-                )
-            }
+            } => self.create_queue(id, context, device, properties),
             Request::CreateBuffer {
                 id,
                 context,
@@ -300,144 +304,84 @@ impl Session<'_> {
                 desc,
                 data,
             } => self.create_image(id, context, flags, format, desc, data),
-            Request::GetImageInfo { image, param } => {
-                let raw = self.objects.get::<Image>(image)?.real.handle();
-                // SAFETY: valid image handle.
-                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
-                    (api.clGetImageInfo)(raw, param, s, b, r)
-                })
-            }
-            Request::GetSupportedImageFormats {
-                context,
-                flags,
-                image_type,
-            } => self.supported_image_formats(context, flags, image_type),
             Request::CreateSampler {
                 id,
                 context,
                 normalized,
                 addressing,
                 filter,
-            } => {
-                let ctx = Arc::clone(&self.objects.get::<Context>(context)?.real);
-                self.create(
-                    id,
-                    // SAFETY: valid context.
-                    |e| unsafe {
-                        (api.clCreateSampler)(ctx.handle(), normalized, addressing, filter, e)
-                    },
-                    |raw| Sampler {
-                        real: Real::new(raw, api.clReleaseSampler),
-                    },
-                )
-            }
+            } => self.create_sampler(id, context, [normalized, addressing, filter]),
             Request::CreateProgramWithSource {
                 id,
                 context,
                 source,
-            } => {
-                let ctx = self.objects.get::<Context>(context)?;
-                let hash = programs::source_hash(source);
-                let devices = ctx.devices.clone();
-                let ctx = Arc::clone(&ctx.real);
-                let ptr = source.as_ptr().cast();
-                let len = source.len();
-                self.create(
-                    id,
-                    // SAFETY: valid context; one string of `len` bytes.
-                    |e| unsafe { (api.clCreateProgramWithSource)(ctx.handle(), 1, &ptr, &len, e) },
-                    |raw| {
-                        let real = Real::new(raw, api.clReleaseProgram);
-                        let source = ProgramSource {
-                            hash,
-                            context: Arc::clone(&ctx),
-                            devices,
-                            program: Arc::clone(&real),
-                        };
-                        Program {
-                            real,
-                            source: Some(source),
-                        }
-                    },
-                )
-            }
-            Request::BuildProgram {
-                program,
-                devices,
-                options,
-            } => self.build_program(program, devices, options),
-            Request::CompileProgram {
-                program,
-                devices,
-                options,
-                headers,
-            } => self.compile_program(program, devices, options, headers),
-            Request::GetProgramInfo { program, param } => {
-                let raw = self.objects.get::<Program>(program)?.real.handle();
-                let binaries = [cl::CL_PROGRAM_BINARIES, cl::CL_PROGRAM_BINARY_SIZES];
-                if binaries.contains(&param) && !self.code_generation_safe(raw) {
-                    return Err(cl::CL_OUT_OF_RESOURCES);
-                }
-                if param == cl::CL_PROGRAM_BINARIES {
-                    return self.program_binaries(raw);
-                }
-                // SAFETY: valid program handle and buffers.
-                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
-                    (api.clGetProgramInfo)(raw, param, s, b, r)
-                })
-            }
-            Request::GetProgramBuildInfo {
-                program,
-                device,
-                param,
-            } => {
-                let program = self.objects.get::<Program>(program)?;
-                let raw = program.real.handle();
-                let dev = self.shared.runtime.device(device)?.raw.0;
-                // SAFETY: valid handles and buffers.
-                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
-                    (api.clGetProgramBuildInfo)(raw, dev, param, s, b, r)
-                })
-            }
+            } => self.create_program_with_source(id, context, source),
             Request::CreateKernel { id, program, name } => self.create_kernel(id, program, name),
-            Request::GetKernelInfo { kernel, param } => {
-                let raw = self.objects.get::<Kernel>(kernel)?.real.handle();
-                // SAFETY: valid kernel handle and buffers.
-                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
-                    (api.clGetKernelInfo)(raw, param, s, b, r)
-                })
-            }
-            Request::GetKernelWorkGroupInfo {
-                kernel,
-                device,
-                param,
-            } => {
-                let raw = self.objects.get::<Kernel>(kernel)?.real.handle();
-                let dev = self.shared.runtime.device(device)?.raw.0;
-                // SAFETY: valid handles and buffers.
-                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
-                    (api.clGetKernelWorkGroupInfo)(raw, dev, param, s, b, r)
-                })
-            }
-            Request::GetKernelArgInfo {
-                kernel,
-                index,
-                param,
-            } => {
-                let raw = self.objects.get::<Kernel>(kernel)?.real.handle();
-                // SAFETY: valid kernel handle and buffers.
-                info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
-                    (api.clGetKernelArgInfo)(raw, index, param, s, b, r)
-                })
-            }
-            Request::Release { .. }
-            | Request::Enqueue { .. }
-            | Request::Flush
-            | Request::CreateProgramWithBinary { .. }
-            | Request::LinkProgram { .. } => {
-                unreachable!("handled by run")
-            }
+            _ => unreachable!("control routes only object creation here"),
         }
+    }
+
+    fn create_queue(&mut self, id: u64, context: u64, device: u32, properties: u64) -> Answer {
+        let api = &self.shared.runtime.api;
+        let ctx = self.objects.get::<Context>(context)?;
+        if !ctx.devices.contains(&device) {
+            return Err(cl::CL_INVALID_DEVICE);
+        }
+        let ctx = Arc::clone(&ctx.real);
+        let dev = self.shared.runtime.device(device)?.raw.0;
+        self.create(
+            id,
+            // SAFETY: valid context and device.
+            |e| unsafe { (api.clCreateCommandQueue)(ctx.handle(), dev, properties, e) },
+            |raw| Queue {
+                real: Real::new(raw, api.clReleaseCommandQueue),
+                device,
+                context: Arc::clone(&ctx),
+            },
+        )
+    }
+
+    /// A sampler of `[normalized, addressing, filter]` in `context`.
+    fn create_sampler(&mut self, id: u64, context: u64, how: [u32; 3]) -> Answer {
+        let api = &self.shared.runtime.api;
+        let [normalized, addressing, filter] = how;
+        let ctx = Arc::clone(&self.objects.get::<Context>(context)?.real);
+        self.create(
+            id,
+            // SAFETY: valid context.
+            |e| unsafe { (api.clCreateSampler)(ctx.handle(), normalized, addressing, filter, e) },
+            |raw| Sampler {
+                real: Real::new(raw, api.clReleaseSampler),
+            },
+        )
+    }
+
+    fn create_program_with_source(&mut self, id: u64, context: u64, source: &[u8]) -> Answer {
+        let api = &self.shared.runtime.api;
+        let ctx = self.objects.get::<Context>(context)?;
+        let hash = programs::source_hash(source);
+        let devices = ctx.devices.clone();
+        let ctx = Arc::clone(&ctx.real);
+        let ptr = source.as_ptr().cast();
+        let len = source.len();
+        self.create(
+            id,
+            // SAFETY: valid context; one string of `len` bytes.
+            |e| unsafe { (api.clCreateProgramWithSource)(ctx.handle(), 1, &ptr, &len, e) },
+            |raw| {
+                let real = Real::new(raw, api.clReleaseProgram);
+                let source = ProgramSource {
+                    hash,
+                    context: Arc::clone(&ctx),
+                    devices,
+                    program: Arc::clone(&real),
+                };
+                Program {
+                    real,
+                    source: Some(source),
+                }
+            },
+        )
     }
 
     fn hello(&mut self, version: u32, host_id: &[u8]) -> Answer {
@@ -647,28 +591,10 @@ impl Session<'_> {
             return Err(cl::CL_OUT_OF_RESOURCES);
         }
         // Host pointers live in the client process; the node sees only their contents.
-        let mut flags = flags
+        let flags = flags
             & !(cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR);
-        // Same host and a device computing in host memory: the buffer lives in shared
-        // memory the client maps too. Any failure falls back to a plain buffer.
-        let region = if self.same_host && host_memory {
-            crate::shm::Region::create(size as usize).ok()
-        } else {
-            None
-        };
-        let host_ptr = match &region {
-            Some(r) => {
-                // SAFETY: the region has `size` bytes; `data` is empty or `size` bytes.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.ptr(), data.len()) };
-                flags |= cl::CL_MEM_USE_HOST_PTR;
-                r.ptr() as *mut c_void
-            }
-            None if data.is_empty() => std::ptr::null_mut(),
-            None => {
-                flags |= cl::CL_MEM_COPY_HOST_PTR;
-                data.as_ptr() as *mut c_void
-            }
-        };
+        let (region, host_ptr, host_flag) = self.buffer_storage(size, data, host_memory);
+        let flags = flags | host_flag;
         let name = region
             .as_ref()
             .map(|r| r.name().to_vec())
@@ -692,6 +618,34 @@ impl Session<'_> {
             .inc_by(data.len() as u64);
         // The payload names the shared memory region, empty for a plain buffer.
         Ok(name)
+    }
+
+    /// Where a new buffer of `size` bytes, with initial contents `data` (empty: none),
+    /// lives. Same host and devices computing in host memory: in shared memory the
+    /// client maps too (any failure falls back to a plain buffer), which the returned
+    /// region holds. Returns it, the host pointer clCreateBuffer gets, and the flag
+    /// that says how the runtime uses that pointer (none without one).
+    fn buffer_storage(
+        &self,
+        size: u64,
+        data: &[u8],
+        host_memory: bool,
+    ) -> (Option<crate::shm::Region>, *mut c_void, u64) {
+        let region = if self.same_host && host_memory {
+            crate::shm::Region::create(size as usize).ok()
+        } else {
+            None
+        };
+        let (host_ptr, flag) = match &region {
+            Some(r) => {
+                // SAFETY: the region has `size` bytes; `data` is empty or `size` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.ptr(), data.len()) };
+                (r.ptr() as *mut c_void, cl::CL_MEM_USE_HOST_PTR)
+            }
+            None if data.is_empty() => (std::ptr::null_mut(), 0),
+            None => (data.as_ptr() as *mut c_void, cl::CL_MEM_COPY_HOST_PTR),
+        };
+        (region, host_ptr, flag)
     }
 
     /// The largest allocation the node presents for every device of a context (see
@@ -768,6 +722,71 @@ impl Session<'_> {
         let ctx = self.objects.get::<Context>(context)?;
         let max_alloc = self.max_alloc(&ctx.devices);
         let ctx = Arc::clone(&ctx.real);
+        let plan = self.plan_image(max_alloc, format, desc, data)?;
+        let quota = Arc::clone(&self.quota);
+        // Host pointers live in the client process; the node sees only their contents.
+        let mut flags = flags
+            & !(cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR);
+        let host_ptr = if data.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            flags |= cl::CL_MEM_COPY_HOST_PTR;
+            data.as_ptr() as *mut c_void
+        };
+        let image_desc = plan.image_desc(desc);
+        let host = plan.host_access(flags);
+        let ImagePlan {
+            elem,
+            dims,
+            size,
+            storage,
+            ..
+        } = plan;
+        self.create(
+            id,
+            // SAFETY: valid context (and buffer); with COPY_HOST_PTR the runtime copies
+            // the tightly packed `size` bytes of `data`.
+            |e| unsafe {
+                (api.clCreateImage)(ctx.handle(), flags, &format, &image_desc, host_ptr, e)
+            },
+            |raw| {
+                // A 1D image on a buffer holds the buffer, whose storage it is, as a
+                // sub-buffer its parent (the client may release the buffer first).
+                // The buffer's charge too: its bytes stay counted while the image lives.
+                let (real, charge) = match storage {
+                    Some((buffer, _, charge)) => (
+                        Real::sub_buffer(raw, api.clReleaseMemObject, buffer),
+                        charge,
+                    ),
+                    None => (Real::new(raw, api.clReleaseMemObject), quota.charge(size)),
+                };
+                Image {
+                    real,
+                    elem,
+                    dims,
+                    charge,
+                    host,
+                }
+            },
+        )?;
+        self.shared
+            .metrics
+            .bytes_to_device
+            .inc_by(data.len() as u64);
+        Ok(Vec::new())
+    }
+
+    /// Checks an image of `format` and `desc` (with initial contents `data`, if any)
+    /// against the format's pixel size, the largest allocation of its context's
+    /// devices (`max_alloc`), its buffer's size and the client's quota, before the
+    /// runtime sees it.
+    fn plan_image(
+        &self,
+        max_alloc: u64,
+        format: [u32; 2],
+        desc: [u64; 5],
+        data: &[u8],
+    ) -> Result<ImagePlan, ClInt> {
         let Some(elem) = cl::image_element_size(format[0], format[1]) else {
             return Err(cl::CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
         };
@@ -811,67 +830,54 @@ impl Session<'_> {
         if !on_buffer && !self.quota.admits(size) {
             return Err(cl::CL_OUT_OF_RESOURCES);
         }
-        let quota = Arc::clone(&self.quota);
-        // Host pointers live in the client process; the node sees only their contents.
-        let mut flags = flags
-            & !(cl::CL_MEM_USE_HOST_PTR | cl::CL_MEM_ALLOC_HOST_PTR | cl::CL_MEM_COPY_HOST_PTR);
-        let host_ptr = if data.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            flags |= cl::CL_MEM_COPY_HOST_PTR;
-            data.as_ptr() as *mut c_void
-        };
-        let image_desc = crate::ffi::ImageDesc {
+        Ok(ImagePlan {
+            elem,
+            dims,
+            size,
+            array_size,
+            storage,
+        })
+    }
+}
+
+/// An image checked by [`Session::plan_image`]: bytes per pixel, dimensions, bytes,
+/// array size, and for a 1D image on a buffer the buffer's storage, host access and
+/// charge.
+struct ImagePlan {
+    elem: u64,
+    dims: [u64; 3],
+    size: u64,
+    array_size: u64,
+    storage: Option<(Arc<Real>, u64, Arc<objects::Charge>)>,
+}
+
+impl ImagePlan {
+    /// The runtime's description of the image of `desc`.
+    fn image_desc(&self, desc: [u64; 5]) -> crate::ffi::ImageDesc {
+        let [image_type, width, height, depth, _] = desc;
+        crate::ffi::ImageDesc {
             image_type: image_type as u32,
             width: width as usize,
             height: height as usize,
             depth: depth as usize,
-            array_size: array_size as usize,
+            array_size: self.array_size as usize,
             row_pitch: 0,
             slice_pitch: 0,
             num_mip_levels: 0,
             num_samples: 0,
-            buffer: storage
+            buffer: self
+                .storage
                 .as_ref()
                 .map_or(std::ptr::null_mut(), |(real, _, _)| real.handle()),
-        };
-        // Host access not given is the buffer's (as the ICD says the image's flags are);
-        // the node enforces it on the image too.
-        let host = match (flags & cl::CL_MEM_HOST_ACCESS, &storage) {
+        }
+    }
+
+    /// The image's host access: its own in `flags`, or when not given the buffer's
+    /// (as the ICD says the image's flags are); the node enforces it on the image too.
+    fn host_access(&self, flags: u64) -> u64 {
+        match (flags & cl::CL_MEM_HOST_ACCESS, &self.storage) {
             (0, Some((_, buffer_host, _))) => *buffer_host,
             (own, _) => own,
-        };
-        self.create(
-            id,
-            // SAFETY: valid context (and buffer); with COPY_HOST_PTR the runtime copies
-            // the tightly packed `size` bytes of `data`.
-            |e| unsafe {
-                (api.clCreateImage)(ctx.handle(), flags, &format, &image_desc, host_ptr, e)
-            },
-            |raw| {
-                // A 1D image on a buffer holds the buffer, whose storage it is, as a
-                // sub-buffer its parent (the client may release the buffer first).
-                // The buffer's charge too: its bytes stay counted while the image lives.
-                let (real, charge) = match storage {
-                    Some((buffer, _, charge)) => (
-                        Real::sub_buffer(raw, api.clReleaseMemObject, buffer),
-                        charge,
-                    ),
-                    None => (Real::new(raw, api.clReleaseMemObject), quota.charge(size)),
-                };
-                Image {
-                    real,
-                    elem,
-                    dims,
-                    charge,
-                    host,
-                }
-            },
-        )?;
-        self.shared
-            .metrics
-            .bytes_to_device
-            .inc_by(data.len() as u64);
-        Ok(Vec::new())
+        }
     }
 }

@@ -340,38 +340,7 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
             continue;
         }
         let may_map = last_write.is_none_or(|w| w < i);
-        let mut ev: Handle = std::ptr::null_mut();
-        let evp: *mut Handle = if cmd.event != 0 {
-            &mut ev
-        } else {
-            std::ptr::null_mut()
-        };
-        let rc = match &cmd.queue {
-            None => match cmd.op {
-                Op::Failed(e) => e,
-                _ => cl::CL_INVALID_COMMAND_QUEUE,
-            },
-            Some(queue) => {
-                let q = queue.real.handle();
-                if !queues.contains(&q) {
-                    queues.push(q);
-                }
-                match wait_list(api, &mut task_events, cmd, queue.context.handle()) {
-                    // SAFETY: all handles are live (held by the task, the wait list's
-                    // events until the end of this function); data buffers outlive the
-                    // clFinish below.
-                    Ok(waits) => unsafe {
-                        let op = Enqueued {
-                            op: &cmd.op,
-                            waits: &waits,
-                            may_map,
-                        };
-                        enqueue(api, q, op, evp, &mut reads)
-                    },
-                    Err(code) => code,
-                }
-            }
-        };
+        let (rc, ev) = enqueue_one(api, cmd, may_map, &mut queues, &mut task_events, &mut reads);
         if rc != cl::CL_SUCCESS && status == cl::CL_SUCCESS {
             status = rc;
         }
@@ -404,6 +373,52 @@ fn execute(api: &Api, cmds: &[Cmd]) -> Outcome {
         events: events::merge(events),
         reads,
     }
+}
+
+/// Enqueues one command of a task on its queue, which joins `queues` (finished at the
+/// end of the task); `may_map`: a read may be sent from a mapping. Returns its status
+/// and, when the client asked for one, its runtime event.
+fn enqueue_one(
+    api: &Api,
+    cmd: &Cmd,
+    may_map: bool,
+    queues: &mut Vec<Handle>,
+    task_events: &mut TaskEvents,
+    reads: &mut Vec<PendingRead>,
+) -> (ClInt, Handle) {
+    let mut ev: Handle = std::ptr::null_mut();
+    let evp: *mut Handle = if cmd.event != 0 {
+        &mut ev
+    } else {
+        std::ptr::null_mut()
+    };
+    let rc = match &cmd.queue {
+        None => match cmd.op {
+            Op::Failed(e) => e,
+            _ => cl::CL_INVALID_COMMAND_QUEUE,
+        },
+        Some(queue) => {
+            let q = queue.real.handle();
+            if !queues.contains(&q) {
+                queues.push(q);
+            }
+            match wait_list(api, task_events, cmd, queue.context.handle()) {
+                // SAFETY: all handles are live (held by the task, the wait list's
+                // events by `task_events` until the end of `execute`); data buffers
+                // outlive the clFinish there.
+                Ok(waits) => unsafe {
+                    let op = Enqueued {
+                        op: &cmd.op,
+                        waits: &waits,
+                        may_map,
+                    };
+                    enqueue(api, q, op, evp, reads)
+                },
+                Err(code) => code,
+            }
+        }
+    };
+    (rc, ev)
 }
 
 /// The runtime wait list of `cmd`, which runs in `context`: the events of the task's

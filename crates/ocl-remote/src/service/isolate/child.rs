@@ -70,13 +70,22 @@ pub fn main(args: &[String]) -> ExitCode {
         Err(e) => return fail("OpenCL", &e),
     };
     warm_up(&shared);
+    if let Err(e) = wire::write_frame(&control, ready_message(&shared).as_bytes()) {
+        return fail("ready", &e);
+    }
+    serve_clients(&control, &shared, one_session)
+}
+
+/// What a ready process tells the node: its platforms' devices, then one line per
+/// device with its name.
+fn ready_message(shared: &Shared) -> String {
     let platforms: Vec<Vec<u32>> = shared
         .runtime
         .platforms
         .iter()
         .map(|p| p.devices.clone())
         .collect();
-    let ready = std::iter::once(super::greet::encode_platforms(&platforms))
+    std::iter::once(super::greet::encode_platforms(&platforms))
         .chain(
             shared
                 .runtime
@@ -85,14 +94,17 @@ pub fn main(args: &[String]) -> ExitCode {
                 .map(|d| d.name.replace('\n', " ")),
         )
         .collect::<Vec<_>>()
-        .join("\n");
-    if let Err(e) = wire::write_frame(&control, ready.as_bytes()) {
-        return fail("ready", &e);
-    }
+        .join("\n")
+}
+
+/// Serves each client the node hands over on `control` on a thread of its own
+/// (`one_session`: exits when that client's session is drained) until the node closes
+/// it; returns only when a client thread cannot be started.
+fn serve_clients(control: &UnixStream, shared: &Arc<Shared>, one_session: bool) -> ExitCode {
     loop {
-        match wire::recv_client(&control) {
+        match wire::recv_client(control) {
             Ok(Some((stream, refuse, greeted))) => {
-                let shared = Arc::clone(&shared);
+                let shared = Arc::clone(shared);
                 let spawned = std::thread::Builder::new()
                     .name("ocl-client".to_string())
                     .spawn(move || {
@@ -103,14 +115,15 @@ pub fn main(args: &[String]) -> ExitCode {
                         }
                     });
                 if let Err(e) = spawned {
-                    return fail("client thread", &e);
+                    eprintln!("ocl-remote runtime process: client thread: {e}");
+                    return ExitCode::FAILURE;
                 }
             }
             // The node closed the control socket (it drains, or it died): end the
             // sessions, let the queued tasks answer, leave.
             Ok(None) | Err(_) => {
                 shared.end_sessions();
-                exit_when_drained(&shared);
+                exit_when_drained(shared);
             }
         }
     }

@@ -250,52 +250,45 @@ impl Supervisor {
             threads: Vec::new(),
             spawner: Some(spawner),
         };
-        {
-            let deadline = Instant::now() + READY_TIMEOUT;
-            let mut pool = lock(&inner.pool);
-            while pool.device_names.is_none() && pool.failures == 0 {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                pool = inner
-                    .changed
-                    .wait_timeout(pool, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-            }
-            if pool.device_names.is_none() {
-                drop(pool);
-                supervisor.stop_now();
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "the OpenCL runtime process did not start (see its message above)",
-                ));
-            }
+        if !inner.first_ready() {
+            supervisor.stop_now();
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "the OpenCL runtime process did not start (see its message above)",
+            ));
         }
-        {
-            let inner = Arc::clone(&inner);
-            supervisor.threads.push(
-                thread::Builder::new()
-                    .name("ocl-watchdog".to_string())
-                    .spawn(move || inner.watchdog())?,
-            );
-        }
-        let tcp = Arc::clone(&inner);
-        supervisor.threads.push(
+        supervisor.start_threads(listener, local_listener)?;
+        Ok(supervisor)
+    }
+
+    /// Starts the watchdog and the threads that accept clients on `listener` and
+    /// `local_listener`.
+    fn start_threads(
+        &mut self,
+        listener: TcpListener,
+        local_listener: Option<UnixListener>,
+    ) -> io::Result<()> {
+        let inner = Arc::clone(&self.inner);
+        self.threads.push(
+            thread::Builder::new()
+                .name("ocl-watchdog".to_string())
+                .spawn(move || inner.watchdog())?,
+        );
+        let tcp = Arc::clone(&self.inner);
+        self.threads.push(
             thread::Builder::new()
                 .name("ocl-accept".to_string())
                 .spawn(move || tcp.accept_tcp(listener))?,
         );
         if let Some(l) = local_listener {
-            let local = Arc::clone(&inner);
-            supervisor.threads.push(
+            let local = Arc::clone(&self.inner);
+            self.threads.push(
                 thread::Builder::new()
                     .name("ocl-accept-local".to_string())
                     .spawn(move || local.accept(l.incoming().map(|s| s.map(Stream::Unix))))?,
             );
         }
-        Ok(supervisor)
+        Ok(())
     }
 
     pub fn device_names(&self) -> Vec<String> {
@@ -443,49 +436,12 @@ impl Inner {
         } else {
             "shared"
         };
-        let mut command = Command::new(&self.program);
-        command
-            .args([SUBCOMMAND, mode])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            // Its lines go to the node's log (see [`log`]).
-            .stderr(Stdio::piped());
-        let (their_fd, busy_fd, metrics_fd) = (
+        let fds = [
             std::os::fd::AsRawFd::as_raw_fd(&theirs),
             std::os::fd::AsRawFd::as_raw_fd(busy.fd()),
             std::os::fd::AsRawFd::as_raw_fd(metrics.fd()),
-        );
-        let parent = std::process::id() as i32;
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            command.pre_exec(move || {
-                // Die with the node, even if it is killed without a chance to drain.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
-                    || libc::getppid() != parent
-                {
-                    libc::_exit(1);
-                }
-                // Out of the node's process group: a terminal's Ctrl-C reaches the node,
-                // which drains its runtime processes, and not them directly.
-                libc::setpgid(0, 0);
-                // The fds the runtime process expects (see `child`). All are first
-                // moved above them, so that none lands on another's number; dup2
-                // clears close-on-exec on the final copies.
-                let control = libc::fcntl(their_fd, libc::F_DUPFD_CLOEXEC, 10);
-                let busy = libc::fcntl(busy_fd, libc::F_DUPFD_CLOEXEC, 10);
-                let metrics = libc::fcntl(metrics_fd, libc::F_DUPFD_CLOEXEC, 10);
-                if control < 0
-                    || busy < 0
-                    || metrics < 0
-                    || libc::dup2(control, child::CONTROL_FD) < 0
-                    || libc::dup2(busy, child::BUSY_FD) < 0
-                    || libc::dup2(metrics, child::METRICS_FD) < 0
-                {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        ];
+        let mut command = runtime_command(&self.program, mode, fds);
         let mut child = command.spawn()?;
         drop(theirs);
         if let Some(stderr) = child.stderr.take() {
@@ -548,71 +504,33 @@ impl Inner {
         }
     }
 
+    /// Waits, at most `READY_TIMEOUT`, for the first runtime process to get ready or
+    /// to fail; whether one got ready (its device names are known).
+    fn first_ready(&self) -> bool {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut pool = lock(&self.pool);
+        while pool.device_names.is_none() && pool.failures == 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            pool = self
+                .changed
+                .wait_timeout(pool, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        pool.device_names.is_some()
+    }
+
     /// Greets the process, adds it to the pool once ready, then waits for its end.
     fn supervise(self: Arc<Self>, process: Arc<Process>, mut child: Child) {
         let ready = self.handshake(&process);
-        {
-            let mut pool = lock(&self.pool);
-            pool.starting -= 1;
-            match ready {
-                Ok((platforms, names)) => {
-                    pool.failures = 0;
-                    self.export.set_device_names(&names);
-                    pool.device_names.get_or_insert(names);
-                    if pool.hello.is_none() && !self.local_socket.is_empty() {
-                        pool.hello = Some(Arc::new(greet::HelloAnswer {
-                            host_id: crate::shm::host_id(),
-                            local_socket: self.local_socket.clone(),
-                            platforms,
-                        }));
-                    }
-                    if !self.shutdown.load(Ordering::SeqCst) {
-                        pool.ready.push(Arc::clone(&process));
-                    }
-                }
-                Err(ref e) => {
-                    pool.failures += 1;
-                    if !self.shutdown.load(Ordering::SeqCst) {
-                        log!(
-                            ERROR,
-                            pid = process.pid,
-                            "OpenCL runtime process {} did not get ready: {e}",
-                            process.pid
-                        );
-                    }
-                    process.kill(&pool);
-                }
-            }
-            self.changed.notify_all();
-        }
-        // Wait for the end without reaping (WNOWAIT): until it is reaped below, under
-        // the pool's lock, its pid cannot be reused, so the watchdog's and the drain's
-        // kill cannot reach another process.
-        // SAFETY: a zeroed siginfo_t is a valid out-parameter.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waits for our own child; `info` is a valid out-pointer.
-        while unsafe {
-            libc::waitid(
-                libc::P_PID,
-                process.pid,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        } != 0
-            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
-        {}
+        self.admit(&process, ready);
+        wait_without_reaping(process.pid);
         // Counted and cleaned before the process leaves the table, so that a drain
         // that saw the table empty finds everything settled.
-        self.metrics.processes.dec();
-        let mut clients = process.clients.load(Ordering::SeqCst);
-        self.metrics.clients.dec_by(clients as i64);
-        if !self.per_session {
-            // A shared process counts its clients in its metrics page.
-            let page = super::metrics::page::Snapshot::read(&process.metrics, 0);
-            clients = page.clients_connected.max(0) as usize;
-        }
-        // A task still marked running never answered its client: a failed task.
-        self.export.end(process.pid, &process.busy.running());
+        let clients = self.count_out(&process);
         let regions = crate::shm::remove_regions_of(process.pid);
         let status = {
             let mut pool = lock(&self.pool);
@@ -625,6 +543,71 @@ impl Inner {
             self.changed.notify_all();
             status
         };
+        self.log_end(&process, status, clients, regions);
+    }
+
+    /// Ends the start of `process`: into the pool when its handshake came back
+    /// `ready` (with its platforms and device names), killed when it did not.
+    fn admit(&self, process: &Arc<Process>, ready: io::Result<(Vec<Vec<u32>>, Vec<String>)>) {
+        let mut pool = lock(&self.pool);
+        pool.starting -= 1;
+        match ready {
+            Ok((platforms, names)) => {
+                pool.failures = 0;
+                self.export.set_device_names(&names);
+                pool.device_names.get_or_insert(names);
+                if pool.hello.is_none() && !self.local_socket.is_empty() {
+                    pool.hello = Some(Arc::new(greet::HelloAnswer {
+                        host_id: crate::shm::host_id(),
+                        local_socket: self.local_socket.clone(),
+                        platforms,
+                    }));
+                }
+                if !self.shutdown.load(Ordering::SeqCst) {
+                    pool.ready.push(Arc::clone(process));
+                }
+            }
+            Err(ref e) => {
+                pool.failures += 1;
+                if !self.shutdown.load(Ordering::SeqCst) {
+                    log!(
+                        ERROR,
+                        pid = process.pid,
+                        "OpenCL runtime process {} did not get ready: {e}",
+                        process.pid
+                    );
+                }
+                process.kill(&pool);
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    /// Takes an ended process out of the metrics (its task still marked running
+    /// counts as failed); returns how many clients it served.
+    fn count_out(&self, process: &Process) -> usize {
+        self.metrics.processes.dec();
+        let mut clients = process.clients.load(Ordering::SeqCst);
+        self.metrics.clients.dec_by(clients as i64);
+        if !self.per_session {
+            // A shared process counts its clients in its metrics page.
+            let page = super::metrics::page::Snapshot::read(&process.metrics, 0);
+            clients = page.clients_connected.max(0) as usize;
+        }
+        // A task still marked running never answered its client: a failed task.
+        self.export.end(process.pid, &process.busy.running());
+        clients
+    }
+
+    /// Says why an ended process ended (a task over `kernel_time_max`, a signal, an
+    /// exit status) and what was cleaned after it; counts a crash by its signal.
+    fn log_end(
+        &self,
+        process: &Process,
+        status: io::Result<std::process::ExitStatus>,
+        clients: usize,
+        regions: usize,
+    ) {
         let signal = status.as_ref().ok().and_then(|s| s.signal());
         let pid = process.pid;
         if process.timed_out.load(Ordering::SeqCst) {
@@ -818,6 +801,62 @@ impl Inner {
             self.metrics.tasks_running.set(running);
         }
     }
+}
+
+/// The command that starts a runtime process of `mode` from `program`, handing it
+/// `[control, busy, metrics]` (fds of the node) as the fds it expects (see `child`).
+fn runtime_command(program: &std::path::Path, mode: &str, fds: [i32; 3]) -> Command {
+    let [their_fd, busy_fd, metrics_fd] = fds;
+    let mut command = Command::new(program);
+    command
+        .args([SUBCOMMAND, mode])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        // Its lines go to the node's log (see [`log`]).
+        .stderr(Stdio::piped());
+    let parent = std::process::id() as i32;
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            // Die with the node, even if it is killed without a chance to drain.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != parent
+            {
+                libc::_exit(1);
+            }
+            // Out of the node's process group: a terminal's Ctrl-C reaches the node,
+            // which drains its runtime processes, and not them directly.
+            libc::setpgid(0, 0);
+            // The fds the runtime process expects (see `child`). All are first
+            // moved above them, so that none lands on another's number; dup2
+            // clears close-on-exec on the final copies.
+            let control = libc::fcntl(their_fd, libc::F_DUPFD_CLOEXEC, 10);
+            let busy = libc::fcntl(busy_fd, libc::F_DUPFD_CLOEXEC, 10);
+            let metrics = libc::fcntl(metrics_fd, libc::F_DUPFD_CLOEXEC, 10);
+            if control < 0
+                || busy < 0
+                || metrics < 0
+                || libc::dup2(control, child::CONTROL_FD) < 0
+                || libc::dup2(busy, child::BUSY_FD) < 0
+                || libc::dup2(metrics, child::METRICS_FD) < 0
+            {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
+/// Waits for child `pid` to end without reaping it (`WNOWAIT`): until it is reaped,
+/// under the pool's lock, its pid cannot be reused, so the watchdog's and the drain's
+/// kill cannot reach another process.
+fn wait_without_reaping(pid: u32) {
+    // SAFETY: a zeroed siginfo_t is a valid out-parameter.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child; `info` is a valid out-pointer.
+    while unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) } != 0
+        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+    {}
 }
 
 fn signal_name(sig: i32) -> String {

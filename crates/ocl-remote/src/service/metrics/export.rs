@@ -141,62 +141,7 @@ impl Collector for Export {
             "OpenCL objects held by connected remote OpenCL clients",
             s.client_objects,
         )?;
-        let labels = |d: usize| [("device", d.to_string()), ("name", names[d].clone())];
-        let bounds: Vec<f64> = LATENCY_BOUNDS_NS
-            .iter()
-            .map(|&ns| ns as f64 / 1e9)
-            .chain(std::iter::once(f64::MAX))
-            .collect();
-        let mut m = e.encode_descriptor(
-            "ocl_task_latency_seconds",
-            "Remote OpenCL task latency from flush to completion, per device.",
-            None,
-            MetricType::Histogram,
-        )?;
-        for (i, d) in s.devices.iter().enumerate() {
-            let buckets: Vec<(f64, u64)> = bounds
-                .iter()
-                .copied()
-                .zip(d.latency_buckets.iter().copied())
-                .collect();
-            let count = d.latency_buckets.iter().sum();
-            m.encode_family(&labels(i))?.encode_histogram::<()>(
-                d.latency_sum_ns as f64 / 1e9,
-                count,
-                &buckets,
-                None,
-            )?;
-        }
-        let mut m = e.encode_descriptor(
-            "ocl_queue_depth",
-            "Remote OpenCL tasks queued or running, per device.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (i, d) in s.devices.iter().enumerate() {
-            m.encode_family(&labels(i))?.encode_gauge(&d.queue_depth)?;
-        }
-        let mut m = e.encode_descriptor(
-            "ocl_tasks_failed",
-            "Remote OpenCL tasks with at least one failed command, per device.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (i, d) in s.devices.iter().enumerate() {
-            m.encode_family(&labels(i))?
-                .encode_counter::<(), _, u64>(&d.tasks_failed, None)?;
-        }
-        let mut m = e.encode_descriptor(
-            "ocl_device_busy_seconds",
-            "Seconds each device spent running remote OpenCL tasks and the node's OpenCL \
-             slot calls.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (i, d) in s.devices.iter().enumerate() {
-            m.encode_family(&labels(i))?
-                .encode_counter::<(), _, f64>(&(d.busy_ns as f64 / 1e9), None)?;
-        }
+        per_device(&mut e, &s, &names)?;
         gauge(
             &mut e,
             "ocl_clients_connected",
@@ -218,6 +163,68 @@ impl Collector for Export {
         }
         Ok(())
     }
+}
+
+/// The per-device families, labelled with each device's index and name: task
+/// latency, queue depth, failed tasks and busy time.
+fn per_device(e: &mut DescriptorEncoder, s: &Snapshot, names: &[String]) -> fmt::Result {
+    let labels = |d: usize| [("device", d.to_string()), ("name", names[d].clone())];
+    let bounds: Vec<f64> = LATENCY_BOUNDS_NS
+        .iter()
+        .map(|&ns| ns as f64 / 1e9)
+        .chain(std::iter::once(f64::MAX))
+        .collect();
+    let mut m = e.encode_descriptor(
+        "ocl_task_latency_seconds",
+        "Remote OpenCL task latency from flush to completion, per device.",
+        None,
+        MetricType::Histogram,
+    )?;
+    for (i, d) in s.devices.iter().enumerate() {
+        let buckets: Vec<(f64, u64)> = bounds
+            .iter()
+            .copied()
+            .zip(d.latency_buckets.iter().copied())
+            .collect();
+        let count = d.latency_buckets.iter().sum();
+        m.encode_family(&labels(i))?.encode_histogram::<()>(
+            d.latency_sum_ns as f64 / 1e9,
+            count,
+            &buckets,
+            None,
+        )?;
+    }
+    let mut m = e.encode_descriptor(
+        "ocl_queue_depth",
+        "Remote OpenCL tasks queued or running, per device.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (i, d) in s.devices.iter().enumerate() {
+        m.encode_family(&labels(i))?.encode_gauge(&d.queue_depth)?;
+    }
+    let mut m = e.encode_descriptor(
+        "ocl_tasks_failed",
+        "Remote OpenCL tasks with at least one failed command, per device.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (i, d) in s.devices.iter().enumerate() {
+        m.encode_family(&labels(i))?
+            .encode_counter::<(), _, u64>(&d.tasks_failed, None)?;
+    }
+    let mut m = e.encode_descriptor(
+        "ocl_device_busy_seconds",
+        "Seconds each device spent running remote OpenCL tasks and the node's OpenCL \
+         slot calls.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (i, d) in s.devices.iter().enumerate() {
+        m.encode_family(&labels(i))?
+            .encode_counter::<(), _, f64>(&(d.busy_ns as f64 / 1e9), None)?;
+    }
+    Ok(())
 }
 
 /// A family of one counter without labels (help as `Registry::register` writes it).

@@ -101,19 +101,7 @@ impl Session<'_> {
                 dst_offset,
                 size,
                 ..
-            } => {
-                let (src, src_size) = self.mem(*src)?;
-                let (dst, dst_size) = self.mem(*dst)?;
-                Self::in_bounds(*src_offset, *size, src_size)?;
-                Self::in_bounds(*dst_offset, *size, dst_size)?;
-                Op::Copy {
-                    src,
-                    dst,
-                    src_offset: *src_offset as usize,
-                    dst_offset: *dst_offset as usize,
-                    size: *size as usize,
-                }
-            }
+            } => self.resolve_copy([*src, *dst], [*src_offset, *dst_offset], *size)?,
             Command::Fill {
                 buffer,
                 pattern,
@@ -130,43 +118,62 @@ impl Session<'_> {
                     size: *size as usize,
                 }
             }
-            Command::NdRange(nd) => {
-                let kernel = self.objects.get::<Kernel>(nd.kernel)?;
-                if !kernel.launchable {
-                    return Err(cl::CL_OUT_OF_RESOURCES);
-                }
-                let mut args = Vec::with_capacity(nd.args.len());
-                for a in &nd.args {
-                    args.push(match a {
-                        KernelArg::Unset => Arg::Unset,
-                        KernelArg::Mem(id) => Arg::Mem(Arc::clone(
-                            self.objects
-                                .mem_object(*id)
-                                .map_err(|_| cl::CL_INVALID_ARG_VALUE)?,
-                        )),
-                        KernelArg::Sampler(id) => {
-                            Arg::Sampler(Arc::clone(&self.objects.get::<Sampler>(*id)?.real))
-                        }
-                        KernelArg::NullMem => Arg::NullMem,
-                        KernelArg::Local(size) => Arg::Local(*size as usize),
-                        KernelArg::Bytes(b) => Arg::Bytes(b.to_vec()),
-                    });
-                }
-                let dims = |v: &[u64; 3]| v.map(|x| x as usize);
-                Op::NdRange {
-                    kernel: Arc::clone(&kernel.real),
-                    work_dim: u32::from(nd.work_dim),
-                    offset: dims(&nd.offset),
-                    global: dims(&nd.global),
-                    local: nd.local.as_ref().map(dims),
-                    args,
-                }
-            }
+            Command::NdRange(nd) => self.resolve_nd_range(nd)?,
             Command::Image(c) => self.resolve_image(c, frame)?,
             Command::Marker { .. } => Op::Marker,
             Command::UserEvent { status, .. } if *status < 0 => Op::UserEvent(*status),
             Command::UserEvent { .. } => return Err(cl::CL_INVALID_VALUE),
             Command::Barrier { .. } => Op::Barrier,
+        })
+    }
+
+    /// Resolves a copy of `size` bytes between buffers `[src, dst]`, at `[src_offset,
+    /// dst_offset]` in each.
+    fn resolve_copy(&self, ids: [u64; 2], offsets: [u64; 2], size: u64) -> Result<Op, ClInt> {
+        let (src, src_size) = self.mem(ids[0])?;
+        let (dst, dst_size) = self.mem(ids[1])?;
+        Self::in_bounds(offsets[0], size, src_size)?;
+        Self::in_bounds(offsets[1], size, dst_size)?;
+        Ok(Op::Copy {
+            src,
+            dst,
+            src_offset: offsets[0] as usize,
+            dst_offset: offsets[1] as usize,
+            size: size as usize,
+        })
+    }
+
+    /// Resolves a kernel launch: the kernel, and each argument's object.
+    fn resolve_nd_range(&self, nd: &proto::NdRange<'_>) -> Result<Op, ClInt> {
+        let kernel = self.objects.get::<Kernel>(nd.kernel)?;
+        if !kernel.launchable {
+            return Err(cl::CL_OUT_OF_RESOURCES);
+        }
+        let mut args = Vec::with_capacity(nd.args.len());
+        for a in &nd.args {
+            args.push(match a {
+                KernelArg::Unset => Arg::Unset,
+                KernelArg::Mem(id) => Arg::Mem(Arc::clone(
+                    self.objects
+                        .mem_object(*id)
+                        .map_err(|_| cl::CL_INVALID_ARG_VALUE)?,
+                )),
+                KernelArg::Sampler(id) => {
+                    Arg::Sampler(Arc::clone(&self.objects.get::<Sampler>(*id)?.real))
+                }
+                KernelArg::NullMem => Arg::NullMem,
+                KernelArg::Local(size) => Arg::Local(*size as usize),
+                KernelArg::Bytes(b) => Arg::Bytes(b.to_vec()),
+            });
+        }
+        let dims = |v: &[u64; 3]| v.map(|x| x as usize);
+        Ok(Op::NdRange {
+            kernel: Arc::clone(&kernel.real),
+            work_dim: u32::from(nd.work_dim),
+            offset: dims(&nd.offset),
+            global: dims(&nd.global),
+            local: nd.local.as_ref().map(dims),
+            args,
         })
     }
 

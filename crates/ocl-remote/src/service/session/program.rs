@@ -192,19 +192,8 @@ impl Session<'_> {
             .filter(|s| devices.is_empty() || devices == s.devices)
             .map(|s| programs::key(&s.hash, &options, &s.devices));
         if let (Some(key), Some(src)) = (&cache_key, &source) {
-            let cached = lock(&self.shared.programs).get(key);
-            if let Some(binaries) = cached {
-                if let Some(built) = self.build_from_binaries(src, &binaries, &options) {
-                    self.shared.metrics.program_cache_hits.inc();
-                    self.objects.insert(
-                        program,
-                        Program {
-                            real: built,
-                            source,
-                        },
-                    );
-                    return Ok(Vec::new());
-                }
+            if self.build_from_cache(program, key, src, &options) {
+                return Ok(Vec::new());
             }
         }
         // Built from the client's source, not from binaries an earlier cache hit loaded.
@@ -236,15 +225,48 @@ impl Session<'_> {
         if rc == cl::CL_SUCCESS {
             if let Some(key) = cache_key {
                 self.shared.metrics.program_cache_misses.inc();
-                let safe = self.code_generation_safe(real.handle());
-                if let Some(Ok(bins)) = safe.then(|| self.raw_binaries(real.handle())) {
-                    if bins.iter().all(|b| !b.is_empty()) {
-                        lock(&self.shared.programs).insert(key, bins);
-                    }
-                }
+                self.cache_binaries(key, real.handle());
             }
         }
         status(rc)
+    }
+
+    /// Builds `program` (of source `src`) from the binaries the program cache holds
+    /// under `key`, if any, and puts it in the table; whether it did.
+    fn build_from_cache(
+        &mut self,
+        program: u64,
+        key: &programs::Key,
+        src: &ProgramSource,
+        options: &[u8],
+    ) -> bool {
+        let cached = lock(&self.shared.programs).get(key);
+        let Some(binaries) = cached else {
+            return false;
+        };
+        let Some(built) = self.build_from_binaries(src, &binaries, options) else {
+            return false;
+        };
+        self.shared.metrics.program_cache_hits.inc();
+        self.objects.insert(
+            program,
+            Program {
+                real: built,
+                source: Some(src.clone()),
+            },
+        );
+        true
+    }
+
+    /// Puts the binaries of the program just built (`program`) in the program cache
+    /// under `key`, when they can be generated safely and none is empty.
+    fn cache_binaries(&self, key: programs::Key, program: Handle) {
+        let safe = self.code_generation_safe(program);
+        if let Some(Ok(bins)) = safe.then(|| self.raw_binaries(program)) {
+            if bins.iter().all(|b| !b.is_empty()) {
+                lock(&self.shared.programs).insert(key, bins);
+            }
+        }
     }
 
     /// `clCompileProgram` on one of the client's programs, with other programs of the

@@ -19,7 +19,10 @@
 //! strings and the file's `#[cfg(test)]` module left out: tests may reach anywhere),
 //! resolved to the file of the longest module prefix it names. Every import between two
 //! files counts, within a layer too, so a circle of any length fails the test, naming
-//! its files. `lib.rs` and `main.rs` declare the modules and are not checked.
+//! its files. A folder's `mod.rs` naming its own children by their bare names
+//! (`mod state; use state::Phase;`) declares them rather than imports them and is not
+//! counted; a child's `super::` is. `lib.rs` and `main.rs` declare the modules and are
+//! not checked.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

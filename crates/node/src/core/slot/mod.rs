@@ -1106,10 +1106,8 @@ fn nanos(d: Duration) -> u64 {
 
 // The state's enums and checker live beside this file, as do the tests, so that it
 // stays within a size a reader can hold.
-#[path = "slot_state.rs"]
 mod state;
 
 // The tests live beside this file, so that it stays within a size a reader can hold.
 #[cfg(test)]
-#[path = "slot_tests.rs"]
 mod tests;

@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::core::clock::SystemClock;
 use crate::core::dispatch::Dispatcher;
 use crate::core::memory::{MemoryBudget, ReassemblyPool};
 use crate::core::objects::ObjectStore;
@@ -118,6 +119,7 @@ impl Node {
             limits,
             config.balance,
             &metrics,
+            Arc::new(SystemClock),
         );
         let body_budget = MemoryBudget::new(
             config.body_memory_bytes_max,

@@ -19,6 +19,7 @@ use accel::Catalog;
 use rac_proto::Status;
 use serde::{Deserialize, Serialize};
 
+use crate::core::clock::Clock;
 use crate::core::slot::{Answer, Call, Slot, SlotLimits, Submitted};
 use crate::core::tenant::TenantId;
 use crate::device::SlotPlan;
@@ -95,6 +96,7 @@ impl Dispatcher {
         limits: SlotLimits,
         policy: BalancePolicy,
         metrics: &Metrics,
+        clock: Arc<dyn Clock>,
     ) -> Arc<Dispatcher> {
         let accel_metrics: Arc<HashMap<u16, AccelMetrics>> = Arc::new(
             catalog
@@ -116,6 +118,7 @@ impl Dispatcher {
                     limits,
                     metrics.slot(id),
                     Arc::clone(&accel_metrics),
+                    Arc::clone(&clock),
                 ))
             })
             .collect();

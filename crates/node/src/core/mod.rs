@@ -1,9 +1,12 @@
 //! The dispatch core: what happens to a whole call between a front end and a device.
-//! No sockets and no whole configuration: each module takes the bounds it needs as a
-//! section of its own, so the core can be driven without a network (the slot tests do).
+//! No sockets, no whole configuration and no clock of its own: each module takes the
+//! bounds it needs as a section of its own and reads time from the [`clock::Clock`] it
+//! is given, so the core can be driven without a network and under a virtual clock
+//! (the slot tests do both).
 //!
 //! | module | what |
 //! | --- | --- |
+//! | [`clock`] | the time the core reads and the simulated device sleeps on: the host's, or a virtual one |
 //! | [`deadline`] | a call's deadline, from `X-Netaccel-Deadline-Us` / RAC `deadline_us` |
 //! | [`tenant`] | identities, per-tenant bounds and gates, constant-time token comparison |
 //! | [`fair_queue`] | a slot's tenant-fair queue |
@@ -16,6 +19,7 @@
 //! The core may use the devices and telemetry; it never uses a front end or the
 //! network layer.
 
+pub mod clock;
 pub mod deadline;
 pub mod dispatch;
 pub(crate) mod fair_queue;

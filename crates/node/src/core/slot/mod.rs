@@ -43,6 +43,7 @@ use rac_proto::Status;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+use crate::core::clock::Clock;
 use crate::core::deadline::Deadline;
 use crate::core::fair_queue::FairQueue;
 use crate::core::memory::BodyMemory;
@@ -260,6 +261,8 @@ fn set_worker_scheduling(policy: WorkerPolicy, nice: i32) {
 
 pub struct Slot {
     pub id: u16,
+    /// Where the slot reads the time and a simulated device sleeps.
+    clock: Arc<dyn Clock>,
     pub device: String,
     pub backend: BackendKind,
     state: Mutex<SlotState>,
@@ -322,6 +325,7 @@ impl Slot {
         limits: SlotLimits,
         metrics: SlotMetrics,
         accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
+        clock: Arc<dyn Clock>,
     ) -> Slot {
         // The bounds the queue is checked against (`Slot::check`), as the config
         // validates them and the tenants' policy derives the share.
@@ -356,11 +360,12 @@ impl Slot {
             generation: AtomicU64::new(0),
             ns_per_work_1024: AtomicU64::new(0),
             ns_per_call: AtomicU64::new(nanos(limits.simulated_exec)),
-            device_free_at: Mutex::new(Instant::now()),
-            started: Instant::now(),
+            device_free_at: Mutex::new(clock.now()),
+            started: clock.now(),
             limits,
             metrics,
             accel_metrics,
+            clock,
         }
     }
 
@@ -388,7 +393,7 @@ impl Slot {
 
     pub fn info(&self) -> SlotInfo {
         let st = self.state.lock();
-        let elapsed = self.started.elapsed().as_nanos().max(1) as f64;
+        let elapsed = self.clock.since(self.started).as_nanos().max(1) as f64;
         let busy_ns = self.busy_ns.load(Ordering::Relaxed);
         SlotInfo {
             id: self.id,
@@ -545,7 +550,7 @@ impl Slot {
             && st.queue.tenant_len(tenant) == 0
             && match &st.execution {
                 Execution::Idle => true,
-                Execution::Running(run) => !wait.is_zero() && run.ends <= Instant::now() + wait,
+                Execution::Running(run) => !wait.is_zero() && run.ends <= self.clock.now() + wait,
             };
         let (reply, rx) = oneshot::channel();
         let start_by = admission.start_by();
@@ -647,7 +652,7 @@ impl Slot {
         work: u64,
         reply: Option<oneshot::Sender<Answer>>,
     ) -> Start {
-        let at = Instant::now();
+        let at = self.clock.now();
         st.start_running(at, at + self.expected_time(work), reply);
         Start {
             at,
@@ -712,7 +717,7 @@ impl Slot {
         payload.clear();
         let abandoned = self.generation.load(Ordering::Relaxed) != start.generation;
         if let Some(m) = self.accel_metrics.get(&id).filter(|_| !abandoned) {
-            m.answered(status, nanos(received.elapsed()));
+            m.answered(status, nanos(self.clock.since(received)));
         }
         Answer {
             status,
@@ -753,7 +758,7 @@ impl Slot {
             )))
         });
         let exec_ns = if self.limits.simulated_exec.is_zero() {
-            nanos(start.at.elapsed())
+            nanos(self.clock.since(start.at))
         } else {
             self.simulated_device_time(received, start.at)
         };
@@ -784,10 +789,7 @@ impl Slot {
         debug_assert!(begin <= started, "the device begins a call by its take-up");
         *free_at = end;
         drop(free_at);
-        let now = Instant::now();
-        if end > now {
-            std::thread::sleep(end - now);
-        }
+        self.clock.sleep_until(end);
         nanos(end - begin)
     }
 
@@ -910,7 +912,7 @@ impl Slot {
         accel: Arc<dyn Accelerator>,
         image: Arc<dyn Loaded>,
     ) -> Result<Duration, String> {
-        let start = Instant::now();
+        let start = self.clock.now();
         let name = accel.descriptor().name.clone();
         let mut st = self.state.lock();
         if let Some(other) = st.phase.reconfig() {
@@ -942,7 +944,8 @@ impl Slot {
             .store(nanos(self.limits.simulated_exec), Ordering::Relaxed);
         drop(st);
         if !self.limits.reconfig_delay.is_zero() {
-            std::thread::sleep(self.limits.reconfig_delay);
+            self.clock
+                .sleep_until(self.clock.now() + self.limits.reconfig_delay);
         }
         let mut st = self.state.lock();
         if st.phase.end_reconfig() {
@@ -954,7 +957,7 @@ impl Slot {
         self.metrics
             .loaded(Some(&previous.descriptor().name), &name);
         self.metrics.reconfigurations.inc();
-        Ok(start.elapsed())
+        Ok(self.clock.since(start))
     }
 
     /// The watchdog's look at the slot ([`crate::core::watchdog`]). When the call in progress
@@ -973,7 +976,7 @@ impl Slot {
         let Execution::Running(run) = &st.execution else {
             return false;
         };
-        if st.phase.failed().is_some() || run.since.elapsed() < bound {
+        if st.phase.failed().is_some() || self.clock.since(run.since) < bound {
             return false;
         }
         let name = st.accel.descriptor().name.clone();
@@ -1053,7 +1056,7 @@ impl Slot {
                 message: why.to_string(),
                 slot: Some(self.id),
                 queue_ns: 0,
-                exec_ns: nanos(run.since.elapsed()),
+                exec_ns: nanos(self.clock.since(run.since)),
                 payload: Vec::new(),
             });
         }

@@ -1,6 +1,7 @@
 //! Unit tests of [`super`]: queueing, inline runs, hand-over, speed learning.
 
 use super::*;
+use crate::core::clock::SystemClock;
 use accel::{Catalog, Descriptor};
 
 /// Panics on a payload starting with `!`, echoes otherwise.
@@ -72,6 +73,7 @@ fn slot_limited(accel: Arc<dyn Accelerator>, limits: SlotLimits) -> Arc<Slot> {
         limits,
         metrics.slot(0),
         Arc::default(),
+        Arc::new(SystemClock),
     ));
     let worker = Arc::clone(&slot);
     std::thread::spawn(move || worker.run_worker());
@@ -504,6 +506,7 @@ fn slot_without_worker() -> (Arc<dyn Accelerator>, Slot) {
         limits(),
         metrics.slot(0),
         Arc::default(),
+        Arc::new(SystemClock),
     );
     s.check(&s.state.lock());
     (echo, s)
@@ -607,4 +610,56 @@ fn the_phase_moves_through_its_transitions() {
     s.publish_admits(&st);
     s.check(&st);
     assert!(s.admits(id));
+}
+
+#[test]
+fn a_slot_runs_under_a_virtual_clock_without_waiting_for_its_simulated_device() {
+    use crate::core::clock::VirtualClock;
+    let catalog = Catalog::builtin();
+    let echo = Arc::clone(catalog.by_name("echo").unwrap());
+    let clock = Arc::new(VirtualClock::new());
+    let metrics = crate::telemetry::metrics::Metrics::new();
+    let limits = SlotLimits {
+        simulated_exec: Duration::from_secs(5),
+        ..limits()
+    };
+    let s = Arc::new(Slot::new(
+        0,
+        "virtual",
+        BackendKind::Cpu,
+        Arc::clone(&echo),
+        Arc::new(crate::device::cpu::CpuImage(Arc::clone(&echo))),
+        limits,
+        metrics.slot(0),
+        Arc::default(),
+        Arc::clone(&clock) as Arc<dyn Clock>,
+    ));
+    let worker = Arc::clone(&s);
+    std::thread::spawn(move || worker.run_worker());
+    let t0 = clock.now();
+    let wall = Instant::now();
+    let mut first = call(&echo, b"one", 1);
+    first.received = t0;
+    let mut second = call(&echo, b"two", 2);
+    second.received = t0;
+    let (a, b) = (
+        s.submit(first).ok().expect("admitted"),
+        s.submit(second).ok().expect("admitted"),
+    );
+    let (a, b) = (wait(a), wait(b));
+    assert_eq!(
+        (a.output.as_slice(), b.output.as_slice()),
+        (&b"one"[..], &b"two"[..])
+    );
+    // Each call held the simulated device 5 s of the clock's time; the second waited
+    // for the first, as calls on one device do.
+    assert_eq!(a.exec_ns, 5_000_000_000);
+    assert_eq!(b.exec_ns, 5_000_000_000);
+    assert_eq!(clock.since(t0), Duration::from_secs(10));
+    assert!(
+        wall.elapsed() < Duration::from_secs(5),
+        "no host time spent: {:?}",
+        wall.elapsed()
+    );
+    s.stop();
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trains the digits CNN and exports it to ONNX (models/digits/1/model.onnx).
+"""Trains the digits CNN and exports it to ONNX.
 
 The data set is the one scikit-learn ships (8x8 grey images, pixel values 0..16, ten
 classes), split 75/25 with a fixed seed; the 25 % is held out and never trained on.
@@ -13,8 +13,14 @@ The first axis is the batch. The export uses the `onnx` package's helper API; th
 graph computes exactly what `forward` below computes, which the script checks with
 onnxruntime when it is installed.
 
-Usage: python3 models/train_digits.py [--out models/digits/1/model.onnx]
-Prints the held-out accuracy. Same seed, same numpy: same weights.
+Usage, from any directory:
+
+    python3 models/train_digits.py                     # writes ./digits.onnx
+    python3 models/train_digits.py --out FILE          # writes FILE
+    python3 models/train_digits.py --update-committed  # rewrites models/digits/1/model.onnx
+
+The committed model is replaced only when asked (`--update-committed`, or its path
+given to `--out`). Prints the held-out accuracy. Same seed, same numpy: same weights.
 """
 
 import argparse
@@ -154,11 +160,32 @@ def export(w, path):
     onnx.save(model, path)
 
 
-def main():
-    here = os.path.dirname(os.path.abspath(__file__))
+#: The model the repository serves (models/digits/1/model.onnx), wherever the script
+#: is run from.
+COMMITTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "digits", "1", "model.onnx")
+
+
+def parse_args(argv=None):
+    """The command line; `out` is where the model goes (the committed model only when
+    asked)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(here, "digits", "1", "model.onnx"))
-    args = ap.parse_args()
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument(
+        "--out", default="digits.onnx", help="where to write the model (default: ./digits.onnx)"
+    )
+    where.add_argument(
+        "--update-committed",
+        action="store_true",
+        help=f"replace the repository's model, {os.path.relpath(COMMITTED)}",
+    )
+    args = ap.parse_args(argv)
+    if args.update_committed:
+        args.out = COMMITTED
+    return args
+
+
+def main():
+    args = parse_args()
     x_train, x_test, y_train, y_test = held_out_split()
     w = train(x_train, y_train, np.random.default_rng(SEED))
     logits, _ = forward(w, x_test)

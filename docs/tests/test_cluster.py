@@ -15,6 +15,7 @@ the ```text block that follows each on the page.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -92,15 +93,16 @@ def test_the_cluster_page_works_as_written(tmp_path: Path):
     outputs = documented_outputs()
 
     bin_dir = build("netaccel-node", "netaccel-registry", "netaccel-client")
-    (etcd, etcd_peer, prom, reg1, reg2, a_http, a_rac, b_http, b_rac) = free_ports(9)
+    (etcd, etcd_peer, prom, reg1, reg2, a_http, a_rac, a_grpc, b_http, b_rac, b_grpc) = free_ports(11)
     cluster_dir = tmp_path / "cluster"
     settings = f"""
 export CLUSTER_DIR={cluster_dir} && mkdir -p "$CLUSTER_DIR"
 export ETCD_PORT={etcd} ETCD_PEER_PORT={etcd_peer} PROMETHEUS_PORT={prom}
 export REGISTRY_1_PORT={reg1} REGISTRY_2_PORT={reg2}
 export REGISTRY_URLS=http://127.0.0.1:{reg1},http://127.0.0.1:{reg2}
-export NODE_A_HTTP={a_http} NODE_A_RAC={a_rac} NODE_B_HTTP={b_http} NODE_B_RAC={b_rac}
-export NODE_C_HTTP=1 NODE_C_RAC=1
+export NODE_A_HTTP={a_http} NODE_A_RAC={a_rac} NODE_A_GRPC={a_grpc}
+export NODE_B_HTTP={b_http} NODE_B_RAC={b_rac} NODE_B_GRPC={b_grpc}
+export NODE_C_HTTP=1 NODE_C_RAC=1 NODE_C_GRPC=1
 export NODES="node-a node-b"
 export PATH="{bin_dir}:$PATH" PYTHONPATH="{ROOT / 'clients' / 'python'}"
 """
@@ -138,8 +140,34 @@ export PATH="{bin_dir}:$PATH" PYTHONPATH="{ROOT / 'clients' / 'python'}"
         )
     for node in ("node-a", "node-b"):
         assert any(line.startswith(node) and " ready " in line for line in printed["nodes"].splitlines()), printed["nodes"]
+    # Each node serves gRPC on its own address, none falls back to running without it.
+    for node, port in (("node-a", a_grpc), ("node-b", b_grpc)):
+        log = (cluster_dir / f"{node}.log").read_text(errors="replace")
+        assert f"grpc=127.0.0.1:{port}" in log, f"{node} does not serve gRPC on its port:\n{log}"
+        assert "gRPC address is taken" not in log, log
     png = cluster_dir / "registry-page.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, "no screenshot"
+
+
+def test_nodes_on_one_host_each_get_their_own_listeners():
+    """Several nodes on one host cannot share a port: the page gives each node its own
+    HTTP, RAC and gRPC address (gRPC is on by default at 127.0.0.1:8001, which only the
+    first node would get). Runs without etcd or Prometheus."""
+    blocks = {b.name: b.text for b in tagged_blocks(PAGE) if b.kind == "cluster"}
+    ports = {}
+    for line in blocks["settings"].splitlines():
+        for name, value in re.findall(r"\b(NODE_[A-Z]_[A-Z]+)=(\d+)", line):
+            ports[name] = value
+    nodes = sorted(name for name in blocks if re.fullmatch(r"node-[a-z]", name))
+    assert len(nodes) >= 2, nodes
+    for node in nodes:
+        letter = node[-1].upper()
+        for listener in ("HTTP", "RAC", "GRPC"):
+            flag = f"--{listener.lower()} 127.0.0.1:$NODE_{letter}_{listener}"
+            assert flag in blocks[node], f"block {node} does not pass `{flag}`:\n{blocks[node]}"
+            assert f"NODE_{letter}_{listener}" in ports, f"settings has no NODE_{letter}_{listener}"
+    values = list(ports.values())
+    assert len(values) == len(set(values)), f"two listeners share a port: {ports}"
 
 
 def stop_group(pgid: int) -> None:

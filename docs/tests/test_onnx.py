@@ -265,7 +265,7 @@ def test_recipe_prints_the_documented_output(onnx_node, block, tmp_path):
     env = {
         **os.environ,
         "NETACCEL_NODE": onnx_node.url,
-        "NETACCEL_RAC": onnx_node.rac,
+        "NETACCEL_RAC_ADDR": onnx_node.rac,
         "NETACCEL_GRPC": onnx_node.grpc,
         "PYTHONPATH": str(ROOT / "clients" / "python"),
     }
@@ -386,3 +386,30 @@ def test_grpc_malformed_calls_are_invalid_argument_and_the_channel_serves_on(onn
             assert sentence in refused.value.message(), refused.value
             good = c.infer("digits", [image()], client_timeout=30).as_numpy("logits")
             np.testing.assert_allclose(good[0], reference[0], rtol=1e-4, atol=1e-4)
+
+
+# models/train_digits.py as docs/onnx.md says: it runs from any directory, and it
+# replaces the committed model only when asked.
+COMMITTED_MODEL = ROOT / "models" / "digits" / "1" / "model.onnx"
+
+
+def test_training_writes_a_new_file_unless_asked_to_replace_the_committed_model(tmp_path, monkeypatch):
+    import train_digits
+
+    monkeypatch.chdir(tmp_path)
+    assert Path(train_digits.parse_args([]).out).resolve() == tmp_path / "digits.onnx"
+    assert Path(train_digits.parse_args(["--out", "x.onnx"]).out).resolve() == tmp_path / "x.onnx"
+    assert Path(train_digits.parse_args(["--update-committed"]).out) == COMMITTED_MODEL
+    assert COMMITTED_MODEL.is_file()
+    with pytest.raises(SystemExit):
+        train_digits.parse_args(["--out", "x.onnx", "--update-committed"])
+
+
+def test_the_training_script_starts_from_any_directory(tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "models" / "train_digits.py"), "--help"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "./digits.onnx" in run.stdout and "--update-committed" in run.stdout
+    assert list(tmp_path.iterdir()) == []

@@ -1,4 +1,4 @@
-//! The node's side of the registry (the cluster control plane, `registry-api.md`).
+//! The node's side of the registry (the cluster control plane, `spec/registry-api.md`).
 //!
 //! A node started with `registry = "http://HOST:PORT"` (`--registry URL`):
 //! - registers its devices and slots with `PUT /v1/nodes/{name}` and keeps doing so,
@@ -304,7 +304,7 @@ fn device_kind(node: &Node, device: &str) -> (&'static str, String, String) {
     }
 }
 
-/// The body of `PUT /v1/nodes/{name}` (registry-api.md, "Nodes"): the node's
+/// The body of `PUT /v1/nodes/{name}` (`spec/registry-api.md`, "Nodes"): the node's
 /// addresses, and its devices with their slots, each with what it holds, its busy
 /// ratio (`busy_ratio[i]` for `slots[i]`) and its queue depth.
 pub fn registration(node: &Node, at: &Advertised, slots: &[SlotInfo], busy_ratio: &[f64]) -> Value {

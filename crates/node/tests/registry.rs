@@ -316,7 +316,7 @@ fn registers_with_the_spec_body_and_renews_within_a_third_of_the_lease() {
         assert!(gap <= Duration::from_millis(300), "renewal after {gap:?}");
     }
 
-    // The body, key by key, as registry-api.md has it.
+    // The body, key by key, as spec/registry-api.md has it.
     let body = &puts[0].body;
     assert_eq!(
         keys(body),

@@ -1,7 +1,7 @@
 //! Finding the node through the registry, as BlastFunction's library asks its
 //! Accelerators Registry for a device: with `NETACCEL_REGISTRY` and
 //! `NETACCEL_FUNCTION` set (and no `NETACCEL_OPENCL_NODES`), the ICD binds an instance
-//! of the function (`POST /v1/functions/{F}/instances`, registry-api.md) and offers the
+//! of the function (`POST /v1/functions/{F}/instances`, spec/registry-api.md) and offers the
 //! OpenCL devices of the node that binding names, at the remote OpenCL address the
 //! node registered.
 //!

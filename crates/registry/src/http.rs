@@ -1,4 +1,4 @@
-//! The HTTP/1.1 + JSON API (spec: registry-api.md), on axum.
+//! The HTTP/1.1 + JSON API (`spec/registry-api.md`), on axum.
 //!
 //! Handlers only translate: they check the path's names, parse and validate the body
 //! (unknown fields refused, a sentence for every problem), call the registry and turn

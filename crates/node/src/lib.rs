@@ -1,45 +1,38 @@
 //! `netaccel-node`: a daemon that owns a device, loads accelerators into its slots and
 //! serves them directly on the network.
 //!
-//! The data path of one call: a front end ([`http`], [`rac`]) parses and validates the request
-//! and refuses what it can without touching a slot; the body is reserved against the
-//! node's body-memory budget ([`memory`]) and read whole; the [`dispatch`]er picks a
-//! slot hosting the accelerator (round robin or join-shortest-queue) and admits the
-//! call to that slot's bounded, tenant-fair queue ([`slot`]); the slot runs calls one
-//! at a time to completion; the answer goes back on the caller's connection.
+//! The data path of one call: a front end ([`front::http`], [`front::rac`],
+//! [`front::grpc`]) parses and validates the request and refuses what it can without
+//! touching a slot; the body is reserved against the node's body-memory budget
+//! ([`core::memory`]) and read whole; the dispatcher ([`core::dispatch`]) picks a slot
+//! hosting the accelerator (round robin or join-shortest-queue) and admits the call to
+//! that slot's bounded, tenant-fair queue ([`core::slot`]); the slot runs calls one at a
+//! time to completion on its device ([`device`]); the answer goes back on the caller's
+//! connection.
 //!
 //! What the node does not do: accelerator arithmetic (crate `accel`), wire formats of
 //! other protocols (crate `rac-proto`), cluster placement (the registry: the node only
 //! reports to it and asks it before a reconfiguration, see [`registry`]).
 //!
-//! # Where each concept lives
+//! # Layers
 //!
-//! Each concept has one file; when another file needs it, it calls that file.
+//! The folders are the layers, top to bottom; a module imports only its own layer and
+//! those below it, never in a circle (`tests/layers.rs` fails otherwise):
 //!
-//! | concept | file | what is there |
+//! | layer | where | what is there |
 //! | --- | --- | --- |
-//! | configuration | [`config`] | every bound with its default, TOML loading, validation |
-//! | node state | [`node`] | [`node::Node`], what every connection shares; `BUSY` counting |
-//! | listeners, network threads, drain | [`server`] | `SO_REUSEPORT` listeners, one runtime per thread, the connection limit, SIGTERM/SIGINT drain |
-//! | HTTP/1.1 front end | [`http`] | `parse.rs` pure parsers, `route.rs` what a request means, `conn.rs` one connection, `response.rs` response heads |
-//! | gRPC front end | [`grpc`] | the Open Inference Protocol's `GRPCInferenceService` (tonic): `tensor.rs` messages to calls, `service.rs` the RPCs, connections and bounds in `mod.rs` |
-//! | RAC v1 front end | [`rac`] | one connection: headers, reassembly, pipelined results, control messages |
-//! | socket I/O and its timeouts | `netio.rs` | reads and writes with a deadline, `IoTimer`, lingering close |
-//! | TLS and mTLS | [`tls`] | `[tls]` configuration, the reloadable acceptor (SIGHUP), session resumption, client certificate → tenant, the TLS transport of the front ends |
-//! | tenant | [`tenant`] | identities, the `hello` token check, per-tenant bounds and gates, constant-time token comparison |
-//! | admin operations | [`admin`] | catalog and slot documents, the admin token check, reconfiguration |
-//! | reconfiguration | [`admin`], [`slot`] | the operation ([`admin::reconfigure`]); the drain and swap in a slot ([`slot::Slot::reconfigure`]) |
-//! | a call's deadline | [`deadline`] | from `X-Netaccel-Deadline-Us` / RAC `deadline_us` to the instant a call must start by |
-//! | dispatch | [`dispatch`] | picking a slot (round robin, join-shortest-queue), admission, refusals |
-//! | slots | [`slot`] | a slot's queue (tenant-fair, `fair_queue.rs`), inline runs, its worker thread, a call's execution |
-//! | hung kernels | [`watchdog`] | the thread that looks for calls past `kernel_timeout_ms`; failing the slot is [`slot::Slot::check_hung`]'s |
-//! | devices and backends | [`device`] | `[[devices]]` started, the catalog with user accelerators (`device/library.rs`), what each backend hosts and how it loads it (`cpu.rs`, `opencl/`) |
-//! | request memory | [`memory`] | the HTTP body budget, the RAC reassembly pool |
-//! | object store | [`objects`] | named objects served without a slot |
-//! | metrics | [`metrics`] | the Prometheus registry and the handles the hot path bumps |
-//! | logging | [`logging`] | log format and level, rate-limited refusal log, panics as log lines |
-//! | the registry | [`registry`] | the node's name and advertised addresses, registration and lease renewal, deregistration on drain, asking before a reconfiguration ([`registry::Registry::validate`]; when to ask is [`admin::reconfigure`]'s) |
-//! | remote OpenCL | crate `ocl-remote` | the service; the node starts it ([`node::Node::new`]) and drains it ([`server`]) |
+//! | wiring | [`server`] | `SO_REUSEPORT` listeners, one runtime per network thread, the connection limit, SIGTERM/SIGINT drain, the registry lease |
+//! | front ends | [`front`] | HTTP/1.1 ([`front::http`]), RAC v1 ([`front::rac`]), gRPC ([`front::grpc`]), the Open Inference Protocol's model shared by HTTP and gRPC ([`front::oip`]), admin operations and reconfiguration ([`front::admin`]), a connection's admission (`front::admission`) |
+//! | node state | [`node`] | [`node::Node`], what every connection shares: the dispatcher, devices, tenants, memory, objects, counters |
+//! | configuration | [`config`] | node.toml: every bound with its default, loading, validation; each subsystem's section handed to it |
+//! | cluster agent | [`registry`] | the node's name and advertised addresses, registration and lease renewal, asking before a reconfiguration |
+//! | core | [`core`] | calls, deadlines, tenants, fair queues, slots, dispatch, the watchdog, request memory, objects, the clock: no sockets, no whole configuration |
+//! | devices | [`device`] | `[[devices]]` started, the catalog with user accelerators, what each backend (cpu, opencl, rtl, onnx models) hosts and how it loads it; `[opencl]` |
+//! | net | [`net`] | socket I/O with deadlines, pooled buffers, TLS, io_uring |
+//! | telemetry | [`telemetry`] | the Prometheus registry, logging, the protocol label |
+//!
+//! Remote OpenCL is crate `ocl-remote`: the node starts its service ([`node::Node::new`])
+//! and drains it ([`server`]).
 
 pub mod config;
 pub mod core;

@@ -8,7 +8,7 @@
 //! | [`rac`] | RAC v1: headers, reassembly, pipelined results, control messages |
 //! | [`grpc`] | the Open Inference Protocol's `GRPCInferenceService` (tonic) |
 //! | [`oip`] | the Open Inference Protocol's model, shared by HTTP and gRPC: accelerators as models, tensors to calls |
-//! | [`admission`] | a connection's admission: the connection bound and the TLS handshake that fixes its tenant |
+//! | `admission` | a connection's admission: the connection bound and the TLS handshake that fixes its tenant |
 //! | [`admin`] | catalog and slot documents, the admin token check, reconfiguration |
 //!
 //! A front end may use the core, the devices' catalog, the network layer and

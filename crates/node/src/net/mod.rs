@@ -4,10 +4,10 @@
 //!
 //! | module | what |
 //! | --- | --- |
-//! | [`netio`] | reads and writes with a deadline, `IoTimer`, lingering close, the `Transport` trait |
-//! | [`bufpool`] | read buffers that go back to a pool while a connection is idle |
+//! | `netio` | reads and writes with a deadline, `IoTimer`, lingering close, the `Transport` trait |
+//! | `bufpool` | read buffers that go back to a pool while a connection is idle |
 //! | [`tls`] | `[tls]` configuration, the reloadable acceptor (SIGHUP), session resumption, client certificate → tenant name, the TLS transport |
-//! | [`uring`] | the io_uring network path (`network = "io_uring"`) |
+//! | `uring` | the io_uring network path (`network = "io_uring"`) |
 
 pub(crate) mod bufpool;
 pub(crate) mod netio;

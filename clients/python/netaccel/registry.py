@@ -30,6 +30,7 @@ b'HELLO'
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -39,6 +40,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
+from . import registry_api as api
 from .rac import RacError, Status
 
 #: Longest long poll the watcher asks for: a closed client's thread ends within it.
@@ -71,6 +73,10 @@ class NoBinding(Exception):
 
 @dataclass(frozen=True)
 class Binding:
+    """An instance and where it is bound: the registry's binding document
+    (``registry_api.SCHEMAS["binding"]``), every address ``None`` while unbound and
+    for a front end the node lacks."""
+
     id: str
     generation: int
     node: Optional[str]
@@ -83,21 +89,20 @@ class Binding:
     rac_tls: Optional[str] = None
     grpc: Optional[str] = None
     grpc_tls: Optional[str] = None
+    function: str = ""
+    device: Optional[str] = None
+    opencl: Optional[str] = None
+    #: Bound where someone else decided (a DRA claim): the registry never moves it.
+    pinned: bool = False
 
     @classmethod
     def from_json(cls, doc: Dict[str, Any]) -> "Binding":
-        return cls(
-            id=str(doc["id"]),
-            generation=int(doc["generation"]),
-            node=doc.get("node"),
-            slot=doc.get("slot"),
-            http=doc.get("http"),
-            rac=doc.get("rac"),
-            https=doc.get("https"),
-            rac_tls=doc.get("rac_tls"),
-            grpc=doc.get("grpc"),
-            grpc_tls=doc.get("grpc_tls"),
-        )
+        """Reads a binding document; :class:`registry_api.ShapeError` if it is not one."""
+        return cls(**api.parse("binding", doc))
+
+    def to_json(self) -> Dict[str, Any]:
+        """The document as the registry writes it."""
+        return api.dump("binding", dataclasses.asdict(self))
 
     @property
     def bound(self) -> bool:
@@ -189,22 +194,23 @@ class RegistryClient:
             raise _Unreachable(f"cannot reach the registry at {base}: {e}") from None
 
     def nodes(self) -> Any:
-        return self._request("GET", "/v1/nodes")
+        """``GET /v1/nodes``: a list of nodes (``registry_api.SCHEMAS["node"]``)."""
+        return api.parse("nodes", self._request("GET", "/v1/nodes"))
 
     def function(self, name: str) -> Any:
-        return self._request("GET", f"/v1/functions/{_q(name)}")
+        """A function and its instances' bindings (``registry_api.SCHEMAS["function"]``)."""
+        return api.parse("function", self._request("GET", f"/v1/functions/{_q(name)}"))
 
     def put_function(self, name: str, accelerator: str, instances: int = 0, **query: Any) -> Any:
-        spec = {"accelerator": accelerator, "instances": instances}
-        if query:
-            spec["query"] = query
-        return self._request("PUT", f"/v1/functions/{_q(name)}", spec)
+        spec = api.parse("function-spec", {"accelerator": accelerator, "instances": instances, "query": query})
+        doc = self._request("PUT", f"/v1/functions/{_q(name)}", api.dump("function-spec", spec))
+        return api.parse("function", doc)
 
     def delete_function(self, name: str) -> None:
         self._request("DELETE", f"/v1/functions/{_q(name)}")
 
     def create_instance(self, function: str, id: Optional[str] = None, node: Optional[str] = None) -> Binding:
-        body = {k: v for k, v in (("id", id), ("node", node)) if v is not None}
+        body = api.dump("instance-spec", api.parse("instance-spec", {"id": id, "node": node}))
         return Binding.from_json(self._request("POST", f"/v1/functions/{_q(function)}/instances", body))
 
     def instance(self, function: str, id: str, after: Optional[int] = None, wait: float = 0.0) -> Binding:

@@ -33,12 +33,14 @@
 //! ```
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use registry_api::{origin_of, FunctionView, InstanceSpec, NodeView, Patience, Replicas, Try};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::rac::{RacClient, RacError};
 use crate::{CallOutput, ClientError, NodeClient};
@@ -101,50 +103,12 @@ impl From<ClientError> for RegistryError {
     }
 }
 
-/// Where an instance is bound: the fields of the registry's binding document a caller
-/// needs. `slot` is `None` while the instance is bound to nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Binding {
-    pub id: String,
-    pub generation: u64,
-    pub node: Option<String>,
-    pub slot: Option<u64>,
-    pub http: Option<String>,
-    pub rac: Option<String>,
-    /// The node's HTTPS and RAC-over-TLS addresses, when it has those listeners (a
-    /// registry or node older than them gives none).
-    pub https: Option<String>,
-    pub rac_tls: Option<String>,
-}
-
-impl Binding {
-    /// Reads a binding document (`POST …/instances`, `GET …/instances/{id}`).
-    pub fn from_json(doc: &Value) -> Result<Binding, RegistryError> {
-        let text = |k: &str| doc[k].as_str().map(str::to_string);
-        let invalid = |what: &str| {
-            RegistryError::Transport(format!("registry sent a binding without {what}: {doc}"))
-        };
-        Ok(Binding {
-            id: text("id").ok_or_else(|| invalid("an id"))?,
-            generation: doc["generation"]
-                .as_u64()
-                .ok_or_else(|| invalid("a generation"))?,
-            node: text("node"),
-            slot: doc["slot"].as_u64(),
-            http: text("http"),
-            rac: text("rac"),
-            https: text("https"),
-            rac_tls: text("rac_tls"),
-        })
-    }
-
-    fn is_bound(&self) -> bool {
-        self.slot.is_some() && self.http.is_some()
-    }
-}
+/// Where an instance is bound (the registry's binding document, as the contract
+/// declares it).
+pub use registry_api::Binding;
 
 /// Registry replicas a client may list.
-pub const REGISTRY_REPLICAS_MAX: usize = 8;
+pub const REGISTRY_REPLICAS_MAX: usize = registry_api::leader::REPLICAS_MAX;
 
 /// A blocking client of the registry's HTTP API.
 ///
@@ -155,9 +119,11 @@ pub const REGISTRY_REPLICAS_MAX: usize = 8;
 /// which is asked next. So a client outlives the replica it first talked to.
 #[derive(Clone)]
 pub struct RegistryClient {
-    bases: Arc<[String]>,
-    /// The replica that answered last, shared by clones (a [`Bound`]'s watcher).
-    preferred: Arc<AtomicUsize>,
+    /// The replicas and the one that answered last, shared by clones (a [`Bound`]'s
+    /// watcher).
+    replicas: Arc<Replicas>,
+    /// How long a request keeps going round the replicas while none takes it.
+    patience: Patience,
     token: Option<String>,
     agent: ureq::Agent,
 }
@@ -173,18 +139,13 @@ impl RegistryClient {
             .timeout_read(Duration::from_secs(90))
             .redirects(0)
             .build();
-        let mut bases: Vec<String> = base
-            .split(',')
-            .map(|b| b.trim().trim_end_matches('/').to_string())
-            .filter(|b| !b.is_empty())
-            .take(REGISTRY_REPLICAS_MAX)
-            .collect();
+        let mut bases = Replicas::split(base);
         if bases.is_empty() {
             bases.push(base.trim().to_string());
         }
         RegistryClient {
-            bases: bases.into(),
-            preferred: Arc::new(AtomicUsize::new(0)),
+            replicas: Arc::new(Replicas::new(bases)),
+            patience: Patience::ONCE,
             token: token.map(str::to_string),
             agent,
         }
@@ -192,7 +153,7 @@ impl RegistryClient {
 
     /// The replica requests go to first: the one that answered last.
     pub fn base(&self) -> &str {
-        &self.bases[self.preferred.load(Ordering::Relaxed) % self.bases.len()]
+        self.replicas.base()
     }
 
     fn request(&self, base: &str, method: &str, path: &str) -> ureq::Request {
@@ -203,95 +164,115 @@ impl RegistryClient {
         }
     }
 
-    /// One request, to the replicas in turn (see the type's documentation): each
-    /// listed replica and each leader a follower names is asked at most once.
-    fn json(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, RegistryError> {
-        let first = self.preferred.load(Ordering::Relaxed) % self.bases.len();
-        let mut order: Vec<String> = (0..self.bases.len())
-            .map(|i| self.bases[(first + i) % self.bases.len()].clone())
-            .rev()
-            .collect();
-        let mut asked: Vec<String> = Vec::new();
-        let mut unreachable: Vec<String> = Vec::new();
-        let mut refusal: Option<RegistryError> = None;
-        while let Some(base) = order.pop() {
-            if asked.contains(&base) {
-                continue;
+    /// One request, through the contract's leader-following loop
+    /// (`registry_api::leader`): each listed replica and each leader a follower names
+    /// is asked at most once a round. `None` for an answer without a body.
+    fn send<B: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<Option<Vec<u8>>, RegistryError> {
+        let answer = self.replicas.follow(self.patience, |base| {
+            self.try_once(base, method, path, body)
+        });
+        answer.map_err(|failed| {
+            failed
+                .refusal
+                .unwrap_or_else(|| RegistryError::Transport(failed.unreachable.join("; ")))
+        })?
+    }
+
+    /// One request to the replica at `base`.
+    fn try_once<B: Serialize + ?Sized>(
+        &self,
+        base: &str,
+        method: &str,
+        path: &str,
+        body: Option<&B>,
+    ) -> Try<Result<Option<Vec<u8>>, RegistryError>, RegistryError> {
+        let req = self.request(base, method, path);
+        let result = match body {
+            Some(b) => req.send_json(b),
+            None => req.call(),
+        };
+        let leader = match &result {
+            Err(ureq::Error::Status(503, resp)) => {
+                Some(resp.header("location").and_then(origin_of))
             }
-            asked.push(base.clone());
-            let req = self.request(&base, method, path);
-            let result = match &body {
-                Some(b) => req.send_json(b.clone()),
-                None => req.call(),
-            };
-            let leader = match &result {
-                Err(ureq::Error::Status(503, resp)) => {
-                    Some(resp.header("location").and_then(origin_of))
-                }
-                _ => None,
-            };
-            let resp = match crate::check(result) {
-                Ok(resp) => resp,
-                Err(ClientError::Transport(m)) => {
-                    unreachable.push(m);
-                    continue;
-                }
-                Err(e) => {
-                    let Some(leader) = leader else {
-                        return Err(e.into());
-                    };
+            _ => None,
+        };
+        let resp = match crate::check(result) {
+            Ok(resp) => resp,
+            Err(ClientError::Transport(m)) => return Try::Unreachable(m),
+            Err(e) => {
+                return match leader {
                     // 503: a follower (whose leader is asked next) or a busy replica.
-                    order.extend(leader);
-                    refusal = Some(e.into());
-                    continue;
-                }
-            };
-            if let Some(i) = self.bases.iter().position(|b| *b == base) {
-                self.preferred.store(i, Ordering::Relaxed);
+                    Some(leader) => Try::Unavailable {
+                        leader,
+                        error: e.into(),
+                    },
+                    None => Try::Answer(Err(e.into())),
+                };
             }
-            if resp.status() == 204 {
-                return Ok(Value::Null);
-            }
-            let body = crate::read_body(resp)?;
-            if body.is_empty() {
-                return Ok(Value::Null);
-            }
-            return serde_json::from_slice(&body)
-                .map_err(|e| RegistryError::Transport(format!("registry sent invalid JSON: {e}")));
+        };
+        if resp.status() == 204 {
+            return Try::Answer(Ok(None));
         }
-        Err(refusal.unwrap_or_else(|| RegistryError::Transport(unreachable.join("; "))))
+        Try::Answer(
+            crate::read_body(resp)
+                .map(|body| (!body.is_empty()).then_some(body))
+                .map_err(RegistryError::from),
+        )
+    }
+
+    /// A request whose answer is a document of type `T`.
+    fn doc<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T, RegistryError> {
+        let body = self.send(method, path, body)?.unwrap_or_default();
+        serde_json::from_slice(&body).map_err(|e| {
+            RegistryError::Transport(format!(
+                "registry sent a {method} {path} answer that is not what registry-api.md says: {e}"
+            ))
+        })
     }
 
     /// `GET /v1/nodes`: every node, its devices and slots.
-    pub fn nodes(&self) -> Result<Value, RegistryError> {
-        self.json("GET", "/v1/nodes", None)
+    pub fn nodes(&self) -> Result<Vec<NodeView>, RegistryError> {
+        self.doc::<_, ()>("GET", "/v1/nodes", None)
     }
 
-    /// `PUT /v1/functions/{name}` with `spec` (`accelerator`, `hash`, `query`,
-    /// `instances`): creates or updates the function; answers it.
-    pub fn put_function(&self, name: &str, spec: &Value) -> Result<Value, RegistryError> {
-        self.json("PUT", &format!("/v1/functions/{name}"), Some(spec.clone()))
+    /// `PUT /v1/functions/{name}` with `spec` (a `registry_api::FunctionSpec`, or a document of
+    /// its shape): creates or updates the function; answers it.
+    pub fn put_function<S: Serialize + ?Sized>(
+        &self,
+        name: &str,
+        spec: &S,
+    ) -> Result<FunctionView, RegistryError> {
+        self.doc("PUT", &format!("/v1/functions/{name}"), Some(spec))
     }
 
-    pub fn function(&self, name: &str) -> Result<Value, RegistryError> {
-        self.json("GET", &format!("/v1/functions/{name}"), None)
+    pub fn function(&self, name: &str) -> Result<FunctionView, RegistryError> {
+        self.doc::<_, ()>("GET", &format!("/v1/functions/{name}"), None)
     }
 
     pub fn delete_function(&self, name: &str) -> Result<(), RegistryError> {
-        self.json("DELETE", &format!("/v1/functions/{name}"), None)
+        self.send::<()>("DELETE", &format!("/v1/functions/{name}"), None)
             .map(|_| ())
     }
 
     /// Sets a function's number of instances, keeping its accelerator, hash and query.
-    pub fn scale_function(&self, name: &str, instances: u64) -> Result<Value, RegistryError> {
+    pub fn scale_function(
+        &self,
+        name: &str,
+        instances: u32,
+    ) -> Result<FunctionView, RegistryError> {
         let f = self.function(name)?;
-        let spec = json!({
-            "accelerator": f["accelerator"],
-            "hash": f["hash"],
-            "query": f["query"],
-            "instances": instances,
-        });
-        self.put_function(name, &spec)
+        self.put_function(name, &f.spec(instances))
     }
 
     /// `POST /v1/functions/{function}/instances`: one more instance (or, with an `id`
@@ -302,19 +283,15 @@ impl RegistryClient {
         id: Option<&str>,
         node: Option<&str>,
     ) -> Result<Binding, RegistryError> {
-        let mut body = serde_json::Map::new();
-        if let Some(id) = id {
-            body.insert("id".into(), id.into());
-        }
-        if let Some(node) = node {
-            body.insert("node".into(), node.into());
-        }
-        let doc = self.json(
+        let spec = InstanceSpec {
+            id: id.map(str::to_string),
+            node: node.map(str::to_string),
+        };
+        self.doc(
             "POST",
             &format!("/v1/functions/{function}/instances"),
-            Some(Value::Object(body)),
-        )?;
-        Binding::from_json(&doc)
+            Some(&spec),
+        )
     }
 
     /// The instance's binding; with `after = Some((g, wait))`, waits up to `wait` for
@@ -329,11 +306,11 @@ impl RegistryClient {
         if let Some((generation, wait)) = after {
             path.push_str(&format!("?after={generation}&wait_ms={}", wait.as_millis()));
         }
-        Binding::from_json(&self.json("GET", &path, None)?)
+        self.doc::<_, ()>("GET", &path, None)
     }
 
     pub fn delete_instance(&self, function: &str, id: &str) -> Result<(), RegistryError> {
-        self.json(
+        self.send::<()>(
             "DELETE",
             &format!("/v1/functions/{function}/instances/{id}"),
             None,
@@ -357,12 +334,13 @@ pub enum Via {
 impl Via {
     /// The address of `b`'s node this way of calling goes to.
     pub fn address(self, b: &Binding) -> Option<String> {
-        match self {
-            Via::Http => b.http.clone(),
-            Via::Rac => b.rac.clone(),
-            Via::Https => b.https.clone(),
-            Via::RacTls => b.rac_tls.clone(),
-        }
+        let addr = match self {
+            Via::Http => b.http,
+            Via::Rac => b.rac,
+            Via::Https => b.https,
+            Via::RacTls => b.rac_tls,
+        };
+        addr.map(|a| a.to_string())
     }
 
     fn name(self) -> &'static str {
@@ -534,13 +512,7 @@ impl Bound {
         function: &str,
         options: BoundOptions,
     ) -> Result<Bound, BoundError> {
-        let spec = registry.function(function)?;
-        let accelerator = spec["accelerator"]
-            .as_str()
-            .ok_or_else(|| {
-                RegistryError::Transport(format!("function {function} has no accelerator: {spec}"))
-            })?
-            .to_string();
+        let accelerator = registry.function(function)?.accelerator;
         let binding = registry.create_instance(function, options.instance.as_deref(), None)?;
         let shared = Arc::new(Shared {
             binding: Mutex::new(binding),
@@ -862,14 +834,6 @@ pub fn rac_to_client(e: RacError) -> ClientError {
     }
 }
 
-/// `scheme://authority` of a URL (a follower's `Location` names the leader's URL and
-/// the path asked).
-fn origin_of(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split('/').next().filter(|a| !a.is_empty())?;
-    Some(format!("{scheme}://{authority}"))
-}
-
 /// The host of `HOST:PORT` (an IPv6 address without its brackets), the name a TLS
 /// certificate must be valid for.
 pub fn host_of(addr: &str) -> String {
@@ -938,7 +902,7 @@ mod tests {
     #[test]
     fn replicas_are_listed_and_a_leader_is_read_from_location() {
         let c = RegistryClient::new("http://a:7400/, http://b:7400", None);
-        assert_eq!(&c.bases[..], ["http://a:7400", "http://b:7400"]);
+        assert_eq!(c.replicas.bases(), ["http://a:7400", "http://b:7400"]);
         assert_eq!(c.base(), "http://a:7400");
         assert_eq!(
             origin_of("http://10.0.0.1:7401/v1/functions/f").as_deref(),
@@ -949,16 +913,17 @@ mod tests {
 
     #[test]
     fn a_binding_to_nothing_is_read_but_not_bound() {
-        let doc = json!({"id": "f-1", "generation": 4, "node": null, "slot": null,
-                         "http": null, "rac": null, "device": null});
-        let b = Binding::from_json(&doc).unwrap();
+        let read = |doc: serde_json::Value| serde_json::from_value::<Binding>(doc);
+        let doc = serde_json::json!({"id": "f-1", "function": "f", "generation": 4,
+                         "node": null, "slot": null, "http": null, "rac": null, "device": null});
+        let b = read(doc).unwrap();
         assert_eq!(
             (b.id.as_str(), b.generation, b.is_bound()),
             ("f-1", 4, false)
         );
-        let doc = json!({"id": "f-1", "generation": 5, "node": "a", "slot": 0,
-                         "http": "127.0.0.1:1", "rac": "127.0.0.1:2"});
-        assert!(Binding::from_json(&doc).unwrap().is_bound());
-        assert!(Binding::from_json(&json!({"id": "f-1"})).is_err());
+        let doc = serde_json::json!({"id": "f-1", "function": "f", "generation": 5,
+                         "node": "a", "slot": 0, "http": "127.0.0.1:1", "rac": "127.0.0.1:2"});
+        assert!(read(doc).unwrap().is_bound());
+        assert!(read(serde_json::json!({"id": "f-1"})).is_err());
     }
 }

@@ -155,15 +155,16 @@ impl Cluster {
         loop {
             let nodes = cluster.client().nodes().unwrap();
             let ready = nodes
-                .as_array()
-                .unwrap()
                 .iter()
-                .filter(|n| n["state"] == "ready")
+                .filter(|n| n.state == registry_api::NodeState::Ready)
                 .count();
             if ready == 2 {
                 break cluster;
             }
-            assert!(Instant::now() < deadline, "nodes never registered: {nodes}");
+            assert!(
+                Instant::now() < deadline,
+                "nodes never registered: {nodes:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -272,7 +273,7 @@ fn functions_are_managed_and_called_through_the_cli_and_the_library() {
         assert_eq!(ok_stdout(&out), "HI THERE", "via {via}");
     }
     let f = cluster.client().function("shout").unwrap();
-    assert_eq!(f["instances"].as_array().unwrap().len(), 1, "{f}");
+    assert_eq!(f.instances.len(), 1, "{f:?}");
 
     // Nodes: one row per slot, the instance on the slot holding to_uppercase.
     let text = ok_stdout(&cluster.cli(&["nodes"], b""));
@@ -528,7 +529,7 @@ fn a_replica_that_is_down_is_skipped_for_the_next() {
     let client = RegistryClient::new(&both, None);
     assert_eq!(client.base(), dead);
     let nodes = client.nodes().unwrap();
-    assert_eq!(nodes.as_array().unwrap().len(), 2, "{nodes}");
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
     assert_eq!(
         client.base(),
         cluster.url,

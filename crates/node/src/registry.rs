@@ -20,18 +20,21 @@
 //! cannot be reached or answers 503 (a follower saying `NOT_LEADER`, whose `Location`
 //! names the leader, which is tried next).
 //!
+//! The bodies are the `registry-api` crate's types (the registry serialises with the
+//! same ones), and so is the loop that goes round the replicas.
+//!
 //! HTTP goes through `ureq`, a blocking client: the lease has its own thread, and a
 //! validation runs on the blocking pool of the network thread that asked, like the
 //! reconfiguration itself.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use serde_json::{json, Value};
+use registry_api::{self as api, origin_of, Patience, Replicas, Try};
+use serde_json::Value;
 
 use crate::config::Config;
 use crate::core::slot::SlotInfo;
@@ -39,8 +42,8 @@ use crate::node::Node;
 
 /// Registry replicas a node may list.
 pub const REGISTRY_URLS_MAX: usize = 8;
-/// Longest node name, device id or instance id the registry takes (its `NAME_BYTES_MAX`).
-pub const NAME_BYTES_MAX: usize = 128;
+/// Longest node name, device id or instance id the registry takes.
+pub use registry_api::NAME_BYTES_MAX;
 /// The first pause after a failed registration; it doubles up to `registry_retry_max_ms`.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 /// The shortest pause between renewals, whatever lease the registry grants, so that a
@@ -144,26 +147,9 @@ fn parse_url(url: &str) -> Result<Endpoint, String> {
     })
 }
 
-/// Checks a name the registry will see (node name, instance id): 1 to
-/// [`NAME_BYTES_MAX`] bytes of letters, digits, `.`, `_` and `-`, as the registry
-/// requires of names in its paths.
-pub fn check_name(what: &str, name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > NAME_BYTES_MAX {
-        return Err(format!(
-            "{what} must be 1 to {NAME_BYTES_MAX} bytes long, got {}",
-            name.len()
-        ));
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        return Err(format!(
-            "{what} {name:?} has {c:?}: only letters, digits, '.', '_' and '-' are allowed"
-        ));
-    }
-    Ok(())
-}
+/// Checks a name the registry will see (node name, instance id): the registry's own
+/// rule, from the contract crate.
+pub use registry_api::check_name;
 
 /// The node's name at the registry: `name`, or the host name.
 pub fn node_name(config: &Config) -> Result<String, String> {
@@ -307,8 +293,13 @@ fn device_kind(node: &Node, device: &str) -> (&'static str, String, String) {
 /// The body of `PUT /v1/nodes/{name}` (`spec/registry-api.md`, "Nodes"): the node's
 /// addresses, and its devices with their slots, each with what it holds, its busy
 /// ratio (`busy_ratio[i]` for `slots[i]`) and its queue depth.
-pub fn registration(node: &Node, at: &Advertised, slots: &[SlotInfo], busy_ratio: &[f64]) -> Value {
-    let mut devices: Vec<(&str, Vec<Value>)> = Vec::new();
+pub fn registration(
+    node: &Node,
+    at: &Advertised,
+    slots: &[SlotInfo],
+    busy_ratio: &[f64],
+) -> api::NodeRegistration {
+    let mut devices: Vec<api::DeviceRegistration> = Vec::new();
     for (info, ratio) in slots.iter().zip(busy_ratio) {
         let hash = node
             .dispatcher
@@ -316,42 +307,38 @@ pub fn registration(node: &Node, at: &Advertised, slots: &[SlotInfo], busy_ratio
             .by_id(info.accel_id)
             .map(|a| a.descriptor().hash.clone())
             .unwrap_or_default();
-        let slot = json!({
-            "id": info.id,
-            "accelerator": info.accelerator,
-            "hash": hash,
-            "busy_ratio": ratio,
-            "queue_depth": info.queue_depth,
-        });
-        match devices.iter_mut().find(|(id, _)| *id == info.device) {
-            Some((_, list)) => list.push(slot),
-            None => devices.push((&info.device, vec![slot])),
+        let slot = api::SlotRegistration {
+            id: info.id,
+            accelerator: info.accelerator.clone(),
+            hash,
+            busy_ratio: *ratio,
+            queue_depth: u32::try_from(info.queue_depth).unwrap_or(u32::MAX),
+        };
+        match devices.iter_mut().find(|d| d.id == info.device) {
+            Some(device) => device.slots.push(slot),
+            None => {
+                let (backend, vendor, platform) = device_kind(node, &info.device);
+                devices.push(api::DeviceRegistration {
+                    id: info.device.clone(),
+                    backend: backend.to_string(),
+                    vendor,
+                    platform,
+                    accelerators: None,
+                    slots: vec![slot],
+                });
+            }
         }
     }
-    let devices: Vec<Value> = devices
-        .into_iter()
-        .map(|(id, slots)| {
-            let (backend, vendor, platform) = device_kind(node, id);
-            json!({
-                "id": id,
-                "backend": backend,
-                "vendor": vendor,
-                "platform": platform,
-                "slots": slots,
-            })
-        })
-        .collect();
-    let text = |a: Option<SocketAddr>| a.map(|a| a.to_string());
-    json!({
-        "http": at.http.to_string(),
-        "rac": at.rac.to_string(),
-        "opencl": text(at.opencl),
-        "https": text(at.https),
-        "rac_tls": text(at.rac_tls),
-        "grpc": text(at.grpc),
-        "grpc_tls": text(at.grpc_tls),
-        "devices": devices,
-    })
+    api::NodeRegistration {
+        http: at.http,
+        rac: at.rac,
+        opencl: at.opencl,
+        https: at.https,
+        rac_tls: at.rac_tls,
+        grpc: at.grpc,
+        grpc_tls: at.grpc_tls,
+        devices,
+    }
 }
 
 /// Each slot's share of time spent executing since the last report the registry
@@ -410,19 +397,36 @@ pub enum Verdict {
     Unvalidated(String),
 }
 
-/// An answer from a registry replica.
+/// An answer from a registry replica: its status and body (`Null` when it sent none
+/// or no JSON).
 struct Reply {
     status: u16,
     body: Value,
 }
 
 impl Reply {
-    /// The error sentence of an error body (`{"error":…}`), or the status.
+    /// The error sentence of an error body, or the status.
     fn error(&self) -> String {
-        match self.body["error"].as_str().or(self.body["reason"].as_str()) {
-            Some(e) => format!("{} {e}", self.status),
-            None => format!("status {}", self.status),
+        match serde_json::from_value::<api::ErrorBody>(self.body.clone()) {
+            Ok(e) => format!("{} {}", self.status, e.error),
+            Err(_) => match serde_json::from_value::<api::Verdict>(self.body.clone()) {
+                Ok(api::Verdict {
+                    reason: Some(reason),
+                    ..
+                }) => format!("{} {reason}", self.status),
+                _ => format!("status {}", self.status),
+            },
         }
+    }
+
+    /// The body as `T`, or why it is not one.
+    fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, String> {
+        serde_json::from_value(self.body.clone()).map_err(|e| {
+            format!(
+                "the registry's answer ({}) is not what registry-api.md says: {e}",
+                self.status
+            )
+        })
     }
 }
 
@@ -441,9 +445,8 @@ struct Wake {
 /// the lease thread's wake-up.
 pub struct Registry {
     pub name: String,
-    endpoints: Vec<Endpoint>,
-    /// The replica that answered last, where the next request goes first.
-    preferred: AtomicUsize,
+    /// The replicas, and which answered last (where the next request goes first).
+    replicas: Replicas,
     token: Option<String>,
     agent: ureq::Agent,
     timeout: Duration,
@@ -464,8 +467,7 @@ impl Registry {
         Ok(Some(Arc::new(Registry {
             name: node_name(config)?,
             advertise: advertise_ip(config, &endpoints)?,
-            endpoints,
-            preferred: AtomicUsize::new(0),
+            replicas: Replicas::new(endpoints.into_iter().map(|e| e.base).collect()),
             token: config.registry_token.clone(),
             agent: ureq::AgentBuilder::new()
                 .timeout_connect(timeout.min(Duration::from_secs(2)))
@@ -485,82 +487,84 @@ impl Registry {
         listening.at(self.advertise)
     }
 
-    /// Sends one request: to the replica that answered last, then to each other
+    /// Sends one request through the one leader-following loop of the contract
+    /// (`registry_api::leader`): to the replica that answered last, then to each other
     /// replica in turn while they cannot be reached or answer 503 (a follower's
-    /// `NOT_LEADER`, whose `Location` is tried next, or an overloaded registry).
-    /// `Err` says why no replica gave another answer. Each try waits at most
-    /// `registry_timeout_ms`, and none starts or lasts past `deadline`; a request tries
-    /// each replica at most twice.
-    fn send(
+    /// `NOT_LEADER`, whose `Location` is tried next, or an overloaded registry), one
+    /// round. `Err` says why no replica gave another answer. Each try waits at most
+    /// `registry_timeout_ms`, and none starts or lasts past `deadline`. One round is
+    /// enough here: the lease thread tries again on its own schedule.
+    fn send<B: serde::Serialize>(
         &self,
         method: &str,
         path: &str,
-        body: Option<&Value>,
+        body: Option<&B>,
         admin: bool,
         deadline: Instant,
     ) -> Result<Reply, String> {
-        let first = self.preferred.load(Ordering::Relaxed) % self.endpoints.len();
-        let mut failures = Vec::new();
-        let mut leader: Option<String> = None;
-        let mut index = first;
-        for _ in 0..self.endpoints.len() * 2 {
-            let base = leader.take().unwrap_or_else(|| {
-                let base = self.endpoints[index].base.clone();
-                index = (index + 1) % self.endpoints.len();
-                base
-            });
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                failures.push("out of time".to_string());
-                break;
-            }
-            let url = format!("{base}{path}");
-            let mut request = self
-                .agent
-                .request(method, &url)
-                .timeout(left.min(self.timeout))
-                .set("Accept", "application/json");
-            if let (true, Some(token)) = (admin, &self.token) {
-                request = request.set("Authorization", &format!("Bearer {token}"));
-            }
-            let answer = match body {
-                Some(body) => request.send_json(body),
-                None => request.call(),
-            };
-            let response = match answer {
-                Ok(response) => response,
-                Err(ureq::Error::Status(_, response)) => response,
-                Err(ureq::Error::Transport(e)) => {
-                    // ureq's sentence names the URL.
-                    failures.push(e.to_string());
-                    continue;
-                }
-            };
-            let status = response.status();
-            if status == 503 {
-                leader = response.header("Location").and_then(origin_of);
-                let why = Reply {
-                    status,
-                    body: response.into_json().unwrap_or(Value::Null),
-                };
-                failures.push(format!("{url}: {}", why.error()));
-                continue;
-            }
-            if let Some(i) = self.endpoints.iter().position(|e| e.base == base) {
-                self.preferred.store(i, Ordering::Relaxed);
-            }
-            let body = response
-                .into_string()
-                .ok()
-                .and_then(|text| serde_json::from_str(&text).ok())
-                .unwrap_or(Value::Null);
-            return Ok(Reply { status, body });
+        let patience = Patience {
+            deadline: Some(deadline),
+            ..Patience::ONCE
+        };
+        let answer = self.replicas.follow(patience, |base| {
+            self.try_once(base, method, path, body, admin, deadline)
+        });
+        answer.map_err(|failed| {
+            let mut failures = failed.unreachable;
+            failures.extend(failed.refusal);
+            failures.dedup();
+            format!("no registry replica answered: {}", failures.join("; "))
+        })
+    }
+
+    /// One request to the replica at `base`.
+    fn try_once<B: serde::Serialize>(
+        &self,
+        base: &str,
+        method: &str,
+        path: &str,
+        body: Option<&B>,
+        admin: bool,
+        deadline: Instant,
+    ) -> Try<Reply, String> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let url = format!("{base}{path}");
+        let mut request = self
+            .agent
+            .request(method, &url)
+            .timeout(left.min(self.timeout))
+            .set("Accept", "application/json");
+        if let (true, Some(token)) = (admin, &self.token) {
+            request = request.set("Authorization", &format!("Bearer {token}"));
         }
-        failures.dedup();
-        Err(format!(
-            "no registry replica answered: {}",
-            failures.join("; ")
-        ))
+        let answer = match body {
+            Some(body) => request.send_json(body),
+            None => request.call(),
+        };
+        let response = match answer {
+            Ok(response) => response,
+            Err(ureq::Error::Status(_, response)) => response,
+            // ureq's sentence names the URL.
+            Err(ureq::Error::Transport(e)) => return Try::Unreachable(e.to_string()),
+        };
+        let status = response.status();
+        if status == 503 {
+            let leader = response.header("Location").and_then(origin_of);
+            let why = Reply {
+                status,
+                body: response.into_json().unwrap_or(Value::Null),
+            };
+            return Try::Unavailable {
+                leader,
+                error: format!("{url}: {}", why.error()),
+            };
+        }
+        let body = response
+            .into_string()
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or(Value::Null);
+        Try::Answer(Reply { status, body })
     }
 
     /// Asks whether slot `slot` of device `device` may load `accelerator`
@@ -576,15 +580,13 @@ impl Registry {
         instance: Option<&str>,
         admin: bool,
     ) -> Verdict {
-        let mut body = json!({
-            "node": self.name,
-            "device": device,
-            "slot": slot,
-            "accelerator": accelerator,
-        });
-        if let Some(instance) = instance {
-            body["instance"] = json!(instance);
-        }
+        let body = api::ReconfigurationRequest {
+            node: self.name.clone(),
+            device: device.to_string(),
+            slot,
+            accelerator: accelerator.to_string(),
+            instance: instance.map(str::to_string),
+        };
         let reply = match self.send(
             "POST",
             "/v1/reconfigurations",
@@ -595,36 +597,37 @@ impl Registry {
             Ok(reply) => reply,
             Err(why) => return Verdict::Unvalidated(why),
         };
-        match reply.status {
-            200 if reply.body["allowed"] == json!(true) => Verdict::Allowed {
-                migrated: reply.body["migrated"]
-                    .as_array()
-                    .map(|ids| {
-                        ids.iter()
-                            .filter_map(|v| v.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+        match (reply.status, reply.parse::<api::Verdict>()) {
+            (
+                200,
+                Ok(api::Verdict {
+                    allowed: true,
+                    migrated,
+                    ..
+                }),
+            ) => Verdict::Allowed {
+                migrated: migrated.unwrap_or_default(),
             },
-            409 => Verdict::Refused(
-                reply.body["reason"]
-                    .as_str()
-                    .or(reply.body["error"].as_str())
-                    .unwrap_or("no reason given")
-                    .to_string(),
+            (409, verdict) => Verdict::Refused(
+                verdict
+                    .ok()
+                    .and_then(|v| v.reason)
+                    .or_else(|| reply.parse::<api::ErrorBody>().ok().map(|e| e.error))
+                    .unwrap_or_else(|| "no reason given".to_string()),
             ),
-            400 => Verdict::Invalid(reply.error()),
+            (400, _) => Verdict::Invalid(reply.error()),
             _ => Verdict::Unvalidated(format!("the registry answered {}", reply.error())),
         }
     }
 
     /// Registers or renews: `Ok` with the lease granted, `Err` with why not.
-    fn register(&self, body: &Value) -> Result<Duration, String> {
+    fn register(&self, body: &api::NodeRegistration) -> Result<Duration, String> {
         let path = format!("/v1/nodes/{}", self.name);
         let reply = self.send("PUT", &path, Some(body), true, self.deadline())?;
-        match (reply.status, reply.body["lease_ms"].as_u64()) {
-            (200, Some(ms)) => Ok(Duration::from_millis(ms)),
-            (200, None) => Err("the registry's answer has no lease_ms".to_string()),
+        match reply.status {
+            200 => Ok(Duration::from_millis(
+                reply.parse::<api::LeaseGrant>()?.lease_ms,
+            )),
             _ => Err(format!("the registry answered {}", reply.error())),
         }
     }
@@ -632,7 +635,7 @@ impl Registry {
     /// `DELETE /v1/nodes/{name}`, finishing by `deadline`.
     fn deregister(&self, deadline: Instant) {
         let path = format!("/v1/nodes/{}", self.name);
-        match self.send("DELETE", &path, None, true, deadline) {
+        match self.send::<()>("DELETE", &path, None, true, deadline) {
             Ok(reply) if matches!(reply.status, 200 | 204) => {
                 tracing::info!(node = %self.name, "deregistered from the registry");
             }
@@ -655,7 +658,7 @@ impl Registry {
 
     /// When a request starting now must be answered by: one timeout per replica.
     fn deadline(&self) -> Instant {
-        Instant::now() + self.timeout * self.endpoints.len() as u32
+        Instant::now() + self.timeout * self.replicas.bases().len() as u32
     }
 
     /// Asks the lease thread to report now (a slot now holds something else).
@@ -683,13 +686,6 @@ impl Registry {
             self.woken.wait_until(&mut wake, until);
         }
     }
-}
-
-/// `scheme://authority` of an absolute URL (a `Location` header).
-fn origin_of(location: &str) -> Option<String> {
-    let (scheme, rest) = location.split_once("://")?;
-    let authority = rest.split('/').next()?;
-    (!authority.is_empty()).then(|| format!("{scheme}://{authority}"))
 }
 
 /// The lease: a thread that registers the node and renews its lease until the node

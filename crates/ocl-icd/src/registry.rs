@@ -22,7 +22,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use registry_api::{origin_of, Binding, ErrorBody, InstanceSpec, Patience, Replicas, Try};
 
 /// The registry's URL, or several replicas' comma-separated.
 pub const REGISTRY_ENV: &str = "NETACCEL_REGISTRY";
@@ -33,7 +33,7 @@ pub const INSTANCE_ENV: &str = "NETACCEL_INSTANCE";
 /// The registry's admin token, when it requires one for writes.
 pub const TOKEN_ENV: &str = "NETACCEL_REGISTRY_TOKEN";
 /// Registry replicas tried, at most.
-const REPLICAS_MAX: usize = 8;
+const REPLICAS_MAX: usize = registry_api::leader::REPLICAS_MAX;
 /// Longest wait for one answer: allocation may reconfigure a slot first.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -86,15 +86,8 @@ impl Lookup {
             ));
         }
         for name in std::iter::once(function).chain(instance) {
-            if name.len() > 128
-                || name
-                    .chars()
-                    .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-            {
-                return Err(format!(
-                    "{name:?} is not a registry name (1 to 128 letters, digits, '.', '_', '-')"
-                ));
-            }
+            registry_api::check_name("a registry name", name)
+                .map_err(|why| format!("{name:?} is not a registry name: {why}"))?;
         }
         Ok(Lookup {
             registries,
@@ -124,16 +117,15 @@ fn agent() -> ureq::Agent {
         .build()
 }
 
-/// Reads the remote OpenCL address from a binding document; `Err` says why there is
-/// none.
-pub fn opencl_of(binding: &Value) -> Result<String, String> {
-    let id = binding["id"].as_str().unwrap_or("?");
-    let Some(node) = binding["node"].as_str() else {
+/// Reads the remote OpenCL address from a binding; `Err` says why there is none.
+pub fn opencl_of(binding: &Binding) -> Result<String, String> {
+    let id = &binding.id;
+    let Some(node) = &binding.node else {
         return Err(format!(
             "instance {id} is bound to no slot (no compatible slot had room)"
         ));
     };
-    match binding["opencl"].as_str() {
+    match binding.opencl {
         Some(addr) => Ok(addr.to_string()),
         None => Err(format!(
             "instance {id} is bound to node {node}, which serves no remote OpenCL \
@@ -142,70 +134,92 @@ pub fn opencl_of(binding: &Value) -> Result<String, String> {
     }
 }
 
+/// What one registry replica answered to `POST …/instances`: the binding and whether
+/// the instance is new (`201`), or a refusal in a sentence.
+type Answer = Result<(Binding, bool), String>;
+
 /// Binds an instance; answers the remote OpenCL address of its node, or why not (a
 /// sentence naming the registry).
 pub fn bind(lookup: &Lookup) -> Result<String, String> {
     let agent = agent();
+    let replicas = Replicas::new(lookup.registries.clone());
     let path = format!("/v1/functions/{}/instances", lookup.function);
-    let body = match &lookup.instance {
-        Some(id) => json!({ "id": id }),
-        None => json!({}),
+    let body = InstanceSpec {
+        id: lookup.instance.clone(),
+        node: None,
     };
-    let mut failures = Vec::new();
-    let mut next: Vec<String> = lookup.registries.iter().rev().cloned().collect();
-    let mut tries = 0;
-    while let Some(base) = next.pop() {
-        tries += 1;
-        if tries > 2 * REPLICAS_MAX {
-            break;
+    let mut answered_by = String::new();
+    let answer = replicas.follow(Patience::ONCE, |base| {
+        answered_by = base.to_string();
+        ask(&agent, base, &path, &body, lookup)
+    });
+    let (binding, created) = match answer {
+        Ok(answer) => answer?,
+        Err(failed) => {
+            let mut failures = failed.unreachable;
+            failures.extend(failed.refusal);
+            return Err(failures.join("; "));
         }
-        let mut request = agent.post(&format!("{base}{path}"));
-        if let Some(token) = &lookup.token {
-            request = request.set("Authorization", &format!("Bearer {token}"));
+    };
+    let addr = opencl_of(&binding)
+        .map_err(|e| format!("registry {answered_by}, function {}: {e}", lookup.function))?;
+    if created && lookup.instance.is_none() {
+        remember(&answered_by, lookup, &binding);
+    }
+    Ok(addr)
+}
+
+/// One `POST …/instances` to the replica at `base`.
+fn ask(
+    agent: &ureq::Agent,
+    base: &str,
+    path: &str,
+    body: &InstanceSpec,
+    lookup: &Lookup,
+) -> Try<Answer, String> {
+    let mut request = agent.post(&format!("{base}{path}"));
+    if let Some(token) = &lookup.token {
+        request = request.set("Authorization", &format!("Bearer {token}"));
+    }
+    let response = match request.send_json(body) {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(ureq::Error::Transport(e)) => {
+            return Try::Unreachable(format!("registry {base} unreachable: {e}"))
         }
-        let response = match request.send_json(body.clone()) {
-            Ok(r) => r,
-            Err(ureq::Error::Status(_, r)) => r,
-            Err(ureq::Error::Transport(e)) => {
-                failures.push(format!("registry {base} unreachable: {e}"));
-                continue;
-            }
-        };
-        let status = response.status();
-        let location = response.header("location").map(str::to_string);
-        let doc: Value = response.into_json().unwrap_or(Value::Null);
-        match status {
-            200 | 201 => {
-                let addr = opencl_of(&doc)
-                    .map_err(|e| format!("registry {base}, function {}: {e}", lookup.function))?;
-                if status == 201 && lookup.instance.is_none() {
-                    remember(&base, lookup, &doc);
-                }
-                return Ok(addr);
-            }
-            // A follower: its Location names the leader, asked next.
-            503 if doc["code"] == "NOT_LEADER" => {
-                if let Some(leader) = location.as_deref().and_then(|l| l.strip_suffix(&path)) {
-                    next.push(leader.to_string());
-                }
-                failures.push(format!("registry {base} does not lead"));
-            }
-            _ => {
-                let why = doc["error"].as_str().unwrap_or("no reason given");
-                let code = doc["code"].as_str().unwrap_or("");
-                return Err(format!(
-                    "registry {base} refused an instance of function {}: {status} {code}: {why}",
-                    lookup.function
-                ));
-            }
+    };
+    let status = response.status();
+    let location = response.header("location").map(str::to_string);
+    let text = response.into_string().unwrap_or_default();
+    match status {
+        200 | 201 => Try::Answer(
+            serde_json::from_str::<Binding>(&text)
+                .map(|b| (b, status == 201))
+                .map_err(|e| {
+                    format!("registry {base} sent a binding registry-api.md does not describe: {e}")
+                }),
+        ),
+        // A follower: its Location names the leader, asked next.
+        503 => Try::Unavailable {
+            leader: location.as_deref().and_then(origin_of),
+            error: format!("registry {base} does not lead"),
+        },
+        _ => {
+            let why = serde_json::from_str::<ErrorBody>(&text).unwrap_or(ErrorBody {
+                error: "no reason given".to_string(),
+                code: String::new(),
+            });
+            Try::Answer(Err(format!(
+                "registry {base} refused an instance of function {}: {status} {}: {}",
+                lookup.function, why.code, why.error
+            )))
         }
     }
-    Err(failures.join("; "))
 }
 
 /// Notes an instance this process created, and deletes it when the process exits.
-fn remember(base: &str, lookup: &Lookup, doc: &Value) {
-    let Some(id) = doc["id"].as_str() else { return };
+fn remember(base: &str, lookup: &Lookup, binding: &Binding) {
+    let id = &binding.id;
     *CREATED.lock().unwrap_or_else(|e| e.into_inner()) = Some(Created {
         registry: base.to_string(),
         function: lookup.function.clone(),
@@ -262,13 +276,18 @@ mod tests {
 
     #[test]
     fn the_binding_must_name_a_node_that_serves_opencl() {
-        let bound = json!({"id": "f-1", "node": "n1", "opencl": "10.0.0.1:9500"});
+        let binding = |node: Option<&str>, opencl: Option<&str>| -> Binding {
+            serde_json::from_value(serde_json::json!({"id": "f-1", "function": "f",
+                "generation": 1, "node": node, "opencl": opencl}))
+            .unwrap()
+        };
+        let bound = binding(Some("n1"), Some("10.0.0.1:9500"));
         assert_eq!(opencl_of(&bound).unwrap(), "10.0.0.1:9500");
-        let no_opencl = json!({"id": "f-1", "node": "n1", "opencl": null});
+        let no_opencl = binding(Some("n1"), None);
         assert!(opencl_of(&no_opencl)
             .unwrap_err()
             .contains("serves no remote OpenCL"));
-        let unbound = json!({"id": "f-1", "node": null, "opencl": null});
+        let unbound = binding(None, None);
         assert!(opencl_of(&unbound)
             .unwrap_err()
             .contains("bound to no slot"));

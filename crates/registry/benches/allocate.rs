@@ -65,7 +65,7 @@ fn inventory() -> Inventory {
             let idx = inv.insert(SlotSpec {
                 node: node.clone(),
                 device: Arc::from("cpu0"),
-                slot: s as u32,
+                slot: s as u16,
                 backend: Arc::from("cpu"),
                 vendor: Arc::from("netaccel"),
                 catalog: None,
@@ -121,7 +121,7 @@ impl NodeAdmin for AgreeingNode {
     fn reconfigure(
         &self,
         _: SocketAddr,
-        _: u32,
+        _: u16,
         _: &str,
     ) -> BoxFuture<'static, Result<(), String>> {
         Box::pin(async { Ok(()) })

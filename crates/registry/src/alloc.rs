@@ -60,6 +60,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::model::SlotId;
+
 /// Index of a slot in an [`Inventory`]; stable while the slot exists.
 pub type SlotIdx = u32;
 
@@ -150,7 +152,7 @@ pub enum Decision {
 pub struct SlotSpec {
     pub node: Arc<str>,
     pub device: Arc<str>,
-    pub slot: u32,
+    pub slot: SlotId,
     pub backend: Arc<str>,
     pub vendor: Arc<str>,
     /// Accelerators the slot's device can load; `None`: any.
@@ -267,7 +269,7 @@ pub struct Inventory {
     views: Vec<Option<SlotView>>,
     hot: Vec<Hot>,
     vacant: Vec<SlotIdx>,
-    by_id: HashMap<(Arc<str>, u32), SlotIdx>,
+    by_id: HashMap<(Arc<str>, SlotId), SlotIdx>,
     accels: Vec<Accel>,
     accel_ids: HashMap<Arc<str>, u32>,
     free_accels: Vec<u32>,
@@ -347,7 +349,7 @@ impl Inventory {
     }
 
     /// The slot `slot` of node `node`.
-    pub fn find(&self, node: &str, slot: u32) -> Option<SlotIdx> {
+    pub fn find(&self, node: &str, slot: SlotId) -> Option<SlotIdx> {
         self.by_id.get(&(Arc::from(node), slot)).copied()
     }
 

@@ -102,8 +102,12 @@ impl ApiError {
         ApiError::new(500, "INTERNAL", message)
     }
 
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::json!({ "error": self.message, "code": self.code })
+    /// The body sent with it.
+    pub fn body(&self) -> registry_api::ErrorBody {
+        registry_api::ErrorBody {
+            error: self.message.clone(),
+            code: self.code.to_string(),
+        }
     }
 }
 

@@ -20,7 +20,7 @@ pub trait NodeAdmin: Send + Sync + 'static {
     fn reconfigure(
         &self,
         node: SocketAddr,
-        slot: u32,
+        slot: crate::model::SlotId,
         accelerator: &str,
     ) -> BoxFuture<'static, Result<(), String>>;
 }
@@ -49,7 +49,7 @@ impl NodeAdmin for HttpNodeAdmin {
     fn reconfigure(
         &self,
         node: SocketAddr,
-        slot: u32,
+        slot: crate::model::SlotId,
         accelerator: &str,
     ) -> BoxFuture<'static, Result<(), String>> {
         let agent = self.agent.clone();

@@ -4,13 +4,14 @@
 
 use std::time::Instant;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tracing::info;
 
 use crate::alloc::Reconfigure;
 use crate::error::ApiError;
 use crate::model::{
-    FunctionRecord, FunctionSpec, InstanceSpec, NodeRegistration, ReconfigurationRequest, SlotRef,
+    function_record, FunctionRecord, FunctionSpec, InstanceSpec, NodeRegistration,
+    ReconfigurationRequest, SlotRef,
 };
 use crate::registry::{Alloc, Registry};
 
@@ -22,10 +23,11 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn json(&self) -> Value {
+    /// The body that answers it.
+    pub fn body(&self) -> registry_api::Verdict {
         match self {
-            Verdict::Allowed { migrated } => json!({ "allowed": true, "migrated": migrated }),
-            Verdict::Refused { reason } => json!({ "allowed": false, "reason": reason }),
+            Verdict::Allowed { migrated } => registry_api::Verdict::allowed(migrated.clone()),
+            Verdict::Refused { reason } => registry_api::Verdict::refused(reason.clone()),
         }
     }
 }
@@ -131,7 +133,7 @@ impl Registry {
                     self.config.instances_max
                 )));
             }
-            let record = spec.record(name);
+            let record = function_record(spec, name);
             let replace = existing.is_some_and(|f| f.record.placement_differs(&record));
             if existing.map(|f| &f.record) != Some(&record) {
                 st.put_function(record);

@@ -105,12 +105,12 @@ pub fn parse_vector(body: &[u8]) -> Result<Vec<Sample>, String> {
 pub fn by_slot<'a>(
     samples: &[Sample],
     nodes: impl IntoIterator<Item = (&'a str, String)>,
-) -> Vec<(String, u32, f64)> {
+) -> Vec<(String, crate::model::SlotId, f64)> {
     let nodes: Vec<(&str, String)> = nodes.into_iter().collect();
     samples
         .iter()
         .filter_map(|s| {
-            let slot: u32 = s.labels.get("slot")?.parse().ok()?;
+            let slot: crate::model::SlotId = s.labels.get("slot")?.parse().ok()?;
             let node = match s.labels.get("node") {
                 Some(name) => nodes.iter().find(|(n, _)| n == name)?.0,
                 None => {

@@ -124,7 +124,7 @@ enum Step {
     Reconfigure {
         idx: SlotIdx,
         node: SocketAddr,
-        slot: u32,
+        slot: crate::model::SlotId,
         accelerator: String,
         op: u64,
     },

@@ -16,11 +16,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{json, Value};
+use registry_api as api;
+use serde_json::Value;
 
 use crate::alloc::{Inventory, Reconfigure, Request, SlotIdx, SlotSpec};
 use crate::model::{
-    Extra, FunctionRecord, InstanceRecord, Meta, NodeRecord, NodeRegistration, NodeState, SlotRef,
+    node_record, FunctionRecord, InstanceRecord, Meta, NodeRecord, NodeRegistration, NodeState,
+    SlotId, SlotRecord, SlotRef,
 };
 use crate::store::{Change, Revision, Snapshot};
 
@@ -254,7 +256,7 @@ impl State {
     /// holding until `valid_until`; how many slots it set.
     pub fn set_prometheus_utilization(
         &mut self,
-        slots: &[(String, u32, f64)],
+        slots: &[(String, crate::model::SlotId, f64)],
         valid_until: Instant,
     ) -> usize {
         let mut applied = 0;
@@ -320,7 +322,7 @@ impl State {
         lease_deadline: Instant,
     ) -> Upsert {
         let mut upsert = Upsert::default();
-        let mut record = reg.record(name);
+        let mut record = node_record(reg, name);
         match self.nodes.get(name) {
             None => {
                 upsert.created = true;
@@ -328,7 +330,7 @@ impl State {
                 self.insert_node(record, lease_deadline, now);
             }
             Some(old) => {
-                let mut believed: HashMap<u32, (SlotIdx, &str, &str)> = HashMap::new();
+                let mut believed: HashMap<SlotId, (SlotIdx, &str, &str)> = HashMap::new();
                 let mut k = 0;
                 for d in &old.record.devices {
                     for s in &d.slots {
@@ -381,13 +383,13 @@ impl State {
         let old = self.nodes.remove(&name).expect("node exists");
         // A slot stays (keeps its inventory entry and bindings) when it is reported on
         // the same device with the same traits; otherwise it is a new slot.
-        let reported: HashMap<u32, usize> = record
+        let reported: HashMap<SlotId, usize> = record
             .devices
             .iter()
             .enumerate()
             .flat_map(|(d, device)| device.slots.iter().map(move |s| (s.id, d)))
             .collect();
-        let mut keep: HashMap<u32, SlotIdx> = HashMap::new();
+        let mut keep: HashMap<SlotId, SlotIdx> = HashMap::new();
         let mut k = 0;
         for d in &old.record.devices {
             for s in &d.slots {
@@ -737,95 +739,108 @@ impl State {
     }
 
     /// An instance's binding as clients see it.
-    pub fn binding_json(&self, id: &str) -> Value {
+    pub fn binding(&self, id: &str) -> api::Binding {
         let record = &self.instances[id];
         let node = record
             .binding
             .as_ref()
-            .and_then(|b| self.nodes.get(&b.node));
-        let mut doc = json!({
-            "id": record.id,
-            "function": record.function,
-            "node": record.binding.as_ref().map(|b| &b.node),
-            "device": record.binding.as_ref().map(|b| &b.device),
-            "slot": record.binding.as_ref().map(|b| b.slot),
-            "http": node.map(|n| n.record.http.to_string()),
-            "rac": node.map(|n| n.record.rac.to_string()),
-            "opencl": node.and_then(|n| n.record.opencl.map(|a| a.to_string())),
-            "generation": record.generation,
-        });
-        if let Value::Object(map) = &mut doc {
-            Extra::write_json(node.map(|n| &n.record.extra), map);
+            .and_then(|b| self.nodes.get(&b.node))
+            .map(|n| &n.record);
+        let extra = node.map(|n| n.extra).unwrap_or_default();
+        api::Binding {
+            id: record.id.clone(),
+            function: record.function.clone(),
+            node: record.binding.as_ref().map(|b| b.node.clone()),
+            device: record.binding.as_ref().map(|b| b.device.clone()),
+            slot: record.binding.as_ref().map(|b| b.slot),
+            http: node.map(|n| n.http),
+            rac: node.map(|n| n.rac),
+            opencl: node.and_then(|n| n.opencl),
+            https: extra.https,
+            rac_tls: extra.rac_tls,
+            grpc: extra.grpc,
+            grpc_tls: extra.grpc_tls,
+            generation: record.generation,
+            // Sent only where it says something (a DRA claim's instance), so the
+            // documents of every other instance read as they always have.
+            pinned: record.pinned,
         }
-        if record.pinned {
-            // Only where it says something (a DRA claim's instance), so the documents
-            // of every other instance read as they always have.
-            doc["pinned"] = json!(true);
+    }
+
+    pub fn binding_json(&self, id: &str) -> Value {
+        to_json(&self.binding(id))
+    }
+
+    pub fn function_view(&self, name: &str) -> api::FunctionView {
+        let f = &self.functions[name];
+        api::FunctionView {
+            name: f.record.name.clone(),
+            accelerator: f.record.accelerator.clone(),
+            hash: f.record.hash.clone(),
+            query: f.record.query.clone(),
+            instances: f.instances.iter().map(|id| self.binding(id)).collect(),
         }
-        doc
     }
 
     pub fn function_json(&self, name: &str) -> Value {
-        let f = &self.functions[name];
-        json!({
-            "name": f.record.name,
-            "accelerator": f.record.accelerator,
-            "hash": f.record.hash,
-            "query": f.record.query,
-            "instances": f.instances.iter().map(|id| self.binding_json(id)).collect::<Vec<_>>(),
-        })
+        to_json(&self.function_view(name))
     }
 
-    pub fn node_json(&self, node: &Node) -> Value {
+    pub fn node_view(&self, node: &Node) -> api::NodeView {
         let r = &node.record;
-        let mut k = 0;
-        let devices: Vec<Value> = r
+        let mut slots = node.slots.iter();
+        let devices = r
             .devices
             .iter()
-            .map(|d| {
-                let slots: Vec<Value> = d
+            .map(|d| api::DeviceView {
+                id: d.id.clone(),
+                backend: d.backend.clone(),
+                vendor: d.vendor.clone(),
+                platform: d.platform.clone(),
+                accelerators: d.accelerators.clone(),
+                slots: d
                     .slots
                     .iter()
                     .map(|s| {
-                        let idx = node.slots[k];
-                        k += 1;
-                        let view = self.inventory.get(idx).expect("live slot");
-                        let soft = self.soft(idx);
-                        json!({
-                            "id": s.id,
-                            "accelerator": s.accelerator,
-                            "hash": s.hash,
-                            "busy_ratio": view.utilization,
-                            "queue_depth": soft.queue_depth,
-                            "utilization": view.effective_utilization(),
-                            "reconfiguring": soft.pending.as_ref().map(|p| &p.0),
-                            "released": view.released,
-                            "instances": self.bound_to(idx),
-                        })
+                        let idx = *slots.next().expect("one index per slot of the record");
+                        self.slot_view(idx, s)
                     })
-                    .collect();
-                json!({
-                    "id": d.id,
-                    "backend": d.backend,
-                    "vendor": d.vendor,
-                    "platform": d.platform,
-                    "accelerators": d.accelerators,
-                    "slots": slots,
-                })
+                    .collect(),
             })
             .collect();
-        let mut doc = json!({
-            "name": r.name,
-            "state": r.state,
-            "http": r.http.to_string(),
-            "rac": r.rac.to_string(),
-            "opencl": r.opencl.map(|a| a.to_string()),
-            "devices": devices,
-        });
-        if let Value::Object(map) = &mut doc {
-            Extra::write_json(Some(&r.extra), map);
+        debug_assert!(slots.next().is_none(), "one slot of the record per index");
+        api::NodeView {
+            name: r.name.clone(),
+            state: r.state,
+            http: r.http,
+            rac: r.rac,
+            opencl: r.opencl,
+            https: r.extra.https,
+            rac_tls: r.extra.rac_tls,
+            grpc: r.extra.grpc,
+            grpc_tls: r.extra.grpc_tls,
+            devices,
         }
-        doc
+    }
+
+    fn slot_view(&self, idx: SlotIdx, s: &SlotRecord) -> api::SlotView {
+        let view = self.inventory.get(idx).expect("live slot");
+        let soft = self.soft(idx);
+        api::SlotView {
+            id: s.id,
+            accelerator: s.accelerator.clone(),
+            hash: s.hash.clone(),
+            busy_ratio: view.utilization,
+            queue_depth: soft.queue_depth,
+            utilization: view.effective_utilization(),
+            reconfiguring: soft.pending.as_ref().map(|p| p.0.clone()),
+            released: view.released,
+            instances: self.bound_to(idx),
+        }
+    }
+
+    pub fn node_json(&self, node: &Node) -> Value {
+        to_json(&self.node_view(node))
     }
 
     /// Checks the invariants listed in the module documentation.
@@ -869,4 +884,9 @@ impl State {
             }
         }
     }
+}
+
+/// A document of the API as JSON (the registry-api types cannot fail to serialise).
+fn to_json<T: serde::Serialize>(doc: &T) -> Value {
+    serde_json::to_value(doc).expect("API documents serialise")
 }

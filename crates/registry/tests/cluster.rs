@@ -234,7 +234,7 @@ fn allocation_across_three_nodes_reconfigures_and_tells_the_displaced_instance()
         assert!(since_asked < Duration::from_millis(300), "{since_asked:?}");
 
         // The node really holds topk now, and calls through rank's binding compute it.
-        let rank_at = rank_binding.http.clone().unwrap();
+        let rank_at = rank_binding.http.unwrap();
         let slots: Value = ureq::get(&format!("http://{rank_at}/v1/slots"))
             .call()
             .unwrap()

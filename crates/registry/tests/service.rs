@@ -21,16 +21,16 @@ use serde_json::{json, Value};
 /// Agrees to every reconfiguration except of the slots in `refuse`.
 #[derive(Default)]
 struct FakeAdmin {
-    refuse: Mutex<HashSet<(SocketAddr, u32)>>,
+    refuse: Mutex<HashSet<(SocketAddr, u16)>>,
     refuse_all: Mutex<bool>,
-    calls: Mutex<Vec<(SocketAddr, u32, String)>>,
+    calls: Mutex<Vec<(SocketAddr, u16, String)>>,
 }
 
 impl NodeAdmin for FakeAdmin {
     fn reconfigure(
         &self,
         node: SocketAddr,
-        slot: u32,
+        slot: u16,
         accelerator: &str,
     ) -> BoxFuture<'static, Result<(), String>> {
         self.calls
@@ -411,10 +411,10 @@ fn reconfiguration_requests_are_validated() {
         .unwrap();
         reg.put_function("e", &function("echo", 1)).await.unwrap();
         let doc = reg.function_json("e").await.unwrap();
-        let bound_slot = doc["instances"][0]["slot"].as_u64().unwrap() as u32;
+        let bound_slot = doc["instances"][0]["slot"].as_u64().unwrap() as u16;
         let id = doc["instances"][0]["id"].as_str().unwrap().to_string();
         let request =
-            |slot: u32, accelerator: &str, instance: Option<&str>| ReconfigurationRequest {
+            |slot: u16, accelerator: &str, instance: Option<&str>| ReconfigurationRequest {
                 node: "n1".into(),
                 device: "dev0".into(),
                 slot,
@@ -452,7 +452,7 @@ fn reconfiguration_requests_are_validated() {
         assert_eq!(bindings(&reg, "e").await, vec![Some(("n1".into(), other))]);
         // The instance itself may reconfigure its slot, and stays bound to it.
         let v = reg
-            .validate_reconfiguration(&request(other as u32, "logit", Some(&id)), false)
+            .validate_reconfiguration(&request(other as u16, "logit", Some(&id)), false)
             .await
             .unwrap();
         assert_eq!(v, Verdict::Allowed { migrated: vec![] });
@@ -1044,7 +1044,7 @@ mod random_sequences {
                 let req = ReconfigurationRequest {
                     node: format!("n{node}"),
                     device: "dev0".into(),
-                    slot: *slot as u32,
+                    slot: *slot as u16,
                     accelerator: ACCELS[*accel].into(),
                     instance: None,
                 };
@@ -1086,7 +1086,7 @@ fn prometheus_utilisation_holds_over_lease_reports_until_stale() {
         let lease = registration(1, "cpu", &[("sobel", 0.8), ("echo", 0.8)]);
         reg.register_node("n1", &lease).await.unwrap();
         let utilization = |st: &netaccel_registry::state::State| -> Vec<f64> {
-            let mut u: Vec<(u32, f64)> = st
+            let mut u: Vec<(u16, f64)> = st
                 .inventory
                 .iter()
                 .map(|(_, v)| (v.spec.slot, v.utilization))

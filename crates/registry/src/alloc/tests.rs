@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn spec(node: &str, slot: u32, accelerator: &str) -> SlotSpec {
+fn spec(node: &str, slot: SlotId, accelerator: &str) -> SlotSpec {
     SlotSpec {
         node: Arc::from(node),
         device: Arc::from("cpu0"),
@@ -16,7 +16,7 @@ fn spec(node: &str, slot: u32, accelerator: &str) -> SlotSpec {
 }
 
 /// An inventory of `(node, slot, accelerator, utilisation, instances)`.
-fn inventory(slots: &[(&str, u32, &str, f64, u32)]) -> Inventory {
+fn inventory(slots: &[(&str, SlotId, &str, f64, u32)]) -> Inventory {
     let mut inv = Inventory::new();
     for &(node, slot, accel, util, instances) in slots {
         let idx = inv.insert(spec(node, slot, accel));
@@ -29,7 +29,7 @@ fn inventory(slots: &[(&str, u32, &str, f64, u32)]) -> Inventory {
     inv
 }
 
-fn at(inv: &Inventory, node: &str, slot: u32) -> SlotIdx {
+fn at(inv: &Inventory, node: &str, slot: SlotId) -> SlotIdx {
     inv.find(node, slot).unwrap()
 }
 
@@ -455,7 +455,7 @@ mod oracle {
             let idx = inv.insert(SlotSpec {
                 node: Arc::from(format!("n{}", g.node)),
                 device: Arc::from("dev"),
-                slot: n as u32,
+                slot: n as SlotId,
                 backend: Arc::from(if g.backend { "cpu" } else { "opencl" }),
                 vendor: Arc::from(if g.vendor { "v1" } else { "v2" }),
                 catalog: g.catalog.as_ref().map(|c| {

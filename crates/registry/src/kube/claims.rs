@@ -431,7 +431,7 @@ mod tests {
         }
     }
 
-    fn slot(node: &str, n: u32) -> SlotRef {
+    fn slot(node: &str, n: u16) -> SlotRef {
         SlotRef {
             node: node.into(),
             device: "cpu0".into(),

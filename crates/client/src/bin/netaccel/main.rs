@@ -18,6 +18,7 @@ use netaccel_client::registry::{
     host_of, Bound, BoundError, BoundOptions, RegistryClient, RegistryError, Via,
 };
 use netaccel_client::{base_url, CallOutput, ClientError, NodeClient};
+use registry_api::{FunctionSpec, FunctionView, NodeView, Query};
 use table::Align;
 
 const EXIT_CODES: &str = "\
@@ -228,7 +229,7 @@ enum FunctionsCommand {
         on_node: Option<String>,
         /// Instances to allocate now.
         #[arg(long, default_value = "0")]
-        instances: u64,
+        instances: u32,
     },
     /// Show a function and where each of its instances is bound.
     Get {
@@ -248,7 +249,7 @@ enum FunctionsCommand {
         /// The function's name.
         name: String,
         /// The number of instances the registry allocates or releases to reach.
-        instances: u64,
+        instances: u32,
     },
 }
 
@@ -509,7 +510,7 @@ fn run(
         Command::Nodes { json } => {
             let doc = registry.nodes()?;
             if json {
-                println!("{doc}");
+                println!("{}", as_json(&doc));
                 return Ok(());
             }
             print!("{}", nodes_table(&doc));
@@ -541,26 +542,25 @@ fn call_bound(
     result.map_err(Failure::Bound)
 }
 
-fn nodes_table(doc: &serde_json::Value) -> String {
+/// A registry document as JSON, keys sorted (as the registry sends them).
+fn as_json<T: serde::Serialize>(doc: &T) -> serde_json::Value {
+    serde_json::to_value(doc).expect("registry documents serialise")
+}
+
+fn nodes_table(nodes: &[NodeView]) -> String {
     let mut rows = Vec::new();
-    for n in doc.as_array().into_iter().flatten() {
-        for d in n["devices"].as_array().into_iter().flatten() {
-            for s in d["slots"].as_array().into_iter().flatten() {
-                let instances: Vec<&str> = s["instances"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|i| i.as_str())
-                    .collect();
+    for n in nodes {
+        for d in &n.devices {
+            for s in &d.slots {
                 rows.push(vec![
-                    n["name"].as_str().unwrap_or("?").to_string(),
-                    n["state"].as_str().unwrap_or("?").to_string(),
-                    n["http"].as_str().unwrap_or("-").to_string(),
-                    d["id"].as_str().unwrap_or("?").to_string(),
-                    s["id"].to_string(),
-                    s["accelerator"].as_str().unwrap_or("?").to_string(),
-                    format!("{:.1}%", s["utilization"].as_f64().unwrap_or(0.0) * 100.0),
-                    dash_if_empty(instances.join(",")),
+                    n.name.clone(),
+                    as_json(&n.state).as_str().unwrap_or("?").to_string(),
+                    n.http.to_string(),
+                    d.id.clone(),
+                    s.id.to_string(),
+                    s.accelerator.clone(),
+                    format!("{:.1}%", s.utilization * 100.0),
+                    dash_if_empty(s.instances.join(",")),
                 ]);
             }
         }
@@ -589,18 +589,22 @@ fn functions(registry: &RegistryClient, command: FunctionsCommand) -> Result<(),
             on_node,
             instances,
         } => {
-            let spec = serde_json::json!({
-                "accelerator": accelerator,
-                "hash": hash,
-                "query": {"backend": backend, "vendor": vendor, "node": on_node},
-                "instances": instances,
-            });
+            let spec = FunctionSpec {
+                accelerator,
+                hash,
+                query: Query {
+                    backend,
+                    vendor,
+                    node: on_node,
+                },
+                instances,
+            };
             registry.put_function(&name, &spec)?
         }
         FunctionsCommand::Get { name, json } => {
             let doc = registry.function(&name)?;
             if json {
-                println!("{doc}");
+                println!("{}", as_json(&doc));
                 return Ok(());
             }
             doc
@@ -617,28 +621,26 @@ fn functions(registry: &RegistryClient, command: FunctionsCommand) -> Result<(),
 }
 
 /// A function: a line saying what it needs, then one row per instance.
-fn function_table(doc: &serde_json::Value) -> String {
-    let text = |v: &serde_json::Value| v.as_str().unwrap_or("-").to_string();
-    let instances = doc["instances"].as_array().cloned().unwrap_or_default();
+fn function_table(doc: &FunctionView) -> String {
+    let text = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
     let mut out = format!(
         "function {} needs {} ({} instances)\n",
-        text(&doc["name"]),
-        text(&doc["accelerator"]),
-        instances.len()
+        doc.name,
+        doc.accelerator,
+        doc.instances.len()
     );
-    let rows: Vec<Vec<String>> = instances
+    let rows: Vec<Vec<String>> = doc
+        .instances
         .iter()
         .map(|i| {
             vec![
-                text(&i["id"]),
-                text(&i["node"]),
-                text(&i["device"]),
-                i["slot"]
-                    .as_u64()
-                    .map_or("-".to_string(), |s| s.to_string()),
-                text(&i["http"]),
-                text(&i["rac"]),
-                i["generation"].to_string(),
+                i.id.clone(),
+                text(i.node.clone()),
+                text(i.device.clone()),
+                text(i.slot.map(|s| s.to_string())),
+                text(i.http.map(|a| a.to_string())),
+                text(i.rac.map(|a| a.to_string())),
+                i.generation.to_string(),
             ]
         })
         .collect();

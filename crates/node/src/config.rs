@@ -359,7 +359,7 @@ impl Config {
             check_admin_token(token)?;
         }
         crate::telemetry::logging::check_filter(&self.log_level)?;
-        registry::check_config(self)?;
+        registry::check_config(&self.registry_section())?;
         self.opencl.validate()
     }
 
@@ -405,6 +405,21 @@ impl Config {
             backpressure_seed: None,
             slots: self.slots.iter().map(|s| s.accelerator.clone()).collect(),
         }]
+    }
+
+    /// The registry's section: its keys, and the listeners the node advertises.
+    pub fn registry_section(&self) -> registry::RegistrySection {
+        registry::RegistrySection {
+            registry: self.registry.clone(),
+            name: self.name.clone(),
+            advertise: self.advertise,
+            registry_token: self.registry_token.clone(),
+            registry_timeout_ms: self.registry_timeout_ms,
+            registry_retry_max_ms: self.registry_retry_max_ms,
+            http: self.http,
+            rac: self.rac,
+            opencl: self.opencl.listen,
+        }
     }
 
     /// The tenants and their bounds: a tenant's share of one slot's queue is at most

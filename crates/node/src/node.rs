@@ -59,7 +59,7 @@ impl Node {
     /// Builds the node from a validated configuration and starts its slot workers.
     pub fn new(config: Config) -> Result<Arc<Node>, String> {
         config.validate()?;
-        let registry = Registry::new(&config)?;
+        let registry = Registry::new(&config.registry_section())?;
         let mut metrics = Metrics::new();
         // A host without an OpenCL runtime serves the rest; an address the operator
         // configured that cannot be listened on is an error, as for every listener.

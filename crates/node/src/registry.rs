@@ -36,9 +36,8 @@ use parking_lot::{Condvar, Mutex};
 use registry_api::{self as api, origin_of, Patience, Replicas, Try};
 use serde_json::Value;
 
-use crate::config::Config;
+use crate::core::dispatch::Dispatcher;
 use crate::core::slot::SlotInfo;
-use crate::node::Node;
 
 /// Registry replicas a node may list.
 pub const REGISTRY_URLS_MAX: usize = 8;
@@ -54,10 +53,29 @@ const RENEWAL_MAX: Duration = Duration::from_secs(60);
 /// Largest `registry_timeout_ms` and `registry_retry_max_ms`: ten minutes.
 const REGISTRY_MS_MAX: u64 = 600_000;
 
+/// What the node's configuration says about the registry: the registry keys, and the
+/// listeners the node advertises (`crate::config` composes it from node.toml).
+#[derive(Clone, Debug)]
+pub struct RegistrySection {
+    /// `registry`: the replicas' URLs, comma-separated; `None` for a standalone node.
+    pub registry: Option<String>,
+    /// `name`: the node's name there (default: the host name).
+    pub name: Option<String>,
+    /// `advertise`: the address others reach the node's listeners at.
+    pub advertise: Option<IpAddr>,
+    pub registry_token: Option<String>,
+    pub registry_timeout_ms: u64,
+    pub registry_retry_max_ms: u64,
+    /// The HTTP, RAC and remote OpenCL listen addresses.
+    pub http: SocketAddr,
+    pub rac: SocketAddr,
+    pub opencl: Option<SocketAddr>,
+}
+
 /// Checks the registry keys of a configuration (`Config::validate` calls it): a
 /// registry URL list that parses, a name the registry accepts, an address others can
 /// reach the node at, and no registry key set without a registry.
-pub fn check_config(config: &Config) -> Result<(), String> {
+pub fn check_config(config: &RegistrySection) -> Result<(), String> {
     let Some(urls) = &config.registry else {
         for (key, set) in [
             ("name", config.name.is_some()),
@@ -152,7 +170,7 @@ fn parse_url(url: &str) -> Result<Endpoint, String> {
 pub use registry_api::check_name;
 
 /// The node's name at the registry: `name`, or the host name.
-pub fn node_name(config: &Config) -> Result<String, String> {
+pub fn node_name(config: &RegistrySection) -> Result<String, String> {
     let name = match &config.name {
         Some(name) => name.clone(),
         None => hostname().ok_or("cannot read the host name: set name (--name NAME)")?,
@@ -184,7 +202,7 @@ fn hostname() -> Option<String> {
 /// other. A node listening on every address (`0.0.0.0`, `::`) cannot tell which of its
 /// addresses others reach it at (a host has several, and NAT may put another in
 /// front), so it needs `advertise`.
-pub fn advertise_ip(config: &Config, registry: &[Endpoint]) -> Result<IpAddr, String> {
+pub fn advertise_ip(config: &RegistrySection, registry: &[Endpoint]) -> Result<IpAddr, String> {
     if let Some(ip) = config.advertise {
         if ip.is_unspecified() {
             return Err(format!(
@@ -201,7 +219,7 @@ pub fn advertise_ip(config: &Config, registry: &[Endpoint]) -> Result<IpAddr, St
             config.http
         ));
     }
-    let others = std::iter::once(config.rac).chain(config.opencl.listen);
+    let others = std::iter::once(config.rac).chain(config.opencl);
     if let Some(other) = others
         .map(|a| a.ip())
         .find(|o| !o.is_unspecified() && *o != ip)
@@ -277,16 +295,29 @@ impl Advertised {
     }
 }
 
-/// What a device is, for the registry's queries (`backend`, `vendor`, `platform`),
-/// as its backend says.
-fn device_kind(node: &Node, device: &str) -> (&'static str, String, String) {
-    match node.devices.list.iter().find(|d| d.name == device) {
-        Some(d) => (
-            d.backend.kind().as_str(),
-            d.backend.vendor(),
-            d.backend.platform(),
-        ),
-        None => ("cpu", "netaccel".to_string(), "host".to_string()),
+/// What the lease reports of the node: its slots (the dispatcher's) and what each of
+/// its devices is.
+pub struct Reported {
+    pub dispatcher: Arc<Dispatcher>,
+    pub devices: Vec<DeviceKind>,
+}
+
+/// What a device is, for the registry's queries, as its backend says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceKind {
+    pub name: String,
+    pub backend: &'static str,
+    pub vendor: String,
+    pub platform: String,
+}
+
+impl Reported {
+    /// What device `device` is (a device the node does not list: the host's CPU).
+    fn device_kind(&self, device: &str) -> (&'static str, String, String) {
+        match self.devices.iter().find(|d| d.name == device) {
+            Some(d) => (d.backend, d.vendor.clone(), d.platform.clone()),
+            None => ("cpu", "netaccel".to_string(), "host".to_string()),
+        }
     }
 }
 
@@ -294,7 +325,7 @@ fn device_kind(node: &Node, device: &str) -> (&'static str, String, String) {
 /// addresses, and its devices with their slots, each with what it holds, its busy
 /// ratio (`busy_ratio[i]` for `slots[i]`) and its queue depth.
 pub fn registration(
-    node: &Node,
+    node: &Reported,
     at: &Advertised,
     slots: &[SlotInfo],
     busy_ratio: &[f64],
@@ -317,7 +348,7 @@ pub fn registration(
         match devices.iter_mut().find(|d| d.id == info.device) {
             Some(device) => device.slots.push(slot),
             None => {
-                let (backend, vendor, platform) = device_kind(node, &info.device);
+                let (backend, vendor, platform) = node.device_kind(&info.device);
                 devices.push(api::DeviceRegistration {
                     id: info.device.clone(),
                     backend: backend.to_string(),
@@ -458,7 +489,7 @@ pub struct Registry {
 
 impl Registry {
     /// The registry of a validated configuration, `None` for a standalone node.
-    pub fn new(config: &Config) -> Result<Option<Arc<Registry>>, String> {
+    pub fn new(config: &RegistrySection) -> Result<Option<Arc<Registry>>, String> {
         let Some(urls) = &config.registry else {
             return Ok(None);
         };
@@ -696,9 +727,9 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Starts the lease thread of `node` (which has a registry), advertising `at`.
-    pub fn start(node: Arc<Node>, at: Advertised) -> Result<Lease, String> {
-        let registry = Arc::clone(node.registry.as_ref().expect("a node with a registry"));
+    /// Starts the lease thread: registers with `registry` what `node` reports,
+    /// advertising `at`.
+    pub fn start(registry: Arc<Registry>, node: Reported, at: Advertised) -> Result<Lease, String> {
         let lease_registry = Arc::clone(&registry);
         let thread = std::thread::Builder::new()
             .name("registry".to_string())
@@ -746,7 +777,7 @@ enum Link {
     Failing,
 }
 
-fn run_lease(registry: &Registry, node: &Node, at: Advertised) {
+fn run_lease(registry: &Registry, node: &Reported, at: Advertised) {
     let mut busy = BusySampler::new();
     let mut link = Link::Starting;
     let mut retry = RETRY_FIRST;
@@ -802,8 +833,8 @@ fn run_lease(registry: &Registry, node: &Node, at: Advertised) {
 mod tests {
     use super::*;
 
-    fn config(toml: &str) -> Result<Config, String> {
-        Config::from_toml(toml)
+    fn config(toml: &str) -> Result<RegistrySection, String> {
+        crate::Config::from_toml(toml).map(|c| c.registry_section())
     }
 
     #[test]

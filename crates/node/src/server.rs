@@ -17,7 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::config::Config;
 use crate::front::admission::{handshake, ConnectionGuard};
 use crate::node::Node;
-use crate::registry::Lease;
+use crate::registry::{DeviceKind, Lease, Reported};
 use crate::telemetry::Protocol;
 
 /// A started node.
@@ -119,7 +119,7 @@ pub fn start(mut config: Config) -> Result<Running, String> {
                 grpc_tls: grpc_tls_addr,
                 ..crate::registry::Advertised::listening(http_addr, rac_addr)
             });
-            Some(Lease::start(Arc::clone(&node), at)?)
+            Some(Lease::start(Arc::clone(registry), reported(&node), at)?)
         }
         None => None,
     };
@@ -678,4 +678,23 @@ fn raise_fd_limit(config: &mut Config) -> Result<u64, String> {
         ));
     }
     Ok(needed)
+}
+
+/// What the registry lease reports of `node`: its dispatcher's slots and what each
+/// device is.
+fn reported(node: &Node) -> Reported {
+    Reported {
+        dispatcher: Arc::clone(&node.dispatcher),
+        devices: node
+            .devices
+            .list
+            .iter()
+            .map(|d| DeviceKind {
+                name: d.name.clone(),
+                backend: d.backend.kind().as_str(),
+                vendor: d.backend.vendor(),
+                platform: d.backend.platform(),
+            })
+            .collect(),
+    }
 }

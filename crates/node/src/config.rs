@@ -16,6 +16,25 @@ pub use crate::device::{BackendKind, DeviceConfig, DevicesSection, PlatformChoic
 use crate::registry;
 pub use crate::telemetry::logging::LogFormat;
 
+// Defaults that the validation relates to each other, named so that the compiler
+// checks the relations (a default configuration must validate).
+const QUEUE_DEPTH_MAX_DEFAULT: usize = 64;
+/// A tenant's share of one slot's queue: most of it, so one tenant cannot fill it alone.
+const TENANT_QUEUE_DEPTH_MAX_DEFAULT: usize = 48;
+const URI_BYTES_MAX_DEFAULT: usize = 2048;
+const HEAD_BYTES_MAX_DEFAULT: usize = 16 * 1024;
+const BODY_BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
+const BODY_MEMORY_BYTES_MAX_DEFAULT: usize = 512 * 1024 * 1024;
+const REASSEMBLY_BUFFER_BYTES_DEFAULT: usize = 16 * 1024 * 1024;
+const REGISTRY_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+const REGISTRY_RETRY_MAX_MS_DEFAULT: u64 = 2_000;
+const _: () = assert!(TENANT_QUEUE_DEPTH_MAX_DEFAULT <= QUEUE_DEPTH_MAX_DEFAULT);
+const _: () = assert!(URI_BYTES_MAX_DEFAULT < HEAD_BYTES_MAX_DEFAULT);
+const _: () = assert!(BODY_BYTES_MAX_DEFAULT <= BODY_MEMORY_BYTES_MAX_DEFAULT);
+const _: () = assert!(REASSEMBLY_BUFFER_BYTES_DEFAULT <= u32::MAX as usize);
+const _: () = assert!(REGISTRY_TIMEOUT_MS_DEFAULT <= registry::REGISTRY_MS_MAX);
+const _: () = assert!(REGISTRY_RETRY_MAX_MS_DEFAULT <= registry::REGISTRY_MS_MAX);
+
 /// Largest simulated device time per call (`simulated_exec_us`): 10 s.
 const SIMULATED_EXEC_US_MAX: u64 = 10_000_000;
 
@@ -223,8 +242,8 @@ impl Default for Config {
             admin_token: None,
             balance: BalancePolicy::default(),
             slots: Vec::new(),
-            queue_depth_max: 64,
-            tenant_queue_depth_max: 48,
+            queue_depth_max: QUEUE_DEPTH_MAX_DEFAULT,
+            tenant_queue_depth_max: TENANT_QUEUE_DEPTH_MAX_DEFAULT,
             queue_wait_factor: 8,
             queue_wait_floor_us: 250,
             inline_work_max: 64 * 1024,
@@ -238,10 +257,10 @@ impl Default for Config {
             slot_worker_nice: 10,
             slot_worker_policy: WorkerPolicy::default(),
             connections_max: 10_000,
-            uri_bytes_max: 2048,
-            head_bytes_max: 16 * 1024,
-            body_bytes_max: 64 * 1024 * 1024,
-            body_memory_bytes_max: 512 * 1024 * 1024,
+            uri_bytes_max: URI_BYTES_MAX_DEFAULT,
+            head_bytes_max: HEAD_BYTES_MAX_DEFAULT,
+            body_bytes_max: BODY_BYTES_MAX_DEFAULT,
+            body_memory_bytes_max: BODY_MEMORY_BYTES_MAX_DEFAULT,
             header_timeout_ms: 10_000,
             io_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
@@ -250,7 +269,7 @@ impl Default for Config {
             rac_in_flight_max: 32,
             tenant_in_flight_max: 32,
             reassembly_buffers: 16,
-            reassembly_buffer_bytes: 16 * 1024 * 1024,
+            reassembly_buffer_bytes: REASSEMBLY_BUFFER_BYTES_DEFAULT,
             reassembly_policy: PoolPolicy::default(),
             tenants: Vec::new(),
             tls: crate::net::tls::TlsConfig::default(),
@@ -261,8 +280,8 @@ impl Default for Config {
             name: None,
             advertise: None,
             registry_token: None,
-            registry_timeout_ms: 5_000,
-            registry_retry_max_ms: 2_000,
+            registry_timeout_ms: REGISTRY_TIMEOUT_MS_DEFAULT,
+            registry_retry_max_ms: REGISTRY_RETRY_MAX_MS_DEFAULT,
         }
     }
 }

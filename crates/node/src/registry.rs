@@ -51,7 +51,7 @@ const RENEWAL_MIN: Duration = Duration::from_millis(10);
 /// The longest, so that the busy ratios the registry sees stay fresh under a long lease.
 const RENEWAL_MAX: Duration = Duration::from_secs(60);
 /// Largest `registry_timeout_ms` and `registry_retry_max_ms`: ten minutes.
-const REGISTRY_MS_MAX: u64 = 600_000;
+pub(crate) const REGISTRY_MS_MAX: u64 = 600_000;
 
 /// What the node's configuration says about the registry: the registry keys, and the
 /// listeners the node advertises (`crate::config` composes it from node.toml).

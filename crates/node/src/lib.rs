@@ -39,8 +39,8 @@ pub mod core;
 pub mod device;
 pub mod front;
 pub mod net;
-pub mod node;
-pub mod registry;
+pub(crate) mod node;
+pub(crate) mod registry;
 pub mod server;
 pub mod telemetry;
 

@@ -41,8 +41,6 @@ use crate::core::slot::SlotInfo;
 
 /// Registry replicas a node may list.
 pub const REGISTRY_URLS_MAX: usize = 8;
-/// Longest node name, device id or instance id the registry takes.
-pub use registry_api::NAME_BYTES_MAX;
 /// The first pause after a failed registration; it doubles up to `registry_retry_max_ms`.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 /// The shortest pause between renewals, whatever lease the registry grants, so that a
@@ -867,7 +865,13 @@ mod tests {
     #[test]
     fn names_are_what_the_registry_takes() {
         check_name("n", "node-a.rack_1").unwrap();
-        for bad in ["", "a b", "a/b", "é", &"x".repeat(NAME_BYTES_MAX + 1)] {
+        for bad in [
+            "",
+            "a b",
+            "a/b",
+            "é",
+            &"x".repeat(registry_api::NAME_BYTES_MAX + 1),
+        ] {
             assert!(check_name("n", bad).is_err(), "{bad:?}");
         }
         let c = config("registry = \"http://127.0.0.1:7400\"").unwrap();

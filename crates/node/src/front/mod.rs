@@ -14,9 +14,9 @@
 //! A front end may use the core, the devices' catalog, the network layer and
 //! telemetry; nothing below it uses a front end.
 
-pub mod admin;
+pub(crate) mod admin;
 pub(crate) mod admission;
 pub mod grpc;
 pub mod http;
 pub mod oip;
-pub mod rac;
+pub(crate) mod rac;

@@ -8,7 +8,7 @@
 # crates via cargo, Python test tools via pip.
 #
 # No test binds a fixed port. NETACCEL_TEST_HOLD_PORTS="8080 9400 9500 8001 19090" shows it:
-# bench/hold_ports.py stands in for other programs on those loopback ports (the node's
+# bench/tools/hold_ports.py stands in for other programs on those loopback ports (the node's
 # defaults, the old benchmark port) for the whole run, which must pass all the same; CI
 # sets it (.ci/run). When a step fails, the last line names it.
 set -euo pipefail
@@ -46,10 +46,10 @@ if [[ -n "${NETACCEL_TEST_HOLD_PORTS:-}" ]]; then
   step="holding ports $NETACCEL_TEST_HOLD_PORTS"
   hold_ready=$(mktemp)
   # shellcheck disable=SC2086 # a list of ports
-  python3 bench/hold_ports.py "$hold_ready" $NETACCEL_TEST_HOLD_PORTS &
+  python3 bench/tools/hold_ports.py "$hold_ready" $NETACCEL_TEST_HOLD_PORTS &
   cleanups+=("kill $! 2>/dev/null; rm -f '$hold_ready'")
   for _ in $(seq 100); do [[ -s "$hold_ready" ]] && break; sleep 0.1; done
-  [[ -s "$hold_ready" ]] || { echo "bench/hold_ports.py did not start" >&2; exit 1; }
+  [[ -s "$hold_ready" ]] || { echo "bench/tools/hold_ports.py did not start" >&2; exit 1; }
   echo "==> loopback ports taken for this run: $(cat "$hold_ready")"
 fi
 
@@ -159,12 +159,12 @@ python3 -m pytest -q docs/tests
 # 2 s (wrk counts its start-up in its rate, which weighs on 1 s runs): the medians of
 # the per-round ratios of calls/s and p50 within 10% of 1. At 16 connections the p50s
 # differ by about 10% on this 2-core machine; that comparison is in
-# bench/wrk_agreement.sh and docs/benchmarks.md, not in this gate. On a shared machine
+# bench/wrk_agreement/run.sh and docs/benchmarks.md, not in this gate. On a shared machine
 # a burst of noise can move several rounds of one tool (+24 % in two of seven rounds
 # here), so a failed check is run once more; a real disagreement fails both.
 begin "netaccel-bench agrees with wrk (1 connection)"
 cargo build --release -q -p netaccel-bench
-wrk_check() { BENCH_BIN="$target_dir/release/netaccel-bench" CONNS_LIST=1 ROUNDS=7 DURATION=2 bench/wrk_agreement.sh; }
+wrk_check() { BENCH_BIN="$target_dir/release/netaccel-bench" CONNS_LIST=1 ROUNDS=7 DURATION=2 bench/wrk_agreement/run.sh; }
 wrk_check || { echo "==> wrk agreement failed once; measuring again"; wrk_check; }
 
 step="done"

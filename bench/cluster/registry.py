@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The registry calls bench/cluster.sh makes, as one-line commands (standard library only).
+"""The registry calls bench/cluster/run.sh makes, as one-line commands (standard library only).
 
     registry.py URL wait-nodes N [TIMEOUT_S]   until N nodes are ready, each slot idle
     registry.py URL settle [TIMEOUT_S]          until every slot's utilisation is below 0.05

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The tables of bench/cluster.sh, from its run directory (runs.tsv and the JSON
+"""The tables of bench/cluster/run.sh, from its run directory (runs.tsv and the JSON
 reports of netaccel-bench), as markdown on standard output.
 
 runs.tsv has one record per line, tab-separated:
@@ -119,7 +119,7 @@ def pct(a: int, b: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("run_dir", type=Path)
-    ap.add_argument("--command", default="bench/cluster.sh")
+    ap.add_argument("--command", default="bench/cluster/run.sh")
     ap.add_argument("--machine", default="")
     ap.add_argument("--cores", default="")
     ap.add_argument("--commit", default="?")

@@ -47,8 +47,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BENCH_NAME=cnn
 HOST=127.0.0.1
-# shellcheck source=bench/lib.sh
-source "$ROOT/bench/lib.sh"
+# shellcheck source=bench/common/lib.sh
+source "$ROOT/bench/common/lib.sh"
 CALLS=${CALLS:-20000}
 ROUNDS=${ROUNDS:-3}
 INFLIGHT=${INFLIGHT:-4}

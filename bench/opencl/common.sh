@@ -2,8 +2,8 @@
 # shellcheck shell=bash
 BENCH_NAME=${BENCH_NAME:-opencl}
 HOST=127.0.0.1
-# shellcheck source=bench/lib.sh
-source bench/lib.sh
+# shellcheck source=bench/common/lib.sh
+source bench/common/lib.sh
 
 # start_remote_service: builds the ICD and the standalone service (release), makes a
 # scratch directory $work with two ICD vendor directories, $work/local (the machine's

@@ -14,7 +14,7 @@
 # over the rounds, then each remote run against the native run just before it (per
 # round, and their median).
 # Both CPUs are kept from halting meanwhile (KEEP_AWAKE=1, the default; see
-# awake_start in bench/lib.sh): on a virtual machine a wake-up of a halted CPU costs
+# awake_start in bench/common/lib.sh): on a virtual machine a wake-up of a halted CPU costs
 # tens of µs, and the remote path has two more thread wake-ups than native. The service
 # listens on a free loopback port (SERVICE_PORT to choose one).
 set -euo pipefail

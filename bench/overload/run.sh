@@ -27,8 +27,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 # shellcheck disable=SC2034 # read by lib.sh
 BENCH_NAME=overload/run.sh
 HOST=127.0.0.1
-# shellcheck source=bench/lib.sh
-source "$ROOT/bench/lib.sh"
+# shellcheck source=bench/common/lib.sh
+source "$ROOT/bench/common/lib.sh"
 
 EXEC_US=${EXEC_US:-1000}
 CASES=${CASES:-"64/8 64/0 8/0"}

@@ -38,8 +38,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BENCH_NAME=scaling
 HOST=127.0.0.1
-# shellcheck source=bench/lib.sh
-source "$ROOT/bench/lib.sh"
+# shellcheck source=bench/common/lib.sh
+source "$ROOT/bench/common/lib.sh"
 
 DURATION=${DURATION:-5}
 WARMUP=${WARMUP:-1}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # netaccel vs NVIDIA Triton Inference Server on the Open Inference Protocol v2: 64 B
 # to_uppercase over v2 HTTP (binary tensors) and gRPC, 1 and 16 connections, p50/p99
-# and calls/s, the same closed-loop client (v2-load, bench/triton/client) for both
+# and calls/s, the same closed-loop client (v2-load, crates/triton-bench) for both
 # servers. Goal: netaccel's p50 at most 1/3 of Triton's and its calls/s at least 3x,
 # on both transports. Method and figures: docs/benchmarks.md ("netaccel vs Triton").
 #
@@ -32,8 +32,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BENCH_NAME=triton
 HOST=127.0.0.1
-# shellcheck source=bench/lib.sh
-source "$ROOT/bench/lib.sh"
+# shellcheck source=bench/common/lib.sh
+source "$ROOT/bench/common/lib.sh"
 
 DURATION=${DURATION:-5}
 WARMUP=${WARMUP:-1}

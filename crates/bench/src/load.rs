@@ -29,12 +29,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::hist::Latency;
 use crate::target::Target;
-use crate::wire::{self, Method, ReplyReader, Request};
+use crate::wire::{self, Method, Reply, ReplyReader, Request};
 
 /// Upper bound on calls in flight per connection (request ids per connection).
 pub const INFLIGHT_MAX: usize = 4096;
@@ -121,6 +122,27 @@ impl Recorded {
     fn error(&mut self, class: String, calls: u64) {
         if calls > 0 {
             *self.errors.entry(class).or_default() += calls;
+        }
+    }
+
+    /// Records a measured call's answer, which arrived at `now` for a call sent (or
+    /// intended) at `since`.
+    fn answer(&mut self, reply: &Reply, since: Instant, now: Instant, payload_len: u64) {
+        match &reply.error {
+            None => {
+                let total_ns = (now - since).as_nanos() as u64;
+                self.ok += 1;
+                self.last_answer = Some(now);
+                self.total.record(total_ns);
+                self.request_payload_bytes += payload_len;
+                self.response_body_bytes += reply.body_len;
+                if let (Some(q), Some(e)) = (reply.queue_ns, reply.exec_ns) {
+                    self.queue.record(q);
+                    self.exec.record(e);
+                    self.network.record(total_ns.saturating_sub(q + e));
+                }
+            }
+            Some(class) => self.error(class.clone(), 1),
         }
     }
 
@@ -467,7 +489,8 @@ async fn failed(ctx: &Ctx, class: String, calls: u64) {
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
-/// Calls in flight on one connection.
+/// Calls in flight on one connection. Every request id is either free or in flight:
+/// `free_ids` and `order` together hold each of `0..inflight` once.
 struct InFlight {
     /// Send (closed loop) or intended (open loop) time, by request id.
     since: Vec<Option<Instant>>,
@@ -475,6 +498,68 @@ struct InFlight {
     /// Request ids in send order, for protocols that answer in order.
     order: VecDeque<u32>,
     writer_done: bool,
+}
+
+impl InFlight {
+    fn new(inflight: usize) -> InFlight {
+        InFlight {
+            since: vec![None; inflight],
+            free_ids: (0..inflight as u32).rev().collect(),
+            order: VecDeque::with_capacity(inflight),
+            writer_done: false,
+        }
+    }
+
+    /// Takes a free request id for a call sent (or intended) at `since`.
+    fn sent(&mut self, since: Instant) -> u32 {
+        let id = self.free_ids.pop().expect("a permit means a free id");
+        self.since[id as usize] = Some(since);
+        self.order.push_back(id);
+        debug_assert_eq!(self.free_ids.len() + self.order.len(), self.since.len());
+        id
+    }
+
+    /// The call an answer belongs to (by its request id, or the oldest for protocols
+    /// that answer in order): frees its id and returns its send (or intended) time.
+    fn answered(&mut self, request_id: Option<u32>) -> Result<Instant, String> {
+        let id = match request_id {
+            Some(id) => {
+                let at = self
+                    .order
+                    .iter()
+                    .position(|&i| i == id)
+                    .ok_or_else(|| format!("answer to unknown request id {id}"))?;
+                self.order.remove(at);
+                id
+            }
+            None => self.order.pop_front().expect("a call is in flight"),
+        };
+        let since = self.since[id as usize].take().expect("in flight");
+        self.free_ids.push(id);
+        debug_assert_eq!(self.free_ids.len() + self.order.len(), self.since.len());
+        Ok(since)
+    }
+
+    /// Calls in flight that were to be measured (sent in the measured window): those
+    /// sent before it count as lost to a failure only if they were to be measured.
+    fn lost(&self, measure_from: Instant) -> u64 {
+        let measured = |id: &&u32| self.since[**id as usize].is_some_and(|t| t >= measure_from);
+        self.order.iter().filter(measured).count() as u64
+    }
+}
+
+/// What the writer and the reader of one connection's [`session`] share.
+struct Shared {
+    state: RefCell<InFlight>,
+    /// One permit per call that may be in flight; the reader gives one back per answer.
+    permits: Semaphore,
+    /// Wakes the reader when a call was sent, or the writer is done.
+    sent: Notify,
+    window: Window,
+    timeout: Duration,
+    recorded: Rc<RefCell<Recorded>>,
+    progress: Arc<AtomicU64>,
+    payload_len: u64,
 }
 
 /// One connection's life: returns when the window is over and every call is answered,
@@ -485,148 +570,24 @@ async fn session(
     request: &mut Request,
 ) -> Result<(), (String, u64)> {
     let inflight = ctx.spec.inflight;
-    let state = RefCell::new(InFlight {
-        since: vec![None; inflight],
-        free_ids: (0..inflight as u32).rev().collect(),
-        order: VecDeque::with_capacity(inflight),
-        writer_done: false,
-    });
-    let permits = Semaphore::new(inflight);
-    let sent = Notify::new();
+    let shared = Shared {
+        state: RefCell::new(InFlight::new(inflight)),
+        permits: Semaphore::new(inflight),
+        sent: Notify::new(),
+        window: ctx.window,
+        timeout: ctx.spec.timeout,
+        recorded: ctx.recorded.clone(),
+        progress: ctx.progress.clone(),
+        payload_len: request.payload_len() as u64,
+    };
     let (mut rd, mut wr) = stream.into_split();
     let mut replies = ReplyReader::new(&ctx.spec.target, request.payload_len(), false);
-    let window = ctx.window;
-    let timeout = ctx.spec.timeout;
-    let recorded = ctx.recorded.clone();
-    let progress = ctx.progress.clone();
-    let payload_len = request.payload_len() as u64;
-
     let mut timer = match ctx.spec.mode {
         Mode::Open { .. } => Some(Timer::new().map_err(|e| (format!("timer: {}", e.kind()), 0))?),
         Mode::Closed => None,
     };
-    let writer = async {
-        while let Some(intended) = ctx.next_send() {
-            if let (Some(t), Some(timer)) = (intended, timer.as_mut()) {
-                timer
-                    .sleep_until(t)
-                    .await
-                    .map_err(|e| format!("timer: {}", e.kind()))?;
-            }
-            permits.acquire().await.expect("never closed").forget();
-            let since = intended.unwrap_or_else(Instant::now);
-            if intended.is_none() && since >= window.end {
-                break;
-            }
-            if since >= window.measure_from {
-                if !take(&ctx.budget) {
-                    permits.add_permits(1);
-                    break;
-                }
-                recorded.borrow_mut().sent += 1;
-            }
-            let id = {
-                let mut s = state.borrow_mut();
-                let id = s.free_ids.pop().expect("a permit means a free id");
-                s.since[id as usize] = Some(since);
-                s.order.push_back(id);
-                id
-            };
-            sent.notify_one();
-            if let Err(e) = wr.write_all(request.bytes_for(id)).await {
-                return Err(format!("write: {}", e.kind()));
-            }
-        }
-        state.borrow_mut().writer_done = true;
-        sent.notify_one();
-        Ok(())
-    };
-
-    let reader = async {
-        // A reply must come within `timeout` of the last progress. One sleep serves the
-        // whole session and is re-armed only when it fires early: arming a timer for
-        // every reply cost the load generator enough CPU to show in its latencies at
-        // 16 connections (its core is the bottleneck there, as wrk's is).
-        let mut last_progress = Instant::now();
-        let stall = tokio::time::sleep(timeout);
-        tokio::pin!(stall);
-        loop {
-            let idle = {
-                let s = state.borrow();
-                if s.order.is_empty() && s.writer_done {
-                    return Ok(());
-                }
-                s.order.is_empty()
-            };
-            if idle {
-                sent.notified().await;
-                // Waiting for the next call to be sent is not a stalled server.
-                last_progress = Instant::now();
-                continue;
-            }
-            let next = replies.next(&mut rd);
-            tokio::pin!(next);
-            let reply = loop {
-                tokio::select! {
-                    biased;
-                    r = &mut next => break r,
-                    _ = &mut stall => {
-                        let due = last_progress + timeout;
-                        if Instant::now() >= due {
-                            return Err("timeout".to_owned());
-                        }
-                        stall.as_mut().reset(due.into());
-                    }
-                }
-            };
-            let reply = reply.map_err(|e| format!("read: {}", e.kind()))?;
-            let now = Instant::now();
-            last_progress = now;
-            let since = {
-                let mut s = state.borrow_mut();
-                let id = match reply.request_id {
-                    Some(id) => {
-                        let at = s
-                            .order
-                            .iter()
-                            .position(|&i| i == id)
-                            .ok_or_else(|| format!("answer to unknown request id {id}"))?;
-                        s.order.remove(at);
-                        id
-                    }
-                    None => s.order.pop_front().expect("a call is in flight"),
-                };
-                let since = s.since[id as usize].take().expect("in flight");
-                s.free_ids.push(id);
-                since
-            };
-            permits.add_permits(1);
-            progress.fetch_add(1, Ordering::Relaxed);
-            if since >= window.measure_from {
-                let mut r = recorded.borrow_mut();
-                match &reply.error {
-                    None => {
-                        let total_ns = (now - since).as_nanos() as u64;
-                        r.ok += 1;
-                        r.last_answer = Some(now);
-                        r.total.record(total_ns);
-                        r.request_payload_bytes += payload_len;
-                        r.response_body_bytes += reply.body_len;
-                        if let (Some(q), Some(e)) = (reply.queue_ns, reply.exec_ns) {
-                            r.queue.record(q);
-                            r.exec.record(e);
-                            r.network.record(total_ns.saturating_sub(q + e));
-                        }
-                    }
-                    Some(class) => r.error(class.clone(), 1),
-                }
-            }
-            if reply.closes {
-                return Err("closed by the server".to_owned());
-            }
-        }
-    };
-
+    let writer = write_calls(ctx, &shared, &mut wr, request, timer.as_mut());
+    let reader = read_replies(&shared, &mut rd, &mut replies);
     tokio::pin!(writer);
     tokio::pin!(reader);
     // The writer is polled first. A call whose answer the reader has just taken frees
@@ -646,15 +607,118 @@ async fn session(
         r = &mut reader => r,
     };
     result.map_err(|class| {
-        let s = state.borrow();
-        // Calls sent before the window count as lost only if they were to be measured.
-        let lost = s
-            .order
-            .iter()
-            .filter(|&&id| s.since[id as usize].is_some_and(|t| t >= window.measure_from))
-            .count();
-        (class, lost as u64)
+        (
+            class,
+            shared.state.borrow().lost(shared.window.measure_from),
+        )
     })
+}
+
+/// The writing half of a [`session`]: sends each call once one of the connection's
+/// permits is free and (open loop) its intended time has come, until the window is
+/// over or the call budget spent.
+async fn write_calls(
+    ctx: &mut Ctx,
+    shared: &Shared,
+    wr: &mut OwnedWriteHalf,
+    request: &mut Request,
+    mut timer: Option<&mut Timer>,
+) -> Result<(), String> {
+    let window = shared.window;
+    while let Some(intended) = ctx.next_send() {
+        if let (Some(t), Some(timer)) = (intended, timer.as_mut()) {
+            timer
+                .sleep_until(t)
+                .await
+                .map_err(|e| format!("timer: {}", e.kind()))?;
+        }
+        shared
+            .permits
+            .acquire()
+            .await
+            .expect("never closed")
+            .forget();
+        let since = intended.unwrap_or_else(Instant::now);
+        if intended.is_none() && since >= window.end {
+            break;
+        }
+        if since >= window.measure_from {
+            if !take(&ctx.budget) {
+                shared.permits.add_permits(1);
+                break;
+            }
+            shared.recorded.borrow_mut().sent += 1;
+        }
+        let id = shared.state.borrow_mut().sent(since);
+        shared.sent.notify_one();
+        if let Err(e) = wr.write_all(request.bytes_for(id)).await {
+            return Err(format!("write: {}", e.kind()));
+        }
+    }
+    shared.state.borrow_mut().writer_done = true;
+    shared.sent.notify_one();
+    Ok(())
+}
+
+/// The reading half of a [`session`]: matches each answer to its call and records
+/// it, until the writer is done and every call is answered; fails when no answer
+/// comes within the timeout of the last progress.
+async fn read_replies(
+    shared: &Shared,
+    rd: &mut OwnedReadHalf,
+    replies: &mut ReplyReader,
+) -> Result<(), String> {
+    // A reply must come within `timeout` of the last progress. One sleep serves the
+    // whole session and is re-armed only when it fires early: arming a timer for
+    // every reply cost the load generator enough CPU to show in its latencies at
+    // 16 connections (its core is the bottleneck there, as wrk's is).
+    let timeout = shared.timeout;
+    let mut last_progress = Instant::now();
+    let stall = tokio::time::sleep(timeout);
+    tokio::pin!(stall);
+    loop {
+        let idle = {
+            let s = shared.state.borrow();
+            if s.order.is_empty() && s.writer_done {
+                return Ok(());
+            }
+            s.order.is_empty()
+        };
+        if idle {
+            shared.sent.notified().await;
+            // Waiting for the next call to be sent is not a stalled server.
+            last_progress = Instant::now();
+            continue;
+        }
+        let next = replies.next(rd);
+        tokio::pin!(next);
+        let reply = loop {
+            tokio::select! {
+                biased;
+                r = &mut next => break r,
+                _ = &mut stall => {
+                    let due = last_progress + timeout;
+                    if Instant::now() >= due {
+                        return Err("timeout".to_owned());
+                    }
+                    stall.as_mut().reset(due.into());
+                }
+            }
+        };
+        let reply = reply.map_err(|e| format!("read: {}", e.kind()))?;
+        let now = Instant::now();
+        last_progress = now;
+        let since = shared.state.borrow_mut().answered(reply.request_id)?;
+        shared.permits.add_permits(1);
+        shared.progress.fetch_add(1, Ordering::Relaxed);
+        if since >= shared.window.measure_from {
+            let mut r = shared.recorded.borrow_mut();
+            r.answer(&reply, since, now, shared.payload_len);
+        }
+        if reply.closes {
+            return Err("closed by the server".to_owned());
+        }
+    }
 }
 
 /// Open loop: a wait until an intended send time, precise to a few microseconds.

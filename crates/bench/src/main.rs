@@ -191,40 +191,7 @@ fn machine(note: &str) -> String {
 }
 
 fn run(a: RunArgs) -> Result<()> {
-    let target = Target::parse(&a.target)?;
-    let method = a.method.unwrap_or(match &target {
-        Target::Http { function: None, .. } => Method::Get,
-        _ => Method::Post,
-    });
-    let base = Spec {
-        target: target.clone(),
-        method,
-        size: a.size,
-        conns: a.conns,
-        inflight: a.inflight,
-        threads: a.threads,
-        duration: secs(
-            a.duration
-                .unwrap_or(if a.calls.is_some() { 600.0 } else { 5.0 }),
-            "--duration",
-        )?,
-        warmup: secs(a.warmup, "--warmup")?,
-        mode: match a.rate {
-            Some(rate) => Mode::Open {
-                rate,
-                arrivals: a.arrivals,
-            },
-            None => Mode::Closed,
-        },
-        new_conn: a.new_conn,
-        timeout: secs(a.timeout, "--timeout")?,
-        seed: a.seed,
-        calls: a.calls,
-        tenant: a.tenant.clone(),
-    };
-    if matches!(target, Target::InProcess { .. }) && base.mode != Mode::Closed {
-        bail!("inproc targets run closed loop only");
-    }
+    let base = spec_of(&a)?;
     let (steps, sweep_desc) = sweep_steps(&base, a.sweep.as_deref())?;
     let machine = machine(&a.note);
     eprintln!("{} → {}; {machine}", a.target, describe(&base));
@@ -254,28 +221,80 @@ fn run(a: RunArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(dir) = &a.plot_dir {
-        std::fs::create_dir_all(dir)?;
-        plot::cdf(
-            &scenarios,
-            &format!("latency CDF: {label}"),
-            &dir.join("cdf.svg"),
-        )?;
-        if let Some((_, x_desc)) = &sweep_desc {
-            let xs: Vec<f64> = steps.iter().map(|(x, _)| *x).collect();
-            plot::sweep(
-                &scenarios,
-                &xs,
-                x_desc,
-                &format!("{label}: latency against {x_desc}"),
-                &dir.join("sweep.svg"),
-            )?;
-        }
-        eprintln!("figures in {}", dir.display());
+        figures(dir, &scenarios, &steps, &sweep_desc, &label)?;
     }
     let failed = scenarios.iter().all(|s| s.ok == 0);
     if failed {
         bail!("no call succeeded");
     }
+    Ok(())
+}
+
+/// The run's [`Spec`] from the command line (before any sweep).
+fn spec_of(a: &RunArgs) -> Result<Spec> {
+    let target = Target::parse(&a.target)?;
+    let method = a.method.unwrap_or(match &target {
+        Target::Http { function: None, .. } => Method::Get,
+        _ => Method::Post,
+    });
+    let spec = Spec {
+        target: target.clone(),
+        method,
+        size: a.size,
+        conns: a.conns,
+        inflight: a.inflight,
+        threads: a.threads,
+        duration: secs(
+            a.duration
+                .unwrap_or(if a.calls.is_some() { 600.0 } else { 5.0 }),
+            "--duration",
+        )?,
+        warmup: secs(a.warmup, "--warmup")?,
+        mode: match a.rate {
+            Some(rate) => Mode::Open {
+                rate,
+                arrivals: a.arrivals,
+            },
+            None => Mode::Closed,
+        },
+        new_conn: a.new_conn,
+        timeout: secs(a.timeout, "--timeout")?,
+        seed: a.seed,
+        calls: a.calls,
+        tenant: a.tenant.clone(),
+    };
+    if matches!(target, Target::InProcess { .. }) && spec.mode != Mode::Closed {
+        bail!("inproc targets run closed loop only");
+    }
+    Ok(spec)
+}
+
+/// The latency CDF of every scenario in `dir`, and for a sweep the latency against
+/// the swept value.
+fn figures(
+    dir: &std::path::Path,
+    scenarios: &[Scenario],
+    steps: &[(f64, Spec)],
+    sweep_desc: &Option<(String, String)>,
+    label: &str,
+) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    plot::cdf(
+        scenarios,
+        &format!("latency CDF: {label}"),
+        &dir.join("cdf.svg"),
+    )?;
+    if let Some((_, x_desc)) = sweep_desc {
+        let xs: Vec<f64> = steps.iter().map(|(x, _)| *x).collect();
+        plot::sweep(
+            scenarios,
+            &xs,
+            x_desc,
+            &format!("{label}: latency against {x_desc}"),
+            &dir.join("sweep.svg"),
+        )?;
+    }
+    eprintln!("figures in {}", dir.display());
     Ok(())
 }
 

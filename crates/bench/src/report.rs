@@ -150,6 +150,14 @@ pub fn terminal_table(scenarios: &[Scenario]) -> String {
         .max()
         .unwrap_or(8)
         .max(8);
+    scenario_rows(&mut out, scenarios, label_w);
+    server_split(&mut out, scenarios, label_w);
+    client_split(&mut out, scenarios, label_w);
+    out
+}
+
+/// One row per scenario: size, connections, calls/s, latency percentiles, errors.
+fn scenario_rows(out: &mut String, scenarios: &[Scenario], label_w: usize) {
     let _ = writeln!(
         out,
         "{:<label_w$} {:>8} {:>5} {:>3} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  errors",
@@ -184,55 +192,66 @@ pub fn terminal_table(scenarios: &[Scenario]) -> String {
             errors_text(s)
         );
     }
+}
+
+/// The node-side split (network + protocol, queue, exec) of the scenarios that have
+/// one; nothing when none has.
+fn server_split(out: &mut String, scenarios: &[Scenario], label_w: usize) {
     let with_server: Vec<_> = scenarios
         .iter()
         .filter(|s| s.server_exec.is_some())
         .collect();
-    if !with_server.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nwhere the time goes, per call (node-side split; means add up, medians need not):"
-        );
-        let _ = writeln!(
-            out,
-            "{:<label_w$} {:>14} {:>14} {:>14} {:>14}",
-            "scenario", "network+proto", "queue", "exec", "total"
-        );
-        for s in with_server {
-            let _ = writeln!(
-                out,
-                "{:<label_w$} {:>14} {:>14} {:>14} {:>14}   (mean / p50, µs)",
-                s.label,
-                mean_p50(&s.network_protocol),
-                mean_p50(&s.server_queue),
-                mean_p50(&s.server_exec),
-                mean_p50(&Some(s.latency))
-            );
-        }
+    if with_server.is_empty() {
+        return;
     }
-    let with_client: Vec<_> = scenarios.iter().filter(|s| s.connect.is_some()).collect();
-    if !with_client.is_empty() {
+    let _ = writeln!(
+        out,
+        "\nwhere the time goes, per call (node-side split; means add up, medians need not):"
+    );
+    let _ = writeln!(
+        out,
+        "{:<label_w$} {:>14} {:>14} {:>14} {:>14}",
+        "scenario", "network+proto", "queue", "exec", "total"
+    );
+    for s in with_server {
         let _ = writeln!(
             out,
-            "\nnew connection per call, client-side split (mean / p50, µs):"
+            "{:<label_w$} {:>14} {:>14} {:>14} {:>14}   (mean / p50, µs)",
+            s.label,
+            mean_p50(&s.network_protocol),
+            mean_p50(&s.server_queue),
+            mean_p50(&s.server_exec),
+            mean_p50(&Some(s.latency))
         );
+    }
+}
+
+/// The client-side split (connect, first byte, transfer) of the new-connection-per-call
+/// scenarios; nothing when there are none.
+fn client_split(out: &mut String, scenarios: &[Scenario], label_w: usize) {
+    let with_client: Vec<_> = scenarios.iter().filter(|s| s.connect.is_some()).collect();
+    if with_client.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nnew connection per call, client-side split (mean / p50, µs):"
+    );
+    let _ = writeln!(
+        out,
+        "{:<label_w$} {:>14} {:>14} {:>14}",
+        "scenario", "connect", "first byte", "transfer"
+    );
+    for s in with_client {
         let _ = writeln!(
             out,
             "{:<label_w$} {:>14} {:>14} {:>14}",
-            "scenario", "connect", "first byte", "transfer"
+            s.label,
+            mean_p50(&s.connect),
+            mean_p50(&s.first_byte),
+            mean_p50(&s.transfer)
         );
-        for s in with_client {
-            let _ = writeln!(
-                out,
-                "{:<label_w$} {:>14} {:>14} {:>14}",
-                s.label,
-                mean_p50(&s.connect),
-                mean_p50(&s.first_byte),
-                mean_p50(&s.transfer)
-            );
-        }
     }
-    out
 }
 
 /// The label without a trailing round marker (`"nginx, c1 r2"` → `"nginx, c1"`), or

@@ -2,7 +2,7 @@
 //! refused exactly as documented (HTTP 503 with `Connection: close`, RAC a BUSY result
 //! then close), counted in /metrics, while the connections already open keep being
 //! served; the open-file limit is raised at start to what the bound needs, or the node
-//! refuses to start naming both; and a CI-sized run of `bench/connections.py`.
+//! refuses to start naming both; and a CI-sized run of `bench/connections/connections.py`.
 
 mod common;
 
@@ -364,7 +364,7 @@ fn the_default_bound_is_fitted_to_a_low_hard_open_file_limit() {
 /// buffer; the bound leaves room for noise.
 const IDLE_CONNECTION_BYTES_MAX: u64 = 5120;
 
-/// The harness of `bench/connections.sh`, CI-sized: 2,000 connections (half HTTP,
+/// The harness of `bench/connections/run.sh`, CI-sized: 2,000 connections (half HTTP,
 /// half RAC, from four processes and source addresses) against a bound of 1,500:
 /// exactly the bound is accepted and kept open, every other connection is refused
 /// with its protocol's answer and counted, the open ones still answer calls, and an
@@ -387,7 +387,10 @@ fn two_thousand_connections_against_a_bound_of_1500() {
     // the node's noticing of the harness's closes: the harness gets 1,499 places.
     let mut held = TcpStream::connect(node.addr).unwrap();
     wait_until_only(&node, &mut held);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/connections.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/connections/connections.py"
+    );
     let out = Command::new("timeout")
         .args(["120", "python3", script])
         .args(["--http-port", &node.addr.port().to_string()])

@@ -6,8 +6,7 @@
 
 mod common;
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{inc, read_cmd, service, Client};
@@ -15,34 +14,16 @@ use ocl_remote::cl;
 use ocl_remote::service::ServiceConfig;
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/corpus")
-        .join(target);
-    let mut files: Vec<_> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 3,
-        "{target}: only {} corpus files",
-        files.len()
-    );
-    files
-        .into_iter()
-        .map(|p| {
-            let data = fs::read(&p).unwrap();
-            (p, data)
-        })
-        .collect()
+    testkit::fuzz_corpus::corpus(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 #[test]
 fn decode_corpus() {
-    for (path, data) in corpus("decode") {
-        let outcome = std::panic::catch_unwind(|| ocl_remote::proto::fuzz_one(&data));
-        assert!(outcome.is_ok(), "decode: {} fails", path.display());
-    }
+    testkit::fuzz_corpus::replay(
+        env!("CARGO_MANIFEST_DIR"),
+        "decode",
+        ocl_remote::proto::fuzz_one,
+    );
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Measures the RTL harness in-process (bench/rtl.sh runs it): simulation speed in
+//! Measures the RTL harness in-process (bench/rtl/run.sh runs it): simulation speed in
 //! cycles per second, calls per second of one model for 64-byte and 4 KiB calls, and
 //! the cycles each built-in takes per call at 1, 4 and 32 KiB with the latency they
 //! stand for at 250 MHz. One thread, one model at a time.

@@ -1,4 +1,5 @@
-//! What the workspace's black-box tests share.
+//! What the workspace's black-box tests share: loopback ports for the servers they
+//! start (below), and the replay of a crate's checked-in fuzz corpus ([`fuzz_corpus`]).
 //!
 //! **Ports.** A test that starts a server (a node, a registry, etcd, Prometheus) on a
 //! port of its choosing has to pick one that is free, and the server binds it a moment
@@ -11,6 +12,8 @@
 //! (`net.ipv4.ip_local_port_range`), which outgoing connections never use: only
 //! another test picking at the same moment can take the same port, and the test
 //! harnesses try again with another when a server cannot bind its port.
+
+pub mod fuzz_corpus;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -145,7 +145,7 @@ impl RegistryClient {
         }
         RegistryClient {
             replicas: Arc::new(Replicas::new(bases)),
-            patience: Patience::ONCE,
+            patience: Patience::ELECTION,
             token: token.map(str::to_string),
             agent,
         }

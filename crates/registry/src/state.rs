@@ -7,7 +7,8 @@
 //! the registry, which commits it (see `store`). Methods never do I/O and never wait,
 //! so a transaction is a plain sequence of calls under the registry's lock.
 //!
-//! Invariants (checked by [`State::check_invariants`] in tests):
+//! Invariants (checked by [`State::check_invariants`] at the end of every transaction
+//! in debug builds, and by the tests):
 //! - an instance is bound to at most one slot, and every binding names a live slot;
 //! - a slot's instance count in the inventory is the number of instances bound to it;
 //! - slots of lost nodes are not ready in the inventory.
@@ -176,7 +177,12 @@ impl State {
 
     /// Hands over the transaction: the changes to commit and the instances whose
     /// binding changed (or that were deleted), whose watchers to wake.
+    ///
+    /// Every transaction ends here (a commit, or a state rebuilt from a snapshot), so
+    /// in debug builds the invariants are checked here, after every transaction.
     pub fn take_changes(&mut self) -> (Vec<Change>, BTreeSet<String>) {
+        #[cfg(debug_assertions)]
+        self.check_invariants();
         (
             std::mem::take(&mut self.changes),
             std::mem::take(&mut self.touched),
@@ -889,4 +895,57 @@ impl State {
 /// A document of the API as JSON (the registry-api types cannot fail to serialise).
 fn to_json<T: serde::Serialize>(doc: &T) -> Value {
     serde_json::to_value(doc).expect("API documents serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{NodeRegistration, Query};
+
+    fn state_with_a_bound_instance() -> (State, SlotIdx) {
+        let now = Instant::now();
+        let mut st = State::from_snapshot(Snapshot::default(), now, now);
+        let reg: NodeRegistration = serde_json::from_str(
+            r#"{"http":"127.0.0.1:8080","rac":"127.0.0.1:9400","devices":[{"id":"cpu0",
+            "backend":"cpu","slots":[{"id":0,"accelerator":"echo"}]}]}"#,
+        )
+        .unwrap();
+        st.upsert_node("n1", &reg, now, now + std::time::Duration::from_secs(3));
+        st.put_function(FunctionRecord {
+            name: "f".into(),
+            accelerator: "echo".into(),
+            hash: None,
+            query: Query::default(),
+        });
+        st.create_instance("f-1", "f");
+        let idx = st.inventory.find("n1", 0).unwrap();
+        st.set_binding("f-1", Some(idx));
+        let _ = st.take_changes();
+        (st, idx)
+    }
+
+    #[test]
+    fn a_consistent_state_passes_its_check() {
+        let (st, _) = state_with_a_bound_instance();
+        st.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "instance count of slot")]
+    fn check_invariants_fires_on_an_instance_count_out_of_step() {
+        let (mut st, idx) = state_with_a_bound_instance();
+        // Broken on purpose: the inventory counts one more instance than is bound.
+        st.inventory.bind(idx);
+        st.check_invariants();
+    }
+
+    #[test]
+    #[cfg_attr(not(debug_assertions), ignore = "the check runs in debug builds")]
+    #[should_panic(expected = "missing from its function")]
+    fn a_transaction_that_breaks_an_invariant_panics_in_debug_builds() {
+        let (mut st, _) = state_with_a_bound_instance();
+        // Broken on purpose: the instance no longer listed by its function.
+        st.functions.get_mut("f").unwrap().instances.clear();
+        let _ = st.take_changes();
+    }
 }

@@ -387,83 +387,9 @@ impl State {
     fn replace_node(&mut self, record: NodeRecord, now: Instant) -> Vec<String> {
         let name = record.name.clone();
         let old = self.nodes.remove(&name).expect("node exists");
-        // A slot stays (keeps its inventory entry and bindings) when it is reported on
-        // the same device with the same traits; otherwise it is a new slot.
-        let reported: HashMap<SlotId, usize> = record
-            .devices
-            .iter()
-            .enumerate()
-            .flat_map(|(d, device)| device.slots.iter().map(move |s| (s.id, d)))
-            .collect();
-        let mut keep: HashMap<SlotId, SlotIdx> = HashMap::new();
-        let mut k = 0;
-        for d in &old.record.devices {
-            for s in &d.slots {
-                let idx = old.slots[k];
-                k += 1;
-                let same = reported.get(&s.id).is_some_and(|&nd| {
-                    let nd = &record.devices[nd];
-                    nd.id == d.id
-                        && nd.backend == d.backend
-                        && nd.vendor == d.vendor
-                        && nd.accelerators == d.accelerators
-                });
-                if same {
-                    keep.insert(s.id, idx);
-                }
-            }
-        }
-        let kept: std::collections::HashSet<SlotIdx> = keep.values().copied().collect();
-        let mut displaced = Vec::new();
-        for &idx in &old.slots {
-            if !kept.contains(&idx) {
-                for id in self.bound_to(idx) {
-                    self.set_binding(&id, None);
-                    displaced.push(id);
-                }
-                self.inventory.remove(idx);
-                self.soft.remove(&idx);
-            }
-        }
-        let mut slots = Vec::new();
-        for (d, device) in record.devices.iter().enumerate() {
-            for (s, slot) in device.slots.iter().enumerate() {
-                let idx = match keep.get(&slot.id) {
-                    Some(&idx) => {
-                        let was = self
-                            .inventory
-                            .get(idx)
-                            .expect("kept")
-                            .spec
-                            .accelerator
-                            .clone();
-                        self.inventory
-                            .set_accelerator(idx, &slot.accelerator, &slot.hash);
-                        self.inventory.set_ready(idx, true);
-                        if *was != *slot.accelerator {
-                            for id in self.bound_to(idx) {
-                                if self.function_of(&id).accelerator != slot.accelerator {
-                                    displaced.push(id);
-                                }
-                            }
-                        }
-                        idx
-                    }
-                    None => {
-                        let idx = self.inventory.insert(slot_spec(&record, d, s));
-                        self.soft.insert(
-                            idx,
-                            SlotSoft {
-                                unused_since: Some(now),
-                                ..SlotSoft::default()
-                            },
-                        );
-                        idx
-                    }
-                };
-                slots.push(idx);
-            }
-        }
+        let keep = kept_slots(&old, &record);
+        let mut displaced = self.drop_slots_not_kept(&old, &keep);
+        let slots = self.place_reported_slots(&record, &keep, now, &mut displaced);
         if record != old.record {
             self.changes.push(Change::PutNode(record.clone()));
         }
@@ -494,6 +420,76 @@ impl State {
             },
         );
         displaced
+    }
+
+    /// Unbinds and removes the slots of `old` that `keep` does not keep; answers the
+    /// instances displaced.
+    fn drop_slots_not_kept(&mut self, old: &Node, keep: &HashMap<SlotId, SlotIdx>) -> Vec<String> {
+        let kept: std::collections::HashSet<SlotIdx> = keep.values().copied().collect();
+        let mut displaced = Vec::new();
+        for &idx in &old.slots {
+            if !kept.contains(&idx) {
+                for id in self.bound_to(idx) {
+                    self.set_binding(&id, None);
+                    displaced.push(id);
+                }
+                self.inventory.remove(idx);
+                self.soft.remove(&idx);
+            }
+        }
+        displaced
+    }
+
+    /// The inventory index of each slot `record` reports, in record order: a kept
+    /// slot's own (updated to what it now holds; its instances that no longer fit are
+    /// added to `displaced`), a new slot's fresh.
+    fn place_reported_slots(
+        &mut self,
+        record: &NodeRecord,
+        keep: &HashMap<SlotId, SlotIdx>,
+        now: Instant,
+        displaced: &mut Vec<String>,
+    ) -> Vec<SlotIdx> {
+        let mut slots = Vec::new();
+        for (d, device) in record.devices.iter().enumerate() {
+            for (s, slot) in device.slots.iter().enumerate() {
+                let idx = match keep.get(&slot.id) {
+                    Some(&idx) => {
+                        let was = self
+                            .inventory
+                            .get(idx)
+                            .expect("kept")
+                            .spec
+                            .accelerator
+                            .clone();
+                        self.inventory
+                            .set_accelerator(idx, &slot.accelerator, &slot.hash);
+                        self.inventory.set_ready(idx, true);
+                        if *was != *slot.accelerator {
+                            for id in self.bound_to(idx) {
+                                if self.function_of(&id).accelerator != slot.accelerator {
+                                    displaced.push(id);
+                                }
+                            }
+                        }
+                        idx
+                    }
+                    None => {
+                        let idx = self.inventory.insert(slot_spec(record, d, s));
+                        self.soft.insert(
+                            idx,
+                            SlotSoft {
+                                unused_since: Some(now),
+                                ..SlotSoft::default()
+                            },
+                        );
+                        idx
+                    }
+                };
+                slots.push(idx);
+            }
+        }
+        slots
     }
 
     /// Marks a node lost: its slots leave allocation. Returns the instances bound to
@@ -890,6 +886,45 @@ impl State {
             }
         }
     }
+}
+
+/// The slots of `old` that stay (keep their inventory entry and bindings) under
+/// `record`: those reported again on the same device with the same traits, by id.
+fn kept_slots(old: &Node, record: &NodeRecord) -> HashMap<SlotId, SlotIdx> {
+    let reported: HashMap<SlotId, usize> = record
+        .devices
+        .iter()
+        .enumerate()
+        .flat_map(|(d, device)| device.slots.iter().map(move |s| (s.id, d)))
+        .collect();
+    debug_assert_eq!(
+        old.slots.len(),
+        old.record
+            .devices
+            .iter()
+            .map(|d| d.slots.len())
+            .sum::<usize>(),
+        "one inventory index per slot of the record"
+    );
+    let mut keep: HashMap<SlotId, SlotIdx> = HashMap::new();
+    let old_slots = old
+        .record
+        .devices
+        .iter()
+        .flat_map(|d| d.slots.iter().map(move |s| (d, s)));
+    for ((d, s), &idx) in old_slots.zip(&old.slots) {
+        let same = reported.get(&s.id).is_some_and(|&nd| {
+            let nd = &record.devices[nd];
+            nd.id == d.id
+                && nd.backend == d.backend
+                && nd.vendor == d.vendor
+                && nd.accelerators == d.accelerators
+        });
+        if same {
+            keep.insert(s.id, idx);
+        }
+    }
+    keep
 }
 
 /// A document of the API as JSON (the registry-api types cannot fail to serialise).

@@ -19,8 +19,10 @@ The registry may run as several replicas sharing their state in etcd (one leads,
 others answer reads and send writers to the leader with ``503 NOT_LEADER`` and a
 ``Location``). Give them all (``"http://a:7400,http://b:7400"``): a request goes to the
 replica that answered last, and on to the next one (or the leader a follower names) when
-a replica cannot be reached or answers 503, so a client outlives the replica it first
-talked to.
+a replica cannot be reached or answers 503. While no replica takes a request but some
+answer 503 (the leader was just killed and the election has not settled) it goes round
+them again, for up to ``ELECTION_WAIT`` seconds, so a client outlives any replica,
+the leader included.
 
 >>> from netaccel import Client
 >>> with Client.from_registry("http://127.0.0.1:7400", "shout") as f:   # doctest: +SKIP
@@ -54,6 +56,11 @@ WATCH_RETRY_PAUSE = 0.5
 RESPONSE_BYTES_MAX = 64 << 20
 #: Registry replicas a client may list (more are ignored).
 REGISTRY_REPLICAS_MAX = 8
+#: How long a request keeps going round the replicas while none takes it but some
+#: answer 503: the registry's default election lease (5 s), twice over.
+ELECTION_WAIT = 10.0
+#: Pause between two such rounds.
+ROUND_PAUSE = 0.1
 
 _STALE_STATUSES = (Status.UNKNOWN_ACCELERATOR, Status.UNAVAILABLE)
 
@@ -125,7 +132,13 @@ class RegistryClient:
     """The registry's HTTP API (blocking, ``urllib``). ``url`` is one registry, or
     several replicas comma-separated (see the module's documentation)."""
 
-    def __init__(self, url: str, token: Optional[str] = None, timeout: float = 90.0):
+    def __init__(
+        self,
+        url: str,
+        token: Optional[str] = None,
+        timeout: float = 90.0,
+        election_wait: Optional[float] = None,
+    ):
         bases = [_base(u) for u in url.split(",") if u.strip()][:REGISTRY_REPLICAS_MAX]
         #: The replicas, as given.
         self.urls = bases or [_base(url)]
@@ -133,6 +146,9 @@ class RegistryClient:
         self.token = token
         #: Socket timeout; must outlast the longest long poll.
         self.timeout = timeout
+        #: How long a request goes round the replicas while none takes it but some
+        #: answer 503 (an election settling).
+        self.election_wait = ELECTION_WAIT if election_wait is None else election_wait
 
     @property
     def url(self) -> str:
@@ -140,13 +156,36 @@ class RegistryClient:
         return self.urls[self._preferred]
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
-        """One request, to the replicas in turn: the one that answered last first, then
-        the others and each leader a follower names in its 503's ``Location``, each asked
-        at most once."""
+        """One request, in rounds (the loop of the Rust crate ``registry-api``): each
+        round asks the replica that answered last, then the others, and each leader a
+        follower names in its 503's ``Location`` right after that follower, each at most
+        once. A round that ends without an answer while some replica answered 503 (a
+        leader just died, no election has settled) is followed by another after
+        ``ROUND_PAUSE``, for up to ``election_wait`` seconds; a round in which nobody
+        answered ends it at once."""
         data = None if body is None else json.dumps(body).encode()
+        settled = time.monotonic() + self.election_wait
+        unreachable: list = []
+        refusal: Optional[RegistryError] = None
+        while True:
+            answered, text, round_refusal = self._round(method, path, data, unreachable)
+            if answered:
+                return json.loads(text) if text else None
+            refusal = round_refusal or refusal
+            if round_refusal is None or time.monotonic() + ROUND_PAUSE >= settled:
+                break
+            time.sleep(ROUND_PAUSE)
+        if refusal is not None:
+            raise refusal
+        raise RegistryError(0, "UNREACHABLE", "; ".join(unreachable))
+
+    def _round(self, method: str, path: str, data: Optional[bytes], unreachable: list):
+        """One round: ``(True, text, None)`` with an answer, else ``(False, None, the
+        last 503)``."""
         first = self._preferred
         order = [self.urls[(first + i) % len(self.urls)] for i in range(len(self.urls))]
-        asked, unreachable, refusal = [], [], None
+        asked: list = []
+        refusal = None
         while order:
             base = order.pop(0)
             if base in asked:
@@ -167,10 +206,8 @@ class RegistryClient:
                 continue
             if base in self.urls:
                 self._preferred = self.urls.index(base)
-            return json.loads(text) if text else None
-        if refusal is not None:
-            raise refusal
-        raise RegistryError(0, "UNREACHABLE", "; ".join(unreachable))
+            return True, text, None
+        return False, None, refusal
 
     def _send(self, base: str, method: str, path: str, data: Optional[bytes]) -> bytes:
         req = urllib.request.Request(base + path, data=data, method=method)

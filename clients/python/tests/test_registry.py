@@ -327,3 +327,70 @@ def test_several_replicas_are_tried_in_turn_and_a_followers_leader_is_followed(c
     finally:
         follower.shutdown()
         follower.server_close()
+
+
+class _Survivor(http.server.BaseHTTPRequestHandler):
+    """A replica left after the leader was killed: it names the dead leader until
+    ``elected_at``, then one of the survivors leads and takes writes."""
+
+    dead = ""
+    elected_at = 0.0
+    leads = False
+
+    def do_PUT(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.leads and time.monotonic() >= self.elected_at:
+            binding = json.loads((FIXTURES / "binding.json").read_text())
+            doc = {"name": "f", "accelerator": "echo", "hash": None,
+                   "query": {"backend": None, "vendor": None, "node": None},
+                   "instances": [binding]}
+            status, headers = 200, {}
+        else:
+            doc = {"code": "NOT_LEADER", "error": f"write to {self.dead}"}
+            status, headers = 503, {"Location": self.dead + self.path}
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "spec" / "registry"
+
+
+def test_a_write_waits_for_the_election_after_the_leader_is_killed():
+    # Issue 29, item 1: the leader (listed first) refuses connections and both
+    # survivors name it for 0.6 s; before, the write failed at once with
+    # "503 NOT_LEADER … write to <the dead leader>".
+    dead = f"http://127.0.0.1:{free_port()}"
+    elected_at = time.monotonic() + 0.6
+    servers = []
+    for leads in (False, True):
+        handler = type("S", (_Survivor,), {"dead": dead, "elected_at": elected_at, "leads": leads})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    try:
+        urls = [f"http://127.0.0.1:{s.server_address[1]}" for s in servers]
+        registry = RegistryClient(",".join([dead] + urls))
+        started = time.monotonic()
+        f = registry.put_function("f", "echo")
+        assert f["instances"][0]["id"] == "edges-1"
+        assert time.monotonic() >= elected_at
+        assert time.monotonic() - started < 5.0
+        assert registry.url == urls[1], "the new leader is asked first from now on"
+        # Bounded: a registry whose survivors never elect anyone gives up.
+        stuck = RegistryClient(",".join([dead, urls[0]]), election_wait=0.3)
+        started = time.monotonic()
+        with pytest.raises(RegistryError) as e:
+            stuck.put_function("f", "echo")
+        assert e.value.code == "NOT_LEADER" and 0.2 <= time.monotonic() - started < 3.0
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()

@@ -145,7 +145,7 @@ impl RegistryClient {
         }
         RegistryClient {
             replicas: Arc::new(Replicas::new(bases)),
-            patience: Patience::ONCE,
+            patience: Patience::ELECTION,
             token: token.map(str::to_string),
             agent,
         }
@@ -634,6 +634,7 @@ impl Bound {
         }
     }
 
+    /// One call to the node `binding` names, the way [`BoundOptions::via`] says.
     fn call_node(
         &mut self,
         binding: &Binding,
@@ -658,115 +659,141 @@ impl Bound {
                 via.name()
             ))
         })?;
-        let node_client = |addr: &str| match (via, &tls) {
-            (Via::Https, Some(tls)) => {
-                NodeClient::with_tls(&format!("https://{addr}"), Arc::clone(tls))
-            }
-            _ => NodeClient::new(&format!("http://{addr}")),
-        };
         match via {
             Via::Http | Via::Https => {
+                let node_client = || match (via, &tls) {
+                    (Via::Https, Some(tls)) => {
+                        NodeClient::with_tls(&format!("https://{addr}"), Arc::clone(tls))
+                    }
+                    _ => NodeClient::new(&format!("http://{addr}")),
+                };
                 if !self.options.watch {
                     // Nothing can tell a call in flight that its instance moved: the
                     // call runs here, without the helper thread.
                     if self.http_direct.as_ref().is_none_or(|(a, _)| *a != addr) {
-                        self.http_direct = Some((addr.clone(), node_client(&addr)));
+                        self.http_direct = Some((addr.clone(), node_client()));
                     }
                     let (_, client) = self.http_direct.as_ref().expect("just set");
                     return client.call(&self.accelerator, params, payload, deadline_us);
                 }
                 if self.http.as_ref().is_none_or(|w| w.addr != addr) {
-                    self.http = Some(HttpWorker::start(&addr, node_client(&addr))?);
+                    self.http = Some(HttpWorker::start(&addr, node_client())?);
                 }
-                let worker = self.http.as_ref().expect("just set");
-                let job = HttpJob {
-                    accelerator: self.accelerator.clone(),
-                    params: params.to_vec(),
-                    payload: payload.to_vec(),
-                    deadline_us,
-                };
-                let gone = || ClientError::Transport(format!("the HTTP thread for {addr} ended"));
-                if worker.jobs.send(job).is_err() {
+                self.call_http_worker(binding, params, payload, deadline_us)
+            }
+            Via::Rac | Via::RacTls => {
+                self.call_rac(binding, &addr, tls.as_ref(), params, payload, deadline_us)
+            }
+        }
+    }
+
+    /// An HTTP call on the helper thread, abandoned when the watcher sees the instance
+    /// moved off `binding`'s node meanwhile.
+    fn call_http_worker(
+        &mut self,
+        binding: &Binding,
+        params: &[(String, String)],
+        payload: &[u8],
+        deadline_us: Option<u32>,
+    ) -> Result<CallOutput, ClientError> {
+        let worker = self.http.as_ref().expect("a worker for the binding's node");
+        let addr = worker.addr.clone();
+        let job = HttpJob {
+            accelerator: self.accelerator.clone(),
+            params: params.to_vec(),
+            payload: payload.to_vec(),
+            deadline_us,
+        };
+        let gone = || ClientError::Transport(format!("the HTTP thread for {addr} ended"));
+        if worker.jobs.send(job).is_err() {
+            self.http = None;
+            return Err(gone());
+        }
+        loop {
+            let worker = self.http.as_ref().expect("a worker for the binding's node");
+            match worker.results.recv_timeout(MOVED_CHECK) {
+                Ok(result) => return result,
+                Err(RecvTimeoutError::Disconnected) => {
                     self.http = None;
                     return Err(gone());
                 }
-                loop {
-                    match worker.results.recv_timeout(MOVED_CHECK) {
-                        Ok(result) => return result,
-                        Err(RecvTimeoutError::Disconnected) => {
-                            self.http = None;
-                            return Err(gone());
-                        }
-                        Err(RecvTimeoutError::Timeout) => {
-                            if let Some(e) = self.moved_off(binding) {
-                                // The thread finishes (or times out) alone.
-                                self.http = None;
-                                return Err(e);
-                            }
-                        }
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(e) = self.moved_off(binding) {
+                        // The thread finishes (or times out) alone.
+                        self.http = None;
+                        return Err(e);
                     }
                 }
             }
-            Via::Rac | Via::RacTls => {
-                let (id, block) =
-                    crate::rac::builtin_call(&self.accelerator, params, payload.len()).map_err(
-                        |m| ClientError::Node {
-                            http_status: 0,
-                            code: "BAD_REQUEST".into(),
-                            message: m,
-                        },
-                    )?;
-                if self.runtime.is_none() {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .map_err(|e| ClientError::Transport(format!("no runtime: {e}")))?;
-                    self.runtime = Some(rt);
+        }
+    }
+
+    /// A RAC call to `addr` (over TLS with `tls`) on the [`Bound`]'s runtime, over a
+    /// connection kept for the next call; abandoned when the instance moves meanwhile.
+    fn call_rac(
+        &mut self,
+        binding: &Binding,
+        addr: &str,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        params: &[(String, String)],
+        payload: &[u8],
+        deadline_us: Option<u32>,
+    ) -> Result<CallOutput, ClientError> {
+        let (id, block) = crate::rac::builtin_call(&self.accelerator, params, payload.len())
+            .map_err(|m| ClientError::Node {
+                http_status: 0,
+                code: "BAD_REQUEST".into(),
+                message: m,
+            })?;
+        if self.runtime.is_none() {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| ClientError::Transport(format!("no runtime: {e}")))?;
+            self.runtime = Some(rt);
+        }
+        let rt = self.runtime.as_ref().expect("just set");
+        let (shared, via) = (&self.shared, self.options.via);
+        if self.rac.as_ref().is_none_or(|(a, _)| a != addr) {
+            self.rac = None;
+            let connect = async {
+                match tls {
+                    // The certificate must name the host the registry gives.
+                    Some(tls) => {
+                        let host = host_of(addr);
+                        RacClient::connect_tls(addr, &host, Arc::clone(tls)).await
+                    }
+                    None => RacClient::connect(addr).await,
                 }
-                let rt = self.runtime.as_ref().expect("just set");
-                let (shared, via) = (&self.shared, self.options.via);
-                if self.rac.as_ref().is_none_or(|(a, _)| *a != addr) {
+            };
+            let client = rt
+                .block_on(unless_moved(connect, shared, via, binding))?
+                .map_err(rac_to_client)?;
+            self.rac = Some((addr.to_string(), client));
+        }
+        let (_, client) = self.rac.as_ref().expect("just set");
+        let call = client.call(id, block, payload.to_vec(), deadline_us.unwrap_or(0));
+        let result = match rt.block_on(unless_moved(call, shared, via, binding)) {
+            Ok(result) => result,
+            Err(moved) => {
+                // Its answer, if any ever comes, is for nobody.
+                self.rac = None;
+                return Err(moved);
+            }
+        };
+        match result {
+            Ok(out) => Ok(CallOutput {
+                output: out.payload,
+                queue_ns: out.header.queue_ns,
+                exec_ns: out.header.exec_ns,
+                slot: out.header.slot(),
+            }),
+            Err(e) => {
+                if matches!(e, RacError::Transport(_) | RacError::Connect { .. }) {
+                    // A broken connection is not reused: the next call reconnects.
                     self.rac = None;
-                    let connect = async {
-                        match &tls {
-                            // The certificate must name the host the registry gives.
-                            Some(tls) => {
-                                let host = host_of(&addr);
-                                RacClient::connect_tls(&addr, &host, Arc::clone(tls)).await
-                            }
-                            None => RacClient::connect(&addr).await,
-                        }
-                    };
-                    let client = rt
-                        .block_on(unless_moved(connect, shared, via, binding))?
-                        .map_err(rac_to_client)?;
-                    self.rac = Some((addr.clone(), client));
                 }
-                let (_, client) = self.rac.as_ref().expect("just set");
-                let call = client.call(id, block, payload.to_vec(), deadline_us.unwrap_or(0));
-                let result = match rt.block_on(unless_moved(call, shared, via, binding)) {
-                    Ok(result) => result,
-                    Err(moved) => {
-                        // Its answer, if any ever comes, is for nobody.
-                        self.rac = None;
-                        return Err(moved);
-                    }
-                };
-                match result {
-                    Ok(out) => Ok(CallOutput {
-                        output: out.payload,
-                        queue_ns: out.header.queue_ns,
-                        exec_ns: out.header.exec_ns,
-                        slot: out.header.slot(),
-                    }),
-                    Err(e) => {
-                        if matches!(e, RacError::Transport(_) | RacError::Connect { .. }) {
-                            // A broken connection is not reused: the next call reconnects.
-                            self.rac = None;
-                        }
-                        Err(rac_to_client(e))
-                    }
-                }
+                Err(rac_to_client(e))
             }
         }
     }

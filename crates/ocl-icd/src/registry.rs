@@ -149,7 +149,9 @@ pub fn bind(lookup: &Lookup) -> Result<String, String> {
         node: None,
     };
     let mut answered_by = String::new();
-    let answer = replicas.follow(Patience::ONCE, |base| {
+    // Rounds until an election settles: a program started while the leader was just
+    // killed binds once another replica leads.
+    let answer = replicas.follow(Patience::ELECTION, |base| {
         answered_by = base.to_string();
         ask(&agent, base, &path, &body, lookup)
     });

@@ -7,10 +7,12 @@
 //! last first, then each other listed replica, and a leader a follower names right
 //! after that follower; each at most once per round. A replica that cannot be reached
 //! or answers 503 passes the request on to the next. When a whole round ends without
-//! an answer (the leader was just killed and no election has settled yet: the
-//! survivors refuse writes and the dead one refuses connections) the loop pauses and
-//! starts another round, until the [`Patience`] runs out; only then does the caller see
-//! the last refusal. So a client outlives any replica, including the leader.
+//! an answer but some replica did answer 503 (the leader was just killed and no
+//! election has settled yet: the survivors refuse writes and the dead one refuses
+//! connections) the loop pauses and starts another round, until the [`Patience`] runs
+//! out; only then does the caller see the last refusal. So a client outlives any
+//! replica, including the leader. A round in which no replica answered at all ends
+//! the loop at once: with nobody alive there is no election to wait for.
 //!
 //! Transport-agnostic and blocking: the caller's closure makes one request to one
 //! replica with its own HTTP client (every caller uses blocking `ureq` or `urllib`)
@@ -77,6 +79,8 @@ impl Patience {
 pub struct Exhausted<E> {
     pub refusal: Option<E>,
     pub unreachable: Vec<String>,
+    /// How many 503s the replicas answered, over every round.
+    pub refusals: usize,
 }
 
 /// The replicas of one registry, and which answered last (shared by every request).
@@ -126,13 +130,16 @@ impl Replicas {
         let mut failed = Exhausted {
             refusal: None,
             unreachable: Vec::new(),
+            refusals: 0,
         };
         loop {
+            let refusals = failed.refusals;
             if let Some(answer) = self.round(patience.deadline, &mut attempt, &mut failed) {
                 return Ok(answer);
             }
+            let nobody_alive = failed.refusals == refusals;
             let next = Instant::now() + patience.pause;
-            if next >= settled || patience.deadline.is_some_and(|d| next >= d) {
+            if nobody_alive || next >= settled || patience.deadline.is_some_and(|d| next >= d) {
                 return Err(failed);
             }
             std::thread::sleep(patience.pause);
@@ -174,6 +181,7 @@ impl Replicas {
                     // Bounded: a leader is pushed only by a replica asked this round.
                     order.extend(leader);
                     failed.refusal = Some(error);
+                    failed.refusals += 1;
                 }
             }
         }
@@ -273,11 +281,21 @@ mod tests {
         let start = Instant::now();
         let failed = r
             .follow(patience, |_| -> Try<(), ()> {
-                Try::Unreachable("down".into())
+                Try::Unavailable {
+                    leader: None,
+                    error: (),
+                }
             })
             .unwrap_err();
         assert!(start.elapsed() < Duration::from_secs(2));
-        assert!(failed.unreachable.len() >= 2, "{failed:?}");
+        assert!(failed.refusals >= 2, "{failed:?}");
+        // Nobody alive: no election to wait for, one round.
+        let failed = r
+            .follow(patience, |_| -> Try<(), ()> {
+                Try::Unreachable("down".into())
+            })
+            .unwrap_err();
+        assert_eq!(failed.unreachable, ["down"]);
         let past = Patience {
             deadline: Some(Instant::now()),
             ..Patience::ELECTION

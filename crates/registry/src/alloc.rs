@@ -320,6 +320,7 @@ impl Inventory {
             released: false,
             pinned: false,
         });
+        self.checked();
         idx
     }
 
@@ -331,6 +332,7 @@ impl Inventory {
         self.drop_holder(hot.accel, idx);
         self.by_id.remove(&(view.spec.node.clone(), view.spec.slot));
         self.vacant.push(idx);
+        self.checked();
     }
 
     pub fn get(&self, idx: SlotIdx) -> Option<&SlotView> {
@@ -346,6 +348,13 @@ impl Inventory {
         change(hot, view);
         let after = hot.spare();
         self.accels[hot.accel as usize].spare += after - before;
+        self.checked();
+    }
+
+    /// After every mutation: [`Inventory::check_consistency`] in debug builds.
+    fn checked(&self) {
+        #[cfg(debug_assertions)]
+        self.check_consistency();
     }
 
     /// The slot `slot` of node `node`.
@@ -387,6 +396,7 @@ impl Inventory {
         if *view.spec.hash != *hash {
             view.spec.hash = Arc::from(hash);
         }
+        self.checked();
     }
 
     pub fn set_utilization(&mut self, idx: SlotIdx, utilization: f64) {

@@ -14,7 +14,9 @@
 //! Followers. A follower answers reads from its cache, which a watch on the records'
 //! prefix refreshes (plus a periodic reload, in case a watch event was missed while
 //! the watch was being re-established), and answers writes `503 NOT_LEADER` with the
-//! leader's URL, read from the election every 200 ms.
+//! leader's URL, read from the election every 200 ms, as long as that leader is alive
+//! (its lease renewed, its port open): a dead leader is not named while its lease runs
+//! out, and clients try the other replicas meanwhile.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +29,8 @@ use crate::registry::Registry;
 
 /// How often a replica reads who leads (for `Location`).
 const LEADER_POLL: Duration = Duration::from_millis(200);
+/// Longest wait for the leader to accept a connection when checking it is alive.
+const LEADER_PROBE: Duration = Duration::from_millis(100);
 /// A follower reloads this often even without watch events.
 const FOLLOWER_RELOAD: Duration = Duration::from_secs(2);
 /// Pause before retrying after etcd failed.
@@ -139,20 +143,62 @@ async fn keep_alive(
     }
 }
 
+/// Reads who leads every [`LEADER_POLL`], for the `Location` of `NOT_LEADER`. A
+/// replica named by the election is passed on only while it is alive (see
+/// [`alive`]): etcd keeps a dead leader's key until its lease runs out, up to a whole
+/// TTL after a `kill -9`, and a follower that named it all that time sent every
+/// writer to a replica that refuses connections.
 async fn poll_leader(registry: Arc<Registry>, store: Arc<EtcdStore>) {
     let election = store.key(ELECTION);
     let mut client = store.client();
     loop {
-        let url = match client.leader(election.as_str()).await {
-            Ok(r) => r
-                .kv()
-                .and_then(|kv| std::str::from_utf8(kv.value()).ok())
-                .map(str::to_string),
+        let named = match client.leader(election.as_str()).await {
+            Ok(r) => r.kv().and_then(|kv| {
+                let url = std::str::from_utf8(kv.value()).ok()?.to_string();
+                Some((url, kv.lease()))
+            }),
             Err(_) => None, // "no leader" is an error in etcd's election API.
+        };
+        let url = match named {
+            // The leader itself: nothing to check (it knows its own lease).
+            Some((url, _)) if registry.is_leader() => Some(url),
+            Some((url, lease)) if alive(&mut client, &url, lease).await => Some(url),
+            _ => None,
         };
         registry.set_leader_url(url);
         tokio::time::sleep(LEADER_POLL).await;
     }
+}
+
+/// Whether the replica at `url`, whose election key is held by `lease`, may still be
+/// named as the leader: its lease is being renewed, and it accepts connections.
+///
+/// A leader renews every fifth of its lease, so while it lives the lease's remaining
+/// TTL never falls below four fifths of the TTL granted (less one second: etcd
+/// answers in whole seconds). Lower means renewals stopped: the process hangs or its
+/// link to etcd is gone, and the lease is lapsing. A process killed outright is seen
+/// sooner, within [`LEADER_PROBE`]: its port refuses connections.
+async fn alive(client: &mut Client, url: &str, lease: i64) -> bool {
+    let renewed = match client.lease_time_to_live(lease, None).await {
+        Ok(l) => l.granted_ttl() > 0 && l.ttl() * 5 >= l.granted_ttl() * 4 - 5,
+        // No answer about the lease: do not contradict the election over it.
+        Err(_) => true,
+    };
+    if !renewed {
+        return false;
+    }
+    let Some(authority) = url
+        .split_once("://")
+        .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
+    else {
+        return true;
+    };
+    let connect = tokio::net::TcpStream::connect(authority);
+    // A timeout is no proof of death (a loaded machine): only a refusal is.
+    !matches!(
+        tokio::time::timeout(LEADER_PROBE, connect).await,
+        Ok(Err(_))
+    )
 }
 
 /// Keeps a follower's cache fresh: reloads on every watch event and periodically.

@@ -7,7 +7,8 @@
 //! the registry, which commits it (see `store`). Methods never do I/O and never wait,
 //! so a transaction is a plain sequence of calls under the registry's lock.
 //!
-//! Invariants (checked by [`State::check_invariants`] in tests):
+//! Invariants (checked by [`State::check_invariants`] at the end of every transaction
+//! in debug builds, and by the tests):
 //! - an instance is bound to at most one slot, and every binding names a live slot;
 //! - a slot's instance count in the inventory is the number of instances bound to it;
 //! - slots of lost nodes are not ready in the inventory.
@@ -176,7 +177,12 @@ impl State {
 
     /// Hands over the transaction: the changes to commit and the instances whose
     /// binding changed (or that were deleted), whose watchers to wake.
+    ///
+    /// Every transaction ends here (a commit, or a state rebuilt from a snapshot), so
+    /// in debug builds the invariants are checked here, after every transaction.
     pub fn take_changes(&mut self) -> (Vec<Change>, BTreeSet<String>) {
+        #[cfg(debug_assertions)]
+        self.check_invariants();
         (
             std::mem::take(&mut self.changes),
             std::mem::take(&mut self.touched),
@@ -381,83 +387,9 @@ impl State {
     fn replace_node(&mut self, record: NodeRecord, now: Instant) -> Vec<String> {
         let name = record.name.clone();
         let old = self.nodes.remove(&name).expect("node exists");
-        // A slot stays (keeps its inventory entry and bindings) when it is reported on
-        // the same device with the same traits; otherwise it is a new slot.
-        let reported: HashMap<SlotId, usize> = record
-            .devices
-            .iter()
-            .enumerate()
-            .flat_map(|(d, device)| device.slots.iter().map(move |s| (s.id, d)))
-            .collect();
-        let mut keep: HashMap<SlotId, SlotIdx> = HashMap::new();
-        let mut k = 0;
-        for d in &old.record.devices {
-            for s in &d.slots {
-                let idx = old.slots[k];
-                k += 1;
-                let same = reported.get(&s.id).is_some_and(|&nd| {
-                    let nd = &record.devices[nd];
-                    nd.id == d.id
-                        && nd.backend == d.backend
-                        && nd.vendor == d.vendor
-                        && nd.accelerators == d.accelerators
-                });
-                if same {
-                    keep.insert(s.id, idx);
-                }
-            }
-        }
-        let kept: std::collections::HashSet<SlotIdx> = keep.values().copied().collect();
-        let mut displaced = Vec::new();
-        for &idx in &old.slots {
-            if !kept.contains(&idx) {
-                for id in self.bound_to(idx) {
-                    self.set_binding(&id, None);
-                    displaced.push(id);
-                }
-                self.inventory.remove(idx);
-                self.soft.remove(&idx);
-            }
-        }
-        let mut slots = Vec::new();
-        for (d, device) in record.devices.iter().enumerate() {
-            for (s, slot) in device.slots.iter().enumerate() {
-                let idx = match keep.get(&slot.id) {
-                    Some(&idx) => {
-                        let was = self
-                            .inventory
-                            .get(idx)
-                            .expect("kept")
-                            .spec
-                            .accelerator
-                            .clone();
-                        self.inventory
-                            .set_accelerator(idx, &slot.accelerator, &slot.hash);
-                        self.inventory.set_ready(idx, true);
-                        if *was != *slot.accelerator {
-                            for id in self.bound_to(idx) {
-                                if self.function_of(&id).accelerator != slot.accelerator {
-                                    displaced.push(id);
-                                }
-                            }
-                        }
-                        idx
-                    }
-                    None => {
-                        let idx = self.inventory.insert(slot_spec(&record, d, s));
-                        self.soft.insert(
-                            idx,
-                            SlotSoft {
-                                unused_since: Some(now),
-                                ..SlotSoft::default()
-                            },
-                        );
-                        idx
-                    }
-                };
-                slots.push(idx);
-            }
-        }
+        let keep = kept_slots(&old, &record);
+        let mut displaced = self.drop_slots_not_kept(&old, &keep);
+        let slots = self.place_reported_slots(&record, &keep, now, &mut displaced);
         if record != old.record {
             self.changes.push(Change::PutNode(record.clone()));
         }
@@ -488,6 +420,76 @@ impl State {
             },
         );
         displaced
+    }
+
+    /// Unbinds and removes the slots of `old` that `keep` does not keep; answers the
+    /// instances displaced.
+    fn drop_slots_not_kept(&mut self, old: &Node, keep: &HashMap<SlotId, SlotIdx>) -> Vec<String> {
+        let kept: std::collections::HashSet<SlotIdx> = keep.values().copied().collect();
+        let mut displaced = Vec::new();
+        for &idx in &old.slots {
+            if !kept.contains(&idx) {
+                for id in self.bound_to(idx) {
+                    self.set_binding(&id, None);
+                    displaced.push(id);
+                }
+                self.inventory.remove(idx);
+                self.soft.remove(&idx);
+            }
+        }
+        displaced
+    }
+
+    /// The inventory index of each slot `record` reports, in record order: a kept
+    /// slot's own (updated to what it now holds; its instances that no longer fit are
+    /// added to `displaced`), a new slot's fresh.
+    fn place_reported_slots(
+        &mut self,
+        record: &NodeRecord,
+        keep: &HashMap<SlotId, SlotIdx>,
+        now: Instant,
+        displaced: &mut Vec<String>,
+    ) -> Vec<SlotIdx> {
+        let mut slots = Vec::new();
+        for (d, device) in record.devices.iter().enumerate() {
+            for (s, slot) in device.slots.iter().enumerate() {
+                let idx = match keep.get(&slot.id) {
+                    Some(&idx) => {
+                        let was = self
+                            .inventory
+                            .get(idx)
+                            .expect("kept")
+                            .spec
+                            .accelerator
+                            .clone();
+                        self.inventory
+                            .set_accelerator(idx, &slot.accelerator, &slot.hash);
+                        self.inventory.set_ready(idx, true);
+                        if *was != *slot.accelerator {
+                            for id in self.bound_to(idx) {
+                                if self.function_of(&id).accelerator != slot.accelerator {
+                                    displaced.push(id);
+                                }
+                            }
+                        }
+                        idx
+                    }
+                    None => {
+                        let idx = self.inventory.insert(slot_spec(record, d, s));
+                        self.soft.insert(
+                            idx,
+                            SlotSoft {
+                                unused_since: Some(now),
+                                ..SlotSoft::default()
+                            },
+                        );
+                        idx
+                    }
+                };
+                slots.push(idx);
+            }
+        }
+        slots
     }
 
     /// Marks a node lost: its slots leave allocation. Returns the instances bound to
@@ -886,7 +888,99 @@ impl State {
     }
 }
 
+/// The slots of `old` that stay (keep their inventory entry and bindings) under
+/// `record`: those reported again on the same device with the same traits, by id.
+fn kept_slots(old: &Node, record: &NodeRecord) -> HashMap<SlotId, SlotIdx> {
+    let reported: HashMap<SlotId, usize> = record
+        .devices
+        .iter()
+        .enumerate()
+        .flat_map(|(d, device)| device.slots.iter().map(move |s| (s.id, d)))
+        .collect();
+    debug_assert_eq!(
+        old.slots.len(),
+        old.record
+            .devices
+            .iter()
+            .map(|d| d.slots.len())
+            .sum::<usize>(),
+        "one inventory index per slot of the record"
+    );
+    let mut keep: HashMap<SlotId, SlotIdx> = HashMap::new();
+    let old_slots = old
+        .record
+        .devices
+        .iter()
+        .flat_map(|d| d.slots.iter().map(move |s| (d, s)));
+    for ((d, s), &idx) in old_slots.zip(&old.slots) {
+        let same = reported.get(&s.id).is_some_and(|&nd| {
+            let nd = &record.devices[nd];
+            nd.id == d.id
+                && nd.backend == d.backend
+                && nd.vendor == d.vendor
+                && nd.accelerators == d.accelerators
+        });
+        if same {
+            keep.insert(s.id, idx);
+        }
+    }
+    keep
+}
+
 /// A document of the API as JSON (the registry-api types cannot fail to serialise).
 fn to_json<T: serde::Serialize>(doc: &T) -> Value {
     serde_json::to_value(doc).expect("API documents serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{NodeRegistration, Query};
+
+    fn state_with_a_bound_instance() -> (State, SlotIdx) {
+        let now = Instant::now();
+        let mut st = State::from_snapshot(Snapshot::default(), now, now);
+        let reg: NodeRegistration = serde_json::from_str(
+            r#"{"http":"127.0.0.1:8080","rac":"127.0.0.1:9400","devices":[{"id":"cpu0",
+            "backend":"cpu","slots":[{"id":0,"accelerator":"echo"}]}]}"#,
+        )
+        .unwrap();
+        st.upsert_node("n1", &reg, now, now + std::time::Duration::from_secs(3));
+        st.put_function(FunctionRecord {
+            name: "f".into(),
+            accelerator: "echo".into(),
+            hash: None,
+            query: Query::default(),
+        });
+        st.create_instance("f-1", "f");
+        let idx = st.inventory.find("n1", 0).unwrap();
+        st.set_binding("f-1", Some(idx));
+        let _ = st.take_changes();
+        (st, idx)
+    }
+
+    #[test]
+    fn a_consistent_state_passes_its_check() {
+        let (st, _) = state_with_a_bound_instance();
+        st.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "instance count of slot")]
+    fn check_invariants_fires_on_an_instance_count_out_of_step() {
+        let (mut st, idx) = state_with_a_bound_instance();
+        // Broken on purpose: the inventory counts one more instance than is bound.
+        st.inventory.bind(idx);
+        st.check_invariants();
+    }
+
+    #[test]
+    #[cfg_attr(not(debug_assertions), ignore = "the check runs in debug builds")]
+    #[should_panic(expected = "missing from its function")]
+    fn a_transaction_that_breaks_an_invariant_panics_in_debug_builds() {
+        let (mut st, _) = state_with_a_bound_instance();
+        // Broken on purpose: the instance no longer listed by its function.
+        st.functions.get_mut("f").unwrap().instances.clear();
+        let _ = st.take_changes();
+    }
 }

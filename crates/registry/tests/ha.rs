@@ -242,6 +242,114 @@ fn three_replicas_one_leader_failover_keeps_every_binding() {
     println!("test took {:?}", test_start.elapsed());
 }
 
+/// Three replicas with a leader elected, and who leads.
+fn three_replicas(etcd: &Etcd) -> (Vec<Replica>, usize) {
+    let replicas: Vec<Replica> = (0..3).map(|_| Replica::start(etcd)).collect();
+    let all: Vec<&Replica> = replicas.iter().collect();
+    let leader = one_leader(&all, Duration::from_secs(10));
+    (replicas, leader)
+}
+
+/// Issue 29, item 1: after `kill -9` of the leader, the followers must stop sending
+/// writers to it long before its election lease runs out (3 s here; etcd deletes the
+/// dead leader's key only then): a follower names a leader only while that leader
+/// is alive. Before the fix, both followers named the dead leader until the lease ran
+/// out, and every client that followed them failed at once.
+#[test]
+fn followers_stop_naming_a_leader_killed_with_sigkill() {
+    let etcd = Etcd::start();
+    let (mut replicas, leader) = three_replicas(&etcd);
+    let spec = json!({"accelerator": "echo", "instances": 0});
+    let dead_base = replicas[leader].base.clone();
+    // Both followers name the leader first.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for f in (0..3).filter(|&i| i != leader) {
+        while replicas[f]
+            .call("PUT", "/v1/functions/f", Some(&spec))
+            .2
+            .is_none()
+        {
+            assert!(Instant::now() < deadline, "a follower names no leader");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let mut dead = replicas.remove(leader);
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    let killed = Instant::now();
+    // Allowed: one poll of who leads (200 ms) and a margin for a loaded machine. Not
+    // allowed: the rest of the lease (at least 2.4 s of the 3 s).
+    std::thread::sleep(Duration::from_millis(800));
+    while killed.elapsed() < Duration::from_millis(2_200) {
+        for r in &replicas {
+            let (status, body, location) = r.call("PUT", "/v1/functions/f", Some(&spec));
+            if status == 200 {
+                continue; // elected already
+            }
+            assert_eq!(
+                (status, &body["code"]),
+                (503, &json!("NOT_LEADER")),
+                "{body}"
+            );
+            assert!(
+                !location.as_deref().unwrap_or("").starts_with(&dead_base),
+                "{:?} after the kill, {} still sends writers to the dead leader: {body}",
+                killed.elapsed(),
+                r.base
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Issue 29, item 1, the client side: a client that lists every replica outlives the
+/// leader. A write sent right after `kill -9` of the leader (which it asks first)
+/// waits for the election instead of failing within milliseconds with
+/// `503 NOT_LEADER … write to <the dead leader>`.
+#[test]
+fn a_client_write_outlives_a_leader_killed_with_sigkill() {
+    use netaccel_client::registry::RegistryClient;
+    let etcd = Etcd::start();
+    let (mut replicas, leader) = three_replicas(&etcd);
+    // The leader listed first: the client asks it first.
+    let mut bases = vec![replicas[leader].base.clone()];
+    bases.extend(
+        (0..3)
+            .filter(|&i| i != leader)
+            .map(|i| replicas[i].base.clone()),
+    );
+    let client = RegistryClient::new(&bases.join(","), None);
+    let spec = json!({"accelerator": "echo", "instances": 0});
+    client
+        .put_function("before", &spec)
+        .expect("a write to the leader");
+    // Followers know who leads (they poll the election every 200 ms).
+    std::thread::sleep(Duration::from_millis(500));
+
+    let mut dead = replicas.remove(leader);
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    let killed = Instant::now();
+    let written = client.put_function("after", &spec);
+    let took = killed.elapsed();
+    let f = written.unwrap_or_else(|e| panic!("the write failed after {took:?}: {e}"));
+    assert_eq!(f.name, "after");
+    println!("the write went through {took:?} after the leader was killed");
+    assert!(
+        took < registry_api::leader::ELECTION_WAIT,
+        "the write took {took:?}"
+    );
+    assert_ne!(
+        client.base(),
+        bases[0],
+        "the client now prefers the new leader"
+    );
+    let functions = client
+        .function("before")
+        .expect("a read after the failover");
+    assert_eq!(functions.name, "before");
+}
+
 /// A follower never answers "not found" for what its leader had stored when the
 /// request came in: a client that creates something on the leader and reads it back
 /// from any replica at once finds it (read-your-writes). Existing things may trail by

@@ -541,3 +541,25 @@ fn step5_never_reconfigures_a_pinned_slot_but_shares_it() {
     assert_eq!(alloc(&inv, "topk"), Decision::NoDevice);
     assert!(matches!(alloc(&inv, "echo"), Decision::Bind(_)));
 }
+
+#[test]
+#[should_panic(expected = "assertion")]
+fn check_consistency_fires_on_a_spare_count_out_of_step() {
+    let mut inv = inventory(&[("n1", 0, "sobel", 0.2, 0), ("n1", 1, "sobel", 0.4, 1)]);
+    inv.check_consistency();
+    // Broken on purpose: the hot record counts an instance the view does not.
+    let idx = at(&inv, "n1", 0);
+    inv.hot[idx as usize].instances += 1;
+    inv.check_consistency();
+}
+
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the check runs in debug builds")]
+#[should_panic(expected = "assertion")]
+fn a_mutation_of_a_broken_inventory_panics_in_debug_builds() {
+    let mut inv = inventory(&[("n1", 0, "sobel", 0.2, 0)]);
+    let idx = at(&inv, "n1", 0);
+    // Broken on purpose, then any mutation: the checker runs after it.
+    inv.accels[inv.hot[idx as usize].accel as usize].spare += 1;
+    inv.set_utilization(idx, 0.5);
+}

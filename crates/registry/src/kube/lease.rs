@@ -91,7 +91,11 @@ pub fn spawn(registry: Arc<Registry>, client: Client, election: Election) {
                     }
                 }
                 Ok(false) => {
-                    registry.set_leader_url(seen.holder.clone().filter(|h| !h.is_empty()));
+                    // A holder renews every period; one whose Lease has not changed for
+                    // two is lapsing (dead or cut off) and is not named to writers.
+                    let lapsing = seen.since.elapsed() > period * 2;
+                    let holder = seen.holder.clone().filter(|h| !h.is_empty() && !lapsing);
+                    registry.set_leader_url(holder);
                     if leading {
                         warn!(lease = %election.name, "Lease held by another replica: following");
                         registry.step_down();

@@ -372,37 +372,11 @@ fn run(
             verbose,
             rac,
         } => {
-            let params = params
-                .iter()
-                .map(|p| match p.split_once('=') {
-                    Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-                    _ => Err(Failure::Usage(format!(
-                        "parameter `{p}` must look like name=value"
-                    ))),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+            let params = parse_params(&params)?;
             let payload = read_input(&input)?;
             let out = match (function, name, rac) {
                 (Some(function), _, _) => {
-                    if over_tls && tls.is_none() {
-                        return Err(Failure::Usage(
-                            "--tls needs --cacert FILE (the CA that signed the nodes' certificates)"
-                                .into(),
-                        ));
-                    }
-                    let options = BoundOptions {
-                        via: match (via, over_tls) {
-                            (ViaArg::Http, false) => Via::Http,
-                            (ViaArg::Rac, false) => Via::Rac,
-                            (ViaArg::Http, true) => Via::Https,
-                            (ViaArg::Rac, true) => Via::RacTls,
-                        },
-                        tls,
-                        instance,
-                        rebind_wait: std::time::Duration::from_millis(rebind_wait_ms),
-                        // One call: a failed call asks the registry itself.
-                        watch: false,
-                    };
+                    let options = bound_options(via, over_tls, tls, instance, rebind_wait_ms)?;
                     call_bound(registry, &function, options, &params, &payload, deadline_us)?
                 }
                 (None, Some(name), Some(addr)) => {
@@ -429,40 +403,7 @@ fn run(
                 println!("{doc}");
                 return Ok(());
             }
-            let mut rows = Vec::new();
-            for a in doc.as_array().into_iter().flatten() {
-                let params: Vec<String> = a["params"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| {
-                        format!(
-                            "{}:{}",
-                            p["name"].as_str().unwrap_or("?"),
-                            p["type"].as_str().unwrap_or("?")
-                        )
-                    })
-                    .collect();
-                let slots: Vec<String> = a["slots"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|s| s.to_string())
-                    .collect();
-                rows.push(vec![
-                    a["id"].to_string(),
-                    a["name"].as_str().unwrap_or("?").to_string(),
-                    dash_if_empty(params.join(",")),
-                    dash_if_empty(slots.join(",")),
-                ]);
-            }
-            let headers = [
-                ("id", Align::Right),
-                ("name", Align::Left),
-                ("params", Align::Left),
-                ("slots", Align::Left),
-            ];
-            print!("{}", table::render(&headers, &rows));
+            print!("{}", accelerators_table(&doc));
             Ok(())
         }
         Command::Slots { json } => {
@@ -471,30 +412,7 @@ fn run(
                 println!("{doc}");
                 return Ok(());
             }
-            let rows: Vec<Vec<String>> = doc
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|s| {
-                    vec![
-                        s["id"].to_string(),
-                        s["device"].as_str().unwrap_or("?").to_string(),
-                        s["accelerator"].as_str().unwrap_or("?").to_string(),
-                        s["state"].as_str().unwrap_or("?").to_string(),
-                        s["queue_depth"].to_string(),
-                        format!("{:.1}%", s["busy_ratio"].as_f64().unwrap_or(0.0) * 100.0),
-                    ]
-                })
-                .collect();
-            let headers = [
-                ("slot", Align::Right),
-                ("device", Align::Left),
-                ("accelerator", Align::Left),
-                ("state", Align::Left),
-                ("queue", Align::Right),
-                ("busy", Align::Right),
-            ];
-            print!("{}", table::render(&headers, &rows));
+            print!("{}", slots_table(&doc));
             Ok(())
         }
         Command::Load { slot, name, token } => {
@@ -520,6 +438,113 @@ fn run(
         // A design that does not build is a local file problem (exit status 2).
         Command::Rtl(command) => rtl::run(command).map_err(Failure::Usage),
     }
+}
+
+/// `name=value` pairs of `--param`.
+fn parse_params(params: &[String]) -> Result<Vec<(String, String)>, Failure> {
+    params
+        .iter()
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => Err(Failure::Usage(format!(
+                "parameter `{p}` must look like name=value"
+            ))),
+        })
+        .collect()
+}
+
+/// How `call --function` binds: the way to call (`--via`, `--tls`) and the instance.
+fn bound_options(
+    via: ViaArg,
+    over_tls: bool,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    instance: Option<String>,
+    rebind_wait_ms: u64,
+) -> Result<BoundOptions, Failure> {
+    if over_tls && tls.is_none() {
+        return Err(Failure::Usage(
+            "--tls needs --cacert FILE (the CA that signed the nodes' certificates)".into(),
+        ));
+    }
+    Ok(BoundOptions {
+        via: match (via, over_tls) {
+            (ViaArg::Http, false) => Via::Http,
+            (ViaArg::Rac, false) => Via::Rac,
+            (ViaArg::Http, true) => Via::Https,
+            (ViaArg::Rac, true) => Via::RacTls,
+        },
+        tls,
+        instance,
+        rebind_wait: std::time::Duration::from_millis(rebind_wait_ms),
+        // One call: a failed call asks the registry itself.
+        watch: false,
+    })
+}
+
+/// The node's accelerators (`GET /v1/accelerators`), one row each.
+fn accelerators_table(doc: &serde_json::Value) -> String {
+    let mut rows = Vec::new();
+    for a in doc.as_array().into_iter().flatten() {
+        let params: Vec<String> = a["params"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                format!(
+                    "{}:{}",
+                    p["name"].as_str().unwrap_or("?"),
+                    p["type"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        let slots: Vec<String> = a["slots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s.to_string())
+            .collect();
+        rows.push(vec![
+            a["id"].to_string(),
+            a["name"].as_str().unwrap_or("?").to_string(),
+            dash_if_empty(params.join(",")),
+            dash_if_empty(slots.join(",")),
+        ]);
+    }
+    let headers = [
+        ("id", Align::Right),
+        ("name", Align::Left),
+        ("params", Align::Left),
+        ("slots", Align::Left),
+    ];
+    table::render(&headers, &rows)
+}
+
+/// The node's slots (`GET /v1/slots`), one row each.
+fn slots_table(doc: &serde_json::Value) -> String {
+    let rows: Vec<Vec<String>> = doc
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            vec![
+                s["id"].to_string(),
+                s["device"].as_str().unwrap_or("?").to_string(),
+                s["accelerator"].as_str().unwrap_or("?").to_string(),
+                s["state"].as_str().unwrap_or("?").to_string(),
+                s["queue_depth"].to_string(),
+                format!("{:.1}%", s["busy_ratio"].as_f64().unwrap_or(0.0) * 100.0),
+            ]
+        })
+        .collect();
+    let headers = [
+        ("slot", Align::Right),
+        ("device", Align::Left),
+        ("accelerator", Align::Left),
+        ("state", Align::Left),
+        ("queue", Align::Right),
+        ("busy", Align::Right),
+    ];
+    table::render(&headers, &rows)
 }
 
 /// One call through a binding; an instance the CLI bound itself is released after.

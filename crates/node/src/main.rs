@@ -195,7 +195,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("netaccel-node: {e}");
-            ExitCode::from(1)
+            ExitCode::from(e.exit_status())
         }
     }
 }

@@ -53,6 +53,42 @@ fn an_empty_admin_token_or_slot_list_is_refused_at_start() {
     assert!(stderr.contains("slots = [] configures no slot"), "{stderr}");
 }
 
+/// Issue 29: `body_bytes_max = 0` was accepted and a slot naming an unknown
+/// accelerator exited 1 while other configuration errors exited 2. Every configuration
+/// error exits 2 naming what is wrong; 1 is left for what the configuration names but
+/// cannot be had (here, an address another process holds).
+#[test]
+fn every_configuration_error_exits_2_and_a_taken_address_1() {
+    for (config, said) in [
+        ("body_bytes_max = 0\n", "body_bytes_max must be at least 1"),
+        (
+            "idle_timeout_ms = 0\n",
+            "idle_timeout_ms must be at least 1",
+        ),
+        (
+            "connections_max = 0\n",
+            "connections_max must be at least 1",
+        ),
+        (
+            "[[slots]]\naccelerator = \"nosuch\"\n",
+            "slot accelerator `nosuch` is not in the catalog",
+        ),
+    ] {
+        let (code, stderr) = start_refused(config, &[]);
+        assert_eq!(code, Some(2), "{config}: {stderr}");
+        assert!(stderr.contains(said), "{config}: {stderr}");
+        assert!(
+            stderr.contains("invalid configuration"),
+            "{config}: {stderr}"
+        );
+    }
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, stderr) = start_refused("", &["--http", &addr]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(&addr), "{stderr}");
+}
+
 #[test]
 fn an_invalid_log_level_is_refused_at_start_with_the_valid_ones_listed() {
     let (code, stderr) = start_refused("log_level = \"verbose\"\n", &[]);

@@ -111,6 +111,8 @@ impl OpenclSection {
             ("objects_max", self.objects_max),
             ("device_queue_depth_max", self.device_queue_depth_max),
             ("kernel_name_bytes_max", self.kernel_name_bytes_max),
+            // The service reads 0 as 1; the documented minimum is 1.
+            ("runtime_spares", self.runtime_spares),
             (
                 "buffer_bytes_max",
                 self.buffer_bytes_max.min(usize::MAX as u64) as usize,

@@ -762,6 +762,24 @@ mod tests {
     }
 
     #[test]
+    fn without_buffer_bytes_max_remote_opencl_clients_see_the_devices_own_memory() {
+        // Issue 29: a default quota of 1 GiB was presented as the device's memory and
+        // hashcat refused to run; a quota is now the operator's choice.
+        let unset = Config::default().opencl.service();
+        assert_eq!(
+            unset.buffer_bytes_max,
+            ocl_remote::service::ServiceConfig::NO_QUOTA
+        );
+        let set = Config::from_toml("[opencl]\nbuffer_bytes_max = 1073741824\n").unwrap();
+        assert_eq!(set.opencl.service().buffer_bytes_max, 1 << 30);
+        // Written back, an unset quota stays unset.
+        let written = toml::to_string(&Config::default().opencl).unwrap();
+        assert!(!written.contains("buffer_bytes_max"), "{written}");
+        let read = Config::from_toml(&format!("[opencl]\n{written}")).unwrap();
+        assert_eq!(read.opencl.buffer_bytes_max, None);
+    }
+
+    #[test]
     fn opencl_bounds_are_checked() {
         for (toml, error) in [
             (

@@ -31,6 +31,7 @@ use ocl_remote::service::ServiceHandle;
 
 use crate::telemetry::metrics::Metrics;
 
+pub use library::model_id_from_name;
 pub use section::{BackendKind, DeviceConfig, DevicesSection, PlatformChoice, SlotConfig};
 
 pub mod cpu;

@@ -89,6 +89,57 @@ fn every_configuration_error_exits_2_and_a_taken_address_1() {
     assert!(stderr.contains(&addr), "{stderr}");
 }
 
+/// Issue 29: `--help` was a flat list with `--config` buried under TLS, no gRPC
+/// default, nothing on signals, and TLS listeners that did not say they need a
+/// certificate and key.
+#[test]
+fn help_groups_the_options_and_says_the_defaults_signals_and_what_tls_needs() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let at = |what: &str| {
+        help.find(what)
+            .unwrap_or_else(|| panic!("--help does not say {what:?}:\n{help}"))
+    };
+    // --config first, then the groups in this order.
+    let mut last = at("--config");
+    for heading in [
+        "Listeners:",
+        "TLS:",
+        "Devices and models:",
+        "Cluster:",
+        "Limits:",
+        "Logs:",
+    ] {
+        assert!(at(heading) > last, "{heading} out of order:\n{help}");
+        last = at(heading);
+    }
+    assert!(at("--http") > at("Listeners:") && at("--http") < at("TLS:"));
+    assert!(at("--rac-tls") > at("TLS:") && at("--rac-tls") < at("Devices and models:"));
+    assert!(at("--registry") > at("Cluster:"));
+    // The gRPC default, and what happens when it is taken.
+    let grpc = &help[at("--grpc <ADDR|off>")..at("--opencl <ADDR>")];
+    assert!(grpc.contains("127.0.0.1:8001"), "{grpc}");
+    assert!(grpc.contains("taken") && grpc.contains("warns"), "{grpc}");
+    for tls in ["--https <ADDR>", "--rac-tls <ADDR>", "--grpc-tls <ADDR>"] {
+        let line = &help[at(tls)..];
+        let line = &line[..line.find("\n\n").unwrap_or(line.len())];
+        assert!(
+            line.contains("needs --tls-cert and --tls-key"),
+            "{tls}: {line}"
+        );
+    }
+    assert!(
+        help.contains("SIGTERM") && help.contains("drains"),
+        "{help}"
+    );
+    assert!(help.contains("SIGHUP reloads the TLS"), "{help}");
+    assert!(help.contains("2 for any configuration error"), "{help}");
+}
+
 #[test]
 fn an_invalid_log_level_is_refused_at_start_with_the_valid_ones_listed() {
     let (code, stderr) = start_refused("log_level = \"verbose\"\n", &[]);

@@ -49,10 +49,6 @@ struct Args {
     /// io_uring.
     #[arg(long, value_name = "PATH", help_heading = "Listeners")]
     network: Option<netaccel_node::config::Network>,
-    /// Network threads (0 = one per core). Every other bound (queues, bodies,
-    /// connections, timeouts) is a key of the --config file.
-    #[arg(long, value_name = "N", help_heading = "Limits")]
-    io_threads: Option<usize>,
     /// HTTPS listen address, beside the plain HTTP one (needs --tls-cert and --tls-key).
     #[arg(long, value_name = "ADDR", help_heading = "TLS")]
     https: Option<SocketAddr>,
@@ -97,6 +93,10 @@ struct Args {
     /// is one address; required when the node listens on 0.0.0.0).
     #[arg(long, value_name = "IP", help_heading = "Cluster")]
     advertise: Option<IpAddr>,
+    /// Network threads (0 = one per core). Every other bound (queues, bodies,
+    /// connections, timeouts) is a key of the --config file.
+    #[arg(long, value_name = "N", help_heading = "Limits")]
+    io_threads: Option<usize>,
     /// Log level: off, error, warn, info, debug, trace, or a tracing filter of
     /// TARGET=LEVEL directives ("info,netaccel_node=debug").
     #[arg(long, value_name = "LEVEL", help_heading = "Logs")]
@@ -131,7 +131,7 @@ fn main() -> ExitCode {
         Some(path) => match Config::from_file(path) {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("netaccel-node: {e}");
+                eprintln!("netaccel-node: invalid configuration: {e}");
                 return ExitCode::from(2);
             }
         },

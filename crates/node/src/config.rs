@@ -325,12 +325,21 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks relations between fields that serde cannot.
+    /// Checks relations between fields that serde cannot. Every numeric key has a
+    /// minimum: 1, unless 0 has a meaning of its own that its documentation gives
+    /// (`io_threads`, `kernel_timeout_ms`, `queue_wait_factor`, …); the sections'
+    /// keys are checked by their sections.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
             ("queue_depth_max", self.queue_depth_max),
             ("tenant_queue_depth_max", self.tenant_queue_depth_max),
             ("connections_max", self.connections_max),
+            ("body_bytes_max", self.body_bytes_max),
+            ("object_store_bytes_max", self.object_store_bytes_max),
+            ("header_timeout_ms", self.header_timeout_ms as usize),
+            ("io_timeout_ms", self.io_timeout_ms as usize),
+            ("idle_timeout_ms", self.idle_timeout_ms as usize),
+            ("drain_timeout_ms", self.drain_timeout_ms as usize),
             ("uri_bytes_max", self.uri_bytes_max),
             ("head_bytes_max", self.head_bytes_max),
             ("objects_max", self.objects_max),
@@ -753,6 +762,24 @@ mod tests {
     }
 
     #[test]
+    fn without_buffer_bytes_max_remote_opencl_clients_see_the_devices_own_memory() {
+        // Issue 29: a default quota of 1 GiB was presented as the device's memory and
+        // hashcat refused to run; a quota is now the operator's choice.
+        let unset = Config::default().opencl.service();
+        assert_eq!(
+            unset.buffer_bytes_max,
+            ocl_remote::service::ServiceConfig::NO_QUOTA
+        );
+        let set = Config::from_toml("[opencl]\nbuffer_bytes_max = 1073741824\n").unwrap();
+        assert_eq!(set.opencl.service().buffer_bytes_max, 1 << 30);
+        // Written back, an unset quota stays unset.
+        let written = toml::to_string(&Config::default().opencl).unwrap();
+        assert!(!written.contains("buffer_bytes_max"), "{written}");
+        let read = Config::from_toml(&format!("[opencl]\n{written}")).unwrap();
+        assert_eq!(read.opencl.buffer_bytes_max, None);
+    }
+
+    #[test]
     fn opencl_bounds_are_checked() {
         for (toml, error) in [
             (
@@ -777,6 +804,63 @@ mod tests {
         ] {
             let err = Config::from_toml(toml).unwrap_err();
             assert!(err.contains(error), "{toml}: {err}");
+        }
+    }
+
+    /// Keys whose 0 has a meaning of its own, given in their documentation (off, no
+    /// bound, one per core, …); every other numeric key's 0 is refused.
+    const ZERO_MEANS_SOMETHING: [&str; 16] = [
+        "io_threads",
+        "queue_wait_factor",
+        "queue_wait_floor_us",
+        "inline_work_max",
+        "hand_over_wait_us",
+        "slot_worker_nice",
+        "reconfig_delay_ms",
+        "simulated_exec_us",
+        "kernel_timeout_ms",
+        "tls.session_cache_max",
+        "opencl.send_stall_timeout_ms",
+        "opencl.program_cache_entries_max",
+        "opencl.program_cache_bytes_max",
+        "opencl.poll_us",
+        "opencl.body_spare_bytes_max",
+        "opencl.kernel_time_ms",
+    ];
+
+    #[test]
+    fn every_numeric_key_has_a_minimum_and_a_zero_is_refused_unless_it_means_something() {
+        // Issue 29: `body_bytes_max = 0` was accepted (every POST then got 413) while
+        // `connections_max = 0` was refused.
+        let defaults = toml::Table::try_from(Config::default()).unwrap();
+        let mut numeric = Vec::new();
+        for (key, value) in &defaults {
+            match value {
+                toml::Value::Integer(_) => numeric.push((None, key.clone())),
+                toml::Value::Table(section) => numeric.extend(
+                    section
+                        .iter()
+                        .filter(|(_, v)| v.is_integer())
+                        .map(|(k, _)| (Some(key.clone()), k.clone())),
+                ),
+                _ => {}
+            }
+        }
+        assert!(numeric.len() > 40, "{numeric:?}");
+        for (section, key) in numeric {
+            let (name, toml) = match &section {
+                None => (key.clone(), format!("{key} = 0\n")),
+                Some(s) => (format!("{s}.{key}"), format!("[{s}]\n{key} = 0\n")),
+            };
+            let result = Config::from_toml(&toml);
+            if ZERO_MEANS_SOMETHING.contains(&name.as_str()) {
+                assert!(result.is_ok(), "{name} = 0: {:?}", result.err());
+            } else {
+                let err = result
+                    .err()
+                    .unwrap_or_else(|| panic!("{name} = 0 is accepted"));
+                assert!(err.contains("must be at least"), "{name} = 0: {err}");
+            }
         }
     }
 

@@ -12,81 +12,98 @@ use netaccel_node::Config;
 /// Serve accelerators over the network.
 ///
 /// With no arguments: one CPU device with one slot per built-in accelerator, HTTP on
-/// 127.0.0.1:8080 and RAC v1 on 127.0.0.1:9400. Try `curl -X POST --data-binary hello localhost:8080/v1/fn/to_uppercase`.
+/// 127.0.0.1:8080, RAC v1 on 127.0.0.1:9400 and gRPC on 127.0.0.1:8001. Try `curl -X POST --data-binary hello localhost:8080/v1/fn/to_uppercase`.
+/// Command-line options override the same settings of the --config file.
 #[derive(Parser, Debug)]
-#[command(name = "netaccel-node", version)]
+#[command(
+    name = "netaccel-node",
+    version,
+    after_help = "Signals: SIGTERM or SIGINT drains the node (stops accepting, lets in-flight calls \
+                  finish within drain_timeout_ms, deregisters from the registry) and exits 0; \
+                  SIGHUP reloads the TLS certificate, key and client CA.\n\
+                  Exit status: 2 for any configuration error, 1 when something the \
+                  configuration names cannot be had (an address taken, a device that does \
+                  not open). See docs/configuration.md."
+)]
 struct Args {
-    /// HTTP listen address (overrides the config file).
-    #[arg(long, value_name = "ADDR")]
-    http: Option<SocketAddr>,
-    /// RAC v1 listen address (overrides the config file).
-    #[arg(long, value_name = "ADDR")]
-    rac: Option<SocketAddr>,
-    /// HTTPS listen address, beside the plain HTTP one (needs --tls-cert, --tls-key).
-    #[arg(long, value_name = "ADDR")]
-    https: Option<SocketAddr>,
-    /// RAC v1 over TLS listen address, beside the plain RAC one.
-    #[arg(long, value_name = "ADDR")]
-    rac_tls: Option<SocketAddr>,
-    /// gRPC over TLS listen address, beside the plain gRPC one.
-    #[arg(long, value_name = "ADDR")]
-    grpc_tls: Option<SocketAddr>,
-    /// The TLS certificate chain (PEM, leaf first); reloaded on SIGHUP.
-    #[arg(long, value_name = "FILE")]
-    tls_cert: Option<PathBuf>,
-    /// The TLS private key (PEM); reloaded on SIGHUP.
-    #[arg(long, value_name = "FILE")]
-    tls_key: Option<PathBuf>,
-    /// Require client certificates issued by the CAs in FILE (PEM): mutual TLS.
-    #[arg(long, value_name = "FILE")]
-    tls_client_ca: Option<PathBuf>,
-    /// With --tls-client-ca: accept clients without a certificate too.
-    #[arg(long)]
-    tls_client_cert_optional: bool,
-    /// gRPC listen address (the Open Inference Protocol's GRPCInferenceService), or
-    /// `off`; default 127.0.0.1:8001 (overrides the config file).
-    #[arg(long, value_name = "ADDR|off", value_parser = grpc_listen)]
-    grpc: Option<GrpcListen>,
-    /// Share this node's OpenCL devices with remote OpenCL clients on ADDR.
-    #[arg(long, value_name = "ADDR")]
-    opencl: Option<SocketAddr>,
-    /// TOML configuration: slots and what each loads, every bound, admin token, logs.
+    /// TOML configuration: slots and what each loads, every bound, admin token, logs
+    /// (see docs/configuration.md).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// HTTP listen address [default: 127.0.0.1:8080].
+    #[arg(long, value_name = "ADDR", help_heading = "Listeners")]
+    http: Option<SocketAddr>,
+    /// RAC v1 listen address [default: 127.0.0.1:9400].
+    #[arg(long, value_name = "ADDR", help_heading = "Listeners")]
+    rac: Option<SocketAddr>,
+    /// gRPC listen address (the Open Inference Protocol's GRPCInferenceService), or
+    /// `off` [default: 127.0.0.1:8001; when that default is taken, as by a second node
+    /// on the host, the node warns and serves without gRPC: give each node its own].
+    #[arg(long, value_name = "ADDR|off", value_parser = grpc_listen, help_heading = "Listeners")]
+    grpc: Option<GrpcListen>,
+    /// Share this node's OpenCL devices with remote OpenCL clients on ADDR [default: not
+    /// shared].
+    #[arg(long, value_name = "ADDR", help_heading = "Listeners")]
+    opencl: Option<SocketAddr>,
+    /// Network path of the plain HTTP and RAC listeners: epoll (the default) or
+    /// io_uring.
+    #[arg(long, value_name = "PATH", help_heading = "Listeners")]
+    network: Option<netaccel_node::config::Network>,
+    /// HTTPS listen address, beside the plain HTTP one (needs --tls-cert and --tls-key).
+    #[arg(long, value_name = "ADDR", help_heading = "TLS")]
+    https: Option<SocketAddr>,
+    /// RAC v1 over TLS listen address, beside the plain RAC one (needs --tls-cert and
+    /// --tls-key).
+    #[arg(long, value_name = "ADDR", help_heading = "TLS")]
+    rac_tls: Option<SocketAddr>,
+    /// gRPC over TLS listen address, beside the plain gRPC one (needs --tls-cert and
+    /// --tls-key).
+    #[arg(long, value_name = "ADDR", help_heading = "TLS")]
+    grpc_tls: Option<SocketAddr>,
+    /// The TLS certificate chain (PEM, leaf first); reloaded on SIGHUP.
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    tls_cert: Option<PathBuf>,
+    /// The TLS private key (PEM); reloaded on SIGHUP.
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates issued by the CAs in FILE (PEM): mutual TLS;
+    /// reloaded on SIGHUP.
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    tls_client_ca: Option<PathBuf>,
+    /// With --tls-client-ca: accept clients without a certificate too.
+    #[arg(long, help_heading = "TLS")]
+    tls_client_cert_optional: bool,
     /// Load user accelerators from DIR: one folder per accelerator, each with an
     /// accelerator.toml (see docs/opencl-slots.md); invalid ones are refused and logged.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = "Devices and models")]
     accelerators: Option<PathBuf>,
     /// Serve the ONNX models of the model repository DIR: NAME/config.toml and
     /// NAME/VERSION/model.onnx per model (see docs/inference.md); invalid ones are
     /// refused and logged.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = "Devices and models")]
     models: Option<PathBuf>,
-    /// Network threads (0 = one per core).
-    #[arg(long, value_name = "N")]
-    io_threads: Option<usize>,
-    /// Network path of the plain HTTP and RAC listeners: epoll (the default) or
-    /// io_uring.
-    #[arg(long, value_name = "PATH")]
-    network: Option<netaccel_node::config::Network>,
-    /// Log level: off, error, warn, info, debug, trace, or a tracing filter of
-    /// TARGET=LEVEL directives ("info,netaccel_node=debug").
-    #[arg(long, value_name = "LEVEL")]
-    log_level: Option<String>,
-    /// Log format: text (the default) or json, one JSON object per line.
-    #[arg(long, value_name = "FORMAT")]
-    log_format: Option<LogFormat>,
     /// Register with the registry at URL (several replicas: comma-separated), renew
     /// the lease, ask it before reconfiguring a slot, deregister when draining.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", help_heading = "Cluster")]
     registry: Option<String>,
     /// This node's name at the registry (default: the host name).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", help_heading = "Cluster")]
     name: Option<String>,
     /// The IP other hosts reach this node at (default: the HTTP listen IP, when that
     /// is one address; required when the node listens on 0.0.0.0).
-    #[arg(long, value_name = "IP")]
+    #[arg(long, value_name = "IP", help_heading = "Cluster")]
     advertise: Option<IpAddr>,
+    /// Network threads (0 = one per core). Every other bound (queues, bodies,
+    /// connections, timeouts) is a key of the --config file.
+    #[arg(long, value_name = "N", help_heading = "Limits")]
+    io_threads: Option<usize>,
+    /// Log level: off, error, warn, info, debug, trace, or a tracing filter of
+    /// TARGET=LEVEL directives ("info,netaccel_node=debug").
+    #[arg(long, value_name = "LEVEL", help_heading = "Logs")]
+    log_level: Option<String>,
+    /// Log format: text (the default) or json, one JSON object per line.
+    #[arg(long, value_name = "FORMAT", help_heading = "Logs")]
+    log_format: Option<LogFormat>,
 }
 
 /// `--grpc`: an address, or `None` for `off`.
@@ -114,7 +131,7 @@ fn main() -> ExitCode {
         Some(path) => match Config::from_file(path) {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("netaccel-node: {e}");
+                eprintln!("netaccel-node: invalid configuration: {e}");
                 return ExitCode::from(2);
             }
         },
@@ -195,7 +212,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("netaccel-node: {e}");
-            ExitCode::from(1)
+            ExitCode::from(e.exit_status())
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::core::memory::{MemoryBudget, ReassemblyPool};
 use crate::core::objects::ObjectStore;
 use crate::core::slot::SlotLimits;
 use crate::core::tenant::Tenants;
-use crate::device::{self, Devices};
+use crate::device::{self, Devices, StartError};
 use crate::registry::Registry;
 use crate::telemetry::logging::RefusalLog;
 use crate::telemetry::metrics::Metrics;
@@ -57,9 +57,9 @@ pub struct Node {
 
 impl Node {
     /// Builds the node from a validated configuration and starts its slot workers.
-    pub fn new(config: Config) -> Result<Arc<Node>, String> {
-        config.validate()?;
-        let registry = Registry::new(&config.registry_section())?;
+    pub fn new(config: Config) -> Result<Arc<Node>, StartError> {
+        config.validate().map_err(StartError::Config)?;
+        let registry = Registry::new(&config.registry_section()).map_err(StartError::Config)?;
         let mut metrics = Metrics::new();
         // A host without an OpenCL runtime serves the rest; an address the operator
         // configured that cannot be listened on is an error, as for every listener.
@@ -82,7 +82,9 @@ impl Node {
                             | std::io::ErrorKind::PermissionDenied
                     ) =>
                 {
-                    return Err(format!("cannot listen for remote OpenCL on {addr}: {e}"));
+                    return Err(StartError::Failed(format!(
+                        "cannot listen for remote OpenCL on {addr}: {e}"
+                    )));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "remote OpenCL not available; serving without it");

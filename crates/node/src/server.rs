@@ -15,6 +15,7 @@ use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::Config;
+use crate::device::StartError;
 use crate::front::admission::{handshake, ConnectionGuard};
 use crate::node::Node;
 use crate::registry::{DeviceKind, Lease, Reported};
@@ -43,9 +44,9 @@ pub struct Running {
 /// starts (and every thread an OpenCL runtime starts inside it) inherits the mask and
 /// the signals wait for [`Running::run_until_signal`]. Call it before starting any other
 /// thread that should not see them.
-pub fn start(mut config: Config) -> Result<Running, String> {
+pub fn start(mut config: Config) -> Result<Running, StartError> {
     block_termination_signals();
-    config.validate()?;
+    config.validate().map_err(StartError::Config)?;
     for sentence in &config.deprecated {
         tracing::warn!("{sentence}");
     }

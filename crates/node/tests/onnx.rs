@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use accel::Accelerator;
-use common::{curl, f32_bytes, TestNode};
+use common::{curl, f32_bytes, start_refused, TestNode};
 use netaccel_client::rac::{RacClient, RacError};
 use rac_proto::Status;
 
@@ -90,6 +90,9 @@ fn the_digits_cnn_is_served_over_every_transport_and_broken_models_are_refused()
     assert!(entry("broken").is_none());
     let digits = entry("digits").expect("digits in the catalog");
     let id = digits["id"].as_u64().unwrap() as u16;
+    // Issue 29: `broken`, refused and sorted before `digits`, made it 257 instead of
+    // 256; the id is now the one derived from the name, whatever else is there.
+    assert_eq!(id, netaccel_node::device::model_id_from_name("digits"));
     assert_eq!(digits["backends"], serde_json::json!(["cpu"]));
 
     // /v1/fn: a batch of 3 gives tract's logits.
@@ -159,6 +162,48 @@ fn the_digits_cnn_is_served_over_every_transport_and_broken_models_are_refused()
 
 /// The `libonnxruntime.so` of the onnxruntime Python wheel (test.sh installs it), or
 /// `None` outside CI when it is not installed (in CI, a failure).
+/// Two models with one id (here both fixed at 300) stop the node at start with a
+/// configuration error naming both, rather than one of them being served depending on
+/// folder order; a derived id is the same on every start.
+#[test]
+fn a_shared_model_id_is_refused_at_start_naming_both_models() {
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("netaccel-onnx-ids-{}", std::process::id())));
+    let repo = &dir.0;
+    let _ = std::fs::remove_dir_all(repo);
+    let config = std::fs::read_to_string(models().join("digits/config.toml")).unwrap();
+    for name in ["digits", "digits_twin"] {
+        std::fs::create_dir_all(repo.join(name).join("1")).unwrap();
+        std::fs::copy(
+            models().join("digits/1/model.onnx"),
+            repo.join(name).join("1/model.onnx"),
+        )
+        .unwrap();
+        std::fs::write(
+            repo.join(name).join("config.toml"),
+            format!("id = 300\n{config}"),
+        )
+        .unwrap();
+    }
+    let (code, stderr) = start_refused(
+        &format!("models_dir = {:?}\n", repo.display().to_string()),
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("models digits and digits_twin both have accelerator id 300"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("id = N"), "{stderr}");
+    // Derived ids: fixed values, within the user range.
+    let derived = netaccel_node::device::model_id_from_name;
+    assert_eq!(derived("digits"), derived("digits"));
+    assert_ne!(derived("digits"), derived("digits_twin"));
+    for name in ["digits", "a", "", "digits_ort", "x".repeat(200).as_str()] {
+        assert!((256..=65534).contains(&derived(name)), "{name}");
+    }
+}
+
 fn onnxruntime_library() -> Option<PathBuf> {
     let found = std::process::Command::new("python3")
         .args([

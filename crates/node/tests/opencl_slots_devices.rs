@@ -239,12 +239,14 @@ fn a_slot_naming_what_its_device_cannot_host_stops_the_start_with_a_reason() {
         "accelerators_dir = \"{}\"\n[[devices]]\nname = \"cpu0\"\nbackend = \"cpu\"\nslots = [\"xorbytes\"]\n",
         dir.display()
     );
+    // A configuration error (issue 29: every one exits 2) ...
     let (code, stderr) = start_refused(&config, &[]);
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("device cpu0, slot 0: a cpu device cannot host xorbytes"),
         "{stderr}"
     );
+    // ... while a folder it names that cannot be read is not to be had: 1.
     let (code, stderr) = start_refused("accelerators_dir = \"/nonexistent/accelerators\"\n", &[]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(

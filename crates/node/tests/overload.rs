@@ -197,6 +197,61 @@ fn with_the_default_bounds_an_accepted_call_waits_a_bounded_multiple_of_its_exec
     );
 }
 
+/// Issue 29: `netaccel_slot_wait_refusals_total` counted a call refused for the wait
+/// bound once per slot it was offered to (the dispatcher's pick, then every candidate
+/// again, the pick included): 64,797 counted against 34,766 calls answered BUSY. Two
+/// slots of a 10 ms accelerator offered three times their capacity by clients with one
+/// call each in flight (no queue fills: every refusal is the wait bound's): the slots'
+/// counts add up to the calls the clients saw refused, and to the node's BUSY count.
+#[test]
+fn the_wait_refusals_count_each_call_answered_busy_once() {
+    let _serial = serial();
+    let node = TestNode::start(
+        "simulated_exec_us = 10000\n[[slots]]\naccelerator = \"echo\"\n\
+         [[slots]]\naccelerator = \"echo\"\n",
+    );
+    // 3x: 30 clients (15 RAC, 15 HTTP), one call each per 50 ms: 600 calls/s.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    let mut tallies = Vec::new();
+    for (front, addr) in [(Front::Rac, node.rac_addr), (Front::Http, node.addr)] {
+        let (handles, tally) = drive(
+            front,
+            addr,
+            15,
+            Duration::from_millis(50),
+            Arc::clone(&stop),
+        );
+        clients.extend(handles);
+        tallies.push(tally);
+    }
+    wait_until("calls answered and refused on both front ends", || {
+        tallies.iter().all(|t| t.reached(50, 100))
+    });
+    stop.store(true, Ordering::Relaxed);
+    let outcomes: Vec<Outcome> = clients
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
+    let busy = outcomes.iter().filter(|o| o.fate == Fate::Busy).count();
+    let refusals: f64 = (0..2)
+        .map(|slot| {
+            node.metric(&format!(
+                "netaccel_slot_wait_refusals_total{{slot=\"{slot}\"}}"
+            ))
+        })
+        .sum();
+    let answered_busy =
+        node.metric("netaccel_accelerator_calls_total{accelerator=\"echo\",status=\"BUSY\"}");
+    eprintln!(
+        "{} calls, {busy} BUSY seen by clients, {answered_busy} BUSY counted, {refusals} wait refusals",
+        outcomes.len()
+    );
+    assert!(busy > 0, "the node was driven into refusals");
+    assert_eq!(answered_busy as usize, busy);
+    assert_eq!(refusals as usize, busy, "each refused call counted once");
+}
+
 /// Calls each slow client sends without reading a result, and their payload size.
 const SLOW_CALLS: usize = 256;
 const SLOW_PAYLOAD: usize = 48 * 1024;

@@ -53,6 +53,93 @@ fn an_empty_admin_token_or_slot_list_is_refused_at_start() {
     assert!(stderr.contains("slots = [] configures no slot"), "{stderr}");
 }
 
+/// Issue 29: `body_bytes_max = 0` was accepted and a slot naming an unknown
+/// accelerator exited 1 while other configuration errors exited 2. Every configuration
+/// error exits 2 naming what is wrong; 1 is left for what the configuration names but
+/// cannot be had (here, an address another process holds).
+#[test]
+fn every_configuration_error_exits_2_and_a_taken_address_1() {
+    for (config, said) in [
+        ("body_bytes_max = 0\n", "body_bytes_max must be at least 1"),
+        (
+            "idle_timeout_ms = 0\n",
+            "idle_timeout_ms must be at least 1",
+        ),
+        (
+            "connections_max = 0\n",
+            "connections_max must be at least 1",
+        ),
+        (
+            "[[slots]]\naccelerator = \"nosuch\"\n",
+            "slot accelerator `nosuch` is not in the catalog",
+        ),
+    ] {
+        let (code, stderr) = start_refused(config, &[]);
+        assert_eq!(code, Some(2), "{config}: {stderr}");
+        assert!(stderr.contains(said), "{config}: {stderr}");
+        assert!(
+            stderr.contains("invalid configuration"),
+            "{config}: {stderr}"
+        );
+    }
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, stderr) = start_refused("", &["--http", &addr]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(&addr), "{stderr}");
+}
+
+/// Issue 29: `--help` was a flat list with `--config` buried under TLS, no gRPC
+/// default, nothing on signals, and TLS listeners that did not say they need a
+/// certificate and key.
+#[test]
+fn help_groups_the_options_and_says_the_defaults_signals_and_what_tls_needs() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let at = |what: &str| {
+        help.find(what)
+            .unwrap_or_else(|| panic!("--help does not say {what:?}:\n{help}"))
+    };
+    // --config first, then the groups in this order.
+    let mut last = at("--config");
+    for heading in [
+        "Listeners:",
+        "TLS:",
+        "Devices and models:",
+        "Cluster:",
+        "Limits:",
+        "Logs:",
+    ] {
+        assert!(at(heading) > last, "{heading} out of order:\n{help}");
+        last = at(heading);
+    }
+    assert!(at("--http") > at("Listeners:") && at("--http") < at("TLS:"));
+    assert!(at("--rac-tls") > at("TLS:") && at("--rac-tls") < at("Devices and models:"));
+    assert!(at("--registry") > at("Cluster:"));
+    // The gRPC default, and what happens when it is taken.
+    let grpc = &help[at("--grpc <ADDR|off>")..at("--opencl <ADDR>")];
+    assert!(grpc.contains("127.0.0.1:8001"), "{grpc}");
+    assert!(grpc.contains("taken") && grpc.contains("warns"), "{grpc}");
+    for tls in ["--https <ADDR>", "--rac-tls <ADDR>", "--grpc-tls <ADDR>"] {
+        let line = &help[at(tls)..];
+        let line = &line[..line.find("\n\n").unwrap_or(line.len())];
+        assert!(
+            line.contains("needs --tls-cert and --tls-key"),
+            "{tls}: {line}"
+        );
+    }
+    assert!(
+        help.contains("SIGTERM") && help.contains("drains"),
+        "{help}"
+    );
+    assert!(help.contains("SIGHUP reloads the TLS"), "{help}");
+    assert!(help.contains("2 for any configuration error"), "{help}");
+}
+
 #[test]
 fn an_invalid_log_level_is_refused_at_start_with_the_valid_ones_listed() {
     let (code, stderr) = start_refused("log_level = \"verbose\"\n", &[]);

@@ -699,6 +699,49 @@ fn handshake_garbage_and_truncated_hellos_do_not_hurt_other_clients() {
     assert_eq!(http(&mut good, "GET", "/health", b"").0, 200);
 }
 
+/// Issue 29: plain HTTP sent to the HTTPS port got a raw header-parse error from the
+/// client (the node's TLS alert read as HTTP); it now gets a plain `400` that says the
+/// port speaks TLS, and the refusal is counted as a failed handshake.
+#[test]
+fn plain_http_to_a_tls_port_is_told_the_port_speaks_tls() {
+    let pki = Pki::new(&test_dir("plain"), "plain");
+    pki.server(1);
+    let (node, https, rac) = start(&pki, "", "");
+    let mut s = TcpStream::connect(https).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("this port speaks TLS: use https://"),
+        "{answer}"
+    );
+    // On the RAC-over-TLS port the connection is closed, without an HTTP answer.
+    let mut s = TcpStream::connect(rac).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    let mut answer = Vec::new();
+    match s.read_to_end(&mut answer) {
+        Ok(_) => assert!(answer.is_empty(), "{answer:?}"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+    }
+    eventually("both counted", || {
+        series(
+            &node,
+            "netaccel_tls_handshake_failures_total{reason=\"handshake\"}",
+        ) >= 2.0
+    });
+    // TLS clients are served as before.
+    let mut good = connect(https, &pki.client(None)).unwrap();
+    assert_eq!(http(&mut good, "GET", "/health", b"").0, 200);
+}
+
 #[test]
 fn the_rust_rac_client_speaks_tls_with_a_client_certificate() {
     let pki = Pki::new(&test_dir("client"), "client");

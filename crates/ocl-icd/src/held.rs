@@ -42,8 +42,8 @@ use crate::object::EventRef;
 /// Sets the most bytes of commands (write data included) the ICD holds back for user
 /// events not set (default [`HELD_BYTES_DEFAULT`]).
 pub const HELD_BYTES_ENV: &str = "NETACCEL_OPENCL_HELD_BYTES_MAX";
-/// 1 GiB: the node's default quota of buffer bytes per client (`buffer_bytes_max`),
-/// so that by default a program can hold back a write to each byte of its buffers.
+/// 1 GiB: a program can hold back writes of this many bytes by default, a bound of
+/// the client's own memory (the node's `buffer_bytes_max` bounds what it holds there).
 pub const HELD_BYTES_DEFAULT: usize = 1 << 30;
 
 /// The bound of [`HELD_BYTES_ENV`], or its default if the variable is unset or not a

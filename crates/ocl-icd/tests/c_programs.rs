@@ -448,11 +448,19 @@ fn images_on_buffers_share_the_buffers_storage_identically_local_and_remote() {
 }
 
 /// The largest allocation advertised is made and nothing larger: the node presents the
-/// client's share of its quota and holds to it (it accepted larger buffers before,
-/// which the device's own bound allows).
+/// device's own (or with a quota, the client's share of it) and holds to it (it
+/// accepted larger buffers before, which the device's own bound allows).
 #[test]
 fn nothing_above_the_largest_allocation_is_made_identically_local_and_remote() {
     compare("max_alloc");
+}
+
+/// Issue 29: with the node's defaults a client is offered the device's own memory
+/// sizes, and holds several large buffers at once, as natively (a default quota of
+/// 1 GiB shrank them and hashcat refused to run).
+#[test]
+fn without_a_quota_the_device_memory_is_the_devices_own_identically_local_and_remote() {
+    compare("device_memory");
 }
 
 /// Kernels see the version of the device the node presents, as natively they see the

@@ -20,7 +20,7 @@ use rac_proto::Status;
 use serde::{Deserialize, Serialize};
 
 use crate::core::clock::Clock;
-use crate::core::slot::{Answer, Call, Slot, SlotLimits, Submitted};
+use crate::core::slot::{Answer, Call, Refused, Slot, SlotLimits, Submitted};
 use crate::core::tenant::TenantId;
 use crate::device::SlotPlan;
 use crate::telemetry::metrics::{AccelMetrics, Metrics};
@@ -249,12 +249,16 @@ impl Dispatcher {
                 (BalancePolicy::JoinShortestQueue, _) => pick = Some(slot),
             }
         }
+        let mut refusals = Refusals::default();
         match pick {
-            Some(slot) => match slot.submit(call) {
+            Some(slot) => match slot.offer(call) {
                 Ok(submitted) => submitted,
-                Err(refused) => self.submit_slow(refused.call),
+                Err(refused) => {
+                    let call = refusals.note(slot, refused);
+                    self.submit_slow(call, refusals)
+                }
             },
-            None => self.submit_slow(call),
+            None => self.submit_slow(call, refusals),
         }
     }
 
@@ -269,26 +273,29 @@ impl Dispatcher {
         }
     }
 
-    /// Every candidate in policy order, and the reason when none takes the call.
-    fn submit_slow(&self, mut call: Call) -> Submitted {
+    /// Every candidate in policy order not yet offered the call (`refusals`), and the
+    /// reason when none takes it. A call refused `Busy` for a slot's wait bound is
+    /// counted there once, however many slots refused it.
+    fn submit_slow<'a>(&'a self, mut call: Call, mut refusals: Refusals<'a>) -> Submitted {
         let accel_id = call.accel.descriptor().id;
         let candidates = match self.candidates(accel_id) {
             Ok(c) => c,
             Err(NoSlot { status, message }) => return self.refuse(status, message, call),
         };
         debug_assert!(!candidates.is_empty(), "no candidates is a refusal");
-        let mut all_full = false;
         for slot in candidates {
-            match slot.submit(call) {
+            if refusals.tried.is_some_and(|tried| Arc::ptr_eq(tried, slot)) {
+                continue;
+            }
+            match slot.offer(call) {
                 Ok(submitted) => return submitted,
-                Err(refused) => {
-                    // Busy wins over Unavailable: some slot does host it, it is just full.
-                    all_full |= refused.status == Status::Busy;
-                    call = refused.call;
-                }
+                Err(refused) => call = refusals.note(slot, refused),
             }
         }
-        if all_full {
+        if refusals.busy {
+            if let Some(slot) = refusals.waited {
+                slot.count_wait_refusal();
+            }
             self.refuse(Status::Busy, busy().message, call)
         } else {
             let message = "the slots for this accelerator are being reconfigured or failed; retry";
@@ -320,6 +327,31 @@ impl Dispatcher {
     pub fn abandon_all(&self, why: &str) -> usize {
         self.stop();
         self.slots.iter().map(|s| s.abandon_all(why)).sum()
+    }
+}
+
+/// What the slots offered one call said so far.
+#[derive(Default)]
+struct Refusals<'a> {
+    /// The slot the fast path offered it to: not offered again.
+    tried: Option<&'a Arc<Slot>>,
+    /// Busy wins over Unavailable: some slot does host it, it is just full.
+    busy: bool,
+    /// The last slot that refused it for its wait bound.
+    waited: Option<&'a Arc<Slot>>,
+}
+
+impl<'a> Refusals<'a> {
+    /// Notes `slot`'s refusal; gives the call back.
+    fn note(&mut self, slot: &'a Arc<Slot>, refused: Refused) -> Call {
+        if self.tried.is_none() {
+            self.tried = Some(slot);
+        }
+        self.busy |= refused.status == Status::Busy;
+        if refused.waited_too_long {
+            self.waited = Some(slot);
+        }
+        refused.call
     }
 }
 

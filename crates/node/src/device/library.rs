@@ -6,8 +6,9 @@
 //! the node starts with the rest — when the `manifest` crate finds it invalid, when its
 //! name or fixed id is taken by a built-in, or when a device that could host it fails
 //! to prepare it (an OpenCL program that does not build). A model is refused the same
-//! way when the `netaccel-onnx` crate cannot read or plan it, or when its name or fixed
-//! id is taken.
+//! way when the `netaccel-onnx` crate cannot read or plan it, or when its name is
+//! taken; a model's id is its config's or derived from its name, and one that another
+//! model or accelerator has stops the node at start, naming both.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use accel::{Accelerator, Catalog};
 use manifest::{Manifest, ManifestAccelerator};
 use netaccel_onnx::Model;
 
-use super::{kind_hosts, Backend, Hostable, KINDS};
+use super::{kind_hosts, Backend, Hostable, StartError, KINDS};
 use super::{DeviceConfig, DevicesSection};
 
 /// What [`assemble`] gives: the catalog, the manifest of each user accelerator and
@@ -32,7 +33,7 @@ pub fn assemble(
     config: &DevicesSection,
     devices: &[DeviceConfig],
     backends: &[Arc<dyn Backend>],
-) -> Result<Assembled, String> {
+) -> Result<Assembled, StartError> {
     let mut entries = accel::builtins();
     if config.fault_injection {
         entries.push(accel::fault_injection());
@@ -140,52 +141,51 @@ pub fn assemble(
 }
 
 /// Reads the model repository `dir` and adds each model it can plan to `entries`,
-/// with a fixed id from its config or the lowest free one. Only an unreadable `dir`
-/// is an error: a model that cannot be served is logged and left out.
+/// with the id its config fixes or, without one, [`model_id_from_name`]'s: a model's
+/// id never depends on which other models are in the repository or refused. A model
+/// that cannot be served is logged and left out; an unreadable `dir` is an error, and
+/// so is an id two models (or a model and a user accelerator) would share, naming both.
 fn add_models(
     dir: &std::path::Path,
     engines: &netaccel_onnx::Engines,
     entries: &mut Vec<Arc<dyn Accelerator>>,
     models: &mut HashMap<u16, Arc<Model>>,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     let scan = netaccel_onnx::scan(dir)?;
     for e in &scan.errors {
         refuse_model(e);
     }
-    let mut used: Vec<u16> = entries
-        .iter()
-        .map(|a| a.descriptor().id)
-        .chain(scan.found.iter().filter_map(|f| f.config.id))
-        .collect();
-    let mut next = manifest::ID_MIN;
+    let mut planned: Vec<(netaccel_onnx::Found, u16)> = Vec::with_capacity(scan.found.len());
     for found in scan.found {
         let folder = found.folder.display().to_string();
-        let taken = entries
+        if let Some(d) = entries
             .iter()
             .map(|a| a.descriptor())
-            .find(|d| d.name == found.name || Some(d.id) == found.config.id);
-        if let Some(d) = taken {
-            let what = if d.name == found.name { "name" } else { "id" };
+            .find(|d| d.name == found.name)
+        {
             refuse_model(&format!(
-                "{folder}: {what}: taken by accelerator {} (id {})",
+                "{folder}: name: taken by accelerator {} (id {})",
                 d.name, d.id
             ));
             continue;
         }
         let id = match found.config.id {
-            Some(id) => id,
-            None => {
-                while used.contains(&next) {
-                    next += 1;
-                }
-                if next > manifest::ID_MAX {
-                    refuse_model(&format!("{folder}: no free accelerator id left"));
-                    continue;
-                }
-                used.push(next);
-                next
+            Some(id) if !(manifest::ID_MIN..=manifest::ID_MAX).contains(&id) => {
+                refuse_model(&format!(
+                    "{folder}: id: {id} is outside {}..={}",
+                    manifest::ID_MIN,
+                    manifest::ID_MAX
+                ));
+                continue;
             }
+            Some(id) => id,
+            None => model_id_from_name(&found.name),
         };
+        planned.push((found, id));
+    }
+    check_model_ids(&planned, entries)?;
+    for (found, id) in planned {
+        let folder = found.folder.display().to_string();
         let started = std::time::Instant::now();
         match found.into_model(id, engines) {
             Ok(model) => {
@@ -203,6 +203,55 @@ fn add_models(
                 models.insert(id, model);
             }
             Err(e) => refuse_model(&format!("{folder}: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// The id of a model whose config fixes none: the 64-bit FNV-1a hash of its name's
+/// bytes, modulo the 65,279 ids user accelerators may have, plus 256 (so in
+/// `ID_MIN..=ID_MAX`). The same name gets the same id on every node and every start.
+pub fn model_id_from_name(name: &str) -> u16 {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let span = u64::from(manifest::ID_MAX - manifest::ID_MIN) + 1;
+    let id = manifest::ID_MIN + (hash % span) as u16;
+    debug_assert!((manifest::ID_MIN..=manifest::ID_MAX).contains(&id));
+    id
+}
+
+/// Refuses ids that two planned models, or a model and an accelerator already in the
+/// catalog, would share: which one would be served must not depend on folder order.
+fn check_model_ids(
+    planned: &[(netaccel_onnx::Found, u16)],
+    entries: &[Arc<dyn Accelerator>],
+) -> Result<(), StartError> {
+    let how = |f: &netaccel_onnx::Found| {
+        if f.config.id.is_some() {
+            "fixed by its config.toml"
+        } else {
+            "derived from its name"
+        }
+    };
+    for (i, (found, id)) in planned.iter().enumerate() {
+        let fix = "give one of them another `id = N` (256..=65534) in its config.toml";
+        if let Some((other, _)) = planned[..i].iter().find(|(_, other)| other == id) {
+            return Err(StartError::Config(format!(
+                "models {} and {} both have accelerator id {id} ({}, {}): {fix}",
+                other.name,
+                found.name,
+                how(other),
+                how(found)
+            )));
+        }
+        if let Some(d) = entries.iter().map(|a| a.descriptor()).find(|d| d.id == *id) {
+            return Err(StartError::Config(format!(
+                "model {} and accelerator {} both have id {id} (the model's {}): {fix}",
+                found.name,
+                d.name,
+                how(found)
+            )));
         }
     }
     Ok(())

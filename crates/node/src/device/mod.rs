@@ -31,6 +31,7 @@ use ocl_remote::service::ServiceHandle;
 
 use crate::telemetry::metrics::Metrics;
 
+pub use library::model_id_from_name;
 pub use section::{BackendKind, DeviceConfig, DevicesSection, PlatformChoice, SlotConfig};
 
 pub mod cpu;
@@ -126,6 +127,43 @@ pub fn kind_hosts(kind: BackendKind, accel: Hostable<'_>) -> bool {
 /// Every backend kind, in the order the catalog lists them.
 pub const KINDS: [BackendKind; 3] = [BackendKind::Cpu, BackendKind::Opencl, BackendKind::Rtl];
 
+/// Why the node did not start; the two get different exit statuses (see
+/// docs/configuration.md, "Errors").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartError {
+    /// The configuration is wrong in itself, or names what this node does not have (a
+    /// slot's accelerator that no catalog entry or no device of its kind offers).
+    Config(String),
+    /// What the configuration names could not be had: an address taken, a device, a
+    /// library or a file that does not open.
+    Failed(String),
+}
+
+impl StartError {
+    /// The process exit status: 2 for every configuration error, 1 otherwise.
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            StartError::Config(_) => 2,
+            StartError::Failed(_) => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Config(e) => write!(f, "invalid configuration: {e}"),
+            StartError::Failed(e) => f.write_str(e),
+        }
+    }
+}
+
+impl From<String> for StartError {
+    fn from(e: String) -> StartError {
+        StartError::Failed(e)
+    }
+}
+
 /// The sentence for an accelerator a `kind` device cannot host.
 pub fn cannot_host(kind: BackendKind, accel: Hostable<'_>) -> String {
     let name = &accel.accel.descriptor().name;
@@ -204,7 +242,7 @@ pub fn start(
     config: &DevicesSection,
     metrics: &mut Metrics,
     opencl: Option<&ServiceHandle>,
-) -> Result<Started, String> {
+) -> Result<Started, StartError> {
     let device_configs = &config.devices;
     let mut backends = Vec::with_capacity(device_configs.len());
     for d in device_configs {
@@ -241,16 +279,16 @@ pub fn start(
                     .iter()
                     .map(|a| a.descriptor().name.clone())
                     .collect();
-                format!(
+                StartError::Config(format!(
                     "device {}: slot accelerator `{name}` is not in the catalog ({})",
                     d.name,
                     known.join(", ")
-                )
+                ))
             })?;
             let hostable = devices.hostable(accel);
             backend
                 .hosts(hostable)
-                .map_err(|e| format!("device {}, slot {id}: {e}", d.name))?;
+                .map_err(|e| StartError::Config(format!("device {}, slot {id}: {e}", d.name)))?;
             let load = backend
                 .load(id, hostable)
                 .map_err(|e| format!("device {}, slot {id}: loading {name}: {e}", d.name))?;

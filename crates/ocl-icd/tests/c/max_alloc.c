@@ -1,8 +1,8 @@
 /* The largest allocation a device advertises (CL_DEVICE_MAX_MEM_ALLOC_SIZE) can be made
  * and used, and nothing larger is made: a buffer one byte larger fails with
  * CL_INVALID_BUFFER_SIZE, as OpenCL specifies, and so does an image larger than it.
- * Through the node the figure is the client's share of its quota, smaller than the
- * device's own. */
+ * Through the node the figure is the device's own (in whole MiB), or with a quota set the
+ * client's share of it. */
 #include "common.h"
 
 /* A 3D image of CL_RGBA, CL_FLOAT, 1024 x 1024 pixels (16 MiB) a slice. */

@@ -77,7 +77,10 @@ pub struct ServiceConfig {
     pub clients_max: usize,
     /// Largest frame body a client may send, in bytes.
     pub frame_body_max: u32,
-    /// Buffer bytes one client may hold on the node.
+    /// Buffer bytes one client may hold on the node, and the memory its devices are
+    /// presented with ([`presented::Memory::within_quota`]). [`ServiceConfig::NO_QUOTA`]
+    /// (the default): the devices' own global memory and largest allocation, a client
+    /// holding at most the largest device's memory.
     pub buffer_bytes_max: u64,
     /// Objects (contexts, queues, buffers, programs, kernels) one client may hold.
     pub objects_max: usize,
@@ -161,6 +164,11 @@ impl ServiceConfig {
     /// The smallest `frame_body_max` the ICD works with: it sends write data in pieces
     /// of 8 MiB, in `Enqueue` frames it seals past 4 MiB of commands.
     pub const FRAME_BODY_MIN: u32 = 16 << 20;
+
+    /// `buffer_bytes_max` when the operator set no quota: clients see the devices as
+    /// they are. A default quota smaller than the device made common programs refuse
+    /// to run (hashcat: a 1 GiB quota presented a 2 GiB allocation as 296 MiB).
+    pub const NO_QUOTA: u64 = u64::MAX;
 }
 
 impl Default for ServiceConfig {
@@ -170,7 +178,7 @@ impl Default for ServiceConfig {
             platforms: Vec::new(),
             clients_max: 64,
             frame_body_max: 64 << 20,
-            buffer_bytes_max: 1 << 30,
+            buffer_bytes_max: ServiceConfig::NO_QUOTA,
             objects_max: 4096,
             pending_bytes_max: 512 << 20,
             device_queue_depth_max: 256,
@@ -469,6 +477,18 @@ pub(crate) struct Shared {
     pub bodies: Arc<bodies::BodyPool>,
     /// In an isolated runtime process: where the node sees how long tasks run.
     pub busy: Option<busy::BusyPage>,
+}
+
+impl Shared {
+    /// Buffer bytes one client may hold: the quota set, or without one the largest
+    /// memory among the devices shared (each device refuses what it does not have).
+    pub fn client_quota(&self) -> u64 {
+        if self.config.buffer_bytes_max != ServiceConfig::NO_QUOTA {
+            return self.config.buffer_bytes_max;
+        }
+        let largest = self.runtime.devices.iter().map(|d| d.memory.global).max();
+        largest.unwrap_or(0).max(1)
+    }
 }
 
 impl Shared {

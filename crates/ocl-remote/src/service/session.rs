@@ -113,7 +113,7 @@ pub(crate) fn serve_greeted(shared: Arc<Shared>, stream: Stream, refused: bool, 
             writer: Arc::clone(&writer),
             objects: Objects::default(),
             quota: Quota::new(
-                shared.config.buffer_bytes_max,
+                shared.client_quota(),
                 shared.metrics.client_buffer_bytes.clone(),
             ),
             open: Vec::new(),

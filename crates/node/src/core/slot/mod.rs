@@ -162,6 +162,9 @@ pub enum Submitted {
 /// A slot refused a call; the dispatcher may try another slot with it.
 pub struct Refused {
     pub status: Status,
+    /// Refused for the wait bound (`queue_wait_factor`, see [`Slot::wait_admits`]),
+    /// not for the queue's room or the accelerator hosted.
+    pub waited_too_long: bool,
     pub call: Call,
 }
 
@@ -486,12 +489,34 @@ impl Slot {
     /// host the call's accelerator, and with `Busy` when the queue has no room.
     // The refused call travels back by value so the dispatcher can offer it to the next
     // slot; boxing it would allocate on every refusal.
+    /// A call refused for the wait bound is counted in `wait_refusals`: this slot's
+    /// answer is the call's. (The dispatcher offers a call to several slots instead,
+    /// [`Slot::offer`], and counts it once when none takes it.)
     #[allow(clippy::result_large_err)]
     pub fn submit(&self, call: Call) -> Result<Submitted, Refused> {
+        let submitted = self.offer(call);
+        if let Err(refused) = &submitted {
+            if refused.waited_too_long {
+                self.count_wait_refusal();
+            }
+        }
+        submitted
+    }
+
+    /// Counts a call answered `Busy` for the wait bound of this slot, once per call.
+    pub fn count_wait_refusal(&self) {
+        self.metrics.wait_refusals.inc();
+    }
+
+    /// [`Slot::submit`] without counting a refusal: the call may yet go to another
+    /// slot.
+    #[allow(clippy::result_large_err)]
+    pub fn offer(&self, call: Call) -> Result<Submitted, Refused> {
         let mut st = self.state.lock();
         if !st.phase.admits() || st.accel.descriptor().id != call.accel.descriptor().id {
             return Err(Refused {
                 status: Status::Unavailable,
+                waited_too_long: false,
                 call,
             });
         }
@@ -531,14 +556,15 @@ impl Slot {
         {
             return Err(Refused {
                 status: Status::Busy,
+                waited_too_long: false,
                 call,
             });
         }
         let admission = self.wait_admits(&st, tenant, work);
         if admission == Admission::WaitTooLong {
-            self.metrics.wait_refusals.inc();
             return Err(Refused {
                 status: Status::Busy,
+                waited_too_long: true,
                 call,
             });
         }

@@ -28,8 +28,11 @@ pub struct OpenclSection {
     /// Largest frame a client may send; beyond it the connection is closed.
     pub frame_body_bytes_max: u32,
     /// Buffer and image bytes one client may hold; also what the devices advertise as
-    /// their global memory (and their largest allocation in proportion).
-    pub buffer_bytes_max: u64,
+    /// their global memory (and their largest allocation in proportion). Unset (the
+    /// default): no quota, clients see each device's own global memory and largest
+    /// allocation and may hold up to the largest device's memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buffer_bytes_max: Option<u64>,
     /// OpenCL objects one client may hold.
     pub objects_max: usize,
     /// Bytes of enqueued data one open task may hold.
@@ -80,7 +83,7 @@ impl Default for OpenclSection {
             library: ocl.library,
             clients_max: ocl.clients_max,
             frame_body_bytes_max: ocl.frame_body_max,
-            buffer_bytes_max: ocl.buffer_bytes_max,
+            buffer_bytes_max: None,
             objects_max: ocl.objects_max,
             pending_bytes_max: ocl.pending_bytes_max,
             device_queue_depth_max: ocl.device_queue_depth_max,
@@ -111,9 +114,12 @@ impl OpenclSection {
             ("objects_max", self.objects_max),
             ("device_queue_depth_max", self.device_queue_depth_max),
             ("kernel_name_bytes_max", self.kernel_name_bytes_max),
+            // The service reads 0 as 1; the documented minimum is 1.
+            ("runtime_spares", self.runtime_spares),
             (
                 "buffer_bytes_max",
-                self.buffer_bytes_max.min(usize::MAX as u64) as usize,
+                self.buffer_bytes_max
+                    .map_or(1, |b| b.min(usize::MAX as u64) as usize),
             ),
         ];
         for (name, value) in positive {
@@ -160,7 +166,7 @@ impl OpenclSection {
             platforms: self.platforms.clone(),
             clients_max: self.clients_max,
             frame_body_max: self.frame_body_bytes_max,
-            buffer_bytes_max: self.buffer_bytes_max,
+            buffer_bytes_max: self.buffer_bytes_max.unwrap_or(ServiceConfig::NO_QUOTA),
             objects_max: self.objects_max,
             pending_bytes_max: self.pending_bytes_max,
             device_queue_depth_max: self.device_queue_depth_max,

@@ -268,6 +268,13 @@ pub enum Identity {
     Anonymous,
 }
 
+/// Whether a connection's first byte is plain text rather than the start of a TLS
+/// record (content type 20..=24, 0x14..=0x18): an ASCII letter, as an HTTP request's
+/// method (or HTTP/2's `PRI`) begins.
+pub fn is_plain_text(first: u8) -> bool {
+    first.is_ascii_alphabetic()
+}
+
 /// Why a TLS connection was closed before it was served.
 #[derive(Debug)]
 pub enum AcceptError {
@@ -331,6 +338,19 @@ impl TlsAcceptor {
     /// The TLS configuration it was made from.
     pub fn config(&self) -> &TlsConfig {
         &self.shared.config
+    }
+
+    /// How long a handshake may take from the connection's accept.
+    pub fn handshake_timeout(&self) -> Duration {
+        Duration::from_millis(self.shared.config.handshake_timeout_ms)
+    }
+
+    /// Counts a connection closed before its handshake by the caller of
+    /// [`TlsAcceptor::accept`] (a client that began with plain text, see
+    /// [`is_plain_text`]: `handshake`; one that sent nothing in time: `timeout`).
+    pub fn count_failed(&self, reason: &'static str) {
+        debug_assert!(matches!(reason, "handshake" | "timeout"), "{reason}");
+        self.shared.metrics.failed(reason);
     }
 
     /// A tokio-rustls acceptor with the current certificate, for code that runs its

@@ -53,16 +53,9 @@ pub fn check_config(tenants: &[TenantConfig]) -> Result<(), String> {
 }
 
 /// Compares a secret (token) with what a client sent without stopping at the first
-/// differing byte, so response timing does not reveal how much of it was right.
-pub fn secret_eq(given: &str, want: &str) -> bool {
-    let (given, want) = (given.as_bytes(), want.as_bytes());
-    given.len() == want.len()
-        && given
-            .iter()
-            .zip(want)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
-}
+/// differing byte, so response timing does not reveal how much of it was right: the
+/// same comparison the registry makes of its tokens, from the contract crate.
+pub use registry_api::secret_eq;
 
 /// The node's tenants at run time.
 pub struct Tenants {

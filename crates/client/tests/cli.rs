@@ -398,3 +398,105 @@ fn every_command_and_option_has_help_text() {
     }
     assert!(checked > 20, "only {checked} entries found");
 }
+
+/// `netaccel ARGS`, without a node: its exit status, stdout and stderr.
+fn netaccel_alone(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_netaccel"))
+        .args(args)
+        .env_remove("NETACCEL_NODE")
+        .env_remove("NETACCEL_REGISTRY")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn the_top_help_says_where_each_commands_options_are() {
+    let (code, top, _) = netaccel_alone(&["--help"]);
+    assert_eq!(code, Some(0));
+    assert!(top.contains("netaccel COMMAND --help"), "{top}");
+}
+
+#[test]
+fn each_command_shows_only_the_shared_options_it_uses() {
+    let options = |args: &[&str]| -> Vec<&'static str> {
+        let mut with_help = args.to_vec();
+        with_help.push("--help");
+        let (code, text, err) = netaccel_alone(&with_help);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        [
+            "--node",
+            "--registry ",
+            "--registry-token",
+            "--cacert",
+            "--cert",
+        ]
+        .into_iter()
+        .filter(|o| text.contains(o))
+        .collect()
+    };
+    let node = ["--node", "--cacert", "--cert"];
+    let every = [
+        "--node",
+        "--registry ",
+        "--registry-token",
+        "--cacert",
+        "--cert",
+    ];
+    assert_eq!(options(&["call"]), every);
+    for command in ["accelerators", "slots", "load"] {
+        assert_eq!(options(&[command]), node, "{command}");
+    }
+    assert_eq!(options(&["nodes"]), ["--registry "]);
+    for args in [
+        &["functions"][..],
+        &["functions", "create"],
+        &["functions", "scale"],
+    ] {
+        assert_eq!(
+            options(args),
+            ["--registry ", "--registry-token"],
+            "{args:?}"
+        );
+    }
+    for args in [&["rtl"][..], &["rtl", "build"], &["rtl", "synth"]] {
+        assert!(options(args).is_empty(), "{args:?}");
+    }
+    // Hidden, not refused: a shared option may still be given anywhere.
+    let (code, _, err) = netaccel_alone(&["rtl", "build", "--node", "127.0.0.1:1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(!err.contains("unexpected argument"), "{err}");
+}
+
+#[test]
+fn a_missing_name_does_not_read_as_if_node_were_required() {
+    for (args, usage) in [
+        (
+            &["call", "--node", "127.0.0.1:1"][..],
+            "netaccel [--node ADDR] call [OPTIONS] <NAME>",
+        ),
+        (
+            &["load", "--node", "127.0.0.1:1", "0"],
+            "netaccel [--node ADDR] load",
+        ),
+        (
+            &["functions", "create", "--registry", "127.0.0.1:1"],
+            "netaccel [--registry URL] functions create",
+        ),
+    ] {
+        let (code, _, err) = netaccel_alone(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains("<NAME>"), "{args:?}: {err}");
+        assert!(err.contains(usage), "{args:?}: {err}");
+        assert!(
+            !err.contains("--node <ADDR>") && !err.contains("--registry <URL>"),
+            "{args:?}: the usage line shows an optional address as if required: {err}"
+        );
+    }
+    let (_, _, err) = netaccel_alone(&["call"]);
+    assert!(err.contains("--function <F>"), "{err}");
+}

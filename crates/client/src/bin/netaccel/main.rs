@@ -6,13 +6,14 @@
 
 mod rtl;
 mod table;
+mod usage;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use netaccel_client::rac::{RacClient, RacError};
 use netaccel_client::registry::{
     host_of, Bound, BoundError, BoundOptions, RegistryClient, RegistryError, Via,
@@ -22,6 +23,10 @@ use registry_api::{FunctionSpec, FunctionView, NodeView, Query};
 use table::Align;
 
 const EXIT_CODES: &str = "\
+Each command has options of its own, listed by `netaccel COMMAND --help` (`netaccel call
+--help`, `netaccel functions create --help`, ...). The options above may be given before
+or after the command; each command's page lists those it uses.
+
 Exit status: 0 success, 1 the node or registry answered with an error (or the registry
 had no binding for the instance in time), 2 bad usage or a local file problem, 3 the node
 or registry could not be reached.
@@ -111,7 +116,11 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Call an accelerator: payload from -i (default stdin), output to -o (default stdout).
-    #[command(after_help = CALL_THROUGH_REGISTRY)]
+    #[command(
+        after_help = CALL_THROUGH_REGISTRY,
+        override_usage = "netaccel [--node ADDR] call [OPTIONS] <NAME>\n       \
+                          netaccel [--registry URL] call [OPTIONS] --function <F>"
+    )]
     Call {
         /// Accelerator name (see `netaccel accelerators`).
         #[arg(required_unless_present = "function", conflicts_with = "function")]
@@ -176,6 +185,7 @@ enum Command {
         json: bool,
     },
     /// Load an accelerator into a slot (runtime reconfiguration).
+    #[command(override_usage = "netaccel [--node ADDR] load [--token TOKEN] <SLOT> <NAME>")]
     Load {
         /// The slot's id (see `netaccel slots`).
         slot: u16,
@@ -209,6 +219,9 @@ enum ViaArg {
 #[derive(Subcommand, Debug)]
 enum FunctionsCommand {
     /// Create (or update) a function; the registry allocates its instances.
+    #[command(
+        override_usage = "netaccel [--registry URL] functions create [OPTIONS] --accelerator <ACCELERATOR> <NAME>"
+    )]
     Create {
         /// The function's name (letters, digits, '.', '_' and '-').
         name: String,
@@ -232,6 +245,7 @@ enum FunctionsCommand {
         instances: u32,
     },
     /// Show a function and where each of its instances is bound.
+    #[command(override_usage = "netaccel [--registry URL] functions get [--json] <NAME>")]
     Get {
         /// The function's name.
         name: String,
@@ -240,11 +254,13 @@ enum FunctionsCommand {
         json: bool,
     },
     /// Delete a function and release its instances.
+    #[command(override_usage = "netaccel [--registry URL] functions delete <NAME>")]
     Delete {
         /// The function's name.
         name: String,
     },
     /// Set a function's number of instances.
+    #[command(override_usage = "netaccel [--registry URL] functions scale <NAME> <INSTANCES>")]
     Scale {
         /// The function's name.
         name: String,
@@ -276,7 +292,8 @@ impl From<ClientError> for Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = usage::scope_shared_options(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let tls = match &cli.cacert {
         Some(ca) => {
             let client = cli.cert.as_deref().zip(cli.key.as_deref());

@@ -89,6 +89,40 @@ pub fn base_url(addr: &str) -> Result<String, String> {
     Ok(format!("{scheme}://{host}"))
 }
 
+/// What to do about a failed TLS handshake, from the TLS stack's error text: the
+/// node's certificate is not trusted (pass `--cacert`), names another host, or the node
+/// wants a client certificate (pass `--cert` and `--key`). `None` when `error` is no
+/// TLS failure, so that "is a node listening there?" is asked only when it may be
+/// the answer.
+///
+/// ```
+/// use netaccel_client::tls_advice;
+/// let untrusted = "https://localhost:8443/v1/slots: invalid peer certificate: UnknownIssuer";
+/// assert!(tls_advice(untrusted).unwrap().contains("--cacert"));
+/// assert!(tls_advice("received fatal alert: CertificateRequired").unwrap().contains("--cert"));
+/// assert_eq!(tls_advice("Connection refused (os error 111)"), None);
+/// ```
+pub fn tls_advice(error: &str) -> Option<&'static str> {
+    if error.contains("NotValidForName") {
+        Some(
+            "the node's certificate does not name the host called: use a name or address \
+             the certificate names",
+        )
+    } else if error.contains("invalid peer certificate") {
+        Some(
+            "the node's certificate is not trusted: pass --cacert FILE (or NETACCEL_CACERT), \
+             the CA that signed it",
+        )
+    } else if error.contains("CertificateRequired") {
+        Some(
+            "the node asks for a client certificate: pass --cert FILE and --key FILE (a \
+             certificate its client CA signed)",
+        )
+    } else {
+        None
+    }
+}
+
 pub struct NodeClient {
     base: String,
     agent: ureq::Agent,

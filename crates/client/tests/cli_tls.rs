@@ -135,15 +135,44 @@ fn the_cli_calls_a_tls_node_directly_and_through_the_registry() {
     let out = netaccel(&args, b"over https");
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(out.stdout, b"OVER HTTPS");
-    // Without the client certificate the node refuses the handshake: unreachable (3).
+    // Without the client certificate the node refuses the handshake: unreachable (3),
+    // and the message says to present one.
     let out = netaccel(
         &["--node", &node, "--cacert", &ca, "call", "to_uppercase"],
         b"x",
     );
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    // Without --cacert the node's certificate is not trusted.
+    assert!(
+        stderr(&out).contains("--cert FILE and --key FILE"),
+        "{}",
+        stderr(&out)
+    );
+    // Without --cacert the node's certificate is not trusted: the message says to pass
+    // --cacert, not to look for a node elsewhere.
     let out = netaccel(&["--node", &node, "call", "to_uppercase"], b"x");
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("pass --cacert"), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("is a node listening"),
+        "{}",
+        stderr(&out)
+    );
+    // The same over RAC over TLS, with a CA that did not sign the node's certificate.
+    let rac_untrusted = format!("rac+tls://127.0.0.1:{rac_tls}");
+    let other_ca = file("client.pem");
+    let out = netaccel(
+        &[
+            "--cacert",
+            &other_ca,
+            "call",
+            "to_uppercase",
+            "--rac",
+            &rac_untrusted,
+        ],
+        b"x",
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("pass --cacert"), "{}", stderr(&out));
 
     // RAC over TLS.
     let rac_addr = format!("rac+tls://127.0.0.1:{rac_tls}");

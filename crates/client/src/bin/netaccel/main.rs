@@ -18,7 +18,7 @@ use netaccel_client::rac::{RacClient, RacError};
 use netaccel_client::registry::{
     host_of, Bound, BoundError, BoundOptions, RegistryClient, RegistryError, Via,
 };
-use netaccel_client::{base_url, CallOutput, ClientError, NodeClient};
+use netaccel_client::{base_url, tls_advice, CallOutput, ClientError, NodeClient};
 use registry_api::{FunctionSpec, FunctionView, NodeView, Query};
 use table::Align;
 
@@ -331,15 +331,24 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
         Err(Failure::Client(ClientError::Transport(m))) => {
-            eprintln!(
-                "netaccel: cannot reach the node's HTTP API at {}: {m} (is a node listening there? \
-                 --node or NETACCEL_NODE chooses another)",
-                cli.node
-            );
+            match tls_advice(&m) {
+                Some(advice) => eprintln!(
+                    "netaccel: TLS with the node's HTTP API at {} failed: {m} ({advice})",
+                    cli.node
+                ),
+                None => eprintln!(
+                    "netaccel: cannot reach the node's HTTP API at {}: {m} (is a node listening \
+                     there? --node or NETACCEL_NODE chooses another)",
+                    cli.node
+                ),
+            }
             ExitCode::from(3)
         }
         Err(Failure::Unreachable(m)) => {
-            eprintln!("netaccel: {m}");
+            match tls_advice(&m) {
+                Some(advice) => eprintln!("netaccel: {m} ({advice})"),
+                None => eprintln!("netaccel: {m}"),
+            }
             ExitCode::from(3)
         }
         Err(Failure::Registry(RegistryError::Transport(m)))

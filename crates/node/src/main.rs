@@ -31,10 +31,10 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// HTTP listen address [default: 127.0.0.1:8080].
-    #[arg(long, value_name = "ADDR", help_heading = "Listeners")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr, help_heading = "Listeners")]
     http: Option<SocketAddr>,
     /// RAC v1 listen address [default: 127.0.0.1:9400].
-    #[arg(long, value_name = "ADDR", help_heading = "Listeners")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr, help_heading = "Listeners")]
     rac: Option<SocketAddr>,
     /// gRPC listen address (the Open Inference Protocol's GRPCInferenceService), or
     /// `off` [default: 127.0.0.1:8001; when that default is taken, as by a second node
@@ -43,22 +43,22 @@ struct Args {
     grpc: Option<GrpcListen>,
     /// Share this node's OpenCL devices with remote OpenCL clients on ADDR [default: not
     /// shared].
-    #[arg(long, value_name = "ADDR", help_heading = "Listeners")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr, help_heading = "Listeners")]
     opencl: Option<SocketAddr>,
     /// Network path of the plain HTTP and RAC listeners: epoll (the default) or
     /// io_uring.
     #[arg(long, value_name = "PATH", help_heading = "Listeners")]
     network: Option<netaccel_node::config::Network>,
     /// HTTPS listen address, beside the plain HTTP one (needs --tls-cert and --tls-key).
-    #[arg(long, value_name = "ADDR", help_heading = "TLS")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr, help_heading = "TLS")]
     https: Option<SocketAddr>,
     /// RAC v1 over TLS listen address, beside the plain RAC one (needs --tls-cert and
     /// --tls-key).
-    #[arg(long, value_name = "ADDR", help_heading = "TLS")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr, help_heading = "TLS")]
     rac_tls: Option<SocketAddr>,
     /// gRPC over TLS listen address, beside the plain gRPC one (needs --tls-cert and
     /// --tls-key).
-    #[arg(long, value_name = "ADDR", help_heading = "TLS")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr, help_heading = "TLS")]
     grpc_tls: Option<SocketAddr>,
     /// The TLS certificate chain (PEM, leaf first); reloaded on SIGHUP.
     #[arg(long, value_name = "FILE", help_heading = "TLS")]
@@ -114,9 +114,25 @@ fn grpc_listen(text: &str) -> Result<GrpcListen, String> {
     if text == "off" {
         return Ok(GrpcListen(None));
     }
-    text.parse()
+    listen_addr(text)
         .map(|a| GrpcListen(Some(a)))
-        .map_err(|_| format!("{text:?} is neither an address (127.0.0.1:8001) nor off"))
+        .map_err(|e| format!("{e}, or off"))
+}
+
+/// A listen address: IP:PORT. A listener binds one IP, so a host name is refused with
+/// the IP:PORT to write instead (`localhost` may stand for 127.0.0.1 or ::1).
+fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let port = match text.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_ok() => port,
+        _ => "PORT",
+    };
+    Err(format!(
+        "{text:?} is not IP:PORT; a listener binds an IP address: 127.0.0.1:{port} for this \
+         host only, 0.0.0.0:{port} for every interface, [::1]:{port} for IPv6 loopback"
+    ))
 }
 
 fn main() -> ExitCode {
@@ -214,5 +230,30 @@ fn main() -> ExitCode {
             eprintln!("netaccel-node: {e}");
             ExitCode::from(e.exit_status())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Args;
+
+    #[test]
+    fn a_host_name_for_a_listener_is_told_to_give_ip_port() {
+        let args = Args::try_parse_from(["netaccel-node", "--http", "127.0.0.1:8080"]).unwrap();
+        assert_eq!(args.http, Some("127.0.0.1:8080".parse().unwrap()));
+        for flag in ["--http", "--rac", "--https", "--grpc"] {
+            let e = Args::try_parse_from(["netaccel-node", flag, "localhost:8080"])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("is not IP:PORT"), "{flag}: {e}");
+            assert!(e.contains("127.0.0.1:8080"), "{flag}: {e}");
+            assert!(e.contains("0.0.0.0:8080"), "{flag}: {e}");
+        }
+        let e = Args::try_parse_from(["netaccel-node", "--grpc", "nope"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("or off"), "{e}");
     }
 }

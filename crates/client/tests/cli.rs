@@ -155,6 +155,22 @@ fn listing_and_reconfiguring() {
     let out = netaccel(&node.http, &["load", "0", "sobel"], b"");
     assert_eq!(out.status.code(), Some(1), "no token: the node refuses");
     assert!(String::from_utf8_lossy(&out.stderr).contains("UNAUTHORIZED"));
+    // A wrong token and a missing one are told apart, and the token is not echoed.
+    let missing = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        missing.contains("needs `Authorization: Bearer"),
+        "{missing}"
+    );
+    let out = netaccel(&node.http, &["load", "0", "sobel", "--token", "t0kk"], b"");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a wrong token: the node refuses"
+    );
+    let wrong = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(wrong.contains("UNAUTHORIZED"), "{wrong}");
+    assert!(wrong.contains("not this node's admin token"), "{wrong}");
+    assert!(!wrong.contains("t0k"), "{wrong}");
     let out = netaccel(&node.http, &["load", "0", "sobel", "--token", "t0k"], b"");
     assert!(
         out.status.success(),

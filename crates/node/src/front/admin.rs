@@ -134,11 +134,48 @@ pub fn slots_json(node: &Node, only: Option<u16>) -> Vec<u8> {
 }
 
 /// The admin token check: whether a client that presented `token` (none if it sent
-/// none) may reconfigure the node. Anyone may when the node has no admin token.
+/// none) may reconfigure the node. Anyone may when the node has no admin token. The
+/// front ends use [`check_token`], which says why not; this is the tests' shorthand.
+#[cfg(test)]
 pub fn authorized(config: &Config, token: Option<&str>) -> bool {
-    match &config.admin_token {
-        None => true,
-        Some(admin) => token.is_some_and(|given| secret_eq(given, admin)),
+    check_token(config, token).is_ok()
+}
+
+/// The admin token check, saying why it failed: a client that sent no token is told
+/// what to send, one that sent another token that it is not the node's, so that a
+/// typo is not taken for a missing header. Neither the token given nor the node's is
+/// ever part of the answer.
+pub fn check_token(config: &Config, token: Option<&str>) -> Result<(), TokenRefusal> {
+    match (&config.admin_token, token) {
+        (None, _) => Ok(()),
+        (Some(_), None) => Err(TokenRefusal::Missing),
+        (Some(admin), Some(given)) if secret_eq(given, admin) => Ok(()),
+        (Some(_), Some(_)) => Err(TokenRefusal::Wrong),
+    }
+}
+
+/// Why [`check_token`] refused. Both are `UNAUTHORIZED` (HTTP 401, as RFC 6750 answers
+/// a missing and an invalid bearer token alike); the message tells them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenRefusal {
+    /// No token was sent.
+    Missing,
+    /// A token was sent, and it is not the node's admin token.
+    Wrong,
+}
+
+impl TokenRefusal {
+    /// The refusal's message: for [`Missing`](TokenRefusal::Missing) `needs`, the
+    /// front end's words for what to send; for [`Wrong`](TokenRefusal::Wrong), that
+    /// the token given to `operation` is not the node's.
+    pub fn message(self, needs: &str, operation: &str) -> String {
+        match self {
+            TokenRefusal::Missing => needs.to_string(),
+            TokenRefusal::Wrong => format!(
+                "{operation}: the token given is not this node's admin token (`admin_token` \
+                 in its configuration)"
+            ),
+        }
     }
 }
 
@@ -446,6 +483,28 @@ mod tests {
         for wrong in [None, Some("abd"), Some("ab"), Some("abcd"), Some("")] {
             assert!(!authorized(&locked, wrong), "{wrong:?}");
         }
+    }
+
+    #[test]
+    fn a_missing_and_a_wrong_admin_token_are_told_apart_without_the_token() {
+        let locked = Config::from_toml("admin_token = \"s3cret\"").unwrap();
+        assert_eq!(check_token(&locked, Some("s3cret")), Ok(()));
+        assert_eq!(check_token(&locked, None), Err(TokenRefusal::Missing));
+        assert_eq!(check_token(&locked, Some("")), Err(TokenRefusal::Wrong));
+        assert_eq!(
+            check_token(&locked, Some("guess")),
+            Err(TokenRefusal::Wrong)
+        );
+        assert_eq!(check_token(&Config::default(), None), Ok(()));
+        let needs = "load needs the node's admin token";
+        assert_eq!(TokenRefusal::Missing.message(needs, "load"), needs);
+        let wrong = TokenRefusal::Wrong.message(needs, "load");
+        assert_ne!(wrong, needs);
+        assert!(wrong.contains("not this node's admin token"), "{wrong}");
+        assert!(
+            !wrong.contains("s3cret") && !wrong.contains("guess"),
+            "{wrong}"
+        );
     }
 
     #[test]

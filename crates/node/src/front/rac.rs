@@ -488,13 +488,9 @@ impl<S: Transport> RacConn<S> {
                 accelerator,
                 token,
             } => {
-                if !admin::authorized(&node.config, token.as_deref()) {
-                    let message = "load needs the node's admin token";
-                    return self.write_control(
-                        &header,
-                        Status::Unauthorized,
-                        message.as_bytes().to_vec(),
-                    );
+                if let Err(refused) = admin::check_token(&node.config, token.as_deref()) {
+                    let message = refused.message("load needs the node's admin token", "load");
+                    return self.write_control(&header, Status::Unauthorized, message.into_bytes());
                 }
                 // Reconfiguration waits for the slot's queue to drain: it runs off the
                 // network thread, and the answer goes out when it is done.

@@ -98,11 +98,13 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
             head_only: head.method == "HEAD",
         },
         "PUT" => {
-            if !admin::authorized(&node.config, bearer_token(head.header("authorization"))) {
+            let token = bearer_token(head.header("authorization"));
+            if let Err(refused) = admin::check_token(&node.config, token) {
+                let needs = "reconfiguration needs `Authorization: Bearer <admin token>`";
                 return refuse(
                     401,
                     "UNAUTHORIZED",
-                    "reconfiguration needs `Authorization: Bearer <admin token>`",
+                    refused.message(needs, "reconfiguration"),
                 );
             }
             let text = |name| {

@@ -10,7 +10,7 @@ b'HELLO'
 (``netaccel.registry``).
 """
 
-from .client import Client, parse_addr
+from .client import CallsInterrupted, Client, parse_addr
 from .registry import Binding, BoundClient, NoBinding, RegistryClient, RegistryError
 from .rac import (
     BUILTIN_IDS,
@@ -31,6 +31,7 @@ __all__ = [
     "BUILTIN_IDS",
     "Binding",
     "BoundClient",
+    "CallsInterrupted",
     "NoBinding",
     "RegistryClient",
     "RegistryError",

@@ -119,6 +119,30 @@ def _builtin_name(accel_id: int) -> Optional[str]:
     return None
 
 
+class CallsInterrupted(ConnectionError):
+    """The connection failed while :meth:`Client.call_many` had calls out.
+
+    ``outcomes`` has one entry per call taken from ``calls``, in their order: the call's
+    :class:`Result` when the node answered it before the failure, else a
+    :class:`ConnectionError` saying that it was not answered (it may or may not have
+    run: retry it on a new connection if running it twice is harmless). ``cause`` is
+    the failure itself.
+    """
+
+    def __init__(self, cause: BaseException, outcomes: List[Union[Result, ConnectionError]]):
+        self.cause = cause
+        self.outcomes = outcomes
+        unanswered = sum(1 for o in outcomes if not isinstance(o, Result))
+        super().__init__(
+            f"the connection failed with {unanswered} of {len(outcomes)} call(s) unanswered: {cause}"
+        )
+
+    @property
+    def unanswered(self) -> List[int]:
+        """Indexes into ``outcomes`` of the calls that got no answer."""
+        return [i for i, o in enumerate(self.outcomes) if not isinstance(o, Result)]
+
+
 class Client(_Calls):
     """Blocking client. ``Client("127.0.0.1", 9400)`` or ``Client.from_addr("h:9400")``."""
 
@@ -282,6 +306,9 @@ class Client(_Calls):
         the order of ``calls`` (statuses not raised: check ``Result.ok``).
 
         Each call is ``(accelerator, payload)`` or a dict of :meth:`submit` arguments.
+        When the connection fails (a send or a receive) it raises
+        :class:`CallsInterrupted`, which keeps the answers that arrived and says which
+        calls got none.
         """
         if window < 1:
             raise ValueError("window must be at least 1")
@@ -298,15 +325,40 @@ class Client(_Calls):
                     return
                 self._done[r.request_id] = r  # someone else's; result() hands it out
 
-        for spec in calls:
-            if len(batch) >= window:
+        try:
+            for spec in calls:
+                if len(batch) >= window:
+                    take_one()
+                rid = self.submit(**spec) if isinstance(spec, dict) else self.submit(*spec)
+                order.append(rid)
+                batch.add(rid)
+            while batch:
                 take_one()
-            rid = self.submit(**spec) if isinstance(spec, dict) else self.submit(*spec)
-            order.append(rid)
-            batch.add(rid)
-        while batch:
-            take_one()
+        except (ConnectionError, OSError) as e:
+            raise self._interrupted(e, order, batch, results, take_one) from e
         return [results[rid] for rid in order]
+
+    def _interrupted(
+        self,
+        cause: BaseException,
+        order: List[int],
+        batch: Set[int],
+        results: Dict[int, Result],
+        take_one: Callable[[], None],
+    ) -> CallsInterrupted:
+        """The error of a ``call_many`` whose connection failed: answers the node sent
+        before a failed send are still read (at most one per call out), then every call
+        still out is given up, since its answer can no longer come."""
+        for _ in range(len(batch)):
+            try:
+                take_one()
+            except (ConnectionError, OSError):
+                break
+        for rid in batch:
+            self._in_flight.pop(rid, None)
+        assert not (batch & set(results)), "a call both answered and out"
+        lost = ConnectionError(f"not answered: the connection failed ({cause})")
+        return CallsInterrupted(cause, [results.get(rid, lost) for rid in order])
 
     # --- control ---------------------------------------------------------------------
 
@@ -390,4 +442,4 @@ class Client(_Calls):
         return r
 
 
-__all__ = ["Client", "parse_addr", "as_bytes_view", "DEFAULT_MAX_PAYLOAD_LEN"]
+__all__ = ["CallsInterrupted", "Client", "parse_addr", "as_bytes_view", "DEFAULT_MAX_PAYLOAD_LEN"]

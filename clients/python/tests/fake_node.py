@@ -127,3 +127,35 @@ class FakeNode:
             out += r.encode() + output
         if out:
             conn.sendall(out)
+
+
+def answering_then_closing(answers):
+    """A node for one connection that answers its first ``answers`` calls (echo), then
+    closes mid-stream (it stops writing and discards what still comes, as a node that
+    gives up on a connection does): the calls after those never get an answer.
+    Returns the listening socket (close it when done)."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = server.accept()
+        buf = bytearray()
+        answered = 0
+        with conn:
+            while answered < answers:
+                chunk = conn.recv(1 << 16)
+                if not chunk:
+                    return
+                buf += chunk
+                while answered < answers:
+                    h = CallHeader.decode(buf, MAX_PAYLOAD_LEN)
+                    if isinstance(h, Partial) or len(buf) < 64 + h.payload_len:
+                        break
+                    payload = bytes(buf[64 : 64 + h.payload_len])
+                    del buf[: 64 + h.payload_len]
+                    head = ResultHeader(Status.OK, len(payload), h.request_id, h.accel_id, 0)
+                    conn.sendall(head.encode() + payload)
+                    answered += 1
+            FakeNode._linger(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server

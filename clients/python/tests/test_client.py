@@ -5,10 +5,10 @@ import struct
 
 import pytest
 
-from netaccel import Client, RacError, Status, parse_addr, rac
+from netaccel import CallsInterrupted, Client, RacError, Status, parse_addr, rac
 from netaccel.aio import AsyncClient
 
-from fake_node import FakeNode
+from fake_node import FakeNode, answering_then_closing
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_call_many_keeps_order_and_bounds_the_window(node):
         calls = [("to_uppercase", f"x{i}".encode()) for i in range(100)]
         calls.append({"accelerator": "topk", "payload": struct.pack("<2i", 1, 2), "k": 1})
         calls.append((99, b""))
-        results = c.call_many(calls, window=8)
+        results = c.call_many(calls, window=2)
         assert [r.payload for r in results[:100]] == [f"X{i}".encode() for i in range(100)]
         assert results[100].payload == struct.pack("<i", 2)
         assert results[101].status == Status.UNKNOWN_ACCELERATOR
@@ -200,6 +200,59 @@ def test_async_a_node_at_its_connection_bound_answers_busy_to_the_waiting_call()
             assert "connection bound" in r.message
             with pytest.raises(ConnectionError):
                 await c.call("echo", b"again")
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.close()
+
+
+# Payloads of several segments, so that calls are still being sent when the node stops.
+_BIG = 200_000
+
+
+def test_call_many_keeps_the_answers_and_names_the_unanswered_when_the_node_closes():
+    server = answering_then_closing(3)
+    try:
+        with Client("127.0.0.1", server.getsockname()[1], timeout=10) as c:
+            calls = [("echo", bytes([i]) * _BIG) for i in range(8)]
+            with pytest.raises(CallsInterrupted) as e:
+                c.call_many(calls, window=2)
+            outcomes = e.value.outcomes
+            assert isinstance(e.value, ConnectionError)
+            assert len(outcomes) >= 4, outcomes
+            # Every call taken ends with its answer or an error that says it got none.
+            answered = [o for o in outcomes if not isinstance(o, ConnectionError)]
+            assert [r.payload for r in answered] == [bytes([i]) * _BIG for i in range(3)]
+            assert e.value.unanswered == list(range(3, len(outcomes)))
+            for i in e.value.unanswered:
+                assert "not answered" in str(outcomes[i])
+            assert c.in_flight == 0, "calls that can get no answer are not left in flight"
+            with pytest.raises(ConnectionError):
+                c.submit("echo", b"after")
+    finally:
+        server.close()
+
+
+def test_async_every_call_out_ends_when_the_node_closes_mid_stream():
+    server = answering_then_closing(3)
+
+    async def main():
+        c = await AsyncClient.connect("127.0.0.1", server.getsockname()[1])
+        try:
+
+            async def one(i):
+                await asyncio.sleep(0.02 * i)
+                return await c.call_result("echo", bytes([i]) * _BIG)
+
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*(one(i) for i in range(8)), return_exceptions=True), 10
+            )
+        finally:
+            await c.close()
+        assert [o.payload for o in outcomes[:3]] == [bytes([i]) * _BIG for i in range(3)]
+        assert all(isinstance(o, ConnectionError) for o in outcomes[3:]), outcomes[3:]
+        assert c.in_flight == 0
 
     try:
         asyncio.run(main())

@@ -307,16 +307,46 @@ pub struct DeviceKind {
     pub backend: &'static str,
     pub vendor: String,
     pub platform: String,
+    /// The names of the catalog's accelerators its backend can host: the registry
+    /// places no other accelerator on it, and clients can tell what the cluster offers.
+    pub accelerators: Vec<String>,
 }
 
 impl Reported {
-    /// What device `device` is (a device the node does not list: the host's CPU).
-    fn device_kind(&self, device: &str) -> (&'static str, String, String) {
-        match self.devices.iter().find(|d| d.name == device) {
-            Some(d) => (d.backend, d.vendor.clone(), d.platform.clone()),
-            None => ("cpu", "netaccel".to_string(), "host".to_string()),
+    /// What device `device` is (a device the node does not list: the host's CPU, with
+    /// no catalog, which the registry takes as "any").
+    fn device_kind(&self, device: &str) -> api::DeviceRegistration {
+        let (backend, vendor, platform, accelerators) =
+            match self.devices.iter().find(|d| d.name == device) {
+                Some(d) => (
+                    d.backend,
+                    d.vendor.clone(),
+                    d.platform.clone(),
+                    registered_catalog(&d.accelerators),
+                ),
+                None => ("cpu", "netaccel".to_string(), "host".to_string(), None),
+            };
+        api::DeviceRegistration {
+            id: device.to_string(),
+            backend: backend.to_string(),
+            vendor,
+            platform,
+            accelerators,
+            slots: Vec::new(),
         }
     }
+}
+
+/// A device's catalog as the registry takes it: the names it accepts (a name it would
+/// refuse cannot name a function either), and none at all (`null`: "any") past its
+/// bound, so that a large catalog never costs the node its registration.
+fn registered_catalog(names: &[String]) -> Option<Vec<String>> {
+    let names: Vec<String> = names
+        .iter()
+        .filter(|n| api::check_name("accelerator", n).is_ok())
+        .cloned()
+        .collect();
+    (names.len() <= api::nodes::CATALOG_MAX).then_some(names)
 }
 
 /// The body of `PUT /v1/nodes/{name}` (`spec/registry-api.md`, "Nodes"): the node's
@@ -346,15 +376,9 @@ pub fn registration(
         match devices.iter_mut().find(|d| d.id == info.device) {
             Some(device) => device.slots.push(slot),
             None => {
-                let (backend, vendor, platform) = node.device_kind(&info.device);
-                devices.push(api::DeviceRegistration {
-                    id: info.device.clone(),
-                    backend: backend.to_string(),
-                    vendor,
-                    platform,
-                    accelerators: None,
-                    slots: vec![slot],
-                });
+                let mut device = node.device_kind(&info.device);
+                device.slots.push(slot);
+                devices.push(device);
             }
         }
     }

@@ -695,6 +695,13 @@ fn reported(node: &Node) -> Reported {
                 backend: d.backend.kind().as_str(),
                 vendor: d.backend.vendor(),
                 platform: d.backend.platform(),
+                accelerators: node
+                    .dispatcher
+                    .catalog()
+                    .iter()
+                    .filter(|a| d.backend.hosts(node.devices.hostable(a)).is_ok())
+                    .map(|a| a.descriptor().name.clone())
+                    .collect(),
             })
             .collect(),
     }

@@ -336,15 +336,49 @@ fn registers_with_the_spec_body_and_renews_within_a_third_of_the_lease() {
     let devices = body["devices"].as_array().unwrap();
     assert_eq!(devices.len(), 1);
     let device = &devices[0];
+    // `accelerators`: the device's catalog, what its backend can host (a deliberate
+    // addition, issue 29 item 6: without it the registry and its clients cannot tell
+    // which accelerators the cluster offers).
     assert_eq!(
         keys(device),
-        ["backend", "id", "platform", "slots", "vendor"]
+        [
+            "accelerators",
+            "backend",
+            "id",
+            "platform",
+            "slots",
+            "vendor"
+        ]
     );
     assert_eq!(
         (&device["id"], &device["backend"]),
         (&json!("cpu0"), &json!("cpu"))
     );
     let catalog = node.get_json("/v1/accelerators");
+    let offered: Vec<&str> = device["accelerators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let cpu_hosted: Vec<&str> = catalog
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| {
+            a["backends"]
+                .as_array()
+                .is_none_or(|b| b.contains(&json!("cpu")))
+        })
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        offered, cpu_hosted,
+        "the CPU device's catalog is what it can host"
+    );
+    for name in ["matmul", "echo", "to_uppercase", "topk"] {
+        assert!(offered.contains(&name), "{name} missing from {offered:?}");
+    }
     let hash_of = |name: &str| {
         catalog
             .as_array()

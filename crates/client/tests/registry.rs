@@ -556,3 +556,57 @@ fn a_replica_that_is_down_is_skipped_for_the_next() {
         "{e}"
     );
 }
+
+/// `functions create` checks `GET /v1/nodes` first: an accelerator no node offers (the
+/// nodes register their devices' catalogs) is created with a warning, or refused with
+/// `--strict`; one a node offers is created without a word.
+#[test]
+fn creating_a_function_no_node_offers_warns_and_strict_refuses_it() {
+    let cluster = Cluster::start_with(60_000, Renewal::ByNode);
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let out = cluster.cli(
+        &[
+            "functions",
+            "create",
+            "up",
+            "--accelerator",
+            "matmul",
+            "--strict",
+        ],
+        b"",
+    );
+    ok_stdout(&out);
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+
+    let out = cluster.cli(
+        &["functions", "create", "nope", "--accelerator", "nosuch"],
+        b"",
+    );
+    ok_stdout(&out);
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: no node offers accelerator `nosuch`"),
+        "{err}"
+    );
+    assert!(err.contains("to_uppercase"), "names what is offered: {err}");
+    assert!(cluster.client().function("nope").is_ok());
+
+    let out = cluster.cli(
+        &[
+            "functions",
+            "create",
+            "strict",
+            "--accelerator",
+            "nosuch",
+            "--strict",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no node offers accelerator `nosuch`"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(cluster.client().function("strict").is_err(), "not created");
+}

@@ -243,6 +243,10 @@ enum FunctionsCommand {
         /// Instances to allocate now.
         #[arg(long, default_value = "0")]
         instances: u32,
+        /// Refuse (exit status 1) instead of warning when no registered node offers
+        /// the accelerator.
+        #[arg(long)]
+        strict: bool,
     },
     /// Show a function and where each of its instances is bound.
     #[command(override_usage = "netaccel [--registry URL] functions get [--json] <NAME>")]
@@ -277,6 +281,8 @@ enum Failure {
     Unreachable(String),
     Registry(RegistryError),
     Bound(BoundError),
+    /// The CLI itself refused what the registry would have done (`--strict`).
+    Refused(String),
 }
 
 impl From<RegistryError> for Failure {
@@ -362,6 +368,10 @@ fn main() -> ExitCode {
         }
         Err(Failure::Registry(e)) => {
             eprintln!("netaccel: {e}");
+            ExitCode::from(1)
+        }
+        Err(Failure::Refused(m)) => {
+            eprintln!("netaccel: {m}");
             ExitCode::from(1)
         }
         Err(Failure::Bound(e)) => {
@@ -639,7 +649,9 @@ fn functions(registry: &RegistryClient, command: FunctionsCommand) -> Result<(),
             vendor,
             on_node,
             instances,
+            strict,
         } => {
+            check_offered(registry, &accelerator, strict)?;
             let spec = FunctionSpec {
                 accelerator,
                 hash,
@@ -668,6 +680,47 @@ fn functions(registry: &RegistryClient, command: FunctionsCommand) -> Result<(),
         FunctionsCommand::Scale { name, instances } => registry.scale_function(&name, instances)?,
     };
     print!("{}", function_table(&doc));
+    Ok(())
+}
+
+/// Before creating a function: warn (with `strict`, refuse) when no registered node
+/// offers `accelerator`, since its instances would then stay unbound. A device that
+/// sends no catalog may load anything, so it counts as offering every accelerator.
+fn check_offered(
+    registry: &RegistryClient,
+    accelerator: &str,
+    strict: bool,
+) -> Result<(), Failure> {
+    let nodes = registry.nodes()?;
+    let devices = || nodes.iter().flat_map(|n| &n.devices);
+    let offers = |d: &registry_api::DeviceView| match &d.accelerators {
+        None => true,
+        Some(catalog) => catalog.iter().any(|a| a == accelerator),
+    };
+    if devices().any(|d| offers(d) || d.slots.iter().any(|s| s.accelerator == accelerator)) {
+        return Ok(());
+    }
+    let mut offered: Vec<&str> = devices()
+        .flat_map(|d| d.accelerators.iter().flatten())
+        .map(String::as_str)
+        .collect();
+    offered.sort_unstable();
+    offered.dedup();
+    let offered = if nodes.is_empty() {
+        "no node is registered".to_string()
+    } else {
+        format!("the nodes offer: {}", dash_if_empty(offered.join(", ")))
+    };
+    let message = format!("no node offers accelerator `{accelerator}` ({offered})");
+    if strict {
+        return Err(Failure::Refused(format!(
+            "{message}; the function is not created (--strict)"
+        )));
+    }
+    eprintln!(
+        "netaccel: warning: {message}; the function is created, and its instances stay \
+         unbound until a node offers it (--strict refuses instead)"
+    );
     Ok(())
 }
 

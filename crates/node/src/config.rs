@@ -163,7 +163,7 @@ pub struct Config {
     /// call holds its slot this long on the device's own clock, the slot's worker
     /// sleeping (not computing) meanwhile, as a kernel on an FPGA takes its time on
     /// the device and not on the host's CPU. For experiments about sharing devices
-    /// (bench/cluster.sh) on a host whose few cores cannot stand in for several
+    /// (bench/cluster/run.sh) on a host whose few cores cannot stand in for several
     /// devices; 0 (the default) runs and times CPU kernels as they are.
     pub simulated_exec_us: u64,
     /// Open HTTP connections; further connections get 503 and are closed.

@@ -68,7 +68,7 @@ pub enum WorkerPolicy {
     /// a flooded accelerator cannot delay other clients' calls; in exchange slots only
     /// get the CPU time that network threads and the host's other normal processes
     /// leave. With `normal` and `batch`, a busy worker, once picked, kept the core for
-    /// milliseconds whatever the nice values (bench/isolation.sh, Linux 6.18: logit p99
+    /// milliseconds whatever the nice values (bench/isolation/run.sh, Linux 6.18: logit p99
     /// under a minmax flood 2.9–3.3 ms with either, 86–116 µs with `idle`, 86–107 µs
     /// unloaded).
     #[default]

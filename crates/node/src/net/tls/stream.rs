@@ -16,7 +16,7 @@
 //! handshake, and for gRPC under tonic): each write went through `write_all` + `flush`
 //! under a `timeout_at` (a timer inserted and removed per response), and rustls's one
 //! record went out with `writev`. Measured side by side on a quiet host (`NODE_BIN=…
-//! NODE_CPU_QUOTA=30 bench/tls.sh`, 64 B calls at 16 connections, the node held to
+//! NODE_CPU_QUOTA=30 bench/tls/run.sh`, 64 B calls at 16 connections, the node held to
 //! 30 % of a core, four runs of each build alternating): HTTPS calls/s +2.9 %
 //! (medians 38,440 against 37,350), node CPU per TLS call 7.80 against 8.00 µs; the
 //! TLS/plain ratio 79–85 % against 78–79 %. Figures in docs/benchmarks.md ("TLS").

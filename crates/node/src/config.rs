@@ -450,6 +450,25 @@ impl Config {
         }
     }
 
+    /// The slots' section: their bounds and behaviour, with a tenant's share of one
+    /// queue (`tenant_share_max`, from the tenants' section).
+    pub fn slot_limits(&self, tenant_share_max: usize) -> crate::core::slot::SlotLimits {
+        use std::time::Duration;
+        crate::core::slot::SlotLimits {
+            queue_depth_max: self.queue_depth_max,
+            tenant_share_max,
+            inline_work_max: self.inline_work_max,
+            hand_over_wait: Duration::from_micros(self.hand_over_wait_us),
+            reconfig_delay: Duration::from_millis(self.reconfig_delay_ms),
+            simulated_exec: Duration::from_micros(self.simulated_exec_us),
+            worker_nice: self.slot_worker_nice,
+            worker_policy: self.slot_worker_policy,
+            kernel_timeout: Duration::from_millis(self.kernel_timeout_ms),
+            queue_wait_factor: self.queue_wait_factor,
+            queue_wait_floor: Duration::from_micros(self.queue_wait_floor_us),
+        }
+    }
+
     /// The tenants and their bounds: a tenant's share of one slot's queue is at most
     /// the queue.
     pub fn tenants_section(&self) -> crate::core::tenant::Tenants {

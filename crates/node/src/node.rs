@@ -4,7 +4,6 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -15,7 +14,6 @@ use crate::core::clock::SystemClock;
 use crate::core::dispatch::Dispatcher;
 use crate::core::memory::{MemoryBudget, ReassemblyPool};
 use crate::core::objects::ObjectStore;
-use crate::core::slot::SlotLimits;
 use crate::core::tenant::Tenants;
 use crate::device::{self, Devices, StartError};
 use crate::registry::Registry;
@@ -55,43 +53,47 @@ pub struct Node {
     shutdown: watch::Sender<bool>,
 }
 
+/// Starts the remote OpenCL service when `[opencl] listen` is set. A host without an
+/// OpenCL runtime serves the rest (warned); an address the operator configured that
+/// cannot be listened on is an error, as for every listener.
+fn start_opencl(
+    config: &Config,
+    metrics: &mut Metrics,
+) -> Result<Option<ocl_remote::service::ServiceHandle>, StartError> {
+    let Some(addr) = config.opencl.listen else {
+        return Ok(None);
+    };
+    match ocl_remote::service::spawn(addr, config.opencl.service(), metrics.registry_mut()) {
+        Ok(handle) => {
+            tracing::info!(opencl = %handle.local_addr(), devices = ?handle.device_names(), "sharing OpenCL devices");
+            Ok(Some(handle))
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::AddrInUse
+                    | std::io::ErrorKind::AddrNotAvailable
+                    | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            Err(StartError::Failed(format!(
+                "cannot listen for remote OpenCL on {addr}: {e}"
+            )))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "remote OpenCL not available; serving without it");
+            Ok(None)
+        }
+    }
+}
+
 impl Node {
     /// Builds the node from a validated configuration and starts its slot workers.
     pub fn new(config: Config) -> Result<Arc<Node>, StartError> {
         config.validate().map_err(StartError::Config)?;
         let registry = Registry::new(&config.registry_section()).map_err(StartError::Config)?;
         let mut metrics = Metrics::new();
-        // A host without an OpenCL runtime serves the rest; an address the operator
-        // configured that cannot be listened on is an error, as for every listener.
-        let opencl = match config.opencl.listen {
-            None => None,
-            Some(addr) => match ocl_remote::service::spawn(
-                addr,
-                config.opencl.service(),
-                metrics.registry_mut(),
-            ) {
-                Ok(handle) => {
-                    tracing::info!(opencl = %handle.local_addr(), devices = ?handle.device_names(), "sharing OpenCL devices");
-                    Some(handle)
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::AddrInUse
-                            | std::io::ErrorKind::AddrNotAvailable
-                            | std::io::ErrorKind::PermissionDenied
-                    ) =>
-                {
-                    return Err(StartError::Failed(format!(
-                        "cannot listen for remote OpenCL on {addr}: {e}"
-                    )));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "remote OpenCL not available; serving without it");
-                    None
-                }
-            },
-        };
+        let opencl = start_opencl(&config, &mut metrics)?;
         let tenants = config.tenants_section();
         let tls = if config.tls.enabled() {
             Some(crate::net::tls::TlsAcceptor::new(
@@ -101,19 +103,7 @@ impl Node {
         } else {
             None
         };
-        let limits = SlotLimits {
-            queue_depth_max: config.queue_depth_max,
-            tenant_share_max: tenants.queue_share_max,
-            inline_work_max: config.inline_work_max,
-            hand_over_wait: Duration::from_micros(config.hand_over_wait_us),
-            reconfig_delay: Duration::from_millis(config.reconfig_delay_ms),
-            simulated_exec: Duration::from_micros(config.simulated_exec_us),
-            worker_nice: config.slot_worker_nice,
-            worker_policy: config.slot_worker_policy,
-            kernel_timeout: Duration::from_millis(config.kernel_timeout_ms),
-            queue_wait_factor: config.queue_wait_factor,
-            queue_wait_floor: Duration::from_micros(config.queue_wait_floor_us),
-        };
+        let limits = config.slot_limits(tenants.queue_share_max);
         let started = device::start(&config.devices_section(), &mut metrics, opencl.as_ref())?;
         let dispatcher = Dispatcher::start(
             started.catalog,

@@ -46,20 +46,7 @@ pub struct Running {
 /// thread that should not see them.
 pub fn start(mut config: Config) -> Result<Running, StartError> {
     block_termination_signals();
-    config.validate().map_err(StartError::Config)?;
-    for sentence in &config.deprecated {
-        tracing::warn!("{sentence}");
-    }
-    let fd_limit = raise_fd_limit(&mut config)?;
-    if config.network == crate::config::Network::IoUring {
-        if let Err(e) = crate::net::uring::probe() {
-            tracing::error!(
-                error = %e,
-                "network = \"io_uring\" but the kernel refuses io_uring (disabled by kernel.io_uring_disabled, a seccomp profile or a kernel before 6.0): serving on epoll instead"
-            );
-            config.network = crate::config::Network::Epoll;
-        }
-    }
+    let fd_limit = prepare(&mut config)?;
     let node = Node::new(config)?;
     let threads_wanted = node.config.io_threads();
     let (http_addr, http) = bind_all(node.config.http, threads_wanted)?;
@@ -95,36 +82,7 @@ pub fn start(mut config: Config) -> Result<Running, StartError> {
             node.shutdown_signal(),
         )?);
     }
-    tracing::info!(
-        http = %http_addr,
-        rac = %rac_addr,
-        https = %https_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
-        rac_tls = %rac_tls_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
-        grpc = %grpc_addr.map_or_else(|| "off".to_string(), |a| a.to_string()),
-        grpc_tls = %grpc_tls_addr.map_or_else(|| "none".to_string(), |a| a.to_string()),
-        network_threads,
-        network = ?node.config.network,
-        slots = node.dispatcher.slots().len(),
-        connections_max = node.config.connections_max,
-        open_files_max = fd_limit,
-        "netaccel node listening"
-    );
-    // Registered only once the listeners are bound: their ports are what it reports.
-    let lease = match &node.registry {
-        Some(registry) => {
-            let at = registry.advertised(crate::registry::Advertised {
-                opencl: node.opencl_addr(),
-                https: https_addr,
-                rac_tls: rac_tls_addr,
-                grpc: grpc_addr,
-                grpc_tls: grpc_tls_addr,
-                ..crate::registry::Advertised::listening(http_addr, rac_addr)
-            });
-            Some(Lease::start(Arc::clone(registry), reported(&node), at)?)
-        }
-        None => None,
-    };
-    Ok(Running {
+    let mut running = Running {
         node,
         http_addr,
         rac_addr,
@@ -133,11 +91,84 @@ pub fn start(mut config: Config) -> Result<Running, StartError> {
         grpc_addr,
         grpc_tls_addr,
         threads,
-        lease,
-    })
+        lease: None,
+    };
+    running.log_listening(network_threads, fd_limit);
+    // Registered only once the listeners are bound: their ports are what it reports.
+    running.lease = register(
+        &running.node,
+        crate::registry::Advertised {
+            opencl: running.node.opencl_addr(),
+            https: https_addr,
+            rac_tls: rac_tls_addr,
+            grpc: grpc_addr,
+            grpc_tls: grpc_tls_addr,
+            ..crate::registry::Advertised::listening(http_addr, rac_addr)
+        },
+    )?;
+    Ok(running)
+}
+
+/// Readies a configuration to start with: validated, its deprecated settings warned
+/// about, the open-file limit raised for its connections (the limit is returned), and
+/// the io_uring network path swapped for epoll when the kernel refuses io_uring.
+fn prepare(config: &mut Config) -> Result<u64, StartError> {
+    config.validate().map_err(StartError::Config)?;
+    for sentence in &config.deprecated {
+        tracing::warn!("{sentence}");
+    }
+    let fd_limit = raise_fd_limit(config)?;
+    if config.network == crate::config::Network::IoUring {
+        if let Err(e) = crate::net::uring::probe() {
+            tracing::error!(
+                error = %e,
+                "network = \"io_uring\" but the kernel refuses io_uring (disabled by kernel.io_uring_disabled, a seccomp profile or a kernel before 6.0): serving on epoll instead"
+            );
+            config.network = crate::config::Network::Epoll;
+        }
+    }
+    Ok(fd_limit)
+}
+
+/// Starts the registry lease of a node that has a registry, advertising its front ends
+/// `listening` at the address others reach it by.
+fn register(
+    node: &Arc<Node>,
+    listening: crate::registry::Advertised,
+) -> Result<Option<Lease>, StartError> {
+    let Some(registry) = &node.registry else {
+        return Ok(None);
+    };
+    let at = registry.advertised(listening);
+    Ok(Some(Lease::start(
+        Arc::clone(registry),
+        reported(node),
+        at,
+    )?))
 }
 
 impl Running {
+    /// The start-up line: where each front end listens and with what.
+    fn log_listening(&self, network_threads: usize, fd_limit: u64) {
+        let (node, or) = (&self.node, |a: Option<SocketAddr>, none: &str| {
+            a.map_or_else(|| none.to_string(), |a| a.to_string())
+        });
+        tracing::info!(
+            http = %self.http_addr,
+            rac = %self.rac_addr,
+            https = %or(self.https_addr, "none"),
+            rac_tls = %or(self.rac_tls_addr, "none"),
+            grpc = %or(self.grpc_addr, "off"),
+            grpc_tls = %or(self.grpc_tls_addr, "none"),
+            network_threads,
+            network = ?node.config.network,
+            slots = node.dispatcher.slots().len(),
+            connections_max = node.config.connections_max,
+            open_files_max = fd_limit,
+            "netaccel node listening"
+        );
+    }
+
     /// Serves until SIGTERM or SIGINT, then drains and returns.
     pub fn run_until_signal(self) {
         let signal = wait_for_termination_signal();

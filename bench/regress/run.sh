@@ -62,8 +62,11 @@ run() {
     echo "bench/$4/run.sh failed with the $2 build: see $log" >&2
     return 1
   }
-  sed -n '/^|/p' "$log" | tail -n 12
+  first_table "$log"
 }
+
+# first_table FILE: the experiment's summary, the first table it prints.
+first_table() { awk '/^\|/ { p = 1 } p && !/^\|/ { exit } p' "$1"; }
 
 for pass in $(seq "$PASSES"); do
   for experiment in $EXPERIMENTS; do
@@ -88,7 +91,7 @@ done
         echo
         echo "### $build build, pass $pass"
         echo
-        sed -n '/^|/p' "$run_dir/$experiment-$build-pass$pass.txt"
+        first_table "$run_dir/$experiment-$build-pass$pass.txt"
       done
     done
   done

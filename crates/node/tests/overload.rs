@@ -135,28 +135,7 @@ fn with_the_default_bounds_an_accepted_call_waits_a_bounded_multiple_of_its_exec
         "simulated_exec_us = {SLOW_EXEC_US}\n[[slots]]\naccelerator = \"echo\"\n"
     ));
     // 2x: 40 clients (20 RAC, 20 HTTP), one call each per 100 ms: 400 calls/s.
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::new();
-    let mut tallies = Vec::new();
-    for (front, addr) in [(Front::Rac, node.rac_addr), (Front::Http, node.addr)] {
-        let (handles, tally) = drive(
-            front,
-            addr,
-            20,
-            Duration::from_millis(100),
-            Arc::clone(&stop),
-        );
-        clients.extend(handles);
-        tallies.push(tally);
-    }
-    wait_until("calls answered and refused on both front ends", || {
-        tallies.iter().all(|t| t.reached(150, 50))
-    });
-    stop.store(true, Ordering::Relaxed);
-    let outcomes: Vec<Outcome> = clients
-        .into_iter()
-        .flat_map(|c| c.join().unwrap())
-        .collect();
+    let outcomes = drive_both(&node, 20, Duration::from_millis(100), (150, 50));
     let mut queued: Vec<Duration> = outcomes
         .iter()
         .filter(|o| o.fate == Fate::Ok)
@@ -211,28 +190,7 @@ fn the_wait_refusals_count_each_call_answered_busy_once() {
          [[slots]]\naccelerator = \"echo\"\n",
     );
     // 3x: 30 clients (15 RAC, 15 HTTP), one call each per 50 ms: 600 calls/s.
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::new();
-    let mut tallies = Vec::new();
-    for (front, addr) in [(Front::Rac, node.rac_addr), (Front::Http, node.addr)] {
-        let (handles, tally) = drive(
-            front,
-            addr,
-            15,
-            Duration::from_millis(50),
-            Arc::clone(&stop),
-        );
-        clients.extend(handles);
-        tallies.push(tally);
-    }
-    wait_until("calls answered and refused on both front ends", || {
-        tallies.iter().all(|t| t.reached(50, 100))
-    });
-    stop.store(true, Ordering::Relaxed);
-    let outcomes: Vec<Outcome> = clients
-        .into_iter()
-        .flat_map(|c| c.join().unwrap())
-        .collect();
+    let outcomes = drive_both(&node, 15, Duration::from_millis(50), (50, 100));
     let busy = outcomes.iter().filter(|o| o.fate == Fate::Busy).count();
     let refusals: f64 = (0..2)
         .map(|slot| {
@@ -355,4 +313,31 @@ fn slowloris_connections_do_not_stop_other_clients() {
         let r = c.call("/v1/fn/echo", body.as_bytes()).unwrap();
         assert_eq!((r.status, r.body), (200, body.into_bytes()));
     }
+}
+
+/// Drives `node` from `per_front` RAC and as many HTTP clients, each with one call in
+/// flight every `period`, until each front end has `answered_refused` calls answered
+/// and refused BUSY (at least); then stops them and gives every call's outcome.
+fn drive_both(
+    node: &TestNode,
+    per_front: usize,
+    period: Duration,
+    (answered, refused): (usize, usize),
+) -> Vec<Outcome> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    let mut tallies = Vec::new();
+    for (front, addr) in [(Front::Rac, node.rac_addr), (Front::Http, node.addr)] {
+        let (handles, tally) = drive(front, addr, per_front, period, Arc::clone(&stop));
+        clients.extend(handles);
+        tallies.push(tally);
+    }
+    wait_until("calls answered and refused on both front ends", || {
+        tallies.iter().all(|t| t.reached(answered, refused))
+    });
+    stop.store(true, Ordering::Relaxed);
+    clients
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect()
 }

@@ -198,6 +198,12 @@ impl NodeClient {
         self.get_json("/v1/slots")
     }
 
+    /// One slot's document (`GET /v1/slots/{id}`): what it holds, its state, what it is
+    /// loading.
+    pub fn slot(&self, id: u16) -> Result<serde_json::Value, ClientError> {
+        self.get_json(&format!("/v1/slots/{id}"))
+    }
+
     /// Loads accelerator `name` into slot `slot`; returns the node's report.
     pub fn load(
         &self,

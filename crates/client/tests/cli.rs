@@ -186,6 +186,37 @@ fn listing_and_reconfiguring() {
         .contains("sobel"));
 }
 
+/// A load that takes a while (an RTL design's first build: tens of seconds) says on
+/// stderr that it is going, about once a second and then every five; a quick one says
+/// nothing there. stdout holds only the result either way.
+#[test]
+fn a_slow_load_says_it_is_still_loading() {
+    let node = start_node("admin_token = \"t0k\"\nreconfig_delay_ms = 2500\n");
+    let out = netaccel(&node.http, &["load", "0", "sobel", "--token", "t0k"], b"");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.starts_with("slot 0 now holds sobel"), "{stdout}");
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let progress: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        progress.len(),
+        1,
+        "one line after 1 s, none at 2.5 s: {stderr}"
+    );
+    assert!(
+        progress[0].starts_with("loading sobel into slot 0: 1 s so far; the slot is reconfiguring"),
+        "{stderr}"
+    );
+    // Without the delay the load is quick: no progress line.
+    let node = start_node("admin_token = \"t0k\"\n");
+    let out = netaccel(&node.http, &["load", "0", "sobel", "--token", "t0k"], b"");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
 #[test]
 fn exit_codes_say_what_failed() {
     let node = start_node("");

@@ -11,7 +11,8 @@ mod usage;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use netaccel_client::rac::{RacClient, RacError};
@@ -452,7 +453,7 @@ fn run(
             Ok(())
         }
         Command::Load { slot, name, token } => {
-            let report = client.load(slot, &name, token.as_deref())?;
+            let report = load_with_progress(&client, slot, &name, token.as_deref())?;
             println!(
                 "slot {} now holds {} (reconfiguration took {:.3} ms)",
                 report["slot"],
@@ -477,6 +478,65 @@ fn run(
 }
 
 /// `name=value` pairs of `--param`.
+/// How long `netaccel load` waits for the node's answer before it says on stderr that
+/// the load is still going, and then between two such lines: loading an RTL design that
+/// is not yet built takes tens of seconds (Verilator), and a silent command that long
+/// reads as a hang.
+const LOAD_PROGRESS_FIRST: Duration = Duration::from_secs(1);
+const LOAD_PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// `NodeClient::load`, saying on stderr how the load goes while the node has not
+/// answered (stdout keeps only the result line).
+fn load_with_progress(
+    client: &NodeClient,
+    slot: u16,
+    name: &str,
+    token: Option<&str>,
+) -> Result<serde_json::Value, ClientError> {
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let (done, answer) = mpsc::channel();
+        scope.spawn(move || {
+            let _ = done.send(client.load(slot, name, token));
+        });
+        let mut wait = LOAD_PROGRESS_FIRST;
+        loop {
+            match answer.recv_timeout(wait) {
+                Ok(result) => return result,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    eprintln!("{}", load_progress(client, slot, name, started.elapsed()));
+                    wait = LOAD_PROGRESS_EVERY;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(ClientError::Transport(
+                        "the load request ended without an answer".to_string(),
+                    ))
+                }
+            }
+        }
+    })
+}
+
+/// One progress line of `netaccel load`, from the slot's document.
+fn load_progress(client: &NodeClient, slot: u16, name: &str, elapsed: Duration) -> String {
+    let so_far = format!(
+        "loading {name} into slot {slot}: {} s so far",
+        elapsed.as_secs()
+    );
+    match client.slot(slot) {
+        Ok(doc) if doc["backend"] == "rtl" => format!(
+            "{so_far}; the slot is {}: an RTL design is built with Verilator on its first \
+             load (tens of seconds), later loads come from the build cache",
+            doc["state"].as_str().unwrap_or("?")
+        ),
+        Ok(doc) => format!(
+            "{so_far}; the slot is {}",
+            doc["state"].as_str().unwrap_or("?")
+        ),
+        Err(e) => format!("{so_far}; the slot's state is not known ({e})"),
+    }
+}
+
 fn parse_params(params: &[String]) -> Result<Vec<(String, String)>, Failure> {
     params
         .iter()

@@ -453,7 +453,7 @@ fn run(
             Ok(())
         }
         Command::Load { slot, name, token } => {
-            let report = load_with_progress(&client, slot, &name, token.as_deref())?;
+            let report = load_with_progress(client, slot, &name, token.as_deref())?;
             println!(
                 "slot {} now holds {} (reconfiguration took {:.3} ms)",
                 report["slot"],

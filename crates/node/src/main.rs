@@ -217,16 +217,23 @@ fn main() -> ExitCode {
         eprintln!("netaccel-node: invalid configuration: {e}");
         return ExitCode::from(2);
     }
-    if let Err(e) = netaccel_node::telemetry::logging::init(&config.log_level, config.log_format) {
-        eprintln!("netaccel-node: cannot set up logging: {e}");
-        return ExitCode::from(2);
-    }
+    let stray = match netaccel_node::telemetry::logging::init(&config.log_level, config.log_format)
+    {
+        Ok(stray) => stray,
+        Err(e) => {
+            eprintln!("netaccel-node: cannot set up logging: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Each way out gives stderr back (the lines still in its pipe logged) first.
     match netaccel_node::start(config) {
         Ok(running) => {
             running.run_until_signal();
+            drop(stray);
             ExitCode::SUCCESS
         }
         Err(e) => {
+            drop(stray);
             eprintln!("netaccel-node: {e}");
             ExitCode::from(e.exit_status())
         }

@@ -505,5 +505,21 @@ fn malformed_manifests_are_refused_and_the_node_starts_with_the_valid_ones() {
             .unwrap_or_else(|| panic!("no refusal logged for {folder}:\n{log}"));
         assert!(line.contains(field) && line.contains(reason), "{line}");
     }
+    // What the runtime's compiler prints on stderr itself ("1 error generated." for
+    // no_build) comes out as the node's log lines, not raw text between them.
+    let compiler: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("error generated"))
+        .collect();
+    assert!(
+        !compiler.is_empty(),
+        "the compiler's own line is missing:\n{log}"
+    );
+    for line in compiler {
+        assert!(
+            line.contains(" WARN ") && line.contains("netaccel_node::stderr: "),
+            "raw compiler text in the log: {line}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

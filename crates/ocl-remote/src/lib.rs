@@ -12,6 +12,8 @@
 //! - [`poll`]: the bounded polling both ends do before they sleep on their socket.
 //! - [`stream`]: the connection, over TCP or, on the node's host, a Unix socket.
 //! - [`fuzzing`]: the bodies of the fuzz targets and the corpus replay test.
+//! - [`lines`]: raw output of the runtime (a process's or the node's stderr) cut into
+//!   bounded, rate-limited lines for the log.
 //!
 //! [`cl`] has the OpenCL constants both sides interpret. It is not an OpenCL binding for
 //! applications: programs use the standard OpenCL API through the ICD loader. The design
@@ -20,6 +22,7 @@
 pub mod cl;
 pub mod ffi;
 pub mod fuzzing;
+pub mod lines;
 pub mod poll;
 pub mod proto;
 pub mod service;

@@ -18,9 +18,19 @@
 //! A kernel that panics fails its call and the slot carries on (see `slot`); the
 //! standard panic hook would still print the panic and a backtrace on stderr, outside
 //! the log's format. [`install_panic_hook`] makes every panic one `error` event.
+//!
+//! What the libraries in the process write on stderr themselves — the OpenCL runtime
+//! and its compiler ("1 error generated."), a build tool the node runs — would bypass
+//! the format too: [`init`] points the process's stderr at a pipe that one thread reads
+//! ([`StrayStderr`]), each line logged as a `warn` event of target
+//! [`STRAY_TARGET`], bounded and rate-limited like a runtime process's lines
+//! ([`ocl_remote::lines`]); the log itself is written to the original stderr.
 
 use std::fmt::Display;
+use std::fs::File;
 use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -53,24 +63,124 @@ impl std::str::FromStr for LogFormat {
     }
 }
 
+/// The target of the lines other code in the process writes on stderr.
+pub const STRAY_TARGET: &str = "netaccel_node::stderr";
+
+/// Where log lines go: the process's stderr as it was before [`init`] took it over.
+static LOG_OUT: OnceLock<File> = OnceLock::new();
+
 /// Installs the global subscriber: events that pass `filter` (already checked with
-/// [`check_filter`]) go to stderr in `format`. Then makes panics log lines.
-pub fn init(filter: &str, format: LogFormat) -> Result<(), String> {
+/// [`check_filter`]) go to stderr in `format`. Then makes panics log lines, and what
+/// other code writes on stderr too (see the module docs). Keep the returned
+/// [`StrayStderr`] for as long as the node runs: dropping it gives stderr back.
+pub fn init(filter: &str, format: LogFormat) -> Result<StrayStderr, String> {
     let filter = tracing_subscriber::EnvFilter::builder()
         .parse(filter)
         .map_err(|e| e.to_string())?;
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // SAFETY: dup of the process's stderr; the new descriptor is owned by the File.
+    let out = match unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) } {
+        -1 => {
+            return Err(format!(
+                "cannot duplicate stderr: {}",
+                std::io::Error::last_os_error()
+            ))
+        }
+        fd => unsafe { File::from_raw_fd(fd) },
+    };
+    let out: &'static File = LOG_OUT.get_or_init(|| out);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(move || out);
     match format {
-        LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init(),
+        LogFormat::Text => builder.with_ansi(ansi).try_init(),
         LogFormat::Json => builder.json().try_init(),
     }
     .map_err(|e| e.to_string())?;
     install_panic_hook();
-    Ok(())
+    StrayStderr::take(out)
+}
+
+/// The process's stderr taken over: a pipe whose lines one thread logs. Dropping it
+/// gives stderr back and waits (briefly) until the lines written so far are logged, so
+/// that a last message printed before the process exits is not lost.
+pub struct StrayStderr {
+    log_out: &'static File,
+    ended: mpsc::Receiver<()>,
+}
+
+/// How long giving stderr back waits for the lines still in the pipe.
+const STRAY_DRAIN_WAIT: Duration = Duration::from_secs(1);
+
+impl StrayStderr {
+    fn take(log_out: &'static File) -> Result<StrayStderr, String> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two new descriptors, owned below.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(format!(
+                "cannot make a pipe for stderr: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let (read, write) = unsafe { (File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: fd 2 becomes a copy of the pipe's write end (without close-on-exec:
+        // children that inherit stderr write into the pipe too); `write` is closed when
+        // dropped, leaving fd 2 the only write end of this process.
+        if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&write), 2) } == -1 {
+            return Err(format!(
+                "cannot redirect stderr: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        drop(write);
+        let (done, ended) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("stderr".to_string())
+            .spawn(move || {
+                block_all_signals();
+                ocl_remote::lines::forward_lines(read, &mut stray_line);
+                let _ = done.send(());
+            })
+            .map_err(|e| format!("cannot start the stderr thread: {e}"))?;
+        Ok(StrayStderr { log_out, ended })
+    }
+}
+
+impl Drop for StrayStderr {
+    fn drop(&mut self) {
+        // fd 2 back to the original stderr: the pipe's last write end in this process
+        // closes, and the reader ends once it has logged what the pipe held (children
+        // still holding it may keep it open: the wait is bounded).
+        let fd = std::os::fd::AsRawFd::as_raw_fd(self.log_out);
+        // SAFETY: both descriptors are open; dup2 replaces fd 2 atomically.
+        unsafe { libc::dup2(fd, 2) };
+        let _ = self.ended.recv_timeout(STRAY_DRAIN_WAIT);
+    }
+}
+
+/// The node takes SIGTERM, SIGINT and SIGHUP with `sigwait` in threads of its own,
+/// blocked everywhere else; this thread starts before the node blocks them, so it
+/// blocks every signal itself (one delivered here would take the default action: a
+/// second SIGTERM during the drain would kill the node).
+fn block_all_signals() {
+    // SAFETY: an initialised set, applied to the calling thread only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+fn stray_line(line: ocl_remote::lines::Line) {
+    match line {
+        ocl_remote::lines::Line::Text(text) => tracing::warn!(target: STRAY_TARGET, "{text}"),
+        ocl_remote::lines::Line::Suppressed(suppressed) => tracing::warn!(
+            target: STRAY_TARGET,
+            suppressed,
+            "stderr lines not logged (at most {} a second)",
+            ocl_remote::lines::LINES_PER_SECOND_MAX
+        ),
+    }
 }
 
 /// Replaces the standard panic hook (a raw message and backtrace on stderr) with one

@@ -17,3 +17,5 @@ export * from "./client";
 export * from "./errors";
 export * as rac from "./rac";
 export { Status } from "./rac";
+export * from "./registry";
+export * as registryApi from "./registry_api";

@@ -148,6 +148,13 @@ NETACCEL_RAC_ADDR="127.0.0.1:$rac_port" \
   NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" \
   python3 -m pytest -q clients/python
 
+# The clients' shared conformance suite (clients/conformance/README.md): every case of
+# cases.json run by every client's driver (clients/conformance/drivers/*.sh, each
+# building its client with that language's own tools) against real nodes, a fake node
+# that sends broken replies and fake registry replicas, all on free ports.
+begin "clients: the shared conformance suite (every client, every case)"
+NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" python3 -m pytest -q clients/conformance
+
 # The documentation's promises, against nodes it starts on free ports: every recipe of
 # docs/accelerators.md, extending.md and security.md prints what the page says; the
 # monitoring files and the metrics reference match what a live node exports

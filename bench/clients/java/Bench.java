@@ -12,7 +12,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * synchronous calls (one in flight), then calls/s with 32 in flight, and the bytes every
  * thread of the JVM allocated per pipelined call (HotSpot's per-thread counters). Prints
  * one JSON line. Usage: java -cp CLIENT.jar Bench.java --node HOST:PORT [--seconds S]
- * [--in-flight N] [--size BYTES]
+ * [--inflight N] [--size BYTES]
  */
 public final class Bench {
   private Bench() {}
@@ -78,7 +78,7 @@ public final class Bench {
   public static void main(String[] argv) {
     String[] addr = arg(argv, "--node", "127.0.0.1:9400").split(":");
     double seconds = Double.parseDouble(arg(argv, "--seconds", "3"));
-    int inFlight = Integer.parseInt(arg(argv, "--in-flight", "32"));
+    int inFlight = Integer.parseInt(arg(argv, "--inflight", "32"));
     byte[] payload = new byte[Integer.parseInt(arg(argv, "--size", "64"))];
     Arrays.fill(payload, (byte) 'a');
     try (Client node = Client.connect(new Client.Options().address(addr[0], Integer.parseInt(addr[1])).maxInFlight(inFlight))) {

@@ -1,7 +1,7 @@
 // 64 B echo over one connection with the TypeScript client (clients/typescript): the p50
 // and p99 of synchronous calls (one in flight), then calls/s with 32 in flight (V8 shows
 // no allocation count per call, so none is reported). Prints one JSON line. Usage: node bench.js --node HOST:PORT [--seconds S]
-// [--in-flight N] [--size BYTES]
+// [--inflight N] [--size BYTES]
 "use strict";
 const path = require("node:path");
 const { Client } = require(path.resolve(__dirname, "../../../clients/typescript"));
@@ -41,7 +41,7 @@ async function pipelined(node, payload, seconds, inFlight) {
 async function main() {
   const [host, port] = arg("--node", "127.0.0.1:9400").split(":");
   const seconds = Number(arg("--seconds", "3"));
-  const inFlight = Number(arg("--in-flight", "32"));
+  const inFlight = Number(arg("--inflight", "32"));
   const payload = new Uint8Array(Number(arg("--size", "64"))).fill(0x61);
   const node = await Client.connect({ host, port: Number(port), maxInFlight: inFlight });
   await pipelined(node, payload, 1, inFlight); // warm-up: the JIT, the node's buffers

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Java client's bench (Bench.java): `bench.sh --build` builds the client's jar (exit 3
-# when a JDK or Maven is missing); `bench.sh --node HOST:PORT [--seconds S]` prints one
+# The Java client's bench (Bench.java): `run.sh --build` builds the client's jar (exit 3
+# when a JDK or Maven is missing); `run.sh --node HOST:PORT [--seconds S]` prints one
 # JSON line (64 B echo, 1 connection: sync p50/p99, calls/s with 32 in flight, bytes
 # allocated per call).
 set -euo pipefail

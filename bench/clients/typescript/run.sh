@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The TypeScript client's bench (bench.js): `bench.sh --build` builds the client (exit 3
-# when Node.js or npm is missing); `bench.sh --node HOST:PORT [--seconds S]` prints one
+# The TypeScript client's bench (bench.js): `run.sh --build` builds the client (exit 3
+# when Node.js or npm is missing); `run.sh --node HOST:PORT [--seconds S]` prints one
 # JSON line (64 B echo, 1 connection: sync p50/p99, calls/s with 32 in flight).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -152,6 +152,15 @@ NETACCEL_RAC_ADDR="127.0.0.1:$rac_port" \
 # cases.json run by every client's driver (clients/conformance/drivers/*.sh, each
 # building its client with that language's own tools) against real nodes, a fake node
 # that sends broken replies and fake registry replicas, all on free ports.
+begin "C client: installed with pkg-config, its example compiled by gcc and run"
+c_prefix=$(mktemp -d)
+cleanups+=("rm -rf '$c_prefix'")
+PROFILE=debug crates/client-c/install.sh "$c_prefix" >/dev/null
+# shellcheck disable=SC2046 # pkg-config prints several flags
+gcc -std=c11 -Wall -Wextra -Werror crates/client-c/examples/hello.c \
+  $(PKG_CONFIG_PATH="$c_prefix/lib/pkgconfig" pkg-config --cflags --libs netaccel) -o "$c_prefix/hello"
+"$c_prefix/hello" "127.0.0.1:$rac_port"
+
 begin "clients: the shared conformance suite (every client, every case)"
 NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" python3 -m pytest -q clients/conformance
 

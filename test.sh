@@ -182,6 +182,29 @@ begin "clients: Java client unit tests (mvn test)"
 # cases.json run by every client's driver (clients/conformance/drivers/*.sh, each
 # building its client with that language's own tools) against real nodes, a fake node
 # that sends broken replies and fake registry replicas, all on free ports.
+begin "C client: installed with pkg-config, its example compiled by gcc and run"
+c_prefix=$(mktemp -d)
+cleanups+=("rm -rf '$c_prefix'")
+PROFILE=debug crates/client-c/install.sh "$c_prefix" >/dev/null
+# shellcheck disable=SC2046 # pkg-config prints several flags
+gcc -std=c11 -Wall -Wextra -Werror crates/client-c/examples/hello.c \
+  $(PKG_CONFIG_PATH="$c_prefix/lib/pkgconfig" pkg-config --cflags --libs netaccel) -o "$c_prefix/hello"
+"$c_prefix/hello" "127.0.0.1:$rac_port"
+
+# The Go client (clients/go, standard library only): Go >= 1.22, from Debian's
+# golang-go when the host has no go command; its unit tests read spec/rac-v1-vectors.json
+# and spec/registry/*.json.
+begin "Go client: go vet and go test"
+if ! command -v go >/dev/null && [[ $(id -u) -eq 0 ]]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null
+fi
+if command -v go >/dev/null; then
+  (cd clients/go && go vet ./... && go test -count=1 ./...)
+else
+  [[ -z "${CI:-}" ]] || { echo "go is not installed" >&2; exit 1; }
+  echo "==> go is not installed: the Go client's tests are skipped (CI unset)"
+fi
+
 begin "clients: the shared conformance suite (every client, every case)"
 NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" python3 -m pytest -q clients/conformance
 

@@ -22,7 +22,12 @@ RECIPES = [b for b in BLOCKS if b.kind == "recipe"]
 OUTPUTS = {b.name: b.text for b in BLOCKS if b.kind == "output"}
 #: A cold build of the C library or of Go's standard packages on a loaded machine.
 RECIPE_TIMEOUT_S = 900
-TOOLS = {"c-example": ("cc", "pkg-config", "cargo"), "go-example": ("go",)}
+TOOLS = {
+    "c-example": ("cc", "pkg-config", "cargo"),
+    "go-example": ("go",),
+    "typescript-example": ("node", "npm"),
+    "java-example": ("java", "javac", "mvn"),
+}
 
 
 def go_env(name: str) -> str:
@@ -45,6 +50,13 @@ def test_recipe_prints_the_documented_output(block, node, tmp_path: Path) -> Non
         # Keep the build and module caches of the real home: only the module is local.
         env.update(GOPROXY="off", GOCACHE=go_env("GOCACHE"), GOMODCACHE=go_env("GOMODCACHE"),
                    GOPATH=go_env("GOPATH"))
+    if name == "typescript-example":
+        # npm's cache stays the real home's: the package's dev dependencies are not
+        # downloaded again for each run.
+        env.update(npm_config_cache=str(real_home / ".npm"))
+    if name == "java-example":
+        # Maven's local repository (its plugins) stays the real home's, for the same reason.
+        env.update(MAVEN_OPTS=f"-Dmaven.repo.local={real_home / '.m2' / 'repository'}")
     (tmp_path / "home").mkdir()
     work = tmp_path / "work"
     work.mkdir()

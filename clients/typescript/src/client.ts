@@ -14,6 +14,7 @@
  * @module
  */
 
+import * as assert from "node:assert";
 import * as fs from "node:fs";
 import * as net from "node:net";
 import * as tls from "node:tls";
@@ -305,6 +306,7 @@ export class Client {
       const go = () => {
         if (entry.abandoned) return;
         requestId = this.newRequestId();
+        assert.ok(this.pending.size < this.maxInFlight, "a call sent with no place free");
         this.pending.set(requestId, entry);
         this.write(kind, accelId, requestId, deadlineUs, params, payload);
       };
@@ -386,6 +388,8 @@ export class Client {
   /** Lets waiting calls go while places are free. */
   private admit(): void {
     while (this.pending.size < this.maxInFlight && this.waiting.length > 0) this.waiting.shift()!.go();
+    assert.ok(this.pending.size <= this.maxInFlight, "more calls out than maxInFlight");
+    assert.ok(this.waiting.length <= this.maxWaiting, "more calls waiting than maxWaiting");
   }
 
   /** Ends the connection: every call out and every waiting call rejects with `error`. */

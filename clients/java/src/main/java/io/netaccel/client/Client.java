@@ -81,8 +81,11 @@ public final class Client implements AutoCloseable {
       return this;
     }
 
-    /** Largest result payload accepted (default 1 GiB); a larger one is a {@link ProtocolException}. */
+    /** Largest result payload accepted (default 1 GiB, at most 2 GiB - 9: one Java array); a larger one is a {@link ProtocolException}. */
     public Options maxPayloadLen(long n) {
+      if (n < 0 || n > Integer.MAX_VALUE - 8) {
+        throw new IllegalArgumentException("maxPayloadLen must be in 0..=" + (Integer.MAX_VALUE - 8));
+      }
       this.maxPayloadLen = n;
       return this;
     }
@@ -111,6 +114,7 @@ public final class Client implements AutoCloseable {
   private final OutputStream out;
   private final InputStream in;
   private final Semaphore places;
+  private final int maxInFlight;
   private final long maxPayloadLen;
   private final Map<Long, Pending> pending = new ConcurrentHashMap<>();
   private final Map<String, Integer> names = new ConcurrentHashMap<>(Rac.BUILTIN_IDS);
@@ -123,6 +127,7 @@ public final class Client implements AutoCloseable {
     this.out = socket.getOutputStream();
     this.in = new BufferedInputStream(socket.getInputStream(), 64 * 1024);
     this.places = new Semaphore(o.maxInFlight);
+    this.maxInFlight = o.maxInFlight;
     this.maxPayloadLen = o.maxPayloadLen;
     Rac.BUILTIN_IDS.forEach((name, id) -> specs.put(id, Params.BUILTIN.get(name)));
     Thread reader = new Thread(this::readLoop, "netaccel-reader-" + o.host + ":" + o.port);
@@ -419,6 +424,7 @@ public final class Client implements AutoCloseable {
     if (pending.remove(h.requestId()) != null) {
       places.release();
     }
+    assert pending.size() <= maxInFlight : "more calls out than places";
     p.future().complete(r);
     if (h.status().closesConnection()) {
       fail(new ClosedException("the node answered " + h.status() + " and closes the connection"));

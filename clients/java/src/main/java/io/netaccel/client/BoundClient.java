@@ -35,6 +35,8 @@ public final class BoundClient implements AutoCloseable {
   private Client node;
   private String nodeAddr;
   private volatile boolean stopped;
+  /** Held while a node connection is made. */
+  private final Object connecting = new Object();
 
   private BoundClient(RegistryClient registry, String function, String instance, Duration rebindWait, Tls tls) {
     this.registry = registry;
@@ -107,12 +109,22 @@ public final class BoundClient implements AutoCloseable {
     }
   }
 
+  /**
+   * The connection to {@code addr}, made once however many threads call at once (a
+   * connection one thread replaced under another's call would look like a lost node).
+   */
   private Client nodeFor(String addr) {
-    synchronized (this) {
-      if (node != null && addr.equals(nodeAddr) && !node.isClosed()) {
-        return node;
+    synchronized (connecting) {
+      synchronized (this) {
+        if (node != null && addr.equals(nodeAddr) && !node.isClosed()) {
+          return node;
+        }
       }
+      return connect(addr);
     }
+  }
+
+  private Client connect(String addr) {
     int colon = addr.lastIndexOf(':');
     String host = addr.substring(0, colon).replaceAll("^\\[|\\]$", "");
     Client c = Client.connect(new Client.Options().address(host, Integer.parseInt(addr.substring(colon + 1))).tls(tls));

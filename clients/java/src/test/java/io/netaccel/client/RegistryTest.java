@@ -231,6 +231,48 @@ class RegistryTest {
   }
 
   @Test
+  void threadsCallingAtOnceShareOneNodeConnection() throws Exception {
+    AtomicInteger answered = new AtomicInteger();
+    FakeNode node = new FakeNode(c -> c.conn().answer(c, Rac.Status.OK, c.payload()));
+    Map<String, Object> b1 = binding(1, node.addr());
+    Map<String, Object> fn = function();
+    HttpServer r = registry((m, u) -> {
+      if (m.equals("GET") && u.equals("/v1/functions/shout")) {
+        return new Object[] {200, fn};
+      }
+      if (m.equals("GET") && u.contains("after=")) {
+        Thread.sleep(200);
+      }
+      return new Object[] {m.equals("DELETE") ? 204 : 200, m.equals("DELETE") ? null : b1};
+    });
+    try (BoundClient bound = BoundClient.bind(new RegistryClient(url(r), null), "shout", null, Duration.ofSeconds(2), null, true)) {
+      List<Thread> threads = new ArrayList<>();
+      List<Throwable> failures = Collections.synchronizedList(new ArrayList<>());
+      for (int i = 0; i < 8; i++) {
+        byte[] payload = ("t" + i).getBytes(StandardCharsets.UTF_8);
+        Thread t = new Thread(() -> {
+          try {
+            assertEquals(new String(payload, StandardCharsets.UTF_8), new String(bound.call(payload, CallOptions.none()), StandardCharsets.UTF_8));
+            answered.incrementAndGet();
+          } catch (Throwable e) {
+            failures.add(e);
+          }
+        });
+        threads.add(t);
+        t.start();
+      }
+      for (Thread t : threads) {
+        t.join();
+      }
+      assertEquals(List.of(), failures);
+      assertEquals(8, answered.get());
+    } finally {
+      node.close();
+      r.stop(0);
+    }
+  }
+
+  @Test
   void aNodeAnsweringUnavailableIsAStaleBinding() throws Exception {
     FakeNode sick = new FakeNode(c -> c.conn().answer(c, Rac.Status.UNAVAILABLE, "no".getBytes(StandardCharsets.UTF_8)));
     FakeNode well = new FakeNode(c -> c.conn().answer(c, Rac.Status.OK, c.payload()));

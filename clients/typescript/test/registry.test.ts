@@ -158,3 +158,26 @@ test("a node answering UNAVAILABLE is a stale binding: the call is retried once 
   well.close();
   reg.close();
 });
+
+test("calls made at once through a bound client share one node connection", async () => {
+  let connections = 0;
+  const node = await echoNode();
+  const counting = net.createServer((sock) => {
+    connections++;
+    const upstream = net.connect(Number(node.addr.split(":")[1]), "127.0.0.1");
+    sock.pipe(upstream).pipe(sock);
+    sock.on("error", () => upstream.destroy());
+    upstream.on("error", () => sock.destroy());
+  });
+  await new Promise<void>((r) => counting.listen(0, "127.0.0.1", r));
+  const addr = `127.0.0.1:${(counting.address() as net.AddressInfo).port}`;
+  const reg = await fakeRegistry((m, u) => (m === "GET" && u === "/v1/functions/shout" ? [200, fn] : m === "DELETE" ? [204, undefined] : [200, binding(1, addr)]));
+  const bound = await BoundClient.bind({ registry: reg.url, function: "shout", watch: false });
+  const outs = await Promise.all(Array.from({ length: 8 }, (_, i) => bound.call(new TextEncoder().encode(`t${i}`))));
+  assert.deepEqual(outs.map((b) => Buffer.from(b).toString()), Array.from({ length: 8 }, (_, i) => `t${i}`));
+  assert.equal(connections, 1);
+  await bound.close();
+  counting.close();
+  node.close();
+  reg.close();
+});

@@ -1,7 +1,8 @@
 """docs/clients.md: each language's recipe, run as a reader runs it (in an empty
-folder, with $NETACCEL_RAC and $NETACCEL_REPO set), prints what the page says. The C
-recipe installs a debug build (PROFILE=debug: already built by the suite) under a
-temporary $HOME; the Go recipe resolves the module offline (GOPROXY=off).
+folder, with $NETACCEL_RAC, $NETACCEL_GRPC and $NETACCEL_REPO set), prints what the
+page says. The C recipe installs a debug build (PROFILE=debug: already built by the
+suite) under a temporary $HOME; the Go recipe resolves the module offline
+(GOPROXY=off); npm and Maven keep the real home's caches.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ TOOLS = {
     "c-example": ("cc", "pkg-config", "cargo"),
     "go-example": ("go",),
     "typescript-example": ("node", "npm"),
+    "typescript-grpc": ("node", "npm"),
     "java-example": ("java", "javac", "mvn"),
 }
 
@@ -39,7 +41,8 @@ def test_recipe_prints_the_documented_output(block, node, tmp_path: Path) -> Non
     name = block.name.split()[0]
     for tool in TOOLS.get(name, ()):
         require(shutil.which(tool) is not None, f"{tool} is not installed")
-    env = dict(os.environ, NETACCEL_RAC=node.rac, NETACCEL_REPO=str(ROOT), HOME=str(tmp_path / "home"),
+    env = dict(os.environ, NETACCEL_RAC=node.rac, NETACCEL_GRPC=node.grpc or "", NETACCEL_REPO=str(ROOT),
+               HOME=str(tmp_path / "home"),
                PROFILE="debug")
     # The toolchains stay where the real home has them (rustup and cargo find theirs
     # through $HOME unless told).
@@ -50,7 +53,7 @@ def test_recipe_prints_the_documented_output(block, node, tmp_path: Path) -> Non
         # Keep the build and module caches of the real home: only the module is local.
         env.update(GOPROXY="off", GOCACHE=go_env("GOCACHE"), GOMODCACHE=go_env("GOMODCACHE"),
                    GOPATH=go_env("GOPATH"))
-    if name == "typescript-example":
+    if name.startswith("typescript-"):
         # npm's cache stays the real home's: the package's dev dependencies are not
         # downloaded again for each run.
         env.update(npm_config_cache=str(real_home / ".npm"))

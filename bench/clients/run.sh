@@ -31,8 +31,10 @@ pin() { local cpu=$1; shift; if [[ -n $cpu ]]; then taskset -c "$cpu" "$@"; else
 
 work=$(mktemp -d)
 trap 'kill "$node_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-pin "$node_cpu" "$node_bin" --http 127.0.0.1:0 --rac 127.0.0.1:0 --grpc off --io-threads 1 \
-  --log-level info 2>"$work/node.log" &
+node_cmd=("$node_bin" --http 127.0.0.1:0 --rac 127.0.0.1:0 --grpc off --io-threads 1 --log-level info)
+[[ -z $node_cpu ]] || node_cmd=(taskset -c "$node_cpu" "${node_cmd[@]}")
+# exec: $! is the node itself, so that the trap's kill reaches it.
+(exec "${node_cmd[@]}" >/dev/null 2>"$work/node.log") &
 node_pid=$!
 for _ in $(seq 300); do
   rac=$(grep -o 'rac=[0-9.]*:[0-9]*' "$work/node.log" | head -1 | cut -d= -f2 || true)

@@ -227,3 +227,23 @@ func TestTheContextDeadlineBecomesTheNodeDeadline(t *testing.T) {
 		t.Fatal("no deadline must be 0 and a tiny one at least 1 us")
 	}
 }
+
+// Every header of spec/rac-v1-refused.json is refused, for the reason it names.
+func TestRefusedVectorsAreRefusedForTheirReason(t *testing.T) {
+	var refused []struct {
+		Name      string `json:"name"`
+		HeaderHex string `json:"header_hex"`
+		Reason    string `json:"reason"`
+	}
+	if err := json.Unmarshal(specFile(t, "rac-v1-refused.json"), &refused); err != nil || len(refused) == 0 {
+		t.Fatalf("%d vectors, %v", len(refused), err)
+	}
+	for _, v := range refused {
+		raw, _ := hex.DecodeString(v.HeaderHex)
+		_, err := DecodeResultHeader(raw, ResultPayloadMax)
+		var he *HeaderError
+		if !errors.As(err, &he) || he.Reason != v.Reason {
+			t.Errorf("%s: got %v, want %s", v.Name, err, v.Reason)
+		}
+	}
+}

@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 199309L
 /* The C client's bench program (netaccel.h): 64-byte echo calls on one connection,
  * one at a time (p50), then --inflight at a time with submit/poll (calls/s); one JSON
  * line, as bench/clients/run.sh reads it. */

@@ -159,3 +159,24 @@ test("control payloads are the Rust encoder's bytes", () => {
   assert.throws(() => rac.controlPayload("slots", { slot: 1 }), /does not take field 'slot'/);
   assert.throws(() => rac.controlPayload("hello", { tenant: "x".repeat(5000) }), /above 4096/);
 });
+
+test("every header of spec/rac-v1-refused.json is refused with its reason", () => {
+  const refused: { name: string; header_hex: string; reason: string }[] = JSON.parse(
+    fs.readFileSync(path.join(SPEC, "rac-v1-refused.json"), "utf8"),
+  );
+  assert.ok(refused.length >= 6);
+  for (const r of refused) {
+    assert.throws(
+      () => rac.decodeResultHeader(bytes(r.header_hex)),
+      (e: unknown) => e instanceof rac.HeaderError && e.reason === r.reason,
+      r.name,
+    );
+  }
+});
+
+test("the vectors carry every status and both kinds of each direction", () => {
+  const heads = vectors().map((v) => bytes(v.header_hex));
+  const statuses = new Set(heads.filter((h) => h[4] === rac.Kind.Result || h[4] === rac.Kind.ControlResult).map((h) => (rac.decodeResultHeader(h) as rac.ResultHeader).status));
+  assert.equal(statuses.size, 10);
+  assert.deepEqual(new Set(heads.map((h) => h[4])), new Set([1, 2, 3, 4]));
+});

@@ -130,6 +130,33 @@ class RacTest {
   }
 
   @Test
+  void everyHeaderOfTheRefusedFileIsRefusedWithItsReason() throws IOException {
+    List<?> refused = (List<?>) Spec.json("rac-v1-refused.json");
+    assertTrue(refused.size() >= 6);
+    for (Object o : refused) {
+      Map<?, ?> r = (Map<?, ?>) o;
+      byte[] head = Spec.hex((String) r.get("header_hex"));
+      HeaderException e = assertThrows(HeaderException.class, () -> Rac.decodeResult(head, 0, head.length, ANY), (String) r.get("name"));
+      assertEquals(r.get("reason"), e.reason().wireName(), (String) r.get("name"));
+    }
+  }
+
+  @Test
+  void theVectorsCarryEveryStatusAndBothKindsOfEachDirection() throws IOException {
+    java.util.Set<Rac.Status> statuses = new java.util.HashSet<>();
+    java.util.Set<Integer> kinds = new java.util.HashSet<>();
+    for (Map<String, Object> v : Spec.vectors()) {
+      byte[] head = Spec.hex((String) v.get("header_hex"));
+      kinds.add((int) head[4]);
+      if (head[4] == Rac.KIND_RESULT || head[4] == Rac.KIND_CONTROL_RESULT) {
+        statuses.add(Rac.decodeResult(head, 0, 64, ANY).status());
+      }
+    }
+    assertEquals(java.util.EnumSet.allOf(Rac.Status.class), statuses);
+    assertEquals(java.util.Set.of(1, 2, 3, 4), kinds);
+  }
+
+  @Test
   void theEncoderRefusesWhatNoHeaderCanCarry() {
     assertThrows(IllegalArgumentException.class, () -> new Rac.CallHeader(1, 1, 0, 1L << 32, 0, Params.none()));
     assertThrows(IllegalArgumentException.class, () -> new Rac.CallHeader(1, 0xFFFF, 0, 1, 0, Params.none()));

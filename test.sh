@@ -5,7 +5,8 @@
 # netaccel-bench agrees with wrk (one connection, short).
 #
 # Installs what it needs: Debian packages via apt-get (when run as root and missing),
-# crates via cargo, Python test tools via pip.
+# crates via cargo, Python test tools via pip, the TypeScript client's dev dependencies via
+# npm and the Java client's test libraries via Maven.
 #
 # No test binds a fixed port. NETACCEL_TEST_HOLD_PORTS="8080 9400 9500 8001 19090" shows it:
 # bench/tools/hold_ports.py stands in for other programs on those loopback ports (the node's
@@ -147,6 +148,65 @@ NETACCEL_RAC_ADDR="127.0.0.1:$rac_port" \
   NETACCEL_REGISTRY_BIN="$target_dir/debug/netaccel-registry" \
   NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" \
   python3 -m pytest -q clients/python
+
+# The TypeScript and Java clients' toolchains (Node.js with npm; a JDK 17 with Maven) from
+# Debian when a command is missing: their unit tests below and their conformance drivers
+# need them.
+step="installing the TypeScript and Java clients' toolchains"
+client_toolchain=()
+command -v node >/dev/null && command -v npm >/dev/null || client_toolchain+=(nodejs npm)
+command -v javac >/dev/null || client_toolchain+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || client_toolchain+=(maven)
+if ((${#client_toolchain[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "missing Debian packages: ${client_toolchain[*]} (run as root to install them)" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${client_toolchain[@]}" >/dev/null
+fi
+
+# The TypeScript client (clients/typescript), its dev dependencies (typescript,
+# @types/node) from npm: the shared vectors and registry fixtures byte for byte, hostile
+# headers, and the client against a scripted fake node and fake registry replicas
+# (node:test, each test bounded at 20 s).
+begin "clients: TypeScript client unit tests (npm test)"
+(cd clients/typescript && npm ci --no-audit --no-fund --silent && npm test --silent)
+
+# The Java client (clients/java), JUnit 5 from Maven Central: the same tests as the
+# TypeScript client's, with javac's lints as errors.
+begin "clients: Java client unit tests (mvn test)"
+(cd clients/java && mvn -q -B test)
+
+# The clients' shared conformance suite (clients/conformance/README.md): every case of
+# cases.json run by every client's driver (clients/conformance/drivers/*.sh, each
+# building its client with that language's own tools) against real nodes, a fake node
+# that sends broken replies and fake registry replicas, all on free ports.
+begin "C client: installed with pkg-config, its example compiled by gcc and run"
+c_prefix=$(mktemp -d)
+cleanups+=("rm -rf '$c_prefix'")
+PROFILE=debug crates/client-c/install.sh "$c_prefix" >/dev/null
+# shellcheck disable=SC2046 # pkg-config prints several flags
+gcc -std=c11 -Wall -Wextra -Werror crates/client-c/examples/hello.c \
+  $(PKG_CONFIG_PATH="$c_prefix/lib/pkgconfig" pkg-config --cflags --libs netaccel) -o "$c_prefix/hello"
+"$c_prefix/hello" "127.0.0.1:$rac_port"
+
+# The Go client (clients/go, standard library only): Go >= 1.22, from Debian's
+# golang-go when the host has no go command; its unit tests read spec/rac-v1-vectors.json
+# and spec/registry/*.json.
+begin "Go client: go vet and go test"
+if ! command -v go >/dev/null && [[ $(id -u) -eq 0 ]]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null
+fi
+if command -v go >/dev/null; then
+  (cd clients/go && go vet ./... && go test -count=1 ./...)
+else
+  [[ -z "${CI:-}" ]] || { echo "go is not installed" >&2; exit 1; }
+  echo "==> go is not installed: the Go client's tests are skipped (CI unset)"
+fi
+
+begin "clients: the shared conformance suite (every client, every case)"
+NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" python3 -m pytest -q clients/conformance
 
 # The documentation's promises, against nodes it starts on free ports: every recipe of
 # docs/accelerators.md, extending.md and security.md prints what the page says; the

@@ -1,0 +1,292 @@
+package netaccel
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ResultPayloadMax is the largest result payload the client accepts (a 4096² matmul
+// result is 64 MiB).
+const ResultPayloadMax = 1 << 30
+
+// InFlightMaxDefault is the bound on calls in flight when Options says 0: the node's
+// own bound per connection (rac_in_flight_max).
+const InFlightMaxDefault = 32
+
+// Options say how to connect. The zero value (or nil) is plain TCP, no tenant.
+type Options struct {
+	// TLS, when set, speaks TLS to the node's RAC-over-TLS listener: RootCAs to trust,
+	// Certificates for a node that wants client certificates (mutual TLS). ServerName
+	// defaults to the host of the address.
+	TLS *tls.Config
+	// Tenant and Token: say hello as this tenant after connecting.
+	Tenant, Token string
+	// InFlightMax bounds the calls in flight; Go waits for room. 0: InFlightMaxDefault.
+	InFlightMax int
+}
+
+// Request is one call.
+type Request struct {
+	// Accelerator is a built-in's name; or leave it empty and give ID (user
+	// accelerators, models) with RawParams.
+	Accelerator string
+	ID          uint16
+	Params      Params
+	RawParams   [ParamsLen]byte
+	Payload     []byte
+	// Deadline: the call must start executing within this long of reaching the node,
+	// else it is answered DEADLINE_EXCEEDED and never runs. 0: the context's deadline,
+	// if it has one.
+	Deadline time.Duration
+}
+
+type outcome struct {
+	header  ResultHeader
+	payload []byte
+	err     error
+}
+
+// Client is one connection to a node. It is safe for concurrent use: any number of
+// goroutines may call at once, their calls pipelined on the connection and each
+// result matched to its call by request id.
+type Client struct {
+	conn    net.Conn
+	writeMu sync.Mutex
+	slots   chan struct{} // one token per call in flight
+	nextID  atomic.Uint32
+
+	mu      sync.Mutex
+	waiting map[uint32]chan outcome
+	closed  error // set once the reader stopped
+}
+
+// Dial connects to a node's RAC listener at addr (HOST:PORT).
+func Dial(ctx context.Context, addr string, opts *Options) (*Client, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &Error{Kind: KindConnect, Message: "cannot connect to " + addr, Err: err}
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetNoDelay(true)
+	}
+	if opts.TLS != nil {
+		config := opts.TLS.Clone()
+		if config.ServerName == "" {
+			host, _, _ := net.SplitHostPort(addr)
+			config.ServerName = host
+		}
+		tconn := tls.Client(conn, config)
+		if err := tconn.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, &Error{Kind: KindConnect, Message: "TLS handshake with " + addr, Err: err}
+		}
+		conn = tconn
+	}
+	bound := opts.InFlightMax
+	if bound <= 0 {
+		bound = InFlightMaxDefault
+	}
+	c := &Client{conn: conn, slots: make(chan struct{}, bound), waiting: map[uint32]chan outcome{}}
+	go c.read()
+	if opts.Tenant != "" {
+		if _, err := c.Control(ctx, map[string]any{"op": "hello", "tenant": opts.Tenant, "token": opts.Token}); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Close closes the connection; calls in flight fail with KindClosed.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Call calls built-in accelerator name with params by name and waits for its output.
+func (c *Client) Call(ctx context.Context, name string, params Params, payload []byte) ([]byte, error) {
+	return c.Do(ctx, &Request{Accelerator: name, Params: params, Payload: payload})
+}
+
+// Do makes one call and waits for its output.
+func (c *Client) Do(ctx context.Context, r *Request) ([]byte, error) {
+	return c.Go(ctx, r).Wait(ctx)
+}
+
+// Pending is a call in flight.
+type Pending struct {
+	c    *Client
+	id   uint32
+	ch   chan outcome
+	err  error // a call that could not be sent
+	once sync.Once
+	out  outcome
+}
+
+// Go sends a call without waiting for its result (waiting for room when
+// InFlightMax calls are in flight); Wait gives the result.
+func (c *Client) Go(ctx context.Context, r *Request) *Pending {
+	id, params := r.ID, r.RawParams
+	if r.Accelerator != "" {
+		var err error
+		if id, params, err = EncodeParams(r.Accelerator, r.Params); err != nil {
+			return &Pending{err: err}
+		}
+	}
+	h := CallHeader{AccelID: id, PayloadLen: uint32(len(r.Payload)), Params: params, DeadlineUs: deadlineUs(ctx, r.Deadline)}
+	return c.send(ctx, h, r.Payload)
+}
+
+// Control sends a control message (spec/rac-v1.md, "Control messages") and returns
+// its JSON answer.
+func (c *Client) Control(ctx context.Context, message map[string]any) (json.RawMessage, error) {
+	payload, err := json.Marshal(message)
+	if err != nil {
+		return nil, &Error{Kind: KindBadRequest, Message: err.Error()}
+	}
+	h := CallHeader{Control: true, AccelID: ControlID, PayloadLen: uint32(len(payload))}
+	out, err := c.send(ctx, h, payload).Wait(ctx)
+	return json.RawMessage(out), err
+}
+
+func deadlineUs(ctx context.Context, d time.Duration) uint32 {
+	if d == 0 {
+		if at, ok := ctx.Deadline(); ok {
+			d = time.Until(at)
+			if d <= 0 {
+				d = time.Microsecond
+			}
+		}
+	}
+	us := d.Microseconds()
+	if d > 0 && us == 0 {
+		us = 1
+	}
+	if us > 0xFFFFFFFF {
+		us = 0xFFFFFFFF
+	}
+	return uint32(us)
+}
+
+func (c *Client) send(ctx context.Context, h CallHeader, payload []byte) *Pending {
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return &Pending{err: ctxError(ctx)}
+	}
+	p := &Pending{c: c, ch: make(chan outcome, 1)}
+	c.mu.Lock()
+	if c.closed != nil {
+		c.mu.Unlock()
+		<-c.slots
+		return &Pending{err: c.closed}
+	}
+	for {
+		p.id = c.nextID.Add(1)
+		if _, taken := c.waiting[p.id]; p.id != 0 && !taken {
+			break
+		}
+	}
+	c.waiting[p.id] = p.ch
+	c.mu.Unlock()
+	h.RequestID = p.id
+	head := h.Encode()
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	// A failed write is not the call's answer: the node may have answered and closed
+	// (TOO_LARGE), and its answer, if it comes, is; otherwise the reader fails the call
+	// when the stream ends, which a failed write means it does.
+	if len(payload) <= 16<<10 {
+		_, _ = c.conn.Write(append(head[:], payload...))
+	} else if _, err := c.conn.Write(head[:]); err == nil {
+		_, _ = c.conn.Write(payload)
+	}
+	return p
+}
+
+func ctxError(ctx context.Context) *Error {
+	return &Error{Kind: KindDeadline, Message: "the context ended before the result", Err: ctx.Err()}
+}
+
+// Wait gives the call's output, or its error: a *Error with the node's status, or
+// KindDeadline when ctx ends first (the call is abandoned; its result is dropped).
+func (p *Pending) Wait(ctx context.Context) ([]byte, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	p.once.Do(func() {
+		select {
+		case p.out = <-p.ch:
+		case <-ctx.Done():
+			p.c.forget(p.id)
+			p.out = outcome{err: ctxError(ctx)}
+		}
+		<-p.c.slots
+	})
+	if p.out.err != nil {
+		return nil, p.out.err
+	}
+	if p.out.header.Status != StatusOK {
+		return nil, statusError(p.out.header.Status, string(p.out.payload))
+	}
+	return p.out.payload, nil
+}
+
+// Result is the result header of a call that completed (zero before Wait returns).
+func (p *Pending) Result() ResultHeader { return p.out.header }
+
+func (c *Client) forget(id uint32) {
+	c.mu.Lock()
+	delete(c.waiting, id)
+	c.mu.Unlock()
+}
+
+// read takes results off the connection and hands each to its call, until the stream
+// ends or breaks; then every call still waiting fails with why.
+func (c *Client) read() {
+	var head [HeaderLen]byte
+	var why *Error
+	for why == nil {
+		if _, err := io.ReadFull(c.conn, head[:]); err != nil {
+			why = &Error{Kind: KindClosed, Message: "the connection closed before the result", Err: err}
+			break
+		}
+		h, err := DecodeResultHeader(head[:], ResultPayloadMax)
+		if err != nil {
+			why = &Error{Kind: KindProtocol, Message: "the node sent a result this client refuses", Err: err}
+			break
+		}
+		payload := make([]byte, h.PayloadLen)
+		if _, err := io.ReadFull(c.conn, payload); err != nil {
+			why = &Error{Kind: KindClosed, Message: "the connection closed in the middle of a result", Err: err}
+			break
+		}
+		c.mu.Lock()
+		ch, ok := c.waiting[h.RequestID]
+		delete(c.waiting, h.RequestID)
+		c.mu.Unlock()
+		switch {
+		case ok:
+			ch <- outcome{header: h, payload: payload}
+		case h.RequestID == 0 && h.Status != StatusOK:
+			// An answer to the connection (BUSY at the node's connection bound, an
+			// unreadable call): every call's answer; the node closes.
+			why = statusError(h.Status, string(payload))
+		}
+	}
+	c.conn.Close()
+	c.mu.Lock()
+	c.closed = why
+	for id, ch := range c.waiting {
+		ch <- outcome{err: why}
+		delete(c.waiting, id)
+	}
+	c.mu.Unlock()
+}

@@ -1,0 +1,3 @@
+module netaccel.dev/client
+
+go 1.22

@@ -1,0 +1,403 @@
+//! The netaccel RAC client for C programs: the Rust client (`netaccel-client`) behind
+//! a C ABI, built as `libnetaccel.so` and `libnetaccel.a`, declared in
+//! `include/netaccel.h` (the one header C code includes; its comments are the API
+//! reference) and found by `pkg-config netaccel` once installed (`install.sh`).
+//!
+//! It is a thin layer: a connection is a [`RacClient`] driven by a single-threaded
+//! tokio runtime of its own, run only inside the calls of the C caller (a blocking
+//! API: a call, or a poll for pipelined results, runs the connection until it has
+//! what it waits for). Encoding, pipelining, TLS and the registry's binding are the
+//! Rust client's; this crate adds the C types, error kinds and the bound on calls in
+//! flight.
+//!
+//! Not for: Rust programs (use `netaccel-client`), or sharing one handle between
+//! threads at the same time (one thread at a time per handle, as with a `FILE *`).
+
+#![allow(clippy::missing_safety_doc)] // each function's safety contract is in netaccel.h
+
+pub mod ffi;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use netaccel_client::rac::{RacClient, RacError, RacOutput};
+use rac_proto::Status;
+use tokio::sync::mpsc;
+
+/// Error kinds, as `enum netaccel_kind` in netaccel.h declares them (a unit test checks
+/// that both say the same).
+pub mod kind {
+    pub const OK: i32 = 0;
+    pub const BAD_REQUEST: i32 = 1;
+    pub const UNKNOWN_ACCELERATOR: i32 = 2;
+    pub const BUSY: i32 = 3;
+    pub const TOO_LARGE: i32 = 4;
+    pub const DEADLINE: i32 = 5;
+    pub const UNAVAILABLE: i32 = 6;
+    pub const UNAUTHORIZED: i32 = 7;
+    pub const INTERNAL: i32 = 8;
+    pub const PROTOCOL: i32 = 9;
+    pub const CLOSED: i32 = 10;
+    pub const CONNECT: i32 = 11;
+    pub const REGISTRY: i32 = 12;
+    /// `netaccel_submit` with `in_flight_max` calls in flight: poll first.
+    pub const FULL: i32 = 13;
+    /// `netaccel_poll` found no result within its wait (or no call in flight).
+    pub const NONE: i32 = 14;
+    /// A NULL or non-UTF-8 argument, or a bad option.
+    pub const INVALID: i32 = 15;
+
+    /// The names `netaccel_kind_name` returns, by kind.
+    pub const NAMES: [&str; 16] = [
+        "ok",
+        "bad_request",
+        "unknown_accelerator",
+        "busy",
+        "too_large",
+        "deadline",
+        "unavailable",
+        "unauthorized",
+        "internal",
+        "protocol",
+        "closed",
+        "connect",
+        "registry",
+        "full",
+        "none",
+        "invalid",
+    ];
+}
+
+/// The retry hint of a BUSY or UNAVAILABLE refusal: RAC v1 carries none, and the node's
+/// HTTP front end answers the same refusals with `Retry-After: 1`.
+pub const RETRY_AFTER_MS: u32 = 1000;
+
+/// Calls in flight on one connection when the options say 0: the node's own default
+/// bound per connection (`rac_in_flight_max`).
+pub const IN_FLIGHT_MAX_DEFAULT: u32 = 32;
+
+/// An error as the C caller sees it (kind, the node's status, a retry hint, a sentence).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub kind: i32,
+    /// The node's RAC status code when it answered one, else `0xFFFF`.
+    pub status: u16,
+    pub retry_after_ms: u32,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(kind: i32, message: impl Into<String>) -> Failure {
+        debug_assert!(kind != kind::OK);
+        Failure {
+            kind,
+            status: 0xFFFF,
+            retry_after_ms: 0,
+            message: message.into(),
+        }
+    }
+
+    /// The failure of a node's answer with `status` (not OK).
+    pub fn from_status(status: Status, message: &str) -> Failure {
+        assert!(status != Status::Ok, "an OK answer is no failure");
+        let kind = match status {
+            Status::Ok => kind::OK,
+            Status::BadRequest => kind::BAD_REQUEST,
+            Status::UnknownAccelerator => kind::UNKNOWN_ACCELERATOR,
+            Status::Busy => kind::BUSY,
+            Status::TooLarge => kind::TOO_LARGE,
+            Status::DeadlineExceeded => kind::DEADLINE,
+            Status::Unavailable => kind::UNAVAILABLE,
+            Status::Unauthorized => kind::UNAUTHORIZED,
+            Status::Internal => kind::INTERNAL,
+            Status::ProtocolError => kind::PROTOCOL,
+        };
+        let retryable = matches!(status, Status::Busy | Status::Unavailable);
+        Failure {
+            kind,
+            status: status.code(),
+            retry_after_ms: if retryable { RETRY_AFTER_MS } else { 0 },
+            message: message.to_string(),
+        }
+    }
+
+    /// The Rust client's error, typed. It reports a stream it refused to decode and a
+    /// stream that ended in one `Transport` variant; its decoder's words tell them apart.
+    pub fn from_rac(e: &RacError) -> Failure {
+        match e {
+            RacError::Connect { .. } => Failure::new(kind::CONNECT, e.to_string()),
+            RacError::Transport(m) if m.contains("bad result header") => {
+                Failure::new(kind::PROTOCOL, m.clone())
+            }
+            RacError::Transport(m) => Failure::new(kind::CLOSED, m.clone()),
+            RacError::Status {
+                status, message, ..
+            } => Failure::from_status(*status, message),
+        }
+    }
+}
+
+/// What `netaccel_connect` takes, in Rust terms.
+#[derive(Debug, Default, Clone)]
+pub struct Options {
+    pub tls_ca: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub tenant: Option<String>,
+    pub token: Option<String>,
+    pub in_flight_max: u32,
+}
+
+/// One connection to a node's RAC listener, with its runtime and pipelined calls.
+pub struct Connection {
+    runtime: tokio::runtime::Runtime,
+    rac: Arc<RacClient>,
+    done_tx: mpsc::UnboundedSender<(u64, Result<RacOutput, RacError>)>,
+    done_rx: mpsc::UnboundedReceiver<(u64, Result<RacOutput, RacError>)>,
+    /// Results that arrived while a synchronous call waited for its own.
+    ready: VecDeque<(u64, Result<RacOutput, RacError>)>,
+    next_ticket: u64,
+    in_flight: u32,
+    in_flight_max: u32,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(kind::INTERNAL, format!("cannot start a runtime: {e}")))
+}
+
+impl Connection {
+    /// Connects to `addr` (HOST:PORT), over TLS when `options.tls_ca` is given, and
+    /// says `hello` as `options.tenant` when given.
+    pub fn connect(addr: &str, options: &Options) -> Result<Connection, Failure> {
+        let runtime = runtime()?;
+        let rac = runtime.block_on(async {
+            let client = match &options.tls_ca {
+                None => RacClient::connect(addr).await,
+                Some(ca) => {
+                    let pair = match (&options.cert, &options.key) {
+                        (Some(c), Some(k)) => {
+                            Some((std::path::Path::new(c), std::path::Path::new(k)))
+                        }
+                        (None, None) => None,
+                        _ => {
+                            return Err(Failure::new(
+                                kind::INVALID,
+                                "give both cert and key, or neither",
+                            ))
+                        }
+                    };
+                    let config = netaccel_client::rac::tls_config(ca.as_ref(), pair)
+                        .map_err(|m| Failure::new(kind::CONNECT, m))?;
+                    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                    let host = host.trim_start_matches('[').trim_end_matches(']');
+                    RacClient::connect_tls(addr, host, config).await
+                }
+            }
+            .map_err(|e| Failure::from_rac(&e))?;
+            if let Some(tenant) = &options.tenant {
+                let hello = rac_proto::ControlRequest::Hello {
+                    tenant: tenant.clone(),
+                    token: options.token.clone(),
+                };
+                client
+                    .control(&hello)
+                    .await
+                    .map_err(|e| Failure::from_rac(&e))?;
+            }
+            Ok(client)
+        })?;
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let in_flight_max = match options.in_flight_max {
+            0 => IN_FLIGHT_MAX_DEFAULT,
+            n => n,
+        };
+        Ok(Connection {
+            runtime,
+            rac: Arc::new(rac),
+            done_tx,
+            done_rx,
+            ready: VecDeque::new(),
+            next_ticket: 1,
+            in_flight: 0,
+            in_flight_max,
+        })
+    }
+
+    /// Calls and waits for the result.
+    pub fn call(&mut self, call: Call) -> Result<Vec<u8>, Failure> {
+        let rac = Arc::clone(&self.rac);
+        let out = self.runtime.block_on(async move {
+            rac.call(call.accel_id, call.params, call.payload, call.deadline_us)
+                .await
+        });
+        out.map(|o| o.payload).map_err(|e| Failure::from_rac(&e))
+    }
+
+    /// Sends a call without waiting; its result comes from [`Connection::poll`] under
+    /// the returned ticket. Refused with [`kind::FULL`] at the bound on calls in flight.
+    pub fn submit(&mut self, call: Call) -> Result<u64, Failure> {
+        if self.in_flight >= self.in_flight_max {
+            let m = format!(
+                "{} calls in flight (the bound): poll for a result first",
+                self.in_flight
+            );
+            return Err(Failure::new(kind::FULL, m));
+        }
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let (rac, done) = (Arc::clone(&self.rac), self.done_tx.clone());
+        self.runtime.spawn(async move {
+            let out = rac
+                .call(call.accel_id, call.params, call.payload, call.deadline_us)
+                .await;
+            let _ = done.send((ticket, out));
+        });
+        // Let the call be written now rather than at the next poll.
+        self.runtime.block_on(tokio::task::yield_now());
+        self.in_flight += 1;
+        Ok(ticket)
+    }
+
+    /// The next result of a submitted call, in completion order: waits at most
+    /// `wait_ms` (negative: until one arrives). `None` when nothing is in flight or
+    /// nothing arrived within the wait.
+    pub fn poll(&mut self, wait_ms: i64) -> Option<(u64, Result<Vec<u8>, Failure>)> {
+        if self.in_flight == 0 {
+            return None;
+        }
+        let next = match self.ready.pop_front() {
+            Some(r) => Some(r),
+            None => {
+                let rx = &mut self.done_rx;
+                self.runtime.block_on(async {
+                    if wait_ms < 0 {
+                        rx.recv().await
+                    } else {
+                        let wait = std::time::Duration::from_millis(wait_ms as u64);
+                        tokio::time::timeout(wait, rx.recv()).await.ok().flatten()
+                    }
+                })
+            }
+        };
+        let (ticket, out) = next?;
+        assert!(self.in_flight > 0, "a result for a call not in flight");
+        self.in_flight -= 1;
+        Some((
+            ticket,
+            out.map(|o| o.payload).map_err(|e| Failure::from_rac(&e)),
+        ))
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+}
+
+/// One call: the accelerator's id and parameter block, the payload, the deadline.
+#[derive(Debug)]
+pub struct Call {
+    pub accel_id: u16,
+    pub params: rac_proto::ParamBlock,
+    pub payload: Vec<u8>,
+    pub deadline_us: u32,
+}
+
+/// `name=value,name=value` (the C API's way of giving parameters by name) as pairs.
+pub fn parse_params(text: &str) -> Result<Vec<(String, String)>, Failure> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                Ok((k.trim().to_string(), v.trim().to_string()))
+            }
+            _ => Err(Failure::new(
+                kind::BAD_REQUEST,
+                format!("`{pair}` is not name=value"),
+            )),
+        })
+        .collect()
+}
+
+/// A call of a built-in accelerator by name, parameters by name checked against the
+/// catalog's specs and the payload (so a bad call is refused before it is sent).
+pub fn call_by_name(
+    name: &str,
+    params: &str,
+    payload: Vec<u8>,
+    deadline_us: u32,
+) -> Result<Call, Failure> {
+    if rac_proto::builtin::id(name).is_none() {
+        let m = format!("{name} is not a built-in accelerator: call it by id (netaccel_call_id)");
+        return Err(Failure::new(kind::UNKNOWN_ACCELERATOR, m));
+    }
+    let pairs = parse_params(params)?;
+    let (accel_id, params) = netaccel_client::rac::builtin_call(name, &pairs, payload.len())
+        .map_err(|m| Failure::new(kind::BAD_REQUEST, m))?;
+    Ok(Call {
+        accel_id,
+        params,
+        payload,
+        deadline_us,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_declares_the_kinds_this_crate_returns() {
+        let header = include_str!("../include/netaccel.h");
+        for (value, name) in kind::NAMES.iter().enumerate() {
+            let line = format!("NETACCEL_{} = {value},", name.to_uppercase());
+            assert!(header.contains(&line), "netaccel.h lacks `{line}`");
+        }
+        assert!(header.contains(&format!("NETACCEL_RETRY_AFTER_MS {RETRY_AFTER_MS}")));
+    }
+
+    #[test]
+    fn params_by_name_are_checked_against_the_catalog() {
+        let call = call_by_name("topk", "k=3", vec![0; 8], 0).unwrap();
+        assert_eq!(call.accel_id, 3);
+        assert_eq!(&call.params[..4], &3u32.to_le_bytes());
+        assert_eq!(
+            call_by_name("topk", "k=0", vec![0; 8], 0).unwrap_err().kind,
+            kind::BAD_REQUEST
+        );
+        assert_eq!(
+            call_by_name("topk", "kk=1", vec![0; 8], 0)
+                .unwrap_err()
+                .kind,
+            kind::BAD_REQUEST
+        );
+        assert_eq!(
+            call_by_name("nope", "", vec![], 0).unwrap_err().kind,
+            kind::UNKNOWN_ACCELERATOR
+        );
+        assert_eq!(parse_params(" width=4, height = 2 ,").unwrap().len(), 2);
+        assert!(parse_params("width").is_err());
+    }
+
+    #[test]
+    fn statuses_map_to_kinds_with_a_retry_hint_where_retrying_helps() {
+        let busy = Failure::from_status(Status::Busy, "full");
+        assert_eq!(
+            (busy.kind, busy.status, busy.retry_after_ms),
+            (kind::BUSY, 3, RETRY_AFTER_MS)
+        );
+        let late = Failure::from_status(Status::DeadlineExceeded, "late");
+        assert_eq!((late.kind, late.retry_after_ms), (kind::DEADLINE, 0));
+        for status in Status::ALL.into_iter().filter(|s| *s != Status::Ok) {
+            let f = Failure::from_status(status, "");
+            assert!(
+                (kind::BAD_REQUEST..=kind::PROTOCOL).contains(&f.kind),
+                "{status}"
+            );
+            assert_eq!(f.status, status.code());
+        }
+    }
+}

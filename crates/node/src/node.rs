@@ -19,6 +19,7 @@ use crate::device::{self, Devices, StartError};
 use crate::registry::Registry;
 use crate::telemetry::logging::RefusalLog;
 use crate::telemetry::metrics::Metrics;
+use crate::telemetry::model_stats::ModelStatsTable;
 use crate::telemetry::Protocol;
 
 pub struct Node {
@@ -28,6 +29,8 @@ pub struct Node {
     pub devices: Devices,
     pub objects: ObjectStore,
     pub metrics: Metrics,
+    /// Per-model inference statistics (the Open Inference Protocol's extension).
+    pub model_stats: ModelStatsTable,
     pub body_budget: Arc<MemoryBudget>,
     pub pool: Arc<ReassemblyPool>,
     /// Refused requests, logged within a rate limit.
@@ -113,6 +116,7 @@ impl Node {
             &metrics,
             Arc::new(SystemClock),
         );
+        let model_stats = ModelStatsTable::new(dispatcher.catalog());
         let body_budget = MemoryBudget::new(
             config.body_memory_bytes_max,
             metrics.body_memory_bytes.clone(),
@@ -146,6 +150,7 @@ impl Node {
             devices: started.devices,
             objects,
             metrics,
+            model_stats,
             body_budget,
             tenants,
             open_connections: AtomicUsize::new(0),

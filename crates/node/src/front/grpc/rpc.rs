@@ -13,13 +13,17 @@ use super::pb::{
     model_instance_group, model_version_policy, DataType as ConfigType, ModelConfig,
     ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelInput,
     ModelInstanceGroup, ModelMetadataRequest, ModelMetadataResponse, ModelOutput,
-    ModelReadyRequest, ModelReadyResponse, ModelVersionPolicy, ServerLiveRequest,
-    ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest,
-    ServerReadyResponse,
+    ModelReadyRequest, ModelReadyResponse, ModelStatisticsRequest, ModelStatisticsResponse,
+    ModelVersionPolicy, RepositoryIndexRequest, RepositoryIndexResponse,
+    RepositoryModelLoadRequest, RepositoryModelLoadResponse, RepositoryModelUnloadRequest,
+    RepositoryModelUnloadResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
+    ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
 };
 use super::service::Inference;
 use super::Peer;
-use crate::front::oip::node_ready;
+use crate::front::oip::repository;
+use crate::front::oip::stats::{self, Statistics};
+use crate::front::oip::{node_ready, EXTENSIONS};
 use crate::front::oip::{DataType, Signature, OUTPUT, VERSION};
 
 fn config_type(dt: DataType) -> ConfigType {
@@ -142,6 +146,51 @@ fn model_metadata(accel: &dyn Accelerator) -> ModelMetadataResponse {
     }
 }
 
+/// The statistics document as the protocol's message (the same fields: `oip::stats`).
+fn statistics(doc: Statistics) -> ModelStatisticsResponse {
+    use super::pb;
+    let d = |d: stats::Duration| {
+        Some(pb::StatisticDuration {
+            count: d.count,
+            ns: d.ns,
+        })
+    };
+    let model = |m: stats::ModelStatistics| {
+        let i = m.inference_stats;
+        pb::ModelStatistics {
+            name: m.name,
+            version: m.version,
+            last_inference: m.last_inference,
+            inference_count: m.inference_count,
+            execution_count: m.execution_count,
+            inference_stats: Some(pb::InferStatistics {
+                success: d(i.success),
+                fail: d(i.fail),
+                queue: d(i.queue),
+                compute_input: d(i.compute_input),
+                compute_infer: d(i.compute_infer),
+                compute_output: d(i.compute_output),
+                cache_hit: d(i.cache_hit),
+                cache_miss: d(i.cache_miss),
+            }),
+            batch_stats: m
+                .batch_stats
+                .into_iter()
+                .map(|b| pb::InferBatchStatistics {
+                    batch_size: b.batch_size,
+                    compute_input: d(b.compute_input),
+                    compute_infer: d(b.compute_infer),
+                    compute_output: d(b.compute_output),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    };
+    ModelStatisticsResponse {
+        model_stats: doc.model_stats.into_iter().map(model).collect(),
+    }
+}
+
 #[tonic::async_trait]
 impl GrpcInferenceService for Inference {
     async fn server_live(
@@ -181,7 +230,7 @@ impl GrpcInferenceService for Inference {
             Ok(Response::new(ServerMetadataResponse {
                 name: "netaccel".into(),
                 version: env!("CARGO_PKG_VERSION").into(),
-                extensions: vec!["model_configuration".into()],
+                extensions: EXTENSIONS.iter().map(|e| e.to_string()).collect(),
             })),
         )
     }
@@ -213,6 +262,53 @@ impl GrpcInferenceService for Inference {
         request: Request<tonic::Streaming<ModelInferRequest>>,
     ) -> Result<Response<super::stream::Answers>, Status> {
         Ok(Response::new(super::stream::serve(self.clone(), request)))
+    }
+
+    async fn model_statistics(
+        &self,
+        request: Request<ModelStatisticsRequest>,
+    ) -> Result<Response<ModelStatisticsResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let req = request.get_ref();
+        let result = stats::select(self.node(), &req.name, &req.version)
+            .map(|doc| Response::new(statistics(doc)))
+            .map_err(Status::not_found);
+        self.answered(peer.as_ref(), result)
+    }
+
+    async fn repository_index(
+        &self,
+        request: Request<RepositoryIndexRequest>,
+    ) -> Result<Response<RepositoryIndexResponse>, Status> {
+        use super::pb::repository_index_response::ModelIndex;
+        let models = repository::index(self.node(), request.get_ref().ready)
+            .into_iter()
+            .map(|e| ModelIndex {
+                name: e.name,
+                version: e.version,
+                state: e.state.to_string(),
+                reason: e.reason,
+            })
+            .collect();
+        self.answered(None, Ok(Response::new(RepositoryIndexResponse { models })))
+    }
+
+    async fn repository_model_load(
+        &self,
+        request: Request<RepositoryModelLoadRequest>,
+    ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let result = self.repository_load(request).await;
+        self.answered(peer.as_ref(), result.map(Response::new))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        request: Request<RepositoryModelUnloadRequest>,
+    ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let result = self.repository_unload(request).await;
+        self.answered(peer.as_ref(), result.map(Response::new))
     }
 
     async fn model_config(

@@ -25,6 +25,7 @@ use super::request::{Request, Route, Wire};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::route;
 use super::scan::{self, HeadScan};
+use super::v2;
 use crate::core::deadline::Deadline;
 use crate::core::memory::{BodyMemory, MemoryPermit};
 use crate::core::objects::StoreError;
@@ -32,6 +33,7 @@ use crate::core::slot::{Answer, Call};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
 use crate::front::oip::infer::{self as v2_infer, Reply};
+use crate::front::oip::stats;
 use crate::net::bufpool;
 use crate::net::netio::{self, IoTimer, Transport, WRITE_BATCH_MAX};
 use crate::node::Node;
@@ -301,6 +303,7 @@ impl<S: Transport> Conn<S> {
                 return self.call(req, accel, wire, deadline_us).await;
             }
             Route::LoadSlot { slot, origin } => return self.load_slot(req, slot, origin).await,
+            Route::Control { op } => return self.control(req, op).await,
             Route::ObjectGet {
                 key,
                 head_only,
@@ -696,6 +699,7 @@ impl<S: Transport> Conn<S> {
             Wire::V2 { json_len } => match v2_infer::decode(&*accel, &self.body, json_len) {
                 Ok(c) => (c.params, c.payload, Some(c.reply)),
                 Err(message) => {
+                    stats::record_refused(&self.node, accel_id, received);
                     self.log_refusal(400, "BAD_REQUEST", &message);
                     let body = error_body(&message, "BAD_REQUEST");
                     self.respond(&req, 400, b"application/json", &body, false, &[]);
@@ -703,9 +707,11 @@ impl<S: Transport> Conn<S> {
                 }
             },
         };
+        let input_ns = stats::since_ns(received);
         if let Err(e) = accel.check(&params, Some(payload.len())) {
-            if reply.is_none() {
-                self.body = payload;
+            match reply {
+                None => self.body = payload,
+                Some(_) => stats::record_refused(&self.node, accel_id, received),
             }
             self.log_refusal(400, "BAD_REQUEST", &e);
             let body = error_body(&e.to_string(), "BAD_REQUEST");
@@ -713,6 +719,7 @@ impl<S: Transport> Conn<S> {
             return Ok(self.after());
         }
         let model = reply.as_ref().map(|_| Arc::clone(&accel));
+        let batch = stats::batch(&*accel, payload.len());
         let call = Call {
             accel,
             params,
@@ -724,19 +731,35 @@ impl<S: Transport> Conn<S> {
             permit: Some(BodyMemory::Budget(permit)),
         };
         let answer = self.node.dispatcher.run(call).await;
-        self.write_answer(&req, answer, model.as_deref().zip(reply.as_ref()))
+        let (ok, queue_ns, infer_ns) =
+            (answer.status == Status::Ok, answer.queue_ns, answer.exec_ns);
+        let output_ns = self
+            .write_answer(&req, answer, model.as_deref().zip(reply.as_ref()))
             .await?;
+        if model.is_some() {
+            let measured = stats::Measured {
+                received,
+                ok,
+                batch,
+                input_ns,
+                queue_ns,
+                infer_ns,
+                output_ns,
+            };
+            stats::record(&self.node, accel_id, measured);
+        }
         Ok(self.after())
     }
 
     /// Writes a call's answer: the raw output (`/v1/fn`), or for a v2 call (`v2` holds
     /// the model and what its request asked for) the protocol's response document.
+    /// Returns how long encoding the document took (ns; 0 for other answers).
     async fn write_answer(
         &mut self,
         req: &Request,
         answer: Answer,
         v2: Option<(&dyn Accelerator, &Reply)>,
-    ) -> io::Result<()> {
+    ) -> io::Result<u64> {
         let Answer {
             status,
             output,
@@ -764,7 +787,9 @@ impl<S: Transport> Conn<S> {
             .header("X-Netaccel-Slot", &slot_text);
         let error;
         let document;
+        let mut encode_ns = 0;
         let body: &[u8] = if let (Status::Ok, Some((accel, reply))) = (status, v2) {
+            let encoding = Instant::now();
             let mut doc = Vec::with_capacity(output.len() + 192);
             match v2_infer::encode(&accel.descriptor().name, reply, &output, &mut doc) {
                 Some(json_len) => {
@@ -775,6 +800,7 @@ impl<S: Transport> Conn<S> {
                 None => head = head.header("Content-Type", b"application/json"),
             }
             document = doc;
+            encode_ns = stats::since_ns(encoding);
             &document
         } else if status == Status::Ok {
             head = head.header("Content-Type", b"application/octet-stream");
@@ -802,7 +828,31 @@ impl<S: Transport> Conn<S> {
         if self.wbuf.len() > WRITE_BATCH_MAX {
             self.flush().await?;
         }
-        Ok(())
+        Ok(encode_ns)
+    }
+
+    /// An extension's request (`v2::Control`): its body read, then answered. Their
+    /// bodies are optional: a request without one (no length) has an empty body.
+    async fn control(&mut self, mut req: Request, op: v2::Control) -> io::Result<Step> {
+        let node = Arc::clone(&self.node);
+        let (code, doc) = if matches!(req.framing, BodyFraming::None) {
+            v2::control(node, self.tenant, op, &[]).await
+        } else {
+            let permit = match self.take_body(&mut req, |_| Ok(())).await? {
+                Ok(permit) => permit,
+                Err(step) => return Ok(step),
+            };
+            let body = std::mem::take(&mut self.body);
+            let answer = v2::control(node, self.tenant, op, &body).await;
+            drop(permit);
+            self.body = body;
+            answer
+        };
+        if code >= 400 {
+            self.log_refusal(code, code_name(code), &String::from_utf8_lossy(&doc));
+        }
+        self.respond(&req, code, b"application/json", &doc, false, &[]);
+        Ok(self.after())
     }
 
     async fn load_slot(

@@ -46,6 +46,11 @@ pub enum Route {
         /// The instance asking, and whether the registry is to be asked.
         origin: admin::Origin,
     },
+    /// An Open Inference Protocol extension's request, answered once its body is in
+    /// (`v2::control`).
+    Control {
+        op: super::v2::Control,
+    },
     ObjectGet {
         key: String,
         head_only: bool,

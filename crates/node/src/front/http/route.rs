@@ -126,7 +126,7 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
 }
 
 /// The token of an `Authorization: Bearer <token>` header, if that is what it holds.
-fn bearer_token(header: Option<&[u8]>) -> Option<&str> {
+pub(super) fn bearer_token(header: Option<&[u8]>) -> Option<&str> {
     header
         .and_then(|h| h.strip_prefix(b"Bearer "))
         .and_then(|given| std::str::from_utf8(given).ok())

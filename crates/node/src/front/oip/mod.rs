@@ -18,6 +18,8 @@
 
 pub mod declared;
 pub mod infer;
+pub mod repository;
+pub mod stats;
 
 use accel::tensors::Tensors;
 use accel::{Accelerator, Descriptor, ParamValue};
@@ -104,12 +106,21 @@ fn tensors(sig: Signature, names: &[&str], key: &str, datatype: &str) -> Vec<Val
         .collect()
 }
 
+/// The protocol's extensions the node serves, as `GET /v2` and gRPC `ServerMetadata`
+/// list them.
+pub const EXTENSIONS: &[&str] = &[
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository",
+    "statistics",
+];
+
 /// `GET /v2`: server metadata.
 pub fn server_metadata() -> Vec<u8> {
     serde_json::to_vec(&json!({
         "name": "netaccel",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": ["binary_tensor_data", "model_configuration"],
+        "extensions": EXTENSIONS,
     }))
     .expect("serialising JSON cannot fail")
 }

@@ -14,6 +14,7 @@ use crate::core::clock::SystemClock;
 use crate::core::dispatch::Dispatcher;
 use crate::core::memory::{MemoryBudget, ReassemblyPool};
 use crate::core::objects::ObjectStore;
+use crate::core::shm::Regions;
 use crate::core::tenant::Tenants;
 use crate::device::{self, Devices, StartError};
 use crate::registry::Registry;
@@ -31,6 +32,8 @@ pub struct Node {
     pub metrics: Metrics,
     /// Per-model inference statistics (the Open Inference Protocol's extension).
     pub model_stats: ModelStatsTable,
+    /// System shared memory regions clients registered (the protocol's extension).
+    pub shm: Regions,
     pub body_budget: Arc<MemoryBudget>,
     pub pool: Arc<ReassemblyPool>,
     /// Refused requests, logged within a rate limit.
@@ -117,6 +120,7 @@ impl Node {
             Arc::new(SystemClock),
         );
         let model_stats = ModelStatsTable::new(dispatcher.catalog());
+        let shm = Regions::new(config.shared_memory_regions_max);
         let body_budget = MemoryBudget::new(
             config.body_memory_bytes_max,
             metrics.body_memory_bytes.clone(),
@@ -151,6 +155,7 @@ impl Node {
             objects,
             metrics,
             model_stats,
+            shm,
             body_budget,
             tenants,
             open_connections: AtomicUsize::new(0),

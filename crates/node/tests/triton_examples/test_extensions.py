@@ -146,3 +146,56 @@ def test_the_repository_unloads_and_loads_over_http_and_grpc(http, grpc):
         http.load_model(MODEL, config='{"max_batch_size": 16}')
     http.load_model(MODEL, config='{"instance_group": [{"kind": "KIND_CPU", "count": 1}]}')
     assert http.is_model_ready(MODEL)
+
+
+def test_system_shared_memory_carries_inputs_and_outputs(http, grpc):
+    shm = pytest.importorskip("tritonclient.utils.shared_memory")
+    a, b = operands()
+    size = a.nbytes
+    tag = os.getpid()
+    http.unregister_system_shared_memory()
+    http.unregister_cuda_shared_memory()
+    ip = shm.create_shared_memory_region("input_data", f"/na_in_{tag}", size * 2)
+    op = shm.create_shared_memory_region("output_data", f"/na_out_{tag}", size * 2)
+    try:
+        shm.set_shared_memory_region(ip, [a])
+        shm.set_shared_memory_region(ip, [b], offset=size)
+        http.register_system_shared_memory("input_data", f"/na_in_{tag}", size * 2)
+        grpc.register_system_shared_memory("output_data", f"/na_out_{tag}", size * 2)
+        status = {r["name"]: r for r in http.get_system_shared_memory_status()}
+        assert status["output_data"]["byte_size"] == size * 2
+        assert set(grpc.get_system_shared_memory_status(as_json=True)["regions"]) == {"input_data", "output_data"}
+
+        inputs = [httpclient.InferInput(f"INPUT{i}", [1, 16], "INT32") for i in range(2)]
+        inputs[0].set_shared_memory("input_data", size)
+        inputs[1].set_shared_memory("input_data", size, offset=size)
+        outputs = [httpclient.InferRequestedOutput(f"OUTPUT{i}", binary_data=True) for i in range(2)]
+        outputs[0].set_shared_memory("output_data", size)
+        outputs[1].set_shared_memory("output_data", size, offset=size)
+        result = http.infer(MODEL, inputs, outputs=outputs)
+        out0 = result.get_output("OUTPUT0")
+        assert out0["parameters"]["shared_memory_region"] == "output_data"
+        got0 = shm.get_contents_as_numpy(op, np.int32, [1, 16])
+        got1 = shm.get_contents_as_numpy(op, np.int32, [1, 16], offset=size)
+        np.testing.assert_array_equal(got0, a + b)
+        np.testing.assert_array_equal(got1, a - b)
+
+        # Outside the region, an unknown region, a region past the object: refused, and
+        # the node serves on.
+        bad = httpclient.InferInput("INPUT0", [1, 16], "INT32")
+        bad.set_shared_memory("input_data", size, offset=size + 8)
+        with pytest.raises(InferenceServerException, match="outside"):
+            http.infer(MODEL, [bad, inputs[1]])
+        bad.set_shared_memory("no_such_region", size)
+        with pytest.raises(InferenceServerException, match="Unable to find"):
+            http.infer(MODEL, [bad, inputs[1]])
+        with pytest.raises(InferenceServerException, match="not inside"):
+            http.register_system_shared_memory("big", f"/na_in_{tag}", size * 4)
+        with pytest.raises(InferenceServerException, match="not supported"):
+            http.register_cuda_shared_memory("cuda", b"handle", 0, 64)
+        infer(http, httpclient)
+    finally:
+        http.unregister_system_shared_memory()
+        assert http.get_system_shared_memory_status() == []
+        shm.destroy_shared_memory_region(ip)
+        shm.destroy_shared_memory_region(op)

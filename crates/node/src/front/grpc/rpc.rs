@@ -18,6 +18,9 @@ use super::pb::{
     RepositoryModelLoadRequest, RepositoryModelLoadResponse, RepositoryModelUnloadRequest,
     RepositoryModelUnloadResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
     ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+    SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse,
+    SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
+    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
 };
 use super::service::Inference;
 use super::Peer;
@@ -309,6 +312,59 @@ impl GrpcInferenceService for Inference {
         let peer = request.extensions().get::<Peer>().copied();
         let result = self.repository_unload(request).await;
         self.answered(peer.as_ref(), result.map(Response::new))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        request: Request<SystemSharedMemoryStatusRequest>,
+    ) -> Result<Response<SystemSharedMemoryStatusResponse>, Status> {
+        use super::pb::system_shared_memory_status_response::RegionStatus;
+        let tenant = self.tenant_of(&request);
+        let name = Some(request.get_ref().name.as_str()).filter(|n| !n.is_empty());
+        let result = self.node().shm.status(tenant, name).map(|list| {
+            let regions = list
+                .into_iter()
+                .map(|r| {
+                    let status = RegionStatus {
+                        name: r.name.clone(),
+                        key: r.key,
+                        offset: r.offset,
+                        byte_size: r.byte_size,
+                    };
+                    (r.name, status)
+                })
+                .collect();
+            Response::new(SystemSharedMemoryStatusResponse { regions })
+        });
+        self.answered(None, result.map_err(Status::invalid_argument))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        request: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryRegisterResponse>, Status> {
+        let tenant = self.tenant_of(&request);
+        let r = request.get_ref();
+        let result = self
+            .node()
+            .shm
+            .register(tenant, &r.name, &r.key, r.offset, r.byte_size)
+            .map(|()| Response::new(SystemSharedMemoryRegisterResponse {}));
+        self.answered(None, result.map_err(Status::invalid_argument))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        request: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryUnregisterResponse>, Status> {
+        let tenant = self.tenant_of(&request);
+        let name = Some(request.get_ref().name.as_str()).filter(|n| !n.is_empty());
+        let result = self
+            .node()
+            .shm
+            .unregister(tenant, name)
+            .map(|()| Response::new(SystemSharedMemoryUnregisterResponse {}));
+        self.answered(None, result.map_err(Status::invalid_argument))
     }
 
     async fn model_config(

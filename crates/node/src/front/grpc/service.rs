@@ -267,6 +267,14 @@ impl Inference {
         Ok(RepositoryModelUnloadResponse {})
     }
 
+    /// The tenant a request came from: its connection's (an anonymous one without).
+    pub(super) fn tenant_of<T>(&self, request: &Request<T>) -> TenantId {
+        request
+            .extensions()
+            .get::<Peer>()
+            .map_or_else(|| self.node.tenants.anonymous(), |p| p.tenant)
+    }
+
     fn check_admin(&self, metadata: &MetadataMap) -> Result<(), Status> {
         let token = metadata
             .get("authorization")

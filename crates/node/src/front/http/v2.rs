@@ -10,9 +10,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::parse::RequestHead;
-use super::request::{deadline_us, not_allowed, refuse, Route, Wire};
+use super::request::{bearer_token, deadline_us, not_allowed, refuse, Control, Route, ShmOp, Wire};
 use super::response::{error_body, http_code};
-use super::route::bearer_token;
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
 use crate::front::oip::{
@@ -20,16 +19,87 @@ use crate::front::oip::{
 };
 use crate::node::Node;
 
-/// An extension's request whose body is read before it is answered.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Control {
-    /// `POST /v2/repository/index`, body `{"ready": bool}` (optional).
-    Index,
-    /// `POST /v2/repository/models/{m}/load`, body `{"parameters": {"config": "…"}}`
-    /// (optional).
-    Load { model: String },
-    /// `POST /v2/repository/models/{m}/unload`.
-    Unload { model: String },
+/// The body of a system shared memory registration.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegisterBody {
+    key: String,
+    #[serde(default)]
+    offset: u64,
+    byte_size: u64,
+}
+
+/// Answers a shared memory request of `tenant` (see `core::shm`). CUDA shared memory
+/// is not served: registering is refused, and there is never a region to list or
+/// unregister.
+fn shm_control(
+    node: &Node,
+    tenant: TenantId,
+    cuda: bool,
+    op: ShmOp,
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    let bad = |message: String| (400, error_body(&message, "BAD_REQUEST"));
+    match (cuda, op) {
+        (true, ShmOp::Register(_)) => bad(
+            "CUDA shared memory is not supported: this node has no CUDA device; use system \
+             shared memory"
+                .to_string(),
+        ),
+        (true, ShmOp::Status(_)) => (200, b"[]".to_vec()),
+        (true, ShmOp::Unregister(_)) => (200, b"{}".to_vec()),
+        (false, ShmOp::Status(name)) => match node.shm.status(tenant, name.as_deref()) {
+            Ok(list) => (
+                200,
+                serde_json::to_vec(&list).expect("serialising JSON cannot fail"),
+            ),
+            Err(message) => bad(message),
+        },
+        (false, ShmOp::Register(name)) => {
+            let parsed: RegisterBody = match serde_json::from_slice(body) {
+                Ok(b) => b,
+                Err(e) => {
+                    return bad(format!(
+                        "a registration is {{\"key\": \"/NAME\", \"offset\": N, \"byte_size\": N}}: {e}"
+                    ))
+                }
+            };
+            match node
+                .shm
+                .register(tenant, &name, &parsed.key, parsed.offset, parsed.byte_size)
+            {
+                Ok(()) => (200, b"{}".to_vec()),
+                Err(message) => bad(message),
+            }
+        }
+        (false, ShmOp::Unregister(name)) => match node.shm.unregister(tenant, name.as_deref()) {
+            Ok(()) => (200, b"{}".to_vec()),
+            Err(message) => bad(message),
+        },
+    }
+}
+
+/// The route of `/v2/systemsharedmemory/{rest}` and `/v2/cudasharedmemory/{rest}`.
+fn shm_route(head: &RequestHead<'_>, cuda: bool, rest: &str) -> Route {
+    let region = |r: &str| r.to_string();
+    let (op, method) = match rest
+        .strip_prefix("region/")
+        .and_then(|r| r.rsplit_once('/'))
+    {
+        _ if rest == "status" => (ShmOp::Status(None), "GET"),
+        _ if rest == "unregister" => (ShmOp::Unregister(None), "POST"),
+        Some((r, "status")) => (ShmOp::Status(Some(region(r))), "GET"),
+        Some((r, "register")) => (ShmOp::Register(region(r)), "POST"),
+        Some((r, "unregister")) => (ShmOp::Unregister(Some(region(r))), "POST"),
+        _ => return refuse(404, "NOT_FOUND", format!("no route for {}", head.path())),
+    };
+    if head.method != method {
+        let allow = if method == "GET" { "GET" } else { "POST" };
+        return not_allowed(head.method, head.path(), allow);
+    }
+    Route::Control {
+        op: Control::Shm { cuda, op },
+    }
 }
 
 /// The body of the repository's requests: every field optional, as Triton takes them.
@@ -41,12 +111,27 @@ struct RepositoryBody {
     parameters: Map<String, Value>,
 }
 
-/// Answers a [`Control`] request whose body is `body`: the HTTP status and the JSON
-/// document.
+/// Answers a [`Control`] request of `tenant` whose body is `body`: the HTTP status and
+/// the JSON document.
 pub async fn control(
     node: Arc<Node>,
-    _tenant: TenantId,
+    tenant: TenantId,
     op: Control,
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    match op {
+        Control::Shm { cuda, op } => shm_control(&node, tenant, cuda, op, body),
+        Control::Index => repository_control(node, None, body).await,
+        Control::Load { model } => repository_control(node, Some((model, true)), body).await,
+        Control::Unload { model } => repository_control(node, Some((model, false)), body).await,
+    }
+}
+
+/// The repository's requests: the index (`None`), or a model's load (`true`) or
+/// unload.
+async fn repository_control(
+    node: Arc<Node>,
+    op: Option<(String, bool)>,
     body: &[u8],
 ) -> (u16, Vec<u8>) {
     let parsed: Result<RepositoryBody, _> = if body.iter().all(u8::is_ascii_whitespace) {
@@ -62,14 +147,14 @@ pub async fn control(
         }
     };
     let done = match op {
-        Control::Index => {
+        None => {
             let index = repository::index(&node, body.ready);
             return (
                 200,
                 serde_json::to_vec(&index).expect("serialising JSON cannot fail"),
             );
         }
-        Control::Load { model } => {
+        Some((model, true)) => {
             let config = match body.parameters.get("config") {
                 None => None,
                 Some(Value::String(text)) => Some(text.as_str()),
@@ -81,7 +166,7 @@ pub async fn control(
             };
             repository::load(Arc::clone(&node), &model, config).await
         }
-        Control::Unload { model } => repository::unload(Arc::clone(&node), &model).await,
+        Some((model, false)) => repository::unload(Arc::clone(&node), &model).await,
     };
     match done {
         Ok(_) => (200, b"{}".to_vec()),
@@ -163,6 +248,10 @@ pub fn pick(head: &RequestHead<'_>, node: &Node, path: &str) -> Route {
                 model_route(head, node, rest)
             } else if let Some(rest) = path.strip_prefix("/v2/repository/") {
                 repository_route(head, node, rest)
+            } else if let Some(rest) = path.strip_prefix("/v2/systemsharedmemory/") {
+                shm_route(head, false, rest)
+            } else if let Some(rest) = path.strip_prefix("/v2/cudasharedmemory/") {
+                shm_route(head, true, rest)
             } else {
                 refuse(404, "NOT_FOUND", format!("no route for {path}"))
             }

@@ -19,6 +19,7 @@
 pub mod declared;
 pub mod infer;
 pub mod repository;
+pub mod shm;
 pub mod stats;
 
 use accel::tensors::Tensors;
@@ -113,6 +114,7 @@ pub const EXTENSIONS: &[&str] = &[
     "model_configuration",
     "model_repository",
     "statistics",
+    "system_shared_memory",
 ];
 
 /// `GET /v2`: server metadata.

@@ -191,8 +191,11 @@ def test_system_shared_memory_carries_inputs_and_outputs(http, grpc):
             http.infer(MODEL, [bad, inputs[1]])
         with pytest.raises(InferenceServerException, match="not inside"):
             http.register_system_shared_memory("big", f"/na_in_{tag}", size * 4)
-        with pytest.raises(InferenceServerException, match="not supported"):
-            http.register_cuda_shared_memory("cuda", b"handle", 0, 64)
+        for client in (http, grpc):
+            client.unregister_cuda_shared_memory()
+            with pytest.raises(InferenceServerException, match="not supported"):
+                client.register_cuda_shared_memory("cuda", b"aGFuZGxl", 0, 64)
+        assert http.get_cuda_shared_memory_status() == []
         infer(http, httpclient)
     finally:
         http.unregister_system_shared_memory()

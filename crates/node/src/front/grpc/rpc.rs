@@ -10,21 +10,25 @@ use tonic::{Request, Response, Status};
 use super::pb::grpc_inference_service_server::GrpcInferenceService;
 use super::pb::model_metadata_response::TensorMetadata;
 use super::pb::{
-    model_instance_group, model_version_policy, DataType as ConfigType, ModelConfig,
-    ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelInput,
-    ModelInstanceGroup, ModelMetadataRequest, ModelMetadataResponse, ModelOutput,
-    ModelReadyRequest, ModelReadyResponse, ModelStatisticsRequest, ModelStatisticsResponse,
-    ModelVersionPolicy, RepositoryIndexRequest, RepositoryIndexResponse,
-    RepositoryModelLoadRequest, RepositoryModelLoadResponse, RepositoryModelUnloadRequest,
-    RepositoryModelUnloadResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
-    ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
-    SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse,
-    SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
-    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
+    model_instance_group, model_version_policy, CudaSharedMemoryRegisterRequest,
+    CudaSharedMemoryRegisterResponse, CudaSharedMemoryStatusRequest,
+    CudaSharedMemoryStatusResponse, CudaSharedMemoryUnregisterRequest,
+    CudaSharedMemoryUnregisterResponse, DataType as ConfigType, ModelConfig, ModelConfigRequest,
+    ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelInput, ModelInstanceGroup,
+    ModelMetadataRequest, ModelMetadataResponse, ModelOutput, ModelReadyRequest,
+    ModelReadyResponse, ModelStatisticsRequest, ModelStatisticsResponse, ModelVersionPolicy,
+    RepositoryIndexRequest, RepositoryIndexResponse, RepositoryModelLoadRequest,
+    RepositoryModelLoadResponse, RepositoryModelUnloadRequest, RepositoryModelUnloadResponse,
+    ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
+    ServerReadyRequest, ServerReadyResponse, SystemSharedMemoryRegisterRequest,
+    SystemSharedMemoryRegisterResponse, SystemSharedMemoryStatusRequest,
+    SystemSharedMemoryStatusResponse, SystemSharedMemoryUnregisterRequest,
+    SystemSharedMemoryUnregisterResponse,
 };
 use super::service::Inference;
 use super::Peer;
 use crate::front::oip::repository;
+use crate::front::oip::shm::CUDA_NOT_SUPPORTED;
 use crate::front::oip::stats::{self, Statistics};
 use crate::front::oip::{node_ready, EXTENSIONS};
 use crate::front::oip::{DataType, Signature, OUTPUT, VERSION};
@@ -365,6 +369,32 @@ impl GrpcInferenceService for Inference {
             .unregister(tenant, name)
             .map(|()| Response::new(SystemSharedMemoryUnregisterResponse {}));
         self.answered(None, result.map_err(Status::invalid_argument))
+    }
+
+    /// CUDA shared memory is not served (the node has no CUDA device): registering is
+    /// refused with the protocol's error, and there is never a region to list or
+    /// unregister, as over HTTP.
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryRegisterResponse>, Status> {
+        self.answered(None, Err(Status::invalid_argument(CUDA_NOT_SUPPORTED)))
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        _: Request<CudaSharedMemoryStatusRequest>,
+    ) -> Result<Response<CudaSharedMemoryStatusResponse>, Status> {
+        let none = CudaSharedMemoryStatusResponse::default();
+        self.answered(None, Ok(Response::new(none)))
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryUnregisterResponse>, Status> {
+        let done = CudaSharedMemoryUnregisterResponse {};
+        self.answered(None, Ok(Response::new(done)))
     }
 
     async fn model_config(

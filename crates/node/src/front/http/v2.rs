@@ -15,7 +15,8 @@ use super::response::{error_body, http_code};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
 use crate::front::oip::{
-    flag, model_config, model_metadata, node_ready, repository, server_metadata, stats, VERSION,
+    flag, model_config, model_metadata, node_ready, repository, server_metadata, shm, stats,
+    VERSION,
 };
 use crate::node::Node;
 
@@ -41,11 +42,7 @@ fn shm_control(
 ) -> (u16, Vec<u8>) {
     let bad = |message: String| (400, error_body(&message, "BAD_REQUEST"));
     match (cuda, op) {
-        (true, ShmOp::Register(_)) => bad(
-            "CUDA shared memory is not supported: this node has no CUDA device; use system \
-             shared memory"
-                .to_string(),
-        ),
+        (true, ShmOp::Register(_)) => bad(shm::CUDA_NOT_SUPPORTED.to_string()),
         (true, ShmOp::Status(_)) => (200, b"[]".to_vec()),
         (true, ShmOp::Unregister(_)) => (200, b"{}".to_vec()),
         (false, ShmOp::Status(name)) => match node.shm.status(tenant, name.as_deref()) {

@@ -16,6 +16,10 @@ use serde_json::{Map, Value};
 use crate::core::shm::{Region, Regions};
 use crate::core::tenant::TenantId;
 
+/// The protocol's answer to a CUDA shared memory registration, on every front end.
+pub const CUDA_NOT_SUPPORTED: &str =
+    "CUDA shared memory is not supported: this node has no CUDA device; use system shared memory";
+
 const REGION: &str = "shared_memory_region";
 const SIZE: &str = "shared_memory_byte_size";
 const OFFSET: &str = "shared_memory_offset";

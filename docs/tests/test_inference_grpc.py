@@ -185,7 +185,7 @@ def test_a_stream_answers_every_request_by_id(node):
 
 def test_rpcs_the_node_does_not_serve_are_unimplemented(stub):
     with pytest.raises(grpc.RpcError) as info:
-        stub.ModelStatistics(service_pb2.ModelStatisticsRequest(), timeout=30)
+        stub.TraceSetting(service_pb2.TraceSettingRequest(), timeout=30)
     assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 

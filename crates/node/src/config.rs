@@ -207,6 +207,9 @@ pub struct Config {
     /// Objects in the store.
     pub objects_max: usize,
     pub object_key_bytes_max: usize,
+    /// System shared memory regions registered at once (the Open Inference Protocol's
+    /// extension, `front::oip::shm`).
+    pub shared_memory_regions_max: usize,
     /// The registry this node registers with (`http://HOST:PORT`; several replicas
     /// comma-separated); unset = a standalone node. See the `registry` module.
     pub registry: Option<String>,
@@ -276,6 +279,7 @@ impl Default for Config {
             object_store_bytes_max: 256 * 1024 * 1024,
             objects_max: 4096,
             object_key_bytes_max: 256,
+            shared_memory_regions_max: 64,
             registry: None,
             name: None,
             advertise: None,
@@ -348,6 +352,7 @@ impl Config {
             ("reassembly_buffers", self.reassembly_buffers),
             ("reassembly_buffer_bytes", self.reassembly_buffer_bytes),
             ("object_key_bytes_max", self.object_key_bytes_max),
+            ("shared_memory_regions_max", self.shared_memory_regions_max),
             ("registry_timeout_ms", self.registry_timeout_ms as usize),
             ("registry_retry_max_ms", self.registry_retry_max_ms as usize),
             (

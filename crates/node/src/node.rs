@@ -14,11 +14,13 @@ use crate::core::clock::SystemClock;
 use crate::core::dispatch::Dispatcher;
 use crate::core::memory::{MemoryBudget, ReassemblyPool};
 use crate::core::objects::ObjectStore;
+use crate::core::shm::Regions;
 use crate::core::tenant::Tenants;
 use crate::device::{self, Devices, StartError};
 use crate::registry::Registry;
 use crate::telemetry::logging::RefusalLog;
 use crate::telemetry::metrics::Metrics;
+use crate::telemetry::model_stats::ModelStatsTable;
 use crate::telemetry::Protocol;
 
 pub struct Node {
@@ -28,6 +30,10 @@ pub struct Node {
     pub devices: Devices,
     pub objects: ObjectStore,
     pub metrics: Metrics,
+    /// Per-model inference statistics (the Open Inference Protocol's extension).
+    pub model_stats: ModelStatsTable,
+    /// System shared memory regions clients registered (the protocol's extension).
+    pub shm: Regions,
     pub body_budget: Arc<MemoryBudget>,
     pub pool: Arc<ReassemblyPool>,
     /// Refused requests, logged within a rate limit.
@@ -113,6 +119,8 @@ impl Node {
             &metrics,
             Arc::new(SystemClock),
         );
+        let model_stats = ModelStatsTable::new(dispatcher.catalog());
+        let shm = Regions::new(config.shared_memory_regions_max);
         let body_budget = MemoryBudget::new(
             config.body_memory_bytes_max,
             metrics.body_memory_bytes.clone(),
@@ -146,6 +154,8 @@ impl Node {
             devices: started.devices,
             objects,
             metrics,
+            model_stats,
+            shm,
             body_budget,
             tenants,
             open_connections: AtomicUsize::new(0),

@@ -253,7 +253,7 @@ async fn malformed_requests_get_the_protocols_errors_and_the_node_keeps_serving(
     }
     // RPCs the node does not serve.
     let status = c
-        .model_statistics(pb::ModelStatisticsRequest::default())
+        .trace_setting(pb::TraceSettingRequest::default())
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented);

@@ -15,6 +15,7 @@
 //! | [`watchdog`] | the thread that looks for calls past `kernel_timeout_ms` |
 //! | [`memory`] | the HTTP body budget, the RAC reassembly pool |
 //! | [`objects`] | named objects served without a slot |
+//! | [`shm`] | shared memory regions clients registered, read and written bounds-checked |
 //!
 //! The core may use the devices and telemetry; it never uses a front end or the
 //! network layer.
@@ -25,6 +26,7 @@ pub mod dispatch;
 pub(crate) mod fair_queue;
 pub mod memory;
 pub mod objects;
+pub mod shm;
 pub mod slot;
 pub mod tenant;
 pub mod watchdog;

@@ -157,6 +157,12 @@ impl Tenants {
 
 /// The identity of a configured tenant: the same for every connection that binds to
 /// it, and never equal to an anonymous identity (those count up from 1).
+/// Whether `id` is a configured tenant's identity (a `hello` with its token, a client
+/// certificate mapped to it), not a connection's anonymous one.
+pub fn is_configured(id: TenantId) -> bool {
+    id & (1 << 63) != 0
+}
+
 fn configured_id(name: &str) -> TenantId {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     name.hash(&mut h);

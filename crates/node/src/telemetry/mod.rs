@@ -1,10 +1,12 @@
 //! Telemetry: the Prometheus registry and the handles the hot path bumps
 //! ([`metrics`]), and the log format, level and rate-limited refusal log
-//! ([`logging`]), and [`Protocol`], the front end a call came in by, which both
+//! ([`logging`]), the per-model inference statistics of the Open Inference Protocol
+//! ([`model_stats`]), and [`Protocol`], the front end a call came in by, which both
 //! label. Every layer may use it; it uses no other module of the node.
 
 pub mod logging;
 pub mod metrics;
+pub mod model_stats;
 
 /// The front end a request came in through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,16 +10,27 @@ use tonic::{Request, Response, Status};
 use super::pb::grpc_inference_service_server::GrpcInferenceService;
 use super::pb::model_metadata_response::TensorMetadata;
 use super::pb::{
-    model_instance_group, model_version_policy, DataType as ConfigType, ModelConfig,
-    ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelInput,
-    ModelInstanceGroup, ModelMetadataRequest, ModelMetadataResponse, ModelOutput,
-    ModelReadyRequest, ModelReadyResponse, ModelVersionPolicy, ServerLiveRequest,
-    ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest,
-    ServerReadyResponse,
+    model_instance_group, model_version_policy, CudaSharedMemoryRegisterRequest,
+    CudaSharedMemoryRegisterResponse, CudaSharedMemoryStatusRequest,
+    CudaSharedMemoryStatusResponse, CudaSharedMemoryUnregisterRequest,
+    CudaSharedMemoryUnregisterResponse, DataType as ConfigType, ModelConfig, ModelConfigRequest,
+    ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelInput, ModelInstanceGroup,
+    ModelMetadataRequest, ModelMetadataResponse, ModelOutput, ModelReadyRequest,
+    ModelReadyResponse, ModelStatisticsRequest, ModelStatisticsResponse, ModelVersionPolicy,
+    RepositoryIndexRequest, RepositoryIndexResponse, RepositoryModelLoadRequest,
+    RepositoryModelLoadResponse, RepositoryModelUnloadRequest, RepositoryModelUnloadResponse,
+    ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
+    ServerReadyRequest, ServerReadyResponse, SystemSharedMemoryRegisterRequest,
+    SystemSharedMemoryRegisterResponse, SystemSharedMemoryStatusRequest,
+    SystemSharedMemoryStatusResponse, SystemSharedMemoryUnregisterRequest,
+    SystemSharedMemoryUnregisterResponse,
 };
 use super::service::Inference;
 use super::Peer;
-use crate::front::oip::node_ready;
+use crate::front::oip::repository;
+use crate::front::oip::shm::CUDA_NOT_SUPPORTED;
+use crate::front::oip::stats::{self, Statistics};
+use crate::front::oip::{node_ready, EXTENSIONS};
 use crate::front::oip::{DataType, Signature, OUTPUT, VERSION};
 
 fn config_type(dt: DataType) -> ConfigType {
@@ -142,6 +153,51 @@ fn model_metadata(accel: &dyn Accelerator) -> ModelMetadataResponse {
     }
 }
 
+/// The statistics document as the protocol's message (the same fields: `oip::stats`).
+fn statistics(doc: Statistics) -> ModelStatisticsResponse {
+    use super::pb;
+    let d = |d: stats::Duration| {
+        Some(pb::StatisticDuration {
+            count: d.count,
+            ns: d.ns,
+        })
+    };
+    let model = |m: stats::ModelStatistics| {
+        let i = m.inference_stats;
+        pb::ModelStatistics {
+            name: m.name,
+            version: m.version,
+            last_inference: m.last_inference,
+            inference_count: m.inference_count,
+            execution_count: m.execution_count,
+            inference_stats: Some(pb::InferStatistics {
+                success: d(i.success),
+                fail: d(i.fail),
+                queue: d(i.queue),
+                compute_input: d(i.compute_input),
+                compute_infer: d(i.compute_infer),
+                compute_output: d(i.compute_output),
+                cache_hit: d(i.cache_hit),
+                cache_miss: d(i.cache_miss),
+            }),
+            batch_stats: m
+                .batch_stats
+                .into_iter()
+                .map(|b| pb::InferBatchStatistics {
+                    batch_size: b.batch_size,
+                    compute_input: d(b.compute_input),
+                    compute_infer: d(b.compute_infer),
+                    compute_output: d(b.compute_output),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    };
+    ModelStatisticsResponse {
+        model_stats: doc.model_stats.into_iter().map(model).collect(),
+    }
+}
+
 #[tonic::async_trait]
 impl GrpcInferenceService for Inference {
     async fn server_live(
@@ -181,7 +237,7 @@ impl GrpcInferenceService for Inference {
             Ok(Response::new(ServerMetadataResponse {
                 name: "netaccel".into(),
                 version: env!("CARGO_PKG_VERSION").into(),
-                extensions: vec!["model_configuration".into()],
+                extensions: EXTENSIONS.iter().map(|e| e.to_string()).collect(),
             })),
         )
     }
@@ -213,6 +269,132 @@ impl GrpcInferenceService for Inference {
         request: Request<tonic::Streaming<ModelInferRequest>>,
     ) -> Result<Response<super::stream::Answers>, Status> {
         Ok(Response::new(super::stream::serve(self.clone(), request)))
+    }
+
+    async fn model_statistics(
+        &self,
+        request: Request<ModelStatisticsRequest>,
+    ) -> Result<Response<ModelStatisticsResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let req = request.get_ref();
+        let result = stats::select(self.node(), &req.name, &req.version)
+            .map(|doc| Response::new(statistics(doc)))
+            .map_err(Status::not_found);
+        self.answered(peer.as_ref(), result)
+    }
+
+    async fn repository_index(
+        &self,
+        request: Request<RepositoryIndexRequest>,
+    ) -> Result<Response<RepositoryIndexResponse>, Status> {
+        use super::pb::repository_index_response::ModelIndex;
+        let models = repository::index(self.node(), request.get_ref().ready)
+            .into_iter()
+            .map(|e| ModelIndex {
+                name: e.name,
+                version: e.version,
+                state: e.state.to_string(),
+                reason: e.reason,
+            })
+            .collect();
+        self.answered(None, Ok(Response::new(RepositoryIndexResponse { models })))
+    }
+
+    async fn repository_model_load(
+        &self,
+        request: Request<RepositoryModelLoadRequest>,
+    ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let result = self.repository_load(request).await;
+        self.answered(peer.as_ref(), result.map(Response::new))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        request: Request<RepositoryModelUnloadRequest>,
+    ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
+        let peer = request.extensions().get::<Peer>().copied();
+        let result = self.repository_unload(request).await;
+        self.answered(peer.as_ref(), result.map(Response::new))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        request: Request<SystemSharedMemoryStatusRequest>,
+    ) -> Result<Response<SystemSharedMemoryStatusResponse>, Status> {
+        use super::pb::system_shared_memory_status_response::RegionStatus;
+        let tenant = self.tenant_of(&request);
+        let name = Some(request.get_ref().name.as_str()).filter(|n| !n.is_empty());
+        let result = self.node().shm.status(tenant, name).map(|list| {
+            let regions = list
+                .into_iter()
+                .map(|r| {
+                    let status = RegionStatus {
+                        name: r.name.clone(),
+                        key: r.key,
+                        offset: r.offset,
+                        byte_size: r.byte_size,
+                    };
+                    (r.name, status)
+                })
+                .collect();
+            Response::new(SystemSharedMemoryStatusResponse { regions })
+        });
+        self.answered(None, result.map_err(Status::invalid_argument))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        request: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryRegisterResponse>, Status> {
+        let tenant = self.tenant_of(&request);
+        let r = request.get_ref();
+        let result = self
+            .node()
+            .shm
+            .register(tenant, &r.name, &r.key, r.offset, r.byte_size)
+            .map(|()| Response::new(SystemSharedMemoryRegisterResponse {}));
+        self.answered(None, result.map_err(Status::invalid_argument))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        request: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryUnregisterResponse>, Status> {
+        let tenant = self.tenant_of(&request);
+        let name = Some(request.get_ref().name.as_str()).filter(|n| !n.is_empty());
+        let result = self
+            .node()
+            .shm
+            .unregister(tenant, name)
+            .map(|()| Response::new(SystemSharedMemoryUnregisterResponse {}));
+        self.answered(None, result.map_err(Status::invalid_argument))
+    }
+
+    /// CUDA shared memory is not served (the node has no CUDA device): registering is
+    /// refused with the protocol's error, and there is never a region to list or
+    /// unregister, as over HTTP.
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryRegisterResponse>, Status> {
+        self.answered(None, Err(Status::invalid_argument(CUDA_NOT_SUPPORTED)))
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        _: Request<CudaSharedMemoryStatusRequest>,
+    ) -> Result<Response<CudaSharedMemoryStatusResponse>, Status> {
+        let none = CudaSharedMemoryStatusResponse::default();
+        self.answered(None, Ok(Response::new(none)))
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryUnregisterResponse>, Status> {
+        let done = CudaSharedMemoryUnregisterResponse {};
+        self.answered(None, Ok(Response::new(done)))
     }
 
     async fn model_config(

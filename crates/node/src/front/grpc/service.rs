@@ -1,9 +1,9 @@
 //! `GRPCInferenceService`: the RPCs the node serves, each answered from the node's
 //! state; `ModelInfer` runs its call down the same path as an HTTP call
 //! ([`crate::core::dispatch::Dispatcher::run`]); `ModelStreamInfer` runs each message of its
-//! stream the same way ([`super::stream`]). The RPCs the node does not serve
-//! (statistics, repository control, shared memory, tracing, logging) answer
-//! `UNIMPLEMENTED` from the generated trait's defaults.
+//! stream the same way ([`super::stream`]), and counts it in the model's statistics
+//! (`ModelStatistics`); the model repository's load and unload are here too. The RPCs the node does not serve (CUDA shared memory, tracing,
+//! logging) answer `UNIMPLEMENTED` from the generated trait's defaults.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,12 +14,18 @@ use rac_proto::Status as NodeStatus;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Request, Response, Status};
 
-use super::pb::{ModelInferRequest, ModelInferResponse};
+use super::pb::model_repository_parameter::ParameterChoice;
+use super::pb::{
+    ModelInferRequest, ModelInferResponse, RepositoryModelLoadRequest, RepositoryModelLoadResponse,
+    RepositoryModelUnloadRequest, RepositoryModelUnloadResponse,
+};
 use super::{tensor, Peer};
 use crate::core::deadline::Deadline;
 use crate::core::memory::BodyMemory;
 use crate::core::slot::{Answer, Call};
-use crate::front::oip::VERSION;
+use crate::core::tenant::TenantId;
+use crate::front::admin::{self, AdminError};
+use crate::front::oip::{repository, stats, VERSION};
 use crate::node::Node;
 use crate::telemetry::logging::Refusal;
 use crate::telemetry::Protocol;
@@ -107,6 +113,8 @@ impl Inference {
             .is_empty()
     }
 
+    /// Runs one `ModelInfer` request; every request that names a model counts in its
+    /// statistics (`crate::front::oip::stats`), as a success or a failure.
     pub(super) async fn infer(
         &self,
         request: Request<ModelInferRequest>,
@@ -120,6 +128,36 @@ impl Inference {
         let req = request.into_inner();
         let accel = self.model(&req.model_name, &req.model_version)?;
         let accel_id = accel.descriptor().id;
+        let arrived = Arrived {
+            tenant,
+            received,
+            deadline_us,
+        };
+        let result = self.run(accel, req, arrived).await;
+        match result {
+            Ok((response, measured)) => {
+                stats::record(&self.node, accel_id, measured);
+                Ok(response)
+            }
+            Err(status) => {
+                stats::record_refused(&self.node, accel_id, received);
+                Err(status)
+            }
+        }
+    }
+
+    async fn run(
+        &self,
+        accel: Arc<dyn Accelerator>,
+        req: ModelInferRequest,
+        arrived: Arrived,
+    ) -> Result<(Response<ModelInferResponse>, stats::Measured), Status> {
+        let Arrived {
+            tenant,
+            received,
+            deadline_us,
+        } = arrived;
+        let accel_id = accel.descriptor().id;
         let decoded = tensor::decode(&*accel, &req).map_err(Status::invalid_argument)?;
         drop(req);
         let tensor::InferCall {
@@ -127,6 +165,7 @@ impl Inference {
             payload,
             reply,
         } = decoded;
+        let input_ns = stats::since_ns(received);
         accel
             .check(&params, Some(payload.len()))
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -139,6 +178,7 @@ impl Inference {
                 "the node has no memory free for request bodies; retry".to_string(),
             ));
         };
+        let batch = stats::batch(&*accel, payload.len());
         let call = Call {
             accel: Arc::clone(&accel),
             params,
@@ -164,7 +204,9 @@ impl Inference {
         if status != NodeStatus::Ok {
             return Err(refusal(status, message));
         }
+        let encoding = Instant::now();
         let mut response = Response::new(tensor::encode(&accel.descriptor().name, &reply, output));
+        let output_ns = stats::since_ns(encoding);
         // Where the time went, as HTTP's X-Netaccel-* headers say it.
         let m = response.metadata_mut();
         m.insert("x-netaccel-queue-ns", MetadataValue::from(queue_ns));
@@ -172,8 +214,93 @@ impl Inference {
         if let Some(slot) = slot {
             m.insert("x-netaccel-slot", MetadataValue::from(u64::from(slot)));
         }
-        Ok(response)
+        let measured = stats::Measured {
+            received,
+            ok: true,
+            batch,
+            input_ns,
+            queue_ns,
+            infer_ns: exec_ns,
+            output_ns,
+        };
+        Ok((response, measured))
     }
+}
+
+/// The model repository's load and unload (`crate::front::oip::repository`), for
+/// holders of the admin token (metadata `authorization: Bearer <token>`), as over HTTP.
+impl Inference {
+    pub(super) async fn repository_load(
+        &self,
+        request: Request<RepositoryModelLoadRequest>,
+    ) -> Result<RepositoryModelLoadResponse, Status> {
+        self.check_admin(request.metadata())?;
+        let req = request.into_inner();
+        let config = match req
+            .parameters
+            .get("config")
+            .and_then(|p| p.parameter_choice.as_ref())
+        {
+            None => None,
+            Some(ParameterChoice::StringParam(text)) => Some(text.as_str()),
+            Some(_) => {
+                return Err(Status::invalid_argument(
+                    "parameters.config must be a string: the model configuration as JSON",
+                ))
+            }
+        };
+        repository::load(Arc::clone(&self.node), &req.model_name, config)
+            .await
+            .map_err(admin_status)?;
+        Ok(RepositoryModelLoadResponse {})
+    }
+
+    pub(super) async fn repository_unload(
+        &self,
+        request: Request<RepositoryModelUnloadRequest>,
+    ) -> Result<RepositoryModelUnloadResponse, Status> {
+        self.check_admin(request.metadata())?;
+        let name = request.into_inner().model_name;
+        repository::unload(Arc::clone(&self.node), &name)
+            .await
+            .map_err(admin_status)?;
+        Ok(RepositoryModelUnloadResponse {})
+    }
+
+    /// The tenant a request came from: its connection's (an anonymous one without).
+    pub(super) fn tenant_of<T>(&self, request: &Request<T>) -> TenantId {
+        request
+            .extensions()
+            .get::<Peer>()
+            .map_or_else(|| self.node.tenants.anonymous(), |p| p.tenant)
+    }
+
+    fn check_admin(&self, metadata: &MetadataMap) -> Result<(), Status> {
+        let token = metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        admin::check_token(&self.node.config, token).map_err(|refused| {
+            let needs = "loading and unloading models needs the metadata `authorization: Bearer <admin token>`";
+            Status::unauthenticated(refused.message(needs, "model load/unload"))
+        })
+    }
+}
+
+/// An admin operation's refusal as a gRPC status; the registry's refusal is
+/// `FAILED_PRECONDITION` (HTTP answers it `409 CONFLICT`).
+fn admin_status(e: AdminError) -> Status {
+    if e.conflict {
+        return Status::failed_precondition(e.message);
+    }
+    refusal(e.status, e.message)
+}
+
+/// Who sent a request and when it was whole.
+struct Arrived {
+    tenant: TenantId,
+    received: Instant,
+    deadline_us: u32,
 }
 
 /// The gRPC status for a call the node did not run or that failed. The node's own

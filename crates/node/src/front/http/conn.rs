@@ -21,10 +21,11 @@ use rac_proto::{Decoded, Status};
 use tokio::sync::watch;
 
 use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
-use super::request::{Request, Route, Wire};
+use super::request::{Control, Request, Route, Wire};
 use super::response::{code_name, error_body, http_code, Head};
 use super::route::route;
 use super::scan::{self, HeadScan};
+use super::v2;
 use crate::core::deadline::Deadline;
 use crate::core::memory::{BodyMemory, MemoryPermit};
 use crate::core::objects::StoreError;
@@ -32,6 +33,7 @@ use crate::core::slot::{Answer, Call};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
 use crate::front::oip::infer::{self as v2_infer, Reply};
+use crate::front::oip::{shm, stats};
 use crate::net::bufpool;
 use crate::net::netio::{self, IoTimer, Transport, WRITE_BATCH_MAX};
 use crate::node::Node;
@@ -301,6 +303,7 @@ impl<S: Transport> Conn<S> {
                 return self.call(req, accel, wire, deadline_us).await;
             }
             Route::LoadSlot { slot, origin } => return self.load_slot(req, slot, origin).await,
+            Route::Control { op } => return self.control(req, op).await,
             Route::ObjectGet {
                 key,
                 head_only,
@@ -691,21 +694,30 @@ impl<S: Transport> Conn<S> {
             Err(step) => return Ok(step),
         };
         let received = Instant::now();
+        let mut targets = Vec::new();
         let (params, payload, reply) = match wire {
             Wire::Raw { params } => (params, std::mem::take(&mut self.body), None),
-            Wire::V2 { json_len } => match v2_infer::decode(&*accel, &self.body, json_len) {
-                Ok(c) => (c.params, c.payload, Some(c.reply)),
-                Err(message) => {
-                    self.log_refusal(400, "BAD_REQUEST", &message);
-                    let body = error_body(&message, "BAD_REQUEST");
-                    self.respond(&req, 400, b"application/json", &body, false, &[]);
-                    return Ok(self.after());
+            Wire::V2 { json_len } => {
+                match v2_decode(&self.node, self.tenant, &*accel, &self.body, json_len) {
+                    Ok((c, shm_outputs)) => {
+                        targets = shm_outputs;
+                        (c.params, c.payload, Some(c.reply))
+                    }
+                    Err(message) => {
+                        stats::record_refused(&self.node, accel_id, received);
+                        self.log_refusal(400, "BAD_REQUEST", &message);
+                        let body = error_body(&message, "BAD_REQUEST");
+                        self.respond(&req, 400, b"application/json", &body, false, &[]);
+                        return Ok(self.after());
+                    }
                 }
-            },
+            }
         };
+        let input_ns = stats::since_ns(received);
         if let Err(e) = accel.check(&params, Some(payload.len())) {
-            if reply.is_none() {
-                self.body = payload;
+            match reply {
+                None => self.body = payload,
+                Some(_) => stats::record_refused(&self.node, accel_id, received),
             }
             self.log_refusal(400, "BAD_REQUEST", &e);
             let body = error_body(&e.to_string(), "BAD_REQUEST");
@@ -713,6 +725,7 @@ impl<S: Transport> Conn<S> {
             return Ok(self.after());
         }
         let model = reply.as_ref().map(|_| Arc::clone(&accel));
+        let batch = stats::batch(&*accel, payload.len());
         let call = Call {
             accel,
             params,
@@ -724,23 +737,40 @@ impl<S: Transport> Conn<S> {
             permit: Some(BodyMemory::Budget(permit)),
         };
         let answer = self.node.dispatcher.run(call).await;
-        self.write_answer(&req, answer, model.as_deref().zip(reply.as_ref()))
+        let (queue_ns, infer_ns) = (answer.queue_ns, answer.exec_ns);
+        let v2 = model.as_deref().zip(reply.as_ref());
+        let (ok, output_ns) = self
+            .write_answer(&req, answer, v2.map(|(m, r)| (m, r, &targets[..])))
             .await?;
+        if model.is_some() {
+            let measured = stats::Measured {
+                received,
+                ok,
+                batch,
+                input_ns,
+                queue_ns,
+                infer_ns,
+                output_ns,
+            };
+            stats::record(&self.node, accel_id, measured);
+        }
         Ok(self.after())
     }
 
     /// Writes a call's answer: the raw output (`/v1/fn`), or for a v2 call (`v2` holds
-    /// the model and what its request asked for) the protocol's response document.
+    /// the model, what its request asked for and the outputs it wants in shared memory)
+    /// the protocol's response document. Returns whether the answer was the output,
+    /// and how long encoding the document took (ns; 0 for other answers).
     async fn write_answer(
         &mut self,
         req: &Request,
         answer: Answer,
-        v2: Option<(&dyn Accelerator, &Reply)>,
-    ) -> io::Result<()> {
+        v2: Option<(&dyn Accelerator, &Reply, &[shm::OutputTarget])>,
+    ) -> io::Result<(bool, u64)> {
         let Answer {
-            status,
+            mut status,
             output,
-            message,
+            mut message,
             slot,
             queue_ns,
             exec_ns,
@@ -751,6 +781,18 @@ impl<S: Transport> Conn<S> {
         }
         if status == Status::Busy {
             self.node.count_busy(Protocol::Http, req.accel_id);
+        }
+        let mut encode_ns = 0;
+        let mut encoded = None;
+        if let (Status::Ok, Some((accel, reply, targets))) = (status, v2) {
+            let encoding = Instant::now();
+            let mut doc = Vec::with_capacity(output.len() + 192);
+            let json_len = v2_infer::encode(&accel.descriptor().name, reply, &output, &mut doc);
+            match shm::place_outputs(targets, &mut doc, json_len) {
+                Ok(json_len) => encoded = Some((doc, json_len)),
+                Err(why) => (status, message) = (Status::BadRequest, why),
+            }
+            encode_ns = stats::since_ns(encoding);
         }
         let code = http_code(status);
         let slot_text = slot.map_or_else(|| b"none".to_vec(), |s| s.to_string().into_bytes());
@@ -763,19 +805,16 @@ impl<S: Transport> Conn<S> {
             .num("X-Netaccel-Exec-Ns", exec_ns)
             .header("X-Netaccel-Slot", &slot_text);
         let error;
-        let document;
-        let body: &[u8] = if let (Status::Ok, Some((accel, reply))) = (status, v2) {
-            let mut doc = Vec::with_capacity(output.len() + 192);
-            match v2_infer::encode(&accel.descriptor().name, reply, &output, &mut doc) {
+        let body: &[u8] = if let (Status::Ok, Some((doc, json_len))) = (status, &encoded) {
+            match json_len {
                 Some(json_len) => {
                     head = head
                         .header("Content-Type", b"application/octet-stream")
-                        .num("Inference-Header-Content-Length", json_len as u64);
+                        .num("Inference-Header-Content-Length", *json_len as u64);
                 }
                 None => head = head.header("Content-Type", b"application/json"),
             }
-            document = doc;
-            &document
+            doc
         } else if status == Status::Ok {
             head = head.header("Content-Type", b"application/octet-stream");
             &output
@@ -802,7 +841,31 @@ impl<S: Transport> Conn<S> {
         if self.wbuf.len() > WRITE_BATCH_MAX {
             self.flush().await?;
         }
-        Ok(())
+        Ok((status == Status::Ok, encode_ns))
+    }
+
+    /// An extension's request (`v2::Control`): its body read, then answered. Their
+    /// bodies are optional: a request without one (no length) has an empty body.
+    async fn control(&mut self, mut req: Request, op: Control) -> io::Result<Step> {
+        let node = Arc::clone(&self.node);
+        let (code, doc) = if matches!(req.framing, BodyFraming::None) {
+            v2::control(node, self.tenant, op, &[]).await
+        } else {
+            let permit = match self.take_body(&mut req, |_| Ok(())).await? {
+                Ok(permit) => permit,
+                Err(step) => return Ok(step),
+            };
+            let body = std::mem::take(&mut self.body);
+            let answer = v2::control(node, self.tenant, op, &body).await;
+            drop(permit);
+            self.body = body;
+            answer
+        };
+        if code >= 400 {
+            self.log_refusal(code, code_name(code), &String::from_utf8_lossy(&doc));
+        }
+        self.respond(&req, code, b"application/json", &doc, false, &[]);
+        Ok(self.after())
     }
 
     async fn load_slot(
@@ -1012,6 +1075,24 @@ impl<S: Transport> Conn<S> {
 /// The client ended its side of the connection (a half-close, `shutdown(SHUT_WR)`)
 /// before the body was whole: the request is incomplete, not late, so it is a 400.
 /// The client may still read the answer.
+/// Decodes a v2 inference request, its shared memory inputs read in band first
+/// (`oip::shm`); with the outputs it wants written to shared memory.
+fn v2_decode(
+    node: &Node,
+    tenant: TenantId,
+    accel: &dyn Accelerator,
+    body: &[u8],
+    json_len: Option<usize>,
+) -> Result<(v2_infer::InferCall, Vec<shm::OutputTarget>), String> {
+    match shm::rewrite_request(&node.shm, tenant, body, json_len)? {
+        None => Ok((v2_infer::decode(accel, body, json_len)?, Vec::new())),
+        Some(r) => Ok((
+            v2_infer::decode(accel, &r.body, Some(r.json_len))?,
+            r.outputs,
+        )),
+    }
+}
+
 fn body_ended_early() -> HttpError {
     HttpError::new(
         400,

@@ -46,6 +46,11 @@ pub enum Route {
         /// The instance asking, and whether the registry is to be asked.
         origin: admin::Origin,
     },
+    /// An Open Inference Protocol extension's request, answered once its body is in
+    /// (`v2::control`).
+    Control {
+        op: Control,
+    },
     ObjectGet {
         key: String,
         head_only: bool,
@@ -103,4 +108,34 @@ pub fn deadline_us(head: &RequestHead<'_>) -> Result<u32, String> {
         None => Ok(0),
         Some(result) => result.map_err(String::from),
     }
+}
+
+/// An extension's request whose body is read before it is answered.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Control {
+    /// `POST /v2/repository/index`, body `{"ready": bool}` (optional).
+    Index,
+    /// `POST /v2/repository/models/{m}/load`, body `{"parameters": {"config": "…"}}`
+    /// (optional).
+    Load { model: String },
+    /// `POST /v2/repository/models/{m}/unload`.
+    Unload { model: String },
+    /// `/v2/systemsharedmemory/...` (`cuda`: `/v2/cudasharedmemory/...`).
+    Shm { cuda: bool, op: ShmOp },
+}
+
+/// A shared memory request: on every region of the tenant (`None`) or one.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ShmOp {
+    Status(Option<String>),
+    /// Body `{"key", "offset", "byte_size"}`.
+    Register(String),
+    Unregister(Option<String>),
+}
+
+/// The token of an `Authorization: Bearer <token>` header, if that is what it holds.
+pub fn bearer_token(header: Option<&[u8]>) -> Option<&str> {
+    header
+        .and_then(|h| h.strip_prefix(b"Bearer "))
+        .and_then(|given| std::str::from_utf8(given).ok())
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use accel::params_from_pairs;
 
 use super::parse::RequestHead;
-use super::request::{deadline_us, not_allowed, refuse, Request, Route, Wire};
+use super::request::{bearer_token, deadline_us, not_allowed, refuse, Request, Route, Wire};
 use crate::front::admin;
 use crate::node::Node;
 
@@ -123,13 +123,6 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
         }
         _ => not_allowed(head.method, head.path(), "GET, HEAD, PUT"),
     }
-}
-
-/// The token of an `Authorization: Bearer <token>` header, if that is what it holds.
-fn bearer_token(header: Option<&[u8]>) -> Option<&str> {
-    header
-        .and_then(|h| h.strip_prefix(b"Bearer "))
-        .and_then(|given| std::str::from_utf8(given).ok())
 }
 
 fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {

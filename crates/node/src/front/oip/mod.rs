@@ -18,6 +18,9 @@
 
 pub mod declared;
 pub mod infer;
+pub mod repository;
+pub mod shm;
+pub mod stats;
 
 use accel::tensors::Tensors;
 use accel::{Accelerator, Descriptor, ParamValue};
@@ -104,12 +107,22 @@ fn tensors(sig: Signature, names: &[&str], key: &str, datatype: &str) -> Vec<Val
         .collect()
 }
 
+/// The protocol's extensions the node serves, as `GET /v2` and gRPC `ServerMetadata`
+/// list them.
+pub const EXTENSIONS: &[&str] = &[
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository",
+    "statistics",
+    "system_shared_memory",
+];
+
 /// `GET /v2`: server metadata.
 pub fn server_metadata() -> Vec<u8> {
     serde_json::to_vec(&json!({
         "name": "netaccel",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": ["binary_tensor_data", "model_configuration"],
+        "extensions": EXTENSIONS,
     }))
     .expect("serialising JSON cannot fail")
 }

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Writes, into OUT_DIR, a netaccel model repository with the models that Triton's
+Python client examples (`src/python/examples` of triton-inference-server/client) call,
+built to the examples' specs as ONNX graphs with the `onnx` package:
+
+- `simple`: INPUT0, INPUT1 INT32 [-1, 16] (max_batch_size 8) -> OUTPUT0 = INPUT0 +
+  INPUT1, OUTPUT1 = INPUT0 - INPUT1 (the examples' main model);
+- `simple_int8`: the same in INT8, `simple_string`: the same on numbers written as
+  strings (BYTES), `simple_identity`: BYTES [-1, 1] -> the same tensor. These need
+  datatypes the node gains with issue 30's datatype work: a node without them refuses
+  them at start (logged) and serves the rest.
+
+    pip install onnx
+    python3 bench/triton_examples/make_models.py OUT_DIR
+    netaccel-node --models OUT_DIR ...
+
+The examples' image, ensemble, sequence, repeat (decoupled) and custom_identity
+models are not built here: see docs/inference.md, "Triton's examples".
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+try:
+    import onnx
+    from onnx import TensorProto, helper
+except ImportError:  # pragma: no cover - told to the user
+    sys.exit("make_models.py needs the onnx package: pip install onnx")
+
+#: Triton's config type names by ONNX element type.
+CONFIG_TYPES = {
+    TensorProto.INT32: "TYPE_INT32",
+    TensorProto.INT8: "TYPE_INT8",
+    TensorProto.STRING: "TYPE_STRING",
+}
+
+
+def add_sub(name: str, elem: int) -> onnx.ModelProto:
+    """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 on [N, 16]."""
+    shape = ["N", 16]
+    ins = [helper.make_tensor_value_info(f"INPUT{i}", elem, shape) for i in range(2)]
+    outs = [helper.make_tensor_value_info(f"OUTPUT{i}", elem, shape) for i in range(2)]
+    if elem == TensorProto.STRING:
+        # Numbers written as strings: parsed, added, written back.
+        nodes = [
+            helper.make_node("Cast", [f"INPUT{i}"], [f"n{i}"], to=TensorProto.INT32)
+            for i in range(2)
+        ] + [
+            helper.make_node("Add", ["n0", "n1"], ["sum"]),
+            helper.make_node("Sub", ["n0", "n1"], ["diff"]),
+            helper.make_node("Cast", ["sum"], ["OUTPUT0"], to=TensorProto.STRING),
+            helper.make_node("Cast", ["diff"], ["OUTPUT1"], to=TensorProto.STRING),
+        ]
+    else:
+        nodes = [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ]
+    graph = helper.make_graph(nodes, name, ins, outs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def identity(name: str) -> onnx.ModelProto:
+    shape = ["N", 1]
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        name,
+        [helper.make_tensor_value_info("INPUT0", TensorProto.STRING, shape)],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.STRING, shape)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def config(model: onnx.ModelProto, max_batch_size: int) -> str:
+    """The model's config.toml: Triton's fields, the batch axis left out of dims."""
+    lines = [f"max_batch_size = {max_batch_size}", ""]
+    for section, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for v in values:
+            t = v.type.tensor_type
+            dims = [d.dim_value for d in t.shape.dim[1:]]
+            lines += [
+                f"[[{section}]]",
+                f'name = "{v.name}"',
+                f'data_type = "{CONFIG_TYPES[t.elem_type]}"',
+                f"dims = {dims}",
+                "",
+            ]
+    return "\n".join(lines)
+
+
+def models() -> dict[str, tuple[onnx.ModelProto, int]]:
+    return {
+        "simple": (add_sub("simple", TensorProto.INT32), 8),
+        "simple_int8": (add_sub("simple_int8", TensorProto.INT8), 8),
+        "simple_string": (add_sub("simple_string", TensorProto.STRING), 8),
+        "simple_identity": (identity("simple_identity"), 8),
+    }
+
+
+def write(out: Path) -> list[str]:
+    names = []
+    for name, (model, max_batch) in models().items():
+        onnx.checker.check_model(model)
+        folder = out / name
+        (folder / "1").mkdir(parents=True, exist_ok=True)
+        onnx.save(model, str(folder / "1" / "model.onnx"))
+        (folder / "config.toml").write_text(config(model, max_batch))
+        names.append(name)
+    return names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="the model repository to write")
+    args = parser.parse_args()
+    names = write(args.out)
+    print(f"wrote {len(names)} models to {args.out}: {', '.join(names)}")
+
+
+if __name__ == "__main__":
+    main()

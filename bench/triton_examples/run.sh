@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Triton's own Python client examples, unmodified, against a netaccel node: starts a
+# node serving the examples' models (bench/triton_examples/make_models.py, written to
+# a temporary folder), runs every example of EXAMPLES_DIR (`src/python/examples` of
+# triton-inference-server/client; not part of this repository) with `-u` pointing at
+# the node's HTTP or gRPC port (gRPC for the files whose name says grpc), and prints a
+# table: example, pass or fail, and for a failure the last line it printed (why).
+#
+# Usage: bench/triton_examples/run.sh EXAMPLES_DIR
+#   git clone --depth 1 https://github.com/triton-inference-server/client triton-client
+#   bench/triton_examples/run.sh triton-client/src/python/examples
+#
+# Needs: python3 with tritonclient[http,grpc] and onnx (pip install "tritonclient[all]"
+# onnx). Environment: NODE_BIN [target/debug/netaccel-node, built when missing],
+# TIMEOUT [60] s per example. Exit status 0; the last line is "N passed, N failed".
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BENCH_NAME=triton_examples
+# shellcheck source=bench/common/lib.sh
+source "$ROOT/bench/common/lib.sh"
+EXAMPLES=${1:?usage: bench/triton_examples/run.sh EXAMPLES_DIR}
+[[ -d "$EXAMPLES" ]] || die "$EXAMPLES is not a folder"
+EXAMPLES=$(cd "$EXAMPLES" && pwd)
+TIMEOUT=${TIMEOUT:-60}
+HOST=127.0.0.1
+NODE_BIN=${NODE_BIN:-$ROOT/target/debug/netaccel-node}
+[[ -x "$NODE_BIN" ]] || (cd "$ROOT" && cargo build -q -p netaccel-node)
+
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/netaccel-triton-examples.XXXXXX")
+NODE_PID=""
+cleanup() {
+    [[ -z "$NODE_PID" ]] || kill "$NODE_PID" 2>/dev/null || true
+    rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+
+python3 "$ROOT/bench/triton_examples/make_models.py" "$SCRATCH/models" >&2
+HTTP_PORT="" GRPC_PORT="" RAC_PORT=""
+pick_ports HTTP_PORT GRPC_PORT RAC_PORT
+"$NODE_BIN" --http "$HOST:$HTTP_PORT" --grpc "$HOST:$GRPC_PORT" --rac "$HOST:$RAC_PORT" \
+    --models "$SCRATCH/models" --log-level warn 2>"$SCRATCH/node.log" &
+NODE_PID=$!
+server_up netaccel-node "$NODE_PID" "$HTTP_PORT" "$SCRATCH/node.log" || exit 1
+server_up netaccel-node "$NODE_PID" "$GRPC_PORT" "$SCRATCH/node.log" || exit 1
+
+passed=0 failed=0
+printf '| example | result | why it fails |\n| --- | --- | --- |\n'
+for example in "$EXAMPLES"/*.py; do
+    name=$(basename "$example")
+    url="$HOST:$HTTP_PORT"
+    [[ "$name" != *grpc* ]] || url="$HOST:$GRPC_PORT"
+    if (cd "$SCRATCH" && timeout "$TIMEOUT" python3 "$example" -u "$url") >"$SCRATCH/out" 2>&1; then
+        passed=$((passed + 1))
+        printf '| %s | pass | |\n' "$name"
+    else
+        rc=$?
+        failed=$((failed + 1))
+        # The last line that says what went wrong, else the last line printed.
+        why=$({ grep -iE 'error|exception|fail|unknown|not (found|supported)' "$SCRATCH/out" ||
+            grep -v '^\s*$' "$SCRATCH/out" || echo "(printed nothing)"; } | tail -n 1 | cut -c1-160 | tr '|' '/')
+        ((rc != 124)) || why="timed out after $TIMEOUT s"
+        printf '| %s | FAIL (%s) | %s |\n' "$name" "$rc" "$why"
+    fi
+done
+echo "$passed passed, $failed failed"

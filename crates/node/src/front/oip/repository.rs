@@ -1,0 +1,328 @@
+//! The model repository extension: which models the node has and whether each is
+//! ready (`index`), and placing a model in slots (`load`) or taking it out of them
+//! (`unload`), for HTTP `/v2/repository/...` and gRPC `RepositoryIndex`,
+//! `RepositoryModelLoad`, `RepositoryModelUnload` alike.
+//!
+//! The node's models are its catalog: the built-ins, its manifests' accelerators and
+//! the ONNX models of its `--models` repository, read once at start. Loading a model
+//! does not read files: it puts the model into slots, and unloading takes it out of
+//! them, each by the node's one reconfiguration path ([`admin::reconfigure`]: the slot
+//! stops admitting, the calls queued before run to completion on the model, then it
+//! swaps). So nothing in flight is lost, and a node with a registry asks it first, as
+//! for `PUT /v1/slots/{id}`.
+//!
+//! Which slots: a load takes *spare* slots — open slots whose device can host the model
+//! and whose accelerator another slot hosts too, so no other model stops being ready —
+//! the least busy first; without enough of them it is refused and says so. An unload
+//! gives the model's slots to the first built-in (by id) their device hosts (`echo` on
+//! the CPU), which makes them spares. Only models of the repository (ONNX models) are
+//! unloaded; built-ins and manifests' accelerators stay, as a Triton server's
+//! repository has no way to remove them either.
+//!
+//! A load's `config` override (Triton's `parameters.config`, a model configuration as
+//! JSON) may set `instance_group[].count`, the number of slots the model is to have;
+//! every other field it names must equal the model's configuration (`GET
+//! /v2/models/{m}/config`), since the model's tensors and engine are fixed at start.
+//! Not for: reading new model files at runtime (a restart with `--models` does).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use accel::Accelerator;
+use rac_proto::Status;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{model_config, VERSION};
+use crate::front::admin::{self, AdminError, Origin, Reconfigured};
+use crate::node::Node;
+
+/// Triton's states of a model in the index.
+pub const READY: &str = "READY";
+pub const UNAVAILABLE: &str = "UNAVAILABLE";
+pub const LOADING: &str = "LOADING";
+
+/// The most slots one load may give a model (`instance_group[].count`).
+pub const INSTANCES_MAX: usize = 64;
+
+/// One entry of the index: `{"name", "version", "state", "reason"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct IndexEntry {
+    pub name: String,
+    pub version: String,
+    pub state: &'static str,
+    pub reason: String,
+}
+
+fn error(status: Status, message: String) -> AdminError {
+    AdminError {
+        status,
+        message,
+        conflict: false,
+    }
+}
+
+/// Every model of the node, by name; with `ready_only`, the ready ones.
+pub fn index(node: &Node, ready_only: bool) -> Vec<IndexEntry> {
+    let mut entries: Vec<IndexEntry> = node
+        .dispatcher
+        .catalog()
+        .iter()
+        .map(|a| entry(node, &**a))
+        .filter(|e| !ready_only || e.state == READY)
+        .collect();
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    entries
+}
+
+fn entry(node: &Node, accel: &dyn Accelerator) -> IndexEntry {
+    let d = accel.descriptor();
+    let (mut open, mut arriving) = (0, 0);
+    for slot in node.dispatcher.slots() {
+        let h = slot.hosting();
+        if h.open && h.accel_id == d.id {
+            open += 1;
+        } else if h.swapping.is_some_and(|(_, to)| to == d.id) {
+            arriving += 1;
+        }
+    }
+    let (state, reason) = match (open, arriving) {
+        (0, 0) => (UNAVAILABLE, "unloaded: no slot hosts it".to_string()),
+        (0, _) => (LOADING, "a slot is loading it".to_string()),
+        _ => (READY, String::new()),
+    };
+    IndexEntry {
+        name: d.name.clone(),
+        version: VERSION.to_string(),
+        state,
+        reason,
+    }
+}
+
+/// The model `name`, or the protocol's not-found refusal.
+fn model(node: &Node, name: &str) -> Result<Arc<dyn Accelerator>, AdminError> {
+    node.dispatcher
+        .catalog()
+        .by_name(name)
+        .cloned()
+        .ok_or_else(|| error(Status::UnknownAccelerator, format!("unknown model {name}")))
+}
+
+/// How many slots the `config` override asks for (`None`: no override, or it does not
+/// say), after checking that it changes nothing else.
+pub fn instances(accel: &dyn Accelerator, config: Option<&str>) -> Result<Option<usize>, String> {
+    let Some(text) = config else {
+        return Ok(None);
+    };
+    let given: Value = serde_json::from_str(text)
+        .map_err(|e| format!("parameters.config is not a JSON model configuration: {e}"))?;
+    let Value::Object(given) = given else {
+        return Err("parameters.config must be a JSON object (a model configuration)".into());
+    };
+    let current: Value =
+        serde_json::from_slice(&model_config(accel)).expect("the node's own JSON parses");
+    let mut count = None;
+    for (key, value) in &given {
+        match key.as_str() {
+            "instance_group" => count = Some(instance_count(value)?),
+            _ if current.get(key) == Some(value) => {}
+            _ => {
+                return Err(format!(
+                    "parameters.config cannot change {key} of {}: only instance_group[].count \
+                     can be set at load (the model's tensors and engine are fixed when the \
+                     node starts)",
+                    accel.descriptor().name
+                ))
+            }
+        }
+    }
+    Ok(count)
+}
+
+/// The slots an `instance_group` list asks for: the sum of its counts (1 when a group
+/// gives none), between 1 and [`INSTANCES_MAX`]; only CPU groups.
+fn instance_count(groups: &Value) -> Result<usize, String> {
+    let groups = groups
+        .as_array()
+        .ok_or("instance_group must be a list of groups")?;
+    let mut total = 0u64;
+    for g in groups {
+        if let Some(kind) = g.get("kind").and_then(Value::as_str) {
+            if !matches!(kind, "KIND_CPU" | "KIND_AUTO") {
+                return Err(format!(
+                    "instance_group kind {kind} is not served: models run on CPU slots"
+                ));
+            }
+        }
+        let n = match g.get("count") {
+            None => 1,
+            Some(c) => c
+                .as_u64()
+                .ok_or("instance_group count must be a whole number")?,
+        };
+        total = total.saturating_add(n);
+    }
+    if total == 0 || total > INSTANCES_MAX as u64 {
+        return Err(format!(
+            "instance_group asks for {total} instances; a model can have 1 to {INSTANCES_MAX} slots"
+        ));
+    }
+    Ok(usize::try_from(total).expect("bounded above"))
+}
+
+/// Places model `name` in slots: as many as `config`'s `instance_group` asks (taking
+/// extra ones out when it asks for fewer than it has), or one when it is in none.
+/// Returns the reconfigurations done (none when it was loaded already). Errors start
+/// with Triton's words, `failed to load '{name}'`, which its clients match.
+pub async fn load(
+    node: Arc<Node>,
+    name: &str,
+    config: Option<&str>,
+) -> Result<Vec<Reconfigured>, AdminError> {
+    place(node, name, config).await.map_err(|mut e| {
+        e.message = format!("failed to load '{name}': {}", e.message);
+        e
+    })
+}
+
+async fn place(
+    node: Arc<Node>,
+    name: &str,
+    config: Option<&str>,
+) -> Result<Vec<Reconfigured>, AdminError> {
+    let accel = model(&node, name)?;
+    let wanted =
+        instances(&*accel, config).map_err(|message| error(Status::BadRequest, message))?;
+    let hosting = node.dispatcher.slots_hosting(accel.descriptor().id);
+    let wanted = wanted.unwrap_or_else(|| hosting.len().max(1));
+    debug_assert!((1..=INSTANCES_MAX).contains(&wanted));
+    let mut done = Vec::new();
+    if hosting.len() > wanted {
+        for &slot in &hosting[wanted..] {
+            done.push(free(&node, slot).await?);
+        }
+        return Ok(done);
+    }
+    let spares = spares(&node, &accel, wanted - hosting.len());
+    if spares.len() < wanted - hosting.len() {
+        return Err(error(
+            Status::Unavailable,
+            format!(
+                "no spare slot for {name}: it needs {} more, and every other slot that could \
+                 host it holds the only instance of another model; unload a model or \
+                 configure more slots",
+                wanted - hosting.len()
+            ),
+        ));
+    }
+    for slot in spares {
+        let reconfigured =
+            admin::reconfigure(Arc::clone(&node), slot, name.to_string(), Origin::default())
+                .await?;
+        done.push(reconfigured);
+    }
+    Ok(done)
+}
+
+/// Up to `needed` spare slots for `accel` (see the module docs), least busy first.
+fn spares(node: &Node, accel: &Arc<dyn Accelerator>, needed: usize) -> Vec<u16> {
+    let slots = node.dispatcher.slots();
+    let mut hosts: HashMap<u16, usize> = HashMap::new();
+    for s in slots {
+        *hosts.entry(s.hosting().accel_id).or_default() += 1;
+    }
+    let mut open: Vec<_> = slots
+        .iter()
+        .filter(|s| {
+            let h = s.hosting();
+            h.open && h.accel_id != accel.descriptor().id && can_host(node, s.id, accel)
+        })
+        .collect();
+    open.sort_by_key(|s| s.depth());
+    let mut picked = Vec::with_capacity(needed);
+    for s in open {
+        if picked.len() == needed {
+            break;
+        }
+        let count = hosts.get_mut(&s.hosting().accel_id).expect("counted above");
+        if *count >= 2 {
+            *count -= 1;
+            picked.push(s.id);
+        }
+    }
+    picked
+}
+
+fn can_host(node: &Node, slot: u16, accel: &Arc<dyn Accelerator>) -> bool {
+    node.devices
+        .of_slot(slot)
+        .is_some_and(|d| d.backend.hosts(node.devices.hostable(accel)).is_ok())
+}
+
+/// Takes model `name` out of every slot, each slot draining its queued calls on it
+/// first. Built-ins and manifests' accelerators are refused `BAD_REQUEST`.
+pub async fn unload(node: Arc<Node>, name: &str) -> Result<Vec<Reconfigured>, AdminError> {
+    let accel = model(&node, name)?;
+    if accel.tensors().is_none() {
+        return Err(error(
+            Status::BadRequest,
+            format!(
+                "{name} is an accelerator of the node, not a model of its repository: it is \
+                 not unloaded (a slot can be given another with PUT /v1/slots/{{id}})"
+            ),
+        ));
+    }
+    let mut done = Vec::new();
+    for slot in node.dispatcher.slots_hosting(accel.descriptor().id) {
+        done.push(free(&node, slot).await?);
+    }
+    Ok(done)
+}
+
+/// Gives `slot` to the first built-in its device hosts (built-ins have the ids below
+/// those of user accelerators, `manifest::ID_MIN`).
+async fn free(node: &Arc<Node>, slot: u16) -> Result<Reconfigured, AdminError> {
+    let placeholder = node
+        .dispatcher
+        .catalog()
+        .iter()
+        .filter(|a| a.descriptor().id < manifest::ID_MIN && can_host(node, slot, a))
+        .min_by_key(|a| a.descriptor().id)
+        .map(|a| a.descriptor().name.clone())
+        .ok_or_else(|| {
+            error(
+                Status::BadRequest,
+                format!("slot {slot}'s device hosts no built-in to hold the slot instead"),
+            )
+        })?;
+    admin::reconfigure(Arc::clone(node), slot, placeholder, Origin::default()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::front::oip::declared::example::Example;
+
+    #[test]
+    fn a_config_override_sets_the_instance_count_and_nothing_else() {
+        let m = Example::default();
+        assert_eq!(instances(&m, None), Ok(None));
+        let two = r#"{"instance_group":[{"kind":"KIND_CPU","count":2}]}"#;
+        assert_eq!(instances(&m, Some(two)), Ok(Some(2)));
+        let same = r#"{"max_batch_size":4,"instance_group":[{"count":1},{}]}"#;
+        assert_eq!(instances(&m, Some(same)), Ok(Some(2)));
+        let other = r#"{"max_batch_size":8}"#;
+        let e = instances(&m, Some(other)).unwrap_err();
+        assert!(e.contains("cannot change max_batch_size"), "{e}");
+        for bad in [
+            "not json",
+            "[1]",
+            r#"{"instance_group":[{"count":0}]}"#,
+            r#"{"instance_group":[{"count":65}]}"#,
+            r#"{"instance_group":[{"kind":"KIND_GPU","count":1}]}"#,
+            r#"{"instance_group":{"count":1}}"#,
+        ] {
+            assert!(instances(&m, Some(bad)).is_err(), "{bad}");
+        }
+    }
+}

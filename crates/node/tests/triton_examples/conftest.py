@@ -1,0 +1,46 @@
+"""Fixtures of the Triton examples harness: the examples' models generated into a
+temporary repository (bench/triton_examples/make_models.py) and a node from this
+checkout serving them, on ports the kernel picks. The node is started as the
+documentation tests start theirs (docs/tests/conftest.py, loaded here under another
+name so that the two conftest modules do not collide)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[4]
+_spec = importlib.util.spec_from_file_location(
+    "netaccel_docs_conftest", ROOT / "docs" / "tests" / "conftest.py"
+)
+docs_conftest = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = docs_conftest
+_spec.loader.exec_module(docs_conftest)
+require = docs_conftest.require
+
+
+def ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory) -> Path:
+    """The examples' models, written by the generator the page documents."""
+    out = tmp_path_factory.mktemp("triton-models")
+    script = ROOT / "bench" / "triton_examples" / "make_models.py"
+    done = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True)
+    if done.returncode != 0:
+        require(False, f"the example models could not be generated: {done.stderr.strip()}")
+    return out
+
+
+@pytest.fixture(scope="session")
+def node(tmp_path_factory, repository):
+    config = f'models_dir = "{repository}"\n'
+    with docs_conftest.running_node(tmp_path_factory.mktemp("node"), config) as n:
+        yield n

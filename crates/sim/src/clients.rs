@@ -265,7 +265,7 @@ fn read_trace(path: &Path, index: &dyn Fn(&str) -> Option<u32>) -> Result<Vec<Tr
         let accel = index(a)
             .ok_or_else(|| format!("{}:{}: unknown accelerator `{a}`", path.display(), n + 1))?;
         let bytes: u32 = b.parse().map_err(|_| bad())?;
-        if !(t >= 0.0) {
+        if t.is_nan() || t < 0.0 {
             return Err(bad());
         }
         lines.push(TraceLine {

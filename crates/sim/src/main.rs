@@ -1,7 +1,7 @@
 //! `netaccel-sim`: runs a scenario or an experiment (see the crate's documentation
 //! and docs/simulation.md).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(path: &PathBuf, out: &PathBuf, seed: Option<u64>, calls: bool) -> Result<(), String> {
+fn run(path: &Path, out: &Path, seed: Option<u64>, calls: bool) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut sc = Scenario::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     if sc.name.is_empty() {
@@ -77,7 +77,7 @@ fn run(path: &PathBuf, out: &PathBuf, seed: Option<u64>, calls: bool) -> Result<
     if let Some(seed) = seed {
         sc.seed = seed;
     }
-    let base = path.parent().unwrap_or(std::path::Path::new("."));
+    let base = path.parent().unwrap_or(Path::new("."));
     let wall = Instant::now();
     let (run, summary) = netaccel_sim::simulate(&sc, base)?;
     let wall_s = wall.elapsed().as_secs_f64();

@@ -119,6 +119,7 @@ pub struct Run {
     pub in_node_area: u128,
     pub slot_busy_ns: Vec<u64>,
     pub slots_per_node: usize,
+    pub accelerators: usize,
 }
 
 pub struct Engine<'a> {
@@ -488,6 +489,7 @@ impl<'a> Engine<'a> {
             in_node_area: self.in_node_area,
             slot_busy_ns,
             slots_per_node: self.nodes[0].running.len(),
+            accelerators: self.accels.len(),
         }
     }
 }

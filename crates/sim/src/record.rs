@@ -219,6 +219,42 @@ pub struct Summary {
     pub utilisation_mean: f64,
     pub reconfigurations: u64,
     pub little: Little,
+    /// The same counts and latencies for each accelerator, in scenario order.
+    pub per_accelerator: Vec<AcceleratorSummary>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct AcceleratorSummary {
+    pub calls: u64,
+    pub ok: u64,
+    pub busy: u64,
+    pub pool_full: u64,
+    /// Share of its calls refused (busy, pool full, unavailable) or lost.
+    pub refused_share: f64,
+    pub latency_us: Percentiles,
+}
+
+impl AcceleratorSummary {
+    fn of(recs: &[&Record]) -> AcceleratorSummary {
+        let count = |o: Outcome| recs.iter().filter(|r| r.outcome == o).count() as u64;
+        let mut ok: Vec<u64> = recs
+            .iter()
+            .filter(|r| r.outcome == Outcome::Ok)
+            .map(|r| r.reply_ns - r.issued_ns)
+            .collect();
+        let refused = count(Outcome::Busy)
+            + count(Outcome::PoolFull)
+            + count(Outcome::Unavailable)
+            + count(Outcome::Lost);
+        AcceleratorSummary {
+            calls: recs.len() as u64,
+            ok: ok.len() as u64,
+            busy: count(Outcome::Busy),
+            pool_full: count(Outcome::PoolFull),
+            refused_share: refused as f64 / recs.len().max(1) as f64,
+            latency_us: Percentiles::of(&mut ok),
+        }
+    }
 }
 
 impl Summary {
@@ -275,6 +311,12 @@ impl Summary {
                 mean_calls_in_node: run.in_node_area as f64 / t_ns as f64,
                 lambda_w: lambda * w_us / 1e6,
             },
+            per_accelerator: (0..run.accelerators)
+                .map(|a| {
+                    let of: Vec<&Record> = recs.iter().filter(|r| r.accel == a as u32).collect();
+                    AcceleratorSummary::of(&of)
+                })
+                .collect(),
         }
     }
 }

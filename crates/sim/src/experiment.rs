@@ -130,8 +130,14 @@ impl Experiment {
         Ok(e)
     }
 
-    /// Runs every (series, x) point; `base` is the experiment file's folder.
-    pub fn run(&self, base: &Path, mut progress: impl FnMut(&Point)) -> Result<Vec<Point>, String> {
+    /// Runs every (series, x) point, each of at most `calls` calls when given;
+    /// `base` is the experiment file's folder.
+    pub fn run(
+        &self,
+        base: &Path,
+        calls: Option<u64>,
+        mut progress: impl FnMut(&Point),
+    ) -> Result<Vec<Point>, String> {
         let path = base.join(&self.scenario);
         let text =
             std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -162,6 +168,9 @@ impl Experiment {
                     )?;
                 }
                 let mut sc = Scenario::from_value(value)?;
+                if calls.is_some() {
+                    sc.calls = calls;
+                }
                 sc.name = format!(
                     "{}{}x={x}",
                     v.name,
@@ -250,10 +259,10 @@ impl Experiment {
 
     /// Runs the experiment in `file` and writes NAME.csv, NAME.json and NAME.svg to
     /// `out` (NAME: the file's stem); returns the paths.
-    pub fn run_file(file: &Path, out: &Path) -> Result<Vec<PathBuf>, String> {
+    pub fn run_file(file: &Path, out: &Path, calls: Option<u64>) -> Result<Vec<PathBuf>, String> {
         let e = Experiment::load(file)?;
         let base = file.parent().unwrap_or(Path::new("."));
-        let points = e.run(base, |p| {
+        let points = e.run(base, calls, |p| {
             eprintln!(
                 "{:>24} x={:<10} calls {:>8} ok {:>8} p50 {:>10.2} µs p99 {:>10.2} µs",
                 p.series,

@@ -32,12 +32,18 @@ enum Command {
         /// Leaves out the per-call CSV (large runs).
         #[arg(long)]
         no_calls: bool,
+        /// Stops clients after this many calls (overrides the scenario's `calls`).
+        #[arg(long)]
+        calls: Option<u64>,
     },
     /// Runs an experiment: NAME.csv, NAME.json and NAME.svg in --out.
     Experiment {
         file: PathBuf,
         #[arg(long, default_value = "sim-out")]
         out: PathBuf,
+        /// Stops clients after this many calls in each run.
+        #[arg(long)]
+        calls: Option<u64>,
     },
 }
 
@@ -48,12 +54,15 @@ fn main() -> ExitCode {
             out,
             seed,
             no_calls,
-        } => run(&scenario, &out, seed, !no_calls),
-        Command::Experiment { file, out } => Experiment::run_file(&file, &out).map(|paths| {
-            for p in paths {
-                println!("wrote {}", p.display());
-            }
-        }),
+            calls,
+        } => run(&scenario, &out, seed, calls, !no_calls),
+        Command::Experiment { file, out, calls } => {
+            Experiment::run_file(&file, &out, calls).map(|paths| {
+                for p in paths {
+                    println!("wrote {}", p.display());
+                }
+            })
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -64,7 +73,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(path: &Path, out: &Path, seed: Option<u64>, calls: bool) -> Result<(), String> {
+fn run(
+    path: &Path,
+    out: &Path,
+    seed: Option<u64>,
+    calls_max: Option<u64>,
+    calls: bool,
+) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut sc = Scenario::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     if sc.name.is_empty() {
@@ -76,6 +91,9 @@ fn run(path: &Path, out: &Path, seed: Option<u64>, calls: bool) -> Result<(), St
     }
     if let Some(seed) = seed {
         sc.seed = seed;
+    }
+    if calls_max.is_some() {
+        sc.calls = calls_max;
     }
     let base = path.parent().unwrap_or(Path::new("."));
     let wall = Instant::now();

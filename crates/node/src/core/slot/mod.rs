@@ -1139,7 +1139,7 @@ mod state;
 
 // Stepping a slot without its worker thread (the simulator's seam) lives beside it.
 mod step;
-pub use step::{Step, Taken};
+pub use step::{PendingLoad, Step, Taken};
 
 // The tests live beside this file, so that it stays within a size a reader can hold.
 #[cfg(test)]

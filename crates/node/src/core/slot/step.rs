@@ -9,16 +9,22 @@
 //! turn: the kernel runs (at the clock's time then, so the execution time measured is
 //! the simulated one) and the call is answered through its channel.
 //!
+//! A load (reconfiguration) is stepped the same way: [`Slot::begin_load`] closes the
+//! slot to new calls, the calls queued before it still run, and once
+//! [`Slot::drained`] the driver lets the device's load time pass and calls
+//! [`Slot::finish_load`], which swaps the accelerator in and reopens the slot.
+//!
 //! Not for the node: a slot with a worker thread must not be stepped as well (the
 //! worker would take the same calls).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::{Job, Slot, Start};
+use super::{nanos, Job, Reconfig, Slot, Start};
 use crate::core::slot::{Answer, Call};
 use crate::device::Loaded;
-use accel::ParamBlock;
+use accel::{Accelerator, ParamBlock};
 use rac_proto::Status;
 
 /// A call a stepped slot has begun: it runs until [`Slot::finish_taken`].
@@ -104,5 +110,88 @@ impl Slot {
             self.generation.load(Ordering::Relaxed) == start.generation,
             "nothing gave up on a stepped call"
         );
+    }
+}
+
+/// A load begun by [`Slot::begin_load`], to be finished by [`Slot::finish_load`].
+pub struct PendingLoad {
+    accel: Arc<dyn Accelerator>,
+    image: Arc<dyn Loaded>,
+    began: Instant,
+}
+
+impl Slot {
+    /// Begins loading `accel` (as its device loaded it, `image`) without waiting:
+    /// the slot admits no call from now on; the calls queued run on the old
+    /// accelerator. Refused as [`Slot::reconfigure`] refuses.
+    pub fn begin_load(
+        &self,
+        accel: Arc<dyn Accelerator>,
+        image: Arc<dyn Loaded>,
+    ) -> Result<PendingLoad, String> {
+        let mut st = self.state.lock();
+        if let Some(other) = st.phase.reconfig() {
+            return Err(format!(
+                "slot {} is already loading {}",
+                self.id, other.to_name
+            ));
+        }
+        if st.phase.stopping() {
+            return Err(format!("slot {} is shutting down", self.id));
+        }
+        let to = Reconfig {
+            from: st.accel.descriptor().id,
+            to: accel.descriptor().id,
+            to_name: accel.descriptor().name.clone(),
+        };
+        st.phase.begin_reconfig(to);
+        self.publish_admits(&st);
+        self.debug_check(&st);
+        debug_assert!(!st.phase.admits(), "a loading slot admits nothing");
+        Ok(PendingLoad {
+            accel,
+            image,
+            began: self.clock.now(),
+        })
+    }
+
+    /// Whether no call runs or waits in the slot: a load may finish.
+    pub fn drained(&self) -> bool {
+        let st = self.state.lock();
+        !st.running() && st.queue.len == 0
+    }
+
+    /// Swaps the accelerator of `load` in and reopens the slot: the end of
+    /// [`Slot::reconfigure`], on a drained slot. Returns the time since the load
+    /// began.
+    pub fn finish_load(&self, load: PendingLoad) -> Duration {
+        let PendingLoad {
+            accel,
+            image,
+            began,
+        } = load;
+        let name = accel.descriptor().name.clone();
+        let mut st = self.state.lock();
+        assert!(
+            !st.running() && st.queue.len == 0,
+            "a load finishes on a drained slot"
+        );
+        debug_assert!(st.phase.reconfig().is_some(), "a load was begun");
+        let previous = std::mem::replace(&mut st.accel, accel);
+        st.image = image;
+        // The new accelerator's speed is not the old one's.
+        self.ns_per_work_1024.store(0, Ordering::Relaxed);
+        self.ns_per_call
+            .store(nanos(self.limits.simulated_exec), Ordering::Relaxed);
+        if st.phase.end_reconfig() {
+            self.metrics.failed.set(0);
+        }
+        self.publish_admits(&st);
+        self.debug_check(&st);
+        drop(st);
+        self.metrics
+            .loaded(Some(&previous.descriptor().name), &name);
+        self.metrics.reconfigurations.inc();
+        self.clock.since(began)
     }
 }

@@ -30,7 +30,9 @@ use netaccel_node::core::clock::{Clock, VirtualClock};
 use netaccel_node::core::deadline::Deadline;
 use netaccel_node::core::dispatch::Dispatcher;
 use netaccel_node::core::memory::{BodyMemory, ReassemblyPool};
-use netaccel_node::core::slot::{Answer, Call, SlotLimits, Step, Submitted, Taken, WorkerPolicy};
+use netaccel_node::core::slot::{
+    Answer, Call, PendingLoad, SlotLimits, Step, Submitted, Taken, WorkerPolicy,
+};
 use netaccel_node::device::{BackendKind, SlotPlan};
 use netaccel_node::telemetry::metrics::Metrics;
 use prometheus_client::metrics::gauge::Gauge;
@@ -68,6 +70,15 @@ enum Event {
     Failure {
         index: u32,
     },
+    /// A slot is told to load another accelerator.
+    Reconfigure {
+        index: u32,
+    },
+    /// A slot's device has loaded the accelerator.
+    Loaded {
+        node: u32,
+        slot: u32,
+    },
 }
 
 #[derive(PartialEq, Eq)]
@@ -100,6 +111,10 @@ struct SimNode {
     hung: Vec<bool>,
     /// Slots by the accelerator index they host.
     slots_of: Vec<Vec<u32>>,
+    /// Each slot's load under way: the node's pending load, its accelerator index,
+    /// and whether its end is scheduled (the slot drained).
+    loading: Vec<Option<(PendingLoad, u32, bool)>>,
+    reconfigurations: u64,
     down: bool,
 }
 
@@ -120,6 +135,8 @@ pub struct Run {
     pub slot_busy_ns: Vec<u64>,
     pub slots_per_node: usize,
     pub accelerators: usize,
+    /// Loads that ended.
+    pub reconfigurations: u64,
 }
 
 pub struct Engine<'a> {
@@ -204,6 +221,10 @@ impl<'a> Engine<'a> {
             let index = u32::try_from(i).expect("failures are few");
             self.schedule(secs_ns(at_s), Event::Failure { index });
         }
+        for (i, r) in self.sc.reconfigurations.iter().enumerate() {
+            let index = u32::try_from(i).expect("reconfigurations are few");
+            self.schedule(secs_ns(r.at_s), Event::Reconfigure { index });
+        }
         while let Some(Timed { at_ns, event, .. }) = self.heap.pop() {
             debug_assert!(at_ns >= self.now, "time never goes back");
             self.advance(at_ns);
@@ -213,6 +234,8 @@ impl<'a> Engine<'a> {
                 Event::Whole { call } => self.whole(call),
                 Event::Done { node, slot } => self.done(node, slot),
                 Event::Failure { index } => self.failure(index as usize),
+                Event::Reconfigure { index } => self.reconfigure(index as usize),
+                Event::Loaded { node, slot } => self.loaded(node as usize, slot as usize),
             }
         }
         self.finish()
@@ -398,6 +421,69 @@ impl<'a> Engine<'a> {
         self.nodes[n].dispatcher.slots()[s].finish_taken(taken);
         self.collect(call);
         self.step(n, s);
+        self.load_when_drained(n, s);
+    }
+
+    /// Tells the slots of a reconfiguration to load its accelerator: the node closes
+    /// them, lets their queues drain, and the device takes `reconfig_time_us`.
+    fn reconfigure(&mut self, index: usize) {
+        let r = &self.sc.reconfigurations[index];
+        let a = self
+            .sc
+            .accelerators
+            .iter()
+            .position(|x| x.name == r.accelerator)
+            .expect("validated");
+        let nodes: Vec<usize> = match r.node {
+            Some(n) => vec![n],
+            None => (0..self.nodes.len()).collect(),
+        };
+        let slot = r.slot;
+        for n in nodes {
+            let node = &mut self.nodes[n];
+            if node.down || node.loading[slot].is_some() {
+                continue;
+            }
+            let accel = Arc::clone(&self.accels[a]);
+            let image = Arc::new(SimImage(Arc::clone(&accel)));
+            // Refused (already loading): the request is dropped, as the node answers it.
+            let Ok(load) = node.dispatcher.slots()[slot].begin_load(accel, image) else {
+                continue;
+            };
+            node.slots_of
+                .iter_mut()
+                .for_each(|v| v.retain(|&s| s as usize != slot));
+            node.loading[slot] = Some((load, a as u32, false));
+            self.load_when_drained(n, slot);
+        }
+    }
+
+    /// Schedules the end of a slot's load once its calls have all ended.
+    fn load_when_drained(&mut self, n: usize, s: usize) {
+        let node = &mut self.nodes[n];
+        let Some((_, _, scheduled)) = &mut node.loading[s] else {
+            return;
+        };
+        if *scheduled || node.running[s].is_some() || !node.dispatcher.slots()[s].drained() {
+            return;
+        }
+        *scheduled = true;
+        let at = self.now + (self.sc.node.reconfig_time_us * 1000.0).round() as u64;
+        let (node, slot) = (n as u32, s as u32);
+        self.schedule(at, Event::Loaded { node, slot });
+    }
+
+    fn loaded(&mut self, n: usize, s: usize) {
+        let node = &mut self.nodes[n];
+        if node.down {
+            return;
+        }
+        let (load, a, scheduled) = node.loading[s].take().expect("a load under way");
+        debug_assert!(scheduled);
+        node.dispatcher.slots()[s].finish_load(load);
+        node.slots_of[a as usize].push(s as u32);
+        node.reconfigurations += 1;
+        self.step(n, s);
     }
 
     /// Reads the answer the node sent a queued call.
@@ -478,6 +564,7 @@ impl<'a> Engine<'a> {
             }
         }
         debug_assert_eq!(self.in_node, 0, "every call left its node");
+        let reconfigurations = self.nodes.iter().map(|n| n.reconfigurations).sum();
         let slot_busy_ns = self
             .nodes
             .iter()
@@ -490,6 +577,7 @@ impl<'a> Engine<'a> {
             slot_busy_ns,
             slots_per_node: self.nodes[0].running.len(),
             accelerators: self.accels.len(),
+            reconfigurations,
         }
     }
 }
@@ -548,6 +636,8 @@ fn build_node(
         dispatcher,
         pools,
         running: (0..slots).map(|_| None).collect(),
+        loading: (0..slots).map(|_| None).collect(),
+        reconfigurations: 0,
         hung: vec![false; slots],
         slots_of,
         down: false,

@@ -304,7 +304,7 @@ impl Summary {
             service_us: pick(&|r| r.end_ns - r.start_ns),
             utilisation_mean: busy.iter().sum::<f64>() / busy.len().max(1) as f64,
             utilisation: busy,
-            reconfigurations: 0,
+            reconfigurations: run.reconfigurations,
             little: Little {
                 arrival_rate_per_s: lambda,
                 mean_time_in_node_us: w_us,

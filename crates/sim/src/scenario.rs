@@ -43,6 +43,20 @@ pub struct Scenario {
     pub clients: Vec<ClientSpec>,
     #[serde(default)]
     pub failures: Vec<Failure>,
+    #[serde(default)]
+    pub reconfigurations: Vec<Reconfiguration>,
+}
+
+/// A slot told to load another accelerator (as the admin API or the registry would).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reconfiguration {
+    pub at_s: f64,
+    /// The node; every node when absent.
+    #[serde(default)]
+    pub node: Option<usize>,
+    pub slot: usize,
+    pub accelerator: String,
 }
 
 /// The nodes (all alike) and the bounds of their dispatch core.
@@ -67,6 +81,8 @@ pub struct NodeSpec {
     pub ingestion: Ingestion,
     /// The slots of each node, in order.
     pub slots: Vec<SlotSpec>,
+    /// A device's time to load an accelerator into a slot, once the slot is drained.
+    pub reconfig_time_us: f64,
 }
 
 impl Default for NodeSpec {
@@ -85,6 +101,7 @@ impl Default for NodeSpec {
             reassembly_layout: PoolLayout::Shared,
             ingestion: Ingestion::Reassembled,
             slots: Vec::new(),
+            reconfig_time_us: 0.0,
         }
     }
 }
@@ -225,6 +242,10 @@ pub enum Failure {
     SlotHang { node: usize, slot: usize, at_s: f64 },
 }
 
+fn n_count(sc: &Scenario) -> usize {
+    sc.node.count
+}
+
 fn one() -> u64 {
     1
 }
@@ -341,6 +362,20 @@ impl Scenario {
                     a.name
                 ));
             }
+        }
+        for r in &self.reconfigurations {
+            if !known(&r.accelerator)
+                || r.slot >= slots
+                || r.node.is_some_and(|n| n >= n_count(self))
+            {
+                return Err(format!(
+                    "reconfiguration: no slot {} or accelerator `{}`",
+                    r.slot, r.accelerator
+                ));
+            }
+        }
+        if !(n.reconfig_time_us >= 0.0) {
+            return Err("reconfig_time_us is not negative".into());
         }
         for f in &self.failures {
             match *f {

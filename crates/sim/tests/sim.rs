@@ -225,3 +225,52 @@ fn failures_lose_calls_and_every_summary_keeps_littles_law() {
         .count();
     assert_eq!(on_hung, 0, "no call is answered by a hung slot");
 }
+
+#[test]
+fn a_reconfiguration_drains_the_slot_refuses_meanwhile_and_serves_the_new_accelerator() {
+    let sc = Scenario::parse(
+        r#"
+        name = "reconfigure"
+        duration_s = 0.004
+        [node]
+        reconfig_time_us = 500.0
+        slots = [{ accelerator = "a" }, { accelerator = "b" }]
+        [[accelerators]]
+        name = "a"
+        service = { kind = "constant", us = 4.0 }
+        [[accelerators]]
+        name = "b"
+        service = { kind = "constant", us = 4.0 }
+        [[clients]]
+        kind = "poisson"
+        rate_per_s = 100000.0
+        mix = [{ accelerator = "a" }, { accelerator = "b" }]
+        [[reconfigurations]]
+        at_s = 0.001
+        slot = 1
+        accelerator = "a"
+        "#,
+    )
+    .unwrap();
+    let (run, s) = netaccel_sim::simulate(&sc, Path::new(".")).unwrap();
+    assert_little(&s);
+    assert_eq!(s.reconfigurations, 1);
+    assert!(s.unavailable > 0, "calls to the slot while it loads: {s:?}");
+    let (load_ns, loaded_ns) = (1_000_000, 1_500_000);
+    for r in &run.records {
+        let ok = r.outcome == netaccel_sim::record::Outcome::Ok;
+        if r.submit_ns > loaded_ns + 1_000 && r.accel == 1 {
+            assert!(!ok, "nothing hosts b after the load: {r:?}");
+        }
+        if ok && r.slot == Some(1) && r.start_ns > load_ns {
+            // Queued before the load: ran on b. Begun after the load's end: a.
+            assert!(
+                r.accel == 1 && r.submit_ns <= load_ns || r.accel == 0 && r.start_ns >= loaded_ns,
+                "{r:?}"
+            );
+        }
+    }
+    assert!(run.records.iter().any(|r| r.accel == 0
+        && r.slot == Some(1)
+        && r.outcome == netaccel_sim::record::Outcome::Ok));
+}

@@ -8,6 +8,7 @@
 //! x_label = "utilisation"
 //! y_label = "mean wait (µs)"
 //! metrics = ["queue_us.mean"]         # paths into the run's summary
+//! metric_names = ["mean wait"]        # optional: their names in the legend
 //! x = [0.1, 0.5, 0.9]
 //! [[set]]                             # each x sets: offset + scale × x
 //! path = "clients.0.rate_per_s"
@@ -43,6 +44,9 @@ pub struct Experiment {
     pub x_label: String,
     pub y_label: String,
     pub metrics: Vec<String>,
+    /// The metrics' names in the legend; the paths when absent.
+    #[serde(default)]
+    pub metric_names: Vec<String>,
     pub x: Vec<f64>,
     #[serde(default)]
     pub set: Vec<SetX>,
@@ -124,6 +128,9 @@ impl Experiment {
         if e.x.is_empty() || e.metrics.is_empty() {
             return Err("an experiment has x values and metrics".into());
         }
+        if !e.metric_names.is_empty() && e.metric_names.len() != e.metrics.len() {
+            return Err("metric_names names every metric, in order".into());
+        }
         if e.x.len() * e.series.len().max(1) > RUNS_MAX {
             return Err(format!("at most {RUNS_MAX} runs per experiment"));
         }
@@ -199,15 +206,16 @@ impl Experiment {
             }
         }
         for name in names {
-            for m in &self.metrics {
+            for (k, m) in self.metrics.iter().enumerate() {
+                let m_name = self.metric_names.get(k).unwrap_or(m);
                 let mut pts = Vec::new();
                 for p in points.iter().filter(|p| p.series == name) {
                     pts.push((p.x, metric(&p.summary, m)?));
                 }
                 let label = match (name.is_empty(), self.metrics.len() > 1) {
-                    (true, _) => m.clone(),
+                    (true, _) => m_name.clone(),
                     (false, false) => name.to_string(),
-                    (false, true) => format!("{name}: {m}"),
+                    (false, true) => format!("{name}: {m_name}"),
                 };
                 lines.push(Series {
                     name: label,

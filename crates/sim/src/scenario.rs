@@ -316,36 +316,7 @@ impl Scenario {
                 ));
             }
         }
-        for c in &self.clients {
-            if !matches!(c.kind, ClientKind::Trace { .. }) && c.mix.is_empty() {
-                return Err("a client needs a mix (what it calls)".into());
-            }
-            for m in &c.mix {
-                if !known(&m.accelerator) {
-                    return Err(format!(
-                        "mix accelerator `{}` is not in [[accelerators]]",
-                        m.accelerator
-                    ));
-                }
-                if m.fragments == 0 || m.weight <= 0.0 {
-                    return Err(
-                        "a mix entry has at least one fragment and a positive weight".into(),
-                    );
-                }
-            }
-            match c.kind {
-                ClientKind::Poisson { rate_per_s } | ClientKind::Erlang { rate_per_s, .. }
-                    if rate_per_s <= 0.0 =>
-                {
-                    return Err("an open-loop client's rate is positive".into())
-                }
-                ClientKind::Erlang { k: 0, .. } => return Err("an Erlang client has k ≥ 1".into()),
-                ClientKind::Closed { outstanding: 0, .. } => {
-                    return Err("a closed-loop client keeps at least one call out".into())
-                }
-                _ => {}
-            }
-        }
+        self.validate_clients()?;
         for a in &self.accelerators {
             let ok = match a.service {
                 Service::Constant { us } => us >= 0.0,
@@ -384,6 +355,42 @@ impl Scenario {
                 }
                 Failure::SlotHang { node, slot, .. } if node >= n.count || slot >= slots => {
                     return Err(format!("slot_hang: no slot {slot} on node {node}"))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Each client has something to call, at a rate that can be drawn.
+    fn validate_clients(&self) -> Result<(), String> {
+        let known = |name: &str| self.accelerators.iter().any(|a| a.name == name);
+        for c in &self.clients {
+            if !matches!(c.kind, ClientKind::Trace { .. }) && c.mix.is_empty() {
+                return Err("a client needs a mix (what it calls)".into());
+            }
+            for m in &c.mix {
+                if !known(&m.accelerator) {
+                    return Err(format!(
+                        "mix accelerator `{}` is not in [[accelerators]]",
+                        m.accelerator
+                    ));
+                }
+                if m.fragments == 0 || m.weight <= 0.0 {
+                    return Err(
+                        "a mix entry has at least one fragment and a positive weight".into(),
+                    );
+                }
+            }
+            match c.kind {
+                ClientKind::Poisson { rate_per_s } | ClientKind::Erlang { rate_per_s, .. }
+                    if rate_per_s <= 0.0 =>
+                {
+                    return Err("an open-loop client's rate is positive".into())
+                }
+                ClientKind::Erlang { k: 0, .. } => return Err("an Erlang client has k ≥ 1".into()),
+                ClientKind::Closed { outstanding: 0, .. } => {
+                    return Err("a closed-loop client keeps at least one call out".into())
                 }
                 _ => {}
             }

@@ -97,43 +97,56 @@ impl Chart<'_> {
             escape(self.y_label)
         );
         for (i, series) in series.iter().enumerate() {
-            let colour = COLOURS[i % COLOURS.len()];
-            let dash = if series.dashed {
-                " stroke-dasharray=\"6 4\""
-            } else {
-                ""
-            };
-            let path: Vec<String> = series
-                .points
-                .iter()
-                .filter(|p| finite(p.1))
-                .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(self.y(y))))
-                .collect();
-            let _ = writeln!(
-                s,
-                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"{dash} points=\"{}\"/>",
-                path.join(" ")
-            );
-            for p in &path {
-                let (x, y) = p.split_once(',').expect("x,y");
-                let _ = writeln!(
-                    s,
-                    "<circle cx=\"{x}\" cy=\"{y}\" r=\"2.5\" fill=\"{colour}\"/>"
-                );
-            }
-            let ly = TOP + 10.0 + 20.0 * i as f64;
-            let _ = writeln!(
-                s,
-                "<line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{ly:.1}\" y2=\"{ly:.1}\" stroke=\"{colour}\" stroke-width=\"2\"{dash}/>\n<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-                W - RIGHT + 12.0,
-                W - RIGHT + 36.0,
-                W - RIGHT + 42.0,
-                ly + 4.0,
-                escape(&series.name)
-            );
+            self.line(&mut s, i, series, &sx, &sy);
         }
         s.push_str("</svg>\n");
         s
+    }
+
+    /// One series: its polyline, its points, its legend entry (the `i`th).
+    fn line(
+        &self,
+        s: &mut String,
+        i: usize,
+        series: &Series,
+        sx: &dyn Fn(f64) -> f64,
+        sy: &dyn Fn(f64) -> f64,
+    ) {
+        let finite = |v: f64| v.is_finite() && (!self.log_y || v > 0.0);
+        let colour = COLOURS[i % COLOURS.len()];
+        let dash = if series.dashed {
+            " stroke-dasharray=\"6 4\""
+        } else {
+            ""
+        };
+        let path: Vec<String> = series
+            .points
+            .iter()
+            .filter(|p| finite(p.1))
+            .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(self.y(y))))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"{dash} points=\"{}\"/>",
+            path.join(" ")
+        );
+        for p in &path {
+            let (x, y) = p.split_once(',').expect("x,y");
+            let _ = writeln!(
+                s,
+                "<circle cx=\"{x}\" cy=\"{y}\" r=\"2.5\" fill=\"{colour}\"/>"
+            );
+        }
+        let ly = TOP + 10.0 + 20.0 * i as f64;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{ly:.1}\" y2=\"{ly:.1}\" stroke=\"{colour}\" stroke-width=\"2\"{dash}/>\n<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            W - RIGHT + 12.0,
+            W - RIGHT + 36.0,
+            W - RIGHT + 42.0,
+            ly + 4.0,
+            escape(&series.name)
+        );
     }
 
     fn y(&self, v: f64) -> f64 {

@@ -345,7 +345,7 @@ impl Scenario {
                 ));
             }
         }
-        if !(n.reconfig_time_us >= 0.0) {
+        if n.reconfig_time_us.is_nan() || n.reconfig_time_us < 0.0 {
             return Err("reconfig_time_us is not negative".into());
         }
         for f in &self.failures {

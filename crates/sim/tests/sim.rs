@@ -274,3 +274,24 @@ fn a_reconfiguration_drains_the_slot_refuses_meanwhile_and_serves_the_new_accele
         && r.slot == Some(1)
         && r.outcome == netaccel_sim::record::Outcome::Ok));
 }
+
+#[test]
+fn a_trace_is_replayed_call_for_call() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/trace.toml");
+    let sc = scenario(&path);
+    let (run, s) = netaccel_sim::simulate(&sc, path.parent().unwrap()).unwrap();
+    assert_little(&s);
+    assert_eq!(s.calls, 8);
+    assert_eq!(s.ok, 8);
+    let issued: Vec<u64> = run.records.iter().map(|r| r.issued_ns).collect();
+    assert_eq!(issued, [0, 500, 1000, 1500, 2000, 2500, 100_000, 250_000]);
+    // The burst of topk calls queues on its one slot: 3 µs each, one after another.
+    let topk: Vec<u64> = run
+        .records
+        .iter()
+        .filter(|r| r.accel == 0 && r.issued_ns < 3000)
+        .map(|r| r.end_ns - r.start_ns)
+        .collect();
+    assert_eq!(topk, [3000; 4]);
+    assert!(run.records[3].start_ns >= run.records[1].end_ns);
+}

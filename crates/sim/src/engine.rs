@@ -48,6 +48,9 @@ use crate::scenario::{Failure, Ingestion, PoolLayout, Scenario};
 /// a run past this has lost its bound somewhere.
 const EVENTS_PENDING_MAX: usize = 64 << 20;
 
+/// The most call records reserved before a run starts.
+const RECORDS_RESERVED_MAX: u64 = 16 << 20;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Event {
     /// A client's next call leaves (or, closed loop, an answer came back).
@@ -176,6 +179,8 @@ impl<'a> Engine<'a> {
             .map(|_| build_node(sc, &accels, &clock, &metrics))
             .collect();
         let clients = Clients::new(sc, base)?;
+        // Room for the calls a run is bounded to, up to a point: no copying as it grows.
+        let expected = sc.calls.map_or(0, |c| c.min(RECORDS_RESERVED_MAX) as usize);
         Ok(Engine {
             sc,
             rng: Random::new(sc.seed),
@@ -187,8 +192,8 @@ impl<'a> Engine<'a> {
             accels,
             nodes,
             clients,
-            records: Vec::new(),
-            pending: Vec::new(),
+            records: Vec::with_capacity(expected),
+            pending: Vec::with_capacity(expected),
             in_node: 0,
             in_node_area: 0,
             area_at: 0,

@@ -149,6 +149,33 @@ impl Record {
     }
 }
 
+/// Calls by outcome, counted in one pass.
+#[derive(Default)]
+struct Tally {
+    busy: u64,
+    pool_full: u64,
+    unavailable: u64,
+    deadline_exceeded: u64,
+    lost: u64,
+}
+
+impl Tally {
+    fn of<'a>(recs: impl Iterator<Item = &'a Record>) -> Tally {
+        let mut t = Tally::default();
+        for r in recs {
+            match r.outcome {
+                Outcome::Busy => t.busy += 1,
+                Outcome::PoolFull => t.pool_full += 1,
+                Outcome::Unavailable => t.unavailable += 1,
+                Outcome::DeadlineExceeded => t.deadline_exceeded += 1,
+                Outcome::Lost => t.lost += 1,
+                Outcome::Pending | Outcome::Ok | Outcome::Other => {}
+            }
+        }
+        t
+    }
+}
+
 /// Latency percentiles, in µs.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Percentiles {
@@ -236,21 +263,18 @@ pub struct AcceleratorSummary {
 
 impl AcceleratorSummary {
     fn of(recs: &[&Record]) -> AcceleratorSummary {
-        let count = |o: Outcome| recs.iter().filter(|r| r.outcome == o).count() as u64;
+        let tally = Tally::of(recs.iter().copied());
         let mut ok: Vec<u64> = recs
             .iter()
             .filter(|r| r.outcome == Outcome::Ok)
             .map(|r| r.reply_ns - r.issued_ns)
             .collect();
-        let refused = count(Outcome::Busy)
-            + count(Outcome::PoolFull)
-            + count(Outcome::Unavailable)
-            + count(Outcome::Lost);
+        let refused = tally.busy + tally.pool_full + tally.unavailable + tally.lost;
         AcceleratorSummary {
             calls: recs.len() as u64,
             ok: ok.len() as u64,
-            busy: count(Outcome::Busy),
-            pool_full: count(Outcome::PoolFull),
+            busy: tally.busy,
+            pool_full: tally.pool_full,
             refused_share: refused as f64 / recs.len().max(1) as f64,
             latency_us: Percentiles::of(&mut ok),
         }
@@ -260,7 +284,7 @@ impl AcceleratorSummary {
 impl Summary {
     pub fn of(name: &str, seed: u64, run: &Run) -> Summary {
         let recs = &run.records;
-        let count = |o: Outcome| recs.iter().filter(|r| r.outcome == o).count() as u64;
+        let tally = Tally::of(recs.iter());
         let ok: Vec<&Record> = recs.iter().filter(|r| r.outcome == Outcome::Ok).collect();
         let pick = |f: &dyn Fn(&Record) -> u64| -> Percentiles {
             let mut v: Vec<u64> = ok.iter().map(|r| f(r)).collect();
@@ -292,11 +316,11 @@ impl Summary {
             simulated_s,
             calls: recs.len() as u64,
             ok: ok.len() as u64,
-            busy: count(Outcome::Busy),
-            pool_full: count(Outcome::PoolFull),
-            unavailable: count(Outcome::Unavailable),
-            deadline_exceeded: count(Outcome::DeadlineExceeded),
-            lost: count(Outcome::Lost),
+            busy: tally.busy,
+            pool_full: tally.pool_full,
+            unavailable: tally.unavailable,
+            deadline_exceeded: tally.deadline_exceeded,
+            lost: tally.lost,
             throughput_per_s: ok.len() as f64 / simulated_s,
             latency_us: pick(&|r| r.reply_ns - r.issued_ns),
             node_latency_us: pick(&|r| r.end_ns - r.submit_ns),

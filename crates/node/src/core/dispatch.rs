@@ -98,6 +98,32 @@ impl Dispatcher {
         metrics: &Metrics,
         clock: Arc<dyn Clock>,
     ) -> Arc<Dispatcher> {
+        let dispatcher = Dispatcher::unstarted(catalog, initial, limits, policy, metrics, clock);
+        for slot in &dispatcher.slots {
+            let slot = Arc::clone(slot);
+            std::thread::Builder::new()
+                .name(format!("slot-{}", slot.id))
+                .spawn(move || slot.run_worker())
+                .expect("spawning a slot worker thread");
+        }
+        crate::core::watchdog::spawn(
+            dispatcher.slots.clone(),
+            limits.kernel_timeout,
+            Arc::clone(&dispatcher.watchdog_stop),
+        );
+        dispatcher
+    }
+
+    /// The dispatcher and its slots without worker threads or watchdog: for a driver
+    /// that steps the slots itself ([`Slot::take_next`]), as the simulator does.
+    pub fn unstarted(
+        catalog: Catalog,
+        initial: Vec<SlotPlan>,
+        limits: SlotLimits,
+        policy: BalancePolicy,
+        metrics: &Metrics,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Dispatcher> {
         let accel_metrics: Arc<HashMap<u16, AccelMetrics>> = Arc::new(
             catalog
                 .iter()
@@ -127,26 +153,13 @@ impl Dispatcher {
             .iter()
             .enumerate()
             .all(|(i, s)| usize::from(s.id) == i));
-        for slot in &slots {
-            let slot = Arc::clone(slot);
-            std::thread::Builder::new()
-                .name(format!("slot-{}", slot.id))
-                .spawn(move || slot.run_worker())
-                .expect("spawning a slot worker thread");
-        }
-        let watchdog_stop = Arc::new(AtomicBool::new(false));
-        crate::core::watchdog::spawn(
-            slots.clone(),
-            limits.kernel_timeout,
-            Arc::clone(&watchdog_stop),
-        );
         Arc::new(Dispatcher {
             catalog,
             slots,
             policy,
             next: AtomicUsize::new(0),
             accel_metrics,
-            watchdog_stop,
+            watchdog_stop: Arc::new(AtomicBool::new(false)),
         })
     }
 

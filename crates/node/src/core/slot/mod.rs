@@ -1137,6 +1137,10 @@ fn nanos(d: Duration) -> u64 {
 // stays within a size a reader can hold.
 mod state;
 
+// Stepping a slot without its worker thread (the simulator's seam) lives beside it.
+mod step;
+pub use step::{PendingLoad, Step, Taken};
+
 // The tests live beside this file, so that it stays within a size a reader can hold.
 #[cfg(test)]
 mod tests;

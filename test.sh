@@ -71,8 +71,10 @@ if ! python3 -c "import tritonclient.http, tritonclient.grpc" >/dev/null 2>&1; t
 fi
 
 # scikit-learn (the digits data set and its held-out split) and onnxruntime (the
-# reference the node's ONNX models are checked against) for docs/tests/test_onnx.py.
-for module in sklearn onnxruntime; do
+# reference the node's ONNX models are checked against) for docs/tests/test_onnx.py;
+# onnx (the helper API) for the Identity models of every datatype that
+# crates/node/tests/oip_datatypes.rs writes at test time (crates/node/tests/oip/).
+for module in sklearn onnxruntime onnx; do
   if ! python3 -c "import $module" >/dev/null 2>&1; then
     echo "==> installing $module"
     python3 -m pip install -q "$([[ $module == sklearn ]] && echo scikit-learn || echo $module)"

@@ -10,7 +10,9 @@
 //! max_batch_size = 64          # 0: no batch axis
 //! [[input]]
 //! name = "image"
-//! data_type = "TYPE_FP32"      # TYPE_FP32, TYPE_INT32, TYPE_UINT8 (or FP32, …)
+//! data_type = "TYPE_FP32"      # any of Triton's: TYPE_BOOL, TYPE_UINT8..64, TYPE_INT8..64,
+//!                              # TYPE_FP16, TYPE_BF16, TYPE_FP32, TYPE_FP64, TYPE_STRING
+//!                              # (or the protocol's names: FP32, BYTES, …)
 //! dims = [1, 8, 8]             # one item, without the batch axis
 //! [[output]]
 //! name = "logits"
@@ -221,6 +223,19 @@ dims = [10]
     }
 
     #[test]
+    fn every_datatype_of_the_protocol_is_accepted() {
+        for t in DataType::ALL {
+            for name in [t.config_name(), t.name()] {
+                let text = DIGITS.replacen("TYPE_FP32", name, 1);
+                assert_eq!(
+                    parse("digits", &text).unwrap().tensors.inputs[0].datatype,
+                    t
+                );
+            }
+        }
+    }
+
+    #[test]
     fn bad_configs_are_refused_naming_the_field() {
         let err = |text: &str| parse("digits", text).unwrap_err();
         let with = |from: &str, to: &str| DIGITS.replacen(from, to, 1);
@@ -231,7 +246,7 @@ dims = [10]
             engine.contains("backend: `pytorch` is not one of tract, onnxruntime"),
             "{engine}"
         );
-        assert!(err(&with("TYPE_FP32", "TYPE_FP64")).contains("data_type `TYPE_FP64`"));
+        assert!(err(&with("TYPE_FP32", "TYPE_COMPLEX64")).contains("data_type `TYPE_COMPLEX64`"));
         assert!(err(&with("[1, 8, 8]", "[-1, 8, 8]")).contains("fixed and positive"));
         assert!(err(&with("[1, 8, 8]", "[0, 8, 8]")).contains("fixed and positive"));
         assert!(err(&with("= 64", "= 5000")).contains("max_batch_size"));

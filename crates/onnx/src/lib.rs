@@ -18,6 +18,7 @@
 //! tensor after tensor (see `accel::tensors`); its result, its outputs the same way.
 
 pub mod config;
+mod element;
 pub mod model;
 pub mod onnxruntime;
 pub mod repository;

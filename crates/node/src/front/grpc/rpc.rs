@@ -22,12 +22,9 @@ use super::Peer;
 use crate::front::oip::node_ready;
 use crate::front::oip::{DataType, Signature, OUTPUT, VERSION};
 
+/// The protobuf enum of a datatype: its value named as the model configuration names it.
 fn config_type(dt: DataType) -> ConfigType {
-    match dt {
-        DataType::Uint8 => ConfigType::TypeUint8,
-        DataType::Int32 => ConfigType::TypeInt32,
-        DataType::Fp32 => ConfigType::TypeFp32,
-    }
+    ConfigType::from_str_name(dt.config_name()).expect("every datatype has a config enum value")
 }
 
 /// Triton's model configuration, the fields clients and `perf_analyzer` read (as

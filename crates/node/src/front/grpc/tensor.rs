@@ -19,6 +19,7 @@ use super::pb::infer_parameter::ParameterChoice;
 use super::pb::model_infer_request::InferInputTensor;
 use super::pb::model_infer_response::InferOutputTensor;
 use super::pb::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
+use crate::front::oip::elements::{self, Scalar};
 use crate::front::oip::infer::{
     call_params, check_input, check_output, input_size, order_inputs, output_shape, shape_params,
 };
@@ -80,15 +81,9 @@ fn decode_declared(
     req: &ModelInferRequest,
     sourced: &[(&InferInputTensor, Source<'_>)],
 ) -> Result<InferCall, String> {
-    // The most bytes the message's contents can stand for (a typed value is at most 4
-    // bytes of payload): no input may claim more before its contents are checked.
-    let carried: usize = sourced
-        .iter()
-        .map(|(_, source)| match source {
-            Source::Raw(bytes) => bytes.len(),
-            Source::Typed(c) => typed_len(c).saturating_mul(4),
-        })
-        .sum();
+    // The most bytes the message's contents can stand for: no input may claim more
+    // before its contents are checked.
+    let carried: usize = sourced.iter().map(|(_, source)| most_bytes(source)).sum();
     let (planned, batch) = declared::plan(
         d,
         t,
@@ -215,15 +210,39 @@ fn decode_builtin(
 fn carried_bytes(source: &Source<'_>, datatype: DataType) -> usize {
     match source {
         Source::Raw(bytes) => bytes.len(),
+        Source::Typed(c) => typed_field(c, datatype)
+            .map_or(0, |(_, n)| n)
+            .saturating_mul(datatype.size()),
+    }
+}
+
+/// The most payload bytes an input's contents can stand for, whatever its datatype:
+/// a typed value takes at most 8 bytes, a string its length and 4.
+fn most_bytes(source: &Source<'_>) -> usize {
+    match source {
+        Source::Raw(bytes) => bytes.len(),
         Source::Typed(c) => {
-            let elements = match datatype {
-                DataType::Uint8 => c.uint_contents.len(),
-                DataType::Int32 => c.int_contents.len(),
-                DataType::Fp32 => c.fp32_contents.len(),
-            };
-            elements.saturating_mul(datatype.size())
+            let strings: usize = c.bytes_contents.iter().map(Vec::len).sum();
+            typed_len(c).saturating_mul(8).saturating_add(strings)
         }
     }
+}
+
+/// The typed field that holds values of `datatype` (as Triton maps them) and how
+/// many it has; `None` for FP16 and BF16, which have no typed field.
+fn typed_field(c: &InferTensorContents, datatype: DataType) -> Option<(&'static str, usize)> {
+    use DataType as D;
+    Some(match datatype {
+        D::Bool => ("bool_contents", c.bool_contents.len()),
+        D::Uint8 | D::Uint16 | D::Uint32 => ("uint_contents", c.uint_contents.len()),
+        D::Uint64 => ("uint64_contents", c.uint64_contents.len()),
+        D::Int8 | D::Int16 | D::Int32 => ("int_contents", c.int_contents.len()),
+        D::Int64 => ("int64_contents", c.int64_contents.len()),
+        D::Fp32 => ("fp32_contents", c.fp32_contents.len()),
+        D::Fp64 => ("fp64_contents", c.fp64_contents.len()),
+        D::Bytes => ("bytes_contents", c.bytes_contents.len()),
+        D::Fp16 | D::Bf16 => return None,
+    })
 }
 
 /// Appends one input's `bytes` (of `count` elements) to the payload, little-endian.
@@ -238,7 +257,7 @@ fn push_input(
     let name = &input.name;
     match source {
         Source::Raw(raw) => {
-            if raw.len() != bytes {
+            if datatype.fixed_size().is_some() && raw.len() != bytes {
                 return Err(format!(
                     "input {name} of shape {:?} and datatype {} is {bytes} bytes, its raw_input_contents has {}",
                     input.shape,
@@ -246,47 +265,63 @@ fn push_input(
                     raw.len()
                 ));
             }
+            elements::check_binary(datatype, count, raw)
+                .map_err(|e| format!("input {name} (raw_input_contents): {e}"))?;
             payload.extend_from_slice(raw);
         }
-        Source::Typed(c) => {
-            let (field, given) = match datatype {
-                DataType::Uint8 => ("uint_contents", c.uint_contents.len()),
-                DataType::Int32 => ("int_contents", c.int_contents.len()),
-                DataType::Fp32 => ("fp32_contents", c.fp32_contents.len()),
-            };
-            let elsewhere = typed_len(c) - given;
-            if elsewhere > 0 {
-                return Err(format!(
-                    "input {name} is {}: its values go in {field}, {elsewhere} value(s) are in other fields",
-                    datatype.name()
-                ));
-            }
-            if given != count {
-                return Err(format!(
-                    "input {name} has shape {:?} ({count} elements) but {given} values in {field}",
-                    input.shape
-                ));
-            }
-            match datatype {
-                DataType::Uint8 => {
-                    for &v in &c.uint_contents {
-                        let v = u8::try_from(v)
-                            .map_err(|_| format!("input {name}: {v} is not a UINT8 value"))?;
-                        payload.push(v);
-                    }
-                }
-                DataType::Int32 => {
-                    for v in &c.int_contents {
-                        payload.extend_from_slice(&v.to_le_bytes());
-                    }
-                }
-                DataType::Fp32 => {
-                    for v in &c.fp32_contents {
-                        payload.extend_from_slice(&v.to_le_bytes());
-                    }
-                }
-            }
+        Source::Typed(c) => push_typed(input, c, datatype, count, payload)?,
+    }
+    Ok(())
+}
+
+/// Appends an input's typed `contents`: every value in its datatype's field, as many
+/// as its shape says, each in range.
+fn push_typed(
+    input: &InferInputTensor,
+    c: &InferTensorContents,
+    datatype: DataType,
+    count: usize,
+    payload: &mut Vec<u8>,
+) -> Result<(), String> {
+    let name = &input.name;
+    let Some((field, given)) = typed_field(c, datatype) else {
+        return Err(format!(
+            "input {name} is {}: it has no typed contents field, send it in raw_input_contents",
+            datatype.name()
+        ));
+    };
+    let elsewhere = typed_len(c) - given;
+    if elsewhere > 0 {
+        return Err(format!(
+            "input {name} is {}: its values go in {field}, {elsewhere} value(s) are in other fields",
+            datatype.name()
+        ));
+    }
+    if given != count {
+        return Err(format!(
+            "input {name} has shape {:?} ({count} elements) but {given} values in {field}",
+            input.shape
+        ));
+    }
+    use DataType as D;
+    let values: Box<dyn Iterator<Item = Scalar<'_>>> = match datatype {
+        D::Bool => Box::new(c.bool_contents.iter().map(|&v| Scalar::Bool(v))),
+        D::Uint8 | D::Uint16 | D::Uint32 => {
+            Box::new(c.uint_contents.iter().map(|&v| Scalar::Unsigned(v.into())))
         }
+        D::Uint64 => Box::new(c.uint64_contents.iter().map(|&v| Scalar::Unsigned(v))),
+        D::Int8 | D::Int16 | D::Int32 => {
+            Box::new(c.int_contents.iter().map(|&v| Scalar::Signed(v.into())))
+        }
+        D::Int64 => Box::new(c.int64_contents.iter().map(|&v| Scalar::Signed(v))),
+        D::Fp32 => Box::new(c.fp32_contents.iter().map(|&v| Scalar::Float(v.into()))),
+        D::Fp64 => Box::new(c.fp64_contents.iter().map(|&v| Scalar::Float(v))),
+        D::Bytes => Box::new(c.bytes_contents.iter().map(|v| Scalar::Bytes(v))),
+        D::Fp16 | D::Bf16 => unreachable!("no typed field, refused above"),
+    };
+    for value in values {
+        elements::push_element(datatype, value, payload)
+            .ok_or_else(|| format!("input {name}: {value:?} is not a {} value", datatype.name()))?;
     }
     Ok(())
 }

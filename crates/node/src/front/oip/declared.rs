@@ -82,10 +82,11 @@ pub(crate) fn plan<'a, I>(
             shape,
         } = head(input);
         if datatype != spec.datatype.name() {
-            return Err(format!(
-                "input {name} of model {} has datatype {datatype}, expected {}",
-                d.name,
-                spec.datatype.name()
+            return Err(super::elements::wrong_datatype(
+                &d.name,
+                name,
+                datatype,
+                spec.datatype,
             ));
         }
         let want = t.declared_shape(spec);
@@ -170,23 +171,22 @@ impl Shapes {
 
     /// Every output of a call's `output`, in declared order: its declaration, its
     /// shape for this batch, and its bytes. The session checked every output's size;
-    /// a short output gives short tensors rather than a panic.
+    /// an output that is not what the model declares (only a broken engine gives one)
+    /// gives empty tensors rather than a panic.
     pub(crate) fn outputs<'o>(
         &'o self,
         output: &'o [u8],
     ) -> impl Iterator<Item = (&'o TensorSpec, Vec<u64>, &'o [u8])> + 'o {
-        let mut offset = 0;
-        self.tensors.outputs.iter().map(move |spec| {
-            let len = spec.item_bytes() * self.batch;
-            let start = offset.min(output.len());
-            let end = (offset + len).min(output.len());
-            offset += len;
-            (
-                spec,
-                self.tensors.shape(spec, self.batch),
-                &output[start..end],
-            )
-        })
+        let parts = self
+            .tensors
+            .split_outputs(self.batch, output)
+            .unwrap_or_else(|_| vec![&[][..]; self.tensors.outputs.len()]);
+        debug_assert_eq!(parts.len(), self.tensors.outputs.len());
+        self.tensors
+            .outputs
+            .iter()
+            .zip(parts)
+            .map(move |(spec, bytes)| (spec, self.tensors.shape(spec, self.batch), bytes))
     }
 }
 

@@ -12,7 +12,7 @@ use accel::{params_from_pairs, Accelerator, Descriptor, ParamBlock};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::declared;
+use super::{declared, elements};
 use super::{DataType, Layout, Signature, OUTPUT, VERSION};
 
 /// A decoded request: what the accelerator is called with, and how to answer.
@@ -206,10 +206,11 @@ pub(crate) fn check_input(
     shape: &[i64],
 ) -> Result<Vec<u64>, String> {
     if datatype != sig.datatype.name() {
-        return Err(format!(
-            "input {name} of model {} has datatype {datatype}, expected {}",
-            d.name,
-            sig.datatype.name()
+        return Err(elements::wrong_datatype(
+            &d.name,
+            name,
+            datatype,
+            sig.datatype,
         ));
     }
     if shape.len() != sig.shape().len() || shape.iter().any(|&s| s < 0) {
@@ -320,53 +321,14 @@ pub(super) struct Part<'a> {
 pub(super) fn gather(parts: &[Part<'_>], mut binary: &[u8]) -> Result<Vec<u8>, String> {
     let total: usize = parts.iter().map(|p| p.bytes).sum();
     let mut payload = Vec::with_capacity(total);
-    for &Part {
-        input,
-        datatype,
-        count,
-        bytes,
-    } in parts
-    {
-        match binary_size(input)? {
+    for part in parts {
+        match binary_size(part.input)? {
             Some(declared) => {
-                if input.data.is_some() {
-                    return Err(format!(
-                        "input {} has both `data` and `binary_data_size`",
-                        input.name
-                    ));
-                }
-                if declared != bytes as u64 {
-                    return Err(format!(
-                        "input {} of shape {:?} and datatype {} is {bytes} bytes, binary_data_size says {declared}",
-                        input.name, input.shape, input.datatype
-                    ));
-                }
-                if binary.len() < bytes {
-                    return Err(format!(
-                        "input {} declares {bytes} binary bytes, only {} follow the JSON",
-                        input.name,
-                        binary.len()
-                    ));
-                }
-                let (this, rest) = binary.split_at(bytes);
+                let this = binary_part(part, declared, binary)?;
                 payload.extend_from_slice(this);
-                binary = rest;
+                binary = &binary[this.len()..];
             }
-            None => {
-                let data = input.data.as_ref().ok_or_else(|| {
-                    format!("input {} has neither `data` nor binary data", input.name)
-                })?;
-                let before = payload.len();
-                push_json_data(data, datatype, &mut payload, before + bytes, &input.name)?;
-                if payload.len() != before + bytes {
-                    return Err(format!(
-                        "input {} has shape {:?} ({count} elements) but {} data elements",
-                        input.name,
-                        input.shape,
-                        (payload.len() - before) / datatype.size()
-                    ));
-                }
-            }
+            None => json_part(part, &mut payload)?,
         }
     }
     if !binary.is_empty() {
@@ -376,6 +338,59 @@ pub(super) fn gather(parts: &[Part<'_>], mut binary: &[u8]) -> Result<Vec<u8>, S
         ));
     }
     Ok(payload)
+}
+
+/// An input's bytes in the binary section (`binary`, what is left of it), its
+/// `binary_data_size` (`declared`) checked against its shape and datatype.
+fn binary_part<'b>(part: &Part<'_>, declared: u64, binary: &'b [u8]) -> Result<&'b [u8], String> {
+    let Part {
+        input,
+        datatype,
+        count,
+        bytes,
+    } = *part;
+    if input.data.is_some() {
+        return Err(format!(
+            "input {} has both `data` and `binary_data_size`",
+            input.name
+        ));
+    }
+    // BYTES elements differ in size: `bytes` is the least they take.
+    let fixed = datatype.fixed_size().is_some();
+    if (fixed && declared != bytes as u64) || declared < bytes as u64 {
+        return Err(format!(
+            "input {} of shape {:?} and datatype {} is {bytes} bytes, binary_data_size says {declared}",
+            input.name, input.shape, input.datatype
+        ));
+    }
+    if (binary.len() as u64) < declared {
+        return Err(format!(
+            "input {} declares {declared} binary bytes, only {} follow the JSON",
+            input.name,
+            binary.len()
+        ));
+    }
+    let this = &binary[..declared as usize];
+    elements::check_binary(datatype, count, this)
+        .map_err(|e| format!("input {} (binary data): {e}", input.name))?;
+    Ok(this)
+}
+
+/// Appends an input's JSON `data`, exactly as many elements as its shape says.
+fn json_part(part: &Part<'_>, payload: &mut Vec<u8>) -> Result<(), String> {
+    let input = part.input;
+    let data = input
+        .data
+        .as_ref()
+        .ok_or_else(|| format!("input {} has neither `data` nor binary data", input.name))?;
+    let given = elements::push_json(data, part.datatype, part.count, &input.name, payload)?;
+    if given != part.count {
+        return Err(format!(
+            "input {} has shape {:?} ({} elements) but {given} data elements",
+            input.name, input.shape, part.count
+        ));
+    }
+    Ok(())
 }
 
 /// The parameters the input shapes give (`height`/`width`, `n`).
@@ -418,51 +433,6 @@ fn binary_size(input: &RawInput) -> Result<Option<u64>, String> {
     }
 }
 
-/// Appends the elements of `data` (flat or nested row-major arrays) as little-endian
-/// values, stopping with an error once more than `limit` bytes would be written.
-fn push_json_data(
-    data: &Value,
-    datatype: DataType,
-    out: &mut Vec<u8>,
-    limit: usize,
-    name: &str,
-) -> Result<(), String> {
-    match data {
-        Value::Array(items) => {
-            for item in items {
-                push_json_data(item, datatype, out, limit, name)?;
-            }
-            Ok(())
-        }
-        value => {
-            if out.len() + datatype.size() > limit {
-                return Err(format!(
-                    "input {name} has more data elements than its shape"
-                ));
-            }
-            let wrong = || format!("input {name}: {value} is not a {} value", datatype.name());
-            match datatype {
-                DataType::Uint8 => {
-                    let v = value.as_u64().filter(|&v| v <= 255).ok_or_else(wrong)?;
-                    out.push(v as u8);
-                }
-                DataType::Int32 => {
-                    let v = value
-                        .as_i64()
-                        .and_then(|v| i32::try_from(v).ok())
-                        .ok_or_else(wrong)?;
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-                DataType::Fp32 => {
-                    let v = value.as_f64().ok_or_else(wrong)?;
-                    out.extend_from_slice(&(v as f32).to_le_bytes());
-                }
-            }
-            Ok(())
-        }
-    }
-}
-
 /// Writes the response for a call's `output` into `dst`. Returns the length of the
 /// JSON part when binary output follows it (for `Inference-Header-Content-Length`),
 /// `None` for a JSON-only response.
@@ -487,7 +457,7 @@ pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> O
         p.insert("binary_data_size".into(), Value::from(output.len()));
         tensor.insert("parameters".into(), Value::Object(p));
     } else {
-        tensor.insert("data".into(), json_data(dt, output));
+        tensor.insert("data".into(), elements::to_json(dt, output));
     }
     head.insert("outputs".into(), Value::Array(vec![Value::Object(tensor)]));
     let start = dst.len();
@@ -501,17 +471,6 @@ pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> O
     }
 }
 
-pub(super) fn json_data(dt: DataType, output: &[u8]) -> Value {
-    let words = output.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
-    match dt {
-        DataType::Uint8 => Value::from(output.to_vec()),
-        DataType::Int32 => Value::from(words.map(i32::from_le_bytes).collect::<Vec<_>>()),
-        // A NaN (logit passes NaN through) has no JSON number: it is written as null.
-        DataType::Fp32 => Value::from(words.map(f32::from_le_bytes).collect::<Vec<_>>()),
-    }
-}
-
-/// Entry points for the fuzz targets and the corpus replay test.
 /// Decodes `req` (its JSON part parsed; `binary` the bytes after it; `body_len` the
 /// whole body's) for a model declaring `t`. The error is the protocol's sentence.
 fn decode_declared(
@@ -604,7 +563,7 @@ fn encode_declared(
             p.insert("binary_data_size".into(), Value::from(bytes.len()));
             tensor.insert("parameters".into(), Value::Object(p));
         } else {
-            tensor.insert("data".into(), json_data(spec.datatype, bytes));
+            tensor.insert("data".into(), elements::to_json(spec.datatype, bytes));
         }
         tensors.push(Value::Object(tensor));
         slices.push(bytes);
@@ -623,6 +582,7 @@ fn encode_declared(
     }
 }
 
+/// Entry points for the fuzz targets and the corpus replay test.
 pub mod fuzzing {
     use accel::Catalog;
 

@@ -17,6 +17,7 @@
 //! `/v1/fn`.
 
 pub mod declared;
+pub(crate) mod elements;
 pub mod infer;
 
 use accel::tensors::Tensors;

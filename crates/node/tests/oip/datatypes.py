@@ -98,6 +98,19 @@ def check_http(client, model: str, types: list[str]) -> None:
             got = result.as_numpy(name)
             assert got is not None, (model, name)
             assert same(got, a), (model, name, binary, got, a)
+    # Each output its own binary_data; outputs not asked for are not answered.
+    if len(types) >= 2:
+        first, last = f"OUT_{types[0]}", f"OUT_{types[-1]}"
+        outputs = [
+            httpclient.InferRequestedOutput(last, binary_data=True),
+            httpclient.InferRequestedOutput(first, binary_data=False),
+        ]
+        result = client.infer(model, inputs, outputs=outputs)
+        answered = result.get_response()["outputs"]
+        assert [o["name"] for o in answered] == [last, first], answered
+        assert "binary_data_size" in answered[0].get("parameters", {}), answered
+        assert "data" in answered[1], answered
+        assert same(result.as_numpy(last), want[last]) and same(result.as_numpy(first), want[first])
     print(f"http {model}: ok")
 
 

@@ -23,6 +23,7 @@ use crate::front::oip::elements::{self, Scalar};
 use crate::front::oip::infer::{
     call_params, check_input, check_output, input_size, order_inputs, output_shape, shape_params,
 };
+use crate::front::oip::outputs::{self, Requested, Wanted};
 use crate::front::oip::{declared, DataType, Signature, OUTPUT, VERSION};
 
 /// A decoded request: what the accelerator is called with, and how to answer.
@@ -37,6 +38,8 @@ pub struct InferCall {
 #[derive(Debug)]
 pub struct Reply {
     id: String,
+    /// Which outputs to answer (gRPC answers every one raw).
+    requested: Requested,
     shapes: Shapes,
 }
 
@@ -105,14 +108,13 @@ fn decode_declared(
         pairs.push((key.as_str(), param_text(key, value)?));
     }
     let params = declared::params(d, pairs.iter().map(|(k, v)| (*k, v.as_str())))?;
-    for output in &req.outputs {
-        declared::check_output(d, t, &output.name)?;
-    }
+    let requested = requested(req, |name| declared::check_output(d, t, name))?;
     Ok(InferCall {
         params,
         payload,
         reply: Reply {
             id: req.id.clone(),
+            requested,
             shapes: Shapes::Declared(declared::Shapes::new(t, batch)),
         },
     })
@@ -189,14 +191,13 @@ fn decode_builtin(
         pairs.push((key.clone(), param_text(key, value)?));
     }
     let params = call_params(d, shape_pairs, pairs)?;
-    for output in &req.outputs {
-        check_output(d, &output.name)?;
-    }
+    let requested = requested(req, |name| check_output(d, name))?;
     Ok(InferCall {
         params,
         payload,
         reply: Reply {
             id: req.id.clone(),
+            requested,
             shapes: Shapes::Builtin {
                 sig,
                 input_shape: shapes.swap_remove(0),
@@ -352,36 +353,104 @@ fn param_text(key: &str, value: &InferParameter) -> Result<String, String> {
     }
 }
 
-/// The response for a call's `output`: one output tensor, its bytes in
+/// The outputs a request asks for (all, without a list), each name checked by
+/// `check`, with the classification extension's class count where one asks for it.
+fn requested(
+    req: &ModelInferRequest,
+    check: impl Fn(&str) -> Result<(), String>,
+) -> Result<Requested, String> {
+    if req.outputs.is_empty() {
+        return Ok(Requested::default());
+    }
+    let mut list: Vec<Wanted> = Vec::with_capacity(req.outputs.len());
+    for output in &req.outputs {
+        check(&output.name)?;
+        if list.iter().any(|w| w.name == output.name) {
+            return Err(format!(
+                "output {} is requested more than once",
+                output.name
+            ));
+        }
+        let classes = match output
+            .parameters
+            .get("classification")
+            .and_then(|p| p.parameter_choice.as_ref())
+        {
+            None => None,
+            Some(ParameterChoice::Int64Param(n)) if *n > 0 => Some(*n as u64),
+            Some(ParameterChoice::Uint64Param(n)) => Some(*n),
+            Some(_) => {
+                return Err(format!(
+                    "output {}: classification must be a positive integer",
+                    output.name
+                ))
+            }
+        };
+        list.push(Wanted {
+            name: output.name.clone(),
+            binary: true,
+            class_count: outputs::class_count(classes, &output.name)?,
+        });
+    }
+    Ok(Requested {
+        default_binary: true,
+        list: Some(list),
+    })
+}
+
+/// The response for a call's `output`: the requested output tensors, their bytes in
 /// `raw_output_contents` (as Triton answers, and as clients read fastest).
 pub fn encode(model: &str, reply: &Reply, output: Vec<u8>) -> ModelInferResponse {
-    let tensor = |name: &str, datatype: DataType, shape: &[u64]| InferOutputTensor {
+    let given = match &reply.shapes {
+        Shapes::Builtin { sig, input_shape } => {
+            // One output, moved into the answer without a copy (a built-in's one
+            // output is always the one asked for, and is never classified).
+            let shape = output_shape(*sig, input_shape, output.len());
+            debug_assert!(reply
+                .requested
+                .list
+                .iter()
+                .flatten()
+                .all(|w| w.class_count.is_none()));
+            return response(
+                model,
+                reply,
+                vec![tensor(OUTPUT, sig.datatype, &shape)],
+                vec![Bytes::from(output)],
+            );
+        }
+        Shapes::Declared(shapes) => shapes
+            .outputs(&output)
+            .map(|(spec, shape, bytes)| (spec.name.as_str(), spec.datatype, shape, bytes))
+            .collect(),
+    };
+    // One copy per tensor: raw_output_contents holds one byte string per output.
+    let (outputs, raw) = outputs::answer(&reply.requested, given)
+        .into_iter()
+        .map(|t| {
+            let bytes = Bytes::copy_from_slice(&t.bytes);
+            (tensor(&t.wanted.name, t.datatype, &t.shape), bytes)
+        })
+        .unzip();
+    response(model, reply, outputs, raw)
+}
+
+fn tensor(name: &str, datatype: DataType, shape: &[u64]) -> InferOutputTensor {
+    InferOutputTensor {
         name: name.to_string(),
         datatype: datatype.name().to_string(),
         shape: shape.iter().map(|&s| s as i64).collect(),
         parameters: Default::default(),
         contents: None,
-    };
-    let (outputs, raw) = match &reply.shapes {
-        Shapes::Builtin { sig, input_shape } => {
-            let shape = output_shape(*sig, input_shape, output.len());
-            (
-                vec![tensor(OUTPUT, sig.datatype, &shape)],
-                vec![Bytes::from(output)],
-            )
-        }
-        // Every output, in declared order, each its slice of the call's output (one
-        // copy per tensor: raw_output_contents holds one byte string per output).
-        Shapes::Declared(shapes) => shapes
-            .outputs(&output)
-            .map(|(spec, shape, bytes)| {
-                (
-                    tensor(&spec.name, spec.datatype, &shape),
-                    Bytes::copy_from_slice(bytes),
-                )
-            })
-            .unzip(),
-    };
+    }
+}
+
+fn response(
+    model: &str,
+    reply: &Reply,
+    outputs: Vec<InferOutputTensor>,
+    raw: Vec<Bytes>,
+) -> ModelInferResponse {
     ModelInferResponse {
         model_name: model.to_string(),
         model_version: VERSION.to_string(),

@@ -299,12 +299,13 @@ mod tests {
     #[test]
     fn binary_output_follows_the_json_in_declared_order() {
         let m = Example::default();
+        // Every output (none named), binary by the request's default.
         let body = req(json!({
             "inputs": [
                 {"name": "bytes", "shape": [1, 3], "datatype": "UINT8", "data": [1, 2, 3]},
                 {"name": "floats", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}
             ],
-            "outputs": [{"name": "scores", "parameters": {"binary_data": true}}]
+            "parameters": {"binary_data_output": true}
         }));
         let call = decode(&m, &body, None).unwrap();
         let out: Vec<u8> = (0..12).collect();
@@ -314,6 +315,42 @@ mod tests {
         assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 4);
         assert_eq!(v["outputs"][1]["parameters"]["binary_data_size"], 8);
         assert_eq!(&dst[n..], &out[..]);
+    }
+
+    #[test]
+    fn each_output_has_its_own_binary_data_and_only_requested_outputs_are_answered() {
+        let m = Example::default();
+        let inputs = json!([
+            {"name": "bytes", "shape": [1, 3], "datatype": "UINT8", "data": [1, 2, 3]},
+            {"name": "floats", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}
+        ]);
+        let mut out: Vec<u8> = 7i32.to_le_bytes().to_vec();
+        out.extend_from_slice(&f32s(&[0.5, 1.5]));
+        // The last output binary, the first JSON: before, the last one's flag ruled all.
+        let body = req(json!({"inputs": inputs, "outputs": [
+            {"name": "scores", "parameters": {"binary_data": true}},
+            {"name": "class", "parameters": {"binary_data": false}}
+        ]}));
+        let call = decode(&m, &body, None).unwrap();
+        let mut dst = Vec::new();
+        let n = encode("example", &call.reply, &out, &mut dst).unwrap();
+        let v: Value = serde_json::from_slice(&dst[..n]).unwrap();
+        assert_eq!(v["outputs"][0]["name"], "scores");
+        assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 8);
+        assert_eq!(v["outputs"][1]["data"], json!([7]));
+        assert_eq!(&dst[n..], &f32s(&[0.5, 1.5])[..]);
+        // One output asked for: only it, in the default encoding binary_data_output gives.
+        let body = req(
+            json!({"inputs": inputs, "parameters": {"binary_data_output": true},
+            "outputs": [{"name": "class"}]}),
+        );
+        let call = decode(&m, &body, None).unwrap();
+        let mut dst = Vec::new();
+        let n = encode("example", &call.reply, &out, &mut dst).unwrap();
+        let v: Value = serde_json::from_slice(&dst[..n]).unwrap();
+        assert_eq!(v["outputs"].as_array().unwrap().len(), 1);
+        assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 4);
+        assert_eq!(&dst[n..], &7i32.to_le_bytes()[..]);
     }
 
     #[test]

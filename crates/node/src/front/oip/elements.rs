@@ -15,12 +15,13 @@ use accel::tensors::{self, DataType};
 use serde_json::Value;
 
 /// The protocol's error for an input sent with another datatype than the model's,
-/// in Triton's words (its clients match on them), with netaccel's short form after.
+/// in Triton's words (its clients match on them), with netaccel's own sentence after
+/// (which netaccel's clients and tests match on).
 pub(crate) fn wrong_datatype(model: &str, input: &str, given: &str, want: DataType) -> String {
     let want = want.name();
     format!(
         "inference input '{input}' data-type is '{given}', but model '{model}' expects '{want}' \
-         (input {input}: datatype {given}, expected {want})"
+         (input {input} of model {model} has datatype {given}, expected {want})"
     )
 }
 

@@ -12,8 +12,9 @@ use accel::{params_from_pairs, Accelerator, Descriptor, ParamBlock};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::outputs::{self, Requested};
 use super::{declared, elements};
-use super::{DataType, Layout, Signature, OUTPUT, VERSION};
+use super::{DataType, Layout, Signature, OUTPUT};
 
 /// A decoded request: what the accelerator is called with, and how to answer.
 #[derive(Debug)]
@@ -27,7 +28,8 @@ pub struct InferCall {
 #[derive(Debug)]
 pub struct Reply {
     pub(super) id: Option<String>,
-    pub(super) binary: bool,
+    /// Which outputs to answer, and how.
+    pub(super) requested: Requested,
     sig: Signature,
     /// The first input's shape (the output's, for images and matrices).
     input_shape: Vec<u64>,
@@ -117,15 +119,12 @@ pub fn decode(
         .collect();
     let payload = gather(&parts, binary)?;
 
-    let mut binary_out = false;
-    let mut pairs: Vec<(String, String)> = Vec::new();
-    for (key, value) in req.parameters.iter().flatten() {
-        if key == "binary_data_output" {
-            binary_out = value
-                .as_bool()
-                .ok_or("request parameter binary_data_output must be a boolean")?;
-            continue;
-        }
+    let (requested, others) =
+        outputs::from_json(req.parameters.as_ref(), req.outputs.as_deref(), |name| {
+            check_output(d, name)
+        })?;
+    let mut pairs: Vec<(String, String)> = Vec::with_capacity(others.len());
+    for (key, value) in others {
         let text = match value {
             Value::Number(n) => n.to_string(),
             Value::String(s) => s.clone(),
@@ -135,28 +134,15 @@ pub fn decode(
                 ))
             }
         };
-        pairs.push((key.clone(), text));
+        pairs.push((key.to_string(), text));
     }
     let params = call_params(d, shape_pairs, pairs)?;
-
-    for output in req.outputs.iter().flatten() {
-        check_output(d, &output.name)?;
-        if let Some(flag) = output
-            .parameters
-            .as_ref()
-            .and_then(|p| p.get("binary_data"))
-        {
-            binary_out = flag
-                .as_bool()
-                .ok_or("output parameter binary_data must be a boolean")?;
-        }
-    }
     Ok(InferCall {
         params,
         payload,
         reply: Reply {
             id: req.id,
-            binary: binary_out,
+            requested,
             sig,
             input_shape: shapes.swap_remove(0),
             declared: None,
@@ -292,10 +278,14 @@ pub(crate) fn output_shape(sig: Signature, input_shape: &[u64], output_len: usiz
 }
 
 /// The reply of a request to a model that declares its tensors.
-pub(super) fn declared_reply(id: Option<String>, binary: bool, shapes: declared::Shapes) -> Reply {
+pub(super) fn declared_reply(
+    id: Option<String>,
+    requested: Requested,
+    shapes: declared::Shapes,
+) -> Reply {
     Reply {
         id,
-        binary,
+        requested,
         // Unused: the declared shapes answer for the model.
         sig: Signature {
             datatype: DataType::Uint8,
@@ -437,38 +427,18 @@ fn binary_size(input: &RawInput) -> Result<Option<u64>, String> {
 /// JSON part when binary output follows it (for `Inference-Header-Content-Length`),
 /// `None` for a JSON-only response.
 pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> Option<usize> {
-    if let Some(shapes) = &reply.declared {
-        return encode_declared(model, reply, shapes, output, dst);
-    }
-    let dt = reply.sig.datatype;
-    let shape = output_shape(reply.sig, &reply.input_shape, output.len());
-    let mut head = Map::new();
-    if let Some(id) = &reply.id {
-        head.insert("id".into(), Value::from(id.as_str()));
-    }
-    head.insert("model_name".into(), Value::from(model));
-    head.insert("model_version".into(), Value::from(VERSION));
-    let mut tensor = Map::new();
-    tensor.insert("name".into(), Value::from(OUTPUT));
-    tensor.insert("datatype".into(), Value::from(dt.name()));
-    tensor.insert("shape".into(), Value::from(shape));
-    if reply.binary {
-        let mut p = Map::new();
-        p.insert("binary_data_size".into(), Value::from(output.len()));
-        tensor.insert("parameters".into(), Value::Object(p));
-    } else {
-        tensor.insert("data".into(), elements::to_json(dt, output));
-    }
-    head.insert("outputs".into(), Value::Array(vec![Value::Object(tensor)]));
-    let start = dst.len();
-    serde_json::to_writer(&mut *dst, &head).expect("serialising JSON into a Vec cannot fail");
-    if reply.binary {
-        let json_len = dst.len() - start;
-        dst.extend_from_slice(output);
-        Some(json_len)
-    } else {
-        None
-    }
+    let given = match &reply.declared {
+        Some(shapes) => shapes
+            .outputs(output)
+            .map(|(spec, shape, bytes)| (spec.name.as_str(), spec.datatype, shape, bytes))
+            .collect(),
+        None => {
+            let shape = output_shape(reply.sig, &reply.input_shape, output.len());
+            vec![(OUTPUT, reply.sig.datatype, shape, output)]
+        }
+    };
+    let tensors = outputs::answer(&reply.requested, given);
+    outputs::write_json(model, reply.id.as_deref(), &tensors, dst)
 }
 
 /// Decodes `req` (its JSON part parsed; `binary` the bytes after it; `body_len` the
@@ -504,82 +474,21 @@ fn decode_declared(
         .collect();
     let payload = gather(&parts, binary)?;
 
-    let mut binary_out = false;
-    let mut others: Vec<(&str, String)> = Vec::new();
-    for (key, value) in req.parameters.iter().flatten() {
-        if key == "binary_data_output" {
-            binary_out = value
-                .as_bool()
-                .ok_or("request parameter binary_data_output must be a boolean")?;
-        } else {
-            others.push((key, value.to_string()));
-        }
-    }
+    let (requested, others) =
+        outputs::from_json(req.parameters.as_ref(), req.outputs.as_deref(), |name| {
+            declared::check_output(d, t, name)
+        })?;
+    let others: Vec<(&str, String)> = others
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
     let params = declared::params(d, others.iter().map(|(k, v)| (*k, v.as_str())))?;
-    for output in req.outputs.iter().flatten() {
-        declared::check_output(d, t, &output.name)?;
-        if let Some(flag) = output
-            .parameters
-            .as_ref()
-            .and_then(|p| p.get("binary_data"))
-        {
-            binary_out = flag
-                .as_bool()
-                .ok_or("output parameter binary_data must be a boolean")?;
-        }
-    }
     let shapes = declared::Shapes::new(t, batch);
     Ok(InferCall {
         params,
         payload,
-        reply: declared_reply(req.id, binary_out, shapes),
+        reply: declared_reply(req.id, requested, shapes),
     })
-}
-
-/// Writes the response for a call's `output` (every output, in declared order) into
-/// `dst`; the JSON part's length when binary data follows it.
-fn encode_declared(
-    model: &str,
-    reply: &Reply,
-    shapes: &declared::Shapes,
-    output: &[u8],
-    dst: &mut Vec<u8>,
-) -> Option<usize> {
-    let mut head = Map::new();
-    if let Some(id) = &reply.id {
-        head.insert("id".into(), Value::from(id.as_str()));
-    }
-    head.insert("model_name".into(), Value::from(model));
-    head.insert("model_version".into(), Value::from(VERSION));
-    let mut tensors = Vec::with_capacity(shapes.tensors.outputs.len());
-    let mut slices = Vec::with_capacity(shapes.tensors.outputs.len());
-    for (spec, shape, bytes) in shapes.outputs(output) {
-        let mut tensor = Map::new();
-        tensor.insert("name".into(), Value::from(spec.name.as_str()));
-        tensor.insert("datatype".into(), Value::from(spec.datatype.name()));
-        tensor.insert("shape".into(), Value::from(shape));
-        if reply.binary {
-            let mut p = Map::new();
-            p.insert("binary_data_size".into(), Value::from(bytes.len()));
-            tensor.insert("parameters".into(), Value::Object(p));
-        } else {
-            tensor.insert("data".into(), elements::to_json(spec.datatype, bytes));
-        }
-        tensors.push(Value::Object(tensor));
-        slices.push(bytes);
-    }
-    head.insert("outputs".into(), Value::Array(tensors));
-    let start = dst.len();
-    serde_json::to_writer(&mut *dst, &head).expect("serialising JSON into a Vec cannot fail");
-    if reply.binary {
-        let json_len = dst.len() - start;
-        for s in slices {
-            dst.extend_from_slice(s);
-        }
-        Some(json_len)
-    } else {
-        None
-    }
 }
 
 /// Entry points for the fuzz targets and the corpus replay test.

@@ -19,6 +19,7 @@
 pub mod declared;
 pub(crate) mod elements;
 pub mod infer;
+pub mod outputs;
 
 use accel::tensors::Tensors;
 use accel::{Accelerator, Descriptor, ParamValue};

@@ -322,6 +322,12 @@ pub trait Accelerator: Send + Sync + 'static {
     fn tensors(&self) -> Option<&tensors::Tensors> {
         None
     }
+
+    /// The class labels of output `output` (a model's label file, one label a line,
+    /// line k naming class k), for the classification extension; `None`: no labels.
+    fn labels(&self, _output: &str) -> Option<std::sync::Arc<[String]>> {
+        None
+    }
 }
 
 /// Reads a `u32` parameter at `offset`.

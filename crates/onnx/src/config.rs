@@ -64,6 +64,9 @@ pub struct ModelConfig {
     pub backend: Backend,
     /// A fixed accelerator id (RAC); `None`: the node assigns one.
     pub id: Option<u16>,
+    /// Outputs with a label file (Triton's `label_filename`): (output, file name in
+    /// the model's folder).
+    pub label_files: Vec<(String, String)>,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +89,8 @@ struct RawTensor {
     name: String,
     data_type: String,
     dims: Vec<i64>,
+    #[serde(default)]
+    label_filename: Option<String>,
 }
 
 /// Parses the config of the model in folder `folder`. The error names the field.
@@ -120,6 +125,25 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             raw.max_batch_size
         ));
     }
+    if let Some(r) = raw.input.iter().find(|r| r.label_filename.is_some()) {
+        return Err(format!(
+            "input `{}`: label_filename is for outputs (the labels of their classes)",
+            r.name
+        ));
+    }
+    let mut label_files = Vec::new();
+    for r in &raw.output {
+        if let Some(file) = &r.label_filename {
+            let plain = !file.is_empty() && !file.starts_with('.') && !file.contains(['/', '\\']);
+            if !plain {
+                return Err(format!(
+                    "output `{}`: label_filename `{file}` must be a file name in the model's folder",
+                    r.name
+                ));
+            }
+            label_files.push((r.name.clone(), file.clone()));
+        }
+    }
     let inputs = tensors("input", raw.input)?;
     let outputs = tensors("output", raw.output)?;
     let t = Tensors {
@@ -142,6 +166,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         tensors: t,
         backend,
         id: raw.id,
+        label_files,
     })
 }
 
@@ -260,5 +285,20 @@ dims = [10]
         assert!(err("max_batch_size = 1\ninput = []\noutput = []").contains("1 to 16"));
         assert!(err("max_batch_size = 1").contains("missing field `input`"));
         assert!(err(&"#".repeat(CONFIG_BYTES_MAX + 1)).contains("bytes"));
+        let on_input = with(
+            "dims = [1, 8, 8]",
+            "dims = [1, 8, 8]\nlabel_filename = \"l.txt\"",
+        );
+        assert!(err(&on_input).contains("label_filename is for outputs"));
+        let outside = with("dims = [10]", "dims = [10]\nlabel_filename = \"../x\"");
+        assert!(err(&outside).contains("a file name in the model's folder"));
+        let labelled = with(
+            "dims = [10]",
+            "dims = [10]\nlabel_filename = \"labels.txt\"",
+        );
+        assert_eq!(
+            parse("digits", &labelled).unwrap().label_files,
+            [("logits".to_string(), "labels.txt".to_string())]
+        );
     }
 }

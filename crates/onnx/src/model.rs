@@ -45,6 +45,8 @@ pub struct Model {
     engine: Engine,
     /// Multiply-accumulates of one item, for the node's work estimate.
     macs_per_item: u64,
+    /// Labelled outputs and their class labels (`label_filename`).
+    labels: Vec<(String, Arc<[String]>)>,
 }
 
 /// The engine that runs a model, with what it made at load.
@@ -139,7 +141,17 @@ impl Model {
             version,
             engine,
             macs_per_item,
+            labels: Vec::new(),
         })
+    }
+
+    /// The model with the class labels of its labelled outputs.
+    pub fn with_labels(mut self, labels: Vec<(String, Vec<String>)>) -> Model {
+        self.labels = labels
+            .into_iter()
+            .map(|(output, l)| (output, Arc::from(l)))
+            .collect();
+        self
     }
 
     /// The version folder the model came from.
@@ -401,6 +413,13 @@ impl Accelerator for Model {
 
     fn tensors(&self) -> Option<&Tensors> {
         Some(&self.tensors)
+    }
+
+    fn labels(&self, output: &str) -> Option<Arc<[String]>> {
+        self.labels
+            .iter()
+            .find(|(o, _)| o == output)
+            .map(|(_, l)| Arc::clone(l))
     }
 }
 

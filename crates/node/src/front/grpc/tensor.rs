@@ -19,6 +19,7 @@ use super::pb::infer_parameter::ParameterChoice;
 use super::pb::model_infer_request::InferInputTensor;
 use super::pb::model_infer_response::InferOutputTensor;
 use super::pb::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
+use crate::front::oip::classify;
 use crate::front::oip::elements::{self, Scalar};
 use crate::front::oip::infer::{
     call_params, check_input, check_output, input_size, order_inputs, output_shape, shape_params,
@@ -68,11 +69,15 @@ pub fn decode(accel: &dyn Accelerator, req: &ModelInferRequest) -> Result<InferC
     let d = accel.descriptor();
     let sourced = sources(req)?;
     if let Some(t) = accel.tensors() {
-        return decode_declared(d, t, req, &sourced);
+        let mut call = decode_declared(d, t, req, &sourced)?;
+        classify::prepare(&mut call.reply.requested, accel)?;
+        return Ok(call);
     }
     let sig = Signature::of(d);
     let ordered = order_inputs(d, sig, &sourced, |(i, _)| &i.name)?;
-    decode_builtin(d, sig, req, ordered)
+    let mut call = decode_builtin(d, sig, req, ordered)?;
+    classify::prepare(&mut call.reply.requested, accel)?;
+    Ok(call)
 }
 
 /// Decodes a request for a model that declares its tensors, by the rules the v2 HTTP
@@ -390,11 +395,13 @@ fn requested(
             name: output.name.clone(),
             binary: true,
             class_count: outputs::class_count(classes, &output.name)?,
+            labels: None,
         });
     }
     Ok(Requested {
         default_binary: true,
         list: Some(list),
+        batched: false,
     })
 }
 

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::outputs::{self, Requested};
-use super::{declared, elements};
+use super::{classify, declared, elements};
 use super::{DataType, Layout, Signature, OUTPUT};
 
 /// A decoded request: what the accelerator is called with, and how to answer.
@@ -86,7 +86,9 @@ pub fn decode(
         serde_json::from_slice(json).map_err(|e| format!("malformed inference request: {e}"))?;
     let d = accel.descriptor();
     if let Some(tensors) = accel.tensors() {
-        return decode_declared(d, tensors, req, binary, body.len());
+        let mut call = decode_declared(d, tensors, req, binary, body.len())?;
+        classify::prepare(&mut call.reply.requested, accel)?;
+        return Ok(call);
     }
     let sig = Signature::of(d);
     let ordered = order_inputs(d, sig, &req.inputs, |i| &i.name)?;
@@ -119,10 +121,11 @@ pub fn decode(
         .collect();
     let payload = gather(&parts, binary)?;
 
-    let (requested, others) =
+    let (mut requested, others) =
         outputs::from_json(req.parameters.as_ref(), req.outputs.as_deref(), |name| {
             check_output(d, name)
         })?;
+    classify::prepare(&mut requested, accel)?;
     let mut pairs: Vec<(String, String)> = Vec::with_capacity(others.len());
     for (key, value) in others {
         let text = match value {

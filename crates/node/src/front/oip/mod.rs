@@ -16,6 +16,7 @@
 //! and sends the call down the same admission, deadline, tenant and metrics path as
 //! `/v1/fn`.
 
+pub(crate) mod classify;
 pub mod declared;
 pub(crate) mod elements;
 pub mod infer;

@@ -9,6 +9,7 @@
 //! turns an output into its top classes.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use accel::tensors::DataType;
 use serde_json::{Map, Value};
@@ -27,6 +28,8 @@ pub struct Wanted {
     pub binary: bool,
     /// The classification extension: answer the top this many classes.
     pub class_count: Option<u32>,
+    /// The labels of its classes, when classified and the model has a label file.
+    pub labels: Option<Arc<[String]>>,
 }
 
 /// The outputs a request asks for.
@@ -36,6 +39,8 @@ pub struct Requested {
     pub default_binary: bool,
     /// `None`: every output of the model.
     pub list: Option<Vec<Wanted>>,
+    /// Whether the model's outputs lead with a batch axis (classes are per item).
+    pub batched: bool,
 }
 
 impl Requested {
@@ -50,6 +55,7 @@ impl Requested {
                         name: name.to_string(),
                         binary: self.default_binary,
                         class_count: None,
+                        labels: None,
                     };
                     (wanted, t)
                 })
@@ -138,6 +144,7 @@ pub(super) fn from_json<'p>(
             name: output.name.clone(),
             binary,
             class_count: class_count(classes, &output.name)?,
+            labels: None,
         });
     }
     requested.list = Some(list);
@@ -167,11 +174,18 @@ pub fn answer<'o>(requested: &Requested, given: Vec<Given<'o>>) -> Vec<OutTensor
     requested
         .select(given)
         .into_iter()
-        .map(|(wanted, (datatype, shape, bytes))| OutTensor {
-            wanted,
-            datatype,
-            shape,
-            bytes: Cow::Borrowed(bytes),
+        .map(|(wanted, (datatype, shape, bytes))| {
+            let t = OutTensor {
+                wanted,
+                datatype,
+                shape,
+                bytes: Cow::Borrowed(bytes),
+            };
+            if t.wanted.class_count.is_some() {
+                super::classify::top(t, requested.batched)
+            } else {
+                t
+            }
         })
         .collect()
 }
@@ -279,6 +293,7 @@ mod tests {
                 name: name.into(),
                 binary,
                 class_count: None,
+                labels: None,
             },
             datatype: DataType::Uint8,
             shape: vec![bytes.len() as u64],

@@ -328,6 +328,12 @@ pub trait Accelerator: Send + Sync + 'static {
     fn labels(&self, _output: &str) -> Option<std::sync::Arc<[String]>> {
         None
     }
+
+    /// What the model's configuration says of tensor `name` beyond type and dims
+    /// (an input's `format`, an output's `label_filename`).
+    fn tensor_config(&self, _name: &str) -> tensors::TensorConfig {
+        tensors::TensorConfig::default()
+    }
 }
 
 /// Reads a `u32` parameter at `offset`.

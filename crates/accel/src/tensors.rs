@@ -183,6 +183,20 @@ pub fn push_bytes_element(element: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(element);
 }
 
+/// The layouts an image input may declare (Triton's `format`), which image clients
+/// read from the model configuration to lay out what they send.
+pub const INPUT_FORMATS: [&str; 3] = ["FORMAT_NONE", "FORMAT_NHWC", "FORMAT_NCHW"];
+
+/// What a model's configuration says of one tensor beyond its type and dims, for the
+/// clients that read the configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TensorConfig {
+    /// An input's layout: one of [`INPUT_FORMATS`].
+    pub format: Option<String>,
+    /// An output's label file (the classification extension's labels).
+    pub label_filename: Option<String>,
+}
+
 /// One declared tensor: its name, element type, and the dims of one item (the batch
 /// axis, when the model has one, is not among them).
 #[derive(Clone, Debug, PartialEq, Eq)]

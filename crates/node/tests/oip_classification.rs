@@ -2,7 +2,8 @@
 //! label file (`label_filename` in its config.toml) answers an output asked for with
 //! `classification` as its top classes, `"<value>:<index>:<label>"`, per image, the
 //! first being the class of the largest logit; an output that cannot be classified
-//! (a built-in's) is refused with 400 rather than answered unclassified.
+//! (a built-in's) is refused with 400 rather than answered unclassified. The model's
+//! `/config` shows the label file and the input's `format`, as image clients read them.
 
 mod common;
 
@@ -49,13 +50,31 @@ fn class_count_answers_the_top_classes_with_their_labels() {
         "dims = [10]\nlabel_filename = \"labels.txt\"",
         1,
     );
-    assert!(config.contains("label_filename"), "{config}");
+    let config = config.replacen(
+        "dims = [1, 8, 8]",
+        "dims = [1, 8, 8]\nformat = \"FORMAT_NCHW\"",
+        1,
+    );
+    assert!(
+        config.contains("label_filename") && config.contains("format"),
+        "{config}"
+    );
     std::fs::write(repo.join("digits/config.toml"), config).unwrap();
     std::fs::write(repo.join("digits/labels.txt"), LABELS.join("\n") + "\n").unwrap();
     let node = TestNode::start_logging(
         &format!("models_dir = {:?}\n", repo.display().to_string()),
         &["--log-level", "info"],
     );
+    // The configuration clients read: the input's format, the output's label file.
+    let served = node.get_json("/v2/models/digits/config");
+    assert_eq!(served["input"][0]["format"], "FORMAT_NCHW", "{served}");
+    assert_eq!(
+        served["output"][0]["label_filename"], "labels.txt",
+        "{served}"
+    );
+    assert_eq!(served["max_batch_size"], 64);
+    assert_eq!(served["input"][0]["dims"], json!([1, 8, 8]));
+
     let images: Vec<f32> = (0..2 * 64).map(|i| ((i * 7 + i / 5) % 17) as f32).collect();
     let request = |outputs: Value| {
         json!({"inputs": [{"name": "image", "shape": [2, 1, 8, 8], "datatype": "FP32", "data": images}],

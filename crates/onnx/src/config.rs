@@ -20,7 +20,7 @@
 //! dims = [10]
 //! ```
 
-use accel::tensors::{DataType, TensorSpec, Tensors};
+use accel::tensors::{DataType, TensorSpec, Tensors, INPUT_FORMATS};
 use serde::Deserialize;
 
 /// Largest `max_batch_size`.
@@ -67,6 +67,8 @@ pub struct ModelConfig {
     /// Outputs with a label file (Triton's `label_filename`): (output, file name in
     /// the model's folder).
     pub label_files: Vec<(String, String)>,
+    /// Inputs with a `format` (Triton's: FORMAT_NONE, FORMAT_NHWC, FORMAT_NCHW).
+    pub formats: Vec<(String, String)>,
 }
 
 #[derive(Deserialize)]
@@ -91,6 +93,8 @@ struct RawTensor {
     dims: Vec<i64>,
     #[serde(default)]
     label_filename: Option<String>,
+    #[serde(default)]
+    format: Option<String>,
 }
 
 /// Parses the config of the model in folder `folder`. The error names the field.
@@ -131,6 +135,28 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             r.name
         ));
     }
+    if let Some(r) = raw.output.iter().find(|r| r.format.is_some()) {
+        return Err(format!("output `{}`: format is for inputs", r.name));
+    }
+    let mut formats = Vec::new();
+    for r in &raw.input {
+        let Some(format) = &r.format else { continue };
+        if !INPUT_FORMATS.contains(&format.as_str()) {
+            return Err(format!(
+                "input `{}`: format `{format}` is not one of {}",
+                r.name,
+                INPUT_FORMATS.join(", ")
+            ));
+        }
+        if format != "FORMAT_NONE" && r.dims.len() != 3 {
+            return Err(format!(
+                "input `{}`: format {format} is an image's: 3 dims (without the batch axis), not {}",
+                r.name,
+                r.dims.len()
+            ));
+        }
+        formats.push((r.name.clone(), format.clone()));
+    }
     let mut label_files = Vec::new();
     for r in &raw.output {
         if let Some(file) = &r.label_filename {
@@ -167,6 +193,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         backend,
         id: raw.id,
         label_files,
+        formats,
     })
 }
 

@@ -14,7 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use accel::tensors::{DataType, TensorSpec, Tensors};
+use accel::tensors::{DataType, TensorConfig, TensorSpec, Tensors};
 use accel::{Accelerator, CallError, Descriptor, ParamBlock};
 use sha2::{Digest, Sha256};
 use tract_onnx::prelude::*;
@@ -47,6 +47,8 @@ pub struct Model {
     macs_per_item: u64,
     /// Labelled outputs and their class labels (`label_filename`).
     labels: Vec<(String, Arc<[String]>)>,
+    /// What config.toml says of each tensor beyond type and dims.
+    tensor_configs: Vec<(String, TensorConfig)>,
 }
 
 /// The engine that runs a model, with what it made at load.
@@ -104,6 +106,7 @@ impl Model {
                 onnx.len()
             ));
         }
+        let tensor_configs = tensor_configs(&config);
         let tensors = config.tensors;
         let typed = catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
             .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
@@ -142,6 +145,7 @@ impl Model {
             engine,
             macs_per_item,
             labels: Vec::new(),
+            tensor_configs,
         })
     }
 
@@ -180,6 +184,26 @@ impl Model {
             run,
         })
     }
+}
+
+/// Each tensor's `format` and `label_filename`, as config.toml gives them.
+fn tensor_configs(config: &ModelConfig) -> Vec<(String, TensorConfig)> {
+    let mut out: Vec<(String, TensorConfig)> = Vec::new();
+    for (name, format) in &config.formats {
+        let c = TensorConfig {
+            format: Some(format.clone()),
+            label_filename: None,
+        };
+        out.push((name.clone(), c));
+    }
+    for (name, file) in &config.label_files {
+        let c = TensorConfig {
+            format: None,
+            label_filename: Some(file.clone()),
+        };
+        out.push((name.clone(), c));
+    }
+    out
 }
 
 /// Reads the model with tract, checks it against the config and declutters it; also
@@ -413,6 +437,14 @@ impl Accelerator for Model {
 
     fn tensors(&self) -> Option<&Tensors> {
         Some(&self.tensors)
+    }
+
+    fn tensor_config(&self, name: &str) -> TensorConfig {
+        self.tensor_configs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.clone())
+            .unwrap_or_default()
     }
 
     fn labels(&self, output: &str) -> Option<Arc<[String]>> {

@@ -139,10 +139,13 @@ fn sources(req: &ModelInferRequest) -> Result<Vec<(&InferInputTensor, Source<'_>
     let mut sourced = Vec::with_capacity(req.inputs.len());
     for (k, input) in req.inputs.iter().enumerate() {
         let source = match (raw.get(k), &input.contents) {
+            // Triton's words first: its clients match on them.
             (Some(_), Some(_)) => {
                 return Err(format!(
-                    "input {} has typed contents although the request uses raw_input_contents",
-                    input.name
+                    "contents field must not be specified when using raw_input_contents for '{name}' for model '{model}' \
+                     (input {name} has typed contents although the request uses raw_input_contents)",
+                    name = input.name,
+                    model = req.model_name
                 ))
             }
             (Some(bytes), None) => Source::Raw(bytes),
@@ -640,7 +643,12 @@ mod tests {
         assert!(err("echo", typed(wrong_field, &[1])).contains("other fields"));
         let mut both = raw1("UINT8", &[1], vec![1]);
         both.inputs[0].contents = Some(u(vec![1]));
-        assert!(err("echo", both).contains("typed contents"));
+        let e = err("echo", both);
+        assert!(e.contains("typed contents"), "{e}");
+        assert!(
+            e.starts_with("contents field must not be specified when using raw_input_contents for 'INPUT0' for model 'm'"),
+            "{e}"
+        );
         // Parameters: numbers or strings, agreeing with the shape.
         let mut sobel = raw1("UINT8", &[1, 2], vec![0; 2]);
         sobel.parameters.insert("width".into(), int(3));

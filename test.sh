@@ -73,7 +73,9 @@ fi
 
 # scikit-learn (the digits data set and its held-out split) and onnxruntime (the
 # reference the node's ONNX models are checked against) for docs/tests/test_onnx.py;
-# onnx for the models of Triton's examples (bench/triton_examples/make_models.py).
+# onnx (the helper API) for the models of Triton's examples
+# (bench/triton_examples/make_models.py) and the Identity models of every datatype that
+# crates/node/tests/oip_datatypes.rs writes at test time (crates/node/tests/oip/).
 for module in sklearn onnxruntime onnx; do
   if ! python3 -c "import $module" >/dev/null 2>&1; then
     echo "==> installing $module"

@@ -322,6 +322,18 @@ pub trait Accelerator: Send + Sync + 'static {
     fn tensors(&self) -> Option<&tensors::Tensors> {
         None
     }
+
+    /// The class labels of output `output` (a model's label file, one label a line,
+    /// line k naming class k), for the classification extension; `None`: no labels.
+    fn labels(&self, _output: &str) -> Option<std::sync::Arc<[String]>> {
+        None
+    }
+
+    /// What the model's configuration says of tensor `name` beyond type and dims
+    /// (an input's `format`, an output's `label_filename`).
+    fn tensor_config(&self, _name: &str) -> tensors::TensorConfig {
+        tensors::TensorConfig::default()
+    }
 }
 
 /// Reads a `u32` parameter at `offset`.

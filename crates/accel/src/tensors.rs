@@ -9,37 +9,96 @@
 //! length over the bytes one item takes, so `/v1/fn`, RAC and v2 carry the same bytes.
 //!
 //! Every dimension but the batch is fixed, so a payload's size is known before it is
-//! read and a call cannot ask a model for more than `max_batch_size` items.
+//! read and a call cannot ask a model for more than `max_batch_size` items. BYTES
+//! tensors are the exception: their elements are strings, each its 4-byte
+//! little-endian length then its bytes (Triton's serialisation, and the protocol's
+//! binary form), so a payload with BYTES inputs is walked to find its batch
+//! ([`Tensors::split_inputs`]). This module is the one home of that layout; the
+//! protocols' encodings (JSON, typed gRPC contents) live with the front ends.
 
 use crate::{bad, CallError};
 
 /// A tensor element type, by the names of the Open Inference Protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DataType {
+    Bool,
     Uint8,
+    Uint16,
+    Uint32,
+    Uint64,
+    Int8,
+    Int16,
     Int32,
+    Int64,
+    Fp16,
+    Bf16,
     Fp32,
+    Fp64,
+    /// Byte strings of any length: each element is its length (4 bytes, little-endian)
+    /// then its bytes, as Triton serialises them ([`bytes_elements`]).
+    Bytes,
 }
+
+/// Bytes of the length before each element of a BYTES tensor.
+pub const BYTES_LENGTH_PREFIX: usize = 4;
 
 impl DataType {
     /// Every type, in the order error messages list them.
-    pub const ALL: [DataType; 3] = [DataType::Uint8, DataType::Int32, DataType::Fp32];
+    pub const ALL: [DataType; 14] = [
+        DataType::Bool,
+        DataType::Uint8,
+        DataType::Uint16,
+        DataType::Uint32,
+        DataType::Uint64,
+        DataType::Int8,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+        DataType::Fp16,
+        DataType::Bf16,
+        DataType::Fp32,
+        DataType::Fp64,
+        DataType::Bytes,
+    ];
 
     /// The protocol's name (`datatype` field).
     pub fn name(self) -> &'static str {
         match self {
+            DataType::Bool => "BOOL",
             DataType::Uint8 => "UINT8",
+            DataType::Uint16 => "UINT16",
+            DataType::Uint32 => "UINT32",
+            DataType::Uint64 => "UINT64",
+            DataType::Int8 => "INT8",
+            DataType::Int16 => "INT16",
             DataType::Int32 => "INT32",
+            DataType::Int64 => "INT64",
+            DataType::Fp16 => "FP16",
+            DataType::Bf16 => "BF16",
             DataType::Fp32 => "FP32",
+            DataType::Fp64 => "FP64",
+            DataType::Bytes => "BYTES",
         }
     }
 
-    /// The model configuration's name (`data_type` field, Triton's extension).
+    /// The model configuration's name (`data_type` field, Triton's extension): the
+    /// protocol's name after `TYPE_`, but `TYPE_STRING` for BYTES.
     pub fn config_name(self) -> &'static str {
         match self {
+            DataType::Bool => "TYPE_BOOL",
             DataType::Uint8 => "TYPE_UINT8",
+            DataType::Uint16 => "TYPE_UINT16",
+            DataType::Uint32 => "TYPE_UINT32",
+            DataType::Uint64 => "TYPE_UINT64",
+            DataType::Int8 => "TYPE_INT8",
+            DataType::Int16 => "TYPE_INT16",
             DataType::Int32 => "TYPE_INT32",
+            DataType::Int64 => "TYPE_INT64",
+            DataType::Fp16 => "TYPE_FP16",
+            DataType::Bf16 => "TYPE_BF16",
             DataType::Fp32 => "TYPE_FP32",
+            DataType::Fp64 => "TYPE_FP64",
+            DataType::Bytes => "TYPE_STRING",
         }
     }
 
@@ -50,13 +109,92 @@ impl DataType {
             .find(|t| t.config_name() == name || t.name() == name)
     }
 
-    /// Bytes per element.
-    pub fn size(self) -> usize {
+    /// The type of the protocol's name (`FP32`, `BYTES`).
+    pub fn from_name(name: &str) -> Option<DataType> {
+        DataType::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// Bytes per element; `None` for BYTES, whose elements differ in length.
+    pub fn fixed_size(self) -> Option<usize> {
         match self {
-            DataType::Uint8 => 1,
-            DataType::Int32 | DataType::Fp32 => 4,
+            DataType::Bool | DataType::Uint8 | DataType::Int8 => Some(1),
+            DataType::Uint16 | DataType::Int16 | DataType::Fp16 | DataType::Bf16 => Some(2),
+            DataType::Uint32 | DataType::Int32 | DataType::Fp32 => Some(4),
+            DataType::Uint64 | DataType::Int64 | DataType::Fp64 => Some(8),
+            DataType::Bytes => None,
         }
     }
+
+    /// The least bytes one element takes: its size, or for BYTES its length prefix
+    /// (an empty string).
+    pub fn size(self) -> usize {
+        self.fixed_size().unwrap_or(BYTES_LENGTH_PREFIX)
+    }
+}
+
+/// The elements of a BYTES tensor's bytes (each a 4-byte little-endian length, then
+/// that many bytes), front to back; an `Err` (and nothing after it) where an element
+/// is cut short.
+pub fn bytes_elements(data: &[u8]) -> impl Iterator<Item = Result<&[u8], String>> + '_ {
+    let mut rest = Some(data);
+    std::iter::from_fn(move || {
+        let data = rest.take()?;
+        if data.is_empty() {
+            return None;
+        }
+        let Some((len, tail)) = data.split_first_chunk::<BYTES_LENGTH_PREFIX>() else {
+            return Some(Err(format!(
+                "a BYTES element's 4-byte length is cut short ({} bytes left)",
+                data.len()
+            )));
+        };
+        let len = u32::from_le_bytes(*len) as usize;
+        if tail.len() < len {
+            return Some(Err(format!(
+                "a BYTES element says {len} bytes, {} are left",
+                tail.len()
+            )));
+        }
+        let (element, tail) = tail.split_at(len);
+        rest = Some(tail);
+        Some(Ok(element))
+    })
+}
+
+/// Bytes the first `count` BYTES elements of `data` take, or why `data` has fewer.
+pub fn bytes_span(data: &[u8], count: usize) -> Result<usize, String> {
+    let mut taken = 0;
+    let mut elements = bytes_elements(data);
+    for k in 0..count {
+        match elements.next() {
+            Some(Ok(e)) => taken += BYTES_LENGTH_PREFIX + e.len(),
+            Some(Err(e)) => return Err(e),
+            None => return Err(format!("{count} BYTES elements expected, {k} found")),
+        }
+    }
+    debug_assert!(taken <= data.len());
+    Ok(taken)
+}
+
+/// Appends `element` as one BYTES element (its length, then its bytes).
+pub fn push_bytes_element(element: &[u8], out: &mut Vec<u8>) {
+    let len = u32::try_from(element.len()).expect("a BYTES element is under 4 GiB");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(element);
+}
+
+/// The layouts an image input may declare (Triton's `format`), which image clients
+/// read from the model configuration to lay out what they send.
+pub const INPUT_FORMATS: [&str; 3] = ["FORMAT_NONE", "FORMAT_NHWC", "FORMAT_NCHW"];
+
+/// What a model's configuration says of one tensor beyond its type and dims, for the
+/// clients that read the configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TensorConfig {
+    /// An input's layout: one of [`INPUT_FORMATS`].
+    pub format: Option<String>,
+    /// An output's label file (the classification extension's labels).
+    pub label_filename: Option<String>,
 }
 
 /// One declared tensor: its name, element type, and the dims of one item (the batch
@@ -74,9 +212,25 @@ impl TensorSpec {
         self.dims.iter().product::<u64>() as usize
     }
 
-    /// Bytes one item takes.
+    /// Bytes one item takes; for BYTES, the least it takes (every element empty).
     pub fn item_bytes(&self) -> usize {
         self.item_elements() * self.datatype.size()
+    }
+
+    /// Bytes this tensor takes at the front of `data` for `batch` items, or why `data`
+    /// is too short.
+    fn span(&self, batch: usize, data: &[u8]) -> Result<usize, String> {
+        let count = self.item_elements() * batch;
+        match self.datatype.fixed_size() {
+            Some(size) if count * size <= data.len() => Ok(count * size),
+            Some(size) => Err(format!(
+                "tensor {} takes {} bytes, {} are left",
+                self.name,
+                count * size,
+                data.len()
+            )),
+            None => bytes_span(data, count).map_err(|e| format!("tensor {}: {e}", self.name)),
+        }
     }
 }
 
@@ -89,21 +243,58 @@ pub struct Tensors {
     pub max_batch_size: u32,
 }
 
+/// Each tensor's bytes in `data` for `batch` items, front to back; `Err` unless they
+/// take `data` exactly.
+fn split<'d>(
+    specs: &[TensorSpec],
+    batch: usize,
+    mut data: &'d [u8],
+) -> Result<Vec<&'d [u8]>, String> {
+    let mut parts = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let (part, rest) = data.split_at(spec.span(batch, data)?);
+        parts.push(part);
+        data = rest;
+    }
+    if !data.is_empty() {
+        return Err(format!("{} bytes more than the tensors take", data.len()));
+    }
+    Ok(parts)
+}
+
 impl Tensors {
-    /// Bytes one item's inputs take, all inputs together.
+    /// Bytes one item's inputs take, all inputs together (the least, with BYTES).
     pub fn input_item_bytes(&self) -> usize {
         self.inputs.iter().map(TensorSpec::item_bytes).sum()
     }
 
-    /// Bytes one item's outputs take, all outputs together.
+    /// Bytes one item's outputs take, all outputs together (the least, with BYTES).
     pub fn output_item_bytes(&self) -> usize {
         self.outputs.iter().map(TensorSpec::item_bytes).sum()
     }
 
+    /// Whether every input has fixed-size elements (no BYTES): then a payload's length
+    /// alone gives its batch ([`Tensors::batch_of`]).
+    pub fn inputs_fixed(&self) -> bool {
+        self.inputs
+            .iter()
+            .all(|s| s.datatype.fixed_size().is_some())
+    }
+
     /// How many items a payload of `len` bytes carries (1 without a batch axis), or why
-    /// it cannot be this model's input.
+    /// it cannot be this model's input. With BYTES inputs the length only bounds the
+    /// batch: `len` must hold at least one item, and [`Tensors::split_inputs`] tells.
     pub fn batch_of(&self, len: usize) -> Result<usize, CallError> {
         let item = self.input_item_bytes();
+        if !self.inputs_fixed() {
+            return if len >= item {
+                Ok(1)
+            } else {
+                bad(format!(
+                    "the model takes at least {item} bytes of input, got {len}"
+                ))
+            };
+        }
         if self.max_batch_size == 0 {
             return if len == item {
                 Ok(1)
@@ -120,6 +311,40 @@ impl Tensors {
             ));
         }
         Ok(len / item)
+    }
+
+    /// A payload's batch and each input's bytes in it. With BYTES inputs the batch is
+    /// the smallest one whose tensors take the payload exactly: each candidate is one
+    /// walk over the element lengths, and only candidates whose least size fits the
+    /// payload are tried (at most `max_batch_size`).
+    pub fn split_inputs<'p>(&self, payload: &'p [u8]) -> Result<(usize, Vec<&'p [u8]>), CallError> {
+        if self.inputs_fixed() {
+            let batch = self.batch_of(payload.len())?;
+            let parts = split(&self.inputs, batch, payload).map_err(CallError::BadRequest)?;
+            return Ok((batch, parts));
+        }
+        let max = self.max_batch_size.max(1) as usize;
+        let item = self.input_item_bytes().max(1);
+        let mut last = String::from("the payload is empty");
+        for batch in (1..=max).take_while(|b| b * item <= payload.len()) {
+            match split(&self.inputs, batch, payload) {
+                Ok(parts) => return Ok((batch, parts)),
+                Err(e) => last = e,
+            }
+        }
+        bad(format!(
+            "the payload is no batch of 1 to {max} items of the model's inputs ({last})"
+        ))
+    }
+
+    /// Each output's bytes in a call's `output` for `batch` items, or why `output` is
+    /// not that (an engine that computed something else).
+    pub fn split_outputs<'o>(
+        &self,
+        batch: usize,
+        output: &'o [u8],
+    ) -> Result<Vec<&'o [u8]>, String> {
+        split(&self.outputs, batch, output)
     }
 
     /// The shape of `spec` (one of this model's tensors) for `batch` items: with the
@@ -187,6 +412,75 @@ mod tests {
             assert_eq!(DataType::from_config_name(t.config_name()), Some(t));
             assert_eq!(DataType::from_config_name(t.name()), Some(t));
         }
-        assert_eq!(DataType::from_config_name("TYPE_FP64"), None);
+        assert_eq!(
+            DataType::from_config_name("TYPE_STRING"),
+            Some(DataType::Bytes)
+        );
+        assert_eq!(DataType::from_config_name("BYTES"), Some(DataType::Bytes));
+        assert_eq!(DataType::from_config_name("TYPE_COMPLEX64"), None);
+        assert_eq!(DataType::from_name("TYPE_FP64"), None);
+        let sizes: Vec<usize> = DataType::ALL.iter().map(|t| t.size()).collect();
+        assert_eq!(sizes, [1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8, 4]);
+        assert_eq!(DataType::Bytes.fixed_size(), None);
+    }
+
+    fn strings(v: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        v.iter().for_each(|e| push_bytes_element(e, &mut out));
+        out
+    }
+
+    #[test]
+    fn bytes_elements_are_length_prefixed_and_cut_ones_are_named() {
+        let data = strings(&[b"ab", b"", b"xyz"]);
+        assert_eq!(data.len(), 4 * 3 + 5);
+        let got: Vec<&[u8]> = bytes_elements(&data).map(Result::unwrap).collect();
+        assert_eq!(got, [&b"ab"[..], b"", b"xyz"]);
+        assert_eq!(bytes_span(&data, 2).unwrap(), 4 + 2 + 4);
+        assert!(bytes_span(&data, 4)
+            .unwrap_err()
+            .contains("4 BYTES elements expected, 3"));
+        assert!(bytes_span(&data[..data.len() - 1], 3)
+            .unwrap_err()
+            .contains("says 3 bytes, 2"));
+        assert!(bytes_span(&[1, 0], 1).unwrap_err().contains("cut short"));
+        assert_eq!(bytes_elements(&[]).count(), 0);
+    }
+
+    #[test]
+    fn a_payload_with_strings_is_walked_to_find_its_batch() {
+        let t = |name: &str, datatype, dims: &[u64]| TensorSpec {
+            name: name.into(),
+            datatype,
+            dims: dims.to_vec(),
+        };
+        let m = Tensors {
+            inputs: vec![
+                t("text", DataType::Bytes, &[2]),
+                t("n", DataType::Int64, &[1]),
+            ],
+            outputs: vec![t("out", DataType::Bytes, &[2])],
+            max_batch_size: 8,
+        };
+        assert!(!m.inputs_fixed());
+        assert_eq!(m.input_item_bytes(), 16);
+        // Two items: four strings, then two INT64s.
+        let mut payload = strings(&[b"a", b"bb", b"", b"cccc"]);
+        payload.extend_from_slice(&[7u8; 16]);
+        let (batch, parts) = m.split_inputs(&payload).unwrap();
+        assert_eq!(batch, 2);
+        assert_eq!(parts[0].len(), 16 + 7);
+        assert_eq!(parts[1], &[7u8; 16][..]);
+        assert!(m.split_inputs(&payload[..payload.len() - 1]).is_err());
+        assert!(m.split_inputs(&[]).is_err());
+        assert!(m.batch_of(15).is_err());
+        let out = strings(&[b"x", b"y", b"z", b"w"]);
+        assert_eq!(m.split_outputs(2, &out).unwrap(), [&out[..]]);
+        assert!(m.split_outputs(3, &out).is_err());
+        // Fixed tensors split by length, as before.
+        let d = digits();
+        let (batch, parts) = d.split_inputs(&[0; 512]).unwrap();
+        assert_eq!((batch, parts.len(), parts[0].len()), (2, 1, 512));
+        assert!(d.split_outputs(2, &[0; 81]).is_err());
     }
 }

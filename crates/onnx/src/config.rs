@@ -10,7 +10,9 @@
 //! max_batch_size = 64          # 0: no batch axis
 //! [[input]]
 //! name = "image"
-//! data_type = "TYPE_FP32"      # TYPE_FP32, TYPE_INT32, TYPE_UINT8 (or FP32, …)
+//! data_type = "TYPE_FP32"      # any of Triton's: TYPE_BOOL, TYPE_UINT8..64, TYPE_INT8..64,
+//!                              # TYPE_FP16, TYPE_BF16, TYPE_FP32, TYPE_FP64, TYPE_STRING
+//!                              # (or the protocol's names: FP32, BYTES, …)
 //! dims = [1, 8, 8]             # one item, without the batch axis
 //! [[output]]
 //! name = "logits"
@@ -18,7 +20,7 @@
 //! dims = [10]
 //! ```
 
-use accel::tensors::{DataType, TensorSpec, Tensors};
+use accel::tensors::{DataType, TensorSpec, Tensors, INPUT_FORMATS};
 use serde::Deserialize;
 
 /// Largest `max_batch_size`.
@@ -62,6 +64,11 @@ pub struct ModelConfig {
     pub backend: Backend,
     /// A fixed accelerator id (RAC); `None`: the node assigns one.
     pub id: Option<u16>,
+    /// Outputs with a label file (Triton's `label_filename`): (output, file name in
+    /// the model's folder).
+    pub label_files: Vec<(String, String)>,
+    /// Inputs with a `format` (Triton's: FORMAT_NONE, FORMAT_NHWC, FORMAT_NCHW).
+    pub formats: Vec<(String, String)>,
 }
 
 #[derive(Deserialize)]
@@ -84,6 +91,10 @@ struct RawTensor {
     name: String,
     data_type: String,
     dims: Vec<i64>,
+    #[serde(default)]
+    label_filename: Option<String>,
+    #[serde(default)]
+    format: Option<String>,
 }
 
 /// Parses the config of the model in folder `folder`. The error names the field.
@@ -118,6 +129,47 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             raw.max_batch_size
         ));
     }
+    if let Some(r) = raw.input.iter().find(|r| r.label_filename.is_some()) {
+        return Err(format!(
+            "input `{}`: label_filename is for outputs (the labels of their classes)",
+            r.name
+        ));
+    }
+    if let Some(r) = raw.output.iter().find(|r| r.format.is_some()) {
+        return Err(format!("output `{}`: format is for inputs", r.name));
+    }
+    let mut formats = Vec::new();
+    for r in &raw.input {
+        let Some(format) = &r.format else { continue };
+        if !INPUT_FORMATS.contains(&format.as_str()) {
+            return Err(format!(
+                "input `{}`: format `{format}` is not one of {}",
+                r.name,
+                INPUT_FORMATS.join(", ")
+            ));
+        }
+        if format != "FORMAT_NONE" && r.dims.len() != 3 {
+            return Err(format!(
+                "input `{}`: format {format} is an image's: 3 dims (without the batch axis), not {}",
+                r.name,
+                r.dims.len()
+            ));
+        }
+        formats.push((r.name.clone(), format.clone()));
+    }
+    let mut label_files = Vec::new();
+    for r in &raw.output {
+        if let Some(file) = &r.label_filename {
+            let plain = !file.is_empty() && !file.starts_with('.') && !file.contains(['/', '\\']);
+            if !plain {
+                return Err(format!(
+                    "output `{}`: label_filename `{file}` must be a file name in the model's folder",
+                    r.name
+                ));
+            }
+            label_files.push((r.name.clone(), file.clone()));
+        }
+    }
     let inputs = tensors("input", raw.input)?;
     let outputs = tensors("output", raw.output)?;
     let t = Tensors {
@@ -140,6 +192,8 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         tensors: t,
         backend,
         id: raw.id,
+        label_files,
+        formats,
     })
 }
 
@@ -221,6 +275,19 @@ dims = [10]
     }
 
     #[test]
+    fn every_datatype_of_the_protocol_is_accepted() {
+        for t in DataType::ALL {
+            for name in [t.config_name(), t.name()] {
+                let text = DIGITS.replacen("TYPE_FP32", name, 1);
+                assert_eq!(
+                    parse("digits", &text).unwrap().tensors.inputs[0].datatype,
+                    t
+                );
+            }
+        }
+    }
+
+    #[test]
     fn bad_configs_are_refused_naming_the_field() {
         let err = |text: &str| parse("digits", text).unwrap_err();
         let with = |from: &str, to: &str| DIGITS.replacen(from, to, 1);
@@ -231,7 +298,7 @@ dims = [10]
             engine.contains("backend: `pytorch` is not one of tract, onnxruntime"),
             "{engine}"
         );
-        assert!(err(&with("TYPE_FP32", "TYPE_FP64")).contains("data_type `TYPE_FP64`"));
+        assert!(err(&with("TYPE_FP32", "TYPE_COMPLEX64")).contains("data_type `TYPE_COMPLEX64`"));
         assert!(err(&with("[1, 8, 8]", "[-1, 8, 8]")).contains("fixed and positive"));
         assert!(err(&with("[1, 8, 8]", "[0, 8, 8]")).contains("fixed and positive"));
         assert!(err(&with("= 64", "= 5000")).contains("max_batch_size"));
@@ -245,5 +312,20 @@ dims = [10]
         assert!(err("max_batch_size = 1\ninput = []\noutput = []").contains("1 to 16"));
         assert!(err("max_batch_size = 1").contains("missing field `input`"));
         assert!(err(&"#".repeat(CONFIG_BYTES_MAX + 1)).contains("bytes"));
+        let on_input = with(
+            "dims = [1, 8, 8]",
+            "dims = [1, 8, 8]\nlabel_filename = \"l.txt\"",
+        );
+        assert!(err(&on_input).contains("label_filename is for outputs"));
+        let outside = with("dims = [10]", "dims = [10]\nlabel_filename = \"../x\"");
+        assert!(err(&outside).contains("a file name in the model's folder"));
+        let labelled = with(
+            "dims = [10]",
+            "dims = [10]\nlabel_filename = \"labels.txt\"",
+        );
+        assert_eq!(
+            parse("digits", &labelled).unwrap().label_files,
+            [("logits".to_string(), "labels.txt".to_string())]
+        );
     }
 }

@@ -18,6 +18,7 @@
 //! tensor after tensor (see `accel::tensors`); its result, its outputs the same way.
 
 pub mod config;
+mod element;
 pub mod model;
 pub mod onnxruntime;
 pub mod repository;
@@ -29,7 +30,7 @@ pub use repository::{scan, Found, Scan};
 impl Found {
     /// Plans the model found, as accelerator `id`, on the engine its config names.
     pub fn into_model(self, id: u16, engines: &Engines) -> Result<Model, String> {
-        Model::new(
+        let model = Model::new(
             &self.name,
             self.version,
             id,
@@ -37,6 +38,7 @@ impl Found {
             &self.config_text,
             self.config,
             engines,
-        )
+        )?;
+        Ok(model.with_labels(self.labels))
     }
 }

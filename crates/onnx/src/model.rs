@@ -14,13 +14,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use accel::tensors::{DataType, TensorSpec, Tensors};
+use accel::tensors::{DataType, TensorConfig, TensorSpec, Tensors};
 use accel::{Accelerator, CallError, Descriptor, ParamBlock};
 use sha2::{Digest, Sha256};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::config::{Backend, ModelConfig};
+use crate::element::{self, Le};
 use crate::onnxruntime;
 
 type Plan = TypedRunnableModel<TypedModel>;
@@ -44,6 +45,10 @@ pub struct Model {
     engine: Engine,
     /// Multiply-accumulates of one item, for the node's work estimate.
     macs_per_item: u64,
+    /// Labelled outputs and their class labels (`label_filename`).
+    labels: Vec<(String, Arc<[String]>)>,
+    /// What config.toml says of each tensor beyond type and dims.
+    tensor_configs: Vec<(String, TensorConfig)>,
 }
 
 /// The engine that runs a model, with what it made at load.
@@ -101,6 +106,7 @@ impl Model {
                 onnx.len()
             ));
         }
+        let tensor_configs = tensor_configs(&config);
         let tensors = config.tensors;
         let typed = catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
             .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
@@ -138,7 +144,18 @@ impl Model {
             version,
             engine,
             macs_per_item,
+            labels: Vec::new(),
+            tensor_configs,
         })
+    }
+
+    /// The model with the class labels of its labelled outputs.
+    pub fn with_labels(mut self, labels: Vec<(String, Vec<String>)>) -> Model {
+        self.labels = labels
+            .into_iter()
+            .map(|(output, l)| (output, Arc::from(l)))
+            .collect();
+        self
     }
 
     /// The version folder the model came from.
@@ -169,9 +186,33 @@ impl Model {
     }
 }
 
+/// Each tensor's `format` and `label_filename`, as config.toml gives them.
+fn tensor_configs(config: &ModelConfig) -> Vec<(String, TensorConfig)> {
+    let mut out: Vec<(String, TensorConfig)> = Vec::new();
+    for (name, format) in &config.formats {
+        let c = TensorConfig {
+            format: Some(format.clone()),
+            label_filename: None,
+        };
+        out.push((name.clone(), c));
+    }
+    for (name, file) in &config.label_files {
+        let c = TensorConfig {
+            format: None,
+            label_filename: Some(file.clone()),
+        };
+        out.push((name.clone(), c));
+    }
+    out
+}
+
 /// Reads the model with tract, checks it against the config and declutters it; also
 /// counts its work per item.
 fn typed(onnx: &[u8], tensors: &Tensors) -> Result<(TypedModel, u64), String> {
+    // A type tract lacks is named from the config, before tract stumbles on the file.
+    for spec in tensors.inputs.iter().chain(&tensors.outputs) {
+        tract_datum(spec)?;
+    }
     let mut model = tract_onnx::onnx()
         .model_for_read(&mut &onnx[..])
         .map_err(|e| format!("model.onnx is not a model tract can read: {e:#}"))?;
@@ -199,7 +240,7 @@ fn typed(onnx: &[u8], tensors: &Tensors) -> Result<(TypedModel, u64), String> {
         }
         let declared = model.input_fact(ix).map_err(|e| e.to_string())?;
         fits_declared(spec, &shape, declared)?;
-        let fact = InferenceFact::dt_shape(datum(spec.datatype), shape);
+        let fact = InferenceFact::dt_shape(tract_datum(spec)?, shape);
         model
             .set_input_fact(ix, fact)
             .map_err(|e| format!("input `{}`: {e:#}", spec.name))?;
@@ -215,7 +256,7 @@ fn typed(onnx: &[u8], tensors: &Tensors) -> Result<(TypedModel, u64), String> {
         if batched {
             want.insert(0, batch.clone().into());
         }
-        if fact.datum_type != datum(spec.datatype) || fact.shape.dims() != &*want {
+        if fact.datum_type != tract_datum(spec)? || fact.shape.dims() != &*want {
             return Err(format!(
                 "output `{}`: the model computes {:?} of shape {:?}, config.toml declares {} {:?}{}",
                 spec.name,
@@ -282,7 +323,7 @@ fn fits_declared(
         ))
     };
     if let Some(dt) = declared.datum_type.concretize() {
-        if dt != datum(spec.datatype) {
+        if Some(dt) != datum(spec.datatype) {
             return mismatch(format!("takes {dt:?}"));
         }
     }
@@ -332,12 +373,35 @@ fn macs(model: &TypedModel, batch: Option<&Symbol>) -> u64 {
     total.max(1)
 }
 
-fn datum(t: DataType) -> DatumType {
-    match t {
+/// tract's element type for `t`; `None` for BF16, which tract 0.21 does not have.
+fn datum(t: DataType) -> Option<DatumType> {
+    Some(match t {
+        DataType::Bool => DatumType::Bool,
         DataType::Uint8 => DatumType::U8,
+        DataType::Uint16 => DatumType::U16,
+        DataType::Uint32 => DatumType::U32,
+        DataType::Uint64 => DatumType::U64,
+        DataType::Int8 => DatumType::I8,
+        DataType::Int16 => DatumType::I16,
         DataType::Int32 => DatumType::I32,
+        DataType::Int64 => DatumType::I64,
+        DataType::Fp16 => DatumType::F16,
         DataType::Fp32 => DatumType::F32,
-    }
+        DataType::Fp64 => DatumType::F64,
+        DataType::Bytes => DatumType::String,
+        DataType::Bf16 => return None,
+    })
+}
+
+/// tract's element type for a declared tensor, or the refusal naming it.
+fn tract_datum(spec: &TensorSpec) -> Result<DatumType, String> {
+    datum(spec.datatype).ok_or_else(|| {
+        format!(
+            "`{}`: the tract engine has no {} tensors (use backend = \"onnxruntime\" or another type)",
+            spec.name,
+            spec.datatype.config_name()
+        )
+    })
 }
 
 impl Accelerator for Model {
@@ -365,14 +429,29 @@ impl Accelerator for Model {
             }
             .run(input, out),
             Engine::OnnxRuntime { own, .. } => {
-                let batch = self.tensors.batch_of(input.len())?;
-                own.run(&self.tensors, batch, input, out)
+                let (batch, parts) = self.tensors.split_inputs(input)?;
+                own.run(&self.tensors, batch, &parts, out)
             }
         }
     }
 
     fn tensors(&self) -> Option<&Tensors> {
         Some(&self.tensors)
+    }
+
+    fn tensor_config(&self, name: &str) -> TensorConfig {
+        self.tensor_configs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.clone())
+            .unwrap_or_default()
+    }
+
+    fn labels(&self, output: &str) -> Option<Arc<[String]>> {
+        self.labels
+            .iter()
+            .find(|(o, _)| o == output)
+            .map(|(_, l)| Arc::clone(l))
     }
 }
 
@@ -392,16 +471,13 @@ impl Session {
     /// `out` receives the outputs the same way.
     pub fn run(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
         out.clear();
-        let batch = self.tensors.batch_of(input.len())?;
+        let (batch, parts) = self.tensors.split_inputs(input)?;
         let plans = match &self.run {
             Run::Tract(plans) => plans,
-            Run::OnnxRuntime(runner) => return runner.run(&self.tensors, batch, input, out),
+            Run::OnnxRuntime(runner) => return runner.run(&self.tensors, batch, &parts, out),
         };
         let mut values: TVec<TValue> = TVec::with_capacity(self.tensors.inputs.len());
-        let mut rest = input;
-        for spec in &self.tensors.inputs {
-            let (bytes, tail) = rest.split_at(spec.item_bytes() * batch);
-            rest = tail;
+        for (spec, bytes) in self.tensors.inputs.iter().zip(parts) {
             let shape: Vec<usize> = self
                 .tensors
                 .shape(spec, batch)
@@ -429,43 +505,68 @@ impl Session {
     }
 }
 
+/// A tract tensor of `shape` from an input's payload bytes.
 fn to_tensor(t: DataType, shape: &[usize], bytes: &[u8]) -> Result<Tensor, CallError> {
-    let internal = |e: TractError| CallError::Internal(format!("{e:#}"));
-    Ok(match t {
-        DataType::Uint8 => Tensor::from_shape(shape, bytes).map_err(internal)?,
-        DataType::Int32 => {
-            let mut v = Tensor::zero::<i32>(shape).map_err(internal)?;
-            let s = v.as_slice_mut::<i32>().map_err(internal)?;
-            for (d, c) in s.iter_mut().zip(bytes.chunks_exact(4)) {
-                *d = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
-            v
-        }
-        DataType::Fp32 => {
-            let mut v = Tensor::zero::<f32>(shape).map_err(internal)?;
-            let s = v.as_slice_mut::<f32>().map_err(internal)?;
-            for (d, c) in s.iter_mut().zip(bytes.chunks_exact(4)) {
-                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
-            v
-        }
-    })
-}
-
-fn from_tensor(t: DataType, value: &Tensor, out: &mut Vec<u8>) -> Result<(), CallError> {
+    fn typed<T: Le + Datum>(shape: &[usize], bytes: &[u8]) -> TractResult<Tensor> {
+        Tensor::from_shape(shape, &element::decode::<T>(bytes))
+    }
     let internal = |e: TractError| CallError::Internal(format!("{e:#}"));
     match t {
-        DataType::Uint8 => out.extend_from_slice(value.as_slice::<u8>().map_err(internal)?),
-        DataType::Int32 => {
-            for v in value.as_slice::<i32>().map_err(internal)? {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
+        DataType::Bool => typed::<bool>(shape, bytes),
+        DataType::Uint8 => Tensor::from_shape(shape, bytes),
+        DataType::Uint16 => typed::<u16>(shape, bytes),
+        DataType::Uint32 => typed::<u32>(shape, bytes),
+        DataType::Uint64 => typed::<u64>(shape, bytes),
+        DataType::Int8 => typed::<i8>(shape, bytes),
+        DataType::Int16 => typed::<i16>(shape, bytes),
+        DataType::Int32 => typed::<i32>(shape, bytes),
+        DataType::Int64 => typed::<i64>(shape, bytes),
+        DataType::Fp16 => {
+            let bits = element::decode::<u16>(bytes);
+            let v: Vec<f16> = bits.into_iter().map(f16::from_bits).collect();
+            Tensor::from_shape(shape, &v)
         }
-        DataType::Fp32 => {
-            for v in value.as_slice::<f32>().map_err(internal)? {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
+        DataType::Fp32 => typed::<f32>(shape, bytes),
+        DataType::Fp64 => typed::<f64>(shape, bytes),
+        DataType::Bytes => {
+            let strings = element::strings(bytes).map_err(CallError::BadRequest)?;
+            tract_ndarray::ArrayD::from_shape_vec(shape, strings)
+                .map(IntoTensor::into_tensor)
+                .map_err(TractError::from)
         }
+        DataType::Bf16 => unreachable!("a model with BF16 tensors is refused at load"),
     }
-    Ok(())
+    .map_err(internal)
+}
+
+/// Appends an output tensor's elements as payload bytes.
+fn from_tensor(t: DataType, value: &Tensor, out: &mut Vec<u8>) -> Result<(), CallError> {
+    fn typed<T: Le + Datum>(value: &Tensor, out: &mut Vec<u8>) -> TractResult<()> {
+        element::encode(value.as_slice::<T>()?, out);
+        Ok(())
+    }
+    let internal = |e: TractError| CallError::Internal(format!("{e:#}"));
+    match t {
+        DataType::Bool => typed::<bool>(value, out),
+        DataType::Uint8 => typed::<u8>(value, out),
+        DataType::Uint16 => typed::<u16>(value, out),
+        DataType::Uint32 => typed::<u32>(value, out),
+        DataType::Uint64 => typed::<u64>(value, out),
+        DataType::Int8 => typed::<i8>(value, out),
+        DataType::Int16 => typed::<i16>(value, out),
+        DataType::Int32 => typed::<i32>(value, out),
+        DataType::Int64 => typed::<i64>(value, out),
+        DataType::Fp16 => value.as_slice::<f16>().map(|v| {
+            let bits: Vec<u16> = v.iter().map(|x| x.to_bits()).collect();
+            element::encode(&bits, out)
+        }),
+        DataType::Fp32 => typed::<f32>(value, out),
+        DataType::Fp64 => typed::<f64>(value, out),
+        DataType::Bytes => value.as_slice::<String>().map(|v| {
+            v.iter()
+                .for_each(|s| accel::tensors::push_bytes_element(s.as_bytes(), out))
+        }),
+        DataType::Bf16 => unreachable!("a model with BF16 tensors is refused at load"),
+    }
+    .map_err(internal)
 }

@@ -22,7 +22,9 @@ use accel::CallError;
 use ort::environment::Environment;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::Session;
-use ort::value::{TensorElementType, TensorRef, ValueType};
+use ort::value::{PrimitiveTensorElementType, Tensor, TensorElementType, TensorRef, ValueType};
+
+use crate::element::{self, Le};
 
 /// The variable `ort` reads when no path is configured.
 pub const LIBRARY_VARIABLE: &str = "ORT_DYLIB_PATH";
@@ -69,9 +71,9 @@ pub struct Runner {
 
 struct Scratch {
     session: Session,
-    /// One buffer per 32-bit input: the payload's bytes are not aligned for `f32`/
+    /// One buffer per FP32/INT32 input: the payload's bytes are not aligned for `f32`/
     /// `i32`, so each call copies them here (16 KiB for 64 digits), reused call after
-    /// call.
+    /// call. Inputs of the other types are copied into a value of their own per call.
     words: Vec<Vec<u32>>,
 }
 
@@ -117,23 +119,20 @@ impl Runner {
         })
     }
 
-    /// Runs one call of `batch` items: `input` holds the inputs' elements tensor after
-    /// tensor; `out` receives the outputs' the same way.
+    /// Runs one call of `batch` items: `parts` holds each input's bytes (see
+    /// `accel::tensors`); `out` receives the outputs' one after the other.
     pub fn run(
         &self,
         tensors: &Tensors,
         batch: usize,
-        input: &[u8],
+        parts: &[&[u8]],
         out: &mut Vec<u8>,
     ) -> Result<(), CallError> {
         let internal = |e: ort::Error| CallError::Internal(format!("ONNX Runtime: {e}"));
         let mut guard = self.session.lock().unwrap_or_else(|p| p.into_inner());
         let Scratch { session, words } = &mut *guard;
-        let mut rest = input;
-        for (spec, buffer) in tensors.inputs.iter().zip(words.iter_mut()) {
-            let (bytes, tail) = rest.split_at(spec.item_bytes() * batch);
-            rest = tail;
-            if spec.datatype != DataType::Uint8 {
+        for ((spec, bytes), buffer) in tensors.inputs.iter().zip(parts).zip(words.iter_mut()) {
+            if matches!(spec.datatype, DataType::Fp32 | DataType::Int32) {
                 buffer.clear();
                 buffer.extend(
                     bytes
@@ -143,67 +142,132 @@ impl Runner {
             }
         }
         let mut values = Vec::with_capacity(tensors.inputs.len());
-        let mut rest = input;
-        for (spec, buffer) in tensors.inputs.iter().zip(words.iter()) {
-            let (bytes, tail) = rest.split_at(spec.item_bytes() * batch);
-            rest = tail;
+        for ((spec, bytes), buffer) in tensors.inputs.iter().zip(parts).zip(words.iter()) {
             let shape: Vec<i64> = tensors
                 .shape(spec, batch)
                 .into_iter()
                 .map(|d| d as i64)
                 .collect();
             let value = match spec.datatype {
-                DataType::Uint8 => TensorRef::from_array_view((shape, bytes))
+                // The digits path: views, no allocation per call.
+                DataType::Uint8 => TensorRef::from_array_view((shape, *bytes))
                     .map_err(internal)?
-                    .into_dyn(),
+                    .into_dyn()
+                    .into(),
                 DataType::Fp32 => TensorRef::from_array_view((shape, as_f32(buffer)))
                     .map_err(internal)?
-                    .into_dyn(),
+                    .into_dyn()
+                    .into(),
                 DataType::Int32 => TensorRef::from_array_view((shape, as_i32(buffer)))
                     .map_err(internal)?
-                    .into_dyn(),
+                    .into_dyn()
+                    .into(),
+                other => owned_input(other, shape, bytes)?,
             };
-            values.push(ort::session::SessionInputValue::from(value));
+            values.push(value);
         }
         let results = session.run(values.as_slice()).map_err(internal)?;
         out.clear();
         for (ix, spec) in tensors.outputs.iter().enumerate() {
-            let value = &results[ix];
             let want = spec.item_elements() * batch;
-            let wrong = |len: usize| {
-                CallError::Internal(format!(
-                    "output `{}` has {len} elements, {want} expected",
+            let got = push_output(spec.datatype, &results[ix], out).map_err(internal)?;
+            if got != want {
+                return Err(CallError::Internal(format!(
+                    "output `{}` has {got} elements, {want} expected",
                     spec.name
-                ))
-            };
-            match spec.datatype {
-                DataType::Uint8 => {
-                    let (_, v) = value.try_extract_tensor::<u8>().map_err(internal)?;
-                    if v.len() != want {
-                        return Err(wrong(v.len()));
-                    }
-                    out.extend_from_slice(v);
-                }
-                DataType::Int32 => {
-                    let (_, v) = value.try_extract_tensor::<i32>().map_err(internal)?;
-                    if v.len() != want {
-                        return Err(wrong(v.len()));
-                    }
-                    v.iter()
-                        .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
-                }
-                DataType::Fp32 => {
-                    let (_, v) = value.try_extract_tensor::<f32>().map_err(internal)?;
-                    if v.len() != want {
-                        return Err(wrong(v.len()));
-                    }
-                    v.iter()
-                        .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
-                }
+                )));
             }
         }
         Ok(())
     }
+}
+
+/// An input of the other types, as a value of its own (one copy per call).
+fn owned_input(
+    t: DataType,
+    shape: Vec<i64>,
+    bytes: &[u8],
+) -> Result<ort::session::SessionInputValue<'static>, CallError> {
+    fn typed<T: Le + PrimitiveTensorElementType + std::fmt::Debug + 'static>(
+        shape: Vec<i64>,
+        bytes: &[u8],
+    ) -> ort::Result<ort::value::DynValue> {
+        Ok(Tensor::from_array((shape, element::decode::<T>(bytes)))?.into_dyn())
+    }
+    let value = match t {
+        DataType::Bool => typed::<bool>(shape, bytes),
+        DataType::Uint16 => typed::<u16>(shape, bytes),
+        DataType::Uint32 => typed::<u32>(shape, bytes),
+        DataType::Uint64 => typed::<u64>(shape, bytes),
+        DataType::Int8 => typed::<i8>(shape, bytes),
+        DataType::Int16 => typed::<i16>(shape, bytes),
+        DataType::Int64 => typed::<i64>(shape, bytes),
+        DataType::Fp64 => typed::<f64>(shape, bytes),
+        DataType::Bytes => {
+            let strings = element::strings(bytes).map_err(CallError::BadRequest)?;
+            Tensor::from_string_array((shape, strings.as_slice())).map(|t| t.into_dyn())
+        }
+        DataType::Uint8 | DataType::Int32 | DataType::Fp32 => {
+            unreachable!("viewed without a copy")
+        }
+        DataType::Fp16 | DataType::Bf16 => unreachable!("refused at load (see `element_type`)"),
+    };
+    value
+        .map(Into::into)
+        .map_err(|e| CallError::Internal(format!("ONNX Runtime: {e}")))
+}
+
+/// Appends an output's elements as payload bytes; how many there were.
+fn push_output(t: DataType, value: &ort::value::DynValue, out: &mut Vec<u8>) -> ort::Result<usize> {
+    fn typed<T: Le + PrimitiveTensorElementType + 'static>(
+        value: &ort::value::DynValue,
+        out: &mut Vec<u8>,
+    ) -> ort::Result<usize> {
+        let (_, v) = value.try_extract_tensor::<T>()?;
+        element::encode(v, out);
+        Ok(v.len())
+    }
+    match t {
+        DataType::Bool => typed::<bool>(value, out),
+        DataType::Uint8 => typed::<u8>(value, out),
+        DataType::Uint16 => typed::<u16>(value, out),
+        DataType::Uint32 => typed::<u32>(value, out),
+        DataType::Uint64 => typed::<u64>(value, out),
+        DataType::Int8 => typed::<i8>(value, out),
+        DataType::Int16 => typed::<i16>(value, out),
+        DataType::Int32 => typed::<i32>(value, out),
+        DataType::Int64 => typed::<i64>(value, out),
+        DataType::Fp32 => typed::<f32>(value, out),
+        DataType::Fp64 => typed::<f64>(value, out),
+        DataType::Bytes => {
+            let (_, strings) = value.try_extract_strings()?;
+            strings
+                .iter()
+                .for_each(|s| accel::tensors::push_bytes_element(s.as_bytes(), out));
+            Ok(strings.len())
+        }
+        DataType::Fp16 | DataType::Bf16 => unreachable!("refused at load (see `element_type`)"),
+    }
+}
+
+/// ONNX Runtime's element type for `t`; `None` for FP16 and BF16, which this engine
+/// does not take yet (the `ort` crate needs its `half` feature for them).
+fn element_type(t: DataType) -> Option<TensorElementType> {
+    Some(match t {
+        DataType::Bool => TensorElementType::Bool,
+        DataType::Uint8 => TensorElementType::Uint8,
+        DataType::Uint16 => TensorElementType::Uint16,
+        DataType::Uint32 => TensorElementType::Uint32,
+        DataType::Uint64 => TensorElementType::Uint64,
+        DataType::Int8 => TensorElementType::Int8,
+        DataType::Int16 => TensorElementType::Int16,
+        DataType::Int32 => TensorElementType::Int32,
+        DataType::Int64 => TensorElementType::Int64,
+        DataType::Fp32 => TensorElementType::Float32,
+        DataType::Fp64 => TensorElementType::Float64,
+        DataType::Bytes => TensorElementType::String,
+        DataType::Fp16 | DataType::Bf16 => return None,
+    })
 }
 
 /// The words of a 32-bit input, seen as what they are (same size and alignment).
@@ -232,10 +296,12 @@ fn fits(what: &str, spec: &TensorSpec, dtype: &ValueType, batched: bool) -> Resu
     let ValueType::Tensor { ty, shape, .. } = dtype else {
         return mismatch("has a value that is not a tensor".into());
     };
-    let element = match spec.datatype {
-        DataType::Uint8 => TensorElementType::Uint8,
-        DataType::Int32 => TensorElementType::Int32,
-        DataType::Fp32 => TensorElementType::Float32,
+    let Some(element) = element_type(spec.datatype) else {
+        return Err(format!(
+            "{what} `{}`: the onnxruntime engine has no {} tensors in netaccel yet (use backend = \"tract\" for FP16)",
+            spec.name,
+            spec.datatype.config_name()
+        ));
     };
     if *ty != element {
         return mismatch(format!("has {ty:?}"));

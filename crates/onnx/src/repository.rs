@@ -29,7 +29,12 @@ pub struct Found {
     pub onnx: Vec<u8>,
     pub config_text: Vec<u8>,
     pub config: ModelConfig,
+    /// Each labelled output's labels, one a line of its label file.
+    pub labels: Vec<(String, Vec<String>)>,
 }
+
+/// Largest label file.
+pub const LABELS_BYTES_MAX: usize = 1 << 20;
 
 /// What reading a repository gave.
 pub struct Scan {
@@ -98,6 +103,12 @@ fn read_model(folder: &Path) -> Result<Found, String> {
         &folder.join(version.to_string()).join("model.onnx"),
         MODEL_BYTES_MAX,
     )?;
+    let mut labels = Vec::with_capacity(config.label_files.len());
+    for (output, file) in &config.label_files {
+        let text = read_bounded(&folder.join(file), LABELS_BYTES_MAX)?;
+        let text = String::from_utf8(text).map_err(|_| format!("{file}: not UTF-8"))?;
+        labels.push((output.clone(), text.lines().map(str::to_string).collect()));
+    }
     Ok(Found {
         name,
         version,
@@ -105,6 +116,7 @@ fn read_model(folder: &Path) -> Result<Found, String> {
         onnx,
         config_text,
         config,
+        labels,
     })
 }
 

@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 use super::pb::grpc_inference_service_server::GrpcInferenceService;
 use super::pb::model_metadata_response::TensorMetadata;
 use super::pb::{
-    model_instance_group, model_version_policy, CudaSharedMemoryRegisterRequest,
+    model_input, model_instance_group, model_version_policy, CudaSharedMemoryRegisterRequest,
     CudaSharedMemoryRegisterResponse, CudaSharedMemoryStatusRequest,
     CudaSharedMemoryStatusResponse, CudaSharedMemoryUnregisterRequest,
     CudaSharedMemoryUnregisterResponse, DataType as ConfigType, ModelConfig, ModelConfigRequest,
@@ -33,12 +33,9 @@ use crate::front::oip::stats::{self, Statistics};
 use crate::front::oip::{node_ready, EXTENSIONS};
 use crate::front::oip::{DataType, Signature, OUTPUT, VERSION};
 
+/// The protobuf enum of a datatype: its value named as the model configuration names it.
 fn config_type(dt: DataType) -> ConfigType {
-    match dt {
-        DataType::Uint8 => ConfigType::TypeUint8,
-        DataType::Int32 => ConfigType::TypeInt32,
-        DataType::Fp32 => ConfigType::TypeFp32,
-    }
+    ConfigType::from_str_name(dt.config_name()).expect("every datatype has a config enum value")
 }
 
 /// Triton's model configuration, the fields clients and `perf_analyzer` read (as
@@ -46,7 +43,7 @@ fn config_type(dt: DataType) -> ConfigType {
 fn model_config(accel: &dyn Accelerator) -> ModelConfig {
     let d = accel.descriptor();
     if let Some(t) = accel.tensors() {
-        return declared_config(d, t);
+        return declared_config(accel, d, t);
     }
     let sig = Signature::of(d);
     let data_type = config_type(sig.datatype) as i32;
@@ -88,17 +85,26 @@ fn model_config(accel: &dyn Accelerator) -> ModelConfig {
 /// The configuration of a model that declares its tensors, as `GET
 /// /v2/models/{m}/config` gives it: its `max_batch_size`, and Triton's `dims` leaving
 /// out the batch axis.
-fn declared_config(d: &Descriptor, t: &Tensors) -> ModelConfig {
+fn declared_config(accel: &dyn Accelerator, d: &Descriptor, t: &Tensors) -> ModelConfig {
     let input = |s: &TensorSpec| ModelInput {
         name: s.name.clone(),
         data_type: config_type(s.datatype) as i32,
         dims: s.dims.iter().map(|&d| d as i64).collect(),
+        format: accel
+            .tensor_config(&s.name)
+            .format
+            .and_then(|f| model_input::Format::from_str_name(&f))
+            .map_or(0, |f| f as i32),
         ..Default::default()
     };
     let output = |s: &TensorSpec| ModelOutput {
         name: s.name.clone(),
         data_type: config_type(s.datatype) as i32,
         dims: s.dims.iter().map(|&d| d as i64).collect(),
+        label_filename: accel
+            .tensor_config(&s.name)
+            .label_filename
+            .unwrap_or_default(),
         ..Default::default()
     };
     ModelConfig {

@@ -19,9 +19,12 @@ use super::pb::infer_parameter::ParameterChoice;
 use super::pb::model_infer_request::InferInputTensor;
 use super::pb::model_infer_response::InferOutputTensor;
 use super::pb::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
+use crate::front::oip::classify;
+use crate::front::oip::elements::{self, Scalar};
 use crate::front::oip::infer::{
     call_params, check_input, check_output, input_size, order_inputs, output_shape, shape_params,
 };
+use crate::front::oip::outputs::{self, Requested, Wanted};
 use crate::front::oip::{declared, DataType, Signature, OUTPUT, VERSION};
 
 /// A decoded request: what the accelerator is called with, and how to answer.
@@ -36,6 +39,8 @@ pub struct InferCall {
 #[derive(Debug)]
 pub struct Reply {
     id: String,
+    /// Which outputs to answer (gRPC answers every one raw).
+    requested: Requested,
     shapes: Shapes,
 }
 
@@ -64,11 +69,15 @@ pub fn decode(accel: &dyn Accelerator, req: &ModelInferRequest) -> Result<InferC
     let d = accel.descriptor();
     let sourced = sources(req)?;
     if let Some(t) = accel.tensors() {
-        return decode_declared(d, t, req, &sourced);
+        let mut call = decode_declared(d, t, req, &sourced)?;
+        classify::prepare(&mut call.reply.requested, accel)?;
+        return Ok(call);
     }
     let sig = Signature::of(d);
     let ordered = order_inputs(d, sig, &sourced, |(i, _)| &i.name)?;
-    decode_builtin(d, sig, req, ordered)
+    let mut call = decode_builtin(d, sig, req, ordered)?;
+    classify::prepare(&mut call.reply.requested, accel)?;
+    Ok(call)
 }
 
 /// Decodes a request for a model that declares its tensors, by the rules the v2 HTTP
@@ -80,15 +89,9 @@ fn decode_declared(
     req: &ModelInferRequest,
     sourced: &[(&InferInputTensor, Source<'_>)],
 ) -> Result<InferCall, String> {
-    // The most bytes the message's contents can stand for (a typed value is at most 4
-    // bytes of payload): no input may claim more before its contents are checked.
-    let carried: usize = sourced
-        .iter()
-        .map(|(_, source)| match source {
-            Source::Raw(bytes) => bytes.len(),
-            Source::Typed(c) => typed_len(c).saturating_mul(4),
-        })
-        .sum();
+    // The most bytes the message's contents can stand for: no input may claim more
+    // before its contents are checked.
+    let carried: usize = sourced.iter().map(|(_, source)| most_bytes(source)).sum();
     let (planned, batch) = declared::plan(
         d,
         t,
@@ -110,14 +113,13 @@ fn decode_declared(
         pairs.push((key.as_str(), param_text(key, value)?));
     }
     let params = declared::params(d, pairs.iter().map(|(k, v)| (*k, v.as_str())))?;
-    for output in &req.outputs {
-        declared::check_output(d, t, &output.name)?;
-    }
+    let requested = requested(req, |name| declared::check_output(d, t, name))?;
     Ok(InferCall {
         params,
         payload,
         reply: Reply {
             id: req.id.clone(),
+            requested,
             shapes: Shapes::Declared(declared::Shapes::new(t, batch)),
         },
     })
@@ -137,10 +139,13 @@ fn sources(req: &ModelInferRequest) -> Result<Vec<(&InferInputTensor, Source<'_>
     let mut sourced = Vec::with_capacity(req.inputs.len());
     for (k, input) in req.inputs.iter().enumerate() {
         let source = match (raw.get(k), &input.contents) {
+            // Triton's words first: its clients match on them.
             (Some(_), Some(_)) => {
                 return Err(format!(
-                    "input {} has typed contents although the request uses raw_input_contents",
-                    input.name
+                    "contents field must not be specified when using raw_input_contents for '{name}' for model '{model}' \
+                     (input {name} has typed contents although the request uses raw_input_contents)",
+                    name = input.name,
+                    model = req.model_name
                 ))
             }
             (Some(bytes), None) => Source::Raw(bytes),
@@ -194,14 +199,13 @@ fn decode_builtin(
         pairs.push((key.clone(), param_text(key, value)?));
     }
     let params = call_params(d, shape_pairs, pairs)?;
-    for output in &req.outputs {
-        check_output(d, &output.name)?;
-    }
+    let requested = requested(req, |name| check_output(d, name))?;
     Ok(InferCall {
         params,
         payload,
         reply: Reply {
             id: req.id.clone(),
+            requested,
             shapes: Shapes::Builtin {
                 sig,
                 input_shape: shapes.swap_remove(0),
@@ -215,15 +219,39 @@ fn decode_builtin(
 fn carried_bytes(source: &Source<'_>, datatype: DataType) -> usize {
     match source {
         Source::Raw(bytes) => bytes.len(),
+        Source::Typed(c) => typed_field(c, datatype)
+            .map_or(0, |(_, n)| n)
+            .saturating_mul(datatype.size()),
+    }
+}
+
+/// The most payload bytes an input's contents can stand for, whatever its datatype:
+/// a typed value takes at most 8 bytes, a string its length and 4.
+fn most_bytes(source: &Source<'_>) -> usize {
+    match source {
+        Source::Raw(bytes) => bytes.len(),
         Source::Typed(c) => {
-            let elements = match datatype {
-                DataType::Uint8 => c.uint_contents.len(),
-                DataType::Int32 => c.int_contents.len(),
-                DataType::Fp32 => c.fp32_contents.len(),
-            };
-            elements.saturating_mul(datatype.size())
+            let strings: usize = c.bytes_contents.iter().map(Vec::len).sum();
+            typed_len(c).saturating_mul(8).saturating_add(strings)
         }
     }
+}
+
+/// The typed field that holds values of `datatype` (as Triton maps them) and how
+/// many it has; `None` for FP16 and BF16, which have no typed field.
+fn typed_field(c: &InferTensorContents, datatype: DataType) -> Option<(&'static str, usize)> {
+    use DataType as D;
+    Some(match datatype {
+        D::Bool => ("bool_contents", c.bool_contents.len()),
+        D::Uint8 | D::Uint16 | D::Uint32 => ("uint_contents", c.uint_contents.len()),
+        D::Uint64 => ("uint64_contents", c.uint64_contents.len()),
+        D::Int8 | D::Int16 | D::Int32 => ("int_contents", c.int_contents.len()),
+        D::Int64 => ("int64_contents", c.int64_contents.len()),
+        D::Fp32 => ("fp32_contents", c.fp32_contents.len()),
+        D::Fp64 => ("fp64_contents", c.fp64_contents.len()),
+        D::Bytes => ("bytes_contents", c.bytes_contents.len()),
+        D::Fp16 | D::Bf16 => return None,
+    })
 }
 
 /// Appends one input's `bytes` (of `count` elements) to the payload, little-endian.
@@ -238,7 +266,7 @@ fn push_input(
     let name = &input.name;
     match source {
         Source::Raw(raw) => {
-            if raw.len() != bytes {
+            if datatype.fixed_size().is_some() && raw.len() != bytes {
                 return Err(format!(
                     "input {name} of shape {:?} and datatype {} is {bytes} bytes, its raw_input_contents has {}",
                     input.shape,
@@ -246,47 +274,63 @@ fn push_input(
                     raw.len()
                 ));
             }
+            elements::check_binary(datatype, count, raw)
+                .map_err(|e| format!("input {name} (raw_input_contents): {e}"))?;
             payload.extend_from_slice(raw);
         }
-        Source::Typed(c) => {
-            let (field, given) = match datatype {
-                DataType::Uint8 => ("uint_contents", c.uint_contents.len()),
-                DataType::Int32 => ("int_contents", c.int_contents.len()),
-                DataType::Fp32 => ("fp32_contents", c.fp32_contents.len()),
-            };
-            let elsewhere = typed_len(c) - given;
-            if elsewhere > 0 {
-                return Err(format!(
-                    "input {name} is {}: its values go in {field}, {elsewhere} value(s) are in other fields",
-                    datatype.name()
-                ));
-            }
-            if given != count {
-                return Err(format!(
-                    "input {name} has shape {:?} ({count} elements) but {given} values in {field}",
-                    input.shape
-                ));
-            }
-            match datatype {
-                DataType::Uint8 => {
-                    for &v in &c.uint_contents {
-                        let v = u8::try_from(v)
-                            .map_err(|_| format!("input {name}: {v} is not a UINT8 value"))?;
-                        payload.push(v);
-                    }
-                }
-                DataType::Int32 => {
-                    for v in &c.int_contents {
-                        payload.extend_from_slice(&v.to_le_bytes());
-                    }
-                }
-                DataType::Fp32 => {
-                    for v in &c.fp32_contents {
-                        payload.extend_from_slice(&v.to_le_bytes());
-                    }
-                }
-            }
+        Source::Typed(c) => push_typed(input, c, datatype, count, payload)?,
+    }
+    Ok(())
+}
+
+/// Appends an input's typed `contents`: every value in its datatype's field, as many
+/// as its shape says, each in range.
+fn push_typed(
+    input: &InferInputTensor,
+    c: &InferTensorContents,
+    datatype: DataType,
+    count: usize,
+    payload: &mut Vec<u8>,
+) -> Result<(), String> {
+    let name = &input.name;
+    let Some((field, given)) = typed_field(c, datatype) else {
+        return Err(format!(
+            "input {name} is {}: it has no typed contents field, send it in raw_input_contents",
+            datatype.name()
+        ));
+    };
+    let elsewhere = typed_len(c) - given;
+    if elsewhere > 0 {
+        return Err(format!(
+            "input {name} is {}: its values go in {field}, {elsewhere} value(s) are in other fields",
+            datatype.name()
+        ));
+    }
+    if given != count {
+        return Err(format!(
+            "input {name} has shape {:?} ({count} elements) but {given} values in {field}",
+            input.shape
+        ));
+    }
+    use DataType as D;
+    let values: Box<dyn Iterator<Item = Scalar<'_>>> = match datatype {
+        D::Bool => Box::new(c.bool_contents.iter().map(|&v| Scalar::Bool(v))),
+        D::Uint8 | D::Uint16 | D::Uint32 => {
+            Box::new(c.uint_contents.iter().map(|&v| Scalar::Unsigned(v.into())))
         }
+        D::Uint64 => Box::new(c.uint64_contents.iter().map(|&v| Scalar::Unsigned(v))),
+        D::Int8 | D::Int16 | D::Int32 => {
+            Box::new(c.int_contents.iter().map(|&v| Scalar::Signed(v.into())))
+        }
+        D::Int64 => Box::new(c.int64_contents.iter().map(|&v| Scalar::Signed(v))),
+        D::Fp32 => Box::new(c.fp32_contents.iter().map(|&v| Scalar::Float(v.into()))),
+        D::Fp64 => Box::new(c.fp64_contents.iter().map(|&v| Scalar::Float(v))),
+        D::Bytes => Box::new(c.bytes_contents.iter().map(|v| Scalar::Bytes(v))),
+        D::Fp16 | D::Bf16 => unreachable!("no typed field, refused above"),
+    };
+    for value in values {
+        elements::push_element(datatype, value, payload)
+            .ok_or_else(|| format!("input {name}: {value:?} is not a {} value", datatype.name()))?;
     }
     Ok(())
 }
@@ -317,36 +361,106 @@ fn param_text(key: &str, value: &InferParameter) -> Result<String, String> {
     }
 }
 
-/// The response for a call's `output`: one output tensor, its bytes in
+/// The outputs a request asks for (all, without a list), each name checked by
+/// `check`, with the classification extension's class count where one asks for it.
+fn requested(
+    req: &ModelInferRequest,
+    check: impl Fn(&str) -> Result<(), String>,
+) -> Result<Requested, String> {
+    if req.outputs.is_empty() {
+        return Ok(Requested::default());
+    }
+    let mut list: Vec<Wanted> = Vec::with_capacity(req.outputs.len());
+    for output in &req.outputs {
+        check(&output.name)?;
+        if list.iter().any(|w| w.name == output.name) {
+            return Err(format!(
+                "output {} is requested more than once",
+                output.name
+            ));
+        }
+        let classes = match output
+            .parameters
+            .get("classification")
+            .and_then(|p| p.parameter_choice.as_ref())
+        {
+            None => None,
+            Some(ParameterChoice::Int64Param(n)) if *n > 0 => Some(*n as u64),
+            Some(ParameterChoice::Uint64Param(n)) => Some(*n),
+            Some(_) => {
+                return Err(format!(
+                    "output {}: classification must be a positive integer",
+                    output.name
+                ))
+            }
+        };
+        list.push(Wanted {
+            name: output.name.clone(),
+            binary: true,
+            class_count: outputs::class_count(classes, &output.name)?,
+            labels: None,
+        });
+    }
+    Ok(Requested {
+        default_binary: true,
+        list: Some(list),
+        batched: false,
+    })
+}
+
+/// The response for a call's `output`: the requested output tensors, their bytes in
 /// `raw_output_contents` (as Triton answers, and as clients read fastest).
 pub fn encode(model: &str, reply: &Reply, output: Vec<u8>) -> ModelInferResponse {
-    let tensor = |name: &str, datatype: DataType, shape: &[u64]| InferOutputTensor {
+    let given = match &reply.shapes {
+        Shapes::Builtin { sig, input_shape } => {
+            // One output, moved into the answer without a copy (a built-in's one
+            // output is always the one asked for, and is never classified).
+            let shape = output_shape(*sig, input_shape, output.len());
+            debug_assert!(reply
+                .requested
+                .list
+                .iter()
+                .flatten()
+                .all(|w| w.class_count.is_none()));
+            return response(
+                model,
+                reply,
+                vec![tensor(OUTPUT, sig.datatype, &shape)],
+                vec![Bytes::from(output)],
+            );
+        }
+        Shapes::Declared(shapes) => shapes
+            .outputs(&output)
+            .map(|(spec, shape, bytes)| (spec.name.as_str(), spec.datatype, shape, bytes))
+            .collect(),
+    };
+    // One copy per tensor: raw_output_contents holds one byte string per output.
+    let (outputs, raw) = outputs::answer(&reply.requested, given)
+        .into_iter()
+        .map(|t| {
+            let bytes = Bytes::copy_from_slice(&t.bytes);
+            (tensor(&t.wanted.name, t.datatype, &t.shape), bytes)
+        })
+        .unzip();
+    response(model, reply, outputs, raw)
+}
+
+fn tensor(name: &str, datatype: DataType, shape: &[u64]) -> InferOutputTensor {
+    InferOutputTensor {
         name: name.to_string(),
         datatype: datatype.name().to_string(),
         shape: shape.iter().map(|&s| s as i64).collect(),
         parameters: Default::default(),
         contents: None,
-    };
-    let (outputs, raw) = match &reply.shapes {
-        Shapes::Builtin { sig, input_shape } => {
-            let shape = output_shape(*sig, input_shape, output.len());
-            (
-                vec![tensor(OUTPUT, sig.datatype, &shape)],
-                vec![Bytes::from(output)],
-            )
-        }
-        // Every output, in declared order, each its slice of the call's output (one
-        // copy per tensor: raw_output_contents holds one byte string per output).
-        Shapes::Declared(shapes) => shapes
-            .outputs(&output)
-            .map(|(spec, shape, bytes)| {
-                (
-                    tensor(&spec.name, spec.datatype, &shape),
-                    Bytes::copy_from_slice(bytes),
-                )
-            })
-            .unzip(),
-    };
+    }
+}
+
+fn response(
+    model: &str,
+    reply: &Reply,
+    outputs: Vec<InferOutputTensor>,
+    raw: Vec<Bytes>,
+) -> ModelInferResponse {
     ModelInferResponse {
         model_name: model.to_string(),
         model_version: VERSION.to_string(),
@@ -529,7 +643,12 @@ mod tests {
         assert!(err("echo", typed(wrong_field, &[1])).contains("other fields"));
         let mut both = raw1("UINT8", &[1], vec![1]);
         both.inputs[0].contents = Some(u(vec![1]));
-        assert!(err("echo", both).contains("typed contents"));
+        let e = err("echo", both);
+        assert!(e.contains("typed contents"), "{e}");
+        assert!(
+            e.starts_with("contents field must not be specified when using raw_input_contents for 'INPUT0' for model 'm'"),
+            "{e}"
+        );
         // Parameters: numbers or strings, agreeing with the shape.
         let mut sobel = raw1("UINT8", &[1, 2], vec![0; 2]);
         sobel.parameters.insert("width".into(), int(3));

@@ -82,10 +82,11 @@ pub(crate) fn plan<'a, I>(
             shape,
         } = head(input);
         if datatype != spec.datatype.name() {
-            return Err(format!(
-                "input {name} of model {} has datatype {datatype}, expected {}",
-                d.name,
-                spec.datatype.name()
+            return Err(super::elements::wrong_datatype(
+                &d.name,
+                name,
+                datatype,
+                spec.datatype,
             ));
         }
         let want = t.declared_shape(spec);
@@ -170,23 +171,22 @@ impl Shapes {
 
     /// Every output of a call's `output`, in declared order: its declaration, its
     /// shape for this batch, and its bytes. The session checked every output's size;
-    /// a short output gives short tensors rather than a panic.
+    /// an output that is not what the model declares (only a broken engine gives one)
+    /// gives empty tensors rather than a panic.
     pub(crate) fn outputs<'o>(
         &'o self,
         output: &'o [u8],
     ) -> impl Iterator<Item = (&'o TensorSpec, Vec<u64>, &'o [u8])> + 'o {
-        let mut offset = 0;
-        self.tensors.outputs.iter().map(move |spec| {
-            let len = spec.item_bytes() * self.batch;
-            let start = offset.min(output.len());
-            let end = (offset + len).min(output.len());
-            offset += len;
-            (
-                spec,
-                self.tensors.shape(spec, self.batch),
-                &output[start..end],
-            )
-        })
+        let parts = self
+            .tensors
+            .split_outputs(self.batch, output)
+            .unwrap_or_else(|_| vec![&[][..]; self.tensors.outputs.len()]);
+        debug_assert_eq!(parts.len(), self.tensors.outputs.len());
+        self.tensors
+            .outputs
+            .iter()
+            .zip(parts)
+            .map(move |(spec, bytes)| (spec, self.tensors.shape(spec, self.batch), bytes))
     }
 }
 
@@ -299,12 +299,13 @@ mod tests {
     #[test]
     fn binary_output_follows_the_json_in_declared_order() {
         let m = Example::default();
+        // Every output (none named), binary by the request's default.
         let body = req(json!({
             "inputs": [
                 {"name": "bytes", "shape": [1, 3], "datatype": "UINT8", "data": [1, 2, 3]},
                 {"name": "floats", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}
             ],
-            "outputs": [{"name": "scores", "parameters": {"binary_data": true}}]
+            "parameters": {"binary_data_output": true}
         }));
         let call = decode(&m, &body, None).unwrap();
         let out: Vec<u8> = (0..12).collect();
@@ -314,6 +315,42 @@ mod tests {
         assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 4);
         assert_eq!(v["outputs"][1]["parameters"]["binary_data_size"], 8);
         assert_eq!(&dst[n..], &out[..]);
+    }
+
+    #[test]
+    fn each_output_has_its_own_binary_data_and_only_requested_outputs_are_answered() {
+        let m = Example::default();
+        let inputs = json!([
+            {"name": "bytes", "shape": [1, 3], "datatype": "UINT8", "data": [1, 2, 3]},
+            {"name": "floats", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}
+        ]);
+        let mut out: Vec<u8> = 7i32.to_le_bytes().to_vec();
+        out.extend_from_slice(&f32s(&[0.5, 1.5]));
+        // The last output binary, the first JSON: before, the last one's flag ruled all.
+        let body = req(json!({"inputs": inputs, "outputs": [
+            {"name": "scores", "parameters": {"binary_data": true}},
+            {"name": "class", "parameters": {"binary_data": false}}
+        ]}));
+        let call = decode(&m, &body, None).unwrap();
+        let mut dst = Vec::new();
+        let n = encode("example", &call.reply, &out, &mut dst).unwrap();
+        let v: Value = serde_json::from_slice(&dst[..n]).unwrap();
+        assert_eq!(v["outputs"][0]["name"], "scores");
+        assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 8);
+        assert_eq!(v["outputs"][1]["data"], json!([7]));
+        assert_eq!(&dst[n..], &f32s(&[0.5, 1.5])[..]);
+        // One output asked for: only it, in the default encoding binary_data_output gives.
+        let body = req(
+            json!({"inputs": inputs, "parameters": {"binary_data_output": true},
+            "outputs": [{"name": "class"}]}),
+        );
+        let call = decode(&m, &body, None).unwrap();
+        let mut dst = Vec::new();
+        let n = encode("example", &call.reply, &out, &mut dst).unwrap();
+        let v: Value = serde_json::from_slice(&dst[..n]).unwrap();
+        assert_eq!(v["outputs"].as_array().unwrap().len(), 1);
+        assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 4);
+        assert_eq!(&dst[n..], &7i32.to_le_bytes()[..]);
     }
 
     #[test]

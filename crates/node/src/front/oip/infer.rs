@@ -12,8 +12,9 @@ use accel::{params_from_pairs, Accelerator, Descriptor, ParamBlock};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::declared;
-use super::{DataType, Layout, Signature, OUTPUT, VERSION};
+use super::outputs::{self, Requested};
+use super::{classify, declared, elements};
+use super::{DataType, Layout, Signature, OUTPUT};
 
 /// A decoded request: what the accelerator is called with, and how to answer.
 #[derive(Debug)]
@@ -27,7 +28,8 @@ pub struct InferCall {
 #[derive(Debug)]
 pub struct Reply {
     pub(super) id: Option<String>,
-    pub(super) binary: bool,
+    /// Which outputs to answer, and how.
+    pub(super) requested: Requested,
     sig: Signature,
     /// The first input's shape (the output's, for images and matrices).
     input_shape: Vec<u64>,
@@ -84,7 +86,9 @@ pub fn decode(
         serde_json::from_slice(json).map_err(|e| format!("malformed inference request: {e}"))?;
     let d = accel.descriptor();
     if let Some(tensors) = accel.tensors() {
-        return decode_declared(d, tensors, req, binary, body.len());
+        let mut call = decode_declared(d, tensors, req, binary, body.len())?;
+        classify::prepare(&mut call.reply.requested, accel)?;
+        return Ok(call);
     }
     let sig = Signature::of(d);
     let ordered = order_inputs(d, sig, &req.inputs, |i| &i.name)?;
@@ -117,15 +121,13 @@ pub fn decode(
         .collect();
     let payload = gather(&parts, binary)?;
 
-    let mut binary_out = false;
-    let mut pairs: Vec<(String, String)> = Vec::new();
-    for (key, value) in req.parameters.iter().flatten() {
-        if key == "binary_data_output" {
-            binary_out = value
-                .as_bool()
-                .ok_or("request parameter binary_data_output must be a boolean")?;
-            continue;
-        }
+    let (mut requested, others) =
+        outputs::from_json(req.parameters.as_ref(), req.outputs.as_deref(), |name| {
+            check_output(d, name)
+        })?;
+    classify::prepare(&mut requested, accel)?;
+    let mut pairs: Vec<(String, String)> = Vec::with_capacity(others.len());
+    for (key, value) in others {
         let text = match value {
             Value::Number(n) => n.to_string(),
             Value::String(s) => s.clone(),
@@ -135,28 +137,15 @@ pub fn decode(
                 ))
             }
         };
-        pairs.push((key.clone(), text));
+        pairs.push((key.to_string(), text));
     }
     let params = call_params(d, shape_pairs, pairs)?;
-
-    for output in req.outputs.iter().flatten() {
-        check_output(d, &output.name)?;
-        if let Some(flag) = output
-            .parameters
-            .as_ref()
-            .and_then(|p| p.get("binary_data"))
-        {
-            binary_out = flag
-                .as_bool()
-                .ok_or("output parameter binary_data must be a boolean")?;
-        }
-    }
     Ok(InferCall {
         params,
         payload,
         reply: Reply {
             id: req.id,
-            binary: binary_out,
+            requested,
             sig,
             input_shape: shapes.swap_remove(0),
             declared: None,
@@ -206,10 +195,11 @@ pub(crate) fn check_input(
     shape: &[i64],
 ) -> Result<Vec<u64>, String> {
     if datatype != sig.datatype.name() {
-        return Err(format!(
-            "input {name} of model {} has datatype {datatype}, expected {}",
-            d.name,
-            sig.datatype.name()
+        return Err(elements::wrong_datatype(
+            &d.name,
+            name,
+            datatype,
+            sig.datatype,
         ));
     }
     if shape.len() != sig.shape().len() || shape.iter().any(|&s| s < 0) {
@@ -291,10 +281,14 @@ pub(crate) fn output_shape(sig: Signature, input_shape: &[u64], output_len: usiz
 }
 
 /// The reply of a request to a model that declares its tensors.
-pub(super) fn declared_reply(id: Option<String>, binary: bool, shapes: declared::Shapes) -> Reply {
+pub(super) fn declared_reply(
+    id: Option<String>,
+    requested: Requested,
+    shapes: declared::Shapes,
+) -> Reply {
     Reply {
         id,
-        binary,
+        requested,
         // Unused: the declared shapes answer for the model.
         sig: Signature {
             datatype: DataType::Uint8,
@@ -320,53 +314,14 @@ pub(super) struct Part<'a> {
 pub(super) fn gather(parts: &[Part<'_>], mut binary: &[u8]) -> Result<Vec<u8>, String> {
     let total: usize = parts.iter().map(|p| p.bytes).sum();
     let mut payload = Vec::with_capacity(total);
-    for &Part {
-        input,
-        datatype,
-        count,
-        bytes,
-    } in parts
-    {
-        match binary_size(input)? {
+    for part in parts {
+        match binary_size(part.input)? {
             Some(declared) => {
-                if input.data.is_some() {
-                    return Err(format!(
-                        "input {} has both `data` and `binary_data_size`",
-                        input.name
-                    ));
-                }
-                if declared != bytes as u64 {
-                    return Err(format!(
-                        "input {} of shape {:?} and datatype {} is {bytes} bytes, binary_data_size says {declared}",
-                        input.name, input.shape, input.datatype
-                    ));
-                }
-                if binary.len() < bytes {
-                    return Err(format!(
-                        "input {} declares {bytes} binary bytes, only {} follow the JSON",
-                        input.name,
-                        binary.len()
-                    ));
-                }
-                let (this, rest) = binary.split_at(bytes);
+                let this = binary_part(part, declared, binary)?;
                 payload.extend_from_slice(this);
-                binary = rest;
+                binary = &binary[this.len()..];
             }
-            None => {
-                let data = input.data.as_ref().ok_or_else(|| {
-                    format!("input {} has neither `data` nor binary data", input.name)
-                })?;
-                let before = payload.len();
-                push_json_data(data, datatype, &mut payload, before + bytes, &input.name)?;
-                if payload.len() != before + bytes {
-                    return Err(format!(
-                        "input {} has shape {:?} ({count} elements) but {} data elements",
-                        input.name,
-                        input.shape,
-                        (payload.len() - before) / datatype.size()
-                    ));
-                }
-            }
+            None => json_part(part, &mut payload)?,
         }
     }
     if !binary.is_empty() {
@@ -376,6 +331,59 @@ pub(super) fn gather(parts: &[Part<'_>], mut binary: &[u8]) -> Result<Vec<u8>, S
         ));
     }
     Ok(payload)
+}
+
+/// An input's bytes in the binary section (`binary`, what is left of it), its
+/// `binary_data_size` (`declared`) checked against its shape and datatype.
+fn binary_part<'b>(part: &Part<'_>, declared: u64, binary: &'b [u8]) -> Result<&'b [u8], String> {
+    let Part {
+        input,
+        datatype,
+        count,
+        bytes,
+    } = *part;
+    if input.data.is_some() {
+        return Err(format!(
+            "input {} has both `data` and `binary_data_size`",
+            input.name
+        ));
+    }
+    // BYTES elements differ in size: `bytes` is the least they take.
+    let fixed = datatype.fixed_size().is_some();
+    if (fixed && declared != bytes as u64) || declared < bytes as u64 {
+        return Err(format!(
+            "input {} of shape {:?} and datatype {} is {bytes} bytes, binary_data_size says {declared}",
+            input.name, input.shape, input.datatype
+        ));
+    }
+    if (binary.len() as u64) < declared {
+        return Err(format!(
+            "input {} declares {declared} binary bytes, only {} follow the JSON",
+            input.name,
+            binary.len()
+        ));
+    }
+    let this = &binary[..declared as usize];
+    elements::check_binary(datatype, count, this)
+        .map_err(|e| format!("input {} (binary data): {e}", input.name))?;
+    Ok(this)
+}
+
+/// Appends an input's JSON `data`, exactly as many elements as its shape says.
+fn json_part(part: &Part<'_>, payload: &mut Vec<u8>) -> Result<(), String> {
+    let input = part.input;
+    let data = input
+        .data
+        .as_ref()
+        .ok_or_else(|| format!("input {} has neither `data` nor binary data", input.name))?;
+    let given = elements::push_json(data, part.datatype, part.count, &input.name, payload)?;
+    if given != part.count {
+        return Err(format!(
+            "input {} has shape {:?} ({} elements) but {given} data elements",
+            input.name, input.shape, part.count
+        ));
+    }
+    Ok(())
 }
 
 /// The parameters the input shapes give (`height`/`width`, `n`).
@@ -418,100 +426,24 @@ fn binary_size(input: &RawInput) -> Result<Option<u64>, String> {
     }
 }
 
-/// Appends the elements of `data` (flat or nested row-major arrays) as little-endian
-/// values, stopping with an error once more than `limit` bytes would be written.
-fn push_json_data(
-    data: &Value,
-    datatype: DataType,
-    out: &mut Vec<u8>,
-    limit: usize,
-    name: &str,
-) -> Result<(), String> {
-    match data {
-        Value::Array(items) => {
-            for item in items {
-                push_json_data(item, datatype, out, limit, name)?;
-            }
-            Ok(())
-        }
-        value => {
-            if out.len() + datatype.size() > limit {
-                return Err(format!(
-                    "input {name} has more data elements than its shape"
-                ));
-            }
-            let wrong = || format!("input {name}: {value} is not a {} value", datatype.name());
-            match datatype {
-                DataType::Uint8 => {
-                    let v = value.as_u64().filter(|&v| v <= 255).ok_or_else(wrong)?;
-                    out.push(v as u8);
-                }
-                DataType::Int32 => {
-                    let v = value
-                        .as_i64()
-                        .and_then(|v| i32::try_from(v).ok())
-                        .ok_or_else(wrong)?;
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-                DataType::Fp32 => {
-                    let v = value.as_f64().ok_or_else(wrong)?;
-                    out.extend_from_slice(&(v as f32).to_le_bytes());
-                }
-            }
-            Ok(())
-        }
-    }
-}
-
 /// Writes the response for a call's `output` into `dst`. Returns the length of the
 /// JSON part when binary output follows it (for `Inference-Header-Content-Length`),
 /// `None` for a JSON-only response.
 pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> Option<usize> {
-    if let Some(shapes) = &reply.declared {
-        return encode_declared(model, reply, shapes, output, dst);
-    }
-    let dt = reply.sig.datatype;
-    let shape = output_shape(reply.sig, &reply.input_shape, output.len());
-    let mut head = Map::new();
-    if let Some(id) = &reply.id {
-        head.insert("id".into(), Value::from(id.as_str()));
-    }
-    head.insert("model_name".into(), Value::from(model));
-    head.insert("model_version".into(), Value::from(VERSION));
-    let mut tensor = Map::new();
-    tensor.insert("name".into(), Value::from(OUTPUT));
-    tensor.insert("datatype".into(), Value::from(dt.name()));
-    tensor.insert("shape".into(), Value::from(shape));
-    if reply.binary {
-        let mut p = Map::new();
-        p.insert("binary_data_size".into(), Value::from(output.len()));
-        tensor.insert("parameters".into(), Value::Object(p));
-    } else {
-        tensor.insert("data".into(), json_data(dt, output));
-    }
-    head.insert("outputs".into(), Value::Array(vec![Value::Object(tensor)]));
-    let start = dst.len();
-    serde_json::to_writer(&mut *dst, &head).expect("serialising JSON into a Vec cannot fail");
-    if reply.binary {
-        let json_len = dst.len() - start;
-        dst.extend_from_slice(output);
-        Some(json_len)
-    } else {
-        None
-    }
+    let given = match &reply.declared {
+        Some(shapes) => shapes
+            .outputs(output)
+            .map(|(spec, shape, bytes)| (spec.name.as_str(), spec.datatype, shape, bytes))
+            .collect(),
+        None => {
+            let shape = output_shape(reply.sig, &reply.input_shape, output.len());
+            vec![(OUTPUT, reply.sig.datatype, shape, output)]
+        }
+    };
+    let tensors = outputs::answer(&reply.requested, given);
+    outputs::write_json(model, reply.id.as_deref(), &tensors, dst)
 }
 
-pub(super) fn json_data(dt: DataType, output: &[u8]) -> Value {
-    let words = output.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
-    match dt {
-        DataType::Uint8 => Value::from(output.to_vec()),
-        DataType::Int32 => Value::from(words.map(i32::from_le_bytes).collect::<Vec<_>>()),
-        // A NaN (logit passes NaN through) has no JSON number: it is written as null.
-        DataType::Fp32 => Value::from(words.map(f32::from_le_bytes).collect::<Vec<_>>()),
-    }
-}
-
-/// Entry points for the fuzz targets and the corpus replay test.
 /// Decodes `req` (its JSON part parsed; `binary` the bytes after it; `body_len` the
 /// whole body's) for a model declaring `t`. The error is the protocol's sentence.
 fn decode_declared(
@@ -545,84 +477,24 @@ fn decode_declared(
         .collect();
     let payload = gather(&parts, binary)?;
 
-    let mut binary_out = false;
-    let mut others: Vec<(&str, String)> = Vec::new();
-    for (key, value) in req.parameters.iter().flatten() {
-        if key == "binary_data_output" {
-            binary_out = value
-                .as_bool()
-                .ok_or("request parameter binary_data_output must be a boolean")?;
-        } else {
-            others.push((key, value.to_string()));
-        }
-    }
+    let (requested, others) =
+        outputs::from_json(req.parameters.as_ref(), req.outputs.as_deref(), |name| {
+            declared::check_output(d, t, name)
+        })?;
+    let others: Vec<(&str, String)> = others
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
     let params = declared::params(d, others.iter().map(|(k, v)| (*k, v.as_str())))?;
-    for output in req.outputs.iter().flatten() {
-        declared::check_output(d, t, &output.name)?;
-        if let Some(flag) = output
-            .parameters
-            .as_ref()
-            .and_then(|p| p.get("binary_data"))
-        {
-            binary_out = flag
-                .as_bool()
-                .ok_or("output parameter binary_data must be a boolean")?;
-        }
-    }
     let shapes = declared::Shapes::new(t, batch);
     Ok(InferCall {
         params,
         payload,
-        reply: declared_reply(req.id, binary_out, shapes),
+        reply: declared_reply(req.id, requested, shapes),
     })
 }
 
-/// Writes the response for a call's `output` (every output, in declared order) into
-/// `dst`; the JSON part's length when binary data follows it.
-fn encode_declared(
-    model: &str,
-    reply: &Reply,
-    shapes: &declared::Shapes,
-    output: &[u8],
-    dst: &mut Vec<u8>,
-) -> Option<usize> {
-    let mut head = Map::new();
-    if let Some(id) = &reply.id {
-        head.insert("id".into(), Value::from(id.as_str()));
-    }
-    head.insert("model_name".into(), Value::from(model));
-    head.insert("model_version".into(), Value::from(VERSION));
-    let mut tensors = Vec::with_capacity(shapes.tensors.outputs.len());
-    let mut slices = Vec::with_capacity(shapes.tensors.outputs.len());
-    for (spec, shape, bytes) in shapes.outputs(output) {
-        let mut tensor = Map::new();
-        tensor.insert("name".into(), Value::from(spec.name.as_str()));
-        tensor.insert("datatype".into(), Value::from(spec.datatype.name()));
-        tensor.insert("shape".into(), Value::from(shape));
-        if reply.binary {
-            let mut p = Map::new();
-            p.insert("binary_data_size".into(), Value::from(bytes.len()));
-            tensor.insert("parameters".into(), Value::Object(p));
-        } else {
-            tensor.insert("data".into(), json_data(spec.datatype, bytes));
-        }
-        tensors.push(Value::Object(tensor));
-        slices.push(bytes);
-    }
-    head.insert("outputs".into(), Value::Array(tensors));
-    let start = dst.len();
-    serde_json::to_writer(&mut *dst, &head).expect("serialising JSON into a Vec cannot fail");
-    if reply.binary {
-        let json_len = dst.len() - start;
-        for s in slices {
-            dst.extend_from_slice(s);
-        }
-        Some(json_len)
-    } else {
-        None
-    }
-}
-
+/// Entry points for the fuzz targets and the corpus replay test.
 pub mod fuzzing {
     use accel::Catalog;
 

@@ -16,8 +16,11 @@
 //! and sends the call down the same admission, deadline, tenant and metrics path as
 //! `/v1/fn`.
 
+pub(crate) mod classify;
 pub mod declared;
+pub(crate) mod elements;
 pub mod infer;
+pub mod outputs;
 pub mod repository;
 pub mod shm;
 pub mod stats;
@@ -188,8 +191,8 @@ pub fn model_config(accel: &dyn Accelerator) -> Vec<u8> {
             "backend": "tract",
             "version_policy": { "latest": { "num_versions": 1 } },
             "max_batch_size": t.max_batch_size,
-            "input": declared_tensors(t, &t.inputs, "data_type", true),
-            "output": declared_tensors(t, &t.outputs, "data_type", true),
+            "input": configured(accel, declared_tensors(t, &t.inputs, "data_type", true)),
+            "output": configured(accel, declared_tensors(t, &t.outputs, "data_type", true)),
             "instance_group": [{ "kind": "KIND_CPU", "count": 1 }],
         }))
         .expect("serialising JSON cannot fail");
@@ -233,6 +236,23 @@ fn declared_tensors(
             }
         })
         .collect()
+}
+
+/// A model's configured tensors with what its config says beyond type and dims:
+/// an input's `format`, an output's `label_filename` (as Triton's `/config` lists them).
+fn configured(accel: &dyn Accelerator, mut tensors: Vec<Value>) -> Vec<Value> {
+    for tensor in &mut tensors {
+        let name = tensor["name"].as_str().unwrap_or_default().to_string();
+        let config = accel.tensor_config(&name);
+        let obj = tensor.as_object_mut().expect("a tensor is an object");
+        if let Some(format) = config.format {
+            obj.insert("format".into(), Value::from(format));
+        }
+        if let Some(file) = config.label_filename {
+            obj.insert("label_filename".into(), Value::from(file));
+        }
+    }
+    tensors
 }
 
 fn rename_shape_to_dims(mut tensor: Value) -> Value {

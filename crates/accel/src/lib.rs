@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+pub mod batch;
 mod kernels;
 pub mod reference;
 pub mod tensors;
@@ -320,6 +321,12 @@ pub trait Accelerator: Send + Sync + 'static {
     /// The tensors a model declares (an ONNX model of the model repository); `None`
     /// for a kernel whose payload is plain bytes with a documented layout.
     fn tensors(&self) -> Option<&tensors::Tensors> {
+        None
+    }
+
+    /// The dynamic batching a model declares: its calls queued at a slot join into
+    /// one run (see [`batch`]); `None`: every call runs alone.
+    fn batching(&self) -> Option<&batch::Policy> {
         None
     }
 }

@@ -16,10 +16,15 @@
 //! name = "logits"
 //! data_type = "TYPE_FP32"
 //! dims = [10]
+//! [dynamic_batching]           # optional: see the `batching` module
+//! max_queue_delay_microseconds = 500
 //! ```
 
+use accel::batch::Policy;
 use accel::tensors::{DataType, TensorSpec, Tensors};
 use serde::Deserialize;
+
+use crate::batching::DynamicBatching;
 
 /// Largest `max_batch_size`.
 pub const BATCH_MAX: u32 = 4096;
@@ -62,6 +67,9 @@ pub struct ModelConfig {
     pub backend: Backend,
     /// A fixed accelerator id (RAC); `None`: the node assigns one.
     pub id: Option<u16>,
+    /// How calls queued at a slot join into one run (`[dynamic_batching]`, see
+    /// [`crate::batching`]); `None`: each call runs alone.
+    pub dynamic_batching: Option<Policy>,
 }
 
 #[derive(Deserialize)]
@@ -76,6 +84,8 @@ struct Raw {
     max_batch_size: u32,
     input: Vec<RawTensor>,
     output: Vec<RawTensor>,
+    #[serde(default)]
+    dynamic_batching: Option<DynamicBatching>,
 }
 
 #[derive(Deserialize)]
@@ -136,10 +146,15 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             ));
         }
     }
+    let dynamic_batching = match raw.dynamic_batching {
+        Some(section) => Some(section.check(t.max_batch_size)?),
+        None => None,
+    };
     Ok(ModelConfig {
         tensors: t,
         backend,
         id: raw.id,
+        dynamic_batching,
     })
 }
 
@@ -218,6 +233,15 @@ dims = [10]
         assert_eq!(parse("digits", &ort).unwrap().backend, Backend::OnnxRuntime);
         let named = format!("name = \"digits\"\nid = 300\n{DIGITS}");
         assert_eq!(parse("digits", &named).unwrap().id, Some(300));
+        assert_eq!(parse("digits", DIGITS).unwrap().dynamic_batching, None);
+        let batched = format!("{DIGITS}[dynamic_batching]\nmax_queue_delay_microseconds = 300\n");
+        let policy = parse("digits", &batched).unwrap().dynamic_batching.unwrap();
+        assert_eq!(policy.max_batch_size, 64);
+        assert_eq!(policy.max_queue_delay.as_micros(), 300);
+        let bad = format!("{DIGITS}[dynamic_batching]\npreferred_batch_size = [65]\n");
+        assert!(parse("digits", &bad)
+            .unwrap_err()
+            .contains("dynamic_batching.preferred_batch_size"));
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct Model {
     engine: Engine,
     /// Multiply-accumulates of one item, for the node's work estimate.
     macs_per_item: u64,
+    /// Its `[dynamic_batching]`, if any.
+    batching: Option<accel::batch::Policy>,
 }
 
 /// The engine that runs a model, with what it made at load.
@@ -102,6 +104,7 @@ impl Model {
             ));
         }
         let tensors = config.tensors;
+        let batching = config.dynamic_batching;
         let typed = catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
             .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
             .and_then(|r| r);
@@ -138,6 +141,7 @@ impl Model {
             version,
             engine,
             macs_per_item,
+            batching,
         })
     }
 
@@ -373,6 +377,10 @@ impl Accelerator for Model {
 
     fn tensors(&self) -> Option<&Tensors> {
         Some(&self.tensors)
+    }
+
+    fn batching(&self) -> Option<&accel::batch::Policy> {
+        self.batching.as_ref()
     }
 }
 

@@ -67,9 +67,7 @@ impl DynamicBatching {
     pub(crate) fn check(self, max_batch_size: u32) -> Result<Policy, String> {
         let key = |k: &str| format!("dynamic_batching.{k}");
         if max_batch_size == 0 {
-            return Err(format!(
-                "dynamic_batching: a model without a batch axis (max_batch_size = 0) cannot batch calls"
-            ));
+            return Err("dynamic_batching: a model without a batch axis (max_batch_size = 0) cannot batch calls".to_string());
         }
         let max = max_batch_size as usize;
         let preferred = self.preferred_batch_size;

@@ -326,3 +326,7 @@ fn oldest(batch: &[Job]) -> Instant {
         .min()
         .expect("a batch has a call")
 }
+
+#[cfg(test)]
+#[path = "batching_tests.rs"]
+mod tests;

@@ -2,7 +2,8 @@
 //! serves many concurrent single-image gRPC calls (the Open Inference Protocol, the
 //! tonic client of `grpc.rs`) in fewer device calls than calls, each call answered
 //! with its own logits — the ones the same image gets alone — and a bad
-//! `[dynamic_batching]` is refused at load naming its key.
+//! `[dynamic_batching]` is refused at load naming its key; `[[instance_group]] count`
+//! gives the model that many slots of the default CPU device.
 
 mod common;
 
@@ -197,4 +198,22 @@ fn a_bad_dynamic_batching_section_is_refused_naming_its_key() {
             && log.contains("dynamic_batching.preferred_batch_size: 65"),
         "{log}"
     );
+}
+
+#[test]
+fn an_instance_group_count_gives_the_model_that_many_slots() {
+    let dir = repository(
+        "instances",
+        "digits_twice",
+        "[[instance_group]]\ncount = 2\nkind = \"KIND_CPU\"\n",
+    );
+    let node = TestNode::start(&format!("models_dir = {:?}\n", dir.0.display().to_string()));
+    let slots = node.get_json("/v1/slots");
+    let hosting = slots
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["accelerator"] == "digits_twice")
+        .count();
+    assert_eq!(hosting, 2, "{slots}");
 }

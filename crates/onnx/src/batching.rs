@@ -31,6 +31,45 @@ pub const PRIORITY_LEVELS_MAX: u32 = 16;
 pub const TIMEOUT_US_MAX: u64 = 3_600_000_000;
 /// Largest `max_queue_size`.
 pub const QUEUE_SIZE_MAX: usize = 1 << 16;
+/// Most instances (slots) a model's `[[instance_group]]`s ask for, all together.
+pub const INSTANCES_MAX: u32 = 64;
+
+/// One `[[instance_group]]`: `count` instances of the model, each a slot of the CPU
+/// device that hosts it (Triton's `KIND_CPU`, the only kind).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InstanceGroup {
+    #[serde(default = "one")]
+    count: u32,
+    #[serde(default)]
+    kind: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The slots the model's instance groups ask for (1 without any), or why not.
+pub(crate) fn instances(groups: &[InstanceGroup]) -> Result<usize, String> {
+    if groups.is_empty() {
+        return Ok(1);
+    }
+    let mut total = 0u32;
+    for g in groups {
+        if let Some(kind) = g.kind.as_deref().filter(|k| *k != "KIND_CPU") {
+            return Err(format!(
+                "instance_group.kind: `{kind}` is not KIND_CPU (models run on CPU devices)"
+            ));
+        }
+        total = total.saturating_add(g.count);
+    }
+    if total == 0 || total > INSTANCES_MAX {
+        return Err(format!(
+            "instance_group.count: {total} instances in all, 1 to {INSTANCES_MAX}"
+        ));
+    }
+    Ok(total as usize)
+}
 
 /// `[dynamic_batching]` as written.
 #[derive(Debug, Default, Deserialize)]

@@ -24,7 +24,7 @@ use accel::batch::Policy;
 use accel::tensors::{DataType, TensorSpec, Tensors};
 use serde::Deserialize;
 
-use crate::batching::DynamicBatching;
+use crate::batching::{instances, DynamicBatching, InstanceGroup};
 
 /// Largest `max_batch_size`.
 pub const BATCH_MAX: u32 = 4096;
@@ -70,6 +70,9 @@ pub struct ModelConfig {
     /// How calls queued at a slot join into one run (`[dynamic_batching]`, see
     /// [`crate::batching`]); `None`: each call runs alone.
     pub dynamic_batching: Option<Policy>,
+    /// Slots of the default CPU device that host the model (`[[instance_group]]
+    /// count`, summed; 1 without).
+    pub instances: usize,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +89,8 @@ struct Raw {
     output: Vec<RawTensor>,
     #[serde(default)]
     dynamic_batching: Option<DynamicBatching>,
+    #[serde(default)]
+    instance_group: Vec<InstanceGroup>,
 }
 
 #[derive(Deserialize)]
@@ -155,6 +160,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         backend,
         id: raw.id,
         dynamic_batching,
+        instances: instances(&raw.instance_group)?,
     })
 }
 
@@ -242,6 +248,19 @@ dims = [10]
         assert!(parse("digits", &bad)
             .unwrap_err()
             .contains("dynamic_batching.preferred_batch_size"));
+        assert_eq!(parse("digits", DIGITS).unwrap().instances, 1);
+        let two = format!(
+            "{DIGITS}[[instance_group]]\ncount = 2\nkind = \"KIND_CPU\"\n[[instance_group]]\n"
+        );
+        assert_eq!(parse("digits", &two).unwrap().instances, 3);
+        let many = format!("{DIGITS}[[instance_group]]\ncount = 65\n");
+        assert!(parse("digits", &many)
+            .unwrap_err()
+            .contains("instance_group.count: 65"));
+        let gpu = format!("{DIGITS}[[instance_group]]\nkind = \"KIND_GPU\"\n");
+        assert!(parse("digits", &gpu)
+            .unwrap_err()
+            .contains("instance_group.kind"));
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct Model {
     macs_per_item: u64,
     /// Its `[dynamic_batching]`, if any.
     batching: Option<accel::batch::Policy>,
+    /// Slots of the default CPU device that host it (`[[instance_group]]`).
+    instances: usize,
 }
 
 /// The engine that runs a model, with what it made at load.
@@ -105,6 +107,7 @@ impl Model {
         }
         let tensors = config.tensors;
         let batching = config.dynamic_batching;
+        let instances = config.instances;
         let typed = catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
             .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
             .and_then(|r| r);
@@ -142,7 +145,13 @@ impl Model {
             engine,
             macs_per_item,
             batching,
+            instances,
         })
+    }
+
+    /// Slots of the default CPU device that host it (`[[instance_group]] count`).
+    pub fn instances(&self) -> usize {
+        self.instances
     }
 
     /// The version folder the model came from.

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+pub mod batch;
 mod kernels;
 pub mod reference;
 pub mod tensors;
@@ -333,6 +334,12 @@ pub trait Accelerator: Send + Sync + 'static {
     /// (an input's `format`, an output's `label_filename`).
     fn tensor_config(&self, _name: &str) -> tensors::TensorConfig {
         tensors::TensorConfig::default()
+    }
+
+    /// The dynamic batching a model declares: its calls queued at a slot join into
+    /// one run (see [`batch`]); `None`: every call runs alone.
+    fn batching(&self) -> Option<&batch::Policy> {
+        None
     }
 }
 

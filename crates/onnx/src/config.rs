@@ -18,10 +18,15 @@
 //! name = "logits"
 //! data_type = "TYPE_FP32"
 //! dims = [10]
+//! [dynamic_batching]           # optional: see the `batching` module
+//! max_queue_delay_microseconds = 500
 //! ```
 
+use accel::batch::Policy;
 use accel::tensors::{DataType, TensorSpec, Tensors, INPUT_FORMATS};
 use serde::Deserialize;
+
+use crate::batching::{instances, DynamicBatching, InstanceGroup};
 
 /// Largest `max_batch_size`.
 pub const BATCH_MAX: u32 = 4096;
@@ -69,6 +74,12 @@ pub struct ModelConfig {
     pub label_files: Vec<(String, String)>,
     /// Inputs with a `format` (Triton's: FORMAT_NONE, FORMAT_NHWC, FORMAT_NCHW).
     pub formats: Vec<(String, String)>,
+    /// How calls queued at a slot join into one run (`[dynamic_batching]`, see
+    /// [`crate::batching`]); `None`: each call runs alone.
+    pub dynamic_batching: Option<Policy>,
+    /// Slots of the default CPU device that host the model (`[[instance_group]]
+    /// count`, summed; 1 without).
+    pub instances: usize,
 }
 
 #[derive(Deserialize)]
@@ -83,6 +94,10 @@ struct Raw {
     max_batch_size: u32,
     input: Vec<RawTensor>,
     output: Vec<RawTensor>,
+    #[serde(default)]
+    dynamic_batching: Option<DynamicBatching>,
+    #[serde(default)]
+    instance_group: Vec<InstanceGroup>,
 }
 
 #[derive(Deserialize)]
@@ -188,12 +203,18 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             ));
         }
     }
+    let dynamic_batching = match raw.dynamic_batching {
+        Some(section) => Some(section.check(t.max_batch_size)?),
+        None => None,
+    };
     Ok(ModelConfig {
         tensors: t,
         backend,
         id: raw.id,
         label_files,
         formats,
+        dynamic_batching,
+        instances: instances(&raw.instance_group)?,
     })
 }
 
@@ -272,6 +293,28 @@ dims = [10]
         assert_eq!(parse("digits", &ort).unwrap().backend, Backend::OnnxRuntime);
         let named = format!("name = \"digits\"\nid = 300\n{DIGITS}");
         assert_eq!(parse("digits", &named).unwrap().id, Some(300));
+        assert_eq!(parse("digits", DIGITS).unwrap().dynamic_batching, None);
+        let batched = format!("{DIGITS}[dynamic_batching]\nmax_queue_delay_microseconds = 300\n");
+        let policy = parse("digits", &batched).unwrap().dynamic_batching.unwrap();
+        assert_eq!(policy.max_batch_size, 64);
+        assert_eq!(policy.max_queue_delay.as_micros(), 300);
+        let bad = format!("{DIGITS}[dynamic_batching]\npreferred_batch_size = [65]\n");
+        assert!(parse("digits", &bad)
+            .unwrap_err()
+            .contains("dynamic_batching.preferred_batch_size"));
+        assert_eq!(parse("digits", DIGITS).unwrap().instances, 1);
+        let two = format!(
+            "{DIGITS}[[instance_group]]\ncount = 2\nkind = \"KIND_CPU\"\n[[instance_group]]\n"
+        );
+        assert_eq!(parse("digits", &two).unwrap().instances, 3);
+        let many = format!("{DIGITS}[[instance_group]]\ncount = 65\n");
+        assert!(parse("digits", &many)
+            .unwrap_err()
+            .contains("instance_group.count: 65"));
+        let gpu = format!("{DIGITS}[[instance_group]]\nkind = \"KIND_GPU\"\n");
+        assert!(parse("digits", &gpu)
+            .unwrap_err()
+            .contains("instance_group.kind"));
     }
 
     #[test]

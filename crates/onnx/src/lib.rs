@@ -17,6 +17,7 @@
 //! A model's payload over every transport is its inputs' little-endian elements,
 //! tensor after tensor (see `accel::tensors`); its result, its outputs the same way.
 
+pub mod batching;
 pub mod config;
 mod element;
 pub mod model;

@@ -49,6 +49,10 @@ pub struct Model {
     labels: Vec<(String, Arc<[String]>)>,
     /// What config.toml says of each tensor beyond type and dims.
     tensor_configs: Vec<(String, TensorConfig)>,
+    /// Its `[dynamic_batching]`, if any.
+    batching: Option<accel::batch::Policy>,
+    /// Slots of the default CPU device that host it (`[[instance_group]]`).
+    instances: usize,
 }
 
 /// The engine that runs a model, with what it made at load.
@@ -108,6 +112,8 @@ impl Model {
         }
         let tensor_configs = tensor_configs(&config);
         let tensors = config.tensors;
+        let batching = config.dynamic_batching;
+        let instances = config.instances;
         let typed = catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
             .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
             .and_then(|r| r);
@@ -146,6 +152,8 @@ impl Model {
             macs_per_item,
             labels: Vec::new(),
             tensor_configs,
+            batching,
+            instances,
         })
     }
 
@@ -156,6 +164,11 @@ impl Model {
             .map(|(output, l)| (output, Arc::from(l)))
             .collect();
         self
+    }
+
+    /// Slots of the default CPU device that host it (`[[instance_group]] count`).
+    pub fn instances(&self) -> usize {
+        self.instances
     }
 
     /// The version folder the model came from.
@@ -452,6 +465,10 @@ impl Accelerator for Model {
             .iter()
             .find(|(o, _)| o == output)
             .map(|(_, l)| Arc::clone(l))
+    }
+
+    fn batching(&self) -> Option<&accel::batch::Policy> {
+        self.batching.as_ref()
     }
 }
 

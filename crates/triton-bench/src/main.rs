@@ -15,7 +15,9 @@
 //! result is one JSON line on stdout. All loops run on one thread (pin it with taskset),
 //! so the client's own cost is one core's and shows up as the same floor for every
 //! server. Not a general benchmark tool: it calls a to_uppercase-like model, `INPUT0`
-//! of UINT8 `[size]` in, `OUTPUT0` out.
+//! of UINT8 `[size]` in, `OUTPUT0` out, or with `--tensors digits` (gRPC only) the
+//! digits CNN of `models/`: one 8x8 FP32 image `image` `[1, 1, 8, 8]` in, ten FP32
+//! `logits` out, checked for their size and for being finite (`bench/batching/run.sh`).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -34,6 +36,15 @@ enum Transport {
     Grpc,
 }
 
+/// The model's tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Tensors {
+    /// `INPUT0` UINT8 `[size]` → `OUTPUT0`, the bytes uppercased.
+    Upper,
+    /// `image` FP32 `[1, 1, 8, 8]` → `logits` FP32 `[1, 10]` (the digits CNN).
+    Digits,
+}
+
 /// Closed-loop v2 inference client (HTTP binary tensors or gRPC).
 #[derive(Parser, Debug)]
 struct Args {
@@ -44,6 +55,9 @@ struct Args {
     addr: SocketAddr,
     #[arg(long, default_value = "to_uppercase")]
     model: String,
+    /// The model's tensors.
+    #[arg(long, value_enum, default_value = "upper")]
+    tensors: Tensors,
     /// Input bytes per call.
     #[arg(long, default_value_t = 64)]
     size: usize,
@@ -202,12 +216,65 @@ async fn grpc_loop(
             .map_err(|e| e.to_string())?
             .into_inner();
         let end = Instant::now();
-        if resp.raw_output_contents.first().map(|b| &b[..]) != Some(&want[..]) {
-            return Err("the answer is not the uppercased input".into());
-        }
+        check_grpc(&resp, &want)?;
         out.record(window, start, end);
     }
     Ok(out)
+}
+
+/// Bytes of the digits CNN's answer: ten FP32 logits.
+const LOGITS_BYTES: usize = 40;
+
+/// Checks a gRPC answer: the uppercased input (`want`), or, when `want` is empty,
+/// the digits CNN's ten finite logits.
+fn check_grpc(resp: &pb::ModelInferResponse, want: &[u8]) -> Result<(), String> {
+    let got = resp.raw_output_contents.first().map(|b| &b[..]);
+    if !want.is_empty() {
+        return match got == Some(want) {
+            true => Ok(()),
+            false => Err("the answer is not the uppercased input".into()),
+        };
+    }
+    match got {
+        Some(logits)
+            if logits.len() == LOGITS_BYTES
+                && logits
+                    .chunks_exact(4)
+                    .all(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()) =>
+        {
+            Ok(())
+        }
+        other => Err(format!(
+            "the answer is not ten finite FP32 logits: {:?} bytes",
+            other.map(<[u8]>::len)
+        )),
+    }
+}
+
+/// One 8x8 image of the digits data set's range (0..16) as FP32 bytes.
+fn digits_image() -> Vec<u8> {
+    (0..64u32)
+        .flat_map(|p| (((p * 5 + p / 7) % 17) as f32).to_le_bytes())
+        .collect()
+}
+
+/// The gRPC request of one call with the model's tensors.
+fn grpc_request(args: &Args, data: &[u8]) -> pb::ModelInferRequest {
+    let (name, datatype, shape) = match args.tensors {
+        Tensors::Upper => ("INPUT0", "UINT8", vec![data.len() as i64]),
+        Tensors::Digits => ("image", "FP32", vec![1, 1, 8, 8]),
+    };
+    pb::ModelInferRequest {
+        model_name: args.model.clone(),
+        inputs: vec![pb::model_infer_request::InferInputTensor {
+            name: name.into(),
+            datatype: datatype.into(),
+            shape,
+            ..Default::default()
+        }],
+        raw_input_contents: vec![Bytes::from(data.to_vec())],
+        ..Default::default()
+    }
 }
 
 fn percentile(sorted: &[u32], p: f64) -> f64 {
@@ -220,8 +287,15 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
 
 fn main() -> Result<(), String> {
     let args = Args::parse();
-    let data = input(args.size);
-    let want = upper(&data);
+    let (data, want) = match args.tensors {
+        Tensors::Upper => {
+            let data = input(args.size);
+            let want = upper(&data);
+            (data, want)
+        }
+        Tensors::Digits if args.transport == Transport::Grpc => (digits_image(), Vec::new()),
+        Tensors::Digits => return Err("--tensors digits is for --transport grpc".into()),
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -242,20 +316,12 @@ fn main() -> Result<(), String> {
                     want,
                     window,
                 )),
-                Transport::Grpc => {
-                    let req = pb::ModelInferRequest {
-                        model_name: args.model.clone(),
-                        inputs: vec![pb::model_infer_request::InferInputTensor {
-                            name: "INPUT0".into(),
-                            datatype: "UINT8".into(),
-                            shape: vec![data.len() as i64],
-                            ..Default::default()
-                        }],
-                        raw_input_contents: vec![Bytes::from(data.clone())],
-                        ..Default::default()
-                    };
-                    tokio::spawn(grpc_loop(args.addr, req, want, window))
-                }
+                Transport::Grpc => tokio::spawn(grpc_loop(
+                    args.addr,
+                    grpc_request(&args, &data),
+                    want,
+                    window,
+                )),
             });
         }
         let mut loops = Vec::with_capacity(tasks.len());
@@ -270,7 +336,7 @@ fn main() -> Result<(), String> {
     let line = serde_json::json!({
         "transport": format!("{:?}", args.transport).to_lowercase(),
         "connections": args.connections,
-        "size": args.size,
+        "size": data.len(),
         "calls": calls,
         "calls_per_s": calls as f64 / args.duration,
         "p50_us": percentile(&all, 0.50),

@@ -93,6 +93,20 @@ impl<T> FairQueue<T> {
         None
     }
 
+    /// The job [`FairQueue::pop`] would return next, left queued (a slot's batcher
+    /// looks whether it fits the batch being formed before it takes it).
+    pub fn peek(&self) -> Option<&T> {
+        // Tenants whose turn would find their FIFO empty are skipped, as pop skips
+        // (and forgets) them.
+        let next = self
+            .fresh
+            .iter()
+            .chain(self.ready.iter())
+            .find_map(|t| self.queues.get(t).and_then(VecDeque::front));
+        debug_assert_eq!(next.is_some(), self.len > 0);
+        next
+    }
+
     /// Takes the job of a tenant that has exactly one queued (out of turn). The tenant
     /// keeps its place in the round.
     pub fn take_sole(&mut self, tenant: TenantId) -> Option<T> {
@@ -185,6 +199,23 @@ impl<T> FairQueue<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peek_shows_the_job_pop_returns() {
+        let mut q = queue_of_two_tenants();
+        push(&mut q, 9, "fresh");
+        let mut served = 0;
+        while q.len > 0 {
+            let peeked = q.peek().cloned();
+            assert_eq!(peeked, q.pop());
+            served += 1;
+            if served == 2 {
+                // Tenant 2's place is kept empty in the round: peek skips it too.
+                push(&mut q, 1, "again");
+            }
+        }
+        assert_eq!(q.peek(), None);
+    }
 
     #[test]
     fn fair_queue_serves_tenants_in_turn() {

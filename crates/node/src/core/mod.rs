@@ -6,6 +6,7 @@
 //!
 //! | module | what |
 //! | --- | --- |
+//! | [`batch`] | the batcher's decisions: which queued calls of a model join one run, and when |
 //! | [`clock`] | the time the core reads and the simulated device sleeps on: the host's, or a virtual one |
 //! | [`deadline`] | a call's deadline, from `X-Netaccel-Deadline-Us` / RAC `deadline_us` |
 //! | [`tenant`] | identities, per-tenant bounds and gates, constant-time token comparison |
@@ -20,6 +21,7 @@
 //! The core may use the devices and telemetry; it never uses a front end or the
 //! network layer.
 
+pub mod batch;
 pub mod clock;
 pub mod deadline;
 pub mod dispatch;

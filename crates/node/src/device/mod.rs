@@ -262,11 +262,16 @@ pub fn start(
     let mut list = Vec::with_capacity(device_configs.len());
     for (d, backend) in device_configs.iter().zip(backends) {
         let names: Vec<String> = if d.slots.is_empty() {
-            // The default CPU device: one slot per accelerator the CPU can host.
+            // The default CPU device: one slot per accelerator the CPU can host, and
+            // per instance of a model (its `[[instance_group]] count`).
             catalog
                 .iter()
                 .filter(|a| kind_hosts(d.backend, devices.hostable(a)))
-                .map(|a| a.descriptor().name.clone())
+                .flat_map(|a| {
+                    let id = a.descriptor().id;
+                    let count = devices.models.get(&id).map_or(1, |m| m.instances());
+                    std::iter::repeat_n(a.descriptor().name.clone(), count)
+                })
                 .collect()
         } else {
             d.slots.clone()

@@ -53,6 +53,8 @@ use crate::device::Loaded;
 use crate::telemetry::metrics::{AccelMetrics, SlotMetrics};
 use state::{Admission, Execution, Phase, Reconfig, Running, SlotState};
 
+pub use batching::BatchCount;
+
 /// Linux scheduling class of slot worker threads. It matters when slots compute on the
 /// CPU cores the network threads use (CPU kernels; a thread driving an FPGA or GPU
 /// mostly sleeps).
@@ -355,6 +357,8 @@ impl Slot {
                 handing_over: 0,
                 queue: FairQueue::new(),
                 taken: 0,
+                batch: Vec::new(),
+                batch_counts: Default::default(),
             }),
             changed: Condvar::new(),
             depth: AtomicUsize::new(0),
@@ -455,7 +459,9 @@ impl Slot {
     fn wait_admits(&self, st: &SlotState, tenant: TenantId, work: u64) -> Admission {
         let factor = self.limits.queue_wait_factor;
         let mean = self.ns_per_call.load(Ordering::Relaxed);
-        if factor == 0 || mean == 0 {
+        // A model that batches waits by design, many calls to a run; its queue policy
+        // (max_queue_size, the timeout) bounds the wait instead.
+        if factor == 0 || mean == 0 || st.accel.batching().is_some() {
             return Admission::Unbounded;
         }
         let each = nanos(self.expected_time(work)).max(mean);
@@ -521,9 +527,11 @@ impl Slot {
             });
         }
         let work = call.accel.work_estimate(&call.params, call.payload.len());
+        // A model that batches runs its calls on the worker, which forms the batches.
         let cheap = work <= self.limits.inline_work_max
             && st.image.inline_ok()
-            && self.limits.simulated_exec.is_zero();
+            && self.limits.simulated_exec.is_zero()
+            && st.accel.batching().is_none();
         if cheap && !st.running() && st.queue.len == 0 {
             let start = self.begin(&mut st, work, None);
             self.debug_check(&st);
@@ -551,8 +559,15 @@ impl Slot {
     ) -> Result<Submitted, Refused> {
         debug_assert!(st.phase.admits(), "only an open slot queues calls");
         let tenant = call.tenant;
+        // A model's own queue bound (its queue policy's max_queue_size), if any.
+        let model_max = st
+            .accel
+            .batching()
+            .map(|p| p.queue_policy.max_queue_size)
+            .filter(|&n| n > 0);
         if st.queue.len >= self.limits.queue_depth_max
             || st.queue.tenant_len(tenant) >= self.limits.tenant_share_max
+            || model_max.is_some_and(|n| st.queue.len >= n)
         {
             return Err(Refused {
                 status: Status::Busy,
@@ -695,10 +710,19 @@ impl Slot {
     }
 
     /// Folds one call's execution time into [`Slot::ns_per_call`] and, when it had a
-    /// work estimate, [`Slot::ns_per_work_1024`] (weight 1/8 each).
+    /// work estimate, [`Slot::ns_per_work_1024`] (weight 1/8 each). The slot itself
+    /// learns through [`Slot::learn_speed_of`], which also takes batches.
+    #[cfg(test)]
     fn learn_speed(&self, work: u64, exec_ns: u64) {
+        self.learn_speed_of(work, exec_ns, 1);
+    }
+
+    /// [`Slot::learn_speed`] of a run of `calls` calls (a batch): each counts as a
+    /// call of its share of the time, so that the mean call time the wait bound
+    /// reads is per call.
+    fn learn_speed_of(&self, work: u64, exec_ns: u64, calls: u64) {
         // At least 1 ns: 0 means "not timed yet".
-        fold_average(&self.ns_per_call, exec_ns.max(1));
+        fold_average(&self.ns_per_call, (exec_ns / calls.max(1)).max(1));
         if work == 0 {
             return;
         }
@@ -734,7 +758,7 @@ impl Slot {
                 0,
             )
         } else {
-            self.run_kernel(image, &params, &payload, &mut out, received, start)
+            self.run_kernel(image, &params, &payload, &mut out, received, start, 1)
         };
         if status != Status::Ok {
             out.clear();
@@ -757,8 +781,10 @@ impl Slot {
     }
 
     /// Runs the kernel of a call (begun at `start`, received at `received`) on
-    /// `image`, and learns the slot's speed from it. Returns the call's status, the
-    /// message of a failure and its execution time in ns.
+    /// `image`, and learns the slot's speed from it; a batch of `calls` calls counts
+    /// as that many calls of its time each. Returns the call's status, the message of
+    /// a failure and its execution time in ns.
+    #[allow(clippy::too_many_arguments)]
     fn run_kernel(
         &self,
         image: &Arc<dyn Loaded>,
@@ -767,6 +793,7 @@ impl Slot {
         out: &mut Vec<u8>,
         received: Instant,
         start: Start,
+        calls: u64,
     ) -> (Status, String, u64) {
         // A kernel that panics fails its call, not the slot: the panic is caught,
         // the call answered INTERNAL, and the slot keeps serving.
@@ -788,7 +815,8 @@ impl Slot {
         } else {
             self.simulated_device_time(received, start.at)
         };
-        self.learn_speed(start.work, exec_ns);
+        debug_assert!(calls >= 1, "a run is of one call or more");
+        self.learn_speed_of(start.work, exec_ns, calls);
         self.metrics.executed(exec_ns);
         self.busy_ns.fetch_add(exec_ns, Ordering::Relaxed);
         match result {
@@ -840,6 +868,12 @@ impl Slot {
                 self.refuse_late(job, late);
                 // A reconfiguration or stop may be waiting for the queue to empty.
                 self.changed.notify_all();
+                continue;
+            }
+            if st.accel.batching().is_some() && loaded_is(&st, &job) {
+                if !self.run_batch(st, job, generation) {
+                    return;
+                }
                 continue;
             }
             st.taken += 1;
@@ -958,11 +992,14 @@ impl Slot {
         st.phase.begin_reconfig(to);
         self.publish_admits(&st);
         self.debug_check(&st);
-        while st.running() || st.queue.len > 0 {
+        // A batch being formed runs now rather than wait for more calls.
+        self.changed.notify_all();
+        while st.running() || st.queue.len > 0 || !st.batch.is_empty() {
             self.changed.wait(&mut st);
         }
         let previous = std::mem::replace(&mut st.accel, accel);
         st.image = image;
+        st.batch_counts.clear();
         self.debug_check(&st);
         // The new accelerator's speed is not the old one's.
         self.ns_per_work_1024.store(0, Ordering::Relaxed);
@@ -1049,7 +1086,7 @@ impl Slot {
             &st.execution,
             Execution::Running(Running { reply: Some(_), .. })
         );
-        let answered = st.queue.len + usize::from(on_worker);
+        let answered = st.queue.len + usize::from(on_worker) + st.batch.len();
         self.abandon_running(&mut st, why);
         self.answer_queued(&mut st, why);
         self.debug_check(&st);
@@ -1072,6 +1109,13 @@ impl Slot {
         };
         st.generation += 1;
         self.generation.store(st.generation, Ordering::Relaxed);
+        if !st.batch.is_empty() {
+            // The worker runs a batch: its calls are answered here, each once.
+            debug_assert!(run.reply.is_none(), "a batch's replies are its calls'");
+            self.metrics.threads_abandoned.inc();
+            self.answer_batch_unavailable(st, why);
+            return;
+        }
         self.depth.fetch_sub(1, Ordering::Relaxed);
         if let Some(reply) = run.reply {
             self.metrics.threads_abandoned.inc();
@@ -1088,8 +1132,10 @@ impl Slot {
         }
     }
 
-    /// Answers every queued call `UNAVAILABLE` with `why`.
+    /// Answers every queued call `UNAVAILABLE` with `why`, a batch being formed
+    /// included.
     fn answer_queued(&self, st: &mut SlotState, why: &str) {
+        self.answer_batch_unavailable(st, why);
         while let Some(Job { call, reply, .. }) = st.queue.pop() {
             self.answered_unavailable(call.accel.descriptor().id);
             self.depth.fetch_sub(1, Ordering::Relaxed);
@@ -1129,9 +1175,19 @@ fn fold_average(cell: &AtomicU64, sample: u64) {
     cell.store(new, Ordering::Relaxed);
 }
 
+/// Whether `job` is for the accelerator loaded in the slot (always, while
+/// reconfiguration drains the queue before it swaps).
+fn loaded_is(st: &SlotState, job: &Job) -> bool {
+    st.accel.descriptor().id == job.call.accel.descriptor().id
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
+
+// Dynamic batching lives beside this file, as do the state's enums and checker and
+// the tests, so that it stays within a size a reader can hold.
+mod batching;
 
 // The state's enums and checker live beside this file, as do the tests, so that it
 // stays within a size a reader can hold.

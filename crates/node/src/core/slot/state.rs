@@ -213,6 +213,13 @@ pub(super) struct SlotState {
     /// the queue promises, and counting them refused queued calls of µs kernels at
     /// light load, behind hundreds of such calls, in the registry's failover test.
     pub(super) taken: u64,
+    /// The calls of the batch the worker is forming or running (a model with dynamic
+    /// batching, see `batching`), kept here until each is answered: a hung kernel or
+    /// the drain deadline answers them as it answers the queue. At most
+    /// `max_batch_size` calls; empty otherwise.
+    pub(super) batch: Vec<Job>,
+    /// The loaded model's batches by size (`Slot::batch_counts`).
+    pub(super) batch_counts: super::batching::BatchCounts,
 }
 
 impl SlotState {
@@ -303,9 +310,33 @@ impl Slot {
             "slot {}: the lock-free generation disagrees with the state's",
             self.id
         );
+        if let Some(policy) = st.accel.batching() {
+            assert!(
+                st.batch.len() <= policy.max_batch_size,
+                "slot {}: a batch of {} calls, over max_batch_size {}",
+                self.id,
+                st.batch.len(),
+                policy.max_batch_size
+            );
+        } else {
+            assert!(
+                st.batch.is_empty(),
+                "slot {}: a batch of a model that does not batch",
+                self.id
+            );
+        }
+        if !st.batch.is_empty() {
+            if let Execution::Running(run) = &st.execution {
+                assert!(
+                    run.reply.is_none(),
+                    "slot {}: a running batch is answered through its calls",
+                    self.id
+                );
+            }
+        }
         if st.phase.failed().is_some() {
             assert!(
-                !st.running() && st.queue.len == 0,
+                !st.running() && st.queue.len == 0 && st.batch.is_empty(),
                 "slot {}: a failed slot holds a call",
                 self.id
             );

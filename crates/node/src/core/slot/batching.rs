@@ -23,42 +23,9 @@ use accel::tensors::Tensors;
 use parking_lot::MutexGuard;
 use rac_proto::Status;
 
-use super::state::SlotState;
+use super::state::{BatchCount, SlotState};
 use super::{nanos, Answer, Job, Slot};
 use crate::core::batch::{decide, timed_out, Decision, Forming};
-
-/// Executions of a model's batches at one slot by batch size, since the model was
-/// loaded into it: what Triton's statistics extension reports per batch size.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BatchCount {
-    /// Batches of this size run.
-    pub count: u64,
-    /// Their execution time on the device, in ns, summed.
-    pub compute_ns: u64,
-}
-
-/// [`BatchCount`]s indexed by batch size - 1; at most `max_batch_size` entries.
-#[derive(Debug, Default)]
-pub(super) struct BatchCounts(Vec<BatchCount>);
-
-impl BatchCounts {
-    fn record(&mut self, size: usize, max: usize, compute_ns: u64) {
-        assert!(
-            size >= 1 && size <= max,
-            "a batch holds 1 to max_batch_size items"
-        );
-        if self.0.len() < size {
-            self.0.resize(size, BatchCount::default());
-        }
-        let c = &mut self.0[size - 1];
-        c.count += 1;
-        c.compute_ns = c.compute_ns.saturating_add(compute_ns);
-    }
-
-    pub(super) fn clear(&mut self) {
-        self.0.clear();
-    }
-}
 
 type Guard<'a> = MutexGuard<'a, SlotState>;
 
@@ -66,14 +33,7 @@ impl Slot {
     /// The batches the loaded model ran at this slot, by batch size (sizes never run
     /// are left out): Triton's `batch_stats`.
     pub fn batch_counts(&self) -> Vec<(usize, BatchCount)> {
-        let st = self.state.lock();
-        st.batch_counts
-            .0
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.count > 0)
-            .map(|(i, c)| (i + 1, *c))
-            .collect()
+        self.state.lock().batch_counts.by_size()
     }
 
     /// Runs `first`, just taken from the queue, and the calls that join it as one

@@ -53,7 +53,7 @@ use crate::device::Loaded;
 use crate::telemetry::metrics::{AccelMetrics, SlotMetrics};
 use state::{Admission, Execution, Phase, Reconfig, Running, SlotState};
 
-pub use batching::BatchCount;
+pub use state::BatchCount;
 
 /// Linux scheduling class of slot worker threads. It matters when slots compute on the
 /// CPU cores the network threads use (CPU kernels; a thread driving an FPGA or GPU

@@ -219,7 +219,7 @@ pub(super) struct SlotState {
     /// `max_batch_size` calls; empty otherwise.
     pub(super) batch: Vec<Job>,
     /// The loaded model's batches by size (`Slot::batch_counts`).
-    pub(super) batch_counts: super::batching::BatchCounts,
+    pub(super) batch_counts: BatchCounts,
 }
 
 impl SlotState {
@@ -341,5 +341,48 @@ impl Slot {
                 self.id
             );
         }
+    }
+}
+
+/// Executions of a model's batches at one slot by batch size, since the model was
+/// loaded into it: what Triton's statistics extension reports per batch size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchCount {
+    /// Batches of this size run.
+    pub count: u64,
+    /// Their execution time on the device, in ns, summed.
+    pub compute_ns: u64,
+}
+
+/// [`BatchCount`]s indexed by batch size - 1; at most `max_batch_size` entries.
+#[derive(Debug, Default)]
+pub(super) struct BatchCounts(Vec<BatchCount>);
+
+impl BatchCounts {
+    pub(super) fn record(&mut self, size: usize, max: usize, compute_ns: u64) {
+        assert!(
+            size >= 1 && size <= max,
+            "a batch holds 1 to max_batch_size items"
+        );
+        if self.0.len() < size {
+            self.0.resize(size, BatchCount::default());
+        }
+        let c = &mut self.0[size - 1];
+        c.count += 1;
+        c.compute_ns = c.compute_ns.saturating_add(compute_ns);
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// The sizes run, with their counts (sizes never run left out).
+    pub(super) fn by_size(&self) -> Vec<(usize, BatchCount)> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.count > 0)
+            .map(|(i, c)| (i + 1, *c))
+            .collect()
     }
 }

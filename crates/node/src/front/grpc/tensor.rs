@@ -435,7 +435,7 @@ pub fn encode(model: &str, reply: &Reply, output: Vec<u8>) -> ModelInferResponse
             .collect(),
     };
     // One copy per tensor: raw_output_contents holds one byte string per output.
-    let (outputs, raw) = outputs::answer(&reply.requested, given)
+    let (outputs, raw) = outputs::answer(&reply.requested, given, classify::top)
         .into_iter()
         .map(|t| {
             let bytes = Bytes::copy_from_slice(&t.bytes);

@@ -12,7 +12,7 @@ use accel::{params_from_pairs, Accelerator, Descriptor, ParamBlock};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::outputs::{self, Requested};
+use super::outputs::{self, RawOutput, Requested};
 use super::{classify, declared, elements};
 use super::{DataType, Layout, Signature, OUTPUT};
 
@@ -57,13 +57,6 @@ pub(super) struct RawInput {
     parameters: Option<Map<String, Value>>,
     #[serde(default)]
     data: Option<Value>,
-}
-
-#[derive(Deserialize)]
-pub(super) struct RawOutput {
-    pub(super) name: String,
-    #[serde(default)]
-    pub(super) parameters: Option<Map<String, Value>>,
 }
 
 /// Decodes an inference request for `accel`. `json_len` is the value of
@@ -440,7 +433,7 @@ pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> O
             vec![(OUTPUT, reply.sig.datatype, shape, output)]
         }
     };
-    let tensors = outputs::answer(&reply.requested, given);
+    let tensors = outputs::answer(&reply.requested, given, classify::top);
     outputs::write_json(model, reply.id.as_deref(), &tensors, dst)
 }
 

@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use accel::tensors::DataType;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::VERSION;
@@ -92,12 +93,20 @@ pub fn class_count(value: Option<u64>, output: &str) -> Result<Option<u32>, Stri
 /// Request parameters other than the protocol's, for the accelerator.
 pub(super) type Params<'p> = Vec<(&'p str, &'p Value)>;
 
+/// One entry of a request's `outputs` (HTTP JSON), as the client sent it.
+#[derive(Deserialize)]
+pub(super) struct RawOutput {
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) parameters: Option<Map<String, Value>>,
+}
+
 /// Reads the HTTP request's `parameters` (only `binary_data_output` is the
 /// protocol's; the rest are handed back for the accelerator) and `outputs`;
 /// `check` refuses an output name the model does not have.
 pub(super) fn from_json<'p>(
     parameters: Option<&'p Map<String, Value>>,
-    outputs: Option<&[super::infer::RawOutput]>,
+    outputs: Option<&[RawOutput]>,
     check: impl Fn(&str) -> Result<(), String>,
 ) -> Result<(Requested, Params<'p>), String> {
     let mut requested = Requested::default();
@@ -166,7 +175,14 @@ pub type Given<'o> = (&'o str, DataType, Vec<u64>, &'o [u8]);
 
 /// The tensors of an answer: the outputs `requested` picks from `given`, each with
 /// how it is answered (every front end answers through this).
-pub fn answer<'o>(requested: &Requested, given: Vec<Given<'o>>) -> Vec<OutTensor<'o>> {
+/// `classify` turns a tensor whose output asked for classes into its top classes (the
+/// classification extension's `classify::top`, given by the caller so that this module
+/// stays below it).
+pub fn answer<'o>(
+    requested: &Requested,
+    given: Vec<Given<'o>>,
+    classify: impl Fn(OutTensor<'o>, bool) -> OutTensor<'o>,
+) -> Vec<OutTensor<'o>> {
     let given = given
         .into_iter()
         .map(|(name, datatype, shape, bytes)| (name, (datatype, shape, bytes)))
@@ -182,7 +198,7 @@ pub fn answer<'o>(requested: &Requested, given: Vec<Given<'o>>) -> Vec<OutTensor
                 bytes: Cow::Borrowed(bytes),
             };
             if t.wanted.class_count.is_some() {
-                super::classify::top(t, requested.batched)
+                classify(t, requested.batched)
             } else {
                 t
             }

@@ -219,7 +219,7 @@ async fn malformed_requests_get_the_protocols_errors_and_the_node_keeps_serving(
             "unknown model",
             raw_request("nope", &[], vec![]),
             Code::NotFound,
-            "unknown model nope",
+            "Request for unknown model: 'nope' is not found",
         ),
         (
             "unknown version",
@@ -637,7 +637,9 @@ async fn a_stream_answers_each_request_once_and_survives_bad_ones() {
             }
             None if response.model_name == "nope" => {
                 assert!(
-                    answer.error_message.contains("unknown model nope"),
+                    answer
+                        .error_message
+                        .contains("Request for unknown model: 'nope' is not found"),
                     "{}",
                     answer.error_message
                 );

@@ -96,10 +96,10 @@ impl Inference {
             .dispatcher
             .catalog()
             .by_name(name)
-            .ok_or_else(|| Status::not_found(format!("unknown model {name}")))?;
+            .ok_or_else(|| Status::not_found(crate::front::oip::unknown_model(name)))?;
         if !version.is_empty() && version != VERSION {
-            return Err(Status::not_found(format!(
-                "model {name} has no version {version}; its only version is {VERSION}"
+            return Err(Status::not_found(crate::front::oip::unknown_version(
+                name, version,
             )));
         }
         Ok(Arc::clone(accel))

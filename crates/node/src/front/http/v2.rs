@@ -273,7 +273,7 @@ fn model_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
                 return refuse(
                     404,
                     "NOT_FOUND",
-                    format!("model {name} has no version {version}; its only version is {VERSION}"),
+                    crate::front::oip::unknown_version(name, version),
                 );
             }
             after
@@ -281,7 +281,11 @@ fn model_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
         None => tail,
     };
     let Some(accel) = node.dispatcher.catalog().by_name(name) else {
-        return refuse(404, "UNKNOWN_ACCELERATOR", format!("unknown model {name}"));
+        return refuse(
+            404,
+            "UNKNOWN_ACCELERATOR",
+            crate::front::oip::unknown_model(name),
+        );
     };
     let get = matches!(method, "GET" | "HEAD");
     match tail {

@@ -34,6 +34,21 @@ use crate::node::Node;
 /// The only model version: an accelerator has one image per name.
 pub const VERSION: &str = "1";
 
+/// The error for a model the node does not have, in Triton's words (its clients match
+/// on "Request for unknown model").
+pub fn unknown_model(name: &str) -> String {
+    format!("Request for unknown model: '{name}' is not found")
+}
+
+/// The error for a version of a model the node does not have, in Triton's words, with
+/// the version there is.
+pub fn unknown_version(name: &str, version: &str) -> String {
+    format!(
+        "Request for unknown model: '{name}' version {version} is not found (its only version \
+         is {VERSION})"
+    )
+}
+
 /// A tensor element type of the protocol that some model uses (one home: `accel`,
 /// where models declare their tensors).
 pub use accel::tensors::DataType;

@@ -105,7 +105,12 @@ fn model(node: &Node, name: &str) -> Result<Arc<dyn Accelerator>, AdminError> {
         .catalog()
         .by_name(name)
         .cloned()
-        .ok_or_else(|| error(Status::UnknownAccelerator, format!("unknown model {name}")))
+        .ok_or_else(|| {
+            error(
+                Status::UnknownAccelerator,
+                crate::front::oip::unknown_model(name),
+            )
+        })
 }
 
 /// How many slots the `config` override asks for (`None`: no override, or it does not

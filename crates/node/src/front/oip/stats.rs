@@ -132,11 +132,9 @@ pub fn select(node: &Node, name: &str, version: &str) -> Result<Statistics, Stri
     }
     let accel = catalog
         .by_name(name)
-        .ok_or_else(|| format!("unknown model {name}"))?;
+        .ok_or_else(|| crate::front::oip::unknown_model(name))?;
     if !version.is_empty() && version != VERSION {
-        return Err(format!(
-            "model {name} has no version {version}; its only version is {VERSION}"
-        ));
+        return Err(crate::front::oip::unknown_version(name, version));
     }
     Ok(Statistics {
         model_stats: vec![of(accel)],

@@ -876,23 +876,9 @@ impl Slot {
                 }
                 continue;
             }
-            st.taken += 1;
-            let Job {
-                call, reply, work, ..
-            } = job;
-            let start = self.begin(&mut st, work, Some(reply));
-            self.debug_check(&st);
-            let (loaded_id, image) = (st.accel.descriptor().id, Arc::clone(&st.image));
+            let taken = self.take(&mut st, job);
             drop(st);
-            let answer = if loaded_id == call.accel.descriptor().id {
-                self.execute(&image, call, start)
-            } else {
-                // Cannot happen while reconfiguration drains the queue first; answered
-                // rather than asserted so a future change cannot run a call on the
-                // wrong accelerator.
-                Answer::refusal(Status::Unavailable, "slot was reconfigured", call)
-            };
-            if !self.end_job(generation, answer) {
+            if !self.end_job(generation, self.run_taken(taken)) {
                 return;
             }
         }
@@ -975,6 +961,34 @@ impl Slot {
         let start = self.clock.now();
         let name = accel.descriptor().name.clone();
         let mut st = self.state.lock();
+        self.open_reconfig(&mut st, &accel)?;
+        // A batch being formed runs now rather than wait for more calls.
+        self.changed.notify_all();
+        while !st.drained() {
+            self.changed.wait(&mut st);
+        }
+        let previous = self.swap_in(&mut st, accel, image);
+        drop(st);
+        if !self.limits.reconfig_delay.is_zero() {
+            self.clock
+                .sleep_until(self.clock.now() + self.limits.reconfig_delay);
+        }
+        let mut st = self.state.lock();
+        self.close_reconfig(&mut st);
+        drop(st);
+        self.metrics
+            .loaded(Some(&previous.descriptor().name), &name);
+        self.metrics.reconfigurations.inc();
+        Ok(self.clock.since(start))
+    }
+
+    /// The start of a reconfiguration to `accel`: refused while another one runs or
+    /// the slot stops; otherwise the slot admits nothing from now on.
+    fn open_reconfig(
+        &self,
+        st: &mut SlotState,
+        accel: &Arc<dyn Accelerator>,
+    ) -> Result<(), String> {
         if let Some(other) = st.phase.reconfig() {
             return Err(format!(
                 "slot {} is already loading {}",
@@ -987,40 +1001,46 @@ impl Slot {
         let to = Reconfig {
             from: st.accel.descriptor().id,
             to: accel.descriptor().id,
-            to_name: name.clone(),
+            to_name: accel.descriptor().name.clone(),
         };
         st.phase.begin_reconfig(to);
-        self.publish_admits(&st);
-        self.debug_check(&st);
-        // A batch being formed runs now rather than wait for more calls.
-        self.changed.notify_all();
-        while st.running() || st.queue.len > 0 || !st.batch.is_empty() {
-            self.changed.wait(&mut st);
-        }
+        self.publish_admits(st);
+        self.debug_check(st);
+        debug_assert!(!st.phase.admits(), "a loading slot admits nothing");
+        Ok(())
+    }
+
+    /// Puts `accel` (as its device loaded it, `image`) in the drained slot's place;
+    /// returns the accelerator it replaces.
+    fn swap_in(
+        &self,
+        st: &mut SlotState,
+        accel: Arc<dyn Accelerator>,
+        image: Arc<dyn Loaded>,
+    ) -> Arc<dyn Accelerator> {
+        assert!(
+            st.drained(),
+            "an accelerator is swapped into a drained slot"
+        );
         let previous = std::mem::replace(&mut st.accel, accel);
         st.image = image;
         st.batch_counts.clear();
-        self.debug_check(&st);
+        self.debug_check(st);
         // The new accelerator's speed is not the old one's.
         self.ns_per_work_1024.store(0, Ordering::Relaxed);
         self.ns_per_call
             .store(nanos(self.limits.simulated_exec), Ordering::Relaxed);
-        drop(st);
-        if !self.limits.reconfig_delay.is_zero() {
-            self.clock
-                .sleep_until(self.clock.now() + self.limits.reconfig_delay);
-        }
-        let mut st = self.state.lock();
+        previous
+    }
+
+    /// The end of a reconfiguration: the slot admits calls again (and is no longer
+    /// failed, if it was).
+    fn close_reconfig(&self, st: &mut SlotState) {
         if st.phase.end_reconfig() {
             self.metrics.failed.set(0);
         }
-        self.publish_admits(&st);
-        self.debug_check(&st);
-        drop(st);
-        self.metrics
-            .loaded(Some(&previous.descriptor().name), &name);
-        self.metrics.reconfigurations.inc();
-        Ok(self.clock.since(start))
+        self.publish_admits(st);
+        self.debug_check(st);
     }
 
     /// The watchdog's look at the slot ([`crate::core::watchdog`]). When the call in progress

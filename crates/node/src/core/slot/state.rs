@@ -227,6 +227,12 @@ impl SlotState {
         matches!(self.execution, Execution::Running(_))
     }
 
+    /// No call runs, waits in the queue or in a batch being formed: an accelerator
+    /// may be swapped in.
+    pub(super) fn drained(&self) -> bool {
+        !self.running() && self.queue.len == 0 && self.batch.is_empty()
+    }
+
     /// Idle → running a call begun `since`, expected to end at `ends`, answered
     /// through `reply` when the worker runs it.
     pub(super) fn start_running(

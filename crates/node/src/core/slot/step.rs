@@ -14,6 +14,10 @@
 //! [`Slot::drained`] the driver lets the device's load time pass and calls
 //! [`Slot::finish_load`], which swaps the accelerator in and reopens the slot.
 //!
+//! The pieces are the worker's own: a call is taken ([`Slot::take`]) and run
+//! ([`Slot::run_taken`]) by the same code on both paths, and a load opens, swaps and
+//! closes through the same steps as [`Slot::reconfigure`].
+//!
 //! Not for the node: a slot with a worker thread must not be stepped as well (the
 //! worker would take the same calls).
 
@@ -21,7 +25,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{nanos, Job, Reconfig, Slot, Start};
+use super::state::SlotState;
+use super::{Job, Slot, Start};
 use crate::core::slot::{Answer, Call};
 use crate::device::Loaded;
 use accel::{Accelerator, ParamBlock};
@@ -73,43 +78,62 @@ impl Slot {
             self.refuse_late(job, late);
             return Step::RefusedLate { params };
         }
-        st.taken += 1;
-        let Job {
-            call, reply, work, ..
-        } = job;
-        let start = self.begin(&mut st, work, Some(reply));
-        self.debug_check(&st);
+        let taken = self.take(&mut st, job);
         debug_assert!(st.running(), "a call taken is running");
-        let (loaded_id, image) = (st.accel.descriptor().id, Arc::clone(&st.image));
-        Step::Began(Taken {
-            call,
-            start,
-            image,
-            loaded_id,
-        })
+        Step::Began(taken)
     }
 
     /// Runs the kernel of a call begun by [`Slot::take_next`] and answers it through
     /// its channel, at the clock's time now.
     pub fn finish_taken(&self, taken: Taken) {
+        let generation = taken.start.generation;
+        debug_assert!(
+            self.clock.now() >= taken.start.at,
+            "a call ends after it begins"
+        );
+        let ended = self.end_job(generation, self.run_taken(taken));
+        debug_assert!(ended, "a stepped slot has one generation per call");
+        debug_assert!(
+            self.generation.load(Ordering::Relaxed) == generation,
+            "nothing gave up on a stepped call"
+        );
+    }
+
+    /// Begins `job`, just popped from the queue of the locked state `st`: the one way
+    /// a call is taken, by the worker and by a stepped slot alike.
+    pub(super) fn take(&self, st: &mut SlotState, job: Job) -> Taken {
+        st.taken += 1;
+        let Job {
+            call, reply, work, ..
+        } = job;
+        let start = self.begin(st, work, Some(reply));
+        self.debug_check(st);
+        let (loaded_id, image) = (st.accel.descriptor().id, Arc::clone(&st.image));
+        Taken {
+            call,
+            start,
+            image,
+            loaded_id,
+        }
+    }
+
+    /// Runs the kernel of a taken call (outside the state's lock) and makes its
+    /// answer.
+    pub(super) fn run_taken(&self, taken: Taken) -> Answer {
         let Taken {
             call,
             start,
             image,
             loaded_id,
         } = taken;
-        debug_assert!(self.clock.now() >= start.at, "a call ends after it begins");
-        let answer = if loaded_id == call.accel.descriptor().id {
+        if loaded_id == call.accel.descriptor().id {
             self.execute(&image, call, start)
         } else {
+            // Cannot happen while reconfiguration drains the queue first; answered
+            // rather than asserted so a future change cannot run a call on the wrong
+            // accelerator.
             Answer::refusal(Status::Unavailable, "slot was reconfigured", call)
-        };
-        let ended = self.end_job(start.generation, answer);
-        debug_assert!(ended, "a stepped slot has one generation per call");
-        debug_assert!(
-            self.generation.load(Ordering::Relaxed) == start.generation,
-            "nothing gave up on a stepped call"
-        );
+        }
     }
 }
 
@@ -130,24 +154,7 @@ impl Slot {
         image: Arc<dyn Loaded>,
     ) -> Result<PendingLoad, String> {
         let mut st = self.state.lock();
-        if let Some(other) = st.phase.reconfig() {
-            return Err(format!(
-                "slot {} is already loading {}",
-                self.id, other.to_name
-            ));
-        }
-        if st.phase.stopping() {
-            return Err(format!("slot {} is shutting down", self.id));
-        }
-        let to = Reconfig {
-            from: st.accel.descriptor().id,
-            to: accel.descriptor().id,
-            to_name: accel.descriptor().name.clone(),
-        };
-        st.phase.begin_reconfig(to);
-        self.publish_admits(&st);
-        self.debug_check(&st);
-        debug_assert!(!st.phase.admits(), "a loading slot admits nothing");
+        self.open_reconfig(&mut st, &accel)?;
         Ok(PendingLoad {
             accel,
             image,
@@ -157,8 +164,7 @@ impl Slot {
 
     /// Whether no call runs or waits in the slot: a load may finish.
     pub fn drained(&self) -> bool {
-        let st = self.state.lock();
-        !st.running() && st.queue.len == 0
+        self.state.lock().drained()
     }
 
     /// Swaps the accelerator of `load` in and reopens the slot: the end of
@@ -172,22 +178,8 @@ impl Slot {
         } = load;
         let name = accel.descriptor().name.clone();
         let mut st = self.state.lock();
-        assert!(
-            !st.running() && st.queue.len == 0,
-            "a load finishes on a drained slot"
-        );
-        debug_assert!(st.phase.reconfig().is_some(), "a load was begun");
-        let previous = std::mem::replace(&mut st.accel, accel);
-        st.image = image;
-        // The new accelerator's speed is not the old one's.
-        self.ns_per_work_1024.store(0, Ordering::Relaxed);
-        self.ns_per_call
-            .store(nanos(self.limits.simulated_exec), Ordering::Relaxed);
-        if st.phase.end_reconfig() {
-            self.metrics.failed.set(0);
-        }
-        self.publish_admits(&st);
-        self.debug_check(&st);
+        let previous = self.swap_in(&mut st, accel, image);
+        self.close_reconfig(&mut st);
         drop(st);
         self.metrics
             .loaded(Some(&previous.descriptor().name), &name);

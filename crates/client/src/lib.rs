@@ -9,9 +9,11 @@
 
 pub mod rac;
 pub mod registry;
+mod tls_probe;
 
 use std::fmt;
 use std::io::Read;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A call's output and the node's account of it.
@@ -126,18 +128,21 @@ pub fn tls_advice(error: &str) -> Option<&'static str> {
 pub struct NodeClient {
     base: String,
     agent: ureq::Agent,
+    /// What the agent trusts and presents over HTTPS (`None`: the public web roots).
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl NodeClient {
     /// `base` is the node's URL, e.g. `http://127.0.0.1:8080`.
     pub fn new(base: &str) -> NodeClient {
-        NodeClient::with_agent(base, NodeClient::agent())
+        NodeClient::with_agent(base, NodeClient::agent(), None)
     }
 
     /// A client of a node's HTTPS listener (`base` an `https://` URL) that trusts and
     /// presents what `tls` says ([`rac::tls_config`]: CA file, client certificate).
     pub fn with_tls(base: &str, tls: std::sync::Arc<rustls::ClientConfig>) -> NodeClient {
-        NodeClient::with_agent(base, NodeClient::agent().tls_config(tls))
+        let agent = NodeClient::agent().tls_config(Arc::clone(&tls));
+        NodeClient::with_agent(base, agent, Some(tls))
     }
 
     fn agent() -> ureq::AgentBuilder {
@@ -146,10 +151,15 @@ impl NodeClient {
             .timeout(Duration::from_secs(300))
     }
 
-    fn with_agent(base: &str, agent: ureq::AgentBuilder) -> NodeClient {
+    fn with_agent(
+        base: &str,
+        agent: ureq::AgentBuilder,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> NodeClient {
         NodeClient {
             base: base.trim_end_matches('/').to_string(),
             agent: agent.build(),
+            tls,
         }
     }
 
@@ -172,7 +182,7 @@ impl NodeClient {
         if let Some(us) = deadline_us {
             req = req.set("X-Netaccel-Deadline-Us", &us.to_string());
         }
-        let resp = check(req.send_bytes(payload))?;
+        let resp = self.check(req.send_bytes(payload))?;
         let header_num = |name: &str| {
             resp.header(name)
                 .and_then(|v| v.parse::<u64>().ok())
@@ -215,12 +225,35 @@ impl NodeClient {
         if let Some(token) = token {
             req = req.set("Authorization", &format!("Bearer {token}"));
         }
-        let resp = check(req.send_json(serde_json::json!({ "accelerator": name })))?;
+        let resp = self.check(req.send_json(serde_json::json!({ "accelerator": name })))?;
         parse_json(resp)
     }
 
     fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
-        parse_json(check(self.agent.get(&self.url(path)).call())?)
+        parse_json(self.check(self.agent.get(&self.url(path)).call())?)
+    }
+
+    /// `result` with an error status read into [`ClientError::Node`]; over HTTPS a
+    /// transport failure that names no TLS cause is explained by a handshake of its
+    /// own ([`tls_probe`]), since a failed handshake can surface as "broken pipe".
+    fn check(
+        &self,
+        result: Result<ureq::Response, ureq::Error>,
+    ) -> Result<ureq::Response, ClientError> {
+        match check(result) {
+            Err(ClientError::Transport(m))
+                if self.base.starts_with("https://") && tls_advice(&m).is_none() =>
+            {
+                let config = self.tls.clone().unwrap_or_else(tls_probe::default_config);
+                Err(ClientError::Transport(
+                    match tls_probe::handshake_error(&self.base, config) {
+                        Some(cause) => format!("{m}; the TLS handshake says: {cause}"),
+                        None => m,
+                    },
+                ))
+            }
+            other => other,
+        }
     }
 }
 

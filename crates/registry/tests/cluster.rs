@@ -412,12 +412,16 @@ fn node_loss_under_load(loss: Loss) {
             .collect();
         // Calling for a while, then n1 dies.
         std::thread::sleep(Duration::from_millis(500));
+        // The clients learn of the loss before it happens: a call refused by the dead
+        // node waits for its rebinding inside `Bound::call`, and on a loaded machine
+        // the kill itself (signal, then reaping the process) can take longer than that
+        // wait, so a client told afterwards would have moved on unseen.
+        let at = Instant::now();
+        killed.set((at, "n1".to_string())).unwrap();
         match loss {
             Loss::Kill => nodes[0].proc.kill(),
             Loss::Unplug => net.unplug(0),
         }
-        let at = Instant::now();
-        killed.set((at, "n1".to_string())).unwrap();
 
         // The registry marks it lost within one lease (its last renewal was at most a
         // third of a lease before the kill).
@@ -454,7 +458,10 @@ fn node_loss_under_load(loss: Loss) {
                     .expect("a client of n1 called successfully again")
             })
             .collect();
-        let worst = recovered.iter().max().copied().unwrap();
+        let worst =
+            recovered.iter().max().copied().unwrap_or_else(|| {
+                panic!("no client of n1 was seen on it at the loss: {tallies:?}")
+            });
         println!(
             "FIGURE node loss by {loss:?} (lease {lease:?}): n1 marked lost {lost_after:?} after it was lost; \
              its clients' first successful calls on their new bindings {recovered:?} after it; \
@@ -630,9 +637,10 @@ fn killing_the_leading_registry_under_load_keeps_every_binding_and_every_call() 
             .filter(|b| b.node.as_deref() == Some(victim.as_str()))
             .count();
         let index = names.iter().position(|n| *n == victim).unwrap();
-        nodes[index].proc.kill();
+        // The clients are told before the kill, as in `node_loss_under_load`.
         let node_killed = Instant::now();
         killed.set((node_killed, victim.clone())).unwrap();
+        nodes[index].proc.kill();
         while current().node_state(&victim).as_deref() != Some("lost") {
             assert!(
                 node_killed.elapsed() < Duration::from_secs(10),

@@ -177,7 +177,8 @@ pub enum Service {
     },
 }
 
-// Not `deny_unknown_fields`: serde cannot combine it with the flattened kind.
+// Not `deny_unknown_fields`: serde cannot combine it with the flattened kind, so
+// `check_client_keys` refuses unknown keys instead.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct ClientSpec {
     #[serde(flatten)]
@@ -242,6 +243,50 @@ pub enum Failure {
     SlotHang { node: usize, slot: usize, at_s: f64 },
 }
 
+/// The keys every `[[clients]]` table may have, whatever its kind.
+const CLIENT_KEYS: [&str; 5] = ["kind", "count", "tenant", "mix", "deadline_us"];
+
+/// The keys of each client kind (`ClientKind`'s fields), beside [`CLIENT_KEYS`].
+fn client_kind_keys(kind: &str) -> Option<&'static [&'static str]> {
+    Some(match kind {
+        "poisson" => &["rate_per_s"],
+        "erlang" => &["rate_per_s", "k"],
+        "closed" => &["outstanding", "think_us"],
+        "trace" => &["file"],
+        _ => return None,
+    })
+}
+
+/// Refuses a key no `[[clients]]` table of its kind takes (a misspelt `rate_per_sec`
+/// would otherwise be dropped without a word), naming the client and what it takes.
+fn check_client_keys(scenario: &toml::Value) -> Result<(), String> {
+    let Some(clients) = scenario.get("clients").and_then(toml::Value::as_array) else {
+        return Ok(()); // serde says what is wrong with a missing or odd `clients`
+    };
+    for (i, client) in clients.iter().enumerate() {
+        let Some(table) = client.as_table() else {
+            continue;
+        };
+        let kind = table.get("kind").and_then(toml::Value::as_str);
+        let Some(own) = kind.and_then(client_kind_keys) else {
+            continue; // serde names a missing or unknown kind
+        };
+        if let Some(key) = table
+            .keys()
+            .find(|k| !CLIENT_KEYS.contains(&k.as_str()) && !own.contains(&k.as_str()))
+        {
+            return Err(format!(
+                "[[clients]] {}: unknown key `{key}` (a {} client takes {} and {})",
+                i + 1,
+                kind.unwrap_or_default(),
+                own.join(", "),
+                CLIENT_KEYS[1..].join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn n_count(sc: &Scenario) -> usize {
     sc.node.count
 }
@@ -262,13 +307,13 @@ fn one_f64() -> f64 {
 impl Scenario {
     /// Reads a scenario from TOML text.
     pub fn parse(text: &str) -> Result<Scenario, String> {
-        let scenario: Scenario = toml::from_str(text).map_err(|e| e.to_string())?;
-        scenario.validate()?;
-        Ok(scenario)
+        let value: toml::Value = toml::from_str(text).map_err(|e| e.to_string())?;
+        Scenario::from_value(value)
     }
 
     /// Reads a scenario from a TOML value (a sweep's edited copy).
     pub fn from_value(value: toml::Value) -> Result<Scenario, String> {
+        check_client_keys(&value)?;
         let scenario: Scenario = value
             .try_into()
             .map_err(|e: toml::de::Error| e.to_string())?;

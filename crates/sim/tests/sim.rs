@@ -295,3 +295,29 @@ fn a_trace_is_replayed_call_for_call() {
     assert_eq!(topk, [3000; 4]);
     assert!(run.records[3].start_ns >= run.records[1].end_ns);
 }
+
+/// A misspelt client key is refused with what the client takes, not dropped (the kind
+/// is flattened into the client, which serde's own check cannot follow).
+#[test]
+fn an_unknown_client_key_is_refused() {
+    let text = |key: &str| {
+        format!(
+            r#"
+            calls = 10
+            [node]
+            slots = [{{ accelerator = "a" }}]
+            [[accelerators]]
+            name = "a"
+            service = {{ kind = "constant", us = 5.0 }}
+            [[clients]]
+            kind = "poisson"
+            {key} = 1000.0
+            mix = [{{ accelerator = "a" }}]
+            "#
+        )
+    };
+    assert!(Scenario::parse(&text("rate_per_s")).is_ok());
+    let e = Scenario::parse(&text("rate_per_sec")).unwrap_err();
+    assert!(e.contains("unknown key `rate_per_sec`"), "{e}");
+    assert!(e.contains("rate_per_s"), "{e}");
+}

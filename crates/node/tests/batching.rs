@@ -179,6 +179,27 @@ fn concurrent_calls_share_device_calls_and_each_gets_its_own_logits() {
         device_calls >= 1.0 && device_calls <= (CALLS / 4) as f64,
         "{CALLS} calls took {device_calls} device calls"
     );
+    // The statistics extension counts executions as Triton does: batches, not calls,
+    // each under the size it ran at.
+    let stats = rt.block_on(async {
+        let request = pb::ModelStatisticsRequest {
+            name: "digits_batched".into(),
+            version: String::new(),
+        };
+        let mut c = client(grpc).await;
+        c.model_statistics(request).await.unwrap().into_inner()
+    });
+    let m = &stats.model_stats[0];
+    assert_eq!(m.inference_count, CALLS as u64);
+    assert_eq!(m.execution_count as f64, device_calls, "{m:?}");
+    let mut items = 0;
+    for b in &m.batch_stats {
+        let runs = b.compute_infer.as_ref().unwrap().count;
+        assert!(runs >= 1 && b.batch_size >= 1, "{b:?}");
+        assert_eq!(b.compute_input.as_ref().unwrap().count, runs, "{b:?}");
+        items += b.batch_size * runs;
+    }
+    assert_eq!(items, CALLS as u64, "{:?}", m.batch_stats);
 }
 
 #[test]

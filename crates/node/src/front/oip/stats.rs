@@ -111,6 +111,36 @@ fn model_statistics(name: &str, s: &ModelStats) -> ModelStatistics {
     }
 }
 
+/// For a model its slots batch dynamically, the executions are the batches the slots
+/// ran, not the calls: `execution_count` and `batch_stats` from the batch counts of
+/// the slots that host it now (as Triton counts one execution of a batch of 8
+/// requests, once, under size 8). A slot's counts start again when it loads another
+/// model. The batch's join and split are part of its device run here, so each entry's
+/// `compute_infer` holds its time and `compute_input`/`compute_output` only its count.
+fn executed_batches(stats: &mut ModelStatistics, node: &Node, id: u16) {
+    let mut by_size: std::collections::BTreeMap<usize, (u64, u64)> = Default::default();
+    for slot in node.dispatcher.slots() {
+        if slot.hosting().accel_id != id {
+            continue;
+        }
+        for (size, c) in slot.batch_counts() {
+            let e = by_size.entry(size).or_default();
+            e.0 += c.count;
+            e.1 = e.1.saturating_add(c.compute_ns);
+        }
+    }
+    stats.execution_count = by_size.values().map(|(count, _)| count).sum();
+    stats.batch_stats = by_size
+        .into_iter()
+        .map(|(size, (count, ns))| BatchStats {
+            batch_size: size as u64,
+            compute_input: Duration { count, ns: 0 },
+            compute_infer: Duration { count, ns },
+            compute_output: Duration { count, ns: 0 },
+        })
+        .collect();
+}
+
 /// The statistics of model `name` at `version` ("" for every version), or of every
 /// model of the catalog when `name` is empty. The error is the sentence of a
 /// not-found answer (HTTP 404, gRPC `NOT_FOUND`), in the words the other model routes
@@ -123,7 +153,11 @@ pub fn select(node: &Node, name: &str, version: &str) -> Result<Statistics, Stri
             .model_stats
             .of(d.id)
             .expect("the statistics table is built from the catalog");
-        model_statistics(&d.name, s)
+        let mut stats = model_statistics(&d.name, s);
+        if a.batching().is_some() {
+            executed_batches(&mut stats, node, d.id);
+        }
+        stats
     };
     if name.is_empty() {
         let mut model_stats: Vec<ModelStatistics> = catalog.iter().map(of).collect();

@@ -3,26 +3,25 @@
 //! `include/netaccel.h` (the one header C code includes; its comments are the API
 //! reference) and found by `pkg-config netaccel` once installed (`install.sh`).
 //!
-//! It is a thin layer: a connection is a [`RacClient`] driven by a single-threaded
-//! tokio runtime of its own, run only inside the calls of the C caller (a blocking
-//! API: a call, or a poll for pipelined results, runs the connection until it has
-//! what it waits for). Encoding, pipelining, TLS and the registry's binding are the
-//! Rust client's; this crate adds the C types, error kinds and the bound on calls in
-//! flight.
+//! A connection ([`Connection`], `conn.rs`) is blocking and runs on the C caller's
+//! thread alone — no runtime, no thread of its own: a call is one write and one read,
+//! as a C program's own socket code would make it; pipelined calls are written at
+//! `submit` and read at `poll`. The frames are `rac-proto`'s, the TLS configuration
+//! and the registry's binding the Rust client's; this crate adds the C types, error
+//! kinds and the bound on calls in flight.
 //!
 //! Not for: Rust programs (use `netaccel-client`), or sharing one handle between
 //! threads at the same time (one thread at a time per handle, as with a `FILE *`).
 
 #![allow(clippy::missing_safety_doc)] // each function's safety contract is in netaccel.h
 
+mod conn;
 pub mod ffi;
 
-use std::collections::VecDeque;
-use std::sync::Arc;
+pub use conn::Connection;
 
-use netaccel_client::rac::{RacClient, RacError, RacOutput};
+use netaccel_client::rac::RacError;
 use rac_proto::Status;
-use tokio::sync::mpsc;
 
 /// Error kinds, as `enum netaccel_kind` in netaccel.h declares them (a unit test checks
 /// that both say the same).
@@ -146,154 +145,6 @@ pub struct Options {
     pub tenant: Option<String>,
     pub token: Option<String>,
     pub in_flight_max: u32,
-}
-
-/// One connection to a node's RAC listener, with its runtime and pipelined calls.
-pub struct Connection {
-    runtime: tokio::runtime::Runtime,
-    rac: Arc<RacClient>,
-    done_tx: mpsc::UnboundedSender<(u64, Result<RacOutput, RacError>)>,
-    done_rx: mpsc::UnboundedReceiver<(u64, Result<RacOutput, RacError>)>,
-    /// Results that arrived while a synchronous call waited for its own.
-    ready: VecDeque<(u64, Result<RacOutput, RacError>)>,
-    next_ticket: u64,
-    in_flight: u32,
-    in_flight_max: u32,
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::new(kind::INTERNAL, format!("cannot start a runtime: {e}")))
-}
-
-impl Connection {
-    /// Connects to `addr` (HOST:PORT), over TLS when `options.tls_ca` is given, and
-    /// says `hello` as `options.tenant` when given.
-    pub fn connect(addr: &str, options: &Options) -> Result<Connection, Failure> {
-        let runtime = runtime()?;
-        let rac = runtime.block_on(async {
-            let client = match &options.tls_ca {
-                None => RacClient::connect(addr).await,
-                Some(ca) => {
-                    let pair = match (&options.cert, &options.key) {
-                        (Some(c), Some(k)) => {
-                            Some((std::path::Path::new(c), std::path::Path::new(k)))
-                        }
-                        (None, None) => None,
-                        _ => {
-                            return Err(Failure::new(
-                                kind::INVALID,
-                                "give both cert and key, or neither",
-                            ))
-                        }
-                    };
-                    let config = netaccel_client::rac::tls_config(ca.as_ref(), pair)
-                        .map_err(|m| Failure::new(kind::CONNECT, m))?;
-                    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-                    let host = host.trim_start_matches('[').trim_end_matches(']');
-                    RacClient::connect_tls(addr, host, config).await
-                }
-            }
-            .map_err(|e| Failure::from_rac(&e))?;
-            if let Some(tenant) = &options.tenant {
-                let hello = rac_proto::ControlRequest::Hello {
-                    tenant: tenant.clone(),
-                    token: options.token.clone(),
-                };
-                client
-                    .control(&hello)
-                    .await
-                    .map_err(|e| Failure::from_rac(&e))?;
-            }
-            Ok(client)
-        })?;
-        let (done_tx, done_rx) = mpsc::unbounded_channel();
-        let in_flight_max = match options.in_flight_max {
-            0 => IN_FLIGHT_MAX_DEFAULT,
-            n => n,
-        };
-        Ok(Connection {
-            runtime,
-            rac: Arc::new(rac),
-            done_tx,
-            done_rx,
-            ready: VecDeque::new(),
-            next_ticket: 1,
-            in_flight: 0,
-            in_flight_max,
-        })
-    }
-
-    /// Calls and waits for the result.
-    pub fn call(&mut self, call: Call) -> Result<Vec<u8>, Failure> {
-        let rac = Arc::clone(&self.rac);
-        let out = self.runtime.block_on(async move {
-            rac.call(call.accel_id, call.params, call.payload, call.deadline_us)
-                .await
-        });
-        out.map(|o| o.payload).map_err(|e| Failure::from_rac(&e))
-    }
-
-    /// Sends a call without waiting; its result comes from [`Connection::poll`] under
-    /// the returned ticket. Refused with [`kind::FULL`] at the bound on calls in flight.
-    pub fn submit(&mut self, call: Call) -> Result<u64, Failure> {
-        if self.in_flight >= self.in_flight_max {
-            let m = format!(
-                "{} calls in flight (the bound): poll for a result first",
-                self.in_flight
-            );
-            return Err(Failure::new(kind::FULL, m));
-        }
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
-        let (rac, done) = (Arc::clone(&self.rac), self.done_tx.clone());
-        self.runtime.spawn(async move {
-            let out = rac
-                .call(call.accel_id, call.params, call.payload, call.deadline_us)
-                .await;
-            let _ = done.send((ticket, out));
-        });
-        // Let the call be written now rather than at the next poll.
-        self.runtime.block_on(tokio::task::yield_now());
-        self.in_flight += 1;
-        Ok(ticket)
-    }
-
-    /// The next result of a submitted call, in completion order: waits at most
-    /// `wait_ms` (negative: until one arrives). `None` when nothing is in flight or
-    /// nothing arrived within the wait.
-    pub fn poll(&mut self, wait_ms: i64) -> Option<(u64, Result<Vec<u8>, Failure>)> {
-        if self.in_flight == 0 {
-            return None;
-        }
-        let next = match self.ready.pop_front() {
-            Some(r) => Some(r),
-            None => {
-                let rx = &mut self.done_rx;
-                self.runtime.block_on(async {
-                    if wait_ms < 0 {
-                        rx.recv().await
-                    } else {
-                        let wait = std::time::Duration::from_millis(wait_ms as u64);
-                        tokio::time::timeout(wait, rx.recv()).await.ok().flatten()
-                    }
-                })
-            }
-        };
-        let (ticket, out) = next?;
-        assert!(self.in_flight > 0, "a result for a call not in flight");
-        self.in_flight -= 1;
-        Some((
-            ticket,
-            out.map(|o| o.payload).map_err(|e| Failure::from_rac(&e)),
-        ))
-    }
-
-    pub fn in_flight(&self) -> u32 {
-        self.in_flight
-    }
 }
 
 /// One call: the accelerator's id and parameter block, the payload, the deadline.

@@ -147,14 +147,12 @@ if [[ ! -x "$out/pause" ]]; then
 fi
 
 # The DRA kubelet plugin, cached by the hash of its sources (a change rebuilds it).
-plugin_src=$(cd "$(dirname "$0")/../dra-kubelet-plugin" && pwd)
-plugin_hash=$(cd "$plugin_src" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-16)
-plugin_out=${NETACCEL_DRA_PLUGIN_BIN:-$cache/dra-kubelet-plugin-$plugin_hash}
-if [[ ! -x "$plugin_out/netaccel-dra-plugin" ]]; then
+plugin=$("$(dirname "$0")/dra-plugin-path.sh")
+if [[ ! -x "$plugin" ]]; then
   need_go "the DRA kubelet plugin"
-  echo "==> building the DRA kubelet plugin ($plugin_hash)"
-  mkdir -p "$plugin_out"
-  (cd "$plugin_src" && go build -trimpath -ldflags "-s -w" -o "$plugin_out/netaccel-dra-plugin.tmp" .)
-  mv "$plugin_out/netaccel-dra-plugin.tmp" "$plugin_out/netaccel-dra-plugin"
+  echo "==> building the DRA kubelet plugin into $plugin"
+  mkdir -p "$(dirname "$plugin")"
+  (cd "$(dirname "$0")/../dra-kubelet-plugin" && go build -trimpath -ldflags "-s -w" -o "$plugin.tmp" .)
+  mv "$plugin.tmp" "$plugin"
 fi
 echo "$out"

@@ -1,0 +1,358 @@
+//! Pods that run: the control plane of `kubernetes.rs` plus a real kubelet and
+//! containerd (`kubernetes/kubelet.rs`) on the bridge of the network-namespace harness.
+//! A plain busybox Pod runs to completion and `kubectl logs` reads it; a Pod whose
+//! ResourceClaimTemplate asks for a `sobel` slot gets the slot's binding in its
+//! environment from netaccel's DRA kubelet plugin (deploy/dra-kubelet-plugin) and calls
+//! the slot over RAC and HTTP, and the bytes it prints are the reference's.
+//!
+//! Needs root, the binaries of `deploy/k8s-test/build.sh`, Debian's runc, CNI plugins
+//! and busybox-static, and `netaccel-node` and `netaccel` built beside this crate's
+//! binaries: without them the tests are skipped, and fail when `CI` is set.
+//!
+//! One node at a time (a lock): a control plane and a kubelet take most of a core
+//! while they start.
+
+#[allow(dead_code)]
+#[path = "kubernetes/harness.rs"]
+mod harness;
+#[path = "kubernetes/kubelet.rs"]
+mod kubelet;
+#[path = "netns/mod.rs"]
+mod netns;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use harness::{eventually, ControlPlane};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use k8s_openapi::ByteString;
+use kube::api::{Api, ListParams, PostParams};
+use kubelet::{KubeletNode, CLIENT_IMAGE};
+use serde_json::json;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The Kubernetes node, and the netaccel node of the same name.
+const NODE: &str = "node-a";
+
+/// What a test runs on. Fields drop in this order: the node first (it deletes the Pods
+/// through the API server and waits for their containers), then the control plane,
+/// then the network.
+struct Cluster {
+    node: KubeletNode,
+    plane: ControlPlane,
+    net: netns::Net,
+}
+
+/// Runs `test` with a control plane (no stand-in Nodes) and a kubelet node on the
+/// bridge of a one-namespace netns harness, or skips.
+fn with_node<F, Fut>(test: F)
+where
+    F: FnOnce(Cluster) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !harness::available() || !kubelet::available() {
+        return;
+    }
+    let Some(net) = netns::Net::or_skip(1) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let plane = ControlPlane::start_with_nodes(&[]).await;
+        let node = KubeletNode::start(&plane, NODE, net.host_ip()).await;
+        let cluster = Cluster { node, plane, net };
+        tokio::time::timeout(Duration::from_secs(240), test(cluster))
+            .await
+            .expect("the test took over 4 minutes");
+    });
+}
+
+/// A Pod of the client image running `script` with `sh -c`, never restarted.
+fn script_pod(name: &str, script: &str, extra: serde_json::Value) -> Pod {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "app", "image": CLIENT_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", script]}]
+        }
+    });
+    merge(&mut pod["spec"], extra);
+    serde_json::from_value(pod).unwrap()
+}
+
+fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+    if let (Some(into), serde_json::Value::Object(from)) = (into.as_object_mut(), from) {
+        for (k, v) in from {
+            match (into.get_mut(&k), &v) {
+                (Some(existing @ serde_json::Value::Object(_)), serde_json::Value::Object(_)) => {
+                    merge(existing, v)
+                }
+                (Some(serde_json::Value::Array(a)), serde_json::Value::Array(b)) => {
+                    for (x, y) in a.iter_mut().zip(b) {
+                        merge(x, y.clone());
+                    }
+                }
+                _ => {
+                    into.insert(k, v);
+                }
+            }
+        }
+    }
+}
+
+/// Waits until Pod `name` has run to completion (phase Succeeded); a Pod that failed
+/// fails the test with its logs and the node's.
+async fn completed(plane: &ControlPlane, node: &mut KubeletNode, name: &str) -> Pod {
+    let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let pod = pods.get(name).await.unwrap();
+        let phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        if phase == "Succeeded" {
+            return pod;
+        }
+        node.check_alive();
+        assert!(
+            phase != "Failed" && Instant::now() < deadline,
+            "Pod {name} is {phase:?}: {}\nlogs: {}\n{}",
+            serde_json::to_string(&pod.status).unwrap(),
+            logs(plane, name),
+            node.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `kubectl logs POD` (the API server asks the kubelet).
+fn logs(plane: &ControlPlane, pod: &str) -> String {
+    let out = plane.kubectl().args(["logs", pod]).output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn a_busybox_pod_runs_to_completion_and_kubectl_logs_reads_it() {
+    with_node(|mut c| async move {
+        let Cluster { node, plane, net } = &mut c;
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let started = Instant::now();
+        let pod = script_pod(
+            "hello",
+            "echo \"hello from $(hostname)\"; ip -4 -o addr show eth0 | awk '{print $4}'",
+            json!({}),
+        );
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        let pod = completed(plane, node, "hello").await;
+        eprintln!(
+            "busybox Pod created → Succeeded in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        // The scheduler put it on the kubelet's node; the CNI gave it an address of
+        // the bridge's /24, at .100 or above.
+        assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some(NODE));
+        let [a, b, c, _] = net.host_ip().octets();
+        let text = logs(plane, "hello");
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("hello from hello"), "{text}");
+        let address = lines.next().unwrap_or_default();
+        let host: u8 = address
+            .strip_prefix(&format!("{a}.{b}.{c}."))
+            .and_then(|r| r.strip_suffix("/24"))
+            .and_then(|h| h.parse().ok())
+            .unwrap_or_else(|| panic!("Pod address {address:?} not in the bridge's /24"));
+        assert!((100..=200).contains(&host), "{address}");
+    });
+}
+
+/// The image the sobel Pods read (from a ConfigMap) and its shape.
+const WIDTH: usize = 16;
+const HEIGHT: usize = 12;
+
+fn test_image() -> Vec<u8> {
+    (0..WIDTH * HEIGHT)
+        .map(|i| ((i * 37 + (i / WIDTH) * 91) % 256) as u8)
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What each sobel Pod runs: the injected binding, then the slot called over HTTP
+/// (`NETACCEL_NODE`, which the CLI reads) and over RAC (`NETACCEL_RAC`), each output
+/// printed as one line of hex.
+fn sobel_script() -> String {
+    let call = format!("-p width={WIDTH} -p height={HEIGHT} -i /in/image.raw");
+    format!(
+        "set -e; echo \"node=$NETACCEL_NODE rac=$NETACCEL_RAC slot=$NETACCEL_SLOT instance=$NETACCEL_INSTANCE\"; \
+         netaccel call sobel {call} | od -An -v -tx1 | tr -d ' \\n'; echo; \
+         netaccel call sobel --rac \"$NETACCEL_RAC\" {call} | od -An -v -tx1 | tr -d ' \\n'; echo"
+    )
+}
+
+/// The instances the registry holds of `dra.<accelerator>`: (id, node, slot).
+fn dra_instances(registry: &netns::Registry, accelerator: &str) -> Vec<(String, String, u64)> {
+    let (status, doc) = registry.call("GET", &format!("/v1/functions/dra.{accelerator}"), None);
+    if status != 200 {
+        return Vec::new();
+    }
+    doc["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["id"].as_str().unwrap().to_string(),
+                i["node"].as_str().unwrap_or_default().to_string(),
+                i["slot"].as_u64().unwrap_or(u64::MAX),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_pod_with_a_sobel_claim_gets_its_binding_from_the_dra_plugin_and_calls_its_slot() {
+    with_node(|mut c| async move {
+        let Cluster { node, plane, net } = &mut c;
+        let kubeconfig = plane.kubeconfig.display().to_string();
+        let webhook = format!("{}:{}", net.host_ip(), net.host_port());
+        let registry = netns::Registry::start(
+            net,
+            &[
+                "--kubernetes",
+                "--kubeconfig",
+                &kubeconfig,
+                "--webhook",
+                &webhook,
+            ],
+        );
+        // The netaccel node in namespace 0 has the Kubernetes node's name: its slice's
+        // nodeName is the kubelet's node.
+        let _netaccel = netns::Node::start(net, 0, NODE, &registry.base, &["sobel"], "");
+        registry.wait_ready(&[NODE], Duration::from_secs(20));
+        node.start_dra_plugin(&registry.base).await;
+
+        let configmaps: Api<ConfigMap> = Api::default_namespaced(plane.client.clone());
+        let image = test_image();
+        let data = BTreeMap::from([("image.raw".to_string(), ByteString(image.clone()))]);
+        let cm = ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("image".into()),
+                ..Default::default()
+            },
+            binary_data: Some(data),
+            ..Default::default()
+        };
+        configmaps
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+        let templates: Api<ResourceClaimTemplate> = Api::default_namespaced(plane.client.clone());
+        templates
+            .create(&PostParams::default(), &sobel_template())
+            .await
+            .unwrap();
+
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let started = Instant::now();
+        let pod = script_pod(
+            "edges",
+            &sobel_script(),
+            json!({
+                "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
+                "volumes": [{"name": "in", "configMap": {"name": "image"}}],
+                "containers": [{"resources": {"claims": [{"name": "acc"}]},
+                    "volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
+            }),
+        );
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        // The claim made from the template, allocated by the scheduler (it lives at
+        // least as long as the Pod runs).
+        let claims: Api<ResourceClaim> = Api::default_namespaced(plane.client.clone());
+        let uid = eventually("the Pod's claim allocated", Duration::from_secs(30), || {
+            let claims = claims.clone();
+            async move {
+                let list = claims.list(&ListParams::default()).await.ok()?;
+                let claim = list.items.into_iter().next()?;
+                claim.status.as_ref()?.allocation.as_ref()?;
+                claim.metadata.uid
+            }
+        })
+        .await;
+        completed(plane, node, "edges").await;
+        eprintln!(
+            "sobel Pod created → called its slot → Succeeded in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        let instance = format!("dra-{uid}-0");
+        let net_ip = net.ns_ip(0);
+        let text = logs(plane, "edges");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(
+            lines[0],
+            format!(
+                "node=http://{net_ip}:{http} rac={net_ip}:{rac} slot=0 instance={instance}",
+                http = netns::NODE_HTTP_PORT,
+                rac = netns::NODE_RAC_PORT
+            )
+        );
+        let want = hex(&accel::reference::sobel(&image, WIDTH, HEIGHT));
+        assert_eq!(lines[1], want, "over HTTP");
+        assert_eq!(lines[2], want, "over RAC");
+
+        // The Pod ended: the kubelet unprepared its claim (spec and checkpoint entry
+        // gone); deleting the Pod deletes its claim, and the registry releases the
+        // claim's instance.
+        eventually("the claim unprepared", Duration::from_secs(30), || {
+            let specs = node.cdi_specs();
+            let ckpt = node.dra_checkpoint();
+            async move {
+                let empty = ckpt.is_some_and(|c| c["claims"].as_object().unwrap().is_empty());
+                (specs.is_empty() && empty).then_some(())
+            }
+        })
+        .await;
+        pods.delete("edges", &Default::default()).await.unwrap();
+        eventually(
+            "the claim's instance released",
+            Duration::from_secs(30),
+            || {
+                let left = dra_instances(&registry, "sobel");
+                async move { left.is_empty().then_some(()) }
+            },
+        )
+        .await;
+    });
+}
+
+fn sobel_template() -> ResourceClaimTemplate {
+    serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "sobel"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "acc", "exactly": {
+            "deviceClassName": "netaccel.io",
+            "selectors": [{"cel": {"expression":
+                "device.attributes[\"netaccel.io\"].accelerator == \"sobel\""}}]
+        }}]}}}
+    }))
+    .unwrap()
+}

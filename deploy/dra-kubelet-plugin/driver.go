@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,8 +26,15 @@ type driver struct {
 	cdi        cdiWriter
 	checkpoint *checkpoint
 	binding    registryClient
-	cancel     context.CancelFunc
+	claims     claimGetter
+	// resolveWait bounds how long one prepare waits for the registry to record a
+	// claim the scheduler has just allocated (below the kubelet's 45 s call timeout).
+	resolveWait time.Duration
+	cancel      context.CancelFunc
 }
+
+// claimGetter reads a claim again (its annotation may be newer than the helper's copy).
+type claimGetter func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
 
 var _ kubeletplugin.DRAPlugin = (*driver)(nil)
 
@@ -55,6 +63,45 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		}
 		return prepared.kubeletDevices(), nil
 	}
+	devices, err := d.resolveWithin(ctx, claim, d.resolveWait)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.cdi.write(string(claim.UID), devices); err != nil {
+		return nil, err
+	}
+	prepared := preparedClaim{Namespace: claim.Namespace, Name: claim.Name, Devices: devices}
+	if err := d.checkpoint.put(string(claim.UID), prepared); err != nil {
+		_ = d.cdi.remove(string(claim.UID))
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("prepared", "claim", klog.KObj(claim), "devices", len(devices))
+	return prepared.kubeletDevices(), nil
+}
+
+// resolveWithin retries resolve until it succeeds or wait has passed: the registry
+// records a claim (annotation, then instance) a moment after the scheduler allocated
+// it, and the kubelet may ask first. The claim is read again before each retry.
+func (d *driver) resolveWithin(ctx context.Context, claim *resourceapi.ResourceClaim, wait time.Duration) ([]preparedDevice, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		devices, err := d.resolve(ctx, claim)
+		if err == nil || time.Now().After(deadline) {
+			return devices, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (gave up: %v)", err, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if fresh, getErr := d.claims(ctx, claim.Namespace, claim.Name); getErr == nil && fresh.UID == claim.UID {
+			claim = fresh
+		}
+	}
+}
+
+// resolve reads each netaccel device's binding from the registry, once.
+func (d *driver) resolve(ctx context.Context, claim *resourceapi.ResourceClaim) ([]preparedDevice, error) {
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
@@ -86,16 +133,7 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		})
 		n++
 	}
-	if err := d.cdi.write(string(claim.UID), devices); err != nil {
-		return nil, err
-	}
-	prepared := preparedClaim{Namespace: claim.Namespace, Name: claim.Name, Devices: devices}
-	if err := d.checkpoint.put(string(claim.UID), prepared); err != nil {
-		_ = d.cdi.remove(string(claim.UID))
-		return nil, err
-	}
-	klog.FromContext(ctx).Info("prepared", "claim", klog.KObj(claim), "devices", len(devices))
-	return prepared.kubeletDevices(), nil
+	return devices, nil
 }
 
 // UnprepareResourceClaims removes the CDI spec and the checkpoint entry. The instance

@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -48,6 +50,7 @@ type config struct {
 	checkpoint    string
 	healthAddr    string
 	lookupTimeout time.Duration
+	resolveWait   time.Duration
 }
 
 func parseFlags() config {
@@ -62,6 +65,7 @@ func parseFlags() config {
 	flag.StringVar(&c.checkpoint, "checkpoint", "", "checkpoint file of prepared claims (default: checkpoint.json in --plugin-dir)")
 	flag.StringVar(&c.healthAddr, "health", "", "serve GET /healthz on this address (e.g. :7480): 200 once registered with the kubelet")
 	flag.DurationVar(&c.lookupTimeout, "registry-timeout", 5*time.Second, "timeout of one request to the registry")
+	flag.DurationVar(&c.resolveWait, "record-wait", 30*time.Second, "how long a prepare waits for the registry to record a newly allocated claim")
 	klog.InitFlags(nil)
 	flag.Parse()
 	if c.podRegistry == "" {
@@ -122,7 +126,11 @@ func run(c config) error {
 			podRegistry: c.podRegistry,
 			http:        &http.Client{Timeout: c.lookupTimeout},
 		},
-		cancel: stop,
+		claims: func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+			return client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+		resolveWait: c.resolveWait,
+		cancel:      stop,
 	}
 	helper, err := kubeletplugin.Start(ctx, driver,
 		kubeletplugin.DriverName(DriverName),

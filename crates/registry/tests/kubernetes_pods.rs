@@ -232,45 +232,7 @@ fn dra_instances(registry: &netns::Registry, accelerator: &str) -> Vec<(String, 
 fn a_pod_with_a_sobel_claim_gets_its_binding_from_the_dra_plugin_and_calls_its_slot() {
     with_node(|mut c| async move {
         let Cluster { node, plane, net } = &mut c;
-        let kubeconfig = plane.kubeconfig.display().to_string();
-        let webhook = format!("{}:{}", net.host_ip(), net.host_port());
-        let registry = netns::Registry::start(
-            net,
-            &[
-                "--kubernetes",
-                "--kubeconfig",
-                &kubeconfig,
-                "--webhook",
-                &webhook,
-            ],
-        );
-        // The netaccel node in namespace 0 has the Kubernetes node's name: its slice's
-        // nodeName is the kubelet's node.
-        let _netaccel = netns::Node::start(net, 0, NODE, &registry.base, &["sobel"], "");
-        registry.wait_ready(&[NODE], Duration::from_secs(20));
-        node.start_dra_plugin(&registry.base).await;
-
-        let configmaps: Api<ConfigMap> = Api::default_namespaced(plane.client.clone());
-        let image = test_image();
-        let data = BTreeMap::from([("image.raw".to_string(), ByteString(image.clone()))]);
-        let cm = ConfigMap {
-            metadata: kube::api::ObjectMeta {
-                name: Some("image".into()),
-                ..Default::default()
-            },
-            binary_data: Some(data),
-            ..Default::default()
-        };
-        configmaps
-            .create(&PostParams::default(), &cm)
-            .await
-            .unwrap();
-        let templates: Api<ResourceClaimTemplate> = Api::default_namespaced(plane.client.clone());
-        templates
-            .create(&PostParams::default(), &sobel_template())
-            .await
-            .unwrap();
-
+        let (registry, _netaccel) = dra_setup(plane, net, node).await;
         let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
         let started = Instant::now();
         let pod = script_pod(
@@ -315,7 +277,7 @@ fn a_pod_with_a_sobel_claim_gets_its_binding_from_the_dra_plugin_and_calls_its_s
                 rac = netns::NODE_RAC_PORT
             )
         );
-        let want = hex(&accel::reference::sobel(&image, WIDTH, HEIGHT));
+        let want = hex(&accel::reference::sobel(&test_image(), WIDTH, HEIGHT));
         assert_eq!(lines[1], want, "over HTTP");
         assert_eq!(lines[2], want, "over RAC");
 
@@ -342,6 +304,127 @@ fn a_pod_with_a_sobel_claim_gets_its_binding_from_the_dra_plugin_and_calls_its_s
         )
         .await;
     });
+}
+
+#[test]
+fn a_restarted_dra_plugin_keeps_its_prepared_claims_and_unprepares_them() {
+    with_node(|mut c| async move {
+        let Cluster { node, plane, net } = &mut c;
+        let (registry, _netaccel) = dra_setup(plane, net, node).await;
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let pod = script_pod(
+            "sleeper",
+            "echo \"$NETACCEL_INSTANCE\"; exec sleep 3600",
+            json!({
+                "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
+                "containers": [{"resources": {"claims": [{"name": "acc"}]}}]
+            }),
+        );
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        eventually("the Pod running", Duration::from_secs(60), || {
+            let pods = pods.clone();
+            async move {
+                let pod = pods.get("sleeper").await.ok()?;
+                (pod.status?.phase? == "Running").then_some(())
+            }
+        })
+        .await;
+        let prepared = node.dra_checkpoint().expect("a checkpoint");
+        let claims = prepared["claims"].as_object().unwrap().clone();
+        assert_eq!(claims.len(), 1, "{prepared}");
+        let specs = node.cdi_specs();
+        assert_eq!(specs.len(), 1);
+        let spec_path = node.dir.join("cdi").join(&specs[0]);
+        let spec = std::fs::read_to_string(&spec_path).unwrap();
+
+        // SIGKILL and start again while the Pod runs: the claim is still known, its
+        // spec untouched, nothing prepared anew, the container not restarted.
+        node.restart_dra_plugin(&registry.base).await;
+        assert_eq!(node.dra_checkpoint().unwrap(), prepared);
+        assert_eq!(std::fs::read_to_string(&spec_path).unwrap(), spec);
+        let pod = pods.get("sleeper").await.unwrap();
+        let status = pod.status.unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.container_statuses.unwrap()[0].restart_count, 0);
+        let uid = claims.keys().next().unwrap().clone();
+        assert_eq!(logs(plane, "sleeper").trim(), format!("dra-{uid}-0"));
+
+        // The Pod deleted: the restarted plugin unprepares the claim it did not
+        // prepare itself, and the registry releases the instance.
+        pods.delete("sleeper", &Default::default()).await.unwrap();
+        eventually("the claim unprepared", Duration::from_secs(30), || {
+            let specs = node.cdi_specs();
+            let ckpt = node.dra_checkpoint();
+            async move {
+                let empty = ckpt.is_some_and(|c| c["claims"].as_object().unwrap().is_empty());
+                (specs.is_empty() && empty).then_some(())
+            }
+        })
+        .await;
+        let log = node.dra_plugin_log();
+        assert!(log.contains("\"unprepared\""), "{log}");
+        assert!(!log.contains("\"prepared\""), "prepared twice:\n{log}");
+        eventually(
+            "the claim's instance released",
+            Duration::from_secs(30),
+            || {
+                let left = dra_instances(&registry, "sobel");
+                async move { left.is_empty().then_some(()) }
+            },
+        )
+        .await;
+    });
+}
+
+/// The registry (serving Kubernetes), a netaccel node with a sobel slot in namespace 0
+/// named after the kubelet's node (its slice's nodeName is that node), the DRA plugin
+/// registered, the ConfigMap `image` holding [`test_image`] and the claim template
+/// `sobel`.
+async fn dra_setup(
+    plane: &ControlPlane,
+    net: &netns::Net,
+    node: &mut KubeletNode,
+) -> (netns::Registry, netns::Node) {
+    let kubeconfig = plane.kubeconfig.display().to_string();
+    let webhook = format!("{}:{}", net.host_ip(), net.host_port());
+    let registry = netns::Registry::start(
+        net,
+        &[
+            "--kubernetes",
+            "--kubeconfig",
+            &kubeconfig,
+            "--webhook",
+            &webhook,
+        ],
+    );
+    // The netaccel node in namespace 0 has the Kubernetes node's name: its slice's
+    // nodeName is the kubelet's node.
+    let netaccel = netns::Node::start(net, 0, NODE, &registry.base, &["sobel"], "");
+    registry.wait_ready(&[NODE], Duration::from_secs(20));
+    node.start_dra_plugin(&registry.base).await;
+
+    let configmaps: Api<ConfigMap> = Api::default_namespaced(plane.client.clone());
+    let image = test_image();
+    let data = BTreeMap::from([("image.raw".to_string(), ByteString(image.clone()))]);
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("image".into()),
+            ..Default::default()
+        },
+        binary_data: Some(data),
+        ..Default::default()
+    };
+    configmaps
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let templates: Api<ResourceClaimTemplate> = Api::default_namespaced(plane.client.clone());
+    templates
+        .create(&PostParams::default(), &sobel_template())
+        .await
+        .unwrap();
+
+    (registry, netaccel)
 }
 
 fn sobel_template() -> ResourceClaimTemplate {

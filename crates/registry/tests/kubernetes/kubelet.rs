@@ -471,6 +471,23 @@ registerNode: true
         }
     }
 
+    /// Kills the DRA plugin (SIGKILL: nothing saved on the way out) and starts it
+    /// again against the same registry; its log starts afresh.
+    pub async fn restart_dra_plugin(&mut self, registry: &str) {
+        let i = self
+            .procs
+            .iter()
+            .position(|p| p.name == "dra-plugin")
+            .expect("a DRA plugin running");
+        self.procs.remove(i).kill();
+        self.start_dra_plugin(registry).await;
+    }
+
+    /// The DRA plugin's log so far.
+    pub fn dra_plugin_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("dra-plugin.log")).unwrap_or_default()
+    }
+
     /// The plugin's checkpoint of prepared claims (JSON), if written.
     pub fn dra_checkpoint(&self) -> Option<serde_json::Value> {
         let path = self.dir.join("kubelet/plugins/netaccel.io/checkpoint.json");

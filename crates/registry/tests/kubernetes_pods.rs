@@ -25,6 +25,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use harness::{eventually, ControlPlane};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::ByteString;
@@ -376,10 +378,98 @@ fn a_restarted_dra_plugin_keeps_its_prepared_claims_and_unprepares_them() {
     });
 }
 
-/// The registry (serving Kubernetes), a netaccel node with a sobel slot in namespace 0
-/// named after the kubelet's node (its slice's nodeName is that node), the DRA plugin
-/// registered, the ConfigMap `image` holding [`test_image`] and the claim template
-/// `sobel`.
+#[test]
+fn a_deployment_of_three_replicas_bound_by_the_webhook_calls_its_slots() {
+    with_node(|mut c| async move {
+        let Cluster { node, plane, net } = &mut c;
+        let (_registry, _netaccel) = dra_setup(plane, net, node).await;
+        // The webhook's environment names the node's addresses (NETACCEL_NODE_HTTP,
+        // NETACCEL_NODE_RAC); the CLI is given them.
+        let call = format!("-p width={WIDTH} -p height={HEIGHT} -i /in/image.raw");
+        let script = format!(
+            "set -e; echo \"$NETACCEL_INSTANCE\"; \
+             netaccel --node \"$NETACCEL_NODE_HTTP\" call sobel {call} | od -An -v -tx1 | tr -d ' \\n'; echo; \
+             netaccel call sobel --rac \"$NETACCEL_NODE_RAC\" {call} | od -An -v -tx1 | tr -d ' \\n'; echo; \
+             exec sleep 3600"
+        );
+        let template = script_pod(
+            "unused",
+            &script,
+            json!({
+                "volumes": [{"name": "in", "configMap": {"name": "image"}}],
+                "containers": [{"volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
+            }),
+        );
+        let mut spec = serde_json::to_value(template.spec.unwrap()).unwrap();
+        spec["restartPolicy"] = json!("Always");
+        let deployment: Deployment = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "edges"},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app": "edges"}},
+                "template": {
+                    "metadata": {"labels": {"app": "edges"},
+                        "annotations": {"netaccel.io/accelerator": "sobel"}},
+                    "spec": spec
+                }
+            }
+        }))
+        .unwrap();
+        let started = Instant::now();
+        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
+        deployments
+            .create(&PostParams::default(), &deployment)
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let want = hex(&accel::reference::sobel(&test_image(), WIDTH, HEIGHT));
+        let names = eventually("3 replicas running", Duration::from_secs(90), || {
+            let pods = pods.clone();
+            async move {
+                let list = pods
+                    .list(&ListParams::default().labels("app=edges"))
+                    .await
+                    .ok()?;
+                let running: Vec<String> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .filter_map(|p| p.metadata.name)
+                    .collect();
+                (running.len() == 3).then_some(running)
+            }
+        })
+        .await;
+        let mut instances = Vec::new();
+        for name in &names {
+            let text = eventually("the replica's two calls", Duration::from_secs(30), || {
+                let text = logs(plane, name);
+                async move { (text.lines().count() == 3).then_some(text) }
+            })
+            .await;
+            let lines: Vec<&str> = text.lines().collect();
+            assert!(lines[0].starts_with("k8s-"), "{text}");
+            assert_eq!(lines[1], want, "{name} over HTTP");
+            assert_eq!(lines[2], want, "{name} over RAC");
+            instances.push(lines[0].to_string());
+        }
+        eprintln!(
+            "3 webhook-bound replicas created → all called their slot in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        instances.sort();
+        instances.dedup();
+        assert_eq!(instances.len(), 3, "one instance per replica");
+    });
+}
+
+/// The registry (serving Kubernetes, its admission webhook configured and written), a
+/// netaccel node with a sobel slot in namespace 0 named after the kubelet's node (its
+/// slice's nodeName is that node), the DRA plugin registered, the ConfigMap `image`
+/// holding [`test_image`] and the claim template `sobel`.
 async fn dra_setup(
     plane: &ControlPlane,
     net: &netns::Net,
@@ -387,6 +477,8 @@ async fn dra_setup(
 ) -> (netns::Registry, netns::Node) {
     let kubeconfig = plane.kubeconfig.display().to_string();
     let webhook = format!("{}:{}", net.host_ip(), net.host_port());
+    let url = format!("https://{webhook}/v1/admission/pods");
+    let host = net.host_ip().to_string();
     let registry = netns::Registry::start(
         net,
         &[
@@ -395,6 +487,12 @@ async fn dra_setup(
             &kubeconfig,
             "--webhook",
             &webhook,
+            "--webhook-configuration",
+            "netaccel",
+            "--webhook-url",
+            &url,
+            "--webhook-host",
+            &host,
         ],
     );
     // The netaccel node in namespace 0 has the Kubernetes node's name: its slice's
@@ -402,6 +500,12 @@ async fn dra_setup(
     let netaccel = netns::Node::start(net, 0, NODE, &registry.base, &["sobel"], "");
     registry.wait_ready(&[NODE], Duration::from_secs(20));
     node.start_dra_plugin(&registry.base).await;
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
+    eventually("the webhook configuration", Duration::from_secs(30), || {
+        let webhooks = webhooks.clone();
+        async move { webhooks.get_opt("netaccel").await.ok()?.map(|_| ()) }
+    })
+    .await;
 
     let configmaps: Api<ConfigMap> = Api::default_namespaced(plane.client.clone());
     let image = test_image();

@@ -523,8 +523,19 @@ registerNode: true
             .join("\n")
     }
 
-    /// Deletes every Pod and waits (at most 30 s) until no container of containerd runs.
+    /// Deletes every Deployment and Pod and waits (at most 30 s) until no container of containerd runs.
     fn delete_pods(&self) {
+        // Controllers first, so that no new Pod replaces a deleted one.
+        let _ = Command::new(bin_dir().join("kubectl"))
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args([
+                "delete",
+                "deployments,replicasets",
+                "--all",
+                "--all-namespaces",
+            ])
+            .args(["--wait=false"])
+            .output();
         let deleted = Command::new(bin_dir().join("kubectl"))
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
             .args([

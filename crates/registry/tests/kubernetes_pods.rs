@@ -466,6 +466,123 @@ fn a_deployment_of_three_replicas_bound_by_the_webhook_calls_its_slots() {
     });
 }
 
+#[test]
+fn a_killed_netaccel_node_has_its_claims_pod_evicted_by_the_kubelet_and_replaced() {
+    with_node(|mut c| async move {
+        let Cluster { node, plane, net } = &mut c;
+        let (registry, netaccel) = dra_setup(plane, net, node).await;
+        let call = format!("-p width={WIDTH} -p height={HEIGHT} -i /in/image.raw");
+        let script = format!(
+            "set -e; echo \"$NETACCEL_INSTANCE\"; \
+             netaccel call sobel {call} | od -An -v -tx1 | tr -d ' \\n'; echo; exec sleep 3600"
+        );
+        let template = script_pod(
+            "unused",
+            &script,
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
+                "volumes": [{"name": "in", "configMap": {"name": "image"}}],
+                "containers": [{"resources": {"claims": [{"name": "acc"}]},
+                    "volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
+            }),
+        );
+        let mut spec = serde_json::to_value(template.spec.unwrap()).unwrap();
+        spec["restartPolicy"] = json!("Always");
+        let deployment: Deployment = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "edges"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "edges"}},
+                "template": {"metadata": {"labels": {"app": "edges"}}, "spec": spec}}
+        }))
+        .unwrap();
+        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
+        deployments
+            .create(&PostParams::default(), &deployment)
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        let want = hex(&accel::reference::sobel(&test_image(), WIDTH, HEIGHT));
+        let first = called(plane, &pods, None, &want).await;
+        let (first_pod, first_instance) = first;
+
+        // kill -9 of the netaccel node. The registry loses it after one lease, unbinds
+        // the claim's instance and evicts the Pod; the kubelet stops it (grace period
+        // 1 s) and the Pod is gone — nobody force-deletes it here.
+        let mut netaccel = netaccel;
+        let killed = Instant::now();
+        netaccel.proc.kill();
+        drop(netaccel);
+        eventually(
+            "the Pod evicted and stopped by the kubelet",
+            Duration::from_secs(60),
+            || {
+                let pods = pods.clone();
+                let name = first_pod.clone();
+                async move { pods.get_opt(&name).await.ok()?.is_none().then_some(()) }
+            },
+        )
+        .await;
+        let gone = killed.elapsed();
+        // The node comes back (as its DaemonSet would restart it): the replacement Pod's
+        // new claim is allocated on its slot again, prepared, and the Pod calls.
+        let _netaccel = netns::Node::start(net, 0, NODE, &registry.base, &["sobel"], "");
+        let (second_pod, second_instance) = called(plane, &pods, Some(&first_pod), &want).await;
+        let first_good_call = killed.elapsed();
+        assert_ne!(second_pod, first_pod);
+        assert_ne!(second_instance, first_instance, "a new allocation");
+        eprintln!(
+            "node loss: kill -9 → Pod evicted and gone {:.1} s → node back, replacement's first good call {:.1} s",
+            gone.as_secs_f64(),
+            first_good_call.as_secs_f64()
+        );
+        eventually(
+            "only the new claim's instance",
+            Duration::from_secs(30),
+            || {
+                let ids: Vec<String> = dra_instances(&registry, "sobel")
+                    .into_iter()
+                    .map(|i| i.0)
+                    .collect();
+                let want = vec![second_instance.clone()];
+                async move { (ids == want).then_some(()) }
+            },
+        )
+        .await;
+    });
+}
+
+/// Waits until a Running Pod of `app=edges` other than `not` has printed its instance and
+/// a call's output, which must be `want`: (Pod name, instance).
+async fn called(
+    plane: &ControlPlane,
+    pods: &Api<Pod>,
+    not: Option<&str>,
+    want: &str,
+) -> (String, String) {
+    let (name, text) = eventually("a replica's good call", Duration::from_secs(90), || {
+        let pods = pods.clone();
+        async move {
+            let list = pods
+                .list(&ListParams::default().labels("app=edges"))
+                .await
+                .ok()?;
+            let pod = list.items.into_iter().find(|p| {
+                p.metadata.name.as_deref() != not
+                    && p.metadata.deletion_timestamp.is_none()
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })?;
+            let name = pod.metadata.name?;
+            let text = logs(plane, &name);
+            (text.lines().count() == 2).then_some((name, text))
+        }
+    })
+    .await;
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[1], want, "{name}: {text}");
+    (name, lines[0].to_string())
+}
+
 /// The registry (serving Kubernetes, its admission webhook configured and written), a
 /// netaccel node with a sobel slot in namespace 0 named after the kubelet's node (its
 /// slice's nodeName is that node), the DRA plugin registered, the ConfigMap `image`
@@ -493,6 +610,9 @@ async fn dra_setup(
             &url,
             "--webhook-host",
             &host,
+            // A node is lost 1.5 s after its last renewal.
+            "--lease-ms",
+            "1500",
         ],
     );
     // The netaccel node in namespace 0 has the Kubernetes node's name: its slice's

@@ -1,9 +1,13 @@
 //! Pods that run: the control plane of `kubernetes.rs` plus a real kubelet and
 //! containerd (`kubernetes/kubelet.rs`) on the bridge of the network-namespace harness.
-//! A plain busybox Pod runs to completion and `kubectl logs` reads it; a Pod whose
-//! ResourceClaimTemplate asks for a `sobel` slot gets the slot's binding in its
-//! environment from netaccel's DRA kubelet plugin (deploy/dra-kubelet-plugin) and calls
-//! the slot over RAC and HTTP, and the bytes it prints are the reference's.
+//! A plain busybox Pod runs to completion and `kubectl logs` reads it. A Pod whose
+//! ResourceClaimTemplate asks for a `sobel` slot, and two Pods joining a standalone
+//! claim, get the slot's binding in their environment from netaccel's DRA kubelet
+//! plugin (deploy/dra-kubelet-plugin) and call the slot over RAC and HTTP; the bytes
+//! they print are the reference's. A Deployment bound by the admission webhook calls
+//! from each of its 3 replicas. A netaccel node killed has its claim's Pod evicted and
+//! stopped by the kubelet, and the replacement calls once the node is back. A plugin
+//! restarted while its Pod runs loses no claim and prepares none twice.
 //!
 //! Needs root, the binaries of `deploy/k8s-test/build.sh`, Debian's runc, CNI plugins
 //! and busybox-static, and `netaccel-node` and `netaccel` built beside this crate's
@@ -302,6 +306,69 @@ fn a_pod_with_a_sobel_claim_gets_its_binding_from_the_dra_plugin_and_calls_its_s
             || {
                 let left = dra_instances(&registry, "sobel");
                 async move { left.is_empty().then_some(()) }
+            },
+        )
+        .await;
+
+        // A standalone claim joined by two Pods at once: both get the binding (the claim
+        // prepared once), both calls are right; the claim is unprepared when the last
+        // has ended.
+        let shared: ResourceClaim = serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "shared"},
+            "spec": sobel_template().spec.spec
+        }))
+        .unwrap();
+        claims
+            .create(&PostParams::default(), &shared)
+            .await
+            .unwrap();
+        let joining = json!({
+            "resourceClaims": [{"name": "acc", "resourceClaimName": "shared"}],
+            "volumes": [{"name": "in", "configMap": {"name": "image"}}],
+            "containers": [{"resources": {"claims": [{"name": "acc"}]},
+                "volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
+        });
+        for name in ["joiner-1", "joiner-2"] {
+            let pod = script_pod(name, &sobel_script(), joining.clone());
+            pods.create(&PostParams::default(), &pod).await.unwrap();
+        }
+        let shared_uid = eventually(
+            "the shared claim allocated",
+            Duration::from_secs(30),
+            || {
+                let claims = claims.clone();
+                async move {
+                    let claim = claims.get("shared").await.ok()?;
+                    claim.status.as_ref()?.allocation.as_ref()?;
+                    claim.metadata.uid
+                }
+            },
+        )
+        .await;
+        for name in ["joiner-1", "joiner-2"] {
+            completed(plane, node, name).await;
+            let text = logs(plane, name);
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines.len(), 3, "{name}: {text}");
+            assert!(
+                lines[0].ends_with(&format!("instance=dra-{shared_uid}-0")),
+                "{name}: {text}"
+            );
+            assert_eq!(lines[1], want, "{name} over HTTP");
+            assert_eq!(lines[2], want, "{name} over RAC");
+        }
+        let prepared = node.dra_plugin_log().matches("\"prepared\"").count();
+        assert_eq!(
+            prepared, 2,
+            "one prepare per claim (the template's, the shared one)"
+        );
+        eventually(
+            "the shared claim unprepared",
+            Duration::from_secs(30),
+            || {
+                let specs = node.cdi_specs();
+                async move { specs.is_empty().then_some(()) }
             },
         )
         .await;

@@ -21,7 +21,8 @@
 //! On drop every Pod is deleted and its containers waited for (so the kubelet tears
 //! down their sandboxes and network namespaces), then the plugin, the kubelet and
 //! containerd are killed, any shim left is killed, and the mounts under the node's
-//! directory are undone.
+//! directory are undone — the Pods' network namespaces among them: containerd mounts
+//! them under its state directory, not in /var/run/netns.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
@@ -263,6 +264,7 @@ state = "{state}"
 [plugins."io.containerd.cri.v1.runtime"]
   cdi_spec_dirs = ["{cdi}"]
   restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
@@ -523,7 +525,8 @@ registerNode: true
             .join("\n")
     }
 
-    /// Deletes every Deployment and Pod and waits (at most 30 s) until no container of containerd runs.
+    /// Deletes every Deployment and Pod and waits (at most 60 s) until no container of
+    /// containerd runs.
     fn delete_pods(&self) {
         // Controllers first, so that no new Pod replaces a deleted one.
         let _ = Command::new(bin_dir().join("kubectl"))
@@ -547,7 +550,7 @@ registerNode: true
             ])
             .args(["--wait=false"])
             .output();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             // Tasks of exited containers stay listed (STOPPED) until removed.
             let tasks = self.ctr().args(["tasks", "ls"]).output();
@@ -560,7 +563,7 @@ registerNode: true
         }
         let tasks = self.ctr().args(["tasks", "ls"]).output();
         eprintln!(
-            "kubelet node: containers still running 30 s after deleting the Pods ({}); killing them:\n{}",
+            "kubelet node: containers still running 60 s after deleting the Pods ({}); killing them:\n{}",
             deleted.map_or_else(|e| e.to_string(), |o| String::from_utf8_lossy(&o.stderr).into_owned()),
             tasks.map_or_else(|e| e.to_string(), |o| String::from_utf8_lossy(&o.stdout).into_owned())
         );

@@ -139,7 +139,8 @@ fi
 if [[ ! -x "$out/pause" ]]; then
   need_go "pause $k8s_version"
   command -v gcc >/dev/null || { echo "gcc is needed to build pause (apt-get install gcc)" >&2; exit 1; }
-  src=$(cd "$(mktemp -d)" && go mod download -json "k8s.io/kubernetes@$k8s_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  # Outside any module (the module cache keeps the source; nothing is built from it).
+  src=$(cd / && GOFLAGS= go mod download -json "k8s.io/kubernetes@$k8s_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   echo "==> building pause from $src/build/pause/linux/pause.c"
   gcc -Os -static -DVERSION="$k8s_version" -o "$out/pause.tmp" "$src/build/pause/linux/pause.c"
   strip "$out/pause.tmp"

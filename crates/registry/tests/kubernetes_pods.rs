@@ -458,7 +458,7 @@ fn a_restarted_dra_plugin_keeps_its_prepared_claims_and_unprepares_them() {
 fn a_deployment_of_three_replicas_bound_by_the_webhook_calls_its_slots() {
     with_node(|mut c| async move {
         let Cluster { node, plane, net } = &mut c;
-        let (_registry, _netaccel) = dra_setup(plane, net, node).await;
+        let (registry, _netaccel) = dra_setup(plane, net, node).await;
         // The webhook's environment names the node's addresses (NETACCEL_NODE_HTTP,
         // NETACCEL_NODE_RAC); the CLI is given them.
         let call = format!("-p width={WIDTH} -p height={HEIGHT} -i /in/image.raw");
@@ -539,6 +539,42 @@ fn a_deployment_of_three_replicas_bound_by_the_webhook_calls_its_slots() {
         instances.sort();
         instances.dedup();
         assert_eq!(instances.len(), 3, "one instance per replica");
+
+        // A bare Pod calling in a loop, deleted mid-call: the kubelet stops it, and
+        // its instance (function = the Pod's name) is released, none leaked.
+        let looping = format!(
+            "while true; do netaccel --node \"$NETACCEL_NODE_HTTP\" call sobel {call} > /dev/null && echo called; done"
+        );
+        let mut pod = serde_json::to_value(script_pod(
+            "looper",
+            &looping,
+            json!({
+                "volumes": [{"name": "in", "configMap": {"name": "image"}}],
+                "containers": [{"volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
+            }),
+        ))
+        .unwrap();
+        pod["metadata"]["annotations"] = json!({"netaccel.io/accelerator": "sobel"});
+        let pod: Pod = serde_json::from_value(pod).unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        eventually("the looping Pod calling", Duration::from_secs(60), || {
+            let text = logs(plane, "looper");
+            async move { (text.lines().filter(|l| *l == "called").count() >= 3).then_some(()) }
+        })
+        .await;
+        let bound = |registry: &netns::Registry| {
+            let (status, doc) = registry.call("GET", "/v1/functions/looper", None);
+            assert_eq!(status, 200, "{doc}");
+            doc["instances"].as_array().unwrap().len()
+        };
+        assert_eq!(bound(&registry), 1);
+        pods.delete("looper", &Default::default()).await.unwrap();
+        eventually("the deleted Pod gone and its instance released", Duration::from_secs(30), || {
+            let pods = pods.clone();
+            let left = bound(&registry);
+            async move { (pods.get_opt("looper").await.ok()?.is_none() && left == 0).then_some(()) }
+        })
+        .await;
     });
 }
 

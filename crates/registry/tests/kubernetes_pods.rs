@@ -23,6 +23,8 @@ mod harness;
 mod kubelet;
 #[path = "netns/mod.rs"]
 mod netns;
+#[path = "kubernetes/pod_figures.rs"]
+mod pod_figures;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -319,69 +321,79 @@ fn a_pod_with_a_sobel_claim_gets_its_binding_from_the_dra_plugin_and_calls_its_s
         )
         .await;
 
-        // A standalone claim joined by two Pods at once: both get the binding (the claim
-        // prepared once), both calls are right; the claim is unprepared when the last
-        // has ended.
-        let shared: ResourceClaim = serde_json::from_value(json!({
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-            "metadata": {"name": "shared"},
-            "spec": sobel_template().spec.spec
-        }))
-        .unwrap();
-        claims
-            .create(&PostParams::default(), &shared)
-            .await
-            .unwrap();
-        let joining = json!({
-            "resourceClaims": [{"name": "acc", "resourceClaimName": "shared"}],
-            "volumes": [{"name": "in", "configMap": {"name": "image"}}],
-            "containers": [{"resources": {"claims": [{"name": "acc"}]},
-                "volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
-        });
-        for name in ["joiner-1", "joiner-2"] {
-            let pod = script_pod(name, &sobel_script(), joining.clone());
-            pods.create(&PostParams::default(), &pod).await.unwrap();
-        }
-        let shared_uid = eventually(
-            "the shared claim allocated",
-            Duration::from_secs(30),
-            || {
-                let claims = claims.clone();
-                async move {
-                    let claim = claims.get("shared").await.ok()?;
-                    claim.status.as_ref()?.allocation.as_ref()?;
-                    claim.metadata.uid
-                }
-            },
-        )
-        .await;
-        for name in ["joiner-1", "joiner-2"] {
-            completed(plane, node, name).await;
-            let text = logs(plane, name);
-            let lines: Vec<&str> = text.lines().collect();
-            assert_eq!(lines.len(), 3, "{name}: {text}");
-            assert!(
-                lines[0].ends_with(&format!("instance=dra-{shared_uid}-0")),
-                "{name}: {text}"
-            );
-            assert_eq!(lines[1], want, "{name} over HTTP");
-            assert_eq!(lines[2], want, "{name} over RAC");
-        }
-        let prepared = node.dra_plugin_log().matches("\"prepared\"").count();
-        assert_eq!(
-            prepared, 2,
-            "one prepare per claim (the template's, the shared one)"
-        );
-        eventually(
-            "the shared claim unprepared",
-            Duration::from_secs(30),
-            || {
-                let specs = node.cdi_specs();
-                async move { specs.is_empty().then_some(()) }
-            },
-        )
-        .await;
+        standalone_claim_joined_by_two_pods(plane, node, &want).await;
     });
+}
+
+/// A standalone claim joined by two Pods at once: both get the binding (the claim
+/// prepared once: the plugin's second prepare of the test), both calls are right; the
+/// claim is unprepared when the last has ended.
+async fn standalone_claim_joined_by_two_pods(
+    plane: &ControlPlane,
+    node: &mut KubeletNode,
+    want: &str,
+) {
+    let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+    let claims: Api<ResourceClaim> = Api::default_namespaced(plane.client.clone());
+    let shared: ResourceClaim = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "shared"},
+        "spec": sobel_template().spec.spec
+    }))
+    .unwrap();
+    claims
+        .create(&PostParams::default(), &shared)
+        .await
+        .unwrap();
+    let joining = json!({
+        "resourceClaims": [{"name": "acc", "resourceClaimName": "shared"}],
+        "volumes": [{"name": "in", "configMap": {"name": "image"}}],
+        "containers": [{"resources": {"claims": [{"name": "acc"}]},
+            "volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
+    });
+    for name in ["joiner-1", "joiner-2"] {
+        let pod = script_pod(name, &sobel_script(), joining.clone());
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let shared_uid = eventually(
+        "the shared claim allocated",
+        Duration::from_secs(30),
+        || {
+            let claims = claims.clone();
+            async move {
+                let claim = claims.get("shared").await.ok()?;
+                claim.status.as_ref()?.allocation.as_ref()?;
+                claim.metadata.uid
+            }
+        },
+    )
+    .await;
+    for name in ["joiner-1", "joiner-2"] {
+        completed(plane, node, name).await;
+        let text = logs(plane, name);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{name}: {text}");
+        assert!(
+            lines[0].ends_with(&format!("instance=dra-{shared_uid}-0")),
+            "{name}: {text}"
+        );
+        assert_eq!(lines[1], want, "{name} over HTTP");
+        assert_eq!(lines[2], want, "{name} over RAC");
+    }
+    let prepared = node.dra_plugin_log().matches("\"prepared\"").count();
+    assert_eq!(
+        prepared, 2,
+        "one prepare per claim (the template's, the shared one)"
+    );
+    eventually(
+        "the shared claim unprepared",
+        Duration::from_secs(30),
+        || {
+            let specs = node.cdi_specs();
+            async move { specs.is_empty().then_some(()) }
+        },
+    )
+    .await;
 }
 
 #[test]
@@ -693,132 +705,6 @@ async fn called(
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[1], want, "{name}: {text}");
     (name, lines[0].to_string())
-}
-
-/// The host's uptime in seconds (`/proc/uptime` is not namespaced: a container reads the
-/// same clock).
-fn uptime() -> f64 {
-    let text = std::fs::read_to_string("/proc/uptime").unwrap();
-    text.split_whitespace().next().unwrap().parse().unwrap()
-}
-
-/// What a measured Pod runs: one sobel call over HTTP, then `ok <uptime>` if its
-/// output is `want` (else `bad`), then, for a Deployment's replica, sleep.
-fn timed_script(want: &str, then_sleep: bool) -> String {
-    format!(
-        "out=$(netaccel call sobel -p width={WIDTH} -p height={HEIGHT} -i /in/image.raw | od -An -v -tx1 | tr -d ' \\n'); \
-         if [ \"$out\" = \"{want}\" ]; then echo \"ok $(cut -d' ' -f1 /proc/uptime)\"; else echo bad; fi{}",
-        if then_sleep { "; exec sleep 3600" } else { "" }
-    )
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-/// The figures of docs/kubernetes.md ("Measured"), not a check: Pod created → first
-/// good call for 20 Pods with claims one after another, and a Deployment of 50 replicas
-/// with claims scaled up at once until every replica has called.
-/// `cargo test -p netaccel-registry --test kubernetes_pods -- --ignored --nocapture`
-#[test]
-#[ignore]
-fn figures_pod_start_to_first_call_and_50_pods_with_claims() {
-    let runs: usize = std::env::var("NETACCEL_K8S_FIGURE_PODS")
-        .map(|v| v.parse().unwrap())
-        .unwrap_or(20);
-    with_node_within(Duration::from_secs(900), |mut c| async move {
-        let Cluster { node, plane, net } = &mut c;
-        let slots = vec!["sobel"; 50];
-        // A longer node lease than the tests': 50 Pods starting on 2 loaded cores can
-        // delay the node's renewals past 1.5 s, and a lost node unbinds the claims.
-        let (_registry, _netaccel) = dra_setup_with(plane, net, node, &slots, "10000").await;
-        let want = hex(&accel::reference::sobel(&test_image(), WIDTH, HEIGHT));
-        let with_claim = json!({
-            "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
-            "volumes": [{"name": "in", "configMap": {"name": "image"}}],
-            "containers": [{"resources": {"claims": [{"name": "acc"}]},
-                "volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
-        });
-        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
-        let mut one_by_one = Vec::new();
-        for i in 0..runs {
-            let name = format!("timed-{i}");
-            let pod = script_pod(&name, &timed_script(&want, false), with_claim.clone());
-            let created = uptime();
-            pods.create(&PostParams::default(), &pod).await.unwrap();
-            completed(plane, node, &name).await;
-            let text = logs(plane, &name);
-            let at: f64 = text
-                .trim()
-                .strip_prefix("ok ")
-                .unwrap_or_else(|| panic!("{name}: {text}"))
-                .parse()
-                .unwrap();
-            eprintln!("{name}: created → first good call {:.2} s", at - created);
-            one_by_one.push(at - created);
-            pods.delete(&name, &Default::default()).await.unwrap();
-        }
-        one_by_one.sort_by(f64::total_cmp);
-        eprintln!(
-            "{runs} Pods one by one, created → first good call: p50 {:.2} s, p90 {:.2} s, min {:.2} s, max {:.2} s",
-            percentile(&one_by_one, 0.5),
-            percentile(&one_by_one, 0.9),
-            one_by_one[0],
-            one_by_one[runs - 1]
-        );
-
-        let template = script_pod("unused", &timed_script(&want, true), with_claim.clone());
-        let mut spec = serde_json::to_value(template.spec.unwrap()).unwrap();
-        spec["restartPolicy"] = json!("Always");
-        let deployment: Deployment = serde_json::from_value(json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "fifty"},
-            "spec": {"replicas": 50, "selector": {"matchLabels": {"app": "fifty"}},
-                "template": {"metadata": {"labels": {"app": "fifty"}}, "spec": spec}}
-        }))
-        .unwrap();
-        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
-        let created = uptime();
-        deployments
-            .create(&PostParams::default(), &deployment)
-            .await
-            .unwrap();
-        let names = eventually("50 replicas running", Duration::from_secs(230), || {
-            let pods = pods.clone();
-            async move {
-                let list = pods
-                    .list(&ListParams::default().labels("app=fifty"))
-                    .await
-                    .ok()?;
-                let running: Vec<String> = list
-                    .items
-                    .into_iter()
-                    .filter(|p| {
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                    })
-                    .filter_map(|p| p.metadata.name)
-                    .collect();
-                (running.len() == 50).then_some(running)
-            }
-        })
-        .await;
-        let mut called = Vec::new();
-        for name in &names {
-            let text = eventually("the replica's call", Duration::from_secs(60), || {
-                let text = logs(plane, name);
-                async move { text.starts_with("ok ").then_some(text) }
-            })
-            .await;
-            called.push(text.trim()[3..].parse::<f64>().unwrap() - created);
-        }
-        called.sort_by(f64::total_cmp);
-        eprintln!(
-            "50 replicas with claims at once: all called {:.1} s after the Deployment was created (first {:.1} s, p50 {:.1} s)",
-            called[49],
-            called[0],
-            percentile(&called, 0.5)
-        );
-    });
 }
 
 /// The registry (serving Kubernetes, its admission webhook configured and written, a

@@ -127,6 +127,18 @@ if ! deploy/k8s-test/build.sh; then
   echo "==> the Kubernetes control plane could not be built: its tests will be skipped (CI unset)"
 fi
 
+# The DRA kubelet plugin's own tests (checkpoint, CDI spec, waiting for the registry's
+# record, refusals), with Go's vet; its modules are in the Go cache once build.sh ran.
+begin "DRA kubelet plugin: go vet and go test"
+if command -v go >/dev/null || [[ -x /usr/local/go/bin/go ]]; then
+  (cd deploy/dra-kubelet-plugin && PATH="$PATH:/usr/local/go/bin" && go vet ./... && go test ./...)
+elif [[ -n "${CI:-}" ]]; then
+  echo "go is needed for the DRA kubelet plugin's tests" >&2
+  exit 1
+else
+  echo "==> no go: the DRA kubelet plugin's tests are skipped (CI unset)"
+fi
+
 begin "cargo test (workspace)"
 cargo test --workspace
 

@@ -400,7 +400,7 @@ async fn standalone_claim_joined_by_two_pods(
 fn a_restarted_dra_plugin_keeps_its_prepared_claims_and_unprepares_them() {
     with_node(|mut c| async move {
         let Cluster { node, plane, net } = &mut c;
-        let (registry, _netaccel) = dra_setup(plane, net, node).await;
+        let (registry, netaccel) = dra_setup(plane, net, node).await;
         let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
         let pod = script_pod(
             "sleeper",
@@ -438,6 +438,21 @@ fn a_restarted_dra_plugin_keeps_its_prepared_claims_and_unprepares_them() {
         assert_eq!(status.container_statuses.unwrap()[0].restart_count, 0);
         let uid = claims.keys().next().unwrap().clone();
         assert_eq!(logs(plane, "sleeper").trim(), format!("dra-{uid}-0"));
+
+        // Loading another accelerator into the claim's slot is refused while the claim
+        // holds it (the node asks the registry first), and the Pod runs on.
+        let refused = ureq::put(&format!("http://{}/v1/slots/0", netaccel.http))
+            .set("Authorization", &format!("Bearer {}", netns::NODE_TOKEN))
+            .send_json(json!({"accelerator": "echo"}));
+        match refused {
+            Err(ureq::Error::Status(409, response)) => {
+                let text = response.into_string().unwrap();
+                assert!(text.contains("ResourceClaim"), "{text}");
+            }
+            other => panic!("reconfiguring the claim's slot: {other:?}"),
+        }
+        let pod = pods.get("sleeper").await.unwrap();
+        assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Running"));
 
         // The Pod deleted: the restarted plugin unprepares the claim it did not
         // prepare itself, and the registry releases the instance.

@@ -133,9 +133,10 @@ async fn fifty_at_once(plane: &ControlPlane, with_claim: &serde_json::Value, wan
     for name in &names {
         let text = eventually("the replica's call", Duration::from_secs(60), || {
             let text = logs(plane, name);
-            async move { text.starts_with("ok ").then_some(text) }
+            async move { (!text.trim().is_empty()).then_some(text) }
         })
         .await;
+        assert!(text.starts_with("ok "), "{name}: {text}");
         called.push(text.trim()[3..].parse::<f64>().unwrap() - created);
     }
     called.sort_by(f64::total_cmp);

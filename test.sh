@@ -100,15 +100,43 @@ cargo fmt --all -- --check
 begin "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
-# The Kubernetes tests (crates/registry/tests/kubernetes.rs) run a real control plane:
+# The Kubernetes tests (crates/registry/tests/kubernetes*.rs) run a real control plane:
 # kube-apiserver, controller manager, scheduler, kubectl and helm, built from the Go
 # module proxy (Go >= 1.24) once and cached under ~/.cache/netaccel (about 15 minutes
 # on 2 cores the first time, nothing afterwards). See docs/kubernetes.md.
+# The tests that run Pods (kubernetes_pods.rs) add a kubelet, containerd 2.x (Go >= 1.26.6,
+# fetched by GOTOOLCHAIN), a static pause and the DRA kubelet plugin, built and cached
+# by the same script, and Debian's runc, CNI plugins, iptables and static busybox.
 # Without Go (or the proxy) the Kubernetes tests skip themselves, except under CI.
-begin "Kubernetes control plane and helm (built once, cached)"
+step="installing the Kubernetes node's Debian packages"
+k8s_node_packages=()
+for p in runc containernetworking-plugins iptables busybox-static gcc libc6-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || k8s_node_packages+=("$p")
+done
+if ((${#k8s_node_packages[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "missing Debian packages: ${k8s_node_packages[*]} (run as root to install them)" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${k8s_node_packages[@]}" >/dev/null
+fi
+begin "Kubernetes control plane, kubelet, containerd and helm (built once, cached)"
 if ! deploy/k8s-test/build.sh; then
   [[ -z "${CI:-}" ]] || exit 1
   echo "==> the Kubernetes control plane could not be built: its tests will be skipped (CI unset)"
+fi
+
+# The DRA kubelet plugin's own tests (checkpoint, CDI spec, waiting for the registry's
+# record, refusals), with Go's vet; its modules are in the Go cache once build.sh ran.
+begin "DRA kubelet plugin: go vet and go test"
+if command -v go >/dev/null || [[ -x /usr/local/go/bin/go ]]; then
+  (cd deploy/dra-kubelet-plugin && PATH="$PATH:/usr/local/go/bin" && go vet ./... && go test ./...)
+elif [[ -n "${CI:-}" ]]; then
+  echo "go is needed for the DRA kubelet plugin's tests" >&2
+  exit 1
+else
+  echo "==> no go: the DRA kubelet plugin's tests are skipped (CI unset)"
 fi
 
 begin "cargo test (workspace)"

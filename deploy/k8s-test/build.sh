@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane the Kubernetes tests run against: kube-apiserver,
-# kube-controller-manager, kube-scheduler and kubectl of one release, and helm, from the
-# Go module proxy. Debian ships no control plane and its kubectl (1.20) predates
+# kube-controller-manager, kube-scheduler, kubectl and the kubelet of one release, and
+# helm, from the Go module proxy; and for the tests that run Pods, containerd with `ctr`
+# and its runc shim (Go module proxy), the static `pause` of that Kubernetes release
+# (its pause.c, with gcc) and netaccel's DRA kubelet plugin (deploy/dra-kubelet-plugin). Debian ships no control plane and its kubectl (1.20) predates
 # resource.k8s.io/v1, so both come from source; the binaries are cached by version and a
 # second run with them present does nothing.
 #
@@ -18,9 +20,12 @@ set -euo pipefail
 
 k8s_version=${NETACCEL_K8S_VERSION:-v1.34.2}
 helm_version=${NETACCEL_HELM_VERSION:-v3.19.5}
+containerd_version=${NETACCEL_CONTAINERD_VERSION:-v2.4.2}
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/netaccel
+containerd_out=${NETACCEL_CONTAINERD_BIN:-$cache/containerd-$containerd_version}
 out=${NETACCEL_K8S_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/netaccel/kubernetes-$k8s_version}
 helm_out=${NETACCEL_HELM_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/netaccel/helm-$helm_version}
-k8s_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+k8s_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 export GOFLAGS="${GOFLAGS:-} -p=${NETACCEL_GO_JOBS:-$(nproc)}"
 # Go's official tarball installs into /usr/local/go without touching PATH.
 if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then PATH="$PATH:/usr/local/go/bin"; fi
@@ -38,9 +43,10 @@ need_go() {
   fi
 }
 
-have_all=true
-for c in "${k8s_cmds[@]}"; do [[ -x "$out/$c" ]] || have_all=false; done
-if ! $have_all; then
+# Only what is missing is built: a cache from before the kubelet joined keeps its four.
+missing=()
+for c in "${k8s_cmds[@]}"; do [[ -x "$out/$c" ]] || missing+=("$c"); done
+if ((${#missing[@]})); then
   need_go "Kubernetes $k8s_version"
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
@@ -75,6 +81,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	_ "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 func main() {}
@@ -90,13 +97,13 @@ GO
     echo "==> resolving Kubernetes $k8s_version modules"
     go mod tidy
     mkdir -p bin
-    for c in "${k8s_cmds[@]}"; do
+    for c in "${missing[@]}"; do
       echo "==> building $c $k8s_version (this takes minutes)"
       go build -trimpath -ldflags "$ldflags" -o "bin/$c" "k8s.io/kubernetes/cmd/$c"
     done
   )
   mkdir -p "$out"
-  for c in "${k8s_cmds[@]}"; do mv "$work/bin/$c" "$out/$c.tmp" && mv "$out/$c.tmp" "$out/$c"; done
+  for c in "${missing[@]}"; do mv "$work/bin/$c" "$out/$c.tmp" && mv "$out/$c.tmp" "$out/$c"; done
 fi
 
 if [[ ! -x "$helm_out/helm" ]]; then
@@ -107,5 +114,46 @@ if [[ ! -x "$helm_out/helm" ]]; then
     "helm.sh/helm/v3/cmd/helm@$helm_version"
   mv "$helm_out/.tmp/helm" "$helm_out/helm"
   rmdir "$helm_out/.tmp"
+fi
+
+# containerd 2.x needs Go >= 1.26.6 (its go.mod says so): GOTOOLCHAIN=auto lets an older
+# Go fetch that toolchain. Without cgo, hence without the btrfs, devmapper and zfs
+# snapshotters; the tests use overlayfs.
+containerd_cmds=(containerd ctr containerd-shim-runc-v2)
+containerd_missing=()
+for c in "${containerd_cmds[@]}"; do [[ -x "$containerd_out/$c" ]] || containerd_missing+=("$c"); done
+if ((${#containerd_missing[@]})); then
+  need_go "containerd $containerd_version"
+  echo "==> building containerd $containerd_version (${containerd_missing[*]}; minutes)"
+  mkdir -p "$containerd_out"
+  pkgs=()
+  for c in "${containerd_missing[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$c@$containerd_version"); done
+  GOTOOLCHAIN=${NETACCEL_GOTOOLCHAIN:-auto} GOBIN="$containerd_out/.tmp" go install -trimpath \
+    -tags "no_btrfs no_devmapper no_zfs" \
+    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd_version" "${pkgs[@]}"
+  for c in "${containerd_missing[@]}"; do mv "$containerd_out/.tmp/$c" "$containerd_out/$c"; done
+  rmdir "$containerd_out/.tmp"
+fi
+
+# The Pods' sandbox image's only program: Kubernetes' own pause.c, linked statically.
+if [[ ! -x "$out/pause" ]]; then
+  need_go "pause $k8s_version"
+  command -v gcc >/dev/null || { echo "gcc is needed to build pause (apt-get install gcc)" >&2; exit 1; }
+  # Outside any module (the module cache keeps the source; nothing is built from it).
+  src=$(cd / && GOFLAGS= go mod download -json "k8s.io/kubernetes@$k8s_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  echo "==> building pause from $src/build/pause/linux/pause.c"
+  gcc -Os -static -DVERSION="$k8s_version" -o "$out/pause.tmp" "$src/build/pause/linux/pause.c"
+  strip "$out/pause.tmp"
+  mv "$out/pause.tmp" "$out/pause"
+fi
+
+# The DRA kubelet plugin, cached by the hash of its sources (a change rebuilds it).
+plugin=$("$(dirname "$0")/dra-plugin-path.sh")
+if [[ ! -x "$plugin" ]]; then
+  need_go "the DRA kubelet plugin"
+  echo "==> building the DRA kubelet plugin into $plugin"
+  mkdir -p "$(dirname "$plugin")"
+  (cd "$(dirname "$0")/../dra-kubelet-plugin" && go build -trimpath -ldflags "-s -w" -o "$plugin.tmp" .)
+  mv "$plugin.tmp" "$plugin"
 fi
 echo "$out"

@@ -962,6 +962,35 @@ fn the_helm_chart_lints_renders_and_is_accepted_by_the_api_server() {
             .count();
         let objects = rendered.matches("\nkind: ").count();
         assert_eq!(accepted, objects, "{out}");
+
+        // With the DRA kubelet plugin's DaemonSet (off by default): it lints, and the
+        // API server accepts its objects too.
+        let mut lint = helm();
+        lint.arg("lint").arg(&chart).args([
+            "--kube-version",
+            "1.34.2",
+            "--set",
+            "draPlugin.enabled=true",
+        ]);
+        run(lint, "helm lint (DRA plugin)");
+        let mut template = helm();
+        template.args(["template", "netaccel"]).arg(&chart);
+        template.args(["--namespace", "netaccel", "--kube-version", "1.34.2"]);
+        template.args(["--set", "draPlugin.enabled=true"]);
+        let with_plugin = run(template, "helm template (DRA plugin)");
+        assert!(with_plugin.contains("name: netaccel-dra-plugin"));
+        let file = plane.dir.join("with-dra-plugin.yaml");
+        std::fs::write(&file, &with_plugin).unwrap();
+        let mut apply = plane.kubectl();
+        apply
+            .args(["apply", "--dry-run=server", "-n", "netaccel", "-f"])
+            .arg(&file);
+        let out = run(apply, "kubectl apply --dry-run=server (DRA plugin)");
+        let accepted = out
+            .lines()
+            .filter(|l| l.ends_with("(server dry run)"))
+            .count();
+        assert_eq!(accepted, with_plugin.matches("\nkind: ").count(), "{out}");
         let mut plane = plane;
         plane.check_alive();
     });

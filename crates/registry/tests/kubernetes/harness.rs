@@ -173,6 +173,12 @@ impl ControlPlane {
     /// Starts etcd, the API server, the controller manager and the scheduler, and
     /// creates the Ready [`NODES`].
     pub async fn start() -> ControlPlane {
+        ControlPlane::start_with_nodes(&NODES).await
+    }
+
+    /// [`ControlPlane::start`] with these stand-in Nodes (none where a real kubelet
+    /// registers its own).
+    pub async fn start_with_nodes(stand_ins: &[&str]) -> ControlPlane {
         let started = Instant::now();
         let bin = bin_dir();
         let dir = std::env::temp_dir().join(format!(
@@ -263,6 +269,9 @@ impl ControlPlane {
             "--disable-admission-plugins=ServiceAccount".into(),
             "--runtime-config=resource.k8s.io/v1=true".into(),
             "--enable-priority-and-fairness=false".into(),
+            // A real kubelet (kubernetes_pods.rs) is reached at its node's address, not
+            // its name, for logs.
+            "--kubelet-preferred-address-types=InternalIP".into(),
             "--v=1".into(),
         ];
         let mut apiserver = spawn(&dir, "kube-apiserver", &bin.join("kube-apiserver"), &args);
@@ -345,7 +354,7 @@ impl ControlPlane {
         ));
 
         let nodes: Api<Node> = Api::all(client.clone());
-        for name in NODES {
+        for &name in stand_ins {
             let node: Node = serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {

@@ -42,6 +42,9 @@ use crate::telemetry::Protocol;
 
 /// Read buffer size; also the most a single read pulls in while waiting for a head.
 const READ_CHUNK: usize = 4096;
+/// Room taken for a response head when the output buffer is taken from the pool (a
+/// call's head with every header is about 250 bytes).
+const HEAD_ROOM: usize = 512;
 /// Bytes read at a time when discarding a body.
 const SKIP_CHUNK: usize = 8192;
 /// Most body bytes one read takes; a longer body is read over several turns.
@@ -508,6 +511,11 @@ impl<S: Transport> Conn<S> {
         }
         let mut body = std::mem::take(&mut self.body);
         body.clear();
+        if body.capacity() == 0 {
+            // Given back while the connection was idle: take a pooled one rather than
+            // allocate one per request (issue 28).
+            body = bufpool::take(declared.unwrap_or(0).min(BODY_CHUNK));
+        }
         let outcome = match declared {
             Some(n) => {
                 body.reserve(n);
@@ -726,11 +734,12 @@ impl<S: Transport> Conn<S> {
         }
         let model = reply.as_ref().map(|_| Arc::clone(&accel));
         let batch = stats::batch(&*accel, payload.len());
+        let out = self.output_buffer(payload.len());
         let call = Call {
             accel,
             params,
             payload,
-            out: std::mem::take(&mut self.out),
+            out,
             received,
             deadline: Deadline::after(received, deadline_us),
             tenant: self.tenant,
@@ -795,15 +804,22 @@ impl<S: Transport> Conn<S> {
             encode_ns = stats::since_ns(encoding);
         }
         let code = http_code(status);
-        let slot_text = slot.map_or_else(|| b"none".to_vec(), |s| s.to_string().into_bytes());
         if status != Status::Ok {
             self.log_refusal(code, status.name(), &message);
         }
         let keep_alive = self.keep_alive(req);
-        let mut head = Head::start(&mut self.wbuf, code)
+        if self.wbuf.capacity() == 0 {
+            // Given back while the connection was idle: a pooled one with room for the
+            // head and the output, not a new one grown five times (issue 28).
+            self.wbuf = bufpool::take(HEAD_ROOM + output.len().min(WRITE_BATCH_MAX));
+        }
+        let head = Head::start(&mut self.wbuf, code)
             .num("X-Netaccel-Queue-Ns", queue_ns)
-            .num("X-Netaccel-Exec-Ns", exec_ns)
-            .header("X-Netaccel-Slot", &slot_text);
+            .num("X-Netaccel-Exec-Ns", exec_ns);
+        let mut head = match slot {
+            Some(slot) => head.num("X-Netaccel-Slot", u64::from(slot)),
+            None => head.header("X-Netaccel-Slot", b"none"),
+        };
         let error;
         let body: &[u8] = if let (Status::Ok, Some((doc, json_len))) = (status, &encoded) {
             match json_len {
@@ -993,6 +1009,21 @@ impl<S: Transport> Conn<S> {
             }
         }
         Ok(self.after())
+    }
+
+    /// The buffer a call's output is written into: the connection's own, or a pooled
+    /// one with room for `len` bytes when the connection gave its own back while idle
+    /// (an accelerator then writes without allocating, issue 28).
+    fn output_buffer(&mut self, len: usize) -> Vec<u8> {
+        let out = std::mem::take(&mut self.out);
+        debug_assert!(
+            out.is_empty(),
+            "the output buffer is cleared after each answer"
+        );
+        if out.capacity() == 0 {
+            return bufpool::take(len.min(BODY_CHUNK));
+        }
+        out
     }
 
     fn io_deadline(&self) -> Instant {

@@ -5,20 +5,24 @@
 //! place.
 //!
 //! For a 64-byte `echo` over RAC and over HTTP keep-alive, one call at a time on one
-//! connection, on an idle node with one network thread, per call:
+//! connection, on an idle node with one network thread, on each network path, per call:
 //!
-//! | count | budget | how it is counted |
-//! | --- | --- | --- |
-//! | reads (`read`, `recvfrom`, …) of the network thread | 1 | `strace -f` |
-//! | writes (`write`, `sendto`, `writev`, …) of the network thread | 1 | `strace -f` |
-//! | event waits (`epoll_wait`, `io_uring_enter`) of the network thread | 1 | `strace -f` |
-//! | any other system call of the network thread (`futex` wakes, `epoll_ctl`, …) | 0 | `strace -f` |
+//! | count | budget on epoll | on io_uring | how it is counted |
+//! | --- | --- | --- | --- |
+//! | reads (`read`, `recvfrom`, …) of the network thread | 1 | 0 | `strace -f` |
+//! | writes (`write`, `sendto`, `writev`, …) of the network thread | 1 | 0 | `strace -f` |
+//! | event waits (`epoll_wait`) of the network thread | 1 | 1 | `strace -f` |
+//! | `io_uring_enter` of the network thread | 0 | 2 | `strace -f` |
+//! | any other system call of the network thread (`futex` wakes, `epoll_ctl`, …) | 0 | 0 | `strace -f` |
 //! | system calls of the slot workers and every other node thread (wake-ups) | 0 | `strace -f` |
 //! | heap allocations (`alloc` and `realloc`) of the node | RAC 0, HTTP 1 | a counting global allocator |
 //! | timers armed by the network paths | 0 | `netaccel_node::net::timers_armed` |
 //!
 //! HTTP's one allocation is the boxed future of the request's handling
 //! (`front::http::conn`, issue 15): unboxed, every idle connection carried its 4 KiB.
+//! io_uring's three system calls per call are what its path makes today (the thread
+//! waits in tokio's `epoll_wait` on the ring's descriptor, submits the turn's send
+//! before it parks and reaps after it wakes): no fewer than epoll's, kept from growing.
 //!
 //! Why these mechanisms: `strace` sees every system call of every thread whatever the
 //! build, and the order of the lines places each call in its phase; `perf stat`'s
@@ -30,8 +34,9 @@
 //! so the fixed costs (an accept, a buffer's first allocation, a timer's first arming)
 //! fit in a small slack while one more per call adds [`CALLS`].
 //!
-//! `strace` missing (Debian package `strace`) or refused (no ptrace) skips the test
-//! locally and fails it under CI (`CI=true`).
+//! `strace` missing (Debian package `strace`) or refused (no ptrace), or a kernel that
+//! refuses io_uring (the node then serves on epoll), skips the test, or its io_uring
+//! half, locally and fails it under CI (`CI=true`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -43,6 +48,8 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use netaccel_node::config::Network;
 
 /// Calls per protocol that are counted, after [`WARM_UP`] that are not.
 const CALLS: u64 = 1000;
@@ -112,6 +119,36 @@ fn marker() {
 enum Protocol {
     Rac,
     Http,
+}
+
+/// The network paths, in the order the probe runs them.
+const NETWORKS: [Network; 2] = [Network::Epoll, Network::IoUring];
+
+fn network_name(network: Network) -> &'static str {
+    match network {
+        Network::Epoll => "epoll",
+        Network::IoUring => "io_uring",
+    }
+}
+
+/// The network thread's system calls per call on `network`, by kind (see [`kind`]).
+fn system_calls_per_call(network: Network) -> [(&'static str, u64); 5] {
+    match network {
+        Network::Epoll => [
+            ("read", 1),
+            ("write", 1),
+            ("wait", 1),
+            ("ring", 0),
+            ("other", 0),
+        ],
+        Network::IoUring => [
+            ("read", 0),
+            ("write", 0),
+            ("wait", 1),
+            ("ring", 2),
+            ("other", 0),
+        ],
+    }
 }
 
 impl Protocol {
@@ -239,16 +276,29 @@ struct Phase {
 #[ignore = "the probe of small_calls_stay_within_the_budget, which runs it under strace"]
 fn budget_probe() {
     let out = std::env::var(OUT_ENV).expect("run by small_calls_stay_within_the_budget");
+    let mut report = String::new();
+    for network in NETWORKS {
+        probe_node(network, &mut report);
+    }
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) };
+    writeln!(report, "client {me}").unwrap();
+    std::fs::write(out, report).unwrap();
+}
+
+/// One node on `network`: each protocol's calls between markers; the counts and the
+/// node's threads into `report`.
+fn probe_node(network: Network, report: &mut String) {
     let config = netaccel_node::Config {
         http: "127.0.0.1:0".parse().unwrap(),
         rac: "127.0.0.1:0".parse().unwrap(),
         grpc: None,
         io_threads: 1,
+        network,
         log_level: "warn".to_string(),
         ..netaccel_node::Config::default()
     };
     let running = netaccel_node::start(config).expect("starting the node");
-    let mut report = String::new();
     for protocol in Protocol::ALL {
         let mut client = Client::connect(protocol, &running);
         for id in 0..WARM_UP as u32 {
@@ -273,16 +323,12 @@ fn budget_probe() {
         )
         .unwrap();
     }
-    // SAFETY: gettid has no preconditions.
-    let me = unsafe { libc::syscall(libc::SYS_gettid) };
-    writeln!(report, "client {me}").unwrap();
     for task in std::fs::read_dir("/proc/self/task").unwrap() {
         let task = task.unwrap().path();
         let name = std::fs::read_to_string(task.join("comm")).unwrap();
         let tid = task.file_name().unwrap().to_string_lossy().into_owned();
         writeln!(report, "thread {tid} {}", name.trim()).unwrap();
     }
-    std::fs::write(out, report).unwrap();
     running.shutdown();
 }
 
@@ -331,34 +377,31 @@ fn kind(name: &str) -> &'static str {
     match name {
         "read" | "readv" | "recvfrom" | "recvmsg" | "recvmmsg" => "read",
         "write" | "writev" | "sendto" | "sendmsg" | "sendmmsg" => "write",
-        "epoll_wait" | "epoll_pwait" | "epoll_pwait2" | "io_uring_enter" => "wait",
+        "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => "wait",
+        "io_uring_enter" => "ring",
         _ => "other",
     }
 }
 
 /// Checks one protocol's phase against the budget; the failures, in words.
 fn check(
+    network: Network,
     protocol: Protocol,
     calls: &Calls,
     phase: &Phase,
     threads: &HashMap<u32, String>,
     client: u32,
 ) -> Vec<String> {
-    let name = protocol.name();
+    let name = format!("{} on {}", protocol.name(), network_name(network));
     let mut failures = Vec::new();
-    let net: Vec<u32> = threads
-        .iter()
-        .filter(|(_, n)| n.starts_with("net-"))
-        .map(|(&tid, _)| tid)
-        .collect();
-    assert_eq!(net.len(), 1, "one network thread: {threads:?}");
+    let net = network_thread(calls, threads);
     let empty = HashMap::new();
-    let on_net = calls.get(&net[0]).unwrap_or(&empty);
+    let on_net = calls.get(&net).unwrap_or(&empty);
     let mut by_kind: HashMap<&str, u64> = HashMap::new();
     for (call, n) in on_net {
         *by_kind.entry(kind(call)).or_default() += n;
     }
-    for (kind, per_call) in [("read", 1), ("write", 1), ("wait", 1), ("other", 0)] {
+    for (kind, per_call) in system_calls_per_call(network) {
         let n = by_kind.get(kind).copied().unwrap_or(0);
         if n > per_call * CALLS + SLACK {
             failures.push(format!(
@@ -370,7 +413,7 @@ fn check(
     for (tid, made) in calls {
         let thread = threads.get(tid).map_or("?", String::as_str);
         // The watchdog looks at the slots on its own clock, not per call.
-        if *tid == net[0] || *tid == client || thread == "slot-watchdog" {
+        if *tid == net || *tid == client || thread == "slot-watchdog" {
             continue;
         }
         let n: u64 = made.values().sum();
@@ -396,6 +439,17 @@ fn check(
         ));
     }
     failures
+}
+
+/// The phase's network thread: of the node's network threads (one per node), the one
+/// that made the most system calls in it.
+fn network_thread(calls: &Calls, threads: &HashMap<u32, String>) -> u32 {
+    let busiest = threads
+        .iter()
+        .filter(|(_, name)| name.starts_with("net-"))
+        .map(|(&tid, _)| (calls.get(&tid).map_or(0, |c| c.values().sum::<u64>()), tid))
+        .max();
+    busiest.expect("the node has a network thread").1
 }
 
 /// Whether `strace` can follow a child here; missing or refused, the test is skipped
@@ -463,17 +517,25 @@ fn judge(trace: &Path, out: &Path) -> Vec<String> {
         }
     }
     let calls = phases(&std::fs::read_to_string(trace).unwrap());
+    let runs: Vec<(Network, Protocol)> = NETWORKS
+        .into_iter()
+        .flat_map(|n| Protocol::ALL.map(|p| (n, p)))
+        .collect();
     assert_eq!(
         calls.len(),
-        Protocol::ALL.len(),
-        "one traced phase per protocol"
+        runs.len(),
+        "one traced phase per network and protocol"
     );
-    assert_eq!(measured.len(), Protocol::ALL.len());
+    assert_eq!(measured.len(), runs.len());
     let mut failures = Vec::new();
-    for (i, protocol) in Protocol::ALL.into_iter().enumerate() {
+    for (i, (network, protocol)) in runs.into_iter().enumerate() {
+        if network == Network::IoUring && !on_the_ring(&calls[i], &threads) {
+            continue;
+        }
         eprintln!(
-            "{}: {} calls: {} allocations, {} timers armed; system calls by thread: {:?}",
+            "{} on {}: {} calls: {} allocations, {} timers armed; system calls by thread: {:?}",
             protocol.name(),
+            network_name(network),
             CALLS,
             measured[i].allocations,
             measured[i].timers,
@@ -482,9 +544,34 @@ fn judge(trace: &Path, out: &Path) -> Vec<String> {
                 .map(|(tid, c)| (threads.get(tid).cloned().unwrap_or_default(), c))
                 .collect::<Vec<_>>()
         );
-        failures.extend(check(protocol, &calls[i], &measured[i], &threads, client));
+        failures.extend(check(
+            network,
+            protocol,
+            &calls[i],
+            &measured[i],
+            &threads,
+            client,
+        ));
     }
     failures
+}
+
+/// Whether an io_uring phase ran on the ring: a kernel that refuses io_uring makes the
+/// node serve on epoll (and say so in its log); that skips the phase locally and fails
+/// under CI, as `tests/uring.rs` does.
+fn on_the_ring(calls: &Calls, threads: &HashMap<u32, String>) -> bool {
+    let net = network_thread(calls, threads);
+    let ring = calls
+        .get(&net)
+        .is_some_and(|c| c.contains_key("io_uring_enter"));
+    if !ring {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "the kernel refuses io_uring; CI needs it"
+        );
+        eprintln!("SKIP (io_uring half): the kernel refuses io_uring here");
+    }
+    ring
 }
 
 #[test]
@@ -516,8 +603,45 @@ fn the_trace_is_split_at_the_markers_and_resumed_calls_count_once() {
     // A slot woken once per call is over the budget, and named.
     let mut woken = phases[0].clone();
     woken.get_mut(&12).unwrap().insert("futex".into(), CALLS);
-    let failures = check(Protocol::Rac, &woken, &phase, &threads, 11);
+    let failures = check(Network::Epoll, Protocol::Rac, &woken, &phase, &threads, 11);
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert!(failures[0].contains("slot-0"), "{failures:?}");
-    assert!(check(Protocol::Rac, &phases[0], &phase, &threads, 11).is_empty());
+    assert!(check(
+        Network::Epoll,
+        Protocol::Rac,
+        &phases[0],
+        &phase,
+        &threads,
+        11
+    )
+    .is_empty());
+    // A read and a write per call are epoll's budget, and over io_uring's: it reads and
+    // writes through the ring.
+    let per_call = Calls::from([(
+        10,
+        HashMap::from([
+            ("epoll_wait".to_string(), CALLS),
+            ("recvfrom".to_string(), CALLS),
+            ("sendto".to_string(), CALLS),
+        ]),
+    )]);
+    let epoll = check(
+        Network::Epoll,
+        Protocol::Rac,
+        &per_call,
+        &phase,
+        &threads,
+        11,
+    );
+    assert!(epoll.is_empty(), "{epoll:?}");
+    let uring = check(
+        Network::IoUring,
+        Protocol::Rac,
+        &per_call,
+        &phase,
+        &threads,
+        11,
+    );
+    assert_eq!(uring.len(), 2, "{uring:?}");
+    assert!(uring[0].contains("on io_uring"), "{uring:?}");
 }

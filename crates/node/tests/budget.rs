@@ -4,7 +4,8 @@
 //! fails here and says which, instead of showing up later as microseconds nobody can
 //! place.
 //!
-//! For a 64-byte `echo` over RAC and over HTTP keep-alive, one call at a time on one
+//! For a 64-byte `echo` over RAC and over HTTP keep-alive (and HTTP's `/health`, the
+//! request `bench/http` compares with the C responder), one call at a time on one
 //! connection, on an idle node with one network thread, on each network path, per call:
 //!
 //! | count | budget on epoll | on io_uring | how it is counted |
@@ -15,7 +16,7 @@
 //! | `io_uring_enter` of the network thread | 0 | 2 | `strace -f` |
 //! | any other system call of the network thread (`futex` wakes, `epoll_ctl`, …) | 0 | 0 | `strace -f` |
 //! | system calls of the slot workers and every other node thread (wake-ups) | 0 | `strace -f` |
-//! | heap allocations (`alloc` and `realloc`) of the node | RAC 0, HTTP 1 | a counting global allocator |
+//! | heap allocations (`alloc` and `realloc`) of the node | RAC 0, HTTP 1 (`/health` too) | a counting global allocator |
 //! | timers armed by the network paths | 0 | `netaccel_node::net::timers_armed` |
 //!
 //! HTTP's one allocation is the boxed future of the request's handling
@@ -114,11 +115,13 @@ fn marker() {
     unsafe { libc::getppid() };
 }
 
-/// The two protocols' calls, as the client sends and reads them.
+/// The calls, as the client sends and reads them: the 64 B echo over RAC and HTTP, and
+/// HTTP's `/health`, what `bench/http` compares with the C responder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Protocol {
     Rac,
     Http,
+    Health,
 }
 
 /// The network paths, in the order the probe runs them.
@@ -152,12 +155,13 @@ fn system_calls_per_call(network: Network) -> [(&'static str, u64); 5] {
 }
 
 impl Protocol {
-    const ALL: [Protocol; 2] = [Protocol::Rac, Protocol::Http];
+    const ALL: [Protocol; 3] = [Protocol::Rac, Protocol::Http, Protocol::Health];
 
     fn name(self) -> &'static str {
         match self {
             Protocol::Rac => "RAC",
             Protocol::Http => "HTTP",
+            Protocol::Health => "HTTP /health",
         }
     }
 
@@ -165,7 +169,15 @@ impl Protocol {
     fn allocations_per_call(self) -> u64 {
         match self {
             Protocol::Rac => 0,
-            Protocol::Http => 1,
+            Protocol::Http | Protocol::Health => 1,
+        }
+    }
+
+    /// Body bytes of an answer.
+    fn answer_len(self) -> usize {
+        match self {
+            Protocol::Rac | Protocol::Http => PAYLOAD,
+            Protocol::Health => br#"{"status":"ok"}"#.len(),
         }
     }
 }
@@ -183,7 +195,7 @@ impl Client {
     fn connect(protocol: Protocol, running: &netaccel_node::Running) -> Client {
         let addr = match protocol {
             Protocol::Rac => running.rac_addr,
-            Protocol::Http => running.http_addr,
+            Protocol::Http | Protocol::Health => running.http_addr,
         };
         let stream = TcpStream::connect(addr).expect("connecting to the node");
         stream.set_nodelay(true).unwrap();
@@ -210,6 +222,7 @@ impl Client {
                 r.resize(r.len() + PAYLOAD, b'x');
                 r
             }
+            Protocol::Health => b"GET /health HTTP/1.1\r\nHost: node\r\n\r\n".to_vec(),
         };
         Client {
             protocol,
@@ -243,7 +256,8 @@ impl Client {
                     .read_exact(&mut self.response[64..64 + len])
                     .unwrap();
             }
-            Protocol::Http => {
+            Protocol::Http | Protocol::Health => {
+                let len = self.protocol.answer_len();
                 let mut have = 0;
                 loop {
                     let n = self.stream.read(&mut self.response[have..]).unwrap();
@@ -252,8 +266,8 @@ impl Client {
                     let got = &self.response[..have];
                     if let Some(head) = got.windows(4).position(|w| w == b"\r\n\r\n") {
                         assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
-                        if have >= head + 4 + PAYLOAD {
-                            assert_eq!(have, head + 4 + PAYLOAD, "one answer, whole");
+                        if have >= head + 4 + len {
+                            assert_eq!(have, head + 4 + len, "one answer, whole");
                             break;
                         }
                     }
@@ -505,7 +519,7 @@ fn judge(trace: &Path, out: &Path) -> Vec<String> {
     for line in report.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words[..] {
-            ["phase", _, allocations, timers] => measured.push(Phase {
+            ["phase", .., allocations, timers] => measured.push(Phase {
                 allocations: allocations.parse().unwrap(),
                 timers: timers.parse().unwrap(),
             }),

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 
 use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
 use super::request::{Control, Request, Route, Wire};
-use super::response::{code_name, error_body, http_code, Head};
+use super::response::{code_name, error_body, http_code, Head, HEAD_ROOM};
 use super::route::route;
 use super::scan::{self, HeadScan};
 use super::v2;
@@ -42,9 +42,6 @@ use crate::telemetry::Protocol;
 
 /// Read buffer size; also the most a single read pulls in while waiting for a head.
 const READ_CHUNK: usize = 4096;
-/// Room taken for a response head when the output buffer is taken from the pool (a
-/// call's head with every header is about 250 bytes).
-const HEAD_ROOM: usize = 512;
 /// Bytes read at a time when discarding a body.
 const SKIP_CHUNK: usize = 8192;
 /// Most body bytes one read takes; a longer body is read over several turns.

@@ -40,11 +40,14 @@ use crate::node::Node;
 use crate::telemetry::logging::Refusal;
 use crate::telemetry::Protocol;
 
-/// Read buffer size; also the most a single read pulls in while waiting for a head.
-/// 16 KiB, as the C responder's: a request of a 4 KiB body and its head comes in one
-/// read (with 4 KiB, two: issue 28). Only a connection with input pending holds one;
-/// an idle one gives it back to the pool.
+/// The most the first read of a request pulls in: 16 KiB, as the C responder reads, so
+/// that a call of 4 KiB and its head come in one read (with 4 KiB, two, and often a
+/// third that found nothing: issue 28).
 const READ_CHUNK: usize = 16 * 1024;
+/// The most a read pulls in, and the room a connection keeps, while part of a head is
+/// buffered: a connection that sends its head slowly holds no more than this beyond
+/// what it sent (issue 15, slowloris).
+const PARTIAL_HEAD_CHUNK: usize = 4096;
 /// Bytes read at a time when discarding a body.
 const SKIP_CHUNK: usize = 8192;
 /// Most body bytes one read takes; a longer body is read over several turns.
@@ -182,6 +185,9 @@ impl<S: Transport> Conn<S> {
                 self.flush().await?;
             }
             let partial = !self.buffered().is_empty();
+            if partial {
+                self.keep_head_room_small();
+            }
             if partial && head_started.is_none() {
                 head_started = Some(Instant::now());
             }
@@ -1063,11 +1069,16 @@ impl<S: Transport> Conn<S> {
             self.rbuf.drain(..self.rpos);
             self.rpos = 0;
         }
+        let chunk = if self.buffered().is_empty() {
+            READ_CHUNK
+        } else {
+            PARTIAL_HEAD_CHUNK
+        };
         if self.rbuf.capacity() == 0 {
-            self.rbuf = bufpool::take(READ_CHUNK);
+            self.rbuf = bufpool::take(chunk);
         }
-        self.rbuf.reserve(READ_CHUNK);
-        let mut buf = (&mut self.rbuf).limit(READ_CHUNK);
+        self.rbuf.reserve(chunk);
+        let mut buf = (&mut self.rbuf).limit(chunk);
         let reading = self
             .stream
             .read_with_deadline(&mut buf, deadline, &mut self.timer);
@@ -1089,6 +1100,17 @@ impl<S: Transport> Conn<S> {
             Some(_) => Wait::Data,
             None => Wait::Timeout,
         })
+    }
+
+    /// While part of a head is buffered, the read buffer keeps at most
+    /// [`PARTIAL_HEAD_CHUNK`] of room beyond it: the first read of a request may have
+    /// taken a [`READ_CHUNK`] buffer for a byte.
+    fn keep_head_room_small(&mut self) {
+        debug_assert!(!self.buffered().is_empty(), "a partial head is buffered");
+        let keep = self.rbuf.len() + PARTIAL_HEAD_CHUNK;
+        if self.rbuf.capacity() > keep {
+            self.rbuf.shrink_to(keep);
+        }
     }
 
     /// Gives the connection's buffers back to the pool; called only when nothing is

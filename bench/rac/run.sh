@@ -33,6 +33,8 @@
 #     (built with cargo when missing)
 #   HTTP_PORT  RAC_PORT  ECHO_PORT [free ports, chosen at start]
 #   GAP_MAX_US [2]  RATIO_MIN [0.80]  KEEP_AWAKE [1]
+#   ECHO_WAIT_MS [none]: the C echo's epoll_wait timeout (tcp_echo -w); 60000 makes it
+#     sleep with a kernel timer armed around every wait, as the node does (issue 28)
 #   OUT_DIR [bench/out]  UPDATE_DOCS [1]  STRICT [0]: exit 1 if a criterion fails
 set -euo pipefail
 
@@ -91,7 +93,7 @@ start_servers() {
     taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$NODE_BIN" --http "$HOST:$HTTP_PORT" --rac "$HOST:$RAC_PORT" \
         --io-threads 1 --log-level warn >>"$RUN_DIR/servers.log" 2>&1 &
     PIDS+=($!)
-    taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$ROOT/bench/common/c/tcp_echo" -a "$HOST" -p "$ECHO_PORT" >>"$RUN_DIR/servers.log" 2>&1 &
+    taskset -c "$SERVER_CPU" "${PRIO_CMD[@]}" "$ROOT/bench/common/c/tcp_echo" -a "$HOST" -p "$ECHO_PORT" ${ECHO_WAIT_MS:+-w "$ECHO_WAIT_MS"} >>"$RUN_DIR/servers.log" 2>&1 &
     PIDS+=($!)
     server_up netaccel-node "${PIDS[0]}" "$RAC_PORT" "$RUN_DIR/servers.log" || die "the node's RAC listener did not come up"
     server_up tcp_echo "${PIDS[1]}" "$ECHO_PORT" "$RUN_DIR/servers.log" || die "tcp_echo did not come up"

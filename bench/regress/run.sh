@@ -9,13 +9,18 @@
 # favour one build); each experiment's own rounds, CPU pinning and keep-awake loop apply
 # (see its run.sh). Each run's summary table (the experiment's own: the node's figures
 # beside the floor's and their gap) is printed as it ends, and summary.md puts them side
-# by side, grouped by experiment and build.
+# by side, grouped by experiment and build. Last, the gaps: each experiment's criteria
+# (the node's gap to its floor, decided by the experiment on the median of its per-round
+# gaps; a ratio where the criterion is one) for each build as the median over passes,
+# and the median over passes of the per-pass difference, tree minus base: the change
+# the working tree makes, with the machine's drift between passes taken out.
 #
 # Usage: bench/regress/run.sh [BASE]        BASE: a commit (default: HEAD~1)
 #
 # Environment (defaults in brackets):
 #   PASSES [2]  EXPERIMENTS ["rac http"]  ROUNDS [3]  CALLS [20000] (rac)
 #   BASE_BIN  a base build to use instead of building BASE
+#   TREE_BIN  a working-tree build to use instead of building it (release)
 #   OUT_DIR [bench/out]
 # Builds (release): BASE in a temporary worktree with its own target folder, cached
 # under bench/out/regress-build/BASE_SHA; the working tree into target/release.
@@ -50,9 +55,12 @@ if [[ -z "$base_bin" ]]; then
     (cd "$build/src" && CARGO_TARGET_DIR="$build/target" cargo build --release -q -p netaccel-node)
   fi
 fi
-echo "==> building the node of the working tree"
-cargo build --release -q -p netaccel-node -p netaccel-bench
-tree_bin="$ROOT/target/release/netaccel-node"
+tree_bin=${TREE_BIN:-}
+if [[ -z "$tree_bin" ]]; then
+  echo "==> building the node of the working tree"
+  cargo build --release -q -p netaccel-node -p netaccel-bench
+  tree_bin="$ROOT/target/release/netaccel-node"
+fi
 
 # run PASS BUILD BIN EXPERIMENT: one run of an experiment with one build's node.
 run() {
@@ -96,4 +104,5 @@ done
     done
   done
 } > "$run_dir/summary.md"
-echo "==> side by side: $run_dir/summary.md"
+python3 "$HERE/gaps.py" "$run_dir" "$PASSES" $EXPERIMENTS | tee "$run_dir/gaps.md"
+echo "==> side by side: $run_dir/summary.md; the gaps: $run_dir/gaps.md"

@@ -127,12 +127,18 @@ int main(int argc, char **argv)
 {
     const char *addr = "127.0.0.1";
     int port = 18083, opt;
-    while ((opt = getopt(argc, argv, "a:p:h")) != -1) {
+    /* -w: the timeout of each epoll_wait, in ms (default -1: none). A server with
+     * pending timers (the node's idle deadlines) sleeps with a finite timeout, which
+     * has the kernel arm and cancel a timer around every sleep: -w 60000 gives the
+     * floor the same, to see what that costs (docs/benchmarks.md, issue 28). */
+    int wait_ms = -1;
+    while ((opt = getopt(argc, argv, "a:p:w:h")) != -1) {
         switch (opt) {
         case 'a': addr = optarg; break;
         case 'p': port = atoi(optarg); break;
+        case 'w': wait_ms = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: %s [-a ADDR] [-p PORT]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-a ADDR] [-p PORT] [-w WAIT_MS]\n", argv[0]);
             return opt == 'h' ? 0 : 2;
         }
     }
@@ -166,7 +172,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "tcp_echo listening on %s:%d\n", addr, port);
     struct epoll_event evs[MAX_EVENTS];
     for (;;) {
-        int n = epoll_wait(ep, evs, MAX_EVENTS, -1);
+        int n = epoll_wait(ep, evs, MAX_EVENTS, wait_ms);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

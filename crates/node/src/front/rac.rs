@@ -56,6 +56,9 @@ const SPARE_BUFFER_BYTES_MAX: usize = 16 * 1024;
 /// (16 KiB echo calls, one at a time: node CPU per call 16.5–17.2 µs against
 /// 17.6–18.6 µs with the copy, `perf stat` over 60 000 calls.)
 const DIRECT_WRITE_MIN: usize = 1024;
+/// Most body room an output buffer is taken from the pool with; a longer result grows
+/// it (the pool keeps buffers up to 64 KiB).
+const WRITE_ROOM_MAX: usize = 16 * 1024;
 
 type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
 
@@ -252,10 +255,11 @@ impl<S: Transport> RacConn<S> {
         self.rpos = 0;
         bufpool::give(&mut self.rbuf);
         bufpool::give(&mut self.wbuf);
+        // The list itself keeps its room (SPARE_BUFFERS_MAX entries, 96 bytes): freed
+        // here, it was allocated again by the next call's first spare (issue 28).
         for mut buf in self.spare.drain(..) {
             bufpool::give(&mut buf);
         }
-        self.spare = Vec::new();
     }
 
     /// A queued call's answer arrived.
@@ -575,6 +579,11 @@ impl<S: Transport> RacConn<S> {
             self.node.count_busy(Protocol::Rac, Some(result.accel_id));
         }
         let header = result.encode();
+        if self.wbuf.capacity() == 0 {
+            // Given back while the connection was idle: a pooled one, not a new one
+            // grown twice (issue 28).
+            self.wbuf = bufpool::take(header.len() + body.len().min(WRITE_ROOM_MAX));
+        }
         let alone = self.pending.is_empty() && self.rpos == self.rbuf.len();
         if alone && self.wbuf.is_empty() && body.len() >= DIRECT_WRITE_MIN {
             // Nothing queued ahead, no other call in flight or buffered (no batch to

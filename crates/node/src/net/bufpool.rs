@@ -19,15 +19,32 @@ use std::cell::RefCell;
 const KEPT_MAX: usize = 256;
 /// Largest buffer kept; a larger one (a big response, a long payload) is freed.
 const KEPT_BYTES_MAX: usize = 64 * 1024;
+/// Pooled buffers [`take`] looks at for one with room enough, from the most recently
+/// given. A connection gives back its read, output and payload buffers together and
+/// takes them again in another order; without the look, a 64 KiB read buffer taken
+/// right after a small output buffer was given back grew that small one (a `realloc`
+/// per call, and the next small take shrank nothing but grew the next), issue 28.
+const FIT_LOOK_MAX: usize = 8;
 
 thread_local! {
     static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// An empty buffer with room for at least `len` bytes: a pooled one when there is
-/// one, else a new one.
+/// one (one with room enough among the last [`FIT_LOOK_MAX`] given, else the last
+/// given, grown), else a new one.
 pub fn take(len: usize) -> Vec<u8> {
-    let mut buf = POOL.with(|p| p.borrow_mut().pop()).unwrap_or_default();
+    let mut buf = POOL
+        .with(|p| {
+            let mut pool = p.borrow_mut();
+            let look = pool.len().saturating_sub(FIT_LOOK_MAX);
+            match pool[look..].iter().rposition(|b| b.capacity() >= len) {
+                Some(i) => Some(pool.swap_remove(look + i)),
+                None => pool.pop(),
+            }
+        })
+        .unwrap_or_default();
+    debug_assert!(buf.is_empty(), "pooled buffers are given back empty");
     buf.reserve(len);
     buf
 }
@@ -62,6 +79,21 @@ mod tests {
         let b = take(16);
         assert_eq!(b.as_ptr(), ptr, "the pooled buffer is handed out again");
         assert!(b.is_empty() && b.capacity() >= 4096);
+    }
+
+    #[test]
+    fn a_buffer_with_room_enough_is_taken_before_a_smaller_one() {
+        let mut big = take(64 * 1024);
+        let mut small = take(100);
+        let (big_ptr, small_ptr) = (big.as_ptr(), small.as_ptr());
+        give(&mut big);
+        give(&mut small);
+        // The small one was given last, yet the big one fits: no buffer grows.
+        let big = take(64 * 1024);
+        assert_eq!(big.as_ptr(), big_ptr);
+        let small = take(100);
+        assert_eq!(small.as_ptr(), small_ptr);
+        assert!(big.capacity() >= 64 * 1024 && small.capacity() >= 100);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! | module | what |
 //! | --- | --- |
-//! | `netio` | reads and writes with a deadline, `IoTimer`, lingering close, the `Transport` trait |
+//! | `netio` | reads and writes with a deadline, `IoTimer`, lingering close, the `Transport` trait, the count of timers armed |
 //! | `bufpool` | read buffers that go back to a pool while a connection is idle |
 //! | [`tls`] | `[tls]` configuration, the reloadable acceptor (SIGHUP), session resumption, client certificate → tenant name, the TLS transport |
 //! | `uring` | the io_uring network path (`network = "io_uring"`) |
@@ -13,3 +13,6 @@ pub(crate) mod bufpool;
 pub(crate) mod netio;
 pub mod tls;
 pub(crate) mod uring;
+
+/// For the per-call budget test (`crates/node/tests/budget.rs`): timers armed so far.
+pub use netio::timers_armed;

@@ -10,11 +10,29 @@
 
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::BufMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+
+/// Timers the network paths armed or moved earlier, all threads together: the read
+/// deadlines of [`IoTimer`] and the deadline of a write the socket did not take at once.
+/// A call served on the fast path arms none (the per-call budget, issue 28,
+/// `crates/node/tests/budget.rs`); a relaxed add on the slow paths only.
+static TIMERS_ARMED: AtomicU64 = AtomicU64::new(0);
+
+/// How many timers the network paths have armed since the process started (see
+/// [`TIMERS_ARMED`]).
+pub fn timers_armed() -> u64 {
+    TIMERS_ARMED.load(Ordering::Relaxed)
+}
+
+/// Counts one timer armed (see [`TIMERS_ARMED`]).
+pub(crate) fn arming() {
+    TIMERS_ARMED.fetch_add(1, Ordering::Relaxed);
+}
 
 /// The timer behind a connection's read deadlines (idle, head and body timeouts).
 /// Not to be confused with a call's deadline ([`crate::core::deadline::Deadline`]), which
@@ -44,6 +62,7 @@ impl IoTimer {
     pub async fn until(&mut self, deadline: Instant) {
         let deadline = tokio::time::Instant::from_std(deadline);
         if self.sleep.deadline() > deadline {
+            arming();
             self.sleep.as_mut().reset(deadline);
         }
         loop {
@@ -51,6 +70,7 @@ impl IoTimer {
             if tokio::time::Instant::now() >= deadline {
                 return;
             }
+            arming();
             self.sleep.as_mut().reset(deadline);
         }
     }
@@ -226,6 +246,7 @@ pub async fn write_with_deadline(
         }
         Ok::<(), io::Error>(())
     };
+    arming();
     match tokio::time::timeout_at(deadline.into(), rest).await {
         Ok(r) => r,
         Err(_) => Err(too_slow()),

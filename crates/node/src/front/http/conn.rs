@@ -22,7 +22,7 @@ use tokio::sync::watch;
 
 use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
 use super::request::{Control, Request, Route, Wire};
-use super::response::{code_name, error_body, http_code, Head};
+use super::response::{code_name, error_body, http_code, Head, HEAD_ROOM};
 use super::route::route;
 use super::scan::{self, HeadScan};
 use super::v2;
@@ -40,8 +40,14 @@ use crate::node::Node;
 use crate::telemetry::logging::Refusal;
 use crate::telemetry::Protocol;
 
-/// Read buffer size; also the most a single read pulls in while waiting for a head.
-const READ_CHUNK: usize = 4096;
+/// The most the first read of a request pulls in: 16 KiB, as the C responder reads, so
+/// that a call of 4 KiB and its head come in one read (with 4 KiB, two, and often a
+/// third that found nothing: issue 28).
+const READ_CHUNK: usize = 16 * 1024;
+/// The most a read pulls in, and the room a connection keeps, while part of a head is
+/// buffered: a connection that sends its head slowly holds no more than this beyond
+/// what it sent (issue 15, slowloris).
+const PARTIAL_HEAD_CHUNK: usize = 4096;
 /// Bytes read at a time when discarding a body.
 const SKIP_CHUNK: usize = 8192;
 /// Most body bytes one read takes; a longer body is read over several turns.
@@ -179,6 +185,9 @@ impl<S: Transport> Conn<S> {
                 self.flush().await?;
             }
             let partial = !self.buffered().is_empty();
+            if partial {
+                self.keep_head_room_small();
+            }
             if partial && head_started.is_none() {
                 head_started = Some(Instant::now());
             }
@@ -508,6 +517,11 @@ impl<S: Transport> Conn<S> {
         }
         let mut body = std::mem::take(&mut self.body);
         body.clear();
+        if body.capacity() == 0 {
+            // Given back while the connection was idle: take a pooled one rather than
+            // allocate one per request (issue 28).
+            body = bufpool::take(declared.unwrap_or(0).min(BODY_CHUNK));
+        }
         let outcome = match declared {
             Some(n) => {
                 body.reserve(n);
@@ -726,11 +740,12 @@ impl<S: Transport> Conn<S> {
         }
         let model = reply.as_ref().map(|_| Arc::clone(&accel));
         let batch = stats::batch(&*accel, payload.len());
+        let out = self.output_buffer(payload.len());
         let call = Call {
             accel,
             params,
             payload,
-            out: std::mem::take(&mut self.out),
+            out,
             received,
             deadline: Deadline::after(received, deadline_us),
             tenant: self.tenant,
@@ -795,15 +810,22 @@ impl<S: Transport> Conn<S> {
             encode_ns = stats::since_ns(encoding);
         }
         let code = http_code(status);
-        let slot_text = slot.map_or_else(|| b"none".to_vec(), |s| s.to_string().into_bytes());
         if status != Status::Ok {
             self.log_refusal(code, status.name(), &message);
         }
         let keep_alive = self.keep_alive(req);
-        let mut head = Head::start(&mut self.wbuf, code)
+        if self.wbuf.capacity() == 0 {
+            // Given back while the connection was idle: a pooled one with room for the
+            // head and the output, not a new one grown five times (issue 28).
+            self.wbuf = bufpool::take(HEAD_ROOM + output.len().min(WRITE_BATCH_MAX));
+        }
+        let head = Head::start(&mut self.wbuf, code)
             .num("X-Netaccel-Queue-Ns", queue_ns)
-            .num("X-Netaccel-Exec-Ns", exec_ns)
-            .header("X-Netaccel-Slot", &slot_text);
+            .num("X-Netaccel-Exec-Ns", exec_ns);
+        let mut head = match slot {
+            Some(slot) => head.num("X-Netaccel-Slot", u64::from(slot)),
+            None => head.header("X-Netaccel-Slot", b"none"),
+        };
         let error;
         let body: &[u8] = if let (Status::Ok, Some((doc, json_len))) = (status, &encoded) {
             match json_len {
@@ -995,6 +1017,21 @@ impl<S: Transport> Conn<S> {
         Ok(self.after())
     }
 
+    /// The buffer a call's output is written into: the connection's own, or a pooled
+    /// one with room for `len` bytes when the connection gave its own back while idle
+    /// (an accelerator then writes without allocating, issue 28).
+    fn output_buffer(&mut self, len: usize) -> Vec<u8> {
+        let out = std::mem::take(&mut self.out);
+        debug_assert!(
+            out.is_empty(),
+            "the output buffer is cleared after each answer"
+        );
+        if out.capacity() == 0 {
+            return bufpool::take(len.min(BODY_CHUNK));
+        }
+        out
+    }
+
     fn io_deadline(&self) -> Instant {
         Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms)
     }
@@ -1032,11 +1069,16 @@ impl<S: Transport> Conn<S> {
             self.rbuf.drain(..self.rpos);
             self.rpos = 0;
         }
+        let chunk = if self.buffered().is_empty() {
+            READ_CHUNK
+        } else {
+            PARTIAL_HEAD_CHUNK
+        };
         if self.rbuf.capacity() == 0 {
-            self.rbuf = bufpool::take(READ_CHUNK);
+            self.rbuf = bufpool::take(chunk);
         }
-        self.rbuf.reserve(READ_CHUNK);
-        let mut buf = (&mut self.rbuf).limit(READ_CHUNK);
+        self.rbuf.reserve(chunk);
+        let mut buf = (&mut self.rbuf).limit(chunk);
         let reading = self
             .stream
             .read_with_deadline(&mut buf, deadline, &mut self.timer);
@@ -1058,6 +1100,17 @@ impl<S: Transport> Conn<S> {
             Some(_) => Wait::Data,
             None => Wait::Timeout,
         })
+    }
+
+    /// While part of a head is buffered, the read buffer keeps at most
+    /// [`PARTIAL_HEAD_CHUNK`] of room beyond it: the first read of a request may have
+    /// taken a [`READ_CHUNK`] buffer for a byte.
+    fn keep_head_room_small(&mut self) {
+        debug_assert!(!self.buffered().is_empty(), "a partial head is buffered");
+        let keep = self.rbuf.len() + PARTIAL_HEAD_CHUNK;
+        if self.rbuf.capacity() > keep {
+            self.rbuf.shrink_to(keep);
+        }
     }
 
     /// Gives the connection's buffers back to the pool; called only when nothing is

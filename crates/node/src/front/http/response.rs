@@ -5,6 +5,8 @@ use std::time::{Duration, SystemTime};
 
 use rac_proto::Status;
 
+use crate::net::bufpool;
+
 pub fn reason(code: u16) -> &'static str {
     match code {
         100 => "Continue",
@@ -96,8 +98,16 @@ pub struct Head<'a> {
     buf: &'a mut Vec<u8>,
 }
 
+/// Room a response head is given when its buffer has none (a connection's output
+/// buffer goes back to the pool while the connection is idle): about twice the longest
+/// head the node writes, so that the head and a small body need no growing (issue 28).
+pub const HEAD_ROOM: usize = 512;
+
 impl<'a> Head<'a> {
     pub fn start(buf: &'a mut Vec<u8>, code: u16) -> Head<'a> {
+        if buf.capacity() == 0 {
+            *buf = bufpool::take(HEAD_ROOM);
+        }
         buf.extend_from_slice(b"HTTP/1.1 ");
         push_num(buf, u64::from(code));
         buf.push(b' ');

@@ -138,6 +138,7 @@ impl TlsStream {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     // The send buffer is full: the only case that arms a timer.
+                    crate::net::netio::arming();
                     match tokio::time::timeout_at(deadline.into(), self.tcp.writable()).await {
                         Ok(r) => r?,
                         Err(_) => return Err(crate::net::netio::too_slow()),

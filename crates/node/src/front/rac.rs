@@ -416,6 +416,16 @@ impl<S: Transport> RacConn<S> {
             Target::Control => return self.control(header, &payload),
             Target::Call(accel) => accel,
         };
+        let quota = match self.node.quotas.admit(self.tenant, payload.len()) {
+            Ok(hold) => hold,
+            Err(refused) => {
+                self.log_quota(&refused);
+                self.keep_buffer(payload);
+                let message = refused.to_string();
+                let result = ResultHeader::answer(&header, Status::Busy, message.len() as u32);
+                return self.write_result(&result, message.as_bytes());
+            }
+        };
         let received = Instant::now();
         let call = Call {
             accel,
@@ -435,7 +445,7 @@ impl<S: Transport> RacConn<S> {
                 let held = self.gate.hold();
                 self.pending.push(Box::pin(async move {
                     let answer = rx.await.unwrap_or_else(|_| Answer::lost());
-                    drop(held);
+                    drop((held, quota));
                     (header, answer)
                 }));
             }
@@ -547,6 +557,14 @@ impl<S: Transport> RacConn<S> {
                 .refusals
                 .log(kind, Protocol::Rac, self.peer, &status.name(), reason);
         }
+    }
+
+    /// Logs a call refused for its tenant's quota (answered `BUSY`), rate-limited.
+    fn log_quota(&self, refused: &crate::core::quota::Refused) {
+        let status = Status::Busy.name();
+        self.node
+            .refusals
+            .log(Refusal::Quota, Protocol::Rac, self.peer, &status, refused);
     }
 
     /// An empty buffer with room for `len` bytes, reused from earlier calls when one

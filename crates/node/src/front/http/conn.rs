@@ -29,6 +29,7 @@ use super::v2;
 use crate::core::deadline::Deadline;
 use crate::core::memory::{BodyMemory, MemoryPermit};
 use crate::core::objects::StoreError;
+use crate::core::quota::Refused;
 use crate::core::slot::{Answer, Call};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
@@ -127,6 +128,8 @@ enum BodyRefusal {
         code_name: &'static str,
         message: String,
     },
+    /// The tenant is over its quota: 429 with `Retry-After`.
+    Quota(Refused),
 }
 
 impl<S: Transport> Conn<S> {
@@ -419,20 +422,37 @@ impl<S: Transport> Conn<S> {
         req: &mut Request,
         refusal: BodyRefusal,
     ) -> io::Result<Step> {
-        let BodyRefusal::Refuse {
-            code,
-            code_name,
-            message,
-        } = refusal;
+        let (code, code_name, message, retry_after) = match refusal {
+            BodyRefusal::Refuse {
+                code,
+                code_name,
+                message,
+            } => (code, code_name, message, None),
+            BodyRefusal::Quota(refused) => {
+                let code = 429;
+                let name = code_name(code);
+                self.node
+                    .refusals
+                    .log(Refusal::Quota, Protocol::Http, self.peer, &code, &refused);
+                let seconds = refused.retry_after_s().to_string();
+                (code, name, refused.to_string(), Some(seconds))
+            }
+        };
         if code_name == Status::Busy.name() {
             self.node.count_busy(Protocol::Http, req.accel_id);
         }
-        self.log_refusal(code, code_name, &message);
+        if retry_after.is_none() {
+            self.log_refusal(code, code_name, &message);
+        }
         if req.expect_continue || code == 413 || !self.skip_body(req).await? {
             req.keep_alive = false;
         }
         let body = error_body(&message, code_name);
-        self.respond(req, code, b"application/json", &body, false, &[]);
+        let extra: &[(&str, &[u8])] = match &retry_after {
+            Some(seconds) => &[("Retry-After", seconds.as_bytes())],
+            None => &[],
+        };
+        self.respond(req, code, b"application/json", &body, false, extra);
         Ok(self.after())
     }
 
@@ -666,6 +686,18 @@ impl<S: Transport> Conn<S> {
         deadline_us: u32,
     ) -> io::Result<Step> {
         let accel_id = accel.descriptor().id;
+        let declared = match req.framing {
+            BodyFraming::Length(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            BodyFraming::None | BodyFraming::Chunked => 0,
+        };
+        let quota = match self.node.quotas.admit(self.tenant, declared) {
+            Ok(hold) => hold,
+            Err(refused) => {
+                return self
+                    .refuse_before_body(&mut req, BodyRefusal::Quota(refused))
+                    .await
+            }
+        };
         let node = Arc::clone(&self.node);
         let tenant = self.tenant;
         let expect = req.expect_continue;
@@ -737,6 +769,7 @@ impl<S: Transport> Conn<S> {
             permit: Some(BodyMemory::Budget(permit)),
         };
         let answer = self.node.dispatcher.run(call).await;
+        drop(quota);
         let (queue_ns, infer_ns) = (answer.queue_ns, answer.exec_ns);
         let v2 = model.as_deref().zip(reply.as_ref());
         let (ok, output_ns) = self

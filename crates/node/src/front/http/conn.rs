@@ -29,7 +29,7 @@ use super::v2;
 use crate::core::deadline::Deadline;
 use crate::core::memory::{BodyMemory, MemoryPermit};
 use crate::core::objects::StoreError;
-use crate::core::quota::Refused;
+use crate::core::quota::{Exhausted, Owner, Refused};
 use crate::core::slot::{Answer, Call};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
@@ -318,7 +318,7 @@ impl<S: Transport> Conn<S> {
             Route::ObjectPut { key } => return self.object_put(req, key).await,
             Route::ObjectDelete { key } => {
                 self.skip_body_or_close(&mut req).await?;
-                if self.node.objects.delete(&key) {
+                if self.node.objects.delete(Owner::of(self.tenant), &key) {
                     let keep_alive = self.keep_alive(&req);
                     Head::start(&mut self.wbuf, 204).finish(keep_alive, req.minor);
                     self.count(204);
@@ -950,7 +950,7 @@ impl<S: Transport> Conn<S> {
         head_only: bool,
         if_none_match: Option<&[u8]>,
     ) {
-        let Some(object) = self.node.objects.get(key) else {
+        let Some(object) = self.node.objects.get(Owner::of(self.tenant), key) else {
             let body = error_body(&format!("no object named {key}"), "NOT_FOUND");
             self.respond(req, 404, b"application/json", &body, head_only, &[]);
             return;
@@ -974,8 +974,13 @@ impl<S: Transport> Conn<S> {
         );
     }
 
+    /// Stores an object in the namespace of the connection's tenant, its bytes held to
+    /// the tenant's `object_bytes_max`.
     async fn object_put(&mut self, mut req: Request, key: String) -> io::Result<Step> {
         let node = Arc::clone(&self.node);
+        let owner = Owner::of(self.tenant);
+        let account = Arc::clone(node.quotas.account(self.tenant));
+        let quota = account.object_bytes_max;
         let check = |len: Option<usize>| -> Result<(), BodyRefusal> {
             let refusal = |e: StoreError| match e {
                 StoreError::BadKey(message) => BodyRefusal::Refuse {
@@ -990,16 +995,23 @@ impl<S: Transport> Conn<S> {
                 },
             };
             node.objects.check_key(&key).map_err(refusal)?;
-            node.objects
-                .check_room(&key, len.unwrap_or(0))
-                .map_err(refusal)
+            let room = node
+                .objects
+                .check_room(owner, &key, len.unwrap_or(0), quota);
+            if let Err(StoreError::OverQuota { .. }) = &room {
+                account.refuse(Exhausted::ObjectBytes, Duration::ZERO);
+            }
+            room.map_err(refusal)
         };
         let permit = match self.take_body(&mut req, check).await? {
             Ok(permit) => permit,
             Err(step) => return Ok(step),
         };
         let data = std::mem::take(&mut self.body);
-        let result = self.node.objects.put(&key, data);
+        let result = self.node.objects.put(owner, &key, data, quota);
+        if let Err(StoreError::OverQuota { .. }) = &result {
+            account.refuse(Exhausted::ObjectBytes, Duration::ZERO);
+        }
         drop(permit);
         match result {
             Ok(created) => {

@@ -191,6 +191,16 @@ impl Bucket {
         }
     }
 
+    /// Takes `cost` units whether or not they are there (the bucket goes into debt).
+    fn debit(&self, now_ns: u64, cost: u64) {
+        let cost_ns = (cost as f64 * self.unit_ns) as u64;
+        let _ = self
+            .tat_ns
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                Some(t.max(now_ns) + cost_ns)
+            });
+    }
+
     /// Gives back `cost` units taken by a call refused for another limit.
     fn give_back(&self, cost: u64) {
         let cost_ns = (cost as f64 * self.unit_ns) as u64;
@@ -370,6 +380,15 @@ impl Quotas {
         Ok(hold)
     }
 
+    /// Takes `bytes` more from `tenant`'s bytes bucket without refusing: for a body
+    /// whose length was not known when its call was admitted (HTTP chunked), so that
+    /// the next calls wait for it.
+    pub fn debit_bytes(&self, tenant: TenantId, bytes: usize) {
+        if let Some(bucket) = &self.account(tenant).bytes {
+            bucket.debit(self.now_ns(), bytes as u64);
+        }
+    }
+
     fn now_ns(&self) -> u64 {
         let since = self.clock.since(self.epoch);
         u64::try_from(since.as_nanos()).expect("a node up for under 584 years")
@@ -450,6 +469,10 @@ mod tests {
         assert!(q.admit(A, 1000).is_ok());
         let refused = q.admit(A, 1).err().expect("in debt");
         assert_eq!(refused.retry_after, Duration::from_millis(901));
+        // A body of unknown length is taken afterwards: the debt grows by it.
+        q.debit_bytes(A, 500);
+        let refused = q.admit(A, 1).err().expect("deeper in debt");
+        assert_eq!(refused.retry_after, Duration::from_millis(1401));
     }
 
     #[test]

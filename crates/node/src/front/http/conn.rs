@@ -725,6 +725,10 @@ impl<S: Transport> Conn<S> {
             Ok(permit) => permit,
             Err(step) => return Ok(step),
         };
+        if req.framing == BodyFraming::Chunked {
+            // Admitted at 0 bytes before its length was known: taken now.
+            self.node.quotas.debit_bytes(self.tenant, self.body.len());
+        }
         let received = Instant::now();
         let mut targets = Vec::new();
         let (params, payload, reply) = match wire {

@@ -41,7 +41,7 @@ pub struct TenantConfig {
     pub token: String,
     /// The tenant's quotas (`[tenants.quota]`, see `core::quota`); unset: no limits.
     #[serde(default)]
-    pub quota: crate::core::quota::QuotaConfig,
+    pub quota: crate::core::quota::limits::QuotaConfig,
 }
 
 /// Checks the `tenants` of a configuration: each name at most once.

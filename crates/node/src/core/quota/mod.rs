@@ -24,12 +24,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::clock::Clock;
-use crate::core::tenant::{is_configured, TenantId};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+
+use crate::core::clock::Clock;
+use crate::core::tenant::{is_configured, TenantId};
 
 pub mod limits;
 

@@ -21,6 +21,11 @@
 # on the same CPU does not delay the light one's sends. CPUs are kept awake
 # (KEEP_AWAKE=1) by SCHED_IDLE busy loops: CLIENT_CPU throughout, NODE_CPUS in unloaded
 # runs (see bench/common/lib.sh, awake_start, for why).
+# Slot workers run `slot_worker_policy = "normal"` by default (SLOT_POLICY): under
+# the node's default, `idle`, they get only the CPU time the host's other processes
+# leave, and on a machine shared with other work (this one: load average 6-12 on 2
+# cores) an echo call then waits milliseconds for its worker, alone more than under
+# load (where calls run inline on the network thread), which measures the neighbours.
 # Every figure is the median over ROUNDS rounds.
 # Writes bench/out/quota-DATE.md (the figures) and the JSON reports beside it.
 #
@@ -29,7 +34,7 @@
 # Environment (defaults in brackets):
 #   DURATION [5] s per measured run  ROUNDS [3]  QUOTA [2000] heavy calls/s quota
 #   LIGHT_RATE [500] calls/s  SIZE [64] bytes  SLOTS [2]
-#   NODE_CPUS [0]  CLIENT_CPU [1]  KEEP_AWAKE [1]
+#   NODE_CPUS [0]  CLIENT_CPU [1]  KEEP_AWAKE [1]  SLOT_POLICY [normal]
 #   NODE_BIN [target/release/netaccel-node]  BENCH_BIN [target/release/netaccel-bench]
 #   HTTP_PORT  RAC_PORT [free ports, chosen at start]  OUT_DIR [bench/out]
 #   STRICT [0]: exit 1 if a criterion fails
@@ -50,6 +55,7 @@ SLOTS=${SLOTS:-2}
 NODE_CPUS=${NODE_CPUS:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 KEEP_AWAKE=${KEEP_AWAKE:-1}
+SLOT_POLICY=${SLOT_POLICY:-normal}
 NODE_BIN=${NODE_BIN:-$ROOT/target/release/netaccel-node}
 BENCH_BIN=${BENCH_BIN:-$ROOT/target/release/netaccel-bench}
 HTTP_PORT=${HTTP_PORT:-}
@@ -81,6 +87,7 @@ start_node() {
         echo "grpc = \"$HOST:0\""
         echo "io_threads = 1"
         echo "log_level = \"warn\""
+        echo "slot_worker_policy = \"$SLOT_POLICY\""
         for ((i = 0; i < SLOTS; i++)); do printf '[[slots]]\naccelerator = "echo"\n'; done
         printf '[[tenants]]\nname = "heavy"\ntoken = "heavy-token"\nquota = { calls_per_s = %d }\n' "$QUOTA"
         printf '[[tenants]]\nname = "light"\ntoken = "light-token"\n'
@@ -126,12 +133,12 @@ col() { awk -F'\t' -v l="$1" -v f="$2" 'index($1, l " r") == 1 { print $f }' "$R
 heavy_rates() {
     python3 - "$RUN_DIR"/[0-9]*-heavy-r*.json <<'PY'
 import json, statistics, sys
-runs = [json.load(open(f)) for f in sys.argv[1:]]
+runs = [s for f in sys.argv[1:] for s in json.load(open(f))["scenarios"]]
 rate = lambda n, r: n / r["duration_s"]
 sent = statistics.median(rate(r["sent"], r) for r in runs)
 ok = statistics.median(rate(r["ok"], r) for r in runs)
 refused = statistics.median(rate(sum(r["errors"].values()), r) for r in runs)
-busy = sum(r["errors"].get("BUSY", 0) for r in runs)
+busy = sum(r["errors"].get("rac BUSY", 0) for r in runs)
 print(f"{sent:.1f} {ok:.1f} {refused:.1f} {busy}")
 PY
 }
@@ -146,7 +153,7 @@ report() {
     echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/quota/run.sh\` (DURATION=$DURATION s, ROUNDS=$ROUNDS, medians over rounds), commit $rev."
     echo
     echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')); load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "- core split: node (io_threads = 1, $SLOTS echo slots) on CPU $NODE_CPUS; both clients on CPU $CLIENT_CPU; scheduling: node ${NODE_PRIO[*]:-default}, light client ${LIGHT_PRIO[*]:-default}; keep-awake loops: $([[ $KEEP_AWAKE == 1 ]] && echo yes || echo no)"
+    echo "- core split: node (io_threads = 1, $SLOTS echo slots, slot workers $SLOT_POLICY) on CPU $NODE_CPUS; both clients on CPU $CLIENT_CPU; scheduling: node ${NODE_PRIO[*]:-default}, light client ${LIGHT_PRIO[*]:-default}; keep-awake loops: $([[ $KEEP_AWAKE == 1 ]] && echo yes || echo no)"
     echo "- heavy tenant: quota $QUOTA calls/s, offered $OFFERED calls/s open loop (1 connection, up to 64 in flight); light tenant: $LIGHT_RATE calls/s open loop, no quota; echo, $(size_name "$SIZE")"
     echo
     echo "| figure | measured | criterion | result |"

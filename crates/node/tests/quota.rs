@@ -5,7 +5,8 @@
 //! - Tenant B cannot list, read, overwrite or delete tenant A's objects: to B they are
 //!   absent (404, not 403), and B's write of the same key is B's own object.
 //! - A tenant over its calls/s quota is refused (HTTP 429 with `Retry-After`, RAC
-//!   `BUSY`) while another tenant is served, and the refusals are counted by tenant.
+//!   `BUSY`, gRPC `RESOURCE_EXHAUSTED` with `retry-after`) while another tenant is
+//!   served, and the refusals are counted by tenant.
 //!
 //! Certificates are made here at test time (rcgen) under the test's own temporary
 //! folder; none is committed.
@@ -300,4 +301,54 @@ fn a_tenant_over_its_call_rate_is_refused_while_another_is_served() {
     assert!(count("team-a") >= 5.0);
     assert_eq!(count("anonymous"), 1.0);
     assert_eq!(count("team-b"), 0.0);
+}
+
+#[test]
+fn a_grpc_call_over_quota_is_resource_exhausted_with_a_retry_hint() {
+    use netaccel_node::front::grpc::pb;
+    use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+
+    let (node, grpc) = TestNode::start_with(|| {
+        let grpc = free_addr();
+        let config = format!(
+            "grpc = \"{grpc}\"\nanonymous_quota = {{ calls_per_s = 1, calls_burst = 1 }}\n"
+        );
+        (config, grpc)
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut c = GrpcInferenceServiceClient::new(channel);
+        let request = || pb::ModelInferRequest {
+            model_name: "to_uppercase".into(),
+            inputs: vec![pb::model_infer_request::InferInputTensor {
+                name: "INPUT0".into(),
+                datatype: "UINT8".into(),
+                shape: vec![2],
+                ..Default::default()
+            }],
+            raw_input_contents: vec![b"ok".to_vec().into()],
+            ..Default::default()
+        };
+        assert!(c.model_infer(request()).await.is_ok());
+        let refused = c.model_infer(request()).await.unwrap_err();
+        assert_eq!(
+            refused.code(),
+            tonic::Code::ResourceExhausted,
+            "{refused:?}"
+        );
+        assert!(refused.message().contains("over its quota (calls_per_s)"));
+        let m = refused.metadata();
+        assert_eq!(m.get("netaccel-status").unwrap(), "BUSY");
+        assert_eq!(m.get("retry-after").unwrap(), "1");
+    });
+    let series = "netaccel_quota_refusals_total{tenant=\"anonymous\",reason=\"calls_per_s\"}";
+    assert_eq!(node.metric(series), 1.0);
 }

@@ -4,7 +4,8 @@
 //! One task drives each connection. It decodes 64-byte headers (crate `rac-proto`),
 //! and for each call either answers at once (unknown accelerator, bad params, duplicate
 //! request id, no reassembly room) or gathers the payload and hands the whole call to
-//! the dispatcher. A payload already complete in the read buffer takes the
+//! the dispatcher, once its tenant's quota admits it (`core::quota`; over it, `BUSY`
+//! saying which limit). A payload already complete in the read buffer takes the
 //! single-fragment path; one that is still arriving first reserves room in the shared
 //! reassembly pool ([`crate::core::memory::ReassemblyPool`]) — none eligible means `BUSY`,
 //! with the payload read and discarded and the connection kept.

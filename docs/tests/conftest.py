@@ -158,6 +158,17 @@ def secured_node(tmp_path_factory):
         yield n
 
 
+@pytest.fixture(scope="session")
+def quota_node(tmp_path_factory):
+    """A node with the quotas docs/quotas.md configures (its `config: node toml` block)."""
+    from docblocks import tagged_blocks
+
+    page = ROOT / "docs" / "quotas.md"
+    (config,) = [b.text for b in tagged_blocks(page) if b.kind == "config"]
+    with running_node(tmp_path_factory.mktemp("quota-node"), config) as n:
+        yield n
+
+
 def require(condition: bool, what: str) -> None:
     """Skips when a prerequisite is missing, except in CI (`CI=true`), where a missing
     prerequisite fails the test instead of hiding it."""

@@ -1,5 +1,6 @@
-"""The recipes of docs/accelerators.md, docs/extending.md and docs/security.md, run
-against real nodes (security.md's against a node with an admin token and a tenant).
+"""The recipes of docs/accelerators.md, docs/extending.md, docs/security.md and
+docs/quotas.md, run against real nodes (security.md's against a node with an admin
+token and a tenant, quotas.md's against a node with the quotas the page configures).
 
 Each `<!-- recipe: NAME LANG -->` block is run as a reader would run it, from the
 repository root (shell blocks with bash, Python blocks as a file with python3), and
@@ -28,8 +29,9 @@ from docblocks import tagged_blocks
 PAGE = ROOT / "docs" / "accelerators.md"
 EXTENDING = ROOT / "docs" / "extending.md"
 SECURITY = ROOT / "docs" / "security.md"
+QUOTAS = ROOT / "docs" / "quotas.md"
 #: Each page, and the node its recipes run against (a fixture of conftest.py).
-NODE_OF_PAGE = {PAGE: "node", EXTENDING: "node", SECURITY: "secured_node"}
+NODE_OF_PAGE = {PAGE: "node", EXTENDING: "node", SECURITY: "secured_node", QUOTAS: "quota_node"}
 BLOCKS = {page: tagged_blocks(page) for page in NODE_OF_PAGE}
 OUTPUTS = {b.name: b for b in BLOCKS[PAGE] if b.kind == "output"}
 RECIPES = [(page, b) for page, blocks in BLOCKS.items() for b in blocks if b.kind == "recipe"]

@@ -200,6 +200,8 @@ pub struct Config {
     pub reassembly_policy: PoolPolicy,
     /// Tenants a RAC connection may bind to with `hello` (see the `tenant` module).
     pub tenants: Vec<TenantConfig>,
+    /// The quotas every caller that named no tenant shares (`core::quota`); unset: none.
+    pub anonymous_quota: crate::core::quota::QuotaConfig,
     /// TLS listeners, certificates and client-certificate tenants (the `tls` module).
     pub tls: crate::net::tls::TlsConfig,
     /// Object store capacity ("device memory"), in bytes (507 beyond).
@@ -275,6 +277,7 @@ impl Default for Config {
             reassembly_buffer_bytes: REASSEMBLY_BUFFER_BYTES_DEFAULT,
             reassembly_policy: PoolPolicy::default(),
             tenants: Vec::new(),
+            anonymous_quota: crate::core::quota::QuotaConfig::default(),
             tls: crate::net::tls::TlsConfig::default(),
             object_store_bytes_max: 256 * 1024 * 1024,
             objects_max: 4096,
@@ -386,6 +389,7 @@ impl Config {
             return Err("reassembly_buffer_bytes must fit a RAC payload length (u32)".to_string());
         }
         tenant::check_config(&self.tenants)?;
+        self.validate_quotas()?;
         self.tls.validate()?;
         self.validate_devices()?;
         if let Some(token) = &self.admin_token {
@@ -482,6 +486,32 @@ impl Config {
             self.tenant_queue_depth_max.min(self.queue_depth_max),
             self.tenant_in_flight_max,
         )
+    }
+
+    /// Every tenant's quotas: tenants a client certificate names (`[tls]`) without a
+    /// `[[tenants]]` entry of their own get the anonymous callers' limits, in an
+    /// account of their own.
+    pub fn quotas_section(&self) -> Vec<(String, crate::core::quota::QuotaConfig)> {
+        let mut quotas: Vec<_> = self
+            .tenants
+            .iter()
+            .map(|t| (t.name.clone(), t.quota))
+            .collect();
+        let tls_names = self.tls.subjects.values().chain(&self.tls.default_tenant);
+        for name in tls_names {
+            if !quotas.iter().any(|(n, _)| n == name) {
+                quotas.push((name.clone(), self.anonymous_quota));
+            }
+        }
+        quotas
+    }
+
+    fn validate_quotas(&self) -> Result<(), String> {
+        self.anonymous_quota.validate("anonymous_quota")?;
+        for t in &self.tenants {
+            t.quota.validate(&format!("tenant `{}`", t.name))?;
+        }
+        Ok(())
     }
 
     /// The devices' section: what [`crate::device::start`] starts them from.

@@ -14,6 +14,7 @@ use crate::core::clock::SystemClock;
 use crate::core::dispatch::Dispatcher;
 use crate::core::memory::{MemoryBudget, ReassemblyPool};
 use crate::core::objects::ObjectStore;
+use crate::core::quota::Quotas;
 use crate::core::shm::Regions;
 use crate::core::tenant::Tenants;
 use crate::device::{self, Devices, StartError};
@@ -49,6 +50,8 @@ pub struct Node {
     http_requests: Vec<OnceLock<Counter>>,
     /// Connections' tenant identities and the per-tenant bounds.
     pub tenants: Tenants,
+    /// Every tenant's quotas and what it uses of them.
+    pub quotas: Quotas,
     open_connections: AtomicUsize,
     /// The remote OpenCL service, when configured and an OpenCL runtime was found.
     opencl: parking_lot::Mutex<Option<ocl_remote::service::ServiceHandle>>,
@@ -101,6 +104,13 @@ impl Node {
         let mut metrics = Metrics::new();
         let opencl = start_opencl(&config, &mut metrics)?;
         let tenants = config.tenants_section();
+        let quotas = Quotas::new(
+            &config.quotas_section(),
+            &config.anonymous_quota,
+            |name| tenants.named(name),
+            Arc::new(SystemClock),
+            metrics.registry_mut(),
+        );
         let tls = if config.tls.enabled() {
             Some(crate::net::tls::TlsAcceptor::new(
                 &config.tls,
@@ -158,6 +168,7 @@ impl Node {
             shm,
             body_budget,
             tenants,
+            quotas,
             open_connections: AtomicUsize::new(0),
             opencl: parking_lot::Mutex::new(opencl),
             registry,

@@ -10,6 +10,7 @@
 //! | [`clock`] | the time the core reads and the simulated device sleeps on: the host's, or a virtual one |
 //! | [`deadline`] | a call's deadline, from `X-Netaccel-Deadline-Us` / RAC `deadline_us` |
 //! | [`tenant`] | identities, per-tenant bounds and gates, constant-time token comparison |
+//! | [`quota`] | per-tenant quotas: calls/s, bytes/s, concurrent calls, object bytes |
 //! | `fair_queue` | a slot's tenant-fair queue |
 //! | [`slot`] | a slot: its queue, inline runs, its worker thread, a call's execution |
 //! | [`dispatch`] | picking a slot (round robin, join-shortest-queue), admission, refusals |
@@ -28,6 +29,7 @@ pub mod dispatch;
 pub(crate) mod fair_queue;
 pub mod memory;
 pub mod objects;
+pub mod quota;
 pub mod shm;
 pub mod slot;
 pub mod tenant;

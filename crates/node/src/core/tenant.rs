@@ -39,6 +39,9 @@ pub type TenantId = u64;
 pub struct TenantConfig {
     pub name: String,
     pub token: String,
+    /// The tenant's quotas (`[tenants.quota]`, see `core::quota`); unset: no limits.
+    #[serde(default)]
+    pub quota: crate::core::quota::limits::QuotaConfig,
 }
 
 /// Checks the `tenants` of a configuration: each name at most once.

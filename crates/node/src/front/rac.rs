@@ -4,7 +4,8 @@
 //! One task drives each connection. It decodes 64-byte headers (crate `rac-proto`),
 //! and for each call either answers at once (unknown accelerator, bad params, duplicate
 //! request id, no reassembly room) or gathers the payload and hands the whole call to
-//! the dispatcher. A payload already complete in the read buffer takes the
+//! the dispatcher, once its tenant's quota admits it (`core::quota`; over it, `BUSY`
+//! saying which limit). A payload already complete in the read buffer takes the
 //! single-fragment path; one that is still arriving first reserves room in the shared
 //! reassembly pool ([`crate::core::memory::ReassemblyPool`]) — none eligible means `BUSY`,
 //! with the payload read and discarded and the connection kept.
@@ -420,6 +421,16 @@ impl<S: Transport> RacConn<S> {
             Target::Control => return self.control(header, &payload),
             Target::Call(accel) => accel,
         };
+        let quota = match self.node.quotas.admit(self.tenant, payload.len()) {
+            Ok(hold) => hold,
+            Err(refused) => {
+                self.log_quota(&refused);
+                self.keep_buffer(payload);
+                let message = refused.to_string();
+                let result = ResultHeader::answer(&header, Status::Busy, message.len() as u32);
+                return self.write_result(&result, message.as_bytes());
+            }
+        };
         let received = Instant::now();
         let call = Call {
             accel,
@@ -439,7 +450,7 @@ impl<S: Transport> RacConn<S> {
                 let held = self.gate.hold();
                 self.pending.push(Box::pin(async move {
                     let answer = rx.await.unwrap_or_else(|_| Answer::lost());
-                    drop(held);
+                    drop((held, quota));
                     (header, answer)
                 }));
             }
@@ -551,6 +562,14 @@ impl<S: Transport> RacConn<S> {
                 .refusals
                 .log(kind, Protocol::Rac, self.peer, &status.name(), reason);
         }
+    }
+
+    /// Logs a call refused for its tenant's quota (answered `BUSY`), rate-limited.
+    fn log_quota(&self, refused: &crate::core::quota::Refused) {
+        let status = Status::Busy.name();
+        self.node
+            .refusals
+            .log(Refusal::Quota, Protocol::Rac, self.peer, &status, refused);
     }
 
     /// An empty buffer with room for `len` bytes, reused from earlier calls when one

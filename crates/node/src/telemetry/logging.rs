@@ -263,13 +263,17 @@ pub enum Refusal {
     /// A failed admin-token check (reconfiguration) or tenant-token check (RAC
     /// `hello`): someone may be guessing (`warn`).
     Token,
+    /// A call or object write over its tenant's quota (`core::quota`): a tenant
+    /// sending more than it was granted (`info`).
+    Quota,
 }
 
 impl Refusal {
-    const ALL: [Refusal; 3] = [
+    const ALL: [Refusal; 4] = [
         Refusal::Protocol,
         Refusal::UnknownAccelerator,
         Refusal::Token,
+        Refusal::Quota,
     ];
 
     fn name(self) -> &'static str {
@@ -277,12 +281,14 @@ impl Refusal {
             Refusal::Protocol => "protocol",
             Refusal::UnknownAccelerator => "unknown_accelerator",
             Refusal::Token => "token",
+            Refusal::Quota => "quota",
         }
     }
 
     fn level(self) -> Level {
         match self {
             Refusal::Token => Level::WARN,
+            Refusal::Quota => Level::INFO,
             Refusal::Protocol | Refusal::UnknownAccelerator => Level::DEBUG,
         }
     }
@@ -307,10 +313,10 @@ impl Refusal {
     }
 
     fn enabled(self) -> bool {
-        if self.level() == Level::WARN {
-            tracing::enabled!(target: REFUSED, Level::WARN)
-        } else {
-            tracing::enabled!(target: REFUSED, Level::DEBUG)
+        match self.level() {
+            Level::WARN => tracing::enabled!(target: REFUSED, Level::WARN),
+            Level::INFO => tracing::enabled!(target: REFUSED, Level::INFO),
+            _ => tracing::enabled!(target: REFUSED, Level::DEBUG),
         }
     }
 }
@@ -408,6 +414,16 @@ impl RefusalLog {
                 %reason,
                 "request refused"
             );
+        } else if kind.level() == Level::INFO {
+            tracing::info!(
+                target: REFUSED,
+                kind = name,
+                protocol,
+                %peer,
+                %status,
+                %reason,
+                "request refused"
+            );
         } else {
             tracing::debug!(
                 target: REFUSED,
@@ -439,6 +455,13 @@ impl RefusalLog {
         let (lines_max, name) = (self.lines_max, kind.name());
         if kind.level() == Level::WARN {
             tracing::warn!(
+                target: REFUSED,
+                kind = name,
+                suppressed,
+                "refused requests not logged (at most {lines_max} lines a second per kind)"
+            );
+        } else if kind.level() == Level::INFO {
+            tracing::info!(
                 target: REFUSED,
                 kind = name,
                 suppressed,

@@ -5,6 +5,7 @@
 //! (`ModelStatistics`); the model repository's load and unload are here too. The RPCs the node does not serve (CUDA shared memory, tracing,
 //! logging) answer `UNIMPLEMENTED` from the generated trait's defaults.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,7 @@ use super::pb::{
 use super::{tensor, Peer};
 use crate::core::deadline::Deadline;
 use crate::core::memory::BodyMemory;
+use crate::core::quota::Refused;
 use crate::core::slot::{Answer, Call};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
@@ -130,6 +132,7 @@ impl Inference {
         let accel_id = accel.descriptor().id;
         let arrived = Arrived {
             tenant,
+            peer: peer.map(|p| p.addr),
             received,
             deadline_us,
         };
@@ -154,6 +157,7 @@ impl Inference {
     ) -> Result<(Response<ModelInferResponse>, stats::Measured), Status> {
         let Arrived {
             tenant,
+            peer,
             received,
             deadline_us,
         } = arrived;
@@ -178,6 +182,11 @@ impl Inference {
                 "the node has no memory free for request bodies; retry".to_string(),
             ));
         };
+        let quota = self
+            .node
+            .quotas
+            .admit(tenant, payload.len())
+            .map_err(|refused| self.over_quota(peer, &refused))?;
         let batch = stats::batch(&*accel, payload.len());
         let call = Call {
             accel: Arc::clone(&accel),
@@ -198,6 +207,7 @@ impl Inference {
             exec_ns,
             ..
         } = self.node.dispatcher.run(call).await;
+        drop(quota);
         if status == NodeStatus::Busy {
             self.node.count_busy(Protocol::Grpc, Some(accel_id));
         }
@@ -267,6 +277,23 @@ impl Inference {
         Ok(RepositoryModelUnloadResponse {})
     }
 
+    /// A call over its tenant's quota: logged within the rate limit, answered
+    /// `RESOURCE_EXHAUSTED` with the node's `BUSY` and `retry-after` (seconds).
+    fn over_quota(&self, peer: Option<SocketAddr>, refused: &Refused) -> Status {
+        let peer = peer.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let code = Code::ResourceExhausted;
+        self.node
+            .refusals
+            .log(Refusal::Quota, Protocol::Grpc, peer, &code, refused);
+        let mut metadata = MetadataMap::new();
+        metadata.insert(
+            "netaccel-status",
+            MetadataValue::from_static(NodeStatus::Busy.name()),
+        );
+        metadata.insert("retry-after", MetadataValue::from(refused.retry_after_s()));
+        Status::with_metadata(code, refused.to_string(), metadata)
+    }
+
     /// The tenant a request came from: its connection's (an anonymous one without).
     pub(super) fn tenant_of<T>(&self, request: &Request<T>) -> TenantId {
         request
@@ -299,6 +326,8 @@ fn admin_status(e: AdminError) -> Status {
 /// Who sent a request and when it was whole.
 struct Arrived {
     tenant: TenantId,
+    /// The client's address, for the refusal log.
+    peer: Option<SocketAddr>,
     received: Instant,
     deadline_us: u32,
 }

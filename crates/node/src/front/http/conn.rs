@@ -29,6 +29,7 @@ use super::v2;
 use crate::core::deadline::Deadline;
 use crate::core::memory::{BodyMemory, MemoryPermit};
 use crate::core::objects::StoreError;
+use crate::core::quota::{Exhausted, Owner, Refused};
 use crate::core::slot::{Answer, Call};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
@@ -133,6 +134,8 @@ enum BodyRefusal {
         code_name: &'static str,
         message: String,
     },
+    /// The tenant is over its quota: 429 with `Retry-After`.
+    Quota(Refused),
 }
 
 impl<S: Transport> Conn<S> {
@@ -324,7 +327,7 @@ impl<S: Transport> Conn<S> {
             Route::ObjectPut { key } => return self.object_put(req, key).await,
             Route::ObjectDelete { key } => {
                 self.skip_body_or_close(&mut req).await?;
-                if self.node.objects.delete(&key) {
+                if self.node.objects.delete(Owner::of(self.tenant), &key) {
                     let keep_alive = self.keep_alive(&req);
                     Head::start(&mut self.wbuf, 204).finish(keep_alive, req.minor);
                     self.count(204);
@@ -428,20 +431,37 @@ impl<S: Transport> Conn<S> {
         req: &mut Request,
         refusal: BodyRefusal,
     ) -> io::Result<Step> {
-        let BodyRefusal::Refuse {
-            code,
-            code_name,
-            message,
-        } = refusal;
+        let (code, code_name, message, retry_after) = match refusal {
+            BodyRefusal::Refuse {
+                code,
+                code_name,
+                message,
+            } => (code, code_name, message, None),
+            BodyRefusal::Quota(refused) => {
+                let code = 429;
+                let name = code_name(code);
+                self.node
+                    .refusals
+                    .log(Refusal::Quota, Protocol::Http, self.peer, &code, &refused);
+                let seconds = refused.retry_after_s().to_string();
+                (code, name, refused.to_string(), Some(seconds))
+            }
+        };
         if code_name == Status::Busy.name() {
             self.node.count_busy(Protocol::Http, req.accel_id);
         }
-        self.log_refusal(code, code_name, &message);
+        if retry_after.is_none() {
+            self.log_refusal(code, code_name, &message);
+        }
         if req.expect_continue || code == 413 || !self.skip_body(req).await? {
             req.keep_alive = false;
         }
         let body = error_body(&message, code_name);
-        self.respond(req, code, b"application/json", &body, false, &[]);
+        let extra: &[(&str, &[u8])] = match &retry_after {
+            Some(seconds) => &[("Retry-After", seconds.as_bytes())],
+            None => &[],
+        };
+        self.respond(req, code, b"application/json", &body, false, extra);
         Ok(self.after())
     }
 
@@ -680,6 +700,18 @@ impl<S: Transport> Conn<S> {
         deadline_us: u32,
     ) -> io::Result<Step> {
         let accel_id = accel.descriptor().id;
+        let declared = match req.framing {
+            BodyFraming::Length(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            BodyFraming::None | BodyFraming::Chunked => 0,
+        };
+        let quota = match self.node.quotas.admit(self.tenant, declared) {
+            Ok(hold) => hold,
+            Err(refused) => {
+                return self
+                    .refuse_before_body(&mut req, BodyRefusal::Quota(refused))
+                    .await
+            }
+        };
         let node = Arc::clone(&self.node);
         let tenant = self.tenant;
         let expect = req.expect_continue;
@@ -707,6 +739,10 @@ impl<S: Transport> Conn<S> {
             Ok(permit) => permit,
             Err(step) => return Ok(step),
         };
+        if req.framing == BodyFraming::Chunked {
+            // Admitted at 0 bytes before its length was known: taken now.
+            self.node.quotas.debit_bytes(self.tenant, self.body.len());
+        }
         let received = Instant::now();
         let mut targets = Vec::new();
         let (params, payload, reply) = match wire {
@@ -752,6 +788,7 @@ impl<S: Transport> Conn<S> {
             permit: Some(BodyMemory::Budget(permit)),
         };
         let answer = self.node.dispatcher.run(call).await;
+        drop(quota);
         let (queue_ns, infer_ns) = (answer.queue_ns, answer.exec_ns);
         let v2 = model.as_deref().zip(reply.as_ref());
         let (ok, output_ns) = self
@@ -939,7 +976,7 @@ impl<S: Transport> Conn<S> {
         head_only: bool,
         if_none_match: Option<&[u8]>,
     ) {
-        let Some(object) = self.node.objects.get(key) else {
+        let Some(object) = self.node.objects.get(Owner::of(self.tenant), key) else {
             let body = error_body(&format!("no object named {key}"), "NOT_FOUND");
             self.respond(req, 404, b"application/json", &body, head_only, &[]);
             return;
@@ -963,8 +1000,13 @@ impl<S: Transport> Conn<S> {
         );
     }
 
+    /// Stores an object in the namespace of the connection's tenant, its bytes held to
+    /// the tenant's `object_bytes_max`.
     async fn object_put(&mut self, mut req: Request, key: String) -> io::Result<Step> {
         let node = Arc::clone(&self.node);
+        let owner = Owner::of(self.tenant);
+        let account = Arc::clone(node.quotas.account(self.tenant));
+        let quota = account.object_bytes_max;
         let check = |len: Option<usize>| -> Result<(), BodyRefusal> {
             let refusal = |e: StoreError| match e {
                 StoreError::BadKey(message) => BodyRefusal::Refuse {
@@ -979,16 +1021,23 @@ impl<S: Transport> Conn<S> {
                 },
             };
             node.objects.check_key(&key).map_err(refusal)?;
-            node.objects
-                .check_room(&key, len.unwrap_or(0))
-                .map_err(refusal)
+            let room = node
+                .objects
+                .check_room(owner, &key, len.unwrap_or(0), quota);
+            if let Err(StoreError::OverQuota { .. }) = &room {
+                account.refuse(Exhausted::ObjectBytes, Duration::ZERO);
+            }
+            room.map_err(refusal)
         };
         let permit = match self.take_body(&mut req, check).await? {
             Ok(permit) => permit,
             Err(step) => return Ok(step),
         };
         let data = std::mem::take(&mut self.body);
-        let result = self.node.objects.put(&key, data);
+        let result = self.node.objects.put(owner, &key, data, quota);
+        if let Err(StoreError::OverQuota { .. }) = &result {
+            account.refuse(Exhausted::ObjectBytes, Duration::ZERO);
+        }
         drop(permit);
         match result {
             Ok(created) => {

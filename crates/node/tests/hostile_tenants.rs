@@ -76,7 +76,12 @@ fn tenant_b_cannot_use_what_is_a_s_and_strangers_get_nothing() {
         || {
             let grpc = free_addr();
             let a_line = format!("token_hash = \"{a_hash}\"");
-            (format!("grpc = \"{grpc}\"\n{}", tenants(&a_line)), grpc)
+            // Every refusal's audit line, not the default's few a second.
+            let config = format!(
+                "grpc = \"{grpc}\"\nlog_refusals_per_second_max = 1000\n{}",
+                tenants(&a_line)
+            );
+            (config, grpc)
         },
         &["--log-level", "warn,netaccel_node::audit=info"],
     );
@@ -245,7 +250,7 @@ fn infer(model: &str, auth: Option<&str>) -> tonic::Request<pb::ModelInferReques
     let mut req = tonic::Request::new(pb::ModelInferRequest {
         model_name: model.into(),
         inputs: vec![input],
-        raw_input_contents: vec![b"abc".to_vec()],
+        raw_input_contents: vec![b"abc".to_vec().into()],
         ..Default::default()
     });
     if let Some(auth) = auth {
@@ -255,9 +260,13 @@ fn infer(model: &str, auth: Option<&str>) -> tonic::Request<pb::ModelInferReques
     req
 }
 
+/// The code of a refused gRPC call.
+fn code<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> Code {
+    r.unwrap_err().code()
+}
+
 async fn grpc_attempts(addr: SocketAddr) {
     let mut c = grpc_client(addr).await;
-    let code = |r: Result<_, tonic::Status>| r.map(drop).unwrap_err().code();
     let b = bearer(B_TOKEN);
     assert_eq!(
         code(c.model_infer(infer("to_uppercase", None)).await),
@@ -291,7 +300,7 @@ async fn grpc_attempts(addr: SocketAddr) {
         .model_infer(infer("to_uppercase", Some(&a)))
         .await
         .unwrap();
-    assert_eq!(out.into_inner().raw_output_contents[0], b"ABC");
+    assert_eq!(&out.into_inner().raw_output_contents[0][..], b"ABC");
 }
 
 /// A's token rotated with SIGHUP: the old one is refused on new requests and on a RAC

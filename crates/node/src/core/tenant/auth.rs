@@ -135,8 +135,8 @@ impl AuthError {
     /// The refusal's sentence, the same on every front end.
     pub fn message(&self) -> String {
         match self {
-            AuthError::Missing => "this node refuses anonymous callers (anonymous = \"refuse\"): \
-                 present a tenant's token (`Authorization: Bearer <token>`, RAC hello) or \
+            AuthError::Missing => "this node refuses anonymous callers: present a tenant's \
+                 token (Authorization: Bearer, gRPC metadata authorization, RAC hello) or \
                  client certificate"
                 .to_string(),
             AuthError::UnknownToken => "the token given is not this node's admin token nor any \

@@ -1,12 +1,11 @@
-//! Tenants: who a call is counted against, how a RAC connection proves it is a
-//! configured tenant, and the per-tenant bounds at run time.
+//! Tenants: who a call is counted against, and the per-tenant bounds at run time.
 //!
 //! Every connection starts as its own anonymous tenant (a fresh [`TenantId`]), so two
-//! clients never share a fair share by accident. A RAC connection may then say
-//! `hello` with the name and token of a tenant from the configuration (`[[tenants]]`);
-//! from then on it shares that tenant's identity, and so its share, with every other
-//! connection bound to the same tenant. HTTP has no `hello`: each HTTP connection
-//! stays its own tenant.
+//! clients never share a fair share by accident. A caller that proves a configured
+//! tenant (`[[tenants]]`: a bearer token on HTTP or gRPC, RAC `hello`, a client
+//! certificate; see [`auth`]) shares that tenant's identity, and so its share, with
+//! every other caller of the same tenant. The rest of the node knows a caller by its
+//! [`TenantId`] and, for a configured tenant, its name ([`auth::Principal`]).
 //!
 //! Two bounds apply per tenant, both from the configuration:
 //! - in every slot's queue, at most [`Tenants::queue_share_max`] queued calls
@@ -21,7 +20,7 @@
 //! [`secret_eq`], in time that does not depend on where they differ.
 //!
 //! Who a caller is and what it may do — tokens, certificates, `anonymous`, policies —
-//! is [`auth`]'s: the identity model every front end asks.
+//! is [`auth`]'s: the one identity model every front end asks.
 
 pub mod auth;
 

@@ -279,34 +279,31 @@ impl Inference {
         request: &Request<T>,
         action: Option<Action<'_>>,
     ) -> Result<Principal, Status> {
-        let peer = request.extensions().get::<Peer>();
-        let base = peer.map_or_else(
+        let base = request.extensions().get::<Peer>().map_or_else(
             || Base::Connection(self.node.tenants.anonymous()),
             |p| p.base.clone(),
         );
-        let addr = peer.map_or_else(|| ([0, 0, 0, 0], 0).into(), |p| p.addr);
-        let audit = |kind, who: &str, detail: &str| {
-            let action = action.map_or_else(|| "request".to_string(), |a| a.to_string());
-            let event = AuditEvent::request(kind, Protocol::Grpc, addr, who, &action, detail);
-            self.node.audit.record(&event);
-        };
-        let who = match self
-            .node
-            .tenants
-            .auth
-            .identify(&base, bearer(request.metadata()))
-        {
+        let what = || action.map_or_else(|| "request".to_string(), |a| a.to_string());
+        let auth = &self.node.tenants.auth;
+        let who = match auth.identify(&base, bearer(request.metadata())) {
             Ok(who) => who,
             Err(e) => {
                 let message = e.message();
-                audit(AuditKind::AuthenticationFailed, "anonymous", &message);
+                let kind = AuditKind::AuthenticationFailed;
+                self.audit(request, kind, "anonymous", &what(), &message);
                 return Err(Status::unauthenticated(message));
             }
         };
         match action {
             Some(action) if !who.may(action) => {
                 let message = who.refusal(action);
-                audit(AuditKind::Forbidden, who.label(), &message);
+                self.audit(
+                    request,
+                    AuditKind::Forbidden,
+                    who.label(),
+                    &what(),
+                    &message,
+                );
                 Err(Status::permission_denied(message))
             }
             _ => Ok(who),
@@ -322,23 +319,33 @@ impl Inference {
         admin::authorize_load(config, &who, token, Some(model)).map_err(|refused| {
             let needs = "loading and unloading models needs the metadata `authorization: Bearer <admin token>`";
             let message = refused.message(needs, "model load/unload");
-            let kind = match refused.is_forbidden() {
-                true => AuditKind::Forbidden,
-                false => AuditKind::AuthenticationFailed,
-            };
-            let addr = request
-                .extensions()
-                .get::<Peer>()
-                .map_or_else(|| ([0, 0, 0, 0], 0).into(), |p| p.addr);
             let action = format!("load `{model}`");
-            let event =
-                AuditEvent::request(kind, Protocol::Grpc, addr, who.label(), &action, &message);
-            self.node.audit.record(&event);
-            match refused.is_forbidden() {
-                true => Status::permission_denied(message),
-                false => Status::unauthenticated(message),
+            if refused.is_forbidden() {
+                self.audit(request, AuditKind::Forbidden, who.label(), &action, &message);
+                Status::permission_denied(message)
+            } else {
+                let kind = AuditKind::AuthenticationFailed;
+                self.audit(request, kind, who.label(), &action, &message);
+                Status::unauthenticated(message)
             }
         })
+    }
+
+    /// The audit line of a refused request.
+    fn audit<T>(
+        &self,
+        request: &Request<T>,
+        kind: AuditKind,
+        who: &str,
+        action: &str,
+        detail: &str,
+    ) {
+        let addr = request
+            .extensions()
+            .get::<Peer>()
+            .map_or_else(|| ([0, 0, 0, 0], 0).into(), |p| p.addr);
+        let event = AuditEvent::request(kind, Protocol::Grpc, addr, who, action, detail);
+        self.node.audit.record(&event);
     }
 }
 

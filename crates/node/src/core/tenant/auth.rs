@@ -340,6 +340,7 @@ impl Directory {
             }
             entries.push(entry);
         }
+        check_plain_tokens_distinct(&entries, section.admin_token.as_deref())?;
         if let Anonymous::Tenant(name) = &section.anonymous {
             if !by_name.contains_key(name.as_str()) {
                 return Err(format!(
@@ -425,6 +426,32 @@ fn entry_of(t: &TenantConfig, policy_mode: bool, admin_open: bool) -> Result<Ent
         secret,
         access,
     })
+}
+
+/// Two tenants with one plain token (or one with the admin's) would be told apart
+/// by the order of the file: refused. (Hashed tokens cannot be compared without the
+/// tokens.)
+fn check_plain_tokens_distinct(entries: &[Entry], admin: Option<&str>) -> Result<(), String> {
+    let mut seen: HashMap<&str, &str> = HashMap::new();
+    if let Some(admin) = admin {
+        seen.insert(admin, "the admin token");
+    }
+    for e in entries {
+        if let Secret::Plain(token) = &e.secret {
+            if let Some(other) = seen.insert(token, &e.name) {
+                return Err(format!(
+                    "tenant `{}` has the same token as {}",
+                    e.name,
+                    if other == "the admin token" {
+                        other.to_string()
+                    } else {
+                        format!("tenant `{other}`")
+                    }
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether `token` matches the argon2 PHC string `phc` (checked at load).
@@ -865,6 +892,19 @@ mod tests {
         ] {
             assert!(!p.may(Action::Call("sobel")) && !p.may(Action::Catalog));
         }
+        let same = Auth::new(&section(
+            vec![tenant("a", "t"), tenant("b", "t")],
+            Anonymous::Connection,
+        ));
+        assert!(same
+            .err()
+            .unwrap()
+            .contains("tenant `b` has the same token as tenant `a`"));
+        let admin = Auth::new(&section(vec![tenant("a", "adm")], Anonymous::Connection));
+        assert!(admin
+            .err()
+            .unwrap()
+            .contains("same token as the admin token"));
         let mut bad = tenant("x", "tx");
         bad.call = Some(vec!["a*b".into()]);
         let err = Auth::new(&section(vec![bad], Anonymous::Connection))

@@ -106,7 +106,7 @@ rac_run() { # auth|anon -> "p50_us node_cpu_us_per_call"
         --json "$work/rac.json" --quiet >/dev/null 2>>"$work/bench.log" || die "netaccel-bench failed (see $work/bench.log)"
     t1=$(cpu_ticks)
     "$BENCH_BIN" report "$work/rac.json" --tsv "$work/rac.tsv" >/dev/null
-    awk -F'\t' 'NR == 2 { printf "%.2f\n", $2 / 1000 }' "$work/rac.tsv" | {
+    awk -F'\t' 'NR == 1 { printf "%.2f\n", $2 / 1000 }' "$work/rac.tsv" | {
         read -r p50
         echo "$p50 $(per_call $((t1 - t0)) "$CALLS")"
     }

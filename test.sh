@@ -146,11 +146,14 @@ begin "cargo test (workspace)"
 cargo test --workspace
 
 # The io_uring network path (network = "io_uring") runs the same front-end, connection,
-# overload and drain tests as epoll; crates/node/tests/uring.rs checks the node is
-# really on io_uring (it fails under CI when the kernel refuses io_uring).
+# overload and drain tests as epoll, and the hostile-tenant suite (authentication and
+# policies on every port, about a second; it ran on epoll with the workspace above);
+# crates/node/tests/uring.rs checks the node is really on io_uring (it fails under CI
+# when the kernel refuses io_uring).
 begin "cargo test: the node's front ends again on the io_uring network path"
 NETACCEL_TEST_NETWORK=io_uring cargo test -p netaccel-node \
-  --test http_api --test rac --test connections --test overload --test overload_drain
+  --test http_api --test rac --test connections --test overload --test overload_drain \
+  --test hostile_tenants
 
 # netaccel-sim (docs/simulation.md): its own checks (same seed, same bytes; M/D/1 and
 # M/M/1 mean waits within 3 % over 10^6 calls; Little's law; the golden trace of the

@@ -169,6 +169,35 @@ def quota_node(tmp_path_factory):
         yield n
 
 
+#: The production profile of docs/security.md, word for word: anonymous callers
+#: refused, tokens stored hashed (`netaccel-node hash-token` made these from
+#: change-me-team-a, change-me-team-b and change-me-ops), a policy per tenant.
+PRODUCTION_CONFIG = """anonymous = "refuse"
+
+[[tenants]]
+name = "team-a"
+token_hash = "$argon2id$v=19$m=19456,t=2,p=1$5LlB4yVjvbZGdxQ78TTArA$E/qDJ8ursG5rp13o43OdqlYONxyBDb+RBr5IVj9h4uU"
+call = ["to_uppercase", "echo"]
+
+[[tenants]]
+name = "team-b"
+token_hash = "$argon2id$v=19$m=19456,t=2,p=1$8YbiBBNgleFj5EKaTkuiFQ$3Zf+1zQGBGUG+xHoT8aYljFKro1v3QpdjKB5tTQZwss"
+call = ["sobel", "topk"]
+
+[[tenants]]
+name = "ops"
+token_hash = "$argon2id$v=19$m=19456,t=2,p=1$fS78/FG5ntWgefuRKogICQ$gdIwC7QfFD9vvwW/46dRSK39x3igci7kVhc1Byi/TvY"
+roles = ["operator"]
+"""
+
+
+@pytest.fixture(scope="session")
+def production_node(tmp_path_factory):
+    """A node under docs/security.md's production profile."""
+    with running_node(tmp_path_factory.mktemp("production-node"), PRODUCTION_CONFIG) as n:
+        yield n
+
+
 def require(condition: bool, what: str) -> None:
     """Skips when a prerequisite is missing, except in CI (`CI=true`), where a missing
     prerequisite fails the test instead of hiding it."""

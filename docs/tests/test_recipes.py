@@ -1,6 +1,7 @@
 """The recipes of docs/accelerators.md, docs/extending.md, docs/security.md and
 docs/quotas.md, run against real nodes (security.md's against a node with an admin
-token and a tenant, quotas.md's against a node with the quotas the page configures).
+token and a tenant, and its `production-*` recipes against a node under its production
+profile; quotas.md's against a node with the quotas the page configures).
 
 Each `<!-- recipe: NAME LANG -->` block is run as a reader would run it, from the
 repository root (shell blocks with bash, Python blocks as a file with python3), and
@@ -23,7 +24,7 @@ from typing import Optional
 
 import pytest
 
-from conftest import ADMIN_TOKEN, ROOT
+from conftest import ADMIN_TOKEN, PRODUCTION_CONFIG, ROOT
 from docblocks import tagged_blocks
 
 PAGE = ROOT / "docs" / "accelerators.md"
@@ -37,6 +38,14 @@ OUTPUTS = {b.name: b for b in BLOCKS[PAGE] if b.kind == "output"}
 RECIPES = [(page, b) for page, blocks in BLOCKS.items() for b in blocks if b.kind == "recipe"]
 #: Generous: a recipe may build an example with cargo on a loaded machine.
 RECIPE_TIMEOUT_S = 300
+
+
+def node_fixture(page: Path, block) -> str:
+    """The node a recipe runs against: security.md's `production-*` recipes against
+    the production profile, every other recipe against its page's node."""
+    if page == SECURITY and block.name.startswith("production"):
+        return "production_node"
+    return NODE_OF_PAGE[page]
 
 
 def documented_output(page: Path, recipe_name: str) -> Optional[str]:
@@ -69,7 +78,7 @@ def run_recipe(page: Path, block, node, tmp_path: Path) -> subprocess.CompletedP
     "page,block", RECIPES, ids=[f"{p.stem}:{b.name.replace(' ', '-')}" for p, b in RECIPES]
 )
 def test_recipe_prints_the_documented_output(page, block, request, tmp_path):
-    node = request.getfixturevalue(NODE_OF_PAGE[page])
+    node = request.getfixturevalue(node_fixture(page, block))
     done = run_recipe(page, block, node, tmp_path)
     stderr = done.stderr.decode(errors="replace")
     where = f"{page.name}:{block.line} `{block.name}`"
@@ -215,3 +224,10 @@ def test_quoted_code_is_in_the_file_it_is_quoted_from(page, block):
 
     source = (ROOT / block.name).read_text(encoding="utf-8")
     assert flat(block.text) in flat(source), f"{page.name}:{block.line}: not found in {block.name}"
+
+
+def test_the_production_profile_on_the_page_is_the_one_tested():
+    """security.md's production `node.toml` is the configuration its `production-*`
+    recipes run against, word for word."""
+    text = SECURITY.read_text(encoding="utf-8")
+    assert f"```toml\n{PRODUCTION_CONFIG}```" in text, "security.md's production profile drifted"

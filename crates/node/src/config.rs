@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::core::dispatch::BalancePolicy;
 use crate::core::memory::PoolPolicy;
 pub use crate::core::slot::WorkerPolicy;
+use crate::core::tenant::auth::{Anonymous, AuthSection};
 use crate::core::tenant::{self, TenantConfig};
 pub use crate::device::opencl::OpenclSection;
 pub use crate::device::{BackendKind, DeviceConfig, DevicesSection, PlatformChoice, SlotConfig};
@@ -198,10 +199,14 @@ pub struct Config {
     /// Size of each reassembly buffer; also the largest RAC payload (TOO_LARGE beyond).
     pub reassembly_buffer_bytes: usize,
     pub reassembly_policy: PoolPolicy,
-    /// Tenants a RAC connection may bind to with `hello` (see the `tenant` module).
+    /// Configured tenants: their tokens (or certificates) and policies (see the
+    /// `tenant::auth` module).
     pub tenants: Vec<TenantConfig>,
     /// The quotas every caller that named no tenant shares (`core::quota`); unset: none.
     pub anonymous_quota: crate::core::quota::QuotaConfig,
+    /// What a caller that presents no credential is: `"connection"` (its own tenant,
+    /// the default), `"refuse"`, or `"tenant NAME"`.
+    pub anonymous: Anonymous,
     /// TLS listeners, certificates and client-certificate tenants (the `tls` module).
     pub tls: crate::net::tls::TlsConfig,
     /// Object store capacity ("device memory"), in bytes (507 beyond).
@@ -278,6 +283,7 @@ impl Default for Config {
             reassembly_policy: PoolPolicy::default(),
             tenants: Vec::new(),
             anonymous_quota: crate::core::quota::QuotaConfig::default(),
+            anonymous: Anonymous::default(),
             tls: crate::net::tls::TlsConfig::default(),
             object_store_bytes_max: 256 * 1024 * 1024,
             objects_max: 4096,
@@ -388,7 +394,7 @@ impl Config {
         if self.reassembly_buffer_bytes > u32::MAX as usize {
             return Err("reassembly_buffer_bytes must fit a RAC payload length (u32)".to_string());
         }
-        tenant::check_config(&self.tenants)?;
+        tenant::check_config(&self.auth_section())?;
         self.validate_quotas()?;
         self.tls.validate()?;
         self.validate_devices()?;
@@ -478,11 +484,21 @@ impl Config {
         }
     }
 
+    /// The tenants' credentials and policies, what `anonymous` callers are, and the
+    /// admin token: what authentication reads, at start and at each reload.
+    pub fn auth_section(&self) -> AuthSection {
+        AuthSection {
+            tenants: self.tenants.clone(),
+            anonymous: self.anonymous.clone(),
+            admin_token: self.admin_token.clone(),
+        }
+    }
+
     /// The tenants and their bounds: a tenant's share of one slot's queue is at most
     /// the queue.
     pub fn tenants_section(&self) -> crate::core::tenant::Tenants {
         crate::core::tenant::Tenants::new(
-            self.tenants.clone(),
+            &self.auth_section(),
             self.tenant_queue_depth_max.min(self.queue_depth_max),
             self.tenant_in_flight_max,
         )

@@ -20,7 +20,10 @@ use netaccel_node::Config;
     version,
     after_help = "Signals: SIGTERM or SIGINT drains the node (stops accepting, lets in-flight calls \
                   finish within drain_timeout_ms, deregisters from the registry) and exits 0; \
-                  SIGHUP reloads the TLS certificate, key and client CA.\n\
+                  SIGHUP reloads the TLS certificate, key and client CA, and the tenants \
+                  (tokens, policies, anonymous) from the --config file.\n\
+                  `netaccel-node hash-token` reads a token on stdin and prints its \
+                  argon2 hash for a tenant's token_hash.\n\
                   Exit status: 2 for any configuration error, 1 when something the \
                   configuration names cannot be had (an address taken, a device that does \
                   not open). See docs/configuration.md."
@@ -135,12 +138,76 @@ fn listen_addr(text: &str) -> Result<SocketAddr, String> {
     ))
 }
 
+/// `netaccel-node hash-token`: reads a token on stdin (its first line) and prints
+/// the argon2id PHC string to put in a tenant's `token_hash`.
+fn hash_token() -> ExitCode {
+    let mut line = String::new();
+    if let Err(e) = std::io::stdin().read_line(&mut line) {
+        eprintln!("netaccel-node hash-token: cannot read the token: {e}");
+        return ExitCode::from(2);
+    }
+    let token = line.trim_end_matches(['\n', '\r']);
+    if token.is_empty() || token.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        eprintln!("netaccel-node hash-token: give the token on stdin, one line without spaces");
+        return ExitCode::from(2);
+    }
+    match netaccel_node::core::tenant::auth::hash_token(token) {
+        Ok(phc) => {
+            println!("{phc}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("netaccel-node hash-token: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reloads the tenants from the configuration file `path` on every SIGHUP, on a
+/// thread of its own; returns once the signal is listened for, so that a SIGHUP sent
+/// after the node started never meets the default action (which ends the process).
+fn spawn_tenant_reloader(
+    reload: impl Fn(Result<Config, String>) -> bool + Send + 'static,
+    path: PathBuf,
+) -> Result<(), String> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("tenant-reload".to_string())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("reload runtime");
+            rt.block_on(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let mut hup = match signal(SignalKind::hangup()) {
+                    Ok(hup) => hup,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("cannot listen for SIGHUP: {e}")));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                while hup.recv().await.is_some() {
+                    reload(Config::from_file(&path));
+                }
+            });
+        })
+        .map_err(|e| format!("cannot start the tenant reload thread: {e}"))?;
+    ready_rx
+        .recv()
+        .map_err(|_| "the tenant reload thread ended at once".to_string())?
+}
+
 fn main() -> ExitCode {
     // The node started again as an isolated OpenCL runtime process (see
     // `ocl_remote::service::isolate`): not a node, no command line of its own.
     let raw: Vec<String> = std::env::args().collect();
     if raw.get(1).map(String::as_str) == Some(ocl_remote::service::isolate::SUBCOMMAND) {
         return ocl_remote::service::isolate::runtime_main(&raw[2..]);
+    }
+    if raw.get(1).map(String::as_str) == Some("hash-token") {
+        return hash_token();
     }
     let args = Args::parse();
     let mut config = match &args.config {
@@ -228,6 +295,13 @@ fn main() -> ExitCode {
     // Each way out gives stderr back (the lines still in its pipe logged) first.
     match netaccel_node::start(config) {
         Ok(running) => {
+            if let Some(path) = args.config {
+                if let Err(e) = spawn_tenant_reloader(running.tenant_reloader(), path) {
+                    drop(stray);
+                    eprintln!("netaccel-node: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
             running.run_until_signal();
             drop(stray);
             ExitCode::SUCCESS

@@ -39,6 +39,8 @@ pub struct Node {
     pub pool: Arc<ReassemblyPool>,
     /// Refused requests, logged within a rate limit.
     pub refusals: RefusalLog,
+    /// Authentication failures, authorization refusals, reconfigurations, reloads.
+    pub audit: crate::telemetry::audit::AuditLog,
     /// Open connections, by [`Protocol::index`].
     connections: [Gauge; 3],
     /// Calls refused `BUSY`, by [`Protocol::index`] ([`Node::count_busy`]).
@@ -159,6 +161,7 @@ impl Node {
                 .collect(),
             pool,
             refusals: RefusalLog::new(config.log_refusals_per_second_max),
+            audit: crate::telemetry::audit::AuditLog::new(config.log_refusals_per_second_max),
             config,
             dispatcher,
             devices: started.devices,

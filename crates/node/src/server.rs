@@ -15,6 +15,7 @@ use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::Config;
+use crate::core::tenant::auth::Base;
 use crate::device::StartError;
 use crate::front::admission::{handshake, ConnectionGuard};
 use crate::node::Node;
@@ -167,6 +168,13 @@ impl Running {
             open_files_max = fd_limit,
             "netaccel node listening"
         );
+    }
+
+    /// What replaces the node's tenants with those of a configuration read again
+    /// (SIGHUP): see `front::admin::reload_tenants`. `true` when it took.
+    pub fn tenant_reloader(&self) -> impl Fn(Result<Config, String>) -> bool + Send + 'static {
+        let node = Arc::clone(&self.node);
+        move |config| crate::front::admin::reload_tenants(&node, config, "signal")
     }
 
     /// Serves until SIGTERM or SIGINT, then drains and returns.
@@ -549,18 +557,18 @@ fn serve_plain<S: crate::net::netio::Transport>(
     peer: SocketAddr,
     protocol: Protocol,
 ) {
-    let tenant = node.tenants.anonymous();
+    let base = Base::Connection(node.tenants.anonymous());
     let node = Arc::clone(node);
     // One task type per front end: a single async block matching on the protocol
     // would be as large as the larger front end's future, and every idle HTTP
     // connection's task would carry RAC's room (issue 15).
     match protocol {
         Protocol::Http => tokio::spawn(async move {
-            crate::front::http::serve(node, stream, peer, tenant).await;
+            crate::front::http::serve(node, stream, peer, base).await;
             drop(guard);
         }),
         Protocol::Rac => tokio::spawn(async move {
-            crate::front::rac::serve(node, stream, peer, tenant, false).await;
+            crate::front::rac::serve(node, stream, peer, base).await;
             drop(guard);
         }),
         Protocol::Grpc => unreachable!("gRPC connections are accepted by crate::front::grpc"),
@@ -579,18 +587,15 @@ fn accept_tls(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: P
     };
     let node = Arc::clone(node);
     tokio::spawn(async move {
-        let Some((stream, tenant, fixed)) = handshake(&node, &tls, stream, protocol, peer).await
-        else {
+        let Some((stream, base)) = handshake(&node, &tls, stream, protocol, peer).await else {
             return;
         };
         let stream = crate::net::tls::TlsStream::from(stream);
         match protocol {
             Protocol::Http => {
-                crate::front::http::serve(Arc::clone(&node), stream, peer, tenant).await
+                crate::front::http::serve(Arc::clone(&node), stream, peer, base).await
             }
-            Protocol::Rac => {
-                crate::front::rac::serve(Arc::clone(&node), stream, peer, tenant, fixed).await
-            }
+            Protocol::Rac => crate::front::rac::serve(Arc::clone(&node), stream, peer, base).await,
             Protocol::Grpc => unreachable!("gRPC connections are accepted by crate::front::grpc"),
         }
         drop(guard);

@@ -9,7 +9,7 @@
 //! | [`batch`] | the batcher's decisions: which queued calls of a model join one run, and when |
 //! | [`clock`] | the time the core reads and the simulated device sleeps on: the host's, or a virtual one |
 //! | [`deadline`] | a call's deadline, from `X-Netaccel-Deadline-Us` / RAC `deadline_us` |
-//! | [`tenant`] | identities, per-tenant bounds and gates, constant-time token comparison |
+//! | [`tenant`] | identities (tokens, certificates, `anonymous`) and policies (`tenant::auth`), per-tenant bounds and gates |
 //! | [`quota`] | per-tenant quotas: calls/s, bytes/s, concurrent calls, object bytes |
 //! | `fair_queue` | a slot's tenant-fair queue |
 //! | [`slot`] | a slot: its queue, inline runs, its worker thread, a call's execution |

@@ -45,9 +45,12 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::core::slot::SlotInfo;
+use crate::core::tenant::auth::{Action, Principal};
 use crate::core::tenant::secret_eq;
 use crate::node::Node;
 use crate::registry::Verdict;
+use crate::telemetry::audit::{AuditEvent, AuditKind};
+use crate::telemetry::Protocol;
 
 /// `GET /v1/accelerators`, RAC `catalog`: every accelerator the node can load, its
 /// parameters, and the slots that host it now.
@@ -177,6 +180,111 @@ impl TokenRefusal {
             ),
         }
     }
+}
+
+/// Whether `who` — a caller who also presented `token` (the bearer token, or RAC
+/// `load`'s) — may reconfigure: load `what` (`None`: anything, the check made before
+/// a request's body names it). Allowed when its policy (or, with no policy anywhere,
+/// the absence of an admin token) allows it, or when `token` is the admin token;
+/// refused by the policy (`Forbidden`: HTTP 403) when one decides for it, otherwise
+/// for the admin token as [`check_token`] words it (HTTP 401).
+pub fn authorize_load(
+    config: &Config,
+    who: &Principal,
+    token: Option<&str>,
+    what: Option<&str>,
+) -> Result<(), LoadRefusal> {
+    if who.may(Action::Load(what)) {
+        return Ok(());
+    }
+    let token_check = check_token(config, token);
+    if config.admin_token.is_some() && token_check.is_ok() {
+        return Ok(());
+    }
+    if who.has_policy() {
+        let what = what.map_or_else(|| "anything".to_string(), |w| format!("`{w}`"));
+        return Err(LoadRefusal::Forbidden(format!(
+            "tenant `{}` may not load {what}: its policy does not allow it",
+            who.label()
+        )));
+    }
+    Err(LoadRefusal::Token(
+        token_check.err().unwrap_or(TokenRefusal::Missing),
+    ))
+}
+
+/// Why [`authorize_load`] refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoadRefusal {
+    /// The admin token was missing or wrong (HTTP 401).
+    Token(TokenRefusal),
+    /// The caller's policy does not allow it (HTTP 403); the sentence says so.
+    Forbidden(String),
+}
+
+impl LoadRefusal {
+    /// The refusal's message (see [`TokenRefusal::message`] for `needs` and
+    /// `operation`).
+    pub fn message(&self, needs: &str, operation: &str) -> String {
+        match self {
+            LoadRefusal::Token(t) => t.message(needs, operation),
+            LoadRefusal::Forbidden(sentence) => sentence.clone(),
+        }
+    }
+
+    /// Whether the caller was authenticated and refused by its policy.
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, LoadRefusal::Forbidden(_))
+    }
+}
+
+/// Writes the audit line of a reconfiguration asked by `who` over `protocol` from
+/// `peer`: loading `accelerator` into `slot`, done or not.
+pub fn audit_reconfiguration(
+    node: &Node,
+    (protocol, peer): (Protocol, std::net::SocketAddr),
+    who: &str,
+    (slot, accelerator): (u16, &str),
+    result: &Result<Reconfigured, AdminError>,
+) {
+    let action = format!("load {accelerator} into slot {slot}");
+    let detail = match result {
+        Ok(_) => "done".to_string(),
+        Err(e) => format!("not done: {}", e.message),
+    };
+    node.audit.record(&AuditEvent::request(
+        AuditKind::Reconfiguration,
+        protocol,
+        peer,
+        who,
+        &action,
+        &detail,
+    ));
+}
+
+/// Replaces the node's tenants (tokens, policies, `anonymous`) with those of
+/// `config`, the configuration file read again (SIGHUP): connections authenticated
+/// before are checked again on their next call. A configuration that does not read or
+/// validate changes nothing. Either way one audit line says what happened, as
+/// `source` asked it.
+pub fn reload_tenants(node: &Node, config: Result<Config, String>, source: &str) -> bool {
+    let result = config.and_then(|c| node.tenants.auth.reload(&c.auth_section()));
+    let detail = match &result {
+        Ok(()) => format!(
+            "tenants reloaded (generation {})",
+            node.tenants.auth.generation()
+        ),
+        Err(e) => format!("reload failed, the tenants before it stay: {e}"),
+    };
+    node.audit.record(&AuditEvent {
+        event: AuditKind::PolicyReload,
+        protocol: source,
+        peer: None,
+        tenant: "admin",
+        action: "reload tenants",
+        detail: &detail,
+    });
+    result.is_ok()
 }
 
 /// A reconfiguration that was done.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpStream;
 
+use crate::core::tenant::auth::Base;
 use crate::node::Node;
 use crate::telemetry::logging::Refusal;
 use crate::telemetry::Protocol;
@@ -41,8 +42,8 @@ impl Drop for ConnectionGuard {
 }
 
 /// The TLS handshake of a connection on a TLS listener (any front end's), and the
-/// tenant it is counted against: the one its client certificate maps to (`true`: the
-/// certificate fixes it), or a fresh anonymous one. A failed or refused handshake is
+/// connection's own identity: the tenant its client certificate maps to, or a fresh
+/// anonymous one. A failed or refused handshake is
 /// logged as a refusal and gives `None`.
 pub(crate) async fn handshake(
     node: &Node,
@@ -50,11 +51,7 @@ pub(crate) async fn handshake(
     stream: TcpStream,
     protocol: Protocol,
     peer: SocketAddr,
-) -> Option<(
-    tokio_rustls::server::TlsStream<TcpStream>,
-    crate::core::tenant::TenantId,
-    bool,
-)> {
+) -> Option<(tokio_rustls::server::TlsStream<TcpStream>, Base)> {
     let mut stream = stream;
     if refuse_plain_text(node, tls, &mut stream, protocol, peer).await {
         return None;
@@ -73,8 +70,10 @@ pub(crate) async fn handshake(
         }
     };
     Some(match identity {
-        crate::net::tls::Identity::Tenant(name) => (stream, node.tenants.named(&name), true),
-        crate::net::tls::Identity::Anonymous => (stream, node.tenants.anonymous(), false),
+        crate::net::tls::Identity::Tenant(name) => (stream, Base::Certificate(name)),
+        crate::net::tls::Identity::Anonymous => {
+            (stream, Base::Connection(node.tenants.anonymous()))
+        }
     })
 }
 

@@ -36,11 +36,13 @@ use rac_proto::{
 use crate::core::deadline::Deadline;
 use crate::core::memory::{BodyMemory, PoolLease};
 use crate::core::slot::{Answer, Call, Submitted};
+use crate::core::tenant::auth::{Action, Base, Session};
 use crate::core::tenant::{TenantGate, TenantId};
 use crate::front::admin;
 use crate::net::bufpool;
 use crate::net::netio::{self, IoTimer, Transport};
 use crate::node::Node;
+use crate::telemetry::audit::{AuditEvent, AuditKind};
 use crate::telemetry::logging::Refusal;
 use crate::telemetry::Protocol;
 
@@ -64,15 +66,11 @@ const WRITE_ROOM_MAX: usize = 16 * 1024;
 type Pending = Pin<Box<dyn Future<Output = (CallHeader, Answer)> + Send>>;
 
 /// Serves one connection over `stream`: a `TcpStream`, or a TLS stream (`crate::net::tls`).
-/// `tenant` comes from a client certificate when `tenant_fixed`: `hello` cannot
-/// change it then.
-pub async fn serve<S: Transport>(
-    node: Arc<Node>,
-    stream: S,
-    peer: SocketAddr,
-    tenant: TenantId,
-    tenant_fixed: bool,
-) {
+/// When `base` is a client certificate's tenant, `hello` cannot change it.
+pub async fn serve<S: Transport>(node: Arc<Node>, stream: S, peer: SocketAddr, base: Base) {
+    let tenant_fixed = matches!(base, Base::Certificate(_));
+    let session = Session::new(base);
+    let tenant = session.base_id();
     let gate = node.tenants.gate(tenant);
     let mut conn = RacConn {
         node,
@@ -83,6 +81,7 @@ pub async fn serve<S: Transport>(
         wbuf: Vec::new(),
         gate,
         tenant,
+        session,
         in_flight: HashSet::new(),
         pending: FuturesUnordered::new(),
         receiving: None,
@@ -125,6 +124,8 @@ struct RacConn<S> {
     rpos: usize,
     wbuf: Vec<u8>,
     tenant: TenantId,
+    /// Who the caller is: its `hello`, its certificate, or `anonymous`.
+    session: Session,
     /// Calls of this connection's tenant queued at slots, across its connections.
     gate: Arc<TenantGate>,
     /// Request ids of calls queued at slots (for duplicate detection).
@@ -321,7 +322,11 @@ impl<S: Transport> RacConn<S> {
                 if let Err(e) = accel.check(&header.params, Some(len)) {
                     return self.refuse(&header, Status::BadRequest, &e.to_string());
                 }
-                Target::Call(Arc::clone(accel))
+                let accel = Arc::clone(accel);
+                if let Err(message) = self.authorize(Action::Call(&accel.descriptor().name)) {
+                    return self.refuse(&header, Status::Unauthorized, &message);
+                }
+                Target::Call(accel)
             }
         };
         let buffered = self.rbuf.len() - self.rpos;
@@ -464,11 +469,15 @@ impl<S: Transport> RacConn<S> {
         };
         let node = Arc::clone(&self.node);
         match request {
-            ControlRequest::Catalog { .. } => {
-                self.write_control(&header, Status::Ok, admin::catalog_json(&node))
-            }
-            ControlRequest::Slots { .. } => {
-                self.write_control(&header, Status::Ok, admin::slots_json(&node, None))
+            ControlRequest::Catalog { .. } | ControlRequest::Slots { .. } => {
+                if let Err(message) = self.authorize(Action::Catalog) {
+                    return self.write_control(&header, Status::Unauthorized, message.into_bytes());
+                }
+                let doc = match request {
+                    ControlRequest::Catalog { .. } => admin::catalog_json(&node),
+                    _ => admin::slots_json(&node, None),
+                };
+                self.write_control(&header, Status::Ok, doc)
             }
             ControlRequest::Hello { tenant, .. } if self.tenant_fixed => {
                 // The certificate already proved the tenant: naming it again is fine,
@@ -485,15 +494,26 @@ impl<S: Transport> RacConn<S> {
                 }
             }
             ControlRequest::Hello { tenant, token } => {
-                match node.tenants.authenticate(&tenant, token.as_deref()) {
-                    Ok(id) => {
+                match self
+                    .session
+                    .hello(&node.tenants.auth, &tenant, token.as_deref())
+                {
+                    Ok(who) => {
+                        let id = who.id;
                         self.tenant = id;
                         self.gate = node.tenants.gate(id);
                         let body = serde_json::to_vec(&serde_json::json!({ "tenant": tenant }))
                             .expect("JSON");
                         self.write_control(&header, Status::Ok, body);
                     }
-                    Err(message) => {
+                    Err(e) => {
+                        let message = e.message();
+                        self.audit(
+                            AuditKind::AuthenticationFailed,
+                            "anonymous",
+                            "hello",
+                            &message,
+                        );
                         self.write_control(&header, Status::Unauthorized, message.into_bytes());
                     }
                 }
@@ -503,26 +523,86 @@ impl<S: Transport> RacConn<S> {
                 accelerator,
                 token,
             } => {
-                if let Err(refused) = admin::check_token(&node.config, token.as_deref()) {
-                    let message = refused.message("load needs the node's admin token", "load");
+                if let Err(message) = self.authorize_load(token.as_deref(), &accelerator) {
                     return self.write_control(&header, Status::Unauthorized, message.into_bytes());
                 }
+                let (peer, who) = (self.peer, self.label());
                 // Reconfiguration waits for the slot's queue to drain: it runs off the
                 // network thread, and the answer goes out when it is done.
                 self.in_flight.insert(header.request_id);
                 self.node.rac_in_flight.inc();
                 self.pending.push(Box::pin(async move {
-                    let answer =
-                        match admin::reconfigure(node, slot, accelerator, admin::Origin::default())
-                            .await
-                        {
-                            Ok(done) => control_answer(Status::Ok, done.json()),
-                            Err(e) => control_answer(e.status, e.message.into_bytes()),
-                        };
+                    let result = admin::reconfigure(
+                        Arc::clone(&node),
+                        slot,
+                        accelerator.clone(),
+                        admin::Origin::default(),
+                    )
+                    .await;
+                    let asked = (Protocol::Rac, peer);
+                    admin::audit_reconfiguration(&node, asked, &who, (slot, &accelerator), &result);
+                    let answer = match result {
+                        Ok(done) => control_answer(Status::Ok, done.json()),
+                        Err(e) => control_answer(e.status, e.message.into_bytes()),
+                    };
                     (header, answer)
                 }));
             }
         }
+    }
+
+    /// Whether the connection's caller may do `action`; if not, the refusal's
+    /// sentence (`UNAUTHORIZED` on the wire: RAC has one status for both), audited.
+    fn authorize(&mut self, action: Action<'_>) -> Result<(), String> {
+        let (kind, who, message) = match self.session.current(&self.node.tenants.auth) {
+            Ok(who) if who.may(action) => return Ok(()),
+            Ok(who) => {
+                let message = who.refusal(action);
+                (AuditKind::Forbidden, who.label().to_string(), message)
+            }
+            Err(e) => (
+                AuditKind::AuthenticationFailed,
+                "anonymous".to_string(),
+                e.message(),
+            ),
+        };
+        self.audit(kind, &who, &action.to_string(), &message);
+        Err(message)
+    }
+
+    /// RAC `load`: allowed by the caller's policy or the admin token in the message.
+    fn authorize_load(&mut self, token: Option<&str>, accelerator: &str) -> Result<(), String> {
+        let config = &self.node.config;
+        let (kind, refused) = match self.session.current(&self.node.tenants.auth) {
+            Ok(who) => match admin::authorize_load(config, who, token, Some(accelerator)) {
+                Ok(()) => return Ok(()),
+                Err(refused) if refused.is_forbidden() => (
+                    AuditKind::Forbidden,
+                    refused.message("load needs the node's admin token", "load"),
+                ),
+                Err(refused) => (
+                    AuditKind::AuthenticationFailed,
+                    refused.message("load needs the node's admin token", "load"),
+                ),
+            },
+            Err(e) => (AuditKind::AuthenticationFailed, e.message()),
+        };
+        let who = self.label();
+        self.audit(kind, &who, &format!("load {accelerator}"), &refused);
+        Err(refused)
+    }
+
+    /// The caller's name for the audit log.
+    fn label(&mut self) -> String {
+        match self.session.current(&self.node.tenants.auth) {
+            Ok(who) => who.label().to_string(),
+            Err(_) => "anonymous".to_string(),
+        }
+    }
+
+    fn audit(&self, kind: AuditKind, who: &str, action: &str, detail: &str) {
+        let event = AuditEvent::request(kind, Protocol::Rac, self.peer, who, action, detail);
+        self.node.audit.record(&event);
     }
 
     fn write_control(&mut self, header: &CallHeader, status: Status, body: Vec<u8>) {

@@ -357,14 +357,16 @@ mod tests {
     /// (RAC); HTTP's was 4.2 KiB before its request handling was boxed.
     #[test]
     fn connection_futures_stay_small() {
-        use crate::core::tenant::TenantId;
+        use crate::core::tenant::auth::Base;
         use crate::node::Node;
         use std::net::SocketAddr;
         use std::sync::Arc;
-        let http = |n: Arc<Node>, s: TcpStream, p: SocketAddr, t: TenantId, _: ()| {
+        let http = |n: Arc<Node>, s: TcpStream, p: SocketAddr, t: Base, _: ()| {
             crate::front::http::serve(n, s, p, t)
         };
-        let rac = crate::front::rac::serve::<TcpStream>;
+        let rac = |n: Arc<Node>, s: TcpStream, p: SocketAddr, t: Base, _: ()| {
+            crate::front::rac::serve(n, s, p, t)
+        };
         let (http, rac) = (returned_size(&http), returned_size(&rac));
         assert!(http <= 1536, "HTTP connection future: {http} bytes");
         assert!(rac <= 2048, "RAC connection future: {rac} bytes");

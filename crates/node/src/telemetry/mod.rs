@@ -4,6 +4,7 @@
 //! ([`model_stats`]), and [`Protocol`], the front end a call came in by, which both
 //! label. Every layer may use it; it uses no other module of the node.
 
+pub mod audit;
 pub mod logging;
 pub mod metrics;
 pub mod model_stats;

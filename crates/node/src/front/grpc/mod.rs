@@ -45,7 +45,7 @@ use tonic::transport::server::Connected;
 use tonic::transport::Server;
 use tonic::{Code, Status};
 
-use crate::core::tenant::TenantId;
+use crate::core::tenant::auth::Base;
 use crate::front::admission::ConnectionGuard;
 use crate::node::Node;
 use crate::telemetry::Protocol;
@@ -69,11 +69,12 @@ pub const STREAMS_PER_CONNECTION_MAX: u32 = 64;
 const MESSAGE_OVERHEAD_BYTES_MAX: usize = 64 * 1024;
 
 /// Who sent a request: the connection's peer address (for the refusal log) and its
-/// tenant identity. Tonic hands it to every request of the connection.
-#[derive(Clone, Copy, Debug)]
+/// own identity (anonymous, or a client certificate's tenant) before the request's
+/// credential. Tonic hands it to every request of the connection.
+#[derive(Clone, Debug)]
 pub struct Peer {
     pub addr: SocketAddr,
-    pub tenant: TenantId,
+    pub base: Base,
 }
 
 /// One accepted gRPC connection (a TCP stream, or a TLS stream over one), counted as
@@ -88,7 +89,7 @@ impl<IO> Connected for Accepted<IO> {
     type ConnectInfo = Peer;
 
     fn connect_info(&self) -> Peer {
-        self.peer
+        self.peer.clone()
     }
 }
 
@@ -157,7 +158,7 @@ pub fn accepted(
                         };
                         let peer = Peer {
                             addr,
-                            tenant: node.tenants.anonymous(),
+                            base: Base::Connection(node.tenants.anonymous()),
                         };
                         let conn = Accepted {
                             stream,
@@ -296,7 +297,7 @@ pub fn accepted_tls(
             let (node, tls, done) = (Arc::clone(&node), tls.clone(), done.clone());
             tokio::spawn(async move {
                 let _slot = slot;
-                let Some((stream, tenant, _)) =
+                let Some((stream, base)) =
                     crate::front::admission::handshake(&node, &tls, stream, Protocol::Grpc, addr)
                         .await
                 else {
@@ -304,7 +305,7 @@ pub fn accepted_tls(
                 };
                 let conn = Accepted {
                     stream,
-                    peer: Peer { addr, tenant },
+                    peer: Peer { addr, base },
                     _guard: guard,
                 };
                 let _ = done.send(Ok(conn)).await;

@@ -27,6 +27,7 @@ use super::pb::{
 };
 use super::service::Inference;
 use super::Peer;
+use crate::core::tenant::auth::Action;
 use crate::front::oip::repository;
 use crate::front::oip::shm::CUDA_NOT_SUPPORTED;
 use crate::front::oip::stats::{self, Statistics};
@@ -252,10 +253,11 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<ModelMetadataRequest>,
     ) -> Result<Response<ModelMetadataResponse>, Status> {
-        let peer = request.extensions().get::<Peer>().copied();
+        let peer = request.extensions().get::<Peer>().cloned();
         let req = request.get_ref();
         let result = self
-            .model(&req.name, &req.version)
+            .principal_of(&request, Some(Action::Catalog))
+            .and_then(|_| self.model(&req.name, &req.version))
             .map(|a| Response::new(model_metadata(&*a)));
         self.answered(peer.as_ref(), result)
     }
@@ -264,7 +266,7 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
-        let peer = request.extensions().get::<Peer>().copied();
+        let peer = request.extensions().get::<Peer>().cloned();
         let result = self.infer(request).await;
         self.answered(peer.as_ref(), result)
     }
@@ -281,11 +283,14 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<ModelStatisticsRequest>,
     ) -> Result<Response<ModelStatisticsResponse>, Status> {
-        let peer = request.extensions().get::<Peer>().copied();
+        let peer = request.extensions().get::<Peer>().cloned();
         let req = request.get_ref();
-        let result = stats::select(self.node(), &req.name, &req.version)
-            .map(|doc| Response::new(statistics(doc)))
-            .map_err(Status::not_found);
+        let result = self
+            .principal_of(&request, Some(Action::Metrics))
+            .and_then(|_| {
+                stats::select(self.node(), &req.name, &req.version).map_err(Status::not_found)
+            })
+            .map(|doc| Response::new(statistics(doc)));
         self.answered(peer.as_ref(), result)
     }
 
@@ -294,6 +299,9 @@ impl GrpcInferenceService for Inference {
         request: Request<RepositoryIndexRequest>,
     ) -> Result<Response<RepositoryIndexResponse>, Status> {
         use super::pb::repository_index_response::ModelIndex;
+        if let Err(refused) = self.principal_of(&request, Some(Action::Catalog)) {
+            return self.answered(None, Err(refused));
+        }
         let models = repository::index(self.node(), request.get_ref().ready)
             .into_iter()
             .map(|e| ModelIndex {
@@ -310,7 +318,7 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<RepositoryModelLoadRequest>,
     ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
-        let peer = request.extensions().get::<Peer>().copied();
+        let peer = request.extensions().get::<Peer>().cloned();
         let result = self.repository_load(request).await;
         self.answered(peer.as_ref(), result.map(Response::new))
     }
@@ -319,7 +327,7 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<RepositoryModelUnloadRequest>,
     ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
-        let peer = request.extensions().get::<Peer>().copied();
+        let peer = request.extensions().get::<Peer>().cloned();
         let result = self.repository_unload(request).await;
         self.answered(peer.as_ref(), result.map(Response::new))
     }
@@ -329,7 +337,10 @@ impl GrpcInferenceService for Inference {
         request: Request<SystemSharedMemoryStatusRequest>,
     ) -> Result<Response<SystemSharedMemoryStatusResponse>, Status> {
         use super::pb::system_shared_memory_status_response::RegionStatus;
-        let tenant = self.tenant_of(&request);
+        let tenant = match self.principal_of(&request, None) {
+            Ok(who) => who.id,
+            Err(refused) => return self.answered(None, Err(refused)),
+        };
         let name = Some(request.get_ref().name.as_str()).filter(|n| !n.is_empty());
         let result = self.node().shm.status(tenant, name).map(|list| {
             let regions = list
@@ -353,7 +364,10 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<SystemSharedMemoryRegisterRequest>,
     ) -> Result<Response<SystemSharedMemoryRegisterResponse>, Status> {
-        let tenant = self.tenant_of(&request);
+        let tenant = match self.principal_of(&request, None) {
+            Ok(who) => who.id,
+            Err(refused) => return self.answered(None, Err(refused)),
+        };
         let r = request.get_ref();
         let result = self
             .node()
@@ -367,7 +381,10 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<SystemSharedMemoryUnregisterRequest>,
     ) -> Result<Response<SystemSharedMemoryUnregisterResponse>, Status> {
-        let tenant = self.tenant_of(&request);
+        let tenant = match self.principal_of(&request, None) {
+            Ok(who) => who.id,
+            Err(refused) => return self.answered(None, Err(refused)),
+        };
         let name = Some(request.get_ref().name.as_str()).filter(|n| !n.is_empty());
         let result = self
             .node()
@@ -407,13 +424,16 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<ModelConfigRequest>,
     ) -> Result<Response<ModelConfigResponse>, Status> {
-        let peer = request.extensions().get::<Peer>().copied();
+        let peer = request.extensions().get::<Peer>().cloned();
         let req = request.get_ref();
-        let result = self.model(&req.name, &req.version).map(|a| {
-            Response::new(ModelConfigResponse {
-                config: Some(model_config(&*a)),
-            })
-        });
+        let result = self
+            .principal_of(&request, Some(Action::Catalog))
+            .and_then(|_| self.model(&req.name, &req.version))
+            .map(|a| {
+                Response::new(ModelConfigResponse {
+                    config: Some(model_config(&*a)),
+                })
+            });
         self.answered(peer.as_ref(), result)
     }
 }

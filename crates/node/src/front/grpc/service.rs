@@ -25,10 +25,12 @@ use crate::core::deadline::Deadline;
 use crate::core::memory::BodyMemory;
 use crate::core::quota::Refused;
 use crate::core::slot::{Answer, Call};
+use crate::core::tenant::auth::{Action, Base, Principal};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
 use crate::front::oip::{repository, stats, VERSION};
 use crate::node::Node;
+use crate::telemetry::audit::{AuditEvent, AuditKind};
 use crate::telemetry::logging::Refusal;
 use crate::telemetry::Protocol;
 
@@ -74,6 +76,7 @@ impl Inference {
             let kind = match code {
                 Code::NotFound => Some(Refusal::UnknownAccelerator),
                 Code::InvalidArgument => Some(Refusal::Protocol),
+                Code::Unauthenticated | Code::PermissionDenied => Some(Refusal::Token),
                 _ => None,
             };
             if let Some(kind) = kind {
@@ -121,8 +124,9 @@ impl Inference {
         &self,
         request: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
-        let peer = request.extensions().get::<Peer>().copied();
-        let tenant = peer.map_or_else(|| self.node.tenants.anonymous(), |p| p.tenant);
+        let name = request.get_ref().model_name.as_str();
+        let tenant = self.principal_of(&request, Some(Action::Call(name)))?.id;
+        let peer = request.extensions().get::<Peer>().map(|p| p.addr);
         let deadline_us = deadline_us(request.metadata()).map_err(Status::invalid_argument)?;
         // The message is whole: queue time and the deadline count from here, as they
         // do for HTTP once the body is in.
@@ -132,7 +136,7 @@ impl Inference {
         let accel_id = accel.descriptor().id;
         let arrived = Arrived {
             tenant,
-            peer: peer.map(|p| p.addr),
+            peer,
             received,
             deadline_us,
         };
@@ -244,7 +248,7 @@ impl Inference {
         &self,
         request: Request<RepositoryModelLoadRequest>,
     ) -> Result<RepositoryModelLoadResponse, Status> {
-        self.check_admin(request.metadata())?;
+        self.check_admin(&request, &request.get_ref().model_name)?;
         let req = request.into_inner();
         let config = match req
             .parameters
@@ -269,7 +273,7 @@ impl Inference {
         &self,
         request: Request<RepositoryModelUnloadRequest>,
     ) -> Result<RepositoryModelUnloadResponse, Status> {
-        self.check_admin(request.metadata())?;
+        self.check_admin(&request, &request.get_ref().model_name)?;
         let name = request.into_inner().model_name;
         repository::unload(Arc::clone(&self.node), &name)
             .await
@@ -294,23 +298,82 @@ impl Inference {
         Status::with_metadata(code, refused.to_string(), metadata)
     }
 
-    /// The tenant a request came from: its connection's (an anonymous one without).
-    pub(super) fn tenant_of<T>(&self, request: &Request<T>) -> TenantId {
-        request
-            .extensions()
-            .get::<Peer>()
-            .map_or_else(|| self.node.tenants.anonymous(), |p| p.tenant)
+    /// Who sent a request — its metadata's `authorization: Bearer <token>`, its
+    /// connection's certificate, or `anonymous` — if it may do `action` (`None`:
+    /// whatever authenticated callers may). Refused `UNAUTHENTICATED` or
+    /// `PERMISSION_DENIED`, audited.
+    pub(super) fn principal_of<T>(
+        &self,
+        request: &Request<T>,
+        action: Option<Action<'_>>,
+    ) -> Result<Principal, Status> {
+        let base = request.extensions().get::<Peer>().map_or_else(
+            || Base::Connection(self.node.tenants.anonymous()),
+            |p| p.base.clone(),
+        );
+        let what = || action.map_or_else(|| "request".to_string(), |a| a.to_string());
+        let auth = &self.node.tenants.auth;
+        let who = match auth.identify(&base, bearer(request.metadata())) {
+            Ok(who) => who,
+            Err(e) => {
+                let message = e.message();
+                let kind = AuditKind::AuthenticationFailed;
+                self.audit(request, kind, "anonymous", &what(), &message);
+                return Err(Status::unauthenticated(message));
+            }
+        };
+        match action {
+            Some(action) if !who.may(action) => {
+                let message = who.refusal(action);
+                self.audit(
+                    request,
+                    AuditKind::Forbidden,
+                    who.label(),
+                    &what(),
+                    &message,
+                );
+                Err(Status::permission_denied(message))
+            }
+            _ => Ok(who),
+        }
     }
 
-    fn check_admin(&self, metadata: &MetadataMap) -> Result<(), Status> {
-        let token = metadata
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        admin::check_token(&self.node.config, token).map_err(|refused| {
+    /// Loading or unloading `model`: for a caller whose policy allows it, or who
+    /// holds the admin token (metadata `authorization: Bearer <token>`).
+    fn check_admin<T>(&self, request: &Request<T>, model: &str) -> Result<(), Status> {
+        let who = self.principal_of(request, None)?;
+        let token = bearer(request.metadata());
+        let config = &self.node.config;
+        admin::authorize_load(config, &who, token, Some(model)).map_err(|refused| {
             let needs = "loading and unloading models needs the metadata `authorization: Bearer <admin token>`";
-            Status::unauthenticated(refused.message(needs, "model load/unload"))
+            let message = refused.message(needs, "model load/unload");
+            let action = format!("load `{model}`");
+            if refused.is_forbidden() {
+                self.audit(request, AuditKind::Forbidden, who.label(), &action, &message);
+                Status::permission_denied(message)
+            } else {
+                let kind = AuditKind::AuthenticationFailed;
+                self.audit(request, kind, who.label(), &action, &message);
+                Status::unauthenticated(message)
+            }
         })
+    }
+
+    /// The audit line of a refused request.
+    fn audit<T>(
+        &self,
+        request: &Request<T>,
+        kind: AuditKind,
+        who: &str,
+        action: &str,
+        detail: &str,
+    ) {
+        let addr = request
+            .extensions()
+            .get::<Peer>()
+            .map_or_else(|| ([0, 0, 0, 0], 0).into(), |p| p.addr);
+        let event = AuditEvent::request(kind, Protocol::Grpc, addr, who, action, detail);
+        self.node.audit.record(&event);
     }
 }
 
@@ -321,6 +384,14 @@ fn admin_status(e: AdminError) -> Status {
         return Status::failed_precondition(e.message);
     }
     refusal(e.status, e.message)
+}
+
+/// The token of metadata `authorization: Bearer <token>`, if that is what it holds.
+fn bearer(metadata: &MetadataMap) -> Option<&str> {
+    metadata
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
 }
 
 /// Who sent a request and when it was whole.

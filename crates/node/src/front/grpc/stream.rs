@@ -47,7 +47,7 @@ pub type Answers =
 /// Starts serving the stream `request` opened: a task reads it and runs its requests;
 /// the answers come out of the returned stream.
 pub fn serve(service: Inference, request: Request<Streaming<ModelInferRequest>>) -> Answers {
-    let peer = request.extensions().get::<Peer>().copied();
+    let peer = request.extensions().get::<Peer>().cloned();
     let mut metadata = request.metadata().clone();
     // The stream's deadline is the stream's, not each request's.
     metadata.remove("grpc-timeout");
@@ -65,10 +65,10 @@ pub fn serve(service: Inference, request: Request<Streaming<ModelInferRequest>>)
                             let (id, model) = (message.id.clone(), message.model_name.clone());
                             let mut one = Request::new(message);
                             *one.metadata_mut() = metadata.clone();
-                            if let Some(peer) = peer {
-                                one.extensions_mut().insert(peer);
+                            if let Some(peer) = &peer {
+                                one.extensions_mut().insert(peer.clone());
                             }
-                            let service = &service;
+                            let (service, peer) = (&service, &peer);
                             running.push(async move {
                                 let result = service.infer(one).await;
                                 (id, model, service.answered(peer.as_ref(), result))

@@ -20,10 +20,10 @@ use bytes::BufMut;
 use rac_proto::{Decoded, Status};
 use tokio::sync::watch;
 
+use super::access;
 use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
 use super::request::{Control, Request, Route, Wire};
 use super::response::{code_name, error_body, http_code, Head, HEAD_ROOM};
-use super::route::route;
 use super::scan::{self, HeadScan};
 use super::v2;
 use crate::core::deadline::Deadline;
@@ -31,6 +31,7 @@ use crate::core::memory::{BodyMemory, MemoryPermit};
 use crate::core::objects::StoreError;
 use crate::core::quota::{Exhausted, Owner, Refused};
 use crate::core::slot::{Answer, Call};
+use crate::core::tenant::auth::{Action, Base, Session};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
 use crate::front::oip::infer::{self as v2_infer, Reply};
@@ -38,6 +39,7 @@ use crate::front::oip::{shm, stats};
 use crate::net::bufpool;
 use crate::net::netio::{self, IoTimer, Transport, WRITE_BATCH_MAX};
 use crate::node::Node;
+use crate::telemetry::audit::{AuditEvent, AuditKind};
 use crate::telemetry::logging::Refusal;
 use crate::telemetry::Protocol;
 
@@ -58,8 +60,10 @@ const BODY_CHUNK: usize = 64 * 1024;
 type StopWait = dyn std::future::Future<Output = ()> + Send;
 
 /// Serves one connection over `stream`: a `TcpStream`, or a TLS stream (`crate::net::tls`).
-pub async fn serve<S: Transport>(node: Arc<Node>, stream: S, peer: SocketAddr, tenant: TenantId) {
+pub async fn serve<S: Transport>(node: Arc<Node>, stream: S, peer: SocketAddr, base: Base) {
     let shutdown = node.shutdown_signal();
+    let session = Session::new(base);
+    let tenant = session.base_id();
     let mut conn = Conn {
         node,
         stream,
@@ -70,6 +74,7 @@ pub async fn serve<S: Transport>(node: Arc<Node>, stream: S, peer: SocketAddr, t
         body: Vec::new(),
         out: Vec::new(),
         tenant,
+        session,
         shutdown,
         timer: IoTimer::default(),
         close_after: false,
@@ -92,7 +97,10 @@ struct Conn<S> {
     /// Reused body and output buffers.
     body: Vec<u8>,
     out: Vec<u8>,
+    /// The tenant the request being answered is counted against.
     tenant: TenantId,
+    /// Who the connection's caller is (see `access`).
+    session: Session,
     shutdown: watch::Receiver<bool>,
     /// The connection's read deadline (idle, head or body timeout).
     timer: IoTimer,
@@ -241,8 +249,12 @@ impl<S: Transport> Conn<S> {
             Ok(None) => return Next::NeedMore,
             Ok(Some(head_len)) => {
                 let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
-                scan::parse_whole(&head[..head_len], &limits, &mut headers)
-                    .map(|head| (route(&head, &self.node), head_len))
+                scan::parse_whole(&head[..head_len], &limits, &mut headers).map(|head| {
+                    let (request, tenant) =
+                        access::admit(&self.node, self.peer, &mut self.session, &head);
+                    self.tenant = tenant;
+                    (request, head_len)
+                })
             }
             Err(e) => Err(e),
         };
@@ -949,7 +961,31 @@ impl<S: Transport> Conn<S> {
                 return Ok(self.after());
             }
         };
-        match admin::reconfigure(Arc::clone(&self.node), slot, name, origin).await {
+        if let Some(who) = self.session.principal() {
+            // The route allowed loading; a policy may allow only some accelerators.
+            if who.has_policy() && !who.may(Action::Load(Some(&name))) {
+                let message = who.refusal(Action::Load(Some(&name)));
+                let action = format!("load {name} into slot {slot}");
+                let event = AuditEvent::request(
+                    AuditKind::Forbidden,
+                    Protocol::Http,
+                    self.peer,
+                    who.label(),
+                    &action,
+                    &message,
+                );
+                self.node.audit.record(&event);
+                self.log_refusal(403, "FORBIDDEN", &message);
+                let body = error_body(&message, "FORBIDDEN");
+                self.respond(&req, 403, b"application/json", &body, false, &[]);
+                return Ok(self.after());
+            }
+        }
+        let result = admin::reconfigure(Arc::clone(&self.node), slot, name.clone(), origin).await;
+        let who = self.session.principal().map_or("anonymous", |p| p.label());
+        let asked = (Protocol::Http, self.peer);
+        admin::audit_reconfiguration(&self.node, asked, who, (slot, &name), &result);
+        match result {
             Ok(done) => self.respond(&req, 200, b"application/json", &done.json(), false, &[]),
             Err(AdminError {
                 status,

@@ -90,6 +90,21 @@ pub fn refuse(code: u16, code_name: &'static str, message: impl Into<String>) ->
     }
 }
 
+/// An authenticated caller's request its policy does not allow: `403 FORBIDDEN`.
+pub fn forbidden(message: impl Into<String>) -> Route {
+    refuse(403, "FORBIDDEN", message)
+}
+
+/// A refused reconfiguration: `401` for the admin token, `403` for a policy.
+pub fn load_refused(refused: &admin::LoadRefusal, needs: &str, operation: &str) -> Route {
+    let message = refused.message(needs, operation);
+    if refused.is_forbidden() {
+        forbidden(message)
+    } else {
+        refuse(401, "UNAUTHORIZED", message)
+    }
+}
+
 pub fn not_allowed(method: &str, path: &str, allow: &'static str) -> Route {
     Route::Refuse {
         code: 405,

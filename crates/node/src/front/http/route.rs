@@ -7,7 +7,10 @@ use std::sync::Arc;
 use accel::params_from_pairs;
 
 use super::parse::RequestHead;
-use super::request::{bearer_token, deadline_us, not_allowed, refuse, Request, Route, Wire};
+use super::request::{
+    bearer_token, deadline_us, forbidden, load_refused, not_allowed, refuse, Request, Route, Wire,
+};
+use crate::core::tenant::auth::{Action, Principal};
 use crate::front::admin;
 use crate::node::Node;
 
@@ -15,8 +18,18 @@ const KNOWN_METHODS: [&str; 9] = [
     "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT",
 ];
 
-pub fn route(head: &RequestHead<'_>, node: &Node) -> Request {
-    let route = pick(head, node);
+/// The request `head` of caller `who` (authenticated already) routed, or refused
+/// if its policy does not allow it.
+pub fn route(head: &RequestHead<'_>, node: &Node, who: &Principal) -> Request {
+    let route = match required(head.method, head.path()) {
+        Some(action) if !who.may(action) => forbidden(who.refusal(action)),
+        _ => pick(head, node, who),
+    };
+    request(head, route)
+}
+
+/// A request whose route is decided.
+pub fn request(head: &RequestHead<'_>, route: Route) -> Request {
     let accel_id = match &route {
         Route::Call { accel, .. } => Some(accel.descriptor().id),
         _ => None,
@@ -31,7 +44,7 @@ pub fn route(head: &RequestHead<'_>, node: &Node) -> Request {
     }
 }
 
-fn pick(head: &RequestHead<'_>, node: &Node) -> Route {
+fn pick(head: &RequestHead<'_>, node: &Node, who: &Principal) -> Route {
     let method = head.method;
     let path = head.path();
     if !KNOWN_METHODS.contains(&method) {
@@ -72,13 +85,13 @@ fn pick(head: &RequestHead<'_>, node: &Node) -> Route {
         },
         _ => {
             if let Some(rest) = path.strip_prefix("/v1/slots/") {
-                slot_route(head, node, rest)
+                slot_route(head, node, who, rest)
             } else if let Some(name) = path.strip_prefix("/v1/fn/") {
                 call_route(head, node, name)
             } else if let Some(key) = path.strip_prefix("/v1/objects/") {
                 object_route(head, key)
             } else if path == "/v2" || path.starts_with("/v2/") {
-                super::v2::pick(head, node, path)
+                super::v2::pick(head, node, who, path)
             } else {
                 refuse(404, "NOT_FOUND", format!("no route for {path}"))
             }
@@ -86,7 +99,34 @@ fn pick(head: &RequestHead<'_>, node: &Node) -> Route {
     }
 }
 
-fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
+/// What a policy must allow for a request, decided from its method and path alone
+/// (`None`: nothing beyond authentication — health checks, objects and shared memory
+/// (per tenant by their own modules), reconfiguration (checked with its token in
+/// [`admin::authorize_load`]) and routes that do not exist).
+fn required<'p>(method: &str, path: &'p str) -> Option<Action<'p>> {
+    match path {
+        "/metrics" | "/v2/models/stats" => return Some(Action::Metrics),
+        "/v1/accelerators" | "/v1/slots" | "/v2/repository/index" => return Some(Action::Catalog),
+        _ => {}
+    }
+    if let Some(name) = path.strip_prefix("/v1/fn/") {
+        return Some(Action::Call(name));
+    }
+    if path.starts_with("/v1/slots/") {
+        return (method != "PUT").then_some(Action::Catalog);
+    }
+    let rest = path.strip_prefix("/v2/models/")?;
+    let (model, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    Some(if tail == "infer" || tail.ends_with("/infer") {
+        Action::Call(model)
+    } else if tail == "stats" || tail.ends_with("/stats") {
+        Action::Metrics
+    } else {
+        Action::Catalog
+    })
+}
+
+fn slot_route(head: &RequestHead<'_>, node: &Node, who: &Principal, rest: &str) -> Route {
     let slot = match rest.parse::<u16>() {
         Ok(id) if usize::from(id) < node.dispatcher.slots().len() => id,
         _ => return refuse(404, "NOT_FOUND", format!("no slot {rest} on this node")),
@@ -99,13 +139,9 @@ fn slot_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
         },
         "PUT" => {
             let token = bearer_token(head.header("authorization"));
-            if let Err(refused) = admin::check_token(&node.config, token) {
+            if let Err(refused) = admin::authorize_load(&node.config, who, token, None) {
                 let needs = "reconfiguration needs `Authorization: Bearer <admin token>`";
-                return refuse(
-                    401,
-                    "UNAUTHORIZED",
-                    refused.message(needs, "reconfiguration"),
-                );
+                return load_refused(&refused, needs, "reconfiguration");
             }
             let text = |name| {
                 head.header(name)

@@ -10,8 +10,11 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::parse::RequestHead;
-use super::request::{bearer_token, deadline_us, not_allowed, refuse, Control, Route, ShmOp, Wire};
+use super::request::{
+    bearer_token, deadline_us, load_refused, not_allowed, refuse, Control, Route, ShmOp, Wire,
+};
 use super::response::{error_body, http_code};
+use crate::core::tenant::auth::Principal;
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
 use crate::front::oip::{
@@ -182,7 +185,7 @@ fn admin_error(e: AdminError) -> (u16, Vec<u8>) {
 }
 
 /// The route of `/v2/repository/{rest}`.
-fn repository_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
+fn repository_route(head: &RequestHead<'_>, node: &Node, who: &Principal, rest: &str) -> Route {
     let op = match rest
         .strip_prefix("models/")
         .and_then(|m| m.rsplit_once('/'))
@@ -199,16 +202,13 @@ fn repository_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
     if head.method != "POST" {
         return not_allowed(head.method, head.path(), "POST");
     }
-    if op != Control::Index {
-        // Loading and unloading reconfigure slots: the admin token's, as PUT /v1/slots.
+    if let Control::Load { model } | Control::Unload { model } = &op {
+        // Loading and unloading reconfigure slots: the admin token's or a policy's, as
+        // PUT /v1/slots.
         let token = bearer_token(head.header("authorization"));
-        if let Err(refused) = admin::check_token(&node.config, token) {
+        if let Err(refused) = admin::authorize_load(&node.config, who, token, Some(model)) {
             let needs = "loading and unloading models needs `Authorization: Bearer <admin token>`";
-            return refuse(
-                401,
-                "UNAUTHORIZED",
-                refused.message(needs, "model load/unload"),
-            );
+            return load_refused(&refused, needs, "model load/unload");
         }
     }
     Route::Control { op }
@@ -226,7 +226,7 @@ fn json_with(method: &str, code: u16, body: Vec<u8>) -> Route {
     }
 }
 
-pub fn pick(head: &RequestHead<'_>, node: &Node, path: &str) -> Route {
+pub fn pick(head: &RequestHead<'_>, node: &Node, who: &Principal, path: &str) -> Route {
     let method = head.method;
     let get = matches!(method, "GET" | "HEAD");
     match path {
@@ -244,7 +244,7 @@ pub fn pick(head: &RequestHead<'_>, node: &Node, path: &str) -> Route {
             if let Some(rest) = path.strip_prefix("/v2/models/") {
                 model_route(head, node, rest)
             } else if let Some(rest) = path.strip_prefix("/v2/repository/") {
-                repository_route(head, node, rest)
+                repository_route(head, node, who, rest)
             } else if let Some(rest) = path.strip_prefix("/v2/systemsharedmemory/") {
                 shm_route(head, false, rest)
             } else if let Some(rest) = path.strip_prefix("/v2/cudasharedmemory/") {

@@ -1,12 +1,11 @@
-//! Tenants: who a call is counted against, how a RAC connection proves it is a
-//! configured tenant, and the per-tenant bounds at run time.
+//! Tenants: who a call is counted against, and the per-tenant bounds at run time.
 //!
 //! Every connection starts as its own anonymous tenant (a fresh [`TenantId`]), so two
-//! clients never share a fair share by accident. A RAC connection may then say
-//! `hello` with the name and token of a tenant from the configuration (`[[tenants]]`);
-//! from then on it shares that tenant's identity, and so its share, with every other
-//! connection bound to the same tenant. HTTP has no `hello`: each HTTP connection
-//! stays its own tenant.
+//! clients never share a fair share by accident. A caller that proves a configured
+//! tenant (`[[tenants]]`: a bearer token on HTTP or gRPC, RAC `hello`, a client
+//! certificate; see [`auth`]) shares that tenant's identity, and so its share, with
+//! every other caller of the same tenant. The rest of the node knows a caller by its
+//! [`TenantId`] and, for a configured tenant, its name ([`auth::Principal`]).
 //!
 //! Two bounds apply per tenant, both from the configuration:
 //! - in every slot's queue, at most [`Tenants::queue_share_max`] queued calls
@@ -19,6 +18,11 @@
 //!
 //! Tokens (tenant tokens here, the admin token in `admin`) are compared with
 //! [`secret_eq`], in time that does not depend on where they differ.
+//!
+//! Who a caller is and what it may do — tokens, certificates, `anonymous`, policies —
+//! is [`auth`]'s: the one identity model every front end asks.
+
+pub mod auth;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -32,27 +36,54 @@ use serde::{Deserialize, Serialize};
 /// named none.
 pub type TenantId = u64;
 
-/// A RAC tenant: connections that say `hello` with this name and token share its
-/// fair share of every slot.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+/// A configured tenant (`[[tenants]]`): its credential, and its policy when it has
+/// one (see [`auth`]). Callers that prove it share its fair share of every slot.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct TenantConfig {
     pub name: String,
+    /// The token in plain text (kept for compatibility; empty: none). `token_hash` is
+    /// the production way.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub token: String,
     /// The tenant's quotas (`[tenants.quota]`, see `core::quota`); unset: no limits.
     #[serde(default)]
     pub quota: crate::core::quota::limits::QuotaConfig,
+    /// The token's argon2 PHC string (`netaccel-node hash-token` prints one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_hash: Option<String>,
+    /// `admin`, `operator`, `caller`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roles: Option<Vec<auth::Role>>,
+    /// Accelerators and models it may call: names, or prefixes with a final `*`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<Vec<String>>,
+    /// What an operator may load (all when left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<Vec<String>>,
+    /// Whether it may read `/metrics` and the statistics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<bool>,
+    /// Whether it may read the catalog (accelerators, slots, models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<bool>,
 }
 
-/// Checks the `tenants` of a configuration: each name at most once.
-pub fn check_config(tenants: &[TenantConfig]) -> Result<(), String> {
-    let mut names = std::collections::HashSet::new();
-    for t in tenants {
-        if !names.insert(&t.name) {
-            return Err(format!("tenant `{}` is configured twice", t.name));
-        }
+impl TenantConfig {
+    /// Whether this tenant has a policy: then every caller without one is denied.
+    pub fn has_policy(&self) -> bool {
+        self.roles.is_some()
+            || self.call.is_some()
+            || self.load.is_some()
+            || self.metrics.is_some()
+            || self.catalog.is_some()
     }
-    Ok(())
+}
+
+/// Checks the tenants section of a configuration: each name at most once, one
+/// credential each, valid hashes and patterns, an `anonymous` tenant that exists.
+pub fn check_config(section: &auth::AuthSection) -> Result<(), String> {
+    auth::Auth::new(section).map(drop)
 }
 
 /// Compares a secret (token) with what a client sent without stopping at the first
@@ -62,7 +93,8 @@ pub use registry_api::secret_eq;
 
 /// The node's tenants at run time.
 pub struct Tenants {
-    configured: Vec<TenantConfig>,
+    /// Who callers are and what they may do.
+    pub auth: auth::Auth,
     /// Queued calls one tenant may hold in one slot's queue.
     pub queue_share_max: usize,
     /// RAC calls one tenant may have queued at slots, across its connections.
@@ -89,7 +121,7 @@ impl Tenants {
     /// configured tenants, the queued calls one tenant may hold in one slot's queue,
     /// and the RAC calls it may have queued across its connections.
     pub fn new(
-        configured: Vec<TenantConfig>,
+        section: &auth::AuthSection,
         queue_share_max: usize,
         in_flight_max: usize,
     ) -> Tenants {
@@ -98,7 +130,7 @@ impl Tenants {
             "per-tenant bounds are validated to be at least 1"
         );
         Tenants {
-            configured,
+            auth: auth::Auth::new(section).expect("tenants validated with the configuration"),
             queue_share_max,
             in_flight_max,
             next_anonymous: AtomicU64::new(1),
@@ -109,21 +141,6 @@ impl Tenants {
     /// A fresh tenant identity, for a connection that has not named a tenant.
     pub fn anonymous(&self) -> TenantId {
         self.next_anonymous.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// RAC `hello`: the identity of configured tenant `name` if `token` is its token,
-    /// otherwise the sentence to refuse it with (the same whether the name or the
-    /// token was wrong, so a guesser does not learn which names exist).
-    pub fn authenticate(&self, name: &str, token: Option<&str>) -> Result<TenantId, String> {
-        let known = self.configured.iter().find(|t| t.name == name);
-        match known {
-            Some(t) if token.is_some_and(|given| secret_eq(given, &t.token)) => {
-                Ok(configured_id(name))
-            }
-            _ => Err(format!(
-                "tenant `{name}` is unknown or its token does not match"
-            )),
-        }
     }
 
     /// The identity of the tenant called `name`, whether or not it has a token: the
@@ -166,7 +183,7 @@ pub fn is_configured(id: TenantId) -> bool {
     id & (1 << 63) != 0
 }
 
-fn configured_id(name: &str) -> TenantId {
+pub(crate) fn configured_id(name: &str) -> TenantId {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     name.hash(&mut h);
     h.finish() | (1 << 63)
@@ -229,12 +246,17 @@ mod tests {
             "tenant_in_flight_max = 2\n[[tenants]]\nname = \"a\"\ntoken = \"ta\"\n\
              [[tenants]]\nname = \"b\"\ntoken = \"tb\"",
         );
-        let a = t.authenticate("a", Some("ta")).unwrap();
-        assert_eq!(t.authenticate("a", Some("ta")), Ok(a), "stable identity");
-        let b = t.authenticate("b", Some("tb")).unwrap();
+        let a = t.auth.hello("a", Some("ta")).unwrap().id;
+        assert_eq!(
+            t.auth.hello("a", Some("ta")).unwrap().id,
+            a,
+            "stable identity"
+        );
+        let b = t.auth.hello("b", Some("tb")).unwrap().id;
         assert_ne!(a, b);
+        assert_eq!(t.named("a"), a);
         for (name, token) in [("a", Some("tb")), ("a", None), ("c", Some("ta"))] {
-            let err = t.authenticate(name, token).unwrap_err();
+            let err = t.auth.hello(name, token).unwrap_err().message();
             assert!(err.contains("unknown or its token does not match"), "{err}");
         }
         // Anonymous identities never collide with configured ones.

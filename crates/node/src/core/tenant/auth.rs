@@ -1,0 +1,981 @@
+//! Who a caller is and what it may do: the one identity model of every front end.
+//!
+//! A caller proves a configured tenant with a bearer token (HTTP `Authorization:
+//! Bearer`, gRPC metadata `authorization: Bearer …`, RAC `hello`) or with a client
+//! certificate on a TLS listener (`crate::net::tls` maps it to a name). What a caller
+//! that proves nothing is comes from `anonymous` ([`Anonymous`]): its own tenant per
+//! connection (the default, as before tenants had credentials), a named tenant, or
+//! refused. The answer is a [`Principal`]: the tenant's [`TenantId`] (fairness, and
+//! H2's quotas by name), its name, and what it may do ([`Action`]).
+//!
+//! Tokens are kept as a tenant's `token_hash` (an argon2 PHC string, the production
+//! way) or, for compatibility, a plain `token`. An argon2 verification costs tens of
+//! milliseconds by design, so it is never paid per call: a connection remembers the
+//! principal its credential gave ([`Session`]: RAC `hello` once, HTTP keep-alive per
+//! connection), and a bounded cache keyed by a keyed hash of the token ([`TokenCache`])
+//! answers requests that carry the token every time (gRPC, new HTTP connections). A
+//! reload ([`Auth::reload`], SIGHUP) bumps a generation: every remembered principal
+//! of an older generation is checked again on its connection's next call, so a
+//! removed token stops working there.
+//!
+//! Authorization is deny by default once any tenant has a policy (`roles`, `call`,
+//! `load`, `metrics`, `catalog`): then a caller without one may do nothing but the
+//! health check. With no policy anywhere, every caller may call, read metrics and the
+//! catalog, and reconfiguration follows `admin_token` as it always did.
+//!
+//! Not here: the tokens' wire formats (the front ends), the admin token's own check
+//! (`crate::front::admin`), the audit log (`crate::telemetry::audit`). Tokens never
+//! leave this module in an error message.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+
+use super::{configured_id, secret_eq, TenantConfig, TenantId};
+
+/// What a caller that presents no credential is (`anonymous` in the configuration).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Anonymous {
+    /// Each connection its own tenant (`"connection"`, the default).
+    #[default]
+    Connection,
+    /// Refused: HTTP 401, gRPC UNAUTHENTICATED, RAC UNAUTHORIZED (`"refuse"`).
+    Refuse,
+    /// The configured tenant of that name, its policy included (`"tenant NAME"`).
+    Tenant(String),
+}
+
+impl TryFrom<String> for Anonymous {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Anonymous, String> {
+        match s.as_str() {
+            "connection" => Ok(Anonymous::Connection),
+            "refuse" => Ok(Anonymous::Refuse),
+            _ => match s.strip_prefix("tenant ") {
+                Some(name) if !name.trim().is_empty() => {
+                    Ok(Anonymous::Tenant(name.trim().to_string()))
+                }
+                _ => Err(format!(
+                    "anonymous = `{s}` is not valid: use \"connection\", \"refuse\" or \"tenant NAME\""
+                )),
+            },
+        }
+    }
+}
+
+impl From<Anonymous> for String {
+    fn from(a: Anonymous) -> String {
+        match a {
+            Anonymous::Connection => "connection".to_string(),
+            Anonymous::Refuse => "refuse".to_string(),
+            Anonymous::Tenant(name) => format!("tenant {name}"),
+        }
+    }
+}
+
+/// A tenant's role: `admin` may do everything (forced reconfiguration, reloads);
+/// `operator` may load what its `load` patterns allow (all when it has none) and read
+/// metrics and the catalog; `caller` may call what its `call` patterns allow.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    Operator,
+    Caller,
+}
+
+/// Something a caller may or may not do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action<'a> {
+    /// Call an accelerator or infer with a model of this name.
+    Call(&'a str),
+    /// Load this accelerator or model into a slot (`None`: load anything at all, the
+    /// check made before a request's body names what).
+    Load(Option<&'a str>),
+    /// Read `/metrics` and the inference statistics.
+    Metrics,
+    /// Read the catalog: accelerators, slots, models.
+    Catalog,
+    /// What only an admin may: forced reconfiguration, reloading the tenants.
+    Admin,
+}
+
+impl std::fmt::Display for Action<'_> {
+    /// What the action is, in the words of refusals and audit lines.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Call(name) => write!(f, "call `{name}`"),
+            Action::Load(Some(name)) => write!(f, "load `{name}`"),
+            Action::Load(None) => f.write_str("reconfigure slots"),
+            Action::Metrics => f.write_str("read the metrics"),
+            Action::Catalog => f.write_str("read the catalog"),
+            Action::Admin => f.write_str("administer the node"),
+        }
+    }
+}
+
+/// Why a caller was not authenticated. The messages name no token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthError {
+    /// No credential, and `anonymous = "refuse"`.
+    Missing,
+    /// A token no tenant (nor the admin) has.
+    UnknownToken,
+    /// RAC `hello` naming a tenant it does not prove.
+    Hello(String),
+}
+
+impl AuthError {
+    /// The refusal's sentence, the same on every front end.
+    pub fn message(&self) -> String {
+        match self {
+            AuthError::Missing => "this node refuses anonymous callers: present a tenant's \
+                 token (Authorization: Bearer, gRPC metadata authorization, RAC hello) or \
+                 client certificate"
+                .to_string(),
+            AuthError::UnknownToken => "the token given is not this node's admin token nor any \
+                 tenant's token"
+                .to_string(),
+            AuthError::Hello(name) => {
+                format!("tenant `{name}` is unknown or its token does not match")
+            }
+        }
+    }
+}
+
+/// A tenant's policy, its patterns checked once at load.
+#[derive(Debug, Default)]
+struct Grants {
+    admin: bool,
+    operator: bool,
+    call: Vec<String>,
+    load: Option<Vec<String>>,
+    metrics: bool,
+    catalog: bool,
+}
+
+/// What a principal may do.
+#[derive(Clone, Debug)]
+enum Access {
+    /// No policy configured anywhere: calls, metrics and the catalog; loading only
+    /// when the node has no admin token (`admin_open`).
+    Open { admin_open: bool },
+    /// The node's admin token: everything.
+    Admin,
+    /// A tenant's policy.
+    Granted(Arc<Grants>),
+    /// Policies are configured and this caller has none: nothing.
+    Nothing,
+}
+
+/// An authenticated caller: who it is and what it may do.
+#[derive(Clone, Debug)]
+pub struct Principal {
+    /// Its fairness identity: a configured tenant's, or its connection's.
+    pub id: TenantId,
+    /// The configured tenant's name (`None`: an anonymous connection, or the admin
+    /// token without a tenant).
+    pub name: Option<Arc<str>>,
+    access: Access,
+}
+
+impl Principal {
+    /// Whether this caller may do `action`.
+    pub fn may(&self, action: Action<'_>) -> bool {
+        match &self.access {
+            Access::Admin => true,
+            Access::Nothing => false,
+            Access::Open { admin_open } => match action {
+                Action::Call(_) | Action::Metrics | Action::Catalog => true,
+                Action::Load(_) | Action::Admin => *admin_open,
+            },
+            Access::Granted(g) => g.may(action),
+        }
+    }
+
+    /// A caller that may do nothing, counted as `id`: what answers the requests that
+    /// need no authentication (health checks) of a caller that failed it.
+    pub fn nobody(id: TenantId) -> Principal {
+        Principal {
+            id,
+            name: None,
+            access: Access::Nothing,
+        }
+    }
+
+    /// Whether a policy decides for this caller (so a refusal is the policy's, 403,
+    /// rather than a missing admin token's, 401).
+    pub fn has_policy(&self) -> bool {
+        matches!(self.access, Access::Granted(_) | Access::Nothing)
+    }
+
+    /// Why `action` is refused to this caller, the same words on every front end.
+    pub fn refusal(&self, action: Action<'_>) -> String {
+        format!(
+            "tenant `{}` may not {action}: its policy does not allow it",
+            self.label()
+        )
+    }
+
+    /// The name for logs: the tenant's, or `anonymous`.
+    pub fn label(&self) -> &str {
+        match (&self.name, &self.access) {
+            (Some(name), _) => name,
+            (None, Access::Admin) => "admin",
+            (None, _) => "anonymous",
+        }
+    }
+}
+
+impl Grants {
+    fn may(&self, action: Action<'_>) -> bool {
+        if self.admin {
+            return true;
+        }
+        match action {
+            Action::Call(name) => matches_any(&self.call, name),
+            Action::Load(what) => {
+                self.operator
+                    && match (&self.load, what) {
+                        (None, _) | (Some(_), None) => true,
+                        (Some(patterns), Some(name)) => matches_any(patterns, name),
+                    }
+            }
+            Action::Metrics => self.metrics || self.operator,
+            Action::Catalog => self.catalog || self.operator,
+            Action::Admin => false,
+        }
+    }
+}
+
+/// Whether `name` matches one of `patterns`: exact, or a prefix before a final `*`.
+fn matches_any(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => p == name,
+    })
+}
+
+/// Checks a pattern of `call` or `load`: a name, or a prefix and one final `*`.
+fn check_pattern(tenant: &str, pattern: &str) -> Result<(), String> {
+    let body = pattern.strip_suffix('*').unwrap_or(pattern);
+    if body.contains('*') || pattern.is_empty() {
+        return Err(format!(
+            "tenant `{tenant}`: pattern `{pattern}` is not valid: a name, or a prefix and a final `*`"
+        ));
+    }
+    Ok(())
+}
+
+/// How a configured tenant proves itself.
+enum Secret {
+    /// Only by a client certificate.
+    None,
+    Plain(String),
+    /// An argon2 PHC string, checked when read.
+    Hashed(String),
+}
+
+struct Entry {
+    name: Arc<str>,
+    secret: Secret,
+    access: Access,
+}
+
+impl Entry {
+    fn principal(&self) -> Principal {
+        Principal {
+            id: configured_id(&self.name),
+            name: Some(Arc::clone(&self.name)),
+            access: self.access.clone(),
+        }
+    }
+
+    /// Whether `token` is this tenant's (argon2 for a hash: slow, see the module docs).
+    fn proves(&self, token: &str) -> bool {
+        match &self.secret {
+            Secret::None => false,
+            Secret::Plain(t) => secret_eq(token, t),
+            Secret::Hashed(phc) => verify_hash(phc, token),
+        }
+    }
+}
+
+/// The tenants as of one configuration (or reload).
+struct Directory {
+    generation: u64,
+    entries: Vec<Entry>,
+    by_name: HashMap<Arc<str>, usize>,
+    anonymous: Anonymous,
+    /// Any tenant has a policy: deny by default.
+    policy_mode: bool,
+    admin_token: Option<String>,
+}
+
+/// The checked tenants section: what [`Auth::new`] and [`Auth::reload`] take.
+pub struct AuthSection {
+    pub tenants: Vec<TenantConfig>,
+    pub anonymous: Anonymous,
+    pub admin_token: Option<String>,
+}
+
+impl Directory {
+    fn build(section: &AuthSection, generation: u64) -> Result<Directory, String> {
+        let policy_mode = section.tenants.iter().any(TenantConfig::has_policy);
+        let mut entries = Vec::with_capacity(section.tenants.len());
+        let mut by_name = HashMap::new();
+        for t in &section.tenants {
+            let entry = entry_of(t, policy_mode, section.admin_token.is_none())?;
+            if by_name
+                .insert(Arc::clone(&entry.name), entries.len())
+                .is_some()
+            {
+                return Err(format!("tenant `{}` is configured twice", t.name));
+            }
+            entries.push(entry);
+        }
+        check_plain_tokens_distinct(&entries, section.admin_token.as_deref())?;
+        if let Anonymous::Tenant(name) = &section.anonymous {
+            if !by_name.contains_key(name.as_str()) {
+                return Err(format!(
+                    "anonymous = \"tenant {name}\" names no configured tenant"
+                ));
+            }
+        }
+        Ok(Directory {
+            generation,
+            entries,
+            by_name,
+            anonymous: section.anonymous.clone(),
+            policy_mode,
+            admin_token: section.admin_token.clone(),
+        })
+    }
+
+    /// What a caller without a policy of its own gets.
+    fn default_access(&self) -> Access {
+        if self.policy_mode {
+            Access::Nothing
+        } else {
+            Access::Open {
+                admin_open: self.admin_token.is_none(),
+            }
+        }
+    }
+
+    fn by_name(&self, name: &str) -> Option<&Entry> {
+        self.by_name.get(name).map(|&i| &self.entries[i])
+    }
+
+    /// Whether any credential is configured: without one, a bearer token cannot be
+    /// wrong, and is ignored as it always was.
+    fn has_credentials(&self) -> bool {
+        self.admin_token.is_some()
+            || self
+                .entries
+                .iter()
+                .any(|e| !matches!(e.secret, Secret::None))
+    }
+}
+
+fn entry_of(t: &TenantConfig, policy_mode: bool, admin_open: bool) -> Result<Entry, String> {
+    let secret = match (t.token.is_empty(), &t.token_hash) {
+        (false, Some(_)) => {
+            return Err(format!(
+                "tenant `{}` has both token and token_hash: keep token_hash",
+                t.name
+            ))
+        }
+        (false, None) => Secret::Plain(t.token.clone()),
+        (true, Some(phc)) => {
+            argon2::PasswordHash::new(phc).map_err(|e| {
+                format!(
+                    "tenant `{}`: token_hash is not an argon2 PHC string ({e}); \
+                     make one with `netaccel-node hash-token`",
+                    t.name
+                )
+            })?;
+            Secret::Hashed(phc.clone())
+        }
+        (true, None) => Secret::None,
+    };
+    for p in t.call.iter().flatten().chain(t.load.iter().flatten()) {
+        check_pattern(&t.name, p)?;
+    }
+    let access = if policy_mode {
+        let roles = t.roles.as_deref().unwrap_or(&[]);
+        Access::Granted(Arc::new(Grants {
+            admin: roles.contains(&Role::Admin),
+            operator: roles.contains(&Role::Operator),
+            call: t.call.clone().unwrap_or_default(),
+            load: t.load.clone(),
+            metrics: t.metrics.unwrap_or(false),
+            catalog: t.catalog.unwrap_or(false),
+        }))
+    } else {
+        Access::Open { admin_open }
+    };
+    Ok(Entry {
+        name: Arc::from(t.name.as_str()),
+        secret,
+        access,
+    })
+}
+
+/// Two tenants with one plain token (or one with the admin's) would be told apart
+/// by the order of the file: refused. (Hashed tokens cannot be compared without the
+/// tokens.)
+fn check_plain_tokens_distinct(entries: &[Entry], admin: Option<&str>) -> Result<(), String> {
+    let mut seen: HashMap<&str, &str> = HashMap::new();
+    if let Some(admin) = admin {
+        seen.insert(admin, "the admin token");
+    }
+    for e in entries {
+        if let Secret::Plain(token) = &e.secret {
+            if let Some(other) = seen.insert(token, &e.name) {
+                return Err(format!(
+                    "tenant `{}` has the same token as {}",
+                    e.name,
+                    if other == "the admin token" {
+                        other.to_string()
+                    } else {
+                        format!("tenant `{other}`")
+                    }
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `token` matches the argon2 PHC string `phc` (checked at load).
+fn verify_hash(phc: &str, token: &str) -> bool {
+    use argon2::PasswordVerifier;
+    match argon2::PasswordHash::new(phc) {
+        Ok(hash) => argon2::Argon2::default()
+            .verify_password(token.as_bytes(), &hash)
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// The argon2id PHC string of `token`, with a fresh random salt: what
+/// `netaccel-node hash-token` prints for `token_hash`.
+pub fn hash_token(token: &str) -> Result<String, String> {
+    use argon2::PasswordHasher;
+    let mut salt = [0u8; 16];
+    // SAFETY: getrandom fills at most `salt.len()` bytes of the buffer it is given.
+    let n = unsafe { libc::getrandom(salt.as_mut_ptr().cast(), salt.len(), 0) };
+    if n != salt.len() as isize {
+        return Err("cannot read random bytes for the salt".to_string());
+    }
+    let salt = argon2::password_hash::SaltString::encode_b64(&salt).map_err(|e| e.to_string())?;
+    argon2::Argon2::default()
+        .hash_password(token.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// Tokens checked lately, by a keyed hash of the token: the tenant it proved (an
+/// index into the directory of `generation`), the admin, or nothing. Bounded: when
+/// full it starts over, which costs the next callers one verification each.
+struct TokenCache {
+    generation: u64,
+    map: HashMap<u128, Verdict>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Tenant(usize),
+    Admin,
+    Unknown,
+}
+
+/// Tokens the cache holds at most.
+const TOKEN_CACHE_MAX: usize = 4096;
+
+/// Authentication at run time: the current directory, the token cache and the keys
+/// of the cache's hash.
+pub struct Auth {
+    directory: RwLock<Arc<Directory>>,
+    generation: AtomicU64,
+    cache: Mutex<TokenCache>,
+    keys: [std::collections::hash_map::RandomState; 2],
+}
+
+impl Auth {
+    /// The authentication of a checked tenants section.
+    pub fn new(section: &AuthSection) -> Result<Auth, String> {
+        let directory = Directory::build(section, 1)?;
+        Ok(Auth {
+            directory: RwLock::new(Arc::new(directory)),
+            generation: AtomicU64::new(1),
+            cache: Mutex::new(TokenCache {
+                generation: 1,
+                map: HashMap::new(),
+            }),
+            keys: Default::default(),
+        })
+    }
+
+    /// Replaces the tenants (SIGHUP, the admin route): callers authenticated before
+    /// are checked again on their next call. The admin token is kept when `section`
+    /// has none. On error nothing changes.
+    pub fn reload(&self, section: &AuthSection) -> Result<(), String> {
+        let mut current = self.directory.write();
+        let generation = current.generation + 1;
+        let mut next = Directory::build(section, generation)?;
+        if next.admin_token.is_none() {
+            next.admin_token = current.admin_token.clone();
+        }
+        *current = Arc::new(next);
+        self.generation.store(generation, Ordering::Release);
+        Ok(())
+    }
+
+    /// The generation of the tenants now: it changes with every reload.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn current(&self) -> Arc<Directory> {
+        Arc::clone(&self.directory.read())
+    }
+
+    /// The keyed hash a token is cached and remembered under (never the token).
+    fn key(&self, token: &str) -> u128 {
+        let hash = |k: &std::collections::hash_map::RandomState| {
+            let mut h = k.build_hasher();
+            h.write(token.as_bytes());
+            h.finish()
+        };
+        (u128::from(hash(&self.keys[0])) << 64) | u128::from(hash(&self.keys[1]))
+    }
+
+    /// Who a caller is that presented `bearer` (or nothing), on a connection whose
+    /// own identity is `base`.
+    pub fn identify(&self, base: &Base, bearer: Option<&str>) -> Result<Principal, AuthError> {
+        let dir = self.current();
+        if let Base::Certificate(name) = base {
+            // The certificate proved the tenant; an admin token adds nothing a
+            // reconfiguration check would not see itself.
+            return Ok(certificate_principal(&dir, name));
+        }
+        match bearer {
+            Some(token) if dir.has_credentials() => self.bearer(&dir, token),
+            _ => anonymous_principal(&dir, base),
+        }
+    }
+
+    fn bearer(&self, dir: &Directory, token: &str) -> Result<Principal, AuthError> {
+        let key = self.key(token);
+        let cached = {
+            let mut cache = self.cache.lock();
+            if cache.generation != dir.generation {
+                cache.map.clear();
+                cache.generation = dir.generation;
+            }
+            cache.map.get(&key).copied()
+        };
+        let verdict = cached.unwrap_or_else(|| {
+            let verdict = verdict_of(dir, token);
+            let mut cache = self.cache.lock();
+            if cache.generation == dir.generation {
+                if cache.map.len() >= TOKEN_CACHE_MAX {
+                    cache.map.clear();
+                }
+                cache.map.insert(key, verdict);
+            }
+            verdict
+        });
+        match verdict {
+            Verdict::Tenant(i) => Ok(dir.entries[i].principal()),
+            Verdict::Admin => Ok(Principal {
+                id: configured_id(""),
+                name: None,
+                access: Access::Admin,
+            }),
+            Verdict::Unknown => Err(AuthError::UnknownToken),
+        }
+    }
+
+    /// RAC `hello`: the principal of tenant `name` if `token` proves it.
+    pub fn hello(&self, name: &str, token: Option<&str>) -> Result<Principal, AuthError> {
+        let dir = self.current();
+        match (dir.by_name(name), token) {
+            (Some(entry), Some(token)) if entry.proves(token) => Ok(entry.principal()),
+            _ => Err(AuthError::Hello(name.to_string())),
+        }
+    }
+
+    /// Whether the node's admin token is `token`.
+    pub fn is_admin_token(&self, token: &str) -> bool {
+        self.current()
+            .admin_token
+            .as_deref()
+            .is_some_and(|admin| secret_eq(token, admin))
+    }
+
+    /// Whether any tenant has a policy (deny by default).
+    pub fn policy_mode(&self) -> bool {
+        self.current().policy_mode
+    }
+}
+
+fn verdict_of(dir: &Directory, token: &str) -> Verdict {
+    if dir
+        .admin_token
+        .as_deref()
+        .is_some_and(|admin| secret_eq(token, admin))
+    {
+        return Verdict::Admin;
+    }
+    match dir.entries.iter().position(|e| e.proves(token)) {
+        Some(i) => Verdict::Tenant(i),
+        None => Verdict::Unknown,
+    }
+}
+
+fn certificate_principal(dir: &Directory, name: &str) -> Principal {
+    match dir.by_name(name) {
+        Some(entry) => entry.principal(),
+        None => Principal {
+            id: configured_id(name),
+            name: Some(Arc::from(name)),
+            access: dir.default_access(),
+        },
+    }
+}
+
+fn anonymous_principal(dir: &Directory, base: &Base) -> Result<Principal, AuthError> {
+    let Base::Connection(id) = base else {
+        unreachable!("certificates are answered before");
+    };
+    match &dir.anonymous {
+        Anonymous::Refuse => Err(AuthError::Missing),
+        Anonymous::Tenant(name) => Ok(dir
+            .by_name(name)
+            .expect("anonymous tenant checked at load")
+            .principal()),
+        Anonymous::Connection => Ok(Principal {
+            id: *id,
+            name: None,
+            access: dir.default_access(),
+        }),
+    }
+}
+
+/// A connection's own identity, before any credential: its anonymous tenant, or the
+/// tenant its client certificate maps to.
+#[derive(Clone, Debug)]
+pub enum Base {
+    Connection(TenantId),
+    Certificate(String),
+}
+
+/// What a connection remembers of its caller: the principal its last credential gave,
+/// under the token's keyed hash and the generation it was checked in, so that a
+/// keep-alive connection that sends the same token again is not checked again.
+pub struct Session {
+    pub base: Base,
+    memo: Option<(u128, u64, Principal)>,
+    /// The tenant name and token a RAC `hello` proved, to check them again after a
+    /// reload (the only copy of a token the node keeps past a request).
+    hello: Option<Box<(String, String)>>,
+}
+
+/// The memo key of a request without a token (a keyed hash is never 0 in practice,
+/// and a collision would only cost the check it saves).
+const NO_TOKEN: u128 = 0;
+
+impl Session {
+    pub fn new(base: Base) -> Session {
+        Session {
+            base,
+            memo: None,
+            hello: None,
+        }
+    }
+
+    /// RAC `hello`: binds the connection to tenant `name` if `token` proves it (a
+    /// failed `hello` leaves the connection as it was).
+    pub fn hello(
+        &mut self,
+        auth: &Auth,
+        name: &str,
+        token: Option<&str>,
+    ) -> Result<&Principal, AuthError> {
+        let generation = auth.generation();
+        let principal = auth.hello(name, token)?;
+        let token = token.expect("a proven hello has a token");
+        self.hello = Some(Box::new((name.to_string(), token.to_string())));
+        self.memo = Some((NO_TOKEN, generation, principal));
+        Ok(&self.memo.as_ref().expect("just set").2)
+    }
+
+    /// The principal of a connection whose calls carry no token (RAC): what its
+    /// `hello` proved, or its own identity, checked again after each reload.
+    pub fn current(&mut self, auth: &Auth) -> Result<&Principal, AuthError> {
+        let generation = auth.generation();
+        if !matches!(&self.memo, Some((_, g, _)) if *g == generation) {
+            let principal = match &self.hello {
+                Some(h) => auth.hello(&h.0, Some(&h.1)),
+                None => auth.identify(&self.base, None),
+            };
+            match principal {
+                Ok(p) => self.memo = Some((NO_TOKEN, generation, p)),
+                Err(e) => {
+                    self.memo = None;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(&self.memo.as_ref().expect("just checked").2)
+    }
+
+    /// The principal the last request identified, if it was not refused.
+    pub fn principal(&self) -> Option<&Principal> {
+        self.memo.as_ref().map(|(_, _, p)| p)
+    }
+
+    /// The connection's own fairness identity (its anonymous tenant or its
+    /// certificate's).
+    pub fn base_id(&self) -> TenantId {
+        match &self.base {
+            Base::Connection(id) => *id,
+            Base::Certificate(name) => configured_id(name),
+        }
+    }
+
+    /// The principal of a request that presents `bearer`: remembered when the same
+    /// token (or none) came before in this generation, else identified (and then
+    /// remembered). Refusals are not remembered.
+    pub fn identify(&mut self, auth: &Auth, bearer: Option<&str>) -> Result<&Principal, AuthError> {
+        let generation = auth.generation();
+        let key = bearer.map_or(NO_TOKEN, |t| auth.key(t));
+        let fresh = matches!(&self.memo, Some((k, g, _)) if *k == key && *g == generation);
+        if !fresh {
+            match auth.identify(&self.base, bearer) {
+                Ok(principal) => self.memo = Some((key, generation, principal)),
+                Err(e) => {
+                    self.memo = None;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(&self.memo.as_ref().expect("just set").2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant(name: &str, token: &str) -> TenantConfig {
+        TenantConfig {
+            name: name.to_string(),
+            token: token.to_string(),
+            ..TenantConfig::default()
+        }
+    }
+
+    fn section(tenants: Vec<TenantConfig>, anonymous: Anonymous) -> AuthSection {
+        AuthSection {
+            tenants,
+            anonymous,
+            admin_token: Some("adm".to_string()),
+        }
+    }
+
+    /// A cheap argon2 hash (the tests' parameters, not production's).
+    fn cheap_hash(token: &str) -> String {
+        use argon2::PasswordHasher;
+        let params = argon2::Params::new(8, 1, 1, None).unwrap();
+        let a = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
+        let salt = argon2::password_hash::SaltString::encode_b64(b"0123456789abcdef").unwrap();
+        a.hash_password(token.as_bytes(), &salt)
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn anonymous_parses_its_three_forms_only() {
+        let parse = |s: &str| Anonymous::try_from(s.to_string());
+        assert_eq!(parse("connection"), Ok(Anonymous::Connection));
+        assert_eq!(parse("refuse"), Ok(Anonymous::Refuse));
+        assert_eq!(parse("tenant a"), Ok(Anonymous::Tenant("a".into())));
+        assert!(parse("tenant ").is_err() && parse("open").is_err());
+        assert_eq!(String::from(Anonymous::Tenant("a".into())), "tenant a");
+    }
+
+    #[test]
+    fn hashed_and_plain_tokens_prove_their_tenant_only() {
+        let mut b = tenant("b", "");
+        b.token_hash = Some(cheap_hash("tb"));
+        let auth = Auth::new(&section(vec![tenant("a", "ta"), b], Anonymous::Refuse)).unwrap();
+        let base = Base::Connection(5);
+        let a = auth.identify(&base, Some("ta")).unwrap();
+        let b = auth.identify(&base, Some("tb")).unwrap();
+        assert_eq!((a.label(), b.label()), ("a", "b"));
+        assert_ne!(a.id, b.id);
+        assert!(super::super::is_configured(a.id));
+        for wrong in ["tb ", "TA", "", "adm2"] {
+            assert_eq!(
+                auth.identify(&base, Some(wrong)).unwrap_err(),
+                AuthError::UnknownToken
+            );
+        }
+        assert_eq!(auth.identify(&base, None).unwrap_err(), AuthError::Missing);
+        assert!(auth
+            .identify(&base, Some("adm"))
+            .unwrap()
+            .may(Action::Admin));
+        assert_eq!(auth.hello("b", Some("tb")).unwrap().label(), "b");
+        assert!(auth.hello("b", Some("ta")).is_err() && auth.hello("b", None).is_err());
+        // Cached answers are the same answers.
+        assert_eq!(auth.identify(&base, Some("tb")).unwrap().id, b.id);
+        assert!(!AuthError::UnknownToken.message().contains("tb"));
+    }
+
+    #[test]
+    fn without_policies_everyone_may_call_and_the_admin_token_decides_loads() {
+        let auth = Auth::new(&section(vec![tenant("a", "ta")], Anonymous::Connection)).unwrap();
+        let anon = auth.identify(&Base::Connection(7), None).unwrap();
+        assert_eq!(anon.id, 7);
+        assert!(anon.may(Action::Call("sobel")) && anon.may(Action::Metrics));
+        assert!(!anon.may(Action::Load(None)) && !anon.has_policy());
+        let open = Auth::new(&AuthSection {
+            tenants: vec![],
+            anonymous: Anonymous::Connection,
+            admin_token: None,
+        })
+        .unwrap();
+        let p = open
+            .identify(&Base::Connection(8), Some("whatever"))
+            .unwrap();
+        assert!(
+            p.may(Action::Load(Some("x"))),
+            "no credentials: a token is ignored"
+        );
+    }
+
+    #[test]
+    fn policies_deny_by_default_and_grant_by_pattern_and_role() {
+        let mut a = tenant("a", "ta");
+        a.call = Some(vec!["sobel".into(), "resnet*".into()]);
+        let mut op = tenant("op", "to");
+        op.roles = Some(vec![Role::Operator]);
+        op.load = Some(vec!["topk".into()]);
+        let auth = Auth::new(&section(
+            vec![a, op, tenant("c", "tc")],
+            Anonymous::Connection,
+        ))
+        .unwrap();
+        let base = Base::Connection(1);
+        let a = auth.identify(&base, Some("ta")).unwrap();
+        assert!(a.may(Action::Call("sobel")) && a.may(Action::Call("resnet50")));
+        assert!(!a.may(Action::Call("sobelx")) && !a.may(Action::Call("topk")));
+        assert!(!a.may(Action::Metrics) && !a.may(Action::Load(None)) && a.has_policy());
+        let op = auth.identify(&base, Some("to")).unwrap();
+        assert!(op.may(Action::Load(None)) && op.may(Action::Load(Some("topk"))));
+        assert!(!op.may(Action::Load(Some("sobel"))) && !op.may(Action::Admin));
+        assert!(op.may(Action::Metrics) && !op.may(Action::Call("topk")));
+        for p in [
+            auth.identify(&base, Some("tc")).unwrap(),
+            auth.identify(&base, None).unwrap(),
+        ] {
+            assert!(!p.may(Action::Call("sobel")) && !p.may(Action::Catalog));
+        }
+        let same = Auth::new(&section(
+            vec![tenant("a", "t"), tenant("b", "t")],
+            Anonymous::Connection,
+        ));
+        assert!(same
+            .err()
+            .unwrap()
+            .contains("tenant `b` has the same token as tenant `a`"));
+        let admin = Auth::new(&section(vec![tenant("a", "adm")], Anonymous::Connection));
+        assert!(admin
+            .err()
+            .unwrap()
+            .contains("same token as the admin token"));
+        let mut bad = tenant("x", "tx");
+        bad.call = Some(vec!["a*b".into()]);
+        let err = Auth::new(&section(vec![bad], Anonymous::Connection))
+            .err()
+            .unwrap();
+        assert!(err.contains("pattern `a*b`"), "{err}");
+    }
+
+    #[test]
+    fn a_reload_refuses_removed_tokens_on_remembered_sessions() {
+        let auth = Auth::new(&section(vec![tenant("a", "ta")], Anonymous::Refuse)).unwrap();
+        let mut session = Session::new(Base::Connection(3));
+        assert_eq!(session.identify(&auth, Some("ta")).unwrap().label(), "a");
+        auth.reload(&section(vec![tenant("a", "ta2")], Anonymous::Refuse))
+            .unwrap();
+        assert_eq!(
+            session.identify(&auth, Some("ta")).unwrap_err(),
+            AuthError::UnknownToken
+        );
+        assert_eq!(session.identify(&auth, Some("ta2")).unwrap().label(), "a");
+        // A reload that fails changes nothing.
+        let err = auth
+            .reload(&section(
+                vec![tenant("a", "1"), tenant("a", "2")],
+                Anonymous::Refuse,
+            ))
+            .unwrap_err();
+        assert!(err.contains("configured twice"), "{err}");
+        assert_eq!(session.identify(&auth, Some("ta2")).unwrap().label(), "a");
+    }
+
+    #[test]
+    fn a_hello_is_checked_again_after_a_reload() {
+        let auth = Auth::new(&section(vec![tenant("a", "ta")], Anonymous::Refuse)).unwrap();
+        let mut rac = Session::new(Base::Connection(4));
+        assert_eq!(rac.current(&auth).unwrap_err(), AuthError::Missing);
+        assert!(rac.hello(&auth, "a", Some("tb")).is_err());
+        assert_eq!(rac.hello(&auth, "a", Some("ta")).unwrap().label(), "a");
+        assert_eq!(rac.current(&auth).unwrap().label(), "a");
+        auth.reload(&section(vec![tenant("a", "ta")], Anonymous::Refuse))
+            .unwrap();
+        assert_eq!(rac.current(&auth).unwrap().label(), "a", "token kept");
+        auth.reload(&section(vec![tenant("b", "ta")], Anonymous::Refuse))
+            .unwrap();
+        assert!(matches!(rac.current(&auth), Err(AuthError::Hello(_))));
+    }
+
+    #[test]
+    fn an_anonymous_tenant_must_exist_and_a_certificate_wins() {
+        let err = Auth::new(&section(vec![], Anonymous::Tenant("z".into())))
+            .err()
+            .unwrap();
+        assert!(err.contains("names no configured tenant"), "{err}");
+        let auth = Auth::new(&section(
+            vec![tenant("a", "ta")],
+            Anonymous::Tenant("a".into()),
+        ))
+        .unwrap();
+        assert_eq!(
+            auth.identify(&Base::Connection(2), None).unwrap().label(),
+            "a"
+        );
+        let cert = Base::Certificate("team-c".into());
+        assert_eq!(auth.identify(&cert, Some("ta")).unwrap().label(), "team-c");
+    }
+
+    #[test]
+    fn hash_token_makes_a_phc_string_that_verifies() {
+        let phc = hash_token("s3cret").unwrap();
+        assert!(phc.starts_with("$argon2id$"), "{phc}");
+        assert!(verify_hash(&phc, "s3cret") && !verify_hash(&phc, "s3cre"));
+        assert_ne!(phc, hash_token("s3cret").unwrap(), "fresh salt");
+    }
+}

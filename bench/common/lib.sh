@@ -168,8 +168,66 @@ build_release_bins() {
 # loops at once; threads of the SCHED_IDLE class (the node's slot workers by default)
 # share the CPU with them, so scripts keep them off CPUs where such threads work.
 # Nothing happens with KEEP_AWAKE=0. The loops end by themselves after an hour.
+#
+# "Preempts at once" is the kernel's promise, and some kernels break it: on one (6.18 on
+# a shared VM) a task woken on a CPU running such a loop waited for the next tick, so
+# every call took 2-5 ms, the floors' too. So the first awake_start of a script checks
+# (awake_probe): a round trip between two processes pinned to the CPUs, without and then
+# with the loops; if the loops make it more than 10x slower, they are not used (the run
+# says so, as if KEEP_AWAKE=0 had been given).
+awake_probe() {
+    local cpus=$1 a b quiet loaded p pids=()
+    a=${cpus%%[,-]*}; b=${cpus##*[,-]}
+    quiet=$(awake_rtt "$a" "$b")
+    for p in $(echo "$cpus" | tr ',' ' '); do
+        if [[ $p == *-* ]]; then p=$(seq "${p%-*}" "${p#*-}"); fi
+        for p in $p; do
+            chrt -i 0 taskset -c "$p" timeout 60 sh -c 'while :; do :; done' &
+            pids+=($!)
+        done
+    done
+    loaded=$(awake_rtt "$a" "$b")
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    if python3 -c "import sys; sys.exit(0 if float('$loaded') > 10 * float('$quiet') else 1)"; then
+        log "keep-awake loops make a round trip between CPUs $a and $b ${loaded} µs (without: ${quiet} µs): this kernel does not let a woken task preempt them, so they are not used (KEEP_AWAKE=0)"
+        return 1
+    fi
+    return 0
+}
+
+# awake_rtt CPU_A CPU_B: the median round trip, µs, of 1 byte over a socket pair
+# between two processes pinned to the two CPUs (500 round trips).
+awake_rtt() {
+    python3 - "$1" "$2" <<'PY'
+import os, socket, statistics, sys, time
+a, b = int(sys.argv[1]), int(sys.argv[2])
+x, y = socket.socketpair()
+if os.fork() == 0:
+    x.close()
+    os.sched_setaffinity(0, {b})
+    while (d := y.recv(1)):
+        y.send(d)
+    os._exit(0)
+y.close()
+os.sched_setaffinity(0, {a})
+times = []
+for _ in range(500):
+    t = time.perf_counter_ns()
+    x.send(b"x")
+    x.recv(1)
+    times.append(time.perf_counter_ns() - t)
+x.close()
+os.wait()
+print(round(statistics.median(times) / 1000, 1))
+PY
+}
+
 awake_start() {
     [[ ${KEEP_AWAKE:-1} == 1 ]] || return 0
+    if [[ -z ${AWAKE_CHECKED:-} ]]; then
+        AWAKE_CHECKED=1
+        awake_probe "$1" || { KEEP_AWAKE=0; return 0; }
+    fi
     local c
     for c in $(echo "$1" | tr ',' ' '); do
         if [[ $c == *-* ]]; then c=$(seq "${c%-*}" "${c#*-}"); fi

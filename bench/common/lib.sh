@@ -178,7 +178,7 @@ build_release_bins() {
 awake_probe() {
     local cpus=$1 a b quiet loaded p pids=()
     a=${cpus%%[,-]*}; b=${cpus##*[,-]}
-    quiet=$(awake_rtt "$a" "$b")
+    quiet=$(awake_rtt "$a" "$b") || return 0
     for p in $(echo "$cpus" | tr ',' ' '); do
         if [[ $p == *-* ]]; then p=$(seq "${p%-*}" "${p#*-}"); fi
         for p in $p; do
@@ -186,7 +186,7 @@ awake_probe() {
             pids+=($!)
         done
     done
-    loaded=$(awake_rtt "$a" "$b")
+    loaded=$(awake_rtt "$a" "$b") || loaded=$quiet
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
     if python3 -c "import sys; sys.exit(0 if float('$loaded') > 10 * float('$quiet') else 1)"; then
         log "keep-awake loops make a round trip between CPUs $a and $b ${loaded} µs (without: ${quiet} µs): this kernel does not let a woken task preempt them, so they are not used (KEEP_AWAKE=0)"

@@ -163,42 +163,6 @@ fn hash_token() -> ExitCode {
     }
 }
 
-/// Reloads the tenants from the configuration file `path` on every SIGHUP, on a
-/// thread of its own; returns once the signal is listened for, so that a SIGHUP sent
-/// after the node started never meets the default action (which ends the process).
-fn spawn_tenant_reloader(
-    reload: impl Fn(Result<Config, String>) -> bool + Send + 'static,
-    path: PathBuf,
-) -> Result<(), String> {
-    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("tenant-reload".to_string())
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("reload runtime");
-            rt.block_on(async move {
-                use tokio::signal::unix::{signal, SignalKind};
-                let mut hup = match signal(SignalKind::hangup()) {
-                    Ok(hup) => hup,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(format!("cannot listen for SIGHUP: {e}")));
-                        return;
-                    }
-                };
-                let _ = ready_tx.send(Ok(()));
-                while hup.recv().await.is_some() {
-                    reload(Config::from_file(&path));
-                }
-            });
-        })
-        .map_err(|e| format!("cannot start the tenant reload thread: {e}"))?;
-    ready_rx
-        .recv()
-        .map_err(|_| "the tenant reload thread ended at once".to_string())?
-}
-
 fn main() -> ExitCode {
     // The node started again as an isolated OpenCL runtime process (see
     // `ocl_remote::service::isolate`): not a node, no command line of its own.
@@ -296,7 +260,13 @@ fn main() -> ExitCode {
     match netaccel_node::start(config) {
         Ok(running) => {
             if let Some(path) = args.config {
-                if let Err(e) = spawn_tenant_reloader(running.tenant_reloader(), path) {
+                // The tenants, from the file again on every SIGHUP.
+                let reload = running.tenant_reloader();
+                let again = move || {
+                    reload(netaccel_node::config::Config::from_file(&path));
+                };
+                let listening = netaccel_node::server::on_sighup("tenant-reload", again, None);
+                if let Err(e) = listening {
                     drop(stray);
                     eprintln!("netaccel-node: {e}");
                     return ExitCode::FAILURE;

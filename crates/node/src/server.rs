@@ -78,9 +78,15 @@ pub fn start(mut config: Config) -> Result<Running, StartError> {
         .collect::<Result<Vec<_>, _>>()?;
     let network_threads = threads.len();
     if let Some(tls) = &node.tls {
-        threads.push(crate::net::tls::spawn_reloader(
-            tls.clone(),
-            node.shutdown_signal(),
+        let acceptor = tls.clone();
+        let reload = move || {
+            tracing::info!("SIGHUP: reloading the TLS certificate");
+            let _ = acceptor.reload();
+        };
+        threads.push(on_sighup(
+            "tls-reload",
+            reload,
+            Some(node.shutdown_signal()),
         )?);
     }
     let mut running = Running {
@@ -741,4 +747,57 @@ fn reported(node: &Node) -> Reported {
             })
             .collect(),
     }
+}
+
+/// Runs `action` on every SIGHUP, on a thread named `name` with a runtime of its own,
+/// until `shutdown` turns true (`None`: for the life of the process). Returns once the
+/// signal is being listened for, so that a SIGHUP sent after the node started never
+/// meets the default action (which ends the process). The one home of the node's
+/// SIGHUP handling: the TLS certificate's reload and the tenants' both come through it.
+pub fn on_sighup(
+    name: &str,
+    mut action: impl FnMut() + Send + 'static,
+    shutdown: Option<tokio::sync::watch::Receiver<bool>>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("SIGHUP runtime");
+            rt.block_on(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let mut hup = match signal(SignalKind::hangup()) {
+                    Ok(hup) => hup,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("cannot listen for SIGHUP: {e}")));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                let ended = async move {
+                    match shutdown {
+                        Some(mut s) => while s.changed().await.is_ok() && !*s.borrow() {},
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::pin!(ended);
+                loop {
+                    tokio::select! {
+                        got = hup.recv() => match got {
+                            Some(()) => action(),
+                            None => return,
+                        },
+                        () = &mut ended => return,
+                    }
+                }
+            });
+        })
+        .map_err(|e| format!("cannot start the {name} thread: {e}"))?;
+    ready_rx
+        .recv()
+        .map_err(|_| format!("the {name} thread ended at start"))??;
+    Ok(thread)
 }

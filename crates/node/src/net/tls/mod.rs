@@ -9,7 +9,7 @@
 //! What this module owns:
 //! - the `[tls]` configuration and its checks ([`TlsConfig`]);
 //! - [`TlsAcceptor`], a cloneable handle that always hands out the current server
-//!   configuration: [`TlsAcceptor::reload`] (SIGHUP, [`spawn_reloader`]) swaps in a new
+//!   configuration: [`TlsAcceptor::reload`] (on SIGHUP, `server::on_sighup`) swaps in a new
 //!   certificate, key and client CA for new handshakes, while connections already up
 //!   keep their session. A file that does not load is logged and the old ones stay;
 //! - session resumption, bounded: TLS 1.3 tickets (keys rotated by rustls's ticketer)
@@ -559,53 +559,6 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Reloads `acceptor` on every SIGHUP until `shutdown` turns true, on a thread of its
-/// own. Returns once the signal is being listened for, so a SIGHUP sent after the node
-/// started never meets the default action (which would end the process).
-pub fn spawn_reloader(
-    acceptor: TlsAcceptor,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) -> Result<std::thread::JoinHandle<()>, String> {
-    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
-    let thread = std::thread::Builder::new()
-        .name("tls-reload".to_string())
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("reload runtime");
-            rt.block_on(async move {
-                use tokio::signal::unix::{signal, SignalKind};
-                let mut hup = match signal(SignalKind::hangup()) {
-                    Ok(hup) => hup,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(format!("cannot listen for SIGHUP: {e}")));
-                        return;
-                    }
-                };
-                let _ = ready_tx.send(Ok(()));
-                loop {
-                    tokio::select! {
-                        Some(()) = hup.recv() => {
-                            tracing::info!("SIGHUP: reloading the TLS certificate");
-                            let _ = acceptor.reload();
-                        }
-                        _ = shutdown.changed() => {
-                            if *shutdown.borrow() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        })
-        .map_err(|e| format!("cannot start the TLS reload thread: {e}"))?;
-    ready_rx
-        .recv()
-        .map_err(|_| "the TLS reload thread ended at start".to_string())??;
-    Ok(thread)
 }
 
 #[cfg(test)]

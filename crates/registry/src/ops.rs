@@ -74,7 +74,7 @@ impl Registry {
         self.spawn_followups(followups, Vec::new());
         if arrived {
             let registry = self.clone();
-            tokio::spawn(async move { registry.place_unbound().await });
+            self.spawn_background(async move { registry.place_unbound().await });
         }
         Ok(self.config.lease.as_millis() as u64)
     }

@@ -23,6 +23,7 @@
 //! a chain of displacements always ends.
 
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
@@ -598,6 +599,14 @@ impl Registry {
             warn!(instance = id, error = %why, "reconfiguration failed; trying another slot");
             return Err(why);
         }
+        // The node's lease ran out while it reconfigured: binding to the slot now would
+        // leave the instance on a lost node, which no later event would move. What the
+        // slot holds is learnt again if the node comes back.
+        if !st.inventory.get(idx).is_some_and(|slot| slot.ready) {
+            let why = "the slot's node was lost during the reconfiguration".to_string();
+            warn!(instance = id, "{why}; trying another slot");
+            return Err(why);
+        }
         let grace = Instant::now() + self.config.lease;
         let displaced = st.set_slot_accelerator(idx, accelerator, Some(id), grace);
         let bound = st.instance(id).is_some();
@@ -667,10 +676,16 @@ impl Registry {
             return;
         }
         let registry = self.clone();
+        self.spawn_background(async move { registry.run_followups(ids, chain).await });
+    }
+
+    /// Runs allocation work in the background, counted in
+    /// [`Registry::background_tasks`] until it ends.
+    pub fn spawn_background(&self, work: impl Future<Output = ()> + Send + 'static) {
         let background = self.background.clone();
         background.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
-            registry.run_followups(ids, chain).await;
+            work.await;
             background.fetch_sub(1, Ordering::SeqCst);
         });
     }

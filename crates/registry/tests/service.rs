@@ -24,6 +24,8 @@ struct FakeAdmin {
     refuse: Mutex<HashSet<(SocketAddr, u16)>>,
     refuse_all: Mutex<bool>,
     calls: Mutex<Vec<(SocketAddr, u16, String)>>,
+    /// When set, each reconfiguration answers only once it takes a permit.
+    hold: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
 }
 
 impl NodeAdmin for FakeAdmin {
@@ -39,7 +41,11 @@ impl NodeAdmin for FakeAdmin {
             .push((node, slot, accelerator.to_string()));
         let refused =
             *self.refuse_all.lock().unwrap() || self.refuse.lock().unwrap().contains(&(node, slot));
+        let hold = self.hold.lock().unwrap().clone();
         Box::pin(async move {
+            if let Some(gate) = hold {
+                gate.acquire().await.unwrap().forget();
+            }
             if refused {
                 Err("refused by the test".to_string())
             } else {
@@ -210,6 +216,34 @@ fn binds_to_holders_then_reconfigures_an_idle_slot() {
             .unwrap()
             .is_empty());
         check_settled(&reg).await;
+    });
+}
+
+/// A node whose lease runs out while it reconfigures a slot for an instance: the
+/// instance is not bound to the lost slot when the node's answer arrives.
+#[test]
+fn a_node_lost_during_a_reconfiguration_gets_no_instance() {
+    rt().block_on(async {
+        let admin = Arc::new(FakeAdmin::default());
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        *admin.hold.lock().unwrap() = Some(gate.clone());
+        let reg = registry_with(config(), admin.clone()).await;
+        let lease = registration(1, "cpu", &[("sobel", 0.0)]);
+        reg.register_node("n1", &lease).await.unwrap();
+        let put = tokio::spawn({
+            let reg = reg.clone();
+            async move { reg.put_function("f", &function("echo", 1)).await }
+        });
+        while admin.calls.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        reg.expire_leases(Instant::now() + Duration::from_secs(3600))
+            .await;
+        gate.add_permits(1);
+        put.await.unwrap().unwrap();
+        settle(&reg).await;
+        check(&reg).await;
+        assert_eq!(bindings(&reg, "f").await, vec![None]);
     });
 }
 

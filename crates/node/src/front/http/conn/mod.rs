@@ -8,6 +8,9 @@
 //! `idle_timeout_ms`. The read buffer never holds more than one request head; bodies
 //! are read straight into their own buffer, whose bytes are reserved from the node's
 //! body-memory budget first.
+//!
+//! Reading bodies is in `body`; the routes that are not calls (control requests,
+//! loading a slot, objects) in `routes`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -17,29 +20,28 @@ use std::time::{Duration, Instant};
 
 use accel::Accelerator;
 use bytes::BufMut;
-use rac_proto::{Decoded, Status};
+use rac_proto::Status;
 use tokio::sync::watch;
 
+mod body;
+mod routes;
+
 use super::access;
-use super::parse::{self, BodyFraming, HttpError, Limits, HEADERS_MAX};
-use super::request::{Control, Request, Route, Wire};
+use super::parse::{BodyFraming, HttpError, Limits, HEADERS_MAX};
+use super::request::{Request, Route, Wire};
 use super::response::{code_name, error_body, http_code, Head, HEAD_ROOM};
 use super::scan::{self, HeadScan};
-use super::v2;
 use crate::core::deadline::Deadline;
-use crate::core::memory::{BodyMemory, MemoryPermit};
-use crate::core::objects::StoreError;
-use crate::core::quota::{Exhausted, Owner, Refused};
+use crate::core::memory::BodyMemory;
+use crate::core::quota::{Owner, Refused};
 use crate::core::slot::{Answer, Call};
-use crate::core::tenant::auth::{Action, Base, Session};
+use crate::core::tenant::auth::{Base, Session};
 use crate::core::tenant::TenantId;
-use crate::front::admin::{self, AdminError};
 use crate::front::oip::infer::{self as v2_infer, Reply};
 use crate::front::oip::{shm, stats};
 use crate::net::bufpool;
 use crate::net::netio::{self, IoTimer, Transport, WRITE_BATCH_MAX};
 use crate::node::Node;
-use crate::telemetry::audit::{AuditEvent, AuditKind};
 use crate::telemetry::logging::Refusal;
 use crate::telemetry::Protocol;
 
@@ -435,275 +437,6 @@ impl<S: Transport> Conn<S> {
         self.count(code);
     }
 
-    /// Answers a refusal decided before the body was read. A client waiting for
-    /// `100 Continue` will not send the body, so the connection closes; otherwise the
-    /// body is read and discarded so the connection can carry on.
-    async fn refuse_before_body(
-        &mut self,
-        req: &mut Request,
-        refusal: BodyRefusal,
-    ) -> io::Result<Step> {
-        let (code, code_name, message, retry_after) = match refusal {
-            BodyRefusal::Refuse {
-                code,
-                code_name,
-                message,
-            } => (code, code_name, message, None),
-            BodyRefusal::Quota(refused) => {
-                let code = 429;
-                let name = code_name(code);
-                self.node
-                    .refusals
-                    .log(Refusal::Quota, Protocol::Http, self.peer, &code, &refused);
-                let seconds = refused.retry_after_s().to_string();
-                (code, name, refused.to_string(), Some(seconds))
-            }
-        };
-        if code_name == Status::Busy.name() {
-            self.node.count_busy(Protocol::Http, req.accel_id);
-        }
-        if retry_after.is_none() {
-            self.log_refusal(code, code_name, &message);
-        }
-        if req.expect_continue || code == 413 || !self.skip_body(req).await? {
-            req.keep_alive = false;
-        }
-        let body = error_body(&message, code_name);
-        let extra: &[(&str, &[u8])] = match &retry_after {
-            Some(seconds) => &[("Retry-After", seconds.as_bytes())],
-            None => &[],
-        };
-        self.respond(req, code, b"application/json", &body, false, extra);
-        Ok(self.after())
-    }
-
-    /// Reads and discards the request body, if any. Returns `false` when the body could
-    /// not be skipped (too large, malformed, timed out, or never coming because the
-    /// client waits for a `100 Continue` it will not get): the connection must close.
-    async fn skip_body(&mut self, req: &Request) -> io::Result<bool> {
-        match req.framing {
-            BodyFraming::None => Ok(true),
-            _ if req.expect_continue => Ok(false),
-            BodyFraming::Length(n) if n > self.node.config.body_bytes_max as u64 => Ok(false),
-            BodyFraming::Length(n) => Ok(self.read_exact_into(n as usize, None).await?.is_ok()),
-            BodyFraming::Chunked => Ok(self.read_chunked(None, None).await?.is_ok()),
-        }
-    }
-
-    /// Skips an unwanted body; when it cannot be skipped the response closes the
-    /// connection.
-    async fn skip_body_or_close(&mut self, req: &mut Request) -> io::Result<()> {
-        if !self.skip_body(req).await? {
-            req.keep_alive = false;
-        }
-        Ok(())
-    }
-
-    /// Reserves memory for and reads the request body into `self.body`. `check` sees
-    /// the declared length first (when there is one) and may refuse before any byte is
-    /// read. Sends `100 Continue` when the client asked for it and the body is wanted.
-    async fn take_body(
-        &mut self,
-        req: &mut Request,
-        check: impl FnOnce(Option<usize>) -> Result<(), BodyRefusal>,
-    ) -> io::Result<Result<MemoryPermit, Step>> {
-        let body_max = self.node.config.body_bytes_max;
-        let declared = match req.framing {
-            BodyFraming::None => {
-                let message = "a body with Content-Length or chunked encoding is required";
-                let refusal = BodyRefusal::Refuse {
-                    code: 411,
-                    code_name: "LENGTH_REQUIRED",
-                    message: message.to_string(),
-                };
-                return Ok(Err(self.refuse_before_body(req, refusal).await?));
-            }
-            BodyFraming::Length(n) if n > body_max as u64 => {
-                let message = format!("body of {n} bytes is larger than the limit of {body_max}");
-                let refusal = BodyRefusal::Refuse {
-                    code: 413,
-                    code_name: "TOO_LARGE",
-                    message,
-                };
-                return Ok(Err(self.refuse_before_body(req, refusal).await?));
-            }
-            BodyFraming::Length(n) => Some(n as usize),
-            BodyFraming::Chunked => None,
-        };
-        if let Err(refusal) = check(declared) {
-            return Ok(Err(self.refuse_before_body(req, refusal).await?));
-        }
-        let Some(mut permit) = self.node.body_budget.try_reserve(declared.unwrap_or(0)) else {
-            let message = "the node has no memory free for request bodies; retry".to_string();
-            let refusal = BodyRefusal::Refuse {
-                code: 503,
-                code_name: "BUSY",
-                message,
-            };
-            return Ok(Err(self.refuse_before_body(req, refusal).await?));
-        };
-        if req.expect_continue {
-            self.wbuf
-                .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-            self.flush().await?;
-        }
-        let mut body = std::mem::take(&mut self.body);
-        body.clear();
-        if body.capacity() == 0 {
-            // Given back while the connection was idle: take a pooled one rather than
-            // allocate one per request (issue 28).
-            body = bufpool::take(declared.unwrap_or(0).min(BODY_CHUNK));
-        }
-        let outcome = match declared {
-            Some(n) => {
-                body.reserve(n);
-                self.read_exact_into(n, Some(&mut body)).await?
-            }
-            None => {
-                self.read_chunked(Some(&mut body), Some(&mut permit))
-                    .await?
-            }
-        };
-        self.body = body;
-        match outcome {
-            Ok(()) => Ok(Ok(permit)),
-            Err(HttpError { status, message }) => {
-                req.keep_alive = false;
-                // The only 503 while reading a body: no memory for the next chunk.
-                let name = if status == 503 {
-                    self.node.count_busy(Protocol::Http, req.accel_id);
-                    Status::Busy.name()
-                } else {
-                    code_name(status)
-                };
-                self.log_refusal(status, name, &message);
-                self.error(status, name, &message, req.minor);
-                Ok(Err(Step::Close))
-            }
-        }
-    }
-
-    /// Reads `n` body bytes, buffered ones first, into `dst` (or nowhere). The inner
-    /// error is the answer when the body does not come whole: the end of the stream
-    /// (400) or the timeout (408).
-    async fn read_exact_into(
-        &mut self,
-        n: usize,
-        mut dst: Option<&mut Vec<u8>>,
-    ) -> io::Result<Result<(), HttpError>> {
-        let from_buffer = n.min(self.buffered().len());
-        if let Some(dst) = dst.as_deref_mut() {
-            dst.extend_from_slice(&self.rbuf[self.rpos..self.rpos + from_buffer]);
-        }
-        self.rpos += from_buffer;
-        let mut remaining = n - from_buffer;
-        let mut scratch = Vec::new();
-        if dst.is_none() && remaining > 0 {
-            scratch.reserve(SKIP_CHUNK);
-        }
-        while remaining > 0 {
-            let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
-            let read = match dst.as_deref_mut() {
-                Some(dst) => {
-                    dst.reserve(remaining);
-                    let budget = remaining.min(BODY_CHUNK);
-                    self.stream
-                        .read_with_deadline(&mut dst.limit(budget), deadline, &mut self.timer)
-                        .await?
-                }
-                None => {
-                    scratch.clear();
-                    let mut limited = (&mut scratch).limit(remaining.min(SKIP_CHUNK));
-                    self.stream
-                        .read_with_deadline(&mut limited, deadline, &mut self.timer)
-                        .await?
-                }
-            };
-            match read {
-                Some(0) => return Ok(Err(body_ended_early())),
-                None => return Ok(Err(body_timed_out())),
-                Some(k) => {
-                    remaining -= k;
-                    // A large body is read one chunk per turn, so other connections on
-                    // this network thread are not kept waiting behind it.
-                    if remaining > 0 && k >= SKIP_CHUNK {
-                        tokio::task::yield_now().await;
-                    }
-                }
-            }
-        }
-        Ok(Ok(()))
-    }
-
-    /// Reads a chunked body into `dst` (or nowhere), growing `permit` as data arrives.
-    /// The outer `Err` is an I/O error; the inner one a protocol error to answer.
-    async fn read_chunked(
-        &mut self,
-        mut dst: Option<&mut Vec<u8>>,
-        mut permit: Option<&mut MemoryPermit>,
-    ) -> io::Result<Result<(), HttpError>> {
-        let body_max = self.node.config.body_bytes_max as u64;
-        let mut total = 0u64;
-        loop {
-            let size = match self.parse_buffered(parse::parse_chunk_size).await? {
-                Ok(size) => size,
-                Err(e) => return Ok(Err(e)),
-            };
-            if size == 0 {
-                return self.parse_buffered(parse::parse_trailers).await;
-            }
-            total += size;
-            if total > body_max {
-                return Ok(Err(HttpError::new(
-                    413,
-                    format!("chunked body larger than the limit of {body_max} bytes"),
-                )));
-            }
-            if let Some(permit) = permit.as_deref_mut() {
-                if !permit.try_grow(size as usize) {
-                    return Ok(Err(HttpError::new(
-                        503,
-                        "the node has no memory free for request bodies; retry",
-                    )));
-                }
-            }
-            if let Err(e) = self
-                .read_exact_into(size as usize, dst.as_deref_mut())
-                .await?
-            {
-                return Ok(Err(e));
-            }
-            if let Err(e) = self.parse_buffered(parse::parse_chunk_end).await? {
-                return Ok(Err(e));
-            }
-        }
-    }
-
-    /// Runs a step parser over the buffered input, reading more until it completes,
-    /// and consumes the bytes the parsed value used.
-    async fn parse_buffered<T>(
-        &mut self,
-        parser: fn(&[u8]) -> Result<Decoded<T>, HttpError>,
-    ) -> io::Result<Result<T, HttpError>> {
-        loop {
-            match parser(self.buffered()) {
-                Ok(Decoded::Complete(v, used)) => {
-                    self.rpos += used;
-                    return Ok(Ok(v));
-                }
-                Ok(Decoded::Partial) => {}
-                Err(e) => return Ok(Err(e)),
-            }
-            let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
-            match self.wait_read(deadline, None).await? {
-                Wait::Data => {}
-                Wait::Eof => return Ok(Err(body_ended_early())),
-                // (A wait that is not idle does not end for a shutdown.)
-                Wait::Shutdown | Wait::Timeout => return Ok(Err(body_timed_out())),
-            }
-        }
-    }
-
     async fn call(
         &mut self,
         mut req: Request,
@@ -915,193 +648,6 @@ impl<S: Transport> Conn<S> {
         Ok((status == Status::Ok, encode_ns))
     }
 
-    /// An extension's request (`v2::Control`): its body read, then answered. Their
-    /// bodies are optional: a request without one (no length) has an empty body.
-    async fn control(&mut self, mut req: Request, op: Control) -> io::Result<Step> {
-        let node = Arc::clone(&self.node);
-        let (code, doc) = if matches!(req.framing, BodyFraming::None) {
-            v2::control(node, self.tenant, op, &[]).await
-        } else {
-            let permit = match self.take_body(&mut req, |_| Ok(())).await? {
-                Ok(permit) => permit,
-                Err(step) => return Ok(step),
-            };
-            let body = std::mem::take(&mut self.body);
-            let answer = v2::control(node, self.tenant, op, &body).await;
-            drop(permit);
-            self.body = body;
-            answer
-        };
-        if code >= 400 {
-            self.log_refusal(code, code_name(code), &String::from_utf8_lossy(&doc));
-        }
-        self.respond(&req, code, b"application/json", &doc, false, &[]);
-        Ok(self.after())
-    }
-
-    async fn load_slot(
-        &mut self,
-        mut req: Request,
-        slot: u16,
-        origin: admin::Origin,
-    ) -> io::Result<Step> {
-        let permit = match self.take_body(&mut req, |_| Ok(())).await? {
-            Ok(permit) => permit,
-            Err(step) => return Ok(step),
-        };
-        let parsed: Result<LoadRequest, _> = serde_json::from_slice(&self.body);
-        drop(permit);
-        let name = match parsed {
-            Ok(LoadRequest { accelerator }) => accelerator,
-            Err(e) => {
-                let message = format!("body must be {{\"accelerator\":\"NAME\"}}: {e}");
-                self.log_refusal(400, "BAD_REQUEST", &message);
-                let body = error_body(&message, "BAD_REQUEST");
-                self.respond(&req, 400, b"application/json", &body, false, &[]);
-                return Ok(self.after());
-            }
-        };
-        if let Some(who) = self.session.principal() {
-            // The route allowed loading; a policy may allow only some accelerators.
-            if who.has_policy() && !who.may(Action::Load(Some(&name))) {
-                let message = who.refusal(Action::Load(Some(&name)));
-                let action = format!("load {name} into slot {slot}");
-                let event = AuditEvent::request(
-                    AuditKind::Forbidden,
-                    Protocol::Http,
-                    self.peer,
-                    who.label(),
-                    &action,
-                    &message,
-                );
-                self.node.audit.record(&event);
-                self.log_refusal(403, "FORBIDDEN", &message);
-                let body = error_body(&message, "FORBIDDEN");
-                self.respond(&req, 403, b"application/json", &body, false, &[]);
-                return Ok(self.after());
-            }
-        }
-        let result = admin::reconfigure(Arc::clone(&self.node), slot, name.clone(), origin).await;
-        let who = self.session.principal().map_or("anonymous", |p| p.label());
-        let asked = (Protocol::Http, self.peer);
-        admin::audit_reconfiguration(&self.node, asked, who, (slot, &name), &result);
-        match result {
-            Ok(done) => self.respond(&req, 200, b"application/json", &done.json(), false, &[]),
-            Err(AdminError {
-                status,
-                message,
-                conflict,
-            }) => {
-                let (code, code_name) = if conflict {
-                    (409, "CONFLICT")
-                } else {
-                    (http_code(status), status.name())
-                };
-                self.log_refusal(code, code_name, &message);
-                let body = error_body(&message, code_name);
-                self.respond(&req, code, b"application/json", &body, false, &[]);
-            }
-        }
-        Ok(self.after())
-    }
-
-    fn object_get(
-        &mut self,
-        req: &Request,
-        key: &str,
-        head_only: bool,
-        if_none_match: Option<&[u8]>,
-    ) {
-        let Some(object) = self.node.objects.get(Owner::of(self.tenant), key) else {
-            let body = error_body(&format!("no object named {key}"), "NOT_FOUND");
-            self.respond(req, 404, b"application/json", &body, head_only, &[]);
-            return;
-        };
-        if if_none_match.is_some_and(|h| crate::core::objects::none_match(h, &object.etag)) {
-            let keep_alive = self.keep_alive(req);
-            Head::start(&mut self.wbuf, 304)
-                .header("ETag", object.etag.as_bytes())
-                .finish(keep_alive, req.minor);
-            self.count(304);
-            return;
-        }
-        let etag = object.etag.as_bytes();
-        self.respond(
-            req,
-            200,
-            b"application/octet-stream",
-            &object.data,
-            head_only,
-            &[("ETag", etag)],
-        );
-    }
-
-    /// Stores an object in the namespace of the connection's tenant, its bytes held to
-    /// the tenant's `object_bytes_max`.
-    async fn object_put(&mut self, mut req: Request, key: String) -> io::Result<Step> {
-        let node = Arc::clone(&self.node);
-        let owner = Owner::of(self.tenant);
-        let account = Arc::clone(node.quotas.account(self.tenant));
-        let quota = account.object_bytes_max;
-        let check = |len: Option<usize>| -> Result<(), BodyRefusal> {
-            let refusal = |e: StoreError| match e {
-                StoreError::BadKey(message) => BodyRefusal::Refuse {
-                    code: 400,
-                    code_name: "BAD_REQUEST",
-                    message,
-                },
-                other => BodyRefusal::Refuse {
-                    code: 507,
-                    code_name: "INSUFFICIENT_STORAGE",
-                    message: other.to_string(),
-                },
-            };
-            node.objects.check_key(&key).map_err(refusal)?;
-            let room = node
-                .objects
-                .check_room(owner, &key, len.unwrap_or(0), quota);
-            if let Err(StoreError::OverQuota { .. }) = &room {
-                account.refuse(Exhausted::ObjectBytes, Duration::ZERO);
-            }
-            room.map_err(refusal)
-        };
-        let permit = match self.take_body(&mut req, check).await? {
-            Ok(permit) => permit,
-            Err(step) => return Ok(step),
-        };
-        let data = std::mem::take(&mut self.body);
-        let result = self.node.objects.put(owner, &key, data, quota);
-        if let Err(StoreError::OverQuota { .. }) = &result {
-            account.refuse(Exhausted::ObjectBytes, Duration::ZERO);
-        }
-        drop(permit);
-        match result {
-            Ok(created) => {
-                let code = if created { 201 } else { 204 };
-                let keep_alive = self.keep_alive(&req);
-                let mut head = Head::start(&mut self.wbuf, code);
-                if created {
-                    let location = super::route::object_path(&key);
-                    head = head
-                        .header("Location", location.as_bytes())
-                        .num("Content-Length", 0);
-                }
-                head.finish(keep_alive, req.minor);
-                self.count(code);
-            }
-            Err(e) => {
-                let (code, name) = match e {
-                    StoreError::BadKey(_) => (400, "BAD_REQUEST"),
-                    _ => (507, "INSUFFICIENT_STORAGE"),
-                };
-                self.log_refusal(code, name, &e);
-                let body = error_body(&e.to_string(), name);
-                self.respond(&req, code, b"application/json", &body, false, &[]);
-            }
-        }
-        Ok(self.after())
-    }
-
     /// The buffer a call's output is written into: the connection's own, or a pooled
     /// one with room for `len` bytes when the connection gave its own back while idle
     /// (an accelerator then writes without allocating, issue 28).
@@ -1210,9 +756,6 @@ impl<S: Transport> Conn<S> {
     }
 }
 
-/// The client ended its side of the connection (a half-close, `shutdown(SHUT_WR)`)
-/// before the body was whole: the request is incomplete, not late, so it is a 400.
-/// The client may still read the answer.
 /// Decodes a v2 inference request, its shared memory inputs read in band first
 /// (`oip::shm`); with the outputs it wants written to shared memory.
 fn v2_decode(
@@ -1229,21 +772,4 @@ fn v2_decode(
             r.outputs,
         )),
     }
-}
-
-fn body_ended_early() -> HttpError {
-    HttpError::new(
-        400,
-        "the request body ended early: the client closed its side before sending all of it",
-    )
-}
-
-fn body_timed_out() -> HttpError {
-    HttpError::new(408, "request body not received in time")
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LoadRequest {
-    accelerator: String,
 }

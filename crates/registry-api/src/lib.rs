@@ -20,6 +20,8 @@
 
 pub mod error;
 pub mod functions;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod leader;
 pub mod names;
 pub mod nodes;

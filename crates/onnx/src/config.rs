@@ -372,3 +372,53 @@ dims = [10]
         );
     }
 }
+
+/// The fuzz target's body (`fuzz/fuzz_targets/model_config.rs`), also replayed over
+/// the checked-in corpus by `tests/fuzz_corpus.rs` on stable Rust: any text either is
+/// refused with a message or gives a configuration within every bound this module
+/// promises.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::{parse, BATCH_MAX, CALL_BYTES_MAX, RANK_MAX, TENSORS_MAX};
+    use accel::tensors::TensorSpec;
+
+    fn check_tensors(specs: &[TensorSpec]) {
+        assert!((1..=TENSORS_MAX).contains(&specs.len()));
+        for (i, t) in specs.iter().enumerate() {
+            assert!(!t.name.is_empty());
+            assert!(
+                specs[..i].iter().all(|u| u.name != t.name),
+                "names distinct"
+            );
+            assert!(t.dims.len() <= RANK_MAX && t.dims.iter().all(|&d| d > 0));
+        }
+    }
+
+    pub fn model_config(data: &[u8]) {
+        let Ok(text) = std::str::from_utf8(data) else {
+            return;
+        };
+        let config = match parse("model", text) {
+            Ok(config) => config,
+            Err(message) => {
+                assert!(!message.is_empty());
+                return;
+            }
+        };
+        let t = &config.tensors;
+        check_tensors(&t.inputs);
+        check_tensors(&t.outputs);
+        assert!(t.max_batch_size <= BATCH_MAX);
+        let items = u64::from(t.max_batch_size.max(1));
+        assert!(t.input_item_bytes() as u64 * items <= CALL_BYTES_MAX);
+        assert!(t.output_item_bytes() as u64 * items <= CALL_BYTES_MAX);
+        assert!(config.instances >= 1);
+        for (name, _) in &config.formats {
+            assert!(t.inputs.iter().any(|i| &i.name == name));
+        }
+        for (name, file) in &config.label_files {
+            assert!(t.outputs.iter().any(|o| &o.name == name));
+            assert!(!file.is_empty() && !file.contains('/'));
+        }
+    }
+}

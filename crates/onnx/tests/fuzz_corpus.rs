@@ -1,0 +1,28 @@
+//! Replays the checked-in fuzz corpus (`fuzz/corpus/model_config/`) through the fuzz
+//! target's body, so `cargo test` exercises it on stable Rust.
+
+#[test]
+fn model_config_corpus() {
+    testkit::fuzz_corpus::replay(
+        env!("CARGO_MANIFEST_DIR"),
+        "model_config",
+        netaccel_onnx::config::fuzzing::model_config,
+    );
+}
+
+/// The accepted seeds are accepted (so the fuzzer starts from configurations that reach
+/// past the first refusal), and the refused one is refused.
+#[test]
+fn seeds_are_what_they_say() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/model_config/");
+    for (seed, folder) in [
+        ("seed-digits", "digits"),
+        ("seed-batched", "m"),
+        ("seed-bytes", "model"),
+    ] {
+        let text = std::fs::read_to_string(format!("{dir}{seed}")).unwrap();
+        netaccel_onnx::config::parse(folder, &text).unwrap_or_else(|e| panic!("{seed}: {e}"));
+    }
+    let text = std::fs::read_to_string(format!("{dir}seed-refused")).unwrap();
+    assert!(netaccel_onnx::config::parse("m", &text).is_err());
+}

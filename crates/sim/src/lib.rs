@@ -37,6 +37,7 @@
 //! ```
 
 pub mod clients;
+pub mod cluster;
 pub mod engine;
 pub mod experiment;
 pub mod model;

@@ -228,6 +228,16 @@ impl SlotView {
         }
     }
 
+    /// Whether the rebalancer should move one of its instances elsewhere: its node is
+    /// ready, nobody reconfigures it, it is busier than the ceiling, and moving one
+    /// instance leaves another.
+    pub fn relievable(&self, policy: &Policy) -> bool {
+        self.ready
+            && !self.reconfiguring
+            && self.utilization > policy.ceiling
+            && self.instances >= 2
+    }
+
     fn can_hold(&self, accelerator: &str) -> bool {
         self.spec
             .catalog

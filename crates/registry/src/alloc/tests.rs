@@ -645,3 +645,27 @@ fn a_displaced_instance_binds_without_io_then_follows_up_by_chain_depth() {
         Reconfigure::Any
     );
 }
+
+#[test]
+fn relievable_slots_are_ready_settled_above_the_ceiling_and_shared() {
+    let mut inv = inventory(&[
+        ("a", 0, "sobel", 0.95, 2),
+        ("b", 0, "sobel", 0.95, 1),
+        ("c", 0, "sobel", 0.9, 2),
+        ("d", 0, "sobel", 0.95, 2),
+        ("e", 0, "sobel", 0.95, 2),
+    ]);
+    inv.set_ready(at(&inv, "d", 0), false);
+    inv.set_reconfiguring(at(&inv, "e", 0), true);
+    let policy = Policy::default();
+    let relievable: Vec<&str> = inv
+        .iter()
+        .filter(|(_, s)| s.relievable(&policy))
+        .map(|(_, s)| &*s.spec.node)
+        .collect();
+    assert_eq!(
+        relievable,
+        ["a"],
+        "one instance (b), at the ceiling (c), lost (d), reconfiguring (e)"
+    );
+}

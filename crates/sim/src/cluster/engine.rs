@@ -21,7 +21,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
-use netaccel_registry::alloc::{Decision, Inventory, Order, Policy, Request, SlotIdx, SlotSpec};
+use netaccel_registry::alloc::{
+    Decision, Inventory, Order, Policy, Reconfigure, Request, SlotIdx, SlotSpec,
+};
 
 use super::report::{Bin, Histogram, PolicyResult};
 use super::{service_mean_us, ClusterScenario, PolicyName};
@@ -40,6 +42,7 @@ enum Ev {
     Done(u32, u32),
     Report,
     Scale,
+    Rebalance,
     /// A drained slot finished loading its new accelerator.
     Loaded(u32),
     Fail(u32),
@@ -70,6 +73,8 @@ struct Slot {
     busy_window_ns: u64,
     loading: Option<Loading>,
     bound: Vec<u32>,
+    /// The rebalancer leaves the slot alone until then.
+    cooldown_until: u64,
 }
 
 struct Instance {
@@ -167,6 +172,7 @@ impl<'a> Engine<'a> {
                     busy_window_ns: 0,
                     loading: None,
                     bound: Vec::new(),
+                    cooldown_until: 0,
                 });
             }
         }
@@ -213,10 +219,14 @@ impl<'a> Engine<'a> {
         self.arrival_after(0);
         self.at(secs(c.report_interval_s), Ev::Report);
         self.at(secs(c.scale_interval_s), Ev::Scale);
+        self.at(secs(c.rebalance_interval_s), Ev::Rebalance);
         for (i, f) in c.failures.iter().enumerate() {
             self.at(secs(f.at_s), Ev::Fail(i as u32));
         }
         while let Some(Reverse((t, _, ev))) = self.events.pop() {
+            if matches!(ev, Ev::Fail(_) | Ev::Repair(_)) && !self.periodic() {
+                continue; // the run is over: no call left to lose
+            }
             debug_assert!(t >= self.now, "time runs forward");
             self.now = t;
             match ev {
@@ -224,6 +234,7 @@ impl<'a> Engine<'a> {
                 Ev::Done(slot, epoch) => self.done(slot, epoch),
                 Ev::Report => self.report(),
                 Ev::Scale => self.scale(),
+                Ev::Rebalance => self.rebalance(),
                 Ev::Loaded(slot) => self.loaded(slot),
                 Ev::Fail(i) => self.fail(i as usize),
                 Ev::Repair(i) => self.repair(i as usize),
@@ -384,18 +395,81 @@ impl<'a> Engine<'a> {
             let desired = ((rate / per_instance).ceil() as usize).clamp(1, c.instances_max);
             self.resize(f, desired);
         }
-        // The registry's rebalancer: instances left unbound are placed again.
-        for i in std::mem::take(&mut self.unplaced) {
-            let inst = &self.instances[i as usize];
-            if inst.alive && inst.slot.is_none() && !inst.pending {
-                self.place(i, Vec::new(), false);
-            }
-        }
         let live = self.instances.len() - self.free_instances.len();
         self.result.instances_peak = self.result.instances_peak.max(live as u64);
         if self.periodic() {
             self.at(self.now + secs(window_s), Ev::Scale);
         }
+    }
+
+    /// One pass of the registry's rebalancer: unbound instances placed again
+    /// (reconfiguring only empty slots), then one instance moved off each slot the
+    /// registry's `relievable` names, within the registry's budget per pass.
+    fn rebalance(&mut self) {
+        let c = &self.sc.cluster;
+        let budget = c.rebalance_moves_max;
+        let cooldown = secs(c.rebalance_cooldown_s);
+        self.unplaced.retain(|&i| {
+            self.instances[i as usize].alive && self.instances[i as usize].slot.is_none()
+        });
+        let take = budget.min(self.unplaced.len());
+        let unbound: Vec<u32> = self.unplaced.drain(..take).collect();
+        let mut hot = Vec::new();
+        for (idx, slot) in self.inv.iter() {
+            if hot.len() + unbound.len() >= budget {
+                break;
+            }
+            let s = &self.slots[idx as usize];
+            if slot.relievable(&self.policy) && self.now >= s.cooldown_until {
+                if let Some(&i) = s.bound.last() {
+                    hot.push((idx, i));
+                }
+            }
+        }
+        for i in unbound {
+            if !self.instances[i as usize].pending {
+                self.place_with(i, Reconfigure::EmptyOnly, &[]);
+            }
+        }
+        for (idx, i) in hot {
+            self.slots[idx as usize].cooldown_until = self.now + cooldown;
+            self.unbind(i);
+            if self.place_with(i, Reconfigure::Any, &[idx]) {
+                self.result.migrations += 1;
+                let bin = self.bin();
+                self.bins[bin].migrations += 1;
+            } else {
+                // Nowhere better: it stays (the registry leaves it bound).
+                self.unplaced.retain(|&u| u != i);
+                self.bind(i, idx);
+            }
+        }
+        if self.periodic() {
+            let t = self.now + secs(self.sc.cluster.rebalance_interval_s);
+            self.at(t, Ev::Rebalance);
+        }
+    }
+
+    /// Allocates instance `i` with `reconfigure` outside `exclude`; whether it found
+    /// a slot (bound, or one being loaded for it).
+    fn place_with(&mut self, i: u32, reconfigure: Reconfigure, exclude: &[SlotIdx]) -> bool {
+        let accel = self.functions[self.instances[i as usize].function as usize].accel;
+        let name = self.accel_names[accel as usize].clone();
+        let req = Request {
+            exclude,
+            reconfigure,
+            ..Request::new(&name)
+        };
+        match self.decide(&req) {
+            Decision::Bind(idx) => self.bind(i, idx),
+            Decision::Reconfigure(idx) => self.start_loading(idx, accel, i, Vec::new()),
+            Decision::NoDevice => {
+                self.result.no_device += 1;
+                self.unplaced.push(i);
+                return false;
+            }
+        }
+        true
     }
 
     /// Creates or deletes instances of `f` until it has `desired`.
@@ -595,8 +669,16 @@ impl<'a> Engine<'a> {
             displaced.extend(s.bound.iter().copied());
         }
         self.result.node_failures += f.count as u64;
+        self.result.failure_migrations += displaced.len() as u64;
         // The registry's lease expiry: the lost node's instances migrate.
         self.migrate(&displaced, &[]);
+        assert!(
+            self.instances
+                .iter()
+                .filter(|i| i.alive)
+                .all(|i| i.slot.is_none_or(|idx| self.slots[idx as usize].up)),
+            "no instance stays bound to a lost node's slot"
+        );
         if f.for_s > 0.0 {
             self.at(self.now + secs(f.for_s), Ev::Repair(i as u32));
         }

@@ -94,6 +94,15 @@ pub struct ClusterSpec {
     /// The autoscaler looks at each function's calls this often.
     #[serde(default = "sixty")]
     pub scale_interval_s: f64,
+    /// The registry's rebalancer: its period, the instances it moves or retries per
+    /// period, and how long it leaves a slot alone after moving an instance off it
+    /// (the registry's defaults).
+    #[serde(default = "two")]
+    pub rebalance_interval_s: f64,
+    #[serde(default = "sixteen")]
+    pub rebalance_moves_max: usize,
+    #[serde(default = "thirty")]
+    pub rebalance_cooldown_s: f64,
     /// A device's time to load an accelerator, once its queue is drained.
     #[serde(default = "two")]
     pub reconfig_s: f64,
@@ -167,6 +176,12 @@ fn queue_depth_max() -> usize {
 fn ten() -> f64 {
     10.0
 }
+fn sixteen() -> usize {
+    16
+}
+fn thirty() -> f64 {
+    30.0
+}
 fn sixty() -> f64 {
     60.0
 }
@@ -220,6 +235,7 @@ impl ClusterScenario {
             c.instance_load,
             c.report_interval_s,
             c.scale_interval_s,
+            c.rebalance_interval_s,
         ];
         if !positive.iter().all(|v| *v > 0.0) {
             return Err("duration_s, day_s, instance_load and the intervals are positive".into());
@@ -274,7 +290,8 @@ pub fn service_mean_us(service: &Service) -> f64 {
     }
 }
 
-/// Runs a `[cluster]` file once per policy (or a `[sharing]` file), writes its
+/// Runs a `[cluster]` file once per policy, each in a thread of its own (or a
+/// `[sharing]` file), writes its
 /// outputs in `out`, and prints a line per policy (wall time on stderr, so stdout
 /// and the files stay a function of the seed).
 pub fn run_file(
@@ -309,11 +326,29 @@ pub fn run_file(
     if calls.is_some() {
         sc.calls = calls;
     }
+    // One thread per policy: the runs share nothing but the scenario, and each is
+    // the same whatever runs beside it.
+    let runs: Vec<(report::PolicyResult, f64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = sc
+            .cluster
+            .policies
+            .iter()
+            .map(|&policy| {
+                let sc = &sc;
+                scope.spawn(move || {
+                    let started = std::time::Instant::now();
+                    let r = engine::Engine::new(sc, policy).run();
+                    (r, started.elapsed().as_secs_f64())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a policy's run"))
+            .collect()
+    });
     let mut results = Vec::new();
-    for &policy in &sc.cluster.policies {
-        let started = std::time::Instant::now();
-        let r = engine::Engine::new(&sc, policy).run();
-        let wall_s = started.elapsed().as_secs_f64();
+    for (r, wall_s) in runs {
         println!("{}", report::line(&r));
         eprintln!(
             "{}: wall {:.1} s, {:.0} simulated s per wall s, {:.0} calls per wall s",
@@ -324,5 +359,6 @@ pub fn run_file(
         );
         results.push(r);
     }
+    eprintln!("wall {:.1} s in all", wall.elapsed().as_secs_f64());
     report::write(out, &sc.name, sc.seed, &results)
 }

@@ -119,6 +119,8 @@ pub struct PolicyResult {
     pub initial_reconfigurations: u64,
     /// Instances moved off a reconfigured slot or a lost node.
     pub migrations: u64,
+    /// Of those, instances moved off a lost node.
+    pub failure_migrations: u64,
     /// Allocations that found no slot (the instance stays unbound, retried).
     pub no_device: u64,
     pub unplaced_at_end: u64,
@@ -239,7 +241,7 @@ pub fn write(
 /// One line per policy, for the terminal.
 pub fn line(r: &PolicyResult) -> String {
     format!(
-        "{}: {} calls, ok {}, dropped {:.3} % (busy {}, no instance {}, lost {}); p50 {} ms p99 {} ms p99.9 {} ms; utilisation {:.3}; reconfigurations {} ({:.1}/h, {} before the day); migrations {}; no device {}; instances peak {}",
+        "{}: {} calls, ok {}, dropped {:.3} % (busy {}, no instance {}, lost {}); p50 {} ms p99 {} ms p99.9 {} ms; utilisation {:.3}; reconfigurations {} ({:.1}/h, {} before the day); migrations {} ({} off lost nodes); no device {}; instances peak {}",
         r.policy,
         r.calls,
         r.ok,
@@ -255,6 +257,7 @@ pub fn line(r: &PolicyResult) -> String {
         r.reconfigurations_per_hour,
         r.initial_reconfigurations,
         r.migrations,
+        r.failure_migrations,
         r.no_device,
         r.instances_peak
     )

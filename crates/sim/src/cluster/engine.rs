@@ -147,35 +147,7 @@ impl<'a> Engine<'a> {
             (h, true) => c.hot_share / h as f64,
             (h, false) => (1.0 - c.hot_share) / (c.functions - h).max(1) as f64,
         }));
-        let mut inv = Inventory::new();
-        let mut slots = Vec::with_capacity(c.nodes * c.slots_per_node);
-        for n in 0..c.nodes {
-            let node: Arc<str> = Arc::from(format!("node-{n}").as_str());
-            for s in 0..c.slots_per_node {
-                let idx = inv.insert(SlotSpec {
-                    node: node.clone(),
-                    device: Arc::from("fpga0"),
-                    slot: s as u16,
-                    backend: Arc::from("sim"),
-                    vendor: Arc::from("sim"),
-                    catalog: None,
-                    accelerator: Arc::from(BLANK),
-                    hash: Arc::from(""),
-                });
-                assert_eq!(idx as usize, slots.len(), "slots are inserted in order");
-                slots.push(Slot {
-                    accel: c.accelerators as u32,
-                    up: true,
-                    epoch: 0,
-                    queue: VecDeque::with_capacity(c.queue_depth_max),
-                    busy_since: None,
-                    busy_window_ns: 0,
-                    loading: None,
-                    bound: Vec::new(),
-                    cooldown_until: 0,
-                });
-            }
-        }
+        let (inv, slots) = cluster_slots(sc);
         let order = match policy_name {
             PolicyName::Occupation => Order::Occupation,
             _ => Order::Utilization,
@@ -739,6 +711,42 @@ impl<'a> Engine<'a> {
         r.check();
         self.result
     }
+}
+
+/// The registry's inventory of every slot (blank, ready, idle) and the engine's own
+/// record of each, index for index.
+fn cluster_slots(sc: &ClusterScenario) -> (Inventory, Vec<Slot>) {
+    let c = &sc.cluster;
+    let mut inv = Inventory::new();
+    let mut slots = Vec::with_capacity(c.nodes * c.slots_per_node);
+    for n in 0..c.nodes {
+        let node: Arc<str> = Arc::from(format!("node-{n}").as_str());
+        for s in 0..c.slots_per_node {
+            let idx = inv.insert(SlotSpec {
+                node: node.clone(),
+                device: Arc::from("fpga0"),
+                slot: s as u16,
+                backend: Arc::from("sim"),
+                vendor: Arc::from("sim"),
+                catalog: None,
+                accelerator: Arc::from(BLANK),
+                hash: Arc::from(""),
+            });
+            assert_eq!(idx as usize, slots.len(), "slots are inserted in order");
+            slots.push(Slot {
+                accel: c.accelerators as u32,
+                up: true,
+                epoch: 0,
+                queue: VecDeque::with_capacity(c.queue_depth_max),
+                busy_since: None,
+                busy_window_ns: 0,
+                loading: None,
+                bound: Vec::new(),
+                cooldown_until: 0,
+            });
+        }
+    }
+    (inv, slots)
 }
 
 fn secs(s: f64) -> u64 {

@@ -65,6 +65,10 @@ use crate::model::SlotId;
 /// Index of a slot in an [`Inventory`]; stable while the slot exists.
 pub type SlotIdx = u32;
 
+/// Slots reconfigured in one migration chain before only empty slots may be: a
+/// chain of displacements always ends.
+pub const MIGRATION_DEPTH_MAX: usize = 3;
+
 /// Which criterion orders candidate slots first after "holds the accelerator".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Order {
@@ -134,6 +138,38 @@ impl<'a> Request<'a> {
             reconfigure: Reconfigure::Any,
         }
     }
+
+    /// The first try for an instance displaced from its slot (the slot was
+    /// reconfigured, or its node lost): a slot already holding its accelerator,
+    /// outside the migration `chain`, without I/O.
+    pub fn displaced(accelerator: &'a str, chain: &'a [SlotIdx]) -> Request<'a> {
+        Request {
+            exclude: chain,
+            reconfigure: Reconfigure::Never,
+            ..Request::new(accelerator)
+        }
+    }
+
+    /// The next try for a displaced instance that found no such slot: the full
+    /// algorithm outside the `chain`, or only empty slots once the chain is
+    /// [`MIGRATION_DEPTH_MAX`] slots long.
+    pub fn followup(accelerator: &'a str, chain: &'a [SlotIdx]) -> Request<'a> {
+        Request {
+            exclude: chain,
+            reconfigure: followup_reconfigure(chain),
+            ..Request::new(accelerator)
+        }
+    }
+}
+
+/// How far a displaced instance's follow-up allocation may go, after a migration
+/// chain of `chain.len()` reconfigured slots.
+pub fn followup_reconfigure(chain: &[SlotIdx]) -> Reconfigure {
+    if chain.len() >= MIGRATION_DEPTH_MAX {
+        Reconfigure::EmptyOnly
+    } else {
+        Reconfigure::Any
+    }
 }
 
 /// Where one more instance goes.
@@ -190,6 +226,16 @@ impl SlotView {
         } else {
             self.utilization
         }
+    }
+
+    /// Whether the rebalancer should move one of its instances elsewhere: its node is
+    /// ready, nobody reconfigures it, it is busier than the ceiling, and moving one
+    /// instance leaves another.
+    pub fn relievable(&self, policy: &Policy) -> bool {
+        self.ready
+            && !self.reconfiguring
+            && self.utilization > policy.ceiling
+            && self.instances >= 2
     }
 
     fn can_hold(&self, accelerator: &str) -> bool {
@@ -548,31 +594,84 @@ impl Inventory {
 
     /// Where one more instance for `req` goes (steps 1–6). Pure: changes nothing.
     pub fn allocate(&self, req: &Request<'_>, policy: &Policy) -> Decision {
-        let ceiling = to_units(policy.ceiling);
-        let query = req.backend.is_some() || req.vendor.is_some() || req.node.is_some();
         // Steps 1–4 over the slots holding the accelerator: the best of them, if any
         // passes the filters, is the first slot of the whole order.
         let mut best: Option<SlotIdx> = None;
-        for &idx in self.holders(req.accelerator) {
-            if !self.eligible(idx, req, ceiling, query)
-                || req
-                    .hash
-                    .is_some_and(|h| *self.get(idx).expect("live").spec.hash != *h)
-            {
-                continue;
-            }
+        for idx in self.bindable(req, policy) {
             if best.is_none_or(|b| self.before(policy, idx, b)) {
                 best = Some(idx);
             }
         }
-        if let Some(idx) = best {
-            return Decision::Bind(idx);
+        match best {
+            Some(idx) => Decision::Bind(idx),
+            None => self.reconfigure_step(req, policy),
         }
+    }
+
+    /// [`Inventory::allocate`] with power-of-two choices in step 4: of the slots
+    /// holding the accelerator that pass the filters, two drawn by `choice` (the
+    /// caller's random bits) are compared instead of all of them, and the better one
+    /// in [`Policy::order`] is bound. Under utilisations reported now and then, binding
+    /// to the least utilised holder sends every instance placed between two reports
+    /// to the same slot; two random choices spread them (Mitzenmacher). Steps 5–6 are
+    /// unchanged. Pure: changes nothing.
+    pub fn allocate_two_choices(
+        &self,
+        req: &Request<'_>,
+        policy: &Policy,
+        choice: u64,
+    ) -> Decision {
+        let candidates: Vec<SlotIdx> = self.bindable(req, policy).collect();
+        let n = candidates.len() as u64;
+        let pick = match n {
+            0 => return self.reconfigure_step(req, policy),
+            1 => candidates[0],
+            _ => {
+                let a = (choice % n) as usize;
+                let mut b = ((choice / n) % (n - 1)) as usize;
+                if b >= a {
+                    b += 1;
+                }
+                debug_assert!(a != b && b < candidates.len());
+                let (a, b) = (candidates[a], candidates[b]);
+                if self.before(policy, a, b) {
+                    a
+                } else {
+                    b
+                }
+            }
+        };
+        Decision::Bind(pick)
+    }
+
+    /// The slots holding `req`'s accelerator (and hash) that pass the filters of
+    /// steps 1 and 2: the candidates of step 4.
+    fn bindable<'s>(
+        &'s self,
+        req: &'s Request<'_>,
+        policy: &Policy,
+    ) -> impl Iterator<Item = SlotIdx> + 's {
+        let ceiling = to_units(policy.ceiling);
+        let query = req.backend.is_some() || req.vendor.is_some() || req.node.is_some();
+        self.holders(req.accelerator)
+            .iter()
+            .copied()
+            .filter(move |&idx| {
+                self.eligible(idx, req, ceiling, query)
+                    && req
+                        .hash
+                        .is_none_or(|h| *self.get(idx).expect("live").spec.hash == *h)
+            })
+    }
+
+    /// Steps 5 and 6: the first slot in order whose load the other slots holding its
+    /// accelerator can take over, or `NoDevice`.
+    fn reconfigure_step(&self, req: &Request<'_>, policy: &Policy) -> Decision {
         if req.reconfigure == Reconfigure::Never {
             return Decision::NoDevice;
         }
-        // Step 5: the first slot in order whose load the other slots holding its
-        // accelerator can take over.
+        let ceiling = to_units(policy.ceiling);
+        let query = req.backend.is_some() || req.vendor.is_some() || req.node.is_some();
         let mut best: Option<SlotIdx> = None;
         for (i, hot) in self.hot.iter().enumerate() {
             let idx = i as SlotIdx;

@@ -87,19 +87,13 @@ impl Registry {
                 }
             }
             let unbound = self.unbound(&st, budget);
-            let ceiling = self.config.policy.ceiling;
             let mut hot: Vec<(SlotIdx, String)> = Vec::new();
             for (idx, slot) in st.inventory.iter() {
                 if hot.len() + unbound.len() >= budget {
                     break;
                 }
                 let cooling = st.soft(idx).cooldown_until.is_some_and(|t| now < t);
-                if slot.ready
-                    && !slot.reconfiguring
-                    && slot.utilization > ceiling
-                    && slot.instances >= 2
-                    && !cooling
-                {
+                if slot.relievable(&self.config.policy) && !cooling {
                     let movable = st.bound_to(idx).into_iter().rev().find(|id| {
                         !self.is_allocating(id) && st.instance(id).is_some_and(|i| !i.pinned)
                     });

@@ -42,8 +42,7 @@ use crate::nodeadmin::NodeAdmin;
 use crate::state::State;
 use crate::store::{Store, StoreError};
 
-/// Slots reconfigured in one migration chain before only empty slots may be.
-pub const MIGRATION_DEPTH_MAX: usize = 3;
+pub use crate::alloc::MIGRATION_DEPTH_MAX;
 /// Failed reconfigurations one allocation tries past before it gives up.
 pub const RECONFIGURE_ATTEMPTS_MAX: usize = 3;
 
@@ -79,11 +78,7 @@ impl Alloc {
         Alloc {
             exclude: chain.to_vec(),
             chain: chain.to_vec(),
-            reconfigure: if chain.len() >= MIGRATION_DEPTH_MAX {
-                Reconfigure::EmptyOnly
-            } else {
-                Reconfigure::Any
-            },
+            reconfigure: crate::alloc::followup_reconfigure(chain),
             ..Alloc::default()
         }
     }

@@ -15,6 +15,10 @@
 //!
 //! The same scenario and seed give byte-identical files.
 //!
+//! At cluster scale ([`cluster`]) the registry's own allocator places function
+//! instances on many simulated nodes' slots, and BlastFunction's sharing experiment
+//! runs the allocator's placement on the node's dispatcher.
+//!
 //! What it is not: a model of the node's dispatcher (there is none here to drift
 //! from the real one), nor a network simulator (a link is a latency and a bandwidth).
 //!
@@ -37,6 +41,7 @@
 //! ```
 
 pub mod clients;
+pub mod cluster;
 pub mod engine;
 pub mod experiment;
 pub mod model;

@@ -81,6 +81,15 @@ fn run(
     calls: bool,
 ) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if netaccel_sim::cluster::kind_of(&text).is_some() {
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("run");
+        let written = netaccel_sim::cluster::run_file(&text, stem, out, seed, calls_max)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        for p in written {
+            println!("wrote {}", p.display());
+        }
+        return Ok(());
+    }
     let mut sc = Scenario::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     if sc.name.is_empty() {
         sc.name = path

@@ -563,3 +563,109 @@ fn a_mutation_of_a_broken_inventory_panics_in_debug_builds() {
     inv.accels[inv.hot[idx as usize].accel as usize].spare += 1;
     inv.set_utilization(idx, 0.5);
 }
+
+#[test]
+fn two_choices_binds_the_better_of_the_two_drawn_holders() {
+    let inv = inventory(&[
+        ("a", 0, "sobel", 0.1, 0),
+        ("b", 0, "sobel", 0.5, 0),
+        ("c", 0, "sobel", 0.3, 0),
+        ("d", 0, "echo", 0.0, 0),
+    ]);
+    let policy = Policy::default();
+    let req = Request::new("sobel");
+    // Every draw compares two distinct holders: the least utilised one (a) wins
+    // each draw it is in, and the busiest one (b) never wins.
+    let mut won = HashMap::new();
+    for choice in 0..60u64 {
+        match inv.allocate_two_choices(&req, &policy, choice) {
+            Decision::Bind(idx) => *won.entry(idx).or_insert(0) += 1,
+            other => panic!("a holder has room: {other:?}"),
+        }
+    }
+    assert_eq!(won.get(&at(&inv, "b", 0)), None);
+    assert_eq!(won[&at(&inv, "a", 0)], 40, "a is drawn in 2 of 3 pairs");
+    assert_eq!(won[&at(&inv, "c", 0)], 20);
+    // One candidate: bound whatever the draw; none: steps 5-6 as in allocate.
+    let one = Request {
+        exclude: &[at(&inv, "a", 0), at(&inv, "b", 0)],
+        ..Request::new("sobel")
+    };
+    assert_eq!(
+        inv.allocate_two_choices(&one, &policy, 7),
+        Decision::Bind(at(&inv, "c", 0))
+    );
+    assert_eq!(
+        inv.allocate_two_choices(&Request::new("topk"), &policy, 7),
+        inv.allocate(&Request::new("topk"), &policy)
+    );
+}
+
+#[test]
+fn two_choices_keeps_the_filters_of_steps_1_and_2() {
+    let mut inv = inventory(&[
+        ("a", 0, "sobel", 0.95, 0),
+        ("b", 0, "sobel", 0.2, 0),
+        ("c", 0, "sobel", 0.1, 0),
+    ]);
+    inv.set_ready(at(&inv, "c", 0), false);
+    for choice in 0..10 {
+        assert_eq!(
+            inv.allocate_two_choices(&Request::new("sobel"), &Policy::default(), choice),
+            Decision::Bind(at(&inv, "b", 0)),
+            "above the ceiling (a) and lost (c) are never drawn"
+        );
+    }
+}
+
+#[test]
+fn a_displaced_instance_binds_without_io_then_follows_up_by_chain_depth() {
+    let inv = inventory(&[("a", 0, "sobel", 0.5, 1), ("b", 0, "echo", 0.0, 0)]);
+    let policy = Policy::default();
+    let chain = [at(&inv, "a", 0)];
+    // The first try never reconfigures and avoids the chain.
+    assert_eq!(
+        inv.allocate(&Request::displaced("sobel", &chain), &policy),
+        Decision::NoDevice
+    );
+    assert_eq!(
+        inv.allocate(&Request::displaced("sobel", &[]), &policy),
+        Decision::Bind(at(&inv, "a", 0))
+    );
+    // The follow-up may reconfigure; past MIGRATION_DEPTH_MAX only empty slots.
+    assert_eq!(
+        inv.allocate(&Request::followup("sobel", &chain), &policy),
+        Decision::Reconfigure(at(&inv, "b", 0))
+    );
+    let long = [0; MIGRATION_DEPTH_MAX];
+    assert_eq!(followup_reconfigure(&chain), Reconfigure::Any);
+    assert_eq!(followup_reconfigure(&long), Reconfigure::EmptyOnly);
+    assert_eq!(
+        followup_reconfigure(&long[..MIGRATION_DEPTH_MAX - 1]),
+        Reconfigure::Any
+    );
+}
+
+#[test]
+fn relievable_slots_are_ready_settled_above_the_ceiling_and_shared() {
+    let mut inv = inventory(&[
+        ("a", 0, "sobel", 0.95, 2),
+        ("b", 0, "sobel", 0.95, 1),
+        ("c", 0, "sobel", 0.9, 2),
+        ("d", 0, "sobel", 0.95, 2),
+        ("e", 0, "sobel", 0.95, 2),
+    ]);
+    inv.set_ready(at(&inv, "d", 0), false);
+    inv.set_reconfiguring(at(&inv, "e", 0), true);
+    let policy = Policy::default();
+    let relievable: Vec<&str> = inv
+        .iter()
+        .filter(|(_, s)| s.relievable(&policy))
+        .map(|(_, s)| &*s.spec.node)
+        .collect();
+    assert_eq!(
+        relievable,
+        ["a"],
+        "one instance (b), at the ceiling (c), lost (d), reconfiguring (e)"
+    );
+}

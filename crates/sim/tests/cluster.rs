@@ -1,0 +1,133 @@
+//! Cluster runs: the registry's allocator under the virtual clock (docs/simulation.md,
+//! "Cluster scale").
+
+use std::path::{Path, PathBuf};
+
+use netaccel_sim::cluster::blast::{self, SharingScenario};
+use netaccel_sim::cluster::engine::Engine;
+use netaccel_sim::cluster::{self, ClusterScenario, PolicyName};
+
+fn here() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")
+}
+
+/// A small cluster: 6 nodes × 2 slots, 12 functions, constant load, and node 1
+/// lost at 300 s for good (with `failure`).
+fn small(failure: bool) -> ClusterScenario {
+    let mut text = String::from(
+        r#"
+        name = "small"
+        duration_s = 600
+        [cluster]
+        nodes = 6
+        slots_per_node = 2
+        functions = 12
+        accelerators = 4
+        service = { kind = "exponential", mean_us = 20000.0 }
+        load = 0.4
+        hot_functions = 0.1
+        hot_share = 0.3
+        policies = ["utilization", "occupation", "two_choices"]
+        "#,
+    );
+    if failure {
+        text.push_str("[[cluster.failures]]\nat_s = 300\nfirst = 1\n");
+    }
+    ClusterScenario::parse(&text).unwrap()
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().into_string().unwrap(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn run_into(sc: &ClusterScenario, dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    let text = toml::to_string(sc).unwrap();
+    cluster::run_file(&text, "small", dir, None, None).unwrap();
+}
+
+#[test]
+fn a_cluster_run_of_one_seed_gives_byte_identical_files_and_another_seed_does_not() {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster-determinism");
+    let mut sc = small(true);
+    run_into(&sc, &out.join("a"));
+    run_into(&sc, &out.join("b"));
+    let (a, b) = (files(&out.join("a")), files(&out.join("b")));
+    assert_eq!(a.len(), 4, "json, csv and two charts");
+    assert!(a == b, "two runs of one seed differ");
+    sc.seed += 1;
+    run_into(&sc, &out.join("c"));
+    assert!(files(&out.join("c")) != a, "another seed gives another run");
+}
+
+#[test]
+fn a_lost_node_s_instances_migrate_through_the_registry_s_allocator() {
+    for policy in [
+        PolicyName::Utilization,
+        PolicyName::Occupation,
+        PolicyName::TwoChoices,
+    ] {
+        let (steady, lost) = (small(false), small(true));
+        let without = Engine::new(&steady, policy).run();
+        let with = Engine::new(&lost, policy).run();
+        // The same calls in both runs (the arrival stream has its own generator).
+        assert_eq!(without.calls, with.calls, "{policy:?}");
+        assert_eq!(with.node_failures, 1);
+        assert!(
+            with.failure_migrations > 0,
+            "{policy:?}: the lost node's instances moved"
+        );
+        assert_eq!(without.failure_migrations, 0);
+        assert!(with.migrations >= with.failure_migrations);
+        assert!(with.lost > 0, "{policy:?}: calls at the lost node are lost");
+        assert_eq!(without.lost, 0);
+        // The engine asserts after each failure that no instance stays on a lost
+        // slot; the functions keep being served after it, on a sixth less capacity
+        // for the second half.
+        assert!(
+            with.ok as f64 > 0.9 * without.ok as f64,
+            "{policy:?}: {} against {} without the failure",
+            with.ok,
+            without.ok
+        );
+        assert_eq!(with.unplaced_at_end, 0, "{policy:?}");
+    }
+}
+
+#[test]
+fn the_sharing_experiment_places_as_the_bench_does_and_shares_for_more_calls() {
+    let text = std::fs::read_to_string(here().join("cluster-sharing.toml")).unwrap();
+    let sc = SharingScenario::parse(&text).unwrap();
+    // The registry's allocator: the sobel pair on one device, the matmul pair on
+    // another, topk alone; dedicated: three functions a device each, two none.
+    assert_eq!(
+        blast::place(&sc.sharing, false).unwrap(),
+        [Some(0), Some(0), Some(1), Some(1), Some(2)]
+    );
+    assert_eq!(
+        blast::place(&sc.sharing, true).unwrap(),
+        [Some(0), None, Some(1), None, Some(2)]
+    );
+    let medium = &sc.sharing.levels[1];
+    let dedicated = blast::run_one(&sc, medium, true, None).unwrap();
+    let shared = blast::run_one(&sc, medium, false, None).unwrap();
+    let ratio = shared.processed as f64 / dedicated.processed as f64;
+    // The bench's floor at medium load: ≥ 1.5 × processed, ≤ 1 % dropped.
+    assert!(ratio >= 1.5, "shared ÷ dedicated {ratio:.2}");
+    assert!(
+        shared.dropped_pct <= 1.0,
+        "dropped {} %",
+        shared.dropped_pct
+    );
+}

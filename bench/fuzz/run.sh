@@ -49,6 +49,9 @@ for pair in "${targets[@]}"; do
     scratch="$OUT/scratch/$t"; mkdir -p "$scratch"
     before=$(ls "$corpus" | wc -l)
     echo "== $t ($dir): building"
+    # A fuzz crate is a workspace of its own: it starts from the main workspace's lock,
+    # so it builds the dependency versions the project is tested with.
+    [[ -f $dir/fuzz/Cargo.lock ]] || cp Cargo.lock "$dir/fuzz/Cargo.lock"
     (cd "$dir" && cargo fuzz build --sanitizer "$SANITIZER" --debug-assertions "$t" >"$OUT/$t.build.log" 2>&1) \
         || { echo "build failed: $OUT/$t.build.log" >&2; failed=1; continue; }
     bin=$(ls -t "$dir"/fuzz/target/*/release/"$t" | head -1)

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Helpers of bench/sim/validate.sh: figures of a real node's run out of
+netaccel-bench's JSON reports, the network's calibration, the simulator's scenario,
+and the side-by-side table.
+
+  validate.py merged FILE...           p50 µs, p99 µs, calls/s of the streams together
+  validate.py calibrate DEVICE_US FILE...  one-way latency µs and bandwidth Gbit/s
+  validate.py scenario DEVICE_US LOAD LATENCY_US GBPS SECONDS STREAM...
+  validate.py table ROWS_TSV           the markdown table (and ratios) of the rows
+  validate.py chart ROWS_TSV SVG       measured against simulated p50 and p99, by load
+
+A run is several netaccel-bench processes (one per stream: accelerator, tenant,
+size), each open loop with Poisson arrivals. Their latencies are merged by their
+CDFs, weighted by the calls each answered, so the percentiles are those of all the
+calls together, as the simulator reports them.
+"""
+import json
+import sys
+
+
+def load(paths):
+    return [json.load(open(p)) for p in paths]
+
+
+def cdf_at(cdf, x):
+    """Fraction of a stream's calls at or below x ns (linear between points)."""
+    if not cdf or x < cdf[0][0]:
+        return 0.0
+    lo = 0
+    hi = len(cdf) - 1
+    if x >= cdf[hi][0]:
+        return 1.0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if cdf[mid][0] <= x:
+            lo = mid
+        else:
+            hi = mid
+    (x0, f0), (x1, f1) = cdf[lo], cdf[hi]
+    return f0 + (f1 - f0) * (x - x0) / max(x1 - x0, 1)
+
+
+def merged_quantile(reports, q):
+    """The latency (ns) at quantile q of all the reports' calls together."""
+    total = sum(r["ok"] for r in reports)
+    lo = 0.0
+    hi = float(max(r["cdf"][-1][0] for r in reports if r["cdf"]))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        below = sum(r["ok"] * cdf_at(r["cdf"], mid) for r in reports) / total
+        if below >= q:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def merged(paths):
+    reports = load(paths)
+    assert all(r["ok"] > 0 for r in reports), "every stream answered calls"
+    p50 = merged_quantile(reports, 0.5) / 1000
+    p99 = merged_quantile(reports, 0.99) / 1000
+    rate = sum(r["calls_per_s"] for r in reports)
+    errors = sum(sum(r["errors"].values()) for r in reports)
+    print(f"{p50:.1f}\t{p99:.1f}\t{rate:.1f}\t{errors}")
+
+
+def calibrate(device_us, paths):
+    """Fits each stream's p50 at light load, less the device time, to
+    2 × latency + bytes × 8 / bandwidth (the simulator's link: the latency each way,
+    the bytes once, on the way in). A slope that is not positive: no bandwidth term."""
+    points = [(r["size_bytes"], r["latency"]["p50"] / 1000 - device_us) for r in load(paths)]
+    n = len(points)
+    mx = sum(b for b, _ in points) / n
+    my = sum(o for _, o in points) / n
+    sxx = sum((b - mx) ** 2 for b, _ in points)
+    slope = sum((b - mx) * (o - my) for b, o in points) / sxx if sxx > 0 else 0.0
+    if slope <= 0:
+        slope = 0.0
+    intercept = max(my - slope * mx, 0.0)
+    # slope is µs per byte; bandwidth in Gbit/s is bits per ns.
+    gbps = 8.0 / (slope * 1000) if slope > 0 else 0.0
+    print(f"{intercept / 2:.2f}\t{gbps:.3f}")
+
+
+def scenario(device_us, load_share, latency_us, gbps, seconds, streams):
+    """The simulator's scenario of one load level: every stream a Poisson client at
+    its share of the load on its accelerator's slot."""
+    device_us = float(device_us)
+    accels = []
+    for s in streams:
+        a = s.split(":")[0]
+        if a not in accels:
+            accels.append(a)
+    per_slot = float(load_share) / (device_us / 1e6)
+    out = [
+        f'name = "validate-{int(round(float(load_share) * 100))}"',
+        f"duration_s = {float(seconds)}",
+        "seed = 1",
+        "[node]",
+        "slots = [" + ", ".join(f'{{ accelerator = "{a}" }}' for a in accels) + "]",
+        "[network]",
+        f"latency_us = {float(latency_us)}",
+        f"bandwidth_gbps = {float(gbps)}",
+    ]
+    for a in accels:
+        out += [
+            "[[accelerators]]",
+            f'name = "{a}"',
+            f'service = {{ kind = "constant", us = {device_us} }}',
+        ]
+    for s in streams:
+        a, tenant, size = s.split(":")
+        share = sum(1 for t in streams if t.split(":")[0] == a)
+        out += [
+            "[[clients]]",
+            'kind = "poisson"',
+            f"rate_per_s = {per_slot / share}",
+            f'tenant = "{tenant}"',
+            f'mix = [{{ accelerator = "{a}", bytes = {size} }}]',
+        ]
+    print("\n".join(out))
+
+
+def table(rows_path):
+    """Rows: load, then measured p50 p99 calls/s and simulated p50 p99 calls/s."""
+    print("| load | measured p50 µs | simulated p50 µs | ratio | measured p99 µs | simulated p99 µs | ratio | measured calls/s | simulated calls/s | ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for line in open(rows_path):
+        f = line.split()
+        load_share, m50, m99, mr, s50, s99, sr = f[0], *map(float, f[1:7])
+        print(
+            f"| {load_share} % | {m50:.0f} | {s50:.0f} | {s50 / m50:.3f} | {m99:.0f} | {s99:.0f} | "
+            f"{s99 / m99:.3f} | {mr:.0f} | {sr:.0f} | {sr / mr:.3f} |"
+        )
+
+
+def chart(rows_path, svg_path):
+    """Latency against load: measured (solid) and simulated (dashed) p50 and p99."""
+    rows = [line.split() for line in open(rows_path) if line.strip()]
+    loads = [float(r[0]) for r in rows]
+    series = [
+        ("measured p50", [float(r[1]) for r in rows], "#1f77b4", ""),
+        ("simulated p50", [float(r[4]) for r in rows], "#1f77b4", "6 4"),
+        ("measured p99", [float(r[2]) for r in rows], "#d62728", ""),
+        ("simulated p99", [float(r[5]) for r in rows], "#d62728", "6 4"),
+    ]
+    w, h, left, right, top, bottom = 640, 400, 70, 170, 40, 50
+    ymax = max(max(v) for _, v, _, _ in series) * 1.1 / 1000
+    x = lambda l: left + (l - 0) / 100 * (w - left - right)
+    y = lambda us: h - bottom - us / 1000 / ymax * (h - top - bottom)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{w}" height="{h}" fill="white"/>',
+        f'<text x="{w / 2 - 60}" y="20" font-size="14">latency against load: real node and simulator</text>',
+        f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>',
+        f'<text x="{(left + w - right) / 2 - 60}" y="{h - 12}">load (% of each slot)</text>',
+        f'<text x="14" y="{top - 10}">latency ms</text>',
+    ]
+    for l in range(0, 101, 10):
+        out.append(f'<text x="{x(l) - 8}" y="{h - bottom + 16}">{l}</text>')
+    steps = 5
+    for i in range(steps + 1):
+        v = ymax * i / steps
+        out.append(f'<text x="{left - 40}" y="{y(v * 1000) + 4}">{v:.1f}</text>')
+        out.append(f'<line x1="{left}" y1="{y(v * 1000)}" x2="{w - right}" y2="{y(v * 1000)}" stroke="#ddd"/>')
+    for i, (name, values, colour, dash) in enumerate(series):
+        pts = " ".join(f"{x(l):.1f},{y(v):.1f}" for l, v in zip(loads, values))
+        out.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}"/>')
+        for l, v in zip(loads, values):
+            out.append(f'<circle cx="{x(l):.1f}" cy="{y(v):.1f}" r="3" fill="{colour}"/>')
+        ly = top + 20 * i
+        out.append(f'<line x1="{w - right + 10}" y1="{ly}" x2="{w - right + 40}" y2="{ly}" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}"/>')
+        out.append(f'<text x="{w - right + 46}" y="{ly + 4}">{name}</text>')
+    out.append("</svg>")
+    open(svg_path, "w").write("\n".join(out) + "\n")
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "merged":
+        merged(args)
+    elif cmd == "calibrate":
+        calibrate(float(args[0]), args[1:])
+    elif cmd == "scenario":
+        scenario(*args[:5], args[5:])
+    elif cmd == "table":
+        table(args[0])
+    elif cmd == "chart":
+        chart(args[0], args[1])
+    else:
+        sys.exit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()

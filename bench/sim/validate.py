@@ -4,10 +4,11 @@ netaccel-bench's JSON reports, the network's calibration, the simulator's scenar
 and the side-by-side table.
 
   validate.py merged FILE...           p50 µs, p99 µs, calls/s of the streams together
-  validate.py calibrate DEVICE_US FILE...  one-way latency µs and bandwidth Gbit/s
-  validate.py scenario DEVICE_US LOAD LATENCY_US GBPS SECONDS STREAM...
+  validate.py calibrate DEVICE_US FILE...  latency µs, Gbit/s, jitter median µs, sigma
+  validate.py scenario DEVICE_US LOAD LATENCY_US GBPS JITTER_US SIGMA SECONDS STREAM...
+  validate.py summary FILE             the simulator's p50 µs, p99 µs, calls/s
   validate.py table ROWS_TSV           the markdown table (and ratios) of the rows
-  validate.py chart ROWS_TSV SVG       measured against simulated p50 and p99, by load
+  validate.py chart ROWS_TSV LINK_ROWS_TSV SVG   measured against simulated p50, p99
 
 A run is several netaccel-bench processes (one per stream: accelerator, tenant,
 size), each open loop with Poisson arrivals. Their latencies are merged by their
@@ -15,11 +16,15 @@ CDFs, weighted by the calls each answered, so the percentiles are those of all t
 calls together, as the simulator reports them.
 """
 import json
+import math
 import sys
 
 
 def load(paths):
-    return [json.load(open(p)) for p in paths]
+    """The one scenario of each report (netaccel-bench run --json)."""
+    reports = [json.load(open(p))["scenarios"] for p in paths]
+    assert all(len(r) == 1 for r in reports), "one run per report"
+    return [r[0] for r in reports]
 
 
 def cdf_at(cdf, x):
@@ -68,8 +73,12 @@ def merged(paths):
 def calibrate(device_us, paths):
     """Fits each stream's p50 at light load, less the device time, to
     2 × latency + bytes × 8 / bandwidth (the simulator's link: the latency each way,
-    the bytes once, on the way in). A slope that is not positive: no bandwidth term."""
-    points = [(r["size_bytes"], r["latency"]["p50"] / 1000 - device_us) for r in load(paths)]
+    the bytes once, on the way in). A slope that is not positive: no bandwidth term.
+    Also the spread of the time outside the node's queue and device (the reports'
+    `network_protocol`) as a lognormal's sigma, fitted to its p90 and p99 against
+    its p50."""
+    reports = load(paths)
+    points = [(r["size_bytes"], r["latency"]["p50_ns"] / 1000 - device_us) for r in reports]
     n = len(points)
     mx = sum(b for b, _ in points) / n
     my = sum(o for _, o in points) / n
@@ -80,12 +89,23 @@ def calibrate(device_us, paths):
     intercept = max(my - slope * mx, 0.0)
     # slope is µs per byte; bandwidth in Gbit/s is bits per ns.
     gbps = 8.0 / (slope * 1000) if slope > 0 else 0.0
-    print(f"{intercept / 2:.2f}\t{gbps:.3f}")
+    # ln(q / p50) = sigma × z at p90 and p99, least squares through the origin over
+    # every stream's two points.
+    z = {"p90_ns": 1.2816, "p99_ns": 2.3263}
+    num = den = 0.0
+    for r in reports:
+        np = r["network_protocol"]
+        for q, zq in z.items():
+            num += zq * math.log(max(np[q] / np["p50_ns"], 1.0))
+            den += zq * zq
+    sigma = num / den
+    print(f"{intercept / 2:.2f}\t{gbps:.3f}\t{intercept:.2f}\t{sigma:.3f}")
 
 
-def scenario(device_us, load_share, latency_us, gbps, seconds, streams):
+def scenario(device_us, load_share, latency_us, gbps, jitter_us, sigma, seconds, streams):
     """The simulator's scenario of one load level: every stream a Poisson client at
-    its share of the load on its accelerator's slot."""
+    its share of the load on its accelerator's slot. A jitter median above zero adds
+    a lognormal delay to every answer."""
     device_us = float(device_us)
     accels = []
     for s in streams:
@@ -103,6 +123,10 @@ def scenario(device_us, load_share, latency_us, gbps, seconds, streams):
         f"latency_us = {float(latency_us)}",
         f"bandwidth_gbps = {float(gbps)}",
     ]
+    if float(jitter_us) > 0:
+        out.append(
+            f'jitter = {{ kind = "lognormal", median_us = {float(jitter_us)}, sigma = {float(sigma)} }}'
+        )
     for a in accels:
         out += [
             "[[accelerators]]",
@@ -124,6 +148,7 @@ def scenario(device_us, load_share, latency_us, gbps, seconds, streams):
 
 def table(rows_path):
     """Rows: load, then measured p50 p99 calls/s and simulated p50 p99 calls/s."""
+    print()
     print("| load | measured p50 µs | simulated p50 µs | ratio | measured p99 µs | simulated p99 µs | ratio | measured calls/s | simulated calls/s | ratio |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for line in open(rows_path):
@@ -135,15 +160,19 @@ def table(rows_path):
         )
 
 
-def chart(rows_path, svg_path):
-    """Latency against load: measured (solid) and simulated (dashed) p50 and p99."""
+def chart(rows_path, link_rows_path, svg_path):
+    """Latency against load: measured (solid), simulated with the link and jitter
+    (dashed) and with the link alone (dotted), p50 and p99."""
     rows = [line.split() for line in open(rows_path) if line.strip()]
+    link = [line.split() for line in open(link_rows_path) if line.strip()]
     loads = [float(r[0]) for r in rows]
     series = [
         ("measured p50", [float(r[1]) for r in rows], "#1f77b4", ""),
-        ("simulated p50", [float(r[4]) for r in rows], "#1f77b4", "6 4"),
+        ("sim p50, jitter", [float(r[4]) for r in rows], "#1f77b4", "6 4"),
+        ("sim p50, link", [float(r[4]) for r in link], "#1f77b4", "2 3"),
         ("measured p99", [float(r[2]) for r in rows], "#d62728", ""),
-        ("simulated p99", [float(r[5]) for r in rows], "#d62728", "6 4"),
+        ("sim p99, jitter", [float(r[5]) for r in rows], "#d62728", "6 4"),
+        ("sim p99, link", [float(r[5]) for r in link], "#d62728", "2 3"),
     ]
     w, h, left, right, top, bottom = 640, 400, 70, 170, 40, 50
     ymax = max(max(v) for _, v, _, _ in series) * 1.1 / 1000
@@ -184,11 +213,15 @@ def main():
     elif cmd == "calibrate":
         calibrate(float(args[0]), args[1:])
     elif cmd == "scenario":
-        scenario(*args[:5], args[5:])
+        scenario(*args[:7], args[7:])
+    elif cmd == "summary":
+        s = json.load(open(args[0]))
+        lat = s["latency_us"]
+        print(f"{lat['p50']:.1f}\t{lat['p99']:.1f}\t{s['throughput_per_s']:.1f}")
     elif cmd == "table":
         table(args[0])
     elif cmd == "chart":
-        chart(args[0], args[1])
+        chart(args[0], args[1], args[2])
     else:
         sys.exit(f"unknown command {cmd}")
 

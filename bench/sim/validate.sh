@@ -11,10 +11,14 @@
 #
 # 1. Calibration: the streams at CAL_LOAD % (light); each stream's p50 less the device
 #    time, fitted to 2 × latency + bytes × 8 / bandwidth, gives the simulator's link
-#    (`[network]`). The only figures the simulator takes from the measurement.
+#    (`[network]`); the spread of the time outside the node's queue and device
+#    (p90 and p99 against p50 of the reports' network_protocol) gives a lognormal
+#    jitter. The only figures the simulator takes from the measurement.
 # 2. For each round and load: the six streams together for DURATION s (after 1 s of
 #    warm-up); their latencies merged by CDF (all calls together), calls/s summed.
-# 3. The simulator runs the same scenario for SIM_SECONDS simulated seconds.
+# 3. The simulator runs the same scenario for SIM_SECONDS simulated seconds, twice:
+#    with the link alone (a constant latency each way: "link"), and with the link's
+#    median as a lognormal jitter on each answer instead ("link + jitter").
 # Every measured figure is the median over ROUNDS rounds. Prints the table with the
 # ratios simulated ÷ measured (goal: p50 and p99 within 15 %, calls/s within 5 %),
 # and writes it to bench/out/sim-validate-DATE.md with the reports and scenarios, and
@@ -27,6 +31,7 @@
 # delay the answers.
 #
 # Usage: bench/sim/validate.sh
+#        ANALYZE=bench/out/sim-validate-DATE bench/sim/validate.sh   # simulator side again
 #
 # Environment (defaults in brackets):
 #   DEVICE_US [2000]  LOADS ["30 60 90"]  CAL_LOAD [5]  DURATION [10] s  ROUNDS [3]
@@ -132,13 +137,27 @@ measure() {
     for p in "${pids[@]}"; do wait "$p" || die "a load generator failed ($tag, see ${RUN_DIR#"$ROOT"/}/bench.log)"; done
 }
 
-# simulate LOAD LATENCY GBPS: the simulator's p50 µs, p99 µs and calls/s at LOAD %.
+# simulate LOAD LATENCY GBPS JITTER SIGMA: the simulator's p50 µs, p99 µs and calls/s
+# at LOAD %.
 simulate() {
-    local sc="$RUN_DIR/validate-$1.toml"
-    python3 "$PY" scenario "$DEVICE_US" "$(awk -v l="$1" 'BEGIN { print l / 100 }')" "$2" "$3" "$SIM_SECONDS" "${STREAM_LIST[@]}" >"$sc"
+    local sc="$RUN_DIR/sim/validate-$1.toml"
+    python3 "$PY" scenario "$DEVICE_US" "$(awk -v l="$1" 'BEGIN { print l / 100 }')" "$2" "$3" "$4" "$5" "$SIM_SECONDS" "${STREAM_LIST[@]}" >"$sc"
     "$SIM_BIN" run "$sc" --out "$RUN_DIR/sim" --no-calls 2>/dev/null >/dev/null
-    python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); l = s["latency_us"]; print(f"{l[\"p50\"]:.1f}\t{l[\"p99\"]:.1f}\t{s[\"throughput_per_s\"]:.1f}")' \
-        "$RUN_DIR/sim/validate-$1.summary.json"
+    python3 "$PY" summary "$RUN_DIR/sim/validate-$1.summary.json"
+}
+
+# rows FILE LATENCY GBPS JITTER SIGMA: per load, the measured medians and the
+# simulator's figures.
+rows() {
+    local l m f
+    : >"$1"
+    for l in $LOADS; do
+        m=""
+        for f in 2 3 4; do
+            m+="$(awk -F'\t' -v l="$l" -v f="$f" '$1 == l { print $f }' "$RUN_DIR/measured.tsv" | median)"$'\t'
+        done
+        printf '%s\t%s%s\n' "$l" "$m" "$(simulate "$l" "$2" "$3" "$4" "$5")" >>"$1"
+    done
 }
 
 main() {
@@ -146,45 +165,46 @@ main() {
     command -v python3 >/dev/null || die "python3 is needed"
     build
     if [[ $(id -u) -eq 0 ]] && command -v chrt >/dev/null; then PRIO=(chrt -f 50); fi
+    [[ -n ${ANALYZE:-} ]] && RUN_DIR=$ANALYZE
     mkdir -p "$RUN_DIR/sim"
-    local load_start t0 r l cal lat gbps m
+    local load_start t0 r l lat gbps jitter sigma
     load_start=$(cut -d' ' -f1-3 /proc/loadavg)
     t0=$(date +%s)
-    start_node
-    log "calibrating the link at $CAL_LOAD % load"
-    measure "$CAL_LOAD" "cal0"
-    read -r lat gbps <<<"$(python3 "$PY" calibrate "$DEVICE_US" "$RUN_DIR"/cal0-*.json)"
-    log "link: $lat µs each way, ${gbps} Gbit/s (0: no bandwidth term)"
-    : >"$RUN_DIR/measured.tsv"
-    for ((r = 1; r <= ROUNDS; r++)); do
-        for l in $LOADS; do
-            log "round $r: $l % load"
-            measure "$l" "l${l}r$r"
-            printf '%s\t%s\n' "$l" "$(python3 "$PY" merged "$RUN_DIR/l${l}r$r"-*.json)" >>"$RUN_DIR/measured.tsv"
+    if [[ -z ${ANALYZE:-} ]]; then
+        start_node
+        log "calibrating the link at $CAL_LOAD % load"
+        measure "$CAL_LOAD" "cal0"
+        : >"$RUN_DIR/measured.tsv"
+        for ((r = 1; r <= ROUNDS; r++)); do
+            for l in $LOADS; do
+                log "round $r: $l % load"
+                measure "$l" "l${l}r$r"
+                printf '%s\t%s\n' "$l" "$(python3 "$PY" merged "$RUN_DIR/l${l}r$r"-*.json)" >>"$RUN_DIR/measured.tsv"
+            done
         done
-    done
-    stop_pid "$NODE_PID"
-    NODE_PID=""
-    : >"$RUN_DIR/rows.tsv"
-    for l in $LOADS; do
-        m=""
-        for f in 2 3 4; do
-            m+="$(awk -F'\t' -v l="$l" -v f="$f" '$1 == l { print $f }' "$RUN_DIR/measured.tsv" | median)"$'\t'
-        done
-        printf '%s\t%s%s\n' "$l" "$m" "$(simulate "$l" "$lat" "$gbps")" >>"$RUN_DIR/rows.tsv"
-    done
+        stop_pid "$NODE_PID"
+        NODE_PID=""
+    fi
+    read -r lat gbps jitter sigma <<<"$(python3 "$PY" calibrate "$DEVICE_US" "$RUN_DIR"/cal0-*.json)"
+    log "link: $lat µs each way, ${gbps} Gbit/s (0: no bandwidth term); jitter: median $jitter µs, sigma $sigma"
+    rows "$RUN_DIR/rows-link.tsv" "$lat" "$gbps" 0 0
+    rows "$RUN_DIR/rows.tsv" 0 "$gbps" "$jitter" "$sigma"
     local out="$OUT_DIR/sim-validate-$STAMP.md" rev
     rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
     {
         echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/sim/validate.sh\` (DEVICE_US=$DEVICE_US, DURATION=$DURATION s, ROUNDS=$ROUNDS, medians over rounds; simulator $SIM_SECONDS simulated s), commit $rev."
         echo
         echo "- machine: $(nproc) cores, load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg); node on CPU $NODE_CPUS, load generators on CPU $CLIENT_CPU, scheduling ${PRIO[*]:-default}"
-        echo "- streams (accelerator:tenant:bytes): $STREAMS; link from the $CAL_LOAD % run: $lat µs each way, $gbps Gbit/s"
+        echo "- streams (accelerator:tenant:bytes): $STREAMS; from the $CAL_LOAD % run: link $lat µs each way, $gbps Gbit/s; jitter lognormal, median $jitter µs, sigma $sigma"
         echo "- per round (load, p50 µs, p99 µs, calls/s, errors): $(tr '\t\n' ' ;' <"$RUN_DIR/measured.tsv")"
         echo
+        echo "Simulator with the link alone (a constant latency each way):"
+        python3 "$PY" table "$RUN_DIR/rows-link.tsv"
+        echo
+        echo "Simulator with the link and the jitter:"
         python3 "$PY" table "$RUN_DIR/rows.tsv"
     } >"$out"
-    python3 "$PY" chart "$RUN_DIR/rows.tsv" "$CHART"
+    python3 "$PY" chart "$RUN_DIR/rows.tsv" "$RUN_DIR/rows-link.tsv" "$CHART"
     cat "$out"
     log "measured in $(($(date +%s) - t0)) s; written to ${out#"$ROOT"/}"
 }

@@ -6,7 +6,8 @@ and the side-by-side table.
   validate.py merged FILE...           p50 µs, p99 µs, calls/s of the streams together
   validate.py calibrate DEVICE_US FILE...  latency µs, Gbit/s, jitter median µs, sigma
   validate.py scenario DEVICE_US LOAD LATENCY_US GBPS JITTER_US SIGMA SECONDS STREAM...
-  validate.py summary FILE             the simulator's p50 µs, p99 µs, calls/s
+  validate.py windows SIM SCENARIO WARMUP_S DURATION_S N OUT
+                                       the simulator's p50 µs, p99 µs, calls/s
   validate.py table ROWS_TSV           the markdown table (and ratios) of the rows
   validate.py chart ROWS_TSV LINK_ROWS_TSV SVG   measured against simulated p50, p99
 
@@ -146,6 +147,41 @@ def scenario(device_us, load_share, latency_us, gbps, jitter_us, sigma, seconds,
     print("\n".join(out))
 
 
+def windows(sim, scenario_path, warmup_s, duration_s, n, out):
+    """Runs the scenario N times (seeds 1..N) for the measurement's warm-up and
+    window, and prints the medians over runs of each window's p50 and p99 (calls
+    issued after the warm-up, answered OK) and calls/s: the figures a measurement of
+    that length gives, whose p99 is lower and more spread than the steady state's."""
+    import csv
+    import statistics
+    import subprocess
+
+    warm_ns = float(warmup_s) * 1e9
+    p50s, p99s, rates = [], [], []
+    name = None
+    for seed in range(1, int(n) + 1):
+        subprocess.run(
+            [sim, "run", scenario_path, "--out", out, "--seed", str(seed)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        if name is None:
+            name = json.load(open(f"{out}/" + scenario_path.rsplit("/", 1)[-1].replace(".toml", ".summary.json")))["name"]
+        rows = csv.DictReader(open(f"{out}/{name}.calls.csv"))
+        lat = sorted(
+            int(r["reply_ns"]) - int(r["issued_ns"])
+            for r in rows
+            if r["outcome"] == "ok" and int(r["issued_ns"]) >= warm_ns
+        )
+        assert lat, "the window has calls"
+        p50s.append(lat[(len(lat) - 1) // 2] / 1000)
+        p99s.append(lat[min(len(lat) - 1, int(0.99 * len(lat)))] / 1000)
+        rates.append(len(lat) / float(duration_s))
+    med = statistics.median
+    print(f"{med(p50s):.1f}\t{med(p99s):.1f}\t{med(rates):.1f}")
+
+
 def table(rows_path):
     """Rows: load, then measured p50 p99 calls/s and simulated p50 p99 calls/s."""
     print()
@@ -214,10 +250,8 @@ def main():
         calibrate(float(args[0]), args[1:])
     elif cmd == "scenario":
         scenario(*args[:7], args[7:])
-    elif cmd == "summary":
-        s = json.load(open(args[0]))
-        lat = s["latency_us"]
-        print(f"{lat['p50']:.1f}\t{lat['p99']:.1f}\t{s['throughput_per_s']:.1f}")
+    elif cmd == "windows":
+        windows(*args[:6])
     elif cmd == "table":
         table(args[0])
     elif cmd == "chart":

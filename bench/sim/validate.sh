@@ -9,14 +9,19 @@
 # every stream is one netaccel-bench open loop with Poisson arrivals, at its share of
 # LOADS (30, 60, 90 % of each slot's capacity, 1 / DEVICE_US).
 #
-# 1. Calibration: the streams at CAL_LOAD % (light); each stream's p50 less the device
+# 1. Calibration, in each round: the streams at CAL_LOAD % (light); each stream's p50
+#    less the device
 #    time, fitted to 2 × latency + bytes × 8 / bandwidth, gives the simulator's link
 #    (`[network]`); the spread of the time outside the node's queue and device
 #    (p90 and p99 against p50 of the reports' network_protocol) gives a lognormal
-#    jitter. The only figures the simulator takes from the measurement.
+#    jitter; the median over rounds of each. The only figures the simulator takes
+#    from the measurement.
 # 2. For each round and load: the six streams together for DURATION s (after 1 s of
 #    warm-up); their latencies merged by CDF (all calls together), calls/s summed.
-# 3. The simulator runs the same scenario for SIM_SECONDS simulated seconds, twice:
+# 3. The simulator runs the same scenario in the same window (1 s of warm-up, then
+#    DURATION s) SIM_WINDOWS times with other seeds, and takes the median of each
+#    window's figures — a window's p99 at 90 % load is well below the steady
+#    state's, and spread (41–59 ms where 200 s give 57 ms) — twice:
 #    with the link alone (a constant latency each way: "link"), and with the link's
 #    median as a lognormal jitter on each answer instead ("link + jitter").
 # Every measured figure is the median over ROUNDS rounds. Prints the table with the
@@ -34,8 +39,8 @@
 #        ANALYZE=bench/out/sim-validate-DATE bench/sim/validate.sh   # simulator side again
 #
 # Environment (defaults in brackets):
-#   DEVICE_US [2000]  LOADS ["30 60 90"]  CAL_LOAD [5]  DURATION [10] s  ROUNDS [3]
-#   SIM_SECONDS [200]  STREAMS ["echo:a:64 echo:b:4096 minmax:a:1024 minmax:b:16384
+#   DEVICE_US [2000]  LOADS ["30 60 90"]  CAL_LOAD [5]  DURATION [15] s  ROUNDS [3]
+#   SIM_WINDOWS [31]  STREAMS ["echo:a:64 echo:b:4096 minmax:a:1024 minmax:b:16384
 #   logit:a:256 logit:b:65536"]  NODE_CPUS [0]  CLIENT_CPU [1]  OUT_DIR [bench/out]
 #   NODE_BIN, BENCH_BIN, SIM_BIN [target/release/…]  HTTP_PORT RAC_PORT [free ports]
 #   CHART [docs/img/sim/validate.svg]
@@ -50,9 +55,9 @@ source "$ROOT/bench/common/lib.sh"
 DEVICE_US=${DEVICE_US:-2000}
 LOADS=${LOADS:-"30 60 90"}
 CAL_LOAD=${CAL_LOAD:-5}
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-15}
 ROUNDS=${ROUNDS:-3}
-SIM_SECONDS=${SIM_SECONDS:-200}
+SIM_WINDOWS=${SIM_WINDOWS:-31}
 STREAMS=${STREAMS:-"echo:a:64 echo:b:4096 minmax:a:1024 minmax:b:16384 logit:a:256 logit:b:65536"}
 NODE_CPUS=${NODE_CPUS:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
@@ -141,9 +146,8 @@ measure() {
 # at LOAD %.
 simulate() {
     local sc="$RUN_DIR/sim/validate-$1.toml"
-    python3 "$PY" scenario "$DEVICE_US" "$(awk -v l="$1" 'BEGIN { print l / 100 }')" "$2" "$3" "$4" "$5" "$SIM_SECONDS" "${STREAM_LIST[@]}" >"$sc"
-    "$SIM_BIN" run "$sc" --out "$RUN_DIR/sim" --no-calls 2>/dev/null >/dev/null
-    python3 "$PY" summary "$RUN_DIR/sim/validate-$1.summary.json"
+    python3 "$PY" scenario "$DEVICE_US" "$(awk -v l="$1" 'BEGIN { print l / 100 }')" "$2" "$3" "$4" "$5" "$((DURATION + 1))" "${STREAM_LIST[@]}" >"$sc"
+    python3 "$PY" windows "$SIM_BIN" "$sc" 1 "$DURATION" "$SIM_WINDOWS" "$RUN_DIR/sim"
 }
 
 # rows FILE LATENCY GBPS JITTER SIGMA: per load, the measured medians and the
@@ -172,10 +176,10 @@ main() {
     t0=$(date +%s)
     if [[ -z ${ANALYZE:-} ]]; then
         start_node
-        log "calibrating the link at $CAL_LOAD % load"
-        measure "$CAL_LOAD" "cal0"
         : >"$RUN_DIR/measured.tsv"
         for ((r = 1; r <= ROUNDS; r++)); do
+            log "round $r: calibrating the link at $CAL_LOAD % load"
+            measure "$CAL_LOAD" "cal$r"
             for l in $LOADS; do
                 log "round $r: $l % load"
                 measure "$l" "l${l}r$r"
@@ -185,17 +189,21 @@ main() {
         stop_pid "$NODE_PID"
         NODE_PID=""
     fi
-    read -r lat gbps jitter sigma <<<"$(python3 "$PY" calibrate "$DEVICE_US" "$RUN_DIR"/cal0-*.json)"
+    : >"$RUN_DIR/calibration.tsv"
+    for ((r = 1; r <= ROUNDS; r++)); do
+        python3 "$PY" calibrate "$DEVICE_US" "$RUN_DIR/cal$r"-*.json >>"$RUN_DIR/calibration.tsv"
+    done
+    read -r lat gbps jitter sigma <<<"$(for f in 1 2 3 4; do cut -f"$f" "$RUN_DIR/calibration.tsv" | median; done | paste -sd' ')"
     log "link: $lat µs each way, ${gbps} Gbit/s (0: no bandwidth term); jitter: median $jitter µs, sigma $sigma"
     rows "$RUN_DIR/rows-link.tsv" "$lat" "$gbps" 0 0
     rows "$RUN_DIR/rows.tsv" 0 "$gbps" "$jitter" "$sigma"
     local out="$OUT_DIR/sim-validate-$STAMP.md" rev
     rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
     {
-        echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/sim/validate.sh\` (DEVICE_US=$DEVICE_US, DURATION=$DURATION s, ROUNDS=$ROUNDS, medians over rounds; simulator $SIM_SECONDS simulated s), commit $rev."
+        echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`bench/sim/validate.sh\` (DEVICE_US=$DEVICE_US, DURATION=$DURATION s, ROUNDS=$ROUNDS, medians over rounds; simulator: median of $SIM_WINDOWS windows of the same length), commit $rev."
         echo
         echo "- machine: $(nproc) cores, load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg); node on CPU $NODE_CPUS, load generators on CPU $CLIENT_CPU, scheduling ${PRIO[*]:-default}"
-        echo "- streams (accelerator:tenant:bytes): $STREAMS; from the $CAL_LOAD % run: link $lat µs each way, $gbps Gbit/s; jitter lognormal, median $jitter µs, sigma $sigma"
+        echo "- streams (accelerator:tenant:bytes): $STREAMS; from the $CAL_LOAD % runs (median of rounds; per round latency, Gbit/s, jitter, sigma: $(tr '\t\n' ' ;' <"$RUN_DIR/calibration.tsv")): link $lat µs each way, $gbps Gbit/s; jitter lognormal, median $jitter µs, sigma $sigma"
         echo "- per round (load, p50 µs, p99 µs, calls/s, errors): $(tr '\t\n' ' ;' <"$RUN_DIR/measured.tsv")"
         echo
         echo "Simulator with the link alone (a constant latency each way):"

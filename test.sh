@@ -175,7 +175,7 @@ for s in crates/sim/scenarios/*.toml; do
   esac
   "$sim_bin" "${cmd[@]}" >"$sim_dir/log" 2>&1 || { cat "$sim_dir/log"; exit 1; }
 done
-python3 bench/sim/validate.py scenario 2000 0.6 20 10 1 echo:a:64 echo:b:4096 logit:a:256 >"$sim_dir/validate.toml"
+python3 bench/sim/validate.py scenario 2000 0.6 0 10 20 0.5 1 echo:a:64 echo:b:4096 logit:a:256 >"$sim_dir/validate.toml"
 "$sim_bin" run "$sim_dir/validate.toml" --out "$sim_dir" --calls 2000 --no-calls >"$sim_dir/log" 2>&1 || { cat "$sim_dir/log"; exit 1; }
 
 begin "RTL accelerators: cocotb testbenches on Verilator"

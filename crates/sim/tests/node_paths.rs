@@ -1,6 +1,7 @@
 //! The parts of a node the simulator models beside its dispatch core: the watchdog
 //! (the node's own check of a slot, at its own period), the network threads' CPU per
-//! call, and the cheap calls the node runs on the network thread that read them.
+//! call, and the cheap calls the node runs on the network thread that read them; and
+//! the jitter a link adds to each answer.
 
 use std::path::Path;
 
@@ -182,4 +183,43 @@ fn the_network_thread_is_a_queue_of_its_own() {
         (mean_wait_us - want).abs() <= 0.05 * want,
         "mean wait for the network thread {mean_wait_us} µs, M/D/1 says {want}"
     );
+}
+
+/// A link's jitter delays each answer on its way back, drawn per call, and nothing
+/// else: the node sees the same calls at the same times.
+#[test]
+fn a_links_jitter_delays_only_the_answers() {
+    let text = |jitter: &str| {
+        format!(
+            r#"
+            calls = 5000
+            [node]
+            slots = [{{ accelerator = "a" }}]
+            [network]
+            latency_us = 10.0
+            {jitter}
+            [[accelerators]]
+            name = "a"
+            service = {{ kind = "constant", us = 20.0 }}
+            [[clients]]
+            kind = "poisson"
+            rate_per_s = 20000.0
+            mix = [{{ accelerator = "a" }}]
+            "#
+        )
+    };
+    let (plain, _) = run(&text(""));
+    let (constant, _) = run(&text(r#"jitter = { kind = "constant", us = 7.0 }"#));
+    for (p, c) in plain.iter().zip(&constant) {
+        assert_eq!((p.submit_ns, p.end_ns), (c.submit_ns, c.end_ns));
+        assert_eq!(c.reply_ns - c.end_ns, 17_000, "latency 10 µs + jitter 7 µs");
+    }
+    let (spread, s) = run(&text(
+        r#"jitter = { kind = "lognormal", median_us = 50.0, sigma = 1.0 }"#,
+    ));
+    let mut back: Vec<u64> = spread.iter().map(|r| r.reply_ns - r.end_ns).collect();
+    back.sort_unstable();
+    let median = back[back.len() / 2] as f64 / 1000.0 - 10.0;
+    assert!((median - 50.0).abs() < 5.0, "median jitter {median} µs");
+    assert_eq!(s.ok, 5000);
 }

@@ -157,10 +157,12 @@ NETACCEL_TEST_NETWORK=io_uring cargo test -p netaccel-node \
 
 # netaccel-sim (docs/simulation.md): its own checks (same seed, same bytes; M/D/1 and
 # M/M/1 mean waits within 3 % over 10^6 calls; Little's law; the golden trace of the
-# dispatch core's decisions) ran in the workspace's cargo test above, in debug, about a
+# dispatch core's decisions; the watchdog, network threads and inline calls in
+# tests/node_paths.rs) ran in the workspace's cargo test above, in debug, about a
 # minute on 2 cores; its page's recipes run with the documentation tests. Here: every
 # scenario and experiment shipped in crates/sim/scenarios still loads and runs (2,000
-# calls a run, a few seconds).
+# calls a run, a few seconds), and so does the scenario bench/sim/validate.sh writes
+# for its simulator side.
 begin "netaccel-sim: the shipped scenarios and experiments run"
 cargo build -q -p netaccel-sim
 sim_dir=$(mktemp -d)
@@ -173,6 +175,8 @@ for s in crates/sim/scenarios/*.toml; do
   esac
   "$sim_bin" "${cmd[@]}" >"$sim_dir/log" 2>&1 || { cat "$sim_dir/log"; exit 1; }
 done
+python3 bench/sim/validate.py scenario 2000 0.6 0 10 20 0.5 1 echo:a:64 echo:b:4096 logit:a:256 >"$sim_dir/validate.toml"
+"$sim_bin" run "$sim_dir/validate.toml" --out "$sim_dir" --calls 2000 --no-calls >"$sim_dir/log" 2>&1 || { cat "$sim_dir/log"; exit 1; }
 
 begin "RTL accelerators: cocotb testbenches on Verilator"
 rtl/test.sh

@@ -11,6 +11,16 @@
 //! time lets the slot finish it ([`Slot::finish_taken`]): the answer, its queue and
 //! execution times come back through the call's own channel, as they do in the node.
 //!
+//! Around the slots, two parts of the node are driven too. The watchdog: while a
+//! slot runs a call, the engine looks at every slot at the watchdog's period
+//! ([`netaccel_node::core::watchdog::period`]) with the node's own check
+//! ([`Slot::check_hung_stepped`]), which fails a slot whose call ran past
+//! `kernel_timeout_ms` and answers what it held. The network threads, when the
+//! scenario gives them CPU per call or an `inline` accelerator: each is a queue of
+//! calls read one at a time; the dispatcher may answer a call at once by running it
+//! on that thread (the node's cheap-call path, its decision), and the thread then
+//! spends the call's service time and reads nothing meanwhile.
+//!
 //! Events at the same time run in the order they were scheduled (a sequence number
 //! breaks ties), and every random number comes from one seeded stream drawn in event
 //! order: the same scenario and seed give the same run, call for call.
@@ -20,12 +30,12 @@
 //! links, device times and failures around it.
 
 use std::cmp::Ordering as CmpOrdering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use accel::{Accelerator, Catalog, PARAMS_LEN};
+use accel::{Accelerator, Catalog};
 use netaccel_node::core::clock::{Clock, VirtualClock};
 use netaccel_node::core::deadline::Deadline;
 use netaccel_node::core::dispatch::Dispatcher;
@@ -40,7 +50,7 @@ use rac_proto::Status;
 use tokio::sync::oneshot;
 
 use crate::clients::{Clients, Issue};
-use crate::model::{service_ns, Random, SimAccelerator, SimImage};
+use crate::model::{service_ns, sim_params, Random, SimAccelerator, SimImage};
 use crate::record::Record;
 use crate::scenario::{Failure, Ingestion, PoolLayout, Scenario};
 
@@ -69,6 +79,7 @@ enum Event {
     Done {
         node: u32,
         slot: u32,
+        call: u32,
     },
     Failure {
         index: u32,
@@ -82,6 +93,17 @@ enum Event {
         node: u32,
         slot: u32,
     },
+    /// A network thread has read the call at the head of its queue.
+    Read {
+        node: u32,
+        thread: u32,
+    },
+    /// A call run on its network thread ends.
+    InlineDone {
+        call: u32,
+    },
+    /// The node's watchdog looks at every slot.
+    Watchdog,
 }
 
 #[derive(PartialEq, Eq)]
@@ -119,6 +141,19 @@ struct SimNode {
     loading: Vec<Option<(PendingLoad, u32, bool)>>,
     reconfigurations: u64,
     down: bool,
+    /// The network threads (when modelled): the calls each has yet to read.
+    net: Vec<NetThread>,
+    /// Device time of the calls each slot ran on a network thread: the slot counts
+    /// none of it (the virtual clock stands still while the node runs them).
+    inline_busy_ns: Vec<u64>,
+}
+
+/// A network thread of a node: it reads calls one at a time, `net_cpu_us` each, and
+/// runs the cheap ones the node gives it, during which it reads nothing.
+#[derive(Default)]
+struct NetThread {
+    waiting: VecDeque<u32>,
+    busy: bool,
 }
 
 /// A call the engine has not seen answered yet.
@@ -126,6 +161,8 @@ struct SimNode {
 struct Pending {
     reply: Option<oneshot::Receiver<Answer>>,
     lease: Option<BodyMemory>,
+    /// The answer of a call its network thread runs, given when its time is up.
+    inline: Option<Answer>,
 }
 
 /// What a run produced: every call, and the run's time-integral of calls in the
@@ -158,6 +195,14 @@ pub struct Engine<'a> {
     in_node: u64,
     in_node_area: u128,
     area_at: u64,
+    /// Network threads are modelled (`net_cpu_us` or an `inline` accelerator).
+    net_model: bool,
+    /// The watchdog's period (0: none), and whether its next look is scheduled.
+    watchdog_every_ns: u64,
+    watchdog_pending: bool,
+    /// The time of the last event that did something (a watchdog's idle look
+    /// does not end a run later).
+    end_ns: u64,
 }
 
 impl<'a> Engine<'a> {
@@ -169,7 +214,7 @@ impl<'a> Engine<'a> {
             .enumerate()
             .map(|(i, a)| {
                 let id = u16::try_from(i + 1).expect("accelerators are bounded");
-                Arc::new(SimAccelerator::new(id, &a.name)) as Arc<dyn Accelerator>
+                Arc::new(SimAccelerator::new(id, &a.name, a.inline)) as Arc<dyn Accelerator>
             })
             .collect();
         let clock = Arc::new(VirtualClock::new());
@@ -181,6 +226,13 @@ impl<'a> Engine<'a> {
         let clients = Clients::new(sc, base)?;
         // Room for the calls a run is bounded to, up to a point: no copying as it grows.
         let expected = sc.calls.map_or(0, |c| c.min(RECORDS_RESERVED_MAX) as usize);
+        let net_model = sc.node.net_cpu_us > 0.0 || sc.accelerators.iter().any(|a| a.inline);
+        let watchdog_every_ns = match sc.node.kernel_timeout_ms {
+            0 => 0,
+            ms => {
+                netaccel_node::core::watchdog::period(Duration::from_millis(ms)).as_nanos() as u64
+            }
+        };
         Ok(Engine {
             sc,
             rng: Random::new(sc.seed),
@@ -197,6 +249,10 @@ impl<'a> Engine<'a> {
             in_node: 0,
             in_node_area: 0,
             area_at: 0,
+            net_model,
+            watchdog_every_ns,
+            watchdog_pending: false,
+            end_ns: 0,
         })
     }
 
@@ -233,14 +289,20 @@ impl<'a> Engine<'a> {
         while let Some(Timed { at_ns, event, .. }) = self.heap.pop() {
             debug_assert!(at_ns >= self.now, "time never goes back");
             self.advance(at_ns);
+            if event != Event::Watchdog {
+                self.end_ns = at_ns;
+            }
             match event {
                 Event::Issue { client } => self.issue(client),
                 Event::FirstFragment { call } => self.first_fragment(call),
                 Event::Whole { call } => self.whole(call),
-                Event::Done { node, slot } => self.done(node, slot),
+                Event::Done { node, slot, call } => self.done(node, slot, call),
                 Event::Failure { index } => self.failure(index as usize),
                 Event::Reconfigure { index } => self.reconfigure(index as usize),
                 Event::Loaded { node, slot } => self.loaded(node as usize, slot as usize),
+                Event::Read { node, thread } => self.read(node as usize, thread as usize),
+                Event::InlineDone { call } => self.inline_done(call),
+                Event::Watchdog => self.watchdog(),
             }
         }
         self.finish()
@@ -317,7 +379,7 @@ impl<'a> Engine<'a> {
             return self.lose(call);
         }
         if self.sc.node.ingestion == Ingestion::Immediate {
-            return self.submit(call);
+            return self.arrive(call);
         }
         let pool = match self.sc.node.reassembly_layout {
             PoolLayout::Shared => &self.nodes[node].pools[0],
@@ -342,19 +404,18 @@ impl<'a> Engine<'a> {
         if self.nodes[self.records[call as usize].node as usize].down {
             return self.lose(call);
         }
-        self.submit(call);
+        self.arrive(call);
     }
 
-    /// Hands a call to its node's dispatcher.
-    fn submit(&mut self, call: u32) {
+    /// Hands a call to its node's dispatcher. Returns whether the node runs it on
+    /// the network thread that handed it over (its end is then scheduled).
+    fn submit(&mut self, call: u32) -> bool {
         let r = &self.records[call as usize];
         let (node, accel) = (r.node as usize, r.accel as usize);
-        let mut params = [0u8; PARAMS_LEN];
-        params[..4].copy_from_slice(&call.to_le_bytes());
         let received = self.clock.now();
         let c = Call {
             accel: Arc::clone(&self.accels[accel]),
-            params,
+            params: sim_params(call, r.bytes),
             payload: Vec::new(),
             out: Vec::new(),
             received,
@@ -364,6 +425,15 @@ impl<'a> Engine<'a> {
         };
         self.enter_node(call);
         match self.nodes[node].dispatcher.submit(c) {
+            Submitted::Done(answer) if answer.slot.is_some() && answer.status == Status::Ok => {
+                // The node ran it on the network thread: the thread is the device.
+                let r = &self.records[call as usize];
+                let service = &self.sc.accelerators[r.accel as usize].service;
+                let s = service_ns(service, r.bytes, &mut self.rng);
+                self.pending[call as usize].inline = Some(answer);
+                self.schedule(self.now + s, Event::InlineDone { call });
+                return true;
+            }
             Submitted::Done(answer) => {
                 self.records[call as usize].answer(&answer, self.now);
                 self.leave_node();
@@ -377,13 +447,143 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        false
+    }
+
+    /// A call whole at its node: its network thread reads it (when network threads
+    /// are modelled), or the node has it at once.
+    fn arrive(&mut self, call: u32) {
+        if !self.net_model {
+            self.submit(call);
+            return;
+        }
+        let r = &self.records[call as usize];
+        let (node, thread) = (r.node as usize, r.client as usize % self.sc.node.io_threads);
+        let t = &mut self.nodes[node].net[thread];
+        t.waiting.push_back(call);
+        debug_assert!(t.waiting.len() <= self.records.len(), "a call waits once");
+        if !t.busy {
+            t.busy = true;
+            self.read_next(node, thread);
+        }
+    }
+
+    /// A busy network thread goes on to the next call it has to read, if any.
+    fn read_next(&mut self, node: usize, thread: usize) {
+        let t = &mut self.nodes[node].net[thread];
+        debug_assert!(t.busy, "only a busy thread reads");
+        if t.waiting.is_empty() {
+            t.busy = false;
+            return;
+        }
+        let at = self.now + (self.sc.node.net_cpu_us * 1000.0).round() as u64;
+        let (node, thread) = (node as u32, thread as u32);
+        self.schedule(at, Event::Read { node, thread });
+    }
+
+    /// A network thread has read a call: it hands it to the dispatcher, and reads
+    /// the next one unless the node gave the call back to it to run.
+    fn read(&mut self, node: usize, thread: usize) {
+        let call = self.nodes[node].net[thread]
+            .waiting
+            .pop_front()
+            .expect("a thread reads a call it has");
+        if self.nodes[node].down {
+            self.lose(call);
+        } else {
+            self.records[call as usize].submit_ns = self.now;
+            if self.submit(call) {
+                return; // busy until the call ends (`inline_done`)
+            }
+        }
+        self.read_next(node, thread);
+    }
+
+    /// A call run on its network thread ends: its answer leaves, the thread reads on.
+    fn inline_done(&mut self, call: u32) {
+        let answer = self.pending[call as usize]
+            .inline
+            .take()
+            .expect("an inline call has its answer");
+        let r = &self.records[call as usize];
+        let (node, thread) = (r.node as usize, r.client as usize % self.sc.node.io_threads);
+        if self.nodes[node].down {
+            self.leave_node();
+            self.lose(call);
+            return self.read_next(node, thread);
+        }
+        let slot = answer.slot.expect("ran on a slot") as usize;
+        self.records[call as usize].answer(&answer, self.now);
+        let r = &self.records[call as usize];
+        self.nodes[node].inline_busy_ns[slot] += r.end_ns - r.start_ns;
+        self.leave_node();
+        self.answered(call);
+        self.read_next(node, thread);
+    }
+
+    /// Schedules the watchdog's next look (at its period, as the node's thread looks
+    /// from its start) if there is a watchdog and no look is scheduled yet.
+    fn watch(&mut self) {
+        if self.watchdog_every_ns == 0 || self.watchdog_pending {
+            return;
+        }
+        let every = self.watchdog_every_ns;
+        self.watchdog_pending = true;
+        self.schedule((self.now / every + 1) * every, Event::Watchdog);
+    }
+
+    /// The watchdog looks at every slot of every node up (the node's own check): a
+    /// slot whose call ran past `kernel_timeout_ms` is failed, and that call and
+    /// its queue are answered. It looks again while a slot runs a call.
+    fn watchdog(&mut self) {
+        self.watchdog_pending = false;
+        for n in 0..self.nodes.len() {
+            if self.nodes[n].down {
+                continue;
+            }
+            for s in 0..self.nodes[n].running.len() {
+                if self.nodes[n].dispatcher.slots()[s].check_hung_stepped() {
+                    // The slot answered the call it ran: nothing ends it any more.
+                    self.nodes[n].running[s] = None;
+                    self.end_ns = self.now;
+                    self.collect_answered(n);
+                }
+            }
+        }
+        if self
+            .nodes
+            .iter()
+            .any(|n| !n.down && n.running.iter().any(Option::is_some))
+        {
+            self.watch();
+        }
+    }
+
+    /// Reads every answer a node has sent its queued calls (a failed slot answers
+    /// them all at once).
+    fn collect_answered(&mut self, node: usize) {
+        for call in 0..self.records.len() as u32 {
+            let c = call as usize;
+            if self.records[c].node != node as u32 || self.records[c].answered() {
+                continue;
+            }
+            let Some(rx) = self.pending[c].reply.as_mut() else {
+                continue;
+            };
+            if let Ok(answer) = rx.try_recv() {
+                self.pending[c].reply = None;
+                self.records[c].answer(&answer, self.now);
+                self.leave_node();
+                self.answered(call);
+            }
+        }
     }
 
     /// Lets an idle slot take its next call, and starts its device on it.
     fn step(&mut self, node: usize, slot: usize) {
         loop {
             let n = &self.nodes[node];
-            if n.running[slot].is_some() || n.hung[slot] {
+            if n.running[slot].is_some() {
                 return;
             }
             match n.dispatcher.slots()[slot].take_next() {
@@ -397,6 +597,12 @@ impl<'a> Engine<'a> {
                         self.collect(call);
                         continue;
                     }
+                    if n.hung[slot] {
+                        // Its device never ends it: the watchdog's to find.
+                        self.nodes[node].running[slot] = Some(taken);
+                        self.watch();
+                        return;
+                    }
                     let r = &self.records[call as usize];
                     let service = &self.sc.accelerators[r.accel as usize].service;
                     let s = service_ns(service, r.bytes, &mut self.rng);
@@ -407,17 +613,22 @@ impl<'a> Engine<'a> {
                     }
                     self.nodes[node].running[slot] = Some(taken);
                     let (node, slot) = (node as u32, slot as u32);
-                    self.schedule(end, Event::Done { node, slot });
+                    self.schedule(end, Event::Done { node, slot, call });
+                    self.watch();
                     return;
                 }
             }
         }
     }
 
-    fn done(&mut self, node: u32, slot: u32) {
+    fn done(&mut self, node: u32, slot: u32, call: u32) {
         let (n, s) = (node as usize, slot as usize);
         if self.nodes[n].down || self.nodes[n].hung[s] {
             return; // lost with its node, or never ends
+        }
+        let runs = self.nodes[n].running[s].as_ref();
+        if runs.is_none_or(|t| call_of(&t.call().params) != call) {
+            return; // the watchdog gave up on it: answered already
         }
         let taken = self.nodes[n].running[s]
             .take()
@@ -450,7 +661,10 @@ impl<'a> Engine<'a> {
                 continue;
             }
             let accel = Arc::clone(&self.accels[a]);
-            let image = Arc::new(SimImage(Arc::clone(&accel)));
+            let image = Arc::new(SimImage {
+                accel: Arc::clone(&accel),
+                inline: self.sc.accelerators[a].inline,
+            });
             // Refused (already loading): the request is dropped, as the node answers it.
             let Ok(load) = node.dispatcher.slots()[slot].begin_load(accel, image) else {
                 continue;
@@ -507,7 +721,11 @@ impl<'a> Engine<'a> {
     /// A call has its answer (or is lost): a closed-loop client sends its next one.
     fn answered(&mut self, call: u32) {
         let r = &self.records[call as usize];
-        let back = r.end_ns + (self.sc.network.latency_us * 1000.0).round() as u64;
+        let mut back = r.end_ns + (self.sc.network.latency_us * 1000.0).round() as u64;
+        if let Some(jitter) = &self.sc.network.jitter {
+            back += service_ns(jitter, 0, &mut self.rng);
+        }
+        let r = &self.records[call as usize];
         let client = r.client;
         self.records[call as usize].reply_ns = back;
         if let Some(at) = self.clients.answered(client, back) {
@@ -559,7 +777,7 @@ impl<'a> Engine<'a> {
     /// Calls still unanswered when nothing else can happen (a hung slot's) count as
     /// lost at the end of the run.
     fn finish(mut self) -> Run {
-        let end = self.now;
+        let end = self.end_ns;
         for call in 0..self.records.len() as u32 {
             if !self.records[call as usize].answered() {
                 if self.pending[call as usize].reply.is_some() {
@@ -573,7 +791,12 @@ impl<'a> Engine<'a> {
         let slot_busy_ns = self
             .nodes
             .iter()
-            .flat_map(|n| n.dispatcher.slots().iter().map(|s| s.info().busy_ns))
+            .flat_map(|n| {
+                let slots = n.dispatcher.slots().iter();
+                slots
+                    .zip(&n.inline_busy_ns)
+                    .map(|(s, i)| s.info().busy_ns + i)
+            })
             .collect();
         Run {
             records: self.records,
@@ -610,20 +833,23 @@ fn build_node(
                 device: "sim".to_string(),
                 backend: BackendKind::Cpu,
                 accel: Arc::clone(&accels[a]),
-                image: Arc::new(SimImage(Arc::clone(&accels[a]))),
+                image: Arc::new(SimImage {
+                    accel: Arc::clone(&accels[a]),
+                    inline: sc.accelerators[a].inline,
+                }),
             });
         }
     }
     let limits = SlotLimits {
         queue_depth_max: n.queue_depth_max,
         tenant_share_max: n.tenant_share_max.min(n.queue_depth_max),
-        inline_work_max: 0,
+        inline_work_max: n.inline_work_max,
         hand_over_wait: Duration::ZERO,
         reconfig_delay: Duration::ZERO,
         simulated_exec: Duration::ZERO,
         worker_nice: 0,
         worker_policy: WorkerPolicy::Inherit,
-        kernel_timeout: Duration::ZERO,
+        kernel_timeout: Duration::from_millis(n.kernel_timeout_ms),
         queue_wait_factor: n.queue_wait_factor,
         queue_wait_floor: Duration::from_micros(n.queue_wait_floor_us),
     };
@@ -646,6 +872,8 @@ fn build_node(
         hung: vec![false; slots],
         slots_of,
         down: false,
+        net: (0..n.io_threads).map(|_| NetThread::default()).collect(),
+        inline_busy_ns: vec![0; slots],
     }
 }
 

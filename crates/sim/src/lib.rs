@@ -20,7 +20,8 @@
 //! runs the allocator's placement on the node's dispatcher.
 //!
 //! What it is not: a model of the node's dispatcher (there is none here to drift
-//! from the real one), nor a network simulator (a link is a latency and a bandwidth).
+//! from the real one), nor a network simulator (a link is a latency, a bandwidth and
+//! a jitter).
 //!
 //! ```
 //! let scenario = netaccel_sim::scenario::Scenario::parse(r#"

@@ -73,29 +73,52 @@ pub fn service_ns(service: &Service, bytes: u32, rng: &mut Random) -> u64 {
 
 /// The stand-in for an accelerator: the catalog entry the node's slots and dispatcher
 /// see (name, numeric id), with a kernel that computes nothing.
-pub struct SimAccelerator(Descriptor);
+pub struct SimAccelerator {
+    descriptor: Descriptor,
+    /// May run on a network thread: its work estimate is the call's bytes, which the
+    /// node compares with `inline_work_max`.
+    inline: bool,
+}
 
 impl SimAccelerator {
-    pub fn new(id: u16, name: &str) -> SimAccelerator {
-        SimAccelerator(Descriptor {
-            id,
-            name: name.to_string(),
-            hash: format!("sim-{id}"),
-            params: Vec::new(),
-        })
+    pub fn new(id: u16, name: &str, inline: bool) -> SimAccelerator {
+        SimAccelerator {
+            descriptor: Descriptor {
+                id,
+                name: name.to_string(),
+                hash: format!("sim-{id}"),
+                params: Vec::new(),
+            },
+            inline,
+        }
     }
+}
+
+/// Where the engine writes a call's number in its parameters (bytes 0..4) and its
+/// size (bytes 4..8): the slot hands calls back by their parameters.
+pub fn sim_params(call: u32, bytes: u32) -> ParamBlock {
+    let mut params = [0u8; accel::PARAMS_LEN];
+    params[..4].copy_from_slice(&call.to_le_bytes());
+    params[4..8].copy_from_slice(&bytes.to_le_bytes());
+    params
 }
 
 impl Accelerator for SimAccelerator {
     fn descriptor(&self) -> &Descriptor {
-        &self.0
+        &self.descriptor
     }
     fn check(&self, _: &ParamBlock, _: Option<usize>) -> Result<(), CallError> {
         Ok(())
     }
-    /// No estimate: the slot's wait bound then uses its measured mean call time.
-    fn work_estimate(&self, _: &ParamBlock, _: usize) -> u64 {
-        0
+    /// No estimate (the slot's wait bound then uses its measured mean call time),
+    /// but for an inline kernel: its bytes, as the node's CPU kernels estimate.
+    fn work_estimate(&self, params: &ParamBlock, _: usize) -> u64 {
+        if !self.inline {
+            return 0;
+        }
+        u64::from(u32::from_le_bytes(
+            params[4..8].try_into().expect("4 bytes"),
+        ))
     }
     fn run(&self, _: &ParamBlock, _: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
         out.clear();
@@ -103,17 +126,22 @@ impl Accelerator for SimAccelerator {
     }
 }
 
-/// The loaded image of a [`SimAccelerator`]: never run on a network thread (a device
-/// shared with a model of time), its time measured by the slot on the virtual clock.
-pub struct SimImage(pub Arc<dyn Accelerator>);
+/// The loaded image of a [`SimAccelerator`], its time measured by the slot on the
+/// virtual clock. It may run on a network thread only when the scenario says the
+/// accelerator is `inline` (a CPU kernel); then the engine spends its service time on
+/// that thread.
+pub struct SimImage {
+    pub accel: Arc<dyn Accelerator>,
+    pub inline: bool,
+}
 
 impl Loaded for SimImage {
     fn run(&self, params: &ParamBlock, input: &[u8], out: &mut Vec<u8>) -> Result<Ran, CallError> {
-        self.0.run(params, input, out)?;
+        self.accel.run(params, input, out)?;
         Ok(Ran { exec_ns: None })
     }
     fn inline_ok(&self) -> bool {
-        false
+        self.inline
     }
 }
 

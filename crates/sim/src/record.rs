@@ -25,7 +25,8 @@ pub enum Outcome {
     PoolFull,
     Unavailable,
     DeadlineExceeded,
-    /// Its node was lost, or its slot hung: the client never hears back.
+    /// Its node was lost, or its slot hung and no watchdog failed it by the end of
+    /// the run: the client never hears back.
     Lost,
     /// Any other status (none in the scenarios the simulator builds).
     Other,
@@ -116,10 +117,12 @@ impl Record {
         };
         self.slot = answer.slot;
         self.end_ns = now;
-        self.start_ns = if answer.slot.is_some() {
-            self.submit_ns + answer.queue_ns
-        } else {
-            now
+        // A call the watchdog gave up on is answered with its time on the device
+        // and no queue time: it began that long ago.
+        self.start_ns = match answer.slot {
+            Some(_) if answer.exec_ns > 0 => now - answer.exec_ns,
+            Some(_) => self.submit_ns + answer.queue_ns,
+            None => now,
         };
         debug_assert!(self.start_ns <= self.end_ns, "a call begins before it ends");
         debug_assert!(

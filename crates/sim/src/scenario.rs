@@ -19,6 +19,8 @@ pub const ACCELERATORS_MAX: usize = 256;
 pub const SLOTS_PER_NODE_MAX: usize = 1024;
 pub const NODES_MAX: usize = 4096;
 pub const CLIENTS_MAX: usize = 1_000_000;
+/// The most network threads a node may have (the node's own bound is the host's).
+pub const IO_THREADS_MAX: usize = 1024;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -83,6 +85,20 @@ pub struct NodeSpec {
     pub slots: Vec<SlotSpec>,
     /// A device's time to load an accelerator into a slot, once the slot is drained.
     pub reconfig_time_us: f64,
+    /// The node's `kernel_timeout_ms`: a call running longer on its slot fails the
+    /// slot, as the node's watchdog finds it (0: no watchdog).
+    pub kernel_timeout_ms: u64,
+    /// The node's network threads (`io_threads`); client i's calls are read by
+    /// thread i mod `io_threads`. They matter when `net_cpu_us` is not zero or an
+    /// accelerator is `inline`.
+    pub io_threads: usize,
+    /// A network thread's CPU time per call it reads (parse, submit, answer): a call
+    /// waits for its thread while the thread reads the calls before it or runs one
+    /// inline. 0 (and no `inline` accelerator): network threads are not modelled.
+    pub net_cpu_us: f64,
+    /// The node's `inline_work_max`: a call of an `inline` accelerator with at most
+    /// this many bytes runs on its network thread when its slot is idle.
+    pub inline_work_max: u64,
 }
 
 impl Default for NodeSpec {
@@ -102,6 +118,10 @@ impl Default for NodeSpec {
             ingestion: Ingestion::Reassembled,
             slots: Vec::new(),
             reconfig_time_us: 0.0,
+            kernel_timeout_ms: 60_000,
+            io_threads: 1,
+            net_cpu_us: 0.0,
+            inline_work_max: 64 * 1024,
         }
     }
 }
@@ -137,6 +157,10 @@ pub struct Network {
     pub latency_us: f64,
     /// Gbit/s; 0: infinite.
     pub bandwidth_gbps: f64,
+    /// A delay each answer takes on its way back beyond `latency_us`, drawn per call:
+    /// the hosts' scheduling and network stacks, whose spread a measurement shows
+    /// (`bench/sim/validate.sh` fits it to a real node's). None: every call alike.
+    pub jitter: Option<Service>,
 }
 
 impl Default for Network {
@@ -144,6 +168,7 @@ impl Default for Network {
         Network {
             latency_us: 0.0,
             bandwidth_gbps: 0.0,
+            jitter: None,
         }
     }
 }
@@ -153,6 +178,10 @@ impl Default for Network {
 pub struct AcceleratorSpec {
     pub name: String,
     pub service: Service,
+    /// A CPU kernel the node may run on the network thread that read the call (the
+    /// node's cheap calls): its service time is then that thread's.
+    #[serde(default)]
+    pub inline: bool,
 }
 
 /// A device's time for one call of `bytes`.
@@ -362,8 +391,12 @@ impl Scenario {
             }
         }
         self.validate_clients()?;
-        for a in &self.accelerators {
-            let ok = match a.service {
+        let times = self
+            .accelerators
+            .iter()
+            .map(|a| (a.name.as_str(), &a.service));
+        for (name, service) in times.chain(self.network.jitter.iter().map(|j| ("jitter", j))) {
+            let ok = match *service {
                 Service::Constant { us } => us >= 0.0,
                 Service::Exponential { mean_us } => mean_us > 0.0,
                 Service::Lognormal { median_us, sigma } => median_us > 0.0 && sigma >= 0.0,
@@ -373,10 +406,7 @@ impl Scenario {
                 } => base_us >= 0.0 && ns_per_byte >= 0.0,
             };
             if !ok {
-                return Err(format!(
-                    "accelerator `{}`: service times are not negative",
-                    a.name
-                ));
+                return Err(format!("`{name}`: times are not negative"));
             }
         }
         for r in &self.reconfigurations {
@@ -392,6 +422,12 @@ impl Scenario {
         }
         if n.reconfig_time_us.is_nan() || n.reconfig_time_us < 0.0 {
             return Err("reconfig_time_us is not negative".into());
+        }
+        if n.io_threads == 0 || n.io_threads > IO_THREADS_MAX {
+            return Err(format!("io_threads: 1 to {IO_THREADS_MAX}"));
+        }
+        if !(n.net_cpu_us >= 0.0 && n.net_cpu_us.is_finite()) {
+            return Err("net_cpu_us is a time, not negative".into());
         }
         for f in &self.failures {
             match *f {

@@ -29,6 +29,13 @@ const EVERY_MIN: Duration = Duration::from_millis(1);
 const EVERY_MAX: Duration = Duration::from_millis(250);
 const _: () = assert!(EVERY_MIN.as_nanos() > 0 && EVERY_MIN.as_nanos() < EVERY_MAX.as_nanos());
 
+/// How often the watchdog looks at the slots for a `bound` (not zero): every
+/// quarter of it, between [`EVERY_MIN`] and [`EVERY_MAX`].
+pub fn period(bound: Duration) -> Duration {
+    debug_assert!(!bound.is_zero(), "no watchdog without a bound");
+    (bound / 4).clamp(EVERY_MIN, EVERY_MAX)
+}
+
 /// Looks at `slots` every quarter of `bound` (between [`EVERY_MIN`] and
 /// [`EVERY_MAX`]) until `stop`. A hung kernel is therefore found within
 /// 1.25 × `bound` (at most `bound` + 250 ms).
@@ -36,7 +43,7 @@ pub fn spawn(slots: Vec<Arc<Slot>>, bound: Duration, stop: Arc<AtomicBool>) {
     if bound.is_zero() || slots.is_empty() {
         return;
     }
-    let every = (bound / 4).clamp(EVERY_MIN, EVERY_MAX);
+    let every = period(bound);
     let spawned = std::thread::Builder::new()
         .name("slot-watchdog".to_string())
         .spawn(move || {

@@ -1051,6 +1051,23 @@ impl Slot {
     /// stopped safely mid-kernel — and counted until it returns, if ever; then it
     /// exits. Returns whether the slot was failed now.
     pub fn check_hung(self: &Arc<Self>) -> bool {
+        if !self.fail_hung() {
+            return false;
+        }
+        let worker = Arc::clone(self);
+        if let Err(e) = std::thread::Builder::new()
+            .name(format!("slot-{}", self.id))
+            .spawn(move || worker.run_worker())
+        {
+            tracing::error!(slot = self.id, error = %e, "cannot start a new slot worker thread");
+        }
+        true
+    }
+
+    /// [`Slot::check_hung`] but the new worker thread: fails the slot, and answers its
+    /// running and queued calls, when the call in progress has run past
+    /// `kernel_timeout`. Returns whether it did.
+    pub(super) fn fail_hung(&self) -> bool {
         let bound = self.limits.kernel_timeout;
         if bound.is_zero() {
             return false;
@@ -1086,13 +1103,6 @@ impl Slot {
             queued_calls_answered = queued,
             "hung kernel: slot marked failed; reload it through the admin API"
         );
-        let worker = Arc::clone(self);
-        if let Err(e) = std::thread::Builder::new()
-            .name(format!("slot-{}", self.id))
-            .spawn(move || worker.run_worker())
-        {
-            tracing::error!(slot = self.id, error = %e, "cannot start a new slot worker thread");
-        }
         true
     }
 

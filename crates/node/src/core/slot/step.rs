@@ -18,6 +18,9 @@
 //! ([`Slot::run_taken`]) by the same code on both paths, and a load opens, swaps and
 //! closes through the same steps as [`Slot::reconfigure`].
 //!
+//! The watchdog looks at a stepped slot through [`Slot::check_hung_stepped`], at the
+//! times [`crate::core::watchdog::period`] gives, as its thread looks at a slot.
+//!
 //! Not for the node: a slot with a worker thread must not be stepped as well (the
 //! worker would take the same calls).
 
@@ -97,6 +100,15 @@ impl Slot {
             self.generation.load(Ordering::Relaxed) == generation,
             "nothing gave up on a stepped call"
         );
+    }
+
+    /// The watchdog's look at a stepped slot ([`Slot::check_hung`] without the new
+    /// worker thread, which a stepped slot has none of): when the call the driver
+    /// runs has run past `kernel_timeout` on the clock, the slot is failed and that
+    /// call and the queued ones are answered `UNAVAILABLE` through their channels.
+    /// The driver then drops the call's [`Taken`]: nothing ends it any more.
+    pub fn check_hung_stepped(&self) -> bool {
+        self.fail_hung()
     }
 
     /// Begins `job`, just popped from the queue of the locked state `st`: the one way

@@ -13,8 +13,11 @@
 //! [`RacClient::connect_tls`] does the same over TLS (a node's `--rac-tls` listener),
 //! with a rustls configuration from [`tls_config`].
 
+mod error;
+
+pub use error::{ErrorKind, RacError, RETRY_AFTER};
+
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -28,42 +31,12 @@ use tokio::sync::{oneshot, Mutex};
 /// Largest result payload the client accepts.
 const RESULT_PAYLOAD_MAX: u32 = 1 << 30;
 
-/// A result with status `OK`, or the node's refusal.
+/// A result with status `OK` (a refusal is a [`RacError::Status`]).
 #[derive(Debug, Clone)]
 pub struct RacOutput {
     pub header: ResultHeader,
     pub payload: Vec<u8>,
 }
-
-#[derive(Debug, Clone)]
-pub enum RacError {
-    /// No connection could be made to `addr` (nothing listening, unreachable, bad name).
-    Connect { addr: String, reason: String },
-    /// The connection failed or closed before the result arrived.
-    Transport(String),
-    /// The node answered with a status other than `OK`.
-    Status {
-        status: Status,
-        message: String,
-        header: Box<ResultHeader>,
-    },
-}
-
-impl fmt::Display for RacError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RacError::Connect { addr, reason } => {
-                write!(f, "cannot connect to the RAC listener at {addr}: {reason}")
-            }
-            RacError::Transport(m) => write!(f, "RAC connection: {m}"),
-            RacError::Status {
-                status, message, ..
-            } => write!(f, "{status}: {message}"),
-        }
-    }
-}
-
-impl std::error::Error for RacError {}
 
 type Waiters = Arc<std::sync::Mutex<Waiting>>;
 
@@ -71,7 +44,7 @@ type Waiters = Arc<std::sync::Mutex<Waiting>>;
 struct Waiting {
     calls: HashMap<u32, oneshot::Sender<Result<RacOutput, RacError>>>,
     /// Set once the reader stops: new calls fail at once with this.
-    closed: Option<String>,
+    closed: Option<RacError>,
 }
 
 /// The connection's sending half: plain TCP or TLS.
@@ -162,8 +135,8 @@ impl RacClient {
         payload: Vec<u8>,
         deadline_us: u32,
     ) -> Result<RacOutput, RacError> {
-        let id = rac_proto::builtin::id(name)
-            .ok_or_else(|| RacError::Transport(format!("{name} is not a built-in accelerator")))?;
+        let id =
+            rac_proto::builtin::id(name).ok_or_else(|| RacError::NotBuiltin(name.to_string()))?;
         self.call(id, params, payload, deadline_us).await
     }
 
@@ -175,7 +148,7 @@ impl RacClient {
             .exchange(CallHeader::control(id, payload.len() as u32), &payload)
             .await?;
         serde_json::from_slice(&out.payload)
-            .map_err(|e| RacError::Transport(format!("invalid control JSON: {e}")))
+            .map_err(|e| RacError::Protocol(format!("invalid control JSON: {e}")))
     }
 
     /// Sends raw bytes as they are (for tests of the node's framing checks).
@@ -185,7 +158,7 @@ impl RacClient {
             Ok(()) => w.flush().await,
             Err(e) => Err(e),
         };
-        sent.map_err(|e| RacError::Transport(e.to_string()))
+        sent.map_err(|e| RacError::Closed(e.to_string()))
     }
 
     async fn exchange(&self, header: CallHeader, payload: &[u8]) -> Result<RacOutput, RacError> {
@@ -193,7 +166,7 @@ impl RacClient {
         {
             let mut waiting = self.waiters.lock().expect("waiters lock");
             if let Some(why) = &waiting.closed {
-                return Err(RacError::Transport(why.clone()));
+                return Err(why.clone());
             }
             waiting.calls.insert(header.request_id, tx);
         }
@@ -220,13 +193,10 @@ impl RacClient {
                 .expect("waiters lock")
                 .calls
                 .remove(&header.request_id);
-            return Err(RacError::Transport(e.to_string()));
+            return Err(RacError::Closed(e.to_string()));
         }
-        rx.await.unwrap_or_else(|_| {
-            Err(RacError::Transport(
-                "connection closed before the result".into(),
-            ))
-        })
+        rx.await
+            .unwrap_or_else(|_| Err(RacError::Closed("closed before the result".into())))
     }
 }
 
@@ -234,50 +204,50 @@ async fn read_results<R: AsyncRead + Unpin>(mut read: R, waiters: Waiters) {
     let why = loop {
         let mut head = [0u8; HEADER_LEN];
         if let Err(e) = read.read_exact(&mut head).await {
-            break format!("connection closed: {e}");
+            break RacError::Closed(format!("closed before the result: {e}"));
         }
         let header = match ResultHeader::decode(&head, RESULT_PAYLOAD_MAX) {
             Ok(Decoded::Complete(h, _)) => h,
             Ok(Decoded::Partial) => unreachable!("a whole header was read"),
-            Err(e) => break format!("bad result header: {e}"),
+            Err(e) => break RacError::Protocol(format!("bad result header: {e}")),
         };
         let mut payload = vec![0u8; header.payload_len as usize];
         if let Err(e) = read.read_exact(&mut payload).await {
-            break format!("connection closed mid-result: {e}");
+            break RacError::Closed(format!("closed in the middle of a result: {e}"));
         }
         let waiter = waiters
             .lock()
             .expect("waiters lock")
             .calls
             .remove(&header.request_id);
-        let result = if header.status == Status::Ok {
-            Ok(RacOutput { header, payload })
-        } else {
-            let message = String::from_utf8_lossy(&payload).into_owned();
-            Err(RacError::Status {
-                status: header.status,
-                message,
-                header: Box::new(header),
-            })
-        };
+        let message = || String::from_utf8_lossy(&payload).into_owned();
         match waiter {
+            Some(tx) if header.status == Status::Ok => {
+                let _ = tx.send(Ok(RacOutput { header, payload }));
+            }
             Some(tx) => {
-                let _ = tx.send(result);
+                let _ = tx.send(Err(RacError::Status {
+                    status: header.status,
+                    message: message(),
+                    header: Box::new(header),
+                }));
             }
-            None if header.request_id == 0 => {
-                // An unreadable call's answer (PROTOCOL_ERROR): fail everyone.
-                break format!(
-                    "node refused the stream: {}",
-                    result.err().map_or(String::new(), |e| e.to_string())
-                );
+            None if header.request_id == 0 && header.status != Status::Ok => {
+                // An answer to the connection (BUSY at the node's connection bound,
+                // PROTOCOL_ERROR for an unreadable call); the node closes after it.
+                break RacError::Refused {
+                    status: header.status,
+                    message: message(),
+                };
             }
+            // A call whose caller stopped waiting.
             None => {}
         }
     };
     let mut waiting = waiters.lock().expect("waiters lock");
     waiting.closed = Some(why.clone());
     for (_, tx) in waiting.calls.drain() {
-        let _ = tx.send(Err(RacError::Transport(why.clone())));
+        let _ = tx.send(Err(why.clone()));
     }
 }
 

@@ -71,9 +71,9 @@ pub mod kind {
 /// ([`netaccel_client::rac::RETRY_AFTER`]).
 pub const RETRY_AFTER_MS: u32 = netaccel_client::rac::RETRY_AFTER.as_millis() as u32;
 
-/// Calls in flight on one connection when the options say 0: the node's own default
-/// bound per connection (`rac_in_flight_max`).
-pub const IN_FLIGHT_MAX_DEFAULT: u32 = 32;
+/// Calls in flight on one connection when the options say 0: the Rust client's
+/// default ([`netaccel_client::rac::IN_FLIGHT_MAX_DEFAULT`], the node's own bound).
+pub const IN_FLIGHT_MAX_DEFAULT: u32 = netaccel_client::rac::IN_FLIGHT_MAX_DEFAULT as u32;
 
 /// An error as the C caller sees it (kind, the node's status, a retry hint, a sentence).
 #[derive(Debug, Clone, PartialEq)]

@@ -237,7 +237,9 @@ begin "clients: Java client unit tests (mvn test)"
 # The clients' shared conformance suite (clients/conformance/README.md): every case of
 # cases.json run by every client's driver (clients/conformance/drivers/*.sh, each
 # building its client with that language's own tools) against real nodes, a fake node
-# that sends broken replies and fake registry replicas, all on free ports.
+# that sends broken replies and fake registry replicas, and the registry cases again
+# against real registry replicas in HA mode on one etcd (etcd-server, above) with real
+# nodes, shared by every driver; all on free ports.
 begin "C client: installed with pkg-config, its example compiled by gcc and run"
 c_prefix=$(mktemp -d)
 cleanups+=("rm -rf '$c_prefix'")
@@ -262,7 +264,8 @@ else
 fi
 
 begin "clients: the shared conformance suite (every client, every case)"
-NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" python3 -m pytest -q clients/conformance
+NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" NETACCEL_REGISTRY_BIN="$target_dir/debug/netaccel-registry" \
+  python3 -m pytest -q clients/conformance
 
 # The documentation's promises, against nodes it starts on free ports: every recipe of
 # docs/accelerators.md, extending.md and security.md prints what the page says; the

@@ -234,6 +234,14 @@ begin "clients: TypeScript client unit tests (npm test)"
 begin "clients: Java client unit tests (mvn test)"
 (cd clients/java && mvn -q -B test)
 
+# The Java Open Inference Protocol example (clients/java/examples/oip-grpc): grpc-java
+# stubs generated from crates/node/proto by the protobuf-maven-plugin, protoc and
+# protoc-gen-grpc-java fetched from Maven Central as artifacts (about 30 MB on a cold
+# cache). Built here; docs/tests/test_clients.py (below) runs it against a live node
+# as docs/clients.md's recipe.
+begin "clients: Java OIP gRPC example (stubs generated from the vendored protos)"
+(cd clients/java/examples/oip-grpc && mvn -q -B compile)
+
 # The clients' shared conformance suite (clients/conformance/README.md): every case of
 # cases.json run by every client's driver (clients/conformance/drivers/*.sh, each
 # building its client with that language's own tools) against real nodes, a fake node

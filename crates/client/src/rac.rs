@@ -453,7 +453,10 @@ pub fn builtin_call(
     params: &[(String, String)],
     payload_len: usize,
 ) -> Result<(u16, ParamBlock), String> {
-    let catalog = accel::Catalog::builtin();
+    // Built once: a catalog is a few dozen allocations, too many for every call (the
+    // C client calls by name on each submit).
+    static BUILTINS: std::sync::OnceLock<accel::Catalog> = std::sync::OnceLock::new();
+    let catalog = BUILTINS.get_or_init(accel::Catalog::builtin);
     let accel = catalog
         .by_name(name)
         .ok_or_else(|| format!("{name} is not a built-in accelerator; RAC calls need its id"))?;

@@ -238,10 +238,20 @@ begin "clients: TypeScript client unit tests (npm test)"
 begin "clients: Java client unit tests (mvn test)"
 (cd clients/java && mvn -q -B test)
 
+# The Java Open Inference Protocol example (clients/java/examples/oip-grpc): grpc-java
+# stubs generated from crates/node/proto by the protobuf-maven-plugin, protoc and
+# protoc-gen-grpc-java fetched from Maven Central as artifacts (about 30 MB on a cold
+# cache). Built here; docs/tests/test_clients.py (below) runs it against a live node
+# as docs/clients.md's recipe.
+begin "clients: Java OIP gRPC example (stubs generated from the vendored protos)"
+(cd clients/java/examples/oip-grpc && mvn -q -B compile)
+
 # The clients' shared conformance suite (clients/conformance/README.md): every case of
 # cases.json run by every client's driver (clients/conformance/drivers/*.sh, each
 # building its client with that language's own tools) against real nodes, a fake node
-# that sends broken replies and fake registry replicas, all on free ports.
+# that sends broken replies and fake registry replicas, and the registry cases again
+# against real registry replicas in HA mode on one etcd (etcd-server, above) with real
+# nodes, shared by every driver; all on free ports.
 begin "C client: installed with pkg-config, its example compiled by gcc and run"
 c_prefix=$(mktemp -d)
 cleanups+=("rm -rf '$c_prefix'")
@@ -266,7 +276,8 @@ else
 fi
 
 begin "clients: the shared conformance suite (every client, every case)"
-NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" python3 -m pytest -q clients/conformance
+NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" NETACCEL_REGISTRY_BIN="$target_dir/debug/netaccel-registry" \
+  python3 -m pytest -q clients/conformance
 
 # The documentation's promises, against nodes it starts on free ports: every recipe of
 # docs/accelerators.md, extending.md and security.md prints what the page says; the

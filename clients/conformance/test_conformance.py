@@ -17,6 +17,8 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,13 +79,15 @@ def node_binary() -> Path:
 
 
 @contextmanager
-def running_node(binary: Path, tmp: Path, config: str) -> Iterator[Dict[str, str]]:
-    """A node with `config`, its plain listeners on kernel-chosen ports; yields the
-    addresses it logged (http, rac, rac_tls)."""
+def running_node(binary: Path, tmp: Path, config: str, extra: Optional[List[str]] = None,
+                 kill: bool = False) -> Iterator[Dict[str, str]]:
+    """A node with `config` (and command-line arguments `extra`), its plain listeners on
+    kernel-chosen ports; yields the addresses it logged (http, rac, rac_tls). `kill`:
+    stopped with SIGKILL (no draining, no deregistration), as a node that dies."""
     (tmp / "node.toml").write_text(config)
     proc = subprocess.Popen(
         [str(binary), "--config", str(tmp / "node.toml"), "--http", "127.0.0.1:0",
-         "--rac", "127.0.0.1:0", "--grpc", "off", "--log-level", "info"],
+         "--rac", "127.0.0.1:0", "--grpc", "off", "--log-level", "info", *(extra or [])],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log: deque = deque(maxlen=200)
     found: Dict[str, str] = {}
@@ -107,7 +111,10 @@ def running_node(binary: Path, tmp: Path, config: str) -> Iterator[Dict[str, str
             raise RuntimeError(f"netaccel-node did not start (exit status {proc.poll()}):\n" + "\n".join(log))
         yield found
     finally:
-        proc.terminate()
+        if kill:
+            proc.kill()
+        else:
+            proc.terminate()
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -134,6 +141,217 @@ def make_pki(d: Path) -> None:
                 "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
 
 
+ETCD = Path("/usr/bin/etcd")
+#: The registry's node lease in the live cases: a killed node is lost 4 to 6.6 s after
+#: its death (a node renews every third of a lease; the registry checks every tenth),
+#: which leaves a driver (a JVM starting on a loaded machine) time to bind to it first.
+LIVE_LEASE_MS = 6000
+#: The function of the live cases; its accelerator is to_uppercase.
+LIVE_FUNCTION = "conformance-live"
+
+
+def http_json(method: str, url: str, body: Optional[Dict] = None, timeout: float = 5.0):
+    """(status, parsed JSON or None) of one request; redirects are not followed."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    try:
+        with urllib.request.build_opener(NoRedirect).open(req, timeout=timeout) as r:
+            text = r.read()
+            status = r.status
+    except urllib.error.HTTPError as e:
+        text, status = e.read(), e.code
+    try:
+        return status, json.loads(text) if text else None
+    except ValueError:
+        return status, text.decode(errors="replace")
+
+
+def wait_until(what: str, ready, within_s: float = START_TIMEOUT_S):
+    """Polls `ready()` until it returns something true; that value."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            got = ready()
+        except OSError:
+            got = None
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not within {within_s} s")
+        time.sleep(0.05)
+
+
+class LiveCluster:
+    """The registry cases against the real thing, shared by every driver: one etcd, two
+    `netaccel-registry` replicas in HA mode on it, and a real node (`live-1`, one slot
+    per built-in) registered with both. A migration case adds a node of its own that
+    holds to_uppercase and nothing bound yet (so the registry prefers it), and kills it
+    with SIGKILL just before the driver binds: the binding names a dead node until its
+    lease runs out and the registry moves the instance to `live-1`."""
+
+    def __init__(self, tmp_factory, node_bin: Path):
+        require(ETCD.exists(), f"{ETCD} is missing: install Debian's etcd-server (test.sh does)")
+        self.tmp_factory = tmp_factory
+        self.node_bin = node_bin
+        self.stack: List = []
+        self.victims = 0
+        self.before: Dict[str, Dict] = {}
+        try:
+            self.etcd = self.start_etcd()
+            self.replicas = [self.start_registry(self.etcd) for _ in range(2)]
+            self.urls = ",".join(self.replicas)
+            self.add_node("live-1", NODE_CONFIGS["default"], kill=False)
+            # A ballast instance on live-1: a migration case's new node, with none, is
+            # then the registry's first choice.
+            status, doc = http_json("PUT", f"{self.leader()}/v1/functions/{LIVE_FUNCTION}",
+                                    {"accelerator": "to_uppercase", "instances": 1})
+            assert status == 200, f"creating {LIVE_FUNCTION}: {status} {doc}"
+        except BaseException:
+            self.close()
+            raise
+
+    def spawn(self, args: List[str]) -> subprocess.Popen:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+        def stop() -> None:
+            proc.kill()
+            proc.wait()
+
+        self.stack.append(stop)
+        return proc
+
+    def start_etcd(self) -> str:
+        data = self.tmp_factory.mktemp("etcd")
+        client, peer = f"127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+        proc = self.spawn([str(ETCD), "--name", "conformance", "--data-dir", str(data / "data"),
+                           "--listen-client-urls", f"http://{client}", "--advertise-client-urls",
+                           f"http://{client}", "--listen-peer-urls", peer,
+                           "--initial-advertise-peer-urls", peer, "--initial-cluster",
+                           f"conformance={peer}", "--log-level", "error"])
+
+        def healthy():
+            assert proc.poll() is None, "etcd exited"
+            return "true" in str(http_json("GET", f"http://{client}/health", timeout=1)[1])
+
+        wait_until("etcd healthy", healthy)
+        return client
+
+    def start_registry(self, etcd: str) -> str:
+        binary = Path(os.environ.get("NETACCEL_REGISTRY_BIN") or self.node_bin.with_name("netaccel-registry"))
+        if not binary.exists():
+            subprocess.run(["cargo", "build", "-q", "-p", "netaccel-registry"], cwd=ROOT, check=True)
+        listen = f"127.0.0.1:{free_port()}"
+        proc = self.spawn([str(binary), "--listen", listen, "--log-level", "warn", "--store",
+                           f"etcd://{etcd}", "--election-ttl-s", "3", "--lease-ms", str(LIVE_LEASE_MS)])
+        url = f"http://{listen}"
+
+        def up():
+            assert proc.poll() is None, "netaccel-registry exited"
+            return http_json("GET", f"{url}/metrics", timeout=1)[0] == 200
+
+        wait_until("netaccel-registry listening", up)
+        return url
+
+    def leads(self, url: str) -> bool:
+        status, text = http_json("GET", f"{url}/metrics", timeout=2)
+        return status == 200 and "\nnetaccel_registry_leader 1" in "\n" + str(text)
+
+    def leader(self) -> str:
+        return wait_until("a leading registry replica",
+                          lambda: next((u for u in self.replicas if self.leads(u)), None))
+
+    def follower_first(self) -> List[str]:
+        leader = self.leader()
+        return [u for u in self.replicas if u != leader] + [leader]
+
+    def node_state(self, name: str) -> Optional[str]:
+        status, nodes = http_json("GET", f"{self.leader()}/v1/nodes")
+        assert status == 200, f"GET /v1/nodes: {status} {nodes}"
+        return next((n["state"] for n in nodes if n["name"] == name), None)
+
+    def add_node(self, name: str, config: str, kill: bool) -> None:
+        """A real node registered as `name`; `kill`: started, seen ready, and killed."""
+        cm = running_node(self.node_bin, self.tmp_factory.mktemp(name), config,
+                          ["--registry", self.urls, "--name", name], kill=kill)
+        cm.__enter__()
+        try:
+            wait_until(f"node {name} ready at the registry", lambda: self.node_state(name) == "ready")
+        finally:
+            if kill:
+                cm.__exit__(None, None, None)
+            else:
+                self.stack.append(lambda: cm.__exit__(None, None, None))
+
+    def generations(self) -> Dict[str, Dict]:
+        status, doc = http_json("GET", f"{self.leader()}/v1/functions/{LIVE_FUNCTION}")
+        assert status == 200, f"GET function: {status} {doc}"
+        return {b["id"]: b for b in doc["instances"]}
+
+    @contextmanager
+    def flags(self, scenario: str, key: str) -> Iterator[List[str]]:
+        """The replicas a driver is given for `scenario`; a migration is checked after
+        it: the driver's instance was bound to the dead node and moved to live-1."""
+        urls = self.follower_first()
+        if scenario != "failover":
+            urls.reverse()  # the leader first
+        if scenario != "migration":
+            yield [",".join(urls)]
+            return
+        self.victims += 1
+        victim = f"victim-{self.victims}"
+        self.add_node(victim, '[[slots]]\naccelerator = "to_uppercase"\n', kill=True)
+        # The driver deletes its instance when done: watch it while the driver runs.
+        known, seen, stop = set(self.generations()), set(), threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                try:
+                    for i, b in self.generations().items():
+                        if i in known:
+                            continue
+                        seen.add((b.get("node"), b["generation"]))
+                        if b.get("node") == victim:
+                            # The move comes seconds later; the driver deletes the
+                            # instance right after its call: a long poll sees the move.
+                            status, moved = http_json(
+                                "GET", f"{self.leader()}/v1/functions/{LIVE_FUNCTION}/instances/{i}"
+                                f"?after={b['generation']}&wait_ms=20000", timeout=30)
+                            if status == 200:
+                                seen.add((moved.get("node"), moved["generation"]))
+                except (OSError, AssertionError):
+                    pass
+                stop.wait(0.05)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            yield [",".join(urls)]
+        finally:
+            stop.set()
+            watcher.join()
+            self.before[key] = {"victim": victim, "seen": seen}
+
+    def check_moved(self, key: str) -> None:
+        """The driver's instance was first bound to the dead node, then moved to live-1."""
+        victim, seen = self.before[key]["victim"], self.before.pop(key)["seen"]
+        on_victim = [g for n, g in seen if n == victim]
+        assert on_victim, f"the driver's instance was never bound to {victim}: {seen}"
+        assert any(n == "live-1" and g > max(on_victim) for n, g in seen), (
+            f"the driver's instance was not moved off {victim} to live-1: {seen}")
+
+    def close(self) -> None:
+        for stop in reversed(self.stack):
+            stop()
+        self.stack.clear()
+
+
 class Nodes:
     """The real nodes of the suite, started the first time a case needs one."""
 
@@ -143,6 +361,7 @@ class Nodes:
         self.started: Dict[str, Dict[str, str]] = {}
         self.stack: List = []
         self.pki: Optional[Path] = None
+        self.cluster: Optional[LiveCluster] = None
 
     def get(self, kind: str) -> Dict[str, str]:
         if kind not in self.started:
@@ -165,7 +384,16 @@ class Nodes:
             make_pki(self.pki)
         return self.pki
 
+    def live(self) -> LiveCluster:
+        if self.cluster is None:
+            if self.binary is None:
+                self.binary = node_binary()
+            self.cluster = LiveCluster(self.tmp_factory, self.binary)
+        return self.cluster
+
     def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
         for cm in reversed(self.stack):
             cm.__exit__(None, None, None)
 
@@ -223,6 +451,9 @@ def connection_flags(case: Dict, nodes: Nodes) -> Iterator[List[str]]:
         finally:
             fake.close()
         return
+    elif kind.startswith("live-registry:"):
+        with nodes.live().flags(kind.split(":", 1)[1], case["name"]) as urls:
+            yield flags + ["--registry", *urls]
     elif kind.startswith("registry:"):
         with fake_registries(kind.split(":", 1)[1], case["function"], nodes.get("default")["rac"]) as urls:
             yield flags + ["--registry", ",".join(urls)]
@@ -310,6 +541,8 @@ def test_case(driver: Path, case: Dict, nodes: Nodes) -> None:
         got = run_driver(driver, case, flags)
     check(case, got)
     assert time.monotonic() - started < DRIVER_TIMEOUT_S
+    if case["node"] == "live-registry:migration":
+        nodes.live().check_moved(case["name"])
 
 
 def test_every_case_is_well_formed() -> None:
@@ -322,4 +555,7 @@ def test_every_case_is_well_formed() -> None:
         kind = c["node"]
         assert (kind in NODE_CONFIGS or kind in ("tls", "closed_port")
                 or (kind.startswith("fake:") and kind[5:] in FakeNode.MODES)
-                or kind in ("registry:bind", "registry:failover", "registry:migration")), c["name"]
+                or kind in ("registry:bind", "registry:failover", "registry:migration")
+                or kind in ("live-registry:bind", "live-registry:failover", "live-registry:migration")), c["name"]
+        if kind.startswith("live-registry:"):
+            assert c["function"] == LIVE_FUNCTION, c["name"]

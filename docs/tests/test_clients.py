@@ -29,6 +29,7 @@ TOOLS = {
     "typescript-example": ("node", "npm"),
     "typescript-grpc": ("node", "npm"),
     "java-example": ("java", "javac", "mvn"),
+    "java-grpc": ("java", "javac", "mvn"),
 }
 
 
@@ -57,7 +58,7 @@ def test_recipe_prints_the_documented_output(block, node, tmp_path: Path) -> Non
         # npm's cache stays the real home's: the package's dev dependencies are not
         # downloaded again for each run.
         env.update(npm_config_cache=str(real_home / ".npm"))
-    if name == "java-example":
+    if name.startswith("java-"):
         # Maven's local repository (its plugins) stays the real home's, for the same reason.
         env.update(MAVEN_OPTS=f"-Dmaven.repo.local={real_home / '.m2' / 'repository'}")
     (tmp_path / "home").mkdir()

@@ -65,7 +65,10 @@ enum netaccel_kind {
  *  front end says `Retry-After: 1` for the same refusals). */
 #define NETACCEL_RETRY_AFTER_MS 1000
 
-/** A failure: its kind, the node's status and a sentence. */
+/** A failure: its kind, the node's status and a sentence. The node's answer to the
+ *  whole connection (request id 0: BUSY at its bound on connections, PROTOCOL_ERROR for
+ *  a frame it could not read) fails every call on the connection, with that status and
+ *  its kind; the connection is closed after it. */
 typedef struct netaccel_error {
     int kind;                /**< an ::netaccel_kind */
     uint16_t status;         /**< the node's RAC status code when it answered one, else 0xFFFF */

@@ -314,9 +314,15 @@ impl Connection {
         }
         let message = String::from_utf8_lossy(&payload);
         if header.request_id == 0 {
-            // The node could not read a frame of ours and closes: everyone fails.
-            let m = format!("node refused the stream: {}: {message}", header.status);
-            return Err(self.break_with(kind::PROTOCOL, m));
+            // An answer to the connection (BUSY at the node's connection bound,
+            // PROTOCOL_ERROR for a frame it could not read); the node closes after it,
+            // so it is every call's answer, with its status, as the Rust client's
+            // `RacError::Refused`.
+            let m = format!("the node refused the connection: {message}");
+            let refused = self
+                .broken
+                .get_or_insert_with(|| Failure::from_status(header.status, &m));
+            return Err(refused.clone());
         }
         Ok(Ok((
             ticket,

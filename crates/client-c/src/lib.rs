@@ -20,7 +20,7 @@ pub mod ffi;
 
 pub use conn::Connection;
 
-use netaccel_client::rac::RacError;
+use netaccel_client::rac::{ErrorKind, RacError};
 use rac_proto::Status;
 
 /// Error kinds, as `enum netaccel_kind` in netaccel.h declares them (a unit test checks
@@ -67,13 +67,13 @@ pub mod kind {
     ];
 }
 
-/// The retry hint of a BUSY or UNAVAILABLE refusal: RAC v1 carries none, and the node's
-/// HTTP front end answers the same refusals with `Retry-After: 1`.
-pub const RETRY_AFTER_MS: u32 = 1000;
+/// The retry hint of a BUSY or UNAVAILABLE refusal, the Rust client's
+/// ([`netaccel_client::rac::RETRY_AFTER`]).
+pub const RETRY_AFTER_MS: u32 = netaccel_client::rac::RETRY_AFTER.as_millis() as u32;
 
-/// Calls in flight on one connection when the options say 0: the node's own default
-/// bound per connection (`rac_in_flight_max`).
-pub const IN_FLIGHT_MAX_DEFAULT: u32 = 32;
+/// Calls in flight on one connection when the options say 0: the Rust client's
+/// default ([`netaccel_client::rac::IN_FLIGHT_MAX_DEFAULT`], the node's own bound).
+pub const IN_FLIGHT_MAX_DEFAULT: u32 = netaccel_client::rac::IN_FLIGHT_MAX_DEFAULT as u32;
 
 /// An error as the C caller sees it (kind, the node's status, a retry hint, a sentence).
 #[derive(Debug, Clone, PartialEq)]
@@ -98,41 +98,42 @@ impl Failure {
 
     /// The failure of a node's answer with `status` (not OK).
     pub fn from_status(status: Status, message: &str) -> Failure {
-        assert!(status != Status::Ok, "an OK answer is no failure");
-        let kind = match status {
-            Status::Ok => kind::OK,
-            Status::BadRequest => kind::BAD_REQUEST,
-            Status::UnknownAccelerator => kind::UNKNOWN_ACCELERATOR,
-            Status::Busy => kind::BUSY,
-            Status::TooLarge => kind::TOO_LARGE,
-            Status::DeadlineExceeded => kind::DEADLINE,
-            Status::Unavailable => kind::UNAVAILABLE,
-            Status::Unauthorized => kind::UNAUTHORIZED,
-            Status::Internal => kind::INTERNAL,
-            Status::ProtocolError => kind::PROTOCOL,
-        };
-        let retryable = matches!(status, Status::Busy | Status::Unavailable);
+        let kind = ErrorKind::of_status(status).expect("an OK answer is no failure");
         Failure {
-            kind,
+            kind: kind_code(kind),
             status: status.code(),
-            retry_after_ms: if retryable { RETRY_AFTER_MS } else { 0 },
+            retry_after_ms: kind.retry_after().map_or(0, |d| d.as_millis() as u32),
             message: message.to_string(),
         }
     }
 
-    /// The Rust client's error, typed. It reports a stream it refused to decode and a
-    /// stream that ended in one `Transport` variant; its decoder's words tell them apart.
+    /// The Rust client's error, by its variant: the node's answer (to the call or to
+    /// the connection) keeps its status; the rest is the error's kind.
     pub fn from_rac(e: &RacError) -> Failure {
         match e {
-            RacError::Connect { .. } => Failure::new(kind::CONNECT, e.to_string()),
-            RacError::Transport(m) if m.contains("bad result header") => {
-                Failure::new(kind::PROTOCOL, m.clone())
-            }
-            RacError::Transport(m) => Failure::new(kind::CLOSED, m.clone()),
             RacError::Status {
                 status, message, ..
-            } => Failure::from_status(*status, message),
+            }
+            | RacError::Refused { status, message } => Failure::from_status(*status, message),
+            _ => Failure::new(kind_code(e.kind()), e.to_string()),
         }
+    }
+}
+
+/// The C kind (`enum netaccel_kind`) of the Rust client's [`ErrorKind`].
+pub fn kind_code(k: ErrorKind) -> i32 {
+    match k {
+        ErrorKind::BadRequest => kind::BAD_REQUEST,
+        ErrorKind::UnknownAccelerator => kind::UNKNOWN_ACCELERATOR,
+        ErrorKind::Busy => kind::BUSY,
+        ErrorKind::TooLarge => kind::TOO_LARGE,
+        ErrorKind::Deadline => kind::DEADLINE,
+        ErrorKind::Unavailable => kind::UNAVAILABLE,
+        ErrorKind::Unauthorized => kind::UNAUTHORIZED,
+        ErrorKind::Internal => kind::INTERNAL,
+        ErrorKind::Protocol => kind::PROTOCOL,
+        ErrorKind::Closed => kind::CLOSED,
+        ErrorKind::Connect => kind::CONNECT,
     }
 }
 
@@ -208,6 +209,38 @@ mod tests {
             assert!(header.contains(&line), "netaccel.h lacks `{line}`");
         }
         assert!(header.contains(&format!("NETACCEL_RETRY_AFTER_MS {RETRY_AFTER_MS}")));
+    }
+
+    #[test]
+    fn the_rust_clients_kinds_have_the_same_names_here() {
+        let all = [
+            ErrorKind::BadRequest,
+            ErrorKind::UnknownAccelerator,
+            ErrorKind::Busy,
+            ErrorKind::TooLarge,
+            ErrorKind::Deadline,
+            ErrorKind::Unavailable,
+            ErrorKind::Unauthorized,
+            ErrorKind::Internal,
+            ErrorKind::Protocol,
+            ErrorKind::Closed,
+            ErrorKind::Connect,
+        ];
+        for k in all {
+            assert_eq!(kind::NAMES[kind_code(k) as usize], k.name());
+        }
+        let refused = RacError::Refused {
+            status: Status::Busy,
+            message: "bound".into(),
+        };
+        let f = Failure::from_rac(&refused);
+        assert_eq!((f.kind, f.status, f.retry_after_ms), (kind::BUSY, 3, 1000));
+        let broken = Failure::from_rac(&RacError::Protocol("bad magic".into()));
+        assert_eq!((broken.kind, broken.status), (kind::PROTOCOL, 0xFFFF));
+        assert_eq!(
+            Failure::from_rac(&RacError::Closed(String::new())).kind,
+            kind::CLOSED
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use netaccel_client::rac::{self, RacClient, RacError, RacOutput};
+use netaccel_client::rac::{self, ErrorKind, RacClient, RacError, RacOutput};
 use netaccel_client::registry::{BoundError, BoundOptions, RegistryClient, Via};
 use netaccel_client::ClientError;
 use rac_proto::{ControlRequest, Status};
@@ -99,38 +99,22 @@ fn payload_of(call: &Value) -> Vec<u8> {
     }
 }
 
-fn kind_of(status: Status) -> &'static str {
-    match status {
-        Status::Ok => "ok",
-        Status::BadRequest => "bad_request",
-        Status::UnknownAccelerator => "unknown_accelerator",
-        Status::Busy => "busy",
-        Status::TooLarge => "too_large",
-        Status::DeadlineExceeded => "deadline",
-        Status::Unavailable => "unavailable",
-        Status::Unauthorized => "unauthorized",
-        Status::Internal => "internal",
-        Status::ProtocolError => "protocol",
-    }
-}
-
+/// A node's answer as the driver's line reports it.
 fn status_error(status: Status, message: &str) -> Value {
-    let retryable = matches!(status, Status::Busy | Status::Unavailable);
-    json!({"kind": kind_of(status), "status": status.name(), "retryable": retryable, "message": message})
+    let kind = ErrorKind::of_status(status).expect("an error status");
+    json!({"kind": kind.name(), "status": status.name(),
+           "retryable": kind.retry_after().is_some(), "message": message})
 }
 
-/// The client folds a broken stream and a closed one into `Transport`; its message
-/// tells them apart ("bad result header" is the decoder's refusal).
+/// The client's typed error as the driver's line reports it: the kind is the error's
+/// own ([`RacError::kind`]), the status the node's when it answered one.
 fn rac_error(e: &RacError) -> Value {
     match e {
-        RacError::Connect { .. } => json!({"kind": "connect", "message": e.to_string()}),
-        RacError::Transport(m) if m.contains("bad result header") => {
-            json!({"kind": "protocol", "message": m})
-        }
-        RacError::Transport(m) => json!({"kind": "closed", "message": m}),
         RacError::Status {
             status, message, ..
-        } => status_error(*status, message),
+        }
+        | RacError::Refused { status, message } => status_error(*status, message),
+        _ => json!({"kind": e.kind().name(), "message": e.to_string()}),
     }
 }
 
@@ -160,7 +144,10 @@ async fn connect(args: &Args) -> Result<RacClient, RacError> {
         None => RacClient::connect(addr).await?,
         Some(ca) => {
             let pair = args.cert.as_deref().zip(args.key.as_deref());
-            let config = rac::tls_config(ca, pair).map_err(RacError::Transport)?;
+            let config = rac::tls_config(ca, pair).map_err(|reason| RacError::Connect {
+                addr: addr.to_string(),
+                reason,
+            })?;
             let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
             RacClient::connect_tls(addr, host, config).await?
         }

@@ -1,9 +1,10 @@
 //! The Rust client's program of `bench/clients/run.sh`: 64-byte echo calls on one
 //! connection with [`RacClient`], first one at a time (latency: p50), then with
-//! `--inflight` calls in flight (calls/s); prints one JSON line. The other languages'
+//! `--inflight` calls in flight on the pipelined path ([`RacClient::submit`], calls/s);
+//! prints one JSON line. The other languages'
 //! programs under `bench/clients/<language>/` do the same with their clients.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -28,7 +29,7 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let line = runtime.block_on(async {
-        let client = Arc::new(RacClient::connect(&args.node).await.expect("connect"));
+        let client = RacClient::connect(&args.node).await.expect("connect");
         let payload = vec![b'x'; args.size];
         let span = Duration::from_secs_f64(args.seconds);
         let mut latencies_ns = Vec::new();
@@ -44,24 +45,21 @@ fn main() {
         }
         latencies_ns.sort_unstable();
         let p50_ns = latencies_ns[latencies_ns.len() / 2];
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(args.inflight);
+        // Pipelined: `inflight` calls submitted (one write each, no task per call);
+        // the oldest awaited, and another submitted in its place.
+        let client = client.with_in_flight_max(args.inflight);
+        let mut pending = VecDeque::with_capacity(args.inflight);
         let start = Instant::now();
         let mut done = 0u64;
-        let mut in_flight = 0;
         loop {
-            while in_flight < args.inflight && start.elapsed() < span {
-                let (client, payload, tx) = (Arc::clone(&client), payload.clone(), tx.clone());
-                tokio::spawn(async move {
-                    client.call(1, [0; 44], payload, 0).await.expect("call");
-                    let _ = tx.send(()).await;
-                });
-                in_flight += 1;
+            while pending.len() < args.inflight && start.elapsed() < span {
+                pending.push_back(client.submit(1, [0; 44], &payload, 0).await.expect("sent"));
             }
-            if in_flight == 0 {
+            let Some(oldest) = pending.pop_front() else {
                 break;
-            }
-            rx.recv().await.expect("a result");
-            in_flight -= 1;
+            };
+            let out = oldest.await.expect("call");
+            assert_eq!(out.payload.len(), args.size);
             done += 1;
         }
         let rate = done as f64 / start.elapsed().as_secs_f64();

@@ -789,7 +789,7 @@ impl Bound {
                 slot: out.header.slot(),
             }),
             Err(e) => {
-                if matches!(e, RacError::Transport(_) | RacError::Connect { .. }) {
+                if e.is_connection_lost() {
                     // A broken connection is not reused: the next call reconnects.
                     self.rac = None;
                 }
@@ -845,19 +845,19 @@ async fn unless_moved<T>(
     }
 }
 
-/// RAC failures in the client's one error type: unreachable is `Transport`, a status
-/// is the node's answer (`http_status` 0).
+/// RAC failures in the client's one error type: a status the node answered (to the
+/// call or to the connection) is its answer (`http_status` 0); the rest is `Transport`.
 pub fn rac_to_client(e: RacError) -> ClientError {
     match e {
-        e @ RacError::Connect { .. } => ClientError::Transport(e.to_string()),
-        RacError::Transport(m) => ClientError::Transport(m),
         RacError::Status {
             status, message, ..
-        } => ClientError::Node {
+        }
+        | RacError::Refused { status, message } => ClientError::Node {
             http_status: 0,
             code: status.name().to_string(),
             message,
         },
+        e => ClientError::Transport(e.to_string()),
     }
 }
 

@@ -926,12 +926,14 @@ fn call_rac(
 fn rac_failure(addr: &str, e: RacError) -> Failure {
     match e {
         e @ RacError::Connect { .. } => Failure::Unreachable(e.to_string()),
-        RacError::Transport(m) => {
-            Failure::Unreachable(format!("RAC call to {addr} broke off: {m}"))
+        e @ RacError::NotBuiltin(_) => Failure::Usage(e.to_string()),
+        e @ (RacError::Protocol(_) | RacError::Closed(_)) => {
+            Failure::Unreachable(format!("RAC call to {addr} broke off: {e}"))
         }
         RacError::Status {
             status, message, ..
-        } => Failure::Client(ClientError::Node {
+        }
+        | RacError::Refused { status, message } => Failure::Client(ClientError::Node {
             http_status: 0,
             code: status.name().to_string(),
             message,

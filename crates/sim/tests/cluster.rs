@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use netaccel_sim::cluster::blast::{self, SharingScenario};
 use netaccel_sim::cluster::engine::Engine;
-use netaccel_sim::cluster::{self, ClusterScenario, PolicyName};
+use netaccel_sim::cluster::{self, ClusterScenario, LeaderLoss, PolicyName};
 
 fn here() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")
@@ -130,4 +130,78 @@ fn the_sharing_experiment_places_as_the_bench_does_and_shares_for_more_calls() {
         "dropped {} %",
         shared.dropped_pct
     );
+}
+
+/// `small(true)` with the registry's leader lost from 290 s to 330 s: the node
+/// failure at 300 s falls in the gap.
+fn leaderless(lease_s: f64) -> ClusterScenario {
+    let mut sc = small(true);
+    sc.cluster.lease_s = lease_s;
+    sc.cluster.leader_losses = vec![LeaderLoss {
+        at_s: 290.0,
+        for_s: 40.0,
+    }];
+    sc
+}
+
+#[test]
+fn a_node_lost_without_a_leader_migrates_only_after_the_new_leader_takes_over() {
+    // 600 s in 48 bins of 12.5 s: the failure (300 s) is in bin 24, the takeover
+    // (330 s) in bin 26, the fresh lease's end (330 + 5 s) in bin 26 too.
+    for policy in [
+        PolicyName::Utilization,
+        PolicyName::Occupation,
+        PolicyName::TwoChoices,
+    ] {
+        for lease_s in [0.0, 5.0] {
+            let mut alone = small(true);
+            alone.cluster.lease_s = lease_s;
+            let without = Engine::new(&alone, policy).run();
+            let with = Engine::new(&leaderless(lease_s), policy).run();
+            assert_eq!(with.calls, without.calls, "{policy:?}: the same calls");
+            assert_eq!((with.leader_losses, without.leader_losses), (1, 0));
+            assert_eq!(with.leaderless_s, 40.0);
+            assert_eq!(without.leaderless_s, 0.0);
+            // The lost node's instances migrate 30 s late: at the takeover, plus
+            // the fresh lease the new leader gives every node (not the lease that
+            // ran out in the gap).
+            assert!(with.failure_migrations > 0 && without.failure_migrations > 0);
+            let expected = with.failure_migrations as f64 * 30.0;
+            assert!(
+                (with.leader_unbound_s - expected).abs() < 1e-6,
+                "{policy:?} lease {lease_s}: {} instance-s, expected {expected}",
+                with.leader_unbound_s
+            );
+            assert_eq!(without.leader_unbound_s, 0.0);
+            // Without the loss they move in the failure's bin; with it, no
+            // migration of any kind until the takeover's bin, then all of them.
+            assert!(without.bins[24].migrations >= without.failure_migrations);
+            assert_eq!(with.bins[24].migrations + with.bins[25].migrations, 0);
+            assert!(with.bins[26].migrations >= with.failure_migrations);
+            // Nothing lost otherwise: the calls at the node when it failed, and
+            // calls of functions whose every instance was there (waiting for the
+            // registry), all while there was no leader; every instance is placed
+            // again by the end.
+            assert!(with.lost > 0, "{policy:?}");
+            assert!(with.leaderless_dropped >= with.lost);
+            assert_eq!(with.unplaced_at_end, 0, "{policy:?}");
+            assert!(
+                with.ok as f64 > 0.9 * without.ok as f64,
+                "{policy:?}: {} against {}",
+                with.ok,
+                without.ok
+            );
+        }
+    }
+}
+
+#[test]
+fn a_run_with_a_leader_loss_gives_byte_identical_files() {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster-leader-determinism");
+    let sc = leaderless(5.0);
+    run_into(&sc, &out.join("a"));
+    run_into(&sc, &out.join("b"));
+    let a = files(&out.join("a"));
+    assert_eq!(a.len(), 4);
+    assert!(a == files(&out.join("b")), "two runs of one seed differ");
 }

@@ -47,6 +47,11 @@ enum Ev {
     Loaded(u32),
     Fail(u32),
     Repair(u32),
+    /// A lost node's lease runs out (failure index).
+    Expire(u32),
+    /// The registry's leader dies, a new one takes over (leader loss index).
+    LeaderLost(u32),
+    LeaderBack(u32),
 }
 
 /// A call waiting or running at a slot.
@@ -119,6 +124,22 @@ pub struct Engine<'a> {
     hist: Histogram,
     /// Reconfigurations complete at once (the placement before the day starts).
     instant_loading: bool,
+    leader: Leadership,
+}
+
+/// The registry's leadership, and the work that waits for a leader.
+#[derive(Default)]
+struct Leadership {
+    /// Leader losses under way (0: a leader writes).
+    lost: u32,
+    lost_since: u64,
+    /// When the last leader took over: leases renewed before then are fresh from it.
+    took_over: u64,
+    /// When each node failure happened (its nodes' last renewal).
+    failed_at: Vec<u64>,
+    repairs: Vec<usize>,
+    loaded: Vec<SlotIdx>,
+    expiries: Vec<usize>,
 }
 
 impl<'a> Engine<'a> {
@@ -181,6 +202,10 @@ impl<'a> Engine<'a> {
             bins: (0..BINS).map(|_| Bin::default()).collect(),
             hist: Histogram::default(),
             instant_loading: false,
+            leader: Leadership {
+                failed_at: vec![0; c.failures.len()],
+                ..Leadership::default()
+            },
         }
     }
 
@@ -195,8 +220,15 @@ impl<'a> Engine<'a> {
         for (i, f) in c.failures.iter().enumerate() {
             self.at(secs(f.at_s), Ev::Fail(i as u32));
         }
+        for (i, l) in c.leader_losses.iter().enumerate() {
+            self.at(secs(l.at_s), Ev::LeaderLost(i as u32));
+        }
         while let Some(Reverse((t, _, ev))) = self.events.pop() {
-            if matches!(ev, Ev::Fail(_) | Ev::Repair(_)) && !self.periodic() {
+            let outage = matches!(
+                ev,
+                Ev::Fail(_) | Ev::Repair(_) | Ev::Expire(_) | Ev::LeaderLost(_) | Ev::LeaderBack(_)
+            );
+            if outage && !self.periodic() {
                 continue; // the run is over: no call left to lose
             }
             debug_assert!(t >= self.now, "time runs forward");
@@ -207,9 +239,13 @@ impl<'a> Engine<'a> {
                 Ev::Report => self.report(),
                 Ev::Scale => self.scale(),
                 Ev::Rebalance => self.rebalance(),
+                Ev::Loaded(slot) if self.leaderless() => self.leader.loaded.push(slot),
                 Ev::Loaded(slot) => self.loaded(slot),
                 Ev::Fail(i) => self.fail(i as usize),
                 Ev::Repair(i) => self.repair(i as usize),
+                Ev::Expire(i) => self.expire(i as usize),
+                Ev::LeaderLost(i) => self.leader_lost(i as usize),
+                Ev::LeaderBack(_) => self.leader_back(),
             }
         }
         self.finish()
@@ -267,12 +303,14 @@ impl<'a> Engine<'a> {
         let Some(slot) = self.route(f) else {
             self.result.no_instance += 1;
             self.bins[bin].dropped += 1;
+            self.count_leaderless_drops(1);
             return;
         };
         let s = &mut self.slots[slot as usize];
         if s.queue.len() >= self.sc.cluster.queue_depth_max {
             self.result.busy += 1;
             self.bins[bin].dropped += 1;
+            self.count_leaderless_drops(1);
             return;
         }
         s.queue.push_back(Call {
@@ -345,7 +383,8 @@ impl<'a> Engine<'a> {
             let utilization = (s.busy_window_ns as f64 / interval as f64).min(1.0);
             s.busy_window_ns = 0;
             busy_sum += utilization;
-            if s.up {
+            // Renewals carry the figure; without a leader nobody records it.
+            if s.up && self.leader.lost == 0 {
                 self.inv.set_utilization(idx as SlotIdx, utilization);
             }
         }
@@ -364,6 +403,9 @@ impl<'a> Engine<'a> {
         for f in 0..self.functions.len() {
             let rate = self.functions[f].window_calls as f64 / window_s;
             self.functions[f].window_calls = 0;
+            if self.leaderless() {
+                continue; // it cannot write instances: the next pass after the election
+            }
             let desired = ((rate / per_instance).ceil() as usize).clamp(1, c.instances_max);
             self.resize(f, desired);
         }
@@ -378,6 +420,11 @@ impl<'a> Engine<'a> {
     /// (reconfiguring only empty slots), then one instance moved off each slot the
     /// registry's `relievable` names, within the registry's budget per pass.
     fn rebalance(&mut self) {
+        if self.leaderless() {
+            let t = self.now + secs(self.sc.cluster.rebalance_interval_s);
+            self.at(t, Ev::Rebalance);
+            return; // the reconcile loops run on the leader only
+        }
         let c = &self.sc.cluster;
         let budget = c.rebalance_moves_max;
         let cooldown = secs(c.rebalance_cooldown_s);
@@ -618,12 +665,14 @@ impl<'a> Engine<'a> {
         }
     }
 
-    // ---- failures ----
+    // ---- failures and leader losses ----
 
+    /// The nodes stop: their calls are lost, their slots take no more. The registry
+    /// notices when their lease runs out ([`Self::expire`]).
     fn fail(&mut self, i: usize) {
         let f = &self.sc.cluster.failures[i];
         let per = self.sc.cluster.slots_per_node;
-        let mut displaced = Vec::new();
+        let mut lost = 0;
         for idx in f.first * per..(f.first + f.count) * per {
             let s = &mut self.slots[idx];
             if !s.up {
@@ -631,38 +680,140 @@ impl<'a> Engine<'a> {
             }
             s.up = false;
             s.epoch += 1;
-            self.result.lost += s.queue.len() as u64;
+            lost += s.queue.len() as u64;
             s.queue.clear();
             if let Some(since) = s.busy_since.take() {
                 self.result.busy_ns += u128::from(self.now - since);
             }
             s.busy_window_ns = 0;
-            self.inv.set_ready(idx as SlotIdx, false);
-            displaced.extend(s.bound.iter().copied());
         }
+        self.result.lost += lost;
+        self.count_leaderless_drops(lost);
         self.result.node_failures += f.count as u64;
-        self.result.failure_migrations += displaced.len() as u64;
-        // The registry's lease expiry: the lost node's instances migrate.
-        self.migrate(&displaced, &[]);
-        assert!(
-            self.instances
-                .iter()
-                .filter(|i| i.alive)
-                .all(|i| i.slot.is_none_or(|idx| self.slots[idx as usize].up)),
-            "no instance stays bound to a lost node's slot"
-        );
-        if f.for_s > 0.0 {
-            self.at(self.now + secs(f.for_s), Ev::Repair(i as u32));
+        self.leader.failed_at[i] = self.now;
+        let back = (f.for_s > 0.0).then(|| self.now + secs(f.for_s));
+        let lease = secs(self.sc.cluster.lease_s);
+        if lease == 0 {
+            self.expire(i);
+        } else {
+            self.at(self.now + lease, Ev::Expire(i as u32));
+        }
+        if let Some(t) = back {
+            self.at(t, Ev::Repair(i as u32));
         }
     }
 
+    /// The failed nodes' lease runs out: the leader declares them lost and their
+    /// instances migrate. Without a leader it waits for the next one, which gives
+    /// every node a fresh lease when it takes over (`Registry::become_leader`).
+    fn expire(&mut self, i: usize) {
+        if self.leaderless() {
+            self.leader.expiries.push(i);
+            return;
+        }
+        let lease = secs(self.sc.cluster.lease_s);
+        let fresh_until = self.leader.took_over + lease;
+        if self.leader.failed_at[i] < self.leader.took_over && self.now < fresh_until {
+            self.at(fresh_until, Ev::Expire(i as u32));
+            return;
+        }
+        let f = &self.sc.cluster.failures[i];
+        let per = self.sc.cluster.slots_per_node;
+        let slots = f.first * per..(f.first + f.count) * per;
+        let mut displaced = Vec::new();
+        for idx in slots.clone() {
+            // A node back before its lease ran out renewed it: not lost.
+            if !self.slots[idx].up {
+                self.inv.set_ready(idx as SlotIdx, false);
+                displaced.extend(self.slots[idx].bound.iter().copied());
+            }
+        }
+        let late = self.now - (self.leader.failed_at[i] + lease);
+        self.result.leader_unbound_s += displaced.len() as f64 * late as f64 / NS;
+        self.result.failure_migrations += displaced.len() as u64;
+        self.migrate(&displaced, &[]);
+        assert!(
+            slots
+                .filter(|&idx| !self.slots[idx].up)
+                .all(|idx| self.slots[idx].bound.is_empty()),
+            "no instance stays bound to a lost node's slot"
+        );
+    }
+
+    /// The node is back; the registry hears of it with its next renewal (to the
+    /// next leader, if none leads now).
     fn repair(&mut self, i: usize) {
         let f = &self.sc.cluster.failures[i];
         let per = self.sc.cluster.slots_per_node;
         for idx in f.first * per..(f.first + f.count) * per {
             self.slots[idx].up = true;
-            self.inv.set_ready(idx as SlotIdx, true);
-            self.inv.set_utilization(idx as SlotIdx, 0.0);
+        }
+        if self.leaderless() {
+            self.leader.repairs.push(i);
+        } else {
+            self.renewed(i);
+        }
+    }
+
+    fn renewed(&mut self, i: usize) {
+        let f = &self.sc.cluster.failures[i];
+        let per = self.sc.cluster.slots_per_node;
+        for idx in f.first * per..(f.first + f.count) * per {
+            if self.slots[idx].up {
+                self.inv.set_ready(idx as SlotIdx, true);
+                self.inv.set_utilization(idx as SlotIdx, 0.0);
+            }
+        }
+    }
+
+    fn leaderless(&self) -> bool {
+        self.leader.lost > 0
+    }
+
+    fn count_leaderless_drops(&mut self, calls: u64) {
+        if self.leaderless() {
+            self.result.leaderless_dropped += calls;
+        }
+    }
+
+    fn leader_lost(&mut self, i: usize) {
+        if self.leader.lost == 0 {
+            self.leader.lost_since = self.now;
+        }
+        self.leader.lost += 1;
+        self.result.leader_losses += 1;
+        let back = self.now + secs(self.sc.cluster.leader_losses[i].for_s);
+        self.at(back, Ev::LeaderBack(i as u32));
+    }
+
+    /// A new leader takes over (when no other loss overlaps): every node's lease is
+    /// fresh from now, then the work that waited runs in the order it came: renewals
+    /// of nodes that came back, reconfigurations the nodes finished, and the lost
+    /// nodes' expiry (after the fresh lease).
+    fn leader_back(&mut self) {
+        assert!(
+            self.leader.lost > 0,
+            "a leader comes back after it was lost"
+        );
+        self.leader.lost -= 1;
+        if self.leaderless() {
+            return;
+        }
+        self.result.leaderless_s += (self.now - self.leader.lost_since) as f64 / NS;
+        self.leader.took_over = self.now;
+        for i in std::mem::take(&mut self.leader.repairs) {
+            self.renewed(i);
+        }
+        for idx in std::mem::take(&mut self.leader.loaded) {
+            self.loaded(idx);
+        }
+        let lease = secs(self.sc.cluster.lease_s);
+        for i in std::mem::take(&mut self.leader.expiries) {
+            if lease == 0 {
+                self.expire(i);
+            } else {
+                self.at(self.now + lease, Ev::Expire(i as u32));
+            }
         }
     }
 
@@ -695,6 +846,9 @@ impl<'a> Engine<'a> {
     }
 
     fn finish(mut self) -> PolicyResult {
+        if self.leaderless() {
+            self.result.leaderless_s += (self.now - self.leader.lost_since) as f64 / NS;
+        }
         let r = &mut self.result;
         r.simulated_s = self.now as f64 / NS;
         r.unplaced_at_end = self

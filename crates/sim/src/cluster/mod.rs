@@ -114,6 +114,14 @@ pub struct ClusterSpec {
     pub policies: Vec<PolicyName>,
     #[serde(default)]
     pub failures: Vec<NodeFailure>,
+    /// The registry's node lease: a node that stops renewing is declared lost this
+    /// long after its last renewal, and a new leader gives every node this much
+    /// grace when it takes over (0: a lost node is noticed at once).
+    #[serde(default)]
+    pub lease_s: f64,
+    /// Times without a registry leader (the election's gap).
+    #[serde(default)]
+    pub leader_losses: Vec<LeaderLoss>,
 }
 
 /// A placement policy of the registry's `alloc` module.
@@ -149,6 +157,19 @@ pub struct NodeFailure {
     #[serde(default = "one_usize")]
     pub count: usize,
     #[serde(default)]
+    pub for_s: f64,
+}
+
+/// The registry's leader dies at `at_s`; a follower leads `for_s` later (the dead
+/// leader's election lease running out, then the election). Meanwhile calls flow to
+/// the slots they are bound to, and everything that writes waits: lease reports,
+/// lost-node expiry, autoscaling, rebalancing, placement, a reconfiguration's
+/// completion. The new leader gives every node a fresh lease (`lease_s`), as
+/// `Registry::become_leader` does, then the deferred work runs.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaderLoss {
+    pub at_s: f64,
     pub for_s: f64,
 }
 
@@ -275,6 +296,17 @@ impl ClusterScenario {
                     f.first + f.count
                 ));
             }
+        }
+        for l in &c.leader_losses {
+            if !(l.at_s >= 0.0 && l.for_s > 0.0) {
+                return Err(format!(
+                    "leader loss at {} s: at_s not negative, for_s positive",
+                    l.at_s
+                ));
+            }
+        }
+        if c.lease_s.is_nan() || c.lease_s < 0.0 {
+            return Err("lease_s not negative".into());
         }
         Ok(())
     }

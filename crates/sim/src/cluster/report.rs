@@ -126,6 +126,14 @@ pub struct PolicyResult {
     pub unplaced_at_end: u64,
     pub instances_peak: u64,
     pub node_failures: u64,
+    /// Times the registry had no leader, and for how long in all.
+    pub leader_losses: u64,
+    pub leaderless_s: f64,
+    /// Instance-seconds on a lost node's slot beyond its lease because no leader
+    /// was there to expire it.
+    pub leader_unbound_s: f64,
+    /// Calls dropped (any cause) while the registry had no leader.
+    pub leaderless_dropped: u64,
     #[serde(skip)]
     pub busy_ns: u128,
     #[serde(skip)]
@@ -154,6 +162,8 @@ impl PolicyResult {
         self.utilisation_mean = round3(self.utilisation_mean);
         self.reconfigurations_per_hour = round3(self.reconfigurations_per_hour);
         self.simulated_s = round3(self.simulated_s);
+        self.leaderless_s = round3(self.leaderless_s);
+        self.leader_unbound_s = round3(self.leader_unbound_s);
     }
 }
 
@@ -238,8 +248,21 @@ pub fn write(
     Ok(written)
 }
 
-/// One line per policy, for the terminal.
+/// One line per policy, for the terminal (the leader's figures only where it was
+/// lost).
 pub fn line(r: &PolicyResult) -> String {
+    let mut text = totals(r);
+    if r.leader_losses > 0 {
+        let _ = write!(
+            text,
+            "; leader losses {} ({} s without a leader, {} instance-s unbound for it, {} calls dropped meanwhile)",
+            r.leader_losses, r.leaderless_s, r.leader_unbound_s, r.leaderless_dropped
+        );
+    }
+    text
+}
+
+fn totals(r: &PolicyResult) -> String {
     format!(
         "{}: {} calls, ok {}, dropped {:.3} % (busy {}, no instance {}, lost {}); p50 {} ms p99 {} ms p99.9 {} ms; utilisation {:.3}; reconfigurations {} ({:.1}/h, {} before the day); migrations {} ({} off lost nodes); no device {}; instances peak {}",
         r.policy,

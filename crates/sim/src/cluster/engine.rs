@@ -8,7 +8,10 @@
 //! slot drains its queue, then loads for `reconfig_s`), lease reports (each slot's
 //! busy share over the last interval becomes its utilisation in the registry's
 //! inventory), an autoscaler (instances per function from its calls over the last
-//! interval), and node failures. What is decided by the registry's code: where a new
+//! interval), node failures (the node stops at once; the registry notices when its
+//! lease runs out), and registry leader losses (everything that writes waits for the
+//! next leader, which gives every node a fresh lease first, as
+//! `Registry::become_leader` does). What is decided by the registry's code: where a new
 //! instance goes, which slot is reconfigured, and where a displaced instance goes
 //! (`netaccel_registry::alloc`). This module keeps the bindings (which instance is on
 //! which slot) as the registry's state does, and nothing else.

@@ -6,7 +6,7 @@
 //! - `[cluster]` ([`ClusterSpec`], run by [`engine`]): N nodes × S slots, F functions
 //!   over a set of accelerators, a diurnal load curve with hot functions, an
 //!   autoscaler that asks for instances, lease reports that carry each slot's
-//!   utilisation, node failures. Every placement, reconfiguration and migration
+//!   utilisation, node failures, times without a registry leader. Every placement, reconfiguration and migration
 //!   decision is `netaccel_registry::alloc`'s (`Inventory::allocate`, its
 //!   power-of-two variant, `Request::displaced` / `Request::followup`); this module
 //!   only keeps the bindings and models what is not code (calls, devices, time).

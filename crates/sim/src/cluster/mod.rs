@@ -6,10 +6,11 @@
 //! - `[cluster]` ([`ClusterSpec`], run by [`engine`]): N nodes × S slots, F functions
 //!   over a set of accelerators, a diurnal load curve with hot functions, an
 //!   autoscaler that asks for instances, lease reports that carry each slot's
-//!   utilisation, node failures, times without a registry leader. Every placement, reconfiguration and migration
-//!   decision is `netaccel_registry::alloc`'s (`Inventory::allocate`, its
-//!   power-of-two variant, `Request::displaced` / `Request::followup`); this module
-//!   only keeps the bindings and models what is not code (calls, devices, time).
+//!   utilisation, node failures, times without a registry leader. Every placement,
+//!   reconfiguration and migration decision is `netaccel_registry::alloc`'s
+//!   (`Inventory::allocate`, its power-of-two variant, `Request::displaced` /
+//!   `Request::followup`); this module only keeps the bindings and models what is
+//!   not code (calls, devices, time).
 //!   Slots are queues with service times, not the node's dispatcher: at 1,000 nodes
 //!   and hundreds of millions of calls a day the per-call cost of the node's full
 //!   dispatch core (reassembly, tenant queues) is what would cost the most, and a

@@ -64,6 +64,12 @@ async fn campaign_forever(
         if registry.is_leader() {
             warn!("no longer the leader: following");
             registry.step_down();
+            // A fresh copy at once: until then it answers nothing from its cache
+            // (Registry::cache_unconfirmed), as its lease may have run out.
+            registry
+                .refresh
+                .catch_up(crate::freshness::CATCH_UP_MAX)
+                .await;
         }
         tokio::time::sleep(RETRY).await;
     }
@@ -85,7 +91,7 @@ async fn campaign_once(
         .await
         .map_err(|e| format!("lease: {e}"))?
         .id();
-    let keepalive = keep_alive(client.clone(), lease, asked + ttl, ttl);
+    let keepalive = keep_alive(registry, client.clone(), lease, asked + ttl, ttl);
     tokio::pin!(keepalive);
     let leader_key = tokio::select! {
         lost = &mut keepalive => return Err(lost),
@@ -112,8 +118,10 @@ async fn campaign_once(
 /// healthy leader resign. The lease is given up only when it may have run out: each
 /// renewal that etcd grants runs from when it was sent (etcd counts from later still,
 /// so this side's deadline is never past etcd's), and `valid_until` is the end of the
-/// last one. The leader therefore never acts on a lease etcd may have expired.
+/// last one. The leader therefore never acts on a lease etcd may have expired, and
+/// answers nothing from its cache past it ([`Registry::cache_unconfirmed`]).
 async fn keep_alive(
+    registry: &Registry,
     mut client: Client,
     lease: i64,
     mut valid_until: Instant,
@@ -134,6 +142,9 @@ async fn keep_alive(
         match tokio::time::timeout(left, stream.message()).await {
             Ok(Ok(Some(r))) if r.ttl() > 0 => {
                 valid_until = sent + Duration::from_secs(r.ttl() as u64);
+                if registry.is_leader() {
+                    registry.confirm_until(valid_until);
+                }
             }
             Ok(Ok(Some(_))) => return "the election lease expired".to_string(),
             Ok(Ok(None)) => return "lease keep-alive stream closed".to_string(),

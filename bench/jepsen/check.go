@@ -23,16 +23,17 @@ const migrationGrace = 2 * time.Second
 
 // Verdict is what a check says, saved as verdict.json.
 type Verdict struct {
-	Valid            bool             `json:"valid"`
-	Linearizable     string           `json:"linearizable"` // "ok", "illegal" or "unknown" (timed out)
-	OperationsKnown  int              `json:"operations_checked"`
-	OperationsOpen   int              `json:"operations_unknown_outcome"`
-	Records          map[string]int   `json:"records_by_type"`
-	ByOperation      map[string]int   `json:"completions_by_operation"`
-	Faults           map[string]int   `json:"faults_by_kind"`
-	UnavailabilityMs map[string]int64 `json:"longest_write_unavailability_ms_by_fault"`
-	Anomalies        []string         `json:"anomalies"`
-	CheckMs          int64            `json:"check_ms"`
+	Valid            bool              `json:"valid"`
+	Linearizable     string            `json:"linearizable"` // "ok", "illegal" or "unknown" (timed out)
+	OperationsKnown  int               `json:"operations_checked"`
+	OperationsOpen   int               `json:"operations_unknown_outcome"`
+	Records          map[string]int    `json:"records_by_type"`
+	ByOperation      map[string]int    `json:"completions_by_operation"`
+	Faults           map[string]int    `json:"faults_by_kind"`
+	FaultsLeftOut    map[string]string `json:"faults_left_out"` // kinds this machine could not inject, and why
+	UnavailabilityMs map[string]int64  `json:"longest_write_unavailability_ms_by_fault"`
+	Anomalies        []string          `json:"anomalies"`
+	CheckMs          int64             `json:"check_ms"`
 }
 
 // Check decides a history; with html set, porcupine's visualisation is written there.
@@ -42,6 +43,7 @@ func Check(records []Record, timeout time.Duration, html string) (Verdict, error
 	}
 	setup := records[0]
 	v := Verdict{Records: map[string]int{}, ByOperation: map[string]int{}, Faults: map[string]int{},
+		FaultsLeftOut:    map[string]string{},
 		UnavailabilityMs: map[string]int64{}, Anomalies: []string{}}
 	for _, r := range records {
 		v.Records[r.Type]++
@@ -50,6 +52,9 @@ func Check(records []Record, timeout time.Duration, html string) (Verdict, error
 		}
 		if r.Type == TypeNemesis && r.Phase == "start" {
 			v.Faults[r.F]++
+		}
+		if r.Type == TypeNemesis && r.Phase == "refused" {
+			v.FaultsLeftOut[r.F] = r.Error
 		}
 	}
 	staleness := setup.ReadStalenessMs * int64(time.Millisecond)
@@ -104,10 +109,10 @@ func checkLostNodes(records []Record, setup Record) []string {
 			invokes[r.Op] = r
 		case r.Type == TypeNemesis && r.F == NodeLoss && r.Phase == "start":
 			downs[r.Target] = append(downs[r.Target], down{from: r.Time, to: 1 << 62})
-		case r.Type == TypeNemesis && r.F == NodeLoss:
+		case r.Type == TypeNemesis && r.F == NodeLoss && r.Phase == "end":
 			d := downs[r.Target]
 			d[len(d)-1].to = r.Time
-		case r.Type == TypeNemesis && processFault(r.F):
+		case r.Type == TypeNemesis && r.Phase != "refused" && processFault(r.F):
 			takeovers = append(takeovers, r.Time+int64(ttl))
 		}
 	}
@@ -177,7 +182,7 @@ func unavailability(records []Record) map[string]int64 {
 		case r.Type == TypeNemesis && r.Phase == "start":
 			open[r.F+r.Target] = len(faults)
 			faults = append(faults, fault{kind: r.F, start: r.Time, end: r.Time})
-		case r.Type == TypeNemesis:
+		case r.Type == TypeNemesis && r.Phase == "end":
 			faults[open[r.F+r.Target]].end = r.Time
 		}
 	}

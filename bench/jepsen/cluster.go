@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -111,10 +112,41 @@ func NetnsUsable() string {
 	return ""
 }
 
+// removeLeftovers deletes the namespaces and links of runs whose process is gone
+// (killed outright: nothing of theirs ran to clean up).
+func removeLeftovers() {
+	gone := func(name string) bool {
+		if !strings.HasPrefix(name, "nj") || len(name) < 4 {
+			return false
+		}
+		pid := strings.SplitN(name[3:], "x", 2)[0]
+		if _, err := strconv.Atoi(pid); err != nil {
+			return false
+		}
+		_, err := os.Stat("/proc/" + pid)
+		return os.IsNotExist(err)
+	}
+	spaces, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(spaces), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && gone(f[0]) {
+			_ = run("ip", "netns", "del", f[0])
+		}
+	}
+	links, _ := exec.Command("ip", "-o", "link", "show").Output()
+	for _, line := range strings.Split(string(links), "\n") {
+		if f := strings.SplitN(line, ": ", 3); len(f) > 1 {
+			if name := strings.SplitN(f[1], "@", 2)[0]; gone(name) {
+				_ = run("ip", "link", "del", name)
+			}
+		}
+	}
+}
+
 // StartCluster starts etcd and the replicas (binary bin) under dir.
 func StartCluster(dir, bin string, netns bool, leaseMs, ttlS int64) (*Cluster, error) {
 	c := &Cluster{dir: dir, hostIP: "127.0.0.1", netns: netns}
 	if netns {
+		removeLeftovers()
 		if err := c.makeNetwork(); err != nil {
 			c.Close()
 			return nil, err

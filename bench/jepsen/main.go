@@ -5,7 +5,7 @@
 // linearizability checker).
 //
 //	jepsen run   -registry BIN -duration 60s -out DIR   # cluster, workload, nemesis, check
-//	jepsen check -out DIR                              # check DIR/history.jsonl again
+//	jepsen check -out DIR [-history FILE]              # check DIR/history.jsonl (or FILE) again
 //
 // A run writes DIR/history.jsonl, DIR/verdict.json, DIR/linearizability.html
 // (porcupine's visualisation) and the processes' logs; it exits 0 when the history is
@@ -22,8 +22,10 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -47,11 +49,15 @@ func main() {
 	noFaults := fs.Bool("no-faults", false, "no nemesis (a baseline history)")
 	checkTimeout := fs.Duration("check-timeout", 2*time.Minute, "longest the linearizability check may take")
 	expectInvalid := fs.Bool("expect-invalid", false, "exit 0 only when the history is NOT valid (a planted bug)")
+	historyFlag := fs.String("history", "", "check: the history to check (default: OUT/history.jsonl)")
 	_ = fs.Parse(os.Args[2:])
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fail(err)
 	}
 	history := filepath.Join(*out, "history.jsonl")
+	if *historyFlag != "" && os.Args[1] == "check" {
+		history = *historyFlag
+	}
 	if os.Args[1] == "run" {
 		if *bin == "" {
 			fail(fmt.Errorf("-registry BIN is required"))
@@ -92,13 +98,16 @@ func fail(err error) {
 }
 
 func report(v Verdict) {
-	fmt.Printf("valid: %v (linearizable: %s, %d operations checked, %d of unknown outcome, check %d ms)\n",
-		v.Valid, v.Linearizable, v.OperationsKnown, v.OperationsOpen, v.CheckMs)
+	fmt.Printf("valid: %v (linearizable: %s, %d operations checked, %d of unknown outcome)\n",
+		v.Valid, v.Linearizable, v.OperationsKnown, v.OperationsOpen)
 	for _, k := range sortedKeys(v.ByOperation) {
 		fmt.Printf("  %-18s %d\n", k, v.ByOperation[k])
 	}
 	for _, k := range sortedKeys(v.Faults) {
 		fmt.Printf("  fault %-20s %3d  longest write unavailability %6d ms\n", k, v.Faults[k], v.UnavailabilityMs[k])
+	}
+	for _, k := range sortedKeys(v.FaultsLeftOut) {
+		fmt.Printf("  fault %-20s left out: %s\n", k, v.FaultsLeftOut[k])
 	}
 	for _, a := range v.Anomalies {
 		fmt.Println("  ANOMALY:", a)
@@ -138,6 +147,15 @@ func runTest(cfg runConfig, history string) error {
 		return err
 	}
 	defer cluster.Close()
+	// Interrupted (a timeout, ^C): the network and processes go too.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig := <-signals
+		cluster.Close()
+		fmt.Fprintf(os.Stderr, "jepsen: %v: cluster removed\n", sig)
+		os.Exit(2)
+	}()
 	rec, err := NewRecorder(history)
 	if err != nil {
 		return err

@@ -164,8 +164,8 @@ func checkLostNodes(records []Record, setup Record) []string {
 	return anomalies
 }
 
-// unavailability: for each fault kind, the longest time without a successful write
-// that overlaps one of its faults (faults come one at a time, so a gap that began
+// unavailability: for each fault kind, the longest time without a successful (2xx)
+// write that overlaps one of its faults (faults come one at a time, so a gap that began
 // during a fault and ended after it was healed is that fault's).
 func unavailability(records []Record) map[string]int64 {
 	var oks []int64
@@ -177,7 +177,8 @@ func unavailability(records []Record) map[string]int64 {
 	open := map[string]int{}
 	for _, r := range records {
 		switch {
-		case r.Type == TypeOK && !isRead(r.F):
+		case r.Type == TypeOK && !isRead(r.F) && r.Status/100 == 2:
+			// A write that changed something (a 404 or 409 may come from a cache).
 			oks = append(oks, r.Time)
 		case r.Type == TypeNemesis && r.Phase == "start":
 			open[r.F+r.Target] = len(faults)

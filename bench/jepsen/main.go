@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -47,6 +48,7 @@ func main() {
 	staleMs := fs.Int64("read-staleness-ms", 0, "how old a read may be: 0 checks that reads are linearizable too")
 	netnsMode := fs.String("netns", "auto", "network namespaces: auto (when root), on (required), off")
 	noFaults := fs.Bool("no-faults", false, "no nemesis (a baseline history)")
+	faultList := fs.String("faults", "", "comma-separated fault kinds to choose from (default: every kind this machine can inject)")
 	checkTimeout := fs.Duration("check-timeout", 2*time.Minute, "longest the linearizability check may take")
 	expectInvalid := fs.Bool("expect-invalid", false, "exit 0 only when the history is NOT valid (a planted bug)")
 	historyFlag := fs.String("history", "", "check: the history to check (default: OUT/history.jsonl)")
@@ -64,7 +66,7 @@ func main() {
 		}
 		cfg := runConfig{bin: *bin, duration: *duration, clients: *clients, nodes: *nodes,
 			functions: *functions, out: *out, seed: *seed, leaseMs: *leaseMs, ttlS: *ttlS,
-			staleMs: *staleMs, faults: !*noFaults, netns: *netnsMode}
+			staleMs: *staleMs, faults: !*noFaults, netns: *netnsMode, kinds: *faultList}
 		if err := runTest(cfg, history); err != nil {
 			fail(err)
 		}
@@ -121,22 +123,29 @@ type runConfig struct {
 	out                          string
 	seed, leaseMs, ttlS, staleMs int64
 	faults                       bool
-	netns                        string
+	netns, kinds                 string
+}
+
+// chooseNetns: whether to run in network namespaces (-netns on, off or auto).
+func chooseNetns(mode string) (bool, error) {
+	if mode == "off" {
+		return false, nil
+	}
+	why := NetnsUsable()
+	if why == "" {
+		return true, nil
+	}
+	if mode == "on" {
+		return false, fmt.Errorf("network namespaces: %s", why)
+	}
+	fmt.Printf("network namespaces not available (%s): no partitions, no netem\n", why)
+	return false, nil
 }
 
 func runTest(cfg runConfig, history string) error {
-	useNetns := false
-	switch why := NetnsUsable(); cfg.netns {
-	case "on":
-		if why != "" {
-			return fmt.Errorf("network namespaces: %s", why)
-		}
-		useNetns = true
-	case "auto":
-		useNetns = why == ""
-		if !useNetns {
-			fmt.Printf("network namespaces not available (%s): no partitions, no netem\n", why)
-		}
+	useNetns, err := chooseNetns(cfg.netns)
+	if err != nil {
+		return err
 	}
 	abs, err := filepath.Abs(cfg.bin)
 	if err != nil {
@@ -192,6 +201,9 @@ func runTest(cfg runConfig, history string) error {
 		n := &Nemesis{c: cluster, nodes: sims, rec: rec, rng: rand.New(rand.NewSource(cfg.seed)),
 			ttl: time.Duration(cfg.ttlS) * time.Second, lease: time.Duration(cfg.leaseMs) * time.Millisecond,
 			kinds: FaultKinds(useNetns)}
+		if cfg.kinds != "" {
+			n.kinds = strings.Split(cfg.kinds, ",")
+		}
 		go n.Run(stopNemesis, nemesisDone)
 	} else {
 		close(nemesisDone)

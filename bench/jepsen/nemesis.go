@@ -21,6 +21,7 @@ const (
 	PartitionLeader = "partition-leader"   // the leader cut from every etcd member (nftables)
 	PartitionFollow = "partition-follower" // a follower cut from etcd
 	NetemLeader     = "netem-leader"       // delay 50±25 ms and 5 % loss on the leader's link
+	LossLeader      = "loss-leader"        // 10 % of the leader's packets dropped (nftables numgen)
 	EtcdMemberLoss  = "etcd-member-loss"   // kill -9 of one of the 3 etcd members
 	NodeLoss        = "node-loss"          // a simulated node stops renewing its lease
 )
@@ -29,7 +30,7 @@ const (
 func FaultKinds(netns bool) []string {
 	kinds := []string{KillLeader, KillFollower, PauseLeader, PauseFollower, EtcdMemberLoss, NodeLoss}
 	if netns {
-		kinds = append(kinds, PartitionLeader, PartitionFollow, NetemLeader)
+		kinds = append(kinds, PartitionLeader, PartitionFollow, NetemLeader, LossLeader)
 	}
 	return kinds
 }
@@ -44,6 +45,25 @@ type Nemesis struct {
 	lease   time.Duration // a node's lease
 	kinds   []string
 	Counted map[string]int
+}
+
+// dropRule adds an nftables rule on the output of replica i's namespace; how to take
+// it away.
+func (n *Nemesis) dropRule(i int, rule ...string) (func() error, error) {
+	nft := []string{"ip", "netns", "exec", n.c.spaces[i], "nft"}
+	err := run(append(nft, "add", "table", "inet", "njepsen")...)
+	if err == nil {
+		err = run(append(nft, "add", "chain", "inet", "njepsen", "out",
+			"{ type filter hook output priority 0 ; }")...)
+	}
+	if err == nil {
+		err = run(append(append(nft, "add", "rule", "inet", "njepsen", "out"), rule...)...)
+	}
+	heal := func() error { return run(append(nft, "delete", "table", "inet", "njepsen")...) }
+	if err != nil {
+		_ = heal()
+	}
+	return heal, err
 }
 
 func without(kinds []string, kind string) []string {
@@ -128,7 +148,8 @@ func (n *Nemesis) replica(leader bool) int {
 
 // inject starts a fault of kind; what it hit, and how to heal it.
 func (n *Nemesis) inject(kind string) (string, func() error, error) {
-	leader := kind == KillLeader || kind == PauseLeader || kind == PartitionLeader || kind == NetemLeader
+	leader := kind == KillLeader || kind == PauseLeader || kind == PartitionLeader ||
+		kind == NetemLeader || kind == LossLeader
 	switch kind {
 	case KillLeader, KillFollower:
 		p := n.c.Replicas[n.replica(leader)]
@@ -140,25 +161,15 @@ func (n *Nemesis) inject(kind string) (string, func() error, error) {
 		return p.name, func() error { p.signal(syscall.SIGCONT); return nil }, nil
 	case PartitionLeader, PartitionFollow:
 		i := n.replica(leader)
-		ns := n.c.spaces[i]
 		ports := make([]string, len(n.c.etcdPort))
 		for j, p := range n.c.etcdPort {
 			ports[j] = fmt.Sprint(p)
 		}
-		nft := []string{"ip", "netns", "exec", ns, "nft"}
-		err := run(append(nft, "add", "table", "inet", "njepsen")...)
-		if err == nil {
-			err = run(append(nft, "add", "chain", "inet", "njepsen", "out",
-				"{ type filter hook output priority 0 ; }")...)
-		}
-		if err == nil {
-			err = run(append(nft, "add", "rule", "inet", "njepsen", "out", "ip", "daddr", n.c.hostIP,
-				"tcp", "dport", "{ "+strings.Join(ports, ", ")+" }", "drop")...)
-		}
-		heal := func() error { return run(append(nft, "delete", "table", "inet", "njepsen")...) }
-		if err != nil {
-			_ = heal()
-		}
+		heal, err := n.dropRule(i, "ip", "daddr", n.c.hostIP, "tcp", "dport", "{ "+strings.Join(ports, ", ")+" }", "drop")
+		return n.c.Replicas[i].name, heal, err
+	case LossLeader:
+		i := n.replica(true)
+		heal, err := n.dropRule(i, "numgen", "random", "mod", "100", "<", "10", "drop")
 		return n.c.Replicas[i].name, heal, err
 	case NetemLeader:
 		i := n.replica(true)

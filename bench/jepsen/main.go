@@ -193,7 +193,11 @@ func runTest(cfg runConfig, history string) error {
 	time.Sleep(time.Duration(cfg.leaseMs/3) * time.Millisecond) // the nodes registered
 	for i := 0; i < cfg.clients; i++ {
 		wg.Add(1)
-		go RunClient(NewClient(i, cluster.Bases, first, rec), cfg.functions, cfg.seed+int64(i), stop, &wg)
+		// Spread over the replicas, as clients configured with the replicas in
+		// different orders are: writes to followers are redirected (or, with the
+		// planted bug, wrongly taken).
+		start := (first + i) % len(cluster.Bases)
+		go RunClient(NewClient(i, cluster.Bases, start, rec), cfg.functions, cfg.seed+int64(i), stop, &wg)
 	}
 	nemesisDone := make(chan struct{})
 	stopNemesis := make(chan struct{})

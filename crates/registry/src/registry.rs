@@ -215,6 +215,9 @@ impl Registry {
         let snapshot = self.store.load().await?;
         let now = Instant::now();
         *st = State::from_snapshot(snapshot, now, now + self.config.lease);
+        // Fresh from the store, on a lease just won: a bound left from an earlier term
+        // does not apply (the next renewal sets the new one).
+        *self.confirmed_until.lock().expect("confirmed lock") = None;
         self.leader.store(true, Ordering::SeqCst);
         if let Err(e) = self.commit(&mut st).await {
             self.leader.store(false, Ordering::SeqCst);

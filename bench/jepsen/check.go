@@ -83,6 +83,7 @@ func Check(records []Record, timeout time.Duration, html string) (Verdict, error
 		}
 	}
 	v.Anomalies = append(v.Anomalies, checkLostNodes(records, setup)...)
+	v.Anomalies = append(v.Anomalies, checkWorkload(records)...)
 	v.UnavailabilityMs = unavailability(records)
 	v.Valid = result == porcupine.Ok && len(v.Anomalies) == 0
 	return v, nil
@@ -222,7 +223,7 @@ func firstIllegal(model porcupine.Model, ops []porcupine.Operation, timeout time
 		single := model
 		single.Partition = nil
 		illegal := func(n int) bool {
-			return porcupine.CheckOperationsTimeout(single, sorted[:n], timeout) == porcupine.Illegal
+			return porcupine.CheckOperationsTimeout(single, prefix(part, sorted[n-1].Return), timeout) == porcupine.Illegal
 		}
 		if !illegal(len(sorted)) {
 			continue
@@ -244,9 +245,52 @@ func firstIllegal(model porcupine.Model, ops []porcupine.Operation, timeout time
 	return found
 }
 
+// prefix: the history as it stood at time t: what had returned by then, and the
+// writes sent but not yet answered, open (their answers are not known yet).
+func prefix(ops []porcupine.Operation, t int64) []porcupine.Operation {
+	var kept []porcupine.Operation
+	for _, op := range ops {
+		switch {
+		case op.Return <= t:
+			kept = append(kept, op)
+		case op.Call <= t && !isRead(op.Input.(modelInput).F):
+			op.Output, op.Return = modelOutput{Unknown: true}, math.MaxInt64
+			kept = append(kept, op)
+		}
+	}
+	return kept
+}
+
 func stamp(ns int64) string {
 	if ns == math.MaxInt64 {
 		return "never"
 	}
 	return time.Unix(0, ns).UTC().Format("15:04:05.000000")
+}
+
+// checkWorkload: a history in which the registry refused the workload's requests as
+// invalid, or in which no instance was ever placed, checks less than it claims (a bug
+// of the test, not of the registry, but one that must not pass unnoticed).
+func checkWorkload(records []Record) []string {
+	var problems []string
+	refused := map[string]int{}
+	placed := 0
+	for _, r := range records {
+		if r.Type != TypeOK {
+			continue
+		}
+		if r.Status == 400 {
+			refused[r.F+": "+r.Error]++
+		}
+		if r.Binding != nil && r.Binding.Place() != "" {
+			placed++
+		}
+	}
+	for _, what := range sortedKeys(refused) {
+		problems = append(problems, fmt.Sprintf("the workload: %d requests refused as invalid (%s)", refused[what], what))
+	}
+	if placed == 0 && len(records) > 1000 {
+		problems = append(problems, "the workload: no instance was ever seen placed, so no binding was checked")
+	}
+	return problems
 }

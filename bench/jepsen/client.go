@@ -149,10 +149,12 @@ func (c *Client) Do(r Record, method, path string, body []byte) (answer, string)
 	r.Client = c.id
 	op := c.rec.Invoke(r)
 	a, replica, verdict := c.run(method, path, body, isRead(r.F))
-	if verdict == TypeOK && a.status == 404 && (r.F == FPutFn || strings.Contains(a.text, "meanwhile")) {
+	if verdict == TypeOK && a.status == 404 && (r.F == FPutFn ||
+		(r.F == FPostInst && !strings.HasPrefix(a.text, "there is no function"))) {
 		// The write was done, then undone by a concurrent delete before the answer
-		// was read back (ops.rs reads the result after committing): what the answer
-		// says is not the write's effect.
+		// was read back (ops.rs commits, allocates, then reads the result): what the
+		// answer says is not the write's effect. Only "there is no function" says
+		// the creation was refused.
 		verdict = TypeInfo
 	}
 	done := Record{Type: verdict, Op: op, Client: c.id, F: r.F, Fn: r.Fn, Inst: r.Inst,

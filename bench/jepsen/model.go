@@ -123,10 +123,11 @@ func step(slots map[string]string, s fnState, in modelInput, out modelOutput) (b
 		case 404:
 			return !s.Exists, s
 		case 201:
+			// The creation; the binding answered is checked as a read (Operations).
 			if !s.Exists || present {
 				return false, s
 			}
-			return seeBinding(slots, s, in, out.Binding)
+			return true, s.with(in.Inst, instState{})
 		case 200:
 			if !s.Exists || !present {
 				return false, s
@@ -309,6 +310,16 @@ func Operations(records []Record, staleness int64) []porcupine.Operation {
 		case TypeOK:
 			inv := invokes[r.Op]
 			delete(invokes, r.Op)
+			if inv.F == FPostInst && r.Status == 201 {
+				// Two steps in the registry (ops.rs): the instance is created (and
+				// may be seen unbound meanwhile), then placed, and the binding read
+				// back. So two operations of the same interval: the creation, and a
+				// read of what it answered.
+				add(inv, modelOutput{Status: 201}, r.Time)
+				inv.F = FGetInst
+				add(inv, modelOutput{Status: 200, Binding: r.Binding}, r.Time)
+				continue
+			}
 			add(inv, modelOutput{Status: r.Status, Binding: r.Binding, Doc: r.Doc}, r.Time)
 		case TypeFail:
 			delete(invokes, r.Op)

@@ -52,7 +52,10 @@ func TestALegalHistoryPasses(t *testing.T) {
 
 func TestEachBrokenPromiseIsCaught(t *testing.T) {
 	put := op(0, FPutFn, "", "sobel", 0, 10, modelOutput{Status: 200})
-	created := op(1, FPostInst, "i0", "", 20, 30, modelOutput{Status: 201, Binding: bound("i0", "n0", "d-sobel", 0, 3)})
+	// A creation answered 201 is two operations (see Operations): the creation and
+	// a read of the binding it answered.
+	created := op(1, FPostInst, "i0", "", 20, 30, modelOutput{Status: 201})
+	answered := op(1, FGetInst, "i0", "", 20, 30, modelOutput{Status: 200, Binding: bound("i0", "n0", "d-sobel", 0, 3)})
 	cases := map[string]porcupine.Operation{
 		"a read misses a write that completed before it": op(2, FGetFn, "", "", 40, 50, modelOutput{Status: 200,
 			Doc: &FnDoc{Name: "f", Accelerator: "sobel", Instances: []Binding{}}}),
@@ -67,14 +70,31 @@ func TestEachBrokenPromiseIsCaught(t *testing.T) {
 		"one instance listed twice": op(2, FGetFn, "", "", 40, 50, modelOutput{Status: 200,
 			Doc: &FnDoc{Name: "f", Accelerator: "sobel", Instances: []Binding{
 				*bound("i0", "n0", "d-sobel", 0, 3), *bound("i0", "n0", "d-sobel", 0, 3)}}}),
-		"a second creation of one id": op(2, FPostInst, "i0", "", 40, 50, modelOutput{Status: 201,
-			Binding: bound("i0", "n0", "d-sobel", 0, 3)}),
+		"a second creation of one id":            op(2, FPostInst, "i0", "", 40, 50, modelOutput{Status: 201}),
 		"a delete of what is there answered 404": op(2, FDelInst, "i0", "", 40, 50, modelOutput{Status: 404}),
 	}
 	for name, bad := range cases {
-		if got := check(t, []porcupine.Operation{put, created, bad}); got != porcupine.Illegal {
+		if got := check(t, []porcupine.Operation{put, created, answered, bad}); got != porcupine.Illegal {
 			t.Errorf("%s: judged %s", name, got)
 		}
+	}
+}
+
+func TestAnInstanceSeenUnboundWhileItsCreationPlacesItPasses(t *testing.T) {
+	unbound := Binding{ID: "i0", Function: "f", Generation: 1}
+	records := []Record{
+		{Type: TypeSetup},
+		{Type: TypeInvoke, Op: 1, F: FPutFn, Fn: "f", Acc: "sobel", Time: 0},
+		{Type: TypeOK, Op: 1, F: FPutFn, Fn: "f", Status: 200, Time: 10},
+		{Type: TypeInvoke, Op: 2, F: FPostInst, Fn: "f", Inst: "i0", Time: 20},
+		{Type: TypeInvoke, Op: 3, F: FGetFn, Fn: "f", Time: 22},
+		{Type: TypeOK, Op: 3, F: FGetFn, Fn: "f", Status: 200, Time: 25,
+			Doc: &FnDoc{Name: "f", Accelerator: "sobel", Instances: []Binding{unbound}}},
+		{Type: TypeOK, Op: 2, F: FPostInst, Fn: "f", Inst: "i0", Status: 201, Time: 30,
+			Binding: bound("i0", "n0", "d-sobel", 0, 2)},
+	}
+	if got := check(t, Operations(records, 0)); got != porcupine.Ok {
+		t.Fatalf("judged %s", got)
 	}
 }
 

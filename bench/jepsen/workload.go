@@ -25,7 +25,7 @@ const (
 )
 
 // SimNode is a simulated node: a registration (one device per accelerator it offers,
-// each with one slot that can hold only that accelerator, so the registry never
+// each with one slot, numbered across the node, that can hold only that accelerator, so the registry never
 // reconfigures it) and a goroutine renewing its lease every third of it.
 type SimNode struct {
 	Name    string
@@ -57,8 +57,8 @@ func SimNodes(count int, leaseMs int64) []*SimNode {
 func Slots(nodes []*SimNode) map[string]string {
 	slots := map[string]string{}
 	for _, n := range nodes {
-		for _, a := range n.Accs {
-			slots[fmt.Sprintf("%s/d-%s/0", n.Name, a)] = a
+		for j, a := range n.Accs {
+			slots[fmt.Sprintf("%s/d-%s/%d", n.Name, a, j)] = a
 		}
 	}
 	return slots
@@ -81,10 +81,11 @@ func (n *SimNode) registration() []byte {
 		Slots        []slot   `json:"slots"`
 	}
 	var devices []device
-	for _, a := range n.Accs {
+	for j, a := range n.Accs {
+		// Slot ids are unique within a node, across its devices.
 		devices = append(devices, device{ID: "d-" + a, Backend: "cpu", Vendor: "netaccel",
 			Platform: "host", Accelerators: []string{a},
-			Slots: []slot{{ID: 0, Accelerator: a, Hash: "h", BusyRatio: 0.1}}})
+			Slots: []slot{{ID: uint32(j), Accelerator: a, Hash: "h", BusyRatio: 0.1}}})
 	}
 	return mustJSON(map[string]interface{}{
 		"http":    fmt.Sprintf("127.0.0.1:%d", n.port),

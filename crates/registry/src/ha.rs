@@ -63,9 +63,10 @@ async fn campaign_forever(
         store.set_fence(None);
         if registry.is_leader() {
             warn!("no longer the leader: following");
-            registry.step_down();
-            // A fresh copy at once: until then it answers nothing from its cache
-            // (Registry::cache_unconfirmed), as its lease may have run out.
+            stop_leading(&registry, &store);
+        }
+        if registry.cache_unconfirmed() {
+            // A fresh copy at once: until then it answers nothing from its cache.
             registry
                 .refresh
                 .catch_up(crate::freshness::CATCH_UP_MAX)
@@ -107,8 +108,20 @@ async fn campaign_once(
     }
     info!(advertise, "elected: this replica leads");
     let lost = keepalive.await;
+    // Stop leading before the lease goes: once it is revoked another replica may lead
+    // and write at once, and this one's cache is then behind (bench/jepsen found reads
+    // answered from it in that gap, after an etcd member was lost).
+    warn!(error = %lost, "no longer the leader: following");
+    stop_leading(registry, store);
     let _ = client.lease_revoke(lease).await;
     Err(lost)
+}
+
+/// Leaves the lead: no more commits (the fence), no more answers from the cache until
+/// a fresh copy is loaded ([`Registry::cache_unconfirmed`]), then a follower.
+fn stop_leading(registry: &Registry, store: &EtcdStore) {
+    store.set_fence(None);
+    registry.stop_leading();
 }
 
 /// Renews `lease` every fifth of `ttl` until a renewal fails; returns why.
@@ -127,6 +140,7 @@ async fn keep_alive(
     mut valid_until: Instant,
     ttl: Duration,
 ) -> String {
+    registry.lease_valid_until(valid_until);
     let (mut keeper, mut stream) = match client.lease_keep_alive(lease).await {
         Ok(pair) => pair,
         Err(e) => return format!("lease keep-alive: {e}"),
@@ -142,9 +156,7 @@ async fn keep_alive(
         match tokio::time::timeout(left, stream.message()).await {
             Ok(Ok(Some(r))) if r.ttl() > 0 => {
                 valid_until = sent + Duration::from_secs(r.ttl() as u64);
-                if registry.is_leader() {
-                    registry.confirm_until(valid_until);
-                }
+                registry.lease_valid_until(valid_until);
             }
             Ok(Ok(Some(_))) => return "the election lease expired".to_string(),
             Ok(Ok(None)) => return "lease keep-alive stream closed".to_string(),

@@ -150,13 +150,14 @@ pub struct Registry {
     leader: AtomicBool,
     /// The advertised URL of the leader, for followers' `Location` (None: unknown).
     leader_url: StdMutex<Option<String>>,
-    /// Until when this replica's cache is known to be the store's state, as a leader
-    /// holding an election lease knows it (`ha` sets it with each lease renewal).
-    /// `None`: no such bound applies (the memory store, a follower whose copy is
-    /// current to within one refresh). Past it, the replica may have been deposed
-    /// meanwhile (a pause longer than the lease) and answers nothing from its cache
-    /// until it has a fresh copy: see [`Registry::cache_unconfirmed`].
-    confirmed_until: StdMutex<Option<Instant>>,
+    /// With etcd: until when this replica's election lease is surely valid (`ha` sets
+    /// it with each renewal). A leader past it may have been deposed meanwhile (a pause
+    /// longer than the lease) and answers nothing from its cache: see
+    /// [`Registry::cache_unconfirmed`].
+    lease_valid_until: StdMutex<Option<Instant>>,
+    /// A replica that stopped leading, until its first fresh copy of the store: another
+    /// may have led and written meanwhile.
+    behind: AtomicBool,
     /// A follower's refresh rounds, which a read about to answer `404` waits on
     /// (read-your-writes, see [`crate::freshness`]).
     pub refresh: crate::freshness::Refresh,
@@ -202,7 +203,8 @@ impl Registry {
             metrics,
             leader: AtomicBool::new(false),
             leader_url: StdMutex::new(None),
-            confirmed_until: StdMutex::new(None),
+            lease_valid_until: StdMutex::new(None),
+            behind: AtomicBool::new(false),
             refresh: Default::default(),
         }))
     }
@@ -215,9 +217,8 @@ impl Registry {
         let snapshot = self.store.load().await?;
         let now = Instant::now();
         *st = State::from_snapshot(snapshot, now, now + self.config.lease);
-        // Fresh from the store, on a lease just won: a bound left from an earlier term
-        // does not apply (the next renewal sets the new one).
-        *self.confirmed_until.lock().expect("confirmed lock") = None;
+        // Fresh from the store.
+        self.behind.store(false, Ordering::SeqCst);
         self.leader.store(true, Ordering::SeqCst);
         if let Err(e) = self.commit(&mut st).await {
             self.leader.store(false, Ordering::SeqCst);
@@ -239,22 +240,33 @@ impl Registry {
         self.leader.load(Ordering::SeqCst)
     }
 
-    /// A leader's election lease was renewed: its cache is the store's state until
-    /// `until` (see the `confirmed_until` field).
-    pub fn confirm_until(&self, until: Instant) {
-        *self.confirmed_until.lock().expect("confirmed lock") = Some(until);
+    /// The election lease was renewed: surely valid until `until`.
+    pub fn lease_valid_until(&self, until: Instant) {
+        *self.lease_valid_until.lock().expect("lease lock") = Some(until);
     }
 
-    /// Whether this replica led on an election lease that may have run out and has not
-    /// had a fresh copy of the store since: its cache may miss what a newer leader
-    /// wrote, so it must not answer from it. Found by bench/jepsen: a leader paused
-    /// (SIGSTOP) past its lease answered reads from its old cache after it resumed,
-    /// as if it still led — a function deleted meanwhile by the new leader was found.
+    /// Stops leading (`ha`): no answer from the cache until a fresh copy is loaded.
+    pub fn stop_leading(&self) {
+        self.behind.store(true, Ordering::SeqCst);
+        self.step_down();
+    }
+
+    /// Whether this replica's cache may miss what another leader wrote, so that it must
+    /// not answer from it: it leads on an election lease that may have run out, or it
+    /// stopped leading and has not reloaded since. Found by bench/jepsen: a leader
+    /// paused (SIGSTOP) past its lease answered reads from its old cache after it
+    /// resumed, as if it still led, and a leader that gave up its lease (an etcd member
+    /// lost) answered from its cache while the next one wrote.
     pub fn cache_unconfirmed(&self) -> bool {
-        self.confirmed_until
-            .lock()
-            .expect("confirmed lock")
-            .is_some_and(|until| Instant::now() >= until)
+        if self.behind.load(Ordering::SeqCst) {
+            return true;
+        }
+        self.is_leader()
+            && self
+                .lease_valid_until
+                .lock()
+                .expect("lease lock")
+                .is_some_and(|until| Instant::now() >= until)
     }
 
     /// The leader's advertised URL, as last seen in the election.
@@ -275,7 +287,7 @@ impl Registry {
             return Ok(());
         }
         // A follower's copy is current again (to within one refresh from now on).
-        *self.confirmed_until.lock().expect("confirmed lock") = None;
+        self.behind.store(false, Ordering::SeqCst);
         if snapshot.revision == st.revision {
             return Ok(());
         }

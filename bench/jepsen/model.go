@@ -349,7 +349,8 @@ func Operations(records []Record, staleness int64) []porcupine.Operation {
 func isRead(f string) bool { return f == FGetFn || f == FGetInst }
 
 // notSent: the registry answered that it could not even connect to etcd, so its
-// transaction was never sent and the write did nothing.
+// transaction was never sent and a write of one transaction did nothing (a POST of an
+// instance commits twice, creation then placement: the first may have gone through).
 func notSent(r Record) bool {
-	return r.Status == 503 && strings.Contains(r.Error, "tcp connect error")
+	return r.F != FPostInst && r.Status == 503 && strings.Contains(r.Error, "tcp connect error")
 }

@@ -63,7 +63,14 @@ async fn campaign_forever(
         store.set_fence(None);
         if registry.is_leader() {
             warn!("no longer the leader: following");
-            registry.step_down();
+            stop_leading(&registry, &store);
+        }
+        if registry.cache_unconfirmed() {
+            // A fresh copy at once: until then it answers nothing from its cache.
+            registry
+                .refresh
+                .catch_up(crate::freshness::CATCH_UP_MAX)
+                .await;
         }
         tokio::time::sleep(RETRY).await;
     }
@@ -85,7 +92,7 @@ async fn campaign_once(
         .await
         .map_err(|e| format!("lease: {e}"))?
         .id();
-    let keepalive = keep_alive(client.clone(), lease, asked + ttl, ttl);
+    let keepalive = keep_alive(registry, client.clone(), lease, asked + ttl, ttl);
     tokio::pin!(keepalive);
     let leader_key = tokio::select! {
         lost = &mut keepalive => return Err(lost),
@@ -101,8 +108,20 @@ async fn campaign_once(
     }
     info!(advertise, "elected: this replica leads");
     let lost = keepalive.await;
+    // Stop leading before the lease goes: once it is revoked another replica may lead
+    // and write at once, and this one's cache is then behind (bench/jepsen found reads
+    // answered from it in that gap, after an etcd member was lost).
+    warn!(error = %lost, "no longer the leader: following");
+    stop_leading(registry, store);
     let _ = client.lease_revoke(lease).await;
     Err(lost)
+}
+
+/// Leaves the lead: no more commits (the fence), no more answers from the cache until
+/// a fresh copy is loaded ([`Registry::cache_unconfirmed`]), then a follower.
+fn stop_leading(registry: &Registry, store: &EtcdStore) {
+    store.set_fence(None);
+    registry.stop_leading();
 }
 
 /// Renews `lease` every fifth of `ttl` until a renewal fails; returns why.
@@ -112,13 +131,16 @@ async fn campaign_once(
 /// healthy leader resign. The lease is given up only when it may have run out: each
 /// renewal that etcd grants runs from when it was sent (etcd counts from later still,
 /// so this side's deadline is never past etcd's), and `valid_until` is the end of the
-/// last one. The leader therefore never acts on a lease etcd may have expired.
+/// last one. The leader therefore never acts on a lease etcd may have expired, and
+/// answers nothing from its cache past it ([`Registry::cache_unconfirmed`]).
 async fn keep_alive(
+    registry: &Registry,
     mut client: Client,
     lease: i64,
     mut valid_until: Instant,
     ttl: Duration,
 ) -> String {
+    registry.lease_valid_until(valid_until);
     let (mut keeper, mut stream) = match client.lease_keep_alive(lease).await {
         Ok(pair) => pair,
         Err(e) => return format!("lease keep-alive: {e}"),
@@ -134,6 +156,7 @@ async fn keep_alive(
         match tokio::time::timeout(left, stream.message()).await {
             Ok(Ok(Some(r))) if r.ttl() > 0 => {
                 valid_until = sent + Duration::from_secs(r.ttl() as u64);
+                registry.lease_valid_until(valid_until);
             }
             Ok(Ok(Some(_))) => return "the election lease expired".to_string(),
             Ok(Ok(None)) => return "lease keep-alive stream closed".to_string(),

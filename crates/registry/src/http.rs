@@ -104,12 +104,26 @@ async fn guard(State(app): State<App>, request: Request, next: Next) -> Response
     };
     let path = request.uri().path();
     let write = !matches!(*request.method(), Method::GET | Method::HEAD);
+    // A replica that led on a lease that may have run out answers nothing from its
+    // cache until it has a fresh copy (Registry::cache_unconfirmed).
+    if path.starts_with("/v1/") && app.registry.cache_unconfirmed() {
+        return ApiError::unavailable(
+            "this replica led on an election lease that may have run out; it answers again once it has a fresh copy of the state",
+        )
+        .into_response();
+    }
     let exempt = path.starts_with("/v1/fn/") || path == "/v1/reconfigurations";
     if write && !exempt && !admin(&app, request.headers()).unwrap_or(false) {
         return ApiError::unauthorized().into_response();
     }
     // Writes go to the leader (the resolver writes nothing: any replica answers it).
-    if write && !path.starts_with("/v1/fn/") && !app.registry.is_leader() {
+    // The planted bug of bench/jepsen (a cargo feature, off by default) lets a
+    // follower take writes itself: the history checker must catch it.
+    if write
+        && !path.starts_with("/v1/fn/")
+        && !app.registry.is_leader()
+        && !cfg!(feature = "jepsen-plant-follower-acks-writes")
+    {
         let location = app.registry.leader_url().map(|url| {
             let target = request
                 .uri()

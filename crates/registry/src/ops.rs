@@ -265,6 +265,10 @@ impl Registry {
                     ))),
                 }
             }
+            // The instance is gone (deleted meanwhile): nothing of this request's to
+            // undo, and an instance under the same id now is another request's (found
+            // by bench/jepsen: the cleanup below deleted it).
+            Err(e) if e.status == 404 => Err(e),
             Err(e) => {
                 let mut st = self.lock().await;
                 if st.instance(&id).is_some() {

@@ -145,6 +145,14 @@ pub struct Registry {
     leader: AtomicBool,
     /// The advertised URL of the leader, for followers' `Location` (None: unknown).
     leader_url: StdMutex<Option<String>>,
+    /// With etcd: until when this replica's election lease is surely valid (`ha` sets
+    /// it with each renewal). A leader past it may have been deposed meanwhile (a pause
+    /// longer than the lease) and answers nothing from its cache: see
+    /// [`Registry::cache_unconfirmed`].
+    lease_valid_until: StdMutex<Option<Instant>>,
+    /// A replica that stopped leading, until its first fresh copy of the store: another
+    /// may have led and written meanwhile.
+    behind: AtomicBool,
     /// A follower's refresh rounds, which a read about to answer `404` waits on
     /// (read-your-writes, see [`crate::freshness`]).
     pub refresh: crate::freshness::Refresh,
@@ -190,6 +198,8 @@ impl Registry {
             metrics,
             leader: AtomicBool::new(false),
             leader_url: StdMutex::new(None),
+            lease_valid_until: StdMutex::new(None),
+            behind: AtomicBool::new(false),
             refresh: Default::default(),
         }))
     }
@@ -202,6 +212,8 @@ impl Registry {
         let snapshot = self.store.load().await?;
         let now = Instant::now();
         *st = State::from_snapshot(snapshot, now, now + self.config.lease);
+        // Fresh from the store.
+        self.behind.store(false, Ordering::SeqCst);
         self.leader.store(true, Ordering::SeqCst);
         if let Err(e) = self.commit(&mut st).await {
             self.leader.store(false, Ordering::SeqCst);
@@ -223,6 +235,35 @@ impl Registry {
         self.leader.load(Ordering::SeqCst)
     }
 
+    /// The election lease was renewed: surely valid until `until`.
+    pub fn lease_valid_until(&self, until: Instant) {
+        *self.lease_valid_until.lock().expect("lease lock") = Some(until);
+    }
+
+    /// Stops leading (`ha`): no answer from the cache until a fresh copy is loaded.
+    pub fn stop_leading(&self) {
+        self.behind.store(true, Ordering::SeqCst);
+        self.step_down();
+    }
+
+    /// Whether this replica's cache may miss what another leader wrote, so that it must
+    /// not answer from it: it leads on an election lease that may have run out, or it
+    /// stopped leading and has not reloaded since. Found by bench/jepsen: a leader
+    /// paused (SIGSTOP) past its lease answered reads from its old cache after it
+    /// resumed, as if it still led, and a leader that gave up its lease (an etcd member
+    /// lost) answered from its cache while the next one wrote.
+    pub fn cache_unconfirmed(&self) -> bool {
+        if self.behind.load(Ordering::SeqCst) {
+            return true;
+        }
+        self.is_leader()
+            && self
+                .lease_valid_until
+                .lock()
+                .expect("lease lock")
+                .is_some_and(|until| Instant::now() >= until)
+    }
+
     /// The leader's advertised URL, as last seen in the election.
     pub fn leader_url(&self) -> Option<String> {
         self.leader_url.lock().expect("leader lock").clone()
@@ -237,7 +278,12 @@ impl Registry {
     pub async fn reload(&self) -> Result<(), StoreError> {
         let snapshot = self.store.load().await?;
         let mut st = self.state.lock().await;
-        if self.is_leader() || snapshot.revision == st.revision {
+        if self.is_leader() {
+            return Ok(());
+        }
+        // A follower's copy is current again (to within one refresh from now on).
+        self.behind.store(false, Ordering::SeqCst);
+        if snapshot.revision == st.revision {
             return Ok(());
         }
         let now = Instant::now();
@@ -291,6 +337,12 @@ impl Registry {
     pub async fn commit(&self, st: &mut State) -> Result<(), ApiError> {
         let (changes, touched) = st.take_changes();
         if changes.is_empty() {
+            return Ok(());
+        }
+        if !self.is_leader() && cfg!(feature = "jepsen-plant-follower-acks-writes") {
+            // The planted bug (see http::guard): the follower's cache keeps the write,
+            // which no store ever sees, and the client is told it was done.
+            self.notify(st, &touched);
             return Ok(());
         }
         if !self.is_leader() {

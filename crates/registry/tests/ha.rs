@@ -48,27 +48,7 @@ impl Replica {
 
     /// (status, JSON body or the text, Location).
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value, Option<String>) {
-        let agent = ureq::AgentBuilder::new()
-            .redirects(0)
-            .timeout(Duration::from_secs(5))
-            .build();
-        let req = agent.request(method, &format!("{}{path}", self.base));
-        let result = match body {
-            Some(b) => req
-                .set("Content-Type", "application/json")
-                .send_string(&b.to_string()),
-            None => req.call(),
-        };
-        let response = match result {
-            Ok(r) => r,
-            Err(ureq::Error::Status(_, r)) => r,
-            Err(e) => panic!("{method} {}{path}: {e}", self.base),
-        };
-        let status = response.status();
-        let location = response.header("location").map(String::from);
-        let text = response.into_string().unwrap();
-        let json = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        (status, json, location)
+        call(&self.base, method, path, body)
     }
 
     fn leads(&self) -> bool {
@@ -94,6 +74,36 @@ impl Drop for Replica {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// One request to the replica at `base`: (status, JSON body or the text, Location).
+fn call(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value, Option<String>) {
+    let agent = ureq::AgentBuilder::new()
+        .redirects(0)
+        .timeout(Duration::from_secs(5))
+        .build();
+    let req = agent.request(method, &format!("{}{path}", base));
+    let result = match body {
+        Some(b) => req
+            .set("Content-Type", "application/json")
+            .send_string(&b.to_string()),
+        None => req.call(),
+    };
+    let response = match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {}{path}: {e}", base),
+    };
+    let status = response.status();
+    let location = response.header("location").map(String::from);
+    let text = response.into_string().unwrap();
+    let json = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, json, location)
 }
 
 /// Polls until exactly one of `replicas` leads; its index.
@@ -463,4 +473,69 @@ fn etcd_store_refuses_stale_and_unfenced_writers() {
         ));
         assert_eq!(store.load().await.unwrap().meta.next_instance, 4);
     });
+}
+
+/// Found by bench/jepsen (docs/jepsen.md): a leader paused (SIGSTOP) longer than its
+/// election lease answered reads from its old cache once it resumed, as if it still
+/// led — here, a function another replica had deleted meanwhile was still there.
+/// From the moment it resumes it must answer nothing stale: `503` until it has a
+/// fresh copy, then what the store holds.
+#[test]
+fn a_leader_paused_past_its_lease_answers_nothing_stale() {
+    let etcd = Etcd::start();
+    let (replicas, leader) = three_replicas(&etcd);
+    let old = &replicas[leader];
+    let spec = json!({"accelerator": "echo", "instances": 0});
+    let (status, body, _) = old.call("PUT", "/v1/functions/gone", Some(&spec));
+    assert_eq!(status, 200, "{body}");
+
+    let pid = old.child.id() as libc::pid_t;
+    // SAFETY: kill has no memory preconditions; pid is our own child, not reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let others: Vec<&Replica> = (0..3)
+        .filter(|&i| i != leader)
+        .map(|i| &replicas[i])
+        .collect();
+    let new = others[one_leader(&others, Duration::from_secs(15))];
+    let (status, body, _) = new.call("DELETE", "/v1/functions/gone", None);
+    assert_eq!(status, 204, "{body}");
+
+    // Reads sent while it is stopped wait in its listen queue: it answers them the
+    // moment it resumes, before it could have learnt it no longer leads.
+    let waiting: Vec<_> = (0..8)
+        .map(|_| {
+            let base = old.base.clone();
+            std::thread::spawn(move || {
+                let (status, body, _) = call(&base, "GET", "/v1/functions/gone", None);
+                (status, body)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let resumed = Instant::now();
+    for reader in waiting {
+        let (status, body) = reader.join().unwrap();
+        assert!(
+            status == 404 || (status == 503 && body["code"] == "UNAVAILABLE"),
+            "the resumed old leader answered {status} {body}"
+        );
+    }
+    while resumed.elapsed() < Duration::from_secs(3) {
+        let (status, body, _) = old.call("GET", "/v1/functions/gone", None);
+        assert!(
+            status == 404 || (status == 503 && body["code"] == "UNAVAILABLE"),
+            "{:?} after it resumed, the old leader answered {status} {body}",
+            resumed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // By now it follows, with a fresh copy.
+    let (status, body, _) = old.call("GET", "/v1/functions/gone", None);
+    assert_eq!(
+        (status, &body["code"]),
+        (404, &json!("NOT_FOUND")),
+        "{body}"
+    );
 }

@@ -10,7 +10,8 @@
 # linearizability.html, the processes' logs). Exits non-zero when the real registry's
 # history is not valid or the planted bug is not caught. Network partitions and netem
 # need root (network namespaces); without them those faults are left out, and with
-# CI set that is a failure.
+# CI set that is a failure. JEPSEN_FAULTS (comma-separated kinds, docs/jepsen.md) limits
+# the nemesis to those kinds; default: every kind this machine can inject.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 minutes=${1:?usage: bench/jepsen/run.sh MINUTES [PLANTED_SECONDS]}
@@ -38,7 +39,8 @@ cp "$real" "$bin/registry"
 (cd bench/jepsen && go build -o "$bin/jepsen" .)
 
 echo "==> the real registry: $minutes minute(s) of faults"
-"$bin/jepsen" run -registry "$bin/registry" -duration "${minutes}m" -netns "$netns" -out "$out/real"
+"$bin/jepsen" run -registry "$bin/registry" -duration "${minutes}m" -netns "$netns" -out "$out/real" \
+  ${JEPSEN_FAULTS:+-faults "$JEPSEN_FAULTS"}
 echo "==> the planted bug (a follower answers writes itself): it must be caught"
 "$bin/jepsen" run -registry "$bin/registry-planted" -duration "${planted_seconds}s" -netns "$netns" \
   -out "$out/planted" -expect-invalid

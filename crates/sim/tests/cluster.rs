@@ -7,6 +7,9 @@ use netaccel_sim::cluster::blast::{self, SharingScenario};
 use netaccel_sim::cluster::engine::Engine;
 use netaccel_sim::cluster::{self, ClusterScenario, LeaderLoss, PolicyName};
 
+mod common;
+use common::files;
+
 fn here() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")
 }
@@ -34,21 +37,6 @@ fn small(failure: bool) -> ClusterScenario {
         text.push_str("[[cluster.failures]]\nat_s = 300\nfirst = 1\n");
     }
     ClusterScenario::parse(&text).unwrap()
-}
-
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            (
-                e.file_name().into_string().unwrap(),
-                std::fs::read(e.path()).unwrap(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 fn run_into(sc: &ClusterScenario, dir: &Path) {

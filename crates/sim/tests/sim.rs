@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use netaccel_sim::record::Summary;
 use netaccel_sim::scenario::Scenario;
 
+mod common;
+use common::files;
+
 fn here() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")
 }
@@ -93,21 +96,6 @@ fn mm1_mean_wait_is_within_3_percent_over_a_million_calls() {
         "M/M/1: {measured} µs against {theory} µs ({:.2} %)",
         err * 100.0
     );
-}
-
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            (
-                e.file_name().into_string().unwrap(),
-                std::fs::read(e.path()).unwrap(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 fn run_into(sc: &Scenario, dir: &Path) {

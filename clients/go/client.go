@@ -196,10 +196,16 @@ func deadlineUs(ctx context.Context, d time.Duration) uint32 {
 }
 
 func (c *Client) send(ctx context.Context, h CallHeader, payload []byte) *Pending {
-	select {
-	case c.slots <- struct{}{}:
-	case <-ctx.Done():
-		return &Pending{err: ctxError(ctx)}
+	// A context that cannot end (Done is nil) needs no select: a plain channel
+	// operation is cheaper, here and in Wait.
+	if done := ctx.Done(); done == nil {
+		c.slots <- struct{}{}
+	} else {
+		select {
+		case c.slots <- struct{}{}:
+		case <-done:
+			return &Pending{err: ctxError(ctx)}
+		}
 	}
 	p := &Pending{c: c, ch: c.reply()}
 	c.mu.Lock()
@@ -270,12 +276,18 @@ func (p *Pending) Wait(ctx context.Context) ([]byte, error) {
 		return nil, p.err
 	}
 	p.once.Do(func() {
-		select {
-		case p.out = <-p.ch:
+		done := ctx.Done()
+		if done == nil {
+			p.out = <-p.ch
 			p.c.recycle(p.ch)
-		case <-ctx.Done():
-			p.c.forget(p.id)
-			p.out = outcome{err: ctxError(ctx)}
+		} else {
+			select {
+			case p.out = <-p.ch:
+				p.c.recycle(p.ch)
+			case <-done:
+				p.c.forget(p.id)
+				p.out = outcome{err: ctxError(ctx)}
+			}
 		}
 		<-p.c.slots
 	})

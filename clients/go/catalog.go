@@ -49,18 +49,9 @@ func EncodeParams(name string, params Params) (uint16, [ParamsLen]byte, error) {
 	if !ok {
 		return 0, block, &Error{Kind: KindUnknownAccelerator, Message: name + " is not a built-in accelerator; call it by id (Request.ID)"}
 	}
-	known := map[string]bool{}
-	for _, s := range b.params {
-		known[s.name] = true
-	}
-	names := make([]string, 0, len(params))
-	for k := range params {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		if !known[k] {
-			return 0, block, &Error{Kind: KindBadRequest, Message: fmt.Sprintf("%s takes no parameter %q", name, k)}
+	if len(params) > 0 {
+		if err := refuseUnknown(name, b, params); err != nil {
+			return 0, block, err
 		}
 	}
 	for _, s := range b.params {
@@ -78,4 +69,24 @@ func EncodeParams(name string, params Params) (uint16, [ParamsLen]byte, error) {
 		binary.LittleEndian.PutUint32(block[s.offset:], uint32(v))
 	}
 	return b.id, block, nil
+}
+
+// refuseUnknown refuses the first parameter, in name order, that accelerator name
+// does not take.
+func refuseUnknown(name string, b builtin, params Params) error {
+	known := map[string]bool{}
+	for _, s := range b.params {
+		known[s.name] = true
+	}
+	names := make([]string, 0, len(params))
+	for k := range params {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !known[k] {
+			return &Error{Kind: KindBadRequest, Message: fmt.Sprintf("%s takes no parameter %q", name, k)}
+		}
+	}
+	return nil
 }

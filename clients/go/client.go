@@ -1,6 +1,7 @@
 package netaccel
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -14,6 +15,13 @@ import (
 // ResultPayloadMax is the largest result payload the client accepts (a 4096² matmul
 // result is 64 MiB).
 const ResultPayloadMax = 1 << 30
+
+// readBufferLen is the read side's buffer: many pipelined results per read call.
+const readBufferLen = 64 << 10
+
+// copyMax: a payload up to this long is copied behind its header into the client's
+// write buffer (one write); a longer one goes out with the header in one writev.
+const copyMax = 16 << 10
 
 // InFlightMaxDefault is the bound on calls in flight when Options says 0: the node's
 // own bound per connection (rac_in_flight_max).
@@ -55,10 +63,16 @@ type outcome struct {
 // Client is one connection to a node. It is safe for concurrent use: any number of
 // goroutines may call at once, their calls pipelined on the connection and each
 // result matched to its call by request id.
+//
+// A call costs one write (header and payload from one buffer), no goroutine and, in
+// the steady state, two allocations: its Pending and its output. The reply channels
+// are reused (replies, bounded by the in-flight bound like slots).
 type Client struct {
 	conn    net.Conn
 	writeMu sync.Mutex
-	slots   chan struct{} // one token per call in flight
+	wbuf    []byte            // under writeMu: a header and a payload of at most copyMax
+	slots   chan struct{}     // one token per call in flight
+	replies chan chan outcome // reply channels known empty, for reuse
 	nextID  atomic.Uint32
 
 	mu      sync.Mutex
@@ -96,7 +110,13 @@ func Dial(ctx context.Context, addr string, opts *Options) (*Client, error) {
 	if bound <= 0 {
 		bound = InFlightMaxDefault
 	}
-	c := &Client{conn: conn, slots: make(chan struct{}, bound), waiting: map[uint32]chan outcome{}}
+	c := &Client{
+		conn:    conn,
+		wbuf:    make([]byte, 0, HeaderLen+copyMax),
+		slots:   make(chan struct{}, bound),
+		replies: make(chan chan outcome, bound),
+		waiting: make(map[uint32]chan outcome, bound),
+	}
 	go c.read()
 	if opts.Tenant != "" {
 		if _, err := c.Control(ctx, map[string]any{"op": "hello", "tenant": opts.Tenant, "token": opts.Token}); err != nil {
@@ -176,17 +196,24 @@ func deadlineUs(ctx context.Context, d time.Duration) uint32 {
 }
 
 func (c *Client) send(ctx context.Context, h CallHeader, payload []byte) *Pending {
-	select {
-	case c.slots <- struct{}{}:
-	case <-ctx.Done():
-		return &Pending{err: ctxError(ctx)}
+	// A context that cannot end (Done is nil) needs no select: a plain channel
+	// operation is cheaper, here and in Wait.
+	if done := ctx.Done(); done == nil {
+		c.slots <- struct{}{}
+	} else {
+		select {
+		case c.slots <- struct{}{}:
+		case <-done:
+			return &Pending{err: ctxError(ctx)}
+		}
 	}
-	p := &Pending{c: c, ch: make(chan outcome, 1)}
+	p := &Pending{c: c, ch: c.reply()}
 	c.mu.Lock()
 	if c.closed != nil {
 		c.mu.Unlock()
 		<-c.slots
-		return &Pending{err: c.closed}
+		p.err = c.closed
+		return p
 	}
 	for {
 		p.id = c.nextID.Add(1)
@@ -197,18 +224,45 @@ func (c *Client) send(ctx context.Context, h CallHeader, payload []byte) *Pendin
 	c.waiting[p.id] = p.ch
 	c.mu.Unlock()
 	h.RequestID = p.id
-	head := h.Encode()
+	c.write(&h, payload)
+	return p
+}
+
+// write sends one call in one write. A failed write is not the call's answer: the
+// node may have answered and closed (TOO_LARGE), and its answer, if it comes, is;
+// otherwise the reader fails the call when the stream ends, which a failed write
+// means it does.
+func (c *Client) write(h *CallHeader, payload []byte) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	// A failed write is not the call's answer: the node may have answered and closed
-	// (TOO_LARGE), and its answer, if it comes, is; otherwise the reader fails the call
-	// when the stream ends, which a failed write means it does.
-	if len(payload) <= 16<<10 {
-		_, _ = c.conn.Write(append(head[:], payload...))
-	} else if _, err := c.conn.Write(head[:]); err == nil {
-		_, _ = c.conn.Write(payload)
+	head := h.Encode()
+	if len(payload) <= copyMax {
+		c.wbuf = append(append(c.wbuf[:0], head[:]...), payload...)
+		_, _ = c.conn.Write(c.wbuf)
+		return
 	}
-	return p
+	c.wbuf = append(c.wbuf[:0], head[:]...)
+	bufs := net.Buffers{c.wbuf, payload}
+	_, _ = bufs.WriteTo(c.conn)
+}
+
+// reply is a reply channel for a call: a reused one, or a new one.
+func (c *Client) reply() chan outcome {
+	select {
+	case ch := <-c.replies:
+		return ch
+	default:
+		return make(chan outcome, 1)
+	}
+}
+
+// recycle keeps ch for another call; only a channel whose result was received is
+// known empty (an abandoned call's may still get its result).
+func (c *Client) recycle(ch chan outcome) {
+	select {
+	case c.replies <- ch:
+	default:
+	}
 }
 
 func ctxError(ctx context.Context) *Error {
@@ -222,11 +276,18 @@ func (p *Pending) Wait(ctx context.Context) ([]byte, error) {
 		return nil, p.err
 	}
 	p.once.Do(func() {
-		select {
-		case p.out = <-p.ch:
-		case <-ctx.Done():
-			p.c.forget(p.id)
-			p.out = outcome{err: ctxError(ctx)}
+		done := ctx.Done()
+		if done == nil {
+			p.out = <-p.ch
+			p.c.recycle(p.ch)
+		} else {
+			select {
+			case p.out = <-p.ch:
+				p.c.recycle(p.ch)
+			case <-done:
+				p.c.forget(p.id)
+				p.out = outcome{err: ctxError(ctx)}
+			}
 		}
 		<-p.c.slots
 	})
@@ -251,10 +312,11 @@ func (c *Client) forget(id uint32) {
 // read takes results off the connection and hands each to its call, until the stream
 // ends or breaks; then every call still waiting fails with why.
 func (c *Client) read() {
+	r := bufio.NewReaderSize(c.conn, readBufferLen)
 	var head [HeaderLen]byte
 	var why *Error
 	for why == nil {
-		if _, err := io.ReadFull(c.conn, head[:]); err != nil {
+		if _, err := io.ReadFull(r, head[:]); err != nil {
 			why = &Error{Kind: KindClosed, Message: "the connection closed before the result", Err: err}
 			break
 		}
@@ -264,7 +326,7 @@ func (c *Client) read() {
 			break
 		}
 		payload := make([]byte, h.PayloadLen)
-		if _, err := io.ReadFull(c.conn, payload); err != nil {
+		if _, err := io.ReadFull(r, payload); err != nil {
 			why = &Error{Kind: KindClosed, Message: "the connection closed in the middle of a result", Err: err}
 			break
 		}

@@ -172,8 +172,13 @@ func DecodeResultHeader(b []byte, payloadMax uint32) (ResultHeader, error) {
 	if b[5] != 0 {
 		return h, &HeaderError{Reason: "non_zero_flags", Message: "flags must be 0"}
 	}
-	for i, r := range append(append([]byte{}, b[20:24]...), b[40:64]...) {
-		if r != 0 {
+	// The reserved bytes, 20..24 then 40..64, numbered 0..28 in that order.
+	for i := 0; i < 28; i++ {
+		at := 20 + i
+		if i >= 4 {
+			at = 36 + i
+		}
+		if r := b[at]; r != 0 {
 			return h, &HeaderError{Reason: "non_zero_reserved", Message: fmt.Sprintf("reserved byte %d is %d", i, r)}
 		}
 	}

@@ -1,6 +1,7 @@
 // Command bench is the Go client's program of bench/clients/run.sh: 64-byte echo
-// calls on one connection, one at a time (p50), then --inflight goroutines calling at
-// once on the same connection (calls/s); prints one JSON line.
+// calls on one connection, one at a time (p50), then --inflight calls in flight on the
+// same connection, sent with Client.Go and waited for oldest first (calls/s), as the
+// Rust program does; prints one JSON line with the sync calls' allocations per call.
 package main
 
 import (
@@ -11,8 +12,6 @@ import (
 	"os"
 	"runtime"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"netaccel.dev/client"
@@ -48,28 +47,37 @@ func main() {
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for g := 0; g < *inflight; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Since(start) < span {
-				if _, err := c.Do(ctx, req); err != nil {
-					fmt.Fprintln(os.Stderr, err)
-					os.Exit(1)
-				}
-				done.Add(1)
-			}
-		}()
+	// Pipelined: --inflight calls sent (Client.Go: one write each, no goroutine per
+	// call), the oldest waited for and another sent in its place, as the Rust
+	// program does.
+	ring := make([]*netaccel.Pending, *inflight)
+	done := 0
+	wait := func(p *netaccel.Pending) {
+		if _, err := p.Wait(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		done++
 	}
-	wg.Wait()
+	start := time.Now()
+	for i := 0; time.Since(start) < span; i++ {
+		slot := i % len(ring)
+		if ring[slot] != nil {
+			wait(ring[slot])
+		}
+		ring[slot] = c.Go(ctx, req)
+	}
+	for i, p := range ring {
+		if p != nil {
+			wait(p)
+			ring[i] = nil
+		}
+	}
 	line, _ := json.Marshal(map[string]any{
 		"client":                "go",
 		"sync_p50_us":           float64(lat[len(lat)/2].Nanoseconds()) / 1000,
 		"sync_calls":            len(lat),
-		"pipelined_calls_per_s": float64(done.Load()) / time.Since(start).Seconds(),
+		"pipelined_calls_per_s": float64(done) / time.Since(start).Seconds(),
 		"allocs_per_call":       float64(after.Mallocs-before.Mallocs) / float64(len(lat)),
 	})
 	fmt.Println(string(line))

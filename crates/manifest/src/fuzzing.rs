@@ -43,8 +43,12 @@ pub fn manifest(data: &[u8]) {
         return;
     };
     let read = |_: &str| Ok(b"kernel void k(){}".to_vec());
-    let Ok(m) = crate::parse(Path::new("fuzz/accelerator.toml"), text, &read) else {
-        return;
+    let m = match crate::parse(Path::new("fuzz/accelerator.toml"), text, &read) {
+        Ok(m) => m,
+        Err(e) => {
+            assert!(!e.reason.trim().is_empty(), "{e:?}");
+            return;
+        }
     };
     let mut used = [false; accel::PARAMS_LEN];
     for p in &m.params {

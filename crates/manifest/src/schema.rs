@@ -145,7 +145,13 @@ pub fn validate(text: &str, read: ReadFile<'_>) -> Result<Manifest, FieldError> 
                 }
                 (None, None) => "toml".to_string(),
             };
-            return fail(field, e.message().trim().to_string());
+            // The parser gives no message for some errors (a control character in a
+            // comment, found by fuzzing); the field already says the line.
+            let reason = match e.message().trim() {
+                "" => "not valid TOML",
+                message => message,
+            };
+            return fail(field, reason.to_string());
         }
     };
     check_name("name", &raw.name, 32)?;

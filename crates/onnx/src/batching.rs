@@ -213,7 +213,8 @@ mod tests {
     use super::*;
 
     fn parse(text: &str, max: u32) -> Result<Policy, String> {
-        let raw: DynamicBatching = toml::from_str(text).map_err(|e| e.message().to_string())?;
+        let raw: DynamicBatching =
+            toml::from_str(text).map_err(|e| crate::config::toml_error(&e))?;
         raw.check(max)
     }
 

@@ -120,7 +120,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             text.len()
         ));
     }
-    let raw: Raw = toml::from_str(text).map_err(|e| e.message().to_string())?;
+    let raw: Raw = toml::from_str(text).map_err(|e| toml_error(&e))?;
     if let Some(name) = &raw.name {
         if name != folder {
             return Err(format!(
@@ -216,6 +216,20 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         dynamic_batching,
         instances: instances(&raw.instance_group)?,
     })
+}
+
+/// A TOML error in one line: the parser's message, or where it gives none (a control
+/// character in a comment, found by the fuzzer) the first line of its text, which says
+/// where ("TOML parse error at line 1, column 38"); never the offending line itself,
+/// which may hold control characters.
+pub(crate) fn toml_error(e: &toml::de::Error) -> String {
+    let message = e.message().trim();
+    if !message.is_empty() {
+        return message.to_string();
+    }
+    let text = e.to_string();
+    let first = text.lines().map(str::trim).find(|l| !l.is_empty());
+    first.unwrap_or("not valid TOML").to_string()
 }
 
 fn tensors(what: &str, raw: Vec<RawTensor>) -> Result<Vec<TensorSpec>, String> {

@@ -26,3 +26,14 @@ fn seeds_are_what_they_say() {
     let text = std::fs::read_to_string(format!("{dir}seed-refused")).unwrap();
     assert!(netaccel_onnx::config::parse("m", &text).is_err());
 }
+
+/// Found by the fuzzer: a control character in a comment made the TOML parser's error
+/// message empty, so the node would have refused the model with an empty reason.
+#[test]
+fn every_refusal_says_why() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/model_config/");
+    let text = std::fs::read_to_string(format!("{dir}regression-empty-message")).unwrap();
+    let e = netaccel_onnx::config::parse("digits", &text).unwrap_err();
+    assert!(e.starts_with("TOML parse error at line 1, column"), "{e:?}");
+    assert!(!e.contains(|c: char| c.is_control()), "{e:?}");
+}

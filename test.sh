@@ -23,7 +23,8 @@ finish() {
   if ((status != 0)); then echo "==> FAILED (exit status $status) in step: $step" >&2; fi
 }
 trap finish EXIT
-begin() { step=$1; echo "==> $1"; }
+# Each step says when it starts (minutes into the run), so a slow step shows in CI's log.
+begin() { step=$1; echo "==> $1 (at $((SECONDS / 60)) min $((SECONDS % 60)) s)"; }
 
 step="installing Debian packages"
 debian_packages=(curl openssl iproute2 make gcc wrk strace pkg-config ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-headers pocl-opencl-icd clinfo prometheus chromium etcd-server protobuf-compiler verilator yosys)
@@ -327,4 +328,4 @@ wrk_check() { BENCH_BIN="$target_dir/release/netaccel-bench" CONNS_LIST=1 ROUNDS
 wrk_check || { echo "==> wrk agreement failed once; measuring again"; wrk_check; }
 
 step="done"
-echo "==> all tests passed"
+echo "==> all tests passed in $((SECONDS / 60)) min $((SECONDS % 60)) s"

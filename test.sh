@@ -27,7 +27,7 @@ trap finish EXIT
 begin() { step=$1; echo "==> $1 (at $((SECONDS / 60)) min $((SECONDS % 60)) s)"; }
 
 step="installing Debian packages"
-debian_packages=(curl openssl iproute2 make gcc wrk strace pkg-config ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-headers pocl-opencl-icd clinfo prometheus chromium etcd-server protobuf-compiler verilator yosys)
+debian_packages=(curl openssl iproute2 nftables make gcc wrk strace pkg-config ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-headers pocl-opencl-icd clinfo prometheus chromium etcd-server protobuf-compiler verilator yosys)
 
 missing=()
 for p in "${debian_packages[@]}"; do

@@ -472,9 +472,15 @@ fn node_loss_under_load(loss: Loss) {
             println!("  failed: {f}");
         }
         assert_eq!(recovered.len(), 2, "{tallies:?}");
+        // When the registry marked it lost: no later than the poll that first saw it,
+        // and no later than the first call on a new binding (its instances move only
+        // once it is lost). The poll alone can overstate it: one GET held up in the
+        // loaded test network once answered 4.6 s after the clients had moved.
+        let earliest_move = recovered.iter().min().copied().unwrap_or(lost_after);
+        let lost_by = lost_after.min(earliest_move);
         assert!(
-            lost_after <= lease + Duration::from_millis(1000),
-            "{lost_after:?}"
+            lost_by <= lease + Duration::from_millis(1000),
+            "lost by {lost_by:?} (poll {lost_after:?}, first moved call {earliest_move:?})"
         );
         assert!(worst < Duration::from_secs(10), "{worst:?}");
         assert!(tallies.iter().all(|t| t.ok > 10), "{tallies:?}");

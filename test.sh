@@ -144,6 +144,8 @@ fi
 # system calls, wake-ups, allocations and timers per call, counted (strace, a counting
 # allocator), not timed; it fails under CI when strace cannot trace.
 begin "cargo test (workspace)"
+# A CI checkout is built once: incremental compilation's caches would only take disk.
+if [[ -n "${CI:-}" ]]; then export CARGO_INCREMENTAL=0; fi
 cargo test --workspace
 
 # The io_uring network path (network = "io_uring") runs the same front-end, connection,
@@ -152,9 +154,25 @@ cargo test --workspace
 # crates/node/tests/uring.rs checks the node is really on io_uring (it fails under CI
 # when the kernel refuses io_uring).
 begin "cargo test: the node's front ends again on the io_uring network path"
-NETACCEL_TEST_NETWORK=io_uring cargo test -p netaccel-node \
-  --test http_api --test rac --test connections --test overload --test overload_drain \
-  --test hostile_tenants
+# The executables the workspace's cargo test built, run again: `cargo test -p
+# netaccel-node` would resolve features for that one package and build a second copy of
+# the node and much of its dependency tree (minutes, and gigabytes of disk).
+uring_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+want = {"http_api", "rac", "connections", "overload", "overload_drain", "hostile_tenants"}
+found = {}
+for line in sys.stdin:
+    m = json.loads(line)
+    if (m.get("reason") == "compiler-artifact" and m["target"]["kind"] == ["test"]
+            and m["target"]["name"] in want and m["manifest_path"].endswith("crates/node/Cargo.toml")):
+        found[m["target"]["name"]] = m["executable"]
+missing = want - set(found)
+if missing:
+    sys.exit("no test executable for " + ", ".join(sorted(missing)))
+print(" ".join(found[n] for n in sorted(found)))')
+for t in $uring_tests; do
+  (cd crates/node && NETACCEL_TEST_NETWORK=io_uring "$t")
+done
 
 # netaccel-sim (docs/simulation.md): its own checks (same seed, same bytes; M/D/1 and
 # M/M/1 mean waits within 3 % over 10^6 calls; Little's law; the golden trace of the

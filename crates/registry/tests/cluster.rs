@@ -422,10 +422,15 @@ fn node_loss_under_load(loss: Loss) {
             Loss::Kill => nodes[0].proc.kill(),
             Loss::Unplug => net.unplug(0),
         }
+        // The loss took effect somewhere between `at` and the end of the command that
+        // made it: on this suite's loaded 2-core machines the kernel has been seen
+        // stalling such a command for seconds (workqueues starved for 36 s), so the
+        // bounds below are measured from the end of the command.
+        let lag = at.elapsed();
 
         // The registry marks it lost within one lease (its last renewal was at most a
         // third of a lease before the kill).
-        let deadline = at + lease * 3;
+        let deadline = at + lag + lease * 3;
         while reg.node_state("n1").as_deref() != Some("lost") {
             assert!(Instant::now() < deadline, "n1 never lost");
             std::thread::sleep(Duration::from_millis(10));
@@ -464,8 +469,8 @@ fn node_loss_under_load(loss: Loss) {
             });
         println!(
             "FIGURE node loss by {loss:?} (lease {lease:?}): n1 marked lost {lost_after:?} after it was lost; \
-             its clients' first successful calls on their new bindings {recovered:?} after it; \
-             {calls} calls in all, {} failed, none wrong",
+             its clients' first successful calls on their new bindings {recovered:?} after it \
+             (the {loss:?} command took {lag:?}); {calls} calls in all, {} failed, none wrong",
             failed.len()
         );
         for f in &failed {
@@ -479,10 +484,11 @@ fn node_loss_under_load(loss: Loss) {
         let earliest_move = recovered.iter().min().copied().unwrap_or(lost_after);
         let lost_by = lost_after.min(earliest_move);
         assert!(
-            lost_by <= lease + Duration::from_millis(1000),
-            "lost by {lost_by:?} (poll {lost_after:?}, first moved call {earliest_move:?})"
+            lost_by <= lag + lease + Duration::from_millis(1000),
+            "lost by {lost_by:?} (poll {lost_after:?}, first moved call {earliest_move:?}; \
+             the {loss:?} command took {lag:?})"
         );
-        assert!(worst < Duration::from_secs(10), "{worst:?}");
+        assert!(worst < lag + Duration::from_secs(10), "{worst:?} ({lag:?})");
         assert!(tallies.iter().all(|t| t.ok > 10), "{tallies:?}");
         if let Loss::Unplug = loss {
             // Back on the network, the node (which served on and kept retrying, at

@@ -53,7 +53,7 @@ func TestAnInterruptedReaderLosesNoBytes(t *testing.T) {
 	addr := scriptedNode(t, 2, func(conn net.Conn, calls []CallHeader) {
 		b := result(calls[1], second)
 		conn.Write(b[:30]) // part of the second call's header
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(time.Second)
 		conn.Write(append(b[30:], result(calls[0], []byte("a"))...))
 		time.Sleep(time.Second)
 	})
@@ -70,7 +70,8 @@ func TestAnInterruptedReaderLosesNoBytes(t *testing.T) {
 	started := time.Now()
 	_, err = first.Wait(short)
 	var e *Error
-	if !errors.As(err, &e) || e.Kind != KindDeadline || time.Since(started) > 250*time.Millisecond {
+	// Well before the rest of the result comes (1 s), however loaded the machine.
+	if !errors.As(err, &e) || e.Kind != KindDeadline || time.Since(started) > 800*time.Millisecond {
 		t.Fatalf("cancelled after %v: %v", time.Since(started), err)
 	}
 	out, err := next.Wait(ctx)

@@ -31,7 +31,7 @@ def main():
 
     print(f"RAC clients, {size} B echo, 1 connection, {seconds:g} s per measurement, "
           f"{inflight} in flight, {rounds} round(s); medians (range)\n")
-    print("| client | sync calls/s | vs Rust | sync p50 (µs) | vs Rust | pipelined calls/s | vs Rust | allocs/call |")
+    print("| client | sync calls/s | vs Rust | sync p50 (µs) | vs Rust | pipelined calls/s | vs Rust | allocated/call |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for c in clients:
         ls = runs[c]
@@ -43,11 +43,15 @@ def main():
         p50_diff = median(l["sync_p50_us"] - r["sync_p50_us"] for l, r in paired) if paired else float("nan")
         pipe_ratio = (median(l["pipelined_calls_per_s"] / r["pipelined_calls_per_s"] for l, r in paired)
                       if paired else float("nan"))
+        # What the language can show: Go counts allocations, Java bytes allocated.
         allocs = [l["allocs_per_call"] for l in ls if l.get("allocs_per_call") is not None]
+        alloc_bytes = [l["allocated_bytes_per_call"] for l in ls if l.get("allocated_bytes_per_call") is not None]
+        shown = (format(median(allocs), ".1f") if allocs
+                 else f"{median(alloc_bytes):,.0f} B" if alloc_bytes else "")
         print(f"| {c} | {fmt_range([sync_rate(l) for l in ls], ',.0f')} | {sync_ratio:.2f}x "
               f"| {fmt_range([l['sync_p50_us'] for l in ls], '.1f')} | {p50_diff:+.1f} µs "
               f"| {fmt_range([l['pipelined_calls_per_s'] for l in ls], ',.0f')} | {pipe_ratio:.2f}x "
-              f"| {format(median(allocs), '.1f') if allocs else ''} |")
+              f"| {shown} |")
 
 
 if __name__ == "__main__":

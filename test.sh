@@ -294,6 +294,33 @@ else
   echo "==> go is not installed: the Go client's tests are skipped (CI unset)"
 fi
 
+# The Go and C++ Open Inference Protocol examples (clients/go/examples/oip-grpc,
+# clients/cpp/oip-grpc): stubs generated from crates/node/proto by protoc — grpc-go's
+# generators and modules from the Go module proxy, grpc++'s plugin and libraries from
+# Debian (protobuf-compiler-grpc, libgrpc++-dev). Built here (about a minute on 2 cores,
+# most of it compiling the generated C++); docs/tests/test_clients.py (below) runs both
+# against a live node as docs/clients.md's recipes.
+begin "clients: Go and C++ OIP gRPC examples (stubs generated from the vendored protos)"
+oip_packages=()
+command -v g++ >/dev/null || oip_packages+=(g++)
+command -v grpc_cpp_plugin >/dev/null || oip_packages+=(protobuf-compiler-grpc)
+pkg-config --exists grpc++ || oip_packages+=(libgrpc++-dev)
+if ((${#oip_packages[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "missing Debian packages: ${oip_packages[*]} (run as root to install them)" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${oip_packages[@]}" >/dev/null
+fi
+make -s -C clients/cpp/oip-grpc
+if command -v go >/dev/null; then
+  clients/go/examples/oip-grpc/build.sh
+else
+  [[ -z "${CI:-}" ]] || { echo "go is not installed" >&2; exit 1; }
+  echo "==> go is not installed: the Go OIP example is skipped (CI unset)"
+fi
+
 # The registry's replicas under faults (bench/jepsen, docs/jepsen.md): the checker's model
 # tests, then 60 s of 10 clients against 3 replicas on a 3-member etcd while a nemesis
 # kills, pauses and partitions replicas (network namespaces: root;

@@ -1,11 +1,9 @@
 package netaccel
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -66,7 +64,8 @@ type outcome struct {
 //
 // A call costs one write (header and payload from one buffer), no goroutine and, in
 // the steady state, two allocations: its Pending and its output. The reply channels
-// are reused (replies, bounded by the in-flight bound like slots).
+// are reused (replies, bounded by the in-flight bound like slots). Results are read
+// by the goroutines that wait for them (reader.go).
 type Client struct {
 	conn    net.Conn
 	writeMu sync.Mutex
@@ -74,10 +73,18 @@ type Client struct {
 	slots   chan struct{}     // one token per call in flight
 	replies chan chan outcome // reply channels known empty, for reuse
 	nextID  atomic.Uint32
+	unread  atomic.Int64 // bytes of calls written since results were last read
+
+	// role holds the reader role's token while no goroutine reads results; the
+	// fields below it belong to the goroutine holding the role.
+	role       chan struct{}
+	rbuf       []byte // results read: rbuf[rpos:rend] is not yet parsed
+	rpos, rend int
+	part       *partial // a payload longer than rbuf, being read
 
 	mu      sync.Mutex
 	waiting map[uint32]chan outcome
-	closed  error // set once the reader stopped
+	closed  error // set once the stream failed: no call is sent after
 }
 
 // Dial connects to a node's RAC listener at addr (HOST:PORT).
@@ -116,8 +123,10 @@ func Dial(ctx context.Context, addr string, opts *Options) (*Client, error) {
 		slots:   make(chan struct{}, bound),
 		replies: make(chan chan outcome, bound),
 		waiting: make(map[uint32]chan outcome, bound),
+		role:    make(chan struct{}, 1),
+		rbuf:    make([]byte, readBufferLen),
 	}
-	go c.read()
+	c.role <- struct{}{}
 	if opts.Tenant != "" {
 		if _, err := c.Control(ctx, map[string]any{"op": "hello", "tenant": opts.Tenant, "token": opts.Token}); err != nil {
 			c.Close()
@@ -230,9 +239,12 @@ func (c *Client) send(ctx context.Context, h CallHeader, payload []byte) *Pendin
 
 // write sends one call in one write. A failed write is not the call's answer: the
 // node may have answered and closed (TOO_LARGE), and its answer, if it comes, is;
-// otherwise the reader fails the call when the stream ends, which a failed write
-// means it does.
+// otherwise the goroutine reading fails the call when the stream ends, which a
+// failed write means it does.
 func (c *Client) write(h *CallHeader, payload []byte) {
+	if c.unread.Add(int64(HeaderLen+len(payload))) > readAheadMax {
+		c.help()
+	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	head := h.Encode()
@@ -276,19 +288,7 @@ func (p *Pending) Wait(ctx context.Context) ([]byte, error) {
 		return nil, p.err
 	}
 	p.once.Do(func() {
-		done := ctx.Done()
-		if done == nil {
-			p.out = <-p.ch
-			p.c.recycle(p.ch)
-		} else {
-			select {
-			case p.out = <-p.ch:
-				p.c.recycle(p.ch)
-			case <-done:
-				p.c.forget(p.id)
-				p.out = outcome{err: ctxError(ctx)}
-			}
-		}
+		p.out = p.c.await(ctx, p)
 		<-p.c.slots
 	})
 	if p.out.err != nil {
@@ -306,49 +306,5 @@ func (p *Pending) Result() ResultHeader { return p.out.header }
 func (c *Client) forget(id uint32) {
 	c.mu.Lock()
 	delete(c.waiting, id)
-	c.mu.Unlock()
-}
-
-// read takes results off the connection and hands each to its call, until the stream
-// ends or breaks; then every call still waiting fails with why.
-func (c *Client) read() {
-	r := bufio.NewReaderSize(c.conn, readBufferLen)
-	var head [HeaderLen]byte
-	var why *Error
-	for why == nil {
-		if _, err := io.ReadFull(r, head[:]); err != nil {
-			why = &Error{Kind: KindClosed, Message: "the connection closed before the result", Err: err}
-			break
-		}
-		h, err := DecodeResultHeader(head[:], ResultPayloadMax)
-		if err != nil {
-			why = &Error{Kind: KindProtocol, Message: "the node sent a result this client refuses", Err: err}
-			break
-		}
-		payload := make([]byte, h.PayloadLen)
-		if _, err := io.ReadFull(r, payload); err != nil {
-			why = &Error{Kind: KindClosed, Message: "the connection closed in the middle of a result", Err: err}
-			break
-		}
-		c.mu.Lock()
-		ch, ok := c.waiting[h.RequestID]
-		delete(c.waiting, h.RequestID)
-		c.mu.Unlock()
-		switch {
-		case ok:
-			ch <- outcome{header: h, payload: payload}
-		case h.RequestID == 0 && h.Status != StatusOK:
-			// An answer to the connection (BUSY at the node's connection bound, an
-			// unreadable call): every call's answer; the node closes.
-			why = statusError(h.Status, string(payload))
-		}
-	}
-	c.conn.Close()
-	c.mu.Lock()
-	c.closed = why
-	for id, ch := range c.waiting {
-		ch <- outcome{err: why}
-		delete(c.waiting, id)
-	}
 	c.mu.Unlock()
 }

@@ -26,6 +26,8 @@ RECIPE_TIMEOUT_S = 900
 TOOLS = {
     "c-example": ("cc", "pkg-config", "cargo"),
     "go-example": ("go",),
+    "go-grpc": ("go", "protoc"),
+    "cpp-grpc": ("g++", "make", "pkg-config", "protoc", "grpc_cpp_plugin"),
     "typescript-example": ("node", "npm"),
     "typescript-grpc": ("node", "npm"),
     "java-example": ("java", "javac", "mvn"),
@@ -50,10 +52,12 @@ def test_recipe_prints_the_documented_output(block, node, tmp_path: Path) -> Non
     real_home = Path.home()
     env.setdefault("RUSTUP_HOME", os.environ.get("RUSTUP_HOME", str(real_home / ".rustup")))
     env.setdefault("CARGO_HOME", os.environ.get("CARGO_HOME", str(real_home / ".cargo")))
+    if name.startswith("go-"):
+        # Keep the build and module caches of the real home: only the module is local
+        # (the gRPC example's modules are in the cache once test.sh built it).
+        env.update(GOCACHE=go_env("GOCACHE"), GOMODCACHE=go_env("GOMODCACHE"), GOPATH=go_env("GOPATH"))
     if name == "go-example":
-        # Keep the build and module caches of the real home: only the module is local.
-        env.update(GOPROXY="off", GOCACHE=go_env("GOCACHE"), GOMODCACHE=go_env("GOMODCACHE"),
-                   GOPATH=go_env("GOPATH"))
+        env.update(GOPROXY="off")
     if name.startswith("typescript-"):
         # npm's cache stays the real home's: the package's dev dependencies are not
         # downloaded again for each run.

@@ -13,7 +13,7 @@ import ssl as _ssl
 from typing import Any, Dict, Optional
 
 from . import rac
-from .client import DEFAULT_MAX_PAYLOAD_LEN, Accelerator, _Calls, parse_addr
+from .client import DEFAULT_MAX_PAYLOAD_LEN, IN_FLIGHT_MAX_DEFAULT, Accelerator, _Calls, parse_addr
 from .rac import DEFAULT_PORT, HEADER_LEN, CallHeader, Partial, Result, ResultHeader
 
 
@@ -27,7 +27,7 @@ class AsyncClient(_Calls):
         writer: asyncio.StreamWriter,
         *,
         max_payload_len: int = DEFAULT_MAX_PAYLOAD_LEN,
-        max_in_flight: int = 1024,
+        max_in_flight: int = IN_FLIGHT_MAX_DEFAULT,
     ):
         super().__init__()
         self.max_payload_len = max_payload_len

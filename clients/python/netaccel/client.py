@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     from .registry import BoundClient
 
 Accelerator = Union[str, int]
+#: Default bound on calls in flight (``AsyncClient``'s ``max_in_flight``,
+#: ``call_many``'s ``window``): the node's own bound per connection
+#: (``rac_in_flight_max``), as in every netaccel client. Past it the node stops reading,
+#: so more calls out would only wait in the socket and add no throughput.
+IN_FLIGHT_MAX_DEFAULT = 32
+
 #: Default bound on the payload of a result the client accepts (1 GiB).
 DEFAULT_MAX_PAYLOAD_LEN = 1 << 30
 #: Small payloads are sent in the same write as their header.
@@ -300,7 +306,7 @@ class Client(_Calls):
         self,
         calls: Iterable[Union[Tuple[Accelerator, Any], Dict[str, Any]]],
         *,
-        window: int = 64,
+        window: int = IN_FLIGHT_MAX_DEFAULT,
     ) -> List[Result]:
         """Pipelines many calls, at most ``window`` in flight; returns their results in
         the order of ``calls`` (statuses not raised: check ``Result.ok``).

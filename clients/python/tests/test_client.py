@@ -127,6 +127,40 @@ def test_async_bounded_in_flight(node):
     asyncio.run(main())
 
 
+def test_async_by_default_at_most_32_calls_are_out_the_nodes_own_bound():
+    # A node that reads every call and answers none: what is out stops at the bound.
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def swallow():
+        conn, _ = server.accept()
+        with conn:
+            while conn.recv(1 << 16):
+                pass
+
+    threading.Thread(target=swallow, daemon=True).start()
+
+    async def main():
+        c = await AsyncClient.connect("127.0.0.1", server.getsockname()[1])
+        calls = [asyncio.ensure_future(c.call("echo", bytes([i]))) for i in range(40)]
+        try:
+            await asyncio.sleep(0.3)
+            assert c.in_flight == 32
+        finally:
+            for call in calls:
+                call.cancel()
+            await c.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.close()
+
+
 def test_async_calls_fail_when_the_node_closes(node):
     async def main():
         async with await AsyncClient.connect_addr(node.addr) as c:

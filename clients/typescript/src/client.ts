@@ -63,7 +63,7 @@ export interface ConnectOptions {
   /** With `tenant`: the connection says `hello` as that tenant with this token. */
   token?: string;
   tenant?: string;
-  /** Calls out on the connection at once (default 64). */
+  /** Calls out on the connection at once (default 32, the node's own bound per connection). */
   maxInFlight?: number;
   /** Calls waiting for a place once `maxInFlight` are out (default 65536); more fail. */
   maxWaiting?: number;
@@ -124,7 +124,12 @@ interface Waiter {
 }
 
 const EMPTY = new Uint8Array(0);
-const MAX_IN_FLIGHT_DEFAULT = 64;
+/**
+ * The node's own bound on calls in flight per connection (`rac_in_flight_max`), as in
+ * every netaccel client: past it the node stops reading, so more calls out would only
+ * wait in the socket, out of reach of the client's timeouts, and add no throughput.
+ */
+export const MAX_IN_FLIGHT_DEFAULT = 32;
 const MAX_WAITING_DEFAULT = 65536;
 const MAX_PAYLOAD_LEN_DEFAULT = 1 << 30;
 const CONNECT_TIMEOUT_MS_DEFAULT = 10_000;

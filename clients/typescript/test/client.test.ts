@@ -4,7 +4,16 @@ import * as assert from "node:assert/strict";
 import * as net from "node:net";
 import { test } from "node:test";
 
-import { BusyError, ClosedError, Client, DeadlineError, ProtocolError, RacError, UnavailableError } from "../src";
+import {
+  BusyError,
+  ClosedError,
+  Client,
+  DeadlineError,
+  MAX_IN_FLIGHT_DEFAULT,
+  ProtocolError,
+  RacError,
+  UnavailableError,
+} from "../src";
 import * as rac from "../src/rac";
 
 interface Call {
@@ -88,6 +97,30 @@ test("past maxInFlight calls wait, and go as answers free places", async () => {
   const outs = await Promise.all(Array.from({ length: 40 }, (_, i) => client.call(1, text(String(i)))));
   assert.equal(outs.length, 40);
   assert.equal(most, 4);
+  client.close();
+  node.close();
+});
+
+test("by default at most 32 calls are out, the node's own bound per connection", async () => {
+  assert.equal(MAX_IN_FLIGHT_DEFAULT, 32);
+  // The node holds its answers until 32 calls are out and 200 ms passed with no 33rd,
+  // then answers them all, and every later call at once.
+  const held: Array<() => void> = [];
+  let most = 0;
+  const node = await fakeNode((call, sock) => {
+    if (most > 0) return answer(sock, call, rac.Status.OK);
+    held.push(() => answer(sock, call, rac.Status.OK));
+    if (held.length === 32) {
+      setTimeout(() => {
+        most = held.length;
+        held.forEach((go) => go());
+      }, 200);
+    }
+  });
+  const client = await Client.connect({ port: node.port });
+  const outs = await Promise.all(Array.from({ length: 40 }, (_, i) => client.call(1, text(String(i)))));
+  assert.equal(outs.length, 40);
+  assert.equal(most, 32);
   client.close();
   node.close();
 });

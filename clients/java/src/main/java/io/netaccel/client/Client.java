@@ -41,6 +41,14 @@ import javax.net.ssl.SSLSocket;
  * BoundClient}).
  */
 public final class Client implements AutoCloseable {
+  /**
+   * The default bound on calls in flight: the node's own bound per connection ({@code
+   * rac_in_flight_max}), as in every netaccel client. Past it the node stops reading, so
+   * more calls out would only wait in the socket, out of reach of the client's timeouts,
+   * and add no throughput.
+   */
+  public static final int MAX_IN_FLIGHT_DEFAULT = 32;
+
   /** How to reach a node, and the client's bounds; chain the setters. */
   public static final class Options {
     String host = "127.0.0.1";
@@ -48,7 +56,7 @@ public final class Client implements AutoCloseable {
     Tls tls;
     String tenant;
     String token;
-    int maxInFlight = 64;
+    int maxInFlight = MAX_IN_FLIGHT_DEFAULT;
     long maxPayloadLen = 1L << 30;
     Duration connectTimeout = Duration.ofSeconds(10);
 
@@ -72,7 +80,7 @@ public final class Client implements AutoCloseable {
       return this;
     }
 
-    /** Calls out on the connection at once (default 64). */
+    /** Calls out on the connection at once (default {@link #MAX_IN_FLIGHT_DEFAULT}). */
     public Options maxInFlight(int n) {
       if (n < 1) {
         throw new IllegalArgumentException("maxInFlight must be at least 1");

@@ -85,6 +85,44 @@ class ClientTest {
   }
 
   @Test
+  void byDefaultAtMost32CallsAreOutTheNodesOwnBound() throws Exception {
+    // The node holds its answers until 32 calls are out and 200 ms passed with no 33rd,
+    // then answers them all, and every later call at once.
+    List<FakeNode.Call> held = new ArrayList<>();
+    AtomicInteger most = new AtomicInteger();
+    try (FakeNode node = new FakeNode(c -> {
+          synchronized (held) {
+            if (most.get() > 0) {
+              c.conn().answer(c, Rac.Status.OK, c.payload());
+              return;
+            }
+            held.add(c);
+            if (held.size() == 32) {
+              Thread t = new Thread(() -> {
+                sleep(200);
+                synchronized (held) {
+                  most.set(held.size());
+                  held.forEach(h -> h.conn().answer(h, Rac.Status.OK, h.payload()));
+                }
+              });
+              t.start();
+            }
+          }
+        });
+        Client client = Client.connect(new Client.Options().address("127.0.0.1", node.port()))) {
+      List<CompletableFuture<byte[]>> fs = new ArrayList<>();
+      for (int i = 0; i < 40; i++) {
+        fs.add(client.callAsync("echo", text(String.valueOf(i)), CallOptions.none()));
+      }
+      for (CompletableFuture<byte[]> f : fs) {
+        f.get();
+      }
+      assertEquals(32, Client.MAX_IN_FLIGHT_DEFAULT);
+      assertEquals(32, most.get());
+    }
+  }
+
+  @Test
   void refusalsAreTyped() throws Exception {
     Rac.Status[] statuses = {Rac.Status.BUSY, Rac.Status.UNAVAILABLE, Rac.Status.DEADLINE_EXCEEDED, Rac.Status.BAD_REQUEST};
     try (FakeNode node = new FakeNode(c -> c.conn().answer(c, statuses[Integer.parseInt(new String(c.payload(), StandardCharsets.UTF_8))], text("why")));

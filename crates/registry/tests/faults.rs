@@ -820,7 +820,7 @@ fn cache_disk_full(settings: &Settings) -> Row {
         accelerators.display(),
         programs.display()
     );
-    let c = Cluster::start(
+    let mut c = Cluster::start(
         new_net(),
         [&[], &["to_uppercase"], &["to_uppercase"]],
         [opencl.as_str(), "", ""],
@@ -841,43 +841,89 @@ fn cache_disk_full(settings: &Settings) -> Row {
     let filled = tmpfs.fill();
     let start = Instant::now();
     let mut records = Vec::new();
-    let (status, body, took) = load_slot(http, slot, "xor_b");
-    let mut notes = vec![format!(
-        "cache tmpfs filled ({} MiB); loading xor_b answered {status} in {} ms: {}",
-        filled >> 20,
-        took.as_millis(),
-        body["error"]
-            .as_str()
-            .map_or_else(|| format!("cached {}", body["cached"]), String::from)
-    )];
-    let loaded = if status == 200 { "xor_b" } else { "xor_a" };
-    for _ in 0..20 {
-        xor_call(http, loaded, first_extra, &mut records);
-    }
+    let mut notes = vec![format!("cache tmpfs filled ({} MiB)", filled >> 20)];
+    let loaded = load_and_call(
+        http,
+        slot,
+        ["xor_b", "xor_a"],
+        first_extra,
+        &mut records,
+        &mut notes,
+    );
+    // The node serves on: its process lives, and every OpenCL call was answered
+    // (right, or refused with a status), none lost with the connection.
+    let mut n1 = c.nodes.remove(0);
+    assert!(
+        n1.proc.child.try_wait().unwrap().is_none(),
+        "n1 died while its cache disk was full: {notes:?}"
+    );
+    let lost = records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Failed("node unreachable".into()));
+    assert_eq!(
+        lost.count(),
+        0,
+        "OpenCL calls lost with n1's connection: {notes:?}"
+    );
     std::thread::sleep(settings.fault.saturating_sub(start.elapsed()));
     tmpfs.free();
     let end = Instant::now();
-    let (status, body, took) = load_slot(http, slot, "xor_a");
-    notes.push(format!(
-        "after freeing it, loading xor_a answered {status} in {} ms",
-        took.as_millis()
-    ));
-    if status != 200 {
-        notes.push(format!("({body})"));
-    }
-    for _ in 0..20 {
-        xor_call(
-            http,
-            if status == 200 { "xor_a" } else { loaded },
-            first_extra + 1,
-            &mut records,
-        );
-    }
+    notes.push("freed".into());
+    let fresh = if loaded == "xor_b" { "xor_a" } else { "xor_b" };
+    load_and_call(
+        http,
+        slot,
+        [fresh, loaded],
+        first_extra + 1,
+        &mut records,
+        &mut notes,
+    );
     load.extra().lock().unwrap().extend(records);
     std::thread::sleep(WARM.max(settings.fault));
     let results = load.stop();
+    drop(n1);
     drop(c);
     results.row("cache-disk-full", start, end, &notes.join("; "))
+}
+
+/// Loads `accelerators[0]` into n1's OpenCL slot and calls the slot 20 times, with
+/// the accelerator it holds then (`accelerators[1]` when the load was refused); which
+/// one that was. What the load answered goes to `notes`.
+fn load_and_call(
+    http: SocketAddr,
+    slot: u64,
+    accelerators: [&'static str; 2],
+    client: usize,
+    records: &mut Vec<Record>,
+    notes: &mut Vec<String>,
+) -> &'static str {
+    let (status, body, took) = load_slot(http, slot, accelerators[0]);
+    notes.push(format!(
+        "loading {} answered {status} in {} ms{}",
+        accelerators[0],
+        took.as_millis(),
+        body["error"]
+            .as_str()
+            .map_or_else(String::new, |e| format!(" ({})", cut(e, 120)))
+    ));
+    let loaded = accelerators[usize::from(status != 200)];
+    for _ in 0..20 {
+        xor_call(http, loaded, client, records);
+    }
+    let right = records
+        .iter()
+        .filter(|r| r.client == client && r.outcome == Outcome::Answered)
+        .count();
+    notes.push(format!("{right} of 20 {loaded} calls right"));
+    loaded
+}
+
+/// `text` up to its `max`-th character, with an ellipsis when cut.
+fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_string(),
+    }
 }
 
 fn node_json(url: &str) -> Value {

@@ -142,18 +142,6 @@ impl Cluster {
             })
             .collect()
     }
-
-    /// When node `name` reaches `state` in the registry's eyes, within `within`.
-    fn wait_state(&self, name: &str, state: &str, within: Duration) -> Option<Instant> {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if self.reg.node_state(name).as_deref() == Some(state) {
-                return Some(Instant::now());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
 }
 
 /// `netaccel-registry` in its own namespace, so that nftables in a node's namespace
@@ -259,43 +247,94 @@ fn under_load<L: FnOnce()>(
 fn cut_from_clients(settings: &Settings) -> Row {
     let c = Cluster::start(new_net(), [&["to_uppercase"]; NODES], ["", "", ""], &[]);
     let clients_ip = c.net.host_ip();
+    let watch = StateWatch::start(&c.reg.base, "n1");
     let (start, end, results) = under_load(c.up_clients(), settings, || {
         let wall = Firewall::cut(&c.net, 0, clients_ip);
         || drop(wall)
     });
-    let state = c.reg.node_state("n1").unwrap_or_default();
+    let states: Vec<String> = watch.stop().into_iter().map(|(_, s)| s).collect();
     results.row(
         "cut-from-clients",
         start,
         end,
-        &format!("n1 {state} in the registry after"),
+        &format!(
+            "n1's states in the registry meanwhile: {}",
+            states.join(", ")
+        ),
     )
 }
 
 fn cut_from_registry(settings: &Settings) -> Row {
     let c = Cluster::start(new_net(), [&["to_uppercase"]; NODES], ["", "", ""], &[]);
     let registry_ip = c.net.ns_ip(REGISTRY_NS);
-    let mut lost = None;
+    let watch = StateWatch::start(&c.reg.base, "n1");
     let (start, end, results) = under_load(c.up_clients(), settings, || {
         let wall = Firewall::cut(&c.net, 0, registry_ip);
-        let at = Instant::now();
-        lost = c.wait_state("n1", "lost", settings.fault).map(|t| t - at);
         || drop(wall)
     });
-    let back = c
-        .wait_state("n1", "ready", Duration::from_secs(10))
-        .map(|t| t.saturating_duration_since(end));
+    let states = watch.stop();
+    let lost = StateWatch::first(&states, "lost", start).map(|t| t - start);
+    let back = StateWatch::first(&states, "ready", end).map(|t| t - end);
     let ms = |d: Option<Duration>| d.map_or("never".into(), |d| format!("{} ms", d.as_millis()));
     results.row(
         "cut-from-registry",
         start,
         end,
         &format!(
-            "n1 lost after {}, ready again {} after the cut ended",
+            "n1 lost {} after the cut, ready again {} after it ended",
             ms(lost),
             ms(back)
         ),
     )
+}
+
+/// A thread that asks the registry for one node's state every 20 ms and keeps every
+/// change with when it was seen.
+struct StateWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(Instant, String)>>,
+}
+
+impl StateWatch {
+    fn start(base: &str, name: &str) -> StateWatch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (url, name) = (format!("{base}/v1/nodes"), name.to_string());
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut seen: Vec<(Instant, String)> = Vec::new();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let nodes = ureq::get(&url)
+                    .timeout(Duration::from_secs(2))
+                    .call()
+                    .ok()
+                    .and_then(|r| r.into_json::<Value>().ok());
+                let state = nodes.as_ref().and_then(|n| n.as_array()).and_then(|a| {
+                    let node = a.iter().find(|n| n["name"] == name.as_str())?;
+                    node["state"].as_str().map(String::from)
+                });
+                if let Some(state) = state {
+                    if seen.last().is_none_or(|(_, last)| *last != state) {
+                        seen.push((Instant::now(), state));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            seen
+        });
+        StateWatch { stop, thread }
+    }
+
+    fn stop(self) -> Vec<(Instant, String)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("the state watch panicked")
+    }
+
+    /// When `state` was first seen at or after `after`.
+    fn first(seen: &[(Instant, String)], state: &str, after: Instant) -> Option<Instant> {
+        seen.iter()
+            .find(|(t, s)| *t >= after && s == state)
+            .map(|(t, _)| *t)
+    }
 }
 
 fn new_net() -> Net {

@@ -185,23 +185,28 @@ impl<'a> Firewall<'a> {
              chain in {{ type filter hook input priority 0; ip saddr {peer} drop; }}\n\
              chain out {{ type filter hook output priority 0; ip daddr {peer} drop; }}\n}}\n"
         );
-        nft(net, ns, &["-f", "-"], Some(&rules));
+        nft(net, ns, &["-f", "-"], Some(&rules)).unwrap();
         Firewall { net, ns }
     }
 }
 
 impl Drop for Firewall<'_> {
     fn drop(&mut self) {
-        nft(
+        let lifted = nft(
             self.net,
             self.ns,
             &["delete", "table", "inet", "nafaults"],
             None,
         );
+        // A second panic while unwinding would abort the run and leave the network.
+        if !std::thread::panicking() {
+            lifted.unwrap();
+        }
     }
 }
 
-fn nft(net: &Net, ns: usize, args: &[&str], stdin: Option<&str>) {
+/// `nft ARGS` in namespace `ns`, `stdin` its input; its error output when it fails.
+fn nft(net: &Net, ns: usize, args: &[&str], stdin: Option<&str>) -> Result<(), String> {
     use std::io::Write;
     use std::process::Stdio;
     let mut child = net
@@ -218,11 +223,14 @@ fn nft(net: &Net, ns: usize, args: &[&str], stdin: Option<&str>) {
         .write_all(stdin.unwrap_or("").as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "nft {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "nft {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
 }
 
 /// The load on `up`, a fault on for `settings.fault` between two quiet spells; the
@@ -965,6 +973,15 @@ fn cut(text: &str, max: usize) -> String {
     }
 }
 
+/// Whether the OpenCL loader lists PoCL's platform (the `cache-disk-full` fault's
+/// OpenCL device).
+fn pocl_here() -> bool {
+    std::process::Command::new("clinfo")
+        .arg("-l")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Portable Computing Language"))
+}
+
 fn node_json(url: &str) -> Value {
     ureq::get(&format!("http://{url}"))
         .timeout(Duration::from_secs(5))
@@ -980,7 +997,17 @@ fn data_path_faults_answer_every_call_once_and_never_wrong() {
         return;
     };
     drop(probe);
-    let settings = Settings::from_env();
+    let mut settings = Settings::from_env();
+    if !pocl_here() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set and PoCL (Debian's pocl-opencl-icd) is missing: cache-disk-full needs it"
+        );
+        println!(
+            "SKIP: cache-disk-full (no PoCL OpenCL platform here); with CI set this is a failure"
+        );
+        settings.kinds.retain(|k| k != "cache-disk-full");
+    }
     let mut rows = Vec::new();
     for kind in &settings.kinds {
         println!("==> fault {kind}, {:?}", settings.fault);

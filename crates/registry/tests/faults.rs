@@ -29,12 +29,14 @@
 //! `FAULTS_KINDS` (comma-separated, default all), `FAULTS_OUT` (default a new
 //! temporary directory). Without namespaces it skips, unless `CI` is set.
 
+mod faultkit;
 mod faultload;
 mod netns;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use faultkit::{cut, netem_here, node_json, pocl_here, Firewall, Prometheus, StateWatch, Tmpfs};
 use faultload::{Load, Outcome, Record, Results, Row};
 use netaccel_client::registry::{Bound, BoundOptions, RegistryClient, Via};
 use netns::{Net, Node, Proc, Registry, NODE_TOKEN};
@@ -171,68 +173,6 @@ fn bind(registry: &str, function: &str, instance: &str, via: Via) -> Bound {
         .unwrap_or_else(|e| panic!("binding {instance}: {e}"))
 }
 
-/// nftables rules in namespace `ns` (table `inet nafaults`), gone on drop.
-struct Firewall<'a> {
-    net: &'a Net,
-    ns: usize,
-}
-
-impl<'a> Firewall<'a> {
-    /// Drops packets from and to `peer` in namespace `ns`.
-    fn cut(net: &'a Net, ns: usize, peer: std::net::Ipv4Addr) -> Firewall<'a> {
-        let rules = format!(
-            "table inet nafaults {{\n\
-             chain in {{ type filter hook input priority 0; ip saddr {peer} drop; }}\n\
-             chain out {{ type filter hook output priority 0; ip daddr {peer} drop; }}\n}}\n"
-        );
-        nft(net, ns, &["-f", "-"], Some(&rules)).unwrap();
-        Firewall { net, ns }
-    }
-}
-
-impl Drop for Firewall<'_> {
-    fn drop(&mut self) {
-        let lifted = nft(
-            self.net,
-            self.ns,
-            &["delete", "table", "inet", "nafaults"],
-            None,
-        );
-        // A second panic while unwinding would abort the run and leave the network.
-        if !std::thread::panicking() {
-            lifted.unwrap();
-        }
-    }
-}
-
-/// `nft ARGS` in namespace `ns`, `stdin` its input; its error output when it fails.
-fn nft(net: &Net, ns: usize, args: &[&str], stdin: Option<&str>) -> Result<(), String> {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = net
-        .command_in(ns, "nft")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running nft (Debian's nftables)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.unwrap_or("").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "nft {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
 /// The load on `up`, a fault on for `settings.fault` between two quiet spells; the
 /// fault's start and end, and the results. `inject` returns what lifts the fault
 /// (the time it takes counts in the fault's).
@@ -294,55 +234,6 @@ fn cut_from_registry(settings: &Settings) -> Row {
             ms(back)
         ),
     )
-}
-
-/// A thread that asks the registry for one node's state every 20 ms and keeps every
-/// change with when it was seen.
-struct StateWatch {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<(Instant, String)>>,
-}
-
-impl StateWatch {
-    fn start(base: &str, name: &str) -> StateWatch {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (url, name) = (format!("{base}/v1/nodes"), name.to_string());
-        let flag = std::sync::Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            let mut seen: Vec<(Instant, String)> = Vec::new();
-            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                let nodes = ureq::get(&url)
-                    .timeout(Duration::from_secs(2))
-                    .call()
-                    .ok()
-                    .and_then(|r| r.into_json::<Value>().ok());
-                let state = nodes.as_ref().and_then(|n| n.as_array()).and_then(|a| {
-                    let node = a.iter().find(|n| n["name"] == name.as_str())?;
-                    node["state"].as_str().map(String::from)
-                });
-                if let Some(state) = state {
-                    if seen.last().is_none_or(|(_, last)| *last != state) {
-                        seen.push((Instant::now(), state));
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            seen
-        });
-        StateWatch { stop, thread }
-    }
-
-    fn stop(self) -> Vec<(Instant, String)> {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread.join().expect("the state watch panicked")
-    }
-
-    /// When `state` was first seen at or after `after`.
-    fn first(seen: &[(Instant, String)], state: &str, after: Instant) -> Option<Instant> {
-        seen.iter()
-            .find(|(t, s)| *t >= after && s == state)
-            .map(|(t, _)| *t)
-    }
 }
 
 fn new_net() -> Net {
@@ -524,86 +415,6 @@ fn first_right(records: &[Record], client: usize) -> Option<Instant> {
         .min()
 }
 
-/// Prometheus (Debian's) in the root namespace scraping the nodes every second;
-/// killed on drop. `stop` and `start` take it down and bring it back on the same
-/// port and data.
-struct Prometheus {
-    proc: Option<Proc>,
-    argv: Vec<String>,
-    listen: SocketAddr,
-    dir: std::path::PathBuf,
-}
-
-impl Prometheus {
-    fn new(net: &Net) -> Prometheus {
-        let binary = "/usr/bin/prometheus";
-        assert!(
-            std::path::Path::new(binary).exists(),
-            "{binary} is missing: install Debian's prometheus (test.sh does)"
-        );
-        let listen = SocketAddr::from((net.host_ip(), net.host_port()));
-        let dir = std::env::temp_dir().join(format!(
-            "netaccel-faults-prometheus-{}-{}",
-            std::process::id(),
-            listen.port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let targets: Vec<String> = (0..NODES)
-            .map(|i| format!("'{}:{}'", net.ns_ip(i), netns::NODE_HTTP_PORT))
-            .collect();
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: netaccel\n    static_configs:\n      - targets: [{}]\n",
-                targets.join(", ")
-            ),
-        )
-        .unwrap();
-        let argv = vec![
-            binary.to_string(),
-            format!("--config.file={}", config.display()),
-            format!("--storage.tsdb.path={}", dir.join("data").display()),
-            format!("--web.listen-address={listen}"),
-            "--log.level=error".to_string(),
-        ];
-        let mut p = Prometheus {
-            proc: None,
-            argv,
-            listen,
-            dir,
-        };
-        p.start();
-        p
-    }
-
-    fn base(&self) -> String {
-        format!("http://{}", self.listen)
-    }
-
-    fn start(&mut self) {
-        assert!(self.proc.is_none(), "Prometheus runs already");
-        let mut cmd = std::process::Command::new(&self.argv[0]);
-        cmd.args(&self.argv[1..]);
-        let mut proc = Proc::spawn(cmd, "prometheus");
-        proc.wait_for(self.listen);
-        self.proc = Some(proc);
-    }
-
-    /// `kill -9`: down, as a crashed Prometheus is.
-    fn stop(&mut self) {
-        self.proc.take().expect("Prometheus runs").kill();
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        self.proc.take();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// The registry takes slot utilisation from Prometheus; Prometheus is killed, and
 /// while it is down a new function is placed (allocation must not need it) and called.
 fn prometheus_down(settings: &Settings) -> Row {
@@ -652,29 +463,6 @@ fn prometheus_down(settings: &Settings) -> Row {
     let end = Instant::now();
     std::thread::sleep(WARM.max(settings.fault));
     load.stop().row("prometheus-down", start, end, &note)
-}
-
-/// Whether the kernel has `sch_netem` (a delay qdisc on a namespace's loopback).
-fn netem_here(net: &Net) -> String {
-    let out = net
-        .command_in(0, "tc")
-        .args([
-            "qdisc", "add", "dev", "lo", "root", "netem", "delay", "10ms",
-        ])
-        .output()
-        .expect("running tc (iproute2)");
-    if out.status.success() {
-        let _ = net
-            .command_in(0, "tc")
-            .args(["qdisc", "del", "dev", "lo", "root"])
-            .output();
-        "sch_netem available (not used)".into()
-    } else {
-        format!(
-            "no sch_netem here (tc: {})",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-    }
 }
 
 /// Bursts of SIGSTOP: n1 stopped `SLOW_STOP`, running `SLOW_RUN`, over and over.
@@ -726,55 +514,6 @@ fn slow_node(settings: &Settings) -> Row {
             slowest.as_millis()
         ),
     )
-}
-
-/// A small tmpfs mounted for one node's caches; unmounted on drop.
-struct Tmpfs {
-    dir: std::path::PathBuf,
-}
-
-impl Tmpfs {
-    fn mount(bytes: u64) -> Tmpfs {
-        let dir =
-            std::env::temp_dir().join(format!("netaccel-faults-cache-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let status = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
-            .arg(&dir)
-            .status()
-            .expect("running mount");
-        assert!(status.success(), "mount -t tmpfs: {status}");
-        Tmpfs { dir }
-    }
-
-    /// Writes a file until the file system is full; the bytes written.
-    fn fill(&self) -> u64 {
-        use std::io::Write;
-        let mut f = std::fs::File::create(self.dir.join("filler")).unwrap();
-        let block = vec![0u8; 64 << 10];
-        let mut written = 0;
-        loop {
-            match f.write(&block) {
-                Ok(0) => break,
-                Ok(n) => written += n as u64,
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-                Err(e) => panic!("filling the tmpfs: {e}"),
-            }
-        }
-        let _ = f.sync_all();
-        written
-    }
-
-    fn free(&self) {
-        std::fs::remove_file(self.dir.join("filler")).unwrap();
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.dir).status();
-        let _ = std::fs::remove_dir(&self.dir);
-    }
 }
 
 /// Two user accelerators that XOR every byte with a key, `xor_a` and `xor_b`,
@@ -963,31 +702,6 @@ fn load_and_call(
         .count();
     notes.push(format!("{right} of 20 {loaded} calls right"));
     loaded
-}
-
-/// `text` up to its `max`-th character, with an ellipsis when cut.
-fn cut(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &text[..i]),
-        None => text.to_string(),
-    }
-}
-
-/// Whether the OpenCL loader lists PoCL's platform (the `cache-disk-full` fault's
-/// OpenCL device).
-fn pocl_here() -> bool {
-    std::process::Command::new("clinfo")
-        .arg("-l")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Portable Computing Language"))
-}
-
-fn node_json(url: &str) -> Value {
-    ureq::get(&format!("http://{url}"))
-        .timeout(Duration::from_secs(5))
-        .call()
-        .map(|r| r.into_json().unwrap_or(Value::Null))
-        .unwrap_or(Value::Null)
 }
 
 #[test]

@@ -342,6 +342,18 @@ else
   echo "==> go is not installed: bench/jepsen is skipped (CI unset)"
 fi
 
+# Data-path faults for nodes under load (bench/faults, docs/faults.md): three real nodes
+# in network namespaces and a real registry, six clients calling over HTTP and RAC
+# through their bindings, every answer checked against its call's tag, while one fault
+# at a time is on for 3 s (a node cut from its clients, cut from the registry, slowed
+# by SIGSTOP bursts, its cache disk full; a hung kernel in a slot being reconfigured;
+# Prometheus down): no call answered wrong, none left unanswered. Namespaces and the
+# tmpfs need root: without them the test skips, under CI it fails.
+begin "data-path faults: bench/faults (six faults under load, 3 s each)"
+faults_out=$(mktemp -d)
+cleanups+=("rm -rf '$faults_out'")
+FAULTS_OUT="$faults_out" bench/faults/run.sh 3
+
 begin "clients: the shared conformance suite (every client, every case)"
 NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" NETACCEL_REGISTRY_BIN="$target_dir/debug/netaccel-registry" \
   python3 -m pytest -q clients/conformance

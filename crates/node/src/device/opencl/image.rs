@@ -283,6 +283,9 @@ impl Loaded for OpenClImage {
                         .size("a local argument", e, params, len, Some(out_len))?;
             }
         }
+        if let Some(cache) = &self.cl.runtime_cache {
+            cache.check().map_err(internal)?;
+        }
         self.cl
             .lane
             .run(|| self.enqueue(params, input, out, out_len, &sizes))?;

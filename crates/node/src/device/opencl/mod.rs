@@ -49,6 +49,7 @@ use crate::device::{DeviceConfig, DevicesSection, PlatformChoice};
 pub mod builtins;
 mod image;
 mod programs;
+mod runtime_cache;
 mod section;
 
 pub use section::OpenclSection;
@@ -115,6 +116,9 @@ pub(crate) struct Cl {
     /// Platform and driver versions: part of a program's cache key, so a binary built
     /// by another runtime is never loaded.
     pub versions: String,
+    /// The runtime's own kernel cache, checked for room before loads and calls
+    /// (PoCL aborts the process when it cannot write there).
+    pub runtime_cache: Option<runtime_cache::RuntimeCache>,
 }
 
 impl Drop for Cl {
@@ -243,6 +247,7 @@ impl OpenClBackend {
             device: Raw(device),
             context: Raw(context),
             lane,
+            runtime_cache: runtime_cache::RuntimeCache::of_platform(&platform_name),
             platform_name,
             vendor,
             device_name,
@@ -354,6 +359,9 @@ impl Backend for OpenClBackend {
     }
 
     fn load(&self, _slot: u16, accel: Hostable<'_>) -> Result<Load, String> {
+        if let Some(cache) = &self.cl.runtime_cache {
+            cache.check()?;
+        }
         let m = self.manifest_of(accel)?;
         let id = accel.accel.descriptor().id;
         let built = self.programs.get_or_build(&m)?;

@@ -269,6 +269,16 @@ impl Registry {
             // undo, and an instance under the same id now is another request's (found
             // by bench/jepsen: the cleanup below deleted it).
             Err(e) if e.status == 404 => Err(e),
+            // The creation is stored, and others may have read the instance since; the
+            // placement's commit failed, and its outcome is unknown (etcd may have
+            // applied a transaction whose answer was lost). Deleting the instance now
+            // would undo a write others saw, with no DELETE (found by bench/jepsen
+            // when an etcd member was killed: docs/jepsen.md, anomaly 7). It stays;
+            // unbound, the rebalancer places it.
+            Err(e) if e.code != "NO_DEVICE" => Err(ApiError::unavailable(format!(
+                "instance {id} was created, but its placement is of unknown outcome ({}); it stays, and the registry places it if it is unbound",
+                e.message
+            ))),
             Err(e) => {
                 let mut st = self.lock().await;
                 if st.instance(&id).is_some() {

@@ -118,14 +118,50 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Nodes whose reconfigurations wait for the test: each answers (yes) once the test
+/// adds a permit; `asked` is rung when one is asked for.
+struct Held {
+    permits: Arc<tokio::sync::Semaphore>,
+    asked: Arc<tokio::sync::Notify>,
+}
+
+impl Default for Held {
+    fn default() -> Held {
+        Held {
+            permits: Arc::new(tokio::sync::Semaphore::new(0)),
+            asked: Arc::default(),
+        }
+    }
+}
+
+impl NodeAdmin for Held {
+    fn reconfigure(
+        &self,
+        _: SocketAddr,
+        _: u16,
+        _: &str,
+    ) -> BoxFuture<'static, Result<(), String>> {
+        let (permits, asked) = (self.permits.clone(), self.asked.clone());
+        Box::pin(async move {
+            asked.notify_one();
+            permits.acquire().await.unwrap().forget();
+            Ok(())
+        })
+    }
+}
+
 /// A leader on `store` with node `n1` (two `sobel` slots) and function `f` (`sobel`,
 /// no instances yet).
 async fn leader_on(store: Arc<SeamStore>) -> Arc<Registry> {
+    leader_with(store, Arc::new(Agree)).await
+}
+
+async fn leader_with(store: Arc<SeamStore>, admin: Arc<dyn NodeAdmin>) -> Arc<Registry> {
     let config = Config {
         lease: std::time::Duration::from_secs(60),
         ..Config::default()
     };
-    let reg = Registry::new(config, store, Arc::new(Agree)).await.unwrap();
+    let reg = Registry::new(config, store, admin).await.unwrap();
     let node: NodeRegistration = serde_json::from_value(json!({
         "http": "127.0.0.1:10001",
         "rac": "127.0.0.1:20001",
@@ -325,5 +361,36 @@ fn two_posts_of_one_id_and_a_delete_never_leave_it_missing() {
             "x is missing after B created it: {stored:?}"
         );
         assert_eq!(cache, stored);
+    });
+}
+
+/// Anomaly 4: a `PUT` of a function that took effect answered `404 there is no
+/// function` when a `DELETE` came while it placed the function's instances (it
+/// answered by reading the function again). Here the placement waits for a
+/// reconfiguration the test holds, and the DELETE comes then: the PUT answers `200`
+/// with the function as it stored it.
+#[test]
+fn a_put_deleted_while_it_placed_answers_what_it_stored() {
+    rt().block_on(async {
+        let store = Arc::new(SeamStore::default());
+        let held = Arc::new(Held::default());
+        let reg = leader_with(store, held.clone()).await;
+        // No slot holds echo: placing the instance reconfigures one, and waits.
+        let spec: FunctionSpec =
+            serde_json::from_value(json!({"accelerator": "echo", "instances": 1})).unwrap();
+        let put = tokio::spawn({
+            let reg = reg.clone();
+            async move { reg.put_function("r", &spec).await }
+        });
+        held.asked.notified().await;
+        reg.delete_function("r").await.unwrap();
+        held.permits.add_permits(1);
+        let doc = put
+            .await
+            .unwrap()
+            .expect("the PUT took effect: it must not answer an error");
+        assert_eq!(doc["name"], "r", "{doc}");
+        assert_eq!(doc["accelerator"], "echo", "{doc}");
+        assert!(reg.function_json("r").await.is_err(), "the DELETE stands");
     });
 }

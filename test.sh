@@ -299,7 +299,7 @@ fi
 # kills, pauses and partitions replicas and kills etcd members (network namespaces: root;
 # without them a skip, under CI a failure), the history decided by porcupine (from the
 # Go module proxy); then 10 s of the planted bug (cargo feature
-# jepsen-plant-follower-acks-writes), which must be caught. 1 min 56 s on 2 cores shared
+# jepsen-plant-follower-acks-writes), which must be caught. 1 min 50 s on 2 cores shared
 # with other builds, the planted registry's build included.
 begin "registry under faults: bench/jepsen (model tests, 60 s of faults, the planted bug)"
 if command -v go >/dev/null; then

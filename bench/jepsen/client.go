@@ -125,6 +125,11 @@ func (a answer) certainlyNotApplied() bool {
 	if a.code == "NOT_LEADER" {
 		return true
 	}
+	if strings.Contains(a.text, " was created, but ") {
+		// A POST whose creation was stored and whose placement failed: the reason
+		// it quotes may be one of those below, but the creation stands.
+		return false
+	}
 	for _, why := range []string{"as many requests", "not the leader", "lease ended", "may have run out"} {
 		if strings.Contains(a.text, why) {
 			return true

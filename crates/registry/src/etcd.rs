@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 use futures_util::future::BoxFuture;
@@ -64,6 +65,27 @@ fn unavailable(e: etcd_client::Error) -> StoreError {
     StoreError::Unavailable(format!("etcd: {e}"))
 }
 
+/// Longest wait for etcd's answer to one read or transaction. A request that reached
+/// etcd while its members were electing a new Raft leader (the old one killed) is
+/// answered only at etcd's own request timeout, about 7 s later, although the new
+/// leader is there within a second or two; giving up sooner lets the caller try again
+/// (docs/jepsen.md, anomaly 5). A transaction given up on is of unknown outcome, as
+/// any whose answer is lost.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `request`, answered within [`REQUEST_TIMEOUT`].
+async fn bounded<T>(
+    request: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Ok(answer) => answer.map_err(unavailable),
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "etcd did not answer within {} s",
+            REQUEST_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
 impl EtcdStore {
     /// Connects to `endpoints` (`http://HOST:PORT`), keeping keys under `prefix`.
     pub async fn connect(endpoints: Vec<String>, prefix: String) -> Result<EtcdStore, String> {
@@ -105,13 +127,11 @@ impl Store for EtcdStore {
             let mut client = self.client.clone();
             // One range read over the whole prefix: records and state-revision are
             // read at one etcd revision, so they agree.
-            let response = client
-                .get(
-                    self.prefix.as_bytes(),
-                    Some(GetOptions::new().with_prefix()),
-                )
-                .await
-                .map_err(unavailable)?;
+            let response = bounded(client.get(
+                self.prefix.as_bytes(),
+                Some(GetOptions::new().with_prefix()),
+            ))
+            .await?;
             let state_prefix = self.state_prefix();
             let revision_key = self.key(STATE_REVISION);
             let mut revision: Revision = 0;
@@ -165,16 +185,14 @@ impl Store for EtcdStore {
                 ])
                 .and_then(ops);
             let mut client = self.client.clone();
-            let response = client.txn(txn).await.map_err(unavailable)?;
+            let response = bounded(client.txn(txn)).await?;
             if response.succeeded() {
                 let revision = response.header().map_or(0, |h| h.revision());
                 return Ok(revision as Revision);
             }
             // Refused: either someone else wrote or this replica's lease is gone.
-            let now = client
-                .get(revision_key, None)
-                .await
-                .map_err(unavailable)?
+            let now = bounded(client.get(revision_key, None))
+                .await?
                 .kvs()
                 .first()
                 .map_or(0, |kv| kv.mod_revision() as Revision);

@@ -87,9 +87,12 @@ async fn campaign_once(
     let mut client = store.client();
     let ttl_s = ttl.as_secs().max(1) as i64;
     let asked = Instant::now();
-    let lease = client
-        .lease_grant(ttl_s, None)
+    // Bounded as the store's requests are (crate::etcd::REQUEST_TIMEOUT): a grant
+    // sent while etcd elects its own leader is otherwise answered seconds later.
+    let grant = client.lease_grant(ttl_s, None);
+    let lease = tokio::time::timeout(crate::etcd::REQUEST_TIMEOUT, grant)
         .await
+        .map_err(|_| "lease: etcd did not answer in time".to_string())?
         .map_err(|e| format!("lease: {e}"))?
         .id();
     let keepalive = keep_alive(registry, client.clone(), lease, asked + ttl, ttl);
@@ -124,15 +127,20 @@ fn stop_leading(registry: &Registry, store: &EtcdStore) {
     registry.stop_leading();
 }
 
-/// Renews `lease` every fifth of `ttl` until a renewal fails; returns why.
+/// Renews `lease` every fifth of `ttl` until it may have run out; returns why.
 ///
 /// A slow answer is not a lost lease: etcd under load (an fsync stall, a starved
 /// process) can take longer than a renewal period to answer, and giving up then made a
-/// healthy leader resign. The lease is given up only when it may have run out: each
-/// renewal that etcd grants runs from when it was sent (etcd counts from later still,
-/// so this side's deadline is never past etcd's), and `valid_until` is the end of the
-/// last one. The leader therefore never acts on a lease etcd may have expired, and
-/// answers nothing from its cache past it ([`Registry::cache_unconfirmed`]).
+/// healthy leader resign. Nor is a broken keep-alive stream: when the etcd member it
+/// ran to is killed, a new stream goes to another member (etcd's client spreads
+/// requests over every endpoint), and the lease, which the cluster keeps, is renewed
+/// there; giving up at once stopped writes for seconds while the replicas elected
+/// again (docs/jepsen.md, anomaly 5). The lease is given up only when it may have run
+/// out: each renewal that etcd grants runs from when it was sent (etcd counts from
+/// later still, so this side's deadline is never past etcd's), and `valid_until` is
+/// the end of the last one. The leader therefore never acts on a lease etcd may have
+/// expired, and answers nothing from its cache past it
+/// ([`Registry::cache_unconfirmed`]).
 async fn keep_alive(
     registry: &Registry,
     mut client: Client,
@@ -141,16 +149,32 @@ async fn keep_alive(
     ttl: Duration,
 ) -> String {
     registry.lease_valid_until(valid_until);
-    let (mut keeper, mut stream) = match client.lease_keep_alive(lease).await {
-        Ok(pair) => pair,
-        Err(e) => return format!("lease keep-alive: {e}"),
-    };
+    let mut streams = None;
     let mut interval = tokio::time::interval(ttl / 5);
+    let mut broken = String::new();
     loop {
         interval.tick().await;
+        let left = valid_until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return format!("the election lease may have run out: {broken}");
+        }
+        let (keeper, stream) = match &mut streams {
+            Some(pair) => pair,
+            None => match tokio::time::timeout(left, client.lease_keep_alive(lease)).await {
+                Ok(Ok(pair)) => streams.insert(pair),
+                Ok(Err(e)) => {
+                    broken = format!("lease keep-alive: {e}");
+                    continue;
+                }
+                Err(_) => return "etcd did not renew the election lease before it ran out".into(),
+            },
+        };
         let sent = Instant::now();
         if let Err(e) = keeper.keep_alive().await {
-            return format!("lease keep-alive: {e}");
+            broken = format!("lease keep-alive: {e}");
+            warn!(error = %broken, "election lease: a new keep-alive stream");
+            streams = None;
+            continue;
         }
         let left = valid_until.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, stream.message()).await {
@@ -159,8 +183,16 @@ async fn keep_alive(
                 registry.lease_valid_until(valid_until);
             }
             Ok(Ok(Some(_))) => return "the election lease expired".to_string(),
-            Ok(Ok(None)) => return "lease keep-alive stream closed".to_string(),
-            Ok(Err(e)) => return format!("lease keep-alive: {e}"),
+            Ok(Ok(None)) => {
+                broken = "lease keep-alive stream closed".to_string();
+                warn!(error = %broken, "election lease: a new keep-alive stream");
+                streams = None;
+            }
+            Ok(Err(e)) => {
+                broken = format!("lease keep-alive: {e}");
+                warn!(error = %broken, "election lease: a new keep-alive stream");
+                streams = None;
+            }
             Err(_) => return "etcd did not renew the election lease before it ran out".to_string(),
         }
     }

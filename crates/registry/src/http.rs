@@ -104,9 +104,10 @@ async fn guard(State(app): State<App>, request: Request, next: Next) -> Response
     };
     let path = request.uri().path();
     let write = !matches!(*request.method(), Method::GET | Method::HEAD);
-    // A replica that led on a lease that may have run out answers nothing from its
-    // cache until it has a fresh copy (Registry::cache_unconfirmed).
-    if path.starts_with("/v1/") && app.registry.cache_unconfirmed() {
+    // A replica that led on a lease that may have run out, or whose cache may differ
+    // from the store, answers nothing from its cache until it has a fresh copy
+    // (Registry::cache_unconfirmed); a leader reloads at once when it can.
+    if path.starts_with("/v1/") && !app.registry.cache_usable().await {
         return ApiError::unavailable(
             "this replica led on an election lease that may have run out; it answers again once it has a fresh copy of the state",
         )

@@ -116,7 +116,7 @@ impl Registry {
         spec: &FunctionSpec,
     ) -> Result<Value, ApiError> {
         let wanted = spec.instances as usize;
-        let to_place = {
+        let (to_place, committed) = {
             let mut st = self.lock().await;
             let existing = st.function(name);
             if existing.is_none() && st.function_count() >= self.config.functions_max {
@@ -164,14 +164,20 @@ impl Registry {
                 to_place.push(id);
             }
             self.commit(&mut st).await?;
-            to_place
+            (to_place, st.function_json(name))
         };
         for id in &to_place {
             if let Err(e) = self.allocate(id, Alloc::default()).await {
                 info!(instance = %id, error = %e, "instance left unbound for now");
             }
         }
-        self.function_json(name).await
+        match self.function_json(name).await {
+            // Deleted since it was stored: the PUT took effect, and says so with the
+            // function as it stored it, not with a 404 that reads as "not done" (found
+            // by bench/jepsen: docs/jepsen.md, anomaly 4).
+            Err(e) if e.status == 404 => Ok(committed),
+            answer => answer,
+        }
     }
 
     pub async fn function_json(&self, name: &str) -> Result<Value, ApiError> {
@@ -269,6 +275,16 @@ impl Registry {
             // undo, and an instance under the same id now is another request's (found
             // by bench/jepsen: the cleanup below deleted it).
             Err(e) if e.status == 404 => Err(e),
+            // The creation is stored, and others may have read the instance since; the
+            // placement's commit failed, and its outcome is unknown (etcd may have
+            // applied a transaction whose answer was lost). Deleting the instance now
+            // would undo a write others saw, with no DELETE (found by bench/jepsen
+            // when an etcd member was killed: docs/jepsen.md, anomaly 7). It stays;
+            // unbound, the rebalancer places it.
+            Err(e) if e.code != "NO_DEVICE" => Err(ApiError::unavailable(format!(
+                "instance {id} was created, but its placement is of unknown outcome ({}); it stays, and the registry places it if it is unbound",
+                e.message
+            ))),
             Err(e) => {
                 let mut st = self.lock().await;
                 if st.instance(&id).is_some() {

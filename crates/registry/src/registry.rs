@@ -43,6 +43,13 @@ use crate::state::State;
 use crate::store::{Store, StoreError};
 
 pub use crate::alloc::MIGRATION_DEPTH_MAX;
+/// The cache's revision when it may differ from the store: no store reaches it, so a
+/// commit from such a cache is refused as a conflict.
+const REVISION_NONE: crate::store::Revision = crate::store::Revision::MAX;
+/// Reads of the store after a failed commit before the cache is given up as unknown
+/// (see `Registry::reload_after_failed_commit`), and the pause between two.
+const RELOAD_TRIES: usize = 8;
+const RELOAD_PAUSE: Duration = Duration::from_millis(25);
 /// Failed reconfigurations one allocation tries past before it gives up.
 pub const RECONFIGURE_ATTEMPTS_MAX: usize = 3;
 
@@ -150,9 +157,13 @@ pub struct Registry {
     /// longer than the lease) and answers nothing from its cache: see
     /// [`Registry::cache_unconfirmed`].
     lease_valid_until: StdMutex<Option<Instant>>,
-    /// A replica that stopped leading, until its first fresh copy of the store: another
-    /// may have led and written meanwhile.
+    /// Until its next fresh copy of the store, this replica's cache may differ from the
+    /// store: it stopped leading (another may have led and written meanwhile), or a
+    /// commit whose outcome is unknown could not be followed by a reload.
     behind: AtomicBool,
+    /// The highest store revision this replica has loaded or committed. A load older
+    /// than it comes from a store member that is behind and is refused.
+    seen: AtomicU64,
     /// A follower's refresh rounds, which a read about to answer `404` waits on
     /// (read-your-writes, see [`crate::freshness`]).
     pub refresh: crate::freshness::Refresh,
@@ -179,6 +190,7 @@ impl Registry {
         admin: Arc<dyn NodeAdmin>,
     ) -> Result<Arc<Registry>, StoreError> {
         let snapshot = store.load().await?;
+        let revision = snapshot.revision;
         let now = Instant::now();
         let mut state = State::from_snapshot(snapshot, now, now + config.lease);
         // Repairs are the leader's to write.
@@ -200,6 +212,7 @@ impl Registry {
             leader_url: StdMutex::new(None),
             lease_valid_until: StdMutex::new(None),
             behind: AtomicBool::new(false),
+            seen: AtomicU64::new(revision),
             refresh: Default::default(),
         }))
     }
@@ -209,7 +222,7 @@ impl Registry {
     /// writes the repairs it finds, then writes and runs the loops from now on.
     pub async fn become_leader(&self) -> Result<(), StoreError> {
         let mut st = self.state.lock().await;
-        let snapshot = self.store.load().await?;
+        let snapshot = self.load_checked().await?;
         let now = Instant::now();
         *st = State::from_snapshot(snapshot, now, now + self.config.lease);
         // Fresh from the store.
@@ -247,8 +260,9 @@ impl Registry {
     }
 
     /// Whether this replica's cache may miss what another leader wrote, so that it must
-    /// not answer from it: it leads on an election lease that may have run out, or it
-    /// stopped leading and has not reloaded since. Found by bench/jepsen: a leader
+    /// not answer from it: it leads on an election lease that may have run out, it
+    /// stopped leading and has not reloaded since, or a commit failed and the reload
+    /// after it failed too. Found by bench/jepsen: a leader
     /// paused (SIGSTOP) past its lease answered reads from its old cache after it
     /// resumed, as if it still led, and a leader that gave up its lease (an etcd member
     /// lost) answered from its cache while the next one wrote.
@@ -276,7 +290,7 @@ impl Registry {
     /// A follower's refresh: replaces the cache with the store's state when the store
     /// moved on, and wakes the long polls, which answer if their instance changed.
     pub async fn reload(&self) -> Result<(), StoreError> {
-        let snapshot = self.store.load().await?;
+        let snapshot = self.load_checked().await?;
         let mut st = self.state.lock().await;
         if self.is_leader() {
             return Ok(());
@@ -304,6 +318,9 @@ impl Registry {
             return Ok(());
         }
         self.store.replace(snapshot)?;
+        // The leader's revisions are this store's from now on (a leader on a memory
+        // store that restarted counts from 0 again).
+        self.seen.store(snapshot.revision, Ordering::SeqCst);
         let now = Instant::now();
         *st = State::from_snapshot(snapshot.clone(), now, now + self.config.lease);
         let _ = st.take_changes();
@@ -314,7 +331,7 @@ impl Registry {
     /// The records as this replica holds them (`GET /v1/snapshot`), from its cache,
     /// so the route costs the store nothing; `None` while the cache is at `after`.
     pub async fn snapshot(&self, after: Option<u64>) -> Option<crate::store::Snapshot> {
-        let st = self.state.lock().await;
+        let st = self.lock().await;
         (after != Some(st.revision)).then(|| st.snapshot())
     }
 
@@ -327,8 +344,18 @@ impl Registry {
     }
 
     /// The state, for reading (and for transactions within this crate).
+    ///
+    /// A leader whose cache may differ from the store (see
+    /// [`Registry::reload_after_failed_commit`]) reloads it first: a request that
+    /// passed the HTTP guard before the failed commit and waited for the lock since
+    /// must not read what the store never took (found by bench/jepsen: a POST read an
+    /// instance another POST's failed commit had left in the cache, which was then gone).
     pub async fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().await
+        let mut st = self.state.lock().await;
+        if self.behind.load(Ordering::SeqCst) && self.is_leader() {
+            self.reload_after_failed_commit(&mut st).await;
+        }
+        st
     }
 
     /// Commits the transaction recorded in `st` and wakes the watchers of the
@@ -347,32 +374,99 @@ impl Registry {
         }
         if !self.is_leader() {
             // A follower's cache may not change: reload it and refuse.
-            let now = Instant::now();
-            if let Ok(snapshot) = self.store.load().await {
-                *st = State::from_snapshot(snapshot, now, now + self.config.lease);
-                let _ = st.take_changes();
-            }
+            self.reload_after_failed_commit(st).await;
             return Err(ApiError::not_leader(self.leader_url()));
         }
         match self.store.commit(st.revision, &changes).await {
             Ok(revision) => {
+                assert!(revision > st.revision, "a commit moves the store on");
                 st.revision = revision;
+                self.seen.fetch_max(revision, Ordering::SeqCst);
                 self.notify(st, &touched);
                 Ok(())
             }
             Err(e) => {
                 warn!(error = %e, "store refused a write; reloading the state from it");
-                let now = Instant::now();
-                match self.store.load().await {
-                    Ok(snapshot) => {
-                        *st = State::from_snapshot(snapshot, now, now + self.config.lease);
-                        let _ = st.take_changes();
-                    }
-                    Err(e) => warn!(error = %e, "reloading the state failed"),
-                }
+                self.reload_after_failed_commit(st).await;
                 Err(ApiError::unavailable(e.to_string()))
             }
         }
+    }
+
+    /// After a failed commit the cache holds changes the store may or may not have
+    /// (etcd may have applied a transaction whose answer was lost): it is replaced
+    /// with what the store holds. When even that read fails, nothing may come from the
+    /// cache until a reload succeeds: it answers nothing ([`Registry::cache_unconfirmed`],
+    /// until [`Registry::reload_if_behind`]), and its revision is one no store has, so
+    /// that any commit from it is refused as a conflict (which reloads again) instead
+    /// of storing the rest of a transaction the store never took.
+    async fn reload_after_failed_commit(&self, st: &mut State) {
+        // etcd's client spreads requests over its endpoints, one of which may be the
+        // member that is gone: a few tries, under the lock, usually reach another.
+        let mut loaded = self.load_checked().await;
+        for _ in 1..RELOAD_TRIES {
+            if loaded.is_ok() {
+                break;
+            }
+            tokio::time::sleep(RELOAD_PAUSE).await;
+            loaded = self.load_checked().await;
+        }
+        match loaded {
+            Ok(snapshot) => {
+                let now = Instant::now();
+                *st = State::from_snapshot(snapshot, now, now + self.config.lease);
+                let _ = st.take_changes();
+                self.behind.store(false, Ordering::SeqCst);
+                self.notify_all_watched(st);
+            }
+            Err(e) => {
+                warn!(error = %e, "reloading the state failed: answering nothing from the cache until it is reloaded");
+                self.behind.store(true, Ordering::SeqCst);
+                st.revision = REVISION_NONE;
+            }
+        }
+    }
+
+    /// Whether this replica may answer from its cache now (the HTTP guard asks before
+    /// every request): not while it is unconfirmed ([`Registry::cache_unconfirmed`]),
+    /// except that a leader whose cache fell behind reloads it first.
+    pub async fn cache_usable(&self) -> bool {
+        if !self.cache_unconfirmed() {
+            return true;
+        }
+        self.reload_if_behind().await && !self.cache_unconfirmed()
+    }
+
+    /// A leader whose cache may differ from the store (see
+    /// [`Registry::reload_after_failed_commit`]) reloads it; whether its cache is now
+    /// the store's. A follower's cache is reloaded by its refresh loop instead.
+    pub async fn reload_if_behind(&self) -> bool {
+        if !self.behind.load(Ordering::SeqCst) {
+            return true;
+        }
+        if !self.is_leader() {
+            return false;
+        }
+        let mut st = self.state.lock().await;
+        if self.behind.load(Ordering::SeqCst) && self.is_leader() {
+            self.reload_after_failed_commit(&mut st).await;
+        }
+        !self.behind.load(Ordering::SeqCst)
+    }
+
+    /// The store's state, refused when it is older than a revision this replica
+    /// already saw: a store member that is behind (etcd's reads are linearizable, so
+    /// this is a guard, not a path expected to run).
+    async fn load_checked(&self) -> Result<crate::store::Snapshot, StoreError> {
+        let snapshot = self.store.load().await?;
+        let seen = self.seen.fetch_max(snapshot.revision, Ordering::SeqCst);
+        if snapshot.revision < seen {
+            return Err(StoreError::Unavailable(format!(
+                "the store answered with revision {}, older than revision {seen} this replica already saw",
+                snapshot.revision
+            )));
+        }
+        Ok(snapshot)
     }
 
     // ---- long poll ----
@@ -428,7 +522,7 @@ impl Registry {
         let mut subscription = permit.as_ref().map(|_| self.subscribe(id));
         loop {
             {
-                let st = self.state.lock().await;
+                let st = self.lock().await;
                 let Some(instance) = st.instance(id).filter(|i| i.function == function) else {
                     return Err(ApiError::not_found(format!(
                         "function {function} has no instance {id}"
@@ -489,7 +583,7 @@ impl Registry {
         let mut failures = Vec::new();
         for _ in 0..=RECONFIGURE_ATTEMPTS_MAX {
             let step = {
-                let mut st = self.state.lock().await;
+                let mut st = self.lock().await;
                 let step = self.decide(&mut st, id, &how);
                 self.commit(&mut st).await?;
                 step
@@ -533,7 +627,7 @@ impl Registry {
         // (unbinding, when the instance cannot stay where it is).
         how.reconfigure = Reconfigure::Never;
         let step = {
-            let mut st = self.state.lock().await;
+            let mut st = self.lock().await;
             let step = self.decide(&mut st, id, &how);
             self.commit(&mut st).await?;
             step
@@ -634,7 +728,7 @@ impl Registry {
         accelerator: &str,
         outcome: Result<(), String>,
     ) -> Result<Option<SlotIdx>, String> {
-        let mut st = self.state.lock().await;
+        let mut st = self.lock().await;
         let ours = st.inventory.get(idx).is_some()
             && st.soft(idx).pending.as_ref().is_some_and(|p| p.1 == op);
         if !ours {
@@ -747,7 +841,7 @@ impl Registry {
     /// The HTTP address of the least utilised ready node hosting `accelerator`
     /// (mean utilisation of its slots holding it; ties: fewer instances, then name).
     pub async fn resolve(&self, accelerator: &str) -> Option<SocketAddr> {
-        let st = self.state.lock().await;
+        let st = self.lock().await;
         let mut per_node: HashMap<&str, (f64, u32, u32)> = HashMap::new();
         for &idx in st.inventory.holders(accelerator) {
             let slot = st.inventory.get(idx).expect("holder");

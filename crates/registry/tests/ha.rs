@@ -539,3 +539,167 @@ fn a_leader_paused_past_its_lease_answers_nothing_stale() {
         "{body}"
     );
 }
+
+/// The Registry's store as the test sees it: the etcd store, whose loads the test can
+/// make fail (the replica's reloads then cannot bring its cache up to date).
+struct LoadsFailOnDemand {
+    inner: std::sync::Arc<netaccel_registry::etcd::EtcdStore>,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl netaccel_registry::store::Store for LoadsFailOnDemand {
+    fn load(
+        &self,
+    ) -> futures_util::future::BoxFuture<
+        '_,
+        Result<netaccel_registry::store::Snapshot, netaccel_registry::store::StoreError>,
+    > {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(std::future::ready(Err(
+                netaccel_registry::store::StoreError::Unavailable("loads fail (the test)".into()),
+            )));
+        }
+        self.inner.load()
+    }
+
+    fn commit<'a>(
+        &'a self,
+        expected: netaccel_registry::store::Revision,
+        changes: &'a [netaccel_registry::store::Change],
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<netaccel_registry::store::Revision, netaccel_registry::store::StoreError>,
+    > {
+        self.inner.commit(expected, changes)
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// Found by bench/jepsen (docs/jepsen.md, anomaly 2): a leader that gives up its
+/// election lease while it is still valid (its keep-alive failed, as when the etcd
+/// member it talks to is killed) used to revoke the lease first and stop leading
+/// after, and then to answer reads from its cache as a follower until a reload came:
+/// another replica led and wrote meanwhile, and reads went back in time. Here the
+/// lease ends at a moment the test chooses (it revokes it), the next leader (the test,
+/// on the store) deletes a function, and the old leader's reloads fail: from the
+/// moment it stops leading until it has a fresh copy, it must answer nothing from its
+/// cache — neither the deleted function nor a `200`.
+#[test]
+fn a_leader_that_gives_up_its_lease_answers_no_stale_read() {
+    use netaccel_registry::etcd::{EtcdStore, ELECTION};
+    use netaccel_registry::store::{Change, Store};
+    use netaccel_registry::{Config, Registry};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    struct Agree;
+    impl netaccel_registry::nodeadmin::NodeAdmin for Agree {
+        fn reconfigure(
+            &self,
+            _: std::net::SocketAddr,
+            _: u16,
+            _: &str,
+        ) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+    }
+
+    let etcd = Etcd::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let endpoints = vec![format!("http://{}", etcd.client)];
+        let prefix = "stale/".to_string();
+        let etcd_store = Arc::new(
+            EtcdStore::connect(endpoints.clone(), prefix.clone())
+                .await
+                .unwrap(),
+        );
+        let store = Arc::new(LoadsFailOnDemand {
+            inner: etcd_store.clone(),
+            fail: false.into(),
+        });
+        let reg = Registry::new_follower(Config::default(), store.clone(), Arc::new(Agree))
+            .await
+            .unwrap();
+        // A long election lease: the old leader's last renewal stays valid for seconds
+        // after the lease is revoked, which is when it used to answer from its cache.
+        let ttl = Duration::from_secs(10);
+        netaccel_registry::ha::spawn(
+            reg.clone(),
+            etcd_store.clone(),
+            "http://127.0.0.1:9".into(),
+            ttl,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !reg.is_leader() || reg.cache_unconfirmed() {
+            assert!(Instant::now() < deadline, "the replica did not lead");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let spec = serde_json::from_value(json!({"accelerator": "echo", "instances": 0})).unwrap();
+        reg.put_function("gone", &spec).await.unwrap();
+
+        // The fault: from now on its reloads fail, and its lease ends.
+        store.fail.store(true, Ordering::SeqCst);
+        let mut client = etcd_store.client();
+        let lease = client
+            .leader(etcd_store.key(ELECTION))
+            .await
+            .unwrap()
+            .kv()
+            .expect("a leader")
+            .lease();
+        client.lease_revoke(lease).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reg.is_leader() {
+            assert!(
+                Instant::now() < deadline,
+                "the old leader did not give up its lease"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The next leader (the test, fenced by a key of its own) deletes the function.
+        let next = EtcdStore::connect(endpoints, prefix).await.unwrap();
+        let fence = next.key("election/next");
+        client.put(fence.as_str(), "next", None).await.unwrap();
+        next.set_fence(Some(fence.into_bytes()));
+        let revision = next.load().await.unwrap().revision;
+        next.commit(revision, &[Change::DeleteFunction("gone".into())])
+            .await
+            .unwrap();
+
+        // What the old leader answers, as its HTTP guard decides: nothing while its
+        // cache is unconfirmed, else from the cache.
+        let watched = Instant::now();
+        while watched.elapsed() < Duration::from_secs(2) {
+            assert!(!reg.is_leader(), "it led again without a fresh copy");
+            if !reg.cache_unconfirmed() {
+                let read = reg.function_json("gone").await;
+                assert!(
+                    read.is_err(),
+                    "{:?} after the next leader deleted it, the old leader read back {read:?}",
+                    watched.elapsed()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Its reloads work again: it answers, and what the store holds.
+        store.fail.store(false, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while reg.cache_unconfirmed() {
+            assert!(
+                Instant::now() < deadline,
+                "no fresh copy after the store came back"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let read = reg.function_json("gone").await;
+        assert_eq!(read.map_err(|e| e.status), Err(404));
+    });
+}

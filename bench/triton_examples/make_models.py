@@ -5,6 +5,10 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
 
 - `simple`: INPUT0, INPUT1 INT32 [-1, 16] (max_batch_size 8) -> OUTPUT0 = INPUT0 +
   INPUT1, OUTPUT1 = INPUT0 - INPUT1 (the examples' main model);
+- `simple_sequence`: a stateful model of the sequence examples: INPUT INT32
+  [-1, 1] -> OUTPUT = INPUT + START (1 on the first call of a sequence, else 0),
+  what those examples check; START and READY are control inputs the node fills
+  (`[sequence_batching]`);
 - `simple_int8`: the same in INT8, `simple_string`: the same on numbers written as
   strings (BYTES), `simple_identity`: BYTES [-1, 1] -> the same tensor. These need
   datatypes the node gains with issue 30's datatype work: a node without them refuses
@@ -14,8 +18,8 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
     python3 bench/triton_examples/make_models.py OUT_DIR
     netaccel-node --models OUT_DIR ...
 
-The examples' image, ensemble, sequence, repeat (decoupled) and custom_identity
-models are not built here: see docs/inference.md, "Triton's examples".
+The examples' image, ensemble, dynamic sequence (`simple_dyna_sequence`), repeat
+(decoupled) and custom_identity models are not built here: see docs/inference.md, "Triton's examples".
 """
 from __future__ import annotations
 
@@ -73,11 +77,56 @@ def identity(name: str) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
+#: The control inputs of `simple_sequence`, after its own input, in graph order.
+SEQUENCE_CONTROLS = (("START", "CONTROL_SEQUENCE_START"), ("READY", "CONTROL_SEQUENCE_READY"))
+
+
+def sequence(name: str) -> onnx.ModelProto:
+    """OUTPUT = (INPUT + START) * READY on [N, 1] INT32: Triton's examples send a
+    sequence's values and expect each back, the first plus one."""
+    shape = ["N", 1]
+    names = ["INPUT"] + [c for c, _ in SEQUENCE_CONTROLS]
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in names]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT", "START"], ["started"]),
+            helper.make_node("Mul", ["started", "READY"], ["OUTPUT"]),
+        ],
+        name,
+        ins,
+        [helper.make_tensor_value_info("OUTPUT", TensorProto.INT32, shape)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def sequence_batching() -> list[str]:
+    """The `[sequence_batching]` of `simple_sequence`: its control inputs."""
+    lines = [
+        "[sequence_batching]",
+        "max_sequence_idle_microseconds = 5000000",
+        "[sequence_batching.direct]",
+    ]
+    for name, kind in SEQUENCE_CONTROLS:
+        lines += [
+            "[[sequence_batching.control_input]]",
+            f'name = "{name}"',
+            "[[sequence_batching.control_input.control]]",
+            f'kind = "{kind}"',
+            "int32_false_true = [0, 1]",
+        ]
+    return lines + [""]
+
+
 def config(model: onnx.ModelProto, max_batch_size: int) -> str:
-    """The model's config.toml: Triton's fields, the batch axis left out of dims."""
+    """The model's config.toml: Triton's fields, the batch axis left out of dims; a
+    sequence model's control inputs in `[sequence_batching]`, not `[[input]]`."""
     lines = [f"max_batch_size = {max_batch_size}", ""]
+    controls = {c for c, _ in SEQUENCE_CONTROLS}
+    stateful = any(v.name in controls for v in model.graph.input)
     for section, values in (("input", model.graph.input), ("output", model.graph.output)):
         for v in values:
+            if v.name in controls:
+                continue
             t = v.type.tensor_type
             dims = [d.dim_value for d in t.shape.dim[1:]]
             lines += [
@@ -87,6 +136,8 @@ def config(model: onnx.ModelProto, max_batch_size: int) -> str:
                 f"dims = {dims}",
                 "",
             ]
+    if stateful:
+        lines += sequence_batching()
     return "\n".join(lines)
 
 
@@ -96,6 +147,7 @@ def models() -> dict[str, tuple[onnx.ModelProto, int]]:
         "simple_int8": (add_sub("simple_int8", TensorProto.INT8), 8),
         "simple_string": (add_sub("simple_string", TensorProto.STRING), 8),
         "simple_identity": (identity("simple_identity"), 8),
+        "simple_sequence": (sequence("simple_sequence"), 8),
     }
 
 

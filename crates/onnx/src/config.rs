@@ -20,6 +20,7 @@
 //! dims = [10]
 //! [dynamic_batching]           # optional: see the `batching` module
 //! max_queue_delay_microseconds = 500
+//! # or [sequence_batching]: a stateful model's sequences, see the `sequencing` module
 //! ```
 
 use accel::batch::Policy;
@@ -27,6 +28,7 @@ use accel::tensors::{DataType, TensorSpec, Tensors, INPUT_FORMATS};
 use serde::Deserialize;
 
 use crate::batching::{instances, DynamicBatching, InstanceGroup};
+use crate::sequencing::{control_spec, SequenceBatching};
 
 /// Largest `max_batch_size`.
 pub const BATCH_MAX: u32 = 4096;
@@ -62,7 +64,7 @@ impl Backend {
 }
 
 /// A parsed and checked configuration.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
     pub tensors: Tensors,
     /// The engine that runs it.
@@ -77,6 +79,9 @@ pub struct ModelConfig {
     /// How calls queued at a slot join into one run (`[dynamic_batching]`, see
     /// [`crate::batching`]); `None`: each call runs alone.
     pub dynamic_batching: Option<Policy>,
+    /// How its calls come in sequences (`[sequence_batching]`, see
+    /// [`crate::sequencing`]): its control inputs close `tensors.inputs`.
+    pub sequence_batching: Option<accel::sequence::Policy>,
     /// Slots of the default CPU device that host the model (`[[instance_group]]
     /// count`, summed; 1 without).
     pub instances: usize,
@@ -96,6 +101,8 @@ struct Raw {
     output: Vec<RawTensor>,
     #[serde(default)]
     dynamic_batching: Option<DynamicBatching>,
+    #[serde(default)]
+    sequence_batching: Option<SequenceBatching>,
     #[serde(default)]
     instance_group: Vec<InstanceGroup>,
 }
@@ -185,8 +192,21 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             label_files.push((r.name.clone(), file.clone()));
         }
     }
-    let inputs = tensors("input", raw.input)?;
+    let mut inputs = tensors("input", raw.input)?;
     let outputs = tensors("output", raw.output)?;
+    if raw.dynamic_batching.is_some() && raw.sequence_batching.is_some() {
+        return Err(
+            "dynamic_batching and sequence_batching: a model has one scheduler, not both"
+                .to_string(),
+        );
+    }
+    let sequence_batching = match raw.sequence_batching {
+        Some(section) => Some(section.check(&inputs)?),
+        None => None,
+    };
+    if let Some(policy) = &sequence_batching {
+        inputs.extend(policy.controls.iter().map(control_spec));
+    }
     let t = Tensors {
         inputs,
         outputs,
@@ -214,6 +234,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         label_files,
         formats,
         dynamic_batching,
+        sequence_batching,
         instances: instances(&raw.instance_group)?,
     })
 }

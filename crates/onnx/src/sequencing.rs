@@ -1,0 +1,321 @@
+//! The `[sequence_batching]` section of a model's `config.toml`, under Triton's names,
+//! checked into an [`accel::sequence::Policy`] (what the node routes a stateful
+//! model's sequences by). Every value has a bound; a value outside it is refused at
+//! load with its key named.
+//!
+//! ```toml
+//! max_batch_size = 8
+//! [[input]]                                  # what a request sends
+//! name = "INPUT"
+//! data_type = "TYPE_INT32"
+//! dims = [1]
+//! # ... [[output]] ...
+//! [sequence_batching]
+//! max_sequence_idle_microseconds = 5000000   # an idle sequence is released after it
+//! max_sequences = 1024                       # netaccel's bound on live sequences
+//! [sequence_batching.direct]                 # the strategy: direct (the default)
+//! [[sequence_batching.control_input]]        # an input of the ONNX graph the node fills
+//! name = "START"
+//! [[sequence_batching.control_input.control]]
+//! kind = "CONTROL_SEQUENCE_START"            # or _END, _READY, _CORRID
+//! int32_false_true = [0, 1]                  # or fp32_false_true, bool_false_true;
+//!                                            # a CORRID gives data_type instead
+//! ```
+//!
+//! A control input is one element per batch item (dims `[1]`); the node appends the
+//! control inputs, in the order listed, after the model's `[[input]]`s.
+
+use std::time::Duration;
+
+use accel::sequence::{Control, ControlKind, Policy, CONTROL_TYPES};
+use accel::tensors::{DataType, TensorSpec};
+use serde::Deserialize;
+
+/// Longest `max_sequence_idle_microseconds`: one hour.
+pub const IDLE_US_MAX: u64 = 3_600_000_000;
+/// Triton's default `max_sequence_idle_microseconds`: 1 s.
+pub const IDLE_US_DEFAULT: u64 = 1_000_000;
+/// Largest `max_sequences`.
+pub const SEQUENCES_MAX: usize = 1 << 16;
+/// Default `max_sequences`.
+pub const SEQUENCES_DEFAULT: usize = 1024;
+
+/// `[sequence_batching]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SequenceBatching {
+    #[serde(default)]
+    max_sequence_idle_microseconds: Option<u64>,
+    #[serde(default)]
+    max_sequences: Option<u64>,
+    #[serde(default)]
+    direct: Option<Direct>,
+    #[serde(default)]
+    oldest: Option<toml::Value>,
+    #[serde(default)]
+    control_input: Vec<RawControlInput>,
+}
+
+/// Triton's `direct {}`: each sequence on one slot, its calls one by one.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Direct {}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawControlInput {
+    name: String,
+    control: Vec<RawControl>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawControl {
+    kind: String,
+    #[serde(default)]
+    int32_false_true: Option<Vec<i32>>,
+    #[serde(default)]
+    fp32_false_true: Option<Vec<f32>>,
+    #[serde(default)]
+    bool_false_true: Option<Vec<bool>>,
+    #[serde(default)]
+    data_type: Option<String>,
+}
+
+impl SequenceBatching {
+    /// Checks the section; `inputs` are the model's declared `[[input]]`s, which the
+    /// control inputs must not name. The error names the key.
+    pub(crate) fn check(self, inputs: &[TensorSpec]) -> Result<Policy, String> {
+        let key = |k: &str| format!("sequence_batching.{k}");
+        if self.oldest.is_some() {
+            return Err(format!(
+                "{}: the oldest strategy is not served; sequences run direct (one slot each, \
+                 calls in order)",
+                key("oldest")
+            ));
+        }
+        debug_assert!(self.direct.is_none() || self.oldest.is_none());
+        let idle_us = self
+            .max_sequence_idle_microseconds
+            .unwrap_or(IDLE_US_DEFAULT);
+        if idle_us == 0 || idle_us > IDLE_US_MAX {
+            return Err(format!(
+                "{}: {idle_us} is not within 1..={IDLE_US_MAX}",
+                key("max_sequence_idle_microseconds")
+            ));
+        }
+        let sequences_max = self.max_sequences.unwrap_or(SEQUENCES_DEFAULT as u64);
+        if sequences_max == 0 || sequences_max > SEQUENCES_MAX as u64 {
+            return Err(format!(
+                "{}: {sequences_max} is not within 1..={SEQUENCES_MAX}",
+                key("max_sequences")
+            ));
+        }
+        let mut controls: Vec<Control> = Vec::with_capacity(self.control_input.len());
+        for raw in self.control_input {
+            let control = raw.check()?;
+            let taken = inputs.iter().any(|i| i.name == control.input)
+                || controls.iter().any(|c| c.input == control.input);
+            if taken {
+                return Err(format!(
+                    "{}: input `{}` is named twice",
+                    key("control_input"),
+                    control.input
+                ));
+            }
+            if controls.iter().any(|c| c.kind == control.kind) {
+                return Err(format!(
+                    "{}: {} is given twice",
+                    key("control_input"),
+                    control.kind.config_name()
+                ));
+            }
+            controls.push(control);
+        }
+        debug_assert!(controls.len() <= ControlKind::ALL.len());
+        Ok(Policy {
+            max_idle: Duration::from_micros(idle_us),
+            sequences_max: sequences_max as usize,
+            controls,
+        })
+    }
+}
+
+impl RawControlInput {
+    fn check(self) -> Result<Control, String> {
+        let at = format!("sequence_batching.control_input `{}`", self.name);
+        if self.name.is_empty() {
+            return Err("sequence_batching.control_input: a name is needed".to_string());
+        }
+        let [raw] = <[RawControl; 1]>::try_from(self.control)
+            .map_err(|c| format!("{at}: control: one control an input, not {}", c.len()))?;
+        let kind = ControlKind::ALL
+            .into_iter()
+            .find(|k| k.config_name() == raw.kind)
+            .ok_or_else(|| {
+                let known: Vec<_> = ControlKind::ALL.iter().map(|k| k.config_name()).collect();
+                format!(
+                    "{at}: kind `{}` is not one of {}",
+                    raw.kind,
+                    known.join(", ")
+                )
+            })?;
+        let (datatype, values) = raw.typed(kind).map_err(|e| format!("{at}: {e}"))?;
+        Ok(Control {
+            input: self.name,
+            kind,
+            datatype,
+            values,
+        })
+    }
+}
+
+impl RawControl {
+    /// The control's element type and its false/true values (a CORRID: its
+    /// `data_type`, and no values).
+    fn typed(self, kind: ControlKind) -> Result<(DataType, (f64, f64)), String> {
+        let pair = |v: Vec<f64>, what: &str| match v[..] {
+            [f, t] => Ok((f, t)),
+            _ => Err(format!("{what}: two values (false, true), not {}", v.len())),
+        };
+        let given = [
+            self.int32_false_true.is_some(),
+            self.fp32_false_true.is_some(),
+            self.bool_false_true.is_some(),
+        ];
+        let flags = given.iter().filter(|g| **g).count();
+        if kind == ControlKind::CorrId {
+            let name = self.data_type.ok_or("a CORRID control needs data_type")?;
+            let datatype = DataType::from_config_name(&name)
+                .filter(|t| CONTROL_TYPES.contains(t) && *t != DataType::Bool)
+                .ok_or_else(|| format!("data_type `{name}`: a CORRID is an integer or FP32"))?;
+            if flags > 0 {
+                return Err("a CORRID control takes data_type, not false/true values".into());
+            }
+            return Ok((datatype, (0.0, 0.0)));
+        }
+        if flags != 1 || self.data_type.is_some() {
+            return Err(
+                "a flag takes one of int32_false_true, fp32_false_true, bool_false_true"
+                    .to_string(),
+            );
+        }
+        if let Some(v) = self.int32_false_true {
+            let v = v.into_iter().map(f64::from).collect();
+            return Ok((DataType::Int32, pair(v, "int32_false_true")?));
+        }
+        if let Some(v) = self.fp32_false_true {
+            let v = v.into_iter().map(f64::from).collect();
+            return Ok((DataType::Fp32, pair(v, "fp32_false_true")?));
+        }
+        let v = self.bool_false_true.expect("one of the three is given");
+        let v = v.into_iter().map(|b| f64::from(u8::from(b))).collect();
+        Ok((DataType::Bool, pair(v, "bool_false_true")?))
+    }
+}
+
+/// The tensor a control input is in the model's inputs: one element per item.
+pub(crate) fn control_spec(control: &Control) -> TensorSpec {
+    TensorSpec {
+        name: control.input.clone(),
+        datatype: control.datatype,
+        dims: vec![1],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+    use accel::sequence::ControlKind;
+    use accel::tensors::DataType;
+
+    const HEAD: &str = r#"
+max_batch_size = 8
+[[input]]
+name = "INPUT"
+data_type = "TYPE_INT32"
+dims = [1]
+[[output]]
+name = "OUTPUT"
+data_type = "TYPE_INT32"
+dims = [1]
+"#;
+
+    const START: &str = r#"
+[[sequence_batching.control_input]]
+name = "START"
+[[sequence_batching.control_input.control]]
+kind = "CONTROL_SEQUENCE_START"
+int32_false_true = [0, 1]
+"#;
+
+    fn config(section: &str) -> Result<crate::ModelConfig, String> {
+        parse("m", &format!("{HEAD}{section}"))
+    }
+
+    #[test]
+    fn controls_close_the_inputs() {
+        let section = format!(
+            "[sequence_batching]\nmax_sequence_idle_microseconds = 2000\nmax_sequences = 3\n\
+             [sequence_batching.direct]\n{START}\
+             [[sequence_batching.control_input]]\nname = \"CORRID\"\n\
+             [[sequence_batching.control_input.control]]\nkind = \"CONTROL_SEQUENCE_CORRID\"\n\
+             data_type = \"TYPE_UINT64\"\n"
+        );
+        let c = config(&section).unwrap();
+        let policy = c.sequence_batching.unwrap();
+        assert_eq!(policy.max_idle.as_micros(), 2000);
+        assert_eq!(policy.sequences_max, 3);
+        let names: Vec<_> = c.tensors.inputs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["INPUT", "START", "CORRID"]);
+        assert_eq!(c.tensors.inputs[2].datatype, DataType::Uint64);
+        assert_eq!(policy.controls[0].kind, ControlKind::Start);
+        assert_eq!(policy.controls[0].values, (0.0, 1.0));
+        assert_eq!(policy.first_control(&c.tensors), 1);
+        // Triton's defaults: 1 s idle, direct.
+        let c = config("[sequence_batching]\n").unwrap();
+        assert_eq!(c.sequence_batching.unwrap().max_idle.as_secs(), 1);
+        assert!(config("").unwrap().sequence_batching.is_none());
+    }
+
+    #[test]
+    fn what_does_not_fit_is_refused_naming_the_key() {
+        let refused = |section: &str, words: &str| {
+            let e = config(section).unwrap_err();
+            assert!(e.contains(words), "{section}: {e}");
+        };
+        refused("[sequence_batching.oldest]\n", "oldest");
+        refused("[dynamic_batching]\n[sequence_batching]\n", "one scheduler");
+        refused(
+            "[sequence_batching]\nmax_sequence_idle_microseconds = 0\n",
+            "max_sequence_idle_microseconds",
+        );
+        refused("[sequence_batching]\nmax_sequences = 0\n", "max_sequences");
+        refused(
+            "[sequence_batching]\nmax_sequences = 100000000\n",
+            "max_sequences",
+        );
+        refused(&START.replace("START\"\n[", "INPUT\"\n["), "named twice");
+        refused(
+            &format!("{START}{}", START.replace("\"START\"\n[", "\"S2\"\n[")),
+            "twice",
+        );
+        refused(&START.replace("_START", "_BEGIN"), "is not one of");
+        refused(&START.replace("[0, 1]", "[0, 1, 2]"), "two values");
+        refused(
+            &START.replace("int32_false_true = [0, 1]", ""),
+            "one of int32_false_true",
+        );
+        refused(
+            &START.replace("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_CORRID"),
+            "data_type",
+        );
+        refused(
+            &START
+                .replace("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_CORRID")
+                .replace("int32_false_true = [0, 1]", "data_type = \"TYPE_STRING\""),
+            "integer or FP32",
+        );
+        refused("[sequence_batching]\nsurprise = 1\n", "surprise");
+    }
+}

@@ -41,6 +41,12 @@ def repository(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def bounded_sequence():
+    """The bounded copy of `simple_sequence`: (name, idle seconds, live sequences max)."""
+    return BOUNDED_SEQUENCE, BOUNDED_IDLE_S, BOUNDED_SEQUENCES_MAX
+
+
 #: A copy of `simple_sequence` with short bounds, for the tests of idle release and
 #: of the bound on live sequences, on two slots (a sequence keeps to one).
 BOUNDED_SEQUENCE = "simple_sequence_bounded"

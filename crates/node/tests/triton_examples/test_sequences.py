@@ -19,10 +19,11 @@ import urllib.error
 import urllib.request
 import uuid
 from functools import partial
+from pathlib import Path
 
 import pytest
-from conftest import BOUNDED_IDLE_S, BOUNDED_SEQUENCE, BOUNDED_SEQUENCES_MAX, ROOT
 
+ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT / "docs" / "tests"))
 from docblocks import tagged_blocks  # noqa: E402 - the docs' own block reader
 
@@ -179,11 +180,12 @@ def post(node, model: str, value: int, seq_id, start=False, end=False):
         return e.code, json.load(e), None
 
 
-def test_a_sequence_keeps_to_one_slot_and_sequences_spread(node):
+def test_a_sequence_keeps_to_one_slot_and_sequences_spread(node, bounded_sequence):
+    model = bounded_sequence[0]
     slots: dict[int, set] = {1: set(), 2: set()}
     for step in range(6):
         for seq_id in slots:
-            status, body, slot = post(node, BOUNDED_SEQUENCE, step, seq_id, start=step == 0, end=step == 5)
+            status, body, slot = post(node, model, step, seq_id, start=step == 0, end=step == 5)
             assert status == 200, body
             assert body["outputs"][0]["data"] == [step + (step == 0)]
             slots[seq_id].add(slot)
@@ -191,19 +193,20 @@ def test_a_sequence_keeps_to_one_slot_and_sequences_spread(node):
     assert slots[1] != slots[2], "two live sequences on two slots go one to each"
 
 
-def test_idle_sequences_are_released_and_live_ones_bounded(node):
-    for seq_id in range(100, 100 + BOUNDED_SEQUENCES_MAX):
-        assert post(node, BOUNDED_SEQUENCE, 1, seq_id, start=True)[0] == 200
-    status, body, _ = post(node, BOUNDED_SEQUENCE, 1, 999, start=True)
+def test_idle_sequences_are_released_and_live_ones_bounded(node, bounded_sequence):
+    model, idle_s, sequences_max = bounded_sequence
+    for seq_id in range(100, 100 + sequences_max):
+        assert post(node, model, 1, seq_id, start=True)[0] == 200
+    status, body, _ = post(node, model, 1, 999, start=True)
     assert status == 503, body
     assert "max_sequences" in body["error"]
-    time.sleep(BOUNDED_IDLE_S * 2)
+    time.sleep(idle_s * 2)
     # Idle past the bound: released, so a new sequence starts and an old one's next
     # call without START is refused.
-    assert post(node, BOUNDED_SEQUENCE, 1, 999, start=True)[0] == 200
-    status, body, _ = post(node, BOUNDED_SEQUENCE, 1, 100)
+    assert post(node, model, 1, 999, start=True)[0] == 200
+    status, body, _ = post(node, model, 1, 100)
     assert status == 400 and "must specify the START flag" in body["error"], body
-    assert post(node, BOUNDED_SEQUENCE, 1, 999, end=True)[0] == 200
+    assert post(node, model, 1, 999, end=True)[0] == 200
 
 
 def test_config_shows_the_sequence_batching_and_hides_the_controls(http, grpc):

@@ -204,4 +204,153 @@ mod tests {
             .unwrap_err()
             .contains("not a sequence model"));
     }
+
+    /// A model of batch up to 4 taking INPUT, with START and CORRID controls.
+    struct Stateful(accel::Descriptor, Tensors, Policy);
+
+    fn stateful() -> Stateful {
+        use accel::sequence::Control;
+        use accel::tensors::{DataType, TensorSpec};
+        let spec = |name: &str, datatype| TensorSpec {
+            name: name.into(),
+            datatype,
+            dims: vec![1],
+        };
+        let control = |input: &str, kind, datatype| Control {
+            input: input.into(),
+            kind,
+            datatype,
+            values: (0.0, 1.0),
+        };
+        Stateful(
+            accel::Descriptor {
+                id: 901,
+                name: "stateful".into(),
+                hash: String::new(),
+                params: Vec::new(),
+            },
+            Tensors {
+                inputs: vec![
+                    spec("INPUT", DataType::Int32),
+                    spec("START", DataType::Int32),
+                    spec("CORRID", DataType::Uint64),
+                ],
+                outputs: vec![spec("OUTPUT", DataType::Int32)],
+                max_batch_size: 4,
+            },
+            Policy {
+                max_idle: std::time::Duration::from_secs(1),
+                sequences_max: 8,
+                controls: vec![
+                    control("START", ControlKind::Start, DataType::Int32),
+                    control("CORRID", ControlKind::CorrId, DataType::Uint64),
+                ],
+            },
+        )
+    }
+
+    impl Accelerator for Stateful {
+        fn descriptor(&self) -> &accel::Descriptor {
+            &self.0
+        }
+        fn check(&self, _: &accel::ParamBlock, _: Option<usize>) -> Result<(), accel::CallError> {
+            Ok(())
+        }
+        fn work_estimate(&self, _: &accel::ParamBlock, len: usize) -> u64 {
+            len as u64
+        }
+        fn run(
+            &self,
+            _: &accel::ParamBlock,
+            _: &[u8],
+            out: &mut Vec<u8>,
+        ) -> Result<(), accel::CallError> {
+            out.clear();
+            Ok(())
+        }
+        fn tensors(&self) -> Option<&Tensors> {
+            Some(&self.1)
+        }
+        fn sequence(&self) -> Option<&Policy> {
+            Some(&self.2)
+        }
+    }
+
+    /// INPUT's two items, then START (1, 1) and CORRID (7, 7).
+    fn two_items_starting_sequence_7() -> Vec<u8> {
+        let mut want: Vec<u8> = [5i32, 6, 1, 1]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        want.extend([7u64, 7].iter().flat_map(|v| v.to_le_bytes()));
+        want
+    }
+
+    #[test]
+    fn http_and_grpc_requests_get_the_controls_appended() {
+        use crate::front::grpc::pb::infer_parameter::ParameterChoice;
+        use crate::front::grpc::pb::model_infer_request::InferInputTensor;
+        use crate::front::grpc::pb::{InferParameter, ModelInferRequest};
+        let m = stateful();
+        let body = serde_json::to_vec(&json!({
+            "parameters": {"sequence_id": 7, "sequence_start": true},
+            "inputs": [{"name": "INPUT", "shape": [2, 1], "datatype": "INT32", "data": [5, 6]}]
+        }))
+        .unwrap();
+        let call = crate::front::oip::infer::decode(&m, &body, None).unwrap();
+        assert_eq!(call.payload, two_items_starting_sequence_7());
+        let seq = call.reply.sequence().unwrap();
+        assert_eq!(
+            (&seq.id, seq.start, seq.end),
+            (&CorrelationId::Number(7), true, false)
+        );
+
+        let param = |choice| InferParameter {
+            parameter_choice: Some(choice),
+        };
+        let raw: Vec<u8> = [5i32, 6].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let req = ModelInferRequest {
+            model_name: "stateful".into(),
+            inputs: vec![InferInputTensor {
+                name: "INPUT".into(),
+                datatype: "INT32".into(),
+                shape: vec![2, 1],
+                ..Default::default()
+            }],
+            raw_input_contents: vec![raw.into()],
+            parameters: [
+                ("sequence_id", param(ParameterChoice::Int64Param(7))),
+                ("sequence_start", param(ParameterChoice::BoolParam(true))),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+            ..Default::default()
+        };
+        let call = crate::front::grpc::tensor::decode(&m, &req).unwrap();
+        assert_eq!(call.payload, two_items_starting_sequence_7());
+        assert!(call.reply.sequence().is_some_and(|s| s.start && !s.end));
+
+        // A request that sends a control input, or no id, or a string id for a
+        // model taking a numeric one, is refused.
+        let refused = |v: Value, words: &str| {
+            let body = serde_json::to_vec(&v).unwrap();
+            let e = crate::front::oip::infer::decode(&m, &body, None).unwrap_err();
+            assert!(e.contains(words), "{e}");
+        };
+        let input = json!({"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [5]});
+        let start = json!({"name": "START", "shape": [1, 1], "datatype": "INT32", "data": [1]});
+        refused(
+            json!({"inputs": [input]}),
+            "non-zero or non-empty correlation ID",
+        );
+        refused(
+            json!({"parameters": {"sequence_id": "x"}, "inputs": [input]}),
+            "as a number",
+        );
+        refused(
+            json!({"parameters": {"sequence_id": 7}, "inputs": [input, start]}),
+            "takes 1 input",
+        );
+    }
 }

@@ -60,10 +60,23 @@ pub struct Control {
     pub values: (f64, f64),
 }
 
+/// How a slot runs the calls of the sequences it holds (Triton's strategies).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Strategy {
+    /// Each call runs alone (Triton's `direct`).
+    #[default]
+    Direct,
+    /// Calls of different sequences queued at the slot join into one batch, by the
+    /// model's dynamic batching policy (Triton's `oldest`): each item carries its own
+    /// control inputs, so the model tells them apart.
+    Oldest,
+}
+
 /// A model's sequence batching, checked (the model's config refuses the rest,
 /// naming the key).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
+    pub strategy: Strategy,
     /// A sequence with no call for this long is released: its next call without
     /// START is refused (Triton's `max_sequence_idle_microseconds`).
     pub max_idle: Duration,
@@ -169,6 +182,7 @@ mod tests {
             values: (0.0, 1.0),
         };
         Policy {
+            strategy: Strategy::Direct,
             max_idle: Duration::from_secs(1),
             sequences_max: 4,
             controls: vec![

@@ -200,9 +200,12 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
                 .to_string(),
         );
     }
-    let sequence_batching = match raw.sequence_batching {
-        Some(section) => Some(section.check(&inputs)?),
-        None => None,
+    let (sequence_batching, oldest) = match raw.sequence_batching {
+        Some(section) => {
+            let (policy, batching) = section.check(&inputs, raw.max_batch_size)?;
+            (Some(policy), batching)
+        }
+        None => (None, None),
     };
     if let Some(policy) = &sequence_batching {
         inputs.extend(policy.controls.iter().map(control_spec));
@@ -223,9 +226,10 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             ));
         }
     }
+    // A sequence model of the oldest strategy batches by its own section's keys.
     let dynamic_batching = match raw.dynamic_batching {
         Some(section) => Some(section.check(t.max_batch_size)?),
-        None => None,
+        None => oldest,
     };
     Ok(ModelConfig {
         tensors: t,

@@ -13,7 +13,11 @@
 //! [sequence_batching]
 //! max_sequence_idle_microseconds = 5000000   # an idle sequence is released after it
 //! max_sequences = 1024                       # netaccel's bound on live sequences
-//! [sequence_batching.direct]                 # the strategy: direct (the default)
+//! [sequence_batching.direct]                 # the strategy: direct (the default), or
+//!                                            # [sequence_batching.oldest] with
+//!                                            # preferred_batch_size = [4, 8] and
+//!                                            # max_queue_delay_microseconds = 100:
+//!                                            # calls of different sequences batched
 //! [[sequence_batching.control_input]]        # an input of the ONNX graph the node fills
 //! name = "START"
 //! [[sequence_batching.control_input.control]]
@@ -27,9 +31,11 @@
 
 use std::time::Duration;
 
-use accel::sequence::{Control, ControlKind, Policy, CONTROL_TYPES};
+use accel::sequence::{Control, ControlKind, Policy, Strategy, CONTROL_TYPES};
 use accel::tensors::{DataType, TensorSpec};
 use serde::Deserialize;
+
+use crate::batching::DynamicBatching;
 
 /// Longest `max_sequence_idle_microseconds`: one hour.
 pub const IDLE_US_MAX: u64 = 3_600_000_000;
@@ -51,7 +57,7 @@ pub(crate) struct SequenceBatching {
     #[serde(default)]
     direct: Option<Direct>,
     #[serde(default)]
-    oldest: Option<toml::Value>,
+    oldest: Option<Oldest>,
     #[serde(default)]
     control_input: Vec<RawControlInput>,
 }
@@ -60,6 +66,17 @@ pub(crate) struct SequenceBatching {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Direct {}
+
+/// Triton's `oldest {}`: calls of different sequences batched on their slot, as the
+/// model's dynamic batching would (`crate::batching`, with these two keys).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Oldest {
+    #[serde(default)]
+    preferred_batch_size: Vec<i64>,
+    #[serde(default)]
+    max_queue_delay_microseconds: u64,
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,17 +101,33 @@ struct RawControl {
 
 impl SequenceBatching {
     /// Checks the section; `inputs` are the model's declared `[[input]]`s, which the
-    /// control inputs must not name. The error names the key.
-    pub(crate) fn check(self, inputs: &[TensorSpec]) -> Result<Policy, String> {
+    /// control inputs must not name. With the `oldest` strategy, the batching of the
+    /// model's calls (checked against its `max_batch_size`) comes too. The error
+    /// names the key.
+    pub(crate) fn check(
+        self,
+        inputs: &[TensorSpec],
+        max_batch_size: u32,
+    ) -> Result<(Policy, Option<accel::batch::Policy>), String> {
         let key = |k: &str| format!("sequence_batching.{k}");
-        if self.oldest.is_some() {
-            return Err(format!(
-                "{}: the oldest strategy is not served; sequences run direct (one slot each, \
-                 calls in order)",
-                key("oldest")
-            ));
-        }
-        debug_assert!(self.direct.is_none() || self.oldest.is_none());
+        let (strategy, batching) = match (self.direct, self.oldest) {
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "{}: one strategy, direct or oldest, not both",
+                    key("oldest")
+                ))
+            }
+            (_, None) => (Strategy::Direct, None),
+            (None, Some(oldest)) => {
+                let batching = DynamicBatching::of_oldest(
+                    oldest.preferred_batch_size,
+                    oldest.max_queue_delay_microseconds,
+                )
+                .check(max_batch_size)
+                .map_err(|e| format!("{}: {e}", key("oldest")))?;
+                (Strategy::Oldest, Some(batching))
+            }
+        };
         let idle_us = self
             .max_sequence_idle_microseconds
             .unwrap_or(IDLE_US_DEFAULT);
@@ -133,11 +166,14 @@ impl SequenceBatching {
             controls.push(control);
         }
         debug_assert!(controls.len() <= ControlKind::ALL.len());
-        Ok(Policy {
+        debug_assert_eq!(batching.is_some(), strategy == Strategy::Oldest);
+        let policy = Policy {
+            strategy,
             max_idle: Duration::from_micros(idle_us),
             sequences_max: sequences_max as usize,
             controls,
-        })
+        };
+        Ok((policy, batching))
     }
 }
 
@@ -276,6 +312,25 @@ int32_false_true = [0, 1]
         let c = config("[sequence_batching]\n").unwrap();
         assert_eq!(c.sequence_batching.unwrap().max_idle.as_secs(), 1);
         assert!(config("").unwrap().sequence_batching.is_none());
+        assert!(config("[sequence_batching]\n")
+            .unwrap()
+            .dynamic_batching
+            .is_none());
+    }
+
+    #[test]
+    fn the_oldest_strategy_batches_by_its_own_keys() {
+        let c = config(
+            "[sequence_batching.oldest]\npreferred_batch_size = [4]\n\
+             max_queue_delay_microseconds = 300\n",
+        )
+        .unwrap();
+        let sequence = c.sequence_batching.unwrap();
+        assert_eq!(sequence.strategy, accel::sequence::Strategy::Oldest);
+        let batching = c.dynamic_batching.unwrap();
+        assert_eq!(batching.preferred_batch_sizes, [4]);
+        assert_eq!(batching.max_queue_delay.as_micros(), 300);
+        assert_eq!(batching.max_batch_size, 8);
     }
 
     #[test]
@@ -284,7 +339,14 @@ int32_false_true = [0, 1]
             let e = config(section).unwrap_err();
             assert!(e.contains(words), "{section}: {e}");
         };
-        refused("[sequence_batching.oldest]\n", "oldest");
+        refused(
+            "[sequence_batching.direct]\n[sequence_batching.oldest]\n",
+            "not both",
+        );
+        refused(
+            "[sequence_batching.oldest]\npreferred_batch_size = [9]\n",
+            "sequence_batching.oldest: dynamic_batching.preferred_batch_size",
+        );
         refused("[dynamic_batching]\n[sequence_batching]\n", "one scheduler");
         refused(
             "[sequence_batching]\nmax_sequence_idle_microseconds = 0\n",

@@ -289,6 +289,7 @@ mod tests {
             params: Vec::new(),
         };
         let policy = Policy {
+            strategy: accel::sequence::Strategy::Direct,
             max_idle: IDLE,
             sequences_max: 2,
             controls: Vec::new(),

@@ -42,6 +42,12 @@ def repository(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def oldest_sequence():
+    """The copy of `simple_sequence` whose sequences batch together (oldest)."""
+    return OLDEST_SEQUENCE
+
+
+@pytest.fixture(scope="session")
 def bounded_sequence():
     """The bounded copy of `simple_sequence`: (name, idle seconds, live sequences max)."""
     return BOUNDED_SEQUENCE, BOUNDED_IDLE_S, BOUNDED_SEQUENCES_MAX
@@ -52,6 +58,10 @@ def bounded_sequence():
 BOUNDED_SEQUENCE = "simple_sequence_bounded"
 BOUNDED_IDLE_S = 0.3
 BOUNDED_SEQUENCES_MAX = 2
+#: A copy of `simple_sequence` with the oldest strategy: calls of different
+#: sequences batched, waiting up to this long for each other.
+OLDEST_SEQUENCE = "simple_sequence_oldest"
+OLDEST_DELAY_US = 20_000
 
 
 def bounded_sequences(repository: Path) -> None:
@@ -67,6 +77,13 @@ def bounded_sequences(repository: Path) -> None:
         f"max_sequences = {BOUNDED_SEQUENCES_MAX}",
     )
     (target / "config.toml").write_text(config + "\n[[instance_group]]\ncount = 2\n")
+    oldest = repository / OLDEST_SEQUENCE
+    shutil.copytree(source, oldest)
+    original = (source / "config.toml").read_text()
+    direct = "[sequence_batching.direct]"
+    assert direct in original
+    batched = f"[sequence_batching.oldest]\nmax_queue_delay_microseconds = {OLDEST_DELAY_US}"
+    (oldest / "config.toml").write_text(original.replace(direct, batched))
 
 
 @pytest.fixture(scope="session")

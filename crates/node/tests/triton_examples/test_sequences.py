@@ -209,6 +209,32 @@ def test_idle_sequences_are_released_and_live_ones_bounded(node, bounded_sequenc
     assert post(node, model, 1, 999, end=True)[0] == 200
 
 
+def test_the_oldest_strategy_batches_calls_of_different_sequences(grpc, http, oldest_sequence):
+    """16 sequences of 2 calls on one stream: every answer right, and the STARTs,
+    queued within the model's 20 ms delay, run in batches of up to 8."""
+    answers: queue.Queue = queue.Queue()
+    grpc.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), answers))
+    try:
+        for step in range(2):
+            for seq_id in range(500, 516):
+                inputs, outputs = request(grpcclient, seq_id)
+                grpc.async_stream_infer(
+                    oldest_sequence, inputs, outputs=outputs, request_id=f"{seq_id}_{step}",
+                    sequence_id=seq_id, sequence_start=step == 0, sequence_end=step == 1,
+                )
+        got = [answers.get(timeout=30) for _ in range(32)]
+    finally:
+        grpc.stop_stream()
+    for result, error in got:
+        assert error is None, str(error)
+        seq_id, step = map(int, result.get_response().id.split("_"))
+        assert int(result.as_numpy("OUTPUT")[0][0]) == seq_id + (step == 0)
+    stats = http.get_inference_statistics(model_name=oldest_sequence)["model_stats"][0]
+    sizes = {b["batch_size"] for b in stats["batch_stats"]}
+    assert max(sizes) > 1 and max(sizes) <= 8, sizes
+    assert http.get_model_config(oldest_sequence)["sequence_batching"]["oldest"] == {}
+
+
 def test_config_shows_the_sequence_batching_and_hides_the_controls(http, grpc):
     config = http.get_model_config(MODEL)
     assert [i["name"] for i in config["input"]] == ["INPUT"]

@@ -137,7 +137,7 @@ fn declared_config(accel: &dyn Accelerator, d: &Descriptor, t: &Tensors) -> Mode
 /// A stateful model's `sequence_batching`, as Triton's configuration gives it.
 fn sequence_batching(policy: &accel::sequence::Policy) -> ModelSequenceBatching {
     use super::pb::model_sequence_batching::{control, Control, ControlInput, StrategyChoice};
-    use accel::sequence::ControlKind;
+    use accel::sequence::{ControlKind, Strategy};
     let control_input = policy
         .controls
         .iter()
@@ -164,7 +164,10 @@ fn sequence_batching(policy: &accel::sequence::Policy) -> ModelSequenceBatching 
     ModelSequenceBatching {
         max_sequence_idle_microseconds: policy.max_idle.as_micros() as u64,
         control_input,
-        strategy_choice: Some(StrategyChoice::Direct(Default::default())),
+        strategy_choice: Some(match policy.strategy {
+            Strategy::Direct => StrategyChoice::Direct(Default::default()),
+            Strategy::Oldest => StrategyChoice::Oldest(Default::default()),
+        }),
         ..Default::default()
     }
 }

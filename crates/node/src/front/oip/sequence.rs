@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use accel::sequence::{ControlKind, Policy};
+use accel::sequence::{ControlKind, Policy, Strategy};
 use accel::tensors::Tensors;
 use accel::Accelerator;
 use serde_json::{Map, Value};
@@ -148,11 +148,17 @@ pub(crate) fn config_json(policy: &Policy) -> Value {
             serde_json::json!({ "name": c.input, "control": [control] })
         })
         .collect();
-    serde_json::json!({
+    let mut config = serde_json::json!({
         "max_sequence_idle_microseconds": policy.max_idle.as_micros() as u64,
-        "direct": {},
         "control_input": controls,
-    })
+    });
+    // The oldest strategy's keys are the model's dynamic batching (`/config` shows
+    // them there too).
+    match policy.strategy {
+        Strategy::Direct => config["direct"] = serde_json::json!({}),
+        Strategy::Oldest => config["oldest"] = serde_json::json!({}),
+    }
+    config
 }
 
 #[cfg(test)]
@@ -239,6 +245,7 @@ mod tests {
                 max_batch_size: 4,
             },
             Policy {
+                strategy: accel::sequence::Strategy::Direct,
                 max_idle: std::time::Duration::from_secs(1),
                 sequences_max: 8,
                 controls: vec![

@@ -228,16 +228,22 @@ impl Sequences {
     }
 }
 
-/// The slot admitting model `accel_id` with the fewest of its `live` sequences.
+/// The slot admitting model `accel_id` with the fewest of its `live` sequences: one
+/// pass over them (at most `max_sequences`), then one over the slots.
 fn least_sequences(
     slots: &[Arc<Slot>],
     live: &HashMap<CorrelationId, Live>,
     accel_id: u16,
 ) -> Option<Arc<Slot>> {
+    let mut held = vec![0usize; slots.len()];
+    for l in live.values() {
+        held[usize::from(l.slot)] += 1;
+    }
+    debug_assert_eq!(held.iter().sum::<usize>(), live.len());
     slots
         .iter()
         .filter(|s| s.admits(accel_id))
-        .min_by_key(|s| live.values().filter(|l| l.slot == s.id).count())
+        .min_by_key(|s| held[usize::from(s.id)])
         .cloned()
 }
 

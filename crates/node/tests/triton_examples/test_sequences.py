@@ -209,6 +209,32 @@ def test_idle_sequences_are_released_and_live_ones_bounded(node, bounded_sequenc
     assert post(node, model, 1, 999, end=True)[0] == 200
 
 
+def reconfigure(node, slot: str, accelerator: str) -> None:
+    req = urllib.request.Request(
+        f"http://{node.http}/v1/slots/{slot}",
+        data=json.dumps({"accelerator": accelerator}).encode(),
+        method="PUT",
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200
+
+
+def test_a_sequence_whose_slot_is_reconfigured_moves_to_another(node, bounded_sequence):
+    model = bounded_sequence[0]
+    status, body, first = post(node, model, 5, 777, start=True)
+    assert status == 200, body
+    reconfigure(node, first, "echo")
+    try:
+        status, body, moved = post(node, model, 6, 777)
+        assert status == 200, body
+        assert body["outputs"][0]["data"] == [6]
+        assert moved != first, "the sequence left the slot that no longer hosts the model"
+        status, body, _ = post(node, model, 7, 777, end=True)
+        assert status == 200, body
+    finally:
+        reconfigure(node, first, model)
+
+
 def test_the_oldest_strategy_batches_calls_of_different_sequences(grpc, http, oldest_sequence):
     """16 sequences of 2 calls on one stream: every answer right, and the STARTs,
     queued within the model's 20 ms delay, run in batches of up to 8."""

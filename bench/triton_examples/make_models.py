@@ -9,6 +9,11 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
   [-1, 1] -> OUTPUT = INPUT + START (1 on the first call of a sequence, else 0),
   what those examples check; START and READY are control inputs the node fills
   (`[sequence_batching]`);
+- `repeat_int32`: a decoupled model as the repeat example calls it: IN INT32 [10],
+  DELAY UINT32 [10], WAIT UINT32 [1] -> OUT INT32 [10], IDX UINT32 [10], answered
+  over a gRPC stream as 10 responses (OUT [1] = IN[i], IDX [1] = i), then the final
+  flag; the count is fixed at the example's 10 (the node's dims are fixed) and the
+  delays are not waited;
 - `simple_int8`: the same in INT8, `simple_string`: the same on numbers written as
   strings (BYTES), `simple_identity`: BYTES [-1, 1] -> the same tensor. These need
   datatypes the node gains with issue 30's datatype work: a node without them refuses
@@ -18,8 +23,8 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
     python3 bench/triton_examples/make_models.py OUT_DIR
     netaccel-node --models OUT_DIR ...
 
-The examples' image, ensemble, dynamic sequence (`simple_dyna_sequence`), repeat
-(decoupled) and custom_identity models are not built here: see docs/inference.md, "Triton's examples".
+The examples' image, ensemble, dynamic sequence (`simple_dyna_sequence`) and
+custom_identity models are not built here: see docs/inference.md, "Triton's examples".
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ except ImportError:  # pragma: no cover - told to the user
 CONFIG_TYPES = {
     TensorProto.INT32: "TYPE_INT32",
     TensorProto.INT8: "TYPE_INT8",
+    TensorProto.UINT32: "TYPE_UINT32",
     TensorProto.STRING: "TYPE_STRING",
 }
 
@@ -99,6 +105,41 @@ def sequence(name: str) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
+#: How many responses `repeat_int32` gives: the repeat example's count.
+REPEAT_COUNT = 10
+
+
+def repeat(name: str) -> onnx.ModelProto:
+    """OUT = IN, IDX = 0..9; DELAY and WAIT are taken (and added as zeros)."""
+    u32, i32 = TensorProto.UINT32, TensorProto.INT32
+    ins = [
+        helper.make_tensor_value_info("IN", i32, [REPEAT_COUNT]),
+        helper.make_tensor_value_info("DELAY", u32, [REPEAT_COUNT]),
+        helper.make_tensor_value_info("WAIT", u32, [1]),
+    ]
+    outs = [
+        helper.make_tensor_value_info("OUT", i32, [REPEAT_COUNT]),
+        helper.make_tensor_value_info("IDX", u32, [REPEAT_COUNT]),
+    ]
+    index = helper.make_tensor("index", i32, [REPEAT_COUNT], list(range(REPEAT_COUNT)))
+    graph = helper.make_graph(
+        [
+            helper.make_node("Sub", ["DELAY", "DELAY"], ["no_delay"]),
+            helper.make_node("Sub", ["WAIT", "WAIT"], ["no_wait"]),
+            helper.make_node("Add", ["no_delay", "no_wait"], ["zeros"]),
+            helper.make_node("Cast", ["zeros"], ["zeros_i32"], to=i32),
+            helper.make_node("Add", ["IN", "zeros_i32"], ["OUT"]),
+            helper.make_node("Cast", ["index"], ["index_u32"], to=u32),
+            helper.make_node("Add", ["index_u32", "zeros"], ["IDX"]),
+        ],
+        name,
+        ins,
+        outs,
+        initializer=[index],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
 def sequence_batching() -> list[str]:
     """The `[sequence_batching]` of `simple_sequence`: its control inputs."""
     lines = [
@@ -121,6 +162,8 @@ def config(model: onnx.ModelProto, max_batch_size: int) -> str:
     """The model's config.toml: Triton's fields, the batch axis left out of dims; a
     sequence model's control inputs in `[sequence_batching]`, not `[[input]]`."""
     lines = [f"max_batch_size = {max_batch_size}", ""]
+    # Without a batch axis the dims are whole.
+    skip = 1 if max_batch_size > 0 else 0
     controls = {c for c, _ in SEQUENCE_CONTROLS}
     stateful = any(v.name in controls for v in model.graph.input)
     for section, values in (("input", model.graph.input), ("output", model.graph.output)):
@@ -128,7 +171,7 @@ def config(model: onnx.ModelProto, max_batch_size: int) -> str:
             if v.name in controls:
                 continue
             t = v.type.tensor_type
-            dims = [d.dim_value for d in t.shape.dim[1:]]
+            dims = [d.dim_value for d in t.shape.dim[skip:]]
             lines += [
                 f"[[{section}]]",
                 f'name = "{v.name}"',
@@ -138,6 +181,8 @@ def config(model: onnx.ModelProto, max_batch_size: int) -> str:
             ]
     if stateful:
         lines += sequence_batching()
+    if model.graph.name == "repeat_int32":
+        lines += ["[model_transaction_policy]", "decoupled = true", ""]
     return "\n".join(lines)
 
 
@@ -148,6 +193,7 @@ def models() -> dict[str, tuple[onnx.ModelProto, int]]:
         "simple_string": (add_sub("simple_string", TensorProto.STRING), 8),
         "simple_identity": (identity("simple_identity"), 8),
         "simple_sequence": (sequence("simple_sequence"), 8),
+        "repeat_int32": (repeat("repeat_int32"), 0),
     }
 
 

@@ -349,6 +349,13 @@ pub trait Accelerator: Send + Sync + 'static {
     fn sequence(&self) -> Option<&sequence::Policy> {
         None
     }
+
+    /// A decoupled model (Triton's `model_transaction_policy { decoupled: true }`):
+    /// how many responses one request gets, each output's first dim split one slice
+    /// a response; `None`: one response a request.
+    fn responses(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Reads a `u32` parameter at `offset`.

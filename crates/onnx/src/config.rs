@@ -85,6 +85,44 @@ pub struct ModelConfig {
     /// Slots of the default CPU device that host the model (`[[instance_group]]
     /// count`, summed; 1 without).
     pub instances: usize,
+    /// A decoupled model's responses to one request (`[model_transaction_policy]
+    /// decoupled = true`): the first dim every output shares. `None`: one response.
+    pub responses: Option<usize>,
+}
+
+/// Most responses one request to a decoupled model gets.
+pub const RESPONSES_MAX: u64 = 1024;
+
+/// `[model_transaction_policy]`, Triton's name.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TransactionPolicy {
+    #[serde(default)]
+    decoupled: bool,
+}
+
+/// The responses of a decoupled model declaring `t`: every output's first dim, the
+/// same for all, on a model without a batch axis and of fixed-size outputs.
+fn responses(t: &Tensors) -> Result<usize, String> {
+    let at = "model_transaction_policy.decoupled";
+    if t.max_batch_size != 0 {
+        return Err(format!(
+            "{at}: a decoupled model has no batch axis (max_batch_size = 0): its outputs' \
+             first dim is its responses"
+        ));
+    }
+    let firsts: Vec<Option<u64>> = t.outputs.iter().map(|s| s.dims.first().copied()).collect();
+    let first = firsts[0];
+    let fixed = t.outputs.iter().all(|s| s.datatype.fixed_size().is_some());
+    match first {
+        Some(n) if fixed && n <= RESPONSES_MAX && firsts.iter().all(|f| *f == first) => {
+            Ok(n as usize)
+        }
+        _ => Err(format!(
+            "{at}: every output's first dim is the responses, the same for all (1 to \
+             {RESPONSES_MAX}), and of a fixed-size type"
+        )),
+    }
 }
 
 #[derive(Deserialize)]
@@ -103,6 +141,8 @@ struct Raw {
     dynamic_batching: Option<DynamicBatching>,
     #[serde(default)]
     sequence_batching: Option<SequenceBatching>,
+    #[serde(default)]
+    model_transaction_policy: Option<TransactionPolicy>,
     #[serde(default)]
     instance_group: Vec<InstanceGroup>,
 }
@@ -226,6 +266,19 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             ));
         }
     }
+    let decoupled = raw.model_transaction_policy.is_some_and(|p| p.decoupled);
+    if decoupled && (raw.dynamic_batching.is_some() || sequence_batching.is_some()) {
+        return Err(
+            "model_transaction_policy.decoupled: a decoupled model takes no dynamic or \
+             sequence batching"
+                .to_string(),
+        );
+    }
+    let responses = if decoupled {
+        Some(responses(&t)?)
+    } else {
+        None
+    };
     // A sequence model of the oldest strategy batches by its own section's keys.
     let dynamic_batching = match raw.dynamic_batching {
         Some(section) => Some(section.check(t.max_batch_size)?),
@@ -240,6 +293,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         dynamic_batching,
         sequence_batching,
         instances: instances(&raw.instance_group)?,
+        responses,
     })
 }
 
@@ -410,6 +464,29 @@ dims = [10]
             [("logits".to_string(), "labels.txt".to_string())]
         );
     }
+    #[test]
+    fn a_decoupled_model_answers_its_outputs_first_dim_in_responses() {
+        let repeat = |outputs: &str, batch: u32| {
+            parse(
+                "repeat",
+                &format!(
+                    "max_batch_size = {batch}\n[[input]]\nname = \"IN\"\ndata_type = \"TYPE_INT32\"\n\
+                     dims = [10]\n{outputs}[model_transaction_policy]\ndecoupled = true\n"
+                ),
+            )
+        };
+        let out = |name: &str, dims: &str| {
+            format!("[[output]]\nname = \"{name}\"\ndata_type = \"TYPE_INT32\"\ndims = {dims}\n")
+        };
+        let two = format!("{}{}", out("OUT", "[10]"), out("IDX", "[10, 2]"));
+        assert_eq!(repeat(&two, 0).unwrap().responses, Some(10));
+        let e = repeat(&two, 4).unwrap_err();
+        assert!(e.contains("no batch axis"), "{e}");
+        let disagree = format!("{}{}", out("OUT", "[10]"), out("IDX", "[9]"));
+        let e = repeat(&disagree, 0).unwrap_err();
+        assert!(e.contains("the same for all"), "{e}");
+        assert_eq!(parse("digits", DIGITS).unwrap().responses, None);
+    }
 }
 
 /// The fuzz target's body (`fuzz/fuzz_targets/model_config.rs`), also replayed over
@@ -458,6 +535,10 @@ pub mod fuzzing {
         for (name, file) in &config.label_files {
             assert!(t.outputs.iter().any(|o| &o.name == name));
             assert!(!file.is_empty() && !file.contains('/'));
+        }
+        if let Some(responses) = config.responses {
+            assert!((1..=super::RESPONSES_MAX as usize).contains(&responses));
+            assert!(t.outputs.iter().all(|o| o.dims[0] as usize == responses));
         }
     }
 }

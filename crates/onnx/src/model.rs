@@ -53,6 +53,8 @@ pub struct Model {
     batching: Option<accel::batch::Policy>,
     /// Its `[sequence_batching]`, if any.
     sequence: Option<accel::sequence::Policy>,
+    /// A decoupled model's responses to one request.
+    responses: Option<usize>,
     /// Slots of the default CPU device that host it (`[[instance_group]]`).
     instances: usize,
 }
@@ -116,6 +118,7 @@ impl Model {
         let tensors = config.tensors;
         let batching = config.dynamic_batching;
         let sequence = config.sequence_batching;
+        let responses = config.responses;
         let instances = config.instances;
         let typed = catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
             .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
@@ -157,6 +160,7 @@ impl Model {
             tensor_configs,
             batching,
             sequence,
+            responses,
             instances,
         })
     }
@@ -477,6 +481,10 @@ impl Accelerator for Model {
 
     fn sequence(&self) -> Option<&accel::sequence::Policy> {
         self.sequence.as_ref()
+    }
+
+    fn responses(&self) -> Option<usize> {
+        self.responses
     }
 }
 

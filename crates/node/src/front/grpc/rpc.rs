@@ -312,6 +312,14 @@ impl GrpcInferenceService for Inference {
         request: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
         let peer = request.extensions().get::<Peer>().cloned();
+        let req = request.get_ref();
+        let decoupled = self
+            .model(&req.model_name, &req.model_version)
+            .is_ok_and(|m| m.responses().is_some());
+        if decoupled {
+            let refused = Err(Status::unimplemented(super::decoupled::UNARY_REFUSAL));
+            return self.answered(peer.as_ref(), refused);
+        }
         let result = self.infer(request).await;
         self.answered(peer.as_ref(), result)
     }

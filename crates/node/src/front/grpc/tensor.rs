@@ -366,13 +366,13 @@ fn typed_len(c: &InferTensorContents) -> usize {
 }
 
 /// The request's parameters for the model: all but those that place it in a
-/// sequence.
+/// sequence and the stream's ask for an empty final response.
 fn model_parameters(
     req: &ModelInferRequest,
 ) -> impl Iterator<Item = (&String, &InferParameter)> + '_ {
-    req.parameters
-        .iter()
-        .filter(|(key, _)| !sequence::KEYS.contains(&key.as_str()))
+    req.parameters.iter().filter(|(key, _)| {
+        !sequence::KEYS.contains(&key.as_str()) && *key != super::decoupled::ENABLE_EMPTY_FINAL
+    })
 }
 
 /// The sequence parameters of a request, as Triton's clients send them: the id an

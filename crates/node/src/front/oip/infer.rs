@@ -88,6 +88,12 @@ pub fn decode(
     let mut req: RawRequest =
         serde_json::from_slice(json).map_err(|e| format!("malformed inference request: {e}"))?;
     let d = accel.descriptor();
+    if accel.responses().is_some() {
+        // Triton's words: a decoupled model's responses need a gRPC stream.
+        return Err(
+            "HTTP end point doesn't support models with decoupled transaction policy".into(),
+        );
+    }
     let seq = sequence::check(accel, sequence::from_json(&mut req.parameters)?)?;
     if let Some(tensors) = accel.tensors() {
         let mut call = decode_declared(accel, tensors, req, binary, body.len(), seq)?;

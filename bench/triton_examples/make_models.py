@@ -9,6 +9,9 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
   [-1, 1] -> OUTPUT = INPUT + START (1 on the first call of a sequence, else 0),
   what those examples check; START and READY are control inputs the node fills
   (`[sequence_batching]`);
+- `simple_accumulator` (not one of the examples' models): a sequence's running sum
+  with implicit state, OUTPUT = INPUT + (START ? 0 : the previous OUTPUT), the node
+  keeping STATE between the calls (`[[sequence_batching.state]]`);
 - `repeat_int32`: a decoupled model as the repeat example calls it: IN INT32 [10],
   DELAY UINT32 [10], WAIT UINT32 [1] -> OUT INT32 [10], IDX UINT32 [10], answered
   over a gRPC stream as 10 responses (OUT [1] = IN[i], IDX [1] = i), then the final
@@ -140,8 +143,35 @@ def repeat(name: str) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def sequence_batching() -> list[str]:
-    """The `[sequence_batching]` of `simple_sequence`: its control inputs."""
+#: The implicit state of `simple_accumulator`: (input, output).
+STATE = ("STATE_IN", "STATE_OUT")
+
+
+def accumulator(name: str) -> onnx.ModelProto:
+    """OUTPUT = STATE_OUT = INPUT + STATE_IN * (1 - START) on [N, 1] INT32."""
+    shape = ["N", 1]
+    names = ["INPUT"] + [c for c, _ in SEQUENCE_CONTROLS] + [STATE[0]]
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in names]
+    one = helper.make_tensor("one", TensorProto.INT32, [1, 1], [1])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Sub", ["one", "START"], ["kept"]),
+            helper.make_node("Mul", [STATE[0], "kept"], ["carried"]),
+            helper.make_node("Add", ["INPUT", "carried"], ["sum"]),
+            helper.make_node("Mul", ["sum", "READY"], ["OUTPUT"]),
+            helper.make_node("Identity", ["OUTPUT"], [STATE[1]]),
+        ],
+        name,
+        ins,
+        [helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in ("OUTPUT", STATE[1])],
+        initializer=[one],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def sequence_batching(stateful: bool) -> list[str]:
+    """The `[sequence_batching]` of a sequence model: its control inputs, and its
+    implicit state when it has one."""
     lines = [
         "[sequence_batching]",
         "max_sequence_idle_microseconds = 5000000",
@@ -155,6 +185,14 @@ def sequence_batching() -> list[str]:
             f'kind = "{kind}"',
             "int32_false_true = [0, 1]",
         ]
+    if stateful:
+        lines += [
+            "[[sequence_batching.state]]",
+            f'input_name = "{STATE[0]}"',
+            f'output_name = "{STATE[1]}"',
+            'data_type = "TYPE_INT32"',
+            "dims = [1]",
+        ]
     return lines + [""]
 
 
@@ -164,8 +202,8 @@ def config(model: onnx.ModelProto, max_batch_size: int) -> str:
     lines = [f"max_batch_size = {max_batch_size}", ""]
     # Without a batch axis the dims are whole.
     skip = 1 if max_batch_size > 0 else 0
-    controls = {c for c, _ in SEQUENCE_CONTROLS}
-    stateful = any(v.name in controls for v in model.graph.input)
+    controls = {c for c, _ in SEQUENCE_CONTROLS} | set(STATE)
+    sequenced = any(v.name in controls for v in model.graph.input)
     for section, values in (("input", model.graph.input), ("output", model.graph.output)):
         for v in values:
             if v.name in controls:
@@ -179,8 +217,8 @@ def config(model: onnx.ModelProto, max_batch_size: int) -> str:
                 f"dims = {dims}",
                 "",
             ]
-    if stateful:
-        lines += sequence_batching()
+    if sequenced:
+        lines += sequence_batching(any(v.name == STATE[0] for v in model.graph.input))
     if model.graph.name == "repeat_int32":
         lines += ["[model_transaction_policy]", "decoupled = true", ""]
     return "\n".join(lines)
@@ -193,6 +231,7 @@ def models() -> dict[str, tuple[onnx.ModelProto, int]]:
         "simple_string": (add_sub("simple_string", TensorProto.STRING), 8),
         "simple_identity": (identity("simple_identity"), 8),
         "simple_sequence": (sequence("simple_sequence"), 8),
+        "simple_accumulator": (accumulator("simple_accumulator"), 8),
         "repeat_int32": (repeat("repeat_int32"), 0),
     }
 

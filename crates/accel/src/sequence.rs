@@ -82,8 +82,23 @@ pub struct Policy {
     pub max_idle: Duration,
     /// Most sequences of the model live at once; a START beyond it is refused.
     pub sequences_max: usize,
-    /// The control inputs, in the order they close the model's inputs.
+    /// The control inputs, in the order they follow the request's inputs.
     pub controls: Vec<Control>,
+    /// The implicit state (Triton's `sequence_batching.state`): inputs that close the
+    /// model's inputs, after the controls, each fed what its output gave on the
+    /// sequence's previous call (zeros on START); the outputs close the model's
+    /// outputs. The node keeps them between calls; a request neither sends nor gets
+    /// them.
+    pub states: Vec<State>,
+}
+
+/// One state tensor: the model reads it as input `input` and gives its next value as
+/// output `output`, one item of `bytes` bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct State {
+    pub input: String,
+    pub output: String,
+    pub bytes: usize,
 }
 
 /// Where one call stands in its sequence.
@@ -96,10 +111,27 @@ pub struct Flags {
 }
 
 impl Policy {
+    /// Bytes of state one sequence holds.
+    pub fn state_bytes(&self) -> usize {
+        self.states.iter().map(|s| s.bytes).sum()
+    }
+
+    /// The index of the first state output among `t.outputs`: the outputs before it
+    /// are the ones a request gets.
+    pub fn first_state_output(&self, t: &Tensors) -> usize {
+        let first = t.outputs.len() - self.states.len();
+        debug_assert!(self
+            .states
+            .iter()
+            .zip(&t.outputs[first..])
+            .all(|(s, spec)| s.output == spec.name));
+        first
+    }
+
     /// The index of the first control input among `t.inputs`: the inputs before it
-    /// are the ones a request sends.
+    /// are the ones a request sends (controls, then states, follow).
     pub fn first_control(&self, t: &Tensors) -> usize {
-        let first = t.inputs.len() - self.controls.len();
+        let first = t.inputs.len() - self.states.len() - self.controls.len();
         debug_assert!(self
             .controls
             .iter()
@@ -109,7 +141,7 @@ impl Policy {
     }
 
     /// Appends the control inputs of a call standing at `flags`, for `batch` items,
-    /// to `payload` (the request's own inputs).
+    /// to `payload` (the request's own inputs), then zeros where the state goes.
     pub fn push_controls(&self, flags: Flags, batch: usize, payload: &mut Vec<u8>) {
         for control in &self.controls {
             let flag = |on: bool| {
@@ -129,6 +161,8 @@ impl Policy {
                 element.push(control.datatype, payload);
             }
         }
+        // Room for the state, which the node writes in when the call's turn comes.
+        payload.resize(payload.len() + self.state_bytes() * batch, 0);
     }
 }
 
@@ -185,6 +219,7 @@ mod tests {
             strategy: Strategy::Direct,
             max_idle: Duration::from_secs(1),
             sequences_max: 4,
+            states: Vec::new(),
             controls: vec![
                 control("START", ControlKind::Start, DataType::Int32),
                 control("READY", ControlKind::Ready, DataType::Fp32),
@@ -231,6 +266,20 @@ mod tests {
             want.extend_from_slice(&id.to_le_bytes());
         }
         assert_eq!(payload, want);
+        let mut stateful = p.clone();
+        stateful.states.push(State {
+            input: "STATE_IN".into(),
+            output: "STATE_OUT".into(),
+            bytes: 4,
+        });
+        let mut with_room = Vec::new();
+        stateful.push_controls(flags, 1, &mut with_room);
+        assert_eq!(
+            with_room.len(),
+            4 + 4 + 8 + 4,
+            "controls, then the state's room"
+        );
+        assert_eq!(&with_room[16..], &[0; 4]);
         let mut later = Vec::new();
         p.push_controls(
             Flags {

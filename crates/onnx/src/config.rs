@@ -233,7 +233,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         }
     }
     let mut inputs = tensors("input", raw.input)?;
-    let outputs = tensors("output", raw.output)?;
+    let mut outputs = tensors("output", raw.output)?;
     if raw.dynamic_batching.is_some() && raw.sequence_batching.is_some() {
         return Err(
             "dynamic_batching and sequence_batching: a model has one scheduler, not both"
@@ -242,14 +242,21 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
     }
     let (sequence_batching, oldest) = match raw.sequence_batching {
         Some(section) => {
-            let (policy, batching) = section.check(&inputs, raw.max_batch_size)?;
-            (Some(policy), batching)
+            let checked = section.check(&inputs, &outputs, raw.max_batch_size)?;
+            // Controls, then states, close the inputs; states close the outputs.
+            inputs.extend(checked.policy.controls.iter().map(control_spec));
+            inputs.extend(checked.state_inputs);
+            outputs.extend(checked.state_outputs);
+            if inputs.len() > TENSORS_MAX || outputs.len() > TENSORS_MAX {
+                return Err(format!(
+                    "sequence_batching: with its controls and states, the model has more than \
+                     {TENSORS_MAX} inputs or outputs"
+                ));
+            }
+            (Some(checked.policy), checked.batching)
         }
         None => (None, None),
     };
-    if let Some(policy) = &sequence_batching {
-        inputs.extend(policy.controls.iter().map(control_spec));
-    }
     let t = Tensors {
         inputs,
         outputs,

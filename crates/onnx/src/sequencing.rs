@@ -28,10 +28,23 @@
 //!
 //! A control input is one element per batch item (dims `[1]`); the node appends the
 //! control inputs, in the order listed, after the model's `[[input]]`s.
+//!
+//! Implicit state (Triton's `state`): the node keeps, per sequence, what the model's
+//! state output gave and feeds it back as its state input on the next call (zeros
+//! on START); the state inputs come after the controls, the state outputs after the
+//! `[[output]]`s:
+//!
+//! ```toml
+//! [[sequence_batching.state]]
+//! input_name = "STATE_IN"
+//! output_name = "STATE_OUT"
+//! data_type = "TYPE_INT32"
+//! dims = [1]
+//! ```
 
 use std::time::Duration;
 
-use accel::sequence::{Control, ControlKind, Policy, Strategy, CONTROL_TYPES};
+use accel::sequence::{Control, ControlKind, Policy, State, Strategy, CONTROL_TYPES};
 use accel::tensors::{DataType, TensorSpec};
 use serde::Deserialize;
 
@@ -45,6 +58,10 @@ pub const IDLE_US_DEFAULT: u64 = 1_000_000;
 pub const SEQUENCES_MAX: usize = 1 << 16;
 /// Default `max_sequences`.
 pub const SEQUENCES_DEFAULT: usize = 1024;
+/// Most state bytes one sequence holds.
+pub const STATE_BYTES_MAX: usize = 64 << 10;
+/// Most state bytes all live sequences of a model hold together.
+pub const STATE_MEMORY_MAX: usize = 64 << 20;
 
 /// `[sequence_batching]` as written.
 #[derive(Debug, Default, Deserialize)]
@@ -60,6 +77,17 @@ pub(crate) struct SequenceBatching {
     oldest: Option<Oldest>,
     #[serde(default)]
     control_input: Vec<RawControlInput>,
+    #[serde(default)]
+    state: Vec<RawState>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawState {
+    input_name: String,
+    output_name: String,
+    data_type: String,
+    dims: Vec<i64>,
 }
 
 /// Triton's `direct {}`: each sequence on one slot, its calls one by one.
@@ -99,6 +127,16 @@ struct RawControl {
     data_type: Option<String>,
 }
 
+/// A checked `[sequence_batching]`: the policy, the batching of the oldest strategy,
+/// and the tensors of the state (inputs to close the model's inputs after the
+/// controls, outputs to close its outputs).
+pub(crate) struct Checked {
+    pub(crate) policy: Policy,
+    pub(crate) batching: Option<accel::batch::Policy>,
+    pub(crate) state_inputs: Vec<TensorSpec>,
+    pub(crate) state_outputs: Vec<TensorSpec>,
+}
+
 impl SequenceBatching {
     /// Checks the section; `inputs` are the model's declared `[[input]]`s, which the
     /// control inputs must not name. With the `oldest` strategy, the batching of the
@@ -107,8 +145,9 @@ impl SequenceBatching {
     pub(crate) fn check(
         self,
         inputs: &[TensorSpec],
+        outputs: &[TensorSpec],
         max_batch_size: u32,
-    ) -> Result<(Policy, Option<accel::batch::Policy>), String> {
+    ) -> Result<Checked, String> {
         let key = |k: &str| format!("sequence_batching.{k}");
         let (strategy, batching) = match (self.direct, self.oldest) {
             (Some(_), Some(_)) => {
@@ -167,13 +206,39 @@ impl SequenceBatching {
         }
         debug_assert!(controls.len() <= ControlKind::ALL.len());
         debug_assert_eq!(batching.is_some(), strategy == Strategy::Oldest);
+        let taken: Vec<&str> = inputs
+            .iter()
+            .chain(outputs)
+            .map(|s| s.name.as_str())
+            .chain(controls.iter().map(|c| c.input.as_str()))
+            .collect();
+        let (states, specs) = states(self.state, &taken)?;
+        let state_bytes: usize = states.iter().map(|s| s.bytes).sum();
+        if state_bytes.saturating_mul(sequences_max as usize) > STATE_MEMORY_MAX {
+            return Err(format!(
+                "{}: {state_bytes} bytes a sequence, {sequences_max} sequences: more than \
+                 {STATE_MEMORY_MAX} bytes",
+                key("state")
+            ));
+        }
         let policy = Policy {
             strategy,
             max_idle: Duration::from_micros(idle_us),
             sequences_max: sequences_max as usize,
             controls,
+            states,
         };
-        Ok((policy, batching))
+        debug_assert_eq!(specs.len(), policy.states.len() * 2);
+        let (state_inputs, state_outputs) = specs
+            .chunks(2)
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .unzip();
+        Ok(Checked {
+            policy,
+            batching,
+            state_inputs,
+            state_outputs,
+        })
     }
 }
 
@@ -250,6 +315,58 @@ impl RawControl {
     }
 }
 
+/// The state tensors, checked, and their specs (each state's input, then its
+/// output); `taken` are the names the model's other tensors have.
+fn states(raw: Vec<RawState>, taken: &[&str]) -> Result<(Vec<State>, Vec<TensorSpec>), String> {
+    let mut states = Vec::with_capacity(raw.len());
+    let mut specs: Vec<TensorSpec> = Vec::with_capacity(raw.len() * 2);
+    for r in raw {
+        let at = format!("sequence_batching.state `{}`", r.input_name);
+        let datatype = DataType::from_config_name(&r.data_type)
+            .filter(|t| t.fixed_size().is_some())
+            .ok_or_else(|| format!("{at}: data_type `{}` is not a fixed-size type", r.data_type))?;
+        let dims: Vec<u64> = r
+            .dims
+            .iter()
+            .map(|&d| u64::try_from(d).ok().filter(|&d| d > 0))
+            .collect::<Option<_>>()
+            .filter(|d: &Vec<u64>| !d.is_empty() && d.len() <= crate::config::RANK_MAX)
+            .ok_or_else(|| {
+                format!(
+                    "{at}: dims are fixed, positive, 1 to {}",
+                    crate::config::RANK_MAX
+                )
+            })?;
+        let bytes = dims
+            .iter()
+            .try_fold(datatype.size() as u64, |acc, &d| acc.checked_mul(d))
+            .filter(|&b| b <= STATE_BYTES_MAX as u64)
+            .ok_or_else(|| format!("{at}: more than {STATE_BYTES_MAX} bytes"))?;
+        for name in [&r.input_name, &r.output_name] {
+            let clash = name.is_empty()
+                || taken.contains(&name.as_str())
+                || specs.iter().any(|s| &s.name == name)
+                || r.input_name == r.output_name;
+            if clash {
+                return Err(format!("{at}: `{name}` is empty or names another tensor"));
+            }
+        }
+        for name in [&r.input_name, &r.output_name] {
+            specs.push(TensorSpec {
+                name: name.clone(),
+                datatype,
+                dims: dims.clone(),
+            });
+        }
+        states.push(State {
+            input: r.input_name,
+            output: r.output_name,
+            bytes: bytes as usize,
+        });
+    }
+    Ok((states, specs))
+}
+
 /// The tensor a control input is in the model's inputs: one element per item.
 pub(crate) fn control_spec(control: &Control) -> TensorSpec {
     TensorSpec {
@@ -316,6 +433,44 @@ int32_false_true = [0, 1]
             .unwrap()
             .dynamic_batching
             .is_none());
+    }
+
+    const STATE: &str = r#"
+[[sequence_batching.state]]
+input_name = "STATE_IN"
+output_name = "STATE_OUT"
+data_type = "TYPE_INT32"
+dims = [2]
+"#;
+
+    #[test]
+    fn states_close_the_inputs_after_the_controls_and_the_outputs() {
+        let c = config(&format!("{START}{STATE}")).unwrap();
+        let names = |specs: &[accel::tensors::TensorSpec]| -> Vec<String> {
+            specs.iter().map(|s| s.name.clone()).collect()
+        };
+        assert_eq!(names(&c.tensors.inputs), ["INPUT", "START", "STATE_IN"]);
+        assert_eq!(names(&c.tensors.outputs), ["OUTPUT", "STATE_OUT"]);
+        let policy = c.sequence_batching.unwrap();
+        assert_eq!(policy.state_bytes(), 8);
+        assert_eq!(policy.first_control(&c.tensors), 1);
+        assert_eq!(policy.first_state_output(&c.tensors), 1);
+        let refused = |section: String, words: &str| {
+            let e = config(&section).unwrap_err();
+            assert!(e.contains(words), "{section}: {e}");
+        };
+        refused(STATE.replace("STATE_OUT", "OUTPUT"), "names another tensor");
+        refused(
+            format!("{START}{}", STATE.replace("STATE_IN", "START")),
+            "names another tensor",
+        );
+        refused(STATE.replace("TYPE_INT32", "TYPE_STRING"), "fixed-size");
+        refused(STATE.replace("[2]", "[0]"), "dims");
+        refused(STATE.replace("[2]", "[100000]"), "more than");
+        refused(
+            format!("[sequence_batching]\nmax_sequences = 60000\n{STATE}").replace("[2]", "[1024]"),
+            "more than",
+        );
     }
 
     #[test]

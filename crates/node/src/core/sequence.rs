@@ -80,7 +80,21 @@ struct Live {
     slot: u16,
     /// When its last call came.
     last: Instant,
+    /// Its implicit state (`accel::sequence::State`): what the model's state outputs
+    /// gave on its last call, zeros after START; held by the call that runs, so the
+    /// sequence's calls run one after another, in the order they came.
+    state: StateCell,
 }
+
+/// Where a call of a sequence goes, and the state it reads and writes.
+struct Routed {
+    slot: Arc<Slot>,
+    state: StateCell,
+}
+
+/// A sequence's state, behind the lock its calls take in turn (tokio's: fair, so in
+/// the order they ask).
+type StateCell = Arc<tokio::sync::Mutex<Vec<u8>>>;
 
 /// Every model's live sequences, by accelerator id.
 #[derive(Default)]
@@ -108,11 +122,22 @@ impl Sequences {
         };
         let accel_id = model.descriptor().id;
         let mut call = call;
+        // The state this call reads and writes, locked until its answer.
+        let mut held: Option<tokio::sync::OwnedMutexGuard<Vec<u8>>> = None;
         // A slot that stops admitting the model (reconfigured, failed) between the
         // routing and the offer sends the sequence to another: at most once a slot.
         for _ in 0..=dispatcher.slots().len() {
             let slot = match self.route(dispatcher, &call, policy, seq) {
-                Ok(Some(slot)) => slot,
+                Ok(Some(Routed { slot, state })) => {
+                    if held.is_none() && !policy.states.is_empty() {
+                        let state = state.lock_owned().await;
+                        // The decoder left the state's room at the payload's end.
+                        let at = call.payload.len() - state.len();
+                        call.payload[at..].copy_from_slice(&state);
+                        held = Some(state);
+                    }
+                    slot
+                }
                 // No slot hosts the model now: the dispatcher gives the refusal.
                 Ok(None) => return dispatcher.run(call).await,
                 Err((status, message)) => return Answer::refusal(status, message, call),
@@ -139,10 +164,14 @@ impl Sequences {
             if seq.end {
                 self.close(accel_id, &seq.id);
             }
-            return match submitted {
+            let answer = match submitted {
                 Submitted::Done(answer) => answer,
                 Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
             };
+            if let (Some(state), Status::Ok) = (held.as_deref_mut(), answer.status) {
+                keep_state(&*model, policy, &answer.output, state);
+            }
+            return answer;
         }
         dispatcher.run(call).await
     }
@@ -164,7 +193,7 @@ impl Sequences {
         call: &Call,
         policy: &Policy,
         seq: &Sequenced,
-    ) -> Result<Option<Arc<Slot>>, (Status, String)> {
+    ) -> Result<Option<Routed>, (Status, String)> {
         let accel = call.accel.descriptor();
         let now = call.received;
         let mut models = self.models.lock();
@@ -213,19 +242,41 @@ impl Sequences {
                 }
             },
         };
+        // A START begins from zeros; a later call keeps the state its sequence has.
+        let state = match live.get(&seq.id) {
+            Some(l) if !seq.start => Arc::clone(&l.state),
+            _ => Arc::new(tokio::sync::Mutex::new(vec![0; policy.state_bytes()])),
+        };
         let entry = Live {
             slot: slot.id,
             last: now,
+            state: Arc::clone(&state),
         };
         live.insert(seq.id.clone(), entry);
         debug_assert!(live.len() <= policy.sequences_max);
-        Ok(Some(slot))
+        Ok(Some(Routed { slot, state }))
     }
 
     /// Live sequences of model `accel_id`.
     pub fn live(&self, accel_id: u16) -> usize {
         self.models.lock().get(&accel_id).map_or(0, HashMap::len)
     }
+}
+
+/// Keeps what the model's state outputs gave in `output` (one item: a stateful
+/// model's calls carry one) as the sequence's `state`.
+fn keep_state(model: &dyn accel::Accelerator, policy: &Policy, output: &[u8], state: &mut Vec<u8>) {
+    let Some(t) = model.tensors() else {
+        return;
+    };
+    let Ok(parts) = t.split_outputs(1, output) else {
+        return;
+    };
+    state.clear();
+    for part in &parts[policy.first_state_output(t)..] {
+        state.extend_from_slice(part);
+    }
+    debug_assert_eq!(state.len(), policy.state_bytes());
 }
 
 /// The slot admitting model `accel_id` with the fewest of its `live` sequences: one
@@ -296,6 +347,7 @@ mod tests {
         };
         let policy = Policy {
             strategy: accel::sequence::Strategy::Direct,
+            states: Vec::new(),
             max_idle: IDLE,
             sequences_max: 2,
             controls: Vec::new(),

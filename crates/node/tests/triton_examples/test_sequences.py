@@ -261,6 +261,77 @@ def test_the_oldest_strategy_batches_calls_of_different_sequences(grpc, http, ol
     assert http.get_model_config(oldest_sequence)["sequence_batching"]["oldest"] == {}
 
 
+ACCUMULATOR = "simple_accumulator"
+
+
+def sums(values):
+    out, total = [], 0
+    for v in values:
+        total += v
+        out.append(total)
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_implicit_state_gives_each_sequence_its_running_sum(protocol, http, grpc):
+    client, module = (http, httpclient) if protocol == "http" else (grpc, grpcclient)
+    runs = {71: [3, 4, 5, -2], "seventy-two": [10, 20, 30, 40]}
+    got = {seq_id: [] for seq_id in runs}
+    for step in range(4):  # the two sequences interleaved
+        for seq_id, values in runs.items():
+            inputs, _ = request(module, values[step])
+            result = client.infer(
+                ACCUMULATOR, inputs, sequence_id=seq_id,
+                sequence_start=step == 0, sequence_end=step == 3,
+            )
+            got[seq_id].append(int(result.as_numpy("OUTPUT")[0][0]))
+            assert result.as_numpy("STATE_OUT") is None, "the state is the node's"
+    assert got == {seq_id: sums(values) for seq_id, values in runs.items()}
+
+
+def test_implicit_state_on_a_stream_runs_each_sequence_in_order(grpc):
+    """Two sequences of 12 calls each, all sent at once on one stream: each call
+    reads the state the one before it left."""
+    answers: queue.Queue = queue.Queue()
+    runs = {81: list(range(1, 13)), 82: [(-1) ** i * i for i in range(12)]}
+    grpc.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), answers))
+    try:
+        for step in range(12):
+            for seq_id, values in runs.items():
+                inputs, outputs = request(grpcclient, values[step])
+                grpc.async_stream_infer(
+                    ACCUMULATOR, inputs, outputs=outputs, request_id=f"{seq_id}_{step}",
+                    sequence_id=seq_id, sequence_start=step == 0, sequence_end=step == 11,
+                )
+        got = [answers.get(timeout=30) for _ in range(24)]
+    finally:
+        grpc.stop_stream()
+    by_seq: dict[int, dict[int, int]] = {seq_id: {} for seq_id in runs}
+    for result, error in got:
+        assert error is None, str(error)
+        seq_id, step = map(int, result.get_response().id.split("_"))
+        by_seq[seq_id][step] = int(result.as_numpy("OUTPUT")[0][0])
+    for seq_id, values in runs.items():
+        assert [by_seq[seq_id][s] for s in range(12)] == sums(values), seq_id
+
+
+def test_the_state_is_neither_sent_nor_requested(http):
+    inputs, _ = request(httpclient, 1)
+    with pytest.raises(InferenceServerException, match="has no output STATE_OUT"):
+        http.infer(
+            ACCUMULATOR, inputs, outputs=[httpclient.InferRequestedOutput("STATE_OUT")],
+            sequence_id=90, sequence_start=True,
+        )
+    data = np.ones([2, 1], dtype=np.int32)
+    two = httpclient.InferInput("INPUT", [2, 1], "INT32")
+    two.set_data_from_numpy(data)
+    with pytest.raises(InferenceServerException, match="carries one item"):
+        http.infer(ACCUMULATOR, [two], sequence_id=91, sequence_start=True)
+    metadata = http.get_model_metadata(ACCUMULATOR)
+    assert [t["name"] for t in metadata["inputs"]] == ["INPUT"]
+    assert [t["name"] for t in metadata["outputs"]] == ["OUTPUT"]
+
+
 def test_config_shows_the_sequence_batching_and_hides_the_controls(http, grpc):
     config = http.get_model_config(MODEL)
     assert [i["name"] for i in config["input"]] == ["INPUT"]

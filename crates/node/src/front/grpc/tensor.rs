@@ -123,20 +123,22 @@ fn decode_declared(
         let (input, source) = p.input;
         push_input(input, source, p.datatype, p.count, p.bytes, &mut payload)?;
     }
-    sequence::push_controls(accel, seq.as_ref(), batch, &mut payload);
+    sequence::push_controls(accel, seq.as_ref(), batch, &mut payload)?;
     let mut pairs = Vec::with_capacity(req.parameters.len());
     for (key, value) in model_parameters(req) {
         pairs.push((key.as_str(), param_text(key, value)?));
     }
     let params = declared::params(d, pairs.iter().map(|(k, v)| (*k, v.as_str())))?;
-    let requested = requested(req, |name| declared::check_output(d, t, name))?;
+    let requested = requested(req, |name| declared::check_output(d, &sent, name))?;
     Ok(InferCall {
         params,
         payload,
         reply: Reply {
             id: req.id.clone(),
             requested,
-            shapes: Shapes::Declared(declared::Shapes::new(t, batch)),
+            shapes: Shapes::Declared(
+                declared::Shapes::new(t, batch).hiding(sequence::hidden_outputs(accel)),
+            ),
             sequence: seq,
         },
     })

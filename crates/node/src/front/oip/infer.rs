@@ -492,18 +492,18 @@ fn decode_declared(
         })
         .collect();
     let mut payload = gather(&parts, binary)?;
-    sequence::push_controls(accel, seq.as_ref(), batch, &mut payload);
+    sequence::push_controls(accel, seq.as_ref(), batch, &mut payload)?;
 
     let (requested, others) =
         outputs::from_json(req.parameters.as_ref(), req.outputs.as_deref(), |name| {
-            declared::check_output(d, t, name)
+            declared::check_output(d, &sent, name)
         })?;
     let others: Vec<(&str, String)> = others
         .into_iter()
         .map(|(k, v)| (k, v.to_string()))
         .collect();
     let params = declared::params(d, others.iter().map(|(k, v)| (*k, v.as_str())))?;
-    let shapes = declared::Shapes::new(t, batch);
+    let shapes = declared::Shapes::new(t, batch).hiding(sequence::hidden_outputs(accel));
     Ok(InferCall {
         params,
         payload,

@@ -109,22 +109,36 @@ pub(crate) fn request_tensors<'t>(t: &'t Tensors, policy: Option<&Policy>) -> Co
         Some(policy) => {
             let mut own = t.clone();
             own.inputs.truncate(policy.first_control(t));
+            own.outputs.truncate(policy.first_state_output(t));
             Cow::Owned(own)
         }
     }
 }
 
 /// Appends the control inputs of a call of a stateful model to its `payload` (the
-/// request's inputs, for `batch` items); nothing for another model.
+/// request's inputs, for `batch` items); nothing for another model. A model with
+/// implicit state takes one item a call (its state is one item's): more is refused.
 pub(crate) fn push_controls(
     accel: &dyn Accelerator,
     seq: Option<&Sequenced>,
     batch: usize,
     payload: &mut Vec<u8>,
-) {
+) -> Result<(), String> {
     if let (Some(policy), Some(seq)) = (accel.sequence(), seq) {
+        if !policy.states.is_empty() && batch != 1 {
+            return Err(format!(
+                "model '{}' keeps a state per sequence: a request carries one item, not {batch}",
+                accel.descriptor().name
+            ));
+        }
         policy.push_controls(seq.flags(), batch, payload);
     }
+    Ok(())
+}
+
+/// How many of a model's outputs the node keeps to itself: its state outputs.
+pub(crate) fn hidden_outputs(accel: &dyn Accelerator) -> usize {
+    accel.sequence().map_or(0, |p| p.states.len())
 }
 
 /// A model's `sequence_batching` as Triton's `/config` document gives it.
@@ -246,6 +260,7 @@ mod tests {
             },
             Policy {
                 strategy: accel::sequence::Strategy::Direct,
+                states: Vec::new(),
                 max_idle: std::time::Duration::from_secs(1),
                 sequences_max: 8,
                 controls: vec![

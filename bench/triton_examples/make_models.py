@@ -5,6 +5,18 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
 
 - `simple`: INPUT0, INPUT1 INT32 [-1, 16] (max_batch_size 8) -> OUTPUT0 = INPUT0 +
   INPUT1, OUTPUT1 = INPUT0 - INPUT1 (the examples' main model);
+- `simple_sequence`: a stateful model of the sequence examples: INPUT INT32
+  [-1, 1] -> OUTPUT = INPUT + START (1 on the first call of a sequence, else 0),
+  what those examples check; START and READY are control inputs the node fills
+  (`[sequence_batching]`);
+- `simple_accumulator` (not one of the examples' models): a sequence's running sum
+  with implicit state, OUTPUT = INPUT + (START ? 0 : the previous OUTPUT), the node
+  keeping STATE between the calls (`[[sequence_batching.state]]`);
+- `repeat_int32`: a decoupled model as the repeat example calls it: IN INT32 [10],
+  DELAY UINT32 [10], WAIT UINT32 [1] -> OUT INT32 [10], IDX UINT32 [10], answered
+  over a gRPC stream as 10 responses (OUT [1] = IN[i], IDX [1] = i), then the final
+  flag; the count is fixed at the example's 10 (the node's dims are fixed) and the
+  delays are not waited;
 - `simple_int8`: the same in INT8, `simple_string`: the same on numbers written as
   strings (BYTES), `simple_identity`: BYTES [-1, 1] -> the same tensor. These need
   datatypes the node gains with issue 30's datatype work: a node without them refuses
@@ -14,8 +26,8 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
     python3 bench/triton_examples/make_models.py OUT_DIR
     netaccel-node --models OUT_DIR ...
 
-The examples' image, ensemble, sequence, repeat (decoupled) and custom_identity
-models are not built here: see docs/inference.md, "Triton's examples".
+The examples' image, ensemble, dynamic sequence (`simple_dyna_sequence`) and
+custom_identity models are not built here: see docs/inference.md, "Triton's examples".
 """
 from __future__ import annotations
 
@@ -33,6 +45,7 @@ except ImportError:  # pragma: no cover - told to the user
 CONFIG_TYPES = {
     TensorProto.INT32: "TYPE_INT32",
     TensorProto.INT8: "TYPE_INT8",
+    TensorProto.UINT32: "TYPE_UINT32",
     TensorProto.STRING: "TYPE_STRING",
 }
 
@@ -73,13 +86,130 @@ def identity(name: str) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
+#: The control inputs of `simple_sequence`, after its own input, in graph order.
+SEQUENCE_CONTROLS = (("START", "CONTROL_SEQUENCE_START"), ("READY", "CONTROL_SEQUENCE_READY"))
+
+
+def sequence(name: str) -> onnx.ModelProto:
+    """OUTPUT = (INPUT + START) * READY on [N, 1] INT32: Triton's examples send a
+    sequence's values and expect each back, the first plus one."""
+    shape = ["N", 1]
+    names = ["INPUT"] + [c for c, _ in SEQUENCE_CONTROLS]
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in names]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT", "START"], ["started"]),
+            helper.make_node("Mul", ["started", "READY"], ["OUTPUT"]),
+        ],
+        name,
+        ins,
+        [helper.make_tensor_value_info("OUTPUT", TensorProto.INT32, shape)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+#: How many responses `repeat_int32` gives: the repeat example's count.
+REPEAT_COUNT = 10
+
+
+def repeat(name: str) -> onnx.ModelProto:
+    """OUT = IN, IDX = 0..9; DELAY and WAIT are taken (and added as zeros)."""
+    u32, i32 = TensorProto.UINT32, TensorProto.INT32
+    ins = [
+        helper.make_tensor_value_info("IN", i32, [REPEAT_COUNT]),
+        helper.make_tensor_value_info("DELAY", u32, [REPEAT_COUNT]),
+        helper.make_tensor_value_info("WAIT", u32, [1]),
+    ]
+    outs = [
+        helper.make_tensor_value_info("OUT", i32, [REPEAT_COUNT]),
+        helper.make_tensor_value_info("IDX", u32, [REPEAT_COUNT]),
+    ]
+    index = helper.make_tensor("index", i32, [REPEAT_COUNT], list(range(REPEAT_COUNT)))
+    graph = helper.make_graph(
+        [
+            helper.make_node("Sub", ["DELAY", "DELAY"], ["no_delay"]),
+            helper.make_node("Sub", ["WAIT", "WAIT"], ["no_wait"]),
+            helper.make_node("Add", ["no_delay", "no_wait"], ["zeros"]),
+            helper.make_node("Cast", ["zeros"], ["zeros_i32"], to=i32),
+            helper.make_node("Add", ["IN", "zeros_i32"], ["OUT"]),
+            helper.make_node("Cast", ["index"], ["index_u32"], to=u32),
+            helper.make_node("Add", ["index_u32", "zeros"], ["IDX"]),
+        ],
+        name,
+        ins,
+        outs,
+        initializer=[index],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+#: The implicit state of `simple_accumulator`: (input, output).
+STATE = ("STATE_IN", "STATE_OUT")
+
+
+def accumulator(name: str) -> onnx.ModelProto:
+    """OUTPUT = STATE_OUT = INPUT + STATE_IN * (1 - START) on [N, 1] INT32."""
+    shape = ["N", 1]
+    names = ["INPUT"] + [c for c, _ in SEQUENCE_CONTROLS] + [STATE[0]]
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in names]
+    one = helper.make_tensor("one", TensorProto.INT32, [1, 1], [1])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Sub", ["one", "START"], ["kept"]),
+            helper.make_node("Mul", [STATE[0], "kept"], ["carried"]),
+            helper.make_node("Add", ["INPUT", "carried"], ["sum"]),
+            helper.make_node("Mul", ["sum", "READY"], ["OUTPUT"]),
+            helper.make_node("Identity", ["OUTPUT"], [STATE[1]]),
+        ],
+        name,
+        ins,
+        [helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in ("OUTPUT", STATE[1])],
+        initializer=[one],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def sequence_batching(stateful: bool) -> list[str]:
+    """The `[sequence_batching]` of a sequence model: its control inputs, and its
+    implicit state when it has one."""
+    lines = [
+        "[sequence_batching]",
+        "max_sequence_idle_microseconds = 5000000",
+        "[sequence_batching.direct]",
+    ]
+    for name, kind in SEQUENCE_CONTROLS:
+        lines += [
+            "[[sequence_batching.control_input]]",
+            f'name = "{name}"',
+            "[[sequence_batching.control_input.control]]",
+            f'kind = "{kind}"',
+            "int32_false_true = [0, 1]",
+        ]
+    if stateful:
+        lines += [
+            "[[sequence_batching.state]]",
+            f'input_name = "{STATE[0]}"',
+            f'output_name = "{STATE[1]}"',
+            'data_type = "TYPE_INT32"',
+            "dims = [1]",
+        ]
+    return lines + [""]
+
+
 def config(model: onnx.ModelProto, max_batch_size: int) -> str:
-    """The model's config.toml: Triton's fields, the batch axis left out of dims."""
+    """The model's config.toml: Triton's fields, the batch axis left out of dims; a
+    sequence model's control inputs in `[sequence_batching]`, not `[[input]]`."""
     lines = [f"max_batch_size = {max_batch_size}", ""]
+    # Without a batch axis the dims are whole.
+    skip = 1 if max_batch_size > 0 else 0
+    controls = {c for c, _ in SEQUENCE_CONTROLS} | set(STATE)
+    sequenced = any(v.name in controls for v in model.graph.input)
     for section, values in (("input", model.graph.input), ("output", model.graph.output)):
         for v in values:
+            if v.name in controls:
+                continue
             t = v.type.tensor_type
-            dims = [d.dim_value for d in t.shape.dim[1:]]
+            dims = [d.dim_value for d in t.shape.dim[skip:]]
             lines += [
                 f"[[{section}]]",
                 f'name = "{v.name}"',
@@ -87,6 +217,10 @@ def config(model: onnx.ModelProto, max_batch_size: int) -> str:
                 f"dims = {dims}",
                 "",
             ]
+    if sequenced:
+        lines += sequence_batching(any(v.name == STATE[0] for v in model.graph.input))
+    if model.graph.name == "repeat_int32":
+        lines += ["[model_transaction_policy]", "decoupled = true", ""]
     return "\n".join(lines)
 
 
@@ -96,6 +230,9 @@ def models() -> dict[str, tuple[onnx.ModelProto, int]]:
         "simple_int8": (add_sub("simple_int8", TensorProto.INT8), 8),
         "simple_string": (add_sub("simple_string", TensorProto.STRING), 8),
         "simple_identity": (identity("simple_identity"), 8),
+        "simple_sequence": (sequence("simple_sequence"), 8),
+        "simple_accumulator": (accumulator("simple_accumulator"), 8),
+        "repeat_int32": (repeat("repeat_int32"), 0),
     }
 
 

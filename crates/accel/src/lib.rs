@@ -22,6 +22,7 @@ use std::sync::Arc;
 pub mod batch;
 mod kernels;
 pub mod reference;
+pub mod sequence;
 pub mod tensors;
 
 pub use kernels::{builtins, fault_injection, FAULT_ID};
@@ -339,6 +340,20 @@ pub trait Accelerator: Send + Sync + 'static {
     /// The dynamic batching a model declares: its calls queued at a slot join into
     /// one run (see [`batch`]); `None`: every call runs alone.
     fn batching(&self) -> Option<&batch::Policy> {
+        None
+    }
+
+    /// The sequence batching a stateful model declares: its calls come in sequences,
+    /// each routed to one slot with control inputs (see [`sequence`]); `None`: calls
+    /// stand alone.
+    fn sequence(&self) -> Option<&sequence::Policy> {
+        None
+    }
+
+    /// A decoupled model (Triton's `model_transaction_policy { decoupled: true }`):
+    /// how many responses one request gets, each output's first dim split one slice
+    /// a response; `None`: one response a request.
+    fn responses(&self) -> Option<usize> {
         None
     }
 }

@@ -35,6 +35,8 @@ pub struct Node {
     pub model_stats: ModelStatsTable,
     /// System shared memory regions clients registered (the protocol's extension).
     pub shm: Regions,
+    /// Live sequences of the stateful models (`[sequence_batching]`).
+    pub sequences: crate::core::sequence::Sequences,
     pub body_budget: Arc<MemoryBudget>,
     pub pool: Arc<ReassemblyPool>,
     /// Refused requests, logged within a rate limit.
@@ -169,6 +171,7 @@ impl Node {
             metrics,
             model_stats,
             shm,
+            sequences: Default::default(),
             body_budget,
             tenants,
             quotas,

@@ -101,6 +101,16 @@ struct RawQueuePolicy {
 }
 
 impl DynamicBatching {
+    /// The batching of a sequence model's `oldest` strategy: its preferred sizes and
+    /// delay, the defaults for the rest.
+    pub(crate) fn of_oldest(preferred_batch_size: Vec<i64>, delay_us: u64) -> DynamicBatching {
+        DynamicBatching {
+            preferred_batch_size,
+            max_queue_delay_microseconds: delay_us,
+            ..DynamicBatching::default()
+        }
+    }
+
     /// Checks the section against its bounds and the model's `max_batch_size`. The
     /// error names the key.
     pub(crate) fn check(self, max_batch_size: u32) -> Result<Policy, String> {

@@ -20,6 +20,7 @@
 //! dims = [10]
 //! [dynamic_batching]           # optional: see the `batching` module
 //! max_queue_delay_microseconds = 500
+//! # or [sequence_batching]: a stateful model's sequences, see the `sequencing` module
 //! ```
 
 use accel::batch::Policy;
@@ -27,6 +28,7 @@ use accel::tensors::{DataType, TensorSpec, Tensors, INPUT_FORMATS};
 use serde::Deserialize;
 
 use crate::batching::{instances, DynamicBatching, InstanceGroup};
+use crate::sequencing::{control_spec, SequenceBatching};
 
 /// Largest `max_batch_size`.
 pub const BATCH_MAX: u32 = 4096;
@@ -62,7 +64,7 @@ impl Backend {
 }
 
 /// A parsed and checked configuration.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
     pub tensors: Tensors,
     /// The engine that runs it.
@@ -77,9 +79,50 @@ pub struct ModelConfig {
     /// How calls queued at a slot join into one run (`[dynamic_batching]`, see
     /// [`crate::batching`]); `None`: each call runs alone.
     pub dynamic_batching: Option<Policy>,
+    /// How its calls come in sequences (`[sequence_batching]`, see
+    /// [`crate::sequencing`]): its control inputs close `tensors.inputs`.
+    pub sequence_batching: Option<accel::sequence::Policy>,
     /// Slots of the default CPU device that host the model (`[[instance_group]]
     /// count`, summed; 1 without).
     pub instances: usize,
+    /// A decoupled model's responses to one request (`[model_transaction_policy]
+    /// decoupled = true`): the first dim every output shares. `None`: one response.
+    pub responses: Option<usize>,
+}
+
+/// Most responses one request to a decoupled model gets.
+pub const RESPONSES_MAX: u64 = 1024;
+
+/// `[model_transaction_policy]`, Triton's name.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TransactionPolicy {
+    #[serde(default)]
+    decoupled: bool,
+}
+
+/// The responses of a decoupled model declaring `t`: every output's first dim, the
+/// same for all, on a model without a batch axis and of fixed-size outputs.
+fn responses(t: &Tensors) -> Result<usize, String> {
+    let at = "model_transaction_policy.decoupled";
+    if t.max_batch_size != 0 {
+        return Err(format!(
+            "{at}: a decoupled model has no batch axis (max_batch_size = 0): its outputs' \
+             first dim is its responses"
+        ));
+    }
+    let firsts: Vec<Option<u64>> = t.outputs.iter().map(|s| s.dims.first().copied()).collect();
+    let first = firsts[0];
+    let fixed = t.outputs.iter().all(|s| s.datatype.fixed_size().is_some());
+    match first {
+        Some(n) if fixed && n <= RESPONSES_MAX && firsts.iter().all(|f| *f == first) => {
+            Ok(n as usize)
+        }
+        _ => Err(format!(
+            "{at}: every output's first dim is the responses, the same for all (1 to \
+             {RESPONSES_MAX}), and of a fixed-size type"
+        )),
+    }
 }
 
 #[derive(Deserialize)]
@@ -96,6 +139,10 @@ struct Raw {
     output: Vec<RawTensor>,
     #[serde(default)]
     dynamic_batching: Option<DynamicBatching>,
+    #[serde(default)]
+    sequence_batching: Option<SequenceBatching>,
+    #[serde(default)]
+    model_transaction_policy: Option<TransactionPolicy>,
     #[serde(default)]
     instance_group: Vec<InstanceGroup>,
 }
@@ -185,8 +232,31 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             label_files.push((r.name.clone(), file.clone()));
         }
     }
-    let inputs = tensors("input", raw.input)?;
-    let outputs = tensors("output", raw.output)?;
+    let mut inputs = tensors("input", raw.input)?;
+    let mut outputs = tensors("output", raw.output)?;
+    if raw.dynamic_batching.is_some() && raw.sequence_batching.is_some() {
+        return Err(
+            "dynamic_batching and sequence_batching: a model has one scheduler, not both"
+                .to_string(),
+        );
+    }
+    let (sequence_batching, oldest) = match raw.sequence_batching {
+        Some(section) => {
+            let checked = section.check(&inputs, &outputs, raw.max_batch_size)?;
+            // Controls, then states, close the inputs; states close the outputs.
+            inputs.extend(checked.policy.controls.iter().map(control_spec));
+            inputs.extend(checked.state_inputs);
+            outputs.extend(checked.state_outputs);
+            if inputs.len() > TENSORS_MAX || outputs.len() > TENSORS_MAX {
+                return Err(format!(
+                    "sequence_batching: with its controls and states, the model has more than \
+                     {TENSORS_MAX} inputs or outputs"
+                ));
+            }
+            (Some(checked.policy), checked.batching)
+        }
+        None => (None, None),
+    };
     let t = Tensors {
         inputs,
         outputs,
@@ -203,9 +273,23 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             ));
         }
     }
+    let decoupled = raw.model_transaction_policy.is_some_and(|p| p.decoupled);
+    if decoupled && (raw.dynamic_batching.is_some() || sequence_batching.is_some()) {
+        return Err(
+            "model_transaction_policy.decoupled: a decoupled model takes no dynamic or \
+             sequence batching"
+                .to_string(),
+        );
+    }
+    let responses = if decoupled {
+        Some(responses(&t)?)
+    } else {
+        None
+    };
+    // A sequence model of the oldest strategy batches by its own section's keys.
     let dynamic_batching = match raw.dynamic_batching {
         Some(section) => Some(section.check(t.max_batch_size)?),
-        None => None,
+        None => oldest,
     };
     Ok(ModelConfig {
         tensors: t,
@@ -214,7 +298,9 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         label_files,
         formats,
         dynamic_batching,
+        sequence_batching,
         instances: instances(&raw.instance_group)?,
+        responses,
     })
 }
 
@@ -385,6 +471,29 @@ dims = [10]
             [("logits".to_string(), "labels.txt".to_string())]
         );
     }
+    #[test]
+    fn a_decoupled_model_answers_its_outputs_first_dim_in_responses() {
+        let repeat = |outputs: &str, batch: u32| {
+            parse(
+                "repeat",
+                &format!(
+                    "max_batch_size = {batch}\n[[input]]\nname = \"IN\"\ndata_type = \"TYPE_INT32\"\n\
+                     dims = [10]\n{outputs}[model_transaction_policy]\ndecoupled = true\n"
+                ),
+            )
+        };
+        let out = |name: &str, dims: &str| {
+            format!("[[output]]\nname = \"{name}\"\ndata_type = \"TYPE_INT32\"\ndims = {dims}\n")
+        };
+        let two = format!("{}{}", out("OUT", "[10]"), out("IDX", "[10, 2]"));
+        assert_eq!(repeat(&two, 0).unwrap().responses, Some(10));
+        let e = repeat(&two, 4).unwrap_err();
+        assert!(e.contains("no batch axis"), "{e}");
+        let disagree = format!("{}{}", out("OUT", "[10]"), out("IDX", "[9]"));
+        let e = repeat(&disagree, 0).unwrap_err();
+        assert!(e.contains("the same for all"), "{e}");
+        assert_eq!(parse("digits", DIGITS).unwrap().responses, None);
+    }
 }
 
 /// The fuzz target's body (`fuzz/fuzz_targets/model_config.rs`), also replayed over
@@ -433,6 +542,10 @@ pub mod fuzzing {
         for (name, file) in &config.label_files {
             assert!(t.outputs.iter().any(|o| &o.name == name));
             assert!(!file.is_empty() && !file.contains('/'));
+        }
+        if let Some(responses) = config.responses {
+            assert!((1..=super::RESPONSES_MAX as usize).contains(&responses));
+            assert!(t.outputs.iter().all(|o| o.dims[0] as usize == responses));
         }
     }
 }

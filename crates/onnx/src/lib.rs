@@ -23,6 +23,7 @@ mod element;
 pub mod model;
 pub mod onnxruntime;
 pub mod repository;
+pub mod sequencing;
 
 pub use config::{Backend, ModelConfig};
 pub use model::{Engines, Model, Session};

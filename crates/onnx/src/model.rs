@@ -51,6 +51,10 @@ pub struct Model {
     tensor_configs: Vec<(String, TensorConfig)>,
     /// Its `[dynamic_batching]`, if any.
     batching: Option<accel::batch::Policy>,
+    /// Its `[sequence_batching]`, if any.
+    sequence: Option<accel::sequence::Policy>,
+    /// A decoupled model's responses to one request.
+    responses: Option<usize>,
     /// Slots of the default CPU device that host it (`[[instance_group]]`).
     instances: usize,
 }
@@ -113,6 +117,8 @@ impl Model {
         let tensor_configs = tensor_configs(&config);
         let tensors = config.tensors;
         let batching = config.dynamic_batching;
+        let sequence = config.sequence_batching;
+        let responses = config.responses;
         let instances = config.instances;
         let typed = catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
             .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
@@ -153,6 +159,8 @@ impl Model {
             labels: Vec::new(),
             tensor_configs,
             batching,
+            sequence,
+            responses,
             instances,
         })
     }
@@ -469,6 +477,14 @@ impl Accelerator for Model {
 
     fn batching(&self) -> Option<&accel::batch::Policy> {
         self.batching.as_ref()
+    }
+
+    fn sequence(&self) -> Option<&accel::sequence::Policy> {
+        self.sequence.as_ref()
+    }
+
+    fn responses(&self) -> Option<usize> {
+        self.responses
     }
 }
 

@@ -14,6 +14,7 @@
 //! | `fair_queue` | a slot's tenant-fair queue |
 //! | [`slot`] | a slot: its queue, inline runs, its worker thread, a call's execution |
 //! | [`dispatch`] | picking a slot (round robin, join-shortest-queue), admission, refusals |
+//! | [`sequence`] | a stateful model's sequences: correlation id → slot, START/END, idle release |
 //! | [`watchdog`] | the thread that looks for calls past `kernel_timeout_ms` |
 //! | [`memory`] | the HTTP body budget, the RAC reassembly pool |
 //! | [`objects`] | named objects served without a slot |
@@ -30,6 +31,7 @@ pub(crate) mod fair_queue;
 pub mod memory;
 pub mod objects;
 pub mod quota;
+pub mod sequence;
 pub mod shm;
 pub mod slot;
 pub mod tenant;

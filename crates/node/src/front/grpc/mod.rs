@@ -26,6 +26,7 @@
 //! [`STREAMS_PER_CONNECTION_MAX`] calls run at once on one connection; a call's payload
 //! is held against the node's body-memory budget while it waits, like an HTTP body.
 
+pub mod decoupled;
 mod rpc;
 mod service;
 pub mod stream;

@@ -10,20 +10,20 @@ use tonic::{Request, Response, Status};
 use super::pb::grpc_inference_service_server::GrpcInferenceService;
 use super::pb::model_metadata_response::TensorMetadata;
 use super::pb::{
-    model_input, model_instance_group, model_version_policy, CudaSharedMemoryRegisterRequest,
-    CudaSharedMemoryRegisterResponse, CudaSharedMemoryStatusRequest,
-    CudaSharedMemoryStatusResponse, CudaSharedMemoryUnregisterRequest,
-    CudaSharedMemoryUnregisterResponse, DataType as ConfigType, ModelConfig, ModelConfigRequest,
-    ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelInput, ModelInstanceGroup,
-    ModelMetadataRequest, ModelMetadataResponse, ModelOutput, ModelReadyRequest,
-    ModelReadyResponse, ModelStatisticsRequest, ModelStatisticsResponse, ModelVersionPolicy,
-    RepositoryIndexRequest, RepositoryIndexResponse, RepositoryModelLoadRequest,
-    RepositoryModelLoadResponse, RepositoryModelUnloadRequest, RepositoryModelUnloadResponse,
-    ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
-    ServerReadyRequest, ServerReadyResponse, SystemSharedMemoryRegisterRequest,
-    SystemSharedMemoryRegisterResponse, SystemSharedMemoryStatusRequest,
-    SystemSharedMemoryStatusResponse, SystemSharedMemoryUnregisterRequest,
-    SystemSharedMemoryUnregisterResponse,
+    model_config, model_input, model_instance_group, model_version_policy,
+    CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse,
+    CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse,
+    CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse, DataType as ConfigType,
+    ModelConfig, ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse,
+    ModelInput, ModelInstanceGroup, ModelMetadataRequest, ModelMetadataResponse, ModelOutput,
+    ModelReadyRequest, ModelReadyResponse, ModelSequenceBatching, ModelStatisticsRequest,
+    ModelStatisticsResponse, ModelVersionPolicy, RepositoryIndexRequest, RepositoryIndexResponse,
+    RepositoryModelLoadRequest, RepositoryModelLoadResponse, RepositoryModelUnloadRequest,
+    RepositoryModelUnloadResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
+    ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+    SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse,
+    SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
+    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
 };
 use super::service::Inference;
 use super::Peer;
@@ -44,7 +44,9 @@ fn config_type(dt: DataType) -> ConfigType {
 fn model_config(accel: &dyn Accelerator) -> ModelConfig {
     let d = accel.descriptor();
     if let Some(t) = accel.tensors() {
-        return declared_config(accel, d, t);
+        // A stateful model's control inputs are the node's to fill, not inputs.
+        let sent = crate::front::oip::sequence::request_tensors(t, accel.sequence());
+        return declared_config(accel, d, &sent);
     }
     let sig = Signature::of(d);
     let data_type = config_type(sig.datatype) as i32;
@@ -125,6 +127,47 @@ fn declared_config(accel: &dyn Accelerator, d: &Descriptor, t: &Tensors) -> Mode
             count: 1,
             ..Default::default()
         }],
+        scheduling_choice: accel
+            .sequence()
+            .map(|p| model_config::SchedulingChoice::SequenceBatching(sequence_batching(p))),
+        ..Default::default()
+    }
+}
+
+/// A stateful model's `sequence_batching`, as Triton's configuration gives it.
+fn sequence_batching(policy: &accel::sequence::Policy) -> ModelSequenceBatching {
+    use super::pb::model_sequence_batching::{control, Control, ControlInput, StrategyChoice};
+    use accel::sequence::{ControlKind, Strategy};
+    let control_input = policy
+        .controls
+        .iter()
+        .map(|c| {
+            let kind = control::Kind::from_str_name(c.kind.config_name())
+                .expect("every control kind is in the protocol's enum");
+            let (f, t) = c.values;
+            let mut control = Control {
+                kind: kind as i32,
+                ..Default::default()
+            };
+            match (c.kind, c.datatype) {
+                (ControlKind::CorrId, dt) => control.data_type = config_type(dt) as i32,
+                (_, DataType::Int32) => control.int32_false_true = vec![f as i32, t as i32],
+                (_, DataType::Bool) => control.bool_false_true = vec![f != 0.0, t != 0.0],
+                _ => control.fp32_false_true = vec![f as f32, t as f32],
+            }
+            ControlInput {
+                name: c.input.clone(),
+                control: vec![control],
+            }
+        })
+        .collect();
+    ModelSequenceBatching {
+        max_sequence_idle_microseconds: policy.max_idle.as_micros() as u64,
+        control_input,
+        strategy_choice: Some(match policy.strategy {
+            Strategy::Direct => StrategyChoice::Direct(Default::default()),
+            Strategy::Oldest => StrategyChoice::Oldest(Default::default()),
+        }),
         ..Default::default()
     }
 }
@@ -132,6 +175,8 @@ fn declared_config(accel: &dyn Accelerator, d: &Descriptor, t: &Tensors) -> Mode
 fn model_metadata(accel: &dyn Accelerator) -> ModelMetadataResponse {
     let d = accel.descriptor();
     if let Some(t) = accel.tensors() {
+        let sent = crate::front::oip::sequence::request_tensors(t, accel.sequence());
+        let t = &*sent;
         let tensor = |s: &TensorSpec| TensorMetadata {
             name: s.name.clone(),
             datatype: s.datatype.name().to_string(),
@@ -267,6 +312,14 @@ impl GrpcInferenceService for Inference {
         request: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
         let peer = request.extensions().get::<Peer>().cloned();
+        let req = request.get_ref();
+        let decoupled = self
+            .model(&req.model_name, &req.model_version)
+            .is_ok_and(|m| m.responses().is_some());
+        if decoupled {
+            let refused = Err(Status::unimplemented(super::decoupled::UNARY_REFUSAL));
+            return self.answered(peer.as_ref(), refused);
+        }
         let result = self.infer(request).await;
         self.answered(peer.as_ref(), result)
     }

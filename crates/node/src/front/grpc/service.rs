@@ -210,7 +210,9 @@ impl Inference {
             queue_ns,
             exec_ns,
             ..
-        } = self.node.dispatcher.run(call).await;
+        } = (self.node.sequences)
+            .run(&self.node.dispatcher, call, reply.sequence())
+            .await;
         drop(quota);
         if status == NodeStatus::Busy {
             self.node.count_busy(Protocol::Grpc, Some(accel_id));

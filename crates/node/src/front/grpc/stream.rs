@@ -22,6 +22,9 @@
 //! client enforce it), not each request; `x-netaccel-deadline-us` in the stream's
 //! metadata applies to each request, as it would to a `ModelInfer` call.
 //!
+//! Decoupled models ([`decoupled`]): a request's run answers with several messages,
+//! sent one by one through the same bounded queue.
+//!
 //! Drain. When the node shuts down, the stream stops taking requests, answers those it
 //! has, and ends with status OK, so the client sees every answer it is owed.
 
@@ -31,6 +34,7 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::decoupled;
 use super::pb::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
 use super::service::Inference;
 use super::Peer;
@@ -63,6 +67,12 @@ pub fn serve(service: Inference, request: Request<Streaming<ModelInferRequest>>)
                     match message {
                         Ok(Some(message)) => {
                             let (id, model) = (message.id.clone(), message.model_name.clone());
+                            // A decoupled model's run answers with several responses.
+                            let responses = service
+                                .model(&message.model_name, &message.model_version)
+                                .ok()
+                                .and_then(|m| m.responses());
+                            let empty_final = decoupled::wants_empty_final(&message);
                             let mut one = Request::new(message);
                             *one.metadata_mut() = metadata.clone();
                             if let Some(peer) = &peer {
@@ -71,7 +81,8 @@ pub fn serve(service: Inference, request: Request<Streaming<ModelInferRequest>>)
                             let (service, peer) = (&service, &peer);
                             running.push(async move {
                                 let result = service.infer(one).await;
-                                (id, model, service.answered(peer.as_ref(), result))
+                                let result = service.answered(peer.as_ref(), result);
+                                (id, model, result, responses.map(|r| (r, empty_final)))
                             });
                         }
                         // The client closed its side (or the stream broke): answer what
@@ -79,10 +90,12 @@ pub fn serve(service: Inference, request: Request<Streaming<ModelInferRequest>>)
                         Ok(None) | Err(_) => reading = false,
                     }
                 }
-                Some((id, model, result)) = running.next(), if !running.is_empty() => {
-                    if tx.send(Ok(answer(id, model, result))).await.is_err() {
-                        // The client is gone: nobody to answer.
-                        return;
+                Some((id, model, result, decoupled)) = running.next(), if !running.is_empty() => {
+                    for message in answers(id, model, result, decoupled) {
+                        if tx.send(Ok(message)).await.is_err() {
+                            // The client is gone: nobody to answer.
+                            return;
+                        }
                     }
                 }
                 _ = shutdown.changed(), if reading => reading = false,
@@ -91,6 +104,29 @@ pub fn serve(service: Inference, request: Request<Streaming<ModelInferRequest>>)
         }
     });
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+/// The stream messages of one request: its inference (a decoupled model's, split
+/// into its responses, `decoupled` saying how many and whether an empty final one
+/// follows), or the one error `ModelInfer` would have answered.
+fn answers(
+    id: String,
+    model: String,
+    result: Result<Response<ModelInferResponse>, Status>,
+    decoupled: Option<(usize, bool)>,
+) -> Vec<ModelStreamInferResponse> {
+    match (result, decoupled) {
+        (Ok(response), Some((responses, empty_final))) => {
+            decoupled::split(response.into_inner(), responses, empty_final)
+                .into_iter()
+                .map(|r| ModelStreamInferResponse {
+                    error_message: String::new(),
+                    infer_response: Some(r),
+                })
+                .collect()
+        }
+        (result, _) => vec![answer(id, model, result)],
+    }
 }
 
 /// One stream message: the inference, or the error `ModelInfer` would have answered,

@@ -19,12 +19,14 @@ use super::pb::infer_parameter::ParameterChoice;
 use super::pb::model_infer_request::InferInputTensor;
 use super::pb::model_infer_response::InferOutputTensor;
 use super::pb::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
+use crate::core::sequence::{CorrelationId, Sequenced};
 use crate::front::oip::classify;
 use crate::front::oip::elements::{self, Scalar};
 use crate::front::oip::infer::{
     call_params, check_input, check_output, input_size, order_inputs, output_shape, shape_params,
 };
 use crate::front::oip::outputs::{self, Requested, Wanted};
+use crate::front::oip::sequence;
 use crate::front::oip::{declared, DataType, Signature, OUTPUT, VERSION};
 
 /// A decoded request: what the accelerator is called with, and how to answer.
@@ -42,6 +44,15 @@ pub struct Reply {
     /// Which outputs to answer (gRPC answers every one raw).
     requested: Requested,
     shapes: Shapes,
+    /// The call's place in its sequence (a stateful model's).
+    sequence: Option<Sequenced>,
+}
+
+impl Reply {
+    /// The call's place in its sequence, for the sequence table.
+    pub fn sequence(&self) -> Option<&Sequenced> {
+        self.sequence.as_ref()
+    }
 }
 
 /// How the output becomes tensors.
@@ -68,8 +79,9 @@ enum Source<'a> {
 pub fn decode(accel: &dyn Accelerator, req: &ModelInferRequest) -> Result<InferCall, String> {
     let d = accel.descriptor();
     let sourced = sources(req)?;
+    let seq = sequence::check(accel, given_sequence(req)?)?;
     if let Some(t) = accel.tensors() {
-        let mut call = decode_declared(d, t, req, &sourced)?;
+        let mut call = decode_declared(accel, t, req, &sourced, seq)?;
         classify::prepare(&mut call.reply.requested, accel)?;
         return Ok(call);
     }
@@ -84,17 +96,20 @@ pub fn decode(accel: &dyn Accelerator, req: &ModelInferRequest) -> Result<InferC
 /// path applies (`http::v2::declared`): inputs by name and declared datatype, the
 /// batch axis, no parameters, outputs by name.
 fn decode_declared(
-    d: &Descriptor,
+    accel: &dyn Accelerator,
     t: &Tensors,
     req: &ModelInferRequest,
     sourced: &[(&InferInputTensor, Source<'_>)],
+    seq: Option<Sequenced>,
 ) -> Result<InferCall, String> {
+    let d = accel.descriptor();
+    let sent = sequence::request_tensors(t, accel.sequence());
     // The most bytes the message's contents can stand for: no input may claim more
     // before its contents are checked.
     let carried: usize = sourced.iter().map(|(_, source)| most_bytes(source)).sum();
     let (planned, batch) = declared::plan(
         d,
-        t,
+        &sent,
         sourced,
         |(i, _)| declared::Head {
             name: &i.name,
@@ -108,19 +123,23 @@ fn decode_declared(
         let (input, source) = p.input;
         push_input(input, source, p.datatype, p.count, p.bytes, &mut payload)?;
     }
+    sequence::push_controls(accel, seq.as_ref(), batch, &mut payload)?;
     let mut pairs = Vec::with_capacity(req.parameters.len());
-    for (key, value) in &req.parameters {
+    for (key, value) in model_parameters(req) {
         pairs.push((key.as_str(), param_text(key, value)?));
     }
     let params = declared::params(d, pairs.iter().map(|(k, v)| (*k, v.as_str())))?;
-    let requested = requested(req, |name| declared::check_output(d, t, name))?;
+    let requested = requested(req, |name| declared::check_output(d, &sent, name))?;
     Ok(InferCall {
         params,
         payload,
         reply: Reply {
             id: req.id.clone(),
             requested,
-            shapes: Shapes::Declared(declared::Shapes::new(t, batch)),
+            shapes: Shapes::Declared(
+                declared::Shapes::new(t, batch).hiding(sequence::hidden_outputs(accel)),
+            ),
+            sequence: seq,
         },
     })
 }
@@ -195,7 +214,7 @@ fn decode_builtin(
     }
 
     let mut pairs = Vec::with_capacity(req.parameters.len());
-    for (key, value) in &req.parameters {
+    for (key, value) in model_parameters(req) {
         pairs.push((key.clone(), param_text(key, value)?));
     }
     let params = call_params(d, shape_pairs, pairs)?;
@@ -210,6 +229,7 @@ fn decode_builtin(
                 sig,
                 input_shape: shapes.swap_remove(0),
             },
+            sequence: None,
         },
     })
 }
@@ -345,6 +365,45 @@ fn typed_len(c: &InferTensorContents) -> usize {
         + c.fp32_contents.len()
         + c.fp64_contents.len()
         + c.bytes_contents.len()
+}
+
+/// The request's parameters for the model: all but those that place it in a
+/// sequence and the stream's ask for an empty final response.
+fn model_parameters(
+    req: &ModelInferRequest,
+) -> impl Iterator<Item = (&String, &InferParameter)> + '_ {
+    req.parameters.iter().filter(|(key, _)| {
+        !sequence::KEYS.contains(&key.as_str()) && *key != super::decoupled::ENABLE_EMPTY_FINAL
+    })
+}
+
+/// The sequence parameters of a request, as Triton's clients send them: the id an
+/// `int64_param` (or `uint64_param`) or a `string_param`, the flags `bool_param`s.
+fn given_sequence(req: &ModelInferRequest) -> Result<sequence::Given, String> {
+    let choice = |key: &str| {
+        req.parameters
+            .get(key)
+            .and_then(|p| p.parameter_choice.as_ref())
+    };
+    let id = match choice(sequence::KEYS[0]) {
+        None => None,
+        Some(ParameterChoice::Int64Param(n)) => Some(CorrelationId::Number(
+            u64::try_from(*n).map_err(|_| format!("sequence_id {n} is negative"))?,
+        )),
+        Some(ParameterChoice::Uint64Param(n)) => Some(CorrelationId::Number(*n)),
+        Some(ParameterChoice::StringParam(s)) => Some(CorrelationId::Text(s.clone())),
+        Some(_) => return Err("sequence_id must be an integer or a string".into()),
+    };
+    let flag = |key: &str| match choice(key) {
+        None => Ok(false),
+        Some(ParameterChoice::BoolParam(b)) => Ok(*b),
+        Some(_) => Err(format!("{key} must be a bool_param")),
+    };
+    Ok(sequence::Given {
+        id,
+        start: flag(sequence::KEYS[1])?,
+        end: flag(sequence::KEYS[2])?,
+    })
 }
 
 /// A request parameter as the text the accelerator's parameter parser reads (as over

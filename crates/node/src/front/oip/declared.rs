@@ -20,6 +20,8 @@ use accel::{params_from_pairs, Descriptor, ParamBlock};
 pub struct Shapes {
     pub(super) tensors: Tensors,
     batch: usize,
+    /// The last outputs, which the node keeps (a stateful model's state outputs).
+    hidden: usize,
 }
 
 /// One input of a request matched to the model's declaration: the request's input
@@ -166,7 +168,15 @@ impl Shapes {
         Shapes {
             tensors: t.clone(),
             batch,
+            hidden: 0,
         }
+    }
+
+    /// The shapes, answering all but the last `hidden` outputs.
+    pub(crate) fn hiding(mut self, hidden: usize) -> Shapes {
+        debug_assert!(hidden < self.tensors.outputs.len());
+        self.hidden = hidden;
+        self
     }
 
     /// Every output of a call's `output`, in declared order: its declaration, its
@@ -182,8 +192,8 @@ impl Shapes {
             .split_outputs(self.batch, output)
             .unwrap_or_else(|_| vec![&[][..]; self.tensors.outputs.len()]);
         debug_assert_eq!(parts.len(), self.tensors.outputs.len());
-        self.tensors
-            .outputs
+        let shown = self.tensors.outputs.len() - self.hidden;
+        self.tensors.outputs[..shown]
             .iter()
             .zip(parts)
             .map(move |(spec, bytes)| (spec, self.tensors.shape(spec, self.batch), bytes))

@@ -13,8 +13,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::outputs::{self, RawOutput, Requested};
-use super::{classify, declared, elements};
+use super::{classify, declared, elements, sequence};
 use super::{DataType, Layout, Signature, OUTPUT};
+use crate::core::sequence::Sequenced;
 
 /// A decoded request: what the accelerator is called with, and how to answer.
 #[derive(Debug)]
@@ -35,6 +36,15 @@ pub struct Reply {
     input_shape: Vec<u64>,
     /// A model that declares its tensors: their shapes for this call's batch.
     pub(super) declared: Option<declared::Shapes>,
+    /// The call's place in its sequence (a stateful model's).
+    sequence: Option<Sequenced>,
+}
+
+impl Reply {
+    /// The call's place in its sequence, for the sequence table.
+    pub fn sequence(&self) -> Option<&Sequenced> {
+        self.sequence.as_ref()
+    }
 }
 
 #[derive(Deserialize)]
@@ -75,11 +85,18 @@ pub fn decode(
         ));
     }
     let (json, binary) = body.split_at(json_len);
-    let req: RawRequest =
+    let mut req: RawRequest =
         serde_json::from_slice(json).map_err(|e| format!("malformed inference request: {e}"))?;
     let d = accel.descriptor();
+    if accel.responses().is_some() {
+        // Triton's words: a decoupled model's responses need a gRPC stream.
+        return Err(
+            "HTTP end point doesn't support models with decoupled transaction policy".into(),
+        );
+    }
+    let seq = sequence::check(accel, sequence::from_json(&mut req.parameters)?)?;
     if let Some(tensors) = accel.tensors() {
-        let mut call = decode_declared(d, tensors, req, binary, body.len())?;
+        let mut call = decode_declared(accel, tensors, req, binary, body.len(), seq)?;
         classify::prepare(&mut call.reply.requested, accel)?;
         return Ok(call);
     }
@@ -142,6 +159,7 @@ pub fn decode(
             sig,
             input_shape: shapes.swap_remove(0),
             declared: None,
+            sequence: None,
         },
     })
 }
@@ -278,6 +296,7 @@ pub(super) fn declared_reply(
     id: Option<String>,
     requested: Requested,
     shapes: declared::Shapes,
+    sequence: Option<Sequenced>,
 ) -> Reply {
     Reply {
         id,
@@ -289,6 +308,7 @@ pub(super) fn declared_reply(
         },
         input_shape: Vec::new(),
         declared: Some(shapes),
+        sequence,
     }
 }
 
@@ -440,17 +460,20 @@ pub fn encode(model: &str, reply: &Reply, output: &[u8], dst: &mut Vec<u8>) -> O
 /// Decodes `req` (its JSON part parsed; `binary` the bytes after it; `body_len` the
 /// whole body's) for a model declaring `t`. The error is the protocol's sentence.
 fn decode_declared(
-    d: &Descriptor,
+    accel: &dyn Accelerator,
     t: &accel::tensors::Tensors,
     req: RawRequest,
     binary: &[u8],
     body_len: usize,
+    seq: Option<Sequenced>,
 ) -> Result<InferCall, String> {
+    let d = accel.descriptor();
     // Every element takes at least two bytes of JSON ("0,") or its own size in
     // binary: a request cannot make the node reserve more than twice its body.
+    let sent = sequence::request_tensors(t, accel.sequence());
     let (planned, batch) = declared::plan(
         d,
-        t,
+        &sent,
         &req.inputs,
         |i: &RawInput| declared::Head {
             name: &i.name,
@@ -468,22 +491,23 @@ fn decode_declared(
             bytes: p.bytes,
         })
         .collect();
-    let payload = gather(&parts, binary)?;
+    let mut payload = gather(&parts, binary)?;
+    sequence::push_controls(accel, seq.as_ref(), batch, &mut payload)?;
 
     let (requested, others) =
         outputs::from_json(req.parameters.as_ref(), req.outputs.as_deref(), |name| {
-            declared::check_output(d, t, name)
+            declared::check_output(d, &sent, name)
         })?;
     let others: Vec<(&str, String)> = others
         .into_iter()
         .map(|(k, v)| (k, v.to_string()))
         .collect();
     let params = declared::params(d, others.iter().map(|(k, v)| (*k, v.as_str())))?;
-    let shapes = declared::Shapes::new(t, batch);
+    let shapes = declared::Shapes::new(t, batch).hiding(sequence::hidden_outputs(accel));
     Ok(InferCall {
         params,
         payload,
-        reply: declared_reply(req.id, requested, shapes),
+        reply: declared_reply(req.id, requested, shapes, seq),
     })
 }
 

@@ -22,6 +22,7 @@ pub(crate) mod elements;
 pub mod infer;
 pub mod outputs;
 pub mod repository;
+pub mod sequence;
 pub mod shm;
 pub mod stats;
 
@@ -170,6 +171,9 @@ fn params_json(accel: &dyn Accelerator) -> Vec<Value> {
 pub fn model_metadata(accel: &dyn Accelerator) -> Vec<u8> {
     let d = accel.descriptor();
     if let Some(t) = accel.tensors() {
+        // A stateful model's control inputs are the node's to fill, not inputs.
+        let sent = sequence::request_tensors(t, accel.sequence());
+        let t = &*sent;
         return serde_json::to_vec(&json!({
             "name": d.name,
             "versions": [VERSION],
@@ -199,8 +203,10 @@ pub fn model_metadata(accel: &dyn Accelerator) -> Vec<u8> {
 pub fn model_config(accel: &dyn Accelerator) -> Vec<u8> {
     let d = accel.descriptor();
     if let Some(t) = accel.tensors() {
+        let sent = sequence::request_tensors(t, accel.sequence());
+        let t = &*sent;
         // Triton's dims leave out the batch axis when max_batch_size is above 0.
-        return serde_json::to_vec(&json!({
+        let mut config = json!({
             "name": d.name,
             "platform": "onnx",
             "backend": "tract",
@@ -209,8 +215,11 @@ pub fn model_config(accel: &dyn Accelerator) -> Vec<u8> {
             "input": configured(accel, declared_tensors(t, &t.inputs, "data_type", true)),
             "output": configured(accel, declared_tensors(t, &t.outputs, "data_type", true)),
             "instance_group": [{ "kind": "KIND_CPU", "count": 1 }],
-        }))
-        .expect("serialising JSON cannot fail");
+        });
+        if let Some(policy) = accel.sequence() {
+            config["sequence_batching"] = sequence::config_json(policy);
+        }
+        return serde_json::to_vec(&config).expect("serialising JSON cannot fail");
     }
     let sig = Signature::of(d);
     let dt = sig.datatype.config_name();

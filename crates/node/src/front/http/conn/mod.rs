@@ -532,7 +532,13 @@ impl<S: Transport> Conn<S> {
             tenant: self.tenant,
             permit: Some(BodyMemory::Budget(permit)),
         };
-        let answer = self.node.dispatcher.run(call).await;
+        // A call of a stateful model goes to its sequence's slot (`core::sequence`).
+        let seq = reply.as_ref().and_then(|r| r.sequence());
+        let answer = self
+            .node
+            .sequences
+            .run(&self.node.dispatcher, call, seq)
+            .await;
         drop(quota);
         let (queue_ns, infer_ns) = (answer.queue_ns, answer.exec_ns);
         let v2 = model.as_deref().zip(reply.as_ref());

@@ -458,8 +458,23 @@ impl Registry {
         (status, json)
     }
 
+    /// [`Registry::call`], again while the replica answers `503 UNAVAILABLE` (its
+    /// store slow to answer, or its election lease not yet renewed: the contract's
+    /// "try again"), for at most 10 s — as a client does. Any other answer is final.
+    pub fn call_available(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (status, answer) = self.call(method, path, body);
+            if status != 503 || answer["code"] != "UNAVAILABLE" || Instant::now() >= deadline {
+                return (status, answer);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `GET path`, which must answer `200` ([`Registry::call_available`]).
     pub fn get(&self, path: &str) -> Value {
-        let (status, body) = self.call("GET", path, None);
+        let (status, body) = self.call_available("GET", path, None);
         assert_eq!(status, 200, "GET {path}: {body}");
         body
     }

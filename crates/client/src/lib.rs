@@ -130,6 +130,8 @@ pub struct NodeClient {
     agent: ureq::Agent,
     /// What the agent trusts and presents over HTTPS (`None`: the public web roots).
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// A tenant's bearer token, sent with every request ([`NodeClient::with_token`]).
+    token: Option<String>,
 }
 
 impl NodeClient {
@@ -160,6 +162,23 @@ impl NodeClient {
             base: base.trim_end_matches('/').to_string(),
             agent: agent.build(),
             tls,
+            token: None,
+        }
+    }
+
+    /// The same client calling as the tenant `token` belongs to: every request carries
+    /// `Authorization: Bearer TOKEN` (docs/security.md). A node that refuses anonymous
+    /// callers answers `401` without it.
+    pub fn with_token(mut self, token: impl Into<String>) -> NodeClient {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// `req` with the client's token, if it has one.
+    fn authorized(&self, req: ureq::Request) -> ureq::Request {
+        match &self.token {
+            Some(token) => req.set("Authorization", &format!("Bearer {token}")),
+            None => req,
         }
     }
 
@@ -175,7 +194,7 @@ impl NodeClient {
         payload: &[u8],
         deadline_us: Option<u32>,
     ) -> Result<CallOutput, ClientError> {
-        let mut req = self.agent.post(&self.url(&format!("/v1/fn/{name}")));
+        let mut req = self.authorized(self.agent.post(&self.url(&format!("/v1/fn/{name}"))));
         for (k, v) in params {
             req = req.query(k, v);
         }
@@ -214,14 +233,16 @@ impl NodeClient {
         self.get_json(&format!("/v1/slots/{id}"))
     }
 
-    /// Loads accelerator `name` into slot `slot`; returns the node's report.
+    /// Loads accelerator `name` into slot `slot`; returns the node's report. `token`
+    /// (the node's admin token, or an operator tenant's) is sent instead of the
+    /// client's own, when given.
     pub fn load(
         &self,
         slot: u16,
         name: &str,
         token: Option<&str>,
     ) -> Result<serde_json::Value, ClientError> {
-        let mut req = self.agent.put(&self.url(&format!("/v1/slots/{slot}")));
+        let mut req = self.authorized(self.agent.put(&self.url(&format!("/v1/slots/{slot}"))));
         if let Some(token) = token {
             req = req.set("Authorization", &format!("Bearer {token}"));
         }
@@ -230,7 +251,7 @@ impl NodeClient {
     }
 
     fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
-        parse_json(self.check(self.agent.get(&self.url(path)).call())?)
+        parse_json(self.check(self.authorized(self.agent.get(&self.url(path))).call())?)
     }
 
     /// `result` with an error status read into [`ClientError::Node`]; over HTTPS a

@@ -288,6 +288,17 @@ impl RacClient {
             .map_err(|e| RacError::Protocol(format!("invalid control JSON: {e}")))
     }
 
+    /// Binds the connection to `tenant` (`{"op":"hello"}`, docs/security.md): its
+    /// later calls are that tenant's. A wrong token is refused `UNAUTHORIZED`
+    /// ([`RacError::Status`]).
+    pub async fn hello(&self, tenant: &str, token: Option<&str>) -> Result<(), RacError> {
+        let hello = ControlRequest::Hello {
+            tenant: tenant.to_string(),
+            token: token.map(str::to_string),
+        };
+        self.control(&hello).await.map(drop)
+    }
+
     /// Sends raw bytes as they are (for tests of the node's framing checks).
     pub async fn send_raw(&self, bytes: &[u8]) -> Result<(), RacError> {
         let mut sender = self.sender.lock().await;

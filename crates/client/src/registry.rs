@@ -369,6 +369,11 @@ pub struct BoundOptions {
     /// CAs, a client certificate; [`crate::rac::tls_config`]). The node's certificate
     /// must be valid for the host of the address the registry gives.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Call as this tenant: over RAC a `hello` with it (and `token`) opens every
+    /// connection to a bound node.
+    pub tenant: Option<String>,
+    /// The tenant's bearer token: sent with every HTTP call, and in the RAC `hello`.
+    pub token: Option<String>,
 }
 
 impl Default for BoundOptions {
@@ -379,6 +384,8 @@ impl Default for BoundOptions {
             rebind_wait: Duration::from_secs(10),
             watch: true,
             tls: None,
+            tenant: None,
+            token: None,
         }
     }
 }
@@ -661,11 +668,18 @@ impl Bound {
         })?;
         match via {
             Via::Http | Via::Https => {
-                let node_client = || match (via, &tls) {
-                    (Via::Https, Some(tls)) => {
-                        NodeClient::with_tls(&format!("https://{addr}"), Arc::clone(tls))
+                let token = self.options.token.clone();
+                let node_client = || {
+                    let client = match (via, &tls) {
+                        (Via::Https, Some(tls)) => {
+                            NodeClient::with_tls(&format!("https://{addr}"), Arc::clone(tls))
+                        }
+                        _ => NodeClient::new(&format!("http://{addr}")),
+                    };
+                    match &token {
+                        Some(token) => client.with_token(token.clone()),
+                        None => client,
                     }
-                    _ => NodeClient::new(&format!("http://{addr}")),
                 };
                 if !self.options.watch {
                     // Nothing can tell a call in flight that its instance moved: the
@@ -756,15 +770,20 @@ impl Bound {
         let (shared, via) = (&self.shared, self.options.via);
         if self.rac.as_ref().is_none_or(|(a, _)| a != addr) {
             self.rac = None;
+            let (tenant, token) = (&self.options.tenant, self.options.token.as_deref());
             let connect = async {
-                match tls {
+                let client = match tls {
                     // The certificate must name the host the registry gives.
                     Some(tls) => {
                         let host = host_of(addr);
                         RacClient::connect_tls(addr, &host, Arc::clone(tls)).await
                     }
                     None => RacClient::connect(addr).await,
+                }?;
+                if let Some(tenant) = tenant {
+                    client.hello(tenant, token).await?;
                 }
+                Ok(client)
             };
             let client = rt
                 .block_on(unless_moved(connect, shared, via, binding))?

@@ -547,3 +547,72 @@ fn a_missing_name_does_not_read_as_if_node_were_required() {
     let (_, _, err) = netaccel_alone(&["call"]);
     assert!(err.contains("--function <F>"), "{err}");
 }
+
+/// A node that refuses anonymous callers (docs/security.md): `--tenant-token` calls
+/// over HTTP, `--tenant` with it over RAC (its `hello`), and each refusal says why.
+#[test]
+fn a_tenant_calls_with_its_token_over_http_and_rac() {
+    // The argon2 hash of `change-me-team-a`, as docs/security.md configures team-a.
+    let node = start_node(
+        "anonymous = \"refuse\"\n[[tenants]]\nname = \"team-a\"\n\
+         token_hash = \"$argon2id$v=19$m=19456,t=2,p=1$5LlB4yVjvbZGdxQ78TTArA$E/qDJ8ursG5rp13o43OdqlYONxyBDb+RBr5IVj9h4uU\"\n\
+         call = [\"to_uppercase\"]\n",
+    );
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let out = netaccel(&node.http, &["call", "to_uppercase"], b"abc");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("UNAUTHORIZED"), "{}", stderr(&out));
+    let token = ["--tenant-token", "change-me-team-a"];
+    let out = netaccel(
+        &node.http,
+        &[&["call", "to_uppercase"][..], &token].concat(),
+        b"abc",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, b"ABC");
+    // The token goes with the node's other requests too: team-a is known there, and
+    // its policy (calls only) refuses it the catalog, where a caller without a token
+    // is refused as anonymous.
+    let out = netaccel(&node.http, &["slots"], b"");
+    assert!(
+        stderr(&out).contains("401 UNAUTHORIZED"),
+        "{}",
+        stderr(&out)
+    );
+    let out = netaccel(&node.http, &[&["slots"][..], &token].concat(), b"");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("403 FORBIDDEN: tenant `team-a` may not read"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Over RAC: no hello, refused; a hello with the token, served; a token without the
+    // tenant's name is a usage error (the hello names the tenant).
+    let rac = ["call", "to_uppercase", "--rac", &node.rac];
+    let out = netaccel(&node.http, &rac, b"abc");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("UNAUTHORIZED"), "{}", stderr(&out));
+    let out = netaccel(
+        &node.http,
+        &[&rac[..], &["--tenant", "team-a"], &token].concat(),
+        b"abc",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, b"ABC");
+    let wrong = ["--tenant", "team-a", "--tenant-token", "change-me-team-b"];
+    let out = netaccel(&node.http, &[&rac[..], &wrong].concat(), b"abc");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("UNAUTHORIZED"), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("change-me"),
+        "the token is not echoed"
+    );
+    let out = netaccel(&node.http, &[&rac[..], &token].concat(), b"abc");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("needs --tenant NAME"),
+        "{}",
+        stderr(&out)
+    );
+}

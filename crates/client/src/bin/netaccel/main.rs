@@ -110,8 +110,41 @@ struct Cli {
         requires = "cert"
     )]
     key: Option<PathBuf>,
+    /// Call as this tenant (docs/security.md): over RAC a `hello` names it before the
+    /// call; over HTTP the token alone says who calls.
+    #[arg(long, global = true, env = "NETACCEL_TENANT", value_name = "NAME")]
+    tenant: Option<String>,
+    /// The tenant's token: `Authorization: Bearer TOKEN` on every request to the node,
+    /// and in the RAC `hello` (with --tenant).
+    #[arg(
+        long,
+        global = true,
+        env = "NETACCEL_TENANT_TOKEN",
+        value_name = "TOKEN"
+    )]
+    tenant_token: Option<String>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Who calls: [`Cli::tenant`] and [`Cli::tenant_token`].
+struct Caller {
+    tenant: Option<String>,
+    token: Option<String>,
+}
+
+impl Caller {
+    /// The tenant a RAC connection says `hello` as, or a usage error when only a token
+    /// was given (the RAC `hello` names the tenant; HTTP needs only the token).
+    fn rac_tenant(&self) -> Result<Option<&str>, Failure> {
+        match (&self.tenant, &self.token) {
+            (None, Some(_)) => Err(Failure::Usage(
+                "over RAC, --tenant-token needs --tenant NAME (the RAC hello names the tenant)"
+                    .into(),
+            )),
+            (tenant, _) => Ok(tenant.as_deref()),
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -326,8 +359,16 @@ fn main() -> ExitCode {
         }
         _ => NodeClient::new(&cli.node),
     };
+    let client = match &cli.tenant_token {
+        Some(token) => client.with_token(token.clone()),
+        None => client,
+    };
     let registry = RegistryClient::new(&cli.registry, cli.registry_token.as_deref());
-    match run(&client, &registry, tls, cli.command) {
+    let caller = Caller {
+        tenant: cli.tenant,
+        token: cli.tenant_token,
+    };
+    match run(&client, &registry, tls, &caller, cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(m)) => {
             eprintln!("netaccel: {m}");
@@ -392,6 +433,7 @@ fn run(
     client: &NodeClient,
     registry: &RegistryClient,
     tls: Option<Arc<rustls::ClientConfig>>,
+    caller: &Caller,
     command: Command,
 ) -> Result<(), Failure> {
     match command {
@@ -413,12 +455,19 @@ fn run(
             let payload = read_input(&input)?;
             let out = match (function, name, rac) {
                 (Some(function), _, _) => {
-                    let options = bound_options(via, over_tls, tls, instance, rebind_wait_ms)?;
+                    let mut options = bound_options(via, over_tls, tls, instance, rebind_wait_ms)?;
+                    if matches!(via, ViaArg::Rac) {
+                        caller.rac_tenant()?;
+                    }
+                    options.tenant = caller.tenant.clone();
+                    options.token = caller.token.clone();
                     call_bound(registry, &function, options, &params, &payload, deadline_us)?
                 }
                 (None, Some(name), Some(addr)) => {
                     let rac = RacAddr::parse(&addr).map_err(Failure::Usage)?;
-                    call_rac(&rac, tls, &name, &params, payload, deadline_us)?
+                    let tenant = caller.rac_tenant()?;
+                    let hello = tenant.map(|t| (t, caller.token.as_deref()));
+                    call_rac(&rac, tls, hello, &name, &params, payload, deadline_us)?
                 }
                 (None, Some(name), None) => client.call(&name, &params, &payload, deadline_us)?,
                 (None, None, _) => unreachable!("clap requires a name or --function"),
@@ -574,6 +623,7 @@ fn bound_options(
         rebind_wait: std::time::Duration::from_millis(rebind_wait_ms),
         // One call: a failed call asks the registry itself.
         watch: false,
+        ..BoundOptions::default()
     })
 }
 
@@ -877,9 +927,12 @@ impl RacAddr {
 
 /// One call over RAC (over TLS for `rac+tls://`, trusting `tls`): parameters by name
 /// are laid out with the built-in catalog's specs.
+/// A call over RAC at `rac`, after a `hello` as `hello`'s tenant (with its token) when
+/// given.
 fn call_rac(
     rac: &RacAddr,
     tls: Option<Arc<rustls::ClientConfig>>,
+    hello: Option<(&str, Option<&str>)>,
     name: &str,
     params: &[(String, String)],
     payload: Vec<u8>,
@@ -908,6 +961,12 @@ fn call_rac(
             None => RacClient::connect(addr).await,
         };
         let client = connected.map_err(|e| rac_failure(addr, e))?;
+        if let Some((tenant, token)) = hello {
+            client
+                .hello(tenant, token)
+                .await
+                .map_err(|e| rac_failure(addr, e))?;
+        }
         let out = client
             .call(id, block, payload, deadline_us.unwrap_or(0))
             .await

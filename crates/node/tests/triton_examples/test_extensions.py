@@ -202,3 +202,59 @@ def test_system_shared_memory_carries_inputs_and_outputs(http, grpc):
         assert http.get_system_shared_memory_status() == []
         shm.destroy_shared_memory_region(ip)
         shm.destroy_shared_memory_region(op)
+
+
+def test_system_shared_memory_over_grpc(grpc):
+    """What simple_grpc_shm_client does: inputs read from a region, outputs written to
+    one, an input beside them sent in band, and the refusals Triton's clients match."""
+    shm = pytest.importorskip("tritonclient.utils.shared_memory")
+    a, b = operands()
+    size = a.nbytes
+    tag = os.getpid()
+    grpc.unregister_system_shared_memory()
+    ip = shm.create_shared_memory_region("g_input", f"/na_gin_{tag}", size * 2)
+    op = shm.create_shared_memory_region("g_output", f"/na_gout_{tag}", size * 2)
+    try:
+        shm.set_shared_memory_region(ip, [a])
+        shm.set_shared_memory_region(ip, [b], offset=size)
+        grpc.register_system_shared_memory("g_input", f"/na_gin_{tag}", size * 2)
+        grpc.register_system_shared_memory("g_output", f"/na_gout_{tag}", size * 2)
+
+        inputs = [grpcclient.InferInput(f"INPUT{i}", [1, 16], "INT32") for i in range(2)]
+        inputs[0].set_shared_memory("g_input", size)
+        inputs[1].set_shared_memory("g_input", size, offset=size)
+        outputs = [grpcclient.InferRequestedOutput(f"OUTPUT{i}") for i in range(2)]
+        outputs[0].set_shared_memory("g_output", size)
+        outputs[1].set_shared_memory("g_output", size, offset=size)
+        result = grpc.infer(MODEL, inputs, outputs=outputs)
+        out0 = result.get_output("OUTPUT0")
+        assert out0.parameters["shared_memory_region"].string_param == "g_output"
+        assert out0.parameters["shared_memory_byte_size"].int64_param == size
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(op, np.int32, [1, 16]), a + b)
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(op, np.int32, [1, 16], offset=size), a - b)
+
+        # One input in band beside one in shared memory, the outputs in band.
+        mixed = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), inputs[1]]
+        mixed[0].set_data_from_numpy(a * 2)
+        result = grpc.infer(MODEL, mixed)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2 + b)
+
+        # Outside the region, an unknown region, an output region too small: refused,
+        # and the node serves on.
+        bad = grpcclient.InferInput("INPUT0", [1, 16], "INT32")
+        bad.set_shared_memory("g_input", size, offset=size + 8)
+        with pytest.raises(InferenceServerException, match="outside"):
+            grpc.infer(MODEL, [bad, inputs[1]])
+        bad.set_shared_memory("no_such_region", size)
+        with pytest.raises(InferenceServerException, match="Unable to find"):
+            grpc.infer(MODEL, [bad, inputs[1]])
+        small = grpcclient.InferRequestedOutput("OUTPUT0")
+        small.set_shared_memory("g_output", size // 2)
+        with pytest.raises(InferenceServerException, match="shared_memory_byte_size"):
+            grpc.infer(MODEL, inputs, outputs=[small])
+        infer(grpc, grpcclient)
+    finally:
+        grpc.unregister_system_shared_memory()
+        assert grpc.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
+        shm.destroy_shared_memory_region(ip)
+        shm.destroy_shared_memory_region(op)

@@ -29,6 +29,7 @@
 pub mod decoupled;
 mod rpc;
 mod service;
+mod shm;
 pub mod stream;
 pub mod tensor;
 

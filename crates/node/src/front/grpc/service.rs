@@ -156,7 +156,7 @@ impl Inference {
     async fn run(
         &self,
         accel: Arc<dyn Accelerator>,
-        req: ModelInferRequest,
+        mut req: ModelInferRequest,
         arrived: Arrived,
     ) -> Result<(Response<ModelInferResponse>, stats::Measured), Status> {
         let Arrived {
@@ -166,6 +166,8 @@ impl Inference {
             deadline_us,
         } = arrived;
         let accel_id = accel.descriptor().id;
+        let in_shm = super::shm::rewrite_request(&self.node.shm, tenant, &mut req)
+            .map_err(Status::invalid_argument)?;
         let decoded = tensor::decode(&*accel, &req).map_err(Status::invalid_argument)?;
         drop(req);
         let tensor::InferCall {
@@ -222,6 +224,10 @@ impl Inference {
         }
         let encoding = Instant::now();
         let mut response = Response::new(tensor::encode(&accel.descriptor().name, &reply, output));
+        if !in_shm.is_empty() {
+            super::shm::place_outputs(&in_shm, response.get_mut())
+                .map_err(Status::invalid_argument)?;
+        }
         let output_ns = stats::since_ns(encoding);
         // Where the time went, as HTTP's X-Netaccel-* headers say it.
         let m = response.metadata_mut();

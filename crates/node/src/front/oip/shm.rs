@@ -40,8 +40,53 @@ pub struct Rewritten {
     pub outputs: Vec<OutputTarget>,
 }
 
+impl OutputTarget {
+    /// Output `name` to be written to `region` at `offset`, at most `byte_size` bytes.
+    pub(crate) fn new(name: String, region: Arc<Region>, offset: u64, byte_size: u64) -> Self {
+        OutputTarget {
+            name,
+            region,
+            offset,
+            byte_size,
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Writes the output's `bytes` to its place, refused when they are more than the
+    /// request's `shared_memory_byte_size`.
+    pub(crate) fn write(&self, bytes: &[u8]) -> Result<(), String> {
+        let n = bytes.len() as u64;
+        if n > self.byte_size {
+            return Err(format!(
+                "output {} has {n} bytes; its shared_memory_byte_size is {}",
+                self.name, self.byte_size
+            ));
+        }
+        self.region.write(self.offset, bytes)
+    }
+
+    /// The parameters naming where the output went: region, byte size, offset (when
+    /// not 0), as (key, value) pairs.
+    pub(crate) fn placed(&self, n: u64) -> Vec<(&'static str, Value)> {
+        let mut p = vec![
+            (REGION, Value::from(self.region.name.clone())),
+            (SIZE, Value::from(n)),
+        ];
+        if self.offset > 0 {
+            p.push((OFFSET, Value::from(self.offset)));
+        }
+        p
+    }
+}
+
+/// The parameter keys that place a tensor in shared memory.
+pub(crate) const KEYS: [&str; 3] = [REGION, SIZE, OFFSET];
+
 /// Where a tensor is in a region: `(region, offset, byte_size)` from its parameters.
-fn place(
+pub(crate) fn place(
     regions: &Regions,
     tenant: TenantId,
     params: &Map<String, Value>,

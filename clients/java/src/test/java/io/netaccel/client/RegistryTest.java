@@ -223,7 +223,7 @@ class RegistryTest {
       current.set(binding(2, b.addr()));
       a.close();
       assertEquals("two", new String(bound.call("two".getBytes(StandardCharsets.UTF_8), CallOptions.none()), StandardCharsets.UTF_8));
-      assertEquals(b.addr(), bound.binding().rac());
+      assertEquals(b.addr(), bound.binding().rac(), "a=" + a.addr() + " b=" + b.addr() + " binding=" + bound.binding());
     } finally {
       b.close();
       r.stop(0);

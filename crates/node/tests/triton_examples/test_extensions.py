@@ -8,6 +8,7 @@ downloaded in CI; bench/triton_examples/run.sh runs them where they can be.
 from __future__ import annotations
 
 import os
+import queue
 
 import pytest
 
@@ -230,6 +231,20 @@ def test_system_shared_memory_over_grpc(grpc):
         out0 = result.get_output("OUTPUT0")
         assert out0.parameters["shared_memory_region"].string_param == "g_output"
         assert out0.parameters["shared_memory_byte_size"].int64_param == size
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(op, np.int32, [1, 16]), a + b)
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(op, np.int32, [1, 16], offset=size), a - b)
+
+        # The same on a stream (ModelStreamInfer), into a cleared region.
+        shm.set_shared_memory_region(op, [np.zeros((2, 16), dtype=np.int32)])
+        answers = queue.Queue()
+        grpc.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            grpc.async_stream_infer(MODEL, inputs, outputs=outputs)
+            result, error = answers.get(timeout=10)
+        finally:
+            grpc.stop_stream()
+        assert error is None, error
+        assert result.get_output("OUTPUT1").parameters["shared_memory_region"].string_param == "g_output"
         np.testing.assert_array_equal(shm.get_contents_as_numpy(op, np.int32, [1, 16]), a + b)
         np.testing.assert_array_equal(shm.get_contents_as_numpy(op, np.int32, [1, 16], offset=size), a - b)
 

@@ -11,17 +11,7 @@ import (
 // echoNode answers every call with its own payload, in order, until the client
 // closes; it is the node of the allocation test and the benchmarks.
 func echoNode(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		conn, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
+	return oneConnNode(t, func(conn net.Conn) {
 		r, w := bufio.NewReader(conn), bufio.NewWriter(conn)
 		head := make([]byte, HeaderLen)
 		var payload []byte
@@ -50,8 +40,7 @@ func echoNode(t testing.TB) string {
 				}
 			}
 		}
-	}()
-	return l.Addr().String()
+	})
 }
 
 func dialEcho(t testing.TB) *Client {

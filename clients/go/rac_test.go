@@ -131,9 +131,10 @@ func TestMalformedResultHeadersAreRefused(t *testing.T) {
 	}
 }
 
-// fakeNode answers the calls it reads in reverse order of arrival, once `batch`
-// have arrived; with batch 0 it reads one call and closes.
-func fakeNode(t *testing.T, batch int) string {
+// oneConnNode listens on a free loopback port, serves the first connection made to
+// it with serve (which may return at any time: the connection is closed then), and
+// returns the address; the listener is closed when the test ends.
+func oneConnNode(t testing.TB, serve func(net.Conn)) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -145,6 +146,15 @@ func fakeNode(t *testing.T, batch int) string {
 			return
 		}
 		defer conn.Close()
+		serve(conn)
+	}()
+	return l.Addr().String()
+}
+
+// fakeNode answers the calls it reads in reverse order of arrival, once `batch`
+// have arrived; with batch 0 it reads one call and closes.
+func fakeNode(t *testing.T, batch int) string {
+	return oneConnNode(t, func(conn net.Conn) {
 		var got []CallHeader
 		var payloads [][]byte
 		for len(got) < max(batch, 1) {
@@ -165,8 +175,7 @@ func fakeNode(t *testing.T, batch int) string {
 			conn.Write(append(r[:], payloads[i]...))
 		}
 		time.Sleep(time.Second)
-	}()
-	return l.Addr().String()
+	})
 }
 
 // Results that come in another order than the calls reach their own callers.

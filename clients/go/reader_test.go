@@ -13,17 +13,7 @@ import (
 // scriptedNode accepts one connection, reads `calls` calls, then runs answer on it
 // with their headers.
 func scriptedNode(t *testing.T, calls int, answer func(net.Conn, []CallHeader)) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		conn, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
+	return oneConnNode(t, func(conn net.Conn) {
 		var got []CallHeader
 		for len(got) < calls {
 			head := make([]byte, HeaderLen)
@@ -37,8 +27,7 @@ func scriptedNode(t *testing.T, calls int, answer func(net.Conn, []CallHeader)) 
 			got = append(got, h)
 		}
 		answer(conn, got)
-	}()
-	return l.Addr().String()
+	})
 }
 
 func result(h CallHeader, payload []byte) []byte {
@@ -84,17 +73,7 @@ func TestAnInterruptedReaderLosesNoBytes(t *testing.T) {
 // node, like the real one, reads no more calls while a result is unwritten.
 func TestCallsSentWithoutWaitingDoNotDeadlock(t *testing.T) {
 	const calls, callLen, resultLen = 16, 256 << 10, 4 << 20
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		conn, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
+	addr := oneConnNode(t, func(conn net.Conn) {
 		big := make([]byte, resultLen)
 		head := make([]byte, HeaderLen)
 		for {
@@ -109,9 +88,9 @@ func TestCallsSentWithoutWaitingDoNotDeadlock(t *testing.T) {
 				return
 			}
 		}
-	}()
+	})
 	ctx := context.Background()
-	c, err := Dial(ctx, l.Addr().String(), &Options{InFlightMax: calls})
+	c, err := Dial(ctx, addr, &Options{InFlightMax: calls})
 	if err != nil {
 		t.Fatal(err)
 	}

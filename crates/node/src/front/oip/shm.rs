@@ -229,18 +229,10 @@ pub fn place_outputs(
         match targets.iter().find(|t| t.name == name) {
             None => kept.extend_from_slice(bytes),
             Some(t) => {
-                if n > t.byte_size {
-                    return Err(format!(
-                        "output {name} has {n} bytes; its shared_memory_byte_size is {}",
-                        t.byte_size
-                    ));
-                }
-                t.region.write(t.offset, bytes)?;
+                t.write(bytes)?;
                 params.clear();
-                params.insert(REGION.into(), t.region.name.clone().into());
-                params.insert(SIZE.into(), n.into());
-                if t.offset > 0 {
-                    params.insert(OFFSET.into(), t.offset.into());
+                for (key, value) in t.placed(n) {
+                    params.insert(key.into(), value);
                 }
             }
         }

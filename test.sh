@@ -157,19 +157,8 @@ begin "cargo test: the node's front ends again on the io_uring network path"
 # The executables the workspace's cargo test built, run again: `cargo test -p
 # netaccel-node` would resolve features for that one package and build a second copy of
 # the node and much of its dependency tree (minutes, and gigabytes of disk).
-uring_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
-import json, sys
-want = {"http_api", "rac", "connections", "overload", "overload_drain", "hostile_tenants"}
-found = {}
-for line in sys.stdin:
-    m = json.loads(line)
-    if (m.get("reason") == "compiler-artifact" and m["target"]["kind"] == ["test"]
-            and m["target"]["name"] in want and m["manifest_path"].endswith("crates/node/Cargo.toml")):
-        found[m["target"]["name"]] = m["executable"]
-missing = want - set(found)
-if missing:
-    sys.exit("no test executable for " + ", ".join(sorted(missing)))
-print(" ".join(found[n] for n in sorted(found)))')
+uring_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null |
+  bench/tools/test_executables.py crates/node connections hostile_tenants http_api overload overload_drain rac)
 for t in $uring_tests; do
   (cd crates/node && NETACCEL_TEST_NETWORK=io_uring "$t")
 done

@@ -23,14 +23,8 @@ out=$(cd "$out" && pwd)
 # steps do (`cargo test -p netaccel-registry` would resolve features for that one
 # package and build a second copy of much of the tree).
 cargo build -q -p netaccel-node -p netaccel-registry
-test_bin=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
-import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if (m.get("reason") == "compiler-artifact" and m["target"]["kind"] == ["test"]
-            and m["target"]["name"] == "faults" and m["manifest_path"].endswith("crates/registry/Cargo.toml")):
-        print(m["executable"])')
-[[ -n "$test_bin" ]] || { echo "no test executable for crates/registry/tests/faults.rs" >&2; exit 1; }
+test_bin=$(cargo test --workspace --no-run --message-format=json 2>/dev/null |
+  bench/tools/test_executables.py crates/registry faults)
 
 (cd crates/registry && FAULTS_SECONDS="$seconds" FAULTS_OUT="$out" \
   "$test_bin" --ignored --exact data_path_faults_answer_every_call_once_and_never_wrong --nocapture)

@@ -12,7 +12,7 @@
 //! way) or, for compatibility, a plain `token`. An argon2 verification costs tens of
 //! milliseconds by design, so it is never paid per call: a connection remembers the
 //! principal its credential gave ([`Session`]: RAC `hello` once, HTTP keep-alive per
-//! connection), and a bounded cache keyed by a keyed hash of the token ([`TokenCache`])
+//! connection), and a bounded cache keyed by a keyed hash of the token (`VerdictCache`)
 //! answers requests that carry the token every time (gRPC, new HTTP connections). A
 //! reload ([`Auth::reload`], SIGHUP) bumps a generation: every remembered principal
 //! of an older generation is checked again on its connection's next call, so a
@@ -28,11 +28,11 @@
 //! leave this module in an error message.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use credential::{Secret, VerdictCache};
+use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
 use super::{configured_id, secret_eq, TenantConfig, TenantId};
@@ -273,15 +273,6 @@ fn check_pattern(tenant: &str, pattern: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// How a configured tenant proves itself.
-enum Secret {
-    /// Only by a client certificate.
-    None,
-    Plain(String),
-    /// An argon2 PHC string, checked when read.
-    Hashed(String),
-}
-
 struct Entry {
     name: Arc<str>,
     secret: Secret,
@@ -298,12 +289,9 @@ impl Entry {
     }
 
     /// Whether `token` is this tenant's (argon2 for a hash: slow, see the module docs).
+    /// A tenant without a secret proves itself only by a client certificate.
     fn proves(&self, token: &str) -> bool {
-        match &self.secret {
-            Secret::None => false,
-            Secret::Plain(t) => secret_eq(token, t),
-            Secret::Hashed(phc) => verify_hash(phc, token),
-        }
+        self.secret.proves(token)
     }
 }
 
@@ -385,26 +373,12 @@ impl Directory {
 }
 
 fn entry_of(t: &TenantConfig, policy_mode: bool, admin_open: bool) -> Result<Entry, String> {
-    let secret = match (t.token.is_empty(), &t.token_hash) {
-        (false, Some(_)) => {
-            return Err(format!(
-                "tenant `{}` has both token and token_hash: keep token_hash",
-                t.name
-            ))
-        }
-        (false, None) => Secret::Plain(t.token.clone()),
-        (true, Some(phc)) => {
-            argon2::PasswordHash::new(phc).map_err(|e| {
-                format!(
-                    "tenant `{}`: token_hash is not an argon2 PHC string ({e}); \
-                     make one with `netaccel-node hash-token`",
-                    t.name
-                )
-            })?;
-            Secret::Hashed(phc.clone())
-        }
-        (true, None) => Secret::None,
-    };
+    let secret = Secret::from_config(
+        &format!("tenant `{}`", t.name),
+        &t.token,
+        t.token_hash.as_deref(),
+        "netaccel-node hash-token",
+    )?;
     for p in t.call.iter().flatten().chain(t.load.iter().flatten()) {
         check_pattern(&t.name, p)?;
     }
@@ -437,7 +411,7 @@ fn check_plain_tokens_distinct(entries: &[Entry], admin: Option<&str>) -> Result
         seen.insert(admin, "the admin token");
     }
     for e in entries {
-        if let Secret::Plain(token) = &e.secret {
+        if let Some(token) = e.secret.plain() {
             if let Some(other) = seen.insert(token, &e.name) {
                 return Err(format!(
                     "tenant `{}` has the same token as {}",
@@ -454,41 +428,9 @@ fn check_plain_tokens_distinct(entries: &[Entry], admin: Option<&str>) -> Result
     Ok(())
 }
 
-/// Whether `token` matches the argon2 PHC string `phc` (checked at load).
-fn verify_hash(phc: &str, token: &str) -> bool {
-    use argon2::PasswordVerifier;
-    match argon2::PasswordHash::new(phc) {
-        Ok(hash) => argon2::Argon2::default()
-            .verify_password(token.as_bytes(), &hash)
-            .is_ok(),
-        Err(_) => false,
-    }
-}
-
-/// The argon2id PHC string of `token`, with a fresh random salt: what
-/// `netaccel-node hash-token` prints for `token_hash`.
-pub fn hash_token(token: &str) -> Result<String, String> {
-    use argon2::PasswordHasher;
-    let mut salt = [0u8; 16];
-    // SAFETY: getrandom fills at most `salt.len()` bytes of the buffer it is given.
-    let n = unsafe { libc::getrandom(salt.as_mut_ptr().cast(), salt.len(), 0) };
-    if n != salt.len() as isize {
-        return Err("cannot read random bytes for the salt".to_string());
-    }
-    let salt = argon2::password_hash::SaltString::encode_b64(&salt).map_err(|e| e.to_string())?;
-    argon2::Argon2::default()
-        .hash_password(token.as_bytes(), &salt)
-        .map(|h| h.to_string())
-        .map_err(|e| e.to_string())
-}
-
-/// Tokens checked lately, by a keyed hash of the token: the tenant it proved (an
-/// index into the directory of `generation`), the admin, or nothing. Bounded: when
-/// full it starts over, which costs the next callers one verification each.
-struct TokenCache {
-    generation: u64,
-    map: HashMap<u128, Verdict>,
-}
+/// The argon2id PHC string of `token`: what `netaccel-node hash-token` prints for
+/// `token_hash` (one home for both servers' tokens: the credential crate).
+pub use credential::hash_token;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verdict {
@@ -500,13 +442,13 @@ enum Verdict {
 /// Tokens the cache holds at most.
 const TOKEN_CACHE_MAX: usize = 4096;
 
-/// Authentication at run time: the current directory, the token cache and the keys
-/// of the cache's hash.
+/// Authentication at run time: the current directory and the token cache.
 pub struct Auth {
     directory: RwLock<Arc<Directory>>,
     generation: AtomicU64,
-    cache: Mutex<TokenCache>,
-    keys: [std::collections::hash_map::RandomState; 2],
+    /// What tokens proved lately, by a keyed hash of the token: the tenant (an index
+    /// into the directory of the cache's generation), the admin, or nothing.
+    cache: VerdictCache<Verdict>,
 }
 
 impl Auth {
@@ -516,11 +458,7 @@ impl Auth {
         Ok(Auth {
             directory: RwLock::new(Arc::new(directory)),
             generation: AtomicU64::new(1),
-            cache: Mutex::new(TokenCache {
-                generation: 1,
-                map: HashMap::new(),
-            }),
-            keys: Default::default(),
+            cache: VerdictCache::new(TOKEN_CACHE_MAX),
         })
     }
 
@@ -544,18 +482,13 @@ impl Auth {
         self.generation.load(Ordering::Acquire)
     }
 
-    fn current(&self) -> Arc<Directory> {
-        Arc::clone(&self.directory.read())
-    }
-
     /// The keyed hash a token is cached and remembered under (never the token).
     fn key(&self, token: &str) -> u128 {
-        let hash = |k: &std::collections::hash_map::RandomState| {
-            let mut h = k.build_hasher();
-            h.write(token.as_bytes());
-            h.finish()
-        };
-        (u128::from(hash(&self.keys[0])) << 64) | u128::from(hash(&self.keys[1]))
+        self.cache.key(token)
+    }
+
+    fn current(&self) -> Arc<Directory> {
+        Arc::clone(&self.directory.read())
     }
 
     /// Who a caller is that presented `bearer` (or nothing), on a connection whose
@@ -574,26 +507,9 @@ impl Auth {
     }
 
     fn bearer(&self, dir: &Directory, token: &str) -> Result<Principal, AuthError> {
-        let key = self.key(token);
-        let cached = {
-            let mut cache = self.cache.lock();
-            if cache.generation != dir.generation {
-                cache.map.clear();
-                cache.generation = dir.generation;
-            }
-            cache.map.get(&key).copied()
-        };
-        let verdict = cached.unwrap_or_else(|| {
-            let verdict = verdict_of(dir, token);
-            let mut cache = self.cache.lock();
-            if cache.generation == dir.generation {
-                if cache.map.len() >= TOKEN_CACHE_MAX {
-                    cache.map.clear();
-                }
-                cache.map.insert(key, verdict);
-            }
-            verdict
-        });
+        let verdict = self
+            .cache
+            .get_or_check(dir.generation, token, || verdict_of(dir, token));
         match verdict {
             Verdict::Tenant(i) => Ok(dir.entries[i].principal()),
             Verdict::Admin => Ok(Principal {
@@ -975,7 +891,8 @@ mod tests {
     fn hash_token_makes_a_phc_string_that_verifies() {
         let phc = hash_token("s3cret").unwrap();
         assert!(phc.starts_with("$argon2id$"), "{phc}");
-        assert!(verify_hash(&phc, "s3cret") && !verify_hash(&phc, "s3cre"));
+        let secret = Secret::Hashed(phc.clone());
+        assert!(secret.proves("s3cret") && !secret.proves("s3cre"));
         assert_ne!(phc, hash_token("s3cret").unwrap(), "fresh salt");
     }
 }

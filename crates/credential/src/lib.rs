@@ -1,0 +1,248 @@
+//! Secrets that prove who a caller is, for every server of the project: the node's
+//! tenants (`netaccel_node::core::tenant::auth`) and the registry's principals
+//! (`netaccel_registry::auth`) keep their tokens here and check them the same way.
+//!
+//! A token is configured plain (`token`, compared in constant time) or, the production
+//! way, as an argon2id PHC string (`token_hash`, what `hash-token` prints). An argon2
+//! verification costs tens of milliseconds by design, so a server never pays it per
+//! request: [`VerdictCache`] remembers what a token proved, keyed by a keyed hash of the
+//! token (never the token), bounded, and forgotten at every reload of the credentials.
+//!
+//! Not here: what a verdict means (a tenant, a role: the servers' own policy modules),
+//! where a token travels on the wire (the front ends), and the audit log.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+
+use parking_lot::Mutex;
+
+/// Compares a secret (token) with what a client sent without stopping at the first
+/// differing byte, so response timing does not reveal how much of it was right.
+pub use registry_api::secret_eq;
+
+/// A configured credential.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Secret {
+    /// None configured: nothing proves it.
+    None,
+    /// A plain token (compatibility; compared in constant time).
+    Plain(String),
+    /// An argon2 PHC string, checked when read.
+    Hashed(String),
+}
+
+impl Secret {
+    /// The secret of `who` from its configuration's `token` (empty: none) and
+    /// `token_hash`; both set, or a hash that is not an argon2 PHC string, is an error
+    /// naming `who` and the command that makes a hash.
+    pub fn from_config(
+        who: &str,
+        token: &str,
+        token_hash: Option<&str>,
+        hash_command: &str,
+    ) -> Result<Secret, String> {
+        match (token.is_empty(), token_hash) {
+            (false, Some(_)) => Err(format!(
+                "{who} has both token and token_hash: keep token_hash"
+            )),
+            (false, None) => Ok(Secret::Plain(token.to_string())),
+            (true, Some(phc)) => {
+                argon2::PasswordHash::new(phc).map_err(|e| {
+                    format!(
+                        "{who}: token_hash is not an argon2 PHC string ({e}); make one with `{hash_command}`"
+                    )
+                })?;
+                Ok(Secret::Hashed(phc.to_string()))
+            }
+            (true, None) => Ok(Secret::None),
+        }
+    }
+
+    /// Whether `token` is this secret (argon2 for a hash: slow, see the module docs).
+    pub fn proves(&self, token: &str) -> bool {
+        match self {
+            Secret::None => false,
+            Secret::Plain(t) => secret_eq(token, t),
+            Secret::Hashed(phc) => verify_hash(phc, token),
+        }
+    }
+
+    /// The plain token, if that is how it is configured (to refuse two holders of one).
+    pub fn plain(&self) -> Option<&str> {
+        match self {
+            Secret::Plain(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// Whether `token` matches the argon2 PHC string `phc`.
+fn verify_hash(phc: &str, token: &str) -> bool {
+    use argon2::PasswordVerifier;
+    match argon2::PasswordHash::new(phc) {
+        Ok(hash) => argon2::Argon2::default()
+            .verify_password(token.as_bytes(), &hash)
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// The argon2id PHC string of `token`, with a fresh random salt: what the servers'
+/// `hash-token` commands print for `token_hash`.
+pub fn hash_token(token: &str) -> Result<String, String> {
+    use argon2::PasswordHasher;
+    let mut salt = [0u8; 16];
+    // SAFETY: getrandom fills at most `salt.len()` bytes of the buffer it is given.
+    let n = unsafe { libc::getrandom(salt.as_mut_ptr().cast(), salt.len(), 0) };
+    if n != salt.len() as isize {
+        return Err("cannot read random bytes for the salt".to_string());
+    }
+    let salt = argon2::password_hash::SaltString::encode_b64(&salt).map_err(|e| e.to_string())?;
+    argon2::Argon2::default()
+        .hash_password(token.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// Tokens checked lately: what each proved (`V`), by a keyed hash of the token, for
+/// one generation of the credentials. Bounded: when full it starts over, which costs
+/// the next callers one verification each.
+pub struct VerdictCache<V> {
+    inner: Mutex<Generation<V>>,
+    keys: [std::collections::hash_map::RandomState; 2],
+    max: usize,
+}
+
+struct Generation<V> {
+    generation: u64,
+    map: HashMap<u128, V>,
+}
+
+impl<V: Copy> VerdictCache<V> {
+    /// A cache of at most `max` tokens (at least one).
+    pub fn new(max: usize) -> VerdictCache<V> {
+        assert!(max > 0, "a verdict cache holds at least one token");
+        VerdictCache {
+            inner: Mutex::new(Generation {
+                generation: 0,
+                map: HashMap::new(),
+            }),
+            keys: Default::default(),
+            max,
+        }
+    }
+
+    /// What `token` proves under credentials of `generation` (generations only grow):
+    /// the cached verdict, or `check()`'s (called without the cache's lock held, so a
+    /// slow argon2 check does not stall other callers), remembered if the generation is
+    /// still the newest. A caller holding an older generation is answered by its own
+    /// check and changes nothing.
+    pub fn get_or_check(&self, generation: u64, token: &str, check: impl FnOnce() -> V) -> V {
+        let key = self.key(token);
+        {
+            let mut cache = self.inner.lock();
+            if cache.generation < generation {
+                cache.map.clear();
+                cache.generation = generation;
+            }
+            if cache.generation == generation {
+                if let Some(v) = cache.map.get(&key) {
+                    return *v;
+                }
+            }
+        }
+        let verdict = check();
+        let mut cache = self.inner.lock();
+        if cache.generation == generation {
+            if cache.map.len() >= self.max {
+                cache.map.clear();
+            }
+            cache.map.insert(key, verdict);
+        }
+        verdict
+    }
+
+    /// Tokens remembered now.
+    pub fn len(&self) -> usize {
+        self.inner.lock().map.len()
+    }
+
+    /// Whether no token is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The keyed hash a token is cached under (never the token): also what a
+    /// connection may remember a token by, to tell whether the next request's is the
+    /// same.
+    pub fn key(&self, token: &str) -> u128 {
+        let hash = |k: &std::collections::hash_map::RandomState| {
+            let mut h = k.build_hasher();
+            h.write(token.as_bytes());
+            h.finish()
+        };
+        (u128::from(hash(&self.keys[0])) << 64) | u128::from(hash(&self.keys[1]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn a_hashed_token_proves_itself_and_nothing_else() {
+        let phc = hash_token("s3cret").unwrap();
+        assert!(phc.starts_with("$argon2id$"), "{phc}");
+        let secret = Secret::from_config("tenant `a`", "", Some(&phc), "x hash-token").unwrap();
+        assert!(secret.proves("s3cret"));
+        assert!(!secret.proves("s3cre"));
+        assert!(!secret.proves(""));
+        // A fresh salt every time.
+        assert_ne!(hash_token("s3cret").unwrap(), phc);
+    }
+
+    #[test]
+    fn configurations_are_checked() {
+        let e = Secret::from_config("tenant `a`", "t", Some("$argon2id$x"), "x hash-token")
+            .unwrap_err();
+        assert!(e.contains("both token and token_hash"), "{e}");
+        let e = Secret::from_config("tenant `a`", "", Some("plain"), "x hash-token").unwrap_err();
+        assert!(
+            e.contains("tenant `a`") && e.contains("`x hash-token`"),
+            "{e}"
+        );
+        assert_eq!(
+            Secret::from_config("a", "", None, "x").unwrap(),
+            Secret::None
+        );
+        let plain = Secret::from_config("a", "tok", None, "x").unwrap();
+        assert!(plain.proves("tok") && !plain.proves("tok2") && !Secret::None.proves(""));
+        assert_eq!(plain.plain(), Some("tok"));
+    }
+
+    #[test]
+    fn the_cache_checks_once_per_generation_and_stays_bounded() {
+        let cache = VerdictCache::<u8>::new(2);
+        let calls = Cell::new(0);
+        let check = |v| {
+            calls.set(calls.get() + 1);
+            v
+        };
+        assert_eq!(cache.get_or_check(1, "a", || check(7)), 7);
+        assert_eq!(cache.get_or_check(1, "a", || check(8)), 7);
+        assert_eq!(calls.get(), 1);
+        // A new generation forgets every verdict.
+        assert_eq!(cache.get_or_check(2, "a", || check(9)), 9);
+        assert_eq!(calls.get(), 2);
+        cache.get_or_check(2, "b", || check(1));
+        assert_eq!(cache.len(), 2);
+        // Full: starts over rather than growing.
+        cache.get_or_check(2, "c", || check(1));
+        assert_eq!(cache.len(), 1);
+        // A caller of an older generation gets its own check and changes nothing.
+        assert_eq!(cache.get_or_check(1, "c", || check(3)), 3);
+        assert_eq!(cache.get_or_check(2, "c", || check(5)), 1);
+        assert_eq!(cache.len(), 1);
+    }
+}

@@ -104,6 +104,33 @@ pub fn hash_token(token: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// `PROGRAM hash-token`: reads a token on stdin (its first line) and prints the
+/// argon2id PHC string to put in a `token_hash`; exit status 2 for a missing or
+/// malformed token.
+pub fn hash_token_command(program: &str) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let mut line = String::new();
+    if let Err(e) = std::io::stdin().read_line(&mut line) {
+        eprintln!("{program} hash-token: cannot read the token: {e}");
+        return ExitCode::from(2);
+    }
+    let token = line.trim_end_matches(['\n', '\r']);
+    if token.is_empty() || token.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        eprintln!("{program} hash-token: give the token on stdin, one line without spaces");
+        return ExitCode::from(2);
+    }
+    match hash_token(token) {
+        Ok(phc) => {
+            println!("{phc}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{program} hash-token: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Tokens checked lately: what each proved (`V`), by a keyed hash of the token, for
 /// one generation of the credentials. Bounded: when full it starts over, which costs
 /// the next callers one verification each.

@@ -138,31 +138,6 @@ fn listen_addr(text: &str) -> Result<SocketAddr, String> {
     ))
 }
 
-/// `netaccel-node hash-token`: reads a token on stdin (its first line) and prints
-/// the argon2id PHC string to put in a tenant's `token_hash`.
-fn hash_token() -> ExitCode {
-    let mut line = String::new();
-    if let Err(e) = std::io::stdin().read_line(&mut line) {
-        eprintln!("netaccel-node hash-token: cannot read the token: {e}");
-        return ExitCode::from(2);
-    }
-    let token = line.trim_end_matches(['\n', '\r']);
-    if token.is_empty() || token.contains(|c: char| c.is_whitespace() || c.is_control()) {
-        eprintln!("netaccel-node hash-token: give the token on stdin, one line without spaces");
-        return ExitCode::from(2);
-    }
-    match netaccel_node::core::tenant::auth::hash_token(token) {
-        Ok(phc) => {
-            println!("{phc}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("netaccel-node hash-token: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 fn main() -> ExitCode {
     // The node started again as an isolated OpenCL runtime process (see
     // `ocl_remote::service::isolate`): not a node, no command line of its own.
@@ -171,7 +146,7 @@ fn main() -> ExitCode {
         return ocl_remote::service::isolate::runtime_main(&raw[2..]);
     }
     if raw.get(1).map(String::as_str) == Some("hash-token") {
-        return hash_token();
+        return credential::hash_token_command("netaccel-node");
     }
     let args = Args::parse();
     let mut config = match &args.config {

@@ -61,6 +61,11 @@ pub struct Args {
     /// Admin token: when set, every write needs `Authorization: Bearer TOKEN`.
     #[arg(long, value_name = "TOKEN", env = "NETACCEL_REGISTRY_TOKEN")]
     pub token: Option<String>,
+    /// Principals (admins, readers, nodes, clients) with their tokens and rights, in
+    /// TOML (docs/security.md, "The registry"); read again on SIGHUP. Without it,
+    /// reads are open and writes follow `--token`.
+    #[arg(long, value_name = "FILE", env = "NETACCEL_REGISTRY_CREDENTIALS")]
+    pub credentials: Option<std::path::PathBuf>,
     /// Token the registry presents to nodes' admin API when it reconfigures a slot
     /// (default: the admin token).
     #[arg(long, value_name = "TOKEN", env = "NETACCEL_NODE_TOKEN")]
@@ -200,6 +205,8 @@ pub struct Config {
     pub store: StoreConfig,
     pub prometheus: Option<PrometheusConfig>,
     pub token: Option<String>,
+    /// `--credentials`: checked at start (`crate::auth`).
+    pub credentials: Option<std::path::PathBuf>,
     pub node_token: Option<String>,
     pub policy: Policy,
     pub lease: Duration,
@@ -310,6 +317,9 @@ impl Args {
                 return Err(format!("{name} must be non-empty and without spaces"));
             }
         }
+        if let Some(path) = &self.credentials {
+            crate::auth::Access::new(Some(path), self.token.as_deref())?;
+        }
         let kubernetes = self.kubernetes_settings()?;
         let ms = Duration::from_millis;
         Ok(Config {
@@ -319,6 +329,7 @@ impl Args {
             prometheus,
             node_token: self.node_token.or_else(|| self.token.clone()),
             token: self.token,
+            credentials: self.credentials,
             policy: Policy {
                 ceiling: self.ceiling,
                 order: match self.order {

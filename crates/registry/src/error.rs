@@ -49,6 +49,16 @@ impl ApiError {
         )
     }
 
+    /// 401 with the reason (no token where one is needed, an unknown token).
+    pub fn unauthenticated(message: impl Into<String>) -> ApiError {
+        ApiError::new(401, "UNAUTHORIZED", message)
+    }
+
+    /// 403: the caller proved who it is, and that one may not do this.
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(403, "FORBIDDEN", message)
+    }
+
     /// 404.
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(404, "NOT_FOUND", message)

@@ -3,10 +3,10 @@
 //! Handlers only translate: they check the path's names, parse and validate the body
 //! (unknown fields refused, a sentence for every problem), call the registry and turn
 //! its answer or [`ApiError`] into a response. Operations that write run in their own
-//! task so that a client hanging up cannot cancel them half-way. When the registry has
-//! an admin token, every write needs it, except the resolver (which writes nothing)
-//! and reconfiguration requests (which nodes send on behalf of instances; the token
-//! only widens what they may do).
+//! task so that a client hanging up cannot cancel them half-way. Who may make which
+//! request is `crate::auth`'s: the guard identifies the caller, checks the route's
+//! need, writes the audit line of a refusal and leaves the caller in the request's
+//! extensions for handlers that refine the decision (reconfigurations).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,16 +14,16 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::extract::{DefaultBodyLimit, Extension, Path, RawQuery, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{any, get, post, put};
 use axum::{Json, Router};
-use registry_api::secret_eq;
 use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 
+use crate::auth::{Access, Caller, Need};
 use crate::error::ApiError;
 use crate::freshness::CATCH_UP_MAX;
 use crate::model::{
@@ -38,6 +38,8 @@ pub struct App {
     pub registry: Arc<Registry>,
     /// Requests in progress (long polls included); past it, 503 at once.
     pub in_flight: Arc<Semaphore>,
+    /// Who may do what (`crate::auth`).
+    pub access: Arc<Access>,
 }
 
 impl IntoResponse for ApiError {
@@ -113,10 +115,17 @@ async fn guard(State(app): State<App>, request: Request, next: Next) -> Response
         )
         .into_response();
     }
-    let exempt = path.starts_with("/v1/fn/") || path == "/v1/reconfigurations";
-    if write && !exempt && !admin(&app, request.headers()).unwrap_or(false) {
-        return ApiError::unauthorized().into_response();
-    }
+    let caller = match authorize(&app.access, &request) {
+        Ok(caller) => caller,
+        Err((caller, e)) => {
+            app.access
+                .audit_refusal(&caller, request.method().as_str(), path, &e);
+            return e.into_response();
+        }
+    };
+    let mut request = request;
+    request.extensions_mut().insert(caller);
+    let path = request.uri().path();
     // Writes go to the leader (the resolver writes nothing: any replica answers it).
     // The planted bug of bench/jepsen (a cargo feature, off by default) lets a
     // follower take writes itself: the history checker must catch it.
@@ -163,25 +172,21 @@ async fn guard(State(app): State<App>, request: Request, next: Next) -> Response
     }
 }
 
-/// `Ok(true)` when the request bears the admin token (or none is configured),
-/// `Ok(false)` when it bears none, `Err` when it bears a wrong one.
-fn admin(app: &App, headers: &HeaderMap) -> Result<bool, ApiError> {
-    let Some(token) = &app.registry.config.token else {
-        return Ok(true);
-    };
-    let Some(given) = headers.get(header::AUTHORIZATION) else {
-        return Ok(false);
-    };
-    let given = given
-        .to_str()
-        .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(ApiError::unauthorized)?;
-    if secret_eq(given.trim(), token) {
-        Ok(true)
-    } else {
-        Err(ApiError::unauthorized())
-    }
+/// The caller of `request` and whether it may make it: on refusal, the caller's
+/// label (for the audit line) and the answer.
+fn authorize(access: &Access, request: &Request) -> Result<Caller, (String, ApiError)> {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    let caller = access
+        .identify(authorization)
+        .map_err(|e| ("an unknown token".to_string(), e))?;
+    let need = Need::of(request.method().as_str(), request.uri().path());
+    access
+        .authorize(&caller, &need)
+        .map_err(|e| (caller.label(), e))?;
+    Ok(caller)
 }
 
 /// Runs a writing operation in its own task (see the module documentation).
@@ -434,16 +439,27 @@ async fn resolve(
 
 async fn reconfiguration(
     State(app): State<App>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let admin = match app.registry.config.token {
-        // Without a token nobody is the admin: the rules about instances decide.
-        None => false,
-        Some(_) => admin(&app, &headers)?,
-    };
     let req: ReconfigurationRequest = body(bytes, None, app.registry.config.body_bytes_max)?;
     req.validate().map_err(ApiError::bad_request)?;
+    // The admin token, and a node principal for its own nodes, may displace
+    // instances; anyone else gets the rules about instances (and without any token
+    // configured nobody is the admin).
+    if let Caller::Principal(p) = &caller {
+        if p.role == crate::auth::Role::Node && !p.names_node(&req.node) {
+            let e = ApiError::forbidden(format!(
+                "{} may not ask for reconfigurations of node {}",
+                caller.label(),
+                req.node
+            ));
+            app.access
+                .audit_refusal(&caller.label(), "POST", "/v1/reconfigurations", &e);
+            return Err(e);
+        }
+    }
+    let admin = caller.may_force_on(&req.node);
     let registry = app.registry.clone();
     let verdict =
         detached(async move { registry.validate_reconfiguration(&req, admin).await }).await?;

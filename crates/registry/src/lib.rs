@@ -28,6 +28,7 @@
 //! itself (busy ratios come from the nodes or from Prometheus scraping them).
 
 pub mod alloc;
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod etcd;
@@ -117,9 +118,17 @@ pub async fn serve(
     if let Some(settings) = registry.config.kubernetes.clone() {
         kube::start(registry.clone(), settings).await?;
     }
+    let access = Arc::new(auth::Access::new(
+        registry.config.credentials.as_deref(),
+        registry.config.token.as_deref(),
+    )?);
+    if registry.config.credentials.is_some() {
+        spawn_reload_on_sighup(access.clone());
+    }
     let app = http::router(http::App {
         registry,
         in_flight,
+        access,
     });
     // On shutdown the server stops accepting and lets requests in progress finish,
     // but a long poll may wait a minute: past SHUTDOWN_GRACE the process ends anyway
@@ -139,6 +148,34 @@ pub async fn serve(
             }
         } => Ok(()),
     }
+}
+
+/// Reads the credentials file again at every SIGHUP (a bad file changes nothing and
+/// says why in the log; the reload is an audit event either way).
+fn spawn_reload_on_sighup(access: Arc<auth::Access>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot watch SIGHUP: the credentials are read only at start");
+        return;
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match access.reload() {
+                Ok(principals) => tracing::info!(
+                    target: "netaccel_registry::audit",
+                    event = "credentials_reloaded",
+                    principals,
+                    "credentials reloaded"
+                ),
+                Err(e) => tracing::error!(
+                    target: "netaccel_registry::audit",
+                    event = "credentials_reload_failed",
+                    error = %e,
+                    "credentials not reloaded; the previous ones stay"
+                ),
+            }
+        }
+    });
 }
 
 /// Binds `addr`, with a sentence naming it when that fails.

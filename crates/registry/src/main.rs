@@ -1,5 +1,6 @@
 //! The `netaccel-registry` binary: parses the command line and serves until SIGTERM
-//! or SIGINT.
+//! or SIGINT (`netaccel-registry hash-token` hashes a token read on stdin for the
+//! credentials file's `token_hash`).
 
 use std::process::ExitCode;
 
@@ -7,6 +8,9 @@ use clap::Parser;
 use netaccel_registry::Args;
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("hash-token") {
+        return credential::hash_token_command("netaccel-registry");
+    }
     let config = match Args::parse().into_config() {
         Ok(c) => c,
         Err(e) => {

@@ -1,0 +1,509 @@
+//! Who may do what at the registry: its principals (nodes, clients, readers, admins),
+//! what each route needs, and the audit line of every refusal.
+//!
+//! Without a credentials file the registry behaves as it always did: reads and the
+//! resolver are open, and writes need the admin token (`--token`) when one is set.
+//! With `--credentials FILE` every caller is one of the file's principals, proved by
+//! its bearer token (kept as an argon2 `token_hash` or a plain `token`, checked by the
+//! `credential` crate, the node's own code), or anonymous:
+//!
+//! | role | may |
+//! | --- | --- |
+//! | `admin` | everything (`--token` is an admin too) |
+//! | `reader` | every read: nodes, functions, instances, the page, metrics, the resolver |
+//! | `node` | register, renew and deregister the nodes its `nodes` patterns name (default: its own name); ask for reconfigurations of their slots |
+//! | `client` | read the functions its `functions` patterns name (default: all), create and delete their instances, use the resolver |
+//!
+//! `anonymous = "read"` (the default) leaves reads and the resolver open to callers
+//! without a token; `"refuse"` answers them `401` on everything but `/health`. A wrong
+//! token is refused (`401`) whatever the route; a principal without the right gets
+//! `403` with what it lacks. SIGHUP reads the file again: a removed token is refused
+//! at its next request.
+//!
+//! Not here: token storage and comparison (`credential`), the routes themselves
+//! (`crate::http`), and what a reconfiguration may displace (`crate::ops`).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use credential::{secret_eq, Secret, VerdictCache};
+use parking_lot::RwLock;
+use serde::Deserialize;
+
+use crate::error::ApiError;
+
+/// What a principal is for (`role` in the credentials file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Admin,
+    Reader,
+    Node,
+    Client,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Reader => "reader",
+            Role::Node => "node",
+            Role::Client => "client",
+        }
+    }
+}
+
+/// What a caller without a token may do (`anonymous` in the credentials file).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Anonymous {
+    /// Reads and the resolver (the default, as without a file).
+    #[default]
+    Read,
+    /// Nothing but `/health`.
+    Refuse,
+}
+
+/// One `[[principal]]` of the credentials file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalConfig {
+    pub name: String,
+    pub role: Role,
+    #[serde(default)]
+    pub token: String,
+    pub token_hash: Option<String>,
+    /// `node`: the node names it may register (names, or a prefix and a final `*`).
+    pub nodes: Option<Vec<String>>,
+    /// `client`: the functions it may read and bind (names, or a prefix and `*`).
+    pub functions: Option<Vec<String>>,
+}
+
+/// The credentials file.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialsFile {
+    #[serde(default)]
+    pub anonymous: Anonymous,
+    #[serde(default)]
+    pub principal: Vec<PrincipalConfig>,
+}
+
+/// Principals a file may hold at most (each argon2 hash is checked in turn for an
+/// unknown token, so the bound is also a bound on the work one request can cause).
+pub const PRINCIPALS_MAX: usize = 256;
+
+/// Tokens whose verdict is remembered at most.
+const VERDICTS_MAX: usize = 4096;
+
+/// Refusals written to the audit log per second at most; the rest are counted.
+const AUDIT_PER_S: u64 = 50;
+
+/// A principal as checked.
+#[derive(Debug)]
+pub struct Principal {
+    pub name: String,
+    pub role: Role,
+    secret: Secret,
+    nodes: Vec<String>,
+    functions: Vec<String>,
+}
+
+impl Principal {
+    fn of(c: &PrincipalConfig) -> Result<Principal, String> {
+        credential_name(&c.name)?;
+        let who = format!("principal `{}`", c.name);
+        let secret = Secret::from_config(
+            &who,
+            &c.token,
+            c.token_hash.as_deref(),
+            "netaccel-registry hash-token",
+        )?;
+        if matches!(secret, Secret::None) {
+            return Err(format!("{who} has no token or token_hash"));
+        }
+        let patterns = |field: &str, list: &Option<Vec<String>>, role: Role| {
+            if list.is_some() && c.role != role {
+                return Err(format!(
+                    "{who}: `{field}` applies to role {} only",
+                    role.as_str()
+                ));
+            }
+            for p in list.iter().flatten() {
+                check_pattern(&who, p)?;
+            }
+            Ok(list.clone())
+        };
+        let nodes =
+            patterns("nodes", &c.nodes, Role::Node)?.unwrap_or_else(|| vec![c.name.clone()]);
+        let functions = patterns("functions", &c.functions, Role::Client)?
+            .unwrap_or_else(|| vec!["*".to_string()]);
+        Ok(Principal {
+            name: c.name.clone(),
+            role: c.role,
+            secret,
+            nodes,
+            functions,
+        })
+    }
+
+    /// Whether this principal may speak for node `name`.
+    pub fn names_node(&self, name: &str) -> bool {
+        self.role == Role::Admin || (self.role == Role::Node && matches_any(&self.nodes, name))
+    }
+}
+
+fn credential_name(name: &str) -> Result<(), String> {
+    if name.is_empty()
+        || name.len() > 63
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+    {
+        return Err(format!(
+            "principal name `{name}` is not valid: 1 to 63 letters, digits, `-`, `_` or `.`"
+        ));
+    }
+    Ok(())
+}
+
+fn check_pattern(who: &str, pattern: &str) -> Result<(), String> {
+    let body = pattern.strip_suffix('*').unwrap_or(pattern);
+    if body.contains('*') || pattern.is_empty() {
+        return Err(format!(
+            "{who}: pattern `{pattern}` is not valid: a name, or a prefix and a final `*`"
+        ));
+    }
+    Ok(())
+}
+
+fn matches_any(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => p == name,
+    })
+}
+
+/// Who made a request: what the route checks see, and what handlers that refine a
+/// decision (reconfigurations) find in the request's extensions.
+#[derive(Clone, Debug)]
+pub enum Caller {
+    /// No token (or no credentials configured and no admin token).
+    Anonymous,
+    /// The admin token (`--token`).
+    AdminToken,
+    /// A principal of the credentials file.
+    Principal(Arc<Principal>),
+}
+
+impl Caller {
+    /// The name the audit log gives the caller.
+    pub fn label(&self) -> String {
+        match self {
+            Caller::Anonymous => "anonymous".to_string(),
+            Caller::AdminToken => "the admin token".to_string(),
+            Caller::Principal(p) => format!("{} ({})", p.name, p.role.as_str()),
+        }
+    }
+
+    /// Whether the caller may force a reconfiguration of node `node`'s slots (displace
+    /// instances): the admin, and a node principal for its own nodes.
+    pub fn may_force_on(&self, node: &str) -> bool {
+        match self {
+            Caller::AdminToken => true,
+            Caller::Principal(p) => p.names_node(node),
+            Caller::Anonymous => false,
+        }
+    }
+}
+
+/// What a route needs: the pure classification of a request by method and path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// `/health`: anyone.
+    Nothing,
+    /// A read of the whole cluster: nodes, the function list, the snapshot, the page,
+    /// metrics (and unknown paths read with GET).
+    ReadCluster,
+    /// A read of one function or its instances.
+    ReadFunction(String),
+    /// The resolver (it writes nothing, whatever the method).
+    Resolve,
+    /// Register, renew or deregister a node.
+    WriteNode(String),
+    /// Create, change or delete a function (and unknown paths written).
+    WriteFunction(Option<String>),
+    /// Create or delete an instance of a function.
+    WriteInstance(String),
+    /// A reconfiguration request (the node it names is in the body: the handler
+    /// checks it).
+    Reconfigure,
+}
+
+impl Need {
+    /// What `method path` needs.
+    pub fn of(method: &str, path: &str) -> Need {
+        let read = matches!(method, "GET" | "HEAD");
+        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match (read, parts.as_slice()) {
+            (true, ["health"]) => Need::Nothing,
+            (_, ["v1", "fn", ..]) => Need::Resolve,
+            (false, ["v1", "reconfigurations"]) => Need::Reconfigure,
+            (false, ["v1", "nodes", name]) => Need::WriteNode(name.to_string()),
+            (false, ["v1", "functions", f, "instances", ..]) => Need::WriteInstance(f.to_string()),
+            (false, ["v1", "functions", f]) => Need::WriteFunction(Some(f.to_string())),
+            (false, _) => Need::WriteFunction(None),
+            (true, ["v1", "functions", f, ..]) => Need::ReadFunction(f.to_string()),
+            (true, _) => Need::ReadCluster,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Need::Nothing => "check health".to_string(),
+            Need::ReadCluster => "read the cluster's state".to_string(),
+            Need::ReadFunction(f) => format!("read function {f}"),
+            Need::Resolve => "use the resolver".to_string(),
+            Need::WriteNode(n) => format!("register or deregister node {n}"),
+            Need::WriteFunction(Some(f)) => format!("change function {f}"),
+            Need::WriteFunction(None) => "write here".to_string(),
+            Need::WriteInstance(f) => format!("create or delete instances of function {f}"),
+            Need::Reconfigure => "ask for reconfigurations".to_string(),
+        }
+    }
+}
+
+/// The credentials as of one reading of the file.
+struct Directory {
+    generation: u64,
+    /// Whether a credentials file is configured (else the compatible rules).
+    file: bool,
+    anonymous: Anonymous,
+    principals: Vec<Arc<Principal>>,
+    admin_token: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Principal(usize),
+    Admin,
+    Unknown,
+}
+
+/// The registry's access control at run time.
+pub struct Access {
+    path: Option<PathBuf>,
+    directory: RwLock<Arc<Directory>>,
+    cache: VerdictCache<Verdict>,
+    audit_second: AtomicU64,
+    audit_written: AtomicU64,
+    audit_suppressed: AtomicU64,
+}
+
+/// Reads and checks a credentials file.
+pub fn read_file(path: &Path) -> Result<CredentialsFile, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read credentials {}: {e}", path.display()))?;
+    let file: CredentialsFile =
+        toml::from_str(&text).map_err(|e| format!("credentials {}: {e}", path.display()))?;
+    Ok(file)
+}
+
+fn directory(
+    file: Option<&CredentialsFile>,
+    admin_token: Option<&str>,
+    generation: u64,
+) -> Result<Directory, String> {
+    let mut principals: Vec<Arc<Principal>> = Vec::new();
+    // Two holders of one plain token would be told apart by the file's order: refused.
+    let mut plain: Vec<(String, String)> = admin_token
+        .map(|t| ("the admin token".to_string(), t.to_string()))
+        .into_iter()
+        .collect();
+    for c in file.map(|f| f.principal.as_slice()).unwrap_or_default() {
+        if principals.len() == PRINCIPALS_MAX {
+            return Err(format!("more than {PRINCIPALS_MAX} principals"));
+        }
+        if principals.iter().any(|p| p.name == c.name) {
+            return Err(format!("principal `{}` is configured twice", c.name));
+        }
+        let p = Principal::of(c)?;
+        if let Some(t) = p.secret.plain() {
+            if let Some((other, _)) = plain.iter().find(|(_, o)| secret_eq(t, o)) {
+                return Err(format!(
+                    "principal `{}` has the same token as {other}",
+                    c.name
+                ));
+            }
+            plain.push((format!("principal `{}`", c.name), t.to_string()));
+        }
+        principals.push(Arc::new(p));
+    }
+    Ok(Directory {
+        generation,
+        file: file.is_some(),
+        anonymous: file.map(|f| f.anonymous).unwrap_or_default(),
+        principals,
+        admin_token: admin_token.map(str::to_string),
+    })
+}
+
+impl Access {
+    /// Access from the credentials file at `path` (none: the compatible rules) and the
+    /// admin token.
+    pub fn new(path: Option<&Path>, admin_token: Option<&str>) -> Result<Access, String> {
+        let file = path.map(read_file).transpose()?;
+        let dir = directory(file.as_ref(), admin_token, 1)?;
+        Ok(Access {
+            path: path.map(Path::to_path_buf),
+            directory: RwLock::new(Arc::new(dir)),
+            cache: VerdictCache::new(VERDICTS_MAX),
+            audit_second: AtomicU64::new(0),
+            audit_written: AtomicU64::new(0),
+            audit_suppressed: AtomicU64::new(0),
+        })
+    }
+
+    /// Reads the credentials file again (SIGHUP); on error nothing changes. The
+    /// answer is the number of principals now.
+    pub fn reload(&self) -> Result<usize, String> {
+        let Some(path) = &self.path else {
+            return Err("no credentials file is configured".to_string());
+        };
+        let file = read_file(path)?;
+        let mut current = self.directory.write();
+        let next = directory(
+            Some(&file),
+            current.admin_token.as_deref(),
+            current.generation + 1,
+        )?;
+        let count = next.principals.len();
+        *current = Arc::new(next);
+        Ok(count)
+    }
+
+    /// Who presented `authorization` (the header's value, if any): a wrong or
+    /// malformed token is an error, whatever the route.
+    pub fn identify(&self, authorization: Option<&[u8]>) -> Result<Caller, ApiError> {
+        let dir = Arc::clone(&self.directory.read());
+        let Some(value) = authorization else {
+            return Ok(Caller::Anonymous);
+        };
+        if !dir.file && dir.admin_token.is_none() {
+            // Nothing to prove: a token is ignored, as it always was.
+            return Ok(Caller::Anonymous);
+        }
+        let token = std::str::from_utf8(value)
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| unauthorized("the Authorization header is not `Bearer TOKEN`"))?;
+        let verdict = self.cache.get_or_check(dir.generation, token, || {
+            if dir
+                .admin_token
+                .as_deref()
+                .is_some_and(|a| secret_eq(token, a))
+            {
+                return Verdict::Admin;
+            }
+            match dir.principals.iter().position(|p| p.secret.proves(token)) {
+                Some(i) => Verdict::Principal(i),
+                None => Verdict::Unknown,
+            }
+        });
+        match verdict {
+            Verdict::Admin => Ok(Caller::AdminToken),
+            Verdict::Principal(i) => Ok(Caller::Principal(Arc::clone(&dir.principals[i]))),
+            Verdict::Unknown => Err(unauthorized("the token is not known here")),
+        }
+    }
+
+    /// Whether `caller` may do what `need` says: `Err` is the answer to send (401 for
+    /// a caller that should prove itself, 403 for one that may not).
+    pub fn authorize(&self, caller: &Caller, need: &Need) -> Result<(), ApiError> {
+        let dir = Arc::clone(&self.directory.read());
+        let allowed = match caller {
+            Caller::AdminToken => true,
+            Caller::Anonymous => anonymous_may(&dir, need),
+            Caller::Principal(p) => principal_may(p, need),
+        };
+        match (allowed, caller) {
+            (true, _) => Ok(()),
+            (false, Caller::Anonymous) => Err(unauthorized(&format!(
+                "a request to {} needs a token (Authorization: Bearer TOKEN)",
+                need.describe()
+            ))),
+            (false, _) => Err(ApiError::forbidden(format!(
+                "{} may not {}",
+                caller.label(),
+                need.describe()
+            ))),
+        }
+    }
+
+    /// Writes the audit line of a refusal (at most `AUDIT_PER_S` a second; the lines
+    /// left out are counted in the next one written).
+    pub fn audit_refusal(&self, caller: &str, method: &str, path: &str, error: &ApiError) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if self.audit_second.swap(now, Ordering::Relaxed) != now {
+            self.audit_written.store(0, Ordering::Relaxed);
+        }
+        if self.audit_written.fetch_add(1, Ordering::Relaxed) >= AUDIT_PER_S {
+            self.audit_suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let suppressed = self.audit_suppressed.swap(0, Ordering::Relaxed);
+        tracing::warn!(
+            target: "netaccel_registry::audit",
+            event = "refused",
+            caller,
+            method,
+            path,
+            status = error.status,
+            reason = %error.message,
+            suppressed_before = suppressed,
+            "refused"
+        );
+    }
+}
+
+fn unauthorized(reason: &str) -> ApiError {
+    ApiError::unauthenticated(reason)
+}
+
+/// The compatible rules without a file: writes need the admin token when one is set
+/// (all are open otherwise), except the resolver and reconfiguration requests.
+fn anonymous_may(dir: &Directory, need: &Need) -> bool {
+    let read = matches!(
+        need,
+        Need::Nothing | Need::ReadCluster | Need::ReadFunction(_) | Need::Resolve
+    );
+    if !dir.file {
+        return dir.admin_token.is_none() || read || *need == Need::Reconfigure;
+    }
+    match dir.anonymous {
+        Anonymous::Read => read,
+        Anonymous::Refuse => *need == Need::Nothing,
+    }
+}
+
+fn principal_may(p: &Principal, need: &Need) -> bool {
+    match (p.role, need) {
+        (Role::Admin, _) | (_, Need::Nothing) => true,
+        (Role::Reader, Need::ReadCluster | Need::ReadFunction(_) | Need::Resolve) => true,
+        (Role::Node, Need::WriteNode(n)) => matches_any(&p.nodes, n),
+        (Role::Node, Need::Reconfigure) => true,
+        (Role::Client, Need::Resolve) => true,
+        (Role::Client, Need::ReadFunction(f) | Need::WriteInstance(f)) => {
+            matches_any(&p.functions, f)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

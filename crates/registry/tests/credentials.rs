@@ -1,0 +1,237 @@
+//! The registry's principals end to end: the real registry with a credentials file
+//! under `anonymous = "refuse"`, a real node registering and renewing with its node
+//! token, clients binding and calling through the Rust client with theirs, every
+//! refusal with its status and an audit line, and SIGHUP taking a token away.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use netaccel_client::registry::{Bound, BoundOptions, RegistryClient, RegistryError};
+use serde_json::json;
+
+mod common;
+use common::{free_port, wait_for_port};
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn hash_token(token: &str) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-registry"))
+        .arg("hash-token")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{token}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let phc = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(phc.starts_with("$argon2id$"), "{phc}");
+    phc
+}
+
+fn credentials(ops_hash: &str, with_team_a: bool) -> String {
+    let mut text = format!(
+        r#"anonymous = "refuse"
+[[principal]]
+name = "ops"
+role = "admin"
+token_hash = "{ops_hash}"
+[[principal]]
+name = "n1"
+role = "node"
+token = "node-5d2a"
+[[principal]]
+name = "team-b"
+role = "client"
+token = "b-48fd"
+functions = ["team-b-*"]
+"#
+    );
+    if with_team_a {
+        text.push_str(
+            "[[principal]]\nname = \"team-a\"\nrole = \"client\"\ntoken = \"a-93be\"\nfunctions = [\"team-a-*\"]\n",
+        );
+    }
+    text
+}
+
+fn start_node(dir: &Path, registry: &str) -> Killed {
+    let bin =
+        PathBuf::from(env!("CARGO_BIN_EXE_netaccel-registry")).with_file_name("netaccel-node");
+    assert!(
+        bin.exists(),
+        "{} missing: build the workspace",
+        bin.display()
+    );
+    let (http, rac) = (free_port(), free_port());
+    let config = dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "http = \"127.0.0.1:{http}\"\nrac = \"127.0.0.1:{rac}\"\nlog_level = \"warn\"\n\
+             registry = \"{registry}\"\nname = \"n1\"\nregistry_token = \"node-5d2a\"\n\
+             [[slots]]\naccelerator = \"to_uppercase\"\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(
+        format!("127.0.0.1:{http}").parse().unwrap(),
+        &mut child,
+        "netaccel-node",
+    );
+    Killed(child)
+}
+
+fn status(base: &str, method: &str, path: &str, token: Option<&str>) -> u16 {
+    let mut req = ureq::request(method, &format!("{base}{path}"));
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    let result = if method == "GET" {
+        req.call()
+    } else {
+        req.set("Content-Type", "application/json")
+            .send_string("{}")
+    };
+    match result {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(code, _)) => code,
+        Err(e) => panic!("{method} {path}: {e}"),
+    }
+}
+
+fn refused(result: Result<impl std::fmt::Debug, RegistryError>, want: u16) {
+    match result {
+        Err(RegistryError::Answer { http_status, .. }) if http_status == want => {}
+        other => panic!("expected {want}, got {other:?}"),
+    }
+}
+
+#[test]
+fn nodes_clients_and_admins_each_prove_themselves_and_do_only_their_part() {
+    let dir = std::env::temp_dir().join(format!(
+        "netaccel-registry-credentials-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ops_hash = hash_token("ops-7c1e");
+    let file = dir.join("credentials.toml");
+    std::fs::write(&file, credentials(&ops_hash, true)).unwrap();
+    let log = dir.join("registry.log");
+    let port = free_port();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-registry"))
+        .args([
+            "--listen",
+            &listen.to_string(),
+            "--lease-ms",
+            "3000",
+            "--log-level",
+            "info",
+        ])
+        .arg("--credentials")
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for_port(listen, &mut child, "netaccel-registry");
+    let registry = Killed(child);
+    let base = format!("http://{listen}");
+    let _node = start_node(&dir, &base);
+
+    // The node registered with its own token.
+    let admin = RegistryClient::new(&base, Some("ops-7c1e"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while admin.nodes().map(|n| n.len()).unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "the node never registered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    admin
+        .put_function("team-a-up", &json!({"accelerator": "to_uppercase"}))
+        .unwrap();
+
+    // team-a binds and calls its function through the Rust client.
+    let team_a = RegistryClient::new(&base, Some("a-93be"));
+    let mut bound = Bound::bind(team_a.clone(), "team-a-up", BoundOptions::default()).unwrap();
+    let out = bound.call(&[], b"mine", None).unwrap();
+    assert_eq!(out.output, b"MINE");
+
+    // team-b may not touch team-a's function; anonymous callers and unknown tokens
+    // are refused; the node token speaks for its own node only.
+    let team_b = RegistryClient::new(&base, Some("b-48fd"));
+    refused(team_b.create_instance("team-a-up", None, None), 403);
+    refused(team_b.function("team-a-up"), 403);
+    refused(
+        RegistryClient::new(&base, Some("guess-0a6c")).function("team-a-up"),
+        401,
+    );
+    assert_eq!(status(&base, "GET", "/health", None), 200);
+    assert_eq!(status(&base, "GET", "/v1/nodes", None), 401);
+    assert_eq!(status(&base, "POST", "/v1/fn/to_uppercase", None), 401);
+    assert_eq!(status(&base, "PUT", "/v1/functions/x", Some("a-93be")), 403);
+    assert_eq!(status(&base, "PUT", "/v1/nodes/n2", Some("node-5d2a")), 403);
+    assert_eq!(status(&base, "GET", "/metrics", Some("node-5d2a")), 403);
+
+    // SIGHUP with team-a removed: its next request is refused, the node renews on.
+    std::fs::write(&file, credentials(&ops_hash, false)).unwrap();
+    let pid = registry.0.id() as i32;
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while team_a.function("team-a-up").is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "team-a's token still works after SIGHUP"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    refused(team_a.function("team-a-up"), 401);
+    std::thread::sleep(Duration::from_millis(1500));
+    let nodes = admin.nodes().unwrap();
+    assert_eq!(
+        serde_json::to_value(nodes[0].state).unwrap(),
+        "ready",
+        "the node kept renewing"
+    );
+
+    // Every refusal has its audit line, and no token is in the log.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let audit: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("netaccel_registry::audit"))
+        .collect();
+    for want in [
+        "team-b (client)",
+        "anonymous",
+        "an unknown token",
+        "n1 (node)",
+        "credentials reloaded",
+    ] {
+        assert!(
+            audit.iter().any(|l| l.contains(want)),
+            "no audit line with {want}:\n{text}"
+        );
+    }
+    for secret in ["ops-7c1e", "a-93be", "b-48fd", "node-5d2a", "guess-0a6c"] {
+        assert!(!text.contains(secret), "the log holds {secret}:\n{text}");
+    }
+    drop(registry);
+    let _ = std::fs::remove_dir_all(&dir);
+}

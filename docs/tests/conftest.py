@@ -198,6 +198,53 @@ def production_node(tmp_path_factory):
         yield n
 
 
+@pytest.fixture(scope="session")
+def secured_registry(tmp_path_factory):
+    """docs/security.md's registry: its `config: registry toml` credentials, anonymous
+    callers refused, and a node registered as `node-1` with its node token. Yields the
+    node, with the registry's URL as its `registry` attribute."""
+    import socket
+
+    from docblocks import tagged_blocks
+
+    page = ROOT / "docs" / "security.md"
+    (credentials,) = [b.text for b in tagged_blocks(page) if b.kind == "config" and b.name == "registry toml"]
+    tmp = tmp_path_factory.mktemp("secured-registry")
+    (tmp / "credentials.toml").write_text(credentials)
+    bin_dir = build("netaccel-registry", "netaccel-node", "netaccel-client")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    registry = subprocess.Popen(
+        [str(bin_dir / "netaccel-registry"), "--listen", f"127.0.0.1:{port}",
+         "--credentials", str(tmp / "credentials.toml")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        config = f'registry = "{url}"\nname = "node-1"\nregistry_token = "change-me-node-1"\n'
+        with running_node(tmp, config) as n:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while True:
+                request = urllib.request.Request(
+                    url + "/v1/nodes", headers={"Authorization": "Bearer change-me-registry-ops"}
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=5) as response:
+                        if json.loads(response.read()):
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the node never registered with the registry")
+                time.sleep(0.1)
+            n.registry = url
+            yield n
+    finally:
+        registry.terminate()
+        registry.wait(timeout=30)
+
+
 def require(condition: bool, what: str) -> None:
     """Skips when a prerequisite is missing, except in CI (`CI=true`), where a missing
     prerequisite fails the test instead of hiding it."""

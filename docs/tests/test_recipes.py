@@ -1,7 +1,9 @@
 """The recipes of docs/accelerators.md, docs/extending.md, docs/security.md and
 docs/quotas.md, run against real nodes (security.md's against a node with an admin
 token and a tenant, and its `production-*` recipes against a node under its production
-profile; quotas.md's against a node with the quotas the page configures).
+profile, its `registry-*` recipes against a registry with the page's credentials and a
+node registered with it; quotas.md's against a node with the quotas the page
+configures).
 
 Each `<!-- recipe: NAME LANG -->` block is run as a reader would run it, from the
 repository root (shell blocks with bash, Python blocks as a file with python3), and
@@ -45,6 +47,8 @@ def node_fixture(page: Path, block) -> str:
     the production profile, every other recipe against its page's node."""
     if page == SECURITY and block.name.startswith("production"):
         return "production_node"
+    if page == SECURITY and block.name.startswith("registry"):
+        return "secured_registry"
     return NODE_OF_PAGE[page]
 
 
@@ -58,6 +62,8 @@ def run_recipe(page: Path, block, node, tmp_path: Path) -> subprocess.CompletedP
     env["NETACCEL_NODE"] = node.url
     env["NETACCEL_RAC_ADDR"] = node.rac
     env["NETACCEL_TOKEN"] = ADMIN_TOKEN
+    if getattr(node, "registry", None):
+        env["NETACCEL_REGISTRY"] = node.registry
     env["PATH"] = f"{node.bin_dir}{os.pathsep}{env.get('PATH', '')}"
     client = str(ROOT / "clients" / "python")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (client, env.get("PYTHONPATH")) if p)

@@ -443,8 +443,9 @@ impl Access {
         }
     }
 
-    /// Writes the audit line of a refusal (at most `AUDIT_PER_S` a second; the lines
-    /// left out are counted in the next one written).
+    /// Writes the audit line of a refusal, one JSON object as the node's audit lines
+    /// are (at most `AUDIT_PER_S` a second; the lines left out are counted in the next
+    /// one written). Never a token: the caller is named by its principal.
     pub fn audit_refusal(&self, caller: &str, method: &str, path: &str, error: &ApiError) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -457,17 +458,17 @@ impl Access {
             return;
         }
         let suppressed = self.audit_suppressed.swap(0, Ordering::Relaxed);
-        tracing::warn!(
-            target: "netaccel_registry::audit",
-            event = "refused",
-            caller,
-            method,
-            path,
-            status = error.status,
-            reason = %error.message,
-            suppressed_before = suppressed,
-            "refused"
-        );
+        let mut line = serde_json::json!({
+            "event": if error.status == 401 { "unauthenticated" } else { "forbidden" },
+            "caller": caller,
+            "action": format!("{method} {path}"),
+            "status": error.status,
+            "detail": error.message,
+        });
+        if suppressed > 0 {
+            line["refusals_not_logged_before"] = suppressed.into();
+        }
+        tracing::warn!(target: "netaccel_registry::audit", "{line}");
     }
 }
 
@@ -502,6 +503,23 @@ fn principal_may(p: &Principal, need: &Need) -> bool {
             matches_any(&p.functions, f)
         }
         _ => false,
+    }
+}
+
+/// The audit line of a reload of the credentials (SIGHUP): `principals` now, or why the
+/// file was refused and the previous credentials kept.
+pub fn audit_reload(result: &Result<usize, String>) {
+    match result {
+        Ok(principals) => tracing::info!(
+            target: "netaccel_registry::audit",
+            "{}",
+            serde_json::json!({"event": "credentials_reload", "detail": format!("{principals} principals")})
+        ),
+        Err(e) => tracing::error!(
+            target: "netaccel_registry::audit",
+            "{}",
+            serde_json::json!({"event": "credentials_reload_failed", "detail": format!("{e}; the previous credentials stay")})
+        ),
     }
 }
 

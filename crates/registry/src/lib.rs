@@ -160,20 +160,7 @@ fn spawn_reload_on_sighup(access: Arc<auth::Access>) {
     };
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            match access.reload() {
-                Ok(principals) => tracing::info!(
-                    target: "netaccel_registry::audit",
-                    event = "credentials_reloaded",
-                    principals,
-                    "credentials reloaded"
-                ),
-                Err(e) => tracing::error!(
-                    target: "netaccel_registry::audit",
-                    event = "credentials_reload_failed",
-                    error = %e,
-                    "credentials not reloaded; the previous ones stay"
-                ),
-            }
+            auth::audit_reload(&access.reload());
         }
     });
 }

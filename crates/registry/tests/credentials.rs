@@ -222,7 +222,7 @@ fn nodes_clients_and_admins_each_prove_themselves_and_do_only_their_part() {
         "anonymous",
         "an unknown token",
         "n1 (node)",
-        "credentials reloaded",
+        "credentials_reload",
     ] {
         assert!(
             audit.iter().any(|l| l.contains(want)),

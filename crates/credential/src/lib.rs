@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -131,6 +132,44 @@ pub fn hash_token_command(program: &str) -> std::process::ExitCode {
     }
 }
 
+/// How much time a second the checks of tokens not seen before may take: argon2 is
+/// slow by design, so without a bound a flood of made-up tokens would keep a server's
+/// threads verifying them. Spent time is counted in whole seconds of the monotonic
+/// clock; one check may overrun the budget it started within.
+pub struct CheckBudget {
+    per_second: Duration,
+    window: Mutex<(Instant, Duration)>,
+}
+
+impl CheckBudget {
+    /// A budget of `per_second` of checking each second.
+    pub fn new(per_second: Duration) -> CheckBudget {
+        CheckBudget {
+            per_second,
+            window: Mutex::new((Instant::now(), Duration::ZERO)),
+        }
+    }
+
+    fn roll(&self) -> parking_lot::MutexGuard<'_, (Instant, Duration)> {
+        let mut w = self.window.lock();
+        if w.0.elapsed() >= Duration::from_secs(1) {
+            *w = (Instant::now(), Duration::ZERO);
+        }
+        w
+    }
+
+    /// Whether a check may start now.
+    pub fn has_time(&self) -> bool {
+        self.roll().1 < self.per_second
+    }
+
+    /// Counts a check that took `took`.
+    pub fn spend(&self, took: Duration) {
+        let mut w = self.roll();
+        w.1 += took;
+    }
+}
+
 /// Tokens checked lately: what each proved (`V`), by a keyed hash of the token, for
 /// one generation of the credentials. Bounded: when full it starts over, which costs
 /// the next callers one verification each.
@@ -165,6 +204,18 @@ impl<V: Copy> VerdictCache<V> {
     /// still the newest. A caller holding an older generation is answered by its own
     /// check and changes nothing.
     pub fn get_or_check(&self, generation: u64, token: &str, check: impl FnOnce() -> V) -> V {
+        self.get_or_check_inner(generation, token, || Some(check()))
+            .expect("an unbudgeted check always answers")
+    }
+
+    /// The cache's one lookup-check-remember path: `check` answering `None` (out of
+    /// budget) remembers nothing.
+    fn get_or_check_inner(
+        &self,
+        generation: u64,
+        token: &str,
+        check: impl FnOnce() -> Option<V>,
+    ) -> Option<V> {
         let key = self.key(token);
         {
             let mut cache = self.inner.lock();
@@ -174,11 +225,11 @@ impl<V: Copy> VerdictCache<V> {
             }
             if cache.generation == generation {
                 if let Some(v) = cache.map.get(&key) {
-                    return *v;
+                    return Some(*v);
                 }
             }
         }
-        let verdict = check();
+        let verdict = check()?;
         let mut cache = self.inner.lock();
         if cache.generation == generation {
             if cache.map.len() >= self.max {
@@ -186,7 +237,57 @@ impl<V: Copy> VerdictCache<V> {
             }
             cache.map.insert(key, verdict);
         }
-        verdict
+        Some(verdict)
+    }
+
+    /// As [`VerdictCache::get_or_check`], but a token not remembered is checked only
+    /// while `budget` has time left this second: `None` when it has none (the caller
+    /// answers "busy, try again"). Remembered tokens are answered whatever the budget,
+    /// so a flood of new tokens cannot lock out callers already known.
+    pub fn get_or_check_within(
+        &self,
+        generation: u64,
+        token: &str,
+        budget: &CheckBudget,
+        check: impl FnOnce() -> V,
+    ) -> Option<V> {
+        let mut over = false;
+        let verdict = self.get_or_check_inner(generation, token, || {
+            if !budget.has_time() {
+                over = true;
+                return None;
+            }
+            let started = Instant::now();
+            let verdict = check();
+            budget.spend(started.elapsed());
+            Some(verdict)
+        });
+        if over {
+            None
+        } else {
+            verdict
+        }
+    }
+
+    /// Moves the remembered verdicts to credentials of `generation` (a reload): `map`
+    /// says what each verdict is under the new credentials — the same principal when
+    /// its secret did not change — or `None` to forget it. Without this a reload would
+    /// make every caller's token be checked again at once, more than the check budget
+    /// allows in a second.
+    pub fn carry_over(&self, generation: u64, mut map: impl FnMut(V) -> Option<V>) {
+        let mut cache = self.inner.lock();
+        assert!(
+            generation > cache.generation,
+            "credentials' generations only grow"
+        );
+        cache.generation = generation;
+        cache.map.retain(|_, v| match map(*v) {
+            Some(new) => {
+                *v = new;
+                true
+            }
+            None => false,
+        });
     }
 
     /// Tokens remembered now.
@@ -246,6 +347,49 @@ mod tests {
         let plain = Secret::from_config("a", "tok", None, "x").unwrap();
         assert!(plain.proves("tok") && !plain.proves("tok2") && !Secret::None.proves(""));
         assert_eq!(plain.plain(), Some("tok"));
+    }
+
+    #[test]
+    fn new_tokens_are_checked_within_the_budget_and_known_ones_always() {
+        let cache = VerdictCache::<u8>::new(16);
+        let budget = CheckBudget::new(Duration::from_millis(20));
+        let slow = |v| {
+            std::thread::sleep(Duration::from_millis(25));
+            v
+        };
+        // The first check starts within the budget (and overruns it).
+        assert_eq!(
+            cache.get_or_check_within(1, "known", &budget, || slow(1)),
+            Some(1)
+        );
+        // The budget is spent: a new token is not checked, and not remembered.
+        assert_eq!(cache.get_or_check_within(1, "new", &budget, || 2), None);
+        assert_eq!(cache.len(), 1);
+        // A known one is answered from memory.
+        assert_eq!(
+            cache.get_or_check_within(1, "known", &budget, || 9),
+            Some(1)
+        );
+        // The next second brings a fresh budget.
+        std::thread::sleep(Duration::from_millis(1000));
+        assert_eq!(cache.get_or_check_within(1, "new", &budget, || 2), Some(2));
+    }
+
+    #[test]
+    fn a_reload_carries_over_what_still_holds() {
+        let cache = VerdictCache::<u8>::new(16);
+        cache.get_or_check(1, "kept", || 1);
+        cache.get_or_check(1, "moved", || 2);
+        cache.get_or_check(1, "gone", || 3);
+        cache.carry_over(2, |v| match v {
+            1 => Some(1),
+            2 => Some(7),
+            _ => None,
+        });
+        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.get_or_check(2, "kept", || 0), 1);
+        assert_eq!(cache.get_or_check(2, "moved", || 0), 7);
+        assert_eq!(cache.get_or_check(2, "gone", || 0), 0);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use credential::{secret_eq, Secret, VerdictCache};
+use credential::{secret_eq, CheckBudget, Secret, VerdictCache};
 use parking_lot::RwLock;
 use serde::Deserialize;
 
@@ -97,6 +97,14 @@ pub const PRINCIPALS_MAX: usize = 256;
 
 /// Tokens whose verdict is remembered at most.
 const VERDICTS_MAX: usize = 4096;
+
+/// Time a second spent checking tokens not seen before (argon2 for hashed ones,
+/// against every principal for an unknown token); beyond it a new token is answered
+/// `503` "try again", while tokens already checked are answered from the cache (and
+/// stay there across a reload when their principal kept its secret). A quarter of a
+/// core: the registry does little else, and nodes must re-register quickly after it
+/// restarts.
+pub const TOKEN_CHECK_BUDGET: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Refusals written to the audit log per second at most; the rest are counted.
 const AUDIT_PER_S: u64 = 50;
@@ -297,6 +305,7 @@ pub struct Access {
     path: Option<PathBuf>,
     directory: RwLock<Arc<Directory>>,
     cache: VerdictCache<Verdict>,
+    budget: CheckBudget,
     audit_second: AtomicU64,
     audit_written: AtomicU64,
     audit_suppressed: AtomicU64,
@@ -360,6 +369,7 @@ impl Access {
             path: path.map(Path::to_path_buf),
             directory: RwLock::new(Arc::new(dir)),
             cache: VerdictCache::new(VERDICTS_MAX),
+            budget: CheckBudget::new(TOKEN_CHECK_BUDGET),
             audit_second: AtomicU64::new(0),
             audit_written: AtomicU64::new(0),
             audit_suppressed: AtomicU64::new(0),
@@ -374,12 +384,20 @@ impl Access {
         };
         let file = read_file(path)?;
         let mut current = self.directory.write();
-        let next = directory(
-            Some(&file),
-            current.admin_token.as_deref(),
-            current.generation + 1,
-        )?;
+        let generation = current.generation + 1;
+        let next = directory(Some(&file), current.admin_token.as_deref(), generation)?;
         let count = next.principals.len();
+        // Tokens proven before stay proven where the principal kept its secret (its
+        // rights may have changed: they are read from the new directory).
+        self.cache.carry_over(generation, |v| match v {
+            Verdict::Principal(i) => {
+                let old = &current.principals[i];
+                let j = next.principals.iter().position(|p| p.name == old.name)?;
+                (next.principals[j].secret == old.secret).then_some(Verdict::Principal(j))
+            }
+            Verdict::Admin => Some(Verdict::Admin),
+            Verdict::Unknown => None,
+        });
         *current = Arc::new(next);
         Ok(count)
     }
@@ -400,19 +418,26 @@ impl Access {
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .ok_or_else(|| unauthorized("the Authorization header is not `Bearer TOKEN`"))?;
-        let verdict = self.cache.get_or_check(dir.generation, token, || {
-            if dir
-                .admin_token
-                .as_deref()
-                .is_some_and(|a| secret_eq(token, a))
-            {
-                return Verdict::Admin;
-            }
-            match dir.principals.iter().position(|p| p.secret.proves(token)) {
-                Some(i) => Verdict::Principal(i),
-                None => Verdict::Unknown,
-            }
-        });
+        let verdict = self
+            .cache
+            .get_or_check_within(dir.generation, token, &self.budget, || {
+                if dir
+                    .admin_token
+                    .as_deref()
+                    .is_some_and(|a| secret_eq(token, a))
+                {
+                    return Verdict::Admin;
+                }
+                match dir.principals.iter().position(|p| p.secret.proves(token)) {
+                    Some(i) => Verdict::Principal(i),
+                    None => Verdict::Unknown,
+                }
+            });
+        let Some(verdict) = verdict else {
+            return Err(ApiError::unavailable(
+                "the registry is checking too many new tokens at the moment; try again in a second",
+            ));
+        };
         match verdict {
             Verdict::Admin => Ok(Caller::AdminToken),
             Verdict::Principal(i) => Ok(Caller::Principal(Arc::clone(&dir.principals[i]))),

@@ -36,7 +36,7 @@ use rac_proto::{
 use crate::core::deadline::Deadline;
 use crate::core::memory::{BodyMemory, PoolLease};
 use crate::core::slot::{Answer, Call, Submitted};
-use crate::core::tenant::auth::{Action, Base, Session};
+use crate::core::tenant::auth::{Action, AuthError, Base, Session};
 use crate::core::tenant::{TenantGate, TenantId};
 use crate::front::admin;
 use crate::net::bufpool;
@@ -505,6 +505,10 @@ impl<S: Transport> RacConn<S> {
                         let body = serde_json::to_vec(&serde_json::json!({ "tenant": tenant }))
                             .expect("JSON");
                         self.write_control(&header, Status::Ok, body);
+                    }
+                    Err(AuthError::Busy) => {
+                        let message = AuthError::Busy.message();
+                        self.write_control(&header, Status::Busy, message.into_bytes());
                     }
                     Err(e) => {
                         let message = e.message();

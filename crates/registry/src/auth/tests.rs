@@ -9,6 +9,7 @@ fn access(toml_text: Option<&str>, admin: Option<&str>) -> Result<Access, String
         path: None,
         directory: RwLock::new(Arc::new(dir)),
         cache: VerdictCache::new(VERDICTS_MAX),
+        budget: CheckBudget::new(TOKEN_CHECK_BUDGET),
         audit_second: AtomicU64::new(0),
         audit_written: AtomicU64::new(0),
         audit_suppressed: AtomicU64::new(0),
@@ -280,12 +281,18 @@ fn a_hashed_token_works_and_a_reload_removes_a_token() {
         .unwrap()
     };
     write("[[principal]]\nname='c'\nrole='client'\ntoken='t-c'\n");
-    let a = Access::new(Some(&path), None).unwrap();
+    let mut a = Access::new(Some(&path), None).unwrap();
+    // Real argon2 on a loaded machine: the budget is not what this test is about.
+    a.budget = CheckBudget::new(std::time::Duration::from_secs(60));
     assert_eq!(status(&a, Some("s3cret"), "PUT", "/v1/nodes/n"), 0);
     assert_eq!(status(&a, Some("t-c"), "POST", "/v1/fn/x"), 0);
     // The client's token removed: refused at its next request.
     write("");
     assert_eq!(a.reload().unwrap(), 1);
+    // The node's token, whose secret did not change, is answered from the cache.
+    a.budget = CheckBudget::new(std::time::Duration::ZERO);
+    assert_eq!(status(&a, Some("s3cret"), "PUT", "/v1/nodes/n"), 0);
+    a.budget = CheckBudget::new(std::time::Duration::from_secs(60));
     assert_eq!(status(&a, Some("t-c"), "POST", "/v1/fn/x"), 401);
     assert_eq!(status(&a, Some("s3cret"), "PUT", "/v1/nodes/n"), 0);
     // A bad file changes nothing.
@@ -293,4 +300,14 @@ fn a_hashed_token_works_and_a_reload_removes_a_token() {
     assert!(a.reload().is_err());
     assert_eq!(status(&a, Some("s3cret"), "PUT", "/v1/nodes/n"), 0);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn new_tokens_wait_for_the_check_budget_and_known_ones_do_not() {
+    let mut a = access(Some(FILE), None).unwrap();
+    assert_eq!(status(&a, Some("t-prom"), "GET", "/metrics"), 0);
+    a.budget = CheckBudget::new(std::time::Duration::ZERO);
+    assert_eq!(status(&a, Some("t-prom"), "GET", "/metrics"), 0);
+    let e = a.identify(Some(&bearer("made-up"))).unwrap_err();
+    assert_eq!((e.status, e.code), (503, "UNAVAILABLE"));
 }

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use credential::{Secret, VerdictCache};
+use credential::{CheckBudget, Secret, VerdictCache};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
@@ -129,6 +129,9 @@ pub enum AuthError {
     UnknownToken,
     /// RAC `hello` naming a tenant it does not prove.
     Hello(String),
+    /// A token not seen before, while the node has spent its time for checking new
+    /// tokens this second (`TOKEN_CHECK_BUDGET`): try again.
+    Busy,
 }
 
 impl AuthError {
@@ -145,6 +148,8 @@ impl AuthError {
             AuthError::Hello(name) => {
                 format!("tenant `{name}` is unknown or its token does not match")
             }
+            AuthError::Busy => "this node is checking too many new tokens at the moment;                  try again in a second"
+                .to_string(),
         }
     }
 }
@@ -280,6 +285,14 @@ struct Entry {
 }
 
 impl Entry {
+    #[cfg(test)]
+    fn secret_phc(&self) -> Option<String> {
+        match &self.secret {
+            Secret::Hashed(phc) => Some(phc.clone()),
+            _ => None,
+        }
+    }
+
     fn principal(&self) -> Principal {
         Principal {
             id: configured_id(&self.name),
@@ -442,6 +455,13 @@ enum Verdict {
 /// Tokens the cache holds at most.
 const TOKEN_CACHE_MAX: usize = 4096;
 
+/// Time a second the node may spend checking tokens it has not seen before (argon2
+/// for hashed ones: milliseconds each, against every hashed tenant for an unknown
+/// token). A tenth of a core: a flood of made-up tokens costs at most that, and is
+/// answered "busy" beyond it, while every token already checked is answered from
+/// the cache.
+pub const TOKEN_CHECK_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Authentication at run time: the current directory and the token cache.
 pub struct Auth {
     directory: RwLock<Arc<Directory>>,
@@ -449,6 +469,8 @@ pub struct Auth {
     /// What tokens proved lately, by a keyed hash of the token: the tenant (an index
     /// into the directory of the cache's generation), the admin, or nothing.
     cache: VerdictCache<Verdict>,
+    /// Bounds the time spent checking new tokens ([`TOKEN_CHECK_BUDGET`]).
+    budget: CheckBudget,
 }
 
 impl Auth {
@@ -459,6 +481,7 @@ impl Auth {
             directory: RwLock::new(Arc::new(directory)),
             generation: AtomicU64::new(1),
             cache: VerdictCache::new(TOKEN_CACHE_MAX),
+            budget: CheckBudget::new(TOKEN_CHECK_BUDGET),
         })
     }
 
@@ -472,6 +495,16 @@ impl Auth {
         if next.admin_token.is_none() {
             next.admin_token = current.admin_token.clone();
         }
+        // Tokens proven before stay proven where the tenant kept its secret.
+        self.cache.carry_over(generation, |v| match v {
+            Verdict::Tenant(i) => {
+                let old = &current.entries[i];
+                let j = *next.by_name.get(&old.name)?;
+                (next.entries[j].secret == old.secret).then_some(Verdict::Tenant(j))
+            }
+            Verdict::Admin => (next.admin_token == current.admin_token).then_some(Verdict::Admin),
+            Verdict::Unknown => None,
+        });
         *current = Arc::new(next);
         self.generation.store(generation, Ordering::Release);
         Ok(())
@@ -509,7 +542,10 @@ impl Auth {
     fn bearer(&self, dir: &Directory, token: &str) -> Result<Principal, AuthError> {
         let verdict = self
             .cache
-            .get_or_check(dir.generation, token, || verdict_of(dir, token));
+            .get_or_check_within(dir.generation, token, &self.budget, || {
+                verdict_of(dir, token)
+            })
+            .ok_or(AuthError::Busy)?;
         match verdict {
             Verdict::Tenant(i) => Ok(dir.entries[i].principal()),
             Verdict::Admin => Ok(Principal {
@@ -521,12 +557,26 @@ impl Auth {
         }
     }
 
-    /// RAC `hello`: the principal of tenant `name` if `token` proves it.
+    /// RAC `hello`: the principal of tenant `name` if `token` proves it. The token's
+    /// check is the cache's and the budget's, as a bearer token's: a connection that
+    /// says `hello` with a known token costs no argon2 check.
     pub fn hello(&self, name: &str, token: Option<&str>) -> Result<Principal, AuthError> {
         let dir = self.current();
-        match (dir.by_name(name), token) {
-            (Some(entry), Some(token)) if entry.proves(token) => Ok(entry.principal()),
-            _ => Err(AuthError::Hello(name.to_string())),
+        let refused = || AuthError::Hello(name.to_string());
+        let (Some(entry), Some(token)) = (dir.by_name(name), token) else {
+            return Err(refused());
+        };
+        let verdict = self
+            .cache
+            .get_or_check_within(dir.generation, token, &self.budget, || {
+                verdict_of(&dir, token)
+            })
+            .ok_or(AuthError::Busy)?;
+        match verdict {
+            Verdict::Tenant(i) if Arc::ptr_eq(&dir.entries[i].name, &entry.name) => {
+                Ok(entry.principal())
+            }
+            _ => Err(refused()),
         }
     }
 
@@ -718,6 +768,50 @@ mod tests {
         a.hash_password(token.as_bytes(), &salt)
             .unwrap()
             .to_string()
+    }
+
+    #[test]
+    fn new_tokens_wait_for_the_check_budget_and_known_ones_do_not() {
+        let mut hashed = tenant("team-h", "");
+        hashed.token_hash = Some(cheap_hash("th"));
+        let mut auth = Auth::new(&section(vec![hashed], Anonymous::Connection)).unwrap();
+        let base = Base::Connection(7);
+        // Checked once with time to spare: remembered.
+        assert_eq!(auth.identify(&base, Some("th")).unwrap().label(), "team-h");
+        assert_eq!(auth.hello("team-h", Some("th")).unwrap().label(), "team-h");
+        // No time left this second: a new token is "busy", a known one answered, and
+        // a hello with the known token too (no argon2 check per connection).
+        auth.budget = CheckBudget::new(std::time::Duration::ZERO);
+        assert_eq!(
+            auth.identify(&base, Some("made-up")).unwrap_err(),
+            AuthError::Busy
+        );
+        assert_eq!(
+            auth.hello("team-h", Some("made-up")).unwrap_err(),
+            AuthError::Busy
+        );
+        assert_eq!(auth.identify(&base, Some("th")).unwrap().label(), "team-h");
+        assert_eq!(auth.hello("team-h", Some("th")).unwrap().label(), "team-h");
+        // A hello naming another tenant than the token's, or none, is refused.
+        assert_eq!(
+            auth.hello("team-x", Some("th")).unwrap_err(),
+            AuthError::Hello("team-x".into())
+        );
+        assert!(AuthError::Busy.message().contains("try again"));
+        // A reload that keeps team-h's secret keeps its token proven (no check);
+        // one that changes it makes the token be checked again.
+        let mut same = tenant("team-h", "");
+        same.token_hash = auth.current().entries[0].secret_phc();
+        auth.reload(&section(vec![same.clone()], Anonymous::Connection))
+            .unwrap();
+        assert_eq!(auth.identify(&base, Some("th")).unwrap().label(), "team-h");
+        same.token_hash = Some(cheap_hash("th2"));
+        auth.reload(&section(vec![same], Anonymous::Connection))
+            .unwrap();
+        assert_eq!(
+            auth.identify(&base, Some("th")).unwrap_err(),
+            AuthError::Busy
+        );
     }
 
     #[test]

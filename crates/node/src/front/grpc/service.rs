@@ -25,7 +25,7 @@ use crate::core::deadline::Deadline;
 use crate::core::memory::BodyMemory;
 use crate::core::quota::Refused;
 use crate::core::slot::{Answer, Call};
-use crate::core::tenant::auth::{Action, Base, Principal};
+use crate::core::tenant::auth::{Action, AuthError, Base, Principal};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
 use crate::front::oip::{repository, stats, VERSION};
@@ -323,6 +323,7 @@ impl Inference {
         let auth = &self.node.tenants.auth;
         let who = match auth.identify(&base, bearer(request.metadata())) {
             Ok(who) => who,
+            Err(AuthError::Busy) => return Err(Status::unavailable(AuthError::Busy.message())),
             Err(e) => {
                 let message = e.message();
                 let kind = AuditKind::AuthenticationFailed;

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use super::parse::RequestHead;
 use super::request::{bearer_token, refuse, Request, Route};
 use super::route::{request, route};
-use crate::core::tenant::auth::{Principal, Session};
+use crate::core::tenant::auth::{AuthError, Principal, Session};
 use crate::core::tenant::TenantId;
 use crate::node::Node;
 use crate::telemetry::audit::{AuditEvent, AuditKind};
@@ -46,6 +46,10 @@ pub fn admit(
         }
         Err(_) if is_health(head.path()) => {
             (route(head, node, &Principal::nobody(base_id)), base_id)
+        }
+        Err(AuthError::Busy) => {
+            let message = AuthError::Busy.message();
+            (request(head, refuse(503, "BUSY", message)), base_id)
         }
         Err(e) => {
             let message = e.message();

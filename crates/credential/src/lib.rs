@@ -137,7 +137,7 @@ pub fn hash_token_command(program: &str) -> std::process::ExitCode {
 /// threads verifying them. Spent time is counted in whole seconds of the monotonic
 /// clock; one check may overrun the budget it started within.
 pub struct CheckBudget {
-    per_second: Duration,
+    per_second: Mutex<Duration>,
     window: Mutex<(Instant, Duration)>,
 }
 
@@ -145,7 +145,7 @@ impl CheckBudget {
     /// A budget of `per_second` of checking each second.
     pub fn new(per_second: Duration) -> CheckBudget {
         CheckBudget {
-            per_second,
+            per_second: Mutex::new(per_second),
             window: Mutex::new((Instant::now(), Duration::ZERO)),
         }
     }
@@ -160,7 +160,13 @@ impl CheckBudget {
 
     /// Whether a check may start now.
     pub fn has_time(&self) -> bool {
-        self.roll().1 < self.per_second
+        let per_second = *self.per_second.lock();
+        self.roll().1 < per_second
+    }
+
+    /// Changes the time a second (a reload of the configuration).
+    pub fn set(&self, per_second: Duration) {
+        *self.per_second.lock() = per_second;
     }
 
     /// Counts a check that took `took`.

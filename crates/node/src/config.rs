@@ -103,6 +103,9 @@ pub struct Config {
     /// Log lines per second for each kind of refused request (malformed, unknown
     /// accelerator, failed token); beyond it they are counted and the count logged.
     pub log_refusals_per_second_max: u32,
+    /// Milliseconds a second the node may spend checking tokens it has not seen
+    /// before (argon2 for `token_hash`); beyond, such a caller is answered busy.
+    pub token_check_ms_per_second_max: u32,
     /// When set, reconfiguration requires `Authorization: Bearer <token>`.
     pub admin_token: Option<String>,
     pub balance: BalancePolicy,
@@ -249,6 +252,7 @@ impl Default for Config {
             log_level: "info".to_string(),
             log_format: LogFormat::default(),
             log_refusals_per_second_max: 10,
+            token_check_ms_per_second_max: 100,
             admin_token: None,
             balance: BalancePolicy::default(),
             slots: Vec::new(),
@@ -367,6 +371,10 @@ impl Config {
             (
                 "log_refusals_per_second_max",
                 self.log_refusals_per_second_max as usize,
+            ),
+            (
+                "token_check_ms_per_second_max",
+                self.token_check_ms_per_second_max as usize,
             ),
         ];
         for (name, value) in positive {
@@ -491,6 +499,9 @@ impl Config {
             tenants: self.tenants.clone(),
             anonymous: self.anonymous.clone(),
             admin_token: self.admin_token.clone(),
+            token_check_budget: std::time::Duration::from_millis(
+                self.token_check_ms_per_second_max.into(),
+            ),
         }
     }
 

@@ -77,8 +77,10 @@ fn tenant_b_cannot_use_what_is_a_s_and_strangers_get_nothing() {
             let grpc = free_addr();
             let a_line = format!("token_hash = \"{a_hash}\"");
             // Every refusal's audit line, not the default's few a second.
+            // The made-up tokens below are all checked (a flood is the next test's).
             let config = format!(
-                "grpc = \"{grpc}\"\nlog_refusals_per_second_max = 1000\n{}",
+                "grpc = \"{grpc}\"\nlog_refusals_per_second_max = 1000\n\
+                 token_check_ms_per_second_max = 60000\n{}",
                 tenants(&a_line)
             );
             (config, grpc)
@@ -343,6 +345,63 @@ fn rotation(node: &mut TestNode, rt: &tokio::runtime::Runtime) {
         other => panic!("the removed token still works over RAC: {other:?}"),
     }
     assert!(!node.log().contains(A_ROTATED));
+}
+
+/// A flood of made-up tokens costs the node at most its check budget a second: past
+/// it they are answered `503 BUSY` without an argon2 check, while tenant A, whose
+/// token the node has seen, is served throughout, on a new connection and over RAC
+/// (its `hello` answered from the same cache).
+#[test]
+fn a_flood_of_made_up_tokens_is_answered_busy_while_known_tenants_are_served() {
+    let a_hash = hash_token(A_TOKEN);
+    let node = TestNode::start(&format!(
+        "token_check_ms_per_second_max = 20\n{}",
+        tenants(&format!("token_hash = \"{a_hash}\""))
+    ));
+    let a = bearer(A_TOKEN);
+    let a_call = || http(&node, "POST", "/v1/fn/to_uppercase", Some(&a));
+    assert_eq!(a_call(), (200, "HELLO".to_string()));
+    let agent = ureq::AgentBuilder::new().build();
+    let (mut busy, mut unknown) = (0, 0);
+    let started = Instant::now();
+    // Long enough to span fresh seconds of budget (A's first check spent this one's).
+    let mut i = 0;
+    while started.elapsed() < Duration::from_millis(2500) {
+        i += 1;
+        let reply = agent
+            .post(&node.url("/v1/fn/to_uppercase"))
+            .set("Authorization", &bearer(&format!("made-up-{i}")))
+            .send_string("x");
+        match reply {
+            Err(ureq::Error::Status(503, r)) => {
+                assert!(r.into_string().unwrap().contains("BUSY"));
+                busy += 1;
+            }
+            Err(ureq::Error::Status(401, _)) => unknown += 1,
+            other => panic!("made-up token {i}: {other:?}"),
+        }
+        if i % 20 == 0 {
+            assert_eq!(a_call(), (200, "HELLO".to_string()), "A during the flood");
+        }
+    }
+    let took = started.elapsed();
+    eprintln!("{i} made-up tokens in {took:?}: {unknown} checked (401), {busy} busy (503)");
+    assert!(busy > 0 && unknown > 0, "{unknown} checked, {busy} busy");
+    // At most the budget's share of checks a second (each is at least one argon2
+    // check, milliseconds; one may overrun the second it started in).
+    let seconds = took.as_secs_f64().ceil() as usize;
+    assert!(unknown <= 2 * seconds + 2, "{unknown} checks in {took:?}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = RacClient::connect(&node.rac_addr.to_string())
+            .await
+            .unwrap();
+        c.hello("team-a", Some(A_TOKEN)).await.unwrap();
+        upper(&c).await.unwrap();
+    });
 }
 
 fn audit_lines(log: &str) -> impl Iterator<Item = &str> {

@@ -130,7 +130,7 @@ pub enum AuthError {
     /// RAC `hello` naming a tenant it does not prove.
     Hello(String),
     /// A token not seen before, while the node has spent its time for checking new
-    /// tokens this second (`TOKEN_CHECK_BUDGET`): try again.
+    /// tokens this second (`token_check_ms_per_second_max`): try again.
     Busy,
 }
 
@@ -324,6 +324,8 @@ pub struct AuthSection {
     pub tenants: Vec<TenantConfig>,
     pub anonymous: Anonymous,
     pub admin_token: Option<String>,
+    /// Time a second for checking tokens not seen before (`token_check_ms_per_second_max`).
+    pub token_check_budget: std::time::Duration,
 }
 
 impl Directory {
@@ -455,13 +457,6 @@ enum Verdict {
 /// Tokens the cache holds at most.
 const TOKEN_CACHE_MAX: usize = 4096;
 
-/// Time a second the node may spend checking tokens it has not seen before (argon2
-/// for hashed ones: milliseconds each, against every hashed tenant for an unknown
-/// token). A tenth of a core: a flood of made-up tokens costs at most that, and is
-/// answered "busy" beyond it, while every token already checked is answered from
-/// the cache.
-pub const TOKEN_CHECK_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
-
 /// Authentication at run time: the current directory and the token cache.
 pub struct Auth {
     directory: RwLock<Arc<Directory>>,
@@ -469,7 +464,10 @@ pub struct Auth {
     /// What tokens proved lately, by a keyed hash of the token: the tenant (an index
     /// into the directory of the cache's generation), the admin, or nothing.
     cache: VerdictCache<Verdict>,
-    /// Bounds the time spent checking new tokens ([`TOKEN_CHECK_BUDGET`]).
+    /// Bounds the time a second spent checking tokens not seen before (argon2 for
+    /// hashed ones: milliseconds each, against every hashed tenant for an unknown
+    /// token): a flood of made-up tokens costs at most that and is answered "busy"
+    /// beyond it, while every token already checked is answered from the cache.
     budget: CheckBudget,
 }
 
@@ -481,7 +479,7 @@ impl Auth {
             directory: RwLock::new(Arc::new(directory)),
             generation: AtomicU64::new(1),
             cache: VerdictCache::new(TOKEN_CACHE_MAX),
-            budget: CheckBudget::new(TOKEN_CHECK_BUDGET),
+            budget: CheckBudget::new(section.token_check_budget),
         })
     }
 
@@ -506,6 +504,7 @@ impl Auth {
             Verdict::Unknown => None,
         });
         *current = Arc::new(next);
+        self.budget.set(section.token_check_budget);
         self.generation.store(generation, Ordering::Release);
         Ok(())
     }
@@ -753,6 +752,7 @@ mod tests {
 
     fn section(tenants: Vec<TenantConfig>, anonymous: Anonymous) -> AuthSection {
         AuthSection {
+            token_check_budget: std::time::Duration::from_millis(100),
             tenants,
             anonymous,
             admin_token: Some("adm".to_string()),
@@ -804,10 +804,12 @@ mod tests {
         same.token_hash = auth.current().entries[0].secret_phc();
         auth.reload(&section(vec![same.clone()], Anonymous::Connection))
             .unwrap();
+        auth.budget.set(std::time::Duration::ZERO);
         assert_eq!(auth.identify(&base, Some("th")).unwrap().label(), "team-h");
         same.token_hash = Some(cheap_hash("th2"));
         auth.reload(&section(vec![same], Anonymous::Connection))
             .unwrap();
+        auth.budget.set(std::time::Duration::ZERO);
         assert_eq!(
             auth.identify(&base, Some("th")).unwrap_err(),
             AuthError::Busy
@@ -861,6 +863,7 @@ mod tests {
         assert!(anon.may(Action::Call("sobel")) && anon.may(Action::Metrics));
         assert!(!anon.may(Action::Load(None)) && !anon.has_policy());
         let open = Auth::new(&AuthSection {
+            token_check_budget: std::time::Duration::from_millis(100),
             tenants: vec![],
             anonymous: Anonymous::Connection,
             admin_token: None,

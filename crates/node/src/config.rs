@@ -220,6 +220,8 @@ pub struct Config {
     /// System shared memory regions registered at once (the Open Inference Protocol's
     /// extension, `front::oip::shm`).
     pub shared_memory_regions_max: usize,
+    /// Of those, what one tenant (or all anonymous connections together) may hold.
+    pub shared_memory_regions_per_tenant_max: usize,
     /// The registry this node registers with (`http://HOST:PORT`; several replicas
     /// comma-separated); unset = a standalone node. See the `registry` module.
     pub registry: Option<String>,
@@ -293,6 +295,7 @@ impl Default for Config {
             objects_max: 4096,
             object_key_bytes_max: 256,
             shared_memory_regions_max: 64,
+            shared_memory_regions_per_tenant_max: 16,
             registry: None,
             name: None,
             advertise: None,
@@ -366,6 +369,10 @@ impl Config {
             ("reassembly_buffer_bytes", self.reassembly_buffer_bytes),
             ("object_key_bytes_max", self.object_key_bytes_max),
             ("shared_memory_regions_max", self.shared_memory_regions_max),
+            (
+                "shared_memory_regions_per_tenant_max",
+                self.shared_memory_regions_per_tenant_max,
+            ),
             ("registry_timeout_ms", self.registry_timeout_ms as usize),
             ("registry_retry_max_ms", self.registry_retry_max_ms as usize),
             (

@@ -134,7 +134,10 @@ impl Node {
             Arc::new(SystemClock),
         );
         let model_stats = ModelStatsTable::new(dispatcher.catalog());
-        let shm = Regions::new(config.shared_memory_regions_max);
+        let shm = Regions::new(
+            config.shared_memory_regions_max,
+            config.shared_memory_regions_per_tenant_max,
+        );
         let body_budget = MemoryBudget::new(
             config.body_memory_bytes_max,
             metrics.body_memory_bytes.clone(),

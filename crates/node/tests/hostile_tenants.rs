@@ -43,11 +43,13 @@ fn hash_token(token: &str) -> String {
     hash
 }
 
-/// The tenants section: A may call `to_uppercase`, B only `echo`; ops may reconfigure.
+/// The tenants section: A may call `to_uppercase` and register its own shared memory
+/// objects (`/team-a-*`), B only call `echo`; ops may reconfigure.
 fn tenants(a_token_line: &str) -> String {
     format!(
         "anonymous = \"refuse\"\n\
          [[tenants]]\nname = \"team-a\"\n{a_token_line}\ncall = [\"to_uppercase\"]\n\
+         shared_memory = [\"/team-a-*\"]\n\
          [[tenants]]\nname = \"team-b\"\ntoken = \"{B_TOKEN}\"\ncall = [\"echo*\"]\n\
          [[tenants]]\nname = \"ops\"\ntoken = \"ops-token\"\nroles = [\"operator\"]\n"
     )
@@ -402,6 +404,53 @@ fn a_flood_of_made_up_tokens_is_answered_busy_while_known_tenants_are_served() {
         c.hello("team-a", Some(A_TOKEN)).await.unwrap();
         upper(&c).await.unwrap();
     });
+}
+
+/// System shared memory under policies: a tenant registers only the objects its
+/// `shared_memory` patterns name, never another tenant's object, and region names are
+/// its own (B's `input0` is not A's).
+#[test]
+fn shared_memory_keys_follow_the_policy_and_names_are_per_tenant() {
+    let node = TestNode::start(&tenants(&format!("token = \"{A_TOKEN}\"")));
+    let pid = std::process::id();
+    let key_a = format!("/team-a-hostile-{pid}");
+    let path = format!("/dev/shm/{}", &key_a[1..]);
+    std::fs::write(&path, b"team a's secret bytes").unwrap();
+    let register = |token: &str, region: &str, key: &str| {
+        let reply =
+            ureq::post(&node.url(&format!("/v2/systemsharedmemory/region/{region}/register")))
+                .set("Authorization", &bearer(token))
+                .send_string(&format!(
+                    "{{\"key\":\"{key}\",\"offset\":0,\"byte_size\":8}}"
+                ));
+        match reply {
+            Ok(r) => (r.status(), r.into_string().unwrap()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    // B may register no object at all, A's least of all.
+    let (status, body) = register(B_TOKEN, "input0", &key_a);
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("team-b") && body.contains("shared memory"),
+        "{body}"
+    );
+    assert_eq!(register(A_TOKEN, "input0", &key_a).0, 200);
+    // A may not register an object outside its prefix either.
+    assert_eq!(register(A_TOKEN, "other", "/team-b-anything").0, 403);
+    // A's region is invisible to B.
+    let status_of = |token: &str| {
+        ureq::get(&node.url("/v2/systemsharedmemory/status"))
+            .set("Authorization", &bearer(token))
+            .call()
+            .expect("the status of one's own regions")
+            .into_string()
+            .unwrap()
+    };
+    assert!(status_of(A_TOKEN).contains("input0"));
+    assert!(!status_of(B_TOKEN).contains("input0"));
+    let _ = std::fs::remove_file(&path);
 }
 
 fn audit_lines(log: &str) -> impl Iterator<Item = &str> {

@@ -18,11 +18,16 @@
 //! tenant's (one a client certificate maps to, `core::tenant`) are seen and used by
 //! that tenant only; regions registered by anonymous connections — every HTTP and
 //! gRPC connection without a tenant identity, which the protocol's clients open and
-//! close freely — are shared by anonymous connections only. A region of another
-//! tenant is answered exactly as a region that does not exist.
+//! close freely — are shared by anonymous connections only. Names are per owner (two
+//! tenants may both call a region `input0`), and a region of another tenant is answered
+//! exactly as a region that does not exist. An object (key) registered by one owner
+//! cannot be registered by another while it is, so a tenant cannot read through the
+//! node what another has placed in its object; which keys a tenant may register at all
+//! is its policy's (`shared_memory` patterns, checked by the front ends).
 //!
-//! Bounds: at most `regions_max` regions per node (`shared_memory_regions_max`),
-//! names and keys of at most [`NAME_BYTES_MAX`] bytes. Not for: CUDA shared memory
+//! Bounds: at most `regions_max` regions per node (`shared_memory_regions_max`) and
+//! `per_owner_max` per owner (`shared_memory_regions_per_tenant_max`, so one tenant
+//! cannot take them all), names and keys of at most [`NAME_BYTES_MAX`] bytes. Not for: CUDA shared memory
 //! (answered "not supported"), or mapping regions into accelerators.
 
 use std::collections::BTreeMap;
@@ -39,7 +44,7 @@ use super::tenant::{is_configured, TenantId};
 pub const NAME_BYTES_MAX: usize = 255;
 
 /// Whose a region is: a configured tenant's, or every anonymous connection's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Owner {
     Tenant(TenantId),
     Anonymous,
@@ -124,16 +129,19 @@ impl Region {
     }
 }
 
-/// The node's registered regions, by name.
+/// The node's registered regions, by owner and name.
 pub struct Regions {
     regions_max: usize,
-    by_name: Mutex<BTreeMap<String, Arc<Region>>>,
+    per_owner_max: usize,
+    by_name: Mutex<BTreeMap<(Owner, String), Arc<Region>>>,
 }
 
 impl Regions {
-    pub fn new(regions_max: usize) -> Regions {
+    pub fn new(regions_max: usize, per_owner_max: usize) -> Regions {
+        assert!(per_owner_max >= 1 && regions_max >= 1);
         Regions {
             regions_max,
+            per_owner_max,
             by_name: Mutex::new(BTreeMap::new()),
         }
     }
@@ -164,18 +172,26 @@ impl Regions {
                 ))
             }
         }
+        let owner = Owner::of(tenant);
         let region = Region {
             name: name.to_string(),
             key: key.to_string(),
             offset,
             byte_size,
-            owner: Owner::of(tenant),
+            owner,
             file,
         };
         let mut map = self.by_name.lock();
-        if map.contains_key(name) {
-            // Triton's words: a name is registered once, by whoever.
+        let entry = (owner, name.to_string());
+        if map.contains_key(&entry) {
+            // Triton's words: a name is registered once (per owner, here).
             return Err(format!("shared memory region '{name}' already in manager"));
+        }
+        if map.values().any(|r| r.key == key && r.owner != owner) {
+            return Err(format!(
+                "unable to register shared memory region '{name}': shared memory key \
+                 '{key}' is registered by another client"
+            ));
         }
         if map.len() >= self.regions_max {
             return Err(format!(
@@ -184,7 +200,14 @@ impl Regions {
                 self.regions_max
             ));
         }
-        map.insert(name.to_string(), Arc::new(region));
+        if map.keys().filter(|(o, _)| *o == owner).count() >= self.per_owner_max {
+            return Err(format!(
+                "this client holds {} shared memory regions, its bound \
+                 (shared_memory_regions_per_tenant_max); unregister one first",
+                self.per_owner_max
+            ));
+        }
+        map.insert(entry, Arc::new(region));
         Ok(())
     }
 
@@ -192,8 +215,7 @@ impl Regions {
     pub fn get(&self, tenant: TenantId, name: &str) -> Result<Arc<Region>, String> {
         self.by_name
             .lock()
-            .get(name)
-            .filter(|r| r.owner == Owner::of(tenant))
+            .get(&(Owner::of(tenant), name.to_string()))
             .cloned()
             .ok_or_else(|| unknown(name))
     }
@@ -208,12 +230,9 @@ impl Regions {
                 map.retain(|_, r| r.owner != owner);
                 Ok(())
             }
-            Some(name) => match map.get(name) {
-                Some(r) if r.owner == owner => {
-                    map.remove(name);
-                    Ok(())
-                }
-                _ => Err(unknown(name)),
+            Some(name) => match map.remove(&(owner, name.to_string())) {
+                Some(_) => Ok(()),
+                None => Err(unknown(name)),
             },
         }
     }
@@ -297,7 +316,7 @@ mod tests {
     #[test]
     fn reads_and_writes_stay_inside_the_registered_part() {
         let o = Object::new("rw", 64);
-        let regions = Regions::new(4);
+        let regions = Regions::new(4, 4);
         regions.register(ANON, "r", &o.0, 16, 32).unwrap();
         let r = regions.get(ANON + 1, "r").unwrap();
         r.write(0, &[1, 2, 3]).unwrap();
@@ -322,7 +341,7 @@ mod tests {
     #[test]
     fn a_shrunk_object_is_an_error_not_a_crash() {
         let o = Object::new("shrink", 64);
-        let regions = Regions::new(4);
+        let regions = Regions::new(4, 4);
         regions.register(ANON, "r", &o.0, 0, 64).unwrap();
         let path = std::path::Path::new("/dev/shm").join(&o.0[1..]);
         std::fs::OpenOptions::new()
@@ -342,11 +361,15 @@ mod tests {
     #[test]
     fn regions_are_bounded_and_bound_to_their_tenant() {
         let o = Object::new("tenants", 16);
-        let regions = Regions::new(2);
+        let o2 = Object::new("tenants-2", 16);
+        let regions = Regions::new(2, 2);
         let alice = 1 << 63 | 11;
         regions.register(alice, "a", &o.0, 0, 16).unwrap();
-        regions.register(ANON, "b", &o.0, 0, 16).unwrap();
-        let e = regions.register(ANON, "c", &o.0, 0, 16).unwrap_err();
+        // Alice's object is hers while she holds it.
+        let e = regions.register(ANON, "b", &o.0, 0, 16).unwrap_err();
+        assert!(e.contains("registered by another client"), "{e}");
+        regions.register(ANON, "b", &o2.0, 0, 16).unwrap();
+        let e = regions.register(ANON, "c", &o2.0, 0, 16).unwrap_err();
         assert!(e.contains("shared_memory_regions_max"), "{e}");
         // Another tenant, or an anonymous connection, cannot see or use alice's.
         assert!(regions.get(ANON, "a").is_err());
@@ -357,5 +380,23 @@ mod tests {
         regions.unregister(ANON, None).unwrap();
         assert_eq!(regions.status(alice, None).unwrap()[0].name, "a");
         assert!(regions.get(alice, "a").is_ok());
+    }
+
+    #[test]
+    fn names_are_per_owner_and_one_owner_cannot_take_every_region() {
+        let o = Object::new("per-owner", 16);
+        let o2 = Object::new("per-owner-2", 16);
+        let regions = Regions::new(8, 2);
+        let (alice, bob) = (1 << 63 | 11, 1 << 63 | 12);
+        regions.register(alice, "input0", &o.0, 0, 8).unwrap();
+        regions.register(bob, "input0", &o2.0, 0, 8).unwrap();
+        assert_eq!(regions.get(alice, "input0").unwrap().key, o.0);
+        assert_eq!(regions.get(bob, "input0").unwrap().key, o2.0);
+        // One owner may register its own object twice (two parts of it).
+        regions.register(alice, "output0", &o.0, 8, 8).unwrap();
+        let e = regions.register(alice, "more", &o.0, 0, 8).unwrap_err();
+        assert!(e.contains("shared_memory_regions_per_tenant_max"), "{e}");
+        regions.unregister(bob, Some("input0")).unwrap();
+        assert!(regions.get(alice, "input0").is_ok());
     }
 }

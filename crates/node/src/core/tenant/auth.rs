@@ -104,6 +104,8 @@ pub enum Action<'a> {
     Catalog,
     /// What only an admin may: forced reconfiguration, reloading the tenants.
     Admin,
+    /// Register this shared memory object (key) as a system shared memory region.
+    SharedMemory(&'a str),
 }
 
 impl std::fmt::Display for Action<'_> {
@@ -116,6 +118,7 @@ impl std::fmt::Display for Action<'_> {
             Action::Metrics => f.write_str("read the metrics"),
             Action::Catalog => f.write_str("read the catalog"),
             Action::Admin => f.write_str("administer the node"),
+            Action::SharedMemory(key) => write!(f, "register shared memory key `{key}`"),
         }
     }
 }
@@ -163,6 +166,7 @@ struct Grants {
     load: Option<Vec<String>>,
     metrics: bool,
     catalog: bool,
+    shared_memory: Vec<String>,
 }
 
 /// What a principal may do.
@@ -197,7 +201,9 @@ impl Principal {
             Access::Admin => true,
             Access::Nothing => false,
             Access::Open { admin_open } => match action {
-                Action::Call(_) | Action::Metrics | Action::Catalog => true,
+                Action::Call(_) | Action::Metrics | Action::Catalog | Action::SharedMemory(_) => {
+                    true
+                }
                 Action::Load(_) | Action::Admin => *admin_open,
             },
             Access::Granted(g) => g.may(action),
@@ -255,6 +261,7 @@ impl Grants {
             Action::Metrics => self.metrics || self.operator,
             Action::Catalog => self.catalog || self.operator,
             Action::Admin => false,
+            Action::SharedMemory(key) => matches_any(&self.shared_memory, key),
         }
     }
 }
@@ -394,7 +401,8 @@ fn entry_of(t: &TenantConfig, policy_mode: bool, admin_open: bool) -> Result<Ent
         t.token_hash.as_deref(),
         "netaccel-node hash-token",
     )?;
-    for p in t.call.iter().flatten().chain(t.load.iter().flatten()) {
+    let patterns = t.call.iter().flatten().chain(t.load.iter().flatten());
+    for p in patterns.chain(t.shared_memory.iter().flatten()) {
         check_pattern(&t.name, p)?;
     }
     let access = if policy_mode {
@@ -406,6 +414,7 @@ fn entry_of(t: &TenantConfig, policy_mode: bool, admin_open: bool) -> Result<Ent
             load: t.load.clone(),
             metrics: t.metrics.unwrap_or(false),
             catalog: t.catalog.unwrap_or(false),
+            shared_memory: t.shared_memory.clone().unwrap_or_default(),
         }))
     } else {
         Access::Open { admin_open }

@@ -67,6 +67,10 @@ pub struct TenantConfig {
     /// Whether it may read the catalog (accelerators, slots, models).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catalog: Option<bool>,
+    /// The shared memory objects (keys, `/NAME`) it may register as system shared
+    /// memory regions: names, or prefixes with a final `*`; none when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_memory: Option<Vec<String>>,
 }
 
 impl TenantConfig {
@@ -77,6 +81,7 @@ impl TenantConfig {
             || self.load.is_some()
             || self.metrics.is_some()
             || self.catalog.is_some()
+            || self.shared_memory.is_some()
     }
 }
 

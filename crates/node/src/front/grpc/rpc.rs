@@ -417,7 +417,8 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<SystemSharedMemoryRegisterRequest>,
     ) -> Result<Response<SystemSharedMemoryRegisterResponse>, Status> {
-        let tenant = match self.principal_of(&request, None) {
+        let key = request.get_ref().key.clone();
+        let tenant = match self.principal_of(&request, Some(Action::SharedMemory(&key))) {
             Ok(who) => who.id,
             Err(refused) => return self.answered(None, Err(refused)),
         };

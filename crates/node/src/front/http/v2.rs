@@ -14,7 +14,7 @@ use super::request::{
     bearer_token, deadline_us, load_refused, not_allowed, refuse, Control, Route, ShmOp, Wire,
 };
 use super::response::{error_body, http_code};
-use crate::core::tenant::auth::Principal;
+use crate::core::tenant::auth::{Action, Principal};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
 use crate::front::oip::{
@@ -38,7 +38,7 @@ struct RegisterBody {
 /// unregister.
 fn shm_control(
     node: &Node,
-    tenant: TenantId,
+    (tenant, who): (TenantId, Option<&Principal>),
     cuda: bool,
     op: ShmOp,
     body: &[u8],
@@ -64,6 +64,10 @@ fn shm_control(
                     ))
                 }
             };
+            let key = Action::SharedMemory(&parsed.key);
+            if let Some(who) = who.filter(|w| !w.may(key)) {
+                return (403, error_body(&who.refusal(key), "FORBIDDEN"));
+            }
             match node
                 .shm
                 .register(tenant, &name, &parsed.key, parsed.offset, parsed.byte_size)
@@ -111,16 +115,16 @@ struct RepositoryBody {
     parameters: Map<String, Value>,
 }
 
-/// Answers a [`Control`] request of `tenant` whose body is `body`: the HTTP status and
-/// the JSON document.
+/// Answers a [`Control`] request of `tenant` (authenticated as `who`) whose body is
+/// `body`: the HTTP status and the JSON document.
 pub async fn control(
     node: Arc<Node>,
-    tenant: TenantId,
+    (tenant, who): (TenantId, Option<&Principal>),
     op: Control,
     body: &[u8],
 ) -> (u16, Vec<u8>) {
     match op {
-        Control::Shm { cuda, op } => shm_control(&node, tenant, cuda, op, body),
+        Control::Shm { cuda, op } => shm_control(&node, (tenant, who), cuda, op, body),
         Control::Index => repository_control(node, None, body).await,
         Control::Load { model } => repository_control(node, Some((model, true)), body).await,
         Control::Unload { model } => repository_control(node, Some((model, false)), body).await,

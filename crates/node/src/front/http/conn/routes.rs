@@ -25,21 +25,40 @@ impl<S: Transport> Conn<S> {
     /// bodies are optional: a request without one (no length) has an empty body.
     pub(super) async fn control(&mut self, mut req: Request, op: Control) -> io::Result<Step> {
         let node = Arc::clone(&self.node);
+        let who = self.session.principal().cloned();
+        let caller = (self.tenant, who.as_ref());
         let (code, doc) = if matches!(req.framing, BodyFraming::None) {
-            v2::control(node, self.tenant, op, &[]).await
+            v2::control(node, caller, op, &[]).await
         } else {
             let permit = match self.take_body(&mut req, |_| Ok(())).await? {
                 Ok(permit) => permit,
                 Err(step) => return Ok(step),
             };
             let body = std::mem::take(&mut self.body);
-            let answer = v2::control(node, self.tenant, op, &body).await;
+            let answer = v2::control(node, caller, op, &body).await;
             drop(permit);
             self.body = body;
             answer
         };
         if code >= 400 {
             self.log_refusal(code, code_name(code), &String::from_utf8_lossy(&doc));
+        }
+        if code == 403 {
+            // A policy's refusal (a shared memory key the tenant may not register).
+            let label = who.as_ref().map_or("anonymous", |w| w.label());
+            let detail = serde_json::from_slice::<serde_json::Value>(&doc)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            let event = AuditEvent::request(
+                AuditKind::Forbidden,
+                Protocol::Http,
+                self.peer,
+                label,
+                "register a system shared memory region",
+                &detail,
+            );
+            self.node.audit.record(&event);
         }
         self.respond(&req, code, b"application/json", &doc, false, &[]);
         Ok(self.after())

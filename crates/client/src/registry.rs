@@ -309,6 +309,22 @@ impl RegistryClient {
         self.doc::<_, ()>("GET", &path, None)
     }
 
+    /// `POST …/instances/{id}/unreachable`: this client could not reach the node of
+    /// the instance's binding `generation`; the registry moves the instance to another
+    /// node if that binding is still current, and answers the binding then.
+    pub fn report_unreachable(
+        &self,
+        function: &str,
+        id: &str,
+        generation: u64,
+    ) -> Result<Binding, RegistryError> {
+        self.doc(
+            "POST",
+            &format!("/v1/functions/{function}/instances/{id}/unreachable"),
+            Some(&registry_api::UnreachableReport { generation }),
+        )
+    }
+
     pub fn delete_instance(&self, function: &str, id: &str) -> Result<(), RegistryError> {
         self.send::<()>(
             "DELETE",
@@ -374,6 +390,13 @@ pub struct BoundOptions {
     pub tenant: Option<String>,
     /// The tenant's bearer token: sent with every HTTP call, and in the RAC `hello`.
     pub token: Option<String>,
+    /// A call that has had no answer for this long is abandoned as if its node could
+    /// not be reached: reported to the registry (which moves the instance to another
+    /// node) and retried once on the new binding. For nodes cut off from their clients
+    /// while the registry still reaches them: without it such a call waits for the
+    /// transport's timeouts. Set it above the longest call the function makes (the
+    /// call may run twice). `None` (the default): calls are not abandoned for time.
+    pub unreachable_after: Option<Duration>,
 }
 
 impl Default for BoundOptions {
@@ -386,6 +409,7 @@ impl Default for BoundOptions {
             tls: None,
             tenant: None,
             token: None,
+            unreachable_after: None,
         }
     }
 }
@@ -569,6 +593,10 @@ impl Bound {
         }
         let first = match self.call_node(&binding, params, payload, deadline_us) {
             Ok(out) => return Ok(out),
+            Err(e @ ClientError::Transport(_)) => {
+                self.report_unreachable(&binding);
+                e
+            }
             Err(e) if is_stale_binding(&e) => e,
             Err(error) => {
                 return Err(BoundError::Call {
@@ -598,6 +626,24 @@ impl Bound {
         let id = self.binding().id;
         self.registry.delete_instance(&self.function, &id)?;
         Ok(())
+    }
+
+    /// Tells the registry this client cannot reach `binding`'s node (unless the
+    /// instance has moved off it already) and keeps the binding it answers. A failed
+    /// report changes nothing: the rebind waits as it would have.
+    fn report_unreachable(&self, binding: &Binding) {
+        if !binding.is_bound() || self.moved_off(binding).is_some() {
+            return;
+        }
+        if let Ok(fresh) =
+            self.registry
+                .report_unreachable(&self.function, &binding.id, binding.generation)
+        {
+            let mut current = self.shared.binding.lock().expect("binding lock");
+            if fresh.generation > current.generation {
+                *current = fresh;
+            }
+        }
     }
 
     /// A binding other than `stale` that names a slot, from the watcher or the long
@@ -723,6 +769,7 @@ impl Bound {
             self.http = None;
             return Err(gone());
         }
+        let started = Instant::now();
         loop {
             let worker = self.http.as_ref().expect("a worker for the binding's node");
             match worker.results.recv_timeout(MOVED_CHECK) {
@@ -732,7 +779,10 @@ impl Bound {
                     return Err(gone());
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    if let Some(e) = self.moved_off(binding) {
+                    let abandon = self
+                        .moved_off(binding)
+                        .or_else(|| no_answer(self.options.unreachable_after, started, binding));
+                    if let Some(e) = abandon {
                         // The thread finishes (or times out) alone.
                         self.http = None;
                         return Err(e);
@@ -767,7 +817,12 @@ impl Bound {
             self.runtime = Some(rt);
         }
         let rt = self.runtime.as_ref().expect("just set");
-        let (shared, via) = (&self.shared, self.options.via);
+        let watch = Watch {
+            shared: &self.shared,
+            via: self.options.via,
+            binding,
+            give_up: self.options.unreachable_after,
+        };
         if self.rac.as_ref().is_none_or(|(a, _)| a != addr) {
             self.rac = None;
             let (tenant, token) = (&self.options.tenant, self.options.token.as_deref());
@@ -786,13 +841,13 @@ impl Bound {
                 Ok(client)
             };
             let client = rt
-                .block_on(unless_moved(connect, shared, via, binding))?
+                .block_on(unless_moved(connect, &watch))?
                 .map_err(rac_to_client)?;
             self.rac = Some((addr.to_string(), client));
         }
         let (_, client) = self.rac.as_ref().expect("just set");
         let call = client.call(id, block, payload.to_vec(), deadline_us.unwrap_or(0));
-        let result = match rt.block_on(unless_moved(call, shared, via, binding)) {
+        let result = match rt.block_on(unless_moved(call, &watch)) {
             Ok(result) => result,
             Err(moved) => {
                 // Its answer, if any ever comes, is for nobody.
@@ -843,25 +898,51 @@ fn moved_off(shared: &Shared, via: Via, binding: &Binding) -> Option<ClientError
     })
 }
 
-/// `work`, unless the instance is moved off `binding`'s node first (checked every
-/// [`MOVED_CHECK`]).
+/// What a call in flight watches for: its instance moved off `binding`'s node, or no
+/// answer within `give_up` ([`BoundOptions::unreachable_after`]).
+struct Watch<'a> {
+    shared: &'a Shared,
+    via: Via,
+    binding: &'a Binding,
+    give_up: Option<Duration>,
+}
+
+/// `work`, unless the instance is moved off the watched node first or the node does
+/// not answer in time (checked every [`MOVED_CHECK`]).
 async fn unless_moved<T>(
     work: impl std::future::Future<Output = T>,
-    shared: &Shared,
-    via: Via,
-    binding: &Binding,
+    watch: &Watch<'_>,
 ) -> Result<T, ClientError> {
+    let started = Instant::now();
     tokio::pin!(work);
     loop {
         tokio::select! {
             out = &mut work => return Ok(out),
             _ = tokio::time::sleep(MOVED_CHECK) => {
-                if let Some(e) = moved_off(shared, via, binding) {
+                let abandon = moved_off(watch.shared, watch.via, watch.binding)
+                    .or_else(|| no_answer(watch.give_up, started, watch.binding));
+                if let Some(e) = abandon {
                     return Err(e);
                 }
             }
         }
     }
+}
+
+/// The error of a call that has waited `give_up` since `started` for `binding`'s
+/// node, once it has (a transport error: the node counts as unreachable).
+fn no_answer(
+    give_up: Option<Duration>,
+    started: Instant,
+    binding: &Binding,
+) -> Option<ClientError> {
+    let give_up = give_up?;
+    (started.elapsed() >= give_up).then(|| {
+        ClientError::Transport(format!(
+            "no answer from {} within {give_up:?} (BoundOptions::unreachable_after)",
+            describe(binding)
+        ))
+    })
 }
 
 /// RAC failures in the client's one error type: a status the node answered (to the

@@ -106,6 +106,17 @@ pub struct InstanceSpec {
     pub node: Option<String>,
 }
 
+/// `POST /v1/functions/{name}/instances/{id}/unreachable`: a client could not reach
+/// the node of the instance's binding `generation` (no connection, or no answer within
+/// its bound), though the registry may still reach it. The registry moves the instance
+/// to a slot on another node if that binding is still current; the answer is the
+/// instance's binding then.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnreachableReport {
+    pub generation: u64,
+}
+
 impl InstanceSpec {
     pub fn validate(&self) -> Result<(), String> {
         if let Some(id) = &self.id {

@@ -59,6 +59,11 @@ impl ApiError {
         ApiError::new(403, "FORBIDDEN", message)
     }
 
+    /// 409: the request conflicts with how the thing is held (a pinned instance).
+    pub fn conflict(message: impl Into<String>) -> ApiError {
+        ApiError::new(409, "CONFLICT", message)
+    }
+
     /// 404.
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(404, "NOT_FOUND", message)

@@ -89,6 +89,10 @@ pub fn router(app: App) -> Router {
             "/v1/functions/{name}/instances/{id}",
             get(get_instance).delete(delete_instance),
         )
+        .route(
+            "/v1/functions/{name}/instances/{id}/unreachable",
+            post(report_unreachable),
+        )
         .route("/v1/fn/{accelerator}", any(resolve))
         .route("/v1/reconfigurations", post(reconfiguration))
         .fallback(|| async { ApiError::not_found("no such route") })
@@ -414,6 +418,25 @@ async fn delete_instance(
     let registry = app.registry.clone();
     detached(async move { registry.delete_instance(&function, &id).await }).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn report_unreachable(
+    State(app): State<App>,
+    Path((function, id)): Path<(String, String)>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Answer {
+    name("function name", &function)?;
+    name("instance id", &id)?;
+    let report: registry_api::UnreachableReport =
+        body(bytes, None, app.registry.config.body_bytes_max)?;
+    let registry = app.registry.clone();
+    let doc = detached(async move {
+        registry
+            .report_unreachable(&function, &id, report.generation)
+            .await
+    })
+    .await?;
+    Ok(Json(doc).into_response())
 }
 
 // ---- resolver and reconfigurations ----

@@ -47,6 +47,7 @@ pub struct Metrics {
     allocations: Family<ResultLabel, Counter>,
     reconfigurations: Family<ResultLabel, Counter>,
     migrations: Counter,
+    unreachable_reports: Counter,
     allocation_seconds: Histogram,
     leader: Gauge,
     long_polls: Gauge,
@@ -69,6 +70,7 @@ impl Metrics {
             allocations: Family::default(),
             reconfigurations: Family::default(),
             migrations: Counter::default(),
+            unreachable_reports: Counter::default(),
             // 10 µs … ~40 s by fours: an allocation that binds takes microseconds, one
             // that reconfigures a slot takes the node's load time.
             allocation_seconds: Histogram::new(exponential_buckets(1e-5, 4.0, 12)),
@@ -100,6 +102,11 @@ impl Metrics {
             "migrations",
             "Instances moved off their slot (reconfiguration, node loss, rebalancing)",
             m.migrations.clone(),
+        );
+        registry.register(
+            "unreachable_reports",
+            "Clients' reports that they could not reach their instance's node, acted on (the instance moved to another node if one could take it)",
+            m.unreachable_reports.clone(),
         );
         registry.register(
             "allocation_seconds",
@@ -157,6 +164,11 @@ impl Metrics {
 
     pub fn migrations(&self, n: usize) {
         self.migrations.inc_by(n as u64);
+    }
+
+    /// A client's report that it cannot reach its instance's node, acted on.
+    pub fn unreachable_report(&self) {
+        self.unreachable_reports.inc();
     }
 
     /// The exposition text, with the gauges taken from `state`.

@@ -354,6 +354,58 @@ impl Registry {
         self.commit(&mut st).await
     }
 
+    /// `POST …/instances/{id}/unreachable`: a client of instance `id` could not reach
+    /// the node of its binding `generation`. If that binding is still current the
+    /// instance is moved to a slot on another node (the node itself stays: others may
+    /// reach it); if it moved meanwhile, the current binding is the answer. A pinned
+    /// instance is not moved (whoever pinned it decides), nor one no other node can
+    /// take (`409 NO_DEVICE`, it stays where it is).
+    pub async fn report_unreachable(
+        self: &std::sync::Arc<Self>,
+        function: &str,
+        id: &str,
+        generation: u64,
+    ) -> Result<Value, ApiError> {
+        let exclude = {
+            let st = self.lock().await;
+            let Some(instance) = st.instance(id).filter(|i| i.function == function) else {
+                return Err(ApiError::not_found(format!(
+                    "function {function} has no instance {id}"
+                )));
+            };
+            let Some(bound) = &instance.binding else {
+                return Ok(st.binding_json(id));
+            };
+            if instance.generation != generation {
+                return Ok(st.binding_json(id));
+            }
+            if instance.pinned {
+                return Err(ApiError::conflict(format!(
+                    "instance {id} is pinned to node {} (a claim's); whoever pinned it moves it",
+                    bound.node
+                )));
+            }
+            let node = st
+                .node(&bound.node)
+                .expect("a bound instance's node exists");
+            node.slots.clone()
+        };
+        self.metrics.unreachable_report();
+        let how = crate::registry::Alloc {
+            exclude,
+            unbind_on_failure: false,
+            ..crate::registry::Alloc::default()
+        };
+        self.allocate(id, how).await?;
+        let st = self.lock().await;
+        match st.instance(id) {
+            Some(_) => Ok(st.binding_json(id)),
+            None => Err(ApiError::not_found(format!(
+                "instance {id} was deleted meanwhile"
+            ))),
+        }
+    }
+
     // ---- reconfiguration validation ----
 
     /// `POST /v1/reconfigurations`: may this node load another accelerator into this

@@ -163,10 +163,17 @@ fn start_registry(net: &Net, args: &[&str]) -> Registry {
     }
 }
 
+/// The load's [`BoundOptions::unreachable_after`].
+const UNREACHABLE_AFTER: Duration = Duration::from_secs(1);
+
 fn bind(registry: &str, function: &str, instance: &str, via: Via) -> Bound {
+    // A call with no answer for a second is given up and its node reported (the
+    // registry moves the instance): what a node cut from its clients, but not from the
+    // registry, needs; to_uppercase answers in microseconds.
     let options = BoundOptions {
         via,
         instance: Some(instance.to_string()),
+        unreachable_after: Some(UNREACHABLE_AFTER),
         ..BoundOptions::default()
     };
     Bound::bind(RegistryClient::new(registry, None), function, options)

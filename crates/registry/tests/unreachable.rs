@@ -1,0 +1,209 @@
+//! A node its client cannot reach while the registry still counts it ready: the
+//! client's report moves the instance. Two real nodes register with a real registry
+//! under a long lease; the node of a bound instance is stopped (SIGSTOP: it answers
+//! nothing, and within the lease the registry does not notice); a `Bound` with
+//! `unreachable_after` gives up on the silent call, reports the node, and its retry
+//! succeeds on the other node. The report's other answers are checked over HTTP.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use netaccel_client::registry::{Bound, BoundOptions, RegistryClient, RegistryError, Via};
+use serde_json::json;
+
+mod common;
+use common::{free_port, wait_for_port};
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child (a stopped one must go on to die).
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_node(dir: &Path, registry: &str, name: &str) -> Killed {
+    let bin =
+        PathBuf::from(env!("CARGO_BIN_EXE_netaccel-registry")).with_file_name("netaccel-node");
+    assert!(
+        bin.exists(),
+        "{} missing: build the workspace",
+        bin.display()
+    );
+    let (http, rac) = (free_port(), free_port());
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "http = \"127.0.0.1:{http}\"\nrac = \"127.0.0.1:{rac}\"\nlog_level = \"warn\"\n\
+             registry = \"{registry}\"\nname = \"{name}\"\n\
+             [[slots]]\naccelerator = \"to_uppercase\"\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(
+        format!("127.0.0.1:{http}").parse().unwrap(),
+        &mut child,
+        "netaccel-node",
+    );
+    Killed(child)
+}
+
+fn post(base: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    let reply = ureq::post(&format!("{base}{path}"))
+        .set("Content-Type", "application/json")
+        .send_string(body);
+    let response = match reply {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{path}: {e}"),
+    };
+    (response.status(), response.into_json().unwrap_or_default())
+}
+
+#[test]
+fn a_client_that_cannot_reach_its_node_has_its_instance_moved() {
+    let dir = std::env::temp_dir().join(format!(
+        "netaccel-registry-unreachable-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-registry"))
+        .args([
+            "--listen",
+            &listen.to_string(),
+            "--lease-ms",
+            "60000",
+            "--log-level",
+            "warn",
+        ])
+        .spawn()
+        .unwrap();
+    wait_for_port(listen, &mut child, "netaccel-registry");
+    let _registry = Killed(child);
+    let base = format!("http://{listen}");
+    let nodes = [start_node(&dir, &base, "a"), start_node(&dir, &base, "b")];
+    let registry = RegistryClient::new(&base, None);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while registry.nodes().map(|n| n.len()).unwrap_or(0) < 2 {
+        assert!(Instant::now() < deadline, "the nodes never registered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    registry
+        .put_function("up", &json!({"accelerator": "to_uppercase"}))
+        .unwrap();
+    let options = BoundOptions {
+        unreachable_after: Some(Duration::from_millis(500)),
+        ..BoundOptions::default()
+    };
+    let mut bound = Bound::bind(registry.clone(), "up", options).unwrap();
+    assert_eq!(bound.call(&[], b"one", None).unwrap().output, b"ONE");
+    let first = bound.binding();
+    let stopped = if first.node.as_deref() == Some("a") {
+        &nodes[0]
+    } else {
+        &nodes[1]
+    };
+
+    // Its node stops answering; the registry, within its lease, still counts it ready.
+    // SAFETY: signalling our own child process.
+    assert_eq!(
+        unsafe { libc::kill(stopped.0.id() as i32, libc::SIGSTOP) },
+        0
+    );
+    let started = Instant::now();
+    assert_eq!(bound.call(&[], b"two", None).unwrap().output, b"TWO");
+    let took = started.elapsed();
+    let moved = bound.binding();
+    eprintln!("call on a silent node answered by the other one after {took:?}");
+    assert_ne!(moved.node, first.node, "{moved:?}");
+    assert!(moved.generation > first.generation);
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let states = registry.nodes().unwrap();
+    assert!(
+        states
+            .iter()
+            .all(|n| serde_json::to_value(n.state).unwrap() == "ready"),
+        "the report moves the instance, it does not declare the node lost"
+    );
+
+    // The report's other answers: a stale generation gets the current binding (no
+    // move), an unknown instance 404, a malformed body 400; a current one moves the
+    // instance again (here back to the stopped node, which the registry still counts
+    // ready: it knows only what its clients report).
+    let path = format!("/v1/functions/up/instances/{}/unreachable", moved.id);
+    let (status, doc) = post(
+        &base,
+        &path,
+        &format!("{{\"generation\":{}}}", first.generation),
+    );
+    assert_eq!((status, doc["node"].as_str()), (200, moved.node.as_deref()));
+    assert_eq!(doc["generation"], moved.generation);
+    assert_eq!(
+        post(
+            &base,
+            "/v1/functions/up/instances/nope/unreachable",
+            "{\"generation\":1}"
+        )
+        .0,
+        404
+    );
+    assert_eq!(post(&base, &path, "{\"gen\":1}").0, 400);
+    let (status, doc) = post(
+        &base,
+        &path,
+        &format!("{{\"generation\":{}}}", moved.generation),
+    );
+    assert_eq!(
+        (status, doc["node"].as_str()),
+        (200, first.node.as_deref()),
+        "{doc}"
+    );
+    assert!(doc["generation"].as_u64().unwrap() > moved.generation);
+    // Over RAC too: the same instance, now bound to the stopped node again.
+    let rac = BoundOptions {
+        via: Via::Rac,
+        instance: Some(moved.id.clone()),
+        unreachable_after: Some(Duration::from_millis(500)),
+        ..BoundOptions::default()
+    };
+    let mut over_rac = Bound::bind(registry.clone(), "up", rac).unwrap();
+    assert_eq!(over_rac.binding().node, first.node);
+    let started = Instant::now();
+    assert_eq!(over_rac.call(&[], b"three", None).unwrap().output, b"THREE");
+    eprintln!(
+        "over RAC: answered by the other node after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(over_rac.binding().node, moved.node);
+    match registry.report_unreachable("up", "nope", 1) {
+        Err(RegistryError::Answer {
+            http_status: 404, ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    let metrics = ureq::get(&format!("{base}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(
+        metrics.contains("netaccel_registry_unreachable_reports_total 3"),
+        "{metrics}"
+    );
+    drop((bound, over_rac));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::{
     check_name, check_text, Binding, FunctionSpec, FunctionView, InstanceSpec, NodeRegistration,
-    NodeView, ReconfigurationRequest, Verdict,
+    NodeView, ReconfigurationRequest, UnreachableReport, Verdict,
 };
 
 /// Decodes `bytes` as `T`; when `validate` accepts it, checks the round trip.
@@ -47,7 +47,7 @@ pub fn bodies(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
-    match pick % 9 {
+    match pick % 10 {
         0 => round_trip::<NodeRegistration>(rest, NodeRegistration::validate),
         1 => round_trip::<FunctionSpec>(rest, FunctionSpec::validate),
         2 => round_trip::<InstanceSpec>(rest, InstanceSpec::validate),
@@ -62,6 +62,7 @@ pub fn bodies(data: &[u8]) {
                 }
             }
         }
+        8 => round_trip::<UnreachableReport>(rest, no_check),
         _ => {
             let text = String::from_utf8_lossy(rest);
             if check_name("name", &text).is_ok() {

@@ -6,8 +6,10 @@
 //! plugin (deploy/dra-kubelet-plugin) and call the slot over RAC and HTTP; the bytes
 //! they print are the reference's. A Deployment bound by the admission webhook calls
 //! from each of its 3 replicas. A netaccel node killed has its claim's Pod evicted and
-//! stopped by the kubelet, and the replacement calls once the node is back. A plugin
-//! restarted while its Pod runs loses no claim and prepares none twice.
+//! stopped by the kubelet, and the replacement calls once the node is back; with two
+//! kubelets (`kubernetes/node_move.rs`) the replacement moves to the other Kubernetes
+//! node and calls its slot. A plugin restarted while its Pod runs loses no claim and
+//! prepares none twice.
 //!
 //! Needs root, the binaries of `deploy/k8s-test/build.sh`, Debian's runc, CNI plugins
 //! and busybox-static, and `netaccel-node` and `netaccel` built beside this crate's
@@ -23,6 +25,8 @@ mod harness;
 mod kubelet;
 #[path = "netns/mod.rs"]
 mod netns;
+#[path = "kubernetes/node_move.rs"]
+mod node_move;
 #[path = "kubernetes/pod_figures.rs"]
 mod pod_figures;
 
@@ -84,7 +88,7 @@ where
         .unwrap();
     runtime.block_on(async {
         let plane = ControlPlane::start_with_nodes(&[]).await;
-        let node = KubeletNode::start(&plane, NODE, net.host_ip()).await;
+        let node = KubeletNode::start(&plane, NODE, net.host_ip(), 0).await;
         let cluster = Cluster { node, plane, net };
         tokio::time::timeout(limit, test(cluster))
             .await
@@ -743,6 +747,31 @@ async fn dra_setup_with(
     slots: &[&str],
     lease_ms: &str,
 ) -> (netns::Registry, netns::Node) {
+    dra_setup_configured(plane, net, node, slots, lease_ms, "").await
+}
+
+/// [`dra_setup_with`], with `extra` lines in the netaccel node's node.toml.
+async fn dra_setup_configured(
+    plane: &ControlPlane,
+    net: &netns::Net,
+    node: &mut KubeletNode,
+    slots: &[&str],
+    lease_ms: &str,
+    extra: &str,
+) -> (netns::Registry, netns::Node) {
+    let registry = start_registry(plane, net, lease_ms).await;
+    // The netaccel node in namespace 0 has the Kubernetes node's name: its slice's
+    // nodeName is the kubelet's node.
+    let netaccel = netns::Node::start(net, 0, NODE, &registry.base, slots, extra);
+    registry.wait_ready(&[NODE], Duration::from_secs(20));
+    node.start_dra_plugin(&registry.base).await;
+    create_image_and_template(plane).await;
+    (registry, netaccel)
+}
+
+/// The registry serving Kubernetes (its admission webhook configured and written, a
+/// node lost `lease_ms` after its last renewal), on the bridge.
+async fn start_registry(plane: &ControlPlane, net: &netns::Net, lease_ms: &str) -> netns::Registry {
     let kubeconfig = plane.kubeconfig.display().to_string();
     let webhook = format!("{}:{}", net.host_ip(), net.host_port());
     let url = format!("https://{webhook}/v1/admission/pods");
@@ -765,18 +794,17 @@ async fn dra_setup_with(
             lease_ms,
         ],
     );
-    // The netaccel node in namespace 0 has the Kubernetes node's name: its slice's
-    // nodeName is the kubelet's node.
-    let netaccel = netns::Node::start(net, 0, NODE, &registry.base, slots, "");
-    registry.wait_ready(&[NODE], Duration::from_secs(20));
-    node.start_dra_plugin(&registry.base).await;
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
     eventually("the webhook configuration", Duration::from_secs(30), || {
         let webhooks = webhooks.clone();
         async move { webhooks.get_opt("netaccel").await.ok()?.map(|_| ()) }
     })
     .await;
+    registry
+}
 
+/// The ConfigMap `image` holding [`test_image`] and the claim template `sobel`.
+async fn create_image_and_template(plane: &ControlPlane) {
     let configmaps: Api<ConfigMap> = Api::default_namespaced(plane.client.clone());
     let image = test_image();
     let data = BTreeMap::from([("image.raw".to_string(), ByteString(image.clone()))]);
@@ -797,8 +825,6 @@ async fn dra_setup_with(
         .create(&PostParams::default(), &sobel_template())
         .await
         .unwrap();
-
-    (registry, netaccel)
 }
 
 fn sobel_template() -> ResourceClaimTemplate {

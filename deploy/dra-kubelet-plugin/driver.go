@@ -27,6 +27,7 @@ type driver struct {
 	checkpoint *checkpoint
 	binding    registryClient
 	claims     claimGetter
+	secrets    secretGetter
 	// resolveWait bounds how long one prepare waits for the registry to record a
 	// claim the scheduler has just allocated (below the kubelet's 45 s call timeout).
 	resolveWait time.Duration
@@ -57,8 +58,20 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 // from the registry, writes the CDI spec, and checkpoints the claim before answering.
 func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	if prepared, ok := d.checkpoint.Claims[string(claim.UID)]; ok {
-		// The spec is written again: a node reboot empties /var/run/cdi.
-		if err := d.cdi.write(string(claim.UID), prepared.Devices); err != nil {
+		// The spec is written again: a node reboot empties /var/run/cdi. A tenant's
+		// token is read from its Secret again (the checkpoint does not hold it).
+		devices := append([]preparedDevice(nil), prepared.Devices...)
+		for i := range devices {
+			if devices[i].Tenant == nil {
+				continue
+			}
+			env, err := tenantEnv(ctx, d.secrets, devices[i].Tenant)
+			if err != nil {
+				return nil, err
+			}
+			devices[i].TenantEnv = env
+		}
+		if err := d.cdi.write(string(claim.UID), devices); err != nil {
 			return nil, err
 		}
 		return prepared.kubeletDevices(), nil
@@ -86,7 +99,8 @@ func (d *driver) resolveWithin(ctx context.Context, claim *resourceapi.ResourceC
 	deadline := time.Now().Add(wait)
 	for {
 		devices, err := d.resolve(ctx, claim)
-		if err == nil || time.Now().After(deadline) {
+		var permanent permanentError
+		if err == nil || errors.As(err, &permanent) || time.Now().After(deadline) {
 			return devices, err
 		}
 		select {
@@ -127,10 +141,19 @@ func (d *driver) resolve(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		if b.Node != r.Pool {
 			return nil, fmt.Errorf("instance %s is bound on node %q, the claim's device is in pool %q", instance, b.Node, r.Pool)
 		}
-		devices = append(devices, preparedDevice{
+		device := preparedDevice{
 			Request: r.Request, Pool: r.Pool, Device: r.Device,
 			Name: cdiName(string(claim.UID), n), Env: d.binding.env(b),
-		})
+		}
+		if device.Tenant, err = tenantOf(claim, r.Request); err != nil {
+			return nil, err
+		}
+		if device.Tenant != nil {
+			if device.TenantEnv, err = tenantEnv(ctx, d.secrets, device.Tenant); err != nil {
+				return nil, err
+			}
+		}
+		devices = append(devices, device)
 		n++
 	}
 	return devices, nil

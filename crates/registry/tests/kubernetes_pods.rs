@@ -9,7 +9,9 @@
 //! stopped by the kubelet, and the replacement calls once the node is back; with two
 //! kubelets (`kubernetes/node_move.rs`) the replacement moves to the other Kubernetes
 //! node and calls its slot. A plugin restarted while its Pod runs loses no claim and
-//! prepares none twice.
+//! prepares none twice. Claims configured for a tenant (`kubernetes/tenants.rs`) give
+//! their containers the tenant's credential, and a node that refuses anonymous callers
+//! serves each tenant what its policy allows.
 //!
 //! Needs root, the binaries of `deploy/k8s-test/build.sh`, Debian's runc, CNI plugins
 //! and busybox-static, and `netaccel-node` and `netaccel` built beside this crate's
@@ -29,6 +31,8 @@ mod netns;
 mod node_move;
 #[path = "kubernetes/pod_figures.rs"]
 mod pod_figures;
+#[path = "kubernetes/tenants.rs"]
+mod tenants;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

@@ -521,6 +521,17 @@ registerNode: true
         std::fs::read_to_string(self.dir.join("dra-plugin.log")).unwrap_or_default()
     }
 
+    /// Each process's whole log so far: (name, text).
+    pub fn full_logs(&self) -> Vec<(String, String)> {
+        self.procs
+            .iter()
+            .map(|p| {
+                let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+                (format!("{} log", p.name), text)
+            })
+            .collect()
+    }
+
     /// The plugin's checkpoint of prepared claims (JSON), if written.
     pub fn dra_checkpoint(&self) -> Option<serde_json::Value> {
         let path = self.dir.join("kubelet/plugins/netaccel.io/checkpoint.json");

@@ -56,6 +56,12 @@ func (w cdiWriter) write(claimUID string, devices []preparedDevice) error {
 	return writeFileAtomic(w.path(claimUID), data)
 }
 
+// exists says whether the claim's spec file is there.
+func (w cdiWriter) exists(claimUID string) bool {
+	_, err := os.Stat(w.path(claimUID))
+	return err == nil
+}
+
 func (w cdiWriter) remove(claimUID string) error {
 	err := os.Remove(w.path(claimUID))
 	if errors.Is(err, os.ErrNotExist) {

@@ -58,20 +58,7 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 // from the registry, writes the CDI spec, and checkpoints the claim before answering.
 func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	if prepared, ok := d.checkpoint.Claims[string(claim.UID)]; ok {
-		// The spec is written again: a node reboot empties /var/run/cdi. A tenant's
-		// token is read from its Secret again (the checkpoint does not hold it).
-		devices := append([]preparedDevice(nil), prepared.Devices...)
-		for i := range devices {
-			if devices[i].Tenant == nil {
-				continue
-			}
-			env, err := tenantEnv(ctx, d.secrets, devices[i].Tenant)
-			if err != nil {
-				return nil, err
-			}
-			devices[i].TenantEnv = env
-		}
-		if err := d.cdi.write(string(claim.UID), devices); err != nil {
+		if err := d.restoreSpec(ctx, string(claim.UID), prepared); err != nil {
 			return nil, err
 		}
 		return prepared.kubeletDevices(), nil
@@ -90,6 +77,28 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	}
 	klog.FromContext(ctx).Info("prepared", "claim", klog.KObj(claim), "devices", len(devices))
 	return prepared.kubeletDevices(), nil
+}
+
+// restoreSpec writes a checkpointed claim's CDI spec again when it is missing (a node
+// reboot empties /var/run/cdi), its tenants' tokens read from their Secrets again (the
+// checkpoint does not hold them). A spec that is there is left as it is: this plugin
+// wrote it whole, and a Secret changed or deleted since must not fail the claim.
+func (d *driver) restoreSpec(ctx context.Context, uid string, prepared preparedClaim) error {
+	if d.cdi.exists(uid) {
+		return nil
+	}
+	devices := append([]preparedDevice(nil), prepared.Devices...)
+	for i := range devices {
+		if devices[i].Tenant == nil {
+			continue
+		}
+		env, err := tenantEnv(ctx, d.secrets, devices[i].Tenant)
+		if err != nil {
+			return err
+		}
+		devices[i].TenantEnv = env
+	}
+	return d.cdi.write(uid, devices)
 }
 
 // resolveWithin retries resolve until it succeeds or wait has passed: the registry

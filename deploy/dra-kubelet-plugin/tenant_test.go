@@ -86,12 +86,16 @@ func TestATenantsClaimGetsItsTokenInTheCDISpecOnly(t *testing.T) {
 		t.Fatalf("the checkpoint holds the token, or not the Secret's name:\n%s", ckpt)
 	}
 
-	// Restarted after a reboot emptied the CDI directory: the spec is written again
-	// with the token read from the Secret again, the registry not asked.
-	os.Remove(specPath)
+	// Restarted: a spec that is there is kept (the Secret not read); after a reboot
+	// emptied the CDI directory, the spec is written again with the token read from
+	// the Secret again. The registry is not asked.
 	before, readsBefore := asked.Load(), reads.Load()
 	restarted := newDriver(t, dir, srv.URL, nil)
 	restarted.secrets = secrets
+	if r := prepareOne(t, restarted, c); r.Err != nil || reads.Load() != readsBefore {
+		t.Fatalf("with its spec there: %v, Secret read %d times", r.Err, reads.Load()-readsBefore)
+	}
+	os.Remove(specPath)
 	if r := prepareOne(t, restarted, c); r.Err != nil {
 		t.Fatal(r.Err)
 	}

@@ -42,7 +42,7 @@ use harness::{eventually, ControlPlane};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::ByteString;
 use kube::api::{Api, ListParams, PostParams};
 use kubelet::{KubeletNode, CLIENT_IMAGE};
@@ -768,6 +768,7 @@ async fn dra_setup_configured(
     // nodeName is the kubelet's node.
     let netaccel = netns::Node::start(net, 0, NODE, &registry.base, slots, extra);
     registry.wait_ready(&[NODE], Duration::from_secs(20));
+    slice_published(plane, NODE, slots.len()).await;
     node.start_dra_plugin(&registry.base).await;
     create_image_and_template(plane).await;
     (registry, netaccel)
@@ -805,6 +806,27 @@ async fn start_registry(plane: &ControlPlane, net: &netns::Net, lease_ms: &str) 
     })
     .await;
     registry
+}
+
+/// Waits until the registry has published node `name`'s ResourceSlice with its `slots`
+/// devices. A Pod whose claim the scheduler cannot allocate yet waits for the
+/// scheduler's retry (up to 10 s of backoff), which would be counted as the Pod's start.
+async fn slice_published(plane: &ControlPlane, name: &str, slots: usize) {
+    let slices: Api<ResourceSlice> = Api::all(plane.client.clone());
+    let slice = format!("netaccel-{name}");
+    eventually(
+        &format!("{slice} published"),
+        Duration::from_secs(30),
+        || {
+            let slices = slices.clone();
+            let slice = slice.clone();
+            async move {
+                let devices = slices.get_opt(&slice).await.ok()??.spec.devices?;
+                (devices.len() == slots).then_some(())
+            }
+        },
+    )
+    .await;
 }
 
 /// The ConfigMap `image` holding [`test_image`] and the claim template `sobel`.

@@ -124,6 +124,9 @@ fn a_pod_whose_netaccel_node_is_lost_moves_to_another_kubernetes_node() {
             })
             .collect();
         registry.wait_ready(&NODES, Duration::from_secs(20));
+        for name in NODES {
+            slice_published(plane, name, 1).await;
+        }
         for node in nodes.iter_mut() {
             node.start_dra_plugin(&registry.base).await;
         }

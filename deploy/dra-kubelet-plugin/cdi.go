@@ -43,13 +43,23 @@ func (w cdiWriter) path(claimUID string) string {
 func (w cdiWriter) write(claimUID string, devices []preparedDevice) error {
 	spec := cdiSpec{Version: cdiVersion, Kind: cdiKind, Devices: make([]cdiDevice, 0, len(devices))}
 	for _, d := range devices {
-		spec.Devices = append(spec.Devices, cdiDevice{Name: d.Name, Edits: cdiEdits{Env: d.Env}})
+		if d.Tenant != nil && len(d.TenantEnv) == 0 {
+			return fmt.Errorf("CDI device %s: tenant %s's environment not read", d.Name, d.Tenant.Tenant)
+		}
+		env := append(append(make([]string, 0, len(d.Env)+len(d.TenantEnv)), d.Env...), d.TenantEnv...)
+		spec.Devices = append(spec.Devices, cdiDevice{Name: d.Name, Edits: cdiEdits{Env: env}})
 	}
 	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return err
 	}
 	return writeFileAtomic(w.path(claimUID), data)
+}
+
+// exists says whether the claim's spec file is there.
+func (w cdiWriter) exists(claimUID string) bool {
+	_, err := os.Stat(w.path(claimUID))
+	return err == nil
 }
 
 func (w cdiWriter) remove(claimUID string) error {

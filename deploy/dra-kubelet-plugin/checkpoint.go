@@ -29,13 +29,18 @@ type preparedClaim struct {
 }
 
 // preparedDevice is one netaccel device of a claim: where the scheduler put it, the
-// CDI device naming it, and the environment that device gives its containers.
+// CDI device naming it, the environment that device gives its containers, and its
+// tenant. The tenant's environment (its token) is in the CDI spec only: TenantEnv is
+// never saved here, and is read from the tenant's Secret again when a spec is written
+// from the checkpoint.
 type preparedDevice struct {
-	Request string   `json:"request"`
-	Pool    string   `json:"pool"`
-	Device  string   `json:"device"`
-	Name    string   `json:"cdiName"`
-	Env     []string `json:"env"`
+	Request   string     `json:"request"`
+	Pool      string     `json:"pool"`
+	Device    string     `json:"device"`
+	Name      string     `json:"cdiName"`
+	Env       []string   `json:"env"`
+	Tenant    *tenantRef `json:"tenant,omitempty"`
+	TenantEnv []string   `json:"-"`
 }
 
 func (p preparedClaim) kubeletDevices() []kubeletplugin.Device {
@@ -102,6 +107,8 @@ func (c *checkpoint) save() error {
 	return writeFileAtomic(c.path, data)
 }
 
+// writeFileAtomic writes a file readable by its owner only (root: the container
+// runtime that reads CDI specs runs as root), as a CDI spec may hold a tenant's token.
 func writeFileAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
 	if err != nil {
@@ -119,7 +126,7 @@ func writeFileAtomic(path string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+	if err := os.Chmod(tmp.Name(), 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)

@@ -27,6 +27,7 @@ type driver struct {
 	checkpoint *checkpoint
 	binding    registryClient
 	claims     claimGetter
+	secrets    secretGetter
 	// resolveWait bounds how long one prepare waits for the registry to record a
 	// claim the scheduler has just allocated (below the kubelet's 45 s call timeout).
 	resolveWait time.Duration
@@ -57,8 +58,7 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 // from the registry, writes the CDI spec, and checkpoints the claim before answering.
 func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	if prepared, ok := d.checkpoint.Claims[string(claim.UID)]; ok {
-		// The spec is written again: a node reboot empties /var/run/cdi.
-		if err := d.cdi.write(string(claim.UID), prepared.Devices); err != nil {
+		if err := d.restoreSpec(ctx, string(claim.UID), prepared); err != nil {
 			return nil, err
 		}
 		return prepared.kubeletDevices(), nil
@@ -79,6 +79,28 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	return prepared.kubeletDevices(), nil
 }
 
+// restoreSpec writes a checkpointed claim's CDI spec again when it is missing (a node
+// reboot empties /var/run/cdi), its tenants' tokens read from their Secrets again (the
+// checkpoint does not hold them). A spec that is there is left as it is: this plugin
+// wrote it whole, and a Secret changed or deleted since must not fail the claim.
+func (d *driver) restoreSpec(ctx context.Context, uid string, prepared preparedClaim) error {
+	if d.cdi.exists(uid) {
+		return nil
+	}
+	devices := append([]preparedDevice(nil), prepared.Devices...)
+	for i := range devices {
+		if devices[i].Tenant == nil {
+			continue
+		}
+		env, err := tenantEnv(ctx, d.secrets, devices[i].Tenant)
+		if err != nil {
+			return err
+		}
+		devices[i].TenantEnv = env
+	}
+	return d.cdi.write(uid, devices)
+}
+
 // resolveWithin retries resolve until it succeeds or wait has passed: the registry
 // records a claim (annotation, then instance) a moment after the scheduler allocated
 // it, and the kubelet may ask first. The claim is read again before each retry.
@@ -86,7 +108,8 @@ func (d *driver) resolveWithin(ctx context.Context, claim *resourceapi.ResourceC
 	deadline := time.Now().Add(wait)
 	for {
 		devices, err := d.resolve(ctx, claim)
-		if err == nil || time.Now().After(deadline) {
+		var permanent permanentError
+		if err == nil || errors.As(err, &permanent) || time.Now().After(deadline) {
 			return devices, err
 		}
 		select {
@@ -127,10 +150,19 @@ func (d *driver) resolve(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		if b.Node != r.Pool {
 			return nil, fmt.Errorf("instance %s is bound on node %q, the claim's device is in pool %q", instance, b.Node, r.Pool)
 		}
-		devices = append(devices, preparedDevice{
+		device := preparedDevice{
 			Request: r.Request, Pool: r.Pool, Device: r.Device,
 			Name: cdiName(string(claim.UID), n), Env: d.binding.env(b),
-		})
+		}
+		if device.Tenant, err = tenantOf(claim, r.Request); err != nil {
+			return nil, err
+		}
+		if device.Tenant != nil {
+			if device.TenantEnv, err = tenantEnv(ctx, d.secrets, device.Tenant); err != nil {
+				return nil, err
+			}
+		}
+		devices = append(devices, device)
 		n++
 	}
 	return devices, nil

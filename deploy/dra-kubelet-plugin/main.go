@@ -7,7 +7,9 @@
 // the registry (netaccel-registry --kubernetes) publishes every node's ResourceSlice
 // and records each allocation as a pinned instance. This plugin only reads that
 // record (GET /v1/functions/dra.<accelerator>/instances/dra-<claim uid>-<n>) and hands
-// it to the container runtime as a CDI spec whose containerEdits set NETACCEL_*.
+// it to the container runtime as a CDI spec whose containerEdits set NETACCEL_*; a
+// claim configured for a tenant (tenant.go) also gets NETACCEL_TENANT and the token of
+// the tenant's Secret, NETACCEL_TENANT_TOKEN.
 //
 // Prepared claims are checkpointed to a file, so a restarted plugin answers the
 // kubelet's repeated NodePrepareResources with what it prepared before and can still
@@ -26,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -128,6 +131,9 @@ func run(c config) error {
 		},
 		claims: func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 			return client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+		secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+			return client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 		},
 		resolveWait: c.resolveWait,
 		cancel:      stop,

@@ -6,8 +6,12 @@
 //! plugin (deploy/dra-kubelet-plugin) and call the slot over RAC and HTTP; the bytes
 //! they print are the reference's. A Deployment bound by the admission webhook calls
 //! from each of its 3 replicas. A netaccel node killed has its claim's Pod evicted and
-//! stopped by the kubelet, and the replacement calls once the node is back. A plugin
-//! restarted while its Pod runs loses no claim and prepares none twice.
+//! stopped by the kubelet, and the replacement calls once the node is back; with two
+//! kubelets (`kubernetes/node_move.rs`) the replacement moves to the other Kubernetes
+//! node and calls its slot. A plugin restarted while its Pod runs loses no claim and
+//! prepares none twice. Claims configured for a tenant (`kubernetes/tenants.rs`) give
+//! their containers the tenant's credential, and a node that refuses anonymous callers
+//! serves each tenant what its policy allows.
 //!
 //! Needs root, the binaries of `deploy/k8s-test/build.sh`, Debian's runc, CNI plugins
 //! and busybox-static, and `netaccel-node` and `netaccel` built beside this crate's
@@ -23,8 +27,12 @@ mod harness;
 mod kubelet;
 #[path = "netns/mod.rs"]
 mod netns;
+#[path = "kubernetes/node_move.rs"]
+mod node_move;
 #[path = "kubernetes/pod_figures.rs"]
 mod pod_figures;
+#[path = "kubernetes/tenants.rs"]
+mod tenants;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -34,7 +42,7 @@ use harness::{eventually, ControlPlane};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::ByteString;
 use kube::api::{Api, ListParams, PostParams};
 use kubelet::{KubeletNode, CLIENT_IMAGE};
@@ -84,7 +92,7 @@ where
         .unwrap();
     runtime.block_on(async {
         let plane = ControlPlane::start_with_nodes(&[]).await;
-        let node = KubeletNode::start(&plane, NODE, net.host_ip()).await;
+        let node = KubeletNode::start(&plane, NODE, net.host_ip(), 0).await;
         let cluster = Cluster { node, plane, net };
         tokio::time::timeout(limit, test(cluster))
             .await
@@ -743,6 +751,32 @@ async fn dra_setup_with(
     slots: &[&str],
     lease_ms: &str,
 ) -> (netns::Registry, netns::Node) {
+    dra_setup_configured(plane, net, node, slots, lease_ms, "").await
+}
+
+/// [`dra_setup_with`], with `extra` lines in the netaccel node's node.toml.
+async fn dra_setup_configured(
+    plane: &ControlPlane,
+    net: &netns::Net,
+    node: &mut KubeletNode,
+    slots: &[&str],
+    lease_ms: &str,
+    extra: &str,
+) -> (netns::Registry, netns::Node) {
+    let registry = start_registry(plane, net, lease_ms).await;
+    // The netaccel node in namespace 0 has the Kubernetes node's name: its slice's
+    // nodeName is the kubelet's node.
+    let netaccel = netns::Node::start(net, 0, NODE, &registry.base, slots, extra);
+    registry.wait_ready(&[NODE], Duration::from_secs(20));
+    slice_published(plane, NODE, slots.len()).await;
+    node.start_dra_plugin(&registry.base).await;
+    create_image_and_template(plane).await;
+    (registry, netaccel)
+}
+
+/// The registry serving Kubernetes (its admission webhook configured and written, a
+/// node lost `lease_ms` after its last renewal), on the bridge.
+async fn start_registry(plane: &ControlPlane, net: &netns::Net, lease_ms: &str) -> netns::Registry {
     let kubeconfig = plane.kubeconfig.display().to_string();
     let webhook = format!("{}:{}", net.host_ip(), net.host_port());
     let url = format!("https://{webhook}/v1/admission/pods");
@@ -765,18 +799,38 @@ async fn dra_setup_with(
             lease_ms,
         ],
     );
-    // The netaccel node in namespace 0 has the Kubernetes node's name: its slice's
-    // nodeName is the kubelet's node.
-    let netaccel = netns::Node::start(net, 0, NODE, &registry.base, slots, "");
-    registry.wait_ready(&[NODE], Duration::from_secs(20));
-    node.start_dra_plugin(&registry.base).await;
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(plane.client.clone());
     eventually("the webhook configuration", Duration::from_secs(30), || {
         let webhooks = webhooks.clone();
         async move { webhooks.get_opt("netaccel").await.ok()?.map(|_| ()) }
     })
     .await;
+    registry
+}
 
+/// Waits until the registry has published node `name`'s ResourceSlice with its `slots`
+/// devices. A Pod whose claim the scheduler cannot allocate yet waits for the
+/// scheduler's retry (up to 10 s of backoff), which would be counted as the Pod's start.
+async fn slice_published(plane: &ControlPlane, name: &str, slots: usize) {
+    let slices: Api<ResourceSlice> = Api::all(plane.client.clone());
+    let slice = format!("netaccel-{name}");
+    eventually(
+        &format!("{slice} published"),
+        Duration::from_secs(30),
+        || {
+            let slices = slices.clone();
+            let slice = slice.clone();
+            async move {
+                let devices = slices.get_opt(&slice).await.ok()??.spec.devices?;
+                (devices.len() == slots).then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+/// The ConfigMap `image` holding [`test_image`] and the claim template `sobel`.
+async fn create_image_and_template(plane: &ControlPlane) {
     let configmaps: Api<ConfigMap> = Api::default_namespaced(plane.client.clone());
     let image = test_image();
     let data = BTreeMap::from([("image.raw".to_string(), ByteString(image.clone()))]);
@@ -797,8 +851,6 @@ async fn dra_setup_with(
         .create(&PostParams::default(), &sobel_template())
         .await
         .unwrap();
-
-    (registry, netaccel)
 }
 
 fn sobel_template() -> ResourceClaimTemplate {

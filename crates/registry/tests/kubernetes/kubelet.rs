@@ -16,7 +16,13 @@
 //! lifecycle controller runs); images imported from OCI layout tarballs made here
 //! (`deploy/k8s-test/image.sh`), Pods using `imagePullPolicy: Never`.
 //!
-//! Not for: several nodes, or Pods on the host network.
+//! Several nodes share the bridge: node `n` (from 0) is at the bridge's address plus
+//! `n` (an address added to the bridge for `n > 0`, gone with the bridge) and gives its
+//! Pods addresses `.100 + 50n` to `.149 + 50n`; each has its own directory (containerd's
+//! root, state and socket, the kubelet's root, certificates and Pod logs, CNI state, CDI
+//! specs) named after the node, and containerd's NRI socket, which is machine-wide, off.
+//!
+//! Not for: more than two nodes (the Pods' ranges), or Pods on the host network.
 //!
 //! On drop every Pod is deleted and its containers waited for (so the kubelet tears
 //! down their sandboxes and network namespaces), then the plugin, the kubelet and
@@ -196,18 +202,36 @@ pub struct KubeletNode {
     procs: Vec<Proc>,
     pub name: String,
     pub ip: Ipv4Addr,
+    /// The last octet of this node's first Pod address (50 from there).
+    pods_first: u8,
     pub dir: PathBuf,
     kubeconfig: PathBuf,
     socket: PathBuf,
 }
 
 impl KubeletNode {
-    /// Starts containerd and the kubelet as node `name` at `ip` (an address of the
-    /// netns bridge), imports the images, and waits until the Node is Ready and
-    /// schedulable.
-    pub async fn start(plane: &ControlPlane, name: &str, ip: Ipv4Addr) -> KubeletNode {
+    /// Starts containerd and the kubelet as node `name`, the `n`th node on the netns
+    /// bridge whose root-namespace address is `bridge_ip` (see the module's doc),
+    /// imports the images, and waits until the Node is Ready and schedulable.
+    pub async fn start(
+        plane: &ControlPlane,
+        name: &str,
+        bridge_ip: Ipv4Addr,
+        n: u8,
+    ) -> KubeletNode {
+        assert!(
+            n < 2,
+            "two nodes at most: their Pods' ranges are .100-.149, .150-.199"
+        );
         let started = Instant::now();
-        let dir = plane.dir.join("node");
+        let [a, b, c, d] = bridge_ip.octets();
+        let ip = Ipv4Addr::new(a, b, c, d + n);
+        if n > 0 {
+            let bridge = interface_of(bridge_ip);
+            run(Command::new("ip").args(["addr", "add", &format!("{ip}/24"), "dev", &bridge]));
+        }
+        let dir = plane.dir.join(name);
+        assert!(!dir.exists(), "node {name} started twice");
         for d in ["cni", "cdi", "images", "kubelet"] {
             std::fs::create_dir_all(dir.join(d)).unwrap();
         }
@@ -216,6 +240,7 @@ impl KubeletNode {
             procs: Vec::new(),
             name: name.to_string(),
             ip,
+            pods_first: 100 + 50 * n,
             dir,
             kubeconfig: plane.kubeconfig.clone(),
             socket,
@@ -232,9 +257,11 @@ impl KubeletNode {
         node
     }
 
-    /// The CNI network: the bridge of the netns harness, Pods at .100–.200 of its /24.
+    /// The CNI network: the bridge of the netns harness, this node's Pods at 50
+    /// addresses of its /24 from `pods_first`.
     fn write_cni_config(&self) {
         let [a, b, c, _] = self.ip.octets();
+        let (first, last) = (self.pods_first, self.pods_first + 49);
         let config = json!({
             "cniVersion": "1.0.0", "name": "netaccel-test",
             "plugins": [{
@@ -242,8 +269,8 @@ impl KubeletNode {
                 "isGateway": false, "ipMasq": false, "hairpinMode": true,
                 "ipam": {"type": "host-local", "dataDir": self.dir.join("cni-ipam"),
                     "ranges": [[{"subnet": format!("{a}.{b}.{c}.0/24"),
-                        "rangeStart": format!("{a}.{b}.{c}.100"),
-                        "rangeEnd": format!("{a}.{b}.{c}.200")}]]}
+                        "rangeStart": format!("{a}.{b}.{c}.{first}"),
+                        "rangeEnd": format!("{a}.{b}.{c}.{last}")}]]}
             }]
         });
         std::fs::write(
@@ -277,6 +304,8 @@ state = "{state}"
     conf_dir = "{cni}"
 [plugins."io.containerd.cri.v1.images".pinned_images]
   sandbox = "{PAUSE_IMAGE}"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
 "#,
             root = d("containerd/root"),
             state = d("containerd/state"),
@@ -364,6 +393,7 @@ address: {ip}
 port: {port}
 readOnlyPort: 0
 healthzPort: 0
+podLogsDir: {logs}
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
@@ -381,6 +411,7 @@ registerNode: true
 "#,
             ip = self.ip,
             socket = self.socket.display(),
+            logs = self.dir.join("pod-logs").display(),
         );
         let path = self.dir.join("kubelet.yaml");
         std::fs::write(&path, config).unwrap();
@@ -488,6 +519,17 @@ registerNode: true
     /// The DRA plugin's log so far.
     pub fn dra_plugin_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("dra-plugin.log")).unwrap_or_default()
+    }
+
+    /// Each process's whole log so far: (name, text).
+    pub fn full_logs(&self) -> Vec<(String, String)> {
+        self.procs
+            .iter()
+            .map(|p| {
+                let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+                (format!("{} log", p.name), text)
+            })
+            .collect()
     }
 
     /// The plugin's checkpoint of prepared claims (JSON), if written.

@@ -10,7 +10,7 @@ use super::*;
 
 /// The host's uptime in seconds (`/proc/uptime` is not namespaced: a container reads the
 /// same clock).
-fn uptime() -> f64 {
+pub(crate) fn uptime() -> f64 {
     let text = std::fs::read_to_string("/proc/uptime").unwrap();
     text.split_whitespace().next().unwrap().parse().unwrap()
 }

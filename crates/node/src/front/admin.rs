@@ -262,13 +262,20 @@ pub fn audit_reconfiguration(
     ));
 }
 
-/// Replaces the node's tenants (tokens, policies, `anonymous`) with those of
+/// Replaces the node's tenants (tokens, policies, `anonymous`, quotas) with those of
 /// `config`, the configuration file read again (SIGHUP): connections authenticated
 /// before are checked again on their next call. A configuration that does not read or
 /// validate changes nothing. Either way one audit line says what happened, as
 /// `source` asked it.
 pub fn reload_tenants(node: &Node, config: Result<Config, String>, source: &str) -> bool {
-    let result = config.and_then(|c| node.tenants.auth.reload(&c.auth_section()));
+    let result = config.and_then(|c| {
+        node.tenants.auth.reload(&c.auth_section())?;
+        node.quotas
+            .reload(&c.quotas_section(), &c.anonymous_quota, |name| {
+                node.tenants.named(name)
+            });
+        Ok(())
+    });
     let detail = match &result {
         Ok(()) => format!(
             "tenants reloaded (generation {})",

@@ -29,6 +29,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
+use arc_swap::ArcSwap;
+
 use crate::core::clock::Clock;
 use crate::core::tenant::{is_configured, TenantId};
 
@@ -254,12 +256,62 @@ impl Drop for QuotaHold {
     }
 }
 
-/// Every tenant's account, fixed when the node starts: looking one up takes no lock.
+/// Every tenant's account. Looking one up takes no lock (an atomically swapped
+/// snapshot); a reload ([`Quotas::reload`]: SIGHUP, the registry's tenants) swaps in
+/// a new snapshot that keeps the account, and so what it has used, of every tenant
+/// whose limits did not change.
 pub struct Quotas {
-    accounts: HashMap<TenantId, Arc<Account>>,
-    anonymous: Arc<Account>,
+    accounts: ArcSwap<Accounts>,
+    family: Family<RefusalLabel, Counter>,
     clock: Arc<dyn Clock>,
     epoch: Instant,
+}
+
+/// One snapshot of the accounts, with the limits each was made from.
+struct Accounts {
+    by_id: HashMap<TenantId, (QuotaConfig, Arc<Account>)>,
+    anonymous: (QuotaConfig, Arc<Account>),
+}
+
+impl Accounts {
+    /// The accounts of `tenants` and of the anonymous callers, reusing `old`'s where
+    /// the limits are the same.
+    fn build(
+        tenants: &[(String, QuotaConfig)],
+        anonymous: &QuotaConfig,
+        id_of: impl Fn(&str) -> TenantId,
+        family: &Family<RefusalLabel, Counter>,
+        old: Option<&Accounts>,
+    ) -> Accounts {
+        let by_id = tenants
+            .iter()
+            .map(|(name, q)| {
+                let id = id_of(name);
+                assert!(is_configured(id), "a named tenant's identity is configured");
+                let kept = old
+                    .and_then(|o| o.by_id.get(&id))
+                    .filter(|(was, _)| was == q)
+                    .map(|(_, a)| Arc::clone(a));
+                let account = kept.unwrap_or_else(|| Arc::new(Account::new(q, name, family)));
+                (id, (*q, account))
+            })
+            .collect();
+        let anonymous = match old.map(|o| &o.anonymous) {
+            Some((was, a)) if was == anonymous => (*anonymous, Arc::clone(a)),
+            _ => (
+                *anonymous,
+                Arc::new(Account::new(anonymous, ANONYMOUS_LABEL, family)),
+            ),
+        };
+        Accounts { by_id, anonymous }
+    }
+
+    fn of(&self, tenant: TenantId) -> &Arc<Account> {
+        match Owner::of(tenant) {
+            Owner::Tenant(id) => self.by_id.get(&id).map_or(&self.anonymous.1, |(_, a)| a),
+            Owner::Anonymous => &self.anonymous.1,
+        }
+    }
 }
 
 impl Quotas {
@@ -279,36 +331,43 @@ impl Quotas {
             "Calls and object writes refused for a tenant's quota, by tenant (configured names; `anonymous` for all others) and the limit reached",
             family.clone(),
         );
-        let accounts: HashMap<_, _> = tenants
-            .iter()
-            .map(|(name, q)| {
-                let id = id_of(name);
-                assert!(is_configured(id), "a named tenant's identity is configured");
-                (id, Arc::new(Account::new(q, name, &family)))
-            })
-            .collect();
+        let accounts = Accounts::build(tenants, anonymous, id_of, &family, None);
         let epoch = clock.now();
         Quotas {
-            accounts,
-            anonymous: Arc::new(Account::new(anonymous, ANONYMOUS_LABEL, &family)),
+            accounts: ArcSwap::from_pointee(accounts),
+            family,
             clock,
             epoch,
         }
     }
 
+    /// Replaces the limits with those of `tenants` and `anonymous` (the configuration
+    /// read again, or the registry's tenants): a tenant whose limits did not change
+    /// keeps its account, and what it has used; calls admitted before finish on the
+    /// account they were admitted under.
+    pub fn reload(
+        &self,
+        tenants: &[(String, QuotaConfig)],
+        anonymous: &QuotaConfig,
+        id_of: impl Fn(&str) -> TenantId,
+    ) {
+        let old = self.accounts.load();
+        let next = Accounts::build(tenants, anonymous, id_of, &self.family, Some(&old));
+        self.accounts.store(Arc::new(next));
+    }
+
     /// The account `tenant` is kept under. A configured identity the configuration
-    /// gives no limits for (none today) is kept with the anonymous callers.
-    pub fn account(&self, tenant: TenantId) -> &Arc<Account> {
-        match Owner::of(tenant) {
-            Owner::Tenant(id) => self.accounts.get(&id).unwrap_or(&self.anonymous),
-            Owner::Anonymous => &self.anonymous,
-        }
+    /// gives no limits for (a certificate's tenant not in `[[tenants]]`) is kept with
+    /// the anonymous callers.
+    pub fn account(&self, tenant: TenantId) -> Arc<Account> {
+        Arc::clone(self.accounts.load().of(tenant))
     }
 
     /// Admits one call of `tenant` carrying `bytes` of payload, or refuses it (the
     /// refusal counted). The call counts as in flight until the hold drops.
     pub fn admit(&self, tenant: TenantId, bytes: usize) -> Result<QuotaHold, Refused> {
-        let account = self.account(tenant);
+        let accounts = self.accounts.load();
+        let account = accounts.of(tenant);
         if account.unlimited_calls() {
             return Ok(QuotaHold(None));
         }
@@ -346,7 +405,7 @@ impl Quotas {
     /// whose length was not known when its call was admitted (HTTP chunked), so that
     /// the next calls wait for it.
     pub fn debit_bytes(&self, tenant: TenantId, bytes: usize) {
-        if let Some(bucket) = &self.account(tenant).bytes {
+        if let Some(bucket) = &self.accounts.load().of(tenant).bytes {
             bucket.debit(self.now_ns(), bytes as u64);
         }
     }
@@ -384,6 +443,37 @@ mod tests {
             calls_burst: Some(burst),
             ..QuotaConfig::default()
         }
+    }
+
+    #[test]
+    fn a_reload_keeps_what_unchanged_tenants_used_and_applies_new_limits() {
+        let (q, _clock, _) = quotas(calls(10, 2), QuotaConfig::default());
+        let id_of = |name: &str| if name == "a" { A } else { B };
+        assert!(q.admit(A, 0).is_ok() && q.admit(A, 0).is_ok());
+        assert!(q.admit(A, 0).is_err(), "a's burst of 2 is spent");
+        // a's limits unchanged: its bucket stays spent; b gets limits of its own.
+        q.reload(
+            &[("a".into(), calls(10, 2)), ("b".into(), calls(10, 1))],
+            &QuotaConfig::default(),
+            id_of,
+        );
+        assert!(q.admit(A, 0).is_err());
+        assert!(q.admit(B, 0).is_ok() && q.admit(B, 0).is_err());
+        // a's limits changed: a new account, a fresh burst.
+        q.reload(
+            &[("a".into(), calls(10, 3)), ("b".into(), calls(10, 1))],
+            &QuotaConfig::default(),
+            id_of,
+        );
+        assert!((0..3).all(|_| q.admit(A, 0).is_ok()));
+        assert!(q.admit(A, 0).is_err());
+        // A tenant removed is kept with the anonymous callers (unlimited here).
+        q.reload(
+            &[("b".into(), calls(10, 1))],
+            &QuotaConfig::default(),
+            id_of,
+        );
+        assert!((0..5).all(|_| q.admit(A, 0).is_ok()));
     }
 
     #[test]

@@ -166,7 +166,7 @@ impl<S: Transport> Conn<S> {
     pub(super) async fn object_put(&mut self, mut req: Request, key: String) -> io::Result<Step> {
         let node = Arc::clone(&self.node);
         let owner = Owner::of(self.tenant);
-        let account = Arc::clone(node.quotas.account(self.tenant));
+        let account = node.quotas.account(self.tenant);
         let quota = account.object_bytes_max;
         let check = |len: Option<usize>| -> Result<(), BodyRefusal> {
             let refusal = |e: StoreError| match e {

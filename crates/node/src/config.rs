@@ -66,6 +66,20 @@ impl std::str::FromStr for Network {
     }
 }
 
+/// The tenants part of a node's configuration (`anonymous`, `[[tenants]]`,
+/// `[anonymous_quota]`), in the node's own syntax: what a registry serves to the
+/// nodes started with `tenants_from_registry` (its `[nodes]`), checked here.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantsPart {
+    #[serde(default)]
+    pub anonymous: Anonymous,
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+    #[serde(default)]
+    pub anonymous_quota: crate::core::quota::QuotaConfig,
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -233,6 +247,11 @@ pub struct Config {
     /// Sent as `Authorization: Bearer` with the node's registration, renewals and
     /// deregistration, and with forced reconfigurations (the registry's `--token`).
     pub registry_token: Option<String>,
+    /// Take the tenants (`anonymous`, `[[tenants]]`, `[anonymous_quota]`) from the
+    /// registry's `[nodes]` (`GET /v1/tenants`, asked at every renewal) instead of
+    /// this file; until the first answer, every caller without a certificate is
+    /// refused.
+    pub tenants_from_registry: bool,
     /// Longest wait for one answer from the registry.
     pub registry_timeout_ms: u64,
     /// Longest pause between two attempts to reach a registry that does not answer
@@ -300,6 +319,7 @@ impl Default for Config {
             name: None,
             advertise: None,
             registry_token: None,
+            tenants_from_registry: false,
             registry_timeout_ms: REGISTRY_TIMEOUT_MS_DEFAULT,
             registry_retry_max_ms: REGISTRY_RETRY_MAX_MS_DEFAULT,
         }
@@ -411,6 +431,7 @@ impl Config {
         }
         tenant::check_config(&self.auth_section())?;
         self.validate_quotas()?;
+        self.validate_tenants_from_registry()?;
         self.tls.validate()?;
         self.validate_devices()?;
         if let Some(token) = &self.admin_token {
@@ -500,11 +521,17 @@ impl Config {
     }
 
     /// The tenants' credentials and policies, what `anonymous` callers are, and the
-    /// admin token: what authentication reads, at start and at each reload.
+    /// admin token: what authentication reads, at start and at each reload. A node
+    /// that takes its tenants from the registry refuses anonymous callers until it
+    /// has them.
     pub fn auth_section(&self) -> AuthSection {
         AuthSection {
             tenants: self.tenants.clone(),
-            anonymous: self.anonymous.clone(),
+            anonymous: if self.tenants_from_registry {
+                Anonymous::Refuse
+            } else {
+                self.anonymous.clone()
+            },
             admin_token: self.admin_token.clone(),
             token_check_budget: std::time::Duration::from_millis(
                 self.token_check_ms_per_second_max.into(),
@@ -538,6 +565,44 @@ impl Config {
             }
         }
         quotas
+    }
+
+    /// With `tenants_from_registry`, the tenants are the registry's: a registry, and
+    /// none of the file's own.
+    fn validate_tenants_from_registry(&self) -> Result<(), String> {
+        if !self.tenants_from_registry {
+            return Ok(());
+        }
+        if self.registry.is_none() {
+            return Err("tenants_from_registry needs registry (the registry serves them)".into());
+        }
+        let own = [
+            ("[[tenants]]", !self.tenants.is_empty()),
+            ("anonymous", self.anonymous != Anonymous::default()),
+            (
+                "[anonymous_quota]",
+                self.anonymous_quota != crate::core::quota::QuotaConfig::default(),
+            ),
+        ];
+        match own.iter().find(|(_, set)| *set) {
+            Some((key, _)) => Err(format!(
+                "{key} is set, but tenants_from_registry takes the tenants from the \
+                 registry's [nodes]: set them there"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// This configuration with the tenants part `part` (the registry's) in place of
+    /// its own, validated as a whole.
+    pub fn with_tenants(&self, part: TenantsPart) -> Result<Config, String> {
+        let mut config = self.clone();
+        config.tenants = part.tenants;
+        config.anonymous = part.anonymous;
+        config.anonymous_quota = part.anonymous_quota;
+        config.tenants_from_registry = false;
+        config.validate()?;
+        Ok(config)
     }
 
     fn validate_quotas(&self) -> Result<(), String> {

@@ -298,7 +298,13 @@ impl Advertised {
 pub struct Reported {
     pub dispatcher: Arc<Dispatcher>,
     pub devices: Vec<DeviceKind>,
+    /// With `tenants_from_registry`: applies the registry's tenants (the JSON of
+    /// `GET /v1/tenants`' `tenants`), or says why not (the node's stay as they are).
+    pub tenants: Option<TenantsSink>,
 }
+
+/// What applies the registry's tenants on the node (`front::admin::reload_tenants`).
+pub type TenantsSink = Box<dyn Fn(Value) -> Result<(), String> + Send + Sync>;
 
 /// What a device is, for the registry's queries, as its backend says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -685,6 +691,15 @@ impl Registry {
         }
     }
 
+    /// `GET /v1/tenants`: the tenants the registry serves its nodes.
+    fn tenants(&self) -> Result<api::NodeTenants, String> {
+        let reply = self.send::<()>("GET", "/v1/tenants", None, true, self.deadline())?;
+        match reply.status {
+            200 => reply.parse::<api::NodeTenants>(),
+            _ => Err(format!("the registry answered {}", reply.error())),
+        }
+    }
+
     /// `DELETE /v1/nodes/{name}`, finishing by `deadline`.
     fn deregister(&self, deadline: Instant) {
         let path = format!("/v1/nodes/{}", self.name);
@@ -799,10 +814,50 @@ enum Link {
     Failing,
 }
 
+/// The revisions of the registry's tenants this node applied and last refused.
+#[derive(Default)]
+struct TenantsSeen {
+    applied: Option<String>,
+    refused: Option<String>,
+}
+
+/// Asks the registry for its tenants and applies them when their revision is new;
+/// a failure is logged once per revision (or once per outage), and the node keeps
+/// the tenants it has.
+fn follow_tenants(registry: &Registry, sink: &TenantsSink, seen: &mut TenantsSeen) {
+    let doc = match registry.tenants() {
+        Ok(doc) => doc,
+        Err(why) => {
+            if seen.refused.as_deref() != Some("") {
+                tracing::warn!(node = %registry.name, "cannot read the registry's tenants: {why}; keeping this node's");
+                seen.refused = Some(String::new());
+            }
+            return;
+        }
+    };
+    if seen.applied.as_deref() == Some(&doc.revision)
+        || seen.refused.as_deref() == Some(&doc.revision)
+    {
+        return;
+    }
+    match sink(doc.tenants) {
+        Ok(()) => {
+            tracing::info!(node = %registry.name, revision = %doc.revision, "applied the registry's tenants");
+            seen.applied = Some(doc.revision);
+            seen.refused = None;
+        }
+        Err(why) => {
+            tracing::error!(node = %registry.name, revision = %doc.revision, "the registry's tenants do not pass this node's checks: {why}; keeping the tenants it has");
+            seen.refused = Some(doc.revision);
+        }
+    }
+}
+
 fn run_lease(registry: &Registry, node: &Reported, at: Advertised) {
     let mut busy = BusySampler::new();
     let mut link = Link::Starting;
     let mut retry = RETRY_FIRST;
+    let mut tenants = TenantsSeen::default();
     loop {
         let started = Instant::now();
         let slots: Vec<SlotInfo> = node.dispatcher.slots().iter().map(|s| s.info()).collect();
@@ -825,6 +880,9 @@ fn run_lease(registry: &Registry, node: &Reported, at: Advertised) {
                     Link::Registered => {}
                 }
                 link = Link::Registered;
+                if let Some(sink) = &node.tenants {
+                    follow_tenants(registry, sink, &mut tenants);
+                }
                 renewal
             }
             Err(why) => {

@@ -180,7 +180,15 @@ impl Running {
     /// (SIGHUP): see `front::admin::reload_tenants`. `true` when it took.
     pub fn tenant_reloader(&self) -> impl Fn(Result<Config, String>) -> bool + Send + 'static {
         let node = Arc::clone(&self.node);
-        move |config| crate::front::admin::reload_tenants(&node, config, "signal")
+        move |config| {
+            if node.config.tenants_from_registry {
+                tracing::info!(
+                    "SIGHUP: this node's tenants come from the registry; the file's are not read"
+                );
+                return true;
+            }
+            crate::front::admin::reload_tenants(&node, config, "signal")
+        }
     }
 
     /// Serves until SIGTERM or SIGINT, then drains and returns.
@@ -725,8 +733,22 @@ fn raise_fd_limit(config: &mut Config) -> Result<u64, String> {
 
 /// What the registry lease reports of `node`: its dispatcher's slots and what each
 /// device is.
-fn reported(node: &Node) -> Reported {
+fn reported(node: &Arc<Node>) -> Reported {
+    let tenants = node.config.tenants_from_registry.then(|| {
+        let node = Arc::clone(node);
+        Box::new(move |doc: serde_json::Value| {
+            let part: crate::config::TenantsPart =
+                serde_json::from_value(doc).map_err(|e| format!("[nodes]: {e}"))?;
+            let config = node.config.with_tenants(part)?;
+            if crate::front::admin::reload_tenants(&node, Ok(config), "registry") {
+                Ok(())
+            } else {
+                Err("see the audit line".to_string())
+            }
+        }) as crate::registry::TenantsSink
+    });
     Reported {
+        tenants,
         dispatcher: Arc::clone(&node.dispatcher),
         devices: node
             .devices

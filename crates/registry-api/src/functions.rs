@@ -117,6 +117,18 @@ pub struct UnreachableReport {
     pub generation: u64,
 }
 
+/// `GET /v1/tenants`: the tenants every node started with `tenants_from_registry`
+/// applies — `tenants` is the tenants part of a node's configuration as JSON
+/// (`anonymous`, `tenants`, `anonymous_quota`, in the node's own syntax: the node is
+/// where it is checked), `revision` changes whenever it does (also the `ETag`; a
+/// request with `If-None-Match` and the same revision is answered `304`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeTenants {
+    pub revision: String,
+    pub tenants: serde_json::Value,
+}
+
 impl InstanceSpec {
     pub fn validate(&self) -> Result<(), String> {
         if let Some(id) = &self.id {

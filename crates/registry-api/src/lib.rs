@@ -28,7 +28,9 @@ pub mod nodes;
 pub mod reconfig;
 
 pub use error::{ErrorBody, Health};
-pub use functions::{Binding, FunctionSpec, FunctionView, InstanceSpec, Query, UnreachableReport};
+pub use functions::{
+    Binding, FunctionSpec, FunctionView, InstanceSpec, NodeTenants, Query, UnreachableReport,
+};
 pub use leader::{origin_of, Exhausted, Patience, Replicas, Try};
 pub use names::{check_name, check_text, secret_eq, NAME_BYTES_MAX, TEXT_BYTES_MAX};
 pub use nodes::{

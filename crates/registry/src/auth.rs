@@ -89,6 +89,46 @@ pub struct CredentialsFile {
     pub anonymous: Anonymous,
     #[serde(default)]
     pub principal: Vec<PrincipalConfig>,
+    /// The nodes' tenants (`[nodes]`: `anonymous`, `[[nodes.tenants]]`,
+    /// `[nodes.anonymous_quota]`, the node's own syntax), served at `GET /v1/tenants`
+    /// to the nodes that take their tenants from the registry.
+    pub nodes: Option<toml::Table>,
+}
+
+/// The keys `[nodes]` may have: the tenants part of a node's configuration.
+const NODE_TENANT_KEYS: [&str; 3] = ["anonymous", "tenants", "anonymous_quota"];
+
+/// The nodes' tenants as served: checked for their shape here (the node checks the
+/// rest, and keeps its tenants when they do not pass), with their revision.
+fn node_tenants(nodes: &toml::Table) -> Result<registry_api::NodeTenants, String> {
+    for key in nodes.keys() {
+        if !NODE_TENANT_KEYS.contains(&key.as_str()) {
+            return Err(format!(
+                "[nodes] has `{key}`: it holds only {}",
+                NODE_TENANT_KEYS.join(", ")
+            ));
+        }
+    }
+    let tenants = nodes.get("tenants").map_or(Ok(&[][..]), |t| {
+        t.as_array().map(Vec::as_slice).ok_or_else(|| {
+            "[nodes] tenants must be an array of tables ([[nodes.tenants]])".to_string()
+        })
+    })?;
+    for t in tenants {
+        if !t.get("name").is_some_and(toml::Value::is_str) {
+            return Err("every [[nodes.tenants]] has a name".to_string());
+        }
+    }
+    let json = serde_json::to_value(nodes).map_err(|e| format!("[nodes]: {e}"))?;
+    let text = json.to_string();
+    // FNV-1a: the same revision on every replica and after every restart.
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    Ok(registry_api::NodeTenants {
+        revision: format!("{hash:016x}"),
+        tenants: json,
+    })
 }
 
 /// Principals a file may hold at most (each argon2 hash is checked in turn for an
@@ -248,6 +288,8 @@ pub enum Need {
     /// A reconfiguration request (the node it names is in the body: the handler
     /// checks it).
     Reconfigure,
+    /// The nodes' tenants (their tokens' hashes and policies): nodes and admins only.
+    ReadTenants,
 }
 
 impl Need {
@@ -259,6 +301,7 @@ impl Need {
             (true, ["health"]) => Need::Nothing,
             (_, ["v1", "fn", ..]) => Need::Resolve,
             (false, ["v1", "reconfigurations"]) => Need::Reconfigure,
+            (true, ["v1", "tenants"]) => Need::ReadTenants,
             (false, ["v1", "nodes", name]) => Need::WriteNode(name.to_string()),
             (false, ["v1", "functions", f, "instances", ..]) => Need::WriteInstance(f.to_string()),
             (false, ["v1", "functions", f]) => Need::WriteFunction(Some(f.to_string())),
@@ -279,6 +322,7 @@ impl Need {
             Need::WriteFunction(None) => "write here".to_string(),
             Need::WriteInstance(f) => format!("create or delete instances of function {f}"),
             Need::Reconfigure => "ask for reconfigurations".to_string(),
+            Need::ReadTenants => "read the nodes' tenants".to_string(),
         }
     }
 }
@@ -291,6 +335,8 @@ struct Directory {
     anonymous: Anonymous,
     principals: Vec<Arc<Principal>>,
     admin_token: Option<String>,
+    /// `[nodes]` of the file, as served.
+    node_tenants: Option<Arc<registry_api::NodeTenants>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -350,7 +396,12 @@ fn directory(
         }
         principals.push(Arc::new(p));
     }
+    let node_tenants = match file.and_then(|f| f.nodes.as_ref()) {
+        Some(nodes) => Some(Arc::new(node_tenants(nodes)?)),
+        None => None,
+    };
     Ok(Directory {
+        node_tenants,
         generation,
         file: file.is_some(),
         anonymous: file.map(|f| f.anonymous).unwrap_or_default(),
@@ -468,6 +519,11 @@ impl Access {
         }
     }
 
+    /// The nodes' tenants, when the credentials file has them.
+    pub fn node_tenants(&self) -> Option<Arc<registry_api::NodeTenants>> {
+        self.directory.read().node_tenants.clone()
+    }
+
     /// Writes the audit line of a refusal, one JSON object as the node's audit lines
     /// are (at most `AUDIT_PER_S` a second; the lines left out are counted in the next
     /// one written). Never a token: the caller is named by its principal.
@@ -522,7 +578,7 @@ fn principal_may(p: &Principal, need: &Need) -> bool {
         (Role::Admin, _) | (_, Need::Nothing) => true,
         (Role::Reader, Need::ReadCluster | Need::ReadFunction(_) | Need::Resolve) => true,
         (Role::Node, Need::WriteNode(n)) => matches_any(&p.nodes, n),
-        (Role::Node, Need::Reconfigure) => true,
+        (Role::Node, Need::Reconfigure | Need::ReadTenants) => true,
         (Role::Client, Need::Resolve) => true,
         (Role::Client, Need::ReadFunction(f) | Need::WriteInstance(f)) => {
             matches_any(&p.functions, f)

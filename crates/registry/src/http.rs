@@ -95,6 +95,7 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/fn/{accelerator}", any(resolve))
         .route("/v1/reconfigurations", post(reconfiguration))
+        .route("/v1/tenants", get(node_tenants))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(body_bytes_max))
@@ -437,6 +438,25 @@ async fn report_unreachable(
     })
     .await?;
     Ok(Json(doc).into_response())
+}
+
+/// `GET /v1/tenants`: `[nodes]` of the credentials file, for nodes started with
+/// `tenants_from_registry` (`304` when `If-None-Match` names its revision).
+async fn node_tenants(State(app): State<App>, headers: axum::http::HeaderMap) -> Answer {
+    let Some(doc) = app.access.node_tenants() else {
+        return Err(ApiError::not_found(
+            "this registry serves no tenants: its --credentials file has no [nodes]",
+        ));
+    };
+    let etag = format!("\"{}\"", doc.revision);
+    let value = HeaderValue::from_str(&etag).expect("a hex revision is a header value");
+    let unchanged = headers
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+    if unchanged {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, value)]).into_response());
+    }
+    Ok(([(header::ETAG, value)], Json(&*doc)).into_response())
 }
 
 // ---- resolver and reconfigurations ----

@@ -66,6 +66,12 @@ functions = ["team-b-*"]
 }
 
 fn start_node(dir: &Path, registry: &str) -> Killed {
+    start_node_with(dir, registry, "").0
+}
+
+/// A node named n1 registering with `registry` with its node token, with `extra`
+/// configuration; and its HTTP address.
+fn start_node_with(dir: &Path, registry: &str, extra: &str) -> (Killed, SocketAddr) {
     let bin =
         PathBuf::from(env!("CARGO_BIN_EXE_netaccel-registry")).with_file_name("netaccel-node");
     assert!(
@@ -79,7 +85,7 @@ fn start_node(dir: &Path, registry: &str) -> Killed {
         &config,
         format!(
             "http = \"127.0.0.1:{http}\"\nrac = \"127.0.0.1:{rac}\"\nlog_level = \"warn\"\n\
-             registry = \"{registry}\"\nname = \"n1\"\nregistry_token = \"node-5d2a\"\n\
+             grpc = \"off\"\nregistry = \"{registry}\"\nname = \"n1\"\nregistry_token = \"node-5d2a\"\n{extra}\
              [[slots]]\naccelerator = \"to_uppercase\"\n"
         ),
     )
@@ -90,12 +96,9 @@ fn start_node(dir: &Path, registry: &str) -> Killed {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for_port(
-        format!("127.0.0.1:{http}").parse().unwrap(),
-        &mut child,
-        "netaccel-node",
-    );
-    Killed(child)
+    let addr: SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
+    wait_for_port(addr, &mut child, "netaccel-node");
+    (Killed(child), addr)
 }
 
 fn status(base: &str, method: &str, path: &str, token: Option<&str>) -> u16 {
@@ -233,5 +236,102 @@ fn nodes_clients_and_admins_each_prove_themselves_and_do_only_their_part() {
         assert!(!text.contains(secret), "the log holds {secret}:\n{text}");
     }
     drop(registry);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `[nodes]` for the test below: team-a (a quota of one call a second) or team-b, or a
+/// tenant with a key the node does not know.
+fn node_tenants(which: &str) -> String {
+    match which {
+        "a" => "[nodes]\nanonymous = \"refuse\"\n[[nodes.tenants]]\nname = \"team-a\"\ntoken = \"ta-61c0\"\n\
+                call = [\"to_uppercase\"]\n[nodes.tenants.quota]\ncalls_per_s = 1\ncalls_burst = 1\n"
+            .to_string(),
+        "b" => "[nodes]\nanonymous = \"refuse\"\n[[nodes.tenants]]\nname = \"team-b\"\ntoken = \"tb-07d2\"\n"
+            .to_string(),
+        _ => "[nodes]\n[[nodes.tenants]]\nname = \"team-c\"\ntoken = \"tc-5e1a\"\ncolour = \"red\"\n"
+            .to_string(),
+    }
+}
+
+/// Nodes started with `tenants_from_registry` take their tenants, policies and quotas
+/// from the registry's `[nodes]`, refuse anonymous callers until they have them, follow
+/// a change at the next renewal, and keep what they have when the registry's do not
+/// pass their checks.
+#[test]
+fn nodes_take_their_tenants_and_quotas_from_the_registry() {
+    let dir = std::env::temp_dir().join(format!(
+        "netaccel-registry-node-tenants-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("credentials.toml");
+    let principals = "[[principal]]\nname = \"ops\"\nrole = \"admin\"\ntoken = \"ops-7c1e\"\n\
+                      [[principal]]\nname = \"n1\"\nrole = \"node\"\ntoken = \"node-5d2a\"\n";
+    std::fs::write(&file, format!("{principals}{}", node_tenants("a"))).unwrap();
+    let port = free_port();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-registry"))
+        .args([
+            "--listen",
+            &listen.to_string(),
+            "--lease-ms",
+            "1500",
+            "--log-level",
+            "warn",
+        ])
+        .arg("--credentials")
+        .arg(&file)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(listen, &mut child, "netaccel-registry");
+    let registry = Killed(child);
+    let base = format!("http://{listen}");
+    let (node, http) = start_node_with(&dir, &base, "tenants_from_registry = true\n");
+    let call = |token: Option<&str>| {
+        let mut req = ureq::post(&format!("http://{http}/v1/fn/to_uppercase"));
+        if let Some(t) = token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        match req.send_string("abc") {
+            Ok(r) => r.status(),
+            Err(ureq::Error::Status(code, _)) => code,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    until("team-a's token never worked", &|| {
+        call(Some("ta-61c0")) == 200
+    });
+    // The registry's policy and quota: one call a second, nobody anonymous.
+    assert_eq!(call(Some("ta-61c0")), 429);
+    assert_eq!(call(None), 401);
+    // A change at the registry reaches the node at its next renewal.
+    std::fs::write(&file, format!("{principals}{}", node_tenants("b"))).unwrap();
+    // SAFETY: signalling our own child process.
+    assert_eq!(
+        unsafe { libc::kill(registry.0.id() as i32, libc::SIGHUP) },
+        0
+    );
+    until("team-b's token never worked", &|| {
+        call(Some("tb-07d2")) == 200
+    });
+    assert_eq!(call(Some("ta-61c0")), 401);
+    // Tenants the node cannot take are refused by the node, which keeps team-b.
+    std::fs::write(&file, format!("{principals}{}", node_tenants("c"))).unwrap();
+    assert_eq!(
+        unsafe { libc::kill(registry.0.id() as i32, libc::SIGHUP) },
+        0
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(call(Some("tb-07d2")), 200);
+    assert_eq!(call(Some("tc-5e1a")), 401);
+    drop((node, registry));
     let _ = std::fs::remove_dir_all(&dir);
 }

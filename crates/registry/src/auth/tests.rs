@@ -311,3 +311,47 @@ fn new_tokens_wait_for_the_check_budget_and_known_ones_do_not() {
     let e = a.identify(Some(&bearer("made-up"))).unwrap_err();
     assert_eq!((e.status, e.code), (503, "UNAVAILABLE"));
 }
+
+#[test]
+fn the_nodes_tenants_are_served_to_nodes_and_admins_with_a_revision() {
+    let with = |nodes: &str| format!("{FILE}\n[nodes]\n{nodes}");
+    let a = access(
+        Some(&with(
+            "anonymous = \"refuse\"\n[[nodes.tenants]]\nname = \"team-a\"\ncall = [\"sobel\"]\n",
+        )),
+        None,
+    )
+    .unwrap();
+    let doc = a.node_tenants().unwrap();
+    assert_eq!(doc.tenants["tenants"][0]["name"], "team-a");
+    assert_eq!(doc.tenants["anonymous"], "refuse");
+    assert_eq!(doc.revision.len(), 16);
+    // The same text gives the same revision (every replica, every restart); another,
+    // another.
+    let again = access(
+        Some(&with(
+            "anonymous = \"refuse\"\n[[nodes.tenants]]\nname = \"team-a\"\ncall = [\"sobel\"]\n",
+        )),
+        None,
+    )
+    .unwrap();
+    assert_eq!(again.node_tenants().unwrap().revision, doc.revision);
+    let other = access(Some(&with("[[nodes.tenants]]\nname = \"team-b\"\n")), None).unwrap();
+    assert_ne!(other.node_tenants().unwrap().revision, doc.revision);
+    // Nodes and admins read them; clients, readers and anonymous callers do not.
+    assert_eq!(status(&a, Some("t-node-a"), "GET", "/v1/tenants"), 0);
+    assert_eq!(status(&a, Some("t-ops"), "GET", "/v1/tenants"), 0);
+    assert_eq!(status(&a, Some("t-prom"), "GET", "/v1/tenants"), 403);
+    assert_eq!(status(&a, Some("t-team-a"), "GET", "/v1/tenants"), 403);
+    assert_eq!(status(&a, None, "GET", "/v1/tenants"), 401);
+    // Only the tenants part of a node's configuration, each tenant named.
+    for (nodes, want) in [
+        ("http = \"x\"\n", "holds only"),
+        ("tenants = 3\n", "array of tables"),
+        ("[[nodes.tenants]]\ncall = [\"x\"]\n", "has a name"),
+    ] {
+        let e = access(Some(&with(nodes)), None).err().expect(nodes);
+        assert!(e.contains(want), "{nodes}: {e}");
+    }
+    assert!(access(Some(FILE), None).unwrap().node_tenants().is_none());
+}

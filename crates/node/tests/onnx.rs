@@ -244,6 +244,68 @@ fn onnxruntime_repository(dir: &Path, name: &str) {
     .unwrap();
 }
 
+/// `execution_provider = "cuda"` (and `"tensorrt"`): with the CPU build of ONNX
+/// Runtime (this machine's, the onnxruntime wheel's) the model is refused at load,
+/// saying which library would serve it — never run on the CPU instead. Where the
+/// library is a GPU build on a host with a GPU, the same test finds the models served
+/// and checks their logits against tract's: the check that runs where a GPU exists.
+#[test]
+fn a_gpu_execution_provider_runs_on_the_gpu_or_is_refused_saying_why() {
+    let Some(library) = onnxruntime_library() else {
+        return;
+    };
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("netaccel-onnx-ep-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    for provider in ["cuda", "tensorrt"] {
+        let name = format!("digits_{provider}");
+        onnxruntime_repository(&dir.0, &name);
+        let config = dir.0.join(&name).join("config.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(
+            &config,
+            format!("execution_provider = \"{provider}\"\n{text}"),
+        )
+        .unwrap();
+    }
+    let node = TestNode::start_logging(
+        &format!(
+            "models_dir = {:?}\nonnxruntime_library = {:?}\n",
+            dir.0.display().to_string(),
+            library.display().to_string()
+        ),
+        &["--log-level", "info"],
+    );
+    let log = node.log();
+    let catalog = node.get_json("/v1/accelerators");
+    for provider in ["cuda", "tensorrt"] {
+        let name = format!("digits_{provider}");
+        let served = catalog
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["name"] == name.as_str());
+        if served {
+            let batch = images(2);
+            let body_file = node.dir.join(format!("{provider}.bin"));
+            std::fs::write(&body_file, &batch).unwrap();
+            let data = format!("@{}", body_file.display());
+            let (status, out) =
+                curl(&["--data-binary", &data, &node.url(&format!("/v1/fn/{name}"))]);
+            assert_eq!(status, 200);
+            assert_eq!(out.len(), in_process(&batch).len());
+            eprintln!("{name}: served on the GPU by this ONNX Runtime");
+        } else {
+            let want = format!("execution_provider = \\\"{provider}\\\"");
+            let plain = format!("execution_provider = \"{provider}\"");
+            assert!(
+                (log.contains(&want) || log.contains(&plain)) && log.contains("onnxruntime-gpu"),
+                "{name} neither served nor refused with what to do:\n{log}"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_onnxruntime_backend_gives_tracts_logits_and_a_missing_library_is_named() {
     let dir =

@@ -7,6 +7,7 @@
 //!
 //! ```toml
 //! backend = "tract"            # or "onnxruntime" (see the crate's docs); default tract
+//! # execution_provider = "cuda" # onnxruntime only: "cpu" (default), "cuda", "tensorrt"
 //! max_batch_size = 64          # 0: no batch axis
 //! [[input]]
 //! name = "image"
@@ -63,12 +64,39 @@ impl Backend {
     }
 }
 
+/// Where ONNX Runtime runs a model (`execution_provider`): on the CPU (the default),
+/// or on a GPU through CUDA or TensorRT when the loaded `libonnxruntime.so` has them
+/// (the GPU build, e.g. the `onnxruntime-gpu` wheel's). Triton says the same with an
+/// instance group of `KIND_GPU` and `gpu_execution_accelerator`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Provider {
+    #[default]
+    Cpu,
+    Cuda,
+    TensorRt,
+}
+
+impl Provider {
+    pub const ALL: [Provider; 3] = [Provider::Cpu, Provider::Cuda, Provider::TensorRt];
+
+    /// The name `config.toml` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::Cpu => "cpu",
+            Provider::Cuda => "cuda",
+            Provider::TensorRt => "tensorrt",
+        }
+    }
+}
+
 /// A parsed and checked configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
     pub tensors: Tensors,
     /// The engine that runs it.
     pub backend: Backend,
+    /// Where ONNX Runtime runs it (the CPU for tract).
+    pub execution_provider: Provider,
     /// A fixed accelerator id (RAC); `None`: the node assigns one.
     pub id: Option<u16>,
     /// Outputs with a label file (Triton's `label_filename`): (output, file name in
@@ -134,6 +162,8 @@ struct Raw {
     id: Option<u16>,
     #[serde(default)]
     backend: Option<String>,
+    #[serde(default)]
+    execution_provider: Option<String>,
     max_batch_size: u32,
     input: Vec<RawTensor>,
     output: Vec<RawTensor>,
@@ -157,6 +187,29 @@ struct RawTensor {
     label_filename: Option<String>,
     #[serde(default)]
     format: Option<String>,
+}
+
+/// `execution_provider`: a known one, and other than the CPU only for ONNX Runtime.
+fn provider(name: Option<&str>, backend: Backend) -> Result<Provider, String> {
+    let Some(name) = name else {
+        return Ok(Provider::Cpu);
+    };
+    let provider = Provider::ALL
+        .into_iter()
+        .find(|p| p.name() == name)
+        .ok_or_else(|| {
+            let known: Vec<_> = Provider::ALL.iter().map(|p| p.name()).collect();
+            format!(
+                "execution_provider: `{name}` is not one of {}",
+                known.join(", ")
+            )
+        })?;
+    if provider != Provider::Cpu && backend != Backend::OnnxRuntime {
+        return Err(format!(
+            "execution_provider: `{name}` needs backend = \"onnxruntime\" (tract runs on the CPU)"
+        ));
+    }
+    Ok(provider)
 }
 
 /// Parses the config of the model in folder `folder`. The error names the field.
@@ -185,6 +238,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
                 format!("backend: `{name}` is not one of {}", known.join(", "))
             })?,
     };
+    let execution_provider = provider(raw.execution_provider.as_deref(), backend)?;
     if raw.max_batch_size > BATCH_MAX {
         return Err(format!(
             "max_batch_size: {} is more than {BATCH_MAX}",
@@ -294,6 +348,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
     Ok(ModelConfig {
         tensors: t,
         backend,
+        execution_provider,
         id: raw.id,
         label_files,
         formats,
@@ -436,6 +491,27 @@ dims = [10]
         let with = |from: &str, to: &str| DIGITS.replacen(from, to, 1);
         assert!(err(&format!("name = \"other\"\n{DIGITS}")).contains("folder name"));
         assert!(err(&format!("colour = 1\n{DIGITS}")).contains("unknown field `colour`"));
+        let cuda = format!("backend = \"onnxruntime\"\nexecution_provider = \"cuda\"\n{DIGITS}");
+        assert_eq!(
+            parse("digits", &cuda).unwrap().execution_provider,
+            Provider::Cuda
+        );
+        assert_eq!(
+            parse("digits", DIGITS).unwrap().execution_provider,
+            Provider::Cpu
+        );
+        let on_tract = err(&format!("execution_provider = \"tensorrt\"\n{DIGITS}"));
+        assert!(
+            on_tract.contains("needs backend = \"onnxruntime\""),
+            "{on_tract}"
+        );
+        let unknown = err(&format!(
+            "backend = \"onnxruntime\"\nexecution_provider = \"rocm\"\n{DIGITS}"
+        ));
+        assert!(
+            unknown.contains("`rocm` is not one of cpu, cuda, tensorrt"),
+            "{unknown}"
+        );
         let engine = err(&format!("backend = \"pytorch\"\n{DIGITS}"));
         assert!(
             engine.contains("backend: `pytorch` is not one of tract, onnxruntime"),

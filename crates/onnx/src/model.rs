@@ -67,6 +67,7 @@ enum Engine {
     OnnxRuntime {
         onnx: Arc<[u8]>,
         library: Option<PathBuf>,
+        provider: crate::config::Provider,
         own: onnxruntime::Runner,
     },
 }
@@ -132,13 +133,20 @@ impl Model {
             }
             Backend::OnnxRuntime => {
                 let library = engines.onnxruntime_library.clone();
-                let own = onnxruntime::Runner::new(onnx, &tensors, library.as_deref())?;
+                let provider = config.execution_provider;
+                let own = onnxruntime::Runner::new(onnx, &tensors, library.as_deref(), provider)?;
                 // ONNX Runtime checked the tensors; tract, when it reads the model too,
                 // counts its work. Else a dense model's estimate: each weight (4 bytes)
                 // one multiply-add per item.
                 let macs = typed.map_or((onnx.len() / 4) as u64, |(_, macs)| macs);
                 let onnx = Arc::from(onnx);
-                (Engine::OnnxRuntime { onnx, library, own }, macs)
+                let engine = Engine::OnnxRuntime {
+                    onnx,
+                    library,
+                    provider,
+                    own,
+                };
+                (engine, macs)
             }
         };
         let mut hash = Sha256::new();
@@ -196,9 +204,17 @@ impl Model {
     pub fn session(&self) -> Result<Session, String> {
         let run = match &self.engine {
             Engine::Tract(plans) => Run::Tract(Arc::clone(plans)),
-            Engine::OnnxRuntime { onnx, library, .. } => Run::OnnxRuntime(
-                onnxruntime::Runner::new(onnx, &self.tensors, library.as_deref())?,
-            ),
+            Engine::OnnxRuntime {
+                onnx,
+                library,
+                provider,
+                ..
+            } => Run::OnnxRuntime(onnxruntime::Runner::new(
+                onnx,
+                &self.tensors,
+                library.as_deref(),
+                *provider,
+            )?),
         };
         Ok(Session {
             tensors: self.tensors.clone(),

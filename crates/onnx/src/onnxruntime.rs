@@ -24,6 +24,7 @@ use ort::session::builder::GraphOptimizationLevel;
 use ort::session::Session;
 use ort::value::{PrimitiveTensorElementType, Tensor, TensorElementType, TensorRef, ValueType};
 
+use crate::config::Provider;
 use crate::element::{self, Le};
 
 /// The variable `ort` reads when no path is configured.
@@ -80,11 +81,17 @@ struct Scratch {
 impl Runner {
     /// Builds the session from the ONNX bytes and checks that the model's inputs and
     /// outputs are the config's (names, order, element types, ranks and fixed dims).
-    pub fn new(onnx: &[u8], tensors: &Tensors, library: Option<&Path>) -> Result<Runner, String> {
+    pub fn new(
+        onnx: &[u8],
+        tensors: &Tensors,
+        library: Option<&Path>,
+        provider: Provider,
+    ) -> Result<Runner, String> {
         let environment = runtime(library)?;
         let option = |e: ort::Error<_>| format!("backend onnxruntime: {e}");
-        let session = Session::builder(environment)
-            .map_err(|e| format!("backend onnxruntime: {e}"))?
+        let builder =
+            Session::builder(environment).map_err(|e| format!("backend onnxruntime: {e}"))?;
+        let session = with_provider(builder, provider)?
             .with_intra_threads(1)
             .map_err(option)?
             .with_inter_threads(1)
@@ -183,6 +190,42 @@ impl Runner {
 }
 
 /// An input of the other types, as a value of its own (one copy per call).
+/// The session builder with `provider` registered, failing (with what to do) when the
+/// loaded library lacks it or it cannot start (no GPU, no CUDA libraries): a model
+/// asked to run on a GPU never falls back to the CPU silently.
+fn with_provider(
+    builder: ort::session::builder::SessionBuilder,
+    provider: Provider,
+) -> Result<ort::session::builder::SessionBuilder, String> {
+    use ort::ep::ExecutionProvider;
+    let (available, dispatch) = match provider {
+        Provider::Cpu => return Ok(builder),
+        Provider::Cuda => (
+            ort::ep::CUDA::is_available(),
+            ort::ep::CUDA::default().build().error_on_failure(),
+        ),
+        Provider::TensorRt => (
+            ort::ep::TensorRT::is_available(),
+            ort::ep::TensorRT::default().build().error_on_failure(),
+        ),
+    };
+    let name = provider.name();
+    match available {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(format!(
+                "execution_provider = \"{name}\": this ONNX Runtime library was built without \
+                 it; point onnxruntime_library at a GPU build (the onnxruntime-gpu wheel's \
+                 libonnxruntime.so)"
+            ))
+        }
+        Err(e) => return Err(format!("execution_provider = \"{name}\": {e}")),
+    }
+    builder
+        .with_execution_providers([dispatch])
+        .map_err(|e| format!("execution_provider = \"{name}\" cannot start: {e}"))
+}
+
 fn owned_input(
     t: DataType,
     shape: Vec<i64>,

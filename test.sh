@@ -148,7 +148,7 @@ begin "cargo test (workspace)"
 if [[ -n "${CI:-}" ]]; then export CARGO_INCREMENTAL=0; fi
 cargo test --workspace
 
-# The io_uring network path (network = "io_uring") runs the same front-end, connection,
+# The io_uring network path (network = "io_uring") runs the same front-end, connection, cancellation,
 # overload and drain tests as epoll, and the hostile-tenant suite (authentication and
 # policies on every port, about a second; it ran on epoll with the workspace above);
 # crates/node/tests/uring.rs checks the node is really on io_uring (it fails under CI
@@ -158,7 +158,7 @@ begin "cargo test: the node's front ends again on the io_uring network path"
 # netaccel-node` would resolve features for that one package and build a second copy of
 # the node and much of its dependency tree (minutes, and gigabytes of disk).
 uring_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null |
-  bench/tools/test_executables.py crates/node connections hostile_tenants http_api overload overload_drain rac)
+  bench/tools/test_executables.py crates/node cancellation connections hostile_tenants http_api overload overload_drain rac)
 for t in $uring_tests; do
   (cd crates/node && NETACCEL_TEST_NETWORK=io_uring "$t")
 done

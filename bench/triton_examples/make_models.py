@@ -18,7 +18,8 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
   flag; the count is fixed at the example's 10 (the node's dims are fixed) and the
   delays are not waited;
 - `simple_int8`: the same in INT8, `simple_string`: the same on numbers written as
-  strings (BYTES), `simple_identity`: BYTES [-1, 1] -> the same tensor. These need
+  strings (BYTES), `simple_identity`: BYTES [-1, -1] -> the same tensor (its dims
+  `[-1]` as Triton declares them: each call gives the width). These need
   datatypes the node gains with issue 30's datatype work: a node without them refuses
   them at start (logged) and serves the rest.
 
@@ -84,7 +85,9 @@ def add_sub(name: str, elem: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def identity(name: str, elem: int = TensorProto.STRING, width: int = 1) -> onnx.ModelProto:
+def identity(name: str, elem: int = TensorProto.STRING, width: int | str = "M") -> onnx.ModelProto:
+    """OUTPUT0 = INPUT0 on [N, width]; a named width (the default) is a dim each call
+    gives (`-1` in the config), as Triton declares `simple_identity`."""
     shape = ["N", width]
     graph = helper.make_graph(
         [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
@@ -262,7 +265,8 @@ def config(model: onnx.ModelProto, max_batch_size: int) -> str:
             if v.name in controls:
                 continue
             t = v.type.tensor_type
-            dims = [d.dim_value for d in t.shape.dim[skip:]]
+            # A named dim beyond the batch axis is one each call gives: -1.
+            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim[skip:]]
             lines += [
                 f"[[{section}]]",
                 f'name = "{v.name}"',

@@ -150,8 +150,13 @@ impl Transport for TcpStream {
 }
 
 /// [`Transport::hung_up`] of a tokio socket: its readiness says `READ_CLOSED` (epoll's
-/// `EPOLLRDHUP` or `EPOLLHUP`) or an error.
+/// `EPOLLRDHUP` or `EPOLLHUP`) or an error. The readiness a read left assumed (a read
+/// that filled its buffer, as a body read to its exact length does) is forgotten
+/// first, or it would answer "input waiting" at once and the close behind it would
+/// never be looked for; the connection's next read tries the socket before it waits,
+/// so nothing waiting is lost, and a close, once seen, is never forgotten.
 pub async fn hung_up(stream: &TcpStream) {
+    forget_assumed_readiness(stream);
     match stream.ready(tokio::io::Interest::READABLE).await {
         Ok(ready) if !ready.is_read_closed() => std::future::pending().await,
         _ => {}

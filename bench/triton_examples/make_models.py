@@ -18,7 +18,8 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
   flag; the count is fixed at the example's 10 (the node's dims are fixed) and the
   delays are not waited;
 - `simple_int8`: the same in INT8, `simple_string`: the same on numbers written as
-  strings (BYTES), `simple_identity`: BYTES [-1, 1] -> the same tensor. These need
+  strings (BYTES), `simple_identity`: BYTES [-1, -1] -> the same tensor (its dims
+  `[-1]` as Triton declares them: each call gives the width). These need
   datatypes the node gains with issue 30's datatype work: a node without them refuses
   them at start (logged) and serves the rest.
 
@@ -26,12 +27,20 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
     python3 bench/triton_examples/make_models.py OUT_DIR
     netaccel-node --models OUT_DIR ...
 
-The examples' image, ensemble, dynamic sequence (`simple_dyna_sequence`) and
-custom_identity models are not built here: see docs/inference.md, "Triton's examples".
+- `custom_identity_int32`: INPUT0 INT32 [-1, 16] -> OUTPUT0, the same tensor
+  (`memory_growth_test.py`);
+- `densenet_onnx`: the image examples' classifier, `data_0` FP32 [3, 224, 224]
+  (FORMAT_NCHW) -> `fc6_1` FP32 [1000] with `densenet_labels.txt`: a small real
+  computation on the image (channel means through a fixed linear layer), not
+  DenseNet's weights (see `densenet`).
+
+The examples' ensemble and dynamic sequence (`simple_dyna_sequence`) models are not
+built here: see docs/inference.md, "Triton's examples".
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -47,6 +56,7 @@ CONFIG_TYPES = {
     TensorProto.INT8: "TYPE_INT8",
     TensorProto.UINT32: "TYPE_UINT32",
     TensorProto.STRING: "TYPE_STRING",
+    TensorProto.FLOAT: "TYPE_FP32",
 }
 
 
@@ -75,15 +85,61 @@ def add_sub(name: str, elem: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def identity(name: str) -> onnx.ModelProto:
-    shape = ["N", 1]
+def identity(name: str, elem: int = TensorProto.STRING, width: int | str = "M") -> onnx.ModelProto:
+    """OUTPUT0 = INPUT0 on [N, width]; a named width (the default) is a dim each call
+    gives (`-1` in the config), as Triton declares `simple_identity`."""
+    shape = ["N", width]
     graph = helper.make_graph(
         [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
         name,
-        [helper.make_tensor_value_info("INPUT0", TensorProto.STRING, shape)],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.STRING, shape)],
+        [helper.make_tensor_value_info("INPUT0", elem, shape)],
+        [helper.make_tensor_value_info("OUTPUT0", elem, shape)],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+#: `densenet_onnx`'s classes and the file naming them, one a line (Triton's
+#: `densenet_labels.txt` names ImageNet's; these are numbered).
+DENSENET_CLASSES = 1000
+DENSENET_LABELS = "densenet_labels.txt"
+
+
+def densenet(name: str) -> onnx.ModelProto:
+    """A stand-in for Triton's `densenet_onnx` with its interface — `data_0` FP32
+    [3, 224, 224] (FORMAT_NCHW, no batch axis) -> `fc6_1` FP32 [1000] class scores —
+    and a real computation on the image, far smaller than DenseNet's: each channel's
+    mean (ReduceMean over height and width), then a fixed linear layer
+    (fc6_1 = means x W + b, W [3, 1000] and b [1000] from cosines), so that
+    different images get different top classes."""
+    weights = [
+        math.cos(0.37 * (c + 1) * k + 0.11 * c)
+        for c in range(3)
+        for k in range(DENSENET_CLASSES)
+    ]
+    bias = [0.01 * math.sin(0.05 * k) for k in range(DENSENET_CLASSES)]
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMean", ["data_0"], ["means"], axes=[1, 2], keepdims=0),
+            helper.make_node("MatMul", ["means", "W"], ["scores"]),
+            helper.make_node("Add", ["scores", "b"], ["fc6_1"]),
+        ],
+        name,
+        [helper.make_tensor_value_info("data_0", TensorProto.FLOAT, [3, 224, 224])],
+        [helper.make_tensor_value_info("fc6_1", TensorProto.FLOAT, [DENSENET_CLASSES])],
+        initializer=[
+            helper.make_tensor("W", TensorProto.FLOAT, [3, DENSENET_CLASSES], weights),
+            helper.make_tensor("b", TensorProto.FLOAT, [DENSENET_CLASSES], bias),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+#: Lines a model's config adds to a tensor's section, by model and tensor: what
+#: Triton's config of that model says beyond type and dims.
+TENSOR_EXTRAS = {
+    ("densenet_onnx", "data_0"): ['format = "FORMAT_NCHW"'],
+    ("densenet_onnx", "fc6_1"): [f'label_filename = "{DENSENET_LABELS}"'],
+}
 
 
 #: The control inputs of `simple_sequence`, after its own input, in graph order.
@@ -209,12 +265,14 @@ def config(model: onnx.ModelProto, max_batch_size: int) -> str:
             if v.name in controls:
                 continue
             t = v.type.tensor_type
-            dims = [d.dim_value for d in t.shape.dim[skip:]]
+            # A named dim beyond the batch axis is one each call gives: -1.
+            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim[skip:]]
             lines += [
                 f"[[{section}]]",
                 f'name = "{v.name}"',
                 f'data_type = "{CONFIG_TYPES[t.elem_type]}"',
                 f"dims = {dims}",
+                *TENSOR_EXTRAS.get((model.graph.name, v.name), []),
                 "",
             ]
     if sequenced:
@@ -233,6 +291,8 @@ def models() -> dict[str, tuple[onnx.ModelProto, int]]:
         "simple_sequence": (sequence("simple_sequence"), 8),
         "simple_accumulator": (accumulator("simple_accumulator"), 8),
         "repeat_int32": (repeat("repeat_int32"), 0),
+        "custom_identity_int32": (identity("custom_identity_int32", TensorProto.INT32, 16), 8),
+        "densenet_onnx": (densenet("densenet_onnx"), 0),
     }
 
 
@@ -244,6 +304,9 @@ def write(out: Path) -> list[str]:
         (folder / "1").mkdir(parents=True, exist_ok=True)
         onnx.save(model, str(folder / "1" / "model.onnx"))
         (folder / "config.toml").write_text(config(model, max_batch))
+        if name == "densenet_onnx":
+            labels = "".join(f"class_{k}\n" for k in range(DENSENET_CLASSES))
+            (folder / DENSENET_LABELS).write_text(labels)
         names.append(name)
     return names
 

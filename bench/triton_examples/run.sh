@@ -10,9 +10,13 @@
 #   git clone --depth 1 https://github.com/triton-inference-server/client triton-client
 #   bench/triton_examples/run.sh triton-client/src/python/examples
 #
-# Needs: python3 with tritonclient[http,grpc] and onnx (pip install "tritonclient[all]"
-# onnx). Environment: NODE_BIN [target/debug/netaccel-node, built when missing],
-# TIMEOUT [60] s per example. Exit status 0; the last line is "N passed, N failed".
+# Needs: python3; tritonclient[http,grpc], onnx, pillow and attrdict (the image
+# clients) are installed with pip when missing. The image clients classify one
+# picture the runner draws (a colour gradient) with `densenet_onnx`, top 3 classes. The node listens on Triton's own ports, 8000 (HTTP)
+# and 8001 (gRPC), when they are free: memory_growth_test.py takes no address and
+# calls those; otherwise on free ports, and that example fails saying so.
+# Environment: NODE_BIN [target/debug/netaccel-node, built when missing], TIMEOUT [60]
+# s per example. Exit status 0; the last line is "N passed, N failed".
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,6 +31,13 @@ TIMEOUT=${TIMEOUT:-60}
 HOST=127.0.0.1
 NODE_BIN=${NODE_BIN:-$ROOT/target/debug/netaccel-node}
 [[ -x "$NODE_BIN" ]] || (cd "$ROOT" && cargo build -q -p netaccel-node)
+for module in tritonclient.http:"tritonclient[http,grpc]" tritonclient.grpc:"tritonclient[http,grpc]" \
+    onnx:onnx PIL:pillow attrdict:attrdict; do
+    if ! python3 -c "import ${module%%:*}" >/dev/null 2>&1; then
+        log "installing ${module#*:}"
+        python3 -m pip install -q "${module#*:}"
+    fi
+done
 
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/netaccel-triton-examples.XXXXXX")
 NODE_PID=""
@@ -38,6 +49,10 @@ trap cleanup EXIT
 
 python3 "$ROOT/bench/triton_examples/make_models.py" "$SCRATCH/models" >&2
 HTTP_PORT="" GRPC_PORT="" RAC_PORT=""
+# Triton's ports when both are free (see above).
+if [[ -z "$(port_probe 8000 8001 | tr -d '[:space:]')" ]]; then
+    HTTP_PORT=8000 GRPC_PORT=8001
+fi
 pick_ports HTTP_PORT GRPC_PORT RAC_PORT
 "$NODE_BIN" --http "$HOST:$HTTP_PORT" --grpc "$HOST:$GRPC_PORT" --rac "$HOST:$RAC_PORT" \
     --models "$SCRATCH/models" --log-level warn 2>"$SCRATCH/node.log" &
@@ -45,13 +60,35 @@ NODE_PID=$!
 server_up netaccel-node "$NODE_PID" "$HTTP_PORT" "$SCRATCH/node.log" || exit 1
 server_up netaccel-node "$NODE_PID" "$GRPC_PORT" "$SCRATCH/node.log" || exit 1
 
+# The image clients' picture.
+python3 -c 'import sys
+from PIL import Image
+img = Image.new("RGB", (320, 240))
+img.putdata([(x * 255 // 319, y * 255 // 239, 96) for y in range(240) for x in range(320)])
+img.save(sys.argv[1])' "$SCRATCH/picture.png"
+
 passed=0 failed=0
 printf '| example | result | why it fails |\n| --- | --- | --- |\n'
 for example in "$EXAMPLES"/*.py; do
     name=$(basename "$example")
-    url="$HOST:$HTTP_PORT"
-    [[ "$name" != *grpc* ]] || url="$HOST:$GRPC_PORT"
-    if (cd "$SCRATCH" && timeout "$TIMEOUT" python3 "$example" -u "$url") >"$SCRATCH/out" 2>&1; then
+    args=(-u "$HOST:$HTTP_PORT")
+    [[ "$name" != *grpc* ]] || args=(-u "$HOST:$GRPC_PORT")
+    # It has no address option: it calls localhost:8000 (or 8001 with `-i grpc`).
+    if [[ "$name" == memory_growth_test.py ]]; then
+        args=(-r 20)
+        if [[ "$HTTP_PORT" != 8000 ]]; then
+            failed=$((failed + 1))
+            printf '| %s | FAIL | ports 8000/8001 were taken%s: it calls only those |\n' \
+                "$name" "$(port_holder 8000)$(port_holder 8001)"
+            continue
+        fi
+    fi
+    case "$name" in
+    image_client.py | grpc_image_client.py)
+        args+=(-m densenet_onnx -c 3 -s INCEPTION "$SCRATCH/picture.png")
+        ;;
+    esac
+    if (cd "$SCRATCH" && timeout "$TIMEOUT" python3 "$example" "${args[@]}") >"$SCRATCH/out" 2>&1; then
         passed=$((passed + 1))
         printf '| %s | pass | |\n' "$name"
     else

@@ -212,7 +212,12 @@ def test_the_page_has_recipes_with_outputs():
 def test_recipe_prints_the_documented_output(node, block, tmp_path):
     script = tmp_path / ("recipe.sh" if block.lang == "sh" else "recipe.py")
     script.write_text(block.text)
-    env = {**os.environ, "NETACCEL_NODE": node.url, "NETACCEL_GRPC": node.grpc or ""}
+    env = {
+        **os.environ,
+        "NETACCEL_NODE": node.url,
+        "NETACCEL_GRPC": node.grpc or "",
+        "NETACCEL_BIN": str(node.bin_dir),
+    }
     cmd = ["bash", str(script)] if block.lang == "sh" else [sys.executable, str(script)]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr

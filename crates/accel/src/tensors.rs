@@ -8,9 +8,13 @@
 //! batch axis (`max_batch_size > 0`) the batch size is not sent: it is the payload's
 //! length over the bytes one item takes, so `/v1/fn`, RAC and v2 carry the same bytes.
 //!
-//! Every dimension but the batch is fixed, so a payload's size is known before it is
-//! read and a call cannot ask a model for more than `max_batch_size` items. BYTES
-//! tensors are the exception: their elements are strings, each its 4-byte
+//! A dim may also be *given* by each call (`-1` in a model configuration, beyond the
+//! batch axis; [`ANY_DIM`]): then the payload starts with the values of its inputs'
+//! given dims, and the output with those of its outputs', each a u32 little-endian, in
+//! declared order ([`Tensors::given_inputs`], [`Tensors::given_outputs`],
+//! [`push_given_dims`]). Every other dimension but the batch is fixed, so a payload's
+//! size is known before it is read and a call cannot ask a model for more than
+//! `max_batch_size` items. BYTES tensors are the exception: their elements are strings, each its 4-byte
 //! little-endian length then its bytes (Triton's serialisation, and the protocol's
 //! binary form), so a payload with BYTES inputs is walked to find its batch
 //! ([`Tensors::split_inputs`]). This module is the one home of that layout; the
@@ -41,6 +45,16 @@ pub enum DataType {
 
 /// Bytes of the length before each element of a BYTES tensor.
 pub const BYTES_LENGTH_PREFIX: usize = 4;
+
+/// A dim each call gives (`-1` in a model configuration, beyond the batch axis),
+/// stored as 0, which no fixed dim is.
+pub const ANY_DIM: u64 = 0;
+/// Bytes of each given dim's value at the front of a payload or an output (u32,
+/// little-endian).
+pub const GIVEN_DIM_BYTES: usize = 4;
+/// The largest value a call may give a dim: a bound, before the payload's own size
+/// bounds the elements.
+pub const GIVEN_DIM_MAX: u64 = 1 << 26;
 
 impl DataType {
     /// Every type, in the order error messages list them.
@@ -207,9 +221,14 @@ pub struct TensorSpec {
 }
 
 impl TensorSpec {
-    /// Elements in one item.
+    /// Elements in one item; with given dims ([`ANY_DIM`]), the least (each given 1).
     pub fn item_elements(&self) -> usize {
-        self.dims.iter().product::<u64>() as usize
+        self.dims.iter().map(|&d| d.max(1)).product::<u64>() as usize
+    }
+
+    /// How many of its dims each call gives.
+    pub fn given_dims(&self) -> usize {
+        self.dims.iter().filter(|&&d| d == ANY_DIM).count()
     }
 
     /// Bytes one item takes; for BYTES, the least it takes (every element empty).
@@ -284,8 +303,23 @@ impl Tensors {
     /// How many items a payload of `len` bytes carries (1 without a batch axis), or why
     /// it cannot be this model's input. With BYTES inputs the length only bounds the
     /// batch: `len` must hold at least one item, and [`Tensors::split_inputs`] tells.
+    ///
+    /// A payload with given dims ([`ANY_DIM`]) carries its batch with them: here the
+    /// length only bounds it (1 when it holds the given dims and one item of the least
+    /// size); [`Tensors::given_inputs`] then [`Tensors::split_inputs`] tell.
     pub fn batch_of(&self, len: usize) -> Result<usize, CallError> {
         let item = self.input_item_bytes();
+        let given: usize = self.inputs.iter().map(TensorSpec::given_dims).sum();
+        if given > 0 {
+            let least = given * GIVEN_DIM_BYTES + item;
+            return if len >= least {
+                Ok(1)
+            } else {
+                bad(format!(
+                    "the model takes at least {least} bytes of input (its given dims, then one item), got {len}"
+                ))
+            };
+        }
         if !self.inputs_fixed() {
             return if len >= item {
                 Ok(1)
@@ -318,6 +352,9 @@ impl Tensors {
     /// walk over the element lengths, and only candidates whose least size fits the
     /// payload are tried (at most `max_batch_size`).
     pub fn split_inputs<'p>(&self, payload: &'p [u8]) -> Result<(usize, Vec<&'p [u8]>), CallError> {
+        if self.inputs.iter().any(|s| s.given_dims() > 0) {
+            return bad("the inputs' given dims are to be read first (Tensors::given_inputs)");
+        }
         if self.inputs_fixed() {
             let batch = self.batch_of(payload.len())?;
             let parts = split(&self.inputs, batch, payload).map_err(CallError::BadRequest)?;
@@ -344,23 +381,126 @@ impl Tensors {
         batch: usize,
         output: &'o [u8],
     ) -> Result<Vec<&'o [u8]>, String> {
+        if self.outputs.iter().any(|s| s.given_dims() > 0) {
+            return Err(
+                "the outputs' given dims are to be read first (Tensors::given_outputs)".into(),
+            );
+        }
         split(&self.outputs, batch, output)
     }
 
     /// The shape of `spec` (one of this model's tensors) for `batch` items: with the
     /// batch axis first when the model has one.
     pub fn shape(&self, spec: &TensorSpec, batch: usize) -> Vec<u64> {
+        debug_assert_eq!(spec.given_dims(), 0, "a shape of given dims is the call's");
         let lead = (self.max_batch_size > 0).then_some(batch as u64);
         lead.into_iter().chain(spec.dims.iter().copied()).collect()
     }
 
-    /// The declared shape of `spec`, `-1` standing for the batch axis.
+    /// The declared shape of `spec`, `-1` standing for the batch axis and for the dims
+    /// each call gives.
     pub fn declared_shape(&self, spec: &TensorSpec) -> Vec<i64> {
         let lead = (self.max_batch_size > 0).then_some(-1);
         lead.into_iter()
-            .chain(spec.dims.iter().map(|&d| d as i64))
+            .chain(spec.dims.iter().map(|&d| dim_i64(d)))
             .collect()
     }
+
+    /// Whether any tensor has a dim each call gives: then a payload starts with its
+    /// inputs' given dims, an output with its outputs' (see the module docs).
+    pub fn gives_dims(&self) -> bool {
+        self.inputs
+            .iter()
+            .chain(&self.outputs)
+            .any(|s| s.given_dims() > 0)
+    }
+
+    /// The model's tensors with its inputs' given dims read from the front of a call's
+    /// `payload`, and the rest of it (the inputs' elements). Outputs are left as
+    /// declared.
+    pub fn given_inputs<'p>(&self, payload: &'p [u8]) -> Result<(Tensors, &'p [u8]), CallError> {
+        let mut given = self.clone();
+        let rest = fill_given(&mut given.inputs, payload).map_err(CallError::BadRequest)?;
+        Ok((given, rest))
+    }
+
+    /// The model's tensors with its outputs' given dims read from the front of a
+    /// call's `output`, and the rest of it (the outputs' elements).
+    pub fn given_outputs<'o>(&self, output: &'o [u8]) -> Result<(Tensors, &'o [u8]), CallError> {
+        let mut given = self.clone();
+        let rest = fill_given(&mut given.outputs, output).map_err(CallError::Internal)?;
+        Ok((given, rest))
+    }
+}
+
+/// A declared dim as the protocol writes it: `-1` for one each call gives.
+pub fn dim_i64(d: u64) -> i64 {
+    if d == ANY_DIM {
+        -1
+    } else {
+        d as i64
+    }
+}
+
+/// Fills the given dims of `specs` from the front of `data`; returns the rest.
+fn fill_given<'d>(specs: &mut [TensorSpec], mut data: &'d [u8]) -> Result<&'d [u8], String> {
+    for spec in specs {
+        for d in spec.dims.iter_mut().filter(|d| **d == ANY_DIM) {
+            let Some((value, rest)) = data.split_first_chunk::<GIVEN_DIM_BYTES>() else {
+                return Err(format!(
+                    "tensor {}: the given dims are cut short ({} bytes left)",
+                    spec.name,
+                    data.len()
+                ));
+            };
+            let value = u64::from(u32::from_le_bytes(*value));
+            if value == 0 || value > GIVEN_DIM_MAX {
+                return Err(format!(
+                    "tensor {}: a given dim of {value}, not 1 to {GIVEN_DIM_MAX}",
+                    spec.name
+                ));
+            }
+            *d = value;
+            data = rest;
+        }
+        debug_assert_eq!(spec.given_dims(), 0, "every given dim is filled");
+    }
+    Ok(data)
+}
+
+/// Appends the given dims of `specs` as a payload or an output carries them, taken
+/// from `shapes` (each tensor's dims of one item, in `specs` order), after checking
+/// each shape against its declaration (rank, fixed dims, given dims within bounds).
+pub fn push_given_dims<'s>(
+    specs: &[TensorSpec],
+    shapes: impl IntoIterator<Item = &'s [u64]>,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    let mut shapes = shapes.into_iter();
+    for spec in specs {
+        let shape = shapes
+            .next()
+            .ok_or_else(|| format!("tensor {} has no shape", spec.name))?;
+        let fits = shape.len() == spec.dims.len()
+            && shape.iter().zip(&spec.dims).all(|(&s, &d)| {
+                if d == ANY_DIM {
+                    (1..=GIVEN_DIM_MAX).contains(&s)
+                } else {
+                    s == d
+                }
+            });
+        if !fits {
+            let declared: Vec<i64> = spec.dims.iter().map(|&d| dim_i64(d)).collect();
+            return Err(format!(
+                "tensor {} has dims {shape:?}, declared {declared:?} (-1: 1 to {GIVEN_DIM_MAX})",
+                spec.name
+            ));
+        }
+        for (&s, _) in shape.iter().zip(&spec.dims).filter(|(_, &d)| d == ANY_DIM) {
+            out.extend_from_slice(&(s as u32).to_le_bytes());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -445,6 +585,62 @@ mod tests {
             .contains("says 3 bytes, 2"));
         assert!(bytes_span(&[1, 0], 1).unwrap_err().contains("cut short"));
         assert_eq!(bytes_elements(&[]).count(), 0);
+    }
+
+    #[test]
+    fn given_dims_lead_the_payload_and_the_output() {
+        let t = |name: &str, datatype, dims: &[u64]| TensorSpec {
+            name: name.into(),
+            datatype,
+            dims: dims.to_vec(),
+        };
+        // Triton's simple_identity: BYTES [-1] with a batch axis.
+        let m = Tensors {
+            inputs: vec![t("INPUT0", DataType::Bytes, &[ANY_DIM])],
+            outputs: vec![t("OUTPUT0", DataType::Bytes, &[ANY_DIM])],
+            max_batch_size: 8,
+        };
+        assert!(m.gives_dims());
+        assert_eq!(m.declared_shape(&m.inputs[0]), [-1, -1]);
+        let mut payload = Vec::new();
+        push_given_dims(&m.inputs, [&[3u64][..]], &mut payload).unwrap();
+        assert_eq!(payload, 3u32.to_le_bytes());
+        payload.extend_from_slice(&strings(&[b"a", b"b", b"c", b"d", b"e", b"f"]));
+        assert!(
+            m.split_inputs(&payload).is_err(),
+            "the given dims come first"
+        );
+        let (given, rest) = m.given_inputs(&payload).unwrap();
+        assert_eq!(given.inputs[0].dims, [3]);
+        assert_eq!(given.outputs[0].dims, [ANY_DIM], "outputs are the run's");
+        let (batch, parts) = given.split_inputs(rest).unwrap();
+        assert_eq!((batch, parts[0]), (2, rest));
+        assert_eq!(
+            m.batch_of(payload.len()).unwrap(),
+            1,
+            "the length only bounds it"
+        );
+        assert!(m.batch_of(5).is_err());
+        // An output gives its own.
+        let mut out = Vec::new();
+        push_given_dims(&m.outputs, [&[1u64][..]], &mut out).unwrap();
+        out.extend_from_slice(&strings(&[b"x", b"y"]));
+        let (given, rest) = m.given_outputs(&out).unwrap();
+        assert_eq!(given.split_outputs(2, rest).unwrap(), [rest]);
+        assert_eq!(given.shape(&given.outputs[0], 2), [2, 1]);
+        // Fixed dims are checked, given ones bounded.
+        let fixed = [t("x", DataType::Int32, &[ANY_DIM, 4])];
+        let mut sink = Vec::new();
+        assert!(push_given_dims(&fixed, [&[5u64, 4][..]], &mut sink).is_ok());
+        assert_eq!(sink, 5u32.to_le_bytes());
+        for bad in [&[5u64, 3][..], &[5], &[0, 4], &[GIVEN_DIM_MAX + 1, 4]] {
+            assert!(
+                push_given_dims(&fixed, [bad], &mut Vec::new()).is_err(),
+                "{bad:?}"
+            );
+        }
+        assert!(m.given_inputs(&[1, 0]).is_err(), "cut short");
+        assert!(m.given_inputs(&0u32.to_le_bytes()).is_err(), "zero");
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! data_type = "TYPE_FP32"      # any of Triton's: TYPE_BOOL, TYPE_UINT8..64, TYPE_INT8..64,
 //!                              # TYPE_FP16, TYPE_BF16, TYPE_FP32, TYPE_FP64, TYPE_STRING
 //!                              # (or the protocol's names: FP32, BYTES, …)
-//! dims = [1, 8, 8]             # one item, without the batch axis
+//! dims = [1, 8, 8]             # one item, without the batch axis; -1: a dim each
+//!                              # call gives (accel::tensors, given dims)
 //! [[output]]
 //! name = "logits"
 //! data_type = "TYPE_FP32"
@@ -25,7 +26,7 @@
 //! ```
 
 use accel::batch::Policy;
-use accel::tensors::{DataType, TensorSpec, Tensors, INPUT_FORMATS};
+use accel::tensors::{DataType, TensorSpec, Tensors, ANY_DIM, INPUT_FORMATS};
 use serde::Deserialize;
 
 use crate::batching::{instances, DynamicBatching, InstanceGroup};
@@ -288,6 +289,23 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
     }
     let mut inputs = tensors("input", raw.input)?;
     let mut outputs = tensors("output", raw.output)?;
+    let given = inputs.iter().chain(&outputs).any(|t| t.given_dims() > 0);
+    if given
+        && (raw.dynamic_batching.is_some()
+            || raw.sequence_batching.is_some()
+            || raw
+                .model_transaction_policy
+                .as_ref()
+                .is_some_and(|p| p.decoupled))
+    {
+        // Calls joined along the batch axis, a sequence's state and a decoupled
+        // model's responses all need every other dim fixed.
+        return Err(
+            "dims: -1 (a dim each call gives) is for models without dynamic_batching, \
+             sequence_batching or a decoupled transaction policy"
+                .to_string(),
+        );
+    }
     if raw.dynamic_batching.is_some() && raw.sequence_batching.is_some() {
         return Err(
             "dynamic_batching and sequence_batching: a model has one scheduler, not both"
@@ -400,10 +418,14 @@ fn tensors(what: &str, raw: Vec<RawTensor>) -> Result<Vec<TensorSpec>, String> {
         let mut dims = Vec::with_capacity(r.dims.len());
         let mut elements = 1u64;
         for d in r.dims {
-            // Only the batch axis may vary (and it is not listed): a payload's size is
-            // known from the config.
+            // -1: a dim each call gives (`accel::tensors`, given dims; the batch axis
+            // is not listed); every other is fixed, which bounds a payload's size.
+            if d == -1 {
+                dims.push(ANY_DIM);
+                continue;
+            }
             let d = u64::try_from(d).ok().filter(|&d| d > 0).ok_or_else(|| {
-                format!("{at}: dims: {d}: every dim is fixed and positive (only the batch axis varies, and it is not listed)")
+                format!("{at}: dims: {d}: every dim is positive, or -1 for one each call gives (the batch axis is not listed)")
             })?;
             elements = elements
                 .checked_mul(d)
@@ -486,6 +508,30 @@ dims = [10]
     }
 
     #[test]
+    fn a_dim_of_minus_one_is_given_by_each_call() {
+        let identity =
+            "max_batch_size = 8\n[[input]]\nname = \"INPUT0\"\ndata_type = \"TYPE_STRING\"\n\
+                        dims = [-1]\n[[output]]\nname = \"OUTPUT0\"\ndata_type = \"TYPE_STRING\"\n\
+                        dims = [-1]\n";
+        let c = parse("simple_identity", identity).unwrap();
+        assert_eq!(c.tensors.inputs[0].dims, [ANY_DIM]);
+        assert_eq!(c.tensors.declared_shape(&c.tensors.outputs[0]), [-1, -1]);
+        let mixed = DIGITS.replacen("[1, 8, 8]", "[1, -1, 8]", 1);
+        assert_eq!(
+            parse("digits", &mixed).unwrap().tensors.inputs[0].dims,
+            [1, ANY_DIM, 8]
+        );
+        // Joining calls, a sequence's state and decoupled responses need fixed dims.
+        for section in [
+            "[dynamic_batching]\n",
+            "[model_transaction_policy]\ndecoupled = true\n",
+        ] {
+            let e = parse("simple_identity", &format!("{identity}{section}")).unwrap_err();
+            assert!(e.contains("a dim each call gives"), "{e}");
+        }
+    }
+
+    #[test]
     fn bad_configs_are_refused_naming_the_field() {
         let err = |text: &str| parse("digits", text).unwrap_err();
         let with = |from: &str, to: &str| DIGITS.replacen(from, to, 1);
@@ -518,8 +564,8 @@ dims = [10]
             "{engine}"
         );
         assert!(err(&with("TYPE_FP32", "TYPE_COMPLEX64")).contains("data_type `TYPE_COMPLEX64`"));
-        assert!(err(&with("[1, 8, 8]", "[-1, 8, 8]")).contains("fixed and positive"));
-        assert!(err(&with("[1, 8, 8]", "[0, 8, 8]")).contains("fixed and positive"));
+        assert!(err(&with("[1, 8, 8]", "[-2, 8, 8]")).contains("positive, or -1"));
+        assert!(err(&with("[1, 8, 8]", "[0, 8, 8]")).contains("positive, or -1"));
         assert!(err(&with("= 64", "= 5000")).contains("max_batch_size"));
         let huge = with("[1, 8, 8]", "[4096, 4096, 4096, 4096]");
         assert!(err(&huge).contains("more than"), "{}", err(&huge));
@@ -589,7 +635,8 @@ pub mod fuzzing {
                 specs[..i].iter().all(|u| u.name != t.name),
                 "names distinct"
             );
-            assert!(t.dims.len() <= RANK_MAX && t.dims.iter().all(|&d| d > 0));
+            // Fixed dims within the elements' bound; 0 is a given dim (-1).
+            assert!(t.dims.len() <= RANK_MAX && t.dims.iter().all(|&d| d <= CALL_BYTES_MAX));
         }
     }
 
@@ -612,6 +659,10 @@ pub mod fuzzing {
         assert!(t.input_item_bytes() as u64 * items <= CALL_BYTES_MAX);
         assert!(t.output_item_bytes() as u64 * items <= CALL_BYTES_MAX);
         assert!(config.instances >= 1);
+        if t.gives_dims() {
+            assert!(config.dynamic_batching.is_none() && config.sequence_batching.is_none());
+            assert!(config.responses.is_none());
+        }
         for (name, _) in &config.formats {
             assert!(t.inputs.iter().any(|i| &i.name == name));
         }

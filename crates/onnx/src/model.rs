@@ -14,7 +14,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use accel::tensors::{DataType, TensorConfig, TensorSpec, Tensors};
+use std::borrow::Cow;
+
+use accel::tensors::{push_given_dims, DataType, TensorConfig, TensorSpec, Tensors, ANY_DIM};
 use accel::{Accelerator, CallError, Descriptor, ParamBlock};
 use sha2::{Digest, Sha256};
 use tract_onnx::prelude::*;
@@ -271,7 +273,16 @@ fn typed(onnx: &[u8], tensors: &Tensors) -> Result<(TypedModel, u64), String> {
     same_names("input", &inputs, &tensors.inputs)?;
     same_names("output", &outputs, &tensors.outputs)?;
     for (ix, spec) in tensors.inputs.iter().enumerate() {
-        let mut shape: TVec<TDim> = spec.dims.iter().map(|&d| (d as i64).into()).collect();
+        // A dim each call gives is a symbol of its own, resolved from the call's input.
+        let mut shape: TVec<TDim> = spec
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(axis, &d)| match d {
+                ANY_DIM => model.symbols.sym(&format!("given_{ix}_{axis}")).into(),
+                d => (d as i64).into(),
+            })
+            .collect();
         if batched {
             shape.insert(0, batch.clone().into());
         }
@@ -289,11 +300,22 @@ fn typed(onnx: &[u8], tensors: &Tensors) -> Result<(TypedModel, u64), String> {
     let macs_per_item = macs(&model, batched.then_some(&batch));
     for (ix, spec) in tensors.outputs.iter().enumerate() {
         let fact = model.output_fact(ix).map_err(|e| e.to_string())?;
-        let mut want: TVec<TDim> = spec.dims.iter().map(|&d| (d as i64).into()).collect();
+        let mut want: TVec<Option<TDim>> = spec
+            .dims
+            .iter()
+            .map(|&d| (d != ANY_DIM).then(|| (d as i64).into()))
+            .collect();
         if batched {
-            want.insert(0, batch.clone().into());
+            want.insert(0, Some(batch.clone().into()));
         }
-        if fact.datum_type != tract_datum(spec)? || fact.shape.dims() != &*want {
+        // A given dim (None) is whatever the run computes.
+        let shape_fits = fact.shape.len() == want.len()
+            && fact
+                .shape
+                .iter()
+                .zip(&want)
+                .all(|(d, w)| w.as_ref().is_none_or(|w| w == d));
+        if fact.datum_type != tract_datum(spec)? || !shape_fits {
             return Err(format!(
                 "output `{}`: the model computes {:?} of shape {:?}, config.toml declares {} {:?}{}",
                 spec.name,
@@ -466,8 +488,9 @@ impl Accelerator for Model {
             }
             .run(input, out),
             Engine::OnnxRuntime { own, .. } => {
-                let (batch, parts) = self.tensors.split_inputs(input)?;
-                own.run(&self.tensors, batch, &parts, out)
+                let (tensors, input) = given(&self.tensors, input)?;
+                let (batch, parts) = tensors.split_inputs(input)?;
+                own.run(&tensors, batch, &parts, out)
             }
         }
     }
@@ -520,15 +543,15 @@ impl Session {
     /// `out` receives the outputs the same way.
     pub fn run(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
         out.clear();
-        let (batch, parts) = self.tensors.split_inputs(input)?;
+        let (tensors, input) = given(&self.tensors, input)?;
+        let (batch, parts) = tensors.split_inputs(input)?;
         let plans = match &self.run {
             Run::Tract(plans) => plans,
-            Run::OnnxRuntime(runner) => return runner.run(&self.tensors, batch, &parts, out),
+            Run::OnnxRuntime(runner) => return runner.run(&tensors, batch, &parts, out),
         };
-        let mut values: TVec<TValue> = TVec::with_capacity(self.tensors.inputs.len());
-        for (spec, bytes) in self.tensors.inputs.iter().zip(parts) {
-            let shape: Vec<usize> = self
-                .tensors
+        let mut values: TVec<TValue> = TVec::with_capacity(tensors.inputs.len());
+        for (spec, bytes) in tensors.inputs.iter().zip(parts) {
+            let shape: Vec<usize> = tensors
                 .shape(spec, batch)
                 .into_iter()
                 .map(|d| d as usize)
@@ -539,9 +562,13 @@ impl Session {
         let results = catch_unwind(AssertUnwindSafe(|| plan.run(values)))
             .map_err(|_| CallError::Internal("tract panicked running the model".into()))?
             .map_err(|e| CallError::Internal(format!("running the model: {e:#}")))?;
-        for (spec, value) in self.tensors.outputs.iter().zip(&results) {
+        let shapes = results
+            .iter()
+            .map(|v| v.shape().iter().map(|&d| d as u64).collect());
+        push_output_dims(&tensors, batch, shapes, out)?;
+        for (spec, value) in tensors.outputs.iter().zip(&results) {
             let want = spec.item_elements() * batch;
-            if value.len() != want {
+            if spec.given_dims() == 0 && value.len() != want {
                 return Err(CallError::Internal(format!(
                     "output `{}` has {} elements, {want} expected",
                     spec.name,
@@ -552,6 +579,48 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// `tensors` with the given dims of the call's `input` filled in, and the rest of the
+/// input; as they are for a model without given dims (`accel::tensors`).
+pub(crate) fn given<'t, 'p>(
+    tensors: &'t Tensors,
+    input: &'p [u8],
+) -> Result<(Cow<'t, Tensors>, &'p [u8]), CallError> {
+    if !tensors.gives_dims() {
+        return Ok((Cow::Borrowed(tensors), input));
+    }
+    let (given, rest) = tensors.given_inputs(input)?;
+    Ok((Cow::Owned(given), rest))
+}
+
+/// Writes the given dims of the outputs a run computed (`shapes`: each output's whole
+/// shape, the batch axis first when the model has one) at the front of `out`, after
+/// checking them against the declaration; nothing for a model without given output
+/// dims.
+pub(crate) fn push_output_dims(
+    tensors: &Tensors,
+    batch: usize,
+    shapes: impl Iterator<Item = Vec<u64>>,
+    out: &mut Vec<u8>,
+) -> Result<(), CallError> {
+    if tensors.outputs.iter().all(|s| s.given_dims() == 0) {
+        return Ok(());
+    }
+    debug_assert!(out.is_empty(), "the given dims lead the output");
+    let lead = usize::from(tensors.max_batch_size > 0);
+    let mut items = Vec::with_capacity(tensors.outputs.len());
+    for (spec, shape) in tensors.outputs.iter().zip(shapes) {
+        if lead == 1 && shape.first() != Some(&(batch as u64)) {
+            return Err(CallError::Internal(format!(
+                "output `{}` has shape {shape:?}, not a batch of {batch}",
+                spec.name
+            )));
+        }
+        items.push(shape[lead.min(shape.len())..].to_vec());
+    }
+    push_given_dims(&tensors.outputs, items.iter().map(Vec::as_slice), out)
+        .map_err(CallError::Internal)
 }
 
 /// A tract tensor of `shape` from an input's payload bytes.

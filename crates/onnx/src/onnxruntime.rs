@@ -175,10 +175,15 @@ impl Runner {
         }
         let results = session.run(values.as_slice()).map_err(internal)?;
         out.clear();
+        let shapes = (0..tensors.outputs.len()).map(|ix| match results[ix].dtype() {
+            ValueType::Tensor { shape, .. } => shape.iter().map(|&d| d.max(0) as u64).collect(),
+            _ => Vec::new(),
+        });
+        crate::model::push_output_dims(tensors, batch, shapes, out)?;
         for (ix, spec) in tensors.outputs.iter().enumerate() {
             let want = spec.item_elements() * batch;
             let got = push_output(spec.datatype, &results[ix], out).map_err(internal)?;
-            if got != want {
+            if spec.given_dims() == 0 && got != want {
                 return Err(CallError::Internal(format!(
                     "output `{}` has {got} elements, {want} expected",
                     spec.name
@@ -349,7 +354,12 @@ fn fits(what: &str, spec: &TensorSpec, dtype: &ValueType, batched: bool) -> Resu
     if *ty != element {
         return mismatch(format!("has {ty:?}"));
     }
-    let mut want: Vec<i64> = spec.dims.iter().map(|&d| d as i64).collect();
+    // A dim each call gives is -1 here, as the batch axis is.
+    let mut want: Vec<i64> = spec
+        .dims
+        .iter()
+        .map(|&d| accel::tensors::dim_i64(d))
+        .collect();
     if batched {
         want.insert(0, -1);
     }

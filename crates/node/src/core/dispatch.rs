@@ -18,6 +18,7 @@ use std::sync::Arc;
 use accel::Catalog;
 use rac_proto::Status;
 use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
 
 use crate::core::clock::Clock;
 use crate::core::slot::{Answer, Call, Refused, Slot, SlotLimits, Submitted};
@@ -279,11 +280,59 @@ impl Dispatcher {
     /// each call on its own request (HTTP's `/v1/fn` and v2, gRPC) run one, so that
     /// admission, the tenant's share of a queue, the deadline and the accelerator's
     /// metrics are the same whichever protocol carried it.
+    ///
+    /// Dropped before its answer (a gRPC call its client cancelled), the future
+    /// withdraws the call from its slot's queue ([`Dispatcher::wait`]).
     pub async fn run(&self, call: Call) -> Answer {
         match self.submit(call) {
             Submitted::Done(answer) => answer,
-            Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
+            Submitted::Queued(rx) => self.wait(rx).await,
         }
+    }
+
+    /// [`Dispatcher::run`] for a caller that can tell when it has left: `None` when
+    /// `left` ends while the call is still queued or running (an HTTP client closed
+    /// its connection), the call then withdrawn as a dropped `run` withdraws it.
+    /// `left` is polled only while the call waits for a slot: a call answered at once
+    /// never looks at it.
+    pub async fn run_unless(
+        &self,
+        call: Call,
+        left: impl std::future::Future<Output = ()>,
+    ) -> Option<Answer> {
+        let rx = match self.submit(call) {
+            Submitted::Done(answer) => return Some(answer),
+            Submitted::Queued(rx) => rx,
+        };
+        let answer = self.wait(rx);
+        tokio::select! {
+            biased;
+            answer = answer => Some(answer),
+            () = left => None,
+        }
+    }
+
+    /// Waits for the answer of a call queued at one of the dispatcher's slots. The
+    /// future, dropped before the answer, withdraws the calls whose callers left from
+    /// the slots' queues (`core::slot::cancel`): the call never runs, its place goes
+    /// to others. No cost until then: the guard is a field on the future.
+    pub async fn wait(&self, rx: oneshot::Receiver<Answer>) -> Answer {
+        let mut waiting = Waiting {
+            rx: Some(rx),
+            dispatcher: self,
+        };
+        let answer = waiting
+            .rx
+            .as_mut()
+            .expect("the receiver is there until answered")
+            .await;
+        waiting.rx = None;
+        answer.unwrap_or_else(|_| Answer::lost())
+    }
+
+    /// Takes the calls whose callers left out of every slot's queue; returns how many.
+    fn withdraw_cancelled(&self) -> usize {
+        self.slots.iter().map(|s| s.withdraw_cancelled()).sum()
     }
 
     /// Every candidate in policy order not yet offered the call (`refusals`), and the
@@ -340,6 +389,23 @@ impl Dispatcher {
     pub fn abandon_all(&self, why: &str) -> usize {
         self.stop();
         self.slots.iter().map(|s| s.abandon_all(why)).sum()
+    }
+}
+
+/// A caller's wait for a queued call's answer ([`Dispatcher::wait`]). Dropped with the
+/// receiver still in it, the caller left before the answer: the receiver is dropped
+/// first, which marks the call's channel closed, then the slots' queues are swept.
+struct Waiting<'a> {
+    rx: Option<oneshot::Receiver<Answer>>,
+    dispatcher: &'a Dispatcher,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(rx) = self.rx.take() {
+            drop(rx);
+            self.dispatcher.withdraw_cancelled();
+        }
     }
 }
 

@@ -123,6 +123,43 @@ impl<T> FairQueue<T> {
         Some(job)
     }
 
+    /// Takes out every queued job for which `gone` holds, in no particular order, and
+    /// hands each to `each`; returns how many. Tenants keep their places in the round
+    /// (an emptied FIFO leaves at its turn, as after a pop). Walks the whole queue:
+    /// for the rare withdrawal of calls whose callers left (`slot::cancel`), never on
+    /// a call's own path.
+    pub fn remove_where(
+        &mut self,
+        mut gone: impl FnMut(&T) -> bool,
+        mut each: impl FnMut(T),
+    ) -> usize {
+        let before = self.len;
+        for q in self.queues.values_mut() {
+            if q.is_empty() || !q.iter().any(&mut gone) {
+                continue;
+            }
+            let had = q.len();
+            let mut kept = VecDeque::with_capacity(had);
+            for job in q.drain(..) {
+                if gone(&job) {
+                    each(job);
+                } else {
+                    kept.push_back(job);
+                }
+            }
+            self.len -= had - kept.len();
+            if kept.is_empty() {
+                self.active -= 1;
+            }
+            *q = kept;
+        }
+        let removed = before - self.len;
+        debug_assert!(removed <= before, "no more removed than queued");
+        self.forget_if_empty();
+        self.debug_check();
+        removed
+    }
+
     /// How many queued jobs of other tenants are served before a job `tenant` pushes
     /// now, at most: the tenants ahead of it in `fresh` when it is not in the round
     /// (it joins them), otherwise, round robin, one more than its own backlog from
@@ -394,7 +431,8 @@ mod tests {
     }
 
     /// Every operation of the tests above keeps the invariants (debug builds check
-    /// after each); here in any build, over random pushes, pops and out-of-turn takes.
+    /// after each); here in any build, over random pushes, pops, out-of-turn takes and
+    /// removals.
     #[test]
     fn every_operation_keeps_the_invariants() {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -413,6 +451,11 @@ mod tests {
                 }
                 1 => {
                     q.take_sole(tenant);
+                }
+                2 if next(8) == 0 => {
+                    let len = q.len;
+                    let odd = q.remove_where(|j| j % 2 == 1, |j| assert_eq!(j % 2, 1));
+                    assert_eq!(q.len, len - odd, "the removed jobs leave the count");
                 }
                 _ => q.push(tenant, i),
             }

@@ -166,7 +166,7 @@ impl Sequences {
             }
             let answer = match submitted {
                 Submitted::Done(answer) => answer,
-                Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
+                Submitted::Queued(rx) => dispatcher.wait(rx).await,
             };
             if let (Some(state), Status::Ok) = (held.as_deref_mut(), answer.status) {
                 keep_state(&*model, policy, &answer.output, state);

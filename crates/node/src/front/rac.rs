@@ -453,8 +453,11 @@ impl<S: Transport> RacConn<S> {
                 self.in_flight.insert(header.request_id);
                 self.node.rac_in_flight.inc();
                 let held = self.gate.hold();
+                let node = Arc::clone(&self.node);
                 self.pending.push(Box::pin(async move {
-                    let answer = rx.await.unwrap_or_else(|_| Answer::lost());
+                    // Dropped with the connection before its answer, the wait takes
+                    // the call out of its slot's queue (`core::slot::cancel`).
+                    let answer = node.dispatcher.wait(rx).await;
                     drop((held, quota));
                     (header, answer)
                 }));

@@ -108,6 +108,14 @@ pub trait Transport: Send + 'static {
 
     /// Closes the connection without losing the last response (see [`linger`]).
     fn linger(&mut self) -> impl Future<Output = ()> + Send;
+
+    /// Ends when the peer has closed its side of the connection (or it failed), as
+    /// far as the socket's state tells without reading; never ends once input is
+    /// waiting instead (a pipelined request: the caller reads it later, and a close
+    /// behind it is seen then). Costs no system call: the socket is registered
+    /// already, and a close raises its event. For a call waiting in a slot's queue
+    /// (`Dispatcher::run_unless`): a client that hung up is not served.
+    fn hung_up(&mut self) -> impl Future<Output = ()> + Send;
 }
 
 impl Transport for TcpStream {
@@ -134,6 +142,24 @@ impl Transport for TcpStream {
 
     async fn linger(&mut self) {
         linger(self).await
+    }
+
+    async fn hung_up(&mut self) {
+        hung_up(self).await
+    }
+}
+
+/// [`Transport::hung_up`] of a tokio socket: its readiness says `READ_CLOSED` (epoll's
+/// `EPOLLRDHUP` or `EPOLLHUP`) or an error. The readiness a read left assumed (a read
+/// that filled its buffer, as a body read to its exact length does) is forgotten
+/// first, or it would answer "input waiting" at once and the close behind it would
+/// never be looked for; the connection's next read tries the socket before it waits,
+/// so nothing waiting is lost, and a close, once seen, is never forgotten.
+pub async fn hung_up(stream: &TcpStream) {
+    forget_assumed_readiness(stream);
+    match stream.ready(tokio::io::Interest::READABLE).await {
+        Ok(ready) if !ready.is_read_closed() => std::future::pending().await,
+        _ => {}
     }
 }
 

@@ -24,6 +24,14 @@ pub struct SlotAccelLabel {
     pub accelerator: String,
 }
 
+/// A slot, and where a cancelled call was when its caller left: `queued` (removed,
+/// never ran) or `running` (ran to its end; its answer was dropped).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SlotStageLabel {
+    pub slot: String,
+    pub stage: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AccelLabel {
     pub accelerator: String,
@@ -70,6 +78,7 @@ pub struct Metrics {
     slot_hung_kernels: Family<SlotLabel, Counter>,
     slot_threads_abandoned: Family<SlotLabel, Gauge>,
     slot_wait_refusals: Family<SlotLabel, Counter>,
+    slot_cancelled_calls: Family<SlotStageLabel, Counter>,
     accel_calls: Family<AccelStatusLabel, Counter>,
     accel_latency_seconds: Family<AccelLabel, Histogram, fn() -> Histogram>,
     connections_open: Family<ProtocolLabel, Gauge>,
@@ -106,6 +115,7 @@ impl Metrics {
             slot_hung_kernels: Family::default(),
             slot_threads_abandoned: Family::default(),
             slot_wait_refusals: Family::default(),
+            slot_cancelled_calls: Family::default(),
             accel_calls: Family::default(),
             accel_latency_seconds: Family::new_with_constructor(seconds_histogram),
             connections_open: Family::default(),
@@ -167,6 +177,11 @@ impl Metrics {
             "slot_wait_refusals",
             "Calls the slot refused (BUSY) because other tenants' calls ahead of them were expected to take (or, counted in calls at their turn, took) longer than queue_wait_factor times their own execution time per call of their own ahead (and queue_wait_floor_us)",
             m.slot_wait_refusals.clone(),
+        );
+        r.register(
+            "slot_cancelled_calls",
+            "Calls whose caller left (a cancelled gRPC call, a closed connection): stage queued, taken out of the queue without running; stage running, run to the end and the answer dropped",
+            m.slot_cancelled_calls.clone(),
         );
         r.register(
             "accelerator_calls",
@@ -250,7 +265,17 @@ impl Metrics {
             hung_kernels: self.slot_hung_kernels.get_or_create(&label).clone(),
             threads_abandoned: self.slot_threads_abandoned.get_or_create(&label).clone(),
             wait_refusals: self.slot_wait_refusals.get_or_create(&label).clone(),
+            cancelled_queued: self.cancelled(slot, "queued"),
+            cancelled_running: self.cancelled(slot, "running"),
         }
+    }
+
+    fn cancelled(&self, slot: u16, stage: &str) -> Counter {
+        let label = SlotStageLabel {
+            slot: slot.to_string(),
+            stage: stage.to_string(),
+        };
+        self.slot_cancelled_calls.get_or_create(&label).clone()
     }
 
     pub fn accel(&self, name: &str) -> AccelMetrics {
@@ -331,6 +356,10 @@ pub struct SlotMetrics {
     pub threads_abandoned: Gauge,
     /// Calls refused because of the wait expected ahead of them.
     pub wait_refusals: Counter,
+    /// Calls taken out of the queue because their caller left.
+    pub cancelled_queued: Counter,
+    /// Calls that ran while their caller left: answers dropped.
+    pub cancelled_running: Counter,
 }
 
 impl SlotMetrics {

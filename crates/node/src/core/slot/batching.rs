@@ -171,11 +171,17 @@ impl Slot {
     }
 
     /// Answers, and takes out of the batch, its calls that are not to run: those
-    /// whose deadline passed and those past their queue timeout under `REJECT`.
+    /// whose deadline passed and those past their queue timeout under `REJECT`; and
+    /// drops those whose caller left (`cancel`).
     fn answer_unrunnable(&self, st: &mut SlotState, policy: &Policy) {
         let now = self.clock.now();
         let mut i = 0;
         while i < st.batch.len() {
+            if self.cancelled_at_turn(&st.batch[i]) {
+                // Its caller left while it waited: it runs for nobody.
+                st.batch.remove(i);
+                continue;
+            }
             let call = &st.batch[i].call;
             let (status, message) = if call.deadline.passed(now) {
                 let waited = now.saturating_duration_since(call.received).as_micros();
@@ -241,7 +247,7 @@ impl Slot {
             if let Some(m) = self.accel_metrics.get(&id) {
                 m.answered(status, nanos(self.clock.since(call.received)));
             }
-            let _ = reply.send(Answer {
+            let answer = Answer {
                 status,
                 output: out,
                 message: message.clone(),
@@ -249,7 +255,8 @@ impl Slot {
                 queue_ns: nanos(started.saturating_duration_since(call.received)),
                 exec_ns,
                 payload,
-            });
+            };
+            self.send_ran(reply, answer);
         }
     }
 

@@ -862,6 +862,15 @@ impl Slot {
         let generation = self.state.lock().generation;
         while let Some((mut st, job)) = self.next_job(generation) {
             self.metrics.queue_depth.set(st.queue.len as i64);
+            if self.cancelled_at_turn(&job) {
+                let wake = st.phase.waited_on();
+                drop(st);
+                drop(job);
+                if wake {
+                    self.changed.notify_all();
+                }
+                continue;
+            }
             if let Some(by) = job.start_by.filter(|&by| st.taken > by) {
                 let late = st.taken - by;
                 drop(st);
@@ -927,9 +936,10 @@ impl Slot {
         let wake = st.queue.len > 0 || st.phase.waited_on();
         drop(st);
         self.depth.fetch_sub(1, Ordering::Relaxed);
-        // The caller may have gone (connection closed); its answer has nowhere to go.
+        // The caller may have gone (connection closed, call cancelled): its answer
+        // has nowhere to go, and the call counts as cancelled while running.
         if let Some(reply) = reply {
-            let _ = reply.send(answer);
+            self.send_ran(reply, answer);
         }
         if wake {
             self.changed.notify_all();
@@ -1218,6 +1228,7 @@ fn nanos(d: Duration) -> u64 {
 // Dynamic batching lives beside this file, as do the state's enums and checker and
 // the tests, so that it stays within a size a reader can hold.
 mod batching;
+mod cancel;
 
 // The state's enums and checker live beside this file, as do the tests, so that it
 // stays within a size a reader can hold.

@@ -663,3 +663,97 @@ fn a_slot_runs_under_a_virtual_clock_without_waiting_for_its_simulated_device() 
     );
     s.stop();
 }
+
+/// Waits (at most 10 s) until `s` has no call queued or running.
+fn wait_idle(s: &Slot) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while s.depth() > 0 {
+        assert!(
+            Instant::now() < until,
+            "slot still holds {} calls",
+            s.depth()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn queued_calls_whose_callers_left_are_withdrawn_without_running() {
+    let (echo, s, backlog) = echo_slot_with_backlog();
+    let kept = queued(
+        s.submit(call(&echo, b"b1", 2)),
+        "queued behind the busy slot",
+    );
+    let left = queued(
+        s.submit(call(&echo, b"c1", 3)),
+        "queued behind the busy slot",
+    );
+    assert_eq!(s.withdraw_cancelled(), 0, "no caller has left yet");
+    drop(backlog);
+    drop(left);
+    assert_eq!(s.withdraw_cancelled(), 2, "both calls whose callers left");
+    assert_eq!(s.withdraw_cancelled(), 0, "each is withdrawn once");
+    assert_eq!(s.info().queue_depth, 1);
+    assert_eq!(
+        s.depth(),
+        1,
+        "the one left queued (the call in progress is made up)"
+    );
+    assert_eq!(s.metrics.cancelled_queued.get(), 2);
+    release(&s, vec![kept]);
+    assert_eq!(
+        s.metrics.calls.get(),
+        1,
+        "only the call whose caller stayed ran"
+    );
+    assert_eq!(s.metrics.cancelled_running.get(), 0);
+}
+
+#[test]
+fn the_worker_drops_a_call_whose_caller_left_at_its_turn() {
+    let d = Descriptor {
+        id: 900,
+        name: "fragile".into(),
+        hash: String::new(),
+        params: vec![],
+    };
+    let accel: Arc<dyn Accelerator> = Arc::new(Fragile(d));
+    let s = slot(Arc::clone(&accel), 0);
+    busy_for_long(&s);
+    // Run, it would panic and be answered INTERNAL: it must not run at all.
+    let left = queued(s.submit(call(&accel, b"!boom", 1)), "queued");
+    let stays = queued(s.submit(call(&accel, b"fine", 2)), "queued");
+    drop(left);
+    release(&s, vec![stays]);
+    wait_idle(&s);
+    assert_eq!(s.metrics.cancelled_queued.get(), 1);
+    assert_eq!(
+        s.metrics.calls.get(),
+        1,
+        "the call whose caller left never ran"
+    );
+}
+
+#[test]
+fn a_call_running_when_its_caller_leaves_ends_and_its_answer_is_dropped() {
+    let d = Descriptor {
+        id: 900,
+        name: "fragile".into(),
+        hash: String::new(),
+        params: vec![],
+    };
+    let accel: Arc<dyn Accelerator> = Arc::new(Fragile(d));
+    let s = slot_with(Arc::clone(&accel), 0, Duration::from_millis(100));
+    let running = queued(s.submit(call(&accel, b"one", 1)), "a simulated call queues");
+    let until = Instant::now() + Duration::from_secs(10);
+    while !s.info().running {
+        assert!(Instant::now() < until, "the worker never took the call");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(running);
+    assert_eq!(s.withdraw_cancelled(), 0, "a running call is not withdrawn");
+    wait_idle(&s);
+    assert_eq!(s.metrics.calls.get(), 1, "it ran to its end");
+    assert_eq!(s.metrics.cancelled_running.get(), 1);
+    assert_eq!(s.metrics.cancelled_queued.get(), 0);
+}

@@ -92,7 +92,7 @@ fn declared_config(accel: &dyn Accelerator, d: &Descriptor, t: &Tensors) -> Mode
     let input = |s: &TensorSpec| ModelInput {
         name: s.name.clone(),
         data_type: config_type(s.datatype) as i32,
-        dims: s.dims.iter().map(|&d| d as i64).collect(),
+        dims: s.dims.iter().map(|&d| accel::tensors::dim_i64(d)).collect(),
         format: accel
             .tensor_config(&s.name)
             .format
@@ -103,7 +103,7 @@ fn declared_config(accel: &dyn Accelerator, d: &Descriptor, t: &Tensors) -> Mode
     let output = |s: &TensorSpec| ModelOutput {
         name: s.name.clone(),
         data_type: config_type(s.datatype) as i32,
-        dims: s.dims.iter().map(|&d| d as i64).collect(),
+        dims: s.dims.iter().map(|&d| accel::tensors::dim_i64(d)).collect(),
         label_filename: accel
             .tensor_config(&s.name)
             .label_filename

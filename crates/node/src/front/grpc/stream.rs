@@ -25,6 +25,10 @@
 //! Decoupled models ([`decoupled`]): a request's run answers with several messages,
 //! sent one by one through the same bounded queue.
 //!
+//! Cancellation. A stream its client cancels (or whose answers nobody reads any more)
+//! ends at once: its requests still queued at slots never run, those running finish
+//! and their answers are dropped (`core::slot::cancel`).
+//!
 //! Drain. When the node shuts down, the stream stops taking requests, answers those it
 //! has, and ends with status OK, so the client sees every answer it is owed.
 
@@ -85,9 +89,12 @@ pub fn serve(service: Inference, request: Request<Streaming<ModelInferRequest>>)
                                 (id, model, result, responses.map(|r| (r, empty_final)))
                             });
                         }
-                        // The client closed its side (or the stream broke): answer what
-                        // is running, then end.
-                        Ok(None) | Err(_) => reading = false,
+                        // The client closed its side: answer what is running, then end.
+                        Ok(None) => reading = false,
+                        // The client cancelled the stream (or it broke): nobody is left
+                        // to answer. Dropping the calls running withdraws those still
+                        // queued (`core::slot::cancel`).
+                        Err(_) => return,
                     }
                 }
                 Some((id, model, result, decoupled)) = running.next(), if !running.is_empty() => {
@@ -99,6 +106,8 @@ pub fn serve(service: Inference, request: Request<Streaming<ModelInferRequest>>)
                     }
                 }
                 _ = shutdown.changed(), if reading => reading = false,
+                // The answers' receiver is gone (the client left): as a cancel.
+                () = tx.closed(), if reading || !running.is_empty() => return,
                 else => return,
             }
         }

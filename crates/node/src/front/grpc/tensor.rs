@@ -107,7 +107,11 @@ fn decode_declared(
     // The most bytes the message's contents can stand for: no input may claim more
     // before its contents are checked.
     let carried: usize = sourced.iter().map(|(_, source)| most_bytes(source)).sum();
-    let (planned, batch) = declared::plan(
+    let declared::Plan {
+        parts: planned,
+        batch,
+        given,
+    } = declared::plan(
         d,
         &sent,
         sourced,
@@ -118,7 +122,8 @@ fn decode_declared(
         },
         carried,
     )?;
-    let mut payload = Vec::with_capacity(planned.iter().map(|p| p.bytes).sum());
+    let mut payload = given;
+    payload.reserve(planned.iter().map(|p| p.bytes).sum());
     for p in &planned {
         let (input, source) = p.input;
         push_input(input, source, p.datatype, p.count, p.bytes, &mut payload)?;

@@ -1,6 +1,8 @@
 //! Inference requests for models that declare their own tensors (ONNX models of the
 //! model repository): inputs and outputs by the model's names, each with its own
-//! datatype and fixed dims, and a batch axis in front when the model has one.
+//! datatype and dims, and a batch axis in front when the model has one. A dim declared
+//! `-1` beyond the batch axis is given by each request: its value leads the payload,
+//! and the output's lead the output (`accel::tensors`, given dims).
 //!
 //! The payload a request becomes is the one `/v1/fn` and RAC carry (see
 //! `accel::tensors`): each input whole, in declared order, whatever order the request
@@ -12,7 +14,7 @@
 //! (`crate::front::grpc::tensor`) reads its protobuf messages through them, as the
 //! HTTP binding's JSON does (`infer.rs`: `decode_declared`, `encode_declared`).
 
-use accel::tensors::{DataType, TensorSpec, Tensors};
+use accel::tensors::{push_given_dims, DataType, TensorSpec, Tensors, GIVEN_DIM_MAX};
 use accel::{params_from_pairs, Descriptor, ParamBlock};
 
 /// A declared model's tensors and the batch of one request.
@@ -41,6 +43,15 @@ pub(crate) struct Head<'a> {
     pub(crate) shape: &'a [i64],
 }
 
+/// A request's inputs as planned: each in declared order, the batch, and the payload's
+/// start — the given dims of the inputs, empty for a model without (see the module
+/// docs). The inputs' bytes follow it.
+pub(crate) struct Plan<'a, I> {
+    pub(crate) parts: Vec<Planned<'a, I>>,
+    pub(crate) batch: usize,
+    pub(crate) given: Vec<u8>,
+}
+
 /// The request's `inputs` (read through `head`) in the model's declared order, each
 /// checked against its declaration (datatype, dims, the batch axis agreed by all), and
 /// the batch. `carried` bounds what the inputs may claim: an input needing more bytes
@@ -51,7 +62,7 @@ pub(crate) fn plan<'a, I>(
     inputs: &'a [I],
     head: impl Fn(&'a I) -> Head<'a>,
     carried: usize,
-) -> Result<(Vec<Planned<'a, I>>, usize), String> {
+) -> Result<Plan<'a, I>, String> {
     let names: Vec<&str> = t.inputs.iter().map(|s| s.name.as_str()).collect();
     if inputs.len() != names.len() {
         return Err(format!(
@@ -64,6 +75,8 @@ pub(crate) fn plan<'a, I>(
     }
     let mut batch: Option<u64> = None;
     let mut parts = Vec::with_capacity(names.len());
+    let lead = usize::from(t.max_batch_size > 0);
+    let mut items: Vec<Vec<u64>> = Vec::with_capacity(names.len());
     for spec in &t.inputs {
         let mut found = inputs.iter().filter(|i| head(i).name == spec.name);
         let input = match (found.next(), found.next()) {
@@ -94,18 +107,23 @@ pub(crate) fn plan<'a, I>(
         let want = t.declared_shape(spec);
         let max = i64::from(t.max_batch_size);
         let fits = shape.len() == want.len()
-            && shape.iter().zip(&want).all(|(&s, &w)| {
-                if w == -1 {
-                    (1..=max).contains(&s)
-                } else {
-                    s == w
-                }
-            });
+            && shape
+                .iter()
+                .zip(&want)
+                .enumerate()
+                .all(|(axis, (&s, &w))| match w {
+                    -1 if axis < lead => (1..=max).contains(&s),
+                    -1 => (1..=GIVEN_DIM_MAX as i64).contains(&s),
+                    w => s == w,
+                });
         if !fits {
-            let batch_note = if t.max_batch_size > 0 {
-                format!(" (-1: the batch, 1 to {})", t.max_batch_size)
-            } else {
-                String::new()
+            let batch_note = match (t.max_batch_size > 0, spec.given_dims() > 0) {
+                (true, false) => format!(" (-1: the batch, 1 to {})", t.max_batch_size),
+                (true, true) => {
+                    format!(" (-1: the batch, 1 to {}, then any size)", t.max_batch_size)
+                }
+                (false, true) => " (-1: any size)".to_string(),
+                (false, false) => String::new(),
             };
             return Err(format!(
                 "input {name} has shape {shape:?}; model {} takes shape {want:?}{batch_note}",
@@ -124,8 +142,14 @@ pub(crate) fn plan<'a, I>(
             ));
         }
         batch = Some(b);
-        let count = b as usize * spec.item_elements();
-        let bytes = count * spec.datatype.size();
+        // The shape fits: every dim is positive and at most GIVEN_DIM_MAX.
+        let item: Vec<u64> = shape[lead..].iter().map(|&s| s as u64).collect();
+        let count = item
+            .iter()
+            .try_fold(b as usize, |n, &s| n.checked_mul(s as usize))
+            .unwrap_or(usize::MAX);
+        items.push(item);
+        let bytes = count.saturating_mul(spec.datatype.size());
         if bytes > carried {
             return Err(format!(
                 "input {name} of shape {shape:?} needs more bytes than the request carries"
@@ -138,7 +162,17 @@ pub(crate) fn plan<'a, I>(
             bytes,
         });
     }
-    Ok((parts, batch.unwrap_or(1) as usize))
+    let mut given = Vec::new();
+    push_given_dims(&t.inputs, items.iter().map(Vec::as_slice), &mut given)?;
+    debug_assert_eq!(
+        given.is_empty(),
+        t.inputs.iter().all(|s| s.given_dims() == 0)
+    );
+    Ok(Plan {
+        parts,
+        batch: batch.unwrap_or(1) as usize,
+        given,
+    })
 }
 
 /// Refuses a requested output the model does not declare.
@@ -187,16 +221,29 @@ impl Shapes {
         &'o self,
         output: &'o [u8],
     ) -> impl Iterator<Item = (&'o TensorSpec, Vec<u64>, &'o [u8])> + 'o {
-        let parts = self
-            .tensors
-            .split_outputs(self.batch, output)
-            .unwrap_or_else(|_| vec![&[][..]; self.tensors.outputs.len()]);
-        debug_assert_eq!(parts.len(), self.tensors.outputs.len());
-        let shown = self.tensors.outputs.len() - self.hidden;
-        self.tensors.outputs[..shown]
+        let t = &self.tensors;
+        let n = t.outputs.len();
+        // With given dims the output says them first: the shapes are this call's.
+        let given = t.gives_dims().then(|| t.given_outputs(output));
+        let (shapes, parts) = match given {
+            None => {
+                let shapes = t.outputs.iter().map(|s| t.shape(s, self.batch)).collect();
+                (shapes, t.split_outputs(self.batch, output))
+            }
+            Some(Ok((given, rest))) => {
+                let shapes = given.outputs.iter().map(|s| given.shape(s, self.batch));
+                (shapes.collect(), given.split_outputs(self.batch, rest))
+            }
+            Some(Err(e)) => (vec![Vec::new(); n], Err(e.to_string())),
+        };
+        let parts = parts.unwrap_or_else(|_| vec![&[][..]; n]);
+        debug_assert_eq!(parts.len(), n);
+        let shown = n - self.hidden;
+        t.outputs[..shown]
             .iter()
+            .zip(shapes)
             .zip(parts)
-            .map(move |(spec, bytes)| (spec, self.tensors.shape(spec, self.batch), bytes))
+            .map(|((spec, shape), bytes)| (spec, shape, bytes))
     }
 }
 
@@ -238,6 +285,30 @@ pub mod example {
                     max_batch_size: 4,
                 },
             }
+        }
+    }
+
+    impl Example {
+        /// A model whose calls give dims: `text` BYTES `[-1]` and `grid` INT32
+        /// `[-1, 2]` in, `echo` BYTES `[-1]` out, a batch axis of up to 4.
+        pub fn given() -> Example {
+            let t = |name: &str, datatype, dims: &[u64]| TensorSpec {
+                name: name.into(),
+                datatype,
+                dims: dims.to_vec(),
+            };
+            let any = accel::tensors::ANY_DIM;
+            let mut e = Example::default();
+            e.descriptor.name = "given".into();
+            e.tensors = Tensors {
+                inputs: vec![
+                    t("text", DataType::Bytes, &[any]),
+                    t("grid", DataType::Int32, &[any, 2]),
+                ],
+                outputs: vec![t("echo", DataType::Bytes, &[any])],
+                max_batch_size: 4,
+            };
+            e
         }
     }
 
@@ -361,6 +432,47 @@ mod tests {
         assert_eq!(v["outputs"].as_array().unwrap().len(), 1);
         assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 4);
         assert_eq!(&dst[n..], &7i32.to_le_bytes()[..]);
+    }
+
+    #[test]
+    fn dims_a_request_gives_lead_its_payload_and_the_outputs_shape_is_the_runs() {
+        let m = Example::given();
+        let body = req(json!({"inputs": [
+            {"name": "grid", "shape": [2, 3, 2], "datatype": "INT32", "data": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]},
+            {"name": "text", "shape": [2, 1], "datatype": "BYTES", "data": ["a", "bc"]}
+        ]}));
+        let call = decode(&m, &body, None).unwrap();
+        // text's given dim (1), grid's (3), then the elements in declared order.
+        let mut want: Vec<u8> = [1u32, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
+        for s in [&b"a"[..], b"bc"] {
+            accel::tensors::push_bytes_element(s, &mut want);
+        }
+        want.extend((0..12i32).flat_map(|v| v.to_le_bytes()));
+        assert_eq!(call.payload, want);
+        // The run's output gives its own width: 2 strings an item.
+        let mut out = 2u32.to_le_bytes().to_vec();
+        for s in [&b"w"[..], b"x", b"y", b"z"] {
+            accel::tensors::push_bytes_element(s, &mut out);
+        }
+        let mut dst = Vec::new();
+        assert_eq!(encode("given", &call.reply, &out, &mut dst), None);
+        let v: Value = serde_json::from_slice(&dst).unwrap();
+        assert_eq!(v["outputs"][0]["shape"], json!([2, 2]));
+        assert_eq!(v["outputs"][0]["data"], json!(["w", "x", "y", "z"]));
+        // A fixed dim is still checked, and a given one is positive.
+        let bad = |grid_shape: Value, n: usize| {
+            let body = req(json!({"inputs": [
+                {"name": "grid", "shape": grid_shape, "datatype": "INT32", "data": vec![1; n]},
+                {"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": ["a"]}
+            ]}));
+            decode(&m, &body, None).unwrap_err()
+        };
+        let e = bad(json!([1, 3, 3]), 9);
+        assert!(
+            e.contains("takes shape [-1, -1, 2]") && e.contains("then any size"),
+            "{e}"
+        );
+        assert!(bad(json!([1, 0, 2]), 0).contains("takes shape"));
     }
 
     #[test]

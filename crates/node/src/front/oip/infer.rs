@@ -129,7 +129,7 @@ pub fn decode(
             bytes,
         })
         .collect();
-    let payload = gather(&parts, binary)?;
+    let payload = gather(Vec::new(), &parts, binary)?;
 
     let (mut requested, others) =
         outputs::from_json(req.parameters.as_ref(), req.outputs.as_deref(), |name| {
@@ -321,12 +321,18 @@ pub(super) struct Part<'a> {
     pub(super) bytes: usize,
 }
 
-/// The payload: every input's bytes, in `parts` order, from its JSON `data` or from the
-/// binary section after the JSON (`binary`, consumed in order), each checked against
-/// its shape and every binary byte accounted for.
-pub(super) fn gather(parts: &[Part<'_>], mut binary: &[u8]) -> Result<Vec<u8>, String> {
+/// The payload: after its `start` (a declared model's given dims, else empty), every
+/// input's bytes, in `parts` order, from its JSON `data` or from the binary section
+/// after the JSON (`binary`, consumed in order), each checked against its shape and
+/// every binary byte accounted for.
+pub(super) fn gather(
+    start: Vec<u8>,
+    parts: &[Part<'_>],
+    mut binary: &[u8],
+) -> Result<Vec<u8>, String> {
     let total: usize = parts.iter().map(|p| p.bytes).sum();
-    let mut payload = Vec::with_capacity(total);
+    let mut payload = start;
+    payload.reserve(total);
     for part in parts {
         match binary_size(part.input)? {
             Some(declared) => {
@@ -471,7 +477,11 @@ fn decode_declared(
     // Every element takes at least two bytes of JSON ("0,") or its own size in
     // binary: a request cannot make the node reserve more than twice its body.
     let sent = sequence::request_tensors(t, accel.sequence());
-    let (planned, batch) = declared::plan(
+    let declared::Plan {
+        parts: planned,
+        batch,
+        given,
+    } = declared::plan(
         d,
         &sent,
         &req.inputs,
@@ -491,7 +501,7 @@ fn decode_declared(
             bytes: p.bytes,
         })
         .collect();
-    let mut payload = gather(&parts, binary)?;
+    let mut payload = gather(given, &parts, binary)?;
     sequence::push_controls(accel, seq.as_ref(), batch, &mut payload)?;
 
     let (requested, others) =

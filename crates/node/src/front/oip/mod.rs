@@ -26,7 +26,7 @@ pub mod sequence;
 pub mod shm;
 pub mod stats;
 
-use accel::tensors::Tensors;
+use accel::tensors::{dim_i64, Tensors};
 use accel::{Accelerator, Descriptor, ParamValue};
 use serde_json::{json, Value};
 
@@ -254,7 +254,8 @@ fn declared_tensors(
         .iter()
         .map(|s| {
             if config {
-                json!({ "name": s.name, key: s.datatype.config_name(), "dims": s.dims })
+                let dims: Vec<i64> = s.dims.iter().map(|&d| dim_i64(d)).collect();
+                json!({ "name": s.name, key: s.datatype.config_name(), "dims": dims })
             } else {
                 json!({ "name": s.name, key: s.datatype.name(), "shape": t.declared_shape(s) })
             }

@@ -200,6 +200,12 @@ impl Transport for TlsStream {
         }
     }
 
+    /// The TCP socket's close ([`crate::net::netio::hung_up`]); a TLS close_notify
+    /// alone is input, read later.
+    async fn hung_up(&mut self) {
+        crate::net::netio::hung_up(&self.tcp).await
+    }
+
     fn try_write_vectored(&mut self, _bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         // Bytes given to rustls are committed to the stream: everything goes through
         // the connection's output buffer and `write_with_deadline`.

@@ -667,6 +667,13 @@ impl Driver {
     }
 
     /// Ready when bytes, the end of input or an error are waiting.
+    /// Whether connection `key`'s peer closed its side and nothing it sent is left
+    /// unread ([`crate::net::netio::Transport::hung_up`]).
+    pub(super) fn at_eof(&self, key: usize) -> bool {
+        let conn = &self.conns[key];
+        conn.eof && conn.unread.is_empty()
+    }
+
     pub(super) fn poll_input(&mut self, key: usize, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let conn = &mut self.conns[key];
         if !conn.unread.is_empty() || conn.eof {

@@ -111,6 +111,14 @@ impl Transport for UringStream {
         with(|d| d.start_send(key, data))
     }
 
+    /// Input, a close or an error on the ring's receive; only the last two end it.
+    async fn hung_up(&mut self) {
+        let key = self.key;
+        if poll_fn(|cx| with(|d| d.poll_input(key, cx))).await.is_ok() && !with(|d| d.at_eof(key)) {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Nothing is written without the ring: the caller buffers the bytes and flushes
     /// them (one submission per turn) instead.
     fn try_write_vectored(&mut self, _bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {

@@ -534,12 +534,25 @@ impl<S: Transport> Conn<S> {
         };
         // A call of a stateful model goes to its sequence's slot (`core::sequence`).
         let seq = reply.as_ref().and_then(|r| r.sequence());
-        let answer = self
-            .node
-            .sequences
-            .run(&self.node.dispatcher, call, seq)
-            .await;
+        let answer = match seq {
+            Some(_) => Some(
+                self.node
+                    .sequences
+                    .run(&self.node.dispatcher, call, seq)
+                    .await,
+            ),
+            // A client that hangs up while its call waits for a slot is not served:
+            // the call leaves the queue (`core::slot::cancel`), and so does the
+            // connection, with nothing to answer.
+            None => {
+                let dispatcher = &self.node.dispatcher;
+                dispatcher.run_unless(call, self.stream.hung_up()).await
+            }
+        };
         drop(quota);
+        let Some(answer) = answer else {
+            return Ok(Step::Close);
+        };
         let (queue_ns, infer_ns) = (answer.queue_ns, answer.exec_ns);
         let v2 = model.as_deref().zip(reply.as_ref());
         let (ok, output_ns) = self

@@ -947,14 +947,20 @@ impl Out {
 
 /// Says `Hello` on a new connection and returns it (a writing and a reading handle) with
 /// the reply's payload.
+/// The tenant and token it carries come from [`ocl_remote::TENANT_ENV`] and
+/// [`ocl_remote::TENANT_TOKEN_ENV`] (empty when unset).
 fn greet(stream: Stream, host_id: &[u8]) -> io::Result<(Stream, Stream, Vec<u8>)> {
     stream.set_nodelay()?;
     stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
     let mut reader = stream.try_clone()?;
+    let tenant = std::env::var(ocl_remote::TENANT_ENV).unwrap_or_default();
+    let token = std::env::var(ocl_remote::TENANT_TOKEN_ENV).unwrap_or_default();
     let mut hello = Vec::new();
     Request::Hello {
         version: proto::PROTOCOL_VERSION,
         host_id,
+        tenant: tenant.as_bytes(),
+        token: token.as_bytes(),
     }
     .encode(1, &mut hello);
     crate::send::send_all(stream.as_raw_fd(), &[&hello])?;
@@ -963,6 +969,13 @@ fn greet(stream: Stream, host_id: &[u8]) -> io::Result<(Stream, Stream, Vec<u8>)
     let Ok(Response::Reply { status, payload }) = Response::decode(header.kind, &body) else {
         return Err(invalid("bad Hello reply"));
     };
+    if status == ocl_remote::service::gate::REFUSED && !payload.is_empty() {
+        // The node's reason (its gate's sentence; never the token).
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refused: {}", String::from_utf8_lossy(payload)),
+        ));
+    }
     if status != cl::CL_SUCCESS {
         return Err(invalid(&format!(
             "node refused the connection (OpenCL error {status})"

@@ -23,7 +23,8 @@
 //! page, so that the node shows those of runtime processes too), [`log`] (its log
 //! lines, `tracing` events), [`isolate`] (the
 //! runtime in supervised child processes, the node's default) and [`busy`] (how the
-//! node sees how long their tasks run).
+//! node sees how long their tasks run), [`gate`] (who may open a session: the node's
+//! identity model behind a trait).
 //!
 //! Everything above runs in one process: the service's own ([`Isolation::InProcess`]),
 //! or a runtime process the node started ([`isolate`]), where the listeners stay in
@@ -35,6 +36,7 @@ mod bodies;
 mod busy;
 mod connection;
 mod events;
+pub mod gate;
 pub mod isolate;
 mod log;
 mod mapped;
@@ -131,6 +133,8 @@ pub struct ServiceConfig {
     /// may run before the isolated runtime process running it is killed and its client
     /// gets errors. Zero: no bound. In-process, tasks are not bounded.
     pub kernel_time_max: std::time::Duration,
+    /// Who may open a session (see [`gate`]); `None`: every client.
+    pub gate: Option<Arc<dyn gate::Gate>>,
 }
 
 /// Where the vendor runtime runs client code (see [`isolate`] for the trade-offs).
@@ -196,6 +200,7 @@ impl Default for ServiceConfig {
             runtime_spares: 2,
             runtime_starts_per_second_max: 50,
             kernel_time_max: std::time::Duration::from_secs(300),
+            gate: None,
         }
     }
 }

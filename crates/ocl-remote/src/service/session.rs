@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use super::bodies::Body;
 use super::connection::{read_frame, send_reply, ClientWriter};
+use super::gate::Admission;
 use super::programs;
 use super::task::{Cmd, Finished};
 use super::{Real, Shared};
@@ -48,6 +49,13 @@ struct Session<'s> {
     /// Bytes of the entries kept for commands that failed past the bound.
     open_failed_bytes: u64,
     greeted: bool,
+    /// Who the client is, once admitted (by the node before the hand-over, or by the
+    /// service's gate at `Hello`; see [`super::gate`]); `None` without a gate.
+    admission: Option<Admission>,
+    /// The client's address (`None`: a Unix socket), for the gate.
+    peer: Option<std::net::SocketAddr>,
+    /// Whether a refusal for the memory quota was logged (once per session).
+    quota_logged: std::cell::Cell<bool>,
     /// The client runs on this host (same host id): buffers may live in shared memory.
     same_host: bool,
     /// The device of the client's last task, and whether that task is over.
@@ -84,12 +92,20 @@ fn reply(answer: Answer) -> Reply {
 /// is over a bound counted elsewhere (by the node, for isolated runtime processes) and
 /// gets `CL_OUT_OF_RESOURCES`, as one over `clients_max` here does.
 pub(crate) fn serve(shared: Arc<Shared>, stream: Stream, refused: bool) {
-    serve_greeted(shared, stream, refused, false)
+    serve_greeted(shared, stream, refused, false, None)
 }
 
 /// [`serve`] a client whose same-host `Hello` the node answered already (`greeted`;
-/// see `isolate::greet`): its session starts greeted, on the node's host.
-pub(crate) fn serve_greeted(shared: Arc<Shared>, stream: Stream, refused: bool, greeted: bool) {
+/// see `isolate::greet`): its session starts greeted, on the node's host. `admission`:
+/// the node admitted the client before it handed the connection over.
+pub(crate) fn serve_greeted(
+    shared: Arc<Shared>,
+    stream: Stream,
+    refused: bool,
+    greeted: bool,
+    admission: Option<Admission>,
+) {
+    let peer = super::gate::peer(&stream);
     let _ = stream.set_nodelay();
     // Zero means no bound (the socket call takes no zero timeout).
     let stall = Some(shared.config.send_stall_max).filter(|d| !d.is_zero());
@@ -113,7 +129,10 @@ pub(crate) fn serve_greeted(shared: Arc<Shared>, stream: Stream, refused: bool, 
             writer: Arc::clone(&writer),
             objects: Objects::default(),
             quota: Quota::new(
-                shared.client_quota(),
+                admission
+                    .as_ref()
+                    .and_then(|a| a.buffer_bytes_max)
+                    .unwrap_or_else(|| shared.client_quota()),
                 shared.metrics.client_buffer_bytes.clone(),
             ),
             open: Vec::new(),
@@ -121,6 +140,9 @@ pub(crate) fn serve_greeted(shared: Arc<Shared>, stream: Stream, refused: bool, 
             open_overflow: false,
             open_failed_bytes: 0,
             greeted,
+            admission,
+            peer,
+            quota_logged: std::cell::Cell::new(false),
             same_host: greeted && shared.config.shared_memory,
             last_task: None,
         };
@@ -201,6 +223,23 @@ impl Session<'_> {
                     self.flush(header.id);
                     continue;
                 }
+                Request::Hello {
+                    version,
+                    host_id,
+                    tenant,
+                    token,
+                } => match self.admit_client(tenant, token) {
+                    Ok(()) => reply(self.hello(version, host_id)),
+                    Err(reason) => {
+                        // The gate's owner logged the refusal; the session just ends.
+                        send_reply(
+                            &self.writer,
+                            header.id,
+                            (super::gate::REFUSED, reason.into_bytes()),
+                        );
+                        return Ok(());
+                    }
+                },
                 // The two calls that may fail with a payload.
                 Request::CreateProgramWithBinary {
                     id,
@@ -228,7 +267,7 @@ impl Session<'_> {
     /// queries in `info`, object creation and builds here.
     fn control(&mut self, request: Request<'_>) -> Answer {
         match request {
-            Request::Hello { version, host_id } => self.hello(version, host_id),
+            Request::Hello { .. } => unreachable!("answered in `run`"),
             Request::GetPlatformInfo { .. }
             | Request::GetDeviceInfo { .. }
             | Request::GetImageInfo { .. }
@@ -382,6 +421,43 @@ impl Session<'_> {
                 }
             },
         )
+    }
+
+    /// Asks the service's gate, if it has one and the node did not admit the client
+    /// already, whether this client may open a session; an admission's memory bound
+    /// becomes the session's (no buffer exists before `Hello`).
+    fn admit_client(&mut self, tenant: &[u8], token: &[u8]) -> Result<(), String> {
+        let Some(gate) = self.shared.config.gate.as_ref() else {
+            return Ok(());
+        };
+        if self.admission.is_some() {
+            return Ok(());
+        }
+        debug_assert!(self.objects.len() == 0, "Hello comes first");
+        let admission = gate.admit(
+            self.peer,
+            &String::from_utf8_lossy(tenant),
+            &String::from_utf8_lossy(token),
+        )?;
+        if let Some(max) = admission.buffer_bytes_max {
+            self.quota = Quota::new(max, self.shared.metrics.client_buffer_bytes.clone());
+        }
+        self.admission = Some(admission);
+        Ok(())
+    }
+
+    /// Logs, once per session, that the client's memory quota refused an allocation.
+    fn over_quota(&self, asked: u64) {
+        if self.quota_logged.replace(true) {
+            return;
+        }
+        let tenant = self.admission.as_ref().map_or("anonymous", |a| &a.tenant);
+        super::log::log!(
+            WARN,
+            "tenant `{tenant}`: allocation of {asked} bytes refused (CL_OUT_OF_RESOURCES): \
+             over its OpenCL memory quota of {} bytes",
+            self.quota.max()
+        );
     }
 
     fn hello(&mut self, version: u32, host_id: &[u8]) -> Answer {
@@ -588,6 +664,7 @@ impl Session<'_> {
             return Err(cl::CL_INVALID_VALUE);
         }
         if !self.quota.admits(size) {
+            self.over_quota(size);
             return Err(cl::CL_OUT_OF_RESOURCES);
         }
         // Host pointers live in the client process; the node sees only their contents.
@@ -828,6 +905,7 @@ impl Session<'_> {
         }
         // An image on a buffer takes no memory of its own.
         if !on_buffer && !self.quota.admits(size) {
+            self.over_quota(size);
             return Err(cl::CL_OUT_OF_RESOURCES);
         }
         Ok(ImagePlan {

@@ -104,6 +104,9 @@ pub enum Action<'a> {
     Catalog,
     /// What only an admin may: forced reconfiguration, reloading the tenants.
     Admin,
+    /// Open a remote OpenCL session (any shared device: a session runs the client's
+    /// kernels on the node's host, as the node's user).
+    OpenCl,
 }
 
 impl std::fmt::Display for Action<'_> {
@@ -116,6 +119,7 @@ impl std::fmt::Display for Action<'_> {
             Action::Metrics => f.write_str("read the metrics"),
             Action::Catalog => f.write_str("read the catalog"),
             Action::Admin => f.write_str("administer the node"),
+            Action::OpenCl => f.write_str("use the remote OpenCL devices"),
         }
     }
 }
@@ -158,6 +162,7 @@ struct Grants {
     load: Option<Vec<String>>,
     metrics: bool,
     catalog: bool,
+    opencl: bool,
 }
 
 /// What a principal may do.
@@ -192,7 +197,7 @@ impl Principal {
             Access::Admin => true,
             Access::Nothing => false,
             Access::Open { admin_open } => match action {
-                Action::Call(_) | Action::Metrics | Action::Catalog => true,
+                Action::Call(_) | Action::Metrics | Action::Catalog | Action::OpenCl => true,
                 Action::Load(_) | Action::Admin => *admin_open,
             },
             Access::Granted(g) => g.may(action),
@@ -250,6 +255,8 @@ impl Grants {
             Action::Metrics => self.metrics || self.operator,
             Action::Catalog => self.catalog || self.operator,
             Action::Admin => false,
+            // Not implied by `operator`: a session runs its own kernels on the host.
+            Action::OpenCl => self.opencl,
         }
     }
 }
@@ -417,6 +424,7 @@ fn entry_of(t: &TenantConfig, policy_mode: bool, admin_open: bool) -> Result<Ent
             load: t.load.clone(),
             metrics: t.metrics.unwrap_or(false),
             catalog: t.catalog.unwrap_or(false),
+            opencl: t.opencl.unwrap_or(false),
         }))
     } else {
         Access::Open { admin_open }

@@ -67,6 +67,9 @@ pub struct TenantConfig {
     /// Whether it may read the catalog (accelerators, slots, models).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catalog: Option<bool>,
+    /// Whether it may open remote OpenCL sessions (`--opencl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opencl: Option<bool>,
 }
 
 impl TenantConfig {
@@ -77,6 +80,7 @@ impl TenantConfig {
             || self.load.is_some()
             || self.metrics.is_some()
             || self.catalog.is_some()
+            || self.opencl.is_some()
     }
 }
 

@@ -101,6 +101,11 @@ impl Quota {
         })
     }
 
+    /// The bound, in bytes.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
     /// Whether `bytes` more fit within the bound.
     pub fn admits(&self, bytes: u64) -> bool {
         self.used.load(Ordering::Relaxed).saturating_add(bytes) <= self.max

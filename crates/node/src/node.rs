@@ -189,6 +189,7 @@ impl Node {
             shutdown,
         });
         opencl_gate.bind(&node);
+        crate::front::opencl::start_tls(&node)?;
         Ok(node)
     }
 
@@ -260,6 +261,23 @@ impl Node {
     pub fn begin_shutdown(&self) -> Option<ocl_remote::service::ServiceHandle> {
         self.shutdown.send_replace(true);
         self.opencl.lock().take()
+    }
+
+    /// Serves a remote OpenCL connection accepted elsewhere (OpenCL over TLS, see
+    /// [`crate::front::opencl::start_tls`]); `false` when the node shares no OpenCL
+    /// device or drains.
+    pub fn serve_opencl(
+        &self,
+        stream: ocl_remote::stream::Stream,
+        caller: ocl_remote::service::gate::Caller,
+    ) -> bool {
+        match self.opencl.lock().as_ref() {
+            Some(handle) => {
+                handle.serve_connection(stream, caller);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Where remote OpenCL clients connect, if the node shares OpenCL devices.

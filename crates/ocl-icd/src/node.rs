@@ -217,13 +217,25 @@ impl Failed {
 
 impl Node {
     /// Connects, says `Hello` and starts the reader thread.
+    /// `tls://HOST:PORT` connects over TLS (see [`crate::tls`]).
     pub fn connect(addr: &str) -> io::Result<Arc<Node>> {
+        let (tls, host_port) = match addr.strip_prefix(crate::tls::SCHEME) {
+            Some(rest) => (true, rest),
+            None => (false, addr),
+        };
         // Bounded, so that an unreachable node delays the program's start by seconds,
         // not by the system's SYN timeout.
-        let target = addr.to_socket_addrs()?.next().ok_or_else(|| {
+        let target = host_port.to_socket_addrs()?.next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, "address resolves to nothing")
         })?;
-        let stream = Stream::Tcp(TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)?);
+        let tcp = TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)?;
+        let stream = if tls {
+            tcp.set_nodelay(true)?;
+            let host = crate::tls::host_of(host_port);
+            Stream::Unix(crate::tls::connect(tcp, host, HELLO_TIMEOUT)?)
+        } else {
+            Stream::Tcp(tcp)
+        };
         // An empty host id tells the node not to offer shared memory (nor its local
         // socket).
         let shm_off = std::env::var(SHM_ENV).is_ok_and(|v| v == "0");

@@ -19,10 +19,9 @@
 //! session: a reload (SIGHUP) that removes a token refuses its next session, and
 //! leaves a session already open to its end.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock, Weak};
 
-use ocl_remote::service::gate::{Admission, Gate};
+use ocl_remote::service::gate::{Admission, Caller, Gate};
 
 use crate::core::tenant::auth::{Action, AuthError, Base, Principal};
 use crate::node::Node;
@@ -45,12 +44,7 @@ impl OpenClGate {
 }
 
 impl Gate for OpenClGate {
-    fn admit(
-        &self,
-        peer: Option<SocketAddr>,
-        tenant: &str,
-        token: &str,
-    ) -> Result<Admission, String> {
+    fn admit(&self, caller: &Caller, tenant: &str, token: &str) -> Result<Admission, String> {
         let Some(node) = self.node.get().and_then(Weak::upgrade) else {
             return Err("the node is starting or stopping".to_string());
         };
@@ -58,13 +52,13 @@ impl Gate for OpenClGate {
             node.audit.record(&AuditEvent {
                 event: kind,
                 protocol: "opencl",
-                peer,
+                peer: caller.peer,
                 tenant: who,
                 action: "open an OpenCL session",
                 detail,
             });
         };
-        let principal = match identify(&node, tenant, token) {
+        let principal = match identify(&node, caller, tenant, token) {
             Ok(p) => p,
             Err(e) => {
                 let message = e.message();
@@ -84,9 +78,21 @@ impl Gate for OpenClGate {
     }
 }
 
-/// Who a session's `Hello` proves (see the module docs for the rules).
-fn identify(node: &Node, tenant: &str, token: &str) -> Result<Principal, AuthError> {
+/// Who a session's `Hello` proves (see the module docs for the rules); a client
+/// certificate wins over it, as on the other TLS listeners.
+fn identify(
+    node: &Node,
+    caller: &Caller,
+    tenant: &str,
+    token: &str,
+) -> Result<Principal, AuthError> {
     let auth = &node.tenants.auth;
+    if let Some(name) = &caller.certificate {
+        if !tenant.is_empty() && tenant != name {
+            return Err(AuthError::Hello(tenant.to_string()));
+        }
+        return auth.identify(&Base::Certificate(name.clone()), None);
+    }
     let base = Base::Connection(node.tenants.anonymous());
     match (tenant.is_empty(), token.is_empty()) {
         (true, true) => auth.identify(&base, None),
@@ -96,5 +102,113 @@ fn identify(node: &Node, tenant: &str, token: &str) -> Result<Principal, AuthErr
             Ok(p) if p.name.as_deref() == Some(tenant) => Ok(p),
             _ => Err(AuthError::Hello(tenant.to_string())),
         },
+    }
+}
+
+/// Starts remote OpenCL over TLS (`[tls] opencl`, `--opencl-tls`) when it is set and
+/// the node shares OpenCL devices: a listener whose connections are handshaken with
+/// the node's certificate (and client CA: a certificate's tenant wins, as on the
+/// other TLS listeners), then relayed in plain text to the OpenCL service over one
+/// end of a Unix socket pair ([`ocl_remote::service::ServiceHandle::serve_connection`]).
+///
+/// Why a relay: the service hands each connection's descriptor to a runtime process
+/// of its own, and TLS state cannot follow a descriptor there; the relay costs a hop
+/// on the TLS path only (the plain port is as before). Its thread runs one
+/// single-threaded runtime for every TLS session of the port: the bulk rate of
+/// OpenCL over TLS is one core's (see `docs/opencl.md`).
+pub(crate) fn start_tls(node: &Arc<Node>) -> Result<(), crate::device::StartError> {
+    use crate::device::StartError;
+    let (Some(addr), Some(tls)) = (node.config.tls.opencl, node.tls.clone()) else {
+        return Ok(());
+    };
+    if node.opencl_addr().is_none() {
+        tracing::warn!(%addr, "remote OpenCL over TLS not served: the node shares no OpenCL device");
+        return Ok(());
+    }
+    let failed = |e: std::io::Error| {
+        StartError::Failed(format!(
+            "cannot listen for remote OpenCL over TLS on {addr}: {e}"
+        ))
+    };
+    let listener = std::net::TcpListener::bind(addr).map_err(failed)?;
+    listener.set_nonblocking(true).map_err(failed)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(failed)?;
+    let node = Arc::downgrade(node);
+    std::thread::Builder::new()
+        .name("ocl-tls".to_string())
+        .spawn(move || runtime.block_on(accept_tls(node, listener, tls)))
+        .map_err(failed)?;
+    tracing::info!(opencl_tls = %addr, "remote OpenCL over TLS");
+    Ok(())
+}
+
+/// Accepts TLS clients until the node is gone or drains.
+async fn accept_tls(
+    node: Weak<Node>,
+    listener: std::net::TcpListener,
+    tls: crate::net::tls::TlsAcceptor,
+) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        return;
+    };
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors, say: wait rather than spin.
+                tracing::warn!(error = %e, "remote OpenCL over TLS: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if node.upgrade().is_none_or(|n| n.opencl_addr().is_none()) {
+            return;
+        }
+        tokio::spawn(relay(node.clone(), tls.clone(), tcp, peer));
+    }
+}
+
+/// Handshakes one client, hands the plain end of a socket pair to the OpenCL service
+/// and copies between the two until either side ends.
+async fn relay(
+    node: Weak<Node>,
+    tls: crate::net::tls::TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+) {
+    use crate::net::tls::Identity;
+    let _ = tcp.set_nodelay(true);
+    let (mut secure, identity) = match tls.accept(tcp).await {
+        Ok(accepted) => accepted,
+        Err(e) => {
+            tracing::debug!(%peer, error = ?e, "remote OpenCL over TLS: handshake failed");
+            return;
+        }
+    };
+    let certificate = match identity {
+        Identity::Tenant(name) => Some(name),
+        Identity::Anonymous => None,
+    };
+    let Ok((mut ours, theirs)) = tokio::net::UnixStream::pair() else {
+        return;
+    };
+    let Ok(theirs) = theirs.into_std() else {
+        return;
+    };
+    if theirs.set_nonblocking(false).is_err() {
+        return;
+    }
+    let caller = Caller {
+        peer: Some(peer),
+        certificate,
+    };
+    let served = node
+        .upgrade()
+        .is_some_and(|n| n.serve_opencl(ocl_remote::stream::Stream::Unix(theirs), caller));
+    if served {
+        let _ = tokio::io::copy_bidirectional(&mut secure, &mut ours).await;
     }
 }

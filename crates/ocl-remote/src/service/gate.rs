@@ -51,25 +51,37 @@ pub struct Admission {
     pub buffer_bytes_max: Option<u64>,
 }
 
-/// Decides who may open a session (see the module docs).
-pub trait Gate: Send + Sync + std::fmt::Debug {
-    /// Admits or refuses the client at `peer` (`None`: the node's local Unix socket)
-    /// whose `Hello` named `tenant` with `token` (each empty when not given). The
-    /// refusal is a sentence for the client, naming no token.
-    fn admit(
-        &self,
-        peer: Option<SocketAddr>,
-        tenant: &str,
-        token: &str,
-    ) -> Result<Admission, String>;
+/// Where a connection comes from, as far as the service or the program that handed it
+/// in knows (see [`crate::service::ServiceHandle::serve_connection`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The client's address; `None` on the node's local Unix socket.
+    pub peer: Option<SocketAddr>,
+    /// The tenant a client certificate proved (a connection the node accepted over
+    /// TLS and relays), which wins over what its `Hello` says.
+    pub certificate: Option<String>,
 }
 
-/// The peer's address of a TCP connection; `None` for a Unix socket.
-pub(crate) fn peer(stream: &Stream) -> Option<SocketAddr> {
-    match stream {
-        Stream::Tcp(s) => s.peer_addr().ok(),
-        Stream::Unix(_) => None,
+impl Caller {
+    /// A connection the service accepted itself: its peer's address, no certificate.
+    pub fn of(stream: &Stream) -> Caller {
+        let peer = match stream {
+            Stream::Tcp(s) => s.peer_addr().ok(),
+            Stream::Unix(_) => None,
+        };
+        Caller {
+            peer,
+            certificate: None,
+        }
     }
+}
+
+/// Decides who may open a session (see the module docs).
+pub trait Gate: Send + Sync + std::fmt::Debug {
+    /// Admits or refuses `caller`, whose `Hello` named `tenant` with `token` (each
+    /// empty when not given). The refusal is a sentence for the client, naming no
+    /// token.
+    fn admit(&self, caller: &Caller, tenant: &str, token: &str) -> Result<Admission, String>;
 }
 
 /// The `Reply` that refuses request `id` with `reason`.
@@ -92,14 +104,14 @@ pub(crate) enum Checked {
     Closed,
 }
 
-/// Peeks at the first frame of `stream` (which must be a `Hello`), asks `gate`, and
-/// answers a refusal itself (see the module docs).
-pub(crate) fn admit_first(stream: &Stream, gate: &dyn Gate) -> Checked {
+/// Peeks at the first frame of `stream` (which must be a `Hello`), asks `gate` about
+/// `caller`, and answers a refusal itself (see the module docs).
+pub(crate) fn admit_first(stream: &Stream, caller: &Caller, gate: &dyn Gate) -> Checked {
     if stream.set_read_timeout(Some(HELLO_TIMEOUT)).is_err() {
         return Checked::Closed;
     }
     let checked = match peek_hello(stream) {
-        Some(hello) => match gate.admit(peer(stream), &hello.tenant, &hello.token) {
+        Some(hello) => match gate.admit(caller, &hello.tenant, &hello.token) {
             Ok(admission) => Checked::Admitted(admission),
             Err(reason) => {
                 // Taken from the socket first: closing one with unread bytes resets
@@ -180,13 +192,8 @@ mod tests {
     struct OnlyTeamA;
 
     impl Gate for OnlyTeamA {
-        fn admit(
-            &self,
-            peer: Option<SocketAddr>,
-            tenant: &str,
-            token: &str,
-        ) -> Result<Admission, String> {
-            assert!(peer.is_none(), "a Unix socket has no address");
+        fn admit(&self, caller: &Caller, tenant: &str, token: &str) -> Result<Admission, String> {
+            assert_eq!(caller, &Caller::default(), "a Unix socket has no address");
             if tenant == "team-a" && token == "right" {
                 Ok(Admission {
                     tenant: tenant.to_string(),
@@ -218,7 +225,7 @@ mod tests {
         let sent = hello(b"team-a", b"right");
         client.write_all(&sent).unwrap();
         let served = Stream::Unix(served);
-        let checked = admit_first(&served, &OnlyTeamA);
+        let checked = admit_first(&served, &Caller::of(&served), &OnlyTeamA);
         assert_eq!(
             checked,
             Checked::Admitted(Admission {
@@ -236,7 +243,7 @@ mod tests {
         let (mut client, served) = UnixStream::pair().unwrap();
         client.write_all(&hello(b"team-a", b"wrong")).unwrap();
         assert_eq!(
-            admit_first(&Stream::Unix(served), &OnlyTeamA),
+            admit_first(&Stream::Unix(served), &Caller::default(), &OnlyTeamA),
             Checked::Closed
         );
         let mut answer = Vec::new();
@@ -261,7 +268,7 @@ mod tests {
         Request::Flush.encode(1, &mut flush);
         client.write_all(&flush).unwrap();
         assert_eq!(
-            admit_first(&Stream::Unix(served), &OnlyTeamA),
+            admit_first(&Stream::Unix(served), &Caller::default(), &OnlyTeamA),
             Checked::Closed
         );
         // Nothing, or a reset (the Flush was not read).

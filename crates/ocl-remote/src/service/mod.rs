@@ -578,6 +578,29 @@ impl ServiceHandle {
         Some(DeviceLane::new(Arc::clone(shared), index))
     }
 
+    /// Serves a client connection accepted elsewhere, as if it had come to the
+    /// service's own listener: a TLS connection the node accepted, handshook and
+    /// relays in plain text over one end of a Unix socket pair. `caller` says where
+    /// it comes from (the gate sees its address and certificate, not the relay's).
+    pub fn serve_connection(&self, stream: Stream, caller: gate::Caller) {
+        match &self.kind {
+            Kind::InProcess { shared, .. } => {
+                if shared.shutdown.load(Ordering::SeqCst) {
+                    return;
+                }
+                let shared = Arc::clone(shared);
+                let entry = session::Entry::Ask(caller);
+                let spawned = thread::Builder::new()
+                    .name("ocl-client".to_string())
+                    .spawn(move || session::serve_greeted(shared, stream, false, false, entry));
+                if let Err(e) = spawned {
+                    log::log!(ERROR, "cannot start a client thread: {e}");
+                }
+            }
+            Kind::Isolated(s) => s.serve_connection(stream, caller),
+        }
+    }
+
     /// Clients connected now.
     pub fn clients_connected(&self) -> usize {
         match &self.kind {

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use super::bodies::Body;
 use super::connection::{read_frame, send_reply, ClientWriter};
-use super::gate::Admission;
+use super::gate::{Admission, Caller};
 use super::programs;
 use super::task::{Cmd, Finished};
 use super::{Real, Shared};
@@ -52,8 +52,8 @@ struct Session<'s> {
     /// Who the client is, once admitted (by the node before the hand-over, or by the
     /// service's gate at `Hello`; see [`super::gate`]); `None` without a gate.
     admission: Option<Admission>,
-    /// The client's address (`None`: a Unix socket), for the gate.
-    peer: Option<std::net::SocketAddr>,
+    /// Where the client comes from, for the gate.
+    caller: Caller,
     /// Whether a refusal for the memory quota was logged (once per session).
     quota_logged: std::cell::Cell<bool>,
     /// The client runs on this host (same host id): buffers may live in shared memory.
@@ -92,7 +92,17 @@ fn reply(answer: Answer) -> Reply {
 /// is over a bound counted elsewhere (by the node, for isolated runtime processes) and
 /// gets `CL_OUT_OF_RESOURCES`, as one over `clients_max` here does.
 pub(crate) fn serve(shared: Arc<Shared>, stream: Stream, refused: bool) {
-    serve_greeted(shared, stream, refused, false, None)
+    let caller = Caller::of(&stream);
+    serve_greeted(shared, stream, refused, false, Entry::Ask(caller))
+}
+
+/// How a session's client is admitted (see [`super::gate`]).
+pub(crate) enum Entry {
+    /// The node admitted it before handing the connection over (`None`: the node has
+    /// no gate).
+    Admitted(Option<Admission>),
+    /// The service's gate, if it has one, decides at `Hello` about this caller.
+    Ask(Caller),
 }
 
 /// [`serve`] a client whose same-host `Hello` the node answered already (`greeted`;
@@ -103,9 +113,12 @@ pub(crate) fn serve_greeted(
     stream: Stream,
     refused: bool,
     greeted: bool,
-    admission: Option<Admission>,
+    entry: Entry,
 ) {
-    let peer = super::gate::peer(&stream);
+    let (admission, caller) = match entry {
+        Entry::Admitted(admission) => (admission, Caller::default()),
+        Entry::Ask(caller) => (None, caller),
+    };
     let _ = stream.set_nodelay();
     // Zero means no bound (the socket call takes no zero timeout).
     let stall = Some(shared.config.send_stall_max).filter(|d| !d.is_zero());
@@ -141,7 +154,7 @@ pub(crate) fn serve_greeted(
             open_failed_bytes: 0,
             greeted,
             admission,
-            peer,
+            caller,
             quota_logged: std::cell::Cell::new(false),
             same_host: greeted && shared.config.shared_memory,
             last_task: None,
@@ -435,7 +448,7 @@ impl Session<'_> {
         }
         debug_assert!(self.objects.len() == 0, "Hello comes first");
         let admission = gate.admit(
-            self.peer,
+            &self.caller,
             &String::from_utf8_lossy(tenant),
             &String::from_utf8_lossy(token),
         )?;

@@ -114,7 +114,7 @@ fn serve_clients(control: &UnixStream, shared: &Arc<Shared>, one_session: bool) 
                             stream,
                             record.refuse,
                             record.greeted,
-                            record.admission,
+                            session::Entry::Admitted(record.admission),
                         );
                         if one_session {
                             exit_when_drained(&shared);

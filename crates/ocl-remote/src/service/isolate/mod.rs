@@ -291,6 +291,15 @@ impl Supervisor {
         Ok(())
     }
 
+    /// A connection accepted elsewhere (see
+    /// [`super::ServiceHandle::serve_connection`]): checked and handed over as one
+    /// from the local socket is.
+    pub fn serve_connection(&self, stream: Stream, caller: gate::Caller) {
+        if !self.inner.shutdown.load(Ordering::SeqCst) {
+            self.inner.check(stream, false, caller);
+        }
+    }
+
     pub fn device_names(&self) -> Vec<String> {
         lock(&self.inner.pool)
             .device_names
@@ -672,7 +681,8 @@ impl Inner {
             if self.config.gate.is_none() {
                 self.hand_over(stream, false, None, false);
             } else {
-                self.check(stream, false);
+                let caller = gate::Caller::of(&stream);
+                self.check(stream, false, caller);
             }
         }
     }
@@ -691,7 +701,9 @@ impl Inner {
             if self.config.gate.is_none() && lock(&self.pool).hello.is_none() {
                 self.hand_over(Stream::Tcp(stream), false, None, false);
             } else {
-                self.check(Stream::Tcp(stream), true);
+                let stream = Stream::Tcp(stream);
+                let caller = gate::Caller::of(&stream);
+                self.check(stream, true, caller);
             }
         }
     }
@@ -701,7 +713,7 @@ impl Inner {
     /// (see [`crate::service::gate`]), answers a same-host `Hello` on TCP (`greet`
     /// and the node offers its Unix socket; see [`greet`]), and hands the connection
     /// over with its admission.
-    fn check(self: &Arc<Self>, stream: Stream, greet: bool) {
+    pub(crate) fn check(self: &Arc<Self>, stream: Stream, greet: bool, caller: gate::Caller) {
         if self.over_clients_max() || !self.greeter_slot() {
             // Refused there when it could not be checked here.
             let refuse = self.config.gate.is_some();
@@ -712,7 +724,7 @@ impl Inner {
         let spawned = thread::Builder::new()
             .name("ocl-greet".to_string())
             .spawn(move || {
-                let (greeting, admission) = inner.check_now(&stream, greet);
+                let (greeting, admission) = inner.check_now(&stream, greet, &caller);
                 inner.greeting.fetch_sub(1, Ordering::SeqCst);
                 match greeting {
                     greet::Greeting::Gone => {}
@@ -732,9 +744,10 @@ impl Inner {
         &self,
         stream: &Stream,
         greet: bool,
+        caller: &gate::Caller,
     ) -> (greet::Greeting, Option<gate::Admission>) {
         let admission = match &self.config.gate {
-            Some(g) => match gate::admit_first(stream, g.as_ref()) {
+            Some(g) => match gate::admit_first(stream, caller, g.as_ref()) {
                 gate::Checked::Admitted(a) => Some(a),
                 gate::Checked::Closed => return (greet::Greeting::Gone, None),
             },

@@ -172,6 +172,7 @@ impl Relay {
     /// The node's bytes to the program, until the node closes.
     fn downstream(&self, mut tcp: &TcpStream, mut app: &UnixStream) -> io::Result<()> {
         let mut buf = vec![0u8; RELAY_BYTES];
+        let mut chunk = vec![0u8; RELAY_BYTES];
         let mut plain = Vec::with_capacity(RELAY_BYTES);
         loop {
             let n = tcp.read(&mut buf)?;
@@ -185,18 +186,11 @@ impl Relay {
                 conn.process_new_packets().map_err(io::Error::other)?;
                 let mut reader = conn.reader();
                 loop {
-                    let at = plain.len();
-                    plain.resize(at + RELAY_BYTES, 0);
-                    match reader.read(&mut plain[at..]) {
-                        Ok(k) => plain.truncate(at + k),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            plain.truncate(at);
-                            break;
-                        }
+                    match reader.read(&mut chunk) {
+                        Ok(0) => break, // close_notify: no more.
+                        Ok(k) => plain.extend_from_slice(&chunk[..k]),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) => return Err(e),
-                    }
-                    if plain.len() == at {
-                        break; // close_notify: no more.
                     }
                 }
             }

@@ -3,7 +3,7 @@
 # `[tls] opencl` port, a tenant's token required on both), the netaccel ICD on the
 # network path (NETACCEL_OPENCL_SHM=0: the same-host path would leave TLS after Hello),
 # and bench/opencl/overhead.c's small task (write 64 B, kernel, read 64 B, clFinish:
-# one round trip per iteration).
+# one round trip per iteration; MODE=large: 1 MiB each way).
 #
 #   bench/opencl/tls.sh [ITERATIONS] [ROUNDS]
 #
@@ -17,6 +17,7 @@ cd "$(dirname "$0")/../.."
 iters="${1:-2000}"
 rounds="${2:-5}"
 profile="${PROFILE:-release}"
+mode="${MODE:-small}"
 BENCH_NAME=opencl/tls.sh
 HOST=127.0.0.1
 # shellcheck source=bench/common/lib.sh
@@ -73,13 +74,13 @@ run() { # label, node address
     printf '%-6s ' "$1"
     env OCL_ICD_VENDORS="$work/vendors" NETACCEL_OPENCL_SHM=0 NETACCEL_OPENCL_NODES="$2" \
         NETACCEL_TENANT=bench NETACCEL_TENANT_TOKEN=bench-token NETACCEL_CACERT="$work/ca.pem" \
-        "$work/overhead" small "$iters"
+        "$work/overhead" "$mode" "$iters"
 }
 for _ in $(seq "$rounds"); do
     run plain "$HOST:$OCL_PORT"
     run tls "tls://$HOST:$OCL_TLS_PORT"
 done | tee "$work/runs.txt"
-echo "== median p50 over $rounds rounds (microseconds, $profile build, $(nproc) CPUs)"
+echo "== $mode: median p50 over $rounds rounds (microseconds, $profile build, $(nproc) CPUs)"
 for label in plain tls; do
     printf '%-6s %s\n' "$label" "$(awk -v l="$label" '$1 == l { print $5 }' "$work/runs.txt" | median)"
 done

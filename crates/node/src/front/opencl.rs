@@ -171,6 +171,9 @@ async fn accept_tls(
     }
 }
 
+/// Bytes one relay copy moves at most, each way.
+const RELAY_BYTES: usize = 64 << 10;
+
 /// Handshakes one client, hands the plain end of a socket pair to the OpenCL service
 /// and copies between the two until either side ends.
 async fn relay(
@@ -209,6 +212,14 @@ async fn relay(
         .upgrade()
         .is_some_and(|n| n.serve_opencl(ocl_remote::stream::Stream::Unix(theirs), caller));
     if served {
-        let _ = tokio::io::copy_bidirectional(&mut secure, &mut ours).await;
+        // 64 KiB a copy (tokio's default is 8): a TLS record holds 16 KiB, and a large
+        // write or read result is then a few steps rather than hundreds.
+        let _ = tokio::io::copy_bidirectional_with_sizes(
+            &mut secure,
+            &mut ours,
+            RELAY_BYTES,
+            RELAY_BYTES,
+        )
+        .await;
     }
 }

@@ -9,8 +9,9 @@
 //!   policy has no `opencl` are refused at `Hello` with the node's sentence, the ICD
 //!   logs that sentence once and `clGetPlatformIDs` fails; each refusal is an audit
 //!   line (protocol `opencl`), and no token is logged;
-//! - a tenant over its `opencl_session_bytes_max` gets `CL_OUT_OF_RESOURCES` (and the
-//!   node logs why) while another tenant allocates far more at the same time;
+//! - a tenant over its `opencl_bytes_max` (over all its sessions together) gets
+//!   `CL_OUT_OF_RESOURCES` (and the node logs why) while another tenant allocates far
+//!   more at the same time;
 //! - a session guessing ids reaches none of another tenant's objects;
 //! - SIGHUP: a token removed from the file is refused at its next session, while the
 //!   session it opened before runs on.
@@ -55,7 +56,7 @@ fn tenants(b_hash: &str) -> String {
     format!(
         "anonymous = \"refuse\"\n\
          [[tenants]]\nname = \"team-a\"\ntoken = \"{A_TOKEN}\"\nopencl = true\n\
-         [tenants.quota]\nopencl_session_bytes_max = {A_BYTES_MAX}\n\
+         [tenants.quota]\nopencl_bytes_max = {A_BYTES_MAX}\n\
          [[tenants]]\nname = \"team-b\"\ntoken_hash = \"{b_hash}\"\nopencl = true\n\
          [[tenants]]\nname = \"team-c\"\ntoken = \"{C_TOKEN}\"\ncall = [\"to_uppercase\"]\n"
     )
@@ -144,6 +145,16 @@ fn quotas_and_guessed_handles(addr: std::net::SocketAddr) {
     assert_eq!(a.create_buffer(11, 1), cl::CL_OUT_OF_RESOURCES);
     // Meanwhile B, without a quota of its own, holds 64 MiB.
     assert_eq!(b.create_buffer(2, 64 << 20), cl::CL_SUCCESS);
+    // The quota is A's, over all its sessions: a second one has nothing left until the
+    // first releases a buffer.
+    let mut a2 = session(addr, "team-a", A_TOKEN).expect("team-a is admitted");
+    a2.setup_context();
+    assert_eq!(a2.create_buffer(2, 1), cl::CL_OUT_OF_RESOURCES);
+    a.send(&Request::Release { id: 10 });
+    wait_until("A's second session may allocate", || {
+        a2.create_buffer(2, A_BYTES_MAX - 64) == cl::CL_SUCCESS
+    });
+    drop(a2);
 
     // A third session, of B, holding nothing, guesses A's ids (and B's own first
     // session's): none is a buffer, program, context or kernel of its.
@@ -187,6 +198,52 @@ fn quotas_and_guessed_handles(addr: std::net::SocketAddr) {
         .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     assert_eq!(ints, vec![i32::from_le_bytes([7; 4]) + 1; 16]);
+    crash_gives_back(addr, a);
+}
+
+/// A session of A holding A's whole quota dies with its runtime process (its kernel
+/// stores through a null pointer): the node gives A's memory back, and A's next
+/// session may hold the whole quota. `a` is A's first session, ended here.
+fn crash_gives_back(addr: std::net::SocketAddr, a: Client) {
+    drop(a);
+    let mut doomed = session(addr, "team-a", A_TOKEN).expect("team-a is admitted");
+    doomed.setup(0); // buffer 3: 64 zero bytes
+    wait_until("A's first session has given its memory back", || {
+        doomed.create_buffer(10, A_BYTES_MAX - 64) == cl::CL_SUCCESS
+    });
+    let null_store = b"__kernel void k(__global int *v) { *(__global int *)(size_t)v[0] = 42; }";
+    let calls = [
+        Request::CreateProgramWithSource {
+            id: 20,
+            context: 1,
+            source: null_store,
+        },
+        Request::BuildProgram {
+            program: 20,
+            devices: vec![],
+            options: b"",
+        },
+        Request::CreateKernel {
+            id: 21,
+            program: 20,
+            name: b"k",
+        },
+    ];
+    for call in &calls {
+        assert_eq!(doomed.call(call).0, cl::CL_SUCCESS, "{call:?}");
+    }
+    doomed.send(&Request::Enqueue {
+        commands: vec![inc(2, 21, 3, 0).into()],
+    });
+    doomed.send(&Request::Flush);
+    let mut rest = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut doomed.stream, &mut rest);
+    wait_until("the dead session's memory is A's again", || {
+        std::thread::sleep(Duration::from_millis(100));
+        let mut next = session(addr, "team-a", A_TOKEN).expect("team-a is admitted");
+        next.setup_context();
+        next.create_buffer(2, A_BYTES_MAX) == cl::CL_SUCCESS
+    });
 }
 
 /// `libnetaccel_opencl.so` beside the node (see `opencl_isolation.rs`): the newer of

@@ -15,14 +15,26 @@ use std::sync::{Arc, Mutex};
 use common::{service, Client};
 use ocl_remote::cl;
 use ocl_remote::proto::{self, Decoded, HelloInfo, Request, Response};
+use ocl_remote::service::account::TenantMemory;
 use ocl_remote::service::gate::{Admission, Caller, Gate, REFUSED};
 use ocl_remote::service::{Isolation, ServiceConfig};
 use ocl_remote::stream::Stream;
 
-/// Admits `team-a` with token `right`, bounded to 1 KiB; remembers every caller.
-#[derive(Debug, Default)]
+/// Admits `team-a` with token `right`, its sessions bounded to 1 KiB together;
+/// remembers every caller.
+#[derive(Debug)]
 struct TeamA {
     callers: Mutex<Vec<Caller>>,
+    memory: Arc<TenantMemory>,
+}
+
+impl Default for TeamA {
+    fn default() -> TeamA {
+        TeamA {
+            callers: Mutex::default(),
+            memory: TenantMemory::create(1024).unwrap(),
+        }
+    }
 }
 
 impl Gate for TeamA {
@@ -31,7 +43,7 @@ impl Gate for TeamA {
         if tenant == "team-a" && token == "right" {
             Ok(Admission {
                 tenant: tenant.to_string(),
-                buffer_bytes_max: Some(1024),
+                memory: Some(Arc::clone(&self.memory)),
             })
         } else {
             Err(format!("no session for `{tenant}`"))
@@ -87,8 +99,24 @@ fn sessions_are_gated(isolation: Isolation) {
     );
     let mut a = Client::connect_as(addr, b"", "team-a", "right").expect("admitted");
     a.setup_context();
-    assert_eq!(a.create_buffer(2, 1024), cl::CL_SUCCESS);
-    assert_eq!(a.create_buffer(3, 1), cl::CL_OUT_OF_RESOURCES);
+    assert_eq!(a.create_buffer(2, 1000), cl::CL_SUCCESS);
+    assert_eq!(a.create_buffer(3, 25), cl::CL_OUT_OF_RESOURCES);
+    // A second session of the tenant shares the bound, and sees what the first gives
+    // back.
+    let mut again = Client::connect_as(addr, b"", "team-a", "right").expect("admitted");
+    again.setup_context();
+    assert_eq!(again.create_buffer(2, 25), cl::CL_OUT_OF_RESOURCES);
+    assert_eq!(again.create_buffer(2, 24), cl::CL_SUCCESS);
+    assert_eq!(gate.memory.used(), 1024);
+    a.send(&Request::Release { id: 2 });
+    drop(a);
+    let given_back = std::time::Instant::now();
+    while gate.memory.used() != 24 {
+        assert!(given_back.elapsed().as_secs() < 20, "{:?}", gate.memory);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(again.create_buffer(3, 1000), cl::CL_SUCCESS);
+    drop(again);
     // Over the local Unix socket.
     let local = format!("netaccel-ocl-{}-{}", std::process::id(), addr.port());
     let unix = || Stream::connect_local(local.as_bytes()).unwrap();

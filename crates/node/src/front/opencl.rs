@@ -12,17 +12,23 @@
 //!   go through the node's cache of verified tokens, so a same-host client's two
 //!   `Hello`s (TCP, then the Unix socket) cost one argon2 check;
 //! - authorization: the policy key `opencl = true` (see [`Action::OpenCl`]);
-//! - limits: the tenant's `opencl_session_bytes_max` (`[tenants.quota]`, or
-//!   `[anonymous_quota]`) bounds each of its sessions' buffers.
+//! - limits: the tenant's `opencl_bytes_max` (`[tenants.quota]`, or
+//!   `[anonymous_quota]` for all anonymous callers together) bounds the buffers of all
+//!   its sessions together: the gate keeps one counter per tenant in shared memory
+//!   (`ocl_remote::service::account`), which every session of the tenant counts into,
+//!   in whichever runtime process it runs.
 //!
 //! Every refusal is an audit line (protocol `opencl`). The check runs once per
 //! session: a reload (SIGHUP) that removes a token refuses its next session, and
 //! leaves a session already open to its end.
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, Weak};
 
+use ocl_remote::service::account::TenantMemory;
 use ocl_remote::service::gate::{Admission, Caller, Gate};
 
+use crate::core::quota::Owner;
 use crate::core::tenant::auth::{Action, AuthError, Base, Principal};
 use crate::node::Node;
 use crate::telemetry::audit::{AuditEvent, AuditKind};
@@ -33,6 +39,9 @@ use crate::telemetry::audit::{AuditEvent, AuditKind};
 #[derive(Debug, Default)]
 pub struct OpenClGate {
     node: OnceLock<Weak<Node>>,
+    /// The memory counter of each tenant (and of the anonymous callers together) with
+    /// an `opencl_bytes_max`, made at its first session: as many as accounts.
+    memories: parking_lot::Mutex<HashMap<Owner, Arc<TenantMemory>>>,
 }
 
 impl OpenClGate {
@@ -71,10 +80,29 @@ impl Gate for OpenClGate {
             audit(AuditKind::Forbidden, principal.label(), &message);
             return Err(message);
         }
+        let memory = match node.quotas.account(principal.id).opencl_bytes_max {
+            Some(max) => Some(self.memory(Owner::of(principal.id), max)?),
+            None => None,
+        };
         Ok(Admission {
             tenant: principal.label().to_string(),
-            buffer_bytes_max: node.quotas.account(principal.id).opencl_session_bytes_max,
+            memory,
         })
+    }
+}
+
+impl OpenClGate {
+    /// The memory counter of `owner`, bounded by `max` (made at its first session).
+    fn memory(&self, owner: Owner, max: u64) -> Result<Arc<TenantMemory>, String> {
+        let mut memories = self.memories.lock();
+        if let Some(m) = memories.get(&owner) {
+            debug_assert_eq!(m.max(), max, "quotas are fixed at start");
+            return Ok(Arc::clone(m));
+        }
+        let made = TenantMemory::create(max)
+            .map_err(|e| format!("the node cannot count the tenant's OpenCL memory: {e}"))?;
+        memories.insert(owner, Arc::clone(&made));
+        Ok(made)
     }
 }
 

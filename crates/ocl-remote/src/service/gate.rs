@@ -3,8 +3,8 @@
 //!
 //! The service knows no tenants, tokens or policies: the node does (its one identity
 //! model), and gives the service a [`Gate`] that answers each `Hello`'s tenant and
-//! token with an [`Admission`] (the tenant's name and the device memory one of its
-//! sessions may hold) or a refusal's sentence. Without a gate every client is
+//! token with an [`Admission`] (the tenant's name and the counter of its memory over
+//! all its sessions, see [`super::account`]) or a refusal's sentence. Without a gate every client is
 //! admitted, as before tenants had credentials.
 //!
 //! Where the check runs: in the service's process the session asks the gate when its
@@ -46,9 +46,9 @@ const HELLO_BYTES_MAX: usize = 8192;
 pub struct Admission {
     /// The tenant's name for log lines (`anonymous` for a caller without one).
     pub tenant: String,
-    /// Buffer and image bytes the session may hold on the node; `None`: the service's
-    /// own bound (`buffer_bytes_max`).
-    pub buffer_bytes_max: Option<u64>,
+    /// The tenant's memory over all its sessions, when the tenant has a bound; every
+    /// session is bounded by the service's `buffer_bytes_max` as well.
+    pub memory: Option<std::sync::Arc<super::account::TenantMemory>>,
 }
 
 /// Where a connection comes from, as far as the service or the program that handed it
@@ -197,7 +197,7 @@ mod tests {
             if tenant == "team-a" && token == "right" {
                 Ok(Admission {
                     tenant: tenant.to_string(),
-                    buffer_bytes_max: Some(4096),
+                    memory: None,
                 })
             } else {
                 Err(format!(
@@ -230,7 +230,7 @@ mod tests {
             checked,
             Checked::Admitted(Admission {
                 tenant: "team-a".to_string(),
-                buffer_bytes_max: Some(4096)
+                memory: None
             })
         );
         let mut again = vec![0u8; sent.len()];

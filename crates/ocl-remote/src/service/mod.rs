@@ -24,7 +24,8 @@
 //! lines, `tracing` events), [`isolate`] (the
 //! runtime in supervised child processes, the node's default) and [`busy`] (how the
 //! node sees how long their tasks run), [`gate`] (who may open a session: the node's
-//! identity model behind a trait).
+//! identity model behind a trait) and [`account`] (a tenant's memory over all its
+//! sessions).
 //!
 //! Everything above runs in one process: the service's own ([`Isolation::InProcess`]),
 //! or a runtime process the node started ([`isolate`]), where the listeners stay in
@@ -32,6 +33,7 @@
 //!
 //! See `docs/opencl.md` for the protocol and the task model.
 
+pub mod account;
 mod bodies;
 mod busy;
 mod connection;

@@ -33,7 +33,8 @@ use crate::proto::{self, HelloInfo, Request};
 use crate::service::lock;
 use crate::stream::Stream;
 use objects::{
-    Context, Image, Kernel, Mem, Obj, Objects, Program, ProgramSource, Queue, Quota, Sampler,
+    Context, Image, Kernel, Mem, Obj, Objects, OverQuota, Program, ProgramSource, Queue, Quota,
+    Sampler,
 };
 
 struct Session<'s> {
@@ -141,12 +142,10 @@ pub(crate) fn serve_greeted(
             shared: &shared,
             writer: Arc::clone(&writer),
             objects: Objects::default(),
-            quota: Quota::new(
-                admission
-                    .as_ref()
-                    .and_then(|a| a.buffer_bytes_max)
-                    .unwrap_or_else(|| shared.client_quota()),
+            quota: Quota::with_tenant(
+                shared.client_quota(),
                 shared.metrics.client_buffer_bytes.clone(),
+                admission.as_ref().and_then(|a| a.memory.clone()),
             ),
             open: Vec::new(),
             open_bytes: 0,
@@ -437,8 +436,8 @@ impl Session<'_> {
     }
 
     /// Asks the service's gate, if it has one and the node did not admit the client
-    /// already, whether this client may open a session; an admission's memory bound
-    /// becomes the session's (no buffer exists before `Hello`).
+    /// already, whether this client may open a session; an admission's tenant memory
+    /// joins the session's quota (no buffer exists before `Hello`).
     fn admit_client(&mut self, tenant: &[u8], token: &[u8]) -> Result<(), String> {
         let Some(gate) = self.shared.config.gate.as_ref() else {
             return Ok(());
@@ -452,24 +451,36 @@ impl Session<'_> {
             &String::from_utf8_lossy(tenant),
             &String::from_utf8_lossy(token),
         )?;
-        if let Some(max) = admission.buffer_bytes_max {
-            self.quota = Quota::new(max, self.shared.metrics.client_buffer_bytes.clone());
+        if admission.memory.is_some() {
+            self.quota = Quota::with_tenant(
+                self.shared.client_quota(),
+                self.shared.metrics.client_buffer_bytes.clone(),
+                admission.memory.clone(),
+            );
         }
         self.admission = Some(admission);
         Ok(())
     }
 
-    /// Logs, once per session, that the client's memory quota refused an allocation.
+    /// Logs, once per session, which bound refused an allocation of `asked` bytes.
     fn over_quota(&self, asked: u64) {
+        let Some(over) = self.quota.refusal(asked) else {
+            return;
+        };
         if self.quota_logged.replace(true) {
             return;
         }
         let tenant = self.admission.as_ref().map_or("anonymous", |a| &a.tenant);
+        let bound = match over {
+            OverQuota::Client(max) => format!("its session's bound (buffer_bytes_max) of {max}"),
+            OverQuota::Tenant(max) => {
+                format!("the tenant's OpenCL memory quota (opencl_bytes_max) of {max}")
+            }
+        };
         super::log::log!(
             WARN,
             "tenant `{tenant}`: allocation of {asked} bytes refused (CL_OUT_OF_RESOURCES): \
-             over its OpenCL memory quota of {} bytes",
-            self.quota.max()
+             over {bound} bytes"
         );
     }
 

@@ -68,6 +68,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use super::account::TenantMemory;
 use super::busy::BusyPage;
 use super::metrics::{Export, MetricsPage};
 use super::{gate, lock, Isolation, ServiceConfig};
@@ -150,6 +151,9 @@ struct Process {
     killed: AtomicBool,
     /// Clients handed to it and served (refused ones not counted).
     clients: AtomicUsize,
+    /// The tenant memories of the clients handed to it, each once (see
+    /// [`Inner::settle_tenant_memory`]).
+    tenants: Mutex<Vec<Arc<TenantMemory>>>,
 }
 
 impl Process {
@@ -473,6 +477,7 @@ impl Inner {
             timed_out: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             clients: AtomicUsize::new(0),
+            tenants: Mutex::new(Vec::new()),
         });
         self.metrics.starts.inc();
         self.metrics.processes.inc();
@@ -540,6 +545,7 @@ impl Inner {
         // Counted and cleaned before the process leaves the table, so that a drain
         // that saw the table empty finds everything settled.
         let clients = self.count_out(&process);
+        self.settle_tenant_memory(&process);
         let regions = crate::shm::remove_regions_of(process.pid);
         let status = {
             let mut pool = lock(&self.pool);
@@ -553,6 +559,25 @@ impl Inner {
             status
         };
         self.log_end(&process, status, clients, regions);
+    }
+
+    /// Takes off the tenant memories what the sessions of `process`, which has ended,
+    /// still held (see [`crate::service::account`]): one session's bytes, as its
+    /// metrics page says, for a process of one session; for a shared process, which
+    /// held every session of the tenants it served, everything.
+    fn settle_tenant_memory(&self, process: &Process) {
+        let tenants = std::mem::take(&mut *lock(&process.tenants));
+        if tenants.is_empty() {
+            return;
+        }
+        if self.per_session {
+            debug_assert!(tenants.len() == 1, "a process of one session, one tenant");
+            let page = super::metrics::page::Snapshot::read(&process.metrics, 0);
+            let held = u64::try_from(page.client_buffer_bytes).unwrap_or(0);
+            tenants.iter().for_each(|t| t.give_back(held));
+        } else {
+            tenants.iter().for_each(|t| t.reset());
+        }
     }
 
     /// Ends the start of `process`: into the pool when its handshake came back
@@ -825,6 +850,12 @@ impl Inner {
         if self.per_session && !refuse {
             process.clients.fetch_add(1, Ordering::SeqCst);
             self.metrics.clients.inc();
+        }
+        if let Some(memory) = admission.as_ref().and_then(|a| a.memory.as_ref()) {
+            let mut tenants = lock(&process.tenants);
+            if !tenants.iter().any(|t| Arc::ptr_eq(t, memory)) {
+                tenants.push(Arc::clone(memory));
+            }
         }
         let record = wire::ClientRecord {
             unix: matches!(stream, Stream::Unix(_)),

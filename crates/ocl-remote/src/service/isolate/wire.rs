@@ -25,6 +25,7 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags,
 };
 
+use crate::service::account::TenantMemory;
 use crate::service::gate::{Admission, TENANT_BYTES_MAX};
 use crate::service::ServiceConfig;
 use crate::stream::Stream;
@@ -129,8 +130,9 @@ pub(crate) struct ClientRecord {
 /// Bytes of one [`ClientRecord`] on the control socket.
 pub(crate) const CLIENT_RECORD_LEN: usize = 4 + 8 + 1 + TENANT_BYTES_MAX;
 
-/// `kind`, `refuse`, `greeted`, `admitted` (one byte each), the admission's memory
-/// bound (`u64`, all ones for none), the tenant's name (a length byte and
+/// `kind`, `refuse`, `greeted`, `admitted` (one byte each), the bound of the
+/// admission's tenant memory (`u64`, all ones for none: then no second descriptor
+/// comes with the connection's), the tenant's name (a length byte and
 /// [`TENANT_BYTES_MAX`] bytes, cut there and padded with zeros).
 pub(crate) fn encode_client(r: &ClientRecord) -> [u8; CLIENT_RECORD_LEN] {
     let mut out = [0u8; CLIENT_RECORD_LEN];
@@ -141,7 +143,8 @@ pub(crate) fn encode_client(r: &ClientRecord) -> [u8; CLIENT_RECORD_LEN] {
         u8::from(r.greeted),
         u8::from(r.admission.is_some()),
     ]);
-    out[4..12].copy_from_slice(&a.buffer_bytes_max.unwrap_or(u64::MAX).to_le_bytes());
+    let max = a.memory.as_ref().map_or(u64::MAX, |m| m.max());
+    out[4..12].copy_from_slice(&max.to_le_bytes());
     let mut cut = a.tenant.len().min(TENANT_BYTES_MAX);
     while !a.tenant.is_char_boundary(cut) {
         cut -= 1;
@@ -151,19 +154,22 @@ pub(crate) fn encode_client(r: &ClientRecord) -> [u8; CLIENT_RECORD_LEN] {
     out
 }
 
-/// The inverse of [`encode_client`].
-pub(crate) fn decode_client(b: &[u8; CLIENT_RECORD_LEN]) -> ClientRecord {
+/// The inverse of [`encode_client`], but for the tenant memory, which comes as a
+/// descriptor: its bound (`None` when there is none).
+pub(crate) fn decode_client(b: &[u8; CLIENT_RECORD_LEN]) -> (ClientRecord, Option<u64>) {
     let max = u64::from_le_bytes(b[4..12].try_into().expect("8 bytes"));
     let len = usize::from(b[12]).min(TENANT_BYTES_MAX);
-    ClientRecord {
+    let record = ClientRecord {
         unix: b[0] == 1,
         refuse: b[1] == 1,
         greeted: b[2] == 1,
         admission: (b[3] == 1).then(|| Admission {
             tenant: String::from_utf8_lossy(&b[13..13 + len]).into_owned(),
-            buffer_bytes_max: (max != u64::MAX).then_some(max),
+            memory: None,
         }),
-    }
+    };
+    let memory = (record.admission.is_some() && max != u64::MAX).then_some(max);
+    (record, memory)
 }
 
 /// Hands a client's connection to the process with `record`: `refuse`: answer its
@@ -180,8 +186,11 @@ pub(crate) fn send_client(
         Stream::Tcp(s) => s.as_fd(),
         Stream::Unix(s) => s.as_fd(),
     };
-    let fds = [fd];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let memory = record.admission.as_ref().and_then(|a| a.memory.as_ref());
+    let fds: Vec<_> = std::iter::once(fd)
+        .chain(memory.map(|m| m.fd().as_fd()))
+        .collect();
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
     let mut control_buf = SendAncillaryBuffer::new(&mut space);
     control_buf.push(SendAncillaryMessage::ScmRights(&fds));
     let body = encode_client(record);
@@ -206,7 +215,7 @@ pub(crate) type HandedOver = (Stream, ClientRecord);
 /// (drain).
 pub(crate) fn recv_client(control: &UnixStream) -> io::Result<Option<HandedOver>> {
     let mut body = [0u8; CLIENT_RECORD_LEN];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
     let mut control_buf = RecvAncillaryBuffer::new(&mut space);
     let got = recvmsg(
         control,
@@ -214,21 +223,28 @@ pub(crate) fn recv_client(control: &UnixStream) -> io::Result<Option<HandedOver>
         &mut control_buf,
         RecvFlags::CMSG_CLOEXEC,
     )?;
-    let mut fd: Option<OwnedFd> = None;
+    // The connection's descriptor, then the tenant memory's when there is one.
+    let mut received: Vec<OwnedFd> = Vec::with_capacity(2);
     for msg in control_buf.drain() {
         if let RecvAncillaryMessage::ScmRights(fds) = msg {
-            for received in fds {
-                fd.get_or_insert(received);
-            }
+            received.extend(fds.take(2 - received.len().min(2)));
         }
     }
+    let mut received = received.into_iter();
+    let fd = received.next();
     match got.bytes {
         0 => return Ok(None),
         n if n < body.len() => (&*control).read_exact(&mut body[n..])?,
         _ => {}
     }
     let fd = fd.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no fd handed over"))?;
-    let record = decode_client(&body);
+    let (mut record, memory) = decode_client(&body);
+    if let (Some(max), Some(admission)) = (memory, record.admission.as_mut()) {
+        let page = received.next().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "no tenant memory handed over")
+        })?;
+        admission.memory = Some(std::sync::Arc::new(TenantMemory::from_fd(page, max)?));
+    }
     let stream = if record.unix {
         Stream::Unix(UnixStream::from(fd))
     } else {
@@ -267,7 +283,7 @@ mod tests {
             greeted: false,
             admission: Some(Admission {
                 tenant: "team-a".to_string(),
-                buffer_bytes_max: Some(1 << 20),
+                memory: Some(TenantMemory::create(1 << 20).unwrap()),
             }),
         };
         send_client(&node, &Stream::Unix(served), &sent).unwrap();
@@ -288,7 +304,7 @@ mod tests {
             Some(Admission::default()),
             Some(Admission {
                 tenant: "é".repeat(40),
-                buffer_bytes_max: Some(7),
+                memory: None,
             }),
         ] {
             let r = ClientRecord {
@@ -297,16 +313,13 @@ mod tests {
                 greeted: true,
                 admission,
             };
-            let back = decode_client(&encode_client(&r));
+            let (back, memory) = decode_client(&encode_client(&r));
+            assert_eq!(memory, None);
             let cut = r.admission.as_ref().map(|a| {
                 let t = &a.tenant;
                 t.chars().take(TENANT_BYTES_MAX / 2).collect::<String>()
             });
             assert_eq!(back.admission.as_ref().map(|a| a.tenant.clone()), cut);
-            assert_eq!(
-                back.admission.map(|a| a.buffer_bytes_max),
-                r.admission.map(|a| a.buffer_bytes_max)
-            );
             assert_eq!((back.unix, back.refuse, back.greeted), (false, false, true));
         }
     }

@@ -143,11 +143,11 @@ fi
 # Among them crates/node/tests/budget.rs, the per-call budget of a small call (issue 28):
 # system calls, wake-ups, allocations and timers per call, counted (strace, a counting
 # allocator), not timed; it fails under CI when strace cannot trace.
-# Among them too the remote OpenCL tests with identities (issue 31), on PoCL with gcc,
-# openssl-free (rcgen certificates), about 10 s: crates/node/tests/opencl_tenants.rs
-# (tokens, the opencl policy key, per-tenant memory quotas, guessed ids, SIGHUP, audit
-# lines, a real program through the ICD), opencl_tls.rs (the ICD over tls://, client
-# certificates) and crates/ocl-remote/tests/gate.rs (the gate in every isolation mode).
+# Among them too the remote OpenCL tests with identities (issue 31), on PoCL with gcc
+# (certificates made by rcgen), about 10 s: crates/node/tests/opencl_tenants.rs (tokens,
+# the opencl policy key, per-tenant memory quotas, guessed ids, SIGHUP, audit lines, a
+# real program through the ICD), opencl_tls.rs (the ICD over tls://, client
+# certificates) and crates/ocl-remote/tests/gate.rs (the gate in and out of process).
 begin "cargo test (workspace)"
 # A CI checkout is built once: incremental compilation's caches would only take disk.
 if [[ -n "${CI:-}" ]]; then export CARGO_INCREMENTAL=0; fi

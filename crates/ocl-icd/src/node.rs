@@ -21,7 +21,6 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CString};
 use std::io::{self, Read};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -216,26 +215,12 @@ impl Failed {
 }
 
 impl Node {
-    /// Connects, says `Hello` and starts the reader thread.
-    /// `tls://HOST:PORT` connects over TLS (see [`crate::tls`]).
+    /// Connects (`tls://HOST:PORT` over TLS, see [`crate::tls`]), says `Hello` and
+    /// starts the reader thread.
     pub fn connect(addr: &str) -> io::Result<Arc<Node>> {
-        let (tls, host_port) = match addr.strip_prefix(crate::tls::SCHEME) {
-            Some(rest) => (true, rest),
-            None => (false, addr),
-        };
         // Bounded, so that an unreachable node delays the program's start by seconds,
         // not by the system's SYN timeout.
-        let target = host_port.to_socket_addrs()?.next().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, "address resolves to nothing")
-        })?;
-        let tcp = TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)?;
-        let stream = if tls {
-            tcp.set_nodelay(true)?;
-            let host = crate::tls::host_of(host_port);
-            Stream::Unix(crate::tls::connect(tcp, host, HELLO_TIMEOUT)?)
-        } else {
-            Stream::Tcp(tcp)
-        };
+        let stream = crate::tls::open(addr, CONNECT_TIMEOUT, HELLO_TIMEOUT)?;
         // An empty host id tells the node not to offer shared memory (nor its local
         // socket).
         let shm_off = std::env::var(SHM_ENV).is_ok_and(|v| v == "0");

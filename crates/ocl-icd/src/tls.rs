@@ -18,11 +18,12 @@
 //! bytes never leave the host).
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use ocl_remote::stream::Stream;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
@@ -87,9 +88,33 @@ pub fn host_of(addr: &str) -> &str {
     host.trim_start_matches('[').trim_end_matches(']')
 }
 
+/// The connection to a node's address: TCP within `connect_timeout`, and for
+/// `tls://HOST:PORT` TLS over it, handshaken within `handshake_timeout`.
+pub fn open(
+    addr: &str,
+    connect_timeout: Duration,
+    handshake_timeout: Duration,
+) -> io::Result<Stream> {
+    let (tls, host_port) = match addr.strip_prefix(SCHEME) {
+        Some(rest) => (true, rest),
+        None => (false, addr),
+    };
+    let target = host_port
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "address resolves to nothing"))?;
+    let tcp = TcpStream::connect_timeout(&target, connect_timeout)?;
+    if !tls {
+        return Ok(Stream::Tcp(tcp));
+    }
+    tcp.set_nodelay(true)?;
+    let relay = connect(tcp, host_of(host_port), handshake_timeout)?;
+    Ok(Stream::Unix(relay))
+}
+
 /// Handshakes TLS over `tcp` with the node named `host` within `timeout`, and returns
 /// the plain end of the relay (see the module docs).
-pub fn connect(tcp: TcpStream, host: &str, timeout: Duration) -> io::Result<UnixStream> {
+fn connect(tcp: TcpStream, host: &str, timeout: Duration) -> io::Result<UnixStream> {
     let name = ServerName::try_from(host.to_string())
         .map_err(|e| invalid(format!("{host}: not a server name: {e}")))?;
     let mut conn = ClientConnection::new(config()?, name).map_err(io::Error::other)?;

@@ -82,6 +82,11 @@ fn start_opencl(
         gate: Some(Arc::clone(gate) as Arc<dyn ocl_remote::service::gate::Gate>),
         ..config.opencl.service()
     };
+    metrics
+        .registry_mut()
+        .register_collector(Box::new(crate::front::opencl::MemoryMetrics(Arc::clone(
+            gate,
+        ))));
     match ocl_remote::service::spawn(addr, service, metrics.registry_mut()) {
         Ok(handle) => {
             tracing::info!(opencl = %handle.local_addr(), devices = ?handle.device_names(), "sharing OpenCL devices");

@@ -51,13 +51,14 @@ fn hash_token(token: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-/// A: OpenCL with a small memory quota; B: OpenCL (its token hashed); C: calls only.
+/// A: OpenCL with a small memory quota; B: OpenCL and the metrics (its token hashed);
+/// C: calls only.
 fn tenants(b_hash: &str) -> String {
     format!(
         "anonymous = \"refuse\"\n\
          [[tenants]]\nname = \"team-a\"\ntoken = \"{A_TOKEN}\"\nopencl = true\n\
          [tenants.quota]\nopencl_bytes_max = {A_BYTES_MAX}\n\
-         [[tenants]]\nname = \"team-b\"\ntoken_hash = \"{b_hash}\"\nopencl = true\n\
+         [[tenants]]\nname = \"team-b\"\ntoken_hash = \"{b_hash}\"\nopencl = true\nmetrics = true\n\
          [[tenants]]\nname = \"team-c\"\ntoken = \"{C_TOKEN}\"\ncall = [\"to_uppercase\"]\n"
     )
 }
@@ -91,11 +92,31 @@ fn opencl_sessions_belong_to_tenants() {
     refusals(ocl_addr);
     quotas_and_guessed_handles(ocl_addr);
     through_the_icd(&node, ocl_addr);
+    // The refusals of A's quota are counted per tenant, and what A's sessions held is
+    // all given back once they have ended.
+    let series = |name: &str| format!("netaccel_{name}{{tenant=\"team-a\"}}");
+    assert!(b_metric(&node, &series("ocl_tenant_memory_refusals_total")) >= 3.0);
+    wait_until("A's sessions hold nothing", || {
+        b_metric(&node, &series("ocl_tenant_memory_bytes")) == 0.0
+    });
     rotation(&mut node, ocl_addr);
     let log = node.log();
     for token in [A_TOKEN, B_TOKEN, B_ROTATED, C_TOKEN] {
         assert!(!log.contains(token), "a token in the log:\n{log}");
     }
+}
+
+/// The value of `series` in `/metrics`, read as team B (which may).
+fn b_metric(node: &TestNode, series: &str) -> f64 {
+    let text = ureq::get(&node.url("/metrics"))
+        .set("Authorization", &format!("Bearer {B_TOKEN}"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in /metrics:\n{text}"))
 }
 
 /// A session of `tenant` with `token` over TCP (no shared memory).

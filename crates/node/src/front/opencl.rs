@@ -40,8 +40,9 @@ use crate::telemetry::audit::{AuditEvent, AuditKind};
 pub struct OpenClGate {
     node: OnceLock<Weak<Node>>,
     /// The memory counter of each tenant (and of the anonymous callers together) with
-    /// an `opencl_bytes_max`, made at its first session: as many as accounts.
-    memories: parking_lot::Mutex<HashMap<Owner, Arc<TenantMemory>>>,
+    /// an `opencl_bytes_max`, made at its first session, and its label in `/metrics`:
+    /// as many as accounts.
+    memories: parking_lot::Mutex<HashMap<Owner, (String, Arc<TenantMemory>)>>,
 }
 
 impl OpenClGate {
@@ -81,7 +82,7 @@ impl Gate for OpenClGate {
             return Err(message);
         }
         let memory = match node.quotas.account(principal.id).opencl_bytes_max {
-            Some(max) => Some(self.memory(Owner::of(principal.id), max)?),
+            Some(max) => Some(self.memory(Owner::of(principal.id), principal.label(), max)?),
             None => None,
         };
         Ok(Admission {
@@ -92,17 +93,74 @@ impl Gate for OpenClGate {
 }
 
 impl OpenClGate {
-    /// The memory counter of `owner`, bounded by `max` (made at its first session).
-    fn memory(&self, owner: Owner, max: u64) -> Result<Arc<TenantMemory>, String> {
+    /// The memory counter of `owner` (`label` in `/metrics`), bounded by `max` (made
+    /// at its first session).
+    fn memory(&self, owner: Owner, label: &str, max: u64) -> Result<Arc<TenantMemory>, String> {
         let mut memories = self.memories.lock();
-        if let Some(m) = memories.get(&owner) {
+        if let Some((_, m)) = memories.get(&owner) {
             debug_assert_eq!(m.max(), max, "quotas are fixed at start");
             return Ok(Arc::clone(m));
         }
         let made = TenantMemory::create(max)
             .map_err(|e| format!("the node cannot count the tenant's OpenCL memory: {e}"))?;
-        memories.insert(owner, Arc::clone(&made));
+        let label = match owner {
+            Owner::Anonymous => crate::core::quota::ANONYMOUS_LABEL.to_string(),
+            Owner::Tenant(_) => label.to_string(),
+        };
+        memories.insert(owner, (label, Arc::clone(&made)));
         Ok(made)
+    }
+}
+
+/// The tenants' OpenCL memory in `/metrics`, read from their counters at each scrape:
+/// `netaccel_ocl_tenant_memory_bytes{tenant}` and
+/// `netaccel_ocl_tenant_memory_refusals_total{tenant}`, one series per tenant with an
+/// `opencl_bytes_max` that has opened a session (`anonymous` for all anonymous
+/// callers), so no more series than configured tenants.
+#[derive(Debug)]
+pub(crate) struct MemoryMetrics(pub Arc<OpenClGate>);
+
+impl prometheus_client::collector::Collector for MemoryMetrics {
+    fn encode(&self, mut e: prometheus_client::encoding::DescriptorEncoder) -> std::fmt::Result {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::MetricType;
+        let rows: Vec<(String, u64, u64)> = self
+            .0
+            .memories
+            .lock()
+            .values()
+            .map(|(label, m)| (label.clone(), m.used(), m.refusals()))
+            .collect();
+        if rows.is_empty() {
+            // No family without series: nothing to show before the first session of
+            // a tenant with a bound.
+            return Ok(());
+        }
+        let mut f = e.encode_descriptor(
+            "ocl_tenant_memory_bytes",
+            "Bytes of OpenCL buffers and images each tenant's remote OpenCL sessions hold \
+             together (tenants with opencl_bytes_max).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (tenant, used, _) in &rows {
+            let held = prometheus_client::metrics::gauge::ConstGauge::new(
+                i64::try_from(*used).unwrap_or(i64::MAX),
+            );
+            held.encode(f.encode_family(&[("tenant", tenant.as_str())])?)?;
+        }
+        let mut f = e.encode_descriptor(
+            "ocl_tenant_memory_refusals",
+            "Allocations of remote OpenCL sessions refused for their tenant's \
+             opencl_bytes_max.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (tenant, _, refusals) in &rows {
+            let refused = prometheus_client::metrics::counter::ConstCounter::new(*refusals);
+            refused.encode(f.encode_family(&[("tenant", tenant.as_str())])?)?;
+        }
+        Ok(())
     }
 }
 

@@ -29,8 +29,9 @@ pub struct TenantMemory {
     max: u64,
 }
 
-/// The page holds one `u64`.
-const PAGE_BYTES: usize = 8;
+/// The page holds two `u64`s: the bytes held, and the allocations refused for the
+/// tenant's bound (for the node's `/metrics`).
+const PAGE_BYTES: usize = 16;
 
 impl TenantMemory {
     /// A new counter at zero with bound `max` (the node's side).
@@ -49,10 +50,25 @@ impl TenantMemory {
         self.map.fd()
     }
 
+    fn word(&self, index: usize) -> &AtomicU64 {
+        assert!(index < PAGE_BYTES / 8);
+        // SAFETY: in bounds of the mapping (PAGE_BYTES, page-aligned), which lives as
+        // long as `self`; every bit pattern is a valid AtomicU64.
+        unsafe { &*self.map.ptr().as_ptr().cast::<AtomicU64>().add(index) }
+    }
+
     fn counter(&self) -> &AtomicU64 {
-        // SAFETY: the mapping holds PAGE_BYTES, is page-aligned, lives as long as
-        // `self`, and every bit pattern is a valid AtomicU64.
-        unsafe { &*self.map.ptr().as_ptr().cast::<AtomicU64>() }
+        self.word(0)
+    }
+
+    /// Allocations refused for the tenant's bound so far.
+    pub fn refusals(&self) -> u64 {
+        self.word(1).load(Ordering::Relaxed)
+    }
+
+    /// Counts one allocation refused for the tenant's bound.
+    pub(crate) fn count_refusal(&self) {
+        self.word(1).fetch_add(1, Ordering::Relaxed);
     }
 
     /// Bytes the tenant's sessions hold now.
@@ -133,6 +149,8 @@ mod tests {
         other.add(7);
         node.reset();
         assert_eq!(other.used(), 0);
+        other.count_refusal();
+        assert_eq!(node.refusals(), 1);
         assert_ne!(*node, *TenantMemory::create(100).unwrap());
     }
 }

@@ -462,11 +462,18 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Logs, once per session, which bound refused an allocation of `asked` bytes.
+    /// Logs, once per session, which bound refused an allocation of `asked` bytes, and
+    /// counts a refusal for the tenant's bound in the tenant's page.
     fn over_quota(&self, asked: u64) {
         let Some(over) = self.quota.refusal(asked) else {
             return;
         };
+        if let (OverQuota::Tenant(_), Some(memory)) = (
+            over,
+            self.admission.as_ref().and_then(|a| a.memory.as_ref()),
+        ) {
+            memory.count_refusal();
+        }
         if self.quota_logged.replace(true) {
             return;
         }

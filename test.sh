@@ -352,7 +352,8 @@ NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" NETACCEL_REGISTRY_BIN="$targ
   python3 -m pytest -q clients/conformance
 
 # The documentation's promises, against nodes it starts on free ports: every recipe of
-# docs/accelerators.md, extending.md and security.md prints what the page says; the
+# docs/accelerators.md, extending.md and security.md prints what the page says (and
+# opencl.md's, through the ICD with clinfo: tenants and tokens on the OpenCL port); the
 # monitoring files and the metrics reference match what a live node exports
 # (promtool, and a real Prometheus scraping the node).
 begin "documentation tests (recipes, monitoring, metrics reference)"

@@ -813,6 +813,33 @@ mod tests {
     }
 
     #[test]
+    fn remote_opencl_is_its_own_grant() {
+        let mut gpu = tenant("gpu", "tg");
+        gpu.opencl = Some(true);
+        let mut ops = tenant("ops", "to");
+        ops.roles = Some(vec![Role::Operator]);
+        let mut root = tenant("root", "tr");
+        root.roles = Some(vec![Role::Admin]);
+        let auth = Auth::new(&section(vec![gpu, ops, root], Anonymous::Refuse)).unwrap();
+        let base = Base::Connection(5);
+        let may = |token: &str| {
+            auth.identify(&base, Some(token))
+                .unwrap()
+                .may(Action::OpenCl)
+        };
+        assert!(may("tg") && may("tr") && may("adm"));
+        assert!(!may("to"), "operators reconfigure; they do not run kernels");
+        let ops = auth.identify(&base, Some("to")).unwrap();
+        assert_eq!(
+            ops.refusal(Action::OpenCl),
+            "tenant `ops` may not use the remote OpenCL devices: its policy does not allow it"
+        );
+        // Without any policy, every caller may, as before.
+        let open = Auth::new(&section(vec![tenant("a", "ta")], Anonymous::Connection)).unwrap();
+        assert!(open.identify(&base, None).unwrap().may(Action::OpenCl));
+    }
+
+    #[test]
     fn anonymous_parses_its_three_forms_only() {
         let parse = |s: &str| Anonymous::try_from(s.to_string());
         assert_eq!(parse("connection"), Ok(Anonymous::Connection));

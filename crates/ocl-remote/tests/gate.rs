@@ -3,7 +3,9 @@
 //! processes, over TCP, over the local Unix socket and for a connection handed in
 //! (`ServiceHandle::serve_connection`): a refused `Hello` gets the gate's sentence and
 //! nothing else, an admitted one a session bounded by its admission's memory, and the
-//! gate sees each connection's caller. Needs an OpenCL runtime with a device (PoCL).
+//! gate sees each connection's caller; a runtime process that dies (one session's, or
+//! a shared one) gives its tenant's memory back. Needs an OpenCL runtime with a
+//! device (PoCL).
 
 mod common;
 
@@ -152,4 +154,64 @@ fn in_process_sessions_are_gated() {
 #[test]
 fn isolated_sessions_are_gated_before_the_hand_over() {
     sessions_are_gated(Isolation::PerSession);
+}
+
+/// A session holding most of its tenant's bound dies with its runtime process (its
+/// kernel stores through a null pointer): the node gives the tenant's memory back, so
+/// the tenant's next session may hold the whole bound.
+fn memory_is_given_back_when_a_runtime_process_dies(isolation: Isolation) {
+    let gate = Arc::new(TeamA::default());
+    let Some((svc, _registry)) = service(config(isolation, &gate)) else {
+        return;
+    };
+    let addr = svc.local_addr();
+    let mut doomed = Client::connect_as(addr, b"", "team-a", "right").expect("admitted");
+    doomed.setup(0); // buffer 3: 64 zero bytes, the kernel's null pointer
+    assert_eq!(doomed.create_buffer(10, 900), cl::CL_SUCCESS);
+    assert_eq!(gate.memory.used(), 964);
+    let source = b"__kernel void k(__global int *v) { *(__global int *)(size_t)v[0] = 42; }";
+    let calls = [
+        Request::CreateProgramWithSource {
+            id: 20,
+            context: 1,
+            source,
+        },
+        Request::BuildProgram {
+            program: 20,
+            devices: vec![],
+            options: b"",
+        },
+        Request::CreateKernel {
+            id: 21,
+            program: 20,
+            name: b"k",
+        },
+    ];
+    for call in &calls {
+        assert_eq!(doomed.call(call).0, cl::CL_SUCCESS, "{call:?}");
+    }
+    doomed.send(&Request::Enqueue {
+        commands: vec![common::inc(2, 21, 3, 0).into()],
+    });
+    doomed.send(&Request::Flush);
+    let mut rest = Vec::new();
+    let _ = doomed.stream.read_to_end(&mut rest); // the process died
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while gate.memory.used() != 0 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", gate.memory);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut next = Client::connect_as(addr, b"", "team-a", "right").expect("admitted");
+    next.setup_context();
+    assert_eq!(next.create_buffer(2, 1024), cl::CL_SUCCESS);
+}
+
+#[test]
+fn a_dead_session_process_gives_its_tenant_memory_back() {
+    memory_is_given_back_when_a_runtime_process_dies(Isolation::PerSession);
+}
+
+#[test]
+fn a_dead_shared_process_gives_its_tenants_memory_back() {
+    memory_is_given_back_when_a_runtime_process_dies(Isolation::Shared);
 }

@@ -71,7 +71,11 @@ impl Gate for OpenClGate {
         let principal = match identify(&node, caller, tenant, token) {
             Ok(p) => p,
             Err(e) => {
-                let message = e.message();
+                let mut message = e.message();
+                if e == AuthError::Missing {
+                    // The sentence names the other ports' ways; say the ICD's.
+                    message.push_str(" (remote OpenCL: NETACCEL_TENANT and NETACCEL_TENANT_TOKEN)");
+                }
                 audit(AuditKind::AuthenticationFailed, "anonymous", &message);
                 return Err(message);
             }

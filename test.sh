@@ -143,6 +143,11 @@ fi
 # Among them crates/node/tests/budget.rs, the per-call budget of a small call (issue 28):
 # system calls, wake-ups, allocations and timers per call, counted (strace, a counting
 # allocator), not timed; it fails under CI when strace cannot trace.
+# Among them too the remote OpenCL tests with identities (issue 31), on PoCL with gcc
+# (certificates made by rcgen), about 10 s: crates/node/tests/opencl_tenants.rs (tokens,
+# the opencl policy key, per-tenant memory quotas, guessed ids, SIGHUP, audit lines, a
+# real program through the ICD), opencl_tls.rs (the ICD over tls://, client
+# certificates) and crates/ocl-remote/tests/gate.rs (the gate in and out of process).
 begin "cargo test (workspace)"
 # A CI checkout is built once: incremental compilation's caches would only take disk.
 if [[ -n "${CI:-}" ]]; then export CARGO_INCREMENTAL=0; fi
@@ -347,7 +352,8 @@ NETACCEL_NODE_BIN="$target_dir/debug/netaccel-node" NETACCEL_REGISTRY_BIN="$targ
   python3 -m pytest -q clients/conformance
 
 # The documentation's promises, against nodes it starts on free ports: every recipe of
-# docs/accelerators.md, extending.md and security.md prints what the page says; the
+# docs/accelerators.md, extending.md and security.md prints what the page says (and
+# opencl.md's, through the ICD with clinfo: tenants and tokens on the OpenCL port); the
 # monitoring files and the metrics reference match what a live node exports
 # (promtool, and a real Prometheus scraping the node).
 begin "documentation tests (recipes, monitoring, metrics reference)"

@@ -63,6 +63,10 @@ struct Args {
     /// --tls-key).
     #[arg(long, value_name = "ADDR", value_parser = listen_addr, help_heading = "TLS")]
     grpc_tls: Option<SocketAddr>,
+    /// Remote OpenCL over TLS listen address, beside the plain OpenCL one (needs
+    /// --opencl, --tls-cert and --tls-key).
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr, help_heading = "TLS")]
+    opencl_tls: Option<SocketAddr>,
     /// The TLS certificate chain (PEM, leaf first); reloaded on SIGHUP.
     #[arg(long, value_name = "FILE", help_heading = "TLS")]
     tls_cert: Option<PathBuf>,
@@ -173,6 +177,9 @@ fn main() -> ExitCode {
     }
     if let Some(addr) = args.grpc_tls {
         config.tls.grpc = Some(addr);
+    }
+    if let Some(addr) = args.opencl_tls {
+        config.tls.opencl = Some(addr);
     }
     if let Some(path) = args.tls_cert {
         config.tls.cert = Some(path);

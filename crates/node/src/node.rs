@@ -66,17 +66,28 @@ pub struct Node {
     shutdown: watch::Sender<bool>,
 }
 
-/// Starts the remote OpenCL service when `[opencl] listen` is set. A host without an
-/// OpenCL runtime serves the rest (warned); an address the operator configured that
-/// cannot be listened on is an error, as for every listener.
+/// Starts the remote OpenCL service when `[opencl] listen` is set, its sessions
+/// admitted by `gate` (see [`crate::front::opencl`]). A host without an OpenCL runtime
+/// serves the rest (warned); an address the operator configured that cannot be
+/// listened on is an error, as for every listener.
 fn start_opencl(
     config: &Config,
     metrics: &mut Metrics,
+    gate: &Arc<crate::front::opencl::OpenClGate>,
 ) -> Result<Option<ocl_remote::service::ServiceHandle>, StartError> {
     let Some(addr) = config.opencl.listen else {
         return Ok(None);
     };
-    match ocl_remote::service::spawn(addr, config.opencl.service(), metrics.registry_mut()) {
+    let service = ocl_remote::service::ServiceConfig {
+        gate: Some(Arc::clone(gate) as Arc<dyn ocl_remote::service::gate::Gate>),
+        ..config.opencl.service()
+    };
+    metrics
+        .registry_mut()
+        .register_collector(Box::new(crate::front::opencl::MemoryMetrics(Arc::clone(
+            gate,
+        ))));
+    match ocl_remote::service::spawn(addr, service, metrics.registry_mut()) {
         Ok(handle) => {
             tracing::info!(opencl = %handle.local_addr(), devices = ?handle.device_names(), "sharing OpenCL devices");
             Ok(Some(handle))
@@ -106,7 +117,8 @@ impl Node {
         config.validate().map_err(StartError::Config)?;
         let registry = Registry::new(&config.registry_section()).map_err(StartError::Config)?;
         let mut metrics = Metrics::new();
-        let opencl = start_opencl(&config, &mut metrics)?;
+        let opencl_gate = Arc::new(crate::front::opencl::OpenClGate::default());
+        let opencl = start_opencl(&config, &mut metrics, &opencl_gate)?;
         let tenants = config.tenants_section();
         let quotas = Quotas::new(
             &config.quotas_section(),
@@ -154,7 +166,7 @@ impl Node {
             metrics.reassembly_buffers_in_use.clone(),
         );
         let (shutdown, _) = watch::channel(false);
-        Ok(Arc::new(Node {
+        let node = Arc::new(Node {
             connections: Protocol::ALL.map(|p| metrics.connections(p.name())),
             busy: Protocol::ALL.map(|p| metrics.busy_refusals(p.name())),
             connections_refused: Protocol::ALL.map(|p| metrics.connections_refused(p.name())),
@@ -183,7 +195,10 @@ impl Node {
             registry,
             tls,
             shutdown,
-        }))
+        });
+        opencl_gate.bind(&node);
+        crate::front::opencl::start_tls(&node)?;
+        Ok(node)
     }
 
     /// Counter of HTTP responses with status `code`.
@@ -254,6 +269,23 @@ impl Node {
     pub fn begin_shutdown(&self) -> Option<ocl_remote::service::ServiceHandle> {
         self.shutdown.send_replace(true);
         self.opencl.lock().take()
+    }
+
+    /// Serves a remote OpenCL connection accepted elsewhere (OpenCL over TLS, see
+    /// [`crate::front::opencl::start_tls`]); `false` when the node shares no OpenCL
+    /// device or drains.
+    pub fn serve_opencl(
+        &self,
+        stream: ocl_remote::stream::Stream,
+        caller: ocl_remote::service::gate::Caller,
+    ) -> bool {
+        match self.opencl.lock().as_ref() {
+            Some(handle) => {
+                handle.serve_connection(stream, caller);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Where remote OpenCL clients connect, if the node shares OpenCL devices.

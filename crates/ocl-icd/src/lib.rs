@@ -5,7 +5,9 @@
 //! `/etc/OpenCL/vendors/netaccel.icd` (or `OCL_ICD_VENDORS`), asks it for its platforms
 //! with `clIcdGetPlatformIDsKHR`, and from then on calls it through the dispatch table
 //! at the start of every object. The nodes come from the `NETACCEL_OPENCL_NODES`
-//! environment variable (`host:port[,host:port...]`); each node contributes its
+//! environment variable (`host:port[,host:port...]`, `tls://host:port` for TLS, with
+//! the tenant and token of `NETACCEL_TENANT` and `NETACCEL_TENANT_TOKEN` in each
+//! session's `Hello`); each node contributes its
 //! platforms, named `netaccel: <name on the node>`, with their devices. A node that
 //! cannot be reached contributes nothing (and a warning on stderr). Without
 //! `NETACCEL_OPENCL_NODES`, `NETACCEL_REGISTRY` and `NETACCEL_FUNCTION` name a registry
@@ -16,7 +18,8 @@
 //! control calls, command batching, completions), [`held`] (commands held back by user
 //! events not set), [`api`] (the OpenCL entry points),
 //! [`copy`] (large shared-memory copies on two threads), [`send`] (socket writes that
-//! never raise `SIGPIPE`), [`registry`] (the node found through the registry).
+//! never raise `SIGPIPE`), [`registry`] (the node found through the registry), [`tls`]
+//! (TLS to a node, relayed to a socket pair).
 //! The protocol is `ocl_remote::proto`; the design is in `docs/opencl.md`.
 
 mod api;
@@ -27,6 +30,7 @@ mod node;
 mod object;
 mod registry;
 mod send;
+mod tls;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, Mutex, OnceLock};

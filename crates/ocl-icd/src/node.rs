@@ -21,7 +21,6 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CString};
 use std::io::{self, Read};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -216,14 +215,12 @@ impl Failed {
 }
 
 impl Node {
-    /// Connects, says `Hello` and starts the reader thread.
+    /// Connects (`tls://HOST:PORT` over TLS, see [`crate::tls`]), says `Hello` and
+    /// starts the reader thread.
     pub fn connect(addr: &str) -> io::Result<Arc<Node>> {
         // Bounded, so that an unreachable node delays the program's start by seconds,
         // not by the system's SYN timeout.
-        let target = addr.to_socket_addrs()?.next().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, "address resolves to nothing")
-        })?;
-        let stream = Stream::Tcp(TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)?);
+        let stream = crate::tls::open(addr, CONNECT_TIMEOUT, HELLO_TIMEOUT)?;
         // An empty host id tells the node not to offer shared memory (nor its local
         // socket).
         let shm_off = std::env::var(SHM_ENV).is_ok_and(|v| v == "0");
@@ -947,14 +944,20 @@ impl Out {
 
 /// Says `Hello` on a new connection and returns it (a writing and a reading handle) with
 /// the reply's payload.
+/// The tenant and token it carries come from [`ocl_remote::TENANT_ENV`] and
+/// [`ocl_remote::TENANT_TOKEN_ENV`] (empty when unset).
 fn greet(stream: Stream, host_id: &[u8]) -> io::Result<(Stream, Stream, Vec<u8>)> {
     stream.set_nodelay()?;
     stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
     let mut reader = stream.try_clone()?;
+    let tenant = std::env::var(ocl_remote::TENANT_ENV).unwrap_or_default();
+    let token = std::env::var(ocl_remote::TENANT_TOKEN_ENV).unwrap_or_default();
     let mut hello = Vec::new();
     Request::Hello {
         version: proto::PROTOCOL_VERSION,
         host_id,
+        tenant: tenant.as_bytes(),
+        token: token.as_bytes(),
     }
     .encode(1, &mut hello);
     crate::send::send_all(stream.as_raw_fd(), &[&hello])?;
@@ -963,6 +966,13 @@ fn greet(stream: Stream, host_id: &[u8]) -> io::Result<(Stream, Stream, Vec<u8>)
     let Ok(Response::Reply { status, payload }) = Response::decode(header.kind, &body) else {
         return Err(invalid("bad Hello reply"));
     };
+    if status == ocl_remote::service::gate::REFUSED && !payload.is_empty() {
+        // The node's reason (its gate's sentence; never the token).
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refused: {}", String::from_utf8_lossy(payload)),
+        ));
+    }
     if status != cl::CL_SUCCESS {
         return Err(invalid(&format!(
             "node refused the connection (OpenCL error {status})"

@@ -32,6 +32,8 @@ pub fn session_stream(data: &[u8], host_id: &[u8]) -> Vec<u8> {
     Request::Hello {
         version: proto::PROTOCOL_VERSION,
         host_id: if same_host { host_id } else { b"" },
+        tenant: b"",
+        token: b"",
     }
     .encode(0, &mut out);
     let mut rest = data.get(1..).unwrap_or_default();
@@ -170,7 +172,9 @@ mod tests {
             [
                 Request::Hello {
                     version: proto::PROTOCOL_VERSION,
-                    host_id: b"host"
+                    host_id: b"host",
+                    tenant: b"",
+                    token: b"",
                 },
                 Request::Release { id: 9 },
                 launch(LAUNCH_ITEMS_MAX),

@@ -36,3 +36,7 @@ pub const ICD_SUFFIX: &str = "netaccel";
 pub const PLATFORM_NAME_PREFIX: &str = "netaccel: ";
 /// Environment variable listing the nodes the ICD connects to (`host:port,host:port`).
 pub const NODES_ENV: &str = "NETACCEL_OPENCL_NODES";
+/// The tenant the ICD names in `Hello` (the variable the `netaccel` CLI reads too).
+pub const TENANT_ENV: &str = "NETACCEL_TENANT";
+/// The tenant's token the ICD sends in `Hello` (the CLI's variable too).
+pub const TENANT_TOKEN_ENV: &str = "NETACCEL_TENANT_TOKEN";

@@ -323,6 +323,8 @@ fn a_same_host_client_moving_to_the_unix_socket_takes_one_runtime_process() {
     Request::Hello {
         version: proto::PROTOCOL_VERSION,
         host_id: &host_id,
+        tenant: b"",
+        token: b"",
     }
     .encode(1, &mut hello);
     local.write_all(&hello).unwrap();

@@ -19,8 +19,10 @@ fn every_request_keeps_its_bytes() {
             Request::Hello {
                 version: 1,
                 host_id: b"abc",
+                tenant: b"t",
+                token: b"k",
             },
-            "0b0000000100000007000000000000000100000003000000616263",
+            "1500000001000000070000000000000001000000030000006162630100000074010000006b",
         ),
         (
             Request::GetPlatformInfo {

@@ -10,6 +10,7 @@
 //! | [`oip`] | the Open Inference Protocol's model, shared by HTTP and gRPC: accelerators as models, tensors to calls |
 //! | `admission` | a connection's admission: the connection bound and the TLS handshake that fixes its tenant |
 //! | [`admin`] | catalog and slot documents, the admin token check, reconfiguration |
+//! | [`opencl`] | the remote OpenCL port's gate: who may open a session (its protocol is `ocl_remote`'s) |
 //!
 //! A front end may use the core, the devices' catalog, the network layer and
 //! telemetry; nothing below it uses a front end.
@@ -19,4 +20,5 @@ pub(crate) mod admission;
 pub mod grpc;
 pub mod http;
 pub mod oip;
+pub(crate) mod opencl;
 pub(crate) mod rac;

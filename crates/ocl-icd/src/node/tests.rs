@@ -69,7 +69,24 @@ struct Calls(Mutex<Vec<ClInt>>);
 unsafe extern "C" fn record(_event: Handle, status: ClInt, calls: *mut c_void) {
     // SAFETY: registered with a `Calls` that outlives the event's callbacks.
     let calls = unsafe { &*(calls as *const Calls) };
-    calls.0.lock().unwrap().push(status);
+    // Not `unwrap`: a test that failed while holding the lock must fail alone, not
+    // abort the whole binary from a callback that cannot unwind.
+    calls
+        .0
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(status);
+}
+
+/// The statuses `calls` recorded once it has any, or after [`PROMPT`]: event
+/// callbacks run after the event is final and its waiters woken, so a test that woke
+/// may look before they ran.
+fn recorded(calls: &Calls) -> Vec<ClInt> {
+    let deadline = std::time::Instant::now() + PROMPT;
+    while calls.0.lock().unwrap().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    calls.0.lock().unwrap().clone()
 }
 
 fn on_complete(h: usize, calls: &Calls) {
@@ -285,7 +302,7 @@ fn the_end_of_the_connection_fails_the_task_in_flight_and_finish() {
     drop(peer);
     assert_eq!(w.recv_timeout(PROMPT), Ok(cl::CL_OUT_OF_RESOURCES));
     assert_eq!(node.finish(), cl::CL_OUT_OF_RESOURCES);
-    assert_eq!(*calls.0.lock().unwrap(), [cl::CL_OUT_OF_RESOURCES]);
+    assert_eq!(recorded(&calls), [cl::CL_OUT_OF_RESOURCES]);
     release::<Event>(h as Handle);
 }
 

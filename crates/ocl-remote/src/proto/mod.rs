@@ -27,8 +27,9 @@ pub use wire::{put_bytes, put_i32, put_u32, put_u64, put_u8, Reader, Wire};
 /// enqueued command carries its wait list ([`Queued`]). Version 3: a user event set to
 /// an error fails what waits for it ([`Command::UserEvent`]). Version 4: the node
 /// presents its devices as OpenCL 3.0 and compiles programs as the client asks (a client
-/// of version 3 expected OpenCL 1.2 devices and programs compiled for them).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// of version 3 expected OpenCL 1.2 devices and programs compiled for them). Version 5:
+/// `Hello` carries the client's tenant and token.
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Message kinds (the `kind` header field): requests, then responses.
 pub mod kind {

@@ -11,7 +11,9 @@ messages! {
     /// A request from a client (the ICD) to the node.
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub enum Request<'a>: u16, numbers in kind {
-        Hello = HELLO(1) { version: u32, host_id: &'a [u8] },
+        /// The session's first message. `tenant` and `token` (UTF-8, empty: none) are
+        /// the client's credential, checked by the node before anything else.
+        Hello = HELLO(1) { version: u32, host_id: &'a [u8], tenant: &'a [u8], token: &'a [u8] },
         GetPlatformInfo = GET_PLATFORM_INFO(2) { platform: u32, param: u32 },
         GetDeviceInfo = GET_DEVICE_INFO(3) { device: u32, param: u32 },
         CreateContext = CREATE_CONTEXT(4) { id: u64, devices: Vec<u32> },
@@ -153,6 +155,8 @@ mod tests {
         roundtrip(Request::Hello {
             version: 1,
             host_id: b"abc",
+            tenant: b"team-a",
+            token: b"secret",
         });
         roundtrip(Request::CreateContext {
             id: 7,

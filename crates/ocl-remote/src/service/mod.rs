@@ -23,7 +23,9 @@
 //! page, so that the node shows those of runtime processes too), [`log`] (its log
 //! lines, `tracing` events), [`isolate`] (the
 //! runtime in supervised child processes, the node's default) and [`busy`] (how the
-//! node sees how long their tasks run).
+//! node sees how long their tasks run), [`gate`] (who may open a session: the node's
+//! identity model behind a trait) and [`account`] (a tenant's memory over all its
+//! sessions).
 //!
 //! Everything above runs in one process: the service's own ([`Isolation::InProcess`]),
 //! or a runtime process the node started ([`isolate`]), where the listeners stay in
@@ -31,10 +33,12 @@
 //!
 //! See `docs/opencl.md` for the protocol and the task model.
 
+pub mod account;
 mod bodies;
 mod busy;
 mod connection;
 mod events;
+pub mod gate;
 pub mod isolate;
 mod log;
 mod mapped;
@@ -131,6 +135,8 @@ pub struct ServiceConfig {
     /// may run before the isolated runtime process running it is killed and its client
     /// gets errors. Zero: no bound. In-process, tasks are not bounded.
     pub kernel_time_max: std::time::Duration,
+    /// Who may open a session (see [`gate`]); `None`: every client.
+    pub gate: Option<Arc<dyn gate::Gate>>,
 }
 
 /// Where the vendor runtime runs client code (see [`isolate`] for the trade-offs).
@@ -196,6 +202,7 @@ impl Default for ServiceConfig {
             runtime_spares: 2,
             runtime_starts_per_second_max: 50,
             kernel_time_max: std::time::Duration::from_secs(300),
+            gate: None,
         }
     }
 }
@@ -571,6 +578,29 @@ impl ServiceHandle {
             .iter()
             .position(|d| d.raw.0 == device)?;
         Some(DeviceLane::new(Arc::clone(shared), index))
+    }
+
+    /// Serves a client connection accepted elsewhere, as if it had come to the
+    /// service's own listener: a TLS connection the node accepted, handshook and
+    /// relays in plain text over one end of a Unix socket pair. `caller` says where
+    /// it comes from (the gate sees its address and certificate, not the relay's).
+    pub fn serve_connection(&self, stream: Stream, caller: gate::Caller) {
+        match &self.kind {
+            Kind::InProcess { shared, .. } => {
+                if shared.shutdown.load(Ordering::SeqCst) {
+                    return;
+                }
+                let shared = Arc::clone(shared);
+                let entry = session::Entry::Ask(caller);
+                let spawned = thread::Builder::new()
+                    .name("ocl-client".to_string())
+                    .spawn(move || session::serve_greeted(shared, stream, false, false, entry));
+                if let Err(e) = spawned {
+                    log::log!(ERROR, "cannot start a client thread: {e}");
+                }
+            }
+            Kind::Isolated(s) => s.serve_connection(stream, caller),
+        }
     }
 
     /// Clients connected now.

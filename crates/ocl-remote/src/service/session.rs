@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use super::bodies::Body;
 use super::connection::{read_frame, send_reply, ClientWriter};
+use super::gate::{Admission, Caller};
 use super::programs;
 use super::task::{Cmd, Finished};
 use super::{Real, Shared};
@@ -32,7 +33,8 @@ use crate::proto::{self, HelloInfo, Request};
 use crate::service::lock;
 use crate::stream::Stream;
 use objects::{
-    Context, Image, Kernel, Mem, Obj, Objects, Program, ProgramSource, Queue, Quota, Sampler,
+    Context, Image, Kernel, Mem, Obj, Objects, OverQuota, Program, ProgramSource, Queue, Quota,
+    Sampler,
 };
 
 struct Session<'s> {
@@ -48,6 +50,13 @@ struct Session<'s> {
     /// Bytes of the entries kept for commands that failed past the bound.
     open_failed_bytes: u64,
     greeted: bool,
+    /// Who the client is, once admitted (by the node before the hand-over, or by the
+    /// service's gate at `Hello`; see [`super::gate`]); `None` without a gate.
+    admission: Option<Admission>,
+    /// Where the client comes from, for the gate.
+    caller: Caller,
+    /// Whether a refusal for the memory quota was logged (once per session).
+    quota_logged: std::cell::Cell<bool>,
     /// The client runs on this host (same host id): buffers may live in shared memory.
     same_host: bool,
     /// The device of the client's last task, and whether that task is over.
@@ -84,12 +93,33 @@ fn reply(answer: Answer) -> Reply {
 /// is over a bound counted elsewhere (by the node, for isolated runtime processes) and
 /// gets `CL_OUT_OF_RESOURCES`, as one over `clients_max` here does.
 pub(crate) fn serve(shared: Arc<Shared>, stream: Stream, refused: bool) {
-    serve_greeted(shared, stream, refused, false)
+    let caller = Caller::of(&stream);
+    serve_greeted(shared, stream, refused, false, Entry::Ask(caller))
+}
+
+/// How a session's client is admitted (see [`super::gate`]).
+pub(crate) enum Entry {
+    /// The node admitted it before handing the connection over (`None`: the node has
+    /// no gate).
+    Admitted(Option<Admission>),
+    /// The service's gate, if it has one, decides at `Hello` about this caller.
+    Ask(Caller),
 }
 
 /// [`serve`] a client whose same-host `Hello` the node answered already (`greeted`;
-/// see `isolate::greet`): its session starts greeted, on the node's host.
-pub(crate) fn serve_greeted(shared: Arc<Shared>, stream: Stream, refused: bool, greeted: bool) {
+/// see `isolate::greet`): its session starts greeted, on the node's host. `admission`:
+/// the node admitted the client before it handed the connection over.
+pub(crate) fn serve_greeted(
+    shared: Arc<Shared>,
+    stream: Stream,
+    refused: bool,
+    greeted: bool,
+    entry: Entry,
+) {
+    let (admission, caller) = match entry {
+        Entry::Admitted(admission) => (admission, Caller::default()),
+        Entry::Ask(caller) => (None, caller),
+    };
     let _ = stream.set_nodelay();
     // Zero means no bound (the socket call takes no zero timeout).
     let stall = Some(shared.config.send_stall_max).filter(|d| !d.is_zero());
@@ -112,15 +142,19 @@ pub(crate) fn serve_greeted(shared: Arc<Shared>, stream: Stream, refused: bool, 
             shared: &shared,
             writer: Arc::clone(&writer),
             objects: Objects::default(),
-            quota: Quota::new(
+            quota: Quota::with_tenant(
                 shared.client_quota(),
                 shared.metrics.client_buffer_bytes.clone(),
+                admission.as_ref().and_then(|a| a.memory.clone()),
             ),
             open: Vec::new(),
             open_bytes: 0,
             open_overflow: false,
             open_failed_bytes: 0,
             greeted,
+            admission,
+            caller,
+            quota_logged: std::cell::Cell::new(false),
             same_host: greeted && shared.config.shared_memory,
             last_task: None,
         };
@@ -201,6 +235,23 @@ impl Session<'_> {
                     self.flush(header.id);
                     continue;
                 }
+                Request::Hello {
+                    version,
+                    host_id,
+                    tenant,
+                    token,
+                } => match self.admit_client(tenant, token) {
+                    Ok(()) => reply(self.hello(version, host_id)),
+                    Err(reason) => {
+                        // The gate's owner logged the refusal; the session just ends.
+                        send_reply(
+                            &self.writer,
+                            header.id,
+                            (super::gate::REFUSED, reason.into_bytes()),
+                        );
+                        return Ok(());
+                    }
+                },
                 // The two calls that may fail with a payload.
                 Request::CreateProgramWithBinary {
                     id,
@@ -228,7 +279,7 @@ impl Session<'_> {
     /// queries in `info`, object creation and builds here.
     fn control(&mut self, request: Request<'_>) -> Answer {
         match request {
-            Request::Hello { version, host_id } => self.hello(version, host_id),
+            Request::Hello { .. } => unreachable!("answered in `run`"),
             Request::GetPlatformInfo { .. }
             | Request::GetDeviceInfo { .. }
             | Request::GetImageInfo { .. }
@@ -382,6 +433,62 @@ impl Session<'_> {
                 }
             },
         )
+    }
+
+    /// Asks the service's gate, if it has one and the node did not admit the client
+    /// already, whether this client may open a session; an admission's tenant memory
+    /// joins the session's quota (no buffer exists before `Hello`).
+    fn admit_client(&mut self, tenant: &[u8], token: &[u8]) -> Result<(), String> {
+        let Some(gate) = self.shared.config.gate.as_ref() else {
+            return Ok(());
+        };
+        if self.admission.is_some() {
+            return Ok(());
+        }
+        debug_assert!(self.objects.len() == 0, "Hello comes first");
+        let admission = gate.admit(
+            &self.caller,
+            &String::from_utf8_lossy(tenant),
+            &String::from_utf8_lossy(token),
+        )?;
+        if admission.memory.is_some() {
+            self.quota = Quota::with_tenant(
+                self.shared.client_quota(),
+                self.shared.metrics.client_buffer_bytes.clone(),
+                admission.memory.clone(),
+            );
+        }
+        self.admission = Some(admission);
+        Ok(())
+    }
+
+    /// Logs, once per session, which bound refused an allocation of `asked` bytes, and
+    /// counts a refusal for the tenant's bound in the tenant's page.
+    fn over_quota(&self, asked: u64) {
+        let Some(over) = self.quota.refusal(asked) else {
+            return;
+        };
+        if let (OverQuota::Tenant(_), Some(memory)) = (
+            over,
+            self.admission.as_ref().and_then(|a| a.memory.as_ref()),
+        ) {
+            memory.count_refusal();
+        }
+        if self.quota_logged.replace(true) {
+            return;
+        }
+        let tenant = self.admission.as_ref().map_or("anonymous", |a| &a.tenant);
+        let bound = match over {
+            OverQuota::Client(max) => format!("its session's bound (buffer_bytes_max) of {max}"),
+            OverQuota::Tenant(max) => {
+                format!("the tenant's OpenCL memory quota (opencl_bytes_max) of {max}")
+            }
+        };
+        super::log::log!(
+            WARN,
+            "tenant `{tenant}`: allocation of {asked} bytes refused (CL_OUT_OF_RESOURCES): \
+             over {bound} bytes"
+        );
     }
 
     fn hello(&mut self, version: u32, host_id: &[u8]) -> Answer {
@@ -588,6 +695,7 @@ impl Session<'_> {
             return Err(cl::CL_INVALID_VALUE);
         }
         if !self.quota.admits(size) {
+            self.over_quota(size);
             return Err(cl::CL_OUT_OF_RESOURCES);
         }
         // Host pointers live in the client process; the node sees only their contents.
@@ -828,6 +936,7 @@ impl Session<'_> {
         }
         // An image on a buffer takes no memory of its own.
         if !on_buffer && !self.quota.admits(size) {
+            self.over_quota(size);
             return Err(cl::CL_OUT_OF_RESOURCES);
         }
         Ok(ImagePlan {

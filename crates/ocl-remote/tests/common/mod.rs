@@ -71,6 +71,17 @@ impl Client {
     /// Connects and greets the service as a client on the host `host_id` names (the
     /// service's own host id makes it a same-host client with shared-memory buffers).
     pub fn connect_with(addr: SocketAddr, host_id: &[u8]) -> Result<Client, i32> {
+        Client::connect_as(addr, host_id, "", "").map_err(|(status, _)| status)
+    }
+
+    /// [`Client::connect_with`] with a tenant's name and token in `Hello` (empty:
+    /// none); a refusal is its status and the node's reason.
+    pub fn connect_as(
+        addr: SocketAddr,
+        host_id: &[u8],
+        tenant: &str,
+        token: &str,
+    ) -> Result<Client, (i32, String)> {
         let stream = TcpStream::connect(addr).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
@@ -83,9 +94,11 @@ impl Client {
         let (status, payload) = c.call(&Request::Hello {
             version: proto::PROTOCOL_VERSION,
             host_id,
+            tenant: tenant.as_bytes(),
+            token: token.as_bytes(),
         });
         if status != cl::CL_SUCCESS {
-            return Err(status);
+            return Err((status, String::from_utf8_lossy(&payload).into_owned()));
         }
         let info = HelloInfo::decode(&payload).unwrap();
         c.info = (info.host_id.to_vec(), info.platforms);

@@ -22,6 +22,9 @@ pub struct QuotaConfig {
     pub concurrent_calls_max: Option<usize>,
     /// Bytes of objects the tenant may hold in the object store.
     pub object_bytes_max: Option<usize>,
+    /// Bytes of OpenCL buffers and images the tenant's remote OpenCL sessions may hold
+    /// on the node's devices, all together.
+    pub opencl_bytes_max: Option<u64>,
 }
 
 impl QuotaConfig {
@@ -36,6 +39,7 @@ impl QuotaConfig {
                 "concurrent_calls_max",
                 self.concurrent_calls_max.map(|n| n as u64),
             ),
+            ("opencl_bytes_max", self.opencl_bytes_max),
         ] {
             if count == Some(0) {
                 return Err(format!("{who}: {name} must be at least 1"));

@@ -184,6 +184,9 @@ pub struct Account {
     concurrent_max: Option<usize>,
     /// Bytes of objects the tenant may hold (the object store keeps the count).
     pub object_bytes_max: Option<usize>,
+    /// Bytes of buffers the tenant's remote OpenCL sessions may hold together (they
+    /// keep the count, `ocl_remote::service::account`).
+    pub opencl_bytes_max: Option<u64>,
     /// Refusals by [`Exhausted`], in declaration order.
     refusals: [Counter; 4],
 }
@@ -208,6 +211,7 @@ impl Account {
             concurrent: AtomicUsize::new(0),
             concurrent_max: config.concurrent_calls_max,
             object_bytes_max: config.object_bytes_max,
+            opencl_bytes_max: config.opencl_bytes_max,
             refusals: [
                 Exhausted::Calls,
                 Exhausted::Bytes,

@@ -106,6 +106,9 @@ pub enum Action<'a> {
     Admin,
     /// Register this shared memory object (key) as a system shared memory region.
     SharedMemory(&'a str),
+    /// Open a remote OpenCL session (any shared device: a session runs the client's
+    /// kernels on the node's host, as the node's user).
+    OpenCl,
 }
 
 impl std::fmt::Display for Action<'_> {
@@ -119,6 +122,7 @@ impl std::fmt::Display for Action<'_> {
             Action::Catalog => f.write_str("read the catalog"),
             Action::Admin => f.write_str("administer the node"),
             Action::SharedMemory(key) => write!(f, "register shared memory key `{key}`"),
+            Action::OpenCl => f.write_str("use the remote OpenCL devices"),
         }
     }
 }
@@ -167,6 +171,7 @@ struct Grants {
     metrics: bool,
     catalog: bool,
     shared_memory: Vec<String>,
+    opencl: bool,
 }
 
 /// What a principal may do.
@@ -201,9 +206,11 @@ impl Principal {
             Access::Admin => true,
             Access::Nothing => false,
             Access::Open { admin_open } => match action {
-                Action::Call(_) | Action::Metrics | Action::Catalog | Action::SharedMemory(_) => {
-                    true
-                }
+                Action::Call(_)
+                | Action::Metrics
+                | Action::Catalog
+                | Action::SharedMemory(_)
+                | Action::OpenCl => true,
                 Action::Load(_) | Action::Admin => *admin_open,
             },
             Access::Granted(g) => g.may(action),
@@ -262,6 +269,8 @@ impl Grants {
             Action::Catalog => self.catalog || self.operator,
             Action::Admin => false,
             Action::SharedMemory(key) => matches_any(&self.shared_memory, key),
+            // Not implied by `operator`: a session runs its own kernels on the host.
+            Action::OpenCl => self.opencl,
         }
     }
 }
@@ -415,6 +424,7 @@ fn entry_of(t: &TenantConfig, policy_mode: bool, admin_open: bool) -> Result<Ent
             metrics: t.metrics.unwrap_or(false),
             catalog: t.catalog.unwrap_or(false),
             shared_memory: t.shared_memory.clone().unwrap_or_default(),
+            opencl: t.opencl.unwrap_or(false),
         }))
     } else {
         Access::Open { admin_open }
@@ -823,6 +833,33 @@ mod tests {
             auth.identify(&base, Some("th")).unwrap_err(),
             AuthError::Busy
         );
+    }
+
+    #[test]
+    fn remote_opencl_is_its_own_grant() {
+        let mut gpu = tenant("gpu", "tg");
+        gpu.opencl = Some(true);
+        let mut ops = tenant("ops", "to");
+        ops.roles = Some(vec![Role::Operator]);
+        let mut root = tenant("root", "tr");
+        root.roles = Some(vec![Role::Admin]);
+        let auth = Auth::new(&section(vec![gpu, ops, root], Anonymous::Refuse)).unwrap();
+        let base = Base::Connection(5);
+        let may = |token: &str| {
+            auth.identify(&base, Some(token))
+                .unwrap()
+                .may(Action::OpenCl)
+        };
+        assert!(may("tg") && may("tr") && may("adm"));
+        assert!(!may("to"), "operators reconfigure; they do not run kernels");
+        let ops = auth.identify(&base, Some("to")).unwrap();
+        assert_eq!(
+            ops.refusal(Action::OpenCl),
+            "tenant `ops` may not use the remote OpenCL devices: its policy does not allow it"
+        );
+        // Without any policy, every caller may, as before.
+        let open = Auth::new(&section(vec![tenant("a", "ta")], Anonymous::Connection)).unwrap();
+        assert!(open.identify(&base, None).unwrap().may(Action::OpenCl));
     }
 
     #[test]

@@ -71,6 +71,9 @@ pub struct TenantConfig {
     /// memory regions: names, or prefixes with a final `*`; none when left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_memory: Option<Vec<String>>,
+    /// Whether it may open remote OpenCL sessions (`--opencl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opencl: Option<bool>,
 }
 
 impl TenantConfig {
@@ -82,6 +85,7 @@ impl TenantConfig {
             || self.metrics.is_some()
             || self.catalog.is_some()
             || self.shared_memory.is_some()
+            || self.opencl.is_some()
     }
 }
 

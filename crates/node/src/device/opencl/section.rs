@@ -188,6 +188,8 @@ impl OpenclSection {
             runtime_spares: self.runtime_spares,
             runtime_starts_per_second_max: self.runtime_starts_per_second_max,
             kernel_time_max: std::time::Duration::from_millis(self.kernel_time_ms),
+            // The node's tenants decide; the node sets it (`front::opencl`).
+            gate: None,
         }
     }
 }

@@ -60,6 +60,9 @@ pub struct TlsConfig {
     /// gRPC-over-TLS listen address (HTTP/2 negotiated by ALPN `h2`); unset = no such
     /// listener.
     pub grpc: Option<SocketAddr>,
+    /// Remote OpenCL over TLS listen address (the node shares OpenCL devices); unset =
+    /// no such listener.
+    pub opencl: Option<SocketAddr>,
     /// The server's certificate chain (PEM, leaf first).
     pub cert: Option<PathBuf>,
     /// The server's private key (PEM: PKCS#8, PKCS#1 or SEC1).
@@ -90,6 +93,7 @@ impl Default for TlsConfig {
             https: None,
             rac: None,
             grpc: None,
+            opencl: None,
             cert: None,
             key: None,
             client_ca: None,
@@ -123,9 +127,10 @@ impl TlsConfig {
         if self.cert.is_some() != self.key.is_some() {
             return Err("tls: cert and key go together (set both or neither)".to_string());
         }
-        if (self.https.is_some() || self.rac.is_some() || self.grpc.is_some()) && !self.enabled() {
+        let listener = [self.https, self.rac, self.grpc, self.opencl];
+        if listener.iter().any(Option::is_some) && !self.enabled() {
             return Err(
-                "tls: a TLS listener (https, rac, grpc) needs a certificate and key (tls.cert, tls.key or --tls-cert, --tls-key)"
+                "tls: a TLS listener (https, rac, grpc, opencl) needs a certificate and key (tls.cert, tls.key or --tls-cert, --tls-key)"
                     .to_string(),
             );
         }

@@ -103,13 +103,19 @@ fn ready_message(shared: &Shared) -> String {
 fn serve_clients(control: &UnixStream, shared: &Arc<Shared>, one_session: bool) -> ExitCode {
     loop {
         match wire::recv_client(control) {
-            Ok(Some((stream, refuse, greeted))) => {
+            Ok(Some((stream, record))) => {
                 let shared = Arc::clone(shared);
                 let spawned = std::thread::Builder::new()
                     .name("ocl-client".to_string())
                     .spawn(move || {
                         let served = Arc::clone(&shared);
-                        session::serve_greeted(served, stream, refuse, greeted);
+                        session::serve_greeted(
+                            served,
+                            stream,
+                            record.refuse,
+                            record.greeted,
+                            session::Entry::Admitted(record.admission),
+                        );
                         if one_session {
                             exit_when_drained(&shared);
                         }

@@ -67,10 +67,11 @@ fn greet_timed(mut stream: &TcpStream, answer: &HelloAnswer) -> Greeting {
             Ok(Decoded::Complete(h, at)) if n >= at + h.body_len as usize => {
                 let end = at + h.body_len as usize;
                 match Request::decode(h.kind, &buf[at..end]) {
-                    Ok(Request::Hello { version, host_id })
-                        if version == proto::PROTOCOL_VERSION
-                            && !host_id.is_empty()
-                            && host_id == answer.host_id.as_slice() =>
+                    Ok(Request::Hello {
+                        version, host_id, ..
+                    }) if version == proto::PROTOCOL_VERSION
+                        && !host_id.is_empty()
+                        && host_id == answer.host_id.as_slice() =>
                     {
                         break (h.id, end)
                     }
@@ -165,6 +166,8 @@ mod tests {
         Request::Hello {
             version: proto::PROTOCOL_VERSION,
             host_id,
+            tenant: b"",
+            token: b"",
         }
         .encode(7, &mut out);
         out

@@ -68,9 +68,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use super::account::TenantMemory;
 use super::busy::BusyPage;
 use super::metrics::{Export, MetricsPage};
-use super::{lock, Isolation, ServiceConfig};
+use super::{gate, lock, Isolation, ServiceConfig};
 use crate::stream::Stream;
 use log::log;
 
@@ -150,6 +151,9 @@ struct Process {
     killed: AtomicBool,
     /// Clients handed to it and served (refused ones not counted).
     clients: AtomicUsize,
+    /// The tenant memories of the clients handed to it, each once (see
+    /// [`Inner::settle_tenant_memory`]).
+    tenants: Mutex<Vec<Arc<TenantMemory>>>,
 }
 
 impl Process {
@@ -289,6 +293,15 @@ impl Supervisor {
             );
         }
         Ok(())
+    }
+
+    /// A connection accepted elsewhere (see
+    /// [`super::ServiceHandle::serve_connection`]): checked and handed over as one
+    /// from the local socket is.
+    pub fn serve_connection(&self, stream: Stream, caller: gate::Caller) {
+        if !self.inner.shutdown.load(Ordering::SeqCst) {
+            self.inner.check(stream, false, caller);
+        }
     }
 
     pub fn device_names(&self) -> Vec<String> {
@@ -464,6 +477,7 @@ impl Inner {
             timed_out: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             clients: AtomicUsize::new(0),
+            tenants: Mutex::new(Vec::new()),
         });
         self.metrics.starts.inc();
         self.metrics.processes.inc();
@@ -531,6 +545,7 @@ impl Inner {
         // Counted and cleaned before the process leaves the table, so that a drain
         // that saw the table empty finds everything settled.
         let clients = self.count_out(&process);
+        self.settle_tenant_memory(&process);
         let regions = crate::shm::remove_regions_of(process.pid);
         let status = {
             let mut pool = lock(&self.pool);
@@ -544,6 +559,25 @@ impl Inner {
             status
         };
         self.log_end(&process, status, clients, regions);
+    }
+
+    /// Takes off the tenant memories what the sessions of `process`, which has ended,
+    /// still held (see [`crate::service::account`]): one session's bytes, as its
+    /// metrics page says, for a process of one session; for a shared process, which
+    /// held every session of the tenants it served, everything.
+    fn settle_tenant_memory(&self, process: &Process) {
+        let tenants = std::mem::take(&mut *lock(&process.tenants));
+        if tenants.is_empty() {
+            return;
+        }
+        if self.per_session {
+            debug_assert!(tenants.len() == 1, "a process of one session, one tenant");
+            let page = super::metrics::page::Snapshot::read(&process.metrics, 0);
+            let held = u64::try_from(page.client_buffer_bytes).unwrap_or(0);
+            tenants.iter().for_each(|t| t.give_back(held));
+        } else {
+            tenants.iter().for_each(|t| t.reset());
+        }
     }
 
     /// Ends the start of `process`: into the pool when its handshake came back
@@ -661,52 +695,95 @@ impl Inner {
         Ok((platforms, names))
     }
 
-    /// Local connections go to a runtime process at once.
-    fn accept(&self, incoming: impl Iterator<Item = io::Result<Stream>>) {
+    /// Local connections go to a runtime process at once, or through the node's gate
+    /// first when it has one (see [`Inner::check`]).
+    fn accept(self: &Arc<Self>, incoming: impl Iterator<Item = io::Result<Stream>>) {
         for stream in incoming {
             if self.shutdown.load(Ordering::SeqCst) {
                 return;
             }
             let Ok(stream) = stream else { continue };
-            self.hand_over(stream, false);
+            if self.config.gate.is_none() {
+                self.hand_over(stream, false, None, false);
+            } else {
+                let caller = gate::Caller::of(&stream);
+                self.check(stream, false, caller);
+            }
         }
     }
 
     /// TCP connections: when the node offers its Unix socket, the node reads their
-    /// `Hello` first (see [`greet`]), on a thread of their own so that a slow client
-    /// delays no other; at most `clients_max` at once, beyond which they go to a
-    /// runtime process at once.
+    /// `Hello` first (see [`greet`]), and so it does when it has a gate
+    /// ([`Inner::check`]); at most `clients_max` at once, beyond which they go to a
+    /// runtime process at once (refused there when the node has a gate, as it could
+    /// not check them).
     fn accept_tcp(self: &Arc<Self>, listener: TcpListener) {
         for stream in listener.incoming() {
             if self.shutdown.load(Ordering::SeqCst) {
                 return;
             }
             let Ok(stream) = stream else { continue };
-            let hello = lock(&self.pool).hello.clone();
-            let hello = match hello {
-                Some(h) if !self.over_clients_max() && self.greeter_slot() => h,
-                _ => {
-                    self.hand_over(Stream::Tcp(stream), false);
-                    continue;
-                }
-            };
-            let inner = Arc::clone(self);
-            let spawned = thread::Builder::new()
-                .name("ocl-greet".to_string())
-                .spawn(move || {
-                    let greeting = greet::greet(&stream, &hello);
-                    inner.greeting.fetch_sub(1, Ordering::SeqCst);
-                    match greeting {
-                        greet::Greeting::Gone => {}
-                        greet::Greeting::Untouched => inner.hand_over(Stream::Tcp(stream), false),
-                        greet::Greeting::Greeted => inner.hand_over(Stream::Tcp(stream), true),
-                    }
-                });
-            if let Err(e) = spawned {
-                self.greeting.fetch_sub(1, Ordering::SeqCst);
-                log!(ERROR, "cannot start a thread to greet a client: {e}");
+            if self.config.gate.is_none() && lock(&self.pool).hello.is_none() {
+                self.hand_over(Stream::Tcp(stream), false, None, false);
+            } else {
+                let stream = Stream::Tcp(stream);
+                let caller = gate::Caller::of(&stream);
+                self.check(stream, true, caller);
             }
         }
+    }
+
+    /// On a thread of its own (so that a slow client delays no other), at most
+    /// `clients_max` at once: asks the node's gate about the connection's `Hello`
+    /// (see [`crate::service::gate`]), answers a same-host `Hello` on TCP (`greet`
+    /// and the node offers its Unix socket; see [`greet`]), and hands the connection
+    /// over with its admission.
+    pub(crate) fn check(self: &Arc<Self>, stream: Stream, greet: bool, caller: gate::Caller) {
+        if self.over_clients_max() || !self.greeter_slot() {
+            // Refused there when it could not be checked here.
+            let refuse = self.config.gate.is_some();
+            self.hand_over(stream, false, None, refuse);
+            return;
+        }
+        let inner = Arc::clone(self);
+        let spawned = thread::Builder::new()
+            .name("ocl-greet".to_string())
+            .spawn(move || {
+                let (greeting, admission) = inner.check_now(&stream, greet, &caller);
+                inner.greeting.fetch_sub(1, Ordering::SeqCst);
+                match greeting {
+                    greet::Greeting::Gone => {}
+                    greet::Greeting::Untouched => inner.hand_over(stream, false, admission, false),
+                    greet::Greeting::Greeted => inner.hand_over(stream, true, admission, false),
+                }
+            });
+        if let Err(e) = spawned {
+            self.greeting.fetch_sub(1, Ordering::SeqCst);
+            log!(ERROR, "cannot start a thread to greet a client: {e}");
+        }
+    }
+
+    /// The gate's answer for `stream` (a refused client is told and gone), then the
+    /// greeting of a same-host TCP client.
+    fn check_now(
+        &self,
+        stream: &Stream,
+        greet: bool,
+        caller: &gate::Caller,
+    ) -> (greet::Greeting, Option<gate::Admission>) {
+        let admission = match &self.config.gate {
+            Some(g) => match gate::admit_first(stream, caller, g.as_ref()) {
+                gate::Checked::Admitted(a) => Some(a),
+                gate::Checked::Closed => return (greet::Greeting::Gone, None),
+            },
+            None => None,
+        };
+        let hello = lock(&self.pool).hello.clone();
+        let greeting = match (stream, hello) {
+            (Stream::Tcp(tcp), Some(hello)) if greet => greet::greet(tcp, &hello),
+            _ => greet::Greeting::Untouched,
+        };
+        (greeting, admission)
     }
 
     /// Takes one of the `clients_max` places for a connection being greeted.
@@ -724,8 +801,19 @@ impl Inner {
     }
 
     /// Gives `stream` to a ready process, waiting for one up to [`HAND_OVER_TIMEOUT`];
-    /// `greeted`: the node answered its `Hello` (see [`greet`]).
-    fn hand_over(&self, stream: Stream, greeted: bool) {
+    /// `greeted`: the node answered its `Hello` (see [`greet`]); `admission`: what the
+    /// node's gate admitted it as; `refuse`: refused there whatever the count.
+    fn hand_over(
+        &self,
+        stream: Stream,
+        greeted: bool,
+        admission: Option<gate::Admission>,
+        refuse: bool,
+    ) {
+        debug_assert!(
+            refuse || self.config.gate.is_none() || admission.is_some(),
+            "with a gate, only an admitted client is served"
+        );
         let deadline = Instant::now() + HAND_OVER_TIMEOUT;
         let process = {
             let mut pool = lock(&self.pool);
@@ -754,7 +842,7 @@ impl Inner {
                     .0;
             }
         };
-        let refuse = self.over_clients_max();
+        let refuse = refuse || self.over_clients_max();
         // Counted before the hand-over: once the process has the connection it may
         // answer the client at once, and a client that was answered must find itself
         // counted. Should the hand-over fail, the process is killed, and reaping it
@@ -763,7 +851,19 @@ impl Inner {
             process.clients.fetch_add(1, Ordering::SeqCst);
             self.metrics.clients.inc();
         }
-        if let Err(e) = wire::send_client(&process.control, &stream, refuse, greeted) {
+        if let Some(memory) = admission.as_ref().and_then(|a| a.memory.as_ref()) {
+            let mut tenants = lock(&process.tenants);
+            if !tenants.iter().any(|t| Arc::ptr_eq(t, memory)) {
+                tenants.push(Arc::clone(memory));
+            }
+        }
+        let record = wire::ClientRecord {
+            unix: matches!(stream, Stream::Unix(_)),
+            refuse,
+            greeted,
+            admission,
+        };
+        if let Err(e) = wire::send_client(&process.control, &stream, &record) {
             log!(
                 ERROR,
                 pid = process.pid,

@@ -7,8 +7,9 @@
 //! 2. process → node: ready, one frame of lines: the platforms' device indices (see
 //!    `greet::encode_platforms`), then the shared devices' names, one per line (the
 //!    process exits instead when it cannot open OpenCL);
-//! 3. node → process, per client: three bytes (`kind`, `refuse`, `greeted`) carrying
-//!    the client's socket. The node keeps no copy, so the client's connection ends with
+//! 3. node → process, per client: a fixed record ([`CLIENT_RECORD_LEN`] bytes: `kind`,
+//!    `refuse`, `greeted`, and the admission the node's gate gave, if any; see
+//!    [`encode_client`]) carrying the client's socket. The node keeps no copy, so the client's connection ends with
 //!    the process.
 //! 4. The node closes its end: the process drains (finishes its tasks, ends its
 //!    sessions) and exits.
@@ -24,6 +25,8 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags,
 };
 
+use crate::service::account::TenantMemory;
+use crate::service::gate::{Admission, TENANT_BYTES_MAX};
 use crate::service::ServiceConfig;
 use crate::stream::Stream;
 
@@ -114,25 +117,83 @@ pub(crate) fn decode_config(bytes: &[u8]) -> Result<(ServiceConfig, Vec<u8>), St
     Ok((c, local_socket))
 }
 
-/// Hands a client's connection to the process; `refuse`: answer its first request with
-/// `CL_OUT_OF_RESOURCES` (the node is at `clients_max`); `greeted`: the node answered the
-/// client's same-host `Hello` already (see `greet`).
+/// What travels with a handed-over connection (see [`send_client`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ClientRecord {
+    /// The socket is a Unix one (else TCP).
+    pub unix: bool,
+    pub refuse: bool,
+    pub greeted: bool,
+    pub admission: Option<Admission>,
+}
+
+/// Bytes of one [`ClientRecord`] on the control socket.
+pub(crate) const CLIENT_RECORD_LEN: usize = 4 + 8 + 1 + TENANT_BYTES_MAX;
+
+/// `kind`, `refuse`, `greeted`, `admitted` (one byte each), the bound of the
+/// admission's tenant memory (`u64`, all ones for none: then no second descriptor
+/// comes with the connection's), the tenant's name (a length byte and
+/// [`TENANT_BYTES_MAX`] bytes, cut there and padded with zeros).
+pub(crate) fn encode_client(r: &ClientRecord) -> [u8; CLIENT_RECORD_LEN] {
+    let mut out = [0u8; CLIENT_RECORD_LEN];
+    let a = r.admission.clone().unwrap_or_default();
+    out[..4].copy_from_slice(&[
+        u8::from(r.unix),
+        u8::from(r.refuse),
+        u8::from(r.greeted),
+        u8::from(r.admission.is_some()),
+    ]);
+    let max = a.memory.as_ref().map_or(u64::MAX, |m| m.max());
+    out[4..12].copy_from_slice(&max.to_le_bytes());
+    let mut cut = a.tenant.len().min(TENANT_BYTES_MAX);
+    while !a.tenant.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    out[12] = cut as u8;
+    out[13..13 + cut].copy_from_slice(&a.tenant.as_bytes()[..cut]);
+    out
+}
+
+/// The inverse of [`encode_client`], but for the tenant memory, which comes as a
+/// descriptor: its bound (`None` when there is none).
+pub(crate) fn decode_client(b: &[u8; CLIENT_RECORD_LEN]) -> (ClientRecord, Option<u64>) {
+    let max = u64::from_le_bytes(b[4..12].try_into().expect("8 bytes"));
+    let len = usize::from(b[12]).min(TENANT_BYTES_MAX);
+    let record = ClientRecord {
+        unix: b[0] == 1,
+        refuse: b[1] == 1,
+        greeted: b[2] == 1,
+        admission: (b[3] == 1).then(|| Admission {
+            tenant: String::from_utf8_lossy(&b[13..13 + len]).into_owned(),
+            memory: None,
+        }),
+    };
+    let memory = (record.admission.is_some() && max != u64::MAX).then_some(max);
+    (record, memory)
+}
+
+/// Hands a client's connection to the process with `record`: `refuse`: answer its
+/// first request with `CL_OUT_OF_RESOURCES` (the node is at `clients_max`); `greeted`:
+/// the node answered the client's same-host `Hello` already (see `greet`);
+/// `admission`: what the node's gate admitted it as (see `crate::service::gate`).
 pub(crate) fn send_client(
     control: &UnixStream,
     client: &Stream,
-    refuse: bool,
-    greeted: bool,
+    record: &ClientRecord,
 ) -> io::Result<()> {
-    let kind = u8::from(matches!(client, Stream::Unix(_)));
+    debug_assert_eq!(record.unix, matches!(client, Stream::Unix(_)));
     let fd = match client {
         Stream::Tcp(s) => s.as_fd(),
         Stream::Unix(s) => s.as_fd(),
     };
-    let fds = [fd];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let memory = record.admission.as_ref().and_then(|a| a.memory.as_ref());
+    let fds: Vec<_> = std::iter::once(fd)
+        .chain(memory.map(|m| m.fd().as_fd()))
+        .collect();
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
     let mut control_buf = SendAncillaryBuffer::new(&mut space);
     control_buf.push(SendAncillaryMessage::ScmRights(&fds));
-    let body = [kind, u8::from(refuse), u8::from(greeted)];
+    let body = encode_client(record);
     let sent = sendmsg(
         control,
         &[IoSlice::new(&body)],
@@ -140,21 +201,21 @@ pub(crate) fn send_client(
         SendFlags::NOSIGNAL,
     )?;
     if sent != body.len() {
-        // Three bytes on a local stream socket go whole or not at all in practice; a
+        // A small record on a local stream socket goes whole or not at all in practice; a
         // short send would desynchronise the stream, so it ends the process's use.
         return Err(io::ErrorKind::WriteZero.into());
     }
     Ok(())
 }
 
-/// A client connection handed over, and its `refuse` and `greeted` flags.
-pub(crate) type HandedOver = (Stream, bool, bool);
+/// A client connection handed over, and what came with it.
+pub(crate) type HandedOver = (Stream, ClientRecord);
 
 /// Receives the next client connection; `None` when the node closed the control socket
 /// (drain).
 pub(crate) fn recv_client(control: &UnixStream) -> io::Result<Option<HandedOver>> {
-    let mut body = [0u8; 3];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut body = [0u8; CLIENT_RECORD_LEN];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
     let mut control_buf = RecvAncillaryBuffer::new(&mut space);
     let got = recvmsg(
         control,
@@ -162,26 +223,34 @@ pub(crate) fn recv_client(control: &UnixStream) -> io::Result<Option<HandedOver>
         &mut control_buf,
         RecvFlags::CMSG_CLOEXEC,
     )?;
-    let mut fd: Option<OwnedFd> = None;
+    // The connection's descriptor, then the tenant memory's when there is one.
+    let mut received: Vec<OwnedFd> = Vec::with_capacity(2);
     for msg in control_buf.drain() {
         if let RecvAncillaryMessage::ScmRights(fds) = msg {
-            for received in fds {
-                fd.get_or_insert(received);
-            }
+            received.extend(fds.take(2 - received.len().min(2)));
         }
     }
+    let mut received = received.into_iter();
+    let fd = received.next();
     match got.bytes {
         0 => return Ok(None),
         n if n < body.len() => (&*control).read_exact(&mut body[n..])?,
         _ => {}
     }
     let fd = fd.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no fd handed over"))?;
-    let stream = if body[0] == 1 {
+    let (mut record, memory) = decode_client(&body);
+    if let (Some(max), Some(admission)) = (memory, record.admission.as_mut()) {
+        let page = received.next().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "no tenant memory handed over")
+        })?;
+        admission.memory = Some(std::sync::Arc::new(TenantMemory::from_fd(page, max)?));
+    }
+    let stream = if record.unix {
         Stream::Unix(UnixStream::from(fd))
     } else {
         Stream::Tcp(std::net::TcpStream::from(fd))
     };
-    Ok(Some((stream, body[1] == 1, body[2] == 1)))
+    Ok(Some((stream, record)))
 }
 
 #[cfg(test)]
@@ -208,14 +277,50 @@ mod tests {
     fn a_connection_crosses_the_control_socket_and_still_carries_bytes() {
         let (node, process) = UnixStream::pair().unwrap();
         let (client, served) = UnixStream::pair().unwrap();
-        send_client(&node, &Stream::Unix(served), true, false).unwrap();
-        let (mut stream, refuse, greeted) = recv_client(&process).unwrap().unwrap();
-        assert!(refuse && !greeted);
+        let sent = ClientRecord {
+            unix: true,
+            refuse: true,
+            greeted: false,
+            admission: Some(Admission {
+                tenant: "team-a".to_string(),
+                memory: Some(TenantMemory::create(1 << 20).unwrap()),
+            }),
+        };
+        send_client(&node, &Stream::Unix(served), &sent).unwrap();
+        let (mut stream, record) = recv_client(&process).unwrap().unwrap();
+        assert_eq!(record, sent);
         (&client).write_all(b"ping").unwrap();
         let mut buf = [0u8; 4];
         stream.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"ping");
         drop(node);
         assert!(recv_client(&process).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_client_record_keeps_its_fields_and_cuts_long_names_on_a_character() {
+        for admission in [
+            None,
+            Some(Admission::default()),
+            Some(Admission {
+                tenant: "é".repeat(40),
+                memory: None,
+            }),
+        ] {
+            let r = ClientRecord {
+                unix: false,
+                refuse: false,
+                greeted: true,
+                admission,
+            };
+            let (back, memory) = decode_client(&encode_client(&r));
+            assert_eq!(memory, None);
+            let cut = r.admission.as_ref().map(|a| {
+                let t = &a.tenant;
+                t.chars().take(TENANT_BYTES_MAX / 2).collect::<String>()
+            });
+            assert_eq!(back.admission.as_ref().map(|a| a.tenant.clone()), cut);
+            assert_eq!((back.unix, back.refuse, back.greeted), (false, false, true));
+        }
     }
 }

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::service::account::TenantMemory;
 use crate::service::metrics::Gauge;
 
 use crate::cl::{self, ClInt};
@@ -79,7 +80,9 @@ pub(crate) struct ProgramSource {
     pub program: Arc<Real>,
 }
 
-/// The bytes of device memory a client holds, against its `buffer_bytes_max`.
+/// The bytes of device memory a client holds, against its `buffer_bytes_max` and, for
+/// a tenant with a memory quota, the tenant's bound over all its sessions
+/// ([`TenantMemory`]).
 ///
 /// Counted by storage, not by object: the runtime frees a buffer's memory only when
 /// the last object on it (the buffer, its sub-buffers, 1D images on it) is released,
@@ -90,25 +93,52 @@ pub(crate) struct Quota {
     max: u64,
     /// The device's gauge of bytes held by all its clients.
     gauge: Gauge,
+    /// The client's tenant's memory over all its sessions, when it has a bound.
+    tenant: Option<Arc<TenantMemory>>,
+}
+
+/// Which bound refused an allocation (see [`Quota::refusal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OverQuota {
+    /// The client's own (`buffer_bytes_max`).
+    Client(u64),
+    /// Its tenant's over all its sessions (`opencl_bytes_max`).
+    Tenant(u64),
 }
 
 impl Quota {
-    pub fn new(max: u64, gauge: Gauge) -> Arc<Quota> {
+    /// A client's quota that also counts into its tenant's `tenant`.
+    pub fn with_tenant(max: u64, gauge: Gauge, tenant: Option<Arc<TenantMemory>>) -> Arc<Quota> {
         Arc::new(Quota {
             used: AtomicU64::new(0),
             max,
             gauge,
+            tenant,
         })
     }
 
-    /// Whether `bytes` more fit within the bound.
+    /// Whether `bytes` more fit within the bounds.
     pub fn admits(&self, bytes: u64) -> bool {
-        self.used.load(Ordering::Relaxed).saturating_add(bytes) <= self.max
+        self.refusal(bytes).is_none()
+    }
+
+    /// The bound `bytes` more would pass, if any.
+    pub fn refusal(&self, bytes: u64) -> Option<OverQuota> {
+        if self.used.load(Ordering::Relaxed).saturating_add(bytes) > self.max {
+            return Some(OverQuota::Client(self.max));
+        }
+        match &self.tenant {
+            Some(t) if !t.admits(bytes) => Some(OverQuota::Tenant(t.max())),
+            _ => None,
+        }
     }
 
     /// Counts `bytes` of new storage until the returned charge's last holder drops it.
     pub fn charge(self: &Arc<Quota>, bytes: u64) -> Arc<Charge> {
         self.used.fetch_add(bytes, Ordering::Relaxed);
+        if let Some(t) = &self.tenant {
+            t.add(bytes);
+        }
         self.gauge.inc_by(bytes as i64);
         Arc::new(Charge {
             bytes,
@@ -126,6 +156,9 @@ pub(crate) struct Charge {
 impl Drop for Charge {
     fn drop(&mut self) {
         self.quota.used.fetch_sub(self.bytes, Ordering::Relaxed);
+        if let Some(t) = &self.quota.tenant {
+            t.give_back(self.bytes);
+        }
         self.quota.gauge.dec_by(self.bytes as i64);
     }
 }
@@ -225,7 +258,7 @@ mod tests {
         let real = Real::new(std::ptr::NonNull::dangling().as_ptr(), no_release);
         let page = Arc::new(crate::service::metrics::MetricsPage::create().unwrap());
         let metrics = crate::service::metrics::Metrics::new(&page, 0);
-        let quota = Quota::new(4, metrics.client_buffer_bytes.clone());
+        let quota = Quota::with_tenant(4, metrics.client_buffer_bytes.clone(), None);
         let mut objects = Objects::default();
         objects.insert(
             1,

@@ -273,7 +273,7 @@ impl Default for Config {
             log_level: "info".to_string(),
             log_format: LogFormat::default(),
             log_refusals_per_second_max: 10,
-            token_check_ms_per_second_max: 100,
+            token_check_ms_per_second_max: 250,
             admin_token: None,
             balance: BalancePolicy::default(),
             slots: Vec::new(),

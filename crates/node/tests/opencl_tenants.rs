@@ -80,9 +80,10 @@ fn opencl_sessions_belong_to_tenants() {
     let (mut node, ocl_addr) = TestNode::start_logging_with(
         || {
             let ocl_addr = free_addr();
-            // Every refusal's audit line, not the default's few a second.
+            // Every refusal's audit line, not the default's few a second; every
+            // made-up token checked (the check budget is hostile_tenants.rs' test).
             let config = format!(
-                "log_refusals_per_second_max = 1000\n{}[opencl]\nlisten = \"{ocl_addr}\"\n",
+                "log_refusals_per_second_max = 1000\ntoken_check_ms_per_second_max = 60000\n{}[opencl]\nlisten = \"{ocl_addr}\"\n",
                 tenants(&b_hash)
             );
             (config, ocl_addr)

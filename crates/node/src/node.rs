@@ -66,27 +66,38 @@ pub struct Node {
     shutdown: watch::Sender<bool>,
 }
 
+/// Who may open remote OpenCL sessions: the front end's gate (`front::opencl`), given to
+/// the node so that the OpenCL service it starts asks it — the node does not know its
+/// front ends. The service starts before the node is whole: the gate learns its node
+/// afterwards ([`OpenClAdmission::bind`]).
+pub trait OpenClAdmission: ocl_remote::service::gate::Gate {
+    /// Lets the gate ask `node`.
+    fn bind(&self, node: &Arc<Node>);
+    /// The gate as the service takes it.
+    fn gate(self: Arc<Self>) -> Arc<dyn ocl_remote::service::gate::Gate>;
+    /// The gate's own series in `/metrics`.
+    fn collector(self: Arc<Self>) -> Box<dyn prometheus_client::collector::Collector>;
+}
+
 /// Starts the remote OpenCL service when `[opencl] listen` is set, its sessions
-/// admitted by `gate` (see [`crate::front::opencl`]). A host without an OpenCL runtime
+/// admitted by `gate` (see [`OpenClAdmission`]). A host without an OpenCL runtime
 /// serves the rest (warned); an address the operator configured that cannot be
 /// listened on is an error, as for every listener.
 fn start_opencl(
     config: &Config,
     metrics: &mut Metrics,
-    gate: &Arc<crate::front::opencl::OpenClGate>,
+    gate: &Arc<dyn OpenClAdmission>,
 ) -> Result<Option<ocl_remote::service::ServiceHandle>, StartError> {
     let Some(addr) = config.opencl.listen else {
         return Ok(None);
     };
     let service = ocl_remote::service::ServiceConfig {
-        gate: Some(Arc::clone(gate) as Arc<dyn ocl_remote::service::gate::Gate>),
+        gate: Some(Arc::clone(gate).gate()),
         ..config.opencl.service()
     };
     metrics
         .registry_mut()
-        .register_collector(Box::new(crate::front::opencl::MemoryMetrics(Arc::clone(
-            gate,
-        ))));
+        .register_collector(Arc::clone(gate).collector());
     match ocl_remote::service::spawn(addr, service, metrics.registry_mut()) {
         Ok(handle) => {
             tracing::info!(opencl = %handle.local_addr(), devices = ?handle.device_names(), "sharing OpenCL devices");
@@ -112,12 +123,15 @@ fn start_opencl(
 }
 
 impl Node {
-    /// Builds the node from a validated configuration and starts its slot workers.
-    pub fn new(config: Config) -> Result<Arc<Node>, StartError> {
+    /// Builds the node from a validated configuration and starts its slot workers;
+    /// remote OpenCL sessions are admitted by `opencl_gate`.
+    pub fn new(
+        config: Config,
+        opencl_gate: Arc<dyn OpenClAdmission>,
+    ) -> Result<Arc<Node>, StartError> {
         config.validate().map_err(StartError::Config)?;
         let registry = Registry::new(&config.registry_section()).map_err(StartError::Config)?;
         let mut metrics = Metrics::new();
-        let opencl_gate = Arc::new(crate::front::opencl::OpenClGate::default());
         let opencl = start_opencl(&config, &mut metrics, &opencl_gate)?;
         let tenants = config.tenants_section();
         let quotas = Quotas::new(
@@ -197,7 +211,6 @@ impl Node {
             shutdown,
         });
         opencl_gate.bind(&node);
-        crate::front::opencl::start_tls(&node)?;
         Ok(node)
     }
 

@@ -48,7 +48,11 @@ pub struct Running {
 pub fn start(mut config: Config) -> Result<Running, StartError> {
     block_termination_signals();
     let fd_limit = prepare(&mut config)?;
-    let node = Node::new(config)?;
+    let node = Node::new(
+        config,
+        Arc::new(crate::front::opencl::OpenClGate::default()),
+    )?;
+    crate::front::opencl::start_tls(&node)?;
     let threads_wanted = node.config.io_threads();
     let (http_addr, http) = bind_all(node.config.http, threads_wanted)?;
     let (rac_addr, rac) = bind_all(node.config.rac, threads_wanted)?;

@@ -625,7 +625,8 @@ mod tests {
     #[test]
     fn reconfiguration_reports_what_it_did_and_refuses_what_it_cannot() {
         let config = Config::from_toml("[[slots]]\naccelerator = \"echo\"").unwrap();
-        let node = Node::new(config).unwrap();
+        let gate = Arc::new(crate::front::opencl::OpenClGate::default());
+        let node = Node::new(config, gate).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();

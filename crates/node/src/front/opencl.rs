@@ -45,11 +45,19 @@ pub struct OpenClGate {
     memories: parking_lot::Mutex<HashMap<Owner, (String, Arc<TenantMemory>)>>,
 }
 
-impl OpenClGate {
+impl crate::node::OpenClAdmission for OpenClGate {
     /// Lets the gate ask `node` (a weak reference: the node owns the service).
-    pub fn bind(&self, node: &Arc<Node>) {
+    fn bind(&self, node: &Arc<Node>) {
         let bound = self.node.set(Arc::downgrade(node));
         assert!(bound.is_ok(), "a gate belongs to one node");
+    }
+
+    fn gate(self: Arc<Self>) -> Arc<dyn Gate> {
+        self
+    }
+
+    fn collector(self: Arc<Self>) -> Box<dyn prometheus_client::collector::Collector> {
+        Box::new(MemoryMetrics(self))
     }
 }
 

@@ -5,6 +5,8 @@
 //!   digits/
 //!     config.toml        the tensors and max batch (see `config`)
 //!     1/model.onnx       a version; the highest number is served
+//!   pipeline/
+//!     config.toml        an ensemble (`platform = "ensemble"`): no model.onnx
 //! ```
 //!
 //! A model that cannot be served (no config, a config that does not parse, no version,
@@ -92,6 +94,18 @@ fn read_model(folder: &Path) -> Result<Found, String> {
     let config_text = read_bounded(&config_path, CONFIG_BYTES_MAX)?;
     let text = std::str::from_utf8(&config_text).map_err(|_| "config.toml: not UTF-8")?;
     let config = config::parse(&name, text).map_err(|e| format!("config.toml: {e}"))?;
+    if config.ensemble.is_some() {
+        // An ensemble runs other models: no ONNX file (Triton's has an empty `1/`).
+        return Ok(Found {
+            name,
+            version: 1,
+            folder: folder.to_path_buf(),
+            onnx: Vec::new(),
+            config_text,
+            config,
+            labels: Vec::new(),
+        });
+    }
     let version = fs::read_dir(folder)
         .map_err(|e| e.to_string())?
         .filter_map(Result::ok)

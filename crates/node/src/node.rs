@@ -16,6 +16,7 @@ use crate::core::memory::{MemoryBudget, ReassemblyPool};
 use crate::core::objects::ObjectStore;
 use crate::core::quota::Quotas;
 use crate::core::shm::Regions;
+use crate::core::tenant::auth::{Action, Principal};
 use crate::core::tenant::Tenants;
 use crate::device::{self, Devices, StartError};
 use crate::registry::Registry;
@@ -101,6 +102,23 @@ fn start_opencl(
 }
 
 impl Node {
+    /// Why `who` may not do `action`: its policy's refusal, or, for a call to an
+    /// ensemble, the refusal of the first of its steps `who` may not call (a policy
+    /// that lets a tenant call an ensemble does not let it reach a model it may not
+    /// call); `None`: allowed. Every front end asks here.
+    pub fn refusal(&self, who: &Principal, action: Action<'_>) -> Option<String> {
+        if !who.may(action) {
+            return Some(who.refusal(action));
+        }
+        let Action::Call(name) = action else {
+            return None;
+        };
+        let accel = self.dispatcher.catalog().by_name(name)?;
+        self.dispatcher
+            .ensemble(accel.descriptor().id)?
+            .refusal(who)
+    }
+
     /// Builds the node from a validated configuration and starts its slot workers.
     pub fn new(config: Config) -> Result<Arc<Node>, StartError> {
         config.validate().map_err(StartError::Config)?;
@@ -125,14 +143,17 @@ impl Node {
         };
         let limits = config.slot_limits(tenants.queue_share_max);
         let started = device::start(&config.devices_section(), &mut metrics, opencl.as_ref())?;
+        let (catalog, ensembles) =
+            crate::core::ensemble::attach(started.catalog, started.ensembles);
         let dispatcher = Dispatcher::start(
-            started.catalog,
+            catalog,
             started.slots,
             limits,
             config.balance,
             &metrics,
             Arc::new(SystemClock),
         );
+        dispatcher.serve_ensembles(ensembles);
         let model_stats = ModelStatsTable::new(dispatcher.catalog());
         let shm = Regions::new(config.shared_memory_regions_max);
         let body_budget = MemoryBudget::new(

@@ -13,13 +13,15 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use accel::Catalog;
 use rac_proto::Status;
 use serde::{Deserialize, Serialize};
 
 use crate::core::clock::Clock;
+use crate::core::ensemble::{Ensemble, Ensembles, StepRunner};
 use crate::core::slot::{Answer, Call, Refused, Slot, SlotLimits, Submitted};
 use crate::core::tenant::TenantId;
 use crate::device::SlotPlan;
@@ -44,6 +46,10 @@ pub struct Dispatcher {
     accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
     /// Tells the slot watchdog ([`crate::core::watchdog`]) to end.
     watchdog_stop: Arc<AtomicBool>,
+    /// The catalog's ensembles, which no slot hosts: their calls run step by step
+    /// ([`crate::core::ensemble`]). Set once, after the dispatcher starts.
+    ensembles: OnceLock<Ensembles>,
+    clock: Arc<dyn Clock>,
 }
 
 /// Why the dispatcher could not find a slot for an accelerator.
@@ -160,7 +166,44 @@ impl Dispatcher {
             next: AtomicUsize::new(0),
             accel_metrics,
             watchdog_stop: Arc::new(AtomicBool::new(false)),
+            ensembles: OnceLock::new(),
+            clock,
         })
+    }
+
+    /// Serves the catalog's ensembles (`by_id`: each a catalog entry no slot hosts).
+    /// Called once, after the dispatcher starts and before calls come.
+    pub fn serve_ensembles(self: &Arc<Self>, by_id: HashMap<u16, Arc<Ensemble>>) {
+        debug_assert!(by_id.keys().all(|id| self.catalog.by_id(*id).is_some()));
+        debug_assert!(by_id.keys().all(|id| self.slots_hosting(*id).is_empty()));
+        let runner: Arc<dyn StepRunner> = Arc::clone(self) as Arc<dyn StepRunner>;
+        if let Some(ensembles) = Ensembles::start(by_id, Arc::downgrade(&runner)) {
+            assert!(
+                self.ensembles.set(ensembles).is_ok(),
+                "ensembles are served once"
+            );
+        }
+    }
+
+    /// The ensemble accelerator `id` is, if it is one.
+    pub fn ensemble(&self, id: u16) -> Option<&Arc<Ensemble>> {
+        self.ensembles.get()?.get(id)
+    }
+
+    /// Whether a call to accelerator `id` can be served now: some slot hosts it, or it
+    /// is an ensemble and some slot hosts each of its steps.
+    pub fn serves(&self, id: u16) -> bool {
+        match self.ensemble(id) {
+            Some(e) => e
+                .step_ids()
+                .all(|step| !self.slots_hosting(step).is_empty()),
+            None => !self.slots_hosting(id).is_empty(),
+        }
+    }
+
+    /// The time of the clock the dispatcher was given.
+    pub fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     /// The metric handles of accelerator `id`, if it is in the catalog.
@@ -232,6 +275,11 @@ impl Dispatcher {
     /// Whether a call from `tenant` to `accel_id` would find room now. Used to refuse
     /// before reading a body; the answer may be stale by the time the body is in.
     pub fn admission(&self, accel_id: u16, tenant: TenantId) -> Result<(), NoSlot> {
+        if let Some(e) = self.ensemble(accel_id) {
+            return e
+                .step_ids()
+                .try_for_each(|step| self.admission(step, tenant));
+        }
         let candidates = self.candidates(accel_id)?;
         if candidates.iter().any(|s| s.has_room(tenant)) {
             Ok(())
@@ -291,6 +339,10 @@ impl Dispatcher {
     /// counted there once, however many slots refused it.
     fn submit_slow<'a>(&'a self, mut call: Call, mut refusals: Refusals<'a>) -> Submitted {
         let accel_id = call.accel.descriptor().id;
+        if let Some(e) = self.ensemble(accel_id) {
+            let ensembles = self.ensembles.get().expect("an ensemble is served");
+            return ensembles.submit(e, call);
+        }
         let candidates = match self.candidates(accel_id) {
             Ok(c) => c,
             Err(NoSlot { status, message }) => return self.refuse(status, message, call),
@@ -340,6 +392,16 @@ impl Dispatcher {
     pub fn abandon_all(&self, why: &str) -> usize {
         self.stop();
         self.slots.iter().map(|s| s.abandon_all(why)).sum()
+    }
+}
+
+impl StepRunner for Dispatcher {
+    fn submit(&self, call: Call) -> Submitted {
+        Dispatcher::submit(self, call)
+    }
+
+    fn now(&self) -> Instant {
+        self.clock.now()
     }
 }
 

@@ -292,10 +292,7 @@ fn model_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
         "" if get => json(method, model_metadata(&**accel)),
         "config" if get => json(method, model_config(&**accel)),
         "ready" if get => {
-            let ready = !node
-                .dispatcher
-                .slots_hosting(accel.descriptor().id)
-                .is_empty();
+            let ready = node.dispatcher.serves(accel.descriptor().id);
             json_with(
                 method,
                 if ready { 200 } else { 503 },

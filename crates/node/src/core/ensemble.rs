@@ -1,0 +1,602 @@
+//! Ensembles: a model whose config wires other models and accelerators into a
+//! pipeline (`platform = "ensemble"`, see `netaccel_onnx::ensemble`), run inside the
+//! node so that its intermediate tensors never cross the network.
+//!
+//! An ensemble is a catalog entry like a model ([`Ensemble`] implements
+//! [`Accelerator`], declaring its inputs and outputs), so every front end names it and
+//! carries its tensors as it does a model's: OIP over HTTP and gRPC, RAC by id,
+//! `/v1/fn` by name. No slot hosts it. The dispatcher, finding no slot for it, hands
+//! the call to [`Ensembles::submit`]: a task on the ensemble thread submits each step,
+//! in order, to the dispatcher as a call of its own (to that step's slots, on whatever
+//! device they are, with their queues, tenant fairness and deadline: the caller's
+//! tenant and deadline), and answers the ensemble call once — with its outputs, or
+//! with the first step's refusal or error, naming the step.
+//!
+//! The module is in the core because it is dispatch: calls in, calls to slots out, no
+//! protocol. Resolving an ensemble against the catalog ([`Ensemble::resolve`]) checks
+//! what the config alone could not: each step exists, is not itself an ensemble or a
+//! stateful or decoupled model, and its tensors' types and dims are the ones mapped to
+//! them. A built-in accelerator (no declared tensors) takes its inputs `INPUT0`,
+//! `INPUT1`… as its payload, its parameters from the step, and its one output
+//! `OUTPUT0` is the tensor it is mapped to, its size checked when it runs.
+//!
+//! Not here: running independent steps at once (steps run one after another), nested
+//! ensembles, per-step statistics of the protocol's statistics extension (each step's
+//! Prometheus metrics count it, as any call).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use accel::tensors::{TensorSpec, Tensors};
+use accel::{params_from_pairs, Accelerator, CallError, Catalog, Descriptor, ParamBlock};
+use netaccel_onnx::ensemble::Step as StepConfig;
+use rac_proto::Status;
+use sha2::{Digest, Sha256};
+use tokio::sync::oneshot;
+
+use crate::core::slot::{Answer, Call, Submitted};
+use crate::core::tenant::auth::{Action, Principal};
+
+/// Most ensemble calls in the node at once; past it an ensemble call is refused BUSY.
+pub const ENSEMBLE_CALLS_MAX: usize = 4096;
+
+/// What runs a step's call: the dispatcher (a trait so that this module, which the
+/// dispatcher uses, does not use it back).
+pub trait StepRunner: Send + Sync + 'static {
+    /// Submits a whole call; never blocks, every call gets one answer.
+    fn submit(&self, call: Call) -> Submitted;
+    /// The time of the core's clock.
+    fn now(&self) -> Instant;
+}
+
+/// An ensemble as the catalog lists it, resolved against the catalog's other entries.
+pub struct Ensemble {
+    descriptor: Descriptor,
+    tensors: Tensors,
+    steps: Vec<Step>,
+    /// Every tensor of the pipeline, the ensemble's inputs first; steps index it.
+    table: Vec<TensorSpec>,
+    /// The index in `table` of each output of the ensemble, in its declared order.
+    outputs: Vec<usize>,
+}
+
+/// One step, resolved.
+struct Step {
+    accel: Arc<dyn Accelerator>,
+    params: ParamBlock,
+    /// The tensor each of the step's inputs reads, in the step's payload order.
+    reads: Vec<usize>,
+    /// The tensor each of the step's outputs writes, in its output order (`None`: an
+    /// output the ensemble does not use).
+    writes: Vec<Option<usize>>,
+}
+
+impl Ensemble {
+    /// The ensemble `name` (accelerator `id`) of `config`, its steps found in
+    /// `catalog`; the error names the step and what is wrong.
+    pub fn resolve(
+        name: &str,
+        id: u16,
+        hash: String,
+        config: &netaccel_onnx::ModelConfig,
+        catalog: &[Arc<dyn Accelerator>],
+    ) -> Result<Ensemble, String> {
+        let steps_config = &config.ensemble.as_ref().ok_or("not an ensemble")?.steps;
+        let tensors = config.tensors.clone();
+        let mut table = tensors.inputs.clone();
+        let mut steps = Vec::with_capacity(steps_config.len());
+        for (i, s) in steps_config.iter().enumerate() {
+            let at = format!("step {i} ({})", s.model_name);
+            let accel = catalog
+                .iter()
+                .find(|a| a.descriptor().name == s.model_name)
+                .ok_or_else(|| {
+                    format!("{at}: no model or accelerator of this node has that name")
+                })?;
+            let step = match accel.tensors() {
+                Some(t) => model_step(accel, t, s, &tensors, &mut table),
+                None => builtin_step(
+                    accel,
+                    s,
+                    &tensors,
+                    &mut table,
+                    &steps_config[i + 1..],
+                    catalog,
+                ),
+            };
+            steps.push(step.map_err(|e| format!("{at}: {e}"))?);
+        }
+        let outputs: Vec<usize> = tensors
+            .outputs
+            .iter()
+            .map(|o| {
+                let at = table.iter().position(|t| t.name == o.name);
+                at.expect("the config checked every output is written")
+            })
+            .collect();
+        for (o, &at) in tensors.outputs.iter().zip(&outputs) {
+            agree(&table[at], o)?;
+        }
+        let descriptor = Descriptor {
+            id,
+            name: name.to_string(),
+            hash,
+            params: Vec::new(),
+        };
+        Ok(Ensemble {
+            descriptor,
+            tensors,
+            steps,
+            table,
+            outputs,
+        })
+    }
+
+    /// The names of its steps' models and accelerators, in run order.
+    pub fn step_names(&self) -> impl Iterator<Item = &str> {
+        self.steps
+            .iter()
+            .map(|s| s.accel.descriptor().name.as_str())
+    }
+
+    /// The accelerator ids of its steps, in run order.
+    pub fn step_ids(&self) -> impl Iterator<Item = u16> + '_ {
+        self.steps.iter().map(|s| s.accel.descriptor().id)
+    }
+
+    /// Why `who` may not call this ensemble: the first step its policy does not let it
+    /// call, in the words of every other refusal; `None`: it may call every step.
+    pub fn refusal(&self, who: &Principal) -> Option<String> {
+        let step = self.step_names().find(|s| !who.may(Action::Call(s)))?;
+        Some(format!(
+            "{} (a step of ensemble {})",
+            who.refusal(Action::Call(step)),
+            self.descriptor.name
+        ))
+    }
+
+    /// Runs `call` step by step through `runner`; one answer, whatever happens.
+    async fn run(&self, runner: &dyn StepRunner, call: Call) -> Answer {
+        let (batch, parts) = match self.tensors.split_inputs(&call.payload) {
+            Ok(split) => split,
+            Err(e) => return Answer::refusal(Status::BadRequest, e.to_string(), call),
+        };
+        let mut values: Vec<Option<Vec<u8>>> = vec![None; self.table.len()];
+        for (value, part) in values.iter_mut().zip(parts) {
+            *value = Some(part.to_vec());
+        }
+        let (mut queue_ns, mut exec_ns, mut slot) = (0, 0, None);
+        for (i, step) in self.steps.iter().enumerate() {
+            let payload: Vec<u8> = step
+                .reads
+                .iter()
+                .flat_map(|&t| values[t].as_deref().expect("written before it is read"))
+                .copied()
+                .collect();
+            let submitted = runner.submit(Call {
+                accel: Arc::clone(&step.accel),
+                params: step.params,
+                payload,
+                out: Vec::new(),
+                received: runner.now(),
+                deadline: call.deadline,
+                tenant: call.tenant,
+                permit: None,
+            });
+            let answer = match submitted {
+                Submitted::Done(answer) => answer,
+                Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
+            };
+            let at = || {
+                format!(
+                    "ensemble {}, step {i} ({})",
+                    self.descriptor.name,
+                    step.accel.descriptor().name
+                )
+            };
+            if answer.status != Status::Ok {
+                let message = format!("{}: {}", at(), answer.message);
+                return Answer::refusal(answer.status, message, call);
+            }
+            (queue_ns, exec_ns, slot) = (
+                queue_ns + answer.queue_ns,
+                exec_ns + answer.exec_ns,
+                answer.slot,
+            );
+            if let Err(e) = self.keep(step, batch, &answer.output, &mut values) {
+                return Answer::refusal(Status::Internal, format!("{}: {e}", at()), call);
+            }
+        }
+        let mut output = call.out;
+        output.clear();
+        for &t in &self.outputs {
+            output.extend_from_slice(values[t].as_deref().expect("every output is written"));
+        }
+        let mut payload = call.payload;
+        payload.clear();
+        Answer {
+            status: Status::Ok,
+            output,
+            message: String::new(),
+            slot,
+            queue_ns,
+            exec_ns,
+            payload,
+        }
+    }
+
+    /// Keeps the tensors a step wrote, each checked to be its declared size.
+    fn keep(
+        &self,
+        step: &Step,
+        batch: usize,
+        output: &[u8],
+        values: &mut [Option<Vec<u8>>],
+    ) -> Result<(), String> {
+        let parts = match step.accel.tensors() {
+            // A step without a batch axis in an ensemble without one: one item.
+            Some(t) => t.split_outputs(batch, output)?,
+            None => {
+                let [Some(t)] = step.writes[..] else {
+                    unreachable!("a built-in step writes its one output")
+                };
+                let want = self.table[t].item_bytes() * batch;
+                if output.len() != want {
+                    return Err(format!(
+                        "its output is {} bytes, tensor {} takes {want}",
+                        output.len(),
+                        self.table[t].name
+                    ));
+                }
+                vec![output]
+            }
+        };
+        for (write, part) in step.writes.iter().zip(parts) {
+            if let Some(t) = write {
+                debug_assert!(values[*t].is_none(), "each tensor is written once");
+                values[*t] = Some(part.to_vec());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether tensor `have` (what a step reads or writes) is `want` in type and dims.
+fn agree(have: &TensorSpec, want: &TensorSpec) -> Result<(), String> {
+    if have.datatype == want.datatype && have.dims == want.dims {
+        return Ok(());
+    }
+    Err(format!(
+        "tensor {} is {} {:?} where {} is {} {:?}",
+        have.name,
+        have.datatype.name(),
+        have.dims,
+        want.name,
+        want.datatype.name(),
+        want.dims
+    ))
+}
+
+/// The index of tensor `name` in `table`.
+fn find(table: &[TensorSpec], name: &str) -> usize {
+    let at = table.iter().position(|t| t.name == name);
+    at.expect("the config checked every tensor read is written by an earlier step")
+}
+
+/// A step running a model that declares its tensors.
+fn model_step(
+    accel: &Arc<dyn Accelerator>,
+    t: &Tensors,
+    s: &StepConfig,
+    ensemble: &Tensors,
+    table: &mut Vec<TensorSpec>,
+) -> Result<Step, String> {
+    if accel.sequence().is_some() || accel.responses().is_some() {
+        return Err("a stateful or decoupled model cannot be a step".to_string());
+    }
+    if ensemble.max_batch_size > t.max_batch_size {
+        return Err(format!(
+            "its max_batch_size is {}, the ensemble's {}: every item of an ensemble call goes through each step",
+            t.max_batch_size, ensemble.max_batch_size
+        ));
+    }
+    if let Some((k, _)) = s
+        .input_map
+        .iter()
+        .find(|(k, _)| !t.inputs.iter().any(|i| &i.name == k))
+    {
+        return Err(format!("input_map: the model has no input `{k}`"));
+    }
+    let mut reads = Vec::with_capacity(t.inputs.len());
+    for input in &t.inputs {
+        let (_, tensor) = s
+            .input_map
+            .iter()
+            .find(|(k, _)| *k == input.name)
+            .ok_or_else(|| {
+                format!(
+                    "input_map: the model's input `{}` is not mapped",
+                    input.name
+                )
+            })?;
+        let at = find(table, tensor);
+        agree(&table[at], input)?;
+        reads.push(at);
+    }
+    if let Some((k, _)) = s
+        .output_map
+        .iter()
+        .find(|(k, _)| !t.outputs.iter().any(|o| &o.name == k))
+    {
+        return Err(format!("output_map: the model has no output `{k}`"));
+    }
+    let mut writes = Vec::with_capacity(t.outputs.len());
+    for output in &t.outputs {
+        let Some((_, tensor)) = s.output_map.iter().find(|(k, _)| *k == output.name) else {
+            writes.push(None);
+            continue;
+        };
+        writes.push(Some(table.len()));
+        table.push(TensorSpec {
+            name: tensor.clone(),
+            ..output.clone()
+        });
+    }
+    Ok(Step {
+        accel: Arc::clone(accel),
+        params: [0; accel::PARAMS_LEN],
+        reads,
+        writes,
+    })
+}
+
+/// A step running a built-in accelerator: bytes in (`INPUT0`, `INPUT1`, …), bytes out
+/// (`OUTPUT0`), parameters from the step. Its output takes the type and dims of the
+/// ensemble output or the model input it is mapped to (`later`: the steps after it).
+fn builtin_step(
+    accel: &Arc<dyn Accelerator>,
+    s: &StepConfig,
+    ensemble: &Tensors,
+    table: &mut Vec<TensorSpec>,
+    later: &[StepConfig],
+    catalog: &[Arc<dyn Accelerator>],
+) -> Result<Step, String> {
+    if ensemble.max_batch_size > 0 {
+        return Err(
+            "a built-in accelerator has no batch axis: an ensemble with one has max_batch_size = 0"
+                .to_string(),
+        );
+    }
+    let named = s
+        .input_map
+        .iter()
+        .enumerate()
+        .all(|(j, (k, _))| *k == format!("INPUT{j}"));
+    if !named {
+        return Err(
+            "input_map: a built-in's inputs are INPUT0, INPUT1, …, its payload in that order"
+                .to_string(),
+        );
+    }
+    let [(output, tensor)] = &s.output_map[..] else {
+        return Err("output_map: a built-in has one output, OUTPUT0".to_string());
+    };
+    if output != "OUTPUT0" {
+        return Err("output_map: a built-in has one output, OUTPUT0".to_string());
+    }
+    let pairs = s.parameters.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let params = params_from_pairs(&accel.descriptor().params, pairs)
+        .map_err(|e| format!("parameters: {e}"))?;
+    let reads: Vec<usize> = s.input_map.iter().map(|(_, t)| find(table, t)).collect();
+    let bytes: usize = reads.iter().map(|&t| table[t].item_bytes()).sum();
+    accel
+        .check(&params, Some(bytes))
+        .map_err(|e| format!("it refuses its {bytes} bytes of input: {e}"))?;
+    let spec = ensemble
+        .outputs
+        .iter()
+        .find(|o| &o.name == tensor)
+        .cloned()
+        .or_else(|| consumer_spec(tensor, later, catalog))
+        .ok_or_else(|| format!("output_map: `{tensor}` must be an output of the ensemble or an input of a model: a built-in's output declares no type"))?;
+    let writes = vec![Some(table.len())];
+    table.push(TensorSpec {
+        name: tensor.clone(),
+        ..spec
+    });
+    Ok(Step {
+        accel: Arc::clone(accel),
+        params,
+        reads,
+        writes,
+    })
+}
+
+/// The spec of the first model input that one of `later` steps maps `tensor` to.
+fn consumer_spec(
+    tensor: &str,
+    later: &[StepConfig],
+    catalog: &[Arc<dyn Accelerator>],
+) -> Option<TensorSpec> {
+    later.iter().find_map(|s| {
+        let (input, _) = s.input_map.iter().find(|(_, t)| t == tensor)?;
+        let a = catalog
+            .iter()
+            .find(|a| a.descriptor().name == s.model_name)?;
+        a.tensors()?
+            .inputs
+            .iter()
+            .find(|i| &i.name == input)
+            .cloned()
+    })
+}
+
+impl Accelerator for Ensemble {
+    fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
+    }
+
+    fn check(&self, _params: &ParamBlock, payload_len: Option<usize>) -> Result<(), CallError> {
+        match payload_len {
+            Some(len) => self.tensors.batch_of(len).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    fn work_estimate(&self, params: &ParamBlock, payload_len: usize) -> u64 {
+        debug_assert!(!self.steps.is_empty());
+        self.steps
+            .iter()
+            .map(|s| s.accel.work_estimate(params, payload_len))
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Never called: no slot hosts an ensemble, the dispatcher runs it
+    /// ([`Ensembles::submit`]).
+    fn run(
+        &self,
+        _params: &ParamBlock,
+        _input: &[u8],
+        _out: &mut Vec<u8>,
+    ) -> Result<(), CallError> {
+        Err(CallError::Internal(format!(
+            "ensemble {} runs in the node, step by step, not in a slot",
+            self.descriptor.name
+        )))
+    }
+
+    fn tensors(&self) -> Option<&Tensors> {
+        Some(&self.tensors)
+    }
+}
+
+/// `catalog` with each of the repository's ensembles (`found`, with their ids) that
+/// resolves against it, and those ensembles by id. One that does not is logged, named
+/// with its folder and why, and left out; the node serves the rest.
+pub fn attach(
+    catalog: Catalog,
+    found: Vec<(netaccel_onnx::Found, u16)>,
+) -> (Catalog, HashMap<u16, Arc<Ensemble>>) {
+    if found.is_empty() {
+        return (catalog, HashMap::new());
+    }
+    let mut entries: Vec<Arc<dyn Accelerator>> = catalog.iter().cloned().collect();
+    let backends: Vec<(u16, Vec<&'static str>)> = entries
+        .iter()
+        .map(|a| {
+            (
+                a.descriptor().id,
+                catalog.backends(a.descriptor().id).to_vec(),
+            )
+        })
+        .collect();
+    let mut by_id = HashMap::with_capacity(found.len());
+    for (f, id) in &found {
+        let nested = f
+            .config
+            .ensemble
+            .iter()
+            .flat_map(|e| &e.steps)
+            .find(|s| found.iter().any(|(other, _)| other.name == s.model_name));
+        let resolved = match nested {
+            Some(s) => Err(format!(
+                "step {}: is an ensemble: ensembles do not nest",
+                s.model_name
+            )),
+            None => {
+                let hash = Sha256::digest(&f.config_text)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                Ensemble::resolve(&f.name, *id, hash, &f.config, &entries[..backends.len()])
+            }
+        };
+        match resolved {
+            Ok(e) => {
+                tracing::info!(model = %f.name, id, steps = e.steps.len(), "ensemble loaded");
+                let e = Arc::new(e);
+                entries.push(Arc::clone(&e) as Arc<dyn Accelerator>);
+                by_id.insert(*id, e);
+            }
+            Err(e) => tracing::error!("ensemble refused: {}: {e}", f.folder.display()),
+        }
+    }
+    let mut catalog = Catalog::new(entries);
+    for (id, kinds) in backends {
+        catalog.set_backends(id, kinds);
+    }
+    (catalog, by_id)
+}
+
+/// The node's ensembles and the thread that runs their calls.
+pub struct Ensembles {
+    by_id: HashMap<u16, Arc<Ensemble>>,
+    /// The ensemble thread's runtime: one task per ensemble call, each waiting on its
+    /// steps' answers (the slots do the work; this thread only moves tensors).
+    runtime: tokio::runtime::Handle,
+    in_flight: Arc<AtomicUsize>,
+    runner: Weak<dyn StepRunner>,
+}
+
+impl Ensembles {
+    /// Starts the ensemble thread for `by_id` (not when it is empty) calling steps
+    /// through `runner` (the dispatcher).
+    pub fn start(
+        by_id: HashMap<u16, Arc<Ensemble>>,
+        runner: Weak<dyn StepRunner>,
+    ) -> Option<Ensembles> {
+        if by_id.is_empty() {
+            return None;
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("building the ensemble thread's runtime");
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("ensembles".to_string())
+            .spawn(move || runtime.block_on(std::future::pending::<()>()))
+            .expect("spawning the ensemble thread");
+        Some(Ensembles {
+            by_id,
+            runtime: handle,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            runner,
+        })
+    }
+
+    /// The ensemble of accelerator id `id`, if it is one.
+    pub fn get(&self, id: u16) -> Option<&Arc<Ensemble>> {
+        self.by_id.get(&id)
+    }
+
+    /// Runs an ensemble call; refuses it BUSY when the node has
+    /// [`ENSEMBLE_CALLS_MAX`] of them already (BUSY is counted by the front end that
+    /// answers it, as the dispatcher's own).
+    pub fn submit(&self, ensemble: &Arc<Ensemble>, call: Call) -> Submitted {
+        debug_assert_eq!(call.accel.descriptor().id, ensemble.descriptor.id);
+        let taken = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if taken >= ENSEMBLE_CALLS_MAX {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            let message = "the node runs as many ensemble calls as it may; retry";
+            return Submitted::Done(Answer::refusal(Status::Busy, message, call));
+        }
+        let (reply, rx) = oneshot::channel();
+        let (ensemble, in_flight, runner) = (
+            Arc::clone(ensemble),
+            Arc::clone(&self.in_flight),
+            self.runner.clone(),
+        );
+        self.runtime.spawn(async move {
+            let answer = match runner.upgrade() {
+                Some(r) => ensemble.run(&*r, call).await,
+                None => Answer::refusal(Status::Unavailable, "the node is stopping", call),
+            };
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+            // The caller may have gone; its answer goes nowhere then.
+            let _ = reply.send(answer);
+        });
+        Submitted::Queued(rx)
+    }
+}

@@ -60,6 +60,9 @@ pub struct Ensemble {
     table: Vec<TensorSpec>,
     /// The index in `table` of each output of the ensemble, in its declared order.
     outputs: Vec<usize>,
+    /// For each tensor of `table`, the last step that reads it, if that step may take
+    /// it rather than copy it (no step after it reads it, and it is not an output).
+    taken_by: Vec<Option<usize>>,
 }
 
 /// One step, resolved.
@@ -125,12 +128,22 @@ impl Ensemble {
             hash,
             params: Vec::new(),
         };
+        let mut taken_by = vec![None; table.len()];
+        for (i, step) in steps.iter().enumerate() {
+            for &t in &step.reads {
+                taken_by[t] = Some(i);
+            }
+        }
+        for &t in &outputs {
+            taken_by[t] = None;
+        }
         Ok(Ensemble {
             descriptor,
             tensors,
             steps,
             table,
             outputs,
+            taken_by,
         })
     }
 
@@ -158,27 +171,28 @@ impl Ensemble {
     }
 
     /// Runs `call` step by step through `runner`; one answer, whatever happens.
-    async fn run(&self, runner: &dyn StepRunner, call: Call) -> Answer {
-        let (batch, parts) = match self.tensors.split_inputs(&call.payload) {
-            Ok(split) => split,
+    async fn run(&self, runner: &dyn StepRunner, mut call: Call) -> Answer {
+        let mut values: Vec<Option<Vec<u8>>> = vec![None; self.table.len()];
+        let batch = match self.tensors.split_inputs(&call.payload) {
+            // One input: the payload is that tensor, taken rather than copied.
+            Ok((batch, _)) if self.tensors.inputs.len() == 1 => {
+                values[0] = Some(std::mem::take(&mut call.payload));
+                batch
+            }
+            Ok((batch, parts)) => {
+                for (value, part) in values.iter_mut().zip(parts) {
+                    *value = Some(part.to_vec());
+                }
+                batch
+            }
             Err(e) => return Answer::refusal(Status::BadRequest, e.to_string(), call),
         };
-        let mut values: Vec<Option<Vec<u8>>> = vec![None; self.table.len()];
-        for (value, part) in values.iter_mut().zip(parts) {
-            *value = Some(part.to_vec());
-        }
         let (mut queue_ns, mut exec_ns, mut slot) = (0, 0, None);
         for (i, step) in self.steps.iter().enumerate() {
-            let payload: Vec<u8> = step
-                .reads
-                .iter()
-                .flat_map(|&t| values[t].as_deref().expect("written before it is read"))
-                .copied()
-                .collect();
             let submitted = runner.submit(Call {
                 accel: Arc::clone(&step.accel),
                 params: step.params,
-                payload,
+                payload: self.step_payload(i, &mut values),
                 out: Vec::new(),
                 received: runner.now(),
                 deadline: call.deadline,
@@ -190,11 +204,8 @@ impl Ensemble {
                 Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
             };
             let at = || {
-                format!(
-                    "ensemble {}, step {i} ({})",
-                    self.descriptor.name,
-                    step.accel.descriptor().name
-                )
+                let step = step.accel.descriptor().name.as_str();
+                format!("ensemble {}, step {i} ({step})", self.descriptor.name)
             };
             if answer.status != Status::Ok {
                 let message = format!("{}: {}", at(), answer.message);
@@ -205,7 +216,7 @@ impl Ensemble {
                 exec_ns + answer.exec_ns,
                 answer.slot,
             );
-            if let Err(e) = self.keep(step, batch, &answer.output, &mut values) {
+            if let Err(e) = self.keep(step, batch, answer.output, &mut values) {
                 return Answer::refusal(Status::Internal, format!("{}: {e}", at()), call);
             }
         }
@@ -214,8 +225,7 @@ impl Ensemble {
         for &t in &self.outputs {
             output.extend_from_slice(values[t].as_deref().expect("every output is written"));
         }
-        let mut payload = call.payload;
-        payload.clear();
+        call.payload.clear();
         Answer {
             status: Status::Ok,
             output,
@@ -223,21 +233,55 @@ impl Ensemble {
             slot,
             queue_ns,
             exec_ns,
-            payload,
+            payload: call.payload,
         }
     }
 
-    /// Keeps the tensors a step wrote, each checked to be its declared size.
+    /// Step `i`'s payload: the tensors it reads, one after the other; a lone tensor no
+    /// later step needs is taken, not copied.
+    fn step_payload(&self, i: usize, values: &mut [Option<Vec<u8>>]) -> Vec<u8> {
+        let reads = &self.steps[i].reads;
+        if let [t] = reads[..] {
+            if self.taken_by[t] == Some(i) {
+                return values[t].take().expect("written before it is read");
+            }
+        }
+        let mut payload = Vec::with_capacity(
+            reads
+                .iter()
+                .map(|&t| values[t].as_ref().map_or(0, Vec::len))
+                .sum(),
+        );
+        for &t in reads {
+            payload.extend_from_slice(values[t].as_deref().expect("written before it is read"));
+        }
+        payload
+    }
+
+    /// Keeps the tensors a step wrote, each checked to be its declared size; a step's
+    /// whole output that is one tensor is kept as it is.
     fn keep(
         &self,
         step: &Step,
         batch: usize,
-        output: &[u8],
+        output: Vec<u8>,
         values: &mut [Option<Vec<u8>>],
     ) -> Result<(), String> {
-        let parts = match step.accel.tensors() {
+        let whole = match step.accel.tensors() {
             // A step without a batch axis in an ensemble without one: one item.
-            Some(t) => t.split_outputs(batch, output)?,
+            Some(t) => {
+                let parts = t.split_outputs(batch, &output)?;
+                if parts.len() > 1 {
+                    for (write, part) in step.writes.iter().zip(parts) {
+                        if let Some(t) = write {
+                            debug_assert!(values[*t].is_none(), "each tensor is written once");
+                            values[*t] = Some(part.to_vec());
+                        }
+                    }
+                    return Ok(());
+                }
+                step.writes[0]
+            }
             None => {
                 let [Some(t)] = step.writes[..] else {
                     unreachable!("a built-in step writes its one output")
@@ -250,14 +294,12 @@ impl Ensemble {
                         self.table[t].name
                     ));
                 }
-                vec![output]
+                Some(t)
             }
         };
-        for (write, part) in step.writes.iter().zip(parts) {
-            if let Some(t) = write {
-                debug_assert!(values[*t].is_none(), "each tensor is written once");
-                values[*t] = Some(part.to_vec());
-            }
+        if let Some(t) = whole {
+            debug_assert!(values[t].is_none(), "each tensor is written once");
+            values[t] = Some(output);
         }
         Ok(())
     }

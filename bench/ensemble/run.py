@@ -14,15 +14,15 @@ the socket), and the ratios.
 
 The node is NODE_BIN (--node-bin; default target/release/netaccel-node, built with
 cargo when missing), started on loopback ports the kernel picks, with a model
-repository this script writes into a temporary folder (the model with the `onnx`
-package, both configs as docs/inference.md "Ensembles" shows them). Method and
+repository this script writes into a temporary folder with
+bench/triton_examples/make_models.py's `write_ensembles` (the model with the `onnx`
+package; the configs as docs/inference.md "Ensembles" shows them). Method and
 figures: docs/benchmarks.md ("Ensembles").
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import socket
 import statistics
@@ -33,56 +33,18 @@ import threading
 import time
 from pathlib import Path
 
-try:
-    from onnx import TensorProto, helper, save
-except ImportError:  # pragma: no cover - told to the user
-    sys.exit("bench/ensemble/run.py needs the onnx package: pip install onnx")
-
 ROOT = Path(__file__).resolve().parents[2]
-GRID = 4
+# The model and the ensemble's config have one home: the examples' model generator.
+sys.path.insert(0, str(ROOT / "bench" / "triton_examples"))
+import make_models  # noqa: E402  (exits with how to install onnx when it is missing)
 
-
-def edge_grid(size: int):
-    """UINT8 [size, size] -> FP32 [GRID * GRID]: each tile's mean edge strength."""
-    tile = size // GRID
-    nodes = [
-        helper.make_node("Cast", ["EDGES"], ["f"], to=TensorProto.FLOAT),
-        helper.make_node("Reshape", ["f", "image_shape"], ["nchw"]),
-        helper.make_node("AveragePool", ["nchw"], ["pooled"], kernel_shape=[tile, tile], strides=[tile, tile]),
-        helper.make_node("Reshape", ["pooled", "grid_shape"], ["GRID"]),
-    ]
-    init = [
-        helper.make_tensor("image_shape", TensorProto.INT64, [4], [1, 1, size, size]),
-        helper.make_tensor("grid_shape", TensorProto.INT64, [1], [GRID * GRID]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "edge_grid",
-        [helper.make_tensor_value_info("EDGES", TensorProto.UINT8, [size, size])],
-        [helper.make_tensor_value_info("GRID", TensorProto.FLOAT, [GRID * GRID])],
-        init,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+GRID = make_models.GRID
 
 
 def repository(out: Path, size: int) -> None:
-    (out / "edge_grid" / "1").mkdir(parents=True)
-    save(edge_grid(size), str(out / "edge_grid" / "1" / "model.onnx"))
-    (out / "edge_grid" / "config.toml").write_text(
-        f'max_batch_size = 0\n[[input]]\nname = "EDGES"\ndata_type = "TYPE_UINT8"\n'
-        f'dims = [{size}, {size}]\n[[output]]\nname = "GRID"\ndata_type = "TYPE_FP32"\n'
-        f"dims = [{GRID * GRID}]\n"
-    )
-    (out / "sobel_grid" / "1").mkdir(parents=True)
-    (out / "sobel_grid" / "config.toml").write_text(
-        f'platform = "ensemble"\nmax_batch_size = 0\n[[input]]\nname = "IMAGE"\n'
-        f'data_type = "TYPE_UINT8"\ndims = [{size}, {size}]\n[[output]]\nname = "GRID"\n'
-        f'data_type = "TYPE_FP32"\ndims = [{GRID * GRID}]\n'
-        f'[[ensemble_scheduling.step]]\nmodel_name = "sobel"\ninput_map = {{ INPUT0 = "IMAGE" }}\n'
-        f'output_map = {{ OUTPUT0 = "EDGES" }}\nparameters = {{ width = {size}, height = {size} }}\n'
-        f'[[ensemble_scheduling.step]]\nmodel_name = "edge_grid"\ninput_map = {{ EDGES = "EDGES" }}\n'
-        f'output_map = {{ GRID = "GRID" }}\n'
-    )
+    """`edge_grid` and the ensemble `sobel_grid` for images of `size` x `size`."""
+    out.mkdir(parents=True)
+    make_models.write_ensembles(out, size)
 
 
 def start_node(node_bin: Path, models: Path, log_path: Path):

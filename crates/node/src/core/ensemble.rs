@@ -63,6 +63,8 @@ pub struct Ensemble {
     /// For each tensor of `table`, the last step that reads it, if that step may take
     /// it rather than copy it (no step after it reads it, and it is not an output).
     taken_by: Vec<Option<usize>>,
+    /// The steps as the config wrote them, in run order: what `/config` lists.
+    scheduling: Vec<StepConfig>,
 }
 
 /// One step, resolved.
@@ -144,6 +146,7 @@ impl Ensemble {
             table,
             outputs,
             taken_by,
+            scheduling: steps_config.clone(),
         })
     }
 
@@ -152,6 +155,12 @@ impl Ensemble {
         self.steps
             .iter()
             .map(|s| s.accel.descriptor().name.as_str())
+    }
+
+    /// Its steps as its config declares them (model, input and output maps), in run
+    /// order.
+    pub fn scheduling(&self) -> &[StepConfig] {
+        &self.scheduling
     }
 
     /// The accelerator ids of its steps, in run order.

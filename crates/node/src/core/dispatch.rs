@@ -328,6 +328,10 @@ impl Dispatcher {
     /// admission, the tenant's share of a queue, the deadline and the accelerator's
     /// metrics are the same whichever protocol carried it.
     pub async fn run(&self, call: Call) -> Answer {
+        if let Some(ensemble) = self.ensemble(call.accel.descriptor().id) {
+            let ensembles = self.ensembles.get().expect("an ensemble is served");
+            return ensembles.run_here(ensemble, self, call).await;
+        }
         match self.submit(call) {
             Submitted::Done(answer) => answer,
             Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),

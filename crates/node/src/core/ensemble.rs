@@ -5,12 +5,14 @@
 //! An ensemble is a catalog entry like a model ([`Ensemble`] implements
 //! [`Accelerator`], declaring its inputs and outputs), so every front end names it and
 //! carries its tensors as it does a model's: OIP over HTTP and gRPC, RAC by id,
-//! `/v1/fn` by name. No slot hosts it. The dispatcher, finding no slot for it, hands
-//! the call to [`Ensembles::submit`]: a task on the ensemble thread submits each step,
-//! in order, to the dispatcher as a call of its own (to that step's slots, on whatever
-//! device they are, with their queues, tenant fairness and deadline: the caller's
-//! tenant and deadline), and answers the ensemble call once — with its outputs, or
-//! with the first step's refusal or error, naming the step.
+//! `/v1/fn` by name. No slot hosts it. The dispatcher, finding no slot for it, runs
+//! the call here: in the caller's own task when the front end awaits the answer
+//! (HTTP, gRPC: [`Ensembles::run_here`]), or as a task on the ensemble thread when it
+//! submits and is answered later (RAC: [`Ensembles::submit`]). Either way each step,
+//! in order, goes to the dispatcher as a call of its own (to that step's slots, on
+//! whatever device they are, with their queues, tenant fairness and deadline: the
+//! caller's tenant and deadline), and the ensemble call is answered once — with its
+//! outputs, or with the first step's refusal or error, naming the step.
 //!
 //! The module is in the core because it is dispatch: calls in, calls to slots out, no
 //! protocol. Resolving an ensemble against the catalog ([`Ensemble::resolve`]) checks
@@ -622,34 +624,68 @@ impl Ensembles {
         self.by_id.get(&id)
     }
 
-    /// Runs an ensemble call; refuses it BUSY when the node has
+    /// Runs an ensemble call on the ensemble thread (for a front end that submits
+    /// and is answered later, as RAC); refuses it BUSY when the node has
     /// [`ENSEMBLE_CALLS_MAX`] of them already (BUSY is counted by the front end that
     /// answers it, as the dispatcher's own).
     pub fn submit(&self, ensemble: &Arc<Ensemble>, call: Call) -> Submitted {
         debug_assert_eq!(call.accel.descriptor().id, ensemble.descriptor.id);
-        let taken = self.in_flight.fetch_add(1, Ordering::AcqRel);
-        if taken >= ENSEMBLE_CALLS_MAX {
-            self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            let message = "the node runs as many ensemble calls as it may; retry";
-            return Submitted::Done(Answer::refusal(Status::Busy, message, call));
-        }
+        let Some(permit) = self.permit() else {
+            return Submitted::Done(busy(call));
+        };
         let (reply, rx) = oneshot::channel();
-        let (ensemble, in_flight, runner) = (
-            Arc::clone(ensemble),
-            Arc::clone(&self.in_flight),
-            self.runner.clone(),
-        );
+        let (ensemble, runner) = (Arc::clone(ensemble), self.runner.clone());
         self.runtime.spawn(async move {
+            let _permit = permit;
             let answer = match runner.upgrade() {
                 Some(r) => ensemble.run(&*r, call).await,
                 None => Answer::refusal(Status::Unavailable, "the node is stopping", call),
             };
-            in_flight.fetch_sub(1, Ordering::AcqRel);
             // The caller may have gone; its answer goes nowhere then.
             let _ = reply.send(answer);
         });
         Submitted::Queued(rx)
     }
+
+    /// Runs an ensemble call in the caller's own task (a front end that awaits each
+    /// call's answer, as HTTP and gRPC): no hop to the ensemble thread and back.
+    pub async fn run_here(
+        &self,
+        ensemble: &Ensemble,
+        runner: &dyn StepRunner,
+        call: Call,
+    ) -> Answer {
+        debug_assert_eq!(call.accel.descriptor().id, ensemble.descriptor.id);
+        let Some(_permit) = self.permit() else {
+            return busy(call);
+        };
+        ensemble.run(runner, call).await
+    }
+
+    /// One of the [`ENSEMBLE_CALLS_MAX`] ensemble calls, if one is free.
+    fn permit(&self) -> Option<Permit> {
+        let taken = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if taken >= ENSEMBLE_CALLS_MAX {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Permit(Arc::clone(&self.in_flight)))
+    }
+}
+
+/// An ensemble call counted in the node's; released on drop, however the call ends.
+struct Permit(Arc<AtomicUsize>);
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let before = self.0.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "a permit was counted");
+    }
+}
+
+fn busy(call: Call) -> Answer {
+    let message = "the node runs as many ensemble calls as it may; retry";
+    Answer::refusal(Status::Busy, message, call)
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ pub struct Node {
     pub objects: ObjectStore,
     pub metrics: Metrics,
     /// Per-model inference statistics (the Open Inference Protocol's extension).
-    pub model_stats: ModelStatsTable,
+    pub model_stats: Arc<ModelStatsTable>,
     /// System shared memory regions clients registered (the protocol's extension).
     pub shm: Regions,
     /// Live sequences of the stateful models (`[sequence_batching]`).
@@ -153,8 +153,9 @@ impl Node {
             &metrics,
             Arc::new(SystemClock),
         );
-        dispatcher.serve_ensembles(ensembles);
-        let model_stats = ModelStatsTable::new(dispatcher.catalog());
+
+        let model_stats = Arc::new(ModelStatsTable::new(dispatcher.catalog()));
+        dispatcher.serve_ensembles(ensembles, Arc::clone(&model_stats));
         let shm = Regions::new(config.shared_memory_regions_max);
         let body_budget = MemoryBudget::new(
             config.body_memory_bytes_max,

@@ -26,6 +26,7 @@ use crate::core::slot::{Answer, Call, Refused, Slot, SlotLimits, Submitted};
 use crate::core::tenant::TenantId;
 use crate::device::SlotPlan;
 use crate::telemetry::metrics::{AccelMetrics, Metrics};
+use crate::telemetry::model_stats::ModelStatsTable;
 
 /// How the dispatcher picks among the slots that host the called accelerator.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -173,11 +174,16 @@ impl Dispatcher {
 
     /// Serves the catalog's ensembles (`by_id`: each a catalog entry no slot hosts).
     /// Called once, after the dispatcher starts and before calls come.
-    pub fn serve_ensembles(self: &Arc<Self>, by_id: HashMap<u16, Arc<Ensemble>>) {
+    /// Each step a protocol's statistics count in `stats` (Triton's per-step figures).
+    pub fn serve_ensembles(
+        self: &Arc<Self>,
+        by_id: HashMap<u16, Arc<Ensemble>>,
+        stats: Arc<ModelStatsTable>,
+    ) {
         debug_assert!(by_id.keys().all(|id| self.catalog.by_id(*id).is_some()));
         debug_assert!(by_id.keys().all(|id| self.slots_hosting(*id).is_empty()));
         let runner: Arc<dyn StepRunner> = Arc::clone(self) as Arc<dyn StepRunner>;
-        if let Some(ensembles) = Ensembles::start(by_id, Arc::downgrade(&runner)) {
+        if let Some(ensembles) = Ensembles::start(by_id, Arc::downgrade(&runner), stats) {
             assert!(
                 self.ensembles.set(ensembles).is_ok(),
                 "ensembles are served once"

@@ -22,9 +22,11 @@
 //! `INPUT1`… as its payload, its parameters from the step, and its one output
 //! `OUTPUT0` is the tensor it is mapped to, its size checked when it runs.
 //!
+//! Each step counts in its model's statistics of the protocol (as Triton counts an
+//! ensemble's composing models) and in its Prometheus metrics, as any call.
+//!
 //! Not here: running independent steps at once (steps run one after another), nested
-//! ensembles, per-step statistics of the protocol's statistics extension (each step's
-//! Prometheus metrics count it, as any call).
+//! ensembles.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,6 +42,7 @@ use tokio::sync::oneshot;
 
 use crate::core::slot::{Answer, Call, Submitted};
 use crate::core::tenant::auth::{Action, Principal};
+use crate::telemetry::model_stats::{ModelStats, ModelStatsTable, Timing};
 
 /// Most ensemble calls in the node at once; past it an ensemble call is refused BUSY.
 pub const ENSEMBLE_CALLS_MAX: usize = 4096;
@@ -182,7 +185,15 @@ impl Ensemble {
     }
 
     /// Runs `call` step by step through `runner`; one answer, whatever happens.
-    async fn run(&self, runner: &dyn StepRunner, mut call: Call) -> Answer {
+    /// Each step counts in its model's protocol statistics in `stats` (Triton counts
+    /// the composing models of an ensemble; the ensemble itself is counted by the
+    /// front end that answers it, as any model).
+    async fn run(
+        &self,
+        runner: &dyn StepRunner,
+        stats: Option<&ModelStatsTable>,
+        mut call: Call,
+    ) -> Answer {
         let mut values: Vec<Option<Vec<u8>>> = vec![None; self.table.len()];
         let batch = match self.tensors.split_inputs(&call.payload) {
             // One input: the payload is that tensor, taken rather than copied.
@@ -200,6 +211,7 @@ impl Ensemble {
         };
         let (mut queue_ns, mut exec_ns, mut slot) = (0, 0, None);
         for (i, step) in self.steps.iter().enumerate() {
+            let started = runner.now();
             let submitted = runner.submit(Call {
                 accel: Arc::clone(&step.accel),
                 params: step.params,
@@ -214,6 +226,10 @@ impl Ensemble {
                 Submitted::Done(answer) => answer,
                 Submitted::Queued(rx) => rx.await.unwrap_or_else(|_| Answer::lost()),
             };
+            let took = runner.now().saturating_duration_since(started);
+            if let Some(s) = stats.and_then(|t| t.of(step.accel.descriptor().id)) {
+                count(s, batch, &answer, took.as_nanos() as u64);
+            }
             let at = || {
                 let step = step.accel.descriptor().name.as_str();
                 format!("ensemble {}, step {i} ({step})", self.descriptor.name)
@@ -314,6 +330,24 @@ impl Ensemble {
         }
         Ok(())
     }
+}
+
+/// Counts a step's `answer`, `total_ns` after it was submitted, in its statistics.
+fn count(stats: &ModelStats, batch: usize, answer: &Answer, total_ns: u64) {
+    if answer.status != Status::Ok {
+        stats.failed(total_ns);
+        return;
+    }
+    // The step's call was decoded and is encoded by no front end: no input or
+    // output time of its own.
+    stats.succeeded(&Timing {
+        batch,
+        input_ns: 0,
+        queue_ns: answer.queue_ns,
+        infer_ns: answer.exec_ns,
+        output_ns: 0,
+        total_ns,
+    });
 }
 
 /// Whether tensor `have` (what a step reads or writes) is `want` in type and dims.
@@ -591,6 +625,8 @@ pub struct Ensembles {
     runtime: tokio::runtime::Handle,
     in_flight: Arc<AtomicUsize>,
     runner: Weak<dyn StepRunner>,
+    /// The protocol's statistics, where each step counts (see [`Ensemble::run`]).
+    stats: Arc<ModelStatsTable>,
 }
 
 impl Ensembles {
@@ -599,6 +635,7 @@ impl Ensembles {
     pub fn start(
         by_id: HashMap<u16, Arc<Ensemble>>,
         runner: Weak<dyn StepRunner>,
+        stats: Arc<ModelStatsTable>,
     ) -> Option<Ensembles> {
         if by_id.is_empty() {
             return None;
@@ -616,6 +653,7 @@ impl Ensembles {
             runtime: handle,
             in_flight: Arc::new(AtomicUsize::new(0)),
             runner,
+            stats,
         })
     }
 
@@ -635,10 +673,11 @@ impl Ensembles {
         };
         let (reply, rx) = oneshot::channel();
         let (ensemble, runner) = (Arc::clone(ensemble), self.runner.clone());
+        let stats = Arc::clone(&self.stats);
         self.runtime.spawn(async move {
             let _permit = permit;
             let answer = match runner.upgrade() {
-                Some(r) => ensemble.run(&*r, call).await,
+                Some(r) => ensemble.run(&*r, Some(&stats), call).await,
                 None => Answer::refusal(Status::Unavailable, "the node is stopping", call),
             };
             // The caller may have gone; its answer goes nowhere then.
@@ -659,7 +698,7 @@ impl Ensembles {
         let Some(_permit) = self.permit() else {
             return busy(call);
         };
-        ensemble.run(runner, call).await
+        ensemble.run(runner, Some(&self.stats), call).await
     }
 
     /// One of the [`ENSEMBLE_CALLS_MAX`] ensemble calls, if one is free.
@@ -833,13 +872,32 @@ output_map = { y = "OUT" }
         );
         assert_eq!(e.tensors().unwrap().outputs[0].name, "OUT");
         // minmax: [0, 1/3, 2/3, 1]; twice doubled.
-        let answer = block_on(e.run(&Inline, call(&e, f32s(&[2.0, 3.0, 4.0, 5.0]))));
+        let answer = block_on(e.run(&Inline, None, call(&e, f32s(&[2.0, 3.0, 4.0, 5.0]))));
         assert_eq!(answer.status, Status::Ok, "{}", answer.message);
         assert_eq!(answer.output, f32s(&[0.0, 4.0 / 3.0, 8.0 / 3.0, 4.0]));
         assert_eq!((answer.queue_ns, answer.exec_ns), (3, 6));
         // A payload not its inputs': one answer, BAD_REQUEST, no step run.
-        let answer = block_on(e.run(&Inline, call(&e, vec![0; 3])));
+        let answer = block_on(e.run(&Inline, None, call(&e, vec![0; 3])));
         assert_eq!(answer.status, Status::BadRequest);
+    }
+
+    #[test]
+    fn each_step_counts_in_its_models_statistics() {
+        let e = Arc::new(resolve(CONFIG, 0).unwrap());
+        let mut entries = accel::builtins();
+        entries.push(scale(0));
+        let table = ModelStatsTable::new(&Catalog::new(entries));
+        let input = f32s(&[2.0, 3.0, 4.0, 5.0]);
+        let answer = block_on(e.run(&Inline, Some(&table), call(&e, input.clone())));
+        assert_eq!(answer.status, Status::Ok);
+        let scale = table.of(300).unwrap();
+        assert_eq!((scale.inference_count(), scale.execution_count()), (2, 2));
+        assert_eq!(scale.compute_infer.read(), (2, 4));
+        assert_eq!(table.of(5).unwrap().inference_count(), 1, "minmax once");
+        let answer = block_on(e.run(&FailingScale, Some(&table), call(&e, input)));
+        assert_eq!(answer.status, Status::Internal);
+        assert_eq!(scale.fail.read().0, 1, "the failing step counts a failure");
+        assert_eq!(scale.inference_count(), 2);
     }
 
     /// Fails every call to `scale`, runs the rest inline.
@@ -860,7 +918,7 @@ output_map = { y = "OUT" }
     #[test]
     fn a_failing_step_is_the_answer_naming_it() {
         let e = Arc::new(resolve(CONFIG, 0).unwrap());
-        let answer = block_on(e.run(&FailingScale, call(&e, f32s(&[2.0, 3.0, 4.0, 5.0]))));
+        let answer = block_on(e.run(&FailingScale, None, call(&e, f32s(&[2.0, 3.0, 4.0, 5.0]))));
         assert_eq!(answer.status, Status::Internal);
         assert_eq!(answer.message, "ensemble chain, step 1 (scale): boom");
         assert!(answer.output.is_empty());
@@ -945,7 +1003,7 @@ output_map = { y = "OUT" }
             input_map = { x = \"IN\" }\noutput_map = { y = \"OUT\" }\n";
         let e = Arc::new(resolve(text, 8).unwrap());
         let two = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
-        let answer = block_on(e.run(&Inline, call(&e, two)));
+        let answer = block_on(e.run(&Inline, None, call(&e, two)));
         assert_eq!(answer.status, Status::Ok, "{}", answer.message);
         assert_eq!(
             answer.output,

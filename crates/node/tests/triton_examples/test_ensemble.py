@@ -15,6 +15,7 @@ try:
     import numpy as np
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
 except (ImportError, RuntimeError) as e:  # pragma: no cover - a missing prerequisite
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         raise
@@ -96,3 +97,12 @@ def test_metadata_and_config_describe_the_ensemble(http, grpc):
     assert [s.model_name for s in g.ensemble_scheduling.step] == ["simple", "simple"]
     assert dict(g.ensemble_scheduling.step[1].input_map) == {"INPUT0": "SUM", "INPUT1": "DIFF"}
     assert grpc.get_model_metadata("sobel_grid").platform == "ensemble"
+
+
+def test_the_repository_lists_an_ensemble_and_will_not_unload_it(http, grpc):
+    index = {m["name"]: m for m in http.get_model_repository_index()}
+    assert index["simple_chain"]["state"] == "READY"
+    for client in (http, grpc):
+        with pytest.raises(InferenceServerException, match="simple_chain is an ensemble"):
+            client.unload_model("simple_chain")
+    assert http.is_model_ready("simple_chain")

@@ -569,6 +569,27 @@ pub mod fuzzing {
         }
     }
 
+    /// An ensemble's steps are in run order: each reads only the ensemble's inputs
+    /// and what earlier steps wrote, each tensor is written once, every output is.
+    fn check_ensemble(e: &crate::ensemble::Ensemble, t: &accel::tensors::Tensors) {
+        assert!((1..=crate::ensemble::STEPS_MAX).contains(&e.steps.len()));
+        let mut known: Vec<&str> = t.inputs.iter().map(|i| i.name.as_str()).collect();
+        let inputs = known.len();
+        for step in &e.steps {
+            assert!(!step.input_map.is_empty() && !step.output_map.is_empty());
+            assert!(step
+                .input_map
+                .iter()
+                .all(|(_, v)| known.contains(&v.as_str())));
+            for (_, written) in &step.output_map {
+                assert!(!known.contains(&written.as_str()), "written once");
+                known.push(written);
+            }
+        }
+        assert!(known.len() > inputs);
+        assert!(t.outputs.iter().all(|o| known.contains(&o.name.as_str())));
+    }
+
     pub fn model_config(data: &[u8]) {
         let Ok(text) = std::str::from_utf8(data) else {
             return;
@@ -594,6 +615,9 @@ pub mod fuzzing {
         for (name, file) in &config.label_files {
             assert!(t.outputs.iter().any(|o| &o.name == name));
             assert!(!file.is_empty() && !file.contains('/'));
+        }
+        if let Some(e) = &config.ensemble {
+            check_ensemble(e, t);
         }
         if let Some(responses) = config.responses {
             assert!((1..=super::RESPONSES_MAX as usize).contains(&responses));

@@ -2,9 +2,10 @@
 //! CNN and ensembles over it serves the pipeline `minmax` (a built-in) → `digits` (an
 //! ONNX model) in one call over OIP HTTP, gRPC, RAC and `/v1/fn`, with the bytes the
 //! two steps give when run one after the other in process; a failing step is the
-//! ensemble call's one answer, naming the step; a tenant whose policy lets it call the
-//! ensemble but not one of its steps is refused; an ensemble naming a step the node
-//! does not have is refused at load, and the node serves the rest.
+//! ensemble call's one answer, naming the step (over `/v1/fn` and RAC); a tenant whose
+//! policy lets it call the ensemble but not one of its steps is refused (HTTP, gRPC);
+//! an ensemble naming a step the node does not have is refused at load, and the node
+//! serves the rest.
 
 mod common;
 
@@ -13,10 +14,11 @@ use std::path::{Path, PathBuf};
 
 use accel::Accelerator;
 use common::{curl, f32_bytes, free_addr, TestNode};
-use netaccel_client::rac::RacClient;
+use netaccel_client::rac::{RacClient, RacError};
 use netaccel_node::front::grpc::pb;
 use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
 use pb::model_infer_request::InferInputTensor;
+use rac_proto::Status;
 
 fn models() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -113,6 +115,22 @@ fn in_process(image: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     digits.run(&[0; 44], &normed, &mut out).unwrap();
     out
+}
+
+/// A gRPC inference of the pipeline on `image`, raw contents.
+fn infer_request(image: &[u8]) -> pb::ModelInferRequest {
+    pb::ModelInferRequest {
+        model_name: "pipeline".into(),
+        inputs: vec![InferInputTensor {
+            name: "IMAGE".into(),
+            datatype: "FP32".into(),
+            shape: vec![1, 8, 8],
+            parameters: HashMap::new(),
+            contents: None,
+        }],
+        raw_input_contents: vec![image.to_vec().into()],
+        ..Default::default()
+    }
 }
 
 const FULL_TOKEN: &str = "full-token";
@@ -220,6 +238,22 @@ fn an_ensemble_runs_in_the_node_over_every_protocol() {
         c.hello("full", Some(FULL_TOKEN)).await.unwrap();
         let r = c.call(id, [0; 44], bytes.clone(), 0).await.unwrap();
         assert_eq!(r.payload, want);
+        // A failing step over RAC (the ensemble thread's path): INTERNAL, naming it.
+        let faulty = netaccel_node::device::model_id_from_name("faulty");
+        match c.call(faulty, [0; 44], b"error".to_vec(), 0).await {
+            Err(RacError::Status {
+                status, message, ..
+            }) => {
+                assert_eq!(status, Status::Internal);
+                assert!(
+                    message.contains("ensemble faulty, step 0 (fault)"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected INTERNAL, got {other:?}"),
+        }
+        let r = c.call(faulty, [0; 44], b"hello".to_vec(), 0).await.unwrap();
+        assert_eq!(r.payload, b"hello");
 
         // gRPC, raw contents.
         let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
@@ -228,22 +262,21 @@ fn an_ensemble_runs_in_the_node_over_every_protocol() {
             .await
             .unwrap();
         let mut g = GrpcInferenceServiceClient::new(channel);
-        let mut request = tonic::Request::new(pb::ModelInferRequest {
-            model_name: "pipeline".into(),
-            inputs: vec![InferInputTensor {
-                name: "IMAGE".into(),
-                datatype: "FP32".into(),
-                shape: vec![1, 8, 8],
-                parameters: HashMap::new(),
-                contents: None,
-            }],
-            raw_input_contents: vec![bytes.clone().into()],
-            ..Default::default()
-        });
+        let mut request = tonic::Request::new(infer_request(&bytes));
         let bearer = format!("Bearer {FULL_TOKEN}").parse().unwrap();
         request.metadata_mut().insert("authorization", bearer);
         let reply = g.model_infer(request).await.unwrap().into_inner();
         assert_eq!(reply.outputs[0].name, "SCORES");
         assert_eq!(reply.raw_output_contents[0].as_ref(), want.as_slice());
+        // The tenant that may not call minmax, over gRPC.
+        let mut request = tonic::Request::new(infer_request(&bytes));
+        let bearer = format!("Bearer {PARTIAL_TOKEN}").parse().unwrap();
+        request.metadata_mut().insert("authorization", bearer);
+        let refused = g.model_infer(request).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        assert!(
+            refused.message().contains("may not call `minmax`"),
+            "{refused:?}"
+        );
     });
 }

@@ -145,7 +145,7 @@ fn an_ensemble_runs_in_the_node_over_every_protocol() {
     let config = format!(
         "models_dir = {:?}\nfault_injection = true\n\
          [[tenants]]\nname = \"full\"\ntoken = \"{FULL_TOKEN}\"\n\
-         call = [\"pipeline\", \"minmax\", \"digits\", \"faulty\", \"fault\"]\ncatalog = true\n\
+         call = [\"pipeline\", \"minmax\", \"digits\", \"faulty\", \"fault\"]\ncatalog = true\nmetrics = true\n\
          [[tenants]]\nname = \"partial\"\ntoken = \"{PARTIAL_TOKEN}\"\n\
          call = [\"pipeline\", \"digits\"]\n",
         dir.0.display().to_string()
@@ -225,6 +225,23 @@ fn an_ensemble_runs_in_the_node_over_every_protocol() {
     let (status, _) = curl(&["-H", &full, &node.url("/v2/models/missing")]);
     assert_eq!(status, 404);
 
+    // The ensemble's calls count in its own metrics, its steps' in theirs.
+    let (status, metrics) = curl(&["-H", &full, &node.url("/metrics")]);
+    assert_eq!(status, 200);
+    let metrics = String::from_utf8(metrics).unwrap();
+    for line in [
+        "netaccel_accelerator_calls_total{accelerator=\"pipeline\",status=\"OK\"} 2",
+        "netaccel_accelerator_calls_total{accelerator=\"minmax\",status=\"OK\"} 2",
+        "netaccel_accelerator_calls_total{accelerator=\"faulty\",status=\"INTERNAL\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
+
+    over_rac_and_grpc(&node, grpc, bytes, want);
+}
+
+/// The pipeline over RAC and gRPC, and the failing step and refused tenant there.
+fn over_rac_and_grpc(node: &TestNode, grpc: std::net::SocketAddr, bytes: Vec<u8>, want: Vec<u8>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -183,7 +183,8 @@ impl Dispatcher {
         debug_assert!(by_id.keys().all(|id| self.catalog.by_id(*id).is_some()));
         debug_assert!(by_id.keys().all(|id| self.slots_hosting(*id).is_empty()));
         let runner: Arc<dyn StepRunner> = Arc::clone(self) as Arc<dyn StepRunner>;
-        if let Some(ensembles) = Ensembles::start(by_id, Arc::downgrade(&runner), stats) {
+        let metrics = Arc::clone(&self.accel_metrics);
+        if let Some(ensembles) = Ensembles::start(by_id, Arc::downgrade(&runner), stats, metrics) {
             assert!(
                 self.ensembles.set(ensembles).is_ok(),
                 "ensembles are served once"

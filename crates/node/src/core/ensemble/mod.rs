@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use accel::tensors::{TensorSpec, Tensors};
 use accel::{params_from_pairs, Accelerator, CallError, Catalog, Descriptor, ParamBlock};
@@ -42,6 +42,7 @@ use tokio::sync::oneshot;
 
 use crate::core::slot::{Answer, Call, Submitted};
 use crate::core::tenant::auth::{Action, Principal};
+use crate::telemetry::metrics::AccelMetrics;
 use crate::telemetry::model_stats::{ModelStats, ModelStatsTable, Timing};
 
 /// Most ensemble calls in the node at once; past it an ensemble call is refused BUSY.
@@ -635,6 +636,10 @@ pub struct Ensembles {
     runner: Weak<dyn StepRunner>,
     /// The protocol's statistics, where each step counts (see [`Ensemble::run`]).
     stats: Arc<ModelStatsTable>,
+    /// `netaccel_accelerator_*` of every catalog entry: an ensemble's answers count
+    /// in its own, as a slot counts a model's (BUSY excepted, counted by the front end
+    /// that answers it).
+    metrics: Arc<HashMap<u16, AccelMetrics>>,
 }
 
 impl Ensembles {
@@ -644,6 +649,7 @@ impl Ensembles {
         by_id: HashMap<u16, Arc<Ensemble>>,
         runner: Weak<dyn StepRunner>,
         stats: Arc<ModelStatsTable>,
+        metrics: Arc<HashMap<u16, AccelMetrics>>,
     ) -> Option<Ensembles> {
         if by_id.is_empty() {
             return None;
@@ -662,6 +668,7 @@ impl Ensembles {
             in_flight: Arc::new(AtomicUsize::new(0)),
             runner,
             stats,
+            metrics,
         })
     }
 
@@ -681,11 +688,17 @@ impl Ensembles {
         };
         let (reply, rx) = oneshot::channel();
         let (ensemble, runner) = (Arc::clone(ensemble), self.runner.clone());
-        let stats = Arc::clone(&self.stats);
+        let (stats, metrics) = (Arc::clone(&self.stats), Arc::clone(&self.metrics));
         self.runtime.spawn(async move {
             let _permit = permit;
             let answer = match runner.upgrade() {
-                Some(r) => ensemble.run(&*r, Some(&stats), call).await,
+                Some(r) => {
+                    let received = call.received;
+                    let answer = ensemble.run(&*r, Some(&stats), call).await;
+                    let took = r.now().saturating_duration_since(received);
+                    counted(&metrics, &ensemble, &answer, took);
+                    answer
+                }
                 None => Answer::refusal(Status::Unavailable, "the node is stopping", call),
             };
             // The caller may have gone; its answer goes nowhere then.
@@ -706,7 +719,11 @@ impl Ensembles {
         let Some(_permit) = self.permit() else {
             return busy(call);
         };
-        ensemble.run(runner, Some(&self.stats), call).await
+        let received = call.received;
+        let answer = ensemble.run(runner, Some(&self.stats), call).await;
+        let took = runner.now().saturating_duration_since(received);
+        counted(&self.metrics, ensemble, &answer, took);
+        answer
     }
 
     /// One of the [`ENSEMBLE_CALLS_MAX`] ensemble calls, if one is free.
@@ -727,6 +744,17 @@ impl Drop for Permit {
     fn drop(&mut self) {
         let before = self.0.fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before > 0, "a permit was counted");
+    }
+}
+
+/// Counts an ensemble call's `answer`, `took` after it was whole at the node, in the
+/// ensemble's `netaccel_accelerator_*`; BUSY is the front end's to count.
+fn counted(metrics: &HashMap<u16, AccelMetrics>, e: &Ensemble, answer: &Answer, took: Duration) {
+    if answer.status == Status::Busy {
+        return;
+    }
+    if let Some(m) = metrics.get(&e.descriptor.id) {
+        m.answered(answer.status, took.as_nanos() as u64);
     }
 }
 

@@ -282,3 +282,31 @@ fn a_batch_goes_through_every_step() {
         f32s(&[2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0])
     );
 }
+
+#[test]
+fn ensemble_calls_are_bounded_and_answered_busy_past_the_bound() {
+    let e = Arc::new(resolve(CONFIG, 0).unwrap());
+    let mut entries = accel::builtins();
+    entries.push(scale(0));
+    let stats = Arc::new(ModelStatsTable::new(&Catalog::new(entries)));
+    let runner: Weak<dyn StepRunner> = Weak::<Inline>::new();
+    let by_id = HashMap::from([(400, Arc::clone(&e))]);
+    let ensembles = Ensembles::start(by_id, runner, stats, Arc::new(HashMap::new())).unwrap();
+    assert!(Arc::ptr_eq(ensembles.get(400).unwrap(), &e));
+    let held: Vec<Permit> = (0..ENSEMBLE_CALLS_MAX)
+        .map(|_| ensembles.permit().expect("below the bound"))
+        .collect();
+    assert!(ensembles.permit().is_none());
+    let input = f32s(&[2.0, 3.0, 4.0, 5.0]);
+    let answer = block_on(ensembles.run_here(&e, &Inline, call(&e, input.clone())));
+    assert_eq!(answer.status, Status::Busy);
+    match ensembles.submit(&e, call(&e, input.clone())) {
+        Submitted::Done(answer) => assert_eq!(answer.status, Status::Busy),
+        Submitted::Queued(_) => panic!("past the bound, refused at once"),
+    }
+    drop(held);
+    assert_eq!(ensembles.in_flight.load(Ordering::Relaxed), 0);
+    let answer = block_on(ensembles.run_here(&e, &Inline, call(&e, input)));
+    assert_eq!(answer.status, Status::Ok, "{}", answer.message);
+    assert_eq!(ensembles.in_flight.load(Ordering::Relaxed), 0, "released");
+}

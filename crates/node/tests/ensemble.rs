@@ -5,7 +5,7 @@
 //! ensemble call's one answer, naming the step (over `/v1/fn` and RAC); a tenant whose
 //! policy lets it call the ensemble but not one of its steps is refused (HTTP, gRPC);
 //! an ensemble naming a step the node does not have is refused at load, and the node
-//! serves the rest.
+//! serves the rest; steps hosted on two devices each run there.
 
 mod common;
 
@@ -296,4 +296,38 @@ fn over_rac_and_grpc(node: &TestNode, grpc: std::net::SocketAddr, bytes: Vec<u8>
             "{refused:?}"
         );
     });
+}
+
+/// Steps on two devices: minmax's slot on `cpu0`, digits' on `cpu1`; one ensemble call
+/// runs one call on each, and the answer names the last step's slot.
+#[test]
+fn steps_run_on_the_devices_that_host_them() {
+    let dir = TempDir(
+        std::env::temp_dir().join(format!("netaccel-ensemble-devices-{}", std::process::id())),
+    );
+    let _ = std::fs::remove_dir_all(&dir.0);
+    repository(&dir.0);
+    let node = TestNode::start(&format!(
+        "models_dir = {:?}\nfault_injection = true\n\
+         [[devices]]\nname = \"cpu0\"\nbackend = \"cpu\"\nslots = [\"minmax\"]\n\
+         [[devices]]\nname = \"cpu1\"\nbackend = \"cpu\"\nslots = [\"digits\"]\n",
+        dir.0.display().to_string()
+    ));
+    let bytes = f32_bytes(&image());
+    let file = node.dir.join("image.bin");
+    std::fs::write(&file, &bytes).unwrap();
+    let data = format!("@{}", file.display());
+    let (status, out) = curl(&["-i", "--data-binary", &data, &node.url("/v1/fn/pipeline")]);
+    let text = String::from_utf8_lossy(&out);
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("X-Netaccel-Slot: 1"), "{text}");
+    assert!(out.ends_with(&in_process(&bytes)));
+    for slot in ["0", "1"] {
+        let calls = node.metric(&format!("netaccel_slot_calls_total{{slot=\"{slot}\"}}"));
+        assert_eq!(calls, 1.0, "slot {slot}");
+    }
+    // Ready: each step has a slot. The faulty ensemble's step (fault) has none here.
+    assert_eq!(node.get_json("/v2/models/pipeline/ready")["ready"], true);
+    let (status, _) = curl(&[&node.url("/v2/models/faulty/ready")]);
+    assert_eq!(status, 503);
 }

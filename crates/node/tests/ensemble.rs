@@ -47,6 +47,7 @@ dims = [1, 8, 8]
 name = "SCORES"
 data_type = "TYPE_FP32"
 dims = [10]
+label_filename = "labels.txt"
 # Written consumer first: the node runs minmax first all the same.
 [[ensemble_scheduling.step]]
 model_name = "digits"
@@ -75,6 +76,11 @@ input_map = { INPUT0 = "IN" }
 output_map = { OUTPUT0 = "OUT" }
 "#;
 
+/// The labels of the pipeline's output, class k on line k.
+const LABELS: [&str; 10] = [
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+];
+
 /// A repository with the digits CNN, the pipeline, the faulty ensemble and one
 /// naming a step the node does not have.
 fn repository(dir: &Path) {
@@ -90,6 +96,7 @@ fn repository(dir: &Path) {
     ] {
         std::fs::create_dir_all(dir.join(name).join("1")).unwrap();
         std::fs::write(dir.join(name).join("config.toml"), text).unwrap();
+        std::fs::write(dir.join(name).join("labels.txt"), LABELS.join("\n")).unwrap();
     }
 }
 
@@ -188,6 +195,27 @@ fn an_ensemble_runs_in_the_node_over_every_protocol() {
     let scores: Vec<f32> = serde_json::from_value(answer["outputs"][0]["data"].clone()).unwrap();
     assert_eq!(f32_bytes(&scores), want);
 
+    // Classification of the ensemble's output, with its own label file.
+    let classify = body.replacen(
+        "]}]}",
+        "]}],\"outputs\":[{\"name\":\"SCORES\",\"parameters\":{\"classification\":1}}]}",
+        1,
+    );
+    let (status, out) = curl(&["-H", &full, "-d", &classify, &infer]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
+    let answer: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let top = answer["outputs"][0]["data"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let best = (0..10)
+        .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
+        .unwrap();
+    assert!(top.ends_with(&format!(":{best}:{}", LABELS[best])), "{top}");
+    let (_, config) = curl(&["-H", &full, &node.url("/v2/models/pipeline/config")]);
+    let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
+    assert_eq!(config["output"][0]["label_filename"], "labels.txt");
+
     // /v1/fn: the inputs' bytes in, the outputs' bytes out.
     let file = node.dir.join("image.bin");
     std::fs::write(&file, &bytes).unwrap();
@@ -230,8 +258,8 @@ fn an_ensemble_runs_in_the_node_over_every_protocol() {
     assert_eq!(status, 200);
     let metrics = String::from_utf8(metrics).unwrap();
     for line in [
-        "netaccel_accelerator_calls_total{accelerator=\"pipeline\",status=\"OK\"} 2",
-        "netaccel_accelerator_calls_total{accelerator=\"minmax\",status=\"OK\"} 2",
+        "netaccel_accelerator_calls_total{accelerator=\"pipeline\",status=\"OK\"} 3",
+        "netaccel_accelerator_calls_total{accelerator=\"minmax\",status=\"OK\"} 3",
         "netaccel_accelerator_calls_total{accelerator=\"faulty\",status=\"INTERNAL\"} 1",
     ] {
         assert!(metrics.contains(line), "{line} not in\n{metrics}");

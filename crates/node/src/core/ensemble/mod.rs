@@ -71,6 +71,11 @@ pub struct Ensemble {
     taken_by: Vec<Option<usize>>,
     /// The steps as the config wrote them, in run order: what `/config` lists.
     scheduling: Vec<StepConfig>,
+    /// Labelled outputs (`label_filename`): the label file's name and its labels,
+    /// for the classification extension.
+    labels: Vec<(String, String, Arc<[String]>)>,
+    /// Inputs with a `format` (an image's layout), as the config declares them.
+    formats: Vec<(String, String)>,
 }
 
 /// The pipeline's tensors during a call, indexed as `Ensemble::table`: `None` until
@@ -157,6 +162,8 @@ impl Ensemble {
             outputs,
             taken_by,
             scheduling: steps_config.clone(),
+            labels: Vec::new(),
+            formats: config.formats.clone(),
         })
     }
 
@@ -165,6 +172,21 @@ impl Ensemble {
         self.steps
             .iter()
             .map(|s| s.accel.descriptor().name.as_str())
+    }
+
+    /// The ensemble with the labels of its labelled outputs (`(output, labels)`, as
+    /// the repository read them from the files `config` names).
+    pub fn with_labels(
+        mut self,
+        config: &netaccel_onnx::ModelConfig,
+        labels: Vec<(String, Vec<String>)>,
+    ) -> Ensemble {
+        for (output, l) in labels {
+            let file = config.label_files.iter().find(|(o, _)| *o == output);
+            let file = file.map(|(_, f)| f.clone()).unwrap_or_default();
+            self.labels.push((output, file, Arc::from(l)));
+        }
+        self
     }
 
     /// Its steps as its config declares them (model, input and output maps), in run
@@ -566,6 +588,20 @@ impl Accelerator for Ensemble {
     fn tensors(&self) -> Option<&Tensors> {
         Some(&self.tensors)
     }
+
+    fn labels(&self, output: &str) -> Option<Arc<[String]>> {
+        let (_, _, labels) = self.labels.iter().find(|(o, _, _)| o == output)?;
+        Some(Arc::clone(labels))
+    }
+
+    fn tensor_config(&self, name: &str) -> accel::tensors::TensorConfig {
+        let file = self.labels.iter().find(|(o, _, _)| o == name);
+        let format = self.formats.iter().find(|(i, _)| i == name);
+        accel::tensors::TensorConfig {
+            format: format.map(|(_, f)| f.clone()),
+            label_filename: file.map(|(_, f, _)| f.clone()),
+        }
+    }
 }
 
 /// `catalog` with each of the repository's ensembles (`found`, with their ids) that
@@ -607,6 +643,7 @@ pub fn attach(
                     .map(|b| format!("{b:02x}"))
                     .collect();
                 Ensemble::resolve(&f.name, *id, hash, &f.config, &entries[..backends.len()])
+                    .map(|e| e.with_labels(&f.config, f.labels.clone()))
             }
         };
         match resolved {

@@ -144,6 +144,8 @@ impl Scheduling {
             }
         }
         let order = run_order(&steps, &writer)?;
+        assert_eq!(order.len(), steps.len(), "each step once");
+        assert!(writer.len() >= outputs.len(), "every output written");
         let mut slots: Vec<Option<Step>> = steps.into_iter().map(Some).collect();
         let steps = order
             .into_iter()
@@ -185,6 +187,7 @@ fn step(folder: &str, i: usize, raw: RawStep) -> Result<Step, String> {
     if raw.parameters.len() > STEP_PARAMS_MAX {
         return Err(format!("{at}: parameters: at most {STEP_PARAMS_MAX}"));
     }
+    debug_assert!(!raw.input_map.is_empty() && !raw.output_map.is_empty());
     let mut parameters = Vec::with_capacity(raw.parameters.len());
     for (name, value) in raw.parameters {
         let text = match value {

@@ -139,6 +139,15 @@ impl Ensemble {
         for (o, &at) in tensors.outputs.iter().zip(&outputs) {
             agree(&table[at], o)?;
         }
+        // Every index a step holds is a tensor of the table, each written once.
+        assert!(steps
+            .iter()
+            .all(|s: &Step| s.reads.iter().all(|&t| t < table.len())));
+        assert!(steps
+            .iter()
+            .flat_map(|s| s.writes.iter().flatten())
+            .all(|&t| t >= tensors.inputs.len() && t < table.len()));
+        debug_assert_eq!(outputs.len(), tensors.outputs.len());
         let descriptor = Descriptor {
             id,
             name: name.to_string(),
@@ -225,6 +234,7 @@ impl Ensemble {
             Ok(split) => split,
             Err(e) => return Answer::refusal(Status::BadRequest, e.to_string(), call),
         };
+        debug_assert!(batch >= 1 && values.len() == self.table.len());
         let (mut queue_ns, mut exec_ns, mut slot) = (0, 0, None);
         for (i, step) in self.steps.iter().enumerate() {
             let started = runner.now();
@@ -263,6 +273,7 @@ impl Ensemble {
                 return Answer::refusal(Status::Internal, format!("{}: {e}", at()), call);
             }
         }
+        debug_assert!(self.outputs.iter().all(|&t| values[t].is_some()));
         let mut output = call.out;
         output.clear();
         for &t in &self.outputs {
@@ -299,6 +310,7 @@ impl Ensemble {
     /// later step needs is taken, not copied.
     fn step_payload(&self, i: usize, values: &mut [Option<Vec<u8>>]) -> Vec<u8> {
         let reads = &self.steps[i].reads;
+        debug_assert!(!reads.is_empty(), "a step reads at least one tensor");
         if let [t] = reads[..] {
             if self.taken_by[t] == Some(i) {
                 return values[t].take().expect("written before it is read");
@@ -462,6 +474,8 @@ fn model_step(
             ..output.clone()
         });
     }
+    debug_assert_eq!(reads.len(), t.inputs.len(), "every input read");
+    debug_assert_eq!(writes.len(), t.outputs.len(), "one entry per output");
     Ok(Step {
         accel: Arc::clone(accel),
         params: [0; accel::PARAMS_LEN],
@@ -519,6 +533,7 @@ fn builtin_step(
         .cloned()
         .or_else(|| consumer_spec(tensor, later, catalog))
         .ok_or_else(|| format!("output_map: `{tensor}` must be an output of the ensemble or an input of a model: a built-in's output declares no type"))?;
+    debug_assert!(!reads.is_empty() && reads.len() == s.input_map.len());
     let writes = vec![Some(table.len())];
     table.push(TensorSpec {
         name: tensor.clone(),

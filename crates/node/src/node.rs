@@ -113,6 +113,10 @@ impl Node {
         let Action::Call(name) = action else {
             return None;
         };
+        // Without ensembles (most nodes), no catalog lookup on the call's path.
+        if !self.dispatcher.has_ensembles() {
+            return None;
+        }
         let accel = self.dispatcher.catalog().by_name(name)?;
         self.dispatcher
             .ensemble(accel.descriptor().id)?

@@ -192,6 +192,11 @@ impl Dispatcher {
         }
     }
 
+    /// Whether the node serves any ensemble.
+    pub fn has_ensembles(&self) -> bool {
+        self.ensembles.get().is_some()
+    }
+
     /// The ensemble accelerator `id` is, if it is one.
     pub fn ensemble(&self, id: u16) -> Option<&Arc<Ensemble>> {
         self.ensembles.get()?.get(id)

@@ -22,6 +22,9 @@
 //! max_queue_delay_microseconds = 500
 //! # or [sequence_batching]: a stateful model's sequences, see the `sequencing` module
 //! ```
+//!
+//! A config with `platform = "ensemble"` and `[[ensemble_scheduling.step]]` is an
+//! ensemble's: steps running other models, no engine of its own (see [`crate::ensemble`]).
 
 use accel::batch::Policy;
 use accel::tensors::{DataType, TensorSpec, Tensors, INPUT_FORMATS};

@@ -34,8 +34,13 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
   computation on the image (channel means through a fixed linear layer), not
   DenseNet's weights (see `densenet`).
 
-The examples' ensemble and dynamic sequence (`simple_dyna_sequence`) models are not
-built here: see docs/inference.md, "Triton's examples".
+Ensembles (`write_ensembles`, docs/inference.md "Ensembles"): `edge_grid`, an ONNX
+model (UINT8 [16, 16] edges -> FP32 [16], each 4x4 tile's mean); `sobel_grid`, the
+ensemble of the built-in `sobel` then `edge_grid`; `simple_chain`, an ensemble of
+`simple` twice (batched, max_batch_size 8): OUTPUT0 = 2 * INPUT0, OUTPUT1 = 2 * INPUT1.
+
+The examples' dynamic sequence model (`simple_dyna_sequence`) is not built here: see
+docs/inference.md, "Triton's examples".
 """
 from __future__ import annotations
 
@@ -56,6 +61,7 @@ CONFIG_TYPES = {
     TensorProto.INT8: "TYPE_INT8",
     TensorProto.UINT32: "TYPE_UINT32",
     TensorProto.STRING: "TYPE_STRING",
+    TensorProto.UINT8: "TYPE_UINT8",
     TensorProto.FLOAT: "TYPE_FP32",
 }
 
@@ -296,6 +302,103 @@ def models() -> dict[str, tuple[onnx.ModelProto, int]]:
     }
 
 
+#: Tiles along each side of `edge_grid`'s image.
+GRID = 4
+
+
+def edge_grid(size: int) -> onnx.ModelProto:
+    """UINT8 EDGES [size, size] -> FP32 GRID [GRID * GRID]: each tile's mean."""
+    tile = size // GRID
+    nodes = [
+        helper.make_node("Cast", ["EDGES"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Reshape", ["f", "image_shape"], ["nchw"]),
+        helper.make_node(
+            "AveragePool", ["nchw"], ["pooled"], kernel_shape=[tile, tile], strides=[tile, tile]
+        ),
+        helper.make_node("Reshape", ["pooled", "grid_shape"], ["GRID"]),
+    ]
+    init = [
+        helper.make_tensor("image_shape", TensorProto.INT64, [4], [1, 1, size, size]),
+        helper.make_tensor("grid_shape", TensorProto.INT64, [1], [GRID * GRID]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "edge_grid",
+        [helper.make_tensor_value_info("EDGES", TensorProto.UINT8, [size, size])],
+        [helper.make_tensor_value_info("GRID", TensorProto.FLOAT, [GRID * GRID])],
+        init,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def sobel_grid_config(size: int) -> str:
+    """The ensemble `sobel_grid`: the built-in sobel, then `edge_grid`."""
+    return f"""platform = "ensemble"
+max_batch_size = 0
+[[input]]
+name = "IMAGE"
+data_type = "TYPE_UINT8"
+dims = [{size}, {size}]
+[[output]]
+name = "GRID"
+data_type = "TYPE_FP32"
+dims = [{GRID * GRID}]
+[[ensemble_scheduling.step]]
+model_name = "sobel"
+input_map = {{ INPUT0 = "IMAGE" }}
+output_map = {{ OUTPUT0 = "EDGES" }}
+parameters = {{ width = {size}, height = {size} }}
+[[ensemble_scheduling.step]]
+model_name = "edge_grid"
+input_map = {{ EDGES = "EDGES" }}
+output_map = {{ GRID = "GRID" }}
+"""
+
+
+SIMPLE_CHAIN = """platform = "ensemble"
+max_batch_size = 8
+[[input]]
+name = "INPUT0"
+data_type = "TYPE_INT32"
+dims = [16]
+[[input]]
+name = "INPUT1"
+data_type = "TYPE_INT32"
+dims = [16]
+[[output]]
+name = "OUTPUT0"
+data_type = "TYPE_INT32"
+dims = [16]
+[[output]]
+name = "OUTPUT1"
+data_type = "TYPE_INT32"
+dims = [16]
+# (a + b) + (a - b) = 2a, (a + b) - (a - b) = 2b
+[[ensemble_scheduling.step]]
+model_name = "simple"
+input_map = { INPUT0 = "INPUT0", INPUT1 = "INPUT1" }
+output_map = { OUTPUT0 = "SUM", OUTPUT1 = "DIFF" }
+[[ensemble_scheduling.step]]
+model_name = "simple"
+input_map = { INPUT0 = "SUM", INPUT1 = "DIFF" }
+output_map = { OUTPUT0 = "OUTPUT0", OUTPUT1 = "OUTPUT1" }
+"""
+
+
+def write_ensembles(out: Path, size: int = 16) -> list[str]:
+    """`edge_grid` for images of `size` x `size`, and the ensembles `sobel_grid` and
+    `simple_chain` (an ensemble folder has its config and an empty version folder)."""
+    model = edge_grid(size)
+    onnx.checker.check_model(model)
+    (out / "edge_grid" / "1").mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(out / "edge_grid" / "1" / "model.onnx"))
+    (out / "edge_grid" / "config.toml").write_text(config(model, 0))
+    for name, text in (("sobel_grid", sobel_grid_config(size)), ("simple_chain", SIMPLE_CHAIN)):
+        (out / name / "1").mkdir(parents=True, exist_ok=True)
+        (out / name / "config.toml").write_text(text)
+    return ["edge_grid", "sobel_grid", "simple_chain"]
+
+
 def write(out: Path) -> list[str]:
     names = []
     for name, (model, max_batch) in models().items():
@@ -308,7 +411,7 @@ def write(out: Path) -> list[str]:
             labels = "".join(f"class_{k}\n" for k in range(DENSENET_CLASSES))
             (folder / DENSENET_LABELS).write_text(labels)
         names.append(name)
-    return names
+    return names + write_ensembles(out)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ use crate::core::memory::{MemoryBudget, ReassemblyPool};
 use crate::core::objects::ObjectStore;
 use crate::core::quota::Quotas;
 use crate::core::shm::Regions;
+use crate::core::tenant::auth::{Action, Principal};
 use crate::core::tenant::Tenants;
 use crate::device::{self, Devices, StartError};
 use crate::registry::Registry;
@@ -32,7 +33,7 @@ pub struct Node {
     pub objects: ObjectStore,
     pub metrics: Metrics,
     /// Per-model inference statistics (the Open Inference Protocol's extension).
-    pub model_stats: ModelStatsTable,
+    pub model_stats: Arc<ModelStatsTable>,
     /// System shared memory regions clients registered (the protocol's extension).
     pub shm: Regions,
     /// Live sequences of the stateful models (`[sequence_batching]`).
@@ -123,6 +124,27 @@ fn start_opencl(
 }
 
 impl Node {
+    /// Why `who` may not do `action`: its policy's refusal, or, for a call to an
+    /// ensemble, the refusal of the first of its steps `who` may not call (a policy
+    /// that lets a tenant call an ensemble does not let it reach a model it may not
+    /// call); `None`: allowed. Every front end asks here.
+    pub fn refusal(&self, who: &Principal, action: Action<'_>) -> Option<String> {
+        if !who.may(action) {
+            return Some(who.refusal(action));
+        }
+        let Action::Call(name) = action else {
+            return None;
+        };
+        // Without ensembles (most nodes), no catalog lookup on the call's path.
+        if !self.dispatcher.has_ensembles() {
+            return None;
+        }
+        let accel = self.dispatcher.catalog().by_name(name)?;
+        self.dispatcher
+            .ensemble(accel.descriptor().id)?
+            .refusal(who)
+    }
+
     /// Builds the node from a validated configuration and starts its slot workers;
     /// remote OpenCL sessions are admitted by `opencl_gate`.
     pub fn new(
@@ -151,15 +173,19 @@ impl Node {
         };
         let limits = config.slot_limits(tenants.queue_share_max);
         let started = device::start(&config.devices_section(), &mut metrics, opencl.as_ref())?;
+        let (catalog, ensembles) =
+            crate::core::ensemble::attach(started.catalog, started.ensembles);
         let dispatcher = Dispatcher::start(
-            started.catalog,
+            catalog,
             started.slots,
             limits,
             config.balance,
             &metrics,
             Arc::new(SystemClock),
         );
-        let model_stats = ModelStatsTable::new(dispatcher.catalog());
+
+        let model_stats = Arc::new(ModelStatsTable::new(dispatcher.catalog()));
+        dispatcher.serve_ensembles(ensembles, Arc::clone(&model_stats));
         let shm = Regions::new(
             config.shared_memory_regions_max,
             config.shared_memory_regions_per_tenant_max,

@@ -24,12 +24,16 @@
 //! max_queue_delay_microseconds = 500
 //! # or [sequence_batching]: a stateful model's sequences, see the `sequencing` module
 //! ```
+//!
+//! A config with `platform = "ensemble"` and `[[ensemble_scheduling.step]]` is an
+//! ensemble's: steps running other models, no engine of its own (see [`crate::ensemble`]).
 
 use accel::batch::Policy;
 use accel::tensors::{DataType, TensorSpec, Tensors, ANY_DIM, INPUT_FORMATS};
 use serde::Deserialize;
 
 use crate::batching::{instances, DynamicBatching, InstanceGroup};
+use crate::ensemble::{Ensemble, Scheduling};
 use crate::sequencing::{control_spec, SequenceBatching};
 
 /// Largest `max_batch_size`.
@@ -117,6 +121,9 @@ pub struct ModelConfig {
     /// A decoupled model's responses to one request (`[model_transaction_policy]
     /// decoupled = true`): the first dim every output shares. `None`: one response.
     pub responses: Option<usize>,
+    /// An ensemble's steps (`platform = "ensemble"`, see [`crate::ensemble`]): the
+    /// model has no ONNX file of its own. `None`: an ONNX model.
+    pub ensemble: Option<Ensemble>,
 }
 
 /// Most responses one request to a decoupled model gets.
@@ -176,6 +183,46 @@ struct Raw {
     model_transaction_policy: Option<TransactionPolicy>,
     #[serde(default)]
     instance_group: Vec<InstanceGroup>,
+    #[serde(default)]
+    platform: Option<String>,
+    #[serde(default)]
+    ensemble_scheduling: Option<Scheduling>,
+}
+
+/// The platform of an ensemble, Triton's word; a model's engine is its `backend`.
+pub const ENSEMBLE_PLATFORM: &str = "ensemble";
+
+/// An ensemble's steps, checked against its tensors; `None` for a model that is not
+/// one. An ensemble has none of an engine's settings: its steps' models have them.
+fn ensemble(
+    folder: &str,
+    platform: Option<&str>,
+    scheduling: Option<Scheduling>,
+    engine_settings: bool,
+    t: &Tensors,
+) -> Result<Option<Ensemble>, String> {
+    match (platform, scheduling) {
+        (None, None) => Ok(None),
+        (Some(ENSEMBLE_PLATFORM), Some(s)) => {
+            if engine_settings {
+                return Err(format!(
+                    "platform = \"{ENSEMBLE_PLATFORM}\": an ensemble takes no backend, \
+                     dynamic_batching, sequence_batching, model_transaction_policy or \
+                     instance_group (its steps' models have their own)"
+                ));
+            }
+            s.check(folder, &t.inputs, &t.outputs).map(Some)
+        }
+        (Some(ENSEMBLE_PLATFORM), None) => Err(format!(
+            "platform = \"{ENSEMBLE_PLATFORM}\" needs its [ensemble_scheduling] steps"
+        )),
+        (None, Some(_)) => Err(format!(
+            "ensemble_scheduling: only for platform = \"{ENSEMBLE_PLATFORM}\""
+        )),
+        (Some(other), _) => Err(format!(
+            "platform: `{other}` is not `{ENSEMBLE_PLATFORM}` (an ONNX model's engine is its `backend`)"
+        )),
+    }
 }
 
 #[derive(Deserialize)]
@@ -287,6 +334,12 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
             label_files.push((r.name.clone(), file.clone()));
         }
     }
+    let engine_settings = raw.backend.is_some()
+        || raw.dynamic_batching.is_some()
+        || raw.sequence_batching.is_some()
+        || raw.model_transaction_policy.is_some()
+        || !raw.instance_group.is_empty();
+    let (platform, scheduling) = (raw.platform, raw.ensemble_scheduling);
     let mut inputs = tensors("input", raw.input)?;
     let mut outputs = tensors("output", raw.output)?;
     let given = inputs.iter().chain(&outputs).any(|t| t.given_dims() > 0);
@@ -334,6 +387,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         outputs,
         max_batch_size: raw.max_batch_size,
     };
+    let ensemble = ensemble(folder, platform.as_deref(), scheduling, engine_settings, &t)?;
     let items = u64::from(t.max_batch_size.max(1));
     for (what, bytes) in [
         ("input", t.input_item_bytes()),
@@ -374,6 +428,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         sequence_batching,
         instances: instances(&raw.instance_group)?,
         responses,
+        ensemble,
     })
 }
 
@@ -640,6 +695,27 @@ pub mod fuzzing {
         }
     }
 
+    /// An ensemble's steps are in run order: each reads only the ensemble's inputs
+    /// and what earlier steps wrote, each tensor is written once, every output is.
+    fn check_ensemble(e: &crate::ensemble::Ensemble, t: &accel::tensors::Tensors) {
+        assert!((1..=crate::ensemble::STEPS_MAX).contains(&e.steps.len()));
+        let mut known: Vec<&str> = t.inputs.iter().map(|i| i.name.as_str()).collect();
+        let inputs = known.len();
+        for step in &e.steps {
+            assert!(!step.input_map.is_empty() && !step.output_map.is_empty());
+            assert!(step
+                .input_map
+                .iter()
+                .all(|(_, v)| known.contains(&v.as_str())));
+            for (_, written) in &step.output_map {
+                assert!(!known.contains(&written.as_str()), "written once");
+                known.push(written);
+            }
+        }
+        assert!(known.len() > inputs);
+        assert!(t.outputs.iter().all(|o| known.contains(&o.name.as_str())));
+    }
+
     pub fn model_config(data: &[u8]) {
         let Ok(text) = std::str::from_utf8(data) else {
             return;
@@ -669,6 +745,9 @@ pub mod fuzzing {
         for (name, file) in &config.label_files {
             assert!(t.outputs.iter().any(|o| &o.name == name));
             assert!(!file.is_empty() && !file.contains('/'));
+        }
+        if let Some(e) = &config.ensemble {
+            check_ensemble(e, t);
         }
         if let Some(responses) = config.responses {
             assert!((1..=super::RESPONSES_MAX as usize).contains(&responses));

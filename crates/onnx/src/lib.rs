@@ -20,6 +20,7 @@
 pub mod batching;
 pub mod config;
 mod element;
+pub mod ensemble;
 pub mod model;
 pub mod onnxruntime;
 pub mod repository;

@@ -5,6 +5,8 @@
 //!   digits/
 //!     config.toml        the tensors and max batch (see `config`)
 //!     1/model.onnx       a version; the highest number is served
+//!   pipeline/
+//!     config.toml        an ensemble (`platform = "ensemble"`): no model.onnx
 //! ```
 //!
 //! A model that cannot be served (no config, a config that does not parse, no version,
@@ -92,6 +94,19 @@ fn read_model(folder: &Path) -> Result<Found, String> {
     let config_text = read_bounded(&config_path, CONFIG_BYTES_MAX)?;
     let text = std::str::from_utf8(&config_text).map_err(|_| "config.toml: not UTF-8")?;
     let config = config::parse(&name, text).map_err(|e| format!("config.toml: {e}"))?;
+    if config.ensemble.is_some() {
+        // An ensemble runs other models: no ONNX file (Triton's has an empty `1/`).
+        let labels = read_labels(folder, &config)?;
+        return Ok(Found {
+            name,
+            version: 1,
+            folder: folder.to_path_buf(),
+            onnx: Vec::new(),
+            config_text,
+            config,
+            labels,
+        });
+    }
     let version = fs::read_dir(folder)
         .map_err(|e| e.to_string())?
         .filter_map(Result::ok)
@@ -103,12 +118,7 @@ fn read_model(folder: &Path) -> Result<Found, String> {
         &folder.join(version.to_string()).join("model.onnx"),
         MODEL_BYTES_MAX,
     )?;
-    let mut labels = Vec::with_capacity(config.label_files.len());
-    for (output, file) in &config.label_files {
-        let text = read_bounded(&folder.join(file), LABELS_BYTES_MAX)?;
-        let text = String::from_utf8(text).map_err(|_| format!("{file}: not UTF-8"))?;
-        labels.push((output.clone(), text.lines().map(str::to_string).collect()));
-    }
+    let labels = read_labels(folder, &config)?;
     Ok(Found {
         name,
         version,
@@ -118,6 +128,17 @@ fn read_model(folder: &Path) -> Result<Found, String> {
         config,
         labels,
     })
+}
+
+/// Each labelled output's labels (its label file in `folder`, one label a line).
+fn read_labels(folder: &Path, config: &ModelConfig) -> Result<Vec<(String, Vec<String>)>, String> {
+    let mut labels = Vec::with_capacity(config.label_files.len());
+    for (output, file) in &config.label_files {
+        let text = read_bounded(&folder.join(file), LABELS_BYTES_MAX)?;
+        let text = String::from_utf8(text).map_err(|_| format!("{file}: not UTF-8"))?;
+        labels.push((output.clone(), text.lines().map(str::to_string).collect()));
+    }
+    Ok(labels)
 }
 
 /// A model name is a URL path segment and a log field as it is.

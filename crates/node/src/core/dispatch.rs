@@ -13,7 +13,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use accel::Catalog;
 use rac_proto::Status;
@@ -21,10 +22,12 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::core::clock::Clock;
+use crate::core::ensemble::{Ensemble, Ensembles, StepRunner};
 use crate::core::slot::{Answer, Call, Refused, Slot, SlotLimits, Submitted};
 use crate::core::tenant::TenantId;
 use crate::device::SlotPlan;
 use crate::telemetry::metrics::{AccelMetrics, Metrics};
+use crate::telemetry::model_stats::ModelStatsTable;
 
 /// How the dispatcher picks among the slots that host the called accelerator.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -45,6 +48,10 @@ pub struct Dispatcher {
     accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
     /// Tells the slot watchdog ([`crate::core::watchdog`]) to end.
     watchdog_stop: Arc<AtomicBool>,
+    /// The catalog's ensembles, which no slot hosts: their calls run step by step
+    /// ([`crate::core::ensemble`]). Set once, after the dispatcher starts.
+    ensembles: OnceLock<Ensembles>,
+    clock: Arc<dyn Clock>,
 }
 
 /// Why the dispatcher could not find a slot for an accelerator.
@@ -161,7 +168,55 @@ impl Dispatcher {
             next: AtomicUsize::new(0),
             accel_metrics,
             watchdog_stop: Arc::new(AtomicBool::new(false)),
+            ensembles: OnceLock::new(),
+            clock,
         })
+    }
+
+    /// Serves the catalog's ensembles (`by_id`: each a catalog entry no slot hosts).
+    /// Called once, after the dispatcher starts and before calls come.
+    /// Each step a protocol's statistics count in `stats` (Triton's per-step figures).
+    pub fn serve_ensembles(
+        self: &Arc<Self>,
+        by_id: HashMap<u16, Arc<Ensemble>>,
+        stats: Arc<ModelStatsTable>,
+    ) {
+        debug_assert!(by_id.keys().all(|id| self.catalog.by_id(*id).is_some()));
+        debug_assert!(by_id.keys().all(|id| self.slots_hosting(*id).is_empty()));
+        let runner: Arc<dyn StepRunner> = Arc::clone(self) as Arc<dyn StepRunner>;
+        let metrics = Arc::clone(&self.accel_metrics);
+        if let Some(ensembles) = Ensembles::start(by_id, Arc::downgrade(&runner), stats, metrics) {
+            assert!(
+                self.ensembles.set(ensembles).is_ok(),
+                "ensembles are served once"
+            );
+        }
+    }
+
+    /// Whether the node serves any ensemble.
+    pub fn has_ensembles(&self) -> bool {
+        self.ensembles.get().is_some()
+    }
+
+    /// The ensemble accelerator `id` is, if it is one.
+    pub fn ensemble(&self, id: u16) -> Option<&Arc<Ensemble>> {
+        self.ensembles.get()?.get(id)
+    }
+
+    /// Whether a call to accelerator `id` can be served now: some slot hosts it, or it
+    /// is an ensemble and some slot hosts each of its steps.
+    pub fn serves(&self, id: u16) -> bool {
+        match self.ensemble(id) {
+            Some(e) => e
+                .step_ids()
+                .all(|step| !self.slots_hosting(step).is_empty()),
+            None => !self.slots_hosting(id).is_empty(),
+        }
+    }
+
+    /// The time of the clock the dispatcher was given.
+    pub fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     /// The metric handles of accelerator `id`, if it is in the catalog.
@@ -233,6 +288,11 @@ impl Dispatcher {
     /// Whether a call from `tenant` to `accel_id` would find room now. Used to refuse
     /// before reading a body; the answer may be stale by the time the body is in.
     pub fn admission(&self, accel_id: u16, tenant: TenantId) -> Result<(), NoSlot> {
+        if let Some(e) = self.ensemble(accel_id) {
+            return e
+                .step_ids()
+                .try_for_each(|step| self.admission(step, tenant));
+        }
         let candidates = self.candidates(accel_id)?;
         if candidates.iter().any(|s| s.has_room(tenant)) {
             Ok(())
@@ -284,6 +344,10 @@ impl Dispatcher {
     /// Dropped before its answer (a gRPC call its client cancelled), the future
     /// withdraws the call from its slot's queue ([`Dispatcher::wait`]).
     pub async fn run(&self, call: Call) -> Answer {
+        if let Some(ensemble) = self.ensemble(call.accel.descriptor().id) {
+            let ensembles = self.ensembles.get().expect("an ensemble is served");
+            return ensembles.run_here(ensemble, self, call).await;
+        }
         match self.submit(call) {
             Submitted::Done(answer) => answer,
             Submitted::Queued(rx) => self.wait(rx).await,
@@ -340,6 +404,10 @@ impl Dispatcher {
     /// counted there once, however many slots refused it.
     fn submit_slow<'a>(&'a self, mut call: Call, mut refusals: Refusals<'a>) -> Submitted {
         let accel_id = call.accel.descriptor().id;
+        if let Some(e) = self.ensemble(accel_id) {
+            let ensembles = self.ensembles.get().expect("an ensemble is served");
+            return ensembles.submit(e, call);
+        }
         let candidates = match self.candidates(accel_id) {
             Ok(c) => c,
             Err(NoSlot { status, message }) => return self.refuse(status, message, call),
@@ -406,6 +474,16 @@ impl Drop for Waiting<'_> {
             drop(rx);
             self.dispatcher.withdraw_cancelled();
         }
+    }
+}
+
+impl StepRunner for Dispatcher {
+    fn submit(&self, call: Call) -> Submitted {
+        Dispatcher::submit(self, call)
+    }
+
+    fn now(&self) -> Instant {
+        self.clock.now()
     }
 }
 

@@ -14,6 +14,7 @@
 //! | `fair_queue` | a slot's tenant-fair queue |
 //! | [`slot`] | a slot: its queue, inline runs, its worker thread, a call's execution |
 //! | [`dispatch`] | picking a slot (round robin, join-shortest-queue), admission, refusals |
+//! | [`ensemble`] | ensembles: a pipeline of models run step by step through the dispatcher |
 //! | [`sequence`] | a stateful model's sequences: correlation id → slot, START/END, idle release |
 //! | [`watchdog`] | the thread that looks for calls past `kernel_timeout_ms` |
 //! | [`memory`] | the HTTP body budget, the RAC reassembly pool |
@@ -27,6 +28,7 @@ pub mod batch;
 pub mod clock;
 pub mod deadline;
 pub mod dispatch;
+pub mod ensemble;
 pub(crate) mod fair_queue;
 pub mod memory;
 pub mod objects;

@@ -12,9 +12,10 @@ use netaccel_onnx::Session;
 use super::{Backend, BackendKind, Hostable, Load, Loaded, Ran};
 
 /// Whether the CPU can host `accel`: everything with a CPU kernel (every catalog entry
-/// that does not come from a manifest), ONNX models included.
+/// that does not come from a manifest), ONNX models included. An entry that declares
+/// tensors but is no model (an ensemble, run step by step by the dispatcher) has none.
 pub fn hosts(accel: Hostable<'_>) -> bool {
-    accel.manifest.is_none()
+    accel.manifest.is_none() && (accel.model.is_some() || accel.accel.tensors().is_none())
 }
 
 pub struct Cpu;

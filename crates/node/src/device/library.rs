@@ -26,6 +26,9 @@ pub struct Assembled {
     pub catalog: Catalog,
     pub manifests: HashMap<u16, Arc<Manifest>>,
     pub models: HashMap<u16, Arc<Model>>,
+    /// The repository's ensembles with their ids, not yet in the catalog: the core
+    /// resolves them against it (`crate::core::ensemble`).
+    pub ensembles: Vec<(netaccel_onnx::Found, u16)>,
 }
 
 /// The catalog, and the manifest of each user accelerator by id.
@@ -111,11 +114,12 @@ pub fn assemble(
         }
     }
     let mut models = HashMap::new();
+    let mut ensembles = Vec::new();
     if let Some(dir) = &config.models_dir {
         let engines = netaccel_onnx::Engines {
             onnxruntime_library: config.onnxruntime_library.clone(),
         };
-        add_models(dir, &engines, &mut entries, &mut models)?;
+        ensembles = add_models(dir, &engines, &mut entries, &mut models)?;
     }
     let mut catalog = Catalog::new(entries);
     let ids: Vec<u16> = catalog.iter().map(|a| a.descriptor().id).collect();
@@ -137,6 +141,7 @@ pub fn assemble(
         catalog,
         manifests,
         models,
+        ensembles,
     })
 }
 
@@ -145,12 +150,13 @@ pub fn assemble(
 /// id never depends on which other models are in the repository or refused. A model
 /// that cannot be served is logged and left out; an unreadable `dir` is an error, and
 /// so is an id two models (or a model and a user accelerator) would share, naming both.
+/// Returns the ensembles found, with their ids, for the core to resolve.
 fn add_models(
     dir: &std::path::Path,
     engines: &netaccel_onnx::Engines,
     entries: &mut Vec<Arc<dyn Accelerator>>,
     models: &mut HashMap<u16, Arc<Model>>,
-) -> Result<(), StartError> {
+) -> Result<Vec<(netaccel_onnx::Found, u16)>, StartError> {
     let scan = netaccel_onnx::scan(dir)?;
     for e in &scan.errors {
         refuse_model(e);
@@ -184,7 +190,12 @@ fn add_models(
         planned.push((found, id));
     }
     check_model_ids(&planned, entries)?;
+    let mut ensembles = Vec::new();
     for (found, id) in planned {
+        if found.config.ensemble.is_some() {
+            ensembles.push((found, id));
+            continue;
+        }
         let folder = found.folder.display().to_string();
         let started = std::time::Instant::now();
         match found.into_model(id, engines) {
@@ -205,7 +216,7 @@ fn add_models(
             Err(e) => refuse_model(&format!("{folder}: {e}")),
         }
     }
-    Ok(())
+    Ok(ensembles)
 }
 
 /// The id of a model whose config fixes none: the 64-bit FNV-1a hash of its name's

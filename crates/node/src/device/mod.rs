@@ -230,6 +230,8 @@ pub struct Started {
     pub devices: Devices,
     /// One per slot, in slot id order.
     pub slots: Vec<SlotPlan>,
+    /// The model repository's ensembles with their ids, not in the catalog yet.
+    pub ensembles: Vec<(netaccel_onnx::Found, u16)>,
 }
 
 /// Builds the catalog and the devices of `config`, and loads every slot's initial
@@ -252,6 +254,7 @@ pub fn start(
         catalog,
         manifests,
         models,
+        ensembles,
     } = library::assemble(config, device_configs, &backends)?;
     let devices = Devices {
         list: Vec::new(),
@@ -315,6 +318,7 @@ pub fn start(
         catalog,
         devices: Devices { list, ..devices },
         slots: plans,
+        ensembles,
     })
 }
 

@@ -562,11 +562,10 @@ impl<S: Transport> RacConn<S> {
     /// sentence (`UNAUTHORIZED` on the wire: RAC has one status for both), audited.
     fn authorize(&mut self, action: Action<'_>) -> Result<(), String> {
         let (kind, who, message) = match self.session.current(&self.node.tenants.auth) {
-            Ok(who) if who.may(action) => return Ok(()),
-            Ok(who) => {
-                let message = who.refusal(action);
-                (AuditKind::Forbidden, who.label().to_string(), message)
-            }
+            Ok(who) => match self.node.refusal(who, action) {
+                None => return Ok(()),
+                Some(message) => (AuditKind::Forbidden, who.label().to_string(), message),
+            },
             Err(e) => (
                 AuditKind::AuthenticationFailed,
                 "anonymous".to_string(),

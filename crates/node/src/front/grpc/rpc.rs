@@ -10,27 +10,28 @@ use tonic::{Request, Response, Status};
 use super::pb::grpc_inference_service_server::GrpcInferenceService;
 use super::pb::model_metadata_response::TensorMetadata;
 use super::pb::{
-    model_config, model_input, model_instance_group, model_version_policy,
+    model_config, model_ensembling, model_input, model_instance_group, model_version_policy,
     CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse,
     CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse,
     CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse, DataType as ConfigType,
-    ModelConfig, ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse,
-    ModelInput, ModelInstanceGroup, ModelMetadataRequest, ModelMetadataResponse, ModelOutput,
-    ModelReadyRequest, ModelReadyResponse, ModelSequenceBatching, ModelStatisticsRequest,
-    ModelStatisticsResponse, ModelVersionPolicy, RepositoryIndexRequest, RepositoryIndexResponse,
-    RepositoryModelLoadRequest, RepositoryModelLoadResponse, RepositoryModelUnloadRequest,
-    RepositoryModelUnloadResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
-    ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
-    SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse,
-    SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
-    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
+    ModelConfig, ModelConfigRequest, ModelConfigResponse, ModelEnsembling, ModelInferRequest,
+    ModelInferResponse, ModelInput, ModelInstanceGroup, ModelMetadataRequest,
+    ModelMetadataResponse, ModelOutput, ModelReadyRequest, ModelReadyResponse,
+    ModelSequenceBatching, ModelStatisticsRequest, ModelStatisticsResponse, ModelVersionPolicy,
+    RepositoryIndexRequest, RepositoryIndexResponse, RepositoryModelLoadRequest,
+    RepositoryModelLoadResponse, RepositoryModelUnloadRequest, RepositoryModelUnloadResponse,
+    ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
+    ServerReadyRequest, ServerReadyResponse, SystemSharedMemoryRegisterRequest,
+    SystemSharedMemoryRegisterResponse, SystemSharedMemoryStatusRequest,
+    SystemSharedMemoryStatusResponse, SystemSharedMemoryUnregisterRequest,
+    SystemSharedMemoryUnregisterResponse,
 };
 use super::service::Inference;
 use super::Peer;
 use crate::core::tenant::auth::Action;
-use crate::front::oip::repository;
 use crate::front::oip::shm::CUDA_NOT_SUPPORTED;
 use crate::front::oip::stats::{self, Statistics};
+use crate::front::oip::{ensemble, repository};
 use crate::front::oip::{node_ready, EXTENSIONS};
 use crate::front::oip::{DataType, Signature, OUTPUT, VERSION};
 
@@ -172,6 +173,31 @@ fn sequence_batching(policy: &accel::sequence::Policy) -> ModelSequenceBatching 
     }
 }
 
+/// An ensemble's configuration: a model's, with its platform and steps.
+fn ensemble_config(e: &crate::core::ensemble::Ensemble, config: &mut ModelConfig) {
+    let map = |pairs: &[(String, String)]| pairs.iter().cloned().collect();
+    let step = e
+        .scheduling()
+        .iter()
+        .map(|s| model_ensembling::Step {
+            model_name: s.model_name.clone(),
+            model_version: -1,
+            input_map: map(&s.input_map),
+            output_map: map(&s.output_map),
+            ..Default::default()
+        })
+        .collect();
+    config.platform = ensemble::PLATFORM.into();
+    config.backend = String::new();
+    config.instance_group.clear();
+    config.scheduling_choice = Some(model_config::SchedulingChoice::EnsembleScheduling(
+        ModelEnsembling {
+            step,
+            ..Default::default()
+        },
+    ));
+}
+
 fn model_metadata(accel: &dyn Accelerator) -> ModelMetadataResponse {
     let d = accel.descriptor();
     if let Some(t) = accel.tensors() {
@@ -303,7 +329,13 @@ impl GrpcInferenceService for Inference {
         let result = self
             .principal_of(&request, Some(Action::Catalog))
             .and_then(|_| self.model(&req.name, &req.version))
-            .map(|a| Response::new(model_metadata(&*a)));
+            .map(|a| {
+                let mut metadata = model_metadata(&*a);
+                if ensemble::of(self.node(), &*a).is_some() {
+                    metadata.platform = ensemble::PLATFORM.into();
+                }
+                Response::new(metadata)
+            });
         self.answered(peer.as_ref(), result)
     }
 
@@ -484,8 +516,12 @@ impl GrpcInferenceService for Inference {
             .principal_of(&request, Some(Action::Catalog))
             .and_then(|_| self.model(&req.name, &req.version))
             .map(|a| {
+                let mut config = model_config(&*a);
+                if let Some(e) = ensemble::of(self.node(), &*a) {
+                    ensemble_config(e, &mut config);
+                }
                 Response::new(ModelConfigResponse {
-                    config: Some(model_config(&*a)),
+                    config: Some(config),
                 })
             });
         self.answered(peer.as_ref(), result)

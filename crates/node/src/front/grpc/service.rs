@@ -111,11 +111,7 @@ impl Inference {
     }
 
     pub(super) fn hosted(&self, accel: &dyn Accelerator) -> bool {
-        !self
-            .node
-            .dispatcher
-            .slots_hosting(accel.descriptor().id)
-            .is_empty()
+        self.node.dispatcher.serves(accel.descriptor().id)
     }
 
     /// Runs one `ModelInfer` request; every request that names a model counts in its
@@ -331,9 +327,8 @@ impl Inference {
                 return Err(Status::unauthenticated(message));
             }
         };
-        match action {
-            Some(action) if !who.may(action) => {
-                let message = who.refusal(action);
+        match action.and_then(|a| self.node.refusal(&who, a)) {
+            Some(message) => {
                 self.audit(
                     request,
                     AuditKind::Forbidden,

@@ -21,9 +21,10 @@ const KNOWN_METHODS: [&str; 9] = [
 /// The request `head` of caller `who` (authenticated already) routed, or refused
 /// if its policy does not allow it.
 pub fn route(head: &RequestHead<'_>, node: &Node, who: &Principal) -> Request {
-    let route = match required(head.method, head.path()) {
-        Some(action) if !who.may(action) => forbidden(who.refusal(action)),
-        _ => pick(head, node, who),
+    let refused = required(head.method, head.path()).and_then(|a| node.refusal(who, a));
+    let route = match refused {
+        Some(message) => forbidden(message),
+        None => pick(head, node, who),
     };
     request(head, route)
 }

@@ -17,6 +17,7 @@ use super::response::{error_body, http_code};
 use crate::core::tenant::auth::{Action, Principal};
 use crate::core::tenant::TenantId;
 use crate::front::admin::{self, AdminError};
+use crate::front::oip::ensemble::described;
 use crate::front::oip::{
     flag, model_config, model_metadata, node_ready, repository, server_metadata, shm, stats,
     VERSION,
@@ -293,13 +294,16 @@ fn model_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
     };
     let get = matches!(method, "GET" | "HEAD");
     match tail {
-        "" if get => json(method, model_metadata(&**accel)),
-        "config" if get => json(method, model_config(&**accel)),
+        "" if get => json(
+            method,
+            described(node, &**accel, model_metadata(&**accel), false),
+        ),
+        "config" if get => json(
+            method,
+            described(node, &**accel, model_config(&**accel), true),
+        ),
         "ready" if get => {
-            let ready = !node
-                .dispatcher
-                .slots_hosting(accel.descriptor().id)
-                .is_empty();
+            let ready = node.dispatcher.serves(accel.descriptor().id);
             json_with(
                 method,
                 if ready { 200 } else { 503 },

@@ -19,6 +19,7 @@
 pub(crate) mod classify;
 pub mod declared;
 pub(crate) mod elements;
+pub(crate) mod ensemble;
 pub mod infer;
 pub mod outputs;
 pub mod repository;

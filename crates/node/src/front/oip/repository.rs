@@ -77,6 +77,22 @@ pub fn index(node: &Node, ready_only: bool) -> Vec<IndexEntry> {
 
 fn entry(node: &Node, accel: &dyn Accelerator) -> IndexEntry {
     let d = accel.descriptor();
+    if super::ensemble::of(node, accel).is_some() {
+        let (state, reason) = match node.dispatcher.serves(d.id) {
+            true => (READY, String::new()),
+            false => (
+                UNAVAILABLE,
+                "a step of the ensemble is not hosted".to_string(),
+            ),
+        };
+        let (name, version) = (d.name.clone(), VERSION.to_string());
+        return IndexEntry {
+            name,
+            version,
+            state,
+            reason,
+        };
+    }
     let (mut open, mut arriving) = (0, 0);
     for slot in node.dispatcher.slots() {
         let h = slot.hosting();
@@ -196,6 +212,7 @@ async fn place(
     config: Option<&str>,
 ) -> Result<Vec<Reconfigured>, AdminError> {
     let accel = model(&node, name)?;
+    not_ensemble(&node, &*accel)?;
     let wanted =
         instances(&*accel, config).map_err(|message| error(Status::BadRequest, message))?;
     let hosting = node.dispatcher.slots_hosting(accel.descriptor().id);
@@ -258,6 +275,22 @@ fn spares(node: &Node, accel: &Arc<dyn Accelerator>, needed: usize) -> Vec<u16> 
     picked
 }
 
+/// Refuses to load or unload an ensemble: no slot hosts it, its steps' slots serve it.
+fn not_ensemble(node: &Node, accel: &dyn Accelerator) -> Result<(), AdminError> {
+    let Some(e) = super::ensemble::of(node, accel) else {
+        return Ok(());
+    };
+    let steps: Vec<&str> = e.step_names().collect();
+    Err(error(
+        Status::BadRequest,
+        format!(
+            "{} is an ensemble: it runs on the slots of its steps ({}); load or unload those",
+            accel.descriptor().name,
+            steps.join(", ")
+        ),
+    ))
+}
+
 fn can_host(node: &Node, slot: u16, accel: &Arc<dyn Accelerator>) -> bool {
     node.devices
         .of_slot(slot)
@@ -268,6 +301,7 @@ fn can_host(node: &Node, slot: u16, accel: &Arc<dyn Accelerator>) -> bool {
 /// first. Built-ins and manifests' accelerators are refused `BAD_REQUEST`.
 pub async fn unload(node: Arc<Node>, name: &str) -> Result<Vec<Reconfigured>, AdminError> {
     let accel = model(&node, name)?;
+    not_ensemble(&node, &*accel)?;
     if accel.tensors().is_none() {
         return Err(error(
             Status::BadRequest,

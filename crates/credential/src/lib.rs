@@ -105,6 +105,27 @@ pub fn hash_token(token: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Whether `name` matches one of `patterns`: a name exactly, or a prefix before a
+/// final `*` (the policies' patterns of both servers: what a tenant may call, load or
+/// register; which nodes and functions a registry principal speaks for).
+pub fn matches_any(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => p == name,
+    })
+}
+
+/// Checks a pattern of `who`'s policy: a name, or a prefix and one final `*`.
+pub fn check_pattern(who: &str, pattern: &str) -> Result<(), String> {
+    let body = pattern.strip_suffix('*').unwrap_or(pattern);
+    if body.contains('*') || pattern.is_empty() {
+        return Err(format!(
+            "{who}: pattern `{pattern}` is not valid: a name, or a prefix and a final `*`"
+        ));
+    }
+    Ok(())
+}
+
 /// `PROGRAM hash-token`: reads a token on stdin (its first line) and prints the
 /// argon2id PHC string to put in a `token_hash`; exit status 2 for a missing or
 /// malformed token.

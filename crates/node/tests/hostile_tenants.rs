@@ -10,9 +10,7 @@
 
 mod common;
 
-use std::io::Write;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{curl, free_addr, TestNode};
@@ -28,19 +26,7 @@ const A_ROTATED: &str = "a-Rotated-0c44e1";
 
 /// `netaccel-node hash-token`, as a user runs it: the token on stdin, the hash out.
 fn hash_token(token: &str) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
-        .arg("hash-token")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{token}").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let hash = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    assert!(hash.starts_with("$argon2id$"), "{hash}");
-    assert!(!hash.contains(token));
-    hash
+    testkit::hash_token(env!("CARGO_BIN_EXE_netaccel-node").as_ref(), token)
 }
 
 /// The tenants section: A may call `to_uppercase` and register its own shared memory

@@ -20,8 +20,7 @@ mod common;
 #[path = "../../ocl-remote/tests/common/mod.rs"]
 mod ocl;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{free_addr, TestNode};
@@ -39,16 +38,7 @@ const A_BYTES_MAX: u64 = 2048;
 
 /// `netaccel-node hash-token`, as a user runs it.
 fn hash_token(token: &str) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-node"))
-        .arg("hash-token")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{token}").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    testkit::hash_token(env!("CARGO_BIN_EXE_netaccel-node").as_ref(), token)
 }
 
 /// A: OpenCL with a small memory quota; B: OpenCL and the metrics (its token hashed);

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use credential::{secret_eq, CheckBudget, Secret, VerdictCache};
+use credential::{check_pattern, matches_any, secret_eq, CheckBudget, Secret, VerdictCache};
 use parking_lot::RwLock;
 use serde::Deserialize;
 
@@ -215,23 +215,6 @@ fn credential_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-fn check_pattern(who: &str, pattern: &str) -> Result<(), String> {
-    let body = pattern.strip_suffix('*').unwrap_or(pattern);
-    if body.contains('*') || pattern.is_empty() {
-        return Err(format!(
-            "{who}: pattern `{pattern}` is not valid: a name, or a prefix and a final `*`"
-        ));
-    }
-    Ok(())
-}
-
-fn matches_any(patterns: &[String], name: &str) -> bool {
-    patterns.iter().any(|p| match p.strip_suffix('*') {
-        Some(prefix) => name.starts_with(prefix),
-        None => p == name,
-    })
 }
 
 /// Who made a request: what the route checks see, and what handlers that refine a

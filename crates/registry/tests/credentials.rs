@@ -3,40 +3,20 @@
 //! token, clients binding and calling through the Rust client with theirs, every
 //! refusal with its status and an audit line, and SIGHUP taking a token away.
 
-use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use netaccel_client::registry::{Bound, BoundOptions, RegistryClient, RegistryError};
 use serde_json::json;
 
 mod common;
-use common::{free_port, wait_for_port};
+use common::{free_port, registered_node, wait_for_port, Killed};
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
+/// `netaccel-registry hash-token`, as a user runs it.
 fn hash_token(token: &str) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-registry"))
-        .arg("hash-token")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{token}").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let phc = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    assert!(phc.starts_with("$argon2id$"), "{phc}");
-    phc
+    testkit::hash_token(env!("CARGO_BIN_EXE_netaccel-registry").as_ref(), token)
 }
 
 fn credentials(ops_hash: &str, with_team_a: bool) -> String {
@@ -69,36 +49,14 @@ fn start_node(dir: &Path, registry: &str) -> Killed {
     start_node_with(dir, registry, "").0
 }
 
-/// A node named n1 registering with `registry` with its node token, with `extra`
-/// configuration; and its HTTP address.
+/// Node n1, registering with its node token, with `extra` configuration.
 fn start_node_with(dir: &Path, registry: &str, extra: &str) -> (Killed, SocketAddr) {
-    let bin =
-        PathBuf::from(env!("CARGO_BIN_EXE_netaccel-registry")).with_file_name("netaccel-node");
-    assert!(
-        bin.exists(),
-        "{} missing: build the workspace",
-        bin.display()
-    );
-    let (http, rac) = (free_port(), free_port());
-    let config = dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "http = \"127.0.0.1:{http}\"\nrac = \"127.0.0.1:{rac}\"\nlog_level = \"warn\"\n\
-             grpc = \"off\"\nregistry = \"{registry}\"\nname = \"n1\"\nregistry_token = \"node-5d2a\"\n{extra}\
-             [[slots]]\naccelerator = \"to_uppercase\"\n"
-        ),
+    registered_node(
+        dir,
+        registry,
+        "n1",
+        &format!("registry_token = \"node-5d2a\"\n{extra}"),
     )
-    .unwrap();
-    let mut child = Command::new(bin)
-        .arg("--config")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
-    wait_for_port(addr, &mut child, "netaccel-node");
-    (Killed(child), addr)
 }
 
 fn status(base: &str, method: &str, path: &str, token: Option<&str>) -> u16 {

@@ -6,58 +6,18 @@
 //! succeeds on the other node. The report's other answers are checked over HTTP.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use netaccel_client::registry::{Bound, BoundOptions, RegistryClient, RegistryError, Via};
 use serde_json::json;
 
 mod common;
-use common::{free_port, wait_for_port};
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child (a stopped one must go on to die).
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{free_port, registered_node, wait_for_port, Killed};
 
 fn start_node(dir: &Path, registry: &str, name: &str) -> Killed {
-    let bin =
-        PathBuf::from(env!("CARGO_BIN_EXE_netaccel-registry")).with_file_name("netaccel-node");
-    assert!(
-        bin.exists(),
-        "{} missing: build the workspace",
-        bin.display()
-    );
-    let (http, rac) = (free_port(), free_port());
-    let config = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &config,
-        format!(
-            "http = \"127.0.0.1:{http}\"\nrac = \"127.0.0.1:{rac}\"\nlog_level = \"warn\"\n\
-             registry = \"{registry}\"\nname = \"{name}\"\n\
-             [[slots]]\naccelerator = \"to_uppercase\"\n"
-        ),
-    )
-    .unwrap();
-    let mut child = Command::new(bin)
-        .arg("--config")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_port(
-        format!("127.0.0.1:{http}").parse().unwrap(),
-        &mut child,
-        "netaccel-node",
-    );
-    Killed(child)
+    registered_node(dir, registry, name, "").0
 }
 
 fn post(base: &str, path: &str, body: &str) -> (u16, serde_json::Value) {

@@ -81,6 +81,30 @@ fn next_random() -> u64 {
     z ^ (z >> 31)
 }
 
+/// `BIN hash-token` (the node's or the registry's), as a user runs it: `token` on its
+/// standard input, the argon2id PHC string it prints; checked to be one, and not to
+/// hold the token.
+pub fn hash_token(bin: &std::path::Path, token: &str) -> String {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(bin)
+        .arg("hash-token")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    writeln!(child.stdin.take().expect("piped stdin"), "{token}").expect("write the token");
+    let out = child.wait_with_output().expect("hash-token ends");
+    assert!(out.status.success(), "{} hash-token failed", bin.display());
+    let hash = String::from_utf8(out.stdout)
+        .expect("UTF-8")
+        .trim()
+        .to_string();
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    assert!(!hash.contains(token));
+    hash
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

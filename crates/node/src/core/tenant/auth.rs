@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use credential::{CheckBudget, Secret, VerdictCache};
+use credential::{check_pattern, matches_any, CheckBudget, Secret, VerdictCache};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
@@ -275,25 +275,6 @@ impl Grants {
     }
 }
 
-/// Whether `name` matches one of `patterns`: exact, or a prefix before a final `*`.
-fn matches_any(patterns: &[String], name: &str) -> bool {
-    patterns.iter().any(|p| match p.strip_suffix('*') {
-        Some(prefix) => name.starts_with(prefix),
-        None => p == name,
-    })
-}
-
-/// Checks a pattern of `call` or `load`: a name, or a prefix and one final `*`.
-fn check_pattern(tenant: &str, pattern: &str) -> Result<(), String> {
-    let body = pattern.strip_suffix('*').unwrap_or(pattern);
-    if body.contains('*') || pattern.is_empty() {
-        return Err(format!(
-            "tenant `{tenant}`: pattern `{pattern}` is not valid: a name, or a prefix and a final `*`"
-        ));
-    }
-    Ok(())
-}
-
 struct Entry {
     name: Arc<str>,
     secret: Secret,
@@ -412,7 +393,7 @@ fn entry_of(t: &TenantConfig, policy_mode: bool, admin_open: bool) -> Result<Ent
     )?;
     let patterns = t.call.iter().flatten().chain(t.load.iter().flatten());
     for p in patterns.chain(t.shared_memory.iter().flatten()) {
-        check_pattern(&t.name, p)?;
+        check_pattern(&format!("tenant `{}`", t.name), p)?;
     }
     let access = if policy_mode {
         let roles = t.roles.as_deref().unwrap_or(&[]);

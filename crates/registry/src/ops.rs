@@ -367,7 +367,7 @@ impl Registry {
         generation: u64,
     ) -> Result<Value, ApiError> {
         let exclude = {
-            let st = self.lock().await;
+            let mut st = self.lock().await;
             let Some(instance) = st.instance(id).filter(|i| i.function == function) else {
                 return Err(ApiError::not_found(format!(
                     "function {function} has no instance {id}"
@@ -385,10 +385,14 @@ impl Registry {
                     bound.node
                 )));
             }
-            let node = st
-                .node(&bound.node)
-                .expect("a bound instance's node exists");
-            node.slots.clone()
+            let node = bound.node.clone();
+            // Other placements avoid it for a lease: long enough for a dead node to be
+            // declared lost, short enough for a node cut off from some clients only.
+            st.set_suspect(&node, Instant::now() + self.config.lease);
+            st.node(&node)
+                .expect("a bound instance's node exists")
+                .slots
+                .clone()
         };
         self.metrics.unreachable_report();
         let how = crate::registry::Alloc {

@@ -663,17 +663,30 @@ impl Registry {
         let mut exclude = how.exclude.clone();
         exclude.extend_from_slice(&how.chain);
         let policy = self.config.policy;
-        let mut decision = Decision::NoDevice;
-        if let Some(preferred) = &how.preferred {
-            if function.query.node.as_ref().is_none_or(|n| n == preferred) {
-                let mut req = st.request(&function, &exclude, how.reconfigure);
-                req.node = Some(preferred);
+        let place = |exclude: &[SlotIdx]| {
+            let mut decision = Decision::NoDevice;
+            if let Some(preferred) = &how.preferred {
+                if function.query.node.as_ref().is_none_or(|n| n == preferred) {
+                    let mut req = st.request(&function, exclude, how.reconfigure);
+                    req.node = Some(preferred);
+                    decision = st.inventory.allocate(&req, &policy);
+                }
+            }
+            if decision == Decision::NoDevice {
+                let req = st.request(&function, exclude, how.reconfigure);
                 decision = st.inventory.allocate(&req, &policy);
             }
+            decision
+        };
+        // Nodes a client reported unreachable lately only when nothing else can take it.
+        let suspects = st.suspect_slots(Instant::now());
+        let mut decision = Decision::NoDevice;
+        if !suspects.is_empty() {
+            let wider: Vec<SlotIdx> = exclude.iter().chain(&suspects).copied().collect();
+            decision = place(&wider);
         }
         if decision == Decision::NoDevice {
-            let req = st.request(&function, &exclude, how.reconfigure);
-            decision = st.inventory.allocate(&req, &policy);
+            decision = place(&exclude);
         }
         match decision {
             Decision::Bind(idx) => {

@@ -34,6 +34,9 @@ pub struct Node {
     pub slots: Vec<SlotIdx>,
     pub lease_deadline: Instant,
     pub lost_since: Option<Instant>,
+    /// A client reported it unreachable: new placements go elsewhere while another
+    /// slot can take them, until then (never stored).
+    pub suspect_until: Option<Instant>,
 }
 
 /// What the registry knows about a slot beyond its record, rebuilt from lease
@@ -171,6 +174,7 @@ impl State {
                 slots,
                 lease_deadline,
                 lost_since: lost.then_some(now),
+                suspect_until: None,
             },
         );
     }
@@ -417,6 +421,7 @@ impl State {
                 slots,
                 lease_deadline: old.lease_deadline,
                 lost_since: None,
+                suspect_until: old.suspect_until,
             },
         );
         displaced
@@ -490,6 +495,22 @@ impl State {
             }
         }
         slots
+    }
+
+    /// Marks node `name` suspect until `until` (a client could not reach it).
+    pub fn set_suspect(&mut self, name: &str, until: Instant) {
+        if let Some(node) = self.nodes.get_mut(name) {
+            node.suspect_until = Some(until);
+        }
+    }
+
+    /// The slots of the nodes suspect at `now`.
+    pub fn suspect_slots(&self, now: Instant) -> Vec<SlotIdx> {
+        self.nodes
+            .values()
+            .filter(|n| n.suspect_until.is_some_and(|t| t > now))
+            .flat_map(|n| n.slots.iter().copied())
+            .collect()
     }
 
     /// Marks a node lost: its slots leave allocation. Returns the instances bound to

@@ -92,6 +92,12 @@ fn a_client_that_cannot_reach_its_node_has_its_instance_moved() {
     assert_ne!(moved.node, first.node, "{moved:?}");
     assert!(moved.generation > first.generation);
     assert!(took < Duration::from_secs(5), "{took:?}");
+    // For a lease after the report, new placements avoid the reported node while
+    // another can take them: a new instance goes to the busier node, not the stopped
+    // one (which now holds nothing and would be the allocation's first choice).
+    let fresh = registry.create_instance("up", None, None).unwrap();
+    assert_eq!(fresh.node, moved.node, "{fresh:?}");
+    registry.delete_instance("up", &fresh.id).unwrap();
     let states = registry.nodes().unwrap();
     assert!(
         states

@@ -753,6 +753,14 @@ fn a_call_running_when_its_caller_leaves_ends_and_its_answer_is_dropped() {
     drop(running);
     assert_eq!(s.withdraw_cancelled(), 0, "a running call is not withdrawn");
     wait_idle(&s);
+    // The slot's depth drops when the call ends, its counts a moment after (the worker
+    // counts it once the call is done, and sends the answer nobody takes after that):
+    // under load they can be read in between.
+    let until = Instant::now() + Duration::from_secs(10);
+    while s.metrics.calls.get() == 0 || s.metrics.cancelled_running.get() == 0 {
+        assert!(Instant::now() < until, "the call never ran to its end");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert_eq!(s.metrics.calls.get(), 1, "it ran to its end");
     assert_eq!(s.metrics.cancelled_running.get(), 1);
     assert_eq!(s.metrics.cancelled_queued.get(), 0);

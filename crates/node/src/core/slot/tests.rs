@@ -701,6 +701,12 @@ fn queued_calls_whose_callers_left_are_withdrawn_without_running() {
     );
     assert_eq!(s.metrics.cancelled_queued.get(), 2);
     release(&s, vec![kept]);
+    // The answer comes before the worker counts the call.
+    let until = Instant::now() + Duration::from_secs(10);
+    while s.metrics.calls.get() == 0 {
+        assert!(Instant::now() < until, "the kept call was never counted");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert_eq!(
         s.metrics.calls.get(),
         1,
@@ -726,6 +732,11 @@ fn the_worker_drops_a_call_whose_caller_left_at_its_turn() {
     drop(left);
     release(&s, vec![stays]);
     wait_idle(&s);
+    let until = Instant::now() + Duration::from_secs(10);
+    while s.metrics.calls.get() == 0 {
+        assert!(Instant::now() < until, "the remaining call never ran");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert_eq!(s.metrics.cancelled_queued.get(), 1);
     assert_eq!(
         s.metrics.calls.get(),

@@ -679,10 +679,22 @@ impl Registry {
         }
     }
 
-    /// Registers or renews: `Ok` with the lease granted, `Err` with why not.
-    fn register(&self, body: &api::NodeRegistration) -> Result<Duration, String> {
+    /// Registers or renews: `Ok` with the lease granted, `Err` with why not. A renewal
+    /// (`lease`: the one granted last) is given half the lease at most: an answer later
+    /// than that comes after the lease ran out, while the registry counted the node
+    /// lost, so it is given up and tried again at once — on a new connection, which a
+    /// registry slow on one connection answers in time.
+    fn register(
+        &self,
+        body: &api::NodeRegistration,
+        lease: Option<Duration>,
+    ) -> Result<Duration, String> {
         let path = format!("/v1/nodes/{}", self.name);
-        let reply = self.send("PUT", &path, Some(body), true, self.deadline())?;
+        let deadline = match lease {
+            Some(lease) => self.deadline().min(Instant::now() + lease / 2),
+            None => self.deadline(),
+        };
+        let reply = self.send("PUT", &path, Some(body), true, deadline)?;
         match reply.status {
             200 => Ok(Duration::from_millis(
                 reply.parse::<api::LeaseGrant>()?.lease_ms,
@@ -858,12 +870,14 @@ fn run_lease(registry: &Registry, node: &Reported, at: Advertised) {
     let mut link = Link::Starting;
     let mut retry = RETRY_FIRST;
     let mut tenants = TenantsSeen::default();
+    let mut granted: Option<Duration> = None;
     loop {
         let started = Instant::now();
         let slots: Vec<SlotInfo> = node.dispatcher.slots().iter().map(|s| s.info()).collect();
         let body = registration(node, &at, &slots, &busy.ratios(&slots, started));
-        let pause = match registry.register(&body) {
+        let pause = match registry.register(&body, granted) {
             Ok(lease) => {
+                granted = Some(lease);
                 busy.taken(&slots, started);
                 retry = RETRY_FIRST;
                 let renewal = (lease / 3).clamp(RENEWAL_MIN, RENEWAL_MAX);

@@ -157,43 +157,75 @@ pub fn hash_token_command(program: &str) -> std::process::ExitCode {
 /// slow by design, so without a bound a flood of made-up tokens would keep a server's
 /// threads verifying them. Spent time is counted in whole seconds of the monotonic
 /// clock; one check may overrun the budget it started within.
-pub struct CheckBudget {
-    per_second: Mutex<Duration>,
-    window: Mutex<(Instant, Duration)>,
+pub struct CheckBudget(Mutex<Window>);
+
+/// The budget a second, and the second now: when it began and what was spent in it.
+struct Window {
+    per_second: Duration,
+    began: Instant,
+    spent: Duration,
 }
 
 impl CheckBudget {
     /// A budget of `per_second` of checking each second.
     pub fn new(per_second: Duration) -> CheckBudget {
-        CheckBudget {
-            per_second: Mutex::new(per_second),
-            window: Mutex::new((Instant::now(), Duration::ZERO)),
-        }
+        CheckBudget(Mutex::new(Window {
+            per_second,
+            began: Instant::now(),
+            spent: Duration::ZERO,
+        }))
     }
 
-    fn roll(&self) -> parking_lot::MutexGuard<'_, (Instant, Duration)> {
-        let mut w = self.window.lock();
-        if w.0.elapsed() >= Duration::from_secs(1) {
-            *w = (Instant::now(), Duration::ZERO);
+    /// The window, a new second begun if the last one is over.
+    fn now(&self) -> parking_lot::MutexGuard<'_, Window> {
+        let mut w = self.0.lock();
+        if w.began.elapsed() >= Duration::from_secs(1) {
+            w.began = Instant::now();
+            w.spent = Duration::ZERO;
         }
         w
     }
 
     /// Whether a check may start now.
     pub fn has_time(&self) -> bool {
-        let per_second = *self.per_second.lock();
-        self.roll().1 < per_second
+        let w = self.now();
+        w.spent < w.per_second
     }
 
     /// Changes the time a second (a reload of the configuration).
     pub fn set(&self, per_second: Duration) {
-        *self.per_second.lock() = per_second;
+        self.0.lock().per_second = per_second;
     }
 
     /// Counts a check that took `took`.
     pub fn spend(&self, took: Duration) {
-        let mut w = self.roll();
-        w.1 += took;
+        self.now().spent += took;
+    }
+}
+
+/// What a token proved: the admin token, the secret of a holder (its index in the
+/// list checked), or nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Admin,
+    Holder(usize),
+    Unknown,
+}
+
+/// What `token` proves: the admin token (`admin`, when set) first, then the first of
+/// `secrets` it proves (argon2 for hashed ones: slow, see the module docs). Both
+/// servers check tokens this way, through [`VerdictCache`].
+pub fn prove<'a>(
+    token: &str,
+    admin: Option<&str>,
+    secrets: impl IntoIterator<Item = &'a Secret>,
+) -> Verdict {
+    if admin.is_some_and(|a| secret_eq(token, a)) {
+        return Verdict::Admin;
+    }
+    match secrets.into_iter().position(|s| s.proves(token)) {
+        Some(i) => Verdict::Holder(i),
+        None => Verdict::Unknown,
     }
 }
 
@@ -229,19 +261,16 @@ impl<V: Copy> VerdictCache<V> {
     /// the cached verdict, or `check()`'s (called without the cache's lock held, so a
     /// slow argon2 check does not stall other callers), remembered if the generation is
     /// still the newest. A caller holding an older generation is answered by its own
-    /// check and changes nothing.
-    pub fn get_or_check(&self, generation: u64, token: &str, check: impl FnOnce() -> V) -> V {
-        self.get_or_check_inner(generation, token, || Some(check()))
-            .expect("an unbudgeted check always answers")
-    }
-
-    /// The cache's one lookup-check-remember path: `check` answering `None` (out of
-    /// budget) remembers nothing.
-    fn get_or_check_inner(
+    /// check and changes nothing. A token not remembered is checked only while `budget`
+    /// has time left this second: `None` when it has none (the caller answers "busy,
+    /// try again"), and nothing is remembered; remembered tokens are answered whatever
+    /// the budget, so a flood of new tokens cannot lock out callers already known.
+    pub fn get_or_check_within(
         &self,
         generation: u64,
         token: &str,
-        check: impl FnOnce() -> Option<V>,
+        budget: &CheckBudget,
+        check: impl FnOnce() -> V,
     ) -> Option<V> {
         let key = self.key(token);
         {
@@ -256,7 +285,12 @@ impl<V: Copy> VerdictCache<V> {
                 }
             }
         }
-        let verdict = check()?;
+        if !budget.has_time() {
+            return None;
+        }
+        let started = Instant::now();
+        let verdict = check();
+        budget.spend(started.elapsed());
         let mut cache = self.inner.lock();
         if cache.generation == generation {
             if cache.map.len() >= self.max {
@@ -265,35 +299,6 @@ impl<V: Copy> VerdictCache<V> {
             cache.map.insert(key, verdict);
         }
         Some(verdict)
-    }
-
-    /// As [`VerdictCache::get_or_check`], but a token not remembered is checked only
-    /// while `budget` has time left this second: `None` when it has none (the caller
-    /// answers "busy, try again"). Remembered tokens are answered whatever the budget,
-    /// so a flood of new tokens cannot lock out callers already known.
-    pub fn get_or_check_within(
-        &self,
-        generation: u64,
-        token: &str,
-        budget: &CheckBudget,
-        check: impl FnOnce() -> V,
-    ) -> Option<V> {
-        let mut over = false;
-        let verdict = self.get_or_check_inner(generation, token, || {
-            if !budget.has_time() {
-                over = true;
-                return None;
-            }
-            let started = Instant::now();
-            let verdict = check();
-            budget.spend(started.elapsed());
-            Some(verdict)
-        });
-        if over {
-            None
-        } else {
-            verdict
-        }
     }
 
     /// Moves the remembered verdicts to credentials of `generation` (a reload): `map`
@@ -343,6 +348,33 @@ impl<V: Copy> VerdictCache<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A verdict with time to spare for checking.
+    fn get<V: Copy>(
+        cache: &VerdictCache<V>,
+        generation: u64,
+        token: &str,
+        f: impl FnOnce() -> V,
+    ) -> V {
+        let budget = CheckBudget::new(Duration::from_secs(3600));
+        cache
+            .get_or_check_within(generation, token, &budget, f)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_admin_token_is_proved_first_then_the_first_holder() {
+        let a = Secret::Plain("ta".into());
+        let b = Secret::Plain("tb".into());
+        let none = Secret::None;
+        assert_eq!(prove("adm", Some("adm"), [&a, &b]), Verdict::Admin);
+        assert_eq!(
+            prove("tb", Some("adm"), [&none, &a, &b]),
+            Verdict::Holder(2)
+        );
+        assert_eq!(prove("tc", None, [&a, &b]), Verdict::Unknown);
+        assert_eq!(prove("", None, [&none]), Verdict::Unknown);
+    }
     use std::cell::Cell;
 
     #[test]
@@ -405,18 +437,18 @@ mod tests {
     #[test]
     fn a_reload_carries_over_what_still_holds() {
         let cache = VerdictCache::<u8>::new(16);
-        cache.get_or_check(1, "kept", || 1);
-        cache.get_or_check(1, "moved", || 2);
-        cache.get_or_check(1, "gone", || 3);
+        get(&cache, 1, "kept", || 1);
+        get(&cache, 1, "moved", || 2);
+        get(&cache, 1, "gone", || 3);
         cache.carry_over(2, |v| match v {
             1 => Some(1),
             2 => Some(7),
             _ => None,
         });
         assert_eq!(cache.len(), 2);
-        assert_eq!(cache.get_or_check(2, "kept", || 0), 1);
-        assert_eq!(cache.get_or_check(2, "moved", || 0), 7);
-        assert_eq!(cache.get_or_check(2, "gone", || 0), 0);
+        assert_eq!(get(&cache, 2, "kept", || 0), 1);
+        assert_eq!(get(&cache, 2, "moved", || 0), 7);
+        assert_eq!(get(&cache, 2, "gone", || 0), 0);
     }
 
     #[test]
@@ -427,20 +459,20 @@ mod tests {
             calls.set(calls.get() + 1);
             v
         };
-        assert_eq!(cache.get_or_check(1, "a", || check(7)), 7);
-        assert_eq!(cache.get_or_check(1, "a", || check(8)), 7);
+        assert_eq!(get(&cache, 1, "a", || check(7)), 7);
+        assert_eq!(get(&cache, 1, "a", || check(8)), 7);
         assert_eq!(calls.get(), 1);
         // A new generation forgets every verdict.
-        assert_eq!(cache.get_or_check(2, "a", || check(9)), 9);
+        assert_eq!(get(&cache, 2, "a", || check(9)), 9);
         assert_eq!(calls.get(), 2);
-        cache.get_or_check(2, "b", || check(1));
+        get(&cache, 2, "b", || check(1));
         assert_eq!(cache.len(), 2);
         // Full: starts over rather than growing.
-        cache.get_or_check(2, "c", || check(1));
+        get(&cache, 2, "c", || check(1));
         assert_eq!(cache.len(), 1);
         // A caller of an older generation gets its own check and changes nothing.
-        assert_eq!(cache.get_or_check(1, "c", || check(3)), 3);
-        assert_eq!(cache.get_or_check(2, "c", || check(5)), 1);
+        assert_eq!(get(&cache, 1, "c", || check(3)), 3);
+        assert_eq!(get(&cache, 2, "c", || check(5)), 1);
         assert_eq!(cache.len(), 1);
     }
 }

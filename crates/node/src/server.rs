@@ -191,7 +191,7 @@ impl Running {
                 );
                 return true;
             }
-            crate::front::admin::reload_tenants(&node, config, "signal")
+            crate::front::admin::reload_tenants(&node, config, "signal").is_ok()
         }
     }
 
@@ -741,14 +741,10 @@ fn reported(node: &Arc<Node>) -> Reported {
     let tenants = node.config.tenants_from_registry.then(|| {
         let node = Arc::clone(node);
         Box::new(move |doc: serde_json::Value| {
-            let part: crate::config::TenantsPart =
-                serde_json::from_value(doc).map_err(|e| format!("[nodes]: {e}"))?;
-            let config = node.config.with_tenants(part)?;
-            if crate::front::admin::reload_tenants(&node, Ok(config), "registry") {
-                Ok(())
-            } else {
-                Err("see the audit line".to_string())
-            }
+            let config = serde_json::from_value::<crate::config::TenantsPart>(doc)
+                .map_err(|e| format!("[nodes]: {e}"))
+                .and_then(|part| node.config.with_tenants(part));
+            crate::front::admin::reload_tenants(&node, config, "registry")
         }) as crate::registry::TenantsSink
     });
     Reported {

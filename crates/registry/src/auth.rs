@@ -28,7 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use credential::{check_pattern, matches_any, secret_eq, CheckBudget, Secret, VerdictCache};
+use credential::{
+    check_pattern, matches_any, secret_eq, CheckBudget, Secret, Verdict, VerdictCache,
+};
 use parking_lot::RwLock;
 use serde::Deserialize;
 
@@ -239,6 +241,23 @@ impl Caller {
         }
     }
 
+    /// What a reconfiguration request of node `node` by this caller may do, once the
+    /// body names the node (the route's check could not): `Ok(true)` when it may
+    /// displace instances (the admin; a node principal for its own nodes), `Ok(false)`
+    /// when the rules about instances decide, `Err` for a node principal naming a node
+    /// it does not speak for.
+    pub fn reconfiguration(&self, node: &str) -> Result<bool, ApiError> {
+        if let Caller::Principal(p) = self {
+            if p.role == Role::Node && !p.names_node(node) {
+                return Err(ApiError::forbidden(format!(
+                    "{} may not ask for reconfigurations of node {node}",
+                    self.label()
+                )));
+            }
+        }
+        Ok(self.may_force_on(node))
+    }
+
     /// Whether the caller may force a reconfiguration of node `node`'s slots (displace
     /// instances): the admin, and a node principal for its own nodes.
     pub fn may_force_on(&self, node: &str) -> bool {
@@ -320,13 +339,6 @@ struct Directory {
     admin_token: Option<String>,
     /// `[nodes]` of the file, as served.
     node_tenants: Option<Arc<registry_api::NodeTenants>>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verdict {
-    Principal(usize),
-    Admin,
-    Unknown,
 }
 
 /// The registry's access control at run time.
@@ -424,10 +436,10 @@ impl Access {
         // Tokens proven before stay proven where the principal kept its secret (its
         // rights may have changed: they are read from the new directory).
         self.cache.carry_over(generation, |v| match v {
-            Verdict::Principal(i) => {
+            Verdict::Holder(i) => {
                 let old = &current.principals[i];
                 let j = next.principals.iter().position(|p| p.name == old.name)?;
-                (next.principals[j].secret == old.secret).then_some(Verdict::Principal(j))
+                (next.principals[j].secret == old.secret).then_some(Verdict::Holder(j))
             }
             Verdict::Admin => Some(Verdict::Admin),
             Verdict::Unknown => None,
@@ -451,21 +463,14 @@ impl Access {
             .ok()
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
-            .ok_or_else(|| unauthorized("the Authorization header is not `Bearer TOKEN`"))?;
+            .ok_or_else(|| {
+                ApiError::unauthenticated("the Authorization header is not `Bearer TOKEN`")
+            })?;
+        let secrets = dir.principals.iter().map(|p| &p.secret);
         let verdict = self
             .cache
             .get_or_check_within(dir.generation, token, &self.budget, || {
-                if dir
-                    .admin_token
-                    .as_deref()
-                    .is_some_and(|a| secret_eq(token, a))
-                {
-                    return Verdict::Admin;
-                }
-                match dir.principals.iter().position(|p| p.secret.proves(token)) {
-                    Some(i) => Verdict::Principal(i),
-                    None => Verdict::Unknown,
-                }
+                credential::prove(token, dir.admin_token.as_deref(), secrets)
             });
         let Some(verdict) = verdict else {
             return Err(ApiError::unavailable(
@@ -474,8 +479,8 @@ impl Access {
         };
         match verdict {
             Verdict::Admin => Ok(Caller::AdminToken),
-            Verdict::Principal(i) => Ok(Caller::Principal(Arc::clone(&dir.principals[i]))),
-            Verdict::Unknown => Err(unauthorized("the token is not known here")),
+            Verdict::Holder(i) => Ok(Caller::Principal(Arc::clone(&dir.principals[i]))),
+            Verdict::Unknown => Err(ApiError::unauthenticated("the token is not known here")),
         }
     }
 
@@ -490,7 +495,7 @@ impl Access {
         };
         match (allowed, caller) {
             (true, _) => Ok(()),
-            (false, Caller::Anonymous) => Err(unauthorized(&format!(
+            (false, Caller::Anonymous) => Err(ApiError::unauthenticated(format!(
                 "a request to {} needs a token (Authorization: Bearer TOKEN)",
                 need.describe()
             ))),
@@ -534,10 +539,6 @@ impl Access {
         }
         tracing::warn!(target: "netaccel_registry::audit", "{line}");
     }
-}
-
-fn unauthorized(reason: &str) -> ApiError {
-    ApiError::unauthenticated(reason)
 }
 
 /// The compatible rules without a file: writes need the admin token when one is set

@@ -40,15 +40,6 @@ impl ApiError {
         ApiError::new(400, "BAD_REQUEST", message)
     }
 
-    /// 401: a write without the admin token.
-    pub fn unauthorized() -> ApiError {
-        ApiError::new(
-            401,
-            "UNAUTHORIZED",
-            "this request needs the registry's admin token (Authorization: Bearer TOKEN)",
-        )
-    }
-
     /// 401 with the reason (no token where one is needed, an unknown token).
     pub fn unauthenticated(message: impl Into<String>) -> ApiError {
         ApiError::new(401, "UNAUTHORIZED", message)

@@ -487,22 +487,10 @@ async fn reconfiguration(
 ) -> Answer {
     let req: ReconfigurationRequest = body(bytes, None, app.registry.config.body_bytes_max)?;
     req.validate().map_err(ApiError::bad_request)?;
-    // The admin token, and a node principal for its own nodes, may displace
-    // instances; anyone else gets the rules about instances (and without any token
-    // configured nobody is the admin).
-    if let Caller::Principal(p) = &caller {
-        if p.role == crate::auth::Role::Node && !p.names_node(&req.node) {
-            let e = ApiError::forbidden(format!(
-                "{} may not ask for reconfigurations of node {}",
-                caller.label(),
-                req.node
-            ));
-            app.access
-                .audit_refusal(&caller.label(), "POST", "/v1/reconfigurations", &e);
-            return Err(e);
-        }
-    }
-    let admin = caller.may_force_on(&req.node);
+    let admin = caller.reconfiguration(&req.node).inspect_err(|e| {
+        app.access
+            .audit_refusal(&caller.label(), "POST", "/v1/reconfigurations", e)
+    })?;
     let registry = app.registry.clone();
     let verdict =
         detached(async move { registry.validate_reconfiguration(&req, admin).await }).await?;

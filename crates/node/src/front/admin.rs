@@ -263,11 +263,15 @@ pub fn audit_reconfiguration(
 }
 
 /// Replaces the node's tenants (tokens, policies, `anonymous`, quotas) with those of
-/// `config`, the configuration file read again (SIGHUP): connections authenticated
-/// before are checked again on their next call. A configuration that does not read or
-/// validate changes nothing. Either way one audit line says what happened, as
-/// `source` asked it.
-pub fn reload_tenants(node: &Node, config: Result<Config, String>, source: &str) -> bool {
+/// `config`, the configuration file read again (SIGHUP) or the node's with the
+/// registry's tenants: connections authenticated before are checked again on their
+/// next call. A configuration that does not read or validate changes nothing (the
+/// error is why). Either way one audit line says what happened, as `source` asked it.
+pub fn reload_tenants(
+    node: &Node,
+    config: Result<Config, String>,
+    source: &str,
+) -> Result<(), String> {
     let result = config.and_then(|c| {
         node.tenants.auth.reload(&c.auth_section())?;
         node.quotas
@@ -291,7 +295,7 @@ pub fn reload_tenants(node: &Node, config: Result<Config, String>, source: &str)
         action: "reload tenants",
         detail: &detail,
     });
-    result.is_ok()
+    result
 }
 
 /// A reconfiguration that was done.

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use credential::{check_pattern, matches_any, CheckBudget, Secret, VerdictCache};
+use credential::{check_pattern, matches_any, CheckBudget, Secret, Verdict, VerdictCache};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
@@ -297,12 +297,6 @@ impl Entry {
             access: self.access.clone(),
         }
     }
-
-    /// Whether `token` is this tenant's (argon2 for a hash: slow, see the module docs).
-    /// A tenant without a secret proves itself only by a client certificate.
-    fn proves(&self, token: &str) -> bool {
-        self.secret.proves(token)
-    }
 }
 
 /// The tenants as of one configuration (or reload).
@@ -447,13 +441,6 @@ fn check_plain_tokens_distinct(entries: &[Entry], admin: Option<&str>) -> Result
 /// `token_hash` (one home for both servers' tokens: the credential crate).
 pub use credential::hash_token;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verdict {
-    Tenant(usize),
-    Admin,
-    Unknown,
-}
-
 /// Tokens the cache holds at most.
 const TOKEN_CACHE_MAX: usize = 4096;
 
@@ -495,10 +482,10 @@ impl Auth {
         }
         // Tokens proven before stay proven where the tenant kept its secret.
         self.cache.carry_over(generation, |v| match v {
-            Verdict::Tenant(i) => {
+            Verdict::Holder(i) => {
                 let old = &current.entries[i];
                 let j = *next.by_name.get(&old.name)?;
-                (next.entries[j].secret == old.secret).then_some(Verdict::Tenant(j))
+                (next.entries[j].secret == old.secret).then_some(Verdict::Holder(j))
             }
             Verdict::Admin => (next.admin_token == current.admin_token).then_some(Verdict::Admin),
             Verdict::Unknown => None,
@@ -538,15 +525,19 @@ impl Auth {
         }
     }
 
-    fn bearer(&self, dir: &Directory, token: &str) -> Result<Principal, AuthError> {
-        let verdict = self
-            .cache
+    /// What `token` proves under `dir`: remembered, or checked within the budget.
+    fn verdict(&self, dir: &Directory, token: &str) -> Result<Verdict, AuthError> {
+        let secrets = dir.entries.iter().map(|e| &e.secret);
+        self.cache
             .get_or_check_within(dir.generation, token, &self.budget, || {
-                verdict_of(dir, token)
+                credential::prove(token, dir.admin_token.as_deref(), secrets)
             })
-            .ok_or(AuthError::Busy)?;
-        match verdict {
-            Verdict::Tenant(i) => Ok(dir.entries[i].principal()),
+            .ok_or(AuthError::Busy)
+    }
+
+    fn bearer(&self, dir: &Directory, token: &str) -> Result<Principal, AuthError> {
+        match self.verdict(dir, token)? {
+            Verdict::Holder(i) => Ok(dir.entries[i].principal()),
             Verdict::Admin => Ok(Principal {
                 id: configured_id(""),
                 name: None,
@@ -565,14 +556,8 @@ impl Auth {
         let (Some(entry), Some(token)) = (dir.by_name(name), token) else {
             return Err(refused());
         };
-        let verdict = self
-            .cache
-            .get_or_check_within(dir.generation, token, &self.budget, || {
-                verdict_of(&dir, token)
-            })
-            .ok_or(AuthError::Busy)?;
-        match verdict {
-            Verdict::Tenant(i) if Arc::ptr_eq(&dir.entries[i].name, &entry.name) => {
+        match self.verdict(&dir, token)? {
+            Verdict::Holder(i) if Arc::ptr_eq(&dir.entries[i].name, &entry.name) => {
                 Ok(entry.principal())
             }
             _ => Err(refused()),
@@ -590,20 +575,6 @@ impl Auth {
     /// Whether any tenant has a policy (deny by default).
     pub fn policy_mode(&self) -> bool {
         self.current().policy_mode
-    }
-}
-
-fn verdict_of(dir: &Directory, token: &str) -> Verdict {
-    if dir
-        .admin_token
-        .as_deref()
-        .is_some_and(|admin| secret_eq(token, admin))
-    {
-        return Verdict::Admin;
-    }
-    match dir.entries.iter().position(|e| e.proves(token)) {
-        Some(i) => Verdict::Tenant(i),
-        None => Verdict::Unknown,
     }
 }
 

@@ -30,9 +30,10 @@ type preparedClaim struct {
 
 // preparedDevice is one netaccel device of a claim: where the scheduler put it, the
 // CDI device naming it, the environment that device gives its containers, and its
-// tenant. The tenant's environment (its token) is in the CDI spec only: TenantEnv is
-// never saved here, and is read from the tenant's Secret again when a spec is written
-// from the checkpoint.
+// tenant. The tenant's environment (its token) is in the CDI spec only and its
+// certificate files in the plugin's directory only: TenantEnv and TenantTLS are never
+// saved here, and are read from the tenant's Secrets again when a spec is written from
+// the checkpoint.
 type preparedDevice struct {
 	Request   string     `json:"request"`
 	Pool      string     `json:"pool"`
@@ -41,6 +42,7 @@ type preparedDevice struct {
 	Env       []string   `json:"env"`
 	Tenant    *tenantRef `json:"tenant,omitempty"`
 	TenantEnv []string   `json:"-"`
+	TenantTLS *tenantTLS `json:"-"`
 }
 
 func (p preparedClaim) kubeletDevices() []kubeletplugin.Device {

@@ -80,8 +80,8 @@ func (d *driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 }
 
 // restoreSpec writes a checkpointed claim's CDI spec again when it is missing (a node
-// reboot empties /var/run/cdi), its tenants' tokens read from their Secrets again (the
-// checkpoint does not hold them). A spec that is there is left as it is: this plugin
+// reboot empties /var/run/cdi), its tenants' tokens and certificates read from their
+// Secrets again (the checkpoint does not hold them). A spec that is there is left as it is: this plugin
 // wrote it whole, and a Secret changed or deleted since must not fail the claim.
 func (d *driver) restoreSpec(ctx context.Context, uid string, prepared preparedClaim) error {
 	if d.cdi.exists(uid) {
@@ -92,11 +92,11 @@ func (d *driver) restoreSpec(ctx context.Context, uid string, prepared preparedC
 		if devices[i].Tenant == nil {
 			continue
 		}
-		env, err := tenantEnv(ctx, d.secrets, devices[i].Tenant)
+		env, files, err := tenantCredentials(ctx, d.secrets, devices[i].Tenant, devices[i].Name, devices[i].Env)
 		if err != nil {
 			return err
 		}
-		devices[i].TenantEnv = env
+		devices[i].TenantEnv, devices[i].TenantTLS = env, files
 	}
 	return d.cdi.write(uid, devices)
 }
@@ -158,7 +158,8 @@ func (d *driver) resolve(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			return nil, err
 		}
 		if device.Tenant != nil {
-			if device.TenantEnv, err = tenantEnv(ctx, d.secrets, device.Tenant); err != nil {
+			device.TenantEnv, device.TenantTLS, err = tenantCredentials(ctx, d.secrets, device.Tenant, device.Name, device.Env)
+			if err != nil {
 				return nil, err
 			}
 		}
@@ -168,7 +169,8 @@ func (d *driver) resolve(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	return devices, nil
 }
 
-// UnprepareResourceClaims removes the CDI spec and the checkpoint entry. The instance
+// UnprepareResourceClaims removes the CDI spec, its certificate files and the
+// checkpoint entry. The instance
 // itself is the registry's: it releases it when the claim is deallocated or deleted.
 func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()

@@ -32,6 +32,7 @@ func registryServing(t *testing.T, node string) (*httptest.Server, *atomic.Int32
 		json.NewEncoder(w).Encode(map[string]any{
 			"id": "dra-" + uid + "-0", "function": "dra.sobel", "node": node,
 			"http": "10.0.0.2:8080", "rac": "10.0.0.2:9400", "slot": 1,
+			"https": "10.0.0.2:8443", "rac_tls": "10.0.0.2:9443",
 		})
 	}))
 	t.Cleanup(srv.Close)
@@ -60,7 +61,7 @@ func newDriver(t *testing.T, dir, registry string, claims claimGetter) *driver {
 		t.Fatal(err)
 	}
 	return &driver{
-		cdi:         cdiWriter{dir: dir},
+		cdi:         cdiWriter{dir: dir, tlsDir: filepath.Join(dir, "tls")},
 		checkpoint:  ckpt,
 		binding:     registryClient{base: registry, podRegistry: "http://registry:7400", http: http.DefaultClient},
 		claims:      claims,

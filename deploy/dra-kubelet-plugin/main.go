@@ -122,7 +122,7 @@ func run(c config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	driver := &driver{
-		cdi:        cdiWriter{dir: c.cdiDir},
+		cdi:        cdiWriter{dir: c.cdiDir, tlsDir: filepath.Join(c.pluginDir, "tls")},
 		checkpoint: ckpt,
 		binding: registryClient{
 			base:        c.registry,

@@ -25,6 +25,8 @@ type binding struct {
 	Node     string  `json:"node"`
 	HTTP     string  `json:"http"`
 	RAC      string  `json:"rac"`
+	HTTPS    string  `json:"https"`
+	RACTLS   string  `json:"rac_tls"`
 	Slot     *uint16 `json:"slot"`
 }
 
@@ -58,9 +60,9 @@ func (r registryClient) lookup(ctx context.Context, function, instance string) (
 
 // env is what a container of the claim gets: the names the netaccel clients read
 // (NETACCEL_NODE for the CLI's HTTP calls), the webhook's names for the same
-// addresses, and the slot.
+// addresses, the node's TLS ports when it has them, and the slot.
 func (r registryClient) env(b binding) []string {
-	return []string{
+	env := []string{
 		"NETACCEL_NODE=http://" + b.HTTP,
 		"NETACCEL_NODE_HTTP=" + b.HTTP,
 		"NETACCEL_RAC=" + b.RAC,
@@ -70,4 +72,11 @@ func (r registryClient) env(b binding) []string {
 		"NETACCEL_FUNCTION=" + b.Function,
 		"NETACCEL_REGISTRY=" + r.podRegistry,
 	}
+	if b.HTTPS != "" {
+		env = append(env, "NETACCEL_NODE_HTTPS="+b.HTTPS)
+	}
+	if b.RACTLS != "" {
+		env = append(env, "NETACCEL_RAC_TLS="+b.RACTLS)
+	}
+	return env
 }

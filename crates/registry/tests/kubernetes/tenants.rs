@@ -26,6 +26,21 @@ fn tenants_config() -> String {
 /// A claim template for one device holding `accelerator`, configured for `tenant`
 /// whose token is in the Secret `<tenant>-token`.
 fn tenant_template(name: &str, accelerator: &str, tenant: &str) -> ResourceClaimTemplate {
+    configured_template(
+        name,
+        accelerator,
+        json!({"apiVersion": "netaccel.io/v1alpha1", "kind": "TenantConfig",
+            "tenant": tenant, "tokenSecret": format!("{tenant}-token")}),
+    )
+}
+
+/// A claim template for one device holding `accelerator`, with these parameters of
+/// the plugin's opaque configuration.
+fn configured_template(
+    name: &str,
+    accelerator: &str,
+    parameters: serde_json::Value,
+) -> ResourceClaimTemplate {
     serde_json::from_value(json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
         "metadata": {"name": name},
@@ -35,9 +50,7 @@ fn tenant_template(name: &str, accelerator: &str, tenant: &str) -> ResourceClaim
                 "selectors": [{"cel": {"expression":
                     format!("device.attributes[\"netaccel.io\"].accelerator == \"{accelerator}\"")}}]
             }}],
-            "config": [{"requests": ["acc"], "opaque": {"driver": "netaccel.io", "parameters": {
-                "apiVersion": "netaccel.io/v1alpha1", "kind": "TenantConfig",
-                "tenant": tenant, "tokenSecret": format!("{tenant}-token")}}}]
+            "config": [{"requests": ["acc"], "opaque": {"driver": "netaccel.io", "parameters": parameters}}]
         }}}
     }))
     .unwrap()
@@ -183,4 +196,151 @@ fn tokens_only_in_the_cdi_specs(node: &KubeletNode) {
             assert!(!text.contains(token), "a token in the {what}");
         }
     }
+}
+
+/// A CA, the netaccel node's certificate (for `ip`) and team-a's client certificate
+/// (common name `team-a-client`): (directory of node files, Secret data of team-a).
+fn mtls_pki(dir: &std::path::Path, ip: std::net::IpAddr) -> BTreeMap<String, String> {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "netaccel kubernetes test CA");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = params.self_signed(&ca_key).unwrap();
+    let issue = |name: &str, sans: Vec<String>, usage| {
+        let mut params = rcgen::CertificateParams::new(sans).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.extended_key_usages = vec![usage];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (node_cert, node_key) = issue(
+        "netaccel-node",
+        vec![ip.to_string()],
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("node.pem"), node_cert).unwrap();
+    std::fs::write(dir.join("node.key"), node_key).unwrap();
+    let (cert, key) = issue(
+        "team-a-client",
+        Vec::new(),
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    BTreeMap::from([
+        ("tls.crt".to_string(), cert),
+        ("tls.key".to_string(), key),
+        ("ca.crt".to_string(), ca.pem()),
+    ])
+}
+
+#[test]
+fn a_claim_for_a_tenant_with_a_client_certificate_calls_over_mutual_tls() {
+    with_node(|mut c| async move {
+        let Cluster { node, plane, net } = &mut c;
+        let ip = net.ns_ip(0);
+        let pki = node.dir.join("netaccel-pki");
+        let secret_data = mtls_pki(&pki, ip.into());
+        // Anonymous callers refused; team-a has no token: its certificate names it.
+        let config = format!(
+            "anonymous = \"refuse\"\n\
+             [[tenants]]\nname = \"team-a\"\ncall = [\"sobel\"]\n\
+             [tls]\nhttps = \"{ip}:8443\"\nrac = \"{ip}:9443\"\n\
+             cert = \"{p}/node.pem\"\nkey = \"{p}/node.key\"\nclient_ca = \"{p}/ca.pem\"\n\
+             client_certs = \"required\"\n\
+             [tls.subjects]\nteam-a-client = \"team-a\"\n",
+            p = pki.display()
+        );
+        let (_registry, _netaccel) =
+            dra_setup_configured(plane, net, node, &["sobel"], "1500", &config).await;
+        let secrets: Api<Secret> = Api::default_namespaced(plane.client.clone());
+        let secret: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "team-a-cert"},
+            "stringData": secret_data
+        }))
+        .unwrap();
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let template = configured_template(
+            "sobel-team-a-tls",
+            "sobel",
+            json!({"apiVersion": "netaccel.io/v1alpha1", "kind": "TenantConfig",
+                "tenant": "team-a", "certificateSecret": "team-a-cert"}),
+        );
+        let templates: Api<ResourceClaimTemplate> = Api::default_namespaced(plane.client.clone());
+        templates
+            .create(&PostParams::default(), &template)
+            .await
+            .unwrap();
+
+        let call = format!("-p width={WIDTH} -p height={HEIGHT} -i /in/image.raw");
+        let script = format!(
+            "echo \"$NETACCEL_TENANT $NETACCEL_NODE $NETACCEL_RAC\"; \
+             netaccel call sobel {call} | od -An -v -tx1 | tr -d ' \\n'; echo; \
+             netaccel call sobel --rac \"$NETACCEL_RAC\" {call} | od -An -v -tx1 | tr -d ' \\n'; echo; \
+             netaccel call sobel --node \"http://$NETACCEL_NODE_HTTP\" {call} 2>&1 | tr '\\n' ' '; echo"
+        );
+        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+        pods.create(
+            &PostParams::default(),
+            &tenant_pod("team-a-tls", "sobel-team-a-tls", &script),
+        )
+        .await
+        .unwrap();
+
+        let want = hex(&accel::reference::sobel(&test_image(), WIDTH, HEIGHT));
+        let a = printed(plane, "team-a-tls", 4).await;
+        assert_eq!(
+            a[0],
+            format!("team-a https://{ip}:8443 rac+tls://{ip}:9443"),
+            "{a:?}"
+        );
+        assert_eq!(a[1], want, "team-a over HTTPS with its certificate: {a:?}");
+        assert_eq!(
+            a[2], want,
+            "team-a over RAC/TLS with its certificate: {a:?}"
+        );
+        assert!(
+            a[3].contains("refuses anonymous callers"),
+            "over plain HTTP, without the certificate: {a:?}"
+        );
+
+        // The key is on the host in one 0600 file under the plugin's directory, and in
+        // no log of the node's processes nor the checkpoint.
+        let tls = node.dir.join("kubelet/plugins/netaccel.io/tls");
+        let devices: Vec<_> = std::fs::read_dir(&tls).unwrap().flatten().collect();
+        assert_eq!(devices.len(), 1, "one device's certificate directory");
+        let key = devices[0].path().join("tls.key");
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let key_pem = &secret_data["tls.key"];
+        let key_line = key_pem.lines().nth(1).unwrap();
+        let checkpoint = node.dra_checkpoint().unwrap().to_string();
+        for (what, text) in node
+            .full_logs()
+            .into_iter()
+            .chain([("checkpoint".into(), checkpoint)])
+        {
+            assert!(!text.contains(key_line), "the client key in the {what}");
+        }
+
+        pods.delete("team-a-tls", &Default::default())
+            .await
+            .unwrap();
+        eventually("the claim unprepared", Duration::from_secs(30), || {
+            let specs = node.cdi_specs();
+            let gone = std::fs::read_dir(&tls).map_or(true, |d| d.count() == 0);
+            async move { (specs.is_empty() && gone).then_some(()) }
+        })
+        .await;
+    });
 }

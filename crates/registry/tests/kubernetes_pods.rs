@@ -20,6 +20,8 @@
 //! One node at a time (a lock): a control plane and a kubelet take most of a core
 //! while they start.
 
+#[path = "kubernetes/chart_plugin.rs"]
+mod chart_plugin;
 #[allow(dead_code)]
 #[path = "kubernetes/harness.rs"]
 mod harness;

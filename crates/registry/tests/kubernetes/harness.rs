@@ -321,6 +321,7 @@ impl ControlPlane {
         let controllers = [
             "deployment-controller",
             "replicaset-controller",
+            "daemonset-controller",
             "garbage-collector-controller",
             "disruption-controller",
             "resourceclaim-controller",

@@ -367,6 +367,21 @@ state = "{state}"
         self.import(CLIENT_IMAGE, &client, &["/bin/sh"]);
     }
 
+    /// Imports the DRA kubelet plugin as it is built now as image `reference`: the
+    /// static binary alone at /usr/local/bin (what its Dockerfile makes, without a
+    /// builder), for the chart's DaemonSet.
+    pub fn import_dra_plugin_image(&self, reference: &str) {
+        let rootfs = self.dir.join("images").join("dra-plugin");
+        std::fs::create_dir_all(rootfs.join("usr/local/bin")).unwrap();
+        std::fs::create_dir_all(rootfs.join("tmp")).unwrap();
+        std::fs::copy(
+            dra_plugin(),
+            rootfs.join("usr/local/bin/netaccel-dra-plugin"),
+        )
+        .unwrap();
+        self.import(reference, &rootfs, &["/usr/local/bin/netaccel-dra-plugin"]);
+    }
+
     fn import(&self, reference: &str, rootfs: &Path, entrypoint: &[&str]) {
         let tar = self.dir.join("images").join(format!(
             "{}.tar",
@@ -567,15 +582,15 @@ registerNode: true
             .join("\n")
     }
 
-    /// Deletes every Deployment and Pod and waits (at most 60 s) until no container of
-    /// containerd runs.
+    /// Deletes every DaemonSet, Deployment and Pod and waits (at most 60 s) until no
+    /// container of containerd runs.
     fn delete_pods(&self) {
         // Controllers first, so that no new Pod replaces a deleted one.
         let _ = Command::new(bin_dir().join("kubectl"))
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
             .args([
                 "delete",
-                "deployments,replicasets",
+                "daemonsets,deployments,replicasets",
                 "--all",
                 "--all-namespaces",
             ])

@@ -561,12 +561,25 @@ impl Registry {
         admin: bool,
         deadline: Instant,
     ) -> Result<Reply, String> {
+        self.send_with(method, path, body, admin, deadline, None)
+    }
+
+    /// [`Registry::send`] with `If-None-Match: etag` when one is given.
+    fn send_with<B: serde::Serialize>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&B>,
+        admin: bool,
+        deadline: Instant,
+        etag: Option<&str>,
+    ) -> Result<Reply, String> {
         let patience = Patience {
             deadline: Some(deadline),
             ..Patience::ONCE
         };
         let answer = self.replicas.follow(patience, |base| {
-            self.try_once(base, method, path, body, admin, deadline)
+            self.try_once(base, (method, path), body, admin, deadline, etag)
         });
         answer.map_err(|failed| {
             let mut failures = failed.unreachable;
@@ -580,11 +593,11 @@ impl Registry {
     fn try_once<B: serde::Serialize>(
         &self,
         base: &str,
-        method: &str,
-        path: &str,
+        (method, path): (&str, &str),
         body: Option<&B>,
         admin: bool,
         deadline: Instant,
+        etag: Option<&str>,
     ) -> Try<Reply, String> {
         let left = deadline.saturating_duration_since(Instant::now());
         let url = format!("{base}{path}");
@@ -595,6 +608,9 @@ impl Registry {
             .set("Accept", "application/json");
         if let (true, Some(token)) = (admin, &self.token) {
             request = request.set("Authorization", &format!("Bearer {token}"));
+        }
+        if let Some(etag) = etag {
+            request = request.set("If-None-Match", etag);
         }
         let answer = match body {
             Some(body) => request.send_json(body),
@@ -704,10 +720,21 @@ impl Registry {
     }
 
     /// `GET /v1/tenants`: the tenants the registry serves its nodes.
-    fn tenants(&self) -> Result<api::NodeTenants, String> {
-        let reply = self.send::<()>("GET", "/v1/tenants", None, true, self.deadline())?;
+    /// `GET /v1/tenants`; `Ok(None)` when `known` (the revision this node has) is
+    /// still the registry's (`304`: the document is not sent again at every renewal).
+    fn tenants(&self, known: Option<&str>) -> Result<Option<api::NodeTenants>, String> {
+        let etag = known.map(|revision| format!("\"{revision}\""));
+        let reply = self.send_with::<()>(
+            "GET",
+            "/v1/tenants",
+            None,
+            true,
+            self.deadline(),
+            etag.as_deref(),
+        )?;
         match reply.status {
-            200 => reply.parse::<api::NodeTenants>(),
+            200 => reply.parse::<api::NodeTenants>().map(Some),
+            304 => Ok(None),
             _ => Err(format!("the registry answered {}", reply.error())),
         }
     }
@@ -826,19 +853,22 @@ enum Link {
     Failing,
 }
 
-/// The revisions of the registry's tenants this node applied and last refused.
+/// The revisions of the registry's tenants this node applied and last refused, and
+/// the last it received (named in `If-None-Match`).
 #[derive(Default)]
 struct TenantsSeen {
     applied: Option<String>,
     refused: Option<String>,
+    last: Option<String>,
 }
 
 /// Asks the registry for its tenants and applies them when their revision is new;
 /// a failure is logged once per revision (or once per outage), and the node keeps
 /// the tenants it has.
 fn follow_tenants(registry: &Registry, sink: &TenantsSink, seen: &mut TenantsSeen) {
-    let doc = match registry.tenants() {
-        Ok(doc) => doc,
+    let doc = match registry.tenants(seen.last.as_deref()) {
+        Ok(Some(doc)) => doc,
+        Ok(None) => return,
         Err(why) => {
             if seen.refused.as_deref() != Some("") {
                 tracing::warn!(node = %registry.name, "cannot read the registry's tenants: {why}; keeping this node's");
@@ -847,6 +877,7 @@ fn follow_tenants(registry: &Registry, sink: &TenantsSink, seen: &mut TenantsSee
             return;
         }
     };
+    seen.last = Some(doc.revision.clone());
     if seen.applied.as_deref() == Some(&doc.revision)
         || seen.refused.as_deref() == Some(&doc.revision)
     {

@@ -453,6 +453,7 @@ async fn node_tenants(State(app): State<App>, headers: axum::http::HeaderMap) ->
     let unchanged = headers
         .get(header::IF_NONE_MATCH)
         .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+    app.registry.metrics.tenants_read(unchanged);
     if unchanged {
         return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, value)]).into_response());
     }

@@ -27,6 +27,11 @@ pub struct AccelLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AnswerLabel {
+    pub answer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
 }
@@ -48,6 +53,7 @@ pub struct Metrics {
     reconfigurations: Family<ResultLabel, Counter>,
     migrations: Counter,
     unreachable_reports: Counter,
+    tenants_reads: Family<AnswerLabel, Counter>,
     allocation_seconds: Histogram,
     leader: Gauge,
     long_polls: Gauge,
@@ -71,6 +77,7 @@ impl Metrics {
             reconfigurations: Family::default(),
             migrations: Counter::default(),
             unreachable_reports: Counter::default(),
+            tenants_reads: Family::default(),
             // 10 µs … ~40 s by fours: an allocation that binds takes microseconds, one
             // that reconfigures a slot takes the node's load time.
             allocation_seconds: Histogram::new(exponential_buckets(1e-5, 4.0, 12)),
@@ -109,6 +116,11 @@ impl Metrics {
             m.unreachable_reports.clone(),
         );
         registry.register(
+            "tenants_reads",
+            "Nodes' reads of GET /v1/tenants, by answer: full (the document) or not_modified (304: the revision the node named is current)",
+            m.tenants_reads.clone(),
+        );
+        registry.register(
             "allocation_seconds",
             "Time to allocate one instance, reconfiguration included",
             m.allocation_seconds.clone(),
@@ -133,6 +145,11 @@ impl Metrics {
         for result in ["ok", "failed"] {
             let _ = m.reconfigurations.get_or_create(&ResultLabel {
                 result: result.to_string(),
+            });
+        }
+        for answer in ["full", "not_modified"] {
+            let _ = m.tenants_reads.get_or_create(&AnswerLabel {
+                answer: answer.to_string(),
             });
         }
         m.registry = registry;
@@ -171,12 +188,22 @@ impl Metrics {
         self.unreachable_reports.inc();
     }
 
-    /// The exposition text, with the gauges taken from `state`.
+    /// A node's read of the tenants: the document, or `304` (`not_modified`).
+    pub fn tenants_read(&self, not_modified: bool) {
+        let answer = if not_modified { "not_modified" } else { "full" };
+        self.tenants_reads
+            .get_or_create(&AnswerLabel {
+                answer: answer.to_string(),
+            })
+            .inc();
+    }
+
     /// The leader gauge: 1 while this replica writes.
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
     }
 
+    /// The exposition text, with the gauges taken from `state`.
     pub fn render(&self, state: &State, long_polls_waiting: usize) -> String {
         self.long_polls.set(long_polls_waiting as i64);
         let mut nodes = [0i64; 2];

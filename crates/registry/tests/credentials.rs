@@ -267,6 +267,26 @@ fn nodes_take_their_tenants_and_quotas_from_the_registry() {
     until("team-a's token never worked", &|| {
         call(Some("ta-61c0")) == 200
     });
+    // The node read the document once, then names its revision at each renewal and
+    // is answered 304.
+    let reads = |answer: &str| -> u64 {
+        let text = ureq::get(&format!("{base}/metrics"))
+            .set("Authorization", "Bearer ops-7c1e")
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        let series = format!("netaccel_registry_tenants_reads_total{{answer=\"{answer}\"}} ");
+        let line = text.lines().find(|l| l.starts_with(&series));
+        line.unwrap_or_else(|| panic!("no {series} in\n{text}"))[series.len()..]
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    until("no renewal read the tenants with If-None-Match", &|| {
+        reads("not_modified") >= 2
+    });
+    assert_eq!(reads("full"), 1, "the document sent again unchanged");
     // The registry's policy and quota: one call a second, nobody anonymous.
     assert_eq!(call(Some("ta-61c0")), 429);
     assert_eq!(call(None), 401);
@@ -290,6 +310,11 @@ fn nodes_take_their_tenants_and_quotas_from_the_registry() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(call(Some("tb-07d2")), 200);
     assert_eq!(call(Some("tc-5e1a")), 401);
+    // One full read per revision (a, b, c): a refused one is not fetched again either.
+    let not_modified = reads("not_modified");
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(reads("full"), 3);
+    assert!(reads("not_modified") > not_modified);
     drop((node, registry));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -152,6 +152,10 @@ impl TlsStream {
 }
 
 impl Transport for TlsStream {
+    fn quick_ack(&self) {
+        crate::net::netio::quick_ack(&self.tcp)
+    }
+
     async fn read_with_deadline<B: BufMut + Send>(
         &mut self,
         buf: &mut B,

@@ -76,6 +76,10 @@ impl Drop for UringStream {
 }
 
 impl Transport for UringStream {
+    fn quick_ack(&self) {
+        crate::net::netio::quick_ack(&self.socket)
+    }
+
     async fn read_with_deadline<B: BufMut + Send>(
         &mut self,
         buf: &mut B,

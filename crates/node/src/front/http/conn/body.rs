@@ -189,6 +189,9 @@ impl<S: Transport> Conn<S> {
         }
         while remaining > 0 {
             let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
+            // The rest is on its way: acknowledge it as it comes, so a client holding
+            // its last segment for an ACK (Nagle) is not stalled by a delayed one.
+            self.stream.quick_ack();
             let read = match dst.as_deref_mut() {
                 Some(dst) => {
                     dst.reserve(remaining);

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use super::bodies::Body;
 use super::connection::{read_frame, send_reply, ClientWriter};
-use super::gate::{Admission, Caller};
+use super::gate::{Admission, Caller, DeviceMask};
 use super::programs;
 use super::task::{Cmd, Finished};
 use super::{Real, Shared};
@@ -57,6 +57,9 @@ struct Session<'s> {
     caller: Caller,
     /// Whether a refusal for the memory quota was logged (once per session).
     quota_logged: std::cell::Cell<bool>,
+    /// Whether a request for a device outside the admission was logged (once per
+    /// session).
+    device_logged: std::cell::Cell<bool>,
     /// The client runs on this host (same host id): buffers may live in shared memory.
     same_host: bool,
     /// The device of the client's last task, and whether that task is over.
@@ -155,6 +158,7 @@ pub(crate) fn serve_greeted(
             admission,
             caller,
             quota_logged: std::cell::Cell::new(false),
+            device_logged: std::cell::Cell::new(false),
             same_host: greeted && shared.config.shared_memory,
             last_task: None,
         };
@@ -379,7 +383,7 @@ impl Session<'_> {
             return Err(cl::CL_INVALID_DEVICE);
         }
         let ctx = Arc::clone(&ctx.real);
-        let dev = self.shared.runtime.device(device)?.raw.0;
+        let dev = self.device(device)?.raw.0;
         self.create(
             id,
             // SAFETY: valid context and device.
@@ -446,10 +450,18 @@ impl Session<'_> {
             return Ok(());
         }
         debug_assert!(self.objects.len() == 0, "Hello comes first");
+        let names: Vec<String> = self
+            .shared
+            .runtime
+            .devices
+            .iter()
+            .map(|d| d.name.clone())
+            .collect();
         let admission = gate.admit(
             &self.caller,
             &String::from_utf8_lossy(tenant),
             &String::from_utf8_lossy(token),
+            &names,
         )?;
         if admission.memory.is_some() {
             self.quota = Quota::with_tenant(
@@ -507,13 +519,15 @@ impl Session<'_> {
             } else {
                 &[]
             },
-            platforms: self
-                .shared
-                .runtime
-                .platforms
-                .iter()
-                .map(|p| p.devices.clone())
-                .collect(),
+            platforms: self.devices().filter_platforms(
+                &self
+                    .shared
+                    .runtime
+                    .platforms
+                    .iter()
+                    .map(|p| p.devices.clone())
+                    .collect::<Vec<_>>(),
+            ),
         };
         let mut payload = Vec::new();
         info.encode(&mut payload);
@@ -592,12 +606,44 @@ impl Session<'_> {
         }
     }
 
-    /// The real handles of devices `devices`, `CL_INVALID_DEVICE` if one is not a device.
+    /// The real handles of devices `devices`, `CL_INVALID_DEVICE` if one is not a device
+    /// of this session's (see [`Session::device`]).
     fn device_handles(&self, devices: &[u32]) -> Result<Vec<Handle>, ClInt> {
         devices
             .iter()
-            .map(|d| self.shared.runtime.device(*d).map(|e| e.raw.0))
+            .map(|d| self.device(*d).map(|e| e.raw.0))
             .collect()
+    }
+
+    /// The devices this session may see and use (its admission's; all without a gate).
+    fn devices(&self) -> DeviceMask {
+        self.admission
+            .as_ref()
+            .map_or(DeviceMask::ALL, |a| a.devices)
+    }
+
+    /// Device `index` (node-wide), if it is one of this session's: every request that
+    /// names a device asks here. A device outside the admission is refused as one
+    /// that does not exist, `CL_INVALID_DEVICE` (its client was never told of it, so
+    /// it forged the index), and logged once per session.
+    fn device(&self, index: u32) -> Result<&super::DeviceEntry, ClInt> {
+        let entry = self.shared.runtime.device(index)?;
+        if self.devices().contains(index) {
+            return Ok(entry);
+        }
+        debug_assert!(
+            self.admission.is_some(),
+            "without an admission every device"
+        );
+        if !self.device_logged.replace(true) {
+            let tenant = self.admission.as_ref().map_or("anonymous", |a| &a.tenant);
+            super::log::log!(
+                WARN,
+                "tenant `{tenant}`: request for OpenCL device {index} refused \
+                 (CL_INVALID_DEVICE): the tenant's opencl_devices do not grant it"
+            );
+        }
+        Err(cl::CL_INVALID_DEVICE)
     }
 
     /// Whether a new object may take `id`: a fresh non-zero id, within the client's

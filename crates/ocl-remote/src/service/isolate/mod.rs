@@ -772,15 +772,22 @@ impl Inner {
         caller: &gate::Caller,
     ) -> (greet::Greeting, Option<gate::Admission>) {
         let admission = match &self.config.gate {
-            Some(g) => match gate::admit_first(stream, caller, g.as_ref()) {
-                gate::Checked::Admitted(a) => Some(a),
-                gate::Checked::Closed => return (greet::Greeting::Gone, None),
-            },
+            Some(g) => {
+                // Known since the first process was ready (before any client).
+                let devices = lock(&self.pool).device_names.clone().unwrap_or_default();
+                match gate::admit_first(stream, caller, g.as_ref(), &devices) {
+                    gate::Checked::Admitted(a) => Some(a),
+                    gate::Checked::Closed => return (greet::Greeting::Gone, None),
+                }
+            }
             None => None,
         };
         let hello = lock(&self.pool).hello.clone();
+        let devices = admission
+            .as_ref()
+            .map_or(gate::DeviceMask::ALL, |a| a.devices);
         let greeting = match (stream, hello) {
-            (Stream::Tcp(tcp), Some(hello)) if greet => greet::greet(tcp, &hello),
+            (Stream::Tcp(tcp), Some(hello)) if greet => greet::greet(tcp, &hello, devices),
             _ => greet::Greeting::Untouched,
         };
         (greeting, admission)

@@ -7,7 +7,8 @@
 //!   the program's `clGetDeviceIDs`, and runs a kernel there; team B (`["0", "1"]`)
 //!   sees and uses both; team C (`[]`) is refused at `Hello`, with an audit line;
 //! - A's forged requests naming device 1 (device info, context, a context with both
-//!   devices) get `CL_INVALID_DEVICE`, and the node logs the refusal;
+//!   devices) get `CL_INVALID_DEVICE`, and the node logs the refusal and writes an
+//!   audit line (`forbidden`, `use OpenCL device 1`);
 //! - SIGHUP giving A device 1 instead of 0: A's next session sees device 1 only and is
 //!   refused device 0, while the session A opened before keeps what it was admitted
 //!   to (device 0, and still not device 1).
@@ -82,9 +83,14 @@ fn tenants_see_and_use_only_their_devices() {
     assert_eq!(a.info.1, vec![vec![0]], "A sees device 0 only");
     a.setup(7);
     forged(&mut a, 1);
-    wait_until("the node logs the refused device", || {
-        node.log()
-            .contains("tenant `team-a`: request for OpenCL device 1 refused")
+    wait_until("the refused device is logged and audited", || {
+        let log = node.log();
+        log.contains("tenant `team-a`: request for OpenCL device 1 refused")
+            && log.lines().any(|l| {
+                l.contains("\"event\":\"forbidden\"")
+                    && l.contains("\"tenant\":\"team-a\"")
+                    && l.contains("\"action\":\"use OpenCL device 1\"")
+            })
     });
     // A's kernel runs on its device; B's on device 1.
     assert_eq!(incremented(&mut a), i32::from_le_bytes([7; 4]) + 1);

@@ -244,10 +244,12 @@ fn a_task_on_two_devices_runs_while_another_client_uses_one_of_them() {
 }
 
 /// Admits tenant `one` to the first device and `both` to every device (whatever their
-/// token); remembers the device names it was asked about.
+/// token); remembers the device names it was asked about and the refused devices it
+/// was told of.
 #[derive(Debug, Default)]
 struct FirstDeviceGate {
     names: std::sync::Mutex<Vec<String>>,
+    refused: std::sync::Mutex<Vec<(String, u32)>>,
 }
 
 impl Gate for FirstDeviceGate {
@@ -269,6 +271,13 @@ impl Gate for FirstDeviceGate {
             devices,
             memory: None,
         })
+    }
+
+    fn refused_device(&self, _caller: &Caller, tenant: &str, device: u32) {
+        self.refused
+            .lock()
+            .unwrap()
+            .push((tenant.to_string(), device));
     }
 }
 
@@ -406,6 +415,19 @@ fn a_session_sees_and_uses_only_the_devices_of_its_admission() {
                 "{isolation:?}: {request} of 7"
             );
         }
+        // The gate hears of device 1 once (a runtime process's report comes through
+        // its log, a moment later); of device 7, which is no device, never.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while gate.refused.lock().unwrap().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{isolation:?}: no refusal"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let refused = gate.refused.lock().unwrap().clone();
+        assert_eq!(refused, [("one".to_string(), 1)], "{isolation:?}");
         // The session's own device works, and so does device 1 for `both`.
         let (status, _, _) = one.task(vec![slow(10, 31, 20, 10, 3)]);
         assert_eq!(status, cl::CL_SUCCESS, "{isolation:?}");

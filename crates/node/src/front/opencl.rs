@@ -23,7 +23,9 @@
 //!   (`ocl_remote::service::account`), which every session of the tenant counts into,
 //!   in whichever runtime process it runs.
 //!
-//! Every refusal is an audit line (protocol `opencl`). The check runs once per
+//! Every refusal is an audit line (protocol `opencl`), a session's request for a
+//! device it was not granted included (once per device and session, reported by the
+//! service: [`Gate::refused_device`]). The check runs once per
 //! session: a reload (SIGHUP) that removes a token, or a device from a tenant's
 //! `opencl_devices`, refuses its next session (or that device in it), and leaves a
 //! session already open to its end with what it was admitted to.
@@ -127,6 +129,24 @@ impl Gate for OpenClGate {
             devices: granted,
             memory,
         })
+    }
+
+    /// An audit line (`forbidden`) for a request of `tenant`'s session naming a
+    /// device it was not granted (see [`Gate::refused_device`]).
+    fn refused_device(&self, caller: &Caller, tenant: &str, device: u32) {
+        let Some(node) = self.node.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let action = format!("use OpenCL device {device}");
+        node.audit.record(&AuditEvent {
+            event: AuditKind::Forbidden,
+            protocol: "opencl",
+            peer: caller.peer,
+            tenant,
+            action: &action,
+            detail: "not among the devices its opencl_devices grant: refused with \
+                     CL_INVALID_DEVICE",
+        });
     }
 }
 

@@ -181,6 +181,40 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
         token: &str,
         devices: &[String],
     ) -> Result<Admission, String>;
+
+    /// A session admitted as `tenant` named device `device`, which its admission does
+    /// not hold, and was refused `CL_INVALID_DEVICE`: for the gate's owner to audit.
+    /// Called for the first such request per device and session, from the session's
+    /// thread in the service's process, or from the thread that reads a runtime
+    /// process's log (see [`device_refusal`]; `caller` is then the default). Nothing
+    /// by default.
+    fn refused_device(&self, caller: &Caller, tenant: &str, device: u32) {
+        let _ = (caller, tenant, device);
+    }
+}
+
+/// What a session logs when it refuses `tenant` a device (see [`Gate::refused_device`]):
+/// a line of the service, which a runtime process writes on its standard error and
+/// the node reads back with [`parse_device_refusal`].
+pub(crate) fn device_refusal(tenant: &str, device: u32) -> String {
+    format!(
+        "tenant `{tenant}`: request for OpenCL device {device} refused (CL_INVALID_DEVICE): \
+         the tenant's opencl_devices do not grant it"
+    )
+}
+
+/// The tenant and device of a [`device_refusal`] line, as a runtime process writes
+/// it (`ocl-remote: ` first); `None` for any other line.
+pub(crate) fn parse_device_refusal(line: &str) -> Option<(&str, u32)> {
+    let rest = line
+        .strip_prefix("ocl-remote: ")?
+        .strip_prefix("tenant `")?;
+    let (tenant, rest) = rest.split_once("`: request for OpenCL device ")?;
+    let (device, rest) = rest.split_once(' ')?;
+    let device = device.parse().ok()?;
+    (format!("tenant `{tenant}`: request for OpenCL device {device} {rest}")
+        == device_refusal(tenant, device))
+    .then_some((tenant, device))
 }
 
 /// The `Reply` that refuses request `id` with `reason`.
@@ -422,5 +456,20 @@ mod tests {
     #[should_panic(expected = "65 devices: a mask names at most 64")]
     fn a_mask_past_its_bound_is_a_bug() {
         DeviceMask::from_fn(DeviceMask::DEVICES_MAX + 1, |_| true);
+    }
+
+    #[test]
+    fn a_device_refusal_line_reads_back_and_nothing_else_does() {
+        let line = format!("ocl-remote: {}", device_refusal("team-a", 3));
+        assert_eq!(parse_device_refusal(&line), Some(("team-a", 3)));
+        for other in [
+            device_refusal("team-a", 3),
+            format!("ocl-remote: {}", device_refusal("team-a", 3)).replace("refused", "denied"),
+            "ocl-remote: tenant `team-a`: request for OpenCL device x refused".to_string(),
+            "ocl-remote: client connection closed: reset".to_string(),
+            format!("ocl-remote: {} and more", device_refusal("team-a", 3)),
+        ] {
+            assert_eq!(parse_device_refusal(&other), None, "{other}");
+        }
     }
 }

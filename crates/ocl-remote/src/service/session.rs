@@ -57,9 +57,9 @@ struct Session<'s> {
     caller: Caller,
     /// Whether a refusal for the memory quota was logged (once per session).
     quota_logged: std::cell::Cell<bool>,
-    /// Whether a request for a device outside the admission was logged (once per
-    /// session).
-    device_logged: std::cell::Cell<bool>,
+    /// The devices outside the admission that a request named, each logged and
+    /// audited once per session (bit `i`: device `i`).
+    devices_refused: std::cell::Cell<u64>,
     /// The client runs on this host (same host id): buffers may live in shared memory.
     same_host: bool,
     /// The device of the client's last task, and whether that task is over.
@@ -158,7 +158,7 @@ pub(crate) fn serve_greeted(
             admission,
             caller,
             quota_logged: std::cell::Cell::new(false),
-            device_logged: std::cell::Cell::new(false),
+            devices_refused: std::cell::Cell::new(0),
             same_host: greeted && shared.config.shared_memory,
             last_task: None,
         };
@@ -625,23 +625,29 @@ impl Session<'_> {
     /// Device `index` (node-wide), if it is one of this session's: every request that
     /// names a device asks here. A device outside the admission is refused as one
     /// that does not exist, `CL_INVALID_DEVICE` (its client was never told of it, so
-    /// it forged the index), and logged once per session.
+    /// it forged the index); the first refusal of each device in a session is logged
+    /// and handed to the gate to audit (in a runtime process, which has no gate, the
+    /// node reads the log line back: see `isolate`).
     fn device(&self, index: u32) -> Result<&super::DeviceEntry, ClInt> {
         let entry = self.shared.runtime.device(index)?;
         if self.devices().contains(index) {
             return Ok(entry);
         }
+        let Some(admission) = &self.admission else {
+            unreachable!("a session without an admission has every device");
+        };
         debug_assert!(
-            self.admission.is_some(),
-            "without an admission every device"
+            (index as usize) < DeviceMask::DEVICES_MAX,
+            "checked at start"
         );
-        if !self.device_logged.replace(true) {
-            let tenant = self.admission.as_ref().map_or("anonymous", |a| &a.tenant);
-            super::log::log!(
-                WARN,
-                "tenant `{tenant}`: request for OpenCL device {index} refused \
-                 (CL_INVALID_DEVICE): the tenant's opencl_devices do not grant it"
-            );
+        let bit = 1u64 << index;
+        if self.devices_refused.get() & bit == 0 {
+            self.devices_refused.set(self.devices_refused.get() | bit);
+            let line = super::gate::device_refusal(&admission.tenant, index);
+            super::log::log!(WARN, "{line}");
+            if let Some(gate) = &self.shared.config.gate {
+                gate.refused_device(&self.caller, &admission.tenant, index);
+            }
         }
         Err(cl::CL_INVALID_DEVICE)
     }

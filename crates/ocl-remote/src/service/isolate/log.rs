@@ -46,9 +46,21 @@ macro_rules! log {
 pub(crate) use log;
 
 /// Reads the stderr of runtime process `pid` until it closes, logging each line (see
-/// the module docs).
-pub(crate) fn forward(stderr: ChildStderr, pid: u32, isolation: &'static str) {
-    forward_lines(stderr, &mut |line| runtime_line(pid, isolation, line));
+/// the module docs); `audit` sees each line logged first (a session's refusal of a
+/// device, see `crate::service::gate::parse_device_refusal`), so within the same
+/// bounded rate.
+pub(crate) fn forward(
+    stderr: ChildStderr,
+    pid: u32,
+    isolation: &'static str,
+    audit: &dyn Fn(&str),
+) {
+    forward_lines(stderr, &mut |line| {
+        if let Line::Text(text) = &line {
+            audit(text);
+        }
+        runtime_line(pid, isolation, line)
+    });
 }
 
 fn runtime_line(pid: u32, isolation: &str, line: Line) {

@@ -25,10 +25,10 @@
 //!
 //! Every refusal is an audit line (protocol `opencl`), a session's request for a
 //! device it was not granted included (once per device and session, reported by the
-//! service: [`Gate::refused_device`]). The check runs once per
-//! session: a reload (SIGHUP) that removes a token, or a device from a tenant's
-//! `opencl_devices`, refuses its next session (or that device in it), and leaves a
-//! session already open to its end with what it was admitted to.
+//! service: [`Gate::refused_device`]). The check runs once per session: a reload
+//! (SIGHUP) that removes a token, or a device from a tenant's `opencl_devices`,
+//! refuses its next session (or that device in it), and leaves a session already open
+//! to its end with what it was admitted to.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, Weak};
@@ -111,7 +111,8 @@ impl Gate for OpenClGate {
             let name = &devices[index];
             principal.may(Action::OpenClDevice { index, name })
         });
-        if granted.is_empty() {
+        // (A node without devices admits as before: there is nothing to grant.)
+        if granted.is_empty() && !devices.is_empty() {
             let message = format!(
                 "tenant `{}` may use none of this node's OpenCL devices: its opencl_devices \
                  match none of them",

@@ -87,7 +87,7 @@ impl DeviceMask {
     /// The platforms of a `Hello` answer (each its devices' node-wide indices) with
     /// only the devices of this mask: every platform stays, at its index, so that
     /// platform indices do not shift either; one without a device of the mask is
-    /// listed empty (the ICD answers `CL_DEVICE_NOT_FOUND` for it).
+    /// listed empty (the ICD does not offer it).
     pub(crate) fn filter_platforms(self, platforms: &[Vec<u32>]) -> Vec<Vec<u32>> {
         platforms
             .iter()

@@ -5,7 +5,8 @@
 //!
 //! A session admitted to some devices only (a gate's `DeviceMask`) sees those in its
 //! `Hello` answer and is refused the others with `CL_INVALID_DEVICE` wherever a
-//! request names one, in the service's process and in a runtime process.
+//! request names one, and the gate hears of it: in the service's process, in a
+//! runtime process of its own, and in one shared with a session of all devices.
 //!
 //! Its own test binary: PoCL is asked for two CPU devices (`POCL_DEVICES`) before the
 //! runtime is loaded, which must happen once per process. Without an OpenCL runtime, or
@@ -381,7 +382,11 @@ fn a_session_sees_and_uses_only_the_devices_of_its_admission() {
     };
     assert_eq!(devices, [0, 1], "PoCL's two devices, node-wide 0 and 1");
     drop(svc);
-    for isolation in [Isolation::InProcess, Isolation::PerSession] {
+    for isolation in [
+        Isolation::InProcess,
+        Isolation::PerSession,
+        Isolation::Shared,
+    ] {
         let gate = std::sync::Arc::new(FirstDeviceGate::default());
         let config = ServiceConfig {
             isolation,

@@ -8,8 +8,10 @@
 //!
 //! Here: the connection's request loop and object creation. The info queries are in
 //! `info`, the program calls in `program`, the enqueued commands and their flush into a
-//! task in `enqueue`; the bytes on the socket are [`super::connection`]'s.
+//! task in `enqueue`, which devices the session may name in `devices`; the bytes on
+//! the socket are [`super::connection`]'s.
 
+mod devices;
 mod enqueue;
 mod info;
 mod objects;
@@ -22,7 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use super::bodies::Body;
 use super::connection::{read_frame, send_reply, ClientWriter};
-use super::gate::{Admission, Caller, DeviceMask};
+use super::gate::{Admission, Caller};
 use super::programs;
 use super::task::{Cmd, Finished};
 use super::{Real, Shared};
@@ -604,52 +606,6 @@ impl Session<'_> {
         } else {
             Err(cl::CL_INVALID_KERNEL)
         }
-    }
-
-    /// The real handles of devices `devices`, `CL_INVALID_DEVICE` if one is not a device
-    /// of this session's (see [`Session::device`]).
-    fn device_handles(&self, devices: &[u32]) -> Result<Vec<Handle>, ClInt> {
-        devices
-            .iter()
-            .map(|d| self.device(*d).map(|e| e.raw.0))
-            .collect()
-    }
-
-    /// The devices this session may see and use (its admission's; all without a gate).
-    fn devices(&self) -> DeviceMask {
-        self.admission
-            .as_ref()
-            .map_or(DeviceMask::ALL, |a| a.devices)
-    }
-
-    /// Device `index` (node-wide), if it is one of this session's: every request that
-    /// names a device asks here. A device outside the admission is refused as one
-    /// that does not exist, `CL_INVALID_DEVICE` (its client was never told of it, so
-    /// it forged the index); the first refusal of each device in a session is logged
-    /// and handed to the gate to audit (in a runtime process, which has no gate, the
-    /// node reads the log line back: see `isolate`).
-    fn device(&self, index: u32) -> Result<&super::DeviceEntry, ClInt> {
-        let entry = self.shared.runtime.device(index)?;
-        if self.devices().contains(index) {
-            return Ok(entry);
-        }
-        let Some(admission) = &self.admission else {
-            unreachable!("a session without an admission has every device");
-        };
-        debug_assert!(
-            (index as usize) < DeviceMask::DEVICES_MAX,
-            "checked at start"
-        );
-        let bit = 1u64 << index;
-        if self.devices_refused.get() & bit == 0 {
-            self.devices_refused.set(self.devices_refused.get() | bit);
-            let line = super::gate::device_refusal(&admission.tenant, index);
-            super::log::log!(WARN, "{line}");
-            if let Some(gate) = &self.shared.config.gate {
-                gate.refused_device(&self.caller, &admission.tenant, index);
-            }
-        }
-        Err(cl::CL_INVALID_DEVICE)
     }
 
     /// Whether a new object may take `id`: a fresh non-zero id, within the client's

@@ -154,31 +154,8 @@ struct Process {
     /// The tenant memories of the clients handed to it, each once (see
     /// [`Inner::settle_tenant_memory`]).
     tenants: Mutex<Vec<Arc<TenantMemory>>>,
-    /// The tenants of the clients handed to it (see [`Admitted`]).
-    admitted: Arc<Admitted>,
-}
-
-/// Tenants the node admitted to one runtime process: a refused device the process
-/// reports in its log is audited only for one of them, so a process (whose code a
-/// hostile kernel may run) cannot have another tenant's refusals audited.
-#[derive(Default)]
-struct Admitted(Mutex<Vec<String>>);
-
-impl Admitted {
-    /// Tenant names kept per process at most: a shared process serving more tenants
-    /// has its further tenants' refusals logged, not audited.
-    const TENANTS_MAX: usize = 64;
-
-    fn add(&self, tenant: &str) {
-        let mut names = lock(&self.0);
-        if names.len() < Self::TENANTS_MAX && !names.iter().any(|n| n == tenant) {
-            names.push(tenant.to_string());
-        }
-    }
-
-    fn contains(&self, tenant: &str) -> bool {
-        lock(&self.0).iter().any(|n| n == tenant)
-    }
+    /// The tenants of the clients handed to it (see [`log::Admitted`]).
+    admitted: Arc<log::Admitted>,
 }
 
 impl Process {
@@ -482,21 +459,11 @@ impl Inner {
         let mut command = runtime_command(&self.program, mode, fds);
         let mut child = command.spawn()?;
         drop(theirs);
-        let admitted = Arc::new(Admitted::default());
+        let admitted = Arc::new(log::Admitted::default());
         if let Some(stderr) = child.stderr.take() {
             let (pid, mode) = (child.id(), mode);
             let (gate, admitted) = (self.config.gate.clone(), Arc::clone(&admitted));
-            // A device refusal of a tenant admitted here goes to the gate to audit.
-            let audit = move |line: &str| {
-                let Some((gate, (tenant, device))) =
-                    gate.as_ref().zip(gate::parse_device_refusal(line))
-                else {
-                    return;
-                };
-                if admitted.contains(tenant) {
-                    gate.refused_device(&gate::Caller::default(), tenant, device);
-                }
-            };
+            let audit = move |line: &str| log::audit_refusal(gate.as_deref(), &admitted, line);
             let forwarding = thread::Builder::new()
                 .name("ocl-runtime-log".to_string())
                 .spawn(move || log::forward(stderr, pid, mode, &audit));

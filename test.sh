@@ -147,7 +147,10 @@ fi
 # (certificates made by rcgen), about 10 s: crates/node/tests/opencl_tenants.rs (tokens,
 # the opencl policy key, per-tenant memory quotas, guessed ids, SIGHUP, audit lines, a
 # real program through the ICD), opencl_tls.rs (the ICD over tls://, client
-# certificates) and crates/ocl-remote/tests/gate.rs (the gate in and out of process).
+# certificates), opencl_devices.rs (per-device grants, `opencl_devices`: PoCL's CPU
+# device twice, a tenant sees and uses only its own, forged device ids refused, SIGHUP;
+# a few seconds), crates/ocl-remote/tests/gate.rs (the gate in and out of process) and
+# multi_device.rs (a session's device mask, in and out of process).
 begin "cargo test (workspace)"
 # A CI checkout is built once: incremental compilation's caches would only take disk.
 if [[ -n "${CI:-}" ]]; then export CARGO_INCREMENTAL=0; fi

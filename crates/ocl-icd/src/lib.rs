@@ -190,6 +190,11 @@ pub(crate) fn platforms() -> &'static [H] {
                 }
             };
             for (remote, devices) in node.platforms.iter().enumerate() {
+                // A platform none of whose devices the tenant may use (the node lists
+                // it empty, at its index): not offered.
+                if devices.is_empty() {
+                    continue;
+                }
                 let p = new_handle(Platform {
                     node: Arc::clone(&node),
                     remote: remote as u32,

@@ -18,7 +18,7 @@ use common::{service, Client};
 use ocl_remote::cl;
 use ocl_remote::proto::{self, Decoded, HelloInfo, Request, Response};
 use ocl_remote::service::account::TenantMemory;
-use ocl_remote::service::gate::{Admission, Caller, Gate, REFUSED};
+use ocl_remote::service::gate::{Admission, Caller, DeviceMask, Gate, REFUSED};
 use ocl_remote::service::{Isolation, ServiceConfig};
 use ocl_remote::stream::Stream;
 
@@ -40,11 +40,18 @@ impl Default for TeamA {
 }
 
 impl Gate for TeamA {
-    fn admit(&self, caller: &Caller, tenant: &str, token: &str) -> Result<Admission, String> {
+    fn admit(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        token: &str,
+        _devices: &[String],
+    ) -> Result<Admission, String> {
         self.callers.lock().unwrap().push(caller.clone());
         if tenant == "team-a" && token == "right" {
             Ok(Admission {
                 tenant: tenant.to_string(),
+                devices: DeviceMask::ALL,
                 memory: Some(Arc::clone(&self.memory)),
             })
         } else {

@@ -3,6 +3,11 @@
 //! across tasks the commands' wait lists also travel on the wire and reach the runtime;
 //! this rule orders whole tasks.)
 //!
+//! A session admitted to some devices only (a gate's `DeviceMask`) sees those in its
+//! `Hello` answer and is refused the others with `CL_INVALID_DEVICE` wherever a
+//! request names one, and the gate hears of it: in the service's process, in a
+//! runtime process of its own, and in one shared with a session of all devices.
+//!
 //! Its own test binary: PoCL is asked for two CPU devices (`POCL_DEVICES`) before the
 //! runtime is loaded, which must happen once per process. Without an OpenCL runtime, or
 //! with one that ignores the variable, the test says so and passes.
@@ -14,7 +19,8 @@ use std::time::Duration;
 use common::{service, Client, Frame};
 use ocl_remote::cl;
 use ocl_remote::proto::{Command, KernelArg, NdRange, Request};
-use ocl_remote::service::{ServiceConfig, ServiceHandle};
+use ocl_remote::service::gate::{Admission, Caller, DeviceMask, Gate};
+use ocl_remote::service::{Isolation, ServiceConfig, ServiceHandle};
 use prometheus_client::registry::Registry;
 
 const SRC: &[u8] = b"
@@ -235,5 +241,211 @@ fn a_task_on_two_devices_runs_while_another_client_uses_one_of_them() {
     for (queue, buffer) in [(10, 20), (11, 21)] {
         let (status, _, _) = a.task(vec![slow(queue, 31, buffer, 10, 7)]);
         assert_eq!(status, cl::CL_SUCCESS);
+    }
+}
+
+/// Admits tenant `one` to the first device and `both` to every device (whatever their
+/// token); remembers the device names it was asked about and the refused devices it
+/// was told of.
+#[derive(Debug, Default)]
+struct FirstDeviceGate {
+    names: std::sync::Mutex<Vec<String>>,
+    refused: std::sync::Mutex<Vec<(String, u32)>>,
+}
+
+impl Gate for FirstDeviceGate {
+    fn admit(
+        &self,
+        _caller: &Caller,
+        tenant: &str,
+        _token: &str,
+        devices: &[String],
+    ) -> Result<Admission, String> {
+        *self.names.lock().unwrap() = devices.to_vec();
+        let devices = match tenant {
+            "one" => DeviceMask::from_fn(devices.len(), |i| i == 0),
+            "both" => DeviceMask::from_fn(devices.len(), |_| true),
+            _ => return Err(format!("no session for `{tenant}`")),
+        };
+        Ok(Admission {
+            tenant: tenant.to_string(),
+            devices,
+            memory: None,
+        })
+    }
+
+    fn refused_device(&self, _caller: &Caller, tenant: &str, device: u32) {
+        self.refused
+            .lock()
+            .unwrap()
+            .push((tenant.to_string(), device));
+    }
+}
+
+/// Every request that names a device, naming `device`, from a session that holds
+/// context 1 (on its own device 0), program 30 and kernel 31: their statuses.
+fn device_requests(c: &mut Client, device: u32) -> Vec<(&'static str, i32)> {
+    let binary: &[u8] = b"not a binary";
+    let requests = [
+        (
+            "GetDeviceInfo",
+            Request::GetDeviceInfo {
+                device,
+                param: cl::CL_DEVICE_NAME,
+            },
+        ),
+        (
+            "CreateContext",
+            Request::CreateContext {
+                id: 50,
+                devices: vec![device],
+            },
+        ),
+        (
+            "CreateContext (mixed)",
+            Request::CreateContext {
+                id: 51,
+                devices: vec![0, device],
+            },
+        ),
+        (
+            "CreateQueue",
+            Request::CreateQueue {
+                id: 52,
+                context: 1,
+                device,
+                properties: 0,
+            },
+        ),
+        (
+            "CreateProgramWithBinary",
+            Request::CreateProgramWithBinary {
+                id: 53,
+                context: 1,
+                binaries: vec![(device, binary)],
+            },
+        ),
+        (
+            "BuildProgram",
+            Request::BuildProgram {
+                program: 30,
+                devices: vec![device],
+                options: b"",
+            },
+        ),
+        (
+            "CompileProgram",
+            Request::CompileProgram {
+                program: 30,
+                devices: vec![device],
+                options: b"",
+                headers: vec![],
+            },
+        ),
+        (
+            "LinkProgram",
+            Request::LinkProgram {
+                id: 54,
+                context: 1,
+                devices: vec![device],
+                options: b"",
+                inputs: vec![30],
+            },
+        ),
+        (
+            "GetProgramBuildInfo",
+            Request::GetProgramBuildInfo {
+                program: 30,
+                device,
+                param: cl::CL_PROGRAM_BUILD_STATUS,
+            },
+        ),
+        (
+            "GetKernelWorkGroupInfo",
+            Request::GetKernelWorkGroupInfo {
+                kernel: 31,
+                device,
+                param: cl::CL_KERNEL_WORK_GROUP_SIZE,
+            },
+        ),
+    ];
+    requests
+        .iter()
+        .map(|(name, r)| (*name, c.call(r).0))
+        .collect()
+}
+
+#[test]
+fn a_session_sees_and_uses_only_the_devices_of_its_admission() {
+    let Some((svc, _registry, _client, devices)) = two_device_service() else {
+        return;
+    };
+    assert_eq!(devices, [0, 1], "PoCL's two devices, node-wide 0 and 1");
+    drop(svc);
+    for isolation in [
+        Isolation::InProcess,
+        Isolation::PerSession,
+        Isolation::Shared,
+    ] {
+        let gate = std::sync::Arc::new(FirstDeviceGate::default());
+        let config = ServiceConfig {
+            isolation,
+            runtime_program: Some(env!("CARGO_BIN_EXE_netaccel-ocl-service").into()),
+            runtime_spares: 1,
+            gate: Some(gate.clone()),
+            ..ServiceConfig::default()
+        };
+        let (svc, _registry) = service(config).expect("the runtime was there a moment ago");
+        let addr = svc.local_addr();
+        let mut both = Client::connect_as(addr, b"", "both", "").unwrap();
+        assert_eq!(both.info.1, vec![vec![0, 1]], "{isolation:?}");
+        assert_eq!(
+            gate.names.lock().unwrap().len(),
+            2,
+            "the gate knows both devices"
+        );
+        setup(&mut both, &[0, 1]);
+        let mut one = Client::connect_as(addr, b"", "one", "").unwrap();
+        assert_eq!(one.info.1, vec![vec![0]], "{isolation:?}: only device 0");
+        setup(&mut one, &[0]);
+        // Device 1 is never the session's, however a request names it.
+        for (request, status) in device_requests(&mut one, 1) {
+            assert_eq!(status, cl::CL_INVALID_DEVICE, "{isolation:?}: {request}");
+        }
+        // A device index past the node's is refused the same way.
+        for (request, status) in device_requests(&mut one, 7) {
+            assert_eq!(
+                status,
+                cl::CL_INVALID_DEVICE,
+                "{isolation:?}: {request} of 7"
+            );
+        }
+        // The gate hears of device 1 once (a runtime process's report comes through
+        // its log, a moment later); of device 7, which is no device, never.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while gate.refused.lock().unwrap().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{isolation:?}: no refusal"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let refused = gate.refused.lock().unwrap().clone();
+        assert_eq!(refused, [("one".to_string(), 1)], "{isolation:?}");
+        // The session's own device works, and so does device 1 for `both`.
+        let (status, _, _) = one.task(vec![slow(10, 31, 20, 10, 3)]);
+        assert_eq!(status, cl::CL_SUCCESS, "{isolation:?}");
+        let info = |c: &mut Client, device| {
+            c.call(&Request::GetDeviceInfo {
+                device,
+                param: cl::CL_DEVICE_NAME,
+            })
+            .0
+        };
+        assert_eq!(info(&mut one, 0), cl::CL_SUCCESS);
+        assert_eq!(info(&mut both, 1), cl::CL_SUCCESS);
+        let (status, _, _) = both.task(vec![slow(11, 31, 21, 10, 4)]);
+        assert_eq!(status, cl::CL_SUCCESS, "{isolation:?}");
     }
 }

@@ -11,22 +11,30 @@
 //!   token must be that tenant's); nothing at all is `anonymous`'s to decide. Tokens
 //!   go through the node's cache of verified tokens, so a same-host client's two
 //!   `Hello`s (TCP, then the Unix socket) cost one argon2 check;
-//! - authorization: the policy key `opencl = true` (see [`Action::OpenCl`]);
+//! - authorization: the policy key `opencl = true` (see [`Action::OpenCl`]), and
+//!   `opencl_devices`, the devices a session sees and uses: the admission's device
+//!   mask holds the shared devices the tenant's policy grants
+//!   ([`Action::OpenClDevice`], `core::tenant::devices`); a tenant granted none of
+//!   them is refused. The service and its runtime processes enforce the mask (see
+//!   `ocl_remote::service::gate::DeviceMask`);
 //! - limits: the tenant's `opencl_bytes_max` (`[tenants.quota]`, or
 //!   `[anonymous_quota]` for all anonymous callers together) bounds the buffers of all
 //!   its sessions together: the gate keeps one counter per tenant in shared memory
 //!   (`ocl_remote::service::account`), which every session of the tenant counts into,
 //!   in whichever runtime process it runs.
 //!
-//! Every refusal is an audit line (protocol `opencl`). The check runs once per
-//! session: a reload (SIGHUP) that removes a token refuses its next session, and
-//! leaves a session already open to its end.
+//! Every refusal is an audit line (protocol `opencl`), a session's request for a
+//! device it was not granted included (once per device and session, reported by the
+//! service: [`Gate::refused_device`]). The check runs once per session: a reload
+//! (SIGHUP) that removes a token, or a device from a tenant's `opencl_devices`,
+//! refuses its next session (or that device in it), and leaves a session already open
+//! to its end with what it was admitted to.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, Weak};
 
 use ocl_remote::service::account::TenantMemory;
-use ocl_remote::service::gate::{Admission, Caller, Gate};
+use ocl_remote::service::gate::{Admission, Caller, DeviceMask, Gate};
 
 use crate::core::quota::Owner;
 use crate::core::tenant::auth::{Action, AuthError, Base, Principal};
@@ -62,7 +70,13 @@ impl crate::node::OpenClAdmission for OpenClGate {
 }
 
 impl Gate for OpenClGate {
-    fn admit(&self, caller: &Caller, tenant: &str, token: &str) -> Result<Admission, String> {
+    fn admit(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        token: &str,
+        devices: &[String],
+    ) -> Result<Admission, String> {
         let Some(node) = self.node.get().and_then(Weak::upgrade) else {
             return Err("the node is starting or stopping".to_string());
         };
@@ -93,14 +107,47 @@ impl Gate for OpenClGate {
             audit(AuditKind::Forbidden, principal.label(), &message);
             return Err(message);
         }
+        let granted = DeviceMask::from_fn(devices.len(), |index| {
+            let name = &devices[index];
+            principal.may(Action::OpenClDevice { index, name })
+        });
+        // (A node without devices admits as before: there is nothing to grant.)
+        if granted.is_empty() && !devices.is_empty() {
+            let message = format!(
+                "tenant `{}` may use none of this node's OpenCL devices: its opencl_devices \
+                 match none of them",
+                principal.label()
+            );
+            audit(AuditKind::Forbidden, principal.label(), &message);
+            return Err(message);
+        }
         let memory = match node.quotas.account(principal.id).opencl_bytes_max {
             Some(max) => Some(self.memory(Owner::of(principal.id), principal.label(), max)?),
             None => None,
         };
         Ok(Admission {
             tenant: principal.label().to_string(),
+            devices: granted,
             memory,
         })
+    }
+
+    /// An audit line (`forbidden`) for a request of `tenant`'s session naming a
+    /// device it was not granted (see [`Gate::refused_device`]).
+    fn refused_device(&self, caller: &Caller, tenant: &str, device: u32) {
+        let Some(node) = self.node.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let action = format!("use OpenCL device {device}");
+        node.audit.record(&AuditEvent {
+            event: AuditKind::Forbidden,
+            protocol: "opencl",
+            peer: caller.peer,
+            tenant,
+            action: &action,
+            detail: "not among the devices its opencl_devices grant: refused with \
+                     CL_INVALID_DEVICE",
+        });
     }
 }
 

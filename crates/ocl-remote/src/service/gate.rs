@@ -3,8 +3,9 @@
 //!
 //! The service knows no tenants, tokens or policies: the node does (its one identity
 //! model), and gives the service a [`Gate`] that answers each `Hello`'s tenant and
-//! token with an [`Admission`] (the tenant's name and the counter of its memory over
-//! all its sessions, see [`super::account`]) or a refusal's sentence. Without a gate every client is
+//! token with an [`Admission`] (the tenant's name, the devices it may see and use as a
+//! [`DeviceMask`], and the counter of its memory over all its sessions, see
+//! [`super::account`]) or a refusal's sentence. Without a gate every client is
 //! admitted, as before tenants had credentials.
 //!
 //! Where the check runs: in the service's process the session asks the gate when its
@@ -41,11 +42,102 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// A `Hello` is a header, a host id, a tenant's name and a token: far less than this.
 const HELLO_BYTES_MAX: usize = 8192;
 
+/// The devices a session may see and use: bit `i` is the device of node-wide index
+/// `i`, the index clients and `/metrics` know it by. A fixed size (one `u64`), so that
+/// the record a connection is handed over with stays fixed-size; the service shares
+/// at most [`DeviceMask::DEVICES_MAX`] devices (checked when it opens its runtime).
+///
+/// Indices are not renumbered per session: a session sees its devices under the
+/// indices every session sees them under, with gaps where a device is not its own, so
+/// a forged index names the same device in every session and the check is one bit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct DeviceMask(u64);
+
+impl DeviceMask {
+    /// Devices a mask can name: the most the service shares.
+    pub const DEVICES_MAX: usize = 64;
+    /// Every device (a gate that grants all, or no gate at all).
+    pub const ALL: DeviceMask = DeviceMask(u64::MAX);
+    /// No device.
+    pub const NONE: DeviceMask = DeviceMask(0);
+
+    /// The mask of the devices `0..count` for which `granted(index)` holds.
+    pub fn from_fn(count: usize, mut granted: impl FnMut(usize) -> bool) -> DeviceMask {
+        assert!(
+            count <= Self::DEVICES_MAX,
+            "{count} devices: a mask names at most {}",
+            Self::DEVICES_MAX
+        );
+        let bits = (0..count)
+            .filter(|&i| granted(i))
+            .fold(0u64, |bits, i| bits | 1 << i);
+        DeviceMask(bits)
+    }
+
+    /// Whether device `index` is in the mask (an index past the bound never is).
+    pub fn contains(self, index: u32) -> bool {
+        index < Self::DEVICES_MAX as u32 && self.0 & (1 << index) != 0
+    }
+
+    /// Whether no device at all is in the mask.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The platforms of a `Hello` answer (each its devices' node-wide indices) with
+    /// only the devices of this mask: every platform stays, at its index, so that
+    /// platform indices do not shift either; one without a device of the mask is
+    /// listed empty (the ICD does not offer it).
+    pub(crate) fn filter_platforms(self, platforms: &[Vec<u32>]) -> Vec<Vec<u32>> {
+        platforms
+            .iter()
+            .map(|devices| {
+                devices
+                    .iter()
+                    .copied()
+                    .filter(|&d| self.contains(d))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The mask as it travels (see `isolate::wire`).
+    pub(crate) fn bits(self) -> u64 {
+        self.0
+    }
+
+    pub(crate) fn from_bits(bits: u64) -> DeviceMask {
+        DeviceMask(bits)
+    }
+}
+
+impl Default for DeviceMask {
+    /// Every device: what a session admitted without a device policy sees.
+    fn default() -> DeviceMask {
+        DeviceMask::ALL
+    }
+}
+
+impl std::fmt::Debug for DeviceMask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if *self == DeviceMask::ALL {
+            return f.write_str("DeviceMask(all)");
+        }
+        let indices: Vec<u32> = (0..Self::DEVICES_MAX as u32)
+            .filter(|&i| self.contains(i))
+            .collect();
+        write!(f, "DeviceMask({indices:?})")
+    }
+}
+
 /// An admitted session: who it is and what it may hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Admission {
     /// The tenant's name for log lines (`anonymous` for a caller without one).
     pub tenant: String,
+    /// The devices it may see and use: its `Hello` answer lists only these, and a
+    /// request naming another is refused with `CL_INVALID_DEVICE`.
+    pub devices: DeviceMask,
     /// The tenant's memory over all its sessions, when the tenant has a bound; every
     /// session is bounded by the service's `buffer_bytes_max` as well.
     pub memory: Option<std::sync::Arc<super::account::TenantMemory>>,
@@ -79,9 +171,50 @@ impl Caller {
 /// Decides who may open a session (see the module docs).
 pub trait Gate: Send + Sync + std::fmt::Debug {
     /// Admits or refuses `caller`, whose `Hello` named `tenant` with `token` (each
-    /// empty when not given). The refusal is a sentence for the client, naming no
-    /// token.
-    fn admit(&self, caller: &Caller, tenant: &str, token: &str) -> Result<Admission, String>;
+    /// empty when not given), to a session on the shared devices named `devices` (in
+    /// node-wide index order: what the admission's [`DeviceMask`] is over). The
+    /// refusal is a sentence for the client, naming no token.
+    fn admit(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        token: &str,
+        devices: &[String],
+    ) -> Result<Admission, String>;
+
+    /// A session admitted as `tenant` named device `device`, which its admission does
+    /// not hold, and was refused `CL_INVALID_DEVICE`: for the gate's owner to audit.
+    /// Called for the first such request per device and session, from the session's
+    /// thread in the service's process, or from the thread that reads a runtime
+    /// process's log (see [`device_refusal`]; `caller` is then the default). Nothing
+    /// by default.
+    fn refused_device(&self, caller: &Caller, tenant: &str, device: u32) {
+        let _ = (caller, tenant, device);
+    }
+}
+
+/// What a session logs when it refuses `tenant` a device (see [`Gate::refused_device`]):
+/// a line of the service, which a runtime process writes on its standard error and
+/// the node reads back with [`parse_device_refusal`].
+pub(crate) fn device_refusal(tenant: &str, device: u32) -> String {
+    format!(
+        "tenant `{tenant}`: request for OpenCL device {device} refused (CL_INVALID_DEVICE): \
+         the tenant's opencl_devices do not grant it"
+    )
+}
+
+/// The tenant and device of a [`device_refusal`] line, as a runtime process writes
+/// it (`ocl-remote: ` first); `None` for any other line.
+pub(crate) fn parse_device_refusal(line: &str) -> Option<(&str, u32)> {
+    let rest = line
+        .strip_prefix("ocl-remote: ")?
+        .strip_prefix("tenant `")?;
+    let (tenant, rest) = rest.split_once("`: request for OpenCL device ")?;
+    let (device, rest) = rest.split_once(' ')?;
+    let device = device.parse().ok()?;
+    (format!("tenant `{tenant}`: request for OpenCL device {device} {rest}")
+        == device_refusal(tenant, device))
+    .then_some((tenant, device))
 }
 
 /// The `Reply` that refuses request `id` with `reason`.
@@ -105,13 +238,19 @@ pub(crate) enum Checked {
 }
 
 /// Peeks at the first frame of `stream` (which must be a `Hello`), asks `gate` about
-/// `caller`, and answers a refusal itself (see the module docs).
-pub(crate) fn admit_first(stream: &Stream, caller: &Caller, gate: &dyn Gate) -> Checked {
+/// `caller` on the shared devices named `devices`, and answers a refusal itself (see
+/// the module docs).
+pub(crate) fn admit_first(
+    stream: &Stream,
+    caller: &Caller,
+    gate: &dyn Gate,
+    devices: &[String],
+) -> Checked {
     if stream.set_read_timeout(Some(HELLO_TIMEOUT)).is_err() {
         return Checked::Closed;
     }
     let checked = match peek_hello(stream) {
-        Some(hello) => match gate.admit(caller, &hello.tenant, &hello.token) {
+        Some(hello) => match gate.admit(caller, &hello.tenant, &hello.token, devices) {
             Ok(admission) => Checked::Admitted(admission),
             Err(reason) => {
                 // Taken from the socket first: closing one with unread bytes resets
@@ -192,11 +331,19 @@ mod tests {
     struct OnlyTeamA;
 
     impl Gate for OnlyTeamA {
-        fn admit(&self, caller: &Caller, tenant: &str, token: &str) -> Result<Admission, String> {
+        fn admit(
+            &self,
+            caller: &Caller,
+            tenant: &str,
+            token: &str,
+            devices: &[String],
+        ) -> Result<Admission, String> {
             assert_eq!(caller, &Caller::default(), "a Unix socket has no address");
             if tenant == "team-a" && token == "right" {
                 Ok(Admission {
                     tenant: tenant.to_string(),
+                    // The second device is not team A's.
+                    devices: DeviceMask::from_fn(devices.len(), |i| i != 1),
                     memory: None,
                 })
             } else {
@@ -225,11 +372,13 @@ mod tests {
         let sent = hello(b"team-a", b"right");
         client.write_all(&sent).unwrap();
         let served = Stream::Unix(served);
-        let checked = admit_first(&served, &Caller::of(&served), &OnlyTeamA);
+        let devices = ["cpu".to_string(), "gpu".to_string(), "fpga".to_string()];
+        let checked = admit_first(&served, &Caller::of(&served), &OnlyTeamA, &devices);
         assert_eq!(
             checked,
             Checked::Admitted(Admission {
                 tenant: "team-a".to_string(),
+                devices: DeviceMask::from_fn(3, |i| i == 0 || i == 2),
                 memory: None
             })
         );
@@ -243,7 +392,7 @@ mod tests {
         let (mut client, served) = UnixStream::pair().unwrap();
         client.write_all(&hello(b"team-a", b"wrong")).unwrap();
         assert_eq!(
-            admit_first(&Stream::Unix(served), &Caller::default(), &OnlyTeamA),
+            admit_first(&Stream::Unix(served), &Caller::default(), &OnlyTeamA, &[]),
             Checked::Closed
         );
         let mut answer = Vec::new();
@@ -268,12 +417,59 @@ mod tests {
         Request::Flush.encode(1, &mut flush);
         client.write_all(&flush).unwrap();
         assert_eq!(
-            admit_first(&Stream::Unix(served), &Caller::default(), &OnlyTeamA),
+            admit_first(&Stream::Unix(served), &Caller::default(), &OnlyTeamA, &[]),
             Checked::Closed
         );
         // Nothing, or a reset (the Flush was not read).
         let mut answer = Vec::new();
         let _ = client.read_to_end(&mut answer);
         assert!(answer.is_empty());
+    }
+
+    #[test]
+    fn a_device_mask_holds_the_granted_indices_and_nothing_past_its_bound() {
+        let mask = DeviceMask::from_fn(5, |i| i % 2 == 0);
+        let held: Vec<u32> = (0..70).filter(|&i| mask.contains(i)).collect();
+        assert_eq!(held, vec![0, 2, 4]);
+        assert!(!mask.is_empty());
+        assert_eq!(format!("{mask:?}"), "DeviceMask([0, 2, 4])");
+        assert!(DeviceMask::from_fn(5, |_| false).is_empty());
+        assert_eq!(DeviceMask::from_fn(0, |_| true), DeviceMask::NONE);
+        // All 64 devices, and no index past them, even for the mask of all.
+        let full = DeviceMask::from_fn(DeviceMask::DEVICES_MAX, |_| true);
+        assert_eq!(full, DeviceMask::ALL);
+        assert!(full.contains(63) && !full.contains(64) && !full.contains(u32::MAX));
+        assert_eq!(DeviceMask::default(), DeviceMask::ALL);
+        assert_eq!(DeviceMask::from_bits(mask.bits()), mask);
+        let platforms = [vec![0, 1], vec![2, 3], vec![4]];
+        assert_eq!(
+            mask.filter_platforms(&platforms),
+            vec![vec![0], vec![2], vec![4]]
+        );
+        assert_eq!(
+            DeviceMask::from_fn(5, |i| i == 1).filter_platforms(&platforms),
+            vec![vec![1], vec![], vec![]]
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "65 devices: a mask names at most 64")]
+    fn a_mask_past_its_bound_is_a_bug() {
+        DeviceMask::from_fn(DeviceMask::DEVICES_MAX + 1, |_| true);
+    }
+
+    #[test]
+    fn a_device_refusal_line_reads_back_and_nothing_else_does() {
+        let line = format!("ocl-remote: {}", device_refusal("team-a", 3));
+        assert_eq!(parse_device_refusal(&line), Some(("team-a", 3)));
+        for other in [
+            device_refusal("team-a", 3),
+            format!("ocl-remote: {}", device_refusal("team-a", 3)).replace("refused", "denied"),
+            "ocl-remote: tenant `team-a`: request for OpenCL device x refused".to_string(),
+            "ocl-remote: client connection closed: reset".to_string(),
+            format!("ocl-remote: {} and more", device_refusal("team-a", 3)),
+        ] {
+            assert_eq!(parse_device_refusal(&other), None, "{other}");
+        }
     }
 }

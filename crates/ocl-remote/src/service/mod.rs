@@ -343,6 +343,15 @@ impl Runtime {
                 devices: indices,
             });
         }
+        // A session's devices are a fixed-size mask (see `gate::DeviceMask`).
+        if devices.len() > gate::DeviceMask::DEVICES_MAX {
+            return Err(io::Error::other(format!(
+                "the OpenCL platforms have {} devices: the service shares at most {} \
+                 (name fewer platforms in [opencl] platforms)",
+                devices.len(),
+                gate::DeviceMask::DEVICES_MAX
+            )));
+        }
         Ok(Runtime {
             api,
             platforms,

@@ -8,8 +8,10 @@
 //!
 //! Here: the connection's request loop and object creation. The info queries are in
 //! `info`, the program calls in `program`, the enqueued commands and their flush into a
-//! task in `enqueue`; the bytes on the socket are [`super::connection`]'s.
+//! task in `enqueue`, which devices the session may name in `devices`; the bytes on
+//! the socket are [`super::connection`]'s.
 
+mod devices;
 mod enqueue;
 mod info;
 mod objects;
@@ -57,6 +59,9 @@ struct Session<'s> {
     caller: Caller,
     /// Whether a refusal for the memory quota was logged (once per session).
     quota_logged: std::cell::Cell<bool>,
+    /// The devices outside the admission that a request named, each logged and
+    /// audited once per session (bit `i`: device `i`).
+    devices_refused: std::cell::Cell<u64>,
     /// The client runs on this host (same host id): buffers may live in shared memory.
     same_host: bool,
     /// The device of the client's last task, and whether that task is over.
@@ -155,6 +160,7 @@ pub(crate) fn serve_greeted(
             admission,
             caller,
             quota_logged: std::cell::Cell::new(false),
+            devices_refused: std::cell::Cell::new(0),
             same_host: greeted && shared.config.shared_memory,
             last_task: None,
         };
@@ -379,7 +385,7 @@ impl Session<'_> {
             return Err(cl::CL_INVALID_DEVICE);
         }
         let ctx = Arc::clone(&ctx.real);
-        let dev = self.shared.runtime.device(device)?.raw.0;
+        let dev = self.device(device)?.raw.0;
         self.create(
             id,
             // SAFETY: valid context and device.
@@ -446,10 +452,18 @@ impl Session<'_> {
             return Ok(());
         }
         debug_assert!(self.objects.len() == 0, "Hello comes first");
+        let names: Vec<String> = self
+            .shared
+            .runtime
+            .devices
+            .iter()
+            .map(|d| d.name.clone())
+            .collect();
         let admission = gate.admit(
             &self.caller,
             &String::from_utf8_lossy(tenant),
             &String::from_utf8_lossy(token),
+            &names,
         )?;
         if admission.memory.is_some() {
             self.quota = Quota::with_tenant(
@@ -507,13 +521,15 @@ impl Session<'_> {
             } else {
                 &[]
             },
-            platforms: self
-                .shared
-                .runtime
-                .platforms
-                .iter()
-                .map(|p| p.devices.clone())
-                .collect(),
+            platforms: self.devices().filter_platforms(
+                &self
+                    .shared
+                    .runtime
+                    .platforms
+                    .iter()
+                    .map(|p| p.devices.clone())
+                    .collect::<Vec<_>>(),
+            ),
         };
         let mut payload = Vec::new();
         info.encode(&mut payload);
@@ -590,14 +606,6 @@ impl Session<'_> {
         } else {
             Err(cl::CL_INVALID_KERNEL)
         }
-    }
-
-    /// The real handles of devices `devices`, `CL_INVALID_DEVICE` if one is not a device.
-    fn device_handles(&self, devices: &[u32]) -> Result<Vec<Handle>, ClInt> {
-        devices
-            .iter()
-            .map(|d| self.shared.runtime.device(*d).map(|e| e.raw.0))
-            .collect()
     }
 
     /// Whether a new object may take `id`: a fresh non-zero id, within the client's

@@ -106,9 +106,12 @@ pub enum Action<'a> {
     Admin,
     /// Register this shared memory object (key) as a system shared memory region.
     SharedMemory(&'a str),
-    /// Open a remote OpenCL session (any shared device: a session runs the client's
-    /// kernels on the node's host, as the node's user).
+    /// Open a remote OpenCL session (a session runs the client's kernels on the
+    /// node's host, as the node's user).
     OpenCl,
+    /// See and use, in a remote OpenCL session, the shared device of node-wide index
+    /// `index` named `name` (see [`super::devices`]).
+    OpenClDevice { index: usize, name: &'a str },
 }
 
 impl std::fmt::Display for Action<'_> {
@@ -123,6 +126,9 @@ impl std::fmt::Display for Action<'_> {
             Action::Admin => f.write_str("administer the node"),
             Action::SharedMemory(key) => write!(f, "register shared memory key `{key}`"),
             Action::OpenCl => f.write_str("use the remote OpenCL devices"),
+            Action::OpenClDevice { index, name } => {
+                write!(f, "use OpenCL device {index} (`{name}`)")
+            }
         }
     }
 }
@@ -172,6 +178,8 @@ struct Grants {
     catalog: bool,
     shared_memory: Vec<String>,
     opencl: bool,
+    /// `None`: every device (when `opencl`).
+    opencl_devices: Option<Vec<String>>,
 }
 
 /// What a principal may do.
@@ -210,7 +218,8 @@ impl Principal {
                 | Action::Metrics
                 | Action::Catalog
                 | Action::SharedMemory(_)
-                | Action::OpenCl => true,
+                | Action::OpenCl
+                | Action::OpenClDevice { .. } => true,
                 Action::Load(_) | Action::Admin => *admin_open,
             },
             Access::Granted(g) => g.may(action),
@@ -271,6 +280,13 @@ impl Grants {
             Action::SharedMemory(key) => matches_any(&self.shared_memory, key),
             // Not implied by `operator`: a session runs its own kernels on the host.
             Action::OpenCl => self.opencl,
+            Action::OpenClDevice { index, name } => {
+                self.opencl
+                    && self
+                        .opencl_devices
+                        .as_ref()
+                        .is_none_or(|patterns| super::devices::matches(patterns, index, name))
+            }
         }
     }
 }
@@ -389,6 +405,15 @@ fn entry_of(t: &TenantConfig, policy_mode: bool, admin_open: bool) -> Result<Ent
     for p in patterns.chain(t.shared_memory.iter().flatten()) {
         check_pattern(&format!("tenant `{}`", t.name), p)?;
     }
+    if let Some(devices) = &t.opencl_devices {
+        super::devices::check(&format!("tenant `{}`", t.name), devices)?;
+        if t.opencl != Some(true) {
+            return Err(format!(
+                "tenant `{}`: opencl_devices grants nothing without opencl = true",
+                t.name
+            ));
+        }
+    }
     let access = if policy_mode {
         let roles = t.roles.as_deref().unwrap_or(&[]);
         Access::Granted(Arc::new(Grants {
@@ -400,6 +425,7 @@ fn entry_of(t: &TenantConfig, policy_mode: bool, admin_open: bool) -> Result<Ent
             catalog: t.catalog.unwrap_or(false),
             shared_memory: t.shared_memory.clone().unwrap_or_default(),
             opencl: t.opencl.unwrap_or(false),
+            opencl_devices: t.opencl_devices.clone(),
         }))
     } else {
         Access::Open { admin_open }

@@ -23,6 +23,7 @@
 //! is [`auth`]'s: the one identity model every front end asks.
 
 pub mod auth;
+pub mod devices;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -74,6 +75,11 @@ pub struct TenantConfig {
     /// Whether it may open remote OpenCL sessions (`--opencl`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opencl: Option<bool>,
+    /// The remote OpenCL devices its sessions see and use: indices (digits) or name
+    /// patterns (see [`devices`]); every shared device when left out, none when
+    /// empty. Needs `opencl = true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opencl_devices: Option<Vec<String>>,
 }
 
 impl TenantConfig {
@@ -86,6 +92,7 @@ impl TenantConfig {
             || self.catalog.is_some()
             || self.shared_memory.is_some()
             || self.opencl.is_some()
+            || self.opencl_devices.is_some()
     }
 }
 

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::cl;
 use crate::proto::{self, Decoded, HelloInfo, Request, Response};
+use crate::service::gate::DeviceMask;
 
 /// How long a client may take to send its `Hello`, and then to either leave or use the
 /// connection, before the node hands it over as it is.
@@ -40,12 +41,13 @@ pub(crate) enum Greeting {
     Gone,
 }
 
-/// Reads and answers a same-host client's `Hello` on `stream` (see the module docs).
-pub(crate) fn greet(stream: &TcpStream, answer: &HelloAnswer) -> Greeting {
+/// Reads and answers a same-host client's `Hello` on `stream` (see the module docs),
+/// listing only the devices of `devices` (the client's admission).
+pub(crate) fn greet(stream: &TcpStream, answer: &HelloAnswer, devices: DeviceMask) -> Greeting {
     if stream.set_read_timeout(Some(GREET_TIMEOUT)).is_err() {
         return Greeting::Untouched;
     }
-    let greeting = greet_timed(stream, answer);
+    let greeting = greet_timed(stream, answer, devices);
     // The socket option holds for the runtime process's copy too.
     if stream.set_read_timeout(None).is_err() {
         return Greeting::Gone;
@@ -53,7 +55,7 @@ pub(crate) fn greet(stream: &TcpStream, answer: &HelloAnswer) -> Greeting {
     greeting
 }
 
-fn greet_timed(mut stream: &TcpStream, answer: &HelloAnswer) -> Greeting {
+fn greet_timed(mut stream: &TcpStream, answer: &HelloAnswer, devices: DeviceMask) -> Greeting {
     let deadline = Instant::now() + GREET_TIMEOUT;
     let mut buf = [0u8; HELLO_BYTES_MAX];
     let (id, len) = loop {
@@ -89,7 +91,7 @@ fn greet_timed(mut stream: &TcpStream, answer: &HelloAnswer) -> Greeting {
     let mut payload = Vec::new();
     HelloInfo {
         host_id: &answer.host_id,
-        platforms: answer.platforms.clone(),
+        platforms: devices.filter_platforms(&answer.platforms),
         local_socket: &answer.local_socket,
     }
     .encode(&mut payload);
@@ -192,10 +194,12 @@ mod tests {
             assert_eq!((h.id, status), (7, cl::CL_SUCCESS));
             let info = HelloInfo::decode(payload).unwrap();
             assert_eq!(info.local_socket, b"netaccel-ocl-1-2");
-            assert_eq!(info.platforms, vec![vec![0, 1], vec![2]]);
+            // Only the devices of its admission, under their node-wide indices.
+            assert_eq!(info.platforms, vec![vec![1], vec![2]]);
             // Moves to the Unix socket: leaves this connection.
         });
-        assert_eq!(greet(&served, &answer()), Greeting::Gone);
+        let devices = DeviceMask::from_fn(3, |i| i != 0);
+        assert_eq!(greet(&served, &answer(), devices), Greeting::Gone);
         reader.join().unwrap();
     }
 
@@ -204,13 +208,19 @@ mod tests {
         let (mut client, served) = pair();
         client.write_all(&hello(b"this-host")).unwrap();
         client.write_all(b"next request").unwrap();
-        assert_eq!(greet(&served, &answer()), Greeting::Greeted);
+        assert_eq!(
+            greet(&served, &answer(), DeviceMask::ALL),
+            Greeting::Greeted
+        );
 
         // Another host's Hello stays in the socket for the runtime process to read.
         let (mut client, mut served) = pair();
         let other = hello(b"other-host");
         client.write_all(&other).unwrap();
-        assert_eq!(greet(&served, &answer()), Greeting::Untouched);
+        assert_eq!(
+            greet(&served, &answer(), DeviceMask::ALL),
+            Greeting::Untouched
+        );
         let mut got = vec![0; other.len()];
         served.read_exact(&mut got).unwrap();
         assert_eq!(got, other);

@@ -154,6 +154,8 @@ struct Process {
     /// The tenant memories of the clients handed to it, each once (see
     /// [`Inner::settle_tenant_memory`]).
     tenants: Mutex<Vec<Arc<TenantMemory>>>,
+    /// The tenants of the clients handed to it (see [`log::Admitted`]).
+    admitted: Arc<log::Admitted>,
 }
 
 impl Process {
@@ -457,11 +459,14 @@ impl Inner {
         let mut command = runtime_command(&self.program, mode, fds);
         let mut child = command.spawn()?;
         drop(theirs);
+        let admitted = Arc::new(log::Admitted::default());
         if let Some(stderr) = child.stderr.take() {
             let (pid, mode) = (child.id(), mode);
+            let (gate, admitted) = (self.config.gate.clone(), Arc::clone(&admitted));
+            let audit = move |line: &str| log::audit_refusal(gate.as_deref(), &admitted, line);
             let forwarding = thread::Builder::new()
                 .name("ocl-runtime-log".to_string())
-                .spawn(move || log::forward(stderr, pid, mode));
+                .spawn(move || log::forward(stderr, pid, mode, &audit));
             if let Err(e) = forwarding {
                 // Without a reader its stderr would fill and block it: not started.
                 let _ = child.kill();
@@ -478,6 +483,7 @@ impl Inner {
             killed: AtomicBool::new(false),
             clients: AtomicUsize::new(0),
             tenants: Mutex::new(Vec::new()),
+            admitted,
         });
         self.metrics.starts.inc();
         self.metrics.processes.inc();
@@ -772,15 +778,22 @@ impl Inner {
         caller: &gate::Caller,
     ) -> (greet::Greeting, Option<gate::Admission>) {
         let admission = match &self.config.gate {
-            Some(g) => match gate::admit_first(stream, caller, g.as_ref()) {
-                gate::Checked::Admitted(a) => Some(a),
-                gate::Checked::Closed => return (greet::Greeting::Gone, None),
-            },
+            Some(g) => {
+                // Known since the first process was ready (before any client).
+                let devices = lock(&self.pool).device_names.clone().unwrap_or_default();
+                match gate::admit_first(stream, caller, g.as_ref(), &devices) {
+                    gate::Checked::Admitted(a) => Some(a),
+                    gate::Checked::Closed => return (greet::Greeting::Gone, None),
+                }
+            }
             None => None,
         };
         let hello = lock(&self.pool).hello.clone();
+        let devices = admission
+            .as_ref()
+            .map_or(gate::DeviceMask::ALL, |a| a.devices);
         let greeting = match (stream, hello) {
-            (Stream::Tcp(tcp), Some(hello)) if greet => greet::greet(tcp, &hello),
+            (Stream::Tcp(tcp), Some(hello)) if greet => greet::greet(tcp, &hello, devices),
             _ => greet::Greeting::Untouched,
         };
         (greeting, admission)
@@ -850,6 +863,9 @@ impl Inner {
         if self.per_session && !refuse {
             process.clients.fetch_add(1, Ordering::SeqCst);
             self.metrics.clients.inc();
+        }
+        if let Some(a) = &admission {
+            process.admitted.add(&a.tenant);
         }
         if let Some(memory) = admission.as_ref().and_then(|a| a.memory.as_ref()) {
             let mut tenants = lock(&process.tenants);

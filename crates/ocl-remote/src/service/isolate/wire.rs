@@ -8,8 +8,8 @@
 //!    `greet::encode_platforms`), then the shared devices' names, one per line (the
 //!    process exits instead when it cannot open OpenCL);
 //! 3. node → process, per client: a fixed record ([`CLIENT_RECORD_LEN`] bytes: `kind`,
-//!    `refuse`, `greeted`, and the admission the node's gate gave, if any; see
-//!    [`encode_client`]) carrying the client's socket. The node keeps no copy, so the client's connection ends with
+//!    `refuse`, `greeted`, and the admission the node's gate gave, if any, its device
+//!    mask included; see [`encode_client`]) carrying the client's socket. The node keeps no copy, so the client's connection ends with
 //!    the process.
 //! 4. The node closes its end: the process drains (finishes its tasks, ends its
 //!    sessions) and exits.
@@ -26,7 +26,7 @@ use rustix::net::{
 };
 
 use crate::service::account::TenantMemory;
-use crate::service::gate::{Admission, TENANT_BYTES_MAX};
+use crate::service::gate::{Admission, DeviceMask, TENANT_BYTES_MAX};
 use crate::service::ServiceConfig;
 use crate::stream::Stream;
 
@@ -128,12 +128,13 @@ pub(crate) struct ClientRecord {
 }
 
 /// Bytes of one [`ClientRecord`] on the control socket.
-pub(crate) const CLIENT_RECORD_LEN: usize = 4 + 8 + 1 + TENANT_BYTES_MAX;
+pub(crate) const CLIENT_RECORD_LEN: usize = 4 + 8 + 8 + 1 + TENANT_BYTES_MAX;
 
 /// `kind`, `refuse`, `greeted`, `admitted` (one byte each), the bound of the
 /// admission's tenant memory (`u64`, all ones for none: then no second descriptor
-/// comes with the connection's), the tenant's name (a length byte and
-/// [`TENANT_BYTES_MAX`] bytes, cut there and padded with zeros).
+/// comes with the connection's), the admission's device mask (`u64`), the tenant's
+/// name (a length byte and [`TENANT_BYTES_MAX`] bytes, cut there and padded with
+/// zeros).
 pub(crate) fn encode_client(r: &ClientRecord) -> [u8; CLIENT_RECORD_LEN] {
     let mut out = [0u8; CLIENT_RECORD_LEN];
     let a = r.admission.clone().unwrap_or_default();
@@ -145,12 +146,13 @@ pub(crate) fn encode_client(r: &ClientRecord) -> [u8; CLIENT_RECORD_LEN] {
     ]);
     let max = a.memory.as_ref().map_or(u64::MAX, |m| m.max());
     out[4..12].copy_from_slice(&max.to_le_bytes());
+    out[12..20].copy_from_slice(&a.devices.bits().to_le_bytes());
     let mut cut = a.tenant.len().min(TENANT_BYTES_MAX);
     while !a.tenant.is_char_boundary(cut) {
         cut -= 1;
     }
-    out[12] = cut as u8;
-    out[13..13 + cut].copy_from_slice(&a.tenant.as_bytes()[..cut]);
+    out[20] = cut as u8;
+    out[21..21 + cut].copy_from_slice(&a.tenant.as_bytes()[..cut]);
     out
 }
 
@@ -158,13 +160,15 @@ pub(crate) fn encode_client(r: &ClientRecord) -> [u8; CLIENT_RECORD_LEN] {
 /// descriptor: its bound (`None` when there is none).
 pub(crate) fn decode_client(b: &[u8; CLIENT_RECORD_LEN]) -> (ClientRecord, Option<u64>) {
     let max = u64::from_le_bytes(b[4..12].try_into().expect("8 bytes"));
-    let len = usize::from(b[12]).min(TENANT_BYTES_MAX);
+    let devices = u64::from_le_bytes(b[12..20].try_into().expect("8 bytes"));
+    let len = usize::from(b[20]).min(TENANT_BYTES_MAX);
     let record = ClientRecord {
         unix: b[0] == 1,
         refuse: b[1] == 1,
         greeted: b[2] == 1,
         admission: (b[3] == 1).then(|| Admission {
-            tenant: String::from_utf8_lossy(&b[13..13 + len]).into_owned(),
+            tenant: String::from_utf8_lossy(&b[21..21 + len]).into_owned(),
+            devices: DeviceMask::from_bits(devices),
             memory: None,
         }),
     };
@@ -283,6 +287,7 @@ mod tests {
             greeted: false,
             admission: Some(Admission {
                 tenant: "team-a".to_string(),
+                devices: DeviceMask::from_fn(3, |i| i == 2),
                 memory: Some(TenantMemory::create(1 << 20).unwrap()),
             }),
         };
@@ -304,6 +309,7 @@ mod tests {
             Some(Admission::default()),
             Some(Admission {
                 tenant: "é".repeat(40),
+                devices: DeviceMask::from_fn(DeviceMask::DEVICES_MAX, |i| i == 63),
                 memory: None,
             }),
         ] {
@@ -320,6 +326,10 @@ mod tests {
                 t.chars().take(TENANT_BYTES_MAX / 2).collect::<String>()
             });
             assert_eq!(back.admission.as_ref().map(|a| a.tenant.clone()), cut);
+            assert_eq!(
+                back.admission.as_ref().map(|a| a.devices),
+                r.admission.as_ref().map(|a| a.devices)
+            );
             assert_eq!((back.unix, back.refuse, back.greeted), (false, false, true));
         }
     }

@@ -31,7 +31,7 @@ impl Session<'_> {
             } => {
                 let program = self.objects.get::<Program>(program)?;
                 let raw = program.real.handle();
-                let dev = self.shared.runtime.device(device)?.raw.0;
+                let dev = self.device(device)?.raw.0;
                 // SAFETY: valid handles and buffers.
                 info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetProgramBuildInfo)(raw, dev, param, s, b, r)
@@ -50,7 +50,7 @@ impl Session<'_> {
                 param,
             } => {
                 let raw = self.objects.get::<Kernel>(kernel)?.real.handle();
-                let dev = self.shared.runtime.device(device)?.raw.0;
+                let dev = self.device(device)?.raw.0;
                 // SAFETY: valid handles and buffers.
                 info_bytes(INFO_BYTES_MAX, &mut |s, b, r| unsafe {
                     (api.clGetKernelWorkGroupInfo)(raw, dev, param, s, b, r)
@@ -88,7 +88,7 @@ impl Session<'_> {
     /// Answers as the OpenCL 3.0 device presented (see `presented`).
     fn device_info(&self, device: u32, param: u32) -> Answer {
         let api = &self.shared.runtime.api;
-        let entry = self.shared.runtime.device(device)?;
+        let entry = self.device(device)?;
         if let Some(answer) = presented::fixed_device_info(param) {
             return Ok(answer);
         }

@@ -60,7 +60,8 @@ func (r registryClient) lookup(ctx context.Context, function, instance string) (
 
 // env is what a container of the claim gets: the names the netaccel clients read
 // (NETACCEL_NODE for the CLI's HTTP calls), the webhook's names for the same
-// addresses, the node's TLS ports when it has them, and the slot.
+// addresses, the node's TLS ports when it has them (as the webhook names them), and
+// the slot.
 func (r registryClient) env(b binding) []string {
 	env := []string{
 		"NETACCEL_NODE=http://" + b.HTTP,
@@ -76,7 +77,7 @@ func (r registryClient) env(b binding) []string {
 		env = append(env, "NETACCEL_NODE_HTTPS="+b.HTTPS)
 	}
 	if b.RACTLS != "" {
-		env = append(env, "NETACCEL_RAC_TLS="+b.RACTLS)
+		env = append(env, "NETACCEL_NODE_RAC_TLS="+b.RACTLS)
 	}
 	return env
 }

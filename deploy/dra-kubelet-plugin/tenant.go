@@ -173,7 +173,7 @@ func tenantCredentials(ctx context.Context, secrets secretGetter, ref *tenantRef
 	if err != nil {
 		return nil, nil, err
 	}
-	https, racTLS := envValue(bound, "NETACCEL_NODE_HTTPS"), envValue(bound, "NETACCEL_RAC_TLS")
+	https, racTLS := envValue(bound, "NETACCEL_NODE_HTTPS"), envValue(bound, "NETACCEL_NODE_RAC_TLS")
 	if https == "" || racTLS == "" {
 		return nil, nil, fmt.Errorf("tenant %s authenticates with a client certificate (Secret %s/%s) but the device's node serves no HTTPS and RAC-over-TLS ports (its [tls] section)",
 			ref.Tenant, ref.Namespace, ref.CertSecret)

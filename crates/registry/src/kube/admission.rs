@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use ::kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
-use k8s_openapi::api::core::v1::{EnvVar, Pod};
+use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, Pod, SecretKeySelector};
 use serde_json::{json, Value};
 
 use crate::model::{check_name, BACKENDS, TEXT_BYTES_MAX};
@@ -33,6 +33,14 @@ pub const FUNCTION: &str = "netaccel.io/function";
 pub const INSTANCE: &str = "netaccel.io/instance";
 /// Written by the webhook: the netaccel node the instance was bound on.
 pub const NODE: &str = "netaccel.io/node";
+/// The tenant the Pod's containers call as (`NETACCEL_TENANT`; optional).
+pub const TENANT: &str = "netaccel.io/tenant";
+/// A Secret of the Pod's namespace whose key `token` is the tenant's token: the
+/// containers get it as `NETACCEL_TENANT_TOKEN` through a `secretKeyRef`, resolved by
+/// the kubelet (the webhook never reads it). Needs [`TENANT`].
+pub const TENANT_TOKEN_SECRET: &str = "netaccel.io/tenant-token-secret";
+/// The key of the tenant's Secret that holds the token (as the DRA plugin reads it).
+pub const TENANT_TOKEN_KEY: &str = "token";
 /// The node selector the webhook sets: a netaccel node's name is its Kubernetes
 /// node's name (`kubernetes.io/hostname`).
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
@@ -78,6 +86,39 @@ pub struct Ask {
     /// The node the Pod is already pinned to (its `kubernetes.io/hostname` selector),
     /// tried first.
     pub pinned: Option<String>,
+    /// Who its containers call as.
+    pub tenant: Option<Tenant>,
+}
+
+/// A Pod's tenant, from its annotations: the name, and the Secret of its token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tenant {
+    pub name: String,
+    pub token_secret: Option<String>,
+}
+
+/// The tenant `pod`'s annotations name ([`TENANT`], [`TENANT_TOKEN_SECRET`]), if any;
+/// a reason when they cannot be honoured.
+pub fn tenant_of(pod: &Pod) -> Result<Option<Tenant>, String> {
+    let annotations = pod.metadata.annotations.as_ref();
+    let get = |key: &str| annotations.and_then(|a| a.get(key));
+    let secret = get(TENANT_TOKEN_SECRET);
+    let Some(name) = get(TENANT) else {
+        return match secret {
+            Some(_) => Err(format!(
+                "annotation {TENANT_TOKEN_SECRET} needs {TENANT}: the tenant the token is for"
+            )),
+            None => Ok(None),
+        };
+    };
+    check_name(TENANT, name)?;
+    if let Some(secret) = secret {
+        check_name(TENANT_TOKEN_SECRET, secret)?;
+    }
+    Ok(Some(Tenant {
+        name: name.clone(),
+        token_secret: secret.cloned(),
+    }))
 }
 
 /// What the webhook does with a request.
@@ -172,6 +213,7 @@ fn read_ask(
         vendor: text(VENDOR)?,
         colocate,
         pinned,
+        tenant: tenant_of(pod)?,
     })
 }
 
@@ -276,16 +318,59 @@ impl Binding {
     }
 }
 
+/// Every container's variables: the binding's, then the tenant's (its name, and its
+/// token from its Secret through the kubelet).
+fn environment(binding: &Binding, registry_url: &str, tenant: Option<&Tenant>) -> Vec<EnvVar> {
+    let mut env: Vec<EnvVar> = binding
+        .env(registry_url)
+        .into_iter()
+        .map(|(name, value)| EnvVar {
+            name: name.to_string(),
+            value: Some(value),
+            value_from: None,
+        })
+        .collect();
+    if let Some(tenant) = tenant {
+        env.push(EnvVar {
+            name: "NETACCEL_TENANT".to_string(),
+            value: Some(tenant.name.clone()),
+            value_from: None,
+        });
+        if let Some(secret) = &tenant.token_secret {
+            env.push(EnvVar {
+                name: "NETACCEL_TENANT_TOKEN".to_string(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: secret.clone(),
+                        key: TENANT_TOKEN_KEY.to_string(),
+                        optional: None,
+                    }),
+                    ..Default::default()
+                }),
+            });
+        }
+    }
+    env
+}
+
 fn add(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Add(AddOperation { path, value })
 }
 
 /// The patch recording `binding` in `pod`: the annotations `netaccel.io/instance` and
 /// `netaccel.io/node`, the label `netaccel.io/instance` (which the Pod watcher selects
-/// on), the environment in every container (and init container), and,
-/// when colocated, the node selector of the slot's node. Variables a container already
-/// sets are left as the Pod's author set them.
-pub fn patch(pod: &Pod, binding: &Binding, registry_url: &str, colocate: bool) -> Patch {
+/// on), the environment in every container (and init container) — `tenant`'s name and
+/// its token's `secretKeyRef` included — and, when colocated, the node selector of the
+/// slot's node. Variables a container already sets are left as the Pod's author set
+/// them.
+pub fn patch(
+    pod: &Pod,
+    binding: &Binding,
+    registry_url: &str,
+    colocate: bool,
+    tenant: Option<&Tenant>,
+) -> Patch {
     let mut ops = Vec::new();
     let annotations = pod.metadata.annotations.as_ref();
     if annotations.is_none() {
@@ -310,7 +395,7 @@ pub fn patch(pod: &Pod, binding: &Binding, registry_url: &str, colocate: bool) -
         PointerBuf::from_tokens(["metadata", "labels", INSTANCE]),
         Value::String(binding.id.clone()),
     ));
-    let env = binding.env(registry_url);
+    let env = environment(binding, registry_url, tenant);
     if let Some(spec) = &pod.spec {
         let lists = [
             ("containers", Some(&spec.containers)),
@@ -322,15 +407,8 @@ pub fn patch(pod: &Pod, binding: &Binding, registry_url: &str, colocate: bool) -
                 let existing = container.env.as_deref().unwrap_or_default();
                 let missing: Vec<Value> = env
                     .iter()
-                    .filter(|(name, _)| !existing.iter().any(|e| e.name == *name))
-                    .map(|(name, value)| {
-                        serde_json::to_value(EnvVar {
-                            name: name.to_string(),
-                            value: Some(value.clone()),
-                            value_from: None,
-                        })
-                        .expect("an EnvVar serialises")
-                    })
+                    .filter(|var| !existing.iter().any(|e| e.name == var.name))
+                    .map(|var| serde_json::to_value(var).expect("an EnvVar serialises"))
                     .collect();
                 if container.env.is_none() {
                     ops.push(add(

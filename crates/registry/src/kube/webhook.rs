@@ -130,7 +130,13 @@ async fn decide(hook: &Hook, request: &AdmissionRequest<Pod>) -> AdmissionRespon
         Ok(binding) => {
             info!(instance = %binding.id, function = %ask.function, node = %binding.node,
                 namespace = ?request.namespace, "admission: Pod bound to a slot");
-            let patch = admission::patch(pod, &binding, &hook.registry_url, ask.colocate);
+            let patch = admission::patch(
+                pod,
+                &binding,
+                &hook.registry_url,
+                ask.colocate,
+                ask.tenant.as_ref(),
+            );
             match allowed.clone().with_patch(patch) {
                 Ok(r) => r,
                 Err(e) => deny(allowed, format!("netaccel: cannot write the patch: {e}")),
@@ -175,7 +181,11 @@ async fn claim_environment(
         let Some(binding) = value.as_ref().and_then(Binding::from_json) else {
             continue;
         };
-        let patch = admission::patch(pod, &binding, &hook.registry_url, false);
+        let tenant = match admission::tenant_of(pod) {
+            Ok(tenant) => tenant,
+            Err(reason) => return deny(allowed, reason),
+        };
+        let patch = admission::patch(pod, &binding, &hook.registry_url, false, tenant.as_ref());
         return match allowed.clone().with_patch(patch) {
             Ok(r) => r,
             Err(_) => allowed,

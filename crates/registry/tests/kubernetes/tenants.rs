@@ -92,8 +92,16 @@ fn a_claim_for_a_tenant_calls_with_the_injected_credential_and_another_tenant_is
     with_node(|mut c| async move {
         let Cluster { node, plane, net } = &mut c;
         let config = tenants_config();
-        let (_registry, _netaccel) =
-            dra_setup_configured(plane, net, node, &["sobel", "echo"], "1500", &config).await;
+        // A second sobel slot for the Pod the admission webhook binds.
+        let (_registry, _netaccel) = dra_setup_configured(
+            plane,
+            net,
+            node,
+            &["sobel", "echo", "sobel"],
+            "1500",
+            &config,
+        )
+        .await;
         let secrets: Api<Secret> = Api::default_namespaced(plane.client.clone());
         for (tenant, token) in [("team-a", TOKEN_A), ("team-b", TOKEN_B)] {
             let secret: Secret = serde_json::from_value(json!({
@@ -155,8 +163,54 @@ fn a_claim_for_a_tenant_calls_with_the_injected_credential_and_another_tenant_is
             );
         }
 
+        // The webhook's way: a Pod asking for sobel by annotation names its tenant and
+        // the Secret of its token; the webhook gives its containers NETACCEL_TENANT and
+        // a secretKeyRef for NETACCEL_TENANT_TOKEN, which the kubelet resolves.
+        let mut hooked = script_pod(
+            "team-a-hook",
+            &format!(
+                "echo \"$NETACCEL_TENANT\"; \
+                 netaccel --node \"$NETACCEL_NODE_HTTP\" call sobel {call} | od -An -v -tx1 | tr -d ' \\n'; echo; \
+                 netaccel call sobel --rac \"$NETACCEL_NODE_RAC\" {call} | od -An -v -tx1 | tr -d ' \\n'; echo; \
+                 exec sleep 3600"
+            ),
+            json!({
+                "volumes": [{"name": "in", "configMap": {"name": "image"}}],
+                "containers": [{"volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
+            }),
+        );
+        hooked.metadata.annotations = Some(BTreeMap::from([
+            ("netaccel.io/accelerator".to_string(), "sobel".to_string()),
+            ("netaccel.io/tenant".to_string(), "team-a".to_string()),
+            (
+                "netaccel.io/tenant-token-secret".to_string(),
+                "team-a-token".to_string(),
+            ),
+        ]));
+        let stored = pods.create(&PostParams::default(), &hooked).await.unwrap();
+        let env = serde_json::to_value(&stored.spec.unwrap().containers[0].env).unwrap();
+        assert!(
+            !env.to_string().contains(TOKEN_A),
+            "the token's value in the Pod: {env}"
+        );
+        let token = env
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "NETACCEL_TENANT_TOKEN")
+            .cloned();
+        assert_eq!(
+            token.map(|t| t["valueFrom"]["secretKeyRef"].clone()),
+            Some(json!({"name": "team-a-token", "key": "token"})),
+            "{env}"
+        );
+        let h = printed(plane, "team-a-hook", 3).await;
+        assert_eq!(h[0], "team-a", "{h:?}");
+        assert_eq!(h[1], want, "the webhook's Pod over HTTP: {h:?}");
+        assert_eq!(h[2], want, "the webhook's Pod over RAC: {h:?}");
+
         tokens_only_in_the_cdi_specs(node);
-        for name in ["team-a", "team-b"] {
+        for name in ["team-a", "team-b", "team-a-hook"] {
             pods.delete(name, &Default::default()).await.unwrap();
         }
         eventually("the claims unprepared", Duration::from_secs(30), || {

@@ -91,6 +91,15 @@ fn annotations_that_cannot_be_honoured_are_denied_with_the_reason() {
         (json!({ACCELERATOR: "sobel", COLOCATE: "yes"}), COLOCATE),
         (json!({ACCELERATOR: "sobel", FUNCTION: "a/b"}), FUNCTION),
         (json!({ACCELERATOR: "sobel", HASH: ""}), HASH),
+        (json!({ACCELERATOR: "sobel", TENANT: "team a"}), TENANT),
+        (
+            json!({ACCELERATOR: "sobel", TENANT_TOKEN_SECRET: "tok"}),
+            "needs netaccel.io/tenant",
+        ),
+        (
+            json!({ACCELERATOR: "sobel", TENANT: "a", TENANT_TOKEN_SECRET: "t/x"}),
+            TENANT_TOKEN_SECRET,
+        ),
     ] {
         match ask(&parse(&review(annotations.clone()))) {
             Verdict::Deny(reason) => assert!(reason.contains(want), "{annotations}: {reason}"),
@@ -124,7 +133,7 @@ fn the_patch_records_the_binding_and_applies_to_the_pod() {
     let v = review(json!({ACCELERATOR: "sobel"}));
     let req = parse(&v);
     let pod = req.object.clone().unwrap();
-    let p = patch(&pod, &binding(), "http://registry:7400", true);
+    let p = patch(&pod, &binding(), "http://registry:7400", true, None);
     let mut doc = v["request"]["object"].clone();
     json_patch::patch(&mut doc, &p).unwrap();
     assert_eq!(doc["metadata"]["annotations"][INSTANCE], "k8s-1");
@@ -181,7 +190,7 @@ fn the_patch_records_the_binding_and_applies_to_the_pod() {
     let mut b = binding();
     (b.opencl, b.https, b.rac_tls) = (None, None, None);
     let mut doc = v["request"]["object"].clone();
-    json_patch::patch(&mut doc, &patch(&pod, &b, "r", false)).unwrap();
+    json_patch::patch(&mut doc, &patch(&pod, &b, "r", false, None)).unwrap();
     assert!(doc["spec"].get("nodeSelector").is_none());
     assert_eq!(
         doc["spec"]["containers"][0]["env"]
@@ -201,7 +210,7 @@ fn a_pod_without_annotations_map_or_owner_still_patches() {
     .unwrap();
     assert_eq!(function_of(&pod).as_deref(), Some("solo"));
     let mut doc = serde_json::to_value(&pod).unwrap();
-    json_patch::patch(&mut doc, &patch(&pod, &binding(), "r", true)).unwrap();
+    json_patch::patch(&mut doc, &patch(&pod, &binding(), "r", true, None)).unwrap();
     assert_eq!(doc["metadata"]["annotations"][INSTANCE], "k8s-1");
     assert_eq!(doc["metadata"]["labels"][INSTANCE], "k8s-1");
     assert_eq!(doc["spec"]["nodeSelector"]["disk"], "ssd");
@@ -233,8 +242,53 @@ proptest! {
         }
         if let Ok(req) = parse_review(&body) {
             if let (Verdict::Bind(a), Some(pod)) = (ask(&req), req.object.as_ref()) {
-                let _ = patch(pod, &binding(), "r", a.colocate);
+                let _ = patch(pod, &binding(), "r", a.colocate, a.tenant.as_ref());
             }
         }
     }
+}
+
+#[test]
+fn a_pods_tenant_gets_its_name_and_its_token_from_its_secret() {
+    let v = review(
+        json!({ACCELERATOR: "sobel", TENANT: "team-a", TENANT_TOKEN_SECRET: "team-a-token"}),
+    );
+    let req = parse(&v);
+    let Verdict::Bind(ask) = ask(&req) else {
+        panic!("not bound")
+    };
+    let tenant = ask.tenant.clone().unwrap();
+    assert_eq!(
+        tenant,
+        Tenant {
+            name: "team-a".into(),
+            token_secret: Some("team-a-token".into())
+        }
+    );
+    let pod = req.object.clone().unwrap();
+    let mut doc = v["request"]["object"].clone();
+    json_patch::patch(&mut doc, &patch(&pod, &binding(), "r", true, Some(&tenant))).unwrap();
+    let env = doc["spec"]["containers"][0]["env"].as_array().unwrap();
+    let var = |name: &str| env.iter().find(|e| e["name"] == name).cloned();
+    assert_eq!(var("NETACCEL_TENANT").unwrap()["value"], "team-a");
+    // The token is the kubelet's to read: a reference to the Secret, never a value.
+    let token = var("NETACCEL_TENANT_TOKEN").unwrap();
+    assert!(token.get("value").is_none(), "{token}");
+    assert_eq!(
+        token["valueFrom"]["secretKeyRef"],
+        json!({"name": "team-a-token", "key": "token"})
+    );
+    // A tenant without a Secret (a node that maps it from certificates, or admits it
+    // by name): the name only.
+    let named = Tenant {
+        name: "team-b".into(),
+        token_secret: None,
+    };
+    let mut doc = v["request"]["object"].clone();
+    json_patch::patch(&mut doc, &patch(&pod, &binding(), "r", true, Some(&named))).unwrap();
+    let env = doc["spec"]["containers"][0]["env"].as_array().unwrap();
+    assert!(env
+        .iter()
+        .any(|e| e["name"] == "NETACCEL_TENANT" && e["value"] == "team-b"));
+    assert!(!env.iter().any(|e| e["name"] == "NETACCEL_TENANT_TOKEN"));
 }

@@ -34,6 +34,7 @@ use serde::Deserialize;
 
 use crate::batching::{instances, DynamicBatching, InstanceGroup};
 use crate::ensemble::{Ensemble, Scheduling};
+use crate::image::{self, Preprocess};
 use crate::sequencing::{control_spec, SequenceBatching};
 
 /// Largest `max_batch_size`.
@@ -55,16 +56,19 @@ pub enum Backend {
     Tract,
     /// ONNX Runtime, from a `libonnxruntime.so` the node loads at start.
     OnnxRuntime,
+    /// The node's image decoder ([`crate::image`]): no ONNX file.
+    Image,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 2] = [Backend::Tract, Backend::OnnxRuntime];
+    pub const ALL: [Backend; 3] = [Backend::Tract, Backend::OnnxRuntime, Backend::Image];
 
     /// The name `config.toml` gives it.
     pub fn name(self) -> &'static str {
         match self {
             Backend::Tract => "tract",
             Backend::OnnxRuntime => "onnxruntime",
+            Backend::Image => "image",
         }
     }
 }
@@ -124,6 +128,9 @@ pub struct ModelConfig {
     /// An ensemble's steps (`platform = "ensemble"`, see [`crate::ensemble`]): the
     /// model has no ONNX file of its own. `None`: an ONNX model.
     pub ensemble: Option<Ensemble>,
+    /// What the `image` engine makes of each image (`backend = "image"` and its
+    /// `[image]`, see [`crate::image`]); `None` for the other engines.
+    pub image: Option<Preprocess>,
 }
 
 /// Most responses one request to a decoupled model gets.
@@ -187,6 +194,8 @@ struct Raw {
     platform: Option<String>,
     #[serde(default)]
     ensemble_scheduling: Option<Scheduling>,
+    #[serde(default)]
+    image: Option<image::Section>,
 }
 
 /// The platform of an ensemble, Triton's word; a model's engine is its `backend`.
@@ -417,6 +426,11 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         Some(section) => Some(section.check(t.max_batch_size)?),
         None => oldest,
     };
+    let image = match (backend, raw.image) {
+        (Backend::Image, section) => Some(Preprocess::new(section.unwrap_or_default(), &t)?),
+        (_, None) => None,
+        (_, Some(_)) => return Err("image: only for backend = \"image\"".to_string()),
+    };
     Ok(ModelConfig {
         tensors: t,
         backend,
@@ -429,6 +443,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         instances: instances(&raw.instance_group)?,
         responses,
         ensemble,
+        image,
     })
 }
 

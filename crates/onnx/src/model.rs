@@ -1,6 +1,7 @@
 //! One ONNX model: read, checked against its config, planned once by its engine
 //! (tract, or ONNX Runtime when its config says `backend = "onnxruntime"`), then run
-//! call after call.
+//! call after call; or, with `backend = "image"`, the node's image decoder
+//! ([`crate::image`]) under the same interface.
 //!
 //! The [`Model`] is the catalog entry (an [`Accelerator`]); each slot that loads it
 //! gets a [`Session`]. With tract the sessions share the model's plans: tract's run
@@ -24,6 +25,7 @@ use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::config::{Backend, ModelConfig};
 use crate::element::{self, Le};
+use crate::image::Preprocess;
 use crate::onnxruntime;
 
 type Plan = TypedRunnableModel<TypedModel>;
@@ -72,6 +74,8 @@ enum Engine {
         provider: crate::config::Provider,
         own: onnxruntime::Runner,
     },
+    /// The image decoder (`backend = "image"`): what it makes of each image.
+    Image(Arc<Preprocess>),
 }
 
 /// tract's plans of one model. tract optimises a graph far better when every dim is a
@@ -123,12 +127,22 @@ impl Model {
         let sequence = config.sequence_batching;
         let responses = config.responses;
         let instances = config.instances;
-        let typed = catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
-            .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
-            .and_then(|r| r);
+        let typed = || {
+            catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
+                .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
+                .and_then(|r| r)
+        };
         let (engine, macs_per_item) = match config.backend {
+            Backend::Image => {
+                let p = config
+                    .image
+                    .ok_or("backend = \"image\" without its [image]")?;
+                // A decode and a resize: some tens of operations a value.
+                let macs = 32 * p.item_bytes() as u64;
+                (Engine::Image(Arc::new(p)), macs)
+            }
             Backend::Tract => {
-                let (model, macs) = typed?;
+                let (model, macs) = typed()?;
                 let plans = catch_unwind(AssertUnwindSafe(|| plans(model, &tensors)))
                     .map_err(|_| "tract failed on this model (a panic while planning it)")??;
                 (Engine::Tract(Arc::new(plans)), macs)
@@ -140,7 +154,7 @@ impl Model {
                 // ONNX Runtime checked the tensors; tract, when it reads the model too,
                 // counts its work. Else a dense model's estimate: each weight (4 bytes)
                 // one multiply-add per item.
-                let macs = typed.map_or((onnx.len() / 4) as u64, |(_, macs)| macs);
+                let macs = typed().map_or((onnx.len() / 4) as u64, |(_, macs)| macs);
                 let onnx = Arc::from(onnx);
                 let engine = Engine::OnnxRuntime {
                     onnx,
@@ -199,6 +213,7 @@ impl Model {
         match self.engine {
             Engine::Tract(_) => Backend::Tract,
             Engine::OnnxRuntime { .. } => Backend::OnnxRuntime,
+            Engine::Image(_) => Backend::Image,
         }
     }
 
@@ -206,6 +221,7 @@ impl Model {
     pub fn session(&self) -> Result<Session, String> {
         let run = match &self.engine {
             Engine::Tract(plans) => Run::Tract(Arc::clone(plans)),
+            Engine::Image(p) => Run::Image(Arc::clone(p)),
             Engine::OnnxRuntime {
                 onnx,
                 library,
@@ -492,6 +508,7 @@ impl Accelerator for Model {
                 let (batch, parts) = tensors.split_inputs(input)?;
                 own.run(&tensors, batch, &parts, out)
             }
+            Engine::Image(p) => p.run(&self.tensors, input, out),
         }
     }
 
@@ -536,6 +553,7 @@ pub struct Session {
 enum Run {
     Tract(Arc<Plans>),
     OnnxRuntime(onnxruntime::Runner),
+    Image(Arc<Preprocess>),
 }
 
 impl Session {
@@ -543,11 +561,15 @@ impl Session {
     /// `out` receives the outputs the same way.
     pub fn run(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
         out.clear();
+        if let Run::Image(p) = &self.run {
+            return p.run(&self.tensors, input, out);
+        }
         let (tensors, input) = given(&self.tensors, input)?;
         let (batch, parts) = tensors.split_inputs(input)?;
         let plans = match &self.run {
             Run::Tract(plans) => plans,
             Run::OnnxRuntime(runner) => return runner.run(&tensors, batch, &parts, out),
+            Run::Image(_) => unreachable!("run above"),
         };
         let mut values: TVec<TValue> = TVec::with_capacity(tensors.inputs.len());
         for (spec, bytes) in tensors.inputs.iter().zip(parts) {

@@ -273,3 +273,44 @@ impl Preprocess {
 
 #[cfg(test)]
 mod tests;
+
+/// The body of the `image_input` fuzz target (`fuzz/`), replayed over its corpus by
+/// `tests/fuzz_corpus.rs`: any bytes as one image to a model of 3 × 8 × 8 FP32 values
+/// (INCEPTION) with a budget of 4096 pixels. It decodes to exactly its values, each
+/// within -1..=1, or is refused BAD_REQUEST naming the image; never a panic.
+pub mod fuzzing {
+    use super::*;
+
+    pub fn image_input(data: &[u8]) {
+        let spec = |name: &str, datatype, dims| accel::tensors::TensorSpec {
+            name: name.to_string(),
+            datatype,
+            dims,
+        };
+        let t = Tensors {
+            inputs: vec![spec("INPUT", DataType::Bytes, vec![1])],
+            outputs: vec![spec("OUTPUT", DataType::Fp32, vec![3, 8, 8])],
+            max_batch_size: 4,
+        };
+        let section = Section {
+            scaling: Some("INCEPTION".into()),
+            format: None,
+            pixels_max: Some(4096),
+        };
+        let p = Preprocess::new(section, &t).expect("a valid model");
+        let mut payload = Vec::with_capacity(data.len() + 4);
+        accel::tensors::push_bytes_element(data, &mut payload);
+        let mut out = Vec::new();
+        match p.run(&t, &payload, &mut out) {
+            Ok(()) => {
+                assert_eq!(out.len(), p.item_bytes());
+                assert!(out
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+                    .all(|v| (-1.0..=1.0).contains(&v)));
+            }
+            Err(CallError::BadRequest(m)) => assert!(m.starts_with("image 0: ") && m.len() > 9),
+            Err(e) => panic!("not the caller's error: {e:?}"),
+        }
+    }
+}

@@ -12,7 +12,9 @@
 #
 # Needs: python3; tritonclient[http,grpc], onnx, pillow and attrdict (the image
 # clients) are installed with pip when missing. The image clients classify one
-# picture the runner draws (a colour gradient) with `densenet_onnx`, top 3 classes. The node listens on Triton's own ports, 8000 (HTTP)
+# picture the runner draws (a colour gradient), top 3 classes: image_client.py and
+# grpc_image_client.py with `densenet_onnx`, ensemble_image_client.py sending the PNG
+# file's bytes to `preprocess_inception_ensemble`. The node listens on Triton's own ports, 8000 (HTTP)
 # and 8001 (gRPC), when they are free: memory_growth_test.py takes no address and
 # calls those; otherwise on free ports, and that example fails saying so.
 # Environment: NODE_BIN [target/debug/netaccel-node, built when missing], TIMEOUT [60]
@@ -86,6 +88,10 @@ for example in "$EXAMPLES"/*.py; do
     case "$name" in
     image_client.py | grpc_image_client.py)
         args+=(-m densenet_onnx -c 3 -s INCEPTION "$SCRATCH/picture.png")
+        ;;
+    # Its default model, preprocess_inception_ensemble: the file's bytes are sent.
+    ensemble_image_client.py)
+        args+=(-c 3 "$SCRATCH/picture.png")
         ;;
     esac
     if (cd "$SCRATCH" && timeout "$TIMEOUT" python3 "$example" "${args[@]}") >"$SCRATCH/out" 2>&1; then

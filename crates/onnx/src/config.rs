@@ -269,15 +269,32 @@ fn provider(name: Option<&str>, backend: Backend) -> Result<Provider, String> {
     Ok(provider)
 }
 
+/// What a load's configuration override (the model repository extension's
+/// `parameters.config`) changes of a model's `config.toml`: the fields a model rebuilt
+/// from its files can take. `None`: as the file says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Override {
+    pub max_batch_size: Option<u32>,
+}
+
 /// Parses the config of the model in folder `folder`. The error names the field.
 pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
+    parse_overridden(folder, text, Override::default())
+}
+
+/// Parses the config of the model in folder `folder` with `o` in place of what the
+/// text says, every check made on the result. The error names the field.
+pub fn parse_overridden(folder: &str, text: &str, o: Override) -> Result<ModelConfig, String> {
     if text.len() > CONFIG_BYTES_MAX {
         return Err(format!(
             "is {} bytes, more than {CONFIG_BYTES_MAX}",
             text.len()
         ));
     }
-    let raw: Raw = toml::from_str(text).map_err(|e| toml_error(&e))?;
+    let mut raw: Raw = toml::from_str(text).map_err(|e| toml_error(&e))?;
+    if let Some(n) = o.max_batch_size {
+        raw.max_batch_size = n;
+    }
     if let Some(name) = &raw.name {
         if name != folder {
             return Err(format!(

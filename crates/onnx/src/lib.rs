@@ -29,7 +29,7 @@ pub mod onnxruntime;
 pub mod repository;
 pub mod sequencing;
 
-pub use config::{Backend, ModelConfig};
+pub use config::{Backend, ModelConfig, Override};
 pub use model::{Engines, Model, Session};
 pub use repository::{scan, Found, Scan};
 

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
 
-use crate::config::{Backend, ModelConfig};
+use crate::config::{self, Backend, ModelConfig, Override};
 use crate::element::{self, Le};
 use crate::image::Preprocess;
 use crate::onnxruntime;
@@ -61,6 +61,15 @@ pub struct Model {
     responses: Option<usize>,
     /// Slots of the default CPU device that host it (`[[instance_group]]`).
     instances: usize,
+    /// What it was built from, to build it again with a configuration override.
+    source: Source,
+}
+
+/// A model's files as read at start, and the engines' settings.
+struct Source {
+    onnx: Arc<[u8]>,
+    config_text: Arc<[u8]>,
+    engines: Engines,
 }
 
 /// The engine that runs a model, with what it made at load.
@@ -122,6 +131,11 @@ impl Model {
             ));
         }
         let tensor_configs = tensor_configs(&config);
+        let source = Source {
+            onnx: Arc::from(onnx),
+            config_text: Arc::from(config_text),
+            engines: engines.clone(),
+        };
         let tensors = config.tensors;
         let batching = config.dynamic_batching;
         let sequence = config.sequence_batching;
@@ -155,7 +169,7 @@ impl Model {
                 // counts its work. Else a dense model's estimate: each weight (4 bytes)
                 // one multiply-add per item.
                 let macs = typed().map_or((onnx.len() / 4) as u64, |(_, macs)| macs);
-                let onnx = Arc::from(onnx);
+                let onnx = Arc::clone(&source.onnx);
                 let engine = Engine::OnnxRuntime {
                     onnx,
                     library,
@@ -186,7 +200,35 @@ impl Model {
             sequence,
             responses,
             instances,
+            source,
         })
+    }
+
+    /// The same model built again from its files with `o` applied to its
+    /// `config.toml` (a load's configuration override): parsed, checked against the
+    /// ONNX graph and planned by its engine as at start, under the same name, version
+    /// and id, with the same labels. The error names what does not fit; `self` is
+    /// untouched either way.
+    pub fn overridden(&self, o: Override) -> Result<Model, String> {
+        let text = std::str::from_utf8(&self.source.config_text)
+            .map_err(|_| "config.toml: not UTF-8".to_string())?;
+        let d = &self.descriptor;
+        let config = config::parse_overridden(&d.name, text, o)?;
+        // The hash tells the two apart: the override counts with the file.
+        let mut hashed = self.source.config_text.to_vec();
+        hashed.extend_from_slice(format!("\n# override: {o:?}\n").as_bytes());
+        let mut m = Model::new(
+            &d.name,
+            self.version,
+            d.id,
+            &self.source.onnx,
+            &hashed,
+            config,
+            &self.source.engines,
+        )?;
+        m.source.config_text = Arc::clone(&self.source.config_text);
+        m.labels = self.labels.clone();
+        Ok(m)
     }
 
     /// The model with the class labels of its labelled outputs.

@@ -344,6 +344,23 @@ fn a_load_overriding_the_batch_rebuilds_the_model_with_every_call_answered_once(
 }
 
 #[test]
+fn the_index_lists_the_repository_only_when_configured_so() {
+    let node = TestNode::start(&format!(
+        "models_dir = {:?}\nrepository_index = \"models\"\n",
+        models()
+    ));
+    let (status, index) = post(&node, "/v2/repository/index", "", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        index,
+        json!([{"name": "digits", "version": "1", "state": "READY", "reason": ""}])
+    );
+    // The built-ins are served all the same.
+    assert_eq!(infer_topk(&node), 200);
+    assert_eq!(curl(&[&node.url("/v2/models/echo/ready")]).0, 200);
+}
+
+#[test]
 fn loading_and_unloading_need_the_admin_token_when_the_node_has_one() {
     let node = TestNode::start(&format!(
         "models_dir = {:?}\nadmin_token = \"s3cret\"\n",

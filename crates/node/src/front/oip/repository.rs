@@ -40,6 +40,7 @@ use serde_json::Value;
 use netaccel_onnx::Override;
 
 use super::{model_config, VERSION};
+use crate::config::RepositoryIndex;
 use crate::front::admin::{self, AdminError, Origin, Reconfigured};
 use crate::node::Node;
 
@@ -68,12 +69,17 @@ fn error(status: Status, message: String) -> AdminError {
     }
 }
 
-/// Every model of the node, by name; with `ready_only`, the ready ones.
+/// Every model of the node, by name (the models of its repository only with
+/// `repository_index = "models"`); with `ready_only`, the ready ones.
 pub fn index(node: &Node, ready_only: bool) -> Vec<IndexEntry> {
+    let models_only = node.config.repository_index == RepositoryIndex::Models;
+    let of_repository =
+        |id: u16| node.devices.model(id).is_some() || node.dispatcher.ensemble(id).is_some();
     let mut entries: Vec<IndexEntry> = node
         .dispatcher
         .catalog()
         .iter()
+        .filter(|a| !models_only || of_repository(a.descriptor().id))
         .map(|a| entry(node, &**a))
         .filter(|e| !ready_only || e.state == READY)
         .collect();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Triton's own Python client examples, unmodified, against a netaccel node: starts a
 # node serving the examples' models (bench/triton_examples/make_models.py, written to
-# a temporary folder), runs every example of EXAMPLES_DIR (`src/python/examples` of
+# a temporary folder) and, for the two model control examples, a node each serving a
+# repository of the size they check (see below), runs every example of EXAMPLES_DIR (`src/python/examples` of
 # triton-inference-server/client; not part of this repository) with `-u` pointing at
 # the node's HTTP or gRPC port (gRPC for the files whose name says grpc), and prints a
 # table: example, pass or fail, and for a failure the last line it printed (why).
@@ -43,8 +44,10 @@ done
 
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/netaccel-triton-examples.XXXXXX")
 NODE_PID=""
+CONTROL_PIDS=()
 cleanup() {
     [[ -z "$NODE_PID" ]] || kill "$NODE_PID" 2>/dev/null || true
+    for pid in "${CONTROL_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
@@ -61,6 +64,29 @@ pick_ports HTTP_PORT GRPC_PORT RAC_PORT
 NODE_PID=$!
 server_up netaccel-node "$NODE_PID" "$HTTP_PORT" "$SCRATCH/node.log" || exit 1
 server_up netaccel-node "$NODE_PID" "$GRPC_PORT" "$SCRATCH/node.log" || exit 1
+
+# The model control examples count the index of Triton's test repository (7 models
+# for the HTTP one, 8 for the gRPC one) before they load `simple` with a max_batch_size
+# override: each gets a node of its own whose repository holds that many of the
+# examples' models and whose index lists the repository only (repository_index).
+CONTROL_MODELS=(simple simple_int8 simple_string simple_identity simple_sequence repeat_int32
+    custom_identity_int32 densenet_onnx)
+printf 'repository_index = "models"\n' >"$SCRATCH/control.toml"
+declare -A CONTROL_PORT
+for count in 7 8; do
+    mkdir -p "$SCRATCH/control-$count"
+    for model in "${CONTROL_MODELS[@]:0:count}"; do
+        cp -r "$SCRATCH/models/$model" "$SCRATCH/control-$count/"
+    done
+    CTRL_HTTP="" CTRL_GRPC="" CTRL_RAC=""
+    pick_ports CTRL_HTTP CTRL_GRPC CTRL_RAC
+    "$NODE_BIN" --config "$SCRATCH/control.toml" --http "$HOST:$CTRL_HTTP" \
+        --grpc "$HOST:$CTRL_GRPC" --rac "$HOST:$CTRL_RAC" --models "$SCRATCH/control-$count" \
+        --log-level warn 2>"$SCRATCH/control-$count.log" &
+    CONTROL_PIDS+=($!)
+    server_up netaccel-node "$!" "$CTRL_GRPC" "$SCRATCH/control-$count.log" || exit 1
+    CONTROL_PORT[http-$count]=$CTRL_HTTP CONTROL_PORT[grpc-$count]=$CTRL_GRPC
+done
 
 # The image clients' picture.
 python3 -c 'import sys
@@ -86,6 +112,8 @@ for example in "$EXAMPLES"/*.py; do
         fi
     fi
     case "$name" in
+    simple_http_model_control.py) args=(-u "$HOST:${CONTROL_PORT[http-7]}") ;;
+    simple_grpc_model_control.py) args=(-u "$HOST:${CONTROL_PORT[grpc-8]}") ;;
     image_client.py | grpc_image_client.py)
         args+=(-m densenet_onnx -c 3 -s INCEPTION "$SCRATCH/picture.png")
         ;;

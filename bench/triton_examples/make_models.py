@@ -44,6 +44,9 @@ JPEG, BYTES [1], -> FP32 [3, 224, 224], INCEPTION-scaled) and
 `preprocess_inception_ensemble` (ensemble_image_client.py's model) of it and
 `densenet_batched`, its output classified with the labels.
 
+With `--control COUNT`, only the first COUNT of `CONTROL_MODELS`: the repository of
+the model control examples, which count the index (7 over HTTP, 8 over gRPC).
+
 The examples' dynamic sequence model (`simple_dyna_sequence`) is not built here: see
 docs/inference.md, "Triton's examples".
 """
@@ -484,11 +487,47 @@ def write(out: Path) -> list[str]:
     return names + write_ensembles(out) + write_image_ensemble(out)
 
 
+#: The repository of the model control examples, which count Triton's test
+#: repository's index (7 models over HTTP, 8 over gRPC) before loading `simple`: the
+#: first 7 or 8 of these (`--control COUNT`), served with repository_index = "models".
+CONTROL_MODELS = (
+    "simple",
+    "simple_int8",
+    "simple_string",
+    "simple_identity",
+    "simple_sequence",
+    "repeat_int32",
+    "custom_identity_int32",
+    "densenet_onnx",
+)
+
+
+def write_control(out: Path, count: int) -> list[str]:
+    all_models = models()
+    names = list(CONTROL_MODELS[:count])
+    for name in names:
+        model, max_batch = all_models[name]
+        folder = out / name
+        (folder / "1").mkdir(parents=True, exist_ok=True)
+        onnx.save(model, str(folder / "1" / "model.onnx"))
+        (folder / "config.toml").write_text(config(model, max_batch))
+        if name.startswith("densenet"):
+            (folder / DENSENET_LABELS).write_text(densenet_labels())
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the model repository to write")
+    parser.add_argument(
+        "--control",
+        type=int,
+        choices=range(1, len(CONTROL_MODELS) + 1),
+        metavar="COUNT",
+        help="write only the first COUNT models of the model control examples' repository",
+    )
     args = parser.parse_args()
-    names = write(args.out)
+    names = write_control(args.out, args.control) if args.control else write(args.out)
     print(f"wrote {len(names)} models to {args.out}: {', '.join(names)}")
 
 

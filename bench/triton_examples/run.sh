@@ -68,16 +68,13 @@ server_up netaccel-node "$NODE_PID" "$GRPC_PORT" "$SCRATCH/node.log" || exit 1
 # The model control examples count the index of Triton's test repository (7 models
 # for the HTTP one, 8 for the gRPC one) before they load `simple` with a max_batch_size
 # override: each gets a node of its own whose repository holds that many of the
-# examples' models and whose index lists the repository only (repository_index).
-CONTROL_MODELS=(simple simple_int8 simple_string simple_identity simple_sequence repeat_int32
-    custom_identity_int32 densenet_onnx)
+# examples' models (make_models.py --control) and whose index lists the repository
+# only (repository_index).
 printf 'repository_index = "models"\n' >"$SCRATCH/control.toml"
 declare -A CONTROL_PORT
 for count in 7 8; do
-    mkdir -p "$SCRATCH/control-$count"
-    for model in "${CONTROL_MODELS[@]:0:count}"; do
-        cp -r "$SCRATCH/models/$model" "$SCRATCH/control-$count/"
-    done
+    python3 "$ROOT/bench/triton_examples/make_models.py" --control "$count" \
+        "$SCRATCH/control-$count" >&2
     CTRL_HTTP="" CTRL_GRPC="" CTRL_RAC=""
     pick_ports CTRL_HTTP CTRL_GRPC CTRL_RAC
     "$NODE_BIN" --config "$SCRATCH/control.toml" --http "$HOST:$CTRL_HTTP" \

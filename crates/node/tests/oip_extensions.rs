@@ -334,8 +334,16 @@ fn a_load_overriding_the_batch_rebuilds_the_model_with_every_call_answered_once(
         message.starts_with("failed to poll from model repository"),
         "{message}"
     );
-    // Back to the file's batch.
+    // A load's configuration is the model's: without max_batch_size, the file's.
     assert_eq!(load_with(&node, r#"{"max_batch_size": 64}"#).0, 200);
+    assert_eq!(
+        node.get_json("/v2/models/digits/config")["max_batch_size"],
+        64
+    );
+    assert_eq!(load_with(&node, r#"{"max_batch_size": 32}"#).0, 200);
+    assert_eq!(digits_batch(&node, 40).0, 400);
+    let (status, _) = post(&node, "/v2/repository/models/digits/load", "", &[]);
+    assert_eq!(status, 200);
     assert_eq!(
         node.get_json("/v2/models/digits/config")["max_batch_size"],
         64

@@ -65,11 +65,13 @@ pub struct Model {
     source: Source,
 }
 
-/// A model's files as read at start, and the engines' settings.
+/// A model's files as read at start, the engines' settings, and the override it was
+/// built with (none at start).
 struct Source {
     onnx: Arc<[u8]>,
     config_text: Arc<[u8]>,
     engines: Engines,
+    built_with: Override,
 }
 
 /// The engine that runs a model, with what it made at load.
@@ -135,6 +137,7 @@ impl Model {
             onnx: Arc::from(onnx),
             config_text: Arc::from(config_text),
             engines: engines.clone(),
+            built_with: Override::default(),
         };
         let tensors = config.tensors;
         let batching = config.dynamic_batching;
@@ -210,13 +213,16 @@ impl Model {
     /// and id, with the same labels. The error names what does not fit; `self` is
     /// untouched either way.
     pub fn overridden(&self, o: Override) -> Result<Model, String> {
+        let o = self.normalized(o)?;
         let text = std::str::from_utf8(&self.source.config_text)
             .map_err(|_| "config.toml: not UTF-8".to_string())?;
         let d = &self.descriptor;
         let config = config::parse_overridden(&d.name, text, o)?;
         // The hash tells the two apart: the override counts with the file.
         let mut hashed = self.source.config_text.to_vec();
-        hashed.extend_from_slice(format!("\n# override: {o:?}\n").as_bytes());
+        if o != Override::default() {
+            hashed.extend_from_slice(format!("\n# override: {o:?}\n").as_bytes());
+        }
         let mut m = Model::new(
             &d.name,
             self.version,
@@ -227,8 +233,26 @@ impl Model {
             &self.source.engines,
         )?;
         m.source.config_text = Arc::clone(&self.source.config_text);
+        m.source.built_with = o;
         m.labels = self.labels.clone();
         Ok(m)
+    }
+
+    /// The override it was built with: `Override::default()` when as its files say.
+    pub fn built_with(&self) -> Override {
+        self.source.built_with
+    }
+
+    /// `o` without what its `config.toml` says already: a model built with either is
+    /// the same model.
+    pub fn normalized(&self, o: Override) -> Result<Override, String> {
+        let text = std::str::from_utf8(&self.source.config_text)
+            .map_err(|_| "config.toml: not UTF-8".to_string())?;
+        let file = config::parse(&self.descriptor.name, text)?;
+        let max_batch_size = o
+            .max_batch_size
+            .filter(|&n| n != file.tensors.max_batch_size);
+        Ok(Override { max_batch_size })
     }
 
     /// The model with the class labels of its labelled outputs.

@@ -259,3 +259,36 @@ fn the_config_is_checked_naming_the_field() {
     let tract = config_text("", "TYPE_FP32", "[3, 4, 4]").replace("\"image\"", "\"tract\"");
     assert!(err(&tract).contains("image: only for backend = \"image\""));
 }
+
+/// `Model::overridden` (a load's configuration override), on an image model: no ONNX
+/// file to need.
+#[test]
+fn a_model_is_rebuilt_with_an_override_and_back_as_its_file_says() {
+    let m = model(&config_text("", "TYPE_FP32", "[3, 4, 4]"));
+    assert_eq!(m.built_with(), crate::Override::default());
+    let two = crate::Override {
+        max_batch_size: Some(2),
+    };
+    let rebuilt = m.overridden(two).unwrap();
+    assert_eq!(rebuilt.tensors().unwrap().max_batch_size, 2);
+    assert_eq!(rebuilt.built_with(), two);
+    assert_eq!(rebuilt.descriptor().id, m.descriptor().id);
+    assert_ne!(rebuilt.descriptor().hash, m.descriptor().hash);
+    let image = png(8, 8, |_, _| [7; 3]);
+    assert!(run(&rebuilt, &payload(&[&image, &image])).is_ok());
+    assert!(run(&rebuilt, &payload(&[&image, &image, &image])).is_err());
+    // The file's own value is no override.
+    let four = crate::Override {
+        max_batch_size: Some(4),
+    };
+    assert_eq!(rebuilt.normalized(four), Ok(crate::Override::default()));
+    let back = rebuilt.overridden(four).unwrap();
+    assert_eq!(back.tensors().unwrap().max_batch_size, 4);
+    assert_eq!(back.descriptor().hash, m.descriptor().hash);
+    // What the config cannot take is refused naming the field.
+    let huge = crate::Override {
+        max_batch_size: Some(5000),
+    };
+    let e = m.overridden(huge).err().expect("refused");
+    assert!(e.contains("max_batch_size"), "{e}");
+}

@@ -150,8 +150,8 @@ pub struct Wanted {
 }
 
 /// What the `config` override asks (see [`Wanted`]), after checking that every other
-/// field it names is the model's as it is. `max_batch_size` (a number, or a string
-/// of one, as protobuf's JSON writes it) other than the model's asks a rebuild.
+/// field it names is the model's as it is. `max_batch_size` is a number, or a string
+/// of one, as protobuf's JSON writes it; without it, the model's file says.
 pub fn wanted(accel: &dyn Accelerator, config: Option<&str>) -> Result<Wanted, String> {
     let Some(text) = config else {
         return Ok(Wanted::default());
@@ -170,9 +170,7 @@ pub fn wanted(accel: &dyn Accelerator, config: Option<&str>) -> Result<Wanted, S
             "max_batch_size" => {
                 let n = whole(value)
                     .ok_or("parameters.config: max_batch_size must be a whole number")?;
-                if current.get(key).and_then(Value::as_u64) != Some(u64::from(n)) {
-                    wanted.config.max_batch_size = Some(n);
-                }
+                wanted.config.max_batch_size = Some(n);
             }
             _ if current.get(key) == Some(value) => {}
             _ => {
@@ -252,9 +250,9 @@ async fn place(
     not_ensemble(&node, &*accel)?;
     let asked = wanted(&*accel, config).map_err(|message| error(Status::BadRequest, message))?;
     let mut done = Vec::new();
-    let accel = match asked.config {
-        o if o == Override::default() => accel,
-        o => rebuild(&node, &accel, o, &mut done).await?,
+    let accel = match rebuilt_with(&node, &*accel, asked.config)? {
+        None => accel,
+        Some(o) => rebuild(&node, &accel, o, &mut done).await?,
     };
     let hosting = node.dispatcher.slots_hosting(accel.descriptor().id);
     let wanted = asked.instances.unwrap_or_else(|| hosting.len().max(1));
@@ -286,10 +284,41 @@ async fn place(
     Ok(done)
 }
 
+/// The override model `accel` is to be rebuilt with for a load asking `o` (the
+/// configuration it gives replaces the model's for that load: a load without
+/// `max_batch_size` builds the model as its files say); `None` when it is built so
+/// already. A built-in or a manifest's accelerator cannot change its batch.
+fn rebuilt_with(
+    node: &Node,
+    accel: &dyn Accelerator,
+    o: Override,
+) -> Result<Option<Override>, AdminError> {
+    let d = accel.descriptor();
+    let Some(model) = node.devices.model(d.id) else {
+        let batch = accel.tensors().map_or(0, |t| t.max_batch_size);
+        if o.max_batch_size.is_some_and(|n| n != batch) {
+            return Err(error(
+                Status::BadRequest,
+                format!(
+                    "parameters.config: max_batch_size: {} is an accelerator of the node, not \
+                     a model of its repository: its tensors are fixed",
+                    d.name
+                ),
+            ));
+        }
+        return Ok(None);
+    };
+    let o = model
+        .normalized(o)
+        .map_err(|e| error(Status::Internal, format!("its config.toml: {e}")))?;
+    Ok((o != model.built_with()).then_some(o))
+}
+
 /// One rebuild at a time, so that two overrides of one model do not race to replace it.
 static REBUILDS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Builds model `accel` again from its files with override `o`, puts it in the
+/// Builds model `accel` again from its files with override `o` (none: as they say),
+/// puts it in the
 /// catalog in the old one's place, and has each slot hosting it drain its calls on the
 /// old one and take the new one (the unload rule: nothing in flight is lost). An
 /// override the model cannot take is refused before anything changes, naming the
@@ -302,16 +331,10 @@ async fn rebuild(
     done: &mut Vec<Reconfigured>,
 ) -> Result<Arc<dyn Accelerator>, AdminError> {
     let d = accel.descriptor();
-    let Some(model) = node.devices.model(d.id) else {
-        return Err(error(
-            Status::BadRequest,
-            format!(
-                "parameters.config: max_batch_size: {} is an accelerator of the node, not a \
-                 model of its repository: its tensors are fixed",
-                d.name
-            ),
-        ));
-    };
+    let model = node
+        .devices
+        .model(d.id)
+        .expect("rebuilt_with found the model");
     // An ensemble's batch goes through each step: a step takes at least its batch.
     let batch = o.max_batch_size.unwrap_or(u32::MAX);
     let catalog = node.dispatcher.catalog();
@@ -480,9 +503,15 @@ mod tests {
         let two = r#"{"instance_group":[{"kind":"KIND_CPU","count":2}]}"#;
         assert_eq!(instances(Some(two)), Ok(Some(2)));
         let same = r#"{"max_batch_size":4,"instance_group":[{"count":1},{}]}"#;
-        assert_eq!(wanted(&m, Some(same)).unwrap().config, Override::default());
+        assert_eq!(
+            wanted(&m, Some(same)).unwrap().config.max_batch_size,
+            Some(4)
+        );
+        let none = r#"{"instance_group":[{"count":1}]}"#;
+        assert_eq!(wanted(&m, Some(none)).unwrap().config, Override::default());
         assert_eq!(instances(Some(same)), Ok(Some(2)));
         for other in [r#"{"max_batch_size":8}"#, r#"{"max_batch_size":"8"}"#] {
+            // Given, even as the model has it: the load's configuration says.
             let w = wanted(&m, Some(other)).unwrap();
             assert_eq!(w.config.max_batch_size, Some(8), "{other}");
         }

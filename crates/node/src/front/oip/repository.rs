@@ -318,12 +318,13 @@ fn rebuilt_with(
 static REBUILDS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Builds model `accel` again from its files with override `o` (none: as they say),
-/// puts it in the
-/// catalog in the old one's place, and has each slot hosting it drain its calls on the
-/// old one and take the new one (the unload rule: nothing in flight is lost). An
-/// override the model cannot take is refused before anything changes, naming the
-/// field; so is one of a built-in or manifest accelerator, or a batch below that of an
-/// ensemble the model is a step of.
+/// puts it in the catalog in the old one's place, and has each slot hosting it drain
+/// its calls on the old one and take the new one (the unload rule: nothing in flight
+/// is lost). An override the model cannot take is refused before anything changes,
+/// naming the field; so is a batch below that of an ensemble the model is a step of.
+/// A slot whose reconfiguration then fails (the registry refuses it, another one is
+/// under way) keeps the old model, and the load's error says which: a later load
+/// places the new one.
 async fn rebuild(
     node: &Arc<Node>,
     accel: &Arc<dyn Accelerator>,
@@ -331,6 +332,7 @@ async fn rebuild(
     done: &mut Vec<Reconfigured>,
 ) -> Result<Arc<dyn Accelerator>, AdminError> {
     let d = accel.descriptor();
+    let _one = REBUILDS.lock().await;
     let model = node
         .devices
         .model(d.id)
@@ -359,7 +361,6 @@ async fn rebuild(
         ));
     }
     drop(catalog);
-    let _one = REBUILDS.lock().await;
     let built = tokio::task::spawn_blocking(move || model.overridden(o))
         .await
         .map_err(|e| {

@@ -6,7 +6,8 @@
 //! same way), and the translation from a Triton configuration is line by line.
 //!
 //! ```toml
-//! backend = "tract"            # or "onnxruntime" (see the crate's docs); default tract
+//! backend = "tract"            # or "onnxruntime" (see the crate's docs), or "image"
+//!                              # (no ONNX file: see `crate::image`); default tract
 //! # execution_provider = "cuda" # onnxruntime only: "cpu" (default), "cuda", "tensorrt"
 //! max_batch_size = 64          # 0: no batch axis
 //! [[input]]

@@ -32,12 +32,20 @@ built to the examples' specs as ONNX graphs with the `onnx` package:
 - `densenet_onnx`: the image examples' classifier, `data_0` FP32 [3, 224, 224]
   (FORMAT_NCHW) -> `fc6_1` FP32 [1000] with `densenet_labels.txt`: a small real
   computation on the image (channel means through a fixed linear layer), not
-  DenseNet's weights (see `densenet`).
+  DenseNet's weights (see `densenet`); `densenet_batched`, the same with a batch
+  axis (max_batch_size 8).
 
 Ensembles (`write_ensembles`, docs/inference.md "Ensembles"): `edge_grid`, an ONNX
 model (UINT8 [16, 16] edges -> FP32 [16], each 4x4 tile's mean); `sobel_grid`, the
 ensemble of the built-in `sobel` then `edge_grid`; `simple_chain`, an ensemble of
-`simple` twice (batched, max_batch_size 8): OUTPUT0 = 2 * INPUT0, OUTPUT1 = 2 * INPUT1.
+`simple` twice (batched, max_batch_size 8): OUTPUT0 = 2 * INPUT0, OUTPUT1 = 2 * INPUT1;
+`image_preprocess`, the node's image engine (`backend = "image"`: an encoded PNG or
+JPEG, BYTES [1], -> FP32 [3, 224, 224], INCEPTION-scaled) and
+`preprocess_inception_ensemble` (ensemble_image_client.py's model) of it and
+`densenet_batched`, its output classified with the labels.
+
+With `--control COUNT`, only the first COUNT of `CONTROL_MODELS`: the repository of
+the model control examples, which count the index (7 over HTTP, 8 over gRPC).
 
 The examples' dynamic sequence model (`simple_dyna_sequence`) is not built here: see
 docs/inference.md, "Triton's examples".
@@ -110,13 +118,16 @@ DENSENET_CLASSES = 1000
 DENSENET_LABELS = "densenet_labels.txt"
 
 
-def densenet(name: str) -> onnx.ModelProto:
+def densenet(name: str, batched: bool = False) -> onnx.ModelProto:
     """A stand-in for Triton's `densenet_onnx` with its interface — `data_0` FP32
     [3, 224, 224] (FORMAT_NCHW, no batch axis) -> `fc6_1` FP32 [1000] class scores —
     and a real computation on the image, far smaller than DenseNet's: each channel's
     mean (ReduceMean over height and width), then a fixed linear layer
     (fc6_1 = means x W + b, W [3, 1000] and b [1000] from cosines), so that
-    different images get different top classes."""
+    different images get different top classes. `batched`: the same with a batch
+    axis in front (`densenet_batched`, the image ensemble's classifier)."""
+    lead = ["N"] if batched else []
+    axes = [2, 3] if batched else [1, 2]
     weights = [
         math.cos(0.37 * (c + 1) * k + 0.11 * c)
         for c in range(3)
@@ -125,13 +136,13 @@ def densenet(name: str) -> onnx.ModelProto:
     bias = [0.01 * math.sin(0.05 * k) for k in range(DENSENET_CLASSES)]
     graph = helper.make_graph(
         [
-            helper.make_node("ReduceMean", ["data_0"], ["means"], axes=[1, 2], keepdims=0),
+            helper.make_node("ReduceMean", ["data_0"], ["means"], axes=axes, keepdims=0),
             helper.make_node("MatMul", ["means", "W"], ["scores"]),
             helper.make_node("Add", ["scores", "b"], ["fc6_1"]),
         ],
         name,
-        [helper.make_tensor_value_info("data_0", TensorProto.FLOAT, [3, 224, 224])],
-        [helper.make_tensor_value_info("fc6_1", TensorProto.FLOAT, [DENSENET_CLASSES])],
+        [helper.make_tensor_value_info("data_0", TensorProto.FLOAT, lead + [3, 224, 224])],
+        [helper.make_tensor_value_info("fc6_1", TensorProto.FLOAT, lead + [DENSENET_CLASSES])],
         initializer=[
             helper.make_tensor("W", TensorProto.FLOAT, [3, DENSENET_CLASSES], weights),
             helper.make_tensor("b", TensorProto.FLOAT, [DENSENET_CLASSES], bias),
@@ -145,6 +156,8 @@ def densenet(name: str) -> onnx.ModelProto:
 TENSOR_EXTRAS = {
     ("densenet_onnx", "data_0"): ['format = "FORMAT_NCHW"'],
     ("densenet_onnx", "fc6_1"): [f'label_filename = "{DENSENET_LABELS}"'],
+    ("densenet_batched", "data_0"): ['format = "FORMAT_NCHW"'],
+    ("densenet_batched", "fc6_1"): [f'label_filename = "{DENSENET_LABELS}"'],
 }
 
 
@@ -299,6 +312,7 @@ def models() -> dict[str, tuple[onnx.ModelProto, int]]:
         "repeat_int32": (repeat("repeat_int32"), 0),
         "custom_identity_int32": (identity("custom_identity_int32", TensorProto.INT32, 16), 8),
         "densenet_onnx": (densenet("densenet_onnx"), 0),
+        "densenet_batched": (densenet("densenet_batched", batched=True), 8),
     }
 
 
@@ -399,6 +413,66 @@ def write_ensembles(out: Path, size: int = 16) -> list[str]:
     return ["edge_grid", "sobel_grid", "simple_chain"]
 
 
+def densenet_labels() -> str:
+    return "".join(f"class_{k}\n" for k in range(DENSENET_CLASSES))
+
+
+#: The image engine's model: one encoded image (PNG or JPEG) an item -> the
+#: classifiers' `data_0`, scaled as Triton's image clients' `-s INCEPTION`.
+IMAGE_PREPROCESS = """backend = "image"
+max_batch_size = 8
+[image]
+scaling = "INCEPTION"
+format = "FORMAT_NCHW"
+pixels_max = 16777216
+[[input]]
+name = "INPUT"
+data_type = "TYPE_STRING"
+dims = [1]
+[[output]]
+name = "OUTPUT"
+data_type = "TYPE_FP32"
+dims = [3, 224, 224]
+"""
+
+#: Triton's `preprocess_inception_ensemble` (ensemble_image_client.py's default
+#: model): the image's bytes in, the classes out; its output is classified with the
+#: labels file beside it.
+IMAGE_ENSEMBLE = f"""platform = "ensemble"
+max_batch_size = 8
+[[input]]
+name = "INPUT"
+data_type = "TYPE_STRING"
+dims = [1]
+[[output]]
+name = "OUTPUT"
+data_type = "TYPE_FP32"
+dims = [{DENSENET_CLASSES}]
+label_filename = "{DENSENET_LABELS}"
+[[ensemble_scheduling.step]]
+model_name = "image_preprocess"
+input_map = {{ INPUT = "INPUT" }}
+output_map = {{ OUTPUT = "preprocessed_image" }}
+[[ensemble_scheduling.step]]
+model_name = "densenet_batched"
+input_map = {{ data_0 = "preprocessed_image" }}
+output_map = {{ fc6_1 = "OUTPUT" }}
+"""
+
+
+def write_image_ensemble(out: Path) -> list[str]:
+    """`image_preprocess` (the node's image engine: no ONNX file) and the ensemble
+    `preprocess_inception_ensemble` of it and `densenet_batched`."""
+    for name, text in (
+        ("image_preprocess", IMAGE_PREPROCESS),
+        ("preprocess_inception_ensemble", IMAGE_ENSEMBLE),
+    ):
+        (out / name / "1").mkdir(parents=True, exist_ok=True)
+        (out / name / "config.toml").write_text(text)
+    (out / "preprocess_inception_ensemble" / DENSENET_LABELS).write_text(densenet_labels())
+    return ["image_preprocess", "preprocess_inception_ensemble"]
+
+
 def write(out: Path) -> list[str]:
     names = []
     for name, (model, max_batch) in models().items():
@@ -407,18 +481,53 @@ def write(out: Path) -> list[str]:
         (folder / "1").mkdir(parents=True, exist_ok=True)
         onnx.save(model, str(folder / "1" / "model.onnx"))
         (folder / "config.toml").write_text(config(model, max_batch))
-        if name == "densenet_onnx":
-            labels = "".join(f"class_{k}\n" for k in range(DENSENET_CLASSES))
-            (folder / DENSENET_LABELS).write_text(labels)
+        if name.startswith("densenet"):
+            (folder / DENSENET_LABELS).write_text(densenet_labels())
         names.append(name)
-    return names + write_ensembles(out)
+    return names + write_ensembles(out) + write_image_ensemble(out)
+
+
+#: The repository of the model control examples, which count Triton's test
+#: repository's index (7 models over HTTP, 8 over gRPC) before loading `simple`: the
+#: first 7 or 8 of these (`--control COUNT`), served with repository_index = "models".
+CONTROL_MODELS = (
+    "simple",
+    "simple_int8",
+    "simple_string",
+    "simple_identity",
+    "simple_sequence",
+    "repeat_int32",
+    "custom_identity_int32",
+    "densenet_onnx",
+)
+
+
+def write_control(out: Path, count: int) -> list[str]:
+    all_models = models()
+    names = list(CONTROL_MODELS[:count])
+    for name in names:
+        model, max_batch = all_models[name]
+        folder = out / name
+        (folder / "1").mkdir(parents=True, exist_ok=True)
+        onnx.save(model, str(folder / "1" / "model.onnx"))
+        (folder / "config.toml").write_text(config(model, max_batch))
+        if name.startswith("densenet"):
+            (folder / DENSENET_LABELS).write_text(densenet_labels())
+    return names
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the model repository to write")
+    parser.add_argument(
+        "--control",
+        type=int,
+        choices=range(1, len(CONTROL_MODELS) + 1),
+        metavar="COUNT",
+        help="write only the first COUNT models of the model control examples' repository",
+    )
     args = parser.parse_args()
-    names = write(args.out)
+    names = write_control(args.out, args.control) if args.control else write(args.out)
     print(f"wrote {len(names)} models to {args.out}: {', '.join(names)}")
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Triton's own Python client examples, unmodified, against a netaccel node: starts a
 # node serving the examples' models (bench/triton_examples/make_models.py, written to
-# a temporary folder), runs every example of EXAMPLES_DIR (`src/python/examples` of
+# a temporary folder) and, for the two model control examples, a node each serving a
+# repository of the size they check (see below), runs every example of EXAMPLES_DIR (`src/python/examples` of
 # triton-inference-server/client; not part of this repository) with `-u` pointing at
 # the node's HTTP or gRPC port (gRPC for the files whose name says grpc), and prints a
 # table: example, pass or fail, and for a failure the last line it printed (why).
@@ -12,7 +13,9 @@
 #
 # Needs: python3; tritonclient[http,grpc], onnx, pillow and attrdict (the image
 # clients) are installed with pip when missing. The image clients classify one
-# picture the runner draws (a colour gradient) with `densenet_onnx`, top 3 classes. The node listens on Triton's own ports, 8000 (HTTP)
+# picture the runner draws (a colour gradient), top 3 classes: image_client.py and
+# grpc_image_client.py with `densenet_onnx`, ensemble_image_client.py sending the PNG
+# file's bytes to `preprocess_inception_ensemble`. The node listens on Triton's own ports, 8000 (HTTP)
 # and 8001 (gRPC), when they are free: memory_growth_test.py takes no address and
 # calls those; otherwise on free ports, and that example fails saying so.
 # Environment: NODE_BIN [target/debug/netaccel-node, built when missing], TIMEOUT [60]
@@ -41,8 +44,10 @@ done
 
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/netaccel-triton-examples.XXXXXX")
 NODE_PID=""
+CONTROL_PIDS=()
 cleanup() {
     [[ -z "$NODE_PID" ]] || kill "$NODE_PID" 2>/dev/null || true
+    for pid in "${CONTROL_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
@@ -59,6 +64,26 @@ pick_ports HTTP_PORT GRPC_PORT RAC_PORT
 NODE_PID=$!
 server_up netaccel-node "$NODE_PID" "$HTTP_PORT" "$SCRATCH/node.log" || exit 1
 server_up netaccel-node "$NODE_PID" "$GRPC_PORT" "$SCRATCH/node.log" || exit 1
+
+# The model control examples count the index of Triton's test repository (7 models
+# for the HTTP one, 8 for the gRPC one) before they load `simple` with a max_batch_size
+# override: each gets a node of its own whose repository holds that many of the
+# examples' models (make_models.py --control) and whose index lists the repository
+# only (repository_index).
+printf 'repository_index = "models"\n' >"$SCRATCH/control.toml"
+declare -A CONTROL_PORT
+for count in 7 8; do
+    python3 "$ROOT/bench/triton_examples/make_models.py" --control "$count" \
+        "$SCRATCH/control-$count" >&2
+    CTRL_HTTP="" CTRL_GRPC="" CTRL_RAC=""
+    pick_ports CTRL_HTTP CTRL_GRPC CTRL_RAC
+    "$NODE_BIN" --config "$SCRATCH/control.toml" --http "$HOST:$CTRL_HTTP" \
+        --grpc "$HOST:$CTRL_GRPC" --rac "$HOST:$CTRL_RAC" --models "$SCRATCH/control-$count" \
+        --log-level warn 2>"$SCRATCH/control-$count.log" &
+    CONTROL_PIDS+=($!)
+    server_up netaccel-node "$!" "$CTRL_GRPC" "$SCRATCH/control-$count.log" || exit 1
+    CONTROL_PORT[http-$count]=$CTRL_HTTP CONTROL_PORT[grpc-$count]=$CTRL_GRPC
+done
 
 # The image clients' picture.
 python3 -c 'import sys
@@ -84,8 +109,14 @@ for example in "$EXAMPLES"/*.py; do
         fi
     fi
     case "$name" in
+    simple_http_model_control.py) args=(-u "$HOST:${CONTROL_PORT[http-7]}") ;;
+    simple_grpc_model_control.py) args=(-u "$HOST:${CONTROL_PORT[grpc-8]}") ;;
     image_client.py | grpc_image_client.py)
         args+=(-m densenet_onnx -c 3 -s INCEPTION "$SCRATCH/picture.png")
+        ;;
+    # Its default model, preprocess_inception_ensemble: the file's bytes are sent.
+    ensemble_image_client.py)
+        args+=(-c 3 "$SCRATCH/picture.png")
         ;;
     esac
     if (cd "$SCRATCH" && timeout "$TIMEOUT" python3 "$example" "${args[@]}") >"$SCRATCH/out" 2>&1; then

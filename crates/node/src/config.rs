@@ -40,6 +40,17 @@ const _: () = assert!(REGISTRY_RETRY_MAX_MS_DEFAULT <= registry::REGISTRY_MS_MAX
 const SIMULATED_EXEC_US_MAX: u64 = 10_000_000;
 
 /// Which event loop drives the plain HTTP and RAC connections (see `crate::net::uring`).
+/// What the model repository's index lists (`repository_index`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RepositoryIndex {
+    /// Every model and accelerator of the catalog.
+    #[default]
+    Catalog,
+    /// The models of the model repository (`models_dir`) only.
+    Models,
+}
+
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Network {
@@ -137,6 +148,12 @@ pub struct Config {
     /// model.onnx` per model, each an accelerator the CPU device runs with tract;
     /// refused models are logged and left out.
     pub models_dir: Option<std::path::PathBuf>,
+    /// What the model repository extension's index lists (`POST /v2/repository/index`,
+    /// gRPC `RepositoryIndex`): every model and accelerator of the catalog (`catalog`,
+    /// the default), or the models of `models_dir` only (`models`: ONNX and image
+    /// models, ensembles), as Triton's lists the models of its repository. Either way
+    /// every accelerator is served and answers its model routes.
+    pub repository_index: RepositoryIndex,
     /// The ONNX Runtime library (`libonnxruntime.so`) for models whose config says
     /// `backend = "onnxruntime"`; unset: the `ORT_DYLIB_PATH` variable, else such
     /// models are refused (logged and left out) naming this key.
@@ -287,6 +304,7 @@ impl Default for Config {
             devices: Vec::new(),
             accelerators_dir: None,
             models_dir: None,
+            repository_index: RepositoryIndex::default(),
             onnxruntime_library: None,
             simulated_exec_us: 0,
             slot_worker_nice: 10,
@@ -778,6 +796,10 @@ mod tests {
         assert!(Config::from_toml("slot_worker_policy = \"fifo\"").is_err());
         assert_eq!(c.slots.len(), 2);
         assert_eq!(c.admin_token.as_deref(), Some("s3cret"));
+        assert_eq!(c.repository_index, RepositoryIndex::Catalog);
+        let models = Config::from_toml("repository_index = \"models\"").unwrap();
+        assert_eq!(models.repository_index, RepositoryIndex::Models);
+        assert!(Config::from_toml("repository_index = \"all\"").is_err());
     }
 
     #[test]

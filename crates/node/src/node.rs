@@ -139,10 +139,8 @@ impl Node {
         if !self.dispatcher.has_ensembles() {
             return None;
         }
-        let accel = self.dispatcher.catalog().by_name(name)?;
-        self.dispatcher
-            .ensemble(accel.descriptor().id)?
-            .refusal(who)
+        let id = self.dispatcher.catalog().by_name(name)?.descriptor().id;
+        self.dispatcher.ensemble(id)?.refusal(who)
     }
 
     /// Builds the node from a validated configuration and starts its slot workers;
@@ -184,7 +182,7 @@ impl Node {
             Arc::new(SystemClock),
         );
 
-        let model_stats = Arc::new(ModelStatsTable::new(dispatcher.catalog()));
+        let model_stats = Arc::new(ModelStatsTable::new(&dispatcher.catalog()));
         dispatcher.serve_ensembles(ensembles, Arc::clone(&model_stats));
         let shm = Regions::new(
             config.shared_memory_regions_max,

@@ -763,7 +763,11 @@ fn reported(node: &Arc<Node>) -> Reported {
                     .dispatcher
                     .catalog()
                     .iter()
-                    .filter(|a| d.backend.hosts(node.devices.hostable(a)).is_ok())
+                    .filter(|a| {
+                        node.devices
+                            .with_hostable(a, |h| d.backend.hosts(h))
+                            .is_ok()
+                    })
                     .map(|a| a.descriptor().name.clone())
                     .collect(),
             })

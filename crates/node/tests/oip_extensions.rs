@@ -1,7 +1,9 @@
 //! The Open Inference Protocol's extensions over HTTP, black box (issue 30): statistics
 //! counted on the call path (each call adds exactly one inference, failures apart), and
 //! the model repository (index, unload draining the calls in flight, load back, a
-//! configuration override, built-ins kept, the admin token). The same extensions
+//! configuration override — the instance count, and a batch size the model is rebuilt
+//! with while calls come, an impossible one refused naming the field — built-ins
+//! kept, the admin token). The same extensions
 //! through `tritonclient` over HTTP and gRPC: `crates/node/tests/triton_examples/`.
 
 mod common;
@@ -195,8 +197,8 @@ fn the_repository_unloads_with_nothing_lost_and_loads_back() {
         doc["error"].as_str().unwrap().contains("no spare slot"),
         "{doc}"
     );
-    // It cannot change the model's tensors.
-    let other = json!({"parameters": {"config": r#"{"max_batch_size": 3}"#}});
+    // It cannot change the model's tensors (its batch: see the next test).
+    let other = json!({"parameters": {"config": r#"{"max_batch_size": 5000}"#}});
     let (status, doc) = post(
         &node,
         "/v2/repository/models/digits/load",
@@ -218,6 +220,152 @@ fn the_repository_unloads_with_nothing_lost_and_loads_back() {
     assert_eq!(curl(&[&node.url("/v2/repository/index")]).0, 405);
     let (status, _) = post(&node, "/v2/repository/index", "{not json", &[]);
     assert_eq!(status, 400);
+}
+
+/// A digits call of `batch` images: its status and, when 200, its logits' shape.
+fn digits_batch(node: &TestNode, batch: usize) -> (u16, Value) {
+    let body = json!({"inputs": [{"name": "image", "shape": [batch, 1, 8, 8],
+        "datatype": "FP32", "data": vec![1.0f32; 64 * batch]}]});
+    let (status, doc) = post(node, "/v2/models/digits/infer", &body.to_string(), &[]);
+    (status, doc["outputs"][0]["shape"].clone())
+}
+
+fn load_with(node: &TestNode, config: &str) -> (u16, Value) {
+    let body = json!({"parameters": {"config": config}}).to_string();
+    post(node, "/v2/repository/models/digits/load", &body, &[])
+}
+
+#[test]
+fn a_load_overriding_the_batch_rebuilds_the_model_with_every_call_answered_once() {
+    let node = TestNode::start(&format!("models_dir = {:?}\n", models()));
+    assert_eq!(
+        node.get_json("/v2/models/digits/config")["max_batch_size"],
+        64
+    );
+    assert_eq!(digits_batch(&node, 40).0, 200);
+
+    // Calls during the reload: each answered once, by the old model or the new one
+    // (200), or refused while the slot swaps (503); none lost, none wrong.
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            let url = node.url("/v2/models/digits/infer");
+            std::thread::spawn(move || {
+                let body = json!({"inputs": [{"name": "image", "shape": [2, 1, 8, 8],
+                    "datatype": "FP32", "data": vec![3.0f32; 128]}]})
+                .to_string();
+                (0..15)
+                    .map(|_| curl(&["-X", "POST", "--data-binary", &body, &url]))
+                    .collect::<Vec<(u16, Vec<u8>)>>()
+            })
+        })
+        .collect();
+    // As Triton's examples send it: the number as a string.
+    let (status, doc) = load_with(&node, r#"{"max_batch_size":"16"}"#);
+    assert_eq!((status, &doc), (200, &json!({})));
+    for caller in callers {
+        for (code, body) in caller.join().unwrap() {
+            let doc: Value = serde_json::from_slice(&body).expect("one JSON answer");
+            match code {
+                200 => assert_eq!(doc["outputs"][0]["shape"], json!([2, 10]), "{doc}"),
+                503 => assert!(doc["error"].is_string(), "{doc}"),
+                _ => panic!("{code}: {doc}"),
+            }
+        }
+    }
+    // The model is the rebuilt one, everywhere.
+    assert_eq!(
+        node.get_json("/v2/models/digits/config")["max_batch_size"],
+        16
+    );
+    assert_eq!(state(&node, "digits"), "READY");
+    assert_eq!(digits_batch(&node, 16), (200, json!([16, 10])));
+    assert_eq!(digits_batch(&node, 17).0, 400);
+
+    // What the model cannot take is refused naming the field, and nothing changes.
+    for (config, field) in [
+        (
+            r#"{"max_batch_size": 5000}"#,
+            "max_batch_size: 5000 is more than 4096",
+        ),
+        (r#"{"max_batch_size": 0}"#, "parameters.config: "),
+        (
+            r#"{"max_batch_size": "many"}"#,
+            "max_batch_size must be a whole number",
+        ),
+        (r#"{"backend": "pytorch"}"#, "cannot change backend"),
+        (
+            r#"{"max_batch_size": 8, "input": []}"#,
+            "cannot change input",
+        ),
+    ] {
+        let (status, doc) = load_with(&node, config);
+        assert_eq!(status, 400, "{config}: {doc}");
+        let message = doc["error"].as_str().unwrap();
+        assert!(
+            message.starts_with("failed to load 'digits': "),
+            "{message}"
+        );
+        assert!(message.contains(field), "{config}: {message}");
+        assert_eq!(
+            node.get_json("/v2/models/digits/config")["max_batch_size"],
+            16
+        );
+        assert_eq!(digits_batch(&node, 16).0, 200);
+    }
+    // A built-in's tensors are its own.
+    let body = json!({"parameters": {"config": r#"{"max_batch_size": 4}"#}}).to_string();
+    let (status, doc) = post(&node, "/v2/repository/models/echo/load", &body, &[]);
+    assert_eq!(status, 400, "{doc}");
+    assert!(doc["error"]
+        .as_str()
+        .unwrap()
+        .contains("not a model of its repository"));
+    // Model files sent with the load are not read: Triton's words, its status.
+    let files = json!({"parameters": {"config": "{}", "file:1/model.onnx": "AAAA"}});
+    let (status, doc) = post(
+        &node,
+        "/v2/repository/models/digits/load",
+        &files.to_string(),
+        &[],
+    );
+    assert_eq!(status, 500, "{doc}");
+    let message = doc["error"].as_str().unwrap();
+    assert!(
+        message.starts_with("failed to poll from model repository"),
+        "{message}"
+    );
+    // A load's configuration is the model's: without max_batch_size, the file's.
+    assert_eq!(load_with(&node, r#"{"max_batch_size": 64}"#).0, 200);
+    assert_eq!(
+        node.get_json("/v2/models/digits/config")["max_batch_size"],
+        64
+    );
+    assert_eq!(load_with(&node, r#"{"max_batch_size": 32}"#).0, 200);
+    assert_eq!(digits_batch(&node, 40).0, 400);
+    let (status, _) = post(&node, "/v2/repository/models/digits/load", "", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        node.get_json("/v2/models/digits/config")["max_batch_size"],
+        64
+    );
+    assert_eq!(digits_batch(&node, 40).0, 200);
+}
+
+#[test]
+fn the_index_lists_the_repository_only_when_configured_so() {
+    let node = TestNode::start(&format!(
+        "models_dir = {:?}\nrepository_index = \"models\"\n",
+        models()
+    ));
+    let (status, index) = post(&node, "/v2/repository/index", "", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        index,
+        json!([{"name": "digits", "version": "1", "state": "READY", "reason": ""}])
+    );
+    // The built-ins are served all the same.
+    assert_eq!(infer_topk(&node), 200);
+    assert_eq!(curl(&[&node.url("/v2/models/echo/ready")]).0, 200);
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! same way), and the translation from a Triton configuration is line by line.
 //!
 //! ```toml
-//! backend = "tract"            # or "onnxruntime" (see the crate's docs); default tract
+//! backend = "tract"            # or "onnxruntime" (see the crate's docs), or "image"
+//!                              # (no ONNX file: see `crate::image`); default tract
 //! # execution_provider = "cuda" # onnxruntime only: "cpu" (default), "cuda", "tensorrt"
 //! max_batch_size = 64          # 0: no batch axis
 //! [[input]]
@@ -34,6 +35,7 @@ use serde::Deserialize;
 
 use crate::batching::{instances, DynamicBatching, InstanceGroup};
 use crate::ensemble::{Ensemble, Scheduling};
+use crate::image::{self, Preprocess};
 use crate::sequencing::{control_spec, SequenceBatching};
 
 /// Largest `max_batch_size`.
@@ -55,16 +57,19 @@ pub enum Backend {
     Tract,
     /// ONNX Runtime, from a `libonnxruntime.so` the node loads at start.
     OnnxRuntime,
+    /// The node's image decoder ([`crate::image`]): no ONNX file.
+    Image,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 2] = [Backend::Tract, Backend::OnnxRuntime];
+    pub const ALL: [Backend; 3] = [Backend::Tract, Backend::OnnxRuntime, Backend::Image];
 
     /// The name `config.toml` gives it.
     pub fn name(self) -> &'static str {
         match self {
             Backend::Tract => "tract",
             Backend::OnnxRuntime => "onnxruntime",
+            Backend::Image => "image",
         }
     }
 }
@@ -124,6 +129,9 @@ pub struct ModelConfig {
     /// An ensemble's steps (`platform = "ensemble"`, see [`crate::ensemble`]): the
     /// model has no ONNX file of its own. `None`: an ONNX model.
     pub ensemble: Option<Ensemble>,
+    /// What the `image` engine makes of each image (`backend = "image"` and its
+    /// `[image]`, see [`crate::image`]); `None` for the other engines.
+    pub image: Option<Preprocess>,
 }
 
 /// Most responses one request to a decoupled model gets.
@@ -187,6 +195,8 @@ struct Raw {
     platform: Option<String>,
     #[serde(default)]
     ensemble_scheduling: Option<Scheduling>,
+    #[serde(default)]
+    image: Option<image::Section>,
 }
 
 /// The platform of an ensemble, Triton's word; a model's engine is its `backend`.
@@ -260,15 +270,32 @@ fn provider(name: Option<&str>, backend: Backend) -> Result<Provider, String> {
     Ok(provider)
 }
 
+/// What a load's configuration override (the model repository extension's
+/// `parameters.config`) changes of a model's `config.toml`: the fields a model rebuilt
+/// from its files can take. `None`: as the file says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Override {
+    pub max_batch_size: Option<u32>,
+}
+
 /// Parses the config of the model in folder `folder`. The error names the field.
 pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
+    parse_overridden(folder, text, Override::default())
+}
+
+/// Parses the config of the model in folder `folder` with `o` in place of what the
+/// text says, every check made on the result. The error names the field.
+pub fn parse_overridden(folder: &str, text: &str, o: Override) -> Result<ModelConfig, String> {
     if text.len() > CONFIG_BYTES_MAX {
         return Err(format!(
             "is {} bytes, more than {CONFIG_BYTES_MAX}",
             text.len()
         ));
     }
-    let raw: Raw = toml::from_str(text).map_err(|e| toml_error(&e))?;
+    let mut raw: Raw = toml::from_str(text).map_err(|e| toml_error(&e))?;
+    if let Some(n) = o.max_batch_size {
+        raw.max_batch_size = n;
+    }
     if let Some(name) = &raw.name {
         if name != folder {
             return Err(format!(
@@ -417,6 +444,11 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         Some(section) => Some(section.check(t.max_batch_size)?),
         None => oldest,
     };
+    let image = match (backend, raw.image) {
+        (Backend::Image, section) => Some(Preprocess::new(section.unwrap_or_default(), &t)?),
+        (_, None) => None,
+        (_, Some(_)) => return Err("image: only for backend = \"image\"".to_string()),
+    };
     Ok(ModelConfig {
         tensors: t,
         backend,
@@ -429,6 +461,7 @@ pub fn parse(folder: &str, text: &str) -> Result<ModelConfig, String> {
         instances: instances(&raw.instance_group)?,
         responses,
         ensemble,
+        image,
     })
 }
 

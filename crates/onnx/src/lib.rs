@@ -7,7 +7,9 @@
 //! through a [`Session`]. Two engines sit behind that one interface: tract (a
 //! maintained pure-Rust engine, built in, the default) and ONNX Runtime
 //! ([`onnxruntime`], loaded from a library the user points the node at), much faster
-//! on small convolutional models; a model's `backend` chooses.
+//! on small convolutional models; a model's `backend` chooses. A third engine,
+//! [`image`], runs no ONNX file: it decodes and scales images, the first step of an
+//! image classifier's ensemble.
 //!
 //! It knows nothing about sockets, slots or queues: the node lists each model in its
 //! catalog and its CPU device hosts them. It is a crate of its own so that tract,
@@ -21,12 +23,13 @@ pub mod batching;
 pub mod config;
 mod element;
 pub mod ensemble;
+pub mod image;
 pub mod model;
 pub mod onnxruntime;
 pub mod repository;
 pub mod sequencing;
 
-pub use config::{Backend, ModelConfig};
+pub use config::{Backend, ModelConfig, Override};
 pub use model::{Engines, Model, Session};
 pub use repository::{scan, Found, Scan};
 

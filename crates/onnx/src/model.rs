@@ -1,6 +1,7 @@
 //! One ONNX model: read, checked against its config, planned once by its engine
 //! (tract, or ONNX Runtime when its config says `backend = "onnxruntime"`), then run
-//! call after call.
+//! call after call; or, with `backend = "image"`, the node's image decoder
+//! ([`crate::image`]) under the same interface.
 //!
 //! The [`Model`] is the catalog entry (an [`Accelerator`]); each slot that loads it
 //! gets a [`Session`]. With tract the sessions share the model's plans: tract's run
@@ -22,8 +23,9 @@ use sha2::{Digest, Sha256};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
 
-use crate::config::{Backend, ModelConfig};
+use crate::config::{self, Backend, ModelConfig, Override};
 use crate::element::{self, Le};
+use crate::image::Preprocess;
 use crate::onnxruntime;
 
 type Plan = TypedRunnableModel<TypedModel>;
@@ -59,6 +61,17 @@ pub struct Model {
     responses: Option<usize>,
     /// Slots of the default CPU device that host it (`[[instance_group]]`).
     instances: usize,
+    /// What it was built from, to build it again with a configuration override.
+    source: Source,
+}
+
+/// A model's files as read at start, the engines' settings, and the override it was
+/// built with (none at start).
+struct Source {
+    onnx: Arc<[u8]>,
+    config_text: Arc<[u8]>,
+    engines: Engines,
+    built_with: Override,
 }
 
 /// The engine that runs a model, with what it made at load.
@@ -72,6 +85,8 @@ enum Engine {
         provider: crate::config::Provider,
         own: onnxruntime::Runner,
     },
+    /// The image decoder (`backend = "image"`): what it makes of each image.
+    Image(Arc<Preprocess>),
 }
 
 /// tract's plans of one model. tract optimises a graph far better when every dim is a
@@ -118,17 +133,33 @@ impl Model {
             ));
         }
         let tensor_configs = tensor_configs(&config);
+        let source = Source {
+            onnx: Arc::from(onnx),
+            config_text: Arc::from(config_text),
+            engines: engines.clone(),
+            built_with: Override::default(),
+        };
         let tensors = config.tensors;
         let batching = config.dynamic_batching;
         let sequence = config.sequence_batching;
         let responses = config.responses;
         let instances = config.instances;
-        let typed = catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
-            .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
-            .and_then(|r| r);
+        let typed = || {
+            catch_unwind(AssertUnwindSafe(|| typed(onnx, &tensors)))
+                .map_err(|_| "tract failed on this model (a panic while reading it)".to_string())
+                .and_then(|r| r)
+        };
         let (engine, macs_per_item) = match config.backend {
+            Backend::Image => {
+                let p = config
+                    .image
+                    .ok_or("backend = \"image\" without its [image]")?;
+                // A decode and a resize: some tens of operations a value.
+                let macs = 32 * p.item_bytes() as u64;
+                (Engine::Image(Arc::new(p)), macs)
+            }
             Backend::Tract => {
-                let (model, macs) = typed?;
+                let (model, macs) = typed()?;
                 let plans = catch_unwind(AssertUnwindSafe(|| plans(model, &tensors)))
                     .map_err(|_| "tract failed on this model (a panic while planning it)")??;
                 (Engine::Tract(Arc::new(plans)), macs)
@@ -140,8 +171,8 @@ impl Model {
                 // ONNX Runtime checked the tensors; tract, when it reads the model too,
                 // counts its work. Else a dense model's estimate: each weight (4 bytes)
                 // one multiply-add per item.
-                let macs = typed.map_or((onnx.len() / 4) as u64, |(_, macs)| macs);
-                let onnx = Arc::from(onnx);
+                let macs = typed().map_or((onnx.len() / 4) as u64, |(_, macs)| macs);
+                let onnx = Arc::clone(&source.onnx);
                 let engine = Engine::OnnxRuntime {
                     onnx,
                     library,
@@ -172,7 +203,56 @@ impl Model {
             sequence,
             responses,
             instances,
+            source,
         })
+    }
+
+    /// The same model built again from its files with `o` applied to its
+    /// `config.toml` (a load's configuration override): parsed, checked against the
+    /// ONNX graph and planned by its engine as at start, under the same name, version
+    /// and id, with the same labels. The error names what does not fit; `self` is
+    /// untouched either way.
+    pub fn overridden(&self, o: Override) -> Result<Model, String> {
+        let o = self.normalized(o)?;
+        let text = std::str::from_utf8(&self.source.config_text)
+            .map_err(|_| "config.toml: not UTF-8".to_string())?;
+        let d = &self.descriptor;
+        let config = config::parse_overridden(&d.name, text, o)?;
+        // The hash tells the two apart: the override counts with the file.
+        let mut hashed = self.source.config_text.to_vec();
+        if o != Override::default() {
+            hashed.extend_from_slice(format!("\n# override: {o:?}\n").as_bytes());
+        }
+        let mut m = Model::new(
+            &d.name,
+            self.version,
+            d.id,
+            &self.source.onnx,
+            &hashed,
+            config,
+            &self.source.engines,
+        )?;
+        m.source.config_text = Arc::clone(&self.source.config_text);
+        m.source.built_with = o;
+        m.labels = self.labels.clone();
+        Ok(m)
+    }
+
+    /// The override it was built with: `Override::default()` when as its files say.
+    pub fn built_with(&self) -> Override {
+        self.source.built_with
+    }
+
+    /// `o` without what its `config.toml` says already: a model built with either is
+    /// the same model.
+    pub fn normalized(&self, o: Override) -> Result<Override, String> {
+        let text = std::str::from_utf8(&self.source.config_text)
+            .map_err(|_| "config.toml: not UTF-8".to_string())?;
+        let file = config::parse(&self.descriptor.name, text)?;
+        let max_batch_size = o
+            .max_batch_size
+            .filter(|&n| n != file.tensors.max_batch_size);
+        Ok(Override { max_batch_size })
     }
 
     /// The model with the class labels of its labelled outputs.
@@ -199,6 +279,7 @@ impl Model {
         match self.engine {
             Engine::Tract(_) => Backend::Tract,
             Engine::OnnxRuntime { .. } => Backend::OnnxRuntime,
+            Engine::Image(_) => Backend::Image,
         }
     }
 
@@ -206,6 +287,7 @@ impl Model {
     pub fn session(&self) -> Result<Session, String> {
         let run = match &self.engine {
             Engine::Tract(plans) => Run::Tract(Arc::clone(plans)),
+            Engine::Image(p) => Run::Image(Arc::clone(p)),
             Engine::OnnxRuntime {
                 onnx,
                 library,
@@ -492,6 +574,7 @@ impl Accelerator for Model {
                 let (batch, parts) = tensors.split_inputs(input)?;
                 own.run(&tensors, batch, &parts, out)
             }
+            Engine::Image(p) => p.run(&self.tensors, input, out),
         }
     }
 
@@ -536,6 +619,7 @@ pub struct Session {
 enum Run {
     Tract(Arc<Plans>),
     OnnxRuntime(onnxruntime::Runner),
+    Image(Arc<Preprocess>),
 }
 
 impl Session {
@@ -543,11 +627,15 @@ impl Session {
     /// `out` receives the outputs the same way.
     pub fn run(&self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CallError> {
         out.clear();
+        if let Run::Image(p) = &self.run {
+            return p.run(&self.tensors, input, out);
+        }
         let (tensors, input) = given(&self.tensors, input)?;
         let (batch, parts) = tensors.split_inputs(input)?;
         let plans = match &self.run {
             Run::Tract(plans) => plans,
             Run::OnnxRuntime(runner) => return runner.run(&tensors, batch, &parts, out),
+            Run::Image(_) => unreachable!("run above"),
         };
         let mut values: TVec<TValue> = TVec::with_capacity(tensors.inputs.len());
         for (spec, bytes) in tensors.inputs.iter().zip(parts) {

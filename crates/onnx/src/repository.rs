@@ -7,6 +7,8 @@
 //!     1/model.onnx       a version; the highest number is served
 //!   pipeline/
 //!     config.toml        an ensemble (`platform = "ensemble"`): no model.onnx
+//!   image_preprocess/
+//!     config.toml        the image engine (`backend = "image"`): no model.onnx
 //! ```
 //!
 //! A model that cannot be served (no config, a config that does not parse, no version,
@@ -94,8 +96,9 @@ fn read_model(folder: &Path) -> Result<Found, String> {
     let config_text = read_bounded(&config_path, CONFIG_BYTES_MAX)?;
     let text = std::str::from_utf8(&config_text).map_err(|_| "config.toml: not UTF-8")?;
     let config = config::parse(&name, text).map_err(|e| format!("config.toml: {e}"))?;
-    if config.ensemble.is_some() {
-        // An ensemble runs other models: no ONNX file (Triton's has an empty `1/`).
+    if config.ensemble.is_some() || config.image.is_some() {
+        // An ensemble runs other models, the image engine is the node's own: no ONNX
+        // file (Triton's has an empty `1/`).
         let labels = read_labels(folder, &config)?;
         return Ok(Found {
             name,

@@ -1,5 +1,6 @@
-//! Replays the checked-in fuzz corpus (`fuzz/corpus/model_config/`) through the fuzz
-//! target's body, so `cargo test` exercises it on stable Rust.
+//! Replays the checked-in fuzz corpora (`fuzz/corpus/model_config/`,
+//! `fuzz/corpus/image_input/`) through the fuzz targets' bodies, so `cargo test`
+//! exercises them on stable Rust.
 
 #[test]
 fn model_config_corpus() {
@@ -7,6 +8,15 @@ fn model_config_corpus() {
         env!("CARGO_MANIFEST_DIR"),
         "model_config",
         netaccel_onnx::config::fuzzing::model_config,
+    );
+}
+
+#[test]
+fn image_input_corpus() {
+    testkit::fuzz_corpus::replay(
+        env!("CARGO_MANIFEST_DIR"),
+        "image_input",
+        netaccel_onnx::image::fuzzing::image_input,
     );
 }
 
@@ -19,6 +29,7 @@ fn seeds_are_what_they_say() {
         ("seed-digits", "digits"),
         ("seed-batched", "m"),
         ("seed-bytes", "model"),
+        ("seed-image", "model"),
     ] {
         let text = std::fs::read_to_string(format!("{dir}{seed}")).unwrap();
         netaccel_onnx::config::parse(folder, &text).unwrap_or_else(|e| panic!("{seed}: {e}"));

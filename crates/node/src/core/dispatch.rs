@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use accel::Catalog;
+use accel::{Accelerator, Catalog};
+use arc_swap::{ArcSwap, Guard};
 use rac_proto::Status;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -41,7 +42,9 @@ pub enum BalancePolicy {
 }
 
 pub struct Dispatcher {
-    catalog: Catalog,
+    /// Replaced whole when a model is rebuilt with another configuration (the model
+    /// repository's load with an override): readers take the one current at the time.
+    catalog: ArcSwap<Catalog>,
     slots: Vec<Arc<Slot>>,
     policy: BalancePolicy,
     next: AtomicUsize,
@@ -162,7 +165,7 @@ impl Dispatcher {
             .enumerate()
             .all(|(i, s)| usize::from(s.id) == i));
         Arc::new(Dispatcher {
-            catalog,
+            catalog: ArcSwap::from_pointee(catalog),
             slots,
             policy,
             next: AtomicUsize::new(0),
@@ -181,7 +184,7 @@ impl Dispatcher {
         by_id: HashMap<u16, Arc<Ensemble>>,
         stats: Arc<ModelStatsTable>,
     ) {
-        debug_assert!(by_id.keys().all(|id| self.catalog.by_id(*id).is_some()));
+        debug_assert!(by_id.keys().all(|id| self.catalog().by_id(*id).is_some()));
         debug_assert!(by_id.keys().all(|id| self.slots_hosting(*id).is_empty()));
         let runner: Arc<dyn StepRunner> = Arc::clone(self) as Arc<dyn StepRunner>;
         let metrics = Arc::clone(&self.accel_metrics);
@@ -224,8 +227,34 @@ impl Dispatcher {
         self.accel_metrics.get(&id)
     }
 
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+    /// The catalog as it is now (a model's entry changes when a load overrides its
+    /// configuration; its id and name never do).
+    pub fn catalog(&self) -> Guard<Arc<Catalog>> {
+        self.catalog.load()
+    }
+
+    /// Puts `accel` in the catalog in place of the entry with its id, which has its
+    /// name: a model rebuilt with another configuration. Calls already decoded keep
+    /// the entry they were decoded with.
+    pub fn replace_entry(&self, accel: &Arc<dyn Accelerator>) {
+        let d = accel.descriptor();
+        self.catalog.rcu(|c| {
+            let old = c.by_id(d.id).expect("a replaced entry is in the catalog");
+            assert_eq!(old.descriptor().name, d.name, "an entry keeps its name");
+            let entries = c
+                .iter()
+                .map(|a| match a.descriptor().id == d.id {
+                    true => Arc::clone(accel),
+                    false => Arc::clone(a),
+                })
+                .collect();
+            let mut new = Catalog::new(entries);
+            for a in c.iter() {
+                let id = a.descriptor().id;
+                new.set_backends(id, c.backends(id).to_vec());
+            }
+            new
+        });
     }
 
     pub fn slots(&self) -> &[Arc<Slot>] {
@@ -265,7 +294,7 @@ impl Dispatcher {
         }
         if admitting.is_empty() {
             let name = self
-                .catalog
+                .catalog()
                 .by_id(accel_id)
                 .map_or_else(|| format!("#{accel_id}"), |a| a.descriptor().name.clone());
             return Err(unserved.refusal(&name));

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accel::{Accelerator, CallError, Catalog, ParamBlock};
+use arc_swap::ArcSwap;
 use manifest::Manifest;
 use netaccel_onnx::Model;
 use ocl_remote::service::ServiceHandle;
@@ -204,7 +205,8 @@ pub struct SlotPlan {
 pub struct Devices {
     pub list: Vec<Device>,
     manifests: HashMap<u16, Arc<Manifest>>,
-    models: HashMap<u16, Arc<Model>>,
+    /// Replaced whole when a model is rebuilt with another configuration.
+    models: ArcSwap<HashMap<u16, Arc<Model>>>,
 }
 
 impl Devices {
@@ -213,14 +215,36 @@ impl Devices {
         self.list.iter().find(|d| d.slots.contains(&slot))
     }
 
-    /// `accel` with its manifest, if it came from one.
-    pub fn hostable<'a>(&'a self, accel: &'a Arc<dyn Accelerator>) -> Hostable<'a> {
+    /// `f` of `accel` with its manifest, if it came from one, or its model.
+    pub fn with_hostable<R>(
+        &self,
+        accel: &Arc<dyn Accelerator>,
+        f: impl FnOnce(Hostable<'_>) -> R,
+    ) -> R {
         let id = accel.descriptor().id;
-        Hostable {
+        let models = self.models.load();
+        f(Hostable {
             accel,
             manifest: self.manifests.get(&id),
-            model: self.models.get(&id),
-        }
+            model: models.get(&id),
+        })
+    }
+
+    /// The ONNX model accelerator `id` is, if it is one.
+    pub fn model(&self, id: u16) -> Option<Arc<Model>> {
+        self.models.load().get(&id).cloned()
+    }
+
+    /// Puts `model` in place of the model with its id: the same model rebuilt with
+    /// another configuration (the catalog's entry is replaced with it too).
+    pub fn replace_model(&self, model: Arc<Model>) {
+        let id = model.descriptor().id;
+        self.models.rcu(|m| {
+            assert!(m.contains_key(&id), "a replaced model is a model");
+            let mut m = HashMap::clone(m);
+            m.insert(id, Arc::clone(&model));
+            m
+        });
     }
 }
 
@@ -259,7 +283,7 @@ pub fn start(
     let devices = Devices {
         list: Vec::new(),
         manifests,
-        models,
+        models: ArcSwap::from_pointee(models),
     };
     let mut plans = Vec::new();
     let mut list = Vec::with_capacity(device_configs.len());
@@ -269,10 +293,10 @@ pub fn start(
             // per instance of a model (its `[[instance_group]] count`).
             catalog
                 .iter()
-                .filter(|a| kind_hosts(d.backend, devices.hostable(a)))
+                .filter(|a| devices.with_hostable(a, |h| kind_hosts(d.backend, h)))
                 .flat_map(|a| {
                     let id = a.descriptor().id;
-                    let count = devices.models.get(&id).map_or(1, |m| m.instances());
+                    let count = devices.model(id).map_or(1, |m| m.instances());
                     std::iter::repeat_n(a.descriptor().name.clone(), count)
                 })
                 .collect()
@@ -293,13 +317,15 @@ pub fn start(
                     known.join(", ")
                 ))
             })?;
-            let hostable = devices.hostable(accel);
-            backend
-                .hosts(hostable)
-                .map_err(|e| StartError::Config(format!("device {}, slot {id}: {e}", d.name)))?;
-            let load = backend
-                .load(id, hostable)
-                .map_err(|e| format!("device {}, slot {id}: loading {name}: {e}", d.name))?;
+            let load = devices.with_hostable(accel, |hostable| {
+                backend.hosts(hostable).map_err(|e| {
+                    StartError::Config(format!("device {}, slot {id}: {e}", d.name))
+                })?;
+                backend
+                    .load(id, hostable)
+                    .map_err(|e| format!("device {}, slot {id}: loading {name}: {e}", d.name))
+                    .map_err(StartError::from)
+            })?;
             plans.push(SlotPlan {
                 device: d.name.clone(),
                 backend: d.backend,

@@ -459,9 +459,8 @@ pub async fn reconfigure(
             format!("slot {slot} belongs to no device"),
         )
     })?;
-    device
-        .backend
-        .hosts(node.devices.hostable(&accel))
+    node.devices
+        .with_hostable(&accel, |h| device.backend.hosts(h))
         .map_err(|e| {
             AdminError::new(
                 Status::BadRequest,
@@ -473,8 +472,9 @@ pub async fn reconfigure(
     let started = std::time::Instant::now();
     let loader = Arc::clone(&node);
     let (load, drained) = tokio::task::spawn_blocking(move || {
-        let load = backend
-            .load(slot, loader.devices.hostable(&accel))
+        let load = loader
+            .devices
+            .with_hostable(&accel, |h| backend.load(slot, h))
             .map_err(|e| {
                 AdminError::new(
                     Status::Internal,

@@ -314,7 +314,13 @@ impl<S: Transport> RacConn<S> {
         let target = match header.kind {
             CallKind::Control => Target::Control,
             CallKind::Call => {
-                let Some(accel) = self.node.dispatcher.catalog().by_id(header.accel_id) else {
+                let Some(accel) = self
+                    .node
+                    .dispatcher
+                    .catalog()
+                    .by_id(header.accel_id)
+                    .cloned()
+                else {
                     let message =
                         format!("no accelerator with id {} on this node", header.accel_id);
                     return self.refuse(&header, Status::UnknownAccelerator, &message);
@@ -322,7 +328,6 @@ impl<S: Transport> RacConn<S> {
                 if let Err(e) = accel.check(&header.params, Some(len)) {
                     return self.refuse(&header, Status::BadRequest, &e.to_string());
                 }
-                let accel = Arc::clone(accel);
                 if let Err(message) = self.authorize(Action::Call(&accel.descriptor().name)) {
                     return self.refuse(&header, Status::Unauthorized, &message);
                 }

@@ -142,11 +142,26 @@ def test_the_repository_unloads_and_loads_over_http_and_grpc(http, grpc):
     for client in (http, grpc):
         with pytest.raises(InferenceServerException, match="failed to load"):
             client.load_model("wrong_model_name")
-    # A configuration override sets the instance count, nothing else.
-    with pytest.raises(InferenceServerException, match="failed to load"):
-        http.load_model(MODEL, config='{"max_batch_size": 16}')
+    # A configuration override sets the instance count, and the batch the model is
+    # rebuilt with (as Triton's model control examples send it: a string); what the
+    # model cannot take is refused with Triton's words.
     http.load_model(MODEL, config='{"instance_group": [{"kind": "KIND_CPU", "count": 1}]}')
     assert http.is_model_ready(MODEL)
+    with pytest.raises(InferenceServerException, match="failed to load"):
+        http.load_model(MODEL, config='"parameters": {"config": {{"max_batch_size": "16"}}}')
+    with pytest.raises(InferenceServerException, match="max_batch_size: 5000 is more than 4096"):
+        grpc.load_model(MODEL, config='{"max_batch_size": "5000"}')
+    grpc.load_model(MODEL, config='{"max_batch_size":"16"}')
+    assert http.get_model_config(MODEL)["max_batch_size"] == 16
+    assert grpc.get_model_config(MODEL).config.max_batch_size == 16
+    infer(http, httpclient)
+    http.load_model(MODEL, config='{"max_batch_size": 8}')
+    assert grpc.get_model_config(MODEL).config.max_batch_size == 8
+    # Model files sent with a load are not read: Triton's words and status.
+    with pytest.raises(InferenceServerException, match="failed to poll from model repository") as e:
+        grpc.load_model(MODEL, config="{}", files={"file:" + "A" * 256: b"a"})
+    assert e.value.status() == "StatusCode.INTERNAL"
+    assert grpc.is_server_live() and grpc.is_model_ready(MODEL)
 
 
 def test_system_shared_memory_carries_inputs_and_outputs(http, grpc):

@@ -101,13 +101,14 @@ impl Inference {
             .dispatcher
             .catalog()
             .by_name(name)
+            .cloned()
             .ok_or_else(|| Status::not_found(crate::front::oip::unknown_model(name)))?;
         if !version.is_empty() && version != VERSION {
             return Err(Status::not_found(crate::front::oip::unknown_version(
                 name, version,
             )));
         }
-        Ok(Arc::clone(accel))
+        Ok(accel)
     }
 
     pub(super) fn hosted(&self, accel: &dyn Accelerator) -> bool {
@@ -254,6 +255,8 @@ impl Inference {
     ) -> Result<RepositoryModelLoadResponse, Status> {
         self.check_admin(&request, &request.get_ref().model_name)?;
         let req = request.into_inner();
+        repository::refuse_files(req.parameters.keys().map(String::as_str))
+            .map_err(admin_status)?;
         let config = match req
             .parameters
             .get("config")

@@ -2,8 +2,6 @@
 //! any body byte is read. Everything the handler needs is copied out of the head here,
 //! so the read buffer is free again once routing is done.
 
-use std::sync::Arc;
-
 use accel::params_from_pairs;
 
 use super::parse::RequestHead;
@@ -166,7 +164,7 @@ fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {
     if head.method != "POST" {
         return not_allowed(head.method, head.path(), "POST");
     }
-    let Some(accel) = node.dispatcher.catalog().by_name(name) else {
+    let Some(accel) = node.dispatcher.catalog().by_name(name).cloned() else {
         return refuse(
             404,
             "UNKNOWN_ACCELERATOR",
@@ -192,7 +190,7 @@ fn call_route(head: &RequestHead<'_>, node: &Node, name: &str) -> Route {
         Err(message) => return refuse(400, "BAD_REQUEST", message),
     };
     Route::Call {
-        accel: Arc::clone(accel),
+        accel,
         wire: Wire::Raw { params },
         deadline_us,
     }

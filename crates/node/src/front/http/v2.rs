@@ -160,6 +160,9 @@ async fn repository_control(
             );
         }
         Some((model, true)) => {
+            if let Err(e) = repository::refuse_files(body.parameters.keys().map(String::as_str)) {
+                return admin_error(e);
+            }
             let config = match body.parameters.get("config") {
                 None => None,
                 Some(Value::String(text)) => Some(text.as_str()),
@@ -285,7 +288,8 @@ fn model_route(head: &RequestHead<'_>, node: &Node, rest: &str) -> Route {
         }
         None => tail,
     };
-    let Some(accel) = node.dispatcher.catalog().by_name(name) else {
+    let catalog = node.dispatcher.catalog();
+    let Some(accel) = catalog.by_name(name) else {
         return refuse(
             404,
             "UNKNOWN_ACCELERATOR",

@@ -20,9 +20,13 @@
 //! repository has no way to remove them either.
 //!
 //! A load's `config` override (Triton's `parameters.config`, a model configuration as
-//! JSON) may set `instance_group[].count`, the number of slots the model is to have;
-//! every other field it names must equal the model's configuration (`GET
-//! /v2/models/{m}/config`), since the model's tensors and engine are fixed at start.
+//! JSON) may set `instance_group[].count`, the number of slots the model is to have,
+//! and `max_batch_size`: the model is then built again from its files (read at start)
+//! with that value in its `config.toml`, every check of a model's load made again; it
+//! replaces the old one in the catalog, and each slot hosting it drains its calls on
+//! the old one and takes the new one. Every other field it names must equal the
+//! model's configuration (`GET /v2/models/{m}/config`). An override that cannot be
+//! honoured is refused naming the field before anything changes.
 //! Not for: reading new model files at runtime (a restart with `--models` does).
 
 use std::collections::HashMap;
@@ -33,7 +37,10 @@ use rac_proto::Status;
 use serde::Serialize;
 use serde_json::Value;
 
+use netaccel_onnx::Override;
+
 use super::{model_config, VERSION};
+use crate::config::RepositoryIndex;
 use crate::front::admin::{self, AdminError, Origin, Reconfigured};
 use crate::node::Node;
 
@@ -62,12 +69,17 @@ fn error(status: Status, message: String) -> AdminError {
     }
 }
 
-/// Every model of the node, by name; with `ready_only`, the ready ones.
+/// Every model of the node, by name (the models of its repository only with
+/// `repository_index = "models"`); with `ready_only`, the ready ones.
 pub fn index(node: &Node, ready_only: bool) -> Vec<IndexEntry> {
+    let models_only = node.config.repository_index == RepositoryIndex::Models;
+    let of_repository =
+        |id: u16| node.devices.model(id).is_some() || node.dispatcher.ensemble(id).is_some();
     let mut entries: Vec<IndexEntry> = node
         .dispatcher
         .catalog()
         .iter()
+        .filter(|a| !models_only || of_repository(a.descriptor().id))
         .map(|a| entry(node, &**a))
         .filter(|e| !ready_only || e.state == READY)
         .collect();
@@ -129,11 +141,20 @@ fn model(node: &Node, name: &str) -> Result<Arc<dyn Accelerator>, AdminError> {
         })
 }
 
-/// How many slots the `config` override asks for (`None`: no override, or it does not
-/// say), after checking that it changes nothing else.
-pub fn instances(accel: &dyn Accelerator, config: Option<&str>) -> Result<Option<usize>, String> {
+/// What a load's `config` override asks: the slots the model is to have, and the
+/// configuration it is to be rebuilt with. `Default`: as it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wanted {
+    pub instances: Option<usize>,
+    pub config: Override,
+}
+
+/// What the `config` override asks (see [`Wanted`]), after checking that every other
+/// field it names is the model's as it is. `max_batch_size` is a number, or a string
+/// of one, as protobuf's JSON writes it; without it, the model's file says.
+pub fn wanted(accel: &dyn Accelerator, config: Option<&str>) -> Result<Wanted, String> {
     let Some(text) = config else {
-        return Ok(None);
+        return Ok(Wanted::default());
     };
     let given: Value = serde_json::from_str(text)
         .map_err(|e| format!("parameters.config is not a JSON model configuration: {e}"))?;
@@ -142,22 +163,36 @@ pub fn instances(accel: &dyn Accelerator, config: Option<&str>) -> Result<Option
     };
     let current: Value =
         serde_json::from_slice(&model_config(accel)).expect("the node's own JSON parses");
-    let mut count = None;
+    let mut wanted = Wanted::default();
     for (key, value) in &given {
         match key.as_str() {
-            "instance_group" => count = Some(instance_count(value)?),
+            "instance_group" => wanted.instances = Some(instance_count(value)?),
+            "max_batch_size" => {
+                let n = whole(value)
+                    .ok_or("parameters.config: max_batch_size must be a whole number")?;
+                wanted.config.max_batch_size = Some(n);
+            }
             _ if current.get(key) == Some(value) => {}
             _ => {
                 return Err(format!(
-                    "parameters.config cannot change {key} of {}: only instance_group[].count \
-                     can be set at load (the model's tensors and engine are fixed when the \
-                     node starts)",
+                    "parameters.config cannot change {key} of {}: only max_batch_size and \
+                     instance_group[].count can be set at load (the model's tensors and \
+                     engine are its files')",
                     accel.descriptor().name
                 ))
             }
         }
     }
-    Ok(count)
+    Ok(wanted)
+}
+
+/// A JSON number, or a string of one (protobuf's JSON writes 64-bit integers so).
+fn whole(value: &Value) -> Option<u32> {
+    match value {
+        Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
 }
 
 /// The slots an `instance_group` list asks for: the sum of its counts (1 when a group
@@ -213,12 +248,15 @@ async fn place(
 ) -> Result<Vec<Reconfigured>, AdminError> {
     let accel = model(&node, name)?;
     not_ensemble(&node, &*accel)?;
-    let wanted =
-        instances(&*accel, config).map_err(|message| error(Status::BadRequest, message))?;
-    let hosting = node.dispatcher.slots_hosting(accel.descriptor().id);
-    let wanted = wanted.unwrap_or_else(|| hosting.len().max(1));
-    debug_assert!((1..=INSTANCES_MAX).contains(&wanted));
+    let asked = wanted(&*accel, config).map_err(|message| error(Status::BadRequest, message))?;
     let mut done = Vec::new();
+    let accel = match rebuilt_with(&node, &*accel, asked.config)? {
+        None => accel,
+        Some(o) => rebuild(&node, &accel, o, &mut done).await?,
+    };
+    let hosting = node.dispatcher.slots_hosting(accel.descriptor().id);
+    let wanted = asked.instances.unwrap_or_else(|| hosting.len().max(1));
+    debug_assert!((1..=INSTANCES_MAX).contains(&wanted));
     if hosting.len() > wanted {
         for &slot in &hosting[wanted..] {
             done.push(free(&node, slot).await?);
@@ -244,6 +282,120 @@ async fn place(
         done.push(reconfigured);
     }
     Ok(done)
+}
+
+/// The override model `accel` is to be rebuilt with for a load asking `o` (the
+/// configuration it gives replaces the model's for that load: a load without
+/// `max_batch_size` builds the model as its files say); `None` when it is built so
+/// already. A built-in or a manifest's accelerator cannot change its batch.
+fn rebuilt_with(
+    node: &Node,
+    accel: &dyn Accelerator,
+    o: Override,
+) -> Result<Option<Override>, AdminError> {
+    let d = accel.descriptor();
+    let Some(model) = node.devices.model(d.id) else {
+        let batch = accel.tensors().map_or(0, |t| t.max_batch_size);
+        if o.max_batch_size.is_some_and(|n| n != batch) {
+            return Err(error(
+                Status::BadRequest,
+                format!(
+                    "parameters.config: max_batch_size: {} is an accelerator of the node, not \
+                     a model of its repository: its tensors are fixed",
+                    d.name
+                ),
+            ));
+        }
+        return Ok(None);
+    };
+    let o = model
+        .normalized(o)
+        .map_err(|e| error(Status::Internal, format!("its config.toml: {e}")))?;
+    Ok((o != model.built_with()).then_some(o))
+}
+
+/// One rebuild at a time, so that two overrides of one model do not race to replace it.
+static REBUILDS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Builds model `accel` again from its files with override `o` (none: as they say),
+/// puts it in the catalog in the old one's place, and has each slot hosting it drain
+/// its calls on the old one and take the new one (the unload rule: nothing in flight
+/// is lost). An override the model cannot take is refused before anything changes,
+/// naming the field; so is a batch below that of an ensemble the model is a step of.
+/// A slot whose reconfiguration then fails (the registry refuses it, another one is
+/// under way) keeps the old model, and the load's error says which: a later load
+/// places the new one.
+async fn rebuild(
+    node: &Arc<Node>,
+    accel: &Arc<dyn Accelerator>,
+    o: Override,
+    done: &mut Vec<Reconfigured>,
+) -> Result<Arc<dyn Accelerator>, AdminError> {
+    let d = accel.descriptor();
+    let _one = REBUILDS.lock().await;
+    let model = node
+        .devices
+        .model(d.id)
+        .expect("rebuilt_with found the model");
+    // An ensemble's batch goes through each step: a step takes at least its batch.
+    let batch = o.max_batch_size.unwrap_or(u32::MAX);
+    let catalog = node.dispatcher.catalog();
+    let user = catalog.iter().find(|e| {
+        let larger = e.tensors().is_some_and(|t| t.max_batch_size > batch);
+        larger
+            && node
+                .dispatcher
+                .ensemble(e.descriptor().id)
+                .is_some_and(|e| e.step_ids().any(|s| s == d.id))
+    });
+    if let Some(e) = user {
+        return Err(error(
+            Status::BadRequest,
+            format!(
+                "parameters.config: max_batch_size: {} is a step of ensemble {}, whose batch \
+                 of up to {} goes through it",
+                d.name,
+                e.descriptor().name,
+                e.tensors().map_or(0, |t| t.max_batch_size)
+            ),
+        ));
+    }
+    drop(catalog);
+    let built = tokio::task::spawn_blocking(move || model.overridden(o))
+        .await
+        .map_err(|e| {
+            error(
+                Status::Internal,
+                format!("rebuilding the model failed: {e}"),
+            )
+        })?
+        .map_err(|e| error(Status::BadRequest, format!("parameters.config: {e}")))?;
+    let built = Arc::new(built);
+    node.devices.replace_model(Arc::clone(&built));
+    let entry: Arc<dyn Accelerator> = built;
+    node.dispatcher.replace_entry(&entry);
+    tracing::info!(model = %d.name, ?o, "model rebuilt with a configuration override");
+    for slot in node.dispatcher.slots_hosting(d.id) {
+        let name = d.name.clone();
+        done.push(admin::reconfigure(Arc::clone(node), slot, name, Origin::default()).await?);
+    }
+    Ok(entry)
+}
+
+/// Refuses a load that sends model files (`file:…` parameters, Triton's way of
+/// loading a model from the request): the node loads the models of its repository
+/// only. Triton's words and status for a load whose files it cannot use.
+pub fn refuse_files<'k>(mut keys: impl Iterator<Item = &'k str>) -> Result<(), AdminError> {
+    match keys.find(|k| k.starts_with("file:")) {
+        None => Ok(()),
+        Some(_) => Err(error(
+            Status::Internal,
+            "failed to poll from model repository: model files sent with a load request \
+             (`file:` parameters) are not read: the node serves the models of its --models \
+             repository"
+                .to_string(),
+        )),
+    }
 }
 
 /// Up to `needed` spare slots for `accel` (see the module docs), least busy first.
@@ -292,9 +444,11 @@ fn not_ensemble(node: &Node, accel: &dyn Accelerator) -> Result<(), AdminError> 
 }
 
 fn can_host(node: &Node, slot: u16, accel: &Arc<dyn Accelerator>) -> bool {
-    node.devices
-        .of_slot(slot)
-        .is_some_and(|d| d.backend.hosts(node.devices.hostable(accel)).is_ok())
+    node.devices.of_slot(slot).is_some_and(|d| {
+        node.devices
+            .with_hostable(accel, |h| d.backend.hosts(h))
+            .is_ok()
+    })
 }
 
 /// Takes model `name` out of every slot, each slot draining its queued calls on it
@@ -343,16 +497,36 @@ mod tests {
     use crate::front::oip::declared::example::Example;
 
     #[test]
-    fn a_config_override_sets_the_instance_count_and_nothing_else() {
+    fn a_config_override_sets_the_instance_count_and_the_batch_and_nothing_else() {
         let m = Example::default();
-        assert_eq!(instances(&m, None), Ok(None));
+        let instances = |c: Option<&str>| wanted(&m, c).map(|w| w.instances);
+        assert_eq!(wanted(&m, None), Ok(Wanted::default()));
         let two = r#"{"instance_group":[{"kind":"KIND_CPU","count":2}]}"#;
-        assert_eq!(instances(&m, Some(two)), Ok(Some(2)));
+        assert_eq!(instances(Some(two)), Ok(Some(2)));
         let same = r#"{"max_batch_size":4,"instance_group":[{"count":1},{}]}"#;
-        assert_eq!(instances(&m, Some(same)), Ok(Some(2)));
-        let other = r#"{"max_batch_size":8}"#;
-        let e = instances(&m, Some(other)).unwrap_err();
-        assert!(e.contains("cannot change max_batch_size"), "{e}");
+        assert_eq!(
+            wanted(&m, Some(same)).unwrap().config.max_batch_size,
+            Some(4)
+        );
+        let none = r#"{"instance_group":[{"count":1}]}"#;
+        assert_eq!(wanted(&m, Some(none)).unwrap().config, Override::default());
+        assert_eq!(instances(Some(same)), Ok(Some(2)));
+        for other in [r#"{"max_batch_size":8}"#, r#"{"max_batch_size":"8"}"#] {
+            // Given, even as the model has it: the load's configuration says.
+            let w = wanted(&m, Some(other)).unwrap();
+            assert_eq!(w.config.max_batch_size, Some(8), "{other}");
+        }
+        for bad in [r#"{"max_batch_size":-1}"#, r#"{"max_batch_size":"lots"}"#] {
+            let e = wanted(&m, Some(bad)).unwrap_err();
+            assert!(e.contains("max_batch_size must be a whole number"), "{e}");
+        }
+        let e = wanted(&m, Some(r#"{"platform":"pytorch"}"#)).unwrap_err();
+        assert!(e.contains("cannot change platform"), "{e}");
+        assert!(refuse_files(["config", "file:1/model.onnx"].into_iter())
+            .unwrap_err()
+            .message
+            .starts_with("failed to poll from model repository"));
+        assert!(refuse_files(["config"].into_iter()).is_ok());
         for bad in [
             "not json",
             "[1]",
@@ -361,7 +535,7 @@ mod tests {
             r#"{"instance_group":[{"kind":"KIND_GPU","count":1}]}"#,
             r#"{"instance_group":{"count":1}}"#,
         ] {
-            assert!(instances(&m, Some(bad)).is_err(), "{bad}");
+            assert!(instances(Some(bad)).is_err(), "{bad}");
         }
     }
 }

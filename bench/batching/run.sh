@@ -55,7 +55,7 @@ LOAD_BIN=${LOAD_BIN:-$ROOT/target/release/v2-load}
 MODEL=$ROOT/models/digits
 TRITON_START_S=180
 
-pick_ports NODE_HTTP NODE_GRPC TRITON_HTTP TRITON_GRPC TRITON_METRICS
+pick_ports NODE_HTTP NODE_GRPC NODE_RAC TRITON_HTTP TRITON_GRPC TRITON_METRICS
 
 ORT_LIB=${ORT_LIB:-$(python3 -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so*")))[0])' 2>/dev/null)} ||
     die "no ONNX Runtime library: pip install onnxruntime (or set ORT_LIB)"
@@ -106,7 +106,7 @@ name = "cpu0"
 backend = "cpu"
 slots = ["digits_batched", "digits_single"]
 TOML
-taskset -c "$SERVER_CPU" "$NODE_BIN" --config "$work/node.toml" --http "$HOST:$NODE_HTTP" \
+taskset -c "$SERVER_CPU" "$NODE_BIN" --config "$work/node.toml" --http "$HOST:$NODE_HTTP" --rac "$HOST:$NODE_RAC" \
     --grpc "$HOST:$NODE_GRPC" --io-threads 1 --log-level warn >"$work/node.log" 2>&1 &
 node_pid=$!
 server_up netaccel-node "$node_pid" "$NODE_GRPC" "$work/node.log" || exit 1

@@ -26,6 +26,9 @@
 # Environment (defaults in brackets):
 #   DURATION [5]  WARMUP [1]  ROUNDS [3]  SERVER_CPU [0]  CLIENT_CPU [1]  CONNS [64]
 #   DELAY_US [2000]  PYTRITON_VERSION [0.7.0]
+#   LOOPS_PER_CONN [1]: the clients sharing one HTTP/2 connection (v2-load
+#   --loops-per-connection; 1: each client its own connection, as separate client
+#   processes have)
 #   VENV [$HOME/.cache/netaccel/triton/venv-$PYTRITON_VERSION]  ORT_LIB [from python3]
 #   NODE_BIN [target/release/netaccel-node]  LOAD_BIN [target/release/v2-load]
 #   (both built with cargo if missing)
@@ -46,6 +49,7 @@ ROUNDS=${ROUNDS:-3}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 CONNS=${CONNS:-64}
+LOOPS_PER_CONN=${LOOPS_PER_CONN:-1}
 DELAY_US=${DELAY_US:-2000}
 UPDATE_DOCS=${UPDATE_DOCS:-0}
 PYTRITON_VERSION=${PYTRITON_VERSION:-0.7.0}
@@ -55,7 +59,7 @@ LOAD_BIN=${LOAD_BIN:-$ROOT/target/release/v2-load}
 MODEL=$ROOT/models/digits
 TRITON_START_S=180
 
-pick_ports NODE_HTTP NODE_GRPC TRITON_HTTP TRITON_GRPC TRITON_METRICS
+pick_ports NODE_HTTP NODE_GRPC NODE_RAC TRITON_HTTP TRITON_GRPC TRITON_METRICS
 
 ORT_LIB=${ORT_LIB:-$(python3 -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so*")))[0])' 2>/dev/null)} ||
     die "no ONNX Runtime library: pip install onnxruntime (or set ORT_LIB)"
@@ -106,7 +110,7 @@ name = "cpu0"
 backend = "cpu"
 slots = ["digits_batched", "digits_single"]
 TOML
-taskset -c "$SERVER_CPU" "$NODE_BIN" --config "$work/node.toml" --http "$HOST:$NODE_HTTP" \
+taskset -c "$SERVER_CPU" "$NODE_BIN" --config "$work/node.toml" --http "$HOST:$NODE_HTTP" --rac "$HOST:$NODE_RAC" \
     --grpc "$HOST:$NODE_GRPC" --io-threads 1 --log-level warn >"$work/node.log" 2>&1 &
 node_pid=$!
 server_up netaccel-node "$node_pid" "$NODE_GRPC" "$work/node.log" || exit 1
@@ -123,7 +127,7 @@ done
 curl -fs "http://$HOST:$TRITON_HTTP/v2/models/digits/ready" >/dev/null ||
     { tail -n 20 "$work/triton.log" >&2; die "Triton did not load digits in $TRITON_START_S s"; }
 
-measure() { # case conns duration warmup -> one JSON line
+measure() { # case conns duration warmup loops-per-connection -> one JSON line
     local addr model
     case "$1" in
         batched) addr=$HOST:$NODE_GRPC model=digits_batched ;;
@@ -131,15 +135,15 @@ measure() { # case conns duration warmup -> one JSON line
         triton) addr=$HOST:$TRITON_GRPC model=digits ;;
     esac
     taskset -c "$CLIENT_CPU" "$LOAD_BIN" --transport grpc --tensors digits --addr "$addr" \
-        --model "$model" --connections "$2" --duration "$3" --warmup "$4"
+        --model "$model" --connections "$2" --loops-per-connection "$5" --duration "$3" --warmup "$4"
 }
 slot_metric() { # name slot -> value
     curl -fs "http://$HOST:$NODE_HTTP/metrics" | awk -v k="netaccel_slot_$1{slot=\"$2\"}" '$1 == k { print $2 }'
 }
 
-log "servers pinned to cpu $SERVER_CPU, v2-load to cpu $CLIENT_CPU; $ROUNDS rounds of ${WARMUP} + ${DURATION} s per case, $CONNS connections"
+log "servers pinned to cpu $SERVER_CPU, v2-load to cpu $CLIENT_CPU; $ROUNDS rounds of ${WARMUP} + ${DURATION} s per case, $CONNS clients, $LOOPS_PER_CONN a connection"
 for c in batched single triton; do
-    measure "$c" 1 0.5 0 >/dev/null || die "$c does not answer"
+    measure "$c" 1 0.5 0 1 >/dev/null || die "$c does not answer"
 done
 results="$work/results.jsonl"
 for ((r = 0; r < ROUNDS; r++)); do
@@ -148,7 +152,7 @@ for ((r = 0; r < ROUNDS; r++)); do
     esac
     for c in "${order[@]}"; do
         calls0=$(slot_metric calls_total 0) busy0=$(slot_metric busy_seconds_total 0)
-        if line=$(measure "$c" "$CONNS" "$DURATION" "$WARMUP" 2>"$work/err"); then
+        if line=$(measure "$c" "$CONNS" "$DURATION" "$WARMUP" "$LOOPS_PER_CONN" 2>"$work/err"); then
             calls1=$(slot_metric calls_total 0) busy1=$(slot_metric busy_seconds_total 0)
             extra=""
             if [[ $c == batched ]]; then
@@ -166,10 +170,11 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 table="$work/table.md"
-python3 - "$results" "$DELAY_US" "$CONNS" "$DURATION" "$WARMUP" >"$table" <<'EOF'
+python3 - "$results" "$DELAY_US" "$CONNS" "$DURATION" "$WARMUP" "$LOOPS_PER_CONN" >"$table" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 delay_us, conns = int(sys.argv[2]), int(sys.argv[3])
+shared = f" ({sys.argv[6]} a connection)" if int(sys.argv[6]) > 1 else ""
 duration, warmup = float(sys.argv[4]), float(sys.argv[5])
 def ok(case):
     return [r for r in rows if r["case"] == case and not r.get("failed")]
@@ -178,7 +183,7 @@ def med(case, key):
     return statistics.median(v) if v else float("nan")
 names = {"batched": "netaccel, dynamic batching", "single": "netaccel, no batching",
          "triton": "Triton (PyTriton @batch, dynamic batcher)"}
-print(f"| digits CNN, ONNX Runtime, {conns} gRPC clients, delay {delay_us} µs | calls/s | p50 µs | p99 µs | load avg |")
+print(f"| digits CNN, ONNX Runtime, {conns} gRPC clients{shared}, delay {delay_us} µs | calls/s | p50 µs | p99 µs | load avg |")
 print("| --- | ---: | ---: | ---: | ---: |")
 for c in ("batched", "single", "triton"):
     print(f"| {names[c]} | {med(c, 'calls_per_s'):,.0f} | {med(c, 'p50_us'):,.0f} | {med(c, 'p99_us'):,.0f} | {med(c, 'load'):.1f} |")

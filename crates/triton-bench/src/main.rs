@@ -6,8 +6,9 @@
 //!   the raw input bytes; binary output), keep-alive, one request in flight per
 //!   connection, written by hand over a socket so the client costs little;
 //! - `grpc`: `GRPCInferenceService/ModelInfer` with `raw_input_contents`, one HTTP/2
-//!   connection per closed loop (tonic, the client generated from the node's vendored
-//!   .proto files).
+//!   connection per closed loop (hyper's; or `--loops-per-connection` loops sharing
+//!   one, each call a stream), the messages those of the node's vendored .proto files
+//!   (see [`grpc_loop`]).
 //!
 //! Each of `--connections` loops sends a call, waits for its answer, checks it (status
 //! and the uppercased bytes) and sends the next. Calls that end inside the measuring
@@ -24,11 +25,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Parser, ValueEnum};
+use http_body_util::{BodyExt, Full};
 use netaccel_node::front::grpc::pb;
-use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tonic::transport::Endpoint;
+use tonic::codegen::http;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Transport {
@@ -61,9 +63,13 @@ struct Args {
     /// Input bytes per call.
     #[arg(long, default_value_t = 64)]
     size: usize,
-    /// Connections, each one closed loop.
+    /// Closed loops, each on a connection of its own (see --loops-per-connection).
     #[arg(long, default_value_t = 1)]
     connections: usize,
+    /// gRPC only: closed loops sharing one HTTP/2 connection, each call a stream of
+    /// it (--connections / this many connections).
+    #[arg(long, default_value_t = 1)]
+    loops_per_connection: usize,
     /// Seconds measured.
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
@@ -194,27 +200,100 @@ async fn http_loop(
     Ok(out)
 }
 
+/// `ModelInfer`'s path.
+const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+
+/// A gRPC call's message as it travels: the 5-byte prefix (not compressed, the
+/// length) and the encoded message.
+fn grpc_frame(req: &pb::ModelInferRequest) -> Bytes {
+    let len = u32::try_from(req.encoded_len()).expect("a request under 4 GiB");
+    let mut framed = Vec::with_capacity(5 + len as usize);
+    framed.push(0);
+    framed.extend_from_slice(&len.to_be_bytes());
+    req.encode(&mut framed).expect("a Vec grows");
+    Bytes::from(framed)
+}
+
+/// The answer of one gRPC call: `grpc-status` 0 (in the trailers, or in the
+/// headers of a trailers-only answer) and one message, decoded.
+fn grpc_answer(
+    head: &http::HeaderMap,
+    trailers: Option<&http::HeaderMap>,
+    body: &[u8],
+) -> Result<pb::ModelInferResponse, String> {
+    let status = trailers
+        .and_then(|t| t.get("grpc-status"))
+        .or_else(|| head.get("grpc-status"));
+    if status.is_none_or(|s| s != "0") {
+        let message = trailers
+            .and_then(|t| t.get("grpc-message"))
+            .or_else(|| head.get("grpc-message"));
+        return Err(format!("gRPC status {status:?}: {message:?}"));
+    }
+    let (prefix, message) = body
+        .split_at_checked(5)
+        .ok_or("the answer holds no message")?;
+    let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    if prefix[0] != 0 || message.len() != len {
+        return Err(format!(
+            "not one uncompressed message: flag {}, {len} bytes declared, {} sent",
+            prefix[0],
+            message.len()
+        ));
+    }
+    pb::ModelInferResponse::decode(message).map_err(|e| e.to_string())
+}
+
+/// Sends the requests of one HTTP/2 connection.
+type Sender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
+
+/// A new HTTP/2 connection to `addr` (hyper's), its frames handled by a task.
+async fn grpc_connect(addr: SocketAddr) -> Result<Sender, String> {
+    let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let (send, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    Ok(send)
+}
+
+/// One closed loop over an HTTP/2 connection (`send`, maybe shared with others). Every call of a run
+/// is the same message, encoded once, sent as tonic's client sends it; its answer
+/// is decoded by prost. Without tonic's client (its `Channel`'s buffer task, an
+/// encode and a stream decoder a call) this one-thread client costs a few µs less a
+/// call, about as much as the node it measures (docs/benchmarks.md, "Dynamic
+/// batching"): at 64 connections the client's core, not only the node's, bounds
+/// the calls a second.
 async fn grpc_loop(
+    mut send: Sender,
     addr: SocketAddr,
     req: pb::ModelInferRequest,
     want: Vec<u8>,
     window: Window,
 ) -> Result<Loop, String> {
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| e.to_string())?
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut client = GrpcInferenceServiceClient::new(channel);
+    let uri: http::Uri = format!("http://{addr}{MODEL_INFER}")
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    let framed = grpc_frame(&req);
     let mut out = Loop::default();
     while Instant::now() < window.until {
         let start = Instant::now();
-        let resp = client
-            .model_infer(req.clone())
+        let call = http::Request::post(uri.clone())
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(Full::new(framed.clone()))
+            .map_err(|e| e.to_string())?;
+        let (head, body) = send
+            .send_request(call)
             .await
             .map_err(|e| e.to_string())?
-            .into_inner();
+            .into_parts();
+        let whole = body.collect().await.map_err(|e| e.to_string())?;
+        let trailers = whole.trailers().cloned();
+        let resp = grpc_answer(&head.headers, trailers.as_ref(), &whole.to_bytes())?;
         let end = Instant::now();
         check_grpc(&resp, &want)?;
         out.record(window, start, end);
@@ -296,6 +375,11 @@ fn main() -> Result<(), String> {
         Tensors::Digits if args.transport == Transport::Grpc => (digits_image(), Vec::new()),
         Tensors::Digits => return Err("--tensors digits is for --transport grpc".into()),
     };
+    if args.loops_per_connection == 0
+        || (args.loops_per_connection > 1 && args.transport != Transport::Grpc)
+    {
+        return Err("--loops-per-connection is at least 1, and above 1 for gRPC only".into());
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -307,7 +391,11 @@ fn main() -> Result<(), String> {
     };
     let loops: Vec<Loop> = rt.block_on(async {
         let mut tasks = Vec::with_capacity(args.connections);
-        for _ in 0..args.connections {
+        let mut sender = None;
+        for i in 0..args.connections {
+            if args.transport == Transport::Grpc && i % args.loops_per_connection == 0 {
+                sender = Some(grpc_connect(args.addr).await?);
+            }
             let want = want.clone();
             tasks.push(match args.transport {
                 Transport::Http => tokio::spawn(http_loop(
@@ -317,6 +405,7 @@ fn main() -> Result<(), String> {
                     window,
                 )),
                 Transport::Grpc => tokio::spawn(grpc_loop(
+                    sender.clone().expect("connected above"),
                     args.addr,
                     grpc_request(&args, &data),
                     want,
@@ -336,6 +425,7 @@ fn main() -> Result<(), String> {
     let line = serde_json::json!({
         "transport": format!("{:?}", args.transport).to_lowercase(),
         "connections": args.connections,
+        "loops_per_connection": args.loops_per_connection,
         "size": data.len(),
         "calls": calls,
         "calls_per_s": calls as f64 / args.duration,

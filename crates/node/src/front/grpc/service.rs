@@ -228,8 +228,8 @@ impl Inference {
         let output_ns = stats::since_ns(encoding);
         // Where the time went, as HTTP's X-Netaccel-* headers say it.
         let m = response.metadata_mut();
-        m.insert("x-netaccel-queue-ns", MetadataValue::from(queue_ns));
-        m.insert("x-netaccel-exec-ns", MetadataValue::from(exec_ns));
+        m.insert("x-netaccel-queue-ns", per_call(queue_ns));
+        m.insert("x-netaccel-exec-ns", per_call(exec_ns));
         if let Some(slot) = slot {
             m.insert("x-netaccel-slot", MetadataValue::from(u64::from(slot)));
         }
@@ -399,6 +399,16 @@ fn bearer(metadata: &MetadataMap) -> Option<&str> {
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// A figure that differs on every call, as response metadata that HPACK sends as a
+/// literal and never enters in the connection's table: entered, each answer's new
+/// values pushed out the entries that do repeat, and every answer paid for the
+/// insertions, the evictions and the comparisons of its headers with the table's.
+fn per_call(value: u64) -> MetadataValue<tonic::metadata::Ascii> {
+    let mut value = MetadataValue::from(value);
+    value.set_sensitive(true);
+    value
 }
 
 /// Who sent a request and when it was whole.

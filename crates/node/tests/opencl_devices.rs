@@ -152,21 +152,6 @@ fn incremented(c: &mut Client) -> i32 {
     i32::from_le_bytes(reads[0].1[..4].try_into().unwrap())
 }
 
-/// `libnetaccel_opencl.so` beside the node (see `opencl_tenants.rs`): the newer of
-/// the two places cargo puts it.
-fn icd_library() -> Option<std::path::PathBuf> {
-    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_netaccel-node"));
-    let dir = bin.parent()?;
-    [
-        dir.join("libnetaccel_opencl.so"),
-        dir.join("deps/libnetaccel_opencl.so"),
-    ]
-    .into_iter()
-    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-    .max_by_key(|(modified, _)| *modified)
-    .map(|(_, p)| p)
-}
-
 /// Runs `tests/c/devices.c` through the ICD as `tenant`: its success and output;
 /// `None` (said why) without gcc or the ICD.
 fn program(
@@ -175,32 +160,13 @@ fn program(
     tenant: &str,
     token: &str,
 ) -> Option<(bool, String)> {
-    let vendors = node.dir.join("vendors");
-    let exe = node.dir.join("devices");
-    if !exe.exists() {
-        if Command::new("gcc").arg("--version").output().is_err() {
-            ocl::missing_prerequisite("gcc not found");
+    let common::IcdProgram { exe, vendors } = match common::icd_program(&node.dir, "devices") {
+        Ok(program) => program,
+        Err(why) => {
+            ocl::missing_prerequisite(why);
             return None;
         }
-        let Some(icd) = icd_library() else {
-            ocl::missing_prerequisite("libnetaccel_opencl.so not built (cargo build -p ocl-icd)");
-            return None;
-        };
-        std::fs::create_dir_all(&vendors).unwrap();
-        std::fs::write(vendors.join("netaccel.icd"), format!("{}\n", icd.display())).unwrap();
-        let out = Command::new("gcc")
-            .args(["-O2", "-Wall", "-Werror", "-o"])
-            .arg(&exe)
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/devices.c"))
-            .arg("-lOpenCL")
-            .output()
-            .expect("run gcc");
-        assert!(
-            out.status.success(),
-            "gcc: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    };
     let out = Command::new(&exe)
         .env("OCL_ICD_VENDORS", &vendors)
         .env(ocl_remote::NODES_ENV, addr.to_string())

@@ -361,24 +361,6 @@ fn sigterm_drains_runtime_processes_and_sigkill_takes_them_along() {
     }
 }
 
-/// `libnetaccel_opencl.so` as cargo built it beside the node (`cargo test --workspace`
-/// and test.sh build it; `deps/` holds it after `cargo test`, the directory above after
-/// `cargo build`): the newer of the two, so that a library left by an earlier `cargo
-/// build` does not stand in for the one this test run built (it once spoke an older
-/// protocol than the node, whose Hello then refused it).
-fn icd_library() -> Option<std::path::PathBuf> {
-    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_netaccel-node"));
-    let dir = bin.parent()?;
-    [
-        dir.join("libnetaccel_opencl.so"),
-        dir.join("deps/libnetaccel_opencl.so"),
-    ]
-    .into_iter()
-    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-    .max_by_key(|(modified, _)| *modified)
-    .map(|(_, p)| p)
-}
-
 /// Runs `cmd` to its end within `within`, or kills it and fails the test.
 fn run_bounded(mut cmd: std::process::Command, within: Duration) -> (bool, String) {
     use std::process::Stdio;
@@ -420,18 +402,6 @@ fn hostile_programs_through_the_icd_get_errors_while_a_bystander_program_runs() 
     if !common::opencl_runtime_present() {
         return;
     }
-    if std::process::Command::new("gcc")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        ocl::missing_prerequisite("gcc not found");
-        return;
-    }
-    let Some(icd) = icd_library() else {
-        ocl::missing_prerequisite("libnetaccel_opencl.so not built (cargo build -p ocl-icd)");
-        return;
-    };
     let (node, ocl_addr) = TestNode::start_with(|| {
         let ocl_addr = free_addr();
         (
@@ -439,22 +409,13 @@ fn hostile_programs_through_the_icd_get_errors_while_a_bystander_program_runs() 
             ocl_addr,
         )
     });
-    let vendors = node.dir.join("vendors");
-    std::fs::create_dir_all(&vendors).unwrap();
-    std::fs::write(vendors.join("netaccel.icd"), format!("{}\n", icd.display())).unwrap();
-    let exe = node.dir.join("hostile");
-    let out = std::process::Command::new("gcc")
-        .args(["-O2", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/hostile.c"))
-        .arg("-lOpenCL")
-        .output()
-        .expect("run gcc");
-    assert!(
-        out.status.success(),
-        "gcc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let common::IcdProgram { exe, vendors } = match common::icd_program(&node.dir, "hostile") {
+        Ok(program) => program,
+        Err(why) => {
+            ocl::missing_prerequisite(why);
+            return;
+        }
+    };
     let program = |args: &[&str]| {
         let mut cmd = std::process::Command::new(&exe);
         cmd.args(args)

@@ -77,48 +77,16 @@ impl Pki {
     }
 }
 
-/// `libnetaccel_opencl.so` beside the node: the newer of the two places cargo puts it.
-fn icd_library() -> Option<PathBuf> {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_netaccel-node"));
-    let dir = bin.parent()?;
-    [
-        dir.join("libnetaccel_opencl.so"),
-        dir.join("deps/libnetaccel_opencl.so"),
-    ]
-    .into_iter()
-    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-    .max_by_key(|(modified, _)| *modified)
-    .map(|(_, p)| p)
-}
-
 /// The OpenCL program (`hostile good 2`) built against the ICD in `dir`, or `None`
 /// (a skip, a failure under CI) without gcc or the ICD.
 fn build_program(dir: &Path) -> Option<(PathBuf, PathBuf)> {
-    if Command::new("gcc").arg("--version").output().is_err() {
-        ocl::missing_prerequisite("gcc not found");
-        return None;
+    match common::icd_program(dir, "hostile") {
+        Ok(program) => Some((program.exe, program.vendors)),
+        Err(why) => {
+            ocl::missing_prerequisite(why);
+            None
+        }
     }
-    let Some(icd) = icd_library() else {
-        ocl::missing_prerequisite("libnetaccel_opencl.so not built (cargo build -p ocl-icd)");
-        return None;
-    };
-    let vendors = dir.join("vendors");
-    std::fs::create_dir_all(&vendors).unwrap();
-    std::fs::write(vendors.join("netaccel.icd"), format!("{}\n", icd.display())).unwrap();
-    let exe = dir.join("hostile");
-    let out = Command::new("gcc")
-        .args(["-O2", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/hostile.c"))
-        .arg("-lOpenCL")
-        .output()
-        .expect("run gcc");
-    assert!(
-        out.status.success(),
-        "gcc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some((exe, vendors))
 }
 
 /// Runs the program against `node` with `env` (and nothing else of netaccel's):

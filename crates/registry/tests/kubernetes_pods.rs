@@ -235,6 +235,21 @@ fn sobel_script() -> String {
     )
 }
 
+/// A Pod with a claim of the template `sobel` running [`sobel_script`] on the image of
+/// the ConfigMap `image`.
+fn sobel_claim_pod(name: &str) -> Pod {
+    script_pod(
+        name,
+        &sobel_script(),
+        json!({
+            "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
+            "volumes": [{"name": "in", "configMap": {"name": "image"}}],
+            "containers": [{"resources": {"claims": [{"name": "acc"}]},
+                "volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
+        }),
+    )
+}
+
 /// The instances the registry holds of `dra.<accelerator>`: (id, node, slot).
 fn dra_instances(registry: &netns::Registry, accelerator: &str) -> Vec<(String, String, u64)> {
     let (status, doc) = registry.call("GET", &format!("/v1/functions/dra.{accelerator}"), None);
@@ -262,16 +277,7 @@ fn a_pod_with_a_sobel_claim_gets_its_binding_from_the_dra_plugin_and_calls_its_s
         let (registry, _netaccel) = dra_setup(plane, net, node).await;
         let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
         let started = Instant::now();
-        let pod = script_pod(
-            "edges",
-            &sobel_script(),
-            json!({
-                "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
-                "volumes": [{"name": "in", "configMap": {"name": "image"}}],
-                "containers": [{"resources": {"claims": [{"name": "acc"}]},
-                    "volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
-            }),
-        );
+        let pod = sobel_claim_pod("edges");
         pods.create(&PostParams::default(), &pod).await.unwrap();
         // The claim made from the template, allocated by the scheduler (it lives at
         // least as long as the Pod runs).

@@ -534,3 +534,62 @@ fn refuse_io_uring() -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// `libnetaccel_opencl.so` as cargo built it beside the node (`cargo test --workspace`
+/// and test.sh build it; `deps/` holds it after `cargo test`, the directory above after
+/// `cargo build`): the newer of the two, so that a library left by an earlier `cargo
+/// build` does not stand in for the one this test run built (it once spoke an older
+/// protocol than the node, whose Hello then refused it).
+pub fn icd_library() -> Option<PathBuf> {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_netaccel-node"));
+    let dir = bin.parent()?;
+    [
+        dir.join("libnetaccel_opencl.so"),
+        dir.join("deps/libnetaccel_opencl.so"),
+    ]
+    .into_iter()
+    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+    .max_by_key(|(modified, _)| *modified)
+    .map(|(_, p)| p)
+}
+
+/// An OpenCL program of `tests/c/` built against the ICD loader, and the vendors
+/// folder naming netaccel's ICD (for `OCL_ICD_VENDORS`).
+pub struct IcdProgram {
+    pub exe: PathBuf,
+    pub vendors: PathBuf,
+}
+
+/// Builds `tests/c/NAME.c` into `dir` (once: a build there is reused) with a vendors
+/// folder naming the ICD; `Err` says what is missing (gcc, the ICD), for the caller's
+/// skip — a failure under CI.
+pub fn icd_program(dir: &std::path::Path, name: &str) -> Result<IcdProgram, &'static str> {
+    let vendors = dir.join("vendors");
+    let exe = dir.join(name);
+    if exe.exists() {
+        return Ok(IcdProgram { exe, vendors });
+    }
+    if Command::new("gcc").arg("--version").output().is_err() {
+        return Err("gcc not found");
+    }
+    let Some(icd) = icd_library() else {
+        return Err("libnetaccel_opencl.so not built (cargo build -p ocl-icd)");
+    };
+    std::fs::create_dir_all(&vendors).unwrap();
+    std::fs::write(vendors.join("netaccel.icd"), format!("{}\n", icd.display())).unwrap();
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let out = Command::new("gcc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&source)
+        .arg("-lOpenCL")
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "gcc {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(IcdProgram { exe, vendors })
+}

@@ -177,16 +177,7 @@ fn the_charts_dra_plugin_daemonset_runs_on_the_kubelet_and_prepares_a_claim() {
             "no plugin runs beside the kubelet in this test"
         );
 
-        let pod = script_pod(
-            "edges-chart",
-            &sobel_script(),
-            json!({
-                "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
-                "volumes": [{"name": "in", "configMap": {"name": "image"}}],
-                "containers": [{"resources": {"claims": [{"name": "acc"}]},
-                    "volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
-            }),
-        );
+        let pod = sobel_claim_pod("edges-chart");
         pods.create(&PostParams::default(), &pod).await.unwrap();
         completed(plane, node, "edges-chart").await;
         let text = logs(plane, "edges-chart");

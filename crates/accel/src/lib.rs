@@ -325,6 +325,13 @@ pub trait Accelerator: Send + Sync + 'static {
         None
     }
 
+    /// The engine that runs a model, as Triton's model configuration names its
+    /// `backend` (`"tract"`, `"onnxruntime"`, `"image"`); `None` for the node's own
+    /// kernels.
+    fn engine(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The class labels of output `output` (a model's label file, one label a line,
     /// line k naming class k), for the classification extension; `None`: no labels.
     fn labels(&self, _output: &str) -> Option<std::sync::Arc<[String]>> {

@@ -74,6 +74,8 @@ fn class_count_answers_the_top_classes_with_their_labels() {
     );
     assert_eq!(served["max_batch_size"], 64);
     assert_eq!(served["input"][0]["dims"], json!([1, 8, 8]));
+    // The engine that runs it (config.toml's default), as Triton names a backend.
+    assert_eq!(served["backend"], "tract", "{served}");
 
     let images: Vec<f32> = (0..2 * 64).map(|i| ((i * 7 + i / 5) % 17) as f32).collect();
     let request = |outputs: Value| {

@@ -578,6 +578,10 @@ impl Accelerator for Model {
         }
     }
 
+    fn engine(&self) -> Option<&'static str> {
+        Some(self.backend().name())
+    }
+
     fn tensors(&self) -> Option<&Tensors> {
         Some(&self.tensors)
     }

@@ -99,6 +99,10 @@ def test_the_ensemble_client_reads_its_configuration(http, grpc):
     assert steps == ["image_preprocess", CLASSIFIER]
     step = http.get_model_config("image_preprocess")
     assert (step["output"][0]["data_type"], step["output"][0]["dims"]) == ("TYPE_FP32", [3, SIDE, SIDE])
+    # The engine that runs each model, as Triton names a backend.
+    assert step["backend"] == "image"
+    assert grpc.get_model_config("image_preprocess").config.backend == "image"
+    assert http.get_model_config(CLASSIFIER)["backend"] == "tract"
     assert grpc.get_model_config(ENSEMBLE).config.max_batch_size == 8
     index = {m["name"]: m["state"] for m in http.get_model_repository_index()}
     assert index["image_preprocess"] == "READY" and index[ENSEMBLE] == "READY"

@@ -114,7 +114,7 @@ fn declared_config(accel: &dyn Accelerator, d: &Descriptor, t: &Tensors) -> Mode
     ModelConfig {
         name: d.name.clone(),
         platform: "onnx".into(),
-        backend: "tract".into(),
+        backend: accel.engine().unwrap_or("netaccel").into(),
         version_policy: Some(ModelVersionPolicy {
             policy_choice: Some(model_version_policy::PolicyChoice::Latest(
                 model_version_policy::Latest { num_versions: 1 },

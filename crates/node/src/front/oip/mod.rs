@@ -210,7 +210,7 @@ pub fn model_config(accel: &dyn Accelerator) -> Vec<u8> {
         let mut config = json!({
             "name": d.name,
             "platform": "onnx",
-            "backend": "tract",
+            "backend": accel.engine().unwrap_or("netaccel"),
             "version_policy": { "latest": { "num_versions": 1 } },
             "max_batch_size": t.max_batch_size,
             "input": configured(accel, declared_tensors(t, &t.inputs, "data_type", true)),

@@ -1,7 +1,7 @@
 //! Fuzzing the live service: what one hostile client can send a node.
 //!
-//! The `session` fuzz target (`fuzz/`) and the corpus replay test
-//! (`tests/fuzz_corpus.rs`) share these bodies. An input is a client's whole
+//! The `session` fuzz target (`fuzz/`, through [`Harness`]) and the corpus replay test
+//! (`tests/fuzz_corpus.rs`, through [`drive_session`]) share these bodies. An input is a client's whole
 //! conversation: after a `Hello` (same-host or not, by the input's first byte) come
 //! records `[kind: u8][len: u16 LE][body: len bytes]`, each sent as one frame, so
 //! mutations land in message bodies (ids, sizes, flags, names, sources) rather than in

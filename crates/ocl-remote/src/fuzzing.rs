@@ -1,11 +1,11 @@
 //! Fuzzing the live service: what one hostile client can send a node.
 //!
-//! The `session` fuzz target (`fuzz/`, through [`Harness`]) and the corpus replay test
-//! (`tests/fuzz_corpus.rs`, through [`drive_session`]) share these bodies. An input is a client's whole
-//! conversation: after a `Hello` (same-host or not, by the input's first byte) come
-//! records `[kind: u8][len: u16 LE][body: len bytes]`, each sent as one frame, so
-//! mutations land in message bodies (ids, sizes, flags, names, sources) rather than in
-//! framing the service refuses at once.
+//! The `session` fuzz target (`fuzz/`, through [`Harness`]) and the corpus replay
+//! test (`tests/fuzz_corpus.rs`, through [`drive_session`]) share these bodies. An
+//! input is a client's whole conversation: after a `Hello` (same-host or not, by the
+//! input's first byte) come records `[kind: u8][len: u16 LE][body: len bytes]`, each
+//! sent as one frame, so mutations land in message bodies (ids, sizes, flags, names,
+//! sources) rather than in framing the service refuses at once.
 //!
 //! What the fuzzer may not do is what no node can defend against while the runtime
 //! runs in its process: an OpenCL C kernel is code, and on a CPU device it runs with the
@@ -15,9 +15,8 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
-
 use std::os::unix::net::UnixStream;
+use std::time::Duration;
 
 use crate::proto::{self, Command, Request};
 use crate::service::gate::Caller;

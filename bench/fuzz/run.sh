@@ -16,7 +16,9 @@
 # 4096), SANITIZER (default none: the parsers are safe Rust, and without AddressSanitizer
 # a target runs about twice as fast; "address" for unsafe code), OUT (default
 # bench/out/fuzz-DATE). Writes OUT/summary.tsv: target, executions, seconds, execs/s,
-# coverage at start and end, corpus files before and after, crashes.
+# coverage at start and end, corpus files before and after, crashes, and the CPU
+# seconds (user + system) the fuzzing took, which on a shared machine is not its
+# wall time.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -41,7 +43,15 @@ for toml in crates/*/fuzz/Cargo.toml; do
 done
 [[ ${#targets[@]} -gt 0 ]] || { echo "no fuzz target matches: $*" >&2; exit 2; }
 
-printf 'target\texecutions\tseconds\texecs_per_s\tcov_start\tcov_end\tcorpus_before\tcorpus_after\tcrashes\n' > "$OUT/summary.tsv"
+# CPU seconds (user + system) of this shell's finished children, the fuzzers among them,
+# from `times` (run here, not in a subshell, which would count its own children only).
+children_cpu() {
+    times > "$OUT/times"
+    tail -1 "$OUT/times" | python3 -c 'import re, sys
+print(sum(int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", sys.stdin.read())))'
+}
+
+printf 'target\texecutions\tseconds\texecs_per_s\tcov_start\tcov_end\tcorpus_before\tcorpus_after\tcrashes\tcpu_s\n' > "$OUT/summary.tsv"
 failed=0
 for pair in "${targets[@]}"; do
     dir=${pair%%:*}; t=${pair##*:}
@@ -57,6 +67,7 @@ for pair in "${targets[@]}"; do
     bin=$(ls -t "$dir"/fuzz/target/*/release/"$t" | head -1)
     echo "== $t: fuzzing (up to $RUNS runs or $SECONDS_MAX s)"
     start=$(date +%s.%N)
+    children_cpu > "$OUT/cpu0"
     set +e
     (cd "$OUT/crashes" && "$ROOT/$bin" -runs="$RUNS" -max_total_time="$SECONDS_MAX" \
         -max_len="$MAX_LEN" -print_final_stats=1 -artifact_prefix="$OUT/crashes/$t-" \
@@ -64,10 +75,15 @@ for pair in "${targets[@]}"; do
     rc=$?
     set -e
     end=$(date +%s.%N)
+    children_cpu > "$OUT/cpu1"
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$OUT/$t.log" | tail -1)
     cov0=$(grep -m1 -o 'INITED cov: [0-9]*' "$OUT/$t.log" | grep -o '[0-9]*$' || true)
     cov1=$(grep -o 'cov: [0-9]*' "$OUT/$t.log" | tail -1 | grep -o '[0-9]*$' || true)
-    crashes=$(ls "$OUT/crashes" | grep -c "^$t-" || true)
+    # libFuzzer's failures; a `slow-unit-` input (one that took over 10 s, which a
+    # compile on a loaded machine may) is kept beside them but fails nothing.
+    crashes=$(ls "$OUT/crashes" | grep -cE "^$t-(crash|leak|timeout|oom)-" || true)
+    slow=$(ls "$OUT/crashes" | grep -c "^$t-slow-unit-" || true)
+    [[ $slow -eq 0 ]] || echo "   $t: $slow slow input(s) in $OUT/crashes (not failures)"
     if [[ $rc -ne 0 || $crashes -ne 0 ]]; then
         echo "!! $t: exit $rc, $crashes crash input(s) in $OUT/crashes (log $OUT/$t.log)" >&2
         failed=1
@@ -77,8 +93,9 @@ for pair in "${targets[@]}"; do
     after=$(ls "$corpus" | wc -l)
     secs=$(python3 -c "print(round($end - $start, 1))")
     rate=$(python3 -c "print(round(${execs:-0} / max($end - $start, 1e-9)))")
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "${execs:-0}" "$secs" "$rate" \
-        "${cov0:-?}" "${cov1:-?}" "$before" "$after" "$crashes" | tee -a "$OUT/summary.tsv"
+    cpu=$(python3 -c "print(round($(cat "$OUT/cpu1") - $(cat "$OUT/cpu0"), 1))")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "${execs:-0}" "$secs" "$rate" \
+        "${cov0:-?}" "${cov1:-?}" "$before" "$after" "$crashes" "$cpu" | tee -a "$OUT/summary.tsv"
 done
 column -t "$OUT/summary.tsv"
 echo "summary: $OUT/summary.tsv"

@@ -3,7 +3,9 @@ package netaccel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,12 +18,21 @@ type BindOptions struct {
 	RebindWait time.Duration
 	// Instance: use this instance id instead of a new one.
 	Instance string
+	// UnreachableAfter: a call that has had no answer for this long is abandoned as if
+	// its node could not be reached (KindClosed): reported to the registry, which moves
+	// the instance to another node, and retried once on the new binding. For a node cut
+	// off from its clients while the registry still reaches it. Set it above the longest
+	// call the function makes (the call may run twice). 0: calls are not abandoned for
+	// time.
+	UnreachableAfter time.Duration
 }
 
 // Bound is an instance of a function bound through the registry. Calls go straight to
 // the instance's node; a watcher follows migrations (long poll); a call that fails
 // because its binding is stale (the node is gone, or no longer hosts the accelerator)
-// waits for a new binding and is retried once. Safe for concurrent use.
+// waits for a new binding and is retried once; when the node could not be reached, the
+// registry is told first (ReportUnreachable), so that the instance moves at once
+// rather than when the node's lease runs out. Safe for concurrent use.
 type Bound struct {
 	registry    *Registry
 	function    string
@@ -92,6 +103,9 @@ func (b *Bound) Call(ctx context.Context, params Params, payload []byte) ([]byte
 	if err == nil || !stale(err) {
 		return out, err
 	}
+	if unreachable(err) {
+		b.reportUnreachable(ctx, binding)
+	}
 	fresh, rerr := b.rebind(ctx, binding)
 	if rerr != nil {
 		return nil, rerr
@@ -110,6 +124,25 @@ func stale(err error) bool {
 		return true
 	}
 	return false
+}
+
+// unreachable: the call failed at the transport (no connection, or it ended or went
+// silent before the result), not with a status the node answered.
+func unreachable(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.Kind == KindConnect || e.Kind == KindClosed)
+}
+
+// reportUnreachable tells the registry this client cannot reach binding's node, unless
+// the instance has moved already, and keeps the binding the registry answers. A failed
+// report changes nothing: the rebind waits as it would have.
+func (b *Bound) reportUnreachable(ctx context.Context, binding Binding) {
+	if !binding.Bound() || b.Binding().Generation != binding.Generation {
+		return
+	}
+	if fresh, err := b.registry.ReportUnreachable(ctx, b.function, binding.ID, binding.Generation); err == nil {
+		b.update(fresh)
+	}
 }
 
 func (b *Bound) rebind(ctx context.Context, stale Binding) (Binding, error) {
@@ -151,9 +184,29 @@ func (b *Bound) callOn(ctx context.Context, binding Binding, req *Request) ([]by
 	if err != nil {
 		return nil, err
 	}
-	out, err := client.Do(ctx, req)
+	out, err := b.do(ctx, client, addr, req)
 	if stale(err) {
 		b.drop(client)
+	}
+	return out, err
+}
+
+// do makes the call on client, abandoned (KindClosed) when it has had no answer for
+// UnreachableAfter. A timer cancels it rather than a context deadline, which the
+// client would send to the node as the call's own deadline.
+func (b *Bound) do(ctx context.Context, client *Client, addr string, req *Request) ([]byte, error) {
+	after := b.options.UnreachableAfter
+	if after <= 0 {
+		return client.Do(ctx, req)
+	}
+	call, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var silent atomic.Bool
+	timer := time.AfterFunc(after, func() { silent.Store(true); cancel() })
+	out, err := client.Do(call, req)
+	timer.Stop()
+	if err != nil && silent.Load() && ctx.Err() == nil {
+		return nil, &Error{Kind: KindClosed, Message: fmt.Sprintf("no answer from %s within %v (BindOptions.UnreachableAfter)", addr, after), Err: err}
 	}
 	return out, err
 }

@@ -204,6 +204,20 @@ func (r *Registry) Instance(ctx context.Context, function, id string, after uint
 	return &b, r.do(ctx, "GET", path, nil, &b)
 }
 
+// ReportUnreachable tells the registry this client could not reach the node of the
+// instance's binding generation: if that binding is still current, the registry moves
+// the instance to another node. It answers the binding then.
+func (r *Registry) ReportUnreachable(ctx context.Context, function, id string, generation uint64) (*Binding, error) {
+	path := "/v1/functions/" + url.PathEscape(function) + "/instances/" + url.PathEscape(id) + "/unreachable"
+	var b Binding
+	return &b, r.do(ctx, "POST", path, UnreachableReport{Generation: generation}, &b)
+}
+
+// UnreachableReport is the body of ReportUnreachable.
+type UnreachableReport struct {
+	Generation uint64 `json:"generation"`
+}
+
 // DeleteInstance releases an instance.
 func (r *Registry) DeleteInstance(ctx context.Context, function, id string) error {
 	return r.do(ctx, "DELETE", "/v1/functions/"+url.PathEscape(function)+"/instances/"+url.PathEscape(id), nil, nil)

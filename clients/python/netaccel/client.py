@@ -198,11 +198,14 @@ class Client(_Calls):
         watch: bool = True,
         timeout: Optional[float] = None,
         ssl: Optional[_ssl.SSLContext] = None,
+        unreachable_after: Optional[float] = None,
     ) -> "BoundClient":
         """A client of function ``function`` through the registry at ``url``: it binds an
         instance (``instance``, or a new one released by ``close()``), calls the node
         that instance is bound to over RAC, follows migrations, and rebinds and retries
-        once when the node is lost or answers UNKNOWN_ACCELERATOR / UNAVAILABLE. With
+        once when the node is lost or answers UNKNOWN_ACCELERATOR / UNAVAILABLE; a node
+        it cannot reach (or that has not answered for ``unreachable_after`` seconds) is
+        reported to the registry first, which moves the instance at once. With
         ``ssl`` it calls the node's RAC-over-TLS listener that the node registered
         (the node's certificate must name the address it registered). See
         :mod:`netaccel.registry`."""
@@ -210,7 +213,14 @@ class Client(_Calls):
 
         registry = RegistryClient(url, token=token)
         return BoundClient(
-            registry, function, instance=instance, rebind_wait=rebind_wait, watch=watch, timeout=timeout, ssl=ssl
+            registry,
+            function,
+            instance=instance,
+            rebind_wait=rebind_wait,
+            watch=watch,
+            timeout=timeout,
+            ssl=ssl,
+            unreachable_after=unreachable_after,
         )
 
     def __enter__(self) -> "Client":

@@ -258,6 +258,13 @@ class RegistryClient:
             path += f"?after={after}&wait_ms={int(wait * 1000)}"
         return Binding.from_json(self._request("GET", path))
 
+    def report_unreachable(self, function: str, id: str, generation: int) -> Binding:
+        """``POST …/instances/{id}/unreachable``: this client could not reach the node of
+        the instance's binding ``generation``. If that binding is still current the
+        registry moves the instance to another node; it answers the binding then."""
+        path = f"/v1/functions/{_q(function)}/instances/{_q(id)}/unreachable"
+        return Binding.from_json(self._request("POST", path, {"generation": int(generation)}))
+
     def delete_instance(self, function: str, id: str) -> None:
         self._request("DELETE", f"/v1/functions/{_q(function)}/instances/{_q(id)}")
 
@@ -314,6 +321,7 @@ class BoundClient:
         watch: bool = True,
         timeout: Optional[float] = None,
         ssl: Optional[Any] = None,
+        unreachable_after: Optional[float] = None,
     ):
         from .client import Client  # the node client; client.py imports this module
 
@@ -325,6 +333,13 @@ class BoundClient:
         self.function = function
         self.rebind_wait = rebind_wait
         self.timeout = timeout
+        #: Seconds a call may go without an answer before it is abandoned as if its
+        #: node could not be reached: reported to the registry (which moves the
+        #: instance to another node) and retried once on the new binding. For a node
+        #: cut off from its clients while the registry still reaches it. Set it above
+        #: the longest call the function makes (the call may run twice). ``None``:
+        #: calls are not abandoned for time.
+        self.unreachable_after = unreachable_after
         #: An instance this client created is deleted by ``close()``; a named one is kept.
         self._owned = instance is None
         self.accelerator = str(registry.function(function)["accelerator"])
@@ -373,8 +388,25 @@ class BoundClient:
         except Exception as first:  # noqa: BLE001 - sorted just below
             if not is_stale_binding(first):
                 raise
+            if not isinstance(first, RacError):
+                # Not an answer of the node's: it could not be reached.
+                self._report_unreachable(binding)
             fresh = self._rebind(binding, first)
         return self._call_node(fresh, payload, kw)
+
+    def _report_unreachable(self, binding: Binding) -> None:
+        """Tells the registry this client cannot reach ``binding``'s node (unless the
+        instance has moved already) and keeps the binding it answers. A failed report
+        changes nothing: the rebind waits as it would have."""
+        if not binding.bound or self.binding.generation != binding.generation:
+            return
+        try:
+            fresh = self.registry.report_unreachable(self.function, binding.id, binding.generation)
+        except (RegistryError, ValueError, KeyError):
+            return
+        with self._lock:
+            if fresh.id == self._binding.id and fresh.generation > self._binding.generation:
+                self._binding = fresh
 
     def _call_node(self, binding: Binding, payload: Any, kw: Dict[str, Any]) -> bytes:
         tls = self._ssl is not None
@@ -394,11 +426,30 @@ class BoundClient:
                 # Moved while connecting: the watcher may have looked before the
                 # connection was stored.
                 node.abandon()
+        node = self._node
+        silent = threading.Event()
+        timer = None
+        if self.unreachable_after is not None:
+            timer = threading.Timer(self.unreachable_after, lambda: (silent.set(), node.abandon()))
+            timer.daemon = True
+            timer.start()
         try:
-            return self._node.call(self.accelerator, payload, **kw)
-        except (ConnectionError, OSError):
+            out = node.call(self.accelerator, payload, **kw)
+            if timer is not None:
+                timer.cancel()
+                if silent.is_set():
+                    self._drop_node()  # answered as the timer shut the connection down
+            return out
+        except (ConnectionError, OSError) as e:
             self._drop_node()  # a broken connection is never reused
+            if silent.is_set():
+                raise ConnectionError(
+                    f"no answer from {addr} within {self.unreachable_after} s (unreachable_after)"
+                ) from e
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def _drop_node(self) -> None:
         with self._lock:

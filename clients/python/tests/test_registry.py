@@ -81,6 +81,9 @@ class Cluster:
         self.url = f"http://127.0.0.1:{port}"
         self.registry = RegistryClient(self.url)
         self.renewed = set(self.nodes)
+        #: Nodes whose lease is renewed with the registration they had when frozen
+        #: (a stopped node cannot be asked for its slots).
+        self.frozen = {}
         self.lock = threading.Lock()
         self.stop = threading.Event()
         for name in self.renewed:
@@ -112,7 +115,7 @@ class Cluster:
 
     def renew(self, name):
         try:
-            body = self.registration(name)
+            body = self.frozen.get(name) or self.registration(name)
             req = urllib.request.Request(
                 f"{self.url}/v1/nodes/{name}", data=json.dumps(body).encode(), method="PUT"
             )
@@ -284,6 +287,54 @@ def test_a_call_in_flight_on_a_node_that_vanished_is_retried_on_the_new_binding(
             assert took < 20, f"the call waited {took:.1f} s on the vanished node"
         finally:
             proc.send_signal(signal.SIGCONT)
+
+
+@needs_binaries
+def test_a_node_cut_off_from_its_client_is_reported_and_the_call_moved(cluster):
+    # Node a stops answering its client (SIGSTOP) while its lease is still renewed: to
+    # the registry it stays ready, so only the client's report moves the instance. A
+    # node it cannot connect to at all (SIGKILL, lease still renewed) likewise.
+    cluster.registry.put_function("up", "to_uppercase")
+    cluster.registry.create_instance("up", "cut", node="a")
+    with Client.from_registry(cluster.url, "up", instance="cut", timeout=60, unreachable_after=0.5) as f:
+        assert f.call(b"before") == b"BEFORE"
+        cluster.frozen["a"] = cluster.registration("a")
+        proc = cluster.nodes["a"][0]
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            _wait_stopped(proc.pid)
+            stopped = time.monotonic()
+            assert f.call(b"cut off") == b"CUT OFF"
+            took = time.monotonic() - stopped
+            assert f.binding.node == "b"
+            # The lease would have kept it on a for good, the socket for 60 s.
+            assert took < 5, f"the call waited {took:.1f} s on the silent node"
+        finally:
+            proc.send_signal(signal.SIGCONT)
+    assert _unreachable_reports(cluster) == 1
+
+    # Another instance on a (renewed all along), which is then killed: refused. The
+    # registry avoids a node reported unreachable for a lease.
+    time.sleep(LEASE_MS / 1000)
+    cluster.registry.create_instance("up", "refused", node="a")
+    with Client.from_registry(cluster.url, "up", instance="refused", timeout=60) as f:
+        assert f.call(b"on a") == b"ON A"
+        assert f.binding.node == "a"
+        cluster.nodes["a"][0].kill()
+        cluster.nodes["a"][0].wait()
+        killed = time.monotonic()
+        assert f.call(b"refused") == b"REFUSED"
+        assert f.binding.node == "b"
+        assert time.monotonic() - killed < 5
+    assert _unreachable_reports(cluster) == 2
+
+
+def _unreachable_reports(cluster):
+    with urllib.request.urlopen(f"{cluster.url}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("netaccel_registry_unreachable_reports_total "):
+                return int(float(line.split()[1]))
+    return 0
 
 
 class _Follower(http.server.BaseHTTPRequestHandler):

@@ -10,8 +10,11 @@
  * fails at once and is retried on the new binding. When a call fails in a way that means
  * "this binding is stale" — the node cannot be reached or the connection breaks, or it
  * answers UNKNOWN_ACCELERATOR or UNAVAILABLE — the client waits (at most
- * `rebindWaitMs`) for the registry to rebind the instance and retries once there. Any
- * other failure, and a second one, is thrown.
+ * `rebindWaitMs`) for the registry to rebind the instance and retries once there. A node
+ * that cannot be reached (or, with `unreachableAfterMs`, has not answered that long) is
+ * first reported to the registry (`POST …/instances/ID/unreachable`), which moves the
+ * instance at once instead of when the node's lease runs out. Any other failure, and a
+ * second one, is thrown.
  *
  * The registry may run as several replicas (one leads; the others answer reads and send
  * writers to the leader with `503 NOT_LEADER` and a `Location`). Give them all,
@@ -265,6 +268,15 @@ export class RegistryClient {
     return parseBinding(await this.request("GET", path, undefined, signal));
   }
 
+  /**
+   * Tells the registry this client could not reach the node of the instance's binding
+   * `generation`: if that binding is still current, the registry moves the instance to
+   * another node. Resolves to the binding then.
+   */
+  async reportUnreachable(fn: string, id: string, generation: number): Promise<Binding> {
+    return parseBinding(await this.request("POST", `/v1/functions/${q(fn)}/instances/${q(id)}/unreachable`, { generation }));
+  }
+
   async deleteInstance(fn: string, id: string): Promise<void> {
     await this.request("DELETE", `/v1/functions/${q(fn)}/instances/${q(id)}`);
   }
@@ -283,6 +295,14 @@ export interface BindOptions {
   rebindWaitMs?: number;
   /** Follow migrations with a long poll (default true). */
   watch?: boolean;
+  /**
+   * A call that has had no answer for this long is abandoned as if its node could not
+   * be reached ({@link ClosedError}): reported to the registry, which moves the instance
+   * to another node, and retried once on the new binding. For a node cut off from its
+   * clients while the registry still reaches it. Set it above the longest call the
+   * function makes (the call may run twice). Default: calls are not abandoned for time.
+   */
+  unreachableAfterMs?: number;
   /** Call the node's RAC-over-TLS listener (`rac_tls` of the binding) with these. */
   tls?: TlsOptions;
   /** Bounds of the node connection (see {@link ConnectOptions}). */
@@ -338,6 +358,8 @@ export class BoundClient {
       return await this.callNode(binding, payload, opts);
     } catch (first) {
       if (!isStaleBinding(first)) throw first;
+      // Not an answer of the node's: it could not be reached.
+      if (first instanceof ClosedError) await this.reportUnreachable(binding);
       binding = await this.rebind(binding, first);
     }
     return this.callNode(binding, payload, opts);
@@ -372,10 +394,41 @@ export class BoundClient {
     }
     const node = this.node;
     try {
-      return await (await node.client).call(this.accelerator, payload, opts);
+      return await this.unlessSilent(addr, (async () => (await node.client).call(this.accelerator, payload, opts))());
     } catch (e) {
       if (e instanceof ClosedError && this.node === node) this.dropNode(); // never reuse a broken connection
       throw e;
+    }
+  }
+
+  /** `call`, or a {@link ClosedError} once it has had no answer for `unreachableAfterMs`. */
+  private async unlessSilent<T>(addr: string, call: Promise<T>): Promise<T> {
+    const after = this.opts.unreachableAfterMs;
+    if (after === undefined) return call;
+    call.catch(() => undefined); // once abandoned, its rejection is nobody's
+    let timer: NodeJS.Timeout | undefined;
+    const silent = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new ClosedError(`no answer from ${addr} within ${after} ms (unreachableAfterMs)`)), after);
+    });
+    try {
+      return await Promise.race([call, silent]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * Tells the registry this client cannot reach `binding`'s node (unless the instance
+   * has moved already) and keeps the binding it answers. A failed report changes
+   * nothing: the rebind waits as it would have.
+   */
+  private async reportUnreachable(binding: Binding): Promise<void> {
+    if (!isBound(binding) || this.current.generation !== binding.generation) return;
+    try {
+      const fresh = await this.registry.reportUnreachable(this.fn, binding.id, binding.generation);
+      if (fresh.id === this.current.id && fresh.generation > this.current.generation) this.current = fresh;
+    } catch {
+      // the rebind below waits for the registry as it would have
     }
   }
 

@@ -181,3 +181,34 @@ test("calls made at once through a bound client share one node connection", asyn
   node.close();
   reg.close();
 });
+
+test("a node that cannot be reached, or is silent past unreachableAfterMs, is reported and the call retried on the binding the registry answers", async () => {
+  const well = await echoNode();
+  // Accepts and never answers.
+  const silent = net.createServer((sock) => sock.on("error", () => undefined));
+  await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+  const silentAddr = `127.0.0.1:${(silent.address() as net.AddressInfo).port}`;
+  for (const [first, unreachableAfterMs] of [["127.0.0.1:1", undefined], [silentAddr, 300]] as const) {
+    let current = binding(1, first);
+    const reports: string[] = [];
+    const reg = await fakeRegistry(async (m, u) => {
+      if (m === "GET" && u === "/v1/functions/shout") return [200, fn];
+      if (m === "POST" && u.endsWith("/unreachable")) {
+        reports.push(u);
+        current = binding(2, well.addr);
+      }
+      if (m === "GET" && u.includes("after=")) await new Promise((r) => setTimeout(r, 100)); // nothing moves on its own
+      return m === "DELETE" ? [204, undefined] : [200, current];
+    });
+    const bound = await BoundClient.bind({ registry: reg.url, function: "shout", rebindWaitMs: 60_000, unreachableAfterMs });
+    const started = Date.now();
+    assert.equal(Buffer.from(await bound.call(new TextEncoder().encode("x"))).toString(), "x");
+    assert.ok(Date.now() - started < 5000, `${first}: the call took ${Date.now() - started} ms`);
+    assert.deepEqual(reports, ["/v1/functions/shout/instances/i1/unreachable"], first);
+    assert.equal(bound.binding.generation, 2);
+    await bound.close();
+    reg.close();
+  }
+  silent.close();
+  well.close();
+});

@@ -1,11 +1,11 @@
 //! Fuzzing the live service: what one hostile client can send a node.
 //!
-//! The `session` fuzz target (`fuzz/`) and the corpus replay test
-//! (`tests/fuzz_corpus.rs`) share these bodies. An input is a client's whole
-//! conversation: after a `Hello` (same-host or not, by the input's first byte) come
-//! records `[kind: u8][len: u16 LE][body: len bytes]`, each sent as one frame, so
-//! mutations land in message bodies (ids, sizes, flags, names, sources) rather than in
-//! framing the service refuses at once.
+//! The `session` fuzz target (`fuzz/`, through [`Harness`]) and the corpus replay
+//! test (`tests/fuzz_corpus.rs`, through [`drive_session`]) share these bodies. An
+//! input is a client's whole conversation: after a `Hello` (same-host or not, by the
+//! input's first byte) come records `[kind: u8][len: u16 LE][body: len bytes]`, each
+//! sent as one frame, so mutations land in message bodies (ids, sizes, flags, names,
+//! sources) rather than in framing the service refuses at once.
 //!
 //! What the fuzzer may not do is what no node can defend against while the runtime
 //! runs in its process: an OpenCL C kernel is code, and on a CPU device it runs with the
@@ -15,9 +15,13 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use crate::proto::{self, Command, Request};
+use crate::service::gate::Caller;
+use crate::service::{spawn, ServiceConfig, ServiceHandle};
+use crate::stream::Stream;
 
 /// Work items one launch of the fuzzer may ask for (see the module docs).
 pub const LAUNCH_ITEMS_MAX: u64 = 1 << 16;
@@ -69,40 +73,202 @@ fn launches_too_much(kind: u16, body: &[u8]) -> bool {
     })
 }
 
-/// Plays fuzz input `data` to the service at `addr` over one TCP connection and reads
-/// what comes back until the service closes the connection or sends nothing for
-/// `quiet`; then closes it. Returns the bytes received. Errors are the connection's,
-/// which a hostile conversation may well provoke; they are not failures.
-pub fn drive_session(addr: SocketAddr, data: &[u8], quiet: Duration) -> io::Result<usize> {
+/// Plays fuzz input `data` to the service at `addr` over one TCP connection (see
+/// [`play`]). Returns the bytes received.
+pub fn drive_session(addr: SocketAddr, data: &[u8], patience: Duration) -> io::Result<usize> {
     let stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(quiet))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_nodelay(true)?;
+    play(Stream::Tcp(stream), data, patience)
+}
+
+/// A conversation this long or shorter is written before its answers are read, on the
+/// calling thread, when it goes over a Unix socket: the kernel takes it whole into the
+/// socket (whose send buffer is larger), so the write cannot wait for a service that
+/// waits for us to read. Longer ones, and any over TCP, are written from a thread.
+const INLINE_WRITE_MAX: usize = 64 << 10;
+
+/// Plays fuzz input `data` over `stream` (connected to a service), then closes its
+/// write half, and reads what comes back until the service ends the session and
+/// closes the connection. So every request of the input is served, and the session
+/// is over (its objects released) when this returns. Returns the bytes received;
+/// `TimedOut` when the service sent nothing for `patience` without closing: a hang.
+/// Other errors are the connection's, which a hostile conversation may well
+/// provoke; they are not failures.
+pub fn play(stream: Stream, data: &[u8], patience: Duration) -> io::Result<usize> {
+    stream.set_read_timeout(Some(patience))?;
+    stream.set_write_timeout(Some(patience))?;
     let bytes = session_stream(data, &crate::shm::host_id());
-    // Written from its own thread: the service answers while it reads, and a client
-    // that wrote everything before reading could fill both socket buffers.
-    let mut writer = stream.try_clone()?;
-    let sender = std::thread::spawn(move || writer.write_all(&bytes));
-    let mut reader = &stream;
+    let inline = bytes.len() <= INLINE_WRITE_MAX && matches!(stream, Stream::Unix(_));
+    let sender = if inline {
+        // Errors are the service's closing early; what it sent is still read below.
+        let _ = (&stream)
+            .write_all(&bytes)
+            .and_then(|()| shutdown_write(&stream));
+        None
+    } else {
+        // The service answers while it reads: a client that wrote everything before
+        // reading could fill both socket buffers.
+        let writer = stream.try_clone()?;
+        Some(std::thread::spawn(move || {
+            (&writer)
+                .write_all(&bytes)
+                .and_then(|()| shutdown_write(&writer))
+        }))
+    };
+    let received = read_to_close(&stream);
+    stream.shutdown();
+    if let Some(sender) = sender {
+        let _ = sender.join();
+    }
+    received
+}
+
+/// Tells the service the client has nothing more to send: its session ends once it
+/// has served every request before.
+fn shutdown_write(stream: &Stream) -> io::Result<()> {
+    match stream {
+        Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+        Stream::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+    }
+}
+
+/// Reads `stream` until its peer closes it; the bytes received.
+fn read_to_close(mut stream: &Stream) -> io::Result<usize> {
     let mut received = 0;
     let mut buf = vec![0u8; 64 << 10];
     loop {
-        match reader.read(&mut buf) {
-            Ok(0) => break,
+        match stream.read(&mut buf) {
+            Ok(0) => return Ok(received),
             Ok(n) => received += n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                break
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::ErrorKind::TimedOut.into())
             }
-            Err(_) => break,
+            // The service may close with unread bytes of ours (after a frame it
+            // refused): a reset, which ends the conversation too.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(received),
+            Err(e) => return Err(e),
         }
     }
-    let _ = stream.shutdown(std::net::Shutdown::Both);
-    let _ = sender.join();
-    Ok(received)
+}
+
+/// The `session` fuzz target's service and its checks, kept for a whole campaign: one
+/// service with its OpenCL runtime, in this process, serving every input as a new
+/// client over a Unix socket pair. What each input still goes through is what a
+/// client's connection goes through on a node (its own session thread, frames read
+/// from a socket, the device FIFO and worker, the program cache, the runtime); what
+/// it skips is the listener's `accept`.
+///
+/// After every input the service must have ended the session (within [`PATIENCE`]
+/// of the client's end: else it hangs) and released everything the session held:
+/// clients, objects and buffer bytes are back where they were before the input, so
+/// a leak shows at the input that caused it. A bystander client stays connected the
+/// whole time, so that a session's end is never the last client's (which returns
+/// idle memory to the system, a cost that is the same for every input).
+pub struct Harness {
+    service: ServiceHandle,
+    _registry: prometheus_client::registry::Registry,
+    _bystander: Stream,
+    idle: Held,
+}
+
+/// How long the service may take to end a session after its client's end (compiles
+/// under a loaded machine have taken seconds).
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// What the service's clients hold, which must be the same after every input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Held {
+    clients: usize,
+    objects: i64,
+    buffer_bytes: i64,
+}
+
+impl Harness {
+    /// Starts the service with its default configuration (every bound as a node has
+    /// it) and connects the bystander.
+    pub fn start() -> io::Result<Harness> {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let service = spawn(
+            "127.0.0.1:0".parse().expect("an address"),
+            ServiceConfig::default(),
+            &mut registry,
+        )?;
+        if service.device_names().is_empty() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "no OpenCL device"));
+        }
+        let (ours, theirs) = UnixStream::pair()?;
+        service.serve_connection(Stream::Unix(theirs), Caller::default());
+        let mut bystander = Stream::Unix(ours);
+        greet(&mut bystander)?;
+        let harness = Harness {
+            idle: held(&service),
+            service,
+            _registry: registry,
+            _bystander: bystander,
+        };
+        assert_eq!(harness.idle.clients, 1, "the bystander is the only client");
+        Ok(harness)
+    }
+
+    /// Plays input `data` as a new client; panics when the service hangs or the
+    /// session leaves anything behind.
+    pub fn run(&self, data: &[u8]) {
+        let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+        self.service
+            .serve_connection(Stream::Unix(theirs), Caller::default());
+        if let Err(e) = play(Stream::Unix(ours), data, PATIENCE) {
+            assert_ne!(
+                e.kind(),
+                io::ErrorKind::TimedOut,
+                "the service did not end the session within {PATIENCE:?} of its client's end"
+            );
+        }
+        // The connection closes after the session's last step, and its gauges are
+        // updated before; a task the session flushed may still let go of buffers.
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while held(&self.service) != self.idle {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the session left {:?} behind (before it: {:?})",
+                held(&self.service),
+                self.idle
+            );
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn held(service: &ServiceHandle) -> Held {
+    Held {
+        clients: service.clients_connected(),
+        objects: service.client_objects(),
+        buffer_bytes: service.client_buffer_bytes(),
+    }
+}
+
+/// Opens a session on `stream`: `Hello`, and its reply.
+fn greet(stream: &mut Stream) -> io::Result<()> {
+    let mut hello = Vec::new();
+    Request::Hello {
+        version: proto::PROTOCOL_VERSION,
+        host_id: b"",
+        tenant: b"",
+        token: b"",
+    }
+    .encode(0, &mut hello);
+    stream.write_all(&hello)?;
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Ok(proto::Decoded::Complete(..)) = proto::decode_frame(&received, u32::MAX) {
+            return Ok(());
+        }
+        match stream.read(&mut buf)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => received.extend_from_slice(&buf[..n]),
+        }
+    }
 }
 
 /// Records for [`session_stream`]: each request of `requests`, encoded, as a record.

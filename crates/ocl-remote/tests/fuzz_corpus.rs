@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{inc, read_cmd, service, Client};
-use ocl_remote::cl;
 use ocl_remote::service::ServiceConfig;
+use ocl_remote::{cl, fuzzing};
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     testkit::fuzz_corpus::corpus(env!("CARGO_MANIFEST_DIR"), target)
@@ -32,11 +32,16 @@ fn session_corpus_leaves_the_service_and_its_other_clients_whole() {
         return;
     };
     let mut bystander = Client::connect(svc.local_addr()).unwrap();
+    // Its task is two frames (enqueue, flush): without this, Nagle holds the flush
+    // until the service's delayed ACK of the first, 40 ms a round.
+    bystander.stream.set_nodelay(true).unwrap();
     bystander.setup(0);
     let own_objects = svc.client_objects();
     for (round, (path, data)) in (1i32..).zip(corpus("session")) {
-        ocl_remote::fuzzing::drive_session(svc.local_addr(), &data, Duration::from_millis(100))
-            .unwrap_or_else(|e| panic!("{}: cannot connect: {e}", path.display()));
+        // Played to its end: the service ends the session after the client's last
+        // request (a hang times out).
+        ocl_remote::fuzzing::drive_session(svc.local_addr(), &data, fuzzing::PATIENCE)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         // The bystander's buffer counts its tasks: each adds one to every int.
         let (status, _, reads) = bystander.task(vec![inc(2, 5, 3, 0), read_cmd(2, 3, 0)]);
         assert_eq!(status, cl::CL_SUCCESS, "after {}", path.display());
@@ -56,5 +61,29 @@ fn session_corpus_leaves_the_service_and_its_other_clients_whole() {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+}
+
+/// The fuzz target's harness over the seed inputs: each session ends and leaves
+/// nothing behind (the harness panics otherwise).
+#[test]
+fn the_fuzz_harness_plays_the_seeds_to_their_end() {
+    // The runtime is there (or its absence is reported) before the harness needs it.
+    let Some(_probe) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let harness = fuzzing::Harness::start().expect("a service with a device");
+    let seeds: Vec<_> = corpus("session")
+        .into_iter()
+        .filter(|(path, _)| {
+            path.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("seed-")
+        })
+        .collect();
+    assert!(!seeds.is_empty(), "no seed inputs");
+    for (_, data) in &seeds {
+        harness.run(data);
     }
 }

@@ -1,6 +1,11 @@
 package io.netaccel.client;
 
 import java.time.Duration;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * Calls through a netaccel registry's binding; the same behaviour as the Rust ({@code
@@ -14,7 +19,10 @@ import java.time.Duration;
  * call fails in a way that means "this binding is stale" — the node cannot be reached or
  * the connection breaks ({@link ClosedException}), or it answers UNKNOWN_ACCELERATOR or
  * UNAVAILABLE — the client waits (at most {@code rebindWait}) for the registry to rebind
- * the instance and retries once there. Any other failure, and a second one, is thrown.
+ * the instance and retries once there. A node that cannot be reached (or, with {@code
+ * unreachableAfter}, has not answered that long) is first reported to the registry
+ * ({@code POST …/instances/ID/unreachable}), which moves the instance at once instead of
+ * when the node's lease runs out. Any other failure, and a second one, is thrown.
  * Thread-safe.
  */
 public final class BoundClient implements AutoCloseable {
@@ -30,6 +38,7 @@ public final class BoundClient implements AutoCloseable {
   private final String accelerator;
   private final boolean owned;
   private final Duration rebindWait;
+  private final Duration unreachableAfter;
   private final Tls tls;
   private Binding binding;
   private Client node;
@@ -38,10 +47,18 @@ public final class BoundClient implements AutoCloseable {
   /** Held while a node connection is made. */
   private final Object connecting = new Object();
 
-  private BoundClient(RegistryClient registry, String function, String instance, Duration rebindWait, Tls tls) {
+  /** Abandons calls that went without an answer for {@code unreachableAfter}. */
+  private static final ScheduledExecutorService SILENCE = Executors.newSingleThreadScheduledExecutor(r -> {
+    Thread t = new Thread(r, "netaccel-unreachable-after");
+    t.setDaemon(true);
+    return t;
+  });
+
+  private BoundClient(RegistryClient registry, String function, String instance, Duration rebindWait, Tls tls, Duration unreachableAfter) {
     this.registry = registry;
     this.function = function;
     this.rebindWait = rebindWait;
+    this.unreachableAfter = unreachableAfter;
     this.tls = tls;
     this.owned = instance == null;
     this.accelerator = String.valueOf(registry.function(function).get("accelerator"));
@@ -55,7 +72,20 @@ public final class BoundClient implements AutoCloseable {
    * listener; {@code watch} follows migrations by long poll.
    */
   public static BoundClient bind(RegistryClient registry, String function, String instance, Duration rebindWait, Tls tls, boolean watch) {
-    BoundClient b = new BoundClient(registry, function, instance, rebindWait, tls);
+    return bind(registry, function, instance, rebindWait, tls, watch, null);
+  }
+
+  /**
+   * {@link #bind(RegistryClient, String, String, Duration, Tls, boolean)}, and a call that
+   * has had no answer for {@code unreachableAfter} (null: no bound) is abandoned as if its
+   * node could not be reached ({@link ClosedException}): reported to the registry, which
+   * moves the instance to another node, and retried once on the new binding. For a node
+   * cut off from its clients while the registry still reaches it. Set it above the
+   * longest call the function makes (the call may run twice).
+   */
+  public static BoundClient bind(RegistryClient registry, String function, String instance, Duration rebindWait, Tls tls, boolean watch,
+      Duration unreachableAfter) {
+    BoundClient b = new BoundClient(registry, function, instance, rebindWait, tls, unreachableAfter);
     if (watch) {
       Thread t = new Thread(b::watch, "netaccel-binding-watch");
       t.setDaemon(true);
@@ -81,6 +111,9 @@ public final class BoundClient implements AutoCloseable {
       if (!isStale(first)) {
         throw first;
       }
+      if (first instanceof ClosedException) {
+        reportUnreachable(b); // not an answer of the node's: it could not be reached
+      }
       b = rebind(b, first);
     }
     return callNode(b, payload, opts);
@@ -101,11 +134,45 @@ public final class BoundClient implements AutoCloseable {
           + (tls != null ? "RAC-over-TLS" : "RAC") + " listener", null);
     }
     Client c = nodeFor(addr);
+    AtomicBoolean silent = new AtomicBoolean();
+    ScheduledFuture<?> timer = unreachableAfter == null ? null : SILENCE.schedule(() -> {
+      silent.set(true);
+      c.close();
+    }, unreachableAfter.toNanos(), TimeUnit.NANOSECONDS);
     try {
       return c.call(accelerator, payload, opts);
     } catch (ClosedException e) {
       dropNode(c); // a broken connection is never reused
+      if (silent.get()) {
+        throw new ClosedException("no answer from " + addr + " within " + unreachableAfter.toMillis() + " ms (unreachableAfter)", e);
+      }
       throw e;
+    } finally {
+      if (timer != null) {
+        timer.cancel(false);
+      }
+    }
+  }
+
+  /**
+   * Tells the registry this client cannot reach {@code b}'s node (unless the instance has
+   * moved already) and keeps the binding it answers. A failed report changes nothing: the
+   * rebind waits as it would have.
+   */
+  private void reportUnreachable(Binding b) {
+    if (!b.bound() || binding().generation() != b.generation()) {
+      return;
+    }
+    Binding fresh;
+    try {
+      fresh = registry.reportUnreachable(function, b.id(), b.generation());
+    } catch (RuntimeException e) {
+      return;
+    }
+    synchronized (this) {
+      if (fresh.id().equals(binding.id()) && fresh.generation() > binding.generation()) {
+        binding = fresh;
+      }
     }
   }
 

@@ -232,6 +232,17 @@ public final class RegistryClient {
     return Binding.fromJson(request("GET", path, null));
   }
 
+  /**
+   * Tells the registry this client could not reach the node of the instance's binding
+   * {@code generation}: if that binding is still current, the registry moves the instance
+   * to another node. Returns the binding then.
+   */
+  public Binding reportUnreachable(String function, String id, long generation) {
+    Map<String, Object> report = new LinkedHashMap<>();
+    report.put("generation", generation);
+    return Binding.fromJson(request("POST", "/v1/functions/" + q(function) + "/instances/" + q(id) + "/unreachable", report));
+  }
+
   /** Releases an instance. */
   public void deleteInstance(String function, String id) {
     request("DELETE", "/v1/functions/" + q(function) + "/instances/" + q(id), null);

@@ -295,4 +295,42 @@ class RegistryTest {
       r.stop(0);
     }
   }
+
+  @Test
+  void anUnreachableOrSilentNodeIsReportedAndTheCallRetriedOnTheAnsweredBinding() throws Exception {
+    FakeNode well = new FakeNode(c -> c.conn().answer(c, Rac.Status.OK, c.payload()));
+    FakeNode silent = new FakeNode(c -> { }); // reads calls, never answers
+    Map<String, Object> fn = function();
+    try {
+      for (Object[] c : new Object[][] {{"127.0.0.1:1", null}, {silent.addr(), Duration.ofMillis(300)}}) {
+        AtomicReference<Map<String, Object>> current = new AtomicReference<>(binding(1, (String) c[0]));
+        List<String> reports = Collections.synchronizedList(new ArrayList<>());
+        HttpServer r = registry((m, u) -> {
+          if (m.equals("GET") && u.equals("/v1/functions/shout")) {
+            return new Object[] {200, fn};
+          }
+          if (m.equals("POST") && u.endsWith("/unreachable")) {
+            reports.add(u);
+            current.set(binding(2, well.addr()));
+          }
+          if (m.equals("GET") && u.contains("after=")) {
+            Thread.sleep(100); // nothing moves on its own
+          }
+          return new Object[] {m.equals("DELETE") ? 204 : 200, m.equals("DELETE") ? null : current.get()};
+        });
+        long started = System.nanoTime();
+        try (BoundClient bound = BoundClient.bind(new RegistryClient(url(r), null), "shout", null, Duration.ofSeconds(60), null, true, (Duration) c[1])) {
+          assertEquals("x", new String(bound.call("x".getBytes(StandardCharsets.UTF_8), CallOptions.none()), StandardCharsets.UTF_8));
+          assertEquals(List.of("/v1/functions/shout/instances/i1/unreachable"), reports, (String) c[0]);
+          assertEquals(2, bound.binding().generation());
+          assertTrue(System.nanoTime() - started < 5_000_000_000L, "the call took " + (System.nanoTime() - started) / 1_000_000 + " ms");
+        } finally {
+          r.stop(0);
+        }
+      }
+    } finally {
+      well.close();
+      silent.close();
+    }
+  }
 }

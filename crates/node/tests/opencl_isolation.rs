@@ -297,7 +297,10 @@ fn sigterm_drains_runtime_processes_and_sigkill_takes_them_along() {
     );
     let runtimes = children_of(node.pid());
     assert!(!runtimes.is_empty(), "no runtime process runs");
-    let rounds = 400i32.to_le_bytes();
+    // Long enough (about 2 s on PoCL here) to be seen by the busy gauge, which the
+    // node samples every 250 ms: at 400 rounds (0.18 s) only a flush held back by the
+    // test client's Nagle delay (40 ms) let the gauge catch the task.
+    let rounds = 4000i32.to_le_bytes();
     c.send(&Request::enqueue(vec![Command::NdRange(NdRange {
         queue: 2,
         event: 0,

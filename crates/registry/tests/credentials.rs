@@ -267,6 +267,9 @@ fn nodes_take_their_tenants_and_quotas_from_the_registry() {
     until("team-a's token never worked", &|| {
         call(Some("ta-61c0")) == 200
     });
+    // The registry's policy and quota: one call a second, nobody anonymous.
+    assert_eq!(call(Some("ta-61c0")), 429);
+    assert_eq!(call(None), 401);
     // The node read the document once, then names its revision at each renewal and
     // is answered 304.
     let reads = |answer: &str| -> u64 {
@@ -287,9 +290,6 @@ fn nodes_take_their_tenants_and_quotas_from_the_registry() {
         reads("not_modified") >= 2
     });
     assert_eq!(reads("full"), 1, "the document sent again unchanged");
-    // The registry's policy and quota: one call a second, nobody anonymous.
-    assert_eq!(call(Some("ta-61c0")), 429);
-    assert_eq!(call(None), 401);
     // A change at the registry reaches the node at its next renewal.
     std::fs::write(&file, format!("{principals}{}", node_tenants("b"))).unwrap();
     // SAFETY: signalling our own child process.

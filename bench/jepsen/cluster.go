@@ -220,6 +220,9 @@ func (c *Cluster) makeNetwork() error {
 	c.bridge = fmt.Sprintf("njb%d", pid)
 	steps := [][]string{
 		{"ip", "link", "add", c.bridge, "type", "bridge"},
+		// Fixed: a bridge without a set MAC takes its lowest port's, which changes
+		// as ports join and leaves stale ARP entries for the host behind.
+		{"ip", "link", "set", c.bridge, "address", fmt.Sprintf("02:00:0a:62:%02x:01", third)},
 		{"ip", "addr", "add", c.hostIP + "/24", "dev", c.bridge},
 		{"ip", "link", "set", c.bridge, "up"},
 	}

@@ -182,16 +182,20 @@ fn a_pod_whose_netaccel_node_is_lost_moves_to_another_kubernetes_node() {
             NODES[other],
             moved.at - killed
         );
-        eventually(
-            "only the new claim's instance, on the other node",
-            Duration::from_secs(30),
-            || {
-                let have = dra_instances(&registry, "sobel");
-                let want = vec![(instance.to_string(), NODES[other].to_string(), 0)];
-                async move { (have == want).then_some(()) }
-            },
-        )
+        let want = vec![(instance.to_string(), NODES[other].to_string(), 0)];
+        let last = std::cell::RefCell::new(Vec::new());
+        let settled = tokio::time::timeout(Duration::from_secs(30), async {
+            while *last.borrow() != want {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                *last.borrow_mut() = dra_instances(&registry, "sobel");
+            }
+        })
         .await;
+        assert!(
+            settled.is_ok(),
+            "only the new claim's instance ({want:?}), on the other node, within 30 s; the registry holds {:?}",
+            last.borrow()
+        );
     });
 }
 

@@ -138,6 +138,14 @@ impl Net {
         // On error `net` is dropped, which deletes what exists so far.
         let host = format!("{}/24", net.host_ip());
         ip(&["link", "add", &net.bridge, "type", "bridge"])?;
+        // A bridge whose address was never set takes the lowest of its ports' MACs,
+        // and changes it when a port with a lower one joins: the namespaces' ARP
+        // entries for the host then name a MAC the bridge no longer answers to, and
+        // their connections to it stall for seconds. A kubelet's CNI adds a port for
+        // every Pod, so a netaccel node's renewals timed out when a Pod started on its
+        // Kubernetes node (found by kubernetes_pods' node_move). Set, it stays.
+        let mac = format!("02:00:0a:{SECOND_OCTET:02x}:{third:02x}:01");
+        ip(&["link", "set", &net.bridge, "address", &mac])?;
         ip(&["addr", "add", &host, "dev", &net.bridge])?;
         ip(&["link", "set", &net.bridge, "up"])?;
         for i in 0..count {

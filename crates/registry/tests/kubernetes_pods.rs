@@ -22,6 +22,8 @@
 
 #[path = "kubernetes/chart_plugin.rs"]
 mod chart_plugin;
+#[path = "kubernetes/displace.rs"]
+mod displace;
 #[allow(dead_code)]
 #[path = "kubernetes/harness.rs"]
 mod harness;
@@ -48,6 +50,7 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, Resou
 use k8s_openapi::ByteString;
 use kube::api::{Api, ListParams, PostParams};
 use kubelet::{KubeletNode, CLIENT_IMAGE};
+use node_move::claiming_deployment;
 use serde_json::json;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -626,34 +629,12 @@ fn a_killed_netaccel_node_has_its_claims_pod_evicted_by_the_kubelet_and_replaced
     with_node(|mut c| async move {
         let Cluster { node, plane, net } = &mut c;
         let (registry, netaccel) = dra_setup(plane, net, node).await;
-        let call = format!("-p width={WIDTH} -p height={HEIGHT} -i /in/image.raw");
-        let script = format!(
-            "set -e; echo \"$NETACCEL_INSTANCE\"; \
-             netaccel call sobel {call} | od -An -v -tx1 | tr -d ' \\n'; echo; exec sleep 3600"
-        );
-        let template = script_pod(
-            "unused",
-            &script,
-            json!({
-                "terminationGracePeriodSeconds": 1,
-                "resourceClaims": [{"name": "acc", "resourceClaimTemplateName": "sobel"}],
-                "volumes": [{"name": "in", "configMap": {"name": "image"}}],
-                "containers": [{"resources": {"claims": [{"name": "acc"}]},
-                    "volumeMounts": [{"name": "in", "mountPath": "/in"}]}]
-            }),
-        );
-        let mut spec = serde_json::to_value(template.spec.unwrap()).unwrap();
-        spec["restartPolicy"] = json!("Always");
-        let deployment: Deployment = serde_json::from_value(json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "edges"},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "edges"}},
-                "template": {"metadata": {"labels": {"app": "edges"}}, "spec": spec}}
-        }))
-        .unwrap();
         let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
         deployments
-            .create(&PostParams::default(), &deployment)
+            .create(
+                &PostParams::default(),
+                &claiming_deployment(&calling_script()),
+            )
             .await
             .unwrap();
         let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
@@ -705,6 +686,16 @@ fn a_killed_netaccel_node_has_its_claims_pod_evicted_by_the_kubelet_and_replaced
         )
         .await;
     });
+}
+
+/// What a replica of [`claiming_deployment`] runs for [`called`]: prints its instance and
+/// the output of one sobel call of the test image, then sleeps.
+fn calling_script() -> String {
+    let call = format!("-p width={WIDTH} -p height={HEIGHT} -i /in/image.raw");
+    format!(
+        "set -e; echo \"$NETACCEL_INSTANCE\"; \
+         netaccel call sobel {call} | od -An -v -tx1 | tr -d ' \\n'; echo; exec sleep 3600"
+    )
 }
 
 /// Waits until a Running Pod of `app=edges` other than `not` has printed its instance and

@@ -201,7 +201,7 @@ fn a_pod_whose_netaccel_node_is_lost_moves_to_another_kubernetes_node() {
 
 /// A Deployment `edges` of one replica running `script`, with a claim from the template
 /// `sobel` and the test image mounted at /in.
-fn claiming_deployment(script: &str) -> Deployment {
+pub(crate) fn claiming_deployment(script: &str) -> Deployment {
     let template = script_pod(
         "unused",
         script,

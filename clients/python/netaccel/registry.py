@@ -263,7 +263,8 @@ class RegistryClient:
         the instance's binding ``generation``. If that binding is still current the
         registry moves the instance to another node; it answers the binding then."""
         path = f"/v1/functions/{_q(function)}/instances/{_q(id)}/unreachable"
-        return Binding.from_json(self._request("POST", path, {"generation": int(generation)}))
+        report = api.dump("unreachable-report", {"generation": int(generation)})
+        return Binding.from_json(self._request("POST", path, report))
 
     def delete_instance(self, function: str, id: str) -> None:
         self._request("DELETE", f"/v1/functions/{_q(function)}/instances/{_q(id)}")

@@ -147,6 +147,7 @@ SCHEMAS: Dict[str, Dict[str, F]] = {
         "migrated": F(("str",), nullable=True, default=None, omit=None),
         "reason": F("str", nullable=True, default=None, omit=None),
     },
+    "unreachable-report": {"generation": F("int")},
     "error": {"error": F("str"), "code": F("str")},
     "health": {"status": F("str")},
 }
@@ -164,6 +165,7 @@ STRICT = {
     "query",
     "instance-spec",
     "reconfiguration-request",
+    "unreachable-report",
     "health",
 }
 
@@ -285,6 +287,7 @@ def bodies() -> List[str]:
         "binding",
         "reconfiguration-request",
         "verdict",
+        "unreachable-report",
         "error",
         "health",
     ]

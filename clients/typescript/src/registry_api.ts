@@ -154,6 +154,7 @@ export const SCHEMAS: Readonly<Record<string, Readonly<Record<string, Field>>>> 
     migrated: f(["str"], { nullable: true, default: null, omit: null }),
     reason: f("str", { nullable: true, default: null, omit: null }),
   },
+  "unreachable-report": { generation: f("int") },
   error: { error: f("str"), code: f("str") },
   health: { status: f("str") },
 };
@@ -170,6 +171,7 @@ const STRICT = new Set([
   "query",
   "instance-spec",
   "reconfiguration-request",
+  "unreachable-report",
   "health",
 ]);
 
@@ -295,6 +297,7 @@ export const BODIES: readonly string[] = [
   "binding",
   "reconfiguration-request",
   "verdict",
+  "unreachable-report",
   "error",
   "health",
 ];

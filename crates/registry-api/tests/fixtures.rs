@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use registry_api::{
     Binding, ErrorBody, FunctionSpec, FunctionView, Health, InstanceSpec, LeaseGrant,
-    NodeRegistration, NodeView, ReconfigurationRequest, Verdict,
+    NodeRegistration, NodeView, ReconfigurationRequest, UnreachableReport, Verdict,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -52,13 +52,14 @@ fn check(kind: &str, doc: &Value) -> Option<Result<(), String>> {
             round_trip::<ReconfigurationRequest>(doc, ReconfigurationRequest::validate)
         }
         "verdict" => round_trip::<Verdict>(doc, none),
+        "unreachable-report" => round_trip::<UnreachableReport>(doc, none),
         "error" => round_trip::<ErrorBody>(doc, none),
         "health" => round_trip::<Health>(doc, none),
         _ => return None,
     })
 }
 
-const KINDS: [&str; 12] = [
+const KINDS: [&str; 13] = [
     "node-registration",
     "lease-grant",
     "nodes",
@@ -69,6 +70,7 @@ const KINDS: [&str; 12] = [
     "binding",
     "reconfiguration-request",
     "verdict",
+    "unreachable-report",
     "error",
     "health",
 ];

@@ -108,6 +108,7 @@ public final class RegistryApi {
         e("accelerator", f("str")), e("instance", nullOmitted("str"))));
     SCHEMAS.put("verdict", schema(e("allowed", f("bool")), e("migrated", new F("str", true, true, null, null)),
         e("reason", nullOmitted("str"))));
+    SCHEMAS.put("unreachable-report", schema(e("generation", f("int"))));
     SCHEMAS.put("error", schema(e("error", f("str")), e("code", f("str"))));
     SCHEMAS.put("health", schema(e("status", f("str"))));
   }
@@ -117,11 +118,12 @@ public final class RegistryApi {
 
   /** Bodies whose unknown fields are refused (what the registry parses); answers tolerate new fields. */
   private static final Set<String> STRICT = Set.of("node-registration", "device-registration", "slot-registration",
-      "function-spec", "query", "instance-spec", "reconfiguration-request", "health");
+      "function-spec", "query", "instance-spec", "reconfiguration-request", "unreachable-report", "health");
 
   /** Every top-level body of the API (what {@code spec/registry/} must have a file of). */
   public static final List<String> BODIES = List.of("node-registration", "lease-grant", "nodes", "function-spec",
-      "function", "functions", "instance-spec", "binding", "reconfiguration-request", "verdict", "error", "health");
+      "function", "functions", "instance-spec", "binding", "reconfiguration-request", "verdict", "unreachable-report",
+      "error", "health");
 
   /** The schema a fixture of {@code spec/registry/} holds: its name up to the first dot, or null. */
   public static String schemaOfFixture(String fileName) {

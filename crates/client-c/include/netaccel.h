@@ -171,6 +171,17 @@ netaccel_bound *netaccel_bind(const char *registry, const char *function, const 
 int netaccel_bound_call(netaccel_bound *bound, const char *params, const uint8_t *payload,
                         size_t len, uint32_t deadline_us, netaccel_buffer *out, netaccel_error *err);
 
+/**
+ * A bound call that has had no answer for `after_ms` (0: never, the default) is
+ * abandoned as if its node could not be reached: reported to the registry, which moves
+ * the instance to another node, and retried once on the new binding. For a node cut
+ * off from its clients while the registry still reaches it. Set it above the longest
+ * call the function makes (the call may run twice).
+ * @return ::NETACCEL_OK, or ::NETACCEL_INVALID for a NULL `bound`
+ */
+int netaccel_bound_set_unreachable_after(netaccel_bound *bound, uint32_t after_ms,
+                                         netaccel_error *err);
+
 /** Deletes the instance from the registry and frees `bound` (also on failure). */
 int netaccel_bound_release(netaccel_bound *bound, netaccel_error *err);
 

@@ -416,6 +416,20 @@ pub unsafe extern "C" fn netaccel_bound_call(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn netaccel_bound_set_unreachable_after(
+    bound: *mut BoundHandle,
+    after_ms: u32,
+    err: *mut CError,
+) -> c_int {
+    let Some(b) = bound.as_mut() else {
+        return report(err, &Failure::new(kind::INVALID, "bound is NULL"));
+    };
+    let after = (after_ms > 0).then(|| Duration::from_millis(after_ms.into()));
+    b.0.set_unreachable_after(after);
+    clear(err)
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn netaccel_bound_release(
     bound: *mut BoundHandle,
     err: *mut CError,

@@ -579,6 +579,12 @@ impl Bound {
         &self.accelerator
     }
 
+    /// Changes [`BoundOptions::unreachable_after`] for the calls from now on (for a
+    /// client that binds first and learns its bound later, and for the C API).
+    pub fn set_unreachable_after(&mut self, after: Option<Duration>) {
+        self.options.unreachable_after = after;
+    }
+
     /// Calls the function's accelerator on the bound node; on a stale binding, waits for
     /// the registry to rebind and retries once.
     pub fn call(

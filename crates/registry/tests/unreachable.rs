@@ -32,39 +32,80 @@ fn post(base: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
     (response.status(), response.into_json().unwrap_or_default())
 }
 
+/// A registry (lease 60 s) and two registered nodes `a` and `b`, and the function `up`
+/// (to_uppercase): the registry's base URL, its process, the nodes' and the scratch
+/// directory.
+struct Cluster {
+    base: String,
+    registry: RegistryClient,
+    nodes: [Killed; 2],
+    _process: Killed,
+    dir: std::path::PathBuf,
+}
+
+impl Cluster {
+    fn start(name: &str) -> Cluster {
+        let dir =
+            std::env::temp_dir().join(format!("netaccel-registry-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = free_port();
+        let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-registry"))
+            .args([
+                "--listen",
+                &listen.to_string(),
+                "--lease-ms",
+                "60000",
+                "--log-level",
+                "warn",
+            ])
+            .spawn()
+            .unwrap();
+        wait_for_port(listen, &mut child, "netaccel-registry");
+        let process = Killed(child);
+        let base = format!("http://{listen}");
+        let nodes = [start_node(&dir, &base, "a"), start_node(&dir, &base, "b")];
+        let registry = RegistryClient::new(&base, None);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while registry.nodes().map(|n| n.len()).unwrap_or(0) < 2 {
+            assert!(Instant::now() < deadline, "the nodes never registered");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        registry
+            .put_function("up", &json!({"accelerator": "to_uppercase"}))
+            .unwrap();
+        Cluster {
+            base,
+            registry,
+            nodes,
+            _process: process,
+            dir,
+        }
+    }
+
+    /// Stops node `name` (SIGSTOP: it answers nothing; within the lease the registry
+    /// still counts it ready).
+    fn stop(&self, name: Option<&str>) {
+        let node = if name == Some("a") {
+            &self.nodes[0]
+        } else {
+            &self.nodes[1]
+        };
+        // SAFETY: signalling our own child process.
+        assert_eq!(unsafe { libc::kill(node.0.id() as i32, libc::SIGSTOP) }, 0);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[test]
 fn a_client_that_cannot_reach_its_node_has_its_instance_moved() {
-    let dir = std::env::temp_dir().join(format!(
-        "netaccel-registry-unreachable-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let port = free_port();
-    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netaccel-registry"))
-        .args([
-            "--listen",
-            &listen.to_string(),
-            "--lease-ms",
-            "60000",
-            "--log-level",
-            "warn",
-        ])
-        .spawn()
-        .unwrap();
-    wait_for_port(listen, &mut child, "netaccel-registry");
-    let _registry = Killed(child);
-    let base = format!("http://{listen}");
-    let nodes = [start_node(&dir, &base, "a"), start_node(&dir, &base, "b")];
-    let registry = RegistryClient::new(&base, None);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while registry.nodes().map(|n| n.len()).unwrap_or(0) < 2 {
-        assert!(Instant::now() < deadline, "the nodes never registered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    registry
-        .put_function("up", &json!({"accelerator": "to_uppercase"}))
-        .unwrap();
+    let cluster = Cluster::start("unreachable");
+    let (base, registry) = (cluster.base.clone(), cluster.registry.clone());
     let options = BoundOptions {
         unreachable_after: Some(Duration::from_millis(500)),
         ..BoundOptions::default()
@@ -72,18 +113,9 @@ fn a_client_that_cannot_reach_its_node_has_its_instance_moved() {
     let mut bound = Bound::bind(registry.clone(), "up", options).unwrap();
     assert_eq!(bound.call(&[], b"one", None).unwrap().output, b"ONE");
     let first = bound.binding();
-    let stopped = if first.node.as_deref() == Some("a") {
-        &nodes[0]
-    } else {
-        &nodes[1]
-    };
 
     // Its node stops answering; the registry, within its lease, still counts it ready.
-    // SAFETY: signalling our own child process.
-    assert_eq!(
-        unsafe { libc::kill(stopped.0.id() as i32, libc::SIGSTOP) },
-        0
-    );
+    cluster.stop(first.node.as_deref());
     let started = Instant::now();
     assert_eq!(bound.call(&[], b"two", None).unwrap().output, b"TWO");
     let took = started.elapsed();
@@ -171,5 +203,76 @@ fn a_client_that_cannot_reach_its_node_has_its_instance_moved() {
         "{metrics}"
     );
     drop((bound, over_rac));
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The C API's `netaccel_bound_set_unreachable_after`, through the C library's own
+/// functions: a bound call to a stopped node is given up after 500 ms, reported, and
+/// answered by the other node.
+#[test]
+fn the_c_client_gives_up_on_a_silent_node_after_its_bound() {
+    use netaccel::ffi::{
+        netaccel_bind, netaccel_bound_call, netaccel_bound_free,
+        netaccel_bound_set_unreachable_after, netaccel_buffer_free, CBuffer, CError,
+    };
+    let cluster = Cluster::start("unreachable-c");
+    // No instance but the one the C client binds.
+    cluster
+        .registry
+        .put_function(
+            "up",
+            &json!({"accelerator": "to_uppercase", "instances": 0}),
+        )
+        .unwrap();
+    let url = std::ffi::CString::new(cluster.base.clone()).unwrap();
+    // SAFETY: valid C strings and out-parameters that live through each call; the
+    // handle is freed once, at the end.
+    unsafe {
+        let mut err: CError = std::mem::zeroed();
+        let bound = netaccel_bind(url.as_ptr(), c"up".as_ptr(), std::ptr::null(), 0, &mut err);
+        assert!(!bound.is_null(), "bind: kind {}", err.kind);
+        let call = |bound, payload: &[u8]| {
+            let mut out = CBuffer {
+                data: std::ptr::null_mut(),
+                len: 0,
+            };
+            let mut err: CError = std::mem::zeroed();
+            let kind = netaccel_bound_call(
+                bound,
+                std::ptr::null(),
+                payload.as_ptr(),
+                payload.len(),
+                0,
+                &mut out,
+                &mut err,
+            );
+            assert_eq!(kind, 0, "kind {kind}, status {}", err.status);
+            let got = std::slice::from_raw_parts(out.data, out.len).to_vec();
+            netaccel_buffer_free(&mut out);
+            got
+        };
+        assert_eq!(call(bound, b"one"), b"ONE");
+        assert_eq!(
+            netaccel_bound_set_unreachable_after(bound, 500, &mut err),
+            0
+        );
+        assert_ne!(
+            netaccel_bound_set_unreachable_after(std::ptr::null_mut(), 500, &mut err),
+            0,
+            "a NULL handle is refused"
+        );
+        let instances = cluster.registry.function("up").unwrap().instances;
+        assert_eq!(instances.len(), 1, "{instances:?}");
+        let first = instances[0].node.clone();
+        cluster.stop(first.as_deref());
+        let started = Instant::now();
+        assert_eq!(call(bound, b"two"), b"TWO");
+        let took = started.elapsed();
+        eprintln!("C client: a call on a silent node answered by the other one after {took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        let moved = cluster.registry.function("up").unwrap().instances[0]
+            .node
+            .clone();
+        assert_ne!(moved, first);
+        netaccel_bound_free(bound);
+    }
 }

@@ -48,6 +48,7 @@ mod programs;
 mod reads;
 mod session;
 mod task;
+mod turns;
 mod worker;
 
 use std::ffi::c_void;
@@ -804,7 +805,7 @@ pub(crate) fn start_shared(
     let devices = runtime
         .devices
         .iter()
-        .map(|_| DeviceQueue::new(config.device_queue_depth_max))
+        .map(|_| DeviceQueue::new(config.device_queue_depth_max, turns::ANTICIPATION_MAX))
         .collect();
     let program_cache = programs::ProgramCache::new(
         config.program_cache_entries_max,

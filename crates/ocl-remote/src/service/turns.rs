@@ -15,11 +15,11 @@
 //! and a device that went to whoever waits would serve the flows in alternation — by
 //! jobs again. So when a flow that is behind every other flow the device knows ends a
 //! job with nothing queued, the device waits for that flow's next job (the anticipatory
-//! scheduling of disk schedulers): twice the flow's mean *think time* (how long it took
-//! to come back before), within [`ANTICIPATION_MIN`] and [`Turns::new`]'s bound, and not
-//! at all for a flow whose think time is past that bound. The wait is charged to the
-//! flow as device time: a flow cannot hold the device idle at the others' expense, and
-//! each flow gets its share of the device's time, waits for it included.
+//! scheduling of disk schedulers), up to [`Turns::new`]'s bound, if the flow's mean
+//! *think time* (how long it took to come back before) is within that bound. The wait
+//! is charged to the flow as device time: a flow cannot hold the device idle at the
+//! others' expense, and each flow gets its share of the device's time, waits for it
+//! included. A flow that comes back sooner ends the wait sooner, and is charged less.
 //!
 //! A flow back from idle, or new, starts at most [`CREDIT_MAX_NS`] behind the device's
 //! virtual clock: an idle flow does not bank device time to take it all at once later.
@@ -40,19 +40,17 @@ use std::time::{Duration, Instant};
 /// minutes.
 pub(crate) const CREDIT_MAX_NS: u64 = 20_000_000;
 
-/// How long a device waits for a flow expected back at most ([`Turns::new`]): the
-/// wait is twice the flow's mean think time, and a flow that thinks longer than this is
-/// not waited for. A closed-loop user's think time is its round trip between two jobs
-/// (an HTTP call's answer and the next request; an OpenCL program's `TaskDone` and its
-/// next flush): tens of microseconds to a few milliseconds on a loaded host.
+/// How long a device waits for a flow expected back at most ([`Turns::new`]); a flow
+/// whose mean think time is longer is not waited for. A closed-loop user's think time is
+/// its round trip between two jobs (an HTTP call's answer and the next request; an
+/// OpenCL program's `TaskDone` and its next flush): tens of microseconds to a few
+/// milliseconds on a loaded host. The wait ends when the flow's job comes; a flow that
+/// has stopped costs the device one wait, charged to it.
 pub(crate) const ANTICIPATION_MAX: Duration = Duration::from_millis(10);
 
-/// The shortest wait for a flow expected back, for one whose think time is not yet
-/// known or tiny.
-pub(crate) const ANTICIPATION_MIN: Duration = Duration::from_micros(500);
-
-/// Flows kept while idle (with their device time) at most; past it, idle flows are
-/// forgotten, which only gives them [`CREDIT_MAX_NS`] more when they come back.
+/// Flows kept while idle (with their device time and think time) at most; past it,
+/// idle flows are forgotten: back, they start at the floor, and are waited for until
+/// their think time is known again.
 const IDLE_FLOWS_MAX: usize = 256;
 
 /// Who a job belongs to, for the device's fair shares.
@@ -162,7 +160,7 @@ impl<J> Turns<J> {
     pub fn push(&mut self, flow: Flow, job: J, now: Instant) {
         let running_here = matches!(&self.running, Some(Running::Job(f, _)) if *f == flow);
         let floor = self.clock_ns.saturating_sub(CREDIT_MAX_NS);
-        // A new flow is one back from idle that was forgotten (see `forget_idle`).
+        // A new flow, or one back from idle that was forgotten (see `forget_idle`).
         let f = self.flows.entry(flow).or_insert_with(|| FlowState {
             jobs: VecDeque::new(),
             used_ns: floor,
@@ -270,11 +268,10 @@ impl<J> Turns<J> {
         let behind = least_other.is_some_and(|least| used < least);
         let max = ns(self.anticipation);
         if !queued && behind && think <= max {
-            let wait = (2 * think).max(ns(ANTICIPATION_MIN)).min(max);
             self.anticipating = Some(Anticipation {
                 flow,
                 since: now,
-                until: now + Duration::from_nanos(wait),
+                until: now + self.anticipation,
             });
         }
         self.forget_idle();
@@ -293,25 +290,23 @@ impl<J> Turns<J> {
         }
     }
 
-    /// Drops idle flows whose time a comeback would raise to the floor anyway, and all
-    /// idle flows past [`IDLE_FLOWS_MAX`].
+    /// Forgets the idle flows once there are more than [`IDLE_FLOWS_MAX`] of them (a
+    /// flow keeps its think time while it is known; its device time is raised to the
+    /// floor when it comes back anyway).
     fn forget_idle(&mut self) {
-        let floor = self.clock_ns.saturating_sub(CREDIT_MAX_NS);
+        if self.flows.len() <= IDLE_FLOWS_MAX + self.waiting {
+            return;
+        }
         let running = match &self.running {
             Some(Running::Job(f, _)) => Some(f.clone()),
             _ => None,
         };
         let anticipated = self.anticipating.as_ref().map(|a| a.flow.clone());
-        let in_use = |flow: &Flow, f: &FlowState<J>| {
+        self.flows.retain(|flow, f| {
             !f.jobs.is_empty()
                 || running.as_ref() == Some(flow)
                 || anticipated.as_ref() == Some(flow)
-        };
-        self.flows
-            .retain(|flow, f| in_use(flow, f) || f.used_ns > floor);
-        if self.flows.len() > IDLE_FLOWS_MAX + self.waiting {
-            self.flows.retain(|flow, f| in_use(flow, f));
-        }
+        });
     }
 
     /// The invariants, in debug builds: the count of waiting jobs; the device waits for
@@ -469,10 +464,25 @@ mod tests {
     }
 
     #[test]
+    fn a_user_that_comes_back_late_is_soon_not_waited_for() {
+        // One call every 50 ms next to a pipelining user: after a few waits, the
+        // device no longer idles for it.
+        let users = [
+            user(Flow::Node, MS, Some(50 * MS)),
+            user(Flow::Session(3), 2 * MS, None),
+        ];
+        let span = 2_000 * MS;
+        let got = simulate(&users, ANTICIPATION_MAX, span);
+        let busy: u64 = got.iter().map(|g| g.busy_ns).sum();
+        assert!(busy as f64 > 0.97 * span as f64, "{got:?}");
+        assert!(got[0].jobs >= 35, "its calls still run: {got:?}");
+    }
+
+    #[test]
     fn a_user_that_does_not_come_back_in_time_is_charged_the_wait() {
         let t0 = Instant::now();
         let ms = |n: u64| t0 + Duration::from_millis(n);
-        let mut turns = Turns::new(ANTICIPATION_MAX);
+        let mut turns = Turns::new(Duration::from_millis(1));
         turns.push(Flow::Session(1), 'a', ms(0));
         turns.push(Flow::Node, 'b', ms(0));
         assert_eq!(
@@ -490,18 +500,16 @@ mod tests {
         );
         assert_eq!(turns.take(&Flow::Node, ms(4)), 'b');
         turns.finish(ms(5));
-        // The node used 1 ms, the session 4: the device keeps the node's turn, as long
-        // as the shortest wait (the node's think time is not known yet).
-        assert_eq!(turns.next(ms(5)), Next::Wait(ms(5) + ANTICIPATION_MIN));
+        // The node used 1 ms, the session 4: the device keeps the node's turn.
+        assert_eq!(turns.next(ms(5)), Next::Wait(ms(6)));
         assert_eq!(
             turns.next(ms(6)),
             Next::Run(Flow::Session(1)),
             "the wait is over"
         );
-        let waited = ns(ANTICIPATION_MIN);
         assert_eq!(
             turns.flows[&Flow::Node].used_ns,
-            MS + waited,
+            2 * MS,
             "the job and the wait"
         );
         assert_eq!(turns.take(&Flow::Session(1), ms(6)), 'c');
@@ -526,7 +534,7 @@ mod tests {
         assert_eq!(turns.take(&Flow::Node, ms(3)), 3);
         turns.finish(ms(4));
         // The node (1 ms) waits behind the session (3 ms): kept for it.
-        assert_eq!(turns.next(ms(4)), Next::Wait(ms(4) + ANTICIPATION_MIN));
+        assert_eq!(turns.next(ms(4)), Next::Wait(ms(4) + ANTICIPATION_MAX));
         // A third user with nothing used comes: the node is no longer behind it all.
         turns.push(Flow::Session(2), 4, ms(4));
         assert_eq!(turns.next(ms(4)), Next::Run(Flow::Session(2)));
@@ -587,7 +595,7 @@ mod tests {
         let t0 = Instant::now();
         let mut turns = Turns::new(Duration::ZERO);
         for i in 0..(IDLE_FLOWS_MAX as u64 * 4) {
-            // Each session one short job, none running long enough to pass the floor.
+            // A session that comes, runs one job and goes, over and over.
             turns.push(Flow::Session(i), i, t0);
             assert_eq!(turns.next(t0), Next::Run(Flow::Session(i)));
             let _ = turns.take(&Flow::Session(i), t0);

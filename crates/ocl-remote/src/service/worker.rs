@@ -170,7 +170,7 @@ impl DeviceQueue {
     }
 }
 
-/// Runs one job of the FIFO and counts the time the device spent on it.
+/// Runs one job of the queue and counts the time the device spent on it.
 fn run_job(shared: &Shared, device: usize, job: Job) {
     let started = std::time::Instant::now();
     // In an isolated runtime process the node bounds how long this may take.
@@ -188,7 +188,8 @@ fn run_job(shared: &Shared, device: usize, job: Job) {
 }
 
 /// A way for the node to run work on one device in turn with remote clients' tasks:
-/// through the device's FIFO, behind what is queued there.
+/// through the device's queue, where the node is one user ([`Flow::Node`]) with its
+/// fair share of the device.
 #[derive(Clone)]
 pub struct DeviceLane {
     shared: Arc<Shared>,
@@ -200,10 +201,10 @@ impl DeviceLane {
         DeviceLane { shared, device }
     }
 
-    /// Runs `f` on the device's turn: at once on this thread when the device is idle
-    /// and nothing waits, else on the device's worker after the jobs queued before it
-    /// (waiting while the FIFO is full). Returns `f`'s result; a panic in `f` is
-    /// raised again here.
+    /// Runs `f` on the node's turn: at once on this thread when the device is free and
+    /// it is the node's turn, else on the device's worker after the node's jobs queued
+    /// before it (waiting while the node has no room). Returns `f`'s result; a panic in
+    /// `f` is raised again here.
     pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         type Slot<R> = (Mutex<Option<std::thread::Result<R>>>, Condvar);
         let done: Slot<R> = (Mutex::new(None), Condvar::new());
@@ -215,7 +216,7 @@ impl DeviceLane {
         let job: Box<dyn FnOnce() + Send + '_> = Box::new(job);
         // SAFETY: the job borrows `f`'s captures and `done` from this frame. This
         // function does not return before the job has run: it waits below until the
-        // job stored its result, and the FIFO runs every job it accepted (its
+        // job stored its result, and the queue runs every job it accepted (its
         // worker never exits, and `submit` either runs the job or queues it).
         let job: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(job) };
         self.shared.devices[self.device].submit(&self.shared, self.device, Job::Local(job));

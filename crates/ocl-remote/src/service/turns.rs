@@ -21,11 +21,17 @@
 //! others' expense, and each flow gets its share of the device's time, waits for it
 //! included. A flow that comes back sooner ends the wait sooner, and is charged less.
 //!
+//! Think time is learnt only from returns during which no other flow's job ran: on a
+//! CPU device (PoCL) another flow's kernel takes the very cores a slot call's HTTP work
+//! needs, and the call came back only after that kernel — which says nothing about how
+//! soon it comes back while the device waits for it. A wait in vain counts as a return
+//! after twice the bound; a flow not waited for forgets a quarter of its think time at
+//! each job, so that it is waited for again after a few.
+//!
 //! A flow back from idle, or new, starts at most [`CREDIT_MAX_NS`] behind the device's
-//! virtual clock: an idle flow does not bank device time to take it all at once later.
-//! The credit is long enough for a closed-loop user whose think time the other flows'
-//! jobs stretched: on a CPU device (PoCL) a slot call's HTTP work runs on the very cores
-//! a remote kernel takes, and comes back only after that kernel.
+//! virtual clock: an idle flow does not bank device time to take it all at once later,
+//! but a closed-loop user that other flows' kernels held back for a while gets that
+//! time back.
 //!
 //! Not for: threads, waiting or running jobs (the device queue does those under its
 //! lock and gives this module the time, so it is tested with a clock of its own).
@@ -34,11 +40,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How far behind the device's virtual clock a flow back from idle may start (ns): a few
-/// of the longest jobs' worth, so that a closed-loop user that missed an anticipation
-/// window keeps its place, but a flow idle for minutes does not own the device for
-/// minutes.
-pub(crate) const CREDIT_MAX_NS: u64 = 20_000_000;
+/// How far behind the device's virtual clock a flow back from idle may start (ns): ten
+/// of the remote tasks of the tests' worth, so that a closed-loop user that other flows'
+/// jobs held back keeps its place, but a flow idle for minutes does not own the device
+/// for minutes (at most this long, once, while others wait).
+pub(crate) const CREDIT_MAX_NS: u64 = 50_000_000;
 
 /// How long a device waits for a flow expected back at most ([`Turns::new`]); a flow
 /// whose mean think time is longer is not waited for. A closed-loop user's think time is
@@ -85,8 +91,11 @@ struct FlowState<J> {
     used_ns: u64,
     /// When the flow's last job ended.
     last_end: Option<Instant>,
-    /// Mean time between the end of the flow's job and its next job (ns).
+    /// Mean time between the end of the flow's job and its next job (ns), when no
+    /// other flow's job ran meanwhile (see `push`).
     think_ns: u64,
+    /// The device's `starts` when the flow's last job ended.
+    starts_at_end: u64,
 }
 
 enum Running {
@@ -112,6 +121,8 @@ pub(crate) struct Turns<J> {
     arrivals: u64,
     /// The device's virtual clock: the largest `used_ns` a job started at.
     clock_ns: u64,
+    /// Jobs ever started.
+    starts: u64,
     running: Option<Running>,
     anticipating: Option<Anticipation>,
     anticipation: Duration,
@@ -131,6 +142,7 @@ impl<J> Turns<J> {
             waiting: 0,
             arrivals: 0,
             clock_ns: 0,
+            starts: 0,
             running: None,
             anticipating: None,
             anticipation,
@@ -166,14 +178,19 @@ impl<J> Turns<J> {
             used_ns: floor,
             last_end: None,
             think_ns: 0,
+            starts_at_end: 0,
         });
         if f.jobs.is_empty() && !running_here {
-            // The flow comes back from idle: learn how long it stayed away, and let it
-            // keep at most CREDIT_MAX_NS of the time it did not use.
-            if let Some(end) = f.last_end {
+            // The flow comes back from idle: learn how long it stayed away, if no other
+            // flow's job ran meanwhile (on a CPU device such a job takes the cores the
+            // flow's own host work needs, and says nothing about how soon it comes back
+            // when waited for), and let it keep at most CREDIT_MAX_NS of the time it did
+            // not use.
+            if let Some(end) = f.last_end.filter(|_| f.starts_at_end == self.starts) {
                 // A gap past twice the longest wait says only "does not come back in
                 // time"; capped, a flow that starts a closed loop is waited for soon.
-                let think = ns(now.saturating_duration_since(end)).min(2 * ns(self.anticipation));
+                let gap = ns(now.saturating_duration_since(end));
+                let think = gap.min(2 * ns(self.anticipation));
                 f.think_ns = (f.think_ns * 3 + think) / 4;
             }
             f.used_ns = f.used_ns.max(floor);
@@ -198,7 +215,16 @@ impl<J> Turns<J> {
             if now < a.until && self.least_other_waiting(&a.flow) > f.used_ns {
                 return Next::Wait(a.until);
             }
+            let expired = now >= a.until;
+            let flow = a.flow.clone();
             self.end_anticipation(now);
+            if expired {
+                // It did not come back within the longest wait.
+                let twice = 2 * ns(self.anticipation);
+                if let Some(f) = self.flows.get_mut(&flow) {
+                    f.think_ns = f.think_ns.max(twice);
+                }
+            }
         }
         self.flows
             .iter()
@@ -232,6 +258,7 @@ impl<J> Turns<J> {
         let (_, job) = f.jobs.pop_front().expect("a flow with a job");
         self.clock_ns = self.clock_ns.max(f.used_ns);
         self.waiting -= 1;
+        self.starts += 1;
         self.running = Some(Running::Job(flow.clone(), now));
         self.debug_check();
         job
@@ -256,6 +283,7 @@ impl<J> Turns<J> {
             .used_ns
             .saturating_add(ns(now.saturating_duration_since(started)));
         f.last_end = Some(now);
+        f.starts_at_end = self.starts;
         let (used, think, queued) = (f.used_ns, f.think_ns, !f.jobs.is_empty());
         // Behind every other flow the device knows (those that wait, and those between
         // two jobs of their own, as this one is).
@@ -273,6 +301,12 @@ impl<J> Turns<J> {
                 since: now,
                 until: now + self.anticipation,
             });
+        } else if !queued && behind {
+            // Not waited for as it came back late: forget that a little at each job,
+            // so that it is waited for again after a few (a closed loop that other
+            // flows' jobs slowed comes back soon once the device waits for it).
+            let f = self.flows.get_mut(&flow).expect("the running job's flow");
+            f.think_ns = f.think_ns / 4 * 3;
         }
         self.forget_idle();
         self.debug_check();
@@ -464,9 +498,9 @@ mod tests {
     }
 
     #[test]
-    fn a_user_that_comes_back_late_is_soon_not_waited_for() {
-        // One call every 50 ms next to a pipelining user: after a few waits, the
-        // device no longer idles for it.
+    fn a_user_that_comes_back_late_is_seldom_waited_for() {
+        // One call every 50 ms next to a pipelining user: after a wait in vain, the
+        // device waits for it again only every fourth call or so (10 ms of 200).
         let users = [
             user(Flow::Node, MS, Some(50 * MS)),
             user(Flow::Session(3), 2 * MS, None),
@@ -474,7 +508,7 @@ mod tests {
         let span = 2_000 * MS;
         let got = simulate(&users, ANTICIPATION_MAX, span);
         let busy: u64 = got.iter().map(|g| g.busy_ns).sum();
-        assert!(busy as f64 > 0.97 * span as f64, "{got:?}");
+        assert!(busy as f64 > 0.93 * span as f64, "{got:?}");
         assert!(got[0].jobs >= 35, "its calls still run: {got:?}");
     }
 

@@ -157,6 +157,9 @@ fi
 # device twice, a tenant sees and uses only its own, forged device ids refused, SIGHUP;
 # a few seconds), crates/ocl-remote/tests/gate.rs (the gate in and out of process) and
 # multi_device.rs (a session's device mask, in and out of process).
+# Among them too the fair sharing of one OpenCL device on PoCL, about 35 s:
+# crates/node/tests/opencl_slots_load.rs (slot calls and remote programs, each keeps at
+# least 0.3 of its rate alone) and crates/ocl-remote/tests/fair_shares.rs (two sessions).
 begin "cargo test (workspace)"
 # A CI checkout is built once: incremental compilation's caches would only take disk.
 if [[ -n "${CI:-}" ]]; then export CARGO_INCREMENTAL=0; fi

@@ -1,7 +1,12 @@
 //! OpenCL slots under load: reconfiguration while clients call (no call lost, none
 //! run on the wrong kernel, the swap time reported), and one device used at once by
 //! slot calls and a remote OpenCL client (all results correct, each keeps at least
-//! 30 % of its throughput alone, the device's busy seconds count both).
+//! 30 % of its throughput alone, the device's busy seconds count both): one caller
+//! against one closed-loop program, a remote program that keeps tasks in flight
+//! against a slot caller, and many slot callers against one program.
+//!
+//! The tests take turns (`LOAD`): each measures rates alone and shared, which another
+//! test's load on the same cores would skew.
 //!
 //! Without an OpenCL platform the tests skip (and fail with `CI=true`).
 
@@ -16,7 +21,14 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use ocl_remote::cl;
-use ocl_remote::proto::{Command, KernelArg, NdRange, Request};
+use ocl_remote::proto::{Command, KernelArg, NdRange, Queued, Request};
+
+/// Held by each test while it runs (see the module doc).
+static LOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn take_turn() -> std::sync::MutexGuard<'static, ()> {
+    LOAD.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn programs_dir(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("netaccel-oclload-{name}-{}", std::process::id()))
@@ -50,6 +62,7 @@ fn reconfiguration_under_load_loses_no_call_and_runs_none_on_the_wrong_kernel() 
     if !opencl_runtime_present() {
         return;
     }
+    let _turn = take_turn();
     let programs = programs_dir("reconfig");
     let node = TestNode::start(&ocl_device("\"to_uppercase\", \"echo\"", &programs));
     let stop = Arc::new(AtomicBool::new(false));
@@ -212,25 +225,65 @@ fn remote_client(addr: SocketAddr) -> ocl::Client {
     c
 }
 
+/// The kernel as one command of a task.
+fn work_cmd(rounds: &[u8; 4]) -> Command<'_> {
+    Command::NdRange(NdRange {
+        queue: 2,
+        event: 0,
+        kernel: 5,
+        work_dim: 1,
+        offset: [0; 3],
+        global: [WORK_ITEMS, 0, 0],
+        local: Some([64, 0, 0]),
+        args: vec![KernelArg::Mem(3), KernelArg::Bytes(rounds)],
+    })
+}
+
+/// Keeps `IN_FLIGHT` remote tasks (the kernel alone) flushed and unanswered until
+/// `stop`, as a program that enqueues ahead of its results does; each must be answered
+/// once, in order, and a last read must show every task run. Returns the task count.
+fn remote_pipelined(c: &mut ocl::Client, done: &mut i32, stop: &AtomicBool) -> u64 {
+    const IN_FLIGHT: usize = 8;
+    let rounds = 100i32.to_le_bytes();
+    let mut flying = std::collections::VecDeque::new();
+    let mut n = 0;
+    loop {
+        while !stop.load(Ordering::Relaxed) && flying.len() < IN_FLIGHT {
+            c.send(&Request::Enqueue {
+                commands: vec![Queued::from(work_cmd(&rounds))],
+            });
+            flying.push_back(c.send(&Request::Flush));
+        }
+        let Some(id) = flying.pop_front() else {
+            break;
+        };
+        match c.read_frame() {
+            (got, ocl::Frame::TaskDone(status, _)) => {
+                assert_eq!(got, id, "tasks answered once each, in order");
+                assert_eq!(status, cl::CL_SUCCESS);
+            }
+            _ => panic!("unexpected frame"),
+        }
+        *done += 1;
+        n += 1;
+    }
+    let (status, _, reads) = c.task(vec![ocl::read_cmd(2, 3, 0)]);
+    assert_eq!(status, cl::CL_SUCCESS);
+    let values = i32s(&reads[0].1);
+    assert!(
+        values.iter().all(|&v| v == *done),
+        "remote result wrong: {values:?} after {done} tasks"
+    );
+    n
+}
+
 /// Runs remote tasks (the kernel, then a read of the first 16 values) until `stop`;
 /// every read must show the number of tasks run so far. Returns the task count.
 fn remote_load(c: &mut ocl::Client, done: &mut i32, stop: &AtomicBool) -> u64 {
     let rounds = 100i32.to_le_bytes();
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
-        let (status, _, reads) = c.task(vec![
-            Command::NdRange(NdRange {
-                queue: 2,
-                event: 0,
-                kernel: 5,
-                work_dim: 1,
-                offset: [0; 3],
-                global: [WORK_ITEMS, 0, 0],
-                local: Some([64, 0, 0]),
-                args: vec![KernelArg::Mem(3), KernelArg::Bytes(&rounds)],
-            }),
-            ocl::read_cmd(2, 3, 0),
-        ]);
+        let (status, _, reads) = c.task(vec![work_cmd(&rounds), ocl::read_cmd(2, 3, 0)]);
         assert_eq!(status, cl::CL_SUCCESS);
         *done += 1;
         let values = i32s(&reads[0].1);
@@ -288,6 +341,7 @@ fn slot_calls_and_remote_opencl_share_one_device_fifo_and_both_progress() {
     if !opencl_runtime_present() {
         return;
     }
+    let _turn = take_turn();
     let programs = programs_dir("shared");
     let (node, ocl_addr) = TestNode::start_logging_with(
         || {
@@ -312,50 +366,131 @@ fn slot_calls_and_remote_opencl_share_one_device_fifo_and_both_progress() {
     let url = node.url(&format!("/v1/fn/sobel?width={w}&height={h}"));
     let mut client = remote_client(ocl_addr);
     let mut done = 0;
-    // Warm both paths (kernel compilation per work-group size).
-    let (_, _) = for_secs(0.3, |stop| slot_load(&url, &image, &want, stop));
-    let (_, _) = for_secs(0.3, |stop| remote_load(&mut client, &mut done, stop));
-
-    let phase = 2.0;
+    // Warm both paths (kernel compilation per work-group size), each alone.
     let busy0 = device_busy_seconds(&node);
-    let (slot_alone, t) = for_secs(phase, |stop| slot_load(&url, &image, &want, stop));
-    let slot_alone = slot_alone as f64 / t;
+    for_secs(0.3, |stop| slot_load(&url, &image, &want, stop));
     let busy1 = device_busy_seconds(&node);
     assert!(
         busy1 > busy0,
         "slot calls count in the device's busy seconds"
     );
-    let (remote_alone, t) = for_secs(phase, |stop| remote_load(&mut client, &mut done, stop));
-    let remote_alone = remote_alone as f64 / t;
+    for_secs(0.3, |stop| remote_load(&mut client, &mut done, stop));
     let busy2 = device_busy_seconds(&node);
     assert!(
         busy2 > busy1,
         "remote tasks count in the device's busy seconds"
     );
 
-    let stop = AtomicBool::new(false);
-    let started = Instant::now();
-    let (slot_both, remote_both) = std::thread::scope(|s| {
-        let a = s.spawn(|| slot_load(&url, &image, &want, &stop));
-        let b = s.spawn(|| remote_load(&mut client, &mut done, &stop));
-        std::thread::sleep(Duration::from_secs_f64(phase * 1.5));
-        stop.store(true, Ordering::Relaxed);
-        (a.join().unwrap(), b.join().unwrap())
-    });
-    let t = started.elapsed().as_secs_f64();
-    let (slot_both, remote_both) = (slot_both as f64 / t, remote_both as f64 / t);
-    eprintln!(
-        "one device, two users: slot sobel {w}x{h} {slot_alone:.0}/s alone, {slot_both:.0}/s shared; \
-         remote tasks {remote_alone:.0}/s alone, {remote_both:.0}/s shared; device busy {:.2} s",
+    let rates = alone_and_shared(
+        2.0,
+        &|stop| slot_load(&url, &image, &want, stop),
+        &mut |stop| remote_load(&mut client, &mut done, stop),
+    );
+    let what = format!(
+        "one device, two users (slot sobel {w}x{h}; device busy {:.2} s)",
         device_busy_seconds(&node)
+    );
+    assert_both_progress(&what, rates);
+    let _ = std::fs::remove_dir_all(&programs);
+}
+
+/// Rates (per second) of `slots` and `remote`, each alone for `phase` seconds in all,
+/// and together for 1.5 `phase`: `[slots alone, slots shared, remote alone, remote
+/// shared]`. The three run in turn in `ROUNDS` short rounds, so that what else the
+/// host runs meanwhile weighs on the rates alone and shared alike. Each function runs
+/// until the flag it is given is set and returns its count.
+fn alone_and_shared(
+    phase: f64,
+    slots: &(dyn Fn(&AtomicBool) -> u64 + Sync),
+    remote: &mut (dyn FnMut(&AtomicBool) -> u64 + Send),
+) -> [f64; 4] {
+    const ROUNDS: u32 = 4;
+    let part = phase / f64::from(ROUNDS);
+    // Counts and seconds of: slots alone, slots shared, remote alone, remote shared.
+    let mut n = [0u64; 4];
+    let mut secs = [0f64; 4];
+    for _ in 0..ROUNDS {
+        let (count, t) = for_secs(part, |stop| slots(stop));
+        (n[0], secs[0]) = (n[0] + count, secs[0] + t);
+        let (count, t) = for_secs(part, |stop| remote(stop));
+        (n[2], secs[2]) = (n[2] + count, secs[2] + t);
+        let stop = AtomicBool::new(false);
+        let started = Instant::now();
+        let (slot_both, remote_both) = std::thread::scope(|s| {
+            let a = s.spawn(|| slots(&stop));
+            let b = s.spawn(|| remote(&stop));
+            std::thread::sleep(Duration::from_secs_f64(part * 1.5));
+            stop.store(true, Ordering::Relaxed);
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let t = started.elapsed().as_secs_f64();
+        (n[1], secs[1]) = (n[1] + slot_both, secs[1] + t);
+        (n[3], secs[3]) = (n[3] + remote_both, secs[3] + t);
+    }
+    std::array::from_fn(|i| n[i] as f64 / secs[i])
+}
+
+/// Each side keeps at least 30 % of its rate alone.
+fn assert_both_progress(what: &str, [slot_alone, slot_both, remote_alone, remote_both]: [f64; 4]) {
+    eprintln!(
+        "{what}: slot calls {slot_alone:.0}/s alone, {slot_both:.0}/s shared; \
+         remote tasks {remote_alone:.0}/s alone, {remote_both:.0}/s shared"
     );
     assert!(
         slot_both >= 0.3 * slot_alone,
-        "slot calls starved: {slot_both:.0}/s vs {slot_alone:.0}/s alone"
+        "{what}: slot calls starved: {slot_both:.0}/s vs {slot_alone:.0}/s alone"
     );
     assert!(
         remote_both >= 0.3 * remote_alone,
-        "remote tasks starved: {remote_both:.0}/s vs {remote_alone:.0}/s alone"
+        "{what}: remote tasks starved: {remote_both:.0}/s vs {remote_alone:.0}/s alone"
+    );
+}
+
+#[test]
+fn a_remote_client_with_tasks_in_flight_and_many_slot_callers_cannot_starve_each_other() {
+    if !opencl_runtime_present() {
+        return;
+    }
+    let _turn = take_turn();
+    let programs = programs_dir("flows");
+    let ocl_addr = free_addr();
+    let node = TestNode::start(&format!(
+        "opencl = \"{ocl_addr}\"\nopencl_isolation = \"none\"\nopencl_local_socket = false\n{}",
+        ocl_device("\"sobel\", \"sobel\"", &programs)
+    ));
+    let (w, h) = (512usize, 512usize);
+    let image = Rng(5).bytes(w * h);
+    let want = accel::reference::sobel(&image, w, h);
+    let url = node.url(&format!("/v1/fn/sobel?width={w}&height={h}"));
+    let mut client = remote_client(ocl_addr);
+    let mut done = 0;
+    let one_caller = |stop: &AtomicBool| slot_load(&url, &image, &want, stop);
+    // Warm both paths (kernel compilation per work-group size).
+    for_secs(0.3, one_caller);
+    for_secs(0.3, |stop| remote_load(&mut client, &mut done, stop));
+
+    // The program keeps tasks queued on the device all the time.
+    let rates = alone_and_shared(2.0, &one_caller, &mut |stop| {
+        remote_pipelined(&mut client, &mut done, stop)
+    });
+    assert_both_progress(
+        "a slot caller, a remote program with 8 tasks in flight",
+        rates,
+    );
+
+    // Four slot callers keep both sobel slots, and so the device, busy.
+    let callers = |stop: &AtomicBool| {
+        std::thread::scope(|s| {
+            let each: Vec<_> = (0..4).map(|_| s.spawn(|| one_caller(stop))).collect();
+            each.into_iter().map(|c| c.join().unwrap()).sum::<u64>()
+        })
+    };
+    let rates = alone_and_shared(2.0, &callers, &mut |stop| {
+        remote_load(&mut client, &mut done, stop)
+    });
+    assert_both_progress(
+        "4 slot callers on 2 slots, a closed-loop remote program",
+        rates,
     );
     let _ = std::fs::remove_dir_all(&programs);
 }

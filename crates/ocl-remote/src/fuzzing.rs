@@ -156,7 +156,7 @@ fn read_to_close(mut stream: &Stream) -> io::Result<usize> {
 /// service with its OpenCL runtime, in this process, serving every input as a new
 /// client over a Unix socket pair. What each input still goes through is what a
 /// client's connection goes through on a node (its own session thread, frames read
-/// from a socket, the device FIFO and worker, the program cache, the runtime); what
+/// from a socket, the device queue and worker, the program cache, the runtime); what
 /// it skips is the listener's `accept`.
 ///
 /// After every input the service must have ended the session (within [`PATIENCE`]

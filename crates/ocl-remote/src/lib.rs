@@ -6,7 +6,8 @@
 //!   `ocl-icd`) and the node. Pure encode/decode over byte slices, no I/O.
 //! - [`service`]: the node side, the *device manager* of BlastFunction. It loads the real
 //!   OpenCL runtime at run time ([`ffi`]), keeps a resource pool per client, and runs each
-//!   client's commands as atomic tasks from one FIFO per device.
+//!   client's commands as atomic tasks from one queue per device, which shares the
+//!   device's time fairly between its users (tenants, sessions, the node's own slots).
 //!
 //! - [`shm`]: shared memory regions for the same-host buffer path.
 //! - [`poll`]: the bounded polling both ends do before they sleep on their socket.

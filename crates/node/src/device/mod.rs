@@ -263,7 +263,8 @@ pub struct Started {
 /// or a slot that names what its device cannot host is an error.
 ///
 /// `opencl` is the remote OpenCL service when the node runs one: OpenCL devices it
-/// shares take turns with its clients through its FIFOs.
+/// shares take turns with its clients through its device queues (the slots of a device
+/// are one user there, with a fair share of the device's time).
 pub fn start(
     config: &DevicesSection,
     metrics: &mut Metrics,

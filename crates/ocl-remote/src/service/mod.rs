@@ -8,14 +8,15 @@
 //! - one thread per client connection ([`session`]): it decodes frames, answers control
 //!   calls (creates, builds, info queries) directly, owns the client's object table, and
 //!   accumulates the client's enqueued commands into a task until a flush;
-//! - one bounded FIFO of tasks and one worker thread per device ([`worker`]): tasks run one
-//!   at a time, atomically and in order, and their results go to the task's client. A
-//!   task flushed while its device is idle and nothing waits runs at once on the client's
-//!   connection thread, which saves two thread hand-offs on the latency path.
+//! - one bounded queue of tasks and one worker thread per device ([`worker`]): tasks run
+//!   one at a time, atomically, each user's in order, the users taking fair shares of
+//!   the device's time ([`turns`]), and their results go to the task's client. A task
+//!   flushed while its device is free and it is its user's turn runs at once on the
+//!   client's connection thread, which saves two thread hand-offs on the latency path.
 //!
 //! Modules: [`session`] (a client's requests and objects), [`connection`] (the bytes on
 //! its socket), [`task`] (what a flush hands from a session to a device), [`worker`] (the
-//! device FIFOs and the execution of tasks), [`events`] (a running task's wait lists and
+//! device queues and the execution of tasks), [`turns`] (whose task a device runs next), [`events`] (a running task's wait lists and
 //! event results), [`presented`] (the platforms and devices as clients see them: OpenCL
 //! 3.0 without the features the remote path cannot carry, memory within their quota), [`reads`] (where a read's bytes wait until sent),
 //! [`programs`] (the cache of built programs),
@@ -48,6 +49,7 @@ mod programs;
 mod reads;
 mod session;
 mod task;
+mod turns;
 mod worker;
 
 use std::ffi::c_void;
@@ -90,7 +92,8 @@ pub struct ServiceConfig {
     pub objects_max: usize,
     /// Bytes of enqueued data (writes, fill patterns) one open task may hold.
     pub pending_bytes_max: u64,
-    /// Tasks waiting in one device's FIFO; a client flushing into a full FIFO waits.
+    /// Tasks waiting for one device over all its users; a client flushing into a full
+    /// queue waits, except that a user with nothing queued always gets one task in.
     pub device_queue_depth_max: usize,
     /// Back the buffers of same-host clients with shared memory when the device computes
     /// in host memory, so that buffer data moves without the socket.
@@ -478,7 +481,7 @@ pub(crate) struct Shared {
     pub runtime: Runtime,
     pub config: ServiceConfig,
     pub metrics: Metrics,
-    /// The task FIFO of each device, in device index order.
+    /// The task queue of each device, in device index order.
     pub devices: Vec<DeviceQueue>,
     pub clients: AtomicUsize,
     /// A handle of each connected client's socket, by connection number, so that a
@@ -573,10 +576,10 @@ impl ServiceHandle {
         }
     }
 
-    /// The FIFO of the shared device whose OpenCL handle (`cl_device_id`, from the
+    /// The queue of the shared device whose OpenCL handle (`cl_device_id`, from the
     /// same OpenCL library) is `device`, for the node's own use of it; `None` when the
     /// service does not share that device, or runs clients in runtime processes of
-    /// their own (each has its own FIFO there; see [`isolate`]).
+    /// their own (each has its own queue there; see [`isolate`]).
     pub fn lane(&self, device: Handle) -> Option<DeviceLane> {
         let Kind::InProcess { shared, .. } = &self.kind else {
             return None;
@@ -804,7 +807,7 @@ pub(crate) fn start_shared(
     let devices = runtime
         .devices
         .iter()
-        .map(|_| DeviceQueue::new(config.device_queue_depth_max))
+        .map(|_| DeviceQueue::new(config.device_queue_depth_max, turns::ANTICIPATION_MAX))
         .collect();
     let program_cache = programs::ProgramCache::new(
         config.program_cache_entries_max,

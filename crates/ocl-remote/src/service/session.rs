@@ -66,7 +66,12 @@ struct Session<'s> {
     same_host: bool,
     /// The device of the client's last task, and whether that task is over.
     last_task: Option<(Option<u32>, Finished)>,
+    /// The session's number, its own share of a device when it has no tenant.
+    number: u64,
 }
+
+/// Sessions ever started: the next session's number.
+static SESSIONS: AtomicU64 = AtomicU64::new(0);
 
 /// The status and payload of a `Reply` frame.
 type Reply = (ClInt, Vec<u8>);
@@ -163,6 +168,7 @@ pub(crate) fn serve_greeted(
             devices_refused: std::cell::Cell::new(0),
             same_host: greeted && shared.config.shared_memory,
             last_task: None,
+            number: SESSIONS.fetch_add(1, Ordering::Relaxed),
         };
         if let Err(e) = session.run(&mut reader) {
             if e.kind() != io::ErrorKind::UnexpectedEof {

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::bodies::Body;
 use super::connection::ClientWriter;
+use super::turns::Flow;
 use super::Real;
 use crate::cl::ClInt;
 use crate::proto::ImageOp;
@@ -139,6 +140,8 @@ pub(crate) struct Task {
     /// devices), ascending: held for the task while it runs, so that it does not
     /// interleave with other clients' tasks there either.
     pub other_devices: Vec<u32>,
+    /// Whose share of the device the task takes ([`super::turns`]).
+    pub flow: Flow,
 }
 
 /// Whether a task is over; the client's next task waits for it when it goes to another

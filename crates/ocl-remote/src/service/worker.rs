@@ -1,26 +1,29 @@
-//! The device queue: one bounded FIFO of tasks and one worker thread per device.
+//! The device queue: the jobs waiting for one device and one worker thread per device.
 //!
 //! A task is everything one client enqueued between two flush points. The worker runs
 //! one task at a time: it enqueues the commands in order on the client's real queues,
 //! waits for them (`clFinish`), collects event status and profiling, and writes the
 //! task's `ReadData` frames and its `TaskDone` to the client. Tasks of different clients
 //! thus time-share the device and never interleave inside a task. A task for several
-//! devices runs from the FIFO of the lowest and holds the others meanwhile
+//! devices runs from the queue of the lowest and holds the others meanwhile
 //! ([`DeviceQueue::hold`]).
 //!
-//! The node's own OpenCL slots use the same FIFO ([`DeviceLane`]): a slot's call is a
-//! job of the device like a client's task, so the two never interleave and neither
-//! waits behind more than the FIFO's bound of the other's work. The device's busy
-//! seconds count both.
+//! Whose job runs next is [`super::turns`]'s choice: each user of the device (the
+//! node's slots, a tenant, a session without one) has its own FIFO and a fair share of
+//! the device's time, whatever its jobs cost. The node's own OpenCL slots are one such
+//! user ([`DeviceLane`]): a slot's call is a job of the device like a client's task, so
+//! the two never interleave, and a fast remote client cannot crowd out slot calls (nor
+//! slot calls a remote client). The device's busy seconds count both.
 
-use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use super::connection::send_all;
 use super::events::{self, TaskEvents};
 use super::reads::{self, PendingRead, ReadResult};
 use super::task::{Arg, Cmd, Op, Task};
+use super::turns::{Flow, Next, Turns};
 use super::{Real, Shared};
 use crate::cl::{self, ClInt};
 use crate::ffi::{Api, Handle};
@@ -36,36 +39,40 @@ struct Outcome {
     reads: Vec<ReadResult>,
 }
 
-/// The bounded FIFO of one device and the flag that says a task is running on it.
+/// The jobs waiting for one device, by flow ([`Turns`]), and the thread that runs them.
 pub(crate) struct DeviceQueue {
-    state: Mutex<QueueState>,
-    /// Signalled when a task is queued or the device becomes idle.
+    state: Mutex<Turns<Job>>,
+    /// Signalled when a job is queued or the device becomes free.
     ready: Condvar,
-    /// Signalled when the FIFO has room.
+    /// Signalled when a job leaves the queue (room for the flows waiting for some).
     room: Condvar,
-    /// Signalled when the device stops running a task (see [`DeviceQueue::hold`]).
+    /// Signalled when the device stops running a job (see [`DeviceQueue::hold`]).
     idle: Condvar,
     depth_max: usize,
 }
 
-struct QueueState {
-    running: bool,
-    tasks: VecDeque<Job>,
-}
-
-/// What a device FIFO holds: a remote client's task, or a job of the node itself.
+/// What a device queue holds: a remote client's task, or a job of the node itself.
 pub(crate) enum Job {
     Task(Task),
     Local(Box<dyn FnOnce() + Send>),
 }
 
+impl Job {
+    fn flow(&self) -> Flow {
+        match self {
+            Job::Task(task) => task.flow.clone(),
+            Job::Local(_) => Flow::Node,
+        }
+    }
+}
+
 impl DeviceQueue {
-    pub fn new(depth_max: usize) -> DeviceQueue {
+    /// A device queue holding at most `depth_max` jobs (plus one per flow, see
+    /// [`Turns::admits`]); the device waits up to `anticipation` for a flow expected
+    /// back ([`Turns`]).
+    pub fn new(depth_max: usize, anticipation: Duration) -> DeviceQueue {
         DeviceQueue {
-            state: Mutex::new(QueueState {
-                running: false,
-                tasks: VecDeque::new(),
-            }),
+            state: Mutex::new(Turns::new(anticipation)),
             ready: Condvar::new(),
             room: Condvar::new(),
             idle: Condvar::new(),
@@ -73,73 +80,97 @@ impl DeviceQueue {
         }
     }
 
-    /// Queues `task`, or runs it at once on the calling thread when the device is idle
-    /// and no task waits (order is the same either way). Waits while the FIFO is full.
-    pub fn submit(&self, shared: &Shared, device: usize, task: Job) {
+    /// Queues `job`, waiting while its flow has no room, or runs it at once on the
+    /// calling thread when the device is free and it is this job's turn (its flow's
+    /// order is the same either way).
+    pub fn submit(&self, shared: &Shared, device: usize, job: Job) {
         shared.metrics.devices[device].queue_depth.inc();
+        let flow = job.flow();
         let mut st = lock(&self.state);
-        if !st.running && st.tasks.is_empty() {
-            st.running = true;
+        while !st.admits(&flow, self.depth_max) {
+            st = self.room.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st.push(flow.clone(), job, Instant::now());
+        if st.next(Instant::now()) == Next::Run(flow.clone()) {
+            let job = st.take(&flow, Instant::now());
             drop(st);
-            run_job(shared, device, task);
+            self.room.notify_all();
+            run_job(shared, device, job);
             self.finished();
             return;
         }
-        while st.tasks.len() >= self.depth_max {
-            st = self.room.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-        st.tasks.push_back(task);
+        drop(st);
         self.ready.notify_one();
     }
 
-    /// No task runs on the device and none waits.
-    pub fn is_idle(&self) -> bool {
-        let st = lock(&self.state);
-        !st.running && st.tasks.is_empty()
+    /// Whether a job of `flow` submitted now would run at once: the device is free, and
+    /// neither waits for another flow nor has a job of another flow that goes first.
+    pub fn free_for(&self, flow: &Flow) -> bool {
+        let mut st = lock(&self.state);
+        match st.next(Instant::now()) {
+            Next::Idle => true,
+            Next::Run(f) => f == *flow,
+            Next::Wait(_) | Next::Busy => false,
+        }
     }
 
+    /// No job runs on the device and none waits.
+    pub fn is_idle(&self) -> bool {
+        let st = lock(&self.state);
+        !st.is_running() && st.waiting() == 0
+    }
+
+    /// The running job, or the hold, is over: charges it and wakes the worker (the next
+    /// job, or the end of a wait for a flow, is its to start).
     fn finished(&self) {
-        let mut st = lock(&self.state);
-        st.running = false;
-        if !st.tasks.is_empty() {
-            self.ready.notify_one();
-        }
-        drop(st);
+        lock(&self.state).finish(Instant::now());
+        self.ready.notify_one();
         self.idle.notify_all();
     }
 
     /// Takes the device for a task queued on another (lower) device: waits until no
-    /// task runs here, then counts as running one, so neither the worker nor an inline
+    /// job runs here, then counts as running one, so neither the worker nor an inline
     /// submit starts another until [`DeviceQueue::finished`]. Tasks hold devices in
     /// ascending order, so two tasks never wait for each other.
     fn hold(&self) {
         let mut st = lock(&self.state);
-        while st.running {
+        while st.is_running() {
             st = self.idle.wait(st).unwrap_or_else(|p| p.into_inner());
         }
-        st.running = true;
+        st.hold();
     }
 
-    /// The device's worker thread: runs queued tasks in order, forever.
+    /// The device's worker thread: runs queued jobs in their turn, forever.
     pub fn work(&self, shared: &Shared, device: usize) {
         loop {
-            let task = {
+            let job = {
                 let mut st = lock(&self.state);
-                while st.running || st.tasks.is_empty() {
-                    st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner());
+                loop {
+                    let now = Instant::now();
+                    match st.next(now) {
+                        Next::Run(flow) => break st.take(&flow, now),
+                        Next::Wait(until) => {
+                            let wait = until.saturating_duration_since(now);
+                            st = self
+                                .ready
+                                .wait_timeout(st, wait)
+                                .unwrap_or_else(|p| p.into_inner())
+                                .0;
+                        }
+                        Next::Busy | Next::Idle => {
+                            st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner());
+                        }
+                    }
                 }
-                st.running = true;
-                let task = st.tasks.pop_front().expect("not empty");
-                self.room.notify_one();
-                task
             };
-            run_job(shared, device, task);
+            self.room.notify_all();
+            run_job(shared, device, job);
             self.finished();
         }
     }
 }
 
-/// Runs one job of the FIFO and counts the time the device spent on it.
+/// Runs one job of the queue and counts the time the device spent on it.
 fn run_job(shared: &Shared, device: usize, job: Job) {
     let started = std::time::Instant::now();
     // In an isolated runtime process the node bounds how long this may take.
@@ -157,7 +188,8 @@ fn run_job(shared: &Shared, device: usize, job: Job) {
 }
 
 /// A way for the node to run work on one device in turn with remote clients' tasks:
-/// through the device's FIFO, behind what is queued there.
+/// through the device's queue, where the node is one user ([`Flow::Node`]) with its
+/// fair share of the device.
 #[derive(Clone)]
 pub struct DeviceLane {
     shared: Arc<Shared>,
@@ -169,10 +201,10 @@ impl DeviceLane {
         DeviceLane { shared, device }
     }
 
-    /// Runs `f` on the device's turn: at once on this thread when the device is idle
-    /// and nothing waits, else on the device's worker after the jobs queued before it
-    /// (waiting while the FIFO is full). Returns `f`'s result; a panic in `f` is
-    /// raised again here.
+    /// Runs `f` on the node's turn: at once on this thread when the device is free and
+    /// it is the node's turn, else on the device's worker after the node's jobs queued
+    /// before it (waiting while the node has no room). Returns `f`'s result; a panic in
+    /// `f` is raised again here.
     pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         type Slot<R> = (Mutex<Option<std::thread::Result<R>>>, Condvar);
         let done: Slot<R> = (Mutex::new(None), Condvar::new());
@@ -184,7 +216,7 @@ impl DeviceLane {
         let job: Box<dyn FnOnce() + Send + '_> = Box::new(job);
         // SAFETY: the job borrows `f`'s captures and `done` from this frame. This
         // function does not return before the job has run: it waits below until the
-        // job stored its result, and the FIFO runs every job it accepted (its
+        // job stored its result, and the queue runs every job it accepted (its
         // worker never exits, and `submit` either runs the job or queues it).
         let job: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(job) };
         self.shared.devices[self.device].submit(&self.shared, self.device, Job::Local(job));
@@ -197,9 +229,10 @@ impl DeviceLane {
         }
     }
 
-    /// No task or job runs on the device and none waits (a snapshot).
+    /// Whether a job of the node run now would start at once on this thread: the
+    /// device is free and it is the node's turn (a snapshot).
     pub fn is_idle(&self) -> bool {
-        self.shared.devices[self.device].is_idle()
+        self.shared.devices[self.device].free_for(&Flow::Node)
     }
 
     /// Seconds the device spent on jobs and tasks so far.
@@ -641,8 +674,8 @@ mod tests {
 
     #[test]
     fn holding_a_device_waits_for_its_task_and_keeps_others_out() {
-        let q = Arc::new(DeviceQueue::new(4));
-        lock(&q.state).running = true; // a task runs
+        let q = Arc::new(DeviceQueue::new(4, Duration::ZERO));
+        lock(&q.state).hold(); // a task runs
         let holder = {
             let q = Arc::clone(&q);
             std::thread::spawn(move || q.hold())
@@ -652,7 +685,7 @@ mod tests {
         q.finished();
         holder.join().unwrap();
         // Held: the worker and inline submits see a running device.
-        assert!(lock(&q.state).running);
+        assert!(lock(&q.state).is_running());
         // A second holder waits for the first to give the device back.
         let second = {
             let q = Arc::clone(&q);
@@ -663,6 +696,6 @@ mod tests {
         q.finished();
         second.join().unwrap();
         q.finished();
-        assert!(!lock(&q.state).running);
+        assert!(!lock(&q.state).is_running());
     }
 }

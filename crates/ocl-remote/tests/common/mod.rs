@@ -86,6 +86,9 @@ impl Client {
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
+        // A task is several small frames: with Nagle on, each round would wait for
+        // the service's delayed ACK (40 ms), as the ICD's own socket does not.
+        stream.set_nodelay(true).unwrap();
         let mut c = Client {
             stream,
             next_id: 1,

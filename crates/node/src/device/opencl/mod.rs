@@ -14,13 +14,16 @@
 //!
 //! # One device, two users
 //!
-//! When the node also shares the device with remote OpenCL clients (`opencl = ADDR`),
-//! a slot's call is a job in the remote OpenCL service's FIFO of that device
-//! ([`ocl_remote::service::DeviceLane`]): a slot call and a remote task never
-//! interleave, each waits behind at most the FIFO's bound of the other's work, and the
-//! device's busy seconds (`netaccel_ocl_device_busy_seconds_total`) count both. Without
-//! the service, the device's slots take turns on a lock of their own. A cheap call
-//! runs on the network thread only when the device is idle at that moment
+//! When the node also shares the device with remote OpenCL clients (`opencl = ADDR`,
+//! in process), a slot's call is a job of the remote OpenCL service's queue of that
+//! device ([`ocl_remote::service::DeviceLane`]): a slot call and a remote task never
+//! interleave, and the device's time is shared fairly between its users — the node's
+//! slots together are one, each tenant's remote sessions another — whatever their jobs
+//! cost, so that neither a remote program nor slot callers starve the other (the
+//! service's `turns` module says how). The device's busy seconds
+//! (`netaccel_ocl_device_busy_seconds_total`) count both. Without the service, the
+//! device's slots take turns on a lock of their own. A cheap call runs on the network
+//! thread only when the device is free and it is the slots' turn at that moment
 //! ([`Loaded::inline_ok`]), saving the two thread hand-offs that otherwise cost more
 //! than a small kernel; a network thread thus does not queue behind another user's
 //! work, except for what takes the device in the very instant between its look and
@@ -75,7 +78,7 @@ unsafe impl Sync for Raw {}
 
 /// Who takes turns on the device.
 enum Lane {
-    /// The remote OpenCL service's FIFO of the device.
+    /// The remote OpenCL service's queue of the device, where the slots are one user.
     Shared(DeviceLane),
     /// The device's slots only; the flag says a call holds the lock.
     Own(Mutex<()>, AtomicBool),
@@ -95,7 +98,8 @@ impl Lane {
         }
     }
 
-    /// Nothing runs on the device and nothing waits for it, as far as can be seen now.
+    /// A call now would start at once: the device is free and, shared, it is the slots'
+    /// turn (as far as can be seen now).
     fn is_idle(&self) -> bool {
         match self {
             Lane::Shared(lane) => lane.is_idle(),
@@ -168,7 +172,7 @@ pub struct OpenClBackend {
 impl OpenClBackend {
     /// Opens the device `d` names: its platform (by name substring or index; the first
     /// without), its device index (0 without), a context. `service` is the remote
-    /// OpenCL service, whose FIFO of the device the slots then share.
+    /// OpenCL service, whose queue of the device the slots then share.
     pub fn start(
         d: &DeviceConfig,
         config: &DevicesSection,

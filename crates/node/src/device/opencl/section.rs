@@ -37,7 +37,8 @@ pub struct OpenclSection {
     pub objects_max: usize,
     /// Bytes of enqueued data one open task may hold.
     pub pending_bytes_max: u64,
-    /// Tasks waiting in one device's FIFO; a client flushing into a full FIFO waits.
+    /// Tasks waiting for one device over all its users; a client flushing into a full
+    /// queue waits, except that a user with nothing queued always gets one task in.
     pub device_queue_depth_max: usize,
     /// How long a client may take none of the data sent to it before it is dropped
     /// (0: no bound).

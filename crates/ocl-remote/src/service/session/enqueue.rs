@@ -12,6 +12,7 @@ use crate::service::bodies::Body;
 use crate::service::task::{
     Arg, Cmd, Finished, FrameBytes, ImageWork, Op, SetOnDrop, Task, TaskQueue,
 };
+use crate::service::turns::Flow;
 use crate::service::Real;
 
 impl Session<'_> {
@@ -290,6 +291,15 @@ impl Session<'_> {
         }
     }
 
+    /// Whose share of a device the session's tasks take: its tenant's (all the
+    /// tenant's sessions together), or without a tenant its own.
+    fn flow(&self) -> Flow {
+        match &self.admission {
+            Some(a) => Flow::Tenant(Arc::from(a.tenant.as_str())),
+            None => Flow::Session(self.number),
+        }
+    }
+
     pub(super) fn flush(&mut self, id: u64) {
         let mut cmds = std::mem::take(&mut self.open);
         self.open_bytes = 0;
@@ -330,6 +340,7 @@ impl Session<'_> {
             flushed_at: Instant::now(),
             _finished: SetOnDrop(finished),
             other_devices: devices.get(1..).unwrap_or_default().to_vec(),
+            flow: self.flow(),
         };
         match device {
             // A full FIFO blocks this client's connection only: back-pressure.

@@ -16,6 +16,10 @@
 #   with the most inclusive instructions per request (TOP of them).
 #
 # Environment (defaults in brackets): CONNS [64]  WARMUP [2]  DURATION [6]  TOP [25]
+#   RATE: when set, the measured part is bench/common/c/fixed_rate at RATE req/s over
+#   RATE_CONNS [16] connections instead of wrk at its fastest: requests then come one
+#   per wake-up, as in bench/http/run.sh's fixed-rate run (keep RATE within what a
+#   server under callgrind answers: 5000 is)
 #   OUT_DIR [bench/out]: the callgrind files stay in OUT_DIR/instructions-DATE/ for
 #   callgrind_annotate or kcachegrind.
 set -euo pipefail
@@ -31,6 +35,8 @@ CONNS=${CONNS:-64}
 WARMUP=${WARMUP:-2}
 DURATION=${DURATION:-6}
 TOP=${TOP:-25}
+RATE=${RATE:-}
+RATE_CONNS=${RATE_CONNS:-16}
 OUT_DIR=${OUT_DIR:-$ROOT/bench/out}
 
 for tool in valgrind callgrind_control callgrind_annotate wrk curl; do
@@ -66,13 +72,19 @@ count() {
     done
     wrk -t1 -c"$CONNS" -d"${WARMUP}s" "http://$HOST:$port/health" >/dev/null
     callgrind_control -z "$pid" >/dev/null 2>&1
-    wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$ROOT/bench/common/wrk/report.lua" \
-        "http://$HOST:$port/health" >"$prefix.wrk"
+    local requests file ir
+    if [[ -n "$RATE" ]]; then
+        "$ROOT/bench/common/c/fixed_rate" -a "$HOST" -p "$port" -r "$RATE" -c "$RATE_CONNS" \
+            -d "$DURATION" -P /health >"$prefix.load"
+        requests=$(grep -o 'completed=[0-9]*' "$prefix.load" | cut -d= -f2)
+    else
+        wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$ROOT/bench/common/wrk/report.lua" \
+            "http://$HOST:$port/health" >"$prefix.load"
+        requests=$(grep -o 'requests=[0-9]*' "$prefix.load" | cut -d= -f2)
+    fi
     callgrind_control -d "$pid" >/dev/null 2>&1
     kill -TERM "$pid"
     wait "$pid" || true
-    local requests file ir
-    requests=$(grep -o 'requests=[0-9]*' "$prefix.wrk" | cut -d= -f2)
     file="$prefix.$pid.1"
     [[ -s "$file" ]] || die "no callgrind dump for $name ($file)"
     ir=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')

@@ -17,11 +17,12 @@
 //! | `io_uring_enter` of the network thread | 0 | 2 | `strace -f` |
 //! | any other system call of the network thread (`futex` wakes, `epoll_ctl`, …) | 0 | 0 | `strace -f` |
 //! | system calls of the slot workers and every other node thread (wake-ups) | 0 | 0 | `strace -f` |
-//! | heap allocations (`alloc` and `realloc`) of the node | RAC 0, HTTP 1 | RAC 0, HTTP 1 | a counting global allocator |
+//! | heap allocations (`alloc` and `realloc`) of the node | RAC 0, HTTP 1, `/health` 0 | RAC 0, HTTP 1, `/health` 0 | a counting global allocator |
 //! | timers armed by the network paths | 0 | 0 | `netaccel_node::net::timers_armed` |
 //!
 //! HTTP's one allocation is the boxed future of the request's handling
-//! (`front::http::conn`, issue 15): unboxed, every idle connection carried its 4 KiB.
+//! (`front::http::conn`, issue 15): unboxed, every idle connection carried its 4 KiB. A
+//! health check without a body is answered without it, so `/health` makes none.
 //! io_uring's three system calls per call are what its path makes today (the thread
 //! waits in tokio's `epoll_wait` on the ring's descriptor, submits the turn's send
 //! before it parks and reaps after it wakes): no fewer than epoll's, kept from growing.
@@ -185,10 +186,9 @@ impl Protocol {
 
     /// Heap allocations the node may make per call.
     fn allocations_per_call(self) -> u64 {
-        if self.rac() {
-            0
-        } else {
-            1
+        match self {
+            Protocol::Rac | Protocol::Rac4k | Protocol::Health => 0,
+            Protocol::Http | Protocol::Http4k => 1,
         }
     }
 

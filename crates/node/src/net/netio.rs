@@ -95,11 +95,13 @@ pub trait Transport: Send + 'static {
         timer: &mut IoTimer,
     ) -> impl Future<Output = io::Result<bool>> + Send;
 
-    /// Writes all of `data` by `deadline`.
-    fn write_with_deadline(
+    /// Writes all of `data` within `timeout` of the call. The deadline is taken from
+    /// the clock only when the write has to wait: most writes do not (one clock read
+    /// fewer per answer, issue 28).
+    fn write_within(
         &mut self,
         data: &[u8],
-        deadline: Instant,
+        timeout: Duration,
     ) -> impl Future<Output = io::Result<()>> + Send;
 
     /// Writes what the socket takes now without waiting (0 when it takes nothing, or
@@ -136,8 +138,8 @@ impl Transport for TcpStream {
         wait_readable(self, deadline, timer).await
     }
 
-    async fn write_with_deadline(&mut self, data: &[u8], deadline: Instant) -> io::Result<()> {
-        write_with_deadline(self, data, deadline).await
+    async fn write_within(&mut self, data: &[u8], timeout: Duration) -> io::Result<()> {
+        write_within(self, data, timeout).await
     }
 
     fn try_write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
@@ -215,13 +217,21 @@ pub async fn read_with_deadline(
 /// Waits until `stream` is readable without holding a buffer: `false` when
 /// `deadline` passes first. Idle connections wait here, so that their read buffers
 /// can go back to the pool ([`crate::net::bufpool`]) while nothing is pending.
+///
+/// The wait is the stream's own read-readiness slot (`poll_read_ready`), not a
+/// `readable()` future: that one enters a list of waiters under the stream's lock when
+/// it waits and takes the lock again to leave it when dropped, about 400 instructions
+/// per keep-alive request (issue 28). Nothing else waits for this stream's input
+/// meanwhile, so the one slot is enough. Input first: a deadline that passed while
+/// input waits does not end the connection.
 pub async fn wait_readable(
     stream: &TcpStream,
     deadline: Instant,
     timer: &mut IoTimer,
 ) -> io::Result<bool> {
     tokio::select! {
-        r = stream.readable() => r.map(|()| true),
+        biased;
+        r = std::future::poll_fn(|cx| stream.poll_read_ready(cx)) => r.map(|()| true),
         _ = timer.until(deadline) => Ok(false),
     }
 }
@@ -270,7 +280,27 @@ pub async fn write_with_deadline(
     data: &[u8],
     deadline: Instant,
 ) -> io::Result<()> {
-    // Fast path: a response that fits the socket buffer is written without a timer.
+    write_by(stream, data, || deadline).await
+}
+
+/// [`Transport::write_within`] of a tokio socket.
+pub async fn write_within(
+    stream: &mut TcpStream,
+    data: &[u8],
+    timeout: Duration,
+) -> io::Result<()> {
+    write_by(stream, data, || Instant::now() + timeout).await
+}
+
+/// Writes all of `data` by the deadline `deadline` gives, asked only when the socket
+/// does not take everything at once: a response that fits the socket buffer costs one
+/// system call, no timer and no clock. (One function for both callers, so that a
+/// connection's future, which holds it, stays as small as it was.)
+async fn write_by(
+    stream: &mut TcpStream,
+    data: &[u8],
+    deadline: impl FnOnce() -> Instant,
+) -> io::Result<()> {
     let mut written = match stream.try_write(data) {
         Ok(n) => n,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
@@ -279,6 +309,7 @@ pub async fn write_with_deadline(
     if written == data.len() {
         return Ok(());
     }
+    let deadline = deadline();
     let rest = async {
         while written < data.len() {
             match stream.write(&data[written..]).await? {
@@ -321,9 +352,7 @@ pub async fn flush<S: Transport>(
     if wbuf.is_empty() {
         return Ok(());
     }
-    let result = stream
-        .write_with_deadline(wbuf, Instant::now() + timeout)
-        .await;
+    let result = stream.write_within(wbuf, timeout).await;
     wbuf.clear();
     if wbuf.capacity() > 4 * WRITE_BATCH_MAX {
         wbuf.shrink_to(WRITE_BATCH_MAX);

@@ -11,6 +11,7 @@
 //! [`HttpError`] that already knows its status code.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 
 use rac_proto::Decoded;
 
@@ -26,6 +27,16 @@ pub struct Limits {
 /// Maximum number of header fields in one request (431 beyond). Fixed because the
 /// parser works on a stack array of this many slots.
 pub const HEADERS_MAX: usize = 64;
+
+/// Room for a head's header fields, which [`parse_head`] fills and the parsed head
+/// borrows. Left uninitialised: the parser writes only the slots the head uses (an
+/// array of empty headers was 2 KiB of stores per request, issue 28).
+pub type HeaderSlots<'b> = [MaybeUninit<httparse::Header<'b>>; HEADERS_MAX];
+
+/// Empty [`HeaderSlots`], for one parse.
+pub fn header_slots<'b>() -> HeaderSlots<'b> {
+    [MaybeUninit::uninit(); HEADERS_MAX]
+}
 
 /// A protocol error, with the status the server answers it with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,13 +112,15 @@ impl<'a> RequestHead<'a> {
 pub fn parse_head<'b, 'h>(
     buf: &'b [u8],
     limits: &Limits,
-    headers: &'h mut [httparse::Header<'b>; HEADERS_MAX],
+    headers: &'h mut HeaderSlots<'b>,
 ) -> Result<Decoded<RequestHead<'h>>, HttpError>
 where
     'b: 'h,
 {
-    let mut req = httparse::Request::new(headers);
-    let status = req.parse(buf).map_err(|e| refusal(e, buf))?;
+    let mut req = httparse::Request::new(&mut []);
+    let status = req
+        .parse_with_uninit_headers(buf, headers)
+        .map_err(|e| refusal(e, buf))?;
     let head_len = match status {
         httparse::Status::Partial => {
             check_partial(buf, limits)?;
@@ -482,7 +495,7 @@ mod tests {
     type Summary = (String, String, BodyFraming, bool, bool, usize);
 
     fn parse(buf: &[u8]) -> Result<Option<Summary>, u16> {
-        let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+        let mut headers = header_slots();
         match parse_head(buf, &LIMITS, &mut headers) {
             Ok(Decoded::Partial) => Ok(None),
             Ok(Decoded::Complete(h, head_len)) => Ok(Some((
@@ -587,7 +600,7 @@ mod tests {
             "GET / HTTP/1.1\r\n{}\r\n",
             "A: b\r\n".repeat(HEADERS_MAX + 1)
         );
-        let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+        let mut headers = header_slots();
         let roomy = Limits {
             uri_bytes_max: 64,
             head_bytes_max: 4096,
@@ -702,8 +715,8 @@ mod tests {
 #[doc(hidden)]
 pub mod fuzzing {
     use super::{
-        parse_chunk_end, parse_chunk_size, parse_head, parse_trailers, BodyFraming, HttpError,
-        Limits, CHUNK_LINE_MAX, HEADERS_MAX, TRAILERS_MAX,
+        header_slots, parse_chunk_end, parse_chunk_size, parse_head, parse_trailers, BodyFraming,
+        HttpError, Limits, CHUNK_LINE_MAX, HEADERS_MAX, TRAILERS_MAX,
     };
     use crate::front::http::scan::HeadScan;
     use rac_proto::Decoded;
@@ -740,7 +753,7 @@ pub mod fuzzing {
     }
 
     fn head(buf: &[u8]) -> Head {
-        let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+        let mut headers = header_slots();
         summarize(buf, parse_head(buf, &LIMITS, &mut headers))
     }
 
@@ -750,7 +763,7 @@ pub mod fuzzing {
     fn scanned(buf: &[u8], cuts: impl IntoIterator<Item = usize>) -> Head {
         let mut scan = HeadScan::default();
         for end in cuts.into_iter().chain([buf.len()]) {
-            let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+            let mut headers = header_slots();
             let r = summarize(&buf[..end], scan.parse(&buf[..end], &LIMITS, &mut headers));
             if r != Head::Partial {
                 return r;

@@ -73,25 +73,75 @@ pub fn http_code(status: Status) -> u16 {
     }
 }
 
-thread_local! {
-    static DATE: RefCell<(u64, [u8; 29])> = const { RefCell::new((0, [0; 29])) };
+/// What a network thread keeps of the current second: the `Date` header's value and
+/// the keep-alive answer to a health check that carries it.
+struct Second {
+    secs: u64,
+    date: [u8; 29],
+    /// The whole `200` answer to `GET /health` on a keep-alive HTTP/1.1 connection, its
+    /// body last; empty until the second's first health check builds it.
+    health: Vec<u8>,
 }
 
-/// The `Date` header value, formatted at most once per second per thread.
-fn with_date(f: impl FnOnce(&[u8])) {
+thread_local! {
+    static SECOND: RefCell<Second> = const {
+        RefCell::new(Second { secs: 0, date: [0; 29], health: Vec::new() })
+    };
+}
+
+/// `f` on this thread's [`Second`], brought up to date (the `Date` text formatted at
+/// most once per second per thread).
+fn with_second<R>(f: impl FnOnce(&mut Second) -> R) -> R {
     let now = SystemTime::now();
     let secs = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_secs();
-    DATE.with(|cell| {
-        let mut cached = cell.borrow_mut();
-        if cached.0 != secs {
+    SECOND.with(|cell| {
+        let mut second = cell.borrow_mut();
+        if second.secs != secs {
             let text = httpdate::fmt_http_date(now);
-            cached.1.copy_from_slice(&text.as_bytes()[..29]);
-            cached.0 = secs;
+            second.date.copy_from_slice(&text.as_bytes()[..29]);
+            second.secs = secs;
+            second.health.clear();
         }
-        f(&cached.1);
+        f(&mut second)
+    })
+}
+
+/// The body of a health check's answer.
+pub const HEALTH_BODY: &[u8] = br#"{"status":"ok"}"#;
+
+/// Writes the answer to a health check (`200`, [`HEALTH_BODY`]; for `HEAD` its head
+/// only). On a keep-alive HTTP/1.1 connection, the common case (load balancers' probes,
+/// bench/http), it is one copy of the answer the thread built for the current second,
+/// instead of a head written field by field per request (issue 28).
+pub fn health(buf: &mut Vec<u8>, head_only: bool, keep_alive: bool, minor_version: u8) {
+    let body = if head_only { &b""[..] } else { HEALTH_BODY };
+    if !keep_alive || minor_version != 1 {
+        Head::start(buf, 200)
+            .header("Content-Type", b"application/json")
+            .num("Content-Length", HEALTH_BODY.len() as u64)
+            .finish(keep_alive, minor_version);
+        buf.extend_from_slice(body);
+        return;
+    }
+    if buf.capacity() == 0 {
+        *buf = bufpool::take(HEAD_ROOM);
+    }
+    with_second(|second| {
+        if second.health.is_empty() {
+            let mut answer = Vec::with_capacity(HEAD_ROOM);
+            Head::dated(&mut answer, 200, &second.date)
+                .header("Content-Type", b"application/json")
+                .num("Content-Length", HEALTH_BODY.len() as u64)
+                .finish(true, 1);
+            answer.extend_from_slice(HEALTH_BODY);
+            second.health = answer;
+        }
+        let answer = &second.health;
+        debug_assert!(answer.ends_with(HEALTH_BODY));
+        buf.extend_from_slice(&answer[..answer.len() - HEALTH_BODY.len() + body.len()]);
     });
 }
 
@@ -110,12 +160,17 @@ impl<'a> Head<'a> {
         if buf.capacity() == 0 {
             *buf = bufpool::take(HEAD_ROOM);
         }
+        with_second(|second| Head::dated(buf, code, &second.date))
+    }
+
+    /// A head whose `Date` is `date`.
+    fn dated(buf: &'a mut Vec<u8>, code: u16, date: &[u8; 29]) -> Head<'a> {
         buf.extend_from_slice(b"HTTP/1.1 ");
         push_num(buf, u64::from(code));
         buf.push(b' ');
         buf.extend_from_slice(reason(code).as_bytes());
         buf.extend_from_slice(b"\r\nServer: netaccel\r\nDate: ");
-        with_date(|d| buf.extend_from_slice(d));
+        buf.extend_from_slice(date);
         buf.extend_from_slice(b"\r\n");
         Head { buf }
     }
@@ -172,6 +227,36 @@ mod tests {
         let text = String::from_utf8(buf).unwrap();
         assert!(text.starts_with("HTTP/1.1 200 OK\r\nServer: netaccel\r\nDate: "));
         assert!(text.ends_with(" GMT\r\nContent-Length: 15\r\nConnection: close\r\n\r\n"));
+    }
+
+    #[test]
+    fn a_health_answer_is_the_head_and_body_written_field_by_field() {
+        for (head_only, keep_alive, minor) in [
+            (false, true, 1),
+            (true, true, 1),
+            (false, false, 1),
+            (false, true, 0),
+            (true, false, 0),
+        ] {
+            // Twice: the second comes from the thread's copy of the second's answer.
+            for _ in 0..2 {
+                let mut got = Vec::new();
+                health(&mut got, head_only, keep_alive, minor);
+                let mut want = Vec::new();
+                Head::start(&mut want, 200)
+                    .header("Content-Type", b"application/json")
+                    .num("Content-Length", 15)
+                    .finish(keep_alive, minor);
+                if !head_only {
+                    want.extend_from_slice(br#"{"status":"ok"}"#);
+                }
+                // The same but for the date, should the second turn in between.
+                assert_eq!(got.len(), want.len(), "{head_only} {keep_alive} {minor}");
+                let date = got.windows(6).position(|w| w == b"Date: ").unwrap();
+                assert_eq!(got[..date], want[..date]);
+                assert_eq!(got[date + 35..], want[date + 35..]);
+            }
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@
 //! TLS/plain ratio 79–85 % against 78–79 %. Figures in docs/benchmarks.md ("TLS").
 
 use std::io::{self, BufRead, Read, Write};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BufMut;
 use rustls::ServerConnection;
@@ -183,12 +183,14 @@ impl Transport for TlsStream {
             _ => return Ok(true),
         }
         tokio::select! {
+            biased;
             r = self.tcp.readable() => r.map(|()| true),
             _ = timer.until(deadline) => Ok(false),
         }
     }
 
-    async fn write_with_deadline(&mut self, data: &[u8], deadline: Instant) -> io::Result<()> {
+    async fn write_within(&mut self, data: &[u8], timeout: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + timeout;
         let mut rest = data;
         loop {
             // rustls takes what its send buffer's bound allows, encrypted into records.
@@ -212,7 +214,7 @@ impl Transport for TlsStream {
 
     fn try_write_vectored(&mut self, _bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         // Bytes given to rustls are committed to the stream: everything goes through
-        // the connection's output buffer and `write_with_deadline`.
+        // the connection's output buffer and `write_within`.
         Ok(0)
     }
 

@@ -109,8 +109,8 @@ impl Transport for UringStream {
     /// and returns without waiting for the kernel: the connection reads its next
     /// request meanwhile, and the send leaves with the turn's other submissions. A
     /// connection thus holds at most one answer in the ring beside its own buffers.
-    async fn write_with_deadline(&mut self, data: &[u8], deadline: Instant) -> io::Result<()> {
-        self.sent(deadline).await?;
+    async fn write_within(&mut self, data: &[u8], timeout: Duration) -> io::Result<()> {
+        self.sent(Instant::now() + timeout).await?;
         let key = self.key;
         with(|d| d.start_send(key, data))
     }

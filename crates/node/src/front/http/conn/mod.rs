@@ -12,10 +12,12 @@
 //! Reading bodies is in `body`; the routes that are not calls (control requests,
 //! loading a slot, objects) in `routes`.
 
+use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use accel::Accelerator;
@@ -27,9 +29,9 @@ mod body;
 mod routes;
 
 use super::access;
-use super::parse::{BodyFraming, HttpError, Limits, HEADERS_MAX};
+use super::parse::{header_slots, BodyFraming, HttpError, Limits};
 use super::request::{Request, Route, Wire};
-use super::response::{code_name, error_body, http_code, Head, HEAD_ROOM};
+use super::response::{self, code_name, error_body, http_code, Head, HEAD_ROOM};
 use super::scan::{self, HeadScan};
 use crate::core::deadline::Deadline;
 use crate::core::memory::BodyMemory;
@@ -59,7 +61,7 @@ const SKIP_CHUNK: usize = 8192;
 const BODY_CHUNK: usize = 64 * 1024;
 
 /// A connection's wait for the node's shutdown (see [`Conn::run`]).
-type StopWait = dyn std::future::Future<Output = ()> + Send;
+type StopWait = dyn Future<Output = ()> + Send;
 
 /// Serves one connection over `stream`: a `TcpStream`, or a TLS stream (`crate::net::tls`).
 pub async fn serve<S: Transport>(node: Arc<Node>, stream: S, peer: SocketAddr, base: Base) {
@@ -81,6 +83,7 @@ pub async fn serve<S: Transport>(node: Arc<Node>, stream: S, peer: SocketAddr, b
         timer: IoTimer::default(),
         close_after: false,
         head_scan: HeadScan::default(),
+        stop_registered: false,
     };
     if let Err(e) = conn.run().await {
         tracing::debug!(error = %e, "http connection ended with an error");
@@ -111,6 +114,8 @@ struct Conn<S> {
     close_after: bool,
     /// How far the head at `rbuf[rpos..]` has been scanned.
     head_scan: HeadScan,
+    /// The connection's wait for the shutdown has registered (see [`poll_stop`]).
+    stop_registered: bool,
 }
 
 /// What follows a request's answer.
@@ -162,6 +167,8 @@ impl<S: Transport> Conn<S> {
     }
 
     async fn run(&mut self) -> io::Result<()> {
+        // When the head being received began to arrive (read when a read leaves part
+        // of one; most heads come whole in one read and need no clock).
         let mut head_started: Option<Instant> = None;
         // One wait for the shutdown for the connection's life, not one per idle wait:
         // each wait registers with the channel's waiter list, shared by every
@@ -184,12 +191,19 @@ impl<S: Transport> Conn<S> {
                     Next::Request(request) => request,
                     Next::Refused => return self.close().await,
                 };
-                // Boxed: a request's handling (routing, the body, a call's wait) is
-                // most of this future's size, and an idle connection's task would
-                // carry that room for nothing (issue 15: 4.2 KiB per idle
-                // connection unboxed). One allocation per request, none per read of
-                // an incomplete head.
-                match Box::pin(self.handle(request)).await? {
+                // A health check without a body is answered at once: nothing to
+                // wait for, so no boxed handling (below) to allocate, move and free
+                // (issue 28: ~550 of the node's instructions per `/health`).
+                let step = match self.answer_at_once(&request) {
+                    Some(step) => step,
+                    // Boxed: a request's handling (routing, the body, a call's wait)
+                    // is most of this future's size, and an idle connection's task
+                    // would carry that room for nothing (issue 15: 4.2 KiB per idle
+                    // connection unboxed). One allocation per request, none per read
+                    // of an incomplete head.
+                    None => Box::pin(self.handle(request)).await?,
+                };
+                match step {
                     Step::Next => head_started = None,
                     Step::Close => return self.close().await,
                 }
@@ -211,11 +225,7 @@ impl<S: Transport> Conn<S> {
             };
             let idle = (!partial).then_some(stop.as_mut() as Pin<&mut StopWait>);
             match self.wait_read(deadline, idle).await? {
-                Wait::Data => {
-                    if head_started.is_none() {
-                        head_started = Some(Instant::now());
-                    }
-                }
+                Wait::Data => {}
                 Wait::Eof | Wait::Shutdown => return Ok(()),
                 Wait::Timeout if partial => {
                     let message = "request head not received in time";
@@ -247,19 +257,21 @@ impl<S: Transport> Conn<S> {
         }
         let limits = self.limits();
         let head = &self.rbuf[self.rpos..];
-        let parsed = match self.head_scan.scan(head, &limits) {
-            Ok(None) => return Next::NeedMore,
-            Ok(Some(head_len)) => {
-                let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
-                scan::parse_whole(&head[..head_len], &limits, &mut headers).map(|head| {
-                    let (request, tenant) =
-                        access::admit(&self.node, self.peer, &mut self.session, &head);
-                    self.tenant = tenant;
-                    (request, head_len)
-                })
-            }
-            Err(e) => Err(e),
+        let mut headers = header_slots();
+        let parsed = match self.head_scan.at_once(head, &limits, &mut headers) {
+            Some((whole, head_len)) => Ok((whole, head_len)),
+            None => match self.head_scan.scan(head, &limits) {
+                Ok(None) => return Next::NeedMore,
+                Ok(Some(head_len)) => scan::parse_whole(&head[..head_len], &limits, &mut headers)
+                    .map(|whole| (whole, head_len)),
+                Err(e) => Err(e),
+            },
         };
+        let parsed = parsed.map(|(whole, head_len)| {
+            let (request, tenant) = access::admit(&self.node, self.peer, &mut self.session, &whole);
+            self.tenant = tenant;
+            (request, head_len)
+        });
         match parsed {
             Ok((request, head_len)) => {
                 self.rpos += head_len;
@@ -273,23 +285,30 @@ impl<S: Transport> Conn<S> {
         }
     }
 
+    /// Answers a request that needs no wait (a health check without a body) without
+    /// going through [`Conn::handle`]; `None` for every other request.
+    fn answer_at_once(&mut self, req: &Request) -> Option<Step> {
+        match req.route {
+            Route::Health { head_only } if req.framing == BodyFraming::None => {
+                self.health(req, head_only);
+                Some(self.after())
+            }
+            _ => None,
+        }
+    }
+
+    fn health(&mut self, req: &Request, head_only: bool) {
+        let keep_alive = self.keep_alive(req);
+        response::health(&mut self.wbuf, head_only, keep_alive, req.minor);
+        self.count(200);
+    }
+
     async fn handle(&mut self, mut req: Request) -> io::Result<Step> {
         let route = std::mem::replace(&mut req.route, Route::Health { head_only: true });
         match route {
             Route::Health { head_only } => {
                 self.skip_body_or_close(&mut req).await?;
-                let body: &[u8] = if head_only {
-                    b""
-                } else {
-                    br#"{"status":"ok"}"#
-                };
-                let keep_alive = self.keep_alive(&req);
-                Head::start(&mut self.wbuf, 200)
-                    .header("Content-Type", b"application/json")
-                    .num("Content-Length", 15)
-                    .finish(keep_alive, req.minor);
-                self.wbuf.extend_from_slice(body);
-                self.count(200);
+                self.health(&req, head_only);
             }
             Route::Metrics { head_only } => {
                 self.skip_body_or_close(&mut req).await?;
@@ -654,8 +673,8 @@ impl<S: Transport> Conn<S> {
         self.count(code);
         if body.len() > WRITE_BATCH_MAX {
             self.flush().await?;
-            let deadline = self.io_deadline();
-            self.stream.write_with_deadline(body, deadline).await?;
+            let timeout = Duration::from_millis(self.node.config.io_timeout_ms);
+            self.stream.write_within(body, timeout).await?;
         } else {
             self.wbuf.extend_from_slice(body);
         }
@@ -682,10 +701,6 @@ impl<S: Transport> Conn<S> {
         out
     }
 
-    fn io_deadline(&self) -> Instant {
-        Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms)
-    }
-
     async fn flush(&mut self) -> io::Result<()> {
         let timeout = Duration::from_millis(self.node.config.io_timeout_ms);
         netio::flush(&mut self.stream, &mut self.wbuf, timeout).await
@@ -705,7 +720,9 @@ impl<S: Transport> Conn<S> {
             self.release_buffers();
             let readable = tokio::select! {
                 biased;
-                _ = stop.as_mut() => return Ok(Wait::Shutdown),
+                _ = poll_fn(|cx| poll_stop(stop.as_mut(), cx, &self.shutdown, &mut self.stop_registered)) => {
+                    return Ok(Wait::Shutdown)
+                }
                 r = self.stream.wait_readable(deadline, &mut self.timer) => r?,
             };
             if !readable {
@@ -732,7 +749,7 @@ impl<S: Transport> Conn<S> {
         let reading = self
             .stream
             .read_with_deadline(&mut buf, deadline, &mut self.timer);
-        let read = if let Some(stop) = stop {
+        let read = if let Some(mut stop) = stop {
             // Readiness can be stale (an edge-triggered event for bytes an earlier
             // read already took), so this read may find nothing and wait: an idle
             // connection still closes at a shutdown meanwhile. Before, it waited out
@@ -740,7 +757,9 @@ impl<S: Transport> Conn<S> {
             tokio::select! {
                 biased;
                 read = reading => read,
-                _ = stop => return Ok(Wait::Shutdown),
+                _ = poll_fn(|cx| poll_stop(stop.as_mut(), cx, &self.shutdown, &mut self.stop_registered)) => {
+                    return Ok(Wait::Shutdown)
+                }
             }
         } else {
             reading.await
@@ -773,6 +792,32 @@ impl<S: Transport> Conn<S> {
         bufpool::give(&mut self.body);
         bufpool::give(&mut self.out);
     }
+}
+
+/// Polls a connection's wait for the shutdown (`stop`) unless it has nothing new to
+/// say: it has `registered` its waker and `signal` (the connection's copy of the
+/// shutdown signal, never marked seen) did not change since it was taken. Each idle
+/// wait of a connection polls it twice (before the wait and on the wake-up for the
+/// next request), and each poll of the waiting `watch` took the lock of the node-wide
+/// list of waiters to compare the waker: ~450 of the node's 8.2k instructions per
+/// keep-alive `/health` (issue 28).
+///
+/// The registered waker stays right because a connection is served by one task of
+/// its own for its whole life (`server::serve_plain` spawns it), whose waker is the
+/// same at every poll; keeping the waker to compare would make every idle
+/// connection's task 16 bytes larger (`netio`'s `connection_futures_stay_small`).
+fn poll_stop(
+    stop: Pin<&mut StopWait>,
+    cx: &mut Context<'_>,
+    signal: &watch::Receiver<bool>,
+    registered: &mut bool,
+) -> Poll<()> {
+    if *registered && matches!(signal.has_changed(), Ok(false)) {
+        return Poll::Pending;
+    }
+    let polled = stop.poll(cx);
+    *registered = polled.is_pending();
+    polled
 }
 
 /// Decodes a v2 inference request, its shared memory inputs read in band first

@@ -91,9 +91,31 @@ impl Cluster {
         } else {
             &self.nodes[1]
         };
+        let pid = node.0.id();
         // SAFETY: signalling our own child process.
-        assert_eq!(unsafe { libc::kill(node.0.id() as i32, libc::SIGSTOP) }, 0);
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+        // kill returns before every thread has stopped: a call made at once could still
+        // be answered by a thread running on the other CPU (it was, 1 run in 6 here).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !all_threads_stopped(pid) {
+            assert!(Instant::now() < deadline, "node {name:?} never stopped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in its `stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command's closing parenthesis.
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        })
+    })
 }
 
 impl Drop for Cluster {

@@ -629,18 +629,7 @@ fn a_killed_netaccel_node_has_its_claims_pod_evicted_by_the_kubelet_and_replaced
     with_node(|mut c| async move {
         let Cluster { node, plane, net } = &mut c;
         let (registry, netaccel) = dra_setup(plane, net, node).await;
-        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
-        deployments
-            .create(
-                &PostParams::default(),
-                &claiming_deployment(&calling_script()),
-            )
-            .await
-            .unwrap();
-        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
-        let want = hex(&accel::reference::sobel(&test_image(), WIDTH, HEIGHT));
-        let first = called(plane, &pods, None, &want).await;
-        let (first_pod, first_instance) = first;
+        let (pods, want, (first_pod, first_instance)) = deploy_calling(plane).await;
 
         // kill -9 of the netaccel node. The registry loses it after one lease, unbinds
         // the claim's instance and evicts the Pod; the kubelet stops it (grace period
@@ -649,16 +638,7 @@ fn a_killed_netaccel_node_has_its_claims_pod_evicted_by_the_kubelet_and_replaced
         let killed = Instant::now();
         netaccel.proc.kill();
         drop(netaccel);
-        eventually(
-            "the Pod evicted and stopped by the kubelet",
-            Duration::from_secs(60),
-            || {
-                let pods = pods.clone();
-                let name = first_pod.clone();
-                async move { pods.get_opt(&name).await.ok()?.is_none().then_some(()) }
-            },
-        )
-        .await;
+        gone(&pods, &first_pod).await;
         let gone = killed.elapsed();
         // The node comes back (as its DaemonSet would restart it): the replacement Pod's
         // new claim is allocated on its slot again, prepared, and the Pod calls.
@@ -686,6 +666,39 @@ fn a_killed_netaccel_node_has_its_claims_pod_evicted_by_the_kubelet_and_replaced
         )
         .await;
     });
+}
+
+/// Creates the Deployment of [`claiming_deployment`] running [`calling_script`] and
+/// waits for its first replica's good call: the Pods' API, the output a call must
+/// print, and that replica's Pod and instance.
+async fn deploy_calling(plane: &ControlPlane) -> (Api<Pod>, String, (String, String)) {
+    let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
+    deployments
+        .create(
+            &PostParams::default(),
+            &claiming_deployment(&calling_script()),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
+    let want = hex(&accel::reference::sobel(&test_image(), WIDTH, HEIGHT));
+    let first = called(plane, &pods, None, &want).await;
+    (pods, want, first)
+}
+
+/// Waits (up to 60 s) until Pod `name` is gone: evicted and stopped by its kubelet,
+/// with nobody force-deleting it.
+async fn gone(pods: &Api<Pod>, name: &str) {
+    eventually(
+        &format!("{name} evicted and stopped by its kubelet"),
+        Duration::from_secs(60),
+        || {
+            let pods = pods.clone();
+            let name = name.to_string();
+            async move { pods.get_opt(&name).await.ok()?.is_none().then_some(()) }
+        },
+    )
+    .await;
 }
 
 /// What a replica of [`claiming_deployment`] runs for [`called`]: prints its instance and

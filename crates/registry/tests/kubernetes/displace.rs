@@ -37,17 +37,7 @@ fn a_reconfiguration_taking_a_claims_slot_is_refused_and_a_node_reporting_anothe
         let Cluster { node, plane, net } = &mut c;
         let (registry, netaccel) =
             dra_setup_with(plane, net, node, &["sobel", "sobel"], LEASE_MS).await;
-        let deployments: Api<Deployment> = Api::default_namespaced(plane.client.clone());
-        deployments
-            .create(
-                &PostParams::default(),
-                &claiming_deployment(&calling_script()),
-            )
-            .await
-            .unwrap();
-        let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
-        let want = hex(&accel::reference::sobel(&test_image(), WIDTH, HEIGHT));
-        let (first_pod, first_instance) = called(plane, &pods, None, &want).await;
+        let (pods, want, (first_pod, first_instance)) = deploy_calling(plane).await;
         let held = dra_instances(&registry, "sobel");
         assert_eq!(held.len(), 1, "{held:?}");
         assert_eq!((&held[0].0, held[0].1.as_str()), (&first_instance, NODE));
@@ -81,16 +71,7 @@ fn a_reconfiguration_taking_a_claims_slot_is_refused_and_a_node_reporting_anothe
         let _netaccel = netns::Node::start(net, 0, NODE, &registry.base, &slots, "");
         let (second_pod, second_instance) = called(plane, &pods, Some(&first_pod), &want).await;
         assert_ne!(second_instance, first_instance, "a new allocation");
-        eventually(
-            "the first Pod evicted and stopped by the kubelet",
-            Duration::from_secs(60),
-            || {
-                let pods = pods.clone();
-                let name = first_pod.clone();
-                async move { pods.get_opt(&name).await.ok()?.is_none().then_some(()) }
-            },
-        )
-        .await;
+        gone(&pods, &first_pod).await;
         let want = vec![(second_instance, NODE.to_string(), 1 - slot)];
         let mut last = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -165,16 +165,7 @@ fn a_pod_whose_netaccel_node_is_lost_moves_to_another_kubernetes_node() {
         );
         let (instance, _) = moved.binding.split_once(' ').unwrap();
         let pods: Api<Pod> = Api::default_namespaced(plane.client.clone());
-        eventually(
-            "the first Pod evicted and stopped by its kubelet",
-            Duration::from_secs(60),
-            || {
-                let pods = pods.clone();
-                let name = first.pod.clone();
-                async move { pods.get_opt(&name).await.ok()?.is_none().then_some(()) }
-            },
-        )
-        .await;
+        gone(&pods, &first.pod).await;
         let gone = pod_figures::uptime() - killed;
         eprintln!(
             "node loss across nodes: kill -9 of {}'s netaccel node → replacement's first good call on {} {:.1} s (first Pod gone after ≤ {gone:.1} s)",

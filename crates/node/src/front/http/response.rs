@@ -92,14 +92,11 @@ thread_local! {
 /// `f` on this thread's [`Second`], brought up to date (the `Date` text formatted at
 /// most once per second per thread).
 fn with_second<R>(f: impl FnOnce(&mut Second) -> R) -> R {
-    let now = SystemTime::now();
-    let secs = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_secs();
+    let secs = unix_seconds();
     SECOND.with(|cell| {
         let mut second = cell.borrow_mut();
         if second.secs != secs {
+            let now = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
             let text = httpdate::fmt_http_date(now);
             second.date.copy_from_slice(&text.as_bytes()[..29]);
             second.secs = secs;
@@ -107,6 +104,28 @@ fn with_second<R>(f: impl FnOnce(&mut Second) -> R) -> R {
         }
         f(&mut second)
     })
+}
+
+/// The current second since the epoch, from the kernel's coarse wall clock: the time
+/// of its last tick (1–4 ms old), read without the time-stamp counter, which is all a
+/// `Date` header needs (nginx reads the clock once per event-loop turn for the same
+/// reason). About 60 of the node's instructions per response fewer than
+/// `SystemTime::now()` and its subtraction from the epoch (issue 28).
+fn unix_seconds() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_REALTIME_COARSE exists on every
+    // Linux the node runs on (2.6.32 and later).
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if rc == 0 {
+        u64::try_from(ts.tv_sec).unwrap_or(0)
+    } else {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    }
 }
 
 /// The body of a health check's answer.

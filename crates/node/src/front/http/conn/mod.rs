@@ -718,15 +718,24 @@ impl<S: Transport> Conn<S> {
             // Nothing pending: an idle connection holds no buffer while it waits
             // (issue 15: tens of thousands of idle connections in bounded memory).
             self.release_buffers();
-            let readable = tokio::select! {
-                biased;
-                _ = poll_fn(|cx| poll_stop(stop.as_mut(), cx, &self.shutdown, &mut self.stop_registered)) => {
-                    return Ok(Wait::Shutdown)
+            let (shutdown, registered) = (&self.shutdown, &mut self.stop_registered);
+            let mut readable = std::pin::pin!(self.stream.wait_readable(deadline, &mut self.timer));
+            // The shutdown first, then input; a poll of its own rather than a
+            // `select!` (issue 28).
+            let readable = poll_fn(|cx| {
+                if poll_stop(stop.as_mut(), cx, shutdown, registered).is_ready() {
+                    return Poll::Ready(None);
                 }
-                r = self.stream.wait_readable(deadline, &mut self.timer) => r?,
-            };
-            if !readable {
-                return Ok(Wait::Timeout);
+                readable.as_mut().poll(cx).map(Some)
+            })
+            .await;
+            match readable {
+                None => return Ok(Wait::Shutdown),
+                Some(r) => {
+                    if !r? {
+                        return Ok(Wait::Timeout);
+                    }
+                }
             }
         }
         if self.rpos > 0 && self.rpos == self.rbuf.len() {
@@ -746,6 +755,13 @@ impl<S: Transport> Conn<S> {
         }
         self.rbuf.reserve(chunk);
         let mut buf = (&mut self.rbuf).limit(chunk);
+        // Woken by input, the read mostly finds it: no future, no `select!`.
+        match self.stream.try_read_now(&mut buf) {
+            Ok(0) => return Ok(Wait::Eof),
+            Ok(_) => return Ok(Wait::Data),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
         let reading = self
             .stream
             .read_with_deadline(&mut buf, deadline, &mut self.timer);

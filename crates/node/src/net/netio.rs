@@ -119,7 +119,7 @@ pub trait Transport: Send + 'static {
     ) -> impl Future<Output = io::Result<Option<usize>>> + Send;
 
     /// One read of what is waiting now, without waiting: `WouldBlock` when nothing
-    /// is. A transport that cannot read without waiting (TLS, io_uring) always says
+    /// is. A transport that cannot read without waiting (TLS) always says
     /// `WouldBlock`, and its caller goes on to [`Transport::read_with_deadline`].
     /// For a caller woken by input: the read that follows the wake-up needs no
     /// future, no `select!` and no timer (issue 28).

@@ -95,14 +95,26 @@ impl Transport for UringStream {
         }
     }
 
+    /// What the ring has received and the connection not yet read, without waiting:
+    /// polled with a waker that does nothing, since a caller told "would block" goes
+    /// on to [`Transport::read_with_deadline`], whose poll leaves its own.
+    fn try_read_now<B: BufMut>(&mut self, buf: &mut B) -> io::Result<usize> {
+        let key = self.key;
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match with(|d| d.poll_read(key, buf, &mut cx)) {
+            std::task::Poll::Ready(r) => r,
+            std::task::Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
     async fn wait_readable(&mut self, deadline: Instant, timer: &mut IoTimer) -> io::Result<bool> {
         let key = self.key;
-        let input = poll_fn(|cx| with(|d| d.poll_input(key, cx)));
-        tokio::select! {
-            biased;
-            r = input => r.map(|()| true),
-            _ = timer.until(deadline) => Ok(false),
-        }
+        // Input first, then the timer: one poll, no `select!` (as on epoll).
+        poll_fn(|cx| match with(|d| d.poll_input(key, cx)) {
+            std::task::Poll::Ready(r) => std::task::Poll::Ready(r.map(|()| true)),
+            std::task::Poll::Pending => timer.poll_until(deadline, cx).map(|()| Ok(false)),
+        })
+        .await
     }
 
     /// Queues `data` behind the previous send (waiting for that one, by `deadline`)

@@ -16,7 +16,8 @@
 //! | telemetry | `telemetry/` | nothing |
 //!
 //! An import is a `crate::…`, `super::…` or `self::…` path in a file's code (comments,
-//! strings and the file's `#[cfg(test)]` module left out: tests may reach anywhere),
+//! strings and the file's `#[cfg(test)]` module left out, as are the test modules kept
+//! in files of their own, `tests.rs` and `*_tests.rs`: tests may reach anywhere),
 //! resolved to the file of the longest module prefix it names. Every import between two
 //! files counts, within a layer too, so a circle of any length fails the test, naming
 //! its files. A folder's `mod.rs` naming its own children by their bare names
@@ -194,7 +195,11 @@ fn paths_in(code: &str, me: &[String]) -> Vec<Vec<String>> {
 fn imports(tree: &Tree) -> BTreeMap<String, BTreeSet<String>> {
     let mut edges = BTreeMap::new();
     for (file, text) in tree {
-        if file == "main.rs" || file.ends_with("_tests.rs") {
+        if file == "main.rs"
+            || file == "tests.rs"
+            || file.ends_with("/tests.rs")
+            || file.ends_with("_tests.rs")
+        {
             continue;
         }
         let me = module_of(file);

@@ -1,6 +1,8 @@
 //! Writes the seed inputs of the `session` fuzz target (`fuzz/corpus/session/seed-*`):
 //! whole client conversations, from the ordinary to the ones that once hurt a node; and
 //! of the `decode` target (`fuzz/corpus/decode/seed-*`): each of their messages alone.
+//! Also the `session` target's regressions (`regression-*`): the inputs a campaign
+//! found that aborted the service, written out again so that they stay readable.
 //!
 //! `cargo run -p ocl-remote --example seed_session_corpus`
 
@@ -343,6 +345,33 @@ fn seeds() -> Vec<(&'static str, bool, Vec<Request<'static>>)> {
     ]
 }
 
+/// Conversations that once aborted the service, each now refused (the name says what
+/// it was; `tests/hostile_runtime.rs` has the test).
+fn regressions() -> Vec<(&'static str, bool, Vec<Request<'static>>)> {
+    vec![(
+        // PoCL asserted `source_len > 0` building a source with nothing before its
+        // first NUL under options clang refuses.
+        "program-source-without-text",
+        false,
+        vec![
+            Request::CreateContext {
+                id: 1,
+                devices: vec![0],
+            },
+            Request::CreateProgramWithSource {
+                id: 4,
+                context: 1,
+                source: b"\0__kernel void k() {}",
+            },
+            Request::BuildProgram {
+                program: 4,
+                devices: vec![],
+                options: b"-cl-std=",
+            },
+        ],
+    )]
+}
+
 fn main() {
     let seeds = seeds();
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
@@ -363,6 +392,13 @@ fn main() {
             // The decode target's input: the kind (2 bytes), then the body.
             messages.insert([&frame[4..6], &frame[ocl_remote::proto::HEADER_LEN..]].concat());
         }
+    }
+    for (name, same_host, requests) in regressions() {
+        std::fs::write(
+            session.join(format!("regression-{name}")),
+            records(same_host, &requests),
+        )
+        .expect("write regression");
     }
     for (i, message) in messages.iter().enumerate() {
         std::fs::write(decode.join(format!("seed-{i:02}")), message).expect("write seed");

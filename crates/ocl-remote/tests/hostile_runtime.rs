@@ -321,3 +321,54 @@ fn options_without_their_argument_are_refused() {
     assert_eq!(build(&mut c, b"-D Y"), cl::CL_SUCCESS);
     assert!(Client::connect(svc.local_addr()).is_ok());
 }
+
+/// A program source with nothing before its first NUL (an empty one included: OpenCL
+/// reads a length of 0 as "up to the first NUL", past the message) aborted the node:
+/// PoCL 3.1 asserts `source_len > 0` in `build_program_compute_hash` when a build's
+/// options fail clang (`-cl-std=`). Found by the `session` fuzz target. The node
+/// refuses such a source with `CL_INVALID_VALUE`, and serves on; a real source with
+/// the same options fails its build and nothing more.
+#[test]
+fn a_program_source_without_text_is_refused() {
+    let Some((svc, _registry)) = service(ServiceConfig::default()) else {
+        return;
+    };
+    let mut c = Client::connect(svc.local_addr()).unwrap();
+    c.setup_context();
+    let create = |c: &mut Client, id, source| {
+        c.call(&Request::CreateProgramWithSource {
+            id,
+            context: 1,
+            source,
+        })
+        .0
+    };
+    let build = |c: &mut Client, program, options| {
+        c.call(&Request::BuildProgram {
+            program,
+            devices: vec![],
+            options,
+        })
+        .0
+    };
+    for (id, source) in (4..).zip([&b""[..], b"\0", b"\0__kernel void k() {}"]) {
+        assert_eq!(
+            create(&mut c, id, source),
+            cl::CL_INVALID_VALUE,
+            "{source:?}"
+        );
+        // Had it been made, this build is what aborted the node.
+        assert_ne!(build(&mut c, id, b"-cl-std="), cl::CL_SUCCESS);
+    }
+    // The session and the service go on.
+    let source = long_kernel_source("k");
+    assert_eq!(create(&mut c, 10, &source), cl::CL_SUCCESS);
+    assert_ne!(build(&mut c, 10, b"-cl-std="), cl::CL_SUCCESS);
+    assert_eq!(build(&mut c, 10, b""), cl::CL_SUCCESS);
+    // Text before a NUL is the source, as the runtime reads it.
+    let mut with_nul = source.clone();
+    with_nul.extend_from_slice(b"\0 not C");
+    assert_eq!(create(&mut c, 11, &with_nul), cl::CL_SUCCESS);
+    assert_eq!(build(&mut c, 11, b""), cl::CL_SUCCESS);
+    assert!(Client::connect(svc.local_addr()).is_ok());
+}

@@ -422,6 +422,15 @@ impl Session<'_> {
     fn create_program_with_source(&mut self, id: u64, context: u64, source: &[u8]) -> Answer {
         let api = &self.shared.runtime.api;
         let ctx = self.objects.get::<Context>(context)?;
+        // The runtime reads a source up to its first NUL (and a length of 0 as "up to
+        // the first NUL", past the message). A source with nothing before its first NUL
+        // aborted PoCL 3.1 once a build's options failed clang (`-cl-std=`:
+        // `build_program_compute_hash` asserts `source_len > 0`), taking every
+        // client's session with it (found by the `session` fuzz target). Refused, as
+        // OpenCL refuses a program without source.
+        if source.iter().position(|&b| b == 0).unwrap_or(source.len()) == 0 {
+            return Err(cl::CL_INVALID_VALUE);
+        }
         let hash = programs::source_hash(source);
         let devices = ctx.devices.clone();
         let ctx = Arc::clone(&ctx.real);

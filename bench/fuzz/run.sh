@@ -69,7 +69,11 @@ for pair in "${targets[@]}"; do
     start=$(date +%s.%N)
     children_cpu > "$OUT/cpu0"
     set +e
-    (cd "$OUT/crashes" && "$ROOT/$bin" -runs="$RUNS" -max_total_time="$SECONDS_MAX" \
+    # Each input is also written here before it runs (targets that read it: session),
+    # for a crash that ends the process without libFuzzer's report (see below).
+    last="$OUT/$t.last-input"
+    rm -f "$last"
+    (cd "$OUT/crashes" && FUZZ_LAST_INPUT="$last" "$ROOT/$bin" -runs="$RUNS" -max_total_time="$SECONDS_MAX" \
         -max_len="$MAX_LEN" -print_final_stats=1 -artifact_prefix="$OUT/crashes/$t-" \
         "$scratch" "$corpus") >"$OUT/$t.log" 2>&1
     rc=$?
@@ -81,6 +85,13 @@ for pair in "${targets[@]}"; do
     cov1=$(grep -o 'cov: [0-9]*' "$OUT/$t.log" | tail -1 | grep -o '[0-9]*$' || true)
     # libFuzzer's failures; a `slow-unit-` input (one that took over 10 s, which a
     # compile on a loaded machine may) is kept beside them but fails nothing.
+    # A target that died without a crash input of libFuzzer's (an abort in a library
+    # that installs signal handlers of its own) leaves the input it was running; a run
+    # stopped with SIGINT ("run interrupted") did not die of its input.
+    if [[ $rc -ne 0 && -f $last ]] && ! grep -q "run interrupted" "$OUT/$t.log" \
+        && ! ls "$OUT/crashes" | grep -qE "^$t-(crash|leak|timeout|oom)-"; then
+        cp "$last" "$OUT/crashes/$t-crash-last-input"
+    fi
     crashes=$(ls "$OUT/crashes" | grep -cE "^$t-(crash|leak|timeout|oom)-" || true)
     slow=$(ls "$OUT/crashes" | grep -c "^$t-slow-unit-" || true)
     [[ $slow -eq 0 ]] || echo "   $t: $slow slow input(s) in $OUT/crashes (not failures)"

@@ -4,6 +4,7 @@
 //! hangs the service or leaves anything of its session behind fails the harness.
 #![no_main]
 
+use std::ffi::OsString;
 use std::sync::OnceLock;
 
 use ocl_remote::fuzzing::Harness;
@@ -13,4 +14,20 @@ fn harness() -> &'static Harness {
     HARNESS.get_or_init(|| Harness::start().expect("an OpenCL runtime with a device"))
 }
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| harness().run(data));
+/// Writes each input, before it runs, to the file `FUZZ_LAST_INPUT` names, if any. An
+/// abort inside the OpenCL runtime (a PoCL assertion) ended a campaign without
+/// libFuzzer's report and without the input that caused it: the runtime's compiler
+/// (LLVM) installs signal handlers of its own. `bench/fuzz/run.sh` sets the variable
+/// and keeps the file as the crash input when the target dies without one. (One small
+/// write per input; an input costs milliseconds.)
+fn keep(data: &[u8]) {
+    static LAST: OnceLock<Option<OsString>> = OnceLock::new();
+    if let Some(path) = LAST.get_or_init(|| std::env::var_os("FUZZ_LAST_INPUT")) {
+        let _ = std::fs::write(path, data);
+    }
+}
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    keep(data);
+    harness().run(data)
+});

@@ -1,4 +1,4 @@
-//! The program calls of a session: programs from binaries, builds (through the node's
+//! The program calls of a session: programs from source and from binaries, builds (through the node's
 //! program cache, [`crate::service::programs`]), compiles, links, and the binaries a
 //! client asks for.
 
@@ -65,6 +65,48 @@ fn nonempty_ptr<T>(v: &[T]) -> *const T {
 }
 
 impl Session<'_> {
+    pub(super) fn create_program_with_source(
+        &mut self,
+        id: u64,
+        context: u64,
+        source: &[u8],
+    ) -> Answer {
+        let api = &self.shared.runtime.api;
+        let ctx = self.objects.get::<Context>(context)?;
+        // The runtime reads a source up to its first NUL (and a length of 0 as "up to
+        // the first NUL", past the message). A source with nothing before its first NUL
+        // aborted PoCL 3.1 once a build's options failed clang (`-cl-std=`:
+        // `build_program_compute_hash` asserts `source_len > 0`), taking every
+        // client's session with it (found by the `session` fuzz target). Refused, as
+        // OpenCL refuses a program without source.
+        if source.iter().position(|&b| b == 0).unwrap_or(source.len()) == 0 {
+            return Err(cl::CL_INVALID_VALUE);
+        }
+        let hash = programs::source_hash(source);
+        let devices = ctx.devices.clone();
+        let ctx = Arc::clone(&ctx.real);
+        let ptr = source.as_ptr().cast();
+        let len = source.len();
+        self.create(
+            id,
+            // SAFETY: valid context; one string of `len` bytes.
+            |e| unsafe { (api.clCreateProgramWithSource)(ctx.handle(), 1, &ptr, &len, e) },
+            |raw| {
+                let real = Real::new(raw, api.clReleaseProgram);
+                let source = ProgramSource {
+                    hash,
+                    context: Arc::clone(&ctx),
+                    devices,
+                    program: Arc::clone(&real),
+                };
+                Program {
+                    real,
+                    source: Some(source),
+                }
+            },
+        )
+    }
+
     pub(super) fn create_program_with_binary(
         &mut self,
         id: u64,

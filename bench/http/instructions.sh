@@ -16,6 +16,7 @@
 #   with the most inclusive instructions per request (TOP of them).
 #
 # Environment (defaults in brackets): CONNS [64]  WARMUP [2]  DURATION [6]  TOP [25]
+#   NODE_ARGS: extra arguments for every node (e.g. "--network io_uring")
 #   RATE: when set, the measured part is bench/common/c/fixed_rate at RATE req/s over
 #   RATE_CONNS [16] connections instead of wrk at its fastest: requests then come one
 #   per wake-up, as in bench/http/run.sh's fixed-rate run (keep RATE within what a
@@ -36,6 +37,7 @@ WARMUP=${WARMUP:-2}
 DURATION=${DURATION:-6}
 TOP=${TOP:-25}
 RATE=${RATE:-}
+read -r -a node_args <<<"${NODE_ARGS:-}"
 RATE_CONNS=${RATE_CONNS:-16}
 OUT_DIR=${OUT_DIR:-$ROOT/bench/out}
 
@@ -105,7 +107,8 @@ echo "|---|---:|---:|---:|"
 for node in "${nodes[@]}"; do
     pick_ports NODE_PORT NODE_RAC_PORT
     count "node-$(basename "$(dirname "$node")")-$(basename "$node")" "$NODE_PORT" \
-        "$node" --http "$HOST:$NODE_PORT" --rac "$HOST:$NODE_RAC_PORT" --io-threads 1
+        "$node" --http "$HOST:$NODE_PORT" --rac "$HOST:$NODE_RAC_PORT" --io-threads 1 \
+        ${node_args[@]+"${node_args[@]}"}
     NODE_PORT="" NODE_RAC_PORT=""
 done
 pick_ports C_PORT

@@ -34,17 +34,18 @@ impl UringStream {
         }
     }
 
-    /// Waits until the previous send is done, by `deadline`. The previous send is
-    /// nearly always done by the next answer: that costs no timer (issue 28's
-    /// per-call budget); only a send still in the ring arms one.
-    async fn sent(&mut self, deadline: Instant) -> io::Result<()> {
+    /// Waits until the previous send is done, by the deadline `deadline` gives. The
+    /// previous send is nearly always done by the next answer: that costs no timer
+    /// (issue 28's per-call budget) and no clock read; only a send still in the ring
+    /// asks for the deadline and arms a timer.
+    async fn sent(&mut self, deadline: impl FnOnce() -> Instant) -> io::Result<()> {
         let key = self.key;
         let mut sent = poll_fn(|cx| with(|d| d.poll_sent(key, cx)));
         if let Some(done) = (&mut sent).now_or_never() {
             return done;
         }
         crate::net::netio::arming();
-        match tokio::time::timeout_at(deadline.into(), sent).await {
+        match tokio::time::timeout_at(deadline().into(), sent).await {
             Ok(r) => r,
             Err(_) => Err(crate::net::netio::too_slow()),
         }
@@ -122,7 +123,7 @@ impl Transport for UringStream {
     /// request meanwhile, and the send leaves with the turn's other submissions. A
     /// connection thus holds at most one answer in the ring beside its own buffers.
     async fn write_within(&mut self, data: &[u8], timeout: Duration) -> io::Result<()> {
-        self.sent(Instant::now() + timeout).await?;
+        self.sent(|| Instant::now() + timeout).await?;
         let key = self.key;
         with(|d| d.start_send(key, data))
     }
@@ -145,7 +146,8 @@ impl Transport for UringStream {
     /// closing with unread bytes does not reset the last response away.
     async fn linger(&mut self) {
         // The half-close must follow the last answer, not overtake it.
-        if self.sent(Instant::now() + self.io_timeout).await.is_err() {
+        let io_timeout = self.io_timeout;
+        if self.sent(|| Instant::now() + io_timeout).await.is_err() {
             return;
         }
         let _ = self.socket.shutdown(Shutdown::Write);

@@ -34,8 +34,8 @@ for icd in /etc/OpenCL/vendors/*.icd; do
     [ "$(basename "$icd")" = netaccel.icd ] || cp "$icd" "$work/local/"
 done
 realpath "$target/release/libnetaccel_opencl.so" > "$work/remote/netaccel.icd"
-gcc -O2 -Wall -o "$work/setup" bench/opencl/setup.c -lOpenCL
-gcc -O2 -Wall -o "$work/overhead" bench/opencl/overhead.c -lOpenCL
+gcc -O2 -Wall -I bench/common/c -o "$work/setup" bench/opencl/setup.c -lOpenCL
+gcc -O2 -Wall -I bench/common/c -o "$work/overhead" bench/opencl/overhead.c -lOpenCL
 awake_start "0-$(($(nproc) - 1))"
 
 start() { # isolation mode

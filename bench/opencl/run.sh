@@ -27,7 +27,7 @@ source bench/opencl/common.sh
 start_remote_service
 trap 'awake_stop; kill "$svc" 2>/dev/null || true; rm -rf "$work"' EXIT
 awake_start "0-$(($(nproc) - 1))"
-gcc -O2 -Wall -o "$work/overhead" bench/opencl/overhead.c -lOpenCL
+gcc -O2 -Wall -I bench/common/c -o "$work/overhead" bench/opencl/overhead.c -lOpenCL
 run() { # label, vendors dir, extra env, mode, iterations
     printf '%-22s ' "$1"
     env OCL_ICD_VENDORS="$work/$2" $3 "$work/overhead" "$4" "$5"

@@ -9,25 +9,11 @@
  * 64-byte write + kernel + read + finish), and "total". Native PoCL for comparison: the
  * same binary with the machine's vendors. */
 #define CL_TARGET_OPENCL_VERSION 120
+#include "cl_bench.h"
 #include <CL/cl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-#define CHECK(x)                                                                \
-    do {                                                                        \
-        cl_int e_ = (x);                                                        \
-        if (e_ != CL_SUCCESS) {                                                 \
-            fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #x, e_);   \
-            exit(1);                                                            \
-        }                                                                       \
-    } while (0)
-
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
 
 static const char *SRC = "__kernel void inc(__global int *v) { v[get_global_id(0)] += 1; }";
 

@@ -69,7 +69,7 @@ server_up netaccel-node "$node" "$OCL_TLS_PORT" "$work/node.log" || die "the nod
 
 mkdir -p "$work/vendors"
 realpath "$target/libnetaccel_opencl.so" > "$work/vendors/netaccel.icd"
-gcc -O2 -Wall -o "$work/overhead" bench/opencl/overhead.c -lOpenCL
+gcc -O2 -Wall -I bench/common/c -o "$work/overhead" bench/opencl/overhead.c -lOpenCL
 run() { # label, node address
     printf '%-6s ' "$1"
     env OCL_ICD_VENDORS="$work/vendors" NETACCEL_OPENCL_SHM=0 NETACCEL_OPENCL_NODES="$2" \

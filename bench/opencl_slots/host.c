@@ -11,26 +11,12 @@
  * Prints one line: p50 p90 p99 (microseconds) and calls per second. Uses the first
  * platform whose name contains $PLATFORM (default "Portable Computing Language"). */
 #define CL_TARGET_OPENCL_VERSION 120
+#include "cl_bench.h"
 #include <CL/cl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CHECK(x)                                                              \
-    do {                                                                      \
-        cl_int e_ = (x);                                                      \
-        if (e_ != CL_SUCCESS) {                                               \
-            fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #x, e_); \
-            exit(1);                                                          \
-        }                                                                     \
-    } while (0)
-
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

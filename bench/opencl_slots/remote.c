@@ -11,19 +11,11 @@
  * unmeasured, then SECONDS measured, and prints tasks per second; exits 1 if a read
  * shows a wrong value. */
 #define CL_TARGET_OPENCL_VERSION 120
+#include "cl_bench.h"
 #include <CL/cl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-#define CHECK(x)                                                              \
-    do {                                                                      \
-        cl_int e_ = (x);                                                      \
-        if (e_ != CL_SUCCESS) {                                               \
-            fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #x, e_); \
-            exit(1);                                                          \
-        }                                                                     \
-    } while (0)
 
 #define ITEMS 65536
 

@@ -65,7 +65,7 @@ cleanup() {
 trap cleanup EXIT
 
 SOURCE=$ROOT/crates/node/src/device/opencl/builtins.cl
-gcc -O2 -Wall -o "$WORK/host" "$HERE/host.c" -lOpenCL || die "cannot build the C host (gcc, OpenCL headers)"
+gcc -O2 -Wall -I "$HERE/../common/c" -o "$WORK/host" "$HERE/host.c" -lOpenCL || die "cannot build the C host (gcc, OpenCL headers)"
 
 pick_ports NODE_PORT RAC_PORT
 cat >"$WORK/node.toml" <<TOML

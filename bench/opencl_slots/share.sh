@@ -57,7 +57,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-gcc -O2 -Wall -o "$WORK/remote" "$HERE/remote.c" -lOpenCL || die "cannot build remote.c (gcc, OpenCL headers)"
+gcc -O2 -Wall -I "$HERE/../common/c" -o "$WORK/remote" "$HERE/remote.c" -lOpenCL || die "cannot build remote.c (gcc, OpenCL headers)"
 mkdir -p "$WORK/vendors"
 realpath "$ICD_LIB" >"$WORK/vendors/netaccel.icd"
 

@@ -440,6 +440,19 @@ fn opencl(raw: &RawOpenCl, params: &[ParamSpec], read: ReadFile<'_>) -> Result<O
     if kind == ProgramKind::Source && std::str::from_utf8(&program).is_err() {
         return fail(field, format!("{file} is not UTF-8 text"));
     }
+    // An OpenCL runtime reads a source up to its first NUL, and a length of 0 as "up
+    // to the first NUL": an empty one had it read from a dangling pointer, and one
+    // with nothing before its first NUL aborts PoCL 3.1 under some build options.
+    let text_len = match kind {
+        ProgramKind::Source => program
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(program.len()),
+        ProgramKind::Binary => program.len(),
+    };
+    if text_len == 0 {
+        return fail(field, format!("{file} is empty"));
+    }
     if raw.build_options.len() > TEXT_BYTES_MAX || raw.build_options.contains('\0') {
         return fail(
             "opencl.build_options",

@@ -47,6 +47,8 @@ fn files(name: &str) -> Result<Vec<u8>, String> {
         "xorbytes.v" => Ok(b"module xorbytes(); endmodule".to_vec()),
         "k.bin" => Ok(vec![0, 1, 2, 3]),
         "bad.cl" => Ok(vec![0xff, 0xfe]),
+        "empty.cl" | "empty.bin" => Ok(Vec::new()),
+        "nul.cl" => Ok(b"\0kernel void k() {}".to_vec()),
         other => Err(format!("no such file {other}")),
     }
 }
@@ -378,6 +380,18 @@ fn opencl_section_rules() {
         &o(&OCL.replace("xorbytes.cl", "bad.cl")),
         "opencl.source",
         "not UTF-8",
+    );
+    for empty in ["empty.cl", "nul.cl"] {
+        refused(
+            &o(&OCL.replace("xorbytes.cl", empty)),
+            "opencl.source",
+            &format!("{empty} is empty"),
+        );
+    }
+    refused(
+        &o(&OCL.replace("source = \"xorbytes.cl\"", "binary = \"empty.bin\"")),
+        "opencl.binary",
+        "empty.bin is empty",
     );
     let m = parse_text(&o(
         &OCL.replace("source = \"xorbytes.cl\"", "binary = \"k.bin\"")

@@ -85,8 +85,8 @@ for pair in "${targets[@]}"; do
     cov1=$(grep -o 'cov: [0-9]*' "$OUT/$t.log" | tail -1 | grep -o '[0-9]*$' || true)
     # libFuzzer's failures; a `slow-unit-` input (one that took over 10 s, which a
     # compile on a loaded machine may) is kept beside them but fails nothing.
-    # A target that died without a crash input of libFuzzer's (an abort in a library
-    # that installs signal handlers of its own) leaves the input it was running; a run
+    # A target that died without a crash input of libFuzzer's (an abort its handler
+    # never saw, as PoCL's assertion was) leaves the input it was running; a run
     # stopped with SIGINT ("run interrupted") did not die of its input.
     if [[ $rc -ne 0 && -f $last ]] && ! grep -q "run interrupted" "$OUT/$t.log" \
         && ! ls "$OUT/crashes" | grep -qE "^$t-(crash|leak|timeout|oom)-"; then

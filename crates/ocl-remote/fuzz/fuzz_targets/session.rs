@@ -16,10 +16,11 @@ fn harness() -> &'static Harness {
 
 /// Writes each input, before it runs, to the file `FUZZ_LAST_INPUT` names, if any. An
 /// abort inside the OpenCL runtime (a PoCL assertion) ended a campaign without
-/// libFuzzer's report and without the input that caused it: the runtime's compiler
-/// (LLVM) installs signal handlers of its own. `bench/fuzz/run.sh` sets the variable
-/// and keeps the file as the crash input when the target dies without one. (One small
-/// write per input; an input costs milliseconds.)
+/// libFuzzer's report and without the input that caused it: libFuzzer's handler never
+/// ran (the runtime and the compiler it loads set signal handlers of their own).
+/// `bench/fuzz/run.sh` sets the variable and keeps the file as the crash input when
+/// the target dies without one. (One small write per input; an input costs
+/// milliseconds.)
 fn keep(data: &[u8]) {
     static LAST: OnceLock<Option<OsString>> = OnceLock::new();
     if let Some(path) = LAST.get_or_init(|| std::env::var_os("FUZZ_LAST_INPUT")) {

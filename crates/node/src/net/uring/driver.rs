@@ -4,6 +4,7 @@
 use std::alloc::Layout;
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -88,9 +89,17 @@ pub(crate) fn install() -> io::Result<()> {
 
 /// Called by the runtime just before the thread sleeps: submits the turn's queued
 /// operations (one `io_uring_enter` for all of them) and takes the completions that
-/// are already there, so that the tasks they wake run before sleeping.
+/// are already there, so that the tasks they wake run before sleeping. Work the ring
+/// still holds after that (deferred completions that came meanwhile: the kernel does
+/// not signal the eventfd for them again) wakes the [`drive`] task, so that the thread
+/// does not sleep on it: the runtime does not park while a task is ready.
 pub(crate) fn before_park() {
-    try_with(|d| d.turn());
+    try_with(|d| {
+        d.turn();
+        if d.pending() {
+            d.kick();
+        }
+    });
 }
 
 /// The task that takes completions when the ring's eventfd is signalled (completions
@@ -116,9 +125,23 @@ pub(crate) async fn drive() {
         }
     };
     loop {
-        match ready.readable().await {
-            Ok(mut guard) => guard.clear_ready(),
-            Err(_) => return,
+        // The eventfd, or a kick from `before_park`.
+        let woken = poll_fn(|cx| {
+            if with(|d| d.kicked(cx)) {
+                return Poll::Ready(Ok(()));
+            }
+            match ready.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut guard)) => {
+                    guard.clear_ready();
+                    Poll::Ready(Ok(()))
+                }
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await;
+        if woken.is_err() {
+            return;
         }
         with(|d| d.turn());
     }
@@ -285,6 +308,10 @@ pub(super) struct Driver {
     completions: Vec<cqueue::Entry>,
     /// Connections opened so far (generations).
     opened: u64,
+    /// `before_park` found work left in the ring: the [`drive`] task runs a turn.
+    kick: bool,
+    /// The [`drive`] task's waker, for a kick.
+    drive_waker: Option<Waker>,
 }
 
 impl Driver {
@@ -329,6 +356,8 @@ impl Driver {
             starved: Vec::new(),
             completions: Vec::new(),
             opened: 0,
+            kick: false,
+            drive_waker: None,
         })
     }
 
@@ -348,33 +377,56 @@ impl Driver {
         }
     }
 
-    /// One loop turn: submits what is queued, takes what has completed, until both
-    /// are empty.
+    /// One loop turn: submits what is queued (and runs the deferred completions, when
+    /// the ring's flag says there are some), then takes what has completed, waking
+    /// the tasks it is for. One pass: the woken tasks run before the next turn, and
+    /// more completions are taken then. (A turn that went on while completions kept
+    /// arriving held back the tasks it had woken and entered the ring again and again:
+    /// a third of the network thread's CPU at 64 busy connections, issue 28.)
     fn turn(&mut self) {
-        loop {
-            let queued = !self.ring.submission().is_empty();
-            if queued || self.ring.submission().taskrun() {
-                if let Err(e) = self.submit() {
-                    if e.raw_os_error() != Some(libc::EBUSY)
-                        && e.raw_os_error() != Some(libc::EINTR)
-                    {
-                        tracing::warn!(error = %e, "io_uring submit failed");
-                    }
+        let queued = !self.ring.submission().is_empty();
+        if queued || self.ring.submission().taskrun() {
+            if let Err(e) = self.submit() {
+                if e.raw_os_error() != Some(libc::EBUSY) && e.raw_os_error() != Some(libc::EINTR) {
+                    tracing::warn!(error = %e, "io_uring submit failed");
                 }
             }
-            // Deferred completions queued while the eventfd was disabled (during
-            // `submit`) left only the TASKRUN flag behind: the kernel signals the
-            // eventfd when its list of deferred work goes from empty to not, and not
-            // again while that work waits. Parking then slept until some other event
-            // woke the thread (a call hung 20 s among 1,000 slowloris connections in 3
-            // of 6 runs of `overload.rs`); so a turn ends only once the flag is clear.
-            if self.reap() == 0
-                && self.ring.submission().is_empty()
-                && !self.ring.submission().taskrun()
-            {
-                return;
-            }
         }
+        self.reap();
+    }
+
+    /// Work left in the ring after a turn: submissions, or deferred completions (the
+    /// flag the kernel sets, and does not signal the eventfd for again: parking on them
+    /// slept until some other event woke the thread, and a call hung 20 s among 1,000
+    /// slowloris connections in 3 of 6 runs of `overload.rs`), or completions taken
+    /// since.
+    fn pending(&mut self) -> bool {
+        !self.ring.submission().is_empty()
+            || self.ring.submission().taskrun()
+            || !self.ring.completion().is_empty()
+    }
+
+    /// Wakes the [`drive`] task for a turn (see [`before_park`]).
+    fn kick(&mut self) {
+        self.kick = true;
+        if let Some(w) = &self.drive_waker {
+            w.wake_by_ref();
+        }
+    }
+
+    /// Whether a kick is waiting (taken); otherwise keeps the [`drive`] task's waker.
+    fn kicked(&mut self, cx: &mut Context<'_>) -> bool {
+        if std::mem::take(&mut self.kick) {
+            return true;
+        }
+        if !self
+            .drive_waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            self.drive_waker = Some(cx.waker().clone());
+        }
+        false
     }
 
     /// Submits what is queued. Sends to a socket with room complete during the call:

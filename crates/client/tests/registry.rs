@@ -13,7 +13,7 @@ use netaccel_client::registry::{Bound, BoundOptions, RegistryClient, Via};
 use serde_json::{json, Value};
 
 mod common;
-use common::{free_port, sibling_bin, wait_for_port, Process};
+use common::{free_port, listening, sibling_bin, wait_for_port, Process};
 
 struct Node {
     process: Process,
@@ -22,8 +22,19 @@ struct Node {
 }
 
 impl Node {
-    /// A node with slot 0 `to_uppercase` and slot 1 `echo`, started with `args`.
+    /// A node with slot 0 `to_uppercase` and slot 1 `echo`, started with `args`; on
+    /// other ports when it could not bind its own (a port another test picked at the
+    /// same moment: `testkit::free_port`).
     fn start(args: &[&str]) -> Node {
+        for _ in 0..5 {
+            if let Some(node) = Node::try_start(args) {
+                return node;
+            }
+        }
+        panic!("netaccel-node did not start on five pairs of free ports");
+    }
+
+    fn try_start(args: &[&str]) -> Option<Node> {
         let (http_port, rac_port) = (free_port(), free_port());
         let dir = std::env::temp_dir().join(format!(
             "netaccel-client-registry-{}-{http_port}",
@@ -39,23 +50,28 @@ impl Node {
             ),
         )
         .unwrap();
-        let mut child = Command::new(sibling_bin("netaccel-node"))
+        let child = Command::new(sibling_bin("netaccel-node"))
             .arg("--config")
             .arg(&config)
             .args(args)
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-        wait_for_port(http_port, &mut child, "netaccel-node");
-        wait_for_port(rac_port, &mut child, "netaccel-node");
-        Node {
-            process: Process {
-                child,
-                dir: Some(dir),
-            },
+        let mut process = Process {
+            child,
+            dir: Some(dir),
+        };
+        for port in [http_port, rac_port] {
+            if let Err(status) = listening(port, &mut process.child, "netaccel-node") {
+                eprintln!("netaccel-node (ports {http_port}, {rac_port}) ended at start-up ({status}): trying other ports");
+                return None;
+            }
+        }
+        Some(Node {
+            process,
             http: format!("127.0.0.1:{http_port}"),
             rac: format!("127.0.0.1:{rac_port}"),
-        }
+        })
     }
 
     fn kill(&mut self) {

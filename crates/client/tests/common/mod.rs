@@ -22,14 +22,24 @@ pub fn sibling_bin(name: &str) -> PathBuf {
 }
 
 pub fn wait_for_port(port: u16, child: &mut Child, what: &str) {
+    if let Err(status) = listening(port, child, what) {
+        panic!("{what} (port {port}) exited during start-up: {status}");
+    }
+}
+
+/// Waits until `child` listens on `port`; its exit status if it ended first (a port
+/// that another test picked at the same moment and bound first, see
+/// `testkit::free_port`: the caller starts it again on other ports).
+pub fn listening(port: u16, child: &mut Child, what: &str) -> Result<(), std::process::ExitStatus> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Some(status) = child.try_wait().unwrap() {
-            panic!("{what} (port {port}) exited during start-up: {status}");
+            return Err(status);
         }
         assert!(Instant::now() < deadline, "{what} did not listen on {port}");
         std::thread::sleep(Duration::from_millis(10));
     }
+    Ok(())
 }
 
 /// A process killed on drop, and a folder removed with it.

@@ -83,8 +83,6 @@ for pair in "${targets[@]}"; do
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$OUT/$t.log" | tail -1)
     cov0=$(grep -m1 -o 'INITED cov: [0-9]*' "$OUT/$t.log" | grep -o '[0-9]*$' || true)
     cov1=$(grep -o 'cov: [0-9]*' "$OUT/$t.log" | tail -1 | grep -o '[0-9]*$' || true)
-    # libFuzzer's failures; a `slow-unit-` input (one that took over 10 s, which a
-    # compile on a loaded machine may) is kept beside them but fails nothing.
     # A target that died without a crash input of libFuzzer's (an abort its handler
     # never saw, as PoCL's assertion was) leaves the input it was running; a run
     # stopped with SIGINT ("run interrupted") did not die of its input.
@@ -92,6 +90,8 @@ for pair in "${targets[@]}"; do
         && ! ls "$OUT/crashes" | grep -qE "^$t-(crash|leak|timeout|oom)-"; then
         cp "$last" "$OUT/crashes/$t-crash-last-input"
     fi
+    # libFuzzer's failures; a `slow-unit-` input (one that took over 10 s, which a
+    # compile on a loaded machine may) is kept beside them but fails nothing.
     crashes=$(ls "$OUT/crashes" | grep -cE "^$t-(crash|leak|timeout|oom)-" || true)
     slow=$(ls "$OUT/crashes" | grep -c "^$t-slow-unit-" || true)
     [[ $slow -eq 0 ]] || echo "   $t: $slow slow input(s) in $OUT/crashes (not failures)"

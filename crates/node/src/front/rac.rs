@@ -255,8 +255,7 @@ impl<S: Transport> RacConn<S> {
     fn release_buffers(&mut self) {
         debug_assert!(self.wbuf.is_empty() && self.rpos == self.rbuf.len());
         self.rpos = 0;
-        bufpool::give(&mut self.rbuf);
-        bufpool::give(&mut self.wbuf);
+        bufpool::give_all([&mut self.rbuf, &mut self.wbuf]);
         // The list itself keeps its room (SPARE_BUFFERS_MAX entries, 96 bytes): freed
         // here, it was allocated again by the next call's first spare (issue 28).
         for mut buf in self.spare.drain(..) {

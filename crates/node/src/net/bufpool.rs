@@ -52,17 +52,34 @@ pub fn take(len: usize) -> Vec<u8> {
 /// Gives a buffer back (its contents are discarded) and leaves an empty, unallocated
 /// `Vec` in its place.
 pub fn give(buf: &mut Vec<u8>) {
-    let mut buf = std::mem::take(buf);
-    if buf.capacity() == 0 || buf.capacity() > KEPT_BYTES_MAX {
+    give_all([buf]);
+}
+
+/// [`give`] for several buffers at once: one look-up of the thread's pool for all of
+/// them (a connection going idle gives back its read and write buffers together;
+/// each look-up of a thread-local costs a few dozen instructions, issue 28).
+pub fn give_all<const N: usize>(bufs: [&mut Vec<u8>; N]) {
+    if bufs.iter().all(|b| !pooled(b)) {
+        for buf in bufs {
+            drop(std::mem::take(buf));
+        }
         return;
     }
-    buf.clear();
     POOL.with(|p| {
         let mut pool = p.borrow_mut();
-        if pool.len() < KEPT_MAX {
-            pool.push(buf);
+        for buf in bufs {
+            let mut buf = std::mem::take(buf);
+            if pooled(&buf) && pool.len() < KEPT_MAX {
+                buf.clear();
+                pool.push(buf);
+            }
         }
     });
+}
+
+/// Whether the pool keeps `buf` when it is given back.
+fn pooled(buf: &Vec<u8>) -> bool {
+    (1..=KEPT_BYTES_MAX).contains(&buf.capacity())
 }
 
 #[cfg(test)]
@@ -94,6 +111,25 @@ mod tests {
         let small = take(100);
         assert_eq!(small.as_ptr(), small_ptr);
         assert!(big.capacity() >= 64 * 1024 && small.capacity() >= 100);
+    }
+
+    #[test]
+    fn giving_several_at_once_keeps_the_poolable_ones_and_empties_all() {
+        POOL.with(|p| p.borrow_mut().clear());
+        let mut kept = take(100);
+        let mut unallocated = Vec::new();
+        let mut too_big = Vec::with_capacity(KEPT_BYTES_MAX + 1);
+        kept.extend_from_slice(b"bytes");
+        give_all([&mut kept, &mut unallocated, &mut too_big]);
+        assert!([&kept, &unallocated, &too_big]
+            .iter()
+            .all(|b| b.capacity() == 0));
+        assert_eq!(POOL.with(|p| p.borrow().len()), 1);
+        assert!(take(100).is_empty(), "a pooled buffer comes back empty");
+        let mut none: [Vec<u8>; 2] = Default::default();
+        let [a, b] = &mut none;
+        give_all([a, b]);
+        assert_eq!(POOL.with(|p| p.borrow().len()), 0);
     }
 
     #[test]

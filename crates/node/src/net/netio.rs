@@ -274,9 +274,22 @@ pub async fn wait_readable(
     timer: &mut IoTimer,
 ) -> io::Result<bool> {
     // A poll of its own rather than a `select!` of two futures (issue 28).
-    poll_fn(|cx| match stream.poll_read_ready(cx) {
-        Poll::Ready(r) => Poll::Ready(r.map(|()| true)),
-        Poll::Pending => timer.poll_until(deadline, cx).map(|()| Ok(false)),
+    poll_fn(|cx| {
+        // Woken by input, the stream's readiness says so already: looked at without
+        // `poll_read_ready`, which would also hand the stream the task's waker again
+        // (its lock, the waker's comparison, the task's budget: ~80 instructions per
+        // keep-alive request, issue 28). The same answer: ready exactly when the
+        // readiness `poll_read_ready` looks at is set.
+        if stream
+            .try_io(tokio::io::Interest::READABLE, || Ok(()))
+            .is_ok()
+        {
+            return Poll::Ready(Ok(true));
+        }
+        match stream.poll_read_ready(cx) {
+            Poll::Ready(r) => Poll::Ready(r.map(|()| true)),
+            Poll::Pending => timer.poll_until(deadline, cx).map(|()| Ok(false)),
+        }
     })
     .await
 }

@@ -379,7 +379,7 @@ impl<S: Transport> Conn<S> {
     /// that response said `Connection: close` (a drain that began while a call ran
     /// closes the connection after the call's response, which says so).
     fn keep_alive(&mut self, req: &Request) -> bool {
-        let keep_alive = req.keep_alive && !*self.shutdown.borrow();
+        let keep_alive = req.keep_alive && !self.node.is_shutting_down();
         self.close_after |= !keep_alive;
         keep_alive
     }
@@ -803,10 +803,12 @@ impl<S: Transport> Conn<S> {
     fn release_buffers(&mut self) {
         debug_assert!(self.buffered().is_empty() && self.wbuf.is_empty());
         self.rpos = 0;
-        bufpool::give(&mut self.rbuf);
-        bufpool::give(&mut self.wbuf);
-        bufpool::give(&mut self.body);
-        bufpool::give(&mut self.out);
+        bufpool::give_all([
+            &mut self.rbuf,
+            &mut self.wbuf,
+            &mut self.body,
+            &mut self.out,
+        ]);
     }
 }
 

@@ -130,14 +130,9 @@ pub(crate) async fn drive() {
             if with(|d| d.kicked(cx)) {
                 return Poll::Ready(Ok(()));
             }
-            match ready.poll_read_ready(cx) {
-                Poll::Ready(Ok(mut guard)) => {
-                    guard.clear_ready();
-                    Poll::Ready(Ok(()))
-                }
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            }
+            ready
+                .poll_read_ready(cx)
+                .map_ok(|mut guard| guard.clear_ready())
         })
         .await;
         if woken.is_err() {
@@ -745,20 +740,25 @@ impl Driver {
     /// first.
     pub(super) fn start_send(&mut self, key: usize, data: &[u8]) -> io::Result<()> {
         let conn = &mut self.conns[key];
-        if let Some(e) = conn.send_error {
-            return Err(io::Error::from_raw_os_error(e));
-        }
-        if conn.sending {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the previous response is still being sent",
-            ));
-        }
+        may_send(conn)?;
         if conn.send.capacity() == 0 {
             conn.send = crate::net::bufpool::take(data.len());
         }
         conn.send.clear();
         conn.send.extend_from_slice(data);
+        conn.sent = 0;
+        self.submit_send(key);
+        Ok(())
+    }
+
+    /// [`Driver::start_send`] of all of `buf`, taken rather than copied: `buf` gets the
+    /// connection's previous send buffer back, empty (without room: a finished send
+    /// gives its buffer back to the pool).
+    pub(super) fn start_send_of(&mut self, key: usize, buf: &mut Vec<u8>) -> io::Result<()> {
+        let conn = &mut self.conns[key];
+        may_send(conn)?;
+        std::mem::swap(&mut conn.send, buf);
+        buf.clear();
         conn.sent = 0;
         self.submit_send(key);
         Ok(())
@@ -841,6 +841,21 @@ impl Driver {
             self.listeners.remove(key);
         }
     }
+}
+
+/// Whether `conn` may start a send: its last one failed (that error), or is still on
+/// its way (one send at a time per connection).
+fn may_send(conn: &Conn) -> io::Result<()> {
+    if let Some(e) = conn.send_error {
+        return Err(io::Error::from_raw_os_error(e));
+    }
+    if conn.sending {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the previous response is still being sent",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -111,11 +111,7 @@ impl Transport for UringStream {
     async fn wait_readable(&mut self, deadline: Instant, timer: &mut IoTimer) -> io::Result<bool> {
         let key = self.key;
         // Input first, then the timer: one poll, no `select!` (as on epoll).
-        poll_fn(|cx| match with(|d| d.poll_input(key, cx)) {
-            std::task::Poll::Ready(r) => std::task::Poll::Ready(r.map(|()| true)),
-            std::task::Poll::Pending => timer.poll_until(deadline, cx).map(|()| Ok(false)),
-        })
-        .await
+        poll_fn(|cx| timer.poll_input_until(with(|d| d.poll_input(key, cx)), deadline, cx)).await
     }
 
     /// Queues `data` behind the previous send (waiting for that one, by `deadline`)
@@ -126,6 +122,16 @@ impl Transport for UringStream {
         self.sent(|| Instant::now() + timeout).await?;
         let key = self.key;
         with(|d| d.start_send(key, data))
+    }
+
+    /// [`UringStream::write_within`] of a whole buffer, which the ring takes instead
+    /// of a copy of it.
+    async fn write_all_of(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> io::Result<()> {
+        let waited = self.sent(|| Instant::now() + timeout).await;
+        let key = self.key;
+        let result = waited.and_then(|()| with(|d| d.start_send_of(key, buf)));
+        buf.clear();
+        result
     }
 
     /// Input, a close or an error on the ring's receive; only the last two end it.

@@ -729,13 +729,11 @@ impl<S: Transport> Conn<S> {
                 readable.as_mut().poll(cx).map(Some)
             })
             .await;
-            match readable {
-                None => return Ok(Wait::Shutdown),
-                Some(r) => {
-                    if !r? {
-                        return Ok(Wait::Timeout);
-                    }
-                }
+            let Some(readable) = readable else {
+                return Ok(Wait::Shutdown);
+            };
+            if !readable? {
+                return Ok(Wait::Timeout);
             }
         }
         if self.rpos > 0 && self.rpos == self.rbuf.len() {

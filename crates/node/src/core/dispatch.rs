@@ -27,7 +27,7 @@ use crate::core::ensemble::{Ensemble, Ensembles, StepRunner};
 use crate::core::slot::{Answer, Call, Refused, Slot, SlotLimits, Submitted};
 use crate::core::tenant::TenantId;
 use crate::device::SlotPlan;
-use crate::telemetry::metrics::{AccelMetrics, Metrics};
+use crate::telemetry::metrics::{AccelMetrics, AccelMetricsById, Metrics};
 use crate::telemetry::model_stats::ModelStatsTable;
 
 /// How the dispatcher picks among the slots that host the called accelerator.
@@ -48,7 +48,7 @@ pub struct Dispatcher {
     slots: Vec<Arc<Slot>>,
     policy: BalancePolicy,
     next: AtomicUsize,
-    accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
+    accel_metrics: Arc<AccelMetricsById>,
     /// Tells the slot watchdog ([`crate::core::watchdog`]) to end.
     watchdog_stop: Arc<AtomicBool>,
     /// The catalog's ensembles, which no slot hosts: their calls run step by step
@@ -135,7 +135,7 @@ impl Dispatcher {
         metrics: &Metrics,
         clock: Arc<dyn Clock>,
     ) -> Arc<Dispatcher> {
-        let accel_metrics: Arc<HashMap<u16, AccelMetrics>> = Arc::new(
+        let accel_metrics: Arc<AccelMetricsById> = Arc::new(
             catalog
                 .iter()
                 .map(|a| (a.descriptor().id, metrics.accel(&a.descriptor().name)))

@@ -11,6 +11,7 @@
 //! | `admission` | a connection's admission: the connection bound and the TLS handshake that fixes its tenant |
 //! | [`admin`] | catalog and slot documents, the admin token check, reconfiguration |
 //! | [`opencl`] | the remote OpenCL port's gate: who may open a session (its protocol is `ocl_remote`'s) |
+//! | `stop` | a connection's wait for the node's shutdown, for the HTTP and RAC loops |
 //!
 //! A front end may use the core, the devices' catalog, the network layer and
 //! telemetry; nothing below it uses a front end.
@@ -22,3 +23,4 @@ pub mod http;
 pub mod oip;
 pub(crate) mod opencl;
 pub(crate) mod rac;
+pub(crate) mod stop;

@@ -18,7 +18,7 @@
 //! closes.
 
 use std::collections::HashSet;
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -38,7 +38,7 @@ use crate::core::memory::{BodyMemory, PoolLease};
 use crate::core::slot::{Answer, Call, Submitted};
 use crate::core::tenant::auth::{Action, AuthError, Base, Session};
 use crate::core::tenant::{TenantGate, TenantId};
-use crate::front::admin;
+use crate::front::{admin, stop};
 use crate::net::bufpool;
 use crate::net::netio::{self, IoTimer, Transport};
 use crate::node::Node;
@@ -82,7 +82,7 @@ pub async fn serve<S: Transport>(node: Arc<Node>, stream: S, peer: SocketAddr, b
         gate,
         tenant,
         session,
-        in_flight: HashSet::new(),
+        in_flight: HashSet::default(),
         pending: FuturesUnordered::new(),
         receiving: None,
         spare: Vec::new(),
@@ -128,8 +128,11 @@ struct RacConn<S> {
     session: Session,
     /// Calls of this connection's tenant queued at slots, across its connections.
     gate: Arc<TenantGate>,
-    /// Request ids of calls queued at slots (for duplicate detection).
-    in_flight: HashSet<u32>,
+    /// Request ids of calls queued at slots (for duplicate detection). Hashed with
+    /// foldhash rather than SipHash: three hashes a call, ~240 instructions with
+    /// SipHash (issue 28); the set holds at most `rac_in_flight_max` ids, so a client
+    /// that picks colliding ids slows only its own connection, and by that bound.
+    in_flight: HashSet<u32, foldhash::fast::RandomState>,
     pending: FuturesUnordered<Pending>,
     receiving: Option<Receiving>,
     /// The connection's read deadline (idle or payload timeout).
@@ -160,18 +163,12 @@ enum Input {
 
 impl<S: Transport> RacConn<S> {
     async fn run(&mut self) -> io::Result<()> {
-        let mut shutdown = self.node.shutdown_signal();
-        // One wait for the shutdown for the connection's life, not one per turn of the
-        // loop: each wait registers with the channel's waiter list, shared by every
-        // connection of the node, and unregisters when dropped — an unlink that
-        // touches the neighbours' (other connections', idle ones included) cold
-        // entries. Per turn it cost ~2 % of the node's CPU at 5,000 connections
-        // (`tokio::sync::notify` in a task-clock profile, against 0.3 % at 64).
-        // It completes once, and is polled only while reading, which it ends.
-        // `wait_for` looks at the value first: a shutdown that came before this
-        // connection subscribed is not missed.
-        let stop = shutdown.wait_for(|stop| *stop);
+        // One wait for the shutdown for the connection's life (see `front::stop`),
+        // polled only while reading, which it ends.
+        let signal = self.node.shutdown_signal();
+        let stop = stop::wait(&signal);
         tokio::pin!(stop);
+        let mut stop_registered = false;
         let mut reading = true;
         loop {
             if reading {
@@ -214,13 +211,18 @@ impl<S: Transport> RacConn<S> {
                 Duration::from_millis(config.idle_timeout_ms)
             };
             let deadline = Instant::now() + wait;
+            // Biased: no random number per turn (issue 28); the shutdown first, so that
+            // a client that keeps the input coming still sees it.
             let event = tokio::select! {
+                biased;
+                _ = poll_fn(|cx| stop::poll(stop.as_mut(), cx, &signal, &mut stop_registered)), if reading => {
+                    Event::Input(Input::Shutdown)
+                }
                 Some(done) = self.pending.next(), if !self.pending.is_empty() => Event::Done(done),
                 input = read_input(&mut self.stream, &mut self.rbuf, &mut self.rpos, &mut self.receiving, deadline, &mut self.timer), if may_read => {
                     Event::Input(input?)
                 }
                 _ = &mut freed, if reading && tenant_full => continue,
-                _ = &mut stop, if reading => Event::Input(Input::Shutdown),
             };
             let input = match event {
                 Event::Done((header, answer)) => {

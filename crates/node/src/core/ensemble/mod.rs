@@ -42,7 +42,7 @@ use tokio::sync::oneshot;
 
 use crate::core::slot::{Answer, Call, Submitted};
 use crate::core::tenant::auth::{Action, Principal};
-use crate::telemetry::metrics::AccelMetrics;
+use crate::telemetry::metrics::AccelMetricsById;
 use crate::telemetry::model_stats::{ModelStats, ModelStatsTable, Timing};
 
 /// Most ensemble calls in the node at once; past it an ensemble call is refused BUSY.
@@ -712,7 +712,7 @@ pub struct Ensembles {
     /// `netaccel_accelerator_*` of every catalog entry: an ensemble's answers count
     /// in its own, as a slot counts a model's (BUSY excepted, counted by the front end
     /// that answers it).
-    metrics: Arc<HashMap<u16, AccelMetrics>>,
+    metrics: Arc<AccelMetricsById>,
 }
 
 impl Ensembles {
@@ -722,7 +722,7 @@ impl Ensembles {
         by_id: HashMap<u16, Arc<Ensemble>>,
         runner: Weak<dyn StepRunner>,
         stats: Arc<ModelStatsTable>,
-        metrics: Arc<HashMap<u16, AccelMetrics>>,
+        metrics: Arc<AccelMetricsById>,
     ) -> Option<Ensembles> {
         if by_id.is_empty() {
             return None;
@@ -822,7 +822,7 @@ impl Drop for Permit {
 
 /// Counts an ensemble call's `answer`, `took` after it was whole at the node, in the
 /// ensemble's `netaccel_accelerator_*`; BUSY is the front end's to count.
-fn counted(metrics: &HashMap<u16, AccelMetrics>, e: &Ensemble, answer: &Answer, took: Duration) {
+fn counted(metrics: &AccelMetricsById, e: &Ensemble, answer: &Answer, took: Duration) {
     if answer.status == Status::Busy {
         return;
     }

@@ -291,7 +291,7 @@ fn ensemble_calls_are_bounded_and_answered_busy_past_the_bound() {
     let stats = Arc::new(ModelStatsTable::new(&Catalog::new(entries)));
     let runner: Weak<dyn StepRunner> = Weak::<Inline>::new();
     let by_id = HashMap::from([(400, Arc::clone(&e))]);
-    let ensembles = Ensembles::start(by_id, runner, stats, Arc::new(HashMap::new())).unwrap();
+    let ensembles = Ensembles::start(by_id, runner, stats, Arc::default()).unwrap();
     assert!(Arc::ptr_eq(ensembles.get(400).unwrap(), &e));
     let held: Vec<Permit> = (0..ENSEMBLE_CALLS_MAX)
         .map(|_| ensembles.permit().expect("below the bound"))

@@ -32,7 +32,6 @@
 //! the kernel, if it ever returns, finds its generation gone and leaves the slot
 //! alone. Reconfiguration is how a failed slot comes back.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,7 +49,7 @@ use crate::core::memory::BodyMemory;
 use crate::core::tenant::TenantId;
 use crate::device::BackendKind;
 use crate::device::Loaded;
-use crate::telemetry::metrics::{AccelMetrics, SlotMetrics};
+use crate::telemetry::metrics::{AccelMetricsById, SlotMetrics};
 use state::{Admission, Execution, Phase, Reconfig, Running, SlotState};
 
 pub use state::BatchCount;
@@ -297,7 +296,7 @@ pub struct Slot {
     started: Instant,
     limits: SlotLimits,
     metrics: SlotMetrics,
-    accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
+    accel_metrics: Arc<AccelMetricsById>,
 }
 
 /// A snapshot for `GET /v1/slots`.
@@ -329,7 +328,7 @@ impl Slot {
         image: Arc<dyn Loaded>,
         limits: SlotLimits,
         metrics: SlotMetrics,
-        accel_metrics: Arc<HashMap<u16, AccelMetrics>>,
+        accel_metrics: Arc<AccelMetricsById>,
         clock: Arc<dyn Clock>,
     ) -> Slot {
         // The bounds the queue is checked against (`Slot::check`), as the config

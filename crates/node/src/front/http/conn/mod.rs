@@ -17,7 +17,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use accel::Accelerator;
@@ -41,6 +41,7 @@ use crate::core::tenant::auth::{Base, Session};
 use crate::core::tenant::TenantId;
 use crate::front::oip::infer::{self as v2_infer, Reply};
 use crate::front::oip::{shm, stats};
+use crate::front::stop::{self, StopWait};
 use crate::net::bufpool;
 use crate::net::netio::{self, IoTimer, Transport, WRITE_BATCH_MAX};
 use crate::node::Node;
@@ -59,9 +60,6 @@ const PARTIAL_HEAD_CHUNK: usize = 4096;
 const SKIP_CHUNK: usize = 8192;
 /// Most body bytes one read takes; a longer body is read over several turns.
 const BODY_CHUNK: usize = 64 * 1024;
-
-/// A connection's wait for the node's shutdown (see [`Conn::run`]).
-type StopWait = dyn Future<Output = ()> + Send;
 
 /// Serves one connection over `stream`: a `TcpStream`, or a TLS stream (`crate::net::tls`).
 pub async fn serve<S: Transport>(node: Arc<Node>, stream: S, peer: SocketAddr, base: Base) {
@@ -114,7 +112,7 @@ struct Conn<S> {
     close_after: bool,
     /// How far the head at `rbuf[rpos..]` has been scanned.
     head_scan: HeadScan,
-    /// The connection's wait for the shutdown has registered (see [`poll_stop`]).
+    /// The connection's wait for the shutdown has registered (see [`stop::poll`]).
     stop_registered: bool,
 }
 
@@ -170,19 +168,8 @@ impl<S: Transport> Conn<S> {
         // When the head being received began to arrive (read when a read leaves part
         // of one; most heads come whole in one read and need no clock).
         let mut head_started: Option<Instant> = None;
-        // One wait for the shutdown for the connection's life, not one per idle wait:
-        // each wait registers with the channel's waiter list, shared by every
-        // connection of the node, and unregisters when dropped — an unlink that
-        // touches the neighbours' (other connections', idle ones included) cold
-        // entries; per request it cost ~2 % of the node's CPU at 5,000 connections
-        // (`tokio::sync::notify` and `watch` in a task-clock profile, against 0.3 % at
-        // 64). It completes at most once: the connection then ends.
-        let mut shutdown = self.shutdown.clone();
-        let stop = async move {
-            // `wait_for` looks at the value first, so a shutdown that came before
-            // the wait ends it at once.
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        };
+        // One wait for the shutdown for the connection's life (see `front::stop`).
+        let stop = stop::wait(&self.shutdown);
         tokio::pin!(stop);
         loop {
             loop {
@@ -723,7 +710,7 @@ impl<S: Transport> Conn<S> {
             // The shutdown first, then input; a poll of its own rather than a
             // `select!` (issue 28).
             let readable = poll_fn(|cx| {
-                if poll_stop(stop.as_mut(), cx, shutdown, registered).is_ready() {
+                if stop::poll(stop.as_mut(), cx, shutdown, registered).is_ready() {
                     return Poll::Ready(None);
                 }
                 readable.as_mut().poll(cx).map(Some)
@@ -771,7 +758,7 @@ impl<S: Transport> Conn<S> {
             tokio::select! {
                 biased;
                 read = reading => read,
-                _ = poll_fn(|cx| poll_stop(stop.as_mut(), cx, &self.shutdown, &mut self.stop_registered)) => {
+                _ = poll_fn(|cx| stop::poll(stop.as_mut(), cx, &self.shutdown, &mut self.stop_registered)) => {
                     return Ok(Wait::Shutdown)
                 }
             }
@@ -808,32 +795,6 @@ impl<S: Transport> Conn<S> {
             &mut self.out,
         ]);
     }
-}
-
-/// Polls a connection's wait for the shutdown (`stop`) unless it has nothing new to
-/// say: it has `registered` its waker and `signal` (the connection's copy of the
-/// shutdown signal, never marked seen) did not change since it was taken. Each idle
-/// wait of a connection polls it twice (before the wait and on the wake-up for the
-/// next request), and each poll of the waiting `watch` took the lock of the node-wide
-/// list of waiters to compare the waker: ~450 of the node's 8.2k instructions per
-/// keep-alive `/health` (issue 28).
-///
-/// The registered waker stays right because a connection is served by one task of
-/// its own for its whole life (`server::serve_plain` spawns it), whose waker is the
-/// same at every poll; keeping the waker to compare would make every idle
-/// connection's task 16 bytes larger (`netio`'s `connection_futures_stay_small`).
-fn poll_stop(
-    stop: Pin<&mut StopWait>,
-    cx: &mut Context<'_>,
-    signal: &watch::Receiver<bool>,
-    registered: &mut bool,
-) -> Poll<()> {
-    if *registered && matches!(signal.has_changed(), Ok(false)) {
-        return Poll::Pending;
-    }
-    let polled = stop.poll(cx);
-    *registered = polled.is_pending();
-    polled
 }
 
 /// Decodes a v2 inference request, its shared memory inputs read in band first

@@ -431,7 +431,7 @@ pub struct Catalog {
     entries: Vec<Arc<dyn Accelerator>>,
     backends: Vec<Vec<&'static str>>,
     by_name: HashMap<String, usize>,
-    by_id: HashMap<u16, usize>,
+    by_id: HashMap<u16, usize, foldhash::fast::FixedState>,
 }
 
 impl Catalog {
@@ -444,7 +444,7 @@ impl Catalog {
     /// programming error in whoever assembled the list.
     pub fn new(entries: Vec<Arc<dyn Accelerator>>) -> Catalog {
         let mut by_name = HashMap::new();
-        let mut by_id = HashMap::new();
+        let mut by_id = HashMap::default();
         for (i, a) in entries.iter().enumerate() {
             let d = a.descriptor();
             assert!(

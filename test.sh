@@ -165,19 +165,23 @@ begin "cargo test (workspace)"
 if [[ -n "${CI:-}" ]]; then export CARGO_INCREMENTAL=0; fi
 cargo test --workspace
 
-# The io_uring network path (network = "io_uring") runs the same front-end, connection, cancellation,
-# overload and drain tests as epoll, and the hostile-tenant suite (authentication and
-# policies on every port, about a second; it ran on epoll with the workspace above);
-# crates/node/tests/uring.rs checks the node is really on io_uring (it fails under CI
-# when the kernel refuses io_uring).
-begin "cargo test: the node's front ends again on the io_uring network path"
+# The other network paths run the same front-end, connection, cancellation, overload
+# and drain tests as the default (the node's own epoll loop), and the hostile-tenant
+# suite (authentication and policies on every port, about a second; it ran on the
+# default with the workspace above): io_uring (network = "io_uring";
+# crates/node/tests/uring.rs checks the node is really on io_uring, and fails under CI
+# when the kernel refuses io_uring) and epoll through tokio's runtime
+# (network = "tokio").
+begin "cargo test: the node's front ends again on the io_uring and tokio network paths"
 # The executables the workspace's cargo test built, run again: `cargo test -p
 # netaccel-node` would resolve features for that one package and build a second copy of
 # the node and much of its dependency tree (minutes, and gigabytes of disk).
-uring_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null |
+path_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null |
   bench/tools/test_executables.py crates/node cancellation connections hostile_tenants http_api overload overload_drain rac)
-for t in $uring_tests; do
-  (cd crates/node && NETACCEL_TEST_NETWORK=io_uring "$t")
+for network in io_uring tokio; do
+  for t in $path_tests; do
+    (cd crates/node && NETACCEL_TEST_NETWORK=$network "$t")
+  done
 done
 
 # netaccel-sim (docs/simulation.md): its own checks (same seed, same bytes; M/D/1 and

@@ -28,7 +28,7 @@
 //! | cluster agent | [`registry`] | the node's name and advertised addresses, registration and lease renewal, asking before a reconfiguration |
 //! | core | [`core`] | calls, deadlines, tenants, fair queues, slots, dispatch, the watchdog, request memory, objects, the clock: no sockets, no whole configuration |
 //! | devices | [`device`] | `[[devices]]` started, the catalog with user accelerators, what each backend (cpu, opencl, rtl, onnx models) hosts and how it loads it; `[opencl]` |
-//! | net | [`net`] | socket I/O with deadlines, pooled buffers, TLS, io_uring |
+//! | net | [`net`] | socket I/O with deadlines, pooled buffers, TLS, the node's own epoll loop, io_uring |
 //! | telemetry | [`telemetry`] | the Prometheus registry, logging, the protocol label |
 //!
 //! Remote OpenCL is crate `ocl-remote`: the node starts its service ([`node::Node::new`])

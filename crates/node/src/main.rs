@@ -48,8 +48,8 @@ struct Args {
     /// shared].
     #[arg(long, value_name = "ADDR", value_parser = listen_addr, help_heading = "Listeners")]
     opencl: Option<SocketAddr>,
-    /// Network path of the plain HTTP and RAC listeners: epoll (the default) or
-    /// io_uring.
+    /// Network path of the plain HTTP and RAC listeners: epoll (the default, the
+    /// node's own event loop), tokio or io_uring.
     #[arg(long, value_name = "PATH", help_heading = "Listeners")]
     network: Option<netaccel_node::config::Network>,
     /// HTTPS listen address, beside the plain HTTP one (needs --tls-cert and --tls-key).

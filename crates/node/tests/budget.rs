@@ -9,7 +9,7 @@
 //! time on one connection, on an idle node with one network thread, on each network
 //! path, per call:
 //!
-//! | count | budget on epoll | on io_uring | how it is counted |
+//! | count | budget on epoll (`epoll`, `tokio`) | on io_uring | how it is counted |
 //! | --- | --- | --- | --- |
 //! | reads (`read`, `recvfrom`, …) of the network thread | 1 | 0 | `strace -f` |
 //! | writes (`write`, `sendto`, `writev`, …) of the network thread | 1 | 0 | `strace -f` |
@@ -132,11 +132,12 @@ enum Protocol {
 }
 
 /// The network paths, in the order the probe runs them.
-const NETWORKS: [Network; 2] = [Network::Epoll, Network::IoUring];
+const NETWORKS: [Network; 3] = [Network::Epoll, Network::Tokio, Network::IoUring];
 
 fn network_name(network: Network) -> &'static str {
     match network {
         Network::Epoll => "epoll",
+        Network::Tokio => "tokio",
         Network::IoUring => "io_uring",
     }
 }
@@ -144,7 +145,7 @@ fn network_name(network: Network) -> &'static str {
 /// The network thread's system calls per call on `network`, by kind (see [`kind`]).
 fn system_calls_per_call(network: Network) -> [(&'static str, u64); 5] {
     match network {
-        Network::Epoll => [
+        Network::Epoll | Network::Tokio => [
             ("read", 1),
             ("write", 1),
             ("wait", 1),

@@ -54,10 +54,15 @@ pub enum RepositoryIndex {
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Network {
-    /// Readiness (epoll, through tokio): one receive and one send system call per
-    /// request. The default.
+    /// Readiness (epoll) on the node's own event loop (`crate::net::evloop`): one
+    /// receive and one send system call per request, and none of tokio's per-event
+    /// machinery. TLS and gRPC listeners are served by a tokio runtime on a companion
+    /// thread. The default.
     #[default]
     Epoll,
+    /// Readiness (epoll) through tokio's current-thread runtime: the default before
+    /// `crate::net::evloop`, kept to compare with and to fall back on.
+    Tokio,
     /// Completions (io_uring): multishot accept, multishot receive into a ring of
     /// provided buffers, and every send of a loop turn submitted in one system call.
     /// TLS and gRPC listeners stay on epoll. Falls back to epoll, with an error in the
@@ -71,8 +76,11 @@ impl std::str::FromStr for Network {
     fn from_str(s: &str) -> Result<Network, String> {
         match s {
             "epoll" => Ok(Network::Epoll),
+            "tokio" => Ok(Network::Tokio),
             "io_uring" => Ok(Network::IoUring),
-            _ => Err(format!("network `{s}` is not valid: use epoll or io_uring")),
+            _ => Err(format!(
+                "network `{s}` is not valid: use epoll, tokio or io_uring"
+            )),
         }
     }
 }
@@ -117,8 +125,8 @@ pub struct Config {
     pub fault_injection: bool,
     /// Network threads, each with its own listener (SO_REUSEPORT). 0 = one per core.
     pub io_threads: usize,
-    /// The network path of the plain HTTP and RAC listeners: `epoll` (the default) or
-    /// `io_uring`.
+    /// The network path of the plain HTTP and RAC listeners: `epoll` (the default: the
+    /// node's own event loop), `tokio` (epoll through tokio's runtime) or `io_uring`.
     pub network: Network,
     /// `off`, `error`, `warn`, `info`, `debug` or `trace`, or a tracing filter of
     /// `TARGET=LEVEL` directives; anything else is refused (see `logging::check_filter`).

@@ -1,15 +1,17 @@
-//! The network layer: socket I/O with deadlines, pooled read buffers, TLS and the
-//! io_uring event loop. It knows bytes and connections, not calls: nothing here
-//! parses a protocol or touches a slot.
+//! The network layer: socket I/O with deadlines, pooled read buffers, TLS, the node's
+//! own epoll event loop and the io_uring one. It knows bytes and connections, not
+//! calls: nothing here parses a protocol or touches a slot.
 //!
 //! | module | what |
 //! | --- | --- |
 //! | `netio` | reads and writes with a deadline, `IoTimer`, lingering close, the `Transport` trait, the count of timers armed |
 //! | `bufpool` | read buffers that go back to a pool while a connection is idle |
 //! | [`tls`] | `[tls]` configuration, the reloadable acceptor (SIGHUP), session resumption, client certificate → tenant name, the TLS transport |
+//! | `evloop` | the node's own epoll event loop (`network = "epoll"`, the default) |
 //! | `uring` | the io_uring network path (`network = "io_uring"`) |
 
 pub(crate) mod bufpool;
+pub(crate) mod evloop;
 pub(crate) mod netio;
 pub mod tls;
 pub(crate) mod uring;

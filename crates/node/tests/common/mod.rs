@@ -39,9 +39,9 @@ pub fn opencl_runtime_present() -> bool {
     present
 }
 
-/// `NETACCEL_TEST_NETWORK=io_uring` runs a test's nodes on the io_uring network path
-/// (`network = "io_uring"`): test.sh runs the front-end, overload and drain suites
-/// once per path with the same tests.
+/// `NETACCEL_TEST_NETWORK=io_uring` (or `tokio`) runs a test's nodes on that network
+/// path (`network = "io_uring"`): test.sh runs the front-end, overload and drain
+/// suites once per path with the same tests.
 /// A test whose `config` names its network path keeps it.
 pub fn network_line(config: &str) -> String {
     if config.contains("network =") {

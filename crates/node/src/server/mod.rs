@@ -1,9 +1,13 @@
 //! Listeners and network threads.
 //!
-//! Each network thread runs its own single-threaded tokio runtime with its own
-//! listening socket bound with `SO_REUSEPORT`: the kernel spreads connections over the
-//! threads, and a connection's whole life (parse, inline execution, response) stays on
-//! one core with no lock on the hot path (after F4T's per-core scaling).
+//! Each network thread runs its own event loop (the node's own epoll loop by default,
+//! `evloop`; a single-threaded tokio runtime with `network = "tokio"` or
+//! `"io_uring"`) with its own listening socket bound with `SO_REUSEPORT`: the kernel
+//! spreads connections over the threads, and a connection's whole life (parse, inline
+//! execution, response) stays on one core with no lock on the hot path (after F4T's
+//! per-core scaling).
+
+mod evloop;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -422,6 +426,9 @@ impl PlainListener {
 /// Network thread `index` (`net-{index}`): accepts on its own listeners and serves
 /// the connections the kernel gave them, all on this thread.
 fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
+    if node.config.network == crate::config::Network::Epoll {
+        return evloop::network_thread(node, listeners, index);
+    }
     // One network thread (the first) also rolls the refusal log's windows.
     let roll_logs = index == 0;
     let accepted_here = node.metrics.connections_accepted(index);
@@ -567,8 +574,35 @@ fn accept_uring(
     serve_plain(node, stream, guard, peer, protocol);
 }
 
-/// Serves an accepted, counted plain connection on its own task.
+/// Where a connection's task is spawned: this thread's tokio runtime, or the node's
+/// own event loop ([`crate::net::evloop`]).
+trait Spawner {
+    fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(task: F);
+}
+
+/// [`Spawner`] onto this thread's tokio runtime.
+struct OnTokio;
+
+impl Spawner for OnTokio {
+    fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(task: F) {
+        tokio::spawn(task);
+    }
+}
+
+/// Serves an accepted, counted plain connection on its own task, on this thread's
+/// tokio runtime.
 fn serve_plain<S: crate::net::netio::Transport>(
+    node: &Arc<Node>,
+    stream: S,
+    guard: ConnectionGuard,
+    peer: SocketAddr,
+    protocol: Protocol,
+) {
+    serve_plain_on::<S, OnTokio>(node, stream, guard, peer, protocol);
+}
+
+/// Serves an accepted, counted plain connection on its own task, spawned by `Sp`.
+fn serve_plain_on<S: crate::net::netio::Transport, Sp: Spawner>(
     node: &Arc<Node>,
     stream: S,
     guard: ConnectionGuard,
@@ -581,11 +615,11 @@ fn serve_plain<S: crate::net::netio::Transport>(
     // would be as large as the larger front end's future, and every idle HTTP
     // connection's task would carry RAC's room (issue 15).
     match protocol {
-        Protocol::Http => tokio::spawn(async move {
+        Protocol::Http => Sp::spawn(async move {
             crate::front::http::serve(node, stream, peer, base).await;
             drop(guard);
         }),
-        Protocol::Rac => tokio::spawn(async move {
+        Protocol::Rac => Sp::spawn(async move {
             crate::front::rac::serve(node, stream, peer, base).await;
             drop(guard);
         }),

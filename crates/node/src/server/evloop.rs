@@ -1,0 +1,222 @@
+//! A network thread on the node's own event loop (`network = "epoll"`, the default; see
+//! [`crate::net::evloop`]).
+//!
+//! Network thread `net-{i}` runs the loop and serves the plain HTTP and RAC listeners.
+//! Its companion `net-{i}-rt` runs a current-thread tokio runtime: it serves the TLS and
+//! gRPC listeners and, through its handle, which `net-{i}` enters, whatever the loop's
+//! tasks ask of tokio (their `IoTimer`s, `spawn`, `spawn_blocking`). The companion
+//! outlives the loop: the loop's tasks may hold its timers until they are dropped.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use super::{
+    accept_optional, accept_tls, refuse_connection, serve_plain_on, Listeners, Spawner,
+    DRAIN_ANSWER_GRACE,
+};
+use crate::front::admission::ConnectionGuard;
+use crate::net::evloop::{self, EvStream, Listener};
+use crate::node::Node;
+use crate::telemetry::Protocol;
+
+/// [`Spawner`] onto this thread's own event loop.
+struct OnLoop;
+
+impl Spawner for OnLoop {
+    fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(task: F) {
+        evloop::spawn(task);
+    }
+}
+
+/// Network thread `index` on the node's own event loop.
+pub(super) fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
+    let Listeners {
+        http,
+        rac,
+        https,
+        rac_tls,
+        grpc,
+        grpc_tls,
+    } = listeners;
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    let companion_node = Arc::clone(&node);
+    let companion = std::thread::Builder::new()
+        .name(format!("net-{index}-rt"))
+        .spawn(move || {
+            let tls = TlsListeners {
+                https,
+                rac_tls,
+                grpc,
+                grpc_tls,
+            };
+            companion(companion_node, tls, index == 0, handle_tx, done_rx)
+        });
+    let companion = match companion {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start a network thread's runtime thread");
+            return;
+        }
+    };
+    let Ok(handle) = handle_rx.recv() else {
+        tracing::error!("a network thread's runtime did not start");
+        return;
+    };
+    {
+        let _runtime = handle.enter();
+        let served = evloop::run(serve(Arc::clone(&node), http, rac, index));
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the network thread's event loop failed: its plain listeners are not served");
+        }
+    }
+    let _ = done_tx.send(());
+    let _ = companion.join();
+}
+
+/// The companion's listeners.
+struct TlsListeners {
+    https: Option<std::net::TcpListener>,
+    rac_tls: Option<std::net::TcpListener>,
+    grpc: Option<std::net::TcpListener>,
+    grpc_tls: Option<std::net::TcpListener>,
+}
+
+/// The companion thread: a current-thread runtime whose handle goes to the loop's
+/// thread, serving the TLS and gRPC listeners until the shutdown, then running until the
+/// loop is `done` and the connections are closed (or the drain's deadline passed).
+fn companion(
+    node: Arc<Node>,
+    listeners: TlsListeners,
+    roll_logs: bool,
+    handle_tx: std::sync::mpsc::Sender<tokio::runtime::Handle>,
+    done: oneshot::Receiver<()>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build a network thread's runtime");
+            return;
+        }
+    };
+    if handle_tx.send(rt.handle().clone()).is_err() {
+        return;
+    }
+    rt.block_on(async move {
+        let register =
+            |l: std::net::TcpListener| TcpListener::from_std(l).expect("registering a listener");
+        let https = listeners.https.map(register);
+        let rac_tls = listeners.rac_tls.map(register);
+        if let Some(grpc) = listeners.grpc {
+            let incoming = crate::front::grpc::accepted(Arc::clone(&node), register(grpc));
+            tokio::spawn(crate::front::grpc::serve(Arc::clone(&node), incoming));
+        }
+        if let (Some(grpc), Some(tls)) = (listeners.grpc_tls, node.tls.clone()) {
+            let incoming = crate::front::grpc::accepted_tls(Arc::clone(&node), register(grpc), tls);
+            tokio::spawn(crate::front::grpc::serve(Arc::clone(&node), incoming));
+        }
+        let mut shutdown = node.shutdown_signal();
+        let mut roll = tokio::time::interval(Duration::from_secs(1));
+        roll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let (accepted, protocol) = tokio::select! {
+                accepted = accept_optional(&https) => (accepted, Protocol::Http),
+                accepted = accept_optional(&rac_tls) => (accepted, Protocol::Rac),
+                _ = roll.tick(), if roll_logs => {
+                    node.refusals.roll();
+                    continue;
+                }
+                _ = shutdown.changed() => break,
+            };
+            match accepted {
+                Ok((super::PlainStream::Epoll(stream), peer)) => {
+                    accept_tls(&node, stream, peer, protocol)
+                }
+                Ok(_) => unreachable!("a TLS listener is a tokio listener"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+        drop((https, rac_tls));
+        let _ = done.await;
+        drain_wait(&node).await;
+    });
+}
+
+/// The loop's main task: accepts on the plain listeners until the shutdown, then waits
+/// for the connections to close (or the drain's deadline).
+async fn serve(
+    node: Arc<Node>,
+    http: std::net::TcpListener,
+    rac: std::net::TcpListener,
+    index: usize,
+) {
+    let accepted_here = node.metrics.connections_accepted(index);
+    let (http, rac) = match (Listener::new(http), Listener::new(rac)) {
+        (Ok(http), Ok(rac)) => (http, rac),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "cannot serve the plain listeners on the event loop");
+            return;
+        }
+    };
+    let mut shutdown = node.shutdown_signal();
+    loop {
+        let (accepted, protocol) = tokio::select! {
+            biased;
+            _ = shutdown.changed() => break,
+            accepted = http.accept() => (accepted, Protocol::Http),
+            accepted = rac.accept() => (accepted, Protocol::Rac),
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                accepted_here.inc();
+                accept(&node, stream, peer, protocol);
+            }
+            Err(e) => {
+                // Typically EMFILE: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    drop((http, rac));
+    drain_wait(&node).await;
+}
+
+/// Counts a connection against `connections_max` and serves it on the loop; over the
+/// bound, the refusal goes through the companion's runtime (rare, not worth a path of
+/// the loop's own).
+fn accept(node: &Arc<Node>, stream: std::net::TcpStream, peer: SocketAddr, protocol: Protocol) {
+    let Some(guard) = ConnectionGuard::open(node, protocol) else {
+        if protocol == Protocol::Http {
+            node.http_requests(503).inc();
+        }
+        if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
+            tokio::spawn(refuse_connection(stream, protocol));
+        }
+        return;
+    };
+    match EvStream::new(stream) {
+        Ok(stream) => serve_plain_on::<_, OnLoop>(node, stream, guard, peer, protocol),
+        Err(e) => tracing::warn!(error = %e, "cannot register a connection with the event loop"),
+    }
+}
+
+/// Past the drain deadline, [`super::Running::shutdown`] answers the calls still in
+/// slots; the grace lets the connections write those answers.
+async fn drain_wait(node: &Node) {
+    let deadline =
+        Instant::now() + Duration::from_millis(node.config.drain_timeout_ms) + DRAIN_ANSWER_GRACE;
+    while node.open_connections() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -85,7 +85,8 @@ node_ticks() { awk '{ print $14 + $15 }' "/proc/$node_pid/stat"; }
 thread_ticks() {
     local t
     for t in /proc/"$node_pid"/task/*; do
-        [[ $(cat "$t/comm" 2>/dev/null) == net-* ]] || continue
+        # net-N only: not its companion runtime thread net-N-rt.
+        [[ $(cat "$t/comm" 2>/dev/null) =~ ^net-[0-9]+$ ]] || continue
         echo "$(cat "$t/comm") $(awk '{ print $14 + $15 }' "$t/stat")"
     done | sort
 }

@@ -54,7 +54,7 @@ pub(super) fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize
                 grpc,
                 grpc_tls,
             };
-            companion(companion_node, tls, index == 0, handle_tx, done_rx)
+            companion(companion_node, tls, index, handle_tx, done_rx)
         });
     let companion = match companion {
         Ok(c) => c,
@@ -92,7 +92,7 @@ struct TlsListeners {
 fn companion(
     node: Arc<Node>,
     listeners: TlsListeners,
-    roll_logs: bool,
+    index: usize,
     handle_tx: std::sync::mpsc::Sender<tokio::runtime::Handle>,
     done: oneshot::Receiver<()>,
 ) {
@@ -109,6 +109,9 @@ fn companion(
     if handle_tx.send(rt.handle().clone()).is_err() {
         return;
     }
+    // One network thread (the first) also rolls the refusal log's windows.
+    let roll_logs = index == 0;
+    let accepted_here = node.metrics.connections_accepted(index);
     rt.block_on(async move {
         let register =
             |l: std::net::TcpListener| TcpListener::from_std(l).expect("registering a listener");
@@ -135,6 +138,9 @@ fn companion(
                 }
                 _ = shutdown.changed() => break,
             };
+            if accepted.is_ok() {
+                accepted_here.inc();
+            }
             match accepted {
                 Ok((super::PlainStream::Epoll(stream), peer)) => {
                     accept_tls(&node, stream, peer, protocol)
@@ -170,8 +176,8 @@ async fn serve(
     };
     let mut shutdown = node.shutdown_signal();
     loop {
+        // Unbiased: a flood of connections on one listener does not starve the other.
         let (accepted, protocol) = tokio::select! {
-            biased;
             _ = shutdown.changed() => break,
             accepted = http.accept() => (accepted, Protocol::Http),
             accepted = rac.accept() => (accepted, Protocol::Rac),

@@ -179,6 +179,36 @@ fn a_writer_to_a_half_closed_client_that_does_not_read_waits_without_spinning() 
     });
 }
 
+/// A task that keeps waking itself does not keep the others from their input: the
+/// loop looks at its sockets between passes over the woken tasks.
+#[test]
+fn a_task_that_keeps_yielding_does_not_starve_input() {
+    with_companion(|| {
+        run(async {
+            let stop = Arc::new(AtomicBool::new(false));
+            let spinning = Arc::clone(&stop);
+            spawn(async move {
+                while !spinning.load(Ordering::Relaxed) {
+                    tokio::task::yield_now().await;
+                }
+            });
+            let (mut client, mut stream) = accepted_pair().await;
+            client.write_all(b"x").unwrap();
+            let mut timer = IoTimer::default();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut buf = Vec::with_capacity(8);
+            let n = stream
+                .read_with_deadline(&mut buf, deadline, &mut timer)
+                .await
+                .unwrap();
+            stop.store(true, Ordering::Relaxed);
+            assert_eq!(n, Some(1));
+            assert!(Instant::now() < deadline);
+        })
+        .unwrap();
+    });
+}
+
 /// The CPU time this thread has used.
 fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {

@@ -9,14 +9,14 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::{
-    accept_optional, accept_tls, refuse_connection, serve_plain_on, Listeners, Spawner,
-    DRAIN_ANSWER_GRACE,
+    accept_optional, accept_tls, drain_wait, refuse_connection, roll_interval, serve_plain_on,
+    spawn_grpc, Listeners, Spawner,
 };
 use crate::front::admission::ConnectionGuard;
 use crate::net::evloop::{self, EvStream, Listener};
@@ -117,17 +117,9 @@ fn companion(
             |l: std::net::TcpListener| TcpListener::from_std(l).expect("registering a listener");
         let https = listeners.https.map(register);
         let rac_tls = listeners.rac_tls.map(register);
-        if let Some(grpc) = listeners.grpc {
-            let incoming = crate::front::grpc::accepted(Arc::clone(&node), register(grpc));
-            tokio::spawn(crate::front::grpc::serve(Arc::clone(&node), incoming));
-        }
-        if let (Some(grpc), Some(tls)) = (listeners.grpc_tls, node.tls.clone()) {
-            let incoming = crate::front::grpc::accepted_tls(Arc::clone(&node), register(grpc), tls);
-            tokio::spawn(crate::front::grpc::serve(Arc::clone(&node), incoming));
-        }
+        spawn_grpc(&node, listeners.grpc, listeners.grpc_tls);
         let mut shutdown = node.shutdown_signal();
-        let mut roll = tokio::time::interval(Duration::from_secs(1));
-        roll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut roll = roll_interval();
         loop {
             let (accepted, protocol) = tokio::select! {
                 accepted = accept_optional(&https) => (accepted, Protocol::Http),
@@ -214,15 +206,5 @@ fn accept(node: &Arc<Node>, stream: std::net::TcpStream, peer: SocketAddr, proto
     match EvStream::new(stream) {
         Ok(stream) => serve_plain_on::<_, OnLoop>(node, stream, guard, peer, protocol),
         Err(e) => tracing::warn!(error = %e, "cannot register a connection with the event loop"),
-    }
-}
-
-/// Past the drain deadline, [`super::Running::shutdown`] answers the calls still in
-/// slots; the grace lets the connections write those answers.
-async fn drain_wait(node: &Node) {
-    let deadline =
-        Instant::now() + Duration::from_millis(node.config.drain_timeout_ms) + DRAIN_ANSWER_GRACE;
-    while node.open_connections() > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

@@ -462,19 +462,9 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
         let rac = plain(listeners.rac);
         let https = listeners.https.map(register);
         let rac_tls = listeners.rac_tls.map(register);
-        // gRPC's connections are driven by tonic's server, beside this accept loop on
-        // the same thread; it stops by itself at the shutdown signal.
-        if let Some(grpc) = listeners.grpc {
-            let incoming = crate::front::grpc::accepted(Arc::clone(&node), register(grpc));
-            tokio::spawn(crate::front::grpc::serve(Arc::clone(&node), incoming));
-        }
-        if let (Some(grpc), Some(tls)) = (listeners.grpc_tls, node.tls.clone()) {
-            let incoming = crate::front::grpc::accepted_tls(Arc::clone(&node), register(grpc), tls);
-            tokio::spawn(crate::front::grpc::serve(Arc::clone(&node), incoming));
-        }
+        spawn_grpc(&node, listeners.grpc, listeners.grpc_tls);
         let mut shutdown = node.shutdown_signal();
-        let mut roll = tokio::time::interval(Duration::from_secs(1));
-        roll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut roll = roll_interval();
         loop {
             let (accepted, protocol, tls) = tokio::select! {
                 accepted = http.accept() => (accepted, Protocol::Http, false),
@@ -506,15 +496,42 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
             }
         }
         drop((http, rac, https, rac_tls));
-        // Past the drain deadline, [`Running::shutdown`] answers the calls still in
-        // slots; the grace lets the connections write those answers.
-        let deadline = Instant::now()
-            + Duration::from_millis(node.config.drain_timeout_ms)
-            + DRAIN_ANSWER_GRACE;
-        while node.open_connections() > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        drain_wait(&node).await;
     });
+}
+
+/// Waits for the connections to close, or the drain's deadline. Past it,
+/// [`Running::shutdown`] answers the calls still in slots; the grace lets the
+/// connections write those answers.
+async fn drain_wait(node: &Node) {
+    let deadline =
+        Instant::now() + Duration::from_millis(node.config.drain_timeout_ms) + DRAIN_ANSWER_GRACE;
+    while node.open_connections() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Serves the gRPC listeners (plain, and TLS when configured) on this thread's tokio
+/// runtime: tonic's server drives their connections beside the thread's accept loop,
+/// and stops by itself at the shutdown signal.
+fn spawn_grpc(node: &Arc<Node>, grpc: Option<StdListener>, grpc_tls: Option<StdListener>) {
+    let register = |l: StdListener| TcpListener::from_std(l).expect("registering a listener");
+    if let Some(grpc) = grpc {
+        let incoming = crate::front::grpc::accepted(Arc::clone(node), register(grpc));
+        tokio::spawn(crate::front::grpc::serve(Arc::clone(node), incoming));
+    }
+    if let (Some(grpc), Some(tls)) = (grpc_tls, node.tls.clone()) {
+        let incoming = crate::front::grpc::accepted_tls(Arc::clone(node), register(grpc), tls);
+        tokio::spawn(crate::front::grpc::serve(Arc::clone(node), incoming));
+    }
+}
+
+/// The refusal log's one-second windows, rolled by one network thread (the first); a
+/// tick missed under load is not made up for.
+fn roll_interval() -> tokio::time::Interval {
+    let mut roll = tokio::time::interval(Duration::from_secs(1));
+    roll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    roll
 }
 
 /// After the drain deadline, how long connections have to write the `UNAVAILABLE`

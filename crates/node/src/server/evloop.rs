@@ -1,5 +1,6 @@
-//! A network thread on the node's own event loop (`network = "epoll"`, the default; see
-//! [`crate::net::evloop`]).
+//! A network thread on the node's own event loop (`network = "epoll"`, the default, and
+//! `network = "io_uring"`, its ring beside the loop; see [`crate::net::evloop`] and
+//! [`crate::net::uring`]).
 //!
 //! Network thread `net-{i}` runs the loop and serves the plain HTTP and RAC listeners.
 //! Its companion `net-{i}-rt` runs a current-thread tokio runtime: it serves the TLS and
@@ -67,9 +68,17 @@ pub(super) fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize
         tracing::error!("a network thread's runtime did not start");
         return;
     };
+    // With `network = "io_uring"`, a ring beside the loop (see [`crate::net::uring`]).
+    let mut ring = node.config.network == crate::config::Network::IoUring;
+    if ring {
+        if let Err(e) = crate::net::uring::install() {
+            tracing::error!(error = %e, "cannot set up io_uring: this network thread serves on epoll");
+            ring = false;
+        }
+    }
     {
         let _runtime = handle.enter();
-        let served = evloop::run(serve(Arc::clone(&node), http, rac, index));
+        let served = evloop::run(serve(Arc::clone(&node), http, rac, index, ring));
         if let Err(e) = served {
             tracing::error!(error = %e, "the network thread's event loop failed: its plain listeners are not served");
         }
@@ -134,10 +143,7 @@ fn companion(
                 accepted_here.inc();
             }
             match accepted {
-                Ok((super::PlainStream::Epoll(stream), peer)) => {
-                    accept_tls(&node, stream, peer, protocol)
-                }
-                Ok(_) => unreachable!("a TLS listener is a tokio listener"),
+                Ok((stream, peer)) => accept_tls(&node, stream, peer, protocol),
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -157,13 +163,23 @@ async fn serve(
     http: std::net::TcpListener,
     rac: std::net::TcpListener,
     index: usize,
+    ring: bool,
 ) {
     let accepted_here = node.metrics.connections_accepted(index);
-    let (http, rac) = match (Listener::new(http), Listener::new(rac)) {
-        (Ok(http), Ok(rac)) => (http, rac),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::error!(error = %e, "cannot serve the plain listeners on the event loop");
-            return;
+    let (http, rac) = if ring {
+        // The turn's sends go to the kernel in one submission just before the loop
+        // would sleep; the drive task takes the completions the eventfd signals.
+        evloop::set_before_sleep(crate::net::uring::before_park);
+        evloop::spawn(crate::net::uring::drive());
+        let on_ring = |l| PlainListener::Ring(crate::net::uring::Listener::new(l));
+        (on_ring(http), on_ring(rac))
+    } else {
+        match (Listener::new(http), Listener::new(rac)) {
+            (Ok(http), Ok(rac)) => (PlainListener::Socket(http), PlainListener::Socket(rac)),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!(error = %e, "cannot serve the plain listeners on the event loop");
+                return;
+            }
         }
     };
     let mut shutdown = node.shutdown_signal();
@@ -177,7 +193,7 @@ async fn serve(
         match accepted {
             Ok((stream, peer)) => {
                 accepted_here.inc();
-                accept(&node, stream, peer, protocol);
+                accept(&node, stream, peer, protocol, ring);
             }
             Err(e) => {
                 // Typically EMFILE: back off instead of spinning.
@@ -190,19 +206,52 @@ async fn serve(
     drain_wait(&node).await;
 }
 
-/// Counts a connection against `connections_max` and serves it on the loop; over the
-/// bound, the refusal goes through the companion's runtime (rare, not worth a path of
-/// the loop's own).
-fn accept(node: &Arc<Node>, stream: std::net::TcpStream, peer: SocketAddr, protocol: Protocol) {
+/// A plain listener of the loop: its sockets' readiness, or the ring's multishot
+/// accept (`network = "io_uring"`).
+enum PlainListener {
+    Socket(Listener),
+    Ring(crate::net::uring::Listener),
+}
+
+impl PlainListener {
+    async fn accept(&self) -> std::io::Result<(std::net::TcpStream, SocketAddr)> {
+        match self {
+            PlainListener::Socket(l) => l.accept().await,
+            PlainListener::Ring(l) => l.accept().await,
+        }
+    }
+}
+
+/// Counts a connection against `connections_max` and serves it on the loop, through
+/// its socket's readiness or through the `ring`; over the bound, the refusal goes
+/// through the companion's runtime (rare, not worth a path of the loop's own).
+fn accept(
+    node: &Arc<Node>,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    protocol: Protocol,
+    ring: bool,
+) {
+    if ring {
+        // The ring's multishot accept leaves it to us (`accept4` here sets it).
+        let _ = stream.set_nodelay(true);
+    }
     let Some(guard) = ConnectionGuard::open(node, protocol) else {
         if protocol == Protocol::Http {
             node.http_requests(503).inc();
         }
-        if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
-            tokio::spawn(refuse_connection(stream, protocol));
+        if stream.set_nonblocking(true).is_ok() {
+            if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
+                tokio::spawn(refuse_connection(stream, protocol));
+            }
         }
         return;
     };
+    if ring {
+        let io_timeout = Duration::from_millis(node.config.io_timeout_ms);
+        let stream = crate::net::uring::UringStream::new(stream, io_timeout);
+        return serve_plain_on::<_, OnLoop>(node, stream, guard, peer, protocol);
+    }
     match EvStream::new(stream) {
         Ok(stream) => serve_plain_on::<_, OnLoop>(node, stream, guard, peer, protocol),
         Err(e) => tracing::warn!(error = %e, "cannot register a connection with the event loop"),

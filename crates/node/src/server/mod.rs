@@ -1,8 +1,8 @@
 //! Listeners and network threads.
 //!
-//! Each network thread runs its own event loop (the node's own epoll loop by default,
-//! `evloop`; a single-threaded tokio runtime with `network = "tokio"` or
-//! `"io_uring"`) with its own listening socket bound with `SO_REUSEPORT`: the kernel
+//! Each network thread runs its own event loop (the node's own, `evloop`, on epoll by
+//! default or with an io_uring ring; a single-threaded tokio runtime with
+//! `network = "tokio"`) with its own listening socket bound with `SO_REUSEPORT`: the kernel
 //! spreads connections over the threads, and a connection's whole life (parse, inline
 //! execution, response) stays on one core with no lock on the hot path (after F4T's
 //! per-core scaling).
@@ -394,72 +394,32 @@ struct Listeners {
 }
 
 /// Accepts on `listener`, or never when there is none.
-async fn accept_optional(listener: &Option<TcpListener>) -> io::Result<(PlainStream, SocketAddr)> {
+async fn accept_optional(listener: &Option<TcpListener>) -> io::Result<(TcpStream, SocketAddr)> {
     match listener {
-        Some(l) => l.accept().await.map(|(s, p)| (PlainStream::Epoll(s), p)),
+        Some(l) => l.accept().await,
         None => std::future::pending().await,
     }
 }
 
-/// A plain (not TLS) listener: on the runtime's epoll, or on the thread's io_uring
-/// ring (`network = "io_uring"`, see [`crate::net::uring`]).
-enum PlainListener {
-    Epoll(TcpListener),
-    Uring(crate::net::uring::Listener),
-}
-
-/// A connection accepted on a [`PlainListener`].
-enum PlainStream {
-    Epoll(TcpStream),
-    Uring(std::net::TcpStream),
-}
-
-impl PlainListener {
-    async fn accept(&self) -> io::Result<(PlainStream, SocketAddr)> {
-        match self {
-            PlainListener::Epoll(l) => l.accept().await.map(|(s, p)| (PlainStream::Epoll(s), p)),
-            PlainListener::Uring(l) => l.accept().await.map(|(s, p)| (PlainStream::Uring(s), p)),
-        }
-    }
-}
-
 /// Network thread `index` (`net-{index}`): accepts on its own listeners and serves
-/// the connections the kernel gave them, all on this thread.
+/// the connections the kernel gave them, all on this thread: on the node's own event
+/// loop ([`evloop`], `network = "epoll"` or `"io_uring"`), or on a tokio runtime
+/// (`network = "tokio"`, below).
 fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
-    if node.config.network == crate::config::Network::Epoll {
+    if node.config.network != crate::config::Network::Tokio {
         return evloop::network_thread(node, listeners, index);
     }
     // One network thread (the first) also rolls the refusal log's windows.
     let roll_logs = index == 0;
     let accepted_here = node.metrics.connections_accepted(index);
-    let mut uring = node.config.network == crate::config::Network::IoUring;
-    if uring {
-        if let Err(e) = crate::net::uring::install() {
-            tracing::error!(error = %e, "cannot set up io_uring: this network thread serves on epoll");
-            uring = false;
-        }
-    }
-    let mut builder = tokio::runtime::Builder::new_current_thread();
-    if uring {
-        // The turn's sends go to the kernel in one submission just before the
-        // thread sleeps.
-        builder.on_thread_park(crate::net::uring::before_park);
-    }
-    let rt = builder.enable_all().build().expect("network runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("network runtime");
     rt.block_on(async move {
         let register = |l: StdListener| TcpListener::from_std(l).expect("registering a listener");
-        let plain = |l: StdListener| {
-            if uring {
-                PlainListener::Uring(crate::net::uring::Listener::new(l))
-            } else {
-                PlainListener::Epoll(register(l))
-            }
-        };
-        if uring {
-            tokio::spawn(crate::net::uring::drive());
-        }
-        let http = plain(listeners.http);
-        let rac = plain(listeners.rac);
+        let http = register(listeners.http);
+        let rac = register(listeners.rac);
         let https = listeners.https.map(register);
         let rac_tls = listeners.rac_tls.map(register);
         spawn_grpc(&node, listeners.grpc, listeners.grpc_tls);
@@ -481,13 +441,8 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
                 accepted_here.inc();
             }
             match accepted {
-                Ok((PlainStream::Epoll(stream), peer)) if tls => {
-                    accept_tls(&node, stream, peer, protocol)
-                }
-                Ok((PlainStream::Epoll(stream), peer)) => accept(&node, stream, peer, protocol),
-                Ok((PlainStream::Uring(stream), peer)) => {
-                    accept_uring(&node, stream, peer, protocol)
-                }
+                Ok((stream, peer)) if tls => accept_tls(&node, stream, peer, protocol),
+                Ok((stream, peer)) => accept(&node, stream, peer, protocol),
                 Err(e) => {
                     // Typically EMFILE: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -562,32 +517,6 @@ fn accept(node: &Arc<Node>, stream: TcpStream, peer: SocketAddr, protocol: Proto
     let Some((stream, guard)) = open(node, stream, protocol) else {
         return;
     };
-    serve_plain(node, stream, guard, peer, protocol);
-}
-
-/// A connection accepted on the io_uring path: counted and refused as on epoll (a
-/// refusal is written through the runtime: it is rare and not worth a ring path),
-/// then served through the ring.
-fn accept_uring(
-    node: &Arc<Node>,
-    stream: std::net::TcpStream,
-    peer: SocketAddr,
-    protocol: Protocol,
-) {
-    let _ = stream.set_nodelay(true);
-    let Some(guard) = ConnectionGuard::open(node, protocol) else {
-        if protocol == Protocol::Http {
-            node.http_requests(503).inc();
-        }
-        if stream.set_nonblocking(true).is_ok() {
-            if let Ok(stream) = TcpStream::from_std(stream) {
-                tokio::spawn(refuse_connection(stream, protocol));
-            }
-        }
-        return;
-    };
-    let io_timeout = Duration::from_millis(node.config.io_timeout_ms);
-    let stream = crate::net::uring::UringStream::new(stream, io_timeout);
     serve_plain(node, stream, guard, peer, protocol);
 }
 

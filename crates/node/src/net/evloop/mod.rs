@@ -48,6 +48,11 @@ const CLOSED: u8 = 4;
 const WAKE_KEY: u64 = u64::MAX;
 /// Events taken per `epoll_wait`.
 const EVENTS_MAX: usize = 256;
+/// Task polls per pass over the woken tasks before the loop looks at its sockets
+/// again (without blocking while tasks are still woken): a task that keeps waking
+/// itself (`yield_now` between batches of buffered input) cannot keep the others'
+/// input waiting. tokio's current-thread runtime looks every 61.
+const POLLS_PER_PASS: usize = 128;
 
 type BoxedTask = Pin<Box<dyn Future<Output = ()>>>;
 
@@ -123,6 +128,9 @@ pub(crate) struct Loop {
     tasks: RefCell<Slab<Option<Box<TaskCell>>>>,
     woken: RefCell<VecDeque<usize>>,
     remote: Arc<Remote>,
+    /// Called when no task is woken, before the loop would sleep (the io_uring path
+    /// submits the turn's sends and takes its completions there).
+    before_sleep: Cell<Option<fn()>>,
 }
 
 thread_local! {
@@ -146,6 +154,49 @@ fn try_with<R>(f: impl FnOnce(&Loop) -> R) -> Option<R> {
 /// Spawns `task` on this thread's loop. Panics outside [`run`].
 pub(crate) fn spawn(task: impl Future<Output = ()> + 'static) {
     with(|l| l.spawn(Box::pin(task)));
+}
+
+/// Whether this thread runs a loop (inside [`run`]).
+pub(crate) fn on_loop() -> bool {
+    try_with(|_| ()).is_some()
+}
+
+/// Has this thread's loop call `hook` whenever no task is woken, before it would sleep.
+/// Panics outside [`run`].
+pub(crate) fn set_before_sleep(hook: fn()) {
+    with(|l| l.before_sleep.set(Some(hook)));
+}
+
+/// A descriptor other than a socket (an eventfd) watched for input on this thread's
+/// loop, edge-triggered: every signal is a new edge.
+pub(crate) struct Watch {
+    key: usize,
+}
+
+impl Watch {
+    /// Watches `fd`, which must stay open while the watch lives. Panics outside [`run`].
+    pub(crate) fn new(fd: RawFd) -> io::Result<Watch> {
+        Ok(Watch {
+            key: with(|l| l.register(fd))?,
+        })
+    }
+
+    /// Ready once a signal came since the last [`Watch::clear`].
+    pub(crate) fn poll_signalled(&self, cx: &mut Context<'_>) -> Poll<()> {
+        with(|l| l.poll_ready(self.key, READ, cx))
+    }
+
+    /// Forgets the signals so far: the next one wakes again.
+    pub(crate) fn clear(&self) {
+        with(|l| l.clear(self.key, READ));
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let key = self.key;
+        let _ = try_with(|l| l.deregister(key));
+    }
 }
 
 /// Runs a loop on this thread until `main` completes; the tasks still running then
@@ -198,6 +249,7 @@ impl Loop {
             regs: RefCell::new(Slab::new()),
             tasks: RefCell::new(Slab::new()),
             woken: RefCell::new(VecDeque::new()),
+            before_sleep: Cell::new(None),
             remote: Arc::new(Remote {
                 woken: Mutex::new(Vec::new()),
                 pending: AtomicBool::new(false),
@@ -254,10 +306,11 @@ impl Loop {
         self.woken.borrow_mut().push_back(index);
     }
 
-    /// Polls the woken tasks, and those they wake, until none is left. A stale index
-    /// (a task that ended) is skipped; one woken twice is polled twice.
+    /// Polls the woken tasks, and those they wake, until none is left or
+    /// [`POLLS_PER_PASS`] polls were made. A stale index (a task that ended) is
+    /// skipped; one woken twice is polled twice.
     fn run_woken(&self) {
-        loop {
+        for _ in 0..POLLS_PER_PASS {
             let Some(index) = self.woken.borrow_mut().pop_front() else {
                 return;
             };
@@ -280,14 +333,23 @@ impl Loop {
         }
     }
 
-    /// One `epoll_wait` (without blocking when other threads have woken tasks) and the
-    /// wake-ups of what it reports.
+    /// One `epoll_wait` (without blocking while tasks are woken, here or by other
+    /// threads) and the wake-ups of what it reports.
     fn turn(&self, events: &mut [libc::epoll_event]) -> io::Result<()> {
-        self.remote.sleeping.store(true, Ordering::SeqCst);
-        let timeout = if self.remote.pending.load(Ordering::SeqCst) {
-            0
+        if let Some(hook) = self.before_sleep.get() {
+            if self.woken.borrow().is_empty() {
+                hook();
+            }
+        }
+        let timeout = if self.woken.borrow().is_empty() {
+            self.remote.sleeping.store(true, Ordering::SeqCst);
+            if self.remote.pending.load(Ordering::SeqCst) {
+                0
+            } else {
+                -1
+            }
         } else {
-            -1
+            0
         };
         // SAFETY: `events` is valid for writes of its length.
         let n = unsafe {

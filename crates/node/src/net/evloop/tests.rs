@@ -193,7 +193,12 @@ fn a_task_that_keeps_yielding_does_not_starve_input() {
                 }
             });
             let (mut client, mut stream) = accepted_pair().await;
-            client.write_all(b"x").unwrap();
+            // The byte comes later, so the read must wait for the loop's epoll_wait.
+            let writer = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                client.write_all(b"x").unwrap();
+                client
+            });
             let mut timer = IoTimer::default();
             let deadline = Instant::now() + Duration::from_secs(10);
             let mut buf = Vec::with_capacity(8);
@@ -204,6 +209,7 @@ fn a_task_that_keeps_yielding_does_not_starve_input() {
             stop.store(true, Ordering::Relaxed);
             assert_eq!(n, Some(1));
             assert!(Instant::now() < deadline);
+            drop(writer.join().unwrap());
         })
         .unwrap();
     });

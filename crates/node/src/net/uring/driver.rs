@@ -87,12 +87,13 @@ pub(crate) fn install() -> io::Result<()> {
     Ok(())
 }
 
-/// Called by the runtime just before the thread sleeps: submits the turn's queued
+/// Called by the event loop when no task is woken, just before the thread would sleep
+/// (see [`crate::net::evloop::set_before_sleep`]): submits the turn's queued
 /// operations (one `io_uring_enter` for all of them) and takes the completions that
 /// are already there, so that the tasks they wake run before sleeping. Work the ring
 /// still holds after that (deferred completions that came meanwhile: the kernel does
 /// not signal the eventfd for them again) wakes the [`drive`] task, so that the thread
-/// does not sleep on it: the runtime does not park while a task is ready.
+/// does not sleep on it: the loop does not block while a task is woken.
 pub(crate) fn before_park() {
     try_with(|d| {
         d.turn();
@@ -103,22 +104,15 @@ pub(crate) fn before_park() {
 }
 
 /// The task that takes completions when the ring's eventfd is signalled (completions
-/// arrived while the thread slept in the runtime's `epoll_wait`).
+/// arrived while the thread slept in the loop's `epoll_wait`), or when
+/// [`before_park`] kicks it. A task of the network thread's event loop.
 pub(crate) async fn drive() {
-    struct RingFd(RawFd);
-    impl AsRawFd for RingFd {
-        fn as_raw_fd(&self) -> RawFd {
-            self.0
-        }
-    }
     let fd = with(|d| d.eventfd.as_raw_fd());
-    // SAFETY: the eventfd stays open for as long as this task runs: the driver
-    // lives until the thread ends, after the runtime. Its counter is never read:
-    // the runtime's epoll is edge-triggered and every signal is a new edge.
-    let ready = match unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(RingFd(fd), tokio::io::Interest::READABLE)
-    } {
-        Ok(ready) => ready,
+    // The eventfd stays open for as long as this task runs: the driver lives until the
+    // thread ends, after the loop. Its counter is never read: the loop's epoll is
+    // edge-triggered and every signal is a new edge.
+    let signals = match crate::net::evloop::Watch::new(fd) {
+        Ok(signals) => signals,
         Err(e) => {
             tracing::error!(error = %e, "cannot watch the io_uring descriptor: the io_uring network path stops");
             return;
@@ -126,18 +120,15 @@ pub(crate) async fn drive() {
     };
     loop {
         // The eventfd, or a kick from `before_park`.
-        let woken = poll_fn(|cx| {
+        poll_fn(|cx| {
             if with(|d| d.kicked(cx)) {
-                return Poll::Ready(Ok(()));
+                return Poll::Ready(());
             }
-            ready
-                .poll_read_ready(cx)
-                .map_ok(|mut guard| guard.clear_ready())
+            signals.poll_signalled(cx)
         })
         .await;
-        if woken.is_err() {
-            return;
-        }
+        // Forgotten before the turn: a signal during it wakes the task again.
+        signals.clear();
         with(|d| d.turn());
     }
 }

@@ -13,13 +13,15 @@
 //! - sends are queued and submitted together once per loop turn (just before the
 //!   thread would sleep), so one `io_uring_enter` carries every response of the turn.
 //!
-//! What stays the same is deliberate: this is a different event loop feeding the same
-//! code. The ring lives beside each network thread's tokio runtime (an eventfd the
-//! kernel signals on completions is watched by the runtime like any socket), and a connection here is a
-//! [`UringStream`], one more [`crate::net::netio::Transport`]; the HTTP and RAC front ends,
-//! their parsers, the dispatcher and every timeout and bound run unchanged on it.
-//! Answers of calls queued to slot threads wake the connection's task as on epoll.
-//! TLS and gRPC listeners are served by the epoll path on the same thread.
+//! What stays the same is deliberate: this is a different way of doing I/O feeding the
+//! same code. The ring lives beside each network thread's own event loop
+//! ([`crate::net::evloop`]: an eventfd the kernel signals on completions is watched by
+//! the loop like any socket, and the turn's submissions go out just before the loop
+//! would sleep), and a connection here is a [`UringStream`], one more
+//! [`crate::net::netio::Transport`]; the HTTP and RAC front ends, their parsers, the
+//! dispatcher and every timeout and bound run unchanged on it. Answers of calls queued
+//! to slot threads wake the connection's task as on epoll. TLS and gRPC listeners are
+//! served by the network thread's companion tokio runtime, as on epoll.
 //!
 //! Everything here is per network thread (a thread-local [`Driver`]) and never
 //! touched from another thread: no lock.

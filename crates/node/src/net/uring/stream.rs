@@ -61,14 +61,15 @@ impl Drop for UringStream {
         // as a write on epoll would, then is cancelled.
         if let Some(generation) = sending {
             let timeout = self.io_timeout;
-            match tokio::runtime::Handle::try_current() {
-                Ok(rt) => {
-                    rt.spawn(async move {
-                        tokio::time::sleep(timeout).await;
-                        try_with(|d| d.cancel_send(key, generation));
-                    });
-                }
-                Err(_) => try_with(|d| d.cancel_send(key, generation)),
+            // On the ring's own thread: the driver is that thread's (the loop's timer
+            // sleeps on the companion runtime, and wakes the task back here).
+            if crate::net::evloop::on_loop() {
+                crate::net::evloop::spawn(async move {
+                    tokio::time::sleep(timeout).await;
+                    try_with(|d| d.cancel_send(key, generation));
+                });
+            } else {
+                try_with(|d| d.cancel_send(key, generation));
             }
         }
         // `socket` closes the descriptor after this; the kernel keeps the socket

@@ -284,7 +284,7 @@ impl<S: Transport> Conn<S> {
                 Err(e) => return Ok(Err(e)),
             }
             let deadline = Instant::now() + Duration::from_millis(self.node.config.io_timeout_ms);
-            match self.wait_read(deadline, None).await? {
+            match self.wait_read(deadline).await? {
                 Wait::Data => {}
                 Wait::Eof => return Ok(Err(body_ended_early())),
                 // (A wait that is not idle does not end for a shutdown.)

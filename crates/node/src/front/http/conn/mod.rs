@@ -138,6 +138,27 @@ enum Wait {
     Shutdown,
 }
 
+/// What a read that did not wait means for the wait: `None` when it found nothing
+/// (the socket's readiness was stale, or there was none).
+#[inline]
+fn read_now(read: io::Result<usize>) -> Option<io::Result<Wait>> {
+    match read {
+        Ok(0) => Some(Ok(Wait::Eof)),
+        Ok(_) => Some(Ok(Wait::Data)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// What a read with a deadline means for the wait: `None` is the deadline.
+fn read_waited(read: Option<usize>) -> Wait {
+    match read {
+        Some(0) => Wait::Eof,
+        Some(_) => Wait::Data,
+        None => Wait::Timeout,
+    }
+}
+
 /// Why a body was not taken.
 enum BodyRefusal {
     /// Answer this and keep going once the body is skipped (or close, if the client is
@@ -210,8 +231,12 @@ impl<S: Transport> Conn<S> {
                 Some(t) => t + Duration::from_millis(config.header_timeout_ms),
                 None => Instant::now() + Duration::from_millis(config.idle_timeout_ms),
             };
-            let idle = (!partial).then_some(stop.as_mut() as Pin<&mut StopWait>);
-            match self.wait_read(deadline, idle).await? {
+            let waited = if partial {
+                self.wait_read(deadline).await?
+            } else {
+                self.wait_idle(deadline, stop.as_mut()).await?
+            };
+            match waited {
                 Wait::Data => {}
                 Wait::Eof | Wait::Shutdown => return Ok(()),
                 Wait::Timeout if partial => {
@@ -236,6 +261,10 @@ impl<S: Transport> Conn<S> {
     /// incomplete a call looks only at the bytes that arrived since the last one
     /// ([`HeadScan`]) and allocates nothing: a head sent a byte at a time costs
     /// O(1) per byte, not a parse of the whole head so far (issue 15, slowloris).
+    // Inlined into the connection loop: when the compiler chose otherwise (after an
+    // unrelated change elsewhere), `/health` took 6 % more instructions (2,911 against
+    // 2,737; bench/http/instructions.sh, issue 28).
+    #[inline]
     fn next_head(&mut self) -> Next {
         if self.buffered().is_empty() {
             self.rbuf.clear();
@@ -274,6 +303,7 @@ impl<S: Transport> Conn<S> {
 
     /// Answers a request that needs no wait (a health check without a body) without
     /// going through [`Conn::handle`]; `None` for every other request.
+    #[inline] // as `next_head`
     fn answer_at_once(&mut self, req: &Request) -> Option<Step> {
         match req.route {
             Route::Health { head_only } if req.framing == BodyFraming::None => {
@@ -693,36 +723,81 @@ impl<S: Transport> Conn<S> {
         netio::flush(&mut self.stream, &mut self.wbuf, timeout).await
     }
 
-    /// Waits for input and appends it to the read buffer. While idle (between
-    /// requests: `stop`, the connection's wait for the shutdown, is given) a shutdown
-    /// ends the wait.
-    async fn wait_read(
+    /// Waits, idle between requests, for the next request's first bytes and appends
+    /// them to the read buffer; a shutdown ends the wait. The connection loop is its
+    /// only caller, which lets the compiler inline it there: when it stayed out of
+    /// line (one function with the body's wait, below), `/health` took 6 % more
+    /// instructions (2,911 against 2,737; bench/http/instructions.sh, issue 28).
+    async fn wait_idle(
         &mut self,
         deadline: Instant,
-        mut stop: Option<Pin<&mut StopWait>>,
+        mut stop: Pin<&mut StopWait>,
     ) -> io::Result<Wait> {
-        if let Some(stop) = stop.as_mut() {
-            // Nothing pending: an idle connection holds no buffer while it waits
-            // (issue 15: tens of thousands of idle connections in bounded memory).
-            self.release_buffers();
+        // Nothing pending: an idle connection holds no buffer while it waits
+        // (issue 15: tens of thousands of idle connections in bounded memory).
+        self.release_buffers();
+        let readable = {
             let (shutdown, registered) = (&self.shutdown, &mut self.stop_registered);
             let mut readable = std::pin::pin!(self.stream.wait_readable(deadline, &mut self.timer));
-            // The shutdown first, then input; a poll of its own rather than a
-            // `select!` (issue 28).
-            let readable = poll_fn(|cx| {
+            // The shutdown first, then input; a poll of its own rather than a `select!`
+            // (issue 28).
+            poll_fn(|cx| {
                 if stop::poll(stop.as_mut(), cx, shutdown, registered).is_ready() {
                     return Poll::Ready(None);
                 }
                 readable.as_mut().poll(cx).map(Some)
             })
-            .await;
-            let Some(readable) = readable else {
-                return Ok(Wait::Shutdown);
-            };
-            if !readable? {
-                return Ok(Wait::Timeout);
+            .await
+        };
+        let Some(readable) = readable else {
+            return Ok(Wait::Shutdown);
+        };
+        if !readable? {
+            return Ok(Wait::Timeout);
+        }
+        let chunk = self.make_read_room();
+        let mut buf = (&mut self.rbuf).limit(chunk);
+        // Woken by input, the read mostly finds it: no future, no `select!`.
+        if let Some(waited) = read_now(self.stream.try_read_now(&mut buf)) {
+            return waited;
+        }
+        // Readiness can be stale (an edge-triggered event for bytes an earlier read
+        // already took), so this read may find nothing and wait: an idle connection
+        // still closes at a shutdown meanwhile. Before, it waited out its idle timeout
+        // and held the drain that long (seen: 30 s).
+        let reading = self
+            .stream
+            .read_with_deadline(&mut buf, deadline, &mut self.timer);
+        tokio::select! {
+            biased;
+            read = reading => Ok(read_waited(read?)),
+            _ = poll_fn(|cx| stop::poll(stop.as_mut(), cx, &self.shutdown, &mut self.stop_registered)) => {
+                Ok(Wait::Shutdown)
             }
         }
+    }
+
+    /// Waits for more of a head or body and appends it to the read buffer. Not idle:
+    /// a shutdown does not end this wait ([`Conn::wait_idle`] is the idle one).
+    async fn wait_read(&mut self, deadline: Instant) -> io::Result<Wait> {
+        let chunk = self.make_read_room();
+        let mut buf = (&mut self.rbuf).limit(chunk);
+        if let Some(waited) = read_now(self.stream.try_read_now(&mut buf)) {
+            return waited;
+        }
+        let read = self
+            .stream
+            .read_with_deadline(&mut buf, deadline, &mut self.timer)
+            .await?;
+        Ok(read_waited(read))
+    }
+
+    /// Makes room in the read buffer for the next read: drops what was consumed (all
+    /// of it, or the front half once that is most of the buffer) and reserves a
+    /// chunk, whose size it returns: [`READ_CHUNK`] for a new request,
+    /// [`PARTIAL_HEAD_CHUNK`] while part of one is buffered.
+    #[inline]
+    fn make_read_room(&mut self) -> usize {
         if self.rpos > 0 && self.rpos == self.rbuf.len() {
             self.rbuf.clear();
             self.rpos = 0;
@@ -739,37 +814,7 @@ impl<S: Transport> Conn<S> {
             self.rbuf = bufpool::take(chunk);
         }
         self.rbuf.reserve(chunk);
-        let mut buf = (&mut self.rbuf).limit(chunk);
-        // Woken by input, the read mostly finds it: no future, no `select!`.
-        match self.stream.try_read_now(&mut buf) {
-            Ok(0) => return Ok(Wait::Eof),
-            Ok(_) => return Ok(Wait::Data),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-        let reading = self
-            .stream
-            .read_with_deadline(&mut buf, deadline, &mut self.timer);
-        let read = if let Some(mut stop) = stop {
-            // Readiness can be stale (an edge-triggered event for bytes an earlier
-            // read already took), so this read may find nothing and wait: an idle
-            // connection still closes at a shutdown meanwhile. Before, it waited out
-            // its idle timeout and held the drain that long (seen: 30 s).
-            tokio::select! {
-                biased;
-                read = reading => read,
-                _ = poll_fn(|cx| stop::poll(stop.as_mut(), cx, &self.shutdown, &mut self.stop_registered)) => {
-                    return Ok(Wait::Shutdown)
-                }
-            }
-        } else {
-            reading.await
-        };
-        Ok(match read? {
-            Some(0) => Wait::Eof,
-            Some(_) => Wait::Data,
-            None => Wait::Timeout,
-        })
+        chunk
     }
 
     /// While part of a head is buffered, the read buffer keeps at most

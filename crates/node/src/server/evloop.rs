@@ -167,10 +167,9 @@ async fn serve(
 ) {
     let accepted_here = node.metrics.connections_accepted(index);
     let (http, rac) = if ring {
-        // The turn's sends go to the kernel in one submission just before the loop
-        // would sleep; the drive task takes the completions the eventfd signals.
-        evloop::set_before_sleep(crate::net::uring::before_park);
-        evloop::spawn(crate::net::uring::drive());
+        // The loop sleeps in the ring: the turn's sends go to the kernel in the
+        // system call that waits for completions.
+        evloop::set_sleeper(crate::net::uring::sleep);
         let on_ring = |l| PlainListener::Ring(crate::net::uring::Listener::new(l));
         (on_ring(http), on_ring(rac))
     } else {

@@ -128,9 +128,8 @@ pub(crate) struct Loop {
     tasks: RefCell<Slab<Option<Box<TaskCell>>>>,
     woken: RefCell<VecDeque<usize>>,
     remote: Arc<Remote>,
-    /// Called when no task is woken, before the loop would sleep (the io_uring path
-    /// submits the turn's sends and takes its completions there).
-    before_sleep: Cell<Option<fn()>>,
+    /// Sleeps in place of `epoll_wait` when set ([`Sleeper`]).
+    sleeper: Cell<Option<Sleeper>>,
 }
 
 thread_local! {
@@ -161,42 +160,18 @@ pub(crate) fn on_loop() -> bool {
     try_with(|_| ()).is_some()
 }
 
-/// Has this thread's loop call `hook` whenever no task is woken, before it would sleep.
-/// Panics outside [`run`].
-pub(crate) fn set_before_sleep(hook: fn()) {
-    with(|l| l.before_sleep.set(Some(hook)));
-}
+/// What a thread's loop calls instead of its `epoll_wait` whenever no task is woken:
+/// `sleep(epfd, block)` sleeps, when `block` (nothing else is pending for the loop),
+/// until there is work, the loop's epoll descriptor `epfd` among what it watches for
+/// that; it returns whether `epfd` may have events (the loop then takes them without
+/// waiting). The io_uring path sleeps in its ring (`crate::net::uring`): one system
+/// call that submits the turn's sends and waits, where an `epoll_wait` on the ring's
+/// eventfd took two more (issue 28).
+pub(crate) type Sleeper = fn(epfd: RawFd, block: bool) -> bool;
 
-/// A descriptor other than a socket (an eventfd) watched for input on this thread's
-/// loop, edge-triggered: every signal is a new edge.
-pub(crate) struct Watch {
-    key: usize,
-}
-
-impl Watch {
-    /// Watches `fd`, which must stay open while the watch lives. Panics outside [`run`].
-    pub(crate) fn new(fd: RawFd) -> io::Result<Watch> {
-        Ok(Watch {
-            key: with(|l| l.register(fd))?,
-        })
-    }
-
-    /// Ready once a signal came since the last [`Watch::clear`].
-    pub(crate) fn poll_signalled(&self, cx: &mut Context<'_>) -> Poll<()> {
-        with(|l| l.poll_ready(self.key, READ, cx))
-    }
-
-    /// Forgets the signals so far: the next one wakes again.
-    pub(crate) fn clear(&self) {
-        with(|l| l.clear(self.key, READ));
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let key = self.key;
-        let _ = try_with(|l| l.deregister(key));
-    }
+/// Has this thread's loop sleep with `sleep` ([`Sleeper`]). Panics outside [`run`].
+pub(crate) fn set_sleeper(sleep: Sleeper) {
+    with(|l| l.sleeper.set(Some(sleep)));
 }
 
 /// Runs a loop on this thread until `main` completes; the tasks still running then
@@ -249,7 +224,7 @@ impl Loop {
             regs: RefCell::new(Slab::new()),
             tasks: RefCell::new(Slab::new()),
             woken: RefCell::new(VecDeque::new()),
-            before_sleep: Cell::new(None),
+            sleeper: Cell::new(None),
             remote: Arc::new(Remote {
                 woken: Mutex::new(Vec::new()),
                 pending: AtomicBool::new(false),
@@ -334,14 +309,10 @@ impl Loop {
     }
 
     /// One `epoll_wait` (without blocking while tasks are woken, here or by other
-    /// threads) and the wake-ups of what it reports.
+    /// threads) and the wake-ups of what it reports; or, with a [`Sleeper`] and no
+    /// task woken, the sleeper's sleep and an `epoll_wait` only when it says so.
     fn turn(&self, events: &mut [libc::epoll_event]) -> io::Result<()> {
-        if let Some(hook) = self.before_sleep.get() {
-            if self.woken.borrow().is_empty() {
-                hook();
-            }
-        }
-        let timeout = if self.woken.borrow().is_empty() {
+        let mut timeout = if self.woken.borrow().is_empty() {
             self.remote.sleeping.store(true, Ordering::SeqCst);
             if self.remote.pending.load(Ordering::SeqCst) {
                 0
@@ -351,6 +322,17 @@ impl Loop {
         } else {
             0
         };
+        if let Some(sleep) = self.sleeper.get() {
+            if self.woken.borrow().is_empty() {
+                let epoll_ready = sleep(self.epfd.as_raw_fd(), timeout < 0);
+                if !epoll_ready {
+                    self.remote.sleeping.store(false, Ordering::Relaxed);
+                    self.take_remote();
+                    return Ok(());
+                }
+                timeout = 0;
+            }
+        }
         // SAFETY: `events` is valid for writes of its length.
         let n = unsafe {
             libc::epoll_wait(
@@ -388,11 +370,16 @@ impl Loop {
             }
         }
         drop(regs);
+        self.take_remote();
+        Ok(())
+    }
+
+    /// Moves the tasks other threads woke onto the local queue.
+    fn take_remote(&self) {
         if self.remote.pending.swap(false, Ordering::Acquire) {
             let woken = std::mem::take(&mut *self.remote.woken.lock());
             self.woken.borrow_mut().extend(woken);
         }
-        Ok(())
     }
 
     /// Ready when `bit` is set on the socket `key`, else keeps the task's waker in the

@@ -4,7 +4,6 @@
 use std::alloc::Layout;
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -47,6 +46,8 @@ const OP_ACCEPT: u64 = 1;
 const OP_RECV: u64 = 2;
 const OP_SEND: u64 = 3;
 const OP_CANCEL: u64 = 4;
+/// The poll of the loop's epoll descriptor (see [`sleep`]).
+const OP_EPOLL: u64 = 5;
 
 fn token(op: u64, key: usize) -> u64 {
     (op << 56) | key as u64
@@ -87,50 +88,20 @@ pub(crate) fn install() -> io::Result<()> {
     Ok(())
 }
 
-/// Called by the event loop when no task is woken, just before the thread would sleep
-/// (see [`crate::net::evloop::set_before_sleep`]): submits the turn's queued
-/// operations (one `io_uring_enter` for all of them) and takes the completions that
-/// are already there, so that the tasks they wake run before sleeping. Work the ring
-/// still holds after that (deferred completions that came meanwhile: the kernel does
-/// not signal the eventfd for them again) wakes the [`drive`] task, so that the thread
-/// does not sleep on it: the loop does not block while a task is woken.
-pub(crate) fn before_park() {
-    try_with(|d| {
-        d.turn();
-        if d.pending() {
-            d.kick();
-        }
-    });
-}
-
-/// The task that takes completions when the ring's eventfd is signalled (completions
-/// arrived while the thread slept in the loop's `epoll_wait`), or when
-/// [`before_park`] kicks it. A task of the network thread's event loop.
-pub(crate) async fn drive() {
-    let fd = with(|d| d.eventfd.as_raw_fd());
-    // The eventfd stays open for as long as this task runs: the driver lives until the
-    // thread ends, after the loop. Its counter is never read: the loop's epoll is
-    // edge-triggered and every signal is a new edge.
-    let signals = match crate::net::evloop::Watch::new(fd) {
-        Ok(signals) => signals,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot watch the io_uring descriptor: the io_uring network path stops");
-            return;
-        }
-    };
-    loop {
-        // The eventfd, or a kick from `before_park`.
-        poll_fn(|cx| {
-            if with(|d| d.kicked(cx)) {
-                return Poll::Ready(());
-            }
-            signals.poll_signalled(cx)
-        })
-        .await;
-        // Forgotten before the turn: a signal during it wakes the task again.
-        signals.clear();
-        with(|d| d.turn());
-    }
+/// The network thread's loop sleeps here ([`crate::net::evloop::Sleeper`]): one
+/// `io_uring_enter` submits the turn's queued operations (every response of the turn)
+/// and, when `block` and no completion is waiting, waits for one. The loop's epoll
+/// descriptor is polled on the ring, so that a wake-up from another thread (a slot's
+/// answer, a timer) also ends the wait. Deferred completions run in that call; then
+/// the completions are taken, waking the tasks they are for. Returns whether the epoll
+/// descriptor is readable.
+///
+/// Before, the loop slept in `epoll_wait` on an eventfd the kernel signalled for
+/// completions, and the ring was entered once more to take them: three system calls
+/// per request at one request per wake-up, where this makes two, and the kernel's
+/// eventfd signal and epoll wake-up are gone (issue 28).
+pub(crate) fn sleep(epfd: RawFd, block: bool) -> bool {
+    with(|d| d.sleep(epfd, block))
 }
 
 /// Whether the running kernel's release is at least `major.minor`.
@@ -282,9 +253,6 @@ pub(super) struct ListenerState {
 pub(super) struct Driver {
     /// Declared before `bufs`: dropped (and the buffers unregistered) first.
     ring: IoUring,
-    /// Signalled by the kernel when it posts a completion, except while the node
-    /// submits (see [`Driver::submit`]): what the runtime's epoll watches.
-    eventfd: std::os::fd::OwnedFd,
     bufs: BufRing,
     conns: Slab<Conn>,
     listeners: Slab<ListenerState>,
@@ -294,10 +262,10 @@ pub(super) struct Driver {
     completions: Vec<cqueue::Entry>,
     /// Connections opened so far (generations).
     opened: u64,
-    /// `before_park` found work left in the ring: the [`drive`] task runs a turn.
-    kick: bool,
-    /// The [`drive`] task's waker, for a kick.
-    drive_waker: Option<Waker>,
+    /// A poll of the loop's epoll descriptor is on the ring (see [`sleep`]).
+    epoll_armed: bool,
+    /// That poll completed since the last sleep: the descriptor is readable.
+    epoll_ready: bool,
 }
 
 impl Driver {
@@ -305,9 +273,9 @@ impl Driver {
         // Completions run as deferred task work, in batches, when this thread enters
         // the ring (DEFER_TASKRUN), instead of interrupting whatever the thread runs
         // at each completion; TASKRUN_FLAG says in the ring when some are pending, so
-        // a turn enters only then or with submissions. A sleeping thread is woken by
-        // the eventfd, which the kernel signals when deferred work is queued (tested
-        // here on 6.18: `tests/uring.rs` and the benchmarks). DEFER_TASKRUN came in
+        // a sleep enters only then or with submissions. The thread sleeps in the ring
+        // ([`sleep`]), where deferred work runs as it is queued (tested here on 6.18:
+        // `tests/uring.rs` and the benchmarks). DEFER_TASKRUN came in
         // 6.1, and its first releases had fixes around it, so kernels before 6.2 get
         // the ring without it (and without the flag), as do kernels that refuse it.
         let build = |deferred: bool| {
@@ -324,26 +292,16 @@ impl Driver {
             build(false)?
         };
         let bufs = BufRing::new(&ring)?;
-        // SAFETY: plain eventfd creation; the descriptor is owned at once.
-        let eventfd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if eventfd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor nobody else owns.
-        let eventfd =
-            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(eventfd) };
-        ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
         Ok(Driver {
             ring,
-            eventfd,
             bufs,
             conns: Slab::new(),
             listeners: Slab::new(),
             starved: Vec::new(),
             completions: Vec::new(),
             opened: 0,
-            kick: false,
-            drive_waker: None,
+            epoll_armed: false,
+            epoll_ready: false,
         })
     }
 
@@ -363,66 +321,37 @@ impl Driver {
         }
     }
 
-    /// One loop turn: submits what is queued (and runs the deferred completions, when
-    /// the ring's flag says there are some), then takes what has completed, waking
-    /// the tasks it is for. One pass: the woken tasks run before the next turn, and
-    /// more completions are taken then. (A turn that went on while completions kept
-    /// arriving held back the tasks it had woken and entered the ring again and again:
-    /// a third of the network thread's CPU at 64 busy connections, issue 28.)
-    fn turn(&mut self) {
-        let queued = !self.ring.submission().is_empty();
-        if queued || self.ring.submission().taskrun() {
-            if let Err(e) = self.submit() {
+    /// See [`sleep`]. Submits and waits only when there is something to submit or
+    /// wait for: deferred completions (the ring's flag) count, as they are run only by
+    /// an enter that asks for completions. One pass: the woken tasks run before the
+    /// next sleep, and more completions are taken then. (A turn that went on while
+    /// completions kept arriving held back the tasks it had woken and entered the ring
+    /// again and again: a third of the network thread's CPU at 64 busy connections,
+    /// issue 28.)
+    fn sleep(&mut self, epfd: RawFd, block: bool) -> bool {
+        if !self.epoll_armed {
+            self.epoll_armed = true;
+            self.push(
+                opcode::PollAdd::new(types::Fd(epfd), libc::POLLIN as u32)
+                    .build()
+                    .user_data(token(OP_EPOLL, 0)),
+            );
+        }
+        let want = usize::from(block && self.ring.completion().is_empty());
+        if want > 0 || !self.ring.submission().is_empty() || self.ring.submission().taskrun() {
+            if let Err(e) = self.ring.submit_and_wait(want) {
                 if e.raw_os_error() != Some(libc::EBUSY) && e.raw_os_error() != Some(libc::EINTR) {
                     tracing::warn!(error = %e, "io_uring submit failed");
                 }
             }
         }
         self.reap();
+        std::mem::take(&mut self.epoll_ready)
     }
 
-    /// Work left in the ring after a turn: submissions, or deferred completions (the
-    /// flag the kernel sets, and does not signal the eventfd for again: parking on them
-    /// slept until some other event woke the thread, and a call hung 20 s among 1,000
-    /// slowloris connections in 3 of 6 runs of `overload.rs`), or completions taken
-    /// since.
-    fn pending(&mut self) -> bool {
-        !self.ring.submission().is_empty()
-            || self.ring.submission().taskrun()
-            || !self.ring.completion().is_empty()
-    }
-
-    /// Wakes the [`drive`] task for a turn (see [`before_park`]).
-    fn kick(&mut self) {
-        self.kick = true;
-        if let Some(w) = &self.drive_waker {
-            w.wake_by_ref();
-        }
-    }
-
-    /// Whether a kick is waiting (taken); otherwise keeps the [`drive`] task's waker.
-    fn kicked(&mut self, cx: &mut Context<'_>) -> bool {
-        if std::mem::take(&mut self.kick) {
-            return true;
-        }
-        if !self
-            .drive_waker
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-        {
-            self.drive_waker = Some(cx.waker().clone());
-        }
-        false
-    }
-
-    /// Submits what is queued. Sends to a socket with room complete during the call:
-    /// the eventfd is not signalled for those completions (they are taken right
-    /// after), so that they do not wake the thread's next `epoll_wait` for nothing.
+    /// Submits what is queued.
     fn submit(&mut self) -> io::Result<usize> {
-        self.ring.completion().disable_eventfd();
-        let r = self.ring.submit();
-        self.ring.completion().enable_eventfd();
-        r
+        self.ring.submit()
     }
 
     /// Takes the completions there are; returns how many.
@@ -436,6 +365,12 @@ impl Driver {
                 OP_ACCEPT => self.accepted(key, &cqe),
                 OP_RECV => self.received(key, &cqe),
                 OP_SEND => self.sent(key, cqe.result()),
+                OP_EPOLL => {
+                    // Readable, or the poll failed: either way the loop looks at its
+                    // epoll descriptor without waiting, and the next sleep polls again.
+                    self.epoll_armed = false;
+                    self.epoll_ready = true;
+                }
                 _ => {}
             }
         }

@@ -10,14 +10,15 @@
 //! - each connection has one *multishot receive* into a ring of *provided buffers*
 //!   (the kernel picks a free buffer when bytes arrive, so an idle connection holds
 //!   none): received bytes are one completion, with no `recv` call;
-//! - sends are queued and submitted together once per loop turn (just before the
-//!   thread would sleep), so one `io_uring_enter` carries every response of the turn.
+//! - sends are queued and submitted together once per loop turn, so one
+//!   `io_uring_enter` carries every response of the turn; the thread then sleeps in
+//!   that same call, waiting for completions (the loop's epoll descriptor is polled on
+//!   the ring: a wake-up from another thread ends the wait too).
 //!
 //! What stays the same is deliberate: this is a different way of doing I/O feeding the
 //! same code. The ring lives beside each network thread's own event loop
-//! ([`crate::net::evloop`]: an eventfd the kernel signals on completions is watched by
-//! the loop like any socket, and the turn's submissions go out just before the loop
-//! would sleep), and a connection here is a [`UringStream`], one more
+//! ([`crate::net::evloop`], which sleeps in the ring instead of its `epoll_wait`),
+//! and a connection here is a [`UringStream`], one more
 //! [`crate::net::netio::Transport`]; the HTTP and RAC front ends, their parsers, the
 //! dispatcher and every timeout and bound run unchanged on it. Answers of calls queued
 //! to slot threads wake the connection's task as on epoll. TLS and gRPC listeners are
@@ -29,5 +30,5 @@
 mod driver;
 mod stream;
 
-pub(crate) use driver::{before_park, drive, install, probe};
+pub(crate) use driver::{install, probe, sleep};
 pub(crate) use stream::{Listener, UringStream};

@@ -126,6 +126,22 @@ server_up() {
 }
 
 # median: the median of the numbers on stdin, one per line (nothing for no input).
+# stop_counted PID: ends a server running under valgrind (its counts already dumped):
+# SIGTERM, then SIGKILL if it has not exited within 10 s. valgrind runs one thread of
+# the program at a time, and a thread asleep in an `io_uring_enter` that waits (the
+# node's io_uring path sleeps in its ring) keeps the others, the one that handles
+# SIGTERM among them, from running; natively the node drains and exits.
+stop_counted() {
+    local i
+    kill -TERM "$1" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
 
 # size_name BYTES: "64 B", "4 KiB".

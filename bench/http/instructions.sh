@@ -85,8 +85,7 @@ count() {
         requests=$(grep -o 'requests=[0-9]*' "$prefix.load" | cut -d= -f2)
     fi
     callgrind_control -d "$pid" >/dev/null 2>&1
-    kill -TERM "$pid"
-    wait "$pid" || true
+    stop_counted "$pid"
     file="$prefix.$pid.1"
     [[ -s "$file" ]] || die "no callgrind dump for $name ($file)"
     ir=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')

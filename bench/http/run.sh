@@ -31,7 +31,10 @@
 #                    "uring" for the node with --network io_uring and "tokio" for it
 #                    with --network tokio (epoll through tokio's runtime), measured side
 #                    by side with the default node ("node", its own epoll loop):
-#                    SERVERS="node tokio uring nginx c"
+#                    SERVERS="node tokio uring nginx c"; "curing" adds the C responder's
+#                    io_uring counterpart (bench/common/c/uring_responder.c, the same
+#                    ring set-up as the node's io_uring path): what io_uring itself
+#                    costs over epoll, beside what the node's io_uring path costs
 #   NODE_PORT NGINX_PORT C_PORT [free ports, chosen at start]; NODE_RAC_PORT [free]:
 #                    the node's RAC listener, unused here but bound all the same
 #   NODE_BIN [target/release/netaccel-node]  (built with cargo if missing)
@@ -107,6 +110,7 @@ label() {
         tokio) echo "netaccel-node --network tokio" ;;
         nginx) echo "nginx (Debian, 1 worker)" ;;
         c) echo "C epoll responder" ;;
+        curing) echo "C io_uring responder" ;;
     esac
 }
 
@@ -114,7 +118,7 @@ port_of() {
     case "$1" in
         node | uring | tokio) echo "$NODE_PORT" ;;
         nginx) echo "$NGINX_PORT" ;;
-        c) echo "$C_PORT" ;;
+        c | curing) echo "$C_PORT" ;;
     esac
 }
 
@@ -133,6 +137,7 @@ install_tools() {
     command -v gcc >/dev/null || missing+=(gcc)
     command -v taskset >/dev/null || missing+=(util-linux)
     command -v pgrep >/dev/null || missing+=(procps)
+    if wants curing && [[ ! -e /usr/include/liburing.h ]]; then missing+=(liburing-dev); fi
     ((${#missing[@]} == 0)) && return 0
     log "installing: ${missing[*]}"
     local sudo=()
@@ -151,6 +156,9 @@ nginx_bin() {
 
 build_c() {
     make -s -C "$ROOT/bench/common/c" >&2 || die "building bench/common/c failed"
+    if wants curing; then
+        make -s -C "$ROOT/bench/common/c" uring_responder >&2 || die "building bench/common/c/uring_responder failed"
+    fi
 }
 
 prepare_node() {
@@ -209,6 +217,9 @@ start_server() {
             ;;
         c)
             "${PRIO_CMD[@]}" taskset -c "$SERVER_CPU" "$ROOT/bench/common/c/http_responder" -a "$HOST" -p "$port" >"$logf" 2>&1 &
+            ;;
+        curing)
+            "${PRIO_CMD[@]}" taskset -c "$SERVER_CPU" "$ROOT/bench/common/c/uring_responder" -a "$HOST" -p "$port" >"$logf" 2>&1 &
             ;;
     esac
     CUR_PID=$!
@@ -451,7 +462,7 @@ report() {
     echo
     echo "| server | /health p50 µs (c1) | p99 µs (c1) | mean µs (c1) | req/s (c$CONNS) | CPU µs/req (c$CONNS) | server CPU % (c$CONNS) | $rate_note | of which user | server CPU % @ $RATE |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    for s in node tokio uring nginx c; do
+    for s in node tokio uring nginx c curing; do
         wants "$s" || continue
         if [[ -n "${SKIP[$s]:-}" && -z "$(median "$s" p50)" ]]; then
             echo "| $(label "$s") | pending: ${SKIP[$s]} | | | | | | | | |"
@@ -499,6 +510,19 @@ report() {
     echo "| CPU/request: node ÷ nginx, both at $RATE req/s | $(fmt "$r_ng" 2) | ≤ $FLOOR_CPU_VS_NGINX | $(verdict "$r_ng" le "$FLOOR_CPU_VS_NGINX") |"
     echo "| CPU/request: node ÷ nginx, both at c$CONNS (each at its own max rate; informative) | $(fmt "$r_ng64" 2) | ≤ $FLOOR_CPU_VS_NGINX | $(verdict "$r_ng64" le "$FLOOR_CPU_VS_NGINX") |"
     echo "| to_uppercase (64 B) p50 − /health p50, node | $(fmt "$d_up" 1) µs | ≤ $FLOOR_UPPER_VS_HEALTH_US µs | $(verdict "$d_up" le "$FLOOR_UPPER_VS_HEALTH_US") |"
+    if wants curing && wants c; then
+        # io_uring's own cost over epoll's on this kernel, and the node's io_uring path
+        # over that floor (issue 28: the floor of the io_uring path).
+        local cu64 curate
+        cu64=$(paired curing c cpu64 ratio); curate=$(paired curing c cpurate ratio)
+        echo "| CPU/request at c$CONNS: C io_uring responder ÷ C responder (median of per-round ratios; informative: io_uring's own cost) | $(fmt "$cu64" 3) | – | – |"
+        echo "| CPU/request at $RATE req/s: C io_uring responder ÷ C responder (median of per-round ratios; informative) | $(fmt "$curate" 3) | – | – |"
+        if wants uring; then
+            cu64=$(paired uring curing cpu64 ratio); curate=$(paired uring curing cpurate ratio)
+            echo "| CPU/request at c$CONNS: $(label uring) ÷ C io_uring responder (median of per-round ratios; informative) | $(fmt "$cu64" 3) | ≤ $FLOOR_CPU_VS_C | $(verdict "$cu64" le "$FLOOR_CPU_VS_C") |"
+            echo "| CPU/request at $RATE req/s: $(label uring) ÷ C io_uring responder (median of per-round ratios; informative) | $(fmt "$curate" 3) | ≤ $FLOOR_CPU_VS_C | $(verdict "$curate" le "$FLOOR_CPU_VS_C") |"
+        fi
+    fi
     if wants uring; then
         # The io_uring path (issue 15 item 5), against nginx and against the epoll node
         # measured in the same run.
@@ -523,7 +547,7 @@ report() {
     echo "| server | metric | rounds 1..$ROUNDS |"
     echo "|---|---|---|"
     local m
-    for s in node tokio uring nginx c; do
+    for s in node tokio uring nginx c curing; do
         wants "$s" || continue
         for m in p50 p99 up50 up99 rps cpu64 cpurate usrrate achieved backlog; do
             [[ -n "$(median "$s" "$m")" ]] || continue
@@ -532,7 +556,7 @@ report() {
     done
     # The per-round comparisons behind the floors.
     local what op sign
-    for s in node uring tokio; do
+    for s in node uring tokio curing; do
         wants "$s" && wants c || continue
         for what in "p50 gap" "cpu64 ratio" "cpurate ratio"; do
             read -r m op <<<"$what"

@@ -16,8 +16,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::{
-    accept_optional, accept_tls, drain_wait, refuse_connection, roll_interval, serve_plain_on,
-    spawn_grpc, Listeners, Spawner,
+    accept_failed, accept_optional, accept_tls, drain_wait, refuse_connection, roll_interval,
+    serve_plain_on, spawn_grpc, Listeners, Spawner,
 };
 use crate::front::admission::ConnectionGuard;
 use crate::net::evloop::{self, EvStream, Listener};
@@ -144,10 +144,7 @@ fn companion(
             }
             match accepted {
                 Ok((stream, peer)) => accept_tls(&node, stream, peer, protocol),
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+                Err(e) => accept_failed(e).await,
             }
         }
         drop((https, rac_tls));
@@ -194,11 +191,7 @@ async fn serve(
                 accepted_here.inc();
                 accept(&node, stream, peer, protocol, ring);
             }
-            Err(e) => {
-                // Typically EMFILE: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            Err(e) => accept_failed(e).await,
         }
     }
     drop((http, rac));

@@ -443,16 +443,20 @@ fn network_thread(node: Arc<Node>, listeners: Listeners, index: usize) {
             match accepted {
                 Ok((stream, peer)) if tls => accept_tls(&node, stream, peer, protocol),
                 Ok((stream, peer)) => accept(&node, stream, peer, protocol),
-                Err(e) => {
-                    // Typically EMFILE: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+                Err(e) => accept_failed(e).await,
             }
         }
         drop((http, rac, https, rac_tls));
         drain_wait(&node).await;
     });
+}
+
+/// An accept failed, typically for want of descriptors (EMFILE): says so and backs
+/// off briefly instead of spinning on a listener that stays ready. One home for every
+/// accept loop (the tokio network thread's, the own loop's and its companion's).
+async fn accept_failed(e: std::io::Error) {
+    tracing::warn!(error = %e, "accept failed");
+    tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
 /// Waits for the connections to close, or the drain's deadline. Past it,

@@ -78,6 +78,64 @@ fn a_wake_from_another_thread_ends_the_loops_sleep() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+thread_local! {
+    /// Sleeps the test sleeper made that blocked / did not.
+    static SLEEPS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+}
+
+/// A [`Sleeper`] as the io_uring path's, with `poll` standing in for the ring: waits
+/// (when `block`) until the loop's epoll descriptor is readable.
+fn poll_sleeper(epfd: RawFd, block: bool) -> bool {
+    SLEEPS.with(|s| {
+        let (blocking, not) = s.get();
+        s.set(if block {
+            (blocking + 1, not)
+        } else {
+            (blocking, not + 1)
+        });
+    });
+    let mut fd = libc::pollfd {
+        fd: epfd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut fd, 1, if block { -1 } else { 0 }) };
+    n > 0
+}
+
+#[test]
+fn a_sleeper_sleeps_in_place_of_epoll_wait_and_wakes_for_sockets_and_other_threads() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        tx.send(7).unwrap();
+    });
+    with_companion(|| {
+        run(async move {
+            set_sleeper(poll_sleeper);
+            // A wake-up from another thread ends the sleep (the eventfd makes the
+            // epoll descriptor readable).
+            assert_eq!(rx.await.unwrap(), 7);
+            // So does a socket's input.
+            let (mut client, mut stream) = accepted_pair().await;
+            let mut timer = IoTimer::default();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            client.write_all(b"ping").unwrap();
+            assert!(stream.wait_readable(deadline, &mut timer).await.unwrap());
+            let mut buf = Vec::with_capacity(64);
+            assert_eq!(stream.try_read_now(&mut buf).unwrap(), 4);
+        })
+        .unwrap();
+    });
+    sender.join().unwrap();
+    let (blocking, _) = SLEEPS.with(Cell::get);
+    assert!(
+        blocking >= 2,
+        "the loop slept in the sleeper ({blocking} times)"
+    );
+}
+
 #[test]
 fn a_stream_reads_what_arrives_and_writes_back() {
     with_companion(|| {

@@ -31,16 +31,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "http_health.h"
+
 #define IN_CAP 16384
 #define MAX_EVENTS 256
-
-static const char RESPONSE[] =
-    "HTTP/1.1 200 OK\r\n"
-    "Content-Type: application/json\r\n"
-    "Content-Length: 15\r\n"
-    "\r\n"
-    "{\"status\":\"ok\"}";
-#define RESPONSE_LEN (sizeof(RESPONSE) - 1)
 
 struct conn {
     int fd;
@@ -111,27 +105,6 @@ static int flush_out(struct conn *c)
     return 1;
 }
 
-/* Count complete requests in c->in, drop them, keep the incomplete tail. */
-static size_t take_requests(struct conn *c)
-{
-    size_t n = 0, start = 0;
-    size_t pos = c->scanned;
-    for (;;) {
-        char *hit = memmem(c->in + pos, c->in_len - pos, "\r\n\r\n", 4);
-        if (!hit)
-            break;
-        n++;
-        start = pos = (size_t)(hit - c->in) + 4;
-    }
-    if (start > 0) {
-        memmove(c->in, c->in + start, c->in_len - start);
-        c->in_len -= start;
-    }
-    /* A boundary may straddle the next read: rescan the last 3 bytes. */
-    c->scanned = c->in_len > 3 ? c->in_len - 3 : 0;
-    return n;
-}
-
 static void on_readable(struct conn *c)
 {
     ssize_t r;
@@ -146,7 +119,7 @@ static void on_readable(struct conn *c)
         return;
     c->in_len += (size_t)r;
 
-    size_t n = take_requests(c);
+    size_t n = take_requests(c->in, &c->in_len, &c->scanned);
     if (n == 0) {
         if (c->in_len == IN_CAP) /* header block larger than we accept */
             conn_close(c);

@@ -30,6 +30,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "http_health.h"
+
 #define IN_CAP 16384
 #define MAX_FD 65536
 #define BUF_COUNT 1024 /* provided receive buffers (a power of two) */
@@ -37,14 +39,6 @@
 #define BUF_GROUP 0
 
 enum { OP_ACCEPT = 1, OP_RECV = 2, OP_SEND = 3 };
-
-static const char RESPONSE[] =
-    "HTTP/1.1 200 OK\r\n"
-    "Content-Type: application/json\r\n"
-    "Content-Length: 15\r\n"
-    "\r\n"
-    "{\"status\":\"ok\"}";
-#define RESPONSE_LEN (sizeof(RESPONSE) - 1)
 
 struct conn {
     int fd;
@@ -164,26 +158,6 @@ static void send_answers(struct conn *c, size_t n)
     c->sending = 1;
 }
 
-/* Count complete requests in c->in, drop them, keep the incomplete tail. */
-static size_t take_requests(struct conn *c)
-{
-    size_t n = 0, start = 0;
-    size_t pos = c->scanned;
-    for (;;) {
-        char *hit = memmem(c->in + pos, c->in_len - pos, "\r\n\r\n", 4);
-        if (!hit)
-            break;
-        n++;
-        start = pos = (size_t)(hit - c->in) + 4;
-    }
-    if (start > 0) {
-        memmove(c->in, c->in + start, c->in_len - start);
-        c->in_len -= start;
-    }
-    c->scanned = c->in_len > 3 ? c->in_len - 3 : 0;
-    return n;
-}
-
 static void on_accept(struct io_uring_cqe *cqe)
 {
     if (!(cqe->flags & IORING_CQE_F_MORE))
@@ -235,7 +209,7 @@ static void on_recv(struct conn *c, struct io_uring_cqe *cqe)
         conn_end(c);
         return;
     }
-    size_t n = take_requests(c);
+    size_t n = take_requests(c->in, &c->in_len, &c->scanned);
     if (n > 0) {
         if (c->sending)
             c->pending += n;

@@ -160,11 +160,19 @@ pub(crate) fn on_loop() -> bool {
     try_with(|_| ()).is_some()
 }
 
+/// Whether a task of this thread's loop is woken (to run before the loop sleeps): a
+/// [`Sleeper`] whose work before sleeping woke one must not block. `false` outside
+/// [`run`].
+pub(crate) fn has_woken() -> bool {
+    try_with(|l| !l.woken.borrow().is_empty()).unwrap_or(false)
+}
+
 /// What a thread's loop calls instead of its `epoll_wait` whenever no task is woken:
 /// `sleep(epfd, block)` sleeps, when `block` (nothing else is pending for the loop),
 /// until there is work, the loop's epoll descriptor `epfd` among what it watches for
 /// that; it returns whether `epfd` may have events (the loop then takes them without
-/// waiting). The io_uring path sleeps in its ring (`crate::net::uring`): one system
+/// waiting). What it does before sleeping may wake tasks (see [`has_woken`]): then it
+/// does not block. The io_uring path sleeps in its ring (`crate::net::uring`): one system
 /// call that submits the turn's sends and waits, where an `epoll_wait` on the ring's
 /// eventfd took two more (issue 28).
 pub(crate) type Sleeper = fn(epfd: RawFd, block: bool) -> bool;

@@ -10,10 +10,13 @@
 //! - each connection has one *multishot receive* into a ring of *provided buffers*
 //!   (the kernel picks a free buffer when bytes arrive, so an idle connection holds
 //!   none): received bytes are one completion, with no `recv` call;
-//! - sends are queued and submitted together once per loop turn, so one
-//!   `io_uring_enter` carries every response of the turn; the thread then sleeps in
-//!   that same call, waiting for completions (the loop's epoll descriptor is polled on
-//!   the ring: a wake-up from another thread ends the wait too).
+//! - a turn's answers go to the kernel together when the thread would sleep: several
+//!   in one `io_uring_enter`, and one alone (a connection answering one request per
+//!   wake-up) with a plain non-blocking `send`, which costs less than a submission
+//!   and its completion; what a socket does not take at once goes to the ring. The
+//!   thread then sleeps in an `io_uring_enter`, waiting for completions (the loop's
+//!   epoll descriptor is polled on the ring: a wake-up from another thread ends the
+//!   wait too).
 //!
 //! What stays the same is deliberate: this is a different way of doing I/O feeding the
 //! same code. The ring lives beside each network thread's own event loop

@@ -126,15 +126,15 @@ server_up() {
 }
 
 # median: the median of the numbers on stdin, one per line (nothing for no input).
-# stop_counted PID: ends a server running under valgrind (its counts already dumped):
-# SIGTERM, then SIGKILL if it has not exited within 10 s. valgrind runs one thread of
-# the program at a time, and a thread asleep in an `io_uring_enter` that waits (the
-# node's io_uring path sleeps in its ring) keeps the others, the one that handles
-# SIGTERM among them, from running; natively the node drains and exits.
-stop_counted() {
-    local i
+# stop_process PID [SECONDS]: ends a server: SIGTERM, then SIGKILL if it has not exited
+# within SECONDS (default 5), and reaps it. Under valgrind give it 10: valgrind runs one
+# thread of the program at a time, and a thread asleep in an `io_uring_enter` that
+# waits (the node's io_uring path sleeps in its ring) keeps the others, the one that
+# handles SIGTERM among them, from running; natively the node drains and exits.
+stop_process() {
+    local i tenths=$((${2:-5} * 10))
     kill -TERM "$1" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do
+    for ((i = 0; i < tenths; i++)); do
         kill -0 "$1" 2>/dev/null || break
         sleep 0.1
     done

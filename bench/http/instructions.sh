@@ -85,7 +85,7 @@ count() {
         requests=$(grep -o 'requests=[0-9]*' "$prefix.load" | cut -d= -f2)
     fi
     callgrind_control -d "$pid" >/dev/null 2>&1
-    stop_counted "$pid"
+    stop_process "$pid" 10
     file="$prefix.$pid.1"
     [[ -s "$file" ]] || die "no callgrind dump for $name ($file)"
     ir=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')

@@ -244,14 +244,7 @@ start_server() {
 
 stop_server() {
     [[ -n "$CUR_PID" ]] || return 0
-    kill -TERM "$CUR_PID" 2>/dev/null || true
-    local i
-    for ((i = 0; i < 50; i++)); do
-        kill -0 "$CUR_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$CUR_PID" 2>/dev/null || true
-    wait "$CUR_PID" 2>/dev/null || true
+    stop_process "$CUR_PID"
     CUR_PID=""
 }
 

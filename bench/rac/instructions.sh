@@ -80,7 +80,7 @@ count() {
     callgrind_control -z "$pid" >/dev/null 2>&1
     calls "$target" "$CALLS" "$prefix.load" || die "calls to $name failed: see $prefix.load"
     callgrind_control -d "$pid" >/dev/null 2>&1
-    stop_counted "$pid"
+    stop_process "$pid" 10
     local file="$prefix.$pid.1" ir
     [[ -s "$file" ]] || die "no callgrind dump for $name ($file)"
     ir=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')

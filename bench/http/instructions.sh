@@ -18,6 +18,9 @@
 # Environment (defaults in brackets): CONNS [64]  WARMUP [2]  DURATION [6]  TOP [25]
 #   NODE_ARGS: extra arguments for every node (e.g. "--network io_uring")
 #   RATE: when set, the measured part is bench/common/c/fixed_rate at RATE req/s over
+#   UPPER=1: the request is a keep-alive `POST /v1/fn/to_uppercase` with a 64 B body
+#   (bench/common/wrk/post64.lua) instead of `GET /health`, for every server (the C
+#   responder answers it as any request), with wrk; not with RATE
 #   RATE_CONNS [16] connections instead of wrk at its fastest: requests then come one
 #   per wake-up, as in bench/http/run.sh's fixed-rate run (keep RATE within what a
 #   server under callgrind answers: 5000 is)
@@ -39,6 +42,13 @@ TOP=${TOP:-25}
 RATE=${RATE:-}
 read -r -a node_args <<<"${NODE_ARGS:-}"
 RATE_CONNS=${RATE_CONNS:-16}
+UPPER=${UPPER:-0}
+if [[ "$UPPER" == 1 ]]; then
+    [[ -z "$RATE" ]] || die "UPPER=1 goes with wrk, not RATE"
+    REQ_SCRIPT="$ROOT/bench/common/wrk/post64.lua" REQ_PATH=/v1/fn/to_uppercase
+else
+    REQ_SCRIPT="$ROOT/bench/common/wrk/report.lua" REQ_PATH=/health
+fi
 OUT_DIR=${OUT_DIR:-$ROOT/bench/out}
 
 for tool in valgrind callgrind_control callgrind_annotate wrk curl; do
@@ -72,7 +82,7 @@ count() {
         kill -0 "$pid" 2>/dev/null || die "$name exited at start-up: see $prefix.log"
         sleep 0.2
     done
-    wrk -t1 -c"$CONNS" -d"${WARMUP}s" "http://$HOST:$port/health" >/dev/null
+    wrk -t1 -c"$CONNS" -d"${WARMUP}s" -s "$REQ_SCRIPT" "http://$HOST:$port$REQ_PATH" >/dev/null
     callgrind_control -z "$pid" >/dev/null 2>&1
     local requests file ir
     if [[ -n "$RATE" ]]; then
@@ -80,8 +90,8 @@ count() {
             -d "$DURATION" -P /health >"$prefix.load"
         requests=$(grep -o 'completed=[0-9]*' "$prefix.load" | cut -d= -f2)
     else
-        wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$ROOT/bench/common/wrk/report.lua" \
-            "http://$HOST:$port/health" >"$prefix.load"
+        wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$REQ_SCRIPT" \
+            "http://$HOST:$port$REQ_PATH" >"$prefix.load"
         requests=$(grep -o 'requests=[0-9]*' "$prefix.load" | cut -d= -f2)
     fi
     callgrind_control -d "$pid" >/dev/null 2>&1

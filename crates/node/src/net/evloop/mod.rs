@@ -320,7 +320,8 @@ impl Loop {
     /// threads) and the wake-ups of what it reports; or, with a [`Sleeper`] and no
     /// task woken, the sleeper's sleep and an `epoll_wait` only when it says so.
     fn turn(&self, events: &mut [libc::epoll_event]) -> io::Result<()> {
-        let mut timeout = if self.woken.borrow().is_empty() {
+        let idle = self.woken.borrow().is_empty();
+        let mut timeout = if idle {
             self.remote.sleeping.store(true, Ordering::SeqCst);
             if self.remote.pending.load(Ordering::SeqCst) {
                 0
@@ -330,16 +331,14 @@ impl Loop {
         } else {
             0
         };
-        if let Some(sleep) = self.sleeper.get() {
-            if self.woken.borrow().is_empty() {
-                let epoll_ready = sleep(self.epfd.as_raw_fd(), timeout < 0);
-                if !epoll_ready {
-                    self.remote.sleeping.store(false, Ordering::Relaxed);
-                    self.take_remote();
-                    return Ok(());
-                }
-                timeout = 0;
+        if let Some(sleep) = self.sleeper.get().filter(|_| idle) {
+            let epoll_ready = sleep(self.epfd.as_raw_fd(), timeout < 0);
+            if !epoll_ready {
+                self.remote.sleeping.store(false, Ordering::Relaxed);
+                self.take_remote();
+                return Ok(());
             }
+            timeout = 0;
         }
         // SAFETY: `events` is valid for writes of its length.
         let n = unsafe {

@@ -319,7 +319,7 @@ impl Driver {
             if unsafe { self.ring.submission().push(&entry) }.is_ok() {
                 return;
             }
-            if let Err(e) = self.submit() {
+            if let Err(e) = self.ring.submit() {
                 tracing::warn!(error = %e, "io_uring submit failed");
                 // The completions must be taken before the kernel accepts more.
                 self.reap();
@@ -356,11 +356,6 @@ impl Driver {
         }
         self.reap();
         std::mem::take(&mut self.epoll_ready)
-    }
-
-    /// Submits what is queued.
-    fn submit(&mut self) -> io::Result<usize> {
-        self.ring.submit()
     }
 
     /// Takes the completions there are; returns how many.
@@ -551,6 +546,15 @@ impl Driver {
         self.submit_send(key);
     }
 
+    /// Connection `key`'s send buffer is filled: it goes to the kernel at the next
+    /// sleep ([`Driver::send_unsent`]).
+    fn queue_send(&mut self, key: usize) {
+        let conn = &mut self.conns[key];
+        conn.sent = 0;
+        conn.sending = true;
+        self.unsent.push(key);
+    }
+
     /// Connection `key`'s send is over (all of it sent, or failed).
     fn send_done(&mut self, key: usize) {
         let conn = &mut self.conns[key];
@@ -640,7 +644,7 @@ impl Driver {
         // be a new connection's. So they go to the kernel before it is closed.
         self.send_unsent();
         if !self.ring.submission().is_empty() {
-            let _ = self.submit();
+            let _ = self.ring.submit();
         }
         let conn = &mut self.conns[key];
         conn.closed = true;
@@ -747,9 +751,7 @@ impl Driver {
         }
         conn.send.clear();
         conn.send.extend_from_slice(data);
-        conn.sent = 0;
-        conn.sending = true;
-        self.unsent.push(key);
+        self.queue_send(key);
         Ok(())
     }
 
@@ -761,9 +763,7 @@ impl Driver {
         may_send(conn)?;
         std::mem::swap(&mut conn.send, buf);
         buf.clear();
-        conn.sent = 0;
-        conn.sending = true;
-        self.unsent.push(key);
+        self.queue_send(key);
         Ok(())
     }
 
@@ -839,7 +839,7 @@ impl Driver {
             );
             // Submitted now, not at the end of the turn: the socket must stop
             // taking connections as soon as the node stops accepting.
-            let _ = self.submit();
+            let _ = self.ring.submit();
         } else {
             self.listeners.remove(key);
         }

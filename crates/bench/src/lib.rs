@@ -14,11 +14,13 @@
 //! The clients are lean on purpose, so that what the tool adds per call is small and
 //! the same for every target: one buffer per connection, request bytes built once,
 //! answers parsed in place and their bodies skipped ([`wire`]); load generation is in
-//! [`load`]. Not here: correctness checks of outputs (the node's tests do that),
+//! [`load`]; two targets interleaved call by call, for the gap between a server and
+//! its floor on a drifting machine, in [`pair`]. Not here: correctness checks of outputs (the node's tests do that),
 //! TLS, HTTP/2.
 
 pub mod hist;
 pub mod load;
+pub mod pair;
 pub mod plot;
 pub mod report;
 pub mod target;

@@ -29,6 +29,33 @@ enum Command {
     Run(RunArgs),
     /// Merge JSON reports into one markdown table and one CDF figure.
     Report(ReportArgs),
+    /// Two targets interleaved call by call (A B B A …, one in flight each): the
+    /// latency gap A − B as the median of per-block gaps, printed as key=value lines.
+    Pair(PairArgs),
+}
+
+#[derive(Args)]
+struct PairArgs {
+    /// The target measured (URL as for `run`; not inproc://).
+    a: String,
+    /// The target it is compared with, e.g. the floor: tcp-echo://HOST:PORT.
+    b: String,
+    /// Payload bytes per call, the same for both.
+    #[arg(short, long, default_value = "64", value_parser = parse_size)]
+    size: usize,
+    /// Measured calls per target.
+    #[arg(short = 'n', long, default_value_t = 100_000)]
+    calls: u64,
+    /// Calls per target before measuring.
+    #[arg(long, default_value_t = 5_000)]
+    warmup_calls: u64,
+    /// Blocks the measured calls are cut into (1..=1000): the gap is the median of
+    /// the blocks' gaps.
+    #[arg(long, default_value_t = 20)]
+    blocks: usize,
+    /// Seconds to wait for an answer.
+    #[arg(long, default_value = "5")]
+    timeout: f64,
 }
 
 #[derive(Args)]
@@ -129,7 +156,23 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Run(args) => run(args),
         Command::Report(args) => merge(args),
+        Command::Pair(args) => pair(args),
     }
+}
+
+fn pair(a: PairArgs) -> Result<()> {
+    let spec = netaccel_bench::pair::PairSpec {
+        a: Target::parse(&a.a)?,
+        b: Target::parse(&a.b)?,
+        size: a.size,
+        calls: a.calls,
+        warmup_calls: a.warmup_calls,
+        blocks: a.blocks,
+        timeout: secs(a.timeout, "--timeout")?,
+    };
+    let measured = netaccel_bench::pair::run(&spec)?;
+    print!("{}", measured.lines());
+    Ok(())
 }
 
 fn parse_size(text: &str) -> Result<usize, String> {

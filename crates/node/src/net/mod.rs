@@ -9,10 +9,12 @@
 //! | [`tls`] | `[tls]` configuration, the reloadable acceptor (SIGHUP), session resumption, client certificate → tenant name, the TLS transport |
 //! | `evloop` | the node's own epoll event loop (`network = "epoll"`, the default) |
 //! | `uring` | the io_uring network path (`network = "io_uring"`) |
+//! | `sys` | `recv`, `send`, `writev` and `epoll_wait` made directly, without glibc's cancellation points |
 
 pub(crate) mod bufpool;
 pub(crate) mod evloop;
 pub(crate) mod netio;
+pub(crate) mod sys;
 pub mod tls;
 pub(crate) mod uring;
 

@@ -75,7 +75,11 @@ impl Slot {
         drop(st);
         let mut out = Vec::new();
         let (status, message, exec_ns) = match &sizes {
-            Ok(_) => self.run_kernel(&image, &params, &joined, &mut out, oldest, start, calls),
+            Ok(_) => {
+                let (status, message, exec_ns, _) =
+                    self.run_kernel(&image, &params, &joined, &mut out, oldest, start, calls);
+                (status, message, exec_ns)
+            }
             Err(e) => (Status::Internal, format!("joining the batch: {e}"), 0),
         };
         let mut st = self.state.lock();

@@ -748,13 +748,14 @@ impl Slot {
         } = call;
         let queue_ns = nanos(started.saturating_duration_since(received));
         let id = accel.descriptor().id;
-        let (status, message, exec_ns) = if deadline.passed(started) {
+        let (status, message, exec_ns, ended) = if deadline.passed(started) {
             out.clear();
             let waited = queue_ns / 1000;
             (
                 Status::DeadlineExceeded,
                 format!("deadline passed after {waited} µs in the queue"),
                 0,
+                started,
             )
         } else {
             self.run_kernel(image, &params, &payload, &mut out, received, start, 1)
@@ -766,7 +767,8 @@ impl Slot {
         payload.clear();
         let abandoned = self.generation.load(Ordering::Relaxed) != start.generation;
         if let Some(m) = self.accel_metrics.get(&id).filter(|_| !abandoned) {
-            m.answered(status, nanos(self.clock.since(received)));
+            // The kernel's end is the call's: one clock read for both (issue 28).
+            m.answered(status, nanos(ended.saturating_duration_since(received)));
         }
         Answer {
             status,
@@ -782,7 +784,7 @@ impl Slot {
     /// Runs the kernel of a call (begun at `start`, received at `received`) on
     /// `image`, and learns the slot's speed from it; a batch of `calls` calls counts
     /// as that many calls of its time each. Returns the call's status, the message of
-    /// a failure and its execution time in ns.
+    /// a failure, its execution time in ns and when it ended (the clock read once).
     #[allow(clippy::too_many_arguments)]
     fn run_kernel(
         &self,
@@ -793,7 +795,7 @@ impl Slot {
         received: Instant,
         start: Start,
         calls: u64,
-    ) -> (Status, String, u64) {
+    ) -> (Status, String, u64, Instant) {
         // A kernel that panics fails its call, not the slot: the panic is caught,
         // the call answered INTERNAL, and the slot keeps serving.
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -809,10 +811,12 @@ impl Slot {
                 "the accelerator failed: {what}"
             )))
         });
-        let exec_ns = if self.limits.simulated_exec.is_zero() {
-            nanos(self.clock.since(start.at))
+        let (exec_ns, ended) = if self.limits.simulated_exec.is_zero() {
+            let ended = self.clock.now();
+            (nanos(ended.saturating_duration_since(start.at)), ended)
         } else {
-            self.simulated_device_time(received, start.at)
+            let exec_ns = self.simulated_device_time(received, start.at);
+            (exec_ns, self.clock.now())
         };
         debug_assert!(calls >= 1, "a run is of one call or more");
         self.learn_speed_of(start.work, exec_ns, calls);
@@ -821,9 +825,14 @@ impl Slot {
         match result {
             // A device that reports or models its execution time says how long
             // the call took on it; busy time and speed stay wall time.
-            Ok(ran) => (Status::Ok, String::new(), ran.exec_ns.unwrap_or(exec_ns)),
-            Err(CallError::BadRequest(m)) => (Status::BadRequest, m, exec_ns),
-            Err(CallError::Internal(m)) => (Status::Internal, m, exec_ns),
+            Ok(ran) => (
+                Status::Ok,
+                String::new(),
+                ran.exec_ns.unwrap_or(exec_ns),
+                ended,
+            ),
+            Err(CallError::BadRequest(m)) => (Status::BadRequest, m, exec_ns, ended),
+            Err(CallError::Internal(m)) => (Status::Internal, m, exec_ns, ended),
         }
     }
 

@@ -38,6 +38,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use parking_lot::Mutex;
 use slab::Slab;
 
+use crate::net::sys;
+
 /// Readiness bits of a registered socket.
 const READ: u8 = 1;
 const WRITE: u8 = 2;
@@ -340,26 +342,15 @@ impl Loop {
             }
             timeout = 0;
         }
-        // SAFETY: `events` is valid for writes of its length.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.epfd.as_raw_fd(),
-                events.as_mut_ptr(),
-                events.len() as i32,
-                timeout,
-            )
-        };
+        let n = sys::epoll_wait(self.epfd.as_raw_fd(), events, timeout);
         self.remote.sleeping.store(false, Ordering::Relaxed);
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(())
-            } else {
-                Err(e)
-            };
-        }
+        let n = match n {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+            Err(e) => return Err(e),
+        };
         let mut regs = self.regs.borrow_mut();
-        for ev in &events[..n as usize] {
+        for ev in &events[..n] {
             if ev.u64 == WAKE_KEY {
                 let mut count = 0u64;
                 // SAFETY: reads 8 bytes into a valid u64 (resets the counter).

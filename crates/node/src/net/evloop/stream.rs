@@ -1,7 +1,7 @@
 //! A connection and a listener on this thread's loop.
 
 use std::future::poll_fn;
-use std::io::{self, Write};
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::task::{Context, Poll};
@@ -11,6 +11,7 @@ use bytes::BufMut;
 
 use super::{with, CLOSED, READ, WRITE};
 use crate::net::netio::{arming, drain, too_slow, IoTimer, Transport, LINGER};
+use crate::net::sys;
 
 /// A connection served by this thread's loop: what the front ends see instead of a
 /// tokio `TcpStream`. Only ever used on the thread that accepted it.
@@ -43,15 +44,15 @@ impl EvStream {
         let room = chunk.len();
         // SAFETY: `chunk` is valid for writes of `room` bytes; `recv` writes at most
         // that many and says how many it wrote, which are then initialised.
-        let n = unsafe { libc::recv(self.socket.as_raw_fd(), chunk.as_mut_ptr().cast(), room, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::WouldBlock {
-                self.clear(READ);
+        let n = match unsafe { sys::recv(self.socket.as_raw_fd(), chunk.as_mut_ptr(), room) } {
+            Ok(n) => n,
+            Err(e) => {
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    self.clear(READ);
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
-        let n = n as usize;
+        };
         // SAFETY: the kernel initialised `n` bytes of the spare capacity.
         unsafe { buf.advance_mut(n) };
         if n > 0 && n < room {
@@ -62,23 +63,11 @@ impl EvStream {
 
     /// One `send` of what the socket takes now (`WouldBlock` when it takes nothing).
     fn send(&self, data: &[u8]) -> io::Result<usize> {
-        // SAFETY: `data` is valid for reads of its length.
-        let n = unsafe {
-            libc::send(
-                self.socket.as_raw_fd(),
-                data.as_ptr().cast(),
-                data.len(),
-                libc::MSG_NOSIGNAL,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::WouldBlock {
-                self.clear(WRITE);
-            }
-            return Err(e);
+        let sent = sys::send(self.socket.as_raw_fd(), data, 0);
+        if matches!(&sent, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            self.clear(WRITE);
         }
-        Ok(n as usize)
+        sent
     }
 
     /// Input is there (or the end, or an error), or `deadline` passed (`false`).
@@ -165,7 +154,7 @@ impl Transport for EvStream {
     }
 
     fn try_write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        let written = (&self.socket).write_vectored(bufs);
+        let written = sys::writev(self.socket.as_raw_fd(), bufs);
         if matches!(&written, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
             self.clear(WRITE);
         }

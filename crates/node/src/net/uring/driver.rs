@@ -13,6 +13,8 @@ use bytes::BufMut;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use slab::Slab;
 
+use crate::net::sys;
+
 /// Submission queue entries. A turn that queues more submits early.
 const SQ_ENTRIES: u32 = 1024;
 /// Completion queue entries: multishot operations post many completions per
@@ -517,30 +519,22 @@ impl Driver {
         let conn = &mut self.conns[key];
         debug_assert!(conn.sending, "a send was started");
         let rest = &conn.send[conn.sent..];
-        // SAFETY: sends from a live buffer of `rest.len()` bytes on the connection's
-        // descriptor, which its stream keeps open while the driver knows it.
-        let n = unsafe {
-            libc::send(
-                conn.fd,
-                rest.as_ptr().cast(),
-                rest.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if n >= 0 {
-            conn.sent += n as usize;
-            if conn.sent == conn.send.len() {
-                self.send_done(key);
-                return;
+        // The descriptor is open: its stream keeps it so while the driver knows it.
+        match sys::send(conn.fd, rest, libc::MSG_DONTWAIT) {
+            Ok(n) => {
+                conn.sent += n;
+                if conn.sent == conn.send.len() {
+                    self.send_done(key);
+                    return;
+                }
             }
-        } else {
-            let e = io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO);
-            if e != libc::EAGAIN && e != libc::EINTR {
-                conn.send_error = Some(e);
-                self.send_done(key);
-                return;
+            Err(e) => {
+                let e = e.raw_os_error().unwrap_or(libc::EIO);
+                if e != libc::EAGAIN && e != libc::EINTR {
+                    conn.send_error = Some(e);
+                    self.send_done(key);
+                    return;
+                }
             }
         }
         self.submit_send(key);

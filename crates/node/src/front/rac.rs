@@ -184,7 +184,19 @@ impl<S: Transport> RacConn<S> {
                 return self.finish().await;
             }
             // Everything buffered has been handled: send what is ready before waiting.
-            self.flush().await?;
+            // A flush that had to wait for the client leaves the turn's time stale
+            // for the next wait's deadline, which is then read anew.
+            let waited = {
+                let flush = self.flush();
+                tokio::pin!(flush);
+                match flush.as_mut().now_or_never() {
+                    Some(flushed) => flushed.map(|()| false),
+                    None => flush.await.map(|()| true),
+                }
+            }?;
+            if waited {
+                self.now = None;
+            }
             // When the tenant is at its bound, wait for one of its calls to finish:
             // register for the "freed" signal, then look again, so a release between
             // the first look and the wait is not missed. (Registering costs a lock, so

@@ -142,6 +142,19 @@ stop_process() {
     wait "$1" 2>/dev/null || true
 }
 
+# cpu_ns PID: nanoseconds a process (all its threads) and its children have run: the first
+# field of each thread's schedstat. Exact, where utime+stime are rounded to ticks.
+cpu_ns() {
+    local pid=$1 total=0 p t ns rest
+    for p in "$pid" $(pgrep -P "$pid" || true); do
+        for t in /proc/"$p"/task/*/schedstat; do
+            read -r ns rest 2>/dev/null <"$t" || continue
+            total=$((total + ns))
+        done
+    done
+    echo "$total"
+}
+
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'; }
 
 # size_name BYTES: "64 B", "4 KiB".

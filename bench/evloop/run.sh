@@ -113,15 +113,6 @@ instructions() {
     done
 }
 
-cpu_ns() { # pid: ns its threads ran
-    local t ns rest total=0
-    for t in /proc/"$1"/task/*/schedstat; do
-        read -r ns rest <"$t" || continue
-        total=$((total + ns))
-    done
-    echo "$total"
-}
-
 json_field() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))$2)" "$1"; }
 
 # Part 2: times, every server running, measured one at a time, order rotating.

@@ -138,16 +138,6 @@ latency() {
     awake_stop
 }
 
-# Nanoseconds the threads of a process have run (schedstat).
-cpu_ns() {
-    local total=0 t ns rest
-    for t in /proc/"$1"/task/*/schedstat; do
-        read -r ns rest 2>/dev/null <"$t" || continue
-        total=$((total + ns))
-    done
-    echo "$total"
-}
-
 # load MODE PORT: one slice of load; prints the requests completed.
 load() {
     local mode=$1 port=$2 out
@@ -199,6 +189,7 @@ cpu() {
 }
 
 us() { awk -v x="$1" 'BEGIN { printf "%.2f", x / 1000 }'; }
+fmt3() { awk -v x="$1" 'BEGIN { printf "%.3f", x }'; }
 med() { tr ' ' '\n' <<<"$1" | median; }
 verdict() { awk -v x="$1" -v l="$2" 'BEGIN { print (x <= l ? "PASS" : "FAIL") }'; }
 spread() { # "v1 v2 …" -> "min–max"
@@ -256,7 +247,6 @@ report() {
     echo
     echo "</details>"
 }
-fmt3() { awk -v x="$1" 'BEGIN { printf "%.3f", x }'; }
 
 main() {
     (($(nproc) >= 2)) || log "warning: fewer than 2 CPUs; servers and clients will share a core"

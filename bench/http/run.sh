@@ -286,18 +286,6 @@ cpu_ticks() {
     echo "$total"
 }
 
-# Nanoseconds a process (all its threads) and its children have run: the first
-# field of each thread's schedstat. Exact, where utime+stime are rounded to ticks.
-cpu_ns() {
-    local pid=$1 total=0 p t ns rest
-    for p in "$pid" $(pgrep -P "$pid" || true); do
-        for t in /proc/"$p"/task/*/schedstat; do
-            read -r ns rest 2>/dev/null <"$t" || continue
-            total=$((total + ns))
-        done
-    done
-    echo "$total"
-}
 
 # --- load generators ----------------------------------------------------------
 

@@ -191,7 +191,6 @@ async fn run_async(spec: &PairSpec) -> Result<Measured> {
         a: new_side(),
         b: new_side(),
     };
-    let per_block = spec.calls.div_ceil(spec.blocks as u64);
     for i in 0..spec.warmup_calls + spec.calls {
         let (ta, tb) = if i % 2 == 0 {
             let ta = a.call(spec.timeout).await.context("target A")?;
@@ -203,7 +202,9 @@ async fn run_async(spec: &PairSpec) -> Result<Measured> {
         let Some(k) = i.checked_sub(spec.warmup_calls) else {
             continue;
         };
-        let block = (k / per_block) as usize;
+        // Spread evenly: every block gets calls / blocks calls, give or take one
+        // (a rounded-up block size left the last blocks empty, their gap 0).
+        let block = (u128::from(k) * spec.blocks as u128 / u128::from(spec.calls)) as usize;
         debug_assert!(block < spec.blocks);
         for (side, t) in [(&mut m.a, ta), (&mut m.b, tb)] {
             side.all.record(t);
@@ -284,5 +285,17 @@ mod tests {
         assert!(m.b.blocks.iter().all(|h| h.count() == 10));
         let gap_ms = m.gap_ns() / 1e6;
         assert!((1.9..10.0).contains(&gap_ms), "gap {gap_ms} ms");
+
+        // A count that blocks do not divide: no block is left empty.
+        let spec = PairSpec {
+            a: echo(Duration::ZERO),
+            b: echo(Duration::ZERO),
+            calls: 41,
+            blocks: 20,
+            ..spec
+        };
+        let m = run(&spec).unwrap();
+        assert!(m.a.blocks.iter().all(|h| (2..=3).contains(&h.count())));
+        assert_eq!(m.a.all.count(), 41);
     }
 }

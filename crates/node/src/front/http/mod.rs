@@ -12,6 +12,7 @@ mod request;
 mod response;
 mod route;
 mod scan;
+mod tokens;
 pub mod v2;
 
 pub use conn::serve;

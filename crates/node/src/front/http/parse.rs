@@ -1,7 +1,8 @@
 //! HTTP/1.1 request-head and chunked-body parsing: pure functions over byte slices.
 //!
-//! Tokenising is done by `httparse` (zero-copy, fuzzed upstream); this module adds what
-//! a server needs on top of it and nothing about sockets: the limits (URI length, head
+//! Tokenising is done by `tokens` for the common form of a head and by `httparse`
+//! (zero-copy, fuzzed upstream) for every other; this module adds what a server needs
+//! on top of it and nothing about sockets: the limits (URI length, head
 //! size, header count), the framing decision (`Content-Length` vs `chunked`, with the
 //! request-smuggling cases refused), connection persistence, `Expect: 100-continue` and
 //! the `Host` rule of HTTP/1.1.
@@ -14,6 +15,8 @@ use std::fmt;
 use std::mem::MaybeUninit;
 
 use rac_proto::Decoded;
+
+use super::tokens::{self, valid_host, Line};
 
 /// Upper bounds the parser enforces. All of them come from the node's configuration.
 #[derive(Clone, Copy, Debug)]
@@ -117,23 +120,20 @@ pub fn parse_head<'b, 'h>(
 where
     'b: 'h,
 {
-    let mut req = httparse::Request::new(&mut []);
-    let status = req
-        .parse_with_uninit_headers(buf, headers)
-        .map_err(|e| refusal(e, buf))?;
-    let head_len = match status {
-        httparse::Status::Partial => {
-            check_partial(buf, limits)?;
-            return Ok(Decoded::Partial);
-        }
-        httparse::Status::Complete(n) => n,
+    let Some((line, headers, head_len)) =
+        tokens::head(buf, headers).map_err(|e| refusal(e, buf))?
+    else {
+        check_partial(buf, limits)?;
+        return Ok(Decoded::Partial);
     };
+    let Line {
+        method,
+        target,
+        minor_version,
+    } = line;
     if head_len > limits.head_bytes_max {
         return Err(head_too_large(limits));
     }
-    let method = req.method.expect("complete request has a method");
-    let target = req.path.expect("complete request has a target");
-    let minor_version = req.version.expect("complete request has a version");
     if target.len() > limits.uri_bytes_max {
         return Err(uri_too_long(limits));
     }
@@ -143,7 +143,6 @@ where
             "request target must be an absolute path",
         ));
     }
-    let headers: &'h [httparse::Header<'b>] = req.headers;
     let meta = interpret_headers(headers, minor_version)?;
     let head = RequestHead {
         method,
@@ -349,36 +348,6 @@ fn interpret_headers(
         framing,
         keep_alive,
         expect_continue,
-    })
-}
-
-/// Whether a `Host` value can be `uri-host [":" port]` (RFC 3986 §3.2.2): only the
-/// characters of a registered name, an IP literal and a port. Empty is allowed (a
-/// target without authority).
-fn valid_host(value: &[u8]) -> bool {
-    value.iter().all(|&b| {
-        b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-                    | b':'
-                    | b'['
-                    | b']'
-                    | b'%'
-            )
     })
 }
 
@@ -826,6 +795,8 @@ pub mod fuzzing {
 
     /// Target `http_head`: the request-head parser, and its incremental scan.
     pub fn http_head(data: &[u8]) {
+        // The common-form tokeniser takes only what httparse takes, as httparse does.
+        crate::front::http::tokens::fuzzing::agrees(data);
         let full = head(data);
         // The scan gives the same at every split (a few here, every one in its unit
         // tests), agrees with the one-pass parse on complete heads, and refuses only

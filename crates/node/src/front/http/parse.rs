@@ -12,11 +12,11 @@
 //! [`HttpError`] that already knows its status code.
 
 use std::fmt;
-use std::mem::MaybeUninit;
 
 use rac_proto::Decoded;
 
 use super::tokens::{self, valid_host, Line};
+pub use super::tokens::{header_slots, HeaderSlots, HEADERS_MAX};
 
 /// Upper bounds the parser enforces. All of them come from the node's configuration.
 #[derive(Clone, Copy, Debug)]
@@ -25,20 +25,6 @@ pub struct Limits {
     pub uri_bytes_max: usize,
     /// Longest request head (request line + headers + blank line) in bytes (431 beyond).
     pub head_bytes_max: usize,
-}
-
-/// Maximum number of header fields in one request (431 beyond). Fixed because the
-/// parser works on a stack array of this many slots.
-pub const HEADERS_MAX: usize = 64;
-
-/// Room for a head's header fields, which [`parse_head`] fills and the parsed head
-/// borrows. Left uninitialised: the parser writes only the slots the head uses (an
-/// array of empty headers was 2 KiB of stores per request, issue 28).
-pub type HeaderSlots<'b> = [MaybeUninit<httparse::Header<'b>>; HEADERS_MAX];
-
-/// Empty [`HeaderSlots`], for one parse.
-pub fn header_slots<'b>() -> HeaderSlots<'b> {
-    [MaybeUninit::uninit(); HEADERS_MAX]
 }
 
 /// A protocol error, with the status the server answers it with.

@@ -16,7 +16,19 @@
 
 use std::mem::MaybeUninit;
 
-use super::parse::{HeaderSlots, HEADERS_MAX};
+/// Maximum number of header fields in one request (431 beyond). Fixed because the
+/// parser works on a stack array of this many slots.
+pub const HEADERS_MAX: usize = 64;
+
+/// Room for a head's header fields, which [`head`] fills and the parsed head
+/// borrows. Left uninitialised: the parser writes only the slots the head uses (an
+/// array of empty headers was 2 KiB of stores per request, issue 28).
+pub type HeaderSlots<'b> = [MaybeUninit<httparse::Header<'b>>; HEADERS_MAX];
+
+/// Empty [`HeaderSlots`], for one parse.
+pub fn header_slots<'b>() -> HeaderSlots<'b> {
+    [MaybeUninit::uninit(); HEADERS_MAX]
+}
 
 /// A header-name or method byte: `tchar` (RFC 9110 §5.6.2), httparse's token set.
 const TOKEN: u8 = 1;
@@ -288,8 +300,7 @@ fn request_line(buf: &[u8]) -> Option<(Line<'_>, usize)> {
 
 /// The comparison with httparse, for the tests and the `http_head` fuzz target.
 pub mod fuzzing {
-    use super::super::parse::{header_slots, HEADERS_MAX};
-    use super::{common, filled, Line};
+    use super::{common, filled, header_slots, Line, HEADERS_MAX};
 
     /// A request line, its header fields owned, and the head's length.
     type Owned<'b> = (Line<'b>, Vec<(String, Vec<u8>)>, usize);
@@ -338,7 +349,6 @@ pub mod fuzzing {
 
 #[cfg(test)]
 mod tests {
-    use super::super::parse::header_slots;
     use super::fuzzing::agrees;
     use super::*;
 
